@@ -1,0 +1,3 @@
+"""patchkit: versioned patch series for a patched SGLang, applied all-or-nothing."""
+
+__version__ = "0.1.0"
