@@ -1,0 +1,100 @@
+"""The library's entry points: everything the CLI does, callable from Python.
+
+Each function plans in memory, hands one request to the target's engine, and returns an
+:class:`~patchkit.results.OpResult` or raises a :class:`~patchkit.errors.PatchkitError`
+(carrying the partial result as ``err.result``). Nothing here prints or exits.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from . import plan
+from .catalog import Catalog
+from .results import OpResult, check_result
+from .targets import Target, state_root_of
+
+DEFAULT_LOCK_TIMEOUT = 30.0
+
+
+def _run(
+    catalog: Catalog,
+    target: Target,
+    fixes: list,
+    op: str,
+    *,
+    dry_run: bool = False,
+    force: bool = False,
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+) -> OpResult:
+    request = plan.build_request(
+        catalog,
+        fixes,
+        op=op,
+        roots=dict(target.roots),
+        state_root=state_root_of(target.roots),
+        python=target.python,
+        dry_run=dry_run,
+        force=force,
+        lock_timeout=lock_timeout,
+    )
+    return check_result(target.run(request), target.description)
+
+
+def apply(
+    catalog: Catalog,
+    target: Target,
+    names: Sequence[str],
+    *,
+    dry_run: bool = False,
+    with_deps: bool = False,
+    allow_inactive: bool = False,
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+) -> OpResult:
+    """Apply fixes all-or-nothing: every patch written and verified, or nothing changed."""
+    fixes = plan.fixes_for_apply(
+        catalog, list(names), with_deps=with_deps, allow_inactive=allow_inactive
+    )
+    return _run(catalog, target, fixes, "apply", dry_run=dry_run, lock_timeout=lock_timeout)
+
+
+def rollback(
+    catalog: Catalog,
+    target: Target,
+    names: Sequence[str],
+    *,
+    dry_run: bool = False,
+    force: bool = False,
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+) -> OpResult:
+    """Restore the bytes the fixes replaced; refuses drifted files unless ``force``."""
+    fixes = plan.fixes_for_rollback(catalog, list(names))
+    return _run(
+        catalog, target, fixes, "rollback", dry_run=dry_run, force=force, lock_timeout=lock_timeout
+    )
+
+
+def verify(
+    catalog: Catalog,
+    target: Target,
+    names: Sequence[str],
+    *,
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+) -> OpResult:
+    """Run the verification of applied fixes again; writes nothing."""
+    fixes = [catalog.get(n) for n in names]
+    return _run(catalog, target, fixes, "verify", lock_timeout=lock_timeout)
+
+
+def status(
+    catalog: Catalog,
+    target: Target,
+    *,
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+) -> OpResult:
+    """What is applied, at which version, and whether any patched file drifted.
+
+    Every fix of the catalog is sent so the engine can also spot fixes that are present in the
+    files but not recorded (applied by hand, or already in the release).
+    """
+    return _run(catalog, target, catalog.all(), "status", lock_timeout=lock_timeout)

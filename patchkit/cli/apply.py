@@ -1,0 +1,51 @@
+"""`patchkit apply`: plan, check, write, verify, or change nothing."""
+
+from __future__ import annotations
+
+import click
+
+from .. import api, render
+from .common import State, json_option, pass_state, require_names, target_options
+
+
+@click.command("apply")
+@click.argument("fixes", nargs=-1)
+@target_options
+@click.option("--dry-run", "-n", is_flag=True, help="Check and show the diff and hunk placement; write nothing.")
+@click.option("--with-deps", is_flag=True, help="Also apply the fixes these depend on.")
+@click.option("--allow-inactive", is_flag=True, help="Allow applying a dead or superseded fix.")
+@json_option
+@pass_state
+def apply(
+    state: State,
+    fixes: tuple[str, ...],
+    target: str | None,
+    roots: tuple[str, ...],
+    python: str | None,
+    lock_timeout: float,
+    dry_run: bool,
+    with_deps: bool,
+    allow_inactive: bool,
+    as_json: bool,
+) -> int:
+    """Apply FIXES to the target, all or nothing."""
+    names = require_names(fixes, "apply")
+    tgt = state.target(target, roots, python)
+    with render.stderr().status(f"{'checking' if dry_run else 'applying'} {', '.join(names)} on {tgt.description}"):
+        result = api.apply(
+            state.catalog(),
+            tgt,
+            names,
+            dry_run=dry_run,
+            with_deps=with_deps,
+            allow_inactive=allow_inactive,
+            lock_timeout=lock_timeout,
+        )
+    if as_json:
+        render.print_json(result.to_json())
+    else:
+        render.render_result(render.stdout(), result)
+    return 0
+
+
+COMMANDS = [apply]

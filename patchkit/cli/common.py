@@ -1,0 +1,104 @@
+"""Options and look-ups shared by the commands."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from ..catalog import Catalog
+from ..errors import UsageError
+from ..targets import Target, resolve_target
+
+
+@dataclass
+class State:
+    """Per-invocation settings from the global options."""
+
+    catalog_dir: str | None = None
+    config_path: str | None = None
+    debug: bool = False
+    json: bool = False
+    _config: Any = field(default=None, repr=False)
+    _catalog: Catalog | None = field(default=None, repr=False)
+
+    def config(self) -> Any:
+        if self._config is None:
+            path = self.config_path or os.environ.get("PATCHKIT_CONFIG")
+            if path is None and Path("patchkit.toml").is_file():
+                path = "patchkit.toml"
+            if path is not None:
+                from ..manifest import load_config
+
+                self._config = load_config(Path(path))
+        return self._config
+
+    def catalog(self) -> Catalog:
+        if self._catalog is None:
+            location = self.catalog_dir
+            cfg = self.config()
+            if location is None and cfg is not None and getattr(cfg, "catalog", None):
+                location = str(cfg.catalog)
+            self._catalog = Catalog(Path(location)) if location else Catalog.discover()
+        return self._catalog
+
+    def target(self, target: str | None, roots: tuple[str, ...], python: str | None) -> Target:
+        return resolve_target(target, roots, python=python, config=self.config())
+
+
+pass_state = click.make_pass_decorator(State, ensure=True)
+
+
+def json_option(f: Callable) -> Callable:
+    def callback(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+        if value:
+            ctx.ensure_object(State).json = True
+        return value
+
+    return click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        expose_value=True,
+        callback=callback,
+        help="Print a machine-readable result on stdout.",
+    )(f)
+
+
+def target_options(f: Callable) -> Callable:
+    f = click.option(
+        "--lock-timeout",
+        type=float,
+        default=30.0,
+        show_default=True,
+        help="Seconds to wait for another patchkit run on the same target.",
+    )(f)
+    f = click.option(
+        "--python",
+        "python",
+        metavar="PATH",
+        help="Interpreter on the target to verify with (e.g. the production venv's python).",
+    )(f)
+    f = click.option(
+        "--root",
+        "roots",
+        multiple=True,
+        metavar="NAME=PATH",
+        help="An extra named root of the target, e.g. --root serve=/root. Repeatable.",
+    )(f)
+    f = click.option(
+        "--target",
+        "-t",
+        metavar="PATH|ssh://HOST/PATH|NAME",
+        help="SGLang checkout or installed package, a remote one, or a target named in patchkit.toml.",
+    )(f)
+    return f
+
+
+def require_names(names: tuple[str, ...], what: str) -> list[str]:
+    if not names:
+        raise UsageError(f"name at least one fix to {what}; `patchkit list` shows them")
+    return list(names)

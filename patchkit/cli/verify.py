@@ -1,0 +1,37 @@
+"""`patchkit verify`: rerun the verification of applied fixes."""
+
+from __future__ import annotations
+
+import click
+
+from .. import api, render
+from .common import State, json_option, pass_state, require_names, target_options
+
+
+@click.command("verify")
+@click.argument("fixes", nargs=-1)
+@target_options
+@json_option
+@pass_state
+def verify(
+    state: State,
+    fixes: tuple[str, ...],
+    target: str | None,
+    roots: tuple[str, ...],
+    python: str | None,
+    lock_timeout: float,
+    as_json: bool,
+) -> int:
+    """Run the verification checks of FIXES on the target; writes nothing."""
+    names = require_names(fixes, "verify")
+    tgt = state.target(target, roots, python)
+    with render.stderr().status(f"verifying {', '.join(names)} on {tgt.description}"):
+        result = api.verify(state.catalog(), tgt, names, lock_timeout=lock_timeout)
+    if as_json:
+        render.print_json(result.to_json())
+    else:
+        render.render_result(render.stdout(), result)
+    return 0
+
+
+COMMANDS = [verify]

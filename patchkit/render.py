@@ -1,0 +1,187 @@
+"""Human-readable output (rich only here). The CLI passes results in; nothing is computed here."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Iterable, Mapping
+
+from rich.console import Console
+from rich.markup import escape
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+
+from .errors import PatchkitError
+from .results import CheckResult, FixOutcome, OpResult
+
+OUTCOME_STYLE = {
+    "applied": "bold green",
+    "already-applied": "green",
+    "would-apply": "cyan",
+    "rolled-back": "bold yellow",
+    "would-roll-back": "yellow",
+    "verified": "bold green",
+    "failed": "bold red",
+    "not-applied": "dim",
+}
+STATE_STYLE = {
+    "applied": "green",
+    "drifted": "bold red",
+    "not-applied": "dim",
+    "partly-present": "yellow",
+    "present-unrecorded": "cyan",
+}
+
+
+def stdout() -> Console:
+    return Console(highlight=False, soft_wrap=False)
+
+
+def stderr() -> Console:
+    return Console(stderr=True, highlight=False, soft_wrap=False)
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def _checks_table(title: str, checks: Iterable[CheckResult]) -> Table | None:
+    rows = list(checks)
+    if not rows:
+        return None
+    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False, box=None)
+    table.add_column("", width=2)
+    table.add_column("check")
+    table.add_column("where", style="dim")
+    table.add_column("detail")
+    for c in rows:
+        mark = Text("✓", style="green") if c.ok else Text("✗", style="bold red")
+        table.add_row(mark, escape(c.name or c.kind), escape(c.where), escape(c.detail))
+    return table
+
+
+def render_fix_outcome(console: Console, fix: FixOutcome, *, show_diff: bool) -> None:
+    style = OUTCOME_STYLE.get(fix.outcome, "")
+    version = f" v{fix.version}" if fix.version is not None else ""
+    console.print(Text.assemble((f"{fix.outcome:>15} ", style), (f"{fix.name}{version}", "bold")))
+    for f in fix.files:
+        console.print(f"                {escape(f.op)} {escape(f.root)}:{escape(f.path)}")
+        for h in f.hunks:
+            where = f"line {h.line}"
+            if h.offset:
+                where += f" (offset {h.offset:+d} from {h.expected_line})"
+            console.print(f"                  hunk #{h.index} of {escape(h.patch)} at {where}", style="dim")
+        if show_diff and f.diff:
+            console.print(Syntax(f.diff, "diff", theme="ansi_dark", background_color="default"))
+    for title, checks in (("preconditions", fix.preconditions), ("verification", fix.verification)):
+        table = _checks_table(f"  {title}", checks)
+        if table is not None:
+            console.print(table)
+
+
+def render_result(console: Console, result: OpResult) -> None:
+    for rec in result.recovered:
+        console.print(
+            f"[yellow]recovered[/] an interrupted {escape(str(rec.get('op')))} of "
+            f"{escape(', '.join(rec.get('fixes') or []))}: {escape(str(rec.get('outcome')))}"
+        )
+    verb = {"apply": "apply", "rollback": "rollback", "verify": "verify"}.get(result.op, result.op)
+    head = "dry run of " if result.dry_run else ""
+    console.print(f"[bold]{head}{verb}[/] on {escape(result.target)}")
+    for fix in result.fixes:
+        render_fix_outcome(console, fix, show_diff=result.dry_run)
+
+
+def render_status(console: Console, result: OpResult, *, verbose: bool = False) -> None:
+    for rec in result.recovered:
+        console.print(
+            f"[yellow]recovered[/] an interrupted {escape(str(rec.get('op')))} of "
+            f"{escape(', '.join(rec.get('fixes') or []))}: {escape(str(rec.get('outcome')))}"
+        )
+    table = Table(title=f"status of {escape(result.target)}", title_justify="left", box=None)
+    table.add_column("fix", style="bold")
+    table.add_column("state")
+    table.add_column("version", justify="right")
+    table.add_column("applied at", style="dim")
+    table.add_column("files")
+    for s in result.status:
+        if s.state == "not-applied" and not verbose:
+            continue
+        files = ", ".join(
+            f"{f.get('path')} ({f.get('state')})" for f in s.files if f.get("state") != "ok"
+        )
+        table.add_row(
+            escape(s.name),
+            Text(s.state, style=STATE_STYLE.get(s.state, "")),
+            "" if s.version is None else f"v{s.version}",
+            escape(s.applied_at or ""),
+            escape(files),
+        )
+    if table.row_count:
+        console.print(table)
+    else:
+        console.print(f"no fix applied or present on {escape(result.target)}")
+
+
+def render_fix_list(console: Console, fixes: Iterable[Any]) -> None:
+    table = Table(box=None)
+    table.add_column("fix", style="bold")
+    table.add_column("version", justify="right")
+    table.add_column("status")
+    table.add_column("base")
+    table.add_column("title")
+    for fix in fixes:
+        style = "" if fix.status == "active" else "dim"
+        table.add_row(
+            escape(fix.name),
+            f"v{fix.version}",
+            Text(fix.status, style=style),
+            escape(fix.upstream.base_release),
+            escape(fix.title),
+        )
+    console.print(table)
+
+
+def render_fix(console: Console, fix: Any, files: Mapping[str, list[str]]) -> None:
+    """A fix as a good commit message: subject, body, then trailers."""
+    console.print(Text(fix.title, style="bold"))
+    console.print()
+    console.print(escape(fix.rationale.strip()))
+    console.print()
+    trailers = [
+        ("Fix", f"{fix.name} v{fix.version}"),
+        ("Status", fix.status),
+        ("Upstream", f"{fix.upstream.project} {fix.upstream.base_release} ({fix.upstream.forwarding})"),
+        ("Applies-to", ", ".join(fix.upstream.releases)),
+    ]
+    for dep in fix.depends_on:
+        trailers.append(("Depends-on", dep))
+    for sup in fix.supersedes:
+        trailers.append(("Supersedes", sup))
+    if fix.reverts:
+        trailers.append(("Reverts", fix.reverts))
+    for p in fix.patches:
+        touched = ", ".join(files.get(p.file, []))
+        trailers.append(("Patch", f"{p.file} [{p.root}] {touched}"))
+    for check in fix.preconditions:
+        trailers.append(("Precondition", check.describe()))
+    for check in fix.verification:
+        trailers.append(("Verification", check.describe()))
+    if fix.rollback.notes:
+        trailers.append(("Rollback", f"{fix.rollback.strategy}: {fix.rollback.notes.strip()}"))
+    for key, value in trailers:
+        console.print(Text.assemble((f"{key}: ", "cyan"), value))
+
+
+def render_error(console: Console, err: PatchkitError) -> None:
+    console.print(Text.assemble(("error: ", "bold red"), err.message))
+    result = getattr(err, "result", None)
+    if result is not None:
+        for fix in result.fixes:
+            failed = [c for c in fix.preconditions + fix.verification if not c.ok]
+            table = _checks_table(f"  {fix.name}: failed checks", failed)
+            if table is not None:
+                console.print(table)
+        for rec in result.recovered:
+            console.print(f"[yellow]note:[/] recovered an interrupted {escape(str(rec.get('op')))}")

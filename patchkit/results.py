@@ -1,0 +1,155 @@
+"""What an operation did, as frozen dataclasses built from the engine's result (docs/design.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from .errors import PatchkitError, error_from_dict
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    kind: str
+    name: str
+    ok: bool
+    detail: str
+    where: str
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "CheckResult":
+        return cls(
+            kind=str(d.get("kind", "")),
+            name=str(d.get("name") or ""),
+            ok=bool(d.get("ok")),
+            detail=str(d.get("detail") or ""),
+            where=str(d.get("where") or ""),
+        )
+
+
+@dataclass(frozen=True)
+class HunkPlacement:
+    patch: str
+    index: int
+    expected_line: int
+    line: int
+    offset: int
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "HunkPlacement":
+        return cls(
+            patch=str(d.get("patch", "")),
+            index=int(d.get("index", 0)),
+            expected_line=int(d.get("expected_line", 0)),
+            line=int(d.get("line", 0)),
+            offset=int(d.get("offset", 0)),
+        )
+
+
+@dataclass(frozen=True)
+class FileChange:
+    root: str
+    path: str
+    op: str
+    before_sha256: str | None
+    after_sha256: str | None
+    hunks: tuple[HunkPlacement, ...]
+    diff: str
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "FileChange":
+        return cls(
+            root=str(d.get("root", "")),
+            path=str(d.get("path", "")),
+            op=str(d.get("op", "modify")),
+            before_sha256=d.get("before_sha256"),
+            after_sha256=d.get("after_sha256"),
+            hunks=tuple(HunkPlacement.from_dict(h) for h in d.get("hunks") or ()),
+            diff=str(d.get("diff") or ""),
+        )
+
+
+@dataclass(frozen=True)
+class FixOutcome:
+    name: str
+    version: int | None
+    outcome: str
+    files: tuple[FileChange, ...]
+    preconditions: tuple[CheckResult, ...]
+    verification: tuple[CheckResult, ...]
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "FixOutcome":
+        return cls(
+            name=str(d.get("name", "")),
+            version=d.get("version"),
+            outcome=str(d.get("outcome", "")),
+            files=tuple(FileChange.from_dict(f) for f in d.get("files") or ()),
+            preconditions=tuple(CheckResult.from_dict(c) for c in d.get("preconditions") or ()),
+            verification=tuple(CheckResult.from_dict(c) for c in d.get("verification") or ()),
+        )
+
+
+@dataclass(frozen=True)
+class FixState:
+    name: str
+    state: str
+    version: int | None
+    applied_at: str | None
+    files: tuple[Mapping[str, Any], ...]
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "FixState":
+        return cls(
+            name=str(d.get("name", "")),
+            state=str(d.get("state", "")),
+            version=d.get("version"),
+            applied_at=d.get("applied_at"),
+            files=tuple(d.get("files") or ()),
+        )
+
+
+@dataclass(frozen=True)
+class OpResult:
+    """The outcome of one engine run on one target."""
+
+    op: str
+    ok: bool
+    dry_run: bool
+    target: str
+    fixes: tuple[FixOutcome, ...]
+    recovered: tuple[Mapping[str, Any], ...]
+    status: tuple[FixState, ...]
+    raw: Mapping[str, Any]
+
+    @classmethod
+    def from_engine(cls, raw: Mapping[str, Any], target: str) -> "OpResult":
+        status = raw.get("status") or {}
+        return cls(
+            op=str(raw.get("op", "")),
+            ok=bool(raw.get("ok")),
+            dry_run=bool(raw.get("dry_run")),
+            target=target,
+            fixes=tuple(FixOutcome.from_dict(f) for f in raw.get("fixes") or ()),
+            recovered=tuple(raw.get("recovered") or ()),
+            status=tuple(FixState.from_dict(f) for f in status.get("fixes") or ()),
+            raw=raw,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.raw, target=self.target)
+
+
+def check_result(raw: Mapping[str, Any], target: str) -> OpResult:
+    """Turn an engine result into an :class:`OpResult`, raising its error if it failed.
+
+    The raised error carries the partial result as ``err.result`` so callers can show which
+    checks passed and which did not.
+    """
+    result = OpResult.from_engine(raw, target)
+    err_dict = raw.get("error")
+    if err_dict:
+        err: PatchkitError = error_from_dict(err_dict)
+        err.result = result  # type: ignore[attr-defined]
+        raise err
+    return result

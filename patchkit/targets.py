@@ -1,0 +1,138 @@
+"""Targets: where fixes are applied.
+
+A target is a set of named roots (``sglang`` = the checkout or installed package, ``serve`` = the
+folder of the serve scripts, ...) plus the Python interpreter that verifications run with. Every
+target implements the same tiny protocol, :meth:`Target.run`, which executes one engine request
+(see docs/design.md) next to the files and returns the engine's result. A local target runs the
+engine in-process; a remote one (``patchkit.remote``) ships it over one SSH session. Everything
+above this layer is the same for both.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol, Sequence
+
+from .errors import TargetError, UsageError
+
+PRIMARY_ROOT = "sglang"
+
+
+class Target(Protocol):
+    description: str
+    roots: Mapping[str, str]
+    python: str | None
+    is_remote: bool
+
+    def run(self, request: dict[str, Any]) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class LocalTarget:
+    roots: Mapping[str, str]
+    python: str | None = None
+    description: str = ""
+    is_remote: bool = field(default=False, init=False)
+
+    def run(self, request: dict[str, Any]) -> dict[str, Any]:
+        from . import engine
+
+        return engine.run(dict(request, roots=dict(self.roots), python=self.python))
+
+
+def state_root_of(roots: Mapping[str, str]) -> str:
+    """The root that holds ``.patchkit/``: ``sglang`` when present, else the first root."""
+    if PRIMARY_ROOT in roots:
+        return PRIMARY_ROOT
+    if not roots:
+        raise UsageError("the target has no roots; pass --target PATH or --root NAME=PATH")
+    return next(iter(roots))
+
+
+def parse_root_option(value: str) -> tuple[str, str]:
+    """``NAME=PATH`` from ``--root``."""
+    name, sep, path = value.partition("=")
+    if not sep or not name or not path:
+        raise UsageError(
+            f"bad --root {value!r}: expected NAME=PATH, e.g. --root serve=/root",
+            option="--root",
+        )
+    return name.strip(), path
+
+
+def _local_roots(roots: Mapping[str, str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, path in roots.items():
+        full = os.path.abspath(os.path.expanduser(path))
+        if not os.path.isdir(full):
+            what = "does not exist" if not os.path.exists(full) else "is not a directory"
+            raise TargetError(
+                f"root {name!r} at {full} {what}; pass the right directory with "
+                f"--target PATH or --root {name}=PATH",
+                root=name,
+                path=full,
+            )
+        out[name] = full
+    return out
+
+
+def resolve_target(
+    target: str | None,
+    extra_roots: Sequence[str] = (),
+    *,
+    python: str | None = None,
+    config: Any = None,
+) -> Target:
+    """Build a target from command-line pieces and the project config.
+
+    ``target`` is a local path, an ``ssh://[user@]host[:port]/path`` URL, or the name of a target
+    in ``patchkit.toml``. ``extra_roots`` are ``NAME=PATH`` strings (paths on the target's host).
+    """
+    named = None
+    if target and config is not None and target in getattr(config, "targets", {}):
+        named = config.targets[target]
+    elif target is None and config is not None and getattr(config, "default_target", None):
+        named = config.targets[config.default_target]
+    if target is None and named is None:
+        raise UsageError(
+            "no target given; pass --target PATH (an SGLang checkout), --target ssh://host/path, "
+            "or the name of a target in patchkit.toml"
+        )
+
+    roots: dict[str, str] = {}
+    spec = None
+    if named is not None:
+        roots[PRIMARY_ROOT] = named.path
+        roots.update(named.roots)
+        python = python or named.python
+        if named.host:
+            from .transport import SshSpec
+
+            spec = SshSpec(
+                host=named.host,
+                user=named.user,
+                port=named.port,
+                options=tuple(named.ssh_options),
+                program=named.ssh_program or "ssh",
+            )
+    elif target is not None and target.startswith("ssh://"):
+        from .remote import parse_ssh_url
+
+        spec, path = parse_ssh_url(target)
+        roots[PRIMARY_ROOT] = path
+    else:
+        assert target is not None
+        roots[PRIMARY_ROOT] = target
+
+    for item in extra_roots:
+        name, path = parse_root_option(item)
+        roots[name] = path
+
+    if spec is not None:
+        from .remote import RemoteTarget
+
+        return RemoteTarget(spec, roots, python)
+    local = _local_roots(roots)
+    desc = ", ".join(f"{n}={p}" for n, p in local.items())
+    return LocalTarget(roots=local, python=python, description=desc)
