@@ -1,0 +1,658 @@
+"""Manifests (``manifests/<fix>.toml``) and the project config (``patchkit.toml``).
+
+The only module that touches TOML (tomlkit). Loading validates everything the format says
+(docs/manifest.md) and raises :class:`ManifestError` naming the file and the key or line, so
+the rest of patchkit works on trusted frozen dataclasses (:mod:`patchkit.model`). Writing goes
+through tomlkit's round trip, so a bump keeps the author's comments and layout.
+
+Manifest format 1 is the current one; a manifest declaring a newer ``format`` is refused with
+"upgrade patchkit" rather than half-understood.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import difflib
+import os
+import re
+import tempfile
+from pathlib import Path, PurePosixPath
+from typing import Any, Iterable, Mapping, Sequence
+
+import tomlkit
+import tomlkit.exceptions
+
+from .errors import ManifestError
+from .model import (
+    CHECK_KEYS,
+    CHECK_KINDS,
+    DEFAULT_ROOT,
+    FORWARDING_STATES,
+    MANIFEST_FORMAT,
+    ROLLBACK_STRATEGIES,
+    STATUSES,
+    Actions,
+    ChangelogEntry,
+    Check,
+    Fix,
+    PatchRef,
+    ProjectConfig,
+    Rollback,
+    TargetConfig,
+    Upstream,
+)
+
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9.-]*\Z")
+ROOT_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
+SHA256_RE = re.compile(r"[0-9a-f]{64}\Z")
+DATE_RE = re.compile(r"\d{4}-\d{2}-\d{2}\Z")
+
+TOP_KEYS = ("format", "name", "version", "title", "status", "rationale", "depends_on",
+            "supersedes", "reverts", "upstream", "patches", "preconditions", "verification",
+            "actions", "rollback", "changelog")
+TOP_REQUIRED = ("format", "name", "version", "title", "status", "rationale", "upstream", "patches")
+UPSTREAM_KEYS = ("project", "base_release", "releases", "root", "forwarding", "reference")
+PATCH_KEYS = ("file", "root", "description")
+CHANGELOG_KEYS = ("version", "date", "base_release", "summary")
+TARGET_KEYS = ("path", "host", "user", "port", "python", "ssh_options", "ssh_program", "roots")
+REMOTE_ONLY_KEYS = ("user", "port", "ssh_options", "ssh_program")
+
+_MISSING: Any = object()
+_TYPE_NAMES = {str: "a string", int: "an integer", bool: "a boolean", list: "an array",
+               dict: "a table"}
+DOCS = "docs/manifest.md"
+
+
+class _Ctx:
+    """Which file is being read, so every error names it."""
+
+    def __init__(self, path: Path, kind: str = "manifest") -> None:
+        self.path = path
+        self.kind = kind
+
+    def fail(self, key: str, message: str, todo: str) -> ManifestError:
+        where = f" (key '{key}')" if key else ""
+        return ManifestError(f"{self.path}: {message}{where}. {todo}", file=str(self.path),
+                             key=key)
+
+
+def _full(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def _table_label(where: str) -> str:
+    match = re.fullmatch(r"(\w+)\[(\d+)\]", where)
+    if match:
+        return f"[[{match.group(1)}]] #{match.group(2)}"
+    return f"[{where}]" if where else "the top level"
+
+
+def _check_keys(ctx: _Ctx, data: Mapping[str, Any], where: str, allowed: Sequence[str],
+                required: Sequence[str]) -> None:
+    for key in data:
+        if key not in allowed:
+            close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+            hint = f"did you mean '{close[0]}'?" if close else "remove it or fix its spelling."
+            raise ctx.fail(_full(where, key), f"unknown key '{key}' in {_table_label(where)}",
+                           f"{hint[0].upper()}{hint[1:]} Valid keys there: "
+                           f"{', '.join(sorted(allowed))} (see {DOCS})")
+    for key in required:
+        if key not in data:
+            raise ctx.fail(_full(where, key), f"missing required key '{key}' in "
+                           f"{_table_label(where)}", f"Add it (see {DOCS})")
+
+
+def _typed(ctx: _Ctx, data: Mapping[str, Any], where: str, key: str, kind: type,
+           default: Any = _MISSING) -> Any:
+    if key not in data:
+        if default is _MISSING:
+            raise ctx.fail(_full(where, key), f"missing required key '{key}'", f"Add it (see {DOCS})")
+        return default
+    value = data[key]
+    ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+    if not ok:
+        raise ctx.fail(_full(where, key), f"'{key}' must be {_TYPE_NAMES[kind]}, "
+                       f"not {_toml_type(value)} ({value!r})", f"Fix its value (see {DOCS})")
+    return value
+
+
+def _toml_type(value: Any) -> str:
+    for kind, name in ((bool, "a boolean"), (int, "an integer"), (float, "a float"),
+                       (str, "a string"), (list, "an array"), (dict, "a table"),
+                       (_dt.datetime, "a date-time"), (_dt.date, "a date")):
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
+
+
+def _str(ctx: _Ctx, data: Mapping[str, Any], where: str, key: str, default: Any = _MISSING,
+         nonempty: bool = False) -> str:
+    value = _typed(ctx, data, where, key, str, default)
+    if nonempty and not value.strip():
+        raise ctx.fail(_full(where, key), f"'{key}' is empty", "Give it a value")
+    return value
+
+
+def _str_list(ctx: _Ctx, data: Mapping[str, Any], where: str, key: str,
+              default: Any = _MISSING) -> tuple[str, ...]:
+    value = _typed(ctx, data, where, key, list, default)
+    for item in value:
+        if not isinstance(item, str):
+            raise ctx.fail(_full(where, key), f"'{key}' must be an array of strings, but holds "
+                           f"{_toml_type(item)} ({item!r})", "Quote each item")
+    return tuple(value)
+
+
+def _enum(ctx: _Ctx, data: Mapping[str, Any], where: str, key: str, choices: Sequence[str],
+          default: Any = _MISSING) -> str:
+    value = _str(ctx, data, where, key, default)
+    if value not in choices:
+        close = difflib.get_close_matches(value, choices, n=1, cutoff=0.5)
+        hint = f"Did you mean '{close[0]}'? " if close else ""
+        raise ctx.fail(_full(where, key), f"'{key}' is '{value}', not one of "
+                       f"{', '.join(choices)}", f"{hint}Use one of those values")
+    return value
+
+
+def _rel_path(ctx: _Ctx, value: str, key: str) -> str:
+    """A path relative to a root or the fix's patch dir: never absolute, never up and out."""
+    pure = PurePosixPath(value)
+    if not value or pure.is_absolute() or ".." in pure.parts or "\\" in value:
+        raise ctx.fail(key, f"path '{value}' must be relative, with '/' separators and no "
+                       "'..'", "Give the path relative to its root")
+    return value
+
+
+def _table_list(ctx: _Ctx, data: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+    value = data.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise ctx.fail(key, f"'{key}' must be an array of tables ([[{key}]])",
+                       f"Write each entry as a [[{key}]] table")
+    return value
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+
+def _read_toml(path: Path, kind: str) -> tomlkit.TOMLDocument:
+    ctx = _Ctx(path, kind)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ManifestError(f"{path}: no such {kind} file", file=str(path), key="") from None
+    except UnicodeDecodeError as exc:
+        raise ManifestError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}). "
+                            f"Save the {kind} as UTF-8", file=str(path), key="") from None
+    except OSError as exc:
+        raise ManifestError(f"{path}: cannot read the {kind}: {exc.strerror}", file=str(path),
+                            key="") from None
+    try:
+        return tomlkit.parse(text)
+    except tomlkit.exceptions.ParseError as exc:
+        reason = re.sub(r" at line \d+ col \d+$", "", str(exc))
+        line, col = exc.line, exc.col
+        raise ManifestError(f"{path}:{line}:{col}: not valid TOML: {reason}. Fix the syntax at "
+                            f"line {line} column {col} (TOML reference: https://toml.io)",
+                            file=str(path), line=line, col=col) from None
+    except tomlkit.exceptions.TOMLKitError as exc:
+        raise ctx.fail("", f"not valid TOML: {exc}", "Fix the syntax (https://toml.io)") from None
+
+
+def load_manifest(path: Path | str, *, patch_dir: Path | None = None) -> Fix:
+    """Read and validate ``manifests/<fix>.toml``; its series lives in ``patches/<fix>/``."""
+    path = Path(path)
+    doc = _read_toml(path, "manifest")
+    data = doc.unwrap()
+    if patch_dir is None:
+        patch_dir = path.parent.parent / "patches" / str(data.get("name", path.stem))
+    fix = _build_fix(_Ctx(path), data, patch_dir)
+    _check_files(_Ctx(path), fix)
+    return fix
+
+
+def _build_fix(ctx: _Ctx, data: Mapping[str, Any], patch_dir: Path) -> Fix:
+    # The format version first: a newer manifest may legitimately have keys we do not know.
+    fmt = _typed(ctx, data, "", "format", int)
+    if fmt > MANIFEST_FORMAT:
+        raise ctx.fail("format", f"written in manifest format {fmt}, but this patchkit reads "
+                       f"format {MANIFEST_FORMAT} at most", "Upgrade patchkit to use this manifest")
+    if fmt < 1:
+        raise ctx.fail("format", f"format {fmt} does not exist", f"Set format = {MANIFEST_FORMAT}")
+    _check_keys(ctx, data, "", TOP_KEYS, TOP_REQUIRED)
+
+    name = _str(ctx, data, "", "name")
+    if not NAME_RE.match(name):
+        raise ctx.fail("name", f"name '{name}' is not of the form [a-z0-9][a-z0-9.-]*",
+                       "Use lowercase letters, digits, '.' and '-'")
+    if name != ctx.path.stem:
+        raise ctx.fail("name", f"name '{name}' does not match the file name "
+                       f"'{ctx.path.name}'", f"Rename the file to {name}.toml or set "
+                       f"name = \"{ctx.path.stem}\"")
+    version = _typed(ctx, data, "", "version", int)
+    if version < 1:
+        raise ctx.fail("version", f"version {version} is below 1", "Versions start at 1")
+    title = _str(ctx, data, "", "title", nonempty=True)
+    if "\n" in title:
+        raise ctx.fail("title", "title spans several lines", "Keep it to one line, like a "
+                       "commit subject; put the rest in rationale")
+    status = _enum(ctx, data, "", "status", STATUSES)
+    rationale = _str(ctx, data, "", "rationale", nonempty=True)
+    depends_on = _names(ctx, data, "depends_on", name)
+    supersedes = _names(ctx, data, "supersedes", name)
+    reverts = _str(ctx, data, "", "reverts", "")
+    if reverts and (not NAME_RE.match(reverts) or reverts == name):
+        raise ctx.fail("reverts", f"'{reverts}' is not another fix's name", "Name the fix "
+                       "whose change this one removes, or leave reverts out")
+
+    upstream = _build_upstream(ctx, data)
+    patches = _build_patches(ctx, data, patch_dir, upstream.root)
+    preconditions = _build_checks(ctx, data, "preconditions", upstream.root)
+    verification = _build_checks(ctx, data, "verification", upstream.root)
+    actions = _build_actions(ctx, data)
+    rollback = _build_rollback(ctx, data)
+    changelog = _build_changelog(ctx, data, version)
+    return Fix(format=fmt, name=name, version=version, title=title, status=status,
+               rationale=rationale, upstream=upstream, patches=patches,
+               manifest_path=ctx.path, patch_dir=patch_dir, depends_on=depends_on,
+               supersedes=supersedes, reverts=reverts, preconditions=preconditions,
+               verification=verification, actions=actions, rollback=rollback,
+               changelog=changelog)
+
+
+def _names(ctx: _Ctx, data: Mapping[str, Any], key: str, own: str) -> tuple[str, ...]:
+    names = _str_list(ctx, data, "", key, [])
+    for item in names:
+        if not NAME_RE.match(item):
+            raise ctx.fail(key, f"'{item}' is not a fix name", "Use the name of a manifest")
+        if item == own:
+            raise ctx.fail(key, f"the fix names itself in '{key}'", "Remove its own name")
+    if len(set(names)) != len(names):
+        raise ctx.fail(key, f"'{key}' lists a fix twice", "List each fix once")
+    return names
+
+
+def _build_upstream(ctx: _Ctx, data: Mapping[str, Any]) -> Upstream:
+    table = _typed(ctx, data, "", "upstream", dict)
+    _check_keys(ctx, table, "upstream", UPSTREAM_KEYS, ("base_release",))
+    base = _str(ctx, table, "upstream", "base_release", nonempty=True)
+    releases = _str_list(ctx, table, "upstream", "releases", [base])
+    if releases and base not in releases:
+        raise ctx.fail("upstream.releases", f"releases {list(releases)} do not include "
+                       f"base_release '{base}'", "Add the base release to releases (an empty "
+                       "list means: no release precondition)")
+    root = _str(ctx, table, "upstream", "root", DEFAULT_ROOT)
+    _root_name(ctx, root, "upstream.root")
+    return Upstream(base_release=base, releases=releases,
+                    project=_str(ctx, table, "upstream", "project", "sglang", nonempty=True),
+                    root=root,
+                    forwarding=_enum(ctx, table, "upstream", "forwarding", FORWARDING_STATES,
+                                     "not-forwarded"),
+                    reference=_str(ctx, table, "upstream", "reference", ""))
+
+
+def _root_name(ctx: _Ctx, root: str, key: str) -> str:
+    if not ROOT_NAME_RE.match(root):
+        raise ctx.fail(key, f"'{root}' is not a root name", "Use letters, digits, '_', '.', '-'")
+    return root
+
+
+def _build_patches(ctx: _Ctx, data: Mapping[str, Any], patch_dir: Path,
+                   default_root: str) -> tuple[PatchRef, ...]:
+    tables = _table_list(ctx, data, "patches")
+    if not tables:
+        raise ctx.fail("patches", "the series has no patches", "Add at least one [[patches]]")
+    out: list[PatchRef] = []
+    for i, table in enumerate(tables, 1):
+        where = f"patches[{i}]"
+        _check_keys(ctx, table, where, PATCH_KEYS, ("file",))
+        file = _rel_path(ctx, _str(ctx, table, where, "file", nonempty=True), f"{where}.file")
+        root = _root_name(ctx, _str(ctx, table, where, "root", default_root), f"{where}.root")
+        if any(p.file == file for p in out):
+            raise ctx.fail(f"{where}.file", f"patch '{file}' is listed twice", "List it once")
+        out.append(PatchRef(file=file, root=root,
+                            description=_str(ctx, table, where, "description", ""),
+                            path=patch_dir / file))
+    return tuple(out)
+
+
+def _build_checks(ctx: _Ctx, data: Mapping[str, Any], key: str,
+                  default_root: str) -> tuple[Check, ...]:
+    out: list[Check] = []
+    for i, table in enumerate(_table_list(ctx, data, key), 1):
+        where = f"{key}[{i}]"
+        kind = _str(ctx, table, where, "kind")
+        if kind not in CHECK_KEYS:
+            close = difflib.get_close_matches(kind, CHECK_KINDS, n=1, cutoff=0.5)
+            hint = f"Did you mean '{close[0]}'? " if close else ""
+            raise ctx.fail(f"{where}.kind", f"unknown check kind '{kind}'",
+                           f"{hint}Kinds: {', '.join(CHECK_KINDS)}")
+        required, optional = CHECK_KEYS[kind]
+        _check_keys(ctx, table, where, ("kind", "name", *required, *optional), required)
+        out.append(Check(kind, _check_params(ctx, table, where, kind, default_root)))
+    return tuple(out)
+
+
+def _check_params(ctx: _Ctx, table: Mapping[str, Any], where: str, kind: str,
+                  default_root: str) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    if "name" in table:
+        params["name"] = _str(ctx, table, where, "name")
+    params["root"] = _root_name(ctx, _str(ctx, table, where, "root", default_root),
+                                f"{where}.root")
+    if "path" in CHECK_KEYS[kind][0]:
+        params["path"] = _rel_path(ctx, _str(ctx, table, where, "path"), f"{where}.path")
+    if kind == "grep":
+        params["pattern"] = _str(ctx, table, where, "pattern", nonempty=True)
+        if "\n" in params["pattern"]:
+            raise ctx.fail(f"{where}.pattern", "pattern holds a newline, but grep matches one "
+                           "line at a time", "Match a single line (use count for several)")
+        params["regex"] = _typed(ctx, table, where, "regex", bool, False)
+        if params["regex"]:
+            try:
+                re.compile(params["pattern"])
+            except re.error as exc:
+                raise ctx.fail(f"{where}.pattern", f"pattern is not a valid regular "
+                               f"expression: {exc}", "Fix it, or set regex = false") from None
+        if ("count" in table) == ("present" in table):
+            raise ctx.fail(f"{where}.count", "a grep check needs exactly one of 'count' and "
+                           "'present'", "Keep count (exact number of matching lines) or "
+                           "present (true/false), not both")
+        if "count" in table:
+            params["count"] = _typed(ctx, table, where, "count", int)
+            if params["count"] < 0:
+                raise ctx.fail(f"{where}.count", "count is negative", "Use 0 or more")
+        else:
+            params["present"] = _typed(ctx, table, where, "present", bool)
+    elif kind == "sha256":
+        digest = _str(ctx, table, where, "sha256")
+        if not SHA256_RE.match(digest):
+            raise ctx.fail(f"{where}.sha256", "sha256 is not 64 lowercase hex digits",
+                           "Paste the output of sha256sum")
+        params["sha256"] = digest
+    elif kind == "python-import":
+        params["module"] = _str(ctx, table, where, "module", nonempty=True)
+        if "sys_path" in table:
+            params["sys_path"] = _str(ctx, table, where, "sys_path")
+    elif kind == "python-script":
+        params["script"] = _rel_path(ctx, _str(ctx, table, where, "script"), f"{where}.script")
+        params["args"] = list(_str_list(ctx, table, where, "args", []))
+    elif kind == "command":
+        argv = _str_list(ctx, table, where, "argv")
+        if not argv:
+            raise ctx.fail(f"{where}.argv", "argv is empty", "Give the program and arguments")
+        params["argv"] = list(argv)
+        params["expect_exit"] = _typed(ctx, table, where, "expect_exit", int, 0)
+    return params
+
+
+def _build_actions(ctx: _Ctx, data: Mapping[str, Any]) -> Actions:
+    table = _typed(ctx, data, "", "actions", dict, {})
+    _check_keys(ctx, table, "actions", ("purge_pycache",), ())
+    return Actions(purge_pycache=_typed(ctx, table, "actions", "purge_pycache", bool, True))
+
+
+def _build_rollback(ctx: _Ctx, data: Mapping[str, Any]) -> Rollback:
+    table = _typed(ctx, data, "", "rollback", dict, {})
+    _check_keys(ctx, table, "rollback", ("strategy", "notes"), ())
+    return Rollback(strategy=_enum(ctx, table, "rollback", "strategy", ROLLBACK_STRATEGIES,
+                                   "restore"),
+                    notes=_str(ctx, table, "rollback", "notes", ""))
+
+
+def _build_changelog(ctx: _Ctx, data: Mapping[str, Any], version: int) -> tuple[ChangelogEntry, ...]:
+    out: list[ChangelogEntry] = []
+    for i, table in enumerate(_table_list(ctx, data, "changelog"), 1):
+        where = f"changelog[{i}]"
+        _check_keys(ctx, table, where, CHANGELOG_KEYS, ("version", "date", "summary"))
+        entry_version = _typed(ctx, table, where, "version", int)
+        if out and entry_version <= out[-1].version:
+            raise ctx.fail(f"{where}.version", f"changelog version {entry_version} does not "
+                           f"come after {out[-1].version}", "Keep entries oldest first, one "
+                           "per version")
+        if entry_version > version:
+            raise ctx.fail(f"{where}.version", f"changelog names version {entry_version} but "
+                           f"the fix is at version {version}", "Bump version, or fix the entry")
+        raw_date = table.get("date")
+        if isinstance(raw_date, _dt.date) and not isinstance(raw_date, _dt.datetime):
+            date = raw_date.isoformat()
+        else:
+            date = _str(ctx, table, where, "date")
+            if not DATE_RE.match(date):
+                raise ctx.fail(f"{where}.date", f"date '{date}' is not YYYY-MM-DD",
+                               "Write the date as 2026-11-20")
+        out.append(ChangelogEntry(version=entry_version, date=date,
+                                  summary=_str(ctx, table, where, "summary", nonempty=True),
+                                  base_release=_str(ctx, table, where, "base_release", "")))
+    if out and out[-1].version != version:
+        raise ctx.fail("changelog", f"the newest changelog entry is for version "
+                       f"{out[-1].version}, but the fix is at version {version}",
+                       f"Add a [[changelog]] entry for version {version} saying what changed")
+    return tuple(out)
+
+
+def _check_files(ctx: _Ctx, fix: Fix) -> None:
+    """The series and scripts the manifest names must exist next to it."""
+    for i, patch in enumerate(fix.patches, 1):
+        if not patch.path.is_file():
+            raise ctx.fail(f"patches[{i}].file", f"patch file {patch.path} does not exist",
+                           f"Put the patch at {patch.path} or fix the file name")
+    for key, checks in (("preconditions", fix.preconditions), ("verification", fix.verification)):
+        for i, check in enumerate(checks, 1):
+            if check.kind == "python-script":
+                script = fix.patch_dir / str(check.get("script"))
+                if not script.is_file():
+                    raise ctx.fail(f"{key}[{i}].script", f"script {script} does not exist",
+                                   f"Put the script at {script} (scripts are relative to "
+                                   f"{fix.patch_dir})")
+
+
+# -- project config --------------------------------------------------------------------------
+
+
+def load_config(path: Path | str) -> ProjectConfig:
+    """Read ``patchkit.toml``: named targets, and where the catalog is (relative to the file)."""
+    path = Path(path)
+    ctx = _Ctx(path, "config")
+    data = _read_toml(path, "config").unwrap()
+    _check_keys(ctx, data, "", ("catalog", "targets"), ())
+    base = path.parent.resolve()
+    catalog = None
+    if "catalog" in data:
+        catalog = base / Path(_str(ctx, data, "", "catalog", nonempty=True)).expanduser()
+    targets_table = _typed(ctx, data, "", "targets", dict, {})
+    targets = {}
+    for name, table in targets_table.items():
+        where = f"targets.{name}"
+        if not isinstance(table, dict):
+            raise ctx.fail(where, f"target '{name}' must be a table", f"Write it as [{where}]")
+        if not ROOT_NAME_RE.match(name):
+            raise ctx.fail(where, f"'{name}' is not a target name", "Use letters, digits, "
+                           "'_', '.', '-'")
+        targets[name] = _build_target(ctx, name, table, base)
+    return ProjectConfig(path=path, catalog=catalog, targets=targets)
+
+
+def _build_target(ctx: _Ctx, name: str, table: Mapping[str, Any], base: Path) -> TargetConfig:
+    where = f"targets.{name}"
+    _check_keys(ctx, table, where, TARGET_KEYS, ("path",))
+    host = _str(ctx, table, where, "host", None, nonempty=True) if "host" in table else None
+    if host is None:
+        for key in REMOTE_ONLY_KEYS:
+            if key in table:
+                raise ctx.fail(_full(where, key), f"'{key}' only applies to a remote target",
+                               "Add host = \"...\" or remove it")
+
+    def place(value: str) -> str:
+        # A local root is resolved against the config's directory; a remote one is the host's.
+        expanded = Path(value).expanduser()
+        return value if host is not None else str(base / expanded)
+
+    path = place(_str(ctx, table, where, "path", nonempty=True))
+    roots_table = _typed(ctx, table, where, "roots", dict, {})
+    roots = {}
+    for root, value in roots_table.items():
+        key = f"{where}.roots.{root}"
+        _root_name(ctx, root, key)
+        if root == DEFAULT_ROOT:
+            raise ctx.fail(key, f"root '{DEFAULT_ROOT}' is the target's path", "Set it with "
+                           "path, not under roots")
+        if not isinstance(value, str) or not value:
+            raise ctx.fail(key, f"root '{root}' must be a path string", "Quote the path")
+        roots[root] = place(value)
+    port = None
+    if "port" in table:
+        port = _typed(ctx, table, where, "port", int)
+        if not 0 < port < 65536:
+            raise ctx.fail(f"{where}.port", f"port {port} is out of range", "Use 1-65535")
+    return TargetConfig(
+        name=name, path=path, host=host,
+        user=_str(ctx, table, where, "user", None) if "user" in table else None,
+        port=port,
+        python=_str(ctx, table, where, "python", None) if "python" in table else None,
+        ssh_options=_str_list(ctx, table, where, "ssh_options", ()),
+        ssh_program=(_str(ctx, table, where, "ssh_program", None, nonempty=True)
+                     if "ssh_program" in table else None),
+        roots=roots)
+
+
+# -- authoring -------------------------------------------------------------------------------
+
+
+def _patch_tables(patches: Iterable[Sequence[str]]) -> tomlkit.items.AoT:
+    aot = tomlkit.aot()
+    for entry in patches:
+        file, root, *rest = entry
+        table = tomlkit.table()
+        table["file"] = file
+        table["root"] = root
+        if rest and rest[0]:
+            table["description"] = rest[0]
+        aot.append(table)
+    return aot
+
+
+_SKELETON = """\
+# Manifest of the fix {name_q}; the format is described in docs/manifest.md.
+format = {format}
+name = {name}
+version = 1                      # bump on every change of the series (see [[changelog]])
+title = {title}
+status = "active"                # active | dead | superseded | upstreamed
+rationale = {rationale}
+depends_on = []                  # fixes that must be applied first
+
+[upstream]
+project = "sglang"
+base_release = {base}          # the release the series was written against
+releases = [{base}]            # releases it is known to apply to ([] = no release check)
+root = "sglang"                  # the root whose release is checked
+forwarding = "not-forwarded"     # not-forwarded | proposed | merged | rejected | not-applicable
+reference = ""                   # upstream PR / issue / commit
+
+# The series, applied in this order; each file is under patches/{name_raw}/.
+{patches}
+# Checks, optional; every kind is described in docs/manifest.md. For example:
+# [[preconditions]]
+# kind = "grep"
+# path = "python/sglang/srt/..."
+# pattern = "a line the series expects to find"
+# count = 1
+#
+# [[verification]]
+# kind = "python-syntax"
+# path = "python/sglang/srt/..."
+
+[[changelog]]                    # one entry per version, oldest first
+version = 1
+date = {date}
+base_release = {base}
+summary = "First version."
+"""
+
+
+def new_manifest_text(name: str, title: str, base_release: str,
+                      patches: list[tuple[str, str]], rationale: str = "", *,
+                      date: str | None = None) -> str:
+    """A commented version-1 manifest that loads as-is (once its patch files exist).
+
+    ``patches`` are ``(file, root)`` or ``(file, root, description)``. Without ``rationale``
+    the text carries a prose placeholder to replace; checks are commented-out examples.
+    The text is validated before it is returned, so a bad name or title fails here.
+    """
+    def q(value: Any) -> str:
+        return tomlkit.item(value).as_string()
+
+    why = rationale.strip() or ("Replace this: what was wrong, what the fix does, and the\n"
+                                "evidence (logs, measurements, upstream discussion).")
+    blocks = []
+    for entry in patches:
+        file, root, *rest = entry
+        block = f"[[patches]]\nfile = {q(file)}\nroot = {q(root)}\n"
+        if rest and rest[0]:
+            block += f"description = {q(rest[0])}\n"
+        blocks.append(block)
+    text = _SKELETON.format(
+        format=MANIFEST_FORMAT, name=q(name), name_q=name, name_raw=name, title=q(title),
+        rationale=tomlkit.string(why + "\n", multiline=True).as_string(), base=q(base_release),
+        patches="\n".join(blocks), date=q(date or _dt.date.today().isoformat()))
+    _build_fix(_Ctx(Path(f"{name}.toml")), tomlkit.parse(text).unwrap(), Path("patches") / name)
+    return text
+
+
+def bump_manifest(path: Path | str, *, version: int, changelog_summary: str, date: str,
+                  patches: list[tuple[str, str]] | None = None, base_release: str | None = None,
+                  releases: list[str] | None = None) -> None:
+    """Record a new version of the series in place, keeping comments and layout.
+
+    ``patches`` replaces the ``[[patches]]`` list; ``base_release`` without ``releases`` also
+    resets an explicit ``releases`` to ``[base_release]`` (a rebased series is only known to
+    apply there). A changelog entry for ``version`` is appended. The result is validated
+    before the file is replaced (atomically).
+    """
+    path = Path(path)
+    ctx = _Ctx(path)
+    doc = _read_toml(path, "manifest")
+    current = _build_fix(ctx, doc.unwrap(), path.parent.parent / "patches" / path.stem)
+    if version <= current.version:
+        raise ctx.fail("version", f"new version {version} is not above the current version "
+                       f"{current.version}", f"Use version {current.version + 1}")
+    doc["version"] = version
+    upstream = doc["upstream"]
+    if base_release is not None:
+        upstream["base_release"] = base_release
+        if releases is None and "releases" in upstream:
+            releases = [base_release]
+    if releases is not None:
+        upstream["releases"] = releases
+    if patches is not None:
+        doc["patches"] = _patch_tables(patches)
+    entry = tomlkit.table()
+    entry.update({"version": version, "date": date,
+                  "base_release": base_release or current.upstream.base_release,
+                  "summary": changelog_summary})
+    if "changelog" in doc:
+        doc["changelog"].append(entry)
+    else:
+        doc.add(tomlkit.nl())
+        changelog = tomlkit.aot()
+        changelog.append(entry)
+        doc.add("changelog", changelog)
+    text = tomlkit.dumps(doc)
+    _build_fix(ctx, tomlkit.parse(text).unwrap(), current.patch_dir)
+    _atomic_write_text(path, text)
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+        os.chmod(tmp, path.stat().st_mode & 0o777)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+__all__ = ["load_manifest", "load_config", "new_manifest_text", "bump_manifest", "NAME_RE"]

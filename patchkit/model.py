@@ -1,0 +1,227 @@
+"""The catalog's model: what a manifest (``manifests/<fix>.toml``) and ``patchkit.toml`` say.
+
+Frozen dataclasses only, built by :mod:`patchkit.manifest` after validation, so the rest of
+patchkit can trust every field (types, enums, required keys) without re-checking. The format
+itself is written down in ``docs/manifest.md``; this module mirrors it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
+
+#: The manifest format this patchkit reads and writes; a newer one asks for an upgrade.
+MANIFEST_FORMAT = 1
+
+STATUS_ACTIVE = "active"
+STATUS_DEAD = "dead"
+STATUS_SUPERSEDED = "superseded"
+STATUS_UPSTREAMED = "upstreamed"
+STATUSES = (STATUS_ACTIVE, STATUS_DEAD, STATUS_SUPERSEDED, STATUS_UPSTREAMED)
+#: Statuses refused for apply unless the caller insists (``allow_inactive``).
+INACTIVE_STATUSES = (STATUS_DEAD, STATUS_SUPERSEDED)
+
+FORWARDING_STATES = ("not-forwarded", "proposed", "merged", "rejected", "not-applicable")
+
+ROLLBACK_RESTORE = "restore"
+ROLLBACK_REVERSE = "reverse"
+ROLLBACK_STRATEGIES = (ROLLBACK_RESTORE, ROLLBACK_REVERSE)
+
+DEFAULT_ROOT = "sglang"
+
+#: Check kinds -> (required keys, optional keys), besides ``kind`` and ``name``.
+#: ``root`` defaults to the fix's upstream root; grep needs exactly one of count/present.
+CHECK_KEYS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = MappingProxyType({
+    "grep": (("path", "pattern"), ("root", "regex", "count", "present")),
+    "sha256": (("path", "sha256"), ("root",)),
+    "python-syntax": (("path",), ("root",)),
+    "bash-syntax": (("path",), ("root",)),
+    "python-import": (("module",), ("root", "sys_path")),
+    "python-script": (("script",), ("root", "args")),
+    "command": (("argv",), ("root", "expect_exit")),
+})
+CHECK_KINDS = tuple(CHECK_KEYS)
+
+#: Defaults written into the engine request so the engine never guesses.
+CHECK_DEFAULTS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
+    "grep": MappingProxyType({"regex": False}),
+    "python-script": MappingProxyType({"args": ()}),
+    "command": MappingProxyType({"expect_exit": 0}),
+})
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return MappingProxyType({k: _freeze(v) for k, v in value.items()})
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def _thaw(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _thaw(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [_thaw(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """Where the series comes from and which releases it is known to apply to."""
+
+    base_release: str
+    releases: tuple[str, ...]  # empty: no release precondition
+    project: str = "sglang"
+    root: str = DEFAULT_ROOT
+    forwarding: str = "not-forwarded"
+    reference: str = ""
+
+
+@dataclass(frozen=True)
+class PatchRef:
+    """One patch of the series: ``patches/<fix>/<file>``, its paths relative to ``root``."""
+
+    file: str
+    root: str
+    description: str
+    path: Path
+
+
+@dataclass(frozen=True)
+class Check:
+    """A precondition or verification; ``params`` holds the kind's keys (see CHECK_KEYS)."""
+
+    kind: str
+    params: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "params", _freeze(dict(self.params)))
+
+    @property
+    def name(self) -> str:
+        return str(self.params.get("name", ""))
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.params.get(key, default)
+
+    def to_request(self) -> dict[str, Any]:
+        """The CHECK object of the engine request (docs/design.md), defaults filled in."""
+        out: dict[str, Any] = {"kind": self.kind}
+        for key, value in self.params.items():
+            out[key] = _thaw(value)
+        for key, value in CHECK_DEFAULTS.get(self.kind, {}).items():
+            out.setdefault(key, _thaw(value))
+        return out
+
+
+@dataclass(frozen=True)
+class Actions:
+    purge_pycache: bool = True
+
+
+@dataclass(frozen=True)
+class Rollback:
+    strategy: str = ROLLBACK_RESTORE
+    notes: str = ""
+
+
+@dataclass(frozen=True)
+class ChangelogEntry:
+    version: int
+    date: str  # ISO date, YYYY-MM-DD
+    summary: str
+    base_release: str = ""
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A validated manifest, with where it lives (``manifest_path``, ``patch_dir``)."""
+
+    format: int
+    name: str
+    version: int
+    title: str
+    status: str
+    rationale: str
+    upstream: Upstream
+    patches: tuple[PatchRef, ...]
+    manifest_path: Path
+    patch_dir: Path
+    depends_on: tuple[str, ...] = ()
+    supersedes: tuple[str, ...] = ()
+    reverts: str = ""
+    preconditions: tuple[Check, ...] = ()
+    verification: tuple[Check, ...] = ()
+    actions: Actions = Actions()
+    rollback: Rollback = Rollback()
+    changelog: tuple[ChangelogEntry, ...] = ()
+
+    @property
+    def is_inactive(self) -> bool:
+        return self.status in INACTIVE_STATUSES
+
+    @property
+    def checks(self) -> tuple[Check, ...]:
+        return self.preconditions + self.verification
+
+    @property
+    def scripts(self) -> tuple[str, ...]:
+        """Script paths (relative to ``patch_dir``) the checks run, each once, in order."""
+        seen: dict[str, None] = {}
+        for check in self.checks:
+            if check.kind == "python-script":
+                seen.setdefault(str(check.get("script")), None)
+        return tuple(seen)
+
+    @property
+    def roots(self) -> tuple[str, ...]:
+        """Every target root the fix touches or checks, each once."""
+        seen: dict[str, None] = {}
+        if self.upstream.releases:
+            seen.setdefault(self.upstream.root, None)
+        for patch in self.patches:
+            seen.setdefault(patch.root, None)
+        for check in self.checks:
+            seen.setdefault(str(check.get("root", self.upstream.root)), None)
+        return tuple(seen)
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    """A named target of ``patchkit.toml``: a local root, or a root on a host over SSH."""
+
+    name: str
+    path: str  # the "sglang" root; absolute for a local target
+    host: str | None = None
+    user: str | None = None
+    port: int | None = None
+    python: str | None = None
+    ssh_options: tuple[str, ...] = ()
+    ssh_program: str | None = None
+    roots: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "roots", MappingProxyType(dict(self.roots)))
+
+    @property
+    def is_remote(self) -> bool:
+        return self.host is not None
+
+    def all_roots(self) -> dict[str, str]:
+        """Every root of the target by name, the main one as ``sglang``."""
+        return {DEFAULT_ROOT: self.path, **self.roots}
+
+
+@dataclass(frozen=True)
+class ProjectConfig:
+    """``patchkit.toml``: named targets and, optionally, where the catalog is."""
+
+    path: Path
+    catalog: Path | None = None
+    targets: Mapping[str, TargetConfig] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "targets", MappingProxyType(dict(self.targets)))

@@ -1,0 +1,209 @@
+"""Manifests and patchkit.toml: what loads, what is refused and how, and authoring edits."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from patchkit.errors import ManifestError
+from patchkit.manifest import bump_manifest, load_config, load_manifest, new_manifest_text
+from patchkit.model import Check
+
+SAMPLES = Path(__file__).parent / "samples"
+CATALOG = SAMPLES / "catalog"
+BAD = sorted((SAMPLES / "bad" / "manifests").glob("*.toml"))
+BAD_CONFIGS = sorted((SAMPLES / "config").glob("bad-*.toml"))
+
+
+def _expectations(path: Path) -> tuple[str, str, str]:
+    """Each bad sample says in its first two comment lines what the error must name."""
+    head = path.read_text().splitlines()[:2]
+    expect = re.match(r"# expect: (.*)", head[0]).group(1)  # type: ignore[union-attr]
+    field, value = re.match(r"# (key|line): (.*)", head[1]).groups()  # type: ignore[union-attr]
+    return expect, field, value
+
+
+def test_sample_manifest_loads_every_field() -> None:
+    fix = load_manifest(CATALOG / "manifests" / "index-k-bytes.toml")
+    assert (fix.name, fix.version, fix.status) == ("index-k-bytes", 2, "active")
+    assert fix.upstream.releases == ("0.5.20", "0.5.21")
+    assert fix.upstream.forwarding == "proposed"
+    assert fix.patch_dir == CATALOG / "patches" / "index-k-bytes"
+    assert fix.patches[0].path == fix.patch_dir / "0001-count-index-k-bytes.patch"
+    assert fix.patches[0].description == "double the index-K term"
+    grep = fix.preconditions[0]
+    assert grep.kind == "grep" and grep.get("regex") is True and grep.get("count") == 1
+    assert grep.name == "the unpatched index-K term is there once"
+    # A TOML date and a quoted date both become ISO strings.
+    assert [c.date for c in fix.changelog] == ["2026-01-10", "2026-02-01"]
+    assert fix.rollback.notes.startswith("Restoring")
+    assert fix.scripts == ("checks/bytes_per_token.py",)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fix.version = 3  # type: ignore[misc]
+
+
+def test_defaults_fill_what_a_manifest_leaves_out() -> None:
+    fix = load_manifest(CATALOG / "manifests" / "pool-guard.toml")
+    assert fix.upstream.releases == ("0.5.21",)  # default [base_release]
+    assert fix.upstream.root == "sglang" and fix.upstream.project == "sglang"
+    assert fix.upstream.forwarding == "not-forwarded"
+    assert fix.actions.purge_pycache is True
+    assert fix.patches[1].root == "serve"
+    assert fix.roots == ("sglang", "serve")
+    # The python-import check had no root: it gets the upstream root.
+    assert fix.verification[1].to_request() == {"kind": "python-import", "root": "sglang",
+                                                "module": "sglang.srt.pool"}
+
+
+def test_check_to_request_fills_engine_defaults() -> None:
+    grep = Check("grep", {"root": "sglang", "path": "x.py", "pattern": "a", "present": True})
+    assert grep.to_request() == {"kind": "grep", "root": "sglang", "path": "x.py",
+                                 "pattern": "a", "present": True, "regex": False}
+    command = Check("command", {"root": "sglang", "argv": ["{python}", "-V"]})
+    request = command.to_request()
+    assert request["argv"] == ["{python}", "-V"] and request["expect_exit"] == 0
+    request["argv"].append("mutated")
+    assert command.get("argv") == ("{python}", "-V")
+
+
+@pytest.mark.parametrize("path", BAD, ids=[p.stem for p in BAD])
+def test_bad_manifest_is_refused_naming_file_and_key(path: Path) -> None:
+    expect, field, value = _expectations(path)
+    with pytest.raises(ManifestError) as info:
+        load_manifest(path)
+    err = info.value
+    assert str(path) in err.message
+    assert expect in err.message
+    assert err.details["file"] == str(path)
+    if field == "key":
+        assert err.details["key"] == value
+        assert f"'{value}'" in err.message
+    else:
+        assert err.details["line"] == int(value)
+        assert f"{path}:{value}:" in err.message
+
+
+def test_unreadable_manifest_names_the_file(tmp_path: Path) -> None:
+    with pytest.raises(ManifestError, match="no such manifest file"):
+        load_manifest(tmp_path / "manifests" / "absent.toml")
+    raw = tmp_path / "manifests" / "latin.toml"
+    raw.parent.mkdir()
+    raw.write_bytes(b'title = "caf\xe9"\n')
+    with pytest.raises(ManifestError, match="not UTF-8") as info:
+        load_manifest(raw)
+    assert info.value.details["file"] == str(raw)
+
+
+def test_config_targets_local_and_remote() -> None:
+    path = SAMPLES / "config" / "patchkit.toml"
+    config = load_config(path)
+    base = path.parent.resolve()
+    assert config.catalog == base / "../catalog"
+    dev, gpu = config.targets["dev"], config.targets["gpu1"]
+    assert not dev.is_remote and dev.path == str(base / "trees/sglang")
+    assert dev.all_roots() == {"sglang": str(base / "trees/sglang"),
+                               "serve": str(base / "trees/serve")}
+    assert gpu.is_remote and gpu.host == "gpu1.example.com" and gpu.port == 2222
+    assert gpu.path == "/opt/sglang" and gpu.user == "deploy"
+    assert gpu.ssh_options == ("-o", "ConnectTimeout=5") and gpu.ssh_program == "ssh"
+    assert gpu.python == "/opt/venv/bin/python"
+    assert gpu.roots == {"serve": "/etc/sglang-serve"}  # remote paths are the host's
+
+
+@pytest.mark.parametrize("path", BAD_CONFIGS, ids=[p.stem for p in BAD_CONFIGS])
+def test_bad_config_is_refused_naming_file_and_key(path: Path) -> None:
+    expect, _, key = _expectations(path)
+    with pytest.raises(ManifestError) as info:
+        load_config(path)
+    assert str(path) in info.value.message and expect in info.value.message
+    assert info.value.details["key"] == key
+
+
+def _patch(catalog: Path, name: str, file: str = "0001-a.patch") -> None:
+    src = CATALOG / "patches" / "index-k-bytes" / "0001-count-index-k-bytes.patch"
+    (catalog / "patches" / name).mkdir(parents=True, exist_ok=True)
+    shutil.copy(src, catalog / "patches" / name / file)
+
+
+def test_new_manifest_text_loads_as_written(tmp_path: Path) -> None:
+    text = new_manifest_text("dsv4-fix", 'Keep "quotes" in titles', "0.5.21",
+                             [("0001-a.patch", "sglang"), ("0002-b.patch", "serve", "launcher")],
+                             date="2026-03-01")
+    (tmp_path / "manifests").mkdir()
+    path = tmp_path / "manifests" / "dsv4-fix.toml"
+    path.write_text(text)
+    _patch(tmp_path, "dsv4-fix")
+    _patch(tmp_path, "dsv4-fix", "0002-b.patch")
+    fix = load_manifest(path)
+    assert fix.title == 'Keep "quotes" in titles' and fix.version == 1
+    assert [(p.file, p.root, p.description) for p in fix.patches] == [
+        ("0001-a.patch", "sglang", ""), ("0002-b.patch", "serve", "launcher")]
+    assert fix.changelog[0].date == "2026-03-01" and fix.changelog[0].base_release == "0.5.21"
+    assert "Replace this" in fix.rationale
+    assert "# [[preconditions]]" in text  # examples stay commented out
+    with_why = new_manifest_text("dsv4-fix", "t", "0.5.21", [("0001-a.patch", "sglang")],
+                                 rationale="Because the pool overflowed.")
+    path.write_text(with_why)
+    assert load_manifest(path).rationale == "Because the pool overflowed.\n"
+
+
+def test_new_manifest_text_refuses_a_bad_name() -> None:
+    with pytest.raises(ManifestError, match="name 'Bad_Name'"):
+        new_manifest_text("Bad_Name", "t", "0.5.21", [("0001-a.patch", "sglang")])
+
+
+def test_bump_keeps_comments_and_layout(tmp_path: Path) -> None:
+    (tmp_path / "manifests").mkdir()
+    path = tmp_path / "manifests" / "index-k-bytes.toml"
+    shutil.copy(CATALOG / "manifests" / "index-k-bytes.toml", path)
+    shutil.copytree(CATALOG / "patches" / "index-k-bytes", tmp_path / "patches" / "index-k-bytes")
+    _patch(tmp_path, "index-k-bytes", "0001-rebased.patch")
+    before = path.read_text()
+    bump_manifest(path, version=3, base_release="0.5.22",
+                  patches=[("0001-rebased.patch", "sglang", "rebased on 0.5.22")],
+                  changelog_summary="Rebased on 0.5.22.", date="2026-04-01")
+    after = path.read_text()
+    assert after.startswith("# Sample fix: the first of a small catalog")
+    # Everything before the edited keys is byte-identical, including the rationale.
+    assert after.split("version = 3")[0] == before.split("version = 2")[0]
+    assert '[[preconditions]]\nkind = "grep"' in after
+    fix = load_manifest(path)
+    assert fix.version == 3
+    assert fix.upstream.base_release == "0.5.22" and fix.upstream.releases == ("0.5.22",)
+    assert [p.file for p in fix.patches] == ["0001-rebased.patch"]
+    assert fix.changelog[-1].version == 3 and fix.changelog[-1].summary == "Rebased on 0.5.22."
+    assert fix.changelog[-1].base_release == "0.5.22" and len(fix.changelog) == 3
+    assert fix.upstream.reference == "https://github.com/sgl-project/sglang/pull/1"
+
+
+def test_bump_keeps_inline_comments_and_adds_first_changelog(tmp_path: Path) -> None:
+    (tmp_path / "manifests").mkdir()
+    path = tmp_path / "manifests" / "x.toml"
+    path.write_text(new_manifest_text("x", "t", "0.5.21", [("0001-a.patch", "sglang")],
+                                      date="2026-01-01"))
+    _patch(tmp_path, "x")
+    bump_manifest(path, version=2, releases=["0.5.21", "0.5.22"],
+                  changelog_summary="Known to apply to 0.5.22 too.", date="2026-01-05")
+    text = path.read_text()
+    assert "# active | dead | superseded | upstreamed" in text
+    assert "# The series, applied in this order" in text
+    fix = load_manifest(path)
+    assert fix.upstream.releases == ("0.5.21", "0.5.22")
+    assert [c.version for c in fix.changelog] == [1, 2]
+
+
+def test_bump_refuses_a_version_that_does_not_go_up(tmp_path: Path) -> None:
+    (tmp_path / "manifests").mkdir()
+    path = tmp_path / "manifests" / "index-k-bytes.toml"
+    shutil.copy(CATALOG / "manifests" / "index-k-bytes.toml", path)
+    before = path.read_bytes()
+    with pytest.raises(ManifestError, match="Use version 3") as info:
+        bump_manifest(path, version=2, changelog_summary="x", date="2026-04-01")
+    assert info.value.details["key"] == "version"
+    with pytest.raises(ManifestError, match="not YYYY-MM-DD"):
+        bump_manifest(path, version=3, changelog_summary="x", date="April 1st")
+    assert path.read_bytes() == before
