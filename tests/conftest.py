@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins: list[str] = []
+pytest_plugins: list[str] = ["tests.fixtures.sshd", "tests.fixtures.sglang"]
 
 _REAL_HOME = os.environ.get("HOME", "")
 

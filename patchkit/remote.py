@@ -1,0 +1,177 @@
+"""Remote targets: the same engine requests as a local target, run on a host over SSH.
+
+A :class:`RemoteTarget` only fills in where the files are (its roots) and which interpreter
+runs the engine, then hands the request to :func:`patchkit.transport.run_engine`; the result
+(including an engine error) comes back exactly as a local run would produce it.
+
+Remote targets are written as ``ssh://[user@]host[:port]/abs/path`` (the path is the
+``sglang`` root) or as a named target in ``patchkit.toml`` (see :func:`target_from_config`
+and docs/remote.md).
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ManifestError, UsageError
+from .transport import SshSpec, run_engine
+
+DEFAULT_ROOT = "sglang"
+DEFAULT_PYTHON = "python3"
+URL_SYNTAX = "ssh://[user@]host[:port]/absolute/path"
+CONFIG_KEYS = ("host", "port", "user", "python", "ssh_options", "ssh_program", "roots")
+
+
+@dataclass(frozen=True)
+class RemoteTarget:
+    """A target whose roots live on an SSH host.
+
+    ``python`` is the host's interpreter for both the engine and the fixes' Python checks
+    (``None``: ``python3`` from the remote PATH). ``modules`` overrides the shipped engine
+    sources (tests use a small stand-in engine); ``timeout`` bounds a whole run in seconds.
+    """
+
+    spec: SshSpec
+    roots: Mapping[str, str]
+    python: str | None = None
+    modules: Mapping[str, str] | None = field(default=None, repr=False, compare=False)
+    timeout: float | None = None
+
+    is_remote = True
+
+    def __post_init__(self) -> None:
+        roots = dict(self.roots)
+        if not roots:
+            raise UsageError(f"remote target {self.spec.url} has no roots: give at least one")
+        for name, path in roots.items():
+            if not isinstance(name, str) or not name:
+                raise UsageError(f"remote target {self.spec.url}: root names must be non-empty strings")
+            _check_remote_path(path, f"root {name!r} of {self.spec.url}")
+        object.__setattr__(self, "roots", roots)
+        if self.python is not None and (not isinstance(self.python, str) or not self.python.strip()):
+            raise UsageError(f"remote target {self.spec.url}: python must be a non-empty string")
+
+    @property
+    def description(self) -> str:
+        roots = ", ".join(f"{name}={path}" for name, path in self.roots.items())
+        return f"{self.spec.url} ({roots})"
+
+    def run(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """Run one engine request on the host; the target's roots replace the request's."""
+        sent = dict(request)
+        sent["roots"] = dict(self.roots)
+        sent["python"] = self.python
+        return run_engine(
+            self.spec,
+            sent,
+            python=self.python or DEFAULT_PYTHON,
+            modules=self.modules,
+            timeout=self.timeout,
+        )
+
+
+def _check_remote_path(path: object, what: str) -> str:
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise UsageError(f"{what}: {path!r} is not an absolute path on the host")
+    if "\0" in path:
+        raise UsageError(f"{what}: {path!r} contains a NUL byte")
+    return path
+
+
+def parse_ssh_url(url: str) -> tuple[SshSpec, str]:
+    """Split ``ssh://[user@]host[:port]/abs/path`` into how to connect and the root path.
+
+    An IPv6 address goes in brackets. Percent escapes are decoded (``%20`` is a space,
+    ``%25`` a percent sign); ``~`` is not expanded, so the path must be absolute.
+    """
+
+    def bad(why: str) -> UsageError:
+        return UsageError(f"malformed SSH target {url!r}: {why}; expected {URL_SYNTAX}", url=url)
+
+    if not isinstance(url, str) or not url[:6].lower() == "ssh://":
+        raise bad("it does not start with ssh://")
+    rest = url[6:]
+    if "?" in rest or "#" in rest:
+        raise bad("'?' and '#' are not allowed (percent-encode them in the path)")
+    netloc, slash, path = rest.partition("/")
+    path = urllib.parse.unquote(slash + path)
+    user = None
+    if "@" in netloc:
+        user, netloc = netloc.rsplit("@", 1)
+        if not user:
+            raise bad("empty user name before '@'")
+        if ":" in user:
+            raise bad("passwords are not supported in the URL; use SSH keys")
+        user = urllib.parse.unquote(user)
+    if netloc.startswith("["):
+        end = netloc.find("]")
+        if end < 0:
+            raise bad("unclosed '[' around the host")
+        host, port_text = urllib.parse.unquote(netloc[1:end]), netloc[end + 1 :]
+    else:
+        host, colon, port_text = netloc.partition(":")
+        port_text = colon + port_text
+    if not host:
+        raise bad("no host")
+    port = None
+    if port_text:
+        digits = port_text[1:]
+        if not port_text.startswith(":") or not digits.isdigit() or not 0 < int(digits) < 65536:
+            raise bad(f"the port {port_text[1:]!r} is not a number in 1-65535 (IPv6 goes in brackets)")
+        port = int(digits)
+    if not path or path == "/":
+        raise bad("no root path after the host")
+    if path.startswith("/~"):
+        raise bad("'~' is not expanded; give the root's absolute path")
+    if "\0" in path:
+        raise bad("the path contains a NUL byte")
+    try:
+        spec = SshSpec(host=host, user=user, port=port)
+    except UsageError as exc:
+        raise bad(exc.message) from None
+    return spec, path
+
+
+def target_from_config(table: Mapping[str, Any], *, source: str, name: str) -> RemoteTarget:
+    """Build a remote target from a ``[targets.<name>]`` table of ``patchkit.toml``.
+
+    Keys: ``host`` (required), ``port``, ``user``, ``python``, ``ssh_options`` (list of ssh
+    arguments), ``ssh_program``, ``roots`` (table of root name -> absolute path, required).
+    """
+    where = f"{source}: [targets.{name}]"
+
+    def bad(key: str, why: str) -> ManifestError:
+        return ManifestError(f"{where} key {key!r}: {why}", file=source, key=f"targets.{name}.{key}")
+
+    def get(key: str, kind: type | tuple[type, ...], what: str) -> Any:
+        value = table.get(key)
+        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+            raise bad(key, f"must be {what}, not {value!r}")
+        return value
+
+    unknown = sorted(set(table) - set(CONFIG_KEYS) - {"kind", "type"})
+    if unknown:
+        raise bad(unknown[0], f"unknown key for a remote target (known: {', '.join(CONFIG_KEYS)})")
+    host = get("host", str, "a host name")
+    if not host:
+        raise bad("host", "is required for a remote target")
+    options = get("ssh_options", list, "a list of ssh arguments") or []
+    if not all(isinstance(o, str) for o in options):
+        raise bad("ssh_options", "must hold strings only")
+    roots = get("roots", dict, "a table of root name = absolute path")
+    if not roots:
+        raise bad("roots", f"is required: for example roots = {{ {DEFAULT_ROOT} = \"/srv/sglang\" }}")
+    try:
+        spec = SshSpec(
+            host=host,
+            user=get("user", str, "a user name"),
+            port=get("port", int, "an integer port"),
+            options=tuple(options),
+            program=get("ssh_program", str, "a program name or path") or "ssh",
+        )
+        return RemoteTarget(spec, {str(k): v for k, v in roots.items()}, get("python", str, "a path"))
+    except UsageError as exc:
+        raise ManifestError(f"{where}: {exc.message}", file=source) from None

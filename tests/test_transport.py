@@ -1,0 +1,451 @@
+"""The SSH transport and remote targets, against a real sshd on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from patchkit import errors
+from patchkit.remote import RemoteTarget, parse_ssh_url, target_from_config
+from patchkit.transport import SshSpec, engine_modules, remote_command, run_engine
+from tests.fixtures.sshd import SshServer
+
+pytestmark = pytest.mark.ssh
+
+# A throwaway engine: a package with a submodule, so the shipped relative imports are exercised.
+ENGINE_INIT = '''
+import os, sys
+from .work import write_file, wait_for
+from ..errors import PreconditionFailed
+
+
+def run(request):
+    test = request["test"]
+    root = request["roots"]["sglang"]
+    action = test["action"]
+    if action == "fail":
+        raise PreconditionFailed("grep failed in " + root, where="sglang:x.py")
+    if action == "crash":
+        return 1 // 0
+    if action == "noise":
+        print("noise on stdout")
+        os.system("echo noise from a child")
+        sys.stderr.write("noise on stderr\\n")
+    if action == "wait":
+        write_file(os.path.join(root, "started"), "")
+        wait_for(os.path.join(root, "release"))
+        print("stdout after the client is gone")
+        sys.stderr.write("stderr after the client is gone\\n")
+    write_file(os.path.join(root, test.get("file", "out.txt")), test.get("content", "done"))
+    return {"format": 1, "op": request["op"], "ok": True, "dry_run": False, "recovered": [],
+            "fixes": [], "status": None, "error": None,
+            "echo": {"roots": request["roots"], "python": request.get("python"),
+                     "executable": sys.executable, "package": __package__}}
+'''
+
+ENGINE_WORK = '''
+import os, time
+
+
+def write_file(path, text):
+    with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
+        f.write(text)
+
+
+def wait_for(path):
+    deadline = time.monotonic() + 60  # never linger on the host if a test went wrong
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.02)
+'''
+
+
+def modules() -> dict[str, str]:
+    return {
+        "patchkit.errors": engine_modules()["patchkit.errors"],
+        "patchkit.engine": ENGINE_INIT,
+        "patchkit.engine.work": ENGINE_WORK,
+    }
+
+
+def request(root: Path | str, **test: Any) -> dict[str, Any]:
+    test.setdefault("action", "write")
+    return {"format": 1, "op": "apply", "roots": {"sglang": str(root)}, "test": test}
+
+
+def spec_for(server: SshServer, **overrides: Any) -> SshSpec:
+    fields: dict[str, Any] = {
+        "host": server.host,
+        "user": server.user,
+        "port": server.port,
+        "options": tuple(server.ssh_options()),
+    }
+    fields.update(overrides)
+    return SshSpec(**fields)
+
+
+def counting_wrapper(tmp_path: Path) -> tuple[Path, Path]:
+    """An ssh program that records its pid per invocation, then becomes ssh."""
+    log = tmp_path / "ssh-invocations"
+    wrapper = tmp_path / "ssh-wrapper"
+    wrapper.write_text(f'#!/bin/sh\necho $$ >> "{log}"\nexec ssh "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper, log
+
+
+def wait_until(predicate: Any, what: str, limit: float = 30.0) -> None:
+    deadline = time.monotonic() + limit
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting: {what}")
+        time.sleep(0.02)
+
+
+# -- round trip ------------------------------------------------------------------------------
+
+
+def test_round_trip_runs_the_shipped_engine_on_the_host(sshd: SshServer, tmp_path: Path) -> None:
+    result = run_engine(spec_for(sshd), request(tmp_path, content="héllo\n"), modules=modules())
+
+    assert (tmp_path / "out.txt").read_text(encoding="utf-8") == "héllo\n"
+    assert result["ok"] is True and result["error"] is None
+    assert result["echo"]["roots"] == {"sglang": str(tmp_path)}
+    assert result["echo"]["package"] == "patchkit.engine"
+
+
+def test_one_ssh_invocation_per_call(sshd: SshServer, tmp_path: Path) -> None:
+    wrapper, log = counting_wrapper(tmp_path)
+    spec = spec_for(sshd, program=str(wrapper))
+
+    run_engine(spec, request(tmp_path, file="a"), modules=modules())
+    assert len(log.read_text().splitlines()) == 1
+    run_engine(spec, request(tmp_path, file="b"), modules=modules())
+    assert len(log.read_text().splitlines()) == 2
+    assert (tmp_path / "a").exists() and (tmp_path / "b").exists()
+
+
+def test_engine_error_comes_back_as_the_engine_wrote_it(sshd: SshServer, tmp_path: Path) -> None:
+    result = run_engine(spec_for(sshd), request(tmp_path, action="fail"), modules=modules())
+
+    assert result["ok"] is False
+    assert result["error"] == {
+        "type": "PreconditionFailed",
+        "message": f"grep failed in {tmp_path}",
+        "details": {"where": "sglang:x.py"},
+    }
+    assert isinstance(errors.error_from_dict(result["error"]), errors.PreconditionFailed)
+
+
+def test_engine_crash_is_an_internal_error_with_the_traceback(sshd: SshServer, tmp_path: Path) -> None:
+    result = run_engine(spec_for(sshd), request(tmp_path, action="crash"), modules=modules())
+
+    assert result["ok"] is False and result["error"]["type"] == "InternalError"
+    assert "ZeroDivisionError" in result["error"]["message"]
+    assert "<patchkit-agent>/patchkit/engine/__init__.py" in result["error"]["details"]["traceback"]
+
+
+def test_output_of_the_engine_and_its_children_does_not_corrupt_the_result(
+    sshd: SshServer, tmp_path: Path
+) -> None:
+    result = run_engine(spec_for(sshd), request(tmp_path, action="noise"), modules=modules())
+
+    assert result["ok"] is True
+    assert (tmp_path / "out.txt").read_text() == "done"
+
+
+# -- quoting ---------------------------------------------------------------------------------
+
+
+def test_hostile_paths_reach_the_engine_byte_exact_and_run_nothing(
+    sshd: SshServer, tmp_path: Path
+) -> None:
+    evil = f"a b 'c' \"d\" $(touch {tmp_path}/pwned) `touch {tmp_path}/pwned2` ; touch {tmp_path}/pwned3 \\ *"
+    root = Path(f"{tmp_path}/{evil}")
+    root.mkdir(parents=True)
+    python_dir = Path(f"{tmp_path}/py {evil}")
+    python_dir.mkdir(parents=True)
+    python = python_dir / "python3"
+    python.symlink_to(sys.executable)
+
+    result = run_engine(spec_for(sshd), request(root), python=str(python), modules=modules())
+
+    assert result["echo"]["roots"]["sglang"] == str(root)
+    assert result["echo"]["executable"] == str(python)
+    assert (root / "out.txt").read_text() == "done"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("pwned")) == []
+
+
+def test_the_remote_command_holds_no_request_data() -> None:
+    command = remote_command("python3")
+    assert command.startswith("python3 -c '")
+    assert "sglang" not in command and "roots" not in command
+
+
+# -- failures --------------------------------------------------------------------------------
+
+
+def test_changed_host_key_is_refused_and_nothing_runs(sshd: SshServer, tmp_path: Path) -> None:
+    other = sshd.new_key("other_host_key")
+    kind, key = Path(f"{other}.pub").read_text().split()[:2]
+    known_hosts = tmp_path / "known_hosts"
+    known_hosts.write_text(f"[{sshd.host}]:{sshd.port} {kind} {key}\n")
+    spec = spec_for(sshd, options=tuple(sshd.ssh_options(known_hosts=known_hosts)))
+
+    with pytest.raises(errors.HostKeyError) as caught:
+        run_engine(spec, request(tmp_path), modules=modules())
+
+    message = caught.value.message
+    assert sshd.host in message and "known_hosts" in message and "does not match" in message
+    assert "StrictHostKeyChecking" not in message
+    assert caught.value.exit_code == errors.EXIT_HOSTKEY
+    assert not (tmp_path / "out.txt").exists()
+
+
+def test_unknown_host_key_with_strict_checking_is_refused(sshd: SshServer, tmp_path: Path) -> None:
+    known_hosts = tmp_path / "known_hosts"
+    known_hosts.write_text("")
+    spec = spec_for(sshd, options=tuple(sshd.ssh_options(known_hosts=known_hosts)))
+
+    with pytest.raises(errors.HostKeyError) as caught:
+        run_engine(spec, request(tmp_path), modules=modules())
+
+    assert "not in known_hosts" in caught.value.message and sshd.host in caught.value.message
+    assert known_hosts.read_text() == ""  # never learned behind the user's back
+    assert not (tmp_path / "out.txt").exists()
+
+
+def test_wrong_identity_is_an_authentication_failure(sshd: SshServer, tmp_path: Path) -> None:
+    stranger = sshd.new_key("stranger_key")
+    spec = spec_for(sshd, options=tuple(sshd.ssh_options(identity=stranger)))
+
+    with pytest.raises(errors.AuthenticationFailed) as caught:
+        run_engine(spec, request(tmp_path), modules=modules())
+
+    assert sshd.host in caught.value.message and "authorized_keys" in caught.value.message
+    assert caught.value.exit_code == errors.EXIT_AUTH
+    assert not (tmp_path / "out.txt").exists()
+
+
+def test_closed_port_is_unreachable(sshd: SshServer, tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port that was free a moment ago and nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+
+    with pytest.raises(errors.HostUnreachable) as caught:
+        run_engine(spec_for(sshd, port=closed), request(tmp_path), modules=modules())
+
+    assert f"127.0.0.1:{closed}" in caught.value.message
+    assert "Connection refused" in caught.value.message
+    assert caught.value.exit_code == errors.EXIT_UNREACHABLE
+
+
+@pytest.mark.parametrize("python", ["/nonexistent/bin/python3", "no-such-python3.99"])
+def test_missing_remote_python(sshd: SshServer, tmp_path: Path, python: str) -> None:
+    with pytest.raises(errors.RemotePythonMissing) as caught:
+        run_engine(spec_for(sshd), request(tmp_path), python=python, modules=modules())
+
+    message = caught.value.message
+    assert python in message and "--python" in message and sshd.host in message
+    assert caught.value.exit_code == errors.EXIT_REMOTE_PYTHON
+
+
+def test_killed_client_is_connection_lost_and_the_host_finishes(
+    sshd: SshServer, tmp_path: Path
+) -> None:
+    wrapper, pids = counting_wrapper(tmp_path)
+    root = tmp_path / "root"
+    root.mkdir()
+    outcome: dict[str, BaseException] = {}
+
+    def call() -> None:
+        try:
+            run_engine(spec_for(sshd, program=str(wrapper)), request(root, action="wait"),
+                       modules=modules())
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    wait_until((root / "started").exists, "the engine to start on the host")
+    os.kill(int(pids.read_text().split()[-1]), signal.SIGKILL)
+    thread.join(30)
+
+    error = outcome.get("error")
+    assert isinstance(error, errors.ConnectionLost), error
+    assert "patchkit status" in error.message and sshd.host in error.message
+    assert not (root / "out.txt").exists()
+    (root / "release").touch()  # only now may the host-side engine finish
+    wait_until((root / "out.txt").exists, "the host-side engine to finish after the drop")
+
+
+def test_hangup_and_server_drop_are_connection_lost_and_the_host_finishes(
+    sshd: SshServer, tmp_path: Path
+) -> None:
+    before = set(sshd.session_processes())
+    outcome: dict[str, BaseException] = {}
+
+    def call() -> None:
+        try:
+            run_engine(spec_for(sshd), request(tmp_path, action="wait"), modules=modules())
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    wait_until((tmp_path / "started").exists, "the engine to start on the host")
+    # A hangup for the whole session, as a pty or a session manager delivers it, then the
+    # server side of the connection dies.
+    for pid in set(sshd.session_processes()) - before:
+        os.kill(pid, signal.SIGHUP)
+    for pid in set(sshd.session_pids()) - before:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    thread.join(30)
+
+    assert isinstance(outcome.get("error"), errors.ConnectionLost), outcome
+    (tmp_path / "release").touch()
+    wait_until((tmp_path / "out.txt").exists, "the host-side engine to finish after the drop")
+
+
+def test_timeout_closes_the_session_as_connection_lost(sshd: SshServer, tmp_path: Path) -> None:
+    with pytest.raises(errors.ConnectionLost) as caught:
+        run_engine(spec_for(sshd), request(tmp_path, action="wait"), modules=modules(), timeout=1)
+
+    assert "patchkit status" in caught.value.message
+    (tmp_path / "release").touch()
+    wait_until((tmp_path / "out.txt").exists, "the host-side engine to finish after the timeout")
+
+
+def test_missing_ssh_program_is_a_usage_error(tmp_path: Path) -> None:
+    spec = SshSpec(host="127.0.0.1", program=str(tmp_path / "no-ssh"))
+    with pytest.raises(errors.UsageError, match="ssh_program"):
+        run_engine(spec, request(tmp_path), modules=modules())
+
+
+# -- remote targets --------------------------------------------------------------------------
+
+
+def test_remote_target_replaces_the_request_roots(sshd: SshServer, tmp_path: Path) -> None:
+    target = RemoteTarget(spec_for(sshd), {"sglang": str(tmp_path)}, None, modules=modules())
+    sent = request("/somewhere/else")
+
+    result = target.run(sent)
+
+    assert result["echo"]["roots"] == {"sglang": str(tmp_path)}
+    assert result["echo"]["python"] is None
+    assert sent["roots"] == {"sglang": "/somewhere/else"}  # the caller's request is untouched
+    assert (tmp_path / "out.txt").exists()
+    assert target.is_remote is True
+    assert target.description == f"ssh://{sshd.user}@127.0.0.1:{sshd.port} (sglang={tmp_path})"
+
+
+def test_remote_target_passes_its_python(sshd: SshServer, tmp_path: Path) -> None:
+    target = RemoteTarget(spec_for(sshd), {"sglang": str(tmp_path)}, sys.executable, modules=modules())
+    result = target.run(request(tmp_path))
+    assert result["echo"]["python"] == sys.executable
+    assert result["echo"]["executable"] == sys.executable
+
+
+@pytest.mark.parametrize(
+    ("url", "host", "user", "port", "path"),
+    [
+        ("ssh://gpu1/srv/sglang", "gpu1", None, None, "/srv/sglang"),
+        ("ssh://deploy@gpu1.example.com:2222/opt/sg lang", "gpu1.example.com", "deploy", 2222, "/opt/sg lang"),
+        ("ssh://root@[fe80::1%25eth0]:22/x%20y", "fe80::1%eth0", "root", 22, "/x y"),
+        ("SSH://h/a/../b", "h", None, None, "/a/../b"),
+    ],
+)
+def test_parse_ssh_url(url: str, host: str, user: str | None, port: int | None, path: str) -> None:
+    spec, parsed = parse_ssh_url(url)
+    assert (spec.host, spec.user, spec.port, parsed) == (host, user, port, path)
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("gpu1:/srv/sglang", "ssh://"),
+        ("http://gpu1/srv", "ssh://"),
+        ("ssh://gpu1:0/srv", "1-65535"),
+        ("ssh://gpu1:65536/srv", "1-65535"),
+        ("ssh://gpu1:ab/srv", "1-65535"),
+        ("ssh://gpu1:/srv", "1-65535"),
+        ("ssh://gpu1", "no root path"),
+        ("ssh://gpu1/", "no root path"),
+        ("ssh://gpu1/~/sglang", "absolute"),
+        ("ssh:///srv", "no host"),
+        ("ssh://@gpu1/srv", "empty user"),
+        ("ssh://u:pw@gpu1/srv", "passwords"),
+        ("ssh://-oProxyCommand=x/srv", "invalid SSH host"),
+        ("ssh://gpu1/srv?x=1", "'?'"),
+        ("ssh://[::1/srv", "unclosed"),
+    ],
+)
+def test_parse_ssh_url_refuses_malformed_urls(url: str, why: str) -> None:
+    with pytest.raises(errors.UsageError) as caught:
+        parse_ssh_url(url)
+    assert why in caught.value.message and url in caught.value.message
+
+
+def test_target_from_config(tmp_path: Path) -> None:
+    table = {
+        "host": "gpu1",
+        "user": "deploy",
+        "port": 2222,
+        "python": "/opt/venv/bin/python",
+        "ssh_options": ["-o", "ProxyJump=bastion"],
+        "ssh_program": "/usr/local/bin/ssh-wrapper",
+        "roots": {"sglang": "/srv/sglang", "serve": "/srv/serve"},
+    }
+    target = target_from_config(table, source="patchkit.toml", name="gpu1")
+    assert target.spec == SshSpec("gpu1", "deploy", 2222, ("-o", "ProxyJump=bastion"),
+                                  "/usr/local/bin/ssh-wrapper")
+    assert target.python == "/opt/venv/bin/python"
+    assert target.roots == {"sglang": "/srv/sglang", "serve": "/srv/serve"}
+
+    for key, value, why in [
+        ("port", "22", "must be an integer"),
+        ("roots", {"sglang": "srv/sglang"}, "not an absolute path"),
+        ("hostname", "x", "unknown key"),
+        ("ssh_options", "-v", "must be a list"),
+    ]:
+        with pytest.raises(errors.ManifestError) as caught:
+            target_from_config({**table, key: value}, source="patchkit.toml", name="gpu1")
+        assert "patchkit.toml" in caught.value.message and why in caught.value.message
+
+
+def test_ssh_command_line_never_disables_host_key_checking(tmp_path: Path) -> None:
+    wrapper = tmp_path / "argv-recorder"
+    log = tmp_path / "argv"
+    wrapper.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > "{log}"\nexit 255\n')
+    wrapper.chmod(0o755)
+
+    with pytest.raises(errors.RemoteError):
+        run_engine(SshSpec("h", "u", 2200, ("-o", "ProxyJump=b"), str(wrapper)), request(tmp_path),
+                   modules=modules())
+
+    argv = log.read_text().splitlines()
+    assert "StrictHostKeyChecking=no" not in "".join(argv)
+    assert argv[:2] == ["-o", "ProxyJump=b"]  # the user's options come first and win
+    assert argv[-6:-1] == ["-T", "-p", "2200", "u@h", "--"]
+
+
+def test_engine_modules_ship_errors_and_every_engine_file() -> None:
+    shipped = engine_modules()
+    root = Path(errors.__file__).parent
+    expected = {"patchkit.errors", "patchkit.engine"} | {
+        "patchkit.engine." + p.stem for p in (root / "engine").glob("*.py") if p.stem != "__init__"
+    }
+    assert expected <= set(shipped)
+    assert shipped["patchkit.errors"] == (root / "errors.py").read_text()
+    assert "patchkit" not in shipped  # the client package's __init__ is never shipped
+
