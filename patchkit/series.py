@@ -1,0 +1,349 @@
+"""Patch files of a series, read into the engine's FILE records and written from two texts.
+
+The only module that uses unidiff. unidiff finds the files and hunks; this module then makes
+the result byte-exact for the engine (docs/design.md, FILE): the patch is decoded as UTF-8 with
+``surrogateescape`` and split on "\\n" only, so a line keeps its "\\r\\n"; a
+"\\ No newline at end of file" marker strips the newline from the line before it; paths come
+from the ``---``/``+++`` headers (git's ``a/``/``b/`` prefixes and C quoting undone).
+Anything unidiff would silently skip (a hunk longer than its header says, a binary patch, a
+rename, a symlink) is refused with :class:`PatchFormatError` naming the file and the line.
+
+:func:`diff_files` writes the same dialect (git-style headers, 3 lines of context), so an
+authored series reads back exactly.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import hashlib
+import re
+from pathlib import Path
+from typing import Any, Iterator
+
+import unidiff
+import unidiff.errors
+
+from .errors import PatchFormatError
+
+DEV_NULL = "/dev/null"
+DEFAULT_MODE = "100644"
+_REFUSED_MODES = {"120000": "a symbolic link", "160000": "a git submodule"}
+_REFUSED_INFO = (("rename from ", "renames"), ("copy from ", "copies"))
+_NO_NEWLINE = "\\ No newline at end of file\n"
+
+_cache: dict[tuple[str, str], list[dict[str, Any]]] = {}
+
+
+class _Counted:
+    """Feeds lines to unidiff and remembers the line number it is at, for error messages."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+        self.at = 0
+        self.last_hunk = 0
+
+    def __iter__(self) -> Iterator[str]:
+        for self.at, line in enumerate(self.lines, 1):
+            if line.startswith("@@"):
+                self.last_hunk = self.at
+            yield line
+
+
+def split_lines(text: str) -> list[str]:
+    """Split on "\\n" only, each line keeping its ending; the last may have none."""
+    parts = text.split("\n")
+    lines = [p + "\n" for p in parts[:-1]]
+    if parts[-1]:
+        lines.append(parts[-1])
+    return lines
+
+
+def parse_patch(path: Path | str, root: str) -> list[dict[str, Any]]:
+    """The FILE records of one patch file, in the order its files appear.
+
+    Parsed once per process per (path, content hash); each call returns fresh copies.
+    """
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise PatchFormatError(f"{path}: cannot read the patch: {exc.strerror}",
+                               file=str(path)) from None
+    key = (str(path.resolve()), hashlib.sha256(data).hexdigest())
+    if key not in _cache:
+        _cache[key] = _parse(path, data)
+    files = copy.deepcopy(_cache[key])
+    for record in files:
+        record["root"] = root
+    return files
+
+
+def _fail(path: Path, line: int, message: str, todo: str) -> PatchFormatError:
+    return PatchFormatError(f"{path}:{line}: {message}. {todo}", file=str(path), line=line)
+
+
+def _parse(path: Path, data: bytes) -> list[dict[str, Any]]:
+    lines = split_lines(data.decode("utf-8", "surrogateescape"))
+    if not any(line.strip() for line in lines):
+        raise _fail(path, 1, "the patch is empty", "Write the change as a unified diff "
+                    "(git diff, or patchkit's authoring helpers)")
+    counted = _Counted(lines)
+    try:
+        patchset = unidiff.PatchSet(counted)
+    except unidiff.errors.UnidiffParseError as exc:
+        line = counted.at
+        if "shorter" in str(exc):
+            line = counted.last_hunk
+            message = (f"the hunk at line {line} has fewer lines than its header says "
+                       f"(the patch ends at line {counted.at})")
+        else:
+            message = f"malformed patch ({exc})".replace("\n", "")
+        raise _fail(path, line, message, "Regenerate the patch, or fix the hunk header counts")
+    except UnicodeDecodeError:  # pragma: no cover - surrogateescape decodes any byte
+        raise _fail(path, counted.at, "undecodable text", "Save the patch as bytes") from None
+    if not patchset:
+        raise _fail(path, 1, "no file changes found (no ---/+++ headers or hunks)",
+                    "Write the change as a unified diff")
+    return [_file_record(path, lines, patched) for patched in patchset]
+
+
+def _file_record(path: Path, lines: list[str], patched: Any) -> dict[str, Any]:
+    start = patched.diff_line_no or 1
+    if patched.is_binary_file:
+        raise _fail(path, start, "binary patches are not supported", "Ship the file through "
+                    "a text patch, or keep binary files out of the series")
+    info = [str(line) for line in (patched.patch_info or [])]
+    for prefix, what in _REFUSED_INFO:
+        if any(line.startswith(prefix) for line in info):
+            raise _fail(path, start, f"{what} are not supported", "Express it as a delete "
+                        "and a create (git diff --no-renames)")
+    source, target = _header_names(lines, start, patched)
+    op = "create" if source == DEV_NULL else "delete" if target == DEV_NULL else "modify"
+    if op == "create":
+        rel = _strip_prefix(target, "b/")
+    elif op == "delete":
+        rel = _strip_prefix(source, "a/")
+    else:
+        both = source.startswith("a/") and target.startswith("b/")
+        rel = target[2:] if both else target
+        if (source[2:] if both else source) != rel:
+            raise _fail(path, start, f"the file is renamed ({source} -> {target})",
+                        "Renames are not supported; express it as a delete and a create")
+    if not rel or rel == DEV_NULL:
+        raise _fail(path, start, "a file header names no path", "Regenerate the patch")
+    mode = _mode(path, start, patched, op)
+    hunks = [_hunk(path, h) for h in patched]
+    if not hunks and op == "modify" and mode is None:
+        raise _fail(path, start, f"the change to {rel} has no hunks", "Regenerate the patch")
+    _check_hunk_ends(path, lines, patched)
+    return {"root": "", "path": rel, "patch": path.name, "op": op, "mode": mode,
+            "hunks": hunks}
+
+
+def _header_names(lines: list[str], start: int, patched: Any) -> tuple[str, str]:
+    """The ---/+++ names of the file's section (exact even with spaces), else the git header."""
+    first = lines[start - 1]
+    if first.startswith("+++ ") and start >= 2 and lines[start - 2].startswith("--- "):
+        return _header_name(lines[start - 2][4:]), _header_name(first[4:])
+    source = None
+    for line in lines[start:]:
+        if line.startswith(("@@", "diff --git ")):
+            break
+        if line.startswith("--- "):
+            source = _header_name(line[4:])
+        elif line.startswith("+++ ") and source is not None:
+            return source, _header_name(line[4:])
+    git = _git_header_names(first) if first.startswith("diff --git ") else None
+    src, dst = git or (_unquote(patched.source_file), _unquote(patched.target_file))
+    if patched.source_file == DEV_NULL:
+        src = DEV_NULL
+    if patched.target_file == DEV_NULL:
+        dst = DEV_NULL
+    return src, dst
+
+
+def _header_name(raw: str) -> str:
+    raw = raw.rstrip("\n")
+    if raw.startswith('"'):
+        return _unquote(raw[:_quoted_end(raw) + 1])
+    return raw.split("\t", 1)[0].rstrip("\r")
+
+
+def _quoted_end(raw: str) -> int:
+    i = 1
+    while i < len(raw):
+        if raw[i] == "\\":
+            i += 2
+            continue
+        if raw[i] == '"':
+            return i
+        i += 1
+    return len(raw) - 1
+
+
+def _git_header_names(line: str) -> tuple[str, str] | None:
+    rest = line[len("diff --git "):].rstrip("\n")
+    if rest.startswith('"'):
+        end = _quoted_end(rest)
+        first, second = rest[:end + 1], rest[end + 2:]
+        return _unquote(first), _unquote(second)
+    # Unquoted: "a/X b/X" with the same X on both sides (git's own form, spaces allowed).
+    half = (len(rest) - 1) // 2
+    if len(rest) % 2 == 1 and rest[half] == " " and rest[:half][2:] == rest[half + 1:][2:]:
+        return rest[:half], rest[half + 1:]
+    return None
+
+
+_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
+
+
+def _unquote(name: str) -> str:
+    """Undo git's C-style quoting of a path ("a/f\\303\\251" -> a/fé)."""
+    if not (len(name) >= 2 and name.startswith('"') and name.endswith('"')):
+        return name
+    body, out, i = name[1:-1], bytearray(), 0
+    while i < len(body):
+        ch = body[i]
+        if ch == "\\" and i + 1 < len(body):
+            nxt = body[i + 1]
+            if nxt in "01234567" and re.match(r"[0-7]{3}", body[i + 1:i + 4]):
+                out.append(int(body[i + 1:i + 4], 8))
+                i += 4
+                continue
+            if nxt in _ESCAPES:
+                out.append(_ESCAPES[nxt])
+                i += 2
+                continue
+        out.extend(ch.encode("utf-8", "surrogateescape"))
+        i += 1
+    return out.decode("utf-8", "surrogateescape")
+
+
+def _strip_prefix(name: str, prefix: str) -> str:
+    return name[len(prefix):] if name.startswith(prefix) else name
+
+
+def _mode(path: Path, start: int, patched: Any, op: str) -> str | None:
+    for mode in (patched.source_mode, patched.target_mode):
+        if mode in _REFUSED_MODES:
+            raise _fail(path, start, f"the patch changes {_REFUSED_MODES[mode]}, which is not "
+                        "supported", "Keep it out of the series")
+    if op == "create":
+        return patched.target_mode or DEFAULT_MODE
+    if op == "modify" and patched.target_mode and patched.source_mode != patched.target_mode:
+        return patched.target_mode
+    return None
+
+
+def _hunk(path: Path, hunk: Any) -> dict[str, Any]:
+    lines: list[list[str]] = []
+    for line in hunk:
+        kind = line.line_type
+        if kind == "\\":
+            if not lines or not lines[-1][1].endswith("\n"):
+                raise _fail(path, line.diff_line_no or 0, "'\\ No newline at end of file' "
+                            "follows no line", "Remove the stray marker")
+            lines[-1][1] = lines[-1][1][:-1]
+        elif kind in (" ", "-", "+"):
+            lines.append([kind, line.value])
+        # kind "" is a blank line after a complete hunk: a separator, not content.
+    return {"old_start": hunk.source_start, "old_count": hunk.source_length,
+            "new_start": hunk.target_start, "new_count": hunk.target_length, "lines": lines}
+
+
+def _check_hunk_ends(path: Path, lines: list[str], patched: Any) -> None:
+    """A body line right after a complete hunk means its header undercounts: unidiff would
+    treat it as commentary and apply a truncated hunk."""
+    for hunk in patched:
+        numbers = [line.diff_line_no for line in hunk if line.diff_line_no]
+        if not numbers:
+            continue
+        at = max(numbers)  # 1-based; lines[at] is the next line
+        while at < len(lines) and lines[at].startswith("\\"):
+            at += 1
+        if at >= len(lines):
+            continue
+        nxt = lines[at]
+        is_body = nxt[:1] in ("+", " ", "-") and not nxt.startswith(("--- ", "+++ "))
+        if is_body and nxt.rstrip("\r\n") != "-- ":  # "-- " opens a mail signature
+            raise _fail(path, at + 1, f"line {at + 1} continues the hunk at line "
+                        f"{min(numbers) - 1} beyond the lengths its header gives",
+                        "Fix the hunk header counts, or regenerate the patch")
+
+
+# -- writing ---------------------------------------------------------------------------------
+
+_SAFE_PATH = re.compile(r'[^"\\\x00-\x1f\x7f-\U0010ffff]*\Z')
+
+
+def _quote(name: str) -> str:
+    """git's C quoting, only when the path needs it (quote, backslash, control, non-ASCII)."""
+    if _SAFE_PATH.match(name):
+        return name
+    out = []
+    for byte in name.encode("utf-8", "surrogateescape"):
+        ch = chr(byte)
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch == "\t":
+            out.append("\\t")
+        elif ch == "\n":
+            out.append("\\n")
+        elif byte < 0x20 or byte >= 0x7F:
+            out.append(f"\\{byte:03o}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def _side(prefix: str, path: str) -> str:
+    quoted = _quote(prefix + path)
+    # git ends a name holding a space with a tab, so the header cannot be misread.
+    return quoted + ("\t" if " " in quoted and not quoted.startswith('"') else "")
+
+
+def diff_files(old: bytes | None, new: bytes | None, path: str, *,
+               mode: str = DEFAULT_MODE) -> str:
+    """A git-style unified diff of one file (``None`` = absent); "" when nothing changed."""
+    if old == new:
+        return ""
+    if old is None and new is None:  # pragma: no cover - equal above
+        return ""
+    header = f"diff --git {_quote('a/' + path)} {_quote('b/' + path)}\n"
+    if old is None:
+        header += f"new file mode {mode}\n"
+    elif new is None:
+        header += f"deleted file mode {mode}\n"
+    a = split_lines((old or b"").decode("utf-8", "surrogateescape"))
+    b = split_lines((new or b"").decode("utf-8", "surrogateescape"))
+    if not a and not b:
+        return header  # an empty file created or deleted: no hunk to show
+    out = [header,
+           f"--- {DEV_NULL if old is None else _side('a/', path)}\n",
+           f"+++ {DEV_NULL if new is None else _side('b/', path)}\n"]
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    for group in matcher.get_grouped_opcodes(3):
+        i1, i2, j1, j2 = group[0][1], group[-1][2], group[0][3], group[-1][4]
+        out.append(f"@@ -{_range(i1, i2 - i1)} +{_range(j1, j2 - j1)} @@\n")
+        for tag, a1, a2, b1, b2 in group:
+            if tag == "equal":
+                out.extend(_body(" ", a[a1:a2]))
+                continue
+            out.extend(_body("-", a[a1:a2]))
+            out.extend(_body("+", b[b1:b2]))
+    return "".join(out)
+
+
+def _range(start: int, count: int) -> str:
+    if count == 1:
+        return str(start + 1)
+    return f"{start if count == 0 else start + 1},{count}"
+
+
+def _body(tag: str, lines: list[str]) -> Iterator[str]:
+    for line in lines:
+        if line.endswith("\n"):
+            yield tag + line
+        else:
+            yield tag + line + "\n" + _NO_NEWLINE

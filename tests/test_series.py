@@ -1,0 +1,248 @@
+"""Patch files into FILE records, byte-exact; and diff_files, read back exactly and by git."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from patchkit.errors import PatchFormatError
+from patchkit.series import diff_files, parse_patch
+
+SAMPLES = Path(__file__).parent / "samples" / "catalog" / "patches"
+
+
+def git(cwd: Path, *args: str, input: bytes | None = None) -> bytes:
+    return subprocess.run(["git", *args], cwd=cwd, input=input, check=True,
+                          capture_output=True).stdout
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    path = tmp_path / "repo"
+    path.mkdir()
+    git(path, "init", "-q")
+    return path
+
+
+def commit_all(repo: Path) -> None:
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "state")
+
+
+def staged_diff(repo: Path, tmp_path: Path, *extra: str) -> Path:
+    git(repo, "add", "-A")
+    out = tmp_path / "change.patch"
+    out.write_bytes(git(repo, "diff", "--cached", *extra))
+    return out
+
+
+def apply_records(files: dict[str, bytes | None], records: list[dict[str, Any]]) -> None:
+    """Apply FILE records strictly at the lines they name (what diff_files produces)."""
+    for rec in records:
+        text = (files.get(rec["path"]) or b"").decode("utf-8", "surrogateescape")
+        parts = text.split("\n")
+        lines = [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+        shift = 0
+        for hunk in rec["hunks"]:
+            old = [t for k, t in hunk["lines"] if k in " -"]
+            new = [t for k, t in hunk["lines"] if k in " +"]
+            at = (hunk["old_start"] if hunk["old_count"] == 0 else hunk["old_start"] - 1) + shift
+            assert lines[at:at + len(old)] == old
+            lines[at:at + len(old)] = new
+            shift += len(new) - len(old)
+        if rec["op"] == "delete":
+            assert not lines
+            files[rec["path"]] = None
+        else:
+            files[rec["path"]] = "".join(lines).encode("utf-8", "surrogateescape")
+
+
+def test_git_diff_with_every_kind_of_change(repo: Path, tmp_path: Path) -> None:
+    (repo / "crlf.txt").write_bytes(b"a\r\nb\r\nc\r\n")
+    (repo / "nonl.txt").write_bytes(b"x\ny\nz")
+    (repo / "latin.txt").write_bytes(b"caf\xe9\nok\n")
+    (repo / "gone.txt").write_bytes(b"bye\n")
+    (repo / "with space.txt").write_bytes(b"sp\n")
+    commit_all(repo)
+    (repo / "crlf.txt").write_bytes(b"a\r\nB\r\nc\r\n")
+    (repo / "nonl.txt").write_bytes(b"x\nY\nz\n")
+    (repo / "nonl.txt").chmod(0o755)
+    (repo / "latin.txt").write_bytes(b"caf\xe9\nOK\xff\n")
+    (repo / "gone.txt").unlink()
+    (repo / "new.txt").write_bytes(b"new\n")
+    (repo / "empty.txt").write_bytes(b"")
+    (repo / "with space.txt").write_bytes(b"sp2\n")
+    (repo / "caf\u00e9.py").write_text("x = 1\n")
+    records = {r["path"]: r for r in parse_patch(staged_diff(repo, tmp_path), "sglang")}
+
+    assert set(records) == {"crlf.txt", "nonl.txt", "latin.txt", "gone.txt", "new.txt",
+                            "empty.txt", "with space.txt", "caf\u00e9.py"}
+    assert all(r["root"] == "sglang" and r["patch"] == "change.patch" for r in records.values())
+    assert records["crlf.txt"]["hunks"][0]["lines"] == [
+        [" ", "a\r\n"], ["-", "b\r\n"], ["+", "B\r\n"], [" ", "c\r\n"]]
+    nonl = records["nonl.txt"]
+    assert nonl["mode"] == "100755" and nonl["op"] == "modify"
+    assert ["-", "z"] in nonl["hunks"][0]["lines"] and ["+", "z\n"] in nonl["hunks"][0]["lines"]
+    assert ["+", "OK\udcff\n"] in records["latin.txt"]["hunks"][0]["lines"]
+    assert records["gone.txt"]["op"] == "delete" and records["gone.txt"]["mode"] is None
+    assert records["new.txt"]["op"] == "create" and records["new.txt"]["mode"] == "100644"
+    assert records["empty.txt"] == {"root": "sglang", "path": "empty.txt", "patch": "change.patch",
+                                    "op": "create", "mode": "100644", "hunks": []}
+    assert records["with space.txt"]["hunks"][0]["lines"] == [["-", "sp\n"], ["+", "sp2\n"]]
+    assert records["crlf.txt"]["mode"] is None
+    assert records["caf\u00e9.py"]["op"] == "create"
+
+
+def test_format_patch_mail_with_signature_and_no_newline() -> None:
+    path = SAMPLES / "pool-guard" / "0002-serve-pin-index-k-dtype.patch"
+    [record] = parse_patch(path, "serve")
+    assert (record["root"], record["path"], record["op"]) == ("serve", "serve.sh", "modify")
+    assert record["hunks"] == [{
+        "old_start": 1, "old_count": 2, "new_start": 1, "new_count": 3,
+        "lines": [[" ", "#!/bin/sh\n"], ["+", "export SGLANG_INDEX_K_DTYPE=bf16\n"],
+                  [" ", 'exec python -m sglang.launch_server "$@"']]}]
+
+
+def test_one_patch_touching_a_file_twice_keeps_both_hunks_in_order() -> None:
+    [record] = parse_patch(SAMPLES / "index-k-bytes" / "0001-count-index-k-bytes.patch", "sglang")
+    assert record["path"] == "python/sglang/srt/pool.py"
+    assert [h["old_start"] for h in record["hunks"]] == [3]
+
+
+def test_plain_unified_diff_without_git_headers(tmp_path: Path) -> None:
+    patch = tmp_path / "plain.patch"
+    patch.write_bytes(b"--- a/x.py\t2026-01-01 00:00:00\n+++ b/x.py\t2026-01-02 00:00:00\n"
+                      b"@@ -1 +1 @@\n-a\n+b\n--- /dev/null\n+++ b/y.py\n@@ -0,0 +1 @@\n+new\n")
+    first, second = parse_patch(patch, "sglang")
+    assert (first["path"], first["op"], first["mode"]) == ("x.py", "modify", None)
+    assert (second["path"], second["op"], second["mode"]) == ("y.py", "create", "100644")
+
+
+BAD_PATCHES = {
+    "empty": (b"\n\n", 1, "the patch is empty"),
+    "no-changes": (b"just some words\n", 1, "no file changes found"),
+    "hunk-short": (b"--- a/x\n+++ b/x\n@@ -1,3 +1,3 @@\n a\n-b\n+c\n", 3,
+                   "fewer lines than its header says"),
+    "hunk-undercount": (b"--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n+extra\n", 6,
+                        "beyond the lengths its header gives"),
+    "garbage-in-hunk": (b"--- a/x\n+++ b/x\n@@ -1,2 +1,2 @@\n-a\n*b\n+c\n d\n", 5, "malformed"),
+    "marker-first": (b"--- a/x\n+++ b/x\n@@ -1 +1 @@\n\\ No newline at end of file\n-a\n+b\n",
+                     4, "follows no line"),
+    "rename": (b"diff --git a/x b/y\nsimilarity index 90%\nrename from x\nrename to y\n"
+               b"--- a/x\n+++ b/y\n@@ -1 +1 @@\n-a\n+b\n", 1, "renames are not supported"),
+    "symlink": (b"diff --git a/l b/l\nnew file mode 120000\n--- /dev/null\n+++ b/l\n"
+                b"@@ -0,0 +1 @@\n+target\n\\ No newline at end of file\n", 1, "symbolic link"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_PATCHES))
+def test_bad_patch_names_file_and_line(tmp_path: Path, name: str) -> None:
+    data, line, message = BAD_PATCHES[name]
+    patch = tmp_path / f"{name}.patch"
+    patch.write_bytes(data)
+    with pytest.raises(PatchFormatError) as info:
+        parse_patch(patch, "sglang")
+    assert info.value.details == {"file": str(patch), "line": line}
+    assert info.value.message.startswith(f"{patch}:{line}: ")
+    assert message in info.value.message
+
+
+def test_binary_patch_is_refused(repo: Path, tmp_path: Path) -> None:
+    (repo / "a.txt").write_text("t\n")  # sorts before blob.bin
+    (repo / "blob.bin").write_bytes(bytes(range(256)))
+    patch = staged_diff(repo, tmp_path, "--binary")
+    with pytest.raises(PatchFormatError, match="binary patches are not supported") as info:
+        parse_patch(patch, "sglang")
+    assert info.value.details["line"] > 1  # the second file's header, not the first's
+
+
+def test_parse_cache_returns_fresh_copies_and_sees_new_content(tmp_path: Path) -> None:
+    patch = tmp_path / "p.patch"
+    patch.write_text(diff_files(b"a\n", b"b\n", "x.txt"))
+    first = parse_patch(patch, "sglang")
+    first[0]["hunks"][0]["lines"].clear()
+    again = parse_patch(patch, "other")
+    assert again[0]["hunks"][0]["lines"] == [["-", "a\n"], ["+", "b\n"]]
+    assert again[0]["root"] == "other"
+    patch.write_text(diff_files(b"a\n", b"c\n", "x.txt"))
+    assert parse_patch(patch, "sglang")[0]["hunks"][0]["lines"][1] == ["+", "c\n"]
+
+
+TRICKY = [
+    (b"a\nb\nc\n", b"a\nB\nc\n"),
+    (b"a\r\nb\r\n", b"a\r\nb\n"),  # only the line ending changes
+    (b"x\ny", b"x\ny\n"),  # a final newline added
+    (b"x\ny\n", b"x\ny"),  # and removed
+    (b"\xff\xfe\n-- x\n+++ y\n", b"\xff\xfe\n--- z\n@@ -1 +1 @@\n"),  # diff-like content
+    (b"\\ No newline at end of file\n", b"\\ No newline at end of file"),
+    (b"", b"content\n"),
+    (b"one\n", b""),
+    (b"".join(b"line %d\n" % i for i in range(40)),
+     b"".join(b"line %d\n" % i for i in range(40) if i not in (5, 30)) + b"tail"),
+]
+
+
+@pytest.mark.parametrize("old,new", TRICKY)
+def test_diff_files_round_trip_and_git_agrees(repo: Path, tmp_path: Path, old: bytes,
+                                              new: bytes) -> None:
+    for before, after in ((old, new), (None, new), (old, None)):
+        if before == after or (before is None and not after) or (after is None and not before):
+            continue
+        text = diff_files(before, after, "dir/the file.txt")
+        patch = tmp_path / "rt.patch"
+        patch.write_bytes(text.encode("utf-8", "surrogateescape"))
+        files: dict[str, bytes | None] = {"dir/the file.txt": before}
+        apply_records(files, parse_patch(patch, "sglang"))
+        assert files["dir/the file.txt"] == after
+        # git itself reads the same patch to the same result.
+        target = repo / "dir" / "the file.txt"
+        target.parent.mkdir(exist_ok=True)
+        if before is None:
+            target.unlink(missing_ok=True)
+        else:
+            target.write_bytes(before)
+        git(repo, "apply", "--unsafe-paths", str(patch))
+        assert (target.read_bytes() if target.exists() else None) == after
+
+
+def test_diff_files_headers(tmp_path: Path) -> None:
+    assert diff_files(b"same\n", b"same\n", "x") == ""
+    created = diff_files(None, b"", "empty.txt")
+    assert created == "diff --git a/empty.txt b/empty.txt\nnew file mode 100644\n"
+    deleted = diff_files(b"a\n", None, "x.py")
+    assert "deleted file mode 100644\n--- a/x.py\n+++ /dev/null\n@@ -1 +0,0 @@\n-a\n" in deleted
+    script = diff_files(None, b"#!/bin/sh\n", "run.sh", mode="100755")
+    assert "new file mode 100755\n--- /dev/null\n+++ b/run.sh\n" in script
+    quoted = diff_files(b"a\n", b"b\n", "caf\u00e9.py")
+    assert '--- "a/caf\\303\\251.py"\n' in quoted
+    patch = tmp_path / "q.patch"
+    patch.write_text(quoted)
+    assert parse_patch(patch, "sglang")[0]["path"] == "caf\u00e9.py"
+
+
+_line = st.sampled_from(["a", "b", "", "-- x", "+++ y", "@@ -1 +1 @@", "\\ No newline",
+                         "\xe9", "\udcff", " "]).flatmap(
+    lambda body: st.sampled_from(["\n", "\r\n", "\r\n"]).map(lambda end: body + end))
+_content = st.lists(_line, max_size=25).flatmap(
+    lambda lines: st.booleans().map(
+        lambda cut: ("".join(lines)[:-1] if cut and lines else "".join(lines))
+        .encode("utf-8", "surrogateescape")))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(old=_content, new=_content)
+def test_diff_files_parse_patch_round_trip(tmp_path: Path, old: bytes, new: bytes) -> None:
+    text = diff_files(old, new, "f.txt")
+    if old == new:
+        assert text == ""
+        return
+    patch = tmp_path / "prop.patch"
+    patch.write_bytes(text.encode("utf-8", "surrogateescape"))
+    files: dict[str, bytes | None] = {"f.txt": old}
+    apply_records(files, parse_patch(patch, "sglang"))
+    assert files["f.txt"] == new
