@@ -454,7 +454,7 @@ def load_config(path: Path | str) -> ProjectConfig:
     path = Path(path)
     ctx = _Ctx(path, "config")
     data = _read_toml(path, "config").unwrap()
-    _check_keys(ctx, data, "", ("catalog", "targets"), ())
+    _check_keys(ctx, data, "", ("catalog", "default_target", "targets"), ())
     base = path.parent.resolve()
     catalog = None
     if "catalog" in data:
@@ -469,7 +469,12 @@ def load_config(path: Path | str) -> ProjectConfig:
             raise ctx.fail(where, f"'{name}' is not a target name", "Use letters, digits, "
                            "'_', '.', '-'")
         targets[name] = _build_target(ctx, name, table, base)
-    return ProjectConfig(path=path, catalog=catalog, targets=targets)
+    default = _str(ctx, data, "", "default_target", None) if "default_target" in data else None
+    if default is not None and default not in targets:
+        raise ctx.fail("default_target", f"default_target '{default}' is not a defined target "
+                       f"({', '.join(sorted(targets)) or 'none'})",
+                       f"Add [targets.{default}] or fix the name")
+    return ProjectConfig(path=path, catalog=catalog, default_target=default, targets=targets)
 
 
 def _build_target(ctx: _Ctx, name: str, table: Mapping[str, Any], base: Path) -> TargetConfig:

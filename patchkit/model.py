@@ -221,6 +221,7 @@ class ProjectConfig:
 
     path: Path
     catalog: Path | None = None
+    default_target: str | None = None  # used when no --target is given
     targets: Mapping[str, TargetConfig] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:

@@ -1,0 +1,178 @@
+"""A catalog: a directory holding ``manifests/<fix>.toml`` and ``patches/<fix>/``.
+
+Loads manifests lazily (once per Catalog), orders fixes by ``depends_on`` and refuses
+cycles and unknown dependencies with a :class:`ManifestError` naming the manifests involved.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+from typing import Iterable
+
+from .errors import ManifestError, UnknownFixError, UsageError
+from .manifest import load_manifest
+from .model import Fix
+
+ENV_CATALOG = "PATCHKIT_CATALOG"
+
+
+def _package_catalog_root() -> Path | None:
+    """The catalog shipped next to the package (the project's own manifests/ and patches/)."""
+    import patchkit
+
+    top = Path(patchkit.__file__).resolve().parent.parent
+    return top if (top / "manifests").is_dir() else None
+
+
+class Catalog:
+    """The fixes of one catalog directory."""
+
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root)
+        self.manifests_dir = self.root / "manifests"
+        self.patches_dir = self.root / "patches"
+        if not self.manifests_dir.is_dir():
+            raise UsageError(f"{self.root} is not a patchkit catalog: it has no manifests/ "
+                             "directory. Point PATCHKIT_CATALOG (or --catalog) at the directory "
+                             "holding manifests/ and patches/", catalog=str(self.root))
+        self._fixes: dict[str, Fix] = {}
+
+    def __repr__(self) -> str:
+        return f"Catalog({str(self.root)!r})"
+
+    @classmethod
+    def discover(cls, start: Path | str | None = None) -> Catalog:
+        """$PATCHKIT_CATALOG, else the nearest directory up from ``start`` (default: cwd)
+        holding manifests/ and patches/, else the catalog shipped with patchkit."""
+        env = os.environ.get(ENV_CATALOG)
+        if env:
+            root = Path(env).expanduser()
+            if not (root / "manifests").is_dir():
+                raise UsageError(f"{ENV_CATALOG}={env} does not hold a manifests/ directory. "
+                                 f"Set {ENV_CATALOG} to the directory holding manifests/ and "
+                                 "patches/, or unset it", catalog=env)
+            return cls(root)
+        here = Path(start) if start is not None else Path.cwd()
+        for candidate in (here.resolve(), *here.resolve().parents):
+            if (candidate / "manifests").is_dir() and (candidate / "patches").is_dir():
+                return cls(candidate)
+        shipped = _package_catalog_root()
+        if shipped is not None:
+            return cls(shipped)
+        raise UsageError(f"no patchkit catalog found: no directory holding manifests/ and "
+                         f"patches/ above {here}, and {ENV_CATALOG} is not set. Run from inside "
+                         f"a catalog, set {ENV_CATALOG}, or pass --catalog", start=str(here))
+
+    # -- lookup --------------------------------------------------------------------------------
+
+    def names(self) -> list[str]:
+        return sorted(p.stem for p in self.manifests_dir.glob("*.toml") if p.is_file())
+
+    def manifest_path(self, name: str) -> Path:
+        return self.manifests_dir / f"{name}.toml"
+
+    def get(self, name: str) -> Fix:
+        if name not in self._fixes:
+            path = self.manifest_path(name)
+            if not path.is_file():
+                close = difflib.get_close_matches(name, self.names(), n=3, cutoff=0.5)
+                hint = f" Did you mean {', '.join(close)}?" if close else ""
+                raise UnknownFixError(f"no fix named '{name}' in the catalog {self.root}.{hint} "
+                                      "List the fixes with `patchkit list`", name=name,
+                                      catalog=str(self.root), suggestions=close)
+            self._fixes[name] = load_manifest(path, patch_dir=self.patches_dir / name)
+        return self._fixes[name]
+
+    def all(self) -> list[Fix]:
+        return [self.get(name) for name in self.names()]
+
+    # -- relations -----------------------------------------------------------------------------
+
+    def _dep(self, fix: Fix, dep: str) -> Fix:
+        if not self.manifest_path(dep).is_file():
+            close = difflib.get_close_matches(dep, self.names(), n=1, cutoff=0.6)
+            hint = f"Did you mean '{close[0]}'? " if close else ""
+            raise ManifestError(f"{fix.manifest_path}: depends_on names '{dep}', which is not "
+                                f"in the catalog {self.root}. {hint}Fix the name or add the "
+                                "manifest", file=str(fix.manifest_path), key="depends_on")
+        return self.get(dep)
+
+    def dependency_order(self, names: Iterable[str], *, with_deps: bool = False) -> list[Fix]:
+        """The named fixes, dependencies first; their (transitive) dependencies are included
+        only ``with_deps``. Order among independent fixes follows ``names``."""
+        wanted = list(dict.fromkeys(names))
+        fixes = [self.get(n) for n in wanted]
+        selected = set(wanted)
+        order: list[Fix] = []
+        done: set[str] = set()
+
+        def visit(fix: Fix, stack: list[Fix]) -> None:
+            if fix.name in done:
+                return
+            if any(f.name == fix.name for f in stack):
+                cycle = stack[[f.name for f in stack].index(fix.name):] + [fix]
+                files = ", ".join(dict.fromkeys(str(f.manifest_path) for f in cycle))
+                raise ManifestError(f"depends_on forms a cycle: "
+                                    f"{' -> '.join(f.name for f in cycle)} ({files}). Remove "
+                                    "one of these dependencies",
+                                    file=str(fix.manifest_path), key="depends_on",
+                                    cycle=[f.name for f in cycle])
+            for dep in fix.depends_on:
+                visit(self._dep(fix, dep), stack + [fix])
+            done.add(fix.name)
+            if with_deps or fix.name in selected:
+                order.append(fix)
+
+        for fix in fixes:
+            visit(fix, [])
+        return order
+
+    def dependents(self, name: str, *, transitive: bool = True) -> list[Fix]:
+        """Fixes that depend on ``name`` (directly, or through others), dependencies first."""
+        self.get(name)
+        direct: dict[str, list[str]] = {}
+        for fix in self.all():
+            for dep in fix.depends_on:
+                direct.setdefault(dep, []).append(fix.name)
+        found: list[str] = []
+        todo = list(direct.get(name, []))
+        while todo:
+            current = todo.pop(0)
+            if current in found or current == name:
+                continue
+            found.append(current)
+            if transitive:
+                todo.extend(direct.get(current, []))
+        return self.dependency_order(found)
+
+    def replacements(self, name: str) -> list[Fix]:
+        """Fixes that supersede or revert ``name``: what to use instead of it."""
+        return [f for f in self.all() if name in f.supersedes or f.reverts == name]
+
+    def validate(self) -> list[Fix]:
+        """Load every manifest and check the relations between them; returns all fixes.
+
+        Catches what one manifest alone cannot: unknown dependencies, cycles, and lineage
+        (``supersedes``/``reverts``) naming fixes the catalog does not hold.
+        """
+        fixes = self.all()
+        self.dependency_order([f.name for f in fixes])
+        names = set(self.names())
+        for fix in fixes:
+            for key, targets in (("supersedes", fix.supersedes), ("reverts", (fix.reverts,))):
+                for target in targets:
+                    if target and target not in names:
+                        raise ManifestError(f"{fix.manifest_path}: {key} names '{target}', "
+                                            f"which is not in the catalog {self.root}. Keep the "
+                                            "old manifest (with its status) so the lineage "
+                                            "stays readable", file=str(fix.manifest_path),
+                                            key=key)
+        stray = sorted(p.name for p in self.patches_dir.iterdir() if p.is_dir()
+                       and p.name not in names and not p.name.startswith((".", "_"))) if self.patches_dir.is_dir() else []
+        if stray:
+            raise ManifestError(f"{self.patches_dir}: series without a manifest: "
+                                f"{', '.join(stray)}. Add manifests/<name>.toml or remove "
+                                "the directory", file=str(self.patches_dir), key="")
+        return fixes

@@ -1,0 +1,130 @@
+"""Turn fixes of a catalog into an engine request (docs/design.md, "Engine request").
+
+Everything the engine needs travels in the request: parsed hunks, patch hashes, check
+scripts' source. The engine never reads the catalog, so a remote host needs nothing but the
+request. Selection helpers put fixes in the order the engine expects (dependencies first for
+apply, dependents first for rollback) and refuse dead or superseded fixes for apply.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Iterable
+
+from .catalog import Catalog
+from .errors import ManifestError, UsageError
+from .model import Fix
+from .series import parse_patch
+
+REQUEST_FORMAT = 1
+OPS = ("apply", "rollback", "status", "verify")
+
+
+def fixes_for_apply(catalog: Catalog, names: Iterable[str], with_deps: bool = False, *,
+                    allow_inactive: bool = False) -> list[Fix]:
+    """The named fixes in application order (dependencies first, included ``with_deps``)."""
+    fixes = catalog.dependency_order(names, with_deps=with_deps)
+    if not allow_inactive:
+        for fix in fixes:
+            if fix.is_inactive:
+                raise UsageError(_inactive_message(catalog, fix), fix=fix.name, status=fix.status)
+    return fixes
+
+
+def _inactive_message(catalog: Catalog, fix: Fix) -> str:
+    replaced = [f.name for f in catalog.replacements(fix.name)]
+    if replaced:
+        instead = (f"it was replaced by {', '.join(replaced)}; apply "
+                   f"{'that' if len(replaced) == 1 else 'those'} instead")
+    else:
+        instead = "nothing in the catalog replaces it"
+    return (f"fix '{fix.name}' is {fix.status} ({instead}). To apply it anyway, allow inactive "
+            f"fixes (--allow-inactive); its manifest is {fix.manifest_path}")
+
+
+def fixes_for_rollback(catalog: Catalog, names: Iterable[str], *,
+                       with_dependents: bool = False) -> list[Fix]:
+    """The named fixes in rollback order (dependents first); ``with_dependents`` adds every
+    fix of the catalog that depends on one of them."""
+    wanted = list(dict.fromkeys(names))
+    if with_dependents:
+        for name in list(wanted):
+            wanted.extend(f.name for f in catalog.dependents(name) if f.name not in wanted)
+    return list(reversed(catalog.dependency_order(wanted)))
+
+
+def build_request(catalog: Catalog, fixes: list[Fix], *, op: str, roots: dict[str, str],
+                  state_root: str, python: str | None, dry_run: bool = False,
+                  force: bool = False, lock_timeout: float = 30.0) -> dict[str, Any]:
+    """The engine request for ``op`` over ``fixes`` (already in the order the op needs)."""
+    if op not in OPS:
+        raise UsageError(f"unknown operation '{op}'; use one of {', '.join(OPS)}", op=op)
+    if state_root not in roots:
+        raise UsageError(f"the state root '{state_root}' is not one of the target's roots "
+                         f"({', '.join(sorted(roots)) or 'none'}). Name a defined root",
+                         state_root=state_root)
+    if op != "status":
+        for fix in fixes:
+            missing = [r for r in fix.roots if r not in roots]
+            if missing:
+                raise UsageError(f"fix '{fix.name}' uses the root(s) {', '.join(missing)}, which "
+                                 f"the target does not define (it has {', '.join(sorted(roots))}). "
+                                 "Define them with --root NAME=PATH or [targets.NAME.roots] in "
+                                 "patchkit.toml", fix=fix.name, roots=missing)
+    return {
+        "format": REQUEST_FORMAT,
+        "op": op,
+        "dry_run": bool(dry_run),
+        "force": bool(force),
+        "roots": dict(roots),
+        "state_root": state_root,
+        "python": python,
+        "lock_timeout": float(lock_timeout),
+        "fixes": [fix_request(fix) for fix in fixes],
+    }
+
+
+def fix_request(fix: Fix) -> dict[str, Any]:
+    """One FIX object of the request."""
+    patches: list[dict[str, Any]] = []
+    files: list[dict[str, Any]] = []
+    for ref in fix.patches:
+        try:
+            data = ref.path.read_bytes()
+        except OSError as exc:
+            raise ManifestError(f"{fix.manifest_path}: cannot read patch {ref.path}: "
+                                f"{exc.strerror}. Restore the file", file=str(fix.manifest_path),
+                                key="patches") from None
+        patches.append({"file": ref.file, "sha256": hashlib.sha256(data).hexdigest()})
+        files.extend(parse_patch(ref.path, ref.root))
+    release = None
+    if fix.upstream.releases:
+        release = {"root": fix.upstream.root, "versions": list(fix.upstream.releases)}
+    return {
+        "name": fix.name,
+        "version": fix.version,
+        "title": fix.title,
+        "requires": list(fix.depends_on),
+        "release": release,
+        "patches": patches,
+        "files": files,
+        "preconditions": [c.to_request() for c in fix.preconditions],
+        "verification": [c.to_request() for c in fix.verification],
+        "actions": {"purge_pycache": fix.actions.purge_pycache},
+        "scripts": _scripts(fix),
+        "rollback": {"strategy": fix.rollback.strategy},
+    }
+
+
+def _scripts(fix: Fix) -> dict[str, str]:
+    out = {}
+    for script in fix.scripts:
+        path = fix.patch_dir / script
+        try:
+            out[script] = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = getattr(exc, "strerror", None) or str(exc)
+            raise ManifestError(f"{fix.manifest_path}: cannot read check script {path}: "
+                                f"{reason}. Restore it as UTF-8 text",
+                                file=str(fix.manifest_path), key="script") from None
+    return out

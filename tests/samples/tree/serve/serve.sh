@@ -1,0 +1,2 @@
+#!/bin/sh
+exec python -m sglang.launch_server "$@"

@@ -1,0 +1,135 @@
+"""A catalog directory: lookup, dependency order, cycles, lineage, discovery."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import patchkit
+from patchkit import catalog as catalog_module
+from patchkit.catalog import Catalog
+from patchkit.errors import ManifestError, UnknownFixError, UsageError
+from patchkit.manifest import new_manifest_text
+from patchkit.series import diff_files
+
+SAMPLE = Path(__file__).parent / "samples" / "catalog"
+
+
+def add_fix(root: Path, name: str, depends_on: tuple[str, ...] = (), *,
+            supersedes: tuple[str, ...] = ()) -> None:
+    """A real fix: a manifest from the authoring skeleton and a one-hunk patch."""
+    (root / "manifests").mkdir(parents=True, exist_ok=True)
+    (root / "patches" / name).mkdir(parents=True, exist_ok=True)
+    (root / "patches" / name / "0001-a.patch").write_text(
+        diff_files(b"old\n", f"{name}\n".encode(), f"python/sglang/{name}.py"))
+    text = new_manifest_text(name, f"Fix {name}", "0.5.21", [("0001-a.patch", "sglang")],
+                             date="2026-01-01")
+    text = text.replace("depends_on = []", f"depends_on = {list(depends_on)!r}".replace("'", '"'))
+    if supersedes:
+        text = text.replace("\n[upstream]", f"\nsupersedes = {list(supersedes)!r}\n[upstream]"
+                            .replace("'", '"'))
+    (root / "manifests" / f"{name}.toml").write_text(text)
+
+
+def test_names_get_all() -> None:
+    cat = Catalog(SAMPLE)
+    assert cat.names() == ["index-k-bytes", "old-index-k", "pool-guard"]
+    assert cat.get("pool-guard") is cat.get("pool-guard")  # loaded once
+    assert [f.name for f in cat.all()] == cat.names()
+    assert cat.get("pool-guard").patch_dir == SAMPLE / "patches" / "pool-guard"
+
+
+def test_unknown_fix_lists_close_names() -> None:
+    with pytest.raises(UnknownFixError, match="Did you mean pool-guard") as info:
+        Catalog(SAMPLE).get("pool-gaurd")
+    assert info.value.details["suggestions"] == ["pool-guard"]
+    assert info.value.details["name"] == "pool-gaurd"
+
+
+def test_a_directory_without_manifests_is_not_a_catalog(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="no manifests/"):
+        Catalog(tmp_path)
+
+
+def test_dependency_order(tmp_path: Path) -> None:
+    for name, deps in (("base", ()), ("mid", ("base",)), ("top", ("mid",)), ("solo", ()),
+                       ("side", ("base",))):
+        add_fix(tmp_path, name, deps)
+    cat = Catalog(tmp_path)
+    names = lambda fixes: [f.name for f in fixes]  # noqa: E731
+    assert names(cat.dependency_order(["top"])) == ["top"]
+    assert names(cat.dependency_order(["top"], with_deps=True)) == ["base", "mid", "top"]
+    # Without deps, the named fixes still come in dependency order, even through a gap.
+    assert names(cat.dependency_order(["top", "solo", "base"])) == ["base", "top", "solo"]
+    assert names(cat.dependency_order(["side", "top"], with_deps=True)) == [
+        "base", "side", "mid", "top"]
+    assert names(cat.dependents("base")) == ["mid", "side", "top"]
+    assert names(cat.dependents("base", transitive=False)) == ["mid", "side"]
+    assert cat.dependents("solo") == []
+
+
+def test_cycle_is_named_with_its_files(tmp_path: Path) -> None:
+    add_fix(tmp_path, "a", ("b",))
+    add_fix(tmp_path, "b", ("c",))
+    add_fix(tmp_path, "c", ("a",))
+    with pytest.raises(ManifestError, match=r"a -> b -> c -> a") as info:
+        Catalog(tmp_path).dependency_order(["a"])
+    for name in "abc":
+        assert str(tmp_path / "manifests" / f"{name}.toml") in info.value.message
+    assert info.value.details["cycle"] == ["a", "b", "c", "a"]
+
+
+def test_unknown_dependency_names_it_and_the_manifest(tmp_path: Path) -> None:
+    add_fix(tmp_path, "needs-ghost", ("ghost",))
+    with pytest.raises(ManifestError, match="depends_on names 'ghost'") as info:
+        Catalog(tmp_path).dependency_order(["needs-ghost"], with_deps=True)
+    assert info.value.details == {"file": str(tmp_path / "manifests" / "needs-ghost.toml"),
+                                  "key": "depends_on"}
+
+
+def test_validate_checks_lineage_and_stray_series(tmp_path: Path) -> None:
+    add_fix(tmp_path, "old")
+    add_fix(tmp_path, "new", supersedes=("old",))
+    cat = Catalog(tmp_path)
+    assert [f.name for f in cat.validate()] == ["new", "old"]
+    assert [f.name for f in cat.replacements("old")] == ["new"]
+    (tmp_path / "patches" / "orphan").mkdir()
+    with pytest.raises(ManifestError, match="series without a manifest: orphan"):
+        Catalog(tmp_path).validate()
+    (tmp_path / "patches" / "orphan").rmdir()
+    (tmp_path / "manifests" / "old.toml").unlink()
+    (tmp_path / "patches" / "old" / "0001-a.patch").unlink()
+    (tmp_path / "patches" / "old").rmdir()
+    with pytest.raises(ManifestError, match="supersedes names 'old'"):
+        Catalog(tmp_path).validate()
+
+
+def test_discover_from_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATCHKIT_CATALOG", str(SAMPLE))
+    assert Catalog.discover(tmp_path).root == SAMPLE
+    monkeypatch.setenv("PATCHKIT_CATALOG", str(tmp_path))
+    with pytest.raises(UsageError, match="PATCHKIT_CATALOG="):
+        Catalog.discover()
+
+
+def test_discover_walks_up_from_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PATCHKIT_CATALOG", raising=False)
+    add_fix(tmp_path, "x")
+    deep = tmp_path / "patches" / "x" / "checks"
+    deep.mkdir()
+    monkeypatch.chdir(deep)
+    assert Catalog.discover().root == tmp_path.resolve()
+    assert Catalog.discover(deep).names() == ["x"]
+
+
+def test_discover_falls_back_to_the_shipped_catalog(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PATCHKIT_CATALOG", raising=False)
+    shipped = Path(patchkit.__file__).resolve().parent.parent
+    if (shipped / "manifests").is_dir():
+        assert Catalog.discover(tmp_path).root == shipped
+    monkeypatch.setattr(catalog_module, "_package_catalog_root", lambda: None)
+    with pytest.raises(UsageError, match="no patchkit catalog found") as info:
+        Catalog.discover(tmp_path)
+    assert "PATCHKIT_CATALOG" in info.value.message
