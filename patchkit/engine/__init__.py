@@ -1,1 +1,54 @@
-"""The part of patchkit that runs next to the target's files (standard library only)."""
+"""The part of patchkit that runs next to the target's files (standard library only).
+
+``run(request) -> result`` executes one engine request (docs/design.md, format 1). It never
+raises for an expected failure: the result carries ``ok: false`` and the error as a dict, so a
+local and a remote target (where this package is shipped and run by ``agent.main``) fail alike.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any, Dict
+
+from ..errors import InternalError, PatchkitError
+from . import faults
+from .apply import apply
+from .observe import status, verify
+from .request import FORMAT, parse_request
+from .rollback import rollback
+from .store import Store
+from .txn import recover
+
+__all__ = ["run"]
+
+
+def run(request: Dict[str, Any]) -> Dict[str, Any]:
+    """Execute one engine request and return its result; see docs/design.md."""
+    faults.reset()
+    raw = request if isinstance(request, dict) else {}
+    result: Dict[str, Any] = {"format": FORMAT, "op": raw.get("op"), "ok": False,
+                              "dry_run": bool(raw.get("dry_run", False)), "recovered": [],
+                              "fixes": [], "status": None, "error": None}
+    try:
+        req = parse_request(request)
+        store = Store(req.state_root.path)
+        writes = req.op in ("apply", "rollback") and not req.dry_run
+        with store.locked(req.lock_timeout, create=writes) as held:
+            if held:
+                result["recovered"] = recover(store)
+            if req.op == "apply":
+                result["fixes"] = apply(req, store)
+            elif req.op == "rollback":
+                result["fixes"] = rollback(req, store)
+            elif req.op == "verify":
+                result["fixes"] = verify(req, store)
+            else:
+                result["status"] = status(req, store)
+        result["ok"] = True
+    except PatchkitError as err:
+        result["error"] = err.to_dict()
+    except Exception as exc:  # a bug: report it with its traceback instead of crashing the client
+        result["error"] = InternalError(
+            "internal error in the patchkit engine: %s: %s" % (type(exc).__name__, exc),
+            traceback=traceback.format_exc()).to_dict()
+    return result

@@ -1,0 +1,225 @@
+"""The apply op: plan every fix in memory, check every precondition, then one transaction."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Set, Tuple
+
+from ..errors import (ConflictError, PreconditionFailed, TargetFileMissing, VerificationFailed,
+                      VersionMismatch)
+from . import auto
+from .checks import CheckContext, run_check
+from .fsops import read_bytes
+from .hunks import Placement, apply_change, decode, encode, sha256_bytes
+from .request import FixSpec, Request
+from .store import Store, utc_now
+from .txn import FileWrite, missing_dirs, run_transaction
+from .workspace import Key, Workspace, unified_diff
+
+
+@dataclass
+class FixPlan:
+    spec: FixSpec
+    preconditions: List[Dict[str, Any]]
+    keys: List[Key] = field(default_factory=list)
+    before: Dict[Key, Tuple[Optional[bytes], Optional[int]]] = field(default_factory=dict)
+    after: Dict[Key, Tuple[Optional[bytes], Optional[int]]] = field(default_factory=dict)
+    placements: Dict[Key, List[Placement]] = field(default_factory=dict)
+    verification: List[Dict[str, Any]] = field(default_factory=list)
+    created_dirs: List[str] = field(default_factory=list)
+
+
+def file_op(before: Optional[bytes], after: Optional[bytes]) -> str:
+    if before is None:
+        return "create"
+    return "delete" if after is None else "modify"
+
+
+def fix_result(plan: FixPlan, outcome: str) -> Dict[str, Any]:
+    files = []
+    for key in plan.keys:
+        (before, _), (after, _) = plan.before[key], plan.after[key]
+        files.append({"root": key[0], "path": key[1], "op": file_op(before, after),
+                      "before_sha256": sha256_bytes(before), "after_sha256": sha256_bytes(after),
+                      "hunks": [p.to_dict() for p in plan.placements.get(key, [])],
+                      "diff": unified_diff(key[1], before, after)})
+    return {"name": plan.spec.name, "version": plan.spec.version, "outcome": outcome, "files": files,
+            "preconditions": plan.preconditions, "verification": plan.verification}
+
+
+def failure_lines(failures: List[Dict[str, Any]]) -> str:
+    return "\n".join("- fix %s: %s [%s] at %s: %s" % (f["fix"], f["name"], f["kind"], f["where"],
+                                                      f["detail"]) for f in failures)
+
+
+def raise_preconditions(failures: List[Dict[str, Any]], results: List[Dict[str, Any]]) -> None:
+    cls = TargetFileMissing if any(f["kind"] == "file-present" for f in failures) else PreconditionFailed
+    raise cls("%d precondition(s) failed; nothing was written:\n%s"
+              % (len(failures), failure_lines(failures)), failures=failures, fixes=results)
+
+
+def recorded_after_hashes(state: Dict[str, Any]) -> Dict[Key, Set[str]]:
+    out: Dict[Key, Set[str]] = {}
+    for fix in state.get("fixes", []):
+        for f in fix.get("files", []):
+            if f.get("after_sha256"):
+                out.setdefault((f["root"], f["path"]), set()).add(f["after_sha256"])
+    return out
+
+
+def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
+    state = store.read_state()
+    recorded = {f["name"]: f for f in state.get("fixes", [])}
+    outcomes: Dict[str, Dict[str, Any]] = {}
+    todo: List[FixSpec] = []
+    for spec in req.fixes:
+        rec = recorded.get(spec.name)
+        if rec is None:
+            todo.append(spec)
+        elif int(rec.get("version", 0)) == spec.version:
+            outcomes[spec.name] = {"name": spec.name, "version": spec.version, "outcome": "already-applied",
+                                   "files": [], "preconditions": [], "verification": []}
+        else:
+            raise VersionMismatch(
+                "fix %s version %s is applied in %s but this is version %d; roll it back first "
+                "(patchkit rollback %s) and apply again, or keep the applied version"
+                % (spec.name, rec.get("version"), req.state_root.path, spec.version, spec.name),
+                fix=spec.name, applied_version=rec.get("version"), version=spec.version)
+    ws = Workspace(req.roots)
+    for spec in todo:  # every path is checked before anything else happens
+        for change in spec.files:
+            ws.entry(change.root, change.path)
+    plans = _plan(req, store, state, ws, todo)
+    if not req.dry_run and plans:
+        _write(req, store, state, ws, plans)
+    for plan in plans:
+        outcomes[plan.spec.name] = fix_result(plan, "would-apply" if req.dry_run else "applied")
+    return [outcomes[s.name] for s in req.fixes]
+
+
+def _plan(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
+          todo: List[FixSpec]) -> List[FixPlan]:
+    available = {f["name"] for f in state.get("fixes", [])}
+    after_hashes = recorded_after_hashes(state)
+    release_cache: Dict[str, Any] = {}
+    repos: Dict[str, bool] = {}
+    writable: Dict[str, Optional[str]] = {}
+    touched: Set[Key] = set()
+    failures: List[Dict[str, Any]] = []
+    results: List[Dict[str, Any]] = []
+    plans: List[FixPlan] = []
+    for n, spec in enumerate(todo):
+        pre: List[Dict[str, Any]] = []
+        if spec.release is not None:
+            pre.append(auto.release_check(spec, req.roots, release_cache))
+        pre.extend(auto.requires_check(spec, available))
+        first_op: Dict[Key, str] = {}
+        for change in spec.files:
+            first_op.setdefault((change.root, change.path), change.op)
+        keys = list(first_op)
+        for key in keys:
+            missing = auto.presence_check(ws.entry(*key), first_op[key])
+            if missing:
+                pre.append(missing)
+        fresh = [ws.entry(*k) for k in keys if k not in touched]
+        pre.extend(auto.git_clean_checks(fresh, req.roots, after_hashes, repos))
+        dirs = [(ws.entry(*k).where, os.path.dirname(ws.entry(*k).abs)) for k in keys]
+        if n == 0:
+            dirs.append(("state", store.dir if store.exists() else store.root))
+        pre.extend(auto.writable_checks(dirs, writable))
+        ctx = CheckContext(spec.name, req.roots, req.python, spec.scripts, ws.read)
+        pre.extend(run_check(check, ctx) for check in spec.preconditions)
+        plan = FixPlan(spec, pre, keys=keys)
+        failed = [dict(r, fix=spec.name) for r in pre if not r["ok"]]
+        results.append({"name": spec.name, "version": spec.version, "preconditions": pre})
+        if failed:
+            failures.extend(failed)
+            continue
+        for key in keys:
+            e = ws.entry(*key)
+            plan.before[key] = (e.current, e.mode)
+        for change in spec.files:
+            e = ws.entry(change.root, change.path)
+            try:
+                new, placed = apply_change(None if e.current is None else decode(e.current), change)
+            except ConflictError:
+                if failures:
+                    raise_preconditions(failures, results)
+                raise
+            e.current = None if new is None else encode(new)
+            if new is None:
+                e.mode = None
+            elif change.mode is not None:
+                e.mode = change.mode
+            elif e.mode is None:
+                e.mode = 0o644
+            plan.placements.setdefault((change.root, change.path), []).extend(placed)
+        for key in keys:
+            e = ws.entry(*key)
+            plan.after[key] = (e.current, e.mode)
+        touched.update(keys)
+        available.add(spec.name)
+        plans.append(plan)
+    if failures:
+        raise_preconditions(failures, results)
+    return plans
+
+
+def _write(req: Request, store: Store, state: Dict[str, Any], ws: Workspace, plans: List[FixPlan]) -> None:
+    claimed: Set[str] = set()
+    for plan in plans:
+        for key in plan.keys:
+            if plan.after[key][0] is not None and plan.before[key][0] is None:
+                for d in missing_dirs(ws.entry(*key).abs):
+                    if d not in claimed:
+                        claimed.add(d)
+                        plan.created_dirs.append(d)
+    writes = [FileWrite(e.root, e.path, e.abs, e.original, e.current, e.original_mode, e.mode, e.owner)
+              for e in ws.changed()]
+    backups = {p.spec.name: [(k[0], k[1], p.before[k][0]) for k in p.keys if p.before[k][0] is not None]
+               for p in plans}
+
+    def disk(root: str, path: str) -> Optional[bytes]:
+        return read_bytes(req.roots.resolve(root, path))
+
+    def verify() -> None:
+        failures = []
+        for plan in plans:
+            ctx = CheckContext(plan.spec.name, req.roots, req.python, plan.spec.scripts, disk)
+            plan.verification = [run_check(check, ctx) for check in plan.spec.verification]
+            failures.extend(dict(r, fix=plan.spec.name) for r in plan.verification if not r["ok"])
+        if failures:
+            raise VerificationFailed(
+                "%d verification check(s) failed after writing; every file was restored:\n%s"
+                % (len(failures), failure_lines(failures)), failures=failures,
+                fixes=[{"name": p.spec.name, "version": p.spec.version, "verification": p.verification}
+                       for p in plans])
+
+    def commit(txn: str) -> Dict[str, Any]:
+        new_state = dict(state)
+        new_state["fixes"] = list(state.get("fixes", [])) + [_record(req, p, txn) for p in plans]
+        return new_state
+
+    run_transaction(store, "apply", [p.spec.name for p in plans], writes, backups,
+                    purge=any(p.spec.purge_pycache for p in plans), verify=verify, commit=commit,
+                    versions={p.spec.name: p.spec.version for p in plans})
+
+
+def _record(req: Request, plan: FixPlan, txn: str) -> Dict[str, Any]:
+    spec = plan.spec
+    files = []
+    for key in plan.keys:
+        (before, mode_before), (after, mode_after) = plan.before[key], plan.after[key]
+        files.append({"root": key[0], "path": key[1], "op": file_op(before, after),
+                      "before_sha256": sha256_bytes(before), "after_sha256": sha256_bytes(after),
+                      "mode_before": mode_before, "mode": mode_after,
+                      "backup": "backups/%s/files/%s/%s" % (spec.name, key[0], key[1])
+                      if before is not None else None})
+    return {"name": spec.name, "version": spec.version, "title": spec.title,
+            "requires": list(spec.requires), "release": spec.release, "applied_at": utc_now(),
+            "txn": txn, "patches": [dict(p) for p in spec.patches], "files": files,
+            "created_dirs": plan.created_dirs, "verification": plan.verification,
+            "backup_dir": ".patchkit/backups/%s" % spec.name,
+            "rollback": {"strategy": spec.strategy}, "purge_pycache": spec.purge_pycache,
+            "roots": {r.name: r.path for r in req.roots}}

@@ -1,0 +1,127 @@
+"""The preconditions the engine adds to every fix: release, requirements, file presence,
+git cleanliness and writability (docs/design.md, "Automatic preconditions")."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Dict, List, Optional, Set, Tuple
+
+from . import gitcli
+from .checks import result
+from .fsops import nearest_existing_dir, probe_writable
+from .hunks import sha256_bytes
+from .paths import Root, Roots
+from .request import FixSpec
+from .workspace import Entry
+
+_VERSION_RE = re.compile(
+    r"""^(?:__version__|version)\b[^=\n]*=\s*(?:(?:__version__|version)\s*=\s*)?['"]([^'"]+)['"]""",
+    re.MULTILINE)
+
+
+def detect_release(root: Root) -> Tuple[Optional[str], str]:
+    """The SGLang release of a root and where it was read from."""
+    pkg = root.package_dir()
+    if pkg:
+        for name in ("_version.py", "version.py"):
+            path = os.path.join(pkg, name)
+            try:
+                with open(path, "r", encoding="utf-8", errors="replace") as fh:
+                    match = _VERSION_RE.search(fh.read())
+            except OSError:
+                continue
+            if match:
+                return match.group(1), os.path.relpath(path, root.path)
+    tag = gitcli.describe_tag(root.path)
+    if tag:
+        return tag, "git tag of HEAD"
+    return None, ""
+
+
+def release_check(spec: FixSpec, roots: Roots, cache: Dict[str, Tuple[Optional[str], str]]) -> Dict[str, Any]:
+    assert spec.release is not None
+    root = roots.get(str(spec.release.get("root") or "sglang"))
+    wanted = [str(v) for v in spec.release.get("versions") or []]
+    if root.name not in cache:
+        cache[root.name] = detect_release(root)
+    found, source = cache[root.name]
+    name = "release is one of %s" % ", ".join(wanted)
+    if found is None:
+        return result("release", name, False,
+                      "cannot tell the release of root %s (%s): no sglang/_version.py with a version and "
+                      "HEAD is not on a release tag. Point the root at an SGLang release checkout or "
+                      "install, or tag HEAD with its release" % (root.name, root.path), root.name)
+    ok = found in wanted
+    detail = "release %s (from %s)" % (found, source)
+    if not ok:
+        detail += "; the fix is known to apply to %s only. Use a version of the fix written for %s " \
+                  "(rebase it), or add %s to upstream.releases once it is checked" % (
+                      ", ".join(wanted), found, found)
+    return result("release", name, ok, detail, root.name)
+
+
+def requires_check(spec: FixSpec, available: Set[str]) -> List[Dict[str, Any]]:
+    out = []
+    for req in spec.requires:
+        ok = req in available
+        out.append(result("requires", "requires %s" % req, ok,
+                          "applied" if ok else "fix %s is not applied; apply it first (patchkit apply %s)"
+                          % (req, req), req))
+    return out
+
+
+def presence_check(entry: Entry, op: str) -> Optional[Dict[str, Any]]:
+    exists = entry.current is not None
+    if op == "create":
+        return None if not exists else result(
+            "file-absent", "%s is absent" % entry.where, False,
+            "%s already exists but the fix creates it; remove it or roll back what created it"
+            % entry.where, entry.where)
+    return None if exists else result(
+        "file-present", "%s exists" % entry.where, False,
+        "%s does not exist (looked at %s); check the root path and the target's layout"
+        % (entry.where, entry.abs), entry.where)
+
+
+def git_clean_checks(entries: List[Entry], roots: Roots, recorded: Dict[Tuple[str, str], Set[str]],
+                     repos: Dict[str, bool]) -> List[Dict[str, Any]]:
+    """Touched files must match HEAD, or the bytes patchkit itself wrote there earlier."""
+    out = []
+    by_root: Dict[str, List[Entry]] = {}
+    for e in entries:
+        by_root.setdefault(e.root, []).append(e)
+    for root_name, group in by_root.items():
+        root = roots.get(root_name)
+        if root_name not in repos:
+            repos[root_name] = gitcli.is_checkout(root.path)
+        if not repos[root_name]:
+            continue
+        changed = gitcli.changed_paths(root.path, [root.mapped(e.path) for e in group])
+        for e in group:
+            code = changed.get(root.mapped(e.path))
+            ours = sha256_bytes(e.original) in recorded.get((e.root, e.path), set())
+            ok = code is None or ours
+            if code is None:
+                detail = "unmodified against HEAD"
+            elif ours:
+                detail = "differs from HEAD only by a fix patchkit applied"
+            else:
+                detail = ("%s has uncommitted changes (git status %r); commit or stash them, or "
+                          "discard them with git checkout -- %s" % (e.where, code.strip(), root.mapped(e.path)))
+            out.append(result("git-clean", "%s is clean" % e.where, ok, detail, e.where))
+    return out
+
+
+def writable_checks(dirs: List[Tuple[str, str]], cache: Dict[str, Optional[str]]) -> List[Dict[str, Any]]:
+    """Each (where, directory) must accept new files; probed for real, as root passes os.access."""
+    out = []
+    for where, directory in dirs:
+        existing = nearest_existing_dir(directory)
+        if existing not in cache:
+            cache[existing] = probe_writable(existing)
+        why = cache[existing]
+        out.append(result("writable", "%s is writable" % existing, why is None,
+                          "writable" if why is None else "%s; make it writable (remount read-write, "
+                          "chattr -i, or fix permissions) and retry" % why, where))
+    return out

@@ -1,0 +1,210 @@
+"""The declared check kinds of docs/design.md, shared by preconditions and verification.
+
+Each check returns ``{kind, name, ok, detail, where}``. File checks read through a ``reader`` so
+a precondition sees the in-memory result of earlier fixes of the same request while a
+verification sees the disk. Commands run from argv lists (no shell), with a timeout, the
+target interpreter, and their output kept for the failure's ``detail``.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import shlex
+import subprocess
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional
+
+from ..errors import UsageError
+from .hunks import decode, sha256_bytes, split_lines
+from .paths import Roots
+
+Reader = Callable[[str, str], Optional[bytes]]
+
+DEFAULT_TIMEOUT = 300.0
+OUTPUT_LIMIT = 4000
+KINDS = ("grep", "sha256", "python-syntax", "bash-syntax", "python-import", "python-script", "command")
+
+
+@dataclass(frozen=True)
+class CheckContext:
+    fix: str
+    roots: Roots
+    python: str
+    scripts: Dict[str, str]
+    read: Reader
+
+
+def result(kind: str, name: str, ok: bool, detail: str, where: str) -> Dict[str, Any]:
+    return {"kind": kind, "name": name, "ok": bool(ok), "detail": detail, "where": where}
+
+
+def child_env() -> Dict[str, str]:
+    env = dict(os.environ)
+    env.pop("PATCHKIT_FAULT", None)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # a check must not leave bytecode in the target
+    return env
+
+
+def run_argv(argv: List[str], cwd: str, timeout: float, expect_exit: int = 0,
+             display: Optional[str] = None, stdin: Optional[bytes] = None) -> Optional[str]:
+    """None when the command exits ``expect_exit``, else a detail with command, code, output."""
+    shown = display or " ".join(shlex.quote(a) for a in argv)
+    try:
+        proc = subprocess.run(argv, cwd=cwd, input=stdin if stdin is not None else b"",
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=child_env(),
+                              timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        out = (exc.output or b"").decode("utf-8", "replace")
+        return "command: %s\ntimed out after %.0fs\noutput:\n%s" % (shown, timeout, _tail(out))
+    except OSError as exc:
+        return "command: %s\ncould not run: %s" % (shown, exc.strerror or exc)
+    if proc.returncode == expect_exit:
+        return None
+    return "command: %s\nexit code: %d (expected %d)\noutput:\n%s" % (
+        shown, proc.returncode, expect_exit, _tail(proc.stdout.decode("utf-8", "replace")))
+
+
+def _tail(text: str) -> str:
+    return text if len(text) <= OUTPUT_LIMIT else "...\n" + text[-OUTPUT_LIMIT:]
+
+
+def _need(check: Dict[str, Any], key: str, fix: str) -> Any:
+    if key not in check or check[key] in (None, ""):
+        raise UsageError("fix %s: %s check %r lacks %r; add it to the manifest's check"
+                         % (fix, check.get("kind"), check.get("name") or "", key),
+                         fix=fix, key=key)
+    return check[key]
+
+
+def expand(values: List[Any], ctx: CheckContext) -> List[str]:
+    """Replace ``{python}`` and ``{root:NAME}`` in each argument."""
+    table = ctx.roots.placeholders(ctx.python)
+
+    def one(match: "re.Match[str]") -> str:
+        token = match.group(0)
+        if token not in table:
+            raise UsageError("fix %s: placeholder %s names no root of the target (roots: %s)"
+                             % (ctx.fix, token, ", ".join(r.name for r in ctx.roots)), fix=ctx.fix)
+        return table[token]
+
+    return [re.sub(r"\{python\}|\{root:[^}]*\}", one, str(v)) for v in values]
+
+
+def run_check(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
+    kind = str(check.get("kind", ""))
+    if kind not in KINDS:
+        raise UsageError("fix %s: unknown check kind %r; use one of %s"
+                         % (ctx.fix, kind, ", ".join(KINDS)), fix=ctx.fix, kind=kind)
+    return _RUNNERS[kind](check, ctx)
+
+
+def _file(check: Dict[str, Any], ctx: CheckContext):
+    root, path = str(_need(check, "root", ctx.fix)), str(_need(check, "path", ctx.fix))
+    ctx.roots.resolve(root, path)  # refuses unsafe paths
+    return root, path, "%s:%s" % (root, path), ctx.read(root, path)
+
+
+def _grep(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
+    root, path, where, data = _file(check, ctx)
+    pattern = str(_need(check, "pattern", ctx.fix))
+    name = check.get("name") or "grep %r in %s" % (pattern, where)
+    if data is None:
+        return result("grep", name, False, "%s does not exist" % where, where)
+    if check.get("regex"):
+        try:
+            rx = re.compile(pattern)
+        except re.error as exc:
+            raise UsageError("fix %s: grep check %r has an invalid regex %r: %s"
+                             % (ctx.fix, name, pattern, exc), fix=ctx.fix) from None
+        matches = [i for i, ln in enumerate(split_lines(decode(data)), 1) if rx.search(ln)]
+    else:
+        matches = [i for i, ln in enumerate(split_lines(decode(data)), 1) if pattern in ln]
+    where_found = "lines %s" % ", ".join(map(str, matches[:10])) if matches else "no line"
+    if "count" in check and check["count"] is not None:
+        ok = len(matches) == int(check["count"])
+        detail = "%d matching lines (%s), expected %d" % (len(matches), where_found, int(check["count"]))
+    else:
+        want = bool(check.get("present", True))
+        ok = bool(matches) == want
+        detail = "%s %s; expected it %s" % ("found at" if matches else "not found:", where_found,
+                                            "present" if want else "absent")
+    return result("grep", name, ok, detail, where)
+
+
+def _sha256(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
+    root, path, where, data = _file(check, ctx)
+    want = str(_need(check, "sha256", ctx.fix)).lower()
+    name = check.get("name") or "sha256 of %s" % where
+    if data is None:
+        return result("sha256", name, False, "%s does not exist" % where, where)
+    have = sha256_bytes(data)
+    return result("sha256", name, have == want, "sha256 %s, expected %s" % (have, want), where)
+
+
+def _python_syntax(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
+    root, path, where, data = _file(check, ctx)
+    name = check.get("name") or "python syntax of %s" % where
+    if data is None:
+        return result("python-syntax", name, False, "%s does not exist" % where, where)
+    try:
+        ast.parse(data, filename=where)
+    except (SyntaxError, ValueError) as exc:
+        line = getattr(exc, "lineno", None)
+        return result("python-syntax", name, False, "line %s: %s" % (line, exc), where)
+    return result("python-syntax", name, True, "parses", where)
+
+
+def _bash_syntax(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
+    root, path, where, data = _file(check, ctx)
+    name = check.get("name") or "bash syntax of %s" % where
+    if data is None:
+        return result("bash-syntax", name, False, "%s does not exist" % where, where)
+    failure = run_argv(["bash", "-n"], ctx.roots.get(root).path, _timeout(check),
+                       display="bash -n %s" % where, stdin=data)
+    return result("bash-syntax", name, failure is None, failure or "parses", where)
+
+
+def _timeout(check: Dict[str, Any]) -> float:
+    return float(check.get("timeout") or DEFAULT_TIMEOUT)
+
+
+def _python_import(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
+    module = str(_need(check, "module", ctx.fix))
+    root = ctx.roots.get(str(_need(check, "root", ctx.fix)))
+    sys_path = str(check.get("sys_path") or root.default_sys_path())
+    entry = ctx.roots.resolve(root.name, sys_path) if sys_path not in (".", "") else root.path
+    where = "%s:%s" % (root.name, module)
+    name = check.get("name") or "import %s" % module
+    source = "import sys, importlib; sys.path.insert(0, sys.argv[1]); importlib.import_module(sys.argv[2])"
+    failure = run_argv([ctx.python, "-c", source, entry, module], root.path, _timeout(check),
+                       display="%s -c 'import %s' (sys.path[0] = %s)" % (ctx.python, module, entry))
+    return result("python-import", name, failure is None, failure or "imported", where)
+
+
+def _python_script(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
+    script = str(_need(check, "script", ctx.fix))
+    if script not in ctx.scripts:
+        raise UsageError("fix %s: check script %s is not shipped with the request; add it under "
+                         "patches/%s/%s" % (ctx.fix, script, ctx.fix, script), fix=ctx.fix, script=script)
+    root = ctx.roots.get(str(_need(check, "root", ctx.fix)))
+    args = expand(list(check.get("args") or []), ctx)
+    name = check.get("name") or "script %s" % script
+    failure = run_argv([ctx.python, "-c", ctx.scripts[script]] + args, root.path, _timeout(check),
+                       display=" ".join([ctx.python, script] + [shlex.quote(a) for a in args]))
+    return result("python-script", name, failure is None, failure or "exit 0", "%s:%s" % (root.name, script))
+
+
+def _command(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
+    argv = expand(list(_need(check, "argv", ctx.fix)), ctx)
+    root = ctx.roots.get(str(_need(check, "root", ctx.fix)))
+    expect = int(check.get("expect_exit", 0) or 0)
+    name = check.get("name") or " ".join(shlex.quote(a) for a in argv)
+    failure = run_argv(argv, root.path, _timeout(check), expect_exit=expect)
+    return result("command", name, failure is None, failure or "exit %d" % expect, root.name)
+
+
+_RUNNERS = {"grep": _grep, "sha256": _sha256, "python-syntax": _python_syntax,
+            "bash-syntax": _bash_syntax, "python-import": _python_import,
+            "python-script": _python_script, "command": _command}

@@ -1,0 +1,243 @@
+"""Hunk placement with zero fuzz: a FILE record of the engine request applied to text in memory.
+
+A hunk's old side (its " " and "-" lines) must match the file exactly. It is tried first at the
+line the patch names, moved by the offset the previous hunk was found at, then at the nearest
+exact match searching outward. Nothing is ever matched approximately: a hunk whose context
+differs by one line is a conflict even where GNU patch would fuzz it, because a fuzzed hunk in
+a production tree is a silent wrong edit. Text is the file's bytes decoded as UTF-8 with
+``surrogateescape`` and split on "\\n" only, so CRLF, a missing final newline and non-UTF-8
+bytes all survive unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from ..errors import ConflictError, PatchFormatError, UsageError
+
+OPS = ("modify", "create", "delete")
+
+
+def decode(data: bytes) -> str:
+    return data.decode("utf-8", "surrogateescape")
+
+
+def encode(text: str) -> bytes:
+    return text.encode("utf-8", "surrogateescape")
+
+
+def sha256_bytes(data: Optional[bytes]) -> Optional[str]:
+    return None if data is None else hashlib.sha256(data).hexdigest()
+
+
+def split_lines(text: str) -> List[str]:
+    """Split on "\\n" only, keeping each line's ending; the last line may have none."""
+    parts = text.split("\n")
+    lines = [p + "\n" for p in parts[:-1]]
+    if parts[-1]:
+        lines.append(parts[-1])
+    return lines
+
+
+@dataclass(frozen=True)
+class Hunk:
+    index: int  # 1-based position in its FILE record
+    old_start: int
+    old_count: int
+    new_start: int
+    new_count: int
+    lines: Tuple[Tuple[str, str], ...]
+
+    @property
+    def old(self) -> List[str]:
+        return [t for k, t in self.lines if k in (" ", "-")]
+
+    @property
+    def new(self) -> List[str]:
+        return [t for k, t in self.lines if k in (" ", "+")]
+
+    @property
+    def expected_index(self) -> int:
+        """0-based index of the first old line (for a pure insertion: the insertion point)."""
+        return self.old_start if self.old_count == 0 else self.old_start - 1
+
+    def reversed(self) -> "Hunk":
+        flip = {"-": "+", "+": "-", " ": " "}
+        return Hunk(self.index, self.new_start, self.new_count, self.old_start, self.old_count,
+                    tuple((flip[k], t) for k, t in self.lines))
+
+
+@dataclass(frozen=True)
+class FileChange:
+    """One FILE record: the hunks of one patch for one file."""
+
+    root: str
+    path: str
+    patch: str
+    op: str
+    mode: Optional[int]
+    hunks: Tuple[Hunk, ...]
+
+    @property
+    def where(self) -> str:
+        return "%s:%s" % (self.root, self.path)
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any], fix: str) -> "FileChange":
+        try:
+            root, path, patch = str(data["root"]), str(data["path"]), str(data.get("patch", ""))
+            op = str(data.get("op", "modify"))
+            raw_hunks = list(data.get("hunks") or [])
+        except (KeyError, TypeError) as exc:
+            raise UsageError("fix %s: a FILE record lacks %s; rebuild the request with "
+                             "patchkit.plan" % (fix, exc), fix=fix) from None
+        if op not in OPS:
+            raise UsageError("fix %s: %s:%s has op %r; expected one of %s"
+                             % (fix, root, path, op, ", ".join(OPS)), fix=fix, path=path)
+        hunks = tuple(_hunk(h, i, fix, patch, "%s:%s" % (root, path))
+                      for i, h in enumerate(raw_hunks, 1))
+        return cls(root, path, patch, op, parse_mode(data.get("mode")), hunks)
+
+    def reversed(self) -> "FileChange":
+        op = {"create": "delete", "delete": "create"}.get(self.op, self.op)
+        return FileChange(self.root, self.path, self.patch, op, self.mode,
+                          tuple(h.reversed() for h in self.hunks))
+
+
+def parse_mode(value: Any) -> Optional[int]:
+    """A git mode ("100755", 0o100755 or 493) as permission bits, or None."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, int):
+        return value & 0o7777
+    try:
+        return int(str(value), 8) & 0o7777
+    except ValueError:
+        raise UsageError("file mode %r is not an octal number such as 100644" % (value,)) from None
+
+
+def _hunk(data: Any, index: int, fix: str, patch: str, where: str) -> Hunk:
+    try:
+        lines = tuple((str(k), str(t)) for k, t in data["lines"])
+        hunk = Hunk(index, int(data["old_start"]), int(data["old_count"]),
+                    int(data["new_start"]), int(data["new_count"]), lines)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PatchFormatError("fix %s, %s: hunk #%d of %s for %s is malformed (%s)"
+                               % (fix, patch, index, patch, where, exc),
+                               fix=fix, patch=patch, hunk=index) from None
+    bad = [k for k, _ in lines if k not in (" ", "-", "+")]
+    if bad or len(hunk.old) != hunk.old_count or len(hunk.new) != hunk.new_count:
+        raise PatchFormatError(
+            "%s: hunk #%d for %s has %d old / %d new lines but its header says %d / %d; "
+            "the patch file is damaged, regenerate it"
+            % (patch, index, where, len(hunk.old), len(hunk.new), hunk.old_count, hunk.new_count),
+            fix=fix, patch=patch, hunk=index)
+    return hunk
+
+
+@dataclass(frozen=True)
+class Placement:
+    patch: str
+    index: int
+    expected_line: int
+    line: int
+    offset: int
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"patch": self.patch, "index": self.index, "expected_line": self.expected_line,
+                "line": self.line, "offset": self.offset}
+
+
+def locate(lines: Sequence[str], old: Sequence[str], expected: int, lo: int = 0) -> Optional[int]:
+    """The index nearest ``expected`` (not before ``lo``) where ``old`` matches exactly."""
+    hi = len(lines) - len(old)
+    if hi < lo:
+        return None
+    start = min(max(expected, lo), hi)
+    n = len(old)
+    first = old[0] if old else None
+    for distance in range(0, max(start - lo, hi - start) + 1):
+        for i in (start + distance, start - distance) if distance else (start,):
+            if lo <= i <= hi and (first is None or lines[i] == first) and list(lines[i:i + n]) == list(old):
+                return i
+    return None
+
+
+def apply_change(text: Optional[str], change: FileChange) -> Tuple[Optional[str], List[Placement]]:
+    """Apply one FILE record to the current text (None: the file is absent)."""
+    if change.op == "create":
+        if text is not None:
+            raise ConflictError("%s: %s creates this file but it already exists; remove it or "
+                                "roll back whatever created it" % (change.where, change.patch),
+                                root=change.root, path=change.path, patch=change.patch)
+        new = "".join(t for h in change.hunks for t in h.new)
+        return new, [Placement(change.patch, h.index, h.new_start, h.new_start, 0) for h in change.hunks]
+    if text is None:
+        raise ConflictError("%s: %s changes this file but it does not exist"
+                            % (change.where, change.patch),
+                            root=change.root, path=change.path, patch=change.patch)
+    lines = split_lines(text)
+    if change.op == "delete":
+        old = [t for h in change.hunks for t in h.old]
+        if old != lines:
+            _conflict(change, change.hunks[0] if change.hunks else None, lines, old, 0,
+                      "deletes this file but its content differs from the patch")
+        return None, [Placement(change.patch, h.index, h.old_start, h.old_start, 0) for h in change.hunks]
+    placements: List[Placement] = []
+    found_at: List[Tuple[int, Hunk]] = []
+    lo, carried = 0, 0
+    for hunk in change.hunks:
+        expected = hunk.expected_index + carried
+        idx = locate(lines, hunk.old, expected, lo)
+        if idx is None:
+            _conflict(change, hunk, lines, hunk.old, max(0, min(expected, len(lines))),
+                      "does not apply: its context is not in the file (zero fuzz)")
+        assert idx is not None
+        carried = idx - hunk.expected_index
+        line = idx if hunk.old_count == 0 else idx + 1
+        placements.append(Placement(change.patch, hunk.index, hunk.old_start, line,
+                                    line - hunk.old_start))
+        found_at.append((idx, hunk))
+        lo = idx + len(hunk.old)
+    out: List[str] = []
+    prev = 0
+    for idx, hunk in found_at:
+        out.extend(lines[prev:idx])
+        out.extend(hunk.new)
+        prev = idx + len(hunk.old)
+    out.extend(lines[prev:])
+    new_text = "".join(out)
+    return new_text, placements
+
+
+def _conflict(change: FileChange, hunk: Optional[Hunk], lines: Sequence[str], old: Sequence[str],
+              at: int, what: str) -> None:
+    diff_line, wanted, found = at + 1, None, None
+    for i, want in enumerate(old):
+        have = lines[at + i] if at + i < len(lines) else None
+        if have != want:
+            diff_line, wanted, found = at + i + 1, want, have
+            break
+    number = hunk.index if hunk else 1
+    expected_line = hunk.old_start if hunk else 1
+    if wanted is None and len(lines) != len(old) and change.op == "delete":
+        difference = "the file has %d lines, the patch %d" % (len(lines), len(old))
+    else:
+        difference = "line %d: the patch expects %r but the file has %s" % (
+            diff_line, wanted, "end of file" if found is None else repr(found))
+    raise ConflictError(
+        "%s: hunk #%d of %s %s; expected at line %d; first difference at %s. Refresh the patch "
+        "against this tree or check that the target runs the release the fix was written for"
+        % (change.where, number, change.patch, what, expected_line, difference),
+        root=change.root, path=change.path, patch=change.patch, hunk=number,
+        expected_line=expected_line, first_difference={"line": diff_line, "expected": wanted,
+                                                       "found": found})
+
+
+def side_found(lines: Sequence[str], hunk: Hunk, new_side: bool) -> bool:
+    """Whether one side of a hunk occurs anywhere in the file (status' "present" detection)."""
+    side = hunk.new if new_side else hunk.old
+    start = (hunk.new_start - 1) if new_side else hunk.expected_index
+    return bool(side) and locate(lines, side, max(start, 0)) is not None

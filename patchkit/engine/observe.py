@@ -1,0 +1,116 @@
+"""The read-only ops: status (what is applied, drifted, or present without a record) and
+verify (re-run the verification of applied fixes). Neither writes a target file."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple
+
+from ..errors import ConflictError, NotApplied, VerificationFailed
+from .apply import failure_lines
+from .checks import CheckContext, run_check
+from .fsops import read_bytes
+from .hunks import apply_change, decode, encode, sha256_bytes, side_found, split_lines
+from .request import FixSpec, Request
+from .store import Store
+from .workspace import Workspace
+
+
+def status(req: Request, store: Store) -> Dict[str, Any]:
+    state = store.read_state()
+    recorded = {f["name"]: f for f in state.get("fixes", [])}
+    out: List[Dict[str, Any]] = []
+    ws = Workspace(req.roots)
+    for spec in req.fixes:
+        rec = recorded.get(spec.name)
+        out.append(_recorded(ws, rec) if rec else _detect(ws, spec))
+    listed = {s.name for s in req.fixes}
+    out.extend(_recorded(ws, rec) for rec in state.get("fixes", []) if rec["name"] not in listed)
+    return {"state_root": req.state_root.path, "fixes": out, "journal": store.read_journal()}
+
+
+def _recorded(ws: Workspace, rec: Dict[str, Any]) -> Dict[str, Any]:
+    files = []
+    for f in rec.get("files", []):
+        current = ws.entry(f["root"], f["path"]).current
+        if sha256_bytes(current) == f.get("after_sha256"):
+            state = "ok"
+        elif current is None:
+            state = "missing"
+        else:
+            state = "drifted"
+        files.append({"root": f["root"], "path": f["path"], "state": state})
+    drifted = any(f["state"] != "ok" for f in files)
+    return {"name": rec["name"], "state": "drifted" if drifted else "applied",
+            "version": rec.get("version"), "applied_at": rec.get("applied_at"), "files": files}
+
+
+def _detect(ws: Workspace, spec: FixSpec) -> Dict[str, Any]:
+    """Is an unrecorded fix's change already in the files? Reverse-place each hunk's new side.
+
+    Changes are undone newest first, so a later patch that edits lines an earlier one added
+    does not hide the earlier one. A hunk counts as present when its new side is found and its
+    old side is not; when both are found (e.g. a pure deletion's context) it proves nothing.
+    """
+    texts: Dict[Tuple[str, str], Optional[str]] = {}
+    units: Dict[Tuple[str, str], List[Optional[bool]]] = {}
+    for change in reversed(spec.files):
+        key = (change.root, change.path)
+        if key not in texts:
+            data = ws.entry(*key).current
+            texts[key] = None if data is None else decode(data)
+        text = texts[key]
+        try:
+            undone: Optional[Tuple[Optional[str], Any]] = apply_change(text, change.reversed())
+        except ConflictError:
+            undone = None
+        if change.op in ("create", "delete") or text is None:
+            verdicts: List[Optional[bool]] = [undone is not None]
+        else:
+            lines = split_lines(text)
+            verdicts = []
+            for hunk in change.hunks:
+                new, old = side_found(lines, hunk, True), side_found(lines, hunk, False)
+                verdicts.append(None if new and old else (new and not old))
+        units.setdefault(key, []).extend(verdicts)
+        if undone is not None and False not in verdicts:
+            texts[key] = undone[0]
+    flat = [v for vs in units.values() for v in vs]
+    strict = sum(1 for v in flat if v)
+    if strict == 0:
+        state = "not-applied"
+    elif False not in flat:
+        state = "present-unrecorded"
+    else:
+        state = "partly-present"
+    files = []
+    if state != "not-applied":
+        for (root, path), vs in units.items():
+            current = ws.entry(root, path).current
+            files.append({"root": root, "path": path,
+                          "state": "ok" if False not in vs else ("missing" if current is None else "drifted")})
+    return {"name": spec.name, "state": state, "version": spec.version, "applied_at": None,
+            "files": files}
+
+
+def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
+    recorded = {f["name"]: f for f in store.read_state().get("fixes", [])}
+    missing = [s.name for s in req.fixes if s.name not in recorded]
+    if missing:
+        raise NotApplied("fix %s is not applied in %s; apply it before verifying it"
+                         % (", ".join(missing), req.state_root.path), fixes=missing)
+
+    def disk(root: str, path: str) -> Optional[bytes]:
+        return read_bytes(req.roots.resolve(root, path))
+
+    out, failures = [], []
+    for spec in req.fixes:
+        ctx = CheckContext(spec.name, req.roots, req.python, spec.scripts, disk)
+        results = [run_check(check, ctx) for check in spec.verification]
+        failures.extend(dict(r, fix=spec.name) for r in results if not r["ok"])
+        out.append({"name": spec.name, "version": recorded[spec.name].get("version"),
+                    "outcome": "verified" if all(r["ok"] for r in results) else "failed",
+                    "files": [], "preconditions": [], "verification": results})
+    if failures:
+        raise VerificationFailed("%d verification check(s) failed (nothing was changed):\n%s"
+                                 % (len(failures), failure_lines(failures)), failures=failures, fixes=out)
+    return out

@@ -1,0 +1,105 @@
+"""Target roots: layout detection and safe mapping of patch paths to files.
+
+Patch paths are written against an SGLang checkout (``python/sglang/...``). An installed
+package (a ``site-packages`` holding ``sglang/`` but no ``python/``) carries the same files as
+``sglang/...``, so the engine maps between the two; anything else is a ``plain`` directory where
+paths are taken as they are. A path is refused before anything is written if it is absolute,
+has a ``..`` component, or resolves through symlinks to a place outside its root.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Dict, Iterator, Optional
+
+from ..errors import TargetError, UnsafePathError, UsageError
+
+CHECKOUT, PACKAGE, PLAIN = "checkout", "package", "plain"
+
+
+def detect_layout(path: str) -> str:
+    if os.path.isdir(os.path.join(path, "python", "sglang")):
+        return CHECKOUT
+    if os.path.isfile(os.path.join(path, "sglang", "__init__.py")) and not os.path.exists(
+            os.path.join(path, "python")):
+        return PACKAGE
+    return PLAIN
+
+
+@dataclass(frozen=True)
+class Root:
+    name: str
+    path: str  # absolute, as given
+    real: str  # os.path.realpath(path)
+    layout: str
+
+    def package_dir(self) -> Optional[str]:
+        """The ``sglang`` package directory of this root, if it has one."""
+        for candidate in (os.path.join(self.path, "python", "sglang"), os.path.join(self.path, "sglang")):
+            if os.path.isdir(candidate):
+                return candidate
+        return None
+
+    def mapped(self, rel: str) -> str:
+        """The root-relative path of a checkout-layout patch path in this root's layout."""
+        if self.layout == PACKAGE and rel.startswith("python/sglang/"):
+            return rel[len("python/"):]
+        return rel
+
+    def default_sys_path(self) -> str:
+        return "." if self.layout == PACKAGE else "python"
+
+
+class Roots:
+    """The named roots of one request."""
+
+    def __init__(self, mapping: Dict[str, str]) -> None:
+        if not isinstance(mapping, dict) or not mapping:
+            raise UsageError("the request names no roots; give at least one (e.g. sglang=/path)")
+        self._roots: Dict[str, Root] = {}
+        for name, path in mapping.items():
+            path = str(path)
+            if not os.path.isabs(path):
+                raise UsageError("root %s: %r is not an absolute path" % (name, path), root=name)
+            if not os.path.isdir(path):
+                raise TargetError("root %s: %s does not exist or is not a directory; check the "
+                                  "target's root paths" % (name, path), root=name, path=path)
+            self._roots[str(name)] = Root(str(name), path, os.path.realpath(path), detect_layout(path))
+
+    def __iter__(self) -> Iterator[Root]:
+        return iter(self._roots.values())
+
+    def get(self, name: str) -> Root:
+        try:
+            return self._roots[name]
+        except KeyError:
+            raise UsageError("root %r is not one of the target's roots (%s); add it to the "
+                             "target (--root %s=PATH)" % (name, ", ".join(sorted(self._roots)), name),
+                             root=name) from None
+
+    def resolve(self, root_name: str, rel: str) -> str:
+        """The real absolute path of ``rel`` in root ``root_name``, refused if unsafe."""
+        root = self.get(root_name)
+        where = "%s:%s" % (root_name, rel)
+        if not rel or "\0" in rel:
+            raise UnsafePathError("%s: empty or NUL-containing path in the patch" % where,
+                                  root=root_name, path=rel)
+        if os.path.isabs(rel) or rel.startswith("\\"):
+            raise UnsafePathError("%s: the patch names an absolute path; patch paths must be "
+                                  "relative to their root" % where, root=root_name, path=rel)
+        if ".." in rel.replace("\\", "/").split("/"):
+            raise UnsafePathError("%s: the patch path contains '..'; patch paths must stay inside "
+                                  "their root" % where, root=root_name, path=rel)
+        full = os.path.realpath(os.path.join(root.path, root.mapped(rel)))
+        if full != root.real and not full.startswith(root.real.rstrip(os.sep) + os.sep):
+            raise UnsafePathError("%s resolves to %s, outside root %s (%s) through a symlink; "
+                                  "refusing to write there" % (where, full, root_name, root.real),
+                                  root=root_name, path=rel, resolved=full)
+        return full
+
+    def placeholders(self, python: str) -> Dict[str, str]:
+        out = {"{python}": python}
+        for root in self:
+            out["{root:%s}" % root.name] = root.path
+        return out

@@ -1,0 +1,104 @@
+"""The engine request (format 1 of docs/design.md), checked and turned into frozen records."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+from ..errors import UsageError
+from .hunks import FileChange
+from .paths import Root, Roots
+
+FORMAT = 1
+OPS = ("apply", "rollback", "status", "verify")
+STRATEGIES = ("restore", "reverse")
+
+
+@dataclass(frozen=True)
+class FixSpec:
+    name: str
+    version: int
+    title: str
+    requires: Tuple[str, ...]
+    release: Optional[Dict[str, Any]]
+    patches: Tuple[Dict[str, Any], ...]
+    files: Tuple[FileChange, ...]
+    preconditions: Tuple[Dict[str, Any], ...]
+    verification: Tuple[Dict[str, Any], ...]
+    purge_pycache: bool
+    scripts: Dict[str, str]
+    strategy: str
+
+
+@dataclass(frozen=True)
+class Request:
+    op: str
+    dry_run: bool
+    force: bool
+    roots: Roots
+    state_root: Root
+    python: str
+    lock_timeout: float
+    fixes: Tuple[FixSpec, ...]
+
+
+def _checks(value: Any, fix: str, key: str) -> Tuple[Dict[str, Any], ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(c, dict) for c in value):
+        raise UsageError("fix %s: %s must be a list of checks" % (fix, key), fix=fix, key=key)
+    return tuple(value)
+
+
+def parse_fix(data: Any) -> FixSpec:
+    if not isinstance(data, dict) or not data.get("name"):
+        raise UsageError("the request has a fix without a name; rebuild it with patchkit.plan")
+    name = str(data["name"])
+    try:
+        version = int(data.get("version", 1))
+    except (TypeError, ValueError):
+        raise UsageError("fix %s: version %r is not an integer" % (name, data.get("version")),
+                         fix=name) from None
+    release = data.get("release")
+    if release is not None and (not isinstance(release, dict) or "versions" not in release):
+        raise UsageError("fix %s: release must be null or {root, versions}" % name, fix=name)
+    strategy = str((data.get("rollback") or {}).get("strategy") or "restore")
+    if strategy not in STRATEGIES:
+        raise UsageError("fix %s: rollback strategy %r; use restore or reverse" % (name, strategy),
+                         fix=name)
+    files = tuple(FileChange.from_dict(f, name) for f in (data.get("files") or []))
+    return FixSpec(
+        name=name, version=version, title=str(data.get("title", "")),
+        requires=tuple(str(r) for r in (data.get("requires") or [])),
+        release=release, patches=tuple(data.get("patches") or []), files=files,
+        preconditions=_checks(data.get("preconditions"), name, "preconditions"),
+        verification=_checks(data.get("verification"), name, "verification"),
+        purge_pycache=bool((data.get("actions") or {}).get("purge_pycache", True)),
+        scripts={str(k): str(v) for k, v in (data.get("scripts") or {}).items()},
+        strategy=strategy)
+
+
+def parse_request(data: Any) -> Request:
+    if not isinstance(data, dict):
+        raise UsageError("the engine request must be a JSON object")
+    if data.get("format") != FORMAT:
+        raise UsageError("engine request format %r; this engine speaks format %d (update patchkit "
+                         "on both ends)" % (data.get("format"), FORMAT), format=data.get("format"))
+    op = data.get("op")
+    if op not in OPS:
+        raise UsageError("engine op %r; expected one of %s" % (op, ", ".join(OPS)), op=op)
+    roots = Roots(data.get("roots") or {})
+    state_root = roots.get(str(data.get("state_root") or "sglang"))
+    fixes: List[FixSpec] = [parse_fix(f) for f in (data.get("fixes") or [])]
+    names = [f.name for f in fixes]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise UsageError("the request lists fix %s twice" % ", ".join(dupes), fixes=dupes)
+    try:
+        lock_timeout = float(data.get("lock_timeout", 30.0))
+    except (TypeError, ValueError):
+        raise UsageError("lock_timeout %r is not a number" % data.get("lock_timeout")) from None
+    return Request(op=op, dry_run=bool(data.get("dry_run", False)), force=bool(data.get("force", False)),
+                   roots=roots, state_root=state_root, python=str(data.get("python") or sys.executable),
+                   lock_timeout=lock_timeout, fixes=tuple(fixes))

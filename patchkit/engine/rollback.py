@@ -1,0 +1,140 @@
+"""The rollback op: the apply transaction run in the other direction.
+
+A file is only put back if it still holds the bytes patchkit wrote (its recorded after-hash);
+otherwise someone changed it since, and rolling back would silently lose that change, so it is
+refused as drift unless ``force``. Originals come from the backups kept at apply (strategy
+``restore``) or from reverse-applying the series (strategy ``reverse``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Optional
+
+from ..errors import (ConflictError, DriftError, NotApplied, PreconditionFailed, TargetError,
+                      VersionMismatch)
+from . import auto
+from .apply import FixPlan, failure_lines, fix_result
+from .fsops import read_bytes
+from .hunks import apply_change, decode, encode, sha256_bytes
+from .request import Request
+from .store import Store
+from .txn import FileWrite, run_transaction
+from .workspace import Workspace
+
+
+def rollback(req: Request, store: Store) -> List[Dict[str, Any]]:
+    state = store.read_state()
+    recorded = {f["name"]: f for f in state.get("fixes", [])}
+    names = [s.name for s in req.fixes]
+    for spec in req.fixes:
+        if spec.name not in recorded:
+            raise NotApplied("fix %s is not applied in %s (no record in .patchkit/state.json); "
+                             "nothing to roll back" % (spec.name, req.state_root.path), fix=spec.name)
+    blockers = [(other["name"], spec.name) for spec in req.fixes for other in state.get("fixes", [])
+                if other["name"] not in names and spec.name in (other.get("requires") or [])]
+    if blockers:
+        raise PreconditionFailed(
+            "cannot roll back: %s; roll back the dependent fix first (patchkit rollback %s) or "
+            "both together" % ("; ".join("applied fix %s requires %s" % b for b in blockers),
+                               " ".join(sorted({b[0] for b in blockers}))),
+            blockers=[{"fix": b[1], "required_by": b[0]} for b in blockers])
+    ws = Workspace(req.roots)
+    drift: List[Dict[str, Any]] = []
+    plans: List[FixPlan] = []
+    for spec in req.fixes:
+        rec = recorded[spec.name]
+        plan = FixPlan(spec, [])
+        for f in rec.get("files", []):
+            key = (f["root"], f["path"])
+            e = ws.entry(*key)
+            plan.keys.append(key)
+            plan.before[key] = (e.current, e.mode)
+            have = sha256_bytes(e.current)
+            if have != f.get("after_sha256"):
+                drift.append({"fix": spec.name, "root": key[0], "path": key[1],
+                              "recorded_sha256": f.get("after_sha256"), "current_sha256": have})
+        if spec.strategy == "reverse":
+            if int(rec.get("version", 0)) != spec.version:
+                raise VersionMismatch(
+                    "fix %s version %s is applied but the catalog has version %d; reverse rollback "
+                    "needs the applied series: use the restore strategy, or check out the catalog "
+                    "version that was applied" % (spec.name, rec.get("version"), spec.version),
+                    fix=spec.name)
+            try:
+                _reverse(ws, plan)
+            except ConflictError:
+                if drift and not req.force:
+                    break
+                raise
+        else:
+            _restore(store, ws, rec)
+        for key in plan.keys:
+            e = ws.entry(*key)
+            plan.after[key] = (e.current, e.mode)
+        plans.append(plan)
+    if drift and not req.force:
+        raise DriftError(
+            "%d file(s) changed since patchkit applied them; rolling back would discard those "
+            "changes:\n%s\nInspect them; roll back anyway with --force (restores the originals and "
+            "loses the changes), or restore the applied bytes first"
+            % (len(drift), "\n".join("- %s:%s (fix %s): sha256 now %s, recorded %s"
+                                     % (d["root"], d["path"], d["fix"], d["current_sha256"],
+                                        d["recorded_sha256"]) for d in drift)), drifted=drift)
+    dirs = [(e.where, os.path.dirname(e.abs)) for e in ws.changed()] + [("state", store.dir)]
+    checks = auto.writable_checks(dirs, {})
+    failed = [dict(r, fix=",".join(names)) for r in checks if not r["ok"]]
+    if failed:
+        raise PreconditionFailed("%d precondition(s) failed; nothing was written:\n%s"
+                                 % (len(failed), failure_lines(failed)), failures=failed)
+    for plan in plans:
+        plan.preconditions = [r for r in checks]
+    if not req.dry_run:
+        writes = [FileWrite(e.root, e.path, e.abs, e.original, e.current, e.original_mode, e.mode,
+                            e.owner) for e in ws.changed()]
+
+        def commit(txn: str) -> Dict[str, Any]:
+            new_state = dict(state)
+            new_state["fixes"] = [f for f in state.get("fixes", []) if f["name"] not in names]
+            return new_state
+
+        purge = any(spec.purge_pycache or recorded[spec.name].get("purge_pycache", True)
+                    for spec in req.fixes)
+        run_transaction(store, "rollback", names, writes, {}, purge=purge, verify=lambda: None,
+                        commit=commit, versions={n: recorded[n].get("version") for n in names},
+                        remove_dirs=[d for n in names for d in recorded[n].get("created_dirs") or []])
+    outcome = "would-roll-back" if req.dry_run else "rolled-back"
+    out = []
+    for plan in plans:
+        res = fix_result(plan, outcome)
+        res["version"] = recorded[plan.spec.name].get("version")
+        out.append(res)
+    return out
+
+
+def _restore(store: Store, ws: Workspace, rec: Dict[str, Any]) -> None:
+    for f in rec.get("files", []):
+        e = ws.entry(f["root"], f["path"])
+        data: Optional[bytes] = None
+        if f.get("before_sha256") is not None:
+            data = read_bytes(store.path(f["backup"])) if f.get("backup") else None
+            if data is None or sha256_bytes(data) != f["before_sha256"]:
+                raise TargetError(
+                    "fix %s: the backup of %s:%s (%s) is missing or damaged; roll back with the "
+                    "reverse strategy or restore the file from git by hand"
+                    % (rec["name"], f["root"], f["path"], store.path(f.get("backup") or "backups")),
+                    fix=rec["name"], path=f["path"])
+        e.current = data
+        e.mode = f.get("mode_before") if data is not None else None
+
+
+def _reverse(ws: Workspace, plan: FixPlan) -> None:
+    for change in reversed(plan.spec.files):
+        e = ws.entry(change.root, change.path)
+        new, placed = apply_change(None if e.current is None else decode(e.current), change.reversed())
+        e.current = None if new is None else encode(new)
+        if new is None:
+            e.mode = None
+        elif e.mode is None:
+            e.mode = 0o644
+        plan.placements.setdefault((change.root, change.path), []).extend(placed)

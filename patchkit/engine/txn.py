@@ -1,0 +1,232 @@
+"""The write transaction: backups, journal, atomic writes, actions, verification, commit.
+
+Order (see docs/state.md): intent file and backups in ``.patchkit/txn/<id>/`` -> journal ->
+file writes -> post-apply actions -> verification -> ``state.json`` (the commit point) ->
+history -> cleanup. A failure before the commit point restores every file from its backup;
+a crash before it is undone by the next run (``recover``), a crash after it is completed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from ..errors import TargetError
+from .faults import fault
+from .fsops import (atomic_write, file_mode, fsync_dir, make_dirs, purge_pycache, read_bytes,
+                    remove_empty_dirs, remove_file, temp_name, write_json)
+from .hunks import sha256_bytes
+from .store import FORMAT, Store, new_txn_id, utc_now
+
+
+@dataclass(frozen=True)
+class FileWrite:
+    root: str
+    path: str
+    abs: str
+    before: Optional[bytes]
+    after: Optional[bytes]
+    mode_before: Optional[int]
+    mode_after: Optional[int]
+    owner: Optional[Tuple[int, int]]
+
+    @property
+    def op(self) -> str:
+        if self.before is None:
+            return "create"
+        return "delete" if self.after is None else "modify"
+
+
+def missing_dirs(path: str) -> List[str]:
+    out = []
+    cur = os.path.dirname(path)
+    while not os.path.isdir(cur):
+        out.append(cur)
+        parent = os.path.dirname(cur)
+        if parent == cur:
+            break
+        cur = parent
+    return list(reversed(out))
+
+
+def _rel(store: Store, path: str) -> str:
+    return os.path.relpath(path, store.dir)
+
+
+def _write_tree_file(path: str, data: bytes) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _fsync_tree(top: str) -> None:
+    for dirpath, _dirs, _files in os.walk(top):
+        fsync_dir(dirpath)
+    fsync_dir(os.path.dirname(top))
+
+
+def run_transaction(store: Store, op: str, fixes: List[str], writes: List[FileWrite],
+                    fix_backups: Dict[str, List[Tuple[str, str, bytes]]],
+                    purge: bool, verify: Callable[[], None],
+                    commit: Callable[[str], Dict[str, Any]],
+                    versions: Optional[Dict[str, int]] = None,
+                    remove_dirs: Optional[List[str]] = None) -> str:
+    """Write ``writes`` all-or-nothing; ``commit(txn_id)`` returns the new state to record."""
+    txn = new_txn_id()
+    tdir = store.path("txn", txn)
+    os.makedirs(tdir)
+    write_json(os.path.join(tdir, "txn.json"),
+               {"format": FORMAT, "txn": txn, "op": op, "fixes": fixes, "started_at": utc_now()})
+    entries = []
+    for w in writes:
+        backup = None
+        if w.before is not None:
+            fault("backup")
+            backup = os.path.join(tdir, "orig", w.root, w.path)
+            _write_tree_file(backup, w.before)
+        entries.append({"root": w.root, "path": w.path, "abs": w.abs, "op": w.op,
+                        "before_sha256": sha256_bytes(w.before), "after_sha256": sha256_bytes(w.after),
+                        "mode": w.mode_before, "mode_after": w.mode_after,
+                        "owner": list(w.owner) if w.owner else None,
+                        "backup": _rel(store, backup) if backup else None})
+    for fix, files in fix_backups.items():
+        for root, path, data in files:
+            fault("backup")
+            _write_tree_file(os.path.join(tdir, "fixes", fix, "files", root, path), data)
+    _fsync_tree(tdir)
+    created: List[str] = []
+    for w in writes:
+        if w.after is not None:
+            created.extend(d for d in missing_dirs(w.abs) if d not in created)
+    journal = {"format": FORMAT, "txn": txn, "op": op, "fixes": fixes, "versions": versions or {},
+               "started_at": utc_now(),
+               "state_root": store.root, "files": entries, "created_dirs": created}
+    fault("journal")
+    store.write_journal(journal)
+    try:
+        for w in writes:
+            if w.after is None:
+                fault("write")
+                fault("rename")
+                remove_file(w.abs)
+                continue
+            make_dirs(os.path.dirname(w.abs))
+            mode = w.mode_after if w.mode_after is not None else 0o644
+            atomic_write(w.abs, w.after, mode, faults=True, owner=w.owner)
+        remove_empty_dirs(list(remove_dirs or []))
+        fault("action")
+        if purge:
+            purge_pycache([w.abs for w in writes])
+        fault("verify")
+        verify()
+        state = commit(txn)
+        fault("state")
+        state["txn"] = txn
+        store.write_state(state)
+    except BaseException:
+        restore(store, journal)
+        _discard(store, txn)
+        raise
+    fault("cleanup")
+    finish(store, journal)
+    return txn
+
+
+def restore(store: Store, journal: Dict[str, Any]) -> None:
+    """Put every file the journal lists back to its ``before`` bytes (or absence)."""
+    for f in journal.get("files", []):
+        path = f["abs"]
+        tmp = temp_name(path)
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        if f.get("before_sha256") is None:
+            if os.path.isfile(path) or os.path.islink(path):
+                remove_file(path)
+            continue
+        mode = f.get("mode") if f.get("mode") is not None else 0o644
+        current = read_bytes(path)
+        if sha256_bytes(current) == f["before_sha256"]:
+            if file_mode(path) != mode:
+                os.chmod(path, mode)
+            continue
+        data = read_bytes(store.path(f["backup"])) if f.get("backup") else None
+        if data is None or sha256_bytes(data) != f["before_sha256"]:
+            raise TargetError("cannot restore %s: its backup %s is missing or damaged; the journal "
+                              "%s lists the original sha256 %s. Restore the file by hand (e.g. from "
+                              "git), then remove the journal" % (path, f.get("backup"),
+                                                                 store.path("journal.json"),
+                                                                 f["before_sha256"]), path=path)
+        make_dirs(os.path.dirname(path))
+        owner = tuple(f["owner"]) if f.get("owner") else None
+        atomic_write(path, data, mode, owner=owner)  # type: ignore[arg-type]
+    remove_empty_dirs(list(journal.get("created_dirs") or []))
+    purge_pycache([f["abs"] for f in journal.get("files", [])])
+
+
+def _discard(store: Store, txn: str) -> None:
+    shutil.rmtree(store.path("txn", txn), ignore_errors=True)
+    store.remove_journal()
+
+
+def finish(store: Store, journal: Dict[str, Any]) -> None:
+    """After the commit point: record history, keep or drop backups, drop the journal."""
+    txn = journal["txn"]
+    if txn not in store.history_txns():
+        versions = journal.get("versions") or {}
+        store.append_history({"event": journal["op"], "txn": txn, "outcome": "committed",
+                              "fixes": [{"name": n, "version": versions.get(n)} for n in journal["fixes"]]})
+    tdir = store.path("txn", txn)
+    recorded = {f["name"] for f in store.read_state().get("fixes", [])}
+    for fix in journal["fixes"]:
+        dest = store.path("backups", fix)
+        if journal["op"] == "apply":
+            src = os.path.join(tdir, "fixes", fix)
+            if os.path.isdir(src):
+                shutil.rmtree(dest, ignore_errors=True)
+                os.makedirs(store.path("backups"), exist_ok=True)
+                os.replace(src, dest)
+            elif not os.path.isdir(dest):
+                os.makedirs(os.path.join(dest, "files"))
+        elif fix not in recorded:
+            shutil.rmtree(dest, ignore_errors=True)
+    if os.path.isdir(store.path("backups")):
+        fsync_dir(store.path("backups"))
+    _discard(store, txn)
+
+
+def recover(store: Store) -> List[Dict[str, Any]]:
+    """Finish or undo whatever a killed run left; returns the ``recovered`` entries."""
+    out: List[Dict[str, Any]] = []
+    journal = store.read_journal()
+    if journal is not None:
+        committed = store.read_state().get("txn") == journal["txn"]
+        if committed:
+            finish(store, journal)
+        else:
+            restore(store, journal)
+            store.append_history({"event": "recovered", "txn": journal["txn"], "op": journal["op"],
+                                  "outcome": "rolled-back",
+                                  "fixes": [{"name": n} for n in journal["fixes"]]})
+            _discard(store, journal["txn"])
+        out.append({"txn": journal["txn"], "op": journal["op"], "fixes": list(journal["fixes"]),
+                    "outcome": "completed" if committed else "rolled-back"})
+    txn_root = store.path("txn")
+    for name in sorted(os.listdir(txn_root)) if os.path.isdir(txn_root) else []:
+        intent = {}
+        try:
+            with open(os.path.join(txn_root, name, "txn.json"), "rb") as fh:
+                intent = json.loads(fh.read().decode("utf-8"))
+        except (OSError, ValueError):
+            pass
+        shutil.rmtree(os.path.join(txn_root, name), ignore_errors=True)
+        store.append_history({"event": "recovered", "txn": name, "op": intent.get("op"),
+                              "outcome": "rolled-back", "note": "no file had been written",
+                              "fixes": [{"name": n} for n in intent.get("fixes", [])]})
+        out.append({"txn": name, "op": intent.get("op", "unknown"), "fixes": list(intent.get("fixes", [])),
+                    "outcome": "rolled-back"})
+    return out

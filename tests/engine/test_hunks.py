@@ -1,0 +1,126 @@
+"""Zero-fuzz hunk placement on text in memory."""
+
+from __future__ import annotations
+
+import pytest
+
+from patchkit.engine.hunks import FileChange, apply_change, decode, encode, split_lines
+from patchkit.errors import ConflictError, PatchFormatError
+
+from .helpers import file_record, hunks_from, module_text
+
+
+def change(before, after, path="python/sglang/srt/mod.py", **kw) -> FileChange:
+    return FileChange.from_dict(file_record(path, before, after, **kw), "fx")
+
+
+def test_split_lines_keeps_endings_and_splits_on_newline_only() -> None:
+    assert split_lines("a\r\nb\x0bc\x1cd\nlast") == ["a\r\n", "b\x0bc\x1cd\n", "last"]
+    assert split_lines("") == []
+    assert split_lines("x\n") == ["x\n"]
+
+
+def test_exact_placement_reports_zero_offset() -> None:
+    before = module_text()
+    after = before.replace("return x + 7\n", "return x * 7\n")
+    new, placed = apply_change(before, change(before, after))
+    assert new == after
+    assert [(p.index, p.expected_line, p.line, p.offset) for p in placed] == [(1, 20, 20, 0)]
+
+
+def test_placement_at_an_offset_is_found_and_reported() -> None:
+    before = module_text()
+    after = before.replace("return x + 7\n", "return x * 7\n").replace("return x + 30\n", "return 30\n")
+    moved = "# header\n# header 2\n# header 3\n" + before
+    new, placed = apply_change(moved, change(before, after))
+    assert new == "# header\n# header 2\n# header 3\n" + after
+    assert [(p.expected_line, p.line, p.offset) for p in placed] == [(20, 23, 3), (89, 92, 3)]
+
+
+def test_one_differing_context_line_is_a_conflict_not_a_fuzz() -> None:
+    before = module_text()
+    after = before.replace("return x + 7\n", "return x * 7\n")
+    # GNU patch would apply this with fuzz 1: only the outermost context line differs.
+    target = before.replace("return x + 6\n", "return y + 6\n")
+    with pytest.raises(ConflictError) as info:
+        apply_change(target, change(before, after))
+    err = info.value
+    assert err.details["hunk"] == 1
+    assert err.details["patch"] == "0001-a.patch"
+    assert err.details["expected_line"] == 20
+    assert err.details["first_difference"] == {"line": 20, "expected": "    return x + 6\n",
+                                               "found": "    return y + 6\n"}
+    assert "sglang:python/sglang/srt/mod.py" in err.message and "hunk #1 of 0001-a.patch" in err.message
+
+
+def test_crlf_lines_are_matched_and_kept() -> None:
+    before = "one\r\ntwo\r\nthree\r\nfour\r\n"
+    after = "one\r\ntwo\r\nTHREE\r\nfour\r\n"
+    new, _ = apply_change(before, change(before, after))
+    assert new == after
+    with pytest.raises(ConflictError):  # LF context does not match CRLF lines
+        apply_change(before.replace("\r\n", "\n"), change(before, after))
+
+
+def test_no_newline_at_end_of_file_both_ways() -> None:
+    before = "a\nb\nc"
+    after = "a\nb\nc\nd\n"
+    new, _ = apply_change(before, change(before, after))
+    assert new == after
+    back, _ = apply_change(after, change(before, after).reversed())
+    assert back == before
+    hunk_lines = change(before, after).hunks[0].lines
+    assert ("-", "c") in hunk_lines and ("+", "c\n") in hunk_lines
+
+
+def test_non_utf8_bytes_survive_a_round_trip() -> None:
+    raw = b"latin1: caf\xe9\nkeep \xff\xfe\nend\n"
+    before = decode(raw)
+    after = before.replace("end\n", "END\n")
+    new, _ = apply_change(before, change(before, after))
+    assert encode(new) == b"latin1: caf\xe9\nkeep \xff\xfe\nEND\n"
+
+
+def test_create_and_delete() -> None:
+    created, placed = apply_change(None, change(None, "x = 1\ny = 2\n", path="python/sglang/new.py"))
+    assert created == "x = 1\ny = 2\n" and placed[0].index == 1
+    with pytest.raises(ConflictError, match="already exists"):
+        apply_change("", change(None, "x = 1\n", path="python/sglang/new.py"))
+    gone, _ = apply_change("x = 1\n", change("x = 1\n", None, path="python/sglang/new.py"))
+    assert gone is None
+    with pytest.raises(ConflictError, match="deletes this file"):
+        apply_change("x = 2\n", change("x = 1\n", None, path="python/sglang/new.py"))
+
+
+def test_patches_in_sequence_see_each_others_result() -> None:
+    v0 = module_text()
+    v1 = v0.replace("return x + 3\n", "return x + 3  # one\n")
+    v2 = v1.replace("return x + 3  # one\n", "return x + 3  # two\n")
+    text, _ = apply_change(v0, change(v0, v1, patch="0001-a.patch"))
+    text, _ = apply_change(text, change(v1, v2, patch="0002-b.patch"))
+    assert text == v2
+    with pytest.raises(ConflictError, match="0002-b.patch"):  # the second alone does not apply
+        apply_change(v0, change(v1, v2, patch="0002-b.patch"))
+
+
+def test_nearest_match_wins_when_the_context_repeats() -> None:
+    block = "x\ny\nz\n"
+    text = block * 5
+    hunks = [{"old_start": 7, "old_count": 3, "new_start": 7, "new_count": 3,
+              "lines": [[" ", "x\n"], ["-", "y\n"], ["+", "Y\n"], [" ", "z\n"]]}]
+    ch = FileChange.from_dict({"root": "r", "path": "p", "patch": "p", "op": "modify", "hunks": hunks}, "fx")
+    new, placed = apply_change(text, ch)
+    assert placed[0].line == 7 and new == block * 2 + "x\nY\nz\n" + block * 2
+
+
+def test_damaged_hunk_header_is_a_patch_format_error() -> None:
+    data = file_record("a.py", "a\nb\n", "a\nc\n")
+    data["hunks"][0]["old_count"] = 5
+    with pytest.raises(PatchFormatError, match="header says"):
+        FileChange.from_dict(data, "fx")
+
+
+def test_hunks_from_helper_matches_difflib_positions() -> None:
+    hunks = hunks_from("a\nb\n", "a\nb\nc\n")
+    assert hunks == [{"old_start": 1, "old_count": 2, "new_start": 1, "new_count": 3,
+                      "lines": [[" ", "a\n"], [" ", "b\n"], ["+", "c\n"]]}]

@@ -1,0 +1,231 @@
+"""Apply, status, verify and rollback through ``patchkit.engine.run`` on real git checkouts."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any, Dict, List
+
+from patchkit.engine import run
+
+from .helpers import MOD, SCRIPT, file_record, fix, git, request, snapshot
+
+NEW = "python/sglang/srt/layers/fresh.py"
+
+
+def series(root: Path, version: int = 1, **extra: Any) -> Dict[str, Any]:
+    """A fix that modifies mod.py (CRLF-free), creates a file in a new dir, deletes nothing."""
+    before = (root / MOD).read_text()
+    after = before.replace("return x + 7\n", "return x * 7\n").replace("return x + 33\n", "return 33\n")
+    script_before = (root / SCRIPT).read_text()
+    return fix("a", [file_record(MOD, before, after),
+                     file_record(NEW, None, "FRESH = True\n", mode="100755"),
+                     file_record(SCRIPT, script_before, script_before.replace("launching", "go"),
+                                 patch="0002-b.patch")], version=version, **extra)
+
+
+def go(op: str, root: Path, fixes: List[Dict[str, Any]], **extra: Any) -> Dict[str, Any]:
+    return run(request(op, {"sglang": root}, fixes, **extra))
+
+
+def test_apply_status_rollback_round_trip(checkout: Path) -> None:
+    f = series(checkout)
+    (checkout / "python/sglang/srt/__pycache__").mkdir()
+    (checkout / "python/sglang/srt/__pycache__/mod.cpython-311.pyc").write_bytes(b"stale")
+    original = (checkout / MOD).read_bytes()
+    tree = snapshot(checkout)
+    res = go("apply", checkout, [f])
+    assert res["ok"], res["error"]
+    out = res["fixes"][0]
+    assert out["outcome"] == "applied"
+    assert [(x["path"], x["op"]) for x in out["files"]] == [(MOD, "modify"), (NEW, "create"), (SCRIPT, "modify")]
+    assert "+    return x * 7\n" in out["files"][0]["diff"]
+    assert [h["expected_line"] for h in out["files"][0]["hunks"]] == [20, 98]
+    assert "return x * 7" in (checkout / MOD).read_text()
+    assert stat.S_IMODE((checkout / NEW).stat().st_mode) == 0o755
+    assert stat.S_IMODE((checkout / SCRIPT).stat().st_mode) == 0o755
+    assert not (checkout / "python/sglang/srt/__pycache__").exists()  # stale bytecode purged
+    assert (checkout / ".patchkit/.gitignore").read_text() == "*\n"
+
+    state = json.loads((checkout / ".patchkit/state.json").read_text())
+    assert state["format"] == 1 and [x["name"] for x in state["fixes"]] == ["a"]
+    assert (checkout / ".patchkit/backups/a/files/sglang" / MOD).read_bytes() == original
+    status = go("status", checkout, [f])["status"]
+    assert status["fixes"][0]["state"] == "applied" and status["journal"] is None
+    assert {x["state"] for x in status["fixes"][0]["files"]} == {"ok"}
+
+    res = go("rollback", checkout, [f])
+    assert res["ok"], res["error"]
+    assert res["fixes"][0]["outcome"] == "rolled-back"
+    after = snapshot(checkout)
+    tree.pop("python/sglang/srt/__pycache__"), tree.pop("python/sglang/srt/__pycache__/mod.cpython-311.pyc")
+    assert strip_mtimes(after) == strip_mtimes(tree)  # same bytes and modes; new dir gone
+    assert git(checkout, "status", "--porcelain") == ""
+    assert git(checkout, "status", "--porcelain", "--ignored") == "!! .patchkit/\n"
+    assert go("status", checkout, [f])["status"]["fixes"][0]["state"] == "not-applied"
+    history = [json.loads(x) for x in (checkout / ".patchkit/history.jsonl").read_text().splitlines()]
+    assert [(h["event"], h["fixes"][0]["name"]) for h in history] == [("apply", "a"), ("rollback", "a")]
+
+
+def strip_mtimes(snap: Dict[str, Any]) -> Dict[str, Any]:
+    return {k: v[:3] if v[0] == "file" else v for k, v in snap.items()}
+
+
+def test_dry_run_writes_nothing(checkout: Path) -> None:
+    tree = snapshot(checkout, skip_state=False)
+    res = go("apply", checkout, [series(checkout)], dry_run=True)
+    assert res["ok"] and res["dry_run"]
+    out = res["fixes"][0]
+    assert out["outcome"] == "would-apply" and out["verification"] == []
+    assert out["files"][1]["diff"].startswith("--- /dev/null\n+++ b/%s\n" % NEW)
+    assert snapshot(checkout, skip_state=False) == tree  # bytes, modes, mtimes; no .patchkit either
+    assert git(checkout, "status", "--porcelain") == ""
+
+
+def test_reapply_is_a_no_op_and_another_version_is_refused(checkout: Path) -> None:
+    assert go("apply", checkout, [series(checkout)])["ok"]
+    tree, state = snapshot(checkout), (checkout / ".patchkit/state.json").read_bytes()
+    f = series(checkout)  # content irrelevant: already applied at this version
+    res = go("apply", checkout, [f])
+    assert res["ok"] and res["fixes"][0]["outcome"] == "already-applied"
+    assert snapshot(checkout) == tree and (checkout / ".patchkit/state.json").read_bytes() == state
+    res = go("apply", checkout, [dict(f, version=2)])
+    assert res["error"]["type"] == "VersionMismatch"
+    assert "patchkit rollback a" in res["error"]["message"]
+    assert snapshot(checkout) == tree and (checkout / ".patchkit/state.json").read_bytes() == state
+
+
+def test_failed_verification_restores_every_byte(checkout: Path) -> None:
+    checks = [{"kind": "grep", "root": "sglang", "path": MOD, "pattern": "x * 7", "count": 1, "name": "edit there"},
+              {"kind": "command", "root": "sglang", "argv": ["{python}", "-c", "import sys; print('nope'); sys.exit(2)"],
+               "name": "smoke test"}]
+    tree = snapshot(checkout)
+    res = go("apply", checkout, [series(checkout, verification=checks)])
+    assert res["error"]["type"] == "VerificationFailed"
+    assert [f["name"] for f in res["error"]["details"]["failures"]] == ["smoke test"]
+    assert "nope" in res["error"]["message"]
+    now = snapshot(checkout)
+    assert strip_mtimes(now) == strip_mtimes(tree)
+    assert not (checkout / "python/sglang/srt/layers").exists()
+    assert git(checkout, "status", "--porcelain") == ""
+    assert not (checkout / ".patchkit/journal.json").exists()
+    assert os.listdir(checkout / ".patchkit/txn") == []
+    assert not (checkout / ".patchkit/state.json").exists()
+
+
+def test_lock_busy(checkout: Path) -> None:
+    (checkout / ".patchkit").mkdir()
+    with open(checkout / ".patchkit/lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        held.write("4242 otherhost\n")
+        held.flush()
+        res = go("apply", checkout, [series(checkout)], lock_timeout=0.2)
+        assert res["error"]["type"] == "LockBusy" and "pid 4242" in res["error"]["message"]
+        assert go("status", checkout, [])["error"]["type"] == "LockBusy"
+    assert go("apply", checkout, [series(checkout)], lock_timeout=0.2)["ok"]
+
+
+def test_drift_refuses_rollback_and_force_restores(checkout: Path) -> None:
+    f = series(checkout)
+    original = (checkout / MOD).read_bytes()
+    assert go("apply", checkout, [f])["ok"]
+    with open(checkout / MOD, "a") as fh:
+        fh.write("# hand edit\n")
+    edited = snapshot(checkout)
+    status = go("status", checkout, [f])["status"]["fixes"][0]
+    assert status["state"] == "drifted"
+    assert [x["state"] for x in status["files"]] == ["drifted", "ok", "ok"]
+    res = go("rollback", checkout, [f])
+    assert res["error"]["type"] == "DriftError"
+    assert "sglang:%s" % MOD in res["error"]["message"] and "--force" in res["error"]["message"]
+    assert snapshot(checkout) == edited
+    res = go("rollback", checkout, [f], force=True)
+    assert res["ok"], res["error"]
+    assert (checkout / MOD).read_bytes() == original
+    assert git(checkout, "status", "--porcelain") == ""
+
+
+def test_reverse_strategy_rollback(checkout: Path) -> None:
+    f = series(checkout, rollback={"strategy": "reverse"})
+    assert go("apply", checkout, [f])["ok"]
+    res = go("rollback", checkout, [f])
+    assert res["ok"], res["error"]
+    assert res["fixes"][0]["files"][0]["hunks"][0]["index"] == 1
+    assert git(checkout, "status", "--porcelain") == ""
+
+
+def test_rollback_refusals(checkout: Path) -> None:
+    a = series(checkout)
+    res = go("rollback", checkout, [a])
+    assert res["error"]["type"] == "NotApplied"
+    before = (checkout / MOD).read_text()  # b builds on a's result
+    b_before = before.replace("return x + 7\n", "return x * 7\n").replace("return x + 33\n", "return 33\n")
+    b = fix("b", [file_record(MOD, b_before, b_before.replace("return x + 1\n", "return 1\n"))], requires=["a"])
+    res = go("apply", checkout, [a, b])
+    assert res["ok"], res["error"]
+    res = go("rollback", checkout, [a])
+    assert res["error"]["type"] == "PreconditionFailed"
+    assert "applied fix b requires a" in res["error"]["message"] and "patchkit rollback b" in res["error"]["message"]
+    res = go("rollback", checkout, [b, a])
+    assert res["ok"], res["error"]
+    assert git(checkout, "status", "--porcelain") == ""
+
+
+def test_verify_op(checkout: Path) -> None:
+    good = {"kind": "grep", "root": "sglang", "path": MOD, "pattern": "x * 7", "count": 1}
+    f = series(checkout, verification=[good])
+    assert go("verify", checkout, [f])["error"]["type"] == "NotApplied"
+    assert go("apply", checkout, [f])["ok"]
+    res = go("verify", checkout, [f])
+    assert res["ok"] and res["fixes"][0]["outcome"] == "verified"
+    (checkout / MOD).write_text((checkout / MOD).read_text().replace("x * 7", "x + 7"))
+    tree, state = snapshot(checkout), (checkout / ".patchkit/state.json").read_bytes()
+    res = go("verify", checkout, [f])
+    assert res["error"]["type"] == "VerificationFailed"
+    assert snapshot(checkout) == tree and (checkout / ".patchkit/state.json").read_bytes() == state
+
+
+def test_status_detects_present_and_partly_present_unrecorded_fixes(checkout: Path) -> None:
+    f = series(checkout)
+    assert go("status", checkout, [f])["status"]["fixes"][0]["state"] == "not-applied"
+    assert not (checkout / ".patchkit").exists()  # status on an untouched target writes nothing
+    # someone applied the change by hand, without patchkit
+    text = (checkout / MOD).read_text()
+    (checkout / MOD).write_text(text.replace("return x + 7\n", "return x * 7\n"))
+    assert go("status", checkout, [f])["status"]["fixes"][0]["state"] == "partly-present"
+    (checkout / MOD).write_text(text.replace("return x + 7\n", "return x * 7\n").replace("return x + 33\n", "return 33\n"))
+    (checkout / NEW).parent.mkdir()
+    (checkout / NEW).write_text("FRESH = True\n")
+    (checkout / SCRIPT).write_text((checkout / SCRIPT).read_text().replace("launching", "go"))
+    entry = go("status", checkout, [f])["status"]["fixes"][0]
+    assert entry["state"] == "present-unrecorded" and entry["applied_at"] is None
+
+
+def test_status_sees_through_patches_that_edit_each_other(checkout: Path) -> None:
+    v0 = (checkout / MOD).read_text()
+    v1 = v0.replace("return x + 3\n", "return x + 3  # one\n")
+    v2 = v1.replace("return x + 3  # one\n", "return x + 3  # two\n")
+    f = fix("s", [file_record(MOD, v0, v1), file_record(MOD, v1, v2, patch="0002-b.patch")])
+    (checkout / MOD).write_text(v2)
+    assert go("status", checkout, [f])["status"]["fixes"][0]["state"] == "present-unrecorded"
+
+
+def test_two_roots_and_a_delete(tmp_path: Path, checkout: Path) -> None:
+    serve = tmp_path / "serve"
+    serve.mkdir()
+    (serve / "run.sh").write_text("#!/bin/sh\nexec sglang\n")
+    (serve / "old.conf").write_text("x=1\n")
+    os.chmod(serve / "run.sh", 0o750)
+    tree = snapshot(serve)
+    f = fix("multi", [file_record("run.sh", "#!/bin/sh\nexec sglang\n", "#!/bin/sh\nexec sglang --fast\n", root="serve"),
+                      file_record("old.conf", "x=1\n", None, root="serve")], release=None)
+    res = run(request("apply", {"sglang": checkout, "serve": serve}, [f]))
+    assert res["ok"], res["error"]
+    assert not (serve / "old.conf").exists() and stat.S_IMODE((serve / "run.sh").stat().st_mode) == 0o750
+    assert not (serve / ".patchkit").exists() and (checkout / ".patchkit/state.json").exists()
+    res = run(request("rollback", {"sglang": checkout, "serve": serve}, [f]))
+    assert res["ok"], res["error"]
+    assert strip_mtimes(snapshot(serve)) == strip_mtimes(tree)
