@@ -1,0 +1,349 @@
+"""Small git helpers: the one module of patchkit that imports GitPython.
+
+Everything else talks to git through these functions, which take plain paths and
+revisions, return plain values (hex shas, paths, text), and raise :class:`TargetError`
+naming the repository, the git command and its output when git fails.
+
+The helpers are deliberately general (init, commit a directory as a tree, tags, refs,
+clone, worktree, diff) so later features (revert, committing a fix) can build on them.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import git
+
+from patchkit.errors import TargetError, UsageError
+
+__all__ = [
+    "CommitInfo",
+    "Identity",
+    "clone",
+    "commit_directory",
+    "commit_info",
+    "commit_tree",
+    "diff_worktree",
+    "get_config",
+    "git_dir",
+    "head",
+    "init",
+    "is_clean",
+    "is_git_checkout",
+    "is_git_repo",
+    "list_tags",
+    "rev_parse",
+    "set_config",
+    "tag",
+    "update_refs",
+    "worktree_add",
+]
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A git author or committer."""
+
+    name: str
+    email: str
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    sha: str
+    tree: str
+    parents: tuple[str, ...]
+    author: Identity
+    committer: Identity
+    authored_date: str  # ISO-8601 with offset
+    committed_date: str
+    message: str
+
+
+def _run(
+    cwd: Path | str, args: Sequence[str], *, env: Mapping[str, str] | None = None,
+    strip: bool = True,
+) -> str:
+    """Run ``git args`` in ``cwd``; a failure becomes a TargetError with git's output."""
+    runner = git.Git(str(cwd))
+    try:
+        out = runner.execute(
+            ["git", *args], env=dict(env) if env else None, strip_newline_in_stdout=strip
+        )
+    except git.GitCommandError as exc:
+        stderr = (exc.stderr or "").strip()
+        stdout = (exc.stdout or "").strip()
+        raise TargetError(
+            f"git {' '.join(args[:3])} failed in {cwd} (exit {exc.status}): "
+            f"{stderr or stdout or 'no output'}",
+            command=["git", *args], cwd=str(cwd), exit=exc.status,
+            stderr=stderr, stdout=stdout,
+        ) from None
+    except (git.NoSuchPathError, FileNotFoundError) as exc:
+        raise TargetError(f"cannot run git in {cwd}: {exc}", cwd=str(cwd)) from None
+    return out if isinstance(out, str) else out.decode("utf-8", "surrogateescape")
+
+
+def _identity_env(author: Identity, committer: Identity, date: str) -> dict[str, str]:
+    return {
+        "GIT_AUTHOR_NAME": author.name,
+        "GIT_AUTHOR_EMAIL": author.email,
+        "GIT_AUTHOR_DATE": date,
+        "GIT_COMMITTER_NAME": committer.name,
+        "GIT_COMMITTER_EMAIL": committer.email,
+        "GIT_COMMITTER_DATE": date,
+    }
+
+
+# -- repositories -----------------------------------------------------------------------
+
+
+def is_git_repo(path: Path | str) -> bool:
+    """True if ``path`` itself is a git repository (bare, or a work tree's top level)."""
+    p = Path(path)
+    if not p.is_dir():
+        return False
+    try:
+        repo = git.Repo(str(p), search_parent_directories=False)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        return False
+    if repo.bare:
+        return Path(repo.git_dir).resolve() == p.resolve()
+    return Path(repo.working_tree_dir or "").resolve() == p.resolve()
+
+
+def is_git_checkout(path: Path | str) -> bool:
+    """True if ``path`` lies inside the working tree of a (non-bare) git repository."""
+    p = Path(path)
+    if not p.exists():
+        return False
+    try:
+        repo = git.Repo(str(p if p.is_dir() else p.parent), search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        return False
+    return not repo.bare
+
+
+def git_dir(path: Path | str) -> Path:
+    """The git directory of the repository at ``path`` (``.git`` or the bare repo)."""
+    return Path(_run(path, ["rev-parse", "--absolute-git-dir"]))
+
+
+def init(path: Path | str, *, bare: bool = False, branch: str = "main") -> Path:
+    """Create a repository at ``path`` (parents too) whose HEAD names ``branch``."""
+    p = Path(path)
+    p.mkdir(parents=True, exist_ok=True)
+    try:
+        git.Repo.init(str(p), bare=bare, initial_branch=branch)
+    except git.GitCommandError as exc:
+        raise TargetError(f"git init failed in {p}: {exc.stderr}", cwd=str(p)) from None
+    return p
+
+
+def set_config(repo: Path | str, key: str, value: str) -> None:
+    _run(repo, ["config", "--local", key, value])
+
+
+def get_config(repo: Path | str, key: str) -> str | None:
+    try:
+        return _run(repo, ["config", "--local", "--get", key]) or None
+    except TargetError:
+        return None
+
+
+# -- objects and refs -------------------------------------------------------------------
+
+
+def rev_parse(repo: Path | str, rev: str) -> str | None:
+    """The commit ``rev`` names (tags peeled), or None if it names nothing."""
+    try:
+        return _run(repo, ["rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"]) or None
+    except TargetError:
+        return None
+
+
+def head(path: Path | str) -> str | None:
+    """The commit checked out at ``path``, or None on an unborn branch."""
+    return rev_parse(path, "HEAD")
+
+
+def commit_info(repo: Path | str, rev: str) -> CommitInfo:
+    fmt = "%H%n%T%n%P%n%an%n%ae%n%cn%n%ce%n%aI%n%cI%n%B"
+    out = _run(repo, ["show", "-s", f"--format={fmt}", f"{rev}^{{commit}}", "--"], strip=False)
+    lines = out.split("\n")
+    if len(lines) < 10:
+        raise TargetError(f"cannot read commit {rev} in {repo}", rev=rev)
+    message = "\n".join(lines[9:]).rstrip("\n") + "\n"
+    return CommitInfo(
+        sha=lines[0],
+        tree=lines[1],
+        parents=tuple(lines[2].split()),
+        author=Identity(lines[3], lines[4]),
+        committer=Identity(lines[5], lines[6]),
+        authored_date=lines[7],
+        committed_date=lines[8],
+        message=message,
+    )
+
+
+def commit_tree(
+    repo: Path | str,
+    tree: str,
+    *,
+    message: str,
+    parents: Sequence[str] = (),
+    author: Identity,
+    committer: Identity | None = None,
+    date: str,
+) -> str:
+    """Write a commit object for ``tree``; refs are left alone (see :func:`update_refs`).
+
+    Author, committer and both dates are fixed, so the same inputs give the same sha.
+    """
+    args = ["commit-tree", tree, "-F", "-"]
+    for parent in parents:
+        args += ["-p", parent]
+    env = _identity_env(author, committer or author, date)
+    runner = git.Git(str(repo))
+    try:
+        return runner.execute(["git", *args], env=env, istream=_stdin(message)).strip()
+    except git.GitCommandError as exc:
+        raise TargetError(
+            f"git commit-tree failed in {repo}: {(exc.stderr or '').strip()}", cwd=str(repo)
+        ) from None
+
+
+def _stdin(text: str):  # a real file: GitPython passes istream to Popen as stdin
+    f = tempfile.TemporaryFile()
+    f.write(text.encode("utf-8"))
+    f.seek(0)
+    return f
+
+
+def commit_directory(
+    repo: Path | str,
+    directory: Path | str,
+    *,
+    message: str,
+    parents: Sequence[str] = (),
+    author: Identity,
+    committer: Identity | None = None,
+    date: str,
+) -> str:
+    """Commit every file under ``directory`` as the whole tree of a new commit.
+
+    Uses a throw-away index with ``directory`` as work tree, so neither the repository's
+    own index nor its working tree (if any) is touched. Returns the commit sha.
+    """
+    d = Path(directory)
+    if not d.is_dir():
+        raise UsageError(f"cannot commit {d}: not a directory")
+    with tempfile.TemporaryDirectory(prefix="patchkit-index-") as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        base = ["--work-tree", str(d)]
+        _run(repo, [*base, "add", "--all", "--force", "."], env=env)
+        tree = _run(repo, ["write-tree"], env=env)
+    return commit_tree(
+        repo, tree, message=message, parents=parents, author=author,
+        committer=committer, date=date,
+    )
+
+
+def list_tags(repo: Path | str) -> dict[str, str]:
+    """Every tag name mapped to the commit it points at (annotated tags peeled)."""
+    out = _run(repo, ["for-each-ref", "--format=%(refname:strip=2) %(objectname) %(*objectname)",
+                      "refs/tags"])
+    tags: dict[str, str] = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) >= 2:
+            tags[parts[0]] = parts[2] if len(parts) > 2 else parts[1]
+    return tags
+
+
+def tag(repo: Path | str, name: str, rev: str, *, force: bool = False) -> None:
+    """Create (or with ``force`` move) the lightweight tag ``name`` at ``rev``."""
+    _run(repo, ["tag", *(["--force"] if force else []), name, rev])
+
+
+def update_refs(
+    repo: Path | str,
+    updates: Mapping[str, str],
+    expected: Mapping[str, str | None] | None = None,
+) -> None:
+    """Move several refs in one all-or-nothing transaction.
+
+    ``expected`` maps a ref to the sha it must still hold (None: must not exist); a ref
+    that moved underneath fails the whole transaction and nothing changes.
+    """
+    if not updates:
+        return
+    zero = "0" * 40
+    lines = ["start"]
+    for ref, new in updates.items():
+        old = (expected or {}).get(ref, "")
+        if expected is not None and ref in expected:
+            lines.append(f"update {ref} {new} {old or zero}")
+        else:
+            lines.append(f"update {ref} {new}")
+    lines += ["prepare", "commit", ""]
+    runner = git.Git(str(repo))
+    try:
+        runner.execute(["git", "update-ref", "--stdin"], istream=_stdin("\n".join(lines)))
+    except git.GitCommandError as exc:
+        raise TargetError(
+            f"could not update refs in {repo}: {(exc.stderr or '').strip()} "
+            "(another process may be writing the repository; retry)",
+            refs=sorted(updates),
+        ) from None
+
+
+# -- working trees ----------------------------------------------------------------------
+
+
+def clone(
+    source: Path | str, dest: Path | str, *, rev: str | None = None, shared: bool = False,
+) -> Path:
+    """Clone ``source`` into ``dest`` and check out ``rev`` (detached for a tag).
+
+    ``shared`` borrows the source's objects (``--shared``): fast and small, but the
+    clone breaks if the source repository is deleted or pruned.
+    """
+    d = Path(dest)
+    args = ["clone", "--quiet"]
+    if shared:
+        args.append("--shared")
+    if rev is not None:
+        args += ["--branch", rev]
+    args += ["--", str(source), str(d)]
+    _run(Path(d).parent, args)
+    return d
+
+
+def worktree_add(repo: Path | str, dest: Path | str, rev: str, *, detach: bool = True) -> Path:
+    """Add a linked working tree of ``repo`` at ``dest`` checked out at ``rev``."""
+    args = ["worktree", "add", "--quiet"]
+    if detach:
+        args.append("--detach")
+    args += [str(dest), rev]
+    _run(repo, args)
+    return Path(dest)
+
+
+def is_clean(path: Path | str) -> bool:
+    """True if the working tree at ``path`` has no changes against HEAD (untracked too)."""
+    return _run(path, ["status", "--porcelain", "--untracked-files=all"]) == ""
+
+
+def diff_worktree(path: Path | str, paths: Sequence[str] = ()) -> str:
+    """Unified diff (git format, 3 lines of context) of the working tree against HEAD.
+
+    Untracked files are left out; pass ``paths`` (relative to the tree) to narrow it.
+    """
+    args = ["diff", "--no-color", "--no-ext-diff", "HEAD", "--"]
+    args += [os.fspath(p) for p in paths]
+    return _run(path, args, strip=False)

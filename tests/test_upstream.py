@@ -1,0 +1,179 @@
+"""SGLang releases as a linear, tagged git history (patchkit.upstream, patchkit.gitrepo)."""
+
+from __future__ import annotations
+
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from patchkit import gitrepo
+from patchkit.errors import PatchkitError, UsageError
+from patchkit.upstream import UpstreamRepo, download_wheel, release_date, version_key
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+# -- version ordering (no registry) -------------------------------------------------------
+
+
+def test_version_key_orders_releases_numerically_and_posts_after_base() -> None:
+    versions = ["0.5.21", "0.5.3", "0.5.20.post1", "0.4.10", "0.5.20", "1.0"]
+    assert sorted(versions, key=version_key) == [
+        "0.4.10", "0.5.3", "0.5.20", "0.5.20.post1", "0.5.21", "1.0"]
+    assert version_key("1.0") == version_key("1.0.0")
+
+
+@pytest.mark.parametrize("bad", ["0.5.21rc1", "v0.5.21", "latest", "0.5.21; rm -rf /"])
+def test_unsupported_version_is_a_usage_error(bad: str, tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="expected a release like"):
+        UpstreamRepo(tmp_path / "up").fetch(bad)
+
+
+def test_release_date_comes_from_the_wheel(tmp_path: Path) -> None:
+    wheel = tmp_path / "sglang-9.9.9-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr(zipfile.ZipInfo("sglang/__init__.py", (2026, 10, 1, 6, 36, 48)), "x = 1\n")
+        zf.writestr(zipfile.ZipInfo("sglang/a.py", (2026, 9, 1, 0, 0, 0)), "y = 2\n")
+    assert release_date(wheel) == "2026-10-01T06:36:48+00:00"
+
+
+def test_existing_clone_is_used_as_is_and_never_committed_to(tmp_path: Path) -> None:
+    clone = tmp_path / "sglang-clone"
+    (clone / "python" / "sglang").mkdir(parents=True)
+    (clone / "python" / "sglang" / "version.py").write_text('__version__ = "0.5.21"\n')
+    git(tmp_path, "init", "-q", str(clone))
+    git(clone, "add", "-A")
+    git(clone, "commit", "-qm", "release")
+    git(clone, "tag", "-a", "v0.5.21", "-m", "v0.5.21")
+    git(clone, "tag", "v0.5.21rc1")  # not a release: ignored
+    up = UpstreamRepo(clone)
+    assert up.foreign and up.versions() == ["0.5.21"]
+    rel = up.fetch("0.5.21")
+    assert rel.commit == git(clone, "rev-parse", "HEAD")
+    tree = up.checkout("0.5.21", tmp_path / "co")
+    assert (tree / "python" / "sglang" / "version.py").read_text() == '__version__ = "0.5.21"\n'
+    with pytest.raises(UsageError, match=r"git fetch --tags"):
+        up.fetch("0.5.20")
+    assert git(clone, "rev-list", "--all", "--count") == "1"
+
+
+def test_upstream_path_defaults_to_the_env_and_the_xdg_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PATCHKIT_UPSTREAM", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert UpstreamRepo().path == tmp_path / "cache" / "patchkit" / "upstream"
+    monkeypatch.setenv("PATCHKIT_UPSTREAM", str(tmp_path / "elsewhere"))
+    assert UpstreamRepo().path == tmp_path / "elsewhere"
+
+
+# -- real releases (registry on first use, then the persistent cache) ----------------------
+
+
+@pytest.mark.network
+def test_fetch_commits_and_tags_the_release(upstream_repo: UpstreamRepo,
+                                            sglang_wheel_0521: Path) -> None:
+    rel = upstream_repo.fetch("0.5.21")  # already there: no second commit
+    assert upstream_repo.versions() == ["0.5.21"]
+    gd = upstream_repo.git_dir
+    assert git(gd, "rev-parse", "v0.5.21^{commit}") == rel.commit
+    assert git(gd, "rev-parse", "main") == rel.commit
+    assert git(gd, "log", "--format=%an <%ae>|%cn <%ce>", "-1", "v0.5.21") == (
+        "SGLang release <releases@patchkit.invalid>|SGLang release <releases@patchkit.invalid>")
+    assert git(gd, "log", "-1", "--format=%cI", "v0.5.21") == release_date(sglang_wheel_0521)
+    assert rel.wheel == sglang_wheel_0521
+
+
+@pytest.mark.network
+def test_release_tree_has_checkout_layout_without_compiled_files(
+    upstream_repo: UpstreamRepo,
+) -> None:
+    files = git(upstream_repo.git_dir, "ls-tree", "-r", "--name-only", "v0.5.21").splitlines()
+    assert len(files) > 4000
+    assert all(f.startswith("python/sglang/") for f in files)
+    assert "python/sglang/srt/mem_cache/memory_pool_host.py" in files
+    assert "python/sglang/srt/model_executor/pool_configurator.py" in files
+    assert not [f for f in files if f.endswith((".so", ".pyd", ".dylib"))]
+    assert not [f for f in files if ".dist-info" in f]
+
+
+@pytest.mark.network
+def test_fetch_is_deterministic_given_the_same_wheel(
+    tmp_path: Path, sglang_wheels: Path, upstream_repo: UpstreamRepo
+) -> None:
+    again = UpstreamRepo(tmp_path / "again", wheels=sglang_wheels).fetch("0.5.21")
+    assert again.commit == upstream_repo.release("0.5.21").commit
+
+
+@pytest.mark.network
+def test_older_release_fetched_later_gives_linear_sorted_history(
+    tmp_path: Path, sglang_wheels: Path, upstream_repo: UpstreamRepo
+) -> None:
+    up = UpstreamRepo(tmp_path / "up", wheels=sglang_wheels)
+    newer = up.fetch("0.5.21")
+    steps: list[str] = []
+    older = up.fetch("0.5.20", progress=steps.append)
+    assert any("rebuilding sglang 0.5.21" in s for s in steps)
+    assert up.versions() == ["0.5.20", "0.5.21"]
+    gd = up.git_dir
+    # main: 0.5.21 on top of 0.5.20, nothing else; each tag on that one line.
+    chain = git(gd, "rev-list", "--parents", "main").splitlines()
+    rebuilt = up.release("0.5.21")
+    assert chain == [f"{rebuilt.commit} {older.commit}", older.commit]
+    assert rebuilt.tree == newer.tree and rebuilt.commit != newer.commit
+    assert git(gd, "log", "-1", "--format=%cI", "v0.5.21") == newer.date
+    # The same two releases fetched in order give the very same commits.
+    in_order = UpstreamRepo(tmp_path / "in-order", wheels=sglang_wheels)
+    in_order.fetch("0.5.20")
+    assert in_order.fetch("0.5.21").commit == rebuilt.commit
+
+
+@pytest.mark.network
+def test_checkout_is_a_clean_working_tree_at_the_tag(
+    upstream_repo: UpstreamRepo, tmp_path: Path
+) -> None:
+    tree = upstream_repo.checkout("0.5.21", tmp_path / "co")
+    assert gitrepo.is_git_checkout(tree) and gitrepo.is_clean(tree)
+    assert git(tree, "rev-parse", "HEAD") == upstream_repo.release("0.5.21").commit
+    assert git(tree, "describe", "--tags") == "v0.5.21"
+    target = tree / "python/sglang/srt/mem_cache/memory_pool_host.py"
+    target.write_text(target.read_text() + "# local change\n")
+    assert "+# local change" in gitrepo.diff_worktree(tree)
+    with pytest.raises(UsageError, match="not empty"):
+        upstream_repo.checkout("0.5.21", tree)
+
+
+@pytest.mark.network
+def test_tree_path_of_is_cached_and_repaired(upstream_repo: UpstreamRepo) -> None:
+    path = upstream_repo.tree_path_of("0.5.21")
+    assert (path / "python/sglang/srt/environ.py").is_file()
+    marker = path / "python/sglang/stray.py"
+    marker.write_text("x\n")
+    assert upstream_repo.tree_path_of("0.5.21") == path
+    assert not marker.exists()  # a dirty cached tree is made anew
+
+
+@pytest.mark.network
+def test_sglang_tree_fixture_is_a_fresh_release_checkout(sglang_tree: Path) -> None:
+    assert (sglang_tree / "python/sglang/srt/mem_cache/deepseek_v4_memory_pool.py").is_file()
+    assert git(sglang_tree, "describe", "--tags") == "v0.5.21"
+
+
+@pytest.mark.network
+def test_missing_release_says_it_is_not_on_the_registry(tmp_path: Path) -> None:
+    with pytest.raises(UsageError) as info:
+        download_wheel("0.0.999", tmp_path / "wheels")
+    message = str(info.value)
+    assert "0.0.999 is not on the package registry" in message
+    assert "pip index versions sglang" in message
+    assert isinstance(info.value, PatchkitError)
+
+
+def test_checkout_of_a_release_not_fetched_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="patchkit upstream fetch 0.5.21"):
+        UpstreamRepo(tmp_path / "up").checkout("0.5.21", tmp_path / "co")
