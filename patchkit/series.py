@@ -100,8 +100,6 @@ def _parse(path: Path, data: bytes) -> list[dict[str, Any]]:
         else:
             message = f"malformed patch ({exc})".replace("\n", "")
         raise _fail(path, line, message, "Regenerate the patch, or fix the hunk header counts")
-    except UnicodeDecodeError:  # pragma: no cover - surrogateescape decodes any byte
-        raise _fail(path, counted.at, "undecodable text", "Save the patch as bytes") from None
     if not patchset:
         raise _fail(path, 1, "no file changes found (no ---/+++ headers or hunks)",
                     "Write the change as a unified diff")
@@ -307,8 +305,6 @@ def diff_files(old: bytes | None, new: bytes | None, path: str, *,
                mode: str = DEFAULT_MODE) -> str:
     """A git-style unified diff of one file (``None`` = absent); "" when nothing changed."""
     if old == new:
-        return ""
-    if old is None and new is None:  # pragma: no cover - equal above
         return ""
     header = f"diff --git {_quote('a/' + path)} {_quote('b/' + path)}\n"
     if old is None:

@@ -207,3 +207,22 @@ def test_bump_refuses_a_version_that_does_not_go_up(tmp_path: Path) -> None:
     with pytest.raises(ManifestError, match="not YYYY-MM-DD"):
         bump_manifest(path, version=3, changelog_summary="x", date="April 1st")
     assert path.read_bytes() == before
+
+
+def test_the_check_examples_in_the_docs_validate(tmp_path: Path) -> None:
+    docs = (Path(__file__).parent.parent / "docs" / "manifest.md").read_text()
+    blocks = re.findall(r"```toml\n(.*?)```", docs, re.S)
+    checks = next(b for b in blocks if "[[preconditions]]" in b)
+    (tmp_path / "manifests").mkdir()
+    path = tmp_path / "manifests" / "documented.toml"
+    path.write_text(new_manifest_text("documented", "t", "0.5.21", [("0001-a.patch", "sglang")])
+                    + "\n" + checks)
+    _patch(tmp_path, "documented")
+    (tmp_path / "patches" / "documented" / "checks").mkdir()
+    (tmp_path / "patches" / "documented" / "checks" / "bytes_per_token.py").write_text("")
+    fix = load_manifest(path)
+    assert {c.kind for c in fix.checks} == {"grep", "sha256", "python-syntax", "bash-syntax",
+                                             "python-import", "python-script", "command"}
+    config = next(b for b in blocks if "[targets.gpu1]" in b)
+    (tmp_path / "patchkit.toml").write_text(config)
+    assert load_config(tmp_path / "patchkit.toml").targets["gpu1"].port == 2222
