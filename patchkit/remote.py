@@ -5,8 +5,8 @@ runs the engine, then hands the request to :func:`patchkit.transport.run_engine`
 (including an engine error) comes back exactly as a local run would produce it.
 
 Remote targets are written as ``ssh://[user@]host[:port]/abs/path`` (the path is the
-``sglang`` root) or as a named target in ``patchkit.toml`` (see :func:`target_from_config`
-and docs/remote.md).
+``sglang`` root, see :func:`parse_ssh_url`) or as a named target with a ``host`` in
+``patchkit.toml`` (read by ``patchkit.manifest``; see docs/remote.md).
 """
 
 from __future__ import annotations
@@ -16,13 +16,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ManifestError, UsageError
+from .errors import UsageError
 from .transport import SshSpec, run_engine
 
-DEFAULT_ROOT = "sglang"
 DEFAULT_PYTHON = "python3"
 URL_SYNTAX = "ssh://[user@]host[:port]/absolute/path"
-CONFIG_KEYS = ("host", "port", "user", "python", "ssh_options", "ssh_program", "roots")
 
 
 @dataclass(frozen=True)
@@ -134,44 +132,3 @@ def parse_ssh_url(url: str) -> tuple[SshSpec, str]:
         raise bad(exc.message) from None
     return spec, path
 
-
-def target_from_config(table: Mapping[str, Any], *, source: str, name: str) -> RemoteTarget:
-    """Build a remote target from a ``[targets.<name>]`` table of ``patchkit.toml``.
-
-    Keys: ``host`` (required), ``port``, ``user``, ``python``, ``ssh_options`` (list of ssh
-    arguments), ``ssh_program``, ``roots`` (table of root name -> absolute path, required).
-    """
-    where = f"{source}: [targets.{name}]"
-
-    def bad(key: str, why: str) -> ManifestError:
-        return ManifestError(f"{where} key {key!r}: {why}", file=source, key=f"targets.{name}.{key}")
-
-    def get(key: str, kind: type | tuple[type, ...], what: str) -> Any:
-        value = table.get(key)
-        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
-            raise bad(key, f"must be {what}, not {value!r}")
-        return value
-
-    unknown = sorted(set(table) - set(CONFIG_KEYS) - {"kind", "type"})
-    if unknown:
-        raise bad(unknown[0], f"unknown key for a remote target (known: {', '.join(CONFIG_KEYS)})")
-    host = get("host", str, "a host name")
-    if not host:
-        raise bad("host", "is required for a remote target")
-    options = get("ssh_options", list, "a list of ssh arguments") or []
-    if not all(isinstance(o, str) for o in options):
-        raise bad("ssh_options", "must hold strings only")
-    roots = get("roots", dict, "a table of root name = absolute path")
-    if not roots:
-        raise bad("roots", f"is required: for example roots = {{ {DEFAULT_ROOT} = \"/srv/sglang\" }}")
-    try:
-        spec = SshSpec(
-            host=host,
-            user=get("user", str, "a user name"),
-            port=get("port", int, "an integer port"),
-            options=tuple(options),
-            program=get("ssh_program", str, "a program name or path") or "ssh",
-        )
-        return RemoteTarget(spec, {str(k): v for k, v in roots.items()}, get("python", str, "a path"))
-    except UsageError as exc:
-        raise ManifestError(f"{where}: {exc.message}", file=source) from None

@@ -235,10 +235,10 @@ def remote_command(python: str) -> str:
     if not python or any(c in python for c in "\0\n\r"):
         raise UsageError(f"invalid remote Python interpreter {python!r}: give a command name or path")
     encoded = base64.b64encode(AGENT.encode("utf-8")).decode("ascii")
-    loader = (
-        "import sys;sys.path[:1]==[''] and sys.path.pop(0);"
-        f"sys.version_info<(3,8) and sys.exit({_TOO_OLD!r}+' '+sys.version.split()[0]);"
-        f"import base64;exec(base64.b64decode('{encoded}'))"
+    loader = (  # double quotes only, so the single-quoted word survives any login shell
+        'import sys;sys.path[:1]==[""] and sys.path.pop(0);'
+        f'sys.version_info<(3,8) and sys.exit({json.dumps(_TOO_OLD)}+" "+sys.version.split()[0]);'
+        f'import base64;exec(base64.b64decode("{encoded}"))'
     )
     return " ".join(shlex.quote(word) for word in (python, "-c", loader))
 
@@ -285,10 +285,10 @@ def run_engine(
             capture_output=True,
             timeout=timeout,
         )
-    except FileNotFoundError as exc:
+    except OSError as exc:  # not found or not executable: nothing was sent anywhere
         raise UsageError(
-            f"ssh program {spec.program!r} not found for {spec.url}: install the OpenSSH client "
-            "or set ssh_program to its path",
+            f"cannot run the ssh program {spec.program!r} for {spec.url} ({exc.strerror}): install "
+            "the OpenSSH client or set ssh_program to an executable",
             host=spec.host,
         ) from exc
     except subprocess.TimeoutExpired as exc:

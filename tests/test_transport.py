@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -13,7 +16,7 @@ from typing import Any
 import pytest
 
 from patchkit import errors
-from patchkit.remote import RemoteTarget, parse_ssh_url, target_from_config
+from patchkit.remote import RemoteTarget, parse_ssh_url
 from patchkit.transport import SshSpec, engine_modules, remote_command, run_engine
 from tests.fixtures.sshd import SshServer
 
@@ -97,6 +100,22 @@ def counting_wrapper(tmp_path: Path) -> tuple[Path, Path]:
     wrapper.write_text(f'#!/bin/sh\necho $$ >> "{log}"\nexec ssh "$@"\n')
     wrapper.chmod(0o755)
     return wrapper, log
+
+
+def interpreter(version: str) -> str | None:
+    """An installed ``pythonX.Y`` that really runs (pyenv shims of inactive versions do not)."""
+    import glob
+    import pwd
+
+    name = f"python{version}"
+    pyenv = os.environ.get("PYENV_ROOT") or os.path.join(pwd.getpwuid(os.getuid()).pw_dir, ".pyenv")
+    candidates = [shutil.which(name), *sorted(glob.glob(f"{pyenv}/versions/{version}.*/bin/{name}"))]
+    for candidate in filter(None, candidates):
+        probe = subprocess.run([candidate, "-c", "import sys; print(sys.version_info[:2])"],
+                               capture_output=True, text=True)
+        if probe.returncode == 0:
+            return candidate
+    return None
 
 
 def wait_until(predicate: Any, what: str, limit: float = 30.0) -> None:
@@ -257,6 +276,26 @@ def test_missing_remote_python(sshd: SshServer, tmp_path: Path, python: str) -> 
     assert caught.value.exit_code == errors.EXIT_REMOTE_PYTHON
 
 
+def test_agent_runs_on_python_3_8(sshd: SshServer, tmp_path: Path) -> None:
+    python = interpreter("3.8")
+    if python is None:
+        pytest.skip("no Python 3.8 installed to check the oldest supported host interpreter")
+    result = run_engine(spec_for(sshd), request(tmp_path), python=python, modules=modules())
+    assert result["ok"] is True and result["echo"]["executable"] == python
+    assert (tmp_path / "out.txt").read_text() == "done"
+
+
+@pytest.mark.parametrize("version", ["3.7", "2.7"])
+def test_too_old_remote_python(sshd: SshServer, tmp_path: Path, version: str) -> None:
+    python = interpreter(version)
+    if python is None:
+        pytest.skip(f"no Python {version} installed to play an outdated host")
+    with pytest.raises(errors.RemotePythonMissing) as caught:
+        run_engine(spec_for(sshd), request(tmp_path), python=python, modules=modules())
+    assert "3.8 or newer" in caught.value.message and f"found {version}." in caught.value.message
+    assert not (tmp_path / "out.txt").exists()
+
+
 def test_killed_client_is_connection_lost_and_the_host_finishes(
     sshd: SshServer, tmp_path: Path
 ) -> None:
@@ -396,33 +435,6 @@ def test_parse_ssh_url_refuses_malformed_urls(url: str, why: str) -> None:
     assert why in caught.value.message and url in caught.value.message
 
 
-def test_target_from_config(tmp_path: Path) -> None:
-    table = {
-        "host": "gpu1",
-        "user": "deploy",
-        "port": 2222,
-        "python": "/opt/venv/bin/python",
-        "ssh_options": ["-o", "ProxyJump=bastion"],
-        "ssh_program": "/usr/local/bin/ssh-wrapper",
-        "roots": {"sglang": "/srv/sglang", "serve": "/srv/serve"},
-    }
-    target = target_from_config(table, source="patchkit.toml", name="gpu1")
-    assert target.spec == SshSpec("gpu1", "deploy", 2222, ("-o", "ProxyJump=bastion"),
-                                  "/usr/local/bin/ssh-wrapper")
-    assert target.python == "/opt/venv/bin/python"
-    assert target.roots == {"sglang": "/srv/sglang", "serve": "/srv/serve"}
-
-    for key, value, why in [
-        ("port", "22", "must be an integer"),
-        ("roots", {"sglang": "srv/sglang"}, "not an absolute path"),
-        ("hostname", "x", "unknown key"),
-        ("ssh_options", "-v", "must be a list"),
-    ]:
-        with pytest.raises(errors.ManifestError) as caught:
-            target_from_config({**table, key: value}, source="patchkit.toml", name="gpu1")
-        assert "patchkit.toml" in caught.value.message and why in caught.value.message
-
-
 def test_ssh_command_line_never_disables_host_key_checking(tmp_path: Path) -> None:
     wrapper = tmp_path / "argv-recorder"
     log = tmp_path / "argv"
@@ -449,3 +461,77 @@ def test_engine_modules_ship_errors_and_every_engine_file() -> None:
     assert shipped["patchkit.errors"] == (root / "errors.py").read_text()
     assert "patchkit" not in shipped  # the client package's __init__ is never shipped
 
+
+
+# -- the real engine -------------------------------------------------------------------------
+
+
+def sglang_tree(base: Path) -> Path:
+    """A small checkout-layout git repository of SGLang 0.5.21."""
+    root = base / "sglang"
+    (root / "python/sglang/srt").mkdir(parents=True)
+    (root / "python/sglang/__init__.py").write_text("")
+    (root / "python/sglang/_version.py").write_text("__version__ = version = '0.5.21'\n")
+    (root / "python/sglang/srt/pool.py").write_text("def per_token(d):\n    index_k = d\n    return index_k\n")
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "release 0.5.21"]):
+        subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
+    return root
+
+
+def real_request(op: str, root: Path, old: str = "    index_k = d\n") -> dict[str, Any]:
+    hunk = {"old_start": 2, "old_count": 1, "new_start": 2, "new_count": 1,
+            "lines": [["-", old], ["+", "    index_k = d * 2\n"]]}
+    fix = {
+        "name": "index-k-bytes", "version": 1, "title": "Count index-K at two bytes", "requires": [],
+        "release": {"root": "sglang", "versions": ["0.5.21"]},
+        "patches": [{"file": "0001-x.patch", "sha256": "0" * 64}],
+        "files": [{"root": "sglang", "path": "python/sglang/srt/pool.py", "patch": "0001-x.patch",
+                   "op": "modify", "mode": None, "hunks": [hunk]}],
+        "preconditions": [],
+        "verification": [{"kind": "python-syntax", "root": "sglang", "path": "python/sglang/srt/pool.py"}],
+        "actions": {"purge_pycache": True}, "scripts": {}, "rollback": {"strategy": "restore"},
+    }
+    return {"format": 1, "op": op, "dry_run": False, "force": False, "roots": {"sglang": str(root)},
+            "state_root": "sglang", "python": None, "lock_timeout": 5.0, "fixes": [fix]}
+
+
+def fix_states(result: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(f["name"], f["state"]) for f in result["status"]["fixes"]]
+
+
+@pytest.mark.parametrize("version", [None, "3.8"])
+def test_real_engine_status_and_apply_over_ssh(sshd: SshServer, tmp_path: Path, version: str | None) -> None:
+    python = "python3" if version is None else interpreter(version)
+    if python is None:
+        pytest.skip(f"no Python {version} installed to check the oldest supported host interpreter")
+    root = sglang_tree(tmp_path)
+    spec = spec_for(sshd)
+
+    before = run_engine(spec, real_request("status", root), python=python)
+    assert before["ok"] is True, before["error"]
+    assert before["status"]["state_root"] == str(root)
+    assert fix_states(before) == [("index-k-bytes", "not-applied")]
+
+    applied = run_engine(spec, real_request("apply", root), python=python)
+    assert applied["ok"] is True, applied["error"]
+    assert [f["outcome"] for f in applied["fixes"]] == ["applied"]
+    assert "index_k = d * 2" in (root / "python/sglang/srt/pool.py").read_text()
+
+    after = run_engine(spec, real_request("status", root), python=python)
+    assert fix_states(after) == [("index-k-bytes", "applied")]
+
+
+def test_real_engine_fails_over_ssh_as_it_does_locally(sshd: SshServer, tmp_path: Path) -> None:
+    from patchkit.engine import run as run_locally
+
+    here, there = sglang_tree(tmp_path / "local"), sglang_tree(tmp_path / "remote")
+    stale = "    index_k = head_dim\n"  # the hunk's context is not in the file: a conflict
+
+    local = run_locally(real_request("apply", here, old=stale))
+    remote = run_engine(spec_for(sshd), real_request("apply", there, old=stale))
+
+    assert remote["ok"] is False and remote["error"]["type"] == "ConflictError"
+    assert json.loads(json.dumps(remote).replace(str(there), "<root>")) == json.loads(
+        json.dumps(local).replace(str(here), "<root>")
+    )
+    assert isinstance(errors.error_from_dict(remote["error"]), errors.ConflictError)
