@@ -23,6 +23,10 @@ from patchkit.errors import TargetError, UsageError
 __all__ = [
     "CommitInfo",
     "Identity",
+    "apply_and_commit",
+    "create_branch",
+    "changed_files",
+    "head_bytes",
     "clone",
     "commit_directory",
     "commit_info",
@@ -347,3 +351,56 @@ def diff_worktree(path: Path | str, paths: Sequence[str] = ()) -> str:
     args = ["diff", "--no-color", "--no-ext-diff", "HEAD", "--"]
     args += [os.fspath(p) for p in paths]
     return _run(path, args, strip=False)
+
+
+def changed_files(path: Path | str, paths: Sequence[str] = ()) -> list[str]:
+    """Files of the work tree that differ from HEAD (modified, added, deleted), sorted.
+
+    Untracked files count only when named in ``paths`` (a file or a directory prefix), so
+    stray build output never sneaks into a captured fix.
+    """
+    args = ["status", "--porcelain=v1", "-z", "--untracked-files=all", "--"]
+    args += [os.fspath(p) for p in paths]
+    out = _run(path, args, strip=False)
+    named = [os.fspath(p).rstrip("/") for p in paths]
+    result: set[str] = set()
+    entries = out.split("\0")
+    i = 0
+    while i < len(entries):
+        entry = entries[i]
+        i += 1
+        if len(entry) < 4:
+            continue
+        code, name = entry[:2], entry[3:]
+        if code[0] in "RC":  # the next entry is the rename source
+            result.add(entries[i])
+            i += 1
+        if code == "??" and not any(name == n or name.startswith(n + "/") for n in named):
+            continue
+        result.add(name)
+    return sorted(result)
+
+
+def head_bytes(path: Path | str, relpath: str) -> bytes | None:
+    """The bytes of ``relpath`` at HEAD, or None when HEAD does not have it."""
+    repo = git.Repo(str(path), search_parent_directories=True)
+    try:
+        blob = repo.head.commit.tree / relpath
+    except (KeyError, ValueError):
+        return None
+    return blob.data_stream.read()
+
+
+def apply_and_commit(
+    path: Path | str, patches: Sequence[Path | str], *, message: str, author: Identity, date: str
+) -> str:
+    """``git apply --index`` each patch (no fuzz: git apply never fuzzes), then commit; the sha."""
+    for patch in patches:
+        _run(path, ["apply", "--index", "--whitespace=nowarn", os.fspath(Path(patch).resolve())])
+    _run(path, ["commit", "-q", "--no-verify", "-m", message], env={**os.environ, **_identity_env(author, author, date)})
+    return _run(path, ["rev-parse", "HEAD"])
+
+
+def create_branch(path: Path | str, name: str) -> None:
+    """Create and switch to branch ``name`` at HEAD."""
+    _run(path, ["switch", "-q", "-c", name])

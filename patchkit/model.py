@@ -116,6 +116,23 @@ class Check:
             out.setdefault(key, _thaw(value))
         return out
 
+    def describe(self) -> str:
+        """One line for people: the label if any, else what the check looks at."""
+        p = self.params
+        where = f"{p.get('root', DEFAULT_ROOT)}:{p['path']}" if "path" in p else ""
+        if self.kind == "grep":
+            want = f"= {p['count']}" if "count" in p else ("present" if p.get("present") else "absent")
+            what = f"grep {p['pattern']!r} in {where} {want}"
+        elif self.kind in ("python-syntax", "bash-syntax", "sha256"):
+            what = f"{self.kind} {where}"
+        elif self.kind == "python-import":
+            what = f"import {p['module']}"
+        elif self.kind == "python-script":
+            what = f"python {p['script']}"
+        else:
+            what = " ".join(str(a) for a in p.get("argv", ()))
+        return f"{self.name} ({what})" if self.name else what
+
 
 @dataclass(frozen=True)
 class Actions:
@@ -175,6 +192,36 @@ class Fix:
             if check.kind == "python-script":
                 seen.setdefault(str(check.get("script")), None)
         return tuple(seen)
+
+    def to_json(self) -> dict[str, Any]:
+        """The fix as plain data for ``--json`` output."""
+        return {
+            "name": self.name,
+            "version": self.version,
+            "title": self.title,
+            "status": self.status,
+            "rationale": self.rationale,
+            "depends_on": list(self.depends_on),
+            "supersedes": list(self.supersedes),
+            "reverts": self.reverts,
+            "upstream": {
+                "project": self.upstream.project,
+                "base_release": self.upstream.base_release,
+                "releases": list(self.upstream.releases),
+                "root": self.upstream.root,
+                "forwarding": self.upstream.forwarding,
+                "reference": self.upstream.reference,
+            },
+            "patches": [{"file": p.file, "root": p.root, "description": p.description} for p in self.patches],
+            "preconditions": [c.to_request() for c in self.preconditions],
+            "verification": [c.to_request() for c in self.verification],
+            "actions": {"purge_pycache": self.actions.purge_pycache},
+            "rollback": {"strategy": self.rollback.strategy, "notes": self.rollback.notes},
+            "changelog": [
+                {"version": c.version, "date": c.date, "base_release": c.base_release, "summary": c.summary}
+                for c in self.changelog
+            ],
+        }
 
     @property
     def roots(self) -> tuple[str, ...]:

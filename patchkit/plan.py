@@ -81,7 +81,20 @@ def build_request(catalog: Catalog, fixes: list[Fix], *, op: str, roots: dict[st
         "python": python,
         "lock_timeout": float(lock_timeout),
         "fixes": [fix_request(fix) for fix in fixes],
+        "dependencies": [fix_request(dep) for dep in _outside_dependencies(catalog, fixes)],
     }
+
+
+def _outside_dependencies(catalog: Catalog, fixes: list[Fix]) -> list[Fix]:
+    """Fixes required by ``fixes`` but not among them: the engine checks they are applied or
+    present in the files (a fork may carry a prerequisite as a commit)."""
+    inside = {fix.name for fix in fixes}
+    out: dict[str, Fix] = {}
+    for fix in fixes:
+        for dep in fix.depends_on:
+            if dep not in inside and dep not in out:
+                out[dep] = catalog.get(dep)
+    return list(out.values())
 
 
 def fix_request(fix: Fix) -> dict[str, Any]:

@@ -80,7 +80,7 @@ def render_fix_outcome(console: Console, fix: FixOutcome, *, show_diff: bool) ->
             console.print(table)
 
 
-def render_result(console: Console, result: OpResult) -> None:
+def render_result(console: Console, result: OpResult, *, show_diff: bool | None = None) -> None:
     for rec in result.recovered:
         console.print(
             f"[yellow]recovered[/] an interrupted {escape(str(rec.get('op')))} of "
@@ -90,7 +90,7 @@ def render_result(console: Console, result: OpResult) -> None:
     head = "dry run of " if result.dry_run else ""
     console.print(f"[bold]{head}{verb}[/] on {escape(result.target)}")
     for fix in result.fixes:
-        render_fix_outcome(console, fix, show_diff=result.dry_run)
+        render_fix_outcome(console, fix, show_diff=result.dry_run if show_diff is None else show_diff)
 
 
 def render_status(console: Console, result: OpResult, *, verbose: bool = False) -> None:
@@ -114,7 +114,7 @@ def render_status(console: Console, result: OpResult, *, verbose: bool = False) 
         table.add_row(
             escape(s.name),
             Text(s.state, style=STATE_STYLE.get(s.state, "")),
-            "" if s.version is None else f"v{s.version}",
+            "" if s.version is None or s.state not in ("applied", "drifted") else f"v{s.version}",
             escape(s.applied_at or ""),
             escape(files),
         )
@@ -185,3 +185,33 @@ def render_error(console: Console, err: PatchkitError) -> None:
                 console.print(table)
         for rec in result.recovered:
             console.print(f"[yellow]note:[/] recovered an interrupted {escape(str(rec.get('op')))}")
+
+
+def render_lineage(console: Console, fixes: Iterable[Any], states: Mapping[str, str] | None = None) -> None:
+    """The fixes in the order they were written, with their links (depends on, reverts, ...)."""
+    from rich.tree import Tree
+
+    states = states or {}
+    tree = Tree("[bold]lineage[/]")
+    for fix in fixes:
+        first = fix.changelog[0].date if fix.changelog else ""
+        state = states.get(fix.name)
+        label = Text.assemble(
+            (f"{first}  ", "dim"),
+            (fix.name, "bold"),
+            f" v{fix.version} ",
+            (fix.status, "" if fix.status == "active" else "red"),
+        )
+        if state and state != "not-applied":
+            label.append(f"  [{state} on target]", style=STATE_STYLE.get(state, ""))
+        node = tree.add(label)
+        node.add(Text(fix.title, style="italic"))
+        for dep in fix.depends_on:
+            node.add(f"depends on {dep}")
+        if fix.reverts:
+            node.add(f"reverts {fix.reverts}")
+        for sup in fix.supersedes:
+            node.add(f"supersedes {sup}")
+        for entry in fix.changelog:
+            node.add(Text(f"v{entry.version} ({entry.base_release}): {entry.summary}", style="dim"))
+    console.print(tree)

@@ -133,3 +133,14 @@ def test_the_shipped_catalog_is_valid_and_plans() -> None:
                             roots=roots, state_root="sglang", python=None)
     assert [f["name"] for f in request["fixes"]] == names(shipped.dependency_order(names(fixes)))
     assert all(f["files"] for f in request["fixes"])
+
+
+def test_a_prerequisite_outside_the_request_travels_as_a_dependency(catalog: Catalog) -> None:
+    # On a fork the prerequisite may be a commit, not a patchkit record: the engine needs its
+    # hunks to tell whether it is present, so the request carries it without applying it.
+    fixes = fixes_for_apply(catalog, ["pool-guard"], with_deps=False)
+    request = build_request(catalog, fixes, op="apply", roots=ROOTS, state_root="sglang",
+                            python=None)
+    assert [f["name"] for f in request["fixes"]] == ["pool-guard"]
+    assert [d["name"] for d in request["dependencies"]] == ["index-k-bytes"]
+    assert request["dependencies"][0]["files"], "the dependency's hunks are needed to detect it"

@@ -1,0 +1,72 @@
+"""`patchkit demo`: the README's main job, end to end on a real SGLang release."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import click
+
+from .. import api, render
+from ..demo import DEMO_RELEASE, SEED_FIXES, build_fork
+from ..targets import LocalTarget
+from .common import State, pass_state
+
+
+def _step(console, number: int, title: str, command: str | None = None) -> None:
+    console.print()
+    console.rule(f"[bold]{number}. {title}", align="left")
+    if command:
+        console.print(f"[dim]$ {command}[/]")
+
+
+@click.command("demo")
+@click.option("--workdir", default="patchkit-demo", show_default=True, type=click.Path(file_okay=False),
+              help="Where to build the demo fork (replaced if an earlier demo made it).")
+@click.option("--release", default=DEMO_RELEASE, show_default=True, help="SGLang release of the fork.")
+@pass_state
+def demo(state: State, workdir: str, release: str) -> int:
+    """Build the seed's production fork from a real SGLang release and deploy its three fixes."""
+    out = render.stdout()
+    catalog = state.catalog()
+    _step(out, 1, f"build a production fork of SGLang {release} (bf16 index-K and the dead HiCache fix committed)")
+    with render.stderr().status("building the fork") as spinner:
+        fork = build_fork(Path(workdir), catalog, release=release, progress=spinner.update)
+    for name, sha in fork.commits:
+        out.print(f"  fork commit {sha[:12]}  {name}")
+    out.print(f"  fork: {fork.sglang}\n  serve scripts: {fork.serve}")
+
+    target = LocalTarget(
+        roots={"sglang": str(fork.sglang), "serve": str(fork.serve)},
+        description=f"{fork.sglang} (+ serve={fork.serve})",
+    )
+    where = f"--target {shlex.quote(str(fork.sglang))} --root serve={shlex.quote(str(fork.serve))}"
+    fixes = " ".join(SEED_FIXES)
+
+    _step(out, 2, "status before", f"patchkit status --all {where}")
+    before = api.status(catalog, target)
+    render.render_status(out, before, verbose=True)
+
+    _step(out, 3, "dry run: every precondition, where each hunk lands; nothing written",
+          f"patchkit apply --dry-run {fixes} {where}")
+    dry = api.apply(catalog, target, SEED_FIXES, dry_run=True)
+    render.render_result(out, dry, show_diff=False)
+
+    _step(out, 4, "apply all three, all or nothing, then verify", f"patchkit apply {fixes} {where}")
+    applied = api.apply(catalog, target, SEED_FIXES)
+    render.render_result(out, applied)
+
+    _step(out, 5, "status after", f"patchkit status {where}")
+    after = api.status(catalog, target)
+    render.render_status(out, after)
+
+    _step(out, 6, "lineage of the fixes", "patchkit list --all")
+    states = {s.name: s.state for s in after.status}
+    ordered = sorted(catalog.all(), key=lambda f: (f.changelog[0].date if f.changelog else "", f.name))
+    render.render_lineage(out, ordered, states)
+    out.print()
+    out.print(f"[bold green]done[/]: roll back with `patchkit rollback {fixes} {where}`")
+    return 0
+
+
+COMMANDS = [demo]

@@ -1,0 +1,68 @@
+"""`patchkit upstream`: SGLang releases from PyPI as a local tagged git history."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .. import render
+from ..upstream import UpstreamRepo
+from .common import json_option
+
+
+@click.group("upstream")
+def upstream() -> None:
+    """SGLang releases as a linear, tagged git history (docs/upstream.md)."""
+
+
+@upstream.command("fetch")
+@click.argument("versions", nargs=-1, required=True)
+@json_option
+def fetch(versions: tuple[str, ...], as_json: bool) -> int:
+    """Download releases from PyPI and commit each as a tagged commit."""
+    repo = UpstreamRepo()
+    err = render.stderr()
+    done = []
+    with err.status("fetching") as spinner:
+        for version in versions:
+            release = repo.fetch(version, progress=lambda step: spinner.update(f"{version}: {step}"))
+            done.append(release)
+    if as_json:
+        render.print_json(
+            [{"version": r.version, "tag": r.tag, "commit": r.commit, "date": r.date} for r in done]
+        )
+    else:
+        for r in done:
+            render.stdout().print(f"{r.tag} {r.commit[:12]} {r.date}")
+    return 0
+
+
+@upstream.command("list")
+@json_option
+def list_releases(as_json: bool) -> int:
+    """The releases in the upstream history, oldest first."""
+    versions = UpstreamRepo().versions()
+    if as_json:
+        render.print_json(versions)
+    else:
+        for v in versions:
+            render.stdout().print(v)
+    return 0
+
+
+@upstream.command("checkout")
+@click.argument("version")
+@click.argument("dest", type=click.Path(file_okay=False))
+def checkout(version: str, dest: str) -> int:
+    """Make a working tree of VERSION at DEST (fetching it first if needed)."""
+    repo = UpstreamRepo()
+    if version not in repo.versions():
+        with render.stderr().status(f"fetching {version}"):
+            repo.fetch(version)
+    path = repo.checkout(version, Path(dest))
+    render.stdout().print(f"SGLang {version} checked out at {path}")
+    return 0
+
+
+COMMANDS = [upstream]

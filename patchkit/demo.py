@@ -1,0 +1,99 @@
+"""The demo production fork: the seed's server, rebuilt from a real SGLang release.
+
+The seed's DeepSeek-V4 server ran a fork of SGLang with two commits on top of the release: the
+bf16 index-K patch and the (dead) HiCache index-K sync fix with its debug instrumentation, and
+a prefill serve script with HiCache on, outside the git tree. ``build_fork`` makes exactly that
+from the shipped catalog, so ``patchkit demo`` can deploy the seed's three fixes to it.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from . import gitrepo
+from .catalog import Catalog
+from .errors import UsageError
+from .upstream import UpstreamRepo
+
+DEMO_RELEASE = "0.5.21"
+#: The commits on the seed's fork, in order.
+FORK_COMMITS = ("dsv4-bf16-index-k", "hicache-index-k-sync")
+#: What the seed deployed in one hand-written command.
+SEED_FIXES = ("dsv4-bf16-sizing", "revert-hicache-index-k-sync", "prefill-hicache-off")
+SERVE_SCRIPT = "serve_dsv4_prefill.sh"
+_MARKER = ".patchkit-demo"
+_FORK_AUTHOR = gitrepo.Identity("Inference Team", "infra@example.invalid")
+
+
+@dataclass(frozen=True)
+class DemoFork:
+    workdir: Path
+    sglang: Path  # the fork checkout: root `sglang`
+    serve: Path  # the folder holding the serve script: root `serve`
+    release: str
+    commits: tuple[tuple[str, str], ...]  # (fix name, commit sha)
+
+
+def serve_script_source(catalog: Catalog) -> Path:
+    path = catalog.root / "docs" / "examples" / SERVE_SCRIPT
+    if not path.is_file():
+        raise UsageError(
+            f"the demo needs {path} (the original prefill serve script); run the demo from a "
+            "patchkit source checkout, or pass --catalog pointing at one",
+            path=str(path),
+        )
+    return path
+
+
+def build_fork(
+    workdir: Path,
+    catalog: Catalog,
+    *,
+    release: str = DEMO_RELEASE,
+    upstream: UpstreamRepo | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> DemoFork:
+    """Fetch the release and lay out the seed's fork and serve folder under ``workdir``.
+
+    A ``workdir`` left by an earlier demo is replaced; any other non-empty directory is refused.
+    """
+    say = progress or (lambda _msg: None)
+    workdir = Path(workdir).resolve()
+    if workdir.exists() and any(workdir.iterdir()):
+        if not (workdir / _MARKER).exists():
+            raise UsageError(
+                f"{workdir} exists and was not made by `patchkit demo`; pass an empty or new "
+                "directory with --workdir",
+                path=str(workdir),
+            )
+        shutil.rmtree(workdir)
+    script = serve_script_source(catalog)
+    upstream = upstream or UpstreamRepo()
+    if release not in upstream.versions():
+        say(f"fetching SGLang {release} from PyPI")
+        upstream.fetch(release, progress=say)
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / _MARKER).write_text("made by patchkit demo\n")
+
+    say(f"checking out SGLang {release}")
+    sglang = upstream.checkout(release, workdir / "sglang-dsv4")
+    gitrepo.create_branch(sglang, "production")
+    commits = []
+    for name in FORK_COMMITS:
+        fix = catalog.get(name)
+        say(f"committing {name} on the fork")
+        sha = gitrepo.apply_and_commit(
+            sglang,
+            [p.path for p in fix.patches],
+            message=f"{fix.title}\n\n{fix.rationale.strip()}\n",
+            author=_FORK_AUTHOR,
+            date="2026-11-10T12:00:00+00:00",
+        )
+        commits.append((name, sha))
+    serve = workdir / "serve"
+    serve.mkdir()
+    shutil.copy2(script, serve / SERVE_SCRIPT)
+    return DemoFork(workdir, sglang, serve, release, tuple(commits))
