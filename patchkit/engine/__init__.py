@@ -33,7 +33,7 @@ def run(request: Dict[str, Any]) -> Dict[str, Any]:
         req = parse_request(request)
         store = Store(req.state_root.path)
         writes = req.op in ("apply", "rollback") and not req.dry_run
-        with store.locked(req.lock_timeout, create=writes) as held:
+        with store.locked(req.lock_timeout, write=writes) as held:
             if held:
                 result["recovered"] = recover(store)
             if req.op == "apply":

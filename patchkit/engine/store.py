@@ -1,7 +1,9 @@
-"""The ``.patchkit/`` directory in the state root: lock, state, journal, history, backups.
+"""The ``.patchkit/`` directory in the state root: state, journal, history, backups; and the
+lock, an flock on the state root directory itself.
 
 Formats are versioned (``"format": 1``) and written down in docs/state.md. The directory holds a
-``.gitignore`` of ``*`` so a git checkout's ``git status`` stays clean.
+``.gitignore`` of ``*`` so a git checkout's ``git status`` stays clean. It is created only when
+a transaction starts writing, so a refused run leaves no trace.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from .fsops import fsync_dir, write_json
 
 FORMAT = 1
 DIRNAME = ".patchkit"
+HOLDER = "lock-holder.json"
 
 
 def utc_now() -> str:
@@ -62,54 +65,84 @@ class Store:
     # -- lock ------------------------------------------------------------------------------
 
     @contextmanager
-    def locked(self, timeout: float, create: bool) -> Iterator[bool]:
-        """Hold ``.patchkit/lock`` (flock) for the block; yields whether a lock is held.
+    def locked(self, timeout: float, write: bool) -> Iterator[bool]:
+        """Hold an exclusive flock on the state root directory itself for the block.
 
-        Read-only operations pass ``create=False``: on a target patchkit never touched there is
-        nothing to protect, and they must not write anything.
+        Locking the directory (not a file in ``.patchkit/``) creates nothing, so a run that is
+        refused before its write phase leaves the target byte-identical. Yields whether the lock
+        is held: a read-only run (``write`` false) that cannot open or lock the directory goes
+        on without it, as it writes nothing a lock would protect.
         """
-        if create:
-            self.ensure()
-        elif not self.exists():
-            yield False
-            return
-        lock = self.path("lock")
         try:
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-            writable = True
-        except OSError:
-            if create or not os.path.exists(lock):
-                if create:
-                    raise PermissionDenied("cannot open the lock %s; make the state root writable"
-                                           % lock, path=lock) from None
-                yield False
-                return
-            fd, writable = os.open(lock, os.O_RDONLY), False
+            fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as exc:
+            if write:
+                raise PermissionDenied("cannot open the state root %s to lock it: %s; make it "
+                                       "readable (or run as its owner)" % (self.root, exc.strerror),
+                                       path=self.root) from None
+            fd = -1
         try:
-            deadline = time.monotonic() + max(0.0, float(timeout))
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except (BlockingIOError, PermissionError):
-                    if time.monotonic() >= deadline:
-                        holder = _read_pid(lock)
-                        who = "pid %s" % holder if holder else "another process (pid not recorded)"
-                        raise LockBusy("another patchkit run (%s) holds the lock %s; waited %.1fs. Wait "
-                                       "for it to finish, or raise the lock timeout" % (who, lock, timeout),
-                                       lock=lock, pid=holder) from None
-                    time.sleep(0.05)
-            if writable:
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, ("%d %s\n" % (os.getpid(), socket.gethostname())).encode(), 0)
+            held = fd >= 0 and self._acquire(fd, timeout, write)
             try:
-                yield True
+                yield held
             finally:
-                if writable:
-                    os.ftruncate(fd, 0)
-                fcntl.flock(fd, fcntl.LOCK_UN)
+                if held:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
+
+    def _acquire(self, fd: int, timeout: float, write: bool) -> bool:
+        deadline = time.monotonic() + max(0.0, float(timeout))
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    holder = self.lock_holder()
+                    raise LockBusy("another patchkit run (%s) holds the lock on %s; waited %.1fs. "
+                                   "Wait for it to finish, or raise the lock timeout"
+                                   % (describe_holder(holder), self.root, timeout),
+                                   lock=self.root, pid=holder.get("pid"), holder=holder) from None
+                time.sleep(0.05)
+            except OSError as exc:  # a file system without flock (some network mounts)
+                if write:
+                    raise TargetError("cannot lock the state root %s: %s; keep .patchkit's root on "
+                                      "a local file system" % (self.root, exc.strerror),
+                                      path=self.root) from None
+                return False
+
+    def lock_holder(self) -> Dict[str, Any]:
+        """Who holds the lock: the pid from ``/proc/locks`` (needs no file of ours), with op
+        and start time from ``lock-holder.json`` when that file names the same process."""
+        pid = _flock_pid(self.root)
+        recorded = self._holder_file()
+        if recorded and (pid is None or str(recorded.get("pid")) == pid):
+            out = {k: v for k, v in recorded.items() if k != "format"}
+            out.update(pid=str(recorded.get("pid")), verified=pid is not None)
+            return out
+        return {"pid": pid, "host": socket.gethostname(), "verified": True} if pid else {}
+
+    def _holder_file(self) -> Optional[Dict[str, Any]]:
+        try:
+            with open(self.path(HOLDER), "rb") as fh:
+                data = json.loads(fh.read().decode("utf-8"))
+        except (OSError, ValueError, UnicodeDecodeError):
+            return None
+        return data if isinstance(data, dict) and data.get("format") == FORMAT else None
+
+    def begin_writing(self, op: str) -> None:
+        """Start of a write phase: create ``.patchkit/`` and record this run as the holder."""
+        self.ensure()
+        write_json(self.path(HOLDER), {"format": FORMAT, "pid": os.getpid(),
+                                       "host": socket.gethostname(), "op": op, "since": utc_now()})
+
+    def end_writing(self) -> None:
+        try:
+            os.unlink(self.path(HOLDER))
+        except FileNotFoundError:
+            pass
 
     # -- state -----------------------------------------------------------------------------
 
@@ -176,10 +209,28 @@ class Store:
         return out
 
 
-def _read_pid(lock: str) -> Optional[str]:
+def describe_holder(holder: Dict[str, Any]) -> str:
+    if not holder.get("pid"):
+        return "another process; its pid is not known"
+    text = "pid %s on %s" % (holder["pid"], holder.get("host") or "this host")
+    if holder.get("op"):
+        text += ", %s since %s" % (holder["op"], holder.get("since"))
+    return text if holder.get("verified") else "last recorded: " + text
+
+
+def _flock_pid(directory: str) -> Optional[str]:
+    """The pid holding an exclusive flock on ``directory``, read from Linux's /proc/locks."""
     try:
-        with open(lock, "r") as fh:
-            first = fh.read().split()
+        st = os.stat(directory)
+        with open("/proc/locks", "r") as fh:
+            lines = fh.read().splitlines()
     except OSError:
         return None
-    return first[0] if first else None
+    inode = "%02x:%02x:%d" % (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+    for line in lines:
+        fields = line.split()
+        if "->" in fields or len(fields) < 6:
+            continue  # a waiter, not the holder
+        if fields[1] == "FLOCK" and fields[3] == "WRITE" and fields[5] == inode:
+            return fields[4] if fields[4] != "0" else None  # 0: outside our pid namespace
+    return None

@@ -19,7 +19,7 @@ from .faults import fault
 from .fsops import (atomic_write, file_mode, fsync_dir, make_dirs, purge_pycache, read_bytes,
                     remove_empty_dirs, remove_file, temp_name, write_json)
 from .hunks import sha256_bytes
-from .store import FORMAT, Store, new_txn_id, utc_now
+from .store import FORMAT, HOLDER, Store, new_txn_id, utc_now
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,18 @@ def run_transaction(store: Store, op: str, fixes: List[str], writes: List[FileWr
                     versions: Optional[Dict[str, int]] = None,
                     remove_dirs: Optional[List[str]] = None) -> str:
     """Write ``writes`` all-or-nothing; ``commit(txn_id)`` returns the new state to record."""
+    store.begin_writing(op)
+    try:
+        return _transaction(store, op, fixes, writes, fix_backups, purge, verify, commit,
+                            versions, remove_dirs)
+    finally:
+        store.end_writing()
+
+
+def _transaction(store: Store, op: str, fixes: List[str], writes: List[FileWrite],
+                 fix_backups: Dict[str, List[Tuple[str, str, bytes]]], purge: bool,
+                 verify: Callable[[], None], commit: Callable[[str], Dict[str, Any]],
+                 versions: Optional[Dict[str, int]], remove_dirs: Optional[List[str]]) -> str:
     txn = new_txn_id()
     tdir = store.path("txn", txn)
     os.makedirs(tdir)
@@ -202,6 +214,8 @@ def finish(store: Store, journal: Dict[str, Any]) -> None:
 def recover(store: Store) -> List[Dict[str, Any]]:
     """Finish or undo whatever a killed run left; returns the ``recovered`` entries."""
     out: List[Dict[str, Any]] = []
+    if os.path.exists(store.path(HOLDER)):
+        store.end_writing()  # we hold the lock, so the run it names is gone
     journal = store.read_journal()
     if journal is not None:
         committed = store.read_state().get("txn") == journal["txn"]

@@ -6,8 +6,10 @@ import difflib
 import hashlib
 import os
 import subprocess
+import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 from patchkit.engine.hunks import split_lines
 
@@ -114,3 +116,33 @@ def snapshot(root: Path, skip_git: bool = True, skip_state: bool = True) -> Dict
 def content_snapshot(root: Path) -> Dict[str, Any]:
     """Like snapshot but without mtimes and without patchkit's own directory."""
     return {k: v[:3] if v[0] == "file" else v for k, v in snapshot(root).items()}
+
+
+def full_snapshot(root: Path) -> Dict[str, Any]:
+    """Everything under root, ``.git`` and ``.patchkit`` included, directories with their mtimes:
+    what "the run left the target byte-identical" means."""
+    out = snapshot(root, skip_git=False, skip_state=False)
+    for rel, value in list(out.items()):
+        if value[0] == "dir":
+            out[rel] = value + (os.lstat(os.path.join(root, rel)).st_mtime_ns,)
+    out["."] = ("dir", os.lstat(root).st_mode, os.lstat(root).st_mtime_ns)
+    return out
+
+
+HOLD_LOCK = ("import fcntl, os, sys\n"
+             "fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)\n"
+             "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+             "print('held', flush=True)\n"
+             "sys.stdin.read()\n")
+
+
+@contextmanager
+def lock_held_elsewhere(root: Path) -> Iterator[int]:
+    """Another process holds the target's lock (an flock on the state root) for the block."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(root)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "held\n"
+        yield proc.pid
+    finally:
+        proc.communicate(input="", timeout=60)

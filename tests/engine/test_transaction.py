@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import stat
@@ -11,7 +10,7 @@ from typing import Any, Dict, List
 
 from patchkit.engine import run
 
-from .helpers import MOD, SCRIPT, file_record, fix, git, request, snapshot
+from .helpers import MOD, SCRIPT, file_record, fix, git, lock_held_elsewhere, request, snapshot
 
 NEW = "python/sglang/srt/layers/fresh.py"
 
@@ -117,13 +116,9 @@ def test_failed_verification_restores_every_byte(checkout: Path) -> None:
 
 
 def test_lock_busy(checkout: Path) -> None:
-    (checkout / ".patchkit").mkdir()
-    with open(checkout / ".patchkit/lock", "w") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
-        held.write("4242 otherhost\n")
-        held.flush()
+    with lock_held_elsewhere(checkout) as pid:
         res = go("apply", checkout, [series(checkout)], lock_timeout=0.2)
-        assert res["error"]["type"] == "LockBusy" and "pid 4242" in res["error"]["message"]
+        assert res["error"]["type"] == "LockBusy" and "pid %d" % pid in res["error"]["message"]
         assert go("status", checkout, [])["error"]["type"] == "LockBusy"
     assert go("apply", checkout, [series(checkout)], lock_timeout=0.2)["ok"]
 
