@@ -100,7 +100,15 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
 
 def _plan(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
           todo: List[FixSpec]) -> List[FixPlan]:
-    available = {f["name"] for f in state.get("fixes", [])}
+    recorded = {f["name"]: f for f in state.get("fixes", [])}
+    planned: Set[str] = set()
+    dependencies = {d.name: d for d in req.dependencies}
+    root_names = {r.name for r in req.roots}
+
+    def read_any(root: str, path: str) -> Optional[bytes]:
+        """A dependency may touch a root this target lacks: its files are simply absent."""
+        return ws.read(root, path) if root in root_names else None
+
     after_hashes = recorded_after_hashes(state)
     release_cache: Dict[str, Any] = {}
     repos: Dict[str, bool] = {}
@@ -113,7 +121,7 @@ def _plan(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
         pre: List[Dict[str, Any]] = []
         if spec.release is not None:
             pre.append(auto.release_check(spec, req.roots, release_cache))
-        pre.extend(auto.requires_check(spec, available))
+        pre.extend(auto.requires_check(spec, recorded, planned, dependencies, read_any))
         first_op: Dict[Key, str] = {}
         for change in spec.files:
             first_op.setdefault((change.root, change.path), change.op)
@@ -159,7 +167,7 @@ def _plan(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
             e = ws.entry(*key)
             plan.after[key] = (e.current, e.mode)
         touched.update(keys)
-        available.add(spec.name)
+        planned.add(spec.name)
         plans.append(plan)
     if failures:
         raise_preconditions(failures, results)

@@ -7,7 +7,7 @@ import os
 import re
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-from . import gitcli
+from . import gitcli, presence
 from .checks import result
 from .fsops import nearest_existing_dir, probe_writable
 from .hunks import sha256_bytes
@@ -61,13 +61,33 @@ def release_check(spec: FixSpec, roots: Roots, cache: Dict[str, Tuple[Optional[s
     return result("release", name, ok, detail, root.name)
 
 
-def requires_check(spec: FixSpec, available: Set[str]) -> List[Dict[str, Any]]:
+def requires_check(spec: FixSpec, recorded: Dict[str, Dict[str, Any]], earlier: Set[str],
+                   dependencies: Dict[str, FixSpec], read: presence.Reader) -> List[Dict[str, Any]]:
+    """Each required fix is recorded in the state (any version), planned earlier in this
+    request, or, when the request carries it as a dependency, present in the files: a fork may
+    carry a prerequisite as a commit that patchkit never recorded."""
     out = []
-    for req in spec.requires:
-        ok = req in available
-        out.append(result("requires", "requires %s" % req, ok,
-                          "applied" if ok else "fix %s is not applied; apply it first (patchkit apply %s)"
-                          % (req, req), req))
+    for name in spec.requires:
+        if name in earlier:
+            ok, detail = True, "applied earlier in this request"
+        elif name in recorded:
+            ok, detail = True, "recorded v%s" % recorded[name].get("version")
+        elif name in dependencies:
+            found = presence.detect(dependencies[name].files, read).state
+            ok = found == presence.PRESENT
+            if ok:
+                detail = "present in the files, not recorded by patchkit"
+            elif found == presence.PARTLY:
+                detail = ("fix %s is not recorded by patchkit and only part of its change is in the "
+                          "files" % name)
+            else:
+                detail = "fix %s is neither recorded by patchkit nor present in the files" % name
+        else:
+            ok, detail = False, ("fix %s is not recorded by patchkit (the request carries no copy of "
+                                 "it to look for in the files)" % name)
+        if not ok:
+            detail += "; apply it first (patchkit apply %s) or use --with-deps" % name
+        out.append(result("requires", "requires %s" % name, ok, detail, name))
     return out
 
 

@@ -3,13 +3,14 @@ verify (re-run the verification of applied fixes). Neither writes a target file.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
-from ..errors import ConflictError, NotApplied, VerificationFailed
+from ..errors import NotApplied, VerificationFailed
+from . import presence
 from .apply import failure_lines
 from .checks import CheckContext, run_check
 from .fsops import read_bytes
-from .hunks import apply_change, decode, encode, sha256_bytes, side_found, split_lines
+from .hunks import sha256_bytes
 from .request import FixSpec, Request
 from .store import Store
 from .workspace import Workspace
@@ -45,50 +46,15 @@ def _recorded(ws: Workspace, rec: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _detect(ws: Workspace, spec: FixSpec) -> Dict[str, Any]:
-    """Is an unrecorded fix's change already in the files? Reverse-place each hunk's new side.
-
-    Changes are undone newest first, so a later patch that edits lines an earlier one added
-    does not hide the earlier one. A hunk counts as present when its new side is found and its
-    old side is not; when both are found (e.g. a pure deletion's context) it proves nothing.
-    """
-    texts: Dict[Tuple[str, str], Optional[str]] = {}
-    units: Dict[Tuple[str, str], List[Optional[bool]]] = {}
-    for change in reversed(spec.files):
-        key = (change.root, change.path)
-        if key not in texts:
-            data = ws.entry(*key).current
-            texts[key] = None if data is None else decode(data)
-        text = texts[key]
-        try:
-            undone: Optional[Tuple[Optional[str], Any]] = apply_change(text, change.reversed())
-        except ConflictError:
-            undone = None
-        if change.op in ("create", "delete") or text is None:
-            verdicts: List[Optional[bool]] = [undone is not None]
-        else:
-            lines = split_lines(text)
-            verdicts = []
-            for hunk in change.hunks:
-                new, old = side_found(lines, hunk, True), side_found(lines, hunk, False)
-                verdicts.append(None if new and old else (new and not old))
-        units.setdefault(key, []).extend(verdicts)
-        if undone is not None and False not in verdicts:
-            texts[key] = undone[0]
-    flat = [v for vs in units.values() for v in vs]
-    strict = sum(1 for v in flat if v)
-    if strict == 0:
-        state = "not-applied"
-    elif False not in flat:
-        state = "present-unrecorded"
-    else:
-        state = "partly-present"
+    """Is an unrecorded fix's change already in the files (``presence.detect``)?"""
+    found = presence.detect(spec.files, ws.read)
     files = []
-    if state != "not-applied":
-        for (root, path), vs in units.items():
+    if found.state != presence.NOT_APPLIED:
+        for (root, path), whole in found.files:
             current = ws.entry(root, path).current
             files.append({"root": root, "path": path,
-                          "state": "ok" if False not in vs else ("missing" if current is None else "drifted")})
-    return {"name": spec.name, "state": state, "version": spec.version, "applied_at": None,
+                          "state": "ok" if whole else ("missing" if current is None else "drifted")})
+    return {"name": spec.name, "state": found.state, "version": spec.version, "applied_at": None,
             "files": files}
 
 

@@ -41,6 +41,7 @@ class Request:
     python: str
     lock_timeout: float
     fixes: Tuple[FixSpec, ...]
+    dependencies: Tuple[FixSpec, ...]  # required fixes not in ``fixes``: looked for, never written
 
 
 def _checks(value: Any, fix: str, key: str) -> Tuple[Dict[str, Any], ...]:
@@ -90,15 +91,28 @@ def parse_request(data: Any) -> Request:
         raise UsageError("engine op %r; expected one of %s" % (op, ", ".join(OPS)), op=op)
     roots = Roots(data.get("roots") or {})
     state_root = roots.get(str(data.get("state_root") or "sglang"))
-    fixes: List[FixSpec] = [parse_fix(f) for f in (data.get("fixes") or [])]
-    names = [f.name for f in fixes]
+    fixes: List[FixSpec] = [parse_fix(f) for f in _list(data, "fixes")]
+    dependencies: List[FixSpec] = [parse_fix(f) for f in _list(data, "dependencies")]
+    names = [f.name for f in fixes] + [f.name for f in dependencies]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
-        raise UsageError("the request lists fix %s twice" % ", ".join(dupes), fixes=dupes)
+        raise UsageError("the request lists fix %s twice (fixes and dependencies together name "
+                         "each fix once); rebuild it with patchkit.plan" % ", ".join(dupes),
+                         fixes=dupes)
     try:
         lock_timeout = float(data.get("lock_timeout", 30.0))
     except (TypeError, ValueError):
         raise UsageError("lock_timeout %r is not a number" % data.get("lock_timeout")) from None
     return Request(op=op, dry_run=bool(data.get("dry_run", False)), force=bool(data.get("force", False)),
                    roots=roots, state_root=state_root, python=str(data.get("python") or sys.executable),
-                   lock_timeout=lock_timeout, fixes=tuple(fixes))
+                   lock_timeout=lock_timeout, fixes=tuple(fixes), dependencies=tuple(dependencies))
+
+
+def _list(data: Dict[str, Any], key: str) -> List[Any]:
+    value = data.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise UsageError("the request's %s must be a list of fixes, not %s; rebuild it with "
+                         "patchkit.plan" % (key, type(value).__name__), key=key)
+    return value

@@ -1,0 +1,66 @@
+"""Is a fix's change in the files, whether or not patchkit recorded it?
+
+Shared by ``status`` (an unrecorded fix shown as ``present-unrecorded`` or ``partly-present``)
+and by apply's ``requires`` check (a fork may carry a prerequisite fix as a commit of its own,
+so the fix counts as applied when its change is in the files).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from ..errors import ConflictError
+from .hunks import FileChange, apply_change, decode, side_found, split_lines
+
+Reader = Callable[[str, str], Optional[bytes]]  # (root, path) -> bytes, None if absent
+Key = Tuple[str, str]
+
+NOT_APPLIED, PARTLY, PRESENT = "not-applied", "partly-present", "present-unrecorded"
+
+
+@dataclass(frozen=True)
+class Presence:
+    state: str  # NOT_APPLIED | PARTLY | PRESENT
+    files: Tuple[Tuple[Key, bool], ...]  # each touched file, and whether all its hunks are in it
+
+
+def detect(files: Tuple[FileChange, ...], read: Reader) -> Presence:
+    """Reverse-place each hunk's new side in the current files.
+
+    Changes are undone newest first, so a later patch that edits lines an earlier one added
+    does not hide the earlier one. A hunk counts as present when its new side is found and its
+    old side is not; when both are found (e.g. a pure deletion's context) it proves nothing.
+    Only the files the fix touches are read.
+    """
+    texts: Dict[Key, Optional[str]] = {}
+    units: Dict[Key, List[Optional[bool]]] = {}
+    for change in reversed(files):
+        key = (change.root, change.path)
+        if key not in texts:
+            data = read(*key)
+            texts[key] = None if data is None else decode(data)
+        text = texts[key]
+        try:
+            undone: Optional[Tuple[Optional[str], Any]] = apply_change(text, change.reversed())
+        except ConflictError:
+            undone = None
+        if change.op in ("create", "delete") or text is None:
+            verdicts: List[Optional[bool]] = [undone is not None]
+        else:
+            lines = split_lines(text)
+            verdicts = []
+            for hunk in change.hunks:
+                new, old = side_found(lines, hunk, True), side_found(lines, hunk, False)
+                verdicts.append(None if new and old else (new and not old))
+        units.setdefault(key, []).extend(verdicts)
+        if undone is not None and False not in verdicts:
+            texts[key] = undone[0]
+    flat = [v for vs in units.values() for v in vs]
+    if not any(flat):
+        state = NOT_APPLIED
+    elif False not in flat:
+        state = PRESENT
+    else:
+        state = PARTLY
+    return Presence(state, tuple((key, False not in vs) for key, vs in units.items()))
