@@ -11,12 +11,14 @@ above this layer is the same for both.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence
 
 from .errors import TargetError, UsageError
 
 PRIMARY_ROOT = "sglang"
+_SSH_SETTING = re.compile(r"[A-Za-z][A-Za-z0-9]*(=| +)[^\0\n\r]+")
 
 
 class Target(Protocol):
@@ -61,6 +63,24 @@ def parse_root_option(value: str) -> tuple[str, str]:
     return name.strip(), path
 
 
+def ssh_option_args(options: Sequence[str]) -> tuple[str, ...]:
+    """``--ssh-option Key=Value`` values as ``ssh`` arguments (``-o Key=Value`` each).
+
+    Only ``ssh -o`` settings are taken, so a value can never become another ssh flag or the
+    destination; anything else (``-F``, ``-i``, ...) has an ``-o`` form (``IdentityFile=...``).
+    """
+    args: list[str] = []
+    for option in options:
+        if not _SSH_SETTING.fullmatch(option):
+            raise UsageError(
+                f"bad --ssh-option {option!r}: expected an ssh_config setting as KEY=VALUE, "
+                "e.g. --ssh-option IdentityFile=~/.ssh/deploy or --ssh-option ProxyJump=bastion",
+                option="--ssh-option",
+            )
+        args += ["-o", option]
+    return tuple(args)
+
+
 def _local_roots(roots: Mapping[str, str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for name, path in roots.items():
@@ -83,12 +103,18 @@ def resolve_target(
     *,
     python: str | None = None,
     config: Any = None,
+    ssh_options: Sequence[str] = (),
+    ssh_program: str | None = None,
 ) -> Target:
     """Build a target from command-line pieces and the project config.
 
     ``target`` is a local path, an ``ssh://[user@]host[:port]/path`` URL, or the name of a target
     in ``patchkit.toml``. ``extra_roots`` are ``NAME=PATH`` strings (paths on the target's host).
+    ``ssh_options`` are ``ssh -o`` settings (``Key=Value``) and ``ssh_program`` the ssh client
+    for a remote target; they come before (and so win over) a named target's own, because ssh
+    keeps the first value it sees. Giving either for a local target is a usage error.
     """
+    cli_ssh = ssh_option_args(ssh_options)
     named = None
     if target and config is not None and target in getattr(config, "targets", {}):
         named = config.targets[target]
@@ -113,13 +139,17 @@ def resolve_target(
                 host=named.host,
                 user=named.user,
                 port=named.port,
-                options=tuple(named.ssh_options),
-                program=named.ssh_program or "ssh",
+                options=(*cli_ssh, *named.ssh_options),
+                program=ssh_program or named.ssh_program or "ssh",
             )
-    elif target is not None and target.startswith("ssh://"):
+    elif target is not None and target[:6].lower() == "ssh://":
         from .remote import parse_ssh_url
 
         spec, path = parse_ssh_url(target)
+        if cli_ssh or ssh_program:
+            from dataclasses import replace
+
+            spec = replace(spec, options=cli_ssh, program=ssh_program or spec.program)
         roots[PRIMARY_ROOT] = path
     else:
         assert target is not None
@@ -129,6 +159,12 @@ def resolve_target(
         name, path = parse_root_option(item)
         roots[name] = path
 
+    if spec is None and (cli_ssh or ssh_program):
+        raise UsageError(
+            f"--ssh-option and --ssh-program apply to remote targets only, and {target!r} is a "
+            "local path; give an ssh://host/path target or drop them",
+            option="--ssh-option" if cli_ssh else "--ssh-program",
+        )
     if spec is not None:
         from .remote import RemoteTarget
 

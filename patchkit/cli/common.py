@@ -22,6 +22,8 @@ class State:
     config_path: str | None = None
     debug: bool = False
     json: bool = False
+    ssh_options: tuple[str, ...] = ()
+    ssh_program: str | None = None
     _config: Any = field(default=None, repr=False)
     _catalog: Catalog | None = field(default=None, repr=False)
 
@@ -46,7 +48,14 @@ class State:
         return self._catalog
 
     def target(self, target: str | None, roots: tuple[str, ...], python: str | None) -> Target:
-        return resolve_target(target, roots, python=python, config=self.config())
+        return resolve_target(
+            target,
+            roots,
+            python=python,
+            config=self.config(),
+            ssh_options=self.ssh_options,
+            ssh_program=self.ssh_program,
+        )
 
 
 pass_state = click.make_pass_decorator(State, ensure=True)
@@ -68,7 +77,38 @@ def json_option(f: Callable) -> Callable:
     )(f)
 
 
+def _ssh_options(f: Callable) -> Callable:
+    """``--ssh-option``/``--ssh-program``: kept on :class:`State`, so commands need no new parameters."""
+
+    def keep(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        state = ctx.ensure_object(State)
+        if param.name == "ssh_options":
+            state.ssh_options = tuple(value)
+        elif value is not None:
+            state.ssh_program = value
+        return value
+
+    f = click.option(
+        "--ssh-program",
+        "ssh_program",
+        metavar="PROGRAM",
+        expose_value=False,
+        callback=keep,
+        help="The ssh client to run for a remote target instead of `ssh` (same arguments).",
+    )(f)
+    return click.option(
+        "--ssh-option",
+        "ssh_options",
+        multiple=True,
+        metavar="KEY=VALUE",
+        expose_value=False,
+        callback=keep,
+        help="An ssh_config setting for a remote target, passed as `ssh -o KEY=VALUE`. Repeatable.",
+    )(f)
+
+
 def target_options(f: Callable) -> Callable:
+    f = _ssh_options(f)
     f = click.option(
         "--lock-timeout",
         type=float,
