@@ -534,6 +534,7 @@ def test_read_only_remote_root_exits_6(ssh: Ssh, read_only_roots: dict[str, str]
 # -- the real SGLang release -----------------------------------------------------------------
 
 
+@pytest.mark.network  # the 0.5.21 release comes from the registry once, then from the cache
 def test_status_of_a_real_sglang_checkout_is_the_same_remote(ssh: Ssh, sglang_tree: Path, tmp_path: Path) -> None:
     serve = tmp_path / "serve"
     serve.mkdir()
