@@ -29,7 +29,9 @@ def demo(state: State, workdir: str, release: str) -> int:
     """Build the seed's production fork from a real SGLang release and deploy its three fixes."""
     out = render.stdout()
     catalog = state.catalog()
-    _step(out, 1, f"build a production fork of SGLang {release} (bf16 index-K and the dead HiCache fix committed)")
+    # Step titles stay short: a rule truncates what does not fit on one terminal line.
+    _step(out, 1, f"build a production fork of SGLang {release}")
+    out.print("  commits: bf16 index-K, the dead HiCache fix; HiCache on in the serve script")
     with render.stderr().status("building the fork") as spinner:
         fork = build_fork(Path(workdir), catalog, release=release, progress=spinner.update)
     for name, sha in fork.commits:
