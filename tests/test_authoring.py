@@ -1,0 +1,243 @@
+"""`patchkit new` and `patchkit refresh` through the command line, on real checkouts.
+
+The shipped fixes are authored again from scratch: each series is applied to a clean 0.5.21
+checkout with ``git apply`` (as an author's edit would leave it), captured with ``new``, and
+the captured series must produce byte-identical files on a clean tree. Commands run through
+``patchkit.cli.main.main``, the console script's own error boundary, so exit codes are real.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner, Result
+
+from patchkit import api
+from patchkit.catalog import Catalog
+from patchkit.cli.main import main
+from patchkit.errors import EXIT_USAGE
+from patchkit.series import parse_patch
+from patchkit.targets import LocalTarget
+
+REPO = Path(__file__).resolve().parent.parent
+SHIPPED = Catalog(REPO)
+SERVE_SCRIPT = REPO / "docs" / "examples" / "serve_dsv4_prefill.sh"
+CONFIGURATOR = "python/sglang/srt/model_executor/pool_configurator.py"
+LINEAGE = ["dsv4-bf16-index-k", "hicache-index-k-sync", "revert-hicache-index-k-sync",
+           "dsv4-bf16-sizing"]
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "help_option_names": []})
+@click.argument("argv", nargs=-1, type=click.UNPROCESSED)
+def _console_script(argv: tuple[str, ...]) -> None:
+    """``patchkit ARGV`` as the installed command runs it (``main`` exits with the code)."""
+    main(list(argv))
+
+
+def patchkit(catalog: Path, *args: str) -> Result:
+    return CliRunner().invoke(_console_script, ["--catalog", str(catalog), *args])
+
+
+def flat(text: str) -> str:
+    """Output with rich's line wrapping undone."""
+    return " ".join(text.split())
+
+
+def git(tree: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=tree, capture_output=True, text=True,
+                          check=True).stdout
+
+
+def reset(tree: Path) -> None:
+    git(tree, "checkout", "-q", "--", ".")
+    git(tree, "clean", "-qfd")
+
+
+def apply_series(tree: Path, patches: list[Path]) -> None:
+    for patch in patches:
+        git(tree, "apply", "--whitespace=nowarn", str(patch))
+
+
+def touched(tree: Path) -> dict[str, bytes]:
+    """The bytes of every file that differs from HEAD (git's view, untracked included)."""
+    out = {}
+    for line in git(tree, "status", "--porcelain", "--untracked-files=all").splitlines():
+        path = line[3:]
+        full = tree / path
+        out[path] = full.read_bytes() if full.exists() else b"<deleted>"
+    return out
+
+
+def catalog_state(catalog: Path) -> dict[str, tuple[str, int]]:
+    """Every entry under the catalog with its content hash and mtime: proves "nothing written"."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(catalog):
+        for name in dirnames:
+            out[os.path.relpath(os.path.join(dirpath, name), catalog) + "/"] = ("dir", 0)
+        for name in filenames:
+            path = Path(dirpath, name)
+            out[str(path.relative_to(catalog))] = (
+                hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mtime_ns)
+    return out
+
+
+@pytest.fixture
+def new_catalog(tmp_path: Path) -> Path:
+    root = tmp_path / "catalog"
+    (root / "manifests").mkdir(parents=True)
+    return root
+
+
+@pytest.fixture
+def serve_repo(tmp_path: Path) -> Path:
+    """The deployment's serve scripts as a git repository (root ``serve``)."""
+    serve = tmp_path / "serve"
+    serve.mkdir()
+    shutil.copy2(SERVE_SCRIPT, serve / SERVE_SCRIPT.name)
+    git(serve, "init", "-q")
+    git(serve, "add", ".")
+    git(serve, "commit", "-q", "-m", "prefill serve script")
+    return serve
+
+
+# -- new: every shipped fix authored again -----------------------------------------------------
+
+
+@pytest.mark.network
+def test_new_recaptures_every_shipped_fix_byte_for_byte(sglang_tree: Path, serve_repo: Path,
+                                                        new_catalog: Path) -> None:
+    for name in LINEAGE:
+        shipped = SHIPPED.get(name)
+        if name == "revert-hicache-index-k-sync":
+            # Its series is written against a tree where the dead fix is: commit that first.
+            apply_series(sglang_tree, [p.path for p in SHIPPED.get(shipped.reverts).patches])
+            git(sglang_tree, "commit", "-q", "-am", "the dead fix, committed in a fork")
+        apply_series(sglang_tree, [p.path for p in shipped.patches])
+        expected = touched(sglang_tree)
+        assert expected, name
+
+        result = patchkit(new_catalog, "new", name, "--from", str(sglang_tree),
+                          "--title", shipped.title)
+        assert result.exit_code == 0, result.output
+        assert f"created {name} v1 (base 0.5.21)" in flat(result.output)
+        fix = Catalog(new_catalog).get(name)
+        assert (fix.version, fix.status, fix.upstream.base_release) == (1, "active", "0.5.21")
+        assert fix.upstream.releases == ("0.5.21",)
+        assert [(p.root, p.path.is_file()) for p in fix.patches] == [("sglang", True)]
+        assert {rec["path"] for ref in fix.patches for rec in parse_patch(ref.path, ref.root)} \
+            == set(expected)
+
+        reset(sglang_tree)  # the tree HEAD names: the release, or the fork's commit
+        apply_series(sglang_tree, [p.path for p in fix.patches])
+        assert touched(sglang_tree) == expected, f"{name}: git apply of the new series"
+        reset(sglang_tree)
+        # patchkit's own engine places the captured hunks the same way (zero fuzz).
+        target = LocalTarget(roots={"sglang": str(sglang_tree)})
+        applied = api.apply(Catalog(new_catalog), target, [name])
+        assert applied.fixes[0].outcome == "applied"
+        assert touched(sglang_tree) == expected, f"{name}: patchkit apply of the new series"
+        api.rollback(Catalog(new_catalog), target, [name])
+        assert touched(sglang_tree) == {}
+
+    # The serve-script fix: a root that is no SGLang tree names its release explicitly.
+    shipped = SHIPPED.get("prefill-hicache-off")
+    apply_series(serve_repo, [p.path for p in shipped.patches])
+    expected = touched(serve_repo)
+    result = patchkit(new_catalog, "new", shipped.name, "--from", str(serve_repo),
+                      "--root", "serve", "--base-release", "0.5.21", "--title", shipped.title)
+    assert result.exit_code == 0, result.output
+    fix = Catalog(new_catalog).get(shipped.name)
+    assert [p.root for p in fix.patches] == ["serve"]
+    reset(serve_repo)
+    apply_series(serve_repo, [p.path for p in fix.patches])
+    assert touched(serve_repo) == expected
+    assert sorted(Catalog(new_catalog).names()) == sorted(SHIPPED.names())
+
+
+# -- refresh -----------------------------------------------------------------------------------
+
+
+@pytest.mark.network
+def test_refresh_records_a_new_version_and_keeps_the_manifest_comments(
+        sglang_tree: Path, new_catalog: Path) -> None:
+    shipped = SHIPPED.get("dsv4-bf16-sizing")
+    apply_series(sglang_tree, [p.path for p in shipped.patches])
+    assert patchkit(new_catalog, "new", shipped.name, "--from", str(sglang_tree),
+                    "--title", shipped.title).exit_code == 0
+    manifest = new_catalog / "manifests" / f"{shipped.name}.toml"
+    note = "# Reviewed with the inference team; see the incident notes."
+    manifest.write_text(manifest.read_text().replace("[upstream]\n", f"{note}\n[upstream]\n"))
+    assert Catalog(new_catalog).get(shipped.name).version == 1
+
+    conf = sglang_tree / CONFIGURATOR
+    old = "\n            return get_dsv4_bf16_index_k_bytes_per_token(self.indexer_head_dim)\n"
+    comment = "            # the pool's own helper: what it allocates is what we price\n"
+    assert conf.read_text().count(old) == 1
+    conf.write_text(conf.read_text().replace(old, "\n" + comment + old[1:]))
+    edited = touched(sglang_tree)
+
+    result = patchkit(new_catalog, "refresh", shipped.name, "--from", str(sglang_tree),
+                      "--summary", "Explain the bf16 pricing in the code.")
+    assert result.exit_code == 0, result.output
+    assert f"refreshed {shipped.name} v2 (base 0.5.21)" in flat(result.output)
+    fix = Catalog(new_catalog).get(shipped.name)
+    assert fix.version == 2
+    assert [(c.version, c.summary) for c in fix.changelog] == [
+        (1, "First version."), (2, "Explain the bf16 pricing in the code.")]
+    text = manifest.read_text()
+    assert note in text
+    assert "# bump on every change of the series" in text  # the skeleton's own comments too
+    series = fix.patches[0].path.read_text()
+    assert "\n+" + comment in series
+
+    before = catalog_state(new_catalog)
+    again = patchkit(new_catalog, "refresh", shipped.name, "--from", str(sglang_tree))
+    assert again.exit_code == 0, again.output
+    assert "unchanged" in flat(again.output)
+    assert catalog_state(new_catalog) == before
+    assert Catalog(new_catalog).get(shipped.name).version == 2
+
+    reset(sglang_tree)
+    apply_series(sglang_tree, [p.path for p in fix.patches])
+    assert touched(sglang_tree) == edited
+
+
+# -- errors leave the catalog as it was -------------------------------------------------------
+
+
+def test_new_refuses_bad_sources_and_existing_names_without_writing(
+        tmp_path: Path, new_catalog: Path, serve_repo: Path) -> None:
+    def refused(*args: str) -> str:
+        before = catalog_state(new_catalog)
+        result = patchkit(new_catalog, "new", *args)
+        assert result.exit_code == EXIT_USAGE, result.output
+        assert catalog_state(new_catalog) == before
+        return flat(result.output)
+
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "serve_dsv4_prefill.sh").write_text("echo hi\n")
+    message = refused("from-plain", "--from", str(plain), "--base-release", "0.5.21")
+    assert "not the top of a git checkout" in message and str(plain) in flat(message)
+
+    message = refused("nothing", "--from", str(serve_repo), "--base-release", "0.5.21")
+    assert "nothing to capture" in message and "no changes against HEAD" in message
+
+    script = serve_repo / SERVE_SCRIPT.name
+    script.write_text(script.read_text().replace("--hicache-ratio 2", "--hicache-ratio 4"))
+    message = refused("no-release", "--from", str(serve_repo), "--root", "serve")
+    assert "--base-release" in message
+
+    made = patchkit(new_catalog, "new", "serve-tuning", "--from", str(serve_repo),
+                    "--root", "serve", "--base-release", "0.5.21")
+    assert made.exit_code == 0, made.output
+    message = refused("serve-tuning", "--from", str(serve_repo), "--root", "serve",
+                      "--base-release", "0.5.21")
+    assert "already exists" in message and "patchkit refresh serve-tuning" in message
+    assert Catalog(new_catalog).names() == ["serve-tuning"]

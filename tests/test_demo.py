@@ -1,0 +1,95 @@
+"""`patchkit demo`: the seed's production fork rebuilt from 0.5.21 and its three fixes deployed.
+
+The demo runs as a user runs it, ``python -m patchkit`` in a subprocess, with
+``PATCHKIT_UPSTREAM`` pointing at the session's upstream directory so the release is not
+fetched a second time. Its result is then read back with ``patchkit status --json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from patchkit.catalog import Catalog
+from patchkit.demo import FORK_COMMITS, SEED_FIXES, build_fork
+from patchkit.errors import UsageError
+from patchkit.upstream import UpstreamRepo
+
+REPO = Path(__file__).resolve().parent.parent
+STEPS = [
+    "1. build a production fork of SGLang 0.5.21",
+    "2. status before",
+    "3. dry run",
+    "4. apply all three, all or nothing, then verify",
+    "5. status after",
+    "6. lineage of the fixes",
+]
+
+
+def run_patchkit(cwd: Path, upstream: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PATCHKIT_UPSTREAM=str(upstream))
+    return subprocess.run([sys.executable, "-m", "patchkit", "--catalog", str(REPO), *args],
+                          cwd=cwd, env=env, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=600)
+
+
+def flat(text: str) -> str:
+    """Output with rich's line wrapping undone."""
+    return " ".join(text.split())
+
+
+@pytest.mark.network
+def test_demo_deploys_the_seed_fixes_to_a_fork_of_the_real_release(
+        upstream_repo: UpstreamRepo, tmp_path: Path) -> None:
+    workdir = tmp_path / "demo"
+    proc = run_patchkit(tmp_path, upstream_repo.path, "demo", "--workdir", str(workdir))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = flat(proc.stdout)
+    positions = [out.find(step) for step in STEPS]
+    assert all(p >= 0 for p in positions), (positions, proc.stdout)
+    assert positions == sorted(positions), "the steps are printed in order"
+    dry_run, applied = out[positions[2]:positions[3]], out[positions[3]:positions[4]]
+    for name in SEED_FIXES:
+        assert f"would-apply {name} v1" in dry_run
+        assert f"applied {name} v1" in applied
+    for name in FORK_COMMITS:
+        assert f"{name}" in out[positions[0]:positions[1]]
+    assert "done: roll back with `patchkit rollback" in out
+    # The release came from the session's upstream directory, not from the registry.
+    # (the session's wheels live elsewhere; a download would have made <upstream>/wheels).
+    assert not (upstream_repo.path / "wheels").exists()
+    assert upstream_repo.versions() == ["0.5.21"]
+
+    fork, serve = workdir / "sglang-dsv4", workdir / "serve"
+    log = subprocess.run(["git", "log", "--format=%s", "v0.5.21..HEAD"], cwd=fork,
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    catalog = Catalog(REPO)
+    assert log == [catalog.get(name).title for name in reversed(FORK_COMMITS)]
+
+    status = run_patchkit(tmp_path, upstream_repo.path, "status", "--json",
+                          "--target", str(fork), "--root", f"serve={serve}")
+    assert status.returncode == 0, status.stderr
+    states = {f["name"]: f for f in json.loads(status.stdout)["status"]["fixes"]}
+    for name in SEED_FIXES:
+        assert states[name]["state"] == "applied"
+        assert states[name]["version"] == catalog.get(name).version
+        assert all(f["state"] == "ok" for f in states[name]["files"])
+    # The prerequisite is a commit of the fork, seen in the files but not applied by patchkit.
+    assert states["dsv4-bf16-index-k"]["state"] == "present-unrecorded"
+    assert "hierarchical" not in (serve / "serve_dsv4_prefill.sh").read_text()
+
+
+def test_demo_refuses_a_workdir_it_did_not_make(tmp_path: Path) -> None:
+    workdir = tmp_path / "mine"
+    workdir.mkdir()
+    (workdir / "notes.txt").write_text("keep me\n")
+    with pytest.raises(UsageError) as refused:
+        build_fork(workdir, Catalog(REPO), upstream=UpstreamRepo(tmp_path / "upstream"))
+    assert str(workdir) in str(refused.value) and "--workdir" in str(refused.value)
+    assert [p.name for p in workdir.iterdir()] == ["notes.txt"]
+    assert not (tmp_path / "upstream").exists()  # refused before any fetch
