@@ -94,7 +94,11 @@ def status(
 ) -> OpResult:
     """What is applied, at which version, and whether any patched file drifted.
 
-    Every fix of the catalog is sent so the engine can also spot fixes that are present in the
-    files but not recorded (applied by hand, or already in the release).
+    Every fix of the catalog whose roots the target defines is sent, so the engine can also
+    spot fixes that are present in the files but not recorded (applied by hand, or already in
+    the release). A fix using a root the target lacks (``serve`` on a bare checkout) cannot be
+    looked for there; it is left out rather than failing the whole status. Fixes recorded as
+    applied are reported from the target's state either way.
     """
-    return _run(catalog, target, catalog.all(), "status", lock_timeout=lock_timeout)
+    fixes = [f for f in catalog.all() if set(f.roots) <= set(target.roots)]
+    return _run(catalog, target, fixes, "status", lock_timeout=lock_timeout)
