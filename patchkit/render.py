@@ -175,14 +175,12 @@ def render_fix(console: Console, fix: Any, files: Mapping[str, list[str]]) -> No
 
 
 def render_error(console: Console, err: PatchkitError) -> None:
-    console.print(Text.assemble(("error: ", "bold red"), err.message))
+    # Never folded to the terminal width: the message names files and commands to copy.
+    console.print(Text.assemble(("error: ", "bold red"), err.message), soft_wrap=True)
+    # The message already lists every failed check (fix, check, where, detail), so the
+    # checks carried by err.result are not repeated here.
     result = getattr(err, "result", None)
     if result is not None:
-        for fix in result.fixes:
-            failed = [c for c in fix.preconditions + fix.verification if not c.ok]
-            table = _checks_table(f"  {fix.name}: failed checks", failed)
-            if table is not None:
-                console.print(table)
         for rec in result.recovered:
             console.print(f"[yellow]note:[/] recovered an interrupted {escape(str(rec.get('op')))}")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from .errors import PatchkitError, error_from_dict
@@ -144,11 +144,17 @@ def check_result(raw: Mapping[str, Any], target: str) -> OpResult:
     """Turn an engine result into an :class:`OpResult`, raising its error if it failed.
 
     The raised error carries the partial result as ``err.result`` so callers can show which
-    checks passed and which did not.
+    checks passed and which did not: a failed run has no ``fixes`` of its own, so they are
+    taken from the error's ``details["fixes"]`` (every check of every fix, as the engine
+    reported them with a precondition or verification failure).
     """
     result = OpResult.from_engine(raw, target)
     err_dict = raw.get("error")
     if err_dict:
+        checked = (err_dict.get("details") or {}).get("fixes")
+        if not result.fixes and isinstance(checked, list):
+            fixes = tuple(FixOutcome.from_dict(f) for f in checked if isinstance(f, Mapping))
+            result = replace(result, fixes=fixes)
         err: PatchkitError = error_from_dict(err_dict)
         err.result = result  # type: ignore[attr-defined]
         raise err
