@@ -111,7 +111,7 @@ def _plan(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
 
     after_hashes = recorded_after_hashes(state)
     release_cache: Dict[str, Any] = {}
-    repos: Dict[str, bool] = {}
+    changes = auto.git_changes([ws.entry(c.root, c.path) for spec in todo for c in spec.files], req.roots)
     writable: Dict[str, Optional[str]] = {}
     touched: Set[Key] = set()
     failures: List[Dict[str, Any]] = []
@@ -131,7 +131,7 @@ def _plan(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
             if missing:
                 pre.append(missing)
         fresh = [ws.entry(*k) for k in keys if k not in touched]
-        pre.extend(auto.git_clean_checks(fresh, req.roots, after_hashes, repos))
+        pre.extend(auto.git_clean_checks(fresh, req.roots, after_hashes, changes))
         dirs = [(ws.entry(*k).where, os.path.dirname(ws.entry(*k).abs)) for k in keys]
         if n == 0:
             dirs.append(("state", store.dir if store.exists() else store.root))

@@ -104,32 +104,39 @@ def presence_check(entry: Entry, op: str) -> Optional[Dict[str, Any]]:
         % (entry.where, entry.abs), entry.where)
 
 
+def git_changes(entries: List[Entry], roots: Roots) -> Dict[str, gitcli.Changes]:
+    """One ``git status`` per root, over every file of ``entries`` (the whole request)."""
+    by_root: Dict[str, List[str]] = {}
+    for e in entries:
+        rel = roots.get(e.root).mapped(e.path)
+        if rel not in by_root.setdefault(e.root, []):
+            by_root[e.root].append(rel)
+    return {name: gitcli.changed_paths(roots.get(name).path, rels) for name, rels in by_root.items()}
+
+
 def git_clean_checks(entries: List[Entry], roots: Roots, recorded: Dict[Tuple[str, str], Set[str]],
-                     repos: Dict[str, bool]) -> List[Dict[str, Any]]:
+                     changes: Dict[str, gitcli.Changes]) -> List[Dict[str, Any]]:
     """Touched files must match HEAD, or the bytes patchkit itself wrote there earlier."""
     out = []
-    by_root: Dict[str, List[Entry]] = {}
     for e in entries:
-        by_root.setdefault(e.root, []).append(e)
-    for root_name, group in by_root.items():
-        root = roots.get(root_name)
-        if root_name not in repos:
-            repos[root_name] = gitcli.is_checkout(root.path)
-        if not repos[root_name]:
+        found = changes[e.root]
+        if not found.checkout:
             continue
-        changed = gitcli.changed_paths(root.path, [root.mapped(e.path) for e in group])
-        for e in group:
-            code = changed.get(root.mapped(e.path))
-            ours = sha256_bytes(e.original) in recorded.get((e.root, e.path), set())
-            ok = code is None or ours
-            if code is None:
-                detail = "unmodified against HEAD"
-            elif ours:
-                detail = "differs from HEAD only by a fix patchkit applied"
-            else:
-                detail = ("%s has uncommitted changes (git status %r); commit or stash them, or "
-                          "discard them with git checkout -- %s" % (e.where, code.strip(), root.mapped(e.path)))
-            out.append(result("git-clean", "%s is clean" % e.where, ok, detail, e.where))
+        rel = roots.get(e.root).mapped(e.path)
+        if found.error:  # as before a checkout git cannot read: not a reason to refuse
+            out.append(result("git-clean", "%s is clean" % e.where, True,
+                              "not checked: %s" % found.error, e.where))
+            continue
+        code = found.changed.get(rel)
+        ours = sha256_bytes(e.original) in recorded.get((e.root, e.path), set())
+        if code is None:
+            detail = "unmodified against HEAD"
+        elif ours:
+            detail = "differs from HEAD only by a fix patchkit applied"
+        else:
+            detail = ("%s has uncommitted changes (git status %r); commit or stash them, or "
+                      "discard them with git checkout -- %s" % (e.where, code.strip(), rel))
+        out.append(result("git-clean", "%s is clean" % e.where, code is None or ours, detail, e.where))
     return out
 
 

@@ -1,18 +1,28 @@
-"""The few questions the engine asks git, through the ``git`` CLI (hosts have no GitPython)."""
+"""The few questions the engine asks git, through the ``git`` CLI (hosts have no GitPython).
+
+A target can be a checkout of thousands of files, so git is asked once per root for every
+path a request touches, and not at all for a root that is not inside a work tree (found by
+looking for ``.git`` upwards, without running git).
+"""
 
 from __future__ import annotations
 
 import os
 import subprocess
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 TIMEOUT = 120.0
+# Variables that would point git at another repository than the one the root is in.
+_REPO_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_NAMESPACE")
 
 
 def _git(root: str, args: List[str]) -> Optional[subprocess.CompletedProcess]:
     env = dict(os.environ)
     env["GIT_OPTIONAL_LOCKS"] = "0"  # never rewrite the index of the target while looking
     env.pop("PATCHKIT_FAULT", None)
+    for name in _REPO_VARS:
+        env.pop(name, None)
     try:
         return subprocess.run(["git", "-C", root] + args, stdin=subprocess.DEVNULL,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
@@ -21,13 +31,22 @@ def _git(root: str, args: List[str]) -> Optional[subprocess.CompletedProcess]:
         return None
 
 
-def is_checkout(root: str) -> bool:
-    proc = _git(root, ["rev-parse", "--is-inside-work-tree"])
-    return proc is not None and proc.returncode == 0 and proc.stdout.strip() == b"true"
+def work_tree_top(root: str) -> Optional[str]:
+    """The real path of the work tree ``root`` is in (the nearest ``.git`` upwards), or None."""
+    cur = os.path.realpath(root)
+    while True:
+        if os.path.lexists(os.path.join(cur, ".git")):
+            return cur
+        parent = os.path.dirname(cur)
+        if parent == cur:
+            return None
+        cur = parent
 
 
 def describe_tag(root: str) -> Optional[str]:
     """The tag HEAD sits exactly on, without a leading "v", or None."""
+    if work_tree_top(root) is None:
+        return None
     proc = _git(root, ["describe", "--tags", "--exact-match"])
     if proc is None or proc.returncode != 0:
         return None
@@ -35,16 +54,33 @@ def describe_tag(root: str) -> Optional[str]:
     return tag[1:] if tag.startswith("v") else tag or None
 
 
-def changed_paths(root: str, rels: List[str]) -> Dict[str, str]:
-    """Root-relative paths among ``rels`` that differ from HEAD, with git's two-letter status."""
+@dataclass(frozen=True)
+class Changes:
+    """What one ``git status`` said about some paths of a root."""
+
+    checkout: bool  # the root is inside a git work tree
+    changed: Dict[str, str] = field(default_factory=dict)  # root-relative path -> XY status
+    error: str = ""  # why git could not answer for a checkout ("" when it did)
+
+
+def changed_paths(root: str, rels: List[str]) -> Changes:
+    """Which of ``rels`` (root-relative) differ from HEAD: one ``git status`` for all of them."""
+    top = work_tree_top(root)
+    if top is None:
+        return Changes(False)
     if not rels:
-        return {}
-    prefix_proc = _git(root, ["rev-parse", "--show-prefix"])
-    prefix = prefix_proc.stdout.decode("utf-8", "surrogateescape").strip() if prefix_proc else ""
+        return Changes(True)
     proc = _git(root, ["status", "--porcelain=v1", "-z", "--untracked-files=all", "--"] + rels)
-    if proc is None or proc.returncode != 0:
-        err = proc.stderr.decode("utf-8", "replace").strip() if proc else "git did not run"
-        return {rel: "git status failed: %s" % err for rel in rels}
+    if proc is None:
+        return Changes(True, error="git did not run (is it installed?)")
+    if proc.returncode != 0:
+        err = proc.stderr.decode("utf-8", "replace").strip()
+        if "not a git repository" in err:
+            return Changes(False)
+        return Changes(True, error="git status failed: %s" % err)
+    # porcelain paths are relative to the work tree's top, whatever the cwd
+    prefix = os.path.relpath(os.path.realpath(root), top)
+    prefix = "" if prefix == "." else prefix + "/"
     out: Dict[str, str] = {}
     entries = proc.stdout.decode("utf-8", "surrogateescape").split("\0")
     i = 0
@@ -58,4 +94,4 @@ def changed_paths(root: str, rels: List[str]) -> Dict[str, str]:
             i += 1  # the rename's source path follows
         if path.startswith(prefix):
             out[path[len(prefix):]] = code
-    return out
+    return Changes(True, out)

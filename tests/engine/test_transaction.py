@@ -119,7 +119,7 @@ def test_lock_busy(checkout: Path) -> None:
     with lock_held_elsewhere(checkout) as pid:
         res = go("apply", checkout, [series(checkout)], lock_timeout=0.2)
         assert res["error"]["type"] == "LockBusy" and "pid %d" % pid in res["error"]["message"]
-        assert go("status", checkout, [])["error"]["type"] == "LockBusy"
+        assert go("status", checkout, [], lock_timeout=0.2)["error"]["type"] == "LockBusy"
     assert go("apply", checkout, [series(checkout)], lock_timeout=0.2)["ok"]
 
 
