@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from . import gitrepo, manifest, series
 from .catalog import Catalog
@@ -197,40 +197,67 @@ def refresh_fix(
         groups[index].append(f)
     refs = fix.patches[:1] if squash else fix.patches
     texts = {}
+    old_texts = {r: r.path.read_text(encoding="utf-8", errors="surrogateescape") for r in refs}
     for ref, group in zip(refs, groups):
-        old = ref.path.read_text(encoding="utf-8", errors="surrogateescape")
-        subject, body = _header_of(old, fix.title)
+        if not group:  # none of its files differ from HEAD any more: the patch is dropped
+            continue
+        subject, body = _header_of(old_texts[ref], fix.title)
         texts[ref] = _series_text(subject, body, group)
     release = release_of(src) or fix.upstream.base_release
-    unchanged = (
-        not squash or len(fix.patches) == 1
-    ) and all(texts[r] == r.path.read_text(encoding="utf-8", errors="surrogateescape") for r in texts)
+    unchanged = list(texts) == list(fix.patches) and all(texts[r] == old_texts[r] for r in texts)
     if unchanged and release == fix.upstream.base_release:
         return AuthoringResult(
             name, fix.version, fix.manifest_path, tuple(r.path for r in texts),
             tuple(f.path for f in files), release, changed=False,
         )
     version = fix.version + 1
-    for ref, text in texts.items():
-        tmp = ref.path.with_name(f".{ref.path.name}.tmp")
-        tmp.write_text(text, encoding="utf-8", errors="surrogateescape", newline="")
-        series.parse_patch(tmp, ref.root)
-        os.replace(tmp, ref.path)
     dropped = [r for r in fix.patches if r not in texts]
-    manifest.bump_manifest(
+    _replace_series(texts, old_texts, lambda: manifest.bump_manifest(
         fix.manifest_path,
         version=version,
         changelog_summary=summary or f"Refreshed from a checkout of {release}.",
         date=date or _today(),
         patches=[(r.file, r.root, r.description) for r in texts] if dropped else None,
         base_release=release if release != fix.upstream.base_release else None,
-    )
+    ))
     for ref in dropped:
         ref.path.unlink()
     return AuthoringResult(
         name, version, fix.manifest_path, tuple(r.path for r in texts),
         tuple(f.path for f in files), release, changed=True,
     )
+
+
+def _replace_series(texts: dict, old_texts: dict, bump: Callable[[], None]) -> None:
+    """Write every new series file, then the manifest; all of them or none.
+
+    Each text is staged and read back before any file is replaced, and the old texts are put
+    back if the manifest cannot be bumped, so a failure leaves the catalog as it was.
+    """
+    staged = {}
+    try:
+        for ref, text in texts.items():
+            tmp = ref.path.with_name(f".{ref.path.name}.tmp")
+            staged[ref] = tmp
+            tmp.write_text(text, encoding="utf-8", errors="surrogateescape", newline="")
+            series.parse_patch(tmp, ref.root)
+    except BaseException:
+        for tmp in staged.values():
+            tmp.unlink(missing_ok=True)
+        raise
+    replaced = []
+    try:
+        for ref, tmp in staged.items():
+            os.replace(tmp, ref.path)
+            replaced.append(ref)
+        bump()
+    except BaseException:
+        for ref in replaced:
+            ref.path.write_text(old_texts[ref], encoding="utf-8", errors="surrogateescape",
+                                newline="")
+        for tmp in staged.values():
+            tmp.unlink(missing_ok=True)
+        raise
 
 
 def _header_of(text: str, default_subject: str) -> tuple[str, str]:

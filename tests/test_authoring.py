@@ -243,3 +243,43 @@ def test_new_refuses_bad_sources_and_existing_names_without_writing(
                       "--base-release", "0.5.21")
     assert "already exists" in message and "patchkit refresh serve-tuning" in message
     assert Catalog(new_catalog).names() == ["serve-tuning"]
+
+
+def test_refresh_drops_a_patch_whose_files_no_longer_change(tmp_path: Path,
+                                                            new_catalog: Path) -> None:
+    """A two-patch series whose second file was reverted in the checkout: refresh rewrites
+    the series as the first patch alone, all of it or nothing (no stray staging files)."""
+    src = tmp_path / "src"
+    (src / "python" / "sglang").mkdir(parents=True)
+    (src / "python" / "sglang" / "_version.py").write_text('__version__ = "0.5.21"\n')
+    for name in ("a.py", "b.py"):
+        (src / "python" / "sglang" / name).write_text("one = 1\ntwo = 2\nthree = 3\n")
+    git(src, "init", "-q")
+    git(src, "add", ".")
+    git(src, "commit", "-q", "-m", "a release")
+    for name in ("a.py", "b.py"):
+        path = src / "python" / "sglang" / name
+        path.write_text(path.read_text().replace("two = 2", "two = 22"))
+    made = patchkit(new_catalog, "new", "two", "python/sglang/a.py", "--from", str(src),
+                    "--title", "two files")
+    assert made.exit_code == 0, made.output
+    patch_dir = new_catalog / "patches" / "two"
+    (patch_dir / "0002-b.patch").write_text(
+        "From: patchkit <fixes@patchkit.invalid>\nSubject: [PATCH] b\n\n---\n"
+        + git(src, "diff", "--", "python/sglang/b.py"))
+    manifest = new_catalog / "manifests" / "two.toml"
+    manifest.write_text(manifest.read_text().replace(
+        '[[patches]]\nfile = "0001-two-files.patch"\nroot = "sglang"\n',
+        '[[patches]]\nfile = "0001-two-files.patch"\nroot = "sglang"\n\n'
+        '[[patches]]\nfile = "0002-b.patch"\nroot = "sglang"\n'))
+    assert [p.file for p in Catalog(new_catalog).get("two").patches] == [
+        "0001-two-files.patch", "0002-b.patch"]
+
+    git(src, "checkout", "-q", "--", "python/sglang/b.py")
+    result = patchkit(new_catalog, "refresh", "two", "--from", str(src))
+    assert result.exit_code == 0, result.output
+    fix = Catalog(new_catalog).get("two")
+    assert fix.version == 2 and [p.file for p in fix.patches] == ["0001-two-files.patch"]
+    assert sorted(p.name for p in patch_dir.iterdir()) == ["0001-two-files.patch"]
+    again = patchkit(new_catalog, "refresh", "two", "--from", str(src))
+    assert again.exit_code == 0 and "unchanged" in flat(again.output)
