@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .errors import PatchkitError
-from .results import CheckResult, FixOutcome, OpResult
+from .results import CheckResult, FileChange, FixOutcome, OpResult
 
 OUTCOME_STYLE = {
     "applied": "bold green",
@@ -46,38 +46,53 @@ def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
 
 
-def _checks_table(title: str, checks: Iterable[CheckResult]) -> Table | None:
-    rows = list(checks)
-    if not rows:
-        return None
-    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False, box=None)
-    table.add_column("", width=2)
-    table.add_column("check")
-    table.add_column("where", style="dim")
-    table.add_column("detail")
-    for c in rows:
-        mark = Text("✓", style="green") if c.ok else Text("✗", style="bold red")
-        table.add_row(mark, escape(c.name or c.kind), escape(c.where), escape(c.detail))
-    return table
+def _check_line(c: CheckResult) -> Text:
+    mark = ("✓ ", "green") if c.ok else ("✗ ", "bold red")
+    label = c.name or c.kind
+    text = Text.assemble(mark, (label, "" if c.ok else "bold"))
+    if c.detail:
+        text.append(f": {c.detail}", style="dim" if c.ok else "")
+    if not c.ok and c.where and c.where not in label:
+        text.append(f" ({c.where})", style="dim")
+    return text
 
 
-def render_fix_outcome(console: Console, fix: FixOutcome, *, show_diff: bool) -> None:
+def _hunk_summary(f: FileChange) -> str:
+    if not f.hunks:
+        return ""
+    places = ", ".join(
+        f"{h.line}" + (f" (offset {h.offset:+d})" if h.offset else "") for h in f.hunks
+    )
+    noun = "hunk" if len(f.hunks) == 1 else "hunks"
+    return f"{len(f.hunks)} {noun} at line {places}"
+
+
+def render_fix_outcome(console: Console, fix: FixOutcome, *, show_diff: bool, all_checks: bool = False) -> None:
     style = OUTCOME_STYLE.get(fix.outcome, "")
     version = f" v{fix.version}" if fix.version is not None else ""
-    console.print(Text.assemble((f"{fix.outcome:>15} ", style), (f"{fix.name}{version}", "bold")))
+    console.print(Text.assemble((f"{fix.outcome} ", style), (f"{fix.name}{version}", "bold")))
+    op_mark = {"modify": "M", "create": "A", "delete": "D"}
     for f in fix.files:
-        console.print(f"                {escape(f.op)} {escape(f.root)}:{escape(f.path)}")
-        for h in f.hunks:
-            where = f"line {h.line}"
-            if h.offset:
-                where += f" (offset {h.offset:+d} from {h.expected_line})"
-            console.print(f"                  hunk #{h.index} of {escape(h.patch)} at {where}", style="dim")
+        line = Text.assemble(f"  {op_mark.get(f.op, f.op)} ", (f"{f.root}:{f.path}", "bold"))
+        summary = _hunk_summary(f)
+        if summary:
+            line.append(f"  {summary}", style="dim")
+        console.print(line)
         if show_diff and f.diff:
             console.print(Syntax(f.diff, "diff", theme="ansi_dark", background_color="default"))
-    for title, checks in (("preconditions", fix.preconditions), ("verification", fix.verification)):
-        table = _checks_table(f"  {title}", checks)
-        if table is not None:
-            console.print(table)
+    pre = list(fix.preconditions)
+    if pre:
+        failed = [c for c in pre if not c.ok]
+        if all_checks or failed:
+            console.print("  preconditions:")
+            for c in pre if all_checks else failed:
+                console.print(Text("    ").append_text(_check_line(c)))
+        else:
+            console.print(Text.assemble("  ", ("✓ ", "green"), f"{len(pre)} preconditions passed", style=""))
+    if fix.verification:
+        console.print("  verification:")
+        for c in fix.verification:
+            console.print(Text("    ").append_text(_check_line(c)))
 
 
 def render_result(console: Console, result: OpResult, *, show_diff: bool | None = None) -> None:
@@ -90,7 +105,12 @@ def render_result(console: Console, result: OpResult, *, show_diff: bool | None 
     head = "dry run of " if result.dry_run else ""
     console.print(f"[bold]{head}{verb}[/] on {escape(result.target)}")
     for fix in result.fixes:
-        render_fix_outcome(console, fix, show_diff=result.dry_run if show_diff is None else show_diff)
+        render_fix_outcome(
+            console,
+            fix,
+            show_diff=result.dry_run if show_diff is None else show_diff,
+            all_checks=result.dry_run,
+        )
 
 
 def render_status(console: Console, result: OpResult, *, verbose: bool = False) -> None:
