@@ -74,10 +74,17 @@ def render_fix_outcome(console: Console, fix: FixOutcome, *, show_diff: bool, al
     op_mark = {"modify": "M", "create": "A", "delete": "D"}
     for f in fix.files:
         line = Text.assemble(f"  {op_mark.get(f.op, f.op)} ", (f"{f.root}:{f.path}", "bold"))
-        summary = _hunk_summary(f)
-        if summary:
-            line.append(f"  {summary}", style="dim")
+        if not all_checks:
+            summary = _hunk_summary(f)
+            if summary:
+                line.append(f"  {summary}", style="dim")
         console.print(line)
+        if all_checks:
+            for h in f.hunks:
+                where = f"line {h.line}"
+                if h.offset:
+                    where += f" (offset {h.offset:+d} from {h.expected_line})"
+                console.print(f"      hunk #{h.index} of {escape(h.patch)} at {where}", style="dim")
         if show_diff and f.diff:
             console.print(Syntax(f.diff, "diff", theme="ansi_dark", background_color="default"))
     pre = list(fix.preconditions)
