@@ -482,8 +482,6 @@ def test_read_only_target_is_refused_untouched(env: Env, pk: Callable[..., Run],
     unchanged(env, before)
 
 
-@pytest.mark.xfail(strict=True, reason="the engine reports an unwritable target as a failed "
-                   "writable precondition (exit 1), not PermissionDenied (exit 6, docs/cli.md)")
 def test_read_only_target_exits_6(env: Env, pk: Callable[..., Run], read_only_target: Path) -> None:
     assert pk("apply", INDEX_K, *tgt(env)).code == EXIT_PERMISSION
 

@@ -9,9 +9,10 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 from ..errors import (ConflictError, PreconditionFailed, TargetFileMissing, VerificationFailed,
                       VersionMismatch)
 from . import auto
-from .checks import CheckContext, run_check
+from .checks import CheckContext, failure_lines, run_check
 from .fsops import read_bytes
 from .hunks import Placement, apply_change, decode, encode, sha256_bytes
+from .paths import Roots
 from .request import FixSpec, Request
 from .store import Store, utc_now
 from .txn import FileWrite, missing_dirs, run_transaction
@@ -48,12 +49,11 @@ def fix_result(plan: FixPlan, outcome: str) -> Dict[str, Any]:
             "preconditions": plan.preconditions, "verification": plan.verification}
 
 
-def failure_lines(failures: List[Dict[str, Any]]) -> str:
-    return "\n".join("- fix %s: %s [%s] at %s: %s" % (f["fix"], f["name"], f["kind"], f["where"],
-                                                      f["detail"]) for f in failures)
-
-
-def raise_preconditions(failures: List[Dict[str, Any]], results: List[Dict[str, Any]]) -> None:
+def raise_preconditions(failures: List[Dict[str, Any]], results: List[Dict[str, Any]],
+                        probed: Dict[str, Optional[str]], roots: Roots) -> None:
+    """Raise the error of a refused plan; ``probed`` is each directory probed for writing."""
+    if any(f["kind"] == "writable" for f in failures):
+        raise auto.permission_denied(failures, results, probed, roots)
     cls = TargetFileMissing if any(f["kind"] == "file-present" for f in failures) else PreconditionFailed
     raise cls("%d precondition(s) failed; nothing was written:\n%s"
               % (len(failures), failure_lines(failures)), failures=failures, fixes=results)
@@ -153,7 +153,7 @@ def _plan(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
                 new, placed = apply_change(None if e.current is None else decode(e.current), change)
             except ConflictError:
                 if failures:
-                    raise_preconditions(failures, results)
+                    raise_preconditions(failures, results, writable, req.roots)
                 raise
             e.current = None if new is None else encode(new)
             if new is None:
@@ -170,7 +170,7 @@ def _plan(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
         planned.add(spec.name)
         plans.append(plan)
     if failures:
-        raise_preconditions(failures, results)
+        raise_preconditions(failures, results, writable, req.roots)
     return plans
 
 

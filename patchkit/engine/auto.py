@@ -7,8 +7,9 @@ import os
 import re
 from typing import Any, Dict, List, Optional, Set, Tuple
 
+from ..errors import PermissionDenied
 from . import gitcli, presence
-from .checks import result
+from .checks import failure_lines, result
 from .fsops import nearest_existing_dir, probe_writable
 from .hunks import sha256_bytes
 from .paths import Root, Roots
@@ -152,3 +153,35 @@ def writable_checks(dirs: List[Tuple[str, str]], cache: Dict[str, Optional[str]]
                           "writable" if why is None else "%s; make it writable (remount read-write, "
                           "chattr -i, or fix permissions) and retry" % why, where))
     return out
+
+
+def permission_denied(failures: List[Dict[str, Any]], results: List[Dict[str, Any]],
+                      probed: Dict[str, Optional[str]], roots: Roots) -> PermissionDenied:
+    """An unwritable directory is the environment's doing, not the fix's: it gets its own error
+    (exit 6) naming each directory and its root, and keeps every failed check in its details."""
+    denied = []
+    for directory in sorted(d for d, why in probed.items() if why):
+        root = _root_of(directory, roots)
+        denied.append({"path": directory, "reason": probed[directory],
+                       "root": root.name if root else None, "root_path": root.path if root else None})
+    lines = "\n".join("- %s (root %s at %s): %s" % (d["path"], d["root"], d["root_path"], d["reason"])
+                      for d in denied)
+    return PermissionDenied(
+        "permission denied: patchkit cannot create files in %d director%s of the target; nothing "
+        "was written:\n%s\nRun patchkit as a user who can write there, or remount the file system "
+        "read-write, then retry.\nFailed preconditions:\n%s"
+        % (len(denied), "y" if len(denied) == 1 else "ies", lines, failure_lines(failures)),
+        failures=failures, fixes=results, unwritable=denied)
+
+
+def _root_of(directory: str, roots: Roots) -> Optional[Root]:
+    """The innermost root holding ``directory`` (given as a real or as-given path)."""
+    best: Optional[Root] = None
+    best_len = -1
+    for root in roots:
+        for top in (root.real, root.path):
+            top = top.rstrip(os.sep) or os.sep
+            inside = directory == top or directory.startswith(top.rstrip(os.sep) + os.sep)
+            if inside and len(top) > best_len:
+                best, best_len = root, len(top)
+    return best

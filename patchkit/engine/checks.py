@@ -40,6 +40,12 @@ def result(kind: str, name: str, ok: bool, detail: str, where: str) -> Dict[str,
     return {"kind": kind, "name": name, "ok": bool(ok), "detail": detail, "where": where}
 
 
+def failure_lines(failures: List[Dict[str, Any]]) -> str:
+    """One line per failed check (each carries the ``fix`` it belongs to), for a message."""
+    return "\n".join("- fix %s: %s [%s] at %s: %s" % (f["fix"], f["name"], f["kind"], f["where"],
+                                                       f["detail"]) for f in failures)
+
+
 def child_env() -> Dict[str, str]:
     env = dict(os.environ)
     env.pop("PATCHKIT_FAULT", None)

@@ -7,8 +7,7 @@ from typing import Any, Dict, List, Optional
 
 from ..errors import NotApplied, VerificationFailed
 from . import presence
-from .apply import failure_lines
-from .checks import CheckContext, run_check
+from .checks import CheckContext, failure_lines, run_check
 from .fsops import read_bytes
 from .hunks import sha256_bytes
 from .request import FixSpec, Request

@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional
 from ..errors import (ConflictError, DriftError, NotApplied, PreconditionFailed, TargetError,
                       VersionMismatch)
 from . import auto
-from .apply import FixPlan, failure_lines, fix_result
+from .apply import FixPlan, fix_result
 from .fsops import read_bytes
 from .hunks import apply_change, decode, encode, sha256_bytes
 from .request import Request
@@ -82,11 +82,13 @@ def rollback(req: Request, store: Store) -> List[Dict[str, Any]]:
                                      % (d["root"], d["path"], d["fix"], d["current_sha256"],
                                         d["recorded_sha256"]) for d in drift)), drifted=drift)
     dirs = [(e.where, os.path.dirname(e.abs)) for e in ws.changed()] + [("state", store.dir)]
-    checks = auto.writable_checks(dirs, {})
+    probed: Dict[str, Optional[str]] = {}
+    checks = auto.writable_checks(dirs, probed)
     failed = [dict(r, fix=",".join(names)) for r in checks if not r["ok"]]
     if failed:
-        raise PreconditionFailed("%d precondition(s) failed; nothing was written:\n%s"
-                                 % (len(failed), failure_lines(failed)), failures=failed)
+        raise auto.permission_denied(failed, [{"name": n, "version": recorded[n].get("version"),
+                                       "preconditions": checks} for n in names],
+                                     probed, req.roots)
     for plan in plans:
         plan.preconditions = [r for r in checks]
     if not req.dry_run:

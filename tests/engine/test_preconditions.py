@@ -10,6 +10,7 @@ from typing import Any, Dict, List
 
 import pytest
 
+from patchkit import errors
 from patchkit.engine import run
 
 from .helpers import MOD, SCRIPT, content_snapshot, file_record, fix, git, make_checkout, request, snapshot
@@ -194,16 +195,49 @@ def _make_read_only(directory: Path):
 
 
 def test_unwritable_target_directory_is_refused_before_any_write(checkout: Path) -> None:
+    """An unwritable directory is PermissionDenied (exit 6), not a failed check (exit 1): the
+    message names the directory, its root and the way out; the details keep every failure."""
     srt = checkout / "python" / "sglang" / "srt"
-    f = one_fix(checkout)
+    f = one_fix(checkout, [{"kind": "grep", "root": "sglang", "path": MOD, "pattern": "zzz",
+                            "name": "also failing"}])
     undo = _make_read_only(srt)
     try:
         tree = snapshot(checkout)
         result = run(request("apply", {"sglang": checkout}, [f]))
-        assert result["error"]["type"] == "PreconditionFailed"
-        failed = [r for r in result["error"]["details"]["failures"] if r["kind"] == "writable"]
-        assert failed and str(srt) in failed[0]["detail"]
+        error = result["error"]
+        assert error["type"] == "PermissionDenied"
+        assert errors.error_from_dict(error).exit_code == errors.EXIT_PERMISSION
+        message = error["message"]
+        assert "%s (root sglang at %s)" % (srt, checkout) in message
+        assert "as a user who can write there" in message and "read-write" in message
+        assert "also failing" in message  # the other failures are not hidden
+        failed = error["details"]["failures"]
+        assert {r["kind"] for r in failed} == {"writable", "grep"}
+        assert str(srt) in [r for r in failed if r["kind"] == "writable"][0]["detail"]
+        assert [p["name"] for p in error["details"]["fixes"][0]["preconditions"]
+                if not p["ok"]] == ["%s is writable" % srt, "also failing"]
+        assert error["details"]["unwritable"] == [{"path": str(srt), "root": "sglang",
+                                                   "root_path": str(checkout),
+                                                   "reason": failed[0]["detail"].split(";")[0]}]
         assert snapshot(checkout) == tree
     finally:
         undo()
+    assert run(request("apply", {"sglang": checkout}, [one_fix(checkout)]))["ok"]
+
+
+def test_unwritable_directory_refuses_rollback_with_permission_denied(checkout: Path) -> None:
+    srt = checkout / "python" / "sglang" / "srt"
+    f = one_fix(checkout)
+    assert run(request("rollback", {"sglang": checkout}, [f]))["error"]["type"] == "NotApplied"
     assert run(request("apply", {"sglang": checkout}, [f]))["ok"]
+    undo = _make_read_only(srt)
+    try:
+        tree = snapshot(checkout, skip_state=False)
+        result = run(request("rollback", {"sglang": checkout}, [f]))
+        assert result["error"]["type"] == "PermissionDenied", result["error"]
+        assert "%s (root sglang at %s)" % (srt, checkout) in result["error"]["message"]
+        assert result["error"]["details"]["fixes"][0]["name"] == "a"
+        assert snapshot(checkout, skip_state=False) == tree
+    finally:
+        undo()
+    assert run(request("rollback", {"sglang": checkout}, [f]))["ok"]

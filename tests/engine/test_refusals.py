@@ -67,7 +67,7 @@ def _case(name: str, root: Path) -> Case:
                 yield
             finally:
                 undo()
-        return "apply", [one_fix(root)], "PreconditionFailed", read_only
+        return "apply", [one_fix(root)], "PermissionDenied", read_only
     if name == "lock-busy":
         return "apply", [one_fix(root)], "LockBusy", lambda: lock_held_elsewhere(root)
     if name == "rollback-not-applied":
