@@ -519,7 +519,7 @@ def read_only_roots(tmp_path: Path) -> Iterator[dict[str, str]]:
         undo()
 
 
-def test_read_only_remote_root_is_refused_like_a_local_one(
+def test_read_only_remote_root_is_permission_denied_like_a_local_one(
     ssh: Ssh, read_only_roots: dict[str, str]
 ) -> None:
     roots = read_only_roots
@@ -528,16 +528,11 @@ def test_read_only_remote_root_is_refused_like_a_local_one(
                        *target_args(ssh, kind, roots)]) for kind in ("local", "remote")}
 
     (local_code, local_out, _), (remote_code, remote_out, remote_err) = runs["local"], runs["remote"]
-    assert remote_code == local_code != 0
+    assert remote_code == local_code == errors.EXIT_PERMISSION
     assert normalise(remote_out, roots) == normalise(local_out, roots)
+    assert json.loads(remote_out)["error"]["type"] == "PermissionDenied"
     assert f"no write permission on {roots['sglang']}" in remote_err
     assert snapshot(roots, state=True) == original
-
-
-def test_read_only_remote_root_exits_6(ssh: Ssh, read_only_roots: dict[str, str]) -> None:
-    code, _out, _err = cli(["--catalog", str(SAMPLES / "catalog"), "apply", "index-k-bytes",
-                            *target_args(ssh, "remote", read_only_roots)])
-    assert code == errors.EXIT_PERMISSION
 
 
 # -- the real SGLang release -----------------------------------------------------------------
