@@ -394,8 +394,6 @@ def test_unsafe_patch_paths_are_refused(env: Env, pk: Callable[..., Run], path: 
     unchanged(env, before, outside)
 
 
-@pytest.mark.xfail(strict=True, reason="the engine's UnsafePathError names the root and path "
-                   "but not the fix or the patch file that carries the path")
 def test_unsafe_patch_path_error_names_the_patch_file(env: Env, pk: Callable[..., Run]) -> None:
     write_patch(env, INDEX_K, one_file_patch("python/../../outside.py"))
     run = pk("apply", INDEX_K, *tgt(env))

@@ -13,7 +13,7 @@ from .checks import CheckContext, failure_lines, run_check
 from .fsops import read_bytes
 from .hunks import Placement, apply_change, decode, encode, sha256_bytes
 from .paths import Roots
-from .request import FixSpec, Request
+from .request import FixSpec, Request, check_patch_paths
 from .store import Store, utc_now
 from .txn import FileWrite, missing_dirs, run_transaction
 from .workspace import Key, Workspace, unified_diff
@@ -86,8 +86,9 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
                 "(patchkit rollback %s) and apply again, or keep the applied version"
                 % (spec.name, rec.get("version"), req.state_root.path, spec.version, spec.name),
                 fix=spec.name, applied_version=rec.get("version"), version=spec.version)
+    check_patch_paths(req.roots, list(todo) + list(req.dependencies))
     ws = Workspace(req.roots)
-    for spec in todo:  # every path is checked before anything else happens
+    for spec in todo:
         for change in spec.files:
             ws.entry(change.root, change.path)
     plans = _plan(req, store, state, ws, todo)

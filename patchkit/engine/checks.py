@@ -16,7 +16,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
-from ..errors import UsageError
+from ..errors import UnsafePathError, UsageError
 from .hunks import decode, sha256_bytes, split_lines
 from .paths import Roots
 
@@ -108,7 +108,14 @@ def run_check(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
 
 def _file(check: Dict[str, Any], ctx: CheckContext):
     root, path = str(_need(check, "root", ctx.fix)), str(_need(check, "path", ctx.fix))
-    ctx.roots.resolve(root, path)  # refuses unsafe paths
+    try:
+        ctx.roots.resolve(root, path)
+    except UnsafePathError as err:  # the path comes from the manifest's check, not a patch
+        raise UnsafePathError(
+            "fix %s: %s check %r: %s. Fix the path in the manifest's check (manifests/%s.toml): it "
+            "must be relative to root %s and stay inside it"
+            % (ctx.fix, check.get("kind"), check.get("name") or "", err.message, ctx.fix, root),
+            **dict(err.details, fix=ctx.fix)) from None
     return root, path, "%s:%s" % (root, path), ctx.read(root, path)
 
 

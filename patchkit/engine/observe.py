@@ -10,7 +10,7 @@ from . import presence
 from .checks import CheckContext, failure_lines, run_check
 from .fsops import read_bytes
 from .hunks import sha256_bytes
-from .request import FixSpec, Request
+from .request import FixSpec, Request, check_patch_paths
 from .store import Store
 from .workspace import Workspace
 
@@ -19,6 +19,7 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
     state = store.read_state()
     recorded = {f["name"]: f for f in state.get("fixes", [])}
     out: List[Dict[str, Any]] = []
+    check_patch_paths(req.roots, req.fixes)
     ws = Workspace(req.roots)
     for spec in req.fixes:
         rec = recorded.get(spec.name)

@@ -83,14 +83,14 @@ class Roots:
         root = self.get(root_name)
         where = "%s:%s" % (root_name, rel)
         if not rel or "\0" in rel:
-            raise UnsafePathError("%s: empty or NUL-containing path in the patch" % where,
+            raise UnsafePathError("%s: the path is empty or contains a NUL byte" % where,
                                   root=root_name, path=rel)
         if os.path.isabs(rel) or rel.startswith("\\"):
-            raise UnsafePathError("%s: the patch names an absolute path; patch paths must be "
-                                  "relative to their root" % where, root=root_name, path=rel)
+            raise UnsafePathError("%s: the path is absolute; paths must be relative to their "
+                                  "root" % where, root=root_name, path=rel)
         if ".." in rel.replace("\\", "/").split("/"):
-            raise UnsafePathError("%s: the patch path contains '..'; patch paths must stay inside "
-                                  "their root" % where, root=root_name, path=rel)
+            raise UnsafePathError("%s: the path contains '..'; paths must stay inside their "
+                                  "root" % where, root=root_name, path=rel)
         full = os.path.realpath(os.path.join(root.path, root.mapped(rel)))
         if full != root.real and not full.startswith(root.real.rstrip(os.sep) + os.sep):
             raise UnsafePathError("%s resolves to %s, outside root %s (%s) through a symlink; "

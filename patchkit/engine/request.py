@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-from ..errors import UsageError
+from ..errors import UnsafePathError, UsageError
 from .hunks import FileChange
 from .paths import Root, Roots
 
@@ -116,3 +116,28 @@ def _list(data: Dict[str, Any], key: str) -> List[Any]:
         raise UsageError("the request's %s must be a list of fixes, not %s; rebuild it with "
                          "patchkit.plan" % (key, type(value).__name__), key=key)
     return value
+
+
+def check_patch_paths(roots: Roots, specs: Iterable[FixSpec]) -> None:
+    """Resolve every path of every patch of ``specs`` before anything else happens.
+
+    An unsafe path (absolute, ``..``, out of the root through a symlink) can only be fixed in
+    the patch that carries it, so the error names the fix and that patch file besides the root
+    and path. Files in a root the target lacks are skipped (a dependency may touch one).
+    """
+    names = {r.name for r in roots}
+    for spec in specs:
+        for change in spec.files:
+            if change.root not in names:
+                continue
+            try:
+                roots.resolve(change.root, change.path)
+            except UnsafePathError as err:
+                root = roots.get(change.root)
+                patch = "patches/%s/%s" % (spec.name, change.patch or "?")
+                raise UnsafePathError(
+                    "fix %s, patch file %s: %s. Fix the file's path in that patch's header (its "
+                    "---/+++ lines): it must be relative to root %s (%s) and stay inside it; "
+                    "patchkit never writes outside a root"
+                    % (spec.name, patch, err.message, root.name, root.path),
+                    **dict(err.details, fix=spec.name, patch=patch, root_path=root.path)) from None

@@ -17,7 +17,7 @@ from . import auto
 from .apply import FixPlan, fix_result
 from .fsops import read_bytes
 from .hunks import apply_change, decode, encode, sha256_bytes
-from .request import Request
+from .request import Request, check_patch_paths
 from .store import Store
 from .txn import FileWrite, run_transaction
 from .workspace import Workspace
@@ -39,6 +39,7 @@ def rollback(req: Request, store: Store) -> List[Dict[str, Any]]:
             "both together" % ("; ".join("applied fix %s requires %s" % b for b in blockers),
                                " ".join(sorted({b[0] for b in blockers}))),
             blockers=[{"fix": b[1], "required_by": b[0]} for b in blockers])
+    check_patch_paths(req.roots, req.fixes)
     ws = Workspace(req.roots)
     drift: List[Dict[str, Any]] = []
     plans: List[FixPlan] = []

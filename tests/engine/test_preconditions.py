@@ -170,13 +170,39 @@ def test_unsafe_paths_are_refused_before_any_write(tmp_path: Path, path: str) ->
     (outside / "x.py").write_text("a = 1\n")
     os.symlink(outside, root / "escape")
     good = one_fix(root)
-    bad = fix("b", [file_record(path, "a = 1\n", "a = 2\n")])
+    bad = fix("b", [file_record(MOD, "x", "y"), file_record(path, "a = 1\n", "a = 2\n", patch="0002-out.patch")])
     tree, out = snapshot(root), snapshot(outside)
-    result = run(request("apply", {"sglang": root}, [good, bad]))
-    assert result["error"]["type"] == "UnsafePathError"
-    assert path in result["error"]["message"]
-    assert snapshot(root) == tree and snapshot(outside) == out
-    assert not (root / ".patchkit" / "state.json").exists()
+    for op, fixes in (("apply", [good, bad]), ("status", [good, bad])):
+        result = run(request(op, {"sglang": root}, fixes))
+        error = result["error"]
+        assert error["type"] == "UnsafePathError"
+        message = error["message"]
+        # what is wrong, where it comes from, and what to do about it
+        assert "sglang:%s" % path in message and "root sglang (%s)" % root in message
+        assert "fix b, patch file patches/b/0002-out.patch" in message
+        assert "Fix the file's path in that patch's header" in message
+        assert "never writes outside a root" in message
+        assert (error["details"]["fix"], error["details"]["patch"], error["details"]["path"]) == \
+            ("b", "patches/b/0002-out.patch", path)
+        assert snapshot(root) == tree and snapshot(outside) == out
+    assert not (root / ".patchkit").exists()
+
+
+def test_unsafe_path_in_a_dependency_names_its_patch(checkout: Path) -> None:
+    dep = fix("base", [file_record("../up.py", "a\n", "b\n", patch="0003-up.patch")])
+    res = run(request("apply", {"sglang": checkout}, [one_fix(checkout, requires=["base"])],
+                      dependencies=[dep]))
+    assert res["error"]["type"] == "UnsafePathError"
+    assert "fix base, patch file patches/base/0003-up.patch" in res["error"]["message"]
+
+
+def test_unsafe_path_in_a_declared_check_names_the_manifest(checkout: Path) -> None:
+    check = {"kind": "grep", "root": "sglang", "path": "../x.py", "pattern": "a", "name": "look"}
+    res = dry(checkout, [one_fix(checkout, [check])])
+    assert res["error"]["type"] == "UnsafePathError"
+    message = res["error"]["message"]
+    assert "fix a: grep check 'look'" in message and "sglang:../x.py" in message
+    assert "manifests/a.toml" in message and "patch" not in message
 
 
 def _make_read_only(directory: Path):
