@@ -14,7 +14,7 @@ from .fsops import read_bytes
 from .hunks import Placement, apply_change, decode, encode, sha256_bytes
 from .paths import Roots
 from .request import FixSpec, Request, check_patch_paths
-from .store import Store, utc_now
+from .store import Store, last_writers, utc_now
 from .txn import FileWrite, missing_dirs, run_transaction
 from .workspace import Key, Workspace, unified_diff
 
@@ -60,12 +60,8 @@ def raise_preconditions(failures: List[Dict[str, Any]], results: List[Dict[str, 
 
 
 def recorded_after_hashes(state: Dict[str, Any]) -> Dict[Key, Set[str]]:
-    out: Dict[Key, Set[str]] = {}
-    for fix in state.get("fixes", []):
-        for f in fix.get("files", []):
-            if f.get("after_sha256"):
-                out.setdefault((f["root"], f["path"]), set()).add(f["after_sha256"])
-    return out
+    """The bytes patchkit last wrote to each recorded file (by the last fix touching it)."""
+    return {key: {w["after_sha256"]} for key, w in last_writers(state).items() if w["after_sha256"]}
 
 
 def apply(req: Request, store: Store) -> List[Dict[str, Any]]:

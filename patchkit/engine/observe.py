@@ -11,7 +11,7 @@ from .checks import CheckContext, failure_lines, run_check
 from .fsops import read_bytes
 from .hunks import sha256_bytes
 from .request import FixSpec, Request, check_patch_paths
-from .store import Store
+from .store import Store, last_writers
 from .workspace import Workspace
 
 
@@ -21,19 +21,23 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
     out: List[Dict[str, Any]] = []
     check_patch_paths(req.roots, req.fixes)
     ws = Workspace(req.roots)
+    last = last_writers(state)
     for spec in req.fixes:
         rec = recorded.get(spec.name)
-        out.append(_recorded(ws, rec) if rec else _detect(ws, spec))
+        out.append(_recorded(ws, rec, last) if rec else _detect(ws, spec))
     listed = {s.name for s in req.fixes}
-    out.extend(_recorded(ws, rec) for rec in state.get("fixes", []) if rec["name"] not in listed)
+    out.extend(_recorded(ws, rec, last) for rec in state.get("fixes", []) if rec["name"] not in listed)
     return {"state_root": req.state_root.path, "fixes": out, "journal": store.read_journal()}
 
 
-def _recorded(ws: Workspace, rec: Dict[str, Any]) -> Dict[str, Any]:
+def _recorded(ws: Workspace, rec: Dict[str, Any], last: Dict[Any, Dict[str, Any]]) -> Dict[str, Any]:
+    """A file is ``ok`` when it holds what the last fix to touch it wrote (maybe a later fix)."""
     files = []
     for f in rec.get("files", []):
-        current = ws.entry(f["root"], f["path"]).current
-        if sha256_bytes(current) == f.get("after_sha256"):
+        key = (f["root"], f["path"])
+        current = ws.entry(*key).current
+        expected = last[key]["after_sha256"] if key in last else f.get("after_sha256")
+        if sha256_bytes(current) == expected:
             state = "ok"
         elif current is None:
             state = "missing"

@@ -31,19 +31,15 @@ def rollback(req: Request, store: Store) -> List[Dict[str, Any]]:
         if spec.name not in recorded:
             raise NotApplied("fix %s is not applied in %s (no record in .patchkit/state.json); "
                              "nothing to roll back" % (spec.name, req.state_root.path), fix=spec.name)
-    blockers = [(other["name"], spec.name) for spec in req.fixes for other in state.get("fixes", [])
-                if other["name"] not in names and spec.name in (other.get("requires") or [])]
-    if blockers:
-        raise PreconditionFailed(
-            "cannot roll back: %s; roll back the dependent fix first (patchkit rollback %s) or "
-            "both together" % ("; ".join("applied fix %s requires %s" % b for b in blockers),
-                               " ".join(sorted({b[0] for b in blockers}))),
-            blockers=[{"fix": b[1], "required_by": b[0]} for b in blockers])
+    _refuse_blocked(state, names)
     check_patch_paths(req.roots, req.fixes)
     ws = Workspace(req.roots)
     drift: List[Dict[str, Any]] = []
     plans: List[FixPlan] = []
-    for spec in req.fixes:
+    order = {f["name"]: i for i, f in enumerate(state.get("fixes", []))}
+    # newest first: each fix then finds its files as it left them, once the later fixes of
+    # this request that touched the same files are (in memory) rolled back
+    for spec in sorted(req.fixes, key=lambda s: -order[s.name]):
         rec = recorded[spec.name]
         plan = FixPlan(spec, [])
         for f in rec.get("files", []):
@@ -107,12 +103,44 @@ def rollback(req: Request, store: Store) -> List[Dict[str, Any]]:
                         commit=commit, versions={n: recorded[n].get("version") for n in names},
                         remove_dirs=[d for n in names for d in recorded[n].get("created_dirs") or []])
     outcome = "would-roll-back" if req.dry_run else "rolled-back"
-    out = []
+    out = {}
     for plan in plans:
         res = fix_result(plan, outcome)
         res["version"] = recorded[plan.spec.name].get("version")
-        out.append(res)
-    return out
+        out[plan.spec.name] = res
+    return [out[n] for n in names]
+
+
+def _refuse_blocked(state: Dict[str, Any], names: List[str]) -> None:
+    """Refuse to roll back a fix that a later applied fix, not rolled back with it, builds on:
+    one that requires it, or one that changed the same file after it (its backup would wipe
+    the later change while the state still records it)."""
+    applied = list(state.get("fixes", []))
+    blockers = [(other["name"], name) for name in names for other in applied
+                if other["name"] not in names and name in (other.get("requires") or [])]
+    if blockers:
+        raise PreconditionFailed(
+            "cannot roll back: %s; roll back the dependent fix first (patchkit rollback %s) or "
+            "both together" % ("; ".join("applied fix %s requires %s" % b for b in blockers),
+                               " ".join(sorted({b[0] for b in blockers}))),
+            blockers=[{"fix": b[1], "required_by": b[0]} for b in blockers])
+    later = []
+    for i, rec in enumerate(applied):
+        if rec["name"] not in names:
+            continue
+        mine = {"%s:%s" % (f["root"], f["path"]) for f in rec.get("files", [])}
+        for other in applied[i + 1:]:
+            shared = sorted(mine & {"%s:%s" % (f["root"], f["path"]) for f in other.get("files", [])})
+            if shared and other["name"] not in names:
+                later.append({"fix": rec["name"], "changed_after_by": other["name"], "files": shared})
+    if later:
+        raise PreconditionFailed(
+            "cannot roll back: %s; roll the later fix back first or together with it "
+            "(patchkit rollback %s)"
+            % ("; ".join("fix %s was applied after %s and also changed %s"
+                         % (b["changed_after_by"], b["fix"], ", ".join(b["files"])) for b in later),
+               " ".join(sorted({b["changed_after_by"] for b in later}) + list(names))),
+            blockers=later)
 
 
 def _restore(store: Store, ws: Workspace, rec: Dict[str, Any]) -> None:

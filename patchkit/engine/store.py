@@ -15,7 +15,7 @@ import os
 import socket
 import time
 from contextlib import contextmanager
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from ..errors import LockBusy, PermissionDenied, TargetError
 from .fsops import fsync_dir, write_json
@@ -207,6 +207,19 @@ class Store:
             except ValueError:
                 continue
         return out
+
+
+def last_writers(state: Dict[str, Any]) -> Dict[Tuple[str, str], Dict[str, Any]]:
+    """For each recorded file, the last applied fix that touched it and its after-hash.
+
+    That after-hash is what the file must hold now: when fix A and later fix B both patch a
+    file, A's own after-hash is history, not drift. Drift is a change nobody recorded.
+    """
+    out: Dict[Tuple[str, str], Dict[str, Any]] = {}
+    for fix in state.get("fixes", []):  # application order
+        for f in fix.get("files", []):
+            out[(f["root"], f["path"])] = {"fix": fix["name"], "after_sha256": f.get("after_sha256")}
+    return out
 
 
 def describe_holder(holder: Dict[str, Any]) -> str:
