@@ -370,7 +370,8 @@ def assert_settled(ssh: Ssh, roots: dict[str, str], catalog: Path) -> dict[str, 
     assert result.raw["status"]["journal"] is None
     sglang = Path(roots["sglang"])
     assert not (sglang / ".patchkit/journal.json").exists()
-    assert list((sglang / ".patchkit/txn").iterdir()) == []
+    txn = sglang / ".patchkit/txn"
+    assert not txn.exists() or list(txn.iterdir()) == []  # no transaction scratch left
     assert not list(sglang.rglob("*.patchkit-tmp"))
     return states(result)
 
