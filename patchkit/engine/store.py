@@ -15,7 +15,7 @@ import os
 import socket
 import time
 from contextlib import contextmanager
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 from ..errors import LockBusy, PermissionDenied, TargetError
 from .fsops import fsync_dir, write_json
@@ -143,6 +143,43 @@ class Store:
             os.unlink(self.path(HOLDER))
         except FileNotFoundError:
             pass
+
+    def listing(self) -> Optional[FrozenSet[str]]:
+        """The names in ``.patchkit/`` (None: there is none), to undo a failed write phase."""
+        try:
+            return frozenset(os.listdir(self.dir))
+        except FileNotFoundError:
+            return None
+
+    def undo_setup(self, before: Optional[FrozenSet[str]]) -> None:
+        """After a write phase that committed nothing, remove what it created in ``.patchkit/``
+        (its ``txn/``, its ``.gitignore``, the directory itself) so the target is as it was.
+
+        Only empty scaffolding goes: a journal left by a failed restore, a state, a history or
+        a transaction directory is kept for the next run's recovery.
+        """
+        if (before is not None and {"txn", ".gitignore"} <= before) or not os.path.isdir(self.dir):
+            return
+        if os.path.lexists(self.path("journal.json")):
+            return
+        txn = self.path("txn")
+        if (before is None or "txn" not in before) and os.path.isdir(txn) and not os.listdir(txn):
+            os.rmdir(txn)
+        if before is not None:
+            if ".gitignore" not in before:
+                self._remove(".gitignore")
+            return
+        if set(os.listdir(self.dir)) <= {".gitignore"}:
+            self._remove(".gitignore")
+            os.rmdir(self.dir)
+            fsync_dir(self.root)
+
+    def _remove(self, name: str) -> None:
+        try:
+            os.unlink(self.path(name))
+        except FileNotFoundError:
+            return
+        fsync_dir(self.dir)
 
     # -- state -----------------------------------------------------------------------------
 

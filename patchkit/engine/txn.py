@@ -76,13 +76,26 @@ def run_transaction(store: Store, op: str, fixes: List[str], writes: List[FileWr
                     commit: Callable[[str], Dict[str, Any]],
                     versions: Optional[Dict[str, int]] = None,
                     remove_dirs: Optional[List[str]] = None) -> str:
-    """Write ``writes`` all-or-nothing; ``commit(txn_id)`` returns the new state to record."""
+    """Write ``writes`` all-or-nothing; ``commit(txn_id)`` returns the new state to record.
+
+    A failure before the commit point leaves ``.patchkit/`` as it found it (none, if there was
+    none): a failed attempt is not a transaction worth a trace in the target.
+    """
+    before = store.listing()
     store.begin_writing(op)
+    committed = False
     try:
-        return _transaction(store, op, fixes, writes, fix_backups, purge, verify, commit,
-                            versions, remove_dirs)
+        txn = _transaction(store, op, fixes, writes, fix_backups, purge, verify, commit,
+                           versions, remove_dirs)
+        committed = True
+        return txn
     finally:
         store.end_writing()
+        if not committed:
+            try:
+                store.undo_setup(before)
+            except OSError:
+                pass  # leftovers are harmless scaffolding; the real error matters more
 
 
 def _transaction(store: Store, op: str, fixes: List[str], writes: List[FileWrite],

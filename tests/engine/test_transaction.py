@@ -8,6 +8,8 @@ import stat
 from pathlib import Path
 from typing import Any, Dict, List
 
+import pytest
+
 from patchkit.engine import run
 
 from .helpers import MOD, SCRIPT, file_record, fix, git, lock_held_elsewhere, request, snapshot
@@ -110,9 +112,37 @@ def test_failed_verification_restores_every_byte(checkout: Path) -> None:
     assert strip_mtimes(now) == strip_mtimes(tree)
     assert not (checkout / "python/sglang/srt/layers").exists()
     assert git(checkout, "status", "--porcelain") == ""
-    assert not (checkout / ".patchkit/journal.json").exists()
-    assert os.listdir(checkout / ".patchkit/txn") == []
-    assert not (checkout / ".patchkit/state.json").exists()
+    assert not (checkout / ".patchkit").exists()  # nothing committed: no trace of the attempt
+
+
+FAILING = [{"kind": "command", "root": "sglang", "name": "smoke test",
+            "argv": ["{python}", "-c", "import sys; sys.exit(2)"]}]
+
+
+def bytes_and_modes(root: Path) -> Dict[str, Any]:
+    """Every path under root, .git and .patchkit included: type, mode and bytes (no times, as
+    restoring a file writes it anew)."""
+    snap = {k: v[:3] if v[0] == "file" else v for k, v in snapshot(root, skip_git=False, skip_state=False).items()}
+    snap["."] = ("dir", root.stat().st_mode)
+    return snap
+
+
+@pytest.mark.parametrize("prior", ["fresh", "with-state", "with-state-no-txn-dir"])
+def test_failed_verification_leaves_patchkit_dir_as_it_was(checkout: Path, prior: str) -> None:
+    if prior != "fresh":
+        text = (checkout / SCRIPT).read_text()
+        other = fix("z", [file_record(SCRIPT, text, text.replace("launching", "starting"))])
+        assert go("apply", checkout, [other])["ok"]
+        if prior == "with-state-no-txn-dir":
+            (checkout / ".patchkit/txn").rmdir()
+    before = (checkout / MOD).read_text()
+    f = fix("a", [file_record(MOD, before, before.replace("return x + 7\n", "return x * 7\n")),
+                  file_record(NEW, None, "FRESH = True\n")], verification=FAILING)
+    tree = bytes_and_modes(checkout)
+    res = go("apply", checkout, [f])
+    assert res["error"]["type"] == "VerificationFailed"
+    assert bytes_and_modes(checkout) == tree
+    assert (checkout / ".patchkit").exists() is (prior != "fresh")
 
 
 def test_lock_busy(checkout: Path) -> None:
