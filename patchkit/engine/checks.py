@@ -143,6 +143,9 @@ def _grep(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
         ok = bool(matches) == want
         detail = "%s %s; expected it %s" % ("found at" if matches else "not found:", where_found,
                                             "present" if want else "absent")
+    if not ok and check.get("name"):
+        # A label says why the check exists; a failure must also say what was looked for.
+        detail = "%r in %s: %s" % (pattern, where, detail)
     return result("grep", name, ok, detail, where)
 
 

@@ -267,3 +267,15 @@ def test_unwritable_directory_refuses_rollback_with_permission_denied(checkout: 
     finally:
         undo()
     assert run(request("rollback", {"sglang": checkout}, [f]))["ok"]
+
+
+
+def test_a_labelled_grep_failure_still_names_the_pattern_and_file(checkout: Path) -> None:
+    # The label says why the anchor matters; the operator still needs to know what to look for.
+    check = {"kind": "grep", "root": "sglang", "path": MOD, "pattern": "no-such-anchor",
+             "count": 1, "name": "the pool sizes index-K"}
+    result = dry(checkout, [one_fix(checkout, [check])])
+    assert result["error"]["type"] == "PreconditionFailed"
+    message = result["error"]["message"]
+    assert "the pool sizes index-K" in message
+    assert "'no-such-anchor'" in message and MOD in message
