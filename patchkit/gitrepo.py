@@ -18,6 +18,7 @@ from pathlib import Path
 
 import git
 
+from patchkit.engine.gitcli import parse_porcelain_z
 from patchkit.errors import TargetError, UsageError
 
 __all__ = [
@@ -364,17 +365,9 @@ def changed_files(path: Path | str, paths: Sequence[str] = ()) -> list[str]:
     out = _run(path, args, strip=False)
     named = [os.fspath(p).rstrip("/") for p in paths]
     result: set[str] = set()
-    entries = out.split("\0")
-    i = 0
-    while i < len(entries):
-        entry = entries[i]
-        i += 1
-        if len(entry) < 4:
-            continue
-        code, name = entry[:2], entry[3:]
-        if code[0] in "RC":  # the next entry is the rename source
-            result.add(entries[i])
-            i += 1
+    for code, name, source in parse_porcelain_z(out):
+        if source is not None:
+            result.add(source)
         if code == "??" and not any(name == n or name.startswith(n + "/") for n in named):
             continue
         result.add(name)

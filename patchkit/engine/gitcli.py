@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 TIMEOUT = 120.0
 # Variables that would point git at another repository than the one the root is in.
@@ -82,16 +82,25 @@ def changed_paths(root: str, rels: List[str]) -> Changes:
     prefix = os.path.relpath(os.path.realpath(root), top)
     prefix = "" if prefix == "." else prefix + "/"
     out: Dict[str, str] = {}
-    entries = proc.stdout.decode("utf-8", "surrogateescape").split("\0")
+    for code, path, _source in parse_porcelain_z(proc.stdout.decode("utf-8", "surrogateescape")):
+        if path.startswith(prefix):
+            out[path[len(prefix):]] = code
+    return Changes(True, out)
+
+
+def parse_porcelain_z(text: str) -> List[Tuple[str, str, Optional[str]]]:
+    """``git status --porcelain=v1 -z`` output as (code, path, rename source or None)."""
+    out: List[Tuple[str, str, Optional[str]]] = []
+    entries = text.split("\0")
     i = 0
     while i < len(entries):
         entry = entries[i]
         i += 1
         if len(entry) < 4:
             continue
-        code, path = entry[:2], entry[3:]
-        if code[0] in "RC":
-            i += 1  # the rename's source path follows
-        if path.startswith(prefix):
-            out[path[len(prefix):]] = code
-    return Changes(True, out)
+        code, path, source = entry[:2], entry[3:], None
+        if code[0] in "RC":  # the rename's source path follows
+            source = entries[i] if i < len(entries) else None
+            i += 1
+        out.append((code, path, source))
+    return out
