@@ -142,3 +142,14 @@ def require_names(names: tuple[str, ...], what: str) -> list[str]:
     if not names:
         raise UsageError(f"name at least one fix to {what}; `patchkit list` shows them")
     return list(names)
+
+
+def emit_result(result: Any, as_json: bool) -> int:
+    """Print an operation's result as JSON or for people; the exit code of a success."""
+    from .. import render
+
+    if as_json:
+        render.print_json(result.to_json())
+    else:
+        render.render_result(render.stdout(), result)
+    return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from .. import api, render
-from .common import State, json_option, pass_state, require_names, target_options
+from .common import State, emit_result, json_option, pass_state, require_names, target_options
 
 
 @click.command("rollback")
@@ -33,11 +33,7 @@ def rollback(
         result = api.rollback(
             state.catalog(), tgt, names, dry_run=dry_run, force=force, lock_timeout=lock_timeout
         )
-    if as_json:
-        render.print_json(result.to_json())
-    else:
-        render.render_result(render.stdout(), result)
-    return 0
+    return emit_result(result, as_json)
 
 
 COMMANDS = [rollback]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from .. import api, render
-from .common import State, json_option, pass_state, require_names, target_options
+from .common import State, emit_result, json_option, pass_state, require_names, target_options
 
 
 @click.command("verify")
@@ -27,11 +27,7 @@ def verify(
     tgt = state.target(target, roots, python)
     with render.stderr().status(f"verifying {', '.join(names)} on {tgt.description}"):
         result = api.verify(state.catalog(), tgt, names, lock_timeout=lock_timeout)
-    if as_json:
-        render.print_json(result.to_json())
-    else:
-        render.render_result(render.stdout(), result)
-    return 0
+    return emit_result(result, as_json)
 
 
 COMMANDS = [verify]
