@@ -24,6 +24,7 @@ from typing import Any, Iterator
 import unidiff
 import unidiff.errors
 
+from .engine.hunks import split_lines  # the engine splits files the same way
 from .errors import PatchFormatError
 
 DEV_NULL = "/dev/null"
@@ -48,15 +49,6 @@ class _Counted:
             if line.startswith("@@"):
                 self.last_hunk = self.at
             yield line
-
-
-def split_lines(text: str) -> list[str]:
-    """Split on "\\n" only, each line keeping its ending; the last may have none."""
-    parts = text.split("\n")
-    lines = [p + "\n" for p in parts[:-1]]
-    if parts[-1]:
-        lines.append(parts[-1])
-    return lines
 
 
 def parse_patch(path: Path | str, root: str) -> list[dict[str, Any]]:

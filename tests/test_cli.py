@@ -24,6 +24,8 @@ from typing import Any, Callable, Iterator
 import pytest
 from click.testing import CliRunner
 
+from tests.engine.helpers import lock_held_elsewhere
+
 import patchkit
 from patchkit import api
 from patchkit.cli.main import cli, main
@@ -529,18 +531,8 @@ def test_malformed_root_option_is_a_usage_error(env: Env, pk: Callable[..., Run]
 @pytest.fixture
 def lock_held(env: Env) -> Iterator[int]:
     """Another process holds the target's lock: an flock on the state root directory."""
-    hold = ("import fcntl, os, sys\n"
-            "fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)\n"
-            "fcntl.flock(fd, fcntl.LOCK_EX)\n"
-            "print('held', flush=True)\n"
-            "sys.stdin.read()\n")
-    proc = subprocess.Popen([sys.executable, "-c", hold, str(env.sglang)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None and proc.stdout.readline() == "held\n"
-        yield proc.pid
-    finally:
-        proc.communicate(input="", timeout=60)
+    with lock_held_elsewhere(env.sglang) as pid:
+        yield pid
 
 
 def test_lock_busy_exits_4_naming_the_holder(env: Env, lock_held: int) -> None:
