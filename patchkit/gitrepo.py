@@ -397,3 +397,61 @@ def apply_and_commit(
 def create_branch(path: Path | str, name: str) -> None:
     """Create and switch to branch ``name`` at HEAD."""
     _run(path, ["switch", "-q", "-c", name])
+
+
+# -- history of catalog paths (lineage) ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PathCommit:
+    """A commit that touched some of the paths asked about (``files``: those it touched)."""
+
+    sha: str
+    date: str  # committer date, ISO-8601 with offset
+    subject: str
+    files: tuple[str, ...]  # relative to the top of the work tree
+
+
+def work_tree_top(path: Path | str) -> Path | None:
+    """The top of the work tree ``path`` lies in, or None outside any (or in a bare repo)."""
+    p = Path(path)
+    try:
+        repo = git.Repo(str(p if p.is_dir() else p.parent), search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        return None
+    return None if repo.bare or not repo.working_tree_dir else Path(repo.working_tree_dir)
+
+
+def path_history(top: Path | str, paths: Sequence[str]) -> list[PathCommit]:
+    """Commits of HEAD that touched ``paths`` (relative to ``top``), oldest first.
+
+    One ``git log`` for all paths; an unborn HEAD has no history (empty list).
+    """
+    if rev_parse(top, "HEAD") is None:
+        return []
+    out = _run(top, ["-c", "core.quotePath=false", "log", "--reverse", "--no-renames",
+                     "--format=%x1e%H%x00%cI%x00%s", "--name-only", "HEAD", "--", *paths],
+               strip=False)
+    commits: list[PathCommit] = []
+    for record in out.split("\x1e")[1:]:
+        head_line, _, rest = record.partition("\n")
+        sha, date, subject = (head_line.split("\x00") + ["", ""])[:3]
+        files = tuple(line for line in rest.splitlines() if line.strip())
+        commits.append(PathCommit(sha=sha, date=date, subject=subject, files=files))
+    return commits
+
+
+def texts_at(top: Path | str, wanted: Sequence[tuple[str, str]]) -> list[str | None]:
+    """The text of each ``(rev, path)`` (path relative to ``top``), None where it is absent.
+
+    One repository object serves every lookup, so GitPython's object reader is reused.
+    """
+    repo = git.Repo(str(top))
+    out: list[str | None] = []
+    for rev, relpath in wanted:
+        try:
+            blob = repo.commit(rev).tree / relpath
+            out.append(blob.data_stream.read().decode("utf-8", "replace"))
+        except (KeyError, ValueError, git.BadName):
+            out.append(None)
+    return out
