@@ -213,30 +213,78 @@ def render_error(console: Console, err: PatchkitError) -> None:
 
 
 def render_lineage(console: Console, fixes: Iterable[Any], states: Mapping[str, str] | None = None) -> None:
-    """The fixes in the order they were written, with their links (depends on, reverts, ...)."""
+    """Loaded fixes with a target's states by name, drawn like ``patchkit log``."""
+    from .lineage import from_fixes
+
+    render_log(console, from_fixes(fixes, states=states))
+
+
+_LINK_LABELS = (  # what the fix builds on, then what builds on it
+    ("depends_on", "depends on"),
+    ("supersedes", "supersedes"),
+    ("reverts", "reverts"),
+    ("depended_on_by", "needed by"),
+    ("superseded_by", "superseded by"),
+    ("reverted_by", "reverted by"),
+)
+
+
+def _log_header(lineage: Any) -> Text:
+    count = len(lineage.fixes)
+    head = Text.assemble(("lineage", "bold"), f": {count} fix{'es' if count != 1 else ''}")
+    if lineage.focus:
+        head.append(f" linked to {lineage.focus}")
+    head.append(", oldest first")
+    if lineage.target:
+        head.append(f"; applied on {lineage.target}")
+    return head
+
+
+def _fix_label(fix: Any) -> Text:
+    first = fix.versions[0].date if fix.versions and fix.versions[0].date else "undated"
+    label = Text.assemble((f"{first}  ", "dim"), (fix.name, "bold"), f"  v{fix.version}  ",
+                          (fix.status, "green" if fix.status == "active" else "bold red"))
+    applied = fix.applied
+    if applied is not None and applied.state != "not-applied":
+        where = f"{applied.state}" + (f" v{applied.version}" if applied.version is not None else "")
+        if applied.applied_at:
+            where += f" since {applied.applied_at}"
+        label.append(f"  [{where} on target]", style=STATE_STYLE.get(applied.state, ""))
+    return label
+
+
+def _version_label(fix: Any, v: Any) -> Text:
+    label = Text.assemble((f"v{v.version}", "bold"), f"  {v.date or 'undated'}  on {v.base_release}")
+    if v.rebased_from:
+        label.append(f"  (rebased from {v.rebased_from})", style="yellow")
+    applied = fix.applied
+    if applied is not None and applied.version == v.version and applied.state != "not-applied":
+        label.append(f"  <- {applied.state} on target", style=STATE_STYLE.get(applied.state, ""))
+    return label
+
+
+def render_log(console: Console, lineage: Any) -> None:
+    """``patchkit log``: the fixes in lineage order as a tree, each with its links and versions."""
     from rich.tree import Tree
 
-    states = states or {}
-    tree = Tree("[bold]lineage[/]")
-    for fix in fixes:
-        first = fix.changelog[0].date if fix.changelog else ""
-        state = states.get(fix.name)
-        label = Text.assemble(
-            (f"{first}  ", "dim"),
-            (fix.name, "bold"),
-            f" v{fix.version} ",
-            (fix.status, "" if fix.status == "active" else "red"),
-        )
-        if state and state != "not-applied":
-            label.append(f"  [{state} on target]", style=STATE_STYLE.get(state, ""))
-        node = tree.add(label)
+    tree = Tree(_log_header(lineage))
+    for fix in lineage.fixes:
+        node = tree.add(_fix_label(fix))
         node.add(Text(fix.title, style="italic"))
-        for dep in fix.depends_on:
-            node.add(f"depends on {dep}")
-        if fix.reverts:
-            node.add(f"reverts {fix.reverts}")
-        for sup in fix.supersedes:
-            node.add(f"supersedes {sup}")
-        for entry in fix.changelog:
-            node.add(Text(f"v{entry.version} ({entry.base_release}): {entry.summary}", style="dim"))
+        node.add(Text(f"upstream {fix.base_release}, {fix.forwarding}", style="dim"))
+        for attr, label in _LINK_LABELS:
+            names = getattr(fix.links, attr)
+            if names:
+                node.add(f"{label} {names if isinstance(names, str) else ', '.join(names)}")
+        if fix.status in ("dead", "superseded"):
+            replaced = ", ".join(fix.replaced_by) or "nothing in the catalog"
+            node.add(Text(f"{fix.status}: replaced by {replaced}", style="red"))
+        for v in fix.versions:
+            vnode = node.add(_version_label(fix, v))
+            if v.summary:
+                vnode.add(Text(v.summary))
+            for c in v.commits:
+                vnode.add(Text(f"{c.sha[:12]}  {c.date[:10]}  {c.subject}", style="dim"))
+            if lineage.history and not v.commits:
+                vnode.add(Text("no catalog commit", style="dim"))
     console.print(tree)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .. import api, render
+from .. import api, lineage, render
 from ..demo import DEMO_RELEASE, SEED_FIXES, build_fork
 from ..targets import LocalTarget
 from .common import State, pass_state
@@ -62,10 +62,8 @@ def demo(state: State, workdir: str, release: str) -> int:
     after = api.status(catalog, target)
     render.render_status(out, after)
 
-    _step(out, 6, "lineage of the fixes", "patchkit list --all")
-    states = {s.name: s.state for s in after.status}
-    ordered = sorted(catalog.all(), key=lambda f: (f.changelog[0].date if f.changelog else "", f.name))
-    render.render_lineage(out, ordered, states)
+    _step(out, 6, "lineage of the fixes", f"patchkit log {where}")
+    render.render_log(out, lineage.build(catalog, target_status=after))
     out.print()
     out.print(f"[bold green]done[/]: roll back with `patchkit rollback {fixes} {where}`")
     return 0

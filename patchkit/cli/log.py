@@ -1,0 +1,47 @@
+"""`patchkit log`: the lineage of the catalog's fixes, as a user reviews it."""
+
+from __future__ import annotations
+
+import click
+
+from .. import api, lineage, render
+from .common import State, json_option, pass_state, target_options
+
+
+@click.command("log")
+@click.argument("fix", required=False)
+@target_options
+@click.option("--no-history", is_flag=True,
+              help="Leave out the catalog's git history (the commits of each version).")
+@json_option
+@pass_state
+def log(
+    state: State,
+    fix: str | None,
+    target: str | None,
+    roots: tuple[str, ...],
+    python: str | None,
+    lock_timeout: float,
+    no_history: bool,
+    as_json: bool,
+) -> int:
+    """Show the fixes' history: versions, rebases, links, dead fixes and what replaced them.
+
+    With FIX, only that fix and the fixes linked to it; with --target, which version is
+    applied there and since when.
+    """
+    catalog = state.catalog()
+    status = None
+    if target is not None or roots:
+        tgt = state.target(target, roots, python)
+        with render.stderr().status(f"reading {tgt.description}"):
+            status = api.status(catalog, tgt, lock_timeout=lock_timeout)
+    result = lineage.build(catalog, target_status=status, fix=fix, history=not no_history)
+    if as_json:
+        render.print_json(result.to_json())
+    else:
+        render.render_log(render.stdout(), result)
+    return 0
+
+
+COMMANDS = [log]

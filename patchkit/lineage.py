@@ -1,0 +1,396 @@
+"""The lineage of a catalog's fixes: who came after whom, what each version changed, and why.
+
+``build(catalog)`` reads the manifests (status, links, the changelog) and, when the catalog
+lives in a git work tree, the commits that touched ``manifests/<fix>.toml`` or
+``patches/<fix>/``, each attributed to the version its manifest declared after that commit.
+Given the result of :func:`patchkit.api.status` it also says which version is applied on
+that target and since when. Nothing here prints; ``patchkit.render.render_log`` draws it.
+
+Order (``Lineage.fixes``): topological over the links (a fix comes after the fixes it
+``depends_on``, ``supersedes`` or ``reverts``), ties broken by the date of the fix's first
+changelog entry, then by name. The JSON form (``Lineage.to_json``, format 1) is written
+down in ``docs/lineage.md``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+from . import gitrepo
+from .catalog import Catalog
+from .errors import ManifestError
+from .model import Fix
+
+#: Version of the ``--json`` document (docs/lineage.md).
+LINEAGE_FORMAT = 1
+
+#: Link kinds that order the lineage: the fix named comes first.
+ORDERING_LINKS = ("depends_on", "supersedes", "reverts")
+
+_VERSION_RE = re.compile(r"^\s*version\s*=\s*(\d+)")
+
+
+@dataclass(frozen=True)
+class CatalogCommit:
+    """A commit of the catalog repository that touched the fix's manifest or series."""
+
+    sha: str
+    date: str  # committer date, ISO-8601
+    subject: str
+
+
+@dataclass(frozen=True)
+class Version:
+    """One version of a fix's series, from its changelog entry (and the catalog history)."""
+
+    version: int
+    date: str  # YYYY-MM-DD from the changelog; "" when the fix has none
+    base_release: str  # the upstream release this version applies to
+    summary: str
+    rebased_from: str = ""  # the previous version's base release, when this one moved
+    commits: tuple[CatalogCommit, ...] = ()
+
+    @property
+    def is_rebase(self) -> bool:
+        return bool(self.rebased_from)
+
+
+@dataclass(frozen=True)
+class Links:
+    """Every relation of one fix, both directions."""
+
+    depends_on: tuple[str, ...] = ()
+    depended_on_by: tuple[str, ...] = ()
+    supersedes: tuple[str, ...] = ()
+    superseded_by: tuple[str, ...] = ()
+    reverts: str = ""
+    reverted_by: tuple[str, ...] = ()
+
+    def linked(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys((*self.depends_on, *self.depended_on_by, *self.supersedes,
+                                    *self.superseded_by, *((self.reverts,) if self.reverts else ()),
+                                    *self.reverted_by)))
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What a target's ``status`` says of the fix."""
+
+    state: str  # applied | drifted | not-applied | partly-present | present-unrecorded
+    version: int | None
+    applied_at: str | None
+
+
+@dataclass(frozen=True)
+class FixLineage:
+    name: str
+    status: str
+    title: str
+    version: int  # the current version
+    base_release: str
+    forwarding: str
+    rationale: str
+    links: Links
+    versions: tuple[Version, ...]
+    applied: Applied | None = None  # None: no target, or the target cannot hold this fix
+
+    @property
+    def replaced_by(self) -> tuple[str, ...]:
+        """What to use instead of a dead or superseded fix: its supersessors and reverts."""
+        if self.status not in ("dead", "superseded"):
+            return ()
+        return tuple(dict.fromkeys((*self.links.superseded_by, *self.links.reverted_by)))
+
+    def to_json(self) -> dict[str, Any]:
+        links = self.links
+        return {
+            "name": self.name,
+            "status": self.status,
+            "title": self.title,
+            "version": self.version,
+            "base_release": self.base_release,
+            "forwarding": self.forwarding,
+            "rationale": self.rationale,
+            "links": {
+                "depends_on": list(links.depends_on),
+                "depended_on_by": list(links.depended_on_by),
+                "supersedes": list(links.supersedes),
+                "superseded_by": list(links.superseded_by),
+                "reverts": links.reverts,
+                "reverted_by": list(links.reverted_by),
+            },
+            "replaced_by": list(self.replaced_by),
+            "versions": [
+                {
+                    "version": v.version,
+                    "date": v.date,
+                    "base_release": v.base_release,
+                    "summary": v.summary,
+                    "rebased_from": v.rebased_from,
+                    "commits": [{"sha": c.sha, "date": c.date, "subject": c.subject}
+                                for c in v.commits],
+                }
+                for v in self.versions
+            ],
+            "applied": None if self.applied is None else {
+                "state": self.applied.state,
+                "version": self.applied.version,
+                "applied_at": self.applied.applied_at,
+            },
+        }
+
+
+@dataclass(frozen=True)
+class Edge:
+    """``source`` depends_on / supersedes / reverts ``target``."""
+
+    source: str
+    kind: str
+    target: str
+
+
+@dataclass(frozen=True)
+class Lineage:
+    fixes: tuple[FixLineage, ...]  # in lineage order
+    edges: tuple[Edge, ...]
+    history: bool  # the catalog's git history was read
+    target: str | None = None  # the target whose status is shown
+    focus: str | None = None  # the fix asked for, if any
+
+    @property
+    def order(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.fixes)
+
+    def get(self, name: str) -> FixLineage:
+        for fix in self.fixes:
+            if fix.name == name:
+                return fix
+        raise KeyError(name)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": LINEAGE_FORMAT,
+            "focus": self.focus,
+            "target": self.target,
+            "history": self.history,
+            "order": list(self.order),
+            "edges": [{"from": e.source, "kind": e.kind, "to": e.target} for e in self.edges],
+            "fixes": [f.to_json() for f in self.fixes],
+        }
+
+
+# -- building ---------------------------------------------------------------------------------
+
+
+def build(catalog: Catalog, *, target_status: Any = None, fix: str | None = None,
+          history: bool = True) -> Lineage:
+    """The lineage of ``catalog``; with ``fix``, only that fix and the fixes linked to it.
+
+    ``target_status`` is an :class:`~patchkit.results.OpResult` of ``api.status``; ``history``
+    False leaves out the catalog's git history (whose shas change with every clone).
+    """
+    fixes = catalog.validate()
+    commits = _catalog_history(catalog, fixes) if history else None
+    applied = _applied(target_status)
+    lineage = _assemble(fixes, applied, commits,
+                        target=getattr(target_status, "target", None))
+    return focus(lineage, catalog.get(fix).name) if fix is not None else lineage
+
+
+def from_fixes(fixes: Iterable[Fix], *, states: Mapping[str, str] | None = None) -> Lineage:
+    """A lineage of already loaded fixes, with a target's states by name (no git history)."""
+    applied = {name: Applied(state, None, None) for name, state in (states or {}).items()}
+    return _assemble(list(fixes), applied, None, target=None)
+
+
+def focus(lineage: Lineage, name: str) -> Lineage:
+    """``name``, every fix it builds on and every fix that builds on it (transitively)."""
+    lineage.get(name)
+    before: dict[str, set[str]] = {f.name: set() for f in lineage.fixes}
+    after: dict[str, set[str]] = {f.name: set() for f in lineage.fixes}
+    for edge in lineage.edges:
+        before[edge.source].add(edge.target)
+        after[edge.target].add(edge.source)
+    keep = {name} | _reach(name, before) | _reach(name, after)
+    return Lineage(
+        fixes=tuple(f for f in lineage.fixes if f.name in keep),
+        edges=tuple(e for e in lineage.edges if e.source in keep and e.target in keep),
+        history=lineage.history, target=lineage.target, focus=name,
+    )
+
+
+def _reach(start: str, graph: Mapping[str, set[str]]) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for nxt in graph.get(todo.pop(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def _assemble(fixes: Sequence[Fix], applied: Mapping[str, Applied],
+              commits: Mapping[str, Sequence[tuple[CatalogCommit, int | None]]] | None,
+              *, target: str | None) -> Lineage:
+    by_name = {f.name: f for f in fixes}
+    edges = [Edge(f.name, kind, other) for f in fixes for kind, other in _outgoing(f)
+             if other in by_name]
+    ordered = _order(fixes, edges)
+
+    def incoming(name: str, kind: str) -> tuple[str, ...]:
+        return tuple(e.source for n in ordered for e in edges
+                     if e.source == n.name and e.kind == kind and e.target == name)
+
+    out = []
+    for f in ordered:
+        links = Links(
+            depends_on=f.depends_on, depended_on_by=incoming(f.name, "depends_on"),
+            supersedes=f.supersedes, superseded_by=incoming(f.name, "supersedes"),
+            reverts=f.reverts, reverted_by=incoming(f.name, "reverts"),
+        )
+        out.append(FixLineage(
+            name=f.name, status=f.status, title=f.title, version=f.version,
+            base_release=f.upstream.base_release, forwarding=f.upstream.forwarding,
+            rationale=f.rationale.strip(), links=links,
+            versions=_versions(f, None if commits is None else commits.get(f.name, ())),
+            applied=applied.get(f.name),
+        ))
+    rank = {f.name: i for i, f in enumerate(ordered)}
+    edges.sort(key=lambda e: (rank[e.source], ORDERING_LINKS.index(e.kind), rank[e.target]))
+    return Lineage(fixes=tuple(out), edges=tuple(edges), history=commits is not None,
+                   target=target)
+
+
+def _outgoing(fix: Fix) -> list[tuple[str, str]]:
+    out = [("depends_on", d) for d in fix.depends_on]
+    out += [("supersedes", s) for s in fix.supersedes]
+    if fix.reverts:
+        out.append(("reverts", fix.reverts))
+    return out
+
+
+def _first_date(fix: Fix) -> tuple[int, str, str]:
+    """Sort key among fixes free to come next: dated first (oldest first), then by name."""
+    if fix.changelog:
+        return (0, fix.changelog[0].date, fix.name)
+    return (1, "", fix.name)
+
+
+def _order(fixes: Sequence[Fix], edges: Sequence[Edge]) -> list[Fix]:
+    """Kahn's algorithm; a cycle through supersedes/reverts is a manifest error."""
+    by_name = {f.name: f for f in fixes}
+    waiting = {f.name: {e.target for e in edges if e.source == f.name} for f in fixes}
+    ready = [_first_date(f) for f in fixes if not waiting[f.name]]
+    heapq.heapify(ready)
+    order: list[Fix] = []
+    while ready:
+        name = heapq.heappop(ready)[2]
+        order.append(by_name[name])
+        for other, needs in waiting.items():
+            if name in needs:
+                needs.discard(name)
+                if not needs:
+                    heapq.heappush(ready, _first_date(by_name[other]))
+    stuck = sorted(n for n in by_name if n not in {f.name for f in order})
+    if stuck:
+        files = ", ".join(str(by_name[n].manifest_path) for n in stuck)
+        raise ManifestError(f"the lineage links (depends_on, supersedes, reverts) of "
+                            f"{', '.join(stuck)} form a cycle ({files}): a fix cannot come "
+                            "after itself. Remove one of these links",
+                            file=str(by_name[stuck[0]].manifest_path), key="supersedes",
+                            cycle=stuck)
+    return order
+
+
+def _versions(fix: Fix, commits: Sequence[tuple[CatalogCommit, int | None]] | None
+              ) -> tuple[Version, ...]:
+    entries = {e.version: (e.date, e.base_release, e.summary) for e in fix.changelog}
+    if not entries:
+        entries[fix.version] = ("", fix.upstream.base_release, "")
+    by_version = _attribute(commits or (), fix.version)
+    for number in by_version:
+        entries.setdefault(number, ("", "", ""))
+    out: list[Version] = []
+    previous = ""
+    for number in sorted(entries):
+        date, base, summary = entries[number]
+        base = base or previous or fix.upstream.base_release
+        rebased_from = previous if previous and base != previous else ""
+        out.append(Version(version=number, date=date, base_release=base, summary=summary,
+                           rebased_from=rebased_from, commits=tuple(by_version.get(number, ()))))
+        previous = base
+    return tuple(out)
+
+
+def _attribute(commits: Sequence[tuple[CatalogCommit, int | None]], current: int
+               ) -> dict[int, list[CatalogCommit]]:
+    """Each commit goes to the version its manifest declared; a commit without a readable
+    manifest (a series committed before its manifest) to the next version that has one."""
+    out: dict[int, list[CatalogCommit]] = {}
+    pending: list[CatalogCommit] = []
+    for commit, number in commits:
+        if number is None:
+            pending.append(commit)
+            continue
+        out.setdefault(number, []).extend([*pending, commit])
+        pending = []
+    if pending:
+        out.setdefault(max(out, default=current), []).extend(pending)
+    return out
+
+
+def _catalog_history(catalog: Catalog, fixes: Sequence[Fix]
+                     ) -> dict[str, list[tuple[CatalogCommit, int | None]]] | None:
+    """Per fix, the commits of its manifest or series with the version declared at each;
+    None when the catalog is not in a git work tree."""
+    top = gitrepo.work_tree_top(catalog.root)
+    if top is None:
+        return None
+    rel = catalog.root.resolve().relative_to(top.resolve()).as_posix()
+    prefix = "" if rel == "." else rel + "/"
+    history = gitrepo.path_history(top, [f"{prefix}manifests", f"{prefix}patches"])
+    touched: dict[str, list[gitrepo.PathCommit]] = {}
+    for fix in fixes:
+        manifest, series = f"{prefix}manifests/{fix.name}.toml", f"{prefix}patches/{fix.name}/"
+        touched[fix.name] = [c for c in history
+                             if any(p == manifest or p.startswith(series) for p in c.files)]
+    wanted = [(c.sha, f"{prefix}manifests/{name}.toml") for name, cs in touched.items() for c in cs]
+    texts = iter(gitrepo.texts_at(top, wanted)) if wanted else iter(())
+    out: dict[str, list[tuple[CatalogCommit, int | None]]] = {}
+    for name, cs in touched.items():
+        out[name] = [(CatalogCommit(c.sha, c.date, c.subject), _declared_version(next(texts)))
+                     for c in cs]
+    return out
+
+
+def _declared_version(text: str | None) -> int | None:
+    """The top-level ``version`` of a manifest text (the keys before the first table).
+
+    A line scan, not a TOML parse: an old manifest need not be valid today, and lines inside
+    multi-line strings (the rationale) are skipped.
+    """
+    in_string = False
+    for line in (text or "").splitlines():
+        if not in_string:
+            if line.lstrip().startswith("["):
+                break
+            match = _VERSION_RE.match(line)
+            if match:
+                return int(match.group(1))
+        if (line.count('"""') + line.count("'''")) % 2:
+            in_string = not in_string
+    return None
+
+
+def _applied(target_status: Any) -> dict[str, Applied]:
+    if target_status is None:
+        return {}
+    return {s.name: Applied(s.state, s.version, s.applied_at) for s in target_status.status}
+
+
+__all__ = ["Applied", "CatalogCommit", "Edge", "FixLineage", "Lineage", "Links", "Version",
+           "build", "focus", "from_fixes", "LINEAGE_FORMAT", "ORDERING_LINKS"]
