@@ -1,0 +1,277 @@
+"""`patchkit log`: the lineage of the fixes, as a tree and as JSON.
+
+The shipped catalog's log (without the git history, whose shas change with every clone) is
+compared with the expected files in ``tests/samples/log/``. The git-history enrichment is
+tested on a catalog repository built here commit by commit, the applied version on a real
+local target, and ``log FIX`` on the shipped catalog.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from rich.console import Console
+
+from patchkit import api, lineage, render
+from patchkit.catalog import Catalog
+from patchkit.cli.main import cli, main
+from patchkit.errors import EXIT_USAGE, ManifestError
+from patchkit.targets import LocalTarget
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLES = Path(__file__).parent / "samples"
+SEED_ORDER = ("dsv4-bf16-index-k", "hicache-index-k-sync", "revert-hicache-index-k-sync",
+              "dsv4-bf16-sizing", "prefill-hicache-off")
+
+
+def git(cwd: Path, *args: str, date: str | None = None) -> str:
+    env = None
+    if date is not None:
+        import os
+
+        env = dict(os.environ, GIT_AUTHOR_DATE=date, GIT_COMMITTER_DATE=date)
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True,
+                          env=env).stdout.strip()
+
+
+def plain(lin: lineage.Lineage) -> str:
+    console = Console(width=100, file=io.StringIO(), color_system=None, highlight=False)
+    render.render_log(console, lin)
+    return console.file.getvalue()  # type: ignore[attr-defined]
+
+
+def log_cli(*args: str, catalog: Path = REPO, columns: int = 100) -> Any:
+    result = CliRunner().invoke(cli, ["--catalog", str(catalog), "log", *args],
+                                env={"COLUMNS": str(columns)})
+    assert result.exit_code == 0, result.output
+    return result
+
+
+# -- the shipped catalog -----------------------------------------------------------------------
+
+
+def test_shipped_lineage_is_the_seed_story_in_order() -> None:
+    lin = lineage.build(Catalog(REPO), history=False)
+    assert lin.order == SEED_ORDER
+    assert [(e.source, e.kind, e.target) for e in lin.edges] == [
+        ("hicache-index-k-sync", "depends_on", "dsv4-bf16-index-k"),
+        ("revert-hicache-index-k-sync", "reverts", "hicache-index-k-sync"),
+        ("dsv4-bf16-sizing", "depends_on", "dsv4-bf16-index-k"),
+    ]
+    dead = lin.get("hicache-index-k-sync")
+    assert dead.status == "dead"
+    assert dead.links.reverted_by == ("revert-hicache-index-k-sync",)
+    assert dead.replaced_by == ("revert-hicache-index-k-sync",)
+    assert lin.get("dsv4-bf16-index-k").links.depended_on_by == (
+        "hicache-index-k-sync", "dsv4-bf16-sizing")
+    assert all(not v.commits for f in lin.fixes for v in f.versions)
+
+
+def test_shipped_log_matches_the_expected_text() -> None:
+    expected = (SAMPLES / "log" / "shipped.txt").read_text()
+    assert plain(lineage.build(Catalog(REPO), history=False)) == expected
+    assert log_cli("--no-history").output == expected
+
+
+def test_shipped_log_json_matches_the_expected_file() -> None:
+    expected = json.loads((SAMPLES / "log" / "shipped.json").read_text())
+    data = json.loads(log_cli("--no-history", "--json").output)
+    assert data == expected
+    assert data["order"] == list(SEED_ORDER) and data["history"] is False
+
+
+def test_log_fix_shows_that_fix_and_its_linked_fixes() -> None:
+    dead = json.loads(log_cli("hicache-index-k-sync", "--no-history", "--json").output)
+    assert dead["focus"] == "hicache-index-k-sync"
+    assert dead["order"] == ["dsv4-bf16-index-k", "hicache-index-k-sync",
+                             "revert-hicache-index-k-sync"]
+    assert {(e["from"], e["to"]) for e in dead["edges"]} == {
+        ("hicache-index-k-sync", "dsv4-bf16-index-k"),
+        ("revert-hicache-index-k-sync", "hicache-index-k-sync")}
+
+    sizing = log_cli("dsv4-bf16-sizing", "--no-history").output
+    assert sizing.splitlines()[0] == "lineage: 2 fixes linked to dsv4-bf16-sizing, oldest first"
+    assert "dsv4-bf16-index-k  v1" in sizing and "hicache-index-k-sync  v1" not in sizing
+
+    alone = json.loads(log_cli("prefill-hicache-off", "--no-history", "--json").output)
+    assert alone["order"] == ["prefill-hicache-off"] and alone["edges"] == []
+
+
+def test_log_of_an_unknown_fix_is_a_usage_error_naming_close_names(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--catalog", str(REPO), "log", "hicache-index-k-snyc"])
+    assert exc.value.code == EXIT_USAGE
+    assert "hicache-index-k-sync" in capsys.readouterr().err
+
+
+# -- ordering rules on small catalogs ----------------------------------------------------------
+
+
+def write_fix(catalog: Path, name: str, *, date: str | None, extra: str = "",
+              status: str = "active") -> None:
+    (catalog / "patches" / name).mkdir(parents=True, exist_ok=True)
+    (catalog / "patches" / name / "0001-x.patch").write_text(
+        f"--- a/{name}.txt\n+++ b/{name}.txt\n@@ -1 +1 @@\n-a\n+b\n")
+    changelog = (f'\n[[changelog]]\nversion = 1\ndate = "{date}"\nbase_release = "0.5.21"\n'
+                 f'summary = "{name} first version"\n') if date else ""
+    (catalog / "manifests").mkdir(parents=True, exist_ok=True)
+    (catalog / "manifests" / f"{name}.toml").write_text(
+        f'format = 1\nname = "{name}"\nversion = 1\ntitle = "{name} title"\n'
+        f'status = "{status}"\nrationale = "why {name}"\n{extra}\n'
+        f'[upstream]\nbase_release = "0.5.21"\n\n[[patches]]\nfile = "0001-x.patch"\n'
+        f'{changelog}')
+
+
+def test_links_order_before_dates_and_names_break_ties(tmp_path: Path) -> None:
+    write_fix(tmp_path, "written-late", date="2026-03-01")
+    write_fix(tmp_path, "needs-late", date="2026-01-01", extra='depends_on = ["written-late"]')
+    write_fix(tmp_path, "b-same-day", date="2026-02-01")
+    write_fix(tmp_path, "a-same-day", date="2026-02-01")
+    write_fix(tmp_path, "undated", date=None)
+    lin = lineage.build(Catalog(tmp_path), history=False)
+    # needs-late is the oldest by date but comes after what it depends on
+    assert lin.order == ("a-same-day", "b-same-day", "written-late", "needs-late", "undated")
+    assert lin.get("undated").versions[0].date == ""
+    assert "undated  undated  v1  active" in plain(lin)
+
+
+def test_a_cycle_through_supersedes_and_reverts_names_the_manifests(tmp_path: Path) -> None:
+    write_fix(tmp_path, "one", date="2026-01-01", extra='supersedes = ["two"]')
+    write_fix(tmp_path, "two", date="2026-01-02", extra='reverts = "one"')
+    write_fix(tmp_path, "three", date="2026-01-03")
+    with pytest.raises(ManifestError) as exc:
+        lineage.build(Catalog(tmp_path), history=False)
+    assert "one, two" in exc.value.message
+    assert str(tmp_path / "manifests" / "one.toml") in exc.value.message
+
+
+def test_superseded_fix_names_what_replaced_it() -> None:
+    lin = lineage.build(Catalog(SAMPLES / "catalog"), history=False)
+    assert lin.order == ("index-k-bytes", "old-index-k", "pool-guard")
+    old = lin.get("old-index-k")
+    assert old.links.superseded_by == ("pool-guard",) and old.replaced_by == ("pool-guard",)
+    text = plain(lin)
+    assert "superseded: replaced by pool-guard" in text
+    assert "superseded by pool-guard" in text and "supersedes old-index-k" in text
+
+
+# -- git history of the catalog ----------------------------------------------------------------
+
+
+def test_versions_carry_the_catalog_commits_and_rebases(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    catalog = repo / "catalog"  # the catalog is a subdirectory of its repository
+    catalog.mkdir(parents=True)
+    git(repo, "init", "-q")
+    (repo / "README").write_text("not the catalog\n")
+    git(repo, "add", "README")
+    git(repo, "commit", "-q", "-m", "README", date="2026-01-01T09:00:00+00:00")
+
+    src = SAMPLES / "catalog"
+    shutil.copytree(src / "patches" / "index-k-bytes", catalog / "patches" / "index-k-bytes")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "index-k-bytes: the series", date="2026-01-09T10:00:00+00:00")
+
+    v2 = (src / "manifests" / "index-k-bytes.toml").read_text()
+    v1 = v2.replace("version = 2\n", "version = 1\n", 1)
+    v1 = v1[:v1.rindex("[[changelog]]")].replace('base_release = "0.5.21"\nreleases = ["0.5.20", "0.5.21"]',
+                                                  'base_release = "0.5.20"\nreleases = ["0.5.20"]')
+    (catalog / "manifests").mkdir()
+    (catalog / "manifests" / "index-k-bytes.toml").write_text(v1)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "index-k-bytes v1", date="2026-01-10T10:00:00+00:00")
+
+    for name in ("old-index-k", "pool-guard"):
+        shutil.copytree(src / "patches" / name, catalog / "patches" / name)
+        shutil.copy(src / "manifests" / f"{name}.toml", catalog / "manifests")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "pool-guard replaces old-index-k", date="2026-01-20T10:00:00+00:00")
+
+    (catalog / "manifests" / "index-k-bytes.toml").write_text(v2)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "index-k-bytes v2: rebase on 0.5.21", date="2026-02-01T10:00:00+00:00")
+    rebase_sha = git(repo, "rev-parse", "HEAD")
+    (catalog / "manifests" / "index-k-bytes.toml").write_text(v2 + "\n# uncommitted\n")
+
+    lin = lineage.build(Catalog(catalog))
+    assert lin.history is True
+    v1_entry, v2_entry = lin.get("index-k-bytes").versions
+    assert [c.subject for c in v1_entry.commits] == ["index-k-bytes: the series", "index-k-bytes v1"]
+    assert v1_entry.base_release == "0.5.20" and not v1_entry.is_rebase
+    assert [c.subject for c in v2_entry.commits] == ["index-k-bytes v2: rebase on 0.5.21"]
+    assert v2_entry.commits[0].sha == rebase_sha
+    assert v2_entry.commits[0].date == "2026-02-01T10:00:00+00:00"
+    assert v2_entry.is_rebase and v2_entry.rebased_from == "0.5.20"
+    assert v2_entry.base_release == "0.5.21"
+    for name in ("old-index-k", "pool-guard"):
+        assert [c.subject for f in [lin.get(name)] for v in f.versions for c in v.commits] == [
+            "pool-guard replaces old-index-k"]
+
+    text = log_cli(catalog=catalog).output
+    assert "v2  2026-02-01  on 0.5.21  (rebased from 0.5.20)" in text
+    assert f"{rebase_sha[:12]}  2026-02-01  index-k-bytes v2: rebase on 0.5.21" in text
+    assert "README" not in text
+
+    data = json.loads(log_cli("index-k-bytes", "--json", catalog=catalog).output)
+    versions = data["fixes"][0]["versions"]
+    assert data["history"] is True
+    assert versions[1]["rebased_from"] == "0.5.20"
+    assert versions[1]["commits"] == [{"sha": rebase_sha, "date": "2026-02-01T10:00:00+00:00",
+                                       "subject": "index-k-bytes v2: rebase on 0.5.21"}]
+
+    assert rebase_sha[:12] not in log_cli("--no-history", catalog=catalog).output
+
+
+def test_a_catalog_outside_git_has_no_history(tmp_path: Path) -> None:
+    shutil.copytree(SAMPLES / "catalog", tmp_path / "catalog")
+    lin = lineage.build(Catalog(tmp_path / "catalog"))
+    assert lin.history is False
+    assert "no catalog commit" not in plain(lin)
+
+
+# -- the applied version on a target -----------------------------------------------------------
+
+
+def test_target_shows_which_version_is_applied_and_since_when(tmp_path: Path) -> None:
+    catalog = tmp_path / "catalog"
+    shutil.copytree(SAMPLES / "catalog", catalog)
+    sglang = tmp_path / "sglang"
+    shutil.copytree(SAMPLES / "tree" / "sglang", sglang)
+    (sglang / "python/sglang/version.py").unlink()
+    (sglang / "python/sglang/_version.py").write_text("__version__ = version = '0.5.21'\n")
+    git(sglang, "init", "-q")
+    git(sglang, "add", "-A")
+    git(sglang, "commit", "-q", "-m", "SGLang 0.5.21")
+    target = LocalTarget(roots={"sglang": str(sglang)}, description=str(sglang))
+    api.apply(Catalog(catalog), target, ["index-k-bytes"])
+
+    data = json.loads(log_cli("--target", str(sglang), "--json", catalog=catalog).output)
+    fixes = {f["name"]: f for f in data["fixes"]}
+    applied = fixes["index-k-bytes"]["applied"]
+    assert applied["state"] == "applied" and applied["version"] == 2
+    assert applied["applied_at"].endswith("Z")
+    assert data["target"] == f"sglang={sglang}"
+    assert fixes["pool-guard"]["applied"] is None  # needs a serve root the target lacks
+
+    text = log_cli("--target", str(sglang), "--no-history", catalog=catalog, columns=200).output
+    lines = text.splitlines()
+    assert lines[0] == f"lineage: 3 fixes, oldest first; applied on sglang={sglang}"
+    head = next(line for line in lines if "index-k-bytes  v2  active" in line)
+    assert f"[applied v2 since {applied['applied_at']} on target]" in head
+    assert any("v2  2026-02-01  on 0.5.21  (rebased from 0.5.20)  <- applied on target" in line
+               for line in lines)
+    v1 = next(line for line in lines if "v1  2026-01-10  on 0.5.20" in line)
+    assert "on target" not in v1
+
+    with_serve = json.loads(log_cli("--target", str(sglang), "--root", f"serve={tmp_path}",
+                                    "--json", "--no-history", catalog=catalog).output)
+    guard = {f["name"]: f for f in with_serve["fixes"]}["pool-guard"]
+    assert guard["applied"]["state"] == "not-applied"
