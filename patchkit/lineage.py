@@ -82,6 +82,7 @@ class Applied:
     state: str  # applied | drifted | not-applied | partly-present | present-unrecorded
     version: int | None
     applied_at: str | None
+    commits: tuple[tuple[str, str], ...] = ()  # (root, sha) of each commit apply --commit made
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,7 @@ class FixLineage:
                 "state": self.applied.state,
                 "version": self.applied.version,
                 "applied_at": self.applied.applied_at,
+                "commits": [{"root": r, "sha": sha} for r, sha in self.applied.commits],
             },
         }
 
@@ -387,9 +389,18 @@ def _declared_version(text: str | None) -> int | None:
 
 
 def _applied(target_status: Any) -> dict[str, Applied]:
+    """Per fix, what the target's status says; commits come from the raw record, which
+    carries them only for fixes applied as commits (docs/state.md)."""
     if target_status is None:
         return {}
-    return {s.name: Applied(s.state, s.version, s.applied_at) for s in target_status.status}
+    raw = {str(f.get("name")): f for f in ((target_status.raw.get("status") or {}).get("fixes") or ())
+           if isinstance(f, Mapping)}
+    out = {}
+    for s in target_status.status:
+        commits = tuple((str(c.get("root", "")), str(c.get("sha", "")))
+                        for c in raw.get(s.name, {}).get("commits") or () if isinstance(c, Mapping))
+        out[s.name] = Applied(s.state, s.version, s.applied_at, commits)
+    return out
 
 
 __all__ = ["Applied", "CatalogCommit", "Edge", "FixLineage", "Lineage", "Links", "Version",

@@ -249,6 +249,8 @@ def _fix_label(fix: Any) -> Text:
         where = f"{applied.state}" + (f" v{applied.version}" if applied.version is not None else "")
         if applied.applied_at:
             where += f" since {applied.applied_at}"
+        for root, sha in applied.commits:
+            where += f", commit {root}@{sha[:12]}"
         label.append(f"  [{where} on target]", style=STATE_STYLE.get(applied.state, ""))
     return label
 

@@ -23,6 +23,7 @@ from patchkit import api, lineage, render
 from patchkit.catalog import Catalog
 from patchkit.cli.main import cli, main
 from patchkit.errors import EXIT_USAGE, ManifestError
+from patchkit.results import OpResult
 from patchkit.targets import LocalTarget
 
 REPO = Path(__file__).resolve().parent.parent
@@ -41,8 +42,8 @@ def git(cwd: Path, *args: str, date: str | None = None) -> str:
                           env=env).stdout.strip()
 
 
-def plain(lin: lineage.Lineage) -> str:
-    console = Console(width=100, file=io.StringIO(), color_system=None, highlight=False)
+def plain(lin: lineage.Lineage, width: int = 100) -> str:
+    console = Console(width=width, file=io.StringIO(), color_system=None, highlight=False)
     render.render_log(console, lin)
     return console.file.getvalue()  # type: ignore[attr-defined]
 
@@ -275,3 +276,24 @@ def test_target_shows_which_version_is_applied_and_since_when(tmp_path: Path) ->
                                     "--json", "--no-history", catalog=catalog).output)
     guard = {f["name"]: f for f in with_serve["fixes"]}["pool-guard"]
     assert guard["applied"]["state"] == "not-applied"
+
+
+def test_a_fix_applied_as_a_commit_names_the_commit() -> None:
+    """A status whose record carries the commits ``apply --commit`` made (docs/state.md)."""
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    raw = {"format": 1, "op": "status", "ok": True, "dry_run": False, "fixes": [], "recovered": [],
+           "error": None,
+           "status": {"state_root": "/srv/sglang", "journal": None, "fixes": [
+               {"name": "index-k-bytes", "state": "applied", "version": 2,
+                "applied_at": "2026-02-02T10:00:00Z", "files": [],
+                "commits": [{"root": "sglang", "sha": sha}]},
+               {"name": "old-index-k", "state": "not-applied", "version": 1, "applied_at": None,
+                "files": []}]}}
+    status = OpResult.from_engine(raw, "sglang=/srv/sglang")
+    lin = lineage.build(Catalog(SAMPLES / "catalog"), target_status=status, history=False)
+    assert lin.get("index-k-bytes").applied.commits == (("sglang", sha),)
+    assert lin.get("index-k-bytes").to_json()["applied"]["commits"] == [{"root": "sglang", "sha": sha}]
+    assert lin.get("pool-guard").applied is None
+    text = plain(lin, width=200)
+    assert f"[applied v2 since 2026-02-02T10:00:00Z, commit sglang@{sha[:12]} on target]" in text
+    assert "old-index-k  v1  superseded\n" in text  # not applied: no mark
