@@ -297,3 +297,15 @@ def test_a_fix_applied_as_a_commit_names_the_commit() -> None:
     text = plain(lin, width=200)
     assert f"[applied v2 since 2026-02-02T10:00:00Z, commit sglang@{sha[:12]} on target]" in text
     assert "old-index-k  v1  superseded\n" in text  # not applied: no mark
+
+
+def test_render_lineage_of_loaded_fixes_draws_the_log_tree() -> None:
+    """The older entry point (loaded fixes and states by name) draws the same tree."""
+    catalog = Catalog(REPO)
+    console = Console(width=100, file=io.StringIO(), color_system=None, highlight=False)
+    render.render_lineage(console, reversed(catalog.all()), {"dsv4-bf16-sizing": "applied"})
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    expected = (SAMPLES / "log" / "shipped.txt").read_text()
+    assert text == expected.replace("dsv4-bf16-sizing  v1  active\n",
+                                    "dsv4-bf16-sizing  v1  active  [applied on target]\n")
+    assert text != expected
