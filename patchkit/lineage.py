@@ -30,6 +30,9 @@ LINEAGE_FORMAT = 1
 #: Link kinds that order the lineage: the fix named comes first.
 ORDERING_LINKS = ("depends_on", "supersedes", "reverts")
 
+#: Target states that come from the target's record (so with an applied version and time).
+RECORDED_STATES = ("applied", "drifted")
+
 _VERSION_RE = re.compile(r"^\s*version\s*=\s*(\d+)")
 
 
@@ -399,7 +402,9 @@ def _applied(target_status: Any) -> dict[str, Applied]:
     for s in target_status.status:
         commits = tuple((str(c.get("root", "")), str(c.get("sha", "")))
                         for c in raw.get(s.name, {}).get("commits") or () if isinstance(c, Mapping))
-        out[s.name] = Applied(s.state, s.version, s.applied_at, commits)
+        # Only a recorded fix has an applied version; status reports the catalog's for the rest.
+        version = s.version if s.state in RECORDED_STATES else None
+        out[s.name] = Applied(s.state, version, s.applied_at, commits)
     return out
 
 

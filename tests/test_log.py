@@ -309,3 +309,23 @@ def test_render_lineage_of_loaded_fixes_draws_the_log_tree() -> None:
     assert text == expected.replace("dsv4-bf16-sizing  v1  active\n",
                                     "dsv4-bf16-sizing  v1  active  [applied on target]\n")
     assert text != expected
+
+
+def test_a_fix_present_but_unrecorded_has_no_applied_version(tmp_path: Path) -> None:
+    sglang = tmp_path / "sglang"
+    shutil.copytree(SAMPLES / "tree" / "sglang", sglang)
+    (sglang / "python/sglang/version.py").unlink()
+    (sglang / "python/sglang/_version.py").write_text("__version__ = version = '0.5.21'\n")
+    pool = sglang / "python/sglang/srt/pool.py"
+    pool.write_text(pool.read_text().replace(  # the fix's change, made by hand
+        "    index_k = head_dim\n",
+        "    # The bf16 index-K cache stores two bytes per element.\n    index_k = head_dim * 2\n"))
+    data = json.loads(log_cli("--target", str(sglang), "--json", "--no-history",
+                              catalog=SAMPLES / "catalog").output)
+    applied = {f["name"]: f["applied"] for f in data["fixes"]}["index-k-bytes"]
+    assert applied == {"state": "present-unrecorded", "version": None, "applied_at": None,
+                       "commits": []}
+    text = log_cli("--target", str(sglang), "--no-history", catalog=SAMPLES / "catalog",
+                   columns=200).output
+    assert "index-k-bytes  v2  active  [present-unrecorded on target]" in text
+    assert "<- " not in text
