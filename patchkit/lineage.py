@@ -100,6 +100,7 @@ class FixLineage:
     links: Links
     versions: tuple[Version, ...]
     applied: Applied | None = None  # None: no target, or the target cannot hold this fix
+    revert: Mapping[str, Any] | None = None  # a git-native revert: {commit, fix, root, paths}
 
     @property
     def replaced_by(self) -> tuple[str, ...]:
@@ -127,6 +128,7 @@ class FixLineage:
                 "reverted_by": list(links.reverted_by),
             },
             "replaced_by": list(self.replaced_by),
+            "revert": None if self.revert is None else dict(self.revert),
             "versions": [
                 {
                     "version": v.version,
@@ -255,14 +257,15 @@ def _assemble(fixes: Sequence[Fix], applied: Mapping[str, Applied],
         links = Links(
             depends_on=f.depends_on, depended_on_by=incoming(f.name, "depends_on"),
             supersedes=f.supersedes, superseded_by=incoming(f.name, "supersedes"),
-            reverts=f.reverts, reverted_by=incoming(f.name, "reverts"),
+            reverts=next((e.target for e in edges if e.source == f.name and e.kind == "reverts"), ""),
+            reverted_by=incoming(f.name, "reverts"),
         )
         out.append(FixLineage(
             name=f.name, status=f.status, title=f.title, version=f.version,
             base_release=f.upstream.base_release, forwarding=f.upstream.forwarding,
             rationale=f.rationale.strip(), links=links,
             versions=_versions(f, None if commits is None else commits.get(f.name, ())),
-            applied=applied.get(f.name),
+            applied=applied.get(f.name), revert=_revert_of(f),
         ))
     rank = {f.name: i for i, f in enumerate(ordered)}
     edges.sort(key=lambda e: (rank[e.source], ORDERING_LINKS.index(e.kind), rank[e.target]))
@@ -270,11 +273,20 @@ def _assemble(fixes: Sequence[Fix], applied: Mapping[str, Applied],
                    target=target)
 
 
+def _revert_of(fix: Fix) -> dict[str, Any] | None:
+    """The manifest's ``[revert]`` table (a fix that is the inverse of a commit), if any."""
+    rev = getattr(fix, "revert", None)
+    if rev is None:
+        return None
+    return {"commit": rev.commit, "fix": rev.fix, "root": rev.root, "paths": list(rev.paths)}
+
+
 def _outgoing(fix: Fix) -> list[tuple[str, str]]:
     out = [("depends_on", d) for d in fix.depends_on]
     out += [("supersedes", s) for s in fix.supersedes]
-    if fix.reverts:
-        out.append(("reverts", fix.reverts))
+    rev = _revert_of(fix)
+    for name in dict.fromkeys(n for n in (fix.reverts, rev and rev["fix"]) if n):
+        out.append(("reverts", name))
     return out
 
 

@@ -278,6 +278,10 @@ def render_log(console: Console, lineage: Any) -> None:
             names = getattr(fix.links, attr)
             if names:
                 node.add(f"{label} {names if isinstance(names, str) else ', '.join(names)}")
+        if fix.revert is not None:
+            what = f"commit {fix.revert['commit'][:12]}" if fix.revert["commit"] else \
+                f"the commit of {fix.revert['fix']}"
+            node.add(f"git revert of {what} in root {fix.revert['root']}")
         if fix.status in ("dead", "superseded"):
             replaced = ", ".join(fix.replaced_by) or "nothing in the catalog"
             node.add(Text(f"{fix.status}: replaced by {replaced}", style="red"))

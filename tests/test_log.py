@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -35,8 +36,6 @@ SEED_ORDER = ("dsv4-bf16-index-k", "hicache-index-k-sync", "revert-hicache-index
 def git(cwd: Path, *args: str, date: str | None = None) -> str:
     env = None
     if date is not None:
-        import os
-
         env = dict(os.environ, GIT_AUTHOR_DATE=date, GIT_COMMITTER_DATE=date)
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True,
                           env=env).stdout.strip()
@@ -75,13 +74,25 @@ def test_shipped_lineage_is_the_seed_story_in_order() -> None:
     assert all(not v.commits for f in lin.fixes for v in f.versions)
 
 
+def regenerate_samples() -> None:
+    """``PATCHKIT_REGEN_SAMPLES=1``: rewrite the expected files after a deliberate change to
+    the shipped manifests (then review the diff before committing it)."""
+    if os.environ.get("PATCHKIT_REGEN_SAMPLES"):
+        lin = lineage.build(Catalog(REPO), history=False)
+        (SAMPLES / "log" / "shipped.txt").write_text(plain(lin))
+        (SAMPLES / "log" / "shipped.json").write_text(
+            json.dumps(lin.to_json(), indent=2, sort_keys=True) + "\n")
+
+
 def test_shipped_log_matches_the_expected_text() -> None:
+    regenerate_samples()
     expected = (SAMPLES / "log" / "shipped.txt").read_text()
     assert plain(lineage.build(Catalog(REPO), history=False)) == expected
     assert log_cli("--no-history").output == expected
 
 
 def test_shipped_log_json_matches_the_expected_file() -> None:
+    regenerate_samples()
     expected = json.loads((SAMPLES / "log" / "shipped.json").read_text())
     data = json.loads(log_cli("--no-history", "--json").output)
     assert data == expected
