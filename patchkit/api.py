@@ -26,6 +26,7 @@ def _run(
     dry_run: bool = False,
     force: bool = False,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+    commit: bool = False,
 ) -> OpResult:
     request = plan.build_request(
         catalog,
@@ -37,6 +38,7 @@ def _run(
         dry_run=dry_run,
         force=force,
         lock_timeout=lock_timeout,
+        commit=commit,
     )
     return check_result(target.run(request), target.description)
 
@@ -50,12 +52,18 @@ def apply(
     with_deps: bool = False,
     allow_inactive: bool = False,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+    commit: bool = False,
 ) -> OpResult:
-    """Apply fixes all-or-nothing: every patch written and verified, or nothing changed."""
+    """Apply fixes all-or-nothing: every patch written and verified, or nothing changed.
+
+    ``commit`` records each fix as a commit (with ``Patchkit-Fix`` trailers) in every git
+    root it changes, inside the same transaction (docs/git.md).
+    """
     fixes = plan.fixes_for_apply(
         catalog, list(names), with_deps=with_deps, allow_inactive=allow_inactive
     )
-    return _run(catalog, target, fixes, "apply", dry_run=dry_run, lock_timeout=lock_timeout)
+    return _run(catalog, target, fixes, "apply", dry_run=dry_run, lock_timeout=lock_timeout,
+                commit=commit)
 
 
 def rollback(
@@ -67,7 +75,11 @@ def rollback(
     force: bool = False,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
 ) -> OpResult:
-    """Restore the bytes the fixes replaced; refuses drifted files unless ``force``."""
+    """Restore the bytes the fixes replaced; refuses drifted files unless ``force``.
+
+    A fix applied with ``commit`` is undone like ``git revert``: the inverse of its commit is
+    merged onto today's files and committed (docs/git.md).
+    """
     fixes = plan.fixes_for_rollback(catalog, list(names))
     return _run(
         catalog, target, fixes, "rollback", dry_run=dry_run, force=force, lock_timeout=lock_timeout

@@ -37,6 +37,7 @@ __all__ = [
     "git_dir",
     "head",
     "init",
+    "patch_id",
     "is_clean",
     "is_git_checkout",
     "is_git_repo",
@@ -455,3 +456,27 @@ def texts_at(top: Path | str, wanted: Sequence[tuple[str, str]]) -> list[str | N
         except (KeyError, ValueError, git.BadName):
             out.append(None)
     return out
+
+
+def patch_id(diff: str) -> str | None:
+    """``git patch-id --stable`` of a diff (no repository needed): one id for all of it.
+
+    Mail headers are dropped first, so a series of several patches gets the id of the single
+    commit that would hold them all (as a fork that committed the series in one go has).
+    """
+    kept: list[str] = []
+    inside = False
+    for line in diff.splitlines(keepends=True):
+        if line.startswith("diff --git ") or line.startswith("--- ") and not inside:
+            inside = True
+        elif line.startswith("From ") and line[5:45].strip() and " " in line[5:]:
+            inside = False  # the next patch's mail header
+        if inside:
+            kept.append(line)
+    runner = git.Git(tempfile.gettempdir())
+    try:
+        out = runner.execute(["git", "patch-id", "--stable"], istream=_stdin("".join(kept)))
+    except git.GitCommandError as exc:
+        raise TargetError(f"git patch-id failed: {(exc.stderr or '').strip()}") from None
+    text = out if isinstance(out, str) else out.decode()
+    return text.split()[0] if text.strip() else None

@@ -37,6 +37,7 @@ from .model import (
     Fix,
     PatchRef,
     ProjectConfig,
+    Revert,
     Rollback,
     TargetConfig,
     Upstream,
@@ -49,8 +50,9 @@ DATE_RE = re.compile(r"\d{4}-\d{2}-\d{2}\Z")
 
 TOP_KEYS = ("format", "name", "version", "title", "status", "rationale", "depends_on",
             "supersedes", "reverts", "upstream", "patches", "preconditions", "verification",
-            "actions", "rollback", "changelog")
-TOP_REQUIRED = ("format", "name", "version", "title", "status", "rationale", "upstream", "patches")
+            "actions", "rollback", "changelog", "revert")
+TOP_REQUIRED = ("format", "name", "version", "title", "status", "rationale", "upstream")
+REVERT_KEYS = ("commit", "fix", "paths", "root")
 UPSTREAM_KEYS = ("project", "base_release", "releases", "root", "forwarding", "reference")
 PATCH_KEYS = ("file", "root", "description")
 CHANGELOG_KEYS = ("version", "date", "base_release", "summary")
@@ -245,7 +247,8 @@ def _build_fix(ctx: _Ctx, data: Mapping[str, Any], patch_dir: Path) -> Fix:
                        "whose change this one removes, or leave reverts out")
 
     upstream = _build_upstream(ctx, data)
-    patches = _build_patches(ctx, data, patch_dir, upstream.root)
+    revert = _build_revert(ctx, data, name, upstream.root)
+    patches = _build_patches(ctx, data, patch_dir, upstream.root, revert is not None)
     preconditions = _build_checks(ctx, data, "preconditions", upstream.root)
     verification = _build_checks(ctx, data, "verification", upstream.root)
     actions = _build_actions(ctx, data)
@@ -256,7 +259,28 @@ def _build_fix(ctx: _Ctx, data: Mapping[str, Any], patch_dir: Path) -> Fix:
                manifest_path=ctx.path, patch_dir=patch_dir, depends_on=depends_on,
                supersedes=supersedes, reverts=reverts, preconditions=preconditions,
                verification=verification, actions=actions, rollback=rollback,
-               changelog=changelog)
+               changelog=changelog, revert=revert)
+
+
+def _build_revert(ctx: _Ctx, data: Mapping[str, Any], own: str, default_root: str) -> Revert | None:
+    if "revert" not in data:
+        return None
+    table = _typed(ctx, data, "", "revert", dict)
+    _check_keys(ctx, table, "revert", REVERT_KEYS, ())
+    commit = _str(ctx, table, "revert", "commit", "")
+    fix = _str(ctx, table, "revert", "fix", "")
+    if not commit and not fix:
+        raise ctx.fail("revert", "[revert] names no commit", "Give commit = \"<id>\" and/or "
+                       "fix = \"<the fix whose series the commit holds>\"")
+    if commit and not re.fullmatch(r"[0-9a-fA-F]{4,64}", commit):
+        raise ctx.fail("revert.commit", f"'{commit}' is not a commit id", "Give a hex commit id "
+                       "(at least 4 digits); name a fix with revert.fix instead of a branch or tag")
+    if fix and (not NAME_RE.match(fix) or fix == own):
+        raise ctx.fail("revert.fix", f"'{fix}' is not another fix's name", "Name the fix whose "
+                       "series the commit holds")
+    paths = tuple(_rel_path(ctx, p, "revert.paths") for p in _str_list(ctx, table, "revert", "paths", []))
+    root = _root_name(ctx, _str(ctx, table, "revert", "root", default_root), "revert.root")
+    return Revert(commit=commit, fix=fix, paths=paths, root=root)
 
 
 def _names(ctx: _Ctx, data: Mapping[str, Any], key: str, own: str) -> tuple[str, ...]:
@@ -297,10 +321,11 @@ def _root_name(ctx: _Ctx, root: str, key: str) -> str:
 
 
 def _build_patches(ctx: _Ctx, data: Mapping[str, Any], patch_dir: Path,
-                   default_root: str) -> tuple[PatchRef, ...]:
+                   default_root: str, is_revert: bool = False) -> tuple[PatchRef, ...]:
     tables = _table_list(ctx, data, "patches")
-    if not tables:
-        raise ctx.fail("patches", "the series has no patches", "Add at least one [[patches]]")
+    if not tables and not is_revert:
+        raise ctx.fail("patches", "the series has no patches", "Add at least one [[patches]] "
+                       "(or make the fix the revert of a commit with [revert])")
     out: list[PatchRef] = []
     for i, table in enumerate(tables, 1):
         where = f"patches[{i}]"
@@ -382,6 +407,19 @@ def _check_params(ctx: _Ctx, table: Mapping[str, Any], where: str, kind: str,
             raise ctx.fail(f"{where}.argv", "argv is empty", "Give the program and arguments")
         params["argv"] = list(argv)
         params["expect_exit"] = _typed(ctx, table, where, "expect_exit", int, 0)
+    elif kind in ("git-contains", "git-descends-from"):
+        pair = ("commit", "fix") if kind == "git-contains" else ("tag", "commit")
+        if (pair[0] in table) == (pair[1] in table):
+            raise ctx.fail(f"{where}.{pair[0]}", f"a {kind} check needs exactly one of "
+                           f"'{pair[0]}' and '{pair[1]}'", f"Keep one of {pair[0]} and {pair[1]}")
+        for key in pair:
+            if key in table:
+                params[key] = _str(ctx, table, where, key, nonempty=True)
+        if "fix" in params and not NAME_RE.match(params["fix"]):
+            raise ctx.fail(f"{where}.fix", f"'{params['fix']}' is not a fix name", "Name a "
+                           "fix of the catalog")
+        if kind == "git-contains":
+            params["present"] = _typed(ctx, table, where, "present", bool, True)
     return params
 
 

@@ -41,6 +41,9 @@ CHECK_KEYS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = MappingProxy
     "python-import": (("module",), ("root", "sys_path")),
     "python-script": (("script",), ("root", "args")),
     "command": (("argv",), ("root", "expect_exit")),
+    # git checks: exactly one of commit/fix (git-contains), of tag/commit (git-descends-from)
+    "git-contains": ((), ("root", "commit", "fix", "present")),
+    "git-descends-from": ((), ("root", "tag", "commit")),
 })
 CHECK_KINDS = tuple(CHECK_KEYS)
 
@@ -49,6 +52,7 @@ CHECK_DEFAULTS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
     "grep": MappingProxyType({"regex": False}),
     "python-script": MappingProxyType({"args": ()}),
     "command": MappingProxyType({"expect_exit": 0}),
+    "git-contains": MappingProxyType({"present": True}),
 })
 
 
@@ -129,6 +133,11 @@ class Check:
             what = f"import {p['module']}"
         elif self.kind == "python-script":
             what = f"python {p['script']}"
+        elif self.kind == "git-contains":
+            thing = f"commit {p['commit']}" if "commit" in p else f"the commit of fix {p['fix']}"
+            what = f"HEAD {'contains' if p.get('present', True) else 'does not contain'} {thing}"
+        elif self.kind == "git-descends-from":
+            what = f"HEAD descends from {'tag ' + p['tag'] if 'tag' in p else 'commit ' + p['commit']}"
         else:
             what = " ".join(str(a) for a in p.get("argv", ()))
         return f"{self.name} ({what})" if self.name else what
@@ -143,6 +152,20 @@ class Actions:
 class Rollback:
     strategy: str = ROLLBACK_RESTORE
     notes: str = ""
+
+
+@dataclass(frozen=True)
+class Revert:
+    """``[revert]``: the fix is the inverse of a commit, merged onto today's files (docs/git.md).
+
+    The commit is named by id (``commit``) and/or by the fix whose series it committed
+    (``fix``, found by patch-id, so one manifest serves every fork); ``paths`` restricts it.
+    """
+
+    commit: str = ""
+    fix: str = ""
+    paths: tuple[str, ...] = ()
+    root: str = DEFAULT_ROOT
 
 
 @dataclass(frozen=True)
@@ -175,6 +198,7 @@ class Fix:
     actions: Actions = Actions()
     rollback: Rollback = Rollback()
     changelog: tuple[ChangelogEntry, ...] = ()
+    revert: Revert | None = None
 
     @property
     def is_inactive(self) -> bool:
@@ -217,6 +241,9 @@ class Fix:
             "verification": [c.to_request() for c in self.verification],
             "actions": {"purge_pycache": self.actions.purge_pycache},
             "rollback": {"strategy": self.rollback.strategy, "notes": self.rollback.notes},
+            "revert": None if self.revert is None else {
+                "commit": self.revert.commit, "fix": self.revert.fix,
+                "paths": list(self.revert.paths), "root": self.revert.root},
             "changelog": [
                 {"version": c.version, "date": c.date, "base_release": c.base_release, "summary": c.summary}
                 for c in self.changelog
@@ -231,6 +258,8 @@ class Fix:
             seen.setdefault(self.upstream.root, None)
         for patch in self.patches:
             seen.setdefault(patch.root, None)
+        if self.revert is not None:
+            seen.setdefault(self.revert.root, None)
         for check in self.checks:
             seen.setdefault(str(check.get("root", self.upstream.root)), None)
         return tuple(seen)

@@ -13,6 +13,7 @@ from typing import Any, Iterable
 
 from .catalog import Catalog
 from .errors import ManifestError, UsageError
+from .gitrepo import patch_id
 from .model import Fix
 from .series import parse_patch
 
@@ -55,7 +56,8 @@ def fixes_for_rollback(catalog: Catalog, names: Iterable[str], *,
 
 def build_request(catalog: Catalog, fixes: list[Fix], *, op: str, roots: dict[str, str],
                   state_root: str, python: str | None, dry_run: bool = False,
-                  force: bool = False, lock_timeout: float = 30.0) -> dict[str, Any]:
+                  force: bool = False, lock_timeout: float = 30.0,
+                  commit: bool = False) -> dict[str, Any]:
     """The engine request for ``op`` over ``fixes`` (already in the order the op needs)."""
     if op not in OPS:
         raise UsageError(f"unknown operation '{op}'; use one of {', '.join(OPS)}", op=op)
@@ -80,8 +82,9 @@ def build_request(catalog: Catalog, fixes: list[Fix], *, op: str, roots: dict[st
         "state_root": state_root,
         "python": python,
         "lock_timeout": float(lock_timeout),
-        "fixes": [fix_request(fix) for fix in fixes],
-        "dependencies": [fix_request(dep) for dep in _outside_dependencies(catalog, fixes)],
+        "fixes": [fix_request(fix, catalog) for fix in fixes],
+        "dependencies": [fix_request(dep, catalog) for dep in _outside_dependencies(catalog, fixes)],
+        "commit": bool(commit),
     }
 
 
@@ -97,8 +100,43 @@ def _outside_dependencies(catalog: Catalog, fixes: list[Fix]) -> list[Fix]:
     return list(out.values())
 
 
-def fix_request(fix: Fix) -> dict[str, Any]:
-    """One FIX object of the request."""
+def fix_request(fix: Fix, catalog: Catalog | None = None) -> dict[str, Any]:
+    """One FIX object of the request; ``catalog`` resolves the fixes a revert or a git check
+    names (their series' patch-ids travel in the request, so the host needs no catalog)."""
+    patches, files = _series(fix)
+    release = None
+    if fix.upstream.releases:
+        release = {"root": fix.upstream.root, "versions": list(fix.upstream.releases)}
+    revert = None
+    if fix.revert is not None:
+        revert = {"root": fix.revert.root, "commit": fix.revert.commit or None,
+                  "fix": fix.revert.fix or None, "paths": list(fix.revert.paths),
+                  "own_series": bool(files)}
+        if fix.revert.fix:
+            named = _named(catalog, fix, fix.revert.fix, "revert.fix")
+            revert.update(_commit_of(named))
+            if not files:  # outside git: the named fix's series, reversed
+                files = [_reversed(rec) for rec in reversed(_series(named)[1])]
+    return {
+        "name": fix.name,
+        "version": fix.version,
+        "title": fix.title,
+        "rationale": fix.rationale,
+        "requires": list(fix.depends_on),
+        "release": release,
+        "patches": patches,
+        "files": files,
+        "revert": revert,
+        "preconditions": [_check(c, fix, catalog) for c in fix.preconditions],
+        "verification": [_check(c, fix, catalog) for c in fix.verification],
+        "actions": {"purge_pycache": fix.actions.purge_pycache},
+        "scripts": _scripts(fix),
+        "rollback": {"strategy": fix.rollback.strategy},
+    }
+
+
+def _series(fix: Fix) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The fix's patches (file, sha256) and their FILE records."""
     patches: list[dict[str, Any]] = []
     files: list[dict[str, Any]] = []
     for ref in fix.patches:
@@ -110,23 +148,45 @@ def fix_request(fix: Fix) -> dict[str, Any]:
                                 key="patches") from None
         patches.append({"file": ref.file, "sha256": hashlib.sha256(data).hexdigest()})
         files.extend(parse_patch(ref.path, ref.root))
-    release = None
-    if fix.upstream.releases:
-        release = {"root": fix.upstream.root, "versions": list(fix.upstream.releases)}
-    return {
-        "name": fix.name,
-        "version": fix.version,
-        "title": fix.title,
-        "requires": list(fix.depends_on),
-        "release": release,
-        "patches": patches,
-        "files": files,
-        "preconditions": [c.to_request() for c in fix.preconditions],
-        "verification": [c.to_request() for c in fix.verification],
-        "actions": {"purge_pycache": fix.actions.purge_pycache},
-        "scripts": _scripts(fix),
-        "rollback": {"strategy": fix.rollback.strategy},
-    }
+    return patches, files
+
+
+def _named(catalog: Catalog | None, fix: Fix, name: str, key: str) -> Fix:
+    if catalog is None:
+        raise UsageError(f"fix '{fix.name}' names fix '{name}' ({key}); build its request with "
+                         "the catalog", fix=fix.name)
+    if name not in catalog.names():
+        raise ManifestError(f"{fix.manifest_path}: {key} names fix '{name}', which the catalog "
+                            f"{catalog.root} does not hold (key '{key}'). Fix the name",
+                            file=str(fix.manifest_path), key=key)
+    return catalog.get(name)
+
+
+def _commit_of(named: Fix) -> dict[str, Any]:
+    """How the engine finds the commit holding ``named``'s series: its patch-id, and the
+    files to look at (so only commits touching them are read)."""
+    text = "".join(ref.path.read_text(encoding="utf-8", errors="surrogateescape")
+                   for ref in named.patches)
+    pid = patch_id(text)
+    paths = sorted({rec["path"] for rec in _series(named)[1]})
+    return {"patch_ids": [pid] if pid else [], "fix_paths": paths}
+
+
+def _check(check: Any, fix: Fix, catalog: Catalog | None) -> dict[str, Any]:
+    out = check.to_request()
+    if check.kind == "git-contains" and check.get("fix"):
+        out.update(_commit_of(_named(catalog, fix, str(check.get("fix")), "preconditions.fix")))
+    return out
+
+
+def _reversed(rec: dict[str, Any]) -> dict[str, Any]:
+    """A FILE record undone: sides swapped, creations become deletions."""
+    flip = {"+": "-", "-": "+", " ": " "}
+    op = {"create": "delete", "delete": "create"}.get(rec["op"], rec["op"])
+    hunks = [{"old_start": h["new_start"], "old_count": h["new_count"],
+              "new_start": h["old_start"], "new_count": h["old_count"],
+              "lines": [[flip[k], t] for k, t in h["lines"]]} for h in rec["hunks"]]
+    return dict(rec, op=op, hunks=hunks)
 
 
 def _scripts(fix: Fix) -> dict[str, str]:

@@ -14,6 +14,8 @@ from .common import State, emit_result, json_option, pass_state, require_names, 
 @click.option("--dry-run", "-n", is_flag=True, help="Check and show the diff and hunk placement; write nothing.")
 @click.option("--with-deps", is_flag=True, help="Also apply the fixes these depend on.")
 @click.option("--allow-inactive", is_flag=True, help="Allow applying a dead or superseded fix.")
+@click.option("--commit", "commit", is_flag=True,
+              help="Record each fix as a commit (Patchkit-Fix trailers) in the target's git checkout.")
 @json_option
 @pass_state
 def apply(
@@ -26,6 +28,7 @@ def apply(
     dry_run: bool,
     with_deps: bool,
     allow_inactive: bool,
+    commit: bool,
     as_json: bool,
 ) -> int:
     """Apply FIXES to the target, all or nothing."""
@@ -40,6 +43,7 @@ def apply(
             with_deps=with_deps,
             allow_inactive=allow_inactive,
             lock_timeout=lock_timeout,
+            commit=commit,
         )
     return emit_result(result, as_json)
 

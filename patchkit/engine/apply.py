@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 from ..errors import (ConflictError, PreconditionFailed, TargetFileMissing, VerificationFailed,
                       VersionMismatch)
-from . import auto
+from . import auto, gitcommit, revert
 from .checks import CheckContext, failure_lines, run_check
 from .fsops import read_bytes
 from .hunks import Placement, apply_change, decode, encode, sha256_bytes
@@ -29,6 +29,8 @@ class FixPlan:
     placements: Dict[Key, List[Placement]] = field(default_factory=dict)
     verification: List[Dict[str, Any]] = field(default_factory=list)
     created_dirs: List[str] = field(default_factory=list)
+    source: Optional[revert.Source] = None  # the commit a revert fix undoes (git roots)
+    commits: List[Dict[str, str]] = field(default_factory=list)  # apply --commit: {root, sha}
 
 
 def file_op(before: Optional[bytes], after: Optional[bytes]) -> str:
@@ -45,8 +47,32 @@ def fix_result(plan: FixPlan, outcome: str) -> Dict[str, Any]:
                       "before_sha256": sha256_bytes(before), "after_sha256": sha256_bytes(after),
                       "hunks": [p.to_dict() for p in plan.placements.get(key, [])],
                       "diff": unified_diff(key[1], before, after)})
-    return {"name": plan.spec.name, "version": plan.spec.version, "outcome": outcome, "files": files,
-            "preconditions": plan.preconditions, "verification": plan.verification}
+    out = {"name": plan.spec.name, "version": plan.spec.version, "outcome": outcome, "files": files,
+           "preconditions": plan.preconditions, "verification": plan.verification}
+    if plan.source is not None:
+        out["revert"] = {"root": plan.source.root, "commit": plan.source.sha,
+                         "title": plan.source.title, "found_by": plan.source.found_by}
+    if plan.commits:
+        out["commits"] = list(plan.commits)
+    return out
+
+
+Sources = Dict[str, Tuple[Optional[revert.Source], Dict[str, Any]]]
+
+
+def touched(spec: FixSpec, sources: Sources) -> List[Tuple[str, str, str]]:
+    """(root, path, first op) of each file the fix changes: a revert's from its commit on a git
+    root, else the request's FILE records (for a revert: the fallback series)."""
+    if spec.name in sources:
+        src, check = sources[spec.name]
+        if src is not None:
+            return [(src.root, f.path, "revert") for f in src.files]
+        if not check["ok"]:
+            return []
+    out: Dict[Key, str] = {}
+    for change in spec.files:
+        out.setdefault((change.root, change.path), change.op)
+    return [(k[0], k[1], op) for k, op in out.items()]
 
 
 def raise_preconditions(failures: List[Dict[str, Any]], results: List[Dict[str, Any]],
@@ -84,10 +110,11 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
                 fix=spec.name, applied_version=rec.get("version"), version=spec.version)
     check_patch_paths(req.roots, list(todo) + list(req.dependencies))
     ws = Workspace(req.roots)
+    sources: Sources = {s.name: revert.resolve(s, req.roots) for s in todo if s.revert is not None}
     for spec in todo:
-        for change in spec.files:
-            ws.entry(change.root, change.path)
-    plans = _plan(req, store, state, ws, todo)
+        for root, path, _op in touched(spec, sources):
+            ws.entry(root, path)
+    plans = _plan(req, store, state, ws, todo, sources)
     if not req.dry_run and plans:
         _write(req, store, state, ws, plans)
     for plan in plans:
@@ -96,7 +123,7 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
 
 
 def _plan(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
-          todo: List[FixSpec]) -> List[FixPlan]:
+          todo: List[FixSpec], sources: Sources) -> List[FixPlan]:
     recorded = {f["name"]: f for f in state.get("fixes", [])}
     planned: Set[str] = set()
     dependencies = {d.name: d for d in req.dependencies}
@@ -108,9 +135,10 @@ def _plan(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
 
     after_hashes = recorded_after_hashes(state)
     release_cache: Dict[str, Any] = {}
-    changes = auto.git_changes([ws.entry(c.root, c.path) for spec in todo for c in spec.files], req.roots)
+    changes = auto.git_changes([ws.entry(r, p) for spec in todo for r, p, _ in touched(spec, sources)],
+                               req.roots)
     writable: Dict[str, Optional[str]] = {}
-    touched: Set[Key] = set()
+    done: Set[Key] = set()
     failures: List[Dict[str, Any]] = []
     results: List[Dict[str, Any]] = []
     plans: List[FixPlan] = []
@@ -119,23 +147,24 @@ def _plan(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
         if spec.release is not None:
             pre.append(auto.release_check(spec, req.roots, release_cache))
         pre.extend(auto.requires_check(spec, recorded, planned, dependencies, read_any))
-        first_op: Dict[Key, str] = {}
-        for change in spec.files:
-            first_op.setdefault((change.root, change.path), change.op)
+        source = sources[spec.name][0] if spec.name in sources else None
+        if spec.name in sources:
+            pre.append(sources[spec.name][1])
+        first_op = {(r, p): op for r, p, op in touched(spec, sources)}
         keys = list(first_op)
         for key in keys:
-            missing = auto.presence_check(ws.entry(*key), first_op[key])
+            missing = None if first_op[key] == "revert" else auto.presence_check(ws.entry(*key), first_op[key])
             if missing:
                 pre.append(missing)
-        fresh = [ws.entry(*k) for k in keys if k not in touched]
-        pre.extend(auto.git_clean_checks(fresh, req.roots, after_hashes, changes))
+        fresh = [ws.entry(*k) for k in keys if k not in done]
+        pre.extend(auto.git_clean_checks(fresh, req.roots, after_hashes, changes, strict=req.commit))
         dirs = [(ws.entry(*k).where, os.path.dirname(ws.entry(*k).abs)) for k in keys]
         if n == 0:
             dirs.append(("state", store.dir if store.exists() else store.root))
         pre.extend(auto.writable_checks(dirs, writable))
         ctx = CheckContext(spec.name, req.roots, req.python, spec.scripts, ws.read)
         pre.extend(run_check(check, ctx) for check in spec.preconditions)
-        plan = FixPlan(spec, pre, keys=keys)
+        plan = FixPlan(spec, pre, keys=keys, source=source)
         failed = [dict(r, fix=spec.name) for r in pre if not r["ok"]]
         results.append({"name": spec.name, "version": spec.version, "preconditions": pre})
         if failed:
@@ -144,7 +173,14 @@ def _plan(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
         for key in keys:
             e = ws.entry(*key)
             plan.before[key] = (e.current, e.mode)
-        for change in spec.files:
+        try:
+            if source is not None:
+                _revert(plan, source, ws)
+        except ConflictError:
+            if failures:
+                raise_preconditions(failures, results, writable, req.roots)
+            raise
+        for change in (spec.files if source is None else ()):
             e = ws.entry(change.root, change.path)
             try:
                 new, placed = apply_change(None if e.current is None else decode(e.current), change)
@@ -163,12 +199,33 @@ def _plan(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
         for key in keys:
             e = ws.entry(*key)
             plan.after[key] = (e.current, e.mode)
-        touched.update(keys)
+        done.update(keys)
         planned.add(spec.name)
         plans.append(plan)
     if failures:
         raise_preconditions(failures, results, writable, req.roots)
     return plans
+
+
+def _revert(plan: FixPlan, source: revert.Source, ws: Workspace) -> None:
+    """Undo the commit's change in memory, file by file; say which later commits were kept."""
+    kept: List[str] = []
+    for f in source.files:
+        e = ws.entry(source.root, f.path)
+        new = revert.revert_file(plan.spec.name, source, f, e.current)
+        e.current = new
+        if new is None:
+            e.mode = None
+        elif e.mode is None:
+            e.mode = 0o644
+        kept.extend(c for c in source.checkout.commits_touching(source.sha, f.repo_path) if c not in kept)
+    if kept:
+        check = plan.preconditions[-1] if plan.preconditions else None
+        for res in plan.preconditions:
+            if res["kind"] == "git-revert":
+                check = res
+        if check is not None:
+            check["detail"] += "; later commits to its files kept: %s" % "; ".join(kept)
 
 
 def _write(req: Request, store: Store, state: Dict[str, Any], ws: Workspace, plans: List[FixPlan]) -> None:
@@ -201,14 +258,42 @@ def _write(req: Request, store: Store, state: Dict[str, Any], ws: Workspace, pla
                 fixes=[{"name": p.spec.name, "version": p.spec.version, "verification": p.verification}
                        for p in plans])
 
+    cos, items, entries = _commit_items(req, plans) if req.commit else ({}, [], [])
+
     def commit(txn: str) -> Dict[str, Any]:
+        if entries:
+            made = gitcommit.make(cos, items, entries, txn)
+            for plan in plans:
+                plan.commits = made.get(plan.spec.name, [])
         new_state = dict(state)
         new_state["fixes"] = list(state.get("fixes", [])) + [_record(req, p, txn) for p in plans]
         return new_state
 
     run_transaction(store, "apply", [p.spec.name for p in plans], writes, backups,
                     purge=any(p.spec.purge_pycache for p in plans), verify=verify, commit=commit,
-                    versions={p.spec.name: p.spec.version for p in plans})
+                    versions={p.spec.name: p.spec.version for p in plans},
+                    journal_extra={"git_commits": entries} if entries else None)
+
+
+def _commit_items(req: Request, plans: List[FixPlan]):
+    """apply --commit: one commit per fix and git root, holding that fix's bytes."""
+    names = sorted({k[0] for p in plans for k in p.keys})
+    cos = gitcommit.checkouts(req.roots, names)
+    items: List[gitcommit.Item] = []
+    for plan in plans:
+        spec = plan.spec
+        extra = ["This reverts commit %s." % plan.source.sha, ""] if plan.source else []
+        text = gitcommit.message(spec.title, spec.rationale, spec.name, spec.version, spec.patches,
+                                 extra)
+        for name in names:
+            if name not in cos:
+                continue
+            root = req.roots.get(name)
+            changes = tuple(gitcommit.Change(cos[name].rel(root.mapped(k[1])), *plan.after[k])
+                            for k in plan.keys if k[0] == name and plan.after[k] != plan.before[k])
+            if changes:
+                items.append(gitcommit.Item(spec.name, name, text, changes))
+    return cos, items, gitcommit.journal_entries(cos, items)
 
 
 def _record(req: Request, plan: FixPlan, txn: str) -> Dict[str, Any]:
@@ -227,4 +312,7 @@ def _record(req: Request, plan: FixPlan, txn: str) -> Dict[str, Any]:
             "created_dirs": plan.created_dirs, "verification": plan.verification,
             "backup_dir": ".patchkit/backups/%s" % spec.name,
             "rollback": {"strategy": spec.strategy}, "purge_pycache": spec.purge_pycache,
+            "commits": list(plan.commits),
+            "revert": ({"root": plan.source.root, "commit": plan.source.sha}
+                       if plan.source is not None else None),
             "roots": {r.name: r.path for r in req.roots}}

@@ -116,8 +116,9 @@ def git_changes(entries: List[Entry], roots: Roots) -> Dict[str, gitcli.Changes]
 
 
 def git_clean_checks(entries: List[Entry], roots: Roots, recorded: Dict[Tuple[str, str], Set[str]],
-                     changes: Dict[str, gitcli.Changes]) -> List[Dict[str, Any]]:
-    """Touched files must match HEAD, or the bytes patchkit itself wrote there earlier."""
+                     changes: Dict[str, gitcli.Changes], strict: bool = False) -> List[Dict[str, Any]]:
+    """Touched files must match HEAD, or the bytes patchkit itself wrote there earlier; with
+    ``strict`` (apply --commit) HEAD only, as the commit would take in the earlier change too."""
     out = []
     for e in entries:
         found = changes[e.root]
@@ -132,6 +133,11 @@ def git_clean_checks(entries: List[Entry], roots: Roots, recorded: Dict[Tuple[st
         ours = sha256_bytes(e.original) in recorded.get((e.root, e.path), set())
         if code is None:
             detail = "unmodified against HEAD"
+        elif ours and strict:
+            ours = False
+            detail = ("%s differs from HEAD by a fix patchkit applied without --commit, which this "
+                      "commit would take in; roll that fix back, or apply it with --commit first"
+                      % e.where)
         elif ours:
             detail = "differs from HEAD only by a fix patchkit applied"
         else:

@@ -24,7 +24,8 @@ Reader = Callable[[str, str], Optional[bytes]]
 
 DEFAULT_TIMEOUT = 300.0
 OUTPUT_LIMIT = 4000
-KINDS = ("grep", "sha256", "python-syntax", "bash-syntax", "python-import", "python-script", "command")
+KINDS = ("grep", "sha256", "python-syntax", "bash-syntax", "python-import", "python-script", "command",
+         "git-contains", "git-descends-from")
 
 
 @dataclass(frozen=True)
@@ -221,6 +222,71 @@ def _command(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
     return result("command", name, failure is None, failure or "exit %d" % expect, root.name)
 
 
+def _git_checkout(check: Dict[str, Any], ctx: CheckContext):
+    from .gitops import checkout_of  # git checks only; keeps the plain checks free of git
+
+    root = ctx.roots.get(str(_need(check, "root", ctx.fix)))
+    co = checkout_of(root.path)
+    if co is None:
+        return root, None, "root %s (%s) is not a git checkout" % (root.name, root.path)
+    if co.head() is None:
+        return root, None, "root %s has no commit at HEAD" % root.name
+    return root, co, ""
+
+
+def _git_contains(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
+    want = bool(check.get("present", True))
+    what = ("commit %s" % check["commit"] if check.get("commit")
+            else "the commit of fix %s" % _need(check, "fix", ctx.fix))
+    name = check.get("name") or "HEAD %s %s" % ("contains" if want else "does not contain", what)
+    root, co, why = _git_checkout(check, ctx)
+    if co is None:
+        return result("git-contains", name, False, why, root.name)
+    head = co.head() or ""
+    found: List[str] = []
+    if check.get("commit"):
+        sha = co.rev(str(check["commit"]))
+        if sha is not None and co.is_ancestor(sha, head):
+            found = [sha]
+        elif sha is None and want:
+            return result("git-contains", name, False, "commit %s does not exist in %s; fetch it or "
+                          "check the id" % (check["commit"], co.top), root.name)
+    else:
+        paths = [co.rel(root.mapped(p)) for p in check.get("fix_paths") or []]
+        found = co.find_by_patch_id(list(check.get("patch_ids") or []), paths)
+    has = bool(found)
+    if has:
+        detail = "HEAD %s contains %s: %s" % (head[:12], what, co.describe(found[0]))
+    else:
+        detail = "%s is not in the history of HEAD (%s)" % (what, head[:12])
+    if has != want:
+        detail += "; the fix needs it %s" % ("there: apply or cherry-pick it first" if want
+                                             else "absent: revert it first")
+    return result("git-contains", name, has == want, detail, root.name)
+
+
+def _git_descends_from(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
+    ref = str(check.get("tag") or _need(check, "commit", ctx.fix))
+    what = "tag %s" % ref if check.get("tag") else "commit %s" % ref
+    name = check.get("name") or "HEAD is at or descends from %s" % what
+    root, co, why = _git_checkout(check, ctx)
+    if co is None:
+        return result("git-descends-from", name, False, why, root.name)
+    sha = co.rev(ref)
+    head = co.head() or ""
+    if sha is None:
+        return result("git-descends-from", name, False, "%s does not exist in %s; fetch it (git "
+                      "fetch --tags) or fix the name" % (what, co.top), root.name)
+    if co.is_ancestor(sha, head):
+        at = "is at" if sha == head else "descends from"
+        return result("git-descends-from", name, True, "HEAD %s %s %s" % (head[:12], at, what),
+                      root.name)
+    return result("git-descends-from", name, False, "HEAD %s (%s) does not descend from %s (%s); "
+                  "check out a branch based on it" % (head[:12], co.describe(head), what, sha[:12]),
+                  root.name)
+
+
 _RUNNERS = {"grep": _grep, "sha256": _sha256, "python-syntax": _python_syntax,
             "bash-syntax": _bash_syntax, "python-import": _python_import,
-            "python-script": _python_script, "command": _command}
+            "python-script": _python_script, "command": _command,
+            "git-contains": _git_contains, "git-descends-from": _git_descends_from}

@@ -17,15 +17,18 @@ TIMEOUT = 120.0
 _REPO_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_NAMESPACE")
 
 
-def _git(root: str, args: List[str]) -> Optional[subprocess.CompletedProcess]:
-    env = dict(os.environ)
-    env["GIT_OPTIONAL_LOCKS"] = "0"  # never rewrite the index of the target while looking
-    env.pop("PATCHKIT_FAULT", None)
+def _git(root: str, args: List[str], stdin: Optional[bytes] = None,
+         env: Optional[Dict[str, str]] = None) -> Optional[subprocess.CompletedProcess]:
+    full = dict(os.environ)
+    full["GIT_OPTIONAL_LOCKS"] = "0"  # never rewrite the index of the target while looking
+    full.pop("PATCHKIT_FAULT", None)
     for name in _REPO_VARS:
-        env.pop(name, None)
+        full.pop(name, None)
+    full.update(env or {})
     try:
-        return subprocess.run(["git", "-C", root] + args, stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+        return subprocess.run(["git", "-C", root] + args,
+                              input=stdin if stdin is not None else b"",
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=full,
                               timeout=TIMEOUT)
     except (OSError, subprocess.TimeoutExpired):
         return None

@@ -29,6 +29,8 @@ class FixSpec:
     purge_pycache: bool
     scripts: Dict[str, str]
     strategy: str
+    rationale: str = ""  # the commit message body of apply --commit
+    revert: Optional[Dict[str, Any]] = None  # a revert fix: {root, commit, fix, patch_ids, ...}
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class Request:
     lock_timeout: float
     fixes: Tuple[FixSpec, ...]
     dependencies: Tuple[FixSpec, ...]  # required fixes not in ``fixes``: looked for, never written
+    commit: bool = False  # apply: record each fix as a commit in its git roots
 
 
 def _checks(value: Any, fix: str, key: str) -> Tuple[Dict[str, Any], ...]:
@@ -69,6 +72,11 @@ def parse_fix(data: Any) -> FixSpec:
         raise UsageError("fix %s: rollback strategy %r; use restore or reverse" % (name, strategy),
                          fix=name)
     files = tuple(FileChange.from_dict(f, name) for f in (data.get("files") or []))
+    revert = data.get("revert")
+    if revert is not None and (not isinstance(revert, dict) or not (revert.get("commit") or
+                                                                    revert.get("fix"))):
+        raise UsageError("fix %s: revert must be null or {root, commit and/or fix, ...}; rebuild "
+                         "the request with patchkit.plan" % name, fix=name)
     return FixSpec(
         name=name, version=version, title=str(data.get("title", "")),
         requires=tuple(str(r) for r in (data.get("requires") or [])),
@@ -77,7 +85,7 @@ def parse_fix(data: Any) -> FixSpec:
         verification=_checks(data.get("verification"), name, "verification"),
         purge_pycache=bool((data.get("actions") or {}).get("purge_pycache", True)),
         scripts={str(k): str(v) for k, v in (data.get("scripts") or {}).items()},
-        strategy=strategy)
+        strategy=strategy, revert=revert, rationale=str(data.get("rationale") or ""))
 
 
 def parse_request(data: Any) -> Request:
@@ -105,7 +113,8 @@ def parse_request(data: Any) -> Request:
         raise UsageError("lock_timeout %r is not a number" % data.get("lock_timeout")) from None
     return Request(op=op, dry_run=bool(data.get("dry_run", False)), force=bool(data.get("force", False)),
                    roots=roots, state_root=state_root, python=str(data.get("python") or sys.executable),
-                   lock_timeout=lock_timeout, fixes=tuple(fixes), dependencies=tuple(dependencies))
+                   lock_timeout=lock_timeout, fixes=tuple(fixes), dependencies=tuple(dependencies),
+                   commit=bool(data.get("commit", False)))
 
 
 def _list(data: Dict[str, Any], key: str) -> List[Any]:

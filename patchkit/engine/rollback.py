@@ -9,11 +9,11 @@ refused as drift unless ``force``. Originals come from the backups kept at apply
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from ..errors import (ConflictError, DriftError, NotApplied, PreconditionFailed, TargetError,
                       VersionMismatch)
-from . import auto
+from . import auto, gitcli, gitcommit, revert
 from .apply import FixPlan, fix_result
 from .fsops import read_bytes
 from .hunks import apply_change, decode, encode, sha256_bytes
@@ -36,22 +36,42 @@ def rollback(req: Request, store: Store) -> List[Dict[str, Any]]:
     ws = Workspace(req.roots)
     drift: List[Dict[str, Any]] = []
     plans: List[FixPlan] = []
+    reverts: List[Tuple[FixPlan, List[revert.Source]]] = []
     order = {f["name"]: i for i, f in enumerate(state.get("fixes", []))}
     # newest first: each fix then finds its files as it left them, once the later fixes of
     # this request that touched the same files are (in memory) rolled back
     for spec in sorted(req.fixes, key=lambda s: -order[s.name]):
         rec = recorded[spec.name]
         plan = FixPlan(spec, [])
+        sources = _committed(req, rec)
+        git_roots = {src.root for src in sources}
+        dirty = _uncommitted(req, rec, git_roots)
         for f in rec.get("files", []):
             key = (f["root"], f["path"])
             e = ws.entry(*key)
             plan.keys.append(key)
             plan.before[key] = (e.current, e.mode)
             have = sha256_bytes(e.current)
-            if have != f.get("after_sha256"):
+            # a committed file may have moved on with later commits (the revert keeps them);
+            # only uncommitted changes to it are drift
+            moved = key in dirty if key[0] in git_roots else have != f.get("after_sha256")
+            if moved:
                 drift.append({"fix": spec.name, "root": key[0], "path": key[1],
                               "recorded_sha256": f.get("after_sha256"), "current_sha256": have})
-        if spec.strategy == "reverse":
+        if sources:
+            for src in sources:
+                for rf in src.files:
+                    e = ws.entry(src.root, rf.path)
+                    if (src.root, rf.path) not in plan.keys:
+                        plan.keys.append((src.root, rf.path))
+                        plan.before[(src.root, rf.path)] = (e.current, e.mode)
+                    e.current = revert.revert_file(spec.name, src, rf, e.current)
+                    e.mode = None if e.current is None else (e.mode or 0o644)
+            _restore(store, ws, dict(rec, files=[f for f in rec.get("files", [])
+                                                 if f["root"] not in git_roots]))
+            plan.source = sources[0]
+            reverts.append((plan, sources))
+        elif spec.strategy == "reverse":
             if int(rec.get("version", 0)) != spec.version:
                 raise VersionMismatch(
                     "fix %s version %s is applied but the catalog has version %d; reverse rollback "
@@ -97,11 +117,22 @@ def rollback(req: Request, store: Store) -> List[Dict[str, Any]]:
             new_state["fixes"] = [f for f in state.get("fixes", []) if f["name"] not in names]
             return new_state
 
+        cos, items = _revert_items(req, recorded, reverts)
+        entries = gitcommit.journal_entries(cos, items)
+
+        def commit_all(txn: str) -> Dict[str, Any]:
+            if entries:
+                made = gitcommit.make(cos, items, entries, txn)
+                for plan, _ in reverts:
+                    plan.commits = made.get(plan.spec.name, [])
+            return commit(txn)
+
         purge = any(spec.purge_pycache or recorded[spec.name].get("purge_pycache", True)
                     for spec in req.fixes)
         run_transaction(store, "rollback", names, writes, {}, purge=purge, verify=lambda: None,
-                        commit=commit, versions={n: recorded[n].get("version") for n in names},
-                        remove_dirs=[d for n in names for d in recorded[n].get("created_dirs") or []])
+                        commit=commit_all, versions={n: recorded[n].get("version") for n in names},
+                        remove_dirs=[d for n in names for d in recorded[n].get("created_dirs") or []],
+                        journal_extra={"git_commits": entries} if entries else None)
     outcome = "would-roll-back" if req.dry_run else "rolled-back"
     out = {}
     for plan in plans:
@@ -109,6 +140,64 @@ def rollback(req: Request, store: Store) -> List[Dict[str, Any]]:
         res["version"] = recorded[plan.spec.name].get("version")
         out[plan.spec.name] = res
     return [out[n] for n in names]
+
+
+def _committed(req: Request, rec: Dict[str, Any]) -> List[revert.Source]:
+    """The commits ``apply --commit`` made for a fix, as sources to revert (none: restore).
+
+    With ``force`` a commit no longer in HEAD's history is passed over: the bytes kept at
+    apply are restored instead, and no revert commit is made for it.
+    """
+    commits = rec.get("commits") or []
+    cos = gitcommit.checkouts(req.roots, [c["root"] for c in commits if c["root"] in
+                                          {r.name for r in req.roots}])
+    if not req.force:
+        gitcommit.refuse_unrecorded(rec["name"], commits, cos)
+    out = []
+    for c in commits:
+        co = cos.get(c["root"])
+        if co is None or not co.is_ancestor(c["sha"]):
+            continue
+        parent = co.parents(c["sha"])[0]
+        root = req.roots.get(c["root"])
+        files = []
+        for status, repo_path in co.changed_files(c["sha"], parent, [co.prefix or "."]):
+            rel = repo_path[len(co.prefix):]
+            if root.layout == "package" and rel.startswith("sglang/"):
+                rel = "python/" + rel
+            files.append(revert.RevertFile(status if status in "AD" else "M", repo_path, rel))
+        out.append(revert.Source(c["root"], co, c["sha"], parent, co.describe(c["sha"]),
+                                 "recorded by apply --commit", tuple(files)))
+    return out
+
+
+def _uncommitted(req: Request, rec: Dict[str, Any], git_roots: Set[str]) -> Set[Tuple[str, str]]:
+    """The fix's files in committed roots that have uncommitted changes (one git status each)."""
+    out: Set[Tuple[str, str]] = set()
+    for name in git_roots:
+        root = req.roots.get(name)
+        paths = {root.mapped(f["path"]): f["path"] for f in rec.get("files", []) if f["root"] == name}
+        found = gitcli.changed_paths(root.path, list(paths))
+        out.update((name, paths[rel]) for rel in found.changed if rel in paths)
+    return out
+
+
+def _revert_items(req: Request, recorded: Dict[str, Dict[str, Any]],
+                  reverts: List[Tuple[FixPlan, List[revert.Source]]]):
+    """One revert commit per committed fix and root, like ``git revert --no-edit``."""
+    cos = {src.root: src.checkout for _, sources in reverts for src in sources}
+    items: List[gitcommit.Item] = []
+    for plan, sources in reverts:
+        rec = recorded[plan.spec.name]
+        for src in sources:
+            subject = src.title.split(" ", 1)[1] if " " in src.title else src.title
+            text = gitcommit.message('Revert "%s"' % subject, "This reverts commit %s." % src.sha,
+                                     rec["name"], int(rec.get("version") or 0),
+                                     rec.get("patches") or [], ["Patchkit-Rollback: yes"])
+            changes = tuple(gitcommit.Change(rf.repo_path, *plan.after[(src.root, rf.path)])
+                            for rf in src.files)
+            items.append(gitcommit.Item(rec["name"], src.root, text, changes))
+    return cos, items
 
 
 def _refuse_blocked(state: Dict[str, Any], names: List[str]) -> None:

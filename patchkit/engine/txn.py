@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..errors import TargetError
+from . import gitcommit
 from .faults import fault
 from .fsops import (atomic_write, file_mode, fsync_dir, make_dirs, purge_pycache, read_bytes,
                     remove_empty_dirs, remove_file, temp_name, write_json)
@@ -75,7 +76,8 @@ def run_transaction(store: Store, op: str, fixes: List[str], writes: List[FileWr
                     purge: bool, verify: Callable[[], None],
                     commit: Callable[[str], Dict[str, Any]],
                     versions: Optional[Dict[str, int]] = None,
-                    remove_dirs: Optional[List[str]] = None) -> str:
+                    remove_dirs: Optional[List[str]] = None,
+                    journal_extra: Optional[Dict[str, Any]] = None) -> str:
     """Write ``writes`` all-or-nothing; ``commit(txn_id)`` returns the new state to record.
 
     A failure before the commit point leaves ``.patchkit/`` as it found it (none, if there was
@@ -86,7 +88,7 @@ def run_transaction(store: Store, op: str, fixes: List[str], writes: List[FileWr
     committed = False
     try:
         txn = _transaction(store, op, fixes, writes, fix_backups, purge, verify, commit,
-                           versions, remove_dirs)
+                           versions, remove_dirs, journal_extra or {})
         committed = True
         return txn
     finally:
@@ -101,7 +103,8 @@ def run_transaction(store: Store, op: str, fixes: List[str], writes: List[FileWr
 def _transaction(store: Store, op: str, fixes: List[str], writes: List[FileWrite],
                  fix_backups: Dict[str, List[Tuple[str, str, bytes]]], purge: bool,
                  verify: Callable[[], None], commit: Callable[[str], Dict[str, Any]],
-                 versions: Optional[Dict[str, int]], remove_dirs: Optional[List[str]]) -> str:
+                 versions: Optional[Dict[str, int]], remove_dirs: Optional[List[str]],
+                 journal_extra: Dict[str, Any]) -> str:
     txn = new_txn_id()
     tdir = store.path("txn", txn)
     os.makedirs(tdir)
@@ -131,6 +134,7 @@ def _transaction(store: Store, op: str, fixes: List[str], writes: List[FileWrite
     journal = {"format": FORMAT, "txn": txn, "op": op, "fixes": fixes, "versions": versions or {},
                "started_at": utc_now(),
                "state_root": store.root, "files": entries, "created_dirs": created}
+    journal.update(journal_extra)  # e.g. git_commits: HEAD of each root before apply --commit
     fault("journal")
     store.write_journal(journal)
     try:
@@ -163,7 +167,10 @@ def _transaction(store: Store, op: str, fixes: List[str], writes: List[FileWrite
 
 
 def restore(store: Store, journal: Dict[str, Any]) -> None:
-    """Put every file the journal lists back to its ``before`` bytes (or absence)."""
+    """Put every file the journal lists back to its ``before`` bytes (or absence), and HEAD of
+    each git root back where it was if this transaction committed there."""
+    if journal.get("git_commits"):
+        gitcommit.undo(journal)
     for f in journal.get("files", []):
         path = f["abs"]
         tmp = temp_name(path)

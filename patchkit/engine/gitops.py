@@ -1,0 +1,159 @@
+"""The git questions and object writes of revert fixes, git checks and ``--commit``.
+
+Everything goes through the ``git`` CLI of the host (stdlib only, like the rest of the engine).
+Reading is object-level (``cat-file``, ``rev-list``, ``diff-tree``), so nothing here touches a
+work tree; the only writes are new objects, one ``update-ref`` of HEAD that fails if HEAD moved,
+and the index entries of the files patchkit itself wrote.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from ..errors import TargetError
+from . import gitcli
+
+#: Used for commits when the repository (and the environment) configure no identity.
+FALLBACK_NAME = "patchkit"
+FALLBACK_EMAIL = "patchkit@localhost"
+
+
+@dataclass(frozen=True)
+class Checkout:
+    """A root inside a git work tree: where the tree's top is and the root's place in it."""
+
+    root: str  # the root's path as given
+    top: str  # the work tree's top (real path)
+    prefix: str  # the root's path inside the work tree, "" or ending in "/"
+
+    def rel(self, root_rel: str) -> str:
+        """A root-relative path as git names it (relative to the work tree's top)."""
+        return self.prefix + root_rel
+
+    def run(self, args: List[str], stdin: Optional[bytes] = None,
+            env: Optional[Dict[str, str]] = None) -> bytes:
+        proc = gitcli._git(self.top, args, stdin=stdin, env=env)
+        if proc is None:
+            raise TargetError("git did not run in %s (is git installed on the target?)" % self.top,
+                              command=["git"] + args)
+        if proc.returncode != 0:
+            err = proc.stderr.decode("utf-8", "replace").strip()
+            raise TargetError("git %s failed in %s (exit %d): %s"
+                              % (" ".join(args[:3]), self.top, proc.returncode, err or "no output"),
+                              command=["git"] + args, cwd=self.top, exit=proc.returncode, stderr=err)
+        return proc.stdout
+
+    def ok(self, args: List[str]) -> bool:
+        proc = gitcli._git(self.top, args)
+        return proc is not None and proc.returncode == 0
+
+    def rev(self, rev: str) -> Optional[str]:
+        """The commit ``rev`` names (tags peeled), or None."""
+        proc = gitcli._git(self.top, ["rev-parse", "--verify", "--quiet", rev + "^{commit}"])
+        if proc is None or proc.returncode != 0:
+            return None
+        return proc.stdout.decode().strip() or None
+
+    def head(self) -> Optional[str]:
+        return self.rev("HEAD")
+
+    def is_ancestor(self, ancestor: str, of: str = "HEAD") -> bool:
+        return self.ok(["merge-base", "--is-ancestor", ancestor, of])
+
+    def blob(self, rev: str, repo_path: str) -> Optional[bytes]:
+        """The bytes of ``repo_path`` at ``rev``, or None when the commit lacks it."""
+        proc = gitcli._git(self.top, ["cat-file", "blob", "%s:%s" % (rev, repo_path)])
+        if proc is None or proc.returncode != 0:
+            return None
+        return proc.stdout
+
+    def describe(self, sha: str) -> str:
+        """``abbrev subject`` of a commit, for messages."""
+        return self.run(["log", "-1", "--format=%h %s", sha, "--"]).decode("utf-8", "replace").strip()
+
+    def parents(self, sha: str) -> List[str]:
+        return self.run(["rev-list", "--parents", "-n", "1", sha, "--"]).decode().split()[1:]
+
+    def commits_touching(self, since: str, repo_path: str) -> List[str]:
+        """``abbrev subject`` of every commit after ``since`` up to HEAD that changed the file."""
+        out = self.run(["log", "--format=%h %s", "%s..HEAD" % since, "--", repo_path])
+        return [ln for ln in out.decode("utf-8", "replace").splitlines() if ln.strip()]
+
+    def changed_files(self, sha: str, parent: str, repo_paths: Sequence[str]) -> List[Tuple[str, str]]:
+        """(status letter, repo path) of each file ``sha`` changed against ``parent``."""
+        args = ["diff-tree", "-r", "--no-renames", "--name-status", "-z", parent, sha, "--"]
+        fields = self.run(args + list(repo_paths)).decode("utf-8", "surrogateescape").split("\0")
+        out = []
+        for i in range(0, len(fields) - 1, 2):
+            out.append((fields[i][:1], fields[i + 1]))
+        return out
+
+    def find_by_patch_id(self, patch_ids: Sequence[str], repo_paths: Sequence[str]) -> List[str]:
+        """Commits of HEAD's history (newest first) whose whole change has one of the patch-ids.
+
+        Only commits touching ``repo_paths`` are looked at, so a fork's history of thousands of
+        commits costs one ``git log`` of those files.
+        """
+        log = self.run(["log", "--full-diff", "-p", "--no-color", "--no-renames",
+                        "--format=commit %H", "HEAD", "--"] + list(repo_paths))
+        ids = self.run(["patch-id", "--stable"], stdin=log).decode().split()
+        wanted = set(patch_ids)
+        return [ids[i + 1] for i in range(0, len(ids) - 1, 2) if ids[i] in wanted]
+
+
+def checkout_of(root_path: str) -> Optional[Checkout]:
+    """The git checkout a root is in, or None (no ``.git`` upwards, or git cannot read it)."""
+    top = gitcli.work_tree_top(root_path)
+    if top is None:
+        return None
+    proc = gitcli._git(root_path, ["rev-parse", "--show-toplevel"])
+    if proc is None or proc.returncode != 0:
+        return None
+    top = os.path.realpath(proc.stdout.decode("utf-8", "surrogateescape").strip())
+    prefix = os.path.relpath(os.path.realpath(root_path), top)
+    return Checkout(root_path, top, "" if prefix == "." else prefix + "/")
+
+
+def merge_file(ours: bytes, base: bytes, theirs: bytes,
+               labels: Tuple[str, str, str]) -> Tuple[bytes, int]:
+    """``git merge-file -p --diff3``: the merged bytes and the number of conflicts."""
+    with tempfile.TemporaryDirectory(prefix="patchkit-merge-") as tmp:
+        names = []
+        for name, data in (("ours", ours), ("base", base), ("theirs", theirs)):
+            path = os.path.join(tmp, name)
+            with open(path, "wb") as fh:
+                fh.write(data)
+            names.append(path)
+        argv = ["git", "merge-file", "-p", "--diff3"]
+        for label in labels:
+            argv += ["-L", label]
+        try:
+            proc = subprocess.run(argv + names, cwd=tmp, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  timeout=gitcli.TIMEOUT)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise TargetError("git merge-file did not run: %s" % exc) from None
+    if proc.returncode < 0 or proc.returncode > 127:
+        raise TargetError("git merge-file failed (exit %d): %s"
+                          % (proc.returncode, proc.stderr.decode("utf-8", "replace").strip()))
+    return proc.stdout, proc.returncode
+
+
+def identity_env(checkout: Checkout) -> Tuple[Dict[str, str], str]:
+    """Environment for a commit, and who it is by: the repository's configured identity, else
+    the environment's, else ``patchkit <patchkit@localhost>``."""
+    env: Dict[str, str] = {}
+    for role in ("AUTHOR", "COMMITTER"):
+        has_env = os.environ.get("GIT_%s_NAME" % role) and os.environ.get("GIT_%s_EMAIL" % role)
+        if has_env:
+            continue
+        configured = checkout.ok(["config", "user.name"]) and checkout.ok(["config", "user.email"])
+        if not configured:
+            env["GIT_%s_NAME" % role] = FALLBACK_NAME
+            env["GIT_%s_EMAIL" % role] = FALLBACK_EMAIL
+    ident = checkout.run(["var", "GIT_COMMITTER_IDENT"], env=env).decode("utf-8", "replace")
+    return env, " ".join(ident.split()[:-2])

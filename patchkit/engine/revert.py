@@ -1,0 +1,195 @@
+"""Revert fixes: the inverse of a commit's change, merged onto today's files (docs/git.md).
+
+A revert never restores an old file: for each file the commit C changed, the new bytes are
+the three-way merge of the current file (ours), C's version (base) and C's parent's version
+(theirs), so every later change to the file is kept. A conflict refuses the whole apply,
+naming the later commits that touched the file and the conflicting lines; nothing is written.
+
+The commit is found by id (``revert.commit``) or, so one manifest serves every fork, by the
+patch-id of the series of the fix it committed (``revert.fix`` with ``patch_ids`` computed by
+the client). A root outside git falls back to the request's FILE records (the named fix's
+series reversed, or the revert fix's own series).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+from ..errors import ConflictError
+from .checks import result
+from .gitops import Checkout, checkout_of, merge_file
+from .hunks import decode, locate, split_lines
+from .paths import PACKAGE, Roots
+from .request import FixSpec
+
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+
+
+@dataclass(frozen=True)
+class RevertFile:
+    status: str  # what C did to the file: A (added), M (modified), D (deleted)
+    repo_path: str  # as git names it
+    path: str  # checkout layout, as the request's FILE records name files
+
+
+@dataclass(frozen=True)
+class Source:
+    """The commit a revert fix undoes, in the checkout of its root."""
+
+    root: str
+    checkout: Checkout
+    sha: str
+    parent: str
+    title: str  # "abbrev subject"
+    found_by: str
+    files: Tuple[RevertFile, ...]
+
+
+def spec_of(fix: FixSpec) -> Dict[str, Any]:
+    return fix.revert or {}
+
+
+def _name(rev: Dict[str, Any]) -> str:
+    if rev.get("commit") and rev.get("fix"):
+        return "commit %s (or the commit of fix %s)" % (rev["commit"], rev["fix"])
+    return "commit %s" % rev["commit"] if rev.get("commit") else "the commit of fix %s" % rev.get("fix")
+
+
+def resolve(fix: FixSpec, roots: Roots) -> Tuple[Optional[Source], Dict[str, Any]]:
+    """The commit to revert and the precondition result saying how it was found.
+
+    ``(None, ok result)``: the root is not a git checkout and the FILE records are the
+    fallback. ``(None, failed result)``: the commit is not there (or no fallback exists).
+    """
+    rev = spec_of(fix)
+    root = roots.get(str(rev.get("root") or "sglang"))
+    label = "revert %s" % _name(rev)
+    checkout = checkout_of(root.path)
+    if checkout is None:
+        if fix.files:
+            return None, result("git-revert", label, True,
+                                "root %s is not a git checkout: reverse-applying %s instead"
+                                % (root.name, "the series of fix %s" % rev["fix"] if rev.get("fix")
+                                   and not rev.get("own_series") else "this fix's own series"),
+                                root.name)
+        return None, result("git-revert", label, False,
+                            "root %s (%s) is not a git checkout, and a revert of %s needs one; "
+                            "name the fix whose series it committed (revert.fix) so patchkit can "
+                            "reverse that series instead" % (root.name, root.path, _name(rev)),
+                            root.name)
+    head = checkout.head()
+    if head is None:
+        return None, result("git-revert", label, False, "root %s has no commit at HEAD" % root.name,
+                            root.name)
+    sha, found_by, missing = None, "", []
+    if rev.get("commit"):
+        cand = checkout.rev(str(rev["commit"]))
+        if cand is None:
+            missing.append("commit %s does not exist in the repository %s" % (rev["commit"], checkout.top))
+        elif not checkout.is_ancestor(cand, head):
+            missing.append("commit %s (%s) is not in the history of HEAD (%s)"
+                           % (rev["commit"], checkout.describe(cand), head[:12]))
+        else:
+            sha, found_by = cand, "commit id %s" % rev["commit"]
+    if sha is None and rev.get("fix"):
+        paths = [checkout.rel(root.mapped(p)) for p in rev.get("fix_paths") or []]
+        found = checkout.find_by_patch_id(list(rev.get("patch_ids") or []), paths)
+        if found:
+            sha, found_by = found[0], "patch-id of fix %s's series" % rev["fix"]
+        else:
+            missing.append("no commit in the history of HEAD (%s) carries the change of fix %s "
+                           "(patch-id %s of its series)"
+                           % (head[:12], rev["fix"], ", ".join(rev.get("patch_ids") or []) or "none"))
+    if sha is None:
+        return None, result("git-revert", label, False, "; ".join(missing) + ": there is nothing "
+                            "to revert in root %s. Check the target's branch, or leave this fix out"
+                            % root.name, root.name)
+    parents = checkout.parents(sha)
+    if len(parents) > 1:
+        return None, result("git-revert", label, False, "%s is a merge commit; patchkit reverts "
+                            "single-parent commits only" % checkout.describe(sha), root.name)
+    parent = parents[0] if parents else EMPTY_TREE
+    wanted = [checkout.rel(root.mapped(p)) for p in rev.get("paths") or []]
+    files = []
+    for status, repo_path in checkout.changed_files(sha, parent, wanted or [checkout.prefix or "."]):
+        if not repo_path.startswith(checkout.prefix):
+            continue
+        rel = repo_path[len(checkout.prefix):]
+        if root.layout == PACKAGE and rel.startswith("sglang/"):
+            rel = "python/" + rel
+        files.append(RevertFile(status if status in "AD" else "M", repo_path, rel))
+    title = checkout.describe(sha)
+    if not files:
+        return None, result("git-revert", label, False, "commit %s changes none of %s in root %s"
+                            % (title, ", ".join(rev.get("paths") or ["its files"]), root.name),
+                            root.name)
+    return Source(root.name, checkout, sha, parent, title, found_by, tuple(files)), \
+        result("git-revert", label, True, "reverts %s (found by %s)" % (title, found_by), root.name)
+
+
+def revert_file(fix: str, src: Source, f: RevertFile, current: Optional[bytes]) -> Optional[bytes]:
+    """The file's bytes with C's change to it undone and every later change kept."""
+    where = "%s:%s" % (src.root, f.path)
+    base = src.checkout.blob(src.sha, f.repo_path) if f.status != "D" else None
+    theirs = src.checkout.blob(src.parent, f.repo_path) if f.status != "A" else None
+    if current == base:
+        return theirs
+    if f.status == "D" and current is None:
+        return theirs
+    if f.status == "A" and current is None:
+        return None
+    if current is None or base is None or theirs is None:
+        what = ("was deleted since" if current is None else
+                "exists again although the commit deleted it" if base is None else
+                "was changed since the commit created it")
+        _refuse(fix, src, f, where, "%s %s" % (where, what), [])
+    assert current is not None and base is not None and theirs is not None
+    short = src.sha[:12]
+    merged, conflicts = merge_file(current, base, theirs, ("current", short, short + "^"))
+    if conflicts:
+        ranges = conflict_ranges(current, merged)
+        lines = ", ".join("%d-%d" % (r["lines"][0], r["lines"][1]) for r in ranges)
+        _refuse(fix, src, f, where, "%s: undoing the commit's change conflicts with later changes "
+                "at line(s) %s of the current file" % (where, lines or "?"), ranges)
+    return merged
+
+
+def _refuse(fix: str, src: Source, f: RevertFile, where: str, what: str,
+            ranges: List[Dict[str, Any]]) -> None:
+    later = src.checkout.commits_touching(src.sha, f.repo_path)
+    raise ConflictError(
+        "fix %s: cannot revert %s: %s. Later commits touching %s: %s. Nothing was written; "
+        "resolve it by hand (git revert %s in the checkout), or write the revert as a series"
+        % (fix, src.title, what, f.path, "; ".join(later) if later else "none (uncommitted changes?)",
+           src.sha[:12]),
+        fix=fix, commit=src.sha, root=src.root, path=f.path, later_commits=later, conflicts=ranges)
+
+
+def conflict_ranges(current: bytes, merged: bytes) -> List[Dict[str, Any]]:
+    """Where each conflict of a ``--diff3`` merge sits in the current file (1-based lines)."""
+    ours_lines = split_lines(decode(current))
+    out: List[Dict[str, Any]] = []
+    section, block, plain_before = None, {"current": [], "commit": [], "before": []}, 0
+    for line in split_lines(decode(merged)):
+        if line.startswith("<<<<<<< "):
+            section = "current"
+        elif section and line.startswith("||||||| "):
+            section = "commit"
+        elif section and line.rstrip("\r\n") == "=======":
+            section = "before"
+        elif section and line.startswith(">>>>>>> "):
+            side = block["current"]
+            at = locate(ours_lines, side, plain_before) if side else None
+            start = (at + 1) if at is not None else plain_before + 1
+            out.append({"lines": [start, start + max(len(side), 1) - 1],
+                        "current": [ln.rstrip("\n") for ln in side],
+                        "commit": [ln.rstrip("\n") for ln in block["commit"]],
+                        "before": [ln.rstrip("\n") for ln in block["before"]]})
+            plain_before = start - 1 + len(side)
+            section, block = None, {"current": [], "commit": [], "before": []}
+        elif section:
+            block[section].append(line)
+        else:
+            plain_before += 1
+    return out

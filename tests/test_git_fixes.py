@@ -1,0 +1,335 @@
+"""Git-aware fixes on real git repositories: revert fixes, ``apply --commit`` and its rollback,
+and the git preconditions (docs/git.md).
+
+Each test builds a small SGLang-like checkout and a catalog in ``tmp_path``: a ``dead`` fix
+whose series a fork committed, and fixes that revert it by patch-id or by commit id.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from patchkit import api
+from patchkit.catalog import Catalog
+from patchkit.errors import ConflictError, PreconditionFailed, VerificationFailed
+from patchkit.plan import build_request, fixes_for_apply
+from patchkit.targets import LocalTarget
+
+from .engine.helpers import content_snapshot, full_snapshot
+
+POOL = "python/sglang/srt/mem_cache/pool.py"
+DEAD_LINES = ["        if DEBUG_DBG:\n", "            log('backup', n)\n"]
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                          text=True).stdout
+
+
+def pool_text() -> str:
+    body = "".join(f"    def op{i}(self, n):\n        return n + {i}\n\n" for i in range(30))
+    return '"""Host pool."""\n\n\nclass Pool:\n' + body
+
+
+def with_dead(text: str) -> str:
+    anchor = "    def op10(self, n):\n"
+    return text.replace(anchor, anchor + "".join(DEAD_LINES))
+
+
+MANIFEST = """format = 1
+name = "{name}"
+version = 1
+title = "{title}"
+status = "active"
+rationale = "Why {name}."
+{extra}
+[upstream]
+base_release = "0.5.21"
+"""
+
+
+def write_fix(catalog: Path, name: str, title: str, patch: str | None = None, extra: str = "",
+              tail: str = "") -> None:
+    text = MANIFEST.format(name=name, title=title, extra=extra)
+    if patch is not None:
+        (catalog / "patches" / name).mkdir(parents=True, exist_ok=True)
+        (catalog / "patches" / name / "0001-x.patch").write_text(patch)
+        text += '\n[[patches]]\nfile = "0001-x.patch"\n'
+    (catalog / "manifests" / f"{name}.toml").write_text(text + tail)
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    root = tmp_path / "sglang"
+    pkg = root / "python" / "sglang"
+    (pkg / "srt" / "mem_cache").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "_version.py").write_text("__version__ = version = '0.5.21'\n")
+    (root / POOL).write_text(pool_text())
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "release 0.5.21")
+    git(root, "tag", "v0.5.21")
+    return root
+
+
+@pytest.fixture
+def catalog(tmp_path: Path, tree: Path) -> Catalog:
+    """``dead`` (its series is what the fork committed), ``undo-dead`` (revert by fix),
+    ``feature`` (an ordinary fix elsewhere in the file)."""
+    cat = tmp_path / "catalog"
+    (cat / "manifests").mkdir(parents=True)
+    (cat / "patches").mkdir()
+    (tree / POOL).write_text(with_dead(pool_text()))
+    dead_patch = git(tree, "diff")
+    feature = pool_text().replace("return n + 25", "return n + 25  # feature")
+    (tree / POOL).write_text(feature)
+    feature_patch = git(tree, "diff")
+    git(tree, "checkout", "-q", "--", POOL)
+    write_fix(cat, "dead", "pool: debug the backup", dead_patch)
+    write_fix(cat, "undo-dead", "Revert the dead debug fix", None,
+              tail='\n[revert]\nfix = "dead"\n\n[[verification]]\nkind = "grep"\n'
+                   f'path = "{POOL}"\npattern = "DEBUG_DBG"\ncount = 0\n')
+    write_fix(cat, "feature", "pool: mark op25", feature_patch)
+    return Catalog(cat)
+
+
+def commit_dead(tree: Path) -> str:
+    (tree / POOL).write_text(with_dead(pool_text()))
+    git(tree, "commit", "-q", "-am", "pool: debug the backup")
+    return git(tree, "rev-parse", "HEAD").strip()
+
+
+def later_commit(tree: Path, old: str, new: str, subject: str) -> str:
+    text = (tree / POOL).read_text()
+    assert old in text
+    (tree / POOL).write_text(text.replace(old, new))
+    git(tree, "commit", "-q", "-am", subject)
+    return git(tree, "rev-parse", "--short", "HEAD").strip()
+
+
+def target(tree: Path) -> LocalTarget:
+    return LocalTarget(roots={"sglang": str(tree)}, description="test fork")
+
+
+# -- revert fixes ----------------------------------------------------------------------------
+
+
+def test_revert_by_patch_id_keeps_a_later_commit_to_the_same_file(tree: Path,
+                                                                   catalog: Catalog) -> None:
+    dead = commit_dead(tree)
+    later_commit(tree, '"""Host pool."""', '"""Host pool (pinned memory)."""', "pool: docstring")
+    result = api.apply(catalog, target(tree), ["undo-dead"])
+    text = (tree / POOL).read_text()
+    assert text == pool_text().replace('"""Host pool."""', '"""Host pool (pinned memory)."""')
+    assert result.raw["fixes"][0]["revert"]["commit"] == dead
+    check = next(c for c in result.fixes[0].preconditions if c.kind == "git-revert")
+    assert "patch-id of fix dead" in check.detail and "pool: docstring" in check.detail
+    assert all(c.ok for c in result.fixes[0].verification)
+    api.rollback(catalog, target(tree), ["undo-dead"])
+    assert "DEBUG_DBG" in (tree / POOL).read_text()
+    assert git(tree, "status", "--porcelain") == ""
+
+
+def test_revert_by_commit_id(tree: Path, catalog: Catalog) -> None:
+    dead = commit_dead(tree)
+    write_fix(catalog.root, "undo-by-id", "Revert by id", None,
+              tail=f'\n[revert]\ncommit = "{dead[:9]}"\npaths = ["{POOL}"]\n')
+    api.apply(Catalog(catalog.root), target(tree), ["undo-by-id"])
+    assert (tree / POOL).read_text() == pool_text()
+
+
+def test_a_conflicting_revert_is_refused_naming_the_later_commit_and_lines(
+        tree: Path, catalog: Catalog) -> None:
+    commit_dead(tree)
+    later = later_commit(tree, "log('backup', n)", "log('backup', n, flush=True)",
+                         "pool: flush the debug log")
+    before = full_snapshot(tree)
+    with pytest.raises(ConflictError) as refused:
+        api.apply(catalog, target(tree), ["undo-dead"])
+    message = str(refused.value)
+    assert f"{later} pool: flush the debug log" in message
+    line = (tree / POOL).read_text().splitlines().index("            log('backup', n, flush=True)") + 1
+    assert f"line(s) {line - 1}-{line}" in message or f"-{line}" in message
+    assert POOL in message and "Nothing was written" in message
+    assert refused.value.details["later_commits"] == [f"{later} pool: flush the debug log"]
+    assert full_snapshot(tree) == before
+
+
+def test_a_commit_not_in_history_is_named(tree: Path, catalog: Catalog) -> None:
+    git(tree, "switch", "-q", "-c", "side")
+    side = commit_dead(tree)
+    git(tree, "switch", "-q", "main")
+    write_fix(catalog.root, "undo-by-id", "Revert by id", None,
+              tail=f'\n[revert]\ncommit = "{side}"\n')
+    before = full_snapshot(tree)
+    with pytest.raises(PreconditionFailed) as refused:
+        api.apply(Catalog(catalog.root), target(tree), ["undo-dead"])
+    assert "no commit in the history of HEAD" in str(refused.value)
+    assert "fix dead" in str(refused.value)
+    with pytest.raises(PreconditionFailed) as refused:
+        api.apply(Catalog(catalog.root), target(tree), ["undo-by-id"])
+    assert f"commit {side} (" in str(refused.value)
+    assert "is not in the history of HEAD" in str(refused.value)
+    assert full_snapshot(tree) == before
+
+
+def test_outside_git_the_named_fix_series_is_reversed(tree: Path, catalog: Catalog,
+                                                       tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    shutil.copytree(tree, plain, ignore=shutil.ignore_patterns(".git"))
+    (plain / POOL).write_text(with_dead(pool_text()))
+    result = api.apply(catalog, target(plain), ["undo-dead"])
+    assert (plain / POOL).read_text() == pool_text()
+    check = next(c for c in result.fixes[0].preconditions if c.kind == "git-revert")
+    assert "not a git checkout" in check.detail and "series of fix dead" in check.detail
+
+
+# -- apply --commit and its rollback -----------------------------------------------------------
+
+
+def test_apply_commit_records_trailers_and_rollback_reverts_it(tree: Path,
+                                                                catalog: Catalog) -> None:
+    head = git(tree, "rev-parse", "HEAD").strip()
+    result = api.apply(catalog, target(tree), ["feature"], commit=True)
+    sha = result.raw["fixes"][0]["commits"][0]["sha"]
+    assert git(tree, "rev-parse", "HEAD").strip() == sha
+    assert git(tree, "rev-parse", "HEAD^").strip() == head
+    message = git(tree, "log", "-1", "--format=%B")
+    assert message.startswith("pool: mark op25\n\nWhy feature.\n")
+    assert "Patchkit-Fix: feature v1" in message
+    patch_hash = result.raw["fixes"][0]["files"] and catalog.get("feature").patches[0]
+    assert f"Patchkit-Patch: 0001-x.patch sha256:" in message and patch_hash
+    assert git(tree, "status", "--porcelain") == ""
+    state = json.loads((tree / ".patchkit" / "state.json").read_text())
+    assert state["fixes"][0]["commits"] == [{"root": "sglang", "sha": sha}]
+
+    later_commit(tree, '"""Host pool."""', '"""Host pool, later."""', "pool: later docstring")
+    undone = api.rollback(catalog, target(tree), ["feature"])
+    assert undone.fixes[0].outcome == "rolled-back"
+    assert git(tree, "log", "-1", "--format=%s") == 'Revert "pool: mark op25"\n'
+    assert f"This reverts commit {sha}." in git(tree, "log", "-1", "--format=%B")
+    assert (tree / POOL).read_text() == pool_text().replace('"""Host pool."""',
+                                                            '"""Host pool, later."""')
+    assert git(tree, "status", "--porcelain") == ""
+
+
+def test_a_failed_verification_leaves_no_commit(tree: Path, catalog: Catalog) -> None:
+    write_fix(catalog.root, "feature2", "pool: mark op25 again",
+              (catalog.root / "patches/feature/0001-x.patch").read_text(),
+              tail='\n[[verification]]\nkind = "grep"\n'
+                   f'path = "{POOL}"\npattern = "# feature"\ncount = 0\n')
+    head = git(tree, "rev-parse", "HEAD")
+    before = content_snapshot(tree)
+    with pytest.raises(VerificationFailed):
+        api.apply(Catalog(catalog.root), target(tree), ["feature2"], commit=True)
+    assert content_snapshot(tree) == before
+    assert git(tree, "rev-parse", "HEAD") == head
+    assert git(tree, "status", "--porcelain") == ""
+
+
+def test_a_crash_after_the_commit_puts_head_back(tree: Path, catalog: Catalog) -> None:
+    head = git(tree, "rev-parse", "HEAD").strip()
+    request = build_request(catalog, fixes_for_apply(catalog, ["feature"]), op="apply",
+                            roots={"sglang": str(tree)}, state_root="sglang", python=None,
+                            commit=True)
+    driver = ("import sys, json; from patchkit.engine import run; "
+              "print(json.dumps(run(json.loads(sys.stdin.read()))))")
+    proc = subprocess.run([sys.executable, "-c", driver], input=json.dumps(request),
+                          env=dict(os.environ, PATCHKIT_FAULT="state:1"), capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL
+    assert git(tree, "rev-parse", "HEAD").strip() != head  # the commit was made, then killed
+    recovered = api.status(catalog, target(tree)).recovered
+    assert [r["outcome"] for r in recovered] == ["rolled-back"]
+    assert git(tree, "rev-parse", "HEAD").strip() == head
+    assert git(tree, "status", "--porcelain") == ""
+
+
+# -- git preconditions ------------------------------------------------------------------------
+
+
+def checks_fix(catalog: Catalog, checks: str) -> Catalog:
+    write_fix(catalog.root, "guarded", "pool: mark op25 (guarded)",
+              (catalog.root / "patches/feature/0001-x.patch").read_text(), tail=checks)
+    return Catalog(catalog.root)
+
+
+def refused(catalog: Catalog, tree: Path) -> str:
+    before = full_snapshot(tree)
+    with pytest.raises(PreconditionFailed) as err:
+        api.apply(catalog, target(tree), ["guarded"])
+    assert full_snapshot(tree) == before
+    return str(err.value)
+
+
+def test_git_contains_and_descends_from_pass(tree: Path, catalog: Catalog) -> None:
+    dead = commit_dead(tree)
+    cat = checks_fix(catalog, f'\n[[preconditions]]\nkind = "git-contains"\ncommit = "{dead}"\n'
+                              '\n[[preconditions]]\nkind = "git-contains"\nfix = "dead"\n'
+                              '\n[[preconditions]]\nkind = "git-descends-from"\ntag = "v0.5.21"\n')
+    result = api.apply(cat, target(tree), ["guarded"])
+    kinds = [c.kind for c in result.fixes[0].preconditions if c.kind.startswith("git-")]
+    assert kinds.count("git-contains") == 2 and "git-descends-from" in kinds
+
+
+def test_git_contains_failures_name_the_commit(tree: Path, catalog: Catalog) -> None:
+    dead = commit_dead(tree)
+    message = refused(checks_fix(catalog, '\n[[preconditions]]\nkind = "git-contains"\n'
+                                          f'commit = "{dead}"\npresent = false\n'), tree)
+    assert dead[:12] in message and "absent" in message
+    message = refused(checks_fix(catalog, '\n[[preconditions]]\nkind = "git-contains"\n'
+                                          'commit = "deadbeef"\n'), tree)
+    assert "commit deadbeef does not exist" in message
+    git(tree, "reset", "-q", "--hard", "v0.5.21")
+    message = refused(checks_fix(catalog, '\n[[preconditions]]\nkind = "git-contains"\n'
+                                          'fix = "dead"\n'), tree)
+    assert "the commit of fix dead is not in the history of HEAD" in message
+
+
+def test_git_descends_from_failures_name_the_tag(tree: Path, catalog: Catalog) -> None:
+    git(tree, "switch", "-q", "--orphan", "other")
+    (tree / POOL).parent.mkdir(parents=True, exist_ok=True)
+    (tree / POOL).write_text(pool_text())
+    (tree / "python/sglang/_version.py").write_text("__version__ = version = '0.5.21'\n")
+    git(tree, "add", "-A")
+    git(tree, "commit", "-q", "-m", "unrelated history")
+    message = refused(checks_fix(catalog, '\n[[preconditions]]\nkind = "git-descends-from"\n'
+                                          'tag = "v0.5.21"\n'), tree)
+    assert "does not descend from tag v0.5.21" in message
+    message = refused(checks_fix(catalog, '\n[[preconditions]]\nkind = "git-descends-from"\n'
+                                          'tag = "v9.9.9"\n'), tree)
+    assert "tag v9.9.9 does not exist" in message
+
+
+def test_git_checks_on_a_root_outside_git(tree: Path, catalog: Catalog, tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    shutil.copytree(tree, plain, ignore=shutil.ignore_patterns(".git"))
+    message = refused(checks_fix(catalog, '\n[[preconditions]]\nkind = "git-descends-from"\n'
+                                          'tag = "v0.5.21"\n'), plain)
+    assert "is not a git checkout" in message
+
+
+def test_a_dirty_touched_file_is_named(tree: Path, catalog: Catalog) -> None:
+    (tree / POOL).write_text(pool_text() + "# local edit\n")
+    message = refused(checks_fix(catalog, ""), tree)
+    assert f"sglang:{POOL} has uncommitted changes" in message
+
+
+def test_commit_refuses_a_file_changed_by_an_uncommitted_fix(tree: Path,
+                                                             catalog: Catalog) -> None:
+    commit_dead(tree)
+    api.apply(catalog, target(tree), ["undo-dead"])  # not committed
+    before = full_snapshot(tree)
+    with pytest.raises(PreconditionFailed) as err:
+        api.apply(catalog, target(tree), ["feature"], commit=True)
+    assert "without --commit" in str(err.value) and POOL in str(err.value)
+    assert full_snapshot(tree) == before
