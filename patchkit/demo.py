@@ -24,6 +24,12 @@ FORK_COMMITS = ("dsv4-bf16-index-k", "hicache-index-k-sync")
 #: What the seed deployed in one hand-written command.
 SEED_FIXES = ("dsv4-bf16-sizing", "revert-hicache-index-k-sync", "prefill-hicache-off")
 SERVE_SCRIPT = "serve_dsv4_prefill.sh"
+HOST_POOL = "python/sglang/srt/mem_cache/memory_pool_host.py"
+#: A later, unrelated commit to the file the dead fix changed: the revert must keep it, where
+#: the seed's `git checkout <dead>^ -- memory_pool_host.py` silently threw it away.
+LATER_SUBJECT = "memory_pool_host: say the V4 state host pool is pinned"
+LATER_EDIT = ('    """Host pool for V4 CompressStatePool page rows."""',
+              '    """Host pool for V4 CompressStatePool page rows (pinned host memory)."""')
 _MARKER = ".patchkit-demo"
 _FORK_AUTHOR = gitrepo.Identity("Inference Team", "infra@example.invalid")
 
@@ -35,6 +41,7 @@ class DemoFork:
     serve: Path  # the folder holding the serve script: root `serve`
     release: str
     commits: tuple[tuple[str, str], ...]  # (fix name, commit sha)
+    later: str = ""  # the later commit to memory_pool_host.py, HEAD of the fork
 
 
 def serve_script_source(catalog: Catalog) -> Path:
@@ -93,7 +100,16 @@ def build_fork(
             date="2026-11-10T12:00:00+00:00",
         )
         commits.append((name, sha))
+    host = sglang / HOST_POOL
+    text = host.read_text(encoding="utf-8")
+    if text.count(LATER_EDIT[0]) != 1:
+        raise UsageError(f"SGLang {release}'s {HOST_POOL} lacks the line the demo's later commit "
+                         f"edits ({LATER_EDIT[0].strip()}); use release {DEMO_RELEASE}")
+    host.write_text(text.replace(*LATER_EDIT), encoding="utf-8")
+    say("committing a later change to memory_pool_host.py")
+    later = gitrepo.commit_paths(sglang, [HOST_POOL], message=LATER_SUBJECT + "\n",
+                                 author=_FORK_AUTHOR, date="2026-11-12T12:00:00+00:00")
     serve = workdir / "serve"
     serve.mkdir()
     shutil.copy2(script, serve / SERVE_SCRIPT)
-    return DemoFork(workdir, sglang, serve, release, tuple(commits))
+    return DemoFork(workdir, sglang, serve, release, tuple(commits), later)

@@ -31,6 +31,7 @@ __all__ = [
     "clone",
     "commit_directory",
     "commit_info",
+    "commit_paths",
     "commit_tree",
     "diff_worktree",
     "get_config",
@@ -392,6 +393,16 @@ def apply_and_commit(
     for patch in patches:
         _run(path, ["apply", "--index", "--whitespace=nowarn", os.fspath(Path(patch).resolve())])
     _run(path, ["commit", "-q", "--no-verify", "-m", message], env={**os.environ, **_identity_env(author, author, date)})
+    return _run(path, ["rev-parse", "HEAD"])
+
+
+def commit_paths(
+    path: Path | str, paths: Sequence[str], *, message: str, author: Identity, date: str
+) -> str:
+    """Commit the working-tree state of ``paths`` (already tracked); the new commit's sha."""
+    _run(path, ["add", "--", *paths])
+    _run(path, ["commit", "-q", "--no-verify", "-m", message, "--", *paths],
+         env={**os.environ, **_identity_env(author, author, date)})
     return _run(path, ["rev-parse", "HEAD"])
 
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from patchkit.catalog import Catalog
-from patchkit.demo import FORK_COMMITS, SEED_FIXES, build_fork
+from patchkit.demo import (FORK_COMMITS, HOST_POOL, LATER_EDIT, LATER_SUBJECT, SEED_FIXES,
+                           build_fork)
 from patchkit.errors import UsageError
 from patchkit.upstream import UpstreamRepo
 
@@ -55,8 +56,9 @@ def test_demo_deploys_the_seed_fixes_to_a_fork_of_the_real_release(
     assert positions == sorted(positions), "the steps are printed in order"
     dry_run, applied = out[positions[2]:positions[3]], out[positions[3]:positions[4]]
     for name in SEED_FIXES:
-        assert f"would-apply {name} v1" in dry_run
-        assert f"applied {name} v1" in applied
+        version = Catalog(REPO).get(name).version
+        assert f"would-apply {name} v{version}" in dry_run
+        assert f"applied {name} v{version}" in applied
     for name in FORK_COMMITS:
         assert f"{name}" in out[positions[0]:positions[1]]
     assert "done: roll back with `patchkit rollback" in out
@@ -69,7 +71,10 @@ def test_demo_deploys_the_seed_fixes_to_a_fork_of_the_real_release(
     log = subprocess.run(["git", "log", "--format=%s", "v0.5.21..HEAD"], cwd=fork,
                          capture_output=True, text=True, check=True).stdout.splitlines()
     catalog = Catalog(REPO)
-    assert log == [catalog.get(name).title for name in reversed(FORK_COMMITS)]
+    assert log == [LATER_SUBJECT] + [catalog.get(name).title for name in reversed(FORK_COMMITS)]
+    # the revert of the dead commit kept the later commit to the same file
+    assert LATER_EDIT[1] in (fork / HOST_POOL).read_text()
+    assert "HICACHE_DBG" not in (fork / HOST_POOL).read_text()
 
     status = run_patchkit(tmp_path, upstream_repo.path, "status", "--json",
                           "--target", str(fork), "--root", f"serve={serve}")

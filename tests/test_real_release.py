@@ -18,7 +18,7 @@ import pytest
 
 from patchkit import api
 from patchkit.catalog import Catalog
-from patchkit.demo import FORK_COMMITS, SEED_FIXES, build_fork
+from patchkit.demo import FORK_COMMITS, LATER_EDIT, LATER_SUBJECT, SEED_FIXES, build_fork
 from patchkit.errors import PreconditionFailed, UsageError, VerificationFailed
 from patchkit.model import Fix
 from patchkit.results import FixOutcome, OpResult
@@ -201,20 +201,14 @@ def test_dead_fix_is_refused_unless_allowed_and_its_revert_removes_every_marker(
     host = sglang_tree / HOST_POOL
     assert host.read_text().count("HICACHE_DBG") > 0
 
-    reverted = api.apply(catalog, target, ["revert-hicache-index-k-sync"])
-    outcome = reverted.fixes[0]
-    assert outcome.outcome == "applied"
-    greps = [c for c in outcome.verification if c.kind == "grep"]
-    assert len(greps) == 2 and all(c.ok for c in outcome.verification)
-    assert all(c.detail.startswith("0 matching lines") for c in greps), greps
-    text = host.read_text()
-    assert text.count("HICACHE_DBG") == 0 and text.count("_bf16_index_k") == 0
-    assert host.read_bytes() == git(sglang_tree, "show", f"HEAD:{HOST_POOL}").encode()
-    status = states(api.status(catalog, target))
-    assert status["revert-hicache-index-k-sync"][0] == "applied"
-    assert status["hicache-index-k-sync"][0] != "not-applied"  # still recorded under the revert
+    # In a git checkout the revert undoes a commit; here the dead fix is only applied by
+    # patchkit, so the revert is refused and says to roll the dead fix back instead.
+    applied_bytes = snapshot(*roots.values())
+    with pytest.raises(PreconditionFailed) as refused:
+        api.apply(catalog, target, ["revert-hicache-index-k-sync"])
+    assert "patchkit rollback hicache-index-k-sync" in str(refused.value)
+    assert snapshot(*roots.values()) == applied_bytes
 
-    api.rollback(catalog, target, ["revert-hicache-index-k-sync"])
     api.rollback(catalog, target, ["hicache-index-k-sync", "dsv4-bf16-index-k"])
     assert_pristine(sglang_tree, roots, pristine)
 
@@ -280,9 +274,11 @@ def test_seed_fixes_deploy_to_the_production_fork_in_one_call(
     fork = build_fork(tmp_path / "demo", catalog, upstream=upstream_repo)
     assert [name for name, _sha in fork.commits] == list(FORK_COMMITS)
     head = git(fork.sglang, "rev-parse", "HEAD").strip()
-    assert head == fork.commits[-1][1]
+    assert head == fork.later  # a later commit touched memory_pool_host.py after the dead fix
+    assert git(fork.sglang, "rev-parse", "HEAD^").strip() == fork.commits[-1][1]
     host = fork.sglang / HOST_POOL
     assert "HICACHE_DBG" in host.read_text()  # the dead fix is a commit of the fork
+    assert LATER_EDIT[1] in host.read_text()
     target = LocalTarget(roots={"sglang": str(fork.sglang), "serve": str(fork.serve)})
     roots = roots_of(target)
     pristine = snapshot(*roots.values())
@@ -292,7 +288,15 @@ def test_seed_fixes_deploy_to_the_production_fork_in_one_call(
     assert sorted(f.name for f in result.fixes) == sorted(SEED_FIXES)
     for outcome in result.fixes:
         assert_applied_and_verified(outcome, catalog.get(outcome.name), roots, pristine)
-    assert host.read_bytes() == git(fork.sglang, "show", f"v0.5.21:{HOST_POOL}").encode()
+    # the dead commit is undone and the later commit kept: not the seed's `git checkout C^`
+    release_text = git(fork.sglang, "show", f"v0.5.21:{HOST_POOL}")
+    assert host.read_text() == release_text.replace(*LATER_EDIT)
+    revert = next(f for f in result.raw["fixes"] if f["name"] == "revert-hicache-index-k-sync")
+    assert revert["revert"]["commit"] == fork.commits[-1][1]
+    check = next(c for c in next(f for f in result.fixes
+                                 if f.name == "revert-hicache-index-k-sync").preconditions
+                 if c.kind == "git-revert")
+    assert LATER_SUBJECT in check.detail and "patch-id of fix hicache-index-k-sync" in check.detail
     assert "hierarchical" not in (fork.serve / SERVE_SCRIPT.name).read_text()
     status = states(api.status(catalog, target))
     for name in SEED_FIXES:

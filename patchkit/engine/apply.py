@@ -112,6 +112,12 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
     ws = Workspace(req.roots)
     sources: Sources = {s.name: revert.resolve(s, req.roots) for s in todo if s.revert is not None}
     for spec in todo:
+        named = (spec.revert or {}).get("fix")
+        check = sources.get(spec.name, (None, {"ok": True}))[1]
+        if not check["ok"] and named in recorded:
+            check["detail"] += ("; fix %s is applied by patchkit here, not committed: roll it back "
+                                "instead (patchkit rollback %s)" % (named, named))
+    for spec in todo:
         for root, path, _op in touched(spec, sources):
             ws.entry(root, path)
     plans = _plan(req, store, state, ws, todo, sources)
