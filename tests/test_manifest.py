@@ -226,3 +226,64 @@ def test_the_check_examples_in_the_docs_validate(tmp_path: Path) -> None:
     config = next(b for b in blocks if "[targets.gpu1]" in b)
     (tmp_path / "patchkit.toml").write_text(config)
     assert load_config(tmp_path / "patchkit.toml").targets["gpu1"].port == 2222
+
+
+_REVERT = """format = 1
+name = "undo"
+version = 1
+title = "Undo a commit"
+status = "active"
+rationale = "Why."
+{body}
+[upstream]
+base_release = "0.5.21"
+"""
+
+
+def _revert_manifest(tmp_path: Path, body: str) -> Path:
+    (tmp_path / "manifests").mkdir(exist_ok=True)
+    path = tmp_path / "manifests" / "undo.toml"
+    path.write_text(_REVERT.format(body=body))
+    return path
+
+
+def test_a_revert_fix_needs_no_series(tmp_path: Path) -> None:
+    fix = load_manifest(_revert_manifest(
+        tmp_path, '[revert]\nfix = "dead"\ncommit = "0c16cace8"\npaths = ["python/x.py"]\n'))
+    assert fix.patches == ()
+    assert (fix.revert.fix, fix.revert.commit, fix.revert.paths, fix.revert.root) == (
+        "dead", "0c16cace8", ("python/x.py",), "sglang")
+    assert fix.to_json()["revert"]["fix"] == "dead"
+
+
+@pytest.mark.parametrize("body, key, words", [
+    ("[revert]\npaths = []\n", "revert", "names no commit"),
+    ('[revert]\ncommit = "main~1"\n', "revert.commit", "is not a commit id"),
+    ('[revert]\nfix = "undo"\n', "revert.fix", "is not another fix's name"),
+    ('[revert]\nfix = "dead"\npath = ["x"]\n', "revert.path", "Did you mean 'paths'"),
+    ('[revert]\nfix = "dead"\npaths = ["../x"]\n', "revert.paths", "must be relative"),
+    ("", "patches", "the series has no patches"),
+    ('[revert]\nfix = "dead"\n[[preconditions]]\nkind = "git-contains"\ncommit = "abc1"\n'
+     'fix = "dead"\n', "preconditions[1].commit", "exactly one of 'commit' and 'fix'"),
+    ('[revert]\nfix = "dead"\n[[preconditions]]\nkind = "git-descends-from"\n',
+     "preconditions[1].tag", "exactly one of 'tag' and 'commit'"),
+])
+def test_bad_revert_and_git_checks_name_the_key(tmp_path: Path, body: str, key: str,
+                                                words: str) -> None:
+    path = _revert_manifest(tmp_path, body)
+    with pytest.raises(ManifestError) as err:
+        load_manifest(path)
+    assert err.value.details["key"] == key
+    assert str(path) in str(err.value) and words in str(err.value)
+
+
+def test_git_checks_load_with_defaults(tmp_path: Path) -> None:
+    fix = load_manifest(_revert_manifest(
+        tmp_path, '[revert]\nfix = "dead"\n[[preconditions]]\nkind = "git-contains"\n'
+                  'fix = "base"\n[[preconditions]]\nkind = "git-descends-from"\ntag = "v0.5.21"\n'))
+    contains, descends = fix.preconditions
+    assert contains.to_request() == {"kind": "git-contains", "root": "sglang", "fix": "base",
+                                     "present": True}
+    assert "HEAD contains the commit of fix base" in contains.describe()
+    assert descends.to_request() == {"kind": "git-descends-from", "root": "sglang",
+                                     "tag": "v0.5.21"}
