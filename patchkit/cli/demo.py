@@ -31,11 +31,14 @@ def demo(state: State, workdir: str, release: str) -> int:
     catalog = state.catalog()
     # Step titles stay short: a rule truncates what does not fit on one terminal line.
     _step(out, 1, f"build a production fork of SGLang {release}")
-    out.print("  commits: bf16 index-K, the dead HiCache fix; HiCache on in the serve script")
+    out.print("  commits: bf16 index-K, the dead HiCache fix, a later change to memory_pool_host.py;"
+              " HiCache on in the serve script")
     with render.stderr().status("building the fork") as spinner:
         fork = build_fork(Path(workdir), catalog, release=release, progress=spinner.update)
     for name, sha in fork.commits:
         out.print(f"  fork commit {sha[:12]}  {name}")
+    if fork.later:
+        out.print(f"  fork commit {fork.later[:12]}  a later change to memory_pool_host.py (the revert must keep it)")
     out.print(f"  fork: {fork.sglang}\n  serve scripts: {fork.serve}")
 
     target = LocalTarget(
