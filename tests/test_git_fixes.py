@@ -333,3 +333,27 @@ def test_commit_refuses_a_file_changed_by_an_uncommitted_fix(tree: Path,
         api.apply(catalog, target(tree), ["feature"], commit=True)
     assert "without --commit" in str(err.value) and POOL in str(err.value)
     assert full_snapshot(tree) == before
+
+
+# -- the CLI wiring ----------------------------------------------------------------------------
+
+
+def test_cli_apply_commit_then_rollback(tree: Path, catalog: Catalog) -> None:
+    from click.testing import CliRunner
+
+    from patchkit.cli.main import cli
+
+    runner = CliRunner()
+    base = ["--catalog", str(catalog.root)]
+    head = git(tree, "rev-parse", "HEAD").strip()
+    applied = runner.invoke(cli, [*base, "apply", "feature", "--target", str(tree), "--commit", "--json"])
+    assert applied.exit_code == 0, applied.output
+    sha = json.loads(applied.output)["fixes"][0]["commits"][0]["sha"]
+    assert git(tree, "rev-parse", "HEAD").strip() == sha != head
+    assert "Patchkit-Fix: feature v1" in git(tree, "log", "-1", "--format=%B")
+
+    undone = runner.invoke(cli, [*base, "rollback", "feature", "--target", str(tree)])
+    assert undone.exit_code == 0, undone.output
+    assert git(tree, "log", "-1", "--format=%s") == 'Revert "pool: mark op25"\n'
+    assert (tree / POOL).read_text() == pool_text()
+    assert git(tree, "status", "--porcelain") == ""
