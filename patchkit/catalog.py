@@ -161,7 +161,12 @@ class Catalog:
         self.dependency_order([f.name for f in fixes])
         names = set(self.names())
         for fix in fixes:
-            for key, targets in (("supersedes", fix.supersedes), ("reverts", (fix.reverts,))):
+            named = [("supersedes", fix.supersedes), ("reverts", (fix.reverts,))]
+            if fix.revert is not None:
+                named.append(("revert.fix", (fix.revert.fix,)))
+            named += [(f"{c.kind}.fix", (str(c.get("fix") or ""),)) for c in fix.checks
+                      if c.kind == "git-contains"]
+            for key, targets in named:
                 for target in targets:
                     if target and target not in names:
                         raise ManifestError(f"{fix.manifest_path}: {key} names '{target}', "

@@ -133,3 +133,18 @@ def test_discover_falls_back_to_the_shipped_catalog(tmp_path: Path,
     with pytest.raises(UsageError, match="no patchkit catalog found") as info:
         Catalog.discover(tmp_path)
     assert "PATCHKIT_CATALOG" in info.value.message
+
+
+def test_validate_names_an_unknown_fix_in_a_revert_table(tmp_path: Path) -> None:
+    # A [revert] fix name is resolved only on a target otherwise; the catalog check finds a
+    # typo before any host is touched.
+    import shutil
+
+    cat = tmp_path / "catalog"
+    shutil.copytree(SAMPLE, cat)
+    manifest = next((cat / "manifests").glob("*.toml"))
+    manifest.write_text(manifest.read_text() + '\n[revert]\nfix = "no-such-fix"\n')
+    with pytest.raises(ManifestError) as exc:
+        Catalog(cat).validate()
+    assert "no-such-fix" in str(exc.value) and "revert.fix" in str(exc.value)
+    assert manifest.name in str(exc.value)
