@@ -491,3 +491,53 @@ def patch_id(diff: str) -> str | None:
         raise TargetError(f"git patch-id failed: {(exc.stderr or '').strip()}") from None
     text = out if isinstance(out, str) else out.decode()
     return text.split()[0] if text.strip() else None
+
+
+# -- rebase helpers (patchkit.rebase) ------------------------------------------------------
+
+
+def blob_bytes(repo: Path | str, rev: str, relpath: str) -> bytes | None:
+    """The bytes of ``relpath`` in commit ``rev`` of ``repo`` (bare or not); None when absent."""
+    r = git.Repo(str(repo))
+    try:
+        blob = r.commit(rev).tree / relpath
+    except (KeyError, ValueError, git.BadName):
+        return None
+    return blob.data_stream.read()
+
+
+def merge_file(ours: bytes, base: bytes, theirs: bytes, *,
+               labels: tuple[str, str, str] = ("ours", "base", "theirs")) -> tuple[bytes, int]:
+    """git's three-way file merge (``git merge-file -p --diff3``): the result and its conflicts.
+
+    No repository is needed; the texts go through temporary files. The count is 0 for a
+    clean merge, else the number of conflicted regions (marked in the result).
+    """
+    with tempfile.TemporaryDirectory(prefix="patchkit-merge-") as tmp:
+        names = []
+        for name, data in (("ours", ours), ("base", base), ("theirs", theirs)):
+            p = Path(tmp) / name
+            p.write_bytes(data)
+            names.append(str(p))
+        args = ["git", "merge-file", "-p", "--diff3"]
+        for label in labels:
+            args += ["-L", label]
+        runner = git.Git(tmp)
+        status, out, err = runner.execute([*args, *names], with_extended_output=True,
+                                          with_exceptions=False, as_process=False,
+                                          stdout_as_string=False, strip_newline_in_stdout=False)
+    if status < 0 or status > 127:
+        raise TargetError(f"git merge-file failed (exit {status}): {err!r}")
+    return out, status
+
+
+def worktree_remove(repo: Path | str, dest: Path | str) -> None:
+    """Remove a linked working tree made by :func:`worktree_add` (changes in it are lost)."""
+    d = Path(dest)
+    try:
+        _run(repo, ["worktree", "remove", "--force", str(d)])
+    except TargetError:
+        import shutil
+
+        shutil.rmtree(d, ignore_errors=True)
+        _run(repo, ["worktree", "prune"])
