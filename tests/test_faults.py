@@ -1,0 +1,204 @@
+"""Crash at every step: a multi-file, multi-fix apply and rollback killed at EVERY occurrence of
+every fault point, on a local target and (over a real sshd) on a remote one.
+
+tests/engine/test_crash.py kills a one-fix run at a hand-picked sample of points. Here a dry
+instrumented run counts how often each point is reached by ``apply pool-guard --with-deps``
+(two fixes, two roots, two files, one changed by both fixes) and by its rollback, and the run is then killed (SIGKILL,
+``PATCHKIT_FAULT=<point>:<n>``) at each n in turn. After each kill the next ``status`` must
+report the recovery, and the tree must be byte-identical to before the killed run or fully
+changed with ``verify`` passing. The number of injection points covered is printed by
+``test_zz_injection_points_covered`` (visible with ``pytest -rA``) and kept in
+docs/reliability.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Tuple
+
+import pytest
+
+from patchkit import api, errors, plan
+from patchkit.catalog import Catalog
+from patchkit.engine import faults, run
+from patchkit.remote import RemoteTarget
+from patchkit.targets import LocalTarget, Target
+from tests.fixtures.sshd import SshServer
+from tests.test_remote import Ssh, make_tree, snapshot
+
+SAMPLES = Path(__file__).parent / "samples"
+PY = sys.executable
+FIXES = ["index-k-bytes", "pool-guard"]
+DRIVER = ("import sys, json; from patchkit.engine import run; "
+          "print(json.dumps(run(json.loads(sys.stdin.read()))))")
+
+#: every (side, op, point:n) killed by this module, filled as the tests run
+COVERED: Dict[Tuple[str, str], List[str]] = {}
+
+
+def catalog() -> Catalog:
+    return Catalog(SAMPLES / "catalog")
+
+
+def request(op: str, roots: Dict[str, str]) -> Dict[str, Any]:
+    cat = catalog()
+    fixes = (plan.fixes_for_apply(cat, ["pool-guard"], with_deps=True) if op == "apply"
+             else plan.fixes_for_rollback(cat, FIXES))
+    return plan.build_request(cat, fixes, op=op, roots=roots, state_root="sglang", python=PY)
+
+
+def count_points(op: str, base: Path) -> Dict[str, int]:
+    """How often ``op`` reaches each fault point: one instrumented run that kills nothing."""
+    roots = make_tree(base)
+    if op == "rollback":
+        assert run(request("apply", roots))["ok"]
+    old = os.environ.get("PATCHKIT_FAULT")
+    os.environ["PATCHKIT_FAULT"] = "no-such-point:1"  # counting on, no kill
+    try:
+        result = run(request(op, roots))
+        seen = dict(faults._seen)
+    finally:
+        faults.reset()
+        if old is None:
+            del os.environ["PATCHKIT_FAULT"]
+        else:
+            os.environ["PATCHKIT_FAULT"] = old
+    assert result["ok"], result["error"]
+    return seen
+
+
+def occurrences(seen: Dict[str, int]) -> List[str]:
+    return ["%s:%d" % (p, n) for p in faults.POINTS for n in range(1, seen.get(p, 0) + 1)]
+
+
+_COUNTS: Dict[str, Dict[str, int]] = {}
+
+
+def counts(op: str, tmp_path_factory: pytest.TempPathFactory) -> Dict[str, int]:
+    if op not in _COUNTS:
+        _COUNTS[op] = count_points(op, tmp_path_factory.mktemp("count-" + op) / "tree")
+    return _COUNTS[op]
+
+
+def test_the_scenario_reaches_every_kind_of_point(tmp_path_factory: pytest.TempPathFactory) -> None:
+    apply_seen, rollback_seen = counts("apply", tmp_path_factory), counts("rollback", tmp_path_factory)
+    assert set(apply_seen) == set(rollback_seen) == set(faults.POINTS)
+    # two files (pool.py, changed by both fixes, and serve.sh), each one temp file and one rename;
+    # originals backed up per transaction and per fix
+    assert apply_seen["write"] == apply_seen["rename"] == rollback_seen["write"] == 2
+    assert apply_seen["backup"] == 2 + 3 and rollback_seen["backup"] == 2
+
+
+def kill_local(req: Dict[str, Any], point: str) -> None:
+    env = dict(os.environ, PATCHKIT_FAULT=point)
+    proc = subprocess.run([PY, "-c", DRIVER], input=json.dumps(req), env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, (point, proc.returncode, proc.stdout, proc.stderr)
+
+
+def kill_remote(ssh: Ssh, roots: Dict[str, str], req: Dict[str, Any], point: str) -> None:
+    target = RemoteTarget(ssh.spec(f"SetEnv=PATCHKIT_FAULT={point}"), roots, PY)
+    with pytest.raises(errors.ConnectionLost):
+        target.run(req)
+
+
+def check_recovered(target: Target, roots: Dict[str, str], op: str, point: str,
+                    before: Dict[str, str], after: Dict[str, str]) -> str:
+    """The next status reports the recovery; the tree is as before, or fully changed and verified."""
+    result = api.status(catalog(), target)
+    recovered = result.raw["recovered"]
+    assert [(r["op"], sorted(r["fixes"])) for r in recovered] == [(op, FIXES)], (point, recovered)
+    outcome = recovered[0]["outcome"]
+    found = {s.name: s.state for s in result.status}
+    sglang = Path(roots["sglang"])
+    assert result.raw["status"]["journal"] is None
+    assert not (sglang / ".patchkit/journal.json").exists()
+    assert not (sglang / ".patchkit/lock-holder.json").exists()
+    assert not list(sglang.rglob("*.patchkit-tmp")) and not list(Path(roots["serve"]).rglob("*.patchkit-tmp"))
+    txn = sglang / ".patchkit/txn"
+    assert not txn.exists() or list(txn.iterdir()) == []
+    committed_before_kill = point.startswith("cleanup")
+    assert outcome == ("completed" if committed_before_kill else "rolled-back"), (point, outcome)
+    now = snapshot(roots)
+    assert now == (after if outcome == "completed" else before), point
+    applied = (op == "apply") == (outcome == "completed")
+    if applied:
+        assert found["index-k-bytes"] == found["pool-guard"] == "applied", (point, found)
+        checked = api.verify(catalog(), target, FIXES)
+        assert all(c.ok for f in checked.fixes for c in f.verification), point
+        assert sum(len(f.verification) for f in checked.fixes) >= 4
+    else:
+        assert found["index-k-bytes"] == found["pool-guard"] == "not-applied", (point, found)
+    assert api.status(catalog(), target).raw["recovered"] == []  # recovery is done once
+    return outcome
+
+
+def crash_case(side: str, op: str, point: str, base: Path, ssh: Any = None) -> None:
+    roots = make_tree(base)
+    original = snapshot(roots)
+    local = LocalTarget(roots, PY, "local")
+    target: Target = local if side == "local" else RemoteTarget(ssh.spec(), roots, PY)
+    if op == "rollback":
+        assert run(request("apply", roots))["ok"]
+        before, after = snapshot(roots), original  # the tree before / after the killed op
+    else:
+        before = original
+        after = None
+    req = request(op, roots)
+    if side == "local":
+        kill_local(req, point)
+    else:
+        kill_remote(ssh, roots, req, point)
+    if after is None:  # the bytes a full apply gives, from a twin tree
+        twin = make_tree(base.parent / (base.name + "-twin"))
+        assert run(request("apply", twin))["ok"]
+        after = {k: v for k, v in snapshot(twin).items()}
+    check_recovered(target, roots, op, point, before, after)
+    COVERED.setdefault((side, op), []).append(point)
+
+
+def test_killed_local_apply_at_every_occurrence(tmp_path: Path,
+                                                tmp_path_factory: pytest.TempPathFactory) -> None:
+    points = occurrences(counts("apply", tmp_path_factory))
+    for i, point in enumerate(points):
+        crash_case("local", "apply", point, tmp_path / ("c%d" % i) / "tree")
+    assert COVERED[("local", "apply")] == points
+
+
+def test_killed_local_rollback_at_every_occurrence(tmp_path: Path,
+                                                   tmp_path_factory: pytest.TempPathFactory) -> None:
+    points = occurrences(counts("rollback", tmp_path_factory))
+    for i, point in enumerate(points):
+        crash_case("local", "rollback", point, tmp_path / ("c%d" % i) / "tree")
+    assert COVERED[("local", "rollback")] == points
+
+
+@pytest.fixture
+def ssh(sshd: SshServer, tmp_path: Path) -> Ssh:
+    return Ssh(sshd, tmp_path)
+
+
+@pytest.mark.ssh
+@pytest.mark.parametrize("op", ["apply", "rollback"])
+def test_killed_remote_run_at_every_occurrence(op: str, ssh: Ssh, tmp_path: Path,
+                                               tmp_path_factory: pytest.TempPathFactory) -> None:
+    points = occurrences(counts(op, tmp_path_factory))
+    for i, point in enumerate(points):
+        crash_case("remote", op, point, tmp_path / ("c%d" % i) / "tree", ssh)
+    assert COVERED[("remote", op)] == points
+
+
+def test_zz_injection_points_covered(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The count docs/reliability.md reports (printed; see it with ``pytest -rA``)."""
+    total = sum(len(v) for v in COVERED.values())
+    lines = ["%s %s: %d kills (%s)" % (side, op, len(v), ", ".join(v))
+             for (side, op), v in sorted(COVERED.items())]
+    print("fault injection points covered: %d\n%s" % (total, "\n".join(lines)))
+    expected = len(occurrences(counts("apply", tmp_path_factory))) + len(
+        occurrences(counts("rollback", tmp_path_factory)))
+    assert len(COVERED.get(("local", "apply"), [])) + len(COVERED.get(("local", "rollback"), [])) == expected
