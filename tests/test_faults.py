@@ -5,7 +5,7 @@ tests/engine/test_crash.py kills a one-fix run at a hand-picked sample of points
 instrumented run counts how often each point is reached by ``apply pool-guard --with-deps``
 (two fixes, two roots, two files, one changed by both fixes) and by its rollback, and the run is then killed (SIGKILL,
 ``PATCHKIT_FAULT=<point>:<n>``) at each n in turn. After each kill the next ``status`` must
-report the recovery, and the tree must be byte-identical to before the killed run or fully
+report the recovery (remote: each kind of point once, plus the last write), and the tree must be byte-identical to before the killed run or fully
 changed with ``verify`` passing. The number of injection points covered is printed by
 ``test_zz_injection_points_covered`` (visible with ``pytest -rA``) and kept in
 docs/reliability.md.
@@ -109,8 +109,10 @@ def kill_remote(ssh: Ssh, roots: Dict[str, str], req: Dict[str, Any], point: str
 
 def check_recovered(target: Target, roots: Dict[str, str], op: str, point: str,
                     before: Dict[str, str], after: Dict[str, str]) -> str:
-    """The next status reports the recovery; the tree is as before, or fully changed and verified."""
+    """The next status (on ``target``) reports the recovery; the tree is as before, or fully
+    changed and verified. The follow-up checks run in-process: the same engine on the same files."""
     result = api.status(catalog(), target)
+    target = LocalTarget(roots, PY, "local")
     recovered = result.raw["recovered"]
     assert [(r["op"], sorted(r["fixes"])) for r in recovered] == [(op, FIXES)], (point, recovered)
     outcome = recovered[0]["outcome"]
@@ -185,9 +187,12 @@ def ssh(sshd: SshServer, tmp_path: Path) -> Ssh:
 
 @pytest.mark.ssh
 @pytest.mark.parametrize("op", ["apply", "rollback"])
-def test_killed_remote_run_at_every_occurrence(op: str, ssh: Ssh, tmp_path: Path,
-                                               tmp_path_factory: pytest.TempPathFactory) -> None:
-    points = occurrences(counts(op, tmp_path_factory))
+def test_killed_remote_run_at_every_kind_of_point(op: str, ssh: Ssh, tmp_path: Path,
+                                                  tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Over ssh (``SetEnv=PATCHKIT_FAULT``) each kind of point once, the first and the last
+    file write: the host engine dies, the next remote ``status`` recovers."""
+    seen = counts(op, tmp_path_factory)
+    points = ["%s:1" % p for p in faults.POINTS] + ["write:%d" % seen["write"]]
     for i, point in enumerate(points):
         crash_case("remote", op, point, tmp_path / ("c%d" % i) / "tree", ssh)
     assert COVERED[("remote", op)] == points
