@@ -1,0 +1,288 @@
+"""Apply, check, status and start-up of patchkit against git apply, GNU patch, quilt and git am.
+
+Workload (bench/perf_workload.py): the real upstream drift from SGLang 0.5.22 to 0.5.23 as one
+catalog fix with one patch per changed file, and 20 small local fixes (one patch each) against
+0.5.22. Every tool runs on a fresh copy of the same 0.5.22 checkout (index refreshed, as a
+checkout someone works in), interleaved, N times; wall time and peak RSS (``wait4``'s
+``ru_maxrss``: the largest process of the command's tree) per run.
+
+    python bench/perf.py                                    # N=5, prints the tables
+    python bench/perf.py --write-doc docs/performance.md    # and updates its section there
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the helper next to this script
+
+from perf_workload import DRIFT, LOCAL, NEW, OLD, Workload, build  # noqa: E402
+
+from patchkit.upstream import UpstreamRepo  # noqa: E402
+
+SECTION = "## Apply, check, status and start-up"
+PATCHKIT = [sys.executable, "-m", "patchkit"]
+GIT_ENV = {"GIT_AUTHOR_NAME": "Bench", "GIT_AUTHOR_EMAIL": "bench@patchkit.invalid",
+           "GIT_COMMITTER_NAME": "Bench", "GIT_COMMITTER_EMAIL": "bench@patchkit.invalid",
+           "GIT_CONFIG_NOSYSTEM": "1"}
+
+
+@dataclass(frozen=True)
+class Sample:
+    seconds: float
+    rss_kb: int
+
+
+def measure(argv: list[str], cwd: Path, env: dict[str, str] | None = None,
+            stdin: str | None = None) -> Sample:
+    """Wall time and peak RSS of one command; a failure stops the benchmark."""
+    full_env = dict(os.environ, **GIT_ENV, **(env or {}))
+    fin = open(stdin, "rb") if stdin else subprocess.DEVNULL
+    try:
+        start = time.perf_counter()
+        proc = subprocess.Popen(argv, cwd=cwd, env=full_env, stdin=fin,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        err = proc.stderr.read() if proc.stderr else b""
+        _pid, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    finally:
+        if stdin:
+            fin.close()  # type: ignore[union-attr]
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(argv[:6])} ... failed ({proc.returncode}) in {cwd}:\n"
+                         f"{err.decode(errors='replace')[-3000:]}")
+    return Sample(seconds, usage.ru_maxrss)
+
+
+class Trees:
+    """Fresh copies of the base checkout, made untimed before each run."""
+
+    def __init__(self, work: Workload, scratch: Path) -> None:
+        self.work, self.scratch, self.n = work, scratch, 0
+
+    def fresh(self) -> Path:
+        self.n += 1
+        dest = self.scratch / f"tree-{self.n}"
+        subprocess.run(["cp", "-a", str(self.work.base), str(dest)], check=True)
+        subprocess.run(["git", "update-index", "-q", "--refresh"], cwd=dest, capture_output=True)
+        return dest
+
+    def drop(self, tree: Path) -> None:
+        shutil.rmtree(tree, ignore_errors=True)
+
+
+def cases(work: Workload, xdg: Path) -> dict[str, list[tuple[str, object]]]:
+    """Comparison name -> [(tool label, run(tree) -> Sample)], in table order."""
+    cat = str(work.catalog)
+    pk_env = {"XDG_CACHE_HOME": str(xdg)}
+
+    def patchkit(names: list[str], *extra: str, cold: bool = False):
+        def run(tree: Path) -> Sample:
+            if cold:
+                shutil.rmtree(xdg, ignore_errors=True)
+            return measure([*PATCHKIT, "--catalog", cat, "apply", *names, "--target", str(tree),
+                            *extra], tree, pk_env)
+        return run
+
+    def files(kind: str) -> list[str]:
+        return (work.series[kind] / "files.txt").read_text().splitlines()
+
+    def git_apply(kind: str, *extra: str):
+        return lambda tree: measure(["git", "apply", *extra, *files(kind)], tree)
+
+    def patch_each(kind: str):
+        script = 'while read -r p; do patch -p1 -s -N -i "$p" || exit 1; done'
+        return lambda tree: measure(["bash", "-c", script], tree,
+                                    stdin=str(work.series[kind] / "files.txt"))
+
+    def quilt(kind: str):
+        env = {"QUILT_PATCHES": "/", "QUILT_SERIES": str(work.series[kind] / "series"),
+               "QUILTRC": "/dev/null"}
+        return lambda tree: measure(["quilt", "push", "-a", "-q"], tree, env)
+
+    def git_am(kind: str):
+        return lambda tree: measure(["git", "am", "-q", str(work.series[kind] / "all.mbox")], tree)
+
+    return {
+        "drift": [
+            ("patchkit apply, all checks, first run (plan cache empty)", patchkit([DRIFT], cold=True)),
+            ("patchkit apply, all checks, repeat run (plan cache warm)", patchkit([DRIFT])),
+            ("`git apply` (one call, all patches)", git_apply("drift")),
+            ("GNU `patch -p1` per file", patch_each("drift")),
+            ("`git am` (one mbox)", git_am("drift")),
+            ("`quilt push -a`", quilt("drift")),
+        ],
+        "drift-check": [
+            ("patchkit apply --dry-run, all checks, repeat run", patchkit([DRIFT], "--dry-run")),
+            ("`git apply --check`", git_apply("drift", "--check")),
+        ],
+        "local": [
+            ("patchkit apply of the 20 fixes, first run", patchkit(LOCAL, cold=True)),
+            ("patchkit apply of the 20 fixes, repeat run", patchkit(LOCAL)),
+            ("`git apply` (one call)", git_apply("local")),
+            ("GNU `patch -p1` per file", patch_each("local")),
+            ("`git am` (one mbox)", git_am("local")),
+            ("`quilt push -a`", quilt("local")),
+        ],
+    }
+
+
+def prepare_status_tree(work: Workload, trees: Trees, xdg: Path) -> Path:
+    """0.5.22 with the drift and the 20 local fixes applied by patchkit (untimed)."""
+    tree = trees.fresh()
+    for names in ([DRIFT], LOCAL):
+        measure([*PATCHKIT, "--catalog", str(work.catalog), "apply", *names, "--target",
+                 str(tree)], tree, {"XDG_CACHE_HOME": str(xdg)})
+    return tree
+
+
+def run_all(work: Workload, scratch: Path, repeat: int, say) -> dict[str, dict[str, list[Sample]]]:
+    xdg = scratch / "xdg"
+    trees = Trees(work, scratch)
+    table = cases(work, xdg)
+    out: dict[str, dict[str, list[Sample]]] = {k: {label: [] for label, _ in v} for k, v in table.items()}
+    status_tree = prepare_status_tree(work, trees, xdg)
+    n_files = int(subprocess.run(["git", "ls-files"], cwd=status_tree, capture_output=True,
+                                 text=True, check=True).stdout.count("\n"))
+    extra = {
+        "status": [
+            (f"`patchkit status` ({DRIFT} and the 20 fixes applied, every fix of the catalog)",
+             lambda t: measure([*PATCHKIT, "--catalog", str(work.catalog), "status", "--target",
+                                str(t)], t, {"XDG_CACHE_HOME": str(xdg)})),
+            ("`git status --porcelain`", lambda t: measure(["git", "status", "--porcelain"], t)),
+        ],
+        "startup": [
+            ("`patchkit --version`", lambda t: measure([*PATCHKIT, "--version"], t)),
+            ('`python -c "import click, rich"` (same venv)',
+             lambda t: measure([sys.executable, "-c", "import click, rich"], t)),
+        ],
+    }
+    for k, v in extra.items():
+        out[k] = {label: [] for label, _ in v}
+    for i in range(repeat):
+        for kind, tools in table.items():
+            for label, run in tools:
+                tree = trees.fresh()
+                sample = run(tree)  # type: ignore[operator]
+                out[kind][label].append(sample)
+                say(f"#{i + 1} {kind}: {label}: {sample.seconds:.3f} s, {sample.rss_kb / 1024:.0f} MB")
+                trees.drop(tree)
+        for kind, tools in extra.items():
+            for label, run in tools:
+                sample = run(status_tree)  # type: ignore[operator]
+                out[kind][label].append(sample)
+                say(f"#{i + 1} {kind}: {label}: {sample.seconds:.3f} s")
+    out["_files"] = {str(n_files): []}
+    return out
+
+
+def _fmt(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+def report(results: dict[str, dict[str, list[Sample]]], work: Workload, repeat: int) -> str:
+    n_files = next(iter(results["_files"]))
+    titles = {
+        "drift": f"Apply the drift series ({work.drift_files} patches, "
+                 f"{work.drift_bytes / 1e6:.1f} MB: SGLang {OLD} -> {NEW}, one patch per file)",
+        "drift-check": "Check the drift series without writing",
+        "local": "Apply the 20-fix local series (one small patch per fix)",
+        "status": f"Status of a full checkout ({n_files} files)",
+        "startup": "CLI start-up",
+    }
+    lines = [SECTION, "",
+             f"Measured by `python bench/perf.py` on {datetime.date.today().isoformat()}: every "
+             f"tool on a fresh copy of the same SGLang {OLD} checkout (index refreshed), N = "
+             f"{repeat} each, interleaved, in one run. Wall time is the whole command (patchkit: the "
+             "CLI process, Python start-up included). Peak RSS is the largest process of the "
+             "command (`wait4`'s `ru_maxrss`; for the per-file loops that is one `patch` or "
+             "`bash`). patchkit runs with all its checks: release, touched files present and "
+             "clean against git, writable, the manifests' checks, all-or-nothing transaction with "
+             "backups and fsync, verification, state record.", "",
+             f"Machine: {os.cpu_count()} cores, {platform.system()}, Python "
+             f"{platform.python_version()}, {_version(['git', '--version'])}, "
+             f"{_version(['patch', '--version'])}, {_version(['quilt', '--version'], 'quilt ')}; "
+             f"1-minute load average {os.getloadavg()[0]:.1f} when the run ended.", ""]
+    for kind, title in titles.items():
+        rows = results[kind]
+        lines += [f"### {title}", "", "| tool | median | min | peak RSS | vs. the first row |",
+                  "|---|---|---|---|---|"]
+        first = None
+        for label, samples in rows.items():
+            med = statistics.median(s.seconds for s in samples)
+            first = first or med
+            rss = max(s.rss_kb for s in samples) / 1024
+            lines.append(f"| {label} | {_fmt(med)} | {_fmt(min(s.seconds for s in samples))} | "
+                         f"{rss:.0f} MB | {med / first:.2f}x |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _version(argv: list[str], prefix: str = "") -> str:
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True).stdout.strip().splitlines()
+    except OSError:
+        return f"{argv[0]} missing"
+    return prefix + out[0] if out else argv[0]
+
+
+def write_section(doc: Path, section: str) -> None:
+    """Replace this benchmark's section in ``doc`` (or add it), leaving other sections alone."""
+    text = doc.read_text() if doc.exists() else "# Performance\n\n"
+    start = text.find(SECTION)
+    if start < 0:
+        text = text.rstrip("\n") + "\n\n" + section
+    else:
+        end = text.find("\n## ", start + len(SECTION))
+        rest = "\n" + text[end + 1:] if end >= 0 else ""
+        text = text[:start] + section.rstrip("\n") + "\n" + rest
+    doc.write_text(text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=5, help="runs per tool (default 5)")
+    parser.add_argument("--workdir", type=Path,
+                        help="keep the workload there and reuse it (default: a temp dir, removed)")
+    parser.add_argument("--upstream", type=Path, help="patchkit upstream repository (default: its cache)")
+    parser.add_argument("--write-doc", type=Path, help="replace this benchmark's section in that file")
+    parser.add_argument("--notes", type=Path, help="markdown appended to the section (the analysis)")
+    args = parser.parse_args()
+    for tool in ("git", "patch", "quilt"):
+        if shutil.which(tool) is None:
+            raise SystemExit(f"{tool} is not installed (apt-get install {tool})")
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="patchkit-perf-")).resolve()
+    say = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
+    try:
+        work = build(workdir / "workload", UpstreamRepo(args.upstream), say=say)
+        scratch = workdir / "runs"
+        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.mkdir()
+        results = run_all(work, scratch, args.repeat, say)
+        section = report(results, work, args.repeat)
+        if args.notes:
+            section = section.rstrip("\n") + "\n\n" + args.notes.read_text().strip() + "\n"
+        print(section)
+        if args.write_doc:
+            write_section(args.write_doc, section)
+            say(f"wrote {args.write_doc}")
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
