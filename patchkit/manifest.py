@@ -685,6 +685,40 @@ def bump_manifest(path: Path | str, *, version: int, changelog_summary: str, dat
     _atomic_write_text(path, text)
 
 
+def add_release(path: Path | str, release: str) -> bool:
+    """Add ``release`` to ``upstream.releases`` in place (the series applies there unchanged).
+
+    The series does not change, so the version does not either. Returns False when the
+    release was listed already (nothing written). Comments and layout are kept.
+    """
+    path = Path(path)
+    ctx = _Ctx(path)
+    doc = _read_toml(path, "manifest")
+    current = _build_fix(ctx, doc.unwrap(), path.parent.parent / "patches" / path.stem)
+    if release in current.upstream.releases or not current.upstream.releases:
+        return False
+    doc["upstream"]["releases"] = [*current.upstream.releases, release]
+    text = tomlkit.dumps(doc)
+    _build_fix(ctx, tomlkit.parse(text).unwrap(), current.patch_dir)
+    _atomic_write_text(path, text)
+    return True
+
+
+def version_and_patches(text: str) -> tuple[int | None, list[str]]:
+    """The ``version`` and ``[[patches]].file`` names of a manifest's text, unvalidated.
+
+    For reading old versions from the catalog's git history (``patchkit diff --versions``);
+    an unreadable text gives ``(None, [])``.
+    """
+    try:
+        data = tomlkit.parse(text).unwrap()
+    except Exception:  # noqa: BLE001 - any broken old text just has no version
+        return None, []
+    version = data.get("version")
+    files = [p.get("file") for p in data.get("patches", []) if isinstance(p, dict)]
+    return (version if isinstance(version, int) else None), [f for f in files if isinstance(f, str)]
+
+
 def _atomic_write_text(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
     try:
@@ -698,4 +732,4 @@ def _atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
-__all__ = ["load_manifest", "load_config", "new_manifest_text", "bump_manifest", "NAME_RE"]
+__all__ = ["load_manifest", "load_config", "new_manifest_text", "bump_manifest", "add_release", "version_and_patches", "NAME_RE"]

@@ -294,3 +294,74 @@ def render_log(console: Console, lineage: Any) -> None:
             if lineage.history and not v.commits:
                 vnode.add(Text("no catalog commit", style="dim"))
     console.print(tree)
+
+
+# -- patchkit rebase / patchkit diff ------------------------------------------------------
+
+REBASE_STYLE = {
+    "unchanged": "green", "offset": "green", "merged": "cyan", "resolved": "cyan",
+    "upstream": "magenta", "anchor-gone": "bold red", "conflict": "bold red",
+    "rebased": "bold green", "extended": "green", "upstreamed": "magenta",
+    "stopped": "bold red", "skipped": "dim",
+}
+
+
+class rebase_progress:  # noqa: N801 - used as a context manager, like rich's own
+    """A rich progress bar fed by ``patchkit.rebase``'s ``progress(what, done, total)``."""
+
+    def __init__(self, console: Console, *, enabled: bool = True) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        self.enabled = enabled
+        self.bar = Progress(TextColumn("rebasing"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("{task.description}"), console=console, transient=True)
+        self.task = None
+
+    def __enter__(self) -> Any:
+        if not self.enabled:
+            return None
+        self.bar.__enter__()
+        self.task = self.bar.add_task("", total=None)
+
+        def update(what: str, done: int, total: int) -> None:
+            kw: dict[str, Any] = {"description": what, "completed": done}
+            if total >= 0:
+                kw["total"] = total
+            self.bar.update(self.task, **kw)
+
+        return update
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.enabled:
+            self.bar.__exit__(*exc)
+
+
+def render_rebase(console: Console, report: Any) -> None:
+    """The table of a rebase: one row per patch (or per fix without patches)."""
+    table = Table(title=f"rebase onto {report.onto}", show_lines=False)
+    for col in ("fix", "version", "patch", "result", "detail"):
+        table.add_column(col, overflow="fold")
+    for fix in report.fixes:
+        ver = f"v{fix.old_version}" + (f" -> v{fix.new_version}"
+                                       if fix.new_version != fix.old_version else "")
+        outcome = Text(fix.outcome, style=REBASE_STYLE.get(fix.outcome, ""))
+        if not fix.patches:
+            table.add_row(fix.name, ver, "", outcome, escape(fix.detail))
+        for i, p in enumerate(fix.patches):
+            result = Text(p.classification, style=REBASE_STYLE.get(p.classification, ""))
+            table.add_row(fix.name if i == 0 else "", ver if i == 0 else "", p.file,
+                          result, escape(p.detail))
+    console.print(table)
+    if report.stopped:
+        console.print(f"[bold red]stopped at {escape(report.stopped)}[/]: resolve the conflicts "
+                      f"in {escape(report.worktree or '')}")
+        for path in report.conflicted:
+            console.print(f"  {escape(path)}")
+        console.print("then run `patchkit rebase --continue` (or --skip, --abort)")
+    else:
+        console.print("rebase done")
+
+
+def render_range_diff(console: Console, text: str) -> None:
+    console.print(Syntax(text, "diff", theme="ansi_dark", background_color="default")
+                  if text else Text("no difference", style="dim"))

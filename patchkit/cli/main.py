@@ -28,9 +28,10 @@ def cli(ctx: click.Context, catalog_dir: str | None, config_path: str | None, de
 
 
 def _register() -> None:
-    from . import apply, authoring, demo, fixes, log, rollback, status, upstream, verify
+    from . import apply, authoring, demo, diff, fixes, log, rebase, rollback, status, upstream, verify
 
-    for module in (fixes, apply, verify, status, rollback, log, authoring, upstream, demo):
+    for module in (fixes, apply, verify, status, rollback, log, authoring, upstream, demo,
+                   rebase, diff):
         for command in module.COMMANDS:
             cli.add_command(command)
 

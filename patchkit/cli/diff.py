@@ -1,0 +1,27 @@
+"""`patchkit diff FIX --versions A B`: how a fix's series changed between two versions."""
+
+from __future__ import annotations
+
+import click
+
+from .. import rebase, render
+from .common import State, json_option, pass_state
+
+
+@click.command("diff")
+@click.argument("fix")
+@click.option("--versions", nargs=2, type=int, required=True, metavar="OLD NEW",
+              help="The two versions to compare, e.g. --versions 1 2.")
+@json_option
+@pass_state
+def diff(state: State, fix: str, versions: tuple[int, int], as_json: bool) -> int:
+    """Show a range-diff between two versions of FIX's series (old ones from catalog git)."""
+    text = rebase.range_diff(state.catalog(), fix, versions[0], versions[1])
+    if as_json:
+        render.print_json({"fix": fix, "old": versions[0], "new": versions[1], "diff": text})
+    else:
+        render.render_range_diff(render.stdout(), text)
+    return 0
+
+
+COMMANDS = [diff]

@@ -1,0 +1,213 @@
+"""`patchkit rebase`: each classification, --continue/--skip/--abort, on real git histories.
+
+Fast tests build a small upstream clone (tags v0.1.0, v0.2.0) in tmp_path; the network
+tests rebase the shipped catalog from the real 0.5.21 onto the real 0.5.23.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from patchkit import api, manifest, rebase, series
+from patchkit.catalog import Catalog
+from patchkit.cli.main import cli
+from patchkit.errors import UsageError
+from patchkit.targets import LocalTarget
+from patchkit.upstream import UpstreamRepo
+
+BODY = [f"line {i}\n" for i in range(1, 41)]
+
+
+def _git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                          text=True).stdout
+
+
+def _write_release(repo: Path, files: dict[str, str], tag: str) -> None:
+    for path, text in files.items():
+        f = repo / path
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(text)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", f"release {tag}")
+    _git(repo, "tag", tag)
+
+
+def _fix(cat: Path, name: str, path: str, before: str, after: str, *,
+         anchors: tuple[str, ...] = ()) -> None:
+    (cat / "patches" / name).mkdir(parents=True)
+    patch = f"0001-{name}.patch"
+    text = f"From: t <t@example.com>\nSubject: [PATCH] {name}\n\n---\n"
+    text += series.diff_files(before.encode(), after.encode(), path)
+    (cat / "patches" / name / patch).write_text(text)
+    mtext = manifest.new_manifest_text(name, f"{name} title", "0.1.0", [(patch, "sglang")],
+                                       "Why.", date="2026-01-01")
+    for a in anchors:
+        mtext += (f'\n[[preconditions]]\nkind = "grep"\npath = "{path}"\n'
+                  f'pattern = "{a}"\ncount = 1\n')
+    (cat / "manifests").mkdir(exist_ok=True)
+    (cat / "manifests" / f"{name}.toml").write_text(mtext)
+
+
+@pytest.fixture
+def world(tmp_path: Path):
+    """An upstream clone with 0.1.0 and 0.2.0, and a catalog of one fix per classification."""
+    up = tmp_path / "upstream"
+    up.mkdir()
+    _git(up, "init", "-q", "-b", "main")
+    old = {f"python/sglang/{n}.py": "".join(BODY) for n in
+           ("same", "shift", "up", "merge", "anchor", "clash")}
+    _write_release(up, old, "v0.1.0")
+    new = dict(old)
+    new["python/sglang/shift.py"] = "# new header\n# two\n" + "".join(BODY)
+    new["python/sglang/up.py"] = "".join(BODY).replace("line 10\n", "line 10 fixed\n")
+    new["python/sglang/merge.py"] = "".join(BODY).replace("line 8\n", "line 8 upstream\n")
+    new["python/sglang/anchor.py"] = "".join(BODY).replace("line 12\n", "line twelve\n")
+    new["python/sglang/clash.py"] = "".join(BODY).replace("line 10\n", "line 10 theirs\n")
+    _write_release(up, new, "v0.2.0")
+    cat = tmp_path / "catalog"
+    base = "".join(BODY)
+    for name in ("same", "shift", "up", "merge", "clash"):
+        _fix(cat, name, f"python/sglang/{name}.py", base, base.replace("line 10\n", "line 10 fixed\n"))
+    _fix(cat, "anchor", "python/sglang/anchor.py", base,
+         base.replace("line 11\n", "line 11 fixed\n"), anchors=("line 12",))
+    _git(cat, "init", "-q", "-b", "main")
+    _git(cat, "add", "-A")
+    _git(cat, "commit", "-q", "-m", "catalog v1")
+    return Catalog(cat), UpstreamRepo(up)
+
+
+def _snapshot(cat: Catalog) -> dict[str, bytes]:
+    return {str(p.relative_to(cat.root)): p.read_bytes()
+            for d in (cat.manifests_dir, cat.patches_dir) for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def _classes(report: rebase.RebaseReport) -> dict[str, str]:
+    return {f.name: (f.patches[0].classification if f.patches else f.outcome) for f in report.fixes}
+
+
+def test_each_clean_classification_and_what_is_written(world) -> None:
+    cat, up = world
+    seen: list[tuple[str, int, int]] = []
+    report = rebase.start(cat, "0.2.0", ["same", "shift", "up", "merge"], upstream=up,
+                          progress=lambda w, d, t: seen.append((w, d, t)))
+    assert report.done
+    assert _classes(report) == {"same": "unchanged", "shift": "offset", "up": "upstream",
+                                "merge": "merged"}
+    outcomes = {f.name: f.outcome for f in report.fixes}
+    assert outcomes == {"same": "extended", "shift": "rebased", "up": "upstreamed",
+                        "merge": "rebased"}
+    assert report.fixes[1].patches[0].offsets == (2,)
+    assert any(w == "merge" for w, _d, _t in seen)
+    fresh = Catalog(cat.root)
+    assert fresh.get("same").version == 1 and fresh.get("same").upstream.releases == ("0.1.0", "0.2.0")
+    shift = fresh.get("shift")
+    assert shift.version == 2 and shift.upstream.base_release == "0.2.0"
+    assert shift.upstream.releases == ("0.2.0",)
+    assert "Rebased from 0.1.0 onto 0.2.0" in shift.changelog[-1].summary
+    assert "@@ -9,7 +9,7 @@" in (cat.patches_dir / "shift" / "0001-shift.patch").read_text()
+    assert fresh.get("up").version == 1  # only proposed for upstreamed, never written
+    assert not (cat.root / rebase.STATE_DIR).exists()
+    # the refreshed series applies to the new release with zero fuzz and its result is the merge
+    tree = up.checkout("0.2.0", cat.root.parent / "t020")
+    api.apply(fresh, LocalTarget({"sglang": str(tree)}), ["merge", "shift"])
+    merged = (tree / "python/sglang/merge.py").read_text()
+    assert "line 8 upstream\n" in merged and "line 10 fixed\n" in merged
+    # the old version stays readable from the catalog's git history once committed
+    _git(cat.root, "commit", "-qam", "rebase onto 0.2.0")
+    rd = rebase.range_diff(Catalog(cat.root), "shift", 1, 2)
+    assert "-@@ -7,7 +7,7 @@" in rd and "+@@ -9,7 +9,7 @@" in rd
+
+
+def test_anchor_gone_stops_then_continue_with_the_edited_file(world) -> None:
+    cat, up = world
+    report = rebase.start(cat, "0.2.0", ["anchor"], upstream=up)
+    assert not report.done and report.stopped == "anchor"
+    assert report.fixes[-1].patches[0].classification == "anchor-gone"
+    assert "line 12" in report.fixes[-1].patches[0].detail
+    wt = Path(report.worktree)
+    f = wt / "python/sglang/anchor.py"
+    assert "line 11 fixed\n" in f.read_text()
+    f.write_text("".join(BODY).replace("line 11\n", "line 11 fixed\n")
+                 .replace("line 12\n", "line twelve\n"))
+    report = rebase.continue_(cat, upstream=up)
+    assert report.done and report.fixes[0].patches[0].classification == "resolved"
+    assert Catalog(cat.root).get("anchor").version == 2
+    assert not wt.exists()
+
+
+def test_conflict_leaves_markers_then_continue(world) -> None:
+    cat, up = world
+    before = _snapshot(cat)
+    report = rebase.start(cat, "0.2.0", ["clash"], upstream=up)
+    assert report.stopped == "clash" and report.conflicted == ("python/sglang/clash.py",)
+    assert report.fixes[-1].patches[0].classification == "conflict"
+    assert _snapshot(cat) == before  # nothing written until the fix completes
+    f = Path(report.worktree) / "python/sglang/clash.py"
+    assert "<<<<<<< 0.2.0" in f.read_text() and ">>>>>>> clash" in f.read_text()
+    with pytest.raises(UsageError, match="conflict markers"):
+        rebase.continue_(cat, upstream=up)
+    with pytest.raises(UsageError, match="in progress"):
+        rebase.start(cat, "0.2.0", ["clash"], upstream=up)
+    f.write_text("".join(BODY).replace("line 10\n", "line 10 theirs and fixed\n"))
+    report = rebase.continue_(cat, upstream=up)
+    assert report.done
+    text = (cat.patches_dir / "clash" / "0001-clash.patch").read_text()
+    assert "-line 10 theirs\n+line 10 theirs and fixed\n" in text
+
+
+def test_skip_leaves_the_fix_and_goes_on(world) -> None:
+    cat, up = world
+    before = (cat.manifests_dir / "clash.toml").read_bytes()
+    report = rebase.start(cat, "0.2.0", ["clash", "shift"], upstream=up)
+    assert report.stopped == "clash"
+    report = rebase.skip(cat, upstream=up)
+    assert report.done
+    assert {f.name: f.outcome for f in report.fixes} == {"clash": "skipped", "shift": "rebased"}
+    assert (cat.manifests_dir / "clash.toml").read_bytes() == before
+
+
+def test_abort_restores_the_catalog_byte_for_byte(world) -> None:
+    cat, up = world
+    before = _snapshot(cat)
+    report = rebase.start(cat, "0.2.0", ["shift", "clash"], upstream=up)
+    assert report.stopped == "clash" and _snapshot(cat) != before  # shift was written
+    assert rebase.abort(cat, upstream=up) == ["shift"]
+    assert _snapshot(cat) == before
+    assert not (cat.root / rebase.STATE_DIR).exists()
+    assert _git(cat.root, "status", "--porcelain") == ""
+    with pytest.raises(UsageError, match="no rebase in progress"):
+        rebase.continue_(cat, upstream=up)
+
+
+def test_cli_rebase_table_json_and_exit_codes(world, monkeypatch) -> None:
+    cat, up = world
+    monkeypatch.setenv("PATCHKIT_UPSTREAM", str(up.path))
+    runner = CliRunner()
+    res = runner.invoke(cli, ["--catalog", str(cat.root), "rebase", "shift", "clash",
+                              "--onto", "0.2.0", "--json"])
+    assert res.exit_code == 3, res.output
+    data = json.loads(res.stdout)
+    assert data["stopped"] == "clash" and data["fixes"][0]["outcome"] == "rebased"
+    res = runner.invoke(cli, ["--catalog", str(cat.root), "rebase", "--abort"])
+    assert res.exit_code == 0 and "aborted" in res.output
+    res = runner.invoke(cli, ["--catalog", str(cat.root), "rebase", "--all", "--onto", "0.2.0"])
+    assert res.exit_code == 3
+    assert "anchor-gone" in res.stdout and "--continue" in res.stdout  # anchor: first by name
+    res = runner.invoke(cli, ["--catalog", str(cat.root), "rebase", "--skip"])
+    assert res.exit_code == 3 and "conflict" in res.stdout  # then clash
+    res = runner.invoke(cli, ["--catalog", str(cat.root), "rebase", "--skip"])
+    assert res.exit_code == 0, res.output
+    assert "offset" in res.stdout and "upstream" in res.stdout and "unchanged" in res.stdout
+    assert "rebase done" in res.stdout
+    res = runner.invoke(cli, ["--catalog", str(cat.root), "diff", "shift", "--versions", "1", "7"])
+    assert isinstance(res.exception, UsageError) and "no version 7" in str(res.exception)
+    res = runner.invoke(cli, ["--catalog", str(cat.root), "diff", "shift", "--versions", "1", "2",
+                              "--json"])
+    assert res.exit_code == 0 and "+@@ -9,7 +9,7 @@" in json.loads(res.stdout)["diff"]
