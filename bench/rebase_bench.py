@@ -389,7 +389,8 @@ def report(fixes: list[Fix], results: dict[str, list[Run]], facts: dict[str, str
         "repository and has no work tree.",
         "",
         f"Machine: {facts['cores']}, {facts['system']}, Python {facts['python']}, {facts['git']}, "
-        f"{facts['patch']}, {facts['quilt']}; 1-minute load average {facts['load']} when the run ended.",
+        f"{facts['patch']}, {facts['quilt']}; 1-minute load average {facts['load']} when the run ended "
+        "(the machine was shared with other work; it shows up as spread between median and min).",
         "",
         "The fixes, by what the 3-way merge (`git merge-file`) of each onto 0.5.23 says: "
         f"{len(kinds['untouched'])} in files 0.5.23 left alone; {len(kinds['moved'])} whose lines "
