@@ -9,6 +9,7 @@ a transaction starts writing, so a refused run leaves no trace.
 from __future__ import annotations
 
 import datetime
+import errno
 import fcntl
 import json
 import os
@@ -18,7 +19,7 @@ from contextlib import contextmanager
 from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 from ..errors import LockBusy, PermissionDenied, TargetError
-from .fsops import fsync_dir, write_json
+from .fsops import fsync_dir, temp_name, write_json
 
 FORMAT = 1
 DIRNAME = ".patchkit"
@@ -59,8 +60,8 @@ class Store:
                     fh.flush()
                     os.fsync(fh.fileno())
         except OSError as exc:
-            raise PermissionDenied("cannot create %s: %s; make the state root writable (or run as "
-                                   "its owner)" % (self.dir, exc.strerror), path=self.dir) from None
+            raise PermissionDenied("cannot create %s: %s; %s" % (self.dir, exc.strerror, write_remedy(exc)),
+                                   path=self.dir) from None
 
     # -- lock ------------------------------------------------------------------------------
 
@@ -133,10 +134,34 @@ class Store:
         return data if isinstance(data, dict) and data.get("format") == FORMAT else None
 
     def begin_writing(self, op: str) -> None:
-        """Start of a write phase: create ``.patchkit/`` and record this run as the holder."""
-        self.ensure()
-        write_json(self.path(HOLDER), {"format": FORMAT, "pid": os.getpid(),
-                                       "host": socket.gethostname(), "op": op, "since": utc_now()})
+        """Start of a write phase: create ``.patchkit/`` and record this run as the holder.
+
+        If that fails (a full disk), whatever it created is removed again: a run that writes
+        nothing must leave the target as it found it.
+        """
+        before = self.listing()
+        try:
+            self.ensure()
+            write_json(self.path(HOLDER), {"format": FORMAT, "pid": os.getpid(),
+                                           "host": socket.gethostname(), "op": op, "since": utc_now()})
+        except OSError as exc:
+            self._undo_begin(before)
+            raise PermissionDenied("cannot write %s: %s; %s" % (
+                self.path(HOLDER), exc.strerror, write_remedy(exc)), path=self.dir) from None
+        except BaseException:
+            self._undo_begin(before)
+            raise
+
+    def _undo_begin(self, before: Optional[FrozenSet[str]]) -> None:
+        try:
+            for name in (os.path.basename(temp_name(self.path(HOLDER))), HOLDER, ".gitignore"):
+                if before is None or name not in before:
+                    if os.path.lexists(self.path(name)):
+                        os.unlink(self.path(name))
+            if before is None and os.path.isdir(self.dir) and not os.listdir(self.dir):
+                os.rmdir(self.dir)
+        except OSError:
+            pass  # best effort: the error that brought us here is the one to report
 
     def end_writing(self) -> None:
         try:
@@ -284,3 +309,10 @@ def _flock_pid(directory: str) -> Optional[str]:
         if fields[1] == "FLOCK" and fields[3] == "WRITE" and fields[5] == inode:
             return fields[4] if fields[4] != "0" else None  # 0: outside our pid namespace
     return None
+
+
+def write_remedy(exc: OSError) -> str:
+    """What to do about a failed write in the state root."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "free space on the target's file system, then run again"
+    return "make the state root writable (or run as its owner)"

@@ -14,13 +14,13 @@ import shutil
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ..errors import TargetError
+from ..errors import PermissionDenied, TargetError
 from . import gitcommit
 from .faults import fault
 from .fsops import (atomic_write, file_mode, fsync_dir, make_dirs, purge_pycache, read_bytes,
                     remove_empty_dirs, remove_file, temp_name, write_json)
 from .hunks import sha256_bytes
-from .store import FORMAT, HOLDER, Store, new_txn_id, utc_now
+from .store import FORMAT, HOLDER, Store, new_txn_id, utc_now, write_remedy
 
 
 @dataclass(frozen=True)
@@ -85,16 +85,27 @@ def run_transaction(store: Store, op: str, fixes: List[str], writes: List[FileWr
     """
     before = store.listing()
     store.begin_writing(op)
+    txns_before = set(os.listdir(store.path("txn"))) if os.path.isdir(store.path("txn")) else set()
     committed = False
     try:
         txn = _transaction(store, op, fixes, writes, fix_backups, purge, verify, commit,
                            versions, remove_dirs, journal_extra or {})
         committed = True
         return txn
+    except OSError as exc:  # e.g. a full disk while writing backups: the files are as they were
+        left = ("the journal %s is kept and the next run restores the files"
+                % store.path("journal.json") if os.path.lexists(store.path("journal.json"))
+                else "nothing was changed")
+        raise PermissionDenied("cannot write %s: %s; %s (%s)"
+                               % (exc.filename or store.root, exc.strerror or exc, write_remedy(exc), left),
+                               path=exc.filename or store.root) from None
     finally:
         store.end_writing()
         if not committed:
             try:
+                if not os.path.lexists(store.path("journal.json")):  # no target file was written:
+                    for name in set(os.listdir(store.path("txn"))) - txns_before:  # drop the scratch
+                        shutil.rmtree(store.path("txn", name), ignore_errors=True)
                 store.undo_setup(before)
             except OSError:
                 pass  # leftovers are harmless scaffolding; the real error matters more
