@@ -219,10 +219,10 @@ def mount(args: list) -> Optional[str]:
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 256 KiB tmpfs (a full disk is easy to make on it)."""
+    """A 512 KiB tmpfs (a full disk is easy to make on it)."""
     disk = tmp_path / "disk"
     disk.mkdir()
-    failed = mount(["-t", "tmpfs", "-o", "size=256k", "tmpfs", str(disk)])
+    failed = mount(["-t", "tmpfs", "-o", "size=512k", "tmpfs", str(disk)])
     if failed:
         pytest.skip("cannot mount a small tmpfs here (%s)" % failed)
     try:
@@ -231,7 +231,11 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
-def test_full_disk_is_a_clear_error_and_changes_nothing(small_disk: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("room", [0, 100 * 1024], ids=["full", "room-for-one-backup"])
+def test_full_disk_is_a_clear_error_and_changes_nothing(small_disk: Path, tmp_path: Path,
+                                                         room: int) -> None:
+    """Full to the last block (``.patchkit/`` cannot even be made), or with room for the
+    transaction's first backup but not the second: a clear error, the target untouched."""
     root = make_checkout(small_disk, git_repo=False)
     case = Case(tmp_path, root)
     big = root / "scripts/data.txt"
@@ -240,21 +244,26 @@ def test_full_disk_is_a_clear_error_and_changes_nothing(small_disk: Path, tmp_pa
     new = old.replace(b"row 000010\n", b"row ten\n")
     case.patch(diff_files(old, new, "scripts/data.txt").encode())
     filler = small_disk / "filler"
-    with open(filler, "wb") as fh:  # fill the disk to the last block
-        try:
-            while True:
-                fh.write(b"\0" * 4096)
-                fh.flush()
-        except OSError:
-            pass
-    free = os.statvfs(small_disk).f_bavail
-    assert free * os.statvfs(small_disk).f_frsize < len(old)  # no room for a backup or a temp file
+    reserve = small_disk / "reserve"
+    reserve.write_bytes(b"\0" * room)
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:  # fill the disk to the last block
+        while True:
+            os.write(fd, b"\0" * 4096)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    reserve.unlink()
+    free = os.statvfs(small_disk).f_bavail * os.statvfs(small_disk).f_frsize
+    assert free < 2 * len(old)  # no room for both backups and the temp file
     before = digest(root)
     with pytest.raises(errors.PatchkitError) as info:
         case.apply()
     message = str(info.value)
     assert "No space left on device" in message or "no space" in message.lower(), message
-    assert not isinstance(info.value, errors.InternalError), message
+    assert isinstance(info.value, errors.PermissionDenied), message
+    assert "free space on the target's file system" in message
     assert digest(root) == before  # byte-identical, no .patchkit left behind
     assert digest(case.outside) == {"victim.py": ("file", oct(0o100644), hashlib.sha256(b"precious = 1\n").hexdigest())}
     filler.unlink()  # with room again, the same apply works
