@@ -3,8 +3,8 @@
 Workload (bench/perf_workload.py): the real upstream drift from SGLang 0.5.22 to 0.5.23 as one
 catalog fix with one patch per changed file, and 20 small local fixes (one patch each) against
 0.5.22. Every tool runs on a fresh copy of the same 0.5.22 checkout (index refreshed, as a
-checkout someone works in), interleaved, N times; wall time and peak RSS (``wait4``'s
-``ru_maxrss``: the largest process of the command's tree) per run.
+checkout someone works in), interleaved, N times; wall time and peak RSS (GNU time's
+``%M``: the largest process of the command) per run.
 
     python bench/perf.py                                    # N=5, prints the tables
     python bench/perf.py --write-doc docs/performance.md    # and updates its section there
@@ -33,6 +33,7 @@ from perf_workload import DRIFT, LOCAL, NEW, OLD, Workload, build  # noqa: E402
 from patchkit.upstream import UpstreamRepo  # noqa: E402
 
 SECTION = "## Apply, check, status and start-up"
+TIME = "/usr/bin/time"  # GNU time: peak RSS of the measured command
 PATCHKIT = [sys.executable, "-m", "patchkit"]
 GIT_ENV = {"GIT_AUTHOR_NAME": "Bench", "GIT_AUTHOR_EMAIL": "bench@patchkit.invalid",
            "GIT_COMMITTER_NAME": "Bench", "GIT_COMMITTER_EMAIL": "bench@patchkit.invalid",
@@ -50,21 +51,23 @@ def measure(argv: list[str], cwd: Path, env: dict[str, str] | None = None,
     """Wall time and peak RSS of one command; a failure stops the benchmark."""
     full_env = dict(os.environ, **GIT_ENV, **(env or {}))
     fin = open(stdin, "rb") if stdin else subprocess.DEVNULL
-    try:
-        start = time.perf_counter()
-        proc = subprocess.Popen(argv, cwd=cwd, env=full_env, stdin=fin,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        err = proc.stderr.read() if proc.stderr else b""
-        _pid, status, usage = os.wait4(proc.pid, 0)
-        seconds = time.perf_counter() - start
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    finally:
-        if stdin:
-            fin.close()  # type: ignore[union-attr]
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(argv[:6])} ... failed ({proc.returncode}) in {cwd}:\n"
-                         f"{err.decode(errors='replace')[-3000:]}")
-    return Sample(seconds, usage.ru_maxrss)
+    # /usr/bin/time -f %M, not this process's wait4: a child forked from this (large) Python
+    # process would report this process's memory as its own peak.
+    with tempfile.NamedTemporaryFile("r", suffix=".rss") as rss:
+        try:
+            start = time.perf_counter()
+            proc = subprocess.run([TIME, "-f", "%M", "-o", rss.name, *argv], cwd=cwd,
+                                  env=full_env, stdin=fin, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE)
+            seconds = time.perf_counter() - start
+        finally:
+            if stdin:
+                fin.close()  # type: ignore[union-attr]
+        if proc.returncode != 0:
+            raise SystemExit(f"{' '.join(argv[:6])} ... failed ({proc.returncode}) in {cwd}:\n"
+                             f"{proc.stderr.decode(errors='replace')[-3000:]}")
+        rss_kb = int(rss.read().split()[-1])
+    return Sample(seconds, rss_kb)
 
 
 class Trees:
@@ -114,7 +117,8 @@ def cases(work: Workload, xdg: Path) -> dict[str, list[tuple[str, object]]]:
         return lambda tree: measure(["quilt", "push", "-a", "-q"], tree, env)
 
     def git_am(kind: str):
-        return lambda tree: measure(["git", "am", "-q", str(work.series[kind] / "all.mbox")], tree)
+        mails = sorted(str(p) for p in (work.series[kind] / "mails").iterdir())
+        return lambda tree: measure(["git", "am", "-q", "--keep-cr", *mails], tree)
 
     return {
         "drift": [
@@ -122,7 +126,7 @@ def cases(work: Workload, xdg: Path) -> dict[str, list[tuple[str, object]]]:
             ("patchkit apply, all checks, repeat run (plan cache warm)", patchkit([DRIFT])),
             ("`git apply` (one call, all patches)", git_apply("drift")),
             ("GNU `patch -p1` per file", patch_each("drift")),
-            ("`git am` (one mbox)", git_am("drift")),
+            ("`git am --keep-cr` (one mail per patch)", git_am("drift")),
             ("`quilt push -a`", quilt("drift")),
         ],
         "drift-check": [
@@ -134,7 +138,7 @@ def cases(work: Workload, xdg: Path) -> dict[str, list[tuple[str, object]]]:
             ("patchkit apply of the 20 fixes, repeat run", patchkit(LOCAL)),
             ("`git apply` (one call)", git_apply("local")),
             ("GNU `patch -p1` per file", patch_each("local")),
-            ("`git am` (one mbox)", git_am("local")),
+            ("`git am --keep-cr` (one mail per patch)", git_am("local")),
             ("`quilt push -a`", quilt("local")),
         ],
     }
@@ -207,9 +211,8 @@ def report(results: dict[str, dict[str, list[Sample]]], work: Workload, repeat: 
              f"Measured by `python bench/perf.py` on {datetime.date.today().isoformat()}: every "
              f"tool on a fresh copy of the same SGLang {OLD} checkout (index refreshed), N = "
              f"{repeat} each, interleaved, in one run. Wall time is the whole command (patchkit: the "
-             "CLI process, Python start-up included). Peak RSS is the largest process of the "
-             "command (`wait4`'s `ru_maxrss`; for the per-file loops that is one `patch` or "
-             "`bash`). patchkit runs with all its checks: release, touched files present and "
+             "CLI process, Python start-up included). Peak RSS is GNU time's `%M`: the largest "
+             "process of the command (for the per-file loops that is one `patch` or `bash`). patchkit runs with all its checks: release, touched files present and "
              "clean against git, writable, the manifests' checks, all-or-nothing transaction with "
              "backups and fsync, verification, state record.", "",
              f"Machine: {os.cpu_count()} cores, {platform.system()}, Python "
@@ -261,7 +264,7 @@ def main() -> None:
     parser.add_argument("--write-doc", type=Path, help="replace this benchmark's section in that file")
     parser.add_argument("--notes", type=Path, help="markdown appended to the section (the analysis)")
     args = parser.parse_args()
-    for tool in ("git", "patch", "quilt"):
+    for tool in ("git", "patch", "quilt", TIME):
         if shutil.which(tool) is None:
             raise SystemExit(f"{tool} is not installed (apt-get install {tool})")
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="patchkit-perf-")).resolve()

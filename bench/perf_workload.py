@@ -6,7 +6,7 @@ Built once into a work directory (reused by later runs when it is already there)
     catalog/           manifests/ and patches/: fix ``drift-0.5.23`` (one patch per changed
                        file) and fixes ``local-01`` .. ``local-20`` (one small patch each)
     series/<name>/     the same patches for the other tools: ``series`` (quilt's list),
-                       ``all.mbox`` (git am), ``files.txt`` (the patch files, in order)
+                       ``mails/`` (git am, one mail per patch), ``files.txt`` (the patch files, in order)
 """
 
 from __future__ import annotations
@@ -91,11 +91,12 @@ def _tool_series(dest: Path, patches: list[Path], subjects: list[str]) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     (dest / "series").write_text("".join(f"{p}\n" for p in patches))  # absolute: QUILT_PATCHES=/
     (dest / "files.txt").write_text("".join(f"{p}\n" for p in patches))
-    with open(dest / "all.mbox", "w", encoding="utf-8", errors="surrogateescape") as fh:
-        for patch, subject in zip(patches, subjects):
-            fh.write(MAIL_HEAD.format(subject=subject))
-            fh.write(patch.read_text(encoding="utf-8", errors="surrogateescape"))
-            fh.write("-- \n2.39.5\n\n")
+    # One mail per file, as git format-patch writes them (one big mbox loses CRs in mailsplit).
+    (dest / "mails").mkdir(exist_ok=True)
+    for i, (patch, subject) in enumerate(zip(patches, subjects), 1):
+        mail = (MAIL_HEAD.format(subject=subject).encode() + patch.read_bytes()
+                + b"-- \n2.39.5\n\n")
+        (dest / "mails" / f"{i:04d}.patch").write_bytes(mail)
 
 
 def build(workdir: Path, upstream: UpstreamRepo, say=print) -> Workload:
