@@ -240,7 +240,7 @@ class _Run:
 
     def drop_worktree(self) -> None:
         if self.worktree().exists():
-            gitrepo.worktree_remove(self.up.git_dir, self.worktree())
+            shutil.rmtree(self.worktree())
 
     # one fix
     def one(self, name: str, resumed: dict[str, str | None] | None = None) -> FixReport:
@@ -335,9 +335,11 @@ class _Run:
              reports: list[PatchReport], pre_new: dict[str, str | None],
              merged: dict[str, str | None], conflicted: list[str],
              tree: dict[str, str | None]) -> None:
+        # Only the fix's files, not a checkout of the whole release: a full worktree of the
+        # ~5,000-file tree cost most of a stop's time, and the user edits just these files.
         wt = self.worktree()
         self.drop_worktree()
-        gitrepo.worktree_add(self.up.git_dir, wt, f"v{self.state['onto']}")
+        wt.mkdir(parents=True)
         for path, text in merged.items():
             target = wt / path
             if text is None:
