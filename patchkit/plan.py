@@ -147,7 +147,7 @@ def _series(fix: Fix) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
                                 f"{exc.strerror}. Restore the file", file=str(fix.manifest_path),
                                 key="patches") from None
         patches.append({"file": ref.file, "sha256": hashlib.sha256(data).hexdigest()})
-        files.extend(parse_patch(ref.path, ref.root))
+        files.extend(parse_patch(ref.path, ref.root, data))
     return patches, files
 
 

@@ -14,10 +14,13 @@ authored series reads back exactly.
 
 from __future__ import annotations
 
-import copy
 import difflib
 import hashlib
+import marshal
+import os
 import re
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -33,7 +36,9 @@ _REFUSED_MODES = {"120000": "a symbolic link", "160000": "a git submodule"}
 _REFUSED_INFO = (("rename from ", "renames"), ("copy from ", "copies"))
 _NO_NEWLINE = "\\ No newline at end of file\n"
 
-_cache: dict[tuple[str, str], list[dict[str, Any]]] = {}
+# Parsed records, marshalled: ``marshal.loads`` hands every caller its own copy at C speed.
+_cache: dict[str, bytes] = {}
+_stamp: str | None = None
 
 
 class _Counted:
@@ -51,24 +56,72 @@ class _Counted:
             yield line
 
 
-def parse_patch(path: Path | str, root: str) -> list[dict[str, Any]]:
+def parse_patch(path: Path | str, root: str, data: bytes | None = None) -> list[dict[str, Any]]:
     """The FILE records of one patch file, in the order its files appear.
 
-    Parsed once per process per (path, content hash); each call returns fresh copies.
+    Parsed once per content hash: kept for the process and in the user's cache directory
+    (a catalog's patches rarely change between runs, and parsing is most of planning a large
+    series); each call returns fresh copies. Only successful parses are cached.
     """
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise PatchFormatError(f"{path}: cannot read the patch: {exc.strerror}",
-                               file=str(path)) from None
-    key = (str(path.resolve()), hashlib.sha256(data).hexdigest())
-    if key not in _cache:
-        _cache[key] = _parse(path, data)
-    files = copy.deepcopy(_cache[key])
+    if data is None:
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise PatchFormatError(f"{path}: cannot read the patch: {exc.strerror}",
+                                   file=str(path)) from None
+    key = hashlib.sha256(data).hexdigest()
+    files = None
+    blob = _cache.get(key)
+    if blob is None:
+        blob, files = _load_cached(key)
+    if blob is None:
+        blob = marshal.dumps(_parse(path, data))
+        _store_cached(key, blob)
+    _cache[key] = blob
+    if files is None:
+        files = marshal.loads(blob)
     for record in files:
         record["root"] = root
+        record["patch"] = path.name
     return files
+
+
+def _cache_file(key: str) -> Path:
+    """``<user cache>/patchkit/plans/<stamp>/<sha256>``; the stamp changes with this parser's
+    source, unidiff's version and Python's (marshal's format), so a stale entry is never read."""
+    global _stamp
+    if _stamp is None:
+        source = Path(__file__).read_bytes()
+        ident = f"{sys.version_info[:2]}|{getattr(unidiff, 'VERSION', '')}|".encode() + source
+        _stamp = hashlib.sha256(ident).hexdigest()[:16]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "patchkit" / "plans" / _stamp / key
+
+
+def _load_cached(key: str) -> tuple[bytes | None, Any]:
+    """The cached entry and its records; (None, None) when absent or damaged (parsed afresh)."""
+    try:
+        blob = _cache_file(key).read_bytes()
+        files = marshal.loads(blob)
+    except (OSError, ValueError, EOFError, TypeError):
+        return None, None
+    if not isinstance(files, list):
+        return None, None
+    return blob, files
+
+
+def _store_cached(key: str, blob: bytes) -> None:
+    """Best effort and atomic (temp file + rename): a cache that cannot be written is skipped."""
+    dest = _cache_file(key)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=dest.parent)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(blob)
+        os.replace(tmp, dest)
+    except OSError:
+        pass
 
 
 def _fail(path: Path, line: int, message: str, todo: str) -> PatchFormatError:

@@ -16,7 +16,7 @@ from .paths import Roots
 from .request import FixSpec, Request, check_patch_paths
 from .store import Store, last_writers, utc_now
 from .txn import FileWrite, missing_dirs, run_transaction
-from .workspace import Key, Workspace, unified_diff
+from .workspace import Key, Workspace, unified_diffs
 
 
 @dataclass
@@ -41,12 +41,15 @@ def file_op(before: Optional[bytes], after: Optional[bytes]) -> str:
 
 def fix_result(plan: FixPlan, outcome: str) -> Dict[str, Any]:
     files = []
-    for key in plan.keys:
-        (before, _), (after, _) = plan.before[key], plan.after[key]
+    items = [(key[1], plan.before[key][0], plan.after[key][0]) for key in plan.keys]
+    hashes = [(sha256_bytes(before), sha256_bytes(after)) for _path, before, after in items]
+    diffs = unified_diffs(items, hashes)
+    for key, (_path, before, after), (before_sha, after_sha), diff in zip(plan.keys, items, hashes,
+                                                                          diffs):
         files.append({"root": key[0], "path": key[1], "op": file_op(before, after),
-                      "before_sha256": sha256_bytes(before), "after_sha256": sha256_bytes(after),
+                      "before_sha256": before_sha, "after_sha256": after_sha,
                       "hunks": [p.to_dict() for p in plan.placements.get(key, [])],
-                      "diff": unified_diff(key[1], before, after)})
+                      "diff": diff})
     out = {"name": plan.spec.name, "version": plan.spec.version, "outcome": outcome, "files": files,
            "preconditions": plan.preconditions, "verification": plan.verification}
     if plan.source is not None:

@@ -50,11 +50,27 @@ def temp_name(path: str) -> str:
 
 
 def atomic_write(path: str, data: bytes, mode: int, faults: bool = False,
-                 owner: Optional[Tuple[int, int]] = None) -> None:
-    """Replace ``path`` with ``data`` (mode ``mode``) so a crash leaves old or new, never half."""
-    tmp = temp_name(path)
+                 owner: Optional[Tuple[int, int]] = None, sync_dir: bool = True) -> None:
+    """Replace ``path`` with ``data`` (mode ``mode``) so a crash leaves old or new, never half.
+
+    ``sync_dir=False``: the caller fsyncs the directory itself (once for many files) before it
+    relies on the rename being durable.
+    """
     if faults:
         fault("write")
+    tmp = write_temp(path, data, mode, owner)
+    if faults:
+        fault("rename")
+    os.replace(tmp, path)
+    if sync_dir:
+        fsync_dir(os.path.dirname(path))
+
+
+def write_temp(path: str, data: bytes, mode: int, owner: Optional[Tuple[int, int]] = None,
+               sync: bool = True) -> str:
+    """Write ``data`` to ``path``'s temporary sibling (fsynced unless ``sync`` is false: the
+    caller then fsyncs it before the rename) and return that name."""
+    tmp = temp_name(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         view = memoryview(data)
@@ -66,13 +82,33 @@ def atomic_write(path: str, data: bytes, mode: int, faults: bool = False,
                 os.fchown(fd, owner[0], owner[1])
             except OSError:
                 pass
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
-    if faults:
-        fault("rename")
-    os.replace(tmp, path)
-    fsync_dir(os.path.dirname(path))
+    return tmp
+
+
+def fsync_paths(paths: List[str], dirs: bool = False) -> None:
+    """fsync many files (or directories) at once: the calls run in a few threads, so the file
+    system can commit them together instead of one journal flush per file. Returns when every
+    one is durable; the first failure is raised."""
+    def one(path: str) -> None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    if len(paths) < 8:
+        for path in paths:
+            one(path)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        for _ in pool.map(one, paths):
+            pass
 
 
 def write_json(path: str, data: Any) -> None:

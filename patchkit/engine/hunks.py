@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import ConflictError, PatchFormatError, UsageError
 
 OPS = ("modify", "create", "delete")
+_KINDS = frozenset((" ", "-", "+"))
 
 
 def decode(data: bytes) -> str:
@@ -50,13 +52,14 @@ class Hunk:
     new_count: int
     lines: Tuple[Tuple[str, str], ...]
 
-    @property
+    # Computed once per hunk (placement reads them several times); callers never mutate them.
+    @cached_property
     def old(self) -> List[str]:
-        return [t for k, t in self.lines if k in (" ", "-")]
+        return [t for k, t in self.lines if k == " " or k == "-"]
 
-    @property
+    @cached_property
     def new(self) -> List[str]:
-        return [t for k, t in self.lines if k in (" ", "+")]
+        return [t for k, t in self.lines if k == " " or k == "+"]
 
     @property
     def expected_index(self) -> int:
@@ -120,14 +123,15 @@ def parse_mode(value: Any) -> Optional[int]:
 
 def _hunk(data: Any, index: int, fix: str, patch: str, where: str) -> Hunk:
     try:
-        lines = tuple((str(k), str(t)) for k, t in data["lines"])
+        lines = tuple([(k if k.__class__ is str else str(k), t if t.__class__ is str else str(t))
+                       for k, t in data["lines"]])
         hunk = Hunk(index, int(data["old_start"]), int(data["old_count"]),
                     int(data["new_start"]), int(data["new_count"]), lines)
     except (KeyError, TypeError, ValueError) as exc:
         raise PatchFormatError("fix %s, %s: hunk #%d of %s for %s is malformed (%s)"
                                % (fix, patch, index, patch, where, exc),
                                fix=fix, patch=patch, hunk=index) from None
-    bad = [k for k, _ in lines if k not in (" ", "-", "+")]
+    bad = any(k not in _KINDS for k, _ in lines)
     if bad or len(hunk.old) != hunk.old_count or len(hunk.new) != hunk.new_count:
         raise PatchFormatError(
             "%s: hunk #%d for %s has %d old / %d new lines but its header says %d / %d; "

@@ -17,8 +17,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from ..errors import PermissionDenied, TargetError
 from . import gitcommit
 from .faults import fault
-from .fsops import (atomic_write, file_mode, fsync_dir, make_dirs, purge_pycache, read_bytes,
-                    remove_empty_dirs, remove_file, temp_name, write_json)
+from .fsops import (atomic_write, file_mode, fsync_dir, fsync_paths, make_dirs, purge_pycache,
+                    read_bytes, remove_empty_dirs, remove_file, temp_name, write_json, write_temp)
 from .hunks import sha256_bytes
 from .store import FORMAT, HOLDER, Store, new_txn_id, utc_now, write_remedy
 
@@ -58,16 +58,14 @@ def _rel(store: Store, path: str) -> str:
 
 
 def _write_tree_file(path: str, data: bytes) -> None:
+    """Write a backup; the caller fsyncs all of them (``fsync_paths``) before the journal."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb") as fh:
         fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
 
 
 def _fsync_tree(top: str) -> None:
-    for dirpath, _dirs, _files in os.walk(top):
-        fsync_dir(dirpath)
+    fsync_paths([dirpath for dirpath, _dirs, _files in os.walk(top)])
     fsync_dir(os.path.dirname(top))
 
 
@@ -122,12 +120,14 @@ def _transaction(store: Store, op: str, fixes: List[str], writes: List[FileWrite
     write_json(os.path.join(tdir, "txn.json"),
                {"format": FORMAT, "txn": txn, "op": op, "fixes": fixes, "started_at": utc_now()})
     entries = []
+    written: List[str] = []
     for w in writes:
         backup = None
         if w.before is not None:
             fault("backup")
             backup = os.path.join(tdir, "orig", w.root, w.path)
             _write_tree_file(backup, w.before)
+            written.append(backup)
         entries.append({"root": w.root, "path": w.path, "abs": w.abs, "op": w.op,
                         "before_sha256": sha256_bytes(w.before), "after_sha256": sha256_bytes(w.after),
                         "mode": w.mode_before, "mode_after": w.mode_after,
@@ -136,7 +136,9 @@ def _transaction(store: Store, op: str, fixes: List[str], writes: List[FileWrite
     for fix, files in fix_backups.items():
         for root, path, data in files:
             fault("backup")
-            _write_tree_file(os.path.join(tdir, "fixes", fix, "files", root, path), data)
+            written.append(os.path.join(tdir, "fixes", fix, "files", root, path))
+            _write_tree_file(written[-1], data)
+    fsync_paths(written)  # every backup durable before the journal names it
     _fsync_tree(tdir)
     created: List[str] = []
     for w in writes:
@@ -149,15 +151,7 @@ def _transaction(store: Store, op: str, fixes: List[str], writes: List[FileWrite
     fault("journal")
     store.write_journal(journal)
     try:
-        for w in writes:
-            if w.after is None:
-                fault("write")
-                fault("rename")
-                remove_file(w.abs)
-                continue
-            make_dirs(os.path.dirname(w.abs))
-            mode = w.mode_after if w.mode_after is not None else 0o644
-            atomic_write(w.abs, w.after, mode, faults=True, owner=w.owner)
+        _write_files(writes)
         remove_empty_dirs(list(remove_dirs or []))
         fault("action")
         if purge:
@@ -175,6 +169,28 @@ def _transaction(store: Store, op: str, fixes: List[str], writes: List[FileWrite
     fault("cleanup")
     finish(store, journal)
     return txn
+
+
+def _write_files(writes: List[FileWrite]) -> None:
+    """Each file through a temporary sibling and ``os.replace``, in order; then every new file
+    and every touched directory fsynced together (a few threads, so the file system commits
+    them at once instead of one journal flush per file). That is before verification and the
+    commit point; a crash earlier is rolled back from the (already durable) backups."""
+    written: List[str] = []
+    for w in writes:
+        fault("write")
+        if w.after is None:
+            fault("rename")
+            remove_file(w.abs)
+            continue
+        make_dirs(os.path.dirname(w.abs))
+        mode = w.mode_after if w.mode_after is not None else 0o644
+        tmp = write_temp(w.abs, w.after, mode, owner=w.owner, sync=False)
+        fault("rename")
+        os.replace(tmp, w.abs)
+        written.append(w.abs)
+    fsync_paths(written)
+    fsync_paths(sorted({os.path.dirname(p) for p in written}))
 
 
 def restore(store: Store, journal: Dict[str, Any]) -> None:
