@@ -77,3 +77,21 @@ def test_a_failed_check_carries_every_check_the_engine_ran(env: Env) -> None:  #
     assert not by_kind["release"].ok and "0.5.19" in by_kind["release"].detail
     assert by_kind["git-clean"].ok and by_kind["writable"].ok
     assert err.to_dict()["type"] == "PreconditionFailed"
+
+
+def test_version_loads_no_command_module_or_heavy_dependency() -> None:
+    # Start-up is paid on every call a fleet script makes; --version must stay near the
+    # interpreter + click floor (docs/performance.md).
+    code = (
+        "import sys\n"
+        "from patchkit.cli.main import main\n"
+        "try:\n"
+        "    main(['--version'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = [m for m in ('git', 'tomlkit', 'rich', 'unidiff', 'patchkit.catalog', 'patchkit.cli.apply')\n"
+        "         if m in sys.modules]\n"
+        "print('HEAVY', heavy)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "HEAVY []" in out, out

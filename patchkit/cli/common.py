@@ -5,13 +5,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
-from ..catalog import Catalog
 from ..errors import UsageError
 from ..targets import Target, resolve_target
+
+if TYPE_CHECKING:  # the catalog pulls in tomlkit: loaded only by commands that read it
+    from ..catalog import Catalog
 
 
 @dataclass
@@ -44,6 +46,8 @@ class State:
             cfg = self.config()
             if location is None and cfg is not None and getattr(cfg, "catalog", None):
                 location = str(cfg.catalog)
+            from ..catalog import Catalog
+
             self._catalog = Catalog(Path(location)) if location else Catalog.discover()
         return self._catalog
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from importlib import import_module
 
 import click
 
@@ -13,7 +14,40 @@ from ..errors import EXIT_INTERNAL, EXIT_USAGE, PatchkitError
 from .common import State
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+#: Command name -> the module under patchkit.cli that defines it. Modules are imported only
+#: when their command runs, so `patchkit --version` does not pay for GitPython, tomlkit or rich.
+COMMAND_MODULES = {
+    "list": "fixes",
+    "show": "fixes",
+    "apply": "apply",
+    "verify": "verify",
+    "status": "status",
+    "rollback": "rollback",
+    "log": "log",
+    "new": "authoring",
+    "refresh": "authoring",
+    "upstream": "upstream",
+    "demo": "demo",
+    "rebase": "rebase",
+    "diff": "diff",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMAND_MODULES)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module = COMMAND_MODULES.get(cmd_name)
+        if module is None:
+            return None
+        for command in import_module(f"{__package__}.{module}").COMMANDS:
+            if command.name == cmd_name:
+                return command
+        raise RuntimeError(f"patchkit.cli.{module} does not define the command {cmd_name!r}")
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="patchkit")
 @click.option("--catalog", "catalog_dir", metavar="DIR", help="Catalog directory (holds manifests/ and patches/).")
 @click.option("--config", "config_path", metavar="FILE", help="Project config (default: ./patchkit.toml).")
@@ -25,18 +59,6 @@ def cli(ctx: click.Context, catalog_dir: str | None, config_path: str | None, de
     state.catalog_dir = catalog_dir
     state.config_path = config_path
     state.debug = debug
-
-
-def _register() -> None:
-    from . import apply, authoring, demo, diff, fixes, log, rebase, rollback, status, upstream, verify
-
-    for module in (fixes, apply, verify, status, rollback, log, authoring, upstream, demo,
-                   rebase, diff):
-        for command in module.COMMANDS:
-            cli.add_command(command)
-
-
-_register()
 
 
 def main(argv: list[str] | None = None) -> None:
