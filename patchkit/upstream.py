@@ -15,7 +15,9 @@ tags are used as they are and nothing is ever committed there.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import fcntl
 import hashlib
 import os
 import re
@@ -24,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -159,13 +161,33 @@ class UpstreamRepo:
                 "package registry", version=version, path=str(self.path),
             )
         wheel = download_wheel(version, self.wheels, progress=say)
-        self._ensure_repo()
-        say(f"extracting {wheel.name}")
-        with tempfile.TemporaryDirectory(prefix="patchkit-release-", dir=self.path) as tmp:
-            extract_source(wheel, Path(tmp))
-            say(f"committing sglang {version}")
-            self._insert(version, Path(tmp), wheel, say)
+        self.path.mkdir(parents=True, exist_ok=True)
+        with self._locked(say):
+            # Another patchkit may have added it (or rebuilt the history) while we waited.
+            if version in self._release_tags():
+                return self.release(version)
+            self._ensure_repo()
+            say(f"extracting {wheel.name}")
+            with tempfile.TemporaryDirectory(prefix="patchkit-release-", dir=self.path) as tmp:
+                extract_source(wheel, Path(tmp))
+                say(f"committing sglang {version}")
+                self._insert(version, Path(tmp), wheel, say)
         return self.release(version)
+
+    @contextlib.contextmanager
+    def _locked(self, say: Progress) -> Iterator[None]:
+        """Serialize writers of the managed repository: two fetches at once (a benchmark and
+        a demo, two CI jobs sharing a cache) would otherwise race on the same tags."""
+        fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                say("waiting for another patchkit writing the upstream repository")
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
 
     def _insert(self, version: str, tree_dir: Path, wheel: Path, say: Progress) -> None:
         """Commit ``version`` at its place in the history; rebuild the later ones on top.

@@ -177,3 +177,31 @@ def test_missing_release_says_it_is_not_on_the_registry(tmp_path: Path) -> None:
 def test_checkout_of_a_release_not_fetched_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="patchkit upstream fetch 0.5.21"):
         UpstreamRepo(tmp_path / "up").checkout("0.5.21", tmp_path / "co")
+
+
+@pytest.mark.network
+def test_concurrent_fetches_of_one_release_both_succeed_with_one_commit(
+    tmp_path: Path, sglang_wheels: Path, sglang_wheel_0521: Path
+) -> None:
+    # Two patchkit processes sharing a cache (a demo and a benchmark, two CI jobs) used to
+    # race on the release's tag; the second now waits and finds the release there.
+    import sys
+
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from patchkit.upstream import UpstreamRepo\n"
+        "r = UpstreamRepo(Path(sys.argv[1]), wheels=Path(sys.argv[2])).fetch('0.5.21')\n"
+        "print(r.commit)\n"
+    )
+    argv = [sys.executable, "-c", code, str(tmp_path / "up"), str(sglang_wheels)]
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err for _out, err in outs]
+    assert outs[0][0] == outs[1][0]
+    repo = UpstreamRepo(tmp_path / "up", wheels=sglang_wheels)
+    assert repo.versions() == ["0.5.21"]
+    log = subprocess.run(["git", "--git-dir", str(repo.git_dir), "rev-list", "--all"],
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert len(log) == 1
