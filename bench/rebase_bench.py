@@ -322,8 +322,9 @@ def _findings(fixes: list[Fix], results: dict[str, list[Run]], git_median: float
         f"which stops at the first conflict, took {first:.2f} s (median), each `--skip` that "
         f"stopped again {statistics.median(stops) if stops else 0:.2f} s, the last `--skip` "
         f"(no stop) {last:.2f} s. The time goes into the stops, not the classification (the "
-        "*classify only* row): each stop checks out a linked worktree of the whole release "
-        "for the conflicted files.",
+        "*classify only* row): every stop ends the process, and the next `--skip` starts "
+        "Python, loads the catalog and reads both releases again. (Before a stop wrote only "
+        "the conflicted files, each stop also checked out the whole release: 8x `git rebase`.)",
     ]
     shown = {n: t for n, t in wrong.items() if t}
     if shown:
