@@ -231,7 +231,37 @@ def report(results: dict[str, dict[str, list[Sample]]], work: Workload, repeat: 
             lines.append(f"| {label} | {_fmt(med)} | {_fmt(min(s.seconds for s in samples))} | "
                          f"{rss:.0f} MB | {med / first:.2f}x |")
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines + targets(results))
+
+
+def _median(results: dict[str, dict[str, list[Sample]]], kind: str, row: int) -> float:
+    return statistics.median(s.seconds for s in list(results[kind].values())[row])
+
+
+def targets(results: dict[str, dict[str, list[Sample]]]) -> list[str]:
+    """Issue 7's targets against this run's medians, judged here so the verdict cannot drift
+    from the figures above it."""
+    git_apply = _median(results, "drift", 2)
+    rows = [
+        ("drift apply, first run, within 3x of `git apply`", _median(results, "drift", 0), git_apply, 3.0),
+        ("drift apply, repeat run, within 1.5x of `git apply`", _median(results, "drift", 1), git_apply, 1.5),
+        ("`status` within 2.5x of `git status --porcelain`", _median(results, "status", 0),
+         _median(results, "status", 1), 2.5),
+        ("`--version` within 1.5x of `import click, rich`", _median(results, "startup", 0),
+         _median(results, "startup", 1), 1.5),
+    ]
+    out = ["### Targets (issue 7), judged on this run's medians", "",
+           "| target | patchkit | anchor | ratio | |", "|---|---|---|---|---|"]
+    for label, ours, anchor, limit in rows:
+        ratio = ours / anchor
+        verdict = "met" if ratio <= limit else f"missed by {ratio / limit:.1f}x"
+        out.append(f"| {label} | {_fmt(ours)} | {_fmt(anchor)} | {ratio:.2f}x | {verdict} |")
+    for row, which in ((0, "first run"), (1, "repeat run")):
+        ours = _median(results, "local", row)
+        verdict = "met" if ours < 0.150 else f"missed by {ours / 0.150:.1f}x"
+        out.append(f"| 20-fix apply, {which}, CLI start included, under 150 ms | {_fmt(ours)} | "
+                   f"150 ms | | {verdict} |")
+    return out + [""]
 
 
 def _version(argv: list[str], prefix: str = "") -> str:
