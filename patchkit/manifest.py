@@ -7,6 +7,11 @@ through tomlkit's round trip, so a bump keeps the author's comments and layout.
 
 Manifest format 1 is the current one; a manifest declaring a newer ``format`` is refused with
 "upgrade patchkit" rather than half-understood.
+
+Read-only loads (apply, status, list, ...) parse with the standard library's ``tomllib``
+(Python >= 3.11), several times faster than tomlkit and without importing it; only when that
+parse fails is the text parsed again with tomlkit, whose error names the line and column.
+tomlkit stays the parser of everything that edits a manifest in place.
 """
 
 from __future__ import annotations
@@ -19,10 +24,12 @@ import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterable, Mapping, Sequence
 
-import tomlkit
-import tomlkit.exceptions
-
 from .errors import ManifestError
+try:  # Python >= 3.11; on 3.10 every parse goes through tomlkit
+    import tomllib as _tomllib
+except ImportError:  # pragma: no cover - exercised on Python 3.10 only
+    _tomllib = None  # type: ignore[assignment]
+
 from .model import (
     CHECK_KEYS,
     CHECK_KINDS,
@@ -176,10 +183,9 @@ def _table_list(ctx: _Ctx, data: Mapping[str, Any], key: str) -> list[Mapping[st
 # -- reading ---------------------------------------------------------------------------------
 
 
-def _read_toml(path: Path, kind: str) -> tomlkit.TOMLDocument:
-    ctx = _Ctx(path, kind)
+def _read_text(path: Path, kind: str) -> str:
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ManifestError(f"{path}: no such {kind} file", file=str(path), key="") from None
     except UnicodeDecodeError as exc:
@@ -188,6 +194,30 @@ def _read_toml(path: Path, kind: str) -> tomlkit.TOMLDocument:
     except OSError as exc:
         raise ManifestError(f"{path}: cannot read the {kind}: {exc.strerror}", file=str(path),
                             key="") from None
+
+
+def _read_data(path: Path, kind: str) -> dict[str, Any]:
+    """The file's TOML as plain Python data, for read-only loads: tomllib when it parses,
+    else tomlkit (for its precise error, or in case it accepts what tomllib refuses)."""
+    text = _read_text(path, kind)
+    if _tomllib is not None:
+        try:
+            return _tomllib.loads(text)
+        except (_tomllib.TOMLDecodeError, ValueError):
+            pass
+    return _parse_toml(path, kind, text).unwrap()
+
+
+def _read_toml(path: Path, kind: str) -> Any:
+    """The file as a tomlkit document, for editing it in place."""
+    return _parse_toml(path, kind, _read_text(path, kind))
+
+
+def _parse_toml(path: Path, kind: str, text: str) -> Any:
+    import tomlkit
+    import tomlkit.exceptions
+
+    ctx = _Ctx(path, kind)
     try:
         return tomlkit.parse(text)
     except tomlkit.exceptions.ParseError as exc:
@@ -203,8 +233,7 @@ def _read_toml(path: Path, kind: str) -> tomlkit.TOMLDocument:
 def load_manifest(path: Path | str, *, patch_dir: Path | None = None) -> Fix:
     """Read and validate ``manifests/<fix>.toml``; its series lives in ``patches/<fix>/``."""
     path = Path(path)
-    doc = _read_toml(path, "manifest")
-    data = doc.unwrap()
+    data = _read_data(path, "manifest")
     if patch_dir is None:
         patch_dir = path.parent.parent / "patches" / str(data.get("name", path.stem))
     fix = _build_fix(_Ctx(path), data, patch_dir)
@@ -327,13 +356,15 @@ def _build_patches(ctx: _Ctx, data: Mapping[str, Any], patch_dir: Path,
         raise ctx.fail("patches", "the series has no patches", "Add at least one [[patches]] "
                        "(or make the fix the revert of a commit with [revert])")
     out: list[PatchRef] = []
+    seen: set[str] = set()
     for i, table in enumerate(tables, 1):
         where = f"patches[{i}]"
         _check_keys(ctx, table, where, PATCH_KEYS, ("file",))
         file = _rel_path(ctx, _str(ctx, table, where, "file", nonempty=True), f"{where}.file")
         root = _root_name(ctx, _str(ctx, table, where, "root", default_root), f"{where}.root")
-        if any(p.file == file for p in out):
+        if file in seen:
             raise ctx.fail(f"{where}.file", f"patch '{file}' is listed twice", "List it once")
+        seen.add(file)
         out.append(PatchRef(file=file, root=root,
                             description=_str(ctx, table, where, "description", ""),
                             path=patch_dir / file))
@@ -491,7 +522,7 @@ def load_config(path: Path | str) -> ProjectConfig:
     """Read ``patchkit.toml``: named targets, and where the catalog is (relative to the file)."""
     path = Path(path)
     ctx = _Ctx(path, "config")
-    data = _read_toml(path, "config").unwrap()
+    data = _read_data(path, "config")
     _check_keys(ctx, data, "", ("catalog", "default_target", "targets"), ())
     base = path.parent.resolve()
     catalog = None
@@ -561,7 +592,9 @@ def _build_target(ctx: _Ctx, name: str, table: Mapping[str, Any], base: Path) ->
 # -- authoring -------------------------------------------------------------------------------
 
 
-def _patch_tables(patches: Iterable[Sequence[str]]) -> tomlkit.items.AoT:
+def _patch_tables(patches: Iterable[Sequence[str]]) -> Any:
+    import tomlkit
+
     aot = tomlkit.aot()
     for entry in patches:
         file, root, *rest = entry
@@ -622,6 +655,8 @@ def new_manifest_text(name: str, title: str, base_release: str,
     the text carries a prose placeholder to replace; checks are commented-out examples.
     The text is validated before it is returned, so a bad name or title fails here.
     """
+    import tomlkit
+
     def q(value: Any) -> str:
         return tomlkit.item(value).as_string()
 
@@ -652,6 +687,8 @@ def bump_manifest(path: Path | str, *, version: int, changelog_summary: str, dat
     apply there). A changelog entry for ``version`` is appended. The result is validated
     before the file is replaced (atomically).
     """
+    import tomlkit
+
     path = Path(path)
     ctx = _Ctx(path)
     doc = _read_toml(path, "manifest")
@@ -691,6 +728,8 @@ def add_release(path: Path | str, release: str) -> bool:
     The series does not change, so the version does not either. Returns False when the
     release was listed already (nothing written). Comments and layout are kept.
     """
+    import tomlkit
+
     path = Path(path)
     ctx = _Ctx(path)
     doc = _read_toml(path, "manifest")
@@ -710,6 +749,8 @@ def version_and_patches(text: str) -> tuple[int | None, list[str]]:
     For reading old versions from the catalog's git history (``patchkit diff --versions``);
     an unreadable text gives ``(None, [])``.
     """
+    import tomlkit
+
     try:
         data = tomlkit.parse(text).unwrap()
     except Exception:  # noqa: BLE001 - any broken old text just has no version
