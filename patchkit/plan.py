@@ -8,14 +8,12 @@ apply, dependents first for rollback) and refuse dead or superseded fixes for ap
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any, Iterable
 
 from .catalog import Catalog
 from .errors import ManifestError, UsageError
-from .gitrepo import patch_id
 from .model import Fix
-from .series import parse_patch
+from .series import parse_series
 
 REQUEST_FORMAT = 1
 OPS = ("apply", "rollback", "status", "verify")
@@ -136,9 +134,8 @@ def fix_request(fix: Fix, catalog: Catalog | None = None) -> dict[str, Any]:
 
 
 def _series(fix: Fix) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The fix's patches (file, sha256) and their FILE records."""
-    patches: list[dict[str, Any]] = []
-    files: list[dict[str, Any]] = []
+    """The fix's patches (file, sha256) and their FILE records (parsed once per series)."""
+    items = []
     for ref in fix.patches:
         try:
             data = ref.path.read_bytes()
@@ -146,8 +143,9 @@ def _series(fix: Fix) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
             raise ManifestError(f"{fix.manifest_path}: cannot read patch {ref.path}: "
                                 f"{exc.strerror}. Restore the file", file=str(fix.manifest_path),
                                 key="patches") from None
-        patches.append({"file": ref.file, "sha256": hashlib.sha256(data).hexdigest()})
-        files.extend(parse_patch(ref.path, ref.root, data))
+        items.append((ref.path, ref.root, data))
+    digests, files = parse_series(items)
+    patches = [{"file": ref.file, "sha256": digest} for ref, digest in zip(fix.patches, digests)]
     return patches, files
 
 
@@ -165,6 +163,8 @@ def _named(catalog: Catalog | None, fix: Fix, name: str, key: str) -> Fix:
 def _commit_of(named: Fix) -> dict[str, Any]:
     """How the engine finds the commit holding ``named``'s series: its patch-id, and the
     files to look at (so only commits touching them are read)."""
+    from .gitrepo import patch_id  # GitPython: loaded only by a fix that needs git
+
     text = "".join(ref.path.read_text(encoding="utf-8", errors="surrogateescape")
                    for ref in named.patches)
     pid = patch_id(text)

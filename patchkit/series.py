@@ -22,11 +22,12 @@ import re
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import unidiff
 import unidiff.errors
 
+from .engine import hunks as _hunks
 from .engine.hunks import split_lines  # the engine splits files the same way
 from .errors import PatchFormatError
 
@@ -87,12 +88,52 @@ def parse_patch(path: Path | str, root: str, data: bytes | None = None) -> list[
     return files
 
 
+def parse_series(patches: Sequence[tuple[Path, str, bytes]]) -> tuple[list[str], list[dict[str, Any]]]:
+    """The sha256 of each patch and the FILE records of the whole series, in order.
+
+    ``patches`` are ``(path, root, bytes)``. One cache entry per series, keyed by the hashes
+    of all its patches in order, so a repeat run of a 2000-patch series reads one file, not
+    2000; changing, adding, removing or reordering a patch changes the key.
+    """
+    digests = [hashlib.sha256(data).hexdigest() for _path, _root, data in patches]
+    key = "series-" + hashlib.sha256("\n".join(digests).encode()).hexdigest()
+    per_patch = None
+    blob = _cache.get(key)
+    if blob is None:
+        blob, per_patch = _load_cached(key)
+        if per_patch is not None and len(per_patch) != len(patches):
+            blob = per_patch = None
+    if blob is None:
+        per_patch = [_parse_fresh(Path(path), data, digest)
+                     for (path, _root, data), digest in zip(patches, digests)]
+        blob = marshal.dumps(per_patch)
+        _store_cached(key, blob)
+    _cache[key] = blob
+    if per_patch is None:
+        per_patch = marshal.loads(blob)
+    files: list[dict[str, Any]] = []
+    for (path, root, _data), records in zip(patches, per_patch):
+        name = Path(path).name
+        for record in records:
+            record["root"] = root
+            record["patch"] = name
+        files.extend(records)
+    return digests, files
+
+
+def _parse_fresh(path: Path, data: bytes, key: str) -> list[dict[str, Any]]:
+    """One patch's records, from this process's cache or parsed (the series entry is what
+    goes to disk)."""
+    blob = _cache.get(key)
+    return marshal.loads(blob) if blob is not None else _parse(path, data)
+
+
 def _cache_file(key: str) -> Path:
     """``<user cache>/patchkit/plans/<stamp>/<sha256>``; the stamp changes with this parser's
     source, unidiff's version and Python's (marshal's format), so a stale entry is never read."""
     global _stamp
     if _stamp is None:
-        source = Path(__file__).read_bytes()
+        source = Path(__file__).read_bytes() + Path(_hunks.__file__).read_bytes()
         ident = f"{sys.version_info[:2]}|{getattr(unidiff, 'VERSION', '')}|".encode() + source
         _stamp = hashlib.sha256(ident).hexdigest()[:16]
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -106,7 +147,7 @@ def _load_cached(key: str) -> tuple[bytes | None, Any]:
         files = marshal.loads(blob)
     except (OSError, ValueError, EOFError, TypeError):
         return None, None
-    if not isinstance(files, list):
+    if not isinstance(files, list) or not all(isinstance(f, (list, dict)) for f in files):
         return None, None
     return blob, files
 
