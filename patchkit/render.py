@@ -1,19 +1,33 @@
-"""Human-readable output (rich only here). The CLI passes results in; nothing is computed here."""
+"""Human-readable output (rich only here). The CLI passes results in; nothing is computed here.
+
+rich is imported by the functions that draw with it, not by this module: ``--json`` output
+and a run whose stderr is not a terminal (no spinner to show) never load it.
+
+A result with many files is summarized per fix (files, lines added and removed); per-file
+rows come with ``verbose`` or when a fix touches few files. Diffs are shown when asked for or
+when few files changed, colored only on a terminal and for a diff small enough to color
+quickly; otherwise written as plain text (docs/cli.md).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
-from typing import Any, Iterable, Mapping
-
-from rich.console import Console
-from rich.markup import escape
-from rich.syntax import Syntax
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING, Any, ContextManager, Iterable, Mapping
 
 from .errors import PatchkitError
 from .results import CheckResult, FileChange, FixOutcome, OpResult
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.text import Text
+
+#: A fix touching more files than this is summarized unless verbose.
+FEW_FILES = 20
+#: Diffs longer than this (characters, in all) are written plainly even on a terminal:
+#: rich's syntax highlighting takes seconds on megabytes.
+COLOR_DIFF_LIMIT = 200_000
 
 OUTCOME_STYLE = {
     "applied": "bold green",
@@ -35,11 +49,23 @@ STATE_STYLE = {
 
 
 def stdout() -> Console:
+    from rich.console import Console
+
     return Console(highlight=False, soft_wrap=False)
 
 
 def stderr() -> Console:
+    from rich.console import Console
+
     return Console(stderr=True, highlight=False, soft_wrap=False)
+
+
+def busy(message: str, *, quiet: bool = False) -> ContextManager[Any]:
+    """A spinner on stderr while a long call runs; nothing when ``quiet`` or stderr is not a
+    terminal (rich would draw nothing there either)."""
+    if quiet or not sys.stderr.isatty():
+        return contextlib.nullcontext()
+    return stderr().status(message)
 
 
 def print_json(data: Any) -> None:
@@ -47,6 +73,8 @@ def print_json(data: Any) -> None:
 
 
 def _check_line(c: CheckResult) -> Text:
+    from rich.text import Text
+
     mark = ("✓ ", "green") if c.ok else ("✗ ", "bold red")
     label = c.name or c.kind
     text = Text.assemble(mark, (label, "" if c.ok else "bold"))
@@ -67,26 +95,79 @@ def _hunk_summary(f: FileChange) -> str:
     return f"{len(f.hunks)} {noun} at line {places}"
 
 
-def render_fix_outcome(console: Console, fix: FixOutcome, *, show_diff: bool, all_checks: bool = False) -> None:
+def diff_stat(diff: str) -> tuple[int, int]:
+    """Lines added and removed by a unified diff (its ---/+++ headers not counted)."""
+    added = removed = 0
+    in_hunk = False
+    for line in diff.split("\n"):
+        if line.startswith("@@"):
+            in_hunk = True
+        elif line.startswith("diff --git "):
+            in_hunk = False
+        elif in_hunk:
+            if line.startswith("+"):
+                added += 1
+            elif line.startswith("-"):
+                removed += 1
+    return added, removed
+
+
+def _files_summary(files: tuple[FileChange, ...]) -> str:
+    ops = {"modify": 0, "create": 0, "delete": 0}
+    added = removed = 0
+    for f in files:
+        ops[f.op] = ops.get(f.op, 0) + 1
+        plus, minus = diff_stat(f.diff)
+        added += plus
+        removed += minus
+    kinds = ", ".join(f"{n} {label}" for label, n in (("modified", ops["modify"]),
+                      ("created", ops["create"]), ("deleted", ops["delete"])) if n)
+    noun = "file" if len(files) == 1 else "files"
+    return f"{len(files)} {noun} changed ({kinds}), +{added} -{removed} lines"
+
+
+def write_diff(console: Console, diff: str, *, color: bool) -> None:
+    """A diff, highlighted with ``color`` on a terminal, else as the plain text it is."""
+    if color and console.is_terminal:
+        from rich.syntax import Syntax
+
+        console.print(Syntax(diff, "diff", theme="ansi_dark", background_color="default"))
+        return
+    console.file.write(diff if diff.endswith("\n") or not diff else diff + "\n")
+    console.file.flush()
+
+
+def render_fix_outcome(console: Console, fix: FixOutcome, *, show_diff: bool,
+                       all_checks: bool = False, verbose: bool = False,
+                       color_diff: bool = True) -> None:
+    from rich.markup import escape
+    from rich.text import Text
+
     style = OUTCOME_STYLE.get(fix.outcome, "")
     version = f" v{fix.version}" if fix.version is not None else ""
     console.print(Text.assemble((f"{fix.outcome} ", style), (f"{fix.name}{version}", "bold")))
     op_mark = {"modify": "M", "create": "A", "delete": "D"}
+    rows = verbose or len(fix.files) <= FEW_FILES
+    if fix.files and not rows:
+        console.print(Text.assemble("  ", (_files_summary(fix.files), ""),
+                                    ("  (-v lists them)", "dim")))
     for f in fix.files:
-        line = Text.assemble(f"  {op_mark.get(f.op, f.op)} ", (f"{f.root}:{f.path}", "bold"))
-        if not all_checks:
-            summary = _hunk_summary(f)
-            if summary:
-                line.append(f"  {summary}", style="dim")
-        console.print(line)
-        if all_checks:
-            for h in f.hunks:
-                where = f"line {h.line}"
-                if h.offset:
-                    where += f" (offset {h.offset:+d} from {h.expected_line})"
-                console.print(f"      hunk #{h.index} of {escape(h.patch)} at {where}", style="dim")
+        if rows:
+            line = Text.assemble(f"  {op_mark.get(f.op, f.op)} ", (f"{f.root}:{f.path}", "bold"))
+            if not all_checks:
+                summary = _hunk_summary(f)
+                if summary:
+                    line.append(f"  {summary}", style="dim")
+            console.print(line)
+            if all_checks:
+                for h in f.hunks:
+                    where = f"line {h.line}"
+                    if h.offset:
+                        where += f" (offset {h.offset:+d} from {h.expected_line})"
+                    console.print(f"      hunk #{h.index} of {escape(h.patch)} at {where}",
+                                  style="dim")
         if show_diff and f.diff:
-            console.print(Syntax(f.diff, "diff", theme="ansi_dark", background_color="default"))
+            write_diff(console, f.diff, color=color_diff)
     pre = list(fix.preconditions)
     if pre:
         failed = [c for c in pre if not c.ok]
@@ -102,7 +183,15 @@ def render_fix_outcome(console: Console, fix: FixOutcome, *, show_diff: bool, al
             console.print(Text("    ").append_text(_check_line(c)))
 
 
-def render_result(console: Console, result: OpResult, *, show_diff: bool | None = None) -> None:
+def render_result(console: Console, result: OpResult, *, show_diff: bool | None = None,
+                  verbose: bool = False) -> None:
+    """``show_diff`` None: a dry run shows its diff when it changes few files (FEW_FILES)."""
+    from rich.markup import escape
+
+    total = sum(len(fix.files) for fix in result.fixes)
+    if show_diff is None:
+        show_diff = result.dry_run and total <= FEW_FILES
+    size = sum(len(f.diff) for fix in result.fixes for f in fix.files) if show_diff else 0
     for rec in result.recovered:
         console.print(
             f"[yellow]recovered[/] an interrupted {escape(str(rec.get('op')))} of "
@@ -115,12 +204,18 @@ def render_result(console: Console, result: OpResult, *, show_diff: bool | None 
         render_fix_outcome(
             console,
             fix,
-            show_diff=result.dry_run if show_diff is None else show_diff,
+            show_diff=show_diff,
             all_checks=result.dry_run,
+            verbose=verbose,
+            color_diff=size <= COLOR_DIFF_LIMIT,
         )
 
 
 def render_status(console: Console, result: OpResult, *, verbose: bool = False) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+    from rich.text import Text
+
     for rec in result.recovered:
         console.print(
             f"[yellow]recovered[/] an interrupted {escape(str(rec.get('op')))} of "
@@ -152,6 +247,10 @@ def render_status(console: Console, result: OpResult, *, verbose: bool = False) 
 
 
 def render_fix_list(console: Console, fixes: Iterable[Any]) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(box=None)
     table.add_column("fix", style="bold")
     table.add_column("version", justify="right")
@@ -172,6 +271,9 @@ def render_fix_list(console: Console, fixes: Iterable[Any]) -> None:
 
 def render_fix(console: Console, fix: Any, files: Mapping[str, list[str]]) -> None:
     """A fix as a good commit message: subject, body, then trailers."""
+    from rich.markup import escape
+    from rich.text import Text
+
     console.print(Text(fix.title, style="bold"))
     console.print()
     console.print(escape(fix.rationale.strip()))
@@ -202,6 +304,9 @@ def render_fix(console: Console, fix: Any, files: Mapping[str, list[str]]) -> No
 
 
 def render_error(console: Console, err: PatchkitError) -> None:
+    from rich.markup import escape
+    from rich.text import Text
+
     # Never folded to the terminal width: the message names files and commands to copy.
     console.print(Text.assemble(("error: ", "bold red"), err.message), soft_wrap=True)
     # The message already lists every failed check (fix, check, where, detail), so the
@@ -230,6 +335,8 @@ _LINK_LABELS = (  # what the fix builds on, then what builds on it
 
 
 def _log_header(lineage: Any) -> Text:
+    from rich.text import Text
+
     count = len(lineage.fixes)
     head = Text.assemble(("lineage", "bold"), f": {count} fix{'es' if count != 1 else ''}")
     if lineage.focus:
@@ -241,6 +348,8 @@ def _log_header(lineage: Any) -> Text:
 
 
 def _fix_label(fix: Any) -> Text:
+    from rich.text import Text
+
     first = fix.versions[0].date if fix.versions and fix.versions[0].date else "undated"
     label = Text.assemble((f"{first}  ", "dim"), (fix.name, "bold"), f"  v{fix.version}  ",
                           (fix.status, "green" if fix.status == "active" else "bold red"))
@@ -256,6 +365,8 @@ def _fix_label(fix: Any) -> Text:
 
 
 def _version_label(fix: Any, v: Any) -> Text:
+    from rich.text import Text
+
     label = Text.assemble((f"v{v.version}", "bold"), f"  {v.date or 'undated'}  on {v.base_release}")
     if v.rebased_from:
         label.append(f"  (rebased from {v.rebased_from})", style="yellow")
@@ -267,6 +378,7 @@ def _version_label(fix: Any, v: Any) -> Text:
 
 def render_log(console: Console, lineage: Any) -> None:
     """``patchkit log``: the fixes in lineage order as a tree, each with its links and versions."""
+    from rich.text import Text
     from rich.tree import Tree
 
     tree = Tree(_log_header(lineage))
@@ -338,6 +450,10 @@ class rebase_progress:  # noqa: N801 - used as a context manager, like rich's ow
 
 def render_rebase(console: Console, report: Any) -> None:
     """The table of a rebase: one row per patch (or per fix without patches)."""
+    from rich.markup import escape
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(title=f"rebase onto {report.onto}", show_lines=False)
     for col in ("fix", "version", "patch", "result", "detail"):
         table.add_column(col, overflow="fold")
@@ -363,5 +479,8 @@ def render_rebase(console: Console, report: Any) -> None:
 
 
 def render_range_diff(console: Console, text: str) -> None:
+    from rich.syntax import Syntax
+    from rich.text import Text
+
     console.print(Syntax(text, "diff", theme="ansi_dark", background_color="default")
                   if text else Text("no difference", style="dim"))

@@ -25,7 +25,7 @@ def test_import_patchkit_loads_no_client_dependency() -> None:
         "import sys, patchkit, patchkit.engine\n"
         f"print(sorted(m for m in sys.modules if m.split('.')[0] in {CLIENT_ONLY!r}))\n"
         "from patchkit import Catalog\n"
-        "print('tomlkit' in sys.modules)\n"
+        "print('patchkit.catalog' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.splitlines() == ["[]", "True"]

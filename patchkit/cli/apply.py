@@ -11,7 +11,11 @@ from .common import State, emit_result, json_option, pass_state, require_names, 
 @click.command("apply")
 @click.argument("fixes", nargs=-1)
 @target_options
-@click.option("--dry-run", "-n", is_flag=True, help="Check and show the diff and hunk placement; write nothing.")
+@click.option("--dry-run", "-n", is_flag=True,
+              help="Check and show where each hunk lands (and the diff, when few files change); write nothing.")
+@click.option("--diff", "show_diff", is_flag=True, default=None,
+              help="Show the full diff of every file (plain text unless stdout is a terminal).")
+@click.option("--verbose", "-v", is_flag=True, help="One row per file even when a fix changes many.")
 @click.option("--with-deps", is_flag=True, help="Also apply the fixes these depend on.")
 @click.option("--allow-inactive", is_flag=True, help="Allow applying a dead or superseded fix.")
 @click.option("--commit", "commit", is_flag=True,
@@ -29,12 +33,15 @@ def apply(
     with_deps: bool,
     allow_inactive: bool,
     commit: bool,
+    show_diff: bool | None,
+    verbose: bool,
     as_json: bool,
 ) -> int:
     """Apply FIXES to the target, all or nothing."""
     names = require_names(fixes, "apply")
     tgt = state.target(target, roots, python)
-    with render.stderr().status(f"{'checking' if dry_run else 'applying'} {', '.join(names)} on {tgt.description}"):
+    with render.busy(f"{'checking' if dry_run else 'applying'} {', '.join(names)} on {tgt.description}",
+                     quiet=as_json):
         result = api.apply(
             state.catalog(),
             tgt,
@@ -45,7 +52,7 @@ def apply(
             lock_timeout=lock_timeout,
             commit=commit,
         )
-    return emit_result(result, as_json)
+    return emit_result(result, as_json, show_diff=show_diff or None, verbose=verbose)
 
 
 COMMANDS = [apply]

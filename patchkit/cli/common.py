@@ -148,12 +148,15 @@ def require_names(names: tuple[str, ...], what: str) -> list[str]:
     return list(names)
 
 
-def emit_result(result: Any, as_json: bool) -> int:
-    """Print an operation's result as JSON or for people; the exit code of a success."""
+def emit_result(result: Any, as_json: bool, *, show_diff: bool | None = None,
+                verbose: bool = False) -> int:
+    """Print an operation's result as JSON or for people; the exit code of a success.
+
+    ``show_diff`` None lets the renderer decide (a dry run changing few files shows it)."""
     from .. import render
 
     if as_json:
         render.print_json(result.to_json())
     else:
-        render.render_result(render.stdout(), result)
+        render.render_result(render.stdout(), result, show_diff=show_diff, verbose=verbose)
     return 0

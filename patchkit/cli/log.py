@@ -34,7 +34,7 @@ def log(
     status = None
     if target is not None or roots:
         tgt = state.target(target, roots, python)
-        with render.stderr().status(f"reading {tgt.description}"):
+        with render.busy(f"reading {tgt.description}", quiet=as_json):
             status = api.status(catalog, tgt, lock_timeout=lock_timeout)
     result = lineage.build(catalog, target_status=status, fix=fix, history=not no_history)
     if as_json:

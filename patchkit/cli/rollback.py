@@ -29,7 +29,7 @@ def rollback(
     """Roll FIXES back on the target, all or nothing."""
     names = require_names(fixes, "roll back")
     tgt = state.target(target, roots, python)
-    with render.stderr().status(f"rolling back {', '.join(names)} on {tgt.description}"):
+    with render.busy(f"rolling back {', '.join(names)} on {tgt.description}", quiet=as_json):
         result = api.rollback(
             state.catalog(), tgt, names, dry_run=dry_run, force=force, lock_timeout=lock_timeout
         )

@@ -33,7 +33,7 @@ def status(
 ) -> int:
     """Show which fixes are applied on the target, at which version, and any drift."""
     tgt = state.target(target, roots, python)
-    with render.stderr().status(f"reading {tgt.description}"):
+    with render.busy(f"reading {tgt.description}", quiet=as_json):
         result = api.status(state.catalog(), tgt, lock_timeout=lock_timeout)
     if as_json:
         render.print_json(result.to_json())

@@ -25,7 +25,7 @@ def verify(
     """Run the verification checks of FIXES on the target; writes nothing."""
     names = require_names(fixes, "verify")
     tgt = state.target(target, roots, python)
-    with render.stderr().status(f"verifying {', '.join(names)} on {tgt.description}"):
+    with render.busy(f"verifying {', '.join(names)} on {tgt.description}", quiet=as_json):
         result = api.verify(state.catalog(), tgt, names, lock_timeout=lock_timeout)
     return emit_result(result, as_json)
 
