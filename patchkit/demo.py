@@ -3,7 +3,9 @@
 The seed's DeepSeek-V4 server ran a fork of SGLang with two commits on top of the release: the
 bf16 index-K patch and the (dead) HiCache index-K sync fix with its debug instrumentation, and
 a prefill serve script with HiCache on, outside the git tree. ``build_fork`` makes exactly that
-from the shipped catalog, so ``patchkit demo`` can deploy the seed's three fixes to it.
+from the shipped catalog, so ``patchkit demo`` can deploy the seed's three fixes to it. The
+fork is built on the release the catalog supports (``DEMO_RELEASE``): the commits are the
+catalog's current series, which apply to that release only.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from .catalog import Catalog
 from .errors import UsageError
 from .upstream import UpstreamRepo
 
-DEMO_RELEASE = "0.5.21"
+DEMO_RELEASE = "0.5.23"  # the release the shipped catalog is based on
 #: The commits on the seed's fork, in order.
 FORK_COMMITS = ("dsv4-bf16-index-k", "hicache-index-k-sync")
 #: What the seed deployed in one hand-written command.

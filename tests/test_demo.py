@@ -1,4 +1,4 @@
-"""`patchkit demo`: the seed's production fork rebuilt from 0.5.21 and its three fixes deployed.
+"""`patchkit demo`: the seed's production fork rebuilt from 0.5.23 and its three fixes deployed.
 
 The demo runs as a user runs it, ``python -m patchkit`` in a subprocess, with
 ``PATCHKIT_UPSTREAM`` pointing at the session's upstream directory so the release is not
@@ -16,14 +16,15 @@ from pathlib import Path
 import pytest
 
 from patchkit.catalog import Catalog
-from patchkit.demo import (FORK_COMMITS, HOST_POOL, LATER_EDIT, LATER_SUBJECT, SEED_FIXES,
-                           build_fork)
+from patchkit.demo import (DEMO_RELEASE, FORK_COMMITS, HOST_POOL, LATER_EDIT, LATER_SUBJECT,
+                           SEED_FIXES, build_fork)
 from patchkit.errors import UsageError
 from patchkit.upstream import UpstreamRepo
+from tests.fixtures.sglang import CATALOG_RELEASE
 
 REPO = Path(__file__).resolve().parent.parent
 STEPS = [
-    "1. build a production fork of SGLang 0.5.21",
+    f"1. build a production fork of SGLang {CATALOG_RELEASE}",
     "2. status before",
     "3. dry run",
     "4. apply all three, all or nothing, then verify",
@@ -46,9 +47,14 @@ def flat(text: str) -> str:
 
 @pytest.mark.network
 def test_demo_deploys_the_seed_fixes_to_a_fork_of_the_real_release(
-        upstream_repo: UpstreamRepo, tmp_path: Path) -> None:
+        catalog_upstream: UpstreamRepo, tmp_path: Path) -> None:
+    # The demo's release is the one the shipped catalog is based on: its fork commits are the
+    # catalog's current series, which apply to that release only.
+    assert DEMO_RELEASE == CATALOG_RELEASE
+    assert {Catalog(REPO).get(n).upstream.base_release for n in FORK_COMMITS} == {DEMO_RELEASE}
+    versions = catalog_upstream.versions()
     workdir = tmp_path / "demo"
-    proc = run_patchkit(tmp_path, upstream_repo.path, "demo", "--workdir", str(workdir))
+    proc = run_patchkit(tmp_path, catalog_upstream.path, "demo", "--workdir", str(workdir))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = flat(proc.stdout)
     positions = [out.find(step) for step in STEPS]
@@ -64,11 +70,11 @@ def test_demo_deploys_the_seed_fixes_to_a_fork_of_the_real_release(
     assert "done: roll back with `patchkit rollback" in out
     # The release came from the session's upstream directory, not from the registry.
     # (the session's wheels live elsewhere; a download would have made <upstream>/wheels).
-    assert not (upstream_repo.path / "wheels").exists()
-    assert upstream_repo.versions() == ["0.5.21"]
+    assert not (catalog_upstream.path / "wheels").exists()
+    assert catalog_upstream.versions() == versions == [DEMO_RELEASE]
 
     fork, serve = workdir / "sglang-dsv4", workdir / "serve"
-    log = subprocess.run(["git", "log", "--format=%s", "v0.5.21..HEAD"], cwd=fork,
+    log = subprocess.run(["git", "log", "--format=%s", f"v{DEMO_RELEASE}..HEAD"], cwd=fork,
                          capture_output=True, text=True, check=True).stdout.splitlines()
     catalog = Catalog(REPO)
     assert log == [LATER_SUBJECT] + [catalog.get(name).title for name in reversed(FORK_COMMITS)]
@@ -76,7 +82,7 @@ def test_demo_deploys_the_seed_fixes_to_a_fork_of_the_real_release(
     assert LATER_EDIT[1] in (fork / HOST_POOL).read_text()
     assert "HICACHE_DBG" not in (fork / HOST_POOL).read_text()
 
-    status = run_patchkit(tmp_path, upstream_repo.path, "status", "--json",
+    status = run_patchkit(tmp_path, catalog_upstream.path, "status", "--json",
                           "--target", str(fork), "--root", f"serve={serve}")
     assert status.returncode == 0, status.stderr
     states = {f["name"]: f for f in json.loads(status.stdout)["status"]["fixes"]}

@@ -1,6 +1,6 @@
-"""The shipped fixes through the library, on the real SGLang 0.5.21 release.
+"""The shipped fixes through the library, on the real SGLang release they are based on (0.5.23).
 
-Every test works on a fresh git checkout of the release (``sglang_tree``), or on the seed's
+Every test works on a fresh git checkout of the release (``catalog_tree``), or on the seed's
 production fork built from it (``patchkit.demo.build_fork``), and calls ``patchkit.api`` with
 the repository's own catalog and a ``LocalTarget``. Whole trees are hashed before and after,
 so "nothing was written" and "rolled back byte-exact" are checked on every file.
@@ -25,8 +25,9 @@ from patchkit.results import FixOutcome, OpResult
 from patchkit.series import parse_patch
 from patchkit.targets import LocalTarget
 from patchkit.upstream import UpstreamRepo
+from tests.fixtures.sglang import CATALOG_RELEASE
 
-pytestmark = pytest.mark.network  # the 0.5.21 tree comes from the registry once
+pytestmark = pytest.mark.network  # the 0.5.23 tree comes from the registry once
 
 REPO = Path(__file__).resolve().parent.parent
 SERVE_SCRIPT = REPO / "docs" / "examples" / "serve_dsv4_prefill.sh"
@@ -49,8 +50,8 @@ def serve_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def target(sglang_tree: Path, serve_dir: Path) -> LocalTarget:
-    return LocalTarget(roots={"sglang": str(sglang_tree), "serve": str(serve_dir)},
+def target(catalog_tree: Path, serve_dir: Path) -> LocalTarget:
+    return LocalTarget(roots={"sglang": str(catalog_tree), "serve": str(serve_dir)},
                        description="test checkout")
 
 
@@ -118,7 +119,7 @@ def assert_pristine(tree: Path, roots: dict[str, Path], pristine: dict[str, str]
 
 
 def test_active_fixes_apply_one_by_one_and_at_once_then_roll_back_byte_exact(
-        catalog: Catalog, target: LocalTarget, sglang_tree: Path) -> None:
+        catalog: Catalog, target: LocalTarget, catalog_tree: Path) -> None:
     # The revert of the dead fix is active too, but it applies only where the dead fix is
     # (tests below); every other active fix applies to the plain release.
     active = [f.name for f in catalog.dependency_order(
@@ -142,7 +143,7 @@ def test_active_fixes_apply_one_by_one_and_at_once_then_roll_back_byte_exact(
     undone = api.rollback(catalog, target, active)
     assert [f.outcome for f in undone.fixes] == ["rolled-back"] * 3
     assert [f.name for f in undone.fixes] == list(reversed(active))  # dependents first
-    assert_pristine(sglang_tree, roots, pristine)
+    assert_pristine(catalog_tree, roots, pristine)
     status = states(api.status(catalog, target))
     assert all(status[name][0] == "not-applied" for name in active)
 
@@ -154,17 +155,17 @@ def test_active_fixes_apply_one_by_one_and_at_once_then_roll_back_byte_exact(
     assert all(status[name][0] == "applied" for name in active)
     for name in reversed(active):  # one call per fix, dependents first
         assert api.rollback(catalog, target, [name]).fixes[0].outcome == "rolled-back"
-    assert_pristine(sglang_tree, roots, pristine)
+    assert_pristine(catalog_tree, roots, pristine)
 
 
 def test_the_sizing_script_check_decides_the_outcome(catalog: Catalog, target: LocalTarget,
-                                                     sglang_tree: Path) -> None:
+                                                     catalog_tree: Path) -> None:
     """The python-script check is not a formality: re-run by ``api.verify`` after someone put
     the fp8 pricing back, it fails (and applying it passes, above)."""
     api.apply(catalog, target, ["dsv4-bf16-sizing"], with_deps=True)
     assert all(c.ok for c in api.verify(catalog, target, ["dsv4-bf16-sizing"])
                .fixes[0].verification)
-    conf = sglang_tree / CONFIGURATOR
+    conf = catalog_tree / CONFIGURATOR
     text = conf.read_text()
     wrong = text.replace("return get_dsv4_bf16_index_k_bytes_per_token(self.indexer_head_dim)",
                          "return get_dsv4_indexer_bytes_per_token(self.indexer_head_dim, False)")
@@ -182,7 +183,7 @@ def test_the_sizing_script_check_decides_the_outcome(catalog: Catalog, target: L
 
 
 def test_dead_fix_is_refused_unless_allowed_and_its_revert_removes_every_marker(
-        catalog: Catalog, target: LocalTarget, sglang_tree: Path) -> None:
+        catalog: Catalog, target: LocalTarget, catalog_tree: Path) -> None:
     roots = roots_of(target)
     pristine = snapshot(*roots.values())
     with pytest.raises(UsageError) as refused:
@@ -190,15 +191,15 @@ def test_dead_fix_is_refused_unless_allowed_and_its_revert_removes_every_marker(
     message = str(refused.value)
     assert "hicache-index-k-sync" in message and "dead" in message
     assert "revert-hicache-index-k-sync" in message and "--allow-inactive" in message
-    assert_pristine(sglang_tree, roots, pristine)
-    assert not (sglang_tree / ".patchkit").exists()
+    assert_pristine(catalog_tree, roots, pristine)
+    assert not (catalog_tree / ".patchkit").exists()
 
     applied = api.apply(catalog, target, ["hicache-index-k-sync"], with_deps=True,
                         allow_inactive=True)
     assert [f.name for f in applied.fixes] == ["dsv4-bf16-index-k", "hicache-index-k-sync"]
     for outcome in applied.fixes:
         assert_applied_and_verified(outcome, catalog.get(outcome.name), roots, pristine)
-    host = sglang_tree / HOST_POOL
+    host = catalog_tree / HOST_POOL
     assert host.read_text().count("HICACHE_DBG") > 0
 
     # In a git checkout the revert undoes a commit; here the dead fix is only applied by
@@ -210,24 +211,24 @@ def test_dead_fix_is_refused_unless_allowed_and_its_revert_removes_every_marker(
     assert snapshot(*roots.values()) == applied_bytes
 
     api.rollback(catalog, target, ["hicache-index-k-sync", "dsv4-bf16-index-k"])
-    assert_pristine(sglang_tree, roots, pristine)
+    assert_pristine(catalog_tree, roots, pristine)
 
 
 # -- 3. a missing anchor ---------------------------------------------------------------------
 
 
 def test_missing_anchor_is_refused_before_any_write(catalog: Catalog, target: LocalTarget,
-                                                    sglang_tree: Path) -> None:
+                                                    catalog_tree: Path) -> None:
     """A release that moved the code the series expects: the sizing fix's anchor (a
     precondition without a label, so its pattern is its name) is gone."""
     anchor = "def _compressed_bytes_per_full_token(self, ratio: int) -> float:"
     assert any(c.get("pattern") == anchor and not c.get("name")
                for c in catalog.get("dsv4-bf16-sizing").preconditions)
-    conf = sglang_tree / CONFIGURATOR
+    conf = catalog_tree / CONFIGURATOR
     text = conf.read_text()
     assert text.count(anchor) == 1
     conf.write_text(text.replace(anchor, anchor.replace("ratio: int", "ratio: int, page: int = 1")))
-    git(sglang_tree, "commit", "-q", "-am", "move the per-token sizing (a later release)")
+    git(catalog_tree, "commit", "-q", "-am", "move the per-token sizing (a later release)")
     roots = roots_of(target)
     before = snapshot(*roots.values())
 
@@ -240,23 +241,23 @@ def test_missing_anchor_is_refused_before_any_write(catalog: Catalog, target: Lo
     failed = refused.value.details["failures"]
     assert [f["fix"] for f in failed] == ["dsv4-bf16-sizing"]
     assert snapshot(*roots.values()) == before
-    assert git(sglang_tree, "status", "--porcelain", "--untracked-files=all",
+    assert git(catalog_tree, "status", "--porcelain", "--untracked-files=all",
                "--ignored") == ""
-    assert not (sglang_tree / ".patchkit").exists()
+    assert not (catalog_tree / ".patchkit").exists()
 
 
 # -- 4. a missing prerequisite ---------------------------------------------------------------
 
 
 def test_sizing_needs_its_prerequisite_or_with_deps(catalog: Catalog, target: LocalTarget,
-                                                    sglang_tree: Path) -> None:
+                                                    catalog_tree: Path) -> None:
     roots = roots_of(target)
     pristine = snapshot(*roots.values())
     with pytest.raises(PreconditionFailed) as refused:
         api.apply(catalog, target, ["dsv4-bf16-sizing"])
     assert "dsv4-bf16-index-k" in str(refused.value)
     assert "apply" in str(refused.value)
-    assert_pristine(sglang_tree, roots, pristine)
+    assert_pristine(catalog_tree, roots, pristine)
 
     result = api.apply(catalog, target, ["dsv4-bf16-sizing"], with_deps=True)
     assert [f.name for f in result.fixes] == ["dsv4-bf16-index-k", "dsv4-bf16-sizing"]
@@ -270,8 +271,9 @@ def test_sizing_needs_its_prerequisite_or_with_deps(catalog: Catalog, target: Lo
 
 
 def test_seed_fixes_deploy_to_the_production_fork_in_one_call(
-        catalog: Catalog, upstream_repo: UpstreamRepo, tmp_path: Path) -> None:
-    fork = build_fork(tmp_path / "demo", catalog, upstream=upstream_repo)
+        catalog: Catalog, catalog_upstream: UpstreamRepo, tmp_path: Path) -> None:
+    fork = build_fork(tmp_path / "demo", catalog, upstream=catalog_upstream)
+    assert fork.release == CATALOG_RELEASE
     assert [name for name, _sha in fork.commits] == list(FORK_COMMITS)
     head = git(fork.sglang, "rev-parse", "HEAD").strip()
     assert head == fork.later  # a later commit touched memory_pool_host.py after the dead fix
@@ -289,7 +291,7 @@ def test_seed_fixes_deploy_to_the_production_fork_in_one_call(
     for outcome in result.fixes:
         assert_applied_and_verified(outcome, catalog.get(outcome.name), roots, pristine)
     # the dead commit is undone and the later commit kept: not the seed's `git checkout C^`
-    release_text = git(fork.sglang, "show", f"v0.5.21:{HOST_POOL}")
+    release_text = git(fork.sglang, "show", f"v{CATALOG_RELEASE}:{HOST_POOL}")
     assert host.read_text() == release_text.replace(*LATER_EDIT)
     revert = next(f for f in result.raw["fixes"] if f["name"] == "revert-hicache-index-k-sync")
     assert revert["revert"]["commit"] == fork.commits[-1][1]

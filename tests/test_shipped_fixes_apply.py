@@ -1,4 +1,4 @@
-"""Every shipped fix applies to a real 0.5.21 tree with zero fuzz and passes its checks.
+"""Every shipped fix applies to a real tree of its release (0.5.23) with zero fuzz and passes its checks.
 
 Manifests are read with tomllib directly, and the checks are evaluated here with plain
 tools (git apply, patch -F0, grep semantics, ast, bash -n, the shipped scripts), so the
@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures.sglang import CATALOG_RELEASE, SGLANG_VERSION
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
@@ -26,7 +28,7 @@ MANIFESTS = REPO / "manifests"
 PATCHES = REPO / "patches"
 SERVE_SCRIPT = REPO / "docs" / "examples" / "serve_dsv4_prefill.sh"
 
-pytestmark = pytest.mark.network  # the 0.5.21 tree comes from the registry once
+pytestmark = pytest.mark.network  # the 0.5.23 tree comes from the registry once
 
 
 def load_fixes() -> dict[str, dict[str, Any]]:
@@ -96,7 +98,12 @@ def test_manifests_match_their_series_files() -> None:
         "revert-hicache-index-k-sync", "prefill-hicache-off"}
     for name, fix in fixes.items():
         assert fix["format"] == 1 and fix["name"] == name
-        assert fix["upstream"]["base_release"] == "0.5.21"
+        if fix["upstream"].get("releases", [fix["upstream"]["base_release"]]):
+            # Every SGLang series was rebased onto the catalog's release; 0.5.21 is history.
+            assert fix["upstream"]["base_release"] == CATALOG_RELEASE, name
+            assert fix["upstream"]["releases"] == [CATALOG_RELEASE], name
+        else:  # the serve-script fix: no release precondition, written with 0.5.21
+            assert fix["upstream"]["base_release"] == SGLANG_VERSION, name
         for ref in fix["patches"]:
             patch = PATCHES / name / ref["file"]
             assert patch.is_file(), patch
@@ -111,10 +118,10 @@ def test_manifests_match_their_series_files() -> None:
         "dsv4-bf16-sizing", "prefill-hicache-off"]  # the lineage of the seed
 
 
-def test_every_series_applies_with_zero_fuzz_in_order(sglang_tree: Path,
+def test_every_series_applies_with_zero_fuzz_in_order(catalog_tree: Path,
                                                       tmp_path: Path) -> None:
     fixes = load_fixes()
-    roots = roots_for(sglang_tree, tmp_path)
+    roots = roots_for(catalog_tree, tmp_path)
     for name in application_order(fixes):
         fix = fixes[name]
         for check in fix.get("preconditions", []):
@@ -134,17 +141,17 @@ def test_every_series_applies_with_zero_fuzz_in_order(sglang_tree: Path,
         for check in fix.get("verification", []):
             ok, detail = check_ok(check, roots, name)
             assert ok, f"{name}: verification {check['kind']} {check.get('name', '')}: {detail}"
-    host = sglang_tree / "python/sglang/srt/mem_cache/memory_pool_host.py"
-    assert run(["git", "diff", "--quiet", "HEAD", "--", str(host)], sglang_tree).returncode == 0
+    host = catalog_tree / "python/sglang/srt/mem_cache/memory_pool_host.py"
+    assert run(["git", "diff", "--quiet", "HEAD", "--", str(host)], catalog_tree).returncode == 0
 
 
-def test_python_script_checks_pass_patched_and_fail_unpatched(sglang_tree: Path,
+def test_python_script_checks_pass_patched_and_fail_unpatched(catalog_tree: Path,
                                                               tmp_path: Path) -> None:
     fixes = load_fixes()
     scripts = [(n, c) for n, f in fixes.items() for c in f.get("verification", [])
                if c["kind"] == "python-script"]
     assert scripts, "the sizing fix ships a python-script check"
-    roots = roots_for(sglang_tree, tmp_path)
+    roots = roots_for(catalog_tree, tmp_path)
     for name, check in scripts:
         ok, detail = check_ok(check, roots, name)
         assert not ok and "FAIL:" in detail, f"{name}: check passes on an unpatched tree"
@@ -158,14 +165,14 @@ def test_python_script_checks_pass_patched_and_fail_unpatched(sglang_tree: Path,
         assert "64.0 (bf16)" in detail
 
 
-def test_sizing_check_fails_when_only_the_bf16_switch_is_applied(sglang_tree: Path,
+def test_sizing_check_fails_when_only_the_bf16_switch_is_applied(catalog_tree: Path,
                                                                   tmp_path: Path) -> None:
     """The bug the sizing fix closes: bf16 index-K on, configurator still pricing fp8."""
     fixes = load_fixes()
-    roots = roots_for(sglang_tree, tmp_path)
+    roots = roots_for(catalog_tree, tmp_path)
     for ref in fixes["dsv4-bf16-index-k"]["patches"]:
         assert run(["git", "apply", str(PATCHES / "dsv4-bf16-index-k" / ref["file"])],
-                   sglang_tree).returncode == 0
+                   catalog_tree).returncode == 0
     check = next(c for c in fixes["dsv4-bf16-sizing"]["verification"]
                  if c["kind"] == "python-script")
     ok, detail = check_ok(check, roots, "dsv4-bf16-sizing")
