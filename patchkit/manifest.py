@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import datetime as _dt
 import difflib
+import hashlib
+import marshal
 import os
 import re
+import sys
 import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterable, Mapping, Sequence
@@ -198,14 +201,97 @@ def _read_text(path: Path, kind: str) -> str:
 
 def _read_data(path: Path, kind: str) -> dict[str, Any]:
     """The file's TOML as plain Python data, for read-only loads: tomllib when it parses,
-    else tomlkit (for its precise error, or in case it accepts what tomllib refuses)."""
+    else tomlkit (for its precise error, or in case it accepts what tomllib refuses).
+
+    A large file's parse (a release-drift series lists thousands of patches) is cached by
+    the sha256 of its text (see :func:`_cache_path`); validation still runs on every load.
+    """
     text = _read_text(path, kind)
+    cache = _cache_path(text) if len(text) >= CACHE_MIN_CHARS else None
+    if cache is not None:
+        cached = _load_cached(cache)
+        if cached is not None:
+            return cached
+    data = None
     if _tomllib is not None:
         try:
-            return _tomllib.loads(text)
+            data = _tomllib.loads(text)
         except (_tomllib.TOMLDecodeError, ValueError):
             pass
-    return _parse_toml(path, kind, text).unwrap()
+    if data is None:
+        data = _parse_toml(path, kind, text).unwrap()
+    if cache is not None:
+        _store_cached(cache, data)
+    return data
+
+
+#: Texts shorter than this parse faster than a cache file is read.
+CACHE_MIN_CHARS = 16_384
+_TAG = "\0toml-"  # marks a date/time value in a cached parse (marshal has no dates)
+_stamp: str | None = None
+
+
+def _cache_path(text: str) -> Path:
+    """``<user cache>/patchkit/manifests/<stamp>/<sha256 of the text>``; the stamp changes with
+    this module's source and the parser (Python's version, tomllib or tomlkit), so an entry
+    made by another loader is never read."""
+    global _stamp
+    if _stamp is None:
+        parser = "tomllib" if _tomllib is not None else "tomlkit-" + _tomlkit_version()
+        ident = f"{sys.version}|{parser}|".encode() + Path(__file__).read_bytes()
+        _stamp = hashlib.sha256(ident).hexdigest()[:16]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    key = hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+    return Path(base) / "patchkit" / "manifests" / _stamp / key
+
+
+def _tomlkit_version() -> str:
+    import tomlkit
+
+    return str(getattr(tomlkit, "__version__", ""))
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _encode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_encode(v) for v in value]
+    if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
+        return (_TAG + type(value).__name__, value.isoformat())
+    return value
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _decode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    if isinstance(value, tuple):  # TOML data has no tuples: only our tagged dates
+        kind, iso = value
+        return getattr(_dt, kind[len(_TAG):]).fromisoformat(iso)
+    return value
+
+
+def _load_cached(cache: Path) -> dict[str, Any] | None:
+    """The cached parse, or None when absent or damaged (then parsed afresh)."""
+    try:
+        data = _decode(marshal.loads(cache.read_bytes()))
+    except (OSError, ValueError, EOFError, TypeError, AttributeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _store_cached(cache: Path, data: dict[str, Any]) -> None:
+    """Best effort and atomic (temp file + rename): a cache that cannot be written is skipped."""
+    try:
+        blob = marshal.dumps(_encode(data))
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=cache.parent)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(blob)
+        os.replace(tmp, cache)
+    except (OSError, ValueError):
+        pass
 
 
 def _read_toml(path: Path, kind: str) -> Any:
