@@ -209,3 +209,143 @@ def test_cli_rebase_table_json_and_exit_codes(world, monkeypatch) -> None:
     res = runner.invoke(cli, ["--catalog", str(cat.root), "diff", "shift", "--versions", "1", "2",
                               "--json"])
     assert res.exit_code == 0 and "+@@ -9,7 +9,7 @@" in json.loads(res.stdout)["diff"]
+
+
+def test_plan_at_start_then_continue_recomputes_a_dependent_fix(world) -> None:
+    """Every fix is classified at the start; after --continue the fix that depends on the
+    stopped one (and the one sharing its file) is computed again, against the resolution."""
+    cat, up = world
+    base = "".join(BODY)
+    _fix(cat.root, "after", "python/sglang/clash.py", base,
+         base.replace("line 30\n", "line 30 after\n"))
+    mpath = cat.manifests_dir / "after.toml"
+    mpath.write_text(mpath.read_text().replace("depends_on = []", 'depends_on = ["clash"]', 1))
+    _fix(cat.root, "share", "python/sglang/clash.py", base,
+         base.replace("line 35\n", "line 35 shared\n"))
+    cat = Catalog(cat.root)
+    report = rebase.start(cat, "0.2.0", ["clash", "after", "share"], upstream=up)
+    assert report.stopped == "clash"
+    state = json.loads((cat.root / rebase.STATE_DIR / "state.json").read_text())
+    plan = state["plan"]
+    # planned as if clash were skipped: its old series does not apply, so neither can "after"
+    assert plan["after"]["report"]["outcome"] == "skipped"
+    assert "dependency clash" in plan["after"]["report"]["detail"]
+    assert plan["share"]["report"]["outcome"] == "extended"
+    f = Path(report.worktree) / "python/sglang/clash.py"
+    f.write_text(base.replace("line 10\n", "line 10 theirs and fixed\n"))
+    seen: list[str] = []
+    report = rebase.continue_(cat, upstream=up, progress=lambda w, _d, _t: seen.append(w))
+    assert report.done
+    outcomes = {f.name: f.outcome for f in report.fixes}
+    assert outcomes == {"clash": "rebased", "after": "extended", "share": "extended"}, report.fixes
+    assert "after: 0001-after.patch" in seen and "share: 0001-share.patch" in seen
+    assert "0.2.0" in Catalog(cat.root).get("after").upstream.releases
+
+
+def test_skip_takes_the_planned_results_without_classifying_again(world) -> None:
+    cat, up = world
+    report = rebase.start(cat, "0.2.0", ["clash", "shift", "merge"], upstream=up)
+    assert report.stopped == "clash"
+    seen: list[str] = []
+    report = rebase.skip(cat, upstream=up, progress=lambda w, _d, _t: seen.append(w))
+    assert report.done and {f.name: f.outcome for f in report.fixes} == {
+        "clash": "skipped", "shift": "rebased", "merge": "rebased"}
+    assert not any(":" in w for w in seen)  # no patch was classified again
+    assert Catalog(cat.root).get("merge").version == 2
+
+
+def test_abort_after_planned_writes_restores_everything(world) -> None:
+    cat, up = world
+    before = _snapshot(cat)
+    report = rebase.start(cat, "0.2.0", ["anchor", "shift", "clash", "merge"], upstream=up)
+    assert report.stopped == "anchor"
+    report = rebase.skip(cat, upstream=up)
+    assert report.stopped == "clash" and _snapshot(cat) != before
+    assert rebase.abort(cat, upstream=up) == ["shift"]
+    assert _snapshot(cat) == before
+
+
+# -- an SGLang git clone with real upstream commits (patch-id) --------------------------------
+
+PICKED = "python/sglang/srt/model_executor/pool_configurator.py"
+MOVED = "python/sglang/srt/mem_cache/memory_pool_host.py"
+OTHER = "python/sglang/__init__.py"
+
+
+def _edit(repo: Path, path: str, at: int, lines: str) -> tuple[str, str]:
+    f = repo / path
+    old = f.read_text()
+    parts = old.splitlines(keepends=True)
+    new = "".join(parts[:at]) + lines + "".join(parts[at:])
+    f.write_text(new)
+    return old, new
+
+
+@pytest.fixture
+def sglang_clone(upstream_repo: UpstreamRepo, tmp_path: Path):
+    """A clone at the real v0.5.21, then upstream-style commits; the fixes written on 0.5.21."""
+    clone = tmp_path / "sglang"
+    _git(tmp_path, "clone", "-q", "--branch", "v0.5.21", str(upstream_repo.git_dir), str(clone))
+    _git(clone, "switch", "-q", "-c", "main-dev")
+    cat = tmp_path / "catalog"
+    # the fixes, against 0.5.21
+    old, new = _edit(clone, PICKED, 20, "# count the bf16 index-K bytes once more\n")
+    picked = (old, new)
+    old2, new2 = _edit(clone, MOVED, 200, "# keep host pages pinned\n")
+    moved = (old2, new2)
+    _git(clone, "checkout", "-q", "--", ".")
+    _fix(cat, "picked", PICKED, *picked)
+    _fix(cat, "moved", MOVED, *moved)
+    for name in ("picked", "moved"):
+        m = cat / "manifests" / f"{name}.toml"
+        m.write_text(m.read_text().replace('"0.1.0"', '"0.5.21"'))
+    # upstream: an unrelated commit, the cherry-pick (another message, another file too),
+    # and a commit moving the lines under "moved"
+    _edit(clone, OTHER, 0, "# upstream: unrelated\n")
+    _git(clone, "commit", "-qam", "Unrelated upstream change")
+    (clone / PICKED).write_text(picked[1])
+    _edit(clone, OTHER, 0, "# upstream: also touched by the pick\n")
+    _git(clone, "commit", "-qam", "[Memory] Account for bf16 index K (#4242)")
+    pick_sha = _git(clone, "rev-parse", "HEAD").strip()
+    _edit(clone, MOVED, 1, "# upstream one\n# upstream two\n# upstream three\n")
+    _git(clone, "commit", "-qam", "Header for the host pool")
+    return Catalog(cat), clone, pick_sha
+
+
+@pytest.mark.network
+def test_clone_commit_patch_id_names_the_upstream_commit(sglang_clone) -> None:
+    cat, clone, pick_sha = sglang_clone
+    before = _snapshot(cat)
+    head = _git(clone, "rev-parse", "HEAD").strip()
+    res = CliRunner().invoke(cli, ["--catalog", str(cat.root), "rebase", "--all", "--repo",
+                                   str(clone), "--onto", head, "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    fixes = {f["name"]: f for f in data["fixes"]}
+    assert fixes["picked"]["outcome"] == "upstreamed"
+    patch = fixes["picked"]["patches"][0]
+    assert patch["classification"] == "upstream" and patch["commit"] == pick_sha
+    assert "patch-id" in patch["detail"] and pick_sha[:12] in fixes["picked"]["detail"]
+    assert fixes["moved"]["outcome"] == "clean"  # not a release: reported, not written
+    assert fixes["moved"]["patches"][0]["classification"] == "offset"
+    assert fixes["moved"]["patches"][0]["offsets"] == [3]
+    assert _snapshot(cat) == before and not rebase.in_progress(cat)
+
+
+@pytest.mark.network
+def test_clone_release_tag_rebases_and_writes(sglang_clone) -> None:
+    cat, clone, pick_sha = sglang_clone
+    _git(clone, "tag", "v0.5.22")
+    report = rebase.start(cat, "v0.5.22", repo=clone)
+    assert report.done and report.onto == "0.5.22"
+    outcomes = {f.name: f.outcome for f in report.fixes}
+    assert outcomes == {"moved": "rebased", "picked": "upstreamed"}
+    moved = Catalog(cat.root).get("moved")
+    assert moved.version == 2 and moved.upstream.base_release == "0.5.22"
+    # the refreshed series applies to the clone's commit as it is (git apply never fuzzes)
+    tree = clone.parent / "check"
+    _git(clone.parent, "clone", "-q", "--branch", "v0.5.22", str(clone), str(tree))
+    _git(tree, "apply", str(cat.patches_dir / "moved" / "0001-moved.patch"))
+    assert "# keep host pages pinned\n" in (tree / MOVED).read_text()
+    with pytest.raises(UsageError, match="no such release or commit"):
+        rebase.start(cat, "v9.9.9", repo=clone)

@@ -2,35 +2,50 @@
 
 from __future__ import annotations
 
+import json
+import sys
+
 import click
 
 from .. import rebase as rebase_lib
-from .. import render
 from ..errors import EXIT_CONFLICT, UsageError
 from .common import State, json_option, pass_state
+
+
+def _print_json(data: object) -> None:
+    # render.print_json's format, without importing rich for a --json run
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
 
 
 @click.command("rebase")
 @click.argument("fixes", nargs=-1)
 @click.option("--all", "all_fixes", is_flag=True, help="Rebase every fix of the catalog.")
-@click.option("--onto", metavar="RELEASE", help="The SGLang release to rebase onto, e.g. 0.5.23.")
+@click.option("--onto", metavar="REF", help="The release to rebase onto (0.5.23), or with --repo "
+              "a tag or commit of that SGLang clone.")
+@click.option("--repo", metavar="PATH", help="An SGLang git clone to take the upstream from "
+              "(fix bases: its v<base_release> tags, or --base).")
+@click.option("--base", metavar="REF", help="The commit every fix was written against "
+              "(default: tag v<base_release> of each fix).")
 @click.option("--continue", "cont", is_flag=True, help="Go on after resolving a conflict in the worktree.")
 @click.option("--skip", is_flag=True, help="Leave the stopped fix as it was and go on.")
 @click.option("--abort", is_flag=True, help="Stop and put the catalog back as it was.")
 @json_option
 @pass_state
 def rebase(state: State, fixes: tuple[str, ...], all_fixes: bool, onto: str | None,
-           cont: bool, skip: bool, abort: bool, as_json: bool) -> int:
+           repo: str | None, base: str | None, cont: bool, skip: bool, abort: bool,
+           as_json: bool) -> int:
     """Rebase FIXES (or --all) onto a release; classify every patch; stop at a conflict."""
     catalog = state.catalog()
     modes = [m for m, on in (("--continue", cont), ("--skip", skip), ("--abort", abort)) if on]
-    if len(modes) > 1 or (modes and (onto or fixes or all_fixes)):
+    if len(modes) > 1 or (modes and (onto or fixes or all_fixes or repo or base)):
         raise UsageError(f"{' and '.join(modes)} take no other arguments; pass one of them alone")
     if abort:
         restored = rebase_lib.abort(catalog)
         if as_json:
-            render.print_json({"aborted": True, "restored": restored})
+            _print_json({"aborted": True, "restored": restored})
         else:
+            from .. import render
+
             render.stdout().print("rebase aborted; catalog restored"
                                   + (f" ({', '.join(restored)})" if restored else ""))
         return 0
@@ -39,20 +54,27 @@ def rebase(state: State, fixes: tuple[str, ...], all_fixes: bool, onto: str | No
             raise UsageError("name the release to rebase onto: patchkit rebase --all --onto 0.5.23")
         if not fixes and not all_fixes:
             raise UsageError("name the fixes to rebase, or pass --all")
-    with render.rebase_progress(render.stderr(), enabled=not as_json) as progress:
-        if cont:
-            report = rebase_lib.continue_(catalog, progress=progress)
-        elif skip:
-            report = rebase_lib.skip(catalog, progress=progress)
-        else:
-            report = rebase_lib.start(catalog, onto or "", list(fixes) or None, progress=progress)
     if as_json:
-        render.print_json(report.to_json())
+        report = _run(catalog, cont, skip, onto, fixes, repo, base, None)
+        _print_json(report.to_json())
     else:
+        from .. import render
+
+        with render.rebase_progress(render.stderr(), enabled=True) as progress:
+            report = _run(catalog, cont, skip, onto, fixes, repo, base, progress)
         render.render_rebase(render.stdout(), report)
     if not report.done:  # a conflict waits for the user: the conflict exit code (docs/cli.md)
         click.get_current_context().exit(EXIT_CONFLICT)
     return 0
+
+
+def _run(catalog, cont, skip, onto, fixes, repo, base, progress):  # noqa: ANN001, ANN202
+    if cont:
+        return rebase_lib.continue_(catalog, progress=progress)
+    if skip:
+        return rebase_lib.skip(catalog, progress=progress)
+    return rebase_lib.start(catalog, onto or "", list(fixes) or None, repo=repo, base=base,
+                            progress=progress)
 
 
 COMMANDS = [rebase]

@@ -1,0 +1,160 @@
+"""How one patch of a fix lands on the new upstream: the classifications of a rebase.
+
+Everything is in memory on blobs of the upstream repository: a :class:`Tree` is a commit's
+files as the rebase sees them, changed by applied series. Placement is the engine's, with
+zero fuzz; anything else goes through git's three-way merge (``git merge-file``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .. import series
+from ..engine import hunks
+from ..errors import ConflictError
+from ..model import Fix
+from ._git import Blobs, merge_file
+
+CLEAN = ("unchanged", "offset", "merged", "resolved", "upstream")
+
+
+@dataclass(frozen=True)
+class PatchReport:
+    """``commit``: the upstream commit found holding the patch (patch-id), when one was."""
+
+    file: str
+    classification: str
+    detail: str
+    offsets: tuple[int, ...] = ()
+    paths: tuple[str, ...] = ()
+    commit: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def patch_from_json(d: dict[str, Any]) -> PatchReport:
+    return PatchReport(d["file"], d["classification"], d["detail"], tuple(d["offsets"]),
+                       tuple(d["paths"]), d.get("commit", ""))
+
+
+class Tree:
+    """Files of one upstream commit, changed in memory by applied series."""
+
+    def __init__(self, blobs: Blobs, rev: str) -> None:
+        self.blobs, self.rev = blobs, rev
+        self.files: dict[str, str | None] = {}
+
+    def get(self, path: str) -> str | None:
+        if path not in self.files:
+            data = self.blobs.read(self.rev, path)
+            self.files[path] = None if data is None else hunks.decode(data)
+        return self.files[path]
+
+
+Series = list[tuple[str, str]]  # (patch file, its text) in series order
+
+
+def changes(fix: Fix, texts: Series, patch_dir: Path) -> list[tuple[str, list[hunks.FileChange]]]:
+    """(patch file, its FILE records) of a series given as texts."""
+    out = []
+    for file, text in texts:
+        recs = series.parse_patch(patch_dir / file, fix.upstream.root,
+                                  data=text.encode("utf-8", "surrogateescape"))
+        out.append((file, [hunks.FileChange.from_dict(r, fix.name) for r in recs]))
+    return out
+
+
+def apply_all(tree: Tree, chs: list[hunks.FileChange]) -> list[int]:
+    offsets: list[int] = []
+    new: dict[str, str | None] = {}
+    for ch in chs:
+        text = new[ch.path] if ch.path in new else tree.get(ch.path)
+        new[ch.path], placements = hunks.apply_change(text, ch)
+        offsets += [p.offset for p in placements]
+    tree.files.update(new)
+    return offsets
+
+
+def anchors_gone(fix: Fix, tree: Tree, paths: Sequence[str]) -> list[str]:
+    """The fix's grep preconditions that expect a line and no longer find it."""
+    gone = []
+    for check in fix.preconditions:
+        if check.kind != "grep" or check.get("path") not in paths or check.get("present") is False:
+            continue
+        if check.get("count") == 0:
+            continue
+        text = tree.get(check.get("path")) or ""
+        pattern = check.get("pattern")
+        if check.get("regex"):
+            hits = sum(1 for line in text.split("\n") if re.search(pattern, line))
+        else:
+            hits = sum(1 for line in text.split("\n") if pattern in line)
+        want = check.get("count")
+        if (want is None and hits == 0) or (want is not None and hits != want):
+            gone.append(check.describe())
+    return gone
+
+
+def classify(fix: Fix, file: str, chs: list[hunks.FileChange], tree: Tree,
+             pre_old: dict[str, str | None], old_tree: Tree, onto: str
+             ) -> tuple[PatchReport, dict[str, str | None], list[str]]:
+    """One patch on ``tree`` (the new upstream so far): its report, the files it leaves,
+    the paths in conflict. ``pre_old``/``old_tree``: the base side before/after the patch."""
+    paths = tuple(dict.fromkeys(c.path for c in chs))
+    trial = Tree(tree.blobs, tree.rev)
+    trial.files = {p: tree.get(p) for p in paths}
+    try:
+        offsets = apply_all(trial, chs)
+        kind = "offset" if any(offsets) else "unchanged"
+        detail = "applies at its lines" if kind == "unchanged" else \
+            "applies at an offset: " + ", ".join(f"{o:+d}" for o in offsets if o)
+        return PatchReport(file, kind, detail, tuple(offsets), paths), trial.files, []
+    except ConflictError as exc:
+        first_failure = str(exc)
+    back = Tree(tree.blobs, tree.rev)
+    back.files = {p: tree.get(p) for p in paths}
+    try:
+        apply_all(back, [c.reversed() for c in reversed(chs)])
+        return (PatchReport(file, "upstream", f"{onto} already holds this change (its "
+                            "reversed hunks apply)", (), paths), {p: tree.get(p) for p in paths}, [])
+    except ConflictError:
+        pass
+    merged: dict[str, str | None] = {}
+    conflicted: list[str] = []
+    for path in paths:
+        ours, base_t, theirs = tree.get(path), pre_old[path], old_tree.get(path)
+        if ours is None or base_t is None or theirs is None:
+            merged[path] = ours if theirs is None else theirs
+            if ours != base_t:
+                conflicted.append(path)
+            continue
+        out, n = merge_file(hunks.encode(ours), hunks.encode(base_t), hunks.encode(theirs),
+                            labels=(onto, fix.upstream.base_release, f"{fix.name} {file}"))
+        merged[path] = hunks.decode(out)
+        if n:
+            conflicted.append(path)
+    gone = anchors_gone(fix, tree, paths)
+    if gone:
+        return (PatchReport(file, "anchor-gone", f"precondition no longer matches {onto}: "
+                            + "; ".join(gone), (), paths), merged, conflicted or list(paths))
+    if conflicted:
+        return (PatchReport(file, "conflict", "three-way merge conflicts in "
+                            + ", ".join(conflicted) + f" ({first_failure.split(';')[0]})",
+                            (), paths), merged, conflicted)
+    return PatchReport(file, "merged", "three-way merge with git, no conflicts", (), paths), \
+        merged, []
+
+
+def series_text(old_text: str, pre: dict[str, str | None], post: dict[str, str | None]) -> str:
+    """The patch file refreshed: its mail header kept, its diffs made from the new texts."""
+    cut = old_text.find("diff --git ")
+    header = old_text[:cut] if cut >= 0 else ""
+    body = "".join(series.diff_files(None if pre[p] is None else hunks.encode(pre[p]),
+                                     None if post.get(p) is None else hunks.encode(post[p]), p)
+                   for p in pre)
+    return header + body

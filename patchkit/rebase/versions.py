@@ -1,0 +1,49 @@
+"""Versions of a fix's series (``patchkit diff FIX --versions A B``).
+
+Old versions live in the catalog's git history, read through :mod:`patchkit.gitrepo`
+(GitPython), which is why this is apart from the rebase run: a ``--skip`` never needs it.
+"""
+
+from __future__ import annotations
+
+from .. import gitrepo, manifest
+from ..catalog import Catalog
+from ..errors import UsageError
+
+
+
+def series_of_version(catalog: Catalog, name: str, version: int) -> dict[str, str]:
+    """The patch files (name -> text) of ``version`` of a fix: the current one from the
+    catalog, an older one from the catalog's git history (the last commit declaring it)."""
+    fix = catalog.get(name)
+    if version == fix.version:
+        return {r.file: r.path.read_text(encoding="utf-8", errors="surrogateescape")
+                for r in fix.patches}
+    top = gitrepo.work_tree_top(catalog.root)
+    if top is None:
+        raise UsageError(f"version {version} of {name} is not the current one ({fix.version}) "
+                         f"and the catalog {catalog.root} is not in git, where old versions live")
+    rel_manifest = fix.manifest_path.resolve().relative_to(top.resolve()).as_posix()
+    rel_patches = fix.patch_dir.resolve().relative_to(top.resolve()).as_posix()
+    for commit in reversed(gitrepo.path_history(top, [rel_manifest])):
+        (text,) = gitrepo.texts_at(top, [(commit.sha, rel_manifest)])
+        declared, files = manifest.version_and_patches(text or "")
+        if declared == version:
+            texts = gitrepo.texts_at(top, [(commit.sha, f"{rel_patches}/{f}") for f in files])
+            return {f: t or "" for f, t in zip(files, texts)}
+    raise UsageError(f"no version {version} of {name} in the catalog's git history (versions "
+                     f"run up to {fix.version}); `patchkit log {name}` lists them")
+
+
+def range_diff(catalog: Catalog, name: str, old: int, new: int) -> str:
+    """A diff of the two versions' patch files, patch by patch (a range-diff of the series)."""
+    import difflib
+
+    a, b = series_of_version(catalog, name, old), series_of_version(catalog, name, new)
+    out = []
+    for file in dict.fromkeys([*a, *b]):
+        out += difflib.unified_diff(
+            a.get(file, "").splitlines(keepends=True), b.get(file, "").splitlines(keepends=True),
+            fromfile=f"v{old}/{file}" if file in a else "/dev/null",
+            tofile=f"v{new}/{file}" if file in b else "/dev/null")
+    return "".join(line if line.endswith("\n") else line + "\n" for line in out)
