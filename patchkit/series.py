@@ -17,6 +17,7 @@ from __future__ import annotations
 import difflib
 import gc
 import hashlib
+import importlib.util
 import marshal
 import os
 import re
@@ -24,9 +25,6 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Sequence
-
-import unidiff
-import unidiff.errors
 
 from .engine import hunks as _hunks
 from .engine.hunks import split_lines  # the engine splits files the same way
@@ -147,10 +145,21 @@ def _cache_file(key: str) -> Path:
     global _stamp
     if _stamp is None:
         source = Path(__file__).read_bytes() + Path(_hunks.__file__).read_bytes()
-        ident = f"{sys.version_info[:2]}|{getattr(unidiff, 'VERSION', '')}|".encode() + source
+        ident = f"{sys.version_info[:2]}|".encode() + _unidiff_version() + source
         _stamp = hashlib.sha256(ident).hexdigest()[:16]
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "patchkit" / "plans" / _stamp / key
+
+
+def _unidiff_version() -> bytes:
+    """unidiff's version file, read without importing unidiff (a cache hit needs no parser)."""
+    spec = importlib.util.find_spec("unidiff")
+    if spec is None or not spec.origin:
+        return b""
+    try:
+        return (Path(spec.origin).parent / "__version__.py").read_bytes()
+    except OSError:
+        return Path(spec.origin).read_bytes()
 
 
 def _load_cached(key: str) -> tuple[bytes | None, Any]:
@@ -183,6 +192,9 @@ def _fail(path: Path, line: int, message: str, todo: str) -> PatchFormatError:
 
 
 def _parse(path: Path, data: bytes) -> list[dict[str, Any]]:
+    import unidiff  # only on a cache miss: importing it is a good part of a cached run's start
+    import unidiff.errors
+
     lines = split_lines(data.decode("utf-8", "surrogateescape"))
     if not any(line.strip() for line in lines):
         raise _fail(path, 1, "the patch is empty", "Write the change as a unified diff "
@@ -371,12 +383,9 @@ def _check_hunk_ends(path: Path, lines: list[str], patched: Any) -> None:
 
 # -- writing ---------------------------------------------------------------------------------
 
-_SAFE_PATH = re.compile(r'[^"\\\x00-\x1f\x7f-\U0010ffff]*\Z')
-
-
 def _quote(name: str) -> str:
     """git's C quoting, only when the path needs it (quote, backslash, control, non-ASCII)."""
-    if _SAFE_PATH.match(name):
+    if name.isascii() and name.isprintable() and '"' not in name and "\\" not in name:
         return name
     out = []
     for byte in name.encode("utf-8", "surrogateescape"):
