@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 #: A fix touching more files than this is summarized unless verbose.
 FEW_FILES = 20
+#: Files not ok listed per fix by ``status``; the rest are counted.
+STATUS_FILES = 5
 #: Diffs longer than this (characters, in all) are written plainly even on a terminal:
 #: rich's syntax highlighting takes seconds on megabytes.
 COLOR_DIFF_LIMIT = 200_000
@@ -231,9 +233,10 @@ def render_status(console: Console, result: OpResult, *, verbose: bool = False) 
     for s in result.status:
         if s.state == "not-applied" and not verbose:
             continue
-        files = ", ".join(
-            f"{f.get('path')} ({f.get('state')})" for f in s.files if f.get("state") != "ok"
-        )
+        bad = [f"{f.get('path')} ({f.get('state')})" for f in s.files if f.get("state") != "ok"]
+        if len(bad) > STATUS_FILES:  # a drifted release series: thousands of files
+            bad = bad[:STATUS_FILES] + [f"and {len(bad) - STATUS_FILES} more (--json lists them)"]
+        files = ", ".join(bad)
         table.add_row(
             escape(s.name),
             Text(s.state, style=STATE_STYLE.get(s.state, "")),

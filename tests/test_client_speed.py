@@ -277,3 +277,16 @@ def test_catalog_status_request_reads_each_series_once(env: Env, fresh_process_c
                                roots={"sglang": str(env.sglang)}, state_root="sglang",
                                python=None)
     assert again == first
+
+
+def test_status_counts_the_drifted_files_beyond_a_few(wide: Env, pk: Callable[..., Run]) -> None:
+    assert pk("apply", "wide", *tgt(wide)).code == 0
+    for i in range(8):
+        (wide.sglang / f"gen/w{i:02d}.py").write_text("edited by hand\n")
+    human = pk("status", *tgt(wide))
+    row = next(line for line in human.out.splitlines() if line.lstrip().startswith("wide"))
+    assert "drifted" in row and "gen/w04.py (drifted)" in row
+    assert "gen/w05.py" not in row and "and 3 more (--json lists them)" in row
+    data = pk("status", "--json", *tgt(wide)).json()
+    [fix] = [f for f in data["status"]["fixes"] if f["name"] == "wide"]
+    assert sum(f["state"] == "drifted" for f in fix["files"]) == 8
