@@ -206,6 +206,7 @@ def continue_(catalog: Catalog, *, upstream: UpstreamRepo | None = None,
                 "detail": f"{reps[-1]['classification']}, resolved by hand: {reps[-1]['detail']}"}
     report, done, stop = run.one(stopped["name"], resumed=resumed)
     if stop is not None:
+        run.blobs.close()
         run.lay_out(stop)
         run.save()
         return run.report(report)
@@ -234,6 +235,8 @@ def skip(catalog: Catalog, *, upstream: UpstreamRepo | None = None,
     if stopped:
         fix = run.catalog.get(stopped["name"])
         run.drop_worktree()
+        if run.fingerprint(fix.name) != stopped.get("key"):  # edited while stopped, then skipped
+            run.replan_after(fix.name, stopped["paths"])
         run.state["results"].append(FixReport(
             fix.name, fix.upstream.base_release, run.onto, "skipped",
             "skipped by the user at a conflict; left as it was", tuple(

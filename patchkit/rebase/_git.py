@@ -77,9 +77,10 @@ class Blobs:
 
     def close(self) -> None:
         if self._proc is not None:
-            assert self._proc.stdin is not None
+            assert self._proc.stdin is not None and self._proc.stdout is not None
             self._proc.stdin.close()
             self._proc.wait()
+            self._proc.stdout.close()
             self._proc = None
 
 

@@ -154,7 +154,29 @@ def series_text(old_text: str, pre: dict[str, str | None], post: dict[str, str |
     """The patch file refreshed: its mail header kept, its diffs made from the new texts."""
     cut = old_text.find("diff --git ")
     header = old_text[:cut] if cut >= 0 else ""
-    body = "".join(series.diff_files(None if pre[p] is None else hunks.encode(pre[p]),
-                                     None if post.get(p) is None else hunks.encode(post[p]), p)
-                   for p in pre)
-    return header + body
+    return header + "".join(_diff(pre[p], post.get(p), p) for p in pre)
+
+
+_HUNK = re.compile(r"^@@ -(\d+)((?:,\d+)?) \+(\d+)((?:,\d+)?) @@", re.M)
+
+
+def _diff(old: str | None, new: str | None, path: str) -> str:
+    """series.diff_files of two texts, run only on the lines between their common head and
+    tail (plus context): difflib over whole release files was most of planning a rebase."""
+    if old is None or new is None or old == new:
+        return series.diff_files(None if old is None else hunks.encode(old),
+                                 None if new is None else hunks.encode(new), path)
+    a, b = hunks.split_lines(old), hunks.split_lines(new)
+    head = 0
+    while head < min(len(a), len(b)) and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(a), len(b)) - head and a[-1 - tail] == b[-1 - tail]:
+        tail += 1
+    start, keep = max(0, head - 3), max(0, tail - 3)
+    text = series.diff_files(hunks.encode("".join(a[start:len(a) - keep])),
+                             hunks.encode("".join(b[start:len(b) - keep])), path)
+    if not start:
+        return text
+    return _HUNK.sub(lambda m: f"@@ -{int(m[1]) + start}{m[2]} +{int(m[3]) + start}{m[4]} @@",
+                     text)

@@ -109,8 +109,9 @@ class Run:
         self.backup = self.dir / "backup"
         self.blobs = _git.Blobs(state["git_dir"])
         self.virtual: dict[str, Series] = {}  # series the plan expects a fix to end with
-        self._upstream: dict[str, list[tuple[str, str, dict[str, str]]]] = {}
+        self._upstream: dict[tuple[str, ...], list[tuple[str, str, dict[str, str]]]] = {}
         self.all_paths: list[str] = []  # while planning: one git log for every fix's files
+        self._matches: dict[str, tuple[tuple[str, str] | None, dict[str, tuple[str, str]]]] = {}
 
     @property
     def onto(self) -> str:
@@ -185,30 +186,50 @@ class Run:
         return tree
 
     # -- upstream commits holding a fix (patch-id)
-    def upstream_commits(self, fix: Fix, old: Series) -> tuple[tuple[str, str] | None,
-                                                                dict[str, tuple[str, str]]]:
-        """The upstream commit with the series' patch-id, else per patch file."""
+    def _candidates(self, fix: Fix, old: Series) -> list[tuple[str, str, str]]:
+        """Commits between the fix's base and the target touching its files, each as
+        (sha, subject, its diff of those files only)."""
         chs = changes(fix, old, self.backup / "patches" / fix.name)
         paths = sorted({c.path for _f, cs in chs for c in cs})
         base = self.base_rev(fix)
-        if base not in self._upstream:
-            self._upstream[base] = _git.upstream_changes(
-                self.state["git_dir"], base, self.state["onto_rev"],
-                self.all_paths or paths)
+        asked = self.all_paths or paths
+        key = (base, *asked)
+        if key not in self._upstream:
+            self._upstream[key] = _git.upstream_changes(
+                self.state["git_dir"], base, self.state["onto_rev"], asked)
         commits = [(sha, subj, "".join(d for p, d in sorted(files.items()) if p in paths))
-                   for sha, subj, files in self._upstream[base]]
-        commits = [c for c in commits if c[2]]
-        if not commits:
-            return None, {}
-        whole = "".join(text[text.find("diff --git "):] for _f, text in old
-                        if "diff --git " in text)
-        ids = _git.patch_ids([whole, *(t for _f, t in old), *(c[2] for c in commits)])
-        by_id = {pid: (sha, subj) for (sha, subj, _d), pid in zip(commits, ids[1 + len(old):])
-                 if pid}
-        if ids[0] and ids[0] in by_id:
-            return by_id[ids[0]], {}
-        return None, {f: by_id[pid] for (f, _t), pid in zip(old, ids[1:1 + len(old)])
-                      if pid and pid in by_id}
+                   for sha, subj, files in self._upstream[key]]
+        return [c for c in commits if c[2]]
+
+    def match_upstream(self, fixes: Sequence[tuple[Fix, Series]]) -> None:
+        """For each fix: the upstream commit with its series' ``git patch-id --stable``, else
+        the one of each patch. One patch-id process for all the fixes."""
+        asked: list[str] = []
+        slots = []
+        for fix, old in fixes:
+            commits = self._candidates(fix, old)
+            if not commits:
+                self._matches[fix.name] = (None, {})
+                continue
+            whole = "".join(t[t.find("diff --git "):] for _f, t in old if "diff --git " in t)
+            slots.append((fix, old, commits, len(asked)))
+            asked += [whole, *(t for _f, t in old), *(c[2] for c in commits)]
+        ids = _git.patch_ids(asked) if asked else []
+        for fix, old, commits, at in slots:
+            mine = ids[at:at + 1 + len(old) + len(commits)]
+            by_id = {pid: (sha, subj) for (sha, subj, _d), pid in zip(commits, mine[1 + len(old):])
+                     if pid}
+            if mine[0] and mine[0] in by_id:
+                self._matches[fix.name] = (by_id[mine[0]], {})
+                continue
+            self._matches[fix.name] = (None, {f: by_id[pid] for (f, _t), pid in
+                                              zip(old, mine[1:1 + len(old)]) if pid and pid in by_id})
+
+    def upstream_commits(self, fix: Fix, old: Series
+                         ) -> tuple[tuple[str, str] | None, dict[str, tuple[str, str]]]:
+        if fix.name not in self._matches:
+            self.match_upstream([(fix, old)])
+        return self._matches[fix.name]
 
     # -- one fix: (report, refreshed patch texts, stop) without writing anything
     def one(self, name: str, resumed: dict[str, str | None] | None = None
@@ -314,12 +335,15 @@ class Run:
         """Classify every queued fix now; each stop is assumed skipped by the user."""
         plan: dict[str, Any] = {}
         queue = self.state["queue"]
+        olds = []
         for name in queue:
             old = self.old_fix(name)
             if not skip_reason(old, self.release):
-                self.all_paths += [c.path for _f, cs in changes(
-                    old, _read_series(old, old.patch_dir), old.patch_dir) for c in cs]
+                olds.append((old, _read_series(old, old.patch_dir)))
+                self.all_paths += [c.path for _f, cs in changes(old, olds[-1][1], old.patch_dir)
+                                   for c in cs]
         self.all_paths = sorted(set(self.all_paths))
+        self.match_upstream(olds)
         for i, name in enumerate(queue):
             self.progress(name, i, len(queue))
             report, done, stop = self.one(name)
@@ -352,6 +376,12 @@ class Run:
 
     # -- the loop
     def run(self) -> RebaseReport:
+        try:
+            return self._loop()
+        finally:
+            self.blobs.close()
+
+    def _loop(self) -> RebaseReport:
         queue: list[str] = self.state["queue"]
         total = len(queue) + len(self.state["results"])
         while queue:
@@ -363,6 +393,7 @@ class Run:
                 report = replace(report, outcome="conflict")
             elif stop is not None:
                 self.lay_out(stop)
+                self.state["stopped"]["key"] = self.fingerprint(name)
                 self.state["plan"].pop(name, None)
                 self.save()
                 return self.report(report)
@@ -397,7 +428,6 @@ class Run:
 
     def finish(self) -> RebaseReport:
         report = self.report()
-        self.blobs.close()
         shutil.rmtree(self.dir, ignore_errors=True)
         return report
 
