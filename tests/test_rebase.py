@@ -60,18 +60,20 @@ def world(tmp_path: Path):
     up.mkdir()
     _git(up, "init", "-q", "-b", "main")
     old = {f"python/sglang/{n}.py": "".join(BODY) for n in
-           ("same", "shift", "up", "merge", "anchor", "clash")}
+           ("same", "shift", "up", "picked", "merge", "anchor", "clash")}
     _write_release(up, old, "v0.1.0")
     new = dict(old)
     new["python/sglang/shift.py"] = "# new header\n# two\n" + "".join(BODY)
-    new["python/sglang/up.py"] = "".join(BODY).replace("line 10\n", "line 10 fixed\n")
+    new["python/sglang/up.py"] = "".join(BODY).replace("line 10\n", "line 10 fixed\n").replace(
+        "line 36\n", "line 36 also\n")  # holds the fix, but not as the fix's own diff
+    new["python/sglang/picked.py"] = "".join(BODY).replace("line 10\n", "line 10 fixed\n")
     new["python/sglang/merge.py"] = "".join(BODY).replace("line 8\n", "line 8 upstream\n")
     new["python/sglang/anchor.py"] = "".join(BODY).replace("line 12\n", "line twelve\n")
     new["python/sglang/clash.py"] = "".join(BODY).replace("line 10\n", "line 10 theirs\n")
     _write_release(up, new, "v0.2.0")
     cat = tmp_path / "catalog"
     base = "".join(BODY)
-    for name in ("same", "shift", "up", "merge", "clash"):
+    for name in ("same", "shift", "up", "picked", "merge", "clash"):
         _fix(cat, name, f"python/sglang/{name}.py", base, base.replace("line 10\n", "line 10 fixed\n"))
     _fix(cat, "anchor", "python/sglang/anchor.py", base,
          base.replace("line 11\n", "line 11 fixed\n"), anchors=("line 12",))
@@ -93,14 +95,23 @@ def _classes(report: rebase.RebaseReport) -> dict[str, str]:
 def test_each_clean_classification_and_what_is_written(world) -> None:
     cat, up = world
     seen: list[tuple[str, int, int]] = []
-    report = rebase.start(cat, "0.2.0", ["same", "shift", "up", "merge"], upstream=up,
+    report = rebase.start(cat, "0.2.0", ["same", "shift", "up", "picked", "merge"], upstream=up,
                           progress=lambda w, d, t: seen.append((w, d, t)))
     assert report.done
     assert _classes(report) == {"same": "unchanged", "shift": "offset", "up": "upstream",
-                                "merge": "merged"}
+                                "picked": "upstream", "merge": "merged"}
     outcomes = {f.name: f.outcome for f in report.fixes}
     assert outcomes == {"same": "extended", "shift": "rebased", "up": "upstreamed",
-                        "merge": "rebased"}
+                        "picked": "upstreamed", "merge": "rebased"}
+    by_name = {f.name: f for f in report.fixes}
+    # the release commit's diff of picked.py is the fix's: found by patch-id, commit named
+    release_commit = _git(up.path, "rev-parse", "v0.2.0").strip()
+    assert by_name["picked"].patches[0].commit == release_commit
+    assert "patch-id" in by_name["picked"].patches[0].detail
+    assert release_commit[:12] in by_name["picked"].detail
+    # up.py changed more than the fix: no patch-id match, the reversed hunks apply
+    assert by_name["up"].patches[0].commit == ""
+    assert "reversed hunks apply" in by_name["up"].patches[0].detail
     assert report.fixes[1].patches[0].offsets == (2,)
     assert any(w == "merge" for w, _d, _t in seen)
     fresh = Catalog(cat.root)
@@ -318,7 +329,7 @@ def test_clone_commit_patch_id_names_the_upstream_commit(sglang_clone) -> None:
     before = _snapshot(cat)
     head = _git(clone, "rev-parse", "HEAD").strip()
     res = CliRunner().invoke(cli, ["--catalog", str(cat.root), "rebase", "--all", "--repo",
-                                   str(clone), "--onto", head, "--json"])
+                                   str(clone), "--base", "v0.5.21", "--onto", head, "--json"])
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)
     fixes = {f["name"]: f for f in data["fixes"]}
@@ -349,3 +360,15 @@ def test_clone_release_tag_rebases_and_writes(sglang_clone) -> None:
     assert "# keep host pages pinned\n" in (tree / MOVED).read_text()
     with pytest.raises(UsageError, match="no such release or commit"):
         rebase.start(cat, "v9.9.9", repo=clone)
+
+
+def test_onto_a_commit_that_is_not_a_release_reports_and_writes_nothing(world) -> None:
+    cat, up = world
+    before = _snapshot(cat)
+    report = rebase.start(cat, "main", ["clash", "shift", "picked"], repo=up.path)
+    assert report.done and report.onto == "main"
+    assert {f.name: f.outcome for f in report.fixes} == {
+        "clash": "conflict", "shift": "clean", "picked": "upstreamed"}
+    assert _snapshot(cat) == before and not rebase.in_progress(cat)
+    with pytest.raises(UsageError, match="no such commit"):
+        rebase.start(cat, "main", ["shift"], repo=up.path, base="nope")

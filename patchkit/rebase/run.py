@@ -347,7 +347,7 @@ class Run:
         for i, name in enumerate(queue):
             self.progress(name, i, len(queue))
             report, done, stop = self.one(name)
-            if report.outcome == "rebased":
+            if report.outcome in ("rebased", "clean"):
                 self.virtual[name] = self.kept(self.catalog.get(name), report, done)
             plan[name] = {"key": self.fingerprint(name), "report": report.to_json(),
                           "done": done, "stop": stop}
