@@ -49,7 +49,7 @@ from ..errors import UsageError
 from . import _git
 from .classify import PatchReport
 from .run import (MARKERS, STATE_DIR, STATE_FORMAT, FixReport, Progress, RebaseReport, Run,
-                  fix_from_json)
+                  fix_from_json, skip_reason)
 
 if TYPE_CHECKING:
     from ..upstream import UpstreamRepo
@@ -96,8 +96,9 @@ def _resolve(git_dir: Path, onto: str, fixes: Sequence, base: str | None, *, clo
     """(label, release or None, onto commit, base commit or None); fetches missing releases."""
     release = onto if _version(onto) else (onto[1:] if onto.startswith("v") and _version(onto[1:])
                                            else None)
-    wanted = {f.upstream.base_release for f in fixes if f.upstream.base_release} if base is None \
-        else set()
+    # only the bases of fixes that will be rebased: a dead fix's old release is not needed
+    wanted = {f.upstream.base_release for f in fixes if not skip_reason(f, release)} \
+        if base is None else set()
     missing = [v for v in sorted(wanted | ({release} if release else set()))
                if _git.rev_parse(git_dir, f"v{v}") is None]
     if missing and not clone:
