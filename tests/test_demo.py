@@ -71,7 +71,7 @@ def test_demo_deploys_the_seed_fixes_to_a_fork_of_the_real_release(
     # The release came from the session's upstream directory, not from the registry.
     # (the session's wheels live elsewhere; a download would have made <upstream>/wheels).
     assert not (catalog_upstream.path / "wheels").exists()
-    assert catalog_upstream.versions() == versions == [DEMO_RELEASE]
+    assert catalog_upstream.versions() == versions and DEMO_RELEASE in versions
 
     fork, serve = workdir / "sglang-dsv4", workdir / "serve"
     log = subprocess.run(["git", "log", "--format=%s", f"v{DEMO_RELEASE}..HEAD"], cwd=fork,
