@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the helper next to t
 from sshd import LoopbackSshd, loopback_sshd  # noqa: E402
 
 from patchkit.catalog import Catalog  # noqa: E402
-from patchkit.demo import SEED_FIXES, SERVE_SCRIPT, DemoFork, build_fork  # noqa: E402
+from patchkit.demo import DEMO_RELEASE, SEED_FIXES, SERVE_SCRIPT, DemoFork, build_fork  # noqa: E402
 from patchkit.upstream import UpstreamRepo  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -228,7 +228,8 @@ def report(results: dict[str, list[Run]], bare: list[float], startup: list[float
         "",
         f"Measured by `python bench/remote_vs_seed.py` on {datetime.date.today().isoformat()}: the "
         "seed's three fixes (`" + " ".join(SEED_FIXES) + "`) deployed to the demo fork (SGLang "
-        "0.5.21 with the bf16 index-K and the dead HiCache commits, `patchkit.demo.build_fork`) "
+        f"{DEMO_RELEASE} with the bf16 index-K and the dead HiCache commits, "
+        "`patchkit.demo.build_fork`) "
         f"over a loopback sshd, each approach on a fresh copy of the fork, N = {repeat} each, "
         "interleaved, in one run. Wall time is the whole command as a user runs it (patchkit: "
         "the CLI process, Python start-up included; seed: its bash command, local checks "
