@@ -334,6 +334,12 @@ def _findings(fixes: list[Fix], results: dict[str, list[Run]], git_median: float
         "kept, every `--skip` classified the next fixes again and read blobs through GitPython "
         "(4.11 s in all, 1.54 times `git rebase`); before a stop wrote only the conflicted "
         "files, each stop also checked out the whole release (8 times `git rebase`).",
+        " Two things to weigh: this machine's environment disables writing Python bytecode, "
+        "and the bench now compiles patchkit beforehand (as pip does at install) for the timed "
+        "processes; without that every process compiles patchkit's modules from source, about "
+        "0.1 s per process in a profile here, which the earlier figures may include. Under "
+        "load `git rebase` itself varies (2.67 s in the earlier run); the ratio above comes "
+        "from interleaved runs under the same load.",
     ]
     shown = {n: t for n, t in wrong.items() if t}
     if shown:
