@@ -9,6 +9,7 @@ are compared byte for byte, ``.patchkit`` included, before and after.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import subprocess
@@ -231,11 +232,19 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
-@pytest.mark.parametrize("room", [0, 100 * 1024], ids=["full", "room-for-one-backup"])
+@pytest.mark.parametrize("room,links", [(0, True), (100 * 1024, False), (30 * 1024, True)],
+                         ids=["full", "room-for-one-backup-copy", "room-for-linked-backups-only"])
 def test_full_disk_is_a_clear_error_and_changes_nothing(small_disk: Path, tmp_path: Path,
-                                                         room: int) -> None:
-    """Full to the last block (``.patchkit/`` cannot even be made), or with room for the
-    transaction's first backup but not the second: a clear error, the target untouched."""
+                                                         monkeypatch: pytest.MonkeyPatch,
+                                                         room: int, links: bool) -> None:
+    """Full to the last block (``.patchkit/`` cannot even be made); with backups copied (no
+    hard links) and room for the transaction's first backup but not the second; with hard
+    linked backups (no space needed) but no room for the new file: a clear error, the target
+    untouched."""
+    if not links:
+        def no_link(*_args: object, **_kw: object) -> None:
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+        monkeypatch.setattr(os, "link", no_link)
     root = make_checkout(small_disk, git_repo=False)
     case = Case(tmp_path, root)
     big = root / "scripts/data.txt"
@@ -266,6 +275,8 @@ def test_full_disk_is_a_clear_error_and_changes_nothing(small_disk: Path, tmp_pa
     assert "free space on the target's file system" in message
     assert digest(root) == before  # byte-identical, no .patchkit left behind
     assert digest(case.outside) == {"victim.py": ("file", oct(0o100644), hashlib.sha256(b"precious = 1\n").hexdigest())}
+    if links:
+        assert free < len(new)  # not even room for the new file's temporary copy
     filler.unlink()  # with room again, the same apply works
     case.apply()
     assert big.read_bytes() == new

@@ -9,11 +9,13 @@ leaves either the old or the new bytes, never a torn file. The temporary name is
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import shutil
 import stat
-from typing import Any, List, Optional, Tuple
+import sys
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from .faults import fault
 
@@ -27,6 +29,21 @@ def read_bytes(path: str) -> Optional[bytes]:
         return None
     except IsADirectoryError:
         return None
+
+
+def read_with_stat(path: str) -> Tuple[Optional[bytes], Optional[os.stat_result]]:
+    """The file's bytes and its stat from one open (None, None when there is no file)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None, None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            return None, None
+        return _read_fd(fd, st.st_size), st
+    finally:
+        os.close(fd)
 
 
 def file_mode(path: str) -> Optional[int]:
@@ -111,20 +128,167 @@ def fsync_paths(paths: List[str], dirs: bool = False) -> None:
             pass
 
 
+# syncfs(2) through libc, looked up once: None not yet, False unavailable (not Linux, no
+# ctypes, no symbol). Tests set it to False to take the per-file fsync path.
+_syncfs: Union[None, bool, Callable[[int], int]] = None
+
+
+def _syncfs_call() -> Union[bool, Callable[[int], int]]:
+    global _syncfs
+    if _syncfs is None:
+        _syncfs = False
+        if sys.platform.startswith("linux"):
+            try:
+                import ctypes
+
+                fn = ctypes.CDLL(None, use_errno=True).syncfs
+                fn.argtypes = [ctypes.c_int]
+                fn.restype = ctypes.c_int
+                _syncfs = fn
+            except (ImportError, OSError, AttributeError):
+                _syncfs = False
+    return _syncfs
+
+
+# From this many files on, one syncfs beats an fsync each. Below it the fsyncs stay: syncfs
+# also waits for every other process's dirty data on the file system, a few fsyncs do not.
+SYNCFS_FILES = 64
+
+
+def sync_all(files: List[str], dirs: List[str]) -> None:
+    """Make ``files`` (data and inode) and ``dirs`` (their entries) durable before returning.
+
+    For many files on Linux, one ``syncfs(2)`` per file system they are on: a single journal
+    commit instead of one flush per fsync, the same guarantee (syncfs writes back every dirty
+    inode of the file system and waits; since Linux 5.8 it reports write-back errors).
+    Otherwise, or when syncfs fails, every file and directory is fsynced (``fsync_paths``).
+    """
+    call = _syncfs_call() if len(files) >= SYNCFS_FILES else False
+    if not call:
+        fsync_paths(files)
+        fsync_paths(dirs)
+        return
+    devices = {}  # st_dev -> a directory on that file system
+    for path in list(dirs) + [os.path.dirname(p) for p in files]:
+        try:
+            dev = os.stat(path).st_dev
+        except OSError:
+            continue
+        devices.setdefault(dev, path)
+    failed = set()
+    for dev, path in devices.items():
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            if call(fd) != 0:  # type: ignore[operator]
+                failed.add(dev)
+        finally:
+            os.close(fd)
+    if failed:
+        fsync_paths([p for p in files if os.stat(os.path.dirname(p)).st_dev in failed])
+        fsync_paths([d for d in dirs if os.stat(d).st_dev in failed])
+
+
+def keep_backup(dest: str, data: bytes, source: Optional[str] = None, check: bool = True) -> bool:
+    """Keep ``data`` at ``dest`` (not yet durable: the caller syncs); True if hard-linked.
+
+    A target file is only ever replaced (temp file + ``os.replace``) or unlinked, never written
+    in place, so a hard link of it is a complete backup for the price of a directory entry.
+    It is used only when ``source`` is a regular file with no other name (a file linked
+    elsewhere too could be written in place through that name, and with it the backup) that
+    holds exactly ``data`` (``check``: read back and compared); else, or when the file system
+    refuses the link (another file system, protected_hardlinks, no links), the bytes are copied.
+    """
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    if source is not None:
+        try:
+            os.link(source, dest)
+        except OSError:
+            pass
+        else:
+            ok = not check
+            if check:
+                fd = os.open(dest, os.O_RDONLY)
+                try:
+                    st = os.fstat(fd)
+                    ok = (stat.S_ISREG(st.st_mode) and st.st_nlink == 2 and st.st_size == len(data)
+                          and _read_fd(fd, st.st_size) == data)
+                finally:
+                    os.close(fd)
+            if ok:
+                return True
+            os.unlink(dest)
+    with open(dest, "wb") as fh:
+        fh.write(data)
+    return False
+
+
+def _read_fd(fd: int, size: int) -> bytes:
+    chunks = []
+    while True:
+        chunk = os.read(fd, max(size, 65536))
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def stat_stamp(st: os.stat_result) -> List[int]:
+    """What a file's stat must still say for its recorded hash to be trusted without reading it
+    (docs/state.md, "Stat stamps"): device, inode, size, mtime and ctime in ns."""
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def stamp_files(files: List[Tuple[str, str]], scratch: str) -> Dict[str, List[int]]:
+    """A stat stamp of each (path, sha256) whose file holds exactly those bytes, such that any
+    later change of the file changes the stamp (git's racy-index rule, made strict).
+
+    A change of a file sets its ctime to the file system's clock (which the user cannot set).
+    ``clock`` is that clock now, read from a file created in ``scratch``; a file is stamped only
+    when it is on that same file system (same clock granularity), its ctime is strictly before
+    ``clock``, its bytes read *after* that have the sha256, and its stat did not move while
+    they were read. A later change then gets a ctime >= ``clock`` > the stamped one. A file
+    that fails any of this gets no stamp and is hashed by every status.
+    """
+    probe = os.path.join(scratch, ".clock-%d" % os.getpid())
+    fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        ref = os.fstat(fd)
+    finally:
+        os.close(fd)
+        os.unlink(probe)
+    out: Dict[str, List[int]] = {}
+    for path, sha in files:
+        try:
+            first = os.stat(path)
+            if (not stat.S_ISREG(first.st_mode) or first.st_dev != ref.st_dev
+                    or first.st_ctime_ns >= ref.st_mtime_ns):
+                continue
+            with open(path, "rb") as fh:
+                data = fh.read()
+            if hashlib.sha256(data).hexdigest() != sha:
+                continue
+            if stat_stamp(os.stat(path)) == stat_stamp(first):
+                out[path] = stat_stamp(first)
+        except OSError:
+            continue
+    return out
+
+
 def write_json(path: str, data: Any) -> None:
-    text = json.dumps(data, indent=2, sort_keys=True) + "\n"
+    text = json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n"
     atomic_write(path, text.encode("utf-8"), 0o644)
 
 
-def remove_file(path: str) -> None:
+def remove_file(path: str, sync: bool = True) -> None:
+    """Unlink ``path`` if it exists; ``sync=False``: the caller fsyncs the directory."""
     try:
         os.unlink(path)
     except FileNotFoundError:
         return
-    fsync_dir(os.path.dirname(path))
+    if sync:
+        fsync_dir(os.path.dirname(path))
 
 
-def make_dirs(path: str) -> List[str]:
+def make_dirs(path: str, sync: bool = True) -> List[str]:
     """Create ``path`` and missing parents; return the directories created, outermost first."""
     missing: List[str] = []
     cur = path
@@ -137,7 +301,8 @@ def make_dirs(path: str) -> List[str]:
     missing.reverse()
     for d in missing:
         os.mkdir(d, 0o755)
-        fsync_dir(os.path.dirname(d))
+        if sync:
+            fsync_dir(os.path.dirname(d))
     return missing
 
 

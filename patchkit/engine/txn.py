@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..errors import PermissionDenied, TargetError
-from . import gitcommit
 from .faults import fault
-from .fsops import (atomic_write, file_mode, fsync_dir, fsync_paths, make_dirs, purge_pycache,
-                    read_bytes, remove_empty_dirs, remove_file, temp_name, write_json, write_temp)
+from .fsops import (atomic_write, file_mode, fsync_dir, keep_backup, make_dirs, purge_pycache,
+                    read_bytes, remove_empty_dirs, remove_file, sync_all, temp_name, write_json,
+                    write_temp)
 from .hunks import sha256_bytes
 from .store import FORMAT, HOLDER, Store, new_txn_id, utc_now, write_remedy
 
@@ -57,16 +57,8 @@ def _rel(store: Store, path: str) -> str:
     return os.path.relpath(path, store.dir)
 
 
-def _write_tree_file(path: str, data: bytes) -> None:
-    """Write a backup; the caller fsyncs all of them (``fsync_paths``) before the journal."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "wb") as fh:
-        fh.write(data)
-
-
-def _fsync_tree(top: str) -> None:
-    fsync_paths([dirpath for dirpath, _dirs, _files in os.walk(top)])
-    fsync_dir(os.path.dirname(top))
+def _tree_dirs(top: str) -> List[str]:
+    return [dirpath for dirpath, _dirs, _files in os.walk(top)] + [os.path.dirname(top)]
 
 
 def run_transaction(store: Store, op: str, fixes: List[str], writes: List[FileWrite],
@@ -121,13 +113,15 @@ def _transaction(store: Store, op: str, fixes: List[str], writes: List[FileWrite
                {"format": FORMAT, "txn": txn, "op": op, "fixes": fixes, "started_at": utc_now()})
     entries = []
     written: List[str] = []
-    for w in writes:
+    origs: Dict[Tuple[str, str], Tuple[str, bytes]] = {}
+    for n, w in enumerate(writes):
         backup = None
         if w.before is not None:
             fault("backup")
-            backup = os.path.join(tdir, "orig", w.root, w.path)
-            _write_tree_file(backup, w.before)
+            backup = os.path.join(tdir, "orig", str(n))  # flat: no directory tree to make and drop
+            keep_backup(backup, w.before, w.abs)  # a hard link of the original where it can
             written.append(backup)
+            origs[(w.root, w.path)] = (backup, w.before)
         entries.append({"root": w.root, "path": w.path, "abs": w.abs, "op": w.op,
                         "before_sha256": sha256_bytes(w.before), "after_sha256": sha256_bytes(w.after),
                         "mode": w.mode_before, "mode_after": w.mode_after,
@@ -137,9 +131,10 @@ def _transaction(store: Store, op: str, fixes: List[str], writes: List[FileWrite
         for root, path, data in files:
             fault("backup")
             written.append(os.path.join(tdir, "fixes", fix, "files", root, path))
-            _write_tree_file(written[-1], data)
-    fsync_paths(written)  # every backup durable before the journal names it
-    _fsync_tree(tdir)
+            orig = origs.get((root, path))  # the same bytes: another name of the same backup
+            same = orig is not None and (orig[1] is data or orig[1] == data)
+            keep_backup(written[-1], data, orig[0] if same else None, check=False)  # type: ignore[index]
+    sync_all(written, _tree_dirs(tdir))  # every backup durable before the journal names it
     created: List[str] = []
     for w in writes:
         if w.after is not None:
@@ -173,30 +168,35 @@ def _transaction(store: Store, op: str, fixes: List[str], writes: List[FileWrite
 
 def _write_files(writes: List[FileWrite]) -> None:
     """Each file through a temporary sibling and ``os.replace``, in order; then every new file
-    and every touched directory fsynced together (a few threads, so the file system commits
-    them at once instead of one journal flush per file). That is before verification and the
-    commit point; a crash earlier is rolled back from the (already durable) backups."""
+    and every touched directory made durable together (``sync_all``: one syncfs, or fsyncs
+    in a few threads). That is before verification and the commit point; a crash earlier is
+    rolled back from the (already durable) backups."""
     written: List[str] = []
+    dirs: List[str] = []
     for w in writes:
         fault("write")
         if w.after is None:
             fault("rename")
-            remove_file(w.abs)
+            remove_file(w.abs, sync=False)
+            dirs.append(os.path.dirname(w.abs))
             continue
-        make_dirs(os.path.dirname(w.abs))
+        for d in make_dirs(os.path.dirname(w.abs), sync=False):
+            dirs.append(os.path.dirname(d))
         mode = w.mode_after if w.mode_after is not None else 0o644
         tmp = write_temp(w.abs, w.after, mode, owner=w.owner, sync=False)
         fault("rename")
         os.replace(tmp, w.abs)
         written.append(w.abs)
-    fsync_paths(written)
-    fsync_paths(sorted({os.path.dirname(p) for p in written}))
+    dirs.extend(os.path.dirname(p) for p in written)
+    sync_all(written, sorted(set(dirs)))
 
 
 def restore(store: Store, journal: Dict[str, Any]) -> None:
     """Put every file the journal lists back to its ``before`` bytes (or absence), and HEAD of
     each git root back where it was if this transaction committed there."""
     if journal.get("git_commits"):
+        from . import gitcommit  # only a transaction that committed to git needs it
+
         gitcommit.undo(journal)
     for f in journal.get("files", []):
         path = f["abs"]

@@ -1,0 +1,165 @@
+"""Backups without copying bytes, and durability with one syncfs (docs/state.md).
+
+A target file is only ever replaced (temp file + ``os.replace``) or unlinked, so a hard link of
+it is a complete backup. These tests look at the inodes: the backup is the original inode
+where linking is allowed and safe, a copy where it is not (another name outside the target,
+a file system that refuses links), and rollback and crash recovery restore the same bytes
+either way.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+
+from patchkit.engine import fsops, run
+
+from .helpers import MOD, SCRIPT, file_record, fix, request, snapshot
+
+
+def go(op: str, root: Path, fixes: List[Dict[str, Any]]) -> Dict[str, Any]:
+    res = run(request(op, {"sglang": root}, fixes))
+    assert res["ok"], res["error"]
+    return res
+
+
+def edit(root: Path, name: str = "a", old: str = "return x + 7\n", new: str = "return x * 7\n",
+         path: str = MOD) -> Dict[str, Any]:
+    before = (root / path).read_text()
+    return fix(name, [file_record(path, before, before.replace(old, new))])
+
+
+def backup_of(root: Path, name: str, path: str = MOD) -> Path:
+    return root / ".patchkit/backups" / name / "files/sglang" / path
+
+
+def test_backup_is_the_original_inode_and_rollback_restores_it(checkout: Path) -> None:
+    original = (checkout / MOD).read_bytes()
+    ino = (checkout / MOD).stat().st_ino
+    f = edit(checkout)
+    go("apply", checkout, [f])
+    backup = backup_of(checkout, "a")
+    assert backup.stat().st_ino == ino  # a link, not a copy
+    assert backup.read_bytes() == original
+    assert (checkout / MOD).stat().st_ino != ino  # the target got a new inode...
+    assert backup.stat().st_nlink == 1  # ...and the transaction's own link is gone
+    go("rollback", checkout, [f])
+    assert (checkout / MOD).read_bytes() == original
+    assert not backup.exists()
+
+
+def test_links_refused_fall_back_to_copies(checkout: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_link(*_args: Any, **_kw: Any) -> None:
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "link", no_link)
+    original = (checkout / MOD).read_bytes()
+    ino = (checkout / MOD).stat().st_ino
+    f = edit(checkout)
+    go("apply", checkout, [f])
+    backup = backup_of(checkout, "a")
+    assert backup.stat().st_ino != ino and backup.read_bytes() == original
+    go("rollback", checkout, [f])
+    assert (checkout / MOD).read_bytes() == original
+
+
+def test_a_target_file_linked_elsewhere_is_copied(checkout: Path, tmp_path: Path) -> None:
+    """Another name of the file could be written in place, and with it a linked backup."""
+    original = (checkout / MOD).read_bytes()
+    other = tmp_path / "other-name.py"
+    os.link(checkout / MOD, other)
+    f = edit(checkout)
+    go("apply", checkout, [f])
+    backup = backup_of(checkout, "a")
+    assert backup.stat().st_ino != other.stat().st_ino
+    with open(other, "r+b") as fh:  # written in place through the other name
+        fh.write(b"# clobbered\n")
+    assert backup.read_bytes() == original
+    go("rollback", checkout, [f])
+    assert (checkout / MOD).read_bytes() == original
+
+
+def test_each_fix_keeps_its_own_before_bytes(checkout: Path) -> None:
+    """Two fixes of one transaction change one file: the first's backup is the original inode,
+    the second's holds the first's result (which never existed on disk before)."""
+    original = (checkout / MOD).read_text()
+    ino = (checkout / MOD).stat().st_ino
+    middle = original.replace("return x + 7\n", "return x * 7\n")
+    a = fix("a", [file_record(MOD, original, middle)])
+    b = fix("b", [file_record(MOD, middle, middle.replace("return x + 33\n", "return 33\n"))])
+    go("apply", checkout, [a, b])
+    assert backup_of(checkout, "a").stat().st_ino == ino
+    assert backup_of(checkout, "a").read_text() == original
+    assert backup_of(checkout, "b").read_text() == middle
+    go("rollback", checkout, [b, a])
+    assert (checkout / MOD).read_text() == original
+
+
+def test_backup_taken_only_when_the_file_still_holds_the_planned_bytes(checkout: Path) -> None:
+    """keep_backup links only a file holding exactly the bytes it is told to keep."""
+    dest = checkout.parent / "keep" / "mod.py"
+    assert fsops.keep_backup(str(dest), (checkout / MOD).read_bytes(), str(checkout / MOD))
+    assert dest.stat().st_ino == (checkout / MOD).stat().st_ino
+    dest.unlink()
+    assert not fsops.keep_backup(str(dest), b"other bytes\n", str(checkout / MOD))
+    assert dest.read_bytes() == b"other bytes\n"
+    assert dest.stat().st_ino != (checkout / MOD).stat().st_ino
+
+
+def test_crash_after_journal_restores_from_a_linked_backup(checkout: Path) -> None:
+    """Killed after the first file was replaced: the next run puts the original back from the
+    linked backup, byte for byte."""
+    tree = snapshot(checkout)
+    f = edit(checkout)
+    script = (checkout / SCRIPT).read_text()
+    f["files"].append(file_record(SCRIPT, script, script.replace("launching", "go"),
+                                  patch="0002-b.patch"))
+    req = request("apply", {"sglang": checkout}, [f])
+    proc = subprocess.run([sys.executable, "-c", "import sys, json; from patchkit.engine import run; "
+                           "run(json.loads(sys.stdin.read()))"], input=json.dumps(req), text=True,
+                          env=dict(os.environ, PATCHKIT_FAULT="write:2"), capture_output=True)
+    assert proc.returncode != 0
+    journal = json.loads((checkout / ".patchkit/journal.json").read_text())
+    assert "x * 7" in (checkout / MOD).read_text()  # the first file was replaced
+    assert journal["files"][0]["path"] == MOD
+    linked = checkout / ".patchkit" / journal["files"][0]["backup"]
+    assert linked.stat().st_nlink == 2  # the transaction original and the fix's backup
+    res = go("status", checkout, [f])
+    assert res["recovered"][0]["outcome"] == "rolled-back"
+    assert {k: v[:3] for k, v in snapshot(checkout).items()} == {k: v[:3] for k, v in tree.items()}
+
+
+def test_durability_uses_syncfs_or_fsyncs_every_file(checkout: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """With syncfs (many files): backups and new files are flushed by syncfs calls, not one
+    fsync each. Without (few files, another OS, libc lacks it): every backup and written file
+    is fsynced."""
+    fsynced: List[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        fsynced.append(os.readlink("/proc/self/fd/%d" % fd))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(fsops, "SYNCFS_FILES", 1)  # one file is enough here
+    call = fsops._syncfs_call()
+    syncs: List[int] = []
+    if call:
+        monkeypatch.setattr(fsops, "_syncfs", lambda fd: syncs.append(fd) or call(fd))
+        f = edit(checkout)
+        go("apply", checkout, [f])
+        assert len(syncs) >= 2  # the backups, then the new files
+        assert str(checkout / MOD) not in fsynced
+    monkeypatch.setattr(fsops, "_syncfs", False)
+    g = edit(checkout, "g", "return x + 9\n", "return x - 9\n")
+    go("apply", checkout, [g])
+    assert str(checkout / MOD) in fsynced
+    assert any("/.patchkit/txn/" in p and "/orig/" in p for p in fsynced)  # the backup
