@@ -11,13 +11,9 @@ import traceback
 from typing import Any, Dict
 
 from ..errors import InternalError, PatchkitError
-from . import faults
-from .apply import apply
-from .observe import status, verify
+from . import faults, hunks
 from .request import FORMAT, parse_request
-from .rollback import rollback
 from .store import Store
-from .txn import recover
 
 __all__ = ["run"]
 
@@ -25,6 +21,7 @@ __all__ = ["run"]
 def run(request: Dict[str, Any]) -> Dict[str, Any]:
     """Execute one engine request and return its result; see docs/design.md."""
     faults.reset()
+    hunks.clear_memo()
     raw = request if isinstance(request, dict) else {}
     result: Dict[str, Any] = {"format": FORMAT, "op": raw.get("op"), "ok": False,
                               "dry_run": bool(raw.get("dry_run", False)), "recovered": [],
@@ -34,15 +31,26 @@ def run(request: Dict[str, Any]) -> Dict[str, Any]:
         store = Store(req.state_root.path)
         writes = req.op in ("apply", "rollback") and not req.dry_run
         with store.locked(req.lock_timeout, write=writes) as held:
+            # each op imports only what it runs: the import is a good part of a small apply
             if held:
+                from .txn import recover
+
                 result["recovered"] = recover(store)
             if req.op == "apply":
+                from .apply import apply
+
                 result["fixes"] = apply(req, store)
             elif req.op == "rollback":
+                from .rollback import rollback
+
                 result["fixes"] = rollback(req, store)
             elif req.op == "verify":
+                from .observe import verify
+
                 result["fixes"] = verify(req, store)
             else:
+                from .observe import status
+
                 result["status"] = status(req, store)
         result["ok"] = True
     except PatchkitError as err:
@@ -51,4 +59,6 @@ def run(request: Dict[str, Any]) -> Dict[str, Any]:
         result["error"] = InternalError(
             "internal error in the patchkit engine: %s: %s" % (type(exc).__name__, exc),
             traceback=traceback.format_exc()).to_dict()
+    finally:
+        hunks.clear_memo()  # holds the request's file contents
     return result

@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 
 from ..errors import (ConflictError, PreconditionFailed, TargetFileMissing, VerificationFailed,
                       VersionMismatch)
-from . import auto, gitcommit, revert
+from . import auto
 from .checks import CheckContext, failure_lines, run_check
-from .fsops import read_bytes
-from .hunks import Placement, apply_change, decode, encode, sha256_bytes
+from .fsops import read_bytes, stamp_files
+from .hunks import FileChange, Placement, apply_change, decode, encode, sha256_bytes
 from .paths import Roots
 from .request import FixSpec, Request, check_patch_paths
 from .store import Store, last_writers, utc_now
 from .txn import FileWrite, missing_dirs, run_transaction
-from .workspace import Key, Workspace, unified_diffs
+from .workspace import Key, Workspace, placed_diff, unified_diffs
+
+if TYPE_CHECKING:  # revert and gitcommit are imported only by the applies that use them
+    from . import gitcommit, revert
 
 
 @dataclass
@@ -27,6 +30,7 @@ class FixPlan:
     before: Dict[Key, Tuple[Optional[bytes], Optional[int]]] = field(default_factory=dict)
     after: Dict[Key, Tuple[Optional[bytes], Optional[int]]] = field(default_factory=dict)
     placements: Dict[Key, List[Placement]] = field(default_factory=dict)
+    changes: Dict[Key, List[FileChange]] = field(default_factory=dict)  # FILE records applied
     verification: List[Dict[str, Any]] = field(default_factory=list)
     created_dirs: List[str] = field(default_factory=list)
     source: Optional[revert.Source] = None  # the commit a revert fix undoes (git roots)
@@ -43,7 +47,16 @@ def fix_result(plan: FixPlan, outcome: str) -> Dict[str, Any]:
     files = []
     items = [(key[1], plan.before[key][0], plan.after[key][0]) for key in plan.keys]
     hashes = [(sha256_bytes(before), sha256_bytes(after)) for _path, before, after in items]
-    diffs = unified_diffs(items, hashes)
+    diffs: List[Optional[str]] = []
+    for key, (path, before, after) in zip(plan.keys, items):
+        changes = plan.changes.get(key, [])
+        single = len(changes) == 1 and changes[0].op == "modify" and before is not None \
+            and after is not None
+        diffs.append(placed_diff(path, changes[0].hunks, [p.line for p in plan.placements[key]])
+                     if single else None)
+    rest = [i for i, d in enumerate(diffs) if d is None]  # merged, reverted, created, deleted
+    for i, diff in zip(rest, unified_diffs([items[i] for i in rest], [hashes[i] for i in rest])):
+        diffs[i] = diff
     for key, (_path, before, after), (before_sha, after_sha), diff in zip(plan.keys, items, hashes,
                                                                           diffs):
         files.append({"root": key[0], "path": key[1], "op": file_op(before, after),
@@ -60,7 +73,7 @@ def fix_result(plan: FixPlan, outcome: str) -> Dict[str, Any]:
     return out
 
 
-Sources = Dict[str, Tuple[Optional[revert.Source], Dict[str, Any]]]
+Sources = Dict[str, Tuple[Optional["revert.Source"], Dict[str, Any]]]
 
 
 def touched(spec: FixSpec, sources: Sources) -> List[Tuple[str, str, str]]:
@@ -113,7 +126,11 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
                 fix=spec.name, applied_version=rec.get("version"), version=spec.version)
     check_patch_paths(req.roots, list(todo) + list(req.dependencies))
     ws = Workspace(req.roots)
-    sources: Sources = {s.name: revert.resolve(s, req.roots) for s in todo if s.revert is not None}
+    sources: Sources = {}
+    if any(s.revert is not None for s in todo):
+        from . import revert
+
+        sources = {s.name: revert.resolve(s, req.roots) for s in todo if s.revert is not None}
     for spec in todo:
         named = (spec.revert or {}).get("fix")
         check = sources.get(spec.name, (None, {"ok": True}))[1]
@@ -205,6 +222,7 @@ def _plan(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
             elif e.mode is None:
                 e.mode = 0o644
             plan.placements.setdefault((change.root, change.path), []).extend(placed)
+            plan.changes.setdefault((change.root, change.path), []).append(change)
         for key in keys:
             e = ws.entry(*key)
             plan.after[key] = (e.current, e.mode)
@@ -218,6 +236,8 @@ def _plan(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
 
 def _revert(plan: FixPlan, source: revert.Source, ws: Workspace) -> None:
     """Undo the commit's change in memory, file by file; say which later commits were kept."""
+    from . import revert
+
     kept: List[str] = []
     for f in source.files:
         e = ws.entry(source.root, f.path)
@@ -271,11 +291,19 @@ def _write(req: Request, store: Store, state: Dict[str, Any], ws: Workspace, pla
 
     def commit(txn: str) -> Dict[str, Any]:
         if entries:
+            from . import gitcommit
+
             made = gitcommit.make(cos, items, entries, txn)
             for plan in plans:
                 plan.commits = made.get(plan.spec.name, [])
+        last = {key: plan for plan in plans for key in plan.keys}  # the last writer of each file
+        stamps = stamp_files([(e.abs, sha256_bytes(e.current)) for e in ws.changed()
+                              if e.current is not None], store.path("txn", txn))
         new_state = dict(state)
-        new_state["fixes"] = list(state.get("fixes", [])) + [_record(req, p, txn) for p in plans]
+        new_state["fixes"] = list(state.get("fixes", [])) + [
+            _record(req, p, txn, {k: stamps[ws.entry(*k).abs] for k in p.keys
+                                  if last[k] is p and ws.entry(*k).abs in stamps})
+            for p in plans]
         return new_state
 
     run_transaction(store, "apply", [p.spec.name for p in plans], writes, backups,
@@ -286,6 +314,8 @@ def _write(req: Request, store: Store, state: Dict[str, Any], ws: Workspace, pla
 
 def _commit_items(req: Request, plans: List[FixPlan]):
     """apply --commit: one commit per fix and git root, holding that fix's bytes."""
+    from . import gitcommit
+
     names = sorted({k[0] for p in plans for k in p.keys})
     cos = gitcommit.checkouts(req.roots, names)
     items: List[gitcommit.Item] = []
@@ -305,7 +335,8 @@ def _commit_items(req: Request, plans: List[FixPlan]):
     return cos, items, gitcommit.journal_entries(cos, items)
 
 
-def _record(req: Request, plan: FixPlan, txn: str) -> Dict[str, Any]:
+def _record(req: Request, plan: FixPlan, txn: str, stamps: Dict[Key, List[int]]) -> Dict[str, Any]:
+    """The fix's entry of state.json; ``stamps``: the stat stamp of each file it wrote last."""
     spec = plan.spec
     files = []
     for key in plan.keys:
@@ -315,6 +346,8 @@ def _record(req: Request, plan: FixPlan, txn: str) -> Dict[str, Any]:
                       "mode_before": mode_before, "mode": mode_after,
                       "backup": "backups/%s/files/%s/%s" % (spec.name, key[0], key[1])
                       if before is not None else None})
+        if key in stamps:
+            files[-1]["stat"] = stamps[key]
     return {"name": spec.name, "version": spec.version, "title": spec.title,
             "requires": list(spec.requires), "release": spec.release, "applied_at": utc_now(),
             "txn": txn, "patches": [dict(p) for p in spec.patches], "files": files,

@@ -66,14 +66,29 @@ class Changes:
     error: str = ""  # why git could not answer for a checkout ("" when it did)
 
 
+# Above this many paths one ``git status`` of the whole work tree (tracked files only) beats
+# one with every path as a pathspec: git matches each file against each pathspec.
+MANY_PATHS = 32
+
+
 def changed_paths(root: str, rels: List[str]) -> Changes:
-    """Which of ``rels`` (root-relative) differ from HEAD: one ``git status`` for all of them."""
+    """Which of ``rels`` (root-relative) differ from HEAD: one ``git status`` for all of them
+    (for many paths, of the whole tree, plus ``git ls-files`` to find untracked ones)."""
     top = work_tree_top(root)
     if top is None:
         return Changes(False)
     if not rels:
         return Changes(True)
-    proc = _git(root, ["status", "--porcelain=v1", "-z", "--untracked-files=all", "--"] + rels)
+    # porcelain paths are relative to the work tree's top, whatever the cwd
+    prefix = os.path.relpath(os.path.realpath(root), top)
+    prefix = "" if prefix == "." else prefix + "/"
+    if len(rels) > MANY_PATHS:
+        return _changed_many(root, rels, prefix)
+    return _status(root, ["--untracked-files=all", "--"] + rels, prefix)
+
+
+def _status(root: str, args: List[str], prefix: str) -> Changes:
+    proc = _git(root, ["status", "--porcelain=v1", "-z"] + args)
     if proc is None:
         return Changes(True, error="git did not run (is it installed?)")
     if proc.returncode != 0:
@@ -81,14 +96,35 @@ def changed_paths(root: str, rels: List[str]) -> Changes:
         if "not a git repository" in err:
             return Changes(False)
         return Changes(True, error="git status failed: %s" % err)
-    # porcelain paths are relative to the work tree's top, whatever the cwd
-    prefix = os.path.relpath(os.path.realpath(root), top)
-    prefix = "" if prefix == "." else prefix + "/"
     out: Dict[str, str] = {}
-    for code, path, _source in parse_porcelain_z(proc.stdout.decode("utf-8", "surrogateescape")):
-        if path.startswith(prefix):
-            out[path[len(prefix):]] = code
+    for code, path, source in parse_porcelain_z(proc.stdout.decode("utf-8", "surrogateescape")):
+        for name in (path, source):  # a renamed file's old path is changed too (deleted)
+            if name is not None and name.startswith(prefix):
+                out.setdefault(name[len(prefix):], code)
     return Changes(True, out)
+
+
+def _changed_many(root: str, rels: List[str], prefix: str) -> Changes:
+    """The answer ``git status -- <rels>`` gives, without ``rels`` as pathspecs: the tracked
+    changes of the whole tree, then a pathspec status only for the paths that exist on disk
+    but are not tracked (untracked or ignored: usually none)."""
+    found = _status(root, ["--untracked-files=no"], prefix)
+    if not found.checkout or found.error:
+        return found
+    proc = _git(root, ["ls-files", "-z", "--full-name"])
+    if proc is None or proc.returncode != 0:
+        return _status(root, ["--untracked-files=all", "--"] + rels, prefix)
+    tracked = set(proc.stdout.decode("utf-8", "surrogateescape").split("\0"))
+    loose = [rel for rel in rels if prefix + rel not in tracked
+             and os.path.lexists(os.path.join(root, rel))]
+    if not loose:
+        return Changes(True, {rel: found.changed[rel] for rel in rels if rel in found.changed})
+    more = _status(root, ["--untracked-files=all", "--"] + loose, prefix)
+    if more.error:
+        return more
+    changed = dict(more.changed)
+    changed.update((rel, found.changed[rel]) for rel in rels if rel in found.changed)
+    return Changes(True, changed)
 
 
 def parse_porcelain_z(text: str) -> List[Tuple[str, str, Optional[str]]]:

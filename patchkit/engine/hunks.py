@@ -12,8 +12,11 @@ bytes all survive unchanged.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+import re
+from collections import Counter
+from dataclasses import dataclass, field
 from functools import cached_property
+from operator import itemgetter
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import ConflictError, PatchFormatError, UsageError
@@ -30,17 +33,31 @@ def encode(text: str) -> bytes:
     return text.encode("utf-8", "surrogateescape")
 
 
+# The same bytes are hashed at several steps of one request (checks, journal, result, state);
+# the engine's ``run`` empties this memo before and after each request. Keyed by the bytes
+# themselves (a dict compares them on a hit), so a hash can only be of exactly these bytes.
+_sha_memo: Dict[bytes, str] = {}
+
+
 def sha256_bytes(data: Optional[bytes]) -> Optional[str]:
-    return None if data is None else hashlib.sha256(data).hexdigest()
+    if data is None:
+        return None
+    found = _sha_memo.get(data)
+    if found is None:
+        found = _sha_memo[data] = hashlib.sha256(data).hexdigest()
+    return found
+
+
+def clear_memo() -> None:
+    _sha_memo.clear()
+
+
+_LINE = re.compile(r"[^\n]*\n|[^\n]+\Z")
 
 
 def split_lines(text: str) -> List[str]:
     """Split on "\\n" only, keeping each line's ending; the last line may have none."""
-    parts = text.split("\n")
-    lines = [p + "\n" for p in parts[:-1]]
-    if parts[-1]:
-        lines.append(parts[-1])
-    return lines
+    return _LINE.findall(text)
 
 
 @dataclass(frozen=True)
@@ -74,21 +91,34 @@ class Hunk:
 
 @dataclass(frozen=True)
 class FileChange:
-    """One FILE record: the hunks of one patch for one file."""
+    """One FILE record: the hunks of one patch for one file.
+
+    ``source`` is the hunks, or (lazy) the request's hunk records and the fix's name: they are
+    checked and built on first use of ``hunks`` (a status reads no hunk of a recorded fix).
+    """
 
     root: str
     path: str
     patch: str
     op: str
     mode: Optional[int]
-    hunks: Tuple[Hunk, ...]
+    source: Any = field(repr=False)
+
+    @cached_property
+    def hunks(self) -> Tuple[Hunk, ...]:
+        if isinstance(self.source, tuple):
+            return self.source
+        raw, fix = self.source
+        where = "%s:%s" % (self.root, self.path)
+        return tuple(_hunk(h, i, fix, self.patch, where) for i, h in enumerate(raw, 1))
 
     @property
     def where(self) -> str:
         return "%s:%s" % (self.root, self.path)
 
     @classmethod
-    def from_dict(cls, data: Dict[str, Any], fix: str) -> "FileChange":
+    def from_dict(cls, data: Dict[str, Any], fix: str, lazy: bool = False) -> "FileChange":
+        """``lazy``: check and build the hunks on first use instead of now."""
         try:
             root, path, patch = str(data["root"]), str(data["path"]), str(data.get("patch", ""))
             op = str(data.get("op", "modify"))
@@ -99,9 +129,10 @@ class FileChange:
         if op not in OPS:
             raise UsageError("fix %s: %s:%s has op %r; expected one of %s"
                              % (fix, root, path, op, ", ".join(OPS)), fix=fix, path=path)
-        hunks = tuple(_hunk(h, i, fix, patch, "%s:%s" % (root, path))
-                      for i, h in enumerate(raw_hunks, 1))
-        return cls(root, path, patch, op, parse_mode(data.get("mode")), hunks)
+        change = cls(root, path, patch, op, parse_mode(data.get("mode")), [raw_hunks, fix])
+        if not lazy:
+            change.hunks  # noqa: B018  (checks them now)
+        return change
 
     def reversed(self) -> "FileChange":
         op = {"create": "delete", "delete": "create"}.get(self.op, self.op)
@@ -122,23 +153,33 @@ def parse_mode(value: Any) -> Optional[int]:
 
 
 def _hunk(data: Any, index: int, fix: str, patch: str, where: str) -> Hunk:
+    # A release's worth of hunks has ~10^5 lines: the checks run as C-level map/set passes.
     try:
-        lines = tuple([(k if k.__class__ is str else str(k), t if t.__class__ is str else str(t))
-                       for k, t in data["lines"]])
+        raw = data["lines"]
+        lines = tuple(map(tuple, raw))
+        if set(map(len, lines)) - {2}:
+            raise ValueError("a line is not a [kind, text] pair")
+        if set(map(type, map(_text, lines))) - {str}:
+            lines = tuple((str(k), str(t)) for k, t in lines)
         hunk = Hunk(index, int(data["old_start"]), int(data["old_count"]),
-                    int(data["new_start"]), int(data["new_count"]), lines)
+                    int(data["new_start"]), int(data["new_count"]), lines)  # type: ignore[arg-type]
+        kinds = Counter(map(_kind, lines))
     except (KeyError, TypeError, ValueError) as exc:
         raise PatchFormatError("fix %s, %s: hunk #%d of %s for %s is malformed (%s)"
                                % (fix, patch, index, patch, where, exc),
                                fix=fix, patch=patch, hunk=index) from None
-    bad = any(k not in _KINDS for k, _ in lines)
-    if bad or len(hunk.old) != hunk.old_count or len(hunk.new) != hunk.new_count:
+    old, new = kinds[" "] + kinds["-"], kinds[" "] + kinds["+"]
+    if set(kinds) - _KINDS or old != hunk.old_count or new != hunk.new_count:
         raise PatchFormatError(
             "%s: hunk #%d for %s has %d old / %d new lines but its header says %d / %d; "
             "the patch file is damaged, regenerate it"
-            % (patch, index, where, len(hunk.old), len(hunk.new), hunk.old_count, hunk.new_count),
+            % (patch, index, where, old, new, hunk.old_count, hunk.new_count),
             fix=fix, patch=patch, hunk=index)
     return hunk
+
+
+_kind = itemgetter(0)
+_text = itemgetter(1)
 
 
 @dataclass(frozen=True)

@@ -3,12 +3,13 @@ verify (re-run the verification of applied fixes). Neither writes a target file.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+import os
+from typing import Any, Dict, List, Optional, Tuple
 
-from ..errors import NotApplied, VerificationFailed
+from ..errors import NotApplied, PatchkitError, VerificationFailed
 from . import presence
 from .checks import CheckContext, failure_lines, run_check
-from .fsops import read_bytes
+from .fsops import read_bytes, stat_stamp
 from .hunks import sha256_bytes
 from .request import FixSpec, Request, check_patch_paths
 from .store import Store, last_writers
@@ -35,8 +36,12 @@ def _recorded(ws: Workspace, rec: Dict[str, Any], last: Dict[Any, Dict[str, Any]
     files = []
     for f in rec.get("files", []):
         key = (f["root"], f["path"])
+        writer = last.get(key, f)
+        expected = writer.get("after_sha256")
+        if expected is not None and _stat_holds(ws, key, writer.get("stat")):
+            files.append({"root": f["root"], "path": f["path"], "state": "ok"})
+            continue
         current = ws.entry(*key).current
-        expected = last[key]["after_sha256"] if key in last else f.get("after_sha256")
         if sha256_bytes(current) == expected:
             state = "ok"
         elif current is None:
@@ -47,6 +52,17 @@ def _recorded(ws: Workspace, rec: Dict[str, Any], last: Dict[Any, Dict[str, Any]
     drifted = any(f["state"] != "ok" for f in files)
     return {"name": rec["name"], "state": "drifted" if drifted else "applied",
             "version": rec.get("version"), "applied_at": rec.get("applied_at"), "files": files}
+
+
+def _stat_holds(ws: Workspace, key: Tuple[str, str], stamp: Any) -> bool:
+    """The file still has the stat stamp recorded when patchkit wrote it (docs/state.md): it
+    holds the recorded bytes without being read."""
+    if not isinstance(stamp, list) or ws.has(*key):
+        return False
+    try:
+        return stat_stamp(os.stat(ws.roots.resolve(*key))) == stamp
+    except (OSError, PatchkitError):
+        return False
 
 
 def _detect(ws: Workspace, spec: FixSpec) -> Dict[str, Any]:

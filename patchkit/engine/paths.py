@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Dict, Iterator, Optional
+from typing import Dict, Iterator, Optional, Tuple
 
 from ..errors import TargetError, UnsafePathError, UsageError
 
@@ -58,6 +58,8 @@ class Roots:
         if not isinstance(mapping, dict) or not mapping:
             raise UsageError("the request names no roots; give at least one (e.g. sglang=/path)")
         self._roots: Dict[str, Root] = {}
+        self._real_dirs: Dict[str, str] = {}  # realpath of each directory resolved so far
+        self._resolved: Dict[Tuple[str, str], str] = {}  # (root, rel) -> resolve()'s answer
         for name, path in mapping.items():
             path = str(path)
             if not os.path.isabs(path):
@@ -79,7 +81,13 @@ class Roots:
                              root=name) from None
 
     def resolve(self, root_name: str, rel: str) -> str:
-        """The real absolute path of ``rel`` in root ``root_name``, refused if unsafe."""
+        """The real absolute path of ``rel`` in root ``root_name``, refused if unsafe.
+
+        Answers are kept for the request (one Roots object): a request plans, checks and writes
+        one set of paths, and each is resolved once instead of at every step."""
+        done = self._resolved.get((root_name, rel))
+        if done is not None:
+            return done
         root = self.get(root_name)
         where = "%s:%s" % (root_name, rel)
         if not rel or "\0" in rel:
@@ -91,12 +99,25 @@ class Roots:
         if ".." in rel.replace("\\", "/").split("/"):
             raise UnsafePathError("%s: the path contains '..'; paths must stay inside their "
                                   "root" % where, root=root_name, path=rel)
-        full = os.path.realpath(os.path.join(root.path, root.mapped(rel)))
+        full = self._realpath(os.path.join(root.path, root.mapped(rel)))
         if full != root.real and not full.startswith(root.real.rstrip(os.sep) + os.sep):
             raise UnsafePathError("%s resolves to %s, outside root %s (%s) through a symlink; "
                                   "refusing to write there" % (where, full, root_name, root.real),
                                   root=root_name, path=rel, resolved=full)
+        self._resolved[(root_name, rel)] = full
         return full
+
+    def _realpath(self, path: str) -> str:
+        """``os.path.realpath``, with the directory part resolved once per request: the files
+        of a large series share a few hundred directories."""
+        head, tail = os.path.split(path)
+        if not tail or tail in (".", "..") or not os.path.isabs(head):
+            return os.path.realpath(path)
+        real = self._real_dirs.get(head)
+        if real is None:
+            real = self._real_dirs[head] = os.path.realpath(head)
+        full = os.path.join(real, tail)
+        return os.path.realpath(full) if os.path.islink(full) else full
 
     def placeholders(self, python: str) -> Dict[str, str]:
         out = {"{python}": python}

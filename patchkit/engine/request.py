@@ -55,7 +55,8 @@ def _checks(value: Any, fix: str, key: str) -> Tuple[Dict[str, Any], ...]:
     return tuple(value)
 
 
-def parse_fix(data: Any) -> FixSpec:
+def parse_fix(data: Any, lazy: bool = False) -> FixSpec:
+    """``lazy``: the hunks are checked when first used (read-only ops that may use none)."""
     if not isinstance(data, dict) or not data.get("name"):
         raise UsageError("the request has a fix without a name; rebuild it with patchkit.plan")
     name = str(data["name"])
@@ -71,7 +72,7 @@ def parse_fix(data: Any) -> FixSpec:
     if strategy not in STRATEGIES:
         raise UsageError("fix %s: rollback strategy %r; use restore or reverse" % (name, strategy),
                          fix=name)
-    files = tuple(FileChange.from_dict(f, name) for f in (data.get("files") or []))
+    files = tuple(FileChange.from_dict(f, name, lazy) for f in (data.get("files") or []))
     revert = data.get("revert")
     if revert is not None and (not isinstance(revert, dict) or not (revert.get("commit") or
                                                                     revert.get("fix"))):
@@ -99,8 +100,9 @@ def parse_request(data: Any) -> Request:
         raise UsageError("engine op %r; expected one of %s" % (op, ", ".join(OPS)), op=op)
     roots = Roots(data.get("roots") or {})
     state_root = roots.get(str(data.get("state_root") or "sglang"))
-    fixes: List[FixSpec] = [parse_fix(f) for f in _list(data, "fixes")]
-    dependencies: List[FixSpec] = [parse_fix(f) for f in _list(data, "dependencies")]
+    lazy = op in ("status", "verify")  # they never write; a status reads no recorded fix's hunks
+    fixes: List[FixSpec] = [parse_fix(f, lazy) for f in _list(data, "fixes")]
+    dependencies: List[FixSpec] = [parse_fix(f, lazy) for f in _list(data, "dependencies")]
     names = [f.name for f in fixes] + [f.name for f in dependencies]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:

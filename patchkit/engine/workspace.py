@@ -11,13 +11,14 @@ import difflib
 import hashlib
 import marshal
 import os
+import stat
 import sys
 import tempfile
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
-from .fsops import file_mode, read_bytes
-from .hunks import decode, split_lines
+from .fsops import read_with_stat
+from .hunks import Hunk, decode, split_lines
 from .paths import Roots
 
 Key = Tuple[str, str]  # (root name, checkout-layout path)
@@ -48,14 +49,15 @@ class Workspace:
         key = (root, path)
         if key not in self.entries:
             abs_path = self.roots.resolve(root, path)
-            data = read_bytes(abs_path)
-            mode = file_mode(abs_path) if data is not None else None
-            owner = None
-            if data is not None:
-                st = os.stat(abs_path)
-                owner = (st.st_uid, st.st_gid)
+            data, st = read_with_stat(abs_path)
+            mode = stat.S_IMODE(st.st_mode) if st is not None else None
+            owner = (st.st_uid, st.st_gid) if st is not None else None
             self.entries[key] = Entry(root, path, abs_path, data, mode, owner, data, mode)
         return self.entries[key]
+
+    def has(self, root: str, path: str) -> bool:
+        """Whether the file was read already (its bytes are known)."""
+        return (root, path) in self.entries
 
     def read(self, root: str, path: str) -> Optional[bytes]:
         return self.entry(root, path).current
@@ -115,8 +117,52 @@ def unified_diff(path: str, before: Optional[bytes], after: Optional[bytes]) -> 
     """A unified diff of one file's change, with git's "No newline at end of file" markers."""
     old = split_lines(decode(before)) if before is not None else []
     new = split_lines(decode(after)) if after is not None else []
+    if before is None or after is None:  # all added or all removed: what difflib gives, directly
+        if not old and not new:
+            return ""
+        kind, lines = ("+", new) if before is None else ("-", old)
+        head = _headers(path, before is not None, after is not None)
+        rng = "-0,0 +%s" % _range(0, len(new)) if before is None else "-%s +0,0" % _range(0, len(old))
+        return head + "@@ %s @@\n" % rng + "".join(_line(kind, t) for t in lines)
     out: List[str] = []
-    for line in difflib.unified_diff(old, new, "/dev/null" if before is None else "a/" + path,
-                                     "/dev/null" if after is None else "b/" + path):
+    for line in difflib.unified_diff(old, new, "a/" + path, "b/" + path):
         out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
     return "".join(out)
+
+
+def placed_diff(path: str, hunks: Sequence[Hunk], lines: Sequence[int]) -> str:
+    """The diff of a file changed by one patch: the patch's own hunks, each at the line it was
+    placed at (``Placement.line``), instead of a difflib run over both whole files.
+
+    Same format as :func:`unified_diff` and the same text whenever difflib would group the
+    changes as the patch does (3 lines of context, hunks more than 6 lines apart, the same
+    alignment): docs/design.md, ``diff``.
+    """
+    if not hunks:
+        return ""
+    out = [_headers(path, True, True)]
+    delta = 0
+    for hunk, line in zip(hunks, lines):
+        old0 = line - 1 if hunk.old_count else line  # 0-based index of the first old line
+        out.append("@@ -%s +%s @@\n" % (_range(old0, hunk.old_count),
+                                        _range(old0 + delta, hunk.new_count)))
+        out.extend([kind + text if text[-1:] == "\n" else _line(kind, text)
+                    for kind, text in hunk.lines])
+        delta += hunk.new_count - hunk.old_count
+    return "".join(out)
+
+
+def _headers(path: str, before: bool, after: bool) -> str:
+    return "--- %s\n+++ %s\n" % ("a/" + path if before else "/dev/null",
+                                  "b/" + path if after else "/dev/null")
+
+
+def _range(start: int, length: int) -> str:
+    """difflib's range of a unified hunk header (``start`` 0-based)."""
+    if length == 1:
+        return "%d" % (start + 1)
+    return "%d,%d" % (start + 1 if length else start, length)
+
+
+def _line(kind: str, text: str) -> str:
+    return kind + text if text.endswith("\n") else kind + text + "\n\\ No newline at end of file\n"

@@ -1,0 +1,208 @@
+"""The shortcuts of a large apply and status give the answers the long way gives.
+
+- the result's per-file ``diff`` of a placed patch is built from the patch's own hunks at their
+  placed lines (docs/design.md): it applies with ``git apply`` and equals difflib's diff when
+  the two group the change alike;
+- a status trusts a recorded file's hash only while its stat stamp holds (docs/state.md);
+- ``git status`` of many paths is one whole-tree status plus ``ls-files``, same answer as the
+  pathspec form.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+
+from patchkit.engine import fsops, gitcli, run
+from patchkit.engine.workspace import unified_diff
+
+from .helpers import MOD, fix, git, module_text, request
+
+HEADER = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+def git_hunks(tmp: Path, before: str, after: str, context: int = 3) -> List[Dict[str, Any]]:
+    """The hunks of ``git diff`` between two texts, as the engine request carries them."""
+    a, b = tmp / "a.txt", tmp / "b.txt"
+    a.write_text(before)
+    b.write_text(after)
+    out = subprocess.run(["git", "diff", "--no-index", "-U%d" % context, str(a), str(b)],
+                         capture_output=True, text=True).stdout
+    hunks: List[Dict[str, Any]] = []
+    for line in out.splitlines(keepends=True):
+        m = HEADER.match(line)
+        if m:
+            hunks.append({"old_start": int(m.group(1)), "old_count": int(m.group(2) or 1),
+                          "new_start": int(m.group(3)), "new_count": int(m.group(4) or 1),
+                          "lines": []})
+        elif hunks and line[:1] in " -+":
+            hunks[-1]["lines"].append([line[0], line[1:]])
+        elif hunks and line.startswith("\\"):
+            kind, text = hunks[-1]["lines"][-1]
+            hunks[-1]["lines"][-1] = [kind, text[:-1]]  # that line has no newline
+    return hunks
+
+
+def applied_diff(root: Path, tmp: Path, before: str, after: str, on: str) -> str:
+    """Apply the patch before -> after to the file holding ``on``; the result's diff."""
+    (root / MOD).write_text(on)
+    git(root, "commit", "-q", "--allow-empty", "-am", "base")
+    rec = {"root": "sglang", "path": MOD, "patch": "0001-a.patch", "op": "modify", "mode": None,
+           "hunks": git_hunks(tmp, before, after)}
+    res = run(request("apply", {"sglang": root}, [fix("a", [rec])], dry_run=True))
+    assert res["ok"], res["error"]
+    return res["fixes"][0]["files"][0]["diff"]
+
+
+def check_with_git_apply(tmp: Path, on: str, diff: str, expected: str) -> None:
+    work = tmp / "apply"
+    (work / os.path.dirname(MOD)).mkdir(parents=True, exist_ok=True)
+    (work / MOD).write_text(on)
+    (tmp / "result.diff").write_text(diff)
+    subprocess.run(["git", "apply", str(tmp / "result.diff")], cwd=work, check=True)
+    assert (work / MOD).read_text() == expected
+
+
+CASES = {
+    "two-edits": (lambda t: t.replace("return x + 7\n", "return x * 7\n")
+                  .replace("def f30(x):\n", "def f30(x, y=0):\n")),
+    "insert-and-delete": (lambda t: t.replace("def f5(x):\n    return x + 5\n", "")
+                          .replace("def f20(x):\n", "# twenty\ndef f20(x):\n")),
+    "end-without-newline": lambda t: t + "TAIL = 1",
+    "edit-at-the-top": lambda t: "import os\n" + t.replace("return x + 0\n", "return x\n"),
+}
+
+
+@pytest.mark.parametrize("shift", [0, 5], ids=["at-its-lines", "placed-5-lines-down"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_placed_diff_equals_difflib(checkout: Path, tmp_path: Path, case: str, shift: int) -> None:
+    before = module_text()
+    after = CASES[case](before)
+    on = "# header\n" * shift + before  # the file the patch is placed on (offset by shift)
+    diff = applied_diff(checkout, tmp_path, before, after, on)
+    want = "# header\n" * shift + after
+    if case == "edit-at-the-top" and shift:
+        # written at the file's start, the hunk has no leading context; placed lower, difflib
+        # would show 3 lines before it: the field stays the patch's hunk (docs/design.md)
+        assert diff.splitlines()[2] == "@@ -6,5 +6,6 @@"
+        assert diff != unified_diff(MOD, on.encode(), want.encode())
+    else:
+        assert diff == unified_diff(MOD, on.encode(), want.encode())
+    check_with_git_apply(tmp_path, on, diff, want)
+
+
+def test_placed_diff_is_the_patch_even_where_difflib_aligns_otherwise(checkout: Path,
+                                                                      tmp_path: Path) -> None:
+    """Repeated lines: git and difflib may pair them differently; the field is the patch's
+    hunks (git's pairing) at the placed lines, and still turns before into after."""
+    before = "a\n\nb\n\nc\n" * 3 + module_text(3)
+    after = before.replace("a\n\nb\n", "a\n\nB\n\nb\n", 1).replace("c\n" + "a", "c\n\n" + "a", 1)
+    diff = applied_diff(checkout, tmp_path, before, after, before)
+    hunks = git_hunks(tmp_path, before, after)
+    assert [h for h in diff.splitlines() if h.startswith("@@")] == [
+        "@@ -%d,%d +%d,%d @@" % (h["old_start"], h["old_count"], h["new_start"], h["new_count"])
+        for h in hunks]
+    check_with_git_apply(tmp_path, before, diff, after)
+
+
+# -- status: stat stamps ---------------------------------------------------------------------
+
+def applied(root: Path) -> Dict[str, Any]:
+    before = (root / MOD).read_text()
+    f = fix("a", [{"root": "sglang", "path": MOD, "patch": "0001-a.patch", "op": "modify",
+                   "mode": None, "hunks": git_hunks(root.parent, before,
+                                                   before.replace("return x + 7\n", "return x * 7\n"))}])
+    assert run(request("apply", {"sglang": root}, [f]))["ok"]
+    return f
+
+
+def file_states(root: Path, f: Dict[str, Any]) -> List[str]:
+    res = run(request("status", {"sglang": root}, [f]))
+    assert res["ok"], res["error"]
+    return [x["state"] for x in res["status"]["fixes"][0]["files"]]
+
+
+def test_state_records_a_stat_stamp_of_each_written_file(checkout: Path) -> None:
+    f = applied(checkout)
+    rec = json.loads((checkout / ".patchkit/state.json").read_text())["fixes"][0]["files"][0]
+    # written a moment ago: the stamp is there unless the clock has not moved past the write
+    if "stat" in rec:
+        assert rec["stat"] == fsops.stat_stamp(os.stat(checkout / MOD))
+    assert file_states(checkout, f) == ["ok"]
+
+
+def test_an_in_place_change_with_the_same_size_and_mtime_is_drift(checkout: Path) -> None:
+    """Same size, mtime put back: only the ctime tells; the status must still see the change."""
+    f = applied(checkout)
+    st = os.stat(checkout / MOD)
+    data = (checkout / MOD).read_bytes().replace(b"return x * 7", b"return x / 7")
+    with open(checkout / MOD, "r+b") as fh:
+        fh.write(data)
+    os.utime(checkout / MOD, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.stat(checkout / MOD).st_size == st.st_size
+    assert file_states(checkout, f) == ["drifted"]
+
+
+def test_a_rewrite_with_the_same_bytes_is_not_drift(checkout: Path) -> None:
+    f = applied(checkout)
+    data = (checkout / MOD).read_bytes()
+    (checkout / MOD).unlink()
+    (checkout / MOD).write_bytes(data)  # new inode and times: hashed again, same bytes
+    assert file_states(checkout, f) == ["ok"]
+
+
+def test_a_forged_stamp_is_not_trusted_beyond_the_stat(checkout: Path) -> None:
+    """A stamp that does not match the file's stat is ignored, whatever it says."""
+    f = applied(checkout)
+    path = checkout / ".patchkit/state.json"
+    state = json.loads(path.read_text())
+    state["fixes"][0]["files"][0]["stat"] = [0, 0, 0, 0, 0]
+    path.write_text(json.dumps(state))
+    (checkout / MOD).write_text("changed\n")
+    assert file_states(checkout, f) == ["drifted"]
+
+
+def test_stamp_files_skips_a_file_without_the_expected_bytes(tmp_path: Path) -> None:
+    p = tmp_path / "f.txt"
+    p.write_bytes(b"data\n")
+    os.utime(p, ns=(0, 0))
+    assert fsops.stamp_files([(str(p), "0" * 64)], str(tmp_path)) == {}
+    import hashlib
+
+    got = fsops.stamp_files([(str(p), hashlib.sha256(b"data\n").hexdigest())], str(tmp_path))
+    assert got in ({}, {str(p): fsops.stat_stamp(os.stat(p))})  # {} only if ctime is this tick
+
+
+# -- git status of many paths ----------------------------------------------------------------
+
+def test_many_paths_give_the_pathspec_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    top = tmp_path / "repo"
+    root = top / "sub"
+    root.mkdir(parents=True)
+    for i in range(40):
+        (root / ("f%02d.py" % i)).write_text("x = %d\n" % i)
+    (top / ".gitignore").write_text("*.log\n")
+    git(top, "init", "-q")
+    git(top, "add", "-A")
+    git(top, "commit", "-qm", "base")
+    (root / "f01.py").write_text("changed\n")
+    (root / "f02.py").write_text("staged\n")
+    git(top, "add", "sub/f02.py")
+    (root / "f03.py").unlink()
+    git(top, "mv", "sub/f04.py", "sub/f04-renamed.py")
+    (root / "new.py").write_text("untracked\n")
+    (root / "x.log").write_text("ignored\n")
+    rels = ["f%02d.py" % i for i in range(40)] + ["f04-renamed.py", "new.py", "x.log", "absent.py"]
+    monkeypatch.setattr(gitcli, "MANY_PATHS", 10 ** 6)
+    slow = gitcli.changed_paths(str(root), rels)
+    monkeypatch.setattr(gitcli, "MANY_PATHS", 0)
+    fast = gitcli.changed_paths(str(root), rels)
+    assert slow.checkout and fast.checkout and not slow.error and not fast.error
+    assert set(fast.changed) == set(slow.changed) == {
+        "f01.py", "f02.py", "f03.py", "f04.py", "f04-renamed.py", "new.py"}
