@@ -290,3 +290,14 @@ def test_status_counts_the_drifted_files_beyond_a_few(wide: Env, pk: Callable[..
     data = pk("status", "--json", *tgt(wide)).json()
     [fix] = [f for f in data["status"]["fixes"] if f["name"] == "wide"]
     assert sum(f["state"] == "drifted" for f in fix["files"]) == 8
+
+
+def test_without_tomllib_tomlkit_reads_the_same_fix(tmp_path: Path, fresh_process_cache: None,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python 3.10 has no tomllib: every read goes through tomlkit, with the same result."""
+    path = big_manifest(tmp_path / "cat", "drift")
+    fast = manifest.load_manifest(path)
+    monkeypatch.setattr(manifest, "_tomllib", None)
+    monkeypatch.setattr(manifest, "_stamp", None)  # the tomlkit parser has a cache of its own
+    assert manifest.load_manifest(path) == fast
+    assert len({p.parent.name for p in cache_entries("manifests")}) == 2
