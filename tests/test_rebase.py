@@ -265,6 +265,38 @@ def test_skip_takes_the_planned_results_without_classifying_again(world) -> None
     assert Catalog(cat.root).get("merge").version == 2
 
 
+def test_merge_through_gitpython_and_a_planned_skip_never_loads_it(world, monkeypatch) -> None:
+    """Requirement 1 (git's merge machinery through GitPython) without making every --skip
+    pay GitPython's import: the start merges through ``git.cmd.Git``; the --skip that only
+    writes the planned results runs in a process that never imports ``git``."""
+    import sys
+
+    import git.cmd
+
+    cat, up = world
+    calls: list[tuple] = []
+    real = git.cmd.Git.execute
+
+    def spy(self, command, *args, **kwargs):
+        calls.append(tuple(command))
+        return real(self, command, *args, **kwargs)
+
+    monkeypatch.setattr(git.cmd.Git, "execute", spy)
+    report = rebase.start(cat, "0.2.0", ["clash", "merge"], upstream=up)
+    assert report.stopped == "clash"
+    assert any("merge-file" in c for c in calls)  # the merge of "merge", and of "clash"
+    script = ("import sys, json\n"
+              "from patchkit.cli.main import main\n"
+              "try:\n    main()\nexcept SystemExit as e:\n    code = e.code\n"
+              "print(json.dumps({'git': 'git' in sys.modules, 'code': code}), file=sys.stderr)\n")
+    proc = subprocess.run([sys.executable, "-c", script, "--catalog", str(cat.root), "rebase",
+                           "--skip", "--json"], capture_output=True, text=True,
+                          env={**__import__("os").environ, "PATCHKIT_UPSTREAM": str(up.path)})
+    seen = json.loads(proc.stderr.strip().splitlines()[-1])
+    assert seen == {"git": False, "code": 0}, proc.stderr
+    assert json.loads(proc.stdout)["done"] and Catalog(cat.root).get("merge").version == 2
+
+
 def test_abort_after_planned_writes_restores_everything(world) -> None:
     cat, up = world
     before = _snapshot(cat)

@@ -1,9 +1,11 @@
-"""The git calls of a rebase, through plain ``git`` processes (no GitPython).
+"""The git calls of a rebase: GitPython's command layer over the upstream history.
 
-A ``--skip`` or ``--continue`` is a short process: importing GitPython and spawning its
-helper processes for every blob cost more than the work. One ``git cat-file --batch``
-serves every blob read of a run; merges go through ``git merge-file``; upstream commits
-are matched by ``git patch-id --stable``.
+Merges are git's own (``git merge-file`` through :class:`git.cmd.Git`), blobs come from
+GitPython's persistent ``git cat-file --batch`` process (one per run, not one per blob), and
+upstream commits are matched by ``git patch-id --stable``. GitPython is imported on the first
+merge or blob read, not at module import: a ``--skip`` or ``--continue`` that only writes
+what the start already classified is a short process and never pays for it. The cheap
+lookups (rev-parse, log, patch-id) stay plain ``git`` processes for the same reason.
 """
 
 from __future__ import annotations
@@ -13,8 +15,16 @@ import subprocess
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from ..errors import TargetError
+
+
+def _gitpython(working_dir: Path | str | None) -> Any:
+    """A GitPython command runner (``git.cmd.Git``), imported on first use."""
+    from git.cmd import Git
+
+    return Git(os.fspath(working_dir) if working_dir is not None else None)
 
 
 def _git(git_dir: Path | str, args: Sequence[str], *, data: bytes | None = None,
@@ -40,11 +50,11 @@ def rev_parse(git_dir: Path | str, rev: str) -> str | None:
 
 
 class Blobs:
-    """Blob reads of one run through one ``git cat-file --batch`` process (started lazily)."""
+    """Blob reads of one run through GitPython's persistent ``git cat-file --batch``."""
 
     def __init__(self, git_dir: Path | str) -> None:
         self.git_dir = Path(git_dir)
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._cmd: Any = None
         self._seen: dict[tuple[str, str], bytes | None] = {}
 
     def read(self, rev: str, path: str) -> bytes | None:
@@ -57,31 +67,21 @@ class Blobs:
     def _ask(self, spec: str) -> bytes | None:
         if "\n" in spec:
             return None
-        if self._proc is None:
-            self._proc = subprocess.Popen(
-                ["git", "-C", os.fspath(self.git_dir), "cat-file", "--batch"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        assert self._proc.stdin is not None and self._proc.stdout is not None
-        self._proc.stdin.write(spec.encode("utf-8", "surrogateescape") + b"\n")
-        self._proc.stdin.flush()
-        header = self._proc.stdout.readline()
-        if not header:
-            raise TargetError(f"git cat-file --batch in {self.git_dir} stopped answering "
-                              f"(asked for {spec}); is the repository readable?")
-        parts = header.split()
-        if len(parts) != 3:  # "<spec> missing" / "ambiguous"
+        if self._cmd is None:
+            self._cmd = _gitpython(self.git_dir)
+        try:
+            _sha, kind, _size, data = self._cmd.get_object_data(spec)
+        except ValueError:  # cat-file's "<spec> missing": no such file in that commit
             return None
-        data = self._proc.stdout.read(int(parts[2]))
-        self._proc.stdout.read(1)
-        return data if parts[1] == b"blob" else None
+        except OSError as exc:
+            raise TargetError(f"git cat-file --batch in {self.git_dir} stopped answering "
+                              f"(asked for {spec}): {exc}; is the repository readable?") from None
+        return data if kind in (b"blob", "blob") else None  # GitPython gives bytes here
 
     def close(self) -> None:
-        if self._proc is not None:
-            assert self._proc.stdin is not None and self._proc.stdout is not None
-            self._proc.stdin.close()
-            self._proc.wait()
-            self._proc.stdout.close()
-            self._proc = None
+        if self._cmd is not None:
+            self._cmd.clear_cache()  # ends the persistent cat-file process
+            self._cmd = None
 
 
 def merge_file(ours: bytes, base: bytes, theirs: bytes, *,
@@ -93,14 +93,20 @@ def merge_file(ours: bytes, base: bytes, theirs: bytes, *,
             p = Path(tmp) / name
             p.write_bytes(data)
             names.append(str(p))
-        cmd = ["git", "merge-file", "-p", "--diff3"]
+        args = ["-p", "--diff3"]
         for label in labels:
-            cmd += ["-L", label]
-        proc = subprocess.run([*cmd, *names], capture_output=True, stdin=subprocess.DEVNULL)
-    if proc.returncode < 0 or proc.returncode > 127:
-        raise TargetError(f"git merge-file failed (exit {proc.returncode}): "
-                          f"{proc.stderr.decode(errors='replace').strip()}", command=cmd)
-    return proc.stdout, proc.returncode
+            args += ["-L", label]
+        try:
+            status, out, err = _gitpython(tmp).merge_file(
+                *args, *names, with_extended_output=True, with_exceptions=False,
+                stdout_as_string=False, strip_newline_in_stdout=False)
+        except OSError as exc:
+            raise TargetError(f"cannot run git merge-file: {exc}") from None
+    if status < 0 or status > 127:
+        message = err.decode(errors="replace") if isinstance(err, bytes) else str(err)
+        raise TargetError(f"git merge-file failed (exit {status}): {message.strip()}",
+                          command=["git", "merge-file", *args])
+    return out, status
 
 
 def _diff_only(text: str) -> str:
