@@ -1,6 +1,6 @@
 """`patchkit new` and `patchkit refresh` through the command line, on real checkouts.
 
-The shipped fixes are authored again from scratch: each series is applied to a clean 0.5.21
+The shipped fixes are authored again from scratch: each series is applied to a clean 0.5.23
 checkout with ``git apply`` (as an author's edit would leave it), captured with ``new``, and
 the captured series must produce byte-identical files on a clean tree. Commands run through
 ``patchkit.cli.main.main``, the console script's own error boundary, so exit codes are real.
@@ -112,40 +112,40 @@ def serve_repo(tmp_path: Path) -> Path:
 
 
 @pytest.mark.network
-def test_new_recaptures_every_shipped_fix_byte_for_byte(sglang_tree: Path, serve_repo: Path,
+def test_new_recaptures_every_shipped_fix_byte_for_byte(catalog_tree: Path, serve_repo: Path,
                                                         new_catalog: Path) -> None:
     for name in LINEAGE:
         shipped = SHIPPED.get(name)
         if name == "revert-hicache-index-k-sync":
             # Its series is written against a tree where the dead fix is: commit that first.
-            apply_series(sglang_tree, [p.path for p in SHIPPED.get(shipped.reverts).patches])
-            git(sglang_tree, "commit", "-q", "-am", "the dead fix, committed in a fork")
-        apply_series(sglang_tree, [p.path for p in shipped.patches])
-        expected = touched(sglang_tree)
+            apply_series(catalog_tree, [p.path for p in SHIPPED.get(shipped.reverts).patches])
+            git(catalog_tree, "commit", "-q", "-am", "the dead fix, committed in a fork")
+        apply_series(catalog_tree, [p.path for p in shipped.patches])
+        expected = touched(catalog_tree)
         assert expected, name
 
-        result = patchkit(new_catalog, "new", name, "--from", str(sglang_tree),
+        result = patchkit(new_catalog, "new", name, "--from", str(catalog_tree),
                           "--title", shipped.title)
         assert result.exit_code == 0, result.output
-        assert f"created {name} v1 (base 0.5.21)" in flat(result.output)
+        assert f"created {name} v1 (base 0.5.23)" in flat(result.output)
         fix = Catalog(new_catalog).get(name)
-        assert (fix.version, fix.status, fix.upstream.base_release) == (1, "active", "0.5.21")
-        assert fix.upstream.releases == ("0.5.21",)
+        assert (fix.version, fix.status, fix.upstream.base_release) == (1, "active", "0.5.23")
+        assert fix.upstream.releases == ("0.5.23",)
         assert [(p.root, p.path.is_file()) for p in fix.patches] == [("sglang", True)]
         assert {rec["path"] for ref in fix.patches for rec in parse_patch(ref.path, ref.root)} \
             == set(expected)
 
-        reset(sglang_tree)  # the tree HEAD names: the release, or the fork's commit
-        apply_series(sglang_tree, [p.path for p in fix.patches])
-        assert touched(sglang_tree) == expected, f"{name}: git apply of the new series"
-        reset(sglang_tree)
+        reset(catalog_tree)  # the tree HEAD names: the release, or the fork's commit
+        apply_series(catalog_tree, [p.path for p in fix.patches])
+        assert touched(catalog_tree) == expected, f"{name}: git apply of the new series"
+        reset(catalog_tree)
         # patchkit's own engine places the captured hunks the same way (zero fuzz).
-        target = LocalTarget(roots={"sglang": str(sglang_tree)})
+        target = LocalTarget(roots={"sglang": str(catalog_tree)})
         applied = api.apply(Catalog(new_catalog), target, [name])
         assert applied.fixes[0].outcome == "applied"
-        assert touched(sglang_tree) == expected, f"{name}: patchkit apply of the new series"
+        assert touched(catalog_tree) == expected, f"{name}: patchkit apply of the new series"
         api.rollback(Catalog(new_catalog), target, [name])
-        assert touched(sglang_tree) == {}
+        assert touched(catalog_tree) == {}
 
     # The serve-script fix: a root that is no SGLang tree names its release explicitly.
     shipped = SHIPPED.get("prefill-hicache-off")
@@ -167,27 +167,27 @@ def test_new_recaptures_every_shipped_fix_byte_for_byte(sglang_tree: Path, serve
 
 @pytest.mark.network
 def test_refresh_records_a_new_version_and_keeps_the_manifest_comments(
-        sglang_tree: Path, new_catalog: Path) -> None:
+        catalog_tree: Path, new_catalog: Path) -> None:
     shipped = SHIPPED.get("dsv4-bf16-sizing")
-    apply_series(sglang_tree, [p.path for p in shipped.patches])
-    assert patchkit(new_catalog, "new", shipped.name, "--from", str(sglang_tree),
+    apply_series(catalog_tree, [p.path for p in shipped.patches])
+    assert patchkit(new_catalog, "new", shipped.name, "--from", str(catalog_tree),
                     "--title", shipped.title).exit_code == 0
     manifest = new_catalog / "manifests" / f"{shipped.name}.toml"
     note = "# Reviewed with the inference team; see the incident notes."
     manifest.write_text(manifest.read_text().replace("[upstream]\n", f"{note}\n[upstream]\n"))
     assert Catalog(new_catalog).get(shipped.name).version == 1
 
-    conf = sglang_tree / CONFIGURATOR
+    conf = catalog_tree / CONFIGURATOR
     old = "\n            return get_dsv4_bf16_index_k_bytes_per_token(self.indexer_head_dim)\n"
     comment = "            # the pool's own helper: what it allocates is what we price\n"
     assert conf.read_text().count(old) == 1
     conf.write_text(conf.read_text().replace(old, "\n" + comment + old[1:]))
-    edited = touched(sglang_tree)
+    edited = touched(catalog_tree)
 
-    result = patchkit(new_catalog, "refresh", shipped.name, "--from", str(sglang_tree),
+    result = patchkit(new_catalog, "refresh", shipped.name, "--from", str(catalog_tree),
                       "--summary", "Explain the bf16 pricing in the code.")
     assert result.exit_code == 0, result.output
-    assert f"refreshed {shipped.name} v2 (base 0.5.21)" in flat(result.output)
+    assert f"refreshed {shipped.name} v2 (base 0.5.23)" in flat(result.output)
     fix = Catalog(new_catalog).get(shipped.name)
     assert fix.version == 2
     assert [(c.version, c.summary) for c in fix.changelog] == [
@@ -199,15 +199,15 @@ def test_refresh_records_a_new_version_and_keeps_the_manifest_comments(
     assert "\n+" + comment in series
 
     before = catalog_state(new_catalog)
-    again = patchkit(new_catalog, "refresh", shipped.name, "--from", str(sglang_tree))
+    again = patchkit(new_catalog, "refresh", shipped.name, "--from", str(catalog_tree))
     assert again.exit_code == 0, again.output
     assert "unchanged" in flat(again.output)
     assert catalog_state(new_catalog) == before
     assert Catalog(new_catalog).get(shipped.name).version == 2
 
-    reset(sglang_tree)
-    apply_series(sglang_tree, [p.path for p in fix.patches])
-    assert touched(sglang_tree) == edited
+    reset(catalog_tree)
+    apply_series(catalog_tree, [p.path for p in fix.patches])
+    assert touched(catalog_tree) == edited
 
 
 # -- errors leave the catalog as it was -------------------------------------------------------
