@@ -150,20 +150,21 @@ def _syncfs_call() -> Union[bool, Callable[[int], int]]:
     return _syncfs
 
 
-# From this many files on, one syncfs beats an fsync each. Below it the fsyncs stay: syncfs
-# also waits for every other process's dirty data on the file system, a few fsyncs do not.
-SYNCFS_FILES = 64
+# From this many files and directories on, one syncfs beats an fsync each. Below it the
+# fsyncs stay: syncfs also waits for every other process's dirty data on the file system, a
+# few fsyncs do not.
+SYNCFS_FILES = 512
 
 
 def sync_all(files: List[str], dirs: List[str]) -> None:
     """Make ``files`` (data and inode) and ``dirs`` (their entries) durable before returning.
 
-    For many files on Linux, one ``syncfs(2)`` per file system they are on: a single journal
+    For many files and directories on Linux, one ``syncfs(2)`` per file system they are on: a single journal
     commit instead of one flush per fsync, the same guarantee (syncfs writes back every dirty
     inode of the file system and waits; since Linux 5.8 it reports write-back errors).
     Otherwise, or when syncfs fails, every file and directory is fsynced (``fsync_paths``).
     """
-    call = _syncfs_call() if len(files) >= SYNCFS_FILES else False
+    call = _syncfs_call() if len(files) + len(dirs) >= SYNCFS_FILES else False
     if not call:
         fsync_paths(files)
         fsync_paths(dirs)

@@ -53,10 +53,6 @@ def missing_dirs(path: str) -> List[str]:
     return list(reversed(out))
 
 
-def _rel(store: Store, path: str) -> str:
-    return os.path.relpath(path, store.dir)
-
-
 def _tree_dirs(top: str) -> List[str]:
     return [dirpath for dirpath, _dirs, _files in os.walk(top)] + [os.path.dirname(top)]
 
@@ -126,7 +122,7 @@ def _transaction(store: Store, op: str, fixes: List[str], writes: List[FileWrite
                         "before_sha256": sha256_bytes(w.before), "after_sha256": sha256_bytes(w.after),
                         "mode": w.mode_before, "mode_after": w.mode_after,
                         "owner": list(w.owner) if w.owner else None,
-                        "backup": _rel(store, backup) if backup else None})
+                        "backup": "txn/%s/orig/%d" % (txn, n) if backup else None})
     for fix, files in fix_backups.items():
         for root, path, data in files:
             fault("backup")
