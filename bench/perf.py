@@ -50,6 +50,7 @@ def measure(argv: list[str], cwd: Path, env: dict[str, str] | None = None,
             stdin: str | None = None) -> Sample:
     """Wall time and peak RSS of one command; a failure stops the benchmark."""
     full_env = dict(os.environ, **GIT_ENV, **(env or {}))
+    full_env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed patchkit has its bytecode
     fin = open(stdin, "rb") if stdin else subprocess.DEVNULL
     # /usr/bin/time -f %M, not this process's wait4: a child forked from this (large) Python
     # process would report this process's memory as its own peak.
@@ -297,6 +298,11 @@ def main() -> None:
     for tool in ("git", "patch", "quilt", TIME):
         if shutil.which(tool) is None:
             raise SystemExit(f"{tool} is not installed (apt-get install {tool})")
+    # As pip does at install: without it every timed process would compile patchkit's source
+    # (about 0.1 s) where PYTHONDONTWRITEBYTECODE is set.
+    subprocess.run([sys.executable, "-m", "compileall", "-q",
+                    str(Path(__file__).resolve().parent.parent / "patchkit")], check=True,
+                   env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"})
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="patchkit-perf-")).resolve()
     say = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
     try:
