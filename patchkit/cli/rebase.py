@@ -19,7 +19,10 @@ def _print_json(data: object) -> None:
 
 @click.command("rebase")
 @click.argument("fixes", nargs=-1)
-@click.option("--all", "all_fixes", is_flag=True, help="Rebase every fix of the catalog.")
+@click.option("--all", "all_fixes", is_flag=True, help="Rebase every active fix of the catalog "
+              "(a fix named as an argument is rebased whatever its status).")
+@click.option("--include-inactive", is_flag=True, help="With --all, dead and superseded fixes "
+              "too (a fork that has them committed needs them on the new release).")
 @click.option("--onto", metavar="REF", help="The release to rebase onto (0.5.23), or with --repo "
               "a tag or commit of that SGLang clone.")
 @click.option("--repo", metavar="PATH", help="An SGLang git clone to take the upstream from "
@@ -31,13 +34,15 @@ def _print_json(data: object) -> None:
 @click.option("--abort", is_flag=True, help="Stop and put the catalog back as it was.")
 @json_option
 @pass_state
-def rebase(state: State, fixes: tuple[str, ...], all_fixes: bool, onto: str | None,
+def rebase(state: State, fixes: tuple[str, ...], all_fixes: bool, include_inactive: bool,
+           onto: str | None,
            repo: str | None, base: str | None, cont: bool, skip: bool, abort: bool,
            as_json: bool) -> int:
     """Rebase FIXES (or --all) onto a release; classify every patch; stop at a conflict."""
     catalog = state.catalog()
     modes = [m for m, on in (("--continue", cont), ("--skip", skip), ("--abort", abort)) if on]
-    if len(modes) > 1 or (modes and (onto or fixes or all_fixes or repo or base)):
+    if len(modes) > 1 or (modes and (onto or fixes or all_fixes or repo or base
+                                     or include_inactive)):
         raise UsageError(f"{' and '.join(modes)} take no other arguments; pass one of them alone")
     if abort:
         restored = rebase_lib.abort(catalog)
@@ -55,26 +60,28 @@ def rebase(state: State, fixes: tuple[str, ...], all_fixes: bool, onto: str | No
         if not fixes and not all_fixes:
             raise UsageError("name the fixes to rebase, or pass --all")
     if as_json:
-        report = _run(catalog, cont, skip, onto, fixes, repo, base, None)
+        report = _run(catalog, cont, skip, onto, fixes, repo, base, include_inactive, None)
         _print_json(report.to_json())
     else:
         from .. import render
 
         with render.rebase_progress(render.stderr(), enabled=True) as progress:
-            report = _run(catalog, cont, skip, onto, fixes, repo, base, progress)
+            report = _run(catalog, cont, skip, onto, fixes, repo, base, include_inactive,
+                          progress)
         render.render_rebase(render.stdout(), report)
     if not report.done:  # a conflict waits for the user: the conflict exit code (docs/cli.md)
         click.get_current_context().exit(EXIT_CONFLICT)
     return 0
 
 
-def _run(catalog, cont, skip, onto, fixes, repo, base, progress):  # noqa: ANN001, ANN202
+def _run(catalog, cont, skip, onto, fixes, repo, base, include_inactive,  # noqa: ANN001, ANN202
+         progress):
     if cont:
         return rebase_lib.continue_(catalog, progress=progress)
     if skip:
         return rebase_lib.skip(catalog, progress=progress)
     return rebase_lib.start(catalog, onto or "", list(fixes) or None, repo=repo, base=base,
-                            progress=progress)
+                            include_inactive=include_inactive, progress=progress)
 
 
 COMMANDS = [rebase]

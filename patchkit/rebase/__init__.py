@@ -21,6 +21,7 @@ that is not a release nothing is written: the report says what each fix would do
 State in ``<catalog>/.patchkit-rebase/``: ``state.json``::
 
     {"format": 2, "onto": label, "release": "0.5.23"|null, "onto_rev": sha, "base": sha|null,
+     "inactive": bool (dead and superseded fixes too: named, or include_inactive),
      "git_dir": "<upstream repository>", "queue": [names still to do, the stopped fix first],
      "written": [names written], "results": [FixReport as JSON],
      "plan": {name: {"key": sha256 of the fix's catalog files, "report": FixReport,
@@ -49,7 +50,7 @@ from ..errors import UsageError
 from . import _git
 from .classify import PatchReport
 from .run import (MARKERS, STATE_DIR, STATE_FORMAT, FixReport, Progress, RebaseReport, Run,
-                  fix_from_json, skip_reason)
+                  fix_from_json, queue_order, skip_reason)
 
 if TYPE_CHECKING:
     from ..upstream import UpstreamRepo
@@ -92,12 +93,13 @@ def _version(text: str) -> str | None:
 
 
 def _resolve(git_dir: Path, onto: str, fixes: Sequence, base: str | None, *, clone: bool,
-             fetch: "UpstreamRepo | None", progress: Progress | None) -> tuple[str, str | None, str, str | None]:
+             fetch: "UpstreamRepo | None", progress: Progress | None, inactive: bool = False
+             ) -> tuple[str, str | None, str, str | None]:
     """(label, release or None, onto commit, base commit or None); fetches missing releases."""
     release = onto if _version(onto) else (onto[1:] if onto.startswith("v") and _version(onto[1:])
                                            else None)
     # only the bases of fixes that will be rebased: a dead fix's old release is not needed
-    wanted = {f.upstream.base_release for f in fixes if not skip_reason(f, release)} \
+    wanted = {f.upstream.base_release for f in fixes if not skip_reason(f, release, inactive)} \
         if base is None else set()
     missing = [v for v in sorted(wanted | ({release} if release else set()))
                if _git.rev_parse(git_dir, f"v{v}") is None]
@@ -132,14 +134,19 @@ def _resolve(git_dir: Path, onto: str, fixes: Sequence, base: str | None, *, clo
 
 def start(catalog: Catalog, onto: str, names: Sequence[str] | None = None, *,
           upstream: UpstreamRepo | None = None, repo: Path | str | None = None,
-          base: str | None = None, progress: Progress | None = None) -> RebaseReport:
+          base: str | None = None, include_inactive: bool = False,
+          progress: Progress | None = None) -> RebaseReport:
     """Rebase ``names`` (default: every fix) onto ``onto``: a release, or with ``repo`` (an
-    SGLang git clone) any tag or commit there; ``base`` overrides each fix's ``v<base>``."""
+    SGLang git clone) any tag or commit there; ``base`` overrides each fix's ``v<base>``.
+
+    A named fix is rebased whatever its status (a fork may have a dead fix committed); the
+    default, every fix, takes dead and superseded ones only with ``include_inactive``."""
     state_dir = catalog.root / STATE_DIR
     if (state_dir / "state.json").exists():
         raise UsageError(f"a rebase is in progress in {catalog.root}: finish it with "
                          "`patchkit rebase --continue`, `--skip` or `--abort`")
-    fixes = catalog.dependency_order(list(names) if names else catalog.names())
+    inactive = bool(names) or include_inactive
+    fixes = queue_order(catalog, list(names) if names else catalog.names())
     if repo is not None:
         git_dir = Path(repo).expanduser()
         if _git.rev_parse(git_dir, "HEAD") is None and not (git_dir / "HEAD").is_file():
@@ -151,7 +158,8 @@ def start(catalog: Catalog, onto: str, names: Sequence[str] | None = None, *,
     else:
         git_dir, fetch, clone = _managed_git_dir(), None, False
     label, release, onto_rev, base_rev = _resolve(git_dir, onto, fixes, base, clone=clone,
-                                                  fetch=fetch, progress=progress)
+                                                  fetch=fetch, progress=progress,
+                                                  inactive=inactive)
     state_dir.mkdir(exist_ok=True)
     (state_dir / ".gitignore").write_text("*\n", encoding="utf-8")
     (state_dir / "written").unlink(missing_ok=True)
@@ -161,7 +169,7 @@ def start(catalog: Catalog, onto: str, names: Sequence[str] | None = None, *,
     shutil.copytree(catalog.patches_dir, backup / "patches")
     state = {"format": STATE_FORMAT, "onto": label, "release": release, "onto_rev": onto_rev,
              "base": base_rev, "git_dir": str(git_dir), "queue": [f.name for f in fixes],
-             "written": [], "results": [], "plan": {}, "stopped": None}
+             "written": [], "results": [], "plan": {}, "stopped": None, "inactive": inactive}
     run = Run(catalog, state, progress)
     run.plan()
     return run.run()

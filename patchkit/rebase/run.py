@@ -22,7 +22,7 @@ from typing import Any
 from .. import manifest, series
 from ..catalog import Catalog
 from ..engine import hunks
-from ..errors import ConflictError, UsageError
+from ..errors import ConflictError, PatchkitError, UsageError
 from ..model import Fix
 from . import _git
 from .classify import (CLEAN, PatchReport, Series, Tree, apply_all, changes, classify,
@@ -78,11 +78,23 @@ class _Skip(Exception):
     pass
 
 
-def skip_reason(fix: Fix, release: str | None) -> str:
-    if fix.status in ("dead", "superseded"):
-        return f"{fix.status}: not rebased"
-    if fix.revert is not None:
-        return "a revert fix: its change is computed from the fork's commit at apply time"
+def reverted(fix: Fix) -> list[str]:
+    """The fix a revert fix removes (``[revert] fix``), as a list: its series is under the
+    revert's on both sides of a rebase, like a dependency's."""
+    return [fix.revert.fix] if fix.revert is not None and fix.revert.fix else []
+
+
+def skip_reason(fix: Fix, release: str | None, inactive: bool = False) -> str:
+    """Why ``fix`` is not rebased, or "". ``inactive``: dead and superseded fixes too (the
+    user named them, or passed --include-inactive): a fork may have them committed."""
+    if fix.status in ("dead", "superseded") and not inactive:
+        return (f"{fix.status}: not rebased (name it, or pass --include-inactive, to rebase "
+                "it anyway)")
+    if fix.revert is not None and not fix.revert.fix:
+        return ("a revert of a commit named by id: its change is computed from the fork's "
+                "commit at apply time")
+    if not fix.patches:
+        return "no patch series to rebase"
     if not fix.upstream.releases:
         return "no release precondition: the series is not tied to SGLang releases"
     if any(p.root != fix.upstream.root for p in fix.patches):
@@ -92,6 +104,28 @@ def skip_reason(fix: Fix, release: str | None) -> str:
     if release is not None and release in fix.upstream.releases:
         return f"already known to apply to {release}"
     return ""
+
+
+def queue_order(catalog: Catalog, names: Sequence[str]) -> list[Fix]:
+    """The named fixes in dependency order, each revert fix after the fix it reverts (the
+    revert is rebased against that fix's new version)."""
+    fixes = catalog.dependency_order(names)
+    selected = {f.name: f for f in fixes}
+    order: list[Fix] = []
+    seen: set[str] = set()
+
+    def visit(fix: Fix) -> None:
+        if fix.name in seen:
+            return
+        seen.add(fix.name)
+        for dep in [*fix.depends_on, *reverted(fix)]:
+            if dep in selected:
+                visit(selected[dep])
+        order.append(fix)
+
+    for fix in fixes:
+        visit(fix)
+    return order
 
 
 def _read_series(fix: Fix, patch_dir: Path) -> Series:
@@ -120,6 +154,11 @@ class Run:
     @property
     def release(self) -> str | None:
         return self.state["release"]
+
+    @property
+    def inactive(self) -> bool:
+        """Dead and superseded fixes are rebased too (named, or --include-inactive)."""
+        return bool(self.state.get("inactive"))
 
     # -- state on disk
     def save(self) -> None:
@@ -162,27 +201,73 @@ class Run:
     def base_rev(self, fix: Fix) -> str:
         return self.state.get("base") or f"v{fix.upstream.base_release}"
 
+    def deps(self, fix: Fix) -> list[Fix]:
+        """The fixes under this one on both sides, dependencies first: its dependencies and,
+        for a revert fix, the fix it reverts (with that fix's dependencies)."""
+        return self.catalog.dependency_order([*fix.depends_on, *reverted(fix)], with_deps=True)
+
+    def dep_series(self, name: str, release: str | None, *, old: bool, under: str = "this fix"
+                   ) -> tuple[Series, str]:
+        """The series of ``name`` to put under a fix on a tree of ``release``, and which
+        version it is: the version based on (or known to apply to) that release. The old
+        side starts from the catalog as it was at the start of the run, the new side from
+        the plan's result or the catalog now; a version of another base comes from the
+        catalog's git history (the dependency was rebased in an earlier run)."""
+        if not old and name in self.virtual:
+            return self.virtual[name], f"as rebased onto {self.onto}"
+        fix = self.old_fix(name) if old else self.catalog.get(name)
+        if release is None or release == fix.upstream.base_release \
+                or release in fix.upstream.releases:
+            return _read_series(fix, fix.patch_dir), f"v{fix.version}"
+        matching = sorted({e.version for e in fix.changelog
+                           if e.base_release == release and e.version != fix.version})
+        if matching:
+            from .versions import series_of_version  # GitPython: only for an older version
+
+            try:
+                texts = series_of_version(self.catalog, name, matching[-1])
+            except PatchkitError as exc:
+                raise _Skip(f"dependency {name}: its version {matching[-1]} (based on "
+                            f"{release}) cannot be read: {exc}") from None
+            return list(texts.items()), f"v{matching[-1]}, from the catalog's history"
+        if not old:  # tried as it is: it may still apply (the caller says so if not)
+            return _read_series(fix, fix.patch_dir), f"v{fix.version}"
+        known = ", ".join(f"v{e.version} on {e.base_release or '?'}" for e in fix.changelog) \
+            or f"v{fix.version} on {fix.upstream.base_release}"
+        raise _Skip(f"dependency {name} has no version based on {release}, the base of "
+                    f"{under} (its versions: {known}), so {under}'s old side cannot be built: "
+                    f"rebase {under} together with {name} from a catalog commit where {name} "
+                    f"is still on {release}, or write {under} again on {self.onto}")
+
     def base_tree(self, fix: Fix) -> Tree:
-        """The old base with the original series of the dependencies applied."""
+        """The old base with the dependencies' versions of that base applied."""
         tree = Tree(self.blobs, self.base_rev(fix))
-        for dep in self.catalog.dependency_order(fix.depends_on, with_deps=True):
-            old = self.old_fix(dep.name)
-            for _file, chs in changes(old, _read_series(old, old.patch_dir), old.patch_dir):
-                apply_all(tree, chs)
+        base = fix.upstream.base_release
+        for dep in self.deps(fix):
+            texts, which = self.dep_series(dep.name, base, old=True, under=fix.name)
+            for file, chs in changes(dep, texts, dep.patch_dir):
+                try:
+                    apply_all(tree, chs)
+                except ConflictError:
+                    raise _Skip(f"dependency {dep.name} ({which}, {file}) does not apply to "
+                                f"{base}, the base of this fix: its series there is not the "
+                                "one this fix was written on") from None
         return tree
 
     def onto_tree(self, fix: Fix) -> Tree:
         """The new upstream with the dependencies' series applied, as the catalog will hold
         them when this fix is reached (the plan's expectation while planning)."""
         tree = Tree(self.blobs, self.state["onto_rev"])
-        for dep in self.catalog.dependency_order(fix.depends_on, with_deps=True):
-            texts = self.virtual.get(dep.name) or _read_series(dep, dep.patch_dir)
+        for dep in self.deps(fix):
+            texts, which = self.dep_series(dep.name, self.release, old=False)
             for file, chs in changes(dep, texts, dep.patch_dir):
                 try:
                     apply_all(tree, chs)
                 except ConflictError:
-                    raise _Skip(f"dependency {dep.name} ({file}) does not apply to "
-                                f"{self.onto}; rebase it first") from None
+                    hint = f" (a {dep.status} fix is rebased only when named or with " \
+                        "--include-inactive)" if dep.status in ("dead", "superseded") else ""
+                    raise _Skip(f"dependency {dep.name} ({which}, {file}) does not apply to "
+                                f"{self.onto}; rebase it first{hint}") from None
         return tree
 
     # -- upstream commits holding a fix (patch-id)
@@ -236,12 +321,13 @@ class Run:
             ) -> tuple[FixReport, dict[str, str], dict[str, Any] | None]:
         fix = self.catalog.get(name)
         onto, base = self.onto, fix.upstream.base_release
-        why = skip_reason(fix, self.release)
+        why = skip_reason(fix, self.release, self.inactive)
         if why:
             return FixReport(name, base, onto, "skipped", why, (), fix.version, fix.version), {}, None
         try:
             new_tree = self.onto_tree(fix)
-        except _Skip as exc:
+            old_tree = self.base_tree(fix)
+        except _Skip as exc:  # a dependency missing on one side: nothing written for this fix
             return (FixReport(name, base, onto, "skipped", str(exc), (), fix.version,
                               fix.version), {}, None)
         stopped = self.state.get("stopped") or {}
@@ -255,11 +341,18 @@ class Run:
         old = self.old_fix(name)
         old_texts = _read_series(old, old.patch_dir)
         whole, per_patch = self.upstream_commits(fix, old_texts)
-        old_tree = self.base_tree(fix)
         for index, (file, chs) in enumerate(changes(old, old_texts, old.patch_dir)):
             pre_new = {c.path: new_tree.get(c.path) for c in chs}
             pre_old = {c.path: old_tree.get(c.path) for c in chs}
-            apply_all(old_tree, chs)  # the original series always applies to its base
+            try:
+                apply_all(old_tree, chs)  # the series applies to the base it was written on
+            except ConflictError as exc:
+                under = ", ".join(d.name for d in self.deps(fix))
+                return (FixReport(name, base, onto, "skipped", f"{file} does not apply to its "
+                                  f"base {base}" + (f" with {under} under it" if under else "")
+                                  + f" ({str(exc).split(';')[0]}): check base_release in "
+                                  f"{fix.manifest_path.name}", (), fix.version, fix.version),
+                        {}, None)
             if index < start:
                 continue
             self.progress(f"{name}: {file}", len(self.state["results"]), -1)
@@ -338,7 +431,7 @@ class Run:
         olds = []
         for name in queue:
             old = self.old_fix(name)
-            if not skip_reason(old, self.release):
+            if not skip_reason(old, self.release, self.inactive):
                 olds.append((old, _read_series(old, old.patch_dir)))
                 self.all_paths += [c.path for _f, cs in changes(old, olds[-1][1], old.patch_dir)
                                    for c in cs]
@@ -366,8 +459,7 @@ class Run:
             entry = self.state["plan"].get(later)
             if entry is None:
                 continue
-            deps = {d.name for d in self.catalog.dependency_order(
-                self.catalog.get(later).depends_on, with_deps=True)}
+            deps = {d.name for d in self.deps(self.catalog.get(later))}
             touched = {p for r in fix_from_json(entry["report"]).patches for p in r.paths}
             if name in deps or touched & set(paths) or not touched:
                 self.state["plan"].pop(later)
