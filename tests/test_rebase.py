@@ -404,3 +404,148 @@ def test_onto_a_commit_that_is_not_a_release_reports_and_writes_nothing(world) -
     assert _snapshot(cat) == before and not rebase.in_progress(cat)
     with pytest.raises(UsageError, match="no such commit"):
         rebase.start(cat, "main", ["shift"], repo=up.path, base="nope")
+
+
+# -- dependencies rebased in an earlier run, dead fixes, revert fixes ------------------------
+
+
+def _set(cat: Path, name: str, old: str, new: str) -> None:
+    path = cat / "manifests" / f"{name}.toml"
+    text = path.read_text()
+    assert old in text, (name, old)
+    path.write_text(text.replace(old, new, 1))
+
+
+def _checked_out(up: UpstreamRepo, tag: str, dest: Path) -> Path:
+    _git(dest.parent, "clone", "-q", "--branch", tag, str(up.path), str(dest))
+    return dest
+
+
+def test_a_dependency_rebased_in_an_earlier_run_then_its_dependent(world) -> None:
+    """Run 1 rebases "merge" (its v2 does not apply to 0.1.0); run 2 rebases "child", which
+    depends on it: the old side takes merge's v1 (based on 0.1.0) from the catalog's history,
+    the new side merge's v2."""
+    cat, up = world
+    base = "".join(BODY)
+    _fix(cat.root, "child", "python/sglang/merge.py", base.replace("line 10\n", "line 10 fixed\n"),
+         base.replace("line 10\n", "line 10 fixed twice\n"))
+    _set(cat.root, "child", "depends_on = []", 'depends_on = ["merge"]')
+    _git(cat.root, "add", "-A")
+    _git(cat.root, "commit", "-qm", "child")
+    report = rebase.start(Catalog(cat.root), "0.2.0", ["merge"], upstream=up)
+    assert [(f.name, f.outcome) for f in report.fixes] == [("merge", "rebased")]
+    _git(cat.root, "commit", "-qam", "merge onto 0.2.0")
+    merge_v2 = (cat.patches_dir / "merge" / "0001-merge.patch").read_text()
+    assert " line 8 upstream\n" in merge_v2  # context of 0.2.0: does not apply to 0.1.0
+
+    cat = Catalog(cat.root)
+    report = rebase.start(cat, "0.2.0", ["child"], upstream=up)
+    assert report.done and [(f.name, f.outcome) for f in report.fixes] == [("child", "rebased")]
+    assert report.fixes[0].patches[0].classification == "merged"
+    child = Catalog(cat.root).get("child")
+    assert (child.version, child.upstream.base_release) == (2, "0.2.0")
+    tree = _checked_out(up, "v0.2.0", cat.root.parent / "check")
+    for name in ("merge", "child"):
+        _git(tree, "apply", str(cat.patches_dir / name / f"0001-{name}.patch"))
+    text = (tree / "python/sglang/merge.py").read_text()
+    assert "line 8 upstream\n" in text and "line 10 fixed twice\n" in text
+
+
+def test_a_dependency_without_a_version_on_the_fix_base_stops_that_fix(world) -> None:
+    """"late" was written on 0.2.0 only; "child" (on 0.1.0) depends on it: no version of
+    late to build child's old side with. The fix is not rebased, the message says why and
+    what to do, and the catalog is unchanged."""
+    cat, up = world
+    base = "".join(BODY)
+    _fix(cat.root, "late", "python/sglang/same.py", base, base.replace("line 5\n", "line 5 late\n"))
+    path = cat.root / "manifests" / "late.toml"
+    path.write_text(path.read_text().replace('"0.1.0"', '"0.2.0"'))
+    _fix(cat.root, "child", "python/sglang/shift.py", base, base.replace("line 20\n", "line 2O\n"))
+    _set(cat.root, "child", "depends_on = []", 'depends_on = ["late"]')
+    cat = Catalog(cat.root)
+    assert cat.get("late").upstream.base_release == "0.2.0"
+    before = _snapshot(cat)
+    report = rebase.start(cat, "0.2.0", ["child"], upstream=up)
+    assert report.done
+    (child,) = report.fixes
+    assert child.outcome == "skipped"
+    assert "dependency late has no version based on 0.1.0" in child.detail
+    assert "v1 on 0.2.0" in child.detail and "rebase child together with late" in child.detail
+    assert _snapshot(cat) == before and not rebase.in_progress(cat)
+
+
+def test_a_dead_fix_is_rebased_when_named_or_with_include_inactive(world, monkeypatch) -> None:
+    cat, up = world
+    _set(cat.root, "shift", 'status = "active"', 'status = "dead"')
+    cat = Catalog(cat.root)
+    monkeypatch.setenv("PATCHKIT_UPSTREAM", str(up.path))
+    runner = CliRunner()
+    res = runner.invoke(cli, ["--catalog", str(cat.root), "rebase", "--all", "--onto", "0.2.0",
+                              "--json"])
+    assert res.exit_code == 3  # anchor stops first; shift is planned skipped as dead
+    plan = json.loads((cat.root / rebase.STATE_DIR / "state.json").read_text())["plan"]
+    assert plan["shift"]["report"]["outcome"] == "skipped"
+    assert "--include-inactive" in plan["shift"]["report"]["detail"]
+    assert runner.invoke(cli, ["--catalog", str(cat.root), "rebase", "--abort"]).exit_code == 0
+
+    report = rebase.start(cat, "0.2.0", ["shift"], upstream=up)
+    assert [(f.name, f.outcome) for f in report.fixes] == [("shift", "rebased")]
+    shift = Catalog(cat.root).get("shift")
+    assert (shift.status, shift.version, shift.upstream.base_release) == ("dead", 2, "0.2.0")
+    _git(cat.root, "checkout", "-q", "--", "manifests", "patches")
+
+    res = runner.invoke(cli, ["--catalog", str(cat.root), "rebase", "--all", "--include-inactive",
+                              "--onto", "0.2.0", "--json"])
+    assert res.exit_code == 3
+    plan = json.loads((cat.root / rebase.STATE_DIR / "state.json").read_text())["plan"]
+    assert plan["shift"]["report"]["outcome"] == "rebased"
+
+
+def test_a_revert_fix_is_rebased_against_the_reverted_fix(world) -> None:
+    """"unmerge" ([revert] fix = "merge") removes merge's change. Old side: 0.1.0 + merge v1;
+    new side: 0.2.0 + merge's rebased v2. Named first, it is still taken after merge; its new
+    series undoes merge v2 exactly on 0.2.0."""
+    cat, up = world
+    base = "".join(BODY)
+    _fix(cat.root, "unmerge", "python/sglang/merge.py",
+         base.replace("line 10\n", "line 10 fixed\n"), base)
+    _set(cat.root, "unmerge", "[[patches]]", '[revert]\nfix = "merge"\n\n[[patches]]')
+    cat = Catalog(cat.root)
+    assert cat.get("unmerge").revert.fix == "merge"
+    report = rebase.start(cat, "0.2.0", ["unmerge", "merge"], upstream=up)
+    assert report.done
+    assert [(f.name, f.outcome) for f in report.fixes] == [("merge", "rebased"),
+                                                            ("unmerge", "rebased")]
+    assert report.fixes[1].patches[0].classification == "merged"
+    unmerge = Catalog(cat.root).get("unmerge")
+    assert (unmerge.version, unmerge.upstream.base_release) == (2, "0.2.0")
+    assert unmerge.revert.fix == "merge"
+    tree = _checked_out(up, "v0.2.0", cat.root.parent / "check")
+    release = (tree / "python/sglang/merge.py").read_text()
+    _git(tree, "apply", str(cat.patches_dir / "merge" / "0001-merge.patch"))
+    assert "line 10 fixed\n" in (tree / "python/sglang/merge.py").read_text()
+    _git(tree, "apply", str(cat.patches_dir / "unmerge" / "0001-unmerge.patch"))
+    assert (tree / "python/sglang/merge.py").read_text() == release
+
+
+def test_a_revert_fix_in_a_later_run_takes_the_reverted_fix_from_the_history(world) -> None:
+    cat, up = world
+    base = "".join(BODY)
+    _fix(cat.root, "unmerge", "python/sglang/merge.py",
+         base.replace("line 10\n", "line 10 fixed\n"), base)
+    _set(cat.root, "unmerge", "[[patches]]", '[revert]\nfix = "merge"\n\n[[patches]]')
+    _set(cat.root, "merge", 'status = "active"', 'status = "dead"')
+    _git(cat.root, "add", "-A")
+    _git(cat.root, "commit", "-qm", "unmerge")
+    cat = Catalog(cat.root)
+    # --all without the dead fix: the revert has nothing to stand on at 0.2.0
+    report = rebase.start(cat, "0.2.0", ["unmerge"], upstream=up)
+    (only,) = report.fixes
+    assert only.outcome == "skipped" and "dependency merge" in only.detail
+    assert "--include-inactive" in only.detail
+    report = rebase.start(cat, "0.2.0", ["merge"], upstream=up)
+    assert [(f.name, f.outcome) for f in report.fixes] == [("merge", "rebased")]
+    _git(cat.root, "commit", "-qam", "merge onto 0.2.0")
+    report = rebase.start(Catalog(cat.root), "0.2.0", ["unmerge"], upstream=up)
+    assert [(f.name, f.outcome) for f in report.fixes] == [("unmerge", "rebased")]
+    assert " line 8 upstream\n" in (cat.patches_dir / "unmerge" / "0001-unmerge.patch").read_text()
