@@ -13,7 +13,7 @@ from typing import Any, Iterable
 from .catalog import Catalog
 from .errors import ManifestError, UsageError
 from .model import Fix
-from .series import parse_series
+from .series import parse_series, split_lines
 
 REQUEST_FORMAT = 1
 OPS = ("apply", "rollback", "status", "verify")
@@ -181,12 +181,23 @@ def _check(check: Any, fix: Fix, catalog: Catalog | None) -> dict[str, Any]:
 
 def _reversed(rec: dict[str, Any]) -> dict[str, Any]:
     """A FILE record undone: sides swapped, creations become deletions."""
-    flip = {"+": "-", "-": "+", " ": " "}
     op = {"create": "delete", "delete": "create"}.get(rec["op"], rec["op"])
-    hunks = [{"old_start": h["new_start"], "old_count": h["new_count"],
-              "new_start": h["old_start"], "new_count": h["old_count"],
-              "lines": [[flip[k], t] for k, t in h["lines"]]} for h in rec["hunks"]]
+    hunks = [dict(_flipped(h), old_start=h["new_start"], old_count=h["new_count"],
+                  new_start=h["old_start"], new_count=h["old_count"]) for h in rec["hunks"]]
     return dict(rec, op=op, hunks=hunks)
+
+
+_FLIP = {"+": "-", "-": "+", " ": " "}
+
+
+def _flipped(hunk: dict[str, Any]) -> dict[str, Any]:
+    """The hunk's lines with "+" and "-" swapped, in whichever form it carries them (a
+    ``body``'s "\\ No newline" marker lines stay as they are)."""
+    if "body" in hunk:
+        body = "".join(_FLIP.get(line[0], line[0]) + line[1:]
+                       for line in split_lines(hunk["body"]))
+        return {"body": body}
+    return {"lines": [[_FLIP[k], t] for k, t in hunk["lines"]]}
 
 
 def _scripts(fix: Fix) -> dict[str, str]:

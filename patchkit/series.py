@@ -88,7 +88,9 @@ def parse_patch(path: Path | str, root: str, data: bytes | None = None) -> list[
 
 
 def parse_series(patches: Sequence[tuple[Path, str, bytes]]) -> tuple[list[str], list[dict[str, Any]]]:
-    """The sha256 of each patch and the FILE records of the whole series, in order.
+    """The sha256 of each patch and the FILE records of the whole series, in order, each
+    hunk in the compact ``body`` form (:func:`compact_hunk`; :func:`parse_patch` keeps
+    ``lines``, which authoring and rebasing read).
 
     ``patches`` are ``(path, root, bytes)``. One cache entry per series, keyed by the hashes
     of all its patches in order, so a repeat run of a 2000-patch series reads one file, not
@@ -133,10 +135,24 @@ def _loads(blob: bytes) -> Any:
 
 
 def _parse_fresh(path: Path, data: bytes, key: str) -> list[dict[str, Any]]:
-    """One patch's records, from this process's cache or parsed (the series entry is what
-    goes to disk)."""
+    """One patch's records in the request's compact form (each hunk's lines as one ``body``
+    string), from this process's cache or parsed (the series entry is what goes to disk)."""
     blob = _cache.get(key)
-    return marshal.loads(blob) if blob is not None else _parse(path, data)
+    records = marshal.loads(blob) if blob is not None else _parse(path, data)
+    for record in records:
+        record["hunks"] = [compact_hunk(h) for h in record["hunks"]]
+    return records
+
+
+def compact_hunk(hunk: dict[str, Any]) -> dict[str, Any]:
+    """A hunk record with ``body`` (one string) in place of ``lines`` (docs/design.md, FILE):
+    a cached series of thousands of hunks loads as a few thousand strings instead of millions
+    of small lists, and the engine splits a body only when it uses that hunk."""
+    if "lines" not in hunk:
+        return hunk
+    out = {k: v for k, v in hunk.items() if k != "lines"}
+    out["body"] = _hunks.hunk_body(hunk["lines"])
+    return out
 
 
 def _cache_file(key: str) -> Path:

@@ -60,10 +60,23 @@ def test_json_apply_status_rollback_without_git_features_import_no_git_rich_or_t
     assert git(env.sglang, "status", "--porcelain") == ""
 
 
-def test_human_output_still_draws_with_rich(env: Env) -> None:
+def test_piped_human_output_is_plain_text_without_rich(env: Env,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
     code, out, heavy = run_counting_imports(env, "apply", INDEX_K, "--target", str(env.sglang))
     assert code == 0
-    assert f"applied {INDEX_K} v2" in out
+    assert f"applied {INDEX_K} v2" in out and "\x1b[" not in out
+    assert heavy == []  # stdout is a pipe: the same words, no rich (as git does)
+    code, out, heavy = run_counting_imports(env, "rollback", INDEX_K, "--target", str(env.sglang))
+    assert code == 0 and f"rolled-back {INDEX_K}" in out and heavy == []
+
+
+def test_human_output_draws_with_rich_when_color_is_forced(env: Env,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    code, out, heavy = run_counting_imports(env, "apply", INDEX_K, "--target", str(env.sglang))
+    assert code == 0
+    assert f"{INDEX_K} v2" in out and "\x1b[" in out
     assert "rich" in heavy and "git" not in heavy
 
 
@@ -107,9 +120,9 @@ def test_a_series_is_one_cache_entry_read_back_as_fresh_copies(
     monkeypatch.setattr(series, "_parse", lambda *a: pytest.fail("parsed despite the cache"))
     again = series.parse_series([(p, "other", d) for p, _r, d in patches])[1]
     assert [f["root"] for f in again] == ["other"] * 5
-    again[0]["hunks"][0]["lines"].clear()
+    again[0]["hunks"][0]["body"] = ""
     third = series.parse_series(patches)[1]
-    assert third[0]["hunks"][0]["lines"] == [["-", "old\n"], ["+", "new 0\n"]]
+    assert third[0]["hunks"][0]["body"] == "-old\n+new 0\n"
 
 
 def test_a_changed_or_reordered_patch_is_never_served_from_the_cache(
@@ -119,7 +132,7 @@ def test_a_changed_or_reordered_patch_is_never_served_from_the_cache(
     monkeypatch.setattr(series, "_cache", {})
     changed = write_series(tmp_path, 3, new="changed")
     files = series.parse_series(changed)[1]
-    assert [f["hunks"][0]["lines"][1] for f in files] == [["+", f"changed {i}\n"] for i in range(3)]
+    assert [f["hunks"][0]["body"] for f in files] == [f"-old\n+changed {i}\n" for i in range(3)]
     swapped = series.parse_series([changed[2], changed[0]])[1]
     assert [f["path"] for f in swapped] == ["f2.txt", "f0.txt"]
 

@@ -11,7 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from patchkit.errors import PatchFormatError
-from patchkit.series import diff_files, parse_patch
+from patchkit.engine.hunks import body_lines
+from patchkit.plan import _reversed
+from patchkit.series import diff_files, parse_patch, parse_series
 
 SAMPLES = Path(__file__).parent / "samples" / "catalog" / "patches"
 
@@ -96,6 +98,38 @@ def test_git_diff_with_every_kind_of_change(repo: Path, tmp_path: Path) -> None:
     assert records["with space.txt"]["hunks"][0]["lines"] == [["-", "sp\n"], ["+", "sp2\n"]]
     assert records["crlf.txt"]["mode"] is None
     assert records["caf\u00e9.py"]["op"] == "create"
+
+
+def test_the_request_series_carries_each_hunk_as_a_body_of_the_same_lines(
+        repo: Path, tmp_path: Path) -> None:
+    """parse_series (what plan sends) gives ``body``; read back it is parse_patch's ``lines``,
+    for CRLF, a missing final newline on either side, and bytes that are not UTF-8; the
+    reversed record of a revert reads back as the lines reversed."""
+    (repo / "crlf.txt").write_bytes(b"a\r\nb\r\nc\r\n")
+    (repo / "nonl.txt").write_bytes(b"x\ny\nz")
+    (repo / "lost.txt").write_bytes(b"k\nl\n")
+    (repo / "latin.txt").write_bytes(b"caf\xe9\nok\n")
+    commit_all(repo)
+    (repo / "crlf.txt").write_bytes(b"a\r\nB\r\nc\r\n")
+    (repo / "nonl.txt").write_bytes(b"x\nY\nz\n")
+    (repo / "lost.txt").write_bytes(b"k\nL")
+    (repo / "latin.txt").write_bytes(b"caf\xe9\nOK\xff\n")
+    patch = staged_diff(repo, tmp_path)
+    by_lines = parse_patch(patch, "sglang")
+    _digests, by_body = parse_series([(patch, "sglang", patch.read_bytes())])
+    assert [r["path"] for r in by_body] == [r["path"] for r in by_lines]
+    flip = {"+": "-", "-": "+", " ": " "}
+    for compact, full in zip(by_body, by_lines):
+        assert all("lines" not in h and isinstance(h["body"], str) for h in compact["hunks"])
+        assert [body_lines(h["body"]) for h in compact["hunks"]] == \
+            [tuple(map(tuple, h["lines"])) for h in full["hunks"]]
+        undone = _reversed(compact)["hunks"]
+        assert [body_lines(h["body"]) for h in undone] == \
+            [tuple((flip[k], t) for k, t in h["lines"]) for h in full["hunks"]]
+        assert [(h["old_start"], h["old_count"]) for h in undone] == \
+            [(h["new_start"], h["new_count"]) for h in full["hunks"]]
+    nonl = {r["path"]: r for r in by_body}["nonl.txt"]["hunks"][0]["body"]
+    assert nonl == " x\n-y\n-z\n\\ No newline at end of file\n+Y\n+z\n"
 
 
 def test_format_patch_mail_with_signature_and_no_newline() -> None:

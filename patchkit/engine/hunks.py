@@ -68,6 +68,9 @@ class Hunk:
     new_start: int
     new_count: int
     lines: Tuple[Tuple[str, str], ...]
+    # The request's ``body`` when it came as one (it is the patch text of these lines, which
+    # the result's diff shows as they are); None for ``lines``.
+    body: Optional[str] = field(default=None, compare=False, repr=False)
 
     # Computed once per hunk (placement reads them several times); callers never mutate them.
     @cached_property
@@ -152,19 +155,61 @@ def parse_mode(value: Any) -> Optional[int]:
         raise UsageError("file mode %r is not an octal number such as 100644" % (value,)) from None
 
 
+_MARKER = "\\ No newline at end of file\n"
+
+
+def hunk_body(lines: Any) -> str:
+    """The compact ``body`` of a hunk (docs/design.md, FILE): its lines in the patch's own
+    notation, a tag then the text, and after a text without a final "\\n" a newline and the
+    "\\ No newline at end of file" marker. :func:`body_lines` reads it back exactly."""
+    out = []
+    for kind, text in lines:
+        out.append(kind + text)
+        if not text.endswith("\n"):
+            out.append("\n" + _MARKER)
+    return "".join(out)
+
+
+def body_lines(body: str) -> Tuple[Tuple[str, str], ...]:
+    """The ``(kind, text)`` lines of a hunk ``body``: split on "\\n" only; a line starting
+    with "\\" is a marker that takes the "\\n" off the text before it."""
+    if "\n\\" not in body and not body.startswith("\\"):  # no marker: one split, one slice
+        parts = body.split("\n")
+        last = parts.pop()
+        lines = [(p[:1], p[1:] + "\n") for p in parts]
+        if last:
+            lines.append((last[:1], last[1:]))
+        return tuple(lines)
+    out: List[Tuple[str, str]] = []
+    for line in split_lines(body):
+        if line[0] == "\\":
+            if not out or not out[-1][1].endswith("\n"):
+                raise ValueError("a '\\ No newline' marker follows no line ending in a newline")
+            out[-1] = (out[-1][0], out[-1][1][:-1])
+        else:
+            out.append((line[0], line[1:]))
+    return tuple(out)
+
+
 def _hunk(data: Any, index: int, fix: str, patch: str, where: str) -> Hunk:
     # A release's worth of hunks has ~10^5 lines: the checks run as C-level map/set passes.
     try:
-        raw = data["lines"]
-        lines = tuple(map(tuple, raw))
-        if set(map(len, lines)) - {2}:
-            raise ValueError("a line is not a [kind, text] pair")
-        if set(map(type, map(_text, lines))) - {str}:
-            lines = tuple((str(k), str(t)) for k, t in lines)
+        body = data.get("body")
+        if body is not None:
+            if not isinstance(body, str):
+                raise TypeError("body is not a string")
+            lines = body_lines(body)
+        else:
+            lines = tuple(map(tuple, data["lines"]))
+            if set(map(len, lines)) - {2}:
+                raise ValueError("a line is not a [kind, text] pair")
+            if set(map(type, map(_text, lines))) - {str}:
+                lines = tuple((str(k), str(t)) for k, t in lines)
         hunk = Hunk(index, int(data["old_start"]), int(data["old_count"]),
-                    int(data["new_start"]), int(data["new_count"]), lines)  # type: ignore[arg-type]
+                    int(data["new_start"]), int(data["new_count"]), lines,  # type: ignore[arg-type]
+                    body)
         kinds = Counter(map(_kind, lines))
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise PatchFormatError("fix %s, %s: hunk #%d of %s for %s is malformed (%s)"
                                % (fix, patch, index, patch, where, exc),
                                fix=fix, patch=patch, hunk=index) from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Tuple
@@ -90,6 +91,18 @@ def parse_fix(data: Any, lazy: bool = False) -> FixSpec:
 
 
 def parse_request(data: Any) -> Request:
+    """The request checked and built, without the cyclic GC: a release's worth of hunks is
+    ~10^5 small tuples (no cycles), and collections while building them cost a third more."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _parse_request(data)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _parse_request(data: Any) -> Request:
     if not isinstance(data, dict):
         raise UsageError("the engine request must be a JSON object")
     if data.get("format") != FORMAT:

@@ -146,8 +146,12 @@ def placed_diff(path: str, hunks: Sequence[Hunk], lines: Sequence[int]) -> str:
         old0 = line - 1 if hunk.old_count else line  # 0-based index of the first old line
         out.append("@@ -%s +%s @@\n" % (_range(old0, hunk.old_count),
                                         _range(old0 + delta, hunk.new_count)))
-        out.extend([kind + text if text[-1:] == "\n" else _line(kind, text)
-                    for kind, text in hunk.lines])
+        body = hunk.body
+        if body is not None and body[-1:] == "\n" and "\n\\" not in body:
+            out.append(body)  # no marker, every text ends in "\n": the body is this text
+        else:
+            out.extend([kind + text if text[-1:] == "\n" else _line(kind, text)
+                        for kind, text in hunk.lines])
         delta += hunk.new_count - hunk.old_count
     return "".join(out)
 
