@@ -1,7 +1,9 @@
 """Human-readable output (rich only here). The CLI passes results in; nothing is computed here.
 
 rich is imported by the functions that draw with it, not by this module: ``--json`` output
-and a run whose stderr is not a terminal (no spinner to show) never load it.
+and a run whose stderr is not a terminal (no spinner to show) never load it. An operation's
+result (and an error) written where stdout (stderr) is not a terminal is plain text, the same
+words without styling or folding, and does not load rich either (``PlainConsole``).
 
 A result with many files is summarized per fix (files, lines added and removed); per-file
 rows come with ``verbose`` or when a fix touches few files. Diffs are shown when asked for or
@@ -13,8 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
-from typing import TYPE_CHECKING, Any, ContextManager, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, ContextManager, Iterable, List, Mapping, Tuple
 
 from .errors import PatchkitError
 from .results import CheckResult, FileChange, FixOutcome, OpResult
@@ -74,17 +77,51 @@ def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
 
 
-def _check_line(c: CheckResult) -> Text:
+#: A line of output as (text, rich style) segments: drawn by rich on a terminal, written as
+#: the same words without styling elsewhere (what git does when piped).
+Segments = List[Tuple[str, str]]
+
+
+def plain_output(stream: Any = None) -> bool:
+    """Whether output to ``stream`` (stdout) goes out as plain text, without loading rich:
+    not a terminal, unless FORCE_COLOR asks for rich's styling anyway."""
+    stream = sys.stdout if stream is None else stream
+    isatty = getattr(stream, "isatty", None)
+    return not (isatty is not None and isatty()) and not os.environ.get("FORCE_COLOR")
+
+
+class PlainConsole:
+    """The part of rich's Console the result renderers use, writing plain text (no rich
+    import: half the time of a small apply went to loading rich and drawing with it)."""
+
+    is_terminal = False
+
+    def __init__(self, file: Any = None) -> None:
+        self.file = sys.stdout if file is None else file
+
+    def line(self, segments: Segments) -> None:
+        self.file.write("".join(text for text, _style in segments) + "\n")
+
+
+def _emit(console: Any, segments: Segments, soft_wrap: bool = False) -> None:
+    """One line of segments to a rich Console (styled) or a PlainConsole."""
+    if isinstance(console, PlainConsole):
+        console.line(segments)
+        return
     from rich.text import Text
 
+    console.print(Text.assemble(*segments), soft_wrap=soft_wrap)
+
+
+def _check_line(c: CheckResult) -> Segments:
     mark = ("✓ ", "green") if c.ok else ("✗ ", "bold red")
     label = c.name or c.kind
-    text = Text.assemble(mark, (label, "" if c.ok else "bold"))
+    out: Segments = [mark, (label, "" if c.ok else "bold")]
     if c.detail:
-        text.append(f": {c.detail}", style="dim" if c.ok else "")
+        out.append((f": {c.detail}", "dim" if c.ok else ""))
     if not c.ok and c.where and c.where not in label:
-        text.append(f" ({c.where})", style="dim")
-    return text
+        out.append((f" ({c.where})", "dim"))
+    return out
 
 
 def _hunk_summary(f: FileChange) -> str:
@@ -127,7 +164,7 @@ def _files_summary(files: tuple[FileChange, ...]) -> str:
     return f"{len(files)} {noun} changed ({kinds}), +{added} -{removed} lines"
 
 
-def write_diff(console: Console, diff: str, *, color: bool) -> None:
+def write_diff(console: Any, diff: str, *, color: bool) -> None:
     """A diff, highlighted with ``color`` on a terminal, else as the plain text it is."""
     if color and console.is_terminal:
         from rich.syntax import Syntax
@@ -138,35 +175,31 @@ def write_diff(console: Console, diff: str, *, color: bool) -> None:
     console.file.flush()
 
 
-def render_fix_outcome(console: Console, fix: FixOutcome, *, show_diff: bool,
+def render_fix_outcome(console: Any, fix: FixOutcome, *, show_diff: bool,
                        all_checks: bool = False, verbose: bool = False,
                        color_diff: bool = True) -> None:
-    from rich.markup import escape
-    from rich.text import Text
-
+    """One fix of a result; ``console`` is a rich Console or a :class:`PlainConsole`."""
     style = OUTCOME_STYLE.get(fix.outcome, "")
     version = f" v{fix.version}" if fix.version is not None else ""
-    console.print(Text.assemble((f"{fix.outcome} ", style), (f"{fix.name}{version}", "bold")))
+    _emit(console, [(f"{fix.outcome} ", style), (f"{fix.name}{version}", "bold")])
     op_mark = {"modify": "M", "create": "A", "delete": "D"}
     rows = verbose or len(fix.files) <= FEW_FILES
     if fix.files and not rows:
-        console.print(Text.assemble("  ", (_files_summary(fix.files), ""),
-                                    ("  (-v lists them)", "dim")))
+        _emit(console, [("  ", ""), (_files_summary(fix.files), ""), ("  (-v lists them)", "dim")])
     for f in fix.files:
         if rows:
-            line = Text.assemble(f"  {op_mark.get(f.op, f.op)} ", (f"{f.root}:{f.path}", "bold"))
+            line: Segments = [(f"  {op_mark.get(f.op, f.op)} ", ""), (f"{f.root}:{f.path}", "bold")]
             if not all_checks:
                 summary = _hunk_summary(f)
                 if summary:
-                    line.append(f"  {summary}", style="dim")
-            console.print(line)
+                    line.append((f"  {summary}", "dim"))
+            _emit(console, line)
             if all_checks:
                 for h in f.hunks:
                     where = f"line {h.line}"
                     if h.offset:
                         where += f" (offset {h.offset:+d} from {h.expected_line})"
-                    console.print(f"      hunk #{h.index} of {escape(h.patch)} at {where}",
-                                  style="dim")
+                    _emit(console, [(f"      hunk #{h.index} of {h.patch} at {where}", "dim")])
         if show_diff and f.diff:
             write_diff(console, f.diff, color=color_diff)
     pre = list(fix.preconditions)
@@ -175,34 +208,39 @@ def render_fix_outcome(console: Console, fix: FixOutcome, *, show_diff: bool,
         # A dry run lists every check, unless there are many (one per file of a large series).
         listed = pre if all_checks and (verbose or len(pre) <= FEW_FILES) else failed
         if listed:
-            console.print("  preconditions:")
+            _emit(console, [("  preconditions:", "")])
             for c in listed:
-                console.print(Text("    ").append_text(_check_line(c)))
+                _emit(console, [("    ", "")] + _check_line(c))
         if not failed and len(listed) < len(pre):
-            console.print(Text.assemble("  ", ("✓ ", "green"), f"{len(pre)} preconditions passed", style=""))
+            _emit(console, [("  ", ""), ("✓ ", "green"), (f"{len(pre)} preconditions passed", "")])
     if fix.verification:
-        console.print("  verification:")
+        _emit(console, [("  verification:", "")])
         for c in fix.verification:
-            console.print(Text("    ").append_text(_check_line(c)))
+            _emit(console, [("    ", "")] + _check_line(c))
 
 
-def render_result(console: Console, result: OpResult, *, show_diff: bool | None = None,
+def _recovered(console: Any, result: OpResult) -> None:
+    for rec in result.recovered:
+        _emit(console, [("recovered", "yellow"),
+                        (f" an interrupted {rec.get('op')} of {', '.join(rec.get('fixes') or [])}: "
+                         f"{rec.get('outcome')}", "")])
+
+
+def render_result(console: Any, result: OpResult, *, show_diff: bool | None = None,
                   verbose: bool = False) -> None:
-    """``show_diff`` None: a dry run shows its diff when it changes few files (FEW_FILES)."""
-    from rich.markup import escape
+    """``show_diff`` None: a dry run shows its diff when it changes few files (FEW_FILES).
 
+    ``console`` None: stdout, drawn by rich on a terminal and as plain text elsewhere."""
+    if console is None:
+        console = PlainConsole() if plain_output() else stdout()
     total = sum(len(fix.files) for fix in result.fixes)
     if show_diff is None:
         show_diff = result.dry_run and total <= FEW_FILES
     size = sum(len(f.diff) for fix in result.fixes for f in fix.files) if show_diff else 0
-    for rec in result.recovered:
-        console.print(
-            f"[yellow]recovered[/] an interrupted {escape(str(rec.get('op')))} of "
-            f"{escape(', '.join(rec.get('fixes') or []))}: {escape(str(rec.get('outcome')))}"
-        )
+    _recovered(console, result)
     verb = {"apply": "apply", "rollback": "rollback", "verify": "verify"}.get(result.op, result.op)
     head = "dry run of " if result.dry_run else ""
-    console.print(f"[bold]{head}{verb}[/] on {escape(result.target)}")
+    _emit(console, [(f"{head}{verb}", "bold"), (f" on {result.target}", "")])
     for fix in result.fixes:
         render_fix_outcome(
             console,
@@ -307,18 +345,18 @@ def render_fix(console: Console, fix: Any, files: Mapping[str, list[str]]) -> No
         console.print(Text.assemble((f"{key}: ", "cyan"), value))
 
 
-def render_error(console: Console, err: PatchkitError) -> None:
-    from rich.markup import escape
-    from rich.text import Text
-
+def render_error(console: Any, err: PatchkitError) -> None:
+    """``console`` None: stderr, drawn by rich on a terminal and as plain text elsewhere."""
+    if console is None:
+        console = PlainConsole(sys.stderr) if plain_output(sys.stderr) else stderr()
     # Never folded to the terminal width: the message names files and commands to copy.
-    console.print(Text.assemble(("error: ", "bold red"), err.message), soft_wrap=True)
+    _emit(console, [("error: ", "bold red"), (err.message, "")], soft_wrap=True)
     # The message already lists every failed check (fix, check, where, detail), so the
     # checks carried by err.result are not repeated here.
     result = getattr(err, "result", None)
     if result is not None:
         for rec in result.recovered:
-            console.print(f"[yellow]note:[/] recovered an interrupted {escape(str(rec.get('op')))}")
+            _emit(console, [("note:", "yellow"), (f" recovered an interrupted {rec.get('op')}", "")])
 
 
 def render_lineage(console: Console, fixes: Iterable[Any], states: Mapping[str, str] | None = None) -> None:

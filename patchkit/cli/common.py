@@ -158,5 +158,5 @@ def emit_result(result: Any, as_json: bool, *, show_diff: bool | None = None,
     if as_json:
         render.print_json(result.to_json())
     else:
-        render.render_result(render.stdout(), result, show_diff=show_diff, verbose=verbose)
+        render.render_result(None, result, show_diff=show_diff, verbose=verbose)
     return 0

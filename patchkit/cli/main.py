@@ -75,14 +75,14 @@ def main(argv: list[str] | None = None) -> None:
         exc.show()
         sys.exit(EXIT_USAGE if exc.exit_code == 2 else exc.exit_code)
     except PatchkitError as err:
-        from ..render import print_json, render_error, stderr
+        from ..render import print_json, render_error
 
         if ctx_state.json:
             result = getattr(err, "result", None)
             payload = dict(result.to_json()) if result is not None else {}
             payload.update(ok=False, error=err.to_dict())
             print_json(payload)
-        render_error(stderr(), err)
+        render_error(None, err)
         if ctx_state.debug:
             traceback.print_exc()
         sys.exit(err.exit_code)

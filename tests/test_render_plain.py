@@ -1,0 +1,70 @@
+"""Plain output off a terminal: the same words rich draws, without styling or folding."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from patchkit import render
+from patchkit.errors import PreconditionFailed
+from patchkit.results import OpResult
+
+RAW = {
+    "format": 1, "op": "apply", "ok": True, "dry_run": True, "status": None, "error": None,
+    "recovered": [{"op": "rollback", "fixes": ["old-fix"], "outcome": "rolled-back"}],
+    "fixes": [{
+        "name": "pool-guard", "version": 3, "outcome": "would-apply",
+        "files": [{"root": "sglang", "path": "python/sglang/srt/" + "deep/" * 12 + "pool.py",
+                   "op": "modify", "diff": "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n",
+                   "hunks": [{"index": 1, "patch": "0001-[guard].patch", "line": 40, "offset": 2,
+                              "expected_line": 38}]}],
+        "preconditions": [{"kind": "grep", "name": "the [bold]pool[/] sizing", "ok": True,
+                           "detail": "1 match", "where": "sglang:x"},
+                          {"kind": "python-syntax", "name": "", "ok": False,
+                           "detail": "line 3: invalid syntax", "where": "sglang:y.py"}],
+        "verification": [],
+    }],
+}
+
+
+def rich_text(result: OpResult) -> str:
+    from rich.console import Console
+
+    out = io.StringIO()
+    console = Console(file=out, width=10_000, color_system=None, highlight=False, soft_wrap=False)
+    render.render_result(console, result)
+    return out.getvalue()
+
+
+def test_plain_result_has_the_words_rich_draws(tmp_path: Path) -> None:
+    result = OpResult.from_engine(RAW, "sglang=" + str(tmp_path))
+    out = io.StringIO()
+    render.render_result(render.PlainConsole(out), result)
+    text = out.getvalue()
+    assert text == rich_text(result)  # line for line, with rich folding nothing
+    lines = text.splitlines()
+    assert lines[0] == "recovered an interrupted rollback of old-fix: rolled-back"
+    assert lines[1] == f"dry run of apply on sglang={tmp_path}"
+    assert "      hunk #1 of 0001-[guard].patch at line 40 (offset +2 from 38)" in lines
+    assert "    ✓ the [bold]pool[/] sizing: 1 match" in lines  # brackets are text, not markup
+    assert "    ✗ python-syntax: line 3: invalid syntax (sglang:y.py)" in lines
+    assert "+b" in lines  # a dry run of few files shows its diff
+    assert "\x1b[" not in text
+
+
+def test_plain_output_only_off_a_terminal(monkeypatch) -> None:
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    assert render.plain_output(io.StringIO()) and not render.plain_output(Tty())
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    assert not render.plain_output(io.StringIO())
+
+
+def test_plain_error_keeps_the_whole_message_on_one_line(monkeypatch) -> None:
+    err = PreconditionFailed("fix a: " + "x" * 300 + " [see manifests/a.toml]")
+    out = io.StringIO()
+    render.render_error(render.PlainConsole(out), err)
+    assert out.getvalue() == "error: " + err.message + "\n"
