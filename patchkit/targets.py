@@ -40,7 +40,14 @@ class LocalTarget:
     def run(self, request: dict[str, Any]) -> dict[str, Any]:
         from . import engine
 
-        return engine.run(dict(request, roots=dict(self.roots), python=self.python))
+        return engine.run(dict(request, roots=dict(self.roots), python=self.python),
+                          cache_dir=user_cache_dir())
+
+
+def user_cache_dir() -> str:
+    """patchkit's directory in the user's cache (XDG), for caches keyed by content."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "patchkit")
 
 
 def state_root_of(roots: Mapping[str, str]) -> str:

@@ -8,7 +8,7 @@ local and a remote target (where this package is shipped and run by ``agent.main
 from __future__ import annotations
 
 import traceback
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from ..errors import InternalError, PatchkitError
 from . import faults, hunks
@@ -18,8 +18,12 @@ from .store import Store
 __all__ = ["run"]
 
 
-def run(request: Dict[str, Any]) -> Dict[str, Any]:
-    """Execute one engine request and return its result; see docs/design.md."""
+def run(request: Dict[str, Any], cache_dir: Optional[str] = None) -> Dict[str, Any]:
+    """Execute one engine request and return its result; see docs/design.md.
+
+    ``cache_dir``: a directory of the user's cache (a local target) where python-syntax
+    successes are kept by content (``checks.SyntaxCache``); a remote host keeps none.
+    """
     faults.reset()
     hunks.clear_memo()
     raw = request if isinstance(request, dict) else {}
@@ -39,7 +43,14 @@ def run(request: Dict[str, Any]) -> Dict[str, Any]:
             if req.op == "apply":
                 from .apply import apply
 
-                result["fixes"] = apply(req, store)
+                syntax = None
+                if cache_dir is not None:
+                    from .checks import SyntaxCache
+
+                    syntax = SyntaxCache(cache_dir)
+                result["fixes"] = apply(req, store, syntax)
+                if syntax is not None:
+                    syntax.save()
             elif req.op == "rollback":
                 from .rollback import rollback
 

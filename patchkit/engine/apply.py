@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 from ..errors import (ConflictError, PreconditionFailed, TargetFileMissing, VerificationFailed,
                       VersionMismatch)
 from . import auto
-from .checks import CheckContext, failure_lines, run_check
+from .checks import CheckContext, SyntaxCache, failure_lines, run_check
 from .fsops import read_bytes, stamp_files
 from .hunks import FileChange, Placement, apply_change, decode, encode, sha256_bytes
 from .paths import Roots
 from .request import FixSpec, Request, check_patch_paths
 from .store import Store, last_writers, utc_now
-from .txn import FileWrite, missing_dirs, run_transaction
+from .txn import FileWrite, backup_name, missing_dirs, run_transaction
 from .workspace import Key, Workspace, placed_diff, unified_diffs
 
 if TYPE_CHECKING:  # revert and gitcommit are imported only by the applies that use them
@@ -106,7 +106,8 @@ def recorded_after_hashes(state: Dict[str, Any]) -> Dict[Key, Set[str]]:
     return {key: {w["after_sha256"]} for key, w in last_writers(state).items() if w["after_sha256"]}
 
 
-def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
+def apply(req: Request, store: Store, syntax: Optional[SyntaxCache] = None) -> List[Dict[str, Any]]:
+    """``syntax``: python-syntax results known by content (a local target's user cache)."""
     state = store.read_state()
     recorded = {f["name"]: f for f in state.get("fixes", [])}
     outcomes: Dict[str, Dict[str, Any]] = {}
@@ -140,16 +141,17 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
     for spec in todo:
         for root, path, _op in touched(spec, sources):
             ws.entry(root, path)
-    plans = _plan(req, store, state, ws, todo, sources)
+    plans = _plan(req, store, state, ws, todo, sources, syntax)
     if not req.dry_run and plans:
-        _write(req, store, state, ws, plans)
+        _write(req, store, state, ws, plans, syntax)
     for plan in plans:
         outcomes[plan.spec.name] = fix_result(plan, "would-apply" if req.dry_run else "applied")
     return [outcomes[s.name] for s in req.fixes]
 
 
 def _plan(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
-          todo: List[FixSpec], sources: Sources) -> List[FixPlan]:
+          todo: List[FixSpec], sources: Sources,
+          syntax: Optional[SyntaxCache] = None) -> List[FixPlan]:
     recorded = {f["name"]: f for f in state.get("fixes", [])}
     planned: Set[str] = set()
     dependencies = {d.name: d for d in req.dependencies}
@@ -188,7 +190,7 @@ def _plan(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
         if n == 0:
             dirs.append(("state", store.dir if store.exists() else store.root))
         pre.extend(auto.writable_checks(dirs, writable))
-        ctx = CheckContext(spec.name, req.roots, req.python, spec.scripts, ws.read)
+        ctx = CheckContext(spec.name, req.roots, req.python, spec.scripts, ws.read, syntax)
         pre.extend(run_check(check, ctx) for check in spec.preconditions)
         plan = FixPlan(spec, pre, keys=keys, source=source)
         failed = [dict(r, fix=spec.name) for r in pre if not r["ok"]]
@@ -257,7 +259,8 @@ def _revert(plan: FixPlan, source: revert.Source, ws: Workspace) -> None:
             check["detail"] += "; later commits to its files kept: %s" % "; ".join(kept)
 
 
-def _write(req: Request, store: Store, state: Dict[str, Any], ws: Workspace, plans: List[FixPlan]) -> None:
+def _write(req: Request, store: Store, state: Dict[str, Any], ws: Workspace, plans: List[FixPlan],
+           syntax: Optional[SyntaxCache] = None) -> None:
     claimed: Set[str] = set()
     for plan in plans:
         for key in plan.keys:
@@ -277,7 +280,7 @@ def _write(req: Request, store: Store, state: Dict[str, Any], ws: Workspace, pla
     def verify() -> None:
         failures = []
         for plan in plans:
-            ctx = CheckContext(plan.spec.name, req.roots, req.python, plan.spec.scripts, disk)
+            ctx = CheckContext(plan.spec.name, req.roots, req.python, plan.spec.scripts, disk, syntax)
             plan.verification = [run_check(check, ctx) for check in plan.spec.verification]
             failures.extend(dict(r, fix=plan.spec.name) for r in plan.verification if not r["ok"])
         if failures:
@@ -339,13 +342,14 @@ def _record(req: Request, plan: FixPlan, txn: str, stamps: Dict[Key, List[int]])
     """The fix's entry of state.json; ``stamps``: the stat stamp of each file it wrote last."""
     spec = plan.spec
     files = []
+    kept = 0  # numbered as _write hands them to run_transaction: the files with before-bytes
     for key in plan.keys:
         (before, mode_before), (after, mode_after) = plan.before[key], plan.after[key]
         files.append({"root": key[0], "path": key[1], "op": file_op(before, after),
                       "before_sha256": sha256_bytes(before), "after_sha256": sha256_bytes(after),
                       "mode_before": mode_before, "mode": mode_after,
-                      "backup": "backups/%s/files/%s/%s" % (spec.name, key[0], key[1])
-                      if before is not None else None})
+                      "backup": backup_name(spec.name, kept) if before is not None else None})
+        kept += before is not None
         if key in stamps:
             files[-1]["stat"] = stamps[key]
     return {"name": spec.name, "version": spec.version, "title": spec.title,

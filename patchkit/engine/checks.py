@@ -9,10 +9,12 @@ target interpreter, and their output kept for the failure's ``detail``.
 from __future__ import annotations
 
 import ast
+import hashlib
 import os
 import re
 import shlex
 import subprocess
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
@@ -28,6 +30,61 @@ KINDS = ("grep", "sha256", "python-syntax", "bash-syntax", "python-import", "pyt
          "git-contains", "git-descends-from")
 
 
+class SyntaxCache:
+    """Contents known to parse as Python under this interpreter, by the sha256 of their bytes.
+
+    Kept in the user's cache for local targets (``engine.run(cache_dir=...)``): ``ast.parse``
+    of the same bytes under the same interpreter always gives the same answer, so an entry
+    cannot go stale; the key is the content and the file name the interpreter's version.
+    Only successes are kept (a failure is parsed again for its message). One line per digest;
+    a torn line is not 64 characters and is ignored; past ``LIMIT`` bytes it starts over.
+    """
+
+    LIMIT = 1 << 20
+
+    def __init__(self, directory: str) -> None:
+        ident = "%s|%s" % (sys.version, getattr(sys.implementation, "cache_tag", ""))
+        tag = hashlib.sha256(ident.encode("utf-8", "replace")).hexdigest()[:16]
+        self.path = os.path.join(directory, "python-syntax-%s" % tag)
+        self._known: Optional[set] = None
+        self._new: List[str] = []
+        self._restart = False
+
+    def known(self, digest: str) -> bool:
+        if self._known is None:
+            try:
+                with open(self.path, "rb") as fh:
+                    data = fh.read()
+            except OSError:
+                data = b""
+            if len(data) > self.LIMIT:
+                data, self._restart = b"", True
+            self._known = {t for t in data.decode("ascii", "replace").split("\n") if len(t) == 64}
+        return digest in self._known
+
+    def add(self, digest: str) -> None:
+        if self.known(digest):
+            return
+        self._known.add(digest)  # type: ignore[union-attr]
+        self._new.append(digest)
+
+    def save(self) -> None:
+        """Append the new digests (best effort: a cache that cannot be written is only slower)."""
+        if not self._new:
+            return
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if self._restart else os.O_APPEND)
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            fd = os.open(self.path, flags, 0o644)
+            try:
+                os.write(fd, "".join(d + "\n" for d in self._new).encode("ascii"))
+            finally:
+                os.close(fd)
+        except OSError:
+            return
+        self._new, self._restart = [], False
+
+
 @dataclass(frozen=True)
 class CheckContext:
     fix: str
@@ -35,6 +92,7 @@ class CheckContext:
     python: str
     scripts: Dict[str, str]
     read: Reader
+    syntax: Optional[SyntaxCache] = None  # python-syntax successes by content (local targets)
 
 
 def result(kind: str, name: str, ok: bool, detail: str, where: str) -> Dict[str, Any]:
@@ -165,11 +223,16 @@ def _python_syntax(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
     name = check.get("name") or "python syntax of %s" % where
     if data is None:
         return result("python-syntax", name, False, "%s does not exist" % where, where)
+    digest = hashlib.sha256(data).hexdigest() if ctx.syntax is not None else None
+    if digest is not None and ctx.syntax.known(digest):  # type: ignore[union-attr]
+        return result("python-syntax", name, True, "parses", where)
     try:
         ast.parse(data, filename=where)
     except (SyntaxError, ValueError) as exc:
         line = getattr(exc, "lineno", None)
         return result("python-syntax", name, False, "line %s: %s" % (line, exc), where)
+    if digest is not None:
+        ctx.syntax.add(digest)  # type: ignore[union-attr]
     return result("python-syntax", name, True, "parses", where)
 
 

@@ -121,11 +121,36 @@ def fsync_paths(paths: List[str], dirs: bool = False) -> None:
         for path in paths:
             one(path)
         return
-    from concurrent.futures import ThreadPoolExecutor
+    _in_threads(one, paths, 8)
 
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        for _ in pool.map(one, paths):
-            pass
+
+def _in_threads(fn: Callable[[str], None], items: List[str], workers: int) -> None:
+    """``fn`` over ``items`` in ``workers`` threads; the first failure is raised after all
+    threads stop. Plain threads: concurrent.futures costs more to import than they to start."""
+    import threading
+
+    queue = iter(items)
+    lock = threading.Lock()
+    errors: List[BaseException] = []
+
+    def work() -> None:
+        while not errors:
+            with lock:
+                item = next(queue, None)
+            if item is None:
+                return
+            try:
+                fn(item)
+            except BaseException as exc:  # noqa: B902 - re-raised in the caller's thread
+                errors.append(exc)
+
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(min(workers, len(items)))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
 
 
 # syncfs(2) through libc, looked up once: None not yet, False unavailable (not Linux, no
@@ -166,8 +191,7 @@ def sync_all(files: List[str], dirs: List[str]) -> None:
     """
     call = _syncfs_call() if len(files) + len(dirs) >= SYNCFS_FILES else False
     if not call:
-        fsync_paths(files)
-        fsync_paths(dirs)
+        fsync_paths(list(files) + list(dirs))  # one batch: the order among them does not matter
         return
     devices = {}  # st_dev -> a directory on that file system
     for path in list(dirs) + [os.path.dirname(p) for p in files]:
@@ -199,7 +223,8 @@ def keep_backup(dest: str, data: bytes, source: Optional[str] = None, check: boo
     holds exactly ``data`` (``check``: read back and compared); else, or when the file system
     refuses the link (another file system, protected_hardlinks, no links), the bytes are copied.
     """
-    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    if not os.path.isdir(os.path.dirname(dest)):  # made once per directory, not per backup
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
     if source is not None:
         try:
             os.link(source, dest)

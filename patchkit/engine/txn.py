@@ -53,6 +53,12 @@ def missing_dirs(path: str) -> List[str]:
     return list(reversed(out))
 
 
+def backup_name(fix: str, i: int) -> str:
+    """Where the i-th per-fix backup of ``fix`` lives after the commit, relative to
+    ``.patchkit/`` (flat; a state of an earlier engine may name backups/<fix>/files/<root>/<path>)."""
+    return "backups/%s/%d" % (fix, i)
+
+
 def _tree_dirs(top: str) -> List[str]:
     return [dirpath for dirpath, _dirs, _files in os.walk(top)] + [os.path.dirname(top)]
 
@@ -65,6 +71,9 @@ def run_transaction(store: Store, op: str, fixes: List[str], writes: List[FileWr
                     remove_dirs: Optional[List[str]] = None,
                     journal_extra: Optional[Dict[str, Any]] = None) -> str:
     """Write ``writes`` all-or-nothing; ``commit(txn_id)`` returns the new state to record.
+
+    ``fix_backups[fix][i]`` (root, path, before-bytes) is kept as ``backups/<fix>/<i>`` after
+    the commit (``backup_name``).
 
     A failure before the commit point leaves ``.patchkit/`` as it found it (none, if there was
     none): a failed attempt is not a transaction worth a trace in the target.
@@ -124,12 +133,14 @@ def _transaction(store: Store, op: str, fixes: List[str], writes: List[FileWrite
                         "owner": list(w.owner) if w.owner else None,
                         "backup": "txn/%s/orig/%d" % (txn, n) if backup else None})
     for fix, files in fix_backups.items():
-        for root, path, data in files:
+        for i, (root, path, data) in enumerate(files):
             fault("backup")
-            written.append(os.path.join(tdir, "fixes", fix, "files", root, path))
+            # flat, the i-th file of the fix: one directory per fix, not a tree per file
+            dest = os.path.join(tdir, "fixes", fix, str(i))
             orig = origs.get((root, path))  # the same bytes: another name of the same backup
             same = orig is not None and (orig[1] is data or orig[1] == data)
-            keep_backup(written[-1], data, orig[0] if same else None, check=False)  # type: ignore[index]
+            if not keep_backup(dest, data, orig[0] if same else None, check=False):  # type: ignore[index]
+                written.append(dest)  # a copy; a link is the inode already in ``written``
     sync_all(written, _tree_dirs(tdir))  # every backup durable before the journal names it
     created: List[str] = []
     for w in writes:

@@ -37,7 +37,11 @@ def edit(root: Path, name: str = "a", old: str = "return x + 7\n", new: str = "r
 
 
 def backup_of(root: Path, name: str, path: str = MOD) -> Path:
-    return root / ".patchkit/backups" / name / "files/sglang" / path
+    """The backup ``state.json`` names for ``path`` of fix ``name``."""
+    state = json.loads((root / ".patchkit/state.json").read_text())
+    rec = next(f for fx in state["fixes"] if fx["name"] == name for f in fx["files"]
+               if f["path"] == path)
+    return root / ".patchkit" / rec["backup"]
 
 
 def test_backup_is_the_original_inode_and_rollback_restores_it(checkout: Path) -> None:
@@ -163,3 +167,35 @@ def test_durability_uses_syncfs_or_fsyncs_every_file(checkout: Path,
     go("apply", checkout, [g])
     assert str(checkout / MOD) in fsynced
     assert any("/.patchkit/txn/" in p and "/orig/" in p for p in fsynced)  # the backup
+
+
+def test_per_fix_backups_are_flat_one_directory_per_fix(checkout: Path) -> None:
+    """No directory tree mirroring each file's path: one directory per fix, a file per backup."""
+    other = SCRIPT
+    before = (checkout / other).read_text()
+    f = edit(checkout)
+    f["files"].append(file_record(other, before, before + "echo patched\n"))
+    go("apply", checkout, [f])
+    top = checkout / ".patchkit/backups/a"
+    assert sorted(p.name for p in top.iterdir()) == ["0", "1"]
+    assert all(p.is_file() for p in top.iterdir())
+    assert backup_of(checkout, "a", other).read_text() == before
+
+
+def test_a_state_of_the_mirrored_layout_still_rolls_back(checkout: Path) -> None:
+    """A state written by an earlier engine names backups/<fix>/files/<root>/<path>: its
+    recorded path is what rollback reads."""
+    original = (checkout / MOD).read_bytes()
+    f = edit(checkout)
+    go("apply", checkout, [f])
+    meta = checkout / ".patchkit"
+    state = json.loads((meta / "state.json").read_text())
+    rec = state["fixes"][0]["files"][0]
+    old = "backups/a/files/sglang/" + MOD
+    (meta / old).parent.mkdir(parents=True)
+    os.replace(meta / rec["backup"], meta / old)
+    rec["backup"] = old
+    (meta / "state.json").write_text(json.dumps(state))
+    go("rollback", checkout, [f])
+    assert (checkout / MOD).read_bytes() == original
+    assert not (meta / "backups/a").exists()

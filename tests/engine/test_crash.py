@@ -72,7 +72,8 @@ def test_killed_apply_is_undone_or_completed(checkout: Path, fault: str) -> None
     else:
         assert res["recovered"][0]["outcome"] == "completed"
         assert entry["state"] == "applied"
-        assert (checkout / ".patchkit/backups/a/files/sglang/python/sglang/srt/mod.py").exists()
+        state = json.loads((checkout / ".patchkit/state.json").read_text())
+        assert (checkout / ".patchkit" / state["fixes"][0]["files"][0]["backup"]).exists()
         assert run(request("rollback", {"sglang": checkout}, [f]))["ok"]
         assert content_snapshot(checkout) == original
     assert run(request("apply", {"sglang": checkout}, [f]))["ok"]  # the target is usable again

@@ -53,7 +53,8 @@ def test_apply_status_rollback_round_trip(checkout: Path) -> None:
 
     state = json.loads((checkout / ".patchkit/state.json").read_text())
     assert state["format"] == 1 and [x["name"] for x in state["fixes"]] == ["a"]
-    assert (checkout / ".patchkit/backups/a/files/sglang" / MOD).read_bytes() == original
+    assert state["fixes"][0]["files"][0]["backup"] == "backups/a/0"  # flat: one directory per fix
+    assert (checkout / ".patchkit/backups/a/0").read_bytes() == original
     status = go("status", checkout, [f])["status"]
     assert status["fixes"][0]["state"] == "applied" and status["journal"] is None
     assert {x["state"] for x in status["fixes"][0]["files"]} == {"ok"}
