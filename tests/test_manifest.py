@@ -287,3 +287,40 @@ def test_git_checks_load_with_defaults(tmp_path: Path) -> None:
     assert "HEAD contains the commit of fix base" in contains.describe()
     assert descends.to_request() == {"kind": "git-descends-from", "root": "sglang",
                                      "tag": "v0.5.21"}
+
+
+@pytest.mark.parametrize("entry, key, words", [
+    ('file = "0003-c.patch"\nfiel = "x"\n', "patches[3].fiel", "Did you mean 'file'"),
+    ('root = "sglang"\n', "patches[3].file", "missing required key 'file'"),
+    ('file = 3\n', "patches[3].file", "must be a string"),
+    ('file = "  "\n', "patches[3].file", "is empty"),
+    ('file = "0001-a.patch"\n', "patches[3].file", "listed twice"),
+    ('file = "/abs.patch"\n', "patches[3].file", "must be relative"),
+    ('file = "sub/../../x.patch"\n', "patches[3].file", "must be relative"),
+    ('file = "sub\\\\x.patch"\n', "patches[3].file", "must be relative"),
+    ('file = "0003-c.patch"\nroot = "bad root"\n', "patches[3].root", "not a root name"),
+    ('file = "0003-c.patch"\nroot = true\n', "patches[3].root", "must be a string"),
+    ('file = "0003-c.patch"\ndescription = 1\n', "patches[3].description", "must be a string"),
+    ('file = "0009-absent.patch"\n', "patches[3].file", "does not exist"),
+])
+def test_a_bad_entry_among_many_patches_is_refused_naming_it(tmp_path: Path, entry: str,
+                                                             key: str, words: str) -> None:
+    """Plain [[patches]] entries are checked in one pass; anything else takes the long way,
+    which names the entry and key."""
+    (tmp_path / "manifests").mkdir()
+    for file in ("0001-a.patch", "0002-b.patch", "0003-c.patch"):
+        _patch(tmp_path, "many", file)
+    good = new_manifest_text("many", "t", "0.5.21", [("0001-a.patch", "sglang"),
+                                                     ("0002-b.patch", "serve")])
+    path = tmp_path / "manifests" / "many.toml"
+    path.write_text(good + "\n[[patches]]\n" + entry)
+    with pytest.raises(ManifestError) as err:
+        load_manifest(path)
+    assert err.value.details["key"] == key
+    assert str(path) in str(err.value) and words in str(err.value)
+    path.write_text(good + '\n[[patches]]\nfile = "./0003-c.patch"\nroot = "serve"\n')
+    fix = load_manifest(path)
+    assert [(p.file, p.root, p.path) for p in fix.patches] == [
+        ("0001-a.patch", "sglang", fix.patch_dir / "0001-a.patch"),
+        ("0002-b.patch", "serve", fix.patch_dir / "0002-b.patch"),
+        ("./0003-c.patch", "serve", fix.patch_dir / "0003-c.patch")]
