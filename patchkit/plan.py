@@ -138,7 +138,8 @@ def _series(fix: Fix) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     items = []
     for ref in fix.patches:
         try:
-            data = ref.path.read_bytes()
+            with open(ref.path, "rb", buffering=0) as fh:
+                data = fh.read()
         except OSError as exc:
             raise ManifestError(f"{fix.manifest_path}: cannot read patch {ref.path}: "
                                 f"{exc.strerror}. Restore the file", file=str(fix.manifest_path),

@@ -114,7 +114,7 @@ def parse_series(patches: Sequence[tuple[Path, str, bytes]]) -> tuple[list[str],
         per_patch = _loads(blob)
     files: list[dict[str, Any]] = []
     for (path, root, _data), records in zip(patches, per_patch):
-        name = Path(path).name
+        name = os.path.basename(path)  # no Path built per patch: a release series has 10^3
         for record in records:
             record["root"] = root
             record["patch"] = name

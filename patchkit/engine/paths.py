@@ -10,6 +10,7 @@ has a ``..`` component, or resolves through symlinks to a place outside its root
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from typing import Dict, Iterator, Optional, Tuple
 
@@ -51,6 +52,16 @@ class Root:
         return "." if self.layout == PACKAGE else "python"
 
 
+def _joined(real_dir: str, name: str) -> str:
+    """``os.path.realpath`` of ``name`` in the real directory ``real_dir``."""
+    full = real_dir + name if real_dir.endswith("/") else real_dir + "/" + name
+    try:
+        is_link = stat.S_ISLNK(os.lstat(full).st_mode)
+    except (OSError, ValueError):
+        is_link = False
+    return os.path.realpath(full) if is_link else full
+
+
 class Roots:
     """The named roots of one request."""
 
@@ -58,7 +69,8 @@ class Roots:
         if not isinstance(mapping, dict) or not mapping:
             raise UsageError("the request names no roots; give at least one (e.g. sglang=/path)")
         self._roots: Dict[str, Root] = {}
-        self._real_dirs: Dict[str, str] = {}  # realpath of each directory resolved so far
+        self._real_dirs: Dict[Tuple[str, str], str] = {}  # (root, rel dir) -> its realpath
+        self._prefixes: Dict[str, str] = {}  # root -> its real path and a separator
         self._resolved: Dict[Tuple[str, str], str] = {}  # (root, rel) -> resolve()'s answer
         for name, path in mapping.items():
             path = str(path)
@@ -99,25 +111,41 @@ class Roots:
         if ".." in rel.replace("\\", "/").split("/"):
             raise UnsafePathError("%s: the path contains '..'; paths must stay inside their "
                                   "root" % where, root=root_name, path=rel)
-        full = self._realpath(os.path.join(root.path, root.mapped(rel)))
-        if full != root.real and not full.startswith(root.real.rstrip(os.sep) + os.sep):
+        full = self._realpath(root, root.mapped(rel))
+        prefix = self._prefixes.get(root_name)
+        if prefix is None:
+            prefix = self._prefixes[root_name] = root.real.rstrip(os.sep) + os.sep
+        if full != root.real and not full.startswith(prefix):
             raise UnsafePathError("%s resolves to %s, outside root %s (%s) through a symlink; "
                                   "refusing to write there" % (where, full, root_name, root.real),
                                   root=root_name, path=rel, resolved=full)
         self._resolved[(root_name, rel)] = full
         return full
 
-    def _realpath(self, path: str) -> str:
-        """``os.path.realpath``, with the directory part resolved once per request: the files
-        of a large series share a few hundred directories."""
-        head, tail = os.path.split(path)
-        if not tail or tail in (".", "..") or not os.path.isabs(head):
-            return os.path.realpath(path)
-        real = self._real_dirs.get(head)
+    def _realpath(self, root: Root, rel: str) -> str:
+        """``os.path.realpath`` of ``rel`` in ``root``, with the directory part resolved once
+        per request (the files of a large series share a few hundred directories): the real
+        directory joined with the name, resolved again only when that name is a symlink."""
+        head, _sep, tail = rel.rpartition("/")
+        if not tail or tail in (".", ".."):
+            return os.path.realpath(os.path.join(root.path, rel))
+        return _joined(self._real_dir(root, head), tail)
+
+    def _real_dir(self, root: Root, head: str) -> str:
+        """The realpath of directory ``head`` of ``root``, built from its parent's (one lstat
+        per directory instead of one per component of every directory)."""
+        key = (root.name, head)
+        real = self._real_dirs.get(key)
         if real is None:
-            real = self._real_dirs[head] = os.path.realpath(head)
-        full = os.path.join(real, tail)
-        return os.path.realpath(full) if os.path.islink(full) else full
+            parent, _sep, name = head.rpartition("/")
+            if not head:
+                real = root.real
+            elif not name or name in (".", ".."):
+                real = os.path.realpath(os.path.join(root.path, head))
+            else:
+                real = _joined(self._real_dir(root, parent), name)
+            self._real_dirs[key] = real
+        return real
 
     def placeholders(self, python: str) -> Dict[str, str]:
         out = {"{python}": python}

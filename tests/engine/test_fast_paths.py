@@ -206,3 +206,33 @@ def test_many_paths_give_the_pathspec_answer(tmp_path: Path, monkeypatch: pytest
     assert slow.checkout and fast.checkout and not slow.error and not fast.error
     assert set(fast.changed) == set(slow.changed) == {
         "f01.py", "f02.py", "f03.py", "f04.py", "f04-renamed.py", "new.py"}
+
+
+def test_paths_resolved_per_directory_equal_realpath_and_refuse_every_escape(tmp_path: Path) -> None:
+    """Roots.resolve builds a directory's real path from its parent's; the answers are
+    os.path.realpath's, and a path that leaves the root through any symlink is refused."""
+    from patchkit.engine.paths import Roots
+    from patchkit.errors import UnsafePathError
+
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "a" / "b").mkdir(parents=True)
+    (outside / "d").mkdir(parents=True)
+    (root / "a" / "b" / "f.py").write_text("x\n")
+    os.symlink("a/b", root / "inner")                      # a directory link inside the root
+    os.symlink("../inner", root / "a" / "up")              # a link to a link
+    os.symlink(str(outside), root / "a" / "out")           # a directory link out of the root
+    os.symlink(str(outside / "d" / "g.py"), root / "a" / "b" / "evil.py")  # a file link out
+    os.symlink("missing", root / "a" / "dangling.py")      # a dangling link, inside
+    os.symlink("f.py", root / "a" / "b" / "alias.py")      # a file link, inside
+    inside = ["a/b/f.py", "inner/f.py", "a/up/f.py", "a/up/new.py", "a//b/f.py", "./a/b/f.py",
+              "a/./b/f.py", "a/b/", "a/dangling.py", "a/b/alias.py", "new/dir/x.py", "a/b/."]
+    escapes = ["a/out/x.py", "a/out/d/g.py", "a/b/evil.py", "a/up/../../x"]
+    roots = Roots({"sglang": str(root)})
+    for rel in inside:
+        assert roots.resolve("sglang", rel) == os.path.realpath(os.path.join(str(root), rel)), rel
+        assert roots.resolve("sglang", rel) == os.path.realpath(os.path.join(str(root), rel))
+    for rel in escapes:
+        with pytest.raises(UnsafePathError):
+            Roots({"sglang": str(root)}).resolve("sglang", rel)
+    with pytest.raises(UnsafePathError):  # a directory resolved earlier does not excuse it
+        roots.resolve("sglang", "a/out/x.py")
