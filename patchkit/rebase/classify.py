@@ -80,12 +80,18 @@ def apply_all(tree: Tree, chs: list[hunks.FileChange]) -> list[int]:
     return offsets
 
 
-def anchors_gone(fix: Fix, tree: Tree, paths: Sequence[str]) -> list[str]:
-    """The fix's grep preconditions that expect a line and no longer find it."""
+def anchors_gone(fix: Fix, tree: Tree, paths: Sequence[str] | None = None) -> list[str]:
+    """The fix's grep preconditions on the release's root that expect a line and no longer
+    find it: on ``paths``, or on any file when None. A precondition on a file the patch does
+    not touch counts as much as one on a touched file: either refuses the apply later."""
     gone = []
     for check in fix.preconditions:
-        if check.kind != "grep" or check.get("path") not in paths or check.get("present") is False:
+        if check.kind != "grep" or check.get("present") is False:
             continue
+        if paths is not None and check.get("path") not in paths:
+            continue
+        if (check.get("root") or fix.upstream.root) != fix.upstream.root:
+            continue  # another root (a serve script, say): not in the release
         if check.get("count") == 0:
             continue
         text = tree.get(check.get("path")) or ""
@@ -108,11 +114,16 @@ def classify(fix: Fix, file: str, chs: list[hunks.FileChange], tree: Tree,
     paths = tuple(dict.fromkeys(c.path for c in chs))
     trial = Tree(tree.blobs, tree.rev)
     trial.files = {p: tree.get(p) for p in paths}
+    gone_elsewhere = anchors_gone(fix, tree)  # the tree before this patch, as apply checks it
     try:
         offsets = apply_all(trial, chs)
         kind = "offset" if any(offsets) else "unchanged"
         detail = "applies at its lines" if kind == "unchanged" else \
             "applies at an offset: " + ", ".join(f"{o:+d}" for o in offsets if o)
+        if gone_elsewhere:  # the hunks land, but the fix would be refused on the release
+            return (PatchReport(file, "anchor-gone", f"{detail}, but a precondition no longer "
+                                f"matches {onto}: " + "; ".join(gone_elsewhere), tuple(offsets),
+                                paths), trial.files, list(paths))
         return PatchReport(file, kind, detail, tuple(offsets), paths), trial.files, []
     except ConflictError as exc:
         first_failure = str(exc)
@@ -138,7 +149,7 @@ def classify(fix: Fix, file: str, chs: list[hunks.FileChange], tree: Tree,
         merged[path] = hunks.decode(out)
         if n:
             conflicted.append(path)
-    gone = anchors_gone(fix, tree, paths)
+    gone = gone_elsewhere
     if gone:
         return (PatchReport(file, "anchor-gone", f"precondition no longer matches {onto}: "
                             + "; ".join(gone), (), paths), merged, conflicted or list(paths))
