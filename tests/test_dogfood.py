@@ -166,6 +166,9 @@ def keep_both(path: Path) -> None:
     path.write_text("\n".join(out))
 
 
+CATALOG_TAG = f"v{CATALOG_RELEASE}"
+
+
 def applied_files(catalog: Catalog, tree: Path) -> dict[str, bytes]:
     api.apply(catalog, LocalTarget({"sglang": str(tree)}), list(PRODUCTION))
     changed = git(tree, "diff", "--name-only").split()
@@ -176,7 +179,7 @@ def applied_files(catalog: Catalog, tree: Path) -> dict[str, bytes]:
 def test_patchkit_rebase_from_the_0521_versions_lands_the_committed_files(
         catalog_upstream: UpstreamRepo, tmp_path: Path) -> None:
     """The committed series are what `patchkit rebase --onto 0.5.23` makes of the 0.5.21
-    versions with both add/add stops resolved by keeping both sides."""
+    versions with every stop resolved by keeping both sides."""
     rebase_sha = catalog_history_or_skip()
     old = tmp_path / "catalog"
     old.mkdir()
@@ -186,15 +189,20 @@ def test_patchkit_rebase_from_the_0521_versions_lands_the_committed_files(
     catalog = Catalog(old)
     assert catalog.get("dsv4-bf16-index-k").upstream.base_release == SGLANG_VERSION
 
-    report = rebase.start(catalog, CATALOG_RELEASE, list(PRODUCTION), upstream=catalog_upstream)
+    # every release-tied fix, the dead one and its revert too, in one run and with no
+    # manifest edited: the dogfood had to edit two manifests for a second run
+    report = rebase.start(catalog, CATALOG_RELEASE, list(REBASED), upstream=catalog_upstream)
     stops = []
     while not report.done:
         stops.append((report.stopped, tuple(report.conflicted)))
         for path in report.conflicted:
             keep_both(Path(report.worktree) / path)
         report = rebase.continue_(catalog, upstream=catalog_upstream)
+    host = "python/sglang/srt/mem_cache/memory_pool_host.py"
     assert stops == [
         ("dsv4-bf16-index-k", ("python/sglang/srt/environ.py",)),
+        ("hicache-index-k-sync", (host,)),
+        ("revert-hicache-index-k-sync", (host,)),
         ("dsv4-bf16-sizing", ("python/sglang/srt/model_executor/pool_configurator.py",))]
     assert not (old / rebase.STATE_DIR).exists()
 
@@ -206,5 +214,23 @@ def test_patchkit_rebase_from_the_0521_versions_lands_the_committed_files(
         "python/sglang/srt/mem_cache/deepseek_v4_memory_pool.py",
         "python/sglang/srt/model_executor/pool_configurator.py"])
     assert ours == shipped
-    for name in PRODUCTION:
+    for name in REBASED:
         assert Catalog(old).get(name).version == Catalog(REPO).get(name).version
+
+    # The fork of the incident: the dead fix committed on the release, then reverted. The
+    # rebased revert must leave exactly what the shipped one leaves (0.5.23's host pool);
+    # the dead fix itself may order its imports differently (keep-both vs by hand).
+    def fork(cat: Catalog, tree: Path) -> dict[str, bytes]:
+        target = LocalTarget({"sglang": str(tree)})
+        api.apply(cat, target, ["dsv4-bf16-index-k"])
+        api.apply(cat, target, ["hicache-index-k-sync"], allow_inactive=True, commit=True)
+        dead = set(git(tree, "diff", "--name-only", CATALOG_TAG).split())
+        api.apply(cat, target, ["revert-hicache-index-k-sync"])
+        changed = git(tree, "diff", "--name-only", CATALOG_TAG).split()
+        return dead, {path: (tree / path).read_bytes() for path in changed}
+
+    dead_ours, ours = fork(Catalog(old), catalog_upstream.checkout(CATALOG_RELEASE, tmp_path / "c"))
+    dead_shipped, shipped = fork(Catalog(REPO),
+                                 catalog_upstream.checkout(CATALOG_RELEASE, tmp_path / "d"))
+    assert host in dead_ours and dead_ours == dead_shipped
+    assert host not in ours and ours == shipped
