@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-import traceback
 from importlib import import_module
 
 import click
@@ -84,10 +83,14 @@ def main(argv: list[str] | None = None) -> None:
             print_json(payload)
         render_error(None, err)
         if ctx_state.debug:
+            import traceback
+
             traceback.print_exc()
         sys.exit(err.exit_code)
     except Exception as exc:  # the "bug" exit: a traceback only with --debug
         if ctx_state.debug or os.environ.get("PATCHKIT_DEBUG"):
+            import traceback
+
             traceback.print_exc()
         sys.stderr.write(
             f"internal error: {type(exc).__name__}: {exc}\n"

@@ -7,7 +7,6 @@ local and a remote target (where this package is shipped and run by ``agent.main
 
 from __future__ import annotations
 
-import traceback
 from typing import Any, Dict, Optional
 
 from ..errors import InternalError, PatchkitError
@@ -67,6 +66,8 @@ def run(request: Dict[str, Any], cache_dir: Optional[str] = None) -> Dict[str, A
     except PatchkitError as err:
         result["error"] = err.to_dict()
     except Exception as exc:  # a bug: report it with its traceback instead of crashing the client
+        import traceback
+
         result["error"] = InternalError(
             "internal error in the patchkit engine: %s: %s" % (type(exc).__name__, exc),
             traceback=traceback.format_exc()).to_dict()

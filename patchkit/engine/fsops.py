@@ -299,9 +299,14 @@ def stamp_files(files: List[Tuple[str, str]], scratch: str) -> Dict[str, List[in
     return out
 
 
-def write_json(path: str, data: Any) -> None:
+def write_json(path: str, data: Any, durable: bool = True) -> None:
+    """Replace ``path`` with ``data`` as compact JSON, atomically; ``durable=False``: neither
+    the file nor its directory is fsynced (the caller syncs it, or it needs no durability)."""
     text = json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n"
-    atomic_write(path, text.encode("utf-8"), 0o644)
+    if durable:
+        atomic_write(path, text.encode("utf-8"), 0o644)
+    else:
+        os.replace(write_temp(path, text.encode("utf-8"), 0o644, sync=False), path)
 
 
 def remove_file(path: str, sync: bool = True) -> None:

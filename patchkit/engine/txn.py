@@ -114,10 +114,11 @@ def _transaction(store: Store, op: str, fixes: List[str], writes: List[FileWrite
     txn = new_txn_id()
     tdir = store.path("txn", txn)
     os.makedirs(tdir)
-    write_json(os.path.join(tdir, "txn.json"),
-               {"format": FORMAT, "txn": txn, "op": op, "fixes": fixes, "started_at": utc_now()})
+    intent = os.path.join(tdir, "txn.json")  # made durable with the backups, below
+    write_json(intent, {"format": FORMAT, "txn": txn, "op": op, "fixes": fixes,
+                        "started_at": utc_now()}, durable=False)
     entries = []
-    written: List[str] = []
+    written: List[str] = [intent]
     origs: Dict[Tuple[str, str], Tuple[str, bytes]] = {}
     for n, w in enumerate(writes):
         backup = None
@@ -169,7 +170,7 @@ def _transaction(store: Store, op: str, fixes: List[str], writes: List[FileWrite
         _discard(store, txn)
         raise
     fault("cleanup")
-    finish(store, journal)
+    finish(store, journal, recovering=False)
     return txn
 
 
@@ -239,15 +240,19 @@ def _discard(store: Store, txn: str) -> None:
     store.remove_journal()
 
 
-def finish(store: Store, journal: Dict[str, Any]) -> None:
-    """After the commit point: record history, keep or drop backups, drop the journal."""
+def finish(store: Store, journal: Dict[str, Any], recovering: bool = True) -> None:
+    """After the commit point: record history, keep or drop backups, drop the journal.
+
+    ``recovering``: a crash may have come after the history line, so the history is read
+    first (not needed right after the commit, when nothing was logged yet)."""
     txn = journal["txn"]
-    if txn not in store.history_txns():
+    if not recovering or txn not in store.history_txns():
         versions = journal.get("versions") or {}
         store.append_history({"event": journal["op"], "txn": txn, "outcome": "committed",
                               "fixes": [{"name": n, "version": versions.get(n)} for n in journal["fixes"]]})
     tdir = store.path("txn", txn)
-    recorded = {f["name"] for f in store.read_state().get("fixes", [])}
+    recorded = ({f["name"] for f in store.read_state().get("fixes", [])}
+                if journal["op"] != "apply" else set())
     for fix in journal["fixes"]:
         dest = store.path("backups", fix)
         if journal["op"] == "apply":
