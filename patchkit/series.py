@@ -215,9 +215,24 @@ def _parse(path: Path, data: bytes) -> list[dict[str, Any]]:
     if not any(line.strip() for line in lines):
         raise _fail(path, 1, "the patch is empty", "Write the change as a unified diff "
                     "(git diff, or patchkit's authoring helpers)")
+    try:
+        patchset = unidiff.PatchSet(lines)
+    except unidiff.errors.UnidiffParseError:
+        patchset = None
+    if patchset is None:  # parsed again, counting lines, only to say where it failed
+        _parse_failure(path, lines, unidiff)
+    if not patchset:
+        raise _fail(path, 1, "no file changes found (no ---/+++ headers or hunks)",
+                    "Write the change as a unified diff")
+    return [_file_record(path, lines, patched) for patched in patchset]
+
+
+def _parse_failure(path: Path, lines: list[str], unidiff: Any) -> None:
+    """Raise the error of a patch unidiff refused, naming the line it stopped at (a wrapper
+    that counts lines costs a tenth of parsing a good patch, so only a failure pays for it)."""
     counted = _Counted(lines)
     try:
-        patchset = unidiff.PatchSet(counted)
+        unidiff.PatchSet(counted)
     except unidiff.errors.UnidiffParseError as exc:
         line = counted.at
         if "shorter" in str(exc):
@@ -227,10 +242,7 @@ def _parse(path: Path, data: bytes) -> list[dict[str, Any]]:
         else:
             message = f"malformed patch ({exc})".replace("\n", "")
         raise _fail(path, line, message, "Regenerate the patch, or fix the hunk header counts")
-    if not patchset:
-        raise _fail(path, 1, "no file changes found (no ---/+++ headers or hunks)",
-                    "Write the change as a unified diff")
-    return [_file_record(path, lines, patched) for patched in patchset]
+    raise _fail(path, counted.at, "malformed patch", "Regenerate the patch")
 
 
 def _file_record(path: Path, lines: list[str], patched: Any) -> dict[str, Any]:
