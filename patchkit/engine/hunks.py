@@ -161,7 +161,11 @@ _MARKER = "\\ No newline at end of file\n"
 def hunk_body(lines: Any) -> str:
     """The compact ``body`` of a hunk (docs/design.md, FILE): its lines in the patch's own
     notation, a tag then the text, and after a text without a final "\\n" a newline and the
-    "\\ No newline at end of file" marker. :func:`body_lines` reads it back exactly."""
+    "\\ No newline at end of file" marker. :func:`body_lines` reads it back exactly (texts
+    as :func:`split_lines` makes them: a "\\n" only at the end)."""
+    body = "".join([kind + text for kind, text in lines])
+    if body.count("\n") == len(lines):  # every text ends in "\n": no marker needed
+        return body
     out = []
     for kind, text in lines:
         out.append(kind + text)
