@@ -829,7 +829,10 @@ def bump_manifest(path: Path | str, *, version: int, changelog_summary: str, dat
                   "base_release": base_release or current.upstream.base_release,
                   "summary": changelog_summary})
     if "changelog" in doc:
-        doc["changelog"].append(entry)
+        aot = doc["changelog"]
+        if len(aot) and not aot[-1].as_string().endswith("\n\n"):
+            aot[-1].add(tomlkit.nl())  # a blank line before the new [[changelog]], as above it
+        aot.append(entry)
     else:
         doc.add(tomlkit.nl())
         changelog = tomlkit.aot()

@@ -194,6 +194,11 @@ def test_bump_keeps_inline_comments_and_adds_first_changelog(tmp_path: Path) -> 
     fix = load_manifest(path)
     assert fix.upstream.releases == ("0.5.21", "0.5.22")
     assert [c.version for c in fix.changelog] == [1, 2]
+    # each [[changelog]] set apart by one blank line, the appended one too, never two
+    assert text.count("\n\n[[changelog]]") == 2 and "\n\n\n[[changelog]]" not in text
+    bump_manifest(path, version=3, changelog_summary="Again.", date="2026-01-06")
+    text = path.read_text()
+    assert text.count("\n\n[[changelog]]") == 3 and "\n\n\n" not in text
 
 
 def test_bump_refuses_a_version_that_does_not_go_up(tmp_path: Path) -> None:
