@@ -146,7 +146,10 @@ def cases(work: Workload, xdg: Path) -> dict[str, list[tuple[str, object]]]:
 
 
 def prepare_status_tree(work: Workload, trees: Trees, xdg: Path) -> Path:
-    """0.5.22 with the drift and the 20 local fixes applied by patchkit (untimed)."""
+    """0.5.22 with the drift and the 20 local fixes applied by patchkit (untimed).
+
+    ``xdg`` is the status runs' own cache directory, as the user's is after those applies:
+    the cold-run cases empty theirs before each run."""
     tree = trees.fresh()
     for names in ([DRIFT], LOCAL):
         measure([*PATCHKIT, "--catalog", str(work.catalog), "apply", *names, "--target",
@@ -159,15 +162,18 @@ def run_all(work: Workload, scratch: Path, repeat: int, say) -> dict[str, dict[s
     trees = Trees(work, scratch)
     table = cases(work, xdg)
     out: dict[str, dict[str, list[Sample]]] = {k: {label: [] for label, _ in v} for k, v in table.items()}
-    status_tree = prepare_status_tree(work, trees, xdg)
+    status_xdg = scratch / "xdg-status"
+    status_tree = prepare_status_tree(work, trees, status_xdg)
     n_files = int(subprocess.run(["git", "ls-files"], cwd=status_tree, capture_output=True,
                                  text=True, check=True).stdout.count("\n"))
     extra = {
         "status": [
             (f"`patchkit status` ({DRIFT} and the 20 fixes applied, every fix of the catalog)",
              lambda t: measure([*PATCHKIT, "--catalog", str(work.catalog), "status", "--target",
-                                str(t)], t, {"XDG_CACHE_HOME": str(xdg)})),
+                                str(t)], t, {"XDG_CACHE_HOME": str(status_xdg)})),
             ("`git status --porcelain`", lambda t: measure(["git", "status", "--porcelain"], t)),
+            ("`patchkit status`, user cache emptied first (the catalog's series parsed again)",
+             lambda t: cold_status(t)),
         ],
         "startup": [
             ("`patchkit --version`", lambda t: measure([*PATCHKIT, "--version"], t)),
@@ -175,6 +181,12 @@ def run_all(work: Workload, scratch: Path, repeat: int, say) -> dict[str, dict[s
              lambda t: measure([sys.executable, "-c", "import click, rich"], t)),
         ],
     }
+    def cold_status(tree: Path) -> Sample:
+        cold = scratch / "xdg-cold"
+        shutil.rmtree(cold, ignore_errors=True)
+        return measure([*PATCHKIT, "--catalog", str(work.catalog), "status", "--target",
+                        str(tree)], tree, {"XDG_CACHE_HOME": str(cold)})
+
     for k, v in extra.items():
         out[k] = {label: [] for label, _ in v}
     for i in range(repeat):
