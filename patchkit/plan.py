@@ -13,7 +13,7 @@ from typing import Any, Iterable
 from .catalog import Catalog
 from .errors import ManifestError, UsageError
 from .model import Fix
-from .series import parse_series, split_lines
+from .series import read_series, split_lines
 
 REQUEST_FORMAT = 1
 OPS = ("apply", "rollback", "status", "verify")
@@ -135,17 +135,12 @@ def fix_request(fix: Fix, catalog: Catalog | None = None) -> dict[str, Any]:
 
 def _series(fix: Fix) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The fix's patches (file, sha256) and their FILE records (parsed once per series)."""
-    items = []
-    for ref in fix.patches:
-        try:
-            with open(ref.path, "rb", buffering=0) as fh:
-                data = fh.read()
-        except OSError as exc:
-            raise ManifestError(f"{fix.manifest_path}: cannot read patch {ref.path}: "
-                                f"{exc.strerror}. Restore the file", file=str(fix.manifest_path),
-                                key="patches") from None
-        items.append((ref.path, ref.root, data))
-    digests, files = parse_series(items)
+    try:
+        digests, files = read_series([(ref.path, ref.root) for ref in fix.patches])
+    except OSError as exc:
+        raise ManifestError(f"{fix.manifest_path}: cannot read patch {exc.filename}: "
+                            f"{exc.strerror}. Restore the file", file=str(fix.manifest_path),
+                            key="patches") from None
     patches = [{"file": ref.file, "sha256": digest} for ref, digest in zip(fix.patches, digests)]
     return patches, files
 

@@ -97,29 +97,62 @@ def parse_series(patches: Sequence[tuple[Path, str, bytes]]) -> tuple[list[str],
     2000; changing, adding, removing or reordering a patch changes the key.
     """
     digests = [hashlib.sha256(data).hexdigest() for _path, _root, data in patches]
-    key = "series-" + hashlib.sha256("\n".join(digests).encode()).hexdigest()
-    per_patch = None
-    blob = _cache.get(key)
-    if blob is None:
-        blob, per_patch = _load_cached(key)
-        if per_patch is not None and len(per_patch) != len(patches):
-            blob = per_patch = None
-    if blob is None:
+    key = _series_key(digests)
+    per_patch = _cached_series(key, len(patches))
+    if per_patch is None:
         per_patch = [_parse_fresh(Path(path), data, digest)
                      for (path, _root, data), digest in zip(patches, digests)]
         blob = marshal.dumps(per_patch)
         _store_cached(key, blob)
+        _cache[key] = blob
+    return digests, _attach(patches, per_patch)
+
+
+def read_series(patches: Sequence[tuple[Path | str, str]]) -> tuple[list[str], list[dict[str, Any]]]:
+    """:func:`parse_series` of ``(path, root)`` pairs, reading only what it must.
+
+    Each patch's sha256 comes from the stat-stamped index (:func:`patch_digests`), so a
+    repeat run whose series is cached reads no patch file at all; on a cache miss every patch
+    is read and the hashes are taken from the bytes read. Raises ``OSError`` (its
+    ``filename`` is the patch) when a patch cannot be read.
+    """
+    digests = patch_digests([path for path, _root in patches])
+    hit = _cached_series(_series_key(digests), len(patches))
+    if hit is not None:
+        return digests, _attach(patches, hit)
+    items = []
+    for path, root in patches:
+        with open(path, "rb", buffering=0) as fh:
+            items.append((Path(path), root, fh.read()))
+    return parse_series(items)
+
+
+def _series_key(digests: list[str]) -> str:
+    return "series-" + hashlib.sha256("\n".join(digests).encode()).hexdigest()
+
+
+def _cached_series(key: str, count: int) -> list[list[dict[str, Any]]] | None:
+    """The per-patch records of a series from this process or the user cache, else None."""
+    blob = _cache.get(key)
+    if blob is not None:
+        return _loads(blob)
+    blob, per_patch = _load_cached(key)
+    if per_patch is None or len(per_patch) != count:
+        return None
     _cache[key] = blob
-    if per_patch is None:
-        per_patch = _loads(blob)
+    return per_patch
+
+
+def _attach(patches: Sequence[tuple[Any, ...]], per_patch: list[list[dict[str, Any]]]
+            ) -> list[dict[str, Any]]:
     files: list[dict[str, Any]] = []
-    for (path, root, _data), records in zip(patches, per_patch):
-        name = os.path.basename(path)  # no Path built per patch: a release series has 10^3
+    for item, records in zip(patches, per_patch):
+        name = os.path.basename(item[0])  # no Path built per patch: a release series has 10^3
         for record in records:
-            record["root"] = root
+            record["root"] = item[1]
             record["patch"] = name
         files.extend(records)
-    return digests, files
+    return files
 
 
 def _loads(blob: bytes) -> Any:
@@ -163,8 +196,12 @@ def _cache_file(key: str) -> Path:
         source = Path(__file__).read_bytes() + Path(_hunks.__file__).read_bytes()
         ident = f"{sys.version_info[:2]}|".encode() + _unidiff_version() + source
         _stamp = hashlib.sha256(ident).hexdigest()[:16]
+    return _cache_base() / "plans" / _stamp / key
+
+
+def _cache_base() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "patchkit" / "plans" / _stamp / key
+    return Path(base) / "patchkit"
 
 
 def _unidiff_version() -> bytes:
@@ -201,6 +238,109 @@ def _store_cached(key: str, blob: bytes) -> None:
         os.replace(tmp, dest)
     except OSError:
         pass
+
+
+# -- the stat-stamped index of patch hashes ---------------------------------------------------
+#
+# ``<user cache>/patchkit/patch-index/<sha256 of the patches directory>``: a marshalled dict
+# {file name: (dev, ino, size, mtime_ns, ctime_ns, clock_ns, sha256)}. ``clock_ns`` is the
+# file system's clock (the mtime of a file created in the index directory) read *before* the
+# patch's bytes were read. An entry is written and trusted only when the patch's ctime and
+# mtime are strictly before that clock, on the same file system (git's racy-index rule, made
+# strict as the engine's stat stamps are): any later change of the patch -- even one that keeps
+# its size and puts its mtime back -- sets its ctime to that clock or later, so the stamp no
+# longer matches and the patch is read and hashed again.
+
+def patch_digests(paths: Sequence[Path | str]) -> list[str]:
+    """The sha256 of each patch file, read and hashed only when the index cannot vouch for it.
+
+    A ``status`` of a catalog with a 2000-patch fix would otherwise read every patch (tens of
+    MB, cold when other work pushed them out of the page cache) only to find its series in the
+    cache. Raises ``OSError`` (``filename`` set) for a patch that cannot be stat'ed or read.
+    """
+    paths = [os.fspath(p) for p in paths]
+    out: list[str | None] = [None] * len(paths)
+    by_dir: dict[str, list[int]] = {}
+    for i, path in enumerate(paths):
+        by_dir.setdefault(os.path.dirname(os.path.abspath(path)), []).append(i)
+    for directory, indexes in by_dir.items():
+        index_file = _cache_base() / "patch-index" / hashlib.sha256(
+            os.fsencode(directory)).hexdigest()
+        entries = _load_index(index_file)
+        missing = []
+        for i in indexes:
+            st = os.stat(paths[i])
+            entry = entries.get(os.path.basename(paths[i]))
+            if (entry is not None and entry[:5] == _stamp_of(st)
+                    and st.st_ctime_ns < entry[5] and st.st_mtime_ns < entry[5]):
+                out[i] = entry[6]
+            else:
+                missing.append(i)
+        if missing:
+            shas = _hash_into_index(index_file, entries, [paths[i] for i in missing])
+            for i, sha in zip(missing, shas):
+                out[i] = sha
+    return out  # type: ignore[return-value]  # every slot is set above
+
+
+def _stamp_of(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _load_index(index_file: Path) -> dict[str, tuple]:
+    try:
+        entries = marshal.loads(index_file.read_bytes())
+    except (OSError, ValueError, EOFError, TypeError):
+        return {}
+    if not isinstance(entries, dict):
+        return {}
+    return {k: v for k, v in entries.items()
+            if isinstance(v, tuple) and len(v) == 7 and isinstance(v[6], str)}
+
+
+def _hash_into_index(index_file: Path, entries: dict[str, tuple], paths: list[str]
+                     ) -> list[str]:
+    """The sha256 of each of ``paths``, recording the non-racy ones in the index: the clock
+    is the temp file that becomes the new index, created before any patch is read."""
+    try:
+        index_file.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=index_file.parent)
+    except OSError:
+        fd, tmp = -1, ""  # no index can be written: hash, trust nothing
+    try:
+        clock = os.fstat(fd) if fd >= 0 else None
+        shas = []
+        for path in paths:
+            with open(path, "rb", buffering=0) as fh:
+                stamp = _stamp_of(os.fstat(fh.fileno()))
+                sha = hashlib.sha256(fh.read()).hexdigest()
+            shas.append(sha)
+            name = os.path.basename(path)
+            entries.pop(name, None)
+            if (clock is not None and stamp[0] == clock.st_dev
+                    and stamp[4] < clock.st_mtime_ns and stamp[3] < clock.st_mtime_ns
+                    and _stamp_of(os.stat(path)) == stamp):
+                entries[name] = stamp + (clock.st_mtime_ns, sha)
+        if fd >= 0:
+            try:
+                view = memoryview(marshal.dumps(entries))
+                while view:
+                    view = view[os.write(fd, view):]
+                os.close(fd)
+                fd = -1
+                os.replace(tmp, index_file)
+                tmp = ""
+            except OSError:
+                pass  # best effort, like the plan cache
+        return shas
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        if tmp:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
 
 
 def _fail(path: Path, line: int, message: str, todo: str) -> PatchFormatError:
