@@ -357,3 +357,36 @@ def test_cli_apply_commit_then_rollback(tree: Path, catalog: Catalog) -> None:
     assert git(tree, "log", "-1", "--format=%s") == 'Revert "pool: mark op25"\n'
     assert (tree / POOL).read_text() == pool_text()
     assert git(tree, "status", "--porcelain") == ""
+
+
+def test_patch_id_search_looks_only_at_commits_within_the_fixes_files(tmp_path: Path) -> None:
+    """A fork's history has release commits of thousands of files touching the fix's file
+    too; only commits changing nothing but the fix's files can hold its series, so only
+    they are diffed. Names with spaces and non-ASCII characters are matched exactly."""
+    from patchkit.engine import gitops
+
+    repo = tmp_path / "fork"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    odd = "python/sglang/srt/mem cache/pöol.py"
+    (repo / odd).parent.mkdir(parents=True)
+    (repo / odd).write_text(pool_text())
+    for i in range(40):
+        (repo / f"python/sglang/srt/other_{i}.py").write_text(f"X = {i}\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "release: the whole tree")
+    text = pool_text().replace("return n + 3\n", "return n + 3  # fixed\n")
+    (repo / odd).write_text(text)
+    git(repo, "commit", "-q", "-am", "the fix, as a commit")
+    fix_sha = git(repo, "rev-parse", "HEAD").strip()
+    series = git(repo, "show", "--format=", "HEAD")
+    (repo / odd).write_text(text + "\n# more\n")
+    (repo / "python/sglang/srt/other_1.py").write_text("X = 100\n")
+    git(repo, "commit", "-q", "-am", "a later commit of the file and another one")
+    pid = subprocess.run(["git", "patch-id", "--stable"], input=series, capture_output=True,
+                         text=True, check=True).stdout.split()[0]
+    co = gitops.checkout_of(str(repo))
+    assert co is not None
+    assert co.find_by_patch_id([pid], [odd]) == [fix_sha]
+    assert co.find_by_patch_id(["0" * 40], [odd]) == []
+    assert co.find_by_patch_id([pid], []) == []
