@@ -43,7 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the helper next to t
 from sshd import LoopbackSshd, loopback_sshd  # noqa: E402
 
 from patchkit.catalog import Catalog  # noqa: E402
-from patchkit.demo import DEMO_RELEASE, SEED_FIXES, SERVE_SCRIPT, DemoFork, build_fork  # noqa: E402
+from patchkit.demo import (  # noqa: E402
+    DEMO_RELEASE, HOST_POOL, LATER_EDIT, LATER_SUBJECT, SEED_FIXES, SERVE_SCRIPT, DemoFork, build_fork)
 from patchkit.upstream import UpstreamRepo  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -87,6 +88,13 @@ class Run:
     kinds: str  # how the checks split up
     tree: dict[str, str]  # file -> sha256 after the run (.git and .patchkit left out)
     git_status: str
+    later_kept: bool  # the fork's later commit to memory_pool_host.py still in the file
+
+
+def later_kept(fork: DemoFork) -> bool:
+    """Whether the host pool still holds the fork's later commit (the article's complaint:
+    ``git checkout <dead>^ -- file`` silently drops later commits to the file)."""
+    return LATER_EDIT[1] in (fork.sglang / HOST_POOL).read_text(encoding="utf-8")
 
 
 def tree_of(fork: DemoFork) -> dict[str, str]:
@@ -134,7 +142,7 @@ def run_patchkit(server: LoopbackSshd, fork: DemoFork, python: str) -> Run:
     ver = [c for f in fixes for c in f["verification"]]
     kinds = f"{len(pre)} preconditions + {len(ver)} verifications"
     return Run(seconds, runs, accepted, len(pre) + len(ver), sum(bool(c["ok"]) for c in pre + ver),
-               kinds, tree_of(fork), git_status(fork))
+               kinds, tree_of(fork), git_status(fork), later_kept(fork))
 
 
 def stage_seed_edits(fork: DemoFork, stage: Path) -> None:
@@ -166,7 +174,7 @@ def run_seed(server: LoopbackSshd, fork: DemoFork, python: str, stage: Path) -> 
     said = proc.stdout.strip()
     passed = sum(bool(re.search(pattern, said, re.M)) for _, pattern in SEED_CHECKS)
     return Run(seconds, runs, accepted, len(SEED_CHECKS), passed, "3 syntax checks + 2 greps",
-               tree_of(fork), git_status(fork))
+               tree_of(fork), git_status(fork), later_kept(fork))
 
 
 def run_cli_startup(server: LoopbackSshd) -> float:
@@ -262,6 +270,13 @@ def report(results: dict[str, list[Run]], bare: list[float], startup: list[float
                          "NOT the same in every repetition; ")
         + ("patchkit's and the seed's are byte-identical." if not diff
            else "patchkit's and the seed's differ in: " + ", ".join(f"`{d}`" for d in diff) + "."),
+        f"The fork's later commit to `memory_pool_host.py` (\"{LATER_SUBJECT}\", made after the "
+        "dead commit): " + ("kept" if all(r.later_kept for r in pk) else "LOST")
+        + " by patchkit's revert (a three-way merge onto today's file); "
+        + ("kept" if all(r.later_kept for r in seed) else "silently lost")
+        + " by the seed's `git checkout <dead commit>^ --`"
+        + (", which is the difference between the two trees." if diff and not
+           all(r.later_kept for r in seed) else "."),
         f"`git status --porcelain` after patchkit: {pk[0].git_status}; after the seed: "
         f"{seed[0].git_status} (`git checkout <rev> -- file` also stages the file). patchkit "
         "also leaves its record in `.patchkit/` (git-ignored), which `patchkit status` and "
