@@ -79,11 +79,9 @@ def _gone_line(git_dir: Path, path: str) -> str:
     raise AssertionError(f"no removed line in {path}")
 
 
-@pytest.fixture(scope="module")
-def real_rebase(catalog_upstream: UpstreamRepo, tmp_path_factory: pytest.TempPathFactory):
-    git_dir = Path(catalog_upstream.git_dir)
+def _catalog(git_dir: Path, cat: Path) -> dict[str, Fix]:
+    """The benchmark's fixes plus an upstreamed one and an anchor-gone one, committed."""
     fixes = {f.name: f for f in build_fixes(git_dir)}
-    cat = tmp_path_factory.mktemp("real-rebase") / "catalog"
     for fix in fixes.values():
         _write(cat, fix.name, fix.path, fix.patch)
     taken = {f.path for f in fixes.values()}
@@ -102,6 +100,13 @@ def real_rebase(catalog_upstream: UpstreamRepo, tmp_path_factory: pytest.TempPat
     subprocess.run(["git", "-C", str(cat), "add", "-A"], check=True)
     subprocess.run(["git", "-C", str(cat), "-c", "user.name=t", "-c", "user.email=t@t",
                     "commit", "-q", "-m", "fixes on 0.5.21"], check=True)
+    return fixes
+
+
+@pytest.fixture(scope="module")
+def real_rebase(catalog_upstream: UpstreamRepo, tmp_path_factory: pytest.TempPathFactory):
+    cat = tmp_path_factory.mktemp("real-rebase") / "catalog"
+    fixes = _catalog(Path(catalog_upstream.git_dir), cat)
     catalog = Catalog(cat)
     stops: dict[str, str] = {}
     report = rebase.start(catalog, "0.5.23", upstream=catalog_upstream)
@@ -149,3 +154,22 @@ def test_rebased_real_fixes_apply_to_0523_as_the_merge_and_verify(
     for name in rebased:
         fix: Fix = fixes[name]
         assert (tree / fix.path).read_bytes() == fix.expected, f"{name} ({fix.kind}) misplaced"
+
+
+def test_abort_on_the_real_releases_leaves_the_catalog_byte_identical(
+        catalog_upstream: UpstreamRepo, tmp_path: Path) -> None:
+    cat = tmp_path / "catalog"
+    _catalog(Path(catalog_upstream.git_dir), cat)
+
+    def snapshot() -> dict[str, bytes]:
+        return {str(p.relative_to(cat)): p.read_bytes() for p in sorted(cat.rglob("*"))
+                if p.is_file() and ".git" not in p.relative_to(cat).parts}
+
+    before = snapshot()
+    catalog = Catalog(cat)
+    report = rebase.start(catalog, "0.5.23", upstream=catalog_upstream)
+    assert not report.done and report.stopped
+    report = rebase.skip(catalog, upstream=catalog_upstream)  # fixes before the next stop written
+    assert snapshot() != before
+    rebase.abort(catalog, upstream=catalog_upstream)
+    assert snapshot() == before and not rebase.in_progress(catalog)
