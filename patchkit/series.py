@@ -28,7 +28,9 @@ from typing import Any, Iterator, Sequence
 
 from .engine import hunks as _hunks
 from .engine.hunks import split_lines  # the engine splits files the same way
+from . import series_fast as _fast
 from .errors import PatchFormatError
+from .series_fast import parse_git_patch
 
 DEV_NULL = "/dev/null"
 DEFAULT_MODE = "100644"
@@ -96,11 +98,16 @@ def parse_series(patches: Sequence[tuple[Path, str, bytes]]) -> tuple[list[str],
     of all its patches in order, so a repeat run of a 2000-patch series reads one file, not
     2000; changing, adding, removing or reordering a patch changes the key.
     """
-    digests = [hashlib.sha256(data).hexdigest() for _path, _root, data in patches]
+    return _parse_series(patches, [hashlib.sha256(data).hexdigest()
+                                   for _path, _root, data in patches])
+
+
+def _parse_series(patches: Sequence[tuple[Path | str, str, bytes]], digests: list[str]
+                  ) -> tuple[list[str], list[dict[str, Any]]]:
     key = _series_key(digests)
     per_patch = _cached_series(key, len(patches))
     if per_patch is None:
-        per_patch = [_parse_fresh(Path(path), data, digest)
+        per_patch = [_parse_fresh(path, data, digest)
                      for (path, _root, data), digest in zip(patches, digests)]
         blob = marshal.dumps(per_patch)
         _store_cached(key, blob)
@@ -116,15 +123,20 @@ def read_series(patches: Sequence[tuple[Path | str, str]]) -> tuple[list[str], l
     is read and the hashes are taken from the bytes read. Raises ``OSError`` (its
     ``filename`` is the patch) when a patch cannot be read.
     """
-    digests = patch_digests([path for path, _root in patches])
+    read: dict[int, bytes] = {}
+    digests = _digests([path for path, _root in patches], read)
     hit = _cached_series(_series_key(digests), len(patches))
     if hit is not None:
         return digests, _attach(patches, hit)
     items = []
-    for path, root in patches:
-        with open(path, "rb", buffering=0) as fh:
-            items.append((Path(path), root, fh.read()))
-    return parse_series(items)
+    for i, (path, root) in enumerate(patches):
+        data = read.get(i)
+        if data is None:  # vouched for by the index: read now, hashed again (it may have moved)
+            with open(path, "rb", buffering=0) as fh:
+                data = fh.read()
+            digests[i] = hashlib.sha256(data).hexdigest()
+        items.append((path, root, data))
+    return _parse_series(items, digests)
 
 
 def _series_key(digests: list[str]) -> str:
@@ -167,11 +179,16 @@ def _loads(blob: bytes) -> Any:
             gc.enable()
 
 
-def _parse_fresh(path: Path, data: bytes, key: str) -> list[dict[str, Any]]:
+def _parse_fresh(path: Path | str, data: bytes, key: str) -> list[dict[str, Any]]:
     """One patch's records in the request's compact form (each hunk's lines as one ``body``
-    string), from this process's cache or parsed (the series entry is what goes to disk)."""
+    string), from this process's cache, or read by the fast git-diff reader, or parsed by
+    unidiff when that reader does not take it (the series entry is what goes to disk)."""
     blob = _cache.get(key)
-    records = marshal.loads(blob) if blob is not None else _parse(path, data)
+    if blob is None:
+        fast = parse_git_patch(data.decode("utf-8", "surrogateescape"), os.path.basename(path))
+        if fast is not None:
+            return fast
+    records = marshal.loads(blob) if blob is not None else _parse(Path(path), data)
     for record in records:
         record["hunks"] = [compact_hunk(h) for h in record["hunks"]]
     return records
@@ -193,7 +210,8 @@ def _cache_file(key: str) -> Path:
     source, unidiff's version and Python's (marshal's format), so a stale entry is never read."""
     global _stamp
     if _stamp is None:
-        source = Path(__file__).read_bytes() + Path(_hunks.__file__).read_bytes()
+        source = b"".join(Path(module).read_bytes() for module in
+                          (__file__, _hunks.__file__, _fast.__file__))
         ident = f"{sys.version_info[:2]}|".encode() + _unidiff_version() + source
         _stamp = hashlib.sha256(ident).hexdigest()[:16]
     return _cache_base() / "plans" / _stamp / key
@@ -258,6 +276,12 @@ def patch_digests(paths: Sequence[Path | str]) -> list[str]:
     MB, cold when other work pushed them out of the page cache) only to find its series in the
     cache. Raises ``OSError`` (``filename`` set) for a patch that cannot be stat'ed or read.
     """
+    return _digests(paths, {})
+
+
+def _digests(paths: Sequence[Path | str], read: dict[int, bytes]) -> list[str]:
+    """:func:`patch_digests`, keeping in ``read`` (by position) the bytes of each patch it
+    had to read: a series that is not cached is parsed from them, not read twice."""
     paths = [os.fspath(p) for p in paths]
     out: list[str | None] = [None] * len(paths)
     by_dir: dict[str, list[int]] = {}
@@ -277,9 +301,10 @@ def patch_digests(paths: Sequence[Path | str]) -> list[str]:
             else:
                 missing.append(i)
         if missing:
-            shas = _hash_into_index(index_file, entries, [paths[i] for i in missing])
-            for i, sha in zip(missing, shas):
+            datas = _hash_into_index(index_file, entries, [paths[i] for i in missing])
+            for i, (sha, data) in zip(missing, datas):
                 out[i] = sha
+                read[i] = data
     return out  # type: ignore[return-value]  # every slot is set above
 
 
@@ -299,8 +324,8 @@ def _load_index(index_file: Path) -> dict[str, tuple]:
 
 
 def _hash_into_index(index_file: Path, entries: dict[str, tuple], paths: list[str]
-                     ) -> list[str]:
-    """The sha256 of each of ``paths``, recording the non-racy ones in the index: the clock
+                     ) -> list[tuple[str, bytes]]:
+    """The sha256 and bytes of each of ``paths``, recording the non-racy ones in the index: the clock
     is the temp file that becomes the new index, created before any patch is read."""
     try:
         index_file.parent.mkdir(parents=True, exist_ok=True)
@@ -313,8 +338,9 @@ def _hash_into_index(index_file: Path, entries: dict[str, tuple], paths: list[st
         for path in paths:
             with open(path, "rb", buffering=0) as fh:
                 stamp = _stamp_of(os.fstat(fh.fileno()))
-                sha = hashlib.sha256(fh.read()).hexdigest()
-            shas.append(sha)
+                data = fh.read()
+            sha = hashlib.sha256(data).hexdigest()
+            shas.append((sha, data))
             name = os.path.basename(path)
             entries.pop(name, None)
             if (clock is not None and stamp[0] == clock.st_dev
