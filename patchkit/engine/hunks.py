@@ -56,30 +56,95 @@ _LINE = re.compile(r"[^\n]*\n|[^\n]+\Z")
 
 
 def split_lines(text: str) -> List[str]:
-    """Split on "\\n" only, keeping each line's ending; the last line may have none."""
+    """Split on "\\n" only, keeping each line's ending; the last line may have none.
+
+    ``str.splitlines`` is the fast path: it breaks at every "\\n" and at other characters
+    too ("\\r", "\\x0c", ...), so when it finds exactly as many lines as there are "\\n"-lines
+    its breaks are the "\\n" ones; otherwise the regex splits on "\\n" alone."""
+    lines = text.splitlines(True)
+    if len(lines) == text.count("\n") + (text[-1:] not in ("\n", "")):
+        return lines
     return _LINE.findall(text)
 
 
-@dataclass(frozen=True)
 class Hunk:
-    index: int  # 1-based position in its FILE record
-    old_start: int
-    old_count: int
-    new_start: int
-    new_count: int
-    lines: Tuple[Tuple[str, str], ...]
-    # The request's ``body`` when it came as one (it is the patch text of these lines, which
-    # the result's diff shows as they are); None for ``lines``.
-    body: Optional[str] = field(default=None, compare=False, repr=False)
+    """One hunk. ``lines`` is given, or built on first use from ``body`` (the request's patch
+    text of the lines): placement reads only ``old`` and ``new``, which a body without a
+    marker gives directly, so a release's worth of hunks never becomes ~10^5 tuples."""
+
+    __slots__ = ("index", "old_start", "old_count", "new_start", "new_count", "body", "_lines",
+                 "_old", "_new")
+
+    def __init__(self, index: int, old_start: int, old_count: int, new_start: int, new_count: int,
+                 lines: Optional[Tuple[Tuple[str, str], ...]] = None,
+                 body: Optional[str] = None) -> None:
+        if lines is None and body is None:
+            lines = ()
+        self.index = index  # 1-based position in its FILE record
+        self.old_start = old_start
+        self.old_count = old_count
+        self.new_start = new_start
+        self.new_count = new_count
+        self.body = body
+        self._lines = lines
+        self._old: Optional[List[str]] = None
+        self._new: Optional[List[str]] = None
+
+    @property
+    def lines(self) -> Tuple[Tuple[str, str], ...]:
+        if self._lines is None:
+            self._lines = body_lines(self.body or "")
+        return self._lines
+
+    def _sides(self) -> None:
+        body = self.body
+        if self._lines is None and body is not None and "\n\\" not in body \
+                and not body.startswith("\\"):
+            # no marker: the body's lines, each a tag then its text (checked by _hunk)
+            parts = split_lines(body)
+            self._old = [p[1:] for p in parts if p[0] != "+"]
+            self._new = [p[1:] for p in parts if p[0] != "-"]
+            return
+        lines = self.lines
+        self._old = [t for k, t in lines if k == " " or k == "-"]
+        self._new = [t for k, t in lines if k == " " or k == "+"]
 
     # Computed once per hunk (placement reads them several times); callers never mutate them.
-    @cached_property
+    @property
     def old(self) -> List[str]:
-        return [t for k, t in self.lines if k == " " or k == "-"]
+        if self._old is None:
+            self._sides()
+        return self._old  # type: ignore[return-value]
 
-    @cached_property
+    @property
     def new(self) -> List[str]:
-        return [t for k, t in self.lines if k == " " or k == "+"]
+        if self._new is None:
+            self._sides()
+        return self._new  # type: ignore[return-value]
+
+    @property
+    def new_text(self) -> str:
+        """The new side as one string; a pure insertion sent as a body without a marker (every
+        line of a created file) is that body without its tags, in two C-level passes."""
+        body = self.body
+        if self.old_count == 0 and self._lines is None and body is not None \
+                and body[-1:] == "\n" and "\n\\" not in body and body[:1] == "+":
+            return body[1:].replace("\n+", "\n")
+        return "".join(self.new)
+
+    def _key(self) -> Tuple[Any, ...]:
+        return (self.index, self.old_start, self.old_count, self.new_start, self.new_count,
+                self.lines)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Hunk) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return "Hunk(index=%d, old_start=%d, old_count=%d, new_start=%d, new_count=%d)" % (
+            self.index, self.old_start, self.old_count, self.new_start, self.new_count)
 
     @property
     def expected_index(self) -> int:
@@ -196,13 +261,17 @@ def body_lines(body: str) -> Tuple[Tuple[str, str], ...]:
 
 
 def _hunk(data: Any, index: int, fix: str, patch: str, where: str) -> Hunk:
-    # A release's worth of hunks has ~10^5 lines: the checks run as C-level map/set passes.
+    # A release's worth of hunks has ~10^5 lines: the checks run as C-level count/map/set
+    # passes, and a body without a marker is only counted here (split when placed).
     try:
         body = data.get("body")
+        lines = None
         if body is not None:
             if not isinstance(body, str):
                 raise TypeError("body is not a string")
-            lines = body_lines(body)
+            kinds = _body_kinds(body)
+            if kinds is None:  # a marker or a line without a tag: the full split says which
+                lines = body_lines(body)
         else:
             lines = tuple(map(tuple, data["lines"]))
             if set(map(len, lines)) - {2}:
@@ -212,7 +281,8 @@ def _hunk(data: Any, index: int, fix: str, patch: str, where: str) -> Hunk:
         hunk = Hunk(index, int(data["old_start"]), int(data["old_count"]),
                     int(data["new_start"]), int(data["new_count"]), lines,  # type: ignore[arg-type]
                     body)
-        kinds = Counter(map(_kind, lines))
+        if lines is not None:
+            kinds = Counter(map(_kind, lines))
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise PatchFormatError("fix %s, %s: hunk #%d of %s for %s is malformed (%s)"
                                % (fix, patch, index, patch, where, exc),
@@ -225,6 +295,19 @@ def _hunk(data: Any, index: int, fix: str, patch: str, where: str) -> Hunk:
             % (patch, index, where, old, new, hunk.old_count, hunk.new_count),
             fix=fix, patch=patch, hunk=index)
     return hunk
+
+
+def _body_kinds(body: str) -> Optional[Dict[str, int]]:
+    """The number of lines of each tag of a body without a marker, by counting; None when the
+    body has a marker or a line whose tag is none of " ", "-", "+" (the caller splits it)."""
+    if not body:
+        return {" ": 0, "-": 0, "+": 0}
+    if "\n\\" in body or body[0] == "\\":
+        return None
+    first = body[0]
+    kinds = {k: body.count("\n" + k) + (first == k) for k in " -+"}
+    total = body.count("\n") + (body[-1] != "\n")
+    return kinds if sum(kinds.values()) == total else None
 
 
 _kind = itemgetter(0)
@@ -246,6 +329,10 @@ class Placement:
 
 def locate(lines: Sequence[str], old: Sequence[str], expected: int, lo: int = 0) -> Optional[int]:
     """The index nearest ``expected`` (not before ``lo``) where ``old`` matches exactly."""
+    if type(lines) is not list:  # a slice of a list compares equal only to a list
+        lines = list(lines)
+    if type(old) is not list:
+        old = list(old)
     hi = len(lines) - len(old)
     if hi < lo:
         return None
@@ -254,7 +341,7 @@ def locate(lines: Sequence[str], old: Sequence[str], expected: int, lo: int = 0)
     first = old[0] if old else None
     for distance in range(0, max(start - lo, hi - start) + 1):
         for i in (start + distance, start - distance) if distance else (start,):
-            if lo <= i <= hi and (first is None or lines[i] == first) and list(lines[i:i + n]) == list(old):
+            if lo <= i <= hi and (first is None or lines[i] == first) and lines[i:i + n] == old:
                 return i
     return None
 
@@ -266,7 +353,7 @@ def apply_change(text: Optional[str], change: FileChange) -> Tuple[Optional[str]
             raise ConflictError("%s: %s creates this file but it already exists; remove it or "
                                 "roll back whatever created it" % (change.where, change.patch),
                                 root=change.root, path=change.path, patch=change.patch)
-        new = "".join(t for h in change.hunks for t in h.new)
+        new = "".join([h.new_text for h in change.hunks])
         return new, [Placement(change.patch, h.index, h.new_start, h.new_start, 0) for h in change.hunks]
     if text is None:
         raise ConflictError("%s: %s changes this file but it does not exist"

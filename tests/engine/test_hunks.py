@@ -124,3 +124,44 @@ def test_hunks_from_helper_matches_difflib_positions() -> None:
     hunks = hunks_from("a\nb\n", "a\nb\nc\n")
     assert hunks == [{"old_start": 1, "old_count": 2, "new_start": 1, "new_count": 3,
                       "lines": [[" ", "a\n"], [" ", "b\n"], ["+", "c\n"]]}]
+
+
+def _as_body(record: dict) -> dict:
+    """The same FILE record with every hunk sent as one ``body`` string (as patchkit.plan does)."""
+    from patchkit.engine.hunks import hunk_body
+
+    hunks = [dict({k: v for k, v in h.items() if k != "lines"}, body=hunk_body(h["lines"]))
+             for h in record["hunks"]]
+    return dict(record, hunks=hunks)
+
+
+@pytest.mark.parametrize("before, after", [
+    ("a\nb\nc\nd\n", "a\nB\nc\nd\ne\n"),
+    ("a\r\nb\x0cx\r\nc\n", "a\r\nb\x0cy\r\nc\n"),  # CR, form feed: split on "\n" only
+    ("a\nb\nlast", "a\nB\nlast"),  # no newline at end of file, on both sides
+    ("a\nb\n", "a\nb\nend"),  # the new side loses the final newline
+])
+def test_a_body_hunk_places_and_splits_like_its_lines(before: str, after: str) -> None:
+    record = file_record("python/sglang/srt/mod.py", before, after)
+    from_lines = FileChange.from_dict(record, "fx")
+    from_body = FileChange.from_dict(_as_body(record), "fx")
+    assert [h.body for h in from_body.hunks] != [None]
+    assert [(h.old, h.new) for h in from_body.hunks] == [(h.old, h.new) for h in from_lines.hunks]
+    assert from_body.hunks == from_lines.hunks
+    assert apply_change(before, from_body)[0] == after == apply_change(before, from_lines)[0]
+
+
+def test_a_created_file_from_a_body_keeps_every_byte() -> None:
+    text = "first\n+plus in the text\n\\ not a marker\r\nlast"
+    record = _as_body(file_record("python/sglang/srt/new.py", None, text))
+    assert record["op"] == "create"
+    assert apply_change(None, FileChange.from_dict(record, "fx"))[0] == text
+
+
+@pytest.mark.parametrize("body", [" a\n-b\nc\n", " a\n\n+b\n", "+a\n+b\n"])
+def test_a_body_with_an_untagged_line_or_wrong_counts_is_a_patch_format_error(body: str) -> None:
+    record = {"root": "sglang", "path": "python/x.py", "patch": "0001-x.patch", "op": "modify",
+              "hunks": [{"old_start": 1, "old_count": 2, "new_start": 1, "new_count": 2,
+                         "body": body}]}
+    with pytest.raises(PatchFormatError):
+        FileChange.from_dict(record, "fx")
