@@ -121,10 +121,10 @@ def fsync_paths(paths: List[str], dirs: bool = False) -> None:
         for path in paths:
             one(path)
         return
-    in_threads(one, paths, 8)
+    _in_threads(one, paths, 8)
 
 
-def in_threads(fn: Callable[[Any], None], items: List[Any], workers: int) -> None:
+def _in_threads(fn: Callable[[str], None], items: List[str], workers: int) -> None:
     """``fn`` over ``items`` in ``workers`` threads; the first failure is raised after all
     threads stop. Plain threads: concurrent.futures costs more to import than they to start."""
     import threading

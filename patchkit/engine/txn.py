@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..errors import PermissionDenied, TargetError
 from .faults import fault
-from .fsops import (atomic_write, file_mode, fsync_dir, in_threads, keep_backup, make_dirs, purge_pycache,
+from .fsops import (atomic_write, file_mode, fsync_dir, keep_backup, make_dirs, purge_pycache,
                     read_bytes, remove_empty_dirs, remove_file, sync_all, temp_name, write_json,
                     write_temp)
 from .hunks import sha256_bytes
@@ -174,32 +174,13 @@ def _transaction(store: Store, op: str, fixes: List[str], writes: List[FileWrite
     return txn
 
 
-# From this many files on, the temp files of files in existing directories are written ahead
-# in threads (creating ~10^3 files is mostly waiting on the file system), then renamed in order.
-# Two, so the crash tests' two-file scenario kills this path at every point (a one-file apply
-# takes the plain one).
-AHEAD_FILES = 2
-
-
 def _write_files(writes: List[FileWrite]) -> None:
     """Each file through a temporary sibling and ``os.replace``, in order; then every new file
     and every touched directory made durable together (``sync_all``: one syncfs, or fsyncs
     in a few threads). That is before verification and the commit point; a crash earlier is
-    rolled back from the (already durable) backups, and ``restore`` removes temp files.
-
-    For many files the temp files in existing directories are written ahead in threads; the
-    ``write`` fault point then comes before a file's temp file is used, not made."""
+    rolled back from the (already durable) backups."""
     written: List[str] = []
     dirs: List[str] = []
-    ahead: Dict[str, str] = {}
-    if len(writes) >= AHEAD_FILES:
-        early = [w for w in writes if w.after is not None and os.path.isdir(os.path.dirname(w.abs))]
-
-        def one(w: FileWrite) -> None:
-            mode = w.mode_after if w.mode_after is not None else 0o644
-            ahead[w.abs] = write_temp(w.abs, w.after, mode, owner=w.owner, sync=False)  # type: ignore[arg-type]
-
-        in_threads(one, early, 4)
     for w in writes:
         fault("write")
         if w.after is None:
@@ -207,12 +188,10 @@ def _write_files(writes: List[FileWrite]) -> None:
             remove_file(w.abs, sync=False)
             dirs.append(os.path.dirname(w.abs))
             continue
-        tmp = ahead.get(w.abs)
-        if tmp is None:
-            for d in make_dirs(os.path.dirname(w.abs), sync=False):
-                dirs.append(os.path.dirname(d))
-            mode = w.mode_after if w.mode_after is not None else 0o644
-            tmp = write_temp(w.abs, w.after, mode, owner=w.owner, sync=False)
+        for d in make_dirs(os.path.dirname(w.abs), sync=False):
+            dirs.append(os.path.dirname(d))
+        mode = w.mode_after if w.mode_after is not None else 0o644
+        tmp = write_temp(w.abs, w.after, mode, owner=w.owner, sync=False)
         fault("rename")
         os.replace(tmp, w.abs)
         written.append(w.abs)
