@@ -8,6 +8,11 @@ from the ``---``/``+++`` headers (git's ``a/``/``b/`` prefixes and C quoting und
 Anything unidiff would silently skip (a hunk longer than its header says, a binary patch, a
 rename, a symlink) is refused with :class:`PatchFormatError` naming the file and the line.
 
+A series for a request (:func:`read_series`) is cached whole, keyed by its patches' hashes,
+which a stat-stamped index supplies without reading the patches (:func:`patch_digests`); a
+series not cached is read by :mod:`patchkit.series_fast` (the plain shape git writes, the
+same records at a fraction of unidiff's cost) and by unidiff for any patch that reader leaves.
+
 :func:`diff_files` writes the same dialect (git-style headers, 3 lines of context), so an
 authored series reads back exactly.
 """
