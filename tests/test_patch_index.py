@@ -161,3 +161,15 @@ def test_a_patch_gone_after_the_catalog_loaded_is_a_manifest_error(tmp_path: Pat
         fix_request(fix)
     assert str(fix.patches[0].path) in str(info.value)
     assert "Restore the file" in str(info.value)
+
+
+def test_without_a_writable_cache_every_patch_is_hashed(patch: Path, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
+    assert patch_digests([patch]) == [sha(PATCH)]
+    opened = counting_opens(monkeypatch)
+    patch.write_bytes(SAME_SIZE)
+    assert patch_digests([patch]) == [sha(SAME_SIZE)]
+    assert opened == [patch.name]

@@ -219,3 +219,19 @@ def test_the_real_release_drift_is_read_fast_and_alike(catalog_upstream: Any) ->
     taken = sum(assert_same_or_deferred(p) for p in patches)
     assert taken >= 0.95 * len(patches)
     assert_same_or_deferred(whole)
+
+
+def test_a_series_of_git_patches_is_read_without_unidiff(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast reader is what reads a plain git series (unidiff is not called at all), and
+    the records are unidiff's."""
+    items = [(tmp_path / f"{i:04d}.patch", "sglang", FORMS[form])
+             for i, form in enumerate(sorted(FORMS))]
+    expected = [dict(r, root="sglang", patch=path.name)
+                for path, _root, data in items for r in reference(data)]
+
+    def refuse(*_args: Any) -> None:
+        raise AssertionError("unidiff was called")
+
+    monkeypatch.setattr(series, "_parse", refuse)
+    assert parse_series(items)[1] == expected
