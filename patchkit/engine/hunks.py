@@ -304,8 +304,9 @@ def _body_kinds(body: str) -> Optional[Dict[str, int]]:
         return {" ": 0, "-": 0, "+": 0}
     if "\n\\" in body or body[0] == "\\":
         return None
-    first = body[0]
-    kinds = {k: body.count("\n" + k) + (first == k) for k in " -+"}
+    first, count = body[0], body.count
+    kinds = {" ": count("\n ") + (first == " "), "-": count("\n-") + (first == "-"),
+             "+": count("\n+") + (first == "+")}
     total = body.count("\n") + (body[-1] != "\n")
     return kinds if sum(kinds.values()) == total else None
 
