@@ -28,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the helper next to this script
 
+from doc_section import write_section  # noqa: E402
 from perf_workload import DRIFT, LOCAL, NEW, OLD, Workload, build  # noqa: E402
 
 from patchkit.upstream import UpstreamRepo  # noqa: E402
@@ -283,19 +284,6 @@ def _version(argv: list[str], prefix: str = "") -> str:
     except OSError:
         return f"{argv[0]} missing"
     return prefix + out[0] if out else argv[0]
-
-
-def write_section(doc: Path, section: str) -> None:
-    """Replace this benchmark's section in ``doc`` (or add it), leaving other sections alone."""
-    text = doc.read_text() if doc.exists() else "# Performance\n\n"
-    start = text.find(SECTION)
-    if start < 0:
-        text = text.rstrip("\n") + "\n\n" + section
-    else:
-        end = text.find("\n## ", start + len(SECTION))
-        rest = "\n" + text[end + 1:] if end >= 0 else ""
-        text = text[:start] + section.rstrip("\n") + "\n" + rest
-    doc.write_text(text)
 
 
 def main() -> None:

@@ -38,6 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the helper next to this script
 
+from doc_section import write_section  # noqa: E402
 from rebase_fixes import PLAN, Fix, build_fixes  # noqa: E402
 
 from patchkit.manifest import new_manifest_text  # noqa: E402
@@ -439,57 +440,6 @@ def report(fixes: list[Fix], results: dict[str, list[Run]], facts: dict[str, str
         + ("; ".join(notes) if notes else "none") + ".",
         "",
     ])
-
-
-def write_section(doc: Path, section: str) -> None:
-    """Replace this benchmark's section in ``doc`` (or add it), leaving other sections alone."""
-    text = doc.read_text() if doc.exists() else "# Performance\n\n"
-    start = text.find(SECTION)
-    if start < 0:
-        text = text.rstrip("\n") + "\n\n" + section
-    else:
-        end = text.find("\n## ", start + len(SECTION))
-        rest = "\n" + text[end + 1:] if end >= 0 else ""
-        text = text[:start] + section.rstrip("\n") + "\n" + rest
-    doc.write_text(text)
-
-
-STANDIN = r"""
-import json, sys
-from pathlib import Path
-from patchkit.engine.hunks import FileChange, apply_change, decode, encode
-from patchkit.errors import ConflictError
-from patchkit.gitrepo import merge_file
-from patchkit.manifest import load_manifest
-from patchkit.series import parse_patch
-from patchkit.upstream import UpstreamRepo
-
-catalog, tree = Path(sys.argv[1]), Path(sys.argv[2])
-up = UpstreamRepo()
-out = []
-for manifest in sorted((catalog / "manifests").glob("*.toml")):
-    fix = load_manifest(manifest, patch_dir=catalog / "patches" / manifest.stem)
-    for ref in fix.patches:
-        for record in parse_patch(fix.patch_dir / ref.file, ref.root):
-            change = FileChange.from_dict(record, fix.name)
-            target = tree / change.path
-            text = decode(target.read_bytes())
-            try:
-                new, placed = apply_change(text, change)
-                kind = "offset" if any(p.offset for p in placed) else "unchanged"
-            except ConflictError:
-                from patchkit.gitrepo import blob_bytes
-                base = blob_bytes(up.git_dir, "v" + fix.upstream.base_release, change.path)
-                mine, _ = apply_change(decode(base), change)
-                merged, conflicts = merge_file(encode(text), base, encode(mine))
-                if conflicts:
-                    out.append({"name": fix.name, "outcome": "stopped", "patches": [{"classification": "conflict"}]})
-                    continue
-                new, kind = decode(merged), "merged"
-            target.write_bytes(encode(new))
-            out.append({"name": fix.name, "outcome": "rebased", "patches": [{"classification": kind}]})
-print(json.dumps({"done": True, "fixes": out}))
-"""
 
 
 def run_patchkit_standin(catalog: Path, tree: Path, upstream: UpstreamRepo) -> Run:

@@ -40,6 +40,7 @@ from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the helper next to this script
 
+from doc_section import write_section  # noqa: E402
 from sshd import LoopbackSshd, loopback_sshd  # noqa: E402
 
 from patchkit.catalog import Catalog  # noqa: E402
@@ -283,19 +284,6 @@ def report(results: dict[str, list[Run]], bare: list[float], startup: list[float
         "`patchkit rollback` read; the seed's procedure leaves nothing to check or undo it with.",
         "",
     ])
-
-
-def write_section(doc: Path, section: str) -> None:
-    """Replace this benchmark's section in ``doc`` (or add it), leaving other sections alone."""
-    text = doc.read_text() if doc.exists() else "# Performance\n\nBenchmarks live in `bench/` (see bench/README.md); figures are from one run.\n\n"
-    start = text.find(SECTION)
-    if start < 0:
-        text = text.rstrip("\n") + "\n\n" + section
-    else:
-        end = text.find("\n## ", start + len(SECTION))
-        rest = "\n" + text[end + 1:] if end >= 0 else ""
-        text = text[:start] + section.rstrip("\n") + "\n" + rest
-    doc.write_text(text)
 
 
 def main() -> None:

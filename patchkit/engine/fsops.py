@@ -54,6 +54,7 @@ def file_mode(path: str) -> Optional[int]:
 
 
 def fsync_dir(path: str) -> None:
+    """fsync a directory (its entries durable) -- or a file: opened read-only either way."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -106,22 +107,15 @@ def write_temp(path: str, data: bytes, mode: int, owner: Optional[Tuple[int, int
     return tmp
 
 
-def fsync_paths(paths: List[str], dirs: bool = False) -> None:
+def fsync_paths(paths: List[str]) -> None:
     """fsync many files (or directories) at once: the calls run in a few threads, so the file
     system can commit them together instead of one journal flush per file. Returns when every
     one is durable; the first failure is raised."""
-    def one(path: str) -> None:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
     if len(paths) < 8:
         for path in paths:
-            one(path)
+            fsync_dir(path)
         return
-    _in_threads(one, paths, 8)
+    _in_threads(fsync_dir, paths, 8)
 
 
 def _in_threads(fn: Callable[[str], None], items: List[str], workers: int) -> None:

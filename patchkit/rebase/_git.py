@@ -86,27 +86,11 @@ class Blobs:
 
 def merge_file(ours: bytes, base: bytes, theirs: bytes, *,
                labels: tuple[str, str, str]) -> tuple[bytes, int]:
-    """git's three-way file merge (``git merge-file -p --diff3``): result, conflicted regions."""
-    with tempfile.TemporaryDirectory(prefix="patchkit-merge-") as tmp:
-        names = []
-        for name, data in (("ours", ours), ("base", base), ("theirs", theirs)):
-            p = Path(tmp) / name
-            p.write_bytes(data)
-            names.append(str(p))
-        args = ["-p", "--diff3"]
-        for label in labels:
-            args += ["-L", label]
-        try:
-            status, out, err = _gitpython(tmp).merge_file(
-                *args, *names, with_extended_output=True, with_exceptions=False,
-                stdout_as_string=False, strip_newline_in_stdout=False)
-        except OSError as exc:
-            raise TargetError(f"cannot run git merge-file: {exc}") from None
-    if status < 0 or status > 127:
-        message = err.decode(errors="replace") if isinstance(err, bytes) else str(err)
-        raise TargetError(f"git merge-file failed (exit {status}): {message.strip()}",
-                          command=["git", "merge-file", *args])
-    return out, status
+    """git's three-way file merge (:func:`patchkit.gitrepo.merge_file`, GitPython's command
+    layer), imported on the first merge so a run that merges nothing never loads GitPython."""
+    from ..gitrepo import merge_file as merge
+
+    return merge(ours, base, theirs, labels=labels)
 
 
 def _diff_only(text: str) -> str:
