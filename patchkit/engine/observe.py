@@ -4,69 +4,132 @@ verify (re-run the verification of applied fixes). Neither writes a target file.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from ..errors import NotApplied, PatchkitError, VerificationFailed
-from . import presence
-from .checks import CheckContext, failure_lines, run_check
-from .fsops import read_bytes, stat_stamp
+from .fsops import read_bytes
 from .hunks import sha256_bytes
+from .paths import Roots
 from .request import FixSpec, Request, check_patch_paths
 from .store import Store, last_writers
-from .workspace import Workspace
+
+if TYPE_CHECKING:
+    from .workspace import Workspace
 
 
 def status(req: Request, store: Store) -> Dict[str, Any]:
+    """Each fix of the request, then each recorded fix the request does not name.
+
+    A stub (name and version only) that is recorded is answered from the state like any fix;
+    one that is not has no entry in ``fixes`` and is named in ``needs_detection`` instead:
+    looking for its change in the files needs its hunks, which the client sends in a second
+    status request for exactly those fixes (docs/design.md, "Engine request").
+    """
     state = store.read_state()
     recorded = {f["name"]: f for f in state.get("fixes", [])}
     out: List[Dict[str, Any]] = []
+    needs: List[str] = []
     check_patch_paths(req.roots, req.fixes)
-    ws = Workspace(req.roots)
+    files = _Files(req.roots)
     last = last_writers(state)
     for spec in req.fixes:
         rec = recorded.get(spec.name)
-        out.append(_recorded(ws, rec, last) if rec else _detect(ws, spec))
+        if rec:
+            out.append(_recorded(files, rec, last))
+        elif spec.stub:
+            needs.append(spec.name)
+        else:
+            out.append(_detect(files.ws, spec))
     listed = {s.name for s in req.fixes}
-    out.extend(_recorded(ws, rec, last) for rec in state.get("fixes", []) if rec["name"] not in listed)
-    return {"state_root": req.state_root.path, "fixes": out, "journal": store.read_journal()}
+    out.extend(_recorded(files, rec, last) for rec in state.get("fixes", []) if rec["name"] not in listed)
+    return {"state_root": req.state_root.path, "fixes": out, "journal": store.read_journal(),
+            "needs_detection": needs}
 
 
-def _recorded(ws: Workspace, rec: Dict[str, Any], last: Dict[Any, Dict[str, Any]]) -> Dict[str, Any]:
+class _Files:
+    """The target files a status looks at: stat stamps first, and a workspace (which reads
+    and resolves) only for a file whose stamp does not hold or a fix to detect."""
+
+    def __init__(self, roots: Roots) -> None:
+        self.roots = roots
+        self._ws: Optional[Workspace] = None
+        self._prefixes: Dict[str, Tuple[str, Any]] = {}
+
+    @property
+    def ws(self) -> Workspace:
+        if self._ws is None:
+            from .workspace import Workspace  # not needed while every stamp holds
+
+            self._ws = Workspace(self.roots)
+        return self._ws
+
+    def stat_holds(self, root_name: str, path: str, stamp: Any) -> bool:
+        """The file still has the stat stamp recorded when patchkit wrote it (docs/state.md):
+        it holds the recorded bytes without being read.
+
+        The path is joined, not resolved (no symlink walk of every file of a release): a
+        stamp names one inode, so a match is the regular file patchkit wrote (``lstat``: a
+        file swapped for a symlink does not match), and nothing is read through the path.
+        Any other answer goes the resolved, checked way.
+        """
+        if not isinstance(stamp, list) or (self._ws is not None and self._ws.has(root_name, path)):
+            return False
+        try:
+            st = os.lstat(self._joined(root_name, path))
+        except (OSError, ValueError, PatchkitError):
+            return False
+        return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns] == stamp
+
+    def absent(self, root_name: str, path: str) -> bool:
+        """The file a fix deleted is still not there (the joined path names no file, so no
+        resolved one does either); anything else goes the resolved, checked way."""
+        if self._ws is not None and self._ws.has(root_name, path):
+            return False
+        try:
+            os.lstat(self._joined(root_name, path))
+        except FileNotFoundError:
+            return True
+        except (OSError, ValueError, PatchkitError):
+            return False
+        return False
+
+    def _joined(self, root_name: str, path: str) -> str:
+        prefix = self._prefixes.get(root_name)
+        if prefix is None:
+            root = self.roots.get(root_name)
+            prefix = self._prefixes[root_name] = (root.path.rstrip("/") + "/", root.mapped)
+        return prefix[0] + prefix[1](path)
+
+
+def _recorded(files: _Files, rec: Dict[str, Any], last: Dict[Any, Dict[str, Any]]) -> Dict[str, Any]:
     """A file is ``ok`` when it holds what the last fix to touch it wrote (maybe a later fix)."""
-    files = []
+    out = []
+    drifted = False
     for f in rec.get("files", []):
-        key = (f["root"], f["path"])
-        writer = last.get(key, f)
+        root, path = f["root"], f["path"]
+        writer = last.get((root, path), f)
         expected = writer.get("after_sha256")
-        if expected is not None and _stat_holds(ws, key, writer.get("stat")):
-            files.append({"root": f["root"], "path": f["path"], "state": "ok"})
+        if (files.stat_holds(root, path, writer.get("stat")) if expected is not None
+                else files.absent(root, path)):
+            out.append({"root": root, "path": path, "state": "ok"})
             continue
-        current = ws.entry(*key).current
+        current = files.ws.entry(root, path).current
         if sha256_bytes(current) == expected:
             state = "ok"
         elif current is None:
             state = "missing"
         else:
             state = "drifted"
-        files.append({"root": f["root"], "path": f["path"], "state": state})
-    drifted = any(f["state"] != "ok" for f in files)
+        drifted = drifted or state != "ok"
+        out.append({"root": root, "path": path, "state": state})
     return {"name": rec["name"], "state": "drifted" if drifted else "applied",
-            "version": rec.get("version"), "applied_at": rec.get("applied_at"), "files": files}
-
-
-def _stat_holds(ws: Workspace, key: Tuple[str, str], stamp: Any) -> bool:
-    """The file still has the stat stamp recorded when patchkit wrote it (docs/state.md): it
-    holds the recorded bytes without being read."""
-    if not isinstance(stamp, list) or ws.has(*key):
-        return False
-    try:
-        return stat_stamp(os.stat(ws.roots.resolve(*key))) == stamp
-    except (OSError, PatchkitError):
-        return False
+            "version": rec.get("version"), "applied_at": rec.get("applied_at"), "files": out}
 
 
 def _detect(ws: Workspace, spec: FixSpec) -> Dict[str, Any]:
     """Is an unrecorded fix's change already in the files (``presence.detect``)?"""
+    from . import presence  # only a fix to detect needs the hunk placer
+
     found = presence.detect(spec.files, ws.read)
     files = []
     if found.state != presence.NOT_APPLIED:
@@ -79,6 +142,8 @@ def _detect(ws: Workspace, spec: FixSpec) -> Dict[str, Any]:
 
 
 def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
+    from .checks import CheckContext, failure_lines, run_check  # verify only: not for status
+
     recorded = {f["name"]: f for f in store.read_state().get("fixes", [])}
     missing = [s.name for s in req.fixes if s.name not in recorded]
     if missing:

@@ -32,6 +32,7 @@ class FixSpec:
     strategy: str
     rationale: str = ""  # the commit message body of apply --commit
     revert: Optional[Dict[str, Any]] = None  # a revert fix: {root, commit, fix, patch_ids, ...}
+    stub: bool = False  # status only: name and version, no series (docs/design.md, FIX stub)
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,8 @@ def parse_fix(data: Any, lazy: bool = False) -> FixSpec:
     if not isinstance(data, dict) or not data.get("name"):
         raise UsageError("the request has a fix without a name; rebuild it with patchkit.plan")
     name = str(data["name"])
+    if data.get("stub"):
+        return _stub(data, name)
     try:
         version = int(data.get("version", 1))
     except (TypeError, ValueError):
@@ -90,6 +93,24 @@ def parse_fix(data: Any, lazy: bool = False) -> FixSpec:
         strategy=strategy, revert=revert, rationale=str(data.get("rationale") or ""))
 
 
+def _stub(data: Dict[str, Any], name: str) -> FixSpec:
+    """A status stub: answered from the state when recorded, else named in the result's
+    ``needs_detection`` (its full spec then comes in a second request)."""
+    if set(data) - STUB_KEYS:
+        raise UsageError("fix %s: a stub carries only %s, not %s; rebuild the request with "
+                         "patchkit.plan" % (name, ", ".join(sorted(STUB_KEYS)),
+                                            ", ".join(sorted(set(data) - STUB_KEYS))), fix=name)
+    version = data.get("version")
+    if type(version) is not int:
+        raise UsageError("fix %s: stub version %r is not an integer" % (name, version), fix=name)
+    return FixSpec(name=name, version=version, title="", requires=(), release=None, patches=(),
+                   files=(), preconditions=(), verification=(), purge_pycache=True, scripts={},
+                   strategy="restore", stub=True)
+
+
+STUB_KEYS = frozenset(("name", "version", "stub"))
+
+
 def parse_request(data: Any) -> Request:
     """The request checked and built, without the cyclic GC: a release's worth of hunks is
     ~10^5 small tuples (no cycles), and collections while building them cost a third more."""
@@ -113,9 +134,17 @@ def _parse_request(data: Any) -> Request:
         raise UsageError("engine op %r; expected one of %s" % (op, ", ".join(OPS)), op=op)
     roots = Roots(data.get("roots") or {})
     state_root = roots.get(str(data.get("state_root") or "sglang"))
-    lazy = op in ("status", "verify")  # they never write; a status reads no recorded fix's hunks
+    # status and verify never write and a status reads no recorded fix's hunks; an apply checks
+    # each record's hunks when it places them, before any write, or never (placecache hits)
+    lazy = op in ("status", "verify", "apply")
     fixes: List[FixSpec] = [parse_fix(f, lazy) for f in _list(data, "fixes")]
     dependencies: List[FixSpec] = [parse_fix(f, lazy) for f in _list(data, "dependencies")]
+    stubs = [f.name for f in fixes if f.stub] if op != "status" else []
+    stubs += [f.name for f in dependencies if f.stub]
+    if stubs:
+        raise UsageError("the request carries fix %s as a stub (name and version only), which "
+                         "only a status's fixes may be; rebuild it with patchkit.plan"
+                         % ", ".join(stubs), fixes=stubs)
     names = [f.name for f in fixes] + [f.name for f in dependencies]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
