@@ -2,20 +2,33 @@
 
 Loads manifests lazily (once per Catalog), orders fixes by ``depends_on`` and refuses
 cycles and unknown dependencies with a :class:`ManifestError` naming the manifests involved.
+:meth:`Catalog.stubs` gives what ``status`` needs of every fix (name, version, roots) from a
+stat-stamped index (:mod:`patchkit.manifest_index`), validating only manifests that changed.
 """
 
 from __future__ import annotations
 
-import difflib
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from .errors import ManifestError, UnknownFixError, UsageError
-from .manifest import load_manifest
-from .model import Fix
+
+if TYPE_CHECKING:  # model and manifest load with the first manifest read (see Catalog.get):
+    from .model import Fix  # a status whose manifests are all indexed needs neither
 
 ENV_CATALOG = "PATCHKIT_CATALOG"
+
+
+@dataclass(frozen=True)
+class FixStub:
+    """What a status needs of a fix before knowing whether the target records it: its name,
+    its version and the roots it uses. Its series is never read (docs/design.md, FIX stub)."""
+
+    name: str
+    version: int
+    roots: tuple[str, ...]
 
 
 def _package_catalog_root() -> Path | None:
@@ -77,21 +90,44 @@ class Catalog:
         if name not in self._fixes:
             path = self.manifest_path(name)
             if not path.is_file():
+                import difflib
+
                 close = difflib.get_close_matches(name, self.names(), n=3, cutoff=0.5)
                 hint = f" Did you mean {', '.join(close)}?" if close else ""
                 raise UnknownFixError(f"no fix named '{name}' in the catalog {self.root}.{hint} "
                                       "List the fixes with `patchkit list`", name=name,
                                       catalog=str(self.root), suggestions=close)
+            from .manifest import load_manifest
+
             self._fixes[name] = load_manifest(path, patch_dir=self.patches_dir / name)
         return self._fixes[name]
 
     def all(self) -> list[Fix]:
         return [self.get(name) for name in self.names()]
 
+    def stubs(self) -> list[FixStub]:
+        """Every fix as a :class:`FixStub`, in :meth:`names` order.
+
+        A manifest unchanged since it last validated (same stat stamp, not racy) is not read;
+        any other is loaded and validated as :meth:`get` does, raising its error.
+        """
+        from . import manifest_index
+
+        names = self.names()
+        paths = [str(self.manifest_path(name)) for name in names]
+        found = manifest_index.summaries(paths, self._summary, manifest_index.default_dir())
+        return [FixStub(name, version, tuple(roots)) for name, (version, roots) in zip(names, found)]
+
+    def _summary(self, path: str) -> Any:
+        fix = self.get(Path(path).stem)
+        return (fix.version, list(fix.roots))
+
     # -- relations -----------------------------------------------------------------------------
 
     def _dep(self, fix: Fix, dep: str) -> Fix:
         if not self.manifest_path(dep).is_file():
+            import difflib
+
             close = difflib.get_close_matches(dep, self.names(), n=1, cutoff=0.6)
             hint = f"Did you mean '{close[0]}'? " if close else ""
             raise ManifestError(f"{fix.manifest_path}: depends_on names '{dep}', which is not "
