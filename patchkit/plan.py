@@ -8,12 +8,13 @@ apply, dependents first for rollback) and refuse dead or superseded fixes for ap
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-from .catalog import Catalog
+from .catalog import Catalog, FixStub
 from .errors import ManifestError, UsageError
-from .model import Fix
-from .series import read_series, split_lines
+
+if TYPE_CHECKING:
+    from .model import Fix
 
 REQUEST_FORMAT = 1
 OPS = ("apply", "rollback", "status", "verify")
@@ -52,11 +53,15 @@ def fixes_for_rollback(catalog: Catalog, names: Iterable[str], *,
     return list(reversed(catalog.dependency_order(wanted)))
 
 
-def build_request(catalog: Catalog, fixes: list[Fix], *, op: str, roots: dict[str, str],
-                  state_root: str, python: str | None, dry_run: bool = False,
-                  force: bool = False, lock_timeout: float = 30.0,
+def build_request(catalog: Catalog, fixes: list[Fix] | list[FixStub], *, op: str,
+                  roots: dict[str, str], state_root: str, python: str | None,
+                  dry_run: bool = False, force: bool = False, lock_timeout: float = 30.0,
                   commit: bool = False) -> dict[str, Any]:
-    """The engine request for ``op`` over ``fixes`` (already in the order the op needs)."""
+    """The engine request for ``op`` over ``fixes`` (already in the order the op needs).
+
+    A status may list :class:`FixStub` s (no series read); its ``dependencies`` stay empty,
+    as the engine reads them for apply only.
+    """
     if op not in OPS:
         raise UsageError(f"unknown operation '{op}'; use one of {', '.join(OPS)}", op=op)
     if state_root not in roots:
@@ -64,6 +69,11 @@ def build_request(catalog: Catalog, fixes: list[Fix], *, op: str, roots: dict[st
                          f"({', '.join(sorted(roots)) or 'none'}). Name a defined root",
                          state_root=state_root)
     if op != "status":
+        stubs = [fix.name for fix in fixes if isinstance(fix, FixStub)]
+        if stubs:
+            raise UsageError(f"a {op} request needs the full fixes, not stubs "
+                             f"({', '.join(stubs)}); pass Fix objects (Catalog.get)",
+                             fixes=stubs)
         for fix in fixes:
             missing = [r for r in fix.roots if r not in roots]
             if missing:
@@ -80,8 +90,10 @@ def build_request(catalog: Catalog, fixes: list[Fix], *, op: str, roots: dict[st
         "state_root": state_root,
         "python": python,
         "lock_timeout": float(lock_timeout),
-        "fixes": [fix_request(fix, catalog) for fix in fixes],
-        "dependencies": [fix_request(dep, catalog) for dep in _outside_dependencies(catalog, fixes)],
+        "fixes": [stub_request(fix) if isinstance(fix, FixStub) else fix_request(fix, catalog)
+                  for fix in fixes],
+        "dependencies": [] if op == "status" else [
+            fix_request(dep, catalog) for dep in _outside_dependencies(catalog, fixes)],
         "commit": bool(commit),
     }
 
@@ -96,6 +108,11 @@ def _outside_dependencies(catalog: Catalog, fixes: list[Fix]) -> list[Fix]:
             if dep not in inside and dep not in out:
                 out[dep] = catalog.get(dep)
     return list(out.values())
+
+
+def stub_request(stub: FixStub) -> dict[str, Any]:
+    """A status's FIX stub: the engine answers it from the state, or asks for the full fix."""
+    return {"name": stub.name, "version": stub.version, "stub": True}
 
 
 def fix_request(fix: Fix, catalog: Catalog | None = None) -> dict[str, Any]:
@@ -135,6 +152,8 @@ def fix_request(fix: Fix, catalog: Catalog | None = None) -> dict[str, Any]:
 
 def _series(fix: Fix) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The fix's patches (file, sha256) and their FILE records (parsed once per series)."""
+    from .series import read_series  # not at start-up: a status of stubs reads no series
+
     try:
         digests, files = read_series([(ref.path, ref.root) for ref in fix.patches])
     except OSError as exc:
@@ -190,6 +209,8 @@ def _flipped(hunk: dict[str, Any]) -> dict[str, Any]:
     """The hunk's lines with "+" and "-" swapped, in whichever form it carries them (a
     ``body``'s "\\ No newline" marker lines stay as they are)."""
     if "body" in hunk:
+        from .series import split_lines
+
         body = "".join(_FLIP.get(line[0], line[0]) + line[1:]
                        for line in split_lines(hunk["body"]))
         return {"body": body}
