@@ -1,20 +1,30 @@
-"""What an operation did, as frozen dataclasses built from the engine's result (docs/design.md)."""
+"""What an operation did, as frozen dataclasses built from the engine's result (docs/design.md).
+
+Declared like :mod:`patchkit.model`'s records (``@record``, a hand-written ``__init__``): a
+frozen ``@dataclass`` generates its methods at import, a large part of a small run's start.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Mapping
 
 from .errors import PatchkitError, error_from_dict
+from .model import Frozen, record
 
 
-@dataclass(frozen=True)
-class CheckResult:
+@record
+class CheckResult(Frozen):
+    """One precondition or verification as the engine ran it."""
+
     kind: str
     name: str
     ok: bool
     detail: str
     where: str
+
+    def __init__(self, kind: str, name: str, ok: bool, detail: str, where: str) -> None:
+        self.__dict__.update(kind=kind, name=name, ok=ok, detail=detail, where=where)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "CheckResult":
@@ -27,13 +37,19 @@ class CheckResult:
         )
 
 
-@dataclass(frozen=True)
-class HunkPlacement:
+@record
+class HunkPlacement(Frozen):
+    """Where one hunk of a patch landed (``offset``: lines from where the patch said)."""
+
     patch: str
     index: int
     expected_line: int
     line: int
     offset: int
+
+    def __init__(self, patch: str, index: int, expected_line: int, line: int, offset: int) -> None:
+        self.__dict__.update(patch=patch, index=index, expected_line=expected_line, line=line,
+                             offset=offset)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "HunkPlacement":
@@ -46,8 +62,10 @@ class HunkPlacement:
         )
 
 
-@dataclass(frozen=True)
-class FileChange:
+@record
+class FileChange(Frozen):
+    """One file an operation wrote (or would write, in a dry run)."""
+
     root: str
     path: str
     op: str
@@ -55,6 +73,11 @@ class FileChange:
     after_sha256: str | None
     hunks: tuple[HunkPlacement, ...]
     diff: str
+
+    def __init__(self, root: str, path: str, op: str, before_sha256: str | None,
+                 after_sha256: str | None, hunks: tuple[HunkPlacement, ...], diff: str) -> None:
+        self.__dict__.update(root=root, path=path, op=op, before_sha256=before_sha256,
+                             after_sha256=after_sha256, hunks=hunks, diff=diff)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "FileChange":
@@ -69,14 +92,22 @@ class FileChange:
         )
 
 
-@dataclass(frozen=True)
-class FixOutcome:
+@record
+class FixOutcome(Frozen):
+    """What happened to one fix: its outcome, files and checks."""
+
     name: str
     version: int | None
     outcome: str
     files: tuple[FileChange, ...]
     preconditions: tuple[CheckResult, ...]
     verification: tuple[CheckResult, ...]
+
+    def __init__(self, name: str, version: int | None, outcome: str, files: tuple[FileChange, ...],
+                 preconditions: tuple[CheckResult, ...],
+                 verification: tuple[CheckResult, ...]) -> None:
+        self.__dict__.update(name=name, version=version, outcome=outcome, files=files,
+                             preconditions=preconditions, verification=verification)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "FixOutcome":
@@ -90,13 +121,20 @@ class FixOutcome:
         )
 
 
-@dataclass(frozen=True)
-class FixState:
+@record
+class FixState(Frozen):
+    """One fix as ``status`` sees it on the target."""
+
     name: str
     state: str
     version: int | None
     applied_at: str | None
     files: tuple[Mapping[str, Any], ...]
+
+    def __init__(self, name: str, state: str, version: int | None, applied_at: str | None,
+                 files: tuple[Mapping[str, Any], ...]) -> None:
+        self.__dict__.update(name=name, state=state, version=version, applied_at=applied_at,
+                             files=files)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "FixState":
@@ -109,8 +147,8 @@ class FixState:
         )
 
 
-@dataclass(frozen=True)
-class OpResult:
+@record
+class OpResult(Frozen):
     """The outcome of one engine run on one target."""
 
     op: str
@@ -121,6 +159,12 @@ class OpResult:
     recovered: tuple[Mapping[str, Any], ...]
     status: tuple[FixState, ...]
     raw: Mapping[str, Any]
+
+    def __init__(self, op: str, ok: bool, dry_run: bool, target: str,
+                 fixes: tuple[FixOutcome, ...], recovered: tuple[Mapping[str, Any], ...],
+                 status: tuple[FixState, ...], raw: Mapping[str, Any]) -> None:
+        self.__dict__.update(op=op, ok=ok, dry_run=dry_run, target=target, fixes=fixes,
+                             recovered=recovered, status=status, raw=raw)
 
     @classmethod
     def from_engine(cls, raw: Mapping[str, Any], target: str) -> "OpResult":

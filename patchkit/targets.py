@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Mapping, Protocol, Sequence
 
 from .errors import TargetError, UsageError
+from .model import Frozen, record
 
 PRIMARY_ROOT = "sglang"
 _SSH_SETTING = re.compile(r"[A-Za-z][A-Za-z0-9]*(=| +)[^\0\n\r]+")
@@ -30,12 +31,19 @@ class Target(Protocol):
     def run(self, request: dict[str, Any]) -> dict[str, Any]: ...
 
 
-@dataclass(frozen=True)
-class LocalTarget:
+@record
+class LocalTarget(Frozen):
+    """A target on this machine: the engine runs in-process (a frozen dataclass, see model)."""
+
     roots: Mapping[str, str]
     python: str | None = None
     description: str = ""
     is_remote: bool = field(default=False, init=False)
+
+    def __init__(self, roots: Mapping[str, str], python: str | None = None,
+                 description: str = "") -> None:
+        self.__dict__.update(roots=roots, python=python, description=description,
+                             is_remote=False)
 
     def run(self, request: dict[str, Any]) -> dict[str, Any]:
         from . import engine

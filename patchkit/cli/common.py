@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -16,18 +15,23 @@ if TYPE_CHECKING:  # the catalog pulls in tomlkit: loaded only by commands that 
     from ..catalog import Catalog
 
 
-@dataclass
 class State:
-    """Per-invocation settings from the global options."""
+    """Per-invocation settings from the global options.
 
-    catalog_dir: str | None = None
-    config_path: str | None = None
-    debug: bool = False
-    json: bool = False
-    ssh_options: tuple[str, ...] = ()
-    ssh_program: str | None = None
-    _config: Any = field(default=None, repr=False)
-    _catalog: Catalog | None = field(default=None, repr=False)
+    A plain class, not a dataclass: the generated methods would cost about a millisecond at
+    every start, and nothing compares or prints a State."""
+
+    def __init__(self, catalog_dir: str | None = None, config_path: str | None = None,
+                 debug: bool = False, json: bool = False, ssh_options: tuple[str, ...] = (),
+                 ssh_program: str | None = None) -> None:
+        self.catalog_dir = catalog_dir
+        self.config_path = config_path
+        self.debug = debug
+        self.json = json
+        self.ssh_options = ssh_options
+        self.ssh_program = ssh_program
+        self._config: Any = None
+        self._catalog: Catalog | None = None
 
     def config(self) -> Any:
         if self._config is None:
