@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import marshal
 import os
-import tempfile
 from pathlib import Path
 from typing import Sequence
 
@@ -75,6 +74,8 @@ def _hash_into_index(index_file: Path, entries: dict[str, tuple], paths: list[st
     is the temp file that becomes the new index, created before any patch is read."""
     try:
         index_file.parent.mkdir(parents=True, exist_ok=True)
+        import tempfile  # only when the index is rewritten: most runs read it and stop
+
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=index_file.parent)
     except OSError:
         fd, tmp = -1, ""  # no index can be written: hash, trust nothing

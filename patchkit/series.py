@@ -19,15 +19,12 @@ authored series reads back exactly.
 
 from __future__ import annotations
 
-import difflib
 import gc
 import hashlib
-import importlib.util
 import marshal
 import os
 import re
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -230,6 +227,8 @@ def _cache_base() -> Path:
 
 def _unidiff_version() -> bytes:
     """unidiff's version file, read without importing unidiff (a cache hit needs no parser)."""
+    import importlib.util  # like tempfile and difflib, imported by the runs that use it
+
     spec = importlib.util.find_spec("unidiff")
     if spec is None or not spec.origin:
         return b""
@@ -256,6 +255,8 @@ def _store_cached(key: str, blob: bytes) -> None:
     dest = _cache_file(key)
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
+        import tempfile
+
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=dest.parent)
         with os.fdopen(fd, "wb") as fh:
             fh.write(blob)
@@ -528,6 +529,8 @@ def diff_files(old: bytes | None, new: bytes | None, path: str, *,
     out = [header,
            f"--- {DEV_NULL if old is None else _side('a/', path)}\n",
            f"+++ {DEV_NULL if new is None else _side('b/', path)}\n"]
+    import difflib
+
     matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
     for group in matcher.get_grouped_opcodes(3):
         i1, i2, j1, j2 = group[0][1], group[-1][2], group[0][3], group[-1][4]
