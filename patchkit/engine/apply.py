@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 
 from ..errors import (ConflictError, PreconditionFailed, TargetFileMissing, VerificationFailed,
                       VersionMismatch)
-from . import auto
+from . import auto, placecache
 from .checks import CheckContext, SyntaxCache, failure_lines, run_check
 from .fsops import read_bytes, stamp_files
 from .hunks import FileChange, Placement, apply_change, decode, encode, sha256_bytes
@@ -141,7 +141,10 @@ def apply(req: Request, store: Store, syntax: Optional[SyntaxCache] = None) -> L
     for spec in todo:
         for root, path, _op in touched(spec, sources):
             ws.entry(root, path)
-    plans = _plan(req, store, state, ws, todo, sources, syntax)
+    places = None
+    if syntax is not None and placecache.available():  # a local target: its user cache
+        places = placecache.PlaceCache(os.path.dirname(syntax.path))
+    plans = _plan(req, store, state, ws, todo, sources, syntax, places)
     if not req.dry_run and plans:
         _write(req, store, state, ws, plans, syntax)
     for plan in plans:
@@ -151,7 +154,8 @@ def apply(req: Request, store: Store, syntax: Optional[SyntaxCache] = None) -> L
 
 def _plan(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
           todo: List[FixSpec], sources: Sources,
-          syntax: Optional[SyntaxCache] = None) -> List[FixPlan]:
+          syntax: Optional[SyntaxCache] = None,
+          places: Optional[placecache.PlaceCache] = None) -> List[FixPlan]:
     recorded = {f["name"]: f for f in state.get("fixes", [])}
     planned: Set[str] = set()
     dependencies = {d.name: d for d in req.dependencies}
@@ -208,15 +212,30 @@ def _plan(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
             if failures:
                 raise_preconditions(failures, results, writable, req.roots)
             raise
-        for change in (spec.files if source is None else ()):
+        ckey = places.key(spec.files) if places is not None and source is None else None
+        cached = places.load(ckey) if ckey else {}
+        records: Dict[int, Any] = {}
+        for i, change in enumerate(spec.files if source is None else ()):
             e = ws.entry(change.root, change.path)
-            try:
-                new, placed = apply_change(None if e.current is None else decode(e.current), change)
-            except ConflictError:
-                if failures:
-                    raise_preconditions(failures, results, writable, req.roots)
-                raise
-            e.current = None if new is None else encode(new)
+            hit = placecache.replay(cached[i], change, e.current) if i in cached else None
+            if hit is not None:
+                e.current, placed = hit
+                records[i] = cached[i]
+                change.prime_unchecked()  # the result's diff reads them; checked when cached
+            else:
+                text = None if e.current is None else decode(e.current)
+                edits: Optional[List[Tuple[int, int, str]]] = [] if ckey else None
+                try:
+                    new, placed = apply_change(text, change, edits)
+                except ConflictError:
+                    if failures:
+                        raise_preconditions(failures, results, writable, req.roots)
+                    raise
+                new_bytes = None if new is None else encode(new)
+                if edits is not None:
+                    records[i] = placecache.record(e.current, text, new_bytes, edits, placed)
+                e.current = new_bytes
+            new = e.current
             if new is None:
                 e.mode = None
             elif change.mode is not None:
@@ -225,9 +244,11 @@ def _plan(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
                 e.mode = 0o644
             plan.placements.setdefault((change.root, change.path), []).extend(placed)
             plan.changes.setdefault((change.root, change.path), []).append(change)
-        for key in keys:
-            e = ws.entry(*key)
-            plan.after[key] = (e.current, e.mode)
+        if ckey and records != cached:
+            places.save(ckey, records)  # type: ignore[union-attr]
+        for k in keys:
+            e = ws.entry(*k)
+            plan.after[k] = (e.current, e.mode)
         done.update(keys)
         planned.add(spec.name)
         plans.append(plan)
@@ -300,7 +321,7 @@ def _write(req: Request, store: Store, state: Dict[str, Any], ws: Workspace, pla
             for plan in plans:
                 plan.commits = made.get(plan.spec.name, [])
         last = {key: plan for plan in plans for key in plan.keys}  # the last writer of each file
-        stamps = stamp_files([(e.abs, sha256_bytes(e.current)) for e in ws.changed()
+        stamps = stamp_files([(e.abs, e.current) for e in ws.changed()
                               if e.current is not None], store.path("txn", txn))
         new_state = dict(state)
         new_state["fixes"] = list(state.get("fixes", [])) + [

@@ -9,7 +9,6 @@ leaves either the old or the new bytes, never a torn file. The temporary name is
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import shutil
@@ -257,14 +256,14 @@ def stat_stamp(st: os.stat_result) -> List[int]:
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
-def stamp_files(files: List[Tuple[str, str]], scratch: str) -> Dict[str, List[int]]:
-    """A stat stamp of each (path, sha256) whose file holds exactly those bytes, such that any
+def stamp_files(files: List[Tuple[str, bytes]], scratch: str) -> Dict[str, List[int]]:
+    """A stat stamp of each (path, bytes) whose file holds exactly those bytes, such that any
     later change of the file changes the stamp (git's racy-index rule, made strict).
 
     A change of a file sets its ctime to the file system's clock (which the user cannot set).
     ``clock`` is that clock now, read from a file created in ``scratch``; a file is stamped only
     when it is on that same file system (same clock granularity), its ctime is strictly before
-    ``clock``, its bytes read *after* that have the sha256, and its stat did not move while
+    ``clock``, its bytes read *after* that are those bytes, and its stat did not move while
     they were read. A later change then gets a ctime >= ``clock`` > the stamped one. A file
     that fails any of this gets no stamp and is hashed by every status.
     """
@@ -276,15 +275,15 @@ def stamp_files(files: List[Tuple[str, str]], scratch: str) -> Dict[str, List[in
         os.close(fd)
         os.unlink(probe)
     out: Dict[str, List[int]] = {}
-    for path, sha in files:
+    for path, expected in files:
         try:
             first = os.stat(path)
             if (not stat.S_ISREG(first.st_mode) or first.st_dev != ref.st_dev
-                    or first.st_ctime_ns >= ref.st_mtime_ns):
+                    or first.st_ctime_ns >= ref.st_mtime_ns or first.st_size != len(expected)):
                 continue
             with open(path, "rb") as fh:
                 data = fh.read()
-            if hashlib.sha256(data).hexdigest() != sha:
+            if data != expected:  # compared, not hashed: the bytes are at hand
                 continue
             if stat_stamp(os.stat(path)) == stat_stamp(first):
                 out[path] = stat_stamp(first)

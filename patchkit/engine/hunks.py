@@ -180,6 +180,18 @@ class FileChange:
         where = "%s:%s" % (self.root, self.path)
         return tuple(_hunk(h, i, fix, self.patch, where) for i, h in enumerate(raw, 1))
 
+    def prime_unchecked(self) -> None:
+        """Build ``hunks`` from the request's records without checking them: only for records
+        whose exact content was checked and placed before (``placecache`` found them by its
+        sha256), so the checks would pass again; a hit then never counts a body's lines."""
+        if "hunks" in self.__dict__ or not isinstance(self.source, list):
+            return
+        self.__dict__["hunks"] = tuple(
+            Hunk(i, int(h["old_start"]), int(h["old_count"]), int(h["new_start"]),
+                 int(h["new_count"]), None if h.get("body") is not None else
+                 tuple(map(tuple, h["lines"])), h.get("body"))
+            for i, h in enumerate(self.source[0], 1))
+
     @property
     def where(self) -> str:
         return "%s:%s" % (self.root, self.path)
@@ -347,14 +359,21 @@ def locate(lines: Sequence[str], old: Sequence[str], expected: int, lo: int = 0)
     return None
 
 
-def apply_change(text: Optional[str], change: FileChange) -> Tuple[Optional[str], List[Placement]]:
-    """Apply one FILE record to the current text (None: the file is absent)."""
+def apply_change(text: Optional[str], change: FileChange,
+                 edits: Optional[List[Tuple[int, int, str]]] = None
+                 ) -> Tuple[Optional[str], List[Placement]]:
+    """Apply one FILE record to the current text (None: the file is absent).
+
+    ``edits``: if given, receives the change as (start, end, new text) ranges of ``text``
+    (character offsets), what ``placecache`` replays on the next apply."""
     if change.op == "create":
         if text is not None:
             raise ConflictError("%s: %s creates this file but it already exists; remove it or "
                                 "roll back whatever created it" % (change.where, change.patch),
                                 root=change.root, path=change.path, patch=change.patch)
         new = "".join([h.new_text for h in change.hunks])
+        if edits is not None:
+            edits.append((0, 0, new))
         return new, [Placement(change.patch, h.index, h.new_start, h.new_start, 0) for h in change.hunks]
     if text is None:
         raise ConflictError("%s: %s changes this file but it does not exist"
@@ -385,9 +404,15 @@ def apply_change(text: Optional[str], change: FileChange) -> Tuple[Optional[str]
         lo = idx + len(hunk.old)
     out: List[str] = []
     prev = 0
+    at = 0  # character offset of lines[prev]
     for idx, hunk in found_at:
         out.extend(lines[prev:idx])
         out.extend(hunk.new)
+        if edits is not None:
+            at += sum(map(len, lines[prev:idx]))
+            end = at + sum(map(len, hunk.old))
+            edits.append((at, end, "".join(hunk.new)))
+            at = end
         prev = idx + len(hunk.old)
     out.extend(lines[prev:])
     new_text = "".join(out)

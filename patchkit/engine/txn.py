@@ -117,31 +117,39 @@ def _transaction(store: Store, op: str, fixes: List[str], writes: List[FileWrite
     intent = os.path.join(tdir, "txn.json")  # made durable with the backups, below
     write_json(intent, {"format": FORMAT, "txn": txn, "op": op, "fixes": fixes,
                         "started_at": utc_now()}, durable=False)
-    entries = []
     written: List[str] = [intent]
-    origs: Dict[Tuple[str, str], Tuple[str, bytes]] = {}
-    for n, w in enumerate(writes):
-        backup = None
-        if w.before is not None:
-            fault("backup")
-            backup = os.path.join(tdir, "orig", str(n))  # flat: no directory tree to make and drop
-            keep_backup(backup, w.before, w.abs)  # a hard link of the original where it can
-            written.append(backup)
-            origs[(w.root, w.path)] = (backup, w.before)
-        entries.append({"root": w.root, "path": w.path, "abs": w.abs, "op": w.op,
-                        "before_sha256": sha256_bytes(w.before), "after_sha256": sha256_bytes(w.after),
-                        "mode": w.mode_before, "mode_after": w.mode_after,
-                        "owner": list(w.owner) if w.owner else None,
-                        "backup": "txn/%s/orig/%d" % (txn, n) if backup else None})
+    # Per-fix backups first: the one holding a file's bytes from before this transaction (the
+    # first fix to change it) is also the journal's backup of that file, one name for both.
+    first = {(w.root, w.path): w for w in writes if w.before is not None}
+    origs: Dict[Tuple[str, str], str] = {}  # (root, path) -> backup, relative to .patchkit/
     for fix, files in fix_backups.items():
         for i, (root, path, data) in enumerate(files):
             fault("backup")
             # flat, the i-th file of the fix: one directory per fix, not a tree per file
-            dest = os.path.join(tdir, "fixes", fix, str(i))
-            orig = origs.get((root, path))  # the same bytes: another name of the same backup
-            same = orig is not None and (orig[1] is data or orig[1] == data)
-            if not keep_backup(dest, data, orig[0] if same else None, check=False):  # type: ignore[index]
-                written.append(dest)  # a copy; a link is the inode already in ``written``
+            rel = "txn/%s/fixes/%s/%d" % (txn, fix, i)
+            w = first.get((root, path))
+            original = w is not None and (root, path) not in origs and (w.before is data or w.before == data)
+            dest = store.path(rel)
+            if not original:  # bytes a fix of this transaction planned: never on disk, a copy
+                keep_backup(dest, data, None)
+                written.append(dest)
+                continue
+            origs[(root, path)] = rel
+            keep_backup(dest, data, w.abs)  # type: ignore[union-attr]  # a hard link where it can
+            written.append(dest)  # a link too: the original inode's data may not be on disk yet
+    entries = []
+    for n, w in enumerate(writes):
+        rel = origs.get((w.root, w.path))
+        if w.before is not None and rel is None:  # no fix keeps it (a rollback): its own
+            fault("backup")
+            rel = "txn/%s/orig/%d" % (txn, n)  # flat: no directory tree to make and drop
+            keep_backup(store.path(rel), w.before, w.abs)  # a hard link where it can
+            written.append(store.path(rel))
+        entries.append({"root": w.root, "path": w.path, "abs": w.abs, "op": w.op,
+                        "before_sha256": sha256_bytes(w.before), "after_sha256": sha256_bytes(w.after),
+                        "mode": w.mode_before, "mode_after": w.mode_after,
+                        "owner": list(w.owner) if w.owner else None,
+                        "backup": rel if w.before is not None else None})
     sync_all(written, _tree_dirs(tdir))  # every backup durable before the journal names it
     created: List[str] = []
     for w in writes:

@@ -70,6 +70,17 @@ def file_record(path: str, before: Optional[str], after: Optional[str], patch: s
             "hunks": hunks_from(before or "", after or "")}
 
 
+def compact(record: Dict[str, Any]) -> Dict[str, Any]:
+    """The record with each hunk's lines as one ``body``: the form patchkit.plan sends."""
+    from patchkit.engine.hunks import hunk_body
+
+    out = {k: v for k, v in record.items() if k != "hunks"}
+    out["hunks"] = [{k: v for k, v in h.items() if k != "lines"} for h in record["hunks"]]
+    for hunk, orig in zip(out["hunks"], record["hunks"]):
+        hunk["body"] = hunk_body(orig["lines"])
+    return out
+
+
 def fix(name: str, files: List[Dict[str, Any]], version: int = 1, **extra: Any) -> Dict[str, Any]:
     data = {"name": name, "version": version, "title": "fix %s" % name, "requires": [],
             "release": {"root": "sglang", "versions": ["0.5.21"]},

@@ -121,6 +121,7 @@ def test_crash_after_journal_restores_from_a_linked_backup(checkout: Path) -> No
     """Killed after the first file was replaced: the next run puts the original back from the
     linked backup, byte for byte."""
     tree = snapshot(checkout)
+    ino = (checkout / MOD).stat().st_ino
     f = edit(checkout)
     script = (checkout / SCRIPT).read_text()
     f["files"].append(file_record(SCRIPT, script, script.replace("launching", "go"),
@@ -134,7 +135,9 @@ def test_crash_after_journal_restores_from_a_linked_backup(checkout: Path) -> No
     assert "x * 7" in (checkout / MOD).read_text()  # the first file was replaced
     assert journal["files"][0]["path"] == MOD
     linked = checkout / ".patchkit" / journal["files"][0]["backup"]
-    assert linked.stat().st_nlink == 2  # the transaction original and the fix's backup
+    # one name for the transaction's original and the fix's backup: a link of the old inode
+    assert journal["files"][0]["backup"].split("/")[2:] == ["fixes", f["name"], "0"]
+    assert linked.stat().st_ino == ino and linked.stat().st_nlink == 1
     res = go("status", checkout, [f])
     assert res["recovered"][0]["outcome"] == "rolled-back"
     assert {k: v[:3] for k, v in snapshot(checkout).items()} == {k: v[:3] for k, v in tree.items()}
@@ -166,7 +169,7 @@ def test_durability_uses_syncfs_or_fsyncs_every_file(checkout: Path,
     g = edit(checkout, "g", "return x + 9\n", "return x - 9\n")
     go("apply", checkout, [g])
     assert str(checkout / MOD) in fsynced
-    assert any("/.patchkit/txn/" in p and "/orig/" in p for p in fsynced)  # the backup
+    assert any("/.patchkit/txn/" in p and "/fixes/" in p for p in fsynced)  # the backup
 
 
 def test_per_fix_backups_are_flat_one_directory_per_fix(checkout: Path) -> None:

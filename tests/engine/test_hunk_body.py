@@ -18,7 +18,7 @@ from patchkit.engine.hunks import FileChange, apply_change, body_lines, hunk_bod
 from patchkit.engine.request import parse_request
 from patchkit.errors import PatchFormatError
 
-from .helpers import MOD, file_record, fix, git, make_checkout, request
+from .helpers import MOD, compact, file_record, fix, git, make_checkout, request
 
 # (before, after) texts whose hunks stress the notation.
 HOSTILE = [
@@ -31,13 +31,6 @@ HOSTILE = [
     ("", "new\n"),                                             # an empty file gains a line
     ("only\n", ""),                                            # ... and loses it
 ]
-
-
-def compact(record: Dict[str, Any]) -> Dict[str, Any]:
-    out = copy.deepcopy(record)
-    for hunk in out["hunks"]:
-        hunk["body"] = hunk_body(hunk.pop("lines"))
-    return out
 
 
 @pytest.mark.parametrize("before,after", HOSTILE)
@@ -88,8 +81,13 @@ def test_status_splits_no_body_and_apply_checks_every_one(tmp_path: Path) -> Non
     damaged["hunks"][0]["body"] += "+extra\n"
     status = parse_request(request("status", {"sglang": root}, [fix("a", [damaged])]))
     assert "hunks" not in vars(status.fixes[0].files[0])  # lazy: nothing split yet
-    with pytest.raises(PatchFormatError, match="header says"):
-        parse_request(request("apply", {"sglang": root}, [fix("a", [damaged])]))
+    # an apply checks each record's hunks when it places them, before the first write
+    good = fix("b", [compact(file_record("python/sglang/srt/other.py", None, "new\n"))])
+    res = run(request("apply", {"sglang": root}, [good, fix("a", [damaged])]))
+    assert not res["ok"] and res["error"]["type"] == "PatchFormatError"
+    assert "header says" in res["error"]["message"]
+    assert (root / MOD).read_text() == text and not (root / "python/sglang/srt/other.py").exists()
+    assert not (root / ".patchkit").exists()
 
 
 def test_apply_status_and_rollback_give_the_same_answers_in_both_forms(tmp_path: Path) -> None:
