@@ -35,7 +35,12 @@ from patchkit.upstream import UpstreamRepo  # noqa: E402
 
 SECTION = "## Apply, check, status and start-up"
 TIME = "/usr/bin/time"  # GNU time: peak RSS of the measured command
-PATCHKIT = [sys.executable, "-m", "patchkit"]
+REPO = Path(__file__).resolve().parent.parent
+# Set by main() to the benchmark's own virtualenv (``install``): patchkit installed from this
+# checkout the way users install it, a regular install rather than the editable one of a
+# development venv, whose import finder costs every process ~20 ms at start-up.
+PATCHKIT: list[str] = []
+PYTHON = sys.executable
 GIT_ENV = {"GIT_AUTHOR_NAME": "Bench", "GIT_AUTHOR_EMAIL": "bench@patchkit.invalid",
            "GIT_COMMITTER_NAME": "Bench", "GIT_COMMITTER_EMAIL": "bench@patchkit.invalid",
            "GIT_CONFIG_NOSYSTEM": "1"}
@@ -83,6 +88,10 @@ class Trees:
         dest = self.scratch / f"tree-{self.n}"
         subprocess.run(["cp", "-a", str(self.work.base), str(dest)], check=True)
         subprocess.run(["git", "update-index", "-q", "--refresh"], cwd=dest, capture_output=True)
+        # Flushed before the timed run, as a deployed tree has long been on disk: else the
+        # first tool that makes its writes durable (patchkit's syncfs) would also pay for
+        # writing out this copy, and the tools that flush nothing would not.
+        os.sync()
         return dest
 
     def drop(self, tree: Path) -> None:
@@ -179,7 +188,7 @@ def run_all(work: Workload, scratch: Path, repeat: int, say) -> dict[str, dict[s
         "startup": [
             ("`patchkit --version`", lambda t: measure([*PATCHKIT, "--version"], t)),
             ('`python -c "import click, rich"` (same venv)',
-             lambda t: measure([sys.executable, "-c", "import click, rich"], t)),
+             lambda t: measure([PYTHON, "-c", "import click, rich"], t)),
         ],
     }
     def cold_status(tree: Path) -> Sample:
@@ -225,7 +234,8 @@ def report(results: dict[str, dict[str, list[Sample]]], work: Workload, repeat: 
              f"Measured by `python bench/perf.py` on {datetime.date.today().isoformat()}: every "
              f"tool on a fresh copy of the same SGLang {OLD} checkout (index refreshed), N = "
              f"{repeat} each, interleaved, in one run. Wall time is the whole command (patchkit: the "
-             "CLI process, Python start-up included). Peak RSS is GNU time's `%M`: the largest "
+             "`patchkit` command of a virtualenv where it is installed from this checkout with "
+             "`pip install`, as users install it, Python start-up included). Peak RSS is GNU time's `%M`: the largest "
              "process of the command (for the per-file loops that is one `patch` or `bash`). patchkit runs with all its checks: release, touched files present and "
              "clean against git, writable, the manifests' checks, all-or-nothing transaction with "
              "backups and fsync, verification, state record.", "",
@@ -286,6 +296,30 @@ def _version(argv: list[str], prefix: str = "") -> str:
     return prefix + out[0] if out else argv[0]
 
 
+def install(venv: Path, say) -> None:
+    """A virtualenv with patchkit installed from this checkout as users install it (``pip
+    install``, not editable), its bytecode compiled as pip does; sets PATCHKIT and PYTHON.
+
+    The dependencies are installed once (kept with ``--workdir``); patchkit itself is
+    reinstalled on every run so the figures are of the checkout's current source."""
+    global PATCHKIT, PYTHON
+    python = venv / "bin" / "python"
+    if not python.exists():
+        say(f"creating the benchmark's virtualenv in {venv}")
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    subprocess.run([*pip, str(REPO)], check=True, env=env)  # the dependencies, once
+    subprocess.run([*pip, "--no-deps", "--force-reinstall", str(REPO)], check=True, env=env)
+    site = subprocess.run([str(python), "-c", "import patchkit, os; print(os.path.dirname(patchkit.__file__))"],
+                          check=True, capture_output=True, text=True, env=env, cwd=venv).stdout.strip()
+    if Path(site).resolve().is_relative_to(REPO):
+        raise SystemExit(f"the benchmark's virtualenv imports patchkit from the checkout ({site}), "
+                         "not from its install; remove it and run again")
+    subprocess.run([str(python), "-m", "compileall", "-q", site], check=True, env=env)
+    PATCHKIT, PYTHON = [str(venv / "bin" / "patchkit")], str(python)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=5, help="runs per tool (default 5)")
@@ -298,15 +332,11 @@ def main() -> None:
     for tool in ("git", "patch", "quilt", TIME):
         if shutil.which(tool) is None:
             raise SystemExit(f"{tool} is not installed (apt-get install {tool})")
-    # As pip does at install: without it every timed process would compile patchkit's source
-    # (about 0.1 s) where PYTHONDONTWRITEBYTECODE is set.
-    subprocess.run([sys.executable, "-m", "compileall", "-q",
-                    str(Path(__file__).resolve().parent.parent / "patchkit")], check=True,
-                   env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"})
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="patchkit-perf-")).resolve()
     say = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
     try:
         work = build(workdir / "workload", UpstreamRepo(args.upstream), say=say)
+        install(workdir / "venv", say)
         scratch = workdir / "runs"
         shutil.rmtree(scratch, ignore_errors=True)
         scratch.mkdir()
