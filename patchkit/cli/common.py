@@ -1,18 +1,41 @@
-"""Options and look-ups shared by the commands."""
+"""Options and look-ups shared by the commands.
+
+click is imported by the functions that build options, not at the top: the fast path of
+:mod:`patchkit.cli.main` runs apply and rollback without it. It reads the options of
+:func:`target_options` and :func:`json_option` from :data:`TARGET_FAST_OPTIONS`, which must
+say the same as those functions (tests/test_startup.py compares them).
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
-
-import click
+from typing import TYPE_CHECKING, Any, Callable, Dict, Tuple
 
 from ..errors import UsageError
 from ..targets import Target, resolve_target
 
 if TYPE_CHECKING:  # the catalog pulls in tomlkit: loaded only by commands that read it
+    import click
+
     from ..catalog import Catalog
+
+#: An option as the fast path reads it: option string -> (parameter, kind, default), kind one
+#: of "flag", "value", "float", "multiple" (a repeatable value, collected in a tuple).
+FastOptions = Dict[str, Tuple[str, str, Any]]
+
+#: :func:`target_options` and :func:`json_option` for the fast path. ``ssh_options``,
+#: ``ssh_program`` and ``as_json`` also set :class:`State` as their click callbacks do.
+TARGET_FAST_OPTIONS: FastOptions = {
+    "--target": ("target", "value", None),
+    "-t": ("target", "value", None),
+    "--root": ("roots", "multiple", ()),
+    "--python": ("python", "value", None),
+    "--lock-timeout": ("lock_timeout", "float", 30.0),
+    "--ssh-option": ("ssh_options", "multiple", ()),
+    "--ssh-program": ("ssh_program", "value", None),
+    "--json": ("as_json", "flag", False),
+}
 
 
 class State:
@@ -66,10 +89,29 @@ class State:
         )
 
 
-pass_state = click.make_pass_decorator(State, ensure=True)
+def __getattr__(name: str) -> Any:
+    if name == "pass_state":  # built on first use, so importing this module needs no click
+        import click
+
+        globals()["pass_state"] = click.make_pass_decorator(State, ensure=True)
+        return globals()["pass_state"]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def apply_fast_state(state: State, params: Dict[str, Any]) -> None:
+    """What the click callbacks of the ssh and json options do to ``state``, for the fast path;
+    the options kept on the state (``expose_value=False``) are taken out of ``params``."""
+    state.ssh_options = tuple(params.pop("ssh_options"))
+    program = params.pop("ssh_program")
+    if program is not None:
+        state.ssh_program = program
+    if params["as_json"]:
+        state.json = True
 
 
 def json_option(f: Callable) -> Callable:
+    import click
+
     def callback(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
         if value:
             ctx.ensure_object(State).json = True
@@ -87,6 +129,7 @@ def json_option(f: Callable) -> Callable:
 
 def _ssh_options(f: Callable) -> Callable:
     """``--ssh-option``/``--ssh-program``: kept on :class:`State`, so commands need no new parameters."""
+    import click
 
     def keep(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
         state = ctx.ensure_object(State)
@@ -116,6 +159,8 @@ def _ssh_options(f: Callable) -> Callable:
 
 
 def target_options(f: Callable) -> Callable:
+    import click
+
     f = _ssh_options(f)
     f = click.option(
         "--lock-timeout",

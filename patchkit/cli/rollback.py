@@ -1,21 +1,25 @@
-"""`patchkit rollback`: put back the bytes a fix replaced."""
+"""`patchkit rollback`: put back the bytes a fix replaced.
+
+Built like :mod:`patchkit.cli.apply`: :func:`run` is the command, callable by the fast path of
+:mod:`patchkit.cli.main` without click; the click command (``COMMANDS``) is built on first use.
+"""
 
 from __future__ import annotations
 
-import click
+from typing import Any
 
 from .. import api, render
-from .common import State, emit_result, json_option, pass_state, require_names, target_options
+from .common import TARGET_FAST_OPTIONS, FastOptions, State, emit_result, require_names
+
+FAST_OPTIONS: FastOptions = {
+    **TARGET_FAST_OPTIONS,
+    "--dry-run": ("dry_run", "flag", False),
+    "-n": ("dry_run", "flag", False),
+    "--force": ("force", "flag", False),
+}
 
 
-@click.command("rollback")
-@click.argument("fixes", nargs=-1)
-@target_options
-@click.option("--dry-run", "-n", is_flag=True, help="Check and show what would be restored; write nothing.")
-@click.option("--force", is_flag=True, help="Roll back even files changed since the fix was applied.")
-@json_option
-@pass_state
-def rollback(
+def run(
     state: State,
     fixes: tuple[str, ...],
     target: str | None,
@@ -36,4 +40,28 @@ def rollback(
     return emit_result(result, as_json)
 
 
-COMMANDS = [rollback]
+def _command() -> Any:
+    import click
+
+    from .common import json_option, pass_state, target_options
+
+    @click.command("rollback")
+    @click.argument("fixes", nargs=-1)
+    @target_options
+    @click.option("--dry-run", "-n", is_flag=True, help="Check and show what would be restored; write nothing.")
+    @click.option("--force", is_flag=True, help="Roll back even files changed since the fix was applied.")
+    @json_option
+    @pass_state
+    def rollback(state: State, **params: Any) -> int:
+        """Roll FIXES back on the target, all or nothing."""
+        return run(state, **params)
+
+    return rollback
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("COMMANDS", "rollback"):
+        command = _command()
+        globals().update(COMMANDS=[command], rollback=command)
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

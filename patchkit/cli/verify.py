@@ -1,19 +1,20 @@
-"""`patchkit verify`: rerun the verification of applied fixes."""
+"""`patchkit verify`: rerun the verification of applied fixes.
+
+Built like :mod:`patchkit.cli.apply`: :func:`run` is the command, callable by the fast path of
+:mod:`patchkit.cli.main` without click; the click command (``COMMANDS``) is built on first use.
+"""
 
 from __future__ import annotations
 
-import click
+from typing import Any
 
 from .. import api, render
-from .common import State, emit_result, json_option, pass_state, require_names, target_options
+from .common import TARGET_FAST_OPTIONS, FastOptions, State, emit_result, require_names
+
+FAST_OPTIONS: FastOptions = dict(TARGET_FAST_OPTIONS)
 
 
-@click.command("verify")
-@click.argument("fixes", nargs=-1)
-@target_options
-@json_option
-@pass_state
-def verify(
+def run(
     state: State,
     fixes: tuple[str, ...],
     target: str | None,
@@ -30,4 +31,26 @@ def verify(
     return emit_result(result, as_json)
 
 
-COMMANDS = [verify]
+def _command() -> Any:
+    import click
+
+    from .common import json_option, pass_state, target_options
+
+    @click.command("verify")
+    @click.argument("fixes", nargs=-1)
+    @target_options
+    @json_option
+    @pass_state
+    def verify(state: State, **params: Any) -> int:
+        """Run the verification checks of FIXES on the target; writes nothing."""
+        return run(state, **params)
+
+    return verify
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("COMMANDS", "verify"):
+        command = _command()
+        globals().update(COMMANDS=[command], verify=command)
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,189 @@
+"""What keeps a run's start cheap (issue 7), asserted as behaviour, never as timings.
+
+apply and rollback have a fast path that reads the command line without click; it must give
+the command exactly what click would, and hand every other command line to click. The model's
+and results' records skip the generated dataclass methods but must still act as frozen
+dataclasses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from patchkit.cli import apply as cli_apply
+from patchkit.cli import rollback as cli_rollback
+from patchkit.cli import verify as cli_verify
+from patchkit.cli.common import State
+from patchkit.cli.main import fast_command
+from patchkit.manifest import load_manifest
+from patchkit.model import Check, Fix, Upstream
+from patchkit.results import CheckResult, OpResult
+from tests.test_cli import INDEX_K, POOL, Env, env, git  # noqa: F401  (fixtures)
+
+CATALOG = Path(__file__).parent / "samples" / "catalog"
+
+#: Modules a fast-path apply or rollback must not load (click and what only click loads).
+NOT_ON_FAST_PATH = ("click", "uuid", "platform", "gettext", "git", "rich", "tomlkit", "unidiff")
+#: Modules no --json apply/status/rollback loads.
+NEVER = ("git", "rich", "tomlkit", "unidiff")
+
+
+def _click_reading(module: Any, args: list[str]) -> tuple[dict[str, Any], State]:
+    state = State()
+    command = module.COMMANDS[0]
+    ctx = command.make_context(command.name, list(args), obj=state)
+    return dict(ctx.params), state
+
+
+def _fast_reading(name: str, args: list[str]) -> tuple[dict[str, Any], State] | None:
+    state = State()
+    run = fast_command([name, *args], state)
+    if run is None:
+        return None
+    return dict(run.keywords), state
+
+
+READ_ALIKE = [
+    [],
+    ["local-01"],
+    ["a", "b", "--target", "/t", "--json"],
+    ["--target=/t", "a", "--root", "serve=/s", "--root=x=/y", "b"],
+    ["-t", "/t", "--lock-timeout", "2.5", "--python", "/py", "a", "--lock-timeout=7"],
+    ["a", "--ssh-option", "Port=22", "--ssh-option=User=x", "--ssh-program", "myssh", "-t", "h"],
+    ["--json", "--json", "a"],
+]
+
+
+@pytest.mark.parametrize("args", READ_ALIKE)
+@pytest.mark.parametrize("module,extra", [
+    (cli_apply, ["--diff", "-v", "--verbose", "--with-deps", "--allow-inactive", "--commit", "-n",
+                 "--dry-run"]),
+    (cli_rollback, ["--force", "-n", "--dry-run"]),
+    (cli_verify, []),
+])
+def test_fast_path_reads_a_command_line_as_click_does(module: Any, extra: list[str],
+                                                      args: list[str]) -> None:
+    for argv in (args, [*args, *extra]):
+        fast = _fast_reading(module.COMMANDS[0].name, argv)
+        assert fast is not None, argv
+        clicked = _click_reading(module, argv)
+        assert fast[0] == clicked[0], argv
+        for attr in ("json", "ssh_options", "ssh_program"):
+            assert getattr(fast[1], attr) == getattr(clicked[1], attr), (argv, attr)
+
+
+@pytest.mark.parametrize("module", [cli_apply, cli_rollback, cli_verify])
+def test_fast_options_name_every_click_option_of_the_command(module: Any) -> None:
+    """A fast option click lacks, or one of another kind, would read differently."""
+    seen = set()
+    for param in module.COMMANDS[0].params:
+        if param.param_type_name != "option":
+            continue
+        for opt in (*param.opts, *param.secondary_opts):
+            name, kind, _default = module.FAST_OPTIONS[opt]  # defaults: the reading test
+            seen.add(opt)
+            assert name == param.name
+            want = ("flag" if param.is_flag else "multiple" if param.multiple
+                    else "float" if param.type.name == "float" else "value")
+            assert kind == want, opt
+    assert seen == set(module.FAST_OPTIONS)
+
+
+@pytest.mark.parametrize("argv", [
+    ["apply", "--help"], ["apply", "-h"], ["--version"], ["--help"],
+    ["apply", "-nv", "a"], ["apply", "--", "a"], ["apply", "--lock-timeout", "x", "a"],
+    ["apply", "--target"], ["apply", "--target", "--json"], ["apply", "--no-such", "a"],
+    ["apply", "--json=1", "a"], ["apply", "-t=/x", "a"], ["--debug=1", "apply", "a"],
+    ["--catalog"], ["status"], ["verify", "-n", "a"], ["list"], ["rollback", "--with-deps", "a"],
+    ["apply", "-"], ["--catalog", "c", "--bogus", "apply", "a"],
+])
+def test_anything_unusual_goes_to_click(argv: list[str]) -> None:
+    assert fast_command(argv, State()) is None
+
+
+def test_debug_in_the_environment_goes_to_click(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert fast_command(["apply", "a"], State()) is not None
+    monkeypatch.setenv("PATCHKIT_DEBUG", "1")
+    assert fast_command(["apply", "a"], State()) is None
+
+
+def test_group_options_reach_the_state() -> None:
+    state = State()
+    assert fast_command(["--catalog", "/c", "--config=/p.toml", "--debug", "rollback", "a"],
+                        state) is not None
+    assert (state.catalog_dir, state.config_path, state.debug) == ("/c", "/p.toml", True)
+
+
+def _run_main(env: Env, *args: str) -> tuple[int, str, list[str]]:
+    """The real ``main()`` in a fresh interpreter; which of the watched modules it loaded."""
+    watched = sorted({*NOT_ON_FAST_PATH, *NEVER})
+    code = (
+        "import sys\n"
+        "from patchkit.cli.main import main\n"
+        "try:\n"
+        f"    main({['--catalog', str(env.catalog), *args]!r})\n"
+        "except SystemExit as exc:\n"
+        "    code = exc.code or 0\n"
+        f"loaded = sorted(m for m in {watched!r} if m in sys.modules)\n"
+        "sys.stderr.write('LOADED ' + ','.join(loaded) + '\\n')\n"
+        "sys.exit(code)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=env.tmp, timeout=120)
+    line = [ln for ln in proc.stderr.splitlines() if ln.startswith("LOADED ")][-1]
+    return proc.returncode, proc.stdout, [m for m in line[7:].split(",") if m]
+
+
+def test_apply_and_rollback_run_without_click_and_status_without_heavy_modules(env: Env) -> None:
+    code, out, loaded = _run_main(env, "apply", INDEX_K, "--target", str(env.sglang), "--json")
+    assert code == 0, out
+    assert json.loads(out)["fixes"][0]["outcome"] == "applied"
+    assert b"head_dim * 2" in (env.sglang / POOL).read_bytes()
+    assert loaded == []
+    code, out, loaded = _run_main(env, "status", "--target", str(env.sglang), "--json")
+    assert code == 0 and not set(loaded) & set(NEVER), loaded
+    assert {s["name"]: s["state"] for s in json.loads(out)["status"]["fixes"]}[INDEX_K] == "applied"
+    code, out, loaded = _run_main(env, "rollback", INDEX_K, "--target", str(env.sglang))
+    assert code == 0 and f"rolled-back {INDEX_K}" in out and loaded == []
+    assert git(env.sglang, "status", "--porcelain") == ""
+
+
+def test_fast_path_errors_leave_by_the_same_boundary(env: Env) -> None:
+    """A usage error of a fast-path run: the same exit code and JSON error as through click."""
+    code, out, loaded = _run_main(env, "apply", "--target", str(env.sglang), "--json")
+    assert code == 2 and loaded == []
+    assert json.loads(out)["error"]["type"] == "UsageError"
+    code, out, loaded = _run_main(env, "apply", "-nv", "--target", str(env.sglang))
+    assert code == 2 and "click" in loaded  # click read it, and refused the missing fix name
+
+
+def test_records_act_as_frozen_dataclasses() -> None:
+    fix = load_manifest(CATALOG / "manifests" / "index-k-bytes.toml")
+    assert dataclasses.is_dataclass(fix) and isinstance(fix, Fix)
+    assert [f.name for f in dataclasses.fields(Upstream)] == [
+        "base_release", "releases", "project", "root", "forwarding", "reference"]
+    newer = dataclasses.replace(fix, version=fix.version + 1)
+    assert newer.version == fix.version + 1 and newer.patches == fix.patches and newer != fix
+    assert dataclasses.replace(newer, version=fix.version) == fix
+    assert load_manifest(CATALOG / "manifests" / "index-k-bytes.toml") == fix
+    up = Upstream("0.5.21", ("0.5.21",))
+    assert hash(up) == hash(Upstream("0.5.21", ("0.5.21",))) and up != Upstream("0.5.21", ())
+    assert repr(up) == ("Upstream(base_release='0.5.21', releases=('0.5.21',), project='sglang', "
+                        "root='sglang', forwarding='not-forwarded', reference='')")
+    assert dataclasses.asdict(fix.upstream)["releases"] == ("0.5.20", "0.5.21")
+    assert Check("grep", {"path": "a"}).params["path"] == "a"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        up.root = "serve"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        del fix.name  # type: ignore[misc]
+    check = CheckResult("grep", "n", True, "", "sglang:x")
+    result = OpResult("apply", True, False, "t", (), (), (), {"op": "apply"})
+    assert dataclasses.replace(result, ok=False).ok is False and result.ok is True
+    assert check == CheckResult("grep", "n", True, "", "sglang:x") and check != up
