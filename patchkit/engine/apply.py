@@ -35,6 +35,7 @@ class FixPlan:
     created_dirs: List[str] = field(default_factory=list)
     source: Optional[revert.Source] = None  # the commit a revert fix undoes (git roots)
     commits: List[Dict[str, str]] = field(default_factory=list)  # apply --commit: {root, sha}
+    diffs: Dict[Key, Optional[str]] = field(default_factory=dict)  # a record's placed diff
 
 
 def file_op(before: Optional[bytes], after: Optional[bytes]) -> str:
@@ -52,8 +53,10 @@ def fix_result(plan: FixPlan, outcome: str) -> Dict[str, Any]:
         changes = plan.changes.get(key, [])
         single = len(changes) == 1 and changes[0].op == "modify" and before is not None \
             and after is not None
-        diffs.append(placed_diff(path, changes[0].hunks, [p.line for p in plan.placements[key]])
-                     if single else None)
+        if single and plan.diffs.get(key) is None:
+            plan.diffs[key] = placed_diff(path, changes[0].hunks,
+                                          [p.line for p in plan.placements[key]])
+        diffs.append(plan.diffs[key] if single else None)
     rest = [i for i, d in enumerate(diffs) if d is None]  # merged, reverted, created, deleted
     for i, diff in zip(rest, unified_diffs([items[i] for i in rest], [hashes[i] for i in rest])):
         diffs[i] = diff
@@ -219,9 +222,8 @@ def _plan(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
             e = ws.entry(change.root, change.path)
             hit = placecache.replay(cached[i], change, e.current) if i in cached else None
             if hit is not None:
-                e.current, placed = hit
+                e.current, placed, plan.diffs[(change.root, change.path)] = hit
                 records[i] = cached[i]
-                change.prime_unchecked()  # the result's diff reads them; checked when cached
             else:
                 text = None if e.current is None else decode(e.current)
                 edits: Optional[List[Tuple[int, int, str]]] = [] if ckey else None
@@ -233,7 +235,11 @@ def _plan(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
                     raise
                 new_bytes = None if new is None else encode(new)
                 if edits is not None:
-                    records[i] = placecache.record(e.current, text, new_bytes, edits, placed)
+                    diff = None
+                    if change.op == "modify" and new is not None:  # what fix_result shows
+                        diff = plan.diffs[(change.root, change.path)] = placed_diff(
+                            change.path, change.hunks, [p.line for p in placed])
+                    records[i] = placecache.record(e.current, text, new_bytes, edits, placed, diff)
                 e.current = new_bytes
             new = e.current
             if new is None:

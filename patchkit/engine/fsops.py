@@ -187,7 +187,7 @@ def sync_all(files: List[str], dirs: List[str]) -> None:
         fsync_paths(list(files) + list(dirs))  # one batch: the order among them does not matter
         return
     devices = {}  # st_dev -> a directory on that file system
-    for path in list(dirs) + [os.path.dirname(p) for p in files]:
+    for path in set(dirs).union(map(os.path.dirname, files)):
         try:
             dev = os.stat(path).st_dev
         except OSError:
@@ -216,8 +216,16 @@ def keep_backup(dest: str, data: bytes, source: Optional[str] = None, check: boo
     holds exactly ``data`` (``check``: read back and compared); else, or when the file system
     refuses the link (another file system, protected_hardlinks, no links), the bytes are copied.
     """
-    if not os.path.isdir(os.path.dirname(dest)):  # made once per directory, not per backup
+    try:
+        return _keep(dest, data, source, check)
+    except FileNotFoundError:  # its directory is made by the first backup there, not checked each time
+        if os.path.isdir(os.path.dirname(dest)):
+            raise
         os.makedirs(os.path.dirname(dest), exist_ok=True)
+        return _keep(dest, data, source, check)
+
+
+def _keep(dest: str, data: bytes, source: Optional[str], check: bool) -> bool:
     if source is not None:
         try:
             os.link(source, dest)

@@ -180,18 +180,6 @@ class FileChange:
         where = "%s:%s" % (self.root, self.path)
         return tuple(_hunk(h, i, fix, self.patch, where) for i, h in enumerate(raw, 1))
 
-    def prime_unchecked(self) -> None:
-        """Build ``hunks`` from the request's records without checking them: only for records
-        whose exact content was checked and placed before (``placecache`` found them by its
-        sha256), so the checks would pass again; a hit then never counts a body's lines."""
-        if "hunks" in self.__dict__ or not isinstance(self.source, list):
-            return
-        self.__dict__["hunks"] = tuple(
-            Hunk(i, int(h["old_start"]), int(h["old_count"]), int(h["new_start"]),
-                 int(h["new_count"]), None if h.get("body") is not None else
-                 tuple(map(tuple, h["lines"])), h.get("body"))
-            for i, h in enumerate(self.source[0], 1))
-
     @property
     def where(self) -> str:
         return "%s:%s" % (self.root, self.path)

@@ -28,10 +28,11 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .hunks import FileChange, Placement, sha256_bytes
 
-# (before sha256, after sha256, edits, placements): edits are (start, end, new bytes) byte
-# ranges of the before-bytes; placements (index, expected_line, line, offset) of each hunk.
+# (before sha256, after sha256, edits, placements, diff): edits are (start, end, new bytes)
+# byte ranges of the before-bytes; placements (index, expected_line, line, offset) of each
+# hunk; diff the record's own diff at those lines (``workspace.placed_diff``) or None.
 Edits = List[Tuple[int, int, bytes]]
-Record = Tuple[Optional[str], Optional[str], Edits, List[Tuple[int, int, int, int]]]
+Record = Tuple[Optional[str], Optional[str], Edits, List[Tuple[int, int, int, int]], Optional[str]]
 
 _code_stamp: Optional[str] = None
 
@@ -99,12 +100,14 @@ class PlaceCache:
             pass
 
 
-def replay(record: Any, change: FileChange,
-           before: Optional[bytes]) -> Optional[Tuple[Optional[bytes], List[Placement]]]:
-    """The after-bytes and placements of ``change`` on ``before`` from a cached record, or None
-    when the record is not for these bytes or does not reproduce its after-bytes."""
+def replay(record: Any, change: FileChange, before: Optional[bytes]
+           ) -> Optional[Tuple[Optional[bytes], List[Placement], Optional[str]]]:
+    """The after-bytes, placements and diff of ``change`` on ``before`` from a cached record,
+    or None when the record is not for these bytes or does not reproduce its after-bytes."""
     try:
-        before_sha, after_sha, edits, placed = record
+        before_sha, after_sha, edits, placed, diff = record
+        if diff is not None and not isinstance(diff, str):
+            return None
         if sha256_bytes(before) != before_sha:
             return None
         if after_sha is None:
@@ -124,15 +127,16 @@ def replay(record: Any, change: FileChange,
             if sha256_bytes(after) != after_sha:
                 return None
         return after, [Placement(change.patch, i, expected, line, offset)
-                       for i, expected, line, offset in placed]
+                       for i, expected, line, offset in placed], diff
     except (TypeError, ValueError):
         return None
 
 
 def record(before: Optional[bytes], before_text: Optional[str], after: Optional[bytes],
-           text_edits: List[Tuple[int, int, str]], placed: List[Placement]) -> Optional[Record]:
+           text_edits: List[Tuple[int, int, str]], placed: List[Placement],
+           diff: Optional[str]) -> Record:
     """A cache record of one placement; ``text_edits`` are offsets in ``before_text`` (the
-    decoded before-bytes). None when the offsets cannot be given in bytes cheaply."""
+    decoded before-bytes)."""
     if before is not None and text_edits and not before.isascii():
         # offsets in characters differ from bytes; encode the prefixes (rare: non-ASCII source)
         assert before_text is not None
@@ -142,4 +146,4 @@ def record(before: Optional[bytes], before_text: Optional[str], after: Optional[
     else:
         edits = [(s, e, new.encode("utf-8", "surrogateescape")) for s, e, new in text_edits]
     return (sha256_bytes(before), sha256_bytes(after), edits,
-            [(p.index, p.expected_line, p.line, p.offset) for p in placed])
+            [(p.index, p.expected_line, p.line, p.offset) for p in placed], diff)

@@ -12,7 +12,7 @@ import json
 import os
 import shutil
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from ..errors import PermissionDenied, TargetError
 from .faults import fault
@@ -41,15 +41,19 @@ class FileWrite:
         return "delete" if self.after is None else "modify"
 
 
-def missing_dirs(path: str) -> List[str]:
+def missing_dirs(path: str, known: Optional[Set[str]] = None) -> List[str]:
+    """The directories to make for ``path``, outermost first; ``known``: directories already
+    found to exist (grown by this call), so many files of one directory cost one ``stat``."""
     out = []
     cur = os.path.dirname(path)
-    while not os.path.isdir(cur):
+    while not (known is not None and cur in known) and not os.path.isdir(cur):
         out.append(cur)
         parent = os.path.dirname(cur)
         if parent == cur:
             break
         cur = parent
+    if known is not None and not out:
+        known.add(cur)
     return list(reversed(out))
 
 
@@ -152,9 +156,10 @@ def _transaction(store: Store, op: str, fixes: List[str], writes: List[FileWrite
                         "backup": rel if w.before is not None else None})
     sync_all(written, _tree_dirs(tdir))  # every backup durable before the journal names it
     created: List[str] = []
+    known: Set[str] = set()
     for w in writes:
         if w.after is not None:
-            created.extend(d for d in missing_dirs(w.abs) if d not in created)
+            created.extend(d for d in missing_dirs(w.abs, known) if d not in created)
     journal = {"format": FORMAT, "txn": txn, "op": op, "fixes": fixes, "versions": versions or {},
                "started_at": utc_now(),
                "state_root": store.root, "files": entries, "created_dirs": created}
@@ -189,6 +194,7 @@ def _write_files(writes: List[FileWrite]) -> None:
     rolled back from the (already durable) backups."""
     written: List[str] = []
     dirs: List[str] = []
+    there: Set[str] = set()  # directories known to exist
     for w in writes:
         fault("write")
         if w.after is None:
@@ -196,8 +202,11 @@ def _write_files(writes: List[FileWrite]) -> None:
             remove_file(w.abs, sync=False)
             dirs.append(os.path.dirname(w.abs))
             continue
-        for d in make_dirs(os.path.dirname(w.abs), sync=False):
-            dirs.append(os.path.dirname(d))
+        parent = os.path.dirname(w.abs)
+        if parent not in there:
+            for d in make_dirs(parent, sync=False):
+                dirs.append(os.path.dirname(d))
+            there.add(parent)
         mode = w.mode_after if w.mode_after is not None else 0o644
         tmp = write_temp(w.abs, w.after, mode, owner=w.owner, sync=False)
         fault("rename")

@@ -112,8 +112,9 @@ def test_a_damaged_cache_is_placed_again_never_replayed_wrong(
     first = apply_fresh(tmp_path, "one", cache)
     entry = next((cache / "placed").glob("*/*"))
     records = marshal.loads(entry.read_bytes())
-    for i, (before, after, edits, where) in records.items():  # every edit's new bytes altered
-        records[i] = (before, after, [(s, e, new + b"# tampered\n") for s, e, new in edits], where)
+    for i, (before, after, edits, where, diff) in records.items():  # every edit's bytes altered
+        records[i] = (before, after, [(s, e, new + b"# tampered\n") for s, e, new in edits], where,
+                      diff)
     entry.write_bytes(marshal.dumps(records))
     calls = placed(monkeypatch)
     second = apply_fresh(tmp_path, "two", cache)
@@ -167,9 +168,10 @@ def test_record_and_replay_round_trip_on_crlf_and_no_final_newline() -> None:
     edits: List[Any] = []
     new, where = hunks.apply_change(before.decode(), change, edits)
     assert new is not None and new.encode() == after
-    cached = placecache.record(before, before.decode(), after, edits, where)
+    cached = placecache.record(before, before.decode(), after, edits, where, None)
     assert cached is not None
     got = placecache.replay(cached, change, before)
-    assert got is not None and got[0] == after and got[1] == where
+    assert got is not None and got[0] == after and got[1] == where and got[2] is None
     assert placecache.replay(cached, change, before + b"x") is None
+    assert cached[4] is None  # no diff given: none kept
     assert hashlib.sha256(after).hexdigest() == cached[1]
