@@ -97,10 +97,28 @@ class Catalog:
                 raise UnknownFixError(f"no fix named '{name}' in the catalog {self.root}.{hint} "
                                       "List the fixes with `patchkit list`", name=name,
                                       catalog=str(self.root), suggestions=close)
-            from .manifest import load_manifest
-
-            self._fixes[name] = load_manifest(path, patch_dir=self.patches_dir / name)
+            self._fixes[name] = self._load(path, self.patches_dir / name)
         return self._fixes[name]
+
+    def _load(self, path: Path, patch_dir: Path) -> Fix:
+        """The fix from the manifest index when the manifest did not change since it last
+        validated (then only its series' and scripts' presence is checked again), else
+        loaded, validated and recorded there."""
+        from . import manifest_index
+        from .manifest import check_files, fix_data, fix_from_data, load_manifest
+
+        index_dir = manifest_index.default_dir()
+        data = manifest_index.cached(str(path), index_dir)
+        if data is not None:
+            try:
+                fix = fix_from_data(data, path, patch_dir)
+            except ValueError:
+                pass  # another shape (a damaged entry): loaded afresh below
+            else:
+                check_files(fix)
+                return fix
+        return manifest_index.record(str(path), lambda: load_manifest(path, patch_dir=patch_dir),
+                                     fix_data, index_dir)
 
     def all(self) -> list[Fix]:
         return [self.get(name) for name in self.names()]

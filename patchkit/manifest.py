@@ -28,10 +28,22 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from .errors import ManifestError
-try:  # Python >= 3.11; on 3.10 every parse goes through tomlkit
-    import tomllib as _tomllib
-except ImportError:  # pragma: no cover - exercised on Python 3.10 only
-    _tomllib = None  # type: ignore[assignment]
+
+_UNSET: Any = object()
+#: tomllib (Python >= 3.11; None on 3.10, where every parse goes through tomlkit), imported by
+#: the first parse: a run whose manifests all come from the index (patchkit.manifest_index)
+#: never needs it.
+_tomllib: Any = _UNSET
+
+
+def _toml_lib() -> Any:
+    global _tomllib
+    if _tomllib is _UNSET:
+        try:
+            import tomllib as _tomllib
+        except ImportError:  # pragma: no cover - exercised on Python 3.10 only
+            _tomllib = None
+    return _tomllib
 
 from .model import (
     CHECK_KEYS,
@@ -214,10 +226,11 @@ def _read_data(path: Path, kind: str) -> dict[str, Any]:
         if cached is not None:
             return cached
     data = None
-    if _tomllib is not None:
+    toml = _toml_lib()
+    if toml is not None:
         try:
-            data = _tomllib.loads(text)
-        except (_tomllib.TOMLDecodeError, ValueError):
+            data = toml.loads(text)
+        except (toml.TOMLDecodeError, ValueError):
             pass
     if data is None:
         data = _parse_toml(path, kind, text).unwrap()
@@ -238,7 +251,7 @@ def _cache_path(text: str) -> Path:
     made by another loader is never read."""
     global _stamp
     if _stamp is None:
-        parser = "tomllib" if _tomllib is not None else "tomlkit-" + _tomlkit_version()
+        parser = "tomllib" if _toml_lib() is not None else "tomlkit-" + _tomlkit_version()
         ident = f"{sys.version}|{parser}|".encode() + Path(__file__).read_bytes()
         _stamp = hashlib.sha256(ident).hexdigest()[:16]
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -326,6 +339,62 @@ def load_manifest(path: Path | str, *, patch_dir: Path | None = None) -> Fix:
     fix = _build_fix(_Ctx(path), data, patch_dir)
     _check_files(_Ctx(path), fix)
     return fix
+
+
+def check_files(fix: Fix) -> None:
+    """What :func:`load_manifest` checks last, for a fix rebuilt from :func:`fix_data`: the
+    series and scripts must still exist (raises the same :class:`ManifestError`)."""
+    _check_files(_Ctx(fix.manifest_path), fix)
+
+
+def fix_data(fix: Fix) -> tuple:
+    """A validated fix as plain marshal-able data, without its paths (:func:`fix_from_data`)."""
+    def checks(items: tuple[Check, ...]) -> list:
+        return [(c.kind, {k: list(v) if isinstance(v, tuple) else v for k, v in c.params.items()})
+                for c in items]
+
+    up, rev = fix.upstream, fix.revert
+    return (FIX_DATA_FORMAT, fix.format, fix.name, fix.version, fix.title, fix.status,
+            fix.rationale, (up.base_release, list(up.releases), up.project, up.root,
+                            up.forwarding, up.reference),
+            [(p.file, p.root, p.description) for p in fix.patches], list(fix.depends_on),
+            list(fix.supersedes), fix.reverts, checks(fix.preconditions),
+            checks(fix.verification), fix.actions.purge_pycache,
+            (fix.rollback.strategy, fix.rollback.notes),
+            [(c.version, c.date, c.summary, c.base_release) for c in fix.changelog],
+            None if rev is None else (rev.commit, rev.fix, list(rev.paths), rev.root))
+
+
+FIX_DATA_FORMAT = 1
+
+
+def fix_from_data(data: Any, manifest_path: Path, patch_dir: Path) -> Fix:
+    """The :class:`Fix` :func:`fix_data` was made from, without validating it again (it was
+    validated when recorded). Raises ``ValueError`` for data of another shape."""
+    try:
+        (tag, fmt, name, version, title, status, rationale, up, patches, depends_on, supersedes,
+         reverts, preconditions, verification, purge, rollback, changelog, rev) = data
+        if tag != FIX_DATA_FORMAT:
+            raise ValueError(f"fix data format {tag!r}")
+        return Fix(
+            format=fmt, name=name, version=version, title=title, status=status,
+            rationale=rationale,
+            upstream=Upstream(base_release=up[0], releases=tuple(up[1]), project=up[2],
+                              root=up[3], forwarding=up[4], reference=up[5]),
+            patches=tuple(PatchRef(file=f, root=r, description=d, path=patch_dir / f)
+                          for f, r, d in patches),
+            manifest_path=manifest_path, patch_dir=patch_dir, depends_on=tuple(depends_on),
+            supersedes=tuple(supersedes), reverts=reverts,
+            preconditions=tuple(Check(k, p) for k, p in preconditions),
+            verification=tuple(Check(k, p) for k, p in verification),
+            actions=Actions(purge_pycache=purge),
+            rollback=Rollback(strategy=rollback[0], notes=rollback[1]),
+            changelog=tuple(ChangelogEntry(version=v, date=d, summary=s, base_release=b)
+                            for v, d, s, b in changelog),
+            revert=None if rev is None else Revert(commit=rev[0], fix=rev[1],
+                                                   paths=tuple(rev[2]), root=rev[3]))
+    except (TypeError, ValueError, IndexError, AttributeError) as exc:
+        raise ValueError(f"not the data of a fix: {exc}") from None
 
 
 def _build_fix(ctx: _Ctx, data: Mapping[str, Any], patch_dir: Path) -> Fix:

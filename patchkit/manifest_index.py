@@ -1,9 +1,11 @@
 """The stat-stamped index of validated manifests: what ``status`` needs of each fix (name,
-version, roots) without reading or validating its manifest again.
+version, roots), and each whole fix, without reading or validating its manifest again.
 
-``<index dir>/<sha256 of the manifests directory and of the code that validates>`` (the user
-cache's ``patchkit/manifest-index/``): a marshalled dict {file name: (dev, ino, size,
-mtime_ns, ctime_ns, clock_ns, summary)}. The rule is :mod:`patchkit.patch_index`'s (git's
+``<index dir>/<key>`` (the user cache's ``patchkit/manifest-index/``; the key is a sha256 of
+the manifests directory and of the code that validates): a marshalled dict {file name: (dev,
+ino, size, mtime_ns, ctime_ns, clock_ns, summary)}; ``<index dir>/<key>-<file name>``: one
+manifest's (dev, ino, size, mtime_ns, ctime_ns, clock_ns, fix data), the fix as
+``patchkit.manifest.fix_data`` encodes it. The rule is :mod:`patchkit.patch_index`'s (git's
 racy-index rule, strict): ``clock_ns`` is the file system's clock (the mtime of the new
 index's temp file) taken *before* the manifest was read, and an entry is written and trusted
 only when the manifest's ctime and mtime are strictly before it, on the same file system and
@@ -19,8 +21,9 @@ import marshal
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
+T = TypeVar("T")
 Summary = Any  # marshal-able plain data the caller derives from a validated manifest
 
 
@@ -49,6 +52,68 @@ def summaries(paths: Sequence[str], summarize: Callable[[str], Summary], index_d
     if missing:
         _summarize_into(index_file, entries, paths, missing, summarize, out)
     return out
+
+
+def cached(path: str, index_dir: Path) -> Any:
+    """The data recorded by :func:`record` for the manifest at ``path``, or None when its
+    stat stamp no longer vouches for it (or none was recorded)."""
+    try:
+        entry = marshal.loads(_entry_file(path, index_dir).read_bytes())
+        st = os.stat(path)
+    except (OSError, ValueError, EOFError, TypeError):
+        return None
+    if (isinstance(entry, tuple) and len(entry) == 7 and entry[:5] == _stamp_of(st)
+            and st.st_ctime_ns < entry[5] and st.st_mtime_ns < entry[5]):
+        return entry[6]
+    return None
+
+
+def record(path: str, load: Callable[[], T], encode: Callable[[T], Any], index_dir: Path) -> T:
+    """``load()`` (which reads and validates the manifest, raising its error), and its
+    ``encode``-d result recorded for :func:`cached` when the manifest is not racy: the clock is
+    the entry's temp file, created before ``load`` reads."""
+    import tempfile
+
+    dest = _entry_file(path, index_dir)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=dest.parent)
+    except OSError:
+        return load()
+    try:
+        clock = os.fstat(fd)
+        try:
+            before = _stamp_of(os.stat(path))
+        except OSError:
+            before = None
+        value = load()
+        if (before is not None and before[0] == clock.st_dev and before[4] < clock.st_mtime_ns
+                and before[3] < clock.st_mtime_ns and _stamp_of(os.stat(path)) == before):
+            try:
+                view = memoryview(marshal.dumps(before + (clock.st_mtime_ns, encode(value))))
+                while view:
+                    view = view[os.write(fd, view):]
+                os.close(fd)
+                fd = -1
+                os.replace(tmp, dest)
+                tmp = ""
+            except (OSError, ValueError):
+                pass  # best effort
+        return value
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        if tmp:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+def _entry_file(path: str, index_dir: Path) -> Path:
+    """One entry per manifest, next to its directory's summaries."""
+    directory, name = os.path.split(os.path.abspath(path))
+    return index_dir / f"{_index_name(directory)}-{name}"
 
 
 def default_dir() -> Path:

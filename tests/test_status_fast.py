@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -245,8 +246,22 @@ def test_a_remote_status_sends_full_fixes_in_one_session(roots: dict[str, str], 
 # -- the manifest index ------------------------------------------------------------------------
 
 
+def settled(catalog: Catalog) -> None:
+    """Wait until the file system's clock is past every manifest's ctime: the index records
+    no manifest changed within the current clock tick (the racy rule)."""
+    newest = max(p.stat().st_ctime_ns for p in catalog.manifests_dir.iterdir())
+    probe = Path(catalog.root) / ".clock"
+    while True:
+        probe.write_bytes(b"")
+        if probe.stat().st_mtime_ns > newest:
+            break
+        time.sleep(0.005)
+    probe.unlink()
+
+
 def test_unchanged_manifests_are_not_read_again(catalog: Catalog,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    settled(catalog)
     first = catalog.stubs()
     assert [(s.name, s.version) for s in first] == [
         ("index-k-bytes", 2), ("old-index-k", 1), ("pool-guard", 1)]
@@ -259,6 +274,7 @@ def test_unchanged_manifests_are_not_read_again(catalog: Catalog,
 
 def test_an_edited_manifest_is_validated_again_even_with_its_old_size_and_mtime(
         catalog: Catalog) -> None:
+    settled(catalog)
     before = {s.name: s.version for s in catalog.stubs()}
     path = Path(catalog.root) / "manifests" / "old-index-k.toml"
     st = path.stat()
@@ -275,3 +291,20 @@ def test_a_broken_manifest_fails_every_time(catalog: Catalog) -> None:
     for _ in range(2):
         with pytest.raises(errors.ManifestError, match="pool-guard.toml"):
             Catalog(catalog.root).stubs()
+
+
+def test_an_indexed_fix_equals_the_loaded_one_and_its_series_is_still_checked(
+        catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
+    from patchkit import manifest
+
+    settled(catalog)
+    loaded = {f.name: f for f in catalog.all()}
+    real = manifest.load_manifest
+    monkeypatch.setattr(manifest, "load_manifest", lambda *a, **k: pytest.fail("read again"))
+    again = Catalog(catalog.root)
+    assert {f.name: f for f in again.all()} == loaded  # every field, paths included
+    patch = Path(catalog.root) / "patches" / "pool-guard" / "0002-serve-pin-index-k-dtype.patch"
+    patch.unlink()
+    with pytest.raises(errors.ManifestError, match="0002-serve-pin-index-k-dtype.patch"):
+        Catalog(catalog.root).get("pool-guard")
+    monkeypatch.setattr(manifest, "load_manifest", real)
