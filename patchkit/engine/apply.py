@@ -141,13 +141,14 @@ def apply(req: Request, store: Store, syntax: Optional[SyntaxCache] = None) -> L
         if not check["ok"] and named in recorded:
             check["detail"] += ("; fix %s is applied by patchkit here, not committed: roll it back "
                                 "instead (patchkit rollback %s)" % (named, named))
-    for spec in todo:
-        for root, path, _op in touched(spec, sources):
-            ws.entry(root, path)
+    keys = [(root, path) for spec in todo for root, path, _op in touched(spec, sources)]
+    changes = auto.git_changes(keys, req.roots)  # git runs while the files are read
+    for key in keys:
+        ws.entry(*key)
     places = None
     if syntax is not None and placecache.available():  # a local target: its user cache
         places = placecache.PlaceCache(os.path.dirname(syntax.path))
-    plans = _plan(req, store, state, ws, todo, sources, syntax, places)
+    plans = _plan(req, store, state, ws, todo, sources, changes(), syntax, places)
     if not req.dry_run and plans:
         _write(req, store, state, ws, plans, syntax)
     for plan in plans:
@@ -156,7 +157,7 @@ def apply(req: Request, store: Store, syntax: Optional[SyntaxCache] = None) -> L
 
 
 def _plan(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
-          todo: List[FixSpec], sources: Sources,
+          todo: List[FixSpec], sources: Sources, changes: Dict[str, Any],
           syntax: Optional[SyntaxCache] = None,
           places: Optional[placecache.PlaceCache] = None) -> List[FixPlan]:
     recorded = {f["name"]: f for f in state.get("fixes", [])}
@@ -170,8 +171,6 @@ def _plan(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
 
     after_hashes = recorded_after_hashes(state)
     release_cache: Dict[str, Any] = {}
-    changes = auto.git_changes([ws.entry(r, p) for spec in todo for r, p, _ in touched(spec, sources)],
-                               req.roots)
     writable: Dict[str, Optional[str]] = {}
     done: Set[Key] = set()
     failures: List[Dict[str, Any]] = []

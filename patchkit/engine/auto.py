@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from ..errors import PermissionDenied
 from . import gitcli, presence
@@ -105,14 +105,15 @@ def presence_check(entry: Entry, op: str) -> Optional[Dict[str, Any]]:
         % (entry.where, entry.abs), entry.where)
 
 
-def git_changes(entries: List[Entry], roots: Roots) -> Dict[str, gitcli.Changes]:
-    """One ``git status`` per root, over every file of ``entries`` (the whole request)."""
-    by_root: Dict[str, List[str]] = {}
-    for e in entries:
-        rel = roots.get(e.root).mapped(e.path)
-        if rel not in by_root.setdefault(e.root, []):
-            by_root[e.root].append(rel)
-    return {name: gitcli.changed_paths(roots.get(name).path, rels) for name, rels in by_root.items()}
+def git_changes(keys: List[Tuple[str, str]], roots: Roots) -> Callable[[], Dict[str, gitcli.Changes]]:
+    """One ``git status`` per root, over every (root, path) of ``keys`` (the whole request),
+    started now; the returned call collects the answers (the caller reads files meanwhile)."""
+    by_root: Dict[str, Dict[str, None]] = {}
+    for root, path in keys:
+        by_root.setdefault(root, {})[roots.get(root).mapped(path)] = None
+    pending = {name: gitcli.start_changed_paths(roots.get(name).path, list(rels))
+               for name, rels in by_root.items()}
+    return lambda: {name: answer() for name, answer in pending.items()}
 
 
 def git_clean_checks(entries: List[Entry], roots: Roots, recorded: Dict[Tuple[str, str], Set[str]],

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 TIMEOUT = 120.0
 # Variables that would point git at another repository than the one the root is in.
@@ -19,6 +19,12 @@ _REPO_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "G
 
 def _git(root: str, args: List[str], stdin: Optional[bytes] = None,
          env: Optional[Dict[str, str]] = None) -> Optional[subprocess.CompletedProcess]:
+    return _wait(_spawn(root, args, stdin is not None, env), stdin)
+
+
+def _spawn(root: str, args: List[str], stdin: bool = False,
+           env: Optional[Dict[str, str]] = None) -> Optional[subprocess.Popen]:
+    """Start git (None if it cannot start); ``_wait`` collects it, so several run at once."""
     full = dict(os.environ)
     full["GIT_OPTIONAL_LOCKS"] = "0"  # never rewrite the index of the target while looking
     full.pop("PATCHKIT_FAULT", None)
@@ -26,12 +32,24 @@ def _git(root: str, args: List[str], stdin: Optional[bytes] = None,
         full.pop(name, None)
     full.update(env or {})
     try:
-        return subprocess.run(["git", "-C", root] + args,
-                              input=stdin if stdin is not None else b"",
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=full,
-                              timeout=TIMEOUT)
-    except (OSError, subprocess.TimeoutExpired):
+        return subprocess.Popen(["git", "-C", root] + args,
+                                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=full)
+    except OSError:
         return None
+
+
+def _wait(proc: Optional[subprocess.Popen],
+          stdin: Optional[bytes] = None) -> Optional[subprocess.CompletedProcess]:
+    if proc is None:
+        return None
+    try:
+        out, err = proc.communicate(stdin, timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return None
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def work_tree_top(root: str) -> Optional[str]:
@@ -74,21 +92,36 @@ MANY_PATHS = 32
 def changed_paths(root: str, rels: List[str]) -> Changes:
     """Which of ``rels`` (root-relative) differ from HEAD: one ``git status`` for all of them
     (for many paths, of the whole tree, plus ``git ls-files`` to find untracked ones)."""
+    return start_changed_paths(root, rels)()
+
+
+def start_changed_paths(root: str, rels: List[str]) -> Callable[[], Changes]:
+    """:func:`changed_paths` with git started now and its answer collected by the call that
+    is returned: the engine reads the files meanwhile (git runs on another core)."""
     top = work_tree_top(root)
     if top is None:
-        return Changes(False)
+        return lambda: Changes(False)
     if not rels:
-        return Changes(True)
+        return lambda: Changes(True)
     # porcelain paths are relative to the work tree's top, whatever the cwd
     prefix = os.path.relpath(os.path.realpath(root), top)
     prefix = "" if prefix == "." else prefix + "/"
     if len(rels) > MANY_PATHS:
-        return _changed_many(root, rels, prefix)
-    return _status(root, ["--untracked-files=all", "--"] + rels, prefix)
+        status = _spawn(root, _STATUS + ["--untracked-files=no"])
+        files = _spawn(root, ["ls-files", "-z", "--full-name"])
+        return lambda: _changed_many(root, rels, prefix, _wait(status), _wait(files))
+    proc = _spawn(root, _STATUS + ["--untracked-files=all", "--"] + rels)
+    return lambda: _status_of(_wait(proc), prefix)
+
+
+_STATUS = ["status", "--porcelain=v1", "-z"]
 
 
 def _status(root: str, args: List[str], prefix: str) -> Changes:
-    proc = _git(root, ["status", "--porcelain=v1", "-z"] + args)
+    return _status_of(_git(root, _STATUS + args), prefix)
+
+
+def _status_of(proc: Optional[subprocess.CompletedProcess], prefix: str) -> Changes:
     if proc is None:
         return Changes(True, error="git did not run (is it installed?)")
     if proc.returncode != 0:
@@ -104,14 +137,16 @@ def _status(root: str, args: List[str], prefix: str) -> Changes:
     return Changes(True, out)
 
 
-def _changed_many(root: str, rels: List[str], prefix: str) -> Changes:
+def _changed_many(root: str, rels: List[str], prefix: str,
+                  status: Optional[subprocess.CompletedProcess],
+                  proc: Optional[subprocess.CompletedProcess]) -> Changes:
     """The answer ``git status -- <rels>`` gives, without ``rels`` as pathspecs: the tracked
-    changes of the whole tree, then a pathspec status only for the paths that exist on disk
-    but are not tracked (untracked or ignored: usually none)."""
-    found = _status(root, ["--untracked-files=no"], prefix)
+    changes of the whole tree (``status``), then, from the tracked files (``proc``: ``git
+    ls-files``), a pathspec status only for the paths that exist on disk but are not tracked
+    (untracked or ignored: usually none)."""
+    found = _status_of(status, prefix)
     if not found.checkout or found.error:
         return found
-    proc = _git(root, ["ls-files", "-z", "--full-name"])
     if proc is None or proc.returncode != 0:
         return _status(root, ["--untracked-files=all", "--"] + rels, prefix)
     tracked = set(proc.stdout.decode("utf-8", "surrogateescape").split("\0"))
