@@ -137,13 +137,18 @@ def record(before: Optional[bytes], before_text: Optional[str], after: Optional[
            diff: Optional[str]) -> Record:
     """A cache record of one placement; ``text_edits`` are offsets in ``before_text`` (the
     decoded before-bytes)."""
+    enc = lambda s: s.encode("utf-8", "surrogateescape")  # noqa: E731
     if before is not None and text_edits and not before.isascii():
-        # offsets in characters differ from bytes; encode the prefixes (rare: non-ASCII source)
+        # offsets in characters differ from bytes: count the bytes of each stretch once
         assert before_text is not None
-        enc = lambda s: s.encode("utf-8", "surrogateescape")  # noqa: E731
-        edits = [(len(enc(before_text[:s])), len(enc(before_text[:e])), enc(new))
-                 for s, e, new in text_edits]
+        edits = []
+        at = pos = 0  # a character offset and the byte offset of the same place
+        for start, end, new in text_edits:
+            pos += len(enc(before_text[at:start]))
+            old = len(enc(before_text[start:end]))
+            edits.append((pos, pos + old, enc(new)))
+            at, pos = end, pos + old
     else:
-        edits = [(s, e, new.encode("utf-8", "surrogateescape")) for s, e, new in text_edits]
+        edits = [(s, e, enc(new)) for s, e, new in text_edits]
     return (sha256_bytes(before), sha256_bytes(after), edits,
             [(p.index, p.expected_line, p.line, p.offset) for p in placed], diff)
