@@ -3,7 +3,9 @@
 rich is imported by the functions that draw with it, not by this module: ``--json`` output
 and a run whose stderr is not a terminal (no spinner to show) never load it. An operation's
 result (and an error) written where stdout (stderr) is not a terminal is plain text, the same
-words without styling or folding, and does not load rich either (``PlainConsole``).
+words without styling or folding, and does not load rich either (``PlainConsole``). ``status``
+there writes the very characters rich would draw (its table, at rich's width) without rich
+when nothing would be folded, escaped or replaced, and lets rich draw it otherwise.
 
 A result with many files is summarized per fix (files, lines added and removed); per-file
 rows come with ``verbose`` or when a fix touches few files. Diffs are shown when asked for or
@@ -54,6 +56,15 @@ STATE_STYLE = {
 
 
 def stdout() -> Console:
+    """The console for a command's output. Where stdout is not a terminal it is a
+    :class:`LazyConsole`: ``status`` writes its table without rich when rich would draw the
+    same characters; anything else it is asked for loads rich then."""
+    if plain_output():
+        return LazyConsole()  # type: ignore[return-value]
+    return _rich_stdout()
+
+
+def _rich_stdout() -> Console:
     from rich.console import Console
 
     return Console(highlight=False, soft_wrap=False)
@@ -101,6 +112,83 @@ class PlainConsole:
 
     def line(self, segments: Segments) -> None:
         self.file.write("".join(text for text, _style in segments) + "\n")
+
+
+class LazyConsole:
+    """Stands for rich's stdout Console without loading rich: every attribute but those
+    below comes from a real Console, made on first use."""
+
+    def __init__(self) -> None:
+        self._real: Any = None
+
+    def real(self) -> Console:
+        if self._real is None:
+            self._real = _rich_stdout()
+        return self._real
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real(), name)
+
+
+# What rich replaces with an emoji in printed text (rich._emoji_replace); a code that is all
+# digits other than these names none, so a time like 20:13:45 is printed as it is.
+_EMOJI_CODE = r"(:(\S*?)(?:(?:\-)(emoji|text))?:)"
+_NUMERIC_EMOJI = ("100", "1234")
+#: The width rich gives a console when neither COLUMNS nor a terminal on fd 0, 1, 2 says one.
+_PIPE_WIDTH = 80
+
+
+def _pipe_width() -> int | None:
+    """The width rich's Console would draw at (``Console.size``), or None when unsure."""
+    if "TTY_COMPATIBLE" in os.environ or "TTY_INTERACTIVE" in os.environ:
+        return None
+    columns = os.environ.get("COLUMNS")
+    if columns is not None and columns.isdigit():
+        return int(columns) or None
+    for fd in (0, 1, 2):
+        try:
+            size = os.get_terminal_size(fd)
+        except (OSError, ValueError):
+            continue
+        return size.columns or _PIPE_WIDTH
+    return _PIPE_WIDTH
+
+
+def _as_rich_prints(text: str) -> bool:
+    """Whether rich prints ``text`` (escaped markup) unchanged: printable ASCII, no markup
+    escapes and no emoji code."""
+    if not (text.isascii() and text.isprintable()) or "[" in text or "\\" in text:
+        return False
+    if ":" in text:
+        import re
+
+        for match in re.finditer(_EMOJI_CODE, text):
+            name = match.group(2)
+            if match.group(3) or not name.isdigit() or name in _NUMERIC_EMOJI:
+                return False
+    return True
+
+
+def _plain_status(lines: List[str], table: List[List[str]], right: Tuple[int, ...],
+                  title: str, width: int) -> List[str] | None:
+    """The lines rich draws for ``status`` on a non-terminal ``width`` wide, or None when
+    rich would fold or change something (then rich draws it)."""
+    texts = [*lines, title, *(cell for row in table for cell in row)]
+    if not all(_as_rich_prints(t) for t in texts) or any(len(line) > width for line in lines):
+        return None
+    if len(table) == 1:  # the header alone: no row
+        line = f"no fix applied or present on {title[len('status of '):]}"
+        return [*lines, line] if len(line) <= width and _as_rich_prints(line) else None
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    total = sum(widths) + 2 * len(widths)  # box=None: one space of padding each side
+    if total > width or len(title) > total:
+        return None
+    out = [*lines, title.ljust(total)]
+    for row in table:
+        cells = [(cell.rjust(w) if i in right else cell.ljust(w))
+                 for i, (cell, w) in enumerate(zip(row, widths))]
+        out.append(" " + "  ".join(cells) + " ")
+    return out
 
 
 def _emit(console: Any, segments: Segments, soft_wrap: bool = False) -> None:
@@ -252,7 +340,38 @@ def render_result(console: Any, result: OpResult, *, show_diff: bool | None = No
         )
 
 
+def _status_rows(result: OpResult, verbose: bool) -> List[List[str]]:
+    rows = []
+    for s in result.status:
+        if s.state == "not-applied" and not verbose:
+            continue
+        bad = [f"{f.get('path')} ({f.get('state')})" for f in s.files if f.get("state") != "ok"]
+        if len(bad) > STATUS_FILES:  # a drifted release series: thousands of files
+            bad = bad[:STATUS_FILES] + [f"and {len(bad) - STATUS_FILES} more (--json lists them)"]
+        rows.append([
+            s.name,
+            s.state,
+            "" if s.version is None or s.state not in ("applied", "drifted") else f"v{s.version}",
+            s.applied_at or "",
+            ", ".join(bad),
+        ])
+    return rows
+
+
 def render_status(console: Console, result: OpResult, *, verbose: bool = False) -> None:
+    if isinstance(console, LazyConsole):
+        width = _pipe_width()
+        if width is not None:
+            recovered = [f"recovered an interrupted {rec.get('op')} of "
+                         f"{', '.join(rec.get('fixes') or [])}: {rec.get('outcome')}"
+                         for rec in result.recovered]
+            header = ["fix", "state", "version", "applied at", "files"]
+            plain = _plain_status(recovered, [header, *_status_rows(result, verbose)], (2,),
+                                  f"status of {result.target}", width)
+            if plain is not None:
+                sys.stdout.write("".join(line + "\n" for line in plain))
+                return
+        console = console.real()
     from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
@@ -268,18 +387,12 @@ def render_status(console: Console, result: OpResult, *, verbose: bool = False) 
     table.add_column("version", justify="right")
     table.add_column("applied at", style="dim")
     table.add_column("files")
-    for s in result.status:
-        if s.state == "not-applied" and not verbose:
-            continue
-        bad = [f"{f.get('path')} ({f.get('state')})" for f in s.files if f.get("state") != "ok"]
-        if len(bad) > STATUS_FILES:  # a drifted release series: thousands of files
-            bad = bad[:STATUS_FILES] + [f"and {len(bad) - STATUS_FILES} more (--json lists them)"]
-        files = ", ".join(bad)
+    for name, state, version, applied_at, files in _status_rows(result, verbose):
         table.add_row(
-            escape(s.name),
-            Text(s.state, style=STATE_STYLE.get(s.state, "")),
-            "" if s.version is None or s.state not in ("applied", "drifted") else f"v{s.version}",
-            escape(s.applied_at or ""),
+            escape(name),
+            Text(state, style=STATE_STYLE.get(state, "")),
+            version,
+            escape(applied_at),
             escape(files),
         )
     if table.row_count:

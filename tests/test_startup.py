@@ -187,3 +187,92 @@ def test_records_act_as_frozen_dataclasses() -> None:
     result = OpResult("apply", True, False, "t", (), (), (), {"op": "apply"})
     assert dataclasses.replace(result, ok=False).ok is False and result.ok is True
     assert check == CheckResult("grep", "n", True, "", "sglang:x") and check != up
+
+
+def _status_result(rng: Any) -> OpResult:
+    from patchkit.results import FixState
+
+    names = ["local-01", "drift-0.5.23", "index-k-bytes", "x", "a-very-long-fix-name-for-a-column"]
+    states = ["applied", "drifted", "not-applied", "partly-present", "present-unrecorded"]
+    paths = ["python/sglang/srt/pool.py", "a.py", "python/sglang/srt/layers/attention/x.py",
+             "odd [name].py", "smile:smile:.py", "ünï.py", "t\tab.py", "n:100:.py", "t:12:34.py"]
+    status = []
+    for _ in range(rng.randrange(0, 5)):
+        files = tuple({"path": rng.choice(paths), "state": rng.choice(["ok", "changed", "missing"])}
+                      for _ in range(rng.choice([0, 1, 2, 7])))
+        status.append(FixState(rng.choice(names), rng.choice(states), rng.choice([None, 1, 12]),
+                               rng.choice([None, "2026-11-29T20:13:45Z",
+                                           "2026-11-29T20:00:00+00:00"]),
+                               files))
+    recovered = tuple({"op": "apply", "fixes": rng.sample(names, rng.randrange(1, 3)),
+                       "outcome": "rolled-back"} for _ in range(rng.choice([0, 0, 1])))
+    target = rng.choice(["sglang=/t", "sglang=/tmp/" + "deep/" * rng.randrange(1, 16) + "tree",
+                         "host:/srv/sglang", "sglang=/[x]"])
+    return OpResult("status", True, False, target, (), recovered, tuple(status), {})
+
+
+def test_status_written_without_rich_reads_as_rich_draws_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where stdout is no terminal, status is written without rich only when rich would draw
+    the very same characters (80 columns, nothing folded, escaped or replaced)."""
+    import io
+    import random
+
+    from rich.console import Console
+
+    from patchkit import render
+
+    rng = random.Random(7)
+    monkeypatch.setattr(render, "_pipe_width", lambda: 80)
+    plain = 0
+    for _ in range(400):
+        result, verbose = _status_result(rng), rng.random() < 0.5
+        want = io.StringIO()
+        render.render_status(Console(file=want, width=80, highlight=False, soft_wrap=False),
+                             result, verbose=verbose)
+        got = io.StringIO()
+        used_rich: list[bool] = []
+        lazy = render.LazyConsole()
+        lazy._real = Console(file=got, width=80, highlight=False, soft_wrap=False)
+        monkeypatch.setattr(lazy, "real", lambda: used_rich.append(True) or lazy._real)
+        monkeypatch.setattr(sys, "stdout", got)
+        render.render_status(lazy, result, verbose=verbose)  # type: ignore[arg-type]
+        monkeypatch.undo()
+        monkeypatch.setattr(render, "_pipe_width", lambda: 80)
+        assert got.getvalue() == want.getvalue(), (result, verbose)
+        plain += not used_rich
+    assert 40 < plain < 400  # both ways were taken (66 of 400 plainly with this seed)
+
+
+def test_status_on_a_pipe_loads_no_rich(env: Env) -> None:
+    import shutil
+    import tempfile
+
+    code, out, loaded = _run_main(env, "apply", INDEX_K, "--target", str(env.sglang))
+    assert code == 0
+    short = Path(tempfile.mkdtemp(prefix="pk", dir="/tmp"))  # a title no wider than the table
+    try:
+        (short / "t").symlink_to(env.sglang)
+        code, out, loaded = _run_main(env, "status", "--target", str(short / "t"))
+    finally:
+        shutil.rmtree(short)
+    assert code == 0 and "rich" not in loaded, (loaded, out)
+    lines = out.splitlines()
+    assert lines[0].rstrip() == f"status of sglang={short / 't'}"
+    assert lines[1].split() == ["fix", "state", "version", "applied", "at", "files"]
+    assert lines[2].split()[:3] == [INDEX_K, "applied", "v2"]
+
+
+@pytest.mark.parametrize("columns", [None, "250", "100", "x"])
+def test_plain_width_is_the_width_rich_draws_at(columns: str | None) -> None:
+    import os
+
+    environ = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    if columns is not None:
+        environ["COLUMNS"] = columns
+    code = ("from rich.console import Console\nfrom patchkit import render\n"
+            "print(render._pipe_width(), Console().width)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, env=environ, timeout=60, check=True)
+    plain, rich_width = proc.stdout.split()
+    assert plain == rich_width == (columns if columns and columns.isdigit() else "80")
