@@ -16,7 +16,7 @@ from .paths import Roots
 from .request import FixSpec, Request, check_patch_paths
 from .store import Store, last_writers, utc_now
 from .txn import FileWrite, backup_name, missing_dirs, run_transaction
-from .workspace import Key, Workspace, placed_diff, unified_diffs
+from .workspace import Key, Workspace, placed_diff, unified_diffs, whole_file_diff
 
 if TYPE_CHECKING:  # revert and gitcommit are imported only by the applies that use them
     from . import gitcommit, revert
@@ -56,7 +56,10 @@ def fix_result(plan: FixPlan, outcome: str) -> Dict[str, Any]:
         if single and plan.diffs.get(key) is None:
             plan.diffs[key] = placed_diff(path, changes[0].hunks,
                                           [p.line for p in plan.placements[key]])
-        diffs.append(plan.diffs[key] if single else None)
+        whole = None
+        if len(changes) == 1 and (before is None) != (after is None):
+            whole = whole_file_diff(path, changes[0].op, changes[0].hunks)
+        diffs.append(plan.diffs[key] if single else whole)
     rest = [i for i, d in enumerate(diffs) if d is None]  # merged, reverted, created, deleted
     for i, diff in zip(rest, unified_diffs([items[i] for i in rest], [hashes[i] for i in rest])):
         diffs[i] = diff

@@ -156,6 +156,23 @@ def placed_diff(path: str, hunks: Sequence[Hunk], lines: Sequence[int]) -> str:
     return "".join(out)
 
 
+def whole_file_diff(path: str, op: str, hunks: Sequence[Hunk]) -> Optional[str]:
+    """The diff of a file a patch creates or deletes whole (its one hunk adds or removes every
+    line): the hunk itself, the text :func:`unified_diff` gives for it; None for anything else."""
+    if op not in ("create", "delete") or len(hunks) != 1:
+        return None
+    hunk = hunks[0]
+    count = hunk.new_count if op == "create" else hunk.old_count
+    if (hunk.old_count if op == "create" else hunk.new_count) or not count:
+        return None
+    body = hunk.body
+    if body is None or body[-1:] != "\n":
+        kind = "+" if op == "create" else "-"
+        body = "".join(k + t if t[-1:] == "\n" else _line(k, t) for k, t in hunk.lines if k == kind)
+    rng = "-0,0 +%s" % _range(0, count) if op == "create" else "-%s +0,0" % _range(0, count)
+    return _headers(path, op == "delete", op == "create") + "@@ %s @@\n" % rng + body
+
+
 def _headers(path: str, before: bool, after: bool) -> str:
     return "--- %s\n+++ %s\n" % ("a/" + path if before else "/dev/null",
                                   "b/" + path if after else "/dev/null")

@@ -22,7 +22,7 @@ import pytest
 from patchkit.engine import fsops, gitcli, run
 from patchkit.engine.workspace import unified_diff
 
-from .helpers import MOD, fix, git, module_text, request
+from .helpers import MOD, compact, file_record, fix, git, make_checkout, module_text, request
 
 HEADER = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
@@ -109,6 +109,36 @@ def test_placed_diff_is_the_patch_even_where_difflib_aligns_otherwise(checkout: 
         "@@ -%d,%d +%d,%d @@" % (h["old_start"], h["old_count"], h["new_start"], h["new_count"])
         for h in hunks]
     check_with_git_apply(tmp_path, before, diff, after)
+
+
+@pytest.mark.parametrize("text", ["a\nb\n", "one line without newline", "crlf\r\nend\r\n",
+                                  "x\n\\ starts with a backslash\n"],
+                         ids=["lines", "no-final-newline", "crlf", "backslash-line"])
+@pytest.mark.parametrize("form", ["lines", "body"])
+def test_created_and_deleted_files_diff_as_difflib(tmp_path: Path, text: str, form: str,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file a patch creates or deletes whole gets its hunk as its diff, without a diff being
+    computed: the text difflib's path gives, in both record forms; and git apply turns the one
+    side into the other."""
+    from patchkit.engine import apply as engine_apply
+
+    real = engine_apply.unified_diffs
+    monkeypatch.setattr(engine_apply, "unified_diffs",
+                        lambda items, hashes: real(items, hashes) if not items else pytest.fail(
+                            "diff computed for %s" % [i[0] for i in items]))
+    root = make_checkout(tmp_path, git_repo=False)
+    new = "python/sglang/srt/new.py"
+    shape = (lambda r: r) if form == "lines" else compact
+    made = run(request("apply", {"sglang": root}, [fix("c", [shape(file_record(new, None, text))])]))
+    assert made["ok"], made["error"]
+    assert made["fixes"][0]["files"][0]["diff"] == unified_diff(new, None, text.encode())
+    assert (root / new).read_bytes() == text.encode()
+    gone = run(request("apply", {"sglang": root}, [fix("d", [shape(file_record(new, text, None))])]))
+    assert gone["ok"], gone["error"]
+    assert gone["fixes"][0]["files"][0]["diff"] == unified_diff(new, text.encode(), None)
+    (tmp_path / "made.diff").write_bytes(made["fixes"][0]["files"][0]["diff"].encode())
+    subprocess.run(["git", "apply", str(tmp_path / "made.diff")], cwd=root, check=True)
+    assert (root / new).read_bytes() == text.encode()
 
 
 # -- status: stat stamps ---------------------------------------------------------------------
