@@ -97,7 +97,7 @@ def test_fast_options_name_every_click_option_of_the_command(module: Any) -> Non
 
 
 @pytest.mark.parametrize("argv", [
-    ["apply", "--help"], ["apply", "-h"], ["--version"], ["--help"],
+    ["apply", "--help"], ["apply", "-h"], ["--version", "list"], ["--help"],
     ["apply", "-nv", "a"], ["apply", "--", "a"], ["apply", "--lock-timeout", "x", "a"],
     ["apply", "--target"], ["apply", "--target", "--json"], ["apply", "--no-such", "a"],
     ["apply", "--json=1", "a"], ["apply", "-t=/x", "a"], ["--debug=1", "apply", "a"],
@@ -276,3 +276,19 @@ def test_plain_width_is_the_width_rich_draws_at(columns: str | None) -> None:
                           stdin=subprocess.DEVNULL, env=environ, timeout=60, check=True)
     plain, rich_width = proc.stdout.split()
     assert plain == rich_width == (columns if columns and columns.isdigit() else "80")
+
+
+def test_version_is_answered_as_click_answers_it(capsys: pytest.CaptureFixture[str]) -> None:
+    from patchkit.cli.main import _run_click, main
+
+    with pytest.raises(SystemExit) as fast:
+        main(["--version"])
+    fast_out = capsys.readouterr().out
+    assert _run_click(["--version"], State()) == 0 and fast.value.code == 0
+    assert fast_out == capsys.readouterr().out == "patchkit, version 0.1.0\n"
+    code = ("import sys\nfrom patchkit.cli.main import main\ntry:\n    main(['--version'])\n"
+            "except SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('click', 'dataclasses', 'patchkit.model') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert proc.stdout.splitlines()[-1] == "[]"

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Tuple
 
 from ..errors import UsageError
-from ..targets import Target, resolve_target
 
 if TYPE_CHECKING:  # the catalog pulls in tomlkit: loaded only by commands that read it
     import click
 
     from ..catalog import Catalog
+    from ..targets import Target
 
 #: An option as the fast path reads it: option string -> (parameter, kind, default), kind one
 #: of "flag", "value", "float", "multiple" (a repeatable value, collected in a tuple).
@@ -79,6 +79,8 @@ class State:
         return self._catalog
 
     def target(self, target: str | None, roots: tuple[str, ...], python: str | None) -> Target:
+        from ..targets import resolve_target  # here: `patchkit --version` needs no model
+
         return resolve_target(
             target,
             roots,

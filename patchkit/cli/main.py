@@ -3,9 +3,9 @@
 click costs about 15 ms to import (with uuid, datetime, gettext and locale), a tenth of a small
 apply. So apply, rollback and verify (:data:`FAST_COMMANDS`) have a fast path: a
 command line that uses only their plain options (``--opt VALUE``, ``--opt=VALUE``, flags, fix
-names) is read here without click and handed to the command's ``run``; anything else (help,
-``--version``, a mistake, ``--``, clustered short flags, ``PATCHKIT_DEBUG`` set) goes through
-click, which gives its usual answer. Both paths call the same ``run`` with the same values.
+names) is read here without click and handed to the command's ``run``, and a bare
+``--version`` is answered here; anything else (help, a mistake, ``--``, clustered short flags,
+``PATCHKIT_DEBUG`` set) goes through click, which gives its usual answer. Both paths call the same ``run`` with the same values.
 """
 
 from __future__ import annotations
@@ -85,11 +85,19 @@ def _read_options(args: list[str], options: FastOptions) -> dict[str, Any] | Non
     return params
 
 
+def _print_version() -> int:
+    """What click's ``--version`` option prints."""
+    sys.stdout.write(f"patchkit, version {__version__}\n")
+    return 0
+
+
 def fast_command(args: list[str], state: State) -> partial[int] | None:
     """The command ``args`` ask for, ready to run without click (its parameters in
     ``.keywords``), or None: click reads them."""
     if "PATCHKIT_DEBUG" in os.environ:  # click reads its value (and refuses a bad one)
         return None
+    if args == ["--version"]:
+        return partial(_print_version)
     group: dict[str, Any] = {"catalog_dir": None, "config_path": None, "debug": False}
     i = 0
     while i < len(args) and args[i].startswith("-"):
