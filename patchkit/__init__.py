@@ -13,7 +13,10 @@ of its own (``patchkit.transport``) without this file.
 from __future__ import annotations
 
 from importlib import import_module
-from typing import TYPE_CHECKING, Any
+
+TYPE_CHECKING = False  # typing's own flag, without importing typing (`patchkit --version`)
+if TYPE_CHECKING:
+    from typing import Any
 
 __version__ = "0.1.0"
 

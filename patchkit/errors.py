@@ -10,7 +10,9 @@ raises these same classes, and a result coming back from a host names its error 
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # typing's own flag, without importing typing (`patchkit --version`)
+if TYPE_CHECKING:
+    from typing import Any
 
 # Exit codes; documented in docs/cli.md.
 EXIT_OK = 0

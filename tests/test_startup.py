@@ -288,7 +288,8 @@ def test_version_is_answered_as_click_answers_it(capsys: pytest.CaptureFixture[s
     assert fast_out == capsys.readouterr().out == "patchkit, version 0.1.0\n"
     code = ("import sys\nfrom patchkit.cli.main import main\ntry:\n    main(['--version'])\n"
             "except SystemExit:\n    pass\n"
-            "print(sorted(m for m in ('click', 'dataclasses', 'patchkit.model') if m in sys.modules))")
+            "print(sorted(m for m in ('click', 'dataclasses', 'patchkit.model', 'typing')\n"
+            "             if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=True)
     assert proc.stdout.splitlines()[-1] == "[]"

@@ -9,20 +9,21 @@ say the same as those functions (tests/test_startup.py compares them).
 from __future__ import annotations
 
 import os
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, Tuple
 
 from ..errors import UsageError
 
+TYPE_CHECKING = False  # typing's own flag: `patchkit --version` imports neither typing nor pathlib
 if TYPE_CHECKING:  # the catalog pulls in tomlkit: loaded only by commands that read it
+    from typing import Any, Callable, Dict, Tuple
+
     import click
 
     from ..catalog import Catalog
     from ..targets import Target
 
-#: An option as the fast path reads it: option string -> (parameter, kind, default), kind one
-#: of "flag", "value", "float", "multiple" (a repeatable value, collected in a tuple).
-FastOptions = Dict[str, Tuple[str, str, Any]]
+    #: An option as the fast path reads it: option string -> (parameter, kind, default),
+    #: kind one of "flag", "value", "float", "multiple" (a repeatable value, kept in a tuple).
+    FastOptions = Dict[str, Tuple[str, str, Any]]
 
 #: :func:`target_options` and :func:`json_option` for the fast path. ``ssh_options``,
 #: ``ssh_program`` and ``as_json`` also set :class:`State` as their click callbacks do.
@@ -59,6 +60,8 @@ class State:
     def config(self) -> Any:
         if self._config is None:
             path = self.config_path or os.environ.get("PATCHKIT_CONFIG")
+            from pathlib import Path
+
             if path is None and Path("patchkit.toml").is_file():
                 path = "patchkit.toml"
             if path is not None:
@@ -73,6 +76,8 @@ class State:
             cfg = self.config()
             if location is None and cfg is not None and getattr(cfg, "catalog", None):
                 location = str(cfg.catalog)
+            from pathlib import Path
+
             from ..catalog import Catalog
 
             self._catalog = Catalog(Path(location)) if location else Catalog.discover()

@@ -14,14 +14,18 @@ import os
 import sys
 from functools import partial
 from importlib import import_module
-from typing import TYPE_CHECKING, Any, Callable
 
 from .. import __version__
 from ..errors import EXIT_INTERNAL, EXIT_USAGE, PatchkitError
-from .common import FastOptions, State, apply_fast_state
+from .common import State, apply_fast_state
 
+TYPE_CHECKING = False  # typing's own flag, without importing typing (`patchkit --version`)
 if TYPE_CHECKING:
+    from typing import Any, Callable
+
     import click
+
+    from .common import FastOptions
 
 #: Command name -> the module under patchkit.cli that defines it. Modules are imported only
 #: when their command runs, so `patchkit --version` does not pay for GitPython, tomlkit or rich.

@@ -6,10 +6,13 @@ Built like :mod:`patchkit.cli.apply`: :func:`run` is the command, callable by th
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import api, render
-from .common import TARGET_FAST_OPTIONS, FastOptions, State, emit_result, require_names
+from .common import TARGET_FAST_OPTIONS, State, emit_result, require_names
+
+if TYPE_CHECKING:
+    from .common import FastOptions
 
 FAST_OPTIONS: FastOptions = {
     **TARGET_FAST_OPTIONS,
