@@ -1,7 +1,7 @@
 """The `patchkit` command group and the one boundary that turns errors into exit codes.
 
 click costs about 15 ms to import (with uuid, datetime, gettext and locale), a tenth of a small
-apply. So apply, rollback and verify (:data:`FAST_COMMANDS`) have a fast path: a
+apply. So apply, rollback, verify and status (:data:`FAST_COMMANDS`) have a fast path: a
 command line that uses only their plain options (``--opt VALUE``, ``--opt=VALUE``, flags, fix
 names) is read here without click and handed to the command's ``run``, and a bare
 ``--version`` is answered here; anything else (help, a mistake, ``--``, clustered short flags,
@@ -46,7 +46,7 @@ COMMAND_MODULES = {
 }
 
 #: Commands whose module defines ``FAST_OPTIONS`` and ``run(state, fixes, **options)``.
-FAST_COMMANDS = ("apply", "rollback", "verify")
+FAST_COMMANDS = ("apply", "rollback", "verify", "status")
 
 #: The group's own options as the fast path reads them (``--debug`` is a flag).
 _GROUP_VALUES = {"--catalog": "catalog_dir", "--config": "config_path"}
@@ -124,6 +124,8 @@ def fast_command(args: list[str], state: State) -> partial[int] | None:
     params = _read_options(args[i + 1:], module.FAST_OPTIONS)
     if params is None:
         return None
+    if not getattr(module, "FAST_TAKES_FIXES", True) and params.pop("fixes"):
+        return None  # an argument the command does not take: click says so
     state.catalog_dir, state.config_path, state.debug = (
         group["catalog_dir"], group["config_path"], group["debug"])
     apply_fast_state(state, params)

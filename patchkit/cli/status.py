@@ -1,27 +1,32 @@
-"""`patchkit status`: what is applied where, and what drifted."""
+"""`patchkit status`: what is applied where, and what drifted.
+
+Built like :mod:`patchkit.cli.apply`: :func:`run` is the command, callable by the fast path of
+:mod:`patchkit.cli.main` without click (status takes no argument, so a command line with one
+goes to click, which refuses it); the click command (``COMMANDS``) is built on first use.
+"""
 
 from __future__ import annotations
 
-import click
+from typing import TYPE_CHECKING, Any
 
 from .. import api, render
 from ..errors import EXIT_CHECK_FAILED
-from .common import State, json_option, pass_state, target_options
+from .common import TARGET_FAST_OPTIONS, State
+
+if TYPE_CHECKING:
+    from .common import FastOptions
 
 UNHEALTHY = {"drifted", "partly-present"}
 
+FAST_OPTIONS: FastOptions = {
+    **TARGET_FAST_OPTIONS,
+    "--all": ("show_all", "flag", False),
+    "--exit-code": ("exit_code", "flag", False),
+}
+FAST_TAKES_FIXES = False
 
-@click.command("status")
-@target_options
-@click.option("--all", "show_all", is_flag=True, help="Also list fixes that are not applied.")
-@click.option(
-    "--exit-code",
-    is_flag=True,
-    help=f"Exit {EXIT_CHECK_FAILED} when a fix has drifted or is partly present (like git diff --exit-code).",
-)
-@json_option
-@pass_state
-def status(
+
+def run(
     state: State,
     target: str | None,
     roots: tuple[str, ...],
@@ -44,4 +49,31 @@ def status(
     return 0
 
 
-COMMANDS = [status]
+def _command() -> Any:
+    import click
+
+    from .common import json_option, pass_state, target_options
+
+    @click.command("status")
+    @target_options
+    @click.option("--all", "show_all", is_flag=True, help="Also list fixes that are not applied.")
+    @click.option(
+        "--exit-code",
+        is_flag=True,
+        help=f"Exit {EXIT_CHECK_FAILED} when a fix has drifted or is partly present (like git diff --exit-code).",
+    )
+    @json_option
+    @pass_state
+    def status(state: State, **params: Any) -> int:
+        """Show which fixes are applied on the target, at which version, and any drift."""
+        return run(state, **params)
+
+    return status
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("COMMANDS", "status"):
+        command = _command()
+        globals().update(COMMANDS=[command], status=command)
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
