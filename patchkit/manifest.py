@@ -17,13 +17,11 @@ tomlkit stays the parser of everything that edits a manifest in place.
 from __future__ import annotations
 
 import datetime as _dt
-import difflib
 import hashlib
 import marshal
 import os
 import re
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -115,6 +113,8 @@ def _check_keys(ctx: _Ctx, data: Mapping[str, Any], where: str, allowed: Sequenc
                 required: Sequence[str]) -> None:
     for key in data:
         if key not in allowed:
+            import difflib
+
             close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
             hint = f"did you mean '{close[0]}'?" if close else "remove it or fix its spelling."
             raise ctx.fail(_full(where, key), f"unknown key '{key}' in {_table_label(where)}",
@@ -171,6 +171,8 @@ def _enum(ctx: _Ctx, data: Mapping[str, Any], where: str, key: str, choices: Seq
           default: Any = _MISSING) -> str:
     value = _str(ctx, data, where, key, default)
     if value not in choices:
+        import difflib
+
         close = difflib.get_close_matches(value, choices, n=1, cutoff=0.5)
         hint = f"Did you mean '{close[0]}'? " if close else ""
         raise ctx.fail(_full(where, key), f"'{key}' is '{value}', not one of "
@@ -300,6 +302,8 @@ def _store_cached(cache: Path, data: dict[str, Any]) -> None:
     try:
         blob = marshal.dumps(_encode(data))
         cache.parent.mkdir(parents=True, exist_ok=True)
+        import tempfile
+
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=cache.parent)
         with os.fdopen(fd, "wb") as fh:
             fh.write(blob)
@@ -561,6 +565,8 @@ def _build_checks(ctx: _Ctx, data: Mapping[str, Any], key: str,
         where = f"{key}[{i}]"
         kind = _str(ctx, table, where, "kind")
         if kind not in CHECK_KEYS:
+            import difflib
+
             close = difflib.get_close_matches(kind, CHECK_KINDS, n=1, cutoff=0.5)
             hint = f"Did you mean '{close[0]}'? " if close else ""
             raise ctx.fail(f"{where}.kind", f"unknown check kind '{kind}'",
@@ -951,6 +957,8 @@ def version_and_patches(text: str) -> tuple[int | None, list[str]]:
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
+    import tempfile
+
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:

@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
 
 from ..errors import PermissionDenied
-from . import gitcli, presence
+from . import gitcli
 from .checks import failure_lines, result
 from .fsops import nearest_existing_dir, probe_writable
 from .hunks import sha256_bytes
 from .paths import Root, Roots
 from .request import FixSpec
 from .workspace import Entry
+
+if TYPE_CHECKING:
+    from . import presence
 
 _VERSION_RE = re.compile(
     r"""^(?:__version__|version)\b[^=\n]*=\s*(?:(?:__version__|version)\s*=\s*)?['"]([^'"]+)['"]""",
@@ -63,7 +66,7 @@ def release_check(spec: FixSpec, roots: Roots, cache: Dict[str, Tuple[Optional[s
 
 
 def requires_check(spec: FixSpec, recorded: Dict[str, Dict[str, Any]], earlier: Set[str],
-                   dependencies: Dict[str, FixSpec], read: presence.Reader) -> List[Dict[str, Any]]:
+                   dependencies: Dict[str, FixSpec], read: "presence.Reader") -> List[Dict[str, Any]]:
     """Each required fix is recorded in the state (any version), planned earlier in this
     request, or, when the request carries it as a dependency, present in the files: a fork may
     carry a prerequisite as a commit that patchkit never recorded."""
@@ -74,6 +77,8 @@ def requires_check(spec: FixSpec, recorded: Dict[str, Dict[str, Any]], earlier: 
         elif name in recorded:
             ok, detail = True, "recorded v%s" % recorded[name].get("version")
         elif name in dependencies:
+            from . import presence  # only for a dependency not recorded here
+
             found = presence.detect(dependencies[name].files, read).state
             ok = found == presence.PRESENT
             if ok:

@@ -8,7 +8,6 @@ target interpreter, and their output kept for the failure's ``detail``.
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import os
 import re
@@ -232,6 +231,8 @@ def _python_syntax(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
     if digest is not None and ctx.syntax.known(digest):  # type: ignore[union-attr]
         return result("python-syntax", name, True, "parses", where)
     try:
+        import ast  # only for contents not known to parse: most runs hit the cache
+
         ast.parse(data, filename=where)
     except (SyntaxError, ValueError) as exc:
         line = getattr(exc, "lineno", None)

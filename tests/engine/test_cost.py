@@ -28,8 +28,9 @@ def git_calls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[], L
     bindir, log = tmp_path / "bin", tmp_path / "git.log"
     bindir.mkdir()
     wrapper = bindir / "git"
-    wrapper.write_text("#!/bin/sh\n{ printf '%%s\\t' \"$@\"; printf '\\n'; } >> '%s'\nexec '%s' \"$@\"\n"
-                       % (log, real))
+    # one write per call: the engine runs the git of several roots at once
+    wrapper.write_text("#!/bin/sh\nline=$(printf '%%s\\t' \"$@\")\nprintf '%%s\\n' \"$line\" >> '%s'\n"
+                       "exec '%s' \"$@\"\n" % (log, real))
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("PATH", "%s%s%s" % (bindir, os.pathsep, os.environ["PATH"]))
 

@@ -44,7 +44,7 @@ def test_a_verified_content_is_remembered_and_not_parsed_again(
 
     parsed: List[str] = []
     real = ast.parse
-    monkeypatch.setattr(checks.ast, "parse", lambda src, *a, **k: parsed.append(k.get("filename")) or real(src, *a, **k))
+    monkeypatch.setattr(ast, "parse", lambda src, *a, **k: parsed.append(k.get("filename")) or real(src, *a, **k))
     res = run(request("apply", {"sglang": checkout}, [f]), cache_dir=str(cache))
     assert res["ok"] and res["fixes"][0]["verification"][0]["detail"] == "parses"
     assert parsed == []  # the same bytes: known to parse under this Python
