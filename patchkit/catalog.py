@@ -9,26 +9,29 @@ stat-stamped index (:mod:`patchkit.manifest_index`), validating only manifests t
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
 from .errors import ManifestError, UnknownFixError, UsageError
+from .model import Frozen, record
 
-if TYPE_CHECKING:  # model and manifest load with the first manifest read (see Catalog.get):
-    from .model import Fix  # a status whose manifests are all indexed needs neither
+if TYPE_CHECKING:  # manifest loads with the first manifest read (see Catalog.get): a status
+    from .model import Fix  # whose manifests are all indexed needs no TOML reader
 
 ENV_CATALOG = "PATCHKIT_CATALOG"
 
 
-@dataclass(frozen=True)
-class FixStub:
+@record
+class FixStub(Frozen):
     """What a status needs of a fix before knowing whether the target records it: its name,
     its version and the roots it uses. Its series is never read (docs/design.md, FIX stub)."""
 
     name: str
     version: int
     roots: tuple[str, ...]
+
+    def __init__(self, name: str, version: int, roots: tuple[str, ...]) -> None:
+        self.__dict__.update(name=name, version=version, roots=roots)
 
 
 def _package_catalog_root() -> Path | None:

@@ -34,6 +34,8 @@ CATALOG = Path(__file__).parent / "samples" / "catalog"
 NOT_ON_FAST_PATH = ("click", "uuid", "platform", "gettext", "git", "rich", "tomlkit", "unidiff")
 #: Modules no --json apply/status/rollback loads.
 NEVER = ("git", "rich", "tomlkit", "unidiff")
+#: The transaction module: loaded by a write, and by a read-only run only to recover.
+ONLY_WHEN_NEEDED = ("patchkit.engine.txn",)
 
 
 def _click_reading(module: Any, args: list[str]) -> tuple[dict[str, Any], State]:
@@ -142,7 +144,7 @@ def test_group_options_reach_the_state() -> None:
 
 def _run_main(env: Env, *args: str) -> tuple[int, str, list[str]]:
     """The real ``main()`` in a fresh interpreter; which of the watched modules it loaded."""
-    watched = sorted({*NOT_ON_FAST_PATH, *NEVER})
+    watched = sorted({*NOT_ON_FAST_PATH, *NEVER, *ONLY_WHEN_NEEDED})
     code = (
         "import sys\n"
         "from patchkit.cli.main import main\n"
@@ -165,12 +167,12 @@ def test_apply_rollback_and_status_run_without_click(env: Env) -> None:
     assert code == 0, out
     assert json.loads(out)["fixes"][0]["outcome"] == "applied"
     assert b"head_dim * 2" in (env.sglang / POOL).read_bytes()
-    assert loaded == []
+    assert loaded == ["patchkit.engine.txn"], loaded
     code, out, loaded = _run_main(env, "status", "--target", str(env.sglang), "--json")
     assert code == 0 and loaded == [], loaded
     assert {s["name"]: s["state"] for s in json.loads(out)["status"]["fixes"]}[INDEX_K] == "applied"
     code, out, loaded = _run_main(env, "rollback", INDEX_K, "--target", str(env.sglang))
-    assert code == 0 and f"rolled-back {INDEX_K}" in out and loaded == []
+    assert code == 0 and f"rolled-back {INDEX_K}" in out and loaded == ["patchkit.engine.txn"]
     assert git(env.sglang, "status", "--porcelain") == ""
 
 

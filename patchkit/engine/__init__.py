@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
+import sys
+
 from ..errors import InternalError, PatchkitError
-from . import faults, hunks
+from . import faults
 from .request import FORMAT, parse_request
 from .store import Store
 
@@ -24,7 +26,7 @@ def run(request: Dict[str, Any], cache_dir: Optional[str] = None) -> Dict[str, A
     successes are kept by content (``checks.SyntaxCache``); a remote host keeps none.
     """
     faults.reset()
-    hunks.clear_memo()
+    _clear_memo()
     raw = request if isinstance(request, dict) else {}
     result: Dict[str, Any] = {"format": FORMAT, "op": raw.get("op"), "ok": False,
                               "dry_run": bool(raw.get("dry_run", False)), "recovered": [],
@@ -35,7 +37,7 @@ def run(request: Dict[str, Any], cache_dir: Optional[str] = None) -> Dict[str, A
         writes = req.op in ("apply", "rollback") and not req.dry_run
         with store.locked(req.lock_timeout, write=writes) as held:
             # each op imports only what it runs: the import is a good part of a small apply
-            if held:
+            if held and store.left_behind():  # a killed run's traces: finish or undo it
                 from .txn import recover
 
                 result["recovered"] = recover(store)
@@ -72,5 +74,13 @@ def run(request: Dict[str, Any], cache_dir: Optional[str] = None) -> Dict[str, A
             "internal error in the patchkit engine: %s: %s" % (type(exc).__name__, exc),
             traceback=traceback.format_exc()).to_dict()
     finally:
-        hunks.clear_memo()  # holds the request's file contents
+        _clear_memo()  # holds the request's file contents
     return result
+
+
+def _clear_memo() -> None:
+    """Empty the hashes memo of the hunk module, if a request loaded it (a status of recorded
+    fixes places no hunk and never does)."""
+    hunks = sys.modules.get(__name__ + ".hunks")
+    if hunks is not None:
+        hunks.clear_memo()

@@ -5,11 +5,13 @@ from __future__ import annotations
 import gc
 import sys
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
 
 from ..errors import UnsafePathError, UsageError
-from .hunks import FileChange
 from .paths import Root, Roots
+
+if TYPE_CHECKING:  # loaded by the first fix with files: a status of stubs places no hunk
+    from .hunks import FileChange
 
 FORMAT = 1
 OPS = ("apply", "rollback", "status", "verify")
@@ -76,7 +78,11 @@ def parse_fix(data: Any, lazy: bool = False) -> FixSpec:
     if strategy not in STRATEGIES:
         raise UsageError("fix %s: rollback strategy %r; use restore or reverse" % (name, strategy),
                          fix=name)
-    files = tuple(FileChange.from_dict(f, name, lazy) for f in (data.get("files") or []))
+    files: Tuple[FileChange, ...] = ()
+    if data.get("files"):
+        from .hunks import FileChange
+
+        files = tuple(FileChange.from_dict(f, name, lazy) for f in data["files"])
     revert = data.get("revert")
     if revert is not None and (not isinstance(revert, dict) or not (revert.get("commit") or
                                                                     revert.get("fix"))):

@@ -238,6 +238,16 @@ class Store:
     def write_state(self, state: Dict[str, Any]) -> None:
         write_json(self.path("state.json"), state)
 
+    def left_behind(self) -> bool:
+        """Whether a killed run left anything for ``txn.recover``: a lock-holder record, a
+        journal, or transaction scratch (three lookups; the common answer is no)."""
+        if os.path.lexists(self.path(HOLDER)) or os.path.lexists(self.path("journal.json")):
+            return True
+        try:
+            return bool(os.listdir(self.path("txn")))
+        except OSError:
+            return False
+
     def read_journal(self) -> Optional[Dict[str, Any]]:
         return self._load("journal.json")
 
