@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from ..errors import NotApplied, PatchkitError, VerificationFailed
 from .fsops import read_bytes
-from .hunks import sha256_bytes
 from .paths import Roots
 from .request import FixSpec, Request, check_patch_paths
 from .store import Store, last_writers
@@ -113,7 +112,9 @@ def _recorded(files: _Files, rec: Dict[str, Any], last: Dict[Any, Dict[str, Any]
                 else files.absent(root, path)):
             out.append({"root": root, "path": path, "state": "ok"})
             continue
-        current = files.ws.entry(root, path).current
+        current = files.ws.entry(root, path).current  # the stamp moved: read and hash it
+        from .hunks import sha256_bytes
+
         if sha256_bytes(current) == expected:
             state = "ok"
         elif current is None:
