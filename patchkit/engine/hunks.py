@@ -315,13 +315,27 @@ _kind = itemgetter(0)
 _text = itemgetter(1)
 
 
-@dataclass(frozen=True)
 class Placement:
-    patch: str
-    index: int
-    expected_line: int
-    line: int
-    offset: int
+    """Where one hunk landed (a plain class with slots: ~10^4 per release-sized apply, and
+    cheaper to define than a dataclass)."""
+
+    __slots__ = ("patch", "index", "expected_line", "line", "offset")
+
+    def __init__(self, patch: str, index: int, expected_line: int, line: int, offset: int) -> None:
+        self.patch, self.index, self.expected_line, self.line, self.offset = (
+            patch, index, expected_line, line, offset)
+
+    def _key(self) -> Tuple[str, int, int, int, int]:
+        return (self.patch, self.index, self.expected_line, self.line, self.offset)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Placement) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return "Placement(patch=%r, index=%d, expected_line=%d, line=%d, offset=%d)" % self._key()
 
     def to_dict(self) -> Dict[str, Any]:
         return {"patch": self.patch, "index": self.index, "expected_line": self.expected_line,

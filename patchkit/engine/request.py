@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import sys
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
 
 from ..errors import UnsafePathError, UsageError
@@ -18,37 +17,62 @@ OPS = ("apply", "rollback", "status", "verify")
 STRATEGIES = ("restore", "reverse")
 
 
-@dataclass(frozen=True)
 class FixSpec:
-    name: str
-    version: int
-    title: str
-    requires: Tuple[str, ...]
-    release: Optional[Dict[str, Any]]
-    patches: Tuple[Dict[str, Any], ...]
-    files: Tuple[FileChange, ...]
-    preconditions: Tuple[Dict[str, Any], ...]
-    verification: Tuple[Dict[str, Any], ...]
-    purge_pycache: bool
-    scripts: Dict[str, str]
-    strategy: str
-    rationale: str = ""  # the commit message body of apply --commit
-    revert: Optional[Dict[str, Any]] = None  # a revert fix: {root, commit, fix, patch_ids, ...}
-    stub: bool = False  # status only: name and version, no series (docs/design.md, FIX stub)
+    """One fix of a request, checked (``parse_fix``). A plain class with slots, not a
+    dataclass: the generated methods cost more at import than a small request's parsing."""
+
+    __slots__ = ("name", "version", "title", "requires", "release", "patches", "files",
+                 "preconditions", "verification", "purge_pycache", "scripts", "strategy",
+                 "rationale", "revert", "stub")
+
+    def __init__(self, name: str, version: int, title: str, requires: Tuple[str, ...],
+                 release: Optional[Dict[str, Any]], patches: Tuple[Dict[str, Any], ...],
+                 files: Tuple[FileChange, ...], preconditions: Tuple[Dict[str, Any], ...],
+                 verification: Tuple[Dict[str, Any], ...], purge_pycache: bool,
+                 scripts: Dict[str, str], strategy: str, rationale: str = "",
+                 revert: Optional[Dict[str, Any]] = None, stub: bool = False) -> None:
+        self.name = name
+        self.version = version
+        self.title = title
+        self.requires = requires
+        self.release = release
+        self.patches = patches
+        self.files = files
+        self.preconditions = preconditions
+        self.verification = verification
+        self.purge_pycache = purge_pycache
+        self.scripts = scripts
+        self.strategy = strategy
+        self.rationale = rationale  # the commit message body of apply --commit
+        self.revert = revert  # a revert fix: {root, commit, fix, patch_ids, ...}
+        self.stub = stub  # status only: name and version, no series (docs/design.md, FIX stub)
+
+    def __repr__(self) -> str:
+        return "FixSpec(name=%r, version=%r)" % (self.name, self.version)
 
 
-@dataclass(frozen=True)
 class Request:
-    op: str
-    dry_run: bool
-    force: bool
-    roots: Roots
-    state_root: Root
-    python: str
-    lock_timeout: float
-    fixes: Tuple[FixSpec, ...]
-    dependencies: Tuple[FixSpec, ...]  # required fixes not in ``fixes``: looked for, never written
-    commit: bool = False  # apply: record each fix as a commit in its git roots
+    """A checked engine request (``parse_request``); a plain class like :class:`FixSpec`."""
+
+    __slots__ = ("op", "dry_run", "force", "roots", "state_root", "python", "lock_timeout",
+                 "fixes", "dependencies", "commit")
+
+    def __init__(self, op: str, dry_run: bool, force: bool, roots: Roots, state_root: Root,
+                 python: str, lock_timeout: float, fixes: Tuple[FixSpec, ...],
+                 dependencies: Tuple[FixSpec, ...], commit: bool = False) -> None:
+        self.op = op
+        self.dry_run = dry_run
+        self.force = force
+        self.roots = roots
+        self.state_root = state_root
+        self.python = python
+        self.lock_timeout = lock_timeout
+        self.fixes = fixes
+        self.dependencies = dependencies  # required fixes not in ``fixes``: looked for, never written
+        self.commit = commit  # apply: record each fix as a commit in its git roots
+
+    def __repr__(self) -> str:
+        return "Request(op=%r, fixes=%r)" % (self.op, [f.name for f in self.fixes])
 
 
 def _checks(value: Any, fix: str, key: str) -> Tuple[Dict[str, Any], ...]:
