@@ -227,7 +227,7 @@ def _status_result(rng: Any) -> OpResult:
                                files))
     recovered = tuple({"op": "apply", "fixes": rng.sample(names, rng.randrange(1, 3)),
                        "outcome": "rolled-back"} for _ in range(rng.choice([0, 0, 1])))
-    target = rng.choice(["sglang=/t", "sglang=/tmp/" + "deep/" * rng.randrange(1, 16) + "tree",
+    target = rng.choice(["sglang=/t", "sglang=/srv/" + "deep/" * rng.randrange(1, 16) + "tree",
                          "host:/srv/sglang", "sglang=/[x]"])
     return OpResult("status", True, False, target, (), recovered, tuple(status), {})
 
