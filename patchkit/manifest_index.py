@@ -23,6 +23,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
 
+from .patch_index import Recording, load, stamp_of, vouches
+
 T = TypeVar("T")
 Summary = Any  # marshal-able plain data the caller derives from a validated manifest
 
@@ -34,7 +36,7 @@ def summaries(paths: Sequence[str], summarize: Callable[[str], Summary], index_d
     if not paths:
         return []
     index_file = index_dir / _index_name(os.path.dirname(os.path.abspath(paths[0])))
-    entries = _load(index_file)
+    entries = load(index_file, lambda value: True)
     out: list[Summary] = [None] * len(paths)
     missing: list[int] = []
     for i, path in enumerate(paths):
@@ -44,9 +46,8 @@ def summaries(paths: Sequence[str], summarize: Callable[[str], Summary], index_d
         except OSError:
             missing.append(i)  # summarize() says what is wrong with it
             continue
-        if (entry is not None and entry[:5] == _stamp_of(st)
-                and st.st_ctime_ns < entry[5] and st.st_mtime_ns < entry[5]):
-            out[i] = entry[6]
+        if vouches(entry, st):
+            out[i] = entry[6]  # type: ignore[index]
         else:
             missing.append(i)
     if missing:
@@ -62,52 +63,23 @@ def cached(path: str, index_dir: Path) -> Any:
         st = os.stat(path)
     except (OSError, ValueError, EOFError, TypeError):
         return None
-    if (isinstance(entry, tuple) and len(entry) == 7 and entry[:5] == _stamp_of(st)
-            and st.st_ctime_ns < entry[5] and st.st_mtime_ns < entry[5]):
-        return entry[6]
-    return None
+    return entry[6] if vouches(entry, st) else None
 
 
 def record(path: str, load: Callable[[], T], encode: Callable[[T], Any], index_dir: Path) -> T:
     """``load()`` (which reads and validates the manifest, raising its error), and its
     ``encode``-d result recorded for :func:`cached` when the manifest is not racy: the clock is
     the entry's temp file, created before ``load`` reads."""
-    import tempfile
-
-    dest = _entry_file(path, index_dir)
-    try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=dest.parent)
-    except OSError:
-        return load()
-    try:
-        clock = os.fstat(fd)
+    with Recording(_entry_file(path, index_dir)) as rec:
         try:
-            before = _stamp_of(os.stat(path))
+            before = stamp_of(os.stat(path))
         except OSError:
             before = None
         value = load()
-        if (before is not None and before[0] == clock.st_dev and before[4] < clock.st_mtime_ns
-                and before[3] < clock.st_mtime_ns and _stamp_of(os.stat(path)) == before):
-            try:
-                view = memoryview(marshal.dumps(before + (clock.st_mtime_ns, encode(value))))
-                while view:
-                    view = view[os.write(fd, view):]
-                os.close(fd)
-                fd = -1
-                os.replace(tmp, dest)
-                tmp = ""
-            except (OSError, ValueError):
-                pass  # best effort
+        entry = rec.entry(path, before, None)  # the value encoded only when it is kept
+        if entry is not None:
+            rec.commit(entry[:6] + (encode(value),))
         return value
-    finally:
-        if fd >= 0:
-            os.close(fd)
-        if tmp:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
 
 
 def _entry_file(path: str, index_dir: Path) -> Path:
@@ -132,7 +104,7 @@ def _index_name(directory: str) -> str:
     if _code is None:
         here = Path(__file__).parent
         stamps = []
-        for name in ("manifest.py", "model.py", "manifest_index.py", "catalog.py"):
+        for name in ("manifest.py", "model.py", "manifest_index.py", "patch_index.py", "catalog.py"):
             try:
                 st = os.stat(here / name)
                 stamps.append(f"{name}:{st.st_size}:{st.st_mtime_ns}")
@@ -142,63 +114,21 @@ def _index_name(directory: str) -> str:
     return hashlib.sha256(f"{_code}|{directory}".encode("utf-8", "surrogateescape")).hexdigest()
 
 
-def _stamp_of(st: os.stat_result) -> tuple[int, int, int, int, int]:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-def _load(index_file: Path) -> dict[str, tuple]:
-    try:
-        entries = marshal.loads(index_file.read_bytes())
-    except (OSError, ValueError, EOFError, TypeError):
-        return {}
-    if not isinstance(entries, dict):
-        return {}
-    return {k: v for k, v in entries.items() if isinstance(v, tuple) and len(v) == 7}
-
-
 def _summarize_into(index_file: Path, entries: dict[str, tuple], paths: Sequence[str],
                     missing: list[int], summarize: Callable[[str], Summary],
                     out: list[Summary]) -> None:
-    """Summarize the manifests the index could not vouch for and record the non-racy ones; the
-    clock is the temp file that becomes the new index, created before any manifest is read."""
-    import tempfile  # only when a manifest changed: its import is a good part of a status
-
-    try:
-        index_file.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=index_file.parent)
-    except OSError:
-        fd, tmp = -1, ""  # no index can be written: load every time, trust nothing
-    try:
-        clock = os.fstat(fd) if fd >= 0 else None
+    """Summarize the manifests the index could not vouch for and record the non-racy ones."""
+    with Recording(index_file) as rec:
         for i in missing:
             path = paths[i]
             name = os.path.basename(path)
             entries.pop(name, None)
             try:
-                before = _stamp_of(os.stat(path))
+                before = stamp_of(os.stat(path))
             except OSError:
                 before = None
             out[i] = summarize(path)  # raises for a manifest that does not validate
-            if (clock is not None and before is not None and before[0] == clock.st_dev
-                    and before[4] < clock.st_mtime_ns and before[3] < clock.st_mtime_ns
-                    and _stamp_of(os.stat(path)) == before):
-                entries[name] = before + (clock.st_mtime_ns, out[i])
-        if fd >= 0:
-            try:
-                view = memoryview(marshal.dumps(entries))
-                while view:
-                    view = view[os.write(fd, view):]
-                os.close(fd)
-                fd = -1
-                os.replace(tmp, index_file)
-                tmp = ""
-            except (OSError, ValueError):
-                pass  # best effort, like the patch index
-    finally:
-        if fd >= 0:
-            os.close(fd)
-        if tmp:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+            entry = rec.entry(path, before, out[i])
+            if entry is not None:
+                entries[name] = entry
+        rec.commit(entries)

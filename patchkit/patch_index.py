@@ -16,7 +16,7 @@ import hashlib
 import marshal
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 
 def digests(paths: Sequence[Path | str], read: dict[int, bytes], index_dir: Path) -> list[str]:
@@ -35,14 +35,12 @@ def digests(paths: Sequence[Path | str], read: dict[int, bytes], index_dir: Path
     for directory, indexes in by_dir.items():
         index_file = index_dir / hashlib.sha256(
             os.fsencode(directory)).hexdigest()
-        entries = _load_index(index_file)
+        entries = load(index_file, lambda value: isinstance(value, str))
         missing = []
         for i in indexes:
-            st = os.stat(paths[i])
             entry = entries.get(os.path.basename(paths[i]))
-            if (entry is not None and entry[:5] == _stamp_of(st)
-                    and st.st_ctime_ns < entry[5] and st.st_mtime_ns < entry[5]):
-                out[i] = entry[6]
+            if vouches(entry, os.stat(paths[i])):
+                out[i] = entry[6]  # type: ignore[index]
             else:
                 missing.append(i)
         if missing:
@@ -53,11 +51,44 @@ def digests(paths: Sequence[Path | str], read: dict[int, bytes], index_dir: Path
     return out  # type: ignore[return-value]  # every slot is set above
 
 
-def _stamp_of(st: os.stat_result) -> tuple[int, int, int, int, int]:
+def _hash_into_index(index_file: Path, entries: dict[str, tuple], paths: list[str]
+                     ) -> list[tuple[str, bytes]]:
+    """The sha256 and bytes of each of ``paths``, recording the non-racy ones in the index."""
+    with Recording(index_file) as rec:
+        shas = []
+        for path in paths:
+            with open(path, "rb", buffering=0) as fh:
+                stamp = stamp_of(os.fstat(fh.fileno()))
+                data = fh.read()
+            sha = hashlib.sha256(data).hexdigest()
+            shas.append((sha, data))
+            name = os.path.basename(path)
+            entries.pop(name, None)
+            entry = rec.entry(path, stamp, sha)
+            if entry is not None:
+                entries[name] = entry
+        rec.commit(entries)
+        return shas
+
+
+# -- the mechanism, shared with patchkit.manifest_index -------------------------------------
+
+
+def stamp_of(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    """What an entry keeps of a file's stat: device, inode, size, mtime and ctime in ns."""
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def _load_index(index_file: Path) -> dict[str, tuple]:
+def vouches(entry: Any, st: os.stat_result) -> bool:
+    """Whether ``entry`` (stamp + (clock_ns, value)) still holds for a file whose stat is ``st``:
+    the same stamp, and ctime and mtime strictly before the entry's clock."""
+    return (isinstance(entry, tuple) and len(entry) == 7 and entry[:5] == stamp_of(st)
+            and st.st_ctime_ns < entry[5] and st.st_mtime_ns < entry[5])
+
+
+def load(index_file: Path, valid: Callable[[Any], bool]) -> dict[str, tuple]:
+    """The entries of a marshalled index {name: entry} whose value passes ``valid``; {} when
+    the file is absent or damaged."""
     try:
         entries = marshal.loads(index_file.read_bytes())
     except (OSError, ValueError, EOFError, TypeError):
@@ -65,52 +96,58 @@ def _load_index(index_file: Path) -> dict[str, tuple]:
     if not isinstance(entries, dict):
         return {}
     return {k: v for k, v in entries.items()
-            if isinstance(v, tuple) and len(v) == 7 and isinstance(v[6], str)}
+            if isinstance(v, tuple) and len(v) == 7 and valid(v[6])}
 
 
-def _hash_into_index(index_file: Path, entries: dict[str, tuple], paths: list[str]
-                     ) -> list[tuple[str, bytes]]:
-    """The sha256 and bytes of each of ``paths``, recording the non-racy ones in the index: the clock
-    is the temp file that becomes the new index, created before any patch is read."""
-    try:
-        index_file.parent.mkdir(parents=True, exist_ok=True)
-        import tempfile  # only when the index is rewritten: most runs read it and stop
+class Recording:
+    """Rewriting one index file under the racy rule. Its temp file, created first, is the
+    clock: an entry is made (:meth:`entry`) only for a file whose stamp, taken before its bytes
+    were read, is on the clock's file system, strictly older than the clock and unchanged
+    since. :meth:`commit` replaces the index file with the temp file, atomically; best effort
+    throughout: without a writable index directory nothing is recorded and nothing trusted."""
 
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=index_file.parent)
-    except OSError:
-        fd, tmp = -1, ""  # no index can be written: hash, trust nothing
-    try:
-        clock = os.fstat(fd) if fd >= 0 else None
-        shas = []
-        for path in paths:
-            with open(path, "rb", buffering=0) as fh:
-                stamp = _stamp_of(os.fstat(fh.fileno()))
-                data = fh.read()
-            sha = hashlib.sha256(data).hexdigest()
-            shas.append((sha, data))
-            name = os.path.basename(path)
-            entries.pop(name, None)
-            if (clock is not None and stamp[0] == clock.st_dev
-                    and stamp[4] < clock.st_mtime_ns and stamp[3] < clock.st_mtime_ns
-                    and _stamp_of(os.stat(path)) == stamp):
-                entries[name] = stamp + (clock.st_mtime_ns, sha)
-        if fd >= 0:
+    def __init__(self, index_file: Path) -> None:
+        self.index_file = index_file
+        try:
+            index_file.parent.mkdir(parents=True, exist_ok=True)
+            import tempfile  # only when an index is rewritten: most runs read one and stop
+
+            self.fd, self.tmp = tempfile.mkstemp(prefix=".tmp-", dir=index_file.parent)
+            self.clock: os.stat_result | None = os.fstat(self.fd)
+        except OSError:
+            self.fd, self.tmp, self.clock = -1, "", None
+
+    def __enter__(self) -> Recording:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+        if self.tmp:
             try:
-                view = memoryview(marshal.dumps(entries))
-                while view:
-                    view = view[os.write(fd, view):]
-                os.close(fd)
-                fd = -1
-                os.replace(tmp, index_file)
-                tmp = ""
-            except OSError:
-                pass  # best effort, like the plan cache
-        return shas
-    finally:
-        if fd >= 0:
-            os.close(fd)
-        if tmp:
-            try:
-                os.unlink(tmp)
+                os.unlink(self.tmp)
             except OSError:
                 pass
+
+    def entry(self, path: str, before: tuple[int, ...] | None, value: Any) -> tuple | None:
+        """``before + (clock_ns, value)`` when ``path`` may be trusted by its stamp later."""
+        clock = self.clock
+        if (clock is not None and before is not None and before[0] == clock.st_dev
+                and before[4] < clock.st_mtime_ns and before[3] < clock.st_mtime_ns
+                and stamp_of(os.stat(path)) == before):
+            return before + (clock.st_mtime_ns, value)
+        return None
+
+    def commit(self, data: Any) -> None:
+        if self.fd < 0:
+            return
+        try:
+            view = memoryview(marshal.dumps(data))
+            while view:
+                view = view[os.write(self.fd, view):]
+            os.close(self.fd)
+            self.fd = -1
+            os.replace(self.tmp, self.index_file)
+            self.tmp = ""
+        except (OSError, ValueError):
+            pass  # best effort, like the plan cache
