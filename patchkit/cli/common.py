@@ -105,6 +105,23 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def lazy_command(module: str, name: str, build: Callable[[], Any]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` that builds a command module's click command (``build()``) on
+    the first use of ``COMMANDS`` or ``name``, so the fast path never imports click."""
+    import sys
+
+    namespace = sys.modules[module].__dict__
+
+    def __getattr__(attr: str) -> Any:
+        if attr in ("COMMANDS", name):
+            command = build()
+            namespace.update({"COMMANDS": [command], name: command})
+            return namespace[attr]
+        raise AttributeError(f"module {module!r} has no attribute {attr!r}")
+
+    return __getattr__
+
+
 def apply_fast_state(state: State, params: Dict[str, Any]) -> None:
     """What the click callbacks of the ssh and json options do to ``state``, for the fast path;
     the options kept on the state (``expose_value=False``) are taken out of ``params``."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .. import api, render
-from .common import TARGET_FAST_OPTIONS, State, emit_result, require_names
+from .common import TARGET_FAST_OPTIONS, State, emit_result, lazy_command, require_names
 
 if TYPE_CHECKING:
     from .common import FastOptions
@@ -62,9 +62,4 @@ def _command() -> Any:
     return rollback
 
 
-def __getattr__(name: str) -> Any:
-    if name in ("COMMANDS", "rollback"):
-        command = _command()
-        globals().update(COMMANDS=[command], rollback=command)
-        return globals()[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_command(__name__, "rollback", _command)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import api, render
 from ..errors import EXIT_CHECK_FAILED
-from .common import TARGET_FAST_OPTIONS, State
+from .common import TARGET_FAST_OPTIONS, State, lazy_command
 
 if TYPE_CHECKING:
     from .common import FastOptions
@@ -71,9 +71,4 @@ def _command() -> Any:
     return status
 
 
-def __getattr__(name: str) -> Any:
-    if name in ("COMMANDS", "status"):
-        command = _command()
-        globals().update(COMMANDS=[command], status=command)
-        return globals()[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_command(__name__, "status", _command)

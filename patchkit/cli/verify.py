@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .. import api, render
-from .common import TARGET_FAST_OPTIONS, State, emit_result, require_names
+from .common import TARGET_FAST_OPTIONS, State, emit_result, lazy_command, require_names
 
 if TYPE_CHECKING:
     from .common import FastOptions
@@ -51,9 +51,4 @@ def _command() -> Any:
     return verify
 
 
-def __getattr__(name: str) -> Any:
-    if name in ("COMMANDS", "verify"):
-        command = _command()
-        globals().update(COMMANDS=[command], verify=command)
-        return globals()[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_command(__name__, "verify", _command)
