@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import pytest
 
@@ -24,8 +24,9 @@ from tests.test_cli import INDEX_K, POOL, Env, Run, env, git, pk, tgt  # noqa: F
 HEAVY = ("git", "rich", "tomlkit")
 
 
-def run_counting_imports(env: Env, *args: str) -> tuple[int, str, list[str]]:
-    """The real ``main()`` in a fresh interpreter; which heavy packages it imported."""
+def run_counting_imports(env: Env, *args: str,
+                         watched: Sequence[str] = HEAVY) -> tuple[int, str, list[str]]:
+    """The real ``main()`` in a fresh interpreter; which of the ``watched`` modules it loaded."""
     code = (
         "import sys\n"
         "from patchkit.cli.main import main\n"
@@ -33,14 +34,14 @@ def run_counting_imports(env: Env, *args: str) -> tuple[int, str, list[str]]:
         f"    main({['--catalog', str(env.catalog), *args]!r})\n"
         "except SystemExit as exc:\n"
         "    code = exc.code or 0\n"
-        f"heavy = sorted(m for m in {HEAVY!r} if m in sys.modules)\n"
-        "sys.stderr.write('HEAVY ' + ','.join(heavy) + '\\n')\n"
+        f"loaded = sorted(m for m in {sorted(watched)!r} if m in sys.modules)\n"
+        "sys.stderr.write('LOADED ' + ','.join(loaded) + '\\n')\n"
         "sys.exit(code)\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=env.tmp, timeout=120)
-    line = [ln for ln in proc.stderr.splitlines() if ln.startswith("HEAVY ")][-1]
-    return proc.returncode, proc.stdout, [m for m in line[6:].split(",") if m]
+    line = [ln for ln in proc.stderr.splitlines() if ln.startswith("LOADED ")][-1]
+    return proc.returncode, proc.stdout, [m for m in line[7:].split(",") if m]
 
 
 def test_json_apply_status_rollback_without_git_features_import_no_git_rich_or_tomlkit(

@@ -27,6 +27,7 @@ from patchkit.manifest import load_manifest
 from patchkit.model import Check, Fix, Upstream
 from patchkit.results import CheckResult, OpResult
 from tests.test_cli import INDEX_K, POOL, Env, env, git  # noqa: F401  (fixtures)
+from tests.test_client_speed import run_counting_imports
 
 CATALOG = Path(__file__).parent / "samples" / "catalog"
 
@@ -144,22 +145,7 @@ def test_group_options_reach_the_state() -> None:
 
 def _run_main(env: Env, *args: str) -> tuple[int, str, list[str]]:
     """The real ``main()`` in a fresh interpreter; which of the watched modules it loaded."""
-    watched = sorted({*NOT_ON_FAST_PATH, *NEVER, *ONLY_WHEN_NEEDED})
-    code = (
-        "import sys\n"
-        "from patchkit.cli.main import main\n"
-        "try:\n"
-        f"    main({['--catalog', str(env.catalog), *args]!r})\n"
-        "except SystemExit as exc:\n"
-        "    code = exc.code or 0\n"
-        f"loaded = sorted(m for m in {watched!r} if m in sys.modules)\n"
-        "sys.stderr.write('LOADED ' + ','.join(loaded) + '\\n')\n"
-        "sys.exit(code)\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=env.tmp, timeout=120)
-    line = [ln for ln in proc.stderr.splitlines() if ln.startswith("LOADED ")][-1]
-    return proc.returncode, proc.stdout, [m for m in line[7:].split(",") if m]
+    return run_counting_imports(env, *args, watched={*NOT_ON_FAST_PATH, *NEVER, *ONLY_WHEN_NEEDED})
 
 
 def test_apply_rollback_and_status_run_without_click(env: Env) -> None:
