@@ -23,7 +23,8 @@ def run(request: Dict[str, Any], cache_dir: Optional[str] = None) -> Dict[str, A
     """Execute one engine request and return its result; see docs/design.md.
 
     ``cache_dir``: a directory of the user's cache (a local target) where python-syntax
-    successes are kept by content (``checks.SyntaxCache``); a remote host keeps none.
+    successes (``checks.SyntaxCache``) and placed FILE records (``placecache.PlaceCache``) are
+    kept by content; a remote host keeps none.
     """
     faults.reset()
     _clear_memo()
@@ -44,12 +45,13 @@ def run(request: Dict[str, Any], cache_dir: Optional[str] = None) -> Dict[str, A
             if req.op == "apply":
                 from .apply import apply
 
-                syntax = None
+                syntax = places = None
                 if cache_dir is not None:
                     from .checks import SyntaxCache
+                    from .placecache import PlaceCache
 
-                    syntax = SyntaxCache(cache_dir)
-                result["fixes"] = apply(req, store, syntax)
+                    syntax, places = SyntaxCache(cache_dir), PlaceCache(cache_dir)
+                result["fixes"] = apply(req, store, syntax, places)
                 if syntax is not None:
                     syntax.save()
             elif req.op == "rollback":

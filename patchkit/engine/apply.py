@@ -53,13 +53,15 @@ def fix_result(plan: FixPlan, outcome: str) -> Dict[str, Any]:
         changes = plan.changes.get(key, [])
         single = len(changes) == 1 and changes[0].op == "modify" and before is not None \
             and after is not None
-        if single and plan.diffs.get(key) is None:
-            plan.diffs[key] = placed_diff(path, changes[0].hunks,
-                                          [p.line for p in plan.placements[key]])
-        whole = None
-        if len(changes) == 1 and (before is None) != (after is None):
-            whole = whole_file_diff(path, changes[0].op, changes[0].hunks)
-        diffs.append(plan.diffs[key] if single else whole)
+        if single:
+            if plan.diffs.get(key) is None:
+                plan.diffs[key] = placed_diff(path, changes[0].hunks,
+                                              [p.line for p in plan.placements[key]])
+            diffs.append(plan.diffs[key])
+        elif len(changes) == 1 and (before is None) != (after is None):
+            diffs.append(whole_file_diff(path, changes[0].op, changes[0].hunks))
+        else:
+            diffs.append(None)
     rest = [i for i, d in enumerate(diffs) if d is None]  # merged, reverted, created, deleted
     for i, diff in zip(rest, unified_diffs([items[i] for i in rest], [hashes[i] for i in rest])):
         diffs[i] = diff
@@ -112,8 +114,10 @@ def recorded_after_hashes(state: Dict[str, Any]) -> Dict[Key, Set[str]]:
     return {key: {w["after_sha256"]} for key, w in last_writers(state).items() if w["after_sha256"]}
 
 
-def apply(req: Request, store: Store, syntax: Optional[SyntaxCache] = None) -> List[Dict[str, Any]]:
-    """``syntax``: python-syntax results known by content (a local target's user cache)."""
+def apply(req: Request, store: Store, syntax: Optional[SyntaxCache] = None,
+          places: Optional[placecache.PlaceCache] = None) -> List[Dict[str, Any]]:
+    """``syntax`` and ``places``: python-syntax results and placed FILE records known by
+    content (a local target's user cache)."""
     state = store.read_state()
     recorded = {f["name"]: f for f in state.get("fixes", [])}
     outcomes: Dict[str, Dict[str, Any]] = {}
@@ -148,9 +152,6 @@ def apply(req: Request, store: Store, syntax: Optional[SyntaxCache] = None) -> L
     changes = auto.git_changes(keys, req.roots)  # git runs while the files are read
     for key in keys:
         ws.entry(*key)
-    places = None
-    if syntax is not None and placecache.available():  # a local target: its user cache
-        places = placecache.PlaceCache(os.path.dirname(syntax.path))
     plans = _plan(req, store, state, ws, todo, sources, changes(), syntax, places)
     if not req.dry_run and plans:
         _write(req, store, state, ws, plans, syntax)

@@ -14,7 +14,7 @@ The key of a fix's entry is the sha256 of its FILE records exactly as the reques
 patch or a changed placer never meets an old entry. Only hits that reproduce the recorded
 after-bytes are used, so a damaged cache file costs a placement, never a wrong byte. Like the
 python-syntax cache it exists only for a local target (``engine.run(cache_dir=...)``); the agent
-shipped to a remote host keeps nothing.
+shipped to a remote host is given no cache directory and keeps nothing.
 """
 
 from __future__ import annotations
@@ -48,11 +48,6 @@ def _stamp() -> str:
                 digest.update(fh.read())
         _code_stamp = digest.hexdigest()[:16]
     return _code_stamp
-
-
-def available() -> bool:
-    """Only when the engine runs from files on disk (not the agent loaded from memory)."""
-    return os.path.isfile(globals().get("__file__") or "")
 
 
 class PlaceCache:
