@@ -9,6 +9,7 @@ leaves either the old or the new bytes, never a torn file. The temporary name is
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -17,6 +18,21 @@ import sys
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from .faults import fault
+
+
+_stamps: Dict[Tuple[str, ...], str] = {}
+
+
+def code_stamp(*sources: str) -> str:
+    """A short hash of the Python version and these source files, for a cache directory: what
+    one version of the code (and marshal's format) kept is never read by another."""
+    if sources not in _stamps:
+        digest = hashlib.sha256(("%s|" % (sys.version_info[:2],)).encode())
+        for path in sources:
+            with open(path, "rb") as fh:
+                digest.update(fh.read())
+        _stamps[sources] = digest.hexdigest()[:16]
+    return _stamps[sources]
 
 
 def read_bytes(path: str) -> Optional[bytes]:

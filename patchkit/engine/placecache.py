@@ -22,10 +22,10 @@ from __future__ import annotations
 import hashlib
 import marshal
 import os
-import sys
 import tempfile
 from typing import Any, Dict, List, Optional, Tuple
 
+from .fsops import code_stamp
 from .hunks import FileChange, Placement, sha256_bytes
 
 # (before sha256, after sha256, edits, placements, diff): edits are (start, end, new bytes)
@@ -34,27 +34,13 @@ from .hunks import FileChange, Placement, sha256_bytes
 Edits = List[Tuple[int, int, bytes]]
 Record = Tuple[Optional[str], Optional[str], Edits, List[Tuple[int, int, int, int]], Optional[str]]
 
-_code_stamp: Optional[str] = None
-
-
-def _stamp() -> str:
-    """The placement code's identity: hunks.py and this module, and the Python version."""
-    global _code_stamp
-    if _code_stamp is None:
-        digest = hashlib.sha256(("%s|" % (sys.version_info[:2],)).encode())
-        here = os.path.dirname(os.path.abspath(__file__))
-        for name in ("hunks.py", "placecache.py"):
-            with open(os.path.join(here, name), "rb") as fh:
-                digest.update(fh.read())
-        _code_stamp = digest.hexdigest()[:16]
-    return _code_stamp
-
-
 class PlaceCache:
     """One file per fix under ``<cache_dir>/placed/<code stamp>/<records sha256>``."""
 
     def __init__(self, cache_dir: str) -> None:
-        self.dir = os.path.join(cache_dir, "placed", _stamp())
+        here = os.path.dirname(os.path.abspath(__file__))  # the placement code's identity
+        self.dir = os.path.join(cache_dir, "placed", code_stamp(
+            os.path.join(here, "hunks.py"), os.path.join(here, "placecache.py")))
 
     @staticmethod
     def key(files: Tuple[FileChange, ...]) -> Optional[str]:

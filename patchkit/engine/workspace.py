@@ -12,12 +12,11 @@ import hashlib
 import marshal
 import os
 import stat
-import sys
 import tempfile
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .fsops import read_with_stat
+from .fsops import code_stamp, read_with_stat
 from .hunks import Hunk, decode, split_lines
 from .paths import Roots
 
@@ -73,19 +72,13 @@ class Workspace:
 # hashes. Only when this module is a file on disk: the agent shipped to a remote host is loaded
 # from memory and writes nothing outside its roots.
 _CACHE_ON = os.path.isfile(globals().get("__file__") or "")
-_stamp: Optional[str] = None
 
 
 def _diff_cache_file(items: List[Tuple[str, Optional[str], Optional[str]]]) -> str:
-    global _stamp
-    if _stamp is None:
-        with open(__file__, "rb") as fh:
-            ident = ("%s|" % (sys.version_info[:2],)).encode() + fh.read()
-        _stamp = hashlib.sha256(ident).hexdigest()[:16]
     key = hashlib.sha256("\0".join("%s\0%s\0%s" % item for item in items).encode(
         "utf-8", "surrogateescape")).hexdigest()
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "patchkit", "diffs", _stamp, key)
+    return os.path.join(base, "patchkit", "diffs", code_stamp(__file__), key)
 
 
 def unified_diffs(items: List[Tuple[str, Optional[bytes], Optional[bytes]]],
