@@ -28,6 +28,7 @@ EXIT_HOSTKEY = 12  # host key unknown or changed
 EXIT_REMOTE_PYTHON = 13  # no usable Python on the host
 EXIT_CONNECTION_LOST = 14  # the connection dropped mid-run
 EXIT_INTERNAL = 70  # a bug in patchkit (EX_SOFTWARE)
+EXIT_TERMINATED = 143  # stopped by SIGTERM (128 + 15); what it wrote was put back
 
 
 class PatchkitError(Exception):
@@ -96,6 +97,11 @@ class NotApplied(CheckFailed):
     """The fix is not applied in the target."""
 
 
+class ConcurrentChange(CheckFailed):
+    """Another process wrote to a target file while patchkit was writing the target; every
+    file was put back, with that process's change kept."""
+
+
 class ConflictError(PatchkitError):
     """A hunk's context is not found in the file (zero fuzz)."""
 
@@ -150,6 +156,12 @@ class RemotePythonMissing(RemoteError):
 
 class ConnectionLost(RemoteError):
     exit_code = EXIT_CONNECTION_LOST
+
+
+class Terminated(PatchkitError):
+    """The run was stopped by SIGTERM; the engine undid what it had written before it exited."""
+
+    exit_code = EXIT_TERMINATED
 
 
 class InternalError(PatchkitError):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
+import signal
 import sys
 
 from ..errors import InternalError, PatchkitError
@@ -32,16 +33,18 @@ def run(request: Dict[str, Any], cache_dir: Optional[str] = None) -> Dict[str, A
     result: Dict[str, Any] = {"format": FORMAT, "op": raw.get("op"), "ok": False,
                               "dry_run": bool(raw.get("dry_run", False)), "recovered": [],
                               "fixes": [], "status": None, "error": None}
+    previous = _catch_sigterm()
     try:
         req = parse_request(request)
         store = Store(req.state_root.path)
+        store.check()
         writes = req.op in ("apply", "rollback") and not req.dry_run
         with store.locked(req.lock_timeout, write=writes) as held:
             # each op imports only what it runs: the import is a good part of a small apply
             if held and store.left_behind():  # a killed run's traces: finish or undo it
                 from .txn import recover
 
-                result["recovered"] = recover(store)
+                result["recovered"] = recover(store, req.roots)
             if req.op == "apply":
                 from .apply import apply
 
@@ -69,6 +72,8 @@ def run(request: Dict[str, Any], cache_dir: Optional[str] = None) -> Dict[str, A
         result["ok"] = True
     except PatchkitError as err:
         result["error"] = err.to_dict()
+    except _Terminate:  # the transaction's own handler has put the files back by now
+        result["error"] = _terminated(request).to_dict()
     except Exception as exc:  # a bug: report it with its traceback instead of crashing the client
         import traceback
 
@@ -77,7 +82,46 @@ def run(request: Dict[str, Any], cache_dir: Optional[str] = None) -> Dict[str, A
             traceback=traceback.format_exc()).to_dict()
     finally:
         _clear_memo()  # holds the request's file contents
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return result
+
+
+class _Terminate(BaseException):
+    """Raised by SIGTERM in the engine: a BaseException, so only the transaction's
+    ``except BaseException`` (which restores the files) and ``run`` catch it, as with SIGINT."""
+
+
+def _on_sigterm(_signum: int, _frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second TERM must not stop the undo
+    raise _Terminate()
+
+
+def _catch_sigterm() -> Any:
+    """SIGTERM (systemd stopping a unit, ``kill``, a CI timeout) handled like SIGINT: the
+    write phase rolls back, then the run ends with ``Terminated`` (exit 143). Only the main
+    thread may set a handler; elsewhere the caller's own handling stays."""
+    try:
+        return signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread
+        return None
+
+
+def _terminated(request: Any) -> PatchkitError:
+    from ..errors import Terminated
+
+    journal = None
+    try:
+        store = Store(str(parse_request(request).state_root.path))
+        journal = store.read_journal()
+    except (PatchkitError, OSError):
+        pass
+    if journal is None:
+        left = "nothing it wrote is left half-done: files written before its commit point were put back"
+    else:
+        left = ("it stopped with a journal in %s; the next patchkit run on this target finishes "
+                "or undoes it" % store.path("journal.json"))
+    return Terminated("terminated by SIGTERM; %s. Run patchkit status to see the target" % left)
 
 
 def _clear_memo() -> None:

@@ -32,7 +32,7 @@ class FixPlan:
     placements: Dict[Key, List[Placement]] = field(default_factory=dict)
     changes: Dict[Key, List[FileChange]] = field(default_factory=dict)  # FILE records applied
     verification: List[Dict[str, Any]] = field(default_factory=list)
-    created_dirs: List[str] = field(default_factory=list)
+    created_dirs: List[List[str]] = field(default_factory=list)  # [root, dir relative to it]
     source: Optional[revert.Source] = None  # the commit a revert fix undoes (git roots)
     commits: List[Dict[str, str]] = field(default_factory=list)  # apply --commit: {root, sha}
     diffs: Dict[Key, Optional[str]] = field(default_factory=dict)  # a record's placed diff
@@ -291,14 +291,15 @@ def _revert(plan: FixPlan, source: revert.Source, ws: Workspace) -> None:
 
 def _write(req: Request, store: Store, state: Dict[str, Any], ws: Workspace, plans: List[FixPlan],
            syntax: Optional[SyntaxCache] = None) -> None:
-    claimed: Set[str] = set()
+    claimed: Set[Tuple[str, str]] = set()
     for plan in plans:
         for key in plan.keys:
             if plan.after[key][0] is not None and plan.before[key][0] is None:
                 for d in missing_dirs(ws.entry(*key).abs):
-                    if d not in claimed:
-                        claimed.add(d)
-                        plan.created_dirs.append(d)
+                    pair = (key[0], req.roots.relative(key[0], d))  # root-relative: trees move
+                    if pair not in claimed:
+                        claimed.add(pair)
+                        plan.created_dirs.append(list(pair))
     writes = [FileWrite(e.root, e.path, e.abs, e.original, e.current, e.original_mode, e.mode, e.owner)
               for e in ws.changed()]
     backups = {p.spec.name: [(k[0], k[1], p.before[k][0]) for k in p.keys if p.before[k][0] is not None]
@@ -339,7 +340,7 @@ def _write(req: Request, store: Store, state: Dict[str, Any], ws: Workspace, pla
             for p in plans]
         return new_state
 
-    run_transaction(store, "apply", [p.spec.name for p in plans], writes, backups,
+    run_transaction(store, req.roots, "apply", [p.spec.name for p in plans], writes, backups,
                     purge=any(p.spec.purge_pycache for p in plans), verify=verify, commit=commit,
                     versions={p.spec.name: p.spec.version for p in plans},
                     journal_extra={"git_commits": entries} if entries else None)

@@ -99,6 +99,13 @@ def requires_check(spec: FixSpec, recorded: Dict[str, Dict[str, Any]], earlier: 
 
 def presence_check(entry: Entry, op: str) -> Optional[Dict[str, Any]]:
     exists = entry.current is not None
+    if entry.blocked:
+        kind, label = ("file-absent", "%s can be created" % entry.where) if op == "create" else (
+            "file-present", "%s exists" % entry.where)
+        return result(kind, label, False, "%s: %s; the fix %s a file there. Fix the path in the "
+                      "patch, or move what is in the way" % (entry.where, entry.blocked,
+                                                             "creates" if op == "create" else "changes"),
+                      entry.where)
     if op == "create":
         return None if not exists else result(
             "file-absent", "%s is absent" % entry.where, False,

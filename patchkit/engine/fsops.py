@@ -12,7 +12,6 @@ import errno
 import hashlib
 import json
 import os
-import shutil
 import stat
 import sys
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
@@ -59,13 +58,6 @@ def read_with_stat(path: str) -> Tuple[Optional[bytes], Optional[os.stat_result]
         return _read_fd(fd, st.st_size), st
     finally:
         os.close(fd)
-
-
-def file_mode(path: str) -> Optional[int]:
-    try:
-        return stat.S_IMODE(os.stat(path).st_mode)
-    except FileNotFoundError:
-        return None
 
 
 def fsync_dir(path: str) -> None:
@@ -222,49 +214,6 @@ def sync_all(files: List[str], dirs: List[str]) -> None:
         fsync_paths([d for d in dirs if os.stat(d).st_dev in failed])
 
 
-def keep_backup(dest: str, data: bytes, source: Optional[str] = None, check: bool = True) -> bool:
-    """Keep ``data`` at ``dest`` (not yet durable: the caller syncs); True if hard-linked.
-
-    A target file is only ever replaced (temp file + ``os.replace``) or unlinked, never written
-    in place, so a hard link of it is a complete backup for the price of a directory entry.
-    It is used only when ``source`` is a regular file with no other name (a file linked
-    elsewhere too could be written in place through that name, and with it the backup) that
-    holds exactly ``data`` (``check``: read back and compared); else, or when the file system
-    refuses the link (another file system, protected_hardlinks, no links), the bytes are copied.
-    """
-    try:
-        return _keep(dest, data, source, check)
-    except FileNotFoundError:  # its directory is made by the first backup there, not checked each time
-        if os.path.isdir(os.path.dirname(dest)):
-            raise
-        os.makedirs(os.path.dirname(dest), exist_ok=True)
-        return _keep(dest, data, source, check)
-
-
-def _keep(dest: str, data: bytes, source: Optional[str], check: bool) -> bool:
-    if source is not None:
-        try:
-            os.link(source, dest)
-        except OSError:
-            pass
-        else:
-            ok = not check
-            if check:
-                fd = os.open(dest, os.O_RDONLY)
-                try:
-                    st = os.fstat(fd)
-                    ok = (stat.S_ISREG(st.st_mode) and st.st_nlink == 2 and st.st_size == len(data)
-                          and _read_fd(fd, st.st_size) == data)
-                finally:
-                    os.close(fd)
-            if ok:
-                return True
-            os.unlink(dest)
-    with open(dest, "wb") as fh:
-        fh.write(data)
-    return False
-
-
 def _read_fd(fd: int, size: int) -> bytes:
     chunks = []
     while True:
@@ -326,54 +275,6 @@ def write_json(path: str, data: Any, durable: bool = True) -> None:
         os.replace(write_temp(path, text.encode("utf-8"), 0o644, sync=False), path)
 
 
-def remove_file(path: str, sync: bool = True) -> None:
-    """Unlink ``path`` if it exists; ``sync=False``: the caller fsyncs the directory."""
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        return
-    if sync:
-        fsync_dir(os.path.dirname(path))
-
-
-def make_dirs(path: str, sync: bool = True) -> List[str]:
-    """Create ``path`` and missing parents; return the directories created, outermost first."""
-    missing: List[str] = []
-    cur = path
-    while not os.path.isdir(cur):
-        missing.append(cur)
-        parent = os.path.dirname(cur)
-        if parent == cur:
-            break
-        cur = parent
-    missing.reverse()
-    for d in missing:
-        os.mkdir(d, 0o755)
-        if sync:
-            fsync_dir(os.path.dirname(d))
-    return missing
-
-
-def remove_empty_dirs(dirs: List[str]) -> None:
-    """Remove directories a transaction created, innermost first, if they are empty again."""
-    for d in sorted(dirs, key=len, reverse=True):
-        try:
-            os.rmdir(d)
-        except OSError:
-            pass
-
-
-def purge_pycache(py_files: List[str]) -> List[str]:
-    """Delete the ``__pycache__`` next to each touched .py file so no stale bytecode runs."""
-    purged: List[str] = []
-    for d in sorted({os.path.join(os.path.dirname(p), "__pycache__") for p in py_files
-                     if p.endswith(".py")}):
-        if os.path.isdir(d) and not os.path.islink(d):
-            shutil.rmtree(d, ignore_errors=True)
-            purged.append(d)
-    return purged
-
-
 def nearest_existing_dir(path: str) -> str:
     cur = path
     while not os.path.isdir(cur):
@@ -385,28 +286,31 @@ def nearest_existing_dir(path: str) -> str:
 
 
 def probe_writable(directory: str) -> Optional[str]:
-    """None if files can be created in ``directory``, else why not.
+    """None if files can be created in ``directory``, else why not; creates no file.
 
     ``os.access`` alone is not enough: root passes it on a read-only mount or an immutable
-    directory. So a probe file is created and removed, and the directory's times are put back.
+    directory. So an unnamed file is opened in the directory (``O_TMPFILE``): the kernel checks
+    exactly what creating a file checks (permissions, read-only mount, immutable directory,
+    quota of inodes), but the file has no name, so nothing appears in the directory, its times
+    do not change, and a kill at that moment leaves nothing behind. Where ``O_TMPFILE`` is not
+    supported, ``os.access`` and the mount's read-only flag answer instead.
     """
     if not os.access(directory, os.W_OK | os.X_OK):
         return "no write permission on %s" % directory
+    flag = getattr(os, "O_TMPFILE", 0)
+    if flag:
+        try:
+            os.close(os.open(directory, flag | os.O_WRONLY, 0o600))
+            return None
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOENT):
+                reason = {errno.EROFS: "read-only file system", errno.EACCES: "permission denied",
+                          errno.EPERM: "operation not permitted (immutable?)"}.get(exc.errno,
+                                                                                  exc.strerror)
+                return "cannot create a file in %s: %s" % (directory, reason)
     try:
-        st = os.stat(directory)
+        if os.statvfs(directory).f_flag & os.ST_RDONLY:
+            return "cannot create a file in %s: read-only file system" % directory
     except OSError as exc:
-        return "cannot stat %s: %s" % (directory, exc.strerror)
-    probe = os.path.join(directory, ".patchkit-probe-%d" % os.getpid())
-    try:
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        reason = {errno.EROFS: "read-only file system", errno.EACCES: "permission denied",
-                  errno.EPERM: "operation not permitted (immutable?)"}.get(exc.errno, exc.strerror)
-        return "cannot create a file in %s: %s" % (directory, reason)
-    try:
-        os.utime(directory, ns=(st.st_atime_ns, st.st_mtime_ns))
-    except OSError:
-        pass
+        return "cannot inspect %s: %s" % (directory, exc.strerror)
     return None

@@ -55,7 +55,7 @@ def journal_entries(cos: Dict[str, Checkout], items: List[Item]) -> List[Dict[st
     for name, co in cos.items():
         paths = sorted({c.repo_path for it in items if it.root == name for c in it.changes})
         if paths:
-            out.append({"root": name, "top": co.top, "head": co.head(), "paths": paths})
+            out.append({"root": name, "head": co.head(), "paths": paths})  # no path: roots move
     return out
 
 
@@ -94,11 +94,17 @@ def make(cos: Dict[str, Checkout], items: List[Item], entries: List[Dict[str, An
     return made
 
 
-def undo(journal: Dict[str, Any]) -> None:
-    """Put HEAD back where the journal found it, if only this transaction's commits moved it."""
+def undo(journal: Dict[str, Any], roots: Roots) -> None:
+    """Put HEAD back where the journal found it, if only this transaction's commits moved it.
+
+    The checkout is found from the root as the run names it now (a journal of an earlier
+    engine also kept the work tree's absolute path, ``top``: used only for a root the run
+    does not name)."""
     txn = journal.get("txn")
+    names = {r.name for r in roots}
     for entry in journal.get("git_commits") or []:
-        co = checkout_of(entry["top"])
+        where = roots.get(entry["root"]).path if entry.get("root") in names else entry.get("top")
+        co = checkout_of(where) if where else None
         if co is None:
             continue
         head = co.head()

@@ -4,7 +4,9 @@ Patch paths are written against an SGLang checkout (``python/sglang/...``). An i
 package (a ``site-packages`` holding ``sglang/`` but no ``python/``) carries the same files as
 ``sglang/...``, so the engine maps between the two; anything else is a ``plain`` directory where
 paths are taken as they are. A path is refused before anything is written if it is absolute,
-has a ``..`` component, or resolves through symlinks to a place outside its root.
+has a ``..`` component, resolves through symlinks to a place outside its root, or lies in
+the root's ``.patchkit/`` or ``.git/``. Every path is put in one canonical form first
+(``Roots.canonical``), so one file is one entry however a patch spells it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ from typing import Dict, Iterator, Optional, Tuple
 from ..errors import TargetError, UnsafePathError, UsageError
 
 CHECKOUT, PACKAGE, PLAIN = "checkout", "package", "plain"
+
+#: directories of a root no patch may write into, and whose they are
+RESERVED = {".patchkit": "patchkit's own state", ".git": "git"}
 
 
 def detect_layout(path: str) -> str:
@@ -91,6 +96,7 @@ class Roots:
         self._real_dirs: Dict[Tuple[str, str], str] = {}  # (root, rel dir) -> its realpath
         self._prefixes: Dict[str, str] = {}  # root -> its real path and a separator
         self._resolved: Dict[Tuple[str, str], str] = {}  # (root, rel) -> resolve()'s answer
+        self._name_limits: Dict[str, int] = {}
         for name, path in mapping.items():
             path = str(path)
             if not os.path.isabs(path):
@@ -127,9 +133,18 @@ class Roots:
         if os.path.isabs(rel) or rel.startswith("\\"):
             raise UnsafePathError("%s: the path is absolute; paths must be relative to their "
                                   "root" % where, root=root_name, path=rel)
-        if ".." in rel.replace("\\", "/").split("/"):
+        parts = rel.replace("\\", "/").split("/")
+        if ".." in parts:
             raise UnsafePathError("%s: the path contains '..'; paths must stay inside their "
                                   "root" % where, root=root_name, path=rel)
+        limit = self._name_max(root)
+        for part in parts:
+            if len(part.encode("utf-8", "surrogateescape")) > limit:
+                raise UnsafePathError("%s: the name %s... is %d bytes long; the file system of root "
+                                      "%s takes names of at most %d bytes (255 on most): shorten it "
+                                      "in the patch" % (where, part[:40], len(part.encode(
+                                          "utf-8", "surrogateescape")), root_name, limit),
+                                      root=root_name, path=rel)
         full = self._realpath(root, root.mapped(rel))
         prefix = self._prefixes.get(root_name)
         if prefix is None:
@@ -138,8 +153,51 @@ class Roots:
             raise UnsafePathError("%s resolves to %s, outside root %s (%s) through a symlink; "
                                   "refusing to write there" % (where, full, root_name, root.real),
                                   root=root_name, path=rel, resolved=full)
+        inside = full[len(prefix):].split("/")
+        for name in RESERVED:
+            if name in parts or name in inside:
+                raise UnsafePathError(
+                    "%s%s is inside %s/, which belongs to %s; a patch may not write there"
+                    % (where, "" if name in parts else " (resolved: %s)" % full[len(prefix):],
+                       name, RESERVED[name]), root=root_name, path=rel)
         self._resolved[(root_name, rel)] = full
         return full
+
+    def canonical(self, root_name: str, rel: str) -> str:
+        """The one spelling of ``rel`` in its root: checkout layout, no ``.`` or empty
+        components, no symlink inside the root (``python/./sglang/x.py``, ``python//sglang/x.py``
+        and a link to ``x.py`` all name ``python/sglang/x.py``). Every path of a request is put
+        in this form before planning, so one file is one entry however a patch spells it."""
+        root = self.get(root_name)
+        full = self.resolve(root_name, rel)
+        if full == root.real:
+            raise UnsafePathError("%s:%s names the root directory itself, not a file"
+                                  % (root_name, rel), root=root_name, path=rel)
+        inside = full[len(self._prefixes[root_name]):]
+        if root.layout == PACKAGE and inside.startswith("sglang/"):
+            return "python/" + inside
+        return inside
+
+    def relative(self, root_name: str, full: str) -> str:
+        """``full`` (a real path inside root ``root_name``) relative to that root, as on disk."""
+        root = self.get(root_name)
+        if full == root.real:
+            return ""
+        prefix = root.real.rstrip(os.sep) + os.sep
+        if not full.startswith(prefix):
+            raise UnsafePathError("%s is outside root %s (%s)" % (full, root_name, root.real),
+                                  root=root_name, path=full)
+        return full[len(prefix):]
+
+    def _name_max(self, root: Root) -> int:
+        limit = self._name_limits.get(root.name)
+        if limit is None:
+            try:
+                limit = int(os.pathconf(root.real, "PC_NAME_MAX"))
+            except (OSError, ValueError):
+                limit = 255
+            self._name_limits[root.name] = limit = limit if limit > 0 else 255
+        return limit
 
     def _realpath(self, root: Root, rel: str) -> str:
         """``os.path.realpath`` of ``rel`` in ``root``, with the directory part resolved once

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import sys
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
@@ -202,7 +203,8 @@ def _list(data: Dict[str, Any], key: str) -> List[Any]:
 
 
 def check_patch_paths(roots: Roots, specs: Iterable[FixSpec]) -> None:
-    """Resolve every path of every patch of ``specs`` before anything else happens.
+    """Resolve every path of every patch of ``specs`` before anything else happens, and put
+    each in its canonical form (``Roots.canonical``) in place.
 
     An unsafe path (absolute, ``..``, out of the root through a symlink) can only be fixed in
     the patch that carries it, so the error names the fix and that patch file besides the root
@@ -210,11 +212,14 @@ def check_patch_paths(roots: Roots, specs: Iterable[FixSpec]) -> None:
     """
     names = {r.name for r in roots}
     for spec in specs:
-        for change in spec.files:
+        files = list(spec.files)
+        for i, change in enumerate(files):
             if change.root not in names:
                 continue
             try:
-                roots.resolve(change.root, change.path)
+                path = roots.canonical(change.root, change.path)
+                if path != change.path:  # one spelling per file: see Roots.canonical
+                    files[i] = dataclasses.replace(change, path=path)
             except UnsafePathError as err:
                 root = roots.get(change.root)
                 patch = "patches/%s/%s" % (spec.name, change.patch or "?")
@@ -224,3 +229,5 @@ def check_patch_paths(roots: Roots, specs: Iterable[FixSpec]) -> None:
                     "patchkit never writes outside a root"
                     % (spec.name, patch, err.message, root.name, root.path),
                     **dict(err.details, fix=spec.name, patch=patch, root_path=root.path)) from None
+        if files != list(spec.files):
+            spec.files = tuple(files)

@@ -129,9 +129,10 @@ def rollback(req: Request, store: Store) -> List[Dict[str, Any]]:
 
         purge = any(spec.purge_pycache or recorded[spec.name].get("purge_pycache", True)
                     for spec in req.fixes)
-        run_transaction(store, "rollback", names, writes, {}, purge=purge, verify=lambda: None,
-                        commit=commit_all, versions={n: recorded[n].get("version") for n in names},
-                        remove_dirs=[d for n in names for d in recorded[n].get("created_dirs") or []],
+        run_transaction(store, req.roots, "rollback", names, writes, {}, purge=purge,
+                        verify=lambda: None, commit=commit_all,
+                        versions={n: recorded[n].get("version") for n in names},
+                        remove_dirs=[d for n in names for d in created_dirs(recorded[n], req)],
                         journal_extra={"git_commits": entries} if entries else None)
     outcome = "would-roll-back" if req.dry_run else "rolled-back"
     out = {}
@@ -140,6 +141,25 @@ def rollback(req: Request, store: Store) -> List[Dict[str, Any]]:
         res["version"] = recorded[plan.spec.name].get("version")
         out[plan.spec.name] = res
     return [out[n] for n in names]
+
+
+def created_dirs(rec: Dict[str, Any], req: Request) -> List[Tuple[str, str]]:
+    """The (root, dir relative to it) a fix's apply created. A state of an earlier engine
+    recorded absolute directories: each is taken relative to the root it was recorded under
+    (``roots`` of the record), so a moved tree still loses only its own directories."""
+    out: List[Tuple[str, str]] = []
+    names = {r.name for r in req.roots}
+    for d in rec.get("created_dirs") or []:
+        if isinstance(d, list) and len(d) == 2:
+            if d[0] in names:
+                out.append((str(d[0]), str(d[1])))
+            continue
+        for name, path in (rec.get("roots") or {}).items():
+            prefix = str(path).rstrip("/") + "/"
+            if name in names and isinstance(d, str) and d.startswith(prefix):
+                out.append((name, d[len(prefix):]))
+                break
+    return out
 
 
 def _committed(req: Request, rec: Dict[str, Any]) -> List[revert.Source]:

@@ -13,6 +13,7 @@ import errno
 import fcntl
 import json
 import os
+import stat
 import time
 from contextlib import contextmanager
 from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Tuple
@@ -51,6 +52,31 @@ class Store:
 
     def exists(self) -> bool:
         return os.path.isdir(self.dir)
+
+    def check(self) -> None:
+        """Refuse a ``.patchkit`` (or its ``txn``/``backups``) that is a symlink or not a
+        directory: state, history and backups (whole copies of target files) must stay inside
+        the target, and nothing patchkit writes may land where a link points."""
+        for name in ("", "txn", "backups"):
+            path = self.path(name) if name else self.dir
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                if not name:
+                    return
+                continue
+            except OSError as exc:
+                raise TargetError("cannot look at %s: %s" % (path, exc.strerror), path=path) from None
+            if stat.S_ISLNK(st.st_mode):
+                raise TargetError(
+                    "%s is a symlink (to %s); patchkit keeps its state, history and backups "
+                    "inside the target and will not follow it. Remove the link (if it points at "
+                    "patchkit state, move that back as a real directory) and run again"
+                    % (path, os.readlink(path)), path=path)
+            if not stat.S_ISDIR(st.st_mode):
+                raise TargetError(
+                    "%s is not a directory; patchkit keeps its state there. Move it aside "
+                    "(e.g. mv %s %s.bak) and run again" % (path, path, path), path=path)
 
     def ensure(self) -> None:
         """Create ``.patchkit/`` with its ``.gitignore``; refuse clearly if the root is read-only."""

@@ -8,17 +8,19 @@ a crash before it is undone by the next run (``recover``), a crash after it is c
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
+import stat
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
-from ..errors import PermissionDenied, TargetError
+from ..errors import ConcurrentChange, PatchkitError, PermissionDenied, TargetError
 from .faults import fault
-from .fsops import (atomic_write, file_mode, fsync_dir, keep_backup, make_dirs, purge_pycache,
-                    read_bytes, remove_empty_dirs, remove_file, sync_all, temp_name, write_json,
-                    write_temp)
+from .fsops import fsync_dir, read_bytes, sync_all, write_json
 from .hunks import sha256_bytes
+from .paths import Roots
+from .rootfs import RootDirs, read_fd, temp_of
 from .store import FORMAT, HOLDER, Store, new_txn_id, utc_now, write_remedy
 
 
@@ -68,17 +70,18 @@ def _tree_dirs(top: str) -> List[str]:
     return [dirpath for dirpath, _dirs, _files in os.walk(top)] + [os.path.dirname(top)]
 
 
-def run_transaction(store: Store, op: str, fixes: List[str], writes: List[FileWrite],
+def run_transaction(store: Store, roots: Roots, op: str, fixes: List[str], writes: List[FileWrite],
                     fix_backups: Dict[str, List[Tuple[str, str, bytes]]],
                     purge: bool, verify: Callable[[], None],
                     commit: Callable[[str], Dict[str, Any]],
                     versions: Optional[Dict[str, int]] = None,
-                    remove_dirs: Optional[List[str]] = None,
+                    remove_dirs: Optional[List[Tuple[str, str]]] = None,
                     journal_extra: Optional[Dict[str, Any]] = None) -> str:
     """Write ``writes`` all-or-nothing; ``commit(txn_id)`` returns the new state to record.
 
     ``fix_backups[fix][i]`` (root, path, before-bytes) is kept as ``backups/<fix>/<i>`` after
-    the commit (``backup_name``).
+    the commit (``backup_name``). ``remove_dirs``: (root, dir relative to it) to remove if
+    empty once the files are written (a rollback's directories its fixes created).
 
     A failure before the commit point leaves ``.patchkit/`` as it found it (none, if there was
     none): a failed attempt is not a transaction worth a trace in the target.
@@ -88,11 +91,12 @@ def run_transaction(store: Store, op: str, fixes: List[str], writes: List[FileWr
     txns_before = set(os.listdir(store.path("txn"))) if os.path.isdir(store.path("txn")) else set()
     committed = False
     try:
-        txn = _transaction(store, op, fixes, writes, fix_backups, purge, verify, commit,
-                           versions, remove_dirs, journal_extra or {})
+        with RootDirs(roots) as dirs:
+            txn = _transaction(store, dirs, op, fixes, writes, fix_backups, purge, verify, commit,
+                               versions, remove_dirs or [], journal_extra or {})
         committed = True
         return txn
-    except OSError as exc:  # e.g. a full disk while writing backups: the files are as they were
+    except OSError as exc:  # e.g. a full disk: the files were put back (or a journal is kept)
         left = ("the journal %s is kept and the next run restores the files"
                 % store.path("journal.json") if os.path.lexists(store.path("journal.json"))
                 else "nothing was changed")
@@ -111,11 +115,22 @@ def run_transaction(store: Store, op: str, fixes: List[str], writes: List[FileWr
                 pass  # leftovers are harmless scaffolding; the real error matters more
 
 
-def _transaction(store: Store, op: str, fixes: List[str], writes: List[FileWrite],
+class _Changed(Exception):
+    """A file did not hold the bytes the plan read when patchkit replaced it (``now``)."""
+
+    def __init__(self, index: int, now: Optional[bytes], replaced: bool) -> None:
+        super().__init__(index)
+        self.index, self.now, self.replaced = index, now, replaced
+
+
+def _transaction(store: Store, dirs: RootDirs, op: str, fixes: List[str], writes: List[FileWrite],
                  fix_backups: Dict[str, List[Tuple[str, str, bytes]]], purge: bool,
                  verify: Callable[[], None], commit: Callable[[str], Dict[str, Any]],
-                 versions: Optional[Dict[str, int]], remove_dirs: Optional[List[str]],
+                 versions: Optional[Dict[str, int]], remove_dirs: List[Tuple[str, str]],
                  journal_extra: Dict[str, Any]) -> str:
+    roots = dirs.roots
+    rels = [roots.relative(w.root, w.abs) for w in writes]  # as on disk, from the root
+    rel_of = {(w.root, w.path): rel for w, rel in zip(writes, rels)}
     txn = new_txn_id()
     tdir = store.path("txn", txn)
     os.makedirs(tdir)
@@ -135,12 +150,11 @@ def _transaction(store: Store, op: str, fixes: List[str], writes: List[FileWrite
             w = first.get((root, path))
             original = w is not None and (root, path) not in origs and (w.before is data or w.before == data)
             dest = store.path(rel)
-            if not original:  # bytes a fix of this transaction planned: never on disk, a copy
-                keep_backup(dest, data, None)
-                written.append(dest)
-                continue
-            origs[(root, path)] = rel
-            keep_backup(dest, data, w.abs)  # type: ignore[union-attr]  # a hard link where it can
+            if original:
+                origs[(root, path)] = rel
+                _keep(dirs, root, rel_of[(root, path)], dest, data)  # a hard link where it can
+            else:  # bytes a fix of this transaction planned: never on disk, a copy
+                _copy(dest, data)
             written.append(dest)  # a link too: the original inode's data may not be on disk yet
     entries = []
     for n, w in enumerate(writes):
@@ -148,31 +162,43 @@ def _transaction(store: Store, op: str, fixes: List[str], writes: List[FileWrite
         if w.before is not None and rel is None:  # no fix keeps it (a rollback): its own
             fault("backup")
             rel = "txn/%s/orig/%d" % (txn, n)  # flat: no directory tree to make and drop
-            keep_backup(store.path(rel), w.before, w.abs)  # a hard link where it can
+            _keep(dirs, w.root, rels[n], store.path(rel), w.before)
             written.append(store.path(rel))
-        entries.append({"root": w.root, "path": w.path, "abs": w.abs, "op": w.op,
+        # root-relative only: the journal must still name the right files after the tree moved
+        entries.append({"root": w.root, "path": w.path, "rel": rels[n], "op": w.op,
                         "before_sha256": sha256_bytes(w.before), "after_sha256": sha256_bytes(w.after),
                         "mode": w.mode_before, "mode_after": w.mode_after,
                         "owner": list(w.owner) if w.owner else None,
                         "backup": rel if w.before is not None else None})
     sync_all(written, _tree_dirs(tdir))  # every backup durable before the journal names it
-    created: List[str] = []
+    created: List[List[str]] = []
     known: Set[str] = set()
     for w in writes:
         if w.after is not None:
-            created.extend(d for d in missing_dirs(w.abs, known) if d not in created)
+            for d in missing_dirs(w.abs, known):
+                pair = [w.root, roots.relative(w.root, d)]
+                if pair not in created:
+                    created.append(pair)
     journal = {"format": FORMAT, "txn": txn, "op": op, "fixes": fixes, "versions": versions or {},
-               "started_at": utc_now(),
-               "state_root": store.root, "files": entries, "created_dirs": created}
+               "started_at": utc_now(), "files": entries, "created_dirs": created}
     journal.update(journal_extra)  # e.g. git_commits: HEAD of each root before apply --commit
     fault("journal")
     store.write_journal(journal)
     try:
-        _write_files(writes)
-        remove_empty_dirs(list(remove_dirs or []))
+        try:
+            _write_files(dirs, writes, rels)
+        except _Changed as changed:
+            _record_change(store, dirs, journal, changed)
+            w = writes[changed.index]
+            raise ConcurrentChange(
+                "%s:%s changed while patchkit was writing the target (another process wrote to "
+                "it after patchkit read it); every file was put back as it was before this run, "
+                "with that change kept, and nothing was applied. Stop whatever writes to it, "
+                "then run again" % (w.root, w.path), root=w.root, path=w.path) from None
+        _remove_dirs(dirs, remove_dirs)
         fault("action")
         if purge:
-            purge_pycache([w.abs for w in writes])
+            _purge(dirs, [(f["root"], f["rel"]) for f in entries])
         fault("verify")
         verify()
         state = commit(txn)
@@ -180,7 +206,7 @@ def _transaction(store: Store, op: str, fixes: List[str], writes: List[FileWrite
         state["txn"] = txn
         store.write_state(state)
     except BaseException:
-        restore(store, journal)
+        restore(store, journal, roots, dirs)
         _discard(store, txn)
         raise
     fault("cleanup")
@@ -188,69 +214,254 @@ def _transaction(store: Store, op: str, fixes: List[str], writes: List[FileWrite
     return txn
 
 
-def _write_files(writes: List[FileWrite]) -> None:
-    """Each file through a temporary sibling and ``os.replace``, in order; then every new file
-    and every touched directory made durable together (``sync_all``: one syncfs, or fsyncs
-    in a few threads). That is before verification and the commit point; a crash earlier is
-    rolled back from the (already durable) backups."""
+def _keep(dirs: RootDirs, root: str, rel: str, dest: str, data: bytes) -> None:
+    """Keep the file's current bytes ``data`` at ``dest``: a hard link of the file where that
+    is safe (docs/state.md, "Backups"), else a copy. A file that no longer holds ``data`` was
+    changed since the plan read it: the transaction stops before any target file is written."""
+    _ensure_dir(os.path.dirname(dest))
+    try:
+        dirs.link_out(root, rel, dest)
+    except OSError:  # another file system, protected_hardlinks, no links: copy
+        _copy(dest, data)
+        return
+    fd = os.open(dest, os.O_RDONLY)
+    try:
+        st = os.fstat(fd)
+        same = stat.S_ISREG(st.st_mode) and st.st_size == len(data) and read_fd(fd) == data
+    finally:
+        os.close(fd)
+    if same and st.st_nlink == 2:
+        return
+    os.unlink(dest)
+    if not same:
+        raise ConcurrentChange(
+            "%s:%s changed since patchkit read it (another process is writing to it); nothing "
+            "was written. Stop whatever writes to it, then run again" % (root, rel),
+            root=root, path=rel)
+    _copy(dest, data)  # linked elsewhere too: that name could write into the backup
+
+
+def _copy(dest: str, data: bytes) -> None:
+    _ensure_dir(os.path.dirname(dest))
+    with open(dest, "wb") as fh:
+        fh.write(data)
+
+
+def _ensure_dir(path: str) -> None:
+    if not os.path.isdir(path):
+        os.makedirs(path, exist_ok=True)
+
+
+def _write_files(dirs: RootDirs, writes: List[FileWrite], rels: List[str]) -> None:
+    """Each file through a temporary sibling and a rename, in order, by directory descriptors
+    (``rootfs``: no symlink is followed); then every new file and every touched directory made
+    durable together (``sync_all``). Each replaced file's old inode is read back: bytes other
+    than the planned ones mean another process wrote to it meanwhile (``_Changed``)."""
     written: List[str] = []
-    dirs: List[str] = []
-    there: Set[str] = set()  # directories known to exist
-    for w in writes:
+    touched: Set[str] = set()
+    for n, (w, rel) in enumerate(zip(writes, rels)):
         fault("write")
-        if w.after is None:
-            fault("rename")
-            remove_file(w.abs, sync=False)
-            dirs.append(os.path.dirname(w.abs))
-            continue
-        parent = os.path.dirname(w.abs)
-        if parent not in there:
-            for d in make_dirs(parent, sync=False):
-                dirs.append(os.path.dirname(d))
-            there.add(parent)
-        mode = w.mode_after if w.mode_after is not None else 0o644
-        tmp = write_temp(w.abs, w.after, mode, owner=w.owner, sync=False)
-        fault("rename")
-        os.replace(tmp, w.abs)
-        written.append(w.abs)
-    dirs.extend(os.path.dirname(p) for p in written)
-    sync_all(written, sorted(set(dirs)))
+        dirs.close()  # each file walks from its root again: a directory swapped meanwhile is seen
+        try:
+            if w.after is None:
+                fault("rename")
+                old = dirs.open_file(w.root, rel)
+                dirs.unlink(w.root, rel)
+            else:
+                mode = w.mode_after if w.mode_after is not None else 0o644
+                dirs.write_temp(w.root, rel, w.after, mode, w.owner)
+                fault("rename")
+                if w.before is None:
+                    old = None
+                    if not _create(dirs, w.root, rel):
+                        dirs.remove_temp(w.root, rel)
+                        raise _Changed(n, b"", replaced=False)
+                else:
+                    old = dirs.open_file(w.root, rel)
+                    dirs.commit_temp(w.root, rel)
+                written.append(w.abs)
+        except OSError as exc:
+            if exc.filename and os.path.isabs(str(exc.filename)):
+                raise
+            raise OSError(exc.errno, exc.strerror, w.abs) from None
+        touched.add(os.path.dirname(w.abs))
+        if w.before is not None:
+            now = None
+            if old is not None:
+                try:
+                    now = read_fd(old)
+                finally:
+                    os.close(old)
+            if now != w.before:
+                raise _Changed(n, now, replaced=True)
+    sync_all(written, sorted(touched))
 
 
-def restore(store: Store, journal: Dict[str, Any]) -> None:
+def _create(dirs: RootDirs, root: str, rel: str) -> bool:
+    """Put the temporary file at ``rel`` only if nothing is there (False: something is)."""
+    dfd, name = dirs.parent(root, rel)
+    try:
+        os.link(temp_of(name), name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
+    except FileExistsError:
+        return False
+    except OSError:  # a file system without hard links
+        try:
+            os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            return False
+        except FileNotFoundError:
+            os.replace(temp_of(name), name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            return True
+    os.unlink(temp_of(name), dir_fd=dfd)
+    return True
+
+
+def _record_change(store: Store, dirs: RootDirs, journal: Dict[str, Any], changed: _Changed) -> None:
+    """Make the journal restore what another process left in a file, not the planned bytes:
+    its entry's before-hash becomes that of the bytes found (its backup gets them, unless the
+    backup is the file's old inode, which has them already); a file that appeared where the
+    transaction creates one was not touched and leaves the journal."""
+    entry = journal["files"][changed.index]
+    if not changed.replaced:
+        journal["files"].pop(changed.index)
+    elif changed.now is None:  # deleted meanwhile: restoring means removing what we wrote
+        entry["before_sha256"], entry["backup"] = None, None
+    else:
+        backup = store.path(entry["backup"])
+        if read_bytes(backup) != changed.now:
+            _copy(backup + ".tmp", changed.now)
+            os.replace(backup + ".tmp", backup)
+            fsync_dir(os.path.dirname(backup))
+        entry["before_sha256"] = sha256_bytes(changed.now)
+    store.write_journal(journal)
+
+
+def _remove_dirs(dirs: RootDirs, pairs: List[Any]) -> None:
+    by_root: Dict[str, List[str]] = {}
+    for root, rel_dir in pairs:
+        if root in {r.name for r in dirs.roots}:
+            by_root.setdefault(root, []).append(rel_dir)
+    for root, rel_dirs in by_root.items():
+        dirs.remove_empty_dirs(root, rel_dirs)
+
+
+def _purge(dirs: RootDirs, files: List[Tuple[str, str]]) -> None:
+    by_root: Dict[str, List[str]] = {}
+    for root, rel in files:
+        if rel.endswith(".py"):
+            by_root.setdefault(root, []).append(rel.rpartition("/")[0])
+    for root, rel_dirs in by_root.items():
+        dirs.purge_pycache(root, rel_dirs)
+
+
+def _rel(f: Dict[str, Any], roots: Roots) -> str:
+    """A journal file's path relative to its root as on disk (a journal of an earlier engine
+    has only the checkout-layout ``path``)."""
+    if f.get("rel"):
+        return str(f["rel"])
+    return roots.relative(f["root"], roots.resolve(f["root"], f["path"]))
+
+
+def restore(store: Store, journal: Dict[str, Any], roots: Roots,
+            dirs: Optional[RootDirs] = None) -> None:
     """Put every file the journal lists back to its ``before`` bytes (or absence), and HEAD of
-    each git root back where it was if this transaction committed there."""
+    each git root back where it was if this transaction committed there.
+
+    Paths come from the journal relative to their root and are found in ``roots``, the roots
+    this run was given. A backup is renamed back into place (it is the file's own old inode
+    when it was linked): that needs no free space, so a full disk cannot stop a restore."""
+    if dirs is None:
+        with RootDirs(roots) as own:
+            return restore(store, journal, roots, own)
     if journal.get("git_commits"):
         from . import gitcommit  # only a transaction that committed to git needs it
 
-        gitcommit.undo(journal)
+        gitcommit.undo(journal, roots)
+    touched: Set[Tuple[str, str]] = set()
+    failed: List[BaseException] = []
     for f in journal.get("files", []):
-        path = f["abs"]
-        tmp = temp_name(path)
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-        if f.get("before_sha256") is None:
-            if os.path.isfile(path) or os.path.islink(path):
-                remove_file(path)
-            continue
-        mode = f.get("mode") if f.get("mode") is not None else 0o644
-        current = read_bytes(path)
-        if sha256_bytes(current) == f["before_sha256"]:
-            if file_mode(path) != mode:
-                os.chmod(path, mode)
-            continue
-        data = read_bytes(store.path(f["backup"])) if f.get("backup") else None
-        if data is None or sha256_bytes(data) != f["before_sha256"]:
-            raise TargetError("cannot restore %s: its backup %s is missing or damaged; the journal "
-                              "%s lists the original sha256 %s. Restore the file by hand (e.g. from "
-                              "git), then remove the journal" % (path, f.get("backup"),
-                                                                 store.path("journal.json"),
-                                                                 f["before_sha256"]), path=path)
-        make_dirs(os.path.dirname(path))
-        owner = tuple(f["owner"]) if f.get("owner") else None
-        atomic_write(path, data, mode, owner=owner)  # type: ignore[arg-type]
-    remove_empty_dirs(list(journal.get("created_dirs") or []))
-    purge_pycache([f["abs"] for f in journal.get("files", [])])
+        dirs.close()  # each file walks from its root again (rootfs)
+        try:
+            _restore_file(store, dirs, f, roots, touched)
+        except (OSError, PatchkitError) as exc:  # the others are still put back; the journal stays
+            failed.append(exc)
+    _remove_dirs(dirs, journal.get("created_dirs") or [])
+    for root, rel_dir in sorted(touched):
+        try:
+            dirs.fsync_dir(root, rel_dir)
+        except (OSError, PatchkitError):
+            pass  # removed again with the directories the transaction created
+    _purge(dirs, [(f["root"], _rel(f, roots)) for f in journal.get("files", [])])
+    if failed:
+        raise failed[0]
+
+
+def _restore_file(store: Store, dirs: RootDirs, f: Dict[str, Any], roots: Roots,
+                  touched: Set[Tuple[str, str]]) -> None:
+    """Put one journal file back (see ``restore``)."""
+    root, rel = f["root"], _rel(f, roots)
+    dirs.remove_temp(root, rel)
+    current = dirs.read(root, rel)
+    touched.add((root, rel.rpartition("/")[0]))
+    if f.get("before_sha256") is None:
+        if current is not None and sha256_bytes(current) == f.get("after_sha256"):
+            dirs.unlink(root, rel)
+        return
+    mode = f.get("mode") if f.get("mode") is not None else 0o644
+    owner = tuple(f["owner"]) if f.get("owner") else None
+    if current is not None and sha256_bytes(current) == f["before_sha256"]:
+        dirs.chmod_chown(root, rel, mode, None)
+        return
+    backup = store.path(f["backup"]) if f.get("backup") else None
+    data = read_bytes(backup) if backup else None
+    if data is None or sha256_bytes(data) != f["before_sha256"]:
+        raise TargetError("cannot restore %s:%s: its backup %s is missing or damaged; the "
+                          "journal %s lists the original sha256 %s. Restore the file by hand "
+                          "(e.g. from git), then remove the journal"
+                          % (root, f.get("path"), backup, store.path("journal.json"),
+                             f["before_sha256"]), path=f.get("path"))
+    dirs.parent(root, rel, create=True)
+    try:
+        dirs.rename_in(backup, root, rel)  # type: ignore[arg-type]
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+        dirs.write_temp(root, rel, data, mode, owner)  # another file system: a copy
+        dirs.commit_temp(root, rel)
+    dirs.chmod_chown(root, rel, mode, owner)  # type: ignore[arg-type]
+
+
+def belongs(store: Store, journal: Dict[str, Any], roots: Roots) -> None:
+    """Refuse to undo a journal whose files this target does not hold as the interrupted run
+    could have left them (each at its before or after bytes), or that names a root this run
+    does not give: the journal came with a copy of another tree, or a file was changed after
+    the crash. Nothing is changed then."""
+    names = {r.name for r in roots}
+    wanted = sorted({f["root"] for f in journal.get("files", [])} - names)
+    if wanted:
+        raise TargetError(
+            "the journal %s of an interrupted %s lists files of root %s, which this run does not "
+            "name; nothing was changed. Run again with that root (--root %s=PATH) so the "
+            "interrupted run can be undone" % (store.path("journal.json"), journal.get("op"),
+                                                ", ".join(wanted), wanted[0]),
+            path=store.path("journal.json"), roots=wanted)
+    odd = []
+    with RootDirs(roots) as dirs:
+        for f in journal.get("files", []):
+            current = dirs.read(f["root"], _rel(f, roots))
+            have = sha256_bytes(current)
+            if have not in (f.get("before_sha256"), f.get("after_sha256")):
+                odd.append("%s:%s holds %s; the interrupted run left it at %s (before) or %s "
+                           "(after)" % (f["root"], f.get("path"), have or "nothing",
+                                        f.get("before_sha256") or "nothing",
+                                        f.get("after_sha256") or "nothing"))
+    if odd:
+        raise TargetError(
+            "the journal %s of an interrupted %s (transaction %s) does not match this target; "
+            "nothing was changed:\n- %s\nThe journal came with a copy of another tree, or these "
+            "files were changed after the crash. Put each back to one of those states and run "
+            "again, or, if you are sure, remove the journal (its automatic undo is then lost)"
+            % (store.path("journal.json"), journal.get("op"), journal.get("txn"), "\n- ".join(odd)),
+            path=store.path("journal.json"), files=odd)
 
 
 def _discard(store: Store, txn: str) -> None:
@@ -266,8 +477,9 @@ def finish(store: Store, journal: Dict[str, Any], recovering: bool = True) -> No
     txn = journal["txn"]
     if not recovering or txn not in store.history_txns():
         versions = journal.get("versions") or {}
-        store.append_history({"event": journal["op"], "txn": txn, "outcome": "committed",
-                              "fixes": [{"name": n, "version": versions.get(n)} for n in journal["fixes"]]})
+        _history(store, {"event": journal["op"], "txn": txn, "outcome": "committed",
+                         "fixes": [{"name": n, "version": versions.get(n)} for n in journal["fixes"]]},
+                 best_effort=recovering)
     tdir = store.path("txn", txn)
     recorded = ({f["name"] for f in store.read_state().get("fixes", [])}
                 if journal["op"] != "apply" else set())
@@ -288,21 +500,36 @@ def finish(store: Store, journal: Dict[str, Any], recovering: bool = True) -> No
     _discard(store, txn)
 
 
-def recover(store: Store) -> List[Dict[str, Any]]:
-    """Finish or undo whatever a killed run left; returns the ``recovered`` entries."""
+def _history(store: Store, event: Dict[str, Any], best_effort: bool) -> None:
+    """Append a history line; in a recovery a full disk must not stop the undo, so the line
+    is then skipped (the recovery is still reported in the run's result)."""
+    try:
+        store.append_history(event)
+    except OSError as exc:
+        if not best_effort or exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+
+
+def recover(store: Store, roots: Roots) -> List[Dict[str, Any]]:
+    """Finish or undo whatever a killed run left; returns the ``recovered`` entries.
+
+    Undoing acts on the files of ``roots``, the target this run was given, found by the
+    journal's root-relative paths: a tree moved since the crash is recovered where it is now."""
     out: List[Dict[str, Any]] = []
+    journal = store.read_journal()
+    committed = journal is not None and store.read_state().get("txn") == journal["txn"]
+    if journal is not None and not committed:
+        belongs(store, journal, roots)  # before anything is touched, .patchkit/ included
     if os.path.exists(store.path(HOLDER)):
         store.end_writing()  # we hold the lock, so the run it names is gone
-    journal = store.read_journal()
     if journal is not None:
-        committed = store.read_state().get("txn") == journal["txn"]
         if committed:
             finish(store, journal)
         else:
-            restore(store, journal)
-            store.append_history({"event": "recovered", "txn": journal["txn"], "op": journal["op"],
-                                  "outcome": "rolled-back",
-                                  "fixes": [{"name": n} for n in journal["fixes"]]})
+            restore(store, journal, roots)
+            _history(store, {"event": "recovered", "txn": journal["txn"], "op": journal["op"],
+                             "outcome": "rolled-back",
+                             "fixes": [{"name": n} for n in journal["fixes"]]}, best_effort=True)
             _discard(store, journal["txn"])
         out.append({"txn": journal["txn"], "op": journal["op"], "fixes": list(journal["fixes"]),
                     "outcome": "completed" if committed else "rolled-back"})
@@ -315,9 +542,9 @@ def recover(store: Store) -> List[Dict[str, Any]]:
         except (OSError, ValueError):
             pass
         shutil.rmtree(os.path.join(txn_root, name), ignore_errors=True)
-        store.append_history({"event": "recovered", "txn": name, "op": intent.get("op"),
-                              "outcome": "rolled-back", "note": "no file had been written",
-                              "fixes": [{"name": n} for n in intent.get("fixes", [])]})
+        _history(store, {"event": "recovered", "txn": name, "op": intent.get("op"),
+                         "outcome": "rolled-back", "note": "no file had been written",
+                         "fixes": [{"name": n} for n in intent.get("fixes", [])]}, best_effort=True)
         out.append({"txn": name, "op": intent.get("op", "unknown"), "fixes": list(intent.get("fixes", [])),
                     "outcome": "rolled-back"})
     return out

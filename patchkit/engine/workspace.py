@@ -18,6 +18,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from .fsops import code_stamp, read_with_stat
 from .hunks import Hunk, decode, split_lines
+from ..errors import PatchkitError
 from .paths import Roots
 
 Key = Tuple[str, str]  # (root name, checkout-layout path)
@@ -33,6 +34,7 @@ class Entry:
     owner: Optional[Tuple[int, int]]
     current: Optional[bytes]
     mode: Optional[int]
+    blocked: Optional[str] = None  # why no file can be at this path (a directory is there...)
 
     @property
     def where(self) -> str:
@@ -48,10 +50,17 @@ class Workspace:
         key = (root, path)
         if key not in self.entries:
             abs_path = self.roots.resolve(root, path)
-            data, st = read_with_stat(abs_path)
+            blocked = None
+            try:
+                data, st = read_with_stat(abs_path)
+            except NotADirectoryError:  # a file stands where a directory of the path should
+                data, st = None, None
+                blocked = "%s is a file, not a directory" % _first_file(self.roots, root, abs_path)
+            if data is None and blocked is None and os.path.isdir(abs_path):
+                blocked = "%s:%s is a directory" % (root, path)
             mode = stat.S_IMODE(st.st_mode) if st is not None else None
             owner = (st.st_uid, st.st_gid) if st is not None else None
-            self.entries[key] = Entry(root, path, abs_path, data, mode, owner, data, mode)
+            self.entries[key] = Entry(root, path, abs_path, data, mode, owner, data, mode, blocked)
         return self.entries[key]
 
     def has(self, root: str, path: str) -> bool:
@@ -64,6 +73,23 @@ class Workspace:
     def changed(self) -> List[Entry]:
         return [e for e in self.entries.values()
                 if e.current != e.original or (e.current is not None and e.mode != e.original_mode)]
+
+
+def _first_file(roots: Roots, root: str, abs_path: str) -> str:
+    """The outermost component of ``abs_path`` that is not a directory, as ``root:path``."""
+    cur = abs_path
+    found = abs_path
+    while True:
+        parent = os.path.dirname(cur)
+        if parent == cur:
+            break
+        if os.path.lexists(parent) and not os.path.isdir(parent):
+            found = parent
+        cur = parent
+    try:
+        return "%s:%s" % (root, roots.relative(root, found))
+    except PatchkitError:
+        return found
 
 
 # The diffs of an apply are a pure function of (path, before, after) and difflib: costly for a

@@ -19,6 +19,7 @@ from typing import Any, Dict, List
 
 import pytest
 
+from patchkit import errors
 from patchkit.engine import fsops, run
 
 from .helpers import MOD, SCRIPT, file_record, fix, request, snapshot
@@ -107,14 +108,21 @@ def test_each_fix_keeps_its_own_before_bytes(checkout: Path) -> None:
 
 
 def test_backup_taken_only_when_the_file_still_holds_the_planned_bytes(checkout: Path) -> None:
-    """keep_backup links only a file holding exactly the bytes it is told to keep."""
+    """A backup links only a file holding exactly the planned bytes; a file holding other
+    bytes was changed since the plan read it: the transaction stops (it never keeps planned
+    bytes the file no longer has, which a rollback would later restore over the change)."""
+    from patchkit.engine.paths import Roots
+    from patchkit.engine.rootfs import RootDirs
+    from patchkit.engine.txn import _keep
+
     dest = checkout.parent / "keep" / "mod.py"
-    assert fsops.keep_backup(str(dest), (checkout / MOD).read_bytes(), str(checkout / MOD))
-    assert dest.stat().st_ino == (checkout / MOD).stat().st_ino
-    dest.unlink()
-    assert not fsops.keep_backup(str(dest), b"other bytes\n", str(checkout / MOD))
-    assert dest.read_bytes() == b"other bytes\n"
-    assert dest.stat().st_ino != (checkout / MOD).stat().st_ino
+    with RootDirs(Roots({"sglang": str(checkout)})) as dirs:
+        _keep(dirs, "sglang", MOD, str(dest), (checkout / MOD).read_bytes())
+        assert dest.stat().st_ino == (checkout / MOD).stat().st_ino
+        dest.unlink()
+        with pytest.raises(errors.ConcurrentChange, match="changed since patchkit read it"):
+            _keep(dirs, "sglang", MOD, str(dest), b"other bytes\n")
+    assert not dest.exists()
 
 
 def test_crash_after_journal_restores_from_a_linked_backup(checkout: Path) -> None:

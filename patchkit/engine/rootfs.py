@@ -1,0 +1,249 @@
+"""Writing inside a root without following a symlink: every write of a transaction is made
+through directory file descriptors opened from the root downwards with ``O_NOFOLLOW``.
+
+Paths are checked when a request is planned (``paths.Roots``), but a directory of the root can
+be swapped for a symlink between that check and the write. So a write never goes through a
+path string: each directory component is opened relative to its parent's descriptor and must
+be a real directory, and the temp file, the rename, the unlink, the backup link and the
+``__pycache__`` removal all act on names relative to such a descriptor. A component that became
+a symlink (or a file) stops the write with :class:`UnsafePathError`; nothing is written through it.
+Paths here are relative to the root's real directory and in its own layout (``Roots.relative``).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from typing import Dict, List, Optional, Tuple
+
+from ..errors import UnsafePathError
+from .paths import Roots
+
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+_MAX_OPEN = 128  # directory descriptors kept open at once
+
+
+class RootDirs:
+    """Directory descriptors of the roots of one transaction; ``close`` when done."""
+
+    def __init__(self, roots: Roots) -> None:
+        self.roots = roots
+        self._fds: Dict[Tuple[str, str], int] = {}
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+    def __enter__(self) -> "RootDirs":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def directory(self, root: str, rel_dir: str, create: bool = False,
+                  created: Optional[List[str]] = None) -> int:
+        """The descriptor of directory ``rel_dir`` of ``root`` ("" is the root itself), each
+        component opened without following symlinks; ``create``: make missing ones (their
+        paths are appended to ``created``, outermost first)."""
+        key = (root, rel_dir)
+        fd = self._fds.get(key)
+        if fd is not None:
+            return fd
+        if not rel_dir:
+            fd = os.open(self.roots.get(root).real, os.O_RDONLY | os.O_DIRECTORY)
+        else:
+            head, _sep, name = rel_dir.rpartition("/")
+            parent = self.directory(root, head, create, created)
+            try:
+                fd = os.open(name, _DIR, dir_fd=parent)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                os.mkdir(name, 0o755, dir_fd=parent)
+                if created is not None:
+                    created.append(rel_dir)
+                fd = os.open(name, _DIR, dir_fd=parent)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise self._unsafe(root, rel_dir) from None
+                raise
+        if len(self._fds) >= _MAX_OPEN:
+            self.close()
+        self._fds[key] = fd
+        return fd
+
+    def parent(self, root: str, rel: str, create: bool = False,
+               created: Optional[List[str]] = None) -> Tuple[int, str]:
+        head, _sep, name = rel.rpartition("/")
+        return self.directory(root, head, create, created), name
+
+    def _unsafe(self, root: str, rel_dir: str) -> UnsafePathError:
+        full = os.path.join(self.roots.get(root).real, rel_dir)
+        what = "a symlink (to %s)" % os.readlink(full) if os.path.islink(full) else "not a directory"
+        return UnsafePathError(
+            "%s:%s is now %s: it changed while patchkit was working; refusing to write through "
+            "it. Put the directory back, then run again (the next run restores whatever this one "
+            "left)" % (root, rel_dir, what), root=root, path=rel_dir)
+
+    # -- files -------------------------------------------------------------------------------
+
+    def open_file(self, root: str, rel: str) -> Optional[int]:
+        """A read-only descriptor of file ``rel`` (None: no file there)."""
+        try:
+            dfd, name = self.parent(root, rel)
+            return os.open(name, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), dir_fd=dfd)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise self._unsafe(root, rel) from None
+            raise
+
+    def read(self, root: str, rel: str) -> Optional[bytes]:
+        fd = self.open_file(root, rel)
+        if fd is None:
+            return None
+        try:
+            return read_fd(fd)
+        finally:
+            os.close(fd)
+
+    def write_temp(self, root: str, rel: str, data: bytes, mode: int,
+                   owner: Optional[Tuple[int, int]], created: Optional[List[str]] = None) -> None:
+        """Write ``data`` to the temporary sibling of ``rel`` (not fsynced: the caller syncs)."""
+        dfd, name = self.parent(root, rel, create=True, created=created)
+        tmp = temp_of(name)
+        try:
+            os.unlink(tmp, dir_fd=dfd)  # a crash's leftover (or a planted link): never opened
+        except FileNotFoundError:
+            pass
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dfd)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fchmod(fd, mode)
+            if owner is not None:
+                try:
+                    os.fchown(fd, owner[0], owner[1])
+                except OSError:
+                    pass
+        finally:
+            os.close(fd)
+
+    def commit_temp(self, root: str, rel: str) -> None:
+        dfd, name = self.parent(root, rel)
+        os.replace(temp_of(name), name, src_dir_fd=dfd, dst_dir_fd=dfd)
+
+    def remove_temp(self, root: str, rel: str) -> None:
+        try:
+            dfd, name = self.parent(root, rel)
+            os.unlink(temp_of(name), dir_fd=dfd)
+        except FileNotFoundError:
+            pass
+
+    def unlink(self, root: str, rel: str) -> None:
+        try:
+            dfd, name = self.parent(root, rel)
+            os.unlink(name, dir_fd=dfd)
+        except FileNotFoundError:
+            pass
+
+    def link_out(self, root: str, rel: str, dest: str) -> None:
+        """Hard-link file ``rel`` (not a symlink there) to the absolute path ``dest``."""
+        dfd, name = self.parent(root, rel)
+        os.link(name, dest, src_dir_fd=dfd, follow_symlinks=False)
+
+    def rename_in(self, source: str, root: str, rel: str) -> None:
+        """Move the file at absolute path ``source`` (a backup) to ``rel``: needs no space."""
+        dfd, name = self.parent(root, rel)
+        os.rename(source, name, dst_dir_fd=dfd)
+
+    def chmod_chown(self, root: str, rel: str, mode: Optional[int],
+                    owner: Optional[Tuple[int, int]]) -> None:
+        fd = self.open_file(root, rel)
+        if fd is None:
+            return
+        try:
+            st = os.fstat(fd)
+            if mode is not None and stat.S_IMODE(st.st_mode) != mode:
+                os.fchmod(fd, mode)
+            if owner is not None and (st.st_uid, st.st_gid) != tuple(owner):
+                try:
+                    os.fchown(fd, owner[0], owner[1])
+                except OSError:
+                    pass
+        finally:
+            os.close(fd)
+
+    def fsync_dir(self, root: str, rel_dir: str) -> None:
+        os.fsync(self.directory(root, rel_dir))
+
+    def remove_empty_dirs(self, root: str, rel_dirs: List[str]) -> None:
+        """Remove directories a transaction created, innermost first, if empty again."""
+        for rel in sorted(rel_dirs, key=len, reverse=True):
+            try:
+                dfd, name = self.parent(root, rel)
+                stale = self._fds.pop((root, rel), None)
+                if stale is not None:
+                    os.close(stale)
+                os.rmdir(name, dir_fd=dfd)
+            except (OSError, UnsafePathError):
+                pass
+
+    def purge_pycache(self, root: str, rel_dirs: List[str]) -> List[str]:
+        """Remove ``__pycache__`` in each directory (a real directory, never a link's target)."""
+        purged = []
+        for rel in sorted(set(rel_dirs)):
+            try:
+                dfd = self.directory(root, rel)
+            except (OSError, UnsafePathError):
+                continue
+            try:
+                st = os.stat("__pycache__", dir_fd=dfd, follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                _rmtree_at(dfd, "__pycache__")
+                purged.append(os.path.join(self.roots.get(root).real, rel, "__pycache__"))
+        return purged
+
+
+def temp_of(name: str) -> str:
+    """The temporary sibling of a file (fixed, so a crash's leftover is found again)."""
+    return ".%s.patchkit-tmp" % name
+
+
+def read_fd(fd: int) -> bytes:
+    chunks = []
+    while True:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def _rmtree_at(parent: int, name: str) -> None:
+    """``rm -r`` of directory ``name`` in ``parent``, by descriptors: a symlink inside is
+    removed as a link, never followed."""
+    try:
+        fd = os.open(name, _DIR, dir_fd=parent)
+    except OSError:
+        return
+    try:
+        for entry in list(os.scandir(fd)):
+            if entry.is_dir(follow_symlinks=False):
+                _rmtree_at(fd, entry.name)
+            else:
+                try:
+                    os.unlink(entry.name, dir_fd=fd)
+                except FileNotFoundError:
+                    pass
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(name, dir_fd=parent)
+    except OSError:
+        pass
