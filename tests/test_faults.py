@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
 
@@ -141,11 +142,14 @@ def check_recovered(target: Target, roots: Dict[str, str], op: str, point: str,
     return outcome
 
 
-def crash_case(side: str, op: str, point: str, base: Path, ssh: Any = None) -> None:
+def crash_case(side: str, op: str, point: str, base: Path, ssh: Any = None,
+               variant: str = "") -> None:
+    """Kill ``op`` at ``point``, then recover with the next status. ``variant``: ``moved``,
+    the tree is moved after the kill and a decoy tree takes its old path (recovery must act
+    on the moved tree and never touch the decoy); ``full``, the tree's file system (a tmpfs
+    ``base`` lies on) is filled to the last block after the kill (recovery needs no space)."""
     roots = make_tree(base)
     original = snapshot(roots)
-    local = LocalTarget(roots, PY, "local")
-    target: Target = local if side == "local" else RemoteTarget(ssh.spec(), roots, PY)
     if op == "rollback":
         assert run(request("apply", roots))["ok"]
         before, after = snapshot(roots), original  # the tree before / after the killed op
@@ -161,8 +165,67 @@ def crash_case(side: str, op: str, point: str, base: Path, ssh: Any = None) -> N
         twin = make_tree(base.parent / (base.name + "-twin"))
         assert run(request("apply", twin))["ok"]
         after = {k: v for k, v in snapshot(twin).items()}
-    check_recovered(target, roots, op, point, before, after)
-    COVERED.setdefault((side, op), []).append(point)
+    decoy = filler = None
+    if variant == "moved":
+        new = base.parent / (base.name + "-moved")
+        os.rename(base, new)
+        roots = {k: v.replace(str(base), str(new), 1) for k, v in roots.items()}
+        decoy = make_tree(base)
+        decoy_before = snapshot(decoy, state=True)
+    elif variant == "full":
+        filler = fill_disk(base.parent)
+    target: Target = (LocalTarget(roots, PY, "local") if side == "local"
+                      else RemoteTarget(ssh.spec(), roots, PY))
+    try:
+        check_recovered(target, roots, op, point, before, after)
+    finally:
+        if filler is not None:
+            filler.unlink()
+    if decoy is not None:
+        assert snapshot(decoy, state=True) == decoy_before, point  # nothing written at the old path
+    COVERED.setdefault((side + ("-" + variant if variant else ""), op), []).append(point)
+
+
+def fill_disk(directory: Path) -> Path:
+    """Fill ``directory``'s file system to the last block; returns the filler file."""
+    filler = directory / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        while True:
+            os.write(fd, b"\0" * 65536)
+    except OSError:
+        pass
+    try:
+        while True:
+            os.write(fd, b"\0" * 512)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return filler
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A small tmpfs of the test's own, where a full disk is made in a moment."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)],
+                          capture_output=True, text=True)
+    if proc.returncode:
+        pytest.skip("cannot mount a small tmpfs here (%s)" % proc.stderr.strip())
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def sweep_dir(base: Path, i: int) -> Path:
+    """A fresh directory for case ``i`` (the last case's trees are removed: a tmpfs is small)."""
+    for old in base.iterdir() if base.exists() else []:
+        if old.name.startswith("c") and old.is_dir():
+            shutil.rmtree(old)
+    return base / ("c%d" % i) / "tree"
 
 
 def test_killed_local_apply_at_every_occurrence(tmp_path: Path,
@@ -181,6 +244,20 @@ def test_killed_local_rollback_at_every_occurrence(tmp_path: Path,
     assert COVERED[("local", "rollback")] == points
 
 
+@pytest.mark.parametrize("op", ["apply", "rollback"])
+@pytest.mark.parametrize("variant", ["moved", "full"])
+def test_killed_local_run_then_moved_or_disk_full(op: str, variant: str, tmp_path: Path,
+                                                  tmp_path_factory: pytest.TempPathFactory,
+                                                  request: pytest.FixtureRequest) -> None:
+    """Every occurrence of every point, then the checkout moved (a decoy at the old path) or
+    its disk full: 0 half-applied trees, 0 writes outside the roots (docs/reliability.md)."""
+    base = request.getfixturevalue("tmpfs") if variant == "full" else tmp_path
+    points = occurrences(counts(op, tmp_path_factory))
+    for i, point in enumerate(points):
+        crash_case("local", op, point, sweep_dir(base, i), variant=variant)
+    assert COVERED[("local-" + variant, op)] == points
+
+
 @pytest.fixture
 def ssh(sshd: SshServer, tmp_path: Path) -> Ssh:
     return Ssh(sshd, tmp_path)
@@ -197,6 +274,21 @@ def test_killed_remote_run_at_every_kind_of_point(op: str, ssh: Ssh, tmp_path: P
     for i, point in enumerate(points):
         crash_case("remote", op, point, tmp_path / ("c%d" % i) / "tree", ssh)
     assert COVERED[("remote", op)] == points
+
+
+@pytest.mark.ssh
+@pytest.mark.parametrize("op", ["apply", "rollback"])
+@pytest.mark.parametrize("variant", ["moved", "full"])
+def test_killed_remote_run_then_moved_or_disk_full(op: str, variant: str, ssh: Ssh, tmp_path: Path,
+                                                   tmp_path_factory: pytest.TempPathFactory,
+                                                   request: pytest.FixtureRequest) -> None:
+    """Over ssh, each kind of point once and the last write, then moved or full."""
+    base = request.getfixturevalue("tmpfs") if variant == "full" else tmp_path
+    seen = counts(op, tmp_path_factory)
+    points = ["%s:1" % p for p in faults.POINTS] + ["write:%d" % seen["write"]]
+    for i, point in enumerate(points):
+        crash_case("remote", op, point, sweep_dir(base, i), ssh, variant=variant)
+    assert COVERED[("remote-" + variant, op)] == points
 
 
 def test_zz_injection_points_covered(tmp_path_factory: pytest.TempPathFactory) -> None:
