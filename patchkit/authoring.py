@@ -12,8 +12,8 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import re
+import secrets
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -131,7 +131,7 @@ def new_fix(
 
     catalog.manifests_dir.mkdir(parents=True, exist_ok=True)
     catalog.patches_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=catalog.patches_dir))
+    staging = _staging_dir(catalog.patches_dir, name)
     try:
         (staging / patch_file).write_text(body, encoding="utf-8", errors="surrogateescape", newline="")
         series.parse_patch(staging / patch_file, root)  # what we wrote must read back
@@ -153,6 +153,19 @@ def new_fix(
         base_release=release,
         changed=True,
     )
+
+
+def _staging_dir(parent: Path, name: str) -> Path:
+    """A fresh hidden directory in ``parent`` with the permissions of any directory the user
+    makes (0777 less the umask), renamed into place once complete. ``tempfile.mkdtemp`` would
+    make it 0700, and the rename would carry that private mode into the catalog."""
+    while True:
+        staging = parent / f".{name}.{secrets.token_hex(4)}"
+        try:
+            staging.mkdir()
+            return staging
+        except FileExistsError:
+            continue
 
 
 def _write_new(path: Path, text: str) -> None:

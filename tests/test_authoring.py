@@ -283,3 +283,44 @@ def test_refresh_drops_a_patch_whose_files_no_longer_change(tmp_path: Path,
     assert sorted(p.name for p in patch_dir.iterdir()) == ["0001-two-files.patch"]
     again = patchkit(new_catalog, "refresh", "two", "--from", str(src))
     assert again.exit_code == 0 and "unchanged" in flat(again.output)
+
+
+# -- modes, the base release, permissions (issue 12, item 13) ----------------------------------
+
+
+def small_checkout(tmp_path: Path, release: str = "0.5.21") -> Path:
+    """A committed checkout-layout tree: a version file and two small modules, all 0644."""
+    src = tmp_path / "src"
+    pkg = src / "python" / "sglang"
+    pkg.mkdir(parents=True)
+    (pkg / "_version.py").write_text(f'__version__ = "{release}"\n')
+    for name in ("a.py", "b.py"):
+        (pkg / name).write_text("one = 1\ntwo = 2\nthree = 3\n")
+        os.chmod(pkg / name, 0o644)
+    git(src, "init", "-q")
+    git(src, "add", ".")
+    git(src, "commit", "-q", "-m", "a release")
+    return src
+
+
+def perms(path: Path) -> int:
+    return path.stat().st_mode & 0o7777
+
+
+def test_new_writes_the_series_directory_with_normal_permissions(
+        tmp_path: Path, new_catalog: Path) -> None:
+    src = small_checkout(tmp_path)
+    module = src / "python" / "sglang" / "a.py"
+    module.write_text(module.read_text().replace("two = 2", "two = 22"))
+    old = os.umask(0o022)
+    try:
+        made = patchkit(new_catalog, "new", "perms", "--from", str(src), "--title", "t")
+    finally:
+        os.umask(old)
+    assert made.exit_code == 0, made.output
+    patch_dir = new_catalog / "patches" / "perms"
+    assert perms(new_catalog / "patches") == 0o755
+    assert perms(patch_dir) == 0o755
+    assert [perms(p) for p in patch_dir.iterdir()] == [0o644]
+    assert perms(new_catalog / "manifests" / "perms.toml") == 0o644
+    assert [p.name for p in (new_catalog / "patches").iterdir()] == ["perms"]  # no staging left
