@@ -45,9 +45,12 @@ class AuthoringResult:
 
 
 def release_of(tree: Path) -> str | None:
-    """The SGLang release of a tree (its ``_version.py`` or the tag of HEAD)."""
+    """The SGLang release a checkout's HEAD is: its committed ``_version.py`` (or
+    ``version.py``), else the tag of HEAD. Never the work tree's version file: the author may
+    have edited it, and the fix is written against what HEAD holds."""
     real = os.path.realpath(tree)
-    version, _where = detect_release(Root("sglang", str(tree), real, detect_layout(str(tree))))
+    root = Root("sglang", str(tree), real, detect_layout(str(tree)))
+    version, _where = detect_release(root, lambda rel: gitrepo.head_bytes(tree, rel))
     return version
 
 

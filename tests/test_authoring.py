@@ -307,6 +307,24 @@ def perms(path: Path) -> int:
     return path.stat().st_mode & 0o7777
 
 
+def test_new_reads_the_base_release_from_head_not_the_edited_tree(
+        tmp_path: Path, new_catalog: Path) -> None:
+    src = small_checkout(tmp_path, release="0.5.21")
+    version = src / "python" / "sglang" / "_version.py"
+    version.write_text('__version__ = "0.5.99.dev0"\n')
+    module = src / "python" / "sglang" / "a.py"
+    module.write_text(module.read_text().replace("two = 2", "two = 22"))
+    made = patchkit(new_catalog, "new", "from-head", "--from", str(src), "--title", "t")
+    assert made.exit_code == 0, made.output
+    assert "created from-head v1 (base 0.5.21)" in flat(made.output)
+    assert Catalog(new_catalog).get("from-head").upstream.base_release == "0.5.21"
+
+    module.write_text(module.read_text().replace("one = 1", "one = 11"))
+    refreshed = patchkit(new_catalog, "refresh", "from-head", "--from", str(src))
+    assert refreshed.exit_code == 0, refreshed.output
+    assert "refreshed from-head v2 (base 0.5.21)" in flat(refreshed.output)
+
+
 def test_new_writes_the_series_directory_with_normal_permissions(
         tmp_path: Path, new_catalog: Path) -> None:
     src = small_checkout(tmp_path)
