@@ -307,6 +307,70 @@ def perms(path: Path) -> int:
     return path.stat().st_mode & 0o7777
 
 
+def test_new_captures_a_mode_change_with_an_edit_and_apply_sets_it(
+        tmp_path: Path, new_catalog: Path) -> None:
+    src = small_checkout(tmp_path)
+    script = src / "python" / "sglang" / "a.py"
+    script.write_text(script.read_text().replace("two = 2", "two = 22"))
+    os.chmod(script, 0o755)
+    made = patchkit(new_catalog, "new", "exec-a", "--from", str(src), "--title", "run a")
+    assert made.exit_code == 0, made.output
+    fix = Catalog(new_catalog).get("exec-a")
+    text = fix.patches[0].path.read_text()
+    assert "old mode 100644\nnew mode 100755\n" in text
+    assert [(r["path"], r["op"], r["mode"]) for r in parse_patch(fix.patches[0].path, "sglang")] \
+        == [("python/sglang/a.py", "modify", "100755")]
+
+    reset(src)
+    os.chmod(script, 0o644)
+    assert git(src, "status", "--porcelain") == ""
+    apply_series(src, [fix.patches[0].path])  # git reads the mode lines the same way
+    assert perms(script) == 0o755 and "two = 22" in script.read_text()
+    reset(src)
+    os.chmod(script, 0o644)
+
+    target = LocalTarget(roots={"sglang": str(src)})
+    assert api.apply(Catalog(new_catalog), target, ["exec-a"]).fixes[0].outcome == "applied"
+    assert perms(script) == 0o755 and "two = 22" in script.read_text()
+    api.rollback(Catalog(new_catalog), target, ["exec-a"])
+    assert perms(script) == 0o644 and touched(src) == {}
+
+
+def test_new_captures_a_mode_only_change(tmp_path: Path, new_catalog: Path) -> None:
+    src = small_checkout(tmp_path)
+    script = src / "python" / "sglang" / "b.py"
+    os.chmod(script, 0o755)
+    made = patchkit(new_catalog, "new", "exec-b", "--from", str(src), "--title", "run b")
+    assert made.exit_code == 0, made.output
+    assert "python/sglang/b.py" in made.output
+    fix = Catalog(new_catalog).get("exec-b")
+    text = fix.patches[0].path.read_text()
+    assert text.endswith("diff --git a/python/sglang/b.py b/python/sglang/b.py\n"
+                         "old mode 100644\nnew mode 100755\n")
+    assert [(r["op"], r["mode"], r["hunks"]) for r in parse_patch(fix.patches[0].path, "sglang")] \
+        == [("modify", "100755", [])]
+
+    os.chmod(script, 0o644)
+    assert git(src, "status", "--porcelain") == ""
+    apply_series(src, [fix.patches[0].path])
+    assert perms(script) == 0o755
+    os.chmod(script, 0o644)
+
+    before = script.read_bytes()
+    target = LocalTarget(roots={"sglang": str(src)})
+    assert api.apply(Catalog(new_catalog), target, ["exec-b"]).fixes[0].outcome == "applied"
+    assert perms(script) == 0o755 and script.read_bytes() == before
+    assert [(s.name, s.state) for s in api.status(Catalog(new_catalog), target).status] == [
+        ("exec-b", "applied")]
+    api.rollback(Catalog(new_catalog), target, ["exec-b"])
+    assert perms(script) == 0o644 and script.read_bytes() == before
+
+    # refresh keeps it: the series read back from the checkout is the same mode-only patch
+    os.chmod(script, 0o755)
+    again = patchkit(new_catalog, "refresh", "exec-b", "--from", str(src))
+    assert again.exit_code == 0 and "unchanged" in flat(again.output), again.output
+
+
 def test_new_reads_the_base_release_from_head_not_the_edited_tree(
         tmp_path: Path, new_catalog: Path) -> None:
     src = small_checkout(tmp_path, release="0.5.21")
@@ -342,3 +406,23 @@ def test_new_writes_the_series_directory_with_normal_permissions(
     assert [perms(p) for p in patch_dir.iterdir()] == [0o644]
     assert perms(new_catalog / "manifests" / "perms.toml") == 0o644
     assert [p.name for p in (new_catalog / "patches").iterdir()] == ["perms"]  # no staging left
+
+
+def test_new_of_a_file_git_lists_but_that_equals_head_says_nothing_to_capture(
+        tmp_path: Path, new_catalog: Path) -> None:
+    """A staged edit undone in the work tree: git status lists the file, its bytes and mode
+    are HEAD's. Nothing to capture, said of the checkout, never of a staging file."""
+    src = small_checkout(tmp_path)
+    module = src / "python" / "sglang" / "a.py"
+    text = module.read_text()
+    module.write_text(text.replace("two = 2", "two = 22"))
+    git(src, "add", "python/sglang/a.py")
+    module.write_text(text)
+    assert git(src, "status", "--porcelain") == "MM python/sglang/a.py\n"
+    before = catalog_state(new_catalog)
+    result = patchkit(new_catalog, "new", "staged", "--from", str(src), "--title", "t")
+    assert result.exit_code == EXIT_USAGE, result.output
+    message = flat(result.output)
+    assert "nothing to capture" in message and str(src) in message
+    assert ".staged." not in message and "patches" not in message
+    assert catalog_state(new_catalog) == before
