@@ -195,3 +195,18 @@ def test_lock_busy_during_the_write_phase_names_pid_op_and_start(checkout: Path,
         gate.touch()
     assert _finish(proc)["ok"]
     assert not holder.exists()  # the record lives only as long as the write phase
+
+
+
+def test_a_file_already_setuid_keeps_its_mode_through_apply_and_rollback(checkout: Path) -> None:
+    """A patch without mode lines gives no mode, so nothing is refused, and the file keeps the
+    mode it has: written with its owner first, then its mode (a chown clears setuid)."""
+    os.chmod(checkout / SCRIPT, 0o4755)
+    text = (checkout / SCRIPT).read_text()
+    edit = fix("e", [file_record(SCRIPT, text, text.replace("launching", "starting"))])
+    assert run(request("apply", {"sglang": checkout}, [edit]))["ok"]
+    assert os.stat(checkout / SCRIPT).st_mode & 0o7777 == 0o4755
+    assert "starting" in (checkout / SCRIPT).read_text()
+    assert run(request("rollback", {"sglang": checkout}, [edit]))["ok"]
+    assert os.stat(checkout / SCRIPT).st_mode & 0o7777 == 0o4755
+    assert (checkout / SCRIPT).read_text() == text
