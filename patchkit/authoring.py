@@ -12,8 +12,9 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import re
+import secrets
 import shutil
-import tempfile
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -22,7 +23,7 @@ from . import gitrepo, manifest, series
 from .catalog import Catalog
 from .engine.auto import detect_release
 from .engine.paths import Root, detect_layout
-from .errors import UsageError
+from .errors import InternalError, PatchFormatError, UsageError
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,8 @@ class CapturedFile:
     path: str  # relative to the checkout
     before: bytes | None  # None: absent at HEAD (created)
     after: bytes | None  # None: deleted in the work tree
-    mode: str
+    mode: str  # git mode in the work tree ("100644" or "100755"); the HEAD mode when deleted
+    old_mode: str | None = None  # git mode at HEAD; None when absent at HEAD
 
 
 @dataclass(frozen=True)
@@ -45,9 +47,12 @@ class AuthoringResult:
 
 
 def release_of(tree: Path) -> str | None:
-    """The SGLang release of a tree (its ``_version.py`` or the tag of HEAD)."""
+    """The SGLang release a checkout's HEAD is: its committed ``_version.py`` (or
+    ``version.py``), else the tag of HEAD. Never the work tree's version file: the author may
+    have edited it, and the fix is written against what HEAD holds."""
     real = os.path.realpath(tree)
-    version, _where = detect_release(Root("sglang", str(tree), real, detect_layout(str(tree))))
+    root = Root("sglang", str(tree), real, detect_layout(str(tree)))
+    version, _where = detect_release(root, lambda rel: gitrepo.head_bytes(tree, rel))
     return version
 
 
@@ -61,11 +66,19 @@ def capture(src: Path, paths: Sequence[str] = ()) -> list[CapturedFile]:
             path=str(src),
         )
     out = []
+    modes = gitrepo.tracks_modes(src)
     for rel in gitrepo.changed_files(src, paths):
         full = src / rel
+        at_head = gitrepo.head_file(src, rel)
+        before, old_mode = at_head if at_head is not None else (None, None)
         after = full.read_bytes() if full.is_file() else None
-        mode = "100755" if full.is_file() and os.access(full, os.X_OK) else "100644"
-        out.append(CapturedFile(rel, gitrepo.head_bytes(src, rel), after, mode))
+        if after is None or (old_mode is not None and not modes):
+            mode = old_mode or series.DEFAULT_MODE
+        else:  # git's rule: the owner's execute bit makes a file 100755
+            mode = "100755" if full.stat().st_mode & stat.S_IXUSR else "100644"
+        if before == after and (before is None or old_mode == mode):
+            continue  # git lists it (staged, or filtered) but bytes and mode equal HEAD's
+        out.append(CapturedFile(rel, before, after, mode, old_mode))
     if not out:
         what = " ".join(paths) if paths else "the tree"
         raise UsageError(
@@ -81,7 +94,8 @@ def _series_text(subject: str, body: str, files: Sequence[CapturedFile]) -> str:
     if body.strip():
         head += body.strip() + "\n"
     head += "---\n"
-    return head + "".join(series.diff_files(f.before, f.after, f.path, mode=f.mode) for f in files)
+    return head + "".join(series.diff_files(f.before, f.after, f.path, mode=f.mode,
+                                            old_mode=f.old_mode) for f in files)
 
 
 def _slug(text: str) -> str:
@@ -131,10 +145,10 @@ def new_fix(
 
     catalog.manifests_dir.mkdir(parents=True, exist_ok=True)
     catalog.patches_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=catalog.patches_dir))
+    staging = _staging_dir(catalog.patches_dir, name)
     try:
         (staging / patch_file).write_text(body, encoding="utf-8", errors="surrogateescape", newline="")
-        series.parse_patch(staging / patch_file, root)  # what we wrote must read back
+        _read_back(staging / patch_file, patch_dir / patch_file, root)
         os.replace(staging, patch_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -153,6 +167,31 @@ def new_fix(
         base_release=release,
         changed=True,
     )
+
+
+def _read_back(written: Path, final: Path, root: str) -> None:
+    """What was written must read back as a series; if not, that is patchkit's bug, reported
+    under the series file's own name (not the staging file's, which is gone by then)."""
+    try:
+        series.parse_patch(written, root)
+    except PatchFormatError as exc:
+        raise InternalError(
+            f"patchkit wrote a series for {final} that it cannot read back: "
+            f"{exc.message.replace(str(written), str(final))}. Nothing was written; report this "
+            "with the `git diff` of the checkout", path=str(final)) from None
+
+
+def _staging_dir(parent: Path, name: str) -> Path:
+    """A fresh hidden directory in ``parent`` with the permissions of any directory the user
+    makes (0777 less the umask), renamed into place once complete. ``tempfile.mkdtemp`` would
+    make it 0700, and the rename would carry that private mode into the catalog."""
+    while True:
+        staging = parent / f".{name}.{secrets.token_hex(4)}"
+        try:
+            staging.mkdir()
+            return staging
+        except FileExistsError:
+            continue
 
 
 def _write_new(path: Path, text: str) -> None:
@@ -240,7 +279,7 @@ def _replace_series(texts: dict, old_texts: dict, bump: Callable[[], None]) -> N
             tmp = ref.path.with_name(f".{ref.path.name}.tmp")
             staged[ref] = tmp
             tmp.write_text(text, encoding="utf-8", errors="surrogateescape", newline="")
-            series.parse_patch(tmp, ref.root)
+            _read_back(tmp, ref.path, ref.root)
     except BaseException:
         for tmp in staged.values():
             tmp.unlink(missing_ok=True)

@@ -28,6 +28,7 @@ __all__ = [
     "create_branch",
     "changed_files",
     "head_bytes",
+    "head_file",
     "clone",
     "commit_directory",
     "commit_info",
@@ -38,6 +39,7 @@ __all__ = [
     "git_dir",
     "head",
     "init",
+    "tracks_modes",
     "patch_id",
     "is_clean",
     "is_git_checkout",
@@ -378,12 +380,26 @@ def changed_files(path: Path | str, paths: Sequence[str] = ()) -> list[str]:
 
 def head_bytes(path: Path | str, relpath: str) -> bytes | None:
     """The bytes of ``relpath`` at HEAD, or None when HEAD does not have it."""
+    found = head_file(path, relpath)
+    return None if found is None else found[0]
+
+
+def head_file(path: Path | str, relpath: str) -> tuple[bytes, str] | None:
+    """The bytes and git mode ("100644", "100755") of ``relpath`` at HEAD, or None when HEAD
+    does not have it."""
     repo = git.Repo(str(path), search_parent_directories=True)
     try:
         blob = repo.head.commit.tree / relpath
     except (KeyError, ValueError):
         return None
-    return blob.data_stream.read()
+    return blob.data_stream.read(), f"{blob.mode:o}"
+
+
+def tracks_modes(path: Path | str) -> bool:
+    """Whether the checkout's git records executable bits (``core.fileMode``, true unless set
+    false, as on file systems whose every file looks executable)."""
+    value = get_config(path, "core.fileMode")
+    return value is None or value.strip().lower() not in ("false", "no", "off", "0")
 
 
 def apply_and_commit(

@@ -70,7 +70,7 @@ DATE_RE = re.compile(r"\d{4}-\d{2}-\d{2}\Z")
 
 TOP_KEYS = ("format", "name", "version", "title", "status", "rationale", "depends_on",
             "supersedes", "reverts", "upstream", "patches", "preconditions", "verification",
-            "actions", "rollback", "changelog", "revert")
+            "actions", "rollback", "changelog", "revert", "allow_special_modes")
 TOP_REQUIRED = ("format", "name", "version", "title", "status", "rationale", "upstream")
 REVERT_KEYS = ("commit", "fix", "paths", "root")
 UPSTREAM_KEYS = ("project", "base_release", "releases", "root", "forwarding", "reference")
@@ -366,10 +366,11 @@ def fix_data(fix: Fix) -> tuple:
             checks(fix.verification), fix.actions.purge_pycache,
             (fix.rollback.strategy, fix.rollback.notes),
             [(c.version, c.date, c.summary, c.base_release) for c in fix.changelog],
-            None if rev is None else (rev.commit, rev.fix, list(rev.paths), rev.root))
+            None if rev is None else (rev.commit, rev.fix, list(rev.paths), rev.root),
+            fix.allow_special_modes)
 
 
-FIX_DATA_FORMAT = 1
+FIX_DATA_FORMAT = 2
 
 
 def fix_from_data(data: Any, manifest_path: Path, patch_dir: Path) -> Fix:
@@ -377,7 +378,8 @@ def fix_from_data(data: Any, manifest_path: Path, patch_dir: Path) -> Fix:
     validated when recorded). Raises ``ValueError`` for data of another shape."""
     try:
         (tag, fmt, name, version, title, status, rationale, up, patches, depends_on, supersedes,
-         reverts, preconditions, verification, purge, rollback, changelog, rev) = data
+         reverts, preconditions, verification, purge, rollback, changelog, rev,
+         allow_special_modes) = data
         if tag != FIX_DATA_FORMAT:
             raise ValueError(f"fix data format {tag!r}")
         return Fix(
@@ -396,7 +398,8 @@ def fix_from_data(data: Any, manifest_path: Path, patch_dir: Path) -> Fix:
             changelog=tuple(ChangelogEntry(version=v, date=d, summary=s, base_release=b)
                             for v, d, s, b in changelog),
             revert=None if rev is None else Revert(commit=rev[0], fix=rev[1],
-                                                   paths=tuple(rev[2]), root=rev[3]))
+                                                   paths=tuple(rev[2]), root=rev[3]),
+            allow_special_modes=allow_special_modes)
     except (TypeError, ValueError, IndexError, AttributeError) as exc:
         raise ValueError(f"not the data of a fix: {exc}") from None
 
@@ -443,12 +446,13 @@ def _build_fix(ctx: _Ctx, data: Mapping[str, Any], patch_dir: Path) -> Fix:
     actions = _build_actions(ctx, data)
     rollback = _build_rollback(ctx, data)
     changelog = _build_changelog(ctx, data, version)
+    allow_special_modes = _typed(ctx, data, "", "allow_special_modes", bool, False)
     return Fix(format=fmt, name=name, version=version, title=title, status=status,
                rationale=rationale, upstream=upstream, patches=patches,
                manifest_path=ctx.path, patch_dir=patch_dir, depends_on=depends_on,
                supersedes=supersedes, reverts=reverts, preconditions=preconditions,
                verification=verification, actions=actions, rollback=rollback,
-               changelog=changelog, revert=revert)
+               changelog=changelog, revert=revert, allow_special_modes=allow_special_modes)
 
 
 def _build_revert(ctx: _Ctx, data: Mapping[str, Any], own: str, default_root: str) -> Revert | None:

@@ -276,6 +276,7 @@ class Fix(Frozen):
     rollback: Rollback = _NO_ROLLBACK
     changelog: tuple[ChangelogEntry, ...] = ()
     revert: Revert | None = None
+    allow_special_modes: bool = False  # files may be made setuid, setgid, sticky, o+w
 
     def __init__(self, format: int, name: str, version: int, title: str, status: str,
                  rationale: str, upstream: Upstream, patches: tuple[PatchRef, ...],
@@ -283,13 +284,15 @@ class Fix(Frozen):
                  supersedes: tuple[str, ...] = (), reverts: str = "",
                  preconditions: tuple[Check, ...] = (), verification: tuple[Check, ...] = (),
                  actions: Actions = _NO_ACTIONS, rollback: Rollback = _NO_ROLLBACK,
-                 changelog: tuple[ChangelogEntry, ...] = (), revert: Revert | None = None) -> None:
+                 changelog: tuple[ChangelogEntry, ...] = (), revert: Revert | None = None,
+                 allow_special_modes: bool = False) -> None:
         self.__dict__.update(
             format=format, name=name, version=version, title=title, status=status,
             rationale=rationale, upstream=upstream, patches=patches, manifest_path=manifest_path,
             patch_dir=patch_dir, depends_on=depends_on, supersedes=supersedes, reverts=reverts,
             preconditions=preconditions, verification=verification, actions=actions,
-            rollback=rollback, changelog=changelog, revert=revert)
+            rollback=rollback, changelog=changelog, revert=revert,
+            allow_special_modes=allow_special_modes)
 
     @property
     def is_inactive(self) -> bool:
@@ -332,6 +335,7 @@ class Fix(Frozen):
             "verification": [c.to_request() for c in self.verification],
             "actions": {"purge_pycache": self.actions.purge_pycache},
             "rollback": {"strategy": self.rollback.strategy, "notes": self.rollback.notes},
+            "allow_special_modes": self.allow_special_modes,
             "revert": None if self.revert is None else {
                 "commit": self.revert.commit, "fix": self.revert.fix,
                 "paths": list(self.revert.paths), "root": self.revert.root},

@@ -81,7 +81,7 @@ def build_request(catalog: Catalog, fixes: list[Fix] | list[FixStub], *, op: str
                                  f"the target does not define (it has {', '.join(sorted(roots))}). "
                                  "Define them with --root NAME=PATH or [targets.NAME.roots] in "
                                  "patchkit.toml", fix=fix.name, roots=missing)
-    return {
+    request = {
         "format": REQUEST_FORMAT,
         "op": op,
         "dry_run": bool(dry_run),
@@ -96,6 +96,26 @@ def build_request(catalog: Catalog, fixes: list[Fix] | list[FixStub], *, op: str
             fix_request(dep, catalog) for dep in _outside_dependencies(catalog, fixes)],
         "commit": bool(commit),
     }
+    if op == "apply":
+        _check_modes(request["fixes"])
+    return request
+
+
+def _check_modes(fixes: list[dict[str, Any]]) -> None:
+    """The engine's refusal of special file modes (setuid, setgid, sticky, world-writable),
+    raised here before any target is contacted: only records with a mode line are looked at."""
+    from .engine.hunks import parse_mode
+    from .engine.request import unsafe_mode
+
+    for fix in fixes:
+        if fix.get("allow_special_modes"):
+            continue
+        for rec in fix.get("files") or ():
+            if rec.get("mode"):
+                err = unsafe_mode(fix["name"], rec.get("patch", ""), rec["root"], rec["path"],
+                                  parse_mode(rec["mode"]))
+                if err is not None:
+                    raise err
 
 
 def _outside_dependencies(catalog: Catalog, fixes: list[Fix]) -> list[Fix]:
@@ -147,6 +167,7 @@ def fix_request(fix: Fix, catalog: Catalog | None = None) -> dict[str, Any]:
         "actions": {"purge_pycache": fix.actions.purge_pycache},
         "scripts": _scripts(fix),
         "rollback": {"strategy": fix.rollback.strategy},
+        "allow_special_modes": fix.allow_special_modes,
     }
 
 

@@ -513,15 +513,26 @@ def _side(prefix: str, path: str) -> str:
 
 
 def diff_files(old: bytes | None, new: bytes | None, path: str, *,
-               mode: str = DEFAULT_MODE) -> str:
-    """A git-style unified diff of one file (``None`` = absent); "" when nothing changed."""
-    if old == new:
+               mode: str = DEFAULT_MODE, old_mode: str | None = None) -> str:
+    """A git-style unified diff of one file (``None`` = absent); "" when nothing changed.
+
+    ``mode`` is the file's git mode after the change, ``old_mode`` before it (default: the
+    same). A modified file whose mode changes gets git's ``old mode``/``new mode`` lines, and
+    with the same bytes on both sides the diff is those lines alone (a mode-only change).
+    """
+    old_mode = old_mode or mode
+    mode_changed = old is not None and new is not None and old_mode != mode
+    if old == new and not mode_changed:
         return ""
     header = f"diff --git {_quote('a/' + path)} {_quote('b/' + path)}\n"
     if old is None:
         header += f"new file mode {mode}\n"
     elif new is None:
-        header += f"deleted file mode {mode}\n"
+        header += f"deleted file mode {old_mode}\n"
+    elif mode_changed:
+        header += f"old mode {old_mode}\nnew mode {mode}\n"
+    if old == new:
+        return header
     a = split_lines((old or b"").decode("utf-8", "surrogateescape"))
     b = split_lines((new or b"").decode("utf-8", "surrogateescape"))
     if not a and not b:

@@ -283,3 +283,146 @@ def test_refresh_drops_a_patch_whose_files_no_longer_change(tmp_path: Path,
     assert sorted(p.name for p in patch_dir.iterdir()) == ["0001-two-files.patch"]
     again = patchkit(new_catalog, "refresh", "two", "--from", str(src))
     assert again.exit_code == 0 and "unchanged" in flat(again.output)
+
+
+# -- modes, the base release, permissions (issue 12, item 13) ----------------------------------
+
+
+def small_checkout(tmp_path: Path, release: str = "0.5.21") -> Path:
+    """A committed checkout-layout tree: a version file and two small modules, all 0644."""
+    src = tmp_path / "src"
+    pkg = src / "python" / "sglang"
+    pkg.mkdir(parents=True)
+    (pkg / "_version.py").write_text(f'__version__ = "{release}"\n')
+    for name in ("a.py", "b.py"):
+        (pkg / name).write_text("one = 1\ntwo = 2\nthree = 3\n")
+        os.chmod(pkg / name, 0o644)
+    git(src, "init", "-q")
+    git(src, "add", ".")
+    git(src, "commit", "-q", "-m", "a release")
+    return src
+
+
+def perms(path: Path) -> int:
+    return path.stat().st_mode & 0o7777
+
+
+def test_new_captures_a_mode_change_with_an_edit_and_apply_sets_it(
+        tmp_path: Path, new_catalog: Path) -> None:
+    src = small_checkout(tmp_path)
+    script = src / "python" / "sglang" / "a.py"
+    script.write_text(script.read_text().replace("two = 2", "two = 22"))
+    os.chmod(script, 0o755)
+    made = patchkit(new_catalog, "new", "exec-a", "--from", str(src), "--title", "run a")
+    assert made.exit_code == 0, made.output
+    fix = Catalog(new_catalog).get("exec-a")
+    text = fix.patches[0].path.read_text()
+    assert "old mode 100644\nnew mode 100755\n" in text
+    assert [(r["path"], r["op"], r["mode"]) for r in parse_patch(fix.patches[0].path, "sglang")] \
+        == [("python/sglang/a.py", "modify", "100755")]
+
+    reset(src)
+    os.chmod(script, 0o644)
+    assert git(src, "status", "--porcelain") == ""
+    apply_series(src, [fix.patches[0].path])  # git reads the mode lines the same way
+    assert perms(script) == 0o755 and "two = 22" in script.read_text()
+    reset(src)
+    os.chmod(script, 0o644)
+
+    target = LocalTarget(roots={"sglang": str(src)})
+    assert api.apply(Catalog(new_catalog), target, ["exec-a"]).fixes[0].outcome == "applied"
+    assert perms(script) == 0o755 and "two = 22" in script.read_text()
+    api.rollback(Catalog(new_catalog), target, ["exec-a"])
+    assert perms(script) == 0o644 and touched(src) == {}
+
+
+def test_new_captures_a_mode_only_change(tmp_path: Path, new_catalog: Path) -> None:
+    src = small_checkout(tmp_path)
+    script = src / "python" / "sglang" / "b.py"
+    os.chmod(script, 0o755)
+    made = patchkit(new_catalog, "new", "exec-b", "--from", str(src), "--title", "run b")
+    assert made.exit_code == 0, made.output
+    assert "python/sglang/b.py" in made.output
+    fix = Catalog(new_catalog).get("exec-b")
+    text = fix.patches[0].path.read_text()
+    assert text.endswith("diff --git a/python/sglang/b.py b/python/sglang/b.py\n"
+                         "old mode 100644\nnew mode 100755\n")
+    assert [(r["op"], r["mode"], r["hunks"]) for r in parse_patch(fix.patches[0].path, "sglang")] \
+        == [("modify", "100755", [])]
+
+    os.chmod(script, 0o644)
+    assert git(src, "status", "--porcelain") == ""
+    apply_series(src, [fix.patches[0].path])
+    assert perms(script) == 0o755
+    os.chmod(script, 0o644)
+
+    before = script.read_bytes()
+    target = LocalTarget(roots={"sglang": str(src)})
+    assert api.apply(Catalog(new_catalog), target, ["exec-b"]).fixes[0].outcome == "applied"
+    assert perms(script) == 0o755 and script.read_bytes() == before
+    assert [(s.name, s.state) for s in api.status(Catalog(new_catalog), target).status] == [
+        ("exec-b", "applied")]
+    api.rollback(Catalog(new_catalog), target, ["exec-b"])
+    assert perms(script) == 0o644 and script.read_bytes() == before
+
+    # refresh keeps it: the series read back from the checkout is the same mode-only patch
+    os.chmod(script, 0o755)
+    again = patchkit(new_catalog, "refresh", "exec-b", "--from", str(src))
+    assert again.exit_code == 0 and "unchanged" in flat(again.output), again.output
+
+
+def test_new_reads_the_base_release_from_head_not_the_edited_tree(
+        tmp_path: Path, new_catalog: Path) -> None:
+    src = small_checkout(tmp_path, release="0.5.21")
+    version = src / "python" / "sglang" / "_version.py"
+    version.write_text('__version__ = "0.5.99.dev0"\n')
+    module = src / "python" / "sglang" / "a.py"
+    module.write_text(module.read_text().replace("two = 2", "two = 22"))
+    made = patchkit(new_catalog, "new", "from-head", "--from", str(src), "--title", "t")
+    assert made.exit_code == 0, made.output
+    assert "created from-head v1 (base 0.5.21)" in flat(made.output)
+    assert Catalog(new_catalog).get("from-head").upstream.base_release == "0.5.21"
+
+    module.write_text(module.read_text().replace("one = 1", "one = 11"))
+    refreshed = patchkit(new_catalog, "refresh", "from-head", "--from", str(src))
+    assert refreshed.exit_code == 0, refreshed.output
+    assert "refreshed from-head v2 (base 0.5.21)" in flat(refreshed.output)
+
+
+def test_new_writes_the_series_directory_with_normal_permissions(
+        tmp_path: Path, new_catalog: Path) -> None:
+    src = small_checkout(tmp_path)
+    module = src / "python" / "sglang" / "a.py"
+    module.write_text(module.read_text().replace("two = 2", "two = 22"))
+    old = os.umask(0o022)
+    try:
+        made = patchkit(new_catalog, "new", "perms", "--from", str(src), "--title", "t")
+    finally:
+        os.umask(old)
+    assert made.exit_code == 0, made.output
+    patch_dir = new_catalog / "patches" / "perms"
+    assert perms(new_catalog / "patches") == 0o755
+    assert perms(patch_dir) == 0o755
+    assert [perms(p) for p in patch_dir.iterdir()] == [0o644]
+    assert perms(new_catalog / "manifests" / "perms.toml") == 0o644
+    assert [p.name for p in (new_catalog / "patches").iterdir()] == ["perms"]  # no staging left
+
+
+def test_new_of_a_file_git_lists_but_that_equals_head_says_nothing_to_capture(
+        tmp_path: Path, new_catalog: Path) -> None:
+    """A staged edit undone in the work tree: git status lists the file, its bytes and mode
+    are HEAD's. Nothing to capture, said of the checkout, never of a staging file."""
+    src = small_checkout(tmp_path)
+    module = src / "python" / "sglang" / "a.py"
+    text = module.read_text()
+    module.write_text(text.replace("two = 2", "two = 22"))
+    git(src, "add", "python/sglang/a.py")
+    module.write_text(text)
+    assert git(src, "status", "--porcelain") == "MM python/sglang/a.py\n"
+    before = catalog_state(new_catalog)
+    result = patchkit(new_catalog, "new", "staged", "--from", str(src), "--title", "t")
+    assert result.exit_code == EXIT_USAGE, result.output
+    message = flat(result.output)
+    assert "nothing to capture" in message and str(src) in message
+    assert ".staged." not in message and "patches" not in message
+    assert catalog_state(new_catalog) == before

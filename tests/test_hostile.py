@@ -295,3 +295,32 @@ def test_read_only_mount_is_permission_denied_and_changes_nothing(small_disk: Pa
         case.refused(errors.PermissionDenied)
     finally:
         mount(["-o", "remount,rw", str(small_disk)])
+
+
+# -- modes -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("header", ["new file mode 104777", "new file mode 102755"])
+def test_a_patch_creating_a_setuid_or_setgid_file_is_refused_unless_the_manifest_allows(
+        case: Case, header: str) -> None:
+    case.patch(("diff --git a/python/sglang/srt/suid.py b/python/sglang/srt/suid.py\n"
+                f"{header}\n--- /dev/null\n+++ b/python/sglang/srt/suid.py\n"
+                "@@ -0,0 +1 @@\n+planted = 1\n").encode())
+    mode = header.split()[-1]
+    err = case.refused(errors.UnsafePathError, "fix h, patch file patches/h/0001-h.patch",
+                       f"sglang:python/sglang/srt/suid.py would get mode {mode}",
+                       "allow_special_modes = true")
+    assert err.details["path"] == "python/sglang/srt/suid.py"
+
+    manifest = case.catalog_dir / "manifests" / "h.toml"
+    manifest.write_text("allow_special_modes = true\n" + manifest.read_text())
+    case.apply()
+    assert os.stat(case.root / "python/sglang/srt/suid.py").st_mode & 0o7777 == int(mode[-4:], 8)
+    case.rollback()
+    assert not (case.root / "python/sglang/srt/suid.py").exists()
+
+
+def test_a_patch_making_a_file_world_writable_is_refused(case: Case) -> None:
+    text = (case.root / MOD).read_bytes()
+    case.patch(diff_files(text, text, MOD, mode="100777", old_mode="100644").encode())
+    case.refused(errors.UnsafePathError, f"sglang:{MOD} would get mode 100777 (world-writable)")

@@ -329,3 +329,23 @@ def test_a_bad_entry_among_many_patches_is_refused_naming_it(tmp_path: Path, ent
         ("0001-a.patch", "sglang", fix.patch_dir / "0001-a.patch"),
         ("0002-b.patch", "serve", fix.patch_dir / "0002-b.patch"),
         ("./0003-c.patch", "serve", fix.patch_dir / "0003-c.patch")]
+
+
+def test_allow_special_modes_is_off_unless_set_and_survives_the_index(tmp_path: Path) -> None:
+    """``allow_special_modes`` (docs/manifest.md): false by default, a boolean when set, and
+    carried by the manifest index's fix data like every other key."""
+    from patchkit.manifest import fix_data, fix_from_data
+
+    (tmp_path / "manifests").mkdir()
+    path = tmp_path / "manifests" / "suid.toml"
+    text = new_manifest_text("suid", "t", "0.5.21", [("0001-a.patch", "sglang")])
+    _patch(tmp_path, "suid")
+    path.write_text(text)
+    fix = load_manifest(path)
+    assert fix.allow_special_modes is False
+    assert fix.to_json()["allow_special_modes"] is False
+    path.write_text("allow_special_modes = true\n" + text)
+    fix = load_manifest(path)
+    assert fix.allow_special_modes is True
+    again = fix_from_data(fix_data(fix), fix.manifest_path, fix.patch_dir)
+    assert again == fix and again.allow_special_modes is True

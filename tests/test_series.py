@@ -254,6 +254,17 @@ def test_diff_files_headers(tmp_path: Path) -> None:
     assert "new file mode 100755\n--- /dev/null\n+++ b/run.sh\n" in script
     quoted = diff_files(b"a\n", b"b\n", "caf\u00e9.py")
     assert '--- "a/caf\\303\\251.py"\n' in quoted
+    # modes: a modified file's mode change is git's old/new mode lines; alone, they are the diff
+    assert diff_files(b"a\n", b"a\n", "x", mode="100755", old_mode="100755") == ""
+    assert diff_files(b"a\n", b"a\n", "run.sh", mode="100755", old_mode="100644") == (
+        "diff --git a/run.sh b/run.sh\nold mode 100644\nnew mode 100755\n")
+    both = diff_files(b"a\n", b"b\n", "run.sh", mode="100644", old_mode="100755")
+    assert both.startswith("diff --git a/run.sh b/run.sh\nold mode 100755\nnew mode 100644\n--- a/")
+    assert "deleted file mode 100755\n" in diff_files(b"a\n", None, "run.sh", old_mode="100755")
+    modes = tmp_path / "modes.patch"
+    modes.write_text(diff_files(b"a\n", b"a\n", "run.sh", mode="100755", old_mode="100644") + both)
+    assert [(r["op"], r["mode"], len(r["hunks"])) for r in parse_patch(modes, "sglang")] == [
+        ("modify", "100755", 0), ("modify", "100644", 1)]
     patch = tmp_path / "q.patch"
     patch.write_text(quoted)
     assert parse_patch(patch, "sglang")[0]["path"] == "caf\u00e9.py"

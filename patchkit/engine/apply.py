@@ -13,7 +13,7 @@ from .checks import CheckContext, SyntaxCache, failure_lines, run_check
 from .fsops import read_bytes, stamp_files
 from .hunks import FileChange, Placement, apply_change, decode, encode, sha256_bytes
 from .paths import Roots
-from .request import FixSpec, Request, check_patch_paths
+from .request import FixSpec, Request, check_file_modes, check_patch_paths
 from .store import Store, last_writers, utc_now
 from .txn import FileWrite, backup_name, missing_dirs, run_transaction
 from .workspace import Key, Workspace, placed_diff, unified_diffs, whole_file_diff
@@ -136,6 +136,7 @@ def apply(req: Request, store: Store, syntax: Optional[SyntaxCache] = None,
                 % (spec.name, rec.get("version"), req.state_root.path, spec.version, spec.name),
                 fix=spec.name, applied_version=rec.get("version"), version=spec.version)
     check_patch_paths(req.roots, list(todo) + list(req.dependencies))
+    check_file_modes(todo)  # dependencies are looked for, never written
     ws = Workspace(req.roots)
     sources: Sources = {}
     if any(s.revert is not None for s in todo):

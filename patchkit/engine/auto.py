@@ -24,23 +24,35 @@ _VERSION_RE = re.compile(
     re.MULTILINE)
 
 
-def detect_release(root: Root) -> Tuple[Optional[str], str]:
-    """The SGLang release of a root and where it was read from."""
+def detect_release(root: Root, read: Optional[Callable[[str], Optional[bytes]]] = None
+                   ) -> Tuple[Optional[str], str]:
+    """The SGLang release of a root and where it was read from.
+
+    ``read`` gives the bytes of a version file by its path relative to the root (None: no such
+    file); by default the file on disk. Authoring passes the checkout's HEAD, so an edited
+    version file never names the release a fix is written against."""
     pkg = root.package_dir()
     if pkg:
         for name in ("_version.py", "version.py"):
-            path = os.path.join(pkg, name)
-            try:
-                with open(path, "r", encoding="utf-8", errors="replace") as fh:
-                    match = _VERSION_RE.search(fh.read())
-            except OSError:
-                continue
+            rel = os.path.relpath(os.path.join(pkg, name), root.path)
+            data = (read or _read_file(root))(rel)
+            match = None if data is None else _VERSION_RE.search(data.decode("utf-8", "replace"))
             if match:
-                return match.group(1), os.path.relpath(path, root.path)
+                return match.group(1), rel
     tag = gitcli.describe_tag(root.path)
     if tag:
         return tag, "git tag of HEAD"
     return None, ""
+
+
+def _read_file(root: Root) -> Callable[[str], Optional[bytes]]:
+    def read(rel: str) -> Optional[bytes]:
+        try:
+            with open(os.path.join(root.path, rel), "rb") as fh:
+                return fh.read()
+        except OSError:
+            return None
+    return read
 
 
 def release_check(spec: FixSpec, roots: Roots, cache: Dict[str, Tuple[Optional[str], str]]) -> Dict[str, Any]:

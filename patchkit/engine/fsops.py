@@ -101,12 +101,12 @@ def write_temp(path: str, data: bytes, mode: int, owner: Optional[Tuple[int, int
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
-        os.fchmod(fd, mode)
-        if owner is not None:
+        if owner is not None:  # before the chmod: a chown clears setuid and setgid
             try:
                 os.fchown(fd, owner[0], owner[1])
             except OSError:
                 pass
+        os.fchmod(fd, mode)
         if sync:
             os.fsync(fd)
     finally:

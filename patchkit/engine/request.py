@@ -24,14 +24,15 @@ class FixSpec:
 
     __slots__ = ("name", "version", "title", "requires", "release", "patches", "files",
                  "preconditions", "verification", "purge_pycache", "scripts", "strategy",
-                 "rationale", "revert", "stub")
+                 "rationale", "revert", "stub", "allow_special_modes")
 
     def __init__(self, name: str, version: int, title: str, requires: Tuple[str, ...],
                  release: Optional[Dict[str, Any]], patches: Tuple[Dict[str, Any], ...],
                  files: Tuple[FileChange, ...], preconditions: Tuple[Dict[str, Any], ...],
                  verification: Tuple[Dict[str, Any], ...], purge_pycache: bool,
                  scripts: Dict[str, str], strategy: str, rationale: str = "",
-                 revert: Optional[Dict[str, Any]] = None, stub: bool = False) -> None:
+                 revert: Optional[Dict[str, Any]] = None, stub: bool = False,
+                 allow_special_modes: bool = False) -> None:
         self.name = name
         self.version = version
         self.title = title
@@ -47,6 +48,8 @@ class FixSpec:
         self.rationale = rationale  # the commit message body of apply --commit
         self.revert = revert  # a revert fix: {root, commit, fix, patch_ids, ...}
         self.stub = stub  # status only: name and version, no series (docs/design.md, FIX stub)
+        # the manifest allows files setuid, setgid, sticky or world-writable (check_file_modes)
+        self.allow_special_modes = allow_special_modes
 
     def __repr__(self) -> str:
         return "FixSpec(name=%r, version=%r)" % (self.name, self.version)
@@ -121,7 +124,8 @@ def parse_fix(data: Any, lazy: bool = False) -> FixSpec:
         verification=_checks(data.get("verification"), name, "verification"),
         purge_pycache=bool((data.get("actions") or {}).get("purge_pycache", True)),
         scripts={str(k): str(v) for k, v in (data.get("scripts") or {}).items()},
-        strategy=strategy, revert=revert, rationale=str(data.get("rationale") or ""))
+        strategy=strategy, revert=revert, rationale=str(data.get("rationale") or ""),
+        allow_special_modes=data.get("allow_special_modes") is True)
 
 
 def _stub(data: Dict[str, Any], name: str) -> FixSpec:
@@ -231,3 +235,39 @@ def check_patch_paths(roots: Roots, specs: Iterable[FixSpec]) -> None:
                     **dict(err.details, fix=spec.name, patch=patch, root_path=root.path)) from None
         if files != list(spec.files):
             spec.files = tuple(files)
+
+
+#: Mode bits no file of a fix gets unless its manifest sets ``allow_special_modes``: setuid,
+#: setgid and sticky, and write for everyone. git itself only ever records 100644 and 100755.
+SPECIAL_MODE_BITS = 0o4000 | 0o2000 | 0o1000 | 0o002
+_SPECIAL_NAMES = ((0o4000, "setuid"), (0o2000, "setgid"), (0o1000, "sticky"),
+                  (0o002, "world-writable"))
+
+
+def unsafe_mode(fix: str, patch: str, root: str, path: str, mode: Optional[int]
+                ) -> Optional[UnsafePathError]:
+    """The error for a FILE record giving ``path`` a special mode (``mode``: permission bits
+    as :func:`patchkit.engine.hunks.parse_mode` gives them), or None when the mode is plain."""
+    if mode is None or not mode & SPECIAL_MODE_BITS:
+        return None
+    what = ", ".join(name for bit, name in _SPECIAL_NAMES if mode & bit)
+    shown = "%o" % (0o100000 | mode)
+    where = "patches/%s/%s" % (fix, patch or "?")
+    return UnsafePathError(
+        "fix %s, patch file %s: %s:%s would get mode %s (%s); patchkit gives no file such a mode "
+        "unless the fix's manifest allows it. Give the file mode 100644 or 100755 in that patch's "
+        "header, or, if the mode is intended, set allow_special_modes = true in the fix's manifest"
+        % (fix, where, root, path, shown, what),
+        fix=fix, patch=where, root=root, path=path, mode=shown)
+
+
+def check_file_modes(specs: Iterable[FixSpec]) -> None:
+    """Refuse, before anything is written, a fix that would make a file setuid, setgid,
+    sticky or world-writable without its manifest's ``allow_special_modes``."""
+    for spec in specs:
+        if spec.allow_special_modes:
+            continue
+        for change in spec.files:
+            err = unsafe_mode(spec.name, change.patch, change.root, change.path, change.mode)
+            if err is not None:
+                raise err

@@ -124,12 +124,12 @@ class RootDirs:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
-            os.fchmod(fd, mode)
-            if owner is not None:
+            if owner is not None:  # before the mode: a chown clears setuid and setgid
                 try:
                     os.fchown(fd, owner[0], owner[1])
                 except OSError:
                     pass
+            os.fchmod(fd, mode)
         finally:
             os.close(fd)
 
@@ -168,13 +168,14 @@ class RootDirs:
             return
         try:
             st = os.fstat(fd)
-            if mode is not None and stat.S_IMODE(st.st_mode) != mode:
-                os.fchmod(fd, mode)
             if owner is not None and (st.st_uid, st.st_gid) != tuple(owner):
-                try:
+                try:  # before the mode: a chown clears setuid and setgid
                     os.fchown(fd, owner[0], owner[1])
                 except OSError:
                     pass
+                st = os.fstat(fd)
+            if mode is not None and stat.S_IMODE(st.st_mode) != mode:
+                os.fchmod(fd, mode)
         finally:
             os.close(fd)
 

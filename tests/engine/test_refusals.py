@@ -43,6 +43,10 @@ def _case(name: str, root: Path) -> Case:
     if name == "unsafe-path":
         return "apply", [one_fix(root), fix("b", [file_record("../out.py", "a\n", "b\n")])], \
             "UnsafePathError", _nothing
+    if name == "special-mode":  # a setuid, world-writable file, in a later fix of the request
+        return "apply", [one_fix(root), fix("b", [file_record("python/sglang/srt/suid.py", None,
+                                                              "x = 1\n", mode="104777")])], \
+            "UnsafePathError", _nothing
     if name == "missing-file":
         f = one_fix(root)
         (root / MOD).unlink()
@@ -75,7 +79,7 @@ def _case(name: str, root: Path) -> Case:
     raise AssertionError(name)
 
 
-CASES = ["precondition", "conflict", "unsafe-path", "missing-file", "wrong-release", "uncommitted",
+CASES = ["precondition", "conflict", "unsafe-path", "special-mode", "missing-file", "wrong-release", "uncommitted",
          "requires-missing", "not-writable", "lock-busy", "rollback-not-applied"]
 
 
@@ -195,3 +199,56 @@ def test_lock_busy_during_the_write_phase_names_pid_op_and_start(checkout: Path,
         gate.touch()
     assert _finish(proc)["ok"]
     assert not holder.exists()  # the record lives only as long as the write phase
+
+
+@pytest.mark.parametrize("mode,named", [("104777", "setuid, world-writable"),
+                                        ("102755", "setgid"), ("100777", "world-writable"),
+                                        ("101755", "sticky")])
+def test_special_modes_are_refused_unless_the_fix_allows_them(checkout: Path, mode: str,
+                                                              named: str) -> None:
+    """A FILE record may not make a file setuid, setgid, sticky or world-writable (created, or
+    a modified file's new mode) unless its FIX says ``allow_special_modes``; the refusal names
+    the fix, the patch and the path, and comes before anything is written."""
+    text = (checkout / SCRIPT).read_text()
+    created = file_record("python/sglang/srt/suid.py", None, "x = 1\n", mode=mode)
+    modified = file_record(SCRIPT, text, text.replace("launching", "starting"), mode=mode)
+    for record in (created, modified):
+        tree = full_snapshot(checkout)
+        result = run(request("apply", {"sglang": checkout}, [fix("s", [record])]))
+        assert result["ok"] is False and result["error"]["type"] == "UnsafePathError"
+        message = result["error"]["message"]
+        assert "fix s, patch file patches/s/0001-a.patch" in message
+        assert "sglang:%s would get mode %s (%s)" % (record["path"], mode, named) in message
+        assert "allow_special_modes = true" in message
+        assert full_snapshot(checkout) == tree
+
+    allowed = fix("s", [created, modified], allow_special_modes=True)
+    assert run(request("apply", {"sglang": checkout}, [allowed]))["ok"]
+    for record in (created, modified):
+        assert os.stat(checkout / record["path"]).st_mode & 0o7777 == int(mode, 8) & 0o7777
+    assert run(request("rollback", {"sglang": checkout}, [allowed]))["ok"]
+    assert not (checkout / created["path"]).exists()
+    assert os.stat(checkout / SCRIPT).st_mode & 0o7777 == 0o755
+
+
+def test_plain_modes_are_not_refused(checkout: Path) -> None:
+    """100644 and 100755 are what git writes: a modified file takes the mode its patch gives."""
+    text = (checkout / SCRIPT).read_text()
+    plain = fix("p", [file_record(SCRIPT, text, text.replace("launching", "starting"),
+                                  mode="100644")])
+    assert run(request("apply", {"sglang": checkout}, [plain]))["ok"]
+    assert os.stat(checkout / SCRIPT).st_mode & 0o7777 == 0o644
+
+
+def test_a_file_already_setuid_keeps_its_mode_through_apply_and_rollback(checkout: Path) -> None:
+    """A patch without mode lines gives no mode, so nothing is refused, and the file keeps the
+    mode it has: written with its owner first, then its mode (a chown clears setuid)."""
+    os.chmod(checkout / SCRIPT, 0o4755)
+    text = (checkout / SCRIPT).read_text()
+    edit = fix("e", [file_record(SCRIPT, text, text.replace("launching", "starting"))])
+    assert run(request("apply", {"sglang": checkout}, [edit]))["ok"]
+    assert os.stat(checkout / SCRIPT).st_mode & 0o7777 == 0o4755
+    assert "starting" in (checkout / SCRIPT).read_text()
+    assert run(request("rollback", {"sglang": checkout}, [edit]))["ok"]
+    assert os.stat(checkout / SCRIPT).st_mode & 0o7777 == 0o4755
+    assert (checkout / SCRIPT).read_text() == text
