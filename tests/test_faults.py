@@ -20,7 +20,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 import pytest
 
@@ -30,6 +30,7 @@ from patchkit.engine import faults, run
 from patchkit.remote import RemoteTarget
 from patchkit.targets import LocalTarget, Target
 from tests.fixtures.sshd import SshServer
+from tests.test_hostile import fill, tmpfs  # noqa: F401 (a fixture)
 from tests.test_remote import Ssh, make_tree, snapshot
 
 SAMPLES = Path(__file__).parent / "samples"
@@ -173,7 +174,7 @@ def crash_case(side: str, op: str, point: str, base: Path, ssh: Any = None,
         decoy = make_tree(base)
         decoy_before = snapshot(decoy, state=True)
     elif variant == "full":
-        filler = fill_disk(base.parent)
+        filler = fill(base.parent)
     target: Target = (LocalTarget(roots, PY, "local") if side == "local"
                       else RemoteTarget(ssh.spec(), roots, PY))
     try:
@@ -184,40 +185,6 @@ def crash_case(side: str, op: str, point: str, base: Path, ssh: Any = None,
     if decoy is not None:
         assert snapshot(decoy, state=True) == decoy_before, point  # nothing written at the old path
     COVERED.setdefault((side + ("-" + variant if variant else ""), op), []).append(point)
-
-
-def fill_disk(directory: Path) -> Path:
-    """Fill ``directory``'s file system to the last block; returns the filler file."""
-    filler = directory / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
-    try:
-        while True:
-            os.write(fd, b"\0" * 65536)
-    except OSError:
-        pass
-    try:
-        while True:
-            os.write(fd, b"\0" * 512)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-    return filler
-
-
-@pytest.fixture
-def tmpfs(tmp_path: Path) -> Iterator[Path]:
-    """A small tmpfs of the test's own, where a full disk is made in a moment."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)],
-                          capture_output=True, text=True)
-    if proc.returncode:
-        pytest.skip("cannot mount a small tmpfs here (%s)" % proc.stderr.strip())
-    try:
-        yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
 def sweep_dir(base: Path, i: int) -> Path:

@@ -221,15 +221,43 @@ def mount(args: list) -> Optional[str]:
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 512 KiB tmpfs (a full disk is easy to make on it)."""
-    disk = tmp_path / "disk"
+    yield from tmpfs_at(tmp_path / "disk", "512k")
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB tmpfs: room for a few small trees, and a full disk in a moment."""
+    yield from tmpfs_at(tmp_path / "disk", "4m")
+
+
+def tmpfs_at(disk: Path, size: str) -> Iterator[Path]:
     disk.mkdir()
-    failed = mount(["-t", "tmpfs", "-o", "size=512k", "tmpfs", str(disk)])
+    failed = mount(["-t", "tmpfs", "-o", "size=%s" % size, "tmpfs", str(disk)])
     if failed:
         pytest.skip("cannot mount a small tmpfs here (%s)" % failed)
     try:
         yield disk
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def fill(disk: Path, keep: int = 0) -> Path:
+    """Fill ``disk``'s file system to the last block but ``keep`` bytes; returns the filler."""
+    filler = disk / "filler"
+    reserve = disk / "reserve"
+    reserve.write_bytes(b"\0" * keep)
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        for size in (65536, 512):  # big writes first, then the last blocks
+            try:
+                while True:
+                    os.write(fd, b"\0" * size)
+            except OSError:
+                pass
+    finally:
+        os.close(fd)
+    reserve.unlink()
+    return filler
 
 
 @pytest.mark.parametrize("room,links", [(0, True), (100 * 1024, False), (30 * 1024, True)],
@@ -252,18 +280,7 @@ def test_full_disk_is_a_clear_error_and_changes_nothing(small_disk: Path, tmp_pa
     big.write_bytes(old)
     new = old.replace(b"row 000010\n", b"row ten\n")
     case.patch(diff_files(old, new, "scripts/data.txt").encode())
-    filler = small_disk / "filler"
-    reserve = small_disk / "reserve"
-    reserve.write_bytes(b"\0" * room)
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
-    try:  # fill the disk to the last block
-        while True:
-            os.write(fd, b"\0" * 4096)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-    reserve.unlink()
+    filler = fill(small_disk, keep=room)
     free = os.statvfs(small_disk).f_bavail * os.statvfs(small_disk).f_frsize
     assert free < 2 * len(old)  # no room for both backups and the temp file
     before = digest(root)

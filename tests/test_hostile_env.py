@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator
+from typing import Any, Dict
 
 import pytest
 
@@ -28,8 +28,9 @@ from patchkit.engine import faults
 from patchkit.series import diff_files
 from patchkit.targets import LocalTarget
 from tests.engine.helpers import make_checkout
+from tests.engine.test_preconditions import _make_read_only
 from tests.test_faults import catalog, request
-from tests.test_hostile import Case, digest, mount
+from tests.test_hostile import Case, digest, fill, small_disk  # noqa: F401 (a fixture)
 from tests.test_remote import make_tree, snapshot
 
 PY = sys.executable
@@ -119,36 +120,6 @@ def test_rollback_after_a_move_removes_only_the_moved_trees_directories(tmp_path
 
 
 # -- 3: a full disk in the middle of the writes -------------------------------------------------
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    failed = mount(["-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)])
-    if failed:
-        pytest.skip("cannot mount a small tmpfs here (%s)" % failed)
-    try:
-        yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
-
-
-def fill(disk: Path, keep: int = 0) -> Path:
-    """Fill ``disk`` up to ``keep`` free bytes; returns the filler file."""
-    filler = disk / "filler"
-    reserve = disk / "reserve"
-    reserve.write_bytes(b"\0" * keep)
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
-    try:
-        while True:
-            os.write(fd, b"\0" * 4096)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-    reserve.unlink()
-    return filler
 
 
 def two_big_files(root: Path) -> tuple:
@@ -419,7 +390,7 @@ def test_dry_run_creates_nothing_in_touched_directories(case: Case) -> None:
 def test_an_unwritable_directory_is_still_found_without_probe_files(case: Case) -> None:
     simple_patch(case)
     srt = case.root / "python/sglang/srt"
-    undo = deny_writes(srt)
+    undo = _make_read_only(srt)
     try:
         before = digest(case.root)
         with pytest.raises(errors.PermissionDenied):
@@ -427,17 +398,6 @@ def test_an_unwritable_directory_is_still_found_without_probe_files(case: Case) 
         assert digest(case.root) == before
     finally:
         undo()
-
-
-def deny_writes(directory: Path):  # noqa: ANN201
-    """A directory even root cannot write to: a read-only bind mount, else chattr +i."""
-    if subprocess.run(["mount", "--bind", str(directory), str(directory)], capture_output=True).returncode == 0:
-        if subprocess.run(["mount", "-o", "remount,bind,ro", str(directory)], capture_output=True).returncode == 0:
-            return lambda: subprocess.run(["umount", str(directory)], check=True)
-        subprocess.run(["umount", str(directory)], check=True)
-    if subprocess.run(["chattr", "+i", str(directory)], capture_output=True).returncode == 0:
-        return lambda: subprocess.run(["chattr", "-i", str(directory)], check=True)
-    pytest.skip("neither a read-only bind mount nor chattr +i works here")
 
 
 # -- 12: SIGTERM mid-write ----------------------------------------------------------------------
@@ -464,3 +424,23 @@ def test_sigterm_during_verification_rolls_back_and_exits_143(tmp_path: Path) ->
     assert proc.returncode == 143, (out, err)
     assert "SIGTERM" in err or "terminated" in err.lower()
     assert digest(case.root) == before  # rolled back, no journal left for later
+
+
+def test_write_failure_after_the_commit_point_says_the_next_run_completes_it(case: Case) -> None:
+    """The history line (written after state.json) cannot be appended: the apply is
+    committed, and the error must say the next run completes it, not that it restores."""
+    simple_patch(case)
+    case.apply()
+    case.rollback()
+    history = case.root / ".patchkit/history.jsonl"
+    if subprocess.run(["chattr", "+i", str(history)], capture_output=True).returncode:
+        pytest.skip("chattr +i does not work here")
+    try:
+        with pytest.raises(errors.PermissionDenied) as info:
+            case.apply()
+    finally:
+        subprocess.run(["chattr", "-i", str(history)], check=True)
+    assert "completes the change" in str(info.value), str(info.value)
+    result = api.status(Catalog(case.catalog_dir), case.target)
+    assert [r["outcome"] for r in result.raw["recovered"]] == ["completed"]
+    assert [(s.name, s.state) for s in result.status] == [("h", "applied")]

@@ -97,9 +97,7 @@ def run_transaction(store: Store, roots: Roots, op: str, fixes: List[str], write
         committed = True
         return txn
     except OSError as exc:  # e.g. a full disk: the files were put back (or a journal is kept)
-        left = ("the journal %s is kept and the next run restores the files"
-                % store.path("journal.json") if os.path.lexists(store.path("journal.json"))
-                else "nothing was changed")
+        left = _what_is_left(store)
         raise PermissionDenied("cannot write %s: %s; %s (%s)"
                                % (exc.filename or store.root, exc.strerror or exc, write_remedy(exc), left),
                                path=exc.filename or store.root) from None
@@ -113,6 +111,21 @@ def run_transaction(store: Store, roots: Roots, op: str, fixes: List[str], write
                 store.undo_setup(before)
             except OSError:
                 pass  # leftovers are harmless scaffolding; the real error matters more
+
+
+def _what_is_left(store: Store) -> str:
+    """What a write failure left, for its message: nothing, or a journal the next run
+    completes (the failure came after the commit point) or undoes."""
+    try:
+        journal = store.read_journal()
+        if journal is None:
+            return "nothing was changed"
+        done = store.read_state().get("txn") == journal.get("txn")
+    except (OSError, PatchkitError):
+        return "the journal %s is kept for the next run" % store.path("journal.json")
+    return "the journal %s is kept and the next run %s" % (
+        store.path("journal.json"), "completes the change (it was committed)" if done
+        else "restores the files")
 
 
 class _Changed(Exception):
