@@ -327,6 +327,9 @@ def run_engine(
                 **_details(spec, argv, command, None, session.stderr),
             ) from exc
         raise
+    result = _parse_result(session.stdout)
+    if result is not None:
+        return result  # complete, even if ssh was slow to exit after it
     if session.timed_out:
         if session.went:
             raise ConnectionLost(
@@ -339,9 +342,6 @@ def run_engine(
             f"was closed before the request reached the engine, so {_NOTHING_RAN}",
             **_details(spec, argv, command, None, session.stderr),
         )
-    result = _parse_result(session.stdout)
-    if result is not None:
-        return result
     return_code = proc.returncode if proc.returncode is not None else -1
     raise classify_failure(spec, python, return_code, session.stderr, session.stdout, argv,
                            command, went=session.went, status_command=status_command)

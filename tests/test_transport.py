@@ -42,6 +42,10 @@ def run(request):
         print("noise on stdout")
         os.system("echo noise from a child")
         sys.stderr.write("noise on stderr\\n")
+    if action == "linger":  # a child that keeps the session's stderr open after the result
+        import subprocess
+        child = subprocess.Popen(["sleep", "60"])
+        write_file(os.path.join(root, "lingering"), str(child.pid))
     if action == "wait":
         write_file(os.path.join(root, "started"), "")
         wait_for(os.path.join(root, "release"))
@@ -485,6 +489,21 @@ def test_remote_target_status_command_names_the_target_as_a_url() -> None:
     given = resolve_target("ssh://gpu7/srv", ["serve=/root"], ssh_options=["ProxyJump=b"])
     assert given.status_command == (  # type: ignore[attr-defined]
         "patchkit status --target ssh://gpu7/srv --root serve=/root --ssh-option ProxyJump=b")
+
+
+def test_result_that_arrived_is_returned_when_the_session_outlives_the_timeout(
+    sshd: SshServer, tmp_path: Path
+) -> None:
+    """The session stays open after the result (a child of the engine holds its stderr): the
+    time limit closes it, but the complete result is the answer, not a lost connection."""
+    try:
+        result = run_engine(spec_for(sshd), request(tmp_path, action="linger"), modules=modules(),
+                            timeout=3)
+    finally:
+        if (tmp_path / "lingering").exists():
+            os.kill(int((tmp_path / "lingering").read_text()), signal.SIGKILL)
+
+    assert result["ok"] is True and (tmp_path / "out.txt").read_text() == "done"
 
 
 def test_missing_ssh_program_is_a_usage_error(tmp_path: Path) -> None:
