@@ -25,7 +25,7 @@ _ERRORS = (
     "UnknownFixError", "CheckFailed", "PreconditionFailed", "VerificationFailed", "DriftError",
     "VersionMismatch", "NotApplied", "TargetFileMissing", "ConflictError", "LockBusy",
     "TargetError", "PermissionDenied", "RemoteError", "HostUnreachable", "AuthenticationFailed",
-    "HostKeyError", "RemotePythonMissing", "ConnectionLost", "InternalError",
+    "HostKeyError", "RemotePythonMissing", "ConnectionLost", "SessionFailed", "InternalError",
 )
 
 # public name -> the module that defines it
@@ -73,8 +73,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; nothing is imported at run
         AuthenticationFailed, CheckFailed, ConflictError, ConnectionLost, DriftError,
         HostKeyError, HostUnreachable, InternalError, LockBusy, ManifestError, NotApplied,
         PatchFormatError, PatchkitError, PermissionDenied, PreconditionFailed, RemoteError,
-        RemotePythonMissing, TargetError, TargetFileMissing, UnknownFixError, UnsafePathError,
-        UsageError, VerificationFailed, VersionMismatch,
+        RemotePythonMissing, SessionFailed, TargetError, TargetFileMissing, UnknownFixError,
+        UnsafePathError, UsageError, VerificationFailed, VersionMismatch,
     )
     from .manifest import load_config
     from .model import Fix

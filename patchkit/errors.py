@@ -26,7 +26,8 @@ EXIT_UNREACHABLE = 10  # host unreachable (DNS, refused, timeout)
 EXIT_AUTH = 11  # SSH authentication failed
 EXIT_HOSTKEY = 12  # host key unknown or changed
 EXIT_REMOTE_PYTHON = 13  # no usable Python on the host
-EXIT_CONNECTION_LOST = 14  # the connection dropped mid-run
+EXIT_CONNECTION_LOST = 14  # the connection dropped after the request reached the engine
+EXIT_SESSION_FAILED = 15  # the session ended before the request reached the engine: nothing ran
 EXIT_INTERNAL = 70  # a bug in patchkit (EX_SOFTWARE)
 EXIT_TERMINATED = 143  # stopped by SIGTERM (128 + 15); what it wrote was put back
 
@@ -155,7 +156,17 @@ class RemotePythonMissing(RemoteError):
 
 
 class ConnectionLost(RemoteError):
+    """The session ended after the engine was told to run: the host may have changed the
+    target (it finishes the run, or its journal is recovered by the next run)."""
+
     exit_code = EXIT_CONNECTION_LOST
+
+
+class SessionFailed(RemoteError):
+    """The host was reached but the session ended before the request reached the engine:
+    nothing ran there and the target is unchanged."""
+
+    exit_code = EXIT_SESSION_FAILED
 
 
 class Terminated(PatchkitError):

@@ -11,6 +11,7 @@ Remote targets are written as ``ssh://[user@]host[:port]/abs/path`` (the path is
 
 from __future__ import annotations
 
+import shlex
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,6 +31,9 @@ class RemoteTarget:
     ``python`` is the host's interpreter for both the engine and the fixes' Python checks
     (``None``: ``python3`` from the remote PATH). ``modules`` overrides the shipped engine
     sources (tests use a small stand-in engine); ``timeout`` bounds a whole run in seconds.
+    ``cli_options`` are the command-line options that name this target (``--target ...``,
+    ``--root ...``), for the ``patchkit status`` a lost connection's message tells the user to
+    run; ``None``: written from the host and roots.
     """
 
     spec: SshSpec
@@ -37,6 +41,7 @@ class RemoteTarget:
     python: str | None = None
     modules: Mapping[str, str] | None = field(default=None, repr=False, compare=False)
     timeout: float | None = None
+    cli_options: tuple[str, ...] | None = field(default=None, compare=False)
 
     is_remote = True
 
@@ -68,7 +73,23 @@ class RemoteTarget:
             python=self.python or DEFAULT_PYTHON,
             modules=self.modules,
             timeout=self.timeout,
+            status_command=self.status_command,
         )
+
+    @property
+    def status_command(self) -> str:
+        """The ``patchkit status`` command line that shows this target's state."""
+        options = self.cli_options
+        if options is None:
+            if "sglang" not in self.roots:
+                return "patchkit status"  # a URL names the sglang root; no other way to say it
+            options = ("--target", self.spec.url + urllib.parse.quote(self.roots["sglang"]))
+            for name, path in self.roots.items():
+                if name != "sglang":
+                    options += ("--root", f"{name}={path}")
+            if self.spec.program != "ssh":
+                options += ("--ssh-program", self.spec.program)
+        return shlex.join(("patchkit", "status", *options))
 
 
 def _check_remote_path(path: object, what: str) -> str:

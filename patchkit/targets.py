@@ -183,7 +183,15 @@ def resolve_target(
     if spec is not None:
         from .remote import RemoteTarget
 
-        return RemoteTarget(spec, roots, python)
+        named_as = target if target is not None else config.default_target
+        options = ["--target", named_as]
+        for item in extra_roots:
+            options += ["--root", item]
+        for setting in ssh_options:
+            options += ["--ssh-option", setting]
+        if ssh_program:
+            options += ["--ssh-program", ssh_program]
+        return RemoteTarget(spec, roots, python, cli_options=tuple(options))
     local = _local_roots(roots)
     desc = ", ".join(f"{n}={p}" for n, p in local.items())
     return LocalTarget(roots=local, python=python, description=desc)

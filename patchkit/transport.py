@@ -7,10 +7,22 @@ One call to :func:`run_engine` is one ``ssh`` process and one session:
 The remote command is fixed: it holds the interpreter name and a loader for the agent, never
 a value from a manifest or request. Everything else travels on stdin as one length-prefixed
 JSON payload (``<decimal byte count>\\n{"modules": {dotted name: source}, "request": {...}}``).
-The agent (:data:`AGENT`, standard library only, Python 3.8+) builds ``patchkit``,
-``patchkit.errors`` and ``patchkit.engine[.*]`` in memory from those sources, ignores SIGHUP
-and SIGPIPE so that a dropped connection cannot stop a transaction half way, runs
-``patchkit.engine.run(request)`` and prints :data:`RESULT_MARKER` followed by the result JSON.
+The agent (:data:`AGENT`, standard library only, Python 3.8+) ignores SIGHUP and SIGPIPE so
+that a dropped connection cannot stop a transaction half way, and then talks with the client:
+
+1. agent: :data:`STARTED_MARKER` (the interpreter runs); it reads the whole payload;
+2. agent: :data:`READY_MARKER` (the request is on the host); it waits for one line;
+3. client: :data:`GO_LINE`, then end of input; without that exact line the agent exits and
+   runs nothing;
+4. agent: builds ``patchkit``, ``patchkit.errors`` and ``patchkit.engine[.*]`` in memory
+   from the sources, runs ``patchkit.engine.run(request)`` and prints :data:`RESULT_MARKER`
+   followed by the result JSON.
+
+Step 3 is the line between the two ways a session can end without a result: before the
+client sent :data:`GO_LINE`, nothing ran on the host (:class:`~patchkit.errors.SessionFailed`
+and the other classes of a failed start); after it, the host may have changed the target and
+finishes or leaves a journal (:class:`~patchkit.errors.ConnectionLost`). The price is one
+round trip between the payload and the run.
 
 ssh's failures are told apart by its exit code (255 is ssh's own) and its stderr, and raised
 as the :mod:`patchkit.errors` remote classes, each message naming the host.
@@ -22,9 +34,13 @@ import base64
 import functools
 import json
 import math
+import os
 import re
 import shlex
+import select
 import subprocess
+import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,10 +53,13 @@ from .errors import (
     HostUnreachable,
     RemoteError,
     RemotePythonMissing,
+    SessionFailed,
     UsageError,
 )
 
 STARTED_MARKER = b"\n--patchkit-agent-started-1--\n"
+READY_MARKER = b"\n--patchkit-agent-ready-1--\n"
+GO_LINE = b"run\n"
 RESULT_MARKER = b"\n--patchkit-agent-result-1--\n"
 DEFAULT_CONNECT_TIMEOUT = 15
 _SSH_FAILED = 255
@@ -102,6 +121,9 @@ while got < size:
     chunks.append(chunk)
     got += len(chunk)
 payload = json.loads(b"".join(chunks).decode("utf-8"))
+emit(READY)
+if stdin.readline(16) != GO:
+    sys.exit(3)  # the client never said go (it is gone, or gave up): run nothing
 os.dup2(null_fd, 0)
 request = payload["request"]
 sources = payload["modules"]
@@ -155,7 +177,10 @@ except BaseException as exc:  # the client must always get a result it can re-ra
               "status": None, "error": error}
 emit(RESULT + json.dumps(result).encode("ascii") + b"\n")
 '''
-AGENT = f"STARTED = {STARTED_MARKER!r}\nRESULT = {RESULT_MARKER!r}\n{_AGENT_BODY}"
+AGENT = (
+    f"STARTED = {STARTED_MARKER!r}\nREADY = {READY_MARKER!r}\nGO = {GO_LINE!r}\n"
+    f"RESULT = {RESULT_MARKER!r}\n{_AGENT_BODY}"
+)
 
 
 @dataclass(frozen=True)
@@ -268,22 +293,21 @@ def run_engine(
     python: str = "python3",
     modules: Mapping[str, str] | None = None,
     timeout: float | None = None,
+    status_command: str = "patchkit status",
 ) -> dict[str, Any]:
     """Run ``patchkit.engine.run(request)`` on the host in one session; return its result.
 
     The result's ``error`` is returned as the engine wrote it (the caller re-raises it), so
-    only transport failures raise here.
+    only transport failures raise here. ``status_command`` is the command the user runs to
+    see what a run cut off after it reached the engine did (named in that error's message).
     """
     sources = engine_modules() if modules is None else dict(modules)
     payload = json.dumps({"modules": sources, "request": dict(request)}).encode("ascii")
     command = remote_command(python)
     argv = ssh_argv(spec, command)
     try:
-        proc = subprocess.run(
-            argv,
-            input=str(len(payload)).encode("ascii") + b"\n" + payload,
-            capture_output=True,
-            timeout=timeout,
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
     except OSError as exc:  # not found or not executable: nothing was sent anywhere
         raise UsageError(
@@ -291,22 +315,144 @@ def run_engine(
             "the OpenSSH client or set ssh_program to an executable",
             host=spec.host,
         ) from exc
-    except subprocess.TimeoutExpired as exc:
-        raise ConnectionLost(
-            f"no result from {spec.url} within {timeout:g} s; the session was closed. "
-            + _RECOVERY_ADVICE,
-            **_details(spec, argv, command, None, exc.stderr or b""),
-        ) from exc
-    result = _parse_result(proc.stdout)
+    session = _Session(proc, str(len(payload)).encode("ascii") + b"\n" + payload, timeout)
+    try:
+        session.run()
+    except BaseException as exc:
+        session.close()
+        if session.went and not isinstance(exc, Exception):  # an interrupt (^C, a signal)
+            raise ConnectionLost(
+                f"patchkit was interrupted after the request reached the engine on {spec.url}; "
+                f"the session was closed. {_may_have_run(status_command)}",
+                **_details(spec, argv, command, None, session.stderr),
+            ) from exc
+        raise
+    result = _parse_result(session.stdout)
     if result is not None:
-        return result
-    raise classify_failure(spec, python, proc.returncode, proc.stderr, proc.stdout, argv, command)
+        return result  # complete, even if ssh was slow to exit after it
+    if session.timed_out:
+        if session.went:
+            raise ConnectionLost(
+                f"no result from {spec.url} within {timeout:g} s after the request reached the "
+                f"engine there; the session was closed. {_may_have_run(status_command)}",
+                **_details(spec, argv, command, None, session.stderr),
+            )
+        raise SessionFailed(
+            f"no answer from the patchkit agent on {spec.url} within {timeout:g} s; the session "
+            f"was closed before the request reached the engine, so {_NOTHING_RAN}",
+            **_details(spec, argv, command, None, session.stderr),
+        )
+    return_code = proc.returncode if proc.returncode is not None else -1
+    raise classify_failure(spec, python, return_code, session.stderr, session.stdout, argv,
+                           command, went=session.went, status_command=status_command)
 
 
-_RECOVERY_ADVICE = (
-    "The host either finished the run or left a journal that the next `patchkit status` or "
-    "`patchkit apply` recovers; run `patchkit status` on this target now."
-)
+class _Session:
+    """One ssh process's conversation with the agent: the payload in, ``GO_LINE`` once the
+    agent says ``READY_MARKER``, everything it prints out. ``went``: ``GO_LINE`` may have
+    reached the agent (it was handed to ssh), so the engine may have run."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], payload: bytes, timeout: float | None) -> None:
+        self.proc, self.payload = proc, payload
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.went = self.timed_out = False
+        self.stdout = b""
+        self._stderr: list[bytes] = []
+
+    @property
+    def stderr(self) -> bytes:
+        return b"".join(self._stderr)
+
+    def _left(self) -> float | None:
+        return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+
+    def run(self) -> None:
+        proc = self.proc
+        assert proc.stdin and proc.stdout and proc.stderr
+        writer = threading.Thread(target=self._write, args=(self.payload,), daemon=True)
+        reader = threading.Thread(target=self._drain_stderr, daemon=True)
+        writer.start()
+        reader.start()
+        out = proc.stdout.fileno()
+        chunks: list[bytes] = []
+        seen = b""  # the tail of stdout, to find READY_MARKER across reads
+        while True:
+            left = self._left()
+            if left is not None and left <= 0:
+                self.timed_out = True
+                self.close()
+                break
+            ready, _, _ = select.select([out], [], [], left)
+            if not ready:
+                continue
+            chunk = os.read(out, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            if not self.went:
+                seen = seen[-len(READY_MARKER):] + chunk
+                if READY_MARKER in seen:
+                    writer.join(self._left())  # the agent has read the whole payload
+                    self._go()
+        self.stdout = b"".join(chunks)
+        try:
+            proc.wait(self._left())
+        except subprocess.TimeoutExpired:
+            self.timed_out = True
+            self.close()
+        reader.join(self._left())
+
+    def _write(self, data: bytes) -> None:
+        try:
+            self.proc.stdin.write(data)  # type: ignore[union-attr]
+            self.proc.stdin.flush()  # type: ignore[union-attr]
+        except (OSError, ValueError):
+            pass  # ssh is gone: its exit code and stderr say why
+
+    def _go(self) -> None:
+        stdin = self.proc.stdin
+        assert stdin is not None
+        try:
+            stdin.write(GO_LINE)
+            self.went = True
+            stdin.flush()
+        except (OSError, ValueError):
+            self.went = False  # a pipe ssh has left takes no byte: the line never went
+        try:
+            stdin.close()
+        except OSError:
+            pass
+
+    def _drain_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        for chunk in iter(lambda: self.proc.stderr.read1(65536), b""):  # type: ignore[union-attr]
+            self._stderr.append(chunk)
+
+    def close(self) -> None:
+        """End the session: kill our ssh (the agent, if it was told to run, goes on)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
+
+
+_NOTHING_RAN = "nothing ran on the host: the target is unchanged and the command is safe to run again."
+
+
+def _may_have_run(status_command: str) -> str:
+    return (
+        "The run may have completed on the host (a lost connection does not stop it there) or "
+        "have been killed part way through writing; either way the next patchkit run on this "
+        "target finishes or undoes it from its journal. "
+        f"Run `{status_command}` to see which: it recovers an interrupted run and reports the "
+        "fixes' state."
+    )
+
 
 _HOSTKEY_CHANGED = ("REMOTE HOST IDENTIFICATION HAS CHANGED", "has changed and you have requested strict")
 _HOSTKEY = ("Host key verification failed", "host key is known for", "No host key is known")
@@ -338,12 +484,25 @@ def classify_failure(
     stdout: bytes,
     argv: list[str],
     command: str,
+    *,
+    went: bool = True,
+    status_command: str = "patchkit status",
 ) -> RemoteError:
-    """Name the way a session ended without a result, from ssh's exit code and stderr."""
+    """Name the way a session ended without a result, from whether the agent was told to run
+    (``went``), ssh's exit code and stderr."""
     text = stderr.decode("utf-8", "replace")
     where = spec.url
     details = _details(spec, argv, command, returncode, stderr)
     said = _tail(text)
+    how = ("was killed" if returncode < 0 else "was closed (ssh exit code 255)"
+           if returncode == _SSH_FAILED else f"ended with exit code {returncode}")
+    if went:
+        return ConnectionLost(
+            f"the session to {where} {how} after the request reached the engine there, before "
+            f"its result arrived. {_may_have_run(status_command)}"
+            + (f" ssh said: {said}" if said else ""),
+            **details,
+        )
     started = STARTED_MARKER in stdout
     if not started and returncode == _SSH_FAILED:
         if any(s in text for s in _HOSTKEY_CHANGED):
@@ -384,17 +543,12 @@ def classify_failure(
             f"--python (or set python in patchkit.toml) to its path. The host said: {said}",
             **details,
         )
-    if started or returncode < 0:
-        how = "was killed" if returncode < 0 else f"ended with exit code {returncode}"
-        return ConnectionLost(
-            f"the session to {where} {how} before the result arrived. {_RECOVERY_ADVICE}"
-            + (f" ssh said: {said}" if said else ""),
-            **details,
-        )
+    stage = ("before the request reached the patchkit engine" if started
+             else "before the patchkit agent started")
     who = "ssh" if returncode == _SSH_FAILED else "the host"
-    return RemoteError(
-        f"the session to {where} failed before patchkit started (exit code {returncode}); "
-        f"nothing ran. {who} said: {said or '(nothing)'}",
+    return SessionFailed(
+        f"the session to {where} {how} {stage} there, so {_NOTHING_RAN} "
+        f"{who} said: {said or '(nothing)'}",
         **details,
     )
 

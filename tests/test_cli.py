@@ -633,3 +633,22 @@ def test_extra_root_carries_a_patch_under_serve(env: Env) -> None:
     assert rolled.exit_code == 0, rolled.output
     assert (env.serve / "serve.sh").read_bytes() == serve_before
     assert git(env.sglang, "status", "--porcelain") == ""
+
+
+def test_every_exit_code_is_documented_with_what_it_guarantees() -> None:
+    """docs/cli.md's table names each code patchkit exits with and what it leaves in the target."""
+    import re
+
+    from patchkit import errors
+
+    text = (Path(__file__).resolve().parent.parent / "docs/cli.md").read_text(encoding="utf-8")
+    table = text.split("## Exit codes", 1)[1]
+    rows = {int(m.group(1)): m.group(2) for m in re.finditer(r"^\| (\d+) \|[^|]*\|(.*)\|$", table, re.M)}
+    codes = {v for k, v in vars(errors).items() if k.startswith("EXIT_")} | {130}
+    assert codes <= set(rows)
+    for code in codes:
+        guarantee = rows[code]
+        assert re.search(r"unchanged|may be changed|unknown|complete", guarantee), (code, guarantee)
+    assert "nothing ran" in rows[errors.EXIT_SESSION_FAILED]
+    assert "may be changed" in rows[errors.EXIT_CONNECTION_LOST]
+    assert "status --target" in rows[errors.EXIT_CONNECTION_LOST]

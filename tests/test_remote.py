@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -337,13 +338,14 @@ def gated_catalog(base: Path) -> tuple[Path, Path]:
     return catalog, signals
 
 
-def start_gated_apply(ssh: Ssh, roots: dict[str, str], catalog: Path, signals: Path) -> tuple[subprocess.Popen[str], int]:
+def start_gated_apply(ssh: Ssh, roots: dict[str, str], catalog: Path, signals: Path,
+                      **popen: Any) -> tuple[subprocess.Popen[str], int]:
     """A CLI apply on the remote target, returned once the host-side engine is held in its
     verification (after every file was written); (client process, host engine pid)."""
     client = subprocess.Popen(
         [PY, "-m", "patchkit", "--catalog", str(catalog), "apply", "index-k-bytes",
          *target_args(ssh, "remote", roots)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, **popen)
     verifying = signals / "verifying"
     wait_until(lambda: verifying.exists() and verifying.read_text() != "", "the host-side verification")
     engine = int(verifying.read_text())
@@ -385,10 +387,58 @@ def test_killed_ssh_client_the_host_finishes_applied_and_verified(ssh: Ssh, tmp_
     err = finish_on_the_host(client, engine, signals, 0)
 
     assert "ssh://" in err and "was killed" in err
+    # the message's own status command, run as written, shows what the host did
+    status = shlex.split(err.split("Run `", 1)[1].split("`", 1)[0])
+    assert status[:2] == ["patchkit", "status"] and ssh.url(roots["sglang"]) in status
+    code, out, _ = cli(["--catalog", str(catalog), *status[1:], "--json"])
+    assert code == 0
+    assert {f["name"]: f["state"] for f in json.loads(out)["status"]["fixes"]}["index-k-bytes"] == "applied"
     assert assert_settled(ssh, roots, catalog)["index-k-bytes"] == "applied"
     record = json.loads(Path(roots["sglang"], ".patchkit/state.json").read_text())["fixes"][0]
     assert [c["ok"] for c in record["verification"]] == [True, True, True]
     assert "index_k = head_dim * 2" in Path(roots["sglang"], POOL).read_text()
+
+
+def test_interrupt_after_the_request_reached_the_host_is_connection_lost(
+    ssh: Ssh, tmp_path: Path
+) -> None:
+    """^C on the terminal (SIGINT to the client and its ssh) does not stop the host, which
+    finishes the run: so not exit 130 ("rolled back") but 14, and the host's outcome."""
+    roots = make_tree(tmp_path / "tree")
+    catalog, signals = gated_catalog(tmp_path)
+    client, engine = start_gated_apply(ssh, roots, catalog, signals, start_new_session=True)
+
+    os.killpg(client.pid, signal.SIGINT)
+    err = finish_on_the_host(client, engine, signals, 0)
+
+    assert "interrupted after the request reached the engine" in err
+    assert assert_settled(ssh, roots, catalog)["index-k-bytes"] == "applied"
+
+
+def test_interrupt_before_the_agent_starts_is_130_and_nothing_runs(ssh: Ssh, tmp_path: Path) -> None:
+    roots = make_tree(tmp_path / "tree")
+    original = snapshot(roots, state=True)
+    pid_file, release = tmp_path / "held-pid", tmp_path / "held-release"
+    held = tmp_path / "held-python"  # a host slow to start the agent, holding it until released
+    held.write_text(f'#!/bin/sh\necho $$ > "{pid_file}"\ni=0\n'
+                    f'while [ ! -e "{release}" ] && [ $i -lt 3000 ]; do sleep 0.02; i=$((i+1)); done\n'
+                    f'exec "{PY}" "$@"\n')
+    held.chmod(0o755)
+    args = [*target_args(ssh, "remote", roots)]
+    args[args.index("--python") + 1] = str(held)
+    client = subprocess.Popen([PY, "-m", "patchkit", "--catalog", str(SAMPLES / "catalog"), "apply",
+                               "index-k-bytes", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, cwd=REPO, start_new_session=True)
+    wait_until(lambda: pid_file.exists() and pid_file.read_text().strip() != "", "the held python")
+
+    os.killpg(client.pid, signal.SIGINT)
+    _out, err = client.communicate(timeout=60)
+
+    assert client.returncode == 130, err
+    host = int(pid_file.read_text())
+    release.touch()
+    wait_until(lambda: not alive(host), "the late agent on the host to end")
+    assert snapshot(roots, state=True) == original
 
 
 def test_killed_sshd_session_the_host_rolls_back_when_verification_fails(

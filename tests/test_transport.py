@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -41,6 +42,10 @@ def run(request):
         print("noise on stdout")
         os.system("echo noise from a child")
         sys.stderr.write("noise on stderr\\n")
+    if action == "linger":  # a child that keeps the session's stderr open after the result
+        import subprocess
+        child = subprocess.Popen(["sleep", "60"])
+        write_file(os.path.join(root, "lingering"), str(child.pid))
     if action == "wait":
         write_file(os.path.join(root, "started"), "")
         wait_for(os.path.join(root, "release"))
@@ -296,6 +301,104 @@ def test_too_old_remote_python(sshd: SshServer, tmp_path: Path, version: str) ->
     assert not (tmp_path / "out.txt").exists()
 
 
+def held_python(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A ``--python`` for the host that records its pid, then waits for ``release`` before it
+    becomes the real interpreter: a host slow to start the agent (a busy login shell, a cold
+    disk). (interpreter, pid file, release file)"""
+    pid, release = tmp_path / "held-python-pid", tmp_path / "held-python-release"
+    program = tmp_path / "held-python"
+    program.write_text(
+        "#!/bin/sh\n"
+        f'echo $$ > "{pid}"\n'
+        "i=0\n"  # never linger on the host if a test went wrong: 60 s at most
+        f'while [ ! -e "{release}" ] && [ $i -lt 3000 ]; do sleep 0.02; i=$((i+1)); done\n'
+        f'exec "{sys.executable}" "$@"\n'
+    )
+    program.chmod(0o755)
+    return program, pid, release
+
+
+def command_name(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:  # gone already (the held interpreter's sleeps come and go)
+        return None
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def test_sshd_session_killed_before_the_agent_starts_ran_nothing(
+    sshd: SshServer, tmp_path: Path
+) -> None:
+    """Authenticated, the remote command started, the agent not yet: the server side of the
+    session dies. That is no unreachable host, and the request must never run afterwards."""
+    python, pid_file, release = held_python(tmp_path)
+    root = tmp_path / "root"
+    root.mkdir()
+    before = set(sshd.session_processes())
+    outcome: dict[str, BaseException] = {}
+
+    def call() -> None:
+        try:
+            run_engine(spec_for(sshd), request(root), python=str(python), modules=modules())
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    wait_until(pid_file.exists, "the remote command to start on the host")
+    wait_until(lambda: pid_file.read_text().strip() != "", "the remote command's pid")
+    held = int(pid_file.read_text())
+    session = [p for p in set(sshd.session_processes()) - before if command_name(p) == "sshd"]
+    assert session and held not in session
+    for pid in session:
+        os.kill(pid, signal.SIGKILL)
+    thread.join(30)
+
+    error = outcome.get("error")
+    assert isinstance(error, errors.SessionFailed), error
+    assert error.exit_code == errors.EXIT_SESSION_FAILED != errors.EXIT_UNREACHABLE
+    assert "nothing ran" in error.message and "unchanged" in error.message
+    assert sshd.host in error.message and "cannot reach" not in error.message
+    release.touch()  # the host starts the agent after all, with whatever reached its stdin
+    wait_until(lambda: not alive(held), "the late agent on the host to end")
+    assert not (root / "out.txt").exists()
+
+
+def test_timeout_before_the_agent_starts_ran_nothing(sshd: SshServer, tmp_path: Path) -> None:
+    python, pid_file, release = held_python(tmp_path)
+    root = tmp_path / "root"
+    root.mkdir()
+
+    with pytest.raises(errors.SessionFailed) as caught:
+        run_engine(spec_for(sshd), request(root), python=str(python), modules=modules(), timeout=1)
+
+    assert "nothing ran" in caught.value.message and "unchanged" in caught.value.message
+    held = int(pid_file.read_text())
+    release.touch()
+    wait_until(lambda: not alive(held), "the late agent on the host to end")
+    assert not (root / "out.txt").exists()
+
+
+def test_remote_command_that_exits_at_once_is_session_failed(sshd: SshServer, tmp_path: Path) -> None:
+    """A host whose command ends before the agent (a ForceCommand, a broken shell)."""
+    python = tmp_path / "gone"
+    python.write_text("#!/bin/sh\necho 'this account runs nothing' >&2\nexit 1\n")
+    python.chmod(0o755)
+
+    with pytest.raises(errors.SessionFailed) as caught:
+        run_engine(spec_for(sshd), request(tmp_path), python=str(python), modules=modules())
+
+    assert caught.value.exit_code == errors.EXIT_SESSION_FAILED
+    assert "this account runs nothing" in caught.value.message and "nothing ran" in caught.value.message
+    assert not (tmp_path / "out.txt").exists()
+
+
 def test_killed_client_is_connection_lost_and_the_host_finishes(
     sshd: SshServer, tmp_path: Path
 ) -> None:
@@ -319,7 +422,10 @@ def test_killed_client_is_connection_lost_and_the_host_finishes(
 
     error = outcome.get("error")
     assert isinstance(error, errors.ConnectionLost), error
-    assert "patchkit status" in error.message and sshd.host in error.message
+    assert error.exit_code == errors.EXIT_CONNECTION_LOST
+    assert "after the request reached the engine" in error.message and sshd.host in error.message
+    assert "completed on the host" in error.message and "killed part way through writing" in error.message
+    assert "finishes or undoes it" in error.message and "Run `patchkit status`" in error.message
     assert not (root / "out.txt").exists()
     (root / "release").touch()  # only now may the host-side engine finish
     wait_until((root / "out.txt").exists, "the host-side engine to finish after the drop")
@@ -358,11 +464,46 @@ def test_hangup_and_server_drop_are_connection_lost_and_the_host_finishes(
 
 def test_timeout_closes_the_session_as_connection_lost(sshd: SshServer, tmp_path: Path) -> None:
     with pytest.raises(errors.ConnectionLost) as caught:
-        run_engine(spec_for(sshd), request(tmp_path, action="wait"), modules=modules(), timeout=1)
+        run_engine(spec_for(sshd), request(tmp_path, action="wait"), modules=modules(), timeout=1,
+                   status_command="patchkit status --target gpu7")
 
-    assert "patchkit status" in caught.value.message
+    assert "after the request reached the engine" in caught.value.message
+    assert "Run `patchkit status --target gpu7`" in caught.value.message
     (tmp_path / "release").touch()
     wait_until((tmp_path / "out.txt").exists, "the host-side engine to finish after the timeout")
+
+
+def test_remote_target_status_command_names_the_target_as_a_url() -> None:
+    from patchkit.targets import resolve_target
+
+    path = "/srv/a b/100%/sglang's"
+    target = RemoteTarget(SshSpec("gpu7", "deploy", 2222, program="/opt/ssh wrapper"),
+                          {"sglang": path, "serve": "/root"})
+    words = shlex.split(target.status_command)
+
+    assert words[:3] == ["patchkit", "status", "--target"]
+    assert words[4:] == ["--root", "serve=/root", "--ssh-program", "/opt/ssh wrapper"]
+    again = resolve_target(words[3], ["serve=/root"], ssh_program="/opt/ssh wrapper")
+    assert again == target  # the URL in the command names the same host, port, user and root
+
+    given = resolve_target("ssh://gpu7/srv", ["serve=/root"], ssh_options=["ProxyJump=b"])
+    assert given.status_command == (  # type: ignore[attr-defined]
+        "patchkit status --target ssh://gpu7/srv --root serve=/root --ssh-option ProxyJump=b")
+
+
+def test_result_that_arrived_is_returned_when_the_session_outlives_the_timeout(
+    sshd: SshServer, tmp_path: Path
+) -> None:
+    """The session stays open after the result (a child of the engine holds its stderr): the
+    time limit closes it, but the complete result is the answer, not a lost connection."""
+    try:
+        result = run_engine(spec_for(sshd), request(tmp_path, action="linger"), modules=modules(),
+                            timeout=3)
+    finally:
+        if (tmp_path / "lingering").exists():
+            os.kill(int((tmp_path / "lingering").read_text()), signal.SIGKILL)
+
+    assert result["ok"] is True and (tmp_path / "out.txt").read_text() == "done"
 
 
 def test_missing_ssh_program_is_a_usage_error(tmp_path: Path) -> None:
