@@ -633,3 +633,13 @@ def test_extra_root_carries_a_patch_under_serve(env: Env) -> None:
     assert rolled.exit_code == 0, rolled.output
     assert (env.serve / "serve.sh").read_bytes() == serve_before
     assert git(env.sglang, "status", "--porcelain") == ""
+
+
+def test_deeply_nested_manifest_exits_2_naming_it(env: Env, pk: Callable[..., Run]) -> None:
+    manifest = _manifest(env)
+    manifest.write_text(manifest.read_text() + "deep = " + "[" * 5000 + "]" * 5000 + "\n")
+    before = snapshot(env.sglang, env.serve)
+    run = pk("apply", INDEX_K, *tgt(env))
+    assert run.code == EXIT_USAGE, run.err
+    assert str(manifest) in run.err and "nested" in run.err
+    unchanged(env, before)

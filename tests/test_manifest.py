@@ -329,3 +329,58 @@ def test_a_bad_entry_among_many_patches_is_refused_naming_it(tmp_path: Path, ent
         ("0001-a.patch", "sglang", fix.patch_dir / "0001-a.patch"),
         ("0002-b.patch", "serve", fix.patch_dir / "0002-b.patch"),
         ("./0003-c.patch", "serve", fix.patch_dir / "0003-c.patch")]
+
+
+# A TOML value or key nested thousands deep: Python's tomllib recurses once per level and
+# raised RecursionError (exit 70, "internal error") instead of naming the file.
+DEEP = {
+    "array": "x = " + "[" * 5000 + "]" * 5000 + "\n",
+    "inline-table": "x = " + "{a = " * 5000 + "1" + "}" * 5000 + "\n",
+    # parses (dotted keys are not recursive) into a table 10,000 deep: large enough for the
+    # parse cache, whose encoding walks the tables
+    "dotted-key": "[" + ".".join(["a"] * 10_000) + "]\n",
+}
+
+
+@pytest.mark.parametrize("text", list(DEEP.values()), ids=list(DEEP))
+def test_deeply_nested_toml_is_a_manifest_error_naming_the_file(tmp_path: Path, text: str,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    manifest = tmp_path / "manifests" / "deep.toml"
+    manifest.parent.mkdir()
+    manifest.write_text('format = 1\nname = "deep"\n' + text)
+    config = tmp_path / "patchkit.toml"
+    config.write_text(text)
+    for load, path in ((load_manifest, manifest), (load_config, config)):
+        with pytest.raises(ManifestError) as info:
+            load(path)
+        assert str(path) in info.value.message and info.value.details["file"] == str(path)
+
+
+@pytest.mark.parametrize("text", [DEEP["array"], DEEP["inline-table"]], ids=["array", "inline-table"])
+def test_deeply_nested_toml_is_refused_by_the_editing_parser_too(tmp_path: Path, text: str) -> None:
+    manifest = tmp_path / "manifests" / "deep.toml"
+    manifest.parent.mkdir()
+    manifest.write_text('format = 1\nname = "deep"\n' + text)
+    before = manifest.read_bytes()
+    with pytest.raises(ManifestError) as info:
+        bump_manifest(manifest, version=2, changelog_summary="x", date="2026-01-01")
+    assert str(manifest) in info.value.message
+    assert manifest.read_bytes() == before
+
+
+def test_too_deep_for_the_editing_parser_names_the_file(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever tomlkit version: a RecursionError of its parser is a ManifestError too."""
+    import tomlkit
+
+    def recurse(text: str) -> None:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(tomlkit, "parse", recurse)
+    manifest = tmp_path / "manifests" / "deep.toml"
+    manifest.parent.mkdir()
+    manifest.write_text('format = 1\nname = "deep"\n')
+    with pytest.raises(ManifestError) as info:
+        bump_manifest(manifest, version=2, changelog_summary="x", date="2026-01-01")
+    assert str(manifest) in info.value.message and "nested" in info.value.message
