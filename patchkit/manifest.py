@@ -46,6 +46,7 @@ def _toml_lib() -> Any:
 from .model import (
     CHECK_KEYS,
     CHECK_KINDS,
+    CHECK_TIMEOUTS,
     DEFAULT_ROOT,
     FORWARDING_STATES,
     MANIFEST_FORMAT,
@@ -584,7 +585,7 @@ def _build_checks(ctx: _Ctx, data: Mapping[str, Any], key: str,
             raise ctx.fail(f"{where}.kind", f"unknown check kind '{kind}'",
                            f"{hint}Kinds: {', '.join(CHECK_KINDS)}")
         required, optional = CHECK_KEYS[kind]
-        _check_keys(ctx, table, where, ("kind", "name", *required, *optional), required)
+        _check_keys(ctx, table, where, ("kind", "name", "timeout", *required, *optional), required)
         out.append(Check(kind, _check_params(ctx, table, where, kind, default_root)))
     return tuple(out)
 
@@ -594,6 +595,15 @@ def _check_params(ctx: _Ctx, table: Mapping[str, Any], where: str, kind: str,
     params: dict[str, Any] = {}
     if "name" in table:
         params["name"] = _str(ctx, table, where, "name")
+    if "timeout" in table:
+        timeout = table["timeout"]
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise ctx.fail(f"{where}.timeout", f"timeout must be a number of seconds, not "
+                           f"{_toml_type(timeout)}", "Write it as a number, e.g. timeout = 600")
+        if not 0 < timeout < float("inf"):
+            raise ctx.fail(f"{where}.timeout", f"timeout {timeout} is not above 0 seconds",
+                           f"Give the seconds the check may run (default {CHECK_TIMEOUTS[kind]:g})")
+        params["timeout"] = timeout
     params["root"] = _root_name(ctx, _str(ctx, table, where, "root", default_root),
                                 f"{where}.root")
     if "path" in CHECK_KEYS[kind][0]:

@@ -77,6 +77,9 @@ def run(request: Dict[str, Any], cache_dir: Optional[str] = None) -> Dict[str, A
             traceback=traceback.format_exc()).to_dict()
     finally:
         _clear_memo()  # holds the request's file contents
+        checks = sys.modules.get(__name__ + ".checks")
+        if checks is not None:
+            checks.close_worker()  # the process a regex or syntax check started, if any
     return result
 
 
