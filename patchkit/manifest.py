@@ -46,6 +46,7 @@ def _toml_lib() -> Any:
 from .model import (
     CHECK_KEYS,
     CHECK_KINDS,
+    CHECK_TIMEOUTS,
     DEFAULT_ROOT,
     FORWARDING_STATES,
     MANIFEST_FORMAT,
@@ -234,11 +235,21 @@ def _read_data(path: Path, kind: str) -> dict[str, Any]:
             data = toml.loads(text)
         except (toml.TOMLDecodeError, ValueError):
             pass
+        except RecursionError:  # tomllib recurses once per level of nesting
+            raise _too_deep(path, kind) from None
     if data is None:
         data = _parse_toml(path, kind, text).unwrap()
     if cache is not None:
         _store_cached(cache, data)
     return data
+
+
+def _too_deep(path: Path, kind: str) -> ManifestError:
+    """Arrays, inline tables or dotted keys nested deeper than the parser (or Python's
+    recursion limit) goes: no manifest or config needs more than a few levels."""
+    return _Ctx(path, kind).fail("", "not valid TOML: values or keys nested too deeply to read",
+                                 "Flatten the nesting (a few levels of tables and arrays is "
+                                 "all the format uses; see docs/manifest.md)")
 
 
 #: Texts shorter than this parse faster than a cache file is read.
@@ -292,7 +303,7 @@ def _load_cached(cache: Path) -> dict[str, Any] | None:
     """The cached parse, or None when absent or damaged (then parsed afresh)."""
     try:
         data = _decode(marshal.loads(cache.read_bytes()))
-    except (OSError, ValueError, EOFError, TypeError, AttributeError):
+    except (OSError, ValueError, EOFError, TypeError, AttributeError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
 
@@ -308,7 +319,7 @@ def _store_cached(cache: Path, data: dict[str, Any]) -> None:
         with os.fdopen(fd, "wb") as fh:
             fh.write(blob)
         os.replace(tmp, cache)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # too deep to encode: not cached
         pass
 
 
@@ -332,6 +343,8 @@ def _parse_toml(path: Path, kind: str, text: str) -> Any:
                             file=str(path), line=line, col=col) from None
     except tomlkit.exceptions.TOMLKitError as exc:
         raise ctx.fail("", f"not valid TOML: {exc}", "Fix the syntax (https://toml.io)") from None
+    except RecursionError:  # a tomlkit without its own nesting limit
+        raise _too_deep(path, kind) from None
 
 
 def load_manifest(path: Path | str, *, patch_dir: Path | None = None) -> Fix:
@@ -576,7 +589,7 @@ def _build_checks(ctx: _Ctx, data: Mapping[str, Any], key: str,
             raise ctx.fail(f"{where}.kind", f"unknown check kind '{kind}'",
                            f"{hint}Kinds: {', '.join(CHECK_KINDS)}")
         required, optional = CHECK_KEYS[kind]
-        _check_keys(ctx, table, where, ("kind", "name", *required, *optional), required)
+        _check_keys(ctx, table, where, ("kind", "name", "timeout", *required, *optional), required)
         out.append(Check(kind, _check_params(ctx, table, where, kind, default_root)))
     return tuple(out)
 
@@ -586,6 +599,15 @@ def _check_params(ctx: _Ctx, table: Mapping[str, Any], where: str, kind: str,
     params: dict[str, Any] = {}
     if "name" in table:
         params["name"] = _str(ctx, table, where, "name")
+    if "timeout" in table:
+        timeout = table["timeout"]
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise ctx.fail(f"{where}.timeout", f"timeout must be a number of seconds, not "
+                           f"{_toml_type(timeout)}", "Write it as a number, e.g. timeout = 600")
+        if not 0 < timeout < float("inf"):
+            raise ctx.fail(f"{where}.timeout", f"timeout {timeout} is not above 0 seconds",
+                           f"Give the seconds the check may run (default {CHECK_TIMEOUTS[kind]:g})")
+        params["timeout"] = timeout
     params["root"] = _root_name(ctx, _str(ctx, table, where, "root", default_root),
                                 f"{where}.root")
     if "path" in CHECK_KEYS[kind][0]:

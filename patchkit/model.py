@@ -37,8 +37,9 @@ ROLLBACK_STRATEGIES = (ROLLBACK_RESTORE, ROLLBACK_REVERSE)
 
 DEFAULT_ROOT = "sglang"
 
-#: Check kinds -> (required keys, optional keys), besides ``kind`` and ``name``.
-#: ``root`` defaults to the fix's upstream root; grep needs exactly one of count/present.
+#: Check kinds -> (required keys, optional keys), besides ``kind``, ``name`` and ``timeout``
+#: (every kind). ``root`` defaults to the fix's upstream root; grep needs exactly one of
+#: count/present.
 CHECK_KEYS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = MappingProxyType({
     "grep": (("path", "pattern"), ("root", "regex", "count", "present")),
     "sha256": (("path", "sha256"), ("root",)),
@@ -53,12 +54,27 @@ CHECK_KEYS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = MappingProxy
 })
 CHECK_KINDS = tuple(CHECK_KEYS)
 
+#: Seconds a check may run unless its ``timeout`` says otherwise (docs/manifest.md); the
+#: engine keeps the same table (patchkit.engine.checks.DEFAULT_TIMEOUTS) for requests without.
+CHECK_TIMEOUTS: Mapping[str, float] = MappingProxyType({
+    "grep": 60.0, "sha256": 60.0, "python-syntax": 60.0, "bash-syntax": 60.0,
+    "python-import": 300.0, "python-script": 300.0, "command": 300.0,
+    "git-contains": 300.0, "git-descends-from": 300.0,
+})
+
 #: Defaults written into the engine request so the engine never guesses.
 CHECK_DEFAULTS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
-    "grep": MappingProxyType({"regex": False}),
-    "python-script": MappingProxyType({"args": ()}),
-    "command": MappingProxyType({"expect_exit": 0}),
-    "git-contains": MappingProxyType({"present": True}),
+    kind: MappingProxyType(dict(extra, timeout=CHECK_TIMEOUTS[kind])) for kind, extra in (
+        ("grep", {"regex": False}),
+        ("sha256", {}),
+        ("python-syntax", {}),
+        ("bash-syntax", {}),
+        ("python-import", {}),
+        ("python-script", {"args": ()}),
+        ("command", {"expect_exit": 0}),
+        ("git-contains", {"present": True}),
+        ("git-descends-from", {}),
+    )
 })
 
 

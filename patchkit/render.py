@@ -270,6 +270,8 @@ def render_fix_outcome(console: Any, fix: FixOutcome, *, show_diff: bool,
     style = OUTCOME_STYLE.get(fix.outcome, "")
     version = f" v{fix.version}" if fix.version is not None else ""
     _emit(console, [(f"{fix.outcome} ", style), (f"{fix.name}{version}", "bold")])
+    if fix.drifted and fix.outcome == "already-applied":
+        _drifted(console, fix)
     op_mark = {"modify": "M", "create": "A", "delete": "D"}
     rows = verbose or len(fix.files) <= FEW_FILES
     if fix.files and not rows:
@@ -305,6 +307,22 @@ def render_fix_outcome(console: Any, fix: FixOutcome, *, show_diff: bool,
         _emit(console, [("  verification:", "")])
         for c in fix.verification:
             _emit(console, [("    ", "")] + _check_line(c))
+
+
+def _drifted(console: Any, fix: FixOutcome) -> None:
+    """An applied fix whose files changed since patchkit wrote them: which, and what to do."""
+    for f in fix.drifted[:STATUS_FILES]:
+        _emit(console, [("  drifted: ", STATE_STYLE["drifted"]),
+                        (f"{f.get('root')}:{f.get('path')}", "bold"),
+                        (" (deleted since patchkit wrote it)" if f.get("state") == "missing"
+                         else " (changed since patchkit wrote it)", "")])
+    if len(fix.drifted) > STATUS_FILES:
+        _emit(console, [(f"  and {len(fix.drifted) - STATUS_FILES} more (--json lists them)", "")])
+    _emit(console, [(f"  the fix is recorded but its files no longer hold what it wrote; "
+                     f"patchkit verify {fix.name} fails until they do. To put it back as written: "
+                     f"patchkit rollback --force {fix.name}, then patchkit apply {fix.name} (the "
+                     f"edits are lost); to keep the edits, make them a new version "
+                     f"(patchkit refresh {fix.name} --from CHECKOUT)", "yellow")])
 
 
 def _recovered(console: Any, result: OpResult) -> None:

@@ -94,7 +94,10 @@ class FileChange(Frozen):
 
 @record
 class FixOutcome(Frozen):
-    """What happened to one fix: its outcome, files and checks."""
+    """What happened to one fix: its outcome, files and checks.
+
+    ``drifted`` (already-applied and verify): the recorded files that no longer hold what
+    patchkit wrote, each ``{root, path, state}`` with state ``drifted`` or ``missing``."""
 
     name: str
     version: int | None
@@ -102,12 +105,15 @@ class FixOutcome(Frozen):
     files: tuple[FileChange, ...]
     preconditions: tuple[CheckResult, ...]
     verification: tuple[CheckResult, ...]
+    drifted: tuple[Mapping[str, Any], ...]
 
     def __init__(self, name: str, version: int | None, outcome: str, files: tuple[FileChange, ...],
                  preconditions: tuple[CheckResult, ...],
-                 verification: tuple[CheckResult, ...]) -> None:
+                 verification: tuple[CheckResult, ...],
+                 drifted: tuple[Mapping[str, Any], ...] = ()) -> None:
         self.__dict__.update(name=name, version=version, outcome=outcome, files=files,
-                             preconditions=preconditions, verification=verification)
+                             preconditions=preconditions, verification=verification,
+                             drifted=drifted)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "FixOutcome":
@@ -118,6 +124,7 @@ class FixOutcome(Frozen):
             files=tuple(FileChange.from_dict(f) for f in d.get("files") or ()),
             preconditions=tuple(CheckResult.from_dict(c) for c in d.get("preconditions") or ()),
             verification=tuple(CheckResult.from_dict(c) for c in d.get("verification") or ()),
+            drifted=tuple(d.get("drifted") or ()),
         )
 
 

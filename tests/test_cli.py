@@ -652,3 +652,40 @@ def test_every_exit_code_is_documented_with_what_it_guarantees() -> None:
     assert "nothing ran" in rows[errors.EXIT_SESSION_FAILED]
     assert "may be changed" in rows[errors.EXIT_CONNECTION_LOST]
     assert "status --target" in rows[errors.EXIT_CONNECTION_LOST]
+
+
+def test_deeply_nested_manifest_exits_2_naming_it(env: Env, pk: Callable[..., Run]) -> None:
+    manifest = _manifest(env)
+    manifest.write_text(manifest.read_text() + "deep = " + "[" * 5000 + "]" * 5000 + "\n")
+    before = snapshot(env.sglang, env.serve)
+    run = pk("apply", INDEX_K, *tgt(env))
+    assert run.code == EXIT_USAGE, run.err
+    assert str(manifest) in run.err and "nested" in run.err
+    unchanged(env, before)
+
+
+def test_reapply_and_verify_of_a_drifted_fix_say_so(env: Env, pk: Callable[..., Run]) -> None:
+    assert pk("apply", INDEX_K, *tgt(env)).code == EXIT_OK
+    with (env.sglang / POOL).open("a") as fh:
+        fh.write("# a hot fix made by hand\n")
+    before = snapshot(env.sglang, env.serve)
+
+    again = pk("apply", INDEX_K, *tgt(env))
+    assert again.code == EXIT_OK, again.err  # nothing to apply; the drift is said, not an error
+    assert "already-applied index-k-bytes v2" in again.out
+    assert f"drifted: sglang:{POOL}" in again.out
+    assert f"patchkit rollback --force {INDEX_K}" in again.out
+    data = pk("apply", "--json", INDEX_K, *tgt(env)).json()
+    assert data["ok"] is True
+    assert data["fixes"][0]["drifted"] == [{"root": "sglang", "path": POOL, "state": "drifted"}]
+
+    verify = pk("verify", INDEX_K, *tgt(env))
+    assert verify.code == EXIT_CHECK_FAILED
+    assert f"sglang:{POOL}" in verify.err and "drifted" in verify.err
+    assert f"patchkit rollback --force {INDEX_K}" in verify.err
+    failed = pk("verify", "--json", INDEX_K, *tgt(env))
+    assert failed.code == EXIT_CHECK_FAILED
+    error = failed.json()["error"]
+    assert error["type"] == "DriftError"
+    assert error["details"]["fixes"][0]["drifted"] == [{"root": "sglang", "path": POOL, "state": "drifted"}]
+    assert snapshot(env.sglang, env.serve) == before

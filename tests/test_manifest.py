@@ -56,16 +56,18 @@ def test_defaults_fill_what_a_manifest_leaves_out() -> None:
     assert fix.roots == ("sglang", "serve")
     # The python-import check had no root: it gets the upstream root.
     assert fix.verification[1].to_request() == {"kind": "python-import", "root": "sglang",
-                                                "module": "sglang.srt.pool"}
+                                                "module": "sglang.srt.pool", "timeout": 300.0}
 
 
 def test_check_to_request_fills_engine_defaults() -> None:
     grep = Check("grep", {"root": "sglang", "path": "x.py", "pattern": "a", "present": True})
     assert grep.to_request() == {"kind": "grep", "root": "sglang", "path": "x.py",
-                                 "pattern": "a", "present": True, "regex": False}
+                                 "pattern": "a", "present": True, "regex": False,
+                                 "timeout": 60.0}
     command = Check("command", {"root": "sglang", "argv": ["{python}", "-V"]})
     request = command.to_request()
     assert request["argv"] == ["{python}", "-V"] and request["expect_exit"] == 0
+    assert request["timeout"] == 300.0
     request["argv"].append("mutated")
     assert command.get("argv") == ("{python}", "-V")
 
@@ -288,10 +290,10 @@ def test_git_checks_load_with_defaults(tmp_path: Path) -> None:
                   'fix = "base"\n[[preconditions]]\nkind = "git-descends-from"\ntag = "v0.5.21"\n'))
     contains, descends = fix.preconditions
     assert contains.to_request() == {"kind": "git-contains", "root": "sglang", "fix": "base",
-                                     "present": True}
+                                     "present": True, "timeout": 300.0}
     assert "HEAD contains the commit of fix base" in contains.describe()
     assert descends.to_request() == {"kind": "git-descends-from", "root": "sglang",
-                                     "tag": "v0.5.21"}
+                                     "tag": "v0.5.21", "timeout": 300.0}
 
 
 @pytest.mark.parametrize("entry, key, words", [
@@ -349,3 +351,127 @@ def test_allow_special_modes_is_off_unless_set_and_survives_the_index(tmp_path: 
     assert fix.allow_special_modes is True
     again = fix_from_data(fix_data(fix), fix.manifest_path, fix.patch_dir)
     assert again == fix and again.allow_special_modes is True
+
+
+# A TOML value or key nested thousands deep: Python's tomllib recurses once per level and
+# raised RecursionError (exit 70, "internal error") instead of naming the file.
+DEEP = {
+    "array": "x = " + "[" * 5000 + "]" * 5000 + "\n",
+    "inline-table": "x = " + "{a = " * 5000 + "1" + "}" * 5000 + "\n",
+    # parses (dotted keys are not recursive) into a table 10,000 deep: large enough for the
+    # parse cache, whose encoding walks the tables
+    "dotted-key": "[" + ".".join(["a"] * 10_000) + "]\n",
+}
+
+
+@pytest.mark.parametrize("text", list(DEEP.values()), ids=list(DEEP))
+def test_deeply_nested_toml_is_a_manifest_error_naming_the_file(tmp_path: Path, text: str,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    manifest = tmp_path / "manifests" / "deep.toml"
+    manifest.parent.mkdir()
+    manifest.write_text('format = 1\nname = "deep"\n' + text)
+    config = tmp_path / "patchkit.toml"
+    config.write_text(text)
+    for load, path in ((load_manifest, manifest), (load_config, config)):
+        with pytest.raises(ManifestError) as info:
+            load(path)
+        assert str(path) in info.value.message and info.value.details["file"] == str(path)
+
+
+@pytest.mark.parametrize("text", [DEEP["array"], DEEP["inline-table"]], ids=["array", "inline-table"])
+def test_deeply_nested_toml_is_refused_by_the_editing_parser_too(tmp_path: Path, text: str) -> None:
+    manifest = tmp_path / "manifests" / "deep.toml"
+    manifest.parent.mkdir()
+    manifest.write_text('format = 1\nname = "deep"\n' + text)
+    before = manifest.read_bytes()
+    with pytest.raises(ManifestError) as info:
+        bump_manifest(manifest, version=2, changelog_summary="x", date="2026-01-01")
+    assert str(manifest) in info.value.message
+    assert manifest.read_bytes() == before
+
+
+def test_too_deep_for_the_editing_parser_names_the_file(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever tomlkit version: a RecursionError of its parser is a ManifestError too."""
+    import tomlkit
+
+    def recurse(text: str) -> None:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(tomlkit, "parse", recurse)
+    manifest = tmp_path / "manifests" / "deep.toml"
+    manifest.parent.mkdir()
+    manifest.write_text('format = 1\nname = "deep"\n')
+    with pytest.raises(ManifestError) as info:
+        bump_manifest(manifest, version=2, changelog_summary="x", date="2026-01-01")
+    assert str(manifest) in info.value.message and "nested" in info.value.message
+
+
+EVERY_KIND = """
+[[preconditions]]
+kind = "grep"
+path = "a.py"
+pattern = "x"
+present = true
+timeout = 5
+[[preconditions]]
+kind = "sha256"
+path = "a.py"
+sha256 = "%s"
+timeout = 0.5
+[[verification]]
+kind = "python-syntax"
+path = "a.py"
+timeout = 7
+[[verification]]
+kind = "bash-syntax"
+path = "a.sh"
+timeout = 8
+[[verification]]
+kind = "python-import"
+module = "sglang"
+timeout = 900
+[[verification]]
+kind = "python-script"
+script = "checks/c.py"
+timeout = 1200
+[[verification]]
+kind = "command"
+argv = ["true"]
+timeout = 3600
+[[preconditions]]
+kind = "git-contains"
+commit = "abc1"
+timeout = 10
+[[preconditions]]
+kind = "git-descends-from"
+tag = "v0.5.21"
+timeout = 11
+""" % ("0" * 64)
+
+
+def test_timeout_is_valid_on_every_kind_and_reaches_the_request(tmp_path: Path) -> None:
+    path = _revert_manifest(tmp_path, '[revert]\nfix = "dead"\n' + EVERY_KIND)
+    (tmp_path / "patches" / "undo" / "checks").mkdir(parents=True)
+    (tmp_path / "patches" / "undo" / "checks" / "c.py").write_text("")
+    fix = load_manifest(path)
+    got = {c.kind: c.to_request()["timeout"] for c in fix.checks}
+    assert got == {"grep": 5, "sha256": 0.5, "python-syntax": 7, "bash-syntax": 8,
+                   "python-import": 900, "python-script": 1200, "command": 3600,
+                   "git-contains": 10, "git-descends-from": 11}
+
+
+@pytest.mark.parametrize("value, words", [
+    ("0", "not above 0"), ("-5", "not above 0"), ("inf", "not above 0"), ("nan", "not above 0"),
+    ('"60"', "must be a number of seconds, not a string"),
+    ("true", "must be a number of seconds, not a boolean"),
+])
+def test_a_bad_timeout_is_refused_naming_the_key(tmp_path: Path, value: str, words: str) -> None:
+    body = ('[revert]\nfix = "dead"\n[[verification]]\nkind = "command"\nargv = ["true"]\n'
+            f"timeout = {value}\n")
+    path = _revert_manifest(tmp_path, body)
+    with pytest.raises(ManifestError) as err:
+        load_manifest(path)
+    assert err.value.details["key"] == "verification[1].timeout"
+    assert str(path) in str(err.value) and words in str(err.value)

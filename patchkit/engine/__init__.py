@@ -84,6 +84,9 @@ def run(request: Dict[str, Any], cache_dir: Optional[str] = None) -> Dict[str, A
         _clear_memo()  # holds the request's file contents
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+        checks = sys.modules.get(__name__ + ".checks")
+        if checks is not None:
+            checks.close_worker()  # the process a regex or syntax check started, if any
     return result
 
 

@@ -127,8 +127,11 @@ def apply(req: Request, store: Store, syntax: Optional[SyntaxCache] = None,
         if rec is None:
             todo.append(spec)
         elif int(rec.get("version", 0)) == spec.version:
+            from .observe import drifted_files  # a recorded fix: do its files hold what it wrote?
+
             outcomes[spec.name] = {"name": spec.name, "version": spec.version, "outcome": "already-applied",
-                                   "files": [], "preconditions": [], "verification": []}
+                                   "files": [], "preconditions": [], "verification": [],
+                                   "drifted": drifted_files(req.roots, state, rec)}
         else:
             raise VersionMismatch(
                 "fix %s version %s is applied in %s but this is version %d; roll it back first "

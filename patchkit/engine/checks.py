@@ -2,18 +2,36 @@
 
 Each check returns ``{kind, name, ok, detail, where}``. File checks read through a ``reader`` so
 a precondition sees the in-memory result of earlier fixes of the same request while a
-verification sees the disk. Commands run from argv lists (no shell), with a timeout, the
-target interpreter, and their output kept for the failure's ``detail``.
+verification sees the disk. Commands run from argv lists (no shell), with the target
+interpreter, and their output kept for the failure's ``detail``.
+
+Every check runs under a time limit: its ``timeout`` (seconds), else ``DEFAULT_TIMEOUTS`` of
+its kind. A check past it fails ("timed out"), so a precondition refuses the plan and a
+verification rolls the fix back. What stops it, by kind:
+
+- commands (``bash-syntax``, ``python-import``, ``python-script``, ``command``) run in a process
+  group of their own, killed whole at the limit;
+- the git checks bound each ``git`` they run by the time the check has left;
+- a regex ``grep`` and ``python-syntax`` run in a worker process (``_Worker``), killed at the
+  limit: Python's ``re`` and ``ast.parse`` cannot be interrupted inside the engine's own
+  process (a signal reaches only the main thread, and a library user may run the engine in
+  another), and a catastrophic regex (``^(a+)+$`` on a long line) never ends by itself;
+- a literal ``grep`` and ``sha256`` are one pass over bytes already read; they fail if that
+  pass took longer than the limit.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
+import threading
+import time
 from typing import Any, Callable, Dict, List, Optional
 
 from ..errors import UnsafePathError, UsageError
@@ -22,10 +40,19 @@ from .paths import Roots
 
 Reader = Callable[[str, str], Optional[bytes]]
 
-DEFAULT_TIMEOUT = 300.0
 OUTPUT_LIMIT = 4000
 KINDS = ("grep", "sha256", "python-syntax", "bash-syntax", "python-import", "python-script", "command",
          "git-contains", "git-descends-from")
+#: Seconds a check may run when its ``timeout`` is not given (patchkit.model.CHECK_DEFAULTS
+#: writes the same into every request; docs/manifest.md). Reading one file: a minute; running
+#: the target's code or git over its history: five.
+DEFAULT_TIMEOUTS = {"grep": 60.0, "sha256": 60.0, "python-syntax": 60.0, "bash-syntax": 60.0,
+                    "python-import": 300.0, "python-script": 300.0, "command": 300.0,
+                    "git-contains": 300.0, "git-descends-from": 300.0}
+
+
+class TimedOut(Exception):
+    """A check ran past its time limit (turned into a failed result by ``run_check``)."""
 
 
 class SyntaxCache:
@@ -116,23 +143,49 @@ def child_env() -> Dict[str, str]:
     return env
 
 
+def timed_out(timeout: float) -> str:
+    return ("timed out after %g s (the check's time limit; set timeout = SECONDS in the "
+            "manifest's check if it needs longer)" % timeout)
+
+
 def run_argv(argv: List[str], cwd: str, timeout: float, expect_exit: int = 0,
              display: Optional[str] = None, stdin: Optional[bytes] = None) -> Optional[str]:
-    """None when the command exits ``expect_exit``, else a detail with command, code, output."""
+    """None when the command exits ``expect_exit``, else a detail with command, code, output.
+
+    The command leads a process group of its own, killed whole at the time limit (or when the
+    engine is interrupted), so nothing it started outlives the check."""
     shown = display or " ".join(shlex.quote(a) for a in argv)
     try:
-        proc = subprocess.run(argv, cwd=cwd, input=stdin if stdin is not None else b"",
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=child_env(),
-                              timeout=timeout)
-    except subprocess.TimeoutExpired as exc:
-        out = (exc.output or b"").decode("utf-8", "replace")
-        return "command: %s\ntimed out after %.0fs\noutput:\n%s" % (shown, timeout, _tail(out))
+        proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, env=child_env(), start_new_session=True)
     except OSError as exc:
         return "command: %s\ncould not run: %s" % (shown, exc.strerror or exc)
+    try:
+        out, _ = proc.communicate(stdin if stdin is not None else b"", timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        try:
+            out, _ = proc.communicate(timeout=5)  # what it wrote before the limit
+        except subprocess.TimeoutExpired:  # a process that left the group holds the pipe
+            proc.kill()
+            out = b""
+        return "command: %s\n%s\noutput:\n%s" % (shown, timed_out(timeout),
+                                                   _tail(out.decode("utf-8", "replace")))
+    except BaseException:
+        _kill_group(proc)
+        proc.wait()
+        raise
     if proc.returncode == expect_exit:
         return None
     return "command: %s\nexit code: %d (expected %d)\noutput:\n%s" % (
-        shown, proc.returncode, expect_exit, _tail(proc.stdout.decode("utf-8", "replace")))
+        shown, proc.returncode, expect_exit, _tail(out.decode("utf-8", "replace")))
+
+
+def _kill_group(proc: "subprocess.Popen[bytes]") -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:  # already gone
+        pass
 
 
 def _tail(text: str) -> str:
@@ -166,7 +219,144 @@ def run_check(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
     if kind not in KINDS:
         raise UsageError("fix %s: unknown check kind %r; use one of %s"
                          % (ctx.fix, kind, ", ".join(KINDS)), fix=ctx.fix, kind=kind)
-    return _RUNNERS[kind](check, ctx)
+    limit = _timeout(check, ctx.fix)
+    start = time.monotonic()
+    try:
+        if kind.startswith("git-"):
+            from . import gitcli
+
+            try:
+                with gitcli.deadline(limit):
+                    out = _RUNNERS[kind](check, ctx)
+            except gitcli.DeadlinePassed:
+                raise TimedOut(str(check.get("root") or ""), check.get("name") or "%s check" % kind)
+        else:
+            out = _RUNNERS[kind](check, ctx)
+    except TimedOut as exc:
+        return result(kind, str(exc.args[1]), False, timed_out(limit), str(exc.args[0]))
+    one_pass = kind == "sha256" or (kind == "grep" and not check.get("regex"))
+    if one_pass and out["ok"] and time.monotonic() - start > limit:
+        out = dict(out, ok=False, detail="%s; but %s" % (out["detail"], timed_out(limit)))
+    return out
+
+
+def _timeout(check: Dict[str, Any], fix: str) -> float:
+    value = check.get("timeout")
+    if value is None:
+        return DEFAULT_TIMEOUTS[str(check["kind"])]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise UsageError("fix %s: %s check %r has timeout %r; give a number of seconds above 0"
+                         % (fix, check.get("kind"), check.get("name") or "", value), fix=fix)
+    return float(value)
+
+
+# The worker: a child Python (the engine's own interpreter, standard library only) that runs
+# the checks Python cannot interrupt in-process. Per job: a JSON header line, then ``size``
+# bytes of the file; one JSON line back. It sets an alarm of its own (the default action of
+# SIGALRM ends the process), so it dies past its limit even if the engine was killed.
+WORKER = r"""
+import json, re, signal, sys
+LINE = re.compile(r"[^\n]*\n|[^\n]+")
+read, write = sys.stdin.buffer, sys.stdout
+while True:
+    head = read.readline()
+    if not head:
+        break
+    job = json.loads(head)
+    data = read.read(job["size"])
+    signal.setitimer(signal.ITIMER_REAL, job["timeout"] + 5.0)
+    try:
+        if job["op"] == "grep":
+            rx = re.compile(job["pattern"])
+            text = data.decode("utf-8", "surrogateescape")
+            out = {"lines": [i for i, ln in enumerate(LINE.findall(text), 1) if rx.search(ln)]}
+        else:
+            import ast
+            try:
+                ast.parse(data, filename=job["where"])
+                out = {"ok": True}
+            except (SyntaxError, ValueError) as exc:
+                out = {"ok": False, "line": getattr(exc, "lineno", None), "error": str(exc)}
+    except Exception as exc:
+        out = {"failed": "%s: %s" % (type(exc).__name__, exc)}
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    write.write(json.dumps(out) + "\n")
+    write.flush()
+"""
+
+
+class _Worker:
+    """One worker process per engine thread, started by its first job and ended by
+    ``close_worker`` (``engine.run``) or by a job past its limit (the next starts another)."""
+
+    def __init__(self) -> None:
+        self.proc: Optional["subprocess.Popen[bytes]"] = None
+
+    def ask(self, job: Dict[str, Any], data: bytes, timeout: float, where: str,
+            name: str) -> Dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        if self.proc is None:
+            self.proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", WORKER], bufsize=0,
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.DEVNULL, env=child_env())
+        head = json.dumps(dict(job, size=len(data), timeout=timeout)).encode("ascii") + b"\n"
+        try:
+            self.proc.stdin.write(head + data)  # type: ignore[union-attr]
+            line = self._answer(deadline)
+        except OSError:
+            line = b""
+        if line is None:
+            self.close()
+            raise TimedOut(where, name)
+        if not line.endswith(b"\n"):
+            code = self.close()
+            raise UsageError("the check worker (%s) ended with exit code %s while running %s "
+                             "on %s" % (sys.executable, code, name, where), where=where)
+        return json.loads(line)
+
+    def _answer(self, deadline: float) -> Optional[bytes]:
+        """The worker's answer line; None past the deadline; b"" (or no newline) if it died."""
+        import select
+
+        fd = self.proc.stdout.fileno()  # type: ignore[union-attr]
+        buf = b""
+        while not buf.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return buf
+            buf += chunk
+        return buf
+
+    def close(self) -> Optional[int]:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            proc.kill()
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                pipe.close()
+        return proc.wait()
+
+
+_local = threading.local()
+
+
+def _worker() -> _Worker:
+    worker = getattr(_local, "worker", None)
+    if worker is None:
+        worker = _local.worker = _Worker()
+    return worker
+
+
+def close_worker() -> None:
+    """End this thread's worker process, if a check started one."""
+    worker = getattr(_local, "worker", None)
+    if worker is not None:
+        worker.close()
 
 
 def _file(check: Dict[str, Any], ctx: CheckContext):
@@ -190,11 +380,16 @@ def _grep(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
         return result("grep", name, False, "%s does not exist" % where, where)
     if check.get("regex"):
         try:
-            rx = re.compile(pattern)
+            re.compile(pattern)
         except re.error as exc:
             raise UsageError("fix %s: grep check %r has an invalid regex %r: %s"
                              % (ctx.fix, name, pattern, exc), fix=ctx.fix) from None
-        matches = [i for i, ln in enumerate(split_lines(decode(data)), 1) if rx.search(ln)]
+        answer = _worker().ask({"op": "grep", "pattern": pattern}, data,
+                               _timeout(check, ctx.fix), where, name)
+        if "failed" in answer:
+            return result("grep", name, False, "%r in %s: %s" % (pattern, where, answer["failed"]),
+                          where)
+        matches = answer["lines"]
     else:
         matches = [i for i, ln in enumerate(split_lines(decode(data)), 1) if pattern in ln]
     where_found = "lines %s" % ", ".join(map(str, matches[:10])) if matches else "no line"
@@ -230,13 +425,14 @@ def _python_syntax(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
     digest = hashlib.sha256(data).hexdigest() if ctx.syntax is not None else None
     if digest is not None and ctx.syntax.known(digest):  # type: ignore[union-attr]
         return result("python-syntax", name, True, "parses", where)
-    try:
-        import ast  # only for contents not known to parse: most runs hit the cache
-
-        ast.parse(data, filename=where)
-    except (SyntaxError, ValueError) as exc:
-        line = getattr(exc, "lineno", None)
-        return result("python-syntax", name, False, "line %s: %s" % (line, exc), where)
+    # only for contents not known to parse: most runs hit the cache
+    answer = _worker().ask({"op": "python-syntax", "where": where}, data,
+                           _timeout(check, ctx.fix), where, name)
+    if "failed" in answer:
+        return result("python-syntax", name, False, answer["failed"], where)
+    if not answer["ok"]:
+        return result("python-syntax", name, False, "line %s: %s" % (answer["line"], answer["error"]),
+                      where)
     if digest is not None:
         ctx.syntax.add(digest)  # type: ignore[union-attr]
     return result("python-syntax", name, True, "parses", where)
@@ -247,13 +443,9 @@ def _bash_syntax(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
     name = check.get("name") or "bash syntax of %s" % where
     if data is None:
         return result("bash-syntax", name, False, "%s does not exist" % where, where)
-    failure = run_argv(["bash", "-n"], ctx.roots.get(root).path, _timeout(check),
+    failure = run_argv(["bash", "-n"], ctx.roots.get(root).path, _timeout(check, ctx.fix),
                        display="bash -n %s" % where, stdin=data)
     return result("bash-syntax", name, failure is None, failure or "parses", where)
-
-
-def _timeout(check: Dict[str, Any]) -> float:
-    return float(check.get("timeout") or DEFAULT_TIMEOUT)
 
 
 def _python_import(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
@@ -264,7 +456,7 @@ def _python_import(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
     where = "%s:%s" % (root.name, module)
     name = check.get("name") or "import %s" % module
     source = "import sys, importlib; sys.path.insert(0, sys.argv[1]); importlib.import_module(sys.argv[2])"
-    failure = run_argv([ctx.python, "-c", source, entry, module], root.path, _timeout(check),
+    failure = run_argv([ctx.python, "-c", source, entry, module], root.path, _timeout(check, ctx.fix),
                        display="%s -c 'import %s' (sys.path[0] = %s)" % (ctx.python, module, entry))
     return result("python-import", name, failure is None, failure or "imported", where)
 
@@ -277,7 +469,7 @@ def _python_script(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
     root = ctx.roots.get(str(_need(check, "root", ctx.fix)))
     args = expand(list(check.get("args") or []), ctx)
     name = check.get("name") or "script %s" % script
-    failure = run_argv([ctx.python, "-c", ctx.scripts[script]] + args, root.path, _timeout(check),
+    failure = run_argv([ctx.python, "-c", ctx.scripts[script]] + args, root.path, _timeout(check, ctx.fix),
                        display=" ".join([ctx.python, script] + [shlex.quote(a) for a in args]))
     return result("python-script", name, failure is None, failure or "exit 0", "%s:%s" % (root.name, script))
 
@@ -287,7 +479,7 @@ def _command(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
     root = ctx.roots.get(str(_need(check, "root", ctx.fix)))
     expect = int(check.get("expect_exit", 0) or 0)
     name = check.get("name") or " ".join(shlex.quote(a) for a in argv)
-    failure = run_argv(argv, root.path, _timeout(check), expect_exit=expect)
+    failure = run_argv(argv, root.path, _timeout(check, ctx.fix), expect_exit=expect)
     return result("command", name, failure is None, failure or "exit %d" % expect, root.name)
 
 

@@ -9,10 +9,29 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
-TIMEOUT = 120.0
+TIMEOUT = 120.0  # each git command, outside a ``deadline``
+_deadline = threading.local()
+
+
+class DeadlinePassed(Exception):
+    """A git command ran past the ``deadline`` of what ran it (a git check's time limit)."""
+
+
+@contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """Every git command of the block is killed once ``seconds`` have passed since its start
+    (raising ``DeadlinePassed``), instead of each getting ``TIMEOUT``."""
+    _deadline.at = time.monotonic() + seconds
+    try:
+        yield
+    finally:
+        _deadline.at = None
 # Variables that would point git at another repository than the one the root is in.
 _REPO_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_NAMESPACE")
 
@@ -43,11 +62,15 @@ def _wait(proc: Optional[subprocess.Popen],
           stdin: Optional[bytes] = None) -> Optional[subprocess.CompletedProcess]:
     if proc is None:
         return None
+    end = getattr(_deadline, "at", None)
     try:
-        out, err = proc.communicate(stdin, timeout=TIMEOUT)
+        out, err = proc.communicate(stdin, timeout=TIMEOUT if end is None
+                                    else max(0.0, end - time.monotonic()))
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
+        if end is not None:
+            raise DeadlinePassed() from None
         return None
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 

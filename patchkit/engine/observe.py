@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from ..errors import NotApplied, PatchkitError, VerificationFailed
+from ..errors import DriftError, NotApplied, PatchkitError, VerificationFailed
 from .fsops import read_bytes
 from .paths import Roots
 from .request import FixSpec, Request, check_patch_paths
@@ -127,6 +127,32 @@ def _recorded(files: _Files, rec: Dict[str, Any], last: Dict[Any, Dict[str, Any]
             "version": rec.get("version"), "applied_at": rec.get("applied_at"), "files": out}
 
 
+def drifted_files(roots: Roots, state: Dict[str, Any], rec: Dict[str, Any],
+                  files: Optional[_Files] = None,
+                  last: Optional[Dict[Any, Dict[str, Any]]] = None) -> List[Dict[str, Any]]:
+    """The recorded fix's files that no longer hold what the last fix to write them wrote
+    (``{root, path, state}``, state ``drifted`` or ``missing``), as ``status`` sees them."""
+    seen = _recorded(files or _Files(roots), rec, last_writers(state) if last is None else last)
+    return [f for f in seen["files"] if f["state"] != "ok"]
+
+
+SHOWN = 5  # drifted files named in a message; the result lists them all
+
+
+def drift_check(fix: str, drifted: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The automatic verification a drifted fix fails (kind ``drift``)."""
+    named = ["%s:%s (%s)" % (f["root"], f["path"], f["state"]) for f in drifted[:SHOWN]]
+    more = " and %d more" % (len(drifted) - SHOWN) if len(drifted) > SHOWN else ""
+    detail = ("changed since patchkit wrote them: %s%s. See patchkit status; to put the fix back "
+              "as written: patchkit rollback --force %s, then patchkit apply %s (the edits are "
+              "lost); to keep the edits, make them a new version of the fix (patchkit refresh %s "
+              "--from CHECKOUT)"
+              % (", ".join(named), more, fix, fix, fix))
+    where = ", ".join("%s:%s" % (f["root"], f["path"]) for f in drifted[:SHOWN]) + more
+    return {"kind": "drift", "name": "files as patchkit wrote them", "ok": False,
+            "detail": detail, "where": where}
+
+
 def _detect(ws: Workspace, spec: FixSpec) -> Dict[str, Any]:
     """Is an unrecorded fix's change already in the files (``presence.detect``)?"""
     from . import presence  # only a fix to detect needs the hunk placer
@@ -145,7 +171,8 @@ def _detect(ws: Workspace, spec: FixSpec) -> Dict[str, Any]:
 def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
     from .checks import CheckContext, failure_lines, run_check  # verify only: not for status
 
-    recorded = {f["name"]: f for f in store.read_state().get("fixes", [])}
+    state = store.read_state()
+    recorded = {f["name"]: f for f in state.get("fixes", [])}
     missing = [s.name for s in req.fixes if s.name not in recorded]
     if missing:
         raise NotApplied("fix %s is not applied in %s; apply it before verifying it"
@@ -155,13 +182,21 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
         return read_bytes(req.roots.resolve(root, path))
 
     out, failures = [], []
+    files, last = _Files(req.roots), last_writers(state)
     for spec in req.fixes:
+        # A check passing on edited files does not vouch for the fix as patchkit wrote it.
+        drifted = drifted_files(req.roots, state, recorded[spec.name], files, last)
         ctx = CheckContext(spec.name, req.roots, req.python, spec.scripts, disk)
-        results = [run_check(check, ctx) for check in spec.verification]
+        results = ([drift_check(spec.name, drifted)] if drifted else []) + [
+            run_check(check, ctx) for check in spec.verification]
         failures.extend(dict(r, fix=spec.name) for r in results if not r["ok"])
         out.append({"name": spec.name, "version": recorded[spec.name].get("version"),
                     "outcome": "verified" if all(r["ok"] for r in results) else "failed",
-                    "files": [], "preconditions": [], "verification": results})
+                    "files": [], "preconditions": [], "verification": results, "drifted": drifted})
+    if failures and all(f["kind"] == "drift" for f in failures):
+        raise DriftError("%d applied fix(es) drifted: files changed since patchkit wrote them "
+                         "(nothing was changed):\n%s" % (len(failures), failure_lines(failures)),
+                         failures=failures, fixes=out)
     if failures:
         raise VerificationFailed("%d verification check(s) failed (nothing was changed):\n%s"
                                  % (len(failures), failure_lines(failures)), failures=failures, fixes=out)

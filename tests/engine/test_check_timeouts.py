@@ -1,0 +1,152 @@
+"""Every check runs under a time limit (its ``timeout``): one that runs past it fails, as a
+precondition (nothing written) or as a verification (every file restored, nothing recorded).
+
+A catastrophic regex (``^(a+)+$`` against a long line of ``a`` ending in ``b``) never finishes
+inside Python's ``re``; neither does a command that sleeps. Each test runs the engine in a
+process of its own, and there in a thread that is not the main one (as a library user may),
+so a check that is not stopped shows as that process outliving the guard below, instead of
+hanging the test run.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, List
+
+from patchkit.engine import checks
+from patchkit.model import CHECK_DEFAULTS, CHECK_KINDS
+
+from .helpers import MOD, content_snapshot, file_record, fix, git, request
+
+SLOW = "data/slow.txt"
+CATASTROPHIC = {"kind": "grep", "root": "sglang", "path": SLOW, "pattern": "^(a+)+$",
+                "regex": True, "present": False, "timeout": 1, "name": "no run of a's alone"}
+GUARD = 120  # seconds: far beyond any limit below; only a check nobody stopped reaches it
+
+RUNNER = r"""
+import json, sys, threading
+from patchkit.engine import run
+requests = json.load(sys.stdin)
+out = []
+def work():
+    out.append(run(requests[0]))
+t = threading.Thread(target=work)
+t.start()
+t.join()
+out.extend(run(r) for r in requests[1:])  # after it, in the main thread: is the lock free?
+print(json.dumps(out))
+"""
+
+
+def run_elsewhere(*requests: Dict[str, Any]) -> List[Dict[str, Any]]:
+    proc = subprocess.run([sys.executable, "-c", RUNNER], input=json.dumps(list(requests)),
+                          capture_output=True, text=True, timeout=GUARD)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def slow_file(root: Path) -> None:
+    (root / "data").mkdir()
+    (root / SLOW).write_text("header\n" + "a" * 5000 + "b\n")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "a file a catastrophic regex never gets through")
+
+
+def one_fix(root: Path, **extra: Any) -> Dict[str, Any]:
+    before = (root / MOD).read_text()
+    return fix("a", [file_record(MOD, before, before.replace("return x + 7\n", "return x * 7\n"))],
+               **extra)
+
+
+def test_a_catastrophic_regex_precondition_is_stopped_and_nothing_is_written(checkout: Path) -> None:
+    slow_file(checkout)
+    tree = content_snapshot(checkout)
+    res, status = run_elsewhere(request("apply", {"sglang": checkout},
+                                        [one_fix(checkout, preconditions=[CATASTROPHIC])]),
+                                request("status", {"sglang": checkout}, [], lock_timeout=0.1))
+    assert res["error"]["type"] == "PreconditionFailed", res["error"]
+    [failure] = res["error"]["details"]["failures"]
+    assert failure["name"] == "no run of a's alone" and failure["kind"] == "grep"
+    assert "timed out after 1 s" in failure["detail"] and "timeout" in failure["detail"]
+    assert "no run of a's alone" in res["error"]["message"] and "timed out" in res["error"]["message"]
+    assert content_snapshot(checkout) == tree and not (checkout / ".patchkit").exists()
+    assert status["ok"], status["error"]  # the lock was released
+    assert git(checkout, "status", "--porcelain") == ""
+
+
+def test_a_catastrophic_regex_verification_rolls_the_fix_back(checkout: Path) -> None:
+    slow_file(checkout)
+    tree = content_snapshot(checkout)
+    f = one_fix(checkout, verification=[CATASTROPHIC])
+    res, status = run_elsewhere(request("apply", {"sglang": checkout}, [f]),
+                                request("status", {"sglang": checkout}, [f], lock_timeout=0.1))
+    assert res["error"]["type"] == "VerificationFailed", res["error"]
+    assert "every file was restored" in res["error"]["message"]
+    assert "no run of a's alone" in res["error"]["message"] and "timed out" in res["error"]["message"]
+    [failure] = res["error"]["details"]["failures"]
+    assert failure["name"] == "no run of a's alone" and "timed out after 1 s" in failure["detail"]
+    assert content_snapshot(checkout) == tree  # the written file is back as it was
+    assert status["ok"], status["error"]  # the lock was released and nothing was recorded
+    assert [s["state"] for s in status["status"]["fixes"]] == ["not-applied"]
+    assert git(checkout, "status", "--porcelain") == ""
+
+
+def test_a_regex_that_finishes_still_counts_its_lines(checkout: Path) -> None:
+    """The limit changes nothing for a regex that ends: same lines, same detail."""
+    check = {"kind": "grep", "root": "sglang", "path": MOD, "pattern": r"^def f\d+\(x\):$",
+             "regex": True, "count": 40, "timeout": 30}
+    res = run_elsewhere(request("apply", {"sglang": checkout}, [one_fix(checkout, preconditions=[check])],
+                                dry_run=True))[0]
+    assert res["ok"], res["error"]
+    [found] = [p for p in res["fixes"][0]["preconditions"] if p["kind"] == "grep"]
+    assert found["ok"] and found["detail"].startswith("40 matching lines (lines 1, 4, 7,")
+
+
+def test_a_command_past_its_timeout_is_stopped_with_what_it_started(checkout: Path, tmp_path: Path) -> None:
+    """The command and every process it started (its process group) are killed."""
+    pidfile = tmp_path / "sleeper.pid"
+    check = {"kind": "command", "root": "sglang", "timeout": 1, "name": "slow smoke test",
+             "argv": ["bash", "-c", "sleep 600 & echo $! > %s; echo started; wait" % pidfile]}
+    tree = content_snapshot(checkout)
+    res = run_elsewhere(request("apply", {"sglang": checkout}, [one_fix(checkout, verification=[check])]))[0]
+    assert res["error"]["type"] == "VerificationFailed", res["error"]
+    [failure] = res["error"]["details"]["failures"]
+    assert failure["name"] == "slow smoke test"
+    assert "timed out after 1 s" in failure["detail"] and "started" in failure["detail"]
+    assert content_snapshot(checkout) == tree
+    sleeper = int(pidfile.read_text())
+    assert not alive(sleeper), "the command's child outlived the check's time limit"
+
+
+def alive(pid: int) -> bool:
+    """Running (a killed child not yet reaped by init is a zombie: not running)."""
+    try:
+        with open("/proc/%d/stat" % pid) as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_every_kind_has_a_default_time_limit_the_request_carries() -> None:
+    assert set(checks.DEFAULT_TIMEOUTS) == set(CHECK_KINDS) == set(checks.KINDS)
+    for kind in CHECK_KINDS:
+        assert CHECK_DEFAULTS[kind]["timeout"] == checks.DEFAULT_TIMEOUTS[kind] > 0
+    assert checks.DEFAULT_TIMEOUTS["command"] == checks.DEFAULT_TIMEOUTS["python-script"] == 300
+
+
+def test_no_worker_process_outlives_a_run(checkout: Path) -> None:
+    """The process that runs regex and syntax checks is gone when ``run`` returns."""
+    check = {"kind": "grep", "root": "sglang", "path": MOD, "pattern": "f7", "regex": True,
+             "present": True}
+    children = ("import glob; print(json.dumps([p for f in glob.glob('/proc/self/task/*/children') "
+                "for p in open(f).read().split()]))")
+    script = RUNNER.replace("print(json.dumps(out))", children)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=GUARD,
+                          input=json.dumps([request("apply", {"sglang": checkout},
+                                                    [one_fix(checkout, preconditions=[check])],
+                                                    dry_run=True)]))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == []
