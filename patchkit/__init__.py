@@ -26,6 +26,7 @@ _ERRORS = (
     "VersionMismatch", "NotApplied", "TargetFileMissing", "ConflictError", "LockBusy",
     "TargetError", "PermissionDenied", "RemoteError", "HostUnreachable", "AuthenticationFailed",
     "HostKeyError", "RemotePythonMissing", "ConnectionLost", "SessionFailed", "InternalError",
+    "ConcurrentChange", "Terminated",
 )
 
 # public name -> the module that defines it
@@ -70,10 +71,10 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; nothing is imported at run
     from .api import apply, rollback, status, verify
     from .catalog import Catalog
     from .errors import (
-        AuthenticationFailed, CheckFailed, ConflictError, ConnectionLost, DriftError,
+        AuthenticationFailed, CheckFailed, ConcurrentChange, ConflictError, ConnectionLost, DriftError,
         HostKeyError, HostUnreachable, InternalError, LockBusy, ManifestError, NotApplied,
         PatchFormatError, PatchkitError, PermissionDenied, PreconditionFailed, RemoteError,
-        RemotePythonMissing, SessionFailed, TargetError, TargetFileMissing, UnknownFixError,
+        RemotePythonMissing, SessionFailed, TargetError, TargetFileMissing, Terminated, UnknownFixError,
         UnsafePathError, UsageError, VerificationFailed, VersionMismatch,
     )
     from .manifest import load_config
