@@ -360,7 +360,9 @@ def finish_on_the_host(client: subprocess.Popen[str], engine: int, signals: Path
     assert client.returncode == errors.EXIT_CONNECTION_LOST, err
     assert "patchkit status" in err
     assert alive(engine), "the host-side engine must outlive the connection"
-    (signals / "release").write_text(str(exit_code))
+    staged = signals / "release.tmp"  # renamed into place: the gate never reads it empty
+    staged.write_text(str(exit_code))
+    staged.rename(signals / "release")
     wait_until(lambda: not alive(engine), "the host-side engine to end its transaction")
     return err
 
