@@ -55,7 +55,7 @@ def read_with_stat(path: str) -> Tuple[Optional[bytes], Optional[os.stat_result]
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
             return None, None
-        return _read_fd(fd, st.st_size), st
+        return read_fd(fd, st.st_size), st
     finally:
         os.close(fd)
 
@@ -69,9 +69,14 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def temp_of(name: str) -> str:
+    """The temporary sibling of file ``name`` (fixed, so a crash's leftover is found again)."""
+    return ".%s.patchkit-tmp" % name
+
+
 def temp_name(path: str) -> str:
     head, tail = os.path.split(path)
-    return os.path.join(head, ".%s.patchkit-tmp" % tail)
+    return os.path.join(head, temp_of(tail))
 
 
 def atomic_write(path: str, data: bytes, mode: int, faults: bool = False,
@@ -98,20 +103,26 @@ def write_temp(path: str, data: bytes, mode: int, owner: Optional[Tuple[int, int
     tmp = temp_name(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        if owner is not None:  # before the chmod: a chown clears setuid and setgid
-            try:
-                os.fchown(fd, owner[0], owner[1])
-            except OSError:
-                pass
-        os.fchmod(fd, mode)
+        fill_fd(fd, data, mode, owner)
         if sync:
             os.fsync(fd)
     finally:
         os.close(fd)
     return tmp
+
+
+def fill_fd(fd: int, data: bytes, mode: int, owner: Optional[Tuple[int, int]]) -> None:
+    """Write all of ``data`` to a new file's ``fd``, then give it ``owner`` and ``mode``
+    (owner first: a chown clears setuid and setgid)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    if owner is not None:
+        try:
+            os.fchown(fd, owner[0], owner[1])
+        except OSError:
+            pass
+    os.fchmod(fd, mode)
 
 
 def fsync_paths(paths: List[str]) -> None:
@@ -214,7 +225,8 @@ def sync_all(files: List[str], dirs: List[str]) -> None:
         fsync_paths([d for d in dirs if os.stat(d).st_dev in failed])
 
 
-def _read_fd(fd: int, size: int) -> bytes:
+def read_fd(fd: int, size: int = 0) -> bytes:
+    """Everything left to read from ``fd`` (``size``: the expected size, to read it at once)."""
     chunks = []
     while True:
         chunk = os.read(fd, max(size, 65536))

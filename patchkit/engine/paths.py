@@ -146,9 +146,7 @@ class Roots:
                                           "utf-8", "surrogateescape")), root_name, limit),
                                       root=root_name, path=rel)
         full = self._realpath(root, root.mapped(rel))
-        prefix = self._prefixes.get(root_name)
-        if prefix is None:
-            prefix = self._prefixes[root_name] = root.real.rstrip(os.sep) + os.sep
+        prefix = self._prefix(root)
         if full != root.real and not full.startswith(prefix):
             raise UnsafePathError("%s resolves to %s, outside root %s (%s) through a symlink; "
                                   "refusing to write there" % (where, full, root_name, root.real),
@@ -173,7 +171,7 @@ class Roots:
         if full == root.real:
             raise UnsafePathError("%s:%s names the root directory itself, not a file"
                                   % (root_name, rel), root=root_name, path=rel)
-        inside = full[len(self._prefixes[root_name]):]
+        inside = self.relative(root_name, full)
         if root.layout == PACKAGE and inside.startswith("sglang/"):
             return "python/" + inside
         return inside
@@ -183,11 +181,18 @@ class Roots:
         root = self.get(root_name)
         if full == root.real:
             return ""
-        prefix = root.real.rstrip(os.sep) + os.sep
+        prefix = self._prefix(root)
         if not full.startswith(prefix):
             raise UnsafePathError("%s is outside root %s (%s)" % (full, root_name, root.real),
                                   root=root_name, path=full)
         return full[len(prefix):]
+
+    def _prefix(self, root: Root) -> str:
+        """The root's real path with a trailing separator: what every path inside starts with."""
+        prefix = self._prefixes.get(root.name)
+        if prefix is None:
+            prefix = self._prefixes[root.name] = root.real.rstrip(os.sep) + os.sep
+        return prefix
 
     def _name_max(self, root: Root) -> int:
         limit = self._name_limits.get(root.name)

@@ -18,6 +18,7 @@ import stat
 from typing import Dict, List, Optional, Tuple
 
 from ..errors import UnsafePathError
+from .fsops import fill_fd, read_fd, temp_of
 from .paths import Roots
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
@@ -121,15 +122,7 @@ class RootDirs:
             pass
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dfd)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            if owner is not None:  # before the mode: a chown clears setuid and setgid
-                try:
-                    os.fchown(fd, owner[0], owner[1])
-                except OSError:
-                    pass
-            os.fchmod(fd, mode)
+            fill_fd(fd, data, mode, owner)
         finally:
             os.close(fd)
 
@@ -194,9 +187,8 @@ class RootDirs:
             except (OSError, UnsafePathError):
                 pass
 
-    def purge_pycache(self, root: str, rel_dirs: List[str]) -> List[str]:
+    def purge_pycache(self, root: str, rel_dirs: List[str]) -> None:
         """Remove ``__pycache__`` in each directory (a real directory, never a link's target)."""
-        purged = []
         for rel in sorted(set(rel_dirs)):
             try:
                 dfd = self.directory(root, rel)
@@ -208,22 +200,6 @@ class RootDirs:
                 continue
             if stat.S_ISDIR(st.st_mode):
                 _rmtree_at(dfd, "__pycache__")
-                purged.append(os.path.join(self.roots.get(root).real, rel, "__pycache__"))
-        return purged
-
-
-def temp_of(name: str) -> str:
-    """The temporary sibling of a file (fixed, so a crash's leftover is found again)."""
-    return ".%s.patchkit-tmp" % name
-
-
-def read_fd(fd: int) -> bytes:
-    chunks = []
-    while True:
-        chunk = os.read(fd, 1 << 20)
-        if not chunk:
-            return b"".join(chunks)
-        chunks.append(chunk)
 
 
 def _rmtree_at(parent: int, name: str) -> None:

@@ -17,10 +17,10 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from ..errors import ConcurrentChange, PatchkitError, PermissionDenied, TargetError
 from .faults import fault
-from .fsops import fsync_dir, read_bytes, sync_all, write_json
+from .fsops import fsync_dir, read_bytes, read_fd, sync_all, temp_of, write_json
 from .hunks import sha256_bytes
 from .paths import Roots
-from .rootfs import RootDirs, read_fd, temp_of
+from .rootfs import RootDirs
 from .store import FORMAT, HOLDER, Store, new_txn_id, utc_now, write_remedy
 
 
