@@ -31,7 +31,7 @@ LINEAGE_FORMAT = 1
 ORDERING_LINKS = ("depends_on", "supersedes", "reverts")
 
 #: Target states that come from the target's record (so with an applied version and time).
-RECORDED_STATES = ("applied", "drifted")
+RECORDED_STATES = ("applied", "drifted", "outdated")
 
 _VERSION_RE = re.compile(r"^\s*version\s*=\s*(\d+)")
 

@@ -40,6 +40,8 @@ OUTCOME_STYLE = {
     "applied": "bold green",
     "already-applied": "green",
     "would-apply": "cyan",
+    "upgraded": "bold green",
+    "would-upgrade": "cyan",
     "rolled-back": "bold yellow",
     "would-roll-back": "yellow",
     "verified": "bold green",
@@ -52,6 +54,8 @@ STATE_STYLE = {
     "not-applied": "dim",
     "partly-present": "yellow",
     "present-unrecorded": "cyan",
+    "outdated": "yellow",
+    "not-needed": "dim",
 }
 
 
@@ -269,6 +273,8 @@ def render_fix_outcome(console: Any, fix: FixOutcome, *, show_diff: bool,
     """One fix of a result; ``console`` is a rich Console or a :class:`PlainConsole`."""
     style = OUTCOME_STYLE.get(fix.outcome, "")
     version = f" v{fix.version}" if fix.version is not None else ""
+    if fix.from_version is not None:
+        version = f" v{fix.from_version} -> v{fix.version}"
     _emit(console, [(f"{fix.outcome} ", style), (f"{fix.name}{version}", "bold")])
     if fix.drifted and fix.outcome == "already-applied":
         _drifted(console, fix)
@@ -366,10 +372,14 @@ def _status_rows(result: OpResult, verbose: bool) -> List[List[str]]:
         bad = [f"{f.get('path')} ({f.get('state')})" for f in s.files if f.get("state") != "ok"]
         if len(bad) > STATUS_FILES:  # a drifted release series: thousands of files
             bad = bad[:STATUS_FILES] + [f"and {len(bad) - STATUS_FILES} more (--json lists them)"]
+        state = s.state
+        if state == "outdated":
+            state = f"outdated (v{s.version} applied, v{s.catalog_version} in the catalog)"
         rows.append([
             s.name,
-            s.state,
-            "" if s.version is None or s.state not in ("applied", "drifted") else f"v{s.version}",
+            state,
+            "" if s.version is None or s.state not in ("applied", "drifted", "outdated")
+            else f"v{s.version}",
             s.applied_at or "",
             ", ".join(bad),
         ])
@@ -408,7 +418,7 @@ def render_status(console: Console, result: OpResult, *, verbose: bool = False) 
     for name, state, version, applied_at, files in _status_rows(result, verbose):
         table.add_row(
             escape(name),
-            Text(state, style=STATE_STYLE.get(state, "")),
+            Text(state, style=STATE_STYLE.get(state.split(" ", 1)[0], "")),
             version,
             escape(applied_at),
             escape(files),

@@ -106,14 +106,16 @@ class FixOutcome(Frozen):
     preconditions: tuple[CheckResult, ...]
     verification: tuple[CheckResult, ...]
     drifted: tuple[Mapping[str, Any], ...]
+    from_version: int | None  # ``upgraded``/``would-upgrade``: the version taken out
 
     def __init__(self, name: str, version: int | None, outcome: str, files: tuple[FileChange, ...],
                  preconditions: tuple[CheckResult, ...],
                  verification: tuple[CheckResult, ...],
-                 drifted: tuple[Mapping[str, Any], ...] = ()) -> None:
+                 drifted: tuple[Mapping[str, Any], ...] = (),
+                 from_version: int | None = None) -> None:
         self.__dict__.update(name=name, version=version, outcome=outcome, files=files,
                              preconditions=preconditions, verification=verification,
-                             drifted=drifted)
+                             drifted=drifted, from_version=from_version)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "FixOutcome":
@@ -125,6 +127,7 @@ class FixOutcome(Frozen):
             preconditions=tuple(CheckResult.from_dict(c) for c in d.get("preconditions") or ()),
             verification=tuple(CheckResult.from_dict(c) for c in d.get("verification") or ()),
             drifted=tuple(d.get("drifted") or ()),
+            from_version=d.get("from_version"),
         )
 
 
@@ -137,11 +140,12 @@ class FixState(Frozen):
     version: int | None
     applied_at: str | None
     files: tuple[Mapping[str, Any], ...]
+    catalog_version: int | None  # the catalog's version of a recorded fix (``outdated``)
 
     def __init__(self, name: str, state: str, version: int | None, applied_at: str | None,
-                 files: tuple[Mapping[str, Any], ...]) -> None:
+                 files: tuple[Mapping[str, Any], ...], catalog_version: int | None = None) -> None:
         self.__dict__.update(name=name, state=state, version=version, applied_at=applied_at,
-                             files=files)
+                             files=files, catalog_version=catalog_version)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "FixState":
@@ -151,6 +155,7 @@ class FixState(Frozen):
             version=d.get("version"),
             applied_at=d.get("applied_at"),
             files=tuple(d.get("files") or ()),
+            catalog_version=d.get("catalog_version"),
         )
 
 

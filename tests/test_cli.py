@@ -326,6 +326,25 @@ def test_drift_fails_status_exit_code_and_rollback_until_forced(env: Env, pk: Ca
     assert git(env.sglang, "status", "--porcelain") == ""
 
 
+def test_a_newer_catalog_version_is_outdated_and_apply_upgrades_it(env: Env, pk: Callable[..., Run]) -> None:
+    """status says outdated (and --exit-code fails) while the catalog has a newer version
+    than the target; apply upgrades it in one transaction and says so (issue 13, 8-9)."""
+    assert pk("apply", INDEX_K, *tgt(env)).code == EXIT_OK
+    manifest = _manifest(env)
+    manifest.write_text(manifest.read_text().replace("version = 2\n", "version = 3\n", 1)
+                        + '\n[[changelog]]\nversion = 3\ndate = "2026-03-01"\n'
+                          'base_release = "0.5.21"\nsummary = "Same change, new version."\n')
+    status = pk("status", "--exit-code", *tgt(env))
+    assert status.code == EXIT_CHECK_FAILED, status.err
+    assert "outdated (v2 applied, v3 in the catalog)" in status.out
+    assert pk("status", "--json", *tgt(env)).json()["status"]["fixes"][0]["catalog_version"] == 3
+    dry = pk("apply", "--dry-run", INDEX_K, *tgt(env))
+    assert dry.code == EXIT_OK and "would-upgrade index-k-bytes v2 -> v3" in dry.out
+    upgraded = pk("apply", "--json", INDEX_K, *tgt(env)).json()["fixes"][0]
+    assert (upgraded["outcome"], upgraded["from_version"], upgraded["version"]) == ("upgraded", 2, 3)
+    assert pk("status", "--exit-code", *tgt(env)).code == EXIT_OK
+
+
 # -- bad input: a clear message, a usage exit, the target untouched --------------------------
 
 

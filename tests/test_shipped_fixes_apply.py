@@ -177,3 +177,25 @@ def test_sizing_check_fails_when_only_the_bf16_switch_is_applied(catalog_tree: P
                  if c["kind"] == "python-script")
     ok, detail = check_ok(check, roots, "dsv4-bf16-sizing")
     assert not ok and "still priced at the fp8 size" in detail
+
+
+def test_revert_fix_is_not_needed_on_a_pristine_release(catalog_tree: Path) -> None:
+    """The revert's change is in a pristine release's files (it removes what the dead fix
+    added), but nothing there is to revert: ``not-needed``, not ``present-unrecorded``. Once
+    the dead fix is committed and then reverted by hand with git, it is present-unrecorded."""
+    from patchkit import api
+    from patchkit.catalog import Catalog
+    from patchkit.targets import LocalTarget
+
+    catalog, target = Catalog(REPO), LocalTarget({"sglang": str(catalog_tree)}, sys.executable, "local")
+
+    def state() -> str:
+        found = {s.name: s.state for s in api.status(catalog, target).status}
+        return found["revert-hicache-index-k-sync"]
+
+    assert state() == "not-needed"
+    api.apply(catalog, target, ["hicache-index-k-sync"], with_deps=True, allow_inactive=True,
+              commit=True)
+    assert state() == "not-applied"  # the dead change is there: the revert is needed
+    api.rollback(catalog, target, ["hicache-index-k-sync"])  # a revert commit, by git
+    assert state() == "present-unrecorded"  # reverted outside this fix: in git's history

@@ -16,7 +16,7 @@ from .common import TARGET_FAST_OPTIONS, State, lazy_command
 if TYPE_CHECKING:
     from .common import FastOptions
 
-UNHEALTHY = {"drifted", "partly-present"}
+UNHEALTHY = {"drifted", "partly-present", "outdated"}
 
 FAST_OPTIONS: FastOptions = {
     **TARGET_FAST_OPTIONS,
@@ -60,7 +60,7 @@ def _command() -> Any:
     @click.option(
         "--exit-code",
         is_flag=True,
-        help=f"Exit {EXIT_CHECK_FAILED} when a fix has drifted or is partly present (like git diff --exit-code).",
+        help=f"Exit {EXIT_CHECK_FAILED} when a fix has drifted, is partly present or is outdated (like git diff --exit-code).",
     )
     @json_option
     @pass_state

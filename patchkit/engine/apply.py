@@ -6,15 +6,15 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 
-from ..errors import (ConflictError, PreconditionFailed, TargetFileMissing, VerificationFailed,
-                      VersionMismatch)
+from ..errors import (ConflictError, DriftError, PreconditionFailed, TargetFileMissing,
+                      VerificationFailed, VersionMismatch)
 from . import auto, placecache
 from .checks import CheckContext, SyntaxCache, failure_lines, run_check
 from .fsops import read_bytes, stamp_files
 from .hunks import FileChange, Placement, apply_change, decode, encode, sha256_bytes
 from .paths import Roots
 from .request import FixSpec, Request, check_file_modes, check_patch_paths
-from .store import Store, last_writers, utc_now
+from .store import Store, created_dirs, last_writers, utc_now
 from .txn import FileWrite, backup_name, missing_dirs, run_transaction
 from .workspace import Key, Workspace, placed_diff, unified_diffs, whole_file_diff
 
@@ -122,6 +122,7 @@ def apply(req: Request, store: Store, syntax: Optional[SyntaxCache] = None,
     recorded = {f["name"]: f for f in state.get("fixes", [])}
     outcomes: Dict[str, Dict[str, Any]] = {}
     todo: List[FixSpec] = []
+    upgrades: Dict[str, Dict[str, Any]] = {}  # name -> the record of the version applied now
     for spec in req.fixes:
         rec = recorded.get(spec.name)
         if rec is None:
@@ -132,15 +133,21 @@ def apply(req: Request, store: Store, syntax: Optional[SyntaxCache] = None,
             outcomes[spec.name] = {"name": spec.name, "version": spec.version, "outcome": "already-applied",
                                    "files": [], "preconditions": [], "verification": [],
                                    "drifted": drifted_files(req.roots, state, rec)}
-        else:
+        elif rec.get("commits"):
             raise VersionMismatch(
-                "fix %s version %s is applied in %s but this is version %d; roll it back first "
-                "(patchkit rollback %s) and apply again, or keep the applied version"
+                "fix %s version %s is applied in %s with --commit, and this is version %d; roll "
+                "it back first (patchkit rollback %s: a revert commit) and apply again, or keep "
+                "the applied version"
                 % (spec.name, rec.get("version"), req.state_root.path, spec.version, spec.name),
                 fix=spec.name, applied_version=rec.get("version"), version=spec.version)
+        else:  # an upgrade: the old version out and this one in, in one transaction
+            upgrades[spec.name] = rec
+            todo.append(spec)
     check_patch_paths(req.roots, list(todo) + list(req.dependencies))
     check_file_modes(todo)  # dependencies are looked for, never written
     ws = Workspace(req.roots)
+    if upgrades:
+        _take_out(req, store, state, ws, upgrades)
     sources: Sources = {}
     if any(s.revert is not None for s in todo):
         from . import revert
@@ -156,18 +163,66 @@ def apply(req: Request, store: Store, syntax: Optional[SyntaxCache] = None,
     changes = auto.git_changes(keys, req.roots)  # git runs while the files are read
     for key in keys:
         ws.entry(*key)
-    plans = _plan(req, store, state, ws, todo, sources, changes(), syntax, places)
+    # an upgraded fix's files start from its backups, vouched for when it was applied: no
+    # git-clean check of the bytes being replaced (with --force, drift being discarded)
+    taken_out = {(f["root"], f["path"]) for rec in upgrades.values() for f in rec.get("files", [])}
+    plans = _plan(req, store, state, ws, todo, sources, changes(), syntax, places, taken_out)
     if not req.dry_run and plans:
-        _write(req, store, state, ws, plans, syntax)
+        _write(req, store, state, ws, plans, syntax, upgrades)
     for plan in plans:
-        outcomes[plan.spec.name] = fix_result(plan, "would-apply" if req.dry_run else "applied")
+        old = upgrades.get(plan.spec.name)
+        if old is None:
+            outcomes[plan.spec.name] = fix_result(plan, "would-apply" if req.dry_run else "applied")
+        else:
+            outcomes[plan.spec.name] = dict(
+                fix_result(plan, "would-upgrade" if req.dry_run else "upgraded"),
+                from_version=old.get("version"))
     return [outcomes[s.name] for s in req.fixes]
+
+
+def _take_out(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
+              upgrades: Dict[str, Dict[str, Any]]) -> None:
+    """Roll each upgraded fix's applied version back in memory: its files get the bytes they
+    had before it (from its backups), so the new version is planned on those, its backups
+    keep them, and one transaction takes the old version out and puts the new one in.
+
+    Refused, before anything is written, when the old version's files drifted (unless
+    ``force``: the changes are lost as with ``rollback --force``) or a fix applied after it,
+    not upgraded with it, changed the same files (its change would be lost)."""
+    from . import rollback
+
+    later = [b for b in rollback.later_writers(state, list(upgrades))]
+    if later:
+        raise PreconditionFailed(
+            "cannot upgrade: %s; roll the later fix back first (patchkit rollback %s), then apply "
+            "again" % ("; ".join("fix %s was applied after %s and also changed %s"
+                                 % (b["changed_after_by"], b["fix"], ", ".join(b["files"]))
+                                 for b in later),
+                       " ".join(sorted({b["changed_after_by"] for b in later}))), blockers=later)
+    drift = []
+    for name, rec in upgrades.items():
+        for f in rec.get("files", []):
+            have = sha256_bytes(ws.entry(f["root"], f["path"]).current)
+            if have != f.get("after_sha256"):
+                drift.append("%s:%s (fix %s v%s): sha256 now %s, recorded %s"
+                             % (f["root"], f["path"], name, rec.get("version"), have,
+                                f.get("after_sha256")))
+    if drift and not req.force:
+        raise DriftError(
+            "%d file(s) changed since patchkit applied the version now there; upgrading would "
+            "discard those changes (nothing was written):\n- %s\nInspect them; upgrade anyway "
+            "with --force (the changes are lost), or restore the applied bytes first"
+            % (len(drift), "\n- ".join(drift)), drifted=drift)
+    for rec in upgrades.values():
+        rollback.restore_in_memory(store, ws, rec)
 
 
 def _plan(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
           todo: List[FixSpec], sources: Sources, changes: Dict[str, Any],
           syntax: Optional[SyntaxCache] = None,
-          places: Optional[placecache.PlaceCache] = None) -> List[FixPlan]:
+          places: Optional[placecache.PlaceCache] = None,
+          vouched: Optional[Set[Key]] = None) -> List[FixPlan]:
+    """``vouched``: files whose git-clean check is not needed (see ``apply``)."""
     recorded = {f["name"]: f for f in state.get("fixes", [])}
     planned: Set[str] = set()
     dependencies = {d.name: d for d in req.dependencies}
@@ -180,7 +235,7 @@ def _plan(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
     after_hashes = recorded_after_hashes(state)
     release_cache: Dict[str, Any] = {}
     writable: Dict[str, Optional[str]] = {}
-    done: Set[Key] = set()
+    done: Set[Key] = set(vouched or ())  # files with no git-clean check (planned already)
     failures: List[Dict[str, Any]] = []
     results: List[Dict[str, Any]] = []
     plans: List[FixPlan] = []
@@ -294,7 +349,10 @@ def _revert(plan: FixPlan, source: revert.Source, ws: Workspace) -> None:
 
 
 def _write(req: Request, store: Store, state: Dict[str, Any], ws: Workspace, plans: List[FixPlan],
-           syntax: Optional[SyntaxCache] = None) -> None:
+           syntax: Optional[SyntaxCache] = None,
+           upgrades: Optional[Dict[str, Dict[str, Any]]] = None) -> None:
+    """``upgrades``: the records of the versions taken out (``_take_out``)."""
+    upgrades = upgrades or {}
     claimed: Set[Tuple[str, str]] = set()
     for plan in plans:
         for key in plan.keys:
@@ -338,15 +396,20 @@ def _write(req: Request, store: Store, state: Dict[str, Any], ws: Workspace, pla
         stamps = stamp_files([(e.abs, e.current) for e in ws.changed()
                               if e.current is not None], store.path("txn", txn))
         new_state = dict(state)
-        new_state["fixes"] = list(state.get("fixes", [])) + [
+        new_state["fixes"] = [f for f in state.get("fixes", []) if f["name"] not in upgrades] + [
             _record(req, p, txn, {k: stamps[ws.entry(*k).abs] for k in p.keys
                                   if last[k] is p and ws.entry(*k).abs in stamps})
             for p in plans]
         return new_state
 
+    old_dirs = {name: created_dirs(rec, req.roots) for name, rec in upgrades.items()}
+    for plan in plans:  # a directory the old version made is the new one's to remove, if empty
+        plan.created_dirs.extend([list(d) for d in old_dirs.get(plan.spec.name, [])
+                                  if list(d) not in plan.created_dirs])
     run_transaction(store, req.roots, "apply", [p.spec.name for p in plans], writes, backups,
                     purge=any(p.spec.purge_pycache for p in plans), verify=verify, commit=commit,
                     versions={p.spec.name: p.spec.version for p in plans},
+                    remove_dirs=[d for dirs in old_dirs.values() for d in dirs],
                     journal_extra={"git_commits": entries} if entries else None)
 
 

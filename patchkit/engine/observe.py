@@ -34,11 +34,18 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
     for spec in req.fixes:
         rec = recorded.get(spec.name)
         if rec:
-            out.append(_recorded(files, rec, last))
+            entry = _recorded(files, rec, last)
+            entry["catalog_version"] = spec.version
+            if entry["state"] == "applied" and rec.get("version") != spec.version:
+                entry["state"] = "outdated"  # another version is applied than the catalog's
+            out.append(entry)
         elif spec.stub:
             needs.append(spec.name)
         else:
-            out.append(_detect(files.ws, spec))
+            entry = _detect(files.ws, spec)
+            if spec.revert is not None and entry["state"] == "present-unrecorded":
+                entry["state"] = _revert_state(spec, req.roots)
+            out.append(entry)
     listed = {s.name for s in req.fixes}
     out.extend(_recorded(files, rec, last) for rec in state.get("fixes", []) if rec["name"] not in listed)
     return {"state_root": req.state_root.path, "fixes": out, "journal": store.read_journal(),
@@ -166,6 +173,17 @@ def _detect(ws: Workspace, spec: FixSpec) -> Dict[str, Any]:
                           "state": "ok" if whole else ("missing" if current is None else "drifted")})
     return {"name": spec.name, "state": found.state, "version": spec.version, "applied_at": None,
             "files": files}
+
+
+def _revert_state(spec: FixSpec, roots: Roots) -> str:
+    """A revert fix whose change is in the files: reverted by hand (``present-unrecorded``)
+    only when git shows the commit it reverts in HEAD's history; otherwise the change it
+    undoes was never there and the fix is ``not-needed`` (a pristine release looks exactly
+    like one where the revert was applied). The one status question that runs git."""
+    from . import revert
+
+    source, _check = revert.resolve(spec, roots)
+    return "present-unrecorded" if source is not None else "not-needed"
 
 
 def verify(req: Request, store: Store) -> List[Dict[str, Any]]:

@@ -18,7 +18,7 @@ from .apply import FixPlan, fix_result
 from .fsops import read_bytes
 from .hunks import apply_change, decode, encode, sha256_bytes
 from .request import Request, check_patch_paths
-from .store import Store
+from .store import Store, created_dirs
 from .txn import FileWrite, run_transaction
 from .workspace import Workspace
 
@@ -67,7 +67,7 @@ def rollback(req: Request, store: Store) -> List[Dict[str, Any]]:
                         plan.before[(src.root, rf.path)] = (e.current, e.mode)
                     e.current = revert.revert_file(spec.name, src, rf, e.current)
                     e.mode = None if e.current is None else (e.mode or 0o644)
-            _restore(store, ws, dict(rec, files=[f for f in rec.get("files", [])
+            restore_in_memory(store, ws, dict(rec, files=[f for f in rec.get("files", [])
                                                  if f["root"] not in git_roots]))
             plan.source = sources[0]
             reverts.append((plan, sources))
@@ -85,7 +85,7 @@ def rollback(req: Request, store: Store) -> List[Dict[str, Any]]:
                     break
                 raise
         else:
-            _restore(store, ws, rec)
+            restore_in_memory(store, ws, rec)
         for key in plan.keys:
             e = ws.entry(*key)
             plan.after[key] = (e.current, e.mode)
@@ -132,7 +132,7 @@ def rollback(req: Request, store: Store) -> List[Dict[str, Any]]:
         run_transaction(store, req.roots, "rollback", names, writes, {}, purge=purge,
                         verify=lambda: None, commit=commit_all,
                         versions={n: recorded[n].get("version") for n in names},
-                        remove_dirs=[d for n in names for d in created_dirs(recorded[n], req)],
+                        remove_dirs=[d for n in names for d in created_dirs(recorded[n], req.roots)],
                         journal_extra={"git_commits": entries} if entries else None)
     outcome = "would-roll-back" if req.dry_run else "rolled-back"
     out = {}
@@ -141,25 +141,6 @@ def rollback(req: Request, store: Store) -> List[Dict[str, Any]]:
         res["version"] = recorded[plan.spec.name].get("version")
         out[plan.spec.name] = res
     return [out[n] for n in names]
-
-
-def created_dirs(rec: Dict[str, Any], req: Request) -> List[Tuple[str, str]]:
-    """The (root, dir relative to it) a fix's apply created. A state of an earlier engine
-    recorded absolute directories: each is taken relative to the root it was recorded under
-    (``roots`` of the record), so a moved tree still loses only its own directories."""
-    out: List[Tuple[str, str]] = []
-    names = {r.name for r in req.roots}
-    for d in rec.get("created_dirs") or []:
-        if isinstance(d, list) and len(d) == 2:
-            if d[0] in names:
-                out.append((str(d[0]), str(d[1])))
-            continue
-        for name, path in (rec.get("roots") or {}).items():
-            prefix = str(path).rstrip("/") + "/"
-            if name in names and isinstance(d, str) and d.startswith(prefix):
-                out.append((name, d[len(prefix):]))
-                break
-    return out
 
 
 def _committed(req: Request, rec: Dict[str, Any]) -> List[revert.Source]:
@@ -233,15 +214,7 @@ def _refuse_blocked(state: Dict[str, Any], names: List[str]) -> None:
             "both together" % ("; ".join("applied fix %s requires %s" % b for b in blockers),
                                " ".join(sorted({b[0] for b in blockers}))),
             blockers=[{"fix": b[1], "required_by": b[0]} for b in blockers])
-    later = []
-    for i, rec in enumerate(applied):
-        if rec["name"] not in names:
-            continue
-        mine = {"%s:%s" % (f["root"], f["path"]) for f in rec.get("files", [])}
-        for other in applied[i + 1:]:
-            shared = sorted(mine & {"%s:%s" % (f["root"], f["path"]) for f in other.get("files", [])})
-            if shared and other["name"] not in names:
-                later.append({"fix": rec["name"], "changed_after_by": other["name"], "files": shared})
+    later = later_writers(state, names)
     if later:
         raise PreconditionFailed(
             "cannot roll back: %s; roll the later fix back first or together with it "
@@ -252,7 +225,25 @@ def _refuse_blocked(state: Dict[str, Any], names: List[str]) -> None:
             blockers=later)
 
 
-def _restore(store: Store, ws: Workspace, rec: Dict[str, Any]) -> None:
+def later_writers(state: Dict[str, Any], names: List[str]) -> List[Dict[str, Any]]:
+    """Each fix of ``names`` whose files a fix applied after it, not among ``names``, changed
+    too (``{fix, changed_after_by, files}``): putting the fix's backups back would wipe that."""
+    applied = list(state.get("fixes", []))
+    later = []
+    for i, rec in enumerate(applied):
+        if rec["name"] not in names:
+            continue
+        mine = {"%s:%s" % (f["root"], f["path"]) for f in rec.get("files", [])}
+        for other in applied[i + 1:]:
+            shared = sorted(mine & {"%s:%s" % (f["root"], f["path"]) for f in other.get("files", [])})
+            if shared and other["name"] not in names:
+                later.append({"fix": rec["name"], "changed_after_by": other["name"], "files": shared})
+    return later
+
+
+def restore_in_memory(store: Store, ws: Workspace, rec: Dict[str, Any]) -> None:
+    """Each of the fix's files, in ``ws``, back to its bytes and mode before the fix (from its
+    backups, checked against the recorded sha256)."""
     for f in rec.get("files", []):
         e = ws.entry(f["root"], f["path"])
         data: Optional[bytes] = None

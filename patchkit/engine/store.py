@@ -20,6 +20,7 @@ from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 from ..errors import LockBusy, PermissionDenied, TargetError
 from .fsops import fsync_dir, temp_name, write_json
+from .paths import Roots
 
 FORMAT = 1
 DIRNAME = ".patchkit"
@@ -325,6 +326,25 @@ def last_writers(state: Dict[str, Any]) -> Dict[Tuple[str, str], Dict[str, Any]]
         for f in fix.get("files", []):
             out[(f["root"], f["path"])] = {"fix": fix["name"], "after_sha256": f.get("after_sha256"),
                                            "stat": f.get("stat")}
+    return out
+
+
+def created_dirs(rec: Dict[str, Any], roots: Roots) -> List[Tuple[str, str]]:
+    """The (root, dir relative to it) a fix's apply created. A state of an earlier engine
+    recorded absolute directories: each is taken relative to the root it was recorded under
+    (``roots`` of the record), so a moved tree still loses only its own directories."""
+    out: List[Tuple[str, str]] = []
+    names = {r.name for r in roots}
+    for d in rec.get("created_dirs") or []:
+        if isinstance(d, list) and len(d) == 2:
+            if d[0] in names:
+                out.append((str(d[0]), str(d[1])))
+            continue
+        for name, path in (rec.get("roots") or {}).items():
+            prefix = str(path).rstrip("/") + "/"
+            if name in names and isinstance(d, str) and d.startswith(prefix):
+                out.append((name, d[len(prefix):]))
+                break
     return out
 
 

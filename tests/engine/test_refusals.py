@@ -105,16 +105,16 @@ def test_refused_run_leaves_the_target_byte_identical(checkout: Path, name: str,
 
 
 def test_refusals_of_an_applied_fix_change_nothing(checkout: Path) -> None:
-    """Version mismatch and drift refuse with the state in place, and leave it as it was."""
+    """Drift refuses an upgrade to another version and a rollback with the state in place,
+    and leaves it as it was."""
     f = one_fix(checkout)
     assert run(request("apply", {"sglang": checkout}, [f]))["ok"]
-    tree = full_snapshot(checkout)
-    res = run(request("apply", {"sglang": checkout}, [dict(f, version=2)]))
-    assert res["error"]["type"] == "VersionMismatch"
-    assert full_snapshot(checkout) == tree
     with open(checkout / MOD, "a") as fh:
         fh.write("# hand edit\n")
     tree = full_snapshot(checkout)
+    res = run(request("apply", {"sglang": checkout}, [dict(f, version=2)]))
+    assert res["error"]["type"] == "DriftError"
+    assert full_snapshot(checkout) == tree
     assert run(request("rollback", {"sglang": checkout}, [f]))["error"]["type"] == "DriftError"
     assert full_snapshot(checkout) == tree
 

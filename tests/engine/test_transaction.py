@@ -12,7 +12,8 @@ import pytest
 
 from patchkit.engine import run
 
-from .helpers import MOD, SCRIPT, file_record, fix, git, lock_held_elsewhere, request, snapshot
+from .helpers import (MOD, SCRIPT, content_snapshot, file_record, fix, git, lock_held_elsewhere,
+                      request, snapshot)
 
 NEW = "python/sglang/srt/layers/fresh.py"
 
@@ -87,17 +88,19 @@ def test_dry_run_writes_nothing(checkout: Path) -> None:
     assert git(checkout, "status", "--porcelain") == ""
 
 
-def test_reapply_is_a_no_op_and_another_version_is_refused(checkout: Path) -> None:
-    assert go("apply", checkout, [series(checkout)])["ok"]
+def test_reapply_is_a_no_op_and_another_version_is_an_upgrade(checkout: Path) -> None:
+    first = series(checkout)
+    assert go("apply", checkout, [first])["ok"]
     tree, state = snapshot(checkout), (checkout / ".patchkit/state.json").read_bytes()
     f = series(checkout)  # content irrelevant: already applied at this version
     res = go("apply", checkout, [f])
     assert res["ok"] and res["fixes"][0]["outcome"] == "already-applied"
     assert snapshot(checkout) == tree and (checkout / ".patchkit/state.json").read_bytes() == state
-    res = go("apply", checkout, [dict(f, version=2)])
-    assert res["error"]["type"] == "VersionMismatch"
-    assert "patchkit rollback a" in res["error"]["message"]
-    assert snapshot(checkout) == tree and (checkout / ".patchkit/state.json").read_bytes() == state
+    res = go("apply", checkout, [dict(first, version=2)])  # the same change as version 2
+    assert res["ok"] and res["fixes"][0]["outcome"] == "upgraded", res["error"]
+    assert res["fixes"][0]["from_version"] == 1
+    assert content_snapshot(checkout) == {k: v[:3] if v[0] == "file" else v for k, v in tree.items()}
+    assert [f["version"] for f in json.loads((checkout / ".patchkit/state.json").read_text())["fixes"]] == [2]
 
 
 def test_failed_verification_restores_every_byte(checkout: Path) -> None:
