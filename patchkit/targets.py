@@ -206,7 +206,12 @@ def _local_sglang(spec: str, python: str | None) -> tuple[str, str | None, str]:
     """(the sglang root, the python, how it was found) for a local ``--target``: a directory,
     a venv root or ``python:INTERPRETER`` (both: that interpreter's installed sglang)."""
     if spec.startswith("python:"):
-        interpreter = os.path.abspath(os.path.expanduser(spec[len("python:"):]))
+        given = spec[len("python:"):]
+        if os.sep not in given:  # a command name (python3): the one on PATH, as a shell runs it
+            import shutil
+
+            given = shutil.which(given) or given
+        interpreter = os.path.abspath(os.path.expanduser(given))
         return (interpreter_sglang(interpreter), python or interpreter,
                 f"the sglang of {interpreter}")
     full = os.path.abspath(os.path.expanduser(spec))

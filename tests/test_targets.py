@@ -123,6 +123,14 @@ def test_an_interpreter_that_is_not_there_is_a_target_error(tmp_path: Path) -> N
         resolve_target(f"python:{tmp_path / 'no' / 'python'}")
 
 
+def test_python_command_name_is_the_one_on_path(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    venv, site = _venv(tmp_path, with_sglang=True)
+    monkeypatch.setenv("PATH", f"{venv / 'bin'}:/usr/bin:/bin")
+    target = resolve_target("python:python")
+    assert target.roots["sglang"] == str(site) and target.python == str(venv / "bin" / "python")
+
+
 # -- item 13: the checkout around the working directory ----------------------------------------
 
 
