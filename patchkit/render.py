@@ -647,18 +647,59 @@ def render_rebase(console: Console, report: Any) -> None:
         if not fix.patches:
             table.add_row(fix.name, ver, "", outcome, escape(fix.detail))
         for i, p in enumerate(fix.patches):
-            result = Text(p.classification, style=REBASE_STYLE.get(p.classification, ""))
+            # a skipped fix is skipped on every row: nothing of it was written, whatever its
+            # patches were classified (the classification stays in the detail)
+            result = outcome if fix.outcome == "skipped" else Text(
+                p.classification, style=REBASE_STYLE.get(p.classification, ""))
+            detail = (f"{p.classification}: {p.detail}" if fix.outcome == "skipped"
+                      else p.detail)
             table.add_row(fix.name if i == 0 else "", ver if i == 0 else "", p.file,
-                          result, escape(p.detail))
+                          result, escape(detail))
     console.print(table)
     if report.stopped:
-        console.print(f"[bold red]stopped at {escape(report.stopped)}[/]: resolve the conflicts "
-                      f"in {escape(report.worktree or '')}")
-        for path in report.conflicted:
-            console.print(f"  {escape(path)}")
-        console.print("then run `patchkit rebase --continue` (or --skip, --abort)")
+        _render_rebase_stop(console, report)
+    elif getattr(report, "not_written", ""):
+        console.print(f"nothing was written ({escape(report.not_written)}): what a rebase onto "
+                      f"{escape(report.onto)} would do; no rebase is in progress")
     else:
         console.print("rebase done")
+
+
+def _render_rebase_stop(console: Console, report: Any) -> None:
+    from rich.markup import escape
+
+    console.print(f"[bold red]stopped at {escape(report.stopped)}[/]: resolve the conflicts "
+                  f"in {escape(report.worktree or '')}")
+    for path in report.conflicted:
+        console.print(f"  {escape(path)}")
+    console.print("then run `patchkit rebase --continue` (or --skip, --abort)")
+
+
+def render_rebase_in_progress(console: Console, report: Any) -> None:
+    """A bare ``patchkit rebase`` during a rebase: where it is and what to do (git status)."""
+    from rich.markup import escape
+
+    done = [f for f in report.fixes if f.name != report.stopped]
+    console.print(f"rebase onto {escape(report.onto)} in progress: {len(done)} fix(es) done"
+                  + (f", still to do after the stopped one: {escape(', '.join(report.remaining))}"
+                     if report.stopped and report.remaining else ""))
+    if not report.stopped:
+        left = ", ".join(report.remaining)
+        console.print(f"it was interrupted before {escape(left or 'its end')}: run `patchkit "
+                      "rebase --continue` to go on, or `patchkit rebase --abort` to put the "
+                      "catalog back")
+        return
+    stop = next(f for f in report.fixes if f.name == report.stopped)
+    patch = stop.patches[-1] if stop.patches else None
+    if patch is not None:
+        console.print(f"stopped at {escape(stop.name)}, patch {escape(patch.file)} "
+                      f"({escape(patch.classification)}: {escape(patch.detail)})")
+    console.print(f"  resolve the conflicts in {escape(report.worktree or '')}:")
+    for path in report.conflicted:
+        console.print(f"    {escape(path)}")
+    console.print("  (edit the files there, then run `patchkit rebase --continue`)")
+    console.print("  (use `patchkit rebase --skip` to leave this fix as it is and go on)")
+    console.print("  (use `patchkit rebase --abort` to put the catalog back as it was)")
 
 
 def render_range_diff(console: Console, text: str) -> None:

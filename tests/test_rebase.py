@@ -549,3 +549,119 @@ def test_a_revert_fix_in_a_later_run_takes_the_reverted_fix_from_the_history(wor
     report = rebase.start(Catalog(cat.root), "0.2.0", ["unmerge"], upstream=up)
     assert [(f.name, f.outcome) for f in report.fixes] == [("unmerge", "rebased")]
     assert " line 8 upstream\n" in (cat.patches_dir / "unmerge" / "0001-unmerge.patch").read_text()
+
+
+# -- what the output says: skipped, stopped, nothing written (issue 13, item 16) ------------
+
+
+def _rows(stdout: str, fix: str) -> list[list[str]]:
+    """The table rows (cells) whose fix column is ``fix`` (rich's box or plain text)."""
+    rows = []
+    for line in stdout.splitlines():
+        cells = [c.strip() for c in line.replace("┃", "│").split("│")]
+        cells = [c for c in cells if c != ""] if "│" in line else line.split()
+        if cells and cells[0] == fix:
+            rows.append(cells)
+    return rows
+
+
+def test_a_skipped_fix_shows_skipped_not_conflict(world, monkeypatch) -> None:
+    cat, up = world
+    monkeypatch.setenv("PATCHKIT_UPSTREAM", str(up.path))
+    monkeypatch.setenv("COLUMNS", "250")
+    runner = CliRunner()
+    res = runner.invoke(cli, ["--catalog", str(cat.root), "rebase", "clash", "shift",
+                              "--onto", "0.2.0"])
+    assert res.exit_code == 3
+    res = runner.invoke(cli, ["--catalog", str(cat.root), "rebase", "--skip"])
+    assert res.exit_code == 0, res.output
+    (clash,) = _rows(res.stdout, "clash")
+    assert clash[3] == "skipped", clash  # the result column; the conflict stays as the detail
+    assert clash[4].startswith("conflict: three-way merge conflicts")
+    (shift,) = _rows(res.stdout, "shift")
+    assert shift[3] == "offset"
+
+
+def test_bare_rebase_while_stopped_says_where_and_what_to_do(world, monkeypatch) -> None:
+    cat, up = world
+    monkeypatch.setenv("PATCHKIT_UPSTREAM", str(up.path))
+    monkeypatch.setenv("COLUMNS", "250")
+    runner = CliRunner()
+    res = runner.invoke(cli, ["--catalog", str(cat.root), "rebase"])
+    assert isinstance(res.exception, UsageError) and "name the release" in str(res.exception)
+    res = runner.invoke(cli, ["--catalog", str(cat.root), "rebase", "shift", "clash", "merge",
+                              "--onto", "0.2.0"])
+    assert res.exit_code == 3
+    state_before = _snapshot_state(cat)
+    catalog_before = _snapshot(cat)
+    res = runner.invoke(cli, ["--catalog", str(cat.root), "rebase"])
+    assert res.exit_code == 3, res.output  # still stopped: the conflict exit code
+    out = res.stdout
+    assert "rebase onto 0.2.0 in progress: 1 fix(es) done" in out
+    assert "still to do after the stopped one: merge" in out
+    assert "stopped at clash, patch 0001-clash.patch (conflict:" in out
+    worktree = cat.root / rebase.STATE_DIR / "worktree"
+    assert f"resolve the conflicts in {worktree}" in out
+    assert "python/sglang/clash.py" in out
+    for step in ("--continue", "--skip", "--abort"):
+        assert f"patchkit rebase {step}" in out
+    res = runner.invoke(cli, ["--catalog", str(cat.root), "rebase", "--json"])
+    assert res.exit_code == 3
+    data = json.loads(res.stdout)
+    assert data["in_progress"] and data["stopped"] == "clash" and data["remaining"] == ["merge"]
+    assert [f["outcome"] for f in data["fixes"]] == ["rebased", "stopped"]
+    assert data["worktree"] == str(worktree) and data["conflicted"] == ["python/sglang/clash.py"]
+    assert _snapshot_state(cat) == state_before and _snapshot(cat) == catalog_before
+    report = rebase.skip(cat, upstream=up)  # the state it read is the one --skip goes on from
+    assert report.done and [f.name for f in report.fixes] == ["shift", "clash", "merge"]
+
+
+def _snapshot_state(cat: Catalog) -> dict[str, bytes]:
+    state = cat.root / rebase.STATE_DIR
+    return {str(p.relative_to(state)): p.read_bytes() for p in sorted(state.rglob("*"))
+            if p.is_file()}
+
+
+def test_a_report_only_run_says_nothing_was_written(world, monkeypatch) -> None:
+    cat, up = world
+    monkeypatch.setenv("COLUMNS", "250")
+    before = _snapshot(cat)
+    res = CliRunner().invoke(cli, ["--catalog", str(cat.root), "rebase", "clash", "shift",
+                                   "--onto", "main", "--repo", str(up.path)])
+    assert res.exit_code == 0, res.output
+    assert "nothing was written (main is not a release" in res.stdout
+    assert "rebase done" not in res.stdout
+    res = CliRunner().invoke(cli, ["--catalog", str(cat.root), "rebase", "clash", "shift",
+                                   "--onto", "main", "--repo", str(up.path), "--json"])
+    data = json.loads(res.stdout)
+    assert data["dry_run"] and "not a release" in data["not_written"]
+    assert _snapshot(cat) == before and not (cat.root / rebase.STATE_DIR).exists()
+
+
+def test_dry_run_onto_a_release_reports_without_stopping_and_writes_nothing(world,
+                                                                          monkeypatch) -> None:
+    cat, up = world
+    monkeypatch.setenv("PATCHKIT_UPSTREAM", str(up.path))
+    monkeypatch.setenv("COLUMNS", "250")
+    before = _snapshot(cat)
+    report = rebase.start(cat, "0.2.0", ["clash", "shift", "same", "picked"], upstream=up,
+                          dry_run=True)
+    assert report.done and report.dry_run and report.not_written == "--dry-run"
+    assert {f.name: f.outcome for f in report.fixes} == {
+        "clash": "conflict", "shift": "rebased", "same": "extended", "picked": "upstreamed"}
+    assert {f.name: f.new_version for f in report.fixes}["shift"] == 2  # what it would write
+    assert _snapshot(cat) == before and not (cat.root / rebase.STATE_DIR).exists()
+    runner = CliRunner()
+    res = runner.invoke(cli, ["--catalog", str(cat.root), "rebase", "--all", "--onto", "0.2.0",
+                              "--dry-run"])
+    assert res.exit_code == 0, res.output  # never stops: a report
+    assert "nothing was written (--dry-run)" in res.stdout
+    assert _snapshot(cat) == before and not rebase.in_progress(cat)
+    res = runner.invoke(cli, ["--catalog", str(cat.root), "rebase", "-n", "shift", "--onto",
+                              "0.2.0", "--json"])
+    assert json.loads(res.stdout)["dry_run"] is True and _snapshot(cat) == before
+    # the real run then does what the dry run said
+    report = rebase.start(cat, "0.2.0", ["shift", "same"], upstream=up)
+    assert {f.name: f.outcome for f in report.fixes} == {"shift": "rebased", "same": "extended"}
+    res = runner.invoke(cli, ["--catalog", str(cat.root), "rebase", "--skip", "--dry-run"])
+    assert isinstance(res.exception, UsageError)

@@ -21,7 +21,7 @@ from patchkit.cli import apply as cli_apply
 from patchkit.cli import rollback as cli_rollback
 from patchkit.cli import status as cli_status
 from patchkit.cli import verify as cli_verify
-from patchkit.cli.common import State
+from patchkit.cli.common import State, one_value
 from patchkit.cli.main import fast_command
 from patchkit.manifest import load_manifest
 from patchkit.model import Check, Fix, Upstream
@@ -111,7 +111,8 @@ def test_fast_options_name_every_click_option_of_the_command(module: Any) -> Non
             name, kind, _default = module.FAST_OPTIONS[opt]  # defaults: the reading test
             seen.add(opt)
             assert name == param.name
-            want = ("flag" if param.is_flag else "multiple" if param.multiple
+            want = ("flag" if param.is_flag else "once" if param.callback is one_value
+                    else "multiple" if param.multiple
                     else "float" if param.type.name == "float" else "value")
             assert kind == want, opt
     assert seen == set(module.FAST_OPTIONS)

@@ -22,14 +22,16 @@ if TYPE_CHECKING:  # the catalog pulls in tomlkit: loaded only by commands that 
     from ..targets import Target
 
     #: An option as the fast path reads it: option string -> (parameter, kind, default),
-    #: kind one of "flag", "value", "float", "multiple" (a repeatable value, kept in a tuple).
+    #: kind one of "flag", "value", "float", "multiple" (a repeatable value, kept in a tuple),
+    #: "once" (a value to give once: given again, every value is kept in a tuple for the
+    #: command to refuse, see :func:`one_value`).
     FastOptions = Dict[str, Tuple[str, str, Any]]
 
 #: :func:`target_options` and :func:`json_option` for the fast path. ``ssh_options``,
 #: ``ssh_program`` and ``as_json`` also set :class:`State` as their click callbacks do.
 TARGET_FAST_OPTIONS: FastOptions = {
-    "--target": ("target", "value", None),
-    "-t": ("target", "value", None),
+    "--target": ("target", "once", None),
+    "-t": ("target", "once", None),
     "--root": ("roots", "multiple", ()),
     "--python": ("python", "value", None),
     "--lock-timeout": ("lock_timeout", "float", 30.0),
@@ -83,10 +85,13 @@ class State:
             self._catalog = Catalog(Path(location)) if location else Catalog.discover()
         return self._catalog
 
-    def target(self, target: str | None, roots: tuple[str, ...], python: str | None) -> Target:
+    def target(self, target: str | tuple[str, ...] | None, roots: tuple[str, ...],
+               python: str | None) -> Target:
+        if isinstance(target, tuple):  # --target given more than once (see one_value)
+            raise given_twice("--target", target)
         from ..targets import resolve_target  # here: `patchkit --version` needs no model
 
-        return resolve_target(
+        found = resolve_target(
             target,
             roots,
             python=python,
@@ -94,6 +99,12 @@ class State:
             ssh_options=self.ssh_options,
             ssh_program=self.ssh_program,
         )
+        how = getattr(found, "found", "")
+        if how:  # a target the user did not name as a directory: say which one it is
+            import sys
+
+            sys.stderr.write(f"target: {found.roots['sglang']} ({how})\n")
+        return found
 
 
 def __getattr__(name: str) -> Any:
@@ -182,6 +193,26 @@ def _ssh_options(f: Callable) -> Callable:
     )(f)
 
 
+def given_twice(option: str, values: tuple[str, ...]) -> UsageError:
+    """The error for an option that takes one value given more than once."""
+    shown = " and ".join(repr(v) for v in values)
+    return UsageError(
+        f"{option} given {len(values)} times ({shown}); a run works on one target: "
+        f"give {option} once (run patchkit once per target)",
+        option=option,
+    )
+
+
+def one_value(ctx: Any, param: Any, values: tuple[str, ...]) -> str | tuple[str, ...] | None:
+    """The click callback of an option read as ``multiple`` so that a second value is seen
+    instead of silently replacing the first (the fast path's kind ``once``): one value as
+    itself, several as a tuple that :meth:`State.target` refuses (there, once every option
+    is read, so ``--json`` anywhere on the line gives the JSON error)."""
+    if len(values) > 1:
+        return tuple(values)
+    return values[0] if values else None
+
+
 def target_options(f: Callable) -> Callable:
     import click
 
@@ -209,6 +240,8 @@ def target_options(f: Callable) -> Callable:
     f = click.option(
         "--target",
         "-t",
+        multiple=True,
+        callback=one_value,
         metavar="PATH|ssh://HOST/PATH|NAME",
         help="SGLang checkout or installed package, a remote one, or a target named in patchkit.toml.",
     )(f)

@@ -83,6 +83,10 @@ def _read_options(args: list[str], options: FastOptions) -> dict[str, Any] | Non
                 return None
         elif kind == "multiple":
             params[name] = (*params[name], value)
+        elif kind == "once":  # given twice: both kept, for the command to refuse
+            held = params[name]
+            params[name] = value if held is None else (
+                (*held, value) if isinstance(held, tuple) else (held, value))
         else:
             params[name] = value
     params["fixes"] = tuple(fixes)

@@ -32,18 +32,34 @@ def _print_json(data: object) -> None:
 @click.option("--continue", "cont", is_flag=True, help="Go on after resolving a conflict in the worktree.")
 @click.option("--skip", is_flag=True, help="Leave the stopped fix as it was and go on.")
 @click.option("--abort", is_flag=True, help="Stop and put the catalog back as it was.")
+@click.option("--dry-run", "-n", "dry_run", is_flag=True, help="Classify every fix and say "
+              "what the rebase would do, without stopping; write nothing (as any run onto a "
+              "commit that is not a release).")
 @json_option
 @pass_state
 def rebase(state: State, fixes: tuple[str, ...], all_fixes: bool, include_inactive: bool,
            onto: str | None,
            repo: str | None, base: str | None, cont: bool, skip: bool, abort: bool,
-           as_json: bool) -> int:
-    """Rebase FIXES (or --all) onto a release; classify every patch; stop at a conflict."""
+           dry_run: bool, as_json: bool) -> int:
+    """Rebase FIXES (or --all) onto a release; classify every patch; stop at a conflict.
+
+    Bare, while a rebase is stopped: where it stopped and what to do next."""
     catalog = state.catalog()
     modes = [m for m, on in (("--continue", cont), ("--skip", skip), ("--abort", abort)) if on]
     if len(modes) > 1 or (modes and (onto or fixes or all_fixes or repo or base
-                                     or include_inactive)):
+                                     or include_inactive or dry_run)):
         raise UsageError(f"{' and '.join(modes)} take no other arguments; pass one of them alone")
+    if not modes and not (onto or fixes or all_fixes or repo or base or include_inactive
+                          or dry_run):
+        current = rebase_lib.current(catalog)
+        if current is not None:  # like `git status` during a rebase: where, and what next
+            if as_json:
+                _print_json({**current.to_json(), "in_progress": True})
+            else:
+                from .. import render
+
+                render.render_rebase_in_progress(render.stdout(), current)
+            click.get_current_context().exit(EXIT_CONFLICT)
     if abort:
         restored = rebase_lib.abort(catalog)
         if as_json:
@@ -60,14 +76,15 @@ def rebase(state: State, fixes: tuple[str, ...], all_fixes: bool, include_inacti
         if not fixes and not all_fixes:
             raise UsageError("name the fixes to rebase, or pass --all")
     if as_json:
-        report = _run(catalog, cont, skip, onto, fixes, repo, base, include_inactive, None)
+        report = _run(catalog, cont, skip, onto, fixes, repo, base, include_inactive, None,
+                      dry_run)
         _print_json(report.to_json())
     else:
         from .. import render
 
         with render.rebase_progress(render.stderr(), enabled=True) as progress:
             report = _run(catalog, cont, skip, onto, fixes, repo, base, include_inactive,
-                          progress)
+                          progress, dry_run)
         render.render_rebase(render.stdout(), report)
     if not report.done:  # a conflict waits for the user: the conflict exit code (docs/cli.md)
         click.get_current_context().exit(EXIT_CONFLICT)
@@ -75,13 +92,14 @@ def rebase(state: State, fixes: tuple[str, ...], all_fixes: bool, include_inacti
 
 
 def _run(catalog, cont, skip, onto, fixes, repo, base, include_inactive,  # noqa: ANN001, ANN202
-         progress):
+         progress, dry_run):
     if cont:
         return rebase_lib.continue_(catalog, progress=progress)
     if skip:
         return rebase_lib.skip(catalog, progress=progress)
     return rebase_lib.start(catalog, onto or "", list(fixes) or None, repo=repo, base=base,
-                            include_inactive=include_inactive, progress=progress)
+                            include_inactive=include_inactive, progress=progress,
+                            dry_run=dry_run)
 
 
 COMMANDS = [rebase]

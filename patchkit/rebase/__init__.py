@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 _VERSION = re.compile(r"^\d+(?:\.\d+)*(?:\.post\d+)?$")
 
 __all__ = ["FixReport", "PatchReport", "RebaseReport", "STATE_DIR", "abort", "continue_",
-           "in_progress", "range_diff", "series_of_version", "skip", "start"]
+           "current", "in_progress", "range_diff", "series_of_version", "skip", "start"]
 
 
 def range_diff(catalog: Catalog, name: str, old: int, new: int) -> str:
@@ -135,12 +135,14 @@ def _resolve(git_dir: Path, onto: str, fixes: Sequence, base: str | None, *, clo
 def start(catalog: Catalog, onto: str, names: Sequence[str] | None = None, *,
           upstream: UpstreamRepo | None = None, repo: Path | str | None = None,
           base: str | None = None, include_inactive: bool = False,
-          progress: Progress | None = None) -> RebaseReport:
+          progress: Progress | None = None, dry_run: bool = False) -> RebaseReport:
     """Rebase ``names`` (default: every fix) onto ``onto``: a release, or with ``repo`` (an
     SGLang git clone) any tag or commit there; ``base`` overrides each fix's ``v<base>``.
 
     A named fix is rebased whatever its status (a fork may have a dead fix committed); the
-    default, every fix, takes dead and superseded ones only with ``include_inactive``."""
+    default, every fix, takes dead and superseded ones only with ``include_inactive``.
+    ``dry_run`` (and any ``onto`` that is not a release) only reports: every fix is classified
+    without stopping, the catalog is not written and no rebase is left in progress."""
     state_dir = catalog.root / STATE_DIR
     if (state_dir / "state.json").exists():
         raise UsageError(f"a rebase is in progress in {catalog.root}: finish it with "
@@ -169,10 +171,17 @@ def start(catalog: Catalog, onto: str, names: Sequence[str] | None = None, *,
     shutil.copytree(catalog.patches_dir, backup / "patches")
     state = {"format": STATE_FORMAT, "onto": label, "release": release, "onto_rev": onto_rev,
              "base": base_rev, "git_dir": str(git_dir), "queue": [f.name for f in fixes],
-             "written": [], "results": [], "plan": {}, "stopped": None, "inactive": inactive}
+             "written": [], "results": [], "plan": {}, "stopped": None, "inactive": inactive,
+             "dry_run": dry_run}
     run = Run(catalog, state, progress)
-    run.plan()
-    return run.run()
+    if run.writes:
+        run.plan()
+        return run.run()
+    try:  # a report-only run never stops, so nothing of it may stay behind
+        run.plan()
+        return run.run()
+    finally:
+        shutil.rmtree(state_dir, ignore_errors=True)
 
 
 def _load(catalog: Catalog, progress: Progress | None) -> Run:
@@ -271,6 +280,18 @@ def abort(catalog: Catalog, *, upstream: UpstreamRepo | None = None) -> list[str
     run.drop_worktree()
     shutil.rmtree(run.dir, ignore_errors=True)
     return restored
+
+
+def current(catalog: Catalog) -> RebaseReport | None:
+    """The rebase in progress in ``catalog`` (where it stopped, what is done and what is
+    left), or None; reads the state and changes nothing."""
+    if not in_progress(catalog):
+        return None
+    run = _load(catalog, None)
+    try:
+        return run.stopped_report()
+    finally:
+        run.blobs.close()
 
 
 def in_progress(catalog: Catalog) -> bool:

@@ -37,7 +37,9 @@ MARKERS = ("<<<<<<< ", ">>>>>>> ", "||||||| ")
 @dataclass(frozen=True)
 class FixReport:
     """``outcome``: rebased | extended (release added) | upstreamed | stopped | skipped, and
-    for a run onto a commit that is not a release (nothing written): clean | conflict."""
+    for a run onto a commit that is not a release (nothing written): clean | conflict. A dry
+    run onto a release says rebased | extended as what it would write, conflict where it
+    would stop."""
 
     name: str
     from_release: str
@@ -59,15 +61,25 @@ class RebaseReport:
     stopped: str | None = None  # the fix waiting for --continue/--skip/--abort
     worktree: str | None = None
     conflicted: tuple[str, ...] = field(default=())
+    #: why nothing was written, for a report-only run (``dry_run``, or onto a commit that is
+    #: not a release); empty when the run wrote the catalog
+    not_written: str = ""
+    #: the fixes still to do after the stopped one (a stopped run, see :func:`current`)
+    remaining: tuple[str, ...] = field(default=())
 
     @property
     def done(self) -> bool:
         return self.stopped is None
 
+    @property
+    def dry_run(self) -> bool:
+        return bool(self.not_written)
+
     def to_json(self) -> dict[str, Any]:
         return {"format": 1, "onto": self.onto, "done": self.done, "stopped": self.stopped,
                 "worktree": self.worktree, "conflicted": list(self.conflicted),
-                "fixes": [f.to_json() for f in self.fixes]}
+                "dry_run": self.dry_run, "not_written": self.not_written,
+                "remaining": list(self.remaining), "fixes": [f.to_json() for f in self.fixes]}
 
 
 def fix_from_json(d: dict[str, Any]) -> FixReport:
@@ -154,6 +166,12 @@ class Run:
     @property
     def release(self) -> str | None:
         return self.state["release"]
+
+    @property
+    def writes(self) -> bool:
+        """Whether this run writes the catalog: not a dry run, and onto a release (a
+        manifest's base is a release); otherwise it reports what each fix would do."""
+        return self.release is not None and not self.state.get("dry_run")
 
     @property
     def inactive(self) -> bool:
@@ -388,6 +406,7 @@ class Run:
             return FixReport(fix.name, base, onto, "clean", f"applies to {onto}; not written "
                              "(not a release: rebase onto a release tag to write)", reports,
                              fix.version, fix.version)
+        # onto a release: rebased or extended (a dry run says what it would write)
         if all(k == "unchanged" for k in kinds):
             return FixReport(fix.name, base, onto, "extended", f"the series applies to {onto} "
                              f"unchanged; {onto} added to upstream.releases", reports,
@@ -404,7 +423,7 @@ class Run:
 
     def write(self, fix: Fix, report: FixReport, done: dict[str, str]) -> None:
         """Write a completed fix to the catalog (journaled first for --abort)."""
-        if report.outcome not in ("rebased", "extended"):
+        if report.outcome not in ("rebased", "extended") or not self.writes:
             return
         self.note_written(fix.name)
         if report.outcome == "extended":
@@ -481,7 +500,7 @@ class Run:
             self.progress(name, len(self.state["results"]), total)
             report, done, stop = self.planned(name) or self.one(name)
             fix = self.catalog.get(name)
-            if stop is not None and self.release is None:
+            if stop is not None and not self.writes:  # would stop here: go on as if skipped
                 report = replace(report, outcome="conflict")
             elif stop is not None:
                 self.lay_out(stop)
@@ -513,10 +532,30 @@ class Run:
     def report(self, stopped: FixReport | None = None) -> RebaseReport:
         fixes = [fix_from_json(d) for d in self.state["results"]]
         if stopped is None:
-            return RebaseReport(self.onto, tuple(fixes))
+            return RebaseReport(self.onto, tuple(fixes), not_written=self.not_written())
         conflicted = tuple(self.state["stopped"].get("conflicted", ()))
         return RebaseReport(self.onto, (*fixes, stopped), stopped.name, str(self.worktree()),
-                            conflicted)
+                            conflicted, remaining=tuple(self.state["queue"][1:]))
+
+    def not_written(self) -> str:
+        if self.writes:
+            return ""
+        if self.state.get("dry_run"):
+            return "--dry-run"
+        return (f"{self.onto} is not a release and a manifest's base is one: rebase onto a "
+                "release tag to write")
+
+    def stopped_report(self) -> RebaseReport:
+        """Where a stopped run is, without doing anything (a bare ``patchkit rebase``)."""
+        stop = self.state.get("stopped")
+        if not stop:
+            return RebaseReport(self.onto, tuple(fix_from_json(d) for d in self.state["results"]),
+                                remaining=tuple(self.state["queue"]))
+        patches = tuple(patch_from_json(p) for p in stop["patches"])
+        fix = self.old_fix(stop["name"])
+        detail = patches[-1].detail if patches else ""
+        return self.report(FixReport(stop["name"], fix.upstream.base_release, self.onto,
+                                     "stopped", detail, patches, fix.version, fix.version))
 
     def finish(self) -> RebaseReport:
         report = self.report()

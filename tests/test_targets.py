@@ -1,0 +1,174 @@
+"""Which target a command line names: `--target` once, a venv or an interpreter's installed
+sglang, a directory without SGLang refused, the checkout around the working directory.
+
+Real things only: the sample catalog and checkout of tests/test_cli.py, real venvs made by
+``python -m venv`` with a small sglang package (the sample tree's) in their site-packages.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from patchkit.errors import EXIT_TARGET, EXIT_USAGE, TargetError
+from patchkit.targets import resolve_target
+from tests.engine.helpers import make_checkout
+from tests.test_cli import INDEX_K, POOL, SAMPLES, Env, Run, env, pk, snapshot  # noqa: F401
+
+# -- item 10: --target given twice -----------------------------------------------------------
+
+#: Every command that takes --target, with what else it needs.
+TARGET_COMMANDS = [["apply", INDEX_K], ["rollback", INDEX_K], ["verify", INDEX_K], ["status"],
+                   ["log"]]
+
+
+@pytest.mark.parametrize("path", ["fast", "click"])
+@pytest.mark.parametrize("command", TARGET_COMMANDS, ids=lambda c: c[0])
+def test_target_given_twice_is_refused(env: Env, pk: Callable[..., Run], tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch, command: list[str],
+                                       path: str) -> None:
+    """The last --target used to win silently; now neither is used (until fleet targets)."""
+    other = make_checkout(tmp_path, name="other")
+    if path == "click":  # PATCHKIT_DEBUG in the environment sends every line through click
+        monkeypatch.setenv("PATCHKIT_DEBUG", "0")
+    before = snapshot(env.sglang, other)
+    res = pk(*command, "--target", env.sglang, "-t", other)
+    assert res.code == EXIT_USAGE, (res.out, res.err)
+    assert "--target given 2 times" in res.err and str(other) in res.err
+    assert str(env.sglang) in res.err
+    assert snapshot(env.sglang, other) == before
+    res = pk(*command, f"--target={env.sglang}", "--json", "--target", env.sglang)
+    assert res.code == EXIT_USAGE
+    assert json.loads(res.out)["error"]["type"] == "UsageError"
+    assert snapshot(env.sglang, other) == before
+
+
+# -- item 11: a directory without SGLang, a venv, python:INTERPRETER -------------------------
+
+
+def _venv(base: Path, *, with_sglang: bool) -> tuple[Path, Path]:
+    """A real venv (no pip: not needed), its site-packages holding the sample sglang package."""
+    venv = base / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = Path(subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True, capture_output=True, text=True).stdout.strip())
+    if with_sglang:
+        shutil.copytree(SAMPLES / "tree" / "sglang" / "python" / "sglang", site / "sglang")
+    return venv, site
+
+
+@pytest.mark.parametrize("where", ["empty-dir", "venv-without-sglang"])
+@pytest.mark.parametrize("command", [["status"], ["apply", INDEX_K]], ids=lambda c: c[0])
+def test_a_directory_without_sglang_is_a_target_error(env: Env, pk: Callable[..., Run],
+                                                      tmp_path: Path, where: str,
+                                                      command: list[str]) -> None:
+    """It used to say `no fix applied or present`, exit 0: nothing was looked at."""
+    if where == "empty-dir":
+        target = tmp_path / "nothing"
+        target.mkdir()
+        (target / "somefile.py").write_text("x = 1\n")
+    else:
+        target, _site = _venv(tmp_path, with_sglang=False)
+    before = snapshot(target)
+    res = pk(*command, "--target", target)
+    assert res.code == EXIT_TARGET, (res.out, res.err)
+    assert "no `sglang` package found" in res.err
+    if where == "empty-dir":  # where it looked
+        assert str(target / "python" / "sglang") in res.err
+        assert str(target / "sglang" / "__init__.py") in res.err
+    else:  # the venv's interpreter was asked, and its sys.path is named
+        assert str(target / "bin" / "python") in res.err and "sys.path" in res.err
+    assert "no fix applied" not in res.out
+    assert snapshot(target) == before
+
+
+def test_a_venv_root_is_its_installed_sglang(env: Env, pk: Callable[..., Run],
+                                             tmp_path: Path) -> None:
+    venv, site = _venv(tmp_path, with_sglang=True)
+    target = resolve_target(str(venv))
+    assert target.roots["sglang"] == str(site)
+    assert target.python == str(venv / "bin" / "python")  # verifications run in the venv
+    res = pk("apply", INDEX_K, "--target", venv)
+    assert res.code == 0, (res.out, res.err)
+    assert f"target: {site} (the sglang of the venv {venv})" in res.err
+    assert b"head_dim * 2" in (site / "sglang" / "srt" / "pool.py").read_bytes()
+    res = pk("status", "--target", venv, "--json")
+    assert res.code == 0
+    states = {f["name"]: f["state"] for f in res.json()["status"]["fixes"]}
+    assert states[INDEX_K] == "applied"
+
+
+def test_python_interpreter_target_is_its_installed_sglang(env: Env, pk: Callable[..., Run],
+                                                          tmp_path: Path) -> None:
+    venv, site = _venv(tmp_path, with_sglang=True)
+    python = venv / "bin" / "python"
+    target = resolve_target(f"python:{python}")
+    assert target.roots["sglang"] == str(site) and target.python == str(python)
+    assert resolve_target(f"python:{python}", python="/other/python").python == "/other/python"
+    res = pk("apply", INDEX_K, "--target", f"python:{python}")
+    assert res.code == 0, (res.out, res.err)
+    assert f"target: {site} (the sglang of {python})" in res.err
+    assert b"head_dim * 2" in (site / "sglang" / "srt" / "pool.py").read_bytes()
+
+
+def test_an_interpreter_that_is_not_there_is_a_target_error(tmp_path: Path) -> None:
+    with pytest.raises(TargetError, match="does not exist"):
+        resolve_target(f"python:{tmp_path / 'no' / 'python'}")
+
+
+def test_python_command_name_is_the_one_on_path(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    venv, site = _venv(tmp_path, with_sglang=True)
+    monkeypatch.setenv("PATH", f"{venv / 'bin'}:/usr/bin:/bin")
+    target = resolve_target("python:python")
+    assert target.roots["sglang"] == str(site) and target.python == str(venv / "bin" / "python")
+
+
+# -- item 13: the checkout around the working directory ----------------------------------------
+
+
+def test_the_checkout_around_the_working_directory_is_the_target(
+        env: Env, pk: Callable[..., Run], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(env.sglang / "python" / "sglang" / "srt")
+    res = pk("apply", INDEX_K)
+    assert res.code == 0, (res.out, res.err)
+    assert f"target: {env.sglang} (found from the working directory)" in res.err
+    assert b"head_dim * 2" in (env.sglang / POOL).read_bytes()
+    assert (env.sglang / ".patchkit").is_dir()  # the checkout's root, not python/
+    assert not (env.sglang / "python" / ".patchkit").exists()
+    monkeypatch.chdir(env.sglang)
+    res = pk("status", "--json")
+    assert res.code == 0 and "found from the working directory" in res.err
+    assert {f["name"]: f["state"] for f in res.json()["status"]["fixes"]}[INDEX_K] == "applied"
+
+
+def test_a_given_target_wins_over_the_working_directory(
+        env: Env, pk: Callable[..., Run], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    other = make_checkout(tmp_path, name="other")
+    monkeypatch.chdir(other / "python" / "sglang")
+    res = pk("status", "--target", env.sglang)
+    assert res.code == 0 and "found from the working directory" not in res.err
+
+
+def test_installed_package_around_the_working_directory_is_the_target(
+        env: Env, pk: Callable[..., Run], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    site = tmp_path / "lib" / "site-packages"
+    shutil.copytree(SAMPLES / "tree" / "sglang" / "python" / "sglang", site / "sglang")
+    monkeypatch.chdir(site / "sglang" / "srt")
+    res = pk("apply", INDEX_K)
+    assert res.code == 0, (res.out, res.err)
+    assert f"target: {site} (found from the working directory)" in res.err
+    assert b"head_dim * 2" in (site / "sglang" / "srt" / "pool.py").read_bytes()
+
+
+def test_outside_a_checkout_no_target_is_still_a_usage_error(
+        env: Env, pk: Callable[..., Run]) -> None:
+    res = pk("status")  # the env fixture's working directory holds no SGLang tree
+    assert res.code == EXIT_USAGE and "no target given" in res.err
