@@ -97,7 +97,10 @@ class FixOutcome(Frozen):
     """What happened to one fix: its outcome, files and checks.
 
     ``drifted`` (already-applied and verify): the recorded files that no longer hold what
-    patchkit wrote, each ``{root, path, state}`` with state ``drifted`` or ``missing``."""
+    patchkit wrote, each ``{root, path, state}`` with state ``drifted`` or ``missing``.
+    ``commits``: the commits the run made for the fix (``apply --commit``, the rollback of a
+    committed fix), each ``{root, sha}``; ``reverts``: the commit a revert undid, ``{root,
+    commit, title, found_by}`` (a ``[revert]`` fix, the rollback of a committed fix), or None."""
 
     name: str
     version: int | None
@@ -106,14 +109,18 @@ class FixOutcome(Frozen):
     preconditions: tuple[CheckResult, ...]
     verification: tuple[CheckResult, ...]
     drifted: tuple[Mapping[str, Any], ...]
+    commits: tuple[Mapping[str, str], ...]
+    reverts: Mapping[str, Any] | None
 
     def __init__(self, name: str, version: int | None, outcome: str, files: tuple[FileChange, ...],
                  preconditions: tuple[CheckResult, ...],
                  verification: tuple[CheckResult, ...],
-                 drifted: tuple[Mapping[str, Any], ...] = ()) -> None:
+                 drifted: tuple[Mapping[str, Any], ...] = (),
+                 commits: tuple[Mapping[str, str], ...] = (),
+                 reverts: Mapping[str, Any] | None = None) -> None:
         self.__dict__.update(name=name, version=version, outcome=outcome, files=files,
                              preconditions=preconditions, verification=verification,
-                             drifted=drifted)
+                             drifted=drifted, commits=commits, reverts=reverts)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "FixOutcome":
@@ -125,6 +132,8 @@ class FixOutcome(Frozen):
             preconditions=tuple(CheckResult.from_dict(c) for c in d.get("preconditions") or ()),
             verification=tuple(CheckResult.from_dict(c) for c in d.get("verification") or ()),
             drifted=tuple(d.get("drifted") or ()),
+            commits=tuple(d.get("commits") or ()),
+            reverts=d.get("revert") or None,
         )
 
 

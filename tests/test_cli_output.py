@@ -13,11 +13,13 @@ import json
 import os
 import subprocess
 import sys
-from typing import Any, Callable
+from pathlib import Path
 
 import pytest
 
+from patchkit.catalog import Catalog
 from patchkit.errors import EXIT_CONFLICT, EXIT_OK, EXIT_USAGE
+from tests.test_git_fixes import catalog, tree  # noqa: F401
 from tests.test_cli import INDEX_K, POOL, Env, Run, env, git, one_file_patch, pk, tgt, write_patch  # noqa: F401
 
 #: The same command line read by the fast path and by click: (command, fix names, options).
@@ -75,3 +77,26 @@ def test_a_gone_stdout_on_a_click_only_command(env: Env) -> None:
     listed = without_stdout(env, ["list", "--all"], "pipe")
     assert listed.returncode == EXIT_OK, listed.stderr
     assert listed.stderr == ""
+
+
+# -- apply --commit and the rollback of a committed fix ------------------------------------
+
+
+def test_commit_ids_are_in_the_human_output_of_apply_commit_and_its_rollback(
+        tree: Path, catalog: Catalog) -> None:
+    def patchkit(command: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "patchkit", "--catalog", str(catalog.root),
+                               command, "--target", str(tree), *args], capture_output=True,
+                              text=True, timeout=120)
+
+    applied = patchkit("apply", "feature", "--commit")  # the fast path
+    assert applied.returncode == EXIT_OK, applied.stderr
+    made = git(tree, "rev-parse", "HEAD").strip()
+    assert f"  commit {made} (root sglang)\n" in applied.stdout
+
+    undone = patchkit("rollback", "--", "feature")  # click
+    assert undone.returncode == EXIT_OK, undone.stderr
+    revert = git(tree, "rev-parse", "HEAD").strip()
+    assert revert != made
+    assert f"  reverts commit {made}\n" in undone.stdout
+    assert f"  commit {revert} (root sglang)\n" in undone.stdout
