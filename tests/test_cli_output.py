@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -100,3 +101,57 @@ def test_commit_ids_are_in_the_human_output_of_apply_commit_and_its_rollback(
     assert revert != made
     assert f"  reverts commit {made}\n" in undone.stdout
     assert f"  commit {revert} (root sglang)\n" in undone.stdout
+
+
+# -- --json on a usage error ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args, words", [
+    (["apply", "--json", "--bogus", INDEX_K], "No such option '--bogus'"),
+    (["apply", INDEX_K, "--json", "--lock-timeout", "soon"], "'soon' is not a valid float"),
+    (["status", "--json", "extra"], "unexpected extra argument (extra)"),
+    (["rollback", "--json", INDEX_K, "--target"], "'--target' requires an argument"),
+    (["list", "--json", "--bogus"], "No such option '--bogus'"),
+    (["upstream", "checkout", "--json"], "Missing argument 'VERSION'"),
+])
+def test_json_on_a_usage_error_prints_the_json_error_object(env: Env, args: list[str], words: str) -> None:
+    run = subprocess.run([sys.executable, "-m", "patchkit", "--catalog", str(env.catalog), *args],
+                         capture_output=True, text=True, cwd=env.tmp, timeout=120)
+    assert run.returncode == EXIT_USAGE, run.stderr
+    data = json.loads(run.stdout)
+    assert data["ok"] is False and data["error"]["type"] == "UsageError"
+    assert words in data["error"]["message"]
+    assert words in run.stderr  # people still get the message where they look
+
+
+def test_a_usage_error_without_json_prints_no_json(env: Env) -> None:
+    run = subprocess.run([sys.executable, "-m", "patchkit", "--catalog", str(env.catalog), "apply",
+                          "--bogus", "--target", str(env.sglang), "--", "--json"],
+                         capture_output=True, text=True, cwd=env.tmp, timeout=120)
+    assert run.returncode == EXIT_USAGE and run.stdout == ""
+    assert "No such option '--bogus'" in run.stderr
+
+
+def test_the_flag_table_of_docs_cli_is_what_the_commands_take() -> None:
+    import click
+
+    from patchkit.cli.main import cli
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "cli.md").read_text()
+    section = text.split("## `--json` and `--dry-run`, command by command", 1)[1].split("\n## ", 1)[0]
+    documented = {m[0]: (m[1] == "yes", m[2].startswith("yes"))
+                  for m in re.findall(r"^\| `([a-z ]+)` \| (yes|no)[^|]* \| (yes|no)[^|]* \|$",
+                                      section, re.M)}
+    ctx = click.Context(cli)
+    actual: dict[str, tuple[bool, bool]] = {}
+
+    def walk(command: click.Command, name: str) -> None:
+        if isinstance(command, click.Group):
+            for sub in command.list_commands(ctx):
+                walk(command.get_command(ctx, sub), f"{name} {sub}".strip())
+            return
+        opts = {o for p in command.params if isinstance(p, click.Option) for o in p.opts}
+        actual[name] = ("--json" in opts, "--dry-run" in opts)
+
+    walk(cli, "")
+    assert documented == actual

@@ -252,8 +252,21 @@ def _run_click(args: list[str] | None, state: State) -> int:
         sys.stderr.write("aborted\n")
         sys.exit(130)
     except click.ClickException as exc:
+        code = EXIT_USAGE if exc.exit_code == 2 else exc.exit_code
+        if state.json or _asks_json(sys.argv[1:] if args is None else args):
+            from ..render import print_json  # the object docs/cli.md promises on any failure
+
+            print_json({"ok": False, "error": {"type": "UsageError" if code == EXIT_USAGE
+                                               else type(exc).__name__,
+                                               "message": exc.format_message(), "details": {}}})
         exc.show()
-        sys.exit(EXIT_USAGE if exc.exit_code == 2 else exc.exit_code)
+        sys.exit(code)
+
+
+def _asks_json(args: list[str]) -> bool:
+    """Whether ``--json`` is among the options of a command line click refused (its callback
+    may not have run): before any ``--``, after which it would be an argument."""
+    return "--json" in (args[:args.index("--")] if "--" in args else args)
 
 
 def main(argv: list[str] | None = None) -> None:
