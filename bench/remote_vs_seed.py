@@ -45,7 +45,7 @@ from sshd import LoopbackSshd, loopback_sshd  # noqa: E402
 
 from patchkit.catalog import Catalog  # noqa: E402
 from patchkit.demo import (  # noqa: E402
-    DEMO_RELEASE, HOST_POOL, LATER_EDIT, LATER_SUBJECT, SEED_FIXES, SERVE_SCRIPT, DemoFork, build_fork)
+    HOST_POOL, LATER_EDIT, LATER_SUBJECT, SEED_FIXES, SERVE_SCRIPT, DemoFork, build_fork, demo_release)
 from patchkit.upstream import UpstreamRepo  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -237,7 +237,7 @@ def report(results: dict[str, list[Run]], bare: list[float], startup: list[float
         "",
         f"Measured by `python bench/remote_vs_seed.py` on {datetime.date.today().isoformat()}: the "
         "seed's three fixes (`" + " ".join(SEED_FIXES) + "`) deployed to the demo fork (SGLang "
-        f"{DEMO_RELEASE} with the bf16 index-K and the dead HiCache commits, "
+        f"{demo_release(Catalog(REPO))} with the bf16 index-K and the dead HiCache commits, "
         "`patchkit.demo.build_fork`) "
         f"over a loopback sshd, each approach on a fresh copy of the fork, N = {repeat} each, "
         "interleaved, in one run. Wall time is the whole command as a user runs it (patchkit: "

@@ -4,8 +4,14 @@ The seed's DeepSeek-V4 server ran a fork of SGLang with two commits on top of th
 bf16 index-K patch and the (dead) HiCache index-K sync fix with its debug instrumentation, and
 a prefill serve script with HiCache on, outside the git tree. ``build_fork`` makes exactly that
 from the shipped catalog, so ``patchkit demo`` can deploy the seed's three fixes to it. The
-fork is built on the release the catalog supports (``DEMO_RELEASE``): the commits are the
-catalog's current series, which apply to that release only.
+fork is built on a release every fix of the demo supports (:func:`demo_releases`, read from
+the catalog's manifests): the commits are the catalog's current series, which apply to those
+releases only.
+
+The serve folder is a git repository of its own with the script committed (as a deployment
+repository keeps it), and the fork is its own clone: wherever the workdir lies, even inside
+another repository's work tree (the README runs the demo from a patchkit clone), the
+``git-clean`` precondition looks only at the demo's own repositories.
 """
 
 from __future__ import annotations
@@ -18,9 +24,8 @@ from typing import Callable
 from . import gitrepo
 from .catalog import Catalog
 from .errors import UsageError
-from .upstream import UpstreamRepo
+from .upstream import UpstreamRepo, version_key
 
-DEMO_RELEASE = "0.5.23"  # the release the shipped catalog is based on
 #: The commits on the seed's fork, in order.
 FORK_COMMITS = ("dsv4-bf16-index-k", "hicache-index-k-sync")
 #: What the seed deployed in one hand-written command.
@@ -46,6 +51,28 @@ class DemoFork:
     later: str = ""  # the later commit to memory_pool_host.py, HEAD of the fork
 
 
+def demo_releases(catalog: Catalog) -> tuple[str, ...]:
+    """The releases the demo can build its fork on, oldest first: those every fix it commits or
+    deploys supports (its manifest's ``releases``; a fix with none, the serve-script fix,
+    supports any)."""
+    supported: set[str] | None = None
+    for name in dict.fromkeys(FORK_COMMITS + SEED_FIXES):
+        releases = catalog.get(name).upstream.releases
+        if releases:
+            supported = set(releases) if supported is None else supported & set(releases)
+    return tuple(sorted(supported or (), key=version_key))
+
+
+def demo_release(catalog: Catalog) -> str:
+    """The release ``patchkit demo`` builds on by default: the newest of :func:`demo_releases`."""
+    releases = demo_releases(catalog)
+    if not releases:
+        raise UsageError("no release is supported by every fix the demo deploys ("
+                         + ", ".join(dict.fromkeys(FORK_COMMITS + SEED_FIXES))
+                         + "); check their manifests' upstream.releases in " + str(catalog.root))
+    return releases[-1]
+
+
 def serve_script_source(catalog: Catalog) -> Path:
     path = catalog.root / "docs" / "examples" / SERVE_SCRIPT
     if not path.is_file():
@@ -61,15 +88,28 @@ def build_fork(
     workdir: Path,
     catalog: Catalog,
     *,
-    release: str = DEMO_RELEASE,
+    release: str | None = None,
     upstream: UpstreamRepo | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> DemoFork:
     """Fetch the release and lay out the seed's fork and serve folder under ``workdir``.
 
-    A ``workdir`` left by an earlier demo is replaced; any other non-empty directory is refused.
+    ``release`` None: :func:`demo_release`; a release not every fix of the demo supports is
+    refused before anything is fetched or written. A ``workdir`` left by an earlier demo is
+    replaced; any other non-empty directory is refused.
     """
     say = progress or (lambda _msg: None)
+    supported = demo_releases(catalog)
+    if release is None:
+        release = demo_release(catalog)
+    elif release not in supported:
+        raise UsageError(
+            f"the demo cannot build SGLang {release}: the fixes it deploys support "
+            + (", ".join(supported) if supported else "no common release")
+            + f" (their manifests' upstream.releases in {catalog.root / 'manifests'}); pass "
+            + (f"--release {supported[-1]}" if supported else "another catalog"),
+            release=release, supported=list(supported),
+        )
     workdir = Path(workdir).resolve()
     if workdir.exists() and any(workdir.iterdir()):
         if not (workdir / _MARKER).exists():
@@ -106,7 +146,7 @@ def build_fork(
     text = host.read_text(encoding="utf-8")
     if text.count(LATER_EDIT[0]) != 1:
         raise UsageError(f"SGLang {release}'s {HOST_POOL} lacks the line the demo's later commit "
-                         f"edits ({LATER_EDIT[0].strip()}); use release {DEMO_RELEASE}")
+                         f"edits ({LATER_EDIT[0].strip()}); use release {demo_release(catalog)}")
     host.write_text(text.replace(*LATER_EDIT), encoding="utf-8")
     say("committing a later change to memory_pool_host.py")
     later = gitrepo.commit_paths(sglang, [HOST_POOL], message=LATER_SUBJECT + "\n",
@@ -114,4 +154,7 @@ def build_fork(
     serve = workdir / "serve"
     serve.mkdir()
     shutil.copy2(script, serve / SERVE_SCRIPT)
+    gitrepo.init(serve)  # its own repository: see the module docstring
+    gitrepo.commit_paths(serve, [SERVE_SCRIPT], message="prefill serve script, HiCache on\n",
+                         author=_FORK_AUTHOR, date="2026-11-10T12:00:00+00:00")
     return DemoFork(workdir, sglang, serve, release, tuple(commits), later)

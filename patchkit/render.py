@@ -278,6 +278,7 @@ def render_fix_outcome(console: Any, fix: FixOutcome, *, show_diff: bool,
     _emit(console, [(f"{fix.outcome} ", style), (f"{fix.name}{version}", "bold")])
     if fix.drifted and fix.outcome == "already-applied":
         _drifted(console, fix)
+    _commits(console, fix)
     op_mark = {"modify": "M", "create": "A", "delete": "D"}
     rows = verbose or len(fix.files) <= FEW_FILES
     if fix.files and not rows:
@@ -313,6 +314,15 @@ def render_fix_outcome(console: Any, fix: FixOutcome, *, show_diff: bool,
         _emit(console, [("  verification:", "")])
         for c in fix.verification:
             _emit(console, [("    ", "")] + _check_line(c))
+
+
+def _commits(console: Any, fix: FixOutcome) -> None:
+    """The commits the run made for the fix, whole ids (to copy into git), and what it reverted."""
+    reverted = (fix.reverts or {}).get("commit")
+    if reverted and fix.outcome in ("rolled-back", "would-roll-back"):
+        _emit(console, [("  reverts commit ", ""), (str(reverted), "bold")])
+    for c in fix.commits:
+        _emit(console, [("  commit ", ""), (str(c.get("sha")), "bold"), (f" (root {c.get('root')})", "")])
 
 
 def _drifted(console: Any, fix: FixOutcome) -> None:

@@ -97,7 +97,10 @@ class FixOutcome(Frozen):
     """What happened to one fix: its outcome, files and checks.
 
     ``drifted`` (already-applied and verify): the recorded files that no longer hold what
-    patchkit wrote, each ``{root, path, state}`` with state ``drifted`` or ``missing``."""
+    patchkit wrote, each ``{root, path, state}`` with state ``drifted`` or ``missing``.
+    ``commits``: the commits the run made for the fix (``apply --commit``, the rollback of a
+    committed fix), each ``{root, sha}``; ``reverts``: the commit a revert undid, ``{root,
+    commit, title, found_by}`` (a ``[revert]`` fix, the rollback of a committed fix), or None."""
 
     name: str
     version: int | None
@@ -107,15 +110,20 @@ class FixOutcome(Frozen):
     verification: tuple[CheckResult, ...]
     drifted: tuple[Mapping[str, Any], ...]
     from_version: int | None  # ``upgraded``/``would-upgrade``: the version taken out
+    commits: tuple[Mapping[str, str], ...]
+    reverts: Mapping[str, Any] | None
 
     def __init__(self, name: str, version: int | None, outcome: str, files: tuple[FileChange, ...],
                  preconditions: tuple[CheckResult, ...],
                  verification: tuple[CheckResult, ...],
                  drifted: tuple[Mapping[str, Any], ...] = (),
-                 from_version: int | None = None) -> None:
+                 from_version: int | None = None,
+                 commits: tuple[Mapping[str, str], ...] = (),
+                 reverts: Mapping[str, Any] | None = None) -> None:
         self.__dict__.update(name=name, version=version, outcome=outcome, files=files,
                              preconditions=preconditions, verification=verification,
-                             drifted=drifted, from_version=from_version)
+                             drifted=drifted, from_version=from_version, commits=commits,
+                             reverts=reverts)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "FixOutcome":
@@ -128,6 +136,8 @@ class FixOutcome(Frozen):
             verification=tuple(CheckResult.from_dict(c) for c in d.get("verification") or ()),
             drifted=tuple(d.get("drifted") or ()),
             from_version=d.get("from_version"),
+            commits=tuple(d.get("commits") or ()),
+            reverts=d.get("revert") or None,
         )
 
 

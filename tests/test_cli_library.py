@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 
 import patchkit
 from patchkit import errors
-from tests.test_cli import INDEX_K, POOL, Env, env, git  # noqa: F401  (env is a fixture)
+from tests.test_cli import INDEX_K, POOL, SAMPLES, Env, env, git  # noqa: F401  (env is a fixture)
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "api.md"
 CLIENT_ONLY = ("tomlkit", "rich", "click", "unidiff", "git")
@@ -56,6 +57,11 @@ def _doc_example() -> str:
 
 
 def test_the_api_doc_example_runs(env: Env) -> None:  # noqa: F811
+    # the checkout the doc describes: the sample tree as it is, its release in version.py
+    (env.sglang / "python/sglang/_version.py").unlink()
+    shutil.copy(SAMPLES / "tree/sglang/python/sglang/version.py", env.sglang / "python/sglang")
+    env.commit("the sample tree as it is")
+    assert "`python/sglang/version.py` says `0.5.21`" in " ".join(DOC.read_text().split())
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         exec(compile(_doc_example(), str(DOC), "exec"), {"__name__": "api_example"})
@@ -95,3 +101,19 @@ def test_version_loads_no_command_module_or_heavy_dependency() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "HEAVY []" in out, out
+
+
+def test_the_api_doc_names_every_parameter_of_the_public_calls() -> None:
+    """docs/api.md writes each call with all its parameters, in order: a parameter added to
+    the code and not to the doc (ssh_options, commit, modules were) fails here."""
+    import inspect
+
+    text = " ".join(DOC.read_text().split())
+    for call in (patchkit.resolve_target, patchkit.apply, patchkit.rollback, patchkit.verify,
+                 patchkit.status, patchkit.LocalTarget, patchkit.RemoteTarget):
+        found = re.search(r"`%s\(([^`]*)\)" % call.__name__, text)
+        assert found, f"docs/api.md does not write {call.__name__}(...)"
+        flat = re.sub(r"\[[^\]]*\]", "", found.group(1))  # Mapping[str, str] -> Mapping
+        documented = [re.split(r"[:=]", p)[0].strip() for p in flat.split(",")]
+        documented = [p for p in documented if p != "*"]
+        assert documented == list(inspect.signature(call).parameters), call.__name__

@@ -52,3 +52,18 @@ def test_checkout_into_a_non_empty_directory_is_refused(
     assert code == EXIT_USAGE
     assert str(dest) in err and "not empty" in err
     assert sorted(p.name for p in dest.iterdir()) == ["keep.txt"]
+
+
+def test_checkout_json_names_the_release_and_the_tree(
+    upstream_repo: UpstreamRepo, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    dest = tmp_path / "sglang"
+    code, out, err = run(["upstream", "checkout", "0.5.21", str(dest), "--json"], monkeypatch,
+                         upstream_repo)
+    assert code == 0, err
+    data = json.loads(out)
+    head = subprocess.run(["git", "-C", str(dest), "rev-parse", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    assert data == {"version": "0.5.21", "tag": "v0.5.21",
+                    "commit": head, "date": data["date"], "path": str(dest.resolve())}
+    assert data["date"].startswith("20")

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from patchkit.catalog import Catalog
-from patchkit.demo import (DEMO_RELEASE, FORK_COMMITS, HOST_POOL, LATER_EDIT, LATER_SUBJECT,
-                           SEED_FIXES, build_fork)
+from patchkit.demo import (FORK_COMMITS, HOST_POOL, LATER_EDIT, LATER_SUBJECT, SEED_FIXES,
+                           build_fork, demo_release, demo_releases)
 from patchkit.errors import UsageError
 from patchkit.upstream import UpstreamRepo
 from tests.fixtures.sglang import CATALOG_RELEASE
@@ -50,11 +50,19 @@ def test_demo_deploys_the_seed_fixes_to_a_fork_of_the_real_release(
         catalog_upstream: UpstreamRepo, tmp_path: Path) -> None:
     # The demo's release is the one the shipped catalog is based on: its fork commits are the
     # catalog's current series, which apply to that release only.
-    assert DEMO_RELEASE == CATALOG_RELEASE
-    assert {Catalog(REPO).get(n).upstream.base_release for n in FORK_COMMITS} == {DEMO_RELEASE}
+    assert demo_release(Catalog(REPO)) == CATALOG_RELEASE
+    assert {Catalog(REPO).get(n).upstream.base_release for n in FORK_COMMITS} == {CATALOG_RELEASE}
     versions = catalog_upstream.versions()
-    workdir = tmp_path / "demo"
-    proc = run_patchkit(tmp_path, catalog_upstream.path, "demo", "--workdir", str(workdir))
+    # As the README runs it: from the root of a clone (a git work tree that does not ignore
+    # the demo's directory), with the default workdir, inside that work tree.
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=clone, check=True)
+    (clone / "README.md").write_text("a clone\n")
+    subprocess.run(["git", "add", "README.md"], cwd=clone, check=True)
+    subprocess.run(["git", "commit", "-q", "-m", "clone"], cwd=clone, check=True)
+    workdir = clone / "patchkit-demo"
+    proc = run_patchkit(clone, catalog_upstream.path, "demo")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = flat(proc.stdout)
     positions = [out.find(step) for step in STEPS]
@@ -71,10 +79,10 @@ def test_demo_deploys_the_seed_fixes_to_a_fork_of_the_real_release(
     # The release came from the session's upstream directory, not from the registry.
     # (the session's wheels live elsewhere; a download would have made <upstream>/wheels).
     assert not (catalog_upstream.path / "wheels").exists()
-    assert catalog_upstream.versions() == versions and DEMO_RELEASE in versions
+    assert catalog_upstream.versions() == versions and CATALOG_RELEASE in versions
 
     fork, serve = workdir / "sglang-dsv4", workdir / "serve"
-    log = subprocess.run(["git", "log", "--format=%s", f"v{DEMO_RELEASE}..HEAD"], cwd=fork,
+    log = subprocess.run(["git", "log", "--format=%s", f"v{CATALOG_RELEASE}..HEAD"], cwd=fork,
                          capture_output=True, text=True, check=True).stdout.splitlines()
     catalog = Catalog(REPO)
     assert log == [LATER_SUBJECT] + [catalog.get(name).title for name in reversed(FORK_COMMITS)]
@@ -93,6 +101,11 @@ def test_demo_deploys_the_seed_fixes_to_a_fork_of_the_real_release(
     # The prerequisite is a commit of the fork, seen in the files but not applied by patchkit.
     assert states["dsv4-bf16-index-k"]["state"] == "present-unrecorded"
     assert "hierarchical" not in (serve / "serve_dsv4_prefill.sh").read_text()
+    # The demo's repositories hold what it made: the clone around them has nothing to commit
+    # but the demo's directory itself.
+    outer = subprocess.run(["git", "status", "--porcelain"], cwd=clone, capture_output=True,
+                           text=True, check=True).stdout
+    assert outer == "?? patchkit-demo/\n"
 
 
 def test_demo_refuses_a_workdir_it_did_not_make(tmp_path: Path) -> None:
@@ -104,3 +117,48 @@ def test_demo_refuses_a_workdir_it_did_not_make(tmp_path: Path) -> None:
     assert str(workdir) in str(refused.value) and "--workdir" in str(refused.value)
     assert [p.name for p in workdir.iterdir()] == ["notes.txt"]
     assert not (tmp_path / "upstream").exists()  # refused before any fetch
+
+
+def test_demo_refuses_an_unsupported_release_up_front_naming_the_supported_ones(
+        tmp_path: Path) -> None:
+    catalog = Catalog(REPO)
+    supported = demo_releases(catalog)
+    # read from the manifests: the releases every fix the demo commits or deploys supports
+    assert supported == (CATALOG_RELEASE,)
+    assert supported == tuple(sorted(set.intersection(*(
+        set(catalog.get(n).upstream.releases) for n in FORK_COMMITS + SEED_FIXES
+        if catalog.get(n).upstream.releases))))
+    workdir = tmp_path / "demo"
+    with pytest.raises(UsageError) as refused:
+        build_fork(workdir, catalog, release="0.5.22", upstream=UpstreamRepo(tmp_path / "upstream"))
+    assert "0.5.22" in str(refused.value) and CATALOG_RELEASE in str(refused.value)
+    assert refused.value.details["supported"] == [CATALOG_RELEASE]
+    assert not workdir.exists() and not (tmp_path / "upstream").exists()  # nothing fetched
+
+    proc = run_patchkit(tmp_path, tmp_path / "upstream", "demo", "--release", "0.5.22",
+                        "--workdir", str(workdir))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"--release {CATALOG_RELEASE}" in flat(proc.stderr)
+    assert not workdir.exists() and not (tmp_path / "upstream").exists()
+
+
+@pytest.mark.network
+def test_demo_json_is_one_object_with_each_step_as_its_command_prints_it(
+        catalog_upstream: UpstreamRepo, tmp_path: Path) -> None:
+    workdir = tmp_path / "demo"
+    proc = run_patchkit(tmp_path, catalog_upstream.path, "demo", "--json", "--workdir", str(workdir))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(proc.stdout)  # nothing but the object on stdout
+    assert data["ok"] is True and data["fixes"] == list(SEED_FIXES)
+    fork = data["fork"]
+    assert fork["release"] == CATALOG_RELEASE and fork["sglang"] == str(workdir / "sglang-dsv4")
+    assert [c["fix"] for c in fork["commits"]] == list(FORK_COMMITS)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=fork["sglang"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    assert fork["later"] == head
+    assert data["dry_run"]["dry_run"] is True
+    assert [f["outcome"] for f in data["dry_run"]["fixes"]] == ["would-apply"] * 3
+    assert [f["outcome"] for f in data["apply"]["fixes"]] == ["applied"] * 3
+    after = {f["name"]: f["state"] for f in data["status_after"]["status"]["fixes"]}
+    assert all(after[name] == "applied" for name in SEED_FIXES)
+    assert data["status_before"]["status"]["fixes"] and data["lineage"]

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
+from typing import Any
 
 import click
 
 from .. import api, lineage, render
-from ..demo import DEMO_RELEASE, SEED_FIXES, build_fork
+from ..catalog import Catalog
+from ..demo import SEED_FIXES, DemoFork, build_fork, demo_release
 from ..targets import LocalTarget
-from .common import State, pass_state
+from .common import State, json_option, pass_state
 
 
 def _step(console, number: int, title: str, command: str | None = None) -> None:
@@ -23,12 +25,19 @@ def _step(console, number: int, title: str, command: str | None = None) -> None:
 @click.command("demo")
 @click.option("--workdir", default="patchkit-demo", show_default=True, type=click.Path(file_okay=False),
               help="Where to build the demo fork (replaced if an earlier demo made it).")
-@click.option("--release", default=DEMO_RELEASE, show_default=True, help="SGLang release of the fork.")
+@click.option("--release", default=None, metavar="V",
+              help="SGLang release of the fork: one every fix of the demo supports "
+                   "(default: the newest such; others are refused, naming them).")
+@json_option
 @pass_state
-def demo(state: State, workdir: str, release: str) -> int:
+def demo(state: State, workdir: str, release: str | None, as_json: bool) -> int:
     """Build the seed's production fork from a real SGLang release and deploy its three fixes."""
-    out = render.stdout()
     catalog = state.catalog()
+    if release is None:
+        release = demo_release(catalog)
+    if as_json:
+        return _demo_json(catalog, Path(workdir), release)
+    out = render.stdout()
     # Step titles stay short: a rule truncates what does not fit on one terminal line.
     _step(out, 1, f"build a production fork of SGLang {release}")
     out.print("  commits: bf16 index-K, the dead HiCache fix, a later change to memory_pool_host.py;"
@@ -41,10 +50,7 @@ def demo(state: State, workdir: str, release: str) -> int:
         out.print(f"  fork commit {fork.later[:12]}  a later change to memory_pool_host.py (the revert must keep it)")
     out.print(f"  fork: {fork.sglang}\n  serve scripts: {fork.serve}")
 
-    target = LocalTarget(
-        roots={"sglang": str(fork.sglang), "serve": str(fork.serve)},
-        description=f"{fork.sglang} (+ serve={fork.serve})",
-    )
+    target = _target(fork)
     where = f"--target {shlex.quote(str(fork.sglang))} --root serve={shlex.quote(str(fork.serve))}"
     fixes = " ".join(SEED_FIXES)
 
@@ -69,6 +75,35 @@ def demo(state: State, workdir: str, release: str) -> int:
     render.render_log(out, lineage.build(catalog, target_status=after))
     out.print()
     out.print(f"[bold green]done[/]: roll back with `patchkit rollback {fixes} {where}`")
+    return 0
+
+
+def _target(fork: DemoFork) -> LocalTarget:
+    return LocalTarget(
+        roots={"sglang": str(fork.sglang), "serve": str(fork.serve)},
+        description=f"{fork.sglang} (+ serve={fork.serve})",
+    )
+
+
+def _demo_json(catalog: Catalog, workdir: Path, release: str) -> int:
+    """The same steps, each step's result as ``patchkit ... --json`` prints it, in one object."""
+    fork = build_fork(workdir, catalog, release=release)
+    target = _target(fork)
+    steps: dict[str, Any] = {"status_before": api.status(catalog, target).to_json(),
+                             "dry_run": api.apply(catalog, target, SEED_FIXES, dry_run=True).to_json(),
+                             "apply": api.apply(catalog, target, SEED_FIXES).to_json()}
+    after = api.status(catalog, target)
+    steps["status_after"] = after.to_json()
+    steps["lineage"] = lineage.build(catalog, target_status=after).to_json()
+    render.print_json({
+        "ok": True,
+        "fork": {"workdir": str(fork.workdir), "sglang": str(fork.sglang), "serve": str(fork.serve),
+                 "release": fork.release, "later": fork.later,
+                 "commits": [{"fix": name, "sha": sha} for name, sha in fork.commits]},
+        "target": {"sglang": str(fork.sglang), "serve": str(fork.serve)},
+        "fixes": list(SEED_FIXES),
+        **steps,
+    })
     return 0
 
 

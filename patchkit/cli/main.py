@@ -175,24 +175,73 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+class _Output:
+    """sys.stdout or sys.stderr, whose reader may leave (``patchkit apply FIX | head -0``).
+
+    Output is a report on the operation, not part of it: once the stream's reader is gone,
+    what is written is dropped (the descriptor now /dev/null, so the flush at exit cannot fail
+    either) and the command carries on, so its exit status says what the operation did."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._gone()
+
+    def _gone(self) -> None:
+        try:
+            fd = self._stream.fileno()
+        except (AttributeError, OSError, ValueError):
+            return  # not a descriptor (a test's capture): each write is dropped on its own
+        _to_devnull(fd)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _to_devnull(fd: int) -> None:
+    null = os.open(os.devnull, os.O_RDWR)
+    if null != fd:
+        os.dup2(null, fd)
+        os.close(null)
+
+
+def _guard_output() -> tuple[Any, Any]:
+    """Wrap stdout and stderr in :class:`_Output`; a standard descriptor closed at start
+    (``patchkit apply FIX >&-``) becomes /dev/null first, so no file patchkit opens takes its
+    number and nothing meant for it lands in a target file. The streams it replaced."""
+    saved = sys.stdout, sys.stderr
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            _to_devnull(fd)
+    if sys.stdout is None:
+        sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115 - lives as long as the process
+    if sys.stderr is None:
+        sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
+    sys.stdout, sys.stderr = _Output(sys.stdout), _Output(sys.stderr)  # type: ignore[assignment]
+    return saved
+
+
 def _run_fast(run: Callable[[], int]) -> int:
-    """Run a fast-path command, meeting interrupts and a closed stdout as click's main does."""
+    """Run a fast-path command, meeting interrupts as click's main does."""
     try:
         return run()
     except (EOFError, KeyboardInterrupt):
         sys.stderr.write("\n")
         sys.stderr.write("aborted\n")
         sys.exit(130)
-    except OSError as exc:
-        import errno
-
-        if exc.errno != errno.EPIPE:
-            raise
-        from click.utils import _PacifyFlushWrapper  # what click's main does for a closed pipe
-
-        sys.stdout = _PacifyFlushWrapper(sys.stdout)  # type: ignore[assignment]
-        sys.stderr = _PacifyFlushWrapper(sys.stderr)  # type: ignore[assignment]
-        sys.exit(1)
 
 
 def _run_click(args: list[str] | None, state: State) -> int:
@@ -207,13 +256,36 @@ def _run_click(args: list[str] | None, state: State) -> int:
         sys.stderr.write("aborted\n")
         sys.exit(130)
     except click.ClickException as exc:
+        code = EXIT_USAGE if exc.exit_code == 2 else exc.exit_code
+        if state.json or _asks_json(sys.argv[1:] if args is None else args):
+            from ..render import print_json  # the object docs/cli.md promises on any failure
+
+            print_json({"ok": False, "error": {"type": "UsageError" if code == EXIT_USAGE
+                                               else type(exc).__name__,
+                                               "message": exc.format_message(), "details": {}}})
         exc.show()
-        sys.exit(EXIT_USAGE if exc.exit_code == 2 else exc.exit_code)
+        sys.exit(code)
+
+
+def _asks_json(args: list[str]) -> bool:
+    """Whether ``--json`` is among the options of a command line click refused (its callback
+    may not have run): before any ``--``, after which it would be an argument."""
+    return "--json" in (args[:args.index("--")] if "--" in args else args)
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; every failure leaves here with a documented exit code (docs/cli.md)."""
     ctx_state = State()
+    saved = _guard_output()
+    try:
+        _main(argv, ctx_state)
+    finally:
+        if sys.stdout is not saved[0] and isinstance(sys.stdout, _Output):
+            sys.stdout.flush()
+        sys.stdout, sys.stderr = saved  # for a caller in the same process (the tests)
+
+
+def _main(argv: list[str] | None, ctx_state: State) -> None:
     try:
         run = fast_command(sys.argv[1:] if argv is None else list(argv), ctx_state)
         rc = _run_fast(run) if run is not None else _run_click(argv, ctx_state)

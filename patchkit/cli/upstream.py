@@ -54,14 +54,20 @@ def list_releases(as_json: bool) -> int:
 @upstream.command("checkout")
 @click.argument("version")
 @click.argument("dest", type=click.Path(file_okay=False))
-def checkout(version: str, dest: str) -> int:
+@json_option
+def checkout(version: str, dest: str, as_json: bool) -> int:
     """Make a working tree of VERSION at DEST (fetching it first if needed)."""
     repo = UpstreamRepo()
     if version not in repo.versions():
-        with render.stderr().status(f"fetching {version}"):
+        with render.busy(f"fetching {version}", quiet=as_json):
             repo.fetch(version)
     path = repo.checkout(version, Path(dest))
-    render.stdout().print(f"SGLang {version} checked out at {path}")
+    if as_json:
+        r = repo.release(version)
+        render.print_json({"version": r.version, "tag": r.tag, "commit": r.commit, "date": r.date,
+                           "path": str(path)})
+    else:
+        render.stdout().print(f"SGLang {version} checked out at {path}")
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
 
 from ..errors import PermissionDenied
@@ -166,10 +167,26 @@ def git_clean_checks(entries: List[Entry], roots: Roots, recorded: Dict[Tuple[st
         elif ours:
             detail = "differs from HEAD only by a fix patchkit applied"
         else:
-            detail = ("%s has uncommitted changes (git status %r); commit or stash them, or "
-                      "discard them with git checkout -- %s" % (e.where, code.strip(), rel))
+            detail = _dirty_advice(e.where, code, roots.get(e.root).path, rel)
         out.append(result("git-clean", "%s is clean" % e.where, code is None or ours, detail, e.where))
     return out
+
+
+def _dirty_advice(where: str, code: str, root: str, rel: str) -> str:
+    """What a touched file's ``git status`` code means and the way out that works for it:
+    ``git checkout -- FILE`` cannot discard an untracked file, nor a staged change."""
+    git = "git -C %s" % shlex.quote(root)
+    if code == "??":
+        return ("%s is untracked in the git work tree that holds the root %s (git status '??'), "
+                "so HEAD cannot vouch for it; commit it (%s add %s && %s commit), make git "
+                "ignore it (.gitignore), or keep the root outside that work tree"
+                % (where, root, git, shlex.quote(rel), git))
+    if code[0] == "A":
+        return ("%s is added to git's index but not committed (git status %r); commit it "
+                "(%s commit), or unstage it (%s rm --cached %s)"
+                % (where, code.strip(), git, git, shlex.quote(rel)))
+    return ("%s has uncommitted changes (git status %r); commit or stash them, or discard them "
+            "with %s checkout HEAD -- %s" % (where, code.strip(), git, shlex.quote(rel)))
 
 
 def writable_checks(dirs: List[Tuple[str, str]], cache: Dict[str, Optional[str]]) -> List[Dict[str, Any]]:
