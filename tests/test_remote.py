@@ -609,3 +609,16 @@ def test_status_of_a_real_sglang_checkout_is_the_same_remote(ssh: Ssh, sglang_tr
     assert found["dsv4-bf16-index-k"] == "not-applied"  # a clean 0.5.21 has none of them
     assert found["prefill-hicache-off"] == "not-applied"
     assert snapshot(roots, state=True) == original  # status on a fresh target creates nothing
+
+
+@pytest.mark.parametrize("kind", ["local", "remote"])
+def test_status_of_a_directory_without_sglang_says_so(kind: str, ssh: Ssh, tmp_path: Path) -> None:
+    """A venv root or an empty directory given as the sglang root: exit 5 naming what was
+    looked for, not "no fix applied" (the engine says it on the host too)."""
+    empty = tmp_path / "not-sglang"
+    empty.mkdir()
+    run = cli_process(["--catalog", str(SAMPLES / "catalog"), "status",
+                       *target_args(ssh, kind, {"sglang": str(empty)})])
+    assert run.returncode == errors.EXIT_TARGET, (run.stdout, run.stderr)
+    assert "no `sglang` package found in" in run.stderr and str(empty) in run.stderr
+    assert list(empty.iterdir()) == []

@@ -38,6 +38,8 @@ def run(request: Dict[str, Any], cache_dir: Optional[str] = None) -> Dict[str, A
         req = parse_request(request)
         store = Store(req.state_root.path)
         store.check()
+        if req.op == "status":
+            _refuse_without_sglang(req)
         writes = req.op in ("apply", "rollback") and not req.dry_run
         with store.locked(req.lock_timeout, write=writes) as held:
             # each op imports only what it runs: the import is a good part of a small apply
@@ -88,6 +90,26 @@ def run(request: Dict[str, Any], cache_dir: Optional[str] = None) -> Dict[str, A
         if checks is not None:
             checks.close_worker()  # the process a regex or syntax check started, if any
     return result
+
+
+def _refuse_without_sglang(req: Any) -> None:
+    """A status of a root named ``sglang`` that holds no SGLang tree (a venv root, a typo,
+    ``/tmp``) would answer "nothing applied": say what is wrong instead. Checked here, next to
+    the files, so a remote target gets the same answer as a local one (``patchkit.targets``
+    refuses a local path before any request)."""
+    import os
+
+    from ..errors import TargetError
+    from .paths import PLAIN
+
+    for root in req.roots:
+        if root.name == "sglang" and root.layout == PLAIN:
+            raise TargetError(
+                "no `sglang` package found in %s: looked for %s (an SGLang checkout) and %s (an "
+                "installed package); point the target at an SGLang checkout, the site-packages "
+                "directory that holds sglang, or a venv root"
+                % (root.path, os.path.join(root.path, "python", "sglang") + os.sep,
+                   os.path.join(root.path, "sglang", "__init__.py")), root="sglang", path=root.path)
 
 
 class _Terminate(BaseException):
