@@ -142,6 +142,20 @@ class Catalog:
                 "DIR` (it keeps the shipped fixes beside yours), then run from inside it, or "
                 "pass --catalog DIR", catalog=str(self.root))
 
+    def is_own(self, name: str) -> bool:
+        """Whether ``name`` is this catalog's own fix, not a shipped one seen beside it."""
+        return self._owner(name) is self
+
+    def check_own(self, names: Iterable[str], what: str) -> None:
+        """Refuse to write a shipped fix seen beside this catalog: it is not the user's."""
+        shipped = [n for n in names if not self.is_own(n)]
+        if shipped:
+            raise UsageError(
+                f"cannot {what} {', '.join(shipped)}: shipped with patchkit "
+                f"({self.manifest_path(shipped[0]).parent}), not in {self.root}, and the "
+                "shipped catalog is never written to. Capture your own version under a new "
+                "name (`patchkit new NAME --from CHECKOUT`)", fixes=shipped)
+
     def shadowed(self) -> list[str]:
         """This catalog's fixes that hide a shipped fix of the same name."""
         if self.beside is None:

@@ -293,3 +293,36 @@ def test_new_from_commits_keeps_each_commits_author_date_and_message(
     assert first.startswith("From: Ann Author <ann@example.com>\n"
                             "Date: Tue, 10 Nov 2026 12:00:00 +0100\n")
     assert "+one = 11" in first
+
+
+# -- rebase writes only the user's fixes too ---------------------------------------------------
+
+
+def test_rebase_takes_only_the_users_fixes_and_never_writes_the_shipped_catalog(
+        tmp_path: Path, user_catalog: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    src = small_checkout(tmp_path)  # release 0.5.21
+    git(src, "tag", "v0.5.21")
+    edit(src, X, "two = 2", "two = 22")
+    ok("new", "myfix", "--from", str(src))
+    reset(src)
+    edit(src, "python/sglang/b.py", "one = 1", "one = 1\nzero = 0")
+    edit(src, "python/sglang/_version.py", "0.5.21", "0.5.22")
+    git(src, "commit", "-qam", "release 0.5.22")
+    git(src, "tag", "v0.5.22")
+
+    before = shipped_state()
+    moved = ok("rebase", "--all", "--onto", "0.5.22", "--repo", str(src), "--json")
+    names = [f["name"] for f in json.loads(moved.stdout)["fixes"]]
+    assert names == ["myfix"]
+    assert "0.5.22" in Catalog(user_catalog).get("myfix").upstream.releases
+    refused = run("rebase", "dsv4-bf16-sizing", "--onto", "0.5.22", "--repo", str(src))
+    assert refused.exit_code == EXIT_USAGE and "shipped with patchkit" in flat(refused.output)
+    assert shipped_state() == before
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    outside = run("rebase", "--all", "--onto", "0.5.22", "--repo", str(src))
+    assert outside.exit_code == EXIT_USAGE and "patchkit init DIR" in flat(outside.output)
+    assert shipped_state() == before
+    assert not (REPO / ".patchkit-rebase").exists()

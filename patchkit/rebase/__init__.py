@@ -141,12 +141,16 @@ def start(catalog: Catalog, onto: str, names: Sequence[str] | None = None, *,
 
     A named fix is rebased whatever its status (a fork may have a dead fix committed); the
     default, every fix, takes dead and superseded ones only with ``include_inactive``."""
+    catalog.check_writable("rebase")
+    if names:
+        catalog.check_own(names, "rebase")
     state_dir = catalog.root / STATE_DIR
     if (state_dir / "state.json").exists():
         raise UsageError(f"a rebase is in progress in {catalog.root}: finish it with "
                          "`patchkit rebase --continue`, `--skip` or `--abort`")
     inactive = bool(names) or include_inactive
-    fixes = queue_order(catalog, list(names) if names else catalog.names())
+    # every fix: the catalog's own (the shipped fixes seen beside it are not rewritten here)
+    fixes = queue_order(catalog, list(names) if names else catalog.own_names())
     if repo is not None:
         git_dir = Path(repo).expanduser()
         if _git.rev_parse(git_dir, "HEAD") is None and not (git_dir / "HEAD").is_file():
