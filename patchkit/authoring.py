@@ -27,7 +27,7 @@ from . import gitrepo, manifest, series
 from .catalog import Catalog
 from .engine.auto import detect_release
 from .engine.paths import Root, detect_layout
-from .errors import InternalError, PatchFormatError, UsageError
+from .errors import InternalError, PatchFormatError, TargetError, UsageError
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,14 @@ def _commit(catalog: Catalog, name: str, message: str) -> str | None:
     real_top = top.resolve()
     paths = [os.path.relpath(p.resolve(), real_top)
              for p in (catalog.manifests_dir / f"{name}.toml", catalog.patches_dir / name)]
-    return gitrepo.commit_own(top, paths, message)
+    try:
+        return gitrepo.commit_own(top, paths, message)
+    except TargetError as exc:
+        raise TargetError(
+            f"{message.splitlines()[0]} is written in {catalog.root}, but committing it to "
+            f"the catalog's git repository ({top}) failed: {exc.message}. Fix that and commit "
+            f"{' and '.join(paths)} yourself (`--no-commit` skips this step)",
+            fix=name, paths=paths) from None
 
 
 def _check_own(catalog: Catalog, fix_path: Path, name: str) -> None:

@@ -326,3 +326,16 @@ def test_rebase_takes_only_the_users_fixes_and_never_writes_the_shipped_catalog(
     assert outside.exit_code == EXIT_USAGE and "patchkit init DIR" in flat(outside.output)
     assert shipped_state() == before
     assert not (REPO / ".patchkit-rebase").exists()
+
+
+def test_a_commit_that_fails_says_the_fix_is_written_and_what_to_commit(
+        tmp_path: Path, user_catalog: Path) -> None:
+    src = small_checkout(tmp_path)
+    edit(src, X, "two = 2", "two = 22")
+    (user_catalog / ".git" / "index.lock").write_text("")  # another git is running there
+    result = run("new", "myfix", "--from", str(src))
+    assert result.exit_code == 5, result.output
+    message = flat(result.output)
+    assert "myfix v1: myfix is written in" in message
+    assert "manifests/myfix.toml and patches/myfix yourself" in message
+    assert Catalog(user_catalog).get("myfix").version == 1
