@@ -1,14 +1,18 @@
-"""Authoring fixes from a checkout: ``patchkit new`` and ``patchkit refresh`` (like quilt's).
+"""Authoring fixes from a checkout: ``patchkit init``, ``new`` and ``refresh`` (like quilt's).
 
-An author edits an SGLang checkout, then captures its uncommitted changes (against HEAD) as a
-fix: a series file and a manifest skeleton whose base release is read from the tree.
-``refresh`` rewrites an existing series from the checkout's current state and bumps the
-version, keeping the manifest's comments and layout. Files are written only once everything
-is computed; a failure leaves the catalog as it was.
+An author edits an SGLang checkout, then captures its uncommitted changes (against HEAD), or
+the commits of a range, as a fix: a series file per patch and a manifest skeleton whose base
+release is read from the tree. ``refresh`` rewrites an existing series from the checkout's
+current state and bumps the version, keeping the manifest's comments and layout. Files are
+written only once everything is computed; a failure leaves the catalog as it was. When the
+catalog is in git, each ``new`` and ``refresh`` commits its own change (the versions of a fix
+live in that history: ``patchkit diff --versions`` reads them). The catalog shipped with
+patchkit is never written to (:meth:`Catalog.check_writable`). docs/authoring.md walks the loop.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import os
 import re
@@ -23,7 +27,7 @@ from . import gitrepo, manifest, series
 from .catalog import Catalog
 from .engine.auto import detect_release
 from .engine.paths import Root, detect_layout
-from .errors import InternalError, PatchFormatError, UsageError
+from .errors import InternalError, PatchFormatError, TargetError, UsageError
 
 
 @dataclass(frozen=True)
@@ -44,15 +48,122 @@ class AuthoringResult:
     files: tuple[str, ...]
     base_release: str
     changed: bool
+    ignored: tuple[str, ...] = ()  # changed or untracked files of the checkout left out
+    commit: str | None = None  # the catalog commit recording the change, when one was made
+    dry_run: bool = False  # nothing was written: what would be
+    renamed: tuple[tuple[str, str], ...] = ()  # series files renamed (old, new)
 
 
-def release_of(tree: Path) -> str | None:
-    """The SGLang release a checkout's HEAD is: its committed ``_version.py`` (or
-    ``version.py``), else the tag of HEAD. Never the work tree's version file: the author may
-    have edited it, and the fix is written against what HEAD holds."""
+@dataclass(frozen=True)
+class InitResult:
+    root: Path
+    files: tuple[Path, ...]
+    commit: str | None  # the first commit, when patchkit made or found a git repository
+
+
+CATALOG_CONFIG = """\
+# patchkit.toml: the settings of this catalog (docs/manifest.md, "patchkit.toml").
+# patchkit reads it when run from this directory (or with --config).
+
+# The catalog is this directory: manifests/<fix>.toml and patches/<fix>/.
+catalog = "."
+
+# The fixes shipped with patchkit sit beside yours: `patchkit list` shows both, and a fix of
+# yours named like a shipped one replaces it (with a warning). false: only your own fixes.
+shipped_fixes = true
+
+# Name the targets you deploy to, then `patchkit apply FIX --target NAME`:
+#
+# default_target = "prod"
+#
+# [targets.prod]
+# path = "/opt/sglang"               # an SGLang checkout or installed package
+# roots = { serve = "/opt/serve" }   # other roots fixes patch (root = "serve" in a manifest)
+#
+# [targets.gpu-a]
+# host = "gpu-a.example.com"         # a remote target, reached with ssh
+# user = "deploy"
+# path = "/opt/sglang"
+"""
+
+
+def init_catalog(path: Path | str, *, git: bool = True) -> InitResult:
+    """Make a new catalog at ``path``: ``manifests/``, ``patches/``, a commented
+    ``patchkit.toml`` and (``git``) a git repository holding them in a first commit.
+
+    A directory that already holds a catalog (or a ``patchkit.toml``) is refused untouched.
+    A directory already inside a git work tree is committed to, not made a nested repository.
+    """
+    root = Path(path)
+    existing = [n for n in ("manifests", "patches", "patchkit.toml") if (root / n).exists()]
+    if existing:
+        raise UsageError(f"{root} already holds {', '.join(existing)}: it is (part of) a "
+                         "catalog. Use it as it is, or pass `patchkit init` a new directory",
+                         path=str(root))
+    if root.exists() and not root.is_dir():
+        raise UsageError(f"{root} is a file, not a directory; pass `patchkit init` a new "
+                         "directory", path=str(root))
+    top = gitrepo.work_tree_top(root) if root.exists() else None
+    root.mkdir(parents=True, exist_ok=True)
+    files = []
+    for sub in ("manifests", "patches"):
+        (root / sub).mkdir()
+        keep = root / sub / ".gitkeep"  # git keeps no empty directory
+        keep.write_text("")
+        files.append(keep)
+    config = root / "patchkit.toml"
+    config.write_text(CATALOG_CONFIG, encoding="utf-8")
+    files.append(config)
+    commit = None
+    if git:
+        if top is None:
+            gitrepo.init(root)
+            top = root
+        rel = [os.path.relpath(f, top) for f in files]
+        commit = gitrepo.commit_own(top, rel, "patchkit catalog: manifests/, patches/, "
+                                    "patchkit.toml\n\nMade by `patchkit init`.\n")
+    return InitResult(root, tuple(files), commit)
+
+
+def _commit(catalog: Catalog, name: str, message: str) -> str | None:
+    """Commit the fix's manifest and series directory when the catalog is in git."""
+    top = gitrepo.work_tree_top(catalog.root)
+    if top is None:
+        return None
+    real_top = top.resolve()
+    paths = [os.path.relpath(p.resolve(), real_top)
+             for p in (catalog.manifests_dir / f"{name}.toml", catalog.patches_dir / name)]
+    try:
+        return gitrepo.commit_own(top, paths, message)
+    except TargetError as exc:
+        raise TargetError(
+            f"{message.splitlines()[0]} is written in {catalog.root}, but committing it to "
+            f"the catalog's git repository ({top}) failed: {exc.message}. Fix that and commit "
+            f"{' and '.join(paths)} yourself (`--no-commit` skips this step)",
+            fix=name, paths=paths) from None
+
+
+def _check_own(catalog: Catalog, fix_path: Path, name: str) -> None:
+    """A fix shipped with patchkit, seen beside a user catalog, is not the user's to rewrite."""
+    try:
+        fix_path.resolve().relative_to(catalog.manifests_dir.resolve())
+    except ValueError:
+        raise UsageError(f"{name} is a fix shipped with patchkit ({fix_path}), not one of "
+                         f"{catalog.root}'s; refresh writes only your own fixes. Capture your "
+                         f"version as a new fix (`patchkit new {name}-local --from DIR`)",
+                         fix=name) from None
+
+
+def release_of(tree: Path, rev: str | None = None) -> str | None:
+    """The SGLang release a checkout's HEAD (or commit ``rev``) is: its committed
+    ``_version.py`` (or ``version.py``), else the tag of HEAD. Never the work tree's version
+    file: the author may have edited it, and the fix is written against what HEAD holds."""
     real = os.path.realpath(tree)
     root = Root("sglang", str(tree), real, detect_layout(str(tree)))
-    version, _where = detect_release(root, lambda rel: gitrepo.head_bytes(tree, rel))
+    if rev is None:
+        version, _where = detect_release(root, lambda rel: gitrepo.head_bytes(tree, rel))
+    else:
+        version, _where = detect_release(root, lambda rel: gitrepo.blob_bytes(tree, rev, rel))
     return version
 
 
@@ -89,12 +200,25 @@ def capture(src: Path, paths: Sequence[str] = ()) -> list[CapturedFile]:
     return out
 
 
-def _series_text(subject: str, body: str, files: Sequence[CapturedFile]) -> str:
-    head = f"From: patchkit <fixes@patchkit.invalid>\nSubject: [PATCH] {subject}\n\n"
-    if body.strip():
-        head += body.strip() + "\n"
-    head += "---\n"
-    return head + "".join(series.diff_files(f.before, f.after, f.path, mode=f.mode,
+@dataclass(frozen=True)
+class _Header:
+    """A series file's mail-style header: what ``git format-patch`` would keep of a commit."""
+
+    subject: str
+    body: str = ""
+    author: str = "patchkit <fixes@patchkit.invalid>"
+    date: str | None = None  # RFC 2822, as in a mail; None: no Date line
+
+
+def _series_text(head: _Header, files: Sequence[CapturedFile]) -> str:
+    text = f"From: {head.author}\n"
+    if head.date:
+        text += f"Date: {head.date}\n"
+    text += f"Subject: [PATCH] {head.subject}\n\n"
+    if head.body.strip():
+        text += head.body.strip() + "\n"
+    text += "---\n"
+    return text + "".join(series.diff_files(f.before, f.after, f.path, mode=f.mode,
                                             old_mode=f.old_mode) for f in files)
 
 
@@ -103,8 +227,49 @@ def _slug(text: str) -> str:
     return slug[:48].rstrip("-") or "change"
 
 
+def _patch_name(index: int, subject: str) -> str:
+    return f"{index:04d}-{_slug(subject)}.patch"
+
+
 def _today() -> str:
     return _dt.date.today().isoformat()
+
+
+def _mail_date(iso: str) -> str:
+    from email.utils import format_datetime
+
+    return format_datetime(_dt.datetime.fromisoformat(iso))
+
+
+def capture_commits(src: Path, spec: str) -> list[tuple[_Header, list[CapturedFile]]]:
+    """The commits of ``spec`` (``A..B``) in ``src``, oldest first: each commit's header
+    (author, date, subject, body) and the files it changed against its parent."""
+    src = Path(src)
+    if not gitrepo.is_git_repo(src):
+        raise UsageError(f"{src} is not the top of a git checkout; pass --from the checkout "
+                         "holding the commits", path=str(src))
+    shas = gitrepo.commit_range(src, spec)
+    if not shas:
+        raise UsageError(f"{spec} holds no commits in {src}: the range is A..B, the commits "
+                         "after A up to B (e.g. v0.5.23..HEAD)", path=str(src), spec=spec)
+    out = []
+    for sha in shas:
+        info = gitrepo.commit_info(src, sha)
+        parent = info.parents[0] if info.parents else None
+        files = []
+        for path, old_mode, new_mode in gitrepo.commit_files(src, sha):
+            before = gitrepo.blob_bytes(src, parent, path) if parent and old_mode else None
+            after = gitrepo.blob_bytes(src, sha, path) if new_mode else None
+            files.append(CapturedFile(path, before, after, new_mode or old_mode or
+                                      series.DEFAULT_MODE, old_mode))
+        if not files:
+            raise UsageError(f"commit {sha[:12]} in {src} changes no file; leave it out of "
+                             "the range (a fix's patches each change something)", rev=sha)
+        subject, _, body = info.message.partition("\n")
+        head = _Header(subject.strip(), body.strip(),
+                       f"{info.author.name} <{info.author.email}>", _mail_date(info.authored_date))
+        out.append((head, files))
+    return out
 
 
 def new_fix(
@@ -118,8 +283,18 @@ def new_fix(
     rationale: str = "",
     base_release: str | None = None,
     date: str | None = None,
+    commits: str | None = None,
+    commit: bool = True,
+    dry_run: bool = False,
 ) -> AuthoringResult:
-    """Capture the changes of a checkout as a new fix (version 1)."""
+    """Capture the changes of a checkout as a new fix (version 1).
+
+    Without ``commits``: the uncommitted changes (of ``paths``) as one patch whose subject is
+    ``title``, the fix's name when none is given. With ``commits`` (``A..B``): one patch per
+    commit, keeping its author, date and message; the title and rationale default to the
+    first commit's subject and body, the base release is the release at A.
+    """
+    catalog.check_writable(f"create the fix {name!r}")
     manifest_path = catalog.manifests_dir / f"{name}.toml"
     patch_dir = catalog.patches_dir / name
     if manifest_path.exists() or patch_dir.exists():
@@ -128,27 +303,60 @@ def new_fix(
             "to record a new version of it",
             fix=name,
         )
-    files = capture(src, paths)
-    release = base_release or release_of(src)
+    src = Path(src)
+    ignored: tuple[str, ...] = ()
+    if commits is not None:
+        if paths:
+            raise UsageError("--commits takes whole commits: name no PATHS with it", fix=name)
+        captured = capture_commits(src, commits)
+        first = gitrepo.commit_range(src, commits)[0]
+        parents = gitrepo.commit_info(src, first).parents
+        title = title or captured[0][0].subject
+        rationale = rationale or captured[0][0].body
+        release = base_release or (release_of(src, parents[0]) if parents else None)
+        where = f"{src} at the parent of {first[:12]}"
+    else:
+        files = capture(src, paths)
+        title = title or name
+        captured = [(_Header(title, rationale), files)]
+        release = base_release or release_of(src)
+        where = str(src)
+        ignored = tuple(gitrepo.unclaimed_files(src, [f.path for f in files]))
     if release is None:
         raise UsageError(
-            f"cannot tell which SGLang release {src} is (no sglang/_version.py, no release tag at "
-            "HEAD); pass --base-release VERSION",
+            f"cannot tell which SGLang release {where} is (no sglang/_version.py, no release "
+            "tag at HEAD); pass --base-release VERSION",
             path=str(src),
         )
-    title = title or f"{name}: describe the change in one line"
-    patch_file = f"0001-{_slug(title)}.patch"
+    texts = {_patch_name(i, head.subject): _series_text(head, files)
+             for i, (head, files) in enumerate(captured, 1)}
+    if len(texts) != len(captured):  # two commits with one subject: numbered apart anyway
+        raise InternalError(f"patch names of {name} collide", fix=name)
     text = manifest.new_manifest_text(
-        name, title, release, [(patch_file, root)], rationale, date=date or _today()
+        name, title, release, [(f, root) for f in texts], rationale, date=date or _today()
     )
-    body = _series_text(title, rationale, files)
+    touched = tuple(dict.fromkeys(f.path for _h, files in captured for f in files))
+    result = AuthoringResult(
+        name=name,
+        version=1,
+        manifest=manifest_path,
+        patches=tuple(patch_dir / f for f in texts),
+        files=touched,
+        base_release=release,
+        changed=True,
+        ignored=ignored,
+        dry_run=dry_run,
+    )
+    if dry_run:
+        return result
 
     catalog.manifests_dir.mkdir(parents=True, exist_ok=True)
     catalog.patches_dir.mkdir(parents=True, exist_ok=True)
     staging = _staging_dir(catalog.patches_dir, name)
     try:
-        (staging / patch_file).write_text(body, encoding="utf-8", errors="surrogateescape", newline="")
-        _read_back(staging / patch_file, patch_dir / patch_file, root)
+        for file, body in texts.items():
+            (staging / file).write_text(body, encoding="utf-8", errors="surrogateescape", newline="")
+            _read_back(staging / file, patch_dir / file, root)
         os.replace(staging, patch_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -158,15 +366,9 @@ def new_fix(
     except BaseException:
         shutil.rmtree(patch_dir, ignore_errors=True)
         raise
-    return AuthoringResult(
-        name=name,
-        version=1,
-        manifest=manifest_path,
-        patches=(patch_dir / patch_file,),
-        files=tuple(f.path for f in files),
-        base_release=release,
-        changed=True,
-    )
+    sha = _commit(catalog, name, f"{name} v1: {title}\n\nCaptured by `patchkit new` from a "
+                  f"checkout of {release}.\n") if commit else None
+    return dataclasses.replace(result, commit=sha)
 
 
 def _read_back(written: Path, final: Path, root: str) -> None:
@@ -209,14 +411,21 @@ def refresh_fix(
     summary: str | None = None,
     squash: bool = False,
     date: str | None = None,
+    commit: bool = True,
+    dry_run: bool = False,
 ) -> AuthoringResult:
     """Rewrite a fix's series from the checkout's current state and bump its version.
 
-    Each patch keeps the files it touched; files new to the fix go to the last patch. A series
-    where two patches touch one file cannot be split back apart: that needs ``squash``.
-    When the rewritten series equals the current one, nothing is written.
+    Each patch keeps the files it touched; files new to the fix (named in ``paths``) go to
+    the last patch, and every other changed or untracked file of the checkout is reported
+    in ``ignored``. A series where two patches touch one file cannot be split back apart:
+    that needs ``squash``. In a one-patch series the patch's Subject is the fix's title: a
+    title changed in the manifest is carried to the Subject, and to the file name when the
+    name was made from the old Subject. When nothing changes, nothing is written.
     """
+    catalog.check_writable(f"refresh {name!r}")
     fix = catalog.get(name)
+    _check_own(catalog, fix.manifest_path, name)
     owner: dict[str, int] = {}
     for index, ref in enumerate(fix.patches):
         for record in series.parse_patch(ref.path, ref.root):
@@ -230,56 +439,81 @@ def refresh_fix(
                 )
             owner.setdefault(record["path"], index)
     files = capture(src, tuple(sorted(set(owner) | set(paths))))
+    ignored = tuple(gitrepo.unclaimed_files(src, [f.path for f in files]))
     groups: list[list[CapturedFile]] = [[] for _ in fix.patches]
     for f in files:
         index = 0 if squash else owner.get(f.path, len(fix.patches) - 1)
         groups[index].append(f)
     refs = fix.patches[:1] if squash else fix.patches
-    texts = {}
+    texts: dict = {}
+    targets: dict = {}
     old_texts = {r: r.path.read_text(encoding="utf-8", errors="surrogateescape") for r in refs}
     for ref, group in zip(refs, groups):
         if not group:  # none of its files differ from HEAD any more: the patch is dropped
             continue
-        subject, body = _header_of(old_texts[ref], fix.title)
-        texts[ref] = _series_text(subject, body, group)
+        head = _header_of(old_texts[ref], fix.title)
+        target = ref.path
+        if len(refs) == 1 and head.subject != fix.title:
+            prefix = ref.file.split("-", 1)[0]
+            if ref.file == f"{prefix}-{_slug(head.subject)}.patch":
+                target = ref.path.with_name(f"{prefix}-{_slug(fix.title)}.patch")
+            head = dataclasses.replace(head, subject=fix.title)
+        texts[ref] = _series_text(head, group)
+        targets[ref] = target
     release = release_of(src) or fix.upstream.base_release
-    unchanged = list(texts) == list(fix.patches) and all(texts[r] == old_texts[r] for r in texts)
+    renamed = tuple((r.file, t.name) for r, t in targets.items() if t != r.path)
+    unchanged = (list(texts) == list(fix.patches) and not renamed
+                 and all(texts[r] == old_texts[r] for r in texts))
+    touched = tuple(f.path for f in files)
     if unchanged and release == fix.upstream.base_release:
         return AuthoringResult(
             name, fix.version, fix.manifest_path, tuple(r.path for r in texts),
-            tuple(f.path for f in files), release, changed=False,
+            touched, release, changed=False, ignored=ignored, dry_run=dry_run,
         )
     version = fix.version + 1
+    result = AuthoringResult(
+        name, version, fix.manifest_path, tuple(targets[r] for r in texts), touched, release,
+        changed=True, ignored=ignored, dry_run=dry_run, renamed=renamed,
+    )
+    if dry_run:
+        return result
     dropped = [r for r in fix.patches if r not in texts]
-    _replace_series(texts, old_texts, lambda: manifest.bump_manifest(
+    summary = summary or f"Refreshed from a checkout of {release}."
+    _replace_series(texts, targets, old_texts, lambda: manifest.bump_manifest(
         fix.manifest_path,
         version=version,
-        changelog_summary=summary or f"Refreshed from a checkout of {release}.",
+        changelog_summary=summary,
         date=date or _today(),
-        patches=[(r.file, r.root, r.description) for r in texts] if dropped else None,
+        patches=([(targets[r].name, r.root, r.description) for r in texts]
+                 if dropped or renamed else None),
         base_release=release if release != fix.upstream.base_release else None,
     ))
     for ref in dropped:
         ref.path.unlink()
-    return AuthoringResult(
-        name, version, fix.manifest_path, tuple(r.path for r in texts),
-        tuple(f.path for f in files), release, changed=True,
-    )
+    for ref, target in targets.items():
+        if target != ref.path:
+            ref.path.unlink()
+    sha = _commit(catalog, name, f"{name} v{version}: {summary}\n\nRecorded by `patchkit "
+                  "refresh` from a checkout.\n") if commit else None
+    return dataclasses.replace(result, commit=sha)
 
 
-def _replace_series(texts: dict, old_texts: dict, bump: Callable[[], None]) -> None:
-    """Write every new series file, then the manifest; all of them or none.
+def _replace_series(texts: dict, targets: dict, old_texts: dict, bump: Callable[[], None]) -> None:
+    """Write every new series file (at its target: a renamed patch's new name), then the
+    manifest; all of them or none.
 
     Each text is staged and read back before any file is replaced, and the old texts are put
-    back if the manifest cannot be bumped, so a failure leaves the catalog as it was.
+    back (a renamed patch's new file removed) if the manifest cannot be bumped, so a failure
+    leaves the catalog as it was. The caller removes the old files of renamed patches.
     """
     staged = {}
     try:
         for ref, text in texts.items():
-            tmp = ref.path.with_name(f".{ref.path.name}.tmp")
+            target = targets[ref]
+            tmp = target.with_name(f".{target.name}.tmp")
             staged[ref] = tmp
             tmp.write_text(text, encoding="utf-8", errors="surrogateescape", newline="")
-            _read_back(tmp, ref.path, ref.root)
+            _read_back(tmp, target, ref.root)
     except BaseException:
         for tmp in staged.values():
             tmp.unlink(missing_ok=True)
@@ -287,31 +521,38 @@ def _replace_series(texts: dict, old_texts: dict, bump: Callable[[], None]) -> N
     replaced = []
     try:
         for ref, tmp in staged.items():
-            os.replace(tmp, ref.path)
+            os.replace(tmp, targets[ref])
             replaced.append(ref)
         bump()
     except BaseException:
         for ref in replaced:
-            ref.path.write_text(old_texts[ref], encoding="utf-8", errors="surrogateescape",
-                                newline="")
+            if targets[ref] != ref.path:
+                targets[ref].unlink(missing_ok=True)
+            else:
+                ref.path.write_text(old_texts[ref], encoding="utf-8", errors="surrogateescape",
+                                    newline="")
         for tmp in staged.values():
             tmp.unlink(missing_ok=True)
         raise
 
 
-def _header_of(text: str, default_subject: str) -> tuple[str, str]:
-    """Subject and body of a series file's mail-style header (before the first diff)."""
+def _header_of(text: str, default_subject: str) -> _Header:
+    """The mail-style header of a series file (before the first diff): From, Date, Subject
+    and body, kept when the series is rewritten."""
     head = text.split("\ndiff --git ", 1)[0]
-    subject = default_subject
+    found: dict = {"subject": default_subject}
     body_lines: list[str] = []
     in_body = False
     for line in head.splitlines():
-        if line.startswith("Subject:"):
-            subject = re.sub(r"^Subject:\s*(\[PATCH[^\]]*\]\s*)?", "", line).strip()
+        if not in_body and line.startswith("From:"):
+            found["author"] = line[len("From:"):].strip()
+        elif not in_body and line.startswith("Date:"):
+            found["date"] = line[len("Date:"):].strip()
+        elif not in_body and line.startswith("Subject:"):
+            found["subject"] = re.sub(r"^Subject:\s*(\[PATCH[^\]]*\]\s*)?", "", line).strip()
             in_body = True
-            continue
-        if in_body:
+        elif in_body:
             if line.strip() == "---":
                 break
             body_lines.append(line)
-    return subject, "\n".join(body_lines).strip()
+    return _Header(body="\n".join(body_lines).strip(), **found)

@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # manifest loads with the first manifest read (see Catalog.ge
     from .model import Fix  # whose manifests are all indexed needs no TOML reader
 
 ENV_CATALOG = "PATCHKIT_CATALOG"
+CONFIG_NAME = "patchkit.toml"  # a catalog's own settings (docs/manifest.md, patchkit.toml)
 
 
 @record
@@ -34,34 +35,83 @@ class FixStub(Frozen):
         self.__dict__.update(name=name, version=version, roots=roots)
 
 
-def _package_catalog_root() -> Path | None:
-    """The catalog shipped next to the package (the project's own manifests/ and patches/)."""
+#: Where a regular install (a wheel) keeps the shipped catalog: package data of patchkit
+#: (pyproject.toml maps the repository's manifests/ and patches/ there).
+PACKAGED_CATALOG = "_catalog"
+
+
+def shipped_catalog_root() -> Path | None:
+    """The catalog shipped with patchkit: the package data of a regular install, else the
+    source tree's own manifests/ and patches/ (a source checkout or an editable install)."""
     import patchkit
 
-    top = Path(patchkit.__file__).resolve().parent.parent
-    return top if (top / "manifests").is_dir() else None
+    package = Path(patchkit.__file__).resolve().parent
+    for top in (package / PACKAGED_CATALOG, package.parent):
+        if (top / "manifests").is_dir() and (top / "patches").is_dir():
+            return top
+    return None
+
+
+
+def _is_packaged(root: Path) -> bool:
+    """Whether ``root`` is the catalog installed as package data (never written to)."""
+    import patchkit
+
+    packaged = Path(patchkit.__file__).resolve().parent / PACKAGED_CATALOG
+    try:
+        return root.resolve() == packaged
+    except OSError:
+        return False
 
 
 class Catalog:
-    """The fixes of one catalog directory."""
+    """The fixes of one catalog directory, and optionally of the shipped catalog beside it.
 
-    def __init__(self, root: Path | str) -> None:
+    ``beside`` (a user catalog's view of the catalog shipped with patchkit) adds the shipped
+    fixes to this catalog's: names and look-ups give both, this catalog's own fix winning a
+    name clash (:meth:`shadowed` lists them). Writing commands write only to ``root``.
+    ``read_only`` marks the shipped catalog when it was chosen because no other was found:
+    authoring refuses to write there (see :meth:`check_writable`).
+    """
+
+    def __init__(self, root: Path | str, *, beside: Catalog | None = None,
+                 read_only: bool = False) -> None:
         self.root = Path(root)
         self.manifests_dir = self.root / "manifests"
         self.patches_dir = self.root / "patches"
         if not self.manifests_dir.is_dir():
             raise UsageError(f"{self.root} is not a patchkit catalog: it has no manifests/ "
                              "directory. Point PATCHKIT_CATALOG (or --catalog) at the directory "
-                             "holding manifests/ and patches/", catalog=str(self.root))
+                             "holding manifests/ and patches/, or make one with `patchkit init "
+                             "DIR`", catalog=str(self.root))
+        self.beside = beside
+        self.read_only = read_only or _is_packaged(self.root)
         self._fixes: dict[str, Fix] = {}
 
     def __repr__(self) -> str:
         return f"Catalog({str(self.root)!r})"
 
     @classmethod
+    def open(cls, root: Path | str) -> Catalog:
+        """The catalog at ``root`` as the command line opens it: with the shipped catalog
+        beside it when its own ``patchkit.toml`` says ``shipped_fixes = true`` (what
+        ``patchkit init`` writes)."""
+        root = Path(root)
+        config = root / CONFIG_NAME
+        beside = None
+        if config.is_file():
+            from .manifest import load_config
+
+            if load_config(config).shipped_fixes:
+                shipped = shipped_catalog_root()
+                if shipped is not None and shipped.resolve() != root.resolve():
+                    beside = cls(shipped, read_only=True)
+        return cls(root, beside=beside)
+
+    @classmethod
     def discover(cls, start: Path | str | None = None) -> Catalog:
         """$PATCHKIT_CATALOG, else the nearest directory up from ``start`` (default: cwd)
-        holding manifests/ and patches/, else the catalog shipped with patchkit."""
+        holding manifests/ and patches/, else the catalog shipped with patchkit (read-only)."""
         env = os.environ.get(ENV_CATALOG)
         if env:
             root = Path(env).expanduser()
@@ -69,28 +119,79 @@ class Catalog:
                 raise UsageError(f"{ENV_CATALOG}={env} does not hold a manifests/ directory. "
                                  f"Set {ENV_CATALOG} to the directory holding manifests/ and "
                                  "patches/, or unset it", catalog=env)
-            return cls(root)
+            return cls.open(root)
         here = Path(start) if start is not None else Path.cwd()
         for candidate in (here.resolve(), *here.resolve().parents):
             if (candidate / "manifests").is_dir() and (candidate / "patches").is_dir():
-                return cls(candidate)
-        shipped = _package_catalog_root()
+                return cls.open(candidate)
+        shipped = shipped_catalog_root()
         if shipped is not None:
-            return cls(shipped)
+            return cls(shipped, read_only=True)
         raise UsageError(f"no patchkit catalog found: no directory holding manifests/ and "
                          f"patches/ above {here}, and {ENV_CATALOG} is not set. Run from inside "
-                         f"a catalog, set {ENV_CATALOG}, or pass --catalog", start=str(here))
+                         f"a catalog, set {ENV_CATALOG}, pass --catalog, or make one with "
+                         "`patchkit init DIR`", start=str(here))
+
+    def check_writable(self, what: str) -> None:
+        """Refuse to write into the catalog shipped with patchkit: it is replaced by the next
+        upgrade of patchkit, and in a regular install it lies in site-packages."""
+        if self.read_only:
+            raise UsageError(
+                f"cannot {what}: no catalog of yours was found, and the catalog shipped with "
+                f"patchkit ({self.root}) is never written to. Make your own with `patchkit init "
+                "DIR` (it keeps the shipped fixes beside yours), then run from inside it, or "
+                "pass --catalog DIR", catalog=str(self.root))
+
+    def is_own(self, name: str) -> bool:
+        """Whether ``name`` is this catalog's own fix, not a shipped one seen beside it."""
+        return self._owner(name) is self
+
+    def check_own(self, names: Iterable[str], what: str) -> None:
+        """Refuse to write a shipped fix seen beside this catalog: it is not the user's."""
+        shipped = [n for n in names if not self.is_own(n)]
+        if shipped:
+            raise UsageError(
+                f"cannot {what} {', '.join(shipped)}: shipped with patchkit "
+                f"({self.manifest_path(shipped[0]).parent}), not in {self.root}, and the "
+                "shipped catalog is never written to. Capture your own version under a new "
+                "name (`patchkit new NAME --from CHECKOUT`)", fixes=shipped)
+
+    def shadowed(self) -> list[str]:
+        """This catalog's fixes that hide a shipped fix of the same name."""
+        if self.beside is None:
+            return []
+        return sorted(set(self.own_names()) & set(self.beside.names()))
 
     # -- lookup --------------------------------------------------------------------------------
 
-    def names(self) -> list[str]:
+    def own_names(self) -> list[str]:
+        """The fixes whose manifests lie in this catalog's own manifests/."""
         return sorted(p.stem for p in self.manifests_dir.glob("*.toml") if p.is_file())
 
+    def names(self) -> list[str]:
+        own = self.own_names()
+        if self.beside is None:
+            return own
+        return sorted(set(own) | set(self.beside.names()))
+
+    def _owner(self, name: str) -> Catalog:
+        """The catalog whose manifest of ``name`` counts: this one, unless only the shipped
+        catalog beside it has one."""
+        if (self.beside is not None and not (self.manifests_dir / f"{name}.toml").is_file()
+                and self.beside.manifest_path(name).is_file()):
+            return self.beside
+        return self
+
     def manifest_path(self, name: str) -> Path:
-        return self.manifests_dir / f"{name}.toml"
+        owner = self._owner(name)
+        return owner.manifest_path(name) if owner is not self else self.manifests_dir / f"{name}.toml"
 
     def get(self, name: str) -> Fix:
         if name not in self._fixes:
+            owner = self._owner(name)
+            if owner is not self:
+                self._fixes[name] = owner.get(name)
+                return self._fixes[name]
             path = self.manifest_path(name)
             if not path.is_file():
                 import difflib
@@ -231,8 +332,9 @@ class Catalog:
                                             "old manifest (with its status) so the lineage "
                                             "stays readable", file=str(fix.manifest_path),
                                             key=key)
+        own = set(self.own_names())
         stray = sorted(p.name for p in self.patches_dir.iterdir() if p.is_dir()
-                       and p.name not in names and not p.name.startswith((".", "_"))) if self.patches_dir.is_dir() else []
+                       and p.name not in own and not p.name.startswith((".", "_"))) if self.patches_dir.is_dir() else []
         if stray:
             raise ManifestError(f"{self.patches_dir}: series without a manifest: "
                                 f"{', '.join(stray)}. Add manifests/<name>.toml or remove "

@@ -378,6 +378,60 @@ def changed_files(path: Path | str, paths: Sequence[str] = ()) -> list[str]:
     return sorted(result)
 
 
+def unclaimed_files(path: Path | str, taken: Sequence[str]) -> list[str]:
+    """Files of the work tree that differ from HEAD, untracked ones included, other than
+    ``taken``: what a capture left out, so the author is told."""
+    out = _run(path, ["status", "--porcelain=v1", "-z", "--untracked-files=all"], strip=False)
+    found: set[str] = set()
+    for _code, name, source in parse_porcelain_z(out):
+        found.add(name)
+        if source is not None:
+            found.add(source)
+    return sorted(found - set(taken))
+
+
+def commit_range(repo: Path | str, spec: str) -> list[str]:
+    """The commits of ``A..B`` (or ``A...B``, as git reads it), oldest first."""
+    if ".." not in spec:
+        raise UsageError(f"--commits takes a range A..B (the commits after A up to B), not "
+                         f"{spec!r}", spec=spec)
+    try:
+        out = _run(repo, ["rev-list", "--reverse", "--topo-order", spec, "--"])
+    except TargetError as exc:
+        raise UsageError(f"cannot read the commits {spec} in {repo}: {exc.message}. Name two "
+                         "commits of that repository, e.g. v0.5.23..HEAD", spec=spec) from None
+    return out.split()
+
+
+def commit_files(repo: Path | str, rev: str) -> list[tuple[str, str | None, str | None]]:
+    """What commit ``rev`` changed against its one parent: (path, old mode, new mode) with
+    None for a side where the file is absent. A merge commit is refused."""
+    info = commit_info(repo, rev)
+    if len(info.parents) > 1:
+        raise UsageError(f"commit {rev[:12]} in {repo} is a merge; a fix is a line of plain "
+                         "commits. Pick a range without merges", rev=rev)
+    parent = info.parents[0] if info.parents else "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+    out = _run(repo, ["diff-tree", "-r", "-z", "--no-renames", "--no-commit-id", parent, rev],
+               strip=False)
+    fields = out.split("\0")
+    result = []
+    i = 0
+    while i + 1 < len(fields) and fields[i].startswith(":"):
+        old_mode, new_mode, _old, _new, _status = fields[i][1:].split(" ")
+        result.append((fields[i + 1], None if old_mode == "000000" else old_mode,
+                       None if new_mode == "000000" else new_mode))
+        i += 2
+    return result
+
+
+def commit_own(top: Path | str, paths: Sequence[str], message: str) -> str:
+    """Commit the work-tree state of ``paths`` (relative to ``top``; added, changed or
+    deleted) and nothing else, as the user's own git identity; the new commit's sha."""
+    _run(top, ["add", "-A", "--", *paths])
+    _run(top, ["commit", "-q", "--no-verify", "-m", message, "--", *paths])
+    return _run(top, ["rev-parse", "HEAD"])
+
+
 def head_bytes(path: Path | str, relpath: str) -> bytes | None:
     """The bytes of ``relpath`` at HEAD, or None when HEAD does not have it."""
     found = head_file(path, relpath)

@@ -742,7 +742,7 @@ def load_config(path: Path | str) -> ProjectConfig:
     path = Path(path)
     ctx = _Ctx(path, "config")
     data = _read_data(path, "config")
-    _check_keys(ctx, data, "", ("catalog", "default_target", "targets"), ())
+    _check_keys(ctx, data, "", ("catalog", "default_target", "targets", "shipped_fixes"), ())
     base = path.parent.resolve()
     catalog = None
     if "catalog" in data:
@@ -762,7 +762,9 @@ def load_config(path: Path | str) -> ProjectConfig:
         raise ctx.fail("default_target", f"default_target '{default}' is not a defined target "
                        f"({', '.join(sorted(targets)) or 'none'})",
                        f"Add [targets.{default}] or fix the name")
-    return ProjectConfig(path=path, catalog=catalog, default_target=default, targets=targets)
+    shipped = _typed(ctx, data, "", "shipped_fixes", bool, False)
+    return ProjectConfig(path=path, catalog=catalog, default_target=default, targets=targets,
+                         shipped_fixes=shipped)
 
 
 def _build_target(ctx: _Ctx, name: str, table: Mapping[str, Any], base: Path) -> TargetConfig:

@@ -415,8 +415,11 @@ class ProjectConfig(Frozen):
     catalog: Path | None = None
     default_target: str | None = None  # used when no --target is given
     targets: Mapping[str, TargetConfig] = field(default_factory=lambda: MappingProxyType({}))
+    shipped_fixes: bool = False  # a catalog's own file: the shipped catalog sits beside it
 
     def __init__(self, path: Path, catalog: Path | None = None, default_target: str | None = None,
-                 targets: Mapping[str, TargetConfig] | None = None) -> None:
+                 targets: Mapping[str, TargetConfig] | None = None,
+                 shipped_fixes: bool = False) -> None:
         self.__dict__.update(path=path, catalog=catalog, default_target=default_target,
-                             targets=MappingProxyType(dict(targets or {})))
+                             targets=MappingProxyType(dict(targets or {})),
+                             shipped_fixes=shipped_fixes)

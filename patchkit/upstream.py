@@ -228,7 +228,7 @@ class UpstreamRepo:
         an ordinary repository (commit, diff, apply fixes) that borrows the upstream's
         objects, so it is quick to make; it needs the upstream repository to stay.
         """
-        d = Path(dest)
+        d = Path(dest).absolute()  # git clones from the upstream repository's directory
         self.release(version)
         if d.exists() and (not d.is_dir() or any(d.iterdir())):
             raise UsageError(

@@ -129,7 +129,7 @@ def test_discover_falls_back_to_the_shipped_catalog(tmp_path: Path,
     shipped = Path(patchkit.__file__).resolve().parent.parent
     if (shipped / "manifests").is_dir():
         assert Catalog.discover(tmp_path).root == shipped
-    monkeypatch.setattr(catalog_module, "_package_catalog_root", lambda: None)
+    monkeypatch.setattr(catalog_module, "shipped_catalog_root", lambda: None)
     with pytest.raises(UsageError, match="no patchkit catalog found") as info:
         Catalog.discover(tmp_path)
     assert "PATCHKIT_CATALOG" in info.value.message

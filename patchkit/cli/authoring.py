@@ -1,4 +1,5 @@
-"""`patchkit new` and `patchkit refresh`: capture a checkout's changes as a fix."""
+"""`patchkit init`, `patchkit new` and `patchkit refresh`: a catalog, and a checkout's changes
+captured as a fix."""
 
 from __future__ import annotations
 
@@ -19,6 +20,10 @@ def _report(result: authoring.AuthoringResult, as_json: bool, verb: str) -> None
         "files": list(result.files),
         "base_release": result.base_release,
         "changed": result.changed,
+        "dry_run": result.dry_run,
+        "ignored": list(result.ignored),
+        "renamed": [{"from": old, "to": new} for old, new in result.renamed],
+        "commit": result.commit,
     }
     if as_json:
         render.print_json(data)
@@ -26,23 +31,64 @@ def _report(result: authoring.AuthoringResult, as_json: bool, verb: str) -> None
     out = render.stdout()
     if not result.changed:
         out.print(f"{result.name} v{result.version} is unchanged: the series already matches the checkout")
-        return
-    out.print(f"{verb} [bold]{result.name}[/] v{result.version} (base {result.base_release})")
+    else:
+        if result.dry_run:
+            verb = f"would be {verb}"
+        out.print(f"{verb} {result.name} v{result.version} (base {result.base_release})",
+                  highlight=False, markup=False)
+        for f in result.files:
+            out.print(f"  {f}", highlight=False, markup=False)
+        out.print(f"  manifest: {(str(result.manifest))}", highlight=False, markup=False)
+        for p in result.patches:
+            out.print(f"  series:   {(str(p))}", highlight=False, markup=False)
+        for old, new in result.renamed:
+            out.print(f"  renamed:  {(old)} -> {(new)} (the title changed)",
+                      highlight=False, markup=False)
+        if result.commit:
+            out.print(f"  committed {result.commit[:12]} in the catalog's git repository")
+        if result.dry_run:
+            out.print("dry run: nothing was written")
+    if result.ignored:
+        out.print(f"ignored {len(result.ignored)} changed or untracked file(s) of the checkout, "
+                  "not part of the fix (name them as PATH arguments to take them):")
+        for f in result.ignored:
+            out.print(f"  {f}", highlight=False, markup=False)
+
+
+@click.command("init")
+@click.argument("directory", default=".", type=click.Path(file_okay=False))
+@click.option("--no-git", is_flag=True, help="Do not make a git repository (versions then live nowhere).")
+@json_option
+@pass_state
+def init(state: State, directory: str, no_git: bool, as_json: bool) -> int:
+    """Make a new catalog in DIRECTORY (default: here): manifests/, patches/, patchkit.toml, git."""
+    result = authoring.init_catalog(Path(directory), git=not no_git)
+    if as_json:
+        render.print_json({"root": str(result.root), "files": [str(f) for f in result.files],
+                           "commit": result.commit})
+        return 0
+    out = render.stdout()
+    out.print(f"made a catalog in {(str(result.root))}", highlight=False, markup=False)
     for f in result.files:
-        out.print(f"  {f}")
-    out.print(f"  manifest: {result.manifest}")
-    for p in result.patches:
-        out.print(f"  series:   {p}")
+        out.print(f"  {(str(f))}", highlight=False, markup=False)
+    if result.commit:
+        out.print(f"  committed {result.commit[:12]}")
+    out.print("next: cd into it and capture a fix with `patchkit new NAME --from CHECKOUT` "
+              "(docs/authoring.md)")
+    return 0
 
 
 @click.command("new")
 @click.argument("fix")
 @click.argument("paths", nargs=-1)
 @click.option("--from", "src", required=True, type=click.Path(file_okay=False), help="The edited checkout.")
+@click.option("--commits", metavar="A..B", help="Capture the commits after A up to B, one patch each (not the uncommitted changes).")
 @click.option("--root", default="sglang", show_default=True, help="The target root the paths belong to.")
-@click.option("--title", help="One-line title (the commit subject).")
+@click.option("--title", help="One-line title (the commit subject). Default: the fix's name, or the first commit's subject.")
 @click.option("--rationale", default="", help="Why the fix exists (else a placeholder to edit).")
 @click.option("--base-release", help="Release the change is written against (default: read from the tree).")
+@click.option("--no-commit", is_flag=True, help="Do not commit the new fix to the catalog's git repository.")
+@click.option("--dry-run", is_flag=True, help="Say what would be written; write nothing.")
 @json_option
 @pass_state
 def new(
@@ -50,16 +96,21 @@ def new(
     fix: str,
     paths: tuple[str, ...],
     src: str,
+    commits: str | None,
     root: str,
     title: str | None,
     rationale: str,
     base_release: str | None,
+    no_commit: bool,
+    dry_run: bool,
     as_json: bool,
 ) -> int:
-    """Capture the uncommitted changes of a checkout (or of PATHS in it) as a new FIX."""
+    """Capture the uncommitted changes of a checkout (or of PATHS in it, or the commits of a
+    range) as a new FIX."""
     result = authoring.new_fix(
         state.catalog(), fix, Path(src), root=root, paths=paths, title=title,
-        rationale=rationale, base_release=base_release,
+        rationale=rationale, base_release=base_release, commits=commits,
+        commit=not no_commit, dry_run=dry_run,
     )
     _report(result, as_json, "created")
     return 0
@@ -71,6 +122,8 @@ def new(
 @click.option("--from", "src", required=True, type=click.Path(file_okay=False), help="The edited checkout.")
 @click.option("--summary", help="Changelog line for the new version.")
 @click.option("--squash", is_flag=True, help="Rewrite a multi-patch series as one patch.")
+@click.option("--no-commit", is_flag=True, help="Do not commit the new version to the catalog's git repository.")
+@click.option("--dry-run", is_flag=True, help="Say what would be written; write nothing.")
 @json_option
 @pass_state
 def refresh(
@@ -80,14 +133,18 @@ def refresh(
     src: str,
     summary: str | None,
     squash: bool,
+    no_commit: bool,
+    dry_run: bool,
     as_json: bool,
 ) -> int:
-    """Rewrite FIX's series from the checkout's current state and bump its version."""
+    """Rewrite FIX's series from the checkout's current state and bump its version; PATHS
+    adds files new to the fix (an untracked file is taken only when named)."""
     result = authoring.refresh_fix(
-        state.catalog(), fix, Path(src), paths=paths, summary=summary, squash=squash
+        state.catalog(), fix, Path(src), paths=paths, summary=summary, squash=squash,
+        commit=not no_commit, dry_run=dry_run,
     )
     _report(result, as_json, "refreshed")
     return 0
 
 
-COMMANDS = [new, refresh]
+COMMANDS = [init, new, refresh]

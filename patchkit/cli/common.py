@@ -82,7 +82,12 @@ class State:
 
             from ..catalog import Catalog
 
-            self._catalog = Catalog(Path(location)) if location else Catalog.discover()
+            self._catalog = Catalog.open(Path(location)) if location else Catalog.discover()
+            for name in self._catalog.shadowed():
+                import sys
+
+                sys.stderr.write(f"warning: {name} in {self._catalog.manifests_dir} replaces "
+                                 "the shipped fix of the same name (rename yours to use both)\n")
         return self._catalog
 
     def target(self, target: str | tuple[str, ...] | None, roots: tuple[str, ...],

@@ -37,6 +37,7 @@ COMMAND_MODULES = {
     "status": "status",
     "rollback": "rollback",
     "log": "log",
+    "init": "authoring",
     "new": "authoring",
     "refresh": "authoring",
     "upstream": "upstream",

@@ -143,12 +143,16 @@ def start(catalog: Catalog, onto: str, names: Sequence[str] | None = None, *,
     default, every fix, takes dead and superseded ones only with ``include_inactive``.
     ``dry_run`` (and any ``onto`` that is not a release) only reports: every fix is classified
     without stopping, the catalog is not written and no rebase is left in progress."""
+    catalog.check_writable("rebase")  # a dry run too: it keeps its state there while it runs
+    if names:
+        catalog.check_own(names, "rebase")
     state_dir = catalog.root / STATE_DIR
     if (state_dir / "state.json").exists():
         raise UsageError(f"a rebase is in progress in {catalog.root}: finish it with "
                          "`patchkit rebase --continue`, `--skip` or `--abort`")
     inactive = bool(names) or include_inactive
-    fixes = queue_order(catalog, list(names) if names else catalog.names())
+    # every fix: the catalog's own (the shipped fixes seen beside it are not rewritten here)
+    fixes = queue_order(catalog, list(names) if names else catalog.own_names())
     if repo is not None:
         git_dir = Path(repo).expanduser()
         if _git.rev_parse(git_dir, "HEAD") is None and not (git_dir / "HEAD").is_file():
