@@ -74,14 +74,20 @@ def demo_release(catalog: Catalog) -> str:
 
 
 def serve_script_source(catalog: Catalog) -> Path:
-    path = catalog.root / "docs" / "examples" / SERVE_SCRIPT
-    if not path.is_file():
-        raise UsageError(
-            f"the demo needs {path} (the original prefill serve script); run the demo from a "
-            "patchkit source checkout, or pass --catalog pointing at one",
-            path=str(path),
-        )
-    return path
+    """The seed's original prefill serve script: in the catalog, or in the catalog shipped
+    with patchkit that a user catalog (``patchkit init``) keeps beside its own."""
+    places = [catalog.root] + ([catalog.beside.root] if catalog.beside is not None else [])
+    for root in places:
+        path = root / "docs" / "examples" / SERVE_SCRIPT
+        if path.is_file():
+            return path
+    path = places[0] / "docs" / "examples" / SERVE_SCRIPT
+    raise UsageError(
+        f"the demo needs {path} (the original prefill serve script, shipped with patchkit); "
+        "run it with the shipped catalog (outside any catalog of yours, or --catalog pointing at "
+        "it), or from a catalog made by patchkit init, which keeps the shipped fixes beside yours",
+        path=str(path),
+    )
 
 
 def build_fork(

@@ -162,3 +162,17 @@ def test_demo_json_is_one_object_with_each_step_as_its_command_prints_it(
     after = {f["name"]: f["state"] for f in data["status_after"]["status"]["fixes"]}
     assert all(after[name] == "applied" for name in SEED_FIXES)
     assert data["status_before"]["status"]["fixes"] and data["lineage"]
+
+
+def test_demo_finds_the_serve_script_from_a_catalog_made_by_init(tmp_path: Path) -> None:
+    """A user catalog (patchkit init) has no docs/examples of its own: the demo takes the
+    serve script from the shipped catalog it keeps beside it."""
+    from patchkit.authoring import init_catalog
+    from patchkit.catalog import shipped_catalog_root
+    from patchkit.demo import SERVE_SCRIPT, serve_script_source
+
+    init_catalog(tmp_path / "mine", git=False)
+    found = serve_script_source(Catalog.open(tmp_path / "mine"))
+    assert found == shipped_catalog_root() / "docs" / "examples" / SERVE_SCRIPT
+    with pytest.raises(UsageError, match="patchkit init"):
+        serve_script_source(Catalog(tmp_path / "mine"))
