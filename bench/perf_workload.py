@@ -140,7 +140,7 @@ def build(workdir: Path, upstream: UpstreamRepo, say=print) -> Workload:
             if edit is None:
                 continue
             name = LOCAL[n - 1]
-            from patchkit.series import diff_files
+            from patchkit.catalog.series import diff_files
 
             pfile = catalog / "patches" / name / f"0001-{_slug(path)}.patch"
             pfile.parent.mkdir(parents=True)

@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the helper next to t
 from doc_section import write_section  # noqa: E402
 from rebase_fixes import PLAN, Fix, build_fixes  # noqa: E402
 
-from patchkit.manifest import new_manifest_text  # noqa: E402
+from patchkit.catalog.manifest import new_manifest_text  # noqa: E402
 from patchkit.upstream import UpstreamRepo  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -259,8 +259,8 @@ def judge_catalog(run: Run, catalog: Path, fixes: list[Fix]) -> None:
     outcomes = {f["name"]: f["outcome"] for f in json.loads(run.notes[-1])["fixes"]}
     from patchkit.engine.hunks import FileChange, apply_change, decode, encode
     from patchkit.errors import ConflictError
-    from patchkit.manifest import load_manifest
-    from patchkit.series import parse_patch
+    from patchkit.catalog.manifest import load_manifest
+    from patchkit.catalog.series import parse_patch
 
     for fix in fixes:
         loaded = load_manifest(catalog / "manifests" / f"{fix.name}.toml",

@@ -27,7 +27,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchkit.series import diff_files
+from patchkit.catalog.series import diff_files
 
 PLAN = (("untouched", 5), ("moved", 6), ("context", 3), ("misplaced", 2), ("conflict", 4))
 SCOPE = "python/sglang/srt/"

@@ -7,7 +7,7 @@ The library's public names (docs/api.md) are importable from here::
 They are loaded on first use (PEP 562), so ``import patchkit`` stays standard-library only
 and cheap: the engine (``patchkit.engine``, stdlib only) imports this package on hosts that
 have none of the client's dependencies, and a remote run builds a bare ``patchkit`` package
-of its own (``patchkit.transport``) without this file.
+of its own (``patchkit.targets.transport``) without this file.
 """
 
 from __future__ import annotations
@@ -36,12 +36,12 @@ _EXPORTS: dict[str, str] = {
     "status": "patchkit.api",
     "verify": "patchkit.api",
     "Catalog": "patchkit.catalog",
-    "Fix": "patchkit.model",
+    "Fix": "patchkit.catalog.model",
     "Target": "patchkit.targets",
     "LocalTarget": "patchkit.targets",
     "resolve_target": "patchkit.targets",
-    "RemoteTarget": "patchkit.remote",
-    "load_config": "patchkit.manifest",
+    "RemoteTarget": "patchkit.targets.remote",
+    "load_config": "patchkit.catalog.manifest",
     "OpResult": "patchkit.results",
     "FixOutcome": "patchkit.results",
     "FileChange": "patchkit.results",
@@ -77,8 +77,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; nothing is imported at run
         RemotePythonMissing, SessionFailed, TargetError, TargetFileMissing, Terminated, UnknownFixError,
         UnsafePathError, UsageError, VerificationFailed, VersionMismatch,
     )
-    from .manifest import load_config
-    from .model import Fix
-    from .remote import RemoteTarget
+    from .catalog.manifest import load_config
+    from .catalog.model import Fix
+    from .targets.remote import RemoteTarget
     from .results import CheckResult, FileChange, FixOutcome, FixState, HunkPlacement, OpResult
     from .targets import LocalTarget, Target, resolve_target

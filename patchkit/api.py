@@ -15,7 +15,7 @@ from .results import OpResult, check_result
 from .targets import Target, state_root_of
 
 if TYPE_CHECKING:
-    from .model import Fix
+    from .catalog.model import Fix
 
 DEFAULT_LOCK_TIMEOUT = 30.0
 

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from . import gitrepo, manifest, series
+from . import gitrepo
+from .catalog import manifest, series
 from .catalog import Catalog
 from .engine.auto import detect_release
 from .engine.paths import Root, detect_layout

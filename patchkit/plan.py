@@ -14,7 +14,7 @@ from .catalog import Catalog, FixStub
 from .errors import ManifestError, UsageError
 
 if TYPE_CHECKING:
-    from .model import Fix
+    from .catalog.model import Fix
 
 REQUEST_FORMAT = 1
 OPS = ("apply", "rollback", "status", "verify")
@@ -173,7 +173,7 @@ def fix_request(fix: Fix, catalog: Catalog | None = None) -> dict[str, Any]:
 
 def _series(fix: Fix) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The fix's patches (file, sha256) and their FILE records (parsed once per series)."""
-    from .series import read_series  # not at start-up: a status of stubs reads no series
+    from .catalog.series import read_series  # not at start-up: a status of stubs reads no series
 
     try:
         digests, files = read_series([(ref.path, ref.root) for ref in fix.patches])
@@ -230,7 +230,7 @@ def _flipped(hunk: dict[str, Any]) -> dict[str, Any]:
     """The hunk's lines with "+" and "-" swapped, in whichever form it carries them (a
     ``body``'s "\\ No newline" marker lines stay as they are)."""
     if "body" in hunk:
-        from .series import split_lines
+        from .catalog.series import split_lines
 
         body = "".join(_FLIP.get(line[0], line[0]) + line[1:]
                        for line in split_lines(hunk["body"]))

@@ -1,6 +1,6 @@
 """What an operation did, as frozen dataclasses built from the engine's result (docs/design.md).
 
-Declared like :mod:`patchkit.model`'s records (``@record``, a hand-written ``__init__``): a
+Declared like :mod:`patchkit.catalog.model`'s records (``@record``, a hand-written ``__init__``): a
 frozen ``@dataclass`` generates its methods at import, a large part of a small run's start.
 """
 
@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Any, Mapping
 
 from .errors import PatchkitError, error_from_dict
-from .model import Frozen, record
+from .catalog.model import Frozen, record
 
 
 @record

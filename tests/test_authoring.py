@@ -22,7 +22,7 @@ from patchkit import api
 from patchkit.catalog import Catalog
 from patchkit.cli.main import main
 from patchkit.errors import EXIT_USAGE
-from patchkit.series import parse_patch
+from patchkit.catalog.series import parse_patch
 from patchkit.targets import LocalTarget
 
 REPO = Path(__file__).resolve().parent.parent

@@ -10,8 +10,8 @@ import patchkit
 from patchkit import catalog as catalog_module
 from patchkit.catalog import Catalog
 from patchkit.errors import ManifestError, UnknownFixError, UsageError
-from patchkit.manifest import new_manifest_text
-from patchkit.series import diff_files
+from patchkit.catalog.manifest import new_manifest_text
+from patchkit.catalog.series import diff_files
 
 SAMPLE = Path(__file__).parent / "samples" / "catalog"
 

@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 
 import pytest
 
-from patchkit import manifest, series
+from patchkit.catalog import manifest, series
 from patchkit.catalog import Catalog
 from patchkit.errors import ManifestError
 from tests.test_cli import INDEX_K, POOL, Env, Run, env, git, pk, tgt  # noqa: F401  (fixtures)
@@ -265,7 +265,7 @@ def test_a_few_files_still_show_rows_and_diff_by_default(env: Env, pk: Callable[
 
 
 def test_diff_stat_counts_hunk_lines_not_headers() -> None:
-    from patchkit.render import diff_stat
+    from patchkit.cli.render import diff_stat
 
     text = series.diff_files(b"a\nb\n++ x\n", b"a\nc\n+++ y\n--- z\n", "f.txt")
     assert diff_stat(text) == (3, 2)

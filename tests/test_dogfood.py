@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from patchkit import api, lineage, rebase
+from patchkit import api, rebase
+from patchkit.catalog import lineage
 from patchkit.catalog import Catalog
 from patchkit.errors import EXIT_CHECK_FAILED, PreconditionFailed
 from patchkit.targets import LocalTarget

@@ -27,7 +27,7 @@ import pytest
 from patchkit import api, errors, plan
 from patchkit.catalog import Catalog
 from patchkit.engine import faults, run
-from patchkit.remote import RemoteTarget
+from patchkit.targets.remote import RemoteTarget
 from patchkit.targets import LocalTarget, Target
 from tests.fixtures.sshd import SshServer
 from tests.test_hostile import fill, tmpfs  # noqa: F401 (a fixture)

@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 from patchkit.errors import PatchkitError
 from patchkit.engine import run
 from patchkit.engine.hunks import FileChange, apply_change, decode, encode
-from patchkit.manifest import load_manifest
-from patchkit import series
-from patchkit.series import diff_files, parse_patch
-from patchkit.series_fast import parse_git_patch
+from patchkit.catalog.manifest import load_manifest
+from patchkit.catalog import series
+from patchkit.catalog.series import diff_files, parse_patch
+from patchkit.catalog.series_fast import parse_git_patch
 from tests.engine.helpers import fix, make_checkout, request
 
 EXAMPLES = 200

@@ -21,7 +21,7 @@ import pytest
 
 from patchkit import api, errors
 from patchkit.catalog import Catalog
-from patchkit.series import diff_files
+from patchkit.catalog.series import diff_files
 from patchkit.targets import LocalTarget
 from tests.engine.helpers import make_checkout
 

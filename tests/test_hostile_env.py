@@ -25,7 +25,7 @@ import pytest
 from patchkit import api, errors, plan
 from patchkit.catalog import Catalog
 from patchkit.engine import faults
-from patchkit.series import diff_files
+from patchkit.catalog.series import diff_files
 from patchkit.targets import LocalTarget
 from tests.engine.helpers import make_checkout
 from tests.engine.test_preconditions import _make_read_only

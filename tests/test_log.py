@@ -20,7 +20,9 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
-from patchkit import api, lineage, render
+from patchkit import api
+from patchkit.catalog import lineage
+from patchkit.cli import render
 from patchkit.catalog import Catalog
 from patchkit.cli.main import cli, main
 from patchkit.errors import EXIT_USAGE, ManifestError

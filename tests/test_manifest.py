@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from patchkit.errors import ManifestError
-from patchkit.manifest import bump_manifest, load_config, load_manifest, new_manifest_text
-from patchkit.model import Check
+from patchkit.catalog.manifest import bump_manifest, load_config, load_manifest, new_manifest_text
+from patchkit.catalog.model import Check
 
 SAMPLES = Path(__file__).parent / "samples"
 CATALOG = SAMPLES / "catalog"
@@ -336,7 +336,7 @@ def test_a_bad_entry_among_many_patches_is_refused_naming_it(tmp_path: Path, ent
 def test_allow_special_modes_is_off_unless_set_and_survives_the_index(tmp_path: Path) -> None:
     """``allow_special_modes`` (docs/manifest.md): false by default, a boolean when set, and
     carried by the manifest index's fix data like every other key."""
-    from patchkit.manifest import fix_data, fix_from_data
+    from patchkit.catalog.manifest import fix_data, fix_from_data
 
     (tmp_path / "manifests").mkdir()
     path = tmp_path / "manifests" / "suid.toml"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from patchkit import series
-from patchkit.series import parse_series, patch_digests, read_series
+from patchkit.catalog import series
+from patchkit.catalog.series import parse_series, patch_digests, read_series
 
 PATCH = (b"--- a/f.txt\n+++ b/f.txt\n@@ -1,2 +1,2 @@\n a\n-b\n+c\n")
 SAME_SIZE = (b"--- a/f.txt\n+++ b/f.txt\n@@ -1,2 +1,2 @@\n a\n-b\n+d\n")

@@ -20,9 +20,9 @@ from patchkit import api
 from patchkit.catalog import Catalog
 from patchkit.demo import FORK_COMMITS, LATER_EDIT, LATER_SUBJECT, SEED_FIXES, build_fork
 from patchkit.errors import PreconditionFailed, UsageError, VerificationFailed
-from patchkit.model import Fix
+from patchkit.catalog.model import Fix
 from patchkit.results import FixOutcome, OpResult
-from patchkit.series import parse_patch
+from patchkit.catalog.series import parse_patch
 from patchkit.targets import LocalTarget
 from patchkit.upstream import UpstreamRepo
 from tests.fixtures.sglang import CATALOG_RELEASE

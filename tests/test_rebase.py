@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from patchkit import api, manifest, rebase, series
+from patchkit import api, rebase
+from patchkit.catalog import manifest, series
 from patchkit.catalog import Catalog
 from patchkit.cli.main import cli
 from patchkit.errors import UsageError

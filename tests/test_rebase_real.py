@@ -19,8 +19,8 @@ import pytest
 
 from patchkit import api, rebase
 from patchkit.catalog import Catalog
-from patchkit.manifest import new_manifest_text
-from patchkit.series import diff_files
+from patchkit.catalog.manifest import new_manifest_text
+from patchkit.catalog.series import diff_files
 from patchkit.targets import LocalTarget
 from patchkit.upstream import UpstreamRepo
 

@@ -29,9 +29,9 @@ from click.testing import CliRunner
 from patchkit import api, errors
 from patchkit.catalog import Catalog
 from patchkit.cli.main import main
-from patchkit.remote import RemoteTarget
+from patchkit.targets.remote import RemoteTarget
 from patchkit.targets import LocalTarget, Target
-from patchkit.transport import SshSpec
+from patchkit.targets.transport import SshSpec
 from tests.fixtures.sshd import SshServer
 
 pytestmark = pytest.mark.ssh
@@ -282,7 +282,7 @@ def test_cli_output_is_the_same_for_local_and_remote_with_one_connection_each(
 
 
 def test_ssh_options_and_program_reach_url_and_named_targets(tmp_path: Path) -> None:
-    from patchkit.manifest import load_config
+    from patchkit.catalog.manifest import load_config
     from patchkit.targets import resolve_target
 
     url = resolve_target("ssh://deploy@gpu1:2200/srv/sglang", ["serve=/root"],

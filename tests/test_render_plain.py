@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from patchkit import render
+from patchkit.cli import render
 from patchkit.errors import PreconditionFailed
 from patchkit.results import OpResult
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from patchkit.errors import PatchFormatError
 from patchkit.engine.hunks import body_lines
 from patchkit.plan import _reversed
-from patchkit.series import diff_files, parse_patch, parse_series
+from patchkit.catalog.series import diff_files, parse_patch, parse_series
 
 SAMPLES = Path(__file__).parent / "samples" / "catalog" / "patches"
 

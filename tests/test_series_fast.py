@@ -1,6 +1,6 @@
 """The fast git-diff reader gives exactly unidiff's records, or hands the patch to unidiff.
 
-unidiff (through ``patchkit.series._parse``) is the reference: every comparison here is
+unidiff (through ``patchkit.catalog.series._parse``) is the reference: every comparison here is
 against the records it makes, in the request's ``body`` form. A patch the fast reader takes
 must give equal records; a patch unidiff refuses must never be taken (its error, with file and
 line, comes from unidiff as before).
@@ -16,10 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from patchkit import series
+from patchkit.catalog import series
 from patchkit.errors import PatchFormatError
-from patchkit.series import compact_hunk, diff_files, parse_series
-from patchkit.series_fast import parse_git_patch
+from patchkit.catalog.series import compact_hunk, diff_files, parse_series
+from patchkit.catalog.series_fast import parse_git_patch
 from tests.test_series import BAD_PATCHES
 
 REPO = Path(__file__).resolve().parent.parent

@@ -23,8 +23,8 @@ from patchkit.cli import status as cli_status
 from patchkit.cli import verify as cli_verify
 from patchkit.cli.common import State, one_value
 from patchkit.cli.main import fast_command
-from patchkit.manifest import load_manifest
-from patchkit.model import Check, Fix, Upstream
+from patchkit.catalog.manifest import load_manifest
+from patchkit.catalog.model import Check, Fix, Upstream
 from patchkit.results import CheckResult, OpResult
 from tests.test_cli import INDEX_K, POOL, Env, env, git  # noqa: F401  (fixtures)
 from tests.test_client_speed import run_counting_imports
@@ -228,7 +228,7 @@ def test_status_written_without_rich_reads_as_rich_draws_it(
 
     from rich.console import Console
 
-    from patchkit import render
+    from patchkit.cli import render
 
     rng = random.Random(7)
     monkeypatch.setattr(render, "_pipe_width", lambda: 80)
@@ -278,7 +278,7 @@ def test_plain_width_is_the_width_rich_draws_at(columns: str | None) -> None:
     environ = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     if columns is not None:
         environ["COLUMNS"] = columns
-    code = ("from rich.console import Console\nfrom patchkit import render\n"
+    code = ("from rich.console import Console\nfrom patchkit.cli import render\n"
             "print(render._pipe_width(), Console().width)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           stdin=subprocess.DEVNULL, env=environ, timeout=60, check=True)
@@ -296,7 +296,7 @@ def test_version_is_answered_as_click_answers_it(capsys: pytest.CaptureFixture[s
     assert fast_out == capsys.readouterr().out == "patchkit, version 0.1.0\n"
     code = ("import sys\nfrom patchkit.cli.main import main\ntry:\n    main(['--version'])\n"
             "except SystemExit:\n    pass\n"
-            "print(sorted(m for m in ('click', 'dataclasses', 'patchkit.model', 'typing')\n"
+            "print(sorted(m for m in ('click', 'dataclasses', 'patchkit.catalog.model', 'typing')\n"
             "             if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=True)

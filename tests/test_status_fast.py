@@ -14,9 +14,10 @@ from typing import Any, Callable, Mapping
 
 import pytest
 
-from patchkit import api, engine, errors, plan, series
+from patchkit import api, engine, errors, plan
+from patchkit.catalog import series
 from patchkit.catalog import Catalog, FixStub
-from patchkit.remote import RemoteTarget
+from patchkit.targets.remote import RemoteTarget
 from patchkit.targets import LocalTarget
 from tests.test_remote import PY, SAMPLES, Ssh, make_tree, ssh  # noqa: F401  (ssh is a fixture)
 
@@ -266,7 +267,7 @@ def test_unchanged_manifests_are_not_read_again(catalog: Catalog,
     assert [(s.name, s.version) for s in first] == [
         ("index-k-bytes", 2), ("old-index-k", 1), ("pool-guard", 1)]
     assert {s.name: set(s.roots) for s in first}["pool-guard"] == {"sglang", "serve"}
-    from patchkit import manifest
+    from patchkit.catalog import manifest
 
     monkeypatch.setattr(manifest, "load_manifest", lambda *a, **k: pytest.fail("read again"))
     assert Catalog(catalog.root).stubs() == first
@@ -295,7 +296,7 @@ def test_a_broken_manifest_fails_every_time(catalog: Catalog) -> None:
 
 def test_an_indexed_fix_equals_the_loaded_one_and_its_series_is_still_checked(
         catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
-    from patchkit import manifest
+    from patchkit.catalog import manifest
 
     settled(catalog)
     loaded = {f.name: f for f in catalog.all()}

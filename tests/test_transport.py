@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from patchkit import errors
-from patchkit.remote import RemoteTarget, parse_ssh_url
-from patchkit.transport import SshSpec, engine_modules, remote_command, run_engine
+from patchkit.targets.remote import RemoteTarget, parse_ssh_url
+from patchkit.targets.transport import SshSpec, engine_modules, remote_command, run_engine
 from tests.fixtures.sshd import SshServer
 
 pytestmark = pytest.mark.ssh

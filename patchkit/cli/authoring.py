@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from .. import authoring, render
+from .. import authoring
+from . import render
 from .common import State, json_option, pass_state
 
 

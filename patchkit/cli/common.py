@@ -67,7 +67,7 @@ class State:
             if path is None and Path("patchkit.toml").is_file():
                 path = "patchkit.toml"
             if path is not None:
-                from ..manifest import load_config
+                from ..catalog.manifest import load_config
 
                 self._config = load_config(Path(path))
         return self._config
@@ -264,7 +264,7 @@ def emit_result(result: Any, as_json: bool, *, show_diff: bool | None = None,
     """Print an operation's result as JSON or for people; the exit code of a success.
 
     ``show_diff`` None lets the renderer decide (a dry run changing few files shows it)."""
-    from .. import render
+    from . import render
 
     if as_json:
         render.print_json(result.to_json())

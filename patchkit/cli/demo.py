@@ -8,7 +8,9 @@ from typing import Any
 
 import click
 
-from .. import api, lineage, render
+from .. import api
+from ..catalog import lineage
+from . import render
 from ..catalog import Catalog
 from ..demo import SEED_FIXES, DemoFork, build_fork, demo_release
 from ..targets import LocalTarget

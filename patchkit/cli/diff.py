@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from .. import rebase, render
+from .. import rebase
+from . import render
 from .common import State, json_option, pass_state
 
 

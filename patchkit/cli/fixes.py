@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from .. import render
-from ..series import parse_patch
+from . import render
+from ..catalog.series import parse_patch
 from .common import State, json_option, pass_state
 
 

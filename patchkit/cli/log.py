@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import click
 
-from .. import api, lineage, render
+from .. import api
+from ..catalog import lineage
+from . import render
 from .common import State, json_option, pass_state, target_options
 
 

@@ -259,7 +259,7 @@ def _run_click(args: list[str] | None, state: State) -> int:
     except click.ClickException as exc:
         code = EXIT_USAGE if exc.exit_code == 2 else exc.exit_code
         if state.json or _asks_json(sys.argv[1:] if args is None else args):
-            from ..render import print_json  # the object docs/cli.md promises on any failure
+            from .render import print_json  # the object docs/cli.md promises on any failure
 
             print_json({"ok": False, "error": {"type": "UsageError" if code == EXIT_USAGE
                                                else type(exc).__name__,
@@ -291,7 +291,7 @@ def _main(argv: list[str] | None, ctx_state: State) -> None:
         run = fast_command(sys.argv[1:] if argv is None else list(argv), ctx_state)
         rc = _run_fast(run) if run is not None else _run_click(argv, ctx_state)
     except PatchkitError as err:
-        from ..render import print_json, render_error
+        from .render import print_json, render_error
 
         if ctx_state.json:
             result = getattr(err, "result", None)

@@ -56,7 +56,7 @@ def rebase(state: State, fixes: tuple[str, ...], all_fixes: bool, include_inacti
             if as_json:
                 _print_json({**current.to_json(), "in_progress": True})
             else:
-                from .. import render
+                from . import render
 
                 render.render_rebase_in_progress(render.stdout(), current)
             click.get_current_context().exit(EXIT_CONFLICT)
@@ -65,7 +65,7 @@ def rebase(state: State, fixes: tuple[str, ...], all_fixes: bool, include_inacti
         if as_json:
             _print_json({"aborted": True, "restored": restored})
         else:
-            from .. import render
+            from . import render
 
             render.stdout().print("rebase aborted; catalog restored"
                                   + (f" ({', '.join(restored)})" if restored else ""))
@@ -80,7 +80,7 @@ def rebase(state: State, fixes: tuple[str, ...], all_fixes: bool, include_inacti
                       dry_run)
         _print_json(report.to_json())
     else:
-        from .. import render
+        from . import render
 
         with render.rebase_progress(render.stderr(), enabled=True) as progress:
             report = _run(catalog, cont, skip, onto, fixes, repo, base, include_inactive,

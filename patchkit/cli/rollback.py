@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .. import api, render
+from .. import api
+from . import render
 from .common import TARGET_FAST_OPTIONS, State, emit_result, lazy_command, require_names
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .. import render
+from . import render
 from ..upstream import UpstreamRepo
 from .common import json_option
 

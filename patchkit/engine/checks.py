@@ -43,7 +43,7 @@ Reader = Callable[[str, str], Optional[bytes]]
 OUTPUT_LIMIT = 4000
 KINDS = ("grep", "sha256", "python-syntax", "bash-syntax", "python-import", "python-script", "command",
          "git-contains", "git-descends-from")
-#: Seconds a check may run when its ``timeout`` is not given (patchkit.model.CHECK_DEFAULTS
+#: Seconds a check may run when its ``timeout`` is not given (patchkit.catalog.model.CHECK_DEFAULTS
 #: writes the same into every request; docs/manifest.md). Reading one file: a minute; running
 #: the target's code or git over its history: five.
 DEFAULT_TIMEOUTS = {"grep": 60.0, "sha256": 60.0, "python-syntax": 60.0, "bash-syntax": 60.0,

@@ -13,10 +13,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import series
+from ..catalog import series
 from ..engine import hunks
 from ..errors import ConflictError
-from ..model import Fix
+from ..catalog.model import Fix
 from ._git import Blobs, merge_file
 
 CLEAN = ("unchanged", "offset", "merged", "resolved", "upstream")

@@ -19,11 +19,11 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .. import manifest, series
+from ..catalog import manifest, series
 from ..catalog import Catalog
 from ..engine import hunks
 from ..errors import ConflictError, PatchkitError, UsageError
-from ..model import Fix
+from ..catalog.model import Fix
 from . import _git
 from .classify import (CLEAN, PatchReport, Series, Tree, apply_all, changes, classify,
                        patch_from_json, series_text)

@@ -6,7 +6,8 @@ Old versions live in the catalog's git history, read through :mod:`patchkit.gitr
 
 from __future__ import annotations
 
-from .. import gitrepo, manifest
+from .. import gitrepo
+from ..catalog import manifest
 from ..catalog import Catalog
 from ..errors import UsageError
 

@@ -45,7 +45,7 @@ def make_checkout(base: Path, release: str = "0.5.21", name: str = "sglang", git
 
 
 def hunks_from(before: str, after: str, context: int = 3) -> List[Dict[str, Any]]:
-    """Hunks of a unified diff (what patchkit.series would produce from a patch file)."""
+    """Hunks of a unified diff (what patchkit.catalog.series would produce from a patch file)."""
     a, b = split_lines(before), split_lines(after)
     out = []
     matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from patchkit.engine import checks
-from patchkit.model import CHECK_DEFAULTS, CHECK_KINDS
+from patchkit.catalog.model import CHECK_DEFAULTS, CHECK_KINDS
 
 from .helpers import MOD, content_snapshot, file_record, fix, git, request
 

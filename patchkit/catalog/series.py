@@ -10,7 +10,7 @@ rename, a symlink) is refused with :class:`PatchFormatError` naming the file and
 
 A series for a request (:func:`read_series`) is cached whole, keyed by its patches' hashes,
 which a stat-stamped index supplies without reading the patches (:func:`patch_digests`); a
-series not cached is read by :mod:`patchkit.series_fast` (the plain shape git writes, the
+series not cached is read by :mod:`patchkit.catalog.series_fast` (the plain shape git writes, the
 same records at a fraction of unidiff's cost) and by unidiff for any patch that reader leaves.
 
 :func:`diff_files` writes the same dialect (git-style headers, 3 lines of context), so an
@@ -28,11 +28,11 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from .engine import hunks as _hunks
-from .engine.hunks import split_lines  # the engine splits files the same way
+from ..engine import hunks as _hunks
+from ..engine.hunks import split_lines  # the engine splits files the same way
 from . import patch_index as _index
 from . import series_fast as _fast
-from .errors import PatchFormatError
+from ..errors import PatchFormatError
 from .series_fast import parse_git_patch
 
 DEV_NULL = "/dev/null"
@@ -267,7 +267,7 @@ def _store_cached(key: str, blob: bytes) -> None:
 
 def patch_digests(paths: Sequence[Path | str]) -> list[str]:
     """The sha256 of each patch file, read and hashed only when the stat-stamped index
-    (:mod:`patchkit.patch_index`) cannot vouch for it. Raises ``OSError`` (``filename`` set)
+    (:mod:`patchkit.catalog.patch_index`) cannot vouch for it. Raises ``OSError`` (``filename`` set)
     for a patch that cannot be stat'ed or read."""
     return _index.digests(paths, {}, _cache_base() / "patch-index")
 

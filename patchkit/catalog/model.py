@@ -1,6 +1,6 @@
 """The catalog's model: what a manifest (``manifests/<fix>.toml``) and ``patchkit.toml`` say.
 
-Frozen dataclasses only, built by :mod:`patchkit.manifest` after validation, so the rest of
+Frozen dataclasses only, built by :mod:`patchkit.catalog.manifest` after validation, so the rest of
 patchkit can trust every field (types, enums, required keys) without re-checking. The format
 itself is written down in ``docs/manifest.md``; this module mirrors it.
 

@@ -3,7 +3,7 @@
 Loads manifests lazily (once per Catalog), orders fixes by ``depends_on`` and refuses
 cycles and unknown dependencies with a :class:`ManifestError` naming the manifests involved.
 :meth:`Catalog.stubs` gives what ``status`` needs of every fix (name, version, roots) from a
-stat-stamped index (:mod:`patchkit.manifest_index`), validating only manifests that changed.
+stat-stamped index (:mod:`patchkit.catalog.manifest_index`), validating only manifests that changed.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
-from .errors import ManifestError, UnknownFixError, UsageError
+from ..errors import ManifestError, UnknownFixError, UsageError
 from .model import Frozen, record
 
 if TYPE_CHECKING:  # manifest loads with the first manifest read (see Catalog.get): a status

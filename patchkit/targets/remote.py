@@ -1,12 +1,12 @@
 """Remote targets: the same engine requests as a local target, run on a host over SSH.
 
 A :class:`RemoteTarget` only fills in where the files are (its roots) and which interpreter
-runs the engine, then hands the request to :func:`patchkit.transport.run_engine`; the result
+runs the engine, then hands the request to :func:`patchkit.targets.transport.run_engine`; the result
 (including an engine error) comes back exactly as a local run would produce it.
 
 Remote targets are written as ``ssh://[user@]host[:port]/abs/path`` (the path is the
 ``sglang`` root, see :func:`parse_ssh_url`) or as a named target with a ``host`` in
-``patchkit.toml`` (read by ``patchkit.manifest``; see docs/remote.md).
+``patchkit.toml`` (read by ``patchkit.catalog.manifest``; see docs/remote.md).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import UsageError
+from ..errors import UsageError
 from .transport import SshSpec, run_engine
 
 DEFAULT_PYTHON = "python3"

@@ -2,7 +2,7 @@
 
 The only module that touches TOML (tomlkit). Loading validates everything the format says
 (docs/manifest.md) and raises :class:`ManifestError` naming the file and the key or line, so
-the rest of patchkit works on trusted frozen dataclasses (:mod:`patchkit.model`). Writing goes
+the rest of patchkit works on trusted frozen dataclasses (:mod:`patchkit.catalog.model`). Writing goes
 through tomlkit's round trip, so a bump keeps the author's comments and layout.
 
 Manifest format 1 is the current one; a manifest declaring a newer ``format`` is refused with
@@ -25,11 +25,11 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from .errors import ManifestError
+from ..errors import ManifestError
 
 _UNSET: Any = object()
 #: tomllib (Python >= 3.11; None on 3.10, where every parse goes through tomlkit), imported by
-#: the first parse: a run whose manifests all come from the index (patchkit.manifest_index)
+#: the first parse: a run whose manifests all come from the index (patchkit.catalog.manifest_index)
 #: never needs it.
 _tomllib: Any = _UNSET
 

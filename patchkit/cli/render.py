@@ -21,8 +21,8 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, ContextManager, Iterable, List, Mapping, Tuple
 
-from .errors import PatchkitError
-from .results import CheckResult, FileChange, FixOutcome, OpResult
+from ..errors import PatchkitError
+from ..results import CheckResult, FileChange, FixOutcome, OpResult
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -512,7 +512,7 @@ def render_error(console: Any, err: PatchkitError) -> None:
 
 def render_lineage(console: Console, fixes: Iterable[Any], states: Mapping[str, str] | None = None) -> None:
     """Loaded fixes with a target's states by name, drawn like ``patchkit log``."""
-    from .lineage import from_fixes
+    from ..catalog.lineage import from_fixes
 
     render_log(console, from_fixes(fixes, states=states))
 

@@ -71,7 +71,7 @@ def _hash_into_index(index_file: Path, entries: dict[str, tuple], paths: list[st
         return shas
 
 
-# -- the mechanism, shared with patchkit.manifest_index -------------------------------------
+# -- the mechanism, shared with patchkit.catalog.manifest_index -------------------------------------
 
 
 def stamp_of(st: os.stat_result) -> tuple[int, int, int, int, int]:

@@ -5,7 +5,7 @@ version, roots), and each whole fix, without reading or validating its manifest 
 the manifests directory and of the code that validates): a marshalled dict {file name: (dev,
 ino, size, mtime_ns, ctime_ns, clock_ns, summary)}; ``<index dir>/<key>-<file name>``: one
 manifest's (dev, ino, size, mtime_ns, ctime_ns, clock_ns, fix data), the fix as
-``patchkit.manifest.fix_data`` encodes it. The rule is :mod:`patchkit.patch_index`'s (git's
+``patchkit.catalog.manifest.fix_data`` encodes it. The rule is :mod:`patchkit.catalog.patch_index`'s (git's
 racy-index rule, strict): ``clock_ns`` is the file system's clock (the mtime of the new
 index's temp file) taken *before* the manifest was read, and an entry is written and trusted
 only when the manifest's ctime and mtime are strictly before it, on the same file system and

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import (
+from ..errors import (
     AuthenticationFailed,
     ConnectionLost,
     HostKeyError,
@@ -237,7 +237,7 @@ def check_host(host: str) -> None:
 
 @functools.lru_cache(maxsize=1)
 def _installed_modules() -> tuple[tuple[str, str], ...]:
-    base = Path(__file__).resolve().parent
+    base = Path(__file__).resolve().parent.parent
     found = [("patchkit.errors", (base / "errors.py").read_text(encoding="utf-8"))]
     engine = base / "engine"
     for path in sorted(engine.rglob("*.py")):

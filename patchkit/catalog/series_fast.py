@@ -5,7 +5,7 @@ series. Patches written by git (``git diff``, ``git format-patch``) are nearly a
 simple shape, whose hunk bodies can be checked and cut out with string counts at C speed.
 
 :func:`parse_git_patch` reads only that shape and gives exactly the records
-:mod:`patchkit.series` makes with unidiff (hunks in the ``body`` form). On anything it does
+:mod:`patchkit.catalog.series` makes with unidiff (hunks in the ``body`` form). On anything it does
 not fully understand -- quoted or spaced paths, renames, copies, binary patches, symlinks,
 an empty new file, a "\\r" in a header, a blank or odd line in a hunk, a header whose counts
 do not match, a preamble or trailer line unidiff could read as part of the diff -- it returns

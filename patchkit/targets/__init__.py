@@ -4,7 +4,7 @@ A target is a set of named roots (``sglang`` = the checkout or installed package
 folder of the serve scripts, ...) plus the Python interpreter that verifications run with. Every
 target implements the same tiny protocol, :meth:`Target.run`, which executes one engine request
 (see docs/design.md) next to the files and returns the engine's result. A local target runs the
-engine in-process; a remote one (``patchkit.remote``) ships it over one SSH session. Everything
+engine in-process; a remote one (``patchkit.targets.remote``) ships it over one SSH session. Everything
 above this layer is the same for both.
 """
 
@@ -15,8 +15,8 @@ import re
 from dataclasses import field
 from typing import Any, Mapping, Protocol, Sequence
 
-from .errors import TargetError, UsageError
-from .model import Frozen, record
+from ..errors import TargetError, UsageError
+from ..catalog.model import Frozen, record
 
 PRIMARY_ROOT = "sglang"
 _SSH_SETTING = re.compile(r"[A-Za-z][A-Za-z0-9]*(=| +)[^\0\n\r]+")
@@ -51,7 +51,7 @@ class LocalTarget(Frozen):
                              is_remote=False, found=found)
 
     def run(self, request: dict[str, Any]) -> dict[str, Any]:
-        from . import engine
+        from .. import engine
 
         return engine.run(dict(request, roots=dict(self.roots), python=self.python),
                           cache_dir=user_cache_dir())
@@ -121,7 +121,7 @@ def sglang_tree_root(path: str) -> str | None:
     """The root of the SGLang tree at ``path``: ``path`` when it is a checkout (holds
     ``python/sglang/``) or an installed-package directory (holds ``sglang/__init__.py``), the
     checkout when ``path`` is a checkout's ``python/`` directory; None when it holds neither."""
-    from .engine.paths import CHECKOUT, PACKAGE, detect_layout
+    from ..engine.paths import CHECKOUT, PACKAGE, detect_layout
 
     layout = detect_layout(path)
     if layout == CHECKOUT:
