@@ -9,11 +9,11 @@ stat-stamped index (:mod:`patchkit.catalog.manifest_index`), validating only man
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
 from ..errors import ManifestError, UnknownFixError, UsageError
-from .model import Frozen, record
 
 if TYPE_CHECKING:  # manifest loads with the first manifest read (see Catalog.get): a status
     from .model import Fix  # whose manifests are all indexed needs no TOML reader
@@ -22,17 +22,14 @@ ENV_CATALOG = "PATCHKIT_CATALOG"
 CONFIG_NAME = "patchkit.toml"  # a catalog's own settings (docs/manifest.md, patchkit.toml)
 
 
-@record
-class FixStub(Frozen):
+@dataclass(frozen=True)
+class FixStub:
     """What a status needs of a fix before knowing whether the target records it: its name,
     its version and the roots it uses. Its series is never read (docs/design.md, FIX stub)."""
 
     name: str
     version: int
     roots: tuple[str, ...]
-
-    def __init__(self, name: str, version: int, roots: tuple[str, ...]) -> None:
-        self.__dict__.update(name=name, version=version, roots=roots)
 
 
 #: Where a regular install (a wheel) keeps the shipped catalog: package data of patchkit

@@ -1,19 +1,13 @@
 """The catalog's model: what a manifest (``manifests/<fix>.toml``) and ``patchkit.toml`` say.
 
-Frozen dataclasses only, built by :mod:`patchkit.catalog.manifest` after validation, so the rest of
-patchkit can trust every field (types, enums, required keys) without re-checking. The format
-itself is written down in ``docs/manifest.md``; this module mirrors it.
-
-The classes are declared with ``@record`` instead of ``@dataclass(frozen=True)``: they stay
-dataclasses (``dataclasses.fields``, ``replace`` and ``asdict`` work, assignment raises
-``FrozenInstanceError``), but their ``__init__`` is written by hand and ``__eq__``, ``__hash__``,
-``__repr__`` and the frozen ``__setattr__`` come from :class:`Frozen`, because the generated
-methods cost about a millisecond per class at import, a large part of a small run's start.
+Frozen dataclasses built by :mod:`patchkit.catalog.manifest` after validation, so the rest of
+patchkit trusts every field without re-checking (docs/design.md, Records). The format is
+written down in ``docs/manifest.md``; this module mirrors it.
 """
 
 from __future__ import annotations
 
-from dataclasses import FrozenInstanceError, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -78,44 +72,6 @@ CHECK_DEFAULTS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
 })
 
 
-class Frozen:
-    """The methods ``@dataclass(frozen=True)`` would generate, written once for every record."""
-
-    __slots__ = ()
-    __dataclass_fields__: Any
-
-    def _values(self) -> tuple[Any, ...]:
-        d = self.__dict__
-        return tuple(d[name] for name in self.__dataclass_fields__)
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is self.__class__:
-            return self._values() == other._values()  # type: ignore[attr-defined]
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(self._values())
-
-    def __repr__(self) -> str:
-        d = self.__dict__
-        inner = ", ".join(f"{name}={d[name]!r}" for name in self.__dataclass_fields__)
-        return f"{self.__class__.__qualname__}({inner})"
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise FrozenInstanceError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise FrozenInstanceError(f"cannot delete field {name!r}")
-
-
-def record(cls: type) -> type:
-    """Make ``cls`` (a :class:`Frozen` with a hand-written ``__init__``) a dataclass.
-
-    Only the fields are registered: nothing is generated, so this costs a tenth of a frozen
-    ``@dataclass`` while ``dataclasses.fields``/``replace``/``asdict`` keep working."""
-    return dataclass(init=False, repr=False, eq=False)(cls)
-
-
 def _freeze(value: Any) -> Any:
     if isinstance(value, Mapping):
         return MappingProxyType({k: _freeze(v) for k, v in value.items()})
@@ -132,8 +88,8 @@ def _thaw(value: Any) -> Any:
     return value
 
 
-@record
-class Upstream(Frozen):
+@dataclass(frozen=True)
+class Upstream:
     """Where the series comes from and which releases it is known to apply to."""
 
     base_release: str
@@ -143,15 +99,9 @@ class Upstream(Frozen):
     forwarding: str = "not-forwarded"
     reference: str = ""
 
-    def __init__(self, base_release: str, releases: tuple[str, ...], project: str = "sglang",
-                 root: str = DEFAULT_ROOT, forwarding: str = "not-forwarded",
-                 reference: str = "") -> None:
-        self.__dict__.update(base_release=base_release, releases=releases, project=project,
-                             root=root, forwarding=forwarding, reference=reference)
 
-
-@record
-class PatchRef(Frozen):
+@dataclass(frozen=True)
+class PatchRef:
     """One patch of the series: ``patches/<fix>/<file>``, its paths relative to ``root``."""
 
     file: str
@@ -159,19 +109,16 @@ class PatchRef(Frozen):
     description: str
     path: Path
 
-    def __init__(self, file: str, root: str, description: str, path: Path) -> None:
-        self.__dict__.update(file=file, root=root, description=description, path=path)
 
-
-@record
-class Check(Frozen):
+@dataclass(frozen=True)
+class Check:
     """A precondition or verification; ``params`` holds the kind's keys (see CHECK_KEYS)."""
 
     kind: str
-    params: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    params: Mapping[str, Any] = field(default_factory=dict)
 
-    def __init__(self, kind: str, params: Mapping[str, Any] | None = None) -> None:
-        self.__dict__.update(kind=kind, params=_freeze(dict(params or {})))
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "params", _freeze(dict(self.params or {})))
 
     @property
     def name(self) -> str:
@@ -212,47 +159,34 @@ class Check(Frozen):
         return f"{self.name} ({what})" if self.name else what
 
 
-@record
-class Actions(Frozen):
+@dataclass(frozen=True)
+class Actions:
     """``[actions]``: what the applier does besides writing the patched files."""
 
     purge_pycache: bool = True
 
-    def __init__(self, purge_pycache: bool = True) -> None:
-        self.__dict__["purge_pycache"] = purge_pycache
 
-
-@record
-class Rollback(Frozen):
+@dataclass(frozen=True)
+class Rollback:
     """``[rollback]``: how the fix is undone."""
 
     strategy: str = ROLLBACK_RESTORE
     notes: str = ""
 
-    def __init__(self, strategy: str = ROLLBACK_RESTORE, notes: str = "") -> None:
-        self.__dict__.update(strategy=strategy, notes=notes)
 
-
-@record
-class Revert(Frozen):
-    """``[revert]``: the fix is the inverse of a commit, merged onto today's files (docs/git.md).
-
-    The commit is named by id (``commit``) and/or by the fix whose series it committed
-    (``fix``, found by patch-id, so one manifest serves every fork); ``paths`` restricts it.
-    """
+@dataclass(frozen=True)
+class Revert:
+    """``[revert]``: the inverse of a commit, named by id and/or by the fix whose series it
+    committed (found by patch-id), merged onto today's files (docs/git.md)."""
 
     commit: str = ""
     fix: str = ""
     paths: tuple[str, ...] = ()
     root: str = DEFAULT_ROOT
 
-    def __init__(self, commit: str = "", fix: str = "", paths: tuple[str, ...] = (),
-                 root: str = DEFAULT_ROOT) -> None:
-        self.__dict__.update(commit=commit, fix=fix, paths=paths, root=root)
 
-
-@record
-class ChangelogEntry(Frozen):
+@dataclass(frozen=True)
+class ChangelogEntry:
     """One ``[[changelog]]`` entry: a version of the series and why it changed."""
 
     version: int
@@ -260,17 +194,9 @@ class ChangelogEntry(Frozen):
     summary: str
     base_release: str = ""
 
-    def __init__(self, version: int, date: str, summary: str, base_release: str = "") -> None:
-        self.__dict__.update(version=version, date=date, summary=summary,
-                             base_release=base_release)
 
-
-_NO_ACTIONS = Actions()
-_NO_ROLLBACK = Rollback()
-
-
-@record
-class Fix(Frozen):
+@dataclass(frozen=True)
+class Fix:
     """A validated manifest, with where it lives (``manifest_path``, ``patch_dir``)."""
 
     format: int
@@ -288,27 +214,11 @@ class Fix(Frozen):
     reverts: str = ""
     preconditions: tuple[Check, ...] = ()
     verification: tuple[Check, ...] = ()
-    actions: Actions = _NO_ACTIONS
-    rollback: Rollback = _NO_ROLLBACK
+    actions: Actions = Actions()
+    rollback: Rollback = Rollback()
     changelog: tuple[ChangelogEntry, ...] = ()
     revert: Revert | None = None
     allow_special_modes: bool = False  # files may be made setuid, setgid, sticky, o+w
-
-    def __init__(self, format: int, name: str, version: int, title: str, status: str,
-                 rationale: str, upstream: Upstream, patches: tuple[PatchRef, ...],
-                 manifest_path: Path, patch_dir: Path, depends_on: tuple[str, ...] = (),
-                 supersedes: tuple[str, ...] = (), reverts: str = "",
-                 preconditions: tuple[Check, ...] = (), verification: tuple[Check, ...] = (),
-                 actions: Actions = _NO_ACTIONS, rollback: Rollback = _NO_ROLLBACK,
-                 changelog: tuple[ChangelogEntry, ...] = (), revert: Revert | None = None,
-                 allow_special_modes: bool = False) -> None:
-        self.__dict__.update(
-            format=format, name=name, version=version, title=title, status=status,
-            rationale=rationale, upstream=upstream, patches=patches, manifest_path=manifest_path,
-            patch_dir=patch_dir, depends_on=depends_on, supersedes=supersedes, reverts=reverts,
-            preconditions=preconditions, verification=verification, actions=actions,
-            rollback=rollback, changelog=changelog, revert=revert,
-            allow_special_modes=allow_special_modes)
 
     @property
     def is_inactive(self) -> bool:
@@ -376,8 +286,8 @@ class Fix(Frozen):
         return tuple(seen)
 
 
-@record
-class TargetConfig(Frozen):
+@dataclass(frozen=True)
+class TargetConfig:
     """A named target of ``patchkit.toml``: a local root, or a root on a host over SSH."""
 
     name: str
@@ -388,15 +298,10 @@ class TargetConfig(Frozen):
     python: str | None = None
     ssh_options: tuple[str, ...] = ()
     ssh_program: str | None = None
-    roots: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    roots: Mapping[str, str] = field(default_factory=dict)
 
-    def __init__(self, name: str, path: str, host: str | None = None, user: str | None = None,
-                 port: int | None = None, python: str | None = None,
-                 ssh_options: tuple[str, ...] = (), ssh_program: str | None = None,
-                 roots: Mapping[str, str] | None = None) -> None:
-        self.__dict__.update(name=name, path=path, host=host, user=user, port=port,
-                             python=python, ssh_options=ssh_options, ssh_program=ssh_program,
-                             roots=MappingProxyType(dict(roots or {})))
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "roots", MappingProxyType(dict(self.roots or {})))
 
     @property
     def is_remote(self) -> bool:
@@ -407,19 +312,15 @@ class TargetConfig(Frozen):
         return {DEFAULT_ROOT: self.path, **self.roots}
 
 
-@record
-class ProjectConfig(Frozen):
+@dataclass(frozen=True)
+class ProjectConfig:
     """``patchkit.toml``: named targets and, optionally, where the catalog is."""
 
     path: Path
     catalog: Path | None = None
     default_target: str | None = None  # used when no --target is given
-    targets: Mapping[str, TargetConfig] = field(default_factory=lambda: MappingProxyType({}))
+    targets: Mapping[str, TargetConfig] = field(default_factory=dict)
     shipped_fixes: bool = False  # a catalog's own file: the shipped catalog sits beside it
 
-    def __init__(self, path: Path, catalog: Path | None = None, default_target: str | None = None,
-                 targets: Mapping[str, TargetConfig] | None = None,
-                 shipped_fixes: bool = False) -> None:
-        self.__dict__.update(path=path, catalog=catalog, default_target=default_target,
-                             targets=MappingProxyType(dict(targets or {})),
-                             shipped_fixes=shipped_fixes)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "targets", MappingProxyType(dict(self.targets or {})))

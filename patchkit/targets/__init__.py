@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence
 
 from ..errors import TargetError, UsageError
-from ..catalog.model import Frozen, record
 
 PRIMARY_ROOT = "sglang"
 _SSH_SETTING = re.compile(r"[A-Za-z][A-Za-z0-9]*(=| +)[^\0\n\r]+")
@@ -31,9 +30,9 @@ class Target(Protocol):
     def run(self, request: dict[str, Any]) -> dict[str, Any]: ...
 
 
-@record
-class LocalTarget(Frozen):
-    """A target on this machine: the engine runs in-process (a frozen dataclass, see model).
+@dataclass(frozen=True)
+class LocalTarget:
+    """A target on this machine: the engine runs in-process.
 
     ``found`` says how the ``sglang`` root was found when the user did not name it as a
     directory ("found from the working directory", "the sglang of /venv/bin/python"); empty
@@ -44,11 +43,6 @@ class LocalTarget(Frozen):
     description: str = ""
     is_remote: bool = field(default=False, init=False)
     found: str = ""
-
-    def __init__(self, roots: Mapping[str, str], python: str | None = None,
-                 description: str = "", found: str = "") -> None:
-        self.__dict__.update(roots=roots, python=python, description=description,
-                             is_remote=False, found=found)
 
     def run(self, request: dict[str, Any]) -> dict[str, Any]:
         from .. import engine
