@@ -55,7 +55,7 @@ def run(request):
     return {"format": 1, "op": request["op"], "ok": True, "dry_run": False, "recovered": [],
             "fixes": [], "status": None, "error": None,
             "echo": {"roots": request["roots"], "python": request.get("python"),
-                     "executable": sys.executable, "package": __package__}}
+                     "executable": sys.executable, "prefix": sys.prefix, "package": __package__}}
 '''
 
 ENGINE_WORK = '''
@@ -379,9 +379,10 @@ def test_timeout_before_the_agent_starts_ran_nothing(sshd: SshServer, tmp_path: 
         run_engine(spec_for(sshd), request(root), python=str(python), modules=modules(), timeout=1)
 
     assert "nothing ran" in caught.value.message and "unchanged" in caught.value.message
-    held = int(pid_file.read_text())
     release.touch()
-    wait_until(lambda: not alive(held), "the late agent on the host to end")
+    if pid_file.exists():  # on a busy machine the timeout can come before the host starts it
+        wait_until(lambda: pid_file.read_text().strip() and not alive(int(pid_file.read_text())),
+                   "the late agent on the host to end")
     assert not (root / "out.txt").exists()
 
 
@@ -529,11 +530,22 @@ def test_remote_target_replaces_the_request_roots(sshd: SshServer, tmp_path: Pat
     assert target.description == f"ssh://{sshd.user}@127.0.0.1:{sshd.port} (sglang={tmp_path})"
 
 
-def test_remote_target_passes_its_python(sshd: SshServer, tmp_path: Path) -> None:
-    target = RemoteTarget(spec_for(sshd), {"sglang": str(tmp_path)}, sys.executable, modules=modules())
+def dotted(python: str) -> str:
+    """``python`` reached through ``..`` (``.../bin/../bin/python``): the same file, other text."""
+    bindir, name = os.path.split(python)
+    return os.path.join(bindir, os.pardir, os.path.basename(bindir), name)
+
+
+@pytest.mark.parametrize("spelling", ["as-is", "through-dotdot"])
+def test_remote_target_passes_its_python(sshd: SshServer, tmp_path: Path, spelling: str) -> None:
+    python = sys.executable if spelling == "as-is" else dotted(sys.executable)
+    target = RemoteTarget(spec_for(sshd), {"sglang": str(tmp_path)}, python, modules=modules())
     result = target.run(request(tmp_path))
-    assert result["echo"]["python"] == sys.executable
-    assert result["echo"]["executable"] == sys.executable
+    assert result["echo"]["python"] == python  # the request carries the target's python as given
+    # the host ran that interpreter (its environment, not just the file a venv's python links
+    # to); its sys.executable may spell the path another way, so paths compare by identity
+    assert os.path.samefile(result["echo"]["executable"], python)
+    assert os.path.samefile(result["echo"]["prefix"], sys.prefix)
 
 
 @pytest.mark.parametrize(
