@@ -1,31 +1,12 @@
 """Run the engine on a host over one OpenSSH session (the only module that runs ``ssh``).
 
-One call to :func:`run_engine` is one ``ssh`` process and one session:
-
-    ssh [options] [-p port] [user@]host -- <python> -c <agent loader>
-
-The remote command is fixed: it holds the interpreter name and a loader for the agent, never
-a value from a manifest or request. Everything else travels on stdin as one length-prefixed
-JSON payload (``<decimal byte count>\\n{"modules": {dotted name: source}, "request": {...}}``).
-The agent (:data:`AGENT`, standard library only, Python 3.8+) ignores SIGHUP and SIGPIPE so
-that a dropped connection cannot stop a transaction half way, and then talks with the client:
-
-1. agent: :data:`STARTED_MARKER` (the interpreter runs); it reads the whole payload;
-2. agent: :data:`READY_MARKER` (the request is on the host); it waits for one line;
-3. client: :data:`GO_LINE`, then end of input; without that exact line the agent exits and
-   runs nothing;
-4. agent: builds ``patchkit``, ``patchkit.errors`` and ``patchkit.engine[.*]`` in memory
-   from the sources, runs ``patchkit.engine.run(request)`` and prints :data:`RESULT_MARKER`
-   followed by the result JSON.
-
-Step 3 is the line between the two ways a session can end without a result: before the
-client sent :data:`GO_LINE`, nothing ran on the host (:class:`~patchkit.errors.SessionFailed`
-and the other classes of a failed start); after it, the host may have changed the target and
-finishes or leaves a journal (:class:`~patchkit.errors.ConnectionLost`). The price is one
-round trip between the payload and the run.
-
-ssh's failures are told apart by its exit code (255 is ssh's own) and its stderr, and raised
-as the :mod:`patchkit.errors` remote classes, each message naming the host.
+The remote command is fixed (the interpreter and a loader for :data:`AGENT`); the engine's
+sources and the request go on stdin as one length-prefixed JSON payload. The agent (stdlib,
+Python 3.8+) says :data:`STARTED_MARKER`, reads it all, says :data:`READY_MARKER` and runs
+nothing until the client answers :data:`GO_LINE`, then prints :data:`RESULT_MARKER` and the
+result. That go-ahead splits a session that ends without a result into "nothing ran"
+(:class:`SessionFailed` and the failed starts) and "may have run" (:class:`ConnectionLost`),
+as docs/remote.md tells; ssh's own failures are told apart by exit code 255 and its stderr.
 """
 
 from __future__ import annotations
@@ -33,7 +14,6 @@ from __future__ import annotations
 import base64
 import functools
 import json
-import math
 import os
 import re
 import shlex
@@ -42,20 +22,12 @@ import subprocess
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import (
-    AuthenticationFailed,
-    ConnectionLost,
-    HostKeyError,
-    HostUnreachable,
-    RemoteError,
-    RemotePythonMissing,
-    SessionFailed,
-    UsageError,
-)
+from ..errors import (AuthenticationFailed, ConnectionLost, HostKeyError, HostUnreachable, RemoteError,
+                      RemotePythonMissing, SessionFailed, UsageError)
 
 STARTED_MARKER = b"\n--patchkit-agent-started-1--\n"
 READY_MARKER = b"\n--patchkit-agent-ready-1--\n"
@@ -109,18 +81,11 @@ def emit(data):
 
 emit(STARTED)
 stdin = sys.stdin.buffer
-header = stdin.readline(32)
-if not header.strip().isdigit():
-    sys.exit(3)
-size = int(header)
-chunks, got = [], 0
-while got < size:
-    chunk = stdin.read(size - got)
-    if not chunk:
-        sys.exit(3)  # the payload was cut short: run nothing
-    chunks.append(chunk)
-    got += len(chunk)
-payload = json.loads(b"".join(chunks).decode("utf-8"))
+header = stdin.readline(32).strip()
+data = stdin.read(int(header)) if header.isdigit() else b""
+if not header.isdigit() or len(data) < int(header):
+    sys.exit(3)  # no payload, or it was cut short: run nothing
+payload = json.loads(data.decode("utf-8"))
 emit(READY)
 if stdin.readline(16) != GO:
     sys.exit(3)  # the client never said go (it is gone, or gave up): run nothing
@@ -139,21 +104,15 @@ class Loader(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, fullname, path=None, target=None):
         if fullname not in sources and fullname not in packages:
             return None
-        spec = importlib.util.spec_from_loader(fullname, self, is_package=fullname in packages)
-        spec.origin = self.filename(fullname)
-        spec.has_location = True
+        package = fullname in packages
+        spec = importlib.util.spec_from_loader(fullname, self, is_package=package)
+        spec.origin = "<patchkit-agent>/%s%s" % (fullname.replace(".", "/"),
+                                                 "/__init__.py" if package else ".py")
+        spec.has_location = True  # tracebacks name the file and show its lines
         return spec
 
-    def filename(self, fullname):
-        suffix = "/__init__.py" if fullname in packages else ".py"
-        return "<patchkit-agent>/" + fullname.replace(".", "/") + suffix
-
-    def create_module(self, spec):
-        return None
-
     def exec_module(self, module):
-        source = sources.get(module.__name__, "")
-        filename = self.filename(module.__name__)
+        source, filename = sources.get(module.__name__, ""), module.__spec__.origin
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         exec(compile(source, filename, "exec"), module.__dict__)
 
@@ -167,11 +126,8 @@ except BaseException as exc:  # the client must always get a result it can re-ra
     if callable(error) and getattr(exc, "details", None) is not None:
         error = error()
     else:
-        error = {
-            "type": "InternalError",
-            "message": "the patchkit engine failed on the host: %s: %s" % (type(exc).__name__, exc),
-            "details": {"traceback": traceback.format_exc()},
-        }
+        error = {"type": "InternalError", "details": {"traceback": traceback.format_exc()},
+                 "message": "the patchkit engine failed on the host: %s: %s" % (type(exc).__name__, exc)}
     result = {"format": 1, "op": request.get("op"), "ok": False,
               "dry_run": bool(request.get("dry_run")), "recovered": [], "fixes": [],
               "status": None, "error": error}
@@ -187,22 +143,21 @@ AGENT = (
 class SshSpec:
     """How to reach a host: what ``ssh`` is given besides the remote command.
 
-    ``options`` are extra ``ssh`` arguments, passed verbatim before the destination (for
-    example ``("-o", "ProxyJump=bastion")``). ssh keeps the first value it sees for a setting,
-    so the user's options beat patchkit's defaults (``BatchMode=yes``, keep-alives and a
-    connect timeout), while an explicit ``connect_timeout`` beats both.
-    """
+    ``options`` are extra ``ssh`` arguments, passed verbatim before the destination (e.g.
+    ``("-o", "ProxyJump=bastion")``); ssh keeps the first value it sees for a setting, so they
+    beat patchkit's defaults (``BatchMode=yes``, keep-alives and a connect timeout)."""
 
     host: str
     user: str | None = None
     port: int | None = None
-    options: tuple[str, ...] = field(default_factory=tuple)
+    options: tuple[str, ...] = ()
     program: str = "ssh"
-    connect_timeout: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "options", tuple(self.options))
-        check_host(self.host)
+        host = self.host  # never something ssh could read as an option, nor no resolver accepts
+        if not isinstance(host, str) or not re.fullmatch(r"[A-Za-z0-9_.:%-]+", host) or host[0] in "-.":
+            raise UsageError(f"invalid SSH host {host!r}: use a host name, an IP address or an ssh alias")
         if self.user is not None and not re.fullmatch(r"[A-Za-z0-9_.][A-Za-z0-9_.-]*\$?", self.user):
             raise UsageError(f"invalid SSH user name {self.user!r}: use a plain login name")
         if self.port is not None and (
@@ -213,8 +168,6 @@ class SshSpec:
             raise UsageError(f"ssh options for {self.host} must be strings: {self.options!r}")
         if not self.program:
             raise UsageError(f"empty ssh program for {self.host}")
-        if self.connect_timeout is not None and not self.connect_timeout > 0:
-            raise UsageError(f"connect timeout for {self.host} must be positive")
 
     @property
     def destination(self) -> str:
@@ -229,30 +182,18 @@ class SshSpec:
         return f"ssh://{user}{host}{port}"
 
 
-def check_host(host: str) -> None:
-    """Refuse host names ssh could read as an option or that no resolver would accept."""
-    if not isinstance(host, str) or not re.fullmatch(r"[A-Za-z0-9_.:%-]+", host) or host[0] in "-.":
-        raise UsageError(f"invalid SSH host {host!r}: use a host name, an IP address or an ssh alias")
-
-
 @functools.lru_cache(maxsize=1)
-def _installed_modules() -> tuple[tuple[str, str], ...]:
-    base = Path(__file__).resolve().parent.parent
-    found = [("patchkit.errors", (base / "errors.py").read_text(encoding="utf-8"))]
-    engine = base / "engine"
-    for path in sorted(engine.rglob("*.py")):
-        if "__pycache__" in path.parts:
-            continue
-        parts = list(path.relative_to(base).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        found.append((".".join(["patchkit", *parts]), path.read_text(encoding="utf-8")))
-    return tuple(found)
+def _engine_sources() -> tuple[tuple[str, str], ...]:
+    package = Path(__file__).resolve().parent.parent
+    paths = [package / "errors.py", *sorted((package / "engine").rglob("*.py"))]
+    names = (".".join(p.relative_to(package.parent).with_suffix("").parts) for p in paths)
+    return tuple((name.removesuffix(".__init__"), path.read_text(encoding="utf-8"))
+                 for name, path in zip(names, paths))
 
 
 def engine_modules() -> dict[str, str]:
     """The sources shipped to hosts: ``patchkit.errors`` and every ``patchkit.engine`` module."""
-    return dict(_installed_modules())
+    return dict(_engine_sources())
 
 
 def remote_command(python: str) -> str:
@@ -270,31 +211,17 @@ def remote_command(python: str) -> str:
 
 def ssh_argv(spec: SshSpec, command: str) -> list[str]:
     """The full ``ssh`` command line for one session running ``command`` on the host."""
-    argv = [spec.program]
-    if spec.connect_timeout is not None:
-        argv += ["-o", f"ConnectTimeout={math.ceil(spec.connect_timeout)}"]
-    argv += list(spec.options)
-    argv += [
-        "-o", "BatchMode=yes",
-        "-o", f"ConnectTimeout={DEFAULT_CONNECT_TIMEOUT}",
-        "-o", "ServerAliveInterval=15",
-        "-o", "ServerAliveCountMax=4",
-    ]
-    argv.append("-T")  # last, so it beats a user's -t: a pty would mangle the payload on stdin
-    if spec.port is not None:
-        argv += ["-p", str(spec.port)]
-    return [*argv, spec.destination, "--", command]
+    argv = [spec.program, *spec.options, "-o", "BatchMode=yes",
+            "-o", f"ConnectTimeout={DEFAULT_CONNECT_TIMEOUT}",
+            "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=4",
+            "-T"]  # last, so it beats a user's -t: a pty would mangle the payload on stdin
+    port = ["-p", str(spec.port)] if spec.port is not None else []
+    return [*argv, *port, spec.destination, "--", command]
 
 
-def run_engine(
-    spec: SshSpec,
-    request: Mapping[str, Any],
-    *,
-    python: str = "python3",
-    modules: Mapping[str, str] | None = None,
-    timeout: float | None = None,
-    status_command: str = "patchkit status",
-) -> dict[str, Any]:
+def run_engine(spec: SshSpec, request: Mapping[str, Any], *, python: str = "python3",
+               modules: Mapping[str, str] | None = None, timeout: float | None = None,
+               status_command: str = "patchkit status") -> dict[str, Any]:
     """Run ``patchkit.engine.run(request)`` on the host in one session; return its result.
 
     The result's ``error`` is returned as the engine wrote it (the caller re-raises it), so
@@ -303,48 +230,22 @@ def run_engine(
     """
     sources = engine_modules() if modules is None else dict(modules)
     payload = json.dumps({"modules": sources, "request": dict(request)}).encode("ascii")
-    command = remote_command(python)
-    argv = ssh_argv(spec, command)
+    session = _Session(spec, python, status_command)
     try:
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        )
-    except OSError as exc:  # not found or not executable: nothing was sent anywhere
-        raise UsageError(
-            f"cannot run the ssh program {spec.program!r} for {spec.url} ({exc.strerror}): install "
-            "the OpenSSH client or set ssh_program to an executable",
-            host=spec.host,
-        ) from exc
-    session = _Session(proc, str(len(payload)).encode("ascii") + b"\n" + payload, timeout)
-    try:
-        session.run()
+        session.run(str(len(payload)).encode("ascii") + b"\n" + payload, timeout)
     except BaseException as exc:
         session.close()
         if session.went and not isinstance(exc, Exception):  # an interrupt (^C, a signal)
             raise ConnectionLost(
                 f"patchkit was interrupted after the request reached the engine on {spec.url}; "
                 f"the session was closed. {_may_have_run(status_command)}",
-                **_details(spec, argv, command, None, session.stderr),
+                **session.details(None),
             ) from exc
         raise
     result = _parse_result(session.stdout)
     if result is not None:
         return result  # complete, even if ssh was slow to exit after it
-    if session.timed_out:
-        if session.went:
-            raise ConnectionLost(
-                f"no result from {spec.url} within {timeout:g} s after the request reached the "
-                f"engine there; the session was closed. {_may_have_run(status_command)}",
-                **_details(spec, argv, command, None, session.stderr),
-            )
-        raise SessionFailed(
-            f"no answer from the patchkit agent on {spec.url} within {timeout:g} s; the session "
-            f"was closed before the request reached the engine, so {_NOTHING_RAN}",
-            **_details(spec, argv, command, None, session.stderr),
-        )
-    return_code = proc.returncode if proc.returncode is not None else -1
-    raise classify_failure(spec, python, return_code, session.stderr, session.stdout, argv,
-                           command, went=session.went, status_command=status_command)
+    raise session.failure(timeout)
 
 
 class _Session:
@@ -352,12 +253,23 @@ class _Session:
     agent says ``READY_MARKER``, everything it prints out. ``went``: ``GO_LINE`` may have
     reached the agent (it was handed to ssh), so the engine may have run."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], payload: bytes, timeout: float | None) -> None:
-        self.proc, self.payload = proc, payload
-        self.deadline = None if timeout is None else time.monotonic() + timeout
+    def __init__(self, spec: SshSpec, python: str, status_command: str) -> None:
+        self.spec, self.python, self.status_command = spec, python, status_command
+        self.command = remote_command(python)
+        self.argv = ssh_argv(spec, self.command)
+        self.deadline: float | None = None
         self.went = self.timed_out = False
         self.stdout = b""
         self._stderr: list[bytes] = []
+        pipe = subprocess.PIPE
+        try:
+            self.proc = subprocess.Popen(self.argv, stdin=pipe, stdout=pipe, stderr=pipe)
+        except OSError as exc:  # not found or not executable: nothing was sent anywhere
+            raise UsageError(
+                f"cannot run the ssh program {spec.program!r} for {spec.url} ({exc.strerror}): "
+                "install the OpenSSH client or set ssh_program to an executable",
+                host=spec.host,
+            ) from exc
 
     @property
     def stderr(self) -> bytes:
@@ -366,10 +278,11 @@ class _Session:
     def _left(self) -> float | None:
         return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
 
-    def run(self) -> None:
+    def run(self, payload: bytes, timeout: float | None) -> None:
         proc = self.proc
         assert proc.stdin and proc.stdout and proc.stderr
-        writer = threading.Thread(target=self._write, args=(self.payload,), daemon=True)
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+        writer = threading.Thread(target=self._write, args=(payload,), daemon=True)
         reader = threading.Thread(target=self._drain_stderr, daemon=True)
         writer.start()
         reader.start()
@@ -440,6 +353,68 @@ class _Session:
             except OSError:
                 pass
 
+    def details(self, returncode: int | None) -> dict[str, Any]:
+        """The error details: where, the command (the agent elided), exit code, ssh's stderr."""
+        agent = f"{self.command.split(' ', 1)[0]} -c '<patchkit agent>'"
+        return {"host": self.spec.host, "port": self.spec.port, "user": self.spec.user,
+                "command": shlex.join(agent if w == self.command else w for w in self.argv),
+                "exit_code": returncode, "stderr": self.stderr.decode("utf-8", "replace")}
+
+    def failure(self, timeout: float | None) -> RemoteError:
+        """Name the way the session ended without a result, from whether the agent was told
+        to run (``went``), the timeout, ssh's exit code and stderr."""
+        where, status_command = self.spec.url, self.status_command
+        if self.timed_out and self.went:
+            return ConnectionLost(
+                f"no result from {where} within {timeout:g} s after the request reached the "
+                f"engine there; the session was closed. {_may_have_run(status_command)}",
+                **self.details(None),
+            )
+        if self.timed_out:
+            return SessionFailed(
+                f"no answer from the patchkit agent on {where} within {timeout:g} s; the session "
+                f"was closed before the request reached the engine, so {_NOTHING_RAN}",
+                **self.details(None),
+            )
+        returncode = self.proc.returncode if self.proc.returncode is not None else -1
+        text = self.stderr.decode("utf-8", "replace")
+        details = self.details(returncode)
+        said = _tail(text)
+        how = ("was killed" if returncode < 0 else "was closed (ssh exit code 255)"
+               if returncode == _SSH_FAILED else f"ended with exit code {returncode}")
+        if self.went:
+            return ConnectionLost(
+                f"the session to {where} {how} after the request reached the engine there, "
+                f"before its result arrived. {_may_have_run(status_command)}"
+                + (f" ssh said: {said}" if said else ""),
+                **details,
+            )
+        started = STARTED_MARKER in self.stdout
+        if not started and returncode == _SSH_FAILED:
+            for signs, error, advice in _SSH_FAILURES:
+                if any(sign in text for sign in signs):
+                    return error(f"{advice.format(where=where)} ssh said: {said}", **details)
+        if not started and _TOO_OLD in text:
+            return RemotePythonMissing(
+                f"the Python on {where} ({self.python}) is too old: patchkit needs 3.8 or newer; "
+                f"pass --python (or set python) to a newer interpreter. {said}",
+                **details,
+            )
+        if not started and returncode in (126, 127):
+            return RemotePythonMissing(
+                f"no Python interpreter {self.python!r} on {where}: install Python 3.8+ there or "
+                f"pass --python (or set python in patchkit.toml) to its path. The host said: {said}",
+                **details,
+            )
+        stage = ("before the request reached the patchkit engine" if started
+                 else "before the patchkit agent started")
+        who = "ssh" if returncode == _SSH_FAILED else "the host"
+        return SessionFailed(
+            f"the session to {where} {how} {stage} there, so {_NOTHING_RAN} "
+            f"{who} said: {said or '(nothing)'}",
+            **details,
+        )
+
 
 _NOTHING_RAN = "nothing ran on the host: the target is unchanged and the command is safe to run again."
 
@@ -454,103 +429,30 @@ def _may_have_run(status_command: str) -> str:
     )
 
 
-_HOSTKEY_CHANGED = ("REMOTE HOST IDENTIFICATION HAS CHANGED", "has changed and you have requested strict")
-_HOSTKEY = ("Host key verification failed", "host key is known for", "No host key is known")
-_AUTH = (
-    "Permission denied (",
-    "Too many authentication failures",
-    "No more authentication methods",
-    "Authentication failed",
+#: How ssh says it failed to open the session (exit 255, before the agent started): what it
+#: prints, the error, and what to tell the user; the first match wins.
+_SSH_FAILURES: tuple[tuple[tuple[str, ...], type[RemoteError], str], ...] = (
+    (("REMOTE HOST IDENTIFICATION HAS CHANGED", "has changed and you have requested strict"),
+     HostKeyError,
+     "the host key of {where} does not match the one in known_hosts: the host was reinstalled "
+     "or someone is intercepting the connection. Check the new key's fingerprint with the "
+     "host's administrator, then replace the old entry in known_hosts (ssh-keygen -R) and retry."),
+    (("Host key verification failed", "host key is known for", "No host key is known"),
+     HostKeyError,
+     "the host key of {where} is not in known_hosts. Check its fingerprint with the host's "
+     "administrator and add it to known_hosts (for example connect once with ssh and compare "
+     "the fingerprint it shows), then retry."),
+    (("Permission denied (", "Too many authentication failures", "No more authentication methods",
+      "Authentication failed"),
+     AuthenticationFailed,
+     "SSH authentication to {where} failed: check the user name, that your key is in the "
+     "host's authorized_keys and loaded (ssh-agent or IdentityFile)."),
+    (("Could not resolve hostname", "Name or service not known", "nodename nor servname",
+      "Temporary failure in name resolution", "No address associated with hostname",
+      "Connection refused", "timed out", "No route to host", "Network is unreachable"),
+     HostUnreachable,
+     "cannot reach {where}: check the host name, port and network."),
 )
-_UNREACHABLE = (
-    "Could not resolve hostname",
-    "Name or service not known",
-    "Temporary failure in name resolution",
-    "nodename nor servname",
-    "No address associated with hostname",
-    "Connection refused",
-    "Connection timed out",
-    "Operation timed out",
-    "No route to host",
-    "Network is unreachable",
-)
-
-
-def classify_failure(
-    spec: SshSpec,
-    python: str,
-    returncode: int,
-    stderr: bytes,
-    stdout: bytes,
-    argv: list[str],
-    command: str,
-    *,
-    went: bool = True,
-    status_command: str = "patchkit status",
-) -> RemoteError:
-    """Name the way a session ended without a result, from whether the agent was told to run
-    (``went``), ssh's exit code and stderr."""
-    text = stderr.decode("utf-8", "replace")
-    where = spec.url
-    details = _details(spec, argv, command, returncode, stderr)
-    said = _tail(text)
-    how = ("was killed" if returncode < 0 else "was closed (ssh exit code 255)"
-           if returncode == _SSH_FAILED else f"ended with exit code {returncode}")
-    if went:
-        return ConnectionLost(
-            f"the session to {where} {how} after the request reached the engine there, before "
-            f"its result arrived. {_may_have_run(status_command)}"
-            + (f" ssh said: {said}" if said else ""),
-            **details,
-        )
-    started = STARTED_MARKER in stdout
-    if not started and returncode == _SSH_FAILED:
-        if any(s in text for s in _HOSTKEY_CHANGED):
-            return HostKeyError(
-                f"the host key of {where} does not match the one in known_hosts: the host was "
-                "reinstalled or someone is intercepting the connection. Check the new key's "
-                "fingerprint with the host's administrator, then replace the old entry in "
-                f"known_hosts (ssh-keygen -R) and retry. ssh said: {said}",
-                **details,
-            )
-        if any(s in text for s in _HOSTKEY):
-            return HostKeyError(
-                f"the host key of {where} is not in known_hosts. Check its fingerprint with the "
-                "host's administrator and add it to known_hosts (for example connect once with "
-                f"ssh and compare the fingerprint it shows), then retry. ssh said: {said}",
-                **details,
-            )
-        if any(s in text for s in _AUTH):
-            return AuthenticationFailed(
-                f"SSH authentication to {where} failed: check the user name, that your key is "
-                f"in the host's authorized_keys and loaded (ssh-agent or IdentityFile). ssh said: {said}",
-                **details,
-            )
-        if any(s in text for s in _UNREACHABLE) or "timed out" in text:
-            return HostUnreachable(
-                f"cannot reach {where}: check the host name, port and network. ssh said: {said}",
-                **details,
-            )
-    if not started and (_TOO_OLD in text):
-        return RemotePythonMissing(
-            f"the Python on {where} ({python}) is too old: patchkit needs 3.8 or newer; "
-            f"pass --python (or set python) to a newer interpreter. {said}",
-            **details,
-        )
-    if not started and returncode in (126, 127):
-        return RemotePythonMissing(
-            f"no Python interpreter {python!r} on {where}: install Python 3.8+ there or pass "
-            f"--python (or set python in patchkit.toml) to its path. The host said: {said}",
-            **details,
-        )
-    stage = ("before the request reached the patchkit engine" if started
-             else "before the patchkit agent started")
-    who = "ssh" if returncode == _SSH_FAILED else "the host"
-    return SessionFailed(
-        f"the session to {where} {how} {stage} there, so {_NOTHING_RAN} "
-        f"{who} said: {said or '(nothing)'}",
-        **details,
-    )
 
 
 def _parse_result(stdout: bytes) -> dict[str, Any] | None:
@@ -568,17 +470,3 @@ def _parse_result(stdout: bytes) -> dict[str, Any] | None:
 def _tail(text: str, lines: int = 6) -> str:
     kept = [ln.strip() for ln in text.replace("\r", "").splitlines() if ln.strip().strip("@")]
     return " / ".join(kept[-lines:])
-
-
-def _details(
-    spec: SshSpec, argv: list[str], command: str, returncode: int | None, stderr: bytes
-) -> dict[str, Any]:
-    shown = [w if w != command else f"{command.split(' ', 1)[0]} -c '<patchkit agent>'" for w in argv]
-    return {
-        "host": spec.host,
-        "port": spec.port,
-        "user": spec.user,
-        "command": shlex.join(shown),
-        "exit_code": returncode,
-        "stderr": stderr.decode("utf-8", "replace"),
-    }
