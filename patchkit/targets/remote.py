@@ -1,12 +1,9 @@
 """Remote targets: the same engine requests as a local target, run on a host over SSH.
 
-A :class:`RemoteTarget` only fills in where the files are (its roots) and which interpreter
-runs the engine, then hands the request to :func:`patchkit.targets.transport.run_engine`; the result
-(including an engine error) comes back exactly as a local run would produce it.
-
-Remote targets are written as ``ssh://[user@]host[:port]/abs/path`` (the path is the
-``sglang`` root, see :func:`parse_ssh_url`) or as a named target with a ``host`` in
-``patchkit.toml`` (read by ``patchkit.catalog.manifest``; see docs/remote.md).
+A :class:`RemoteTarget` fills in the roots and the interpreter and hands the request to
+:func:`patchkit.targets.transport.run_engine`; the result, engine errors included, is what a
+local run gives. Written as ``ssh://[user@]host[:port]/abs/path`` or as a named target with a
+``host`` in ``patchkit.toml`` (docs/remote.md).
 """
 
 from __future__ import annotations
@@ -26,15 +23,12 @@ URL_SYNTAX = "ssh://[user@]host[:port]/absolute/path"
 
 @dataclass(frozen=True)
 class RemoteTarget:
-    """A target whose roots live on an SSH host.
+    """A target whose roots live on an SSH host (docs/api.md).
 
-    ``python`` is the host's interpreter for both the engine and the fixes' Python checks
-    (``None``: ``python3`` from the remote PATH). ``modules`` overrides the shipped engine
-    sources (tests use a small stand-in engine); ``timeout`` bounds a whole run in seconds.
-    ``cli_options`` are the command-line options that name this target (``--target ...``,
-    ``--root ...``), for the ``patchkit status`` a lost connection's message tells the user to
-    run; ``None``: written from the host and roots.
-    """
+    ``python``: the host's interpreter for the engine and the Python checks (``None``:
+    ``python3``); ``modules``: engine sources shipped instead of patchkit's own; ``timeout``: a
+    whole run's bound in seconds; ``cli_options``: the options that name this target, for the
+    ``patchkit status`` a lost connection's message gives (``None``: from the host and roots)."""
 
     spec: SshSpec
     roots: Mapping[str, str]
@@ -52,7 +46,11 @@ class RemoteTarget:
         for name, path in roots.items():
             if not isinstance(name, str) or not name:
                 raise UsageError(f"remote target {self.spec.url}: root names must be non-empty strings")
-            _check_remote_path(path, f"root {name!r} of {self.spec.url}")
+            what = f"root {name!r} of {self.spec.url}"
+            if not isinstance(path, str) or not path.startswith("/"):
+                raise UsageError(f"{what}: {path!r} is not an absolute path on the host")
+            if "\0" in path:
+                raise UsageError(f"{what}: {path!r} contains a NUL byte")
         object.__setattr__(self, "roots", roots)
         if self.python is not None and (not isinstance(self.python, str) or not self.python.strip()):
             raise UsageError(f"remote target {self.spec.url}: python must be a non-empty string")
@@ -64,17 +62,9 @@ class RemoteTarget:
 
     def run(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """Run one engine request on the host; the target's roots replace the request's."""
-        sent = dict(request)
-        sent["roots"] = dict(self.roots)
-        sent["python"] = self.python
-        return run_engine(
-            self.spec,
-            sent,
-            python=self.python or DEFAULT_PYTHON,
-            modules=self.modules,
-            timeout=self.timeout,
-            status_command=self.status_command,
-        )
+        return run_engine(self.spec, dict(request, roots=dict(self.roots), python=self.python),
+                          python=self.python or DEFAULT_PYTHON, modules=self.modules,
+                          timeout=self.timeout, status_command=self.status_command)
 
     @property
     def status_command(self) -> str:
@@ -92,20 +82,9 @@ class RemoteTarget:
         return shlex.join(("patchkit", "status", *options))
 
 
-def _check_remote_path(path: object, what: str) -> str:
-    if not isinstance(path, str) or not path.startswith("/"):
-        raise UsageError(f"{what}: {path!r} is not an absolute path on the host")
-    if "\0" in path:
-        raise UsageError(f"{what}: {path!r} contains a NUL byte")
-    return path
-
-
 def parse_ssh_url(url: str) -> tuple[SshSpec, str]:
-    """Split ``ssh://[user@]host[:port]/abs/path`` into how to connect and the root path.
-
-    An IPv6 address goes in brackets. Percent escapes are decoded (``%20`` is a space,
-    ``%25`` a percent sign); ``~`` is not expanded, so the path must be absolute.
-    """
+    """Split ``ssh://[user@]host[:port]/abs/path`` into how to connect and the root path: IPv6
+    in brackets, percent escapes decoded, ``~`` not expanded (docs/remote.md)."""
 
     def bad(why: str) -> UsageError:
         return UsageError(f"malformed SSH target {url!r}: {why}; expected {URL_SYNTAX}", url=url)
