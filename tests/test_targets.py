@@ -28,15 +28,11 @@ TARGET_COMMANDS = [["apply", INDEX_K], ["rollback", INDEX_K], ["verify", INDEX_K
                    ["log"]]
 
 
-@pytest.mark.parametrize("path", ["fast", "click"])
 @pytest.mark.parametrize("command", TARGET_COMMANDS, ids=lambda c: c[0])
 def test_target_given_twice_is_refused(env: Env, pk: Callable[..., Run], tmp_path: Path,
-                                       monkeypatch: pytest.MonkeyPatch, command: list[str],
-                                       path: str) -> None:
+                                       command: list[str]) -> None:
     """The last --target used to win silently; now neither is used (until fleet targets)."""
     other = make_checkout(tmp_path, name="other")
-    if path == "click":  # PATCHKIT_DEBUG in the environment sends every line through click
-        monkeypatch.setenv("PATCHKIT_DEBUG", "0")
     before = snapshot(env.sglang, other)
     res = pk(*command, "--target", env.sglang, "-t", other)
     assert res.code == EXIT_USAGE, (res.out, res.err)

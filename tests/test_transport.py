@@ -123,6 +123,11 @@ def interpreter(version: str) -> str | None:
     return None
 
 
+#: A time limit for runs that must reach the engine before it ends: the engine then waits, so
+#: the limit ends the session. Generous, so that a busy machine still opens the session in time.
+SESSION_LIMIT = 10
+
+
 def wait_until(predicate: Any, what: str, limit: float = 30.0) -> None:
     deadline = time.monotonic() + limit
     while not predicate():
@@ -465,8 +470,8 @@ def test_hangup_and_server_drop_are_connection_lost_and_the_host_finishes(
 
 def test_timeout_closes_the_session_as_connection_lost(sshd: SshServer, tmp_path: Path) -> None:
     with pytest.raises(errors.ConnectionLost) as caught:
-        run_engine(spec_for(sshd), request(tmp_path, action="wait"), modules=modules(), timeout=1,
-                   status_command="patchkit status --target gpu7")
+        run_engine(spec_for(sshd), request(tmp_path, action="wait"), modules=modules(),
+                   timeout=SESSION_LIMIT, status_command="patchkit status --target gpu7")
 
     assert "after the request reached the engine" in caught.value.message
     assert "Run `patchkit status --target gpu7`" in caught.value.message
@@ -499,7 +504,7 @@ def test_result_that_arrived_is_returned_when_the_session_outlives_the_timeout(
     time limit closes it, but the complete result is the answer, not a lost connection."""
     try:
         result = run_engine(spec_for(sshd), request(tmp_path, action="linger"), modules=modules(),
-                            timeout=3)
+                            timeout=SESSION_LIMIT)
     finally:
         if (tmp_path / "lingering").exists():
             os.kill(int((tmp_path / "lingering").read_text()), signal.SIGKILL)
