@@ -23,9 +23,8 @@ __all__ = ["run"]
 def run(request: Dict[str, Any], cache_dir: Optional[str] = None) -> Dict[str, Any]:
     """Execute one engine request and return its result; see docs/design.md.
 
-    ``cache_dir``: a directory of the user's cache (a local target) where python-syntax
-    successes (``checks.SyntaxCache``) and placed FILE records (``placecache.PlaceCache``) are
-    kept by content; a remote host keeps none.
+    ``cache_dir``: a directory of the user's cache (a local target) where placed FILE records
+    (``placecache.PlaceCache``) are kept by content; a remote host keeps none.
     """
     faults.reset()
     _clear_memo()
@@ -50,15 +49,12 @@ def run(request: Dict[str, Any], cache_dir: Optional[str] = None) -> Dict[str, A
             if req.op == "apply":
                 from .apply import apply
 
-                syntax = places = None
+                places = None
                 if cache_dir is not None:
-                    from .checks import SyntaxCache
                     from .placecache import PlaceCache
 
-                    syntax, places = SyntaxCache(cache_dir), PlaceCache(cache_dir)
-                result["fixes"] = apply(req, store, syntax, places)
-                if syntax is not None:
-                    syntax.save()
+                    places = PlaceCache(cache_dir)
+                result["fixes"] = apply(req, store, places)
             elif req.op == "rollback":
                 from .rollback import rollback
 

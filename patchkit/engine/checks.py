@@ -22,7 +22,6 @@ verification rolls the fix back. What stops it, by kind:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -32,6 +31,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
 from ..errors import UnsafePathError, UsageError
@@ -55,75 +55,15 @@ class TimedOut(Exception):
     """A check ran past its time limit (turned into a failed result by ``run_check``)."""
 
 
-class SyntaxCache:
-    """Contents known to parse as Python under this interpreter, by the sha256 of their bytes.
-
-    Kept in the user's cache for local targets (``engine.run(cache_dir=...)``): ``ast.parse``
-    of the same bytes under the same interpreter always gives the same answer, so an entry
-    cannot go stale; the key is the content and the file name the interpreter's version.
-    Only successes are kept (a failure is parsed again for its message). One line per digest;
-    a torn line is not 64 characters and is ignored; past ``LIMIT`` bytes it starts over.
-    """
-
-    LIMIT = 1 << 20
-
-    def __init__(self, directory: str) -> None:
-        ident = "%s|%s" % (sys.version, getattr(sys.implementation, "cache_tag", ""))
-        tag = hashlib.sha256(ident.encode("utf-8", "replace")).hexdigest()[:16]
-        self.path = os.path.join(directory, "python-syntax-%s" % tag)
-        self._known: Optional[set] = None
-        self._new: List[str] = []
-        self._restart = False
-
-    def known(self, digest: str) -> bool:
-        if self._known is None:
-            try:
-                with open(self.path, "rb") as fh:
-                    data = fh.read()
-            except OSError:
-                data = b""
-            if len(data) > self.LIMIT:
-                data, self._restart = b"", True
-            self._known = {t for t in data.decode("ascii", "replace").split("\n") if len(t) == 64}
-        return digest in self._known
-
-    def add(self, digest: str) -> None:
-        if self.known(digest):
-            return
-        self._known.add(digest)  # type: ignore[union-attr]
-        self._new.append(digest)
-
-    def save(self) -> None:
-        """Append the new digests (best effort: a cache that cannot be written is only slower)."""
-        if not self._new:
-            return
-        flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if self._restart else os.O_APPEND)
-        try:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            fd = os.open(self.path, flags, 0o644)
-            try:
-                os.write(fd, "".join(d + "\n" for d in self._new).encode("ascii"))
-            finally:
-                os.close(fd)
-        except OSError:
-            return
-        self._new, self._restart = [], False
-
-
+@dataclass(frozen=True)
 class CheckContext:
-    """What a fix's checks run against. A plain class: a frozen dataclass costs about a
-    millisecond of generated code at import, a good part of a small run's start."""
+    """What a fix's checks run against; ``read`` gives a file's bytes (None: absent)."""
 
-    __slots__ = ("fix", "roots", "python", "scripts", "read", "syntax")
-
-    def __init__(self, fix: str, roots: Roots, python: str, scripts: Dict[str, str],
-                 read: Reader, syntax: Optional[SyntaxCache] = None) -> None:
-        self.fix = fix
-        self.roots = roots
-        self.python = python
-        self.scripts = scripts
-        self.read = read
-        self.syntax = syntax  # python-syntax successes by content (local targets)
+    fix: str
+    roots: Roots
+    python: str
+    scripts: Dict[str, str]
+    read: Reader
 
 
 def result(kind: str, name: str, ok: bool, detail: str, where: str) -> Dict[str, Any]:
@@ -422,10 +362,6 @@ def _python_syntax(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
     name = check.get("name") or "python syntax of %s" % where
     if data is None:
         return result("python-syntax", name, False, "%s does not exist" % where, where)
-    digest = hashlib.sha256(data).hexdigest() if ctx.syntax is not None else None
-    if digest is not None and ctx.syntax.known(digest):  # type: ignore[union-attr]
-        return result("python-syntax", name, True, "parses", where)
-    # only for contents not known to parse: most runs hit the cache
     answer = _worker().ask({"op": "python-syntax", "where": where}, data,
                            _timeout(check, ctx.fix), where, name)
     if "failed" in answer:
@@ -433,8 +369,6 @@ def _python_syntax(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
     if not answer["ok"]:
         return result("python-syntax", name, False, "line %s: %s" % (answer["line"], answer["error"]),
                       where)
-    if digest is not None:
-        ctx.syntax.add(digest)  # type: ignore[union-attr]
     return result("python-syntax", name, True, "parses", where)
 
 
