@@ -158,13 +158,13 @@ def apply(req: Request, store: Store, places: Optional[placecache.PlaceCache] = 
             check["detail"] += ("; fix %s is applied by patchkit here, not committed: roll it back "
                                 "instead (patchkit rollback %s)" % (named, named))
     keys = [(root, path) for spec in todo for root, path, _op in touched(spec, sources)]
-    changes = auto.git_changes(keys, req.roots)  # git runs while the files are read
+    changes = auto.git_changes(keys, req.roots)
     for key in keys:
         ws.entry(*key)
     # an upgraded fix's files start from its backups, vouched for when it was applied: no
     # git-clean check of the bytes being replaced (with --force, drift being discarded)
     taken_out = {(f["root"], f["path"]) for rec in upgrades.values() for f in rec.get("files", [])}
-    plans = _plan(req, store, state, ws, todo, sources, changes(), places, taken_out)
+    plans = _plan(req, store, state, ws, todo, sources, changes, places, taken_out)
     if not req.dry_run and plans:
         _write(req, store, state, ws, plans, upgrades)
     for plan in plans:
