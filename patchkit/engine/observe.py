@@ -17,17 +17,10 @@ if TYPE_CHECKING:
 
 
 def status(req: Request, store: Store) -> Dict[str, Any]:
-    """Each fix of the request, then each recorded fix the request does not name.
-
-    A stub (name and version only) that is recorded is answered from the state like any fix;
-    one that is not has no entry in ``fixes`` and is named in ``needs_detection`` instead:
-    looking for its change in the files needs its hunks, which the client sends in a second
-    status request for exactly those fixes (docs/design.md, "Engine request").
-    """
+    """Each fix of the request, then each recorded fix the request does not name."""
     state = store.read_state()
     recorded = {f["name"]: f for f in state.get("fixes", [])}
     out: List[Dict[str, Any]] = []
-    needs: List[str] = []
     check_patch_paths(req.roots, req.fixes)
     files = _Files(req.roots)
     last = last_writers(state)
@@ -39,8 +32,6 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
             if entry["state"] == "applied" and rec.get("version") != spec.version:
                 entry["state"] = "outdated"  # another version is applied than the catalog's
             out.append(entry)
-        elif spec.stub:
-            needs.append(spec.name)
         else:
             entry = _detect(files.ws, spec)
             if spec.revert is not None and entry["state"] == "present-unrecorded":
@@ -48,8 +39,7 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
             out.append(entry)
     listed = {s.name for s in req.fixes}
     out.extend(_recorded(files, rec, last) for rec in state.get("fixes", []) if rec["name"] not in listed)
-    return {"state_root": req.state_root.path, "fixes": out, "journal": store.read_journal(),
-            "needs_detection": needs}
+    return {"state_root": req.state_root.path, "fixes": out, "journal": store.read_journal()}
 
 
 class _Files:
