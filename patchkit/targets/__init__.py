@@ -53,8 +53,7 @@ class LocalTarget(Frozen):
     def run(self, request: dict[str, Any]) -> dict[str, Any]:
         from .. import engine
 
-        return engine.run(dict(request, roots=dict(self.roots), python=self.python),
-                          cache_dir=user_cache_dir())
+        return engine.run(dict(request, roots=dict(self.roots), python=self.python))
 
 
 def user_cache_dir() -> str:
