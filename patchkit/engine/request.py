@@ -151,12 +151,9 @@ def _list(data: Dict[str, Any], key: str) -> List[Any]:
 
 def check_patch_paths(roots: Roots, specs: Iterable[FixSpec]) -> None:
     """Resolve every path of every patch of ``specs`` before anything else happens, and put
-    each in its canonical form (``Roots.canonical``) in place.
-
-    An unsafe path (absolute, ``..``, out of the root through a symlink) can only be fixed in
-    the patch that carries it, so the error names the fix and that patch file besides the root
-    and path. Files in a root the target lacks are skipped (a dependency may touch one).
-    """
+    each in its canonical form (``Roots.canonical``) in place. An unsafe path can only be fixed
+    in the patch that carries it, so the error names the fix and that patch file. Files in a
+    root the target lacks are skipped (a dependency may touch one)."""
     names = {r.name for r in roots}
     for spec in specs:
         files = list(spec.files)
@@ -165,7 +162,7 @@ def check_patch_paths(roots: Roots, specs: Iterable[FixSpec]) -> None:
                 continue
             try:
                 path = roots.canonical(change.root, change.path)
-                if path != change.path:  # one spelling per file: see Roots.canonical
+                if path != change.path:
                     files[i] = dataclasses.replace(change, path=path)
             except UnsafePathError as err:
                 root = roots.get(change.root)
@@ -176,24 +173,21 @@ def check_patch_paths(roots: Roots, specs: Iterable[FixSpec]) -> None:
                     "patchkit never writes outside a root"
                     % (spec.name, patch, err.message, root.name, root.path),
                     **dict(err.details, fix=spec.name, patch=patch, root_path=root.path)) from None
-        if files != list(spec.files):
-            spec.files = tuple(files)
+        spec.files = tuple(files)
 
 
-#: Mode bits no file of a fix gets unless its manifest sets ``allow_special_modes``: setuid,
-#: setgid and sticky, and write for everyone. git itself only ever records 100644 and 100755.
-SPECIAL_MODE_BITS = 0o4000 | 0o2000 | 0o1000 | 0o002
-_SPECIAL_NAMES = ((0o4000, "setuid"), (0o2000, "setgid"), (0o1000, "sticky"),
-                  (0o002, "world-writable"))
+#: Mode bits no file of a fix gets unless its manifest sets ``allow_special_modes`` (git itself
+#: only ever records 100644 and 100755).
+SPECIAL_MODES = {0o4000: "setuid", 0o2000: "setgid", 0o1000: "sticky", 0o002: "world-writable"}
 
 
 def unsafe_mode(fix: str, patch: str, root: str, path: str, mode: Optional[int]
                 ) -> Optional[UnsafePathError]:
     """The error for a FILE record giving ``path`` a special mode (``mode``: permission bits
     as :func:`patchkit.engine.hunks.parse_mode` gives them), or None when the mode is plain."""
-    if mode is None or not mode & SPECIAL_MODE_BITS:
+    what = ", ".join(name for bit, name in SPECIAL_MODES.items() if mode is not None and mode & bit)
+    if not what:
         return None
-    what = ", ".join(name for bit, name in _SPECIAL_NAMES if mode & bit)
     shown = "%o" % (0o100000 | mode)
     where = "patches/%s/%s" % (fix, patch or "?")
     return UnsafePathError(
