@@ -121,16 +121,8 @@ def changed_paths(root: str, rels: List[str]) -> Changes:
 def parse_porcelain_z(text: str) -> List[Tuple[str, str, Optional[str]]]:
     """``git status --porcelain=v1 -z`` output as (code, path, rename source or None)."""
     out: List[Tuple[str, str, Optional[str]]] = []
-    entries = text.split("\0")
-    i = 0
-    while i < len(entries):
-        entry = entries[i]
-        i += 1
-        if len(entry) < 4:
-            continue
-        code, path, source = entry[:2], entry[3:], None
-        if code[0] in "RC":  # the rename's source path follows
-            source = entries[i] if i < len(entries) else None
-            i += 1
-        out.append((code, path, source))
+    entries = iter(text.split("\0"))
+    for entry in entries:
+        if len(entry) >= 4:  # a rename's or copy's source path follows it
+            out.append((entry[:2], entry[3:], next(entries, None) if entry[0] in "RC" else None))
     return out
