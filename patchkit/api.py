@@ -114,24 +114,10 @@ def status(
     already in the release). A fix using a root the target lacks (``serve`` on a bare
     checkout) cannot be looked for there; it is left out rather than failing the whole
     status. Fixes recorded as applied are reported from the target's state either way.
-
-    A local target is first sent stubs (name and version: no series is read), which the
-    engine answers from the state; only the fixes it does not record are sent again with
-    their hunks, to be looked for in the files. A remote target gets every full fix in one
-    request: each request there is an SSH session (docs/design.md, "Engine request").
     """
     wanted = set(target.roots)
-    if getattr(target, "is_remote", False):
-        fixes = [f for f in catalog.all() if set(f.roots) <= wanted]
-        return _strip(_run(catalog, target, fixes, "status", lock_timeout=lock_timeout))
-    stubs = [s for s in catalog.stubs() if set(s.roots) <= wanted]
-    first = _run(catalog, target, stubs, "status", lock_timeout=lock_timeout)
-    needs = list((first.raw.get("status") or {}).get("needs_detection") or ())
-    if not needs:
-        return _strip(first)
-    second = _run(catalog, target, [catalog.get(name) for name in needs], "status",
-                  lock_timeout=lock_timeout)
-    return _merged(first, second, [s.name for s in stubs], needs)
+    fixes = [f for f in catalog.all() if set(f.roots) <= wanted]
+    return _strip(_run(catalog, target, fixes, "status", lock_timeout=lock_timeout))
 
 
 def _strip(result: OpResult) -> OpResult:

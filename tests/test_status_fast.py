@@ -80,39 +80,8 @@ def series_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return seen
 
 
-def test_recorded_fixes_are_answered_from_stubs_and_only_the_rest_sent_in_full(
-        roots: dict[str, str], catalog: Catalog, series_reads: list[str]) -> None:
-    target = LocalTarget(roots, PY, "local")
-    api.apply(catalog, target, ["pool-guard"], with_deps=True)
-    series_reads.clear()
-    spy = Between(target, lambda: None)
-    result = api.status(catalog, spy)  # type: ignore[arg-type]
-    first, second = spy.requests
-    assert all(f == {"name": f["name"], "version": f["version"], "stub": True}
-               for f in first["fixes"]) and first["dependencies"] == []
-    assert [f["name"] for f in second["fixes"]] == ["old-index-k"]  # the only unrecorded one
-    assert second["fixes"][0]["files"], "the fix to detect travels with its hunks"
-    assert series_reads == ["0001-double-index-k.patch"]  # no recorded fix's series was read
-    assert "needs_detection" not in result.raw["status"]
-    assert result.raw["status"] == strip(one_request(catalog, roots))
-
-
 def strip(status: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in status.items() if k != "needs_detection"}
-
-
-def test_everything_recorded_takes_one_request_and_reads_no_series(
-        roots: dict[str, str], catalog: Catalog, series_reads: list[str]) -> None:
-    target = LocalTarget(roots, PY, "local")
-    api.apply(catalog, target, ["pool-guard"], with_deps=True)
-    (Path(catalog.root) / "manifests" / "old-index-k.toml").unlink()
-    shutil.rmtree(Path(catalog.root) / "patches" / "old-index-k")
-    series_reads.clear()
-    spy = Between(target, lambda: None)
-    result = api.status(Catalog(catalog.root), spy)  # type: ignore[arg-type]
-    assert len(spy.requests) == 1 and series_reads == []
-    assert states(result) == {"index-k-bytes": "applied", "pool-guard": "applied"}
-    assert result.raw["status"] == strip(one_request(Catalog(catalog.root), roots))
 
 
 def test_an_unrecorded_fix_present_in_the_files_is_still_found(
@@ -149,19 +118,6 @@ def test_a_drifted_a_missing_and_a_restored_recorded_file(roots: dict[str, str],
     [guard] = [s for s in result.status if s.name == "pool-guard"]
     assert {f["path"]: f["state"] for f in guard.files}[POOL] == "missing"
     assert result.raw["status"] == strip(one_request(catalog, roots))
-
-
-def test_a_fix_applied_between_the_two_requests_is_answered_from_the_state(
-        roots: dict[str, str], catalog: Catalog) -> None:
-    target = LocalTarget(roots, PY, "local")
-    api.apply(catalog, target, ["index-k-bytes"])
-    spy = Between(target, lambda: api.apply(catalog, target, ["pool-guard"]))
-    result = api.status(catalog, spy)  # type: ignore[arg-type]
-    second = spy.requests[1]
-    assert sorted(f["name"] for f in second["fixes"]) == ["old-index-k", "pool-guard"]
-    [guard] = [s for s in result.status if s.name == "pool-guard"]
-    assert guard.state == "applied" and guard.applied_at  # a record, not a detection
-    assert [s.name for s in result.status] == ["index-k-bytes", "old-index-k", "pool-guard"]
 
 
 def test_a_fix_rolled_back_between_the_two_requests_is_listed_once(
@@ -210,24 +166,6 @@ def test_a_deleted_file_comes_back_as_drift(tmp_path: Path) -> None:
     result = api.status(catalog, target)
     assert states(result) == {"drop-old": "drifted"}
     assert result.status[0].files[0]["state"] == "drifted"
-
-
-def test_a_stub_is_refused_outside_status_and_with_a_series(roots: dict[str, str],
-                                                             catalog: Catalog) -> None:
-    stub = FixStub("pool-guard", 1, ("sglang",))
-    with pytest.raises(errors.UsageError, match="stubs"):
-        plan.build_request(catalog, [stub], op="apply", roots=roots, state_root="sglang",
-                           python=PY)
-    request = plan.build_request(catalog, [stub], op="status", roots=roots,
-                                 state_root="sglang", python=PY)
-    for op, fix in (("apply", plan.stub_request(stub)),
-                    ("status", dict(plan.stub_request(stub), files=[]))):
-        result = engine.run(dict(request, op=op, fixes=[fix]))
-        assert not result["ok"] and result["error"]["type"] == "UsageError"
-        assert "stub" in result["error"]["message"]
-    result = engine.run(request)
-    assert result["status"]["needs_detection"] == ["pool-guard"]
-    assert result["status"]["fixes"] == []
 
 
 @pytest.mark.ssh

@@ -7,28 +7,25 @@ local and a remote target (where this package is shipped and run by ``agent.main
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
-
+import os
 import signal
-import sys
+import traceback
+from typing import Any, Dict
 
-from ..errors import InternalError, PatchkitError
-from . import faults
+from ..errors import InternalError, PatchkitError, TargetError, Terminated
+from . import faults, hunks
+from .checks import close_worker
+from .paths import PLAIN
 from .request import FORMAT, parse_request
 from .store import Store
 
 __all__ = ["run"]
 
 
-def run(request: Dict[str, Any], cache_dir: Optional[str] = None) -> Dict[str, Any]:
-    """Execute one engine request and return its result; see docs/design.md.
-
-    ``cache_dir``: a directory of the user's cache (a local target) where python-syntax
-    successes (``checks.SyntaxCache``) and placed FILE records (``placecache.PlaceCache``) are
-    kept by content; a remote host keeps none.
-    """
+def run(request: Dict[str, Any]) -> Dict[str, Any]:
+    """Execute one engine request and return its result; see docs/design.md."""
     faults.reset()
-    _clear_memo()
+    hunks.clear_memo()
     raw = request if isinstance(request, dict) else {}
     result: Dict[str, Any] = {"format": FORMAT, "op": raw.get("op"), "ok": False,
                               "dry_run": bool(raw.get("dry_run", False)), "recovered": [],
@@ -42,7 +39,8 @@ def run(request: Dict[str, Any], cache_dir: Optional[str] = None) -> Dict[str, A
             _refuse_without_sglang(req)
         writes = req.op in ("apply", "rollback") and not req.dry_run
         with store.locked(req.lock_timeout, write=writes) as held:
-            # each op imports only what it runs: the import is a good part of a small apply
+            # the modules of an op load with it (a status never loads the transaction), and
+            # by name here: ``from .apply import apply`` at the top would hide the module
             if held and store.left_behind():  # a killed run's traces: finish or undo it
                 from .txn import recover
 
@@ -50,45 +48,32 @@ def run(request: Dict[str, Any], cache_dir: Optional[str] = None) -> Dict[str, A
             if req.op == "apply":
                 from .apply import apply
 
-                syntax = places = None
-                if cache_dir is not None:
-                    from .checks import SyntaxCache
-                    from .placecache import PlaceCache
-
-                    syntax, places = SyntaxCache(cache_dir), PlaceCache(cache_dir)
-                result["fixes"] = apply(req, store, syntax, places)
-                if syntax is not None:
-                    syntax.save()
+                result["fixes"] = apply(req, store)
             elif req.op == "rollback":
                 from .rollback import rollback
 
                 result["fixes"] = rollback(req, store)
-            elif req.op == "verify":
-                from .observe import verify
-
-                result["fixes"] = verify(req, store)
             else:
-                from .observe import status
+                from .observe import status, verify
 
-                result["status"] = status(req, store)
+                if req.op == "status":
+                    result["status"] = status(req, store)
+                else:
+                    result["fixes"] = verify(req, store)
         result["ok"] = True
     except PatchkitError as err:
         result["error"] = err.to_dict()
     except _Terminate:  # the transaction's own handler has put the files back by now
         result["error"] = _terminated(request).to_dict()
     except Exception as exc:  # a bug: report it with its traceback instead of crashing the client
-        import traceback
-
         result["error"] = InternalError(
             "internal error in the patchkit engine: %s: %s" % (type(exc).__name__, exc),
             traceback=traceback.format_exc()).to_dict()
     finally:
-        _clear_memo()  # holds the request's file contents
+        hunks.clear_memo()  # holds the request's file contents
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
-        checks = sys.modules.get(__name__ + ".checks")
-        if checks is not None:
-            checks.close_worker()  # the process a regex or syntax check started, if any
+        close_worker()  # the process a regex or syntax check started, if any
     return result
 
 
@@ -97,11 +82,6 @@ def _refuse_without_sglang(req: Any) -> None:
     ``/tmp``) would answer "nothing applied": say what is wrong instead. Checked here, next to
     the files, so a remote target gets the same answer as a local one (``patchkit.targets``
     refuses a local path before any request)."""
-    import os
-
-    from ..errors import TargetError
-    from .paths import PLAIN
-
     for root in req.roots:
         if root.name == "sglang" and root.layout == PLAIN:
             raise TargetError(
@@ -133,8 +113,6 @@ def _catch_sigterm() -> Any:
 
 
 def _terminated(request: Any) -> PatchkitError:
-    from ..errors import Terminated
-
     journal = None
     try:
         store = Store(str(parse_request(request).state_root.path))
@@ -147,11 +125,3 @@ def _terminated(request: Any) -> PatchkitError:
         left = ("it stopped with a journal in %s; the next patchkit run on this target finishes "
                 "or undoes it" % store.path("journal.json"))
     return Terminated("terminated by SIGTERM; %s. Run patchkit status to see the target" % left)
-
-
-def _clear_memo() -> None:
-    """Empty the hashes memo of the hunk module, if a request loaded it (a status of recorded
-    fixes places no hunk and never does)."""
-    hunks = sys.modules.get(__name__ + ".hunks")
-    if hunks is not None:
-        hunks.clear_memo()

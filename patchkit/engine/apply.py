@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 from ..errors import (ConflictError, DriftError, PreconditionFailed, TargetFileMissing,
                       VerificationFailed, VersionMismatch)
 from . import auto, placecache
-from .checks import CheckContext, SyntaxCache, failure_lines, run_check
+from .checks import CheckContext, failure_lines, run_check
 from .fsops import read_bytes, stamp_files
 from .hunks import FileChange, Placement, apply_change, decode, encode, sha256_bytes
 from .paths import Roots
@@ -114,10 +114,8 @@ def recorded_after_hashes(state: Dict[str, Any]) -> Dict[Key, Set[str]]:
     return {key: {w["after_sha256"]} for key, w in last_writers(state).items() if w["after_sha256"]}
 
 
-def apply(req: Request, store: Store, syntax: Optional[SyntaxCache] = None,
-          places: Optional[placecache.PlaceCache] = None) -> List[Dict[str, Any]]:
-    """``syntax`` and ``places``: python-syntax results and placed FILE records known by
-    content (a local target's user cache)."""
+def apply(req: Request, store: Store, places: Optional[placecache.PlaceCache] = None) -> List[Dict[str, Any]]:
+    """``places``: placed FILE records known by content (a local target's user cache)."""
     state = store.read_state()
     recorded = {f["name"]: f for f in state.get("fixes", [])}
     outcomes: Dict[str, Dict[str, Any]] = {}
@@ -160,15 +158,15 @@ def apply(req: Request, store: Store, syntax: Optional[SyntaxCache] = None,
             check["detail"] += ("; fix %s is applied by patchkit here, not committed: roll it back "
                                 "instead (patchkit rollback %s)" % (named, named))
     keys = [(root, path) for spec in todo for root, path, _op in touched(spec, sources)]
-    changes = auto.git_changes(keys, req.roots)  # git runs while the files are read
+    changes = auto.git_changes(keys, req.roots)
     for key in keys:
         ws.entry(*key)
     # an upgraded fix's files start from its backups, vouched for when it was applied: no
     # git-clean check of the bytes being replaced (with --force, drift being discarded)
     taken_out = {(f["root"], f["path"]) for rec in upgrades.values() for f in rec.get("files", [])}
-    plans = _plan(req, store, state, ws, todo, sources, changes(), syntax, places, taken_out)
+    plans = _plan(req, store, state, ws, todo, sources, changes, places, taken_out)
     if not req.dry_run and plans:
-        _write(req, store, state, ws, plans, syntax, upgrades)
+        _write(req, store, state, ws, plans, upgrades)
     for plan in plans:
         old = upgrades.get(plan.spec.name)
         if old is None:
@@ -219,7 +217,6 @@ def _take_out(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
 
 def _plan(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
           todo: List[FixSpec], sources: Sources, changes: Dict[str, Any],
-          syntax: Optional[SyntaxCache] = None,
           places: Optional[placecache.PlaceCache] = None,
           vouched: Optional[Set[Key]] = None) -> List[FixPlan]:
     """``vouched``: files whose git-clean check is not needed (see ``apply``)."""
@@ -259,7 +256,7 @@ def _plan(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
         if n == 0:
             dirs.append(("state", store.dir if store.exists() else store.root))
         pre.extend(auto.writable_checks(dirs, writable))
-        ctx = CheckContext(spec.name, req.roots, req.python, spec.scripts, ws.read, syntax)
+        ctx = CheckContext(spec.name, req.roots, req.python, spec.scripts, ws.read)
         pre.extend(run_check(check, ctx) for check in spec.preconditions)
         plan = FixPlan(spec, pre, keys=keys, source=source)
         failed = [dict(r, fix=spec.name) for r in pre if not r["ok"]]
@@ -349,7 +346,6 @@ def _revert(plan: FixPlan, source: revert.Source, ws: Workspace) -> None:
 
 
 def _write(req: Request, store: Store, state: Dict[str, Any], ws: Workspace, plans: List[FixPlan],
-           syntax: Optional[SyntaxCache] = None,
            upgrades: Optional[Dict[str, Dict[str, Any]]] = None) -> None:
     """``upgrades``: the records of the versions taken out (``_take_out``)."""
     upgrades = upgrades or {}
@@ -373,7 +369,7 @@ def _write(req: Request, store: Store, state: Dict[str, Any], ws: Workspace, pla
     def verify() -> None:
         failures = []
         for plan in plans:
-            ctx = CheckContext(plan.spec.name, req.roots, req.python, plan.spec.scripts, disk, syntax)
+            ctx = CheckContext(plan.spec.name, req.roots, req.python, plan.spec.scripts, disk)
             plan.verification = [run_check(check, ctx) for check in plan.spec.verification]
             failures.extend(dict(r, fix=plan.spec.name) for r in plan.verification if not r["ok"])
         if failures:

@@ -130,15 +130,13 @@ def presence_check(entry: Entry, op: str) -> Optional[Dict[str, Any]]:
         % (entry.where, entry.abs), entry.where)
 
 
-def git_changes(keys: List[Tuple[str, str]], roots: Roots) -> Callable[[], Dict[str, gitcli.Changes]]:
-    """One ``git status`` per root, over every (root, path) of ``keys`` (the whole request),
-    started now; the returned call collects the answers (the caller reads files meanwhile)."""
+def git_changes(keys: List[Tuple[str, str]], roots: Roots) -> Dict[str, gitcli.Changes]:
+    """One ``git status`` per root, over every (root, path) of ``keys`` (the whole request)."""
     by_root: Dict[str, Dict[str, None]] = {}
     for root, path in keys:
         by_root.setdefault(root, {})[roots.get(root).mapped(path)] = None
-    pending = {name: gitcli.start_changed_paths(roots.get(name).path, list(rels))
-               for name, rels in by_root.items()}
-    return lambda: {name: answer() for name, answer in pending.items()}
+    return {name: gitcli.changed_paths(roots.get(name).path, list(rels))
+            for name, rels in by_root.items()}
 
 
 def git_clean_checks(entries: List[Entry], roots: Roots, recorded: Dict[Tuple[str, str], Set[str]],

@@ -1,28 +1,16 @@
 """The declared check kinds of docs/design.md, shared by preconditions and verification.
 
-Each check returns ``{kind, name, ok, detail, where}``. File checks read through a ``reader`` so
-a precondition sees the in-memory result of earlier fixes of the same request while a
-verification sees the disk. Commands run from argv lists (no shell), with the target
-interpreter, and their output kept for the failure's ``detail``.
-
-Every check runs under a time limit: its ``timeout`` (seconds), else ``DEFAULT_TIMEOUTS`` of
-its kind. A check past it fails ("timed out"), so a precondition refuses the plan and a
-verification rolls the fix back. What stops it, by kind:
-
-- commands (``bash-syntax``, ``python-import``, ``python-script``, ``command``) run in a process
-  group of their own, killed whole at the limit;
-- the git checks bound each ``git`` they run by the time the check has left;
-- a regex ``grep`` and ``python-syntax`` run in a worker process (``_Worker``), killed at the
-  limit: Python's ``re`` and ``ast.parse`` cannot be interrupted inside the engine's own
-  process (a signal reaches only the main thread, and a library user may run the engine in
-  another), and a catastrophic regex (``^(a+)+$`` on a long line) never ends by itself;
-- a literal ``grep`` and ``sha256`` are one pass over bytes already read; they fail if that
-  pass took longer than the limit.
+Each check returns ``{kind, name, ok, detail, where}``; file checks read through ``ctx.read``
+(a precondition sees the in-memory result of earlier fixes, a verification the disk). Every
+check fails past its time limit (``timeout``, else ``DEFAULT_TIMEOUTS``): commands run in a
+process group of their own, killed whole; git checks bound each ``git`` by the time left; a
+regex ``grep`` and ``python-syntax`` run in a worker process that ends itself at the limit
+(``re`` and ``ast.parse`` cannot be interrupted in-process, and ``^(a+)+$`` on a long line never
+ends); a literal ``grep`` and ``sha256`` fail when their one pass took longer than the limit.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -32,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
 from ..errors import UnsafePathError, UsageError
@@ -41,89 +30,26 @@ from .paths import Roots
 Reader = Callable[[str, str], Optional[bytes]]
 
 OUTPUT_LIMIT = 4000
-KINDS = ("grep", "sha256", "python-syntax", "bash-syntax", "python-import", "python-script", "command",
-         "git-contains", "git-descends-from")
-#: Seconds a check may run when its ``timeout`` is not given (patchkit.catalog.model.CHECK_DEFAULTS
-#: writes the same into every request; docs/manifest.md). Reading one file: a minute; running
-#: the target's code or git over its history: five.
+#: Seconds a check may run without a ``timeout`` (the catalog's CHECK_DEFAULTS send the same).
 DEFAULT_TIMEOUTS = {"grep": 60.0, "sha256": 60.0, "python-syntax": 60.0, "bash-syntax": 60.0,
                     "python-import": 300.0, "python-script": 300.0, "command": 300.0,
                     "git-contains": 300.0, "git-descends-from": 300.0}
+KINDS = tuple(DEFAULT_TIMEOUTS)
 
 
 class TimedOut(Exception):
     """A check ran past its time limit (turned into a failed result by ``run_check``)."""
 
 
-class SyntaxCache:
-    """Contents known to parse as Python under this interpreter, by the sha256 of their bytes.
-
-    Kept in the user's cache for local targets (``engine.run(cache_dir=...)``): ``ast.parse``
-    of the same bytes under the same interpreter always gives the same answer, so an entry
-    cannot go stale; the key is the content and the file name the interpreter's version.
-    Only successes are kept (a failure is parsed again for its message). One line per digest;
-    a torn line is not 64 characters and is ignored; past ``LIMIT`` bytes it starts over.
-    """
-
-    LIMIT = 1 << 20
-
-    def __init__(self, directory: str) -> None:
-        ident = "%s|%s" % (sys.version, getattr(sys.implementation, "cache_tag", ""))
-        tag = hashlib.sha256(ident.encode("utf-8", "replace")).hexdigest()[:16]
-        self.path = os.path.join(directory, "python-syntax-%s" % tag)
-        self._known: Optional[set] = None
-        self._new: List[str] = []
-        self._restart = False
-
-    def known(self, digest: str) -> bool:
-        if self._known is None:
-            try:
-                with open(self.path, "rb") as fh:
-                    data = fh.read()
-            except OSError:
-                data = b""
-            if len(data) > self.LIMIT:
-                data, self._restart = b"", True
-            self._known = {t for t in data.decode("ascii", "replace").split("\n") if len(t) == 64}
-        return digest in self._known
-
-    def add(self, digest: str) -> None:
-        if self.known(digest):
-            return
-        self._known.add(digest)  # type: ignore[union-attr]
-        self._new.append(digest)
-
-    def save(self) -> None:
-        """Append the new digests (best effort: a cache that cannot be written is only slower)."""
-        if not self._new:
-            return
-        flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if self._restart else os.O_APPEND)
-        try:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            fd = os.open(self.path, flags, 0o644)
-            try:
-                os.write(fd, "".join(d + "\n" for d in self._new).encode("ascii"))
-            finally:
-                os.close(fd)
-        except OSError:
-            return
-        self._new, self._restart = [], False
-
-
+@dataclass(frozen=True)
 class CheckContext:
-    """What a fix's checks run against. A plain class: a frozen dataclass costs about a
-    millisecond of generated code at import, a good part of a small run's start."""
+    """What a fix's checks run against; ``read`` gives a file's bytes (None: absent)."""
 
-    __slots__ = ("fix", "roots", "python", "scripts", "read", "syntax")
-
-    def __init__(self, fix: str, roots: Roots, python: str, scripts: Dict[str, str],
-                 read: Reader, syntax: Optional[SyntaxCache] = None) -> None:
-        self.fix = fix
-        self.roots = roots
-        self.python = python
-        self.scripts = scripts
-        self.read = read
-        self.syntax = syntax  # python-syntax successes by content (local targets)
+    fix: str
+    roots: Roots
+    python: str
+    scripts: Dict[str, str]
+    read: Reader
 
 
 def result(kind: str, name: str, ok: bool, detail: str, where: str) -> Dict[str, Any]:
@@ -250,10 +176,10 @@ def _timeout(check: Dict[str, Any], fix: str) -> float:
     return float(value)
 
 
-# The worker: a child Python (the engine's own interpreter, standard library only) that runs
-# the checks Python cannot interrupt in-process. Per job: a JSON header line, then ``size``
-# bytes of the file; one JSON line back. It sets an alarm of its own (the default action of
-# SIGALRM ends the process), so it dies past its limit even if the engine was killed.
+# The worker: a child Python (the engine's interpreter, standard library only) running the
+# checks Python cannot interrupt in-process. Per job: a JSON header line, then ``size`` bytes of
+# the file; one JSON line back. The job's own alarm ends it at the time limit (SIGALRM's default
+# action), so the engine just waits for the answer or the end of the worker.
 WORKER = r"""
 import json, re, signal, sys
 LINE = re.compile(r"[^\n]*\n|[^\n]+")
@@ -264,7 +190,7 @@ while True:
         break
     job = json.loads(head)
     data = read.read(job["size"])
-    signal.setitimer(signal.ITIMER_REAL, job["timeout"] + 5.0)
+    signal.setitimer(signal.ITIMER_REAL, job["timeout"])
     try:
         if job["op"] == "grep":
             rx = re.compile(job["pattern"])
@@ -284,79 +210,44 @@ while True:
     write.flush()
 """
 
+_local = threading.local()  # one worker per engine thread, started by its first job
 
-class _Worker:
-    """One worker process per engine thread, started by its first job and ended by
-    ``close_worker`` (``engine.run``) or by a job past its limit (the next starts another)."""
 
-    def __init__(self) -> None:
-        self.proc: Optional["subprocess.Popen[bytes]"] = None
-
-    def ask(self, job: Dict[str, Any], data: bytes, timeout: float, where: str,
-            name: str) -> Dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        if self.proc is None:
-            self.proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", WORKER], bufsize=0,
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.DEVNULL, env=child_env())
-        head = json.dumps(dict(job, size=len(data), timeout=timeout)).encode("ascii") + b"\n"
-        try:
-            self.proc.stdin.write(head + data)  # type: ignore[union-attr]
-            line = self._answer(deadline)
-        except OSError:
-            line = b""
-        if line is None:
-            self.close()
-            raise TimedOut(where, name)
-        if not line.endswith(b"\n"):
-            code = self.close()
-            raise UsageError("the check worker (%s) ended with exit code %s while running %s "
-                             "on %s" % (sys.executable, code, name, where), where=where)
+def _ask(job: Dict[str, Any], data: bytes, timeout: float, where: str, name: str) -> Dict[str, Any]:
+    proc = getattr(_local, "worker", None)
+    if proc is None:
+        proc = _local.worker = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", WORKER], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=child_env())
+    head = json.dumps(dict(job, size=len(data), timeout=timeout)).encode("ascii") + b"\n"
+    try:
+        proc.stdin.write(head + data)
+        proc.stdin.flush()
+        line = proc.stdout.readline()
+    except OSError:
+        line = b""
+    if line.endswith(b"\n"):
         return json.loads(line)
-
-    def _answer(self, deadline: float) -> Optional[bytes]:
-        """The worker's answer line; None past the deadline; b"" (or no newline) if it died."""
-        import select
-
-        fd = self.proc.stdout.fileno()  # type: ignore[union-attr]
-        buf = b""
-        while not buf.endswith(b"\n"):
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                return None
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                return buf
-            buf += chunk
-        return buf
-
-    def close(self) -> Optional[int]:
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return None
-        if proc.poll() is None:
-            proc.kill()
-        for pipe in (proc.stdin, proc.stdout):
-            if pipe is not None:
-                pipe.close()
-        return proc.wait()
+    code = close_worker()
+    if code == -signal.SIGALRM:
+        raise TimedOut(where, name)
+    raise UsageError("the check worker (%s) ended with exit code %s while running %s on %s"
+                     % (sys.executable, code, name, where), where=where)
 
 
-_local = threading.local()
-
-
-def _worker() -> _Worker:
-    worker = getattr(_local, "worker", None)
-    if worker is None:
-        worker = _local.worker = _Worker()
-    return worker
-
-
-def close_worker() -> None:
-    """End this thread's worker process, if a check started one."""
-    worker = getattr(_local, "worker", None)
-    if worker is not None:
-        worker.close()
+def close_worker() -> Optional[int]:
+    """End this thread's worker process, if a check started one; its exit code."""
+    proc, _local.worker = getattr(_local, "worker", None), None
+    if proc is None:
+        return None
+    if proc.poll() is None:
+        proc.kill()
+    for pipe in (proc.stdin, proc.stdout):
+        try:
+            pipe.close()
+        except OSError:  # unsent bytes of a job to a worker that is gone
+            pass
+    return proc.wait()
 
 
 def _file(check: Dict[str, Any], ctx: CheckContext):
@@ -369,11 +260,11 @@ def _file(check: Dict[str, Any], ctx: CheckContext):
             "must be relative to root %s and stay inside it"
             % (ctx.fix, check.get("kind"), check.get("name") or "", err.message, ctx.fix, root),
             **dict(err.details, fix=ctx.fix)) from None
-    return root, path, "%s:%s" % (root, path), ctx.read(root, path)
+    return root, "%s:%s" % (root, path), ctx.read(root, path)
 
 
 def _grep(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
-    root, path, where, data = _file(check, ctx)
+    root, where, data = _file(check, ctx)
     pattern = str(_need(check, "pattern", ctx.fix))
     name = check.get("name") or "grep %r in %s" % (pattern, where)
     if data is None:
@@ -384,8 +275,7 @@ def _grep(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
         except re.error as exc:
             raise UsageError("fix %s: grep check %r has an invalid regex %r: %s"
                              % (ctx.fix, name, pattern, exc), fix=ctx.fix) from None
-        answer = _worker().ask({"op": "grep", "pattern": pattern}, data,
-                               _timeout(check, ctx.fix), where, name)
+        answer = _ask({"op": "grep", "pattern": pattern}, data, _timeout(check, ctx.fix), where, name)
         if "failed" in answer:
             return result("grep", name, False, "%r in %s: %s" % (pattern, where, answer["failed"]),
                           where)
@@ -408,7 +298,7 @@ def _grep(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
 
 
 def _sha256(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
-    root, path, where, data = _file(check, ctx)
+    root, where, data = _file(check, ctx)
     want = str(_need(check, "sha256", ctx.fix)).lower()
     name = check.get("name") or "sha256 of %s" % where
     if data is None:
@@ -418,28 +308,21 @@ def _sha256(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
 
 
 def _python_syntax(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
-    root, path, where, data = _file(check, ctx)
+    root, where, data = _file(check, ctx)
     name = check.get("name") or "python syntax of %s" % where
     if data is None:
         return result("python-syntax", name, False, "%s does not exist" % where, where)
-    digest = hashlib.sha256(data).hexdigest() if ctx.syntax is not None else None
-    if digest is not None and ctx.syntax.known(digest):  # type: ignore[union-attr]
-        return result("python-syntax", name, True, "parses", where)
-    # only for contents not known to parse: most runs hit the cache
-    answer = _worker().ask({"op": "python-syntax", "where": where}, data,
-                           _timeout(check, ctx.fix), where, name)
+    answer = _ask({"op": "python-syntax", "where": where}, data, _timeout(check, ctx.fix), where, name)
     if "failed" in answer:
         return result("python-syntax", name, False, answer["failed"], where)
     if not answer["ok"]:
         return result("python-syntax", name, False, "line %s: %s" % (answer["line"], answer["error"]),
                       where)
-    if digest is not None:
-        ctx.syntax.add(digest)  # type: ignore[union-attr]
     return result("python-syntax", name, True, "parses", where)
 
 
 def _bash_syntax(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
-    root, path, where, data = _file(check, ctx)
+    root, where, data = _file(check, ctx)
     name = check.get("name") or "bash syntax of %s" % where
     if data is None:
         return result("bash-syntax", name, False, "%s does not exist" % where, where)
@@ -484,7 +367,7 @@ def _command(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
 
 
 def _git_checkout(check: Dict[str, Any], ctx: CheckContext):
-    from .gitops import checkout_of  # git checks only; keeps the plain checks free of git
+    from .gitops import checkout_of
 
     root = ctx.roots.get(str(_need(check, "root", ctx.fix)))
     co = checkout_of(root.path)

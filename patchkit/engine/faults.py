@@ -15,33 +15,20 @@ from typing import Dict
 POINTS = ("backup", "journal", "write", "rename", "action", "verify", "state", "cleanup")
 
 _seen: Dict[str, int] = {}
-_wanted: Dict[str, int] = {}  # PATCHKIT_FAULT as read by the last reset (each engine run)
-
-
-def _targets() -> Dict[str, int]:
-    out: Dict[str, int] = {}
-    for spec in os.environ.get("PATCHKIT_FAULT", "").split(","):
-        spec = spec.strip()
-        if not spec:
-            continue
-        point, _, count = spec.partition(":")
-        out[point.strip()] = int(count) if count.strip().isdigit() else 1
-    return out
 
 
 def fault(point: str) -> None:
-    """Die here if ``PATCHKIT_FAULT`` asks for it; otherwise count the visit and return."""
-    targets = _wanted
-    if not targets:
+    """Die here if ``PATCHKIT_FAULT`` asks for it; otherwise count the visit (while it is set)."""
+    wanted = os.environ.get("PATCHKIT_FAULT", "")
+    if not wanted:
         return
     _seen[point] = _seen.get(point, 0) + 1
-    if targets.get(point) == _seen[point]:
-        os.kill(os.getpid(), signal.SIGKILL)
+    for spec in wanted.split(","):
+        name, _, count = spec.strip().partition(":")
+        if name.strip() == point and _seen[point] == (int(count) if count.strip().isdigit() else 1):
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 def reset() -> None:
-    """Forget the visits counted so far (each engine run counts from zero) and read
-    ``PATCHKIT_FAULT`` once for the run: a 2000-file apply reaches ~7000 points."""
+    """Forget the visits counted so far: each engine run counts from zero."""
     _seen.clear()
-    _wanted.clear()
-    _wanted.update(_targets())

@@ -1,8 +1,7 @@
 """The few questions the engine asks git, through the ``git`` CLI (hosts have no GitPython).
 
-A target can be a checkout of thousands of files, so git is asked once per root for every
-path a request touches, and not at all for a root that is not inside a work tree (found by
-looking for ``.git`` upwards, without running git).
+git is asked once per root for every path a request touches, and not at all for a root that is
+not inside a work tree (found by looking for ``.git`` upwards, without running git).
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 TIMEOUT = 120.0  # each git command, outside a ``deadline``
 _deadline = threading.local()
@@ -32,47 +31,33 @@ def deadline(seconds: float) -> Iterator[None]:
         yield
     finally:
         _deadline.at = None
+
+
 # Variables that would point git at another repository than the one the root is in.
 _REPO_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_NAMESPACE")
 
 
 def _git(root: str, args: List[str], stdin: Optional[bytes] = None,
          env: Optional[Dict[str, str]] = None) -> Optional[subprocess.CompletedProcess]:
-    return _wait(_spawn(root, args, stdin is not None, env), stdin)
-
-
-def _spawn(root: str, args: List[str], stdin: bool = False,
-           env: Optional[Dict[str, str]] = None) -> Optional[subprocess.Popen]:
-    """Start git (None if it cannot start); ``_wait`` collects it, so several run at once."""
+    """Run git in ``root`` (None if it cannot start, or ran past ``TIMEOUT``)."""
     full = dict(os.environ)
     full["GIT_OPTIONAL_LOCKS"] = "0"  # never rewrite the index of the target while looking
     full.pop("PATCHKIT_FAULT", None)
     for name in _REPO_VARS:
         full.pop(name, None)
     full.update(env or {})
-    try:
-        return subprocess.Popen(["git", "-C", root] + args,
-                                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=full)
-    except OSError:
-        return None
-
-
-def _wait(proc: Optional[subprocess.Popen],
-          stdin: Optional[bytes] = None) -> Optional[subprocess.CompletedProcess]:
-    if proc is None:
-        return None
     end = getattr(_deadline, "at", None)
     try:
-        out, err = proc.communicate(stdin, timeout=TIMEOUT if end is None
-                                    else max(0.0, end - time.monotonic()))
+        return subprocess.run(["git", "-C", root] + args, input=stdin,
+                              stdin=None if stdin is not None else subprocess.DEVNULL,
+                              capture_output=True, env=full, timeout=TIMEOUT if end is None
+                              else max(0.0, end - time.monotonic()))
+    except OSError:
+        return None
     except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
         if end is not None:
             raise DeadlinePassed() from None
         return None
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def work_tree_top(root: str) -> Optional[str]:
@@ -107,44 +92,17 @@ class Changes:
     error: str = ""  # why git could not answer for a checkout ("" when it did)
 
 
-# Above this many paths one ``git status`` of the whole work tree (tracked files only) beats
-# one with every path as a pathspec: git matches each file against each pathspec.
-MANY_PATHS = 32
-
-
 def changed_paths(root: str, rels: List[str]) -> Changes:
-    """Which of ``rels`` (root-relative) differ from HEAD: one ``git status`` for all of them
-    (for many paths, of the whole tree, plus ``git ls-files`` to find untracked ones)."""
-    return start_changed_paths(root, rels)()
-
-
-def start_changed_paths(root: str, rels: List[str]) -> Callable[[], Changes]:
-    """:func:`changed_paths` with git started now and its answer collected by the call that
-    is returned: the engine reads the files meanwhile (git runs on another core)."""
+    """Which of ``rels`` (root-relative) differ from HEAD: one ``git status`` for all of them."""
     top = work_tree_top(root)
     if top is None:
-        return lambda: Changes(False)
+        return Changes(False)
     if not rels:
-        return lambda: Changes(True)
+        return Changes(True)
     # porcelain paths are relative to the work tree's top, whatever the cwd
     prefix = os.path.relpath(os.path.realpath(root), top)
     prefix = "" if prefix == "." else prefix + "/"
-    if len(rels) > MANY_PATHS:
-        status = _spawn(root, _STATUS + ["--untracked-files=no"])
-        files = _spawn(root, ["ls-files", "-z", "--full-name"])
-        return lambda: _changed_many(root, rels, prefix, _wait(status), _wait(files))
-    proc = _spawn(root, _STATUS + ["--untracked-files=all", "--"] + rels)
-    return lambda: _status_of(_wait(proc), prefix)
-
-
-_STATUS = ["status", "--porcelain=v1", "-z"]
-
-
-def _status(root: str, args: List[str], prefix: str) -> Changes:
-    return _status_of(_git(root, _STATUS + args), prefix)
-
-
-def _status_of(proc: Optional[subprocess.CompletedProcess], prefix: str) -> Changes:
+    proc = _git(root, ["status", "--porcelain=v1", "-z", "--untracked-files=all", "--"] + rels)
     if proc is None:
         return Changes(True, error="git did not run (is it installed?)")
     if proc.returncode != 0:
@@ -160,44 +118,11 @@ def _status_of(proc: Optional[subprocess.CompletedProcess], prefix: str) -> Chan
     return Changes(True, out)
 
 
-def _changed_many(root: str, rels: List[str], prefix: str,
-                  status: Optional[subprocess.CompletedProcess],
-                  proc: Optional[subprocess.CompletedProcess]) -> Changes:
-    """The answer ``git status -- <rels>`` gives, without ``rels`` as pathspecs: the tracked
-    changes of the whole tree (``status``), then, from the tracked files (``proc``: ``git
-    ls-files``), a pathspec status only for the paths that exist on disk but are not tracked
-    (untracked or ignored: usually none)."""
-    found = _status_of(status, prefix)
-    if not found.checkout or found.error:
-        return found
-    if proc is None or proc.returncode != 0:
-        return _status(root, ["--untracked-files=all", "--"] + rels, prefix)
-    tracked = set(proc.stdout.decode("utf-8", "surrogateescape").split("\0"))
-    loose = [rel for rel in rels if prefix + rel not in tracked
-             and os.path.lexists(os.path.join(root, rel))]
-    if not loose:
-        return Changes(True, {rel: found.changed[rel] for rel in rels if rel in found.changed})
-    more = _status(root, ["--untracked-files=all", "--"] + loose, prefix)
-    if more.error:
-        return more
-    changed = dict(more.changed)
-    changed.update((rel, found.changed[rel]) for rel in rels if rel in found.changed)
-    return Changes(True, changed)
-
-
 def parse_porcelain_z(text: str) -> List[Tuple[str, str, Optional[str]]]:
     """``git status --porcelain=v1 -z`` output as (code, path, rename source or None)."""
     out: List[Tuple[str, str, Optional[str]]] = []
-    entries = text.split("\0")
-    i = 0
-    while i < len(entries):
-        entry = entries[i]
-        i += 1
-        if len(entry) < 4:
-            continue
-        code, path, source = entry[:2], entry[3:], None
-        if code[0] in "RC":  # the rename's source path follows
-            source = entries[i] if i < len(entries) else None
-            i += 1
-        out.append((code, path, source))
+    entries = iter(text.split("\0"))
+    for entry in entries:
+        if len(entry) >= 4:  # a rename's or copy's source path follows it
+            out.append((entry[:2], entry[3:], next(entries, None) if entry[0] in "RC" else None))
     return out

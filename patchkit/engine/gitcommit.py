@@ -1,12 +1,7 @@
-"""``apply --commit`` and the rollback of a committed fix: fixes recorded as git commits.
-
-Commits are built with plumbing (a throw-away index, ``commit-tree``), one per fix and root in
-application order, each holding exactly that fix's bytes, then HEAD is moved once per root
-with ``update-ref HEAD new old`` (which fails if HEAD moved meanwhile). This happens inside the
-transaction, after verification and before the commit point; the journal names HEAD before,
-so a failure or a crash puts HEAD back (commits carrying this transaction's ``Patchkit-Txn``
-trailer only) and the files are restored as for any other fix.
-"""
+"""``apply --commit`` and the rollback of a committed fix: one commit per fix and root, built
+with plumbing (a throw-away index, ``commit-tree``), then ``update-ref HEAD new old`` per root,
+inside the transaction. The journal names HEAD before, so a failure or crash puts HEAD back
+(commits with this transaction's ``Patchkit-Txn`` trailer only) (docs/git.md)."""
 
 from __future__ import annotations
 
@@ -95,11 +90,8 @@ def make(cos: Dict[str, Checkout], items: List[Item], entries: List[Dict[str, An
 
 
 def undo(journal: Dict[str, Any], roots: Roots) -> None:
-    """Put HEAD back where the journal found it, if only this transaction's commits moved it.
-
-    The checkout is found from the root as the run names it now (a journal of an earlier
-    engine also kept the work tree's absolute path, ``top``: used only for a root the run
-    does not name)."""
+    """Put HEAD back where the journal found it, if only this transaction's commits moved it
+    (``top``, an older journal's work tree path, only for a root the run does not name)."""
     txn = journal.get("txn")
     names = {r.name for r in roots}
     for entry in journal.get("git_commits") or []:

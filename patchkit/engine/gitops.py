@@ -1,15 +1,11 @@
-"""The git questions and object writes of revert fixes, git checks and ``--commit``.
-
-Everything goes through the ``git`` CLI of the host (stdlib only, like the rest of the engine).
-Reading is object-level (``cat-file``, ``rev-list``, ``diff-tree``), so nothing here touches a
-work tree; the only writes are new objects, one ``update-ref`` of HEAD that fails if HEAD moved,
-and the index entries of the files patchkit itself wrote.
-"""
+"""The git questions and object writes of revert fixes, git checks and ``--commit``, through
+the host's ``git`` CLI. Reads are object-level (nothing touches a work tree); writes are new
+objects, an ``update-ref`` of HEAD that fails if HEAD moved, and index entries of files
+patchkit wrote."""
 
 from __future__ import annotations
 
 import os
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -47,16 +43,18 @@ class Checkout:
                               command=["git"] + args, cwd=self.top, exit=proc.returncode, stderr=err)
         return proc.stdout
 
-    def ok(self, args: List[str]) -> bool:
+    def output(self, args: List[str]) -> Optional[bytes]:
+        """What git printed, or None when it failed (for questions a failure answers)."""
         proc = gitcli._git(self.top, args)
-        return proc is not None and proc.returncode == 0
+        return proc.stdout if proc is not None and proc.returncode == 0 else None
+
+    def ok(self, args: List[str]) -> bool:
+        return self.output(args) is not None
 
     def rev(self, rev: str) -> Optional[str]:
         """The commit ``rev`` names (tags peeled), or None."""
-        proc = gitcli._git(self.top, ["rev-parse", "--verify", "--quiet", rev + "^{commit}"])
-        if proc is None or proc.returncode != 0:
-            return None
-        return proc.stdout.decode().strip() or None
+        out = self.output(["rev-parse", "--verify", "--quiet", rev + "^{commit}"])
+        return (out or b"").decode().strip() or None
 
     def head(self) -> Optional[str]:
         return self.rev("HEAD")
@@ -66,10 +64,7 @@ class Checkout:
 
     def blob(self, rev: str, repo_path: str) -> Optional[bytes]:
         """The bytes of ``repo_path`` at ``rev``, or None when the commit lacks it."""
-        proc = gitcli._git(self.top, ["cat-file", "blob", "%s:%s" % (rev, repo_path)])
-        if proc is None or proc.returncode != 0:
-            return None
-        return proc.stdout
+        return self.output(["cat-file", "blob", "%s:%s" % (rev, repo_path)])
 
     def describe(self, sha: str) -> str:
         """``abbrev subject`` of a commit, for messages."""
@@ -87,19 +82,14 @@ class Checkout:
         """(status letter, repo path) of each file ``sha`` changed against ``parent``."""
         args = ["diff-tree", "-r", "--no-renames", "--name-status", "-z", parent, sha, "--"]
         fields = self.run(args + list(repo_paths)).decode("utf-8", "surrogateescape").split("\0")
-        out = []
-        for i in range(0, len(fields) - 1, 2):
-            out.append((fields[i][:1], fields[i + 1]))
-        return out
+        return [(fields[i][:1], fields[i + 1]) for i in range(0, len(fields) - 1, 2)]
 
     def find_by_patch_id(self, patch_ids: Sequence[str], repo_paths: Sequence[str]) -> List[str]:
         """Commits of HEAD's history (newest first) whose whole change has one of the patch-ids.
 
-        Only commits touching ``repo_paths`` and nothing else can carry a series of those
-        files, so one ``git log --name-only`` (no contents) picks them, and only they are
-        diffed for ``git patch-id``: a fork's history holds release commits of thousands of
-        files each, which used to be diffed in full (seconds) just to be ruled out.
-        """
+        Only commits touching ``repo_paths`` and nothing else can carry a series of those files,
+        so ``git log --name-only`` picks them and only they are diffed (a fork's history holds
+        release commits of thousands of files)."""
         if not patch_ids or not repo_paths:
             return []
         listing = self.run(["log", "-z", "--full-diff", "--name-only", "--no-renames",
@@ -152,15 +142,10 @@ def merge_file(ours: bytes, base: bytes, theirs: bytes,
             with open(path, "wb") as fh:
                 fh.write(data)
             names.append(path)
-        argv = ["git", "merge-file", "-p", "--diff3"]
-        for label in labels:
-            argv += ["-L", label]
-        try:
-            proc = subprocess.run(argv + names, cwd=tmp, stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  timeout=gitcli.TIMEOUT)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise TargetError("git merge-file did not run: %s" % exc) from None
+        labelled = ["-L", labels[0], "-L", labels[1], "-L", labels[2]]
+        proc = gitcli._git(tmp, ["merge-file", "-p", "--diff3"] + labelled + names)
+    if proc is None:
+        raise TargetError("git merge-file did not run (is git installed on the target?)")
     if proc.returncode < 0 or proc.returncode > 127:
         raise TargetError("git merge-file failed (exit %d): %s"
                           % (proc.returncode, proc.stderr.decode("utf-8", "replace").strip()))
@@ -172,11 +157,9 @@ def identity_env(checkout: Checkout) -> Tuple[Dict[str, str], str]:
     the environment's, else ``patchkit <patchkit@localhost>``."""
     env: Dict[str, str] = {}
     for role in ("AUTHOR", "COMMITTER"):
-        has_env = os.environ.get("GIT_%s_NAME" % role) and os.environ.get("GIT_%s_EMAIL" % role)
-        if has_env:
+        if os.environ.get("GIT_%s_NAME" % role) and os.environ.get("GIT_%s_EMAIL" % role):
             continue
-        configured = checkout.ok(["config", "user.name"]) and checkout.ok(["config", "user.email"])
-        if not configured:
+        if not (checkout.ok(["config", "user.name"]) and checkout.ok(["config", "user.email"])):
             env["GIT_%s_NAME" % role] = FALLBACK_NAME
             env["GIT_%s_EMAIL" % role] = FALLBACK_EMAIL
     ident = checkout.run(["var", "GIT_COMMITTER_IDENT"], env=env).decode("utf-8", "replace")

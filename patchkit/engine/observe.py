@@ -3,143 +3,66 @@ verify (re-run the verification of applied fixes). Neither writes a target file.
 
 from __future__ import annotations
 
-import os
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
-from ..errors import DriftError, NotApplied, PatchkitError, VerificationFailed
+from ..errors import DriftError, NotApplied, VerificationFailed
+from . import presence, revert
+from .checks import CheckContext, failure_lines, run_check
 from .fsops import read_bytes
+from .hunks import sha256_bytes
 from .paths import Roots
 from .request import FixSpec, Request, check_patch_paths
 from .store import Store, last_writers
-
-if TYPE_CHECKING:
-    from .workspace import Workspace
+from .workspace import Workspace
 
 
 def status(req: Request, store: Store) -> Dict[str, Any]:
-    """Each fix of the request, then each recorded fix the request does not name.
-
-    A stub (name and version only) that is recorded is answered from the state like any fix;
-    one that is not has no entry in ``fixes`` and is named in ``needs_detection`` instead:
-    looking for its change in the files needs its hunks, which the client sends in a second
-    status request for exactly those fixes (docs/design.md, "Engine request").
-    """
+    """Each fix of the request, then each recorded fix the request does not name."""
     state = store.read_state()
     recorded = {f["name"]: f for f in state.get("fixes", [])}
     out: List[Dict[str, Any]] = []
-    needs: List[str] = []
     check_patch_paths(req.roots, req.fixes)
-    files = _Files(req.roots)
+    ws = Workspace(req.roots)
     last = last_writers(state)
     for spec in req.fixes:
         rec = recorded.get(spec.name)
         if rec:
-            entry = _recorded(files, rec, last)
+            entry = _recorded(ws, rec, last)
             entry["catalog_version"] = spec.version
             if entry["state"] == "applied" and rec.get("version") != spec.version:
                 entry["state"] = "outdated"  # another version is applied than the catalog's
-            out.append(entry)
-        elif spec.stub:
-            needs.append(spec.name)
         else:
-            entry = _detect(files.ws, spec)
+            entry = _detect(ws, spec)
             if spec.revert is not None and entry["state"] == "present-unrecorded":
                 entry["state"] = _revert_state(spec, req.roots)
-            out.append(entry)
+        out.append(entry)
     listed = {s.name for s in req.fixes}
-    out.extend(_recorded(files, rec, last) for rec in state.get("fixes", []) if rec["name"] not in listed)
-    return {"state_root": req.state_root.path, "fixes": out, "journal": store.read_journal(),
-            "needs_detection": needs}
+    out.extend(_recorded(ws, rec, last) for rec in state.get("fixes", []) if rec["name"] not in listed)
+    return {"state_root": req.state_root.path, "fixes": out, "journal": store.read_journal()}
 
 
-class _Files:
-    """The target files a status looks at: stat stamps first, and a workspace (which reads
-    and resolves) only for a file whose stamp does not hold or a fix to detect."""
-
-    def __init__(self, roots: Roots) -> None:
-        self.roots = roots
-        self._ws: Optional[Workspace] = None
-        self._prefixes: Dict[str, Tuple[str, Any]] = {}
-
-    @property
-    def ws(self) -> Workspace:
-        if self._ws is None:
-            from .workspace import Workspace  # not needed while every stamp holds
-
-            self._ws = Workspace(self.roots)
-        return self._ws
-
-    def stat_holds(self, root_name: str, path: str, stamp: Any) -> bool:
-        """The file still has the stat stamp recorded when patchkit wrote it (docs/state.md):
-        it holds the recorded bytes without being read.
-
-        The path is joined, not resolved (no symlink walk of every file of a release): a
-        stamp names one inode, so a match is the regular file patchkit wrote (``lstat``: a
-        file swapped for a symlink does not match), and nothing is read through the path.
-        Any other answer goes the resolved, checked way.
-        """
-        if not isinstance(stamp, list) or (self._ws is not None and self._ws.has(root_name, path)):
-            return False
-        try:
-            st = os.lstat(self._joined(root_name, path))
-        except (OSError, ValueError, PatchkitError):
-            return False
-        return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns] == stamp
-
-    def absent(self, root_name: str, path: str) -> bool:
-        """The file a fix deleted is still not there (the joined path names no file, so no
-        resolved one does either); anything else goes the resolved, checked way."""
-        if self._ws is not None and self._ws.has(root_name, path):
-            return False
-        try:
-            os.lstat(self._joined(root_name, path))
-        except FileNotFoundError:
-            return True
-        except (OSError, ValueError, PatchkitError):
-            return False
-        return False
-
-    def _joined(self, root_name: str, path: str) -> str:
-        prefix = self._prefixes.get(root_name)
-        if prefix is None:
-            root = self.roots.get(root_name)
-            prefix = self._prefixes[root_name] = (root.path.rstrip("/") + "/", root.mapped)
-        return prefix[0] + prefix[1](path)
-
-
-def _recorded(files: _Files, rec: Dict[str, Any], last: Dict[Any, Dict[str, Any]]) -> Dict[str, Any]:
+def _recorded(ws: Workspace, rec: Dict[str, Any], last: Dict[Any, Dict[str, Any]]) -> Dict[str, Any]:
     """A file is ``ok`` when it holds what the last fix to touch it wrote (maybe a later fix)."""
     out = []
-    drifted = False
     for f in rec.get("files", []):
         root, path = f["root"], f["path"]
-        writer = last.get((root, path), f)
-        expected = writer.get("after_sha256")
-        if (files.stat_holds(root, path, writer.get("stat")) if expected is not None
-                else files.absent(root, path)):
-            out.append({"root": root, "path": path, "state": "ok"})
-            continue
-        current = files.ws.entry(root, path).current  # the stamp moved: read and hash it
-        from .hunks import sha256_bytes
-
+        expected = last.get((root, path), f).get("after_sha256")
+        current = ws.entry(root, path).current
         if sha256_bytes(current) == expected:
             state = "ok"
-        elif current is None:
-            state = "missing"
         else:
-            state = "drifted"
-        drifted = drifted or state != "ok"
+            state = "missing" if current is None else "drifted"
         out.append({"root": root, "path": path, "state": state})
+    drifted = any(f["state"] != "ok" for f in out)
     return {"name": rec["name"], "state": "drifted" if drifted else "applied",
             "version": rec.get("version"), "applied_at": rec.get("applied_at"), "files": out}
 
 
 def drifted_files(roots: Roots, state: Dict[str, Any], rec: Dict[str, Any],
-                  files: Optional[_Files] = None,
-                  last: Optional[Dict[Any, Dict[str, Any]]] = None) -> List[Dict[str, Any]]:
+                  ws: Optional[Workspace] = None) -> List[Dict[str, Any]]:
     """The recorded fix's files that no longer hold what the last fix to write them wrote
     (``{root, path, state}``, state ``drifted`` or ``missing``), as ``status`` sees them."""
-    seen = _recorded(files or _Files(roots), rec, last_writers(state) if last is None else last)
+    seen = _recorded(ws or Workspace(roots), rec, last_writers(state))
     return [f for f in seen["files"] if f["state"] != "ok"]
 
 
@@ -162,8 +85,6 @@ def drift_check(fix: str, drifted: List[Dict[str, Any]]) -> Dict[str, Any]:
 
 def _detect(ws: Workspace, spec: FixSpec) -> Dict[str, Any]:
     """Is an unrecorded fix's change already in the files (``presence.detect``)?"""
-    from . import presence  # only a fix to detect needs the hunk placer
-
     found = presence.detect(spec.files, ws.read)
     files = []
     if found.state != presence.NOT_APPLIED:
@@ -180,15 +101,11 @@ def _revert_state(spec: FixSpec, roots: Roots) -> str:
     only when git shows the commit it reverts in HEAD's history; otherwise the change it
     undoes was never there and the fix is ``not-needed`` (a pristine release looks exactly
     like one where the revert was applied). The one status question that runs git."""
-    from . import revert
-
     source, _check = revert.resolve(spec, roots)
     return "present-unrecorded" if source is not None else "not-needed"
 
 
 def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
-    from .checks import CheckContext, failure_lines, run_check  # verify only: not for status
-
     state = store.read_state()
     recorded = {f["name"]: f for f in state.get("fixes", [])}
     missing = [s.name for s in req.fixes if s.name not in recorded]
@@ -200,10 +117,10 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
         return read_bytes(req.roots.resolve(root, path))
 
     out, failures = [], []
-    files, last = _Files(req.roots), last_writers(state)
+    ws = Workspace(req.roots)
     for spec in req.fixes:
         # A check passing on edited files does not vouch for the fix as patchkit wrote it.
-        drifted = drifted_files(req.roots, state, recorded[spec.name], files, last)
+        drifted = drifted_files(req.roots, state, recorded[spec.name], ws)
         ctx = CheckContext(spec.name, req.roots, req.python, spec.scripts, disk)
         results = ([drift_check(spec.name, drifted)] if drifted else []) + [
             run_check(check, ctx) for check in spec.verification]

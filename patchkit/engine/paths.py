@@ -12,8 +12,8 @@ the root's ``.patchkit/`` or ``.git/``. Every path is put in one canonical form 
 from __future__ import annotations
 
 import os
-import stat
-from typing import Dict, Iterator, Optional, Tuple
+from dataclasses import dataclass
+from typing import Dict, Iterator, Optional
 
 from ..errors import TargetError, UnsafePathError, UsageError
 
@@ -32,32 +32,14 @@ def detect_layout(path: str) -> str:
     return PLAIN
 
 
+@dataclass(frozen=True)
 class Root:
-    """One named root of a request. A plain class: a frozen dataclass costs about a
-    millisecond of generated code at import, a good part of a small run's start."""
-
-    __slots__ = ("name", "path", "real", "layout")
+    """One named root of a request."""
 
     name: str
     path: str  # absolute, as given
     real: str  # os.path.realpath(path)
     layout: str
-
-    def __init__(self, name: str, path: str, real: str, layout: str) -> None:
-        self.name, self.path, self.real, self.layout = name, path, real, layout
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not Root:
-            return NotImplemented
-        return (self.name, self.path, self.real, self.layout) == (
-            other.name, other.path, other.real, other.layout)  # type: ignore[attr-defined]
-
-    def __hash__(self) -> int:
-        return hash((self.name, self.path, self.real, self.layout))
-
-    def __repr__(self) -> str:
-        return "Root(name=%r, path=%r, real=%r, layout=%r)" % (
-            self.name, self.path, self.real, self.layout)
 
     def package_dir(self) -> Optional[str]:
         """The ``sglang`` package directory of this root, if it has one."""
@@ -76,16 +58,6 @@ class Root:
         return "." if self.layout == PACKAGE else "python"
 
 
-def _joined(real_dir: str, name: str) -> str:
-    """``os.path.realpath`` of ``name`` in the real directory ``real_dir``."""
-    full = real_dir + name if real_dir.endswith("/") else real_dir + "/" + name
-    try:
-        is_link = stat.S_ISLNK(os.lstat(full).st_mode)
-    except (OSError, ValueError):
-        is_link = False
-    return os.path.realpath(full) if is_link else full
-
-
 class Roots:
     """The named roots of one request."""
 
@@ -93,10 +65,6 @@ class Roots:
         if not isinstance(mapping, dict) or not mapping:
             raise UsageError("the request names no roots; give at least one (e.g. sglang=/path)")
         self._roots: Dict[str, Root] = {}
-        self._real_dirs: Dict[Tuple[str, str], str] = {}  # (root, rel dir) -> its realpath
-        self._prefixes: Dict[str, str] = {}  # root -> its real path and a separator
-        self._resolved: Dict[Tuple[str, str], str] = {}  # (root, rel) -> resolve()'s answer
-        self._name_limits: Dict[str, int] = {}
         for name, path in mapping.items():
             path = str(path)
             if not os.path.isabs(path):
@@ -118,13 +86,7 @@ class Roots:
                              root=name) from None
 
     def resolve(self, root_name: str, rel: str) -> str:
-        """The real absolute path of ``rel`` in root ``root_name``, refused if unsafe.
-
-        Answers are kept for the request (one Roots object): a request plans, checks and writes
-        one set of paths, and each is resolved once instead of at every step."""
-        done = self._resolved.get((root_name, rel))
-        if done is not None:
-            return done
+        """The real absolute path of ``rel`` in root ``root_name``, refused if unsafe."""
         root = self.get(root_name)
         where = "%s:%s" % (root_name, rel)
         if not rel or "\0" in rel:
@@ -137,7 +99,7 @@ class Roots:
         if ".." in parts:
             raise UnsafePathError("%s: the path contains '..'; paths must stay inside their "
                                   "root" % where, root=root_name, path=rel)
-        limit = self._name_max(root)
+        limit = _name_max(root)
         for part in parts:
             if len(part.encode("utf-8", "surrogateescape")) > limit:
                 raise UnsafePathError("%s: the name %s... is %d bytes long; the file system of root "
@@ -145,8 +107,8 @@ class Roots:
                                       "in the patch" % (where, part[:40], len(part.encode(
                                           "utf-8", "surrogateescape")), root_name, limit),
                                       root=root_name, path=rel)
-        full = self._realpath(root, root.mapped(rel))
-        prefix = self._prefix(root)
+        full = os.path.realpath(os.path.join(root.path, root.mapped(rel)))
+        prefix = _prefix(root)
         if full != root.real and not full.startswith(prefix):
             raise UnsafePathError("%s resolves to %s, outside root %s (%s) through a symlink; "
                                   "refusing to write there" % (where, full, root_name, root.real),
@@ -158,7 +120,6 @@ class Roots:
                     "%s%s is inside %s/, which belongs to %s; a patch may not write there"
                     % (where, "" if name in parts else " (resolved: %s)" % full[len(prefix):],
                        name, RESERVED[name]), root=root_name, path=rel)
-        self._resolved[(root_name, rel)] = full
         return full
 
     def canonical(self, root_name: str, rel: str) -> str:
@@ -181,56 +142,27 @@ class Roots:
         root = self.get(root_name)
         if full == root.real:
             return ""
-        prefix = self._prefix(root)
+        prefix = _prefix(root)
         if not full.startswith(prefix):
             raise UnsafePathError("%s is outside root %s (%s)" % (full, root_name, root.real),
                                   root=root_name, path=full)
         return full[len(prefix):]
-
-    def _prefix(self, root: Root) -> str:
-        """The root's real path with a trailing separator: what every path inside starts with."""
-        prefix = self._prefixes.get(root.name)
-        if prefix is None:
-            prefix = self._prefixes[root.name] = root.real.rstrip(os.sep) + os.sep
-        return prefix
-
-    def _name_max(self, root: Root) -> int:
-        limit = self._name_limits.get(root.name)
-        if limit is None:
-            try:
-                limit = int(os.pathconf(root.real, "PC_NAME_MAX"))
-            except (OSError, ValueError):
-                limit = 255
-            self._name_limits[root.name] = limit = limit if limit > 0 else 255
-        return limit
-
-    def _realpath(self, root: Root, rel: str) -> str:
-        """``os.path.realpath`` of ``rel`` in ``root``, with the directory part resolved once
-        per request (the files of a large series share a few hundred directories): the real
-        directory joined with the name, resolved again only when that name is a symlink."""
-        head, _sep, tail = rel.rpartition("/")
-        if not tail or tail in (".", ".."):
-            return os.path.realpath(os.path.join(root.path, rel))
-        return _joined(self._real_dir(root, head), tail)
-
-    def _real_dir(self, root: Root, head: str) -> str:
-        """The realpath of directory ``head`` of ``root``, built from its parent's (one lstat
-        per directory instead of one per component of every directory)."""
-        key = (root.name, head)
-        real = self._real_dirs.get(key)
-        if real is None:
-            parent, _sep, name = head.rpartition("/")
-            if not head:
-                real = root.real
-            elif not name or name in (".", ".."):
-                real = os.path.realpath(os.path.join(root.path, head))
-            else:
-                real = _joined(self._real_dir(root, parent), name)
-            self._real_dirs[key] = real
-        return real
 
     def placeholders(self, python: str) -> Dict[str, str]:
         out = {"{python}": python}
         for root in self:
             out["{root:%s}" % root.name] = root.path
         return out
+
+
+def _prefix(root: Root) -> str:
+    """The root's real path with a trailing separator: what every path inside starts with."""
+    return root.real.rstrip(os.sep) + os.sep
+
+
+def _name_max(root: Root) -> int:
+    try:
+        limit = int(os.pathconf(root.real, "PC_NAME_MAX"))
+    except (OSError, ValueError):
+        limit = 255
+    return limit if limit > 0 else 255

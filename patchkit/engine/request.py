@@ -1,16 +1,16 @@
-"""The engine request (format 1 of docs/design.md), checked and turned into frozen records."""
+"""The engine request (format 1 of docs/design.md), checked and turned into records."""
 
 from __future__ import annotations
 
 import dataclasses
-import gc
 import sys
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
 
 from ..errors import UnsafePathError, UsageError
 from .paths import Root, Roots
 
-if TYPE_CHECKING:  # loaded by the first fix with files: a status of stubs places no hunk
+if TYPE_CHECKING:
     from .hunks import FileChange
 
 FORMAT = 1
@@ -18,65 +18,43 @@ OPS = ("apply", "rollback", "status", "verify")
 STRATEGIES = ("restore", "reverse")
 
 
+@dataclass
 class FixSpec:
-    """One fix of a request, checked (``parse_fix``). A plain class with slots, not a
-    dataclass: the generated methods cost more at import than a small request's parsing."""
+    """One fix of a request, checked (``parse_fix``). Not frozen: ``check_patch_paths`` puts
+    the paths of ``files`` in their canonical form in place."""
 
-    __slots__ = ("name", "version", "title", "requires", "release", "patches", "files",
-                 "preconditions", "verification", "purge_pycache", "scripts", "strategy",
-                 "rationale", "revert", "stub", "allow_special_modes")
-
-    def __init__(self, name: str, version: int, title: str, requires: Tuple[str, ...],
-                 release: Optional[Dict[str, Any]], patches: Tuple[Dict[str, Any], ...],
-                 files: Tuple[FileChange, ...], preconditions: Tuple[Dict[str, Any], ...],
-                 verification: Tuple[Dict[str, Any], ...], purge_pycache: bool,
-                 scripts: Dict[str, str], strategy: str, rationale: str = "",
-                 revert: Optional[Dict[str, Any]] = None, stub: bool = False,
-                 allow_special_modes: bool = False) -> None:
-        self.name = name
-        self.version = version
-        self.title = title
-        self.requires = requires
-        self.release = release
-        self.patches = patches
-        self.files = files
-        self.preconditions = preconditions
-        self.verification = verification
-        self.purge_pycache = purge_pycache
-        self.scripts = scripts
-        self.strategy = strategy
-        self.rationale = rationale  # the commit message body of apply --commit
-        self.revert = revert  # a revert fix: {root, commit, fix, patch_ids, ...}
-        self.stub = stub  # status only: name and version, no series (docs/design.md, FIX stub)
-        # the manifest allows files setuid, setgid, sticky or world-writable (check_file_modes)
-        self.allow_special_modes = allow_special_modes
-
-    def __repr__(self) -> str:
-        return "FixSpec(name=%r, version=%r)" % (self.name, self.version)
+    name: str
+    version: int
+    title: str
+    requires: Tuple[str, ...]
+    release: Optional[Dict[str, Any]]
+    patches: Tuple[Dict[str, Any], ...]
+    files: Tuple[FileChange, ...]
+    preconditions: Tuple[Dict[str, Any], ...]
+    verification: Tuple[Dict[str, Any], ...]
+    purge_pycache: bool
+    scripts: Dict[str, str]
+    strategy: str
+    rationale: str = ""  # the commit message body of apply --commit
+    revert: Optional[Dict[str, Any]] = None  # a revert fix: {root, commit, fix, patch_ids, ...}
+    # the manifest allows files setuid, setgid, sticky or world-writable (check_file_modes)
+    allow_special_modes: bool = False
 
 
+@dataclass(frozen=True)
 class Request:
-    """A checked engine request (``parse_request``); a plain class like :class:`FixSpec`."""
+    """A checked engine request (``parse_request``)."""
 
-    __slots__ = ("op", "dry_run", "force", "roots", "state_root", "python", "lock_timeout",
-                 "fixes", "dependencies", "commit")
-
-    def __init__(self, op: str, dry_run: bool, force: bool, roots: Roots, state_root: Root,
-                 python: str, lock_timeout: float, fixes: Tuple[FixSpec, ...],
-                 dependencies: Tuple[FixSpec, ...], commit: bool = False) -> None:
-        self.op = op
-        self.dry_run = dry_run
-        self.force = force
-        self.roots = roots
-        self.state_root = state_root
-        self.python = python
-        self.lock_timeout = lock_timeout
-        self.fixes = fixes
-        self.dependencies = dependencies  # required fixes not in ``fixes``: looked for, never written
-        self.commit = commit  # apply: record each fix as a commit in its git roots
-
-    def __repr__(self) -> str:
-        return "Request(op=%r, fixes=%r)" % (self.op, [f.name for f in self.fixes])
+    op: str
+    dry_run: bool
+    force: bool
+    roots: Roots
+    state_root: Root
+    python: str
+    lock_timeout: float
+    fixes: Tuple[FixSpec, ...]
+    dependencies: Tuple[FixSpec, ...]  # required fixes not in ``fixes``: looked for, never written
+    commit: bool = False  # apply: record each fix as a commit in its git roots
 
 
 def _checks(value: Any, fix: str, key: str) -> Tuple[Dict[str, Any], ...]:
@@ -92,8 +70,10 @@ def parse_fix(data: Any, lazy: bool = False) -> FixSpec:
     if not isinstance(data, dict) or not data.get("name"):
         raise UsageError("the request has a fix without a name; rebuild it with patchkit.plan")
     name = str(data["name"])
-    if data.get("stub"):
-        return _stub(data, name)
+    if "stub" in data:  # a fix of name and version only would read as one with no files
+        raise UsageError("fix %s is a stub (name and version only), which engine request format "
+                         "1 does not take; send the full fix: rebuild the request with "
+                         "patchkit.plan" % name, fix=name)
     try:
         version = int(data.get("version", 1))
     except (TypeError, ValueError):
@@ -128,37 +108,7 @@ def parse_fix(data: Any, lazy: bool = False) -> FixSpec:
         allow_special_modes=data.get("allow_special_modes") is True)
 
 
-def _stub(data: Dict[str, Any], name: str) -> FixSpec:
-    """A status stub: answered from the state when recorded, else named in the result's
-    ``needs_detection`` (its full spec then comes in a second request)."""
-    if set(data) - STUB_KEYS:
-        raise UsageError("fix %s: a stub carries only %s, not %s; rebuild the request with "
-                         "patchkit.plan" % (name, ", ".join(sorted(STUB_KEYS)),
-                                            ", ".join(sorted(set(data) - STUB_KEYS))), fix=name)
-    version = data.get("version")
-    if type(version) is not int:
-        raise UsageError("fix %s: stub version %r is not an integer" % (name, version), fix=name)
-    return FixSpec(name=name, version=version, title="", requires=(), release=None, patches=(),
-                   files=(), preconditions=(), verification=(), purge_pycache=True, scripts={},
-                   strategy="restore", stub=True)
-
-
-STUB_KEYS = frozenset(("name", "version", "stub"))
-
-
 def parse_request(data: Any) -> Request:
-    """The request checked and built, without the cyclic GC: a release's worth of hunks is
-    ~10^5 small tuples (no cycles), and collections while building them cost a third more."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return _parse_request(data)
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def _parse_request(data: Any) -> Request:
     if not isinstance(data, dict):
         raise UsageError("the engine request must be a JSON object")
     if data.get("format") != FORMAT:
@@ -169,17 +119,10 @@ def _parse_request(data: Any) -> Request:
         raise UsageError("engine op %r; expected one of %s" % (op, ", ".join(OPS)), op=op)
     roots = Roots(data.get("roots") or {})
     state_root = roots.get(str(data.get("state_root") or "sglang"))
-    # status and verify never write and a status reads no recorded fix's hunks; an apply checks
-    # each record's hunks when it places them, before any write, or never (placecache hits)
+    # status and verify never write; an apply checks each record's hunks when it places them
     lazy = op in ("status", "verify", "apply")
     fixes: List[FixSpec] = [parse_fix(f, lazy) for f in _list(data, "fixes")]
     dependencies: List[FixSpec] = [parse_fix(f, lazy) for f in _list(data, "dependencies")]
-    stubs = [f.name for f in fixes if f.stub] if op != "status" else []
-    stubs += [f.name for f in dependencies if f.stub]
-    if stubs:
-        raise UsageError("the request carries fix %s as a stub (name and version only), which "
-                         "only a status's fixes may be; rebuild it with patchkit.plan"
-                         % ", ".join(stubs), fixes=stubs)
     names = [f.name for f in fixes] + [f.name for f in dependencies]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -208,12 +151,9 @@ def _list(data: Dict[str, Any], key: str) -> List[Any]:
 
 def check_patch_paths(roots: Roots, specs: Iterable[FixSpec]) -> None:
     """Resolve every path of every patch of ``specs`` before anything else happens, and put
-    each in its canonical form (``Roots.canonical``) in place.
-
-    An unsafe path (absolute, ``..``, out of the root through a symlink) can only be fixed in
-    the patch that carries it, so the error names the fix and that patch file besides the root
-    and path. Files in a root the target lacks are skipped (a dependency may touch one).
-    """
+    each in its canonical form (``Roots.canonical``) in place. An unsafe path can only be fixed
+    in the patch that carries it, so the error names the fix and that patch file. Files in a
+    root the target lacks are skipped (a dependency may touch one)."""
     names = {r.name for r in roots}
     for spec in specs:
         files = list(spec.files)
@@ -222,7 +162,7 @@ def check_patch_paths(roots: Roots, specs: Iterable[FixSpec]) -> None:
                 continue
             try:
                 path = roots.canonical(change.root, change.path)
-                if path != change.path:  # one spelling per file: see Roots.canonical
+                if path != change.path:
                     files[i] = dataclasses.replace(change, path=path)
             except UnsafePathError as err:
                 root = roots.get(change.root)
@@ -233,24 +173,21 @@ def check_patch_paths(roots: Roots, specs: Iterable[FixSpec]) -> None:
                     "patchkit never writes outside a root"
                     % (spec.name, patch, err.message, root.name, root.path),
                     **dict(err.details, fix=spec.name, patch=patch, root_path=root.path)) from None
-        if files != list(spec.files):
-            spec.files = tuple(files)
+        spec.files = tuple(files)
 
 
-#: Mode bits no file of a fix gets unless its manifest sets ``allow_special_modes``: setuid,
-#: setgid and sticky, and write for everyone. git itself only ever records 100644 and 100755.
-SPECIAL_MODE_BITS = 0o4000 | 0o2000 | 0o1000 | 0o002
-_SPECIAL_NAMES = ((0o4000, "setuid"), (0o2000, "setgid"), (0o1000, "sticky"),
-                  (0o002, "world-writable"))
+#: Mode bits no file of a fix gets unless its manifest sets ``allow_special_modes`` (git itself
+#: only ever records 100644 and 100755).
+SPECIAL_MODES = {0o4000: "setuid", 0o2000: "setgid", 0o1000: "sticky", 0o002: "world-writable"}
 
 
 def unsafe_mode(fix: str, patch: str, root: str, path: str, mode: Optional[int]
                 ) -> Optional[UnsafePathError]:
     """The error for a FILE record giving ``path`` a special mode (``mode``: permission bits
     as :func:`patchkit.engine.hunks.parse_mode` gives them), or None when the mode is plain."""
-    if mode is None or not mode & SPECIAL_MODE_BITS:
+    what = ", ".join(name for bit, name in SPECIAL_MODES.items() if mode is not None and mode & bit)
+    if not what:
         return None
-    what = ", ".join(name for bit, name in _SPECIAL_NAMES if mode & bit)
     shown = "%o" % (0o100000 | mode)
     where = "patches/%s/%s" % (fix, patch or "?")
     return UnsafePathError(

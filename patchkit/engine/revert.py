@@ -1,15 +1,7 @@
-"""Revert fixes: the inverse of a commit's change, merged onto today's files (docs/git.md).
-
-A revert never restores an old file: for each file the commit C changed, the new bytes are
-the three-way merge of the current file (ours), C's version (base) and C's parent's version
-(theirs), so every later change to the file is kept. A conflict refuses the whole apply,
-naming the later commits that touched the file and the conflicting lines; nothing is written.
-
-The commit is found by id (``revert.commit``) or, so one manifest serves every fork, by the
-patch-id of the series of the fix it committed (``revert.fix`` with ``patch_ids`` computed by
-the client). A root outside git falls back to the request's FILE records (the named fix's
-series reversed, or the revert fix's own series).
-"""
+"""Revert fixes (docs/git.md): each file commit C changed becomes the three-way merge of the
+current file, C's version and C's parent's, so later changes are kept; a conflict refuses the
+apply. C is found by id or by the patch-id of a fix's series; a root outside git falls back to
+the request's FILE records."""
 
 from __future__ import annotations
 
@@ -46,10 +38,6 @@ class Source:
     files: Tuple[RevertFile, ...]
 
 
-def spec_of(fix: FixSpec) -> Dict[str, Any]:
-    return fix.revert or {}
-
-
 def _name(rev: Dict[str, Any]) -> str:
     if rev.get("commit") and rev.get("fix"):
         return "commit %s (or the commit of fix %s)" % (rev["commit"], rev["fix"])
@@ -62,7 +50,7 @@ def resolve(fix: FixSpec, roots: Roots) -> Tuple[Optional[Source], Dict[str, Any
     ``(None, ok result)``: the root is not a git checkout and the FILE records are the
     fallback. ``(None, failed result)``: the commit is not there (or no fallback exists).
     """
-    rev = spec_of(fix)
+    rev = fix.revert or {}
     root = roots.get(str(rev.get("root") or "sglang"))
     label = "revert %s" % _name(rev)
     checkout = checkout_of(root.path)
@@ -133,12 +121,8 @@ def revert_file(fix: str, src: Source, f: RevertFile, current: Optional[bytes]) 
     where = "%s:%s" % (src.root, f.path)
     base = src.checkout.blob(src.sha, f.repo_path) if f.status != "D" else None
     theirs = src.checkout.blob(src.parent, f.repo_path) if f.status != "A" else None
-    if current == base:
-        return theirs
-    if f.status == "D" and current is None:
-        return theirs
-    if f.status == "A" and current is None:
-        return None
+    if current == base or (f.status in "AD" and current is None):
+        return theirs  # unchanged since C, or already as before C (None for an added file)
     if current is None or base is None or theirs is None:
         what = ("was deleted since" if current is None else
                 "exists again although the commit deleted it" if base is None else

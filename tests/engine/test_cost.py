@@ -28,7 +28,7 @@ def git_calls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[], L
     bindir, log = tmp_path / "bin", tmp_path / "git.log"
     bindir.mkdir()
     wrapper = bindir / "git"
-    # one write per call: the engine runs the git of several roots at once
+    # one write per call, so each line is one whole git command
     wrapper.write_text("#!/bin/sh\nline=$(printf '%%s\\t' \"$@\")\nprintf '%%s\\n' \"$line\" >> '%s'\n"
                        "exec '%s' \"$@\"\n" % (log, real))
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)

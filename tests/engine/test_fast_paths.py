@@ -19,7 +19,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from patchkit.engine import fsops, gitcli, run
+from patchkit.engine import fsops, run
 from patchkit.engine.workspace import unified_diff
 
 from .helpers import MOD, compact, file_record, fix, git, make_checkout, module_text, request
@@ -206,35 +206,6 @@ def test_stamp_files_skips_a_file_without_the_expected_bytes(tmp_path: Path) -> 
     assert fsops.stamp_files([(str(p), b"date\n")], str(tmp_path)) == {}  # same size
     got = fsops.stamp_files([(str(p), b"data\n")], str(tmp_path))
     assert got in ({}, {str(p): fsops.stat_stamp(os.stat(p))})  # {} only if ctime is this tick
-
-
-# -- git status of many paths ----------------------------------------------------------------
-
-def test_many_paths_give_the_pathspec_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    top = tmp_path / "repo"
-    root = top / "sub"
-    root.mkdir(parents=True)
-    for i in range(40):
-        (root / ("f%02d.py" % i)).write_text("x = %d\n" % i)
-    (top / ".gitignore").write_text("*.log\n")
-    git(top, "init", "-q")
-    git(top, "add", "-A")
-    git(top, "commit", "-qm", "base")
-    (root / "f01.py").write_text("changed\n")
-    (root / "f02.py").write_text("staged\n")
-    git(top, "add", "sub/f02.py")
-    (root / "f03.py").unlink()
-    git(top, "mv", "sub/f04.py", "sub/f04-renamed.py")
-    (root / "new.py").write_text("untracked\n")
-    (root / "x.log").write_text("ignored\n")
-    rels = ["f%02d.py" % i for i in range(40)] + ["f04-renamed.py", "new.py", "x.log", "absent.py"]
-    monkeypatch.setattr(gitcli, "MANY_PATHS", 10 ** 6)
-    slow = gitcli.changed_paths(str(root), rels)
-    monkeypatch.setattr(gitcli, "MANY_PATHS", 0)
-    fast = gitcli.changed_paths(str(root), rels)
-    assert slow.checkout and fast.checkout and not slow.error and not fast.error
-    assert set(fast.changed) == set(slow.changed) == {
-        "f01.py", "f02.py", "f03.py", "f04.py", "f04-renamed.py", "new.py"}
 
 
 def test_paths_resolved_per_directory_equal_realpath_and_refuse_every_escape(tmp_path: Path) -> None:

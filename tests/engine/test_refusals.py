@@ -76,11 +76,13 @@ def _case(name: str, root: Path) -> Case:
         return "apply", [one_fix(root)], "LockBusy", lambda: lock_held_elsewhere(root)
     if name == "rollback-not-applied":
         return "rollback", [one_fix(root)], "NotApplied", _nothing
+    if name == "status-stub":  # FIX stubs (name and version only) are not part of the format
+        return "status", [{"name": "a", "version": 1, "stub": True}], "UsageError", _nothing
     raise AssertionError(name)
 
 
 CASES = ["precondition", "conflict", "unsafe-path", "special-mode", "missing-file", "wrong-release", "uncommitted",
-         "requires-missing", "not-writable", "lock-busy", "rollback-not-applied"]
+         "requires-missing", "not-writable", "lock-busy", "rollback-not-applied", "status-stub"]
 
 
 def _apply_other_fix(root: Path) -> None:
@@ -102,6 +104,20 @@ def test_refused_run_leaves_the_target_byte_identical(checkout: Path, name: str,
         assert result["ok"] is False and result["error"]["type"] == expected, result["error"]
         assert full_snapshot(checkout) == tree
     assert (checkout / ".patchkit").exists() is prior
+
+
+def test_a_fix_stub_is_refused_by_every_op_with_the_way_out(checkout: Path) -> None:
+    """A stub would otherwise read as a fix with no files: a status would call it absent."""
+    f = one_fix(checkout)
+    assert run(request("apply", {"sglang": checkout}, [f]))["ok"]
+    for op in ("status", "apply", "verify", "rollback"):
+        res = run(request(op, {"sglang": checkout}, [{"name": "a", "version": 1, "stub": True}]))
+        assert res["ok"] is False and res["error"]["type"] == "UsageError", (op, res["error"])
+        assert "fix a" in res["error"]["message"] and "stub" in res["error"]["message"]
+        assert "patchkit.plan" in res["error"]["message"]
+    status = run(request("status", {"sglang": checkout}, [f]))["status"]
+    assert "needs_detection" not in status
+    assert [(x["name"], x["state"]) for x in status["fixes"]] == [("a", "applied")]
 
 
 def test_refusals_of_an_applied_fix_change_nothing(checkout: Path) -> None:
