@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from patchkit import gitrepo
+from patchkit.cache import cache_dir, upstream_dir
 from patchkit.errors import TargetError, UsageError
 
 __all__ = ["RELEASE_IDENTITY", "Release", "UpstreamRepo", "download_wheel", "version_key"]
@@ -82,28 +83,18 @@ class Release:
     wheel: Path | None = None  # the wheel it was built from, when patchkit built it
 
 
-def _default_path() -> Path:
-    env = os.environ.get("PATCHKIT_UPSTREAM")
-    if env:
-        return Path(env).expanduser()
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(cache) / "patchkit" / "upstream"
-
-
 class UpstreamRepo:
     """SGLang releases as a git history; see the module docstring for the layout."""
 
     def __init__(self, path: Path | str | None = None, *, wheels: Path | str | None = None):
-        self.path = Path(path).expanduser() if path is not None else _default_path()
+        self.path = Path(path).expanduser() if path is not None else upstream_dir()
         # A git repository there is a user's SGLang clone; a plain directory is ours.
         self.foreign = gitrepo.is_git_repo(self.path)
         self.git_dir = self.path if self.foreign else self.path / "repo.git"
         self.wheels = Path(wheels) if wheels is not None else self.path / "wheels"
         if self.foreign:
             digest = hashlib.sha256(str(self.path.resolve()).encode()).hexdigest()[:12]
-            cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-            cache = cache / "patchkit"
-            self.trees = cache / "clones" / digest / "trees"
+            self.trees = cache_dir() / "clones" / digest / "trees"
         else:
             self.trees = self.path / "trees"
 

@@ -58,9 +58,10 @@ class LocalTarget(Frozen):
 
 
 def user_cache_dir() -> str:
-    """patchkit's directory in the user's cache (XDG), for caches keyed by content."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "patchkit")
+    """patchkit's cache directory (:func:`patchkit.cache.cache_dir`)."""
+    from ..cache import cache_dir
+
+    return str(cache_dir())
 
 
 def state_root_of(roots: Mapping[str, str]) -> str:
