@@ -10,14 +10,14 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from ..errors import ManifestError
+import tomlkit
+
 from .manifest import build_fix
-from .model import MANIFEST_FORMAT
+from .model import MANIFEST_FORMAT, Fix
 from .reader import Ctx, loads, read_toml
 
-def _patch_tables(patches: Iterable[Sequence[str]]) -> Any:
-    import tomlkit
 
+def _patch_tables(patches: Iterable[Sequence[str]]) -> Any:
     aot = tomlkit.aot()
     for entry in patches:
         file, root, *rest = entry
@@ -78,8 +78,6 @@ def new_manifest_text(name: str, title: str, base_release: str,
     the text carries a prose placeholder to replace; checks are commented-out examples.
     The text is validated before it is returned, so a bad name or title fails here.
     """
-    import tomlkit
-
     def q(value: Any) -> str:
         return tomlkit.item(value).as_string()
 
@@ -111,12 +109,8 @@ def bump_manifest(path: Path | str, *, version: int, changelog_summary: str, dat
     apply there). A changelog entry for ``version`` is appended. The result is validated
     before the file is replaced (atomically).
     """
-    import tomlkit
-
     path = Path(path)
-    ctx = Ctx(path)
-    doc = read_toml(path, "manifest")
-    current = build_fix(ctx, doc.unwrap(), path.parent.parent / "patches" / path.stem)
+    ctx, doc, current = _open(path)
     if version <= current.version:
         raise ctx.fail("version", f"new version {version} is not above the current version "
                        f"{current.version}", f"Use version {current.version + 1}")
@@ -144,9 +138,7 @@ def bump_manifest(path: Path | str, *, version: int, changelog_summary: str, dat
         changelog = tomlkit.aot()
         changelog.append(entry)
         doc.add("changelog", changelog)
-    text = tomlkit.dumps(doc)
-    build_fix(ctx, loads(path, "manifest", text), current.patch_dir)
-    _atomic_write_text(path, text)
+    _save(ctx, doc, current)
 
 
 def add_release(path: Path | str, release: str) -> bool:
@@ -155,37 +147,24 @@ def add_release(path: Path | str, release: str) -> bool:
     The series does not change, so the version does not either. Returns False when the
     release was listed already (nothing written). Comments and layout are kept.
     """
-    import tomlkit
-
-    path = Path(path)
-    ctx = Ctx(path)
-    doc = read_toml(path, "manifest")
-    current = build_fix(ctx, doc.unwrap(), path.parent.parent / "patches" / path.stem)
+    ctx, doc, current = _open(Path(path))
     if release in current.upstream.releases or not current.upstream.releases:
         return False
     doc["upstream"]["releases"] = [*current.upstream.releases, release]
-    text = tomlkit.dumps(doc)
-    build_fix(ctx, loads(path, "manifest", text), current.patch_dir)
-    _atomic_write_text(path, text)
+    _save(ctx, doc, current)
     return True
 
 
-def version_and_patches(text: str) -> tuple[int | None, list[str]]:
-    """The ``version`` and ``[[patches]].file`` names of a manifest's text, unvalidated.
-
-    For reading old versions from the catalog's git history (``patchkit diff --versions``);
-    an unreadable text gives ``(None, [])``.
-    """
-    try:
-        data = loads(Path("manifest.toml"), "manifest", text)
-    except ManifestError:  # any broken old text just has no version
-        return None, []
-    version = data.get("version")
-    files = [p.get("file") for p in data.get("patches", []) if isinstance(p, dict)]
-    return (version if isinstance(version, int) else None), [f for f in files if isinstance(f, str)]
+def _open(path: Path) -> tuple[Ctx, Any, Fix]:
+    """The manifest as a tomlkit document and as the fix it validates to."""
+    ctx, doc = Ctx(path), read_toml(path, "manifest")
+    return ctx, doc, build_fix(ctx, doc.unwrap(), path.parent.parent / "patches" / path.stem)
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
+def _save(ctx: Ctx, doc: Any, current: Fix) -> None:
+    """Write the edited ``doc`` over its file, atomically, once it validates."""
+    path, text = ctx.path, tomlkit.dumps(doc)
+    build_fix(ctx, loads(path, "manifest", text), current.patch_dir)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
@@ -198,5 +177,4 @@ def _atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
-
-__all__ = ["new_manifest_text", "bump_manifest", "add_release", "version_and_patches"]
+__all__ = ["new_manifest_text", "bump_manifest", "add_release"]

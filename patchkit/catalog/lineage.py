@@ -15,13 +15,13 @@ down in ``docs/lineage.md``.
 from __future__ import annotations
 
 import heapq
-import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from .. import gitrepo
 from . import Catalog
 from ..errors import ManifestError
+from .manifest import version_and_patches
 from .model import Fix
 
 #: Version of the ``--json`` document (docs/lineage.md).
@@ -32,8 +32,6 @@ ORDERING_LINKS = ("depends_on", "supersedes", "reverts")
 
 #: Target states that come from the target's record (so with an applied version and time).
 RECORDED_STATES = ("applied", "drifted", "outdated")
-
-_VERSION_RE = re.compile(r"^\s*version\s*=\s*(\d+)")
 
 
 @dataclass(frozen=True)
@@ -379,28 +377,9 @@ def _catalog_history(catalog: Catalog, fixes: Sequence[Fix]
     texts = iter(gitrepo.texts_at(top, wanted)) if wanted else iter(())
     out: dict[str, list[tuple[CatalogCommit, int | None]]] = {}
     for name, cs in touched.items():
-        out[name] = [(CatalogCommit(c.sha, c.date, c.subject), _declared_version(next(texts)))
+        out[name] = [(CatalogCommit(c.sha, c.date, c.subject), version_and_patches(next(texts) or "")[0])
                      for c in cs]
     return out
-
-
-def _declared_version(text: str | None) -> int | None:
-    """The top-level ``version`` of a manifest text (the keys before the first table).
-
-    A line scan, not a TOML parse: an old manifest need not be valid today, and lines inside
-    multi-line strings (the rationale) are skipped.
-    """
-    in_string = False
-    for line in (text or "").splitlines():
-        if not in_string:
-            if line.lstrip().startswith("["):
-                break
-            match = _VERSION_RE.match(line)
-            if match:
-                return int(match.group(1))
-        if (line.count('"""') + line.count("'''")) % 2:
-            in_string = not in_string
-    return None
 
 
 def _applied(target_status: Any) -> dict[str, Applied]:

@@ -32,11 +32,13 @@ from .model import (
     Rollback,
     Upstream,
 )
+from ..errors import ManifestError
 from .reader import (
     Ctx,
     check_keys,
     choice,
     full_key,
+    loads,
     read_data,
     rel_path,
     root_name,
@@ -355,5 +357,18 @@ def _check_files(ctx: Ctx, fix: Fix) -> None:
                                    f"{fix.patch_dir})")
 
 
+def version_and_patches(text: str) -> tuple[int | None, list[str]]:
+    """The ``version`` and ``[[patches]].file`` names of a manifest's text, unvalidated: an
+    old version from the catalog's git history need not be valid today; one that is not
+    TOML gives ``(None, [])``."""
+    try:
+        data = loads(Path("manifest.toml"), "manifest", text)
+    except ManifestError:  # any broken old text just has no version
+        return None, []
+    version, patches = data.get("version"), data.get("patches")
+    patches = patches if isinstance(patches, list) else []
+    files = [p.get("file") for p in patches if isinstance(p, dict)]
+    return (version if isinstance(version, int) else None), [f for f in files if isinstance(f, str)]
 
-__all__ = ["load_manifest", "build_fix", "NAME_RE"]
+
+__all__ = ["load_manifest", "build_fix", "version_and_patches", "NAME_RE"]

@@ -7,7 +7,7 @@ Old versions live in the catalog's git history, read through :mod:`patchkit.gitr
 from __future__ import annotations
 
 from .. import gitrepo
-from ..catalog import edit
+from ..catalog import manifest
 from ..catalog import Catalog
 from ..errors import UsageError
 
@@ -28,7 +28,7 @@ def series_of_version(catalog: Catalog, name: str, version: int) -> dict[str, st
     rel_patches = fix.patch_dir.resolve().relative_to(top.resolve()).as_posix()
     for commit in reversed(gitrepo.path_history(top, [rel_manifest])):
         (text,) = gitrepo.texts_at(top, [(commit.sha, rel_manifest)])
-        declared, files = edit.version_and_patches(text or "")
+        declared, files = manifest.version_and_patches(text or "")
         if declared == version:
             texts = gitrepo.texts_at(top, [(commit.sha, f"{rel_patches}/{f}") for f in files])
             return {f: t or "" for f, t in zip(files, texts)}
