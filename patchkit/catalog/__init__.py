@@ -6,6 +6,7 @@ cycles and unknown dependencies with a :class:`ManifestError` naming the manifes
 
 from __future__ import annotations
 
+import difflib
 import os
 from pathlib import Path
 from typing import Iterable
@@ -16,10 +17,8 @@ from .model import Fix
 
 ENV_CATALOG = "PATCHKIT_CATALOG"
 CONFIG_NAME = "patchkit.toml"  # a catalog's own settings (docs/manifest.md, patchkit.toml)
-
-
-#: Where a regular install (a wheel) keeps the shipped catalog: package data of patchkit
-#: (pyproject.toml maps the repository's manifests/ and patches/ there).
+#: Where a regular install keeps the shipped catalog: package data of patchkit (pyproject.toml
+#: maps the repository's manifests/ and patches/ there).
 PACKAGED_CATALOG = "_catalog"
 
 
@@ -33,7 +32,6 @@ def shipped_catalog_root() -> Path | None:
         if (top / "manifests").is_dir() and (top / "patches").is_dir():
             return top
     return None
-
 
 
 def _is_packaged(root: Path) -> bool:
@@ -177,8 +175,6 @@ class Catalog:
                 return self._fixes[name]
             path = self.manifest_path(name)
             if not path.is_file():
-                import difflib
-
                 close = difflib.get_close_matches(name, self.names(), n=3, cutoff=0.5)
                 hint = f" Did you mean {', '.join(close)}?" if close else ""
                 raise UnknownFixError(f"no fix named '{name}' in the catalog {self.root}.{hint} "
@@ -194,8 +190,6 @@ class Catalog:
 
     def _dep(self, fix: Fix, dep: str) -> Fix:
         if not self.manifest_path(dep).is_file():
-            import difflib
-
             close = difflib.get_close_matches(dep, self.names(), n=1, cutoff=0.6)
             hint = f"Did you mean '{close[0]}'? " if close else ""
             raise ManifestError(f"{fix.manifest_path}: depends_on names '{dep}', which is not "

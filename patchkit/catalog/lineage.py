@@ -1,15 +1,10 @@
 """The lineage of a catalog's fixes: who came after whom, what each version changed, and why.
 
-``build(catalog)`` reads the manifests (status, links, the changelog) and, when the catalog
-lives in a git work tree, the commits that touched ``manifests/<fix>.toml`` or
-``patches/<fix>/``, each attributed to the version its manifest declared after that commit.
-Given the result of :func:`patchkit.api.status` it also says which version is applied on
-that target and since when. Nothing here prints; ``patchkit.cli.render.render_log`` draws it.
-
-Order (``Lineage.fixes``): topological over the links (a fix comes after the fixes it
-``depends_on``, ``supersedes`` or ``reverts``), ties broken by the date of the fix's first
-changelog entry, then by name. The JSON form (``Lineage.to_json``, format 1) is written
-down in ``docs/lineage.md``.
+``build(catalog)`` reads the manifests and, in a git work tree, the commits that touched
+``manifests/<fix>.toml`` or ``patches/<fix>/`` (each attributed to the version its manifest
+declared then); with a target's status, which version is applied there and since when.
+Order: topological over ``depends_on``, ``supersedes`` and ``reverts``, ties broken by the
+first changelog date, then the name. The JSON form (format 1) is in docs/lineage.md.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ read by :mod:`.reader`; edits that keep the author's layout are in :mod:`.edit`.
 
 from __future__ import annotations
 
+import difflib
 import datetime as _dt
 import re
 from pathlib import Path
@@ -209,8 +210,6 @@ def _build_checks(ctx: Ctx, data: Mapping[str, Any], key: str,
         where = f"{key}[{i}]"
         kind = string(ctx, table, where, "kind")
         if kind not in CHECK_KEYS:
-            import difflib
-
             close = difflib.get_close_matches(kind, CHECK_KINDS, n=1, cutoff=0.5)
             hint = f"Did you mean '{close[0]}'? " if close else ""
             raise ctx.fail(f"{where}.kind", f"unknown check kind '{kind}'",

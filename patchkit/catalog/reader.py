@@ -8,6 +8,7 @@ getters raise :class:`ManifestError` naming the file and the key, with what to d
 
 from __future__ import annotations
 
+import difflib
 import datetime as _dt
 import re
 from pathlib import Path
@@ -55,8 +56,6 @@ def check_keys(ctx: Ctx, data: Mapping[str, Any], where: str, allowed: Sequence[
                 required: Sequence[str]) -> None:
     for key in data:
         if key not in allowed:
-            import difflib
-
             close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
             hint = f"did you mean '{close[0]}'?" if close else "remove it or fix its spelling."
             raise ctx.fail(full_key(where, key), f"unknown key '{key}' in {_table_label(where)}",
@@ -113,8 +112,6 @@ def choice(ctx: Ctx, data: Mapping[str, Any], where: str, key: str, choices: Seq
           default: Any = MISSING) -> str:
     value = string(ctx, data, where, key, default)
     if value not in choices:
-        import difflib
-
         close = difflib.get_close_matches(value, choices, n=1, cutoff=0.5)
         hint = f"Did you mean '{close[0]}'? " if close else ""
         raise ctx.fail(full_key(where, key), f"'{key}' is '{value}', not one of "

@@ -14,10 +14,14 @@ authored series reads back exactly.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import re
 from pathlib import Path
 from typing import Any, Iterator, Sequence
+
+import unidiff
+import unidiff.errors
 
 from ..engine.hunks import hunk_body, split_lines  # the engine splits files the same way
 from ..errors import PatchFormatError
@@ -88,9 +92,6 @@ def _fail(path: Path, line: int, message: str, todo: str) -> PatchFormatError:
 
 
 def _parse(path: Path, data: bytes) -> list[dict[str, Any]]:
-    import unidiff
-    import unidiff.errors
-
     lines = split_lines(data.decode("utf-8", "surrogateescape"))
     if not any(line.strip() for line in lines):
         raise _fail(path, 1, "the patch is empty", "Write the change as a unified diff "
@@ -98,16 +99,14 @@ def _parse(path: Path, data: bytes) -> list[dict[str, Any]]:
     try:
         patchset = unidiff.PatchSet(lines)
     except unidiff.errors.UnidiffParseError:
-        patchset = None
-    if patchset is None:  # parsed again, counting lines, only to say where it failed
-        _parse_failure(path, lines, unidiff)
+        _parse_failure(path, lines)  # parsed again, counting lines, to say where
     if not patchset:
         raise _fail(path, 1, "no file changes found (no ---/+++ headers or hunks)",
                     "Write the change as a unified diff")
     return [_file_record(path, lines, patched) for patched in patchset]
 
 
-def _parse_failure(path: Path, lines: list[str], unidiff: Any) -> None:
+def _parse_failure(path: Path, lines: list[str]) -> None:
     """Raise the error of a patch unidiff refused, naming the line it stopped at (parsed
     again through a line counter, so only a failure pays for counting)."""
     counted = _Counted(lines)
@@ -345,8 +344,6 @@ def diff_files(old: bytes | None, new: bytes | None, path: str, *,
     out = [header,
            f"--- {DEV_NULL if old is None else _side('a/', path)}\n",
            f"+++ {DEV_NULL if new is None else _side('b/', path)}\n"]
-    import difflib
-
     matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
     for group in matcher.get_grouped_opcodes(3):
         i1, i2, j1, j2 = group[0][1], group[-1][2], group[0][3], group[-1][4]
