@@ -143,7 +143,8 @@ def _build_revert(ctx: Ctx, data: Mapping[str, Any], own: str, default_root: str
     if fix and (not NAME_RE.match(fix) or fix == own):
         raise ctx.fail("revert.fix", f"'{fix}' is not another fix's name", "Name the fix whose "
                        "series the commit holds")
-    paths = tuple(rel_path(ctx, p, "revert.paths") for p in strings(ctx, table, "revert", "paths", []))
+    paths = tuple(rel_path(ctx, p, "revert.paths")
+                  for p in strings(ctx, table, "revert", "paths", []))
     root = root_name(ctx, string(ctx, table, "revert", "root", default_root), "revert.root")
     return Revert(commit=commit, fix=fix, paths=paths, root=root)
 
@@ -175,9 +176,8 @@ def _build_upstream(ctx: Ctx, data: Mapping[str, Any]) -> Upstream:
                     project=string(ctx, table, "upstream", "project", "sglang", nonempty=True),
                     root=root,
                     forwarding=choice(ctx, table, "upstream", "forwarding", FORWARDING_STATES,
-                                     "not-forwarded"),
+                                      "not-forwarded"),
                     reference=string(ctx, table, "upstream", "reference", ""))
-
 
 
 def _build_patches(ctx: Ctx, data: Mapping[str, Any], patch_dir: Path,
@@ -200,7 +200,6 @@ def _build_patches(ctx: Ctx, data: Mapping[str, Any], patch_dir: Path,
                             description=string(ctx, table, where, "description", ""),
                             path=patch_dir / file))
     return tuple(out)
-
 
 
 def _build_checks(ctx: Ctx, data: Mapping[str, Any], key: str,
@@ -235,7 +234,7 @@ def _check_params(ctx: Ctx, table: Mapping[str, Any], where: str, kind: str,
                            f"Give the seconds the check may run (default {CHECK_TIMEOUTS[kind]:g})")
         params["timeout"] = timeout
     params["root"] = root_name(ctx, string(ctx, table, where, "root", default_root),
-                                f"{where}.root")
+                               f"{where}.root")
     if "path" in CHECK_KEYS[kind][0]:
         params["path"] = rel_path(ctx, string(ctx, table, where, "path"), f"{where}.path")
     if kind == "grep":
@@ -305,7 +304,7 @@ def _build_rollback(ctx: Ctx, data: Mapping[str, Any]) -> Rollback:
     table = typed(ctx, data, "", "rollback", dict, {})
     check_keys(ctx, table, "rollback", ("strategy", "notes"), ())
     return Rollback(strategy=choice(ctx, table, "rollback", "strategy", ROLLBACK_STRATEGIES,
-                                   "restore"),
+                                    "restore"),
                     notes=string(ctx, table, "rollback", "notes", ""))
 
 

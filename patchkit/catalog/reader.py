@@ -53,7 +53,7 @@ def _table_label(where: str) -> str:
 
 
 def check_keys(ctx: Ctx, data: Mapping[str, Any], where: str, allowed: Sequence[str],
-                required: Sequence[str]) -> None:
+               required: Sequence[str]) -> None:
     for key in data:
         if key not in allowed:
             close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
@@ -68,10 +68,11 @@ def check_keys(ctx: Ctx, data: Mapping[str, Any], where: str, allowed: Sequence[
 
 
 def typed(ctx: Ctx, data: Mapping[str, Any], where: str, key: str, kind: type,
-           default: Any = MISSING) -> Any:
+          default: Any = MISSING) -> Any:
     if key not in data:
         if default is MISSING:
-            raise ctx.fail(full_key(where, key), f"missing required key '{key}'", f"Add it (see {DOCS})")
+            raise ctx.fail(full_key(where, key), f"missing required key '{key}'",
+                           f"Add it (see {DOCS})")
         return default
     value = data[key]
     ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
@@ -91,7 +92,7 @@ def toml_type(value: Any) -> str:
 
 
 def string(ctx: Ctx, data: Mapping[str, Any], where: str, key: str, default: Any = MISSING,
-         nonempty: bool = False) -> str:
+           nonempty: bool = False) -> str:
     value = typed(ctx, data, where, key, str, default)
     if nonempty and not value.strip():
         raise ctx.fail(full_key(where, key), f"'{key}' is empty", "Give it a value")
@@ -99,7 +100,7 @@ def string(ctx: Ctx, data: Mapping[str, Any], where: str, key: str, default: Any
 
 
 def strings(ctx: Ctx, data: Mapping[str, Any], where: str, key: str,
-              default: Any = MISSING) -> tuple[str, ...]:
+            default: Any = MISSING) -> tuple[str, ...]:
     value = typed(ctx, data, where, key, list, default)
     for item in value:
         if not isinstance(item, str):
@@ -109,7 +110,7 @@ def strings(ctx: Ctx, data: Mapping[str, Any], where: str, key: str,
 
 
 def choice(ctx: Ctx, data: Mapping[str, Any], where: str, key: str, choices: Sequence[str],
-          default: Any = MISSING) -> str:
+           default: Any = MISSING) -> str:
     value = string(ctx, data, where, key, default)
     if value not in choices:
         close = difflib.get_close_matches(value, choices, n=1, cutoff=0.5)
@@ -137,7 +138,6 @@ def table_list(ctx: Ctx, data: Mapping[str, Any], key: str) -> list[Mapping[str,
     return value
 
 
-
 def root_name(ctx: Ctx, root: str, key: str) -> str:
     if not ROOT_NAME_RE.match(root):
         raise ctx.fail(key, f"'{root}' is not a root name", "Use letters, digits, '_', '.', '-'")
@@ -155,7 +155,6 @@ def read_text(path: Path, kind: str) -> str:
     except OSError as exc:
         raise ManifestError(f"{path}: cannot read the {kind}: {exc.strerror}", file=str(path),
                             key="") from None
-
 
 
 def read_data(path: Path, kind: str) -> dict[str, Any]:
@@ -179,9 +178,8 @@ def _too_deep(path: Path, kind: str) -> ManifestError:
     """Arrays, inline tables or dotted keys nested deeper than the parser (or Python's
     recursion limit) goes: no manifest or config needs more than a few levels."""
     return Ctx(path, kind).fail("", "not valid TOML: values or keys nested too deeply to read",
-                                 "Flatten the nesting (a few levels of tables and arrays is "
-                                 "all the format uses; see docs/manifest.md)")
-
+                                "Flatten the nesting (a few levels of tables and arrays is "
+                                "all the format uses; see docs/manifest.md)")
 
 
 def read_toml(path: Path, kind: str) -> Any:

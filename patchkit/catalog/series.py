@@ -63,7 +63,8 @@ def parse_patch(path: Path | str, root: str, data: bytes | None = None) -> list[
     return files
 
 
-def read_series(patches: Sequence[tuple[Path | str, str]]) -> tuple[list[str], list[dict[str, Any]]]:
+def read_series(patches: Sequence[tuple[Path | str, str]]
+                ) -> tuple[list[str], list[dict[str, Any]]]:
     """The sha256 of each ``(path, root)`` patch and the FILE records of the whole series, in
     order, each hunk in the request's ``body`` form (docs/design.md, FILE). Raises ``OSError``
     (its ``filename`` is the patch) when a patch cannot be read."""
