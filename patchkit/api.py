@@ -30,17 +30,9 @@ def _run(catalog: Catalog, target: Target, fixes: list[Fix], op: str, *, dry_run
     return check_result(target.run(request), target.description)
 
 
-def apply(
-    catalog: Catalog,
-    target: Target,
-    names: Sequence[str],
-    *,
-    dry_run: bool = False,
-    with_deps: bool = False,
-    allow_inactive: bool = False,
-    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
-    commit: bool = False,
-) -> OpResult:
+def apply(catalog: Catalog, target: Target, names: Sequence[str], *, dry_run: bool = False,
+          with_deps: bool = False, allow_inactive: bool = False,
+          lock_timeout: float = DEFAULT_LOCK_TIMEOUT, commit: bool = False) -> OpResult:
     """Apply fixes all-or-nothing: every patch written and verified, or nothing changed.
 
     ``commit`` records each fix as a commit (with ``Patchkit-Fix`` trailers) in every git
@@ -51,15 +43,8 @@ def apply(
                 commit=commit)
 
 
-def rollback(
-    catalog: Catalog,
-    target: Target,
-    names: Sequence[str],
-    *,
-    dry_run: bool = False,
-    force: bool = False,
-    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
-) -> OpResult:
+def rollback(catalog: Catalog, target: Target, names: Sequence[str], *, dry_run: bool = False,
+             force: bool = False, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> OpResult:
     """Restore the bytes the fixes replaced; refuses drifted files unless ``force``.
 
     A fix applied with ``commit`` is undone like ``git revert``: the inverse of its commit is
@@ -69,24 +54,15 @@ def rollback(
                 force=force, lock_timeout=lock_timeout)
 
 
-def verify(
-    catalog: Catalog,
-    target: Target,
-    names: Sequence[str],
-    *,
-    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
-) -> OpResult:
+def verify(catalog: Catalog, target: Target, names: Sequence[str], *,
+           lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> OpResult:
     """Run the verification of applied fixes again; writes nothing."""
     fixes = [catalog.get(n) for n in names]
     return _run(catalog, target, fixes, "verify", lock_timeout=lock_timeout)
 
 
-def status(
-    catalog: Catalog,
-    target: Target,
-    *,
-    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
-) -> OpResult:
+def status(catalog: Catalog, target: Target, *,
+           lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> OpResult:
     """What is applied, at which version, and whether any patched file drifted.
 
     Every fix of the catalog whose roots the target defines is sent in full, in one request,

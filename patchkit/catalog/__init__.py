@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..errors import ManifestError, UnknownFixError, UsageError
+from .config import load_config
 from .manifest import load_manifest
 from .model import Fix
 
@@ -81,8 +82,6 @@ class Catalog:
         config = root / CONFIG_NAME
         beside = None
         if config.is_file():
-            from .config import load_config
-
             if load_config(config).shipped_fixes:
                 shipped = shipped_catalog_root()
                 if shipped is not None and shipped.resolve() != root.resolve():
