@@ -122,13 +122,9 @@ class Catalog:
                 "DIR` (it keeps the shipped fixes beside yours), then run from inside it, or "
                 "pass --catalog DIR", catalog=str(self.root))
 
-    def is_own(self, name: str) -> bool:
-        """Whether ``name`` is this catalog's own fix, not a shipped one seen beside it."""
-        return self._owner(name) is self
-
     def check_own(self, names: Iterable[str], what: str) -> None:
         """Refuse to write a shipped fix seen beside this catalog: it is not the user's."""
-        shipped = [n for n in names if not self.is_own(n)]
+        shipped = [n for n in names if self._owner(n) is not self]
         if shipped:
             raise UsageError(
                 f"cannot {what} {', '.join(shipped)}: shipped with patchkit "

@@ -65,11 +65,6 @@ class Links:
     reverts: str = ""
     reverted_by: tuple[str, ...] = ()
 
-    def linked(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys((*self.depends_on, *self.depended_on_by, *self.supersedes,
-                                    *self.superseded_by, *((self.reverts,) if self.reverts else ()),
-                                    *self.reverted_by)))
-
 
 @dataclass(frozen=True)
 class Applied:
@@ -268,10 +263,9 @@ def _assemble(fixes: Sequence[Fix], applied: Mapping[str, Applied],
 
 def _revert_of(fix: Fix) -> dict[str, Any] | None:
     """The manifest's ``[revert]`` table (a fix that is the inverse of a commit), if any."""
-    rev = getattr(fix, "revert", None)
-    if rev is None:
-        return None
-    return {"commit": rev.commit, "fix": rev.fix, "root": rev.root, "paths": list(rev.paths)}
+    rev = fix.revert
+    return None if rev is None else {"commit": rev.commit, "fix": rev.fix, "root": rev.root,
+                                     "paths": list(rev.paths)}
 
 
 def _outgoing(fix: Fix) -> list[tuple[str, str]]:
