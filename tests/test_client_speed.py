@@ -6,18 +6,37 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from typing import Callable
+from typing import Callable, Iterable
 
 import pytest
 
 from patchkit.catalog import series
 from tests.test_cli import INDEX_K, POOL, Env, Run, env, git, pk, tgt  # noqa: F401  (fixtures)
 
+def run_counting_imports(env: Env, *args: str,
+                         watched: Iterable[str] = ()) -> tuple[int, str, list[str]]:
+    """The real ``main()`` in a fresh interpreter, stdout a pipe; which of the ``watched``
+    modules it loaded."""
+    code = (
+        "import sys\n"
+        "from patchkit.cli.main import main\n"
+        "try:\n"
+        f"    main({['--catalog', str(env.catalog), *args]!r})\n"
+        "except SystemExit as exc:\n"
+        "    code = exc.code or 0\n"
+        f"loaded = sorted(m for m in {sorted(watched)!r} if m in sys.modules)\n"
+        "sys.stderr.write('LOADED ' + ','.join(loaded) + '\\n')\n"
+        "sys.exit(code)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=env.tmp, timeout=120)
+    line = [ln for ln in proc.stderr.splitlines() if ln.startswith("LOADED ")][-1]
+    return proc.returncode, proc.stdout, [m for m in line[7:].split(",") if m]
+
+
 def run_main(env: Env, *args: str) -> tuple[int, str]:
-    """The real ``main()`` in a fresh interpreter, stdout a pipe."""
-    proc = subprocess.run([sys.executable, "-m", "patchkit", "--catalog", str(env.catalog), *args],
-                          capture_output=True, text=True, cwd=env.tmp, timeout=120)
-    return proc.returncode, proc.stdout
+    code, out, _loaded = run_counting_imports(env, *args)
+    return code, out
 
 
 def test_json_apply_status_rollback(env: Env) -> None:
