@@ -57,8 +57,7 @@ def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
 
 
 def _check_modes(fixes: list[dict[str, Any]]) -> None:
-    """The engine's refusal of special file modes (setuid, setgid, sticky, world-writable),
-    raised here before any target is contacted."""
+    """The engine's refusal of special file modes, raised before any target is contacted."""
     from .engine.hunks import parse_mode
     from .engine.request import unsafe_mode
 
@@ -74,8 +73,7 @@ def _check_modes(fixes: list[dict[str, Any]]) -> None:
 
 
 def _outside_dependencies(catalog: Catalog, fixes: list[Fix]) -> list[Fix]:
-    """Fixes required by ``fixes`` but not among them: the engine checks they are applied or
-    present in the files (a fork may carry a prerequisite as a commit)."""
+    """Fixes required by ``fixes`` but not among them, which the engine looks for."""
     inside = {fix.name for fix in fixes}
     names = dict.fromkeys(dep for fix in fixes for dep in fix.depends_on if dep not in inside)
     return [catalog.get(name) for name in names]
