@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the helper next to t
 from doc_section import write_section  # noqa: E402
 from rebase_fixes import PLAN, Fix, build_fixes  # noqa: E402
 
-from patchkit.catalog.manifest import new_manifest_text  # noqa: E402
+from patchkit.catalog.edit import new_manifest_text  # noqa: E402
 from patchkit.upstream import UpstreamRepo  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent

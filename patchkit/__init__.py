@@ -41,7 +41,7 @@ _EXPORTS: dict[str, str] = {
     "LocalTarget": "patchkit.targets",
     "resolve_target": "patchkit.targets",
     "RemoteTarget": "patchkit.targets.remote",
-    "load_config": "patchkit.catalog.manifest",
+    "load_config": "patchkit.catalog.config",
     "OpResult": "patchkit.results",
     "FixOutcome": "patchkit.results",
     "FileChange": "patchkit.results",
@@ -77,7 +77,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; nothing is imported at run
         RemotePythonMissing, SessionFailed, TargetError, TargetFileMissing, Terminated, UnknownFixError,
         UnsafePathError, UsageError, VerificationFailed, VersionMismatch,
     )
-    from .catalog.manifest import load_config
+    from .catalog.config import load_config
     from .catalog.model import Fix
     from .targets.remote import RemoteTarget
     from .results import CheckResult, FileChange, FixOutcome, FixState, HunkPlacement, OpResult

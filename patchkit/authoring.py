@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from . import gitrepo
-from .catalog import manifest, series
+from .catalog import edit, series
 from .catalog import Catalog
 from .engine.auto import detect_release
 from .engine.paths import Root, detect_layout
@@ -333,7 +333,7 @@ def new_fix(
              for i, (head, files) in enumerate(captured, 1)}
     if len(texts) != len(captured):  # two commits with one subject: numbered apart anyway
         raise InternalError(f"patch names of {name} collide", fix=name)
-    text = manifest.new_manifest_text(
+    text = edit.new_manifest_text(
         name, title, release, [(f, root) for f in texts], rationale, date=date or _today()
     )
     touched = tuple(dict.fromkeys(f.path for _h, files in captured for f in files))
@@ -480,7 +480,7 @@ def refresh_fix(
         return result
     dropped = [r for r in fix.patches if r not in texts]
     summary = summary or f"Refreshed from a checkout of {release}."
-    _replace_series(texts, targets, old_texts, lambda: manifest.bump_manifest(
+    _replace_series(texts, targets, old_texts, lambda: edit.bump_manifest(
         fix.manifest_path,
         version=version,
         changelog_summary=summary,

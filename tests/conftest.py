@@ -10,16 +10,26 @@ from pathlib import Path
 
 import pytest
 
+from patchkit.cache import cache_dir
+
 pytest_plugins: list[str] = ["tests.fixtures.sshd", "tests.fixtures.sglang"]
 
-_REAL_HOME = os.environ.get("HOME", "")
+REAL_HOME = os.environ.get("HOME", "")
+#: Where downloaded SGLang releases outlive a test session, as a user's do:
+#: $PATCHKIT_TEST_CACHE, else the release store of patchkit's own cache directory.
+RELEASE_STORE = Path(os.environ.get("PATCHKIT_TEST_CACHE") or cache_dir() / "upstream")
 
 
 @pytest.fixture(autouse=True)
 def hermetic_seal(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No user or system git config, fixed identities and dates, no editor, a private HOME."""
+    """No user or system git config, fixed identities and dates, no editor, a private HOME
+    and a private cache directory (no PATCHKIT_CACHE_DIR, XDG_CACHE_HOME or PATCHKIT_UPSTREAM
+    of the user's); real releases come from :data:`RELEASE_STORE` through the fixtures."""
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
+    monkeypatch.delenv("PATCHKIT_CACHE_DIR", raising=False)
+    monkeypatch.delenv("PATCHKIT_UPSTREAM", raising=False)
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
     monkeypatch.setenv("GIT_AUTHOR_NAME", "Test Author")
@@ -37,11 +47,7 @@ def hermetic_seal(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
 
 @pytest.fixture(scope="session")
 def persistent_cache() -> Path:
-    """A cache that outlives the test session (downloaded SGLang wheels), like a user's."""
-    base = os.environ.get("PATCHKIT_TEST_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(_REAL_HOME or "/tmp", ".cache"),
-        "patchkit-tests",
-    )
-    path = Path(base)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    """The release store that outlives the test session (``wheels/``: downloaded SGLang
+    wheels), shared by every test that needs a real release."""
+    RELEASE_STORE.mkdir(parents=True, exist_ok=True)
+    return RELEASE_STORE

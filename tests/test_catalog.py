@@ -10,7 +10,7 @@ import patchkit
 from patchkit import catalog as catalog_module
 from patchkit.catalog import Catalog
 from patchkit.errors import ManifestError, UnknownFixError, UsageError
-from patchkit.catalog.manifest import new_manifest_text
+from patchkit.catalog.edit import new_manifest_text
 from patchkit.catalog.series import diff_files
 
 SAMPLE = Path(__file__).parent / "samples" / "catalog"

@@ -24,8 +24,9 @@ from typing import Any, Dict, List, Tuple
 
 import pytest
 
-from patchkit import api, errors, plan
+from patchkit import api, errors
 from patchkit.catalog import Catalog
+from patchkit.request import build_request
 from patchkit.engine import faults, run
 from patchkit.targets.remote import RemoteTarget
 from patchkit.targets import LocalTarget, Target
@@ -49,9 +50,9 @@ def catalog() -> Catalog:
 
 def request(op: str, roots: Dict[str, str]) -> Dict[str, Any]:
     cat = catalog()
-    fixes = (plan.fixes_for_apply(cat, ["pool-guard"], with_deps=True) if op == "apply"
-             else plan.fixes_for_rollback(cat, FIXES))
-    return plan.build_request(cat, fixes, op=op, roots=roots, state_root="sglang", python=PY)
+    fixes = (cat.apply_order(["pool-guard"], with_deps=True) if op == "apply"
+             else cat.rollback_order(FIXES))
+    return build_request(cat, fixes, op=op, roots=roots, state_root="sglang", python=PY)
 
 
 def count_points(op: str, base: Path) -> Dict[str, int]:

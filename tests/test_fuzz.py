@@ -24,9 +24,7 @@ from patchkit.errors import PatchkitError
 from patchkit.engine import run
 from patchkit.engine.hunks import FileChange, apply_change, decode, encode
 from patchkit.catalog.manifest import load_manifest
-from patchkit.catalog import series
 from patchkit.catalog.series import diff_files, parse_patch
-from patchkit.catalog.series_fast import parse_git_patch
 from tests.engine.helpers import fix, make_checkout, request
 
 EXAMPLES = 200
@@ -90,20 +88,6 @@ def test_mutated_patches_parse_or_fail_with_a_patchkit_error(base: Path, changes
         assert record["root"] == "sglang" and record["op"] in ("create", "modify", "delete")
         for hunk in record["hunks"]:
             assert all(kind in (" ", "-", "+") for kind, _text in hunk["lines"])
-
-
-@FUZZ
-@given(base=st.sampled_from(PATCHES), changes=edits)
-def test_mutated_patches_read_fast_as_unidiff_reads_them_or_deferred(base: Path,
-                                                                    changes: List[Any]) -> None:
-    """The fast git-diff reader never gives other records than unidiff, and never takes a
-    patch unidiff refuses (the refusal, with its line, must come from unidiff)."""
-    data = mutate(base.read_bytes(), changes)
-    got = parse_git_patch(data.decode("utf-8", "surrogateescape"), "0001-x.patch")
-    if got is None:
-        return
-    records = series._parse(Path("0001-x.patch"), data)  # raises if unidiff refuses it
-    assert got == [dict(r, hunks=[series.compact_hunk(h) for h in r["hunks"]]) for r in records]
 
 
 @FUZZ

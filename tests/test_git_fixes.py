@@ -20,7 +20,7 @@ import pytest
 from patchkit import api
 from patchkit.catalog import Catalog
 from patchkit.errors import ConflictError, PreconditionFailed, VerificationFailed
-from patchkit.plan import build_request, fixes_for_apply
+from patchkit.request import build_request
 from patchkit.targets import LocalTarget
 
 from .engine.helpers import content_snapshot, full_snapshot
@@ -238,7 +238,7 @@ def test_a_failed_verification_leaves_no_commit(tree: Path, catalog: Catalog) ->
 
 def test_a_crash_after_the_commit_puts_head_back(tree: Path, catalog: Catalog) -> None:
     head = git(tree, "rev-parse", "HEAD").strip()
-    request = build_request(catalog, fixes_for_apply(catalog, ["feature"]), op="apply",
+    request = build_request(catalog, catalog.apply_order(["feature"]), op="apply",
                             roots={"sglang": str(tree)}, state_root="sglang", python=None,
                             commit=True)
     driver = ("import sys, json; from patchkit.engine import run; "

@@ -22,11 +22,12 @@ from typing import Any, Dict
 
 import pytest
 
-from patchkit import api, errors, plan
+from patchkit import api, errors
 from patchkit.catalog import Catalog
 from patchkit.engine import faults
 from patchkit.catalog.series import diff_files
 from patchkit.targets import LocalTarget
+from patchkit.request import build_request
 from tests.engine.helpers import make_checkout
 from tests.engine.test_preconditions import _make_read_only
 from tests.test_faults import catalog, request
@@ -154,9 +155,9 @@ def test_recovery_on_a_full_disk(small_disk: Path, tmp_path: Path) -> None:
     case = Case(tmp_path, root)
     case.patch(two_big_files(root).encode())
     before = {k: v for k, v in digest(root).items() if not k.startswith(".patchkit")}
-    fixes = plan.fixes_for_apply(Catalog(case.catalog_dir), ["h"])
-    req = plan.build_request(Catalog(case.catalog_dir), fixes, op="apply",
-                             roots={"sglang": str(root)}, state_root="sglang", python=PY)
+    fixes = Catalog(case.catalog_dir).apply_order(["h"])
+    req = build_request(Catalog(case.catalog_dir), fixes, op="apply",
+                        roots={"sglang": str(root)}, state_root="sglang", python=PY)
     kill_at(req, "rename:2")
     filler = fill(small_disk)
     result = api.status(Catalog(case.catalog_dir), case.target)

@@ -13,7 +13,7 @@ import pytest
 import patchkit
 from patchkit.catalog import Catalog
 from patchkit.errors import UsageError
-from patchkit.plan import build_request, fixes_for_apply, fixes_for_rollback
+from patchkit.request import build_request
 
 SAMPLES = Path(__file__).parent / "samples"
 ROOTS = {"sglang": "/srv/sglang", "serve": "/srv/serve"}
@@ -29,7 +29,7 @@ def names(fixes: list) -> list[str]:
 
 
 def test_request_matches_the_reviewed_sample(catalog: Catalog) -> None:
-    fixes = fixes_for_apply(catalog, ["pool-guard"], with_deps=True)
+    fixes = catalog.apply_order(["pool-guard"], with_deps=True)
     request = build_request(catalog, fixes, op="apply", roots=ROOTS, state_root="sglang",
                             python="/usr/bin/python3", dry_run=True)
     expected = json.loads((SAMPLES / "apply-pool-guard.request.json").read_text())
@@ -79,22 +79,22 @@ def test_roots_the_fixes_need_must_be_defined(catalog: Catalog) -> None:
 
 
 def test_selection_for_apply_and_rollback(catalog: Catalog) -> None:
-    assert names(fixes_for_apply(catalog, ["pool-guard"], with_deps=False)) == ["pool-guard"]
-    assert names(fixes_for_apply(catalog, ["pool-guard", "index-k-bytes"], False)) == [
+    assert names(catalog.apply_order(["pool-guard"])) == ["pool-guard"]
+    assert names(catalog.apply_order(["pool-guard", "index-k-bytes"])) == [
         "index-k-bytes", "pool-guard"]
-    assert names(fixes_for_rollback(catalog, ["index-k-bytes", "pool-guard"])) == [
+    assert names(catalog.rollback_order(["index-k-bytes", "pool-guard"])) == [
         "pool-guard", "index-k-bytes"]
-    assert names(fixes_for_rollback(catalog, ["index-k-bytes"], with_dependents=True)) == [
+    assert names(catalog.rollback_order(["index-k-bytes"], with_dependents=True)) == [
         "pool-guard", "index-k-bytes"]
 
 
 def test_inactive_fix_is_refused_naming_what_replaced_it(catalog: Catalog) -> None:
     with pytest.raises(UsageError) as info:
-        fixes_for_apply(catalog, ["old-index-k"], with_deps=False)
+        catalog.apply_order(["old-index-k"])
     message = info.value.message
     assert "'old-index-k' is superseded" in message and "replaced by pool-guard" in message
     assert info.value.details == {"fix": "old-index-k", "status": "superseded"}
-    allowed = fixes_for_apply(catalog, ["old-index-k"], False, allow_inactive=True)
+    allowed = catalog.apply_order(["old-index-k"], allow_inactive=True)
     assert names(allowed) == ["old-index-k"]
 
 
@@ -106,7 +106,7 @@ def test_plan_applies_through_the_engine_like_git_apply(catalog: Catalog, tmp_pa
     ours, theirs = tmp_path / "ours", tmp_path / "theirs"
     shutil.copytree(SAMPLES / "tree", ours)
     shutil.copytree(SAMPLES / "tree", theirs)
-    fixes = fixes_for_apply(catalog, ["pool-guard"], with_deps=True)
+    fixes = catalog.apply_order(["pool-guard"], with_deps=True)
     roots = {"sglang": str(ours / "sglang"), "serve": str(ours / "serve")}
     result = engine.run(build_request(catalog, fixes, op="apply", roots=roots,
                                       state_root="sglang", python=None))
@@ -138,7 +138,7 @@ def test_the_shipped_catalog_is_valid_and_plans() -> None:
 def test_a_prerequisite_outside_the_request_travels_as_a_dependency(catalog: Catalog) -> None:
     # On a fork the prerequisite may be a commit, not a patchkit record: the engine needs its
     # hunks to tell whether it is present, so the request carries it without applying it.
-    fixes = fixes_for_apply(catalog, ["pool-guard"], with_deps=False)
+    fixes = catalog.apply_order(["pool-guard"])
     request = build_request(catalog, fixes, op="apply", roots=ROOTS, state_root="sglang",
                             python=None)
     assert [f["name"] for f in request["fixes"]] == ["pool-guard"]

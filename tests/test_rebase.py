@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from patchkit import api, rebase
-from patchkit.catalog import manifest, series
+from patchkit.catalog import edit, series
 from patchkit.catalog import Catalog
 from patchkit.cli.main import cli
 from patchkit.errors import UsageError
@@ -45,7 +45,7 @@ def _fix(cat: Path, name: str, path: str, before: str, after: str, *,
     text = f"From: t <t@example.com>\nSubject: [PATCH] {name}\n\n---\n"
     text += series.diff_files(before.encode(), after.encode(), path)
     (cat / "patches" / name / patch).write_text(text)
-    mtext = manifest.new_manifest_text(name, f"{name} title", "0.1.0", [(patch, "sglang")],
+    mtext = edit.new_manifest_text(name, f"{name} title", "0.1.0", [(patch, "sglang")],
                                        "Why.", date="2026-01-01")
     for a in anchors:
         mtext += (f'\n[[preconditions]]\nkind = "grep"\npath = "{path}"\n'

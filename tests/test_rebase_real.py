@@ -19,7 +19,7 @@ import pytest
 
 from patchkit import api, rebase
 from patchkit.catalog import Catalog
-from patchkit.catalog.manifest import new_manifest_text
+from patchkit.catalog.edit import new_manifest_text
 from patchkit.catalog.series import diff_files
 from patchkit.targets import LocalTarget
 from patchkit.upstream import UpstreamRepo

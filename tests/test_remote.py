@@ -282,7 +282,7 @@ def test_cli_output_is_the_same_for_local_and_remote_with_one_connection_each(
 
 
 def test_ssh_options_and_program_reach_url_and_named_targets(tmp_path: Path) -> None:
-    from patchkit.catalog.manifest import load_config
+    from patchkit.catalog.config import load_config
     from patchkit.targets import resolve_target
 
     url = resolve_target("ssh://deploy@gpu1:2200/srv/sglang", ["serve=/root"],

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from patchkit.errors import PatchFormatError
 from patchkit.engine.hunks import body_lines
-from patchkit.plan import _reversed
-from patchkit.catalog.series import diff_files, parse_patch, parse_series
+from patchkit.request import _reversed
+from patchkit.catalog.series import diff_files, parse_patch, read_series
 
 SAMPLES = Path(__file__).parent / "samples" / "catalog" / "patches"
 
@@ -102,7 +102,7 @@ def test_git_diff_with_every_kind_of_change(repo: Path, tmp_path: Path) -> None:
 
 def test_the_request_series_carries_each_hunk_as_a_body_of_the_same_lines(
         repo: Path, tmp_path: Path) -> None:
-    """parse_series (what plan sends) gives ``body``; read back it is parse_patch's ``lines``,
+    """read_series (what a request carries) gives ``body``; read back it is parse_patch's ``lines``,
     for CRLF, a missing final newline on either side, and bytes that are not UTF-8; the
     reversed record of a revert reads back as the lines reversed."""
     (repo / "crlf.txt").write_bytes(b"a\r\nb\r\nc\r\n")
@@ -116,7 +116,7 @@ def test_the_request_series_carries_each_hunk_as_a_body_of_the_same_lines(
     (repo / "latin.txt").write_bytes(b"caf\xe9\nOK\xff\n")
     patch = staged_diff(repo, tmp_path)
     by_lines = parse_patch(patch, "sglang")
-    _digests, by_body = parse_series([(patch, "sglang", patch.read_bytes())])
+    _digests, by_body = read_series([(patch, "sglang")])
     assert [r["path"] for r in by_body] == [r["path"] for r in by_lines]
     flip = {"+": "-", "-": "+", " ": " "}
     for compact, full in zip(by_body, by_lines):
@@ -195,7 +195,7 @@ def test_binary_patch_is_refused(repo: Path, tmp_path: Path) -> None:
     assert info.value.details["line"] > 1  # the second file's header, not the first's
 
 
-def test_parse_cache_returns_fresh_copies_and_sees_new_content(tmp_path: Path) -> None:
+def test_each_parse_gives_fresh_records_of_the_current_content(tmp_path: Path) -> None:
     patch = tmp_path / "p.patch"
     patch.write_text(diff_files(b"a\n", b"b\n", "x.txt"))
     first = parse_patch(patch, "sglang")

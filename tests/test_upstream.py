@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import zipfile
 from pathlib import Path
@@ -9,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from patchkit import gitrepo
+from patchkit.cache import cache_dir
 from patchkit.errors import PatchkitError, UsageError
 from patchkit.upstream import UpstreamRepo, download_wheel, release_date, version_key
+from tests.conftest import REAL_HOME
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -62,14 +65,50 @@ def test_existing_clone_is_used_as_is_and_never_committed_to(tmp_path: Path) -> 
     assert git(clone, "rev-list", "--all", "--count") == "1"
 
 
-def test_upstream_path_defaults_to_the_env_and_the_xdg_cache(
+def test_upstream_path_defaults_to_the_env_and_the_cache_dir(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("PATCHKIT_UPSTREAM", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     assert UpstreamRepo().path == tmp_path / "cache" / "patchkit" / "upstream"
+    monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path / "own"))
+    assert UpstreamRepo().path == tmp_path / "own" / "upstream"
     monkeypatch.setenv("PATCHKIT_UPSTREAM", str(tmp_path / "elsewhere"))
     assert UpstreamRepo().path == tmp_path / "elsewhere"
+
+
+def test_the_cache_dir_is_patchkit_s_own_then_xdg_then_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PATCHKIT_CACHE_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_dir() == tmp_path / "home" / ".cache" / "patchkit"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")  # ignored, as XDG says
+    assert cache_dir() == tmp_path / "home" / ".cache" / "patchkit"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_dir() == tmp_path / "xdg" / "patchkit"
+    monkeypatch.setenv("PATCHKIT_CACHE_DIR", "~/pk-cache")
+    assert cache_dir() == tmp_path / "home" / "pk-cache"
+
+
+def test_a_clone_s_release_trees_are_kept_in_the_cache_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clone = tmp_path / "sglang"
+    clone.mkdir()
+    git(clone, "init", "-q")
+    monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path / "own"))
+    assert UpstreamRepo(clone).trees.parent.parent == tmp_path / "own" / "clones"
+
+
+def test_a_test_never_sees_the_user_s_cache() -> None:
+    """The seal (tests/conftest.py) gives each test a cache directory of its own, whatever
+    PATCHKIT_CACHE_DIR, XDG_CACHE_HOME or PATCHKIT_UPSTREAM the suite was started with."""
+    home = Path(os.environ["HOME"])
+    assert home != Path(REAL_HOME)
+    assert cache_dir().is_relative_to(home) and not cache_dir().exists()
+    assert UpstreamRepo().path == cache_dir() / "upstream"
 
 
 # -- real releases (registry on first use, then the persistent cache) ----------------------

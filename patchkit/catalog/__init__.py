@@ -2,38 +2,24 @@
 
 Loads manifests lazily (once per Catalog), orders fixes by ``depends_on`` and refuses
 cycles and unknown dependencies with a :class:`ManifestError` naming the manifests involved.
-:meth:`Catalog.stubs` gives what ``status`` needs of every fix (name, version, roots) from a
-stat-stamped index (:mod:`patchkit.catalog.manifest_index`), validating only manifests that changed.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Iterable
 
 from ..errors import ManifestError, UnknownFixError, UsageError
-
-if TYPE_CHECKING:  # manifest loads with the first manifest read (see Catalog.get): a status
-    from .model import Fix  # whose manifests are all indexed needs no TOML reader
+from .config import load_config
+from .manifest import load_manifest
+from .model import Fix
 
 ENV_CATALOG = "PATCHKIT_CATALOG"
 CONFIG_NAME = "patchkit.toml"  # a catalog's own settings (docs/manifest.md, patchkit.toml)
-
-
-@dataclass(frozen=True)
-class FixStub:
-    """What a status needs of a fix before knowing whether the target records it: its name,
-    its version and the roots it uses. Its series is never read (docs/design.md, FIX stub)."""
-
-    name: str
-    version: int
-    roots: tuple[str, ...]
-
-
-#: Where a regular install (a wheel) keeps the shipped catalog: package data of patchkit
-#: (pyproject.toml maps the repository's manifests/ and patches/ there).
+#: Where a regular install keeps the shipped catalog: package data of patchkit (pyproject.toml
+#: maps the repository's manifests/ and patches/ there).
 PACKAGED_CATALOG = "_catalog"
 
 
@@ -47,7 +33,6 @@ def shipped_catalog_root() -> Path | None:
         if (top / "manifests").is_dir() and (top / "patches").is_dir():
             return top
     return None
-
 
 
 def _is_packaged(root: Path) -> bool:
@@ -97,8 +82,6 @@ class Catalog:
         config = root / CONFIG_NAME
         beside = None
         if config.is_file():
-            from .manifest import load_config
-
             if load_config(config).shipped_fixes:
                 shipped = shipped_catalog_root()
                 if shipped is not None and shipped.resolve() != root.resolve():
@@ -139,13 +122,9 @@ class Catalog:
                 "DIR` (it keeps the shipped fixes beside yours), then run from inside it, or "
                 "pass --catalog DIR", catalog=str(self.root))
 
-    def is_own(self, name: str) -> bool:
-        """Whether ``name`` is this catalog's own fix, not a shipped one seen beside it."""
-        return self._owner(name) is self
-
     def check_own(self, names: Iterable[str], what: str) -> None:
         """Refuse to write a shipped fix seen beside this catalog: it is not the user's."""
-        shipped = [n for n in names if not self.is_own(n)]
+        shipped = [n for n in names if self._owner(n) is not self]
         if shipped:
             raise UsageError(
                 f"cannot {what} {', '.join(shipped)}: shipped with patchkit "
@@ -191,62 +170,21 @@ class Catalog:
                 return self._fixes[name]
             path = self.manifest_path(name)
             if not path.is_file():
-                import difflib
-
                 close = difflib.get_close_matches(name, self.names(), n=3, cutoff=0.5)
                 hint = f" Did you mean {', '.join(close)}?" if close else ""
                 raise UnknownFixError(f"no fix named '{name}' in the catalog {self.root}.{hint} "
                                       "List the fixes with `patchkit list`", name=name,
                                       catalog=str(self.root), suggestions=close)
-            self._fixes[name] = self._load(path, self.patches_dir / name)
+            self._fixes[name] = load_manifest(path, patch_dir=self.patches_dir / name)
         return self._fixes[name]
-
-    def _load(self, path: Path, patch_dir: Path) -> Fix:
-        """The fix from the manifest index when the manifest did not change since it last
-        validated (then only its series' and scripts' presence is checked again), else
-        loaded, validated and recorded there."""
-        from . import manifest_index
-        from .manifest import check_files, fix_data, fix_from_data, load_manifest
-
-        index_dir = manifest_index.default_dir()
-        data = manifest_index.cached(str(path), index_dir)
-        if data is not None:
-            try:
-                fix = fix_from_data(data, path, patch_dir)
-            except ValueError:
-                pass  # another shape (a damaged entry): loaded afresh below
-            else:
-                check_files(fix)
-                return fix
-        return manifest_index.record(str(path), lambda: load_manifest(path, patch_dir=patch_dir),
-                                     fix_data, index_dir)
 
     def all(self) -> list[Fix]:
         return [self.get(name) for name in self.names()]
-
-    def stubs(self) -> list[FixStub]:
-        """Every fix as a :class:`FixStub`, in :meth:`names` order.
-
-        A manifest unchanged since it last validated (same stat stamp, not racy) is not read;
-        any other is loaded and validated as :meth:`get` does, raising its error.
-        """
-        from . import manifest_index
-
-        names = self.names()
-        paths = [str(self.manifest_path(name)) for name in names]
-        found = manifest_index.summaries(paths, self._summary, manifest_index.default_dir())
-        return [FixStub(name, version, tuple(roots)) for name, (version, roots) in zip(names, found)]
-
-    def _summary(self, path: str) -> Any:
-        fix = self.get(Path(path).stem)
-        return (fix.version, list(fix.roots))
 
     # -- relations -----------------------------------------------------------------------------
 
     def _dep(self, fix: Fix, dep: str) -> Fix:
         if not self.manifest_path(dep).is_file():
-            import difflib
-
             close = difflib.get_close_matches(dep, self.names(), n=1, cutoff=0.6)
             hint = f"Did you mean '{close[0]}'? " if close else ""
             raise ManifestError(f"{fix.manifest_path}: depends_on names '{dep}', which is not "
@@ -283,6 +221,31 @@ class Catalog:
         for fix in fixes:
             visit(fix, [])
         return order
+
+    def apply_order(self, names: Iterable[str], *, with_deps: bool = False,
+                    allow_inactive: bool = False) -> list[Fix]:
+        """The named fixes in application order (dependencies first, included ``with_deps``);
+        a dead or superseded fix is refused unless ``allow_inactive``."""
+        fixes = self.dependency_order(names, with_deps=with_deps)
+        for fix in fixes:
+            if fix.is_inactive and not allow_inactive:
+                replaced = [f.name for f in self.replacements(fix.name)]
+                instead = (f"it was replaced by {', '.join(replaced)}; apply "
+                           f"{'that' if len(replaced) == 1 else 'those'} instead" if replaced
+                           else "nothing in the catalog replaces it")
+                raise UsageError(f"fix '{fix.name}' is {fix.status} ({instead}). To apply it "
+                                 "anyway, allow inactive fixes (--allow-inactive); its manifest "
+                                 f"is {fix.manifest_path}", fix=fix.name, status=fix.status)
+        return fixes
+
+    def rollback_order(self, names: Iterable[str], *, with_dependents: bool = False) -> list[Fix]:
+        """The named fixes in rollback order (dependents first); ``with_dependents`` adds every
+        fix of the catalog that depends on one of them."""
+        wanted = list(dict.fromkeys(names))
+        if with_dependents:
+            for name in list(wanted):
+                wanted.extend(f.name for f in self.dependents(name) if f.name not in wanted)
+        return list(reversed(self.dependency_order(wanted)))
 
     def dependents(self, name: str, *, transitive: bool = True) -> list[Fix]:
         """Fixes that depend on ``name`` (directly, or through others), dependencies first."""

@@ -1,27 +1,22 @@
 """The lineage of a catalog's fixes: who came after whom, what each version changed, and why.
 
-``build(catalog)`` reads the manifests (status, links, the changelog) and, when the catalog
-lives in a git work tree, the commits that touched ``manifests/<fix>.toml`` or
-``patches/<fix>/``, each attributed to the version its manifest declared after that commit.
-Given the result of :func:`patchkit.api.status` it also says which version is applied on
-that target and since when. Nothing here prints; ``patchkit.cli.render.render_log`` draws it.
-
-Order (``Lineage.fixes``): topological over the links (a fix comes after the fixes it
-``depends_on``, ``supersedes`` or ``reverts``), ties broken by the date of the fix's first
-changelog entry, then by name. The JSON form (``Lineage.to_json``, format 1) is written
-down in ``docs/lineage.md``.
+``build(catalog)`` reads the manifests and, in a git work tree, the commits that touched
+``manifests/<fix>.toml`` or ``patches/<fix>/`` (each attributed to the version its manifest
+declared then); with a target's status, which version is applied there and since when.
+Order: topological over ``depends_on``, ``supersedes`` and ``reverts``, ties broken by the
+first changelog date, then the name. The JSON form (format 1) is in docs/lineage.md.
 """
 
 from __future__ import annotations
 
 import heapq
-import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from .. import gitrepo
 from . import Catalog
 from ..errors import ManifestError
+from .manifest import version_and_patches
 from .model import Fix
 
 #: Version of the ``--json`` document (docs/lineage.md).
@@ -32,8 +27,6 @@ ORDERING_LINKS = ("depends_on", "supersedes", "reverts")
 
 #: Target states that come from the target's record (so with an applied version and time).
 RECORDED_STATES = ("applied", "drifted", "outdated")
-
-_VERSION_RE = re.compile(r"^\s*version\s*=\s*(\d+)")
 
 
 @dataclass(frozen=True)
@@ -71,11 +64,6 @@ class Links:
     superseded_by: tuple[str, ...] = ()
     reverts: str = ""
     reverted_by: tuple[str, ...] = ()
-
-    def linked(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys((*self.depends_on, *self.depended_on_by, *self.supersedes,
-                                    *self.superseded_by, *((self.reverts,) if self.reverts else ()),
-                                    *self.reverted_by)))
 
 
 @dataclass(frozen=True)
@@ -275,10 +263,9 @@ def _assemble(fixes: Sequence[Fix], applied: Mapping[str, Applied],
 
 def _revert_of(fix: Fix) -> dict[str, Any] | None:
     """The manifest's ``[revert]`` table (a fix that is the inverse of a commit), if any."""
-    rev = getattr(fix, "revert", None)
-    if rev is None:
-        return None
-    return {"commit": rev.commit, "fix": rev.fix, "root": rev.root, "paths": list(rev.paths)}
+    rev = fix.revert
+    return None if rev is None else {"commit": rev.commit, "fix": rev.fix, "root": rev.root,
+                                     "paths": list(rev.paths)}
 
 
 def _outgoing(fix: Fix) -> list[tuple[str, str]]:
@@ -379,28 +366,9 @@ def _catalog_history(catalog: Catalog, fixes: Sequence[Fix]
     texts = iter(gitrepo.texts_at(top, wanted)) if wanted else iter(())
     out: dict[str, list[tuple[CatalogCommit, int | None]]] = {}
     for name, cs in touched.items():
-        out[name] = [(CatalogCommit(c.sha, c.date, c.subject), _declared_version(next(texts)))
+        out[name] = [(CatalogCommit(c.sha, c.date, c.subject), version_and_patches(next(texts) or "")[0])
                      for c in cs]
     return out
-
-
-def _declared_version(text: str | None) -> int | None:
-    """The top-level ``version`` of a manifest text (the keys before the first table).
-
-    A line scan, not a TOML parse: an old manifest need not be valid today, and lines inside
-    multi-line strings (the rationale) are skipped.
-    """
-    in_string = False
-    for line in (text or "").splitlines():
-        if not in_string:
-            if line.lstrip().startswith("["):
-                break
-            match = _VERSION_RE.match(line)
-            if match:
-                return int(match.group(1))
-        if (line.count('"""') + line.count("'''")) % 2:
-            in_string = not in_string
-    return None
 
 
 def _applied(target_status: Any) -> dict[str, Applied]:

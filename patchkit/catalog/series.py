@@ -1,17 +1,12 @@
 """Patch files of a series, read into the engine's FILE records and written from two texts.
 
-The only module that uses unidiff. unidiff finds the files and hunks; this module then makes
-the result byte-exact for the engine (docs/design.md, FILE): the patch is decoded as UTF-8 with
-``surrogateescape`` and split on "\\n" only, so a line keeps its "\\r\\n"; a
-"\\ No newline at end of file" marker strips the newline from the line before it; paths come
-from the ``---``/``+++`` headers (git's ``a/``/``b/`` prefixes and C quoting undone).
-Anything unidiff would silently skip (a hunk longer than its header says, a binary patch, a
-rename, a symlink) is refused with :class:`PatchFormatError` naming the file and the line.
-
-A series for a request (:func:`read_series`) is cached whole, keyed by its patches' hashes,
-which a stat-stamped index supplies without reading the patches (:func:`patch_digests`); a
-series not cached is read by :mod:`patchkit.catalog.series_fast` (the plain shape git writes, the
-same records at a fraction of unidiff's cost) and by unidiff for any patch that reader leaves.
+The only module that uses unidiff, the one patch reader. unidiff finds the files and hunks;
+this module makes the result byte-exact for the engine (docs/design.md, FILE): the patch is
+decoded as UTF-8 with ``surrogateescape`` and split on "\\n" only, so a line keeps its
+"\\r\\n"; a "\\ No newline at end of file" marker strips the newline from the line before it;
+paths come from the ``---``/``+++`` headers (git's ``a/``/``b/`` prefixes and C quoting
+undone). Anything unidiff would silently skip (a hunk longer than its header says, a binary
+patch, a rename, a symlink) is refused with :class:`PatchFormatError` naming the file and line.
 
 :func:`diff_files` writes the same dialect (git-style headers, 3 lines of context), so an
 authored series reads back exactly.
@@ -19,31 +14,23 @@ authored series reads back exactly.
 
 from __future__ import annotations
 
-import gc
+import difflib
 import hashlib
-import marshal
-import os
 import re
-import sys
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from ..engine import hunks as _hunks
-from ..engine.hunks import split_lines  # the engine splits files the same way
-from . import patch_index as _index
-from . import series_fast as _fast
+import unidiff
+import unidiff.errors
+
+from ..engine.hunks import hunk_body, split_lines  # the engine splits files the same way
 from ..errors import PatchFormatError
-from .series_fast import parse_git_patch
 
 DEV_NULL = "/dev/null"
 DEFAULT_MODE = "100644"
 _REFUSED_MODES = {"120000": "a symbolic link", "160000": "a git submodule"}
 _REFUSED_INFO = (("rename from ", "renames"), ("copy from ", "copies"))
 _NO_NEWLINE = "\\ No newline at end of file\n"
-
-# Parsed records, marshalled: ``marshal.loads`` hands every caller its own copy at C speed.
-_cache: dict[str, bytes] = {}
-_stamp: str | None = None
 
 
 class _Counted:
@@ -62,12 +49,7 @@ class _Counted:
 
 
 def parse_patch(path: Path | str, root: str, data: bytes | None = None) -> list[dict[str, Any]]:
-    """The FILE records of one patch file, in the order its files appear.
-
-    Parsed once per content hash: kept for the process and in the user's cache directory
-    (a catalog's patches rarely change between runs, and parsing is most of planning a large
-    series); each call returns fresh copies. Only successful parses are cached.
-    """
+    """The FILE records of one patch file (hunks as ``lines``), in the order its files appear."""
     path = Path(path)
     if data is None:
         try:
@@ -75,207 +57,35 @@ def parse_patch(path: Path | str, root: str, data: bytes | None = None) -> list[
         except OSError as exc:
             raise PatchFormatError(f"{path}: cannot read the patch: {exc.strerror}",
                                    file=str(path)) from None
-    key = hashlib.sha256(data).hexdigest()
-    files = None
-    blob = _cache.get(key)
-    if blob is None:
-        blob, files = _load_cached(key)
-    if blob is None:
-        blob = marshal.dumps(_parse(path, data))
-        _store_cached(key, blob)
-    _cache[key] = blob
-    if files is None:
-        files = marshal.loads(blob)
+    files = _parse(path, data)
     for record in files:
         record["root"] = root
-        record["patch"] = path.name
     return files
 
 
-def parse_series(patches: Sequence[tuple[Path, str, bytes]]) -> tuple[list[str], list[dict[str, Any]]]:
-    """The sha256 of each patch and the FILE records of the whole series, in order, each
-    hunk in the compact ``body`` form (:func:`compact_hunk`; :func:`parse_patch` keeps
-    ``lines``, which authoring and rebasing read).
-
-    ``patches`` are ``(path, root, bytes)``. One cache entry per series, keyed by the hashes
-    of all its patches in order, so a repeat run of a 2000-patch series reads one file, not
-    2000; changing, adding, removing or reordering a patch changes the key.
-    """
-    return _parse_series(patches, [hashlib.sha256(data).hexdigest()
-                                   for _path, _root, data in patches])
-
-
-def _parse_series(patches: Sequence[tuple[Path | str, str, bytes]], digests: list[str]
-                  ) -> tuple[list[str], list[dict[str, Any]]]:
-    key = _series_key(digests)
-    per_patch = _cached_series(key, len(patches))
-    if per_patch is None:
-        per_patch = [_parse_fresh(path, data, digest)
-                     for (path, _root, data), digest in zip(patches, digests)]
-        blob = marshal.dumps(per_patch)
-        _store_cached(key, blob)
-        _cache[key] = blob
-    return digests, _attach(patches, per_patch)
-
-
-def read_series(patches: Sequence[tuple[Path | str, str]]) -> tuple[list[str], list[dict[str, Any]]]:
-    """:func:`parse_series` of ``(path, root)`` pairs, reading only what it must.
-
-    Each patch's sha256 comes from the stat-stamped index (:func:`patch_digests`), so a
-    repeat run whose series is cached reads no patch file at all; on a cache miss every patch
-    is read and the hashes are taken from the bytes read. Raises ``OSError`` (its
-    ``filename`` is the patch) when a patch cannot be read.
-    """
-    read: dict[int, bytes] = {}
-    digests = _digests([path for path, _root in patches], read)
-    hit = _cached_series(_series_key(digests), len(patches))
-    if hit is not None:
-        return digests, _attach(patches, hit)
-    items = []
-    for i, (path, root) in enumerate(patches):
-        data = read.get(i)
-        if data is None:  # vouched for by the index: read now, hashed again (it may have moved)
-            with open(path, "rb", buffering=0) as fh:
-                data = fh.read()
-            digests[i] = hashlib.sha256(data).hexdigest()
-        items.append((path, root, data))
-    return _parse_series(items, digests)
-
-
-def _series_key(digests: list[str]) -> str:
-    return "series-" + hashlib.sha256("\n".join(digests).encode()).hexdigest()
-
-
-def _cached_series(key: str, count: int) -> list[list[dict[str, Any]]] | None:
-    """The per-patch records of a series from this process or the user cache, else None."""
-    blob = _cache.get(key)
-    if blob is not None:
-        return _loads(blob)
-    blob, per_patch = _load_cached(key)
-    if per_patch is None or len(per_patch) != count:
-        return None
-    _cache[key] = blob
-    return per_patch
-
-
-def _attach(patches: Sequence[tuple[Any, ...]], per_patch: list[list[dict[str, Any]]]
-            ) -> list[dict[str, Any]]:
+def read_series(patches: Sequence[tuple[Path | str, str]]
+                ) -> tuple[list[str], list[dict[str, Any]]]:
+    """The sha256 of each ``(path, root)`` patch and the FILE records of the whole series, in
+    order, each hunk in the request's ``body`` form (docs/design.md, FILE). Raises ``OSError``
+    (its ``filename`` is the patch) when a patch cannot be read."""
+    digests: list[str] = []
     files: list[dict[str, Any]] = []
-    for item, records in zip(patches, per_patch):
-        name = os.path.basename(item[0])  # no Path built per patch: a release series has 10^3
-        for record in records:
-            record["root"] = item[1]
-            record["patch"] = name
-        files.extend(records)
-    return files
-
-
-def _loads(blob: bytes) -> Any:
-    """``marshal.loads`` without the cyclic GC: a large series is millions of small lists
-    (no cycles), and collections triggered while building them triple the time."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return marshal.loads(blob)
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def _parse_fresh(path: Path | str, data: bytes, key: str) -> list[dict[str, Any]]:
-    """One patch's records in the request's compact form (each hunk's lines as one ``body``
-    string), from this process's cache, or read by the fast git-diff reader, or parsed by
-    unidiff when that reader does not take it (the series entry is what goes to disk)."""
-    blob = _cache.get(key)
-    if blob is None:
-        fast = parse_git_patch(data.decode("utf-8", "surrogateescape"), os.path.basename(path))
-        if fast is not None:
-            return fast
-    records = marshal.loads(blob) if blob is not None else _parse(Path(path), data)
-    for record in records:
-        record["hunks"] = [compact_hunk(h) for h in record["hunks"]]
-    return records
+    for path, root in patches:
+        with open(path, "rb") as fh:
+            data = fh.read()
+        digests.append(hashlib.sha256(data).hexdigest())
+        for record in parse_patch(path, root, data):
+            record["hunks"] = [compact_hunk(h) for h in record["hunks"]]
+            files.append(record)
+    return digests, files
 
 
 def compact_hunk(hunk: dict[str, Any]) -> dict[str, Any]:
-    """A hunk record with ``body`` (one string) in place of ``lines`` (docs/design.md, FILE):
-    a cached series of thousands of hunks loads as a few thousand strings instead of millions
-    of small lists, and the engine splits a body only when it uses that hunk."""
-    if "lines" not in hunk:
-        return hunk
+    """A hunk record with ``body`` (one string) in place of ``lines``: the form a request
+    carries, split by the engine only when it uses the hunk."""
     out = {k: v for k, v in hunk.items() if k != "lines"}
-    out["body"] = _hunks.hunk_body(hunk["lines"])
+    out["body"] = hunk_body(hunk["lines"])
     return out
-
-
-def _cache_file(key: str) -> Path:
-    """``<user cache>/patchkit/plans/<stamp>/<sha256>``; the stamp changes with this parser's
-    source, unidiff's version and Python's (marshal's format), so a stale entry is never read."""
-    global _stamp
-    if _stamp is None:
-        source = b"".join(Path(module).read_bytes() for module in
-                          (__file__, _hunks.__file__, _fast.__file__))
-        ident = f"{sys.version_info[:2]}|".encode() + _unidiff_version() + source
-        _stamp = hashlib.sha256(ident).hexdigest()[:16]
-    return _cache_base() / "plans" / _stamp / key
-
-
-def _cache_base() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "patchkit"
-
-
-def _unidiff_version() -> bytes:
-    """unidiff's version file, read without importing unidiff (a cache hit needs no parser)."""
-    import importlib.util  # like tempfile and difflib, imported by the runs that use it
-
-    spec = importlib.util.find_spec("unidiff")
-    if spec is None or not spec.origin:
-        return b""
-    try:
-        return (Path(spec.origin).parent / "__version__.py").read_bytes()
-    except OSError:
-        return Path(spec.origin).read_bytes()
-
-
-def _load_cached(key: str) -> tuple[bytes | None, Any]:
-    """The cached entry and its records; (None, None) when absent or damaged (parsed afresh)."""
-    try:
-        blob = _cache_file(key).read_bytes()
-        files = _loads(blob)
-    except (OSError, ValueError, EOFError, TypeError):
-        return None, None
-    if not isinstance(files, list) or not all(isinstance(f, (list, dict)) for f in files):
-        return None, None
-    return blob, files
-
-
-def _store_cached(key: str, blob: bytes) -> None:
-    """Best effort and atomic (temp file + rename): a cache that cannot be written is skipped."""
-    dest = _cache_file(key)
-    try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        import tempfile
-
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=dest.parent)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(blob)
-        os.replace(tmp, dest)
-    except OSError:
-        pass
-
-
-def patch_digests(paths: Sequence[Path | str]) -> list[str]:
-    """The sha256 of each patch file, read and hashed only when the stat-stamped index
-    (:mod:`patchkit.catalog.patch_index`) cannot vouch for it. Raises ``OSError`` (``filename`` set)
-    for a patch that cannot be stat'ed or read."""
-    return _index.digests(paths, {}, _cache_base() / "patch-index")
-
-
-def _digests(paths: Sequence[Path | str], read: dict[int, bytes]) -> list[str]:
-    """:func:`patch_digests`, keeping in ``read`` (by position) the bytes of each patch it
-    had to read: a series that is not cached is parsed from them, not read twice."""
-    return _index.digests(paths, read, _cache_base() / "patch-index")
 
 
 def _fail(path: Path, line: int, message: str, todo: str) -> PatchFormatError:
@@ -283,9 +93,6 @@ def _fail(path: Path, line: int, message: str, todo: str) -> PatchFormatError:
 
 
 def _parse(path: Path, data: bytes) -> list[dict[str, Any]]:
-    import unidiff  # only on a cache miss: importing it is a good part of a cached run's start
-    import unidiff.errors
-
     lines = split_lines(data.decode("utf-8", "surrogateescape"))
     if not any(line.strip() for line in lines):
         raise _fail(path, 1, "the patch is empty", "Write the change as a unified diff "
@@ -293,18 +100,16 @@ def _parse(path: Path, data: bytes) -> list[dict[str, Any]]:
     try:
         patchset = unidiff.PatchSet(lines)
     except unidiff.errors.UnidiffParseError:
-        patchset = None
-    if patchset is None:  # parsed again, counting lines, only to say where it failed
-        _parse_failure(path, lines, unidiff)
+        _parse_failure(path, lines)  # parsed again, counting lines, to say where
     if not patchset:
         raise _fail(path, 1, "no file changes found (no ---/+++ headers or hunks)",
                     "Write the change as a unified diff")
     return [_file_record(path, lines, patched) for patched in patchset]
 
 
-def _parse_failure(path: Path, lines: list[str], unidiff: Any) -> None:
-    """Raise the error of a patch unidiff refused, naming the line it stopped at (a wrapper
-    that counts lines costs a tenth of parsing a good patch, so only a failure pays for it)."""
+def _parse_failure(path: Path, lines: list[str]) -> None:
+    """Raise the error of a patch unidiff refused, naming the line it stopped at (parsed
+    again through a line counter, so only a failure pays for counting)."""
     counted = _Counted(lines)
     try:
         unidiff.PatchSet(counted)
@@ -540,8 +345,6 @@ def diff_files(old: bytes | None, new: bytes | None, path: str, *,
     out = [header,
            f"--- {DEV_NULL if old is None else _side('a/', path)}\n",
            f"+++ {DEV_NULL if new is None else _side('b/', path)}\n"]
-    import difflib
-
     matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
     for group in matcher.get_grouped_opcodes(3):
         i1, i2, j1, j2 = group[0][1], group[-1][2], group[0][3], group[-1][4]

@@ -67,7 +67,7 @@ class State:
             if path is None and Path("patchkit.toml").is_file():
                 path = "patchkit.toml"
             if path is not None:
-                from ..catalog.manifest import load_config
+                from ..catalog.config import load_config
 
                 self._config = load_config(Path(path))
         return self._config

@@ -37,7 +37,6 @@ of ``manifests/`` and ``patches/`` from before the run; ``worktree/``, a stop's 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 from collections.abc import Sequence
@@ -78,12 +77,9 @@ def series_of_version(catalog: Catalog, name: str, version: int) -> dict[str, st
 def _managed_git_dir() -> Path:
     """Where patchkit's upstream repository is (docs/upstream.md), without importing it:
     when the tags are there already, the rebase needs no GitPython."""
-    env = os.environ.get("PATCHKIT_UPSTREAM")
-    if env:
-        path = Path(env).expanduser()
-    else:
-        cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        path = Path(cache) / "patchkit" / "upstream"
+    from ..cache import upstream_dir
+
+    path = upstream_dir()
     return path if (path / ".git").exists() or (path / "HEAD").is_file() else path / "repo.git"
 
 

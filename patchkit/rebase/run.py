@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..catalog import manifest, series
+from ..catalog import edit, manifest, series
 from ..catalog import Catalog
 from ..engine import hunks
 from ..errors import ConflictError, PatchkitError, UsageError
@@ -427,12 +427,12 @@ class Run:
             return
         self.note_written(fix.name)
         if report.outcome == "extended":
-            manifest.add_release(fix.manifest_path, self.onto)
+            edit.add_release(fix.manifest_path, self.onto)
         else:
             kept = self.kept(fix, report, done)
             names = {f for f, _t in kept}
             refs = [r for r in fix.patches if r.file in names]
-            _write_series(fix, dict(kept), lambda: manifest.bump_manifest(
+            _write_series(fix, dict(kept), lambda: edit.bump_manifest(
                 fix.manifest_path, version=fix.version + 1, changelog_summary=report.detail,
                 date=_dt.date.today().isoformat(), base_release=self.onto,
                 patches=[(r.file, r.root, r.description) for r in refs]

@@ -1,0 +1,99 @@
+"""The project config, ``patchkit.toml``: named targets, where the catalog is, and whether the
+catalog shipped with patchkit is seen beside this one (docs/manifest.md, patchkit.toml)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from .model import DEFAULT_ROOT, ProjectConfig, TargetConfig
+from .reader import (
+    Ctx,
+    check_keys,
+    full_key,
+    read_data,
+    root_name,
+    string,
+    strings,
+    typed,
+)
+from .reader import ROOT_NAME_RE
+
+TARGET_KEYS = ("path", "host", "user", "port", "python", "ssh_options", "ssh_program", "roots")
+REMOTE_ONLY_KEYS = ("user", "port", "ssh_options", "ssh_program")
+
+
+def load_config(path: Path | str) -> ProjectConfig:
+    """Read ``patchkit.toml``: named targets, and where the catalog is (relative to the file)."""
+    path = Path(path)
+    ctx = Ctx(path, "config")
+    data = read_data(path, "config")
+    check_keys(ctx, data, "", ("catalog", "default_target", "targets", "shipped_fixes"), ())
+    base = path.parent.resolve()
+    catalog = None
+    if "catalog" in data:
+        catalog = base / Path(string(ctx, data, "", "catalog", nonempty=True)).expanduser()
+    targets_table = typed(ctx, data, "", "targets", dict, {})
+    targets = {}
+    for name, table in targets_table.items():
+        where = f"targets.{name}"
+        if not isinstance(table, dict):
+            raise ctx.fail(where, f"target '{name}' must be a table", f"Write it as [{where}]")
+        if not ROOT_NAME_RE.match(name):
+            raise ctx.fail(where, f"'{name}' is not a target name", "Use letters, digits, "
+                           "'_', '.', '-'")
+        targets[name] = _build_target(ctx, name, table, base)
+    default = string(ctx, data, "", "default_target", None) if "default_target" in data else None
+    if default is not None and default not in targets:
+        raise ctx.fail("default_target", f"default_target '{default}' is not a defined target "
+                       f"({', '.join(sorted(targets)) or 'none'})",
+                       f"Add [targets.{default}] or fix the name")
+    shipped = typed(ctx, data, "", "shipped_fixes", bool, False)
+    return ProjectConfig(path=path, catalog=catalog, default_target=default, targets=targets,
+                         shipped_fixes=shipped)
+
+
+def _build_target(ctx: Ctx, name: str, table: Mapping[str, Any], base: Path) -> TargetConfig:
+    where = f"targets.{name}"
+    check_keys(ctx, table, where, TARGET_KEYS, ("path",))
+    host = string(ctx, table, where, "host", None, nonempty=True) if "host" in table else None
+    if host is None:
+        for key in REMOTE_ONLY_KEYS:
+            if key in table:
+                raise ctx.fail(full_key(where, key), f"'{key}' only applies to a remote target",
+                               "Add host = \"...\" or remove it")
+
+    def place(value: str) -> str:
+        # A local root is resolved against the config's directory; a remote one is the host's.
+        expanded = Path(value).expanduser()
+        return value if host is not None else str(base / expanded)
+
+    path = place(string(ctx, table, where, "path", nonempty=True))
+    roots_table = typed(ctx, table, where, "roots", dict, {})
+    roots = {}
+    for root, value in roots_table.items():
+        key = f"{where}.roots.{root}"
+        root_name(ctx, root, key)
+        if root == DEFAULT_ROOT:
+            raise ctx.fail(key, f"root '{DEFAULT_ROOT}' is the target's path", "Set it with "
+                           "path, not under roots")
+        if not isinstance(value, str) or not value:
+            raise ctx.fail(key, f"root '{root}' must be a path string", "Quote the path")
+        roots[root] = place(value)
+    port = None
+    if "port" in table:
+        port = typed(ctx, table, where, "port", int)
+        if not 0 < port < 65536:
+            raise ctx.fail(f"{where}.port", f"port {port} is out of range", "Use 1-65535")
+    return TargetConfig(
+        name=name, path=path, host=host,
+        user=string(ctx, table, where, "user", None) if "user" in table else None,
+        port=port,
+        python=string(ctx, table, where, "python", None) if "python" in table else None,
+        ssh_options=strings(ctx, table, where, "ssh_options", ()),
+        ssh_program=(string(ctx, table, where, "ssh_program", None, nonempty=True)
+                     if "ssh_program" in table else None),
+        roots=roots)
+
+
+__all__ = ["load_config"]

@@ -1,0 +1,180 @@
+"""Edits of a manifest in place through tomlkit's round trip, keeping the author's comments
+and layout (bump a version, add a release), and the text of a new manifest. Every edit is
+validated as a load would be before the file is replaced (atomically)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import tomlkit
+
+from .manifest import build_fix
+from .model import MANIFEST_FORMAT, Fix
+from .reader import Ctx, loads, read_toml
+
+
+def _patch_tables(patches: Iterable[Sequence[str]]) -> Any:
+    aot = tomlkit.aot()
+    for entry in patches:
+        file, root, *rest = entry
+        table = tomlkit.table()
+        table["file"] = file
+        table["root"] = root
+        if rest and rest[0]:
+            table["description"] = rest[0]
+        aot.append(table)
+    return aot
+
+
+_SKELETON = """\
+# Manifest of the fix {name_q}; the format is described in docs/manifest.md.
+format = {format}
+name = {name}
+version = 1                      # bump on every change of the series (see [[changelog]])
+title = {title}
+status = "active"                # active | dead | superseded | upstreamed
+rationale = {rationale}
+depends_on = []                  # fixes that must be applied first
+
+[upstream]
+project = "sglang"
+base_release = {base}          # the release the series was written against
+releases = [{base}]            # releases it is known to apply to ([] = no release check)
+root = "sglang"                  # the root whose release is checked
+forwarding = "not-forwarded"     # not-forwarded | proposed | merged | rejected | not-applicable
+reference = ""                   # upstream PR / issue / commit
+
+# The series, applied in this order; each file is under patches/{name_raw}/.
+{patches}
+# Checks, optional; every kind is described in docs/manifest.md. For example:
+# [[preconditions]]
+# kind = "grep"
+# path = "python/sglang/srt/..."
+# pattern = "a line the series expects to find"
+# count = 1
+#
+# [[verification]]
+# kind = "python-syntax"
+# path = "python/sglang/srt/..."
+
+[[changelog]]                    # one entry per version, oldest first
+version = 1
+date = {date}
+base_release = {base}
+summary = "First version."
+"""
+
+
+def new_manifest_text(name: str, title: str, base_release: str,
+                      patches: list[tuple[str, str]], rationale: str = "", *,
+                      date: str | None = None) -> str:
+    """A commented version-1 manifest that loads as-is (once its patch files exist).
+
+    ``patches`` are ``(file, root)`` or ``(file, root, description)``. Without ``rationale``
+    the text carries a prose placeholder to replace; checks are commented-out examples.
+    The text is validated before it is returned, so a bad name or title fails here.
+    """
+    def q(value: Any) -> str:
+        return tomlkit.item(value).as_string()
+
+    why = rationale.strip() or ("Replace this: what was wrong, what the fix does, and the\n"
+                                "evidence (logs, measurements, upstream discussion).")
+    blocks = []
+    for entry in patches:
+        file, root, *rest = entry
+        block = f"[[patches]]\nfile = {q(file)}\nroot = {q(root)}\n"
+        if rest and rest[0]:
+            block += f"description = {q(rest[0])}\n"
+        blocks.append(block)
+    text = _SKELETON.format(
+        format=MANIFEST_FORMAT, name=q(name), name_q=name, name_raw=name, title=q(title),
+        rationale=tomlkit.string(why + "\n", multiline=True).as_string(), base=q(base_release),
+        patches="\n".join(blocks), date=q(date or _dt.date.today().isoformat()))
+    path = Path(f"{name}.toml")
+    build_fix(Ctx(path), loads(path, "manifest", text), Path("patches") / name)
+    return text
+
+
+def bump_manifest(path: Path | str, *, version: int, changelog_summary: str, date: str,
+                  patches: list[tuple[str, str]] | None = None, base_release: str | None = None,
+                  releases: list[str] | None = None) -> None:
+    """Record a new version of the series in place, keeping comments and layout.
+
+    ``patches`` replaces the ``[[patches]]`` list; ``base_release`` without ``releases`` also
+    resets an explicit ``releases`` to ``[base_release]`` (a rebased series is only known to
+    apply there). A changelog entry for ``version`` is appended. The result is validated
+    before the file is replaced (atomically).
+    """
+    path = Path(path)
+    ctx, doc, current = _open(path)
+    if version <= current.version:
+        raise ctx.fail("version", f"new version {version} is not above the current version "
+                       f"{current.version}", f"Use version {current.version + 1}")
+    doc["version"] = version
+    upstream = doc["upstream"]
+    if base_release is not None:
+        upstream["base_release"] = base_release
+        if releases is None and "releases" in upstream:
+            releases = [base_release]
+    if releases is not None:
+        upstream["releases"] = releases
+    if patches is not None:
+        doc["patches"] = _patch_tables(patches)
+    entry = tomlkit.table()
+    entry.update({"version": version, "date": date,
+                  "base_release": base_release or current.upstream.base_release,
+                  "summary": changelog_summary})
+    if "changelog" in doc:
+        aot = doc["changelog"]
+        if len(aot) and not aot[-1].as_string().endswith("\n\n"):
+            aot[-1].add(tomlkit.nl())  # a blank line before the new [[changelog]], as above it
+        aot.append(entry)
+    else:
+        doc.add(tomlkit.nl())
+        changelog = tomlkit.aot()
+        changelog.append(entry)
+        doc.add("changelog", changelog)
+    _save(ctx, doc, current)
+
+
+def add_release(path: Path | str, release: str) -> bool:
+    """Add ``release`` to ``upstream.releases`` in place (the series applies there unchanged).
+
+    The series does not change, so the version does not either. Returns False when the
+    release was listed already (nothing written). Comments and layout are kept.
+    """
+    ctx, doc, current = _open(Path(path))
+    if release in current.upstream.releases or not current.upstream.releases:
+        return False
+    doc["upstream"]["releases"] = [*current.upstream.releases, release]
+    _save(ctx, doc, current)
+    return True
+
+
+def _open(path: Path) -> tuple[Ctx, Any, Fix]:
+    """The manifest as a tomlkit document and as the fix it validates to."""
+    ctx, doc = Ctx(path), read_toml(path, "manifest")
+    return ctx, doc, build_fix(ctx, doc.unwrap(), path.parent.parent / "patches" / path.stem)
+
+
+def _save(ctx: Ctx, doc: Any, current: Fix) -> None:
+    """Write the edited ``doc`` over its file, atomically, once it validates."""
+    path, text = ctx.path, tomlkit.dumps(doc)
+    build_fix(ctx, loads(path, "manifest", text), current.patch_dir)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+        os.chmod(tmp, path.stat().st_mode & 0o777)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+__all__ = ["new_manifest_text", "bump_manifest", "add_release"]

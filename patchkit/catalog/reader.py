@@ -1,0 +1,206 @@
+"""Reading the catalog's TOML files (manifests, ``patchkit.toml``) and checking their values.
+
+One reader path: the standard library's ``tomllib`` parses; only a text it refuses goes to
+tomlkit, whose error names the line and column (and on Python 3.10, which has no tomllib,
+tomlkit reads everything). tomlkit is otherwise only for edits (:mod:`.edit`). The typed
+getters raise :class:`ManifestError` naming the file and the key, with what to do next.
+"""
+
+from __future__ import annotations
+
+import difflib
+import datetime as _dt
+import re
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from ..errors import ManifestError
+
+try:
+    import tomllib
+except ImportError:  # pragma: no cover - Python 3.10
+    tomllib = None  # type: ignore[assignment]
+
+ROOT_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
+MISSING: Any = object()
+_TYPE_NAMES = {str: "a string", int: "an integer", bool: "a boolean", list: "an array",
+               dict: "a table"}
+DOCS = "docs/manifest.md"
+
+
+class Ctx:
+    """Which file is being read, so every error names it."""
+
+    def __init__(self, path: Path, kind: str = "manifest") -> None:
+        self.path = path
+        self.kind = kind
+
+    def fail(self, key: str, message: str, todo: str) -> ManifestError:
+        where = f" (key '{key}')" if key else ""
+        return ManifestError(f"{self.path}: {message}{where}. {todo}", file=str(self.path),
+                             key=key)
+
+
+def full_key(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def _table_label(where: str) -> str:
+    match = re.fullmatch(r"(\w+)\[(\d+)\]", where)
+    if match:
+        return f"[[{match.group(1)}]] #{match.group(2)}"
+    return f"[{where}]" if where else "the top level"
+
+
+def check_keys(ctx: Ctx, data: Mapping[str, Any], where: str, allowed: Sequence[str],
+               required: Sequence[str]) -> None:
+    for key in data:
+        if key not in allowed:
+            close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+            hint = f"did you mean '{close[0]}'?" if close else "remove it or fix its spelling."
+            raise ctx.fail(full_key(where, key), f"unknown key '{key}' in {_table_label(where)}",
+                           f"{hint[0].upper()}{hint[1:]} Valid keys there: "
+                           f"{', '.join(sorted(allowed))} (see {DOCS})")
+    for key in required:
+        if key not in data:
+            raise ctx.fail(full_key(where, key), f"missing required key '{key}' in "
+                           f"{_table_label(where)}", f"Add it (see {DOCS})")
+
+
+def typed(ctx: Ctx, data: Mapping[str, Any], where: str, key: str, kind: type,
+          default: Any = MISSING) -> Any:
+    if key not in data:
+        if default is MISSING:
+            raise ctx.fail(full_key(where, key), f"missing required key '{key}'",
+                           f"Add it (see {DOCS})")
+        return default
+    value = data[key]
+    ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+    if not ok:
+        raise ctx.fail(full_key(where, key), f"'{key}' must be {_TYPE_NAMES[kind]}, "
+                       f"not {toml_type(value)} ({value!r})", f"Fix its value (see {DOCS})")
+    return value
+
+
+def toml_type(value: Any) -> str:
+    for kind, name in ((bool, "a boolean"), (int, "an integer"), (float, "a float"),
+                       (str, "a string"), (list, "an array"), (dict, "a table"),
+                       (_dt.datetime, "a date-time"), (_dt.date, "a date")):
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
+
+
+def string(ctx: Ctx, data: Mapping[str, Any], where: str, key: str, default: Any = MISSING,
+           nonempty: bool = False) -> str:
+    value = typed(ctx, data, where, key, str, default)
+    if nonempty and not value.strip():
+        raise ctx.fail(full_key(where, key), f"'{key}' is empty", "Give it a value")
+    return value
+
+
+def strings(ctx: Ctx, data: Mapping[str, Any], where: str, key: str,
+            default: Any = MISSING) -> tuple[str, ...]:
+    value = typed(ctx, data, where, key, list, default)
+    for item in value:
+        if not isinstance(item, str):
+            raise ctx.fail(full_key(where, key), f"'{key}' must be an array of strings, but holds "
+                           f"{toml_type(item)} ({item!r})", "Quote each item")
+    return tuple(value)
+
+
+def choice(ctx: Ctx, data: Mapping[str, Any], where: str, key: str, choices: Sequence[str],
+           default: Any = MISSING) -> str:
+    value = string(ctx, data, where, key, default)
+    if value not in choices:
+        close = difflib.get_close_matches(value, choices, n=1, cutoff=0.5)
+        hint = f"Did you mean '{close[0]}'? " if close else ""
+        raise ctx.fail(full_key(where, key), f"'{key}' is '{value}', not one of "
+                       f"{', '.join(choices)}", f"{hint}Use one of those values")
+    return value
+
+
+def rel_path(ctx: Ctx, value: str, key: str) -> str:
+    """A path relative to a root or the fix's patch dir: never absolute, never up and out."""
+    # As PurePosixPath's parts, without building one: "." and empty parts are dropped there,
+    # ".." is kept, so a ".." component is one of the "/"-separated pieces either way.
+    if not value or value[0] == "/" or "\\" in value or ".." in value.split("/"):
+        raise ctx.fail(key, f"path '{value}' must be relative, with '/' separators and no "
+                       "'..'", "Give the path relative to its root")
+    return value
+
+
+def table_list(ctx: Ctx, data: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+    value = data.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise ctx.fail(key, f"'{key}' must be an array of tables ([[{key}]])",
+                       f"Write each entry as a [[{key}]] table")
+    return value
+
+
+def root_name(ctx: Ctx, root: str, key: str) -> str:
+    if not ROOT_NAME_RE.match(root):
+        raise ctx.fail(key, f"'{root}' is not a root name", "Use letters, digits, '_', '.', '-'")
+    return root
+
+
+def read_text(path: Path, kind: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ManifestError(f"{path}: no such {kind} file", file=str(path), key="") from None
+    except UnicodeDecodeError as exc:
+        raise ManifestError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}). "
+                            f"Save the {kind} as UTF-8", file=str(path), key="") from None
+    except OSError as exc:
+        raise ManifestError(f"{path}: cannot read the {kind}: {exc.strerror}", file=str(path),
+                            key="") from None
+
+
+def read_data(path: Path, kind: str) -> dict[str, Any]:
+    """The file's TOML as plain Python data (see the module docstring for the parser)."""
+    return loads(path, kind, read_text(path, kind))
+
+
+def loads(path: Path, kind: str, text: str) -> dict[str, Any]:
+    """``text`` (the contents of ``path``) as plain Python data, or the precise error."""
+    if tomllib is not None:
+        try:
+            return tomllib.loads(text)
+        except (tomllib.TOMLDecodeError, ValueError):
+            pass  # tomlkit names the line and column (or accepts what tomllib refuses)
+        except RecursionError:  # tomllib recurses once per level of nesting
+            raise _too_deep(path, kind) from None
+    return parse_toml(path, kind, text).unwrap()
+
+
+def _too_deep(path: Path, kind: str) -> ManifestError:
+    """Arrays, inline tables or dotted keys nested deeper than the parser (or Python's
+    recursion limit) goes: no manifest or config needs more than a few levels."""
+    return Ctx(path, kind).fail("", "not valid TOML: values or keys nested too deeply to read",
+                                "Flatten the nesting (a few levels of tables and arrays is "
+                                "all the format uses; see docs/manifest.md)")
+
+
+def read_toml(path: Path, kind: str) -> Any:
+    """The file as a tomlkit document, for editing it in place."""
+    return parse_toml(path, kind, read_text(path, kind))
+
+
+def parse_toml(path: Path, kind: str, text: str) -> Any:
+    import tomlkit
+    import tomlkit.exceptions
+
+    ctx = Ctx(path, kind)
+    try:
+        return tomlkit.parse(text)
+    except tomlkit.exceptions.ParseError as exc:
+        reason = re.sub(r" at line \d+ col \d+$", "", str(exc))
+        line, col = exc.line, exc.col
+        raise ManifestError(f"{path}:{line}:{col}: not valid TOML: {reason}. Fix the syntax at "
+                            f"line {line} column {col} (TOML reference: https://toml.io)",
+                            file=str(path), line=line, col=col) from None
+    except tomlkit.exceptions.TOMLKitError as exc:
+        raise ctx.fail("", f"not valid TOML: {exc}", "Fix the syntax (https://toml.io)") from None
+    except RecursionError:  # a tomlkit without its own nesting limit
+        raise _too_deep(path, kind) from None

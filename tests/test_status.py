@@ -1,0 +1,169 @@
+"""Status: one request of every full fix the target's roots allow, answered from the state for
+recorded fixes and from the files for the others, locally and over SSH alike."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Mapping
+
+import pytest
+
+from patchkit import api, errors
+from patchkit.catalog import Catalog, series
+from patchkit.targets.remote import RemoteTarget
+from patchkit.targets import LocalTarget
+from tests.test_remote import PY, SAMPLES, Ssh, make_tree, ssh  # noqa: F401  (ssh is a fixture)
+
+POOL = "python/sglang/srt/pool.py"
+
+
+def states(result: Any) -> dict[str, str]:
+    return {s.name: s.state for s in result.status}
+
+
+class Recording:
+    """A local target that keeps every request it runs."""
+
+    def __init__(self, inner: LocalTarget) -> None:
+        self.inner, self.requests = inner, []
+        self.roots, self.python, self.description = inner.roots, inner.python, "recording"
+        self.is_remote = False
+
+    def run(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        self.requests.append(request)
+        return self.inner.run(dict(request))
+
+
+@pytest.fixture
+def roots(tmp_path: Path) -> dict[str, str]:
+    return make_tree(tmp_path / "tree")
+
+
+@pytest.fixture
+def catalog(tmp_path: Path) -> Catalog:
+    shutil.copytree(SAMPLES / "catalog", tmp_path / "catalog")
+    return Catalog(tmp_path / "catalog")
+
+
+def test_status_sends_every_full_fix_in_one_request(roots: dict[str, str],
+                                                     catalog: Catalog) -> None:
+    target = LocalTarget(roots, PY, "local")
+    api.apply(catalog, target, ["pool-guard"], with_deps=True)
+    spy = Recording(target)
+    result = api.status(catalog, spy)  # type: ignore[arg-type]
+    [request] = spy.requests
+    assert [f["name"] for f in request["fixes"]] == ["index-k-bytes", "old-index-k", "pool-guard"]
+    assert all(f["files"] and "stub" not in f for f in request["fixes"])
+    assert request["dependencies"] == []
+    assert states(result) == {"index-k-bytes": "applied", "old-index-k": "not-applied",
+                              "pool-guard": "applied"}
+
+
+def test_a_fix_using_a_root_the_target_lacks_is_left_out(tmp_path: Path, catalog: Catalog) -> None:
+    bare = make_tree(tmp_path / "bare")
+    target = Recording(LocalTarget({"sglang": bare["sglang"]}, PY, "local"))
+    result = api.status(catalog, target)  # type: ignore[arg-type]
+    assert "pool-guard" not in states(result)  # it patches serve.sh too
+    assert [f["name"] for f in target.requests[0]["fixes"]] == ["index-k-bytes", "old-index-k"]
+
+
+def test_an_unrecorded_fix_present_in_the_files_is_still_found(
+        roots: dict[str, str], catalog: Catalog) -> None:
+    target = LocalTarget(roots, PY, "local")
+    api.apply(catalog, target, ["index-k-bytes"])
+    shutil.rmtree(Path(roots["sglang"], ".patchkit"))  # the change stays, the record goes
+    result = api.status(catalog, target)
+    assert states(result)["index-k-bytes"] == "present-unrecorded"
+    [fix] = [s for s in result.status if s.name == "index-k-bytes"]
+    assert fix.applied_at is None and {f["state"] for f in fix.files} == {"ok"}
+
+
+def test_a_drifted_a_missing_and_a_restored_recorded_file(roots: dict[str, str],
+                                                          catalog: Catalog) -> None:
+    target = LocalTarget(roots, PY, "local")
+    api.apply(catalog, target, ["pool-guard"], with_deps=True)
+    serve, pool = Path(roots["serve"], "serve.sh"), Path(roots["sglang"], POOL)
+    ours = pool.read_bytes()
+    pool.write_bytes(ours)  # same bytes, new stamp: read and hashed, still ok
+    assert states(api.status(catalog, target))["pool-guard"] == "applied"
+    st, text = serve.stat(), serve.read_text()
+    serve.write_text(text.replace("bf16", "fp32", 1))  # same size, same inode ...
+    os.utime(serve, ns=(st.st_atime_ns, st.st_mtime_ns))  # ... same mtime: only ctime moved
+    assert states(api.status(catalog, target))["pool-guard"] == "drifted"
+    serve.write_text(text + "# edited by hand\n")
+    result = api.status(catalog, target)
+    [guard] = [s for s in result.status if s.name == "pool-guard"]
+    assert guard.state == "drifted"
+    assert {f["path"]: f["state"] for f in guard.files}["serve.sh"] == "drifted"
+    pool.unlink()
+    result = api.status(catalog, target)
+    [guard] = [s for s in result.status if s.name == "pool-guard"]
+    assert {f["path"]: f["state"] for f in guard.files}[POOL] == "missing"
+
+
+def test_a_recorded_fix_no_longer_in_the_catalog_is_still_listed_last(
+        roots: dict[str, str], catalog: Catalog) -> None:
+    target = LocalTarget(roots, PY, "local")
+    api.apply(catalog, target, ["pool-guard"], with_deps=True)
+    (Path(catalog.root) / "manifests" / "pool-guard.toml").unlink()
+    fresh = Catalog(catalog.root)
+    result = api.status(fresh, target)
+    assert [s.name for s in result.status] == ["index-k-bytes", "old-index-k", "pool-guard"]
+    assert states(result)["pool-guard"] == "applied"
+
+
+def test_a_deleted_file_comes_back_as_drift(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    (tree / "python/sglang").mkdir(parents=True)
+    (tree / "python/sglang/__init__.py").write_text("")
+    (tree / "python/sglang/old.py").write_text("x = 1\n")
+    cat = tmp_path / "catalog"
+    (cat / "manifests").mkdir(parents=True)
+    (cat / "patches/drop-old").mkdir(parents=True)
+    (cat / "patches/drop-old/0001-drop.patch").write_text(
+        series.diff_files(b"x = 1\n", None, "python/sglang/old.py"))
+    (cat / "manifests/drop-old.toml").write_text(
+        'format = 1\nname = "drop-old"\nversion = 1\ntitle = "Drop old"\nstatus = "active"\n'
+        'rationale = "Unused."\n[upstream]\nbase_release = "0.5.21"\nreleases = []\n'
+        '[[patches]]\nfile = "0001-drop.patch"\n')
+    catalog, target = Catalog(cat), LocalTarget({"sglang": str(tree)}, PY, "local")
+    api.apply(catalog, target, ["drop-old"])
+    assert states(api.status(catalog, target)) == {"drop-old": "applied"}
+    (tree / "python/sglang/old.py").write_text("x = 1\n")
+    result = api.status(catalog, target)
+    assert states(result) == {"drop-old": "drifted"}
+    assert result.status[0].files[0]["state"] == "drifted"
+
+
+@pytest.mark.ssh
+def test_a_remote_status_sends_full_fixes_in_one_session(roots: dict[str, str], catalog: Catalog,
+                                                         ssh: Ssh) -> None:  # noqa: F811
+    local = LocalTarget(roots, PY, "local")
+    api.apply(catalog, local, ["index-k-bytes"])
+    before = ssh.count()
+    remote = api.status(catalog, RemoteTarget(ssh.spec(), roots, PY))
+    assert ssh.count() == before + 1  # one SSH session, however many fixes are unrecorded
+    assert remote.raw["status"] == api.status(catalog, local).raw["status"]
+    assert states(remote) == {"index-k-bytes": "applied", "old-index-k": "not-applied",
+                              "pool-guard": "not-applied"}
+
+
+def test_a_broken_manifest_fails_every_status(roots: dict[str, str], catalog: Catalog) -> None:
+    target = LocalTarget(roots, PY, "local")
+    api.status(catalog, target)
+    path = Path(catalog.root) / "manifests" / "pool-guard.toml"
+    path.write_text(path.read_text().replace('status = "active"', 'status = "alive"'))
+    for _ in range(2):
+        with pytest.raises(errors.ManifestError, match="pool-guard.toml"):
+            api.status(Catalog(catalog.root), target)
+
+
+def test_a_patch_gone_after_the_catalog_loaded_is_a_manifest_error(roots: dict[str, str],
+                                                                  catalog: Catalog) -> None:
+    catalog.all()
+    patch = Path(catalog.root) / "patches" / "pool-guard" / "0002-serve-pin-index-k-dtype.patch"
+    patch.unlink()
+    with pytest.raises(errors.ManifestError, match="0002-serve-pin-index-k-dtype.patch"):
+        api.status(catalog, LocalTarget(roots, PY, "local"))
