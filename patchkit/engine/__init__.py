@@ -24,8 +24,7 @@ def run(request: Dict[str, Any], cache_dir: Optional[str] = None) -> Dict[str, A
     """Execute one engine request and return its result; see docs/design.md.
 
     ``cache_dir``: a directory of the user's cache (a local target) where python-syntax
-    successes (``checks.SyntaxCache``) and placed FILE records (``placecache.PlaceCache``) are
-    kept by content; a remote host keeps none.
+    successes (``checks.SyntaxCache``) are kept by content; a remote host keeps none.
     """
     faults.reset()
     _clear_memo()
@@ -50,13 +49,12 @@ def run(request: Dict[str, Any], cache_dir: Optional[str] = None) -> Dict[str, A
             if req.op == "apply":
                 from .apply import apply
 
-                syntax = places = None
+                syntax = None
                 if cache_dir is not None:
                     from .checks import SyntaxCache
-                    from .placecache import PlaceCache
 
-                    syntax, places = SyntaxCache(cache_dir), PlaceCache(cache_dir)
-                result["fixes"] = apply(req, store, syntax, places)
+                    syntax = SyntaxCache(cache_dir)
+                result["fixes"] = apply(req, store, syntax)
                 if syntax is not None:
                     syntax.save()
             elif req.op == "rollback":

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 
 from ..errors import (ConflictError, DriftError, PreconditionFailed, TargetFileMissing,
                       VerificationFailed, VersionMismatch)
-from . import auto, placecache
+from . import auto
 from .checks import CheckContext, SyntaxCache, failure_lines, run_check
 from .fsops import read_bytes, stamp_files
 from .hunks import FileChange, Placement, apply_change, decode, encode, sha256_bytes
@@ -16,7 +16,7 @@ from .paths import Roots
 from .request import FixSpec, Request, check_file_modes, check_patch_paths
 from .store import Store, created_dirs, last_writers, utc_now
 from .txn import FileWrite, backup_name, missing_dirs, run_transaction
-from .workspace import Key, Workspace, placed_diff, unified_diffs, whole_file_diff
+from .workspace import Key, Workspace, placed_diff, unified_diff, whole_file_diff
 
 if TYPE_CHECKING:  # revert and gitcommit are imported only by the applies that use them
     from . import gitcommit, revert
@@ -62,9 +62,7 @@ def fix_result(plan: FixPlan, outcome: str) -> Dict[str, Any]:
             diffs.append(whole_file_diff(path, changes[0].op, changes[0].hunks))
         else:
             diffs.append(None)
-    rest = [i for i, d in enumerate(diffs) if d is None]  # merged, reverted, created, deleted
-    for i, diff in zip(rest, unified_diffs([items[i] for i in rest], [hashes[i] for i in rest])):
-        diffs[i] = diff
+    diffs = [unified_diff(*item) if d is None else d for item, d in zip(items, diffs)]
     for key, (_path, before, after), (before_sha, after_sha), diff in zip(plan.keys, items, hashes,
                                                                           diffs):
         files.append({"root": key[0], "path": key[1], "op": file_op(before, after),
@@ -114,10 +112,8 @@ def recorded_after_hashes(state: Dict[str, Any]) -> Dict[Key, Set[str]]:
     return {key: {w["after_sha256"]} for key, w in last_writers(state).items() if w["after_sha256"]}
 
 
-def apply(req: Request, store: Store, syntax: Optional[SyntaxCache] = None,
-          places: Optional[placecache.PlaceCache] = None) -> List[Dict[str, Any]]:
-    """``syntax`` and ``places``: python-syntax results and placed FILE records known by
-    content (a local target's user cache)."""
+def apply(req: Request, store: Store, syntax: Optional[SyntaxCache] = None) -> List[Dict[str, Any]]:
+    """``syntax``: python-syntax results known by content (a local target's user cache)."""
     state = store.read_state()
     recorded = {f["name"]: f for f in state.get("fixes", [])}
     outcomes: Dict[str, Dict[str, Any]] = {}
@@ -166,7 +162,7 @@ def apply(req: Request, store: Store, syntax: Optional[SyntaxCache] = None,
     # an upgraded fix's files start from its backups, vouched for when it was applied: no
     # git-clean check of the bytes being replaced (with --force, drift being discarded)
     taken_out = {(f["root"], f["path"]) for rec in upgrades.values() for f in rec.get("files", [])}
-    plans = _plan(req, store, state, ws, todo, sources, changes(), syntax, places, taken_out)
+    plans = _plan(req, store, state, ws, todo, sources, changes(), syntax, taken_out)
     if not req.dry_run and plans:
         _write(req, store, state, ws, plans, syntax, upgrades)
     for plan in plans:
@@ -220,7 +216,6 @@ def _take_out(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
 def _plan(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
           todo: List[FixSpec], sources: Sources, changes: Dict[str, Any],
           syntax: Optional[SyntaxCache] = None,
-          places: Optional[placecache.PlaceCache] = None,
           vouched: Optional[Set[Key]] = None) -> List[FixPlan]:
     """``vouched``: files whose git-clean check is not needed (see ``apply``)."""
     recorded = {f["name"]: f for f in state.get("fixes", [])}
@@ -277,32 +272,15 @@ def _plan(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
             if failures:
                 raise_preconditions(failures, results, writable, req.roots)
             raise
-        ckey = places.key(spec.files) if places is not None and source is None else None
-        cached = places.load(ckey) if ckey else {}
-        records: Dict[int, Any] = {}
-        for i, change in enumerate(spec.files if source is None else ()):
+        for change in spec.files if source is None else ():
             e = ws.entry(change.root, change.path)
-            hit = placecache.replay(cached[i], change, e.current) if i in cached else None
-            if hit is not None:
-                e.current, placed, plan.diffs[(change.root, change.path)] = hit
-                records[i] = cached[i]
-            else:
-                text = None if e.current is None else decode(e.current)
-                edits: Optional[List[Tuple[int, int, str]]] = [] if ckey else None
-                try:
-                    new, placed = apply_change(text, change, edits)
-                except ConflictError:
-                    if failures:
-                        raise_preconditions(failures, results, writable, req.roots)
-                    raise
-                new_bytes = None if new is None else encode(new)
-                if edits is not None:
-                    diff = None
-                    if change.op == "modify" and new is not None:  # what fix_result shows
-                        diff = plan.diffs[(change.root, change.path)] = placed_diff(
-                            change.path, change.hunks, [p.line for p in placed])
-                    records[i] = placecache.record(e.current, text, new_bytes, edits, placed, diff)
-                e.current = new_bytes
+            try:
+                new, placed = apply_change(None if e.current is None else decode(e.current), change)
+            except ConflictError:
+                if failures:
+                    raise_preconditions(failures, results, writable, req.roots)
+                raise
+            e.current = None if new is None else encode(new)
             new = e.current
             if new is None:
                 e.mode = None
@@ -312,8 +290,6 @@ def _plan(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
                 e.mode = 0o644
             plan.placements.setdefault((change.root, change.path), []).extend(placed)
             plan.changes.setdefault((change.root, change.path), []).append(change)
-        if ckey and records != cached:
-            places.save(ckey, records)  # type: ignore[union-attr]
         for k in keys:
             e = ws.entry(*k)
             plan.after[k] = (e.current, e.mode)

@@ -361,21 +361,14 @@ def locate(lines: Sequence[str], old: Sequence[str], expected: int, lo: int = 0)
     return None
 
 
-def apply_change(text: Optional[str], change: FileChange,
-                 edits: Optional[List[Tuple[int, int, str]]] = None
-                 ) -> Tuple[Optional[str], List[Placement]]:
-    """Apply one FILE record to the current text (None: the file is absent).
-
-    ``edits``: if given, receives the change as (start, end, new text) ranges of ``text``
-    (character offsets), what ``placecache`` replays on the next apply."""
+def apply_change(text: Optional[str], change: FileChange) -> Tuple[Optional[str], List[Placement]]:
+    """Apply one FILE record to the current text (None: the file is absent)."""
     if change.op == "create":
         if text is not None:
             raise ConflictError("%s: %s creates this file but it already exists; remove it or "
                                 "roll back whatever created it" % (change.where, change.patch),
                                 root=change.root, path=change.path, patch=change.patch)
         new = "".join([h.new_text for h in change.hunks])
-        if edits is not None:
-            edits.append((0, 0, new))
         return new, [Placement(change.patch, h.index, h.new_start, h.new_start, 0) for h in change.hunks]
     if text is None:
         raise ConflictError("%s: %s changes this file but it does not exist"
@@ -406,15 +399,9 @@ def apply_change(text: Optional[str], change: FileChange,
         lo = idx + len(hunk.old)
     out: List[str] = []
     prev = 0
-    at = 0  # character offset of lines[prev]
     for idx, hunk in found_at:
         out.extend(lines[prev:idx])
         out.extend(hunk.new)
-        if edits is not None:
-            at += sum(map(len, lines[prev:idx]))
-            end = at + sum(map(len, hunk.old))
-            edits.append((at, end, "".join(hunk.new)))
-            at = end
         prev = idx + len(hunk.old)
     out.extend(lines[prev:])
     new_text = "".join(out)

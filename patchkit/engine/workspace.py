@@ -8,15 +8,12 @@ sees the planned result of the earlier ones.
 from __future__ import annotations
 
 import difflib
-import hashlib
-import marshal
 import os
 import stat
-import tempfile
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .fsops import code_stamp, read_with_stat
+from .fsops import read_with_stat
 from .hunks import Hunk, decode, split_lines
 from ..errors import PatchkitError
 from .paths import Roots
@@ -90,46 +87,6 @@ def _first_file(roots: Roots, root: str, abs_path: str) -> str:
         return "%s:%s" % (root, roots.relative(root, found))
     except PatchkitError:
         return found
-
-
-# The diffs of an apply are a pure function of (path, before, after) and difflib: costly for a
-# large series (seconds for a release's worth of files) and the same on every run of the same
-# series on the same tree. So they are kept in the user's cache directory, keyed by content
-# hashes. Only when this module is a file on disk: the agent shipped to a remote host is loaded
-# from memory and writes nothing outside its roots.
-_CACHE_ON = os.path.isfile(globals().get("__file__") or "")
-
-
-def _diff_cache_file(items: List[Tuple[str, Optional[str], Optional[str]]]) -> str:
-    key = hashlib.sha256("\0".join("%s\0%s\0%s" % item for item in items).encode(
-        "utf-8", "surrogateescape")).hexdigest()
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "patchkit", "diffs", code_stamp(__file__), key)
-
-
-def unified_diffs(items: List[Tuple[str, Optional[bytes], Optional[bytes]]],
-                  hashes: List[Tuple[Optional[str], Optional[str]]]) -> List[str]:
-    """:func:`unified_diff` of each (path, before, after); ``hashes`` are their sha256s."""
-    if not _CACHE_ON or not items:
-        return [unified_diff(*item) for item in items]
-    cache = _diff_cache_file([(p, h[0], h[1]) for (p, _b, _a), h in zip(items, hashes)])
-    try:
-        with open(cache, "rb") as fh:
-            diffs = marshal.loads(fh.read())
-        if isinstance(diffs, list) and len(diffs) == len(items):
-            return diffs
-    except (OSError, ValueError, EOFError, TypeError):
-        pass
-    diffs = [unified_diff(*item) for item in items]
-    try:  # best effort, atomic; a cache that cannot be written is skipped
-        os.makedirs(os.path.dirname(cache), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(cache))
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(marshal.dumps(diffs))
-        os.replace(tmp, cache)
-    except OSError:
-        pass
-    return diffs
 
 
 def unified_diff(path: str, before: Optional[bytes], after: Optional[bytes]) -> str:

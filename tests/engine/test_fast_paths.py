@@ -115,17 +115,10 @@ def test_placed_diff_is_the_patch_even_where_difflib_aligns_otherwise(checkout: 
                                   "x\n\\ starts with a backslash\n"],
                          ids=["lines", "no-final-newline", "crlf", "backslash-line"])
 @pytest.mark.parametrize("form", ["lines", "body"])
-def test_created_and_deleted_files_diff_as_difflib(tmp_path: Path, text: str, form: str,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """A file a patch creates or deletes whole gets its hunk as its diff, without a diff being
-    computed: the text difflib's path gives, in both record forms; and git apply turns the one
-    side into the other."""
-    from patchkit.engine import apply as engine_apply
-
-    real = engine_apply.unified_diffs
-    monkeypatch.setattr(engine_apply, "unified_diffs",
-                        lambda items, hashes: real(items, hashes) if not items else pytest.fail(
-                            "diff computed for %s" % [i[0] for i in items]))
+def test_created_and_deleted_files_diff_as_difflib(tmp_path: Path, text: str, form: str) -> None:
+    """A file a patch creates or deletes whole gets all its lines as one hunk, the text
+    difflib's path gives, in both record forms; and git apply turns the one side into the
+    other."""
     root = make_checkout(tmp_path, git_repo=False)
     new = "python/sglang/srt/new.py"
     shape = (lambda r: r) if form == "lines" else compact
