@@ -10,7 +10,7 @@ from ..errors import (ConflictError, DriftError, PreconditionFailed, TargetFileM
                       VerificationFailed, VersionMismatch)
 from . import auto
 from .checks import CheckContext, SyntaxCache, failure_lines, run_check
-from .fsops import read_bytes, stamp_files
+from .fsops import read_bytes
 from .hunks import FileChange, Placement, apply_change, decode, encode, sha256_bytes
 from .paths import Roots
 from .request import FixSpec, Request, check_file_modes, check_patch_paths
@@ -368,14 +368,9 @@ def _write(req: Request, store: Store, state: Dict[str, Any], ws: Workspace, pla
             made = gitcommit.make(cos, items, entries, txn)
             for plan in plans:
                 plan.commits = made.get(plan.spec.name, [])
-        last = {key: plan for plan in plans for key in plan.keys}  # the last writer of each file
-        stamps = stamp_files([(e.abs, e.current) for e in ws.changed()
-                              if e.current is not None], store.path("txn", txn))
         new_state = dict(state)
         new_state["fixes"] = [f for f in state.get("fixes", []) if f["name"] not in upgrades] + [
-            _record(req, p, txn, {k: stamps[ws.entry(*k).abs] for k in p.keys
-                                  if last[k] is p and ws.entry(*k).abs in stamps})
-            for p in plans]
+            _record(req, p, txn) for p in plans]
         return new_state
 
     old_dirs = {name: created_dirs(rec, req.roots) for name, rec in upgrades.items()}
@@ -412,8 +407,8 @@ def _commit_items(req: Request, plans: List[FixPlan]):
     return cos, items, gitcommit.journal_entries(cos, items)
 
 
-def _record(req: Request, plan: FixPlan, txn: str, stamps: Dict[Key, List[int]]) -> Dict[str, Any]:
-    """The fix's entry of state.json; ``stamps``: the stat stamp of each file it wrote last."""
+def _record(req: Request, plan: FixPlan, txn: str) -> Dict[str, Any]:
+    """The fix's entry of state.json."""
     spec = plan.spec
     files = []
     kept = 0  # numbered as _write hands them to run_transaction: the files with before-bytes
@@ -424,8 +419,6 @@ def _record(req: Request, plan: FixPlan, txn: str, stamps: Dict[Key, List[int]])
                       "mode_before": mode_before, "mode": mode_after,
                       "backup": backup_name(spec.name, kept) if before is not None else None})
         kept += before is not None
-        if key in stamps:
-            files[-1]["stat"] = stamps[key]
     return {"name": spec.name, "version": spec.version, "title": spec.title,
             "requires": list(spec.requires), "release": spec.release, "applied_at": utc_now(),
             "txn": txn, "patches": [dict(p) for p in spec.patches], "files": files,

@@ -9,29 +9,13 @@ leaves either the old or the new bytes, never a torn file. The temporary name is
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import stat
 import sys
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, List, Optional, Tuple, Union
 
 from .faults import fault
-
-
-_stamps: Dict[Tuple[str, ...], str] = {}
-
-
-def code_stamp(*sources: str) -> str:
-    """A short hash of the Python version and these source files, for a cache directory: what
-    one version of the code (and marshal's format) kept is never read by another."""
-    if sources not in _stamps:
-        digest = hashlib.sha256(("%s|" % (sys.version_info[:2],)).encode())
-        for path in sources:
-            with open(path, "rb") as fh:
-                digest.update(fh.read())
-        _stamps[sources] = digest.hexdigest()[:16]
-    return _stamps[sources]
 
 
 def read_bytes(path: str) -> Optional[bytes]:
@@ -233,48 +217,6 @@ def read_fd(fd: int, size: int = 0) -> bytes:
         if not chunk:
             return b"".join(chunks)
         chunks.append(chunk)
-
-
-def stat_stamp(st: os.stat_result) -> List[int]:
-    """What a file's stat must still say for its recorded hash to be trusted without reading it
-    (docs/state.md, "Stat stamps"): device, inode, size, mtime and ctime in ns."""
-    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
-
-
-def stamp_files(files: List[Tuple[str, bytes]], scratch: str) -> Dict[str, List[int]]:
-    """A stat stamp of each (path, bytes) whose file holds exactly those bytes, such that any
-    later change of the file changes the stamp (git's racy-index rule, made strict).
-
-    A change of a file sets its ctime to the file system's clock (which the user cannot set).
-    ``clock`` is that clock now, read from a file created in ``scratch``; a file is stamped only
-    when it is on that same file system (same clock granularity), its ctime is strictly before
-    ``clock``, its bytes read *after* that are those bytes, and its stat did not move while
-    they were read. A later change then gets a ctime >= ``clock`` > the stamped one. A file
-    that fails any of this gets no stamp and is hashed by every status.
-    """
-    probe = os.path.join(scratch, ".clock-%d" % os.getpid())
-    fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        ref = os.fstat(fd)
-    finally:
-        os.close(fd)
-        os.unlink(probe)
-    out: Dict[str, List[int]] = {}
-    for path, expected in files:
-        try:
-            first = os.stat(path)
-            if (not stat.S_ISREG(first.st_mode) or first.st_dev != ref.st_dev
-                    or first.st_ctime_ns >= ref.st_mtime_ns or first.st_size != len(expected)):
-                continue
-            with open(path, "rb") as fh:
-                data = fh.read()
-            if data != expected:  # compared, not hashed: the bytes are at hand
-                continue
-            if stat_stamp(os.stat(path)) == stat_stamp(first):
-                out[path] = stat_stamp(first)
-        except OSError:
-            continue
-    return out
 
 
 def write_json(path: str, data: Any, durable: bool = True) -> None:

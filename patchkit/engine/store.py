@@ -324,8 +324,7 @@ def last_writers(state: Dict[str, Any]) -> Dict[Tuple[str, str], Dict[str, Any]]
     out: Dict[Tuple[str, str], Dict[str, Any]] = {}
     for fix in state.get("fixes", []):  # application order
         for f in fix.get("files", []):
-            out[(f["root"], f["path"])] = {"fix": fix["name"], "after_sha256": f.get("after_sha256"),
-                                           "stat": f.get("stat")}
+            out[(f["root"], f["path"])] = {"fix": fix["name"], "after_sha256": f.get("after_sha256")}
     return out
 
 
