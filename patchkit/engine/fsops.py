@@ -12,8 +12,7 @@ import errno
 import json
 import os
 import stat
-import sys
-from typing import Any, Callable, List, Optional, Tuple, Union
+from typing import Any, List, Optional, Tuple
 
 from .faults import fault
 
@@ -109,104 +108,19 @@ def fill_fd(fd: int, data: bytes, mode: int, owner: Optional[Tuple[int, int]]) -
     os.fchmod(fd, mode)
 
 
-def fsync_paths(paths: List[str]) -> None:
-    """fsync many files (or directories) at once: the calls run in a few threads, so the file
-    system can commit them together instead of one journal flush per file. Returns when every
-    one is durable; the first failure is raised."""
+def sync_all(files: List[str], dirs: List[str]) -> None:
+    """Make ``files`` (data and inode) and ``dirs`` (their entries) durable before returning:
+    an fsync of each, in a few threads so the file system commits them together rather than
+    one journal flush per file. The first failure is raised."""
+    paths = list(files) + list(dirs)
     if len(paths) < 8:
         for path in paths:
             fsync_dir(path)
         return
-    _in_threads(fsync_dir, paths, 8)
+    from concurrent.futures import ThreadPoolExecutor
 
-
-def _in_threads(fn: Callable[[str], None], items: List[str], workers: int) -> None:
-    """``fn`` over ``items`` in ``workers`` threads; the first failure is raised after all
-    threads stop. Plain threads: concurrent.futures costs more to import than they to start."""
-    import threading
-
-    queue = iter(items)
-    lock = threading.Lock()
-    errors: List[BaseException] = []
-
-    def work() -> None:
-        while not errors:
-            with lock:
-                item = next(queue, None)
-            if item is None:
-                return
-            try:
-                fn(item)
-            except BaseException as exc:  # noqa: B902 - re-raised in the caller's thread
-                errors.append(exc)
-
-    threads = [threading.Thread(target=work, daemon=True) for _ in range(min(workers, len(items)))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-
-
-# syncfs(2) through libc, looked up once: None not yet, False unavailable (not Linux, no
-# ctypes, no symbol). Tests set it to False to take the per-file fsync path.
-_syncfs: Union[None, bool, Callable[[int], int]] = None
-
-
-def _syncfs_call() -> Union[bool, Callable[[int], int]]:
-    global _syncfs
-    if _syncfs is None:
-        _syncfs = False
-        if sys.platform.startswith("linux"):
-            try:
-                import ctypes
-
-                fn = ctypes.CDLL(None, use_errno=True).syncfs
-                fn.argtypes = [ctypes.c_int]
-                fn.restype = ctypes.c_int
-                _syncfs = fn
-            except (ImportError, OSError, AttributeError):
-                _syncfs = False
-    return _syncfs
-
-
-# From this many files and directories on, one syncfs beats an fsync each. Below it the
-# fsyncs stay: syncfs also waits for every other process's dirty data on the file system, a
-# few fsyncs do not.
-SYNCFS_FILES = 512
-
-
-def sync_all(files: List[str], dirs: List[str]) -> None:
-    """Make ``files`` (data and inode) and ``dirs`` (their entries) durable before returning.
-
-    For many files and directories on Linux, one ``syncfs(2)`` per file system they are on: a single journal
-    commit instead of one flush per fsync, the same guarantee (syncfs writes back every dirty
-    inode of the file system and waits; since Linux 5.8 it reports write-back errors).
-    Otherwise, or when syncfs fails, every file and directory is fsynced (``fsync_paths``).
-    """
-    call = _syncfs_call() if len(files) + len(dirs) >= SYNCFS_FILES else False
-    if not call:
-        fsync_paths(list(files) + list(dirs))  # one batch: the order among them does not matter
-        return
-    devices = {}  # st_dev -> a directory on that file system
-    for path in set(dirs).union(map(os.path.dirname, files)):
-        try:
-            dev = os.stat(path).st_dev
-        except OSError:
-            continue
-        devices.setdefault(dev, path)
-    failed = set()
-    for dev, path in devices.items():
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            if call(fd) != 0:  # type: ignore[operator]
-                failed.add(dev)
-        finally:
-            os.close(fd)
-    if failed:
-        fsync_paths([p for p in files if os.stat(os.path.dirname(p)).st_dev in failed])
-        fsync_paths([d for d in dirs if os.stat(d).st_dev in failed])
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(fsync_dir, paths))
 
 
 def read_fd(fd: int, size: int = 0) -> bytes:
