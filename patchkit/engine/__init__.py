@@ -27,7 +27,6 @@ def run(request: Dict[str, Any], cache_dir: Optional[str] = None) -> Dict[str, A
     successes (``checks.SyntaxCache``) are kept by content; a remote host keeps none.
     """
     faults.reset()
-    _clear_memo()
     raw = request if isinstance(request, dict) else {}
     result: Dict[str, Any] = {"format": FORMAT, "op": raw.get("op"), "ok": False,
                               "dry_run": bool(raw.get("dry_run", False)), "recovered": [],
@@ -81,7 +80,6 @@ def run(request: Dict[str, Any], cache_dir: Optional[str] = None) -> Dict[str, A
             "internal error in the patchkit engine: %s: %s" % (type(exc).__name__, exc),
             traceback=traceback.format_exc()).to_dict()
     finally:
-        _clear_memo()  # holds the request's file contents
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
         checks = sys.modules.get(__name__ + ".checks")
@@ -145,11 +143,3 @@ def _terminated(request: Any) -> PatchkitError:
         left = ("it stopped with a journal in %s; the next patchkit run on this target finishes "
                 "or undoes it" % store.path("journal.json"))
     return Terminated("terminated by SIGTERM; %s. Run patchkit status to see the target" % left)
-
-
-def _clear_memo() -> None:
-    """Empty the hashes memo of the hunk module, if a request loaded it (a status of recorded
-    fixes places no hunk and never does)."""
-    hunks = sys.modules.get(__name__ + ".hunks")
-    if hunks is not None:
-        hunks.clear_memo()

@@ -16,7 +16,7 @@ from .paths import Roots
 from .request import FixSpec, Request, check_file_modes, check_patch_paths
 from .store import Store, created_dirs, last_writers, utc_now
 from .txn import FileWrite, backup_name, missing_dirs, run_transaction
-from .workspace import Key, Workspace, placed_diff, unified_diff, whole_file_diff
+from .workspace import Key, Workspace, placed_diff, unified_diff
 
 if TYPE_CHECKING:  # revert and gitcommit are imported only by the applies that use them
     from . import gitcommit, revert
@@ -35,7 +35,6 @@ class FixPlan:
     created_dirs: List[List[str]] = field(default_factory=list)  # [root, dir relative to it]
     source: Optional[revert.Source] = None  # the commit a revert fix undoes (git roots)
     commits: List[Dict[str, str]] = field(default_factory=list)  # apply --commit: {root, sha}
-    diffs: Dict[Key, Optional[str]] = field(default_factory=dict)  # a record's placed diff
 
 
 def file_op(before: Optional[bytes], after: Optional[bytes]) -> str:
@@ -46,27 +45,15 @@ def file_op(before: Optional[bytes], after: Optional[bytes]) -> str:
 
 def fix_result(plan: FixPlan, outcome: str) -> Dict[str, Any]:
     files = []
-    items = [(key[1], plan.before[key][0], plan.after[key][0]) for key in plan.keys]
-    hashes = [(sha256_bytes(before), sha256_bytes(after)) for _path, before, after in items]
-    diffs: List[Optional[str]] = []
-    for key, (path, before, after) in zip(plan.keys, items):
+    for key in plan.keys:
+        before, after = plan.before[key][0], plan.after[key][0]
         changes = plan.changes.get(key, [])
-        single = len(changes) == 1 and changes[0].op == "modify" and before is not None \
-            and after is not None
-        if single:
-            if plan.diffs.get(key) is None:
-                plan.diffs[key] = placed_diff(path, changes[0].hunks,
-                                              [p.line for p in plan.placements[key]])
-            diffs.append(plan.diffs[key])
-        elif len(changes) == 1 and (before is None) != (after is None):
-            diffs.append(whole_file_diff(path, changes[0].op, changes[0].hunks))
-        else:
-            diffs.append(None)
-    diffs = [unified_diff(*item) if d is None else d for item, d in zip(items, diffs)]
-    for key, (_path, before, after), (before_sha, after_sha), diff in zip(plan.keys, items, hashes,
-                                                                          diffs):
+        if len(changes) == 1 and changes[0].op == "modify" and None not in (before, after):
+            diff = placed_diff(key[1], changes[0].hunks, [p.line for p in plan.placements[key]])
+        else:  # merged from several patches, reverted, rolled back, created or deleted
+            diff = unified_diff(key[1], before, after)
         files.append({"root": key[0], "path": key[1], "op": file_op(before, after),
-                      "before_sha256": before_sha, "after_sha256": after_sha,
+                      "before_sha256": sha256_bytes(before), "after_sha256": sha256_bytes(after),
                       "hunks": [p.to_dict() for p in plan.placements.get(key, [])],
                       "diff": diff})
     out = {"name": plan.spec.name, "version": plan.spec.version, "outcome": outcome, "files": files,

@@ -108,12 +108,8 @@ def unified_diff(path: str, before: Optional[bytes], after: Optional[bytes]) -> 
 
 def placed_diff(path: str, hunks: Sequence[Hunk], lines: Sequence[int]) -> str:
     """The diff of a file changed by one patch: the patch's own hunks, each at the line it was
-    placed at (``Placement.line``), instead of a difflib run over both whole files.
-
-    Same format as :func:`unified_diff` and the same text whenever difflib would group the
-    changes as the patch does (3 lines of context, hunks more than 6 lines apart, the same
-    alignment): docs/design.md, ``diff``.
-    """
+    placed at (``Placement.line``), so the result shows the change as the patch wrote it
+    (docs/design.md, ``diff``). Same format as :func:`unified_diff`."""
     if not hunks:
         return ""
     out = [_headers(path, True, True)]
@@ -122,31 +118,9 @@ def placed_diff(path: str, hunks: Sequence[Hunk], lines: Sequence[int]) -> str:
         old0 = line - 1 if hunk.old_count else line  # 0-based index of the first old line
         out.append("@@ -%s +%s @@\n" % (_range(old0, hunk.old_count),
                                         _range(old0 + delta, hunk.new_count)))
-        body = hunk.body
-        if body is not None and body[-1:] == "\n" and "\n\\" not in body:
-            out.append(body)  # no marker, every text ends in "\n": the body is this text
-        else:
-            out.extend([kind + text if text[-1:] == "\n" else _line(kind, text)
-                        for kind, text in hunk.lines])
+        out.extend(_line(kind, text) for kind, text in hunk.lines)
         delta += hunk.new_count - hunk.old_count
     return "".join(out)
-
-
-def whole_file_diff(path: str, op: str, hunks: Sequence[Hunk]) -> Optional[str]:
-    """The diff of a file a patch creates or deletes whole (its one hunk adds or removes every
-    line): the hunk itself, the text :func:`unified_diff` gives for it; None for anything else."""
-    if op not in ("create", "delete") or len(hunks) != 1:
-        return None
-    hunk = hunks[0]
-    count = hunk.new_count if op == "create" else hunk.old_count
-    if (hunk.old_count if op == "create" else hunk.new_count) or not count:
-        return None
-    body = hunk.body
-    if body is None or body[-1:] != "\n":
-        kind = "+" if op == "create" else "-"
-        body = "".join(k + t if t[-1:] == "\n" else _line(k, t) for k, t in hunk.lines if k == kind)
-    rng = "-0,0 +%s" % _range(0, count) if op == "create" else "-%s +0,0" % _range(0, count)
-    return _headers(path, op == "delete", op == "create") + "@@ %s @@\n" % rng + body
 
 
 def _headers(path: str, before: bool, after: bool) -> str:
