@@ -15,7 +15,7 @@ from .fsops import read_bytes
 from .hunks import Placement, apply_change, decode, encode, sha256_bytes
 from .request import FixSpec, Request, check_file_modes, check_patch_paths
 from .store import Store, created_dirs, last_writers, utc_now
-from .txn import FileWrite, backup_name, missing_dirs, run_transaction
+from .txn import FileWrite, backup_name, file_op, missing_dirs, run_transaction
 from .workspace import Key, Workspace, placed_diff, unified_diff
 
 if TYPE_CHECKING:  # revert and gitcommit are imported only by the applies that use them
@@ -46,12 +46,6 @@ class FixChange:
         for key in self.keys:
             e = ws.entry(*key)
             side[key] = (e.current, e.mode)
-
-
-def file_op(before: Optional[bytes], after: Optional[bytes]) -> str:
-    if before is None:
-        return "create"
-    return "delete" if after is None else "modify"
 
 
 def fix_result(fc: FixChange, outcome: str) -> Dict[str, Any]:

@@ -1,9 +1,9 @@
-"""Durable file operations: atomic replace, directory fsync, cache purge, writability probe.
+"""File operations of the engine: reads, fsyncs, the JSON files of ``.patchkit/``, the
+writability probe.
 
-Every write to a target file goes to a temporary file in the same directory, is fsynced, and
-replaces the original with ``os.replace`` followed by an fsync of the directory, so a crash
-leaves either the old or the new bytes, never a torn file. The temporary name is fixed
-(``.<name>.patchkit-tmp``) so recovery can find and remove one left by a crash.
+A file is written to a temporary sibling and renamed over the original, so a crash leaves the
+old or the new bytes, never a torn file. The temporary name is fixed (``.<name>.patchkit-tmp``)
+so recovery finds and removes one left by a crash.
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ import json
 import os
 import stat
 from typing import Any, List, Optional, Tuple
-
-from .faults import fault
 
 
 def read_bytes(path: str) -> Optional[bytes]:
@@ -62,38 +60,6 @@ def temp_name(path: str) -> str:
     return os.path.join(head, temp_of(tail))
 
 
-def atomic_write(path: str, data: bytes, mode: int, faults: bool = False,
-                 owner: Optional[Tuple[int, int]] = None, sync_dir: bool = True) -> None:
-    """Replace ``path`` with ``data`` (mode ``mode``) so a crash leaves old or new, never half.
-
-    ``sync_dir=False``: the caller fsyncs the directory itself (once for many files) before it
-    relies on the rename being durable.
-    """
-    if faults:
-        fault("write")
-    tmp = write_temp(path, data, mode, owner)
-    if faults:
-        fault("rename")
-    os.replace(tmp, path)
-    if sync_dir:
-        fsync_dir(os.path.dirname(path))
-
-
-def write_temp(path: str, data: bytes, mode: int, owner: Optional[Tuple[int, int]] = None,
-               sync: bool = True) -> str:
-    """Write ``data`` to ``path``'s temporary sibling (fsynced unless ``sync`` is false: the
-    caller then fsyncs it before the rename) and return that name."""
-    tmp = temp_name(path)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        fill_fd(fd, data, mode, owner)
-        if sync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    return tmp
-
-
 def fill_fd(fd: int, data: bytes, mode: int, owner: Optional[Tuple[int, int]]) -> None:
     """Write all of ``data`` to a new file's ``fd``, then give it ``owner`` and ``mode``
     (owner first: a chown clears setuid and setgid)."""
@@ -134,13 +100,21 @@ def read_fd(fd: int, size: int = 0) -> bytes:
 
 
 def write_json(path: str, data: Any, durable: bool = True) -> None:
-    """Replace ``path`` with ``data`` as compact JSON, atomically; ``durable=False``: neither
-    the file nor its directory is fsynced (the caller syncs it, or it needs no durability)."""
-    text = json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n"
+    """Replace ``path`` with ``data`` as compact JSON through its temporary sibling, so a crash
+    leaves the old or the new file; ``durable=False``: neither the file nor its directory is
+    fsynced (the caller syncs it, or it needs no durability)."""
+    tmp = temp_name(path)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        fill_fd(fd, (json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n").encode(),
+                0o644, None)
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
     if durable:
-        atomic_write(path, text.encode("utf-8"), 0o644)
-    else:
-        os.replace(write_temp(path, text.encode("utf-8"), 0o644, sync=False), path)
+        fsync_dir(os.path.dirname(path))
 
 
 def nearest_existing_dir(path: str) -> str:

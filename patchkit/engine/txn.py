@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import stat
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from ..errors import ConcurrentChange, PatchkitError, PermissionDenied, TargetError
@@ -24,50 +25,40 @@ from .rootfs import RootDirs
 from .store import FORMAT, HOLDER, Store, new_txn_id, utc_now, write_remedy
 
 
+def file_op(before: Optional[bytes], after: Optional[bytes]) -> str:
+    if before is None:
+        return "create"
+    return "delete" if after is None else "modify"
+
+
+@dataclass
 class FileWrite:
-    """One file a transaction writes (a plain class with slots: cheaper to define than a
-    dataclass, and built once per file)."""
+    """One file a transaction writes (``after`` None: it deletes the file)."""
 
-    __slots__ = ("root", "path", "abs", "before", "after", "mode_before", "mode_after", "owner")
-
-    def __init__(self, root: str, path: str, abs: str, before: Optional[bytes],
-                 after: Optional[bytes], mode_before: Optional[int], mode_after: Optional[int],
-                 owner: Optional[Tuple[int, int]]) -> None:
-        self.root, self.path, self.abs = root, path, abs
-        self.before, self.after = before, after
-        self.mode_before, self.mode_after, self.owner = mode_before, mode_after, owner
-
-    @property
-    def op(self) -> str:
-        if self.before is None:
-            return "create"
-        return "delete" if self.after is None else "modify"
+    root: str
+    path: str
+    abs: str
+    before: Optional[bytes]
+    after: Optional[bytes]
+    mode_before: Optional[int]
+    mode_after: Optional[int]
+    owner: Optional[Tuple[int, int]]
 
 
-def missing_dirs(path: str, known: Optional[Set[str]] = None) -> List[str]:
-    """The directories to make for ``path``, outermost first; ``known``: directories already
-    found to exist (grown by this call), so many files of one directory cost one ``stat``."""
+def missing_dirs(path: str) -> List[str]:
+    """The directories to make for file ``path``, outermost first."""
     out = []
     cur = os.path.dirname(path)
-    while not (known is not None and cur in known) and not os.path.isdir(cur):
+    while not os.path.isdir(cur) and os.path.dirname(cur) != cur:
         out.append(cur)
-        parent = os.path.dirname(cur)
-        if parent == cur:
-            break
-        cur = parent
-    if known is not None and not out:
-        known.add(cur)
-    return list(reversed(out))
+        cur = os.path.dirname(cur)
+    return out[::-1]
 
 
 def backup_name(fix: str, i: int) -> str:
     """Where the i-th per-fix backup of ``fix`` lives after the commit, relative to
     ``.patchkit/`` (flat; a state of an earlier engine may name backups/<fix>/files/<root>/<path>)."""
     return "backups/%s/%d" % (fix, i)
-
-
-def _tree_dirs(top: str) -> List[str]:
-    return [dirpath for dirpath, _dirs, _files in os.walk(top)] + [os.path.dirname(top)]
 
 
 def run_transaction(store: Store, roots: Roots, op: str, fixes: List[str], writes: List[FileWrite],
@@ -79,12 +70,9 @@ def run_transaction(store: Store, roots: Roots, op: str, fixes: List[str], write
                     journal_extra: Optional[Dict[str, Any]] = None) -> str:
     """Write ``writes`` all-or-nothing; ``commit(txn_id)`` returns the new state to record.
 
-    ``fix_backups[fix][i]`` (root, path, before-bytes) is kept as ``backups/<fix>/<i>`` after
-    the commit (``backup_name``). ``remove_dirs``: (root, dir relative to it) to remove if
-    empty once the files are written (a rollback's directories its fixes created).
-
-    A failure before the commit point leaves ``.patchkit/`` as it found it (none, if there was
-    none): a failed attempt is not a transaction worth a trace in the target.
+    ``fix_backups[fix][i]`` (root, path, before-bytes) is kept as ``backups/<fix>/<i>``;
+    ``remove_dirs``: (root, dir relative to it) to remove if empty once the files are written.
+    A failure before the commit point leaves ``.patchkit/`` as it found it.
     """
     before = store.listing()
     store.begin_writing(op)
@@ -178,17 +166,17 @@ def _transaction(store: Store, dirs: RootDirs, op: str, fixes: List[str], writes
             _keep(dirs, w.root, rels[n], store.path(rel), w.before)
             written.append(store.path(rel))
         # root-relative only: the journal must still name the right files after the tree moved
-        entries.append({"root": w.root, "path": w.path, "rel": rels[n], "op": w.op,
+        entries.append({"root": w.root, "path": w.path, "rel": rels[n], "op": file_op(w.before, w.after),
                         "before_sha256": sha256_bytes(w.before), "after_sha256": sha256_bytes(w.after),
                         "mode": w.mode_before, "mode_after": w.mode_after,
                         "owner": list(w.owner) if w.owner else None,
                         "backup": rel if w.before is not None else None})
-    sync_all(written, _tree_dirs(tdir))  # every backup durable before the journal names it
+    # every backup durable before the journal names it
+    sync_all(written, [d for d, _dirs, _files in os.walk(tdir)] + [os.path.dirname(tdir)])
     created: List[List[str]] = []
-    known: Set[str] = set()
     for w in writes:
         if w.after is not None:
-            for d in missing_dirs(w.abs, known):
+            for d in missing_dirs(w.abs):
                 pair = [w.root, roots.relative(w.root, d)]
                 if pair not in created:
                     created.append(pair)
@@ -230,8 +218,8 @@ def _transaction(store: Store, dirs: RootDirs, op: str, fixes: List[str], writes
 def _keep(dirs: RootDirs, root: str, rel: str, dest: str, data: bytes) -> None:
     """Keep the file's current bytes ``data`` at ``dest``: a hard link of the file where that
     is safe (docs/state.md, "Backups"), else a copy. A file that no longer holds ``data`` was
-    changed since the plan read it: the transaction stops before any target file is written."""
-    _ensure_dir(os.path.dirname(dest))
+    changed since it was read: the transaction stops before any target file is written."""
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
     try:
         dirs.link_out(root, rel, dest)
     except OSError:  # another file system, protected_hardlinks, no links: copy
@@ -255,14 +243,9 @@ def _keep(dirs: RootDirs, root: str, rel: str, dest: str, data: bytes) -> None:
 
 
 def _copy(dest: str, data: bytes) -> None:
-    _ensure_dir(os.path.dirname(dest))
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
     with open(dest, "wb") as fh:
         fh.write(data)
-
-
-def _ensure_dir(path: str) -> None:
-    if not os.path.isdir(path):
-        os.makedirs(path, exist_ok=True)
 
 
 def _write_files(dirs: RootDirs, writes: List[FileWrite], rels: List[str]) -> None:
