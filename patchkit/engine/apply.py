@@ -11,12 +11,12 @@ from ..errors import (ConflictError, DriftError, PreconditionFailed, TargetFileM
                       VerificationFailed, VersionMismatch)
 from . import auto
 from .checks import CheckContext, SyntaxCache, failure_lines, run_check
-from .fsops import read_bytes
+from .fsops import missing_dirs, read_bytes
 from .hunks import Placement, apply_change, decode, encode, sha256_bytes
 from .request import FixSpec, Request, check_file_modes, check_patch_paths
 from .store import Store, created_dirs, last_writers, utc_now
-from .txn import FileWrite, backup_name, file_op, missing_dirs, run_transaction
-from .workspace import Key, Workspace, placed_diff, unified_diff
+from .txn import FileWrite, backup_name, run_transaction
+from .workspace import Key, Workspace, file_op, placed_diff, unified_diff
 
 if TYPE_CHECKING:  # revert and gitcommit are imported only by the applies that use them
     from . import gitcommit, revert

@@ -127,6 +127,15 @@ def nearest_existing_dir(path: str) -> str:
     return cur
 
 
+def missing_dirs(path: str) -> List[str]:
+    """The directories to make for file ``path``, outermost first."""
+    top, cur, out = nearest_existing_dir(os.path.dirname(path)), os.path.dirname(path), []
+    while cur != top:
+        out.append(cur)
+        cur = os.path.dirname(cur)
+    return out[::-1]
+
+
 def probe_writable(directory: str) -> Optional[str]:
     """None if files can be created in ``directory``, else why not; creates no file.
 

@@ -175,9 +175,12 @@ class RootDirs:
     def fsync_dir(self, root: str, rel_dir: str) -> None:
         os.fsync(self.directory(root, rel_dir))
 
-    def remove_empty_dirs(self, root: str, rel_dirs: List[str]) -> None:
-        """Remove directories a transaction created, innermost first, if empty again."""
-        for rel in sorted(rel_dirs, key=len, reverse=True):
+    def remove_empty_dirs(self, pairs: List[Tuple[str, str]]) -> None:
+        """Remove the (root, directory) a transaction created, innermost first, if empty."""
+        names = {r.name for r in self.roots}
+        for root, rel in sorted(pairs, key=lambda p: len(p[1]), reverse=True):
+            if root not in names:
+                continue
             try:
                 dfd, name = self.parent(root, rel)
                 stale = self._fds.pop((root, rel), None)
@@ -187,9 +190,10 @@ class RootDirs:
             except (OSError, UnsafePathError):
                 pass
 
-    def purge_pycache(self, root: str, rel_dirs: List[str]) -> None:
-        """Remove ``__pycache__`` in each directory (a real directory, never a link's target)."""
-        for rel in sorted(set(rel_dirs)):
+    def purge_pycache(self, files: List[Tuple[str, str]]) -> None:
+        """Remove the ``__pycache__`` beside each (root, file) ending in ``.py`` (a real
+        directory, never a link's target)."""
+        for root, rel in sorted({(r, f.rpartition("/")[0]) for r, f in files if f.endswith(".py")}):
             try:
                 dfd = self.directory(root, rel)
             except (OSError, UnsafePathError):

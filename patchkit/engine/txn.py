@@ -1,9 +1,7 @@
-"""The write transaction: backups, journal, atomic writes, actions, verification, commit.
-
-Order (see docs/state.md): intent file and backups in ``.patchkit/txn/<id>/`` -> journal ->
-file writes -> post-apply actions -> verification -> ``state.json`` (the commit point) ->
-history -> cleanup. A failure before the commit point restores every file from its backup;
-a crash before it is undone by the next run (``recover``), a crash after it is completed.
+"""The write transaction (docs/state.md): intent and backups in ``.patchkit/txn/<id>/``,
+journal, file writes, post-apply actions, verification, ``state.json`` (the commit point),
+history, cleanup. A failure before the commit point puts every file back; a crash before it
+is undone by the next run (``recover``), a crash after it is completed.
 """
 
 from __future__ import annotations
@@ -18,17 +16,12 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from ..errors import ConcurrentChange, PatchkitError, PermissionDenied, TargetError
 from .faults import fault
-from .fsops import fsync_dir, read_bytes, read_fd, sync_all, temp_of, write_json
+from .fsops import fsync_dir, missing_dirs, read_bytes, read_fd, sync_all, temp_of, write_json
 from .hunks import sha256_bytes
 from .paths import Roots
 from .rootfs import RootDirs
 from .store import FORMAT, HOLDER, Store, new_txn_id, utc_now, write_remedy
-
-
-def file_op(before: Optional[bytes], after: Optional[bytes]) -> str:
-    if before is None:
-        return "create"
-    return "delete" if after is None else "modify"
+from .workspace import file_op
 
 
 @dataclass
@@ -45,19 +38,8 @@ class FileWrite:
     owner: Optional[Tuple[int, int]]
 
 
-def missing_dirs(path: str) -> List[str]:
-    """The directories to make for file ``path``, outermost first."""
-    out = []
-    cur = os.path.dirname(path)
-    while not os.path.isdir(cur) and os.path.dirname(cur) != cur:
-        out.append(cur)
-        cur = os.path.dirname(cur)
-    return out[::-1]
-
-
 def backup_name(fix: str, i: int) -> str:
-    """Where the i-th per-fix backup of ``fix`` lives after the commit, relative to
-    ``.patchkit/`` (flat; a state of an earlier engine may name backups/<fix>/files/<root>/<path>)."""
+    """The i-th per-fix backup of ``fix`` after the commit, relative to ``.patchkit/``."""
     return "backups/%s/%d" % (fix, i)
 
 
@@ -91,19 +73,17 @@ def run_transaction(store: Store, roots: Roots, op: str, fixes: List[str], write
                                path=exc.filename or store.root) from None
     finally:
         store.end_writing()
-        if not committed:
-            try:
-                if not os.path.lexists(store.path("journal.json")):  # no target file was written:
-                    for name in set(os.listdir(store.path("txn"))) - txns_before:  # drop the scratch
-                        shutil.rmtree(store.path("txn", name), ignore_errors=True)
+        try:
+            if not committed and not os.path.lexists(store.path("journal.json")):
+                for name in set(os.listdir(store.path("txn"))) - txns_before:  # no file written
+                    shutil.rmtree(store.path("txn", name), ignore_errors=True)
                 store.undo_setup(before)
-            except OSError:
-                pass  # leftovers are harmless scaffolding; the real error matters more
+        except OSError:
+            pass  # leftovers are harmless scaffolding; the real error matters more
 
 
 def _what_is_left(store: Store) -> str:
-    """What a write failure left, for its message: nothing, or a journal the next run
-    completes (the failure came after the commit point) or undoes."""
+    """What a write failure left: nothing, or a journal the next run completes or undoes."""
     try:
         journal = store.read_journal()
         if journal is None:
@@ -117,7 +97,7 @@ def _what_is_left(store: Store) -> str:
 
 
 class _Changed(Exception):
-    """A file did not hold the bytes the plan read when patchkit replaced it (``now``)."""
+    """A file did not hold the bytes read before when patchkit replaced it (``now``)."""
 
     def __init__(self, index: int, now: Optional[bytes], replaced: bool) -> None:
         super().__init__(index)
@@ -139,14 +119,12 @@ def _transaction(store: Store, dirs: RootDirs, op: str, fixes: List[str], writes
     write_json(intent, {"format": FORMAT, "txn": txn, "op": op, "fixes": fixes,
                         "started_at": utc_now()}, durable=False)
     written: List[str] = [intent]
-    # Per-fix backups first: the one holding a file's bytes from before this transaction (the
-    # first fix to change it) is also the journal's backup of that file, one name for both.
+    # Per-fix backups first: the first fix's backup of a file is also the journal's
     first = {(w.root, w.path): w for w in writes if w.before is not None}
     origs: Dict[Tuple[str, str], str] = {}  # (root, path) -> backup, relative to .patchkit/
     for fix, files in fix_backups.items():
         for i, (root, path, data) in enumerate(files):
             fault("backup")
-            # flat, the i-th file of the fix: one directory per fix, not a tree per file
             rel = "txn/%s/fixes/%s/%d" % (txn, fix, i)
             w = first.get((root, path))
             original = w is not None and (root, path) not in origs and (w.before is data or w.before == data)
@@ -154,15 +132,15 @@ def _transaction(store: Store, dirs: RootDirs, op: str, fixes: List[str], writes
             if original:
                 origs[(root, path)] = rel
                 _keep(dirs, root, rel_of[(root, path)], dest, data)  # a hard link where it can
-            else:  # bytes a fix of this transaction planned: never on disk, a copy
+            else:  # bytes an earlier fix of this transaction made: never on disk, a copy
                 _copy(dest, data)
-            written.append(dest)  # a link too: the original inode's data may not be on disk yet
+            written.append(dest)  # a link too: the inode's data may not be on disk yet
     entries = []
     for n, w in enumerate(writes):
         rel = origs.get((w.root, w.path))
         if w.before is not None and rel is None:  # no fix keeps it (a rollback): its own
             fault("backup")
-            rel = "txn/%s/orig/%d" % (txn, n)  # flat: no directory tree to make and drop
+            rel = "txn/%s/orig/%d" % (txn, n)
             _keep(dirs, w.root, rels[n], store.path(rel), w.before)
             written.append(store.path(rel))
         # root-relative only: the journal must still name the right files after the tree moved
@@ -189,17 +167,17 @@ def _transaction(store: Store, dirs: RootDirs, op: str, fixes: List[str], writes
         try:
             _write_files(dirs, writes, rels)
         except _Changed as changed:
-            _record_change(store, dirs, journal, changed)
+            _record_change(store, journal, changed)
             w = writes[changed.index]
             raise ConcurrentChange(
                 "%s:%s changed while patchkit was writing the target (another process wrote to "
                 "it after patchkit read it); every file was put back as it was before this run, "
                 "with that change kept, and nothing was applied. Stop whatever writes to it, "
                 "then run again" % (w.root, w.path), root=w.root, path=w.path) from None
-        _remove_dirs(dirs, remove_dirs)
+        dirs.remove_empty_dirs(remove_dirs)
         fault("action")
         if purge:
-            _purge(dirs, [(f["root"], f["rel"]) for f in entries])
+            dirs.purge_pycache([(f["root"], f["rel"]) for f in entries])
         fault("verify")
         verify()
         state = commit(txn)
@@ -207,7 +185,7 @@ def _transaction(store: Store, dirs: RootDirs, op: str, fixes: List[str], writes
         state["txn"] = txn
         store.write_state(state)
     except BaseException:
-        restore(store, journal, roots, dirs)
+        restore(store, journal, dirs)
         _discard(store, txn)
         raise
     fault("cleanup")
@@ -249,10 +227,9 @@ def _copy(dest: str, data: bytes) -> None:
 
 
 def _write_files(dirs: RootDirs, writes: List[FileWrite], rels: List[str]) -> None:
-    """Each file through a temporary sibling and a rename, in order, by directory descriptors
-    (``rootfs``: no symlink is followed); then every new file and every touched directory made
-    durable together (``sync_all``). Each replaced file's old inode is read back: bytes other
-    than the planned ones mean another process wrote to it meanwhile (``_Changed``)."""
+    """Each file through a temporary sibling and a rename (``rootfs``: no symlink followed),
+    then all made durable. A replaced file's old inode is read back: other bytes than
+    ``before`` mean another process wrote to it meanwhile (``_Changed``)."""
     written: List[str] = []
     touched: Set[str] = set()
     for n, (w, rel) in enumerate(zip(writes, rels)):
@@ -311,11 +288,10 @@ def _create(dirs: RootDirs, root: str, rel: str) -> bool:
     return True
 
 
-def _record_change(store: Store, dirs: RootDirs, journal: Dict[str, Any], changed: _Changed) -> None:
-    """Make the journal restore what another process left in a file, not the planned bytes:
-    its entry's before-hash becomes that of the bytes found (its backup gets them, unless the
-    backup is the file's old inode, which has them already); a file that appeared where the
-    transaction creates one was not touched and leaves the journal."""
+def _record_change(store: Store, journal: Dict[str, Any], changed: _Changed) -> None:
+    """Make the journal restore what another process left in a file (its backup gets those
+    bytes, unless it is the old inode itself); a file that appeared where the transaction
+    creates one was not touched and leaves the journal."""
     entry = journal["files"][changed.index]
     if not changed.replaced:
         journal["files"].pop(changed.index)
@@ -331,24 +307,6 @@ def _record_change(store: Store, dirs: RootDirs, journal: Dict[str, Any], change
     store.write_journal(journal)
 
 
-def _remove_dirs(dirs: RootDirs, pairs: List[Any]) -> None:
-    by_root: Dict[str, List[str]] = {}
-    for root, rel_dir in pairs:
-        if root in {r.name for r in dirs.roots}:
-            by_root.setdefault(root, []).append(rel_dir)
-    for root, rel_dirs in by_root.items():
-        dirs.remove_empty_dirs(root, rel_dirs)
-
-
-def _purge(dirs: RootDirs, files: List[Tuple[str, str]]) -> None:
-    by_root: Dict[str, List[str]] = {}
-    for root, rel in files:
-        if rel.endswith(".py"):
-            by_root.setdefault(root, []).append(rel.rpartition("/")[0])
-    for root, rel_dirs in by_root.items():
-        dirs.purge_pycache(root, rel_dirs)
-
-
 def _rel(f: Dict[str, Any], roots: Roots) -> str:
     """A journal file's path relative to its root as on disk (a journal of an earlier engine
     has only the checkout-layout ``path``)."""
@@ -357,17 +315,11 @@ def _rel(f: Dict[str, Any], roots: Roots) -> str:
     return roots.relative(f["root"], roots.resolve(f["root"], f["path"]))
 
 
-def restore(store: Store, journal: Dict[str, Any], roots: Roots,
-            dirs: Optional[RootDirs] = None) -> None:
+def restore(store: Store, journal: Dict[str, Any], dirs: RootDirs) -> None:
     """Put every file the journal lists back to its ``before`` bytes (or absence), and HEAD of
-    each git root back where it was if this transaction committed there.
-
-    Paths come from the journal relative to their root and are found in ``roots``, the roots
-    this run was given. A backup is renamed back into place (it is the file's own old inode
-    when it was linked): that needs no free space, so a full disk cannot stop a restore."""
-    if dirs is None:
-        with RootDirs(roots) as own:
-            return restore(store, journal, roots, own)
+    each git root where it was. Files are found from their root in ``roots`` (this run's); a
+    backup is renamed back into place, which needs no free space."""
+    roots = dirs.roots
     if journal.get("git_commits"):
         from . import gitcommit  # only a transaction that committed to git needs it
 
@@ -377,24 +329,24 @@ def restore(store: Store, journal: Dict[str, Any], roots: Roots,
     for f in journal.get("files", []):
         dirs.close()  # each file walks from its root again (rootfs)
         try:
-            _restore_file(store, dirs, f, roots, touched)
+            _restore_file(store, dirs, f, touched)
         except (OSError, PatchkitError) as exc:  # the others are still put back; the journal stays
             failed.append(exc)
-    _remove_dirs(dirs, journal.get("created_dirs") or [])
+    dirs.remove_empty_dirs(journal.get("created_dirs") or [])
     for root, rel_dir in sorted(touched):
         try:
             dirs.fsync_dir(root, rel_dir)
         except (OSError, PatchkitError):
             pass  # removed again with the directories the transaction created
-    _purge(dirs, [(f["root"], _rel(f, roots)) for f in journal.get("files", [])])
+    dirs.purge_pycache([(f["root"], _rel(f, roots)) for f in journal.get("files", [])])
     if failed:
         raise failed[0]
 
 
-def _restore_file(store: Store, dirs: RootDirs, f: Dict[str, Any], roots: Roots,
+def _restore_file(store: Store, dirs: RootDirs, f: Dict[str, Any],
                   touched: Set[Tuple[str, str]]) -> None:
     """Put one journal file back (see ``restore``)."""
-    root, rel = f["root"], _rel(f, roots)
+    root, rel = f["root"], _rel(f, dirs.roots)
     dirs.remove_temp(root, rel)
     current = dirs.read(root, rel)
     touched.add((root, rel.rpartition("/")[0]))
@@ -427,10 +379,8 @@ def _restore_file(store: Store, dirs: RootDirs, f: Dict[str, Any], roots: Roots,
 
 
 def belongs(store: Store, journal: Dict[str, Any], roots: Roots) -> None:
-    """Refuse to undo a journal whose files this target does not hold as the interrupted run
-    could have left them (each at its before or after bytes), or that names a root this run
-    does not give: the journal came with a copy of another tree, or a file was changed after
-    the crash. Nothing is changed then."""
+    """Refuse to undo a journal that names a root this run does not give, or whose files are
+    not each at its before or after bytes (a copy of another tree, a change after the crash)."""
     names = {r.name for r in roots}
     wanted = sorted({f["root"] for f in journal.get("files", [])} - names)
     if wanted:
@@ -466,10 +416,8 @@ def _discard(store: Store, txn: str) -> None:
 
 
 def finish(store: Store, journal: Dict[str, Any], recovering: bool = True) -> None:
-    """After the commit point: record history, keep or drop backups, drop the journal.
-
-    ``recovering``: a crash may have come after the history line, so the history is read
-    first (not needed right after the commit, when nothing was logged yet)."""
+    """After the commit point: record history (unless a crashed run did), keep or drop
+    backups, drop the journal."""
     txn = journal["txn"]
     if not recovering or txn not in store.history_txns():
         versions = journal.get("versions") or {}
@@ -497,8 +445,7 @@ def finish(store: Store, journal: Dict[str, Any], recovering: bool = True) -> No
 
 
 def _history(store: Store, event: Dict[str, Any], best_effort: bool) -> None:
-    """Append a history line; in a recovery a full disk must not stop the undo, so the line
-    is then skipped (the recovery is still reported in the run's result)."""
+    """Append a history line; ``best_effort``: skipped on a full disk (a recovery)."""
     try:
         store.append_history(event)
     except OSError as exc:
@@ -507,10 +454,8 @@ def _history(store: Store, event: Dict[str, Any], best_effort: bool) -> None:
 
 
 def recover(store: Store, roots: Roots) -> List[Dict[str, Any]]:
-    """Finish or undo whatever a killed run left; returns the ``recovered`` entries.
-
-    Undoing acts on the files of ``roots``, the target this run was given, found by the
-    journal's root-relative paths: a tree moved since the crash is recovered where it is now."""
+    """Finish or undo whatever a killed run left, on the files of ``roots`` (this run's, so a
+    moved tree is recovered where it is now); returns the ``recovered`` entries."""
     out: List[Dict[str, Any]] = []
     journal = store.read_journal()
     committed = journal is not None and store.read_state().get("txn") == journal["txn"]
@@ -522,7 +467,8 @@ def recover(store: Store, roots: Roots) -> List[Dict[str, Any]]:
         if committed:
             finish(store, journal)
         else:
-            restore(store, journal, roots)
+            with RootDirs(roots) as dirs:
+                restore(store, journal, dirs)
             _history(store, {"event": "recovered", "txn": journal["txn"], "op": journal["op"],
                              "outcome": "rolled-back",
                              "fixes": [{"name": n} for n in journal["fixes"]]}, best_effort=True)
@@ -531,16 +477,15 @@ def recover(store: Store, roots: Roots) -> List[Dict[str, Any]]:
                     "outcome": "completed" if committed else "rolled-back"})
     txn_root = store.path("txn")
     for name in sorted(os.listdir(txn_root)) if os.path.isdir(txn_root) else []:
-        intent = {}
-        try:
-            with open(os.path.join(txn_root, name, "txn.json"), "rb") as fh:
-                intent = json.loads(fh.read().decode("utf-8"))
+        try:  # a crash before the journal: no target file was written
+            intent = json.loads(read_bytes(os.path.join(txn_root, name, "txn.json")) or b"{}")
         except (OSError, ValueError):
-            pass
+            intent = {}
         shutil.rmtree(os.path.join(txn_root, name), ignore_errors=True)
+        fixes = list(intent.get("fixes", []))
         _history(store, {"event": "recovered", "txn": name, "op": intent.get("op"),
                          "outcome": "rolled-back", "note": "no file had been written",
-                         "fixes": [{"name": n} for n in intent.get("fixes", [])]}, best_effort=True)
-        out.append({"txn": name, "op": intent.get("op", "unknown"), "fixes": list(intent.get("fixes", [])),
+                         "fixes": [{"name": n} for n in fixes]}, best_effort=True)
+        out.append({"txn": name, "op": intent.get("op", "unknown"), "fixes": fixes,
                     "outcome": "rolled-back"})
     return out

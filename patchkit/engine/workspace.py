@@ -72,6 +72,12 @@ class Workspace:
                 if e.current != e.original or (e.current is not None and e.mode != e.original_mode)]
 
 
+def file_op(before: Optional[bytes], after: Optional[bytes]) -> str:
+    if before is None:
+        return "create"
+    return "delete" if after is None else "modify"
+
+
 def _first_file(roots: Roots, root: str, abs_path: str) -> str:
     """The outermost component of ``abs_path`` that is not a directory, as ``root:path``."""
     cur = abs_path
