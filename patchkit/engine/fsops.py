@@ -20,9 +20,7 @@ def read_bytes(path: str) -> Optional[bytes]:
     try:
         with open(path, "rb") as fh:
             return fh.read()
-    except FileNotFoundError:
-        return None
-    except IsADirectoryError:
+    except (FileNotFoundError, IsADirectoryError):
         return None
 
 
@@ -139,13 +137,10 @@ def missing_dirs(path: str) -> List[str]:
 def probe_writable(directory: str) -> Optional[str]:
     """None if files can be created in ``directory``, else why not; creates no file.
 
-    ``os.access`` alone is not enough: root passes it on a read-only mount or an immutable
-    directory. So an unnamed file is opened in the directory (``O_TMPFILE``): the kernel checks
-    exactly what creating a file checks (permissions, read-only mount, immutable directory,
-    quota of inodes), but the file has no name, so nothing appears in the directory, its times
-    do not change, and a kill at that moment leaves nothing behind. Where ``O_TMPFILE`` is not
-    supported, ``os.access`` and the mount's read-only flag answer instead.
-    """
+    ``os.access`` alone passes root on a read-only mount or an immutable directory, so an
+    unnamed ``O_TMPFILE`` file is opened there: the kernel checks what creating a file checks,
+    and no name appears (not even the directory's times change). Where ``O_TMPFILE`` is not
+    supported, ``os.access`` and the mount's read-only flag answer."""
     if not os.access(directory, os.W_OK | os.X_OK):
         return "no write permission on %s" % directory
     flag = getattr(os, "O_TMPFILE", 0)

@@ -253,11 +253,11 @@ def apply_change(text: Optional[str], change: FileChange) -> Tuple[Optional[str]
                       "deletes this file but its content differs from the patch")
         return None, [Placement(change.patch, h.index, h.old_start, h.old_start, 0) for h in change.hunks]
     placements: List[Placement] = []
-    found_at: List[Tuple[int, Hunk]] = []
-    lo, carried = 0, 0
+    out: List[str] = []
+    prev, carried = 0, 0  # where the file is copied up to; the offset of the previous hunk
     for hunk in change.hunks:
         expected = hunk.expected_index + carried
-        idx = locate(lines, hunk.old, expected, lo)
+        idx = locate(lines, hunk.old, expected, prev)
         if idx is None:
             _conflict(change, hunk, lines, hunk.old, max(0, min(expected, len(lines))),
                       "does not apply: its context is not in the file (zero fuzz)")
@@ -266,17 +266,11 @@ def apply_change(text: Optional[str], change: FileChange) -> Tuple[Optional[str]
         line = idx if hunk.old_count == 0 else idx + 1
         placements.append(Placement(change.patch, hunk.index, hunk.old_start, line,
                                     line - hunk.old_start))
-        found_at.append((idx, hunk))
-        lo = idx + len(hunk.old)
-    out: List[str] = []
-    prev = 0
-    for idx, hunk in found_at:
         out.extend(lines[prev:idx])
         out.extend(hunk.new)
         prev = idx + len(hunk.old)
     out.extend(lines[prev:])
-    new_text = "".join(out)
-    return new_text, placements
+    return "".join(out), placements
 
 
 def _conflict(change: FileChange, hunk: Optional[Hunk], lines: Sequence[str], old: Sequence[str],

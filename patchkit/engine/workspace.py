@@ -96,20 +96,13 @@ def _first_file(roots: Roots, root: str, abs_path: str) -> str:
 
 
 def unified_diff(path: str, before: Optional[bytes], after: Optional[bytes]) -> str:
-    """A unified diff of one file's change, with git's "No newline at end of file" markers."""
+    """difflib's unified diff of one file's change (``/dev/null`` for a side that is absent),
+    with git's "No newline at end of file" markers."""
     old = split_lines(decode(before)) if before is not None else []
     new = split_lines(decode(after)) if after is not None else []
-    if before is None or after is None:  # all added or all removed: what difflib gives, directly
-        if not old and not new:
-            return ""
-        kind, lines = ("+", new) if before is None else ("-", old)
-        head = _headers(path, before is not None, after is not None)
-        rng = "-0,0 +%s" % _range(0, len(new)) if before is None else "-%s +0,0" % _range(0, len(old))
-        return head + "@@ %s @@\n" % rng + "".join(_line(kind, t) for t in lines)
-    out: List[str] = []
-    for line in difflib.unified_diff(old, new, "a/" + path, "b/" + path):
-        out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
-    return "".join(out)
+    return "".join(_marked(line) for line in difflib.unified_diff(
+        old, new, "/dev/null" if before is None else "a/" + path,
+        "/dev/null" if after is None else "b/" + path))
 
 
 def placed_diff(path: str, hunks: Sequence[Hunk], lines: Sequence[int]) -> str:
@@ -118,20 +111,15 @@ def placed_diff(path: str, hunks: Sequence[Hunk], lines: Sequence[int]) -> str:
     (docs/design.md, ``diff``). Same format as :func:`unified_diff`."""
     if not hunks:
         return ""
-    out = [_headers(path, True, True)]
+    out = ["--- a/%s\n+++ b/%s\n" % (path, path)]
     delta = 0
     for hunk, line in zip(hunks, lines):
         old0 = line - 1 if hunk.old_count else line  # 0-based index of the first old line
         out.append("@@ -%s +%s @@\n" % (_range(old0, hunk.old_count),
                                         _range(old0 + delta, hunk.new_count)))
-        out.extend(_line(kind, text) for kind, text in hunk.lines)
+        out.extend(_marked(kind + text) for kind, text in hunk.lines)
         delta += hunk.new_count - hunk.old_count
     return "".join(out)
-
-
-def _headers(path: str, before: bool, after: bool) -> str:
-    return "--- %s\n+++ %s\n" % ("a/" + path if before else "/dev/null",
-                                  "b/" + path if after else "/dev/null")
 
 
 def _range(start: int, length: int) -> str:
@@ -141,5 +129,5 @@ def _range(start: int, length: int) -> str:
     return "%d,%d" % (start + 1 if length else start, length)
 
 
-def _line(kind: str, text: str) -> str:
-    return kind + text if text.endswith("\n") else kind + text + "\n\\ No newline at end of file\n"
+def _marked(line: str) -> str:
+    return line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
