@@ -15,7 +15,7 @@ from .fsops import missing_dirs, read_bytes
 from .hunks import Placement, apply_change, decode, encode, sha256_bytes
 from .request import FixSpec, Request, check_file_modes, check_patch_paths
 from .store import Store, created_dirs, last_writers, utc_now
-from .txn import FileWrite, backup_name, run_transaction
+from .txn import backup_name, run_transaction
 from .workspace import Key, Workspace, file_op, placed_diff, unified_diff
 
 if TYPE_CHECKING:  # revert and gitcommit are imported only by the applies that use them
@@ -325,9 +325,7 @@ def _write(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
                     if pair not in claimed:
                         claimed.add(pair)
                         fc.created_dirs.append(list(pair))
-    writes = [FileWrite(e.root, e.path, e.abs, e.original, e.current, e.original_mode, e.mode, e.owner)
-              for e in ws.changed()]
-    backups = {fc.spec.name: [(k[0], k[1], fc.before[k][0]) for k in fc.keys
+        backups = {fc.spec.name: [(k[0], k[1], fc.before[k][0]) for k in fc.keys
                               if fc.before[k][0] is not None] for fc in prepared}
 
     def disk(root: str, path: str) -> Optional[bytes]:
@@ -364,7 +362,7 @@ def _write(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
     for fc in prepared:  # a directory the old version made is the new one's to remove, if empty
         fc.created_dirs.extend([list(d) for d in old_dirs.get(fc.spec.name, [])
                                 if list(d) not in fc.created_dirs])
-    run_transaction(store, req.roots, "apply", [fc.spec.name for fc in prepared], writes, backups,
+    run_transaction(store, req.roots, "apply", [fc.spec.name for fc in prepared], ws.changed(), backups,
                     purge=any(fc.spec.purge_pycache for fc in prepared), verify=verify,
                     commit=commit, versions={fc.spec.name: fc.spec.version for fc in prepared},
                     remove_dirs=[d for dirs in old_dirs.values() for d in dirs],

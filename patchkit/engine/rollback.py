@@ -19,7 +19,7 @@ from .fsops import read_bytes
 from .hunks import apply_change, decode, encode, sha256_bytes
 from .request import Request, check_patch_paths
 from .store import Store, created_dirs
-from .txn import FileWrite, run_transaction
+from .txn import run_transaction
 from .workspace import Workspace
 
 
@@ -107,8 +107,6 @@ def rollback(req: Request, store: Store) -> List[Dict[str, Any]]:
     for fc in prepared:
         fc.preconditions = list(checks)
     if not req.dry_run:
-        writes = [FileWrite(e.root, e.path, e.abs, e.original, e.current, e.original_mode, e.mode,
-                            e.owner) for e in ws.changed()]
         cos, items = _revert_items(req, recorded, reverts)
         entries = gitcommit.journal_entries(cos, items)
 
@@ -121,7 +119,7 @@ def rollback(req: Request, store: Store) -> List[Dict[str, Any]]:
 
         purge = any(spec.purge_pycache or recorded[spec.name].get("purge_pycache", True)
                     for spec in req.fixes)
-        run_transaction(store, req.roots, "rollback", names, writes, {}, purge=purge,
+        run_transaction(store, req.roots, "rollback", names, ws.changed(), {}, purge=purge,
                         verify=lambda: None, commit=commit,
                         versions={n: recorded[n].get("version") for n in names},
                         remove_dirs=[d for n in names for d in created_dirs(recorded[n], req.roots)],

@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import stat
-from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from ..errors import ConcurrentChange, PatchkitError, PermissionDenied, TargetError
@@ -21,21 +20,7 @@ from .hunks import sha256_bytes
 from .paths import Roots
 from .rootfs import RootDirs
 from .store import FORMAT, HOLDER, Store, new_txn_id, utc_now, write_remedy
-from .workspace import file_op
-
-
-@dataclass
-class FileWrite:
-    """One file a transaction writes (``after`` None: it deletes the file)."""
-
-    root: str
-    path: str
-    abs: str
-    before: Optional[bytes]
-    after: Optional[bytes]
-    mode_before: Optional[int]
-    mode_after: Optional[int]
-    owner: Optional[Tuple[int, int]]
+from .workspace import Entry, file_op
 
 
 def backup_name(fix: str, i: int) -> str:
@@ -43,7 +28,7 @@ def backup_name(fix: str, i: int) -> str:
     return "backups/%s/%d" % (fix, i)
 
 
-def run_transaction(store: Store, roots: Roots, op: str, fixes: List[str], writes: List[FileWrite],
+def run_transaction(store: Store, roots: Roots, op: str, fixes: List[str], writes: List[Entry],
                     fix_backups: Dict[str, List[Tuple[str, str, bytes]]],
                     purge: bool, verify: Callable[[], None],
                     commit: Callable[[str], Dict[str, Any]],
@@ -104,7 +89,7 @@ class _Changed(Exception):
         self.index, self.now, self.replaced = index, now, replaced
 
 
-def _transaction(store: Store, dirs: RootDirs, op: str, fixes: List[str], writes: List[FileWrite],
+def _transaction(store: Store, dirs: RootDirs, op: str, fixes: List[str], writes: List[Entry],
                  fix_backups: Dict[str, List[Tuple[str, str, bytes]]], purge: bool,
                  verify: Callable[[], None], commit: Callable[[str], Dict[str, Any]],
                  versions: Optional[Dict[str, int]], remove_dirs: List[Tuple[str, str]],
@@ -120,14 +105,14 @@ def _transaction(store: Store, dirs: RootDirs, op: str, fixes: List[str], writes
                         "started_at": utc_now()}, durable=False)
     written: List[str] = [intent]
     # Per-fix backups first: the first fix's backup of a file is also the journal's
-    first = {(w.root, w.path): w for w in writes if w.before is not None}
+    first = {(w.root, w.path): w for w in writes if w.original is not None}
     origs: Dict[Tuple[str, str], str] = {}  # (root, path) -> backup, relative to .patchkit/
     for fix, files in fix_backups.items():
         for i, (root, path, data) in enumerate(files):
             fault("backup")
             rel = "txn/%s/fixes/%s/%d" % (txn, fix, i)
             w = first.get((root, path))
-            original = w is not None and (root, path) not in origs and (w.before is data or w.before == data)
+            original = w is not None and (root, path) not in origs and (w.original is data or w.original == data)
             dest = store.path(rel)
             if original:
                 origs[(root, path)] = rel
@@ -138,22 +123,22 @@ def _transaction(store: Store, dirs: RootDirs, op: str, fixes: List[str], writes
     entries = []
     for n, w in enumerate(writes):
         rel = origs.get((w.root, w.path))
-        if w.before is not None and rel is None:  # no fix keeps it (a rollback): its own
+        if w.original is not None and rel is None:  # no fix keeps it (a rollback): its own
             fault("backup")
             rel = "txn/%s/orig/%d" % (txn, n)
-            _keep(dirs, w.root, rels[n], store.path(rel), w.before)
+            _keep(dirs, w.root, rels[n], store.path(rel), w.original)
             written.append(store.path(rel))
         # root-relative only: the journal must still name the right files after the tree moved
-        entries.append({"root": w.root, "path": w.path, "rel": rels[n], "op": file_op(w.before, w.after),
-                        "before_sha256": sha256_bytes(w.before), "after_sha256": sha256_bytes(w.after),
-                        "mode": w.mode_before, "mode_after": w.mode_after,
+        entries.append({"root": w.root, "path": w.path, "rel": rels[n], "op": file_op(w.original, w.current),
+                        "before_sha256": sha256_bytes(w.original), "after_sha256": sha256_bytes(w.current),
+                        "mode": w.original_mode, "mode_after": w.mode,
                         "owner": list(w.owner) if w.owner else None,
-                        "backup": rel if w.before is not None else None})
+                        "backup": rel if w.original is not None else None})
     # every backup durable before the journal names it
     sync_all(written, [d for d, _dirs, _files in os.walk(tdir)] + [os.path.dirname(tdir)])
     created: List[List[str]] = []
     for w in writes:
-        if w.after is not None:
+        if w.current is not None:
             for d in missing_dirs(w.abs):
                 pair = [w.root, roots.relative(w.root, d)]
                 if pair not in created:
@@ -226,7 +211,7 @@ def _copy(dest: str, data: bytes) -> None:
         fh.write(data)
 
 
-def _write_files(dirs: RootDirs, writes: List[FileWrite], rels: List[str]) -> None:
+def _write_files(dirs: RootDirs, writes: List[Entry], rels: List[str]) -> None:
     """Each file through a temporary sibling and a rename (``rootfs``: no symlink followed),
     then all made durable. A replaced file's old inode is read back: other bytes than
     ``before`` mean another process wrote to it meanwhile (``_Changed``)."""
@@ -236,15 +221,15 @@ def _write_files(dirs: RootDirs, writes: List[FileWrite], rels: List[str]) -> No
         fault("write")
         dirs.close()  # each file walks from its root again: a directory swapped meanwhile is seen
         try:
-            if w.after is None:
+            if w.current is None:
                 fault("rename")
                 old = dirs.open_file(w.root, rel)
                 dirs.unlink(w.root, rel)
             else:
-                mode = w.mode_after if w.mode_after is not None else 0o644
-                dirs.write_temp(w.root, rel, w.after, mode, w.owner)
+                mode = w.mode if w.mode is not None else 0o644
+                dirs.write_temp(w.root, rel, w.current, mode, w.owner)
                 fault("rename")
-                if w.before is None:
+                if w.original is None:
                     old = None
                     if not _create(dirs, w.root, rel):
                         dirs.remove_temp(w.root, rel)
@@ -258,14 +243,14 @@ def _write_files(dirs: RootDirs, writes: List[FileWrite], rels: List[str]) -> No
                 raise
             raise OSError(exc.errno, exc.strerror, w.abs) from None
         touched.add(os.path.dirname(w.abs))
-        if w.before is not None:
+        if w.original is not None:
             now = None
             if old is not None:
                 try:
                     now = read_fd(old)
                 finally:
                     os.close(old)
-            if now != w.before:
+            if now != w.original:
                 raise _Changed(n, now, replaced=True)
     sync_all(written, sorted(touched))
 
