@@ -159,14 +159,8 @@ def _take_out(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
     not upgraded with it, changed the same files (its change would be lost)."""
     from . import rollback
 
-    later = rollback.later_writers(state, list(upgrades))
-    if later:
-        raise PreconditionFailed(
-            "cannot upgrade: %s; roll the later fix back first (patchkit rollback %s), then apply "
-            "again" % ("; ".join("fix %s was applied after %s and also changed %s"
-                                 % (b["changed_after_by"], b["fix"], ", ".join(b["files"]))
-                                 for b in later),
-                       " ".join(sorted({b["changed_after_by"] for b in later}))), blockers=later)
+    rollback.refuse_later_writers(state, list(upgrades), "upgrade", "roll the later fix back first "
+                                  "(patchkit rollback %s), then apply again")
     drift = []
     for name, rec in upgrades.items():
         for f in rec.get("files", []):

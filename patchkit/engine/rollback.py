@@ -1,15 +1,13 @@
-"""The rollback op: the apply transaction run in the other direction.
-
-A file is only put back if it still holds the bytes patchkit wrote (its recorded after-hash);
-otherwise someone changed it since, and rolling back would silently lose that change, so it is
-refused as drift unless ``force``. Originals come from the backups kept at apply (strategy
-``restore``) or from reverse-applying the series (strategy ``reverse``).
+"""The rollback op: the apply transaction run in the other direction. A file that no longer
+holds the bytes patchkit wrote is drift, refused unless ``force``. Originals come from the
+backups (strategy ``restore``), the reversed series (``reverse``), or a revert of the commits
+``apply --commit`` made.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from ..errors import (ConflictError, DriftError, NotApplied, PreconditionFailed, TargetError,
                       VersionMismatch)
@@ -204,20 +202,15 @@ def _refuse_blocked(state: Dict[str, Any], names: List[str]) -> None:
             "both together" % ("; ".join("applied fix %s requires %s" % b for b in blockers),
                                " ".join(sorted({b[0] for b in blockers}))),
             blockers=[{"fix": b[1], "required_by": b[0]} for b in blockers])
-    later = later_writers(state, names)
-    if later:
-        raise PreconditionFailed(
-            "cannot roll back: %s; roll the later fix back first or together with it "
-            "(patchkit rollback %s)"
-            % ("; ".join("fix %s was applied after %s and also changed %s"
-                         % (b["changed_after_by"], b["fix"], ", ".join(b["files"])) for b in later),
-               " ".join(sorted({b["changed_after_by"] for b in later}) + list(names))),
-            blockers=later)
+    refuse_later_writers(state, names, "roll back", "roll the later fix back first or together "
+                         "with it (patchkit rollback %s)", also=names)
 
 
-def later_writers(state: Dict[str, Any], names: List[str]) -> List[Dict[str, Any]]:
-    """Each fix of ``names`` whose files a fix applied after it, not among ``names``, changed
-    too (``{fix, changed_after_by, files}``): putting the fix's backups back would wipe that."""
+def refuse_later_writers(state: Dict[str, Any], names: List[str], action: str, remedy: str,
+                         also: Sequence[str] = ()) -> None:
+    """Refuse when a fix applied after one of ``names``, and not among them, changed the same
+    files: putting their bytes back would wipe its change. ``remedy`` gets the fixes to roll
+    back (the later ones, then ``also``)."""
     applied = list(state.get("fixes", []))
     later = []
     for i, rec in enumerate(applied):
@@ -228,7 +221,12 @@ def later_writers(state: Dict[str, Any], names: List[str]) -> List[Dict[str, Any
             shared = sorted(mine & {"%s:%s" % (f["root"], f["path"]) for f in other.get("files", [])})
             if shared and other["name"] not in names:
                 later.append({"fix": rec["name"], "changed_after_by": other["name"], "files": shared})
-    return later
+    if later:
+        raise PreconditionFailed("cannot %s: %s; %s" % (
+            action, "; ".join("fix %s was applied after %s and also changed %s"
+                              % (b["changed_after_by"], b["fix"], ", ".join(b["files"])) for b in later),
+            remedy % " ".join(sorted({b["changed_after_by"] for b in later}) + list(also))),
+            blockers=later)
 
 
 def restore_in_memory(store: Store, ws: Workspace, rec: Dict[str, Any]) -> None:

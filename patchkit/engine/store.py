@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 from ..errors import LockBusy, PermissionDenied, TargetError
-from .fsops import fsync_dir, temp_name, write_json
+from .fsops import fsync_dir, read_bytes, temp_name, write_json
 from .paths import Roots
 
 FORMAT = 1
@@ -104,13 +104,8 @@ class Store:
                                        "readable (or run as its owner)" % (self.root, exc.strerror),
                                        path=self.root) from None
             fd = -1
-        try:
-            held = fd >= 0 and self._acquire(fd, timeout, write)
-            try:
-                yield held
-            finally:
-                if held:
-                    fcntl.flock(fd, fcntl.LOCK_UN)
+        try:  # closing the descriptor releases the lock
+            yield fd >= 0 and self._acquire(fd, timeout, write)
         finally:
             if fd >= 0:
                 os.close(fd)
@@ -275,13 +270,9 @@ class Store:
             os.close(fd)
 
     def history_txns(self) -> List[str]:
-        try:
-            with open(self.path("history.jsonl"), "rb") as fh:
-                lines = fh.read().decode("utf-8", "replace").splitlines()
-        except FileNotFoundError:
-            return []
         out = []
-        for line in lines:
+        text = (read_bytes(self.path("history.jsonl")) or b"").decode("utf-8", "replace")
+        for line in text.splitlines():
             try:
                 out.append(str(json.loads(line).get("txn")))
             except ValueError:

@@ -112,7 +112,7 @@ def _transaction(store: Store, dirs: RootDirs, op: str, fixes: List[str], writes
             fault("backup")
             rel = "txn/%s/fixes/%s/%d" % (txn, fix, i)
             w = first.get((root, path))
-            original = w is not None and (root, path) not in origs and (w.original is data or w.original == data)
+            original = w is not None and (root, path) not in origs and w.original == data
             dest = store.path(rel)
             if original:
                 origs[(root, path)] = rel
