@@ -34,7 +34,7 @@ def read_with_stat(path: str) -> Tuple[Optional[bytes], Optional[os.stat_result]
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
             return None, None
-        return read_fd(fd, st.st_size), st
+        return read_fd(fd), st
     finally:
         os.close(fd)
 
@@ -76,31 +76,25 @@ def sync_all(files: List[str], dirs: List[str]) -> None:
     """Make ``files`` (data and inode) and ``dirs`` (their entries) durable before returning:
     an fsync of each, in a few threads so the file system commits them together rather than
     one journal flush per file. The first failure is raised."""
-    paths = list(files) + list(dirs)
-    if len(paths) < 8:
-        for path in paths:
-            fsync_dir(path)
-        return
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(fsync_dir, paths))
+        list(pool.map(fsync_dir, list(files) + list(dirs)))
 
 
-def read_fd(fd: int, size: int = 0) -> bytes:
-    """Everything left to read from ``fd`` (``size``: the expected size, to read it at once)."""
+def read_fd(fd: int) -> bytes:
+    """Everything left to read from ``fd``."""
     chunks = []
     while True:
-        chunk = os.read(fd, max(size, 65536))
+        chunk = os.read(fd, 1 << 20)
         if not chunk:
             return b"".join(chunks)
         chunks.append(chunk)
 
 
 def write_json(path: str, data: Any, durable: bool = True) -> None:
-    """Replace ``path`` with ``data`` as compact JSON through its temporary sibling, so a crash
-    leaves the old or the new file; ``durable=False``: neither the file nor its directory is
-    fsynced (the caller syncs it, or it needs no durability)."""
+    """Replace ``path`` with ``data`` as compact JSON through its temporary sibling;
+    ``durable=False``: neither the file nor its directory is fsynced."""
     tmp = temp_name(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:

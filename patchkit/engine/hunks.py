@@ -1,12 +1,9 @@
 """Hunk placement with zero fuzz: a FILE record of the engine request applied to text in memory.
 
-A hunk's old side (its " " and "-" lines) must match the file exactly. It is tried first at the
-line the patch names, moved by the offset the previous hunk was found at, then at the nearest
-exact match searching outward. Nothing is ever matched approximately: a hunk whose context
-differs by one line is a conflict even where GNU patch would fuzz it, because a fuzzed hunk in
-a production tree is a silent wrong edit. Text is the file's bytes decoded as UTF-8 with
-``surrogateescape`` and split on "\\n" only, so CRLF, a missing final newline and non-UTF-8
-bytes all survive unchanged.
+A hunk's old side must match the file exactly, at the line the patch names (moved by the offset
+of the previous hunk) or the nearest exact match: a fuzzed hunk in a production tree is a
+silent wrong edit. Text is the bytes decoded as UTF-8 with ``surrogateescape`` and split on
+"\\n" only, so CRLF, a missing final newline and non-UTF-8 bytes survive unchanged.
 """
 
 from __future__ import annotations

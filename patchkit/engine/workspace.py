@@ -1,8 +1,6 @@
-"""The in-memory view of the target files a request reads and plans to write.
-
-Plan first, write last: every new content is computed here, so a conflict or a failed
-precondition is found before the first byte reaches the disk, and a later fix of the request
-sees the planned result of the earlier ones.
+"""The target files a request reads, in memory, with the bytes it will write: every change is
+computed here before the first byte reaches the disk, and a later fix sees the earlier ones'.
+The diffs of the result are drawn here too.
 """
 
 from __future__ import annotations
@@ -13,7 +11,7 @@ import stat
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .fsops import read_with_stat
+from .fsops import nearest_existing_dir, read_with_stat
 from .hunks import Hunk, decode, split_lines
 from ..errors import PatchkitError
 from .paths import Roots
@@ -23,6 +21,8 @@ Key = Tuple[str, str]  # (root name, checkout-layout path)
 
 @dataclass
 class Entry:
+    """One target file as read (``original``) and as it will be written (``current``)."""
+
     root: str
     path: str
     abs: str
@@ -80,15 +80,8 @@ def file_op(before: Optional[bytes], after: Optional[bytes]) -> str:
 
 def _first_file(roots: Roots, root: str, abs_path: str) -> str:
     """The outermost component of ``abs_path`` that is not a directory, as ``root:path``."""
-    cur = abs_path
-    found = abs_path
-    while True:
-        parent = os.path.dirname(cur)
-        if parent == cur:
-            break
-        if os.path.lexists(parent) and not os.path.isdir(parent):
-            found = parent
-        cur = parent
+    top = nearest_existing_dir(os.path.dirname(abs_path))
+    found = os.path.join(top, os.path.relpath(abs_path, top).split(os.sep)[0])
     try:
         return "%s:%s" % (root, roots.relative(root, found))
     except PatchkitError:
