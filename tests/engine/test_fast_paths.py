@@ -1,8 +1,8 @@
-"""The shortcuts of a large apply and status give the answers the long way gives.
+"""Results that must not depend on how they are computed.
 
-- the result's per-file ``diff`` of a placed patch is built from the patch's own hunks at their
-  placed lines (docs/design.md): it applies with ``git apply`` and equals difflib's diff when
-  the two group the change alike;
+- the result's per-file ``diff`` of a placed patch is the patch's own hunks at their placed
+  lines (docs/design.md): it applies with ``git apply`` and equals difflib's diff when the two
+  group the change alike;
 - a status hashes every recorded file, so an in-place change is drift whatever its stat says;
 - ``git status`` of many paths is one whole-tree status plus ``ls-files``, same answer as the
   pathspec form.
