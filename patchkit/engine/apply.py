@@ -136,7 +136,7 @@ def apply(req: Request, store: Store, syntax: Optional[SyntaxCache] = None) -> L
     # an upgraded fix's files start from its backups, vouched for when it was applied: no
     # git-clean check of the bytes being replaced (with --force, drift being discarded)
     taken_out = {(f["root"], f["path"]) for rec in upgrades.values() for f in rec.get("files", [])}
-    prepared = _Prepare(req, store, state, ws, sources, git_changes(), syntax, taken_out).all(todo)
+    prepared = _Prepare(req, store, state, ws, sources, git_changes(), syntax, taken_out).changes(todo)
     if not req.dry_run and prepared:
         _write(req, store, state, ws, prepared, syntax, upgrades)
     for fc in prepared:
@@ -199,7 +199,7 @@ class _Prepare:
         self.failures: List[Dict[str, Any]] = []
         self.results: List[Dict[str, Any]] = []
 
-    def all(self, todo: List[FixSpec]) -> List[FixChange]:
+    def changes(self, todo: List[FixSpec]) -> List[FixChange]:
         out = []
         for n, spec in enumerate(todo):
             first_op = {(r, p): op for r, p, op in touched(spec, self.sources)}
@@ -214,7 +214,7 @@ class _Prepare:
             fc.snapshot(self.ws, fc.before)
             try:
                 if fc.source is not None:
-                    _revert(fc, self.ws)
+                    self.revert_commit(fc)
                 else:
                     self.place(fc)
             except ConflictError:
@@ -273,6 +273,26 @@ class _Prepare:
             fc.placements.setdefault(key, []).extend(placed)
             fc.changes.setdefault(key, []).append(change)
 
+    def revert_commit(self, fc: FixChange) -> None:
+        """Undo the commit's change in memory, file by file; say which later commits were kept."""
+        from . import revert
+
+        source = fc.source
+        assert source is not None
+        kept: List[str] = []
+        for f in source.files:
+            e = self.ws.entry(source.root, f.path)
+            e.current = revert.revert_file(fc.spec.name, source, f, e.current)
+            e.mode = None if e.current is None else (0o644 if e.mode is None else e.mode)
+            kept.extend(c for c in source.checkout.commits_touching(source.sha, f.repo_path) if c not in kept)
+        if kept:
+            check = fc.preconditions[-1] if fc.preconditions else None
+            for res in fc.preconditions:
+                if res["kind"] == "git-revert":
+                    check = res
+            if check is not None:
+                check["detail"] += "; later commits to its files kept: %s" % "; ".join(kept)
+
     def refuse_failed(self) -> None:
         if not self.failures:
             return
@@ -283,27 +303,6 @@ class _Prepare:
         raise cls("%d precondition(s) failed; nothing was written:\n%s"
                   % (len(self.failures), failure_lines(self.failures)),
                   failures=self.failures, fixes=self.results)
-
-
-def _revert(fc: FixChange, ws: Workspace) -> None:
-    """Undo the commit's change in memory, file by file; say which later commits were kept."""
-    from . import revert
-
-    source = fc.source
-    assert source is not None
-    kept: List[str] = []
-    for f in source.files:
-        e = ws.entry(source.root, f.path)
-        e.current = revert.revert_file(fc.spec.name, source, f, e.current)
-        e.mode = None if e.current is None else (0o644 if e.mode is None else e.mode)
-        kept.extend(c for c in source.checkout.commits_touching(source.sha, f.repo_path) if c not in kept)
-    if kept:
-        check = fc.preconditions[-1] if fc.preconditions else None
-        for res in fc.preconditions:
-            if res["kind"] == "git-revert":
-                check = res
-        if check is not None:
-            check["detail"] += "; later commits to its files kept: %s" % "; ".join(kept)
 
 
 def _write(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
