@@ -13,7 +13,7 @@ import traceback
 from typing import Any, Dict
 
 from ..errors import InternalError, PatchkitError, TargetError, Terminated
-from . import faults, hunks
+from . import faults
 from .checks import close_worker
 from .paths import PLAIN
 from .request import FORMAT, parse_request
@@ -25,7 +25,6 @@ __all__ = ["run"]
 def run(request: Dict[str, Any]) -> Dict[str, Any]:
     """Execute one engine request and return its result; see docs/design.md."""
     faults.reset()
-    hunks.clear_memo()
     raw = request if isinstance(request, dict) else {}
     result: Dict[str, Any] = {"format": FORMAT, "op": raw.get("op"), "ok": False,
                               "dry_run": bool(raw.get("dry_run", False)), "recovered": [],
@@ -70,7 +69,6 @@ def run(request: Dict[str, Any]) -> Dict[str, Any]:
             "internal error in the patchkit engine: %s: %s" % (type(exc).__name__, exc),
             traceback=traceback.format_exc()).to_dict()
     finally:
-        hunks.clear_memo()  # holds the request's file contents
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
         close_worker()  # the process a regex or syntax check started, if any

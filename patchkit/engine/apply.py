@@ -1,4 +1,5 @@
-"""The apply op: plan every fix in memory, check every precondition, then one transaction."""
+"""The apply op: prepare every fix's change in memory, check every precondition, then write
+them all in one transaction."""
 
 from __future__ import annotations
 
@@ -8,22 +9,27 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 
 from ..errors import (ConflictError, DriftError, PreconditionFailed, TargetFileMissing,
                       VerificationFailed, VersionMismatch)
-from . import auto, placecache
+from . import auto
 from .checks import CheckContext, failure_lines, run_check
-from .fsops import read_bytes, stamp_files
-from .hunks import FileChange, Placement, apply_change, decode, encode, sha256_bytes
-from .paths import Roots
+from .fsops import missing_dirs, read_bytes
+from .hunks import Placement, apply_change, decode, encode, sha256_bytes
 from .request import FixSpec, Request, check_file_modes, check_patch_paths
 from .store import Store, created_dirs, last_writers, utc_now
-from .txn import FileWrite, backup_name, missing_dirs, run_transaction
-from .workspace import Key, Workspace, placed_diff, unified_diffs, whole_file_diff
+from .txn import backup_name, run_transaction
+from .workspace import Key, Workspace, file_op, placed_diff, unified_diff
 
 if TYPE_CHECKING:  # revert and gitcommit are imported only by the applies that use them
     from . import gitcommit, revert
+    from .hunks import FileChange
+
+Sources = Dict[str, Tuple[Optional["revert.Source"], Dict[str, Any]]]  # a revert fix's commit
 
 
 @dataclass
-class FixPlan:
+class FixChange:
+    """One fix's change, computed in memory before anything is written (apply and rollback):
+    each file's bytes and mode before and after, and what the result reports."""
+
     spec: FixSpec
     preconditions: List[Dict[str, Any]]
     keys: List[Key] = field(default_factory=list)
@@ -35,53 +41,34 @@ class FixPlan:
     created_dirs: List[List[str]] = field(default_factory=list)  # [root, dir relative to it]
     source: Optional[revert.Source] = None  # the commit a revert fix undoes (git roots)
     commits: List[Dict[str, str]] = field(default_factory=list)  # apply --commit: {root, sha}
-    diffs: Dict[Key, Optional[str]] = field(default_factory=dict)  # a record's placed diff
+
+    def snapshot(self, ws: Workspace, side: Dict[Key, Tuple[Optional[bytes], Optional[int]]]) -> None:
+        for key in self.keys:
+            e = ws.entry(*key)
+            side[key] = (e.current, e.mode)
 
 
-def file_op(before: Optional[bytes], after: Optional[bytes]) -> str:
-    if before is None:
-        return "create"
-    return "delete" if after is None else "modify"
-
-
-def fix_result(plan: FixPlan, outcome: str) -> Dict[str, Any]:
+def fix_result(fc: FixChange, outcome: str) -> Dict[str, Any]:
+    """The fix's entry of the engine result (docs/design.md, "Engine result")."""
     files = []
-    items = [(key[1], plan.before[key][0], plan.after[key][0]) for key in plan.keys]
-    hashes = [(sha256_bytes(before), sha256_bytes(after)) for _path, before, after in items]
-    diffs: List[Optional[str]] = []
-    for key, (path, before, after) in zip(plan.keys, items):
-        changes = plan.changes.get(key, [])
-        single = len(changes) == 1 and changes[0].op == "modify" and before is not None \
-            and after is not None
-        if single:
-            if plan.diffs.get(key) is None:
-                plan.diffs[key] = placed_diff(path, changes[0].hunks,
-                                              [p.line for p in plan.placements[key]])
-            diffs.append(plan.diffs[key])
-        elif len(changes) == 1 and (before is None) != (after is None):
-            diffs.append(whole_file_diff(path, changes[0].op, changes[0].hunks))
-        else:
-            diffs.append(None)
-    rest = [i for i, d in enumerate(diffs) if d is None]  # merged, reverted, created, deleted
-    for i, diff in zip(rest, unified_diffs([items[i] for i in rest], [hashes[i] for i in rest])):
-        diffs[i] = diff
-    for key, (_path, before, after), (before_sha, after_sha), diff in zip(plan.keys, items, hashes,
-                                                                          diffs):
+    for key in fc.keys:
+        before, after = fc.before[key][0], fc.after[key][0]
+        changes = fc.changes.get(key, [])
+        if len(changes) == 1 and changes[0].op == "modify" and None not in (before, after):
+            diff = placed_diff(key[1], changes[0].hunks, [p.line for p in fc.placements[key]])
+        else:  # merged from several patches, reverted, rolled back, created or deleted
+            diff = unified_diff(key[1], before, after)
         files.append({"root": key[0], "path": key[1], "op": file_op(before, after),
-                      "before_sha256": before_sha, "after_sha256": after_sha,
-                      "hunks": [p.to_dict() for p in plan.placements.get(key, [])],
-                      "diff": diff})
-    out = {"name": plan.spec.name, "version": plan.spec.version, "outcome": outcome, "files": files,
-           "preconditions": plan.preconditions, "verification": plan.verification}
-    if plan.source is not None:
-        out["revert"] = {"root": plan.source.root, "commit": plan.source.sha,
-                         "title": plan.source.title, "found_by": plan.source.found_by}
-    if plan.commits:
-        out["commits"] = list(plan.commits)
+                      "before_sha256": sha256_bytes(before), "after_sha256": sha256_bytes(after),
+                      "hunks": [p.to_dict() for p in fc.placements.get(key, [])], "diff": diff})
+    out = {"name": fc.spec.name, "version": fc.spec.version, "outcome": outcome, "files": files,
+           "preconditions": fc.preconditions, "verification": fc.verification}
+    if fc.source is not None:
+        out["revert"] = {"root": fc.source.root, "commit": fc.source.sha,
+                         "title": fc.source.title, "found_by": fc.source.found_by}
+    if fc.commits:
+        out["commits"] = list(fc.commits)
     return out
-
-
-Sources = Dict[str, Tuple[Optional["revert.Source"], Dict[str, Any]]]
 
 
 def touched(spec: FixSpec, sources: Sources) -> List[Tuple[str, str, str]]:
@@ -99,23 +86,7 @@ def touched(spec: FixSpec, sources: Sources) -> List[Tuple[str, str, str]]:
     return [(k[0], k[1], op) for k, op in out.items()]
 
 
-def raise_preconditions(failures: List[Dict[str, Any]], results: List[Dict[str, Any]],
-                        probed: Dict[str, Optional[str]], roots: Roots) -> None:
-    """Raise the error of a refused plan; ``probed`` is each directory probed for writing."""
-    if any(f["kind"] == "writable" for f in failures):
-        raise auto.permission_denied(failures, results, probed, roots)
-    cls = TargetFileMissing if any(f["kind"] == "file-present" for f in failures) else PreconditionFailed
-    raise cls("%d precondition(s) failed; nothing was written:\n%s"
-              % (len(failures), failure_lines(failures)), failures=failures, fixes=results)
-
-
-def recorded_after_hashes(state: Dict[str, Any]) -> Dict[Key, Set[str]]:
-    """The bytes patchkit last wrote to each recorded file (by the last fix touching it)."""
-    return {key: {w["after_sha256"]} for key, w in last_writers(state).items() if w["after_sha256"]}
-
-
-def apply(req: Request, store: Store, places: Optional[placecache.PlaceCache] = None) -> List[Dict[str, Any]]:
-    """``places``: placed FILE records known by content (a local target's user cache)."""
+def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
     state = store.read_state()
     recorded = {f["name"]: f for f in state.get("fixes", [])}
     outcomes: Dict[str, Dict[str, Any]] = {}
@@ -158,45 +129,37 @@ def apply(req: Request, store: Store, places: Optional[placecache.PlaceCache] = 
             check["detail"] += ("; fix %s is applied by patchkit here, not committed: roll it back "
                                 "instead (patchkit rollback %s)" % (named, named))
     keys = [(root, path) for spec in todo for root, path, _op in touched(spec, sources)]
-    changes = auto.git_changes(keys, req.roots)
+    git_changes = auto.git_changes(keys, req.roots)
     for key in keys:
         ws.entry(*key)
     # an upgraded fix's files start from its backups, vouched for when it was applied: no
     # git-clean check of the bytes being replaced (with --force, drift being discarded)
     taken_out = {(f["root"], f["path"]) for rec in upgrades.values() for f in rec.get("files", [])}
-    plans = _plan(req, store, state, ws, todo, sources, changes, places, taken_out)
-    if not req.dry_run and plans:
-        _write(req, store, state, ws, plans, upgrades)
-    for plan in plans:
-        old = upgrades.get(plan.spec.name)
+    prepared = _Prepare(req, store, state, ws, sources, git_changes, taken_out).changes(todo)
+    if not req.dry_run and prepared:
+        _write(req, store, state, ws, prepared, upgrades)
+    for fc in prepared:
+        old = upgrades.get(fc.spec.name)
         if old is None:
-            outcomes[plan.spec.name] = fix_result(plan, "would-apply" if req.dry_run else "applied")
+            outcomes[fc.spec.name] = fix_result(fc, "would-apply" if req.dry_run else "applied")
         else:
-            outcomes[plan.spec.name] = dict(
-                fix_result(plan, "would-upgrade" if req.dry_run else "upgraded"),
-                from_version=old.get("version"))
+            outcomes[fc.spec.name] = dict(fix_result(fc, "would-upgrade" if req.dry_run else "upgraded"),
+                                          from_version=old.get("version"))
     return [outcomes[s.name] for s in req.fixes]
 
 
 def _take_out(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
               upgrades: Dict[str, Dict[str, Any]]) -> None:
-    """Roll each upgraded fix's applied version back in memory: its files get the bytes they
-    had before it (from its backups), so the new version is planned on those, its backups
-    keep them, and one transaction takes the old version out and puts the new one in.
+    """Roll each upgraded fix's applied version back in memory (from its backups), so the new
+    version is prepared on those bytes and one transaction swaps the two.
 
     Refused, before anything is written, when the old version's files drifted (unless
     ``force``: the changes are lost as with ``rollback --force``) or a fix applied after it,
     not upgraded with it, changed the same files (its change would be lost)."""
     from . import rollback
 
-    later = [b for b in rollback.later_writers(state, list(upgrades))]
-    if later:
-        raise PreconditionFailed(
-            "cannot upgrade: %s; roll the later fix back first (patchkit rollback %s), then apply "
-            "again" % ("; ".join("fix %s was applied after %s and also changed %s"
-                                 % (b["changed_after_by"], b["fix"], ", ".join(b["files"]))
-                                 for b in later),
-                       " ".join(sorted({b["changed_after_by"] for b in later}))), blockers=later)
+    rollback.refuse_later_writers(state, list(upgrades), "upgrade", "roll the later fix back first "
+                                  "(patchkit rollback %s), then apply again")
     drift = []
     for name, rec in upgrades.items():
         for f in rec.get("files", []):
@@ -215,244 +178,229 @@ def _take_out(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
         rollback.restore_in_memory(store, ws, rec)
 
 
-def _plan(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
-          todo: List[FixSpec], sources: Sources, changes: Dict[str, Any],
-          places: Optional[placecache.PlaceCache] = None,
-          vouched: Optional[Set[Key]] = None) -> List[FixPlan]:
-    """``vouched``: files whose git-clean check is not needed (see ``apply``)."""
-    recorded = {f["name"]: f for f in state.get("fixes", [])}
-    planned: Set[str] = set()
-    dependencies = {d.name: d for d in req.dependencies}
-    root_names = {r.name for r in req.roots}
+class _Prepare:
+    """Each fix of an apply, in request order: its preconditions checked, then its change
+    computed on the workspace (hunks placed, or a commit reverted), so a fix sees the changes
+    of the fixes before it. Every failed precondition of every fix is reported together."""
 
-    def read_any(root: str, path: str) -> Optional[bytes]:
-        """A dependency may touch a root this target lacks: its files are simply absent."""
-        return ws.read(root, path) if root in root_names else None
+    def __init__(self, req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
+                 sources: Sources, git_changes: Dict[str, Any], vouched: Set[Key]) -> None:
+        self.req, self.store, self.ws, self.sources = req, store, ws, sources
+        self.git_changes = git_changes
+        self.recorded = {f["name"]: f for f in state.get("fixes", [])}
+        self.after_hashes = {key: {w["after_sha256"]} for key, w in last_writers(state).items()
+                             if w["after_sha256"]}  # what patchkit last wrote to each file
+        self.done: Set[Key] = set(vouched)  # files with no git-clean check (prepared already)
+        self.prepared: Set[str] = set()
+        self.releases: Dict[str, Any] = {}
+        self.writable: Dict[str, Optional[str]] = {}  # each directory probed for writing
+        self.failures: List[Dict[str, Any]] = []
+        self.results: List[Dict[str, Any]] = []
 
-    after_hashes = recorded_after_hashes(state)
-    release_cache: Dict[str, Any] = {}
-    writable: Dict[str, Optional[str]] = {}
-    done: Set[Key] = set(vouched or ())  # files with no git-clean check (planned already)
-    failures: List[Dict[str, Any]] = []
-    results: List[Dict[str, Any]] = []
-    plans: List[FixPlan] = []
-    for n, spec in enumerate(todo):
+    def changes(self, todo: List[FixSpec]) -> List[FixChange]:
+        out = []
+        for n, spec in enumerate(todo):
+            first_op = {(r, p): op for r, p, op in touched(spec, self.sources)}
+            fc = FixChange(spec, self.preconditions(spec, first_op, state_dir=n == 0),
+                           keys=list(first_op), source=self.sources.get(spec.name, (None,))[0])
+            self.results.append({"name": spec.name, "version": spec.version,
+                                 "preconditions": fc.preconditions})
+            failed = [dict(r, fix=spec.name) for r in fc.preconditions if not r["ok"]]
+            if failed:
+                self.failures.extend(failed)
+                continue
+            fc.snapshot(self.ws, fc.before)
+            try:
+                if fc.source is not None:
+                    self.revert_commit(fc)
+                else:
+                    self.place(fc)
+            except ConflictError:
+                self.refuse_failed()  # a refused precondition explains more than the conflict
+                raise
+            fc.snapshot(self.ws, fc.after)
+            self.done.update(fc.keys)
+            self.prepared.add(spec.name)
+            out.append(fc)
+        self.refuse_failed()
+        return out
+
+    def preconditions(self, spec: FixSpec, first_op: Dict[Key, str],
+                      state_dir: bool) -> List[Dict[str, Any]]:
+        """The automatic preconditions (docs/design.md), then the fix's own."""
+        req, ws = self.req, self.ws
         pre: List[Dict[str, Any]] = []
         if spec.release is not None:
-            pre.append(auto.release_check(spec, req.roots, release_cache))
-        pre.extend(auto.requires_check(spec, recorded, planned, dependencies, read_any))
-        source = sources[spec.name][0] if spec.name in sources else None
-        if spec.name in sources:
-            pre.append(sources[spec.name][1])
-        first_op = {(r, p): op for r, p, op in touched(spec, sources)}
-        keys = list(first_op)
-        for key in keys:
-            missing = None if first_op[key] == "revert" else auto.presence_check(ws.entry(*key), first_op[key])
+            pre.append(auto.release_check(spec, req.roots, self.releases))
+        pre.extend(auto.requires_check(spec, self.recorded, self.prepared,
+                                       {d.name: d for d in req.dependencies}, self.read_any))
+        if spec.name in self.sources:
+            pre.append(self.sources[spec.name][1])
+        for key, op in first_op.items():
+            missing = None if op == "revert" else auto.presence_check(ws.entry(*key), op)
             if missing:
                 pre.append(missing)
-        fresh = [ws.entry(*k) for k in keys if k not in done]
-        pre.extend(auto.git_clean_checks(fresh, req.roots, after_hashes, changes, strict=req.commit))
-        dirs = [(ws.entry(*k).where, os.path.dirname(ws.entry(*k).abs)) for k in keys]
-        if n == 0:
-            dirs.append(("state", store.dir if store.exists() else store.root))
-        pre.extend(auto.writable_checks(dirs, writable))
+        fresh = [ws.entry(*k) for k in first_op if k not in self.done]
+        pre.extend(auto.git_clean_checks(fresh, req.roots, self.after_hashes, self.git_changes,
+                                         strict=req.commit))
+        dirs = [(ws.entry(*k).where, os.path.dirname(ws.entry(*k).abs)) for k in first_op]
+        if state_dir:
+            dirs.append(("state", self.store.dir if self.store.exists() else self.store.root))
+        pre.extend(auto.writable_checks(dirs, self.writable))
         ctx = CheckContext(spec.name, req.roots, req.python, spec.scripts, ws.read)
         pre.extend(run_check(check, ctx) for check in spec.preconditions)
-        plan = FixPlan(spec, pre, keys=keys, source=source)
-        failed = [dict(r, fix=spec.name) for r in pre if not r["ok"]]
-        results.append({"name": spec.name, "version": spec.version, "preconditions": pre})
-        if failed:
-            failures.extend(failed)
-            continue
-        for key in keys:
-            e = ws.entry(*key)
-            plan.before[key] = (e.current, e.mode)
-        try:
-            if source is not None:
-                _revert(plan, source, ws)
-        except ConflictError:
-            if failures:
-                raise_preconditions(failures, results, writable, req.roots)
-            raise
-        ckey = places.key(spec.files) if places is not None and source is None else None
-        cached = places.load(ckey) if ckey else {}
-        records: Dict[int, Any] = {}
-        for i, change in enumerate(spec.files if source is None else ()):
-            e = ws.entry(change.root, change.path)
-            hit = placecache.replay(cached[i], change, e.current) if i in cached else None
-            if hit is not None:
-                e.current, placed, plan.diffs[(change.root, change.path)] = hit
-                records[i] = cached[i]
-            else:
-                text = None if e.current is None else decode(e.current)
-                edits: Optional[List[Tuple[int, int, str]]] = [] if ckey else None
-                try:
-                    new, placed = apply_change(text, change, edits)
-                except ConflictError:
-                    if failures:
-                        raise_preconditions(failures, results, writable, req.roots)
-                    raise
-                new_bytes = None if new is None else encode(new)
-                if edits is not None:
-                    diff = None
-                    if change.op == "modify" and new is not None:  # what fix_result shows
-                        diff = plan.diffs[(change.root, change.path)] = placed_diff(
-                            change.path, change.hunks, [p.line for p in placed])
-                    records[i] = placecache.record(e.current, text, new_bytes, edits, placed, diff)
-                e.current = new_bytes
-            new = e.current
+        return pre
+
+    def read_any(self, root: str, path: str) -> Optional[bytes]:
+        """A dependency may touch a root this target lacks: its files are simply absent."""
+        return self.ws.read(root, path) if root in {r.name for r in self.req.roots} else None
+
+    def place(self, fc: FixChange) -> None:
+        """Place the fix's FILE records, in order, on the files as the workspace holds them."""
+        for change in fc.spec.files:
+            key = (change.root, change.path)
+            e = self.ws.entry(*key)
+            new, placed = apply_change(None if e.current is None else decode(e.current), change)
+            e.current = None if new is None else encode(new)
             if new is None:
                 e.mode = None
             elif change.mode is not None:
                 e.mode = change.mode
             elif e.mode is None:
                 e.mode = 0o644
-            plan.placements.setdefault((change.root, change.path), []).extend(placed)
-            plan.changes.setdefault((change.root, change.path), []).append(change)
-        if ckey and records != cached:
-            places.save(ckey, records)  # type: ignore[union-attr]
-        for k in keys:
-            e = ws.entry(*k)
-            plan.after[k] = (e.current, e.mode)
-        done.update(keys)
-        planned.add(spec.name)
-        plans.append(plan)
-    if failures:
-        raise_preconditions(failures, results, writable, req.roots)
-    return plans
+            fc.placements.setdefault(key, []).extend(placed)
+            fc.changes.setdefault(key, []).append(change)
+
+    def revert_commit(self, fc: FixChange) -> None:
+        """Undo the commit's change in memory, file by file; say which later commits were kept."""
+        from . import revert
+
+        source = fc.source
+        assert source is not None
+        kept: List[str] = []
+        for f in source.files:
+            e = self.ws.entry(source.root, f.path)
+            e.current = revert.revert_file(fc.spec.name, source, f, e.current)
+            e.mode = None if e.current is None else (0o644 if e.mode is None else e.mode)
+            kept.extend(c for c in source.checkout.commits_touching(source.sha, f.repo_path) if c not in kept)
+        if kept:
+            check = fc.preconditions[-1] if fc.preconditions else None
+            for res in fc.preconditions:
+                if res["kind"] == "git-revert":
+                    check = res
+            if check is not None:
+                check["detail"] += "; later commits to its files kept: %s" % "; ".join(kept)
+
+    def refuse_failed(self) -> None:
+        if not self.failures:
+            return
+        if any(f["kind"] == "writable" for f in self.failures):
+            raise auto.permission_denied(self.failures, self.results, self.writable, self.req.roots)
+        cls = (TargetFileMissing if any(f["kind"] == "file-present" for f in self.failures)
+               else PreconditionFailed)
+        raise cls("%d precondition(s) failed; nothing was written:\n%s"
+                  % (len(self.failures), failure_lines(self.failures)),
+                  failures=self.failures, fixes=self.results)
 
 
-def _revert(plan: FixPlan, source: revert.Source, ws: Workspace) -> None:
-    """Undo the commit's change in memory, file by file; say which later commits were kept."""
-    from . import revert
-
-    kept: List[str] = []
-    for f in source.files:
-        e = ws.entry(source.root, f.path)
-        new = revert.revert_file(plan.spec.name, source, f, e.current)
-        e.current = new
-        if new is None:
-            e.mode = None
-        elif e.mode is None:
-            e.mode = 0o644
-        kept.extend(c for c in source.checkout.commits_touching(source.sha, f.repo_path) if c not in kept)
-    if kept:
-        check = plan.preconditions[-1] if plan.preconditions else None
-        for res in plan.preconditions:
-            if res["kind"] == "git-revert":
-                check = res
-        if check is not None:
-            check["detail"] += "; later commits to its files kept: %s" % "; ".join(kept)
-
-
-def _write(req: Request, store: Store, state: Dict[str, Any], ws: Workspace, plans: List[FixPlan],
-           upgrades: Optional[Dict[str, Dict[str, Any]]] = None) -> None:
-    """``upgrades``: the records of the versions taken out (``_take_out``)."""
-    upgrades = upgrades or {}
+def _write(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
+           prepared: List[FixChange], upgrades: Dict[str, Dict[str, Any]]) -> None:
+    """The transaction of an apply; ``upgrades``: the records of the versions taken out."""
     claimed: Set[Tuple[str, str]] = set()
-    for plan in plans:
-        for key in plan.keys:
-            if plan.after[key][0] is not None and plan.before[key][0] is None:
+    for fc in prepared:
+        for key in fc.keys:
+            if fc.after[key][0] is not None and fc.before[key][0] is None:
                 for d in missing_dirs(ws.entry(*key).abs):
                     pair = (key[0], req.roots.relative(key[0], d))  # root-relative: trees move
                     if pair not in claimed:
                         claimed.add(pair)
-                        plan.created_dirs.append(list(pair))
-    writes = [FileWrite(e.root, e.path, e.abs, e.original, e.current, e.original_mode, e.mode, e.owner)
-              for e in ws.changed()]
-    backups = {p.spec.name: [(k[0], k[1], p.before[k][0]) for k in p.keys if p.before[k][0] is not None]
-               for p in plans}
+                        fc.created_dirs.append(list(pair))
+        backups = {fc.spec.name: [(k[0], k[1], fc.before[k][0]) for k in fc.keys
+                              if fc.before[k][0] is not None] for fc in prepared}
 
     def disk(root: str, path: str) -> Optional[bytes]:
         return read_bytes(req.roots.resolve(root, path))
 
     def verify() -> None:
         failures = []
-        for plan in plans:
-            ctx = CheckContext(plan.spec.name, req.roots, req.python, plan.spec.scripts, disk)
-            plan.verification = [run_check(check, ctx) for check in plan.spec.verification]
-            failures.extend(dict(r, fix=plan.spec.name) for r in plan.verification if not r["ok"])
+        for fc in prepared:
+            ctx = CheckContext(fc.spec.name, req.roots, req.python, fc.spec.scripts, disk)
+            fc.verification = [run_check(check, ctx) for check in fc.spec.verification]
+            failures.extend(dict(r, fix=fc.spec.name) for r in fc.verification if not r["ok"])
         if failures:
             raise VerificationFailed(
                 "%d verification check(s) failed after writing; every file was restored:\n%s"
                 % (len(failures), failure_lines(failures)), failures=failures,
-                fixes=[{"name": p.spec.name, "version": p.spec.version, "verification": p.verification}
-                       for p in plans])
+                fixes=[{"name": fc.spec.name, "version": fc.spec.version,
+                        "verification": fc.verification} for fc in prepared])
 
-    cos, items, entries = _commit_items(req, plans) if req.commit else ({}, [], [])
+    cos, items, entries = _commit_items(req, prepared) if req.commit else ({}, [], [])
 
     def commit(txn: str) -> Dict[str, Any]:
         if entries:
             from . import gitcommit
 
             made = gitcommit.make(cos, items, entries, txn)
-            for plan in plans:
-                plan.commits = made.get(plan.spec.name, [])
-        last = {key: plan for plan in plans for key in plan.keys}  # the last writer of each file
-        stamps = stamp_files([(e.abs, e.current) for e in ws.changed()
-                              if e.current is not None], store.path("txn", txn))
+            for fc in prepared:
+                fc.commits = made.get(fc.spec.name, [])
         new_state = dict(state)
         new_state["fixes"] = [f for f in state.get("fixes", []) if f["name"] not in upgrades] + [
-            _record(req, p, txn, {k: stamps[ws.entry(*k).abs] for k in p.keys
-                                  if last[k] is p and ws.entry(*k).abs in stamps})
-            for p in plans]
+            _record(req, fc, txn) for fc in prepared]
         return new_state
 
     old_dirs = {name: created_dirs(rec, req.roots) for name, rec in upgrades.items()}
-    for plan in plans:  # a directory the old version made is the new one's to remove, if empty
-        plan.created_dirs.extend([list(d) for d in old_dirs.get(plan.spec.name, [])
-                                  if list(d) not in plan.created_dirs])
-    run_transaction(store, req.roots, "apply", [p.spec.name for p in plans], writes, backups,
-                    purge=any(p.spec.purge_pycache for p in plans), verify=verify, commit=commit,
-                    versions={p.spec.name: p.spec.version for p in plans},
+    for fc in prepared:  # a directory the old version made is the new one's to remove, if empty
+        fc.created_dirs.extend([list(d) for d in old_dirs.get(fc.spec.name, [])
+                                if list(d) not in fc.created_dirs])
+    run_transaction(store, req.roots, "apply", [fc.spec.name for fc in prepared], ws.changed(), backups,
+                    purge=any(fc.spec.purge_pycache for fc in prepared), verify=verify,
+                    commit=commit, versions={fc.spec.name: fc.spec.version for fc in prepared},
                     remove_dirs=[d for dirs in old_dirs.values() for d in dirs],
                     journal_extra={"git_commits": entries} if entries else None)
 
 
-def _commit_items(req: Request, plans: List[FixPlan]):
+def _commit_items(req: Request, prepared: List[FixChange]):
     """apply --commit: one commit per fix and git root, holding that fix's bytes."""
     from . import gitcommit
 
-    names = sorted({k[0] for p in plans for k in p.keys})
+    names = sorted({k[0] for fc in prepared for k in fc.keys})
     cos = gitcommit.checkouts(req.roots, names)
     items: List[gitcommit.Item] = []
-    for plan in plans:
-        spec = plan.spec
-        extra = ["This reverts commit %s." % plan.source.sha, ""] if plan.source else []
+    for fc in prepared:
+        spec = fc.spec
+        extra = ["This reverts commit %s." % fc.source.sha, ""] if fc.source else []
         text = gitcommit.message(spec.title, spec.rationale, spec.name, spec.version, spec.patches,
                                  extra)
         for name in names:
             if name not in cos:
                 continue
             root = req.roots.get(name)
-            changes = tuple(gitcommit.Change(cos[name].rel(root.mapped(k[1])), *plan.after[k])
-                            for k in plan.keys if k[0] == name and plan.after[k] != plan.before[k])
+            changes = tuple(gitcommit.Change(cos[name].rel(root.mapped(k[1])), *fc.after[k])
+                            for k in fc.keys if k[0] == name and fc.after[k] != fc.before[k])
             if changes:
                 items.append(gitcommit.Item(spec.name, name, text, changes))
     return cos, items, gitcommit.journal_entries(cos, items)
 
 
-def _record(req: Request, plan: FixPlan, txn: str, stamps: Dict[Key, List[int]]) -> Dict[str, Any]:
-    """The fix's entry of state.json; ``stamps``: the stat stamp of each file it wrote last."""
-    spec = plan.spec
+def _record(req: Request, fc: FixChange, txn: str) -> Dict[str, Any]:
+    """The fix's entry of state.json (docs/state.md)."""
+    spec = fc.spec
     files = []
     kept = 0  # numbered as _write hands them to run_transaction: the files with before-bytes
-    for key in plan.keys:
-        (before, mode_before), (after, mode_after) = plan.before[key], plan.after[key]
+    for key in fc.keys:
+        (before, mode_before), (after, mode_after) = fc.before[key], fc.after[key]
         files.append({"root": key[0], "path": key[1], "op": file_op(before, after),
                       "before_sha256": sha256_bytes(before), "after_sha256": sha256_bytes(after),
                       "mode_before": mode_before, "mode": mode_after,
                       "backup": backup_name(spec.name, kept) if before is not None else None})
         kept += before is not None
-        if key in stamps:
-            files[-1]["stat"] = stamps[key]
     return {"name": spec.name, "version": spec.version, "title": spec.title,
             "requires": list(spec.requires), "release": spec.release, "applied_at": utc_now(),
             "txn": txn, "patches": [dict(p) for p in spec.patches], "files": files,
-            "created_dirs": plan.created_dirs, "verification": plan.verification,
+            "created_dirs": fc.created_dirs, "verification": fc.verification,
             "backup_dir": ".patchkit/backups/%s" % spec.name,
             "rollback": {"strategy": spec.strategy}, "purge_pycache": spec.purge_pycache,
-            "commits": list(plan.commits),
-            "revert": ({"root": plan.source.root, "commit": plan.source.sha}
-                       if plan.source is not None else None),
+            "commits": list(fc.commits),
+            "revert": ({"root": fc.source.root, "commit": fc.source.sha}
+                       if fc.source is not None else None),
             "roots": {r.name: r.path for r in req.roots}}

@@ -1,37 +1,18 @@
-"""Durable file operations: atomic replace, directory fsync, cache purge, writability probe.
+"""File operations of the engine: reads, fsyncs, the JSON files of ``.patchkit/``, the
+writability probe.
 
-Every write to a target file goes to a temporary file in the same directory, is fsynced, and
-replaces the original with ``os.replace`` followed by an fsync of the directory, so a crash
-leaves either the old or the new bytes, never a torn file. The temporary name is fixed
-(``.<name>.patchkit-tmp``) so recovery can find and remove one left by a crash.
+A file is written to a temporary sibling and renamed over the original, so a crash leaves the
+old or the new bytes, never a torn file. The temporary name is fixed (``.<name>.patchkit-tmp``)
+so recovery finds and removes one left by a crash.
 """
 
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import stat
-import sys
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
-
-from .faults import fault
-
-
-_stamps: Dict[Tuple[str, ...], str] = {}
-
-
-def code_stamp(*sources: str) -> str:
-    """A short hash of the Python version and these source files, for a cache directory: what
-    one version of the code (and marshal's format) kept is never read by another."""
-    if sources not in _stamps:
-        digest = hashlib.sha256(("%s|" % (sys.version_info[:2],)).encode())
-        for path in sources:
-            with open(path, "rb") as fh:
-                digest.update(fh.read())
-        _stamps[sources] = digest.hexdigest()[:16]
-    return _stamps[sources]
+from typing import Any, List, Optional, Tuple
 
 
 def read_bytes(path: str) -> Optional[bytes]:
@@ -39,9 +20,7 @@ def read_bytes(path: str) -> Optional[bytes]:
     try:
         with open(path, "rb") as fh:
             return fh.read()
-    except FileNotFoundError:
-        return None
-    except IsADirectoryError:
+    except (FileNotFoundError, IsADirectoryError):
         return None
 
 
@@ -55,7 +34,7 @@ def read_with_stat(path: str) -> Tuple[Optional[bytes], Optional[os.stat_result]
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
             return None, None
-        return read_fd(fd, st.st_size), st
+        return read_fd(fd), st
     finally:
         os.close(fd)
 
@@ -79,38 +58,6 @@ def temp_name(path: str) -> str:
     return os.path.join(head, temp_of(tail))
 
 
-def atomic_write(path: str, data: bytes, mode: int, faults: bool = False,
-                 owner: Optional[Tuple[int, int]] = None, sync_dir: bool = True) -> None:
-    """Replace ``path`` with ``data`` (mode ``mode``) so a crash leaves old or new, never half.
-
-    ``sync_dir=False``: the caller fsyncs the directory itself (once for many files) before it
-    relies on the rename being durable.
-    """
-    if faults:
-        fault("write")
-    tmp = write_temp(path, data, mode, owner)
-    if faults:
-        fault("rename")
-    os.replace(tmp, path)
-    if sync_dir:
-        fsync_dir(os.path.dirname(path))
-
-
-def write_temp(path: str, data: bytes, mode: int, owner: Optional[Tuple[int, int]] = None,
-               sync: bool = True) -> str:
-    """Write ``data`` to ``path``'s temporary sibling (fsynced unless ``sync`` is false: the
-    caller then fsyncs it before the rename) and return that name."""
-    tmp = temp_name(path)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        fill_fd(fd, data, mode, owner)
-        if sync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    return tmp
-
-
 def fill_fd(fd: int, data: bytes, mode: int, owner: Optional[Tuple[int, int]]) -> None:
     """Write all of ``data`` to a new file's ``fd``, then give it ``owner`` and ``mode``
     (owner first: a chown clears setuid and setgid)."""
@@ -125,166 +72,41 @@ def fill_fd(fd: int, data: bytes, mode: int, owner: Optional[Tuple[int, int]]) -
     os.fchmod(fd, mode)
 
 
-def fsync_paths(paths: List[str]) -> None:
-    """fsync many files (or directories) at once: the calls run in a few threads, so the file
-    system can commit them together instead of one journal flush per file. Returns when every
-    one is durable; the first failure is raised."""
-    if len(paths) < 8:
-        for path in paths:
-            fsync_dir(path)
-        return
-    _in_threads(fsync_dir, paths, 8)
-
-
-def _in_threads(fn: Callable[[str], None], items: List[str], workers: int) -> None:
-    """``fn`` over ``items`` in ``workers`` threads; the first failure is raised after all
-    threads stop. Plain threads: concurrent.futures costs more to import than they to start."""
-    import threading
-
-    queue = iter(items)
-    lock = threading.Lock()
-    errors: List[BaseException] = []
-
-    def work() -> None:
-        while not errors:
-            with lock:
-                item = next(queue, None)
-            if item is None:
-                return
-            try:
-                fn(item)
-            except BaseException as exc:  # noqa: B902 - re-raised in the caller's thread
-                errors.append(exc)
-
-    threads = [threading.Thread(target=work, daemon=True) for _ in range(min(workers, len(items)))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-
-
-# syncfs(2) through libc, looked up once: None not yet, False unavailable (not Linux, no
-# ctypes, no symbol). Tests set it to False to take the per-file fsync path.
-_syncfs: Union[None, bool, Callable[[int], int]] = None
-
-
-def _syncfs_call() -> Union[bool, Callable[[int], int]]:
-    global _syncfs
-    if _syncfs is None:
-        _syncfs = False
-        if sys.platform.startswith("linux"):
-            try:
-                import ctypes
-
-                fn = ctypes.CDLL(None, use_errno=True).syncfs
-                fn.argtypes = [ctypes.c_int]
-                fn.restype = ctypes.c_int
-                _syncfs = fn
-            except (ImportError, OSError, AttributeError):
-                _syncfs = False
-    return _syncfs
-
-
-# From this many files and directories on, one syncfs beats an fsync each. Below it the
-# fsyncs stay: syncfs also waits for every other process's dirty data on the file system, a
-# few fsyncs do not.
-SYNCFS_FILES = 512
-
-
 def sync_all(files: List[str], dirs: List[str]) -> None:
-    """Make ``files`` (data and inode) and ``dirs`` (their entries) durable before returning.
+    """Make ``files`` (data and inode) and ``dirs`` (their entries) durable before returning:
+    an fsync of each, in a few threads so the file system commits them together rather than
+    one journal flush per file. The first failure is raised."""
+    from concurrent.futures import ThreadPoolExecutor
 
-    For many files and directories on Linux, one ``syncfs(2)`` per file system they are on: a single journal
-    commit instead of one flush per fsync, the same guarantee (syncfs writes back every dirty
-    inode of the file system and waits; since Linux 5.8 it reports write-back errors).
-    Otherwise, or when syncfs fails, every file and directory is fsynced (``fsync_paths``).
-    """
-    call = _syncfs_call() if len(files) + len(dirs) >= SYNCFS_FILES else False
-    if not call:
-        fsync_paths(list(files) + list(dirs))  # one batch: the order among them does not matter
-        return
-    devices = {}  # st_dev -> a directory on that file system
-    for path in set(dirs).union(map(os.path.dirname, files)):
-        try:
-            dev = os.stat(path).st_dev
-        except OSError:
-            continue
-        devices.setdefault(dev, path)
-    failed = set()
-    for dev, path in devices.items():
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            if call(fd) != 0:  # type: ignore[operator]
-                failed.add(dev)
-        finally:
-            os.close(fd)
-    if failed:
-        fsync_paths([p for p in files if os.stat(os.path.dirname(p)).st_dev in failed])
-        fsync_paths([d for d in dirs if os.stat(d).st_dev in failed])
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(fsync_dir, list(files) + list(dirs)))
 
 
-def read_fd(fd: int, size: int = 0) -> bytes:
-    """Everything left to read from ``fd`` (``size``: the expected size, to read it at once)."""
+def read_fd(fd: int) -> bytes:
+    """Everything left to read from ``fd``."""
     chunks = []
     while True:
-        chunk = os.read(fd, max(size, 65536))
+        chunk = os.read(fd, 1 << 20)
         if not chunk:
             return b"".join(chunks)
         chunks.append(chunk)
 
 
-def stat_stamp(st: os.stat_result) -> List[int]:
-    """What a file's stat must still say for its recorded hash to be trusted without reading it
-    (docs/state.md, "Stat stamps"): device, inode, size, mtime and ctime in ns."""
-    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
-
-
-def stamp_files(files: List[Tuple[str, bytes]], scratch: str) -> Dict[str, List[int]]:
-    """A stat stamp of each (path, bytes) whose file holds exactly those bytes, such that any
-    later change of the file changes the stamp (git's racy-index rule, made strict).
-
-    A change of a file sets its ctime to the file system's clock (which the user cannot set).
-    ``clock`` is that clock now, read from a file created in ``scratch``; a file is stamped only
-    when it is on that same file system (same clock granularity), its ctime is strictly before
-    ``clock``, its bytes read *after* that are those bytes, and its stat did not move while
-    they were read. A later change then gets a ctime >= ``clock`` > the stamped one. A file
-    that fails any of this gets no stamp and is hashed by every status.
-    """
-    probe = os.path.join(scratch, ".clock-%d" % os.getpid())
-    fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+def write_json(path: str, data: Any, durable: bool = True) -> None:
+    """Replace ``path`` with ``data`` as compact JSON through its temporary sibling;
+    ``durable=False``: neither the file nor its directory is fsynced."""
+    tmp = temp_name(path)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        ref = os.fstat(fd)
+        fill_fd(fd, (json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n").encode(),
+                0o644, None)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
-        os.unlink(probe)
-    out: Dict[str, List[int]] = {}
-    for path, expected in files:
-        try:
-            first = os.stat(path)
-            if (not stat.S_ISREG(first.st_mode) or first.st_dev != ref.st_dev
-                    or first.st_ctime_ns >= ref.st_mtime_ns or first.st_size != len(expected)):
-                continue
-            with open(path, "rb") as fh:
-                data = fh.read()
-            if data != expected:  # compared, not hashed: the bytes are at hand
-                continue
-            if stat_stamp(os.stat(path)) == stat_stamp(first):
-                out[path] = stat_stamp(first)
-        except OSError:
-            continue
-    return out
-
-
-def write_json(path: str, data: Any, durable: bool = True) -> None:
-    """Replace ``path`` with ``data`` as compact JSON, atomically; ``durable=False``: neither
-    the file nor its directory is fsynced (the caller syncs it, or it needs no durability)."""
-    text = json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n"
+    os.replace(tmp, path)
     if durable:
-        atomic_write(path, text.encode("utf-8"), 0o644)
-    else:
-        os.replace(write_temp(path, text.encode("utf-8"), 0o644, sync=False), path)
+        fsync_dir(os.path.dirname(path))
 
 
 def nearest_existing_dir(path: str) -> str:
@@ -297,16 +119,22 @@ def nearest_existing_dir(path: str) -> str:
     return cur
 
 
+def missing_dirs(path: str) -> List[str]:
+    """The directories to make for file ``path``, outermost first."""
+    top, cur, out = nearest_existing_dir(os.path.dirname(path)), os.path.dirname(path), []
+    while cur != top:
+        out.append(cur)
+        cur = os.path.dirname(cur)
+    return out[::-1]
+
+
 def probe_writable(directory: str) -> Optional[str]:
     """None if files can be created in ``directory``, else why not; creates no file.
 
-    ``os.access`` alone is not enough: root passes it on a read-only mount or an immutable
-    directory. So an unnamed file is opened in the directory (``O_TMPFILE``): the kernel checks
-    exactly what creating a file checks (permissions, read-only mount, immutable directory,
-    quota of inodes), but the file has no name, so nothing appears in the directory, its times
-    do not change, and a kill at that moment leaves nothing behind. Where ``O_TMPFILE`` is not
-    supported, ``os.access`` and the mount's read-only flag answer instead.
-    """
+    ``os.access`` alone passes root on a read-only mount or an immutable directory, so an
+    unnamed ``O_TMPFILE`` file is opened there: the kernel checks what creating a file checks,
+    and no name appears (not even the directory's times change). Where ``O_TMPFILE`` is not
+    supported, ``os.access`` and the mount's read-only flag answer."""
     if not os.access(directory, os.W_OK | os.X_OK):
         return "no write permission on %s" % directory
     flag = getattr(os, "O_TMPFILE", 0)

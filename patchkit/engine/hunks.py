@@ -1,22 +1,17 @@
 """Hunk placement with zero fuzz: a FILE record of the engine request applied to text in memory.
 
-A hunk's old side (its " " and "-" lines) must match the file exactly. It is tried first at the
-line the patch names, moved by the offset the previous hunk was found at, then at the nearest
-exact match searching outward. Nothing is ever matched approximately: a hunk whose context
-differs by one line is a conflict even where GNU patch would fuzz it, because a fuzzed hunk in
-a production tree is a silent wrong edit. Text is the file's bytes decoded as UTF-8 with
-``surrogateescape`` and split on "\\n" only, so CRLF, a missing final newline and non-UTF-8
-bytes all survive unchanged.
+A hunk's old side must match the file exactly, at the line the patch names (moved by the offset
+of the previous hunk) or the nearest exact match: a fuzzed hunk in a production tree is a
+silent wrong edit. Text is the bytes decoded as UTF-8 with ``surrogateescape`` and split on
+"\\n" only, so CRLF, a missing final newline and non-UTF-8 bytes survive unchanged.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
-from operator import itemgetter
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import ConflictError, PatchFormatError, UsageError
@@ -33,118 +28,41 @@ def encode(text: str) -> bytes:
     return text.encode("utf-8", "surrogateescape")
 
 
-# The same bytes are hashed at several steps of one request (checks, journal, result, state);
-# the engine's ``run`` empties this memo before and after each request. Keyed by the bytes
-# themselves (a dict compares them on a hit), so a hash can only be of exactly these bytes.
-_sha_memo: Dict[bytes, str] = {}
-
-
 def sha256_bytes(data: Optional[bytes]) -> Optional[str]:
-    if data is None:
-        return None
-    found = _sha_memo.get(data)
-    if found is None:
-        found = _sha_memo[data] = hashlib.sha256(data).hexdigest()
-    return found
-
-
-def clear_memo() -> None:
-    _sha_memo.clear()
-
-
-_LINE = re.compile(r"[^\n]*\n|[^\n]+\Z")
+    return None if data is None else hashlib.sha256(data).hexdigest()
 
 
 def split_lines(text: str) -> List[str]:
-    """Split on "\\n" only, keeping each line's ending; the last line may have none.
+    """Split on "\\n" only (``str.splitlines`` also splits on "\\r", form feeds...),
+    keeping each line's ending; the last line may have none."""
+    parts = text.split("\n")
+    last = parts.pop()
+    lines = [part + "\n" for part in parts]
+    if last:
+        lines.append(last)
+    return lines
 
-    ``str.splitlines`` is the fast path: it breaks at every "\\n" and at other characters
-    too ("\\r", "\\x0c", ...), so when it finds exactly as many lines as there are "\\n"-lines
-    its breaks are the "\\n" ones; otherwise the regex splits on "\\n" alone."""
-    lines = text.splitlines(True)
-    if len(lines) == text.count("\n") + (text[-1:] not in ("\n", "")):
-        return lines
-    return _LINE.findall(text)
 
-
+@dataclass(frozen=True)
 class Hunk:
-    """One hunk. ``lines`` is given, or built on first use from ``body`` (the request's patch
-    text of the lines): placement reads only ``old`` and ``new``, which a body without a
-    marker gives directly, so a release's worth of hunks never becomes ~10^5 tuples."""
+    """One hunk: its header and its ``(kind, text)`` lines; ``body`` is the request's patch
+    text of the lines when it carried one (docs/design.md, FILE)."""
 
-    __slots__ = ("index", "old_start", "old_count", "new_start", "new_count", "body", "_lines",
-                 "_old", "_new")
+    index: int  # 1-based position in its FILE record
+    old_start: int
+    old_count: int
+    new_start: int
+    new_count: int
+    lines: Tuple[Tuple[str, str], ...] = field(repr=False)
+    body: Optional[str] = field(default=None, compare=False, repr=False)
 
-    def __init__(self, index: int, old_start: int, old_count: int, new_start: int, new_count: int,
-                 lines: Optional[Tuple[Tuple[str, str], ...]] = None,
-                 body: Optional[str] = None) -> None:
-        if lines is None and body is None:
-            lines = ()
-        self.index = index  # 1-based position in its FILE record
-        self.old_start = old_start
-        self.old_count = old_count
-        self.new_start = new_start
-        self.new_count = new_count
-        self.body = body
-        self._lines = lines
-        self._old: Optional[List[str]] = None
-        self._new: Optional[List[str]] = None
-
-    @property
-    def lines(self) -> Tuple[Tuple[str, str], ...]:
-        if self._lines is None:
-            self._lines = body_lines(self.body or "")
-        return self._lines
-
-    def _sides(self) -> None:
-        body = self.body
-        if self._lines is None and body is not None and "\n\\" not in body \
-                and not body.startswith("\\"):
-            # no marker: the body's lines, each a tag then its text (checked by _hunk)
-            parts = split_lines(body)
-            self._old = [p[1:] for p in parts if p[0] != "+"]
-            self._new = [p[1:] for p in parts if p[0] != "-"]
-            return
-        lines = self.lines
-        self._old = [t for k, t in lines if k == " " or k == "-"]
-        self._new = [t for k, t in lines if k == " " or k == "+"]
-
-    # Computed once per hunk (placement reads them several times); callers never mutate them.
-    @property
+    @cached_property
     def old(self) -> List[str]:
-        if self._old is None:
-            self._sides()
-        return self._old  # type: ignore[return-value]
+        return [t for k, t in self.lines if k != "+"]
 
-    @property
+    @cached_property
     def new(self) -> List[str]:
-        if self._new is None:
-            self._sides()
-        return self._new  # type: ignore[return-value]
-
-    @property
-    def new_text(self) -> str:
-        """The new side as one string; a pure insertion sent as a body without a marker (every
-        line of a created file) is that body without its tags, in two C-level passes."""
-        body = self.body
-        if self.old_count == 0 and self._lines is None and body is not None \
-                and body[-1:] == "\n" and "\n\\" not in body and body[:1] == "+":
-            return body[1:].replace("\n+", "\n")
-        return "".join(self.new)
-
-    def _key(self) -> Tuple[Any, ...]:
-        return (self.index, self.old_start, self.old_count, self.new_start, self.new_count,
-                self.lines)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Hunk) and self._key() == other._key()
-
-    def __hash__(self) -> int:
-        return hash(self._key())
-
-    def __repr__(self) -> str:
-        return "Hunk(index=%d, old_start=%d, old_count=%d, new_start=%d, new_count=%d)" % (
-            self.index, self.old_start, self.old_count, self.new_start, self.new_count)
+        return [t for k, t in self.lines if k != "-"]
 
     @property
     def expected_index(self) -> int:
@@ -161,8 +79,8 @@ class Hunk:
 class FileChange:
     """One FILE record: the hunks of one patch for one file.
 
-    ``source`` is the hunks, or (lazy) the request's hunk records and the fix's name: they are
-    checked and built on first use of ``hunks`` (a status reads no hunk of a recorded fix).
+    ``source`` is the hunks, or the request's hunk records and the fix's name, checked and
+    built on first use of ``hunks`` (a status reads no hunk of a recorded fix).
     """
 
     root: str
@@ -177,8 +95,7 @@ class FileChange:
         if isinstance(self.source, tuple):
             return self.source
         raw, fix = self.source
-        where = "%s:%s" % (self.root, self.path)
-        return tuple(_hunk(h, i, fix, self.patch, where) for i, h in enumerate(raw, 1))
+        return tuple(_hunk(h, i, fix, self.patch, self.where) for i, h in enumerate(raw, 1))
 
     @property
     def where(self) -> str:
@@ -226,11 +143,7 @@ _MARKER = "\\ No newline at end of file\n"
 def hunk_body(lines: Any) -> str:
     """The compact ``body`` of a hunk (docs/design.md, FILE): its lines in the patch's own
     notation, a tag then the text, and after a text without a final "\\n" a newline and the
-    "\\ No newline at end of file" marker. :func:`body_lines` reads it back exactly (texts
-    as :func:`split_lines` makes them: a "\\n" only at the end)."""
-    body = "".join([kind + text for kind, text in lines])
-    if body.count("\n") == len(lines):  # every text ends in "\n": no marker needed
-        return body
+    "\\ No newline at end of file" marker. :func:`body_lines` reads it back exactly."""
     out = []
     for kind, text in lines:
         out.append(kind + text)
@@ -242,13 +155,6 @@ def hunk_body(lines: Any) -> str:
 def body_lines(body: str) -> Tuple[Tuple[str, str], ...]:
     """The ``(kind, text)`` lines of a hunk ``body``: split on "\\n" only; a line starting
     with "\\" is a marker that takes the "\\n" off the text before it."""
-    if "\n\\" not in body and not body.startswith("\\"):  # no marker: one split, one slice
-        parts = body.split("\n")
-        last = parts.pop()
-        lines = [(p[:1], p[1:] + "\n") for p in parts]
-        if last:
-            lines.append((last[:1], last[1:]))
-        return tuple(lines)
     out: List[Tuple[str, str]] = []
     for line in split_lines(body):
         if line[0] == "\\":
@@ -261,32 +167,24 @@ def body_lines(body: str) -> Tuple[Tuple[str, str], ...]:
 
 
 def _hunk(data: Any, index: int, fix: str, patch: str, where: str) -> Hunk:
-    # A release's worth of hunks has ~10^5 lines: the checks run as C-level count/map/set
-    # passes, and a body without a marker is only counted here (split when placed).
     try:
         body = data.get("body")
-        lines = None
         if body is not None:
             if not isinstance(body, str):
                 raise TypeError("body is not a string")
-            kinds = _body_kinds(body)
-            if kinds is None:  # a marker or a line without a tag: the full split says which
-                lines = body_lines(body)
+            lines = body_lines(body)
         else:
             lines = tuple(map(tuple, data["lines"]))
-            if set(map(len, lines)) - {2}:
+            if any(len(line) != 2 for line in lines):
                 raise ValueError("a line is not a [kind, text] pair")
-            if set(map(type, map(_text, lines))) - {str}:
-                lines = tuple((str(k), str(t)) for k, t in lines)
+            lines = tuple((str(k), str(t)) for k, t in lines)
         hunk = Hunk(index, int(data["old_start"]), int(data["old_count"]),
-                    int(data["new_start"]), int(data["new_count"]), lines,  # type: ignore[arg-type]
-                    body)
-        if lines is not None:
-            kinds = Counter(map(_kind, lines))
+                    int(data["new_start"]), int(data["new_count"]), lines, body)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise PatchFormatError("fix %s, %s: hunk #%d of %s for %s is malformed (%s)"
                                % (fix, patch, index, patch, where, exc),
                                fix=fix, patch=patch, hunk=index) from None
+    kinds = Counter(k for k, _t in lines)
     old, new = kinds[" "] + kinds["-"], kinds[" "] + kinds["+"]
     if set(kinds) - _KINDS or old != hunk.old_count or new != hunk.new_count:
         raise PatchFormatError(
@@ -297,45 +195,15 @@ def _hunk(data: Any, index: int, fix: str, patch: str, where: str) -> Hunk:
     return hunk
 
 
-def _body_kinds(body: str) -> Optional[Dict[str, int]]:
-    """The number of lines of each tag of a body without a marker, by counting; None when the
-    body has a marker or a line whose tag is none of " ", "-", "+" (the caller splits it)."""
-    if not body:
-        return {" ": 0, "-": 0, "+": 0}
-    if "\n\\" in body or body[0] == "\\":
-        return None
-    first, count = body[0], body.count
-    kinds = {" ": count("\n ") + (first == " "), "-": count("\n-") + (first == "-"),
-             "+": count("\n+") + (first == "+")}
-    total = body.count("\n") + (body[-1] != "\n")
-    return kinds if sum(kinds.values()) == total else None
-
-
-_kind = itemgetter(0)
-_text = itemgetter(1)
-
-
+@dataclass(frozen=True)
 class Placement:
-    """Where one hunk landed (a plain class with slots: ~10^4 per release-sized apply, and
-    cheaper to define than a dataclass)."""
+    """Where one hunk landed."""
 
-    __slots__ = ("patch", "index", "expected_line", "line", "offset")
-
-    def __init__(self, patch: str, index: int, expected_line: int, line: int, offset: int) -> None:
-        self.patch, self.index, self.expected_line, self.line, self.offset = (
-            patch, index, expected_line, line, offset)
-
-    def _key(self) -> Tuple[str, int, int, int, int]:
-        return (self.patch, self.index, self.expected_line, self.line, self.offset)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Placement) and self._key() == other._key()
-
-    def __hash__(self) -> int:
-        return hash(self._key())
-
-    def __repr__(self) -> str:
-        return "Placement(patch=%r, index=%d, expected_line=%d, line=%d, offset=%d)" % self._key()
+    patch: str
+    index: int
+    expected_line: int
+    line: int
+    offset: int
 
     def to_dict(self) -> Dict[str, Any]:
         return {"patch": self.patch, "index": self.index, "expected_line": self.expected_line,
@@ -361,21 +229,14 @@ def locate(lines: Sequence[str], old: Sequence[str], expected: int, lo: int = 0)
     return None
 
 
-def apply_change(text: Optional[str], change: FileChange,
-                 edits: Optional[List[Tuple[int, int, str]]] = None
-                 ) -> Tuple[Optional[str], List[Placement]]:
-    """Apply one FILE record to the current text (None: the file is absent).
-
-    ``edits``: if given, receives the change as (start, end, new text) ranges of ``text``
-    (character offsets), what ``placecache`` replays on the next apply."""
+def apply_change(text: Optional[str], change: FileChange) -> Tuple[Optional[str], List[Placement]]:
+    """Apply one FILE record to the current text (None: the file is absent)."""
     if change.op == "create":
         if text is not None:
             raise ConflictError("%s: %s creates this file but it already exists; remove it or "
                                 "roll back whatever created it" % (change.where, change.patch),
                                 root=change.root, path=change.path, patch=change.patch)
-        new = "".join([h.new_text for h in change.hunks])
-        if edits is not None:
-            edits.append((0, 0, new))
+        new = "".join([t for h in change.hunks for t in h.new])
         return new, [Placement(change.patch, h.index, h.new_start, h.new_start, 0) for h in change.hunks]
     if text is None:
         raise ConflictError("%s: %s changes this file but it does not exist"
@@ -389,11 +250,11 @@ def apply_change(text: Optional[str], change: FileChange,
                       "deletes this file but its content differs from the patch")
         return None, [Placement(change.patch, h.index, h.old_start, h.old_start, 0) for h in change.hunks]
     placements: List[Placement] = []
-    found_at: List[Tuple[int, Hunk]] = []
-    lo, carried = 0, 0
+    out: List[str] = []
+    prev, carried = 0, 0  # where the file is copied up to; the offset of the previous hunk
     for hunk in change.hunks:
         expected = hunk.expected_index + carried
-        idx = locate(lines, hunk.old, expected, lo)
+        idx = locate(lines, hunk.old, expected, prev)
         if idx is None:
             _conflict(change, hunk, lines, hunk.old, max(0, min(expected, len(lines))),
                       "does not apply: its context is not in the file (zero fuzz)")
@@ -402,23 +263,11 @@ def apply_change(text: Optional[str], change: FileChange,
         line = idx if hunk.old_count == 0 else idx + 1
         placements.append(Placement(change.patch, hunk.index, hunk.old_start, line,
                                     line - hunk.old_start))
-        found_at.append((idx, hunk))
-        lo = idx + len(hunk.old)
-    out: List[str] = []
-    prev = 0
-    at = 0  # character offset of lines[prev]
-    for idx, hunk in found_at:
         out.extend(lines[prev:idx])
         out.extend(hunk.new)
-        if edits is not None:
-            at += sum(map(len, lines[prev:idx]))
-            end = at + sum(map(len, hunk.old))
-            edits.append((at, end, "".join(hunk.new)))
-            at = end
         prev = idx + len(hunk.old)
     out.extend(lines[prev:])
-    new_text = "".join(out)
-    return new_text, placements
+    return "".join(out), placements
 
 
 def _conflict(change: FileChange, hunk: Optional[Hunk], lines: Sequence[str], old: Sequence[str],

@@ -1,9 +1,6 @@
-"""Is a fix's change in the files, whether or not patchkit recorded it?
-
-Shared by ``status`` (an unrecorded fix shown as ``present-unrecorded`` or ``partly-present``)
-and by apply's ``requires`` check (a fork may carry a prerequisite fix as a commit of its own,
-so the fix counts as applied when its change is in the files).
-"""
+"""Is a fix's change in the files, whether or not patchkit recorded it? For ``status`` (an
+unrecorded fix ``present-unrecorded`` or ``partly-present``) and apply's ``requires`` check (a
+fork may carry a prerequisite fix as a commit of its own)."""
 
 from __future__ import annotations
 
@@ -26,13 +23,10 @@ class Presence:
 
 
 def detect(files: Tuple[FileChange, ...], read: Reader) -> Presence:
-    """Reverse-place each hunk's new side in the current files.
-
-    Changes are undone newest first, so a later patch that edits lines an earlier one added
-    does not hide the earlier one. A hunk counts as present when its new side is found and its
-    old side is not; when both are found (e.g. a pure deletion's context) it proves nothing.
-    Only the files the fix touches are read.
-    """
+    """Reverse-place each hunk's new side in the current files, newest change first (so a
+    later patch editing lines an earlier one added does not hide it). A hunk is present when
+    its new side is found and its old side is not; both found (a pure deletion's context)
+    proves nothing."""
     texts: Dict[Key, Optional[str]] = {}
     units: Dict[Key, List[Optional[bool]]] = {}
     for change in reversed(files):

@@ -1,25 +1,23 @@
-"""The rollback op: the apply transaction run in the other direction.
-
-A file is only put back if it still holds the bytes patchkit wrote (its recorded after-hash);
-otherwise someone changed it since, and rolling back would silently lose that change, so it is
-refused as drift unless ``force``. Originals come from the backups kept at apply (strategy
-``restore``) or from reverse-applying the series (strategy ``reverse``).
+"""The rollback op: the apply transaction run in the other direction. A file that no longer
+holds the bytes patchkit wrote is drift, refused unless ``force``. Originals come from the
+backups (strategy ``restore``), the reversed series (``reverse``), or a revert of the commits
+``apply --commit`` made.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from ..errors import (ConflictError, DriftError, NotApplied, PreconditionFailed, TargetError,
                       VersionMismatch)
 from . import auto, gitcli, gitcommit, revert
-from .apply import FixPlan, fix_result
+from .apply import FixChange, fix_result
 from .fsops import read_bytes
 from .hunks import apply_change, decode, encode, sha256_bytes
 from .request import Request, check_patch_paths
 from .store import Store, created_dirs
-from .txn import FileWrite, run_transaction
+from .txn import run_transaction
 from .workspace import Workspace
 
 
@@ -35,22 +33,22 @@ def rollback(req: Request, store: Store) -> List[Dict[str, Any]]:
     check_patch_paths(req.roots, req.fixes)
     ws = Workspace(req.roots)
     drift: List[Dict[str, Any]] = []
-    plans: List[FixPlan] = []
-    reverts: List[Tuple[FixPlan, List[revert.Source]]] = []
+    prepared: List[FixChange] = []
+    reverts: List[Tuple[FixChange, List[revert.Source]]] = []
     order = {f["name"]: i for i, f in enumerate(state.get("fixes", []))}
     # newest first: each fix then finds its files as it left them, once the later fixes of
     # this request that touched the same files are (in memory) rolled back
     for spec in sorted(req.fixes, key=lambda s: -order[s.name]):
         rec = recorded[spec.name]
-        plan = FixPlan(spec, [])
+        fc = FixChange(spec, [])
         sources = _committed(req, rec)
         git_roots = {src.root for src in sources}
         dirty = _uncommitted(req, rec, git_roots)
         for f in rec.get("files", []):
             key = (f["root"], f["path"])
             e = ws.entry(*key)
-            plan.keys.append(key)
-            plan.before[key] = (e.current, e.mode)
+            fc.keys.append(key)
+            fc.before[key] = (e.current, e.mode)
             have = sha256_bytes(e.current)
             # a committed file may have moved on with later commits (the revert keeps them);
             # only uncommitted changes to it are drift
@@ -62,15 +60,15 @@ def rollback(req: Request, store: Store) -> List[Dict[str, Any]]:
             for src in sources:
                 for rf in src.files:
                     e = ws.entry(src.root, rf.path)
-                    if (src.root, rf.path) not in plan.keys:
-                        plan.keys.append((src.root, rf.path))
-                        plan.before[(src.root, rf.path)] = (e.current, e.mode)
+                    if (src.root, rf.path) not in fc.keys:
+                        fc.keys.append((src.root, rf.path))
+                        fc.before[(src.root, rf.path)] = (e.current, e.mode)
                     e.current = revert.revert_file(spec.name, src, rf, e.current)
                     e.mode = None if e.current is None else (e.mode or 0o644)
             restore_in_memory(store, ws, dict(rec, files=[f for f in rec.get("files", [])
                                                  if f["root"] not in git_roots]))
-            plan.source = sources[0]
-            reverts.append((plan, sources))
+            fc.source = sources[0]
+            reverts.append((fc, sources))
         elif spec.strategy == "reverse":
             if int(rec.get("version", 0)) != spec.version:
                 raise VersionMismatch(
@@ -79,17 +77,15 @@ def rollback(req: Request, store: Store) -> List[Dict[str, Any]]:
                     "version that was applied" % (spec.name, rec.get("version"), spec.version),
                     fix=spec.name)
             try:
-                _reverse(ws, plan)
+                _reverse(ws, fc)
             except ConflictError:
                 if drift and not req.force:
                     break
                 raise
         else:
             restore_in_memory(store, ws, rec)
-        for key in plan.keys:
-            e = ws.entry(*key)
-            plan.after[key] = (e.current, e.mode)
-        plans.append(plan)
+        fc.snapshot(ws, fc.after)
+        prepared.append(fc)
     if drift and not req.force:
         raise DriftError(
             "%d file(s) changed since patchkit applied them; rolling back would discard those "
@@ -106,40 +102,32 @@ def rollback(req: Request, store: Store) -> List[Dict[str, Any]]:
         raise auto.permission_denied(failed, [{"name": n, "version": recorded[n].get("version"),
                                        "preconditions": checks} for n in names],
                                      probed, req.roots)
-    for plan in plans:
-        plan.preconditions = [r for r in checks]
+    for fc in prepared:
+        fc.preconditions = list(checks)
     if not req.dry_run:
-        writes = [FileWrite(e.root, e.path, e.abs, e.original, e.current, e.original_mode, e.mode,
-                            e.owner) for e in ws.changed()]
-
-        def commit(txn: str) -> Dict[str, Any]:
-            new_state = dict(state)
-            new_state["fixes"] = [f for f in state.get("fixes", []) if f["name"] not in names]
-            return new_state
-
         cos, items = _revert_items(req, recorded, reverts)
         entries = gitcommit.journal_entries(cos, items)
 
-        def commit_all(txn: str) -> Dict[str, Any]:
+        def commit(txn: str) -> Dict[str, Any]:
             if entries:
                 made = gitcommit.make(cos, items, entries, txn)
-                for plan, _ in reverts:
-                    plan.commits = made.get(plan.spec.name, [])
-            return commit(txn)
+                for fc, _ in reverts:
+                    fc.commits = made.get(fc.spec.name, [])
+            return dict(state, fixes=[f for f in state.get("fixes", []) if f["name"] not in names])
 
         purge = any(spec.purge_pycache or recorded[spec.name].get("purge_pycache", True)
                     for spec in req.fixes)
-        run_transaction(store, req.roots, "rollback", names, writes, {}, purge=purge,
-                        verify=lambda: None, commit=commit_all,
+        run_transaction(store, req.roots, "rollback", names, ws.changed(), {}, purge=purge,
+                        verify=lambda: None, commit=commit,
                         versions={n: recorded[n].get("version") for n in names},
                         remove_dirs=[d for n in names for d in created_dirs(recorded[n], req.roots)],
                         journal_extra={"git_commits": entries} if entries else None)
     outcome = "would-roll-back" if req.dry_run else "rolled-back"
     out = {}
-    for plan in plans:
-        res = fix_result(plan, outcome)
-        res["version"] = recorded[plan.spec.name].get("version")
-        out[plan.spec.name] = res
+    for fc in prepared:
+        res = fix_result(fc, outcome)
+        res["version"] = recorded[fc.spec.name].get("version")
+        out[fc.spec.name] = res
     return [out[n] for n in names]
 
 
@@ -184,18 +172,18 @@ def _uncommitted(req: Request, rec: Dict[str, Any], git_roots: Set[str]) -> Set[
 
 
 def _revert_items(req: Request, recorded: Dict[str, Dict[str, Any]],
-                  reverts: List[Tuple[FixPlan, List[revert.Source]]]):
+                  reverts: List[Tuple[FixChange, List[revert.Source]]]):
     """One revert commit per committed fix and root, like ``git revert --no-edit``."""
     cos = {src.root: src.checkout for _, sources in reverts for src in sources}
     items: List[gitcommit.Item] = []
-    for plan, sources in reverts:
-        rec = recorded[plan.spec.name]
+    for fc, sources in reverts:
+        rec = recorded[fc.spec.name]
         for src in sources:
             subject = src.title.split(" ", 1)[1] if " " in src.title else src.title
             text = gitcommit.message('Revert "%s"' % subject, "This reverts commit %s." % src.sha,
                                      rec["name"], int(rec.get("version") or 0),
                                      rec.get("patches") or [], ["Patchkit-Rollback: yes"])
-            changes = tuple(gitcommit.Change(rf.repo_path, *plan.after[(src.root, rf.path)])
+            changes = tuple(gitcommit.Change(rf.repo_path, *fc.after[(src.root, rf.path)])
                             for rf in src.files)
             items.append(gitcommit.Item(rec["name"], src.root, text, changes))
     return cos, items
@@ -214,20 +202,15 @@ def _refuse_blocked(state: Dict[str, Any], names: List[str]) -> None:
             "both together" % ("; ".join("applied fix %s requires %s" % b for b in blockers),
                                " ".join(sorted({b[0] for b in blockers}))),
             blockers=[{"fix": b[1], "required_by": b[0]} for b in blockers])
-    later = later_writers(state, names)
-    if later:
-        raise PreconditionFailed(
-            "cannot roll back: %s; roll the later fix back first or together with it "
-            "(patchkit rollback %s)"
-            % ("; ".join("fix %s was applied after %s and also changed %s"
-                         % (b["changed_after_by"], b["fix"], ", ".join(b["files"])) for b in later),
-               " ".join(sorted({b["changed_after_by"] for b in later}) + list(names))),
-            blockers=later)
+    refuse_later_writers(state, names, "roll back", "roll the later fix back first or together "
+                         "with it (patchkit rollback %s)", also=names)
 
 
-def later_writers(state: Dict[str, Any], names: List[str]) -> List[Dict[str, Any]]:
-    """Each fix of ``names`` whose files a fix applied after it, not among ``names``, changed
-    too (``{fix, changed_after_by, files}``): putting the fix's backups back would wipe that."""
+def refuse_later_writers(state: Dict[str, Any], names: List[str], action: str, remedy: str,
+                         also: Sequence[str] = ()) -> None:
+    """Refuse when a fix applied after one of ``names``, and not among them, changed the same
+    files: putting their bytes back would wipe its change. ``remedy`` gets the fixes to roll
+    back (the later ones, then ``also``)."""
     applied = list(state.get("fixes", []))
     later = []
     for i, rec in enumerate(applied):
@@ -238,7 +221,12 @@ def later_writers(state: Dict[str, Any], names: List[str]) -> List[Dict[str, Any
             shared = sorted(mine & {"%s:%s" % (f["root"], f["path"]) for f in other.get("files", [])})
             if shared and other["name"] not in names:
                 later.append({"fix": rec["name"], "changed_after_by": other["name"], "files": shared})
-    return later
+    if later:
+        raise PreconditionFailed("cannot %s: %s; %s" % (
+            action, "; ".join("fix %s was applied after %s and also changed %s"
+                              % (b["changed_after_by"], b["fix"], ", ".join(b["files"])) for b in later),
+            remedy % " ".join(sorted({b["changed_after_by"] for b in later}) + list(also))),
+            blockers=later)
 
 
 def restore_in_memory(store: Store, ws: Workspace, rec: Dict[str, Any]) -> None:
@@ -259,13 +247,10 @@ def restore_in_memory(store: Store, ws: Workspace, rec: Dict[str, Any]) -> None:
         e.mode = f.get("mode_before") if data is not None else None
 
 
-def _reverse(ws: Workspace, plan: FixPlan) -> None:
-    for change in reversed(plan.spec.files):
+def _reverse(ws: Workspace, fc: FixChange) -> None:
+    for change in reversed(fc.spec.files):
         e = ws.entry(change.root, change.path)
         new, placed = apply_change(None if e.current is None else decode(e.current), change.reversed())
         e.current = None if new is None else encode(new)
-        if new is None:
-            e.mode = None
-        elif e.mode is None:
-            e.mode = 0o644
-        plan.placements.setdefault((change.root, change.path), []).extend(placed)
+        e.mode = None if new is None else (0o644 if e.mode is None else e.mode)
+        fc.placements.setdefault((change.root, change.path), []).extend(placed)

@@ -1,13 +1,9 @@
-"""Writing inside a root without following a symlink: every write of a transaction is made
-through directory file descriptors opened from the root downwards with ``O_NOFOLLOW``.
-
-Paths are checked when a request is planned (``paths.Roots``), but a directory of the root can
-be swapped for a symlink between that check and the write. So a write never goes through a
-path string: each directory component is opened relative to its parent's descriptor and must
-be a real directory, and the temp file, the rename, the unlink, the backup link and the
-``__pycache__`` removal all act on names relative to such a descriptor. A component that became
-a symlink (or a file) stops the write with :class:`UnsafePathError`; nothing is written through it.
-Paths here are relative to the root's real directory and in its own layout (``Roots.relative``).
+"""Writing inside a root without following a symlink (docs/state.md, "Writes never follow a
+symlink"): a directory checked when the request was read can be swapped for a link before the
+write, so every write of a transaction acts on names relative to directory descriptors opened
+from the root down with ``O_NOFOLLOW``. A component that became a symlink (or a file) stops it
+with :class:`UnsafePathError`. Paths are relative to the root's real directory, in its own
+layout (``Roots.relative``).
 """
 
 from __future__ import annotations
@@ -43,11 +39,9 @@ class RootDirs:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def directory(self, root: str, rel_dir: str, create: bool = False,
-                  created: Optional[List[str]] = None) -> int:
+    def directory(self, root: str, rel_dir: str, create: bool = False) -> int:
         """The descriptor of directory ``rel_dir`` of ``root`` ("" is the root itself), each
-        component opened without following symlinks; ``create``: make missing ones (their
-        paths are appended to ``created``, outermost first)."""
+        component opened without following symlinks; ``create``: make missing ones."""
         key = (root, rel_dir)
         fd = self._fds.get(key)
         if fd is not None:
@@ -56,15 +50,13 @@ class RootDirs:
             fd = os.open(self.roots.get(root).real, os.O_RDONLY | os.O_DIRECTORY)
         else:
             head, _sep, name = rel_dir.rpartition("/")
-            parent = self.directory(root, head, create, created)
+            parent = self.directory(root, head, create)
             try:
                 fd = os.open(name, _DIR, dir_fd=parent)
             except FileNotFoundError:
                 if not create:
                     raise
                 os.mkdir(name, 0o755, dir_fd=parent)
-                if created is not None:
-                    created.append(rel_dir)
                 fd = os.open(name, _DIR, dir_fd=parent)
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):
@@ -75,10 +67,9 @@ class RootDirs:
         self._fds[key] = fd
         return fd
 
-    def parent(self, root: str, rel: str, create: bool = False,
-               created: Optional[List[str]] = None) -> Tuple[int, str]:
+    def parent(self, root: str, rel: str, create: bool = False) -> Tuple[int, str]:
         head, _sep, name = rel.rpartition("/")
-        return self.directory(root, head, create, created), name
+        return self.directory(root, head, create), name
 
     def _unsafe(self, root: str, rel_dir: str) -> UnsafePathError:
         full = os.path.join(self.roots.get(root).real, rel_dir)
@@ -87,8 +78,6 @@ class RootDirs:
             "%s:%s is now %s: it changed while patchkit was working; refusing to write through "
             "it. Put the directory back, then run again (the next run restores whatever this one "
             "left)" % (root, rel_dir, what), root=root, path=rel_dir)
-
-    # -- files -------------------------------------------------------------------------------
 
     def open_file(self, root: str, rel: str) -> Optional[int]:
         """A read-only descriptor of file ``rel`` (None: no file there)."""
@@ -112,9 +101,9 @@ class RootDirs:
             os.close(fd)
 
     def write_temp(self, root: str, rel: str, data: bytes, mode: int,
-                   owner: Optional[Tuple[int, int]], created: Optional[List[str]] = None) -> None:
+                   owner: Optional[Tuple[int, int]]) -> None:
         """Write ``data`` to the temporary sibling of ``rel`` (not fsynced: the caller syncs)."""
-        dfd, name = self.parent(root, rel, create=True, created=created)
+        dfd, name = self.parent(root, rel, create=True)
         tmp = temp_of(name)
         try:
             os.unlink(tmp, dir_fd=dfd)  # a crash's leftover (or a planted link): never opened
@@ -175,9 +164,12 @@ class RootDirs:
     def fsync_dir(self, root: str, rel_dir: str) -> None:
         os.fsync(self.directory(root, rel_dir))
 
-    def remove_empty_dirs(self, root: str, rel_dirs: List[str]) -> None:
-        """Remove directories a transaction created, innermost first, if empty again."""
-        for rel in sorted(rel_dirs, key=len, reverse=True):
+    def remove_empty_dirs(self, pairs: List[Tuple[str, str]]) -> None:
+        """Remove the (root, directory) a transaction created, innermost first, if empty."""
+        names = {r.name for r in self.roots}
+        for root, rel in sorted(pairs, key=lambda p: len(p[1]), reverse=True):
+            if root not in names:
+                continue
             try:
                 dfd, name = self.parent(root, rel)
                 stale = self._fds.pop((root, rel), None)
@@ -187,9 +179,10 @@ class RootDirs:
             except (OSError, UnsafePathError):
                 pass
 
-    def purge_pycache(self, root: str, rel_dirs: List[str]) -> None:
-        """Remove ``__pycache__`` in each directory (a real directory, never a link's target)."""
-        for rel in sorted(set(rel_dirs)):
+    def purge_pycache(self, files: List[Tuple[str, str]]) -> None:
+        """Remove the ``__pycache__`` beside each (root, file) ending in ``.py`` (a real
+        directory, never a link's target)."""
+        for root, rel in sorted({(r, f.rpartition("/")[0]) for r, f in files if f.endswith(".py")}):
             try:
                 dfd = self.directory(root, rel)
             except (OSError, UnsafePathError):

@@ -1,9 +1,6 @@
-"""The ``.patchkit/`` directory in the state root: state, journal, history, backups; and the
-lock, an flock on the state root directory itself.
-
-Formats are versioned (``"format": 1``) and written down in docs/state.md. The directory holds a
-``.gitignore`` of ``*`` so a git checkout's ``git status`` stays clean. It is created only when
-a transaction starts writing, so a refused run leaves no trace.
+"""The ``.patchkit/`` directory in the state root (state, journal, history, backups; formats
+in docs/state.md) and the lock, an flock on the state root directory itself. The directory is
+created only when a transaction starts writing, so a refused run leaves no trace.
 """
 
 from __future__ import annotations
@@ -19,7 +16,7 @@ from contextlib import contextmanager
 from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 from ..errors import LockBusy, PermissionDenied, TargetError
-from .fsops import fsync_dir, temp_name, write_json
+from .fsops import fsync_dir, read_bytes, temp_name, write_json
 from .paths import Roots
 
 FORMAT = 1
@@ -28,8 +25,6 @@ HOLDER = "lock-holder.json"
 
 
 def hostname() -> str:
-    """The host's name, as ``socket.gethostname()`` gives it, without importing socket (a few
-    ms of every run's start)."""
     return os.uname().nodename
 
 
@@ -56,8 +51,7 @@ class Store:
 
     def check(self) -> None:
         """Refuse a ``.patchkit`` (or its ``txn``/``backups``) that is a symlink or not a
-        directory: state, history and backups (whole copies of target files) must stay inside
-        the target, and nothing patchkit writes may land where a link points."""
+        directory: nothing patchkit writes may land where a link points."""
         for name in ("", "txn", "backups"):
             path = self.path(name) if name else self.dir
             try:
@@ -99,13 +93,9 @@ class Store:
 
     @contextmanager
     def locked(self, timeout: float, write: bool) -> Iterator[bool]:
-        """Hold an exclusive flock on the state root directory itself for the block.
-
-        Locking the directory (not a file in ``.patchkit/``) creates nothing, so a run that is
-        refused before its write phase leaves the target byte-identical. Yields whether the lock
-        is held: a read-only run (``write`` false) that cannot open or lock the directory goes
-        on without it, as it writes nothing a lock would protect.
-        """
+        """Hold an exclusive flock on the state root directory (creating nothing) for the
+        block; yields whether it is held: a read-only run (``write`` false) that cannot open or
+        lock the directory goes on without it."""
         try:
             fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
         except OSError as exc:
@@ -114,13 +104,8 @@ class Store:
                                        "readable (or run as its owner)" % (self.root, exc.strerror),
                                        path=self.root) from None
             fd = -1
-        try:
-            held = fd >= 0 and self._acquire(fd, timeout, write)
-            try:
-                yield held
-            finally:
-                if held:
-                    fcntl.flock(fd, fcntl.LOCK_UN)
+        try:  # closing the descriptor releases the lock
+            yield fd >= 0 and self._acquire(fd, timeout, write)
         finally:
             if fd >= 0:
                 os.close(fd)
@@ -147,8 +132,8 @@ class Store:
                 return False
 
     def lock_holder(self) -> Dict[str, Any]:
-        """Who holds the lock: the pid from ``/proc/locks`` (needs no file of ours), with op
-        and start time from ``lock-holder.json`` when that file names the same process."""
+        """Who holds the lock: the pid from ``/proc/locks``, with op and start time from
+        ``lock-holder.json`` when that file names the same process."""
         pid = _flock_pid(self.root)
         recorded = self._holder_file()
         if recorded and (pid is None or str(recorded.get("pid")) == pid):
@@ -166,42 +151,31 @@ class Store:
         return data if isinstance(data, dict) and data.get("format") == FORMAT else None
 
     def begin_writing(self, op: str) -> None:
-        """Start of a write phase: create ``.patchkit/`` and record this run as the holder.
-
-        If that fails (a full disk), whatever it created is removed again: a run that writes
-        nothing must leave the target as it found it.
-        """
+        """Start of a write phase: ``.patchkit/`` and ``lock-holder.json`` naming this run
+        (not fsynced: a crash may lose it). On failure what this created is removed again."""
         before = self.listing()
         try:
             self.ensure()
-            # not fsynced: it only names the run for a LockBusy message; a crash may lose it
             write_json(self.path(HOLDER), {"format": FORMAT, "pid": os.getpid(),
                                            "host": hostname(), "op": op, "since": utc_now()},
                        durable=False)
-        except OSError as exc:
-            self._undo_begin(before)
-            raise PermissionDenied("cannot write %s: %s; %s" % (
-                self.path(HOLDER), exc.strerror, write_remedy(exc)), path=self.dir) from None
-        except BaseException:
-            self._undo_begin(before)
+        except BaseException as exc:
+            try:
+                self.end_writing()
+                self.undo_setup(before)
+            except OSError:
+                pass  # best effort: the error that brought us here is the one to report
+            if isinstance(exc, OSError):
+                raise PermissionDenied("cannot write %s: %s; %s" % (
+                    self.path(HOLDER), exc.strerror, write_remedy(exc)), path=self.dir) from None
             raise
 
-    def _undo_begin(self, before: Optional[FrozenSet[str]]) -> None:
-        try:
-            for name in (os.path.basename(temp_name(self.path(HOLDER))), HOLDER, ".gitignore"):
-                if before is None or name not in before:
-                    if os.path.lexists(self.path(name)):
-                        os.unlink(self.path(name))
-            if before is None and os.path.isdir(self.dir) and not os.listdir(self.dir):
-                os.rmdir(self.dir)
-        except OSError:
-            pass  # best effort: the error that brought us here is the one to report
-
     def end_writing(self) -> None:
-        try:
-            os.unlink(self.path(HOLDER))
-        except FileNotFoundError:
-            pass
+        for name in (HOLDER, os.path.basename(temp_name(self.path(HOLDER)))):
+            try:
+                os.unlink(self.path(name))
+            except FileNotFoundError:
+                pass
 
     def listing(self) -> Optional[FrozenSet[str]]:
         """The names in ``.patchkit/`` (None: there is none), to undo a failed write phase."""
@@ -211,12 +185,8 @@ class Store:
             return None
 
     def undo_setup(self, before: Optional[FrozenSet[str]]) -> None:
-        """After a write phase that committed nothing, remove what it created in ``.patchkit/``
-        (its ``txn/``, its ``.gitignore``, the directory itself) so the target is as it was.
-
-        Only empty scaffolding goes: a journal left by a failed restore, a state, a history or
-        a transaction directory is kept for the next run's recovery.
-        """
+        """After a write phase that committed nothing, remove the empty scaffolding it created
+        (``txn/``, ``.gitignore``, ``.patchkit/`` itself); a journal, state or history stays."""
         if (before is not None and {"txn", ".gitignore"} <= before) or not os.path.isdir(self.dir):
             return
         if os.path.lexists(self.path("journal.json")):
@@ -266,8 +236,7 @@ class Store:
         write_json(self.path("state.json"), state)
 
     def left_behind(self) -> bool:
-        """Whether a killed run left anything for ``txn.recover``: a lock-holder record, a
-        journal, or transaction scratch (three lookups; the common answer is no)."""
+        """Whether a killed run left a lock-holder record, a journal or transaction scratch."""
         if os.path.lexists(self.path(HOLDER)) or os.path.lexists(self.path("journal.json")):
             return True
         try:
@@ -301,13 +270,9 @@ class Store:
             os.close(fd)
 
     def history_txns(self) -> List[str]:
-        try:
-            with open(self.path("history.jsonl"), "rb") as fh:
-                lines = fh.read().decode("utf-8", "replace").splitlines()
-        except FileNotFoundError:
-            return []
         out = []
-        for line in lines:
+        text = (read_bytes(self.path("history.jsonl")) or b"").decode("utf-8", "replace")
+        for line in text.splitlines():
             try:
                 out.append(str(json.loads(line).get("txn")))
             except ValueError:
@@ -316,23 +281,18 @@ class Store:
 
 
 def last_writers(state: Dict[str, Any]) -> Dict[Tuple[str, str], Dict[str, Any]]:
-    """For each recorded file, the last applied fix that touched it and its after-hash.
-
-    That after-hash is what the file must hold now: when fix A and later fix B both patch a
-    file, A's own after-hash is history, not drift. Drift is a change nobody recorded.
-    """
+    """For each recorded file, the last applied fix that touched it and its after-hash: what
+    the file must hold now (an earlier fix's after-hash of it is history, not drift)."""
     out: Dict[Tuple[str, str], Dict[str, Any]] = {}
     for fix in state.get("fixes", []):  # application order
         for f in fix.get("files", []):
-            out[(f["root"], f["path"])] = {"fix": fix["name"], "after_sha256": f.get("after_sha256"),
-                                           "stat": f.get("stat")}
+            out[(f["root"], f["path"])] = {"fix": fix["name"], "after_sha256": f.get("after_sha256")}
     return out
 
 
 def created_dirs(rec: Dict[str, Any], roots: Roots) -> List[Tuple[str, str]]:
-    """The (root, dir relative to it) a fix's apply created. A state of an earlier engine
-    recorded absolute directories: each is taken relative to the root it was recorded under
-    (``roots`` of the record), so a moved tree still loses only its own directories."""
+    """The (root, dir relative to it) a fix's apply created; a state of an earlier engine
+    recorded absolute directories, taken relative to the record's ``roots``."""
     out: List[Tuple[str, str]] = []
     names = {r.name for r in roots}
     for d in rec.get("created_dirs") or []:

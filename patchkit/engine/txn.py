@@ -1,9 +1,7 @@
-"""The write transaction: backups, journal, atomic writes, actions, verification, commit.
-
-Order (see docs/state.md): intent file and backups in ``.patchkit/txn/<id>/`` -> journal ->
-file writes -> post-apply actions -> verification -> ``state.json`` (the commit point) ->
-history -> cleanup. A failure before the commit point restores every file from its backup;
-a crash before it is undone by the next run (``recover``), a crash after it is completed.
+"""The write transaction (docs/state.md): intent and backups in ``.patchkit/txn/<id>/``,
+journal, file writes, post-apply actions, verification, ``state.json`` (the commit point),
+history, cleanup. A failure before the commit point puts every file back; a crash before it
+is undone by the next run (``recover``), a crash after it is completed.
 """
 
 from __future__ import annotations
@@ -17,60 +15,20 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from ..errors import ConcurrentChange, PatchkitError, PermissionDenied, TargetError
 from .faults import fault
-from .fsops import fsync_dir, read_bytes, read_fd, sync_all, temp_of, write_json
+from .fsops import fsync_dir, missing_dirs, read_bytes, read_fd, sync_all, temp_of, write_json
 from .hunks import sha256_bytes
 from .paths import Roots
 from .rootfs import RootDirs
 from .store import FORMAT, HOLDER, Store, new_txn_id, utc_now, write_remedy
-
-
-class FileWrite:
-    """One file a transaction writes (a plain class with slots: cheaper to define than a
-    dataclass, and built once per file)."""
-
-    __slots__ = ("root", "path", "abs", "before", "after", "mode_before", "mode_after", "owner")
-
-    def __init__(self, root: str, path: str, abs: str, before: Optional[bytes],
-                 after: Optional[bytes], mode_before: Optional[int], mode_after: Optional[int],
-                 owner: Optional[Tuple[int, int]]) -> None:
-        self.root, self.path, self.abs = root, path, abs
-        self.before, self.after = before, after
-        self.mode_before, self.mode_after, self.owner = mode_before, mode_after, owner
-
-    @property
-    def op(self) -> str:
-        if self.before is None:
-            return "create"
-        return "delete" if self.after is None else "modify"
-
-
-def missing_dirs(path: str, known: Optional[Set[str]] = None) -> List[str]:
-    """The directories to make for ``path``, outermost first; ``known``: directories already
-    found to exist (grown by this call), so many files of one directory cost one ``stat``."""
-    out = []
-    cur = os.path.dirname(path)
-    while not (known is not None and cur in known) and not os.path.isdir(cur):
-        out.append(cur)
-        parent = os.path.dirname(cur)
-        if parent == cur:
-            break
-        cur = parent
-    if known is not None and not out:
-        known.add(cur)
-    return list(reversed(out))
+from .workspace import Entry, file_op
 
 
 def backup_name(fix: str, i: int) -> str:
-    """Where the i-th per-fix backup of ``fix`` lives after the commit, relative to
-    ``.patchkit/`` (flat; a state of an earlier engine may name backups/<fix>/files/<root>/<path>)."""
+    """The i-th per-fix backup of ``fix`` after the commit, relative to ``.patchkit/``."""
     return "backups/%s/%d" % (fix, i)
 
 
-def _tree_dirs(top: str) -> List[str]:
-    return [dirpath for dirpath, _dirs, _files in os.walk(top)] + [os.path.dirname(top)]
-
-
-def run_transaction(store: Store, roots: Roots, op: str, fixes: List[str], writes: List[FileWrite],
+def run_transaction(store: Store, roots: Roots, op: str, fixes: List[str], writes: List[Entry],
                     fix_backups: Dict[str, List[Tuple[str, str, bytes]]],
                     purge: bool, verify: Callable[[], None],
                     commit: Callable[[str], Dict[str, Any]],
@@ -79,12 +37,9 @@ def run_transaction(store: Store, roots: Roots, op: str, fixes: List[str], write
                     journal_extra: Optional[Dict[str, Any]] = None) -> str:
     """Write ``writes`` all-or-nothing; ``commit(txn_id)`` returns the new state to record.
 
-    ``fix_backups[fix][i]`` (root, path, before-bytes) is kept as ``backups/<fix>/<i>`` after
-    the commit (``backup_name``). ``remove_dirs``: (root, dir relative to it) to remove if
-    empty once the files are written (a rollback's directories its fixes created).
-
-    A failure before the commit point leaves ``.patchkit/`` as it found it (none, if there was
-    none): a failed attempt is not a transaction worth a trace in the target.
+    ``fix_backups[fix][i]`` (root, path, before-bytes) is kept as ``backups/<fix>/<i>``;
+    ``remove_dirs``: (root, dir relative to it) to remove if empty once the files are written.
+    A failure before the commit point leaves ``.patchkit/`` as it found it.
     """
     before = store.listing()
     store.begin_writing(op)
@@ -103,19 +58,17 @@ def run_transaction(store: Store, roots: Roots, op: str, fixes: List[str], write
                                path=exc.filename or store.root) from None
     finally:
         store.end_writing()
-        if not committed:
-            try:
-                if not os.path.lexists(store.path("journal.json")):  # no target file was written:
-                    for name in set(os.listdir(store.path("txn"))) - txns_before:  # drop the scratch
-                        shutil.rmtree(store.path("txn", name), ignore_errors=True)
+        try:
+            if not committed and not os.path.lexists(store.path("journal.json")):
+                for name in set(os.listdir(store.path("txn"))) - txns_before:  # no file written
+                    shutil.rmtree(store.path("txn", name), ignore_errors=True)
                 store.undo_setup(before)
-            except OSError:
-                pass  # leftovers are harmless scaffolding; the real error matters more
+        except OSError:
+            pass  # leftovers are harmless scaffolding; the real error matters more
 
 
 def _what_is_left(store: Store) -> str:
-    """What a write failure left, for its message: nothing, or a journal the next run
-    completes (the failure came after the commit point) or undoes."""
+    """What a write failure left: nothing, or a journal the next run completes or undoes."""
     try:
         journal = store.read_journal()
         if journal is None:
@@ -129,14 +82,14 @@ def _what_is_left(store: Store) -> str:
 
 
 class _Changed(Exception):
-    """A file did not hold the bytes the plan read when patchkit replaced it (``now``)."""
+    """A file did not hold the bytes read before when patchkit replaced it (``now``)."""
 
     def __init__(self, index: int, now: Optional[bytes], replaced: bool) -> None:
         super().__init__(index)
         self.index, self.now, self.replaced = index, now, replaced
 
 
-def _transaction(store: Store, dirs: RootDirs, op: str, fixes: List[str], writes: List[FileWrite],
+def _transaction(store: Store, dirs: RootDirs, op: str, fixes: List[str], writes: List[Entry],
                  fix_backups: Dict[str, List[Tuple[str, str, bytes]]], purge: bool,
                  verify: Callable[[], None], commit: Callable[[str], Dict[str, Any]],
                  versions: Optional[Dict[str, int]], remove_dirs: List[Tuple[str, str]],
@@ -151,44 +104,42 @@ def _transaction(store: Store, dirs: RootDirs, op: str, fixes: List[str], writes
     write_json(intent, {"format": FORMAT, "txn": txn, "op": op, "fixes": fixes,
                         "started_at": utc_now()}, durable=False)
     written: List[str] = [intent]
-    # Per-fix backups first: the one holding a file's bytes from before this transaction (the
-    # first fix to change it) is also the journal's backup of that file, one name for both.
-    first = {(w.root, w.path): w for w in writes if w.before is not None}
+    # Per-fix backups first: the first fix's backup of a file is also the journal's
+    first = {(w.root, w.path): w for w in writes if w.original is not None}
     origs: Dict[Tuple[str, str], str] = {}  # (root, path) -> backup, relative to .patchkit/
     for fix, files in fix_backups.items():
         for i, (root, path, data) in enumerate(files):
             fault("backup")
-            # flat, the i-th file of the fix: one directory per fix, not a tree per file
             rel = "txn/%s/fixes/%s/%d" % (txn, fix, i)
             w = first.get((root, path))
-            original = w is not None and (root, path) not in origs and (w.before is data or w.before == data)
+            original = w is not None and (root, path) not in origs and w.original == data
             dest = store.path(rel)
             if original:
                 origs[(root, path)] = rel
                 _keep(dirs, root, rel_of[(root, path)], dest, data)  # a hard link where it can
-            else:  # bytes a fix of this transaction planned: never on disk, a copy
+            else:  # bytes an earlier fix of this transaction made: never on disk, a copy
                 _copy(dest, data)
-            written.append(dest)  # a link too: the original inode's data may not be on disk yet
+            written.append(dest)  # a link too: the inode's data may not be on disk yet
     entries = []
     for n, w in enumerate(writes):
         rel = origs.get((w.root, w.path))
-        if w.before is not None and rel is None:  # no fix keeps it (a rollback): its own
+        if w.original is not None and rel is None:  # no fix keeps it (a rollback): its own
             fault("backup")
-            rel = "txn/%s/orig/%d" % (txn, n)  # flat: no directory tree to make and drop
-            _keep(dirs, w.root, rels[n], store.path(rel), w.before)
+            rel = "txn/%s/orig/%d" % (txn, n)
+            _keep(dirs, w.root, rels[n], store.path(rel), w.original)
             written.append(store.path(rel))
         # root-relative only: the journal must still name the right files after the tree moved
-        entries.append({"root": w.root, "path": w.path, "rel": rels[n], "op": w.op,
-                        "before_sha256": sha256_bytes(w.before), "after_sha256": sha256_bytes(w.after),
-                        "mode": w.mode_before, "mode_after": w.mode_after,
+        entries.append({"root": w.root, "path": w.path, "rel": rels[n], "op": file_op(w.original, w.current),
+                        "before_sha256": sha256_bytes(w.original), "after_sha256": sha256_bytes(w.current),
+                        "mode": w.original_mode, "mode_after": w.mode,
                         "owner": list(w.owner) if w.owner else None,
-                        "backup": rel if w.before is not None else None})
-    sync_all(written, _tree_dirs(tdir))  # every backup durable before the journal names it
+                        "backup": rel if w.original is not None else None})
+    # every backup durable before the journal names it
+    sync_all(written, [d for d, _dirs, _files in os.walk(tdir)] + [os.path.dirname(tdir)])
     created: List[List[str]] = []
-    known: Set[str] = set()
     for w in writes:
-        if w.after is not None:
-            for d in missing_dirs(w.abs, known):
+        if w.current is not None:
+            for d in missing_dirs(w.abs):
                 pair = [w.root, roots.relative(w.root, d)]
                 if pair not in created:
                     created.append(pair)
@@ -201,17 +152,17 @@ def _transaction(store: Store, dirs: RootDirs, op: str, fixes: List[str], writes
         try:
             _write_files(dirs, writes, rels)
         except _Changed as changed:
-            _record_change(store, dirs, journal, changed)
+            _record_change(store, journal, changed)
             w = writes[changed.index]
             raise ConcurrentChange(
                 "%s:%s changed while patchkit was writing the target (another process wrote to "
                 "it after patchkit read it); every file was put back as it was before this run, "
                 "with that change kept, and nothing was applied. Stop whatever writes to it, "
                 "then run again" % (w.root, w.path), root=w.root, path=w.path) from None
-        _remove_dirs(dirs, remove_dirs)
+        dirs.remove_empty_dirs(remove_dirs)
         fault("action")
         if purge:
-            _purge(dirs, [(f["root"], f["rel"]) for f in entries])
+            dirs.purge_pycache([(f["root"], f["rel"]) for f in entries])
         fault("verify")
         verify()
         state = commit(txn)
@@ -219,7 +170,7 @@ def _transaction(store: Store, dirs: RootDirs, op: str, fixes: List[str], writes
         state["txn"] = txn
         store.write_state(state)
     except BaseException:
-        restore(store, journal, roots, dirs)
+        restore(store, journal, dirs)
         _discard(store, txn)
         raise
     fault("cleanup")
@@ -230,8 +181,8 @@ def _transaction(store: Store, dirs: RootDirs, op: str, fixes: List[str], writes
 def _keep(dirs: RootDirs, root: str, rel: str, dest: str, data: bytes) -> None:
     """Keep the file's current bytes ``data`` at ``dest``: a hard link of the file where that
     is safe (docs/state.md, "Backups"), else a copy. A file that no longer holds ``data`` was
-    changed since the plan read it: the transaction stops before any target file is written."""
-    _ensure_dir(os.path.dirname(dest))
+    changed since it was read: the transaction stops before any target file is written."""
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
     try:
         dirs.link_out(root, rel, dest)
     except OSError:  # another file system, protected_hardlinks, no links: copy
@@ -255,36 +206,30 @@ def _keep(dirs: RootDirs, root: str, rel: str, dest: str, data: bytes) -> None:
 
 
 def _copy(dest: str, data: bytes) -> None:
-    _ensure_dir(os.path.dirname(dest))
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
     with open(dest, "wb") as fh:
         fh.write(data)
 
 
-def _ensure_dir(path: str) -> None:
-    if not os.path.isdir(path):
-        os.makedirs(path, exist_ok=True)
-
-
-def _write_files(dirs: RootDirs, writes: List[FileWrite], rels: List[str]) -> None:
-    """Each file through a temporary sibling and a rename, in order, by directory descriptors
-    (``rootfs``: no symlink is followed); then every new file and every touched directory made
-    durable together (``sync_all``). Each replaced file's old inode is read back: bytes other
-    than the planned ones mean another process wrote to it meanwhile (``_Changed``)."""
+def _write_files(dirs: RootDirs, writes: List[Entry], rels: List[str]) -> None:
+    """Each file through a temporary sibling and a rename (``rootfs``: no symlink followed),
+    then all made durable. A replaced file's old inode is read back: other bytes than
+    ``before`` mean another process wrote to it meanwhile (``_Changed``)."""
     written: List[str] = []
     touched: Set[str] = set()
     for n, (w, rel) in enumerate(zip(writes, rels)):
         fault("write")
         dirs.close()  # each file walks from its root again: a directory swapped meanwhile is seen
         try:
-            if w.after is None:
+            if w.current is None:
                 fault("rename")
                 old = dirs.open_file(w.root, rel)
                 dirs.unlink(w.root, rel)
             else:
-                mode = w.mode_after if w.mode_after is not None else 0o644
-                dirs.write_temp(w.root, rel, w.after, mode, w.owner)
+                mode = w.mode if w.mode is not None else 0o644
+                dirs.write_temp(w.root, rel, w.current, mode, w.owner)
                 fault("rename")
-                if w.before is None:
+                if w.original is None:
                     old = None
                     if not _create(dirs, w.root, rel):
                         dirs.remove_temp(w.root, rel)
@@ -298,14 +243,14 @@ def _write_files(dirs: RootDirs, writes: List[FileWrite], rels: List[str]) -> No
                 raise
             raise OSError(exc.errno, exc.strerror, w.abs) from None
         touched.add(os.path.dirname(w.abs))
-        if w.before is not None:
+        if w.original is not None:
             now = None
             if old is not None:
                 try:
                     now = read_fd(old)
                 finally:
                     os.close(old)
-            if now != w.before:
+            if now != w.original:
                 raise _Changed(n, now, replaced=True)
     sync_all(written, sorted(touched))
 
@@ -328,11 +273,10 @@ def _create(dirs: RootDirs, root: str, rel: str) -> bool:
     return True
 
 
-def _record_change(store: Store, dirs: RootDirs, journal: Dict[str, Any], changed: _Changed) -> None:
-    """Make the journal restore what another process left in a file, not the planned bytes:
-    its entry's before-hash becomes that of the bytes found (its backup gets them, unless the
-    backup is the file's old inode, which has them already); a file that appeared where the
-    transaction creates one was not touched and leaves the journal."""
+def _record_change(store: Store, journal: Dict[str, Any], changed: _Changed) -> None:
+    """Make the journal restore what another process left in a file (its backup gets those
+    bytes, unless it is the old inode itself); a file that appeared where the transaction
+    creates one was not touched and leaves the journal."""
     entry = journal["files"][changed.index]
     if not changed.replaced:
         journal["files"].pop(changed.index)
@@ -348,24 +292,6 @@ def _record_change(store: Store, dirs: RootDirs, journal: Dict[str, Any], change
     store.write_journal(journal)
 
 
-def _remove_dirs(dirs: RootDirs, pairs: List[Any]) -> None:
-    by_root: Dict[str, List[str]] = {}
-    for root, rel_dir in pairs:
-        if root in {r.name for r in dirs.roots}:
-            by_root.setdefault(root, []).append(rel_dir)
-    for root, rel_dirs in by_root.items():
-        dirs.remove_empty_dirs(root, rel_dirs)
-
-
-def _purge(dirs: RootDirs, files: List[Tuple[str, str]]) -> None:
-    by_root: Dict[str, List[str]] = {}
-    for root, rel in files:
-        if rel.endswith(".py"):
-            by_root.setdefault(root, []).append(rel.rpartition("/")[0])
-    for root, rel_dirs in by_root.items():
-        dirs.purge_pycache(root, rel_dirs)
-
-
 def _rel(f: Dict[str, Any], roots: Roots) -> str:
     """A journal file's path relative to its root as on disk (a journal of an earlier engine
     has only the checkout-layout ``path``)."""
@@ -374,17 +300,11 @@ def _rel(f: Dict[str, Any], roots: Roots) -> str:
     return roots.relative(f["root"], roots.resolve(f["root"], f["path"]))
 
 
-def restore(store: Store, journal: Dict[str, Any], roots: Roots,
-            dirs: Optional[RootDirs] = None) -> None:
+def restore(store: Store, journal: Dict[str, Any], dirs: RootDirs) -> None:
     """Put every file the journal lists back to its ``before`` bytes (or absence), and HEAD of
-    each git root back where it was if this transaction committed there.
-
-    Paths come from the journal relative to their root and are found in ``roots``, the roots
-    this run was given. A backup is renamed back into place (it is the file's own old inode
-    when it was linked): that needs no free space, so a full disk cannot stop a restore."""
-    if dirs is None:
-        with RootDirs(roots) as own:
-            return restore(store, journal, roots, own)
+    each git root where it was. Files are found from their root in ``roots`` (this run's); a
+    backup is renamed back into place, which needs no free space."""
+    roots = dirs.roots
     if journal.get("git_commits"):
         from . import gitcommit  # only a transaction that committed to git needs it
 
@@ -394,24 +314,24 @@ def restore(store: Store, journal: Dict[str, Any], roots: Roots,
     for f in journal.get("files", []):
         dirs.close()  # each file walks from its root again (rootfs)
         try:
-            _restore_file(store, dirs, f, roots, touched)
+            _restore_file(store, dirs, f, touched)
         except (OSError, PatchkitError) as exc:  # the others are still put back; the journal stays
             failed.append(exc)
-    _remove_dirs(dirs, journal.get("created_dirs") or [])
+    dirs.remove_empty_dirs(journal.get("created_dirs") or [])
     for root, rel_dir in sorted(touched):
         try:
             dirs.fsync_dir(root, rel_dir)
         except (OSError, PatchkitError):
             pass  # removed again with the directories the transaction created
-    _purge(dirs, [(f["root"], _rel(f, roots)) for f in journal.get("files", [])])
+    dirs.purge_pycache([(f["root"], _rel(f, roots)) for f in journal.get("files", [])])
     if failed:
         raise failed[0]
 
 
-def _restore_file(store: Store, dirs: RootDirs, f: Dict[str, Any], roots: Roots,
+def _restore_file(store: Store, dirs: RootDirs, f: Dict[str, Any],
                   touched: Set[Tuple[str, str]]) -> None:
     """Put one journal file back (see ``restore``)."""
-    root, rel = f["root"], _rel(f, roots)
+    root, rel = f["root"], _rel(f, dirs.roots)
     dirs.remove_temp(root, rel)
     current = dirs.read(root, rel)
     touched.add((root, rel.rpartition("/")[0]))
@@ -444,10 +364,8 @@ def _restore_file(store: Store, dirs: RootDirs, f: Dict[str, Any], roots: Roots,
 
 
 def belongs(store: Store, journal: Dict[str, Any], roots: Roots) -> None:
-    """Refuse to undo a journal whose files this target does not hold as the interrupted run
-    could have left them (each at its before or after bytes), or that names a root this run
-    does not give: the journal came with a copy of another tree, or a file was changed after
-    the crash. Nothing is changed then."""
+    """Refuse to undo a journal that names a root this run does not give, or whose files are
+    not each at its before or after bytes (a copy of another tree, a change after the crash)."""
     names = {r.name for r in roots}
     wanted = sorted({f["root"] for f in journal.get("files", [])} - names)
     if wanted:
@@ -483,10 +401,8 @@ def _discard(store: Store, txn: str) -> None:
 
 
 def finish(store: Store, journal: Dict[str, Any], recovering: bool = True) -> None:
-    """After the commit point: record history, keep or drop backups, drop the journal.
-
-    ``recovering``: a crash may have come after the history line, so the history is read
-    first (not needed right after the commit, when nothing was logged yet)."""
+    """After the commit point: record history (unless a crashed run did), keep or drop
+    backups, drop the journal."""
     txn = journal["txn"]
     if not recovering or txn not in store.history_txns():
         versions = journal.get("versions") or {}
@@ -514,8 +430,7 @@ def finish(store: Store, journal: Dict[str, Any], recovering: bool = True) -> No
 
 
 def _history(store: Store, event: Dict[str, Any], best_effort: bool) -> None:
-    """Append a history line; in a recovery a full disk must not stop the undo, so the line
-    is then skipped (the recovery is still reported in the run's result)."""
+    """Append a history line; ``best_effort``: skipped on a full disk (a recovery)."""
     try:
         store.append_history(event)
     except OSError as exc:
@@ -524,10 +439,8 @@ def _history(store: Store, event: Dict[str, Any], best_effort: bool) -> None:
 
 
 def recover(store: Store, roots: Roots) -> List[Dict[str, Any]]:
-    """Finish or undo whatever a killed run left; returns the ``recovered`` entries.
-
-    Undoing acts on the files of ``roots``, the target this run was given, found by the
-    journal's root-relative paths: a tree moved since the crash is recovered where it is now."""
+    """Finish or undo whatever a killed run left, on the files of ``roots`` (this run's, so a
+    moved tree is recovered where it is now); returns the ``recovered`` entries."""
     out: List[Dict[str, Any]] = []
     journal = store.read_journal()
     committed = journal is not None and store.read_state().get("txn") == journal["txn"]
@@ -539,7 +452,8 @@ def recover(store: Store, roots: Roots) -> List[Dict[str, Any]]:
         if committed:
             finish(store, journal)
         else:
-            restore(store, journal, roots)
+            with RootDirs(roots) as dirs:
+                restore(store, journal, dirs)
             _history(store, {"event": "recovered", "txn": journal["txn"], "op": journal["op"],
                              "outcome": "rolled-back",
                              "fixes": [{"name": n} for n in journal["fixes"]]}, best_effort=True)
@@ -548,16 +462,15 @@ def recover(store: Store, roots: Roots) -> List[Dict[str, Any]]:
                     "outcome": "completed" if committed else "rolled-back"})
     txn_root = store.path("txn")
     for name in sorted(os.listdir(txn_root)) if os.path.isdir(txn_root) else []:
-        intent = {}
-        try:
-            with open(os.path.join(txn_root, name, "txn.json"), "rb") as fh:
-                intent = json.loads(fh.read().decode("utf-8"))
+        try:  # a crash before the journal: no target file was written
+            intent = json.loads(read_bytes(os.path.join(txn_root, name, "txn.json")) or b"{}")
         except (OSError, ValueError):
-            pass
+            intent = {}
         shutil.rmtree(os.path.join(txn_root, name), ignore_errors=True)
+        fixes = list(intent.get("fixes", []))
         _history(store, {"event": "recovered", "txn": name, "op": intent.get("op"),
                          "outcome": "rolled-back", "note": "no file had been written",
-                         "fixes": [{"name": n} for n in intent.get("fixes", [])]}, best_effort=True)
-        out.append({"txn": name, "op": intent.get("op", "unknown"), "fixes": list(intent.get("fixes", [])),
+                         "fixes": [{"name": n} for n in fixes]}, best_effort=True)
+        out.append({"txn": name, "op": intent.get("op", "unknown"), "fixes": fixes,
                     "outcome": "rolled-back"})
     return out

@@ -1,22 +1,17 @@
-"""The in-memory view of the target files a request reads and plans to write.
-
-Plan first, write last: every new content is computed here, so a conflict or a failed
-precondition is found before the first byte reaches the disk, and a later fix of the request
-sees the planned result of the earlier ones.
+"""The target files a request reads, in memory, with the bytes it will write: every change is
+computed here before the first byte reaches the disk, and a later fix sees the earlier ones'.
+The diffs of the result are drawn here too.
 """
 
 from __future__ import annotations
 
 import difflib
-import hashlib
-import marshal
 import os
 import stat
-import tempfile
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .fsops import code_stamp, read_with_stat
+from .fsops import nearest_existing_dir, read_with_stat
 from .hunks import Hunk, decode, split_lines
 from ..errors import PatchkitError
 from .paths import Roots
@@ -26,6 +21,8 @@ Key = Tuple[str, str]  # (root name, checkout-layout path)
 
 @dataclass
 class Entry:
+    """One target file as read (``original``) and as it will be written (``current``)."""
+
     root: str
     path: str
     abs: str
@@ -75,126 +72,47 @@ class Workspace:
                 if e.current != e.original or (e.current is not None and e.mode != e.original_mode)]
 
 
+def file_op(before: Optional[bytes], after: Optional[bytes]) -> str:
+    if before is None:
+        return "create"
+    return "delete" if after is None else "modify"
+
+
 def _first_file(roots: Roots, root: str, abs_path: str) -> str:
     """The outermost component of ``abs_path`` that is not a directory, as ``root:path``."""
-    cur = abs_path
-    found = abs_path
-    while True:
-        parent = os.path.dirname(cur)
-        if parent == cur:
-            break
-        if os.path.lexists(parent) and not os.path.isdir(parent):
-            found = parent
-        cur = parent
+    top = nearest_existing_dir(os.path.dirname(abs_path))
+    found = os.path.join(top, os.path.relpath(abs_path, top).split(os.sep)[0])
     try:
         return "%s:%s" % (root, roots.relative(root, found))
     except PatchkitError:
         return found
 
 
-# The diffs of an apply are a pure function of (path, before, after) and difflib: costly for a
-# large series (seconds for a release's worth of files) and the same on every run of the same
-# series on the same tree. So they are kept in the user's cache directory, keyed by content
-# hashes. Only when this module is a file on disk: the agent shipped to a remote host is loaded
-# from memory and writes nothing outside its roots.
-_CACHE_ON = os.path.isfile(globals().get("__file__") or "")
-
-
-def _diff_cache_file(items: List[Tuple[str, Optional[str], Optional[str]]]) -> str:
-    key = hashlib.sha256("\0".join("%s\0%s\0%s" % item for item in items).encode(
-        "utf-8", "surrogateescape")).hexdigest()
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "patchkit", "diffs", code_stamp(__file__), key)
-
-
-def unified_diffs(items: List[Tuple[str, Optional[bytes], Optional[bytes]]],
-                  hashes: List[Tuple[Optional[str], Optional[str]]]) -> List[str]:
-    """:func:`unified_diff` of each (path, before, after); ``hashes`` are their sha256s."""
-    if not _CACHE_ON or not items:
-        return [unified_diff(*item) for item in items]
-    cache = _diff_cache_file([(p, h[0], h[1]) for (p, _b, _a), h in zip(items, hashes)])
-    try:
-        with open(cache, "rb") as fh:
-            diffs = marshal.loads(fh.read())
-        if isinstance(diffs, list) and len(diffs) == len(items):
-            return diffs
-    except (OSError, ValueError, EOFError, TypeError):
-        pass
-    diffs = [unified_diff(*item) for item in items]
-    try:  # best effort, atomic; a cache that cannot be written is skipped
-        os.makedirs(os.path.dirname(cache), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(cache))
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(marshal.dumps(diffs))
-        os.replace(tmp, cache)
-    except OSError:
-        pass
-    return diffs
-
-
 def unified_diff(path: str, before: Optional[bytes], after: Optional[bytes]) -> str:
-    """A unified diff of one file's change, with git's "No newline at end of file" markers."""
+    """difflib's unified diff of one file's change (``/dev/null`` for a side that is absent),
+    with git's "No newline at end of file" markers."""
     old = split_lines(decode(before)) if before is not None else []
     new = split_lines(decode(after)) if after is not None else []
-    if before is None or after is None:  # all added or all removed: what difflib gives, directly
-        if not old and not new:
-            return ""
-        kind, lines = ("+", new) if before is None else ("-", old)
-        head = _headers(path, before is not None, after is not None)
-        rng = "-0,0 +%s" % _range(0, len(new)) if before is None else "-%s +0,0" % _range(0, len(old))
-        return head + "@@ %s @@\n" % rng + "".join(_line(kind, t) for t in lines)
-    out: List[str] = []
-    for line in difflib.unified_diff(old, new, "a/" + path, "b/" + path):
-        out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
-    return "".join(out)
+    return "".join(_marked(line) for line in difflib.unified_diff(
+        old, new, "/dev/null" if before is None else "a/" + path,
+        "/dev/null" if after is None else "b/" + path))
 
 
 def placed_diff(path: str, hunks: Sequence[Hunk], lines: Sequence[int]) -> str:
     """The diff of a file changed by one patch: the patch's own hunks, each at the line it was
-    placed at (``Placement.line``), instead of a difflib run over both whole files.
-
-    Same format as :func:`unified_diff` and the same text whenever difflib would group the
-    changes as the patch does (3 lines of context, hunks more than 6 lines apart, the same
-    alignment): docs/design.md, ``diff``.
-    """
+    placed at (``Placement.line``), so the result shows the change as the patch wrote it
+    (docs/design.md, ``diff``). Same format as :func:`unified_diff`."""
     if not hunks:
         return ""
-    out = [_headers(path, True, True)]
+    out = ["--- a/%s\n+++ b/%s\n" % (path, path)]
     delta = 0
     for hunk, line in zip(hunks, lines):
         old0 = line - 1 if hunk.old_count else line  # 0-based index of the first old line
         out.append("@@ -%s +%s @@\n" % (_range(old0, hunk.old_count),
                                         _range(old0 + delta, hunk.new_count)))
-        body = hunk.body
-        if body is not None and body[-1:] == "\n" and "\n\\" not in body:
-            out.append(body)  # no marker, every text ends in "\n": the body is this text
-        else:
-            out.extend([kind + text if text[-1:] == "\n" else _line(kind, text)
-                        for kind, text in hunk.lines])
+        out.extend(_marked(kind + text) for kind, text in hunk.lines)
         delta += hunk.new_count - hunk.old_count
     return "".join(out)
-
-
-def whole_file_diff(path: str, op: str, hunks: Sequence[Hunk]) -> Optional[str]:
-    """The diff of a file a patch creates or deletes whole (its one hunk adds or removes every
-    line): the hunk itself, the text :func:`unified_diff` gives for it; None for anything else."""
-    if op not in ("create", "delete") or len(hunks) != 1:
-        return None
-    hunk = hunks[0]
-    count = hunk.new_count if op == "create" else hunk.old_count
-    if (hunk.old_count if op == "create" else hunk.new_count) or not count:
-        return None
-    body = hunk.body
-    if body is None or body[-1:] != "\n":
-        kind = "+" if op == "create" else "-"
-        body = "".join(k + t if t[-1:] == "\n" else _line(k, t) for k, t in hunk.lines if k == kind)
-    rng = "-0,0 +%s" % _range(0, count) if op == "create" else "-%s +0,0" % _range(0, count)
-    return _headers(path, op == "delete", op == "create") + "@@ %s @@\n" % rng + body
-
-
-def _headers(path: str, before: bool, after: bool) -> str:
-    return "--- %s\n+++ %s\n" % ("a/" + path if before else "/dev/null",
-                                  "b/" + path if after else "/dev/null")
 
 
 def _range(start: int, length: int) -> str:
@@ -204,5 +122,5 @@ def _range(start: int, length: int) -> str:
     return "%d,%d" % (start + 1 if length else start, length)
 
 
-def _line(kind: str, text: str) -> str:
-    return kind + text if text.endswith("\n") else kind + text + "\n\\ No newline at end of file\n"
+def _marked(line: str) -> str:
+    return line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"

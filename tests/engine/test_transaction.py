@@ -258,3 +258,28 @@ def test_two_roots_and_a_delete(tmp_path: Path, checkout: Path) -> None:
     res = run(request("rollback", {"sglang": checkout, "serve": serve}, [f]))
     assert res["ok"], res["error"]
     assert strip_mtimes(snapshot(serve)) == strip_mtimes(tree)
+
+
+def test_an_apply_keeps_nothing_on_disk_outside_the_target(checkout: Path, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine's only state is the target's .patchkit/: an apply (a placed file, a created
+    one, a file two patches change) leaves nothing in the user's cache directories that a later
+    apply could read back instead of placing the hunks and diffing the files again (only the
+    python-syntax cache of the checks, which this fix does not run)."""
+    cache, xdg = tmp_path / "cache", tmp_path / "xdg"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(xdg))
+    f = series(checkout)
+    before = (checkout / MOD).read_text()
+    middle = before.replace("return x + 7\n", "return x * 7\n")
+    f["files"] = [file_record(MOD, before, middle),
+                  file_record(MOD, middle, middle.replace("return x + 33\n", "return 33\n"),
+                              patch="0002-b.patch"),
+                  file_record(NEW, None, "FRESH = True\n")]
+    for _ in range(2):
+        assert go("apply", checkout, [f], dry_run=True)["ok"]
+        res = run(request("apply", {"sglang": checkout}, [f]), cache_dir=str(cache))
+        assert res["ok"], res["error"]
+        assert run(request("rollback", {"sglang": checkout}, [f]), cache_dir=str(cache))["ok"]
+    kept = [str(p.relative_to(tmp_path)) for base in (cache, xdg) if base.exists()
+            for p in base.rglob("*") if p.is_file() and not p.name.startswith("python-syntax")]
+    assert kept == []
