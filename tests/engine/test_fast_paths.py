@@ -1,9 +1,9 @@
-"""The shortcuts of a large apply and status give the answers the long way gives.
+"""Results that must not depend on how they are computed.
 
-- the result's per-file ``diff`` of a placed patch is built from the patch's own hunks at their
-  placed lines (docs/design.md): it applies with ``git apply`` and equals difflib's diff when
-  the two group the change alike;
-- a status trusts a recorded file's hash only while its stat stamp holds (docs/state.md);
+- the result's per-file ``diff`` of a placed patch is the patch's own hunks at their placed
+  lines (docs/design.md): it applies with ``git apply`` and equals difflib's diff when the two
+  group the change alike;
+- a status hashes every recorded file, so an in-place change is drift whatever its stat says;
 - ``git status`` of many paths is one whole-tree status plus ``ls-files``, same answer as the
   pathspec form.
 """
@@ -19,7 +19,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from patchkit.engine import fsops, run
+from patchkit.engine import run
 from patchkit.engine.workspace import unified_diff
 
 from .helpers import MOD, compact, file_record, fix, git, make_checkout, module_text, request
@@ -115,17 +115,10 @@ def test_placed_diff_is_the_patch_even_where_difflib_aligns_otherwise(checkout: 
                                   "x\n\\ starts with a backslash\n"],
                          ids=["lines", "no-final-newline", "crlf", "backslash-line"])
 @pytest.mark.parametrize("form", ["lines", "body"])
-def test_created_and_deleted_files_diff_as_difflib(tmp_path: Path, text: str, form: str,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """A file a patch creates or deletes whole gets its hunk as its diff, without a diff being
-    computed: the text difflib's path gives, in both record forms; and git apply turns the one
-    side into the other."""
-    from patchkit.engine import apply as engine_apply
-
-    real = engine_apply.unified_diffs
-    monkeypatch.setattr(engine_apply, "unified_diffs",
-                        lambda items, hashes: real(items, hashes) if not items else pytest.fail(
-                            "diff computed for %s" % [i[0] for i in items]))
+def test_created_and_deleted_files_diff_as_difflib(tmp_path: Path, text: str, form: str) -> None:
+    """A file a patch creates or deletes whole gets all its lines as one hunk, the text
+    difflib's path gives, in both record forms; and git apply turns the one side into the
+    other."""
     root = make_checkout(tmp_path, git_repo=False)
     new = "python/sglang/srt/new.py"
     shape = (lambda r: r) if form == "lines" else compact
@@ -141,7 +134,7 @@ def test_created_and_deleted_files_diff_as_difflib(tmp_path: Path, text: str, fo
     assert (root / new).read_bytes() == text.encode()
 
 
-# -- status: stat stamps ---------------------------------------------------------------------
+# -- status: drift seen by hashing -------------------------------------------------------------------
 
 def applied(root: Path) -> Dict[str, Any]:
     before = (root / MOD).read_text()
@@ -156,15 +149,6 @@ def file_states(root: Path, f: Dict[str, Any]) -> List[str]:
     res = run(request("status", {"sglang": root}, [f]))
     assert res["ok"], res["error"]
     return [x["state"] for x in res["status"]["fixes"][0]["files"]]
-
-
-def test_state_records_a_stat_stamp_of_each_written_file(checkout: Path) -> None:
-    f = applied(checkout)
-    rec = json.loads((checkout / ".patchkit/state.json").read_text())["fixes"][0]["files"][0]
-    # written a moment ago: the stamp is there unless the clock has not moved past the write
-    if "stat" in rec:
-        assert rec["stat"] == fsops.stat_stamp(os.stat(checkout / MOD))
-    assert file_states(checkout, f) == ["ok"]
 
 
 def test_an_in_place_change_with_the_same_size_and_mtime_is_drift(checkout: Path) -> None:
@@ -188,7 +172,7 @@ def test_a_rewrite_with_the_same_bytes_is_not_drift(checkout: Path) -> None:
 
 
 def test_a_forged_stamp_is_not_trusted_beyond_the_stat(checkout: Path) -> None:
-    """A stamp that does not match the file's stat is ignored, whatever it says."""
+    """A ``stat`` stamp an earlier engine recorded is never trusted: the file is hashed."""
     f = applied(checkout)
     path = checkout / ".patchkit/state.json"
     state = json.loads(path.read_text())
@@ -198,14 +182,7 @@ def test_a_forged_stamp_is_not_trusted_beyond_the_stat(checkout: Path) -> None:
     assert file_states(checkout, f) == ["drifted"]
 
 
-def test_stamp_files_skips_a_file_without_the_expected_bytes(tmp_path: Path) -> None:
-    p = tmp_path / "f.txt"
-    p.write_bytes(b"data\n")
-    os.utime(p, ns=(0, 0))
-    assert fsops.stamp_files([(str(p), b"other\n")], str(tmp_path)) == {}  # another size
-    assert fsops.stamp_files([(str(p), b"date\n")], str(tmp_path)) == {}  # same size
-    got = fsops.stamp_files([(str(p), b"data\n")], str(tmp_path))
-    assert got in ({}, {str(p): fsops.stat_stamp(os.stat(p))})  # {} only if ctime is this tick
+
 
 
 def test_paths_resolved_per_directory_equal_realpath_and_refuse_every_escape(tmp_path: Path) -> None:
