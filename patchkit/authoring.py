@@ -121,7 +121,7 @@ def init_catalog(path: Path | str, *, git: bool = True) -> InitResult:
             gitrepo.init(root)
             top = root
         rel = [os.path.relpath(f, top) for f in files]
-        commit = gitrepo.commit_own(top, rel, "patchkit catalog: manifests/, patches/, "
+        commit = gitrepo.commit_paths(top, rel, "patchkit catalog: manifests/, patches/, "
                                     "patchkit.toml\n\nMade by `patchkit init`.\n")
     return InitResult(root, tuple(files), commit)
 
@@ -135,7 +135,7 @@ def _commit(catalog: Catalog, name: str, message: str) -> str | None:
     paths = [os.path.relpath(p.resolve(), real_top)
              for p in (catalog.manifests_dir / f"{name}.toml", catalog.patches_dir / name)]
     try:
-        return gitrepo.commit_own(top, paths, message)
+        return gitrepo.commit_paths(top, paths, message)
     except TargetError as exc:
         raise TargetError(
             f"{message.splitlines()[0]} is written in {catalog.root}, but committing it to "
@@ -161,10 +161,11 @@ def release_of(tree: Path, rev: str | None = None) -> str | None:
     file: the author may have edited it, and the fix is written against what HEAD holds."""
     real = os.path.realpath(tree)
     root = Root("sglang", str(tree), real, detect_layout(str(tree)))
-    if rev is None:
-        version, _where = detect_release(root, lambda rel: gitrepo.head_bytes(tree, rel))
-    else:
-        version, _where = detect_release(root, lambda rel: gitrepo.blob_bytes(tree, rev, rel))
+    blobs = gitrepo.Blobs(tree)
+    try:
+        version, _where = detect_release(root, lambda rel: blobs.read(rev or "HEAD", rel))
+    finally:
+        blobs.close()
     return version
 
 
@@ -179,10 +180,10 @@ def capture(src: Path, paths: Sequence[str] = ()) -> list[CapturedFile]:
         )
     out = []
     modes = gitrepo.tracks_modes(src)
+    blobs = gitrepo.Blobs(src)
     for rel in gitrepo.changed_files(src, paths):
         full = src / rel
-        at_head = gitrepo.head_file(src, rel)
-        before, old_mode = at_head if at_head is not None else (None, None)
+        before, old_mode = blobs.file("HEAD", rel) or (None, None)
         after = full.read_bytes() if full.is_file() else None
         if after is None or (old_mode is not None and not modes):
             mode = old_mode or series.DEFAULT_MODE
@@ -191,6 +192,7 @@ def capture(src: Path, paths: Sequence[str] = ()) -> list[CapturedFile]:
         if before == after and (before is None or old_mode == mode):
             continue  # git lists it (staged, or filtered) but bytes and mode equal HEAD's
         out.append(CapturedFile(rel, before, after, mode, old_mode))
+    blobs.close()
     if not out:
         what = " ".join(paths) if paths else "the tree"
         raise UsageError(
@@ -254,13 +256,14 @@ def capture_commits(src: Path, spec: str) -> list[tuple[_Header, list[CapturedFi
         raise UsageError(f"{spec} holds no commits in {src}: the range is A..B, the commits "
                          "after A up to B (e.g. v0.5.23..HEAD)", path=str(src), spec=spec)
     out = []
+    blobs = gitrepo.Blobs(src)
     for sha in shas:
         info = gitrepo.commit_info(src, sha)
         parent = info.parents[0] if info.parents else None
         files = []
         for path, old_mode, new_mode in gitrepo.commit_files(src, sha):
-            before = gitrepo.blob_bytes(src, parent, path) if parent and old_mode else None
-            after = gitrepo.blob_bytes(src, sha, path) if new_mode else None
+            before = blobs.read(parent, path) if parent and old_mode else None
+            after = blobs.read(sha, path) if new_mode else None
             files.append(CapturedFile(path, before, after, new_mode or old_mode or
                                       series.DEFAULT_MODE, old_mode))
         if not files:

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING
 from ..catalog import Catalog
 from ..engine import hunks
 from ..errors import UsageError
-from . import _git
+from .. import gitrepo
 from .classify import PatchReport
 from .run import (MARKERS, STATE_DIR, STATE_FORMAT, FixReport, Progress, RebaseReport, Run,
                   fix_from_json, queue_order, skip_reason)
@@ -102,7 +102,7 @@ def _resolve(git_dir: Path, onto: str, fixes: Sequence, base: str | None, *, clo
     wanted = {f.upstream.base_release for f in fixes if not skip_reason(f, release, inactive)} \
         if base is None else set()
     missing = [v for v in sorted(wanted | ({release} if release else set()))
-               if _git.rev_parse(git_dir, f"v{v}") is None]
+               if gitrepo.rev_parse(git_dir, f"v{v}") is None]
     if missing and not clone:
         if fetch is None:  # patchkit's own repository: GitPython only when fetching
             from ..upstream import UpstreamRepo as _Upstream
@@ -111,10 +111,10 @@ def _resolve(git_dir: Path, onto: str, fixes: Sequence, base: str | None, *, clo
         for v in missing:
             fetch.fetch(v, progress=(lambda line: progress(line, 0, -1)) if progress else None)
         missing = []
-    if release and _git.rev_parse(git_dir, f"v{release}"):
-        onto_rev = _git.rev_parse(git_dir, f"v{release}")
+    if release and gitrepo.rev_parse(git_dir, f"v{release}"):
+        onto_rev = gitrepo.rev_parse(git_dir, f"v{release}")
     else:
-        onto_rev, release = _git.rev_parse(git_dir, onto), None
+        onto_rev, release = gitrepo.rev_parse(git_dir, onto), None
     if onto_rev is None:
         raise UsageError(f"--onto {onto}: no such release or commit in {git_dir}; name a release "
                          "(0.5.23), a tag or a commit of the clone", onto=onto)
@@ -125,7 +125,7 @@ def _resolve(git_dir: Path, onto: str, fixes: Sequence, base: str | None, *, clo
                          missing=bases)
     base_rev = None
     if base is not None:
-        base_rev = _git.rev_parse(git_dir, base)
+        base_rev = gitrepo.rev_parse(git_dir, base)
         if base_rev is None:
             raise UsageError(f"--base {base}: no such commit in {git_dir}", base=base)
     label = release or (onto if len(onto) < 40 else onto[:12])
@@ -155,7 +155,7 @@ def start(catalog: Catalog, onto: str, names: Sequence[str] | None = None, *,
     fixes = queue_order(catalog, list(names) if names else catalog.own_names())
     if repo is not None:
         git_dir = Path(repo).expanduser()
-        if _git.rev_parse(git_dir, "HEAD") is None and not (git_dir / "HEAD").is_file():
+        if gitrepo.rev_parse(git_dir, "HEAD") is None and not (git_dir / "HEAD").is_file():
             raise UsageError(f"--repo {repo} is not a git repository: name an SGLang clone",
                              path=str(repo))
         fetch, clone = None, True

@@ -17,7 +17,7 @@ from ..catalog import series
 from ..engine import hunks
 from ..errors import ConflictError
 from ..catalog.model import Fix
-from ._git import Blobs, merge_file
+from ..gitrepo import Blobs, merge_file
 
 CLEAN = ("unchanged", "offset", "merged", "resolved", "upstream")
 

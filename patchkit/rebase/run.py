@@ -24,7 +24,7 @@ from ..catalog import Catalog
 from ..engine import hunks
 from ..errors import ConflictError, PatchkitError, UsageError
 from ..catalog.model import Fix
-from . import _git
+from .. import gitrepo
 from .classify import (CLEAN, PatchReport, Series, Tree, apply_all, changes, classify,
                        patch_from_json, series_text)
 
@@ -153,7 +153,7 @@ class Run:
         self.progress = progress or (lambda _w, _d, _t: None)
         self.dir = catalog.root / STATE_DIR
         self.backup = self.dir / "backup"
-        self.blobs = _git.Blobs(state["git_dir"])
+        self.blobs = gitrepo.Blobs(state["git_dir"])
         self.virtual: dict[str, Series] = {}  # series the plan expects a fix to end with
         self._upstream: dict[tuple[str, ...], list[tuple[str, str, dict[str, str]]]] = {}
         self.all_paths: list[str] = []  # while planning: one git log for every fix's files
@@ -298,7 +298,7 @@ class Run:
         asked = self.all_paths or paths
         key = (base, *asked)
         if key not in self._upstream:
-            self._upstream[key] = _git.upstream_changes(
+            self._upstream[key] = gitrepo.commit_diffs(
                 self.state["git_dir"], base, self.state["onto_rev"], asked)
         commits = [(sha, subj, "".join(d for p, d in sorted(files.items()) if p in paths))
                    for sha, subj, files in self._upstream[key]]
@@ -314,10 +314,10 @@ class Run:
             if not commits:
                 self._matches[fix.name] = (None, {})
                 continue
-            whole = "".join(t[t.find("diff --git "):] for _f, t in old if "diff --git " in t)
+            whole = "".join(t for _f, t in old)
             slots.append((fix, old, commits, len(asked)))
             asked += [whole, *(t for _f, t in old), *(c[2] for c in commits)]
-        ids = _git.patch_ids(asked) if asked else []
+        ids = gitrepo.patch_ids(asked) if asked else []
         for fix, old, commits, at in slots:
             mine = ids[at:at + 1 + len(old) + len(commits)]
             by_id = {pid: (sha, subj) for (sha, subj, _d), pid in zip(commits, mine[1 + len(old):])
