@@ -305,8 +305,8 @@ def unclaimed_files(path: Path | str, taken: Sequence[str]) -> list[str]:
 def commit_paths(top: Path | str, paths: Sequence[str], message: str, *,
                  author: Identity | None = None, date: str | None = None) -> str:
     """Commit the work-tree state of ``paths`` (relative to ``top``; added, changed or
-    deleted) and nothing else; the new commit's sha. Without ``author``, as the user's own
-    git identity."""
+    deleted; none: the whole tree) and nothing else; the new commit's sha. Without
+    ``author``, as the user's own git identity."""
     env = _identity_env(author, author, date or "") if author is not None else None
     _run(top, ["add", "-A", "--", *paths])
     _run(top, ["commit", "-q", "--no-verify", "-m", message, "--", *paths], env=env)
@@ -318,9 +318,7 @@ def apply_and_commit(path: Path | str, patches: Sequence[Path | str], *, message
     """``git apply --index`` each patch (git apply never fuzzes), then commit; the sha."""
     for patch in patches:
         _run(path, ["apply", "--index", "--whitespace=nowarn", os.fspath(Path(patch).resolve())])
-    _run(path, ["commit", "-q", "--no-verify", "-m", message],
-         env=_identity_env(author, author, date))
-    return _run(path, ["rev-parse", "HEAD"])
+    return commit_paths(path, [], message, author=author, date=date)
 
 
 def create_branch(path: Path | str, name: str) -> None:
@@ -373,21 +371,24 @@ class PathCommit:
     files: tuple[str, ...]  # relative to the top of the work tree
 
 
+def _log(repo: Path | str, args: Sequence[str], paths: Sequence[str]
+         ) -> list[tuple[list[str], str]]:
+    """``git log`` of ``paths``: per commit, [sha, committer date, subject] and what follows."""
+    out = _run(repo, ["-c", "core.quotePath=false", "log", "--no-renames", "--no-color",
+                      "--no-ext-diff", "--format=%x1e%H%x00%cI%x00%s", *args, "--", *paths],
+               strip=False)
+    return [(head.split("\x00"), rest) for head, _, rest
+            in (record.partition("\n") for record in out.split("\x1e")[1:])]
+
+
 def path_history(top: Path | str, paths: Sequence[str]) -> list[PathCommit]:
     """Commits of HEAD that touched ``paths`` (relative to ``top``), oldest first, in one
     ``git log``; an unborn HEAD has no history."""
     if rev_parse(top, "HEAD") is None:
         return []
-    out = _run(top, ["-c", "core.quotePath=false", "log", "--reverse", "--no-renames",
-                     "--format=%x1e%H%x00%cI%x00%s", "--name-only", "HEAD", "--", *paths],
-               strip=False)
-    commits: list[PathCommit] = []
-    for record in out.split("\x1e")[1:]:
-        head_line, _, rest = record.partition("\n")
-        sha, date, subject = (head_line.split("\x00") + ["", ""])[:3]
-        files = tuple(line for line in rest.splitlines() if line.strip())
-        commits.append(PathCommit(sha=sha, date=date, subject=subject, files=files))
-    return commits
+    log = _log(top, ["--reverse", "--name-only", "HEAD"], paths)
+    return [PathCommit(sha, date, subject, tuple(n for n in rest.splitlines() if n.strip()))
+            for (sha, date, subject), rest in log]
 
 
 def commit_diffs(repo: Path | str, base: str, onto: str, paths: Iterable[str]
@@ -396,20 +397,10 @@ def commit_diffs(repo: Path | str, base: str, onto: str, paths: Iterable[str]
     one ``git log -p``; a commit's diff is split per file, so a fix's files can be matched
     even when the commit also changed others."""
     wanted = sorted(set(paths))
-    if not wanted:
-        return []
-    out = _run(repo, ["-c", "core.quotePath=false", "log", "-p", "--no-renames", "--no-color",
-                      "--no-ext-diff", "--format=%x1e%H %s", f"{base}..{onto}", "--", *wanted],
-               strip=False)
-    commits = []
-    for record in out.split("\x1e")[1:]:
-        head_line, _, body = record.partition("\n")
-        sha, _, subject = head_line.partition(" ")
-        files: dict[str, str] = {}
-        for part in body.split("\ndiff --git a/")[1:]:
-            files[part.split(" b/", 1)[0]] = "diff --git a/" + part.rstrip("\n") + "\n"
-        commits.append((sha, subject, files))
-    return commits
+    return [(sha, subject, {part.split(" b/", 1)[0]: "diff --git a/" + part.rstrip("\n") + "\n"
+                            for part in body.split("\ndiff --git a/")[1:]})
+            for (sha, _date, subject), body in _log(repo, ["-p", f"{base}..{onto}"], wanted)
+            ] if wanted else []
 
 
 # -- patch-id and merge -------------------------------------------------------------------

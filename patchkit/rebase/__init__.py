@@ -1,23 +1,11 @@
 """Rebase fixes onto a newer SGLang release or commit (``patchkit rebase``, docs/rebase.md).
 
-Per fix (dependency order) and per patch (series order) the new upstream decides one of:
-
-``unchanged``   the hunks apply at their lines (zero fuzz)
-``offset``      the hunks apply, some at other lines (zero fuzz)
-``upstream``    the upstream already holds the change: an upstream commit between the base
-                and the target has the patch's (or the series') ``git patch-id --stable``,
-                or the reversed hunks apply
-``merged``      git's three-way merge (``git merge-file``: base / patched / new upstream)
-``anchor-gone`` a grep precondition of the fix no longer matches the new upstream
-``conflict``    the merge leaves conflicts
-``resolved``    (after ``--continue``) a conflict or anchor-gone the user resolved by hand
-
-The upstream is patchkit's upstream repository (release tags ``v<version>``) or an SGLang
-git clone (``repo=``); the target is a release or, in a clone, any commit; a fix's base is
-``v<base_release>`` there unless ``base=`` names one. ``start`` classifies every fix at once
-(:mod:`.loop`); a fix is written when the rebase reaches it. Onto a commit that is not a
-release nothing is written: the report says what each fix would do. The state of a rebase in
-progress is described in :mod:`.state`; :mod:`.sides` builds the trees a fix is computed
+Per fix (dependency order) and per patch (series order) the new upstream decides one of
+``unchanged``, ``offset``, ``upstream``, ``merged``, ``anchor-gone``, ``conflict`` (and after
+``--continue``, ``resolved``), as docs/rebase.md tells. The upstream is patchkit's upstream
+repository (tags ``v<version>``) or an SGLang clone (``repo=``); the target is a release or,
+in a clone, any commit, onto which nothing is written (a report). :mod:`.state` holds a rebase
+in progress, :mod:`.loop` plans and writes, :mod:`.sides` builds the trees a fix is computed
 between, :mod:`.matching` finds upstream commits by patch-id, :mod:`.classify` decides a patch.
 """
 

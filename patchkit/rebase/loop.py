@@ -10,12 +10,12 @@ shares a file with) a fix whose resolution the user gave with ``--continue``.
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
-from ..catalog import manifest, series
+from ..authoring import write_series
+from ..catalog import manifest
 from ..catalog.model import Fix
 from ..errors import ConflictError
 from .classify import CLEAN, PatchReport, Series, apply_all, changes, classify, \
@@ -24,7 +24,7 @@ from .matching import UpstreamMatches
 from .sides import Sides, Skip, read_series, skip_reason
 from .state import FixReport, Progress, RebaseReport, RebaseState, fix_from_json, fix_report
 
-Computed = tuple[FixReport, dict[str, str], "dict[str, Any] | None"]  # report, texts, stop
+Computed = tuple[FixReport, dict[str, str], dict[str, Any] | None]  # report, texts, stop
 
 
 class Rebase:
@@ -126,14 +126,14 @@ class Rebase:
         if report.outcome == "extended":
             manifest.add_release(fix.manifest_path, self.state.onto)
         else:
-            kept = self.kept(fix, report, done)
-            names = {f for f, _t in kept}
-            refs = [r for r in fix.patches if r.file in names]
-            _write_series(fix, dict(kept), lambda: manifest.bump_manifest(
+            kept = dict(self.kept(fix, report, done))
+            refs = [r for r in fix.patches if r.file in kept]
+            bump = lambda: manifest.bump_manifest(  # noqa: E731
                 fix.manifest_path, version=fix.version + 1, changelog_summary=report.detail,
                 date=_dt.date.today().isoformat(), base_release=self.state.onto,
                 patches=[(r.file, r.root, r.description) for r in refs]
-                if len(refs) != len(fix.patches) else None))
+                if len(refs) != len(fix.patches) else None)
+            write_series({r.path: (kept[r.file], r.root) for r in refs}, bump)
             for r in fix.patches:
                 if r not in refs:
                     r.path.unlink(missing_ok=True)
@@ -200,23 +200,3 @@ class Rebase:
         finally:
             self.sides.blobs.close()
 
-
-def _write_series(fix: Fix, texts: dict[str, str], bump: Callable[[], None]) -> None:
-    """Stage and read back every patch, replace them, then bump the manifest; all or none."""
-    staged: dict[str, Path] = {}
-    olds = {f: (fix.patch_dir / f).read_bytes() for f in texts}
-    try:
-        for f, text in texts.items():
-            tmp = fix.patch_dir / f".{f}.rebase"
-            staged[f] = tmp
-            tmp.write_text(text, encoding="utf-8", errors="surrogateescape", newline="")
-            series.parse_patch(tmp, fix.upstream.root)
-        for f, tmp in staged.items():
-            tmp.replace(fix.patch_dir / f)
-        bump()
-    except BaseException:
-        for f, data in olds.items():
-            (fix.patch_dir / f).write_bytes(data)
-        for tmp in staged.values():
-            tmp.unlink(missing_ok=True)
-        raise

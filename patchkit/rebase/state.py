@@ -107,6 +107,10 @@ class RebaseState:
         self.dir = catalog.root / STATE_DIR
         self.backup = self.dir / "backup"
         self.worktree = self.dir / "worktree"
+        self.onto: str = data["onto"]
+        self.release: str | None = data["release"]  # None: onto a commit that is no release
+        #: dead and superseded fixes are rebased too (named, or --include-inactive)
+        self.inactive = bool(data.get("inactive"))
 
     @classmethod
     def create(cls, catalog: Catalog, data: dict[str, Any]) -> RebaseState:
@@ -138,23 +142,10 @@ class RebaseState:
         return cls(catalog, data)
 
     @property
-    def onto(self) -> str:
-        return self.data["onto"]
-
-    @property
-    def release(self) -> str | None:
-        return self.data["release"]
-
-    @property
     def writes(self) -> bool:
         """Whether the catalog is written: not a dry run, and onto a release (a manifest's
         base is a release); otherwise the rebase reports what each fix would do."""
         return self.release is not None and not self.data.get("dry_run")
-
-    @property
-    def inactive(self) -> bool:
-        """Dead and superseded fixes are rebased too (named, or --include-inactive)."""
-        return bool(self.data.get("inactive"))
 
     def base_rev(self, fix: Fix) -> str:
         return self.data.get("base") or f"v{fix.upstream.base_release}"
