@@ -18,6 +18,7 @@ from pathlib import Path
 import git
 
 from patchkit.engine.gitcli import parse_porcelain_z
+from patchkit.engine.hunks import split_lines
 from patchkit.errors import TargetError, UsageError
 
 __all__ = [
@@ -415,7 +416,7 @@ def _diff_lines(text: str) -> str:
     commit holding all of it. Hunk lines are counted as git counts them."""
     kept: list[str] = []
     state, old, new = "out", 0, 0
-    for line in text.splitlines(keepends=True):
+    for line in split_lines(text):
         if old > 0 or new > 0:
             old -= line[:1] in " -"
             new -= line[:1] in " +"

@@ -29,8 +29,9 @@ def two_commits(tmp_path: Path) -> Path:
     _git(repo, "tag", "base")
     (repo / "a.py").write_text(body.replace("line 5\n", "line 5 fixed\n"))
     _git(repo, "commit", "-q", "-am", "fix a\n\nWhy a.")
-    (repo / "b.py").write_text(body.replace("line 20\n", "line 20 fixed\n").replace(
-        "line 29\n", "- line 29\n-- \n"))  # a hunk whose lines look like a mail signature
+    (repo / "b.py").write_text(body.replace("line 20\n", "line 20 fixed\x0c here\n").replace(
+        "line 29\n", "- line 29\n-- \n"))  # a hunk whose lines look like a mail signature,
+    # and a form feed: a line break for str.splitlines, not for git
     _git(repo, "commit", "-q", "-am", "fix b")
     return repo
 
