@@ -353,8 +353,8 @@ def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] 
     title changed in the manifest is carried to the Subject, and to the file name when the
     name was made from the old Subject. When nothing changes, nothing is written."""
     catalog.check_writable(f"refresh {name!r}")
-    catalog.check_own([name], "refresh")
     fix = catalog.get(name)
+    catalog.check_own([name], "refresh")
     owner: dict[str, int] = {}
     for index, ref in enumerate(fix.patches):
         for record in series.parse_patch(ref.path, ref.root):

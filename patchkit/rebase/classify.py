@@ -170,7 +170,7 @@ _HUNK = re.compile(r"^@@ -(\d+)((?:,\d+)?) \+(\d+)((?:,\d+)?) @@", re.M)
 
 def _diff(old: str | None, new: str | None, path: str) -> str:
     """series.diff_files of two texts, run only on the lines between their common head and
-    tail (plus context): difflib over whole release files was most of planning a rebase."""
+    tail (plus context), so difflib never walks a whole release file."""
     if old is None or new is None or old == new:
         return series.diff_files(None if old is None else hunks.encode(old),
                                  None if new is None else hunks.encode(new), path)
