@@ -1,13 +1,10 @@
 """Authoring fixes from a checkout: ``patchkit init``, ``new`` and ``refresh`` (like quilt's).
 
-An author edits an SGLang checkout, then captures its uncommitted changes (against HEAD), or
-the commits of a range, as a fix: a series file per patch and a manifest skeleton whose base
-release is read from the tree. ``refresh`` rewrites an existing series from the checkout's
-current state and bumps the version, keeping the manifest's comments and layout. Files are
-written only once everything is computed; a failure leaves the catalog as it was. When the
-catalog is in git, each ``new`` and ``refresh`` commits its own change (the versions of a fix
-live in that history: ``patchkit diff --versions`` reads them). The catalog shipped with
-patchkit is never written to (:meth:`Catalog.check_writable`). docs/authoring.md walks the loop.
+A fix is captured from a checkout's uncommitted changes (against HEAD) or the commits of a
+range: a series file per patch and a manifest skeleton whose base release is read from the
+tree; ``refresh`` rewrites a series from the checkout and bumps the version. Files are written
+only once everything is computed (:func:`write_series`); a catalog in git gets a commit per
+``new`` and ``refresh``, the history ``patchkit diff --versions`` reads. docs/authoring.md.
 """
 
 from __future__ import annotations
@@ -16,9 +13,9 @@ import dataclasses
 import datetime as _dt
 import os
 import re
-import secrets
 import shutil
 import stat
+from email.utils import format_datetime
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -93,8 +90,7 @@ def init_catalog(path: Path | str, *, git: bool = True) -> InitResult:
     ``patchkit.toml`` and (``git``) a git repository holding them in a first commit.
 
     A directory that already holds a catalog (or a ``patchkit.toml``) is refused untouched.
-    A directory already inside a git work tree is committed to, not made a nested repository.
-    """
+    A directory already inside a git work tree is committed to, not made a nested repository."""
     root = Path(path)
     existing = [n for n in ("manifests", "patches", "patchkit.toml") if (root / n).exists()]
     if existing:
@@ -106,22 +102,18 @@ def init_catalog(path: Path | str, *, git: bool = True) -> InitResult:
                          "directory", path=str(root))
     top = gitrepo.work_tree_top(root) if root.exists() else None
     root.mkdir(parents=True, exist_ok=True)
-    files = []
-    for sub in ("manifests", "patches"):
-        (root / sub).mkdir()
-        keep = root / sub / ".gitkeep"  # git keeps no empty directory
+    files = [root / "manifests" / ".gitkeep", root / "patches" / ".gitkeep", root / "patchkit.toml"]
+    for keep in files[:2]:  # git keeps no empty directory
+        keep.parent.mkdir()
         keep.write_text("")
-        files.append(keep)
-    config = root / "patchkit.toml"
-    config.write_text(CATALOG_CONFIG, encoding="utf-8")
-    files.append(config)
+    files[2].write_text(CATALOG_CONFIG, encoding="utf-8")
     commit = None
     if git:
         if top is None:
             gitrepo.init(root)
             top = root
         rel = [os.path.relpath(f, top) for f in files]
-        commit = gitrepo.commit_own(top, rel, "patchkit catalog: manifests/, patches/, "
+        commit = gitrepo.commit_paths(top, rel, "patchkit catalog: manifests/, patches/, "
                                     "patchkit.toml\n\nMade by `patchkit init`.\n")
     return InitResult(root, tuple(files), commit)
 
@@ -135,7 +127,7 @@ def _commit(catalog: Catalog, name: str, message: str) -> str | None:
     paths = [os.path.relpath(p.resolve(), real_top)
              for p in (catalog.manifests_dir / f"{name}.toml", catalog.patches_dir / name)]
     try:
-        return gitrepo.commit_own(top, paths, message)
+        return gitrepo.commit_paths(top, paths, message)
     except TargetError as exc:
         raise TargetError(
             f"{message.splitlines()[0]} is written in {catalog.root}, but committing it to "
@@ -144,45 +136,30 @@ def _commit(catalog: Catalog, name: str, message: str) -> str | None:
             fix=name, paths=paths) from None
 
 
-def _check_own(catalog: Catalog, fix_path: Path, name: str) -> None:
-    """A fix shipped with patchkit, seen beside a user catalog, is not the user's to rewrite."""
-    try:
-        fix_path.resolve().relative_to(catalog.manifests_dir.resolve())
-    except ValueError:
-        raise UsageError(f"{name} is a fix shipped with patchkit ({fix_path}), not one of "
-                         f"{catalog.root}'s; refresh writes only your own fixes. Capture your "
-                         f"version as a new fix (`patchkit new {name}-local --from DIR`)",
-                         fix=name) from None
-
-
 def release_of(tree: Path, rev: str | None = None) -> str | None:
     """The SGLang release a checkout's HEAD (or commit ``rev``) is: its committed
     ``_version.py`` (or ``version.py``), else the tag of HEAD. Never the work tree's version
     file: the author may have edited it, and the fix is written against what HEAD holds."""
     real = os.path.realpath(tree)
     root = Root("sglang", str(tree), real, detect_layout(str(tree)))
-    if rev is None:
-        version, _where = detect_release(root, lambda rel: gitrepo.head_bytes(tree, rel))
-    else:
-        version, _where = detect_release(root, lambda rel: gitrepo.blob_bytes(tree, rev, rel))
+    blobs = gitrepo.Blobs(tree)
+    try:
+        version, _where = detect_release(root, lambda rel: blobs.read(rev or "HEAD", rel))
+    finally:
+        blobs.close()
     return version
 
 
 def capture(src: Path, paths: Sequence[str] = ()) -> list[CapturedFile]:
     """The uncommitted changes of ``src`` (or of ``paths`` in it) against HEAD."""
-    src = Path(src)
-    if not gitrepo.is_git_repo(src):
-        raise UsageError(
-            f"{src} is not the top of a git checkout; patchkit captures a fix as the checkout's "
-            "uncommitted changes against HEAD, so pass --from the checkout's top directory",
-            path=str(src),
-        )
+    src = _checkout(src, "patchkit captures a fix as the checkout's uncommitted changes "
+                         "against HEAD, so pass --from the checkout's top directory")
     out = []
     modes = gitrepo.tracks_modes(src)
+    blobs = gitrepo.Blobs(src)
     for rel in gitrepo.changed_files(src, paths):
         full = src / rel
-        at_head = gitrepo.head_file(src, rel)
-        before, old_mode = at_head if at_head is not None else (None, None)
+        before, old_mode = blobs.file("HEAD", rel) or (None, None)
         after = full.read_bytes() if full.is_file() else None
         if after is None or (old_mode is not None and not modes):
             mode = old_mode or series.DEFAULT_MODE
@@ -191,14 +168,19 @@ def capture(src: Path, paths: Sequence[str] = ()) -> list[CapturedFile]:
         if before == after and (before is None or old_mode == mode):
             continue  # git lists it (staged, or filtered) but bytes and mode equal HEAD's
         out.append(CapturedFile(rel, before, after, mode, old_mode))
+    blobs.close()
     if not out:
         what = " ".join(paths) if paths else "the tree"
-        raise UsageError(
-            f"nothing to capture: {what} in {src} has no changes against HEAD; edit the files "
-            "(or name new files as PATH arguments) first",
-            path=str(src),
-        )
+        raise UsageError(f"nothing to capture: {what} in {src} has no changes against HEAD; "
+                         "edit the files (or name new files as PATH arguments) first",
+                         path=str(src))
     return out
+
+
+def _checkout(src: Path | str, advice: str) -> Path:
+    if not gitrepo.is_git_repo(src):
+        raise UsageError(f"{src} is not the top of a git checkout; {advice}", path=str(src))
+    return Path(src)
 
 
 @dataclass(frozen=True)
@@ -228,39 +210,26 @@ def _slug(text: str) -> str:
     return slug[:48].rstrip("-") or "change"
 
 
-def _patch_name(index: int, subject: str) -> str:
-    return f"{index:04d}-{_slug(subject)}.patch"
-
-
-def _today() -> str:
-    return _dt.date.today().isoformat()
-
-
-def _mail_date(iso: str) -> str:
-    from email.utils import format_datetime
-
-    return format_datetime(_dt.datetime.fromisoformat(iso))
-
-
-def capture_commits(src: Path, spec: str) -> list[tuple[_Header, list[CapturedFile]]]:
+def capture_commits(src: Path, spec: str
+                    ) -> tuple[list[tuple[_Header, list[CapturedFile]]], str, str | None]:
     """The commits of ``spec`` (``A..B``) in ``src``, oldest first: each commit's header
-    (author, date, subject, body) and the files it changed against its parent."""
-    src = Path(src)
-    if not gitrepo.is_git_repo(src):
-        raise UsageError(f"{src} is not the top of a git checkout; pass --from the checkout "
-                         "holding the commits", path=str(src))
+    (author, date, subject, body) and the files it changed against its parent; then the
+    first commit and its parent (None for a root commit)."""
+    src = _checkout(src, "pass --from the checkout holding the commits")
     shas = gitrepo.commit_range(src, spec)
     if not shas:
         raise UsageError(f"{spec} holds no commits in {src}: the range is A..B, the commits "
                          "after A up to B (e.g. v0.5.23..HEAD)", path=str(src), spec=spec)
-    out = []
+    out, first_parent = [], None
+    blobs = gitrepo.Blobs(src)
     for sha in shas:
         info = gitrepo.commit_info(src, sha)
         parent = info.parents[0] if info.parents else None
+        first_parent = parent if sha == shas[0] else first_parent
         files = []
         for path, old_mode, new_mode in gitrepo.commit_files(src, sha):
-            before = gitrepo.blob_bytes(src, parent, path) if parent and old_mode else None
-            after = gitrepo.blob_bytes(src, sha, path) if new_mode else None
+            before = blobs.read(parent, path) if parent and old_mode else None
+            after = blobs.read(sha, path) if new_mode else None
             files.append(CapturedFile(path, before, after, new_mode or old_mode or
                                       series.DEFAULT_MODE, old_mode))
         if not files:
@@ -268,53 +237,38 @@ def capture_commits(src: Path, spec: str) -> list[tuple[_Header, list[CapturedFi
                              "the range (a fix's patches each change something)", rev=sha)
         subject, _, body = info.message.partition("\n")
         head = _Header(subject.strip(), body.strip(),
-                       f"{info.author.name} <{info.author.email}>", _mail_date(info.authored_date))
+                       f"{info.author.name} <{info.author.email}>", format_datetime(_dt.datetime.fromisoformat(info.authored_date)))
         out.append((head, files))
-    return out
+    blobs.close()
+    return out, shas[0], first_parent
 
 
-def new_fix(
-    catalog: Catalog,
-    name: str,
-    src: Path,
-    *,
-    root: str = "sglang",
-    paths: Sequence[str] = (),
-    title: str | None = None,
-    rationale: str = "",
-    base_release: str | None = None,
-    date: str | None = None,
-    commits: str | None = None,
-    commit: bool = True,
-    dry_run: bool = False,
-) -> AuthoringResult:
+def new_fix(catalog: Catalog, name: str, src: Path, *, root: str = "sglang",
+            paths: Sequence[str] = (), title: str | None = None, rationale: str = "",
+            base_release: str | None = None, date: str | None = None,
+            commits: str | None = None, commit: bool = True,
+            dry_run: bool = False) -> AuthoringResult:
     """Capture the changes of a checkout as a new fix (version 1).
 
     Without ``commits``: the uncommitted changes (of ``paths``) as one patch whose subject is
     ``title``, the fix's name when none is given. With ``commits`` (``A..B``): one patch per
     commit, keeping its author, date and message; the title and rationale default to the
-    first commit's subject and body, the base release is the release at A.
-    """
+    first commit's subject and body, the base release is the release at A."""
     catalog.check_writable(f"create the fix {name!r}")
     manifest_path = catalog.manifests_dir / f"{name}.toml"
     patch_dir = catalog.patches_dir / name
     if manifest_path.exists() or patch_dir.exists():
-        raise UsageError(
-            f"fix {name!r} already exists ({manifest_path}); use `patchkit refresh {name} --from DIR` "
-            "to record a new version of it",
-            fix=name,
-        )
+        raise UsageError(f"fix {name!r} already exists ({manifest_path}); use `patchkit refresh "
+                         f"{name} --from DIR` to record a new version of it", fix=name)
     src = Path(src)
     ignored: tuple[str, ...] = ()
     if commits is not None:
         if paths:
             raise UsageError("--commits takes whole commits: name no PATHS with it", fix=name)
-        captured = capture_commits(src, commits)
-        first = gitrepo.commit_range(src, commits)[0]
-        parents = gitrepo.commit_info(src, first).parents
+        captured, first, parent = capture_commits(src, commits)
         title = title or captured[0][0].subject
         rationale = rationale or captured[0][0].body
-        release = base_release or (release_of(src, parents[0]) if parents else None)
+        release = base_release or (release_of(src, parent) if parent else None)
         where = f"{src} at the parent of {first[:12]}"
     else:
         files = capture(src, paths)
@@ -324,46 +278,22 @@ def new_fix(
         where = str(src)
         ignored = tuple(gitrepo.unclaimed_files(src, [f.path for f in files]))
     if release is None:
-        raise UsageError(
-            f"cannot tell which SGLang release {where} is (no sglang/_version.py, no release "
-            "tag at HEAD); pass --base-release VERSION",
-            path=str(src),
-        )
-    texts = {_patch_name(i, head.subject): _series_text(head, files)
+        raise UsageError(f"cannot tell which SGLang release {where} is (no sglang/_version.py, "
+                         "no release tag at HEAD); pass --base-release VERSION", path=str(src))
+    texts = {f"{i:04d}-{_slug(head.subject)}.patch": _series_text(head, files)
              for i, (head, files) in enumerate(captured, 1)}
-    if len(texts) != len(captured):  # two commits with one subject: numbered apart anyway
-        raise InternalError(f"patch names of {name} collide", fix=name)
-    text = edit.new_manifest_text(
-        name, title, release, [(f, root) for f in texts], rationale, date=date or _today()
-    )
+    text = edit.new_manifest_text(name, title, release, [(f, root) for f in texts],
+                                      rationale, date=date or _dt.date.today().isoformat())
     touched = tuple(dict.fromkeys(f.path for _h, files in captured for f in files))
-    result = AuthoringResult(
-        name=name,
-        version=1,
-        manifest=manifest_path,
-        patches=tuple(patch_dir / f for f in texts),
-        files=touched,
-        base_release=release,
-        changed=True,
-        ignored=ignored,
-        dry_run=dry_run,
-    )
+    result = AuthoringResult(name, 1, manifest_path, tuple(patch_dir / f for f in texts),
+                             touched, release, changed=True, ignored=ignored, dry_run=dry_run)
     if dry_run:
         return result
-
     catalog.manifests_dir.mkdir(parents=True, exist_ok=True)
-    catalog.patches_dir.mkdir(parents=True, exist_ok=True)
-    staging = _staging_dir(catalog.patches_dir, name)
+    patch_dir.mkdir(parents=True)
     try:
-        for file, body in texts.items():
-            (staging / file).write_text(body, encoding="utf-8", errors="surrogateescape", newline="")
-            _read_back(staging / file, patch_dir / file, root)
-        os.replace(staging, patch_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    try:
-        _write_new(manifest_path, text)
+        write_series({patch_dir / f: (body, root) for f, body in texts.items()},
+                     lambda: _write_new(manifest_path, text))
     except BaseException:
         shutil.rmtree(patch_dir, ignore_errors=True)
         raise
@@ -372,29 +302,37 @@ def new_fix(
     return dataclasses.replace(result, commit=sha)
 
 
-def _read_back(written: Path, final: Path, root: str) -> None:
-    """What was written must read back as a series; if not, that is patchkit's bug, reported
-    under the series file's own name (not the staging file's, which is gone by then)."""
+def write_series(files: dict[Path, tuple[str, str]], then: Callable[[], None]) -> None:
+    """Write patch files (path: (text, root)), then the manifest (``then``); all or none.
+
+    Each text is staged beside its file and read back as a series before any file is
+    replaced; on a failure every file is put back as it was (a new one removed)."""
+    staged: dict[Path, Path] = {}
+    olds: dict[Path, bytes | None] = {}
     try:
-        series.parse_patch(written, root)
-    except PatchFormatError as exc:
-        raise InternalError(
-            f"patchkit wrote a series for {final} that it cannot read back: "
-            f"{exc.message.replace(str(written), str(final))}. Nothing was written; report this "
-            "with the `git diff` of the checkout", path=str(final)) from None
-
-
-def _staging_dir(parent: Path, name: str) -> Path:
-    """A fresh hidden directory in ``parent`` with the permissions of any directory the user
-    makes (0777 less the umask), renamed into place once complete. ``tempfile.mkdtemp`` would
-    make it 0700, and the rename would carry that private mode into the catalog."""
-    while True:
-        staging = parent / f".{name}.{secrets.token_hex(4)}"
-        try:
-            staging.mkdir()
-            return staging
-        except FileExistsError:
-            continue
+        for path, (text, root) in files.items():
+            staged[path] = tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_text(text, encoding="utf-8", errors="surrogateescape", newline="")
+            try:
+                series.parse_patch(tmp, root)
+            except PatchFormatError as exc:  # patchkit's bug, said of the file, not the tmp
+                raise InternalError(
+                    f"patchkit wrote a series for {path} that it cannot read back: "
+                    f"{exc.message.replace(str(tmp), str(path))}. Nothing was written; report "
+                    "this with the change that was being written", path=str(path)) from None
+        for path, tmp in staged.items():
+            olds[path] = path.read_bytes() if path.exists() else None
+            os.replace(tmp, path)
+        then()
+    except BaseException:
+        for path, data in olds.items():
+            if data is None:
+                path.unlink(missing_ok=True)
+            else:
+                path.write_bytes(data)
+        for tmp in staged.values():
+            tmp.unlink(missing_ok=True)
+        raise
 
 
 def _write_new(path: Path, text: str) -> None:
@@ -403,18 +341,9 @@ def _write_new(path: Path, text: str) -> None:
         fh.write(text)
 
 
-def refresh_fix(
-    catalog: Catalog,
-    name: str,
-    src: Path,
-    *,
-    paths: Sequence[str] = (),
-    summary: str | None = None,
-    squash: bool = False,
-    date: str | None = None,
-    commit: bool = True,
-    dry_run: bool = False,
-) -> AuthoringResult:
+def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] = (),
+                summary: str | None = None, squash: bool = False, date: str | None = None,
+                commit: bool = True, dry_run: bool = False) -> AuthoringResult:
     """Rewrite a fix's series from the checkout's current state and bump its version.
 
     Each patch keeps the files it touched; files new to the fix (named in ``paths``) go to
@@ -422,22 +351,19 @@ def refresh_fix(
     in ``ignored``. A series where two patches touch one file cannot be split back apart:
     that needs ``squash``. In a one-patch series the patch's Subject is the fix's title: a
     title changed in the manifest is carried to the Subject, and to the file name when the
-    name was made from the old Subject. When nothing changes, nothing is written.
-    """
+    name was made from the old Subject. When nothing changes, nothing is written."""
     catalog.check_writable(f"refresh {name!r}")
     fix = catalog.get(name)
-    _check_own(catalog, fix.manifest_path, name)
+    catalog.check_own([name], "refresh")
     owner: dict[str, int] = {}
     for index, ref in enumerate(fix.patches):
         for record in series.parse_patch(ref.path, ref.root):
             if record["path"] in owner and owner[record["path"]] != index and not squash:
                 raise UsageError(
-                    f"{record['path']} is changed by both {fix.patches[owner[record['path']]].file} and "
-                    f"{ref.file} of {name}; refresh cannot split one file's change between patches. "
-                    "Pass --squash to rewrite the series as one patch",
-                    fix=name,
-                    path=record["path"],
-                )
+                    f"{record['path']} is changed by both {fix.patches[owner[record['path']]].file}"
+                    f" and {ref.file} of {name}; refresh cannot split one file's change between "
+                    "patches. Pass --squash to rewrite the series as one patch", fix=name,
+                    path=record["path"])
             owner.setdefault(record["path"], index)
     files = capture(src, tuple(sorted(set(owner) | set(paths))))
     ignored = tuple(gitrepo.unclaimed_files(src, [f.path for f in files]))
@@ -467,74 +393,27 @@ def refresh_fix(
                  and all(texts[r] == old_texts[r] for r in texts))
     touched = tuple(f.path for f in files)
     if unchanged and release == fix.upstream.base_release:
-        return AuthoringResult(
-            name, fix.version, fix.manifest_path, tuple(r.path for r in texts),
-            touched, release, changed=False, ignored=ignored, dry_run=dry_run,
-        )
+        return AuthoringResult(name, fix.version, fix.manifest_path, tuple(r.path for r in texts),
+                               touched, release, changed=False, ignored=ignored, dry_run=dry_run)
     version = fix.version + 1
-    result = AuthoringResult(
-        name, version, fix.manifest_path, tuple(targets[r] for r in texts), touched, release,
-        changed=True, ignored=ignored, dry_run=dry_run, renamed=renamed,
-    )
+    result = AuthoringResult(name, version, fix.manifest_path, tuple(targets[r] for r in texts),
+                             touched, release, changed=True, ignored=ignored, dry_run=dry_run,
+                             renamed=renamed)
     if dry_run:
         return result
     dropped = [r for r in fix.patches if r not in texts]
     summary = summary or f"Refreshed from a checkout of {release}."
-    _replace_series(texts, targets, old_texts, lambda: edit.bump_manifest(
-        fix.manifest_path,
-        version=version,
-        changelog_summary=summary,
-        date=date or _today(),
+    write_series({targets[r]: (texts[r], r.root) for r in texts}, lambda: edit.bump_manifest(
+        fix.manifest_path, version=version, changelog_summary=summary, date=date or _dt.date.today().isoformat(),
         patches=([(targets[r].name, r.root, r.description) for r in texts]
                  if dropped or renamed else None),
-        base_release=release if release != fix.upstream.base_release else None,
-    ))
-    for ref in dropped:
-        ref.path.unlink()
-    for ref, target in targets.items():
-        if target != ref.path:
+        base_release=release if release != fix.upstream.base_release else None))
+    for ref in fix.patches:
+        if ref in dropped or targets[ref] != ref.path:
             ref.path.unlink()
     sha = _commit(catalog, name, f"{name} v{version}: {summary}\n\nRecorded by `patchkit "
                   "refresh` from a checkout.\n") if commit else None
     return dataclasses.replace(result, commit=sha)
-
-
-def _replace_series(texts: dict, targets: dict, old_texts: dict, bump: Callable[[], None]) -> None:
-    """Write every new series file (at its target: a renamed patch's new name), then the
-    manifest; all of them or none.
-
-    Each text is staged and read back before any file is replaced, and the old texts are put
-    back (a renamed patch's new file removed) if the manifest cannot be bumped, so a failure
-    leaves the catalog as it was. The caller removes the old files of renamed patches.
-    """
-    staged = {}
-    try:
-        for ref, text in texts.items():
-            target = targets[ref]
-            tmp = target.with_name(f".{target.name}.tmp")
-            staged[ref] = tmp
-            tmp.write_text(text, encoding="utf-8", errors="surrogateescape", newline="")
-            _read_back(tmp, target, ref.root)
-    except BaseException:
-        for tmp in staged.values():
-            tmp.unlink(missing_ok=True)
-        raise
-    replaced = []
-    try:
-        for ref, tmp in staged.items():
-            os.replace(tmp, targets[ref])
-            replaced.append(ref)
-        bump()
-    except BaseException:
-        for ref in replaced:
-            if targets[ref] != ref.path:
-                targets[ref].unlink(missing_ok=True)
-            else:
-                ref.path.write_text(old_texts[ref], encoding="utf-8", errors="surrogateescape",
-                                    newline="")
-        for tmp in staged.values():
-            tmp.unlink(missing_ok=True)
-        raise
 
 
 def _header_of(text: str, default_subject: str) -> _Header:

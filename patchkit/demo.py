@@ -1,17 +1,11 @@
 """The demo production fork: the seed's server, rebuilt from a real SGLang release.
 
-The seed's DeepSeek-V4 server ran a fork of SGLang with two commits on top of the release: the
-bf16 index-K patch and the (dead) HiCache index-K sync fix with its debug instrumentation, and
-a prefill serve script with HiCache on, outside the git tree. ``build_fork`` makes exactly that
-from the shipped catalog, so ``patchkit demo`` can deploy the seed's three fixes to it. The
-fork is built on a release every fix of the demo supports (:func:`demo_releases`, read from
-the catalog's manifests): the commits are the catalog's current series, which apply to those
-releases only.
-
-The serve folder is a git repository of its own with the script committed (as a deployment
-repository keeps it), and the fork is its own clone: wherever the workdir lies, even inside
-another repository's work tree (the README runs the demo from a patchkit clone), the
-``git-clean`` precondition looks only at the demo's own repositories.
+The seed's DeepSeek-V4 server ran SGLang with two commits on top of a release (the bf16
+index-K patch, the dead HiCache index-K sync fix) and a prefill serve script with HiCache on.
+``build_fork`` makes exactly that from the catalog, on a release every fix of the demo
+supports, so ``patchkit demo`` can deploy the seed's three fixes to it. The serve folder and
+the fork are git repositories of their own, so wherever the workdir lies (even inside another
+work tree) the ``git-clean`` precondition looks only at the demo's own repositories.
 """
 
 from __future__ import annotations
@@ -77,33 +71,25 @@ def serve_script_source(catalog: Catalog) -> Path:
     """The seed's original prefill serve script: in the catalog, or in the catalog shipped
     with patchkit that a user catalog (``patchkit init``) keeps beside its own."""
     places = [catalog.root] + ([catalog.beside.root] if catalog.beside is not None else [])
-    for root in places:
-        path = root / "docs" / "examples" / SERVE_SCRIPT
+    paths = [root / "docs" / "examples" / SERVE_SCRIPT for root in places]
+    for path in paths:
         if path.is_file():
             return path
-    path = places[0] / "docs" / "examples" / SERVE_SCRIPT
     raise UsageError(
-        f"the demo needs {path} (the original prefill serve script, shipped with patchkit); "
+        f"the demo needs {paths[0]} (the original prefill serve script, shipped with patchkit); "
         "run it with the shipped catalog (outside any catalog of yours, or --catalog pointing at "
         "it), or from a catalog made by patchkit init, which keeps the shipped fixes beside yours",
-        path=str(path),
-    )
+        path=str(paths[0]))
 
 
-def build_fork(
-    workdir: Path,
-    catalog: Catalog,
-    *,
-    release: str | None = None,
-    upstream: UpstreamRepo | None = None,
-    progress: Callable[[str], None] | None = None,
-) -> DemoFork:
+def build_fork(workdir: Path, catalog: Catalog, *, release: str | None = None,
+               upstream: UpstreamRepo | None = None,
+               progress: Callable[[str], None] | None = None) -> DemoFork:
     """Fetch the release and lay out the seed's fork and serve folder under ``workdir``.
 
     ``release`` None: :func:`demo_release`; a release not every fix of the demo supports is
     refused before anything is fetched or written. A ``workdir`` left by an earlier demo is
-    replaced; any other non-empty directory is refused.
-    """
+    replaced; any other non-empty directory is refused."""
     say = progress or (lambda _msg: None)
     supported = demo_releases(catalog)
     if release is None:
@@ -119,11 +105,8 @@ def build_fork(
     workdir = Path(workdir).resolve()
     if workdir.exists() and any(workdir.iterdir()):
         if not (workdir / _MARKER).exists():
-            raise UsageError(
-                f"{workdir} exists and was not made by `patchkit demo`; pass an empty or new "
-                "directory with --workdir",
-                path=str(workdir),
-            )
+            raise UsageError(f"{workdir} exists and was not made by `patchkit demo`; pass an "
+                             "empty or new directory with --workdir", path=str(workdir))
         shutil.rmtree(workdir)
     script = serve_script_source(catalog)
     upstream = upstream or UpstreamRepo()
@@ -140,13 +123,9 @@ def build_fork(
     for name in FORK_COMMITS:
         fix = catalog.get(name)
         say(f"committing {name} on the fork")
-        sha = gitrepo.apply_and_commit(
-            sglang,
-            [p.path for p in fix.patches],
-            message=f"{fix.title}\n\n{fix.rationale.strip()}\n",
-            author=_FORK_AUTHOR,
-            date="2026-11-10T12:00:00+00:00",
-        )
+        sha = gitrepo.apply_and_commit(sglang, [p.path for p in fix.patches],
+                                       message=f"{fix.title}\n\n{fix.rationale.strip()}\n",
+                                       author=_FORK_AUTHOR, date="2026-11-10T12:00:00+00:00")
         commits.append((name, sha))
     host = sglang / HOST_POOL
     text = host.read_text(encoding="utf-8")

@@ -1,55 +1,33 @@
-"""Small git helpers: the one module of patchkit that imports GitPython.
+"""The client's git layer: the one module of patchkit that imports GitPython.
 
-Everything else talks to git through these functions, which take plain paths and
-revisions, return plain values (hex shas, paths, text), and raise :class:`TargetError`
-naming the repository, the git command and its output when git fails.
-
-The helpers are deliberately general (init, commit a directory as a tree, tags, refs,
-clone, worktree, diff) so later features (revert, committing a fix) can build on them.
+Everything else talks to git through these functions, which take plain paths and revisions,
+return plain values (hex shas, paths, bytes, text) and raise :class:`TargetError` naming the
+repository, the git command and its output when git fails. The engine, which runs on hosts
+with nothing installed, has its own stdlib runner (``patchkit.engine.gitcli``).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import git
 
 from patchkit.engine.gitcli import parse_porcelain_z
+from patchkit.engine.hunks import split_lines
 from patchkit.errors import TargetError, UsageError
 
 __all__ = [
-    "CommitInfo",
-    "Identity",
-    "apply_and_commit",
-    "create_branch",
-    "changed_files",
-    "head_bytes",
-    "head_file",
-    "clone",
-    "commit_directory",
-    "commit_info",
-    "commit_paths",
-    "commit_tree",
-    "diff_worktree",
-    "get_config",
-    "git_dir",
-    "head",
-    "init",
-    "tracks_modes",
-    "patch_id",
-    "is_clean",
-    "is_git_checkout",
-    "is_git_repo",
-    "list_tags",
-    "rev_parse",
-    "set_config",
-    "tag",
-    "update_refs",
-    "worktree_add",
+    "Blobs", "CommitInfo", "Identity", "PathCommit", "apply_and_commit", "changed_files",
+    "clone", "commit_diffs", "commit_directory", "commit_files", "commit_info", "commit_paths",
+    "commit_range", "commit_tree", "create_branch", "diff_worktree", "head", "init",
+    "is_clean", "is_git_checkout", "is_git_repo", "list_tags", "merge_file", "patch_id",
+    "patch_ids", "path_history", "rev_parse", "set_config", "texts_at", "tracks_modes",
+    "unclaimed_files", "update_refs", "work_tree_top",
 ]
 
 
@@ -73,42 +51,35 @@ class CommitInfo:
     message: str
 
 
-def _run(
-    cwd: Path | str, args: Sequence[str], *, env: Mapping[str, str] | None = None,
-    strip: bool = True,
-) -> str:
-    """Run ``git args`` in ``cwd``; a failure becomes a TargetError with git's output."""
-    runner = git.Git(str(cwd))
+def _run(cwd: Path | str, args: Sequence[str], *, env: Mapping[str, str] | None = None,
+         strip: bool = True, data: str | None = None) -> str:
+    """Run ``git args`` in ``cwd`` (``data`` on its stdin); a failure becomes a TargetError
+    with git's output."""
     try:
-        out = runner.execute(
-            ["git", *args], env=dict(env) if env else None, strip_newline_in_stdout=strip
-        )
+        out = git.Git(str(cwd)).execute(
+            ["git", *args], env=dict(env) if env else None, strip_newline_in_stdout=strip,
+            istream=None if data is None else _stdin(data))
     except git.GitCommandError as exc:
-        stderr = (exc.stderr or "").strip()
-        stdout = (exc.stdout or "").strip()
-        raise TargetError(
-            f"git {' '.join(args[:3])} failed in {cwd} (exit {exc.status}): "
-            f"{stderr or stdout or 'no output'}",
-            command=["git", *args], cwd=str(cwd), exit=exc.status,
-            stderr=stderr, stdout=stdout,
-        ) from None
+        stderr, stdout = (exc.stderr or "").strip(), (exc.stdout or "").strip()
+        raise TargetError(f"git {' '.join(args[:3])} failed in {cwd} (exit {exc.status}): "
+                          f"{stderr or stdout or 'no output'}", command=["git", *args],
+                          cwd=str(cwd), exit=exc.status, stderr=stderr, stdout=stdout) from None
     except (git.NoSuchPathError, FileNotFoundError) as exc:
         raise TargetError(f"cannot run git in {cwd}: {exc}", cwd=str(cwd)) from None
     return out if isinstance(out, str) else out.decode("utf-8", "surrogateescape")
 
 
+def _stdin(text: str):  # a real file: GitPython passes istream to Popen as stdin
+    f = tempfile.TemporaryFile()
+    f.write(text.encode("utf-8", "surrogateescape"))
+    f.seek(0)
+    return f
+
+
 def _identity_env(author: Identity, committer: Identity, date: str) -> dict[str, str]:
-    return {
-        "GIT_AUTHOR_NAME": author.name,
-        "GIT_AUTHOR_EMAIL": author.email,
-        "GIT_AUTHOR_DATE": date,
-        "GIT_COMMITTER_NAME": committer.name,
-        "GIT_COMMITTER_EMAIL": committer.email,
-        "GIT_COMMITTER_DATE": date,
-    }
-
-
-# -- repositories -----------------------------------------------------------------------
+    return {"GIT_AUTHOR_NAME": author.name, "GIT_AUTHOR_EMAIL": author.email,
+            "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_NAME": committer.name,
+            "GIT_COMMITTER_EMAIL": committer.email, "GIT_COMMITTER_DATE": date}
 
 
 def is_git_repo(path: Path | str) -> bool:
@@ -120,26 +91,22 @@ def is_git_repo(path: Path | str) -> bool:
         repo = git.Repo(str(p), search_parent_directories=False)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         return False
-    if repo.bare:
-        return Path(repo.git_dir).resolve() == p.resolve()
-    return Path(repo.working_tree_dir or "").resolve() == p.resolve()
+    return Path(repo.git_dir if repo.bare else repo.working_tree_dir or "").resolve() == p.resolve()
+
+
+def work_tree_top(path: Path | str) -> Path | None:
+    """The top of the work tree ``path`` lies in, or None outside any (or in a bare repo)."""
+    p = Path(path)
+    try:
+        repo = git.Repo(str(p if p.is_dir() else p.parent), search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        return None
+    return None if repo.bare or not repo.working_tree_dir else Path(repo.working_tree_dir)
 
 
 def is_git_checkout(path: Path | str) -> bool:
     """True if ``path`` lies inside the working tree of a (non-bare) git repository."""
-    p = Path(path)
-    if not p.exists():
-        return False
-    try:
-        repo = git.Repo(str(p if p.is_dir() else p.parent), search_parent_directories=True)
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-        return False
-    return not repo.bare
-
-
-def git_dir(path: Path | str) -> Path:
-    """The git directory of the repository at ``path`` (``.git`` or the bare repo)."""
-    return Path(_run(path, ["rev-parse", "--absolute-git-dir"]))
+    return Path(path).exists() and work_tree_top(path) is not None
 
 
 def init(path: Path | str, *, bare: bool = False, branch: str = "main") -> Path:
@@ -157,14 +124,14 @@ def set_config(repo: Path | str, key: str, value: str) -> None:
     _run(repo, ["config", "--local", key, value])
 
 
-def get_config(repo: Path | str, key: str) -> str | None:
+def tracks_modes(path: Path | str) -> bool:
+    """Whether the checkout's git records executable bits (``core.fileMode``, true unless set
+    false, as on file systems whose every file looks executable)."""
     try:
-        return _run(repo, ["config", "--local", "--get", key]) or None
-    except TargetError:
-        return None
-
-
-# -- objects and refs -------------------------------------------------------------------
+        value = _run(path, ["config", "--local", "--get", "core.fileMode"])
+    except TargetError:  # not set
+        return True
+    return value.strip().lower() not in ("false", "no", "off", "0")
 
 
 def rev_parse(repo: Path | str, rev: str) -> str | None:
@@ -186,160 +153,115 @@ def commit_info(repo: Path | str, rev: str) -> CommitInfo:
     lines = out.split("\n")
     if len(lines) < 10:
         raise TargetError(f"cannot read commit {rev} in {repo}", rev=rev)
-    message = "\n".join(lines[9:]).rstrip("\n") + "\n"
-    return CommitInfo(
-        sha=lines[0],
-        tree=lines[1],
-        parents=tuple(lines[2].split()),
-        author=Identity(lines[3], lines[4]),
-        committer=Identity(lines[5], lines[6]),
-        authored_date=lines[7],
-        committed_date=lines[8],
-        message=message,
-    )
+    return CommitInfo(sha=lines[0], tree=lines[1], parents=tuple(lines[2].split()),
+                      author=Identity(lines[3], lines[4]), committer=Identity(lines[5], lines[6]),
+                      authored_date=lines[7], committed_date=lines[8],
+                      message="\n".join(lines[9:]).rstrip("\n") + "\n")
 
 
-def commit_tree(
-    repo: Path | str,
-    tree: str,
-    *,
-    message: str,
-    parents: Sequence[str] = (),
-    author: Identity,
-    committer: Identity | None = None,
-    date: str,
-) -> str:
+class Blobs:
+    """Files of the commits of one repository through one GitPython repository object, whose
+    ``git cat-file`` process serves every read; :meth:`close` ends it."""
+
+    def __init__(self, repo: Path | str) -> None:
+        try:
+            self._repo = git.Repo(str(repo), search_parent_directories=True)
+        except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+            raise TargetError(f"{repo} is not a git repository: name a clone or the top of a "
+                              "checkout", path=str(repo)) from None
+        self._seen: dict[tuple[str, str], tuple[bytes, str] | None] = {}
+
+    def file(self, rev: str, relpath: str) -> tuple[bytes, str] | None:
+        """The bytes and git mode ("100644", "100755") of ``relpath`` in commit ``rev``, or
+        None when that commit has no such file."""
+        if (rev, relpath) not in self._seen:
+            try:
+                blob = self._repo.commit(rev).tree / relpath
+                found = (blob.data_stream.read(), f"{blob.mode:o}") if blob.type == "blob" \
+                    else None
+            except (KeyError, ValueError, git.BadName, git.BadObject):
+                found = None
+            self._seen[(rev, relpath)] = found
+        return self._seen[(rev, relpath)]
+
+    def read(self, rev: str, relpath: str) -> bytes | None:
+        return (self.file(rev, relpath) or (None,))[0]
+
+    def close(self) -> None:
+        self._repo.close()
+
+
+def texts_at(top: Path | str, wanted: Sequence[tuple[str, str]]) -> list[str | None]:
+    """The text of each ``(rev, path)`` (path relative to ``top``), None where it is absent."""
+    blobs = Blobs(top)
+    try:
+        found = [blobs.read(rev, relpath) for rev, relpath in wanted]
+    finally:
+        blobs.close()
+    return [None if data is None else data.decode("utf-8", "replace") for data in found]
+
+
+def commit_tree(repo: Path | str, tree: str, *, message: str, parents: Sequence[str] = (),
+                author: Identity, committer: Identity | None = None, date: str) -> str:
     """Write a commit object for ``tree``; refs are left alone (see :func:`update_refs`).
-
-    Author, committer and both dates are fixed, so the same inputs give the same sha.
-    """
+    Author, committer and both dates are fixed, so the same inputs give the same sha."""
     args = ["commit-tree", tree, "-F", "-"]
     for parent in parents:
         args += ["-p", parent]
-    env = _identity_env(author, committer or author, date)
-    runner = git.Git(str(repo))
-    try:
-        return runner.execute(["git", *args], env=env, istream=_stdin(message)).strip()
-    except git.GitCommandError as exc:
-        raise TargetError(
-            f"git commit-tree failed in {repo}: {(exc.stderr or '').strip()}", cwd=str(repo)
-        ) from None
+    return _run(repo, args, env=_identity_env(author, committer or author, date), data=message)
 
 
-def _stdin(text: str):  # a real file: GitPython passes istream to Popen as stdin
-    f = tempfile.TemporaryFile()
-    f.write(text.encode("utf-8"))
-    f.seek(0)
-    return f
-
-
-def commit_directory(
-    repo: Path | str,
-    directory: Path | str,
-    *,
-    message: str,
-    parents: Sequence[str] = (),
-    author: Identity,
-    committer: Identity | None = None,
-    date: str,
-) -> str:
-    """Commit every file under ``directory`` as the whole tree of a new commit.
-
-    Uses a throw-away index with ``directory`` as work tree, so neither the repository's
-    own index nor its working tree (if any) is touched. Returns the commit sha.
-    """
+def commit_directory(repo: Path | str, directory: Path | str, *, message: str,
+                     parents: Sequence[str] = (), author: Identity,
+                     committer: Identity | None = None, date: str) -> str:
+    """Commit every file under ``directory`` as the whole tree of a new commit, through a
+    throw-away index: the repository's own index and work tree are not touched."""
     d = Path(directory)
     if not d.is_dir():
         raise UsageError(f"cannot commit {d}: not a directory")
     with tempfile.TemporaryDirectory(prefix="patchkit-index-") as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
-        base = ["--work-tree", str(d)]
-        _run(repo, [*base, "add", "--all", "--force", "."], env=env)
+        _run(repo, ["--work-tree", str(d), "add", "--all", "--force", "."], env=env)
         tree = _run(repo, ["write-tree"], env=env)
-    return commit_tree(
-        repo, tree, message=message, parents=parents, author=author,
-        committer=committer, date=date,
-    )
+    return commit_tree(repo, tree, message=message, parents=parents, author=author,
+                       committer=committer, date=date)
 
 
 def list_tags(repo: Path | str) -> dict[str, str]:
     """Every tag name mapped to the commit it points at (annotated tags peeled)."""
     out = _run(repo, ["for-each-ref", "--format=%(refname:strip=2) %(objectname) %(*objectname)",
                       "refs/tags"])
-    tags: dict[str, str] = {}
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) >= 2:
-            tags[parts[0]] = parts[2] if len(parts) > 2 else parts[1]
-    return tags
+    parts = [line.split() for line in out.splitlines()]
+    return {p[0]: p[2] if len(p) > 2 else p[1] for p in parts if len(p) >= 2}
 
 
-def tag(repo: Path | str, name: str, rev: str, *, force: bool = False) -> None:
-    """Create (or with ``force`` move) the lightweight tag ``name`` at ``rev``."""
-    _run(repo, ["tag", *(["--force"] if force else []), name, rev])
-
-
-def update_refs(
-    repo: Path | str,
-    updates: Mapping[str, str],
-    expected: Mapping[str, str | None] | None = None,
-) -> None:
-    """Move several refs in one all-or-nothing transaction.
-
-    ``expected`` maps a ref to the sha it must still hold (None: must not exist); a ref
-    that moved underneath fails the whole transaction and nothing changes.
-    """
+def update_refs(repo: Path | str, updates: Mapping[str, str],
+                expected: Mapping[str, str | None] | None = None) -> None:
+    """Move several refs in one all-or-nothing transaction. ``expected`` maps a ref to the sha
+    it must still hold (None: must not exist); a ref that moved fails it and nothing changes."""
     if not updates:
         return
-    zero = "0" * 40
     lines = ["start"]
     for ref, new in updates.items():
-        old = (expected or {}).get(ref, "")
         if expected is not None and ref in expected:
-            lines.append(f"update {ref} {new} {old or zero}")
+            lines.append(f"update {ref} {new} {expected[ref] or '0' * 40}")
         else:
             lines.append(f"update {ref} {new}")
-    lines += ["prepare", "commit", ""]
-    runner = git.Git(str(repo))
     try:
-        runner.execute(["git", "update-ref", "--stdin"], istream=_stdin("\n".join(lines)))
-    except git.GitCommandError as exc:
-        raise TargetError(
-            f"could not update refs in {repo}: {(exc.stderr or '').strip()} "
-            "(another process may be writing the repository; retry)",
-            refs=sorted(updates),
-        ) from None
+        _run(repo, ["update-ref", "--stdin"], data="\n".join([*lines, "prepare", "commit", ""]))
+    except TargetError as exc:
+        raise TargetError(f"could not update refs in {repo}: {exc.details.get('stderr', '')} "
+                          "(another process may be writing the repository; retry)",
+                          refs=sorted(updates)) from None
 
 
-# -- working trees ----------------------------------------------------------------------
-
-
-def clone(
-    source: Path | str, dest: Path | str, *, rev: str | None = None, shared: bool = False,
-) -> Path:
-    """Clone ``source`` into ``dest`` and check out ``rev`` (detached for a tag).
-
-    ``shared`` borrows the source's objects (``--shared``): fast and small, but the
-    clone breaks if the source repository is deleted or pruned.
-    """
-    d = Path(dest)
-    args = ["clone", "--quiet"]
-    if shared:
-        args.append("--shared")
-    if rev is not None:
-        args += ["--branch", rev]
-    args += ["--", str(source), str(d)]
-    _run(Path(d).parent, args)
-    return d
-
-
-def worktree_add(repo: Path | str, dest: Path | str, rev: str, *, detach: bool = True) -> Path:
-    """Add a linked working tree of ``repo`` at ``dest`` checked out at ``rev``."""
-    args = ["worktree", "add", "--quiet"]
-    if detach:
-        args.append("--detach")
-    args += [str(dest), rev]
-    _run(repo, args)
+def clone(source: Path | str, dest: Path | str, *, rev: str | None = None,
+          shared: bool = False) -> Path:
+    """Clone ``source`` into ``dest`` and check out ``rev`` (detached for a tag). ``shared``
+    borrows the source's objects: small, but the clone breaks if the source is pruned."""
+    args = ["clone", "--quiet", *(["--shared"] if shared else []),
+            *(["--branch", rev] if rev is not None else []), "--", str(source), str(dest)]
+    _run(Path(dest).parent, args)
     return Path(dest)
 
 
@@ -349,45 +271,63 @@ def is_clean(path: Path | str) -> bool:
 
 
 def diff_worktree(path: Path | str, paths: Sequence[str] = ()) -> str:
-    """Unified diff (git format, 3 lines of context) of the working tree against HEAD.
+    """Unified diff of the working tree against HEAD (untracked files left out)."""
+    return _run(path, ["diff", "--no-color", "--no-ext-diff", "HEAD", "--",
+                       *(os.fspath(p) for p in paths)], strip=False)
 
-    Untracked files are left out; pass ``paths`` (relative to the tree) to narrow it.
-    """
-    args = ["diff", "--no-color", "--no-ext-diff", "HEAD", "--"]
-    args += [os.fspath(p) for p in paths]
-    return _run(path, args, strip=False)
+
+def _status(path: Path | str, paths: Sequence[str] = ()) -> list[tuple[str, str, str | None]]:
+    return list(parse_porcelain_z(_run(path, ["status", "--porcelain=v1", "-z",
+                                              "--untracked-files=all", "--",
+                                              *(os.fspath(p) for p in paths)], strip=False)))
 
 
 def changed_files(path: Path | str, paths: Sequence[str] = ()) -> list[str]:
     """Files of the work tree that differ from HEAD (modified, added, deleted), sorted.
-
     Untracked files count only when named in ``paths`` (a file or a directory prefix), so
-    stray build output never sneaks into a captured fix.
-    """
-    args = ["status", "--porcelain=v1", "-z", "--untracked-files=all", "--"]
-    args += [os.fspath(p) for p in paths]
-    out = _run(path, args, strip=False)
+    stray build output never sneaks into a captured fix."""
     named = [os.fspath(p).rstrip("/") for p in paths]
     result: set[str] = set()
-    for code, name, source in parse_porcelain_z(out):
+    for code, name, source in _status(path, paths):
         if source is not None:
             result.add(source)
-        if code == "??" and not any(name == n or name.startswith(n + "/") for n in named):
-            continue
-        result.add(name)
+        if code != "??" or any(name == n or name.startswith(n + "/") for n in named):
+            result.add(name)
     return sorted(result)
 
 
 def unclaimed_files(path: Path | str, taken: Sequence[str]) -> list[str]:
     """Files of the work tree that differ from HEAD, untracked ones included, other than
     ``taken``: what a capture left out, so the author is told."""
-    out = _run(path, ["status", "--porcelain=v1", "-z", "--untracked-files=all"], strip=False)
-    found: set[str] = set()
-    for _code, name, source in parse_porcelain_z(out):
-        found.add(name)
-        if source is not None:
-            found.add(source)
+    found = {n for _code, name, source in _status(path) for n in (name, source) if n is not None}
     return sorted(found - set(taken))
+
+
+def commit_paths(top: Path | str, paths: Sequence[str], message: str, *,
+                 author: Identity | None = None, date: str | None = None) -> str:
+    """Commit the work-tree state of ``paths`` (relative to ``top``; added, changed or
+    deleted; none: the whole tree) and nothing else; the new commit's sha. Without
+    ``author``, as the user's own git identity."""
+    env = _identity_env(author, author, date or "") if author is not None else None
+    _run(top, ["add", "-A", "--", *paths])
+    _run(top, ["commit", "-q", "--no-verify", "-m", message, "--", *paths], env=env)
+    return _run(top, ["rev-parse", "HEAD"])
+
+
+def apply_and_commit(path: Path | str, patches: Sequence[Path | str], *, message: str,
+                     author: Identity, date: str) -> str:
+    """``git apply --index`` each patch (git apply never fuzzes), then commit; the sha."""
+    for patch in patches:
+        _run(path, ["apply", "--index", "--whitespace=nowarn", os.fspath(Path(patch).resolve())])
+    return commit_paths(path, [], message, author=author, date=date)
+
+
+def create_branch(path: Path | str, name: str) -> None:
+    """Create and switch to branch ``name`` at HEAD."""
+    _run(path, ["switch", "-q", "-c", name])
+
+
+# -- history ------------------------------------------------------------------------------
 
 
 def commit_range(repo: Path | str, spec: str) -> list[str]:
@@ -396,11 +336,10 @@ def commit_range(repo: Path | str, spec: str) -> list[str]:
         raise UsageError(f"--commits takes a range A..B (the commits after A up to B), not "
                          f"{spec!r}", spec=spec)
     try:
-        out = _run(repo, ["rev-list", "--reverse", "--topo-order", spec, "--"])
+        return _run(repo, ["rev-list", "--reverse", "--topo-order", spec, "--"]).split()
     except TargetError as exc:
         raise UsageError(f"cannot read the commits {spec} in {repo}: {exc.message}. Name two "
                          "commits of that repository, e.g. v0.5.23..HEAD", spec=spec) from None
-    return out.split()
 
 
 def commit_files(repo: Path | str, rev: str) -> list[tuple[str, str | None, str | None]]:
@@ -411,77 +350,16 @@ def commit_files(repo: Path | str, rev: str) -> list[tuple[str, str | None, str 
         raise UsageError(f"commit {rev[:12]} in {repo} is a merge; a fix is a line of plain "
                          "commits. Pick a range without merges", rev=rev)
     parent = info.parents[0] if info.parents else "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
-    out = _run(repo, ["diff-tree", "-r", "-z", "--no-renames", "--no-commit-id", parent, rev],
-               strip=False)
-    fields = out.split("\0")
+    fields = _run(repo, ["diff-tree", "-r", "-z", "--no-renames", "--no-commit-id", parent, rev],
+                  strip=False).split("\0")
     result = []
-    i = 0
-    while i + 1 < len(fields) and fields[i].startswith(":"):
-        old_mode, new_mode, _old, _new, _status = fields[i][1:].split(" ")
-        result.append((fields[i + 1], None if old_mode == "000000" else old_mode,
+    for meta, path in zip(fields[0::2], fields[1::2]):
+        if not meta.startswith(":"):
+            break
+        old_mode, new_mode = meta[1:].split(" ")[:2]
+        result.append((path, None if old_mode == "000000" else old_mode,
                        None if new_mode == "000000" else new_mode))
-        i += 2
     return result
-
-
-def commit_own(top: Path | str, paths: Sequence[str], message: str) -> str:
-    """Commit the work-tree state of ``paths`` (relative to ``top``; added, changed or
-    deleted) and nothing else, as the user's own git identity; the new commit's sha."""
-    _run(top, ["add", "-A", "--", *paths])
-    _run(top, ["commit", "-q", "--no-verify", "-m", message, "--", *paths])
-    return _run(top, ["rev-parse", "HEAD"])
-
-
-def head_bytes(path: Path | str, relpath: str) -> bytes | None:
-    """The bytes of ``relpath`` at HEAD, or None when HEAD does not have it."""
-    found = head_file(path, relpath)
-    return None if found is None else found[0]
-
-
-def head_file(path: Path | str, relpath: str) -> tuple[bytes, str] | None:
-    """The bytes and git mode ("100644", "100755") of ``relpath`` at HEAD, or None when HEAD
-    does not have it."""
-    repo = git.Repo(str(path), search_parent_directories=True)
-    try:
-        blob = repo.head.commit.tree / relpath
-    except (KeyError, ValueError):
-        return None
-    return blob.data_stream.read(), f"{blob.mode:o}"
-
-
-def tracks_modes(path: Path | str) -> bool:
-    """Whether the checkout's git records executable bits (``core.fileMode``, true unless set
-    false, as on file systems whose every file looks executable)."""
-    value = get_config(path, "core.fileMode")
-    return value is None or value.strip().lower() not in ("false", "no", "off", "0")
-
-
-def apply_and_commit(
-    path: Path | str, patches: Sequence[Path | str], *, message: str, author: Identity, date: str
-) -> str:
-    """``git apply --index`` each patch (no fuzz: git apply never fuzzes), then commit; the sha."""
-    for patch in patches:
-        _run(path, ["apply", "--index", "--whitespace=nowarn", os.fspath(Path(patch).resolve())])
-    _run(path, ["commit", "-q", "--no-verify", "-m", message], env={**os.environ, **_identity_env(author, author, date)})
-    return _run(path, ["rev-parse", "HEAD"])
-
-
-def commit_paths(
-    path: Path | str, paths: Sequence[str], *, message: str, author: Identity, date: str
-) -> str:
-    """Commit the working-tree state of ``paths`` (already tracked); the new commit's sha."""
-    _run(path, ["add", "--", *paths])
-    _run(path, ["commit", "-q", "--no-verify", "-m", message, "--", *paths],
-         env={**os.environ, **_identity_env(author, author, date)})
-    return _run(path, ["rev-parse", "HEAD"])
-
-
-def create_branch(path: Path | str, name: str) -> None:
-    """Create and switch to branch ``name`` at HEAD."""
-    _run(path, ["switch", "-q", "-c", name])
-
-
-# -- history of catalog paths (lineage) ---------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -494,120 +372,93 @@ class PathCommit:
     files: tuple[str, ...]  # relative to the top of the work tree
 
 
-def work_tree_top(path: Path | str) -> Path | None:
-    """The top of the work tree ``path`` lies in, or None outside any (or in a bare repo)."""
-    p = Path(path)
-    try:
-        repo = git.Repo(str(p if p.is_dir() else p.parent), search_parent_directories=True)
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-        return None
-    return None if repo.bare or not repo.working_tree_dir else Path(repo.working_tree_dir)
+def _log(repo: Path | str, args: Sequence[str], paths: Sequence[str]
+         ) -> list[tuple[list[str], str]]:
+    """``git log`` of ``paths``: per commit, [sha, committer date, subject] and what follows."""
+    out = _run(repo, ["-c", "core.quotePath=false", "log", "--no-renames", "--no-color",
+                      "--no-ext-diff", "--format=%x1e%H%x00%cI%x00%s", *args, "--", *paths],
+               strip=False)
+    return [(head.split("\x00"), rest) for head, _, rest
+            in (record.partition("\n") for record in out.split("\x1e")[1:])]
 
 
 def path_history(top: Path | str, paths: Sequence[str]) -> list[PathCommit]:
-    """Commits of HEAD that touched ``paths`` (relative to ``top``), oldest first.
-
-    One ``git log`` for all paths; an unborn HEAD has no history (empty list).
-    """
+    """Commits of HEAD that touched ``paths`` (relative to ``top``), oldest first, in one
+    ``git log``; an unborn HEAD has no history."""
     if rev_parse(top, "HEAD") is None:
         return []
-    out = _run(top, ["-c", "core.quotePath=false", "log", "--reverse", "--no-renames",
-                     "--format=%x1e%H%x00%cI%x00%s", "--name-only", "HEAD", "--", *paths],
-               strip=False)
-    commits: list[PathCommit] = []
-    for record in out.split("\x1e")[1:]:
-        head_line, _, rest = record.partition("\n")
-        sha, date, subject = (head_line.split("\x00") + ["", ""])[:3]
-        files = tuple(line for line in rest.splitlines() if line.strip())
-        commits.append(PathCommit(sha=sha, date=date, subject=subject, files=files))
-    return commits
+    log = _log(top, ["--reverse", "--name-only", "HEAD"], paths)
+    return [PathCommit(sha, date, subject, tuple(n for n in rest.splitlines() if n.strip()))
+            for (sha, date, subject), rest in log]
 
 
-def texts_at(top: Path | str, wanted: Sequence[tuple[str, str]]) -> list[str | None]:
-    """The text of each ``(rev, path)`` (path relative to ``top``), None where it is absent.
-
-    One repository object serves every lookup, so GitPython's object reader is reused.
-    """
-    repo = git.Repo(str(top))
-    out: list[str | None] = []
-    for rev, relpath in wanted:
-        try:
-            blob = repo.commit(rev).tree / relpath
-            out.append(blob.data_stream.read().decode("utf-8", "replace"))
-        except (KeyError, ValueError, git.BadName):
-            out.append(None)
-    return out
+def commit_diffs(repo: Path | str, base: str, onto: str, paths: Iterable[str]
+                 ) -> list[tuple[str, str, dict[str, str]]]:
+    """The commits of ``base..onto`` touching ``paths``: (sha, subject, {path: its diff}), in
+    one ``git log -p``; a commit's diff is split per file, so a fix's files can be matched
+    even when the commit also changed others."""
+    wanted = sorted(set(paths))
+    return [(sha, subject, {part.split(" b/", 1)[0]: "diff --git a/" + part.rstrip("\n") + "\n"
+                            for part in body.split("\ndiff --git a/")[1:]})
+            for (sha, _date, subject), body in _log(repo, ["-p", f"{base}..{onto}"], wanted)
+            ] if wanted else []
 
 
-def patch_id(diff: str) -> str | None:
-    """``git patch-id --stable`` of a diff (no repository needed): one id for all of it.
+# -- patch-id and merge -------------------------------------------------------------------
 
-    Mail headers are dropped first, so a series of several patches gets the id of the single
-    commit that would hold them all (as a fork that committed the series in one go has).
-    """
+_HUNK = re.compile(r"@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+
+
+def _diff_lines(text: str) -> str:
+    """The diffs of patch files (one, or several joined), as ``git patch-id`` reads a diff:
+    mail headers, diffstats and format-patch signatures around and between them are dropped
+    (git would end the patch at the first of them), so a joined series hashes as the one
+    commit holding all of it. Hunk lines are counted as git counts them."""
     kept: list[str] = []
-    inside = False
-    for line in diff.splitlines(keepends=True):
-        if line.startswith("diff --git ") or line.startswith("--- ") and not inside:
-            inside = True
-        elif line.startswith("From ") and line[5:45].strip() and " " in line[5:]:
-            inside = False  # the next patch's mail header
-        if inside:
-            kept.append(line)
-    runner = git.Git(tempfile.gettempdir())
-    try:
-        out = runner.execute(["git", "patch-id", "--stable"], istream=_stdin("".join(kept)))
-    except git.GitCommandError as exc:
-        raise TargetError(f"git patch-id failed: {(exc.stderr or '').strip()}") from None
-    text = out if isinstance(out, str) else out.decode()
-    return text.split()[0] if text.strip() else None
+    state, old, new = "out", 0, 0
+    for line in split_lines(text):
+        if old > 0 or new > 0:
+            old -= line[:1] in " -"
+            new -= line[:1] in " +"
+        elif line.startswith("diff "):
+            state = "header"
+        elif state != "out" and (m := _HUNK.match(line)):
+            state, old, new = "hunks", int(m[1] or 1), int(m[2] or 1)
+        elif state == "hunks" and not line.startswith("\\"):
+            state = "out"
+        if state != "out":
+            kept.append(line if line.endswith("\n") else line + "\n")
+    return "".join(kept)
 
 
-# -- rebase helpers (patchkit.rebase) ------------------------------------------------------
+def patch_ids(texts: Sequence[str]) -> list[str | None]:
+    """``git patch-id --stable`` of each text (:func:`_diff_lines`), in one process; None for
+    a text holding no diff."""
+    data = "".join(f"commit {i + 1:040x}\n\n{_diff_lines(t)}" for i, t in enumerate(texts))
+    found: dict[int, str] = {}
+    for line in _run(tempfile.gettempdir(), ["patch-id", "--stable"], data=data).splitlines():
+        pid, _, cid = line.partition(" ")
+        found[int(cid, 16) - 1] = pid
+    return [found.get(i) for i in range(len(texts))]
 
 
-def blob_bytes(repo: Path | str, rev: str, relpath: str) -> bytes | None:
-    """The bytes of ``relpath`` in commit ``rev`` of ``repo`` (bare or not); None when absent."""
-    r = git.Repo(str(repo))
-    try:
-        blob = r.commit(rev).tree / relpath
-    except (KeyError, ValueError, git.BadName):
-        return None
-    return blob.data_stream.read()
+def patch_id(text: str) -> str | None:
+    """The patch-id of a fix's series (its patch files joined): that of a commit holding it."""
+    return patch_ids([text])[0]
 
 
 def merge_file(ours: bytes, base: bytes, theirs: bytes, *,
                labels: tuple[str, str, str] = ("ours", "base", "theirs")) -> tuple[bytes, int]:
-    """git's three-way file merge (``git merge-file -p --diff3``): the result and its conflicts.
-
-    No repository is needed; the texts go through temporary files. The count is 0 for a
-    clean merge, else the number of conflicted regions (marked in the result).
-    """
+    """git's three-way file merge (``git merge-file -p --diff3``) of three texts: the result
+    and the number of conflicted regions (marked in the result), 0 for a clean merge."""
     with tempfile.TemporaryDirectory(prefix="patchkit-merge-") as tmp:
-        names = []
-        for name, data in (("ours", ours), ("base", base), ("theirs", theirs)):
-            p = Path(tmp) / name
-            p.write_bytes(data)
-            names.append(str(p))
-        args = ["git", "merge-file", "-p", "--diff3"]
-        for label in labels:
-            args += ["-L", label]
-        runner = git.Git(tmp)
-        status, out, err = runner.execute([*args, *names], with_extended_output=True,
-                                          with_exceptions=False, as_process=False,
-                                          stdout_as_string=False, strip_newline_in_stdout=False)
+        names = [os.path.join(tmp, n) for n in ("ours", "base", "theirs")]
+        for name, data in zip(names, (ours, base, theirs)):
+            Path(name).write_bytes(data)
+        status, out, err = git.Git(tmp).execute(
+            ["git", "merge-file", "-p", "--diff3", *(a for label in labels for a in ("-L", label)),
+             *names], with_extended_output=True, with_exceptions=False, as_process=False,
+            stdout_as_string=False, strip_newline_in_stdout=False)
     if status < 0 or status > 127:
         raise TargetError(f"git merge-file failed (exit {status}): {err!r}")
     return out, status
-
-
-def worktree_remove(repo: Path | str, dest: Path | str) -> None:
-    """Remove a linked working tree made by :func:`worktree_add` (changes in it are lost)."""
-    d = Path(dest)
-    try:
-        _run(repo, ["worktree", "remove", "--force", str(d)])
-    except TargetError:
-        import shutil
-
-        shutil.rmtree(d, ignore_errors=True)
-        _run(repo, ["worktree", "prune"])

@@ -6,7 +6,9 @@ Fast tests build a small upstream clone (tags v0.1.0, v0.2.0) in tmp_path.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -266,12 +268,9 @@ def test_skip_takes_the_planned_results_without_classifying_again(world) -> None
     assert Catalog(cat.root).get("merge").version == 2
 
 
-def test_merge_through_gitpython_and_a_planned_skip_never_loads_it(world, monkeypatch) -> None:
-    """Requirement 1 (git's merge machinery through GitPython) without making every --skip
-    pay GitPython's import: the start merges through ``git.cmd.Git``; the --skip that only
-    writes the planned results runs in a process that never imports ``git``."""
-    import sys
-
+def test_merge_through_gitpython_then_skip_through_the_cli(world, monkeypatch) -> None:
+    """git's merge machinery through GitPython (``git.cmd.Git``) at the start; a --skip in
+    another process writes the planned results."""
     import git.cmd
 
     cat, up = world
@@ -286,15 +285,10 @@ def test_merge_through_gitpython_and_a_planned_skip_never_loads_it(world, monkey
     report = rebase.start(cat, "0.2.0", ["clash", "merge"], upstream=up)
     assert report.stopped == "clash"
     assert any("merge-file" in c for c in calls)  # the merge of "merge", and of "clash"
-    script = ("import sys, json\n"
-              "from patchkit.cli.main import main\n"
-              "try:\n    main()\nexcept SystemExit as e:\n    code = e.code\n"
-              "print(json.dumps({'git': 'git' in sys.modules, 'code': code}), file=sys.stderr)\n")
-    proc = subprocess.run([sys.executable, "-c", script, "--catalog", str(cat.root), "rebase",
+    proc = subprocess.run([sys.executable, "-m", "patchkit", "--catalog", str(cat.root), "rebase",
                            "--skip", "--json"], capture_output=True, text=True,
-                          env={**__import__("os").environ, "PATCHKIT_UPSTREAM": str(up.path)})
-    seen = json.loads(proc.stderr.strip().splitlines()[-1])
-    assert seen == {"git": False, "code": 0}, proc.stderr
+                          env={**os.environ, "PATCHKIT_UPSTREAM": str(up.path)})
+    assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["done"] and Catalog(cat.root).get("merge").version == 2
 
 
@@ -405,6 +399,36 @@ def test_onto_a_commit_that_is_not_a_release_reports_and_writes_nothing(world) -
     assert _snapshot(cat) == before and not rebase.in_progress(cat)
     with pytest.raises(UsageError, match="no such commit"):
         rebase.start(cat, "main", ["shift"], repo=up.path, base="nope")
+
+
+def test_a_series_upstream_committed_as_one_commit_is_found_by_its_patch_id(tmp_path) -> None:
+    """A fix of two git format-patch mails (mbox line, diffstat, signature) that upstream
+    took as one commit: the whole series' patch-id names that commit."""
+    up, cat = tmp_path / "upstream", tmp_path / "catalog"
+    up.mkdir()
+    _git(up, "init", "-q", "-b", "main")
+    base = "".join(BODY)
+    _write_release(up, {"python/sglang/a.py": base, "python/sglang/b.py": base}, "v0.1.0")
+    _git(up, "switch", "-q", "-c", "fork")
+    (up / "python/sglang/a.py").write_text(base.replace("line 5\n", "line 5 fixed\n"))
+    _git(up, "commit", "-qam", "fix a")
+    (up / "python/sglang/b.py").write_text(base.replace("line 20\n", "line 20 fixed\n"))
+    _git(up, "commit", "-qam", "fix b")
+    _git(up, "format-patch", "-q", "-o", str(cat / "patches" / "pair"), "v0.1.0..fork")
+    _git(up, "switch", "-q", "main")
+    _git(up, "checkout", "fork", "--", ".")
+    _git(up, "commit", "-qm", "Take the pair of fixes (#7)")
+    pick = _git(up, "rev-parse", "HEAD").strip()
+    _write_release(up, {"python/sglang/c.py": base}, "v0.2.0")
+    files = sorted(p.name for p in (cat / "patches" / "pair").iterdir())
+    (cat / "manifests").mkdir()
+    (cat / "manifests" / "pair.toml").write_text(manifest.new_manifest_text(
+        "pair", "pair title", "0.1.0", [(f, "sglang") for f in files], "Why.", date="2026-01-01"))
+    report = rebase.start(Catalog(cat), "0.2.0", ["pair"], upstream=UpstreamRepo(up))
+    (fix,) = report.fixes
+    assert fix.outcome == "upstreamed" and pick[:12] in fix.detail, fix
+    assert [p.commit for p in fix.patches] == [pick, pick]
+    assert all("patch-id" in p.detail for p in fix.patches)
 
 
 # -- dependencies rebased in an earlier run, dead fixes, revert fixes ------------------------

@@ -17,7 +17,7 @@ from ..catalog import series
 from ..engine import hunks
 from ..errors import ConflictError
 from ..catalog.model import Fix
-from ._git import Blobs, merge_file
+from ..gitrepo import Blobs, merge_file
 
 CLEAN = ("unchanged", "offset", "merged", "resolved", "upstream")
 
@@ -55,6 +55,12 @@ class Tree:
             self.files[path] = None if data is None else hunks.decode(data)
         return self.files[path]
 
+    def only(self, paths: Sequence[str]) -> Tree:
+        """A copy holding ``paths`` alone, as they are here."""
+        tree = Tree(self.blobs, self.rev)
+        tree.files = {p: self.get(p) for p in paths}
+        return tree
+
 
 Series = list[tuple[str, str]]  # (patch file, its text) in series order
 
@@ -80,20 +86,15 @@ def apply_all(tree: Tree, chs: list[hunks.FileChange]) -> list[int]:
     return offsets
 
 
-def anchors_gone(fix: Fix, tree: Tree, paths: Sequence[str] | None = None) -> list[str]:
+def anchors_gone(fix: Fix, tree: Tree) -> list[str]:
     """The fix's grep preconditions on the release's root that expect a line and no longer
-    find it: on ``paths``, or on any file when None. A precondition on a file the patch does
-    not touch counts as much as one on a touched file: either refuses the apply later."""
+    find it, on any file: one on a file the patch does not touch refuses the apply too."""
     gone = []
     for check in fix.preconditions:
-        if check.kind != "grep" or check.get("present") is False:
-            continue
-        if paths is not None and check.get("path") not in paths:
+        if check.kind != "grep" or check.get("present") is False or check.get("count") == 0:
             continue
         if (check.get("root") or fix.upstream.root) != fix.upstream.root:
             continue  # another root (a serve script, say): not in the release
-        if check.get("count") == 0:
-            continue
         text = tree.get(check.get("path")) or ""
         pattern = check.get("pattern")
         if check.get("regex"):
@@ -112,8 +113,7 @@ def classify(fix: Fix, file: str, chs: list[hunks.FileChange], tree: Tree,
     """One patch on ``tree`` (the new upstream so far): its report, the files it leaves,
     the paths in conflict. ``pre_old``/``old_tree``: the base side before/after the patch."""
     paths = tuple(dict.fromkeys(c.path for c in chs))
-    trial = Tree(tree.blobs, tree.rev)
-    trial.files = {p: tree.get(p) for p in paths}
+    trial = tree.only(paths)
     gone_elsewhere = anchors_gone(fix, tree)  # the tree before this patch, as apply checks it
     try:
         offsets = apply_all(trial, chs)
@@ -127,10 +127,8 @@ def classify(fix: Fix, file: str, chs: list[hunks.FileChange], tree: Tree,
         return PatchReport(file, kind, detail, tuple(offsets), paths), trial.files, []
     except ConflictError as exc:
         first_failure = str(exc)
-    back = Tree(tree.blobs, tree.rev)
-    back.files = {p: tree.get(p) for p in paths}
     try:
-        apply_all(back, [c.reversed() for c in reversed(chs)])
+        apply_all(tree.only(paths), [c.reversed() for c in reversed(chs)])
         return (PatchReport(file, "upstream", f"{onto} already holds this change (its "
                             "reversed hunks apply)", (), paths), {p: tree.get(p) for p in paths}, [])
     except ConflictError:
@@ -149,10 +147,9 @@ def classify(fix: Fix, file: str, chs: list[hunks.FileChange], tree: Tree,
         merged[path] = hunks.decode(out)
         if n:
             conflicted.append(path)
-    gone = gone_elsewhere
-    if gone:
+    if gone_elsewhere:
         return (PatchReport(file, "anchor-gone", f"precondition no longer matches {onto}: "
-                            + "; ".join(gone), (), paths), merged, conflicted or list(paths))
+                            + "; ".join(gone_elsewhere), (), paths), merged, conflicted or list(paths))
     if conflicted:
         return (PatchReport(file, "conflict", "three-way merge conflicts in "
                             + ", ".join(conflicted) + f" ({first_failure.split(';')[0]})",
@@ -173,7 +170,7 @@ _HUNK = re.compile(r"^@@ -(\d+)((?:,\d+)?) \+(\d+)((?:,\d+)?) @@", re.M)
 
 def _diff(old: str | None, new: str | None, path: str) -> str:
     """series.diff_files of two texts, run only on the lines between their common head and
-    tail (plus context): difflib over whole release files was most of planning a rebase."""
+    tail (plus context), so difflib never walks a whole release file."""
     if old is None or new is None or old == new:
         return series.diff_files(None if old is None else hunks.encode(old),
                                  None if new is None else hunks.encode(new), path)

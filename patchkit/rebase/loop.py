@@ -1,0 +1,202 @@
+"""The rebase loop: plan every fix at the start, then write, stop and resume like git rebase.
+
+:meth:`Rebase.plan` classifies every fix in one pass (dependency order) and keeps the results
+in the state, assuming each stopped fix will be skipped; ``--skip`` and ``--continue`` then
+only write the planned fixes up to the next planned stop. A fix is computed again when it is
+reached only if its plan no longer holds: the user changed its files, or it depends on (or
+shares a file with) a fix whose resolution the user gave with ``--continue``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from ..authoring import write_series
+from ..catalog import edit
+from ..catalog.model import Fix
+from ..errors import ConflictError
+from .classify import CLEAN, PatchReport, Series, apply_all, changes, classify, \
+    patch_from_json, series_text
+from .matching import UpstreamMatches
+from .sides import Sides, Skip, read_series, skip_reason
+from .state import FixReport, Progress, RebaseReport, RebaseState, fix_from_json, fix_report
+
+Computed = tuple[FixReport, dict[str, str], dict[str, Any] | None]  # report, texts, stop
+
+
+class Rebase:
+    """A rebase at work on its :class:`RebaseState`: each fix computed on the new upstream
+    without writing (:meth:`rebase_fix`), the plan, and the loop that writes and stops."""
+
+    def __init__(self, state: RebaseState, progress: Progress | None) -> None:
+        self.state = state
+        self.progress = progress or (lambda _w, _d, _t: None)
+        self.sides = Sides(state)
+        self.matches = UpstreamMatches(state)
+
+    def rebase_fix(self, name: str, resumed: dict[str, str | None] | None = None) -> Computed:
+        """One fix: its report, its refreshed patch texts and, where it stops, the stop.
+        ``resumed``: the user's files for the stopped patch (``--continue``)."""
+        fix = self.state.catalog.get(name)
+        onto, base = self.state.onto, fix.upstream.base_release
+        why = skip_reason(fix, self.state.release, self.state.inactive)
+        if why:
+            return fix_report(fix, onto, "skipped", why), {}, None
+        try:
+            new_tree = self.sides.tree(fix, old=False)
+            old_tree = self.sides.tree(fix, old=True)
+        except Skip as exc:  # a dependency missing on one side: nothing written for this fix
+            return fix_report(fix, onto, "skipped", str(exc)), {}, None
+        stopped = self.state.data.get("stopped") or {}
+        if stopped.get("name") == name and resumed is not None:
+            start, done = stopped["patch"] + 1, dict(stopped["done"])
+            reports = [patch_from_json(p) for p in stopped["patches"]]
+            new_tree.files = {**stopped["tree"], **resumed}
+        else:
+            start, done, reports = 0, {}, []
+        old = self.state.old_fix(name)
+        old_texts = read_series(old, old.patch_dir)
+        whole, per_patch = self.matches.of(fix, old_texts)
+        for index, (file, chs) in enumerate(changes(old, old_texts, old.patch_dir)):
+            pre_new = {c.path: new_tree.get(c.path) for c in chs}
+            pre_old = {c.path: old_tree.get(c.path) for c in chs}
+            try:
+                apply_all(old_tree, chs)  # the series applies to the base it was written on
+            except ConflictError as exc:
+                under = ", ".join(d.name for d in self.sides.deps(fix))
+                return fix_report(fix, onto, "skipped", f"{file} does not apply to its base "
+                                  f"{base}" + (f" with {under} under it" if under else "")
+                                  + f" ({str(exc).split(';')[0]}): check base_release in "
+                                  f"{fix.manifest_path.name}"), {}, None
+            if index < start:
+                continue
+            self.progress(f"{name}: {file}", len(self.state.data["results"]), -1)
+            found = whole or per_patch.get(file)
+            if found:
+                reports.append(PatchReport(
+                    file, "upstream", f"{onto} already holds this change: upstream commit "
+                    f"{found[0][:12]} ({found[1]}) has its patch-id", (), tuple(pre_new),
+                    found[0]))
+                continue
+            rep, merged, conflicted = classify(fix, file, chs, new_tree, pre_old, old_tree, onto)
+            reports.append(rep)
+            if rep.classification not in CLEAN:
+                stop = {"name": name, "patch": index, "file": file, "done": done,
+                        "pre": pre_new, "tree": dict(new_tree.files),
+                        "patches": [r.to_json() for r in reports], "conflicted": conflicted,
+                        "paths": sorted(merged), "merged": merged}
+                return fix_report(fix, onto, "stopped", rep.detail, tuple(reports)), done, stop
+            new_tree.files.update(merged)
+            done[file] = series_text(dict(old_texts)[file], pre_new, merged)
+        return self.outcome(fix, tuple(reports)), done, None
+
+    def outcome(self, fix: Fix, reports: tuple[PatchReport, ...]) -> FixReport:
+        """What a fix whose every patch landed comes to."""
+        onto, base = self.state.onto, fix.upstream.base_release
+        kinds = [r.classification for r in reports]
+        if all(k == "upstream" for k in kinds):
+            commits = sorted({r.commit[:12] for r in reports if r.commit})
+            return fix_report(fix, onto, "upstreamed", f"{onto} holds the whole change"
+                              + (f" (upstream commit {', '.join(commits)})" if commits else "")
+                              + ": propose status = \"upstreamed\"", reports)
+        if self.state.release is None:
+            return fix_report(fix, onto, "clean", f"applies to {onto}; not written (not a "
+                              "release: rebase onto a release tag to write)", reports)
+        if all(k == "unchanged" for k in kinds):  # a dry run says what it would write
+            return fix_report(fix, onto, "extended", f"the series applies to {onto} unchanged; "
+                              f"{onto} added to upstream.releases", reports)
+        summary = (f"Rebased from {base} onto {onto}: "
+                   + ", ".join(f"{r.file} {r.classification}" for r in reports) + ".")
+        return fix_report(fix, onto, "rebased", summary, reports, fix.version + 1)
+
+    def kept(self, fix: Fix, report: FixReport, done: dict[str, str]) -> Series:
+        """The refreshed series: the patches upstream does not already hold."""
+        kinds = {r.file: r.classification for r in report.patches}
+        return [(r.file, done[r.file]) for r in fix.patches
+                if done.get(r.file) is not None and kinds.get(r.file) != "upstream"]
+
+    def write(self, fix: Fix, report: FixReport, done: dict[str, str]) -> None:
+        """Write a completed fix to the catalog (journaled first for --abort)."""
+        if report.outcome not in ("rebased", "extended") or not self.state.writes:
+            return
+        self.state.note_written(fix.name)
+        if report.outcome == "extended":
+            edit.add_release(fix.manifest_path, self.state.onto)
+        else:
+            kept = dict(self.kept(fix, report, done))
+            refs = [r for r in fix.patches if r.file in kept]
+            bump = lambda: edit.bump_manifest(  # noqa: E731
+                fix.manifest_path, version=fix.version + 1, changelog_summary=report.detail,
+                date=_dt.date.today().isoformat(), base_release=self.state.onto,
+                patches=[(r.file, r.root, r.description) for r in refs]
+                if len(refs) != len(fix.patches) else None)
+            write_series({r.path: (kept[r.file], r.root) for r in refs}, bump)
+            for r in fix.patches:
+                if r not in refs:
+                    r.path.unlink(missing_ok=True)
+        self.state.catalog._fixes.pop(fix.name, None)
+
+    def plan(self) -> None:
+        """Classify every queued fix now; each stop is assumed skipped by the user."""
+        queue, plan = self.state.data["queue"], {}
+        olds = [(old, read_series(old, old.patch_dir)) for old in map(self.state.old_fix, queue)
+                if not skip_reason(old, self.state.release, self.state.inactive)]
+        self.matches.match(olds)
+        for i, name in enumerate(queue):
+            self.progress(name, i, len(queue))
+            report, done, stop = self.rebase_fix(name)
+            if report.outcome in ("rebased", "clean"):
+                self.sides.planned[name] = self.kept(self.state.catalog.get(name), report, done)
+            plan[name] = {"key": self.state.fingerprint(name), "report": report.to_json(),
+                          "done": done, "stop": stop}
+        self.state.data["plan"] = plan
+
+    def from_plan(self, name: str) -> Computed | None:
+        entry = self.state.data["plan"].get(name)
+        if entry is None or entry["key"] != self.state.fingerprint(name):
+            return None
+        return fix_from_json(entry["report"]), entry["done"], entry["stop"]
+
+    def replan_after(self, name: str, paths: Sequence[str]) -> None:
+        """Drop the plan of later fixes that depend on ``name`` or share one of ``paths``."""
+        plan = self.state.data["plan"]
+        for later in [n for n in self.state.data["queue"] if n != name and n in plan]:
+            deps = {d.name for d in self.sides.deps(self.state.catalog.get(later))}
+            touched = {p for r in fix_from_json(plan[later]["report"]).patches for p in r.paths}
+            if name in deps or touched & set(paths) or not touched:
+                plan.pop(later)
+
+    def done_with(self, fix: Fix, report: FixReport, done: dict[str, str]) -> None:
+        """Write the fix at the head of the queue, record its report and take it off."""
+        self.write(fix, report, done)
+        self.state.data["results"].append(report.to_json())
+        self.state.data["stopped"] = None
+        self.state.data["queue"].pop(0)
+
+    def rebase_loop(self) -> RebaseReport:
+        """Take the queue fix by fix (planned results where they hold) up to a stop or the
+        end; at the end the state is removed."""
+        try:
+            queue: list[str] = self.state.data["queue"]
+            total = len(queue) + len(self.state.data["results"])
+            while queue:
+                name = queue[0]
+                self.progress(name, len(self.state.data["results"]), total)
+                report, done, stop = self.from_plan(name) or self.rebase_fix(name)
+                if stop is not None and not self.state.writes:  # go on as if skipped
+                    report = replace(report, outcome="conflict")
+                elif stop is not None:
+                    self.state.data["plan"].pop(name, None)
+                    self.state.stop_at({**stop, "key": self.state.fingerprint(name)})
+                    return self.state.report(report)
+                self.done_with(self.state.catalog.get(name), report, done)
+            self.progress("", total, total)
+            report = self.state.report()
+            self.state.remove()
+            return report
+        finally:
+            self.sides.blobs.close()
+

@@ -1,0 +1,68 @@
+"""Upstream commits that already hold a fix, found by ``git patch-id --stable``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .. import gitrepo
+from ..catalog.model import Fix
+from .classify import Series, changes
+from .state import RebaseState
+
+#: (sha, subject) of the commit holding the whole series, or None and, per patch file, the
+#: commit holding that patch
+Match = tuple[tuple[str, str] | None, dict[str, tuple[str, str]]]
+
+
+class UpstreamMatches:
+    """The upstream commits between each fix's base and the target that hold its series, or
+    single patches of it. Asked for many fixes at once (the plan), one ``git log -p`` reads
+    the commits touching all their files and one ``git patch-id`` process hashes them."""
+
+    def __init__(self, state: RebaseState) -> None:
+        self.state = state
+        self._logs: dict[tuple[str, ...], list[tuple[str, str, dict[str, str]]]] = {}
+        self._found: dict[str, Match] = {}
+
+    def _candidates(self, fix: Fix, paths: list[str], every: list[str]
+                    ) -> list[tuple[str, str, str]]:
+        """(sha, subject, its diff of the fix's files) of the commits touching them."""
+        key = (self.state.base_rev(fix), *every)
+        if key not in self._logs:
+            self._logs[key] = gitrepo.commit_diffs(self.state.data["git_dir"], key[0],
+                                                   self.state.data["onto_rev"], every)
+        commits = [(sha, subject, "".join(d for p, d in sorted(files.items()) if p in paths))
+                   for sha, subject, files in self._logs[key]]
+        return [c for c in commits if c[2]]
+
+    def match(self, fixes: Sequence[tuple[Fix, Series]]) -> None:
+        """Find the commits of each (fix, its old series): the series' patch-id first, else
+        each patch's."""
+        files = {fix.name: sorted({c.path for _f, chs in changes(
+            fix, old, self.state.backup / "patches" / fix.name) for c in chs})
+            for fix, old in fixes}
+        every = sorted({p for paths in files.values() for p in paths})
+        asked: list[str] = []
+        slots = []
+        for fix, old in fixes:
+            commits = self._candidates(fix, files[fix.name], every)
+            if not commits:
+                self._found[fix.name] = (None, {})
+                continue
+            slots.append((fix, old, commits, len(asked)))
+            asked += ["".join(t for _f, t in old), *(t for _f, t in old), *(c[2] for c in commits)]
+        ids = gitrepo.patch_ids(asked) if asked else []
+        for fix, old, commits, at in slots:
+            mine = ids[at:at + 1 + len(old) + len(commits)]
+            by_id = {pid: (sha, subject) for (sha, subject, _d), pid
+                     in zip(commits, mine[1 + len(old):]) if pid}
+            if mine[0] in by_id:
+                self._found[fix.name] = (by_id[mine[0]], {})
+            else:
+                self._found[fix.name] = (None, {f: by_id[pid] for (f, _t), pid
+                                                in zip(old, mine[1:1 + len(old)]) if pid in by_id})
+
+    def of(self, fix: Fix, old: Series) -> Match:
+        if fix.name not in self._found:
+            self.match([(fix, old)])
+        return self._found[fix.name]

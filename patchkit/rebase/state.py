@@ -1,0 +1,237 @@
+"""A rebase in progress: its state on disk, its journal and backup, and its reports.
+
+Everything lives in ``<catalog>/.patchkit-rebase/``. ``state.json``::
+
+    {"format": 2, "onto": label, "release": "0.5.23"|null, "onto_rev": sha, "base": sha|null,
+     "inactive": bool (dead and superseded fixes too: named, or include_inactive),
+     "dry_run": bool, "git_dir": "<upstream repository>",
+     "queue": [names still to do, the stopped fix first],
+     "written": [names written], "results": [FixReport as JSON],
+     "plan": {name: {"key": sha256 of the fix's catalog files, "report": FixReport,
+                     "done": {patch file: refreshed text}, "stop": null | stop}},
+     "stopped": null | stop}
+
+where a stop is ``{"name", "patch", "file", "done", "pre", "tree", "patches",
+"conflicted", "paths", "key"}`` (and ``"merged"``, the worktree's files, while only planned);
+``written`` is the journal (one name a line, appended before a fix's files are written);
+``backup/`` a copy of ``manifests/`` and ``patches/`` from before the rebase; ``worktree/``
+the stopped patch's files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..catalog import Catalog, manifest
+from ..catalog.model import Fix
+from ..engine import hunks
+from ..errors import UsageError
+from .classify import PatchReport, patch_from_json
+
+STATE_DIR = ".patchkit-rebase"
+STATE_FORMAT = 2
+Progress = Callable[[str, int, int], None]  # (what, done, total)
+MARKERS = ("<<<<<<< ", ">>>>>>> ", "||||||| ")
+
+
+@dataclass(frozen=True)
+class FixReport:
+    """``outcome``: rebased | extended (release added) | upstreamed | stopped | skipped, and
+    for a rebase onto a commit that is not a release (nothing written): clean | conflict. A
+    dry run onto a release says rebased | extended as what it would write, conflict where it
+    would stop."""
+
+    name: str
+    from_release: str
+    to_release: str
+    outcome: str
+    detail: str
+    patches: tuple[PatchReport, ...] = ()
+    old_version: int = 0
+    new_version: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def fix_report(fix: Fix, onto: str, outcome: str, detail: str,
+               patches: tuple[PatchReport, ...] = (), new_version: int | None = None
+               ) -> FixReport:
+    return FixReport(fix.name, fix.upstream.base_release, onto, outcome, detail, patches,
+                     fix.version, fix.version if new_version is None else new_version)
+
+
+def fix_from_json(d: dict[str, Any]) -> FixReport:
+    return FixReport(**{**d, "patches": tuple(patch_from_json(p) for p in d["patches"])})
+
+
+@dataclass(frozen=True)
+class RebaseReport:
+    onto: str
+    fixes: tuple[FixReport, ...]
+    stopped: str | None = None  # the fix waiting for --continue/--skip/--abort
+    worktree: str | None = None
+    conflicted: tuple[str, ...] = field(default=())
+    #: why nothing was written, for a report-only rebase (``dry_run``, or onto a commit that
+    #: is not a release); empty when the rebase wrote the catalog
+    not_written: str = ""
+    #: the fixes still to do after the stopped one
+    remaining: tuple[str, ...] = field(default=())
+
+    @property
+    def done(self) -> bool:
+        return self.stopped is None
+
+    @property
+    def dry_run(self) -> bool:
+        return bool(self.not_written)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": 1, "onto": self.onto, "done": self.done, "stopped": self.stopped,
+                "worktree": self.worktree, "conflicted": list(self.conflicted),
+                "dry_run": self.dry_run, "not_written": self.not_written,
+                "remaining": list(self.remaining), "fixes": [f.to_json() for f in self.fixes]}
+
+
+class RebaseState:
+    """The state of one rebase (``data``: ``state.json``), with the catalog it rewrites."""
+
+    def __init__(self, catalog: Catalog, data: dict[str, Any]) -> None:
+        self.catalog, self.data = catalog, data
+        self.dir = catalog.root / STATE_DIR
+        self.backup = self.dir / "backup"
+        self.worktree = self.dir / "worktree"
+        self.onto: str = data["onto"]
+        self.release: str | None = data["release"]  # None: onto a commit that is no release
+        #: dead and superseded fixes are rebased too (named, or --include-inactive)
+        self.inactive = bool(data.get("inactive"))
+
+    @classmethod
+    def create(cls, catalog: Catalog, data: dict[str, Any]) -> RebaseState:
+        """A new state directory, with the backup of the catalog that --abort puts back."""
+        state = cls(catalog, data)
+        state.dir.mkdir(exist_ok=True)
+        (state.dir / ".gitignore").write_text("*\n", encoding="utf-8")
+        (state.dir / "written").unlink(missing_ok=True)
+        shutil.rmtree(state.backup, ignore_errors=True)
+        shutil.copytree(catalog.manifests_dir, state.backup / "manifests")
+        shutil.copytree(catalog.patches_dir, state.backup / "patches")
+        return state
+
+    @classmethod
+    def load(cls, catalog: Catalog) -> RebaseState:
+        path = catalog.root / STATE_DIR / "state.json"
+        if not path.is_file():
+            raise UsageError(f"no rebase in progress in {catalog.root} (no {STATE_DIR}/state.json)"
+                             "; start one with `patchkit rebase --onto RELEASE`",
+                             catalog=str(catalog.root))
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("format") != STATE_FORMAT:
+            raise UsageError(f"{path} has format {data.get('format')}; this patchkit reads "
+                             f"{STATE_FORMAT}: finish it with the patchkit that started it")
+        journal = path.parent / "written"
+        if journal.is_file():
+            data["written"] = list(dict.fromkeys(
+                [*data["written"], *journal.read_text(encoding="utf-8").split()]))
+        return cls(catalog, data)
+
+    @property
+    def writes(self) -> bool:
+        """Whether the catalog is written: not a dry run, and onto a release (a manifest's
+        base is a release); otherwise the rebase reports what each fix would do."""
+        return self.release is not None and not self.data.get("dry_run")
+
+    def base_rev(self, fix: Fix) -> str:
+        return self.data.get("base") or f"v{fix.upstream.base_release}"
+
+    def save(self) -> None:
+        tmp = self.dir / "state.json.tmp"
+        tmp.write_text(json.dumps(self.data), encoding="utf-8")
+        tmp.replace(self.dir / "state.json")
+
+    def note_written(self, name: str) -> None:
+        """Journal a fix before its files are written, so --abort restores it."""
+        self.data["written"].append(name)
+        with open(self.dir / "written", "a", encoding="utf-8") as f:
+            f.write(name + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def restore(self) -> list[str]:
+        """Put back every catalog file the rebase wrote, then remove the state (--abort)."""
+        for name in self.data["written"]:
+            shutil.copy2(self.backup / "manifests" / f"{name}.toml",
+                         self.catalog.manifest_path(name))
+            src, dst = self.backup / "patches" / name, self.catalog.patches_dir / name
+            if src.is_dir():
+                shutil.rmtree(dst, ignore_errors=True)
+                shutil.copytree(src, dst)
+        self.remove()
+        return list(self.data["written"])
+
+    def remove(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def drop_worktree(self) -> None:
+        shutil.rmtree(self.worktree, ignore_errors=True)
+
+    def old_fix(self, name: str) -> Fix:
+        """The fix as it was when the rebase started (from the backup)."""
+        return manifest.load_manifest(self.backup / "manifests" / f"{name}.toml",
+                                      patch_dir=self.backup / "patches" / name)
+
+    def fingerprint(self, name: str) -> str:
+        """The catalog files of a fix as they are now: a plan is only good for these bytes."""
+        h = hashlib.sha256()
+        path = self.catalog.manifest_path(name)
+        h.update(path.read_bytes() if path.is_file() else b"")
+        pdir = self.catalog.patches_dir / name
+        for p in sorted(pdir.iterdir()) if pdir.is_dir() else ():
+            if p.is_file():
+                h.update(p.name.encode() + b"\0" + p.read_bytes())
+        return h.hexdigest()
+
+    def stop_at(self, stop: dict[str, Any]) -> None:
+        """Stop: the stopped patch's files (markers in them) at their paths in the worktree,
+        and the stop saved."""
+        self.drop_worktree()
+        self.worktree.mkdir(parents=True)
+        for path, text in stop["merged"].items():
+            if text is not None:
+                target = self.worktree / path
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(hunks.encode(text))
+        self.data["stopped"] = {k: v for k, v in stop.items() if k != "merged"}
+        self.save()
+
+    def report(self, stopped: FixReport | None = None) -> RebaseReport:
+        fixes = tuple(fix_from_json(d) for d in self.data["results"])
+        if stopped is None:
+            return RebaseReport(self.onto, fixes, not_written=self.not_written())
+        return RebaseReport(self.onto, (*fixes, stopped), stopped.name, str(self.worktree),
+                            tuple(self.data["stopped"].get("conflicted", ())),
+                            remaining=tuple(self.data["queue"][1:]))
+
+    def not_written(self) -> str:
+        if self.writes:
+            return ""
+        if self.data.get("dry_run"):
+            return "--dry-run"
+        return (f"{self.onto} is not a release and a manifest's base is one: rebase onto a "
+                "release tag to write")
+
+    def stopped_report(self) -> RebaseReport:
+        """Where a stopped rebase is, without doing anything (a bare ``patchkit rebase``)."""
+        stop = self.data.get("stopped")
+        if not stop:
+            return RebaseReport(self.onto, tuple(fix_from_json(d) for d in self.data["results"]),
+                                remaining=tuple(self.data["queue"]))
+        patches = tuple(patch_from_json(p) for p in stop["patches"])
+        return self.report(fix_report(self.old_fix(stop["name"]), self.onto, "stopped",
+                                      patches[-1].detail if patches else "", patches))

@@ -1,0 +1,71 @@
+"""The client-side git layer (patchkit.gitrepo) on real repositories and real git."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from patchkit import gitrepo
+
+
+def _git(cwd: Path, *args: str, data: str | None = None) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, input=data, check=True, capture_output=True,
+                          text=True).stdout
+
+
+@pytest.fixture
+def two_commits(tmp_path: Path) -> Path:
+    """A repository: a base commit (tag ``base``), then two commits each changing one file."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    body = "".join(f"line {i}\n" for i in range(1, 30))
+    for name in ("a.py", "b.py"):
+        (repo / name).write_text(body)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "base")
+    _git(repo, "tag", "base")
+    (repo / "a.py").write_text(body.replace("line 5\n", "line 5 fixed\n"))
+    _git(repo, "commit", "-q", "-am", "fix a\n\nWhy a.")
+    (repo / "b.py").write_text(body.replace("line 20\n", "line 20 fixed\x0c here\n").replace(
+        "line 29\n", "- line 29\n-- \n"))  # a hunk whose lines look like a mail signature,
+    # and a form feed: a line break for str.splitlines, not for git
+    _git(repo, "commit", "-q", "-am", "fix b")
+    return repo
+
+
+def _series(repo: Path, form: str) -> list[str]:
+    """The two commits as a series: git format-patch's files (mbox line, diffstat, signature),
+    or patchkit's own (From:/Subject: header, as `patchkit new` writes)."""
+    if form == "format-patch":
+        out = repo.parent / "mails"
+        _git(repo, "format-patch", "-q", "-o", str(out), "base..HEAD")
+        return [p.read_text() for p in sorted(out.iterdir())]
+    texts = []
+    for rev, subject in (("HEAD~1", "fix a"), ("HEAD", "fix b")):
+        texts.append(f"From: t <t@example.com>\nSubject: [PATCH] {subject}\n\nWhy.\n---\n"
+                     + _git(repo, "diff", f"{rev}~1", rev))
+    return texts
+
+
+@pytest.mark.parametrize("form", ["format-patch", "patchkit"])
+def test_patch_id_of_a_series_is_git_patch_id_of_the_commit_holding_it(two_commits: Path,
+                                                                       form: str) -> None:
+    """The id a git-contains precondition and a rebase look for: a fork that committed the
+    whole series in one commit has this id, whatever the series files' mail headers."""
+    squashed = _git(two_commits, "diff", "base", "HEAD")
+    expected = _git(two_commits, "patch-id", "--stable", data=squashed).split()[0]
+    texts = _series(two_commits, form)
+    assert len(texts) == 2 and all("diff --git " in t for t in texts)
+    assert gitrepo.patch_id("".join(texts)) == expected
+    # one patch alone is the id of its own commit, header or not
+    for rev, text in zip(("HEAD~1", "HEAD"), texts):
+        alone = _git(two_commits, "show", "--format=", rev)
+        assert gitrepo.patch_ids([text]) == [
+            _git(two_commits, "patch-id", "--stable", data=alone).split()[0]]
+
+
+def test_patch_id_of_no_diff_is_none() -> None:
+    assert gitrepo.patch_ids(["From: t\nSubject: nothing\n\n", ""]) == [None, None]
