@@ -264,10 +264,13 @@ def test_an_apply_keeps_nothing_on_disk_outside_the_target(checkout: Path, tmp_p
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """The engine's only state is the target's .patchkit/: an apply (a placed file, a created
     one, a file two patches change) leaves nothing in the user's cache directories that a later
-    apply could read back instead of placing the hunks and diffing the files again (only the
-    python-syntax cache of the checks, which this fix does not run)."""
+    apply could read back instead of placing the hunks and diffing the files again."""
+    from patchkit.targets import LocalTarget
+
     cache, xdg = tmp_path / "cache", tmp_path / "xdg"
     monkeypatch.setenv("XDG_CACHE_HOME", str(xdg))
+    monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(cache))
+    local = LocalTarget({"sglang": str(checkout)})
     f = series(checkout)
     before = (checkout / MOD).read_text()
     middle = before.replace("return x + 7\n", "return x * 7\n")
@@ -277,9 +280,9 @@ def test_an_apply_keeps_nothing_on_disk_outside_the_target(checkout: Path, tmp_p
                   file_record(NEW, None, "FRESH = True\n")]
     for _ in range(2):
         assert go("apply", checkout, [f], dry_run=True)["ok"]
-        res = run(request("apply", {"sglang": checkout}, [f]), cache_dir=str(cache))
+        res = local.run(request("apply", {"sglang": checkout}, [f]))
         assert res["ok"], res["error"]
-        assert run(request("rollback", {"sglang": checkout}, [f]), cache_dir=str(cache))["ok"]
+        assert local.run(request("rollback", {"sglang": checkout}, [f]))["ok"]
     kept = [str(p.relative_to(tmp_path)) for base in (cache, xdg) if base.exists()
-            for p in base.rglob("*") if p.is_file() and not p.name.startswith("python-syntax")]
+            for p in base.rglob("*") if p.is_file()]
     assert kept == []
