@@ -422,7 +422,7 @@ def test_a_series_upstream_committed_as_one_commit_is_found_by_its_patch_id(tmp_
     _write_release(up, {"python/sglang/c.py": base}, "v0.2.0")
     files = sorted(p.name for p in (cat / "patches" / "pair").iterdir())
     (cat / "manifests").mkdir()
-    (cat / "manifests" / "pair.toml").write_text(manifest.new_manifest_text(
+    (cat / "manifests" / "pair.toml").write_text(edit.new_manifest_text(
         "pair", "pair title", "0.1.0", [(f, "sglang") for f in files], "Why.", date="2026-01-01"))
     report = rebase.start(Catalog(cat), "0.2.0", ["pair"], upstream=UpstreamRepo(up))
     (fix,) = report.fixes
