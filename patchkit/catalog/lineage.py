@@ -4,7 +4,7 @@
 lives in a git work tree, the commits that touched ``manifests/<fix>.toml`` or
 ``patches/<fix>/``, each attributed to the version its manifest declared after that commit.
 Given the result of :func:`patchkit.api.status` it also says which version is applied on
-that target and since when. Nothing here prints; ``patchkit.cli.render.render_log`` draws it.
+that target and since when. Nothing here prints; ``patchkit.cli.render_history.render_log`` draws it.
 
 Order (``Lineage.fixes``): topological over the links (a fix comes after the fixes it
 ``depends_on``, ``supersedes`` or ``reverts``), ties broken by the date of the fix's first

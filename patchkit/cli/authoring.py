@@ -4,6 +4,7 @@ captured as a fix."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import click
 
@@ -29,31 +30,35 @@ def _report(result: authoring.AuthoringResult, as_json: bool, verb: str) -> None
     if as_json:
         render.print_json(data)
         return
-    out = render.stdout()
+    say = _sayer()
     if not result.changed:
-        out.print(f"{result.name} v{result.version} is unchanged: the series already matches the checkout")
+        say(f"{result.name} v{result.version} is unchanged: the series already matches the checkout")
     else:
         if result.dry_run:
             verb = f"would be {verb}"
-        out.print(f"{verb} {result.name} v{result.version} (base {result.base_release})",
-                  highlight=False, markup=False)
+        say(f"{verb} {result.name} v{result.version} (base {result.base_release})")
         for f in result.files:
-            out.print(f"  {f}", highlight=False, markup=False)
-        out.print(f"  manifest: {(str(result.manifest))}", highlight=False, markup=False)
+            say(f"  {f}")
+        say(f"  manifest: {result.manifest}")
         for p in result.patches:
-            out.print(f"  series:   {(str(p))}", highlight=False, markup=False)
+            say(f"  series:   {p}")
         for old, new in result.renamed:
-            out.print(f"  renamed:  {(old)} -> {(new)} (the title changed)",
-                      highlight=False, markup=False)
+            say(f"  renamed:  {old} -> {new} (the title changed)")
         if result.commit:
-            out.print(f"  committed {result.commit[:12]} in the catalog's git repository")
+            say(f"  committed {result.commit[:12]} in the catalog's git repository")
         if result.dry_run:
-            out.print("dry run: nothing was written")
+            say("dry run: nothing was written")
     if result.ignored:
-        out.print(f"ignored {len(result.ignored)} changed or untracked file(s) of the checkout, "
-                  "not part of the fix (name them as PATH arguments to take them):")
+        say(f"ignored {len(result.ignored)} changed or untracked file(s) of the checkout, "
+            "not part of the fix (name them as PATH arguments to take them):")
         for f in result.ignored:
-            out.print(f"  {f}", highlight=False, markup=False)
+            say(f"  {f}")
+
+
+def _sayer() -> Callable[[str], None]:
+    """A function writing one line of text to stdout (never read as rich markup)."""
+    out = render.stdout()
+    return lambda text: render.line(out, [(text, "")])
 
 
 @click.command("init")
@@ -68,14 +73,14 @@ def init(state: State, directory: str, no_git: bool, as_json: bool) -> int:
         render.print_json({"root": str(result.root), "files": [str(f) for f in result.files],
                            "commit": result.commit})
         return 0
-    out = render.stdout()
-    out.print(f"made a catalog in {(str(result.root))}", highlight=False, markup=False)
+    say = _sayer()
+    say(f"made a catalog in {result.root}")
     for f in result.files:
-        out.print(f"  {(str(f))}", highlight=False, markup=False)
+        say(f"  {f}")
     if result.commit:
-        out.print(f"  committed {result.commit[:12]}")
-    out.print("next: cd into it and capture a fix with `patchkit new NAME --from CHECKOUT` "
-              "(docs/authoring.md)")
+        say(f"  committed {result.commit[:12]}")
+    say("next: cd into it and capture a fix with `patchkit new NAME --from CHECKOUT` "
+        "(docs/authoring.md)")
     return 0
 
 

@@ -11,17 +11,23 @@ import click
 from .. import api
 from ..catalog import lineage
 from . import render
+from .render_history import render_log
 from ..catalog import Catalog
 from ..demo import SEED_FIXES, DemoFork, build_fork, demo_release
 from ..targets import LocalTarget
 from .common import State, json_option, pass_state
 
 
-def _step(console, number: int, title: str, command: str | None = None) -> None:
-    console.print()
-    console.rule(f"[bold]{number}. {title}", align="left")
+def _step(console: Any, number: int, title: str, command: str | None = None) -> None:
+    render.line(console, [])
+    if isinstance(console, render.PlainConsole):
+        render.line(console, [(f"{number}. {title}", "")])
+    else:
+        from rich.text import Text
+
+        console.rule(Text(f"{number}. {title}", style="bold"), align="left")
     if command:
-        console.print(f"[dim]$ {command}[/]")
+        render.line(console, [(f"$ {command}", "dim")])
 
 
 @click.command("demo")
@@ -40,7 +46,7 @@ def demo(state: State, workdir: str, release: str | None, as_json: bool) -> int:
     if as_json:
         return _demo_json(catalog, Path(workdir), release)
     out = render.stdout()
-    # Step titles stay short: a rule truncates what does not fit on one terminal line.
+    # Step titles stay short: on a terminal a rule cuts what does not fit on one line.
     _step(out, 1, f"build a production fork of SGLang {release}")
     out.print("  commits: bf16 index-K, the dead HiCache fix, a later change to memory_pool_host.py;"
               " HiCache on in the serve script")
@@ -74,9 +80,9 @@ def demo(state: State, workdir: str, release: str | None, as_json: bool) -> int:
     render.render_status(out, after)
 
     _step(out, 6, "lineage of the fixes", f"patchkit log {where}")
-    render.render_log(out, lineage.build(catalog, target_status=after))
-    out.print()
-    out.print(f"[bold green]done[/]: roll back with `patchkit rollback {fixes} {where}`")
+    render_log(out, lineage.build(catalog, target_status=after))
+    render.line(out, [])
+    render.line(out, [("done", "bold green"), (f": roll back with `patchkit rollback {fixes} {where}`", "")])
     return 0
 
 

@@ -7,6 +7,7 @@ import click
 from .. import rebase
 from . import render
 from .common import State, json_option, pass_state
+from .render_history import render_range_diff
 
 
 @click.command("diff")
@@ -21,7 +22,7 @@ def diff(state: State, fix: str, versions: tuple[int, int], as_json: bool) -> in
     if as_json:
         render.print_json({"fix": fix, "old": versions[0], "new": versions[1], "diff": text})
     else:
-        render.render_range_diff(render.stdout(), text)
+        render_range_diff(render.stdout(), text)
     return 0
 
 

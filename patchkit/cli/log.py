@@ -7,6 +7,7 @@ import click
 from .. import api
 from ..catalog import lineage
 from . import render
+from .render_history import render_log
 from .common import State, json_option, pass_state, target_options
 
 
@@ -42,7 +43,7 @@ def log(
     if as_json:
         render.print_json(result.to_json())
     else:
-        render.render_log(render.stdout(), result)
+        render_log(render.stdout(), result)
     return 0
 
 

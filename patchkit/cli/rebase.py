@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import sys
-
 import click
 
 from .. import rebase as rebase_lib
 from ..errors import EXIT_CONFLICT, UsageError
+from . import render
 from .common import State, json_option, pass_state
-
-
-def _print_json(data: object) -> None:
-    # render.print_json's format, without importing rich for a --json run
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+from .render_history import rebase_progress, render_rebase, render_rebase_in_progress
 
 
 @click.command("rebase")
@@ -54,21 +48,17 @@ def rebase(state: State, fixes: tuple[str, ...], all_fixes: bool, include_inacti
         current = rebase_lib.current(catalog)
         if current is not None:  # like `git status` during a rebase: where, and what next
             if as_json:
-                _print_json({**current.to_json(), "in_progress": True})
+                render.print_json({**current.to_json(), "in_progress": True})
             else:
-                from . import render
-
-                render.render_rebase_in_progress(render.stdout(), current)
+                render_rebase_in_progress(render.stdout(), current)
             click.get_current_context().exit(EXIT_CONFLICT)
     if abort:
         restored = rebase_lib.abort(catalog)
         if as_json:
-            _print_json({"aborted": True, "restored": restored})
+            render.print_json({"aborted": True, "restored": restored})
         else:
-            from . import render
-
-            render.stdout().print("rebase aborted; catalog restored"
-                                  + (f" ({', '.join(restored)})" if restored else ""))
+            render.line(render.stdout(), [("rebase aborted; catalog restored"
+                                           + (f" ({', '.join(restored)})" if restored else ""), "")])
         return 0
     if not modes:
         if not onto:
@@ -78,14 +68,12 @@ def rebase(state: State, fixes: tuple[str, ...], all_fixes: bool, include_inacti
     if as_json:
         report = _run(catalog, cont, skip, onto, fixes, repo, base, include_inactive, None,
                       dry_run)
-        _print_json(report.to_json())
+        render.print_json(report.to_json())
     else:
-        from . import render
-
-        with render.rebase_progress(render.stderr(), enabled=True) as progress:
+        with rebase_progress(render.stderr()) as progress:
             report = _run(catalog, cont, skip, onto, fixes, repo, base, include_inactive,
                           progress, dry_run)
-        render.render_rebase(render.stdout(), report)
+        render_rebase(render.stdout(), report)
     if not report.done:  # a conflict waits for the user: the conflict exit code (docs/cli.md)
         click.get_current_context().exit(EXIT_CONFLICT)
     return 0
