@@ -318,11 +318,12 @@ def test_a_fix_applied_as_a_commit_names_the_commit() -> None:
     assert "old-index-k  v1  superseded\n" in text  # not applied: no mark
 
 
-def test_render_lineage_of_loaded_fixes_draws_the_log_tree() -> None:
-    """The older entry point (loaded fixes and states by name) draws the same tree."""
+def test_a_lineage_of_loaded_fixes_draws_the_log_tree() -> None:
+    """A lineage built from loaded fixes and states by name draws the same tree."""
     catalog = Catalog(REPO)
     console = Console(width=1000, file=io.StringIO(), color_system=None, highlight=False)
-    render.render_lineage(console, reversed(catalog.all()), {"dsv4-bf16-sizing": "applied"})
+    render.render_log(console, lineage.from_fixes(reversed(catalog.all()),
+                                                  states={"dsv4-bf16-sizing": "applied"}))
     text = console.file.getvalue()  # type: ignore[attr-defined]
     expected = (SAMPLES / "log" / "shipped.txt").read_text()
     assert text == expected.replace("dsv4-bf16-sizing  v2  active\n",

@@ -20,15 +20,12 @@ if TYPE_CHECKING:  # the catalog pulls in tomlkit: loaded only by commands that 
 class State:
     """Per-invocation settings from the global options."""
 
-    def __init__(self, catalog_dir: str | None = None, config_path: str | None = None,
-                 debug: bool = False, json: bool = False, ssh_options: tuple[str, ...] = (),
-                 ssh_program: str | None = None) -> None:
-        self.catalog_dir = catalog_dir
-        self.config_path = config_path
-        self.debug = debug
-        self.json = json
-        self.ssh_options = ssh_options
-        self.ssh_program = ssh_program
+    def __init__(self) -> None:
+        self.catalog_dir: str | None = None
+        self.config_path: str | None = None
+        self.debug = self.json = False
+        self.ssh_options: tuple[str, ...] = ()
+        self.ssh_program: str | None = None
         self._config: Any = None
         self._catalog: Catalog | None = None
 
@@ -60,17 +57,14 @@ class State:
     def target(self, target: str | tuple[str, ...] | None, roots: tuple[str, ...],
                python: str | None) -> Target:
         if isinstance(target, tuple):  # --target given more than once (see one_value)
-            raise given_twice("--target", target)
+            shown = " and ".join(repr(v) for v in target)
+            raise UsageError(f"--target given {len(target)} times ({shown}); a run works on one "
+                             "target: give --target once (run patchkit once per target)",
+                             option="--target")
         from ..targets import resolve_target  # here: `patchkit --version` needs no model
 
-        found = resolve_target(
-            target,
-            roots,
-            python=python,
-            config=self.config(),
-            ssh_options=self.ssh_options,
-            ssh_program=self.ssh_program,
-        )
+        found = resolve_target(target, roots, python=python, config=self.config(),
+                               ssh_options=self.ssh_options, ssh_program=self.ssh_program)
         how = getattr(found, "found", "")
         if how:  # a target the user did not name as a directory: say which one it is
             sys.stderr.write(f"target: {found.roots['sglang']} ({how})\n")
@@ -88,16 +82,6 @@ def json_option(f: Callable) -> Callable:
 
     return click.option("--json", "as_json", is_flag=True, callback=callback,
                         help="Print a machine-readable result on stdout.")(f)
-
-
-def given_twice(option: str, values: tuple[str, ...]) -> UsageError:
-    """The error for an option that takes one value given more than once."""
-    shown = " and ".join(repr(v) for v in values)
-    return UsageError(
-        f"{option} given {len(values)} times ({shown}); a run works on one target: "
-        f"give {option} once (run patchkit once per target)",
-        option=option,
-    )
 
 
 def one_value(ctx: Any, param: Any, values: tuple[str, ...]) -> str | tuple[str, ...] | None:
@@ -120,7 +104,8 @@ def _keep_ssh(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     return value
 
 
-_TARGET_OPTIONS = (
+#: ``--target``, ``--root``, ``--python``, ``--lock-timeout`` and the ssh options.
+TARGET_OPTIONS = (
     click.option("--target", "-t", multiple=True, callback=one_value, metavar="PATH|ssh://HOST/PATH|NAME",
                  help="SGLang checkout or installed package, a remote one, or a target named in patchkit.toml."),
     click.option("--root", "roots", multiple=True, metavar="NAME=PATH",
@@ -137,8 +122,14 @@ _TARGET_OPTIONS = (
 )
 
 
-def target_options(f: Callable) -> Callable:
-    """``--target``, ``--root``, ``--python``, ``--lock-timeout`` and the ssh options."""
-    for option in reversed(_TARGET_OPTIONS):
-        f = option(f)
-    return f
+def command(name: str, *params: Callable) -> Callable[[Callable], click.Command]:
+    """The click command NAME: ``params`` (click.argument and click.option decorators, in the
+    order --help lists them), then ``--json``; the function gets the :class:`State` first."""
+
+    def decorate(f: Callable) -> click.Command:
+        f = json_option(pass_state(f))
+        for param in reversed(params):
+            f = param(f)
+        return click.command(name)(f)
+
+    return decorate

@@ -15,7 +15,7 @@ from .render_history import render_log
 from ..catalog import Catalog
 from ..demo import SEED_FIXES, DemoFork, build_fork, demo_release
 from ..targets import LocalTarget
-from .common import State, json_option, pass_state
+from .common import State, command
 
 
 def _step(console: Any, number: int, title: str, command: str | None = None) -> None:
@@ -30,14 +30,12 @@ def _step(console: Any, number: int, title: str, command: str | None = None) -> 
         render.line(console, [(f"$ {command}", "dim")])
 
 
-@click.command("demo")
-@click.option("--workdir", default="patchkit-demo", show_default=True, type=click.Path(file_okay=False),
-              help="Where to build the demo fork (replaced if an earlier demo made it).")
-@click.option("--release", default=None, metavar="V",
-              help="SGLang release of the fork: one every fix of the demo supports "
-                   "(default: the newest such; others are refused, naming them).")
-@json_option
-@pass_state
+@command("demo", click.option("--workdir", default="patchkit-demo", show_default=True,
+                              type=click.Path(file_okay=False),
+                              help="Where to build the demo fork (replaced if an earlier demo made it)."),
+         click.option("--release", default=None, metavar="V",
+                      help="SGLang release of the fork: one every fix of the demo supports "
+                           "(default: the newest such; others are refused, naming them)."))
 def demo(state: State, workdir: str, release: str | None, as_json: bool) -> int:
     """Build the seed's production fork from a real SGLang release and deploy its three fixes."""
     catalog = state.catalog()
@@ -87,10 +85,8 @@ def demo(state: State, workdir: str, release: str | None, as_json: bool) -> int:
 
 
 def _target(fork: DemoFork) -> LocalTarget:
-    return LocalTarget(
-        roots={"sglang": str(fork.sglang), "serve": str(fork.serve)},
-        description=f"{fork.sglang} (+ serve={fork.serve})",
-    )
+    return LocalTarget(roots={"sglang": str(fork.sglang), "serve": str(fork.serve)},
+                       description=f"{fork.sglang} (+ serve={fork.serve})")
 
 
 def _demo_json(catalog: Catalog, workdir: Path, release: str) -> int:

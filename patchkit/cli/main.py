@@ -17,23 +17,11 @@ from .. import __version__
 from ..errors import EXIT_INTERNAL, EXIT_USAGE, PatchkitError
 from .common import State
 
-#: Command name -> the module under patchkit.cli that defines it.
-COMMAND_MODULES = {
-    "list": "fixes",
-    "show": "fixes",
-    "apply": "ops",
-    "verify": "ops",
-    "status": "ops",
-    "rollback": "ops",
-    "log": "log",
-    "init": "authoring",
-    "new": "authoring",
-    "refresh": "authoring",
-    "upstream": "upstream",
-    "demo": "demo",
-    "rebase": "rebase",
-    "diff": "diff",
-}
+#: Command name -> the module under patchkit.cli that defines it, in the order --help lists them.
+COMMAND_MODULES = {name: module for module, names in (
+    ("fixes", "list show"), ("ops", "apply verify status rollback"), ("log", "log"),
+    ("authoring", "init new refresh"), ("upstream", "upstream"), ("demo", "demo"),
+    ("rebase", "rebase"), ("diff", "diff")) for name in names.split()}
 
 
 class LazyGroup(click.Group):
@@ -65,11 +53,9 @@ def cli(ctx: click.Context, catalog_dir: str | None, config_path: str | None, de
 
 
 class _Output:
-    """sys.stdout or sys.stderr, whose reader may leave (``patchkit apply FIX | head -0``).
-
-    Output is a report on the operation, not part of it: once the stream's reader is gone,
-    what is written is dropped (the descriptor now /dev/null, so the flush at exit cannot fail
-    either) and the command carries on, so its exit status says what the operation did."""
+    """sys.stdout or sys.stderr, whose reader may leave (``patchkit apply FIX | head -0``):
+    then what is written is dropped (the descriptor becomes /dev/null) and the command carries
+    on, so its exit status says what the operation did, not whether anyone read it."""
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream
@@ -123,26 +109,6 @@ def _guard_output() -> tuple[Any, Any]:
     return saved
 
 
-def _run_click(args: list[str] | None, state: State) -> int:
-    try:
-        return cli.main(args=args, prog_name="patchkit", standalone_mode=False, obj=state)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-    except click.Abort:
-        sys.stderr.write("aborted\n")
-        sys.exit(130)
-    except click.ClickException as exc:
-        code = EXIT_USAGE if exc.exit_code == 2 else exc.exit_code
-        if state.json or _asks_json(sys.argv[1:] if args is None else args):
-            from .render import print_json  # the object docs/cli.md promises on any failure
-
-            print_json({"ok": False, "error": {"type": "UsageError" if code == EXIT_USAGE
-                                               else type(exc).__name__,
-                                               "message": exc.format_message(), "details": {}}})
-        exc.show()
-        sys.exit(code)
-
-
 def _asks_json(args: list[str]) -> bool:
     """Whether ``--json`` is among the options of a command line click refused (its callback
     may not have run): before any ``--``, after which it would be an argument."""
@@ -154,16 +120,32 @@ def main(argv: list[str] | None = None) -> None:
     state = State()
     saved = _guard_output()
     try:
-        _main(argv, state)
+        sys.exit(_run(argv, state) or 0)
     finally:
-        if sys.stdout is not saved[0] and isinstance(sys.stdout, _Output):
+        if isinstance(sys.stdout, _Output):
             sys.stdout.flush()
         sys.stdout, sys.stderr = saved  # for a caller in the same process (the tests)
 
 
-def _main(argv: list[str] | None, state: State) -> None:
+def _run(argv: list[str] | None, state: State) -> int:
+    """The command's exit code; every error turned into its own (click's usage errors too)."""
     try:
-        rc = _run_click(argv, state)
+        return cli.main(args=argv, prog_name="patchkit", standalone_mode=False, obj=state)
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.Abort:
+        sys.stderr.write("aborted\n")
+        return 130
+    except click.ClickException as exc:
+        code = EXIT_USAGE if exc.exit_code == 2 else exc.exit_code
+        if state.json or _asks_json(sys.argv[1:] if argv is None else argv):
+            from .render import print_json  # the object docs/cli.md promises on any failure
+
+            print_json({"ok": False, "error": {"type": "UsageError" if code == EXIT_USAGE
+                                               else type(exc).__name__,
+                                               "message": exc.format_message(), "details": {}}})
+        exc.show()
+        return code
     except PatchkitError as err:
         from .render import print_json, render_error
 
@@ -177,7 +159,7 @@ def _main(argv: list[str] | None, state: State) -> None:
             import traceback
 
             traceback.print_exc()
-        sys.exit(err.exit_code)
+        return err.exit_code
     except Exception as exc:  # the "bug" exit: a traceback only with --debug
         if state.debug or os.environ.get("PATCHKIT_DEBUG"):
             import traceback
@@ -187,5 +169,4 @@ def _main(argv: list[str] | None, state: State) -> None:
             f"internal error: {type(exc).__name__}: {exc}\n"
             "this is a bug in patchkit; rerun with --debug for the traceback and report it\n"
         )
-        sys.exit(EXIT_INTERNAL)
-    sys.exit(rc or 0)
+        return EXIT_INTERNAL

@@ -13,26 +13,13 @@ import click
 from .. import api
 from ..errors import EXIT_CHECK_FAILED, UsageError
 from . import render
-from .common import State, json_option, pass_state, target_options
+from .common import TARGET_OPTIONS, State, command
 
 #: States that make ``status --exit-code`` fail.
 UNHEALTHY = {"drifted", "partly-present", "outdated"}
 
 
-def target_command(name: str, *options: Callable, fixes: bool = True) -> Callable:
-    """A click command NAME taking FIXES (when ``fixes``), the target options, ``options``
-    and ``--json``; the function gets the state first."""
-
-    def decorate(f: Callable) -> click.Command:
-        f = json_option(pass_state(f))
-        for option in reversed(options):
-            f = option(f)
-        f = target_options(f)
-        if fixes:
-            f = click.argument("fixes", nargs=-1)(f)
-        return click.command(name)(f)
-
-    return decorate
+FIXES = click.argument("fixes", nargs=-1)
 
 
 def _run(state: State, where: dict[str, Any], doing: str, as_json: bool, call: Callable) -> Any:
@@ -56,8 +43,8 @@ def _emit(result: Any, as_json: bool, **options: Any) -> int:
     return 0
 
 
-@target_command(
-    "apply",
+@command(
+    "apply", FIXES, *TARGET_OPTIONS,
     click.option("--dry-run", "-n", is_flag=True,
                  help="Check and show where each hunk lands (and the diff, when few files change); write nothing."),
     click.option("--diff", "show_diff", is_flag=True, default=None,
@@ -80,8 +67,8 @@ def apply(state: State, fixes: tuple[str, ...], dry_run: bool, show_diff: bool |
     return _emit(result, as_json, show_diff=show_diff or None, verbose=verbose)
 
 
-@target_command(
-    "rollback",
+@command(
+    "rollback", FIXES, *TARGET_OPTIONS,
     click.option("--dry-run", "-n", is_flag=True, help="Check and show what would be restored; write nothing."),
     click.option("--force", is_flag=True, help="Roll back even files changed since the fix was applied."),
 )
@@ -95,7 +82,7 @@ def rollback(state: State, fixes: tuple[str, ...], dry_run: bool, force: bool, a
     return _emit(result, as_json)
 
 
-@target_command("verify")
+@command("verify", FIXES, *TARGET_OPTIONS)
 def verify(state: State, fixes: tuple[str, ...], as_json: bool, **where: Any) -> int:
     """Run the verification checks of FIXES on the target; writes nothing."""
     names = _names(fixes, "verify")
@@ -104,13 +91,12 @@ def verify(state: State, fixes: tuple[str, ...], as_json: bool, **where: Any) ->
     return _emit(result, as_json)
 
 
-@target_command(
-    "status",
+@command(
+    "status", *TARGET_OPTIONS,
     click.option("--all", "show_all", is_flag=True, help="Also list fixes that are not applied."),
     click.option("--exit-code", is_flag=True,
                  help=f"Exit {EXIT_CHECK_FAILED} when a fix has drifted, is partly present or is "
                       "outdated (like git diff --exit-code)."),
-    fixes=False,
 )
 def status(state: State, show_all: bool, exit_code: bool, as_json: bool, **where: Any) -> int:
     """Show which fixes are applied on the target, at which version, and any drift."""

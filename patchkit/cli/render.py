@@ -132,11 +132,8 @@ def _check_line(c: CheckResult) -> Segments:
 def _hunk_summary(f: FileChange) -> str:
     if not f.hunks:
         return ""
-    places = ", ".join(
-        f"{h.line}" + (f" (offset {h.offset:+d})" if h.offset else "") for h in f.hunks
-    )
-    noun = "hunk" if len(f.hunks) == 1 else "hunks"
-    return f"{len(f.hunks)} {noun} at line {places}"
+    places = ", ".join(f"{h.line}" + (f" (offset {h.offset:+d})" if h.offset else "") for h in f.hunks)
+    return f"{len(f.hunks)} hunk{'' if len(f.hunks) == 1 else 's'} at line {places}"
 
 
 def diff_stat(diff: str) -> tuple[int, int]:
@@ -153,15 +150,11 @@ def diff_stat(diff: str) -> tuple[int, int]:
 
 
 def _files_summary(files: tuple[FileChange, ...]) -> str:
-    ops = {"modify": 0, "create": 0, "delete": 0}
-    added = removed = 0
-    for f in files:
-        ops[f.op] = ops.get(f.op, 0) + 1
-        plus, minus = diff_stat(f.diff)
-        added += plus
-        removed += minus
-    kinds = ", ".join(f"{n} {label}" for label, n in (("modified", ops["modify"]),
-                      ("created", ops["create"]), ("deleted", ops["delete"])) if n)
+    ops = [f.op for f in files]
+    stats = [diff_stat(f.diff) for f in files]
+    added, removed = sum(a for a, _ in stats), sum(r for _, r in stats)
+    kinds = ", ".join(f"{ops.count(op)} {label}" for op, label in (
+        ("modify", "modified"), ("create", "created"), ("delete", "deleted")) if op in ops)
     noun = "file" if len(files) == 1 else "files"
     return f"{len(files)} {noun} changed ({kinds}), +{added} -{removed} lines"
 
@@ -294,61 +287,45 @@ def _status_rows(result: OpResult, verbose: bool) -> List[List[str]]:
     return rows
 
 
-def _plain_rows(console: PlainConsole, rows: Iterable[Iterable[str]]) -> None:
-    for row in rows:
-        console.file.write("\t".join(row) + "\n")
-
-
 def render_status(console: Any, result: OpResult, *, verbose: bool = False) -> None:
     """Plain: one line per fix (fix, state, version, applied at, files), notes on stderr."""
     rows = _status_rows(result, verbose)
     notes = _recovered(result)
     if not rows:
         notes.append([(f"no fix applied or present on {result.target}", "")])
-    if isinstance(console, PlainConsole):
-        for note in notes:
-            PlainConsole(sys.stderr).line(note)
-        _plain_rows(console, rows)
-        return
     for note in notes:
-        line(console, note)
+        line(PlainConsole(sys.stderr) if isinstance(console, PlainConsole) else console, note)
     if rows:
-        _status_table(console, result, rows)
-
-
-def _status_table(console: Any, result: OpResult, rows: List[List[str]]) -> None:
-    from rich.text import Text
-
-    table = _table(("fix", "bold"), ("state", ""), ("version", "right"), ("applied at", "dim"),
-                   ("files", ""), title=Text(f"status of {result.target}"), title_justify="left")
-    for name, state, version, applied_at, files in rows:
-        table.add_row(Text(name), Text(state, style=STATE_STYLE.get(state.split(" ", 1)[0], "")),
-                      version, Text(applied_at), Text(files))
-    console.print(table)
-
-
-def _table(*columns: Tuple[str, str], **options: Any) -> Any:
-    """A rich table without borders; a column's second item is its style, or "right"."""
-    from rich.table import Table
-
-    table = Table(box=None, **options)
-    for name, how in columns:
-        table.add_column(name, **({"justify": how} if how == "right" else {"style": how}))
-    return table
+        write_table(console, rows, ("fix", "bold"), ("state", STATE_STYLE), ("version", "right"),
+                    ("applied at", "dim"), ("files", ""), title=f"status of {result.target}")
 
 
 def render_fix_list(console: Any, fixes: Iterable[Any]) -> None:
     """Plain: one line per fix (fix, version, status, base release, title)."""
-    rows = [(f.name, f"v{f.version}", f.status, f.upstream.base_release, f.title) for f in fixes]
+    rows = [[f.name, f"v{f.version}", f.status, f.upstream.base_release, f.title] for f in fixes]
+    write_table(console, rows, ("fix", "bold"), ("version", "right"),
+                ("status", {"active": ""}), ("base", ""), ("title", ""))
+
+
+def write_table(console: Any, rows: List[List[str]], *columns: Tuple[str, Any],
+                title: str | None = None) -> None:
+    """Rows as tab-separated lines off a terminal, never cut; a rich table without borders on
+    one. A column is (name, how): a style, "right", or a style by the cell's first word
+    (a word not there: dim)."""
     if isinstance(console, PlainConsole):
-        _plain_rows(console, rows)
+        console.file.write("".join("\t".join(row) + "\n" for row in rows))
         return
+    from rich.table import Table
     from rich.text import Text
 
-    table = _table(("fix", "bold"), ("version", "right"), ("status", ""), ("base", ""), ("title", ""))
-    for name, version, status, base, title in rows:
-        table.add_row(Text(name), version, Text(status, style="" if status == "active" else "dim"),
-                      Text(base), Text(title))
+    table = Table(box=None, title=Text(title) if title else None, title_justify="left")
+    for name, how in columns:
+        table.add_column(name, **({"justify": how} if how == "right" else
+                                  {"style": how} if isinstance(how, str) else {}))
+    for row in rows:
+        table.add_row(*(Text(cell, style=how.get(cell.split(" ", 1)[0], "dim"))
+                        if isinstance(how, dict) else Text(cell)
+                        for cell, (_name, how) in zip(row, columns)))
     console.print(table)
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, List, Mapping, Tuple
+import contextlib
+from typing import Any, Callable, Iterator, List, Tuple
 
 from .render import STATE_STYLE, PlainConsole, Segments, line, write_diff
 
@@ -20,13 +21,14 @@ def write_tree(console: Any, root: Node) -> None:
         from rich.text import Text
         from rich.tree import Tree
 
-        def build(tree: Any, children: List[Node]) -> None:
-            for label, grand in children:
-                build(tree.add(Text.assemble(*label)), grand)
+        def build(node: Node, parent: Any = None) -> Any:
+            label = Text.assemble(*node[0])
+            tree = Tree(label) if parent is None else parent.add(label)
+            for child in node[1]:
+                build(child, tree)
+            return tree
 
-        tree = Tree(Text.assemble(*root[0]))
-        build(tree, root[1])
-        console.print(tree)
+        console.print(build(root))
         return
 
     def walk(node: Node, first: str, rest: str) -> None:
@@ -40,20 +42,9 @@ def write_tree(console: Any, root: Node) -> None:
     walk(root, "", "")
 
 
-def render_lineage(console: Any, fixes: Iterable[Any], states: Mapping[str, str] | None = None) -> None:
-    """Loaded fixes with a target's states by name, drawn like ``patchkit log``."""
-    from ..catalog.lineage import from_fixes
-
-    render_log(console, from_fixes(fixes, states=states))
-
-
 _LINK_LABELS = (  # what the fix builds on, then what builds on it
-    ("depends_on", "depends on"),
-    ("supersedes", "supersedes"),
-    ("reverts", "reverts"),
-    ("depended_on_by", "needed by"),
-    ("superseded_by", "superseded by"),
-    ("reverted_by", "reverted by"),
+    ("depends_on", "depends on"), ("supersedes", "supersedes"), ("reverts", "reverts"),
+    ("depended_on_by", "needed by"), ("superseded_by", "superseded by"), ("reverted_by", "reverted by"),
 )
 
 
@@ -131,30 +122,19 @@ REBASE_STYLE = {
 }
 
 
-class rebase_progress:  # noqa: N801 - used as a context manager, like rich's own
+@contextlib.contextmanager
+def rebase_progress(console: Any) -> Iterator[Callable[[str, int, int], None]]:
     """A rich progress bar on stderr fed by ``patchkit.rebase``'s ``progress(what, done, total)``."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    def __init__(self, console: Any) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-        self.bar = Progress(TextColumn("rebasing"), BarColumn(), MofNCompleteColumn(),
-                            TextColumn("{task.description}"), console=console, transient=True)
-        self.task: Any = None
-
-    def __enter__(self) -> Any:
-        self.bar.__enter__()
-        self.task = self.bar.add_task("", total=None)
+    with Progress(TextColumn("rebasing"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.description}"), console=console, transient=True) as bar:
+        task = bar.add_task("", total=None)
 
         def update(what: str, done: int, total: int) -> None:
-            kw: dict[str, Any] = {"description": what, "completed": done}
-            if total >= 0:
-                kw["total"] = total
-            self.bar.update(self.task, **kw)
+            bar.update(task, description=what, completed=done, **({"total": total} if total >= 0 else {}))
 
-        return update
-
-    def __exit__(self, *exc: Any) -> None:
-        self.bar.__exit__(*exc)
+        yield update
 
 
 def render_rebase(console: Any, report: Any) -> None:
