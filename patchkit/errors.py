@@ -1,21 +1,13 @@
-"""patchkit's errors and the exit codes they map to.
-
-Every expected failure is a :class:`PatchkitError` subclass whose message says what failed,
-where, and what to do next. Only the CLI turns them into exit codes (``exit_code``).
-
-This module uses the standard library only: the engine, which is shipped to remote hosts,
-raises these same classes, and a result coming back from a host names its error by class name
-(see :func:`error_from_dict`), so local and remote targets fail identically.
+"""patchkit's errors: each says what failed, where, and what to do next; only the CLI turns
+them into exit codes. Standard library only: the engine raises these same classes on remote
+hosts, and a host's result names its error by class name (:func:`error_from_dict`).
 """
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing's own flag, without importing typing (`patchkit --version`)
-if TYPE_CHECKING:
-    from typing import Any
+from typing import Any
 
-# Exit codes; documented in docs/cli.md.
-EXIT_OK = 0
+EXIT_OK = 0  # the exit codes, with what each guarantees: docs/cli.md
 EXIT_CHECK_FAILED = 1  # a precondition, verification or drift check failed
 EXIT_USAGE = 2  # bad command line or bad input (manifest, patch, config)
 EXIT_CONFLICT = 3  # a hunk does not apply
@@ -33,9 +25,14 @@ EXIT_TERMINATED = 143  # stopped by SIGTERM (128 + 15); what it wrote was put ba
 
 
 class PatchkitError(Exception):
-    """Base of every error patchkit expects; carries an exit code and structured details."""
+    """Base of every expected error: details, and an exit code a subclass names in its bases."""
 
     exit_code = EXIT_USAGE
+
+    def __init_subclass__(cls, exit_code: int | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if exit_code is not None:
+            cls.exit_code = exit_code
 
     def __init__(self, message: str, **details: Any) -> None:
         super().__init__(message)
@@ -44,9 +41,6 @@ class PatchkitError(Exception):
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": type(self).__name__, "message": self.message, "details": self.details}
-
-
-# -- bad input -------------------------------------------------------------------------------
 
 
 class UsageError(PatchkitError):
@@ -69,17 +63,16 @@ class UnknownFixError(PatchkitError):
     """The catalog has no fix of that name."""
 
 
-# -- checks ----------------------------------------------------------------------------------
-
-
-class CheckFailed(PatchkitError):
+class CheckFailed(PatchkitError, exit_code=EXIT_CHECK_FAILED):
     """A check about the target failed; nothing was written (or everything was undone)."""
-
-    exit_code = EXIT_CHECK_FAILED
 
 
 class PreconditionFailed(CheckFailed):
     """The target is not in the state the fix requires."""
+
+
+class TargetFileMissing(PreconditionFailed):
+    """A file the fix modifies does not exist in the target."""
 
 
 class VerificationFailed(CheckFailed):
@@ -99,100 +92,69 @@ class NotApplied(CheckFailed):
 
 
 class ConcurrentChange(CheckFailed):
-    """Another process wrote to a target file while patchkit was writing the target; every
-    file was put back, with that process's change kept."""
+    """Another process wrote a target file during the run; all else was put back."""
 
 
-class ConflictError(PatchkitError):
+class ConflictError(PatchkitError, exit_code=EXIT_CONFLICT):
     """A hunk's context is not found in the file (zero fuzz)."""
 
-    exit_code = EXIT_CONFLICT
+
+class LockBusy(PatchkitError, exit_code=EXIT_LOCKED):
+    """Another patchkit run holds the target's lock."""
 
 
-# -- target ----------------------------------------------------------------------------------
-
-
-class LockBusy(PatchkitError):
-    exit_code = EXIT_LOCKED
-
-
-class TargetError(PatchkitError):
+class TargetError(PatchkitError, exit_code=EXIT_TARGET):
     """The target or one of its roots is missing or unusable."""
 
-    exit_code = EXIT_TARGET
+
+class PermissionDenied(PatchkitError, exit_code=EXIT_PERMISSION):
+    """The target is not writable, or a write failed."""
 
 
-class TargetFileMissing(PreconditionFailed):
-    """A file the fix modifies does not exist in the target."""
-
-
-class PermissionDenied(PatchkitError):
-    exit_code = EXIT_PERMISSION
-
-
-# -- remote ----------------------------------------------------------------------------------
-
-
-class RemoteError(PatchkitError):
+class RemoteError(PatchkitError, exit_code=EXIT_UNREACHABLE):
     """Base of the failures of a remote target's transport."""
-
-    exit_code = EXIT_UNREACHABLE
 
 
 class HostUnreachable(RemoteError):
-    exit_code = EXIT_UNREACHABLE
+    """The host's name, route or port cannot be reached."""
 
 
-class AuthenticationFailed(RemoteError):
-    exit_code = EXIT_AUTH
+class AuthenticationFailed(RemoteError, exit_code=EXIT_AUTH):
+    """SSH refused every credential offered."""
 
 
-class HostKeyError(RemoteError):
-    exit_code = EXIT_HOSTKEY
+class HostKeyError(RemoteError, exit_code=EXIT_HOSTKEY):
+    """The host's key is unknown or changed."""
 
 
-class RemotePythonMissing(RemoteError):
-    exit_code = EXIT_REMOTE_PYTHON
+class RemotePythonMissing(RemoteError, exit_code=EXIT_REMOTE_PYTHON):
+    """The host has no usable Python to run the engine."""
 
 
-class ConnectionLost(RemoteError):
-    """The session ended after the engine was told to run: the host may have changed the
-    target (it finishes the run, or its journal is recovered by the next run)."""
-
-    exit_code = EXIT_CONNECTION_LOST
+class ConnectionLost(RemoteError, exit_code=EXIT_CONNECTION_LOST):
+    """The session ended after the engine was told to run: the target may have changed."""
 
 
-class SessionFailed(RemoteError):
-    """The host was reached but the session ended before the request reached the engine:
-    nothing ran there and the target is unchanged."""
-
-    exit_code = EXIT_SESSION_FAILED
+class SessionFailed(RemoteError, exit_code=EXIT_SESSION_FAILED):
+    """The session ended before the request reached the engine: nothing ran on the host."""
 
 
-class Terminated(PatchkitError):
+class Terminated(PatchkitError, exit_code=EXIT_TERMINATED):
     """The run was stopped by SIGTERM; the engine undid what it had written before it exited."""
 
-    exit_code = EXIT_TERMINATED
 
-
-class InternalError(PatchkitError):
+class InternalError(PatchkitError, exit_code=EXIT_INTERNAL):
     """Something patchkit did not expect: a bug."""
-
-    exit_code = EXIT_INTERNAL
 
 
 def _all_subclasses(cls: type) -> list[type]:
-    out = [cls]
-    for sub in cls.__subclasses__():
-        out.extend(_all_subclasses(sub))
-    return out
+    return [cls, *(sub for child in cls.__subclasses__() for sub in _all_subclasses(child))]
 
 
 def error_from_dict(data: dict[str, Any]) -> PatchkitError:
     """Rebuild an error that crossed a process or host boundary as ``to_dict()``."""
     by_name = {c.__name__: c for c in _all_subclasses(PatchkitError)}
     cls = by_name.get(str(data.get("type")), InternalError)
-    details = data.get("details") or {}
     err = cls(str(data.get("message", "unknown error")))
-    err.details = dict(details)
+    err.details = dict(data.get("details") or {})  # any keys a host sent, as they are
     return err

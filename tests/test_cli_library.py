@@ -95,7 +95,7 @@ def test_version_loads_no_command_module_or_heavy_dependency() -> None:
         "    main(['--version'])\n"
         "except SystemExit:\n"
         "    pass\n"
-        "heavy = [m for m in ('git', 'tomlkit', 'rich', 'unidiff', 'patchkit.catalog', 'patchkit.cli.apply')\n"
+        "heavy = [m for m in ('git', 'tomlkit', 'rich', 'unidiff', 'patchkit.catalog', 'patchkit.cli.ops')\n"
         "         if m in sys.modules]\n"
         "print('HEAVY', heavy)\n"
     )

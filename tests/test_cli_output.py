@@ -2,9 +2,9 @@
 
 A reader that went away (``patchkit apply FIX | head -0``) or a closed stdout must not turn a
 successful operation into a failure, nor a failure into another code: the exit status reports
-the operation. Both ways a command line is read are covered: the fast path (plain options)
-and click (``--`` before the fix names sends a command line there). The CLI wiring of
-``apply --commit``, rollback of a committed fix, and ``--json`` on a usage error are here too.
+the operation (fix names before the options, or after ``--``). The CLI wiring of
+``apply --commit``, rollback of a committed fix, ``--json`` on a usage error, and output
+written to a pipe (plain, never cut) are here too.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from patchkit.errors import EXIT_CONFLICT, EXIT_OK, EXIT_USAGE
 from tests.test_git_fixes import catalog, tree  # noqa: F401
 from tests.test_cli import INDEX_K, POOL, Env, Run, env, git, one_file_patch, pk, tgt, write_patch  # noqa: F401
 
-#: The same command line read by the fast path and by click: (command, fix names, options).
+#: The same command line written two ways: (command, fix names, options).
 PATHS = {
-    "fast": lambda command, fixes, options: [command, *fixes, *options],
-    "click": lambda command, fixes, options: [command, *options, "--", *fixes],
+    "names first": lambda command, fixes, options: [command, *fixes, *options],
+    "after --": lambda command, fixes, options: [command, *options, "--", *fixes],
 }
 
 
@@ -74,7 +74,7 @@ def test_a_failure_keeps_its_exit_code_when_stdout_is_gone(env: Env, path: str) 
     assert "does not apply" in failed.stderr or "conflict" in failed.stderr.lower()
 
 
-def test_a_gone_stdout_on_a_click_only_command(env: Env) -> None:
+def test_a_gone_stdout_on_a_catalog_command(env: Env) -> None:
     listed = without_stdout(env, ["list", "--all"], "pipe")
     assert listed.returncode == EXIT_OK, listed.stderr
     assert listed.stderr == ""
@@ -90,12 +90,12 @@ def test_commit_ids_are_in_the_human_output_of_apply_commit_and_its_rollback(
                                command, "--target", str(tree), *args], capture_output=True,
                               text=True, timeout=120)
 
-    applied = patchkit("apply", "feature", "--commit")  # the fast path
+    applied = patchkit("apply", "feature", "--commit")
     assert applied.returncode == EXIT_OK, applied.stderr
     made = git(tree, "rev-parse", "HEAD").strip()
     assert f"  commit {made} (root sglang)\n" in applied.stdout
 
-    undone = patchkit("rollback", "--", "feature")  # click
+    undone = patchkit("rollback", "--", "feature")
     assert undone.returncode == EXIT_OK, undone.stderr
     revert = git(tree, "rev-parse", "HEAD").strip()
     assert revert != made
@@ -155,3 +155,81 @@ def test_the_flag_table_of_docs_cli_is_what_the_commands_take() -> None:
 
     walk(cli, "")
     assert documented == actual
+
+
+# -- piped output: plain, one line per fix, never cut --------------------------------------
+
+LONG_FIX = "revert-hicache-index-k-sync-and-its-hicache-dbg-tracing"
+LONG_PATH = "python/sglang/srt/" + "a_rather_deep_directory/" * 5 + "memory_pool_host_with_a_long_name.py"
+
+
+def piped(env: Env, *args: str, columns: int = 40, **environ: str) -> subprocess.CompletedProcess[str]:
+    """``python -m patchkit ARGS`` with stdout a pipe, on a 40-column "terminal"."""
+    return subprocess.run([sys.executable, "-m", "patchkit", "--catalog", str(env.catalog), *args],
+                          capture_output=True, text=True, cwd=env.tmp, timeout=120,
+                          env={**{k: v for k, v in os.environ.items() if k != "FORCE_COLOR"},
+                               "COLUMNS": str(columns), **environ})
+
+
+def test_piped_status_keeps_a_long_fix_name_and_drifted_path_whole(env: Env) -> None:
+    (env.sglang / LONG_PATH).parent.mkdir(parents=True)
+    (env.sglang / LONG_PATH).write_text("x = 1\n")
+    env.commit("a deep file")
+    (env.catalog / "patches" / LONG_FIX).mkdir()
+    (env.catalog / "patches" / LONG_FIX / "0001-x.patch").write_text(
+        f"--- a/{LONG_PATH}\n+++ b/{LONG_PATH}\n@@ -1 +1 @@\n-x = 1\n+x = 2\n")
+    (env.catalog / "manifests" / f"{LONG_FIX}.toml").write_text(
+        f'format = 1\nname = "{LONG_FIX}"\nversion = 1\ntitle = "A fix with a long name"\n'
+        'status = "active"\nrationale = "Its name is long."\n[upstream]\nbase_release = "0.5.21"\n'
+        '[[patches]]\nfile = "0001-x.patch"\nroot = "sglang"\n')
+    assert piped(env, "apply", LONG_FIX, *_target_args(env)).returncode == EXIT_OK
+    (env.sglang / LONG_PATH).write_text("x = 3\n")  # drifted
+
+    status = piped(env, "status", *_target_args(env))
+    assert status.returncode == EXIT_OK, status.stderr
+    rows = [line for line in status.stdout.splitlines() if LONG_FIX in line]  # grep -c
+    assert len(rows) == 1, status.stdout
+    fix, state, version, applied_at, files = rows[0].split("\t")
+    assert (fix, state, version, files) == (LONG_FIX, "drifted", "v1", f"{LONG_PATH} (drifted)")
+    assert applied_at.endswith("Z")
+    listed = piped(env, "list").stdout.splitlines()
+    assert [row.split("\t")[:3] for row in listed if LONG_FIX in row] == [[LONG_FIX, "v1", "active"]]
+
+    drawn = piped(env, "status", *_target_args(env), FORCE_COLOR="1")  # rich only when asked
+    assert "\x1b[" in drawn.stdout and "\t" not in drawn.stdout
+
+
+def test_piped_status_with_nothing_applied_prints_no_row(env: Env) -> None:
+    status = piped(env, "status", *_target_args(env))
+    assert status.returncode == EXIT_OK and status.stdout == ""
+    assert f"no fix applied or present on sglang={env.sglang}" in status.stderr
+    everything = piped(env, "status", "--all", *_target_args(env)).stdout.splitlines()
+    assert [row.split("\t")[:2] for row in everything] == [
+        [INDEX_K, "not-applied"], ["old-index-k", "not-applied"]]
+
+
+def test_piped_diff_keeps_a_300_character_line_whole(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.test_authoring import small_checkout
+
+    monkeypatch.delenv("PATCHKIT_CATALOG", raising=False)
+    monkeypatch.chdir(tmp_path)
+    src = small_checkout(tmp_path)
+
+    def patchkit(*args: str) -> subprocess.CompletedProcess[str]:
+        run = subprocess.run([sys.executable, "-m", "patchkit", *args], capture_output=True,
+                             text=True, timeout=120, env={**os.environ, "COLUMNS": "40"})
+        assert run.returncode == EXIT_OK, run.stderr
+        return run
+
+    patchkit("init", "fixes")
+    monkeypatch.chdir(tmp_path / "fixes")
+    a = src / "python/sglang/a.py"
+    a.write_text(a.read_text().replace("two = 2", "two = 22"))
+    patchkit("new", "myfix", "--from", str(src))
+    long_line = "three = 3  # " + "x" * 287
+    assert len(long_line) == 300
+    a.write_text(a.read_text().replace("three = 3", long_line))
+    patchkit("refresh", "myfix", "--from", str(src))
+    diff = patchkit("diff", "myfix", "--versions", "1", "2").stdout
+    assert any(line.endswith(long_line) for line in diff.splitlines()), diff

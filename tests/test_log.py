@@ -22,7 +22,7 @@ from rich.console import Console
 
 from patchkit import api
 from patchkit.catalog import lineage
-from patchkit.cli import render
+from patchkit.cli import render_history as render
 from patchkit.catalog import Catalog
 from patchkit.cli.main import cli, main
 from patchkit.errors import EXIT_USAGE, ManifestError
@@ -43,7 +43,9 @@ def git(cwd: Path, *args: str, date: str | None = None) -> str:
                           env=env).stdout.strip()
 
 
-def plain(lin: lineage.Lineage, width: int = 100) -> str:
+def plain(lin: lineage.Lineage, width: int = 1000) -> str:
+    """The tree as rich draws it on a terminal wide enough to fold nothing: what the command
+    writes to a pipe without rich, at any width."""
     console = Console(width=width, file=io.StringIO(), color_system=None, highlight=False)
     render.render_log(console, lin)
     return console.file.getvalue()  # type: ignore[attr-defined]
@@ -90,7 +92,8 @@ def test_shipped_log_matches_the_expected_text() -> None:
     regenerate_samples()
     expected = (SAMPLES / "log" / "shipped.txt").read_text()
     assert plain(lineage.build(Catalog(REPO), history=False)) == expected
-    assert log_cli("--no-history").output == expected
+    assert log_cli("--no-history").output == expected  # piped: plain, never folded
+    assert log_cli("--no-history", columns=40).output == expected
 
 
 def test_shipped_log_json_matches_the_expected_file() -> None:
@@ -315,11 +318,12 @@ def test_a_fix_applied_as_a_commit_names_the_commit() -> None:
     assert "old-index-k  v1  superseded\n" in text  # not applied: no mark
 
 
-def test_render_lineage_of_loaded_fixes_draws_the_log_tree() -> None:
-    """The older entry point (loaded fixes and states by name) draws the same tree."""
+def test_a_lineage_of_loaded_fixes_draws_the_log_tree() -> None:
+    """A lineage built from loaded fixes and states by name draws the same tree."""
     catalog = Catalog(REPO)
-    console = Console(width=100, file=io.StringIO(), color_system=None, highlight=False)
-    render.render_lineage(console, reversed(catalog.all()), {"dsv4-bf16-sizing": "applied"})
+    console = Console(width=1000, file=io.StringIO(), color_system=None, highlight=False)
+    render.render_log(console, lineage.from_fixes(reversed(catalog.all()),
+                                                  states={"dsv4-bf16-sizing": "applied"}))
     text = console.file.getvalue()  # type: ignore[attr-defined]
     expected = (SAMPLES / "log" / "shipped.txt").read_text()
     assert text == expected.replace("dsv4-bf16-sizing  v2  active\n",

@@ -68,3 +68,24 @@ def test_plain_error_keeps_the_whole_message_on_one_line(monkeypatch) -> None:
     out = io.StringIO()
     render.render_error(render.PlainConsole(out), err)
     assert out.getvalue() == "error: " + err.message + "\n"
+
+
+def test_plain_status_is_one_tab_separated_line_per_fix_and_notes_on_stderr(capsys) -> None:
+    from patchkit.results import FixState
+
+    many = tuple({"path": f"python/sglang/srt/{'deep/' * 30}f{i}.py", "state": "drifted"}
+                 for i in range(7))
+    result = OpResult("status", True, False, "sglang=/srv/sglang", (),
+                      ({"op": "apply", "fixes": ["a"], "outcome": "rolled-back"},),
+                      (FixState("a-fix-with-a-name-longer-than-any-terminal-column", "drifted", 2,
+                                "2026-11-29T20:13:45Z", many),
+                       FixState("old", "not-applied", None, None, ())), {})
+    out = io.StringIO()
+    render.render_status(render.PlainConsole(out), result)
+    shown = ", ".join(f"{f['path']} (drifted)" for f in many[:5])
+    assert out.getvalue() == ("a-fix-with-a-name-longer-than-any-terminal-column\tdrifted\tv2\t"
+                              f"2026-11-29T20:13:45Z\t{shown}, and 2 more (--json lists them)\n")
+    assert capsys.readouterr().err == "recovered an interrupted apply of a: rolled-back\n"
+    out = io.StringIO()
+    render.render_status(render.PlainConsole(out), result, verbose=True)
+    assert out.getvalue().splitlines()[1] == "old\tnot-applied\t\t\t"

@@ -4,12 +4,13 @@ captured as a fix."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Callable, Tuple
 
 import click
 
 from .. import authoring
 from . import render
-from .common import State, json_option, pass_state
+from .common import State, command
 
 
 def _report(result: authoring.AuthoringResult, as_json: bool, verb: str) -> None:
@@ -29,38 +30,39 @@ def _report(result: authoring.AuthoringResult, as_json: bool, verb: str) -> None
     if as_json:
         render.print_json(data)
         return
-    out = render.stdout()
+    say = _sayer()
     if not result.changed:
-        out.print(f"{result.name} v{result.version} is unchanged: the series already matches the checkout")
+        say(f"{result.name} v{result.version} is unchanged: the series already matches the checkout")
     else:
         if result.dry_run:
             verb = f"would be {verb}"
-        out.print(f"{verb} {result.name} v{result.version} (base {result.base_release})",
-                  highlight=False, markup=False)
+        say(f"{verb} {result.name} v{result.version} (base {result.base_release})")
         for f in result.files:
-            out.print(f"  {f}", highlight=False, markup=False)
-        out.print(f"  manifest: {(str(result.manifest))}", highlight=False, markup=False)
+            say(f"  {f}")
+        say(f"  manifest: {result.manifest}")
         for p in result.patches:
-            out.print(f"  series:   {(str(p))}", highlight=False, markup=False)
+            say(f"  series:   {p}")
         for old, new in result.renamed:
-            out.print(f"  renamed:  {(old)} -> {(new)} (the title changed)",
-                      highlight=False, markup=False)
+            say(f"  renamed:  {old} -> {new} (the title changed)")
         if result.commit:
-            out.print(f"  committed {result.commit[:12]} in the catalog's git repository")
+            say(f"  committed {result.commit[:12]} in the catalog's git repository")
         if result.dry_run:
-            out.print("dry run: nothing was written")
+            say("dry run: nothing was written")
     if result.ignored:
-        out.print(f"ignored {len(result.ignored)} changed or untracked file(s) of the checkout, "
-                  "not part of the fix (name them as PATH arguments to take them):")
+        say(f"ignored {len(result.ignored)} changed or untracked file(s) of the checkout, "
+            "not part of the fix (name them as PATH arguments to take them):")
         for f in result.ignored:
-            out.print(f"  {f}", highlight=False, markup=False)
+            say(f"  {f}")
 
 
-@click.command("init")
-@click.argument("directory", default=".", type=click.Path(file_okay=False))
-@click.option("--no-git", is_flag=True, help="Do not make a git repository (versions then live nowhere).")
-@json_option
-@pass_state
+def _sayer() -> Callable[[str], None]:
+    """A function writing one line of text to stdout (never read as rich markup)."""
+    out = render.stdout()
+    return lambda text: render.line(out, [(text, "")])
+
+
+@command("init", click.argument("directory", default=".", type=click.Path(file_okay=False)),
+         click.option("--no-git", is_flag=True, help="Do not make a git repository (versions then live nowhere)."))
 def init(state: State, directory: str, no_git: bool, as_json: bool) -> int:
     """Make a new catalog in DIRECTORY (default: here): manifests/, patches/, patchkit.toml, git."""
     result = authoring.init_catalog(Path(directory), git=not no_git)
@@ -68,82 +70,56 @@ def init(state: State, directory: str, no_git: bool, as_json: bool) -> int:
         render.print_json({"root": str(result.root), "files": [str(f) for f in result.files],
                            "commit": result.commit})
         return 0
-    out = render.stdout()
-    out.print(f"made a catalog in {(str(result.root))}", highlight=False, markup=False)
+    say = _sayer()
+    say(f"made a catalog in {result.root}")
     for f in result.files:
-        out.print(f"  {(str(f))}", highlight=False, markup=False)
+        say(f"  {f}")
     if result.commit:
-        out.print(f"  committed {result.commit[:12]}")
-    out.print("next: cd into it and capture a fix with `patchkit new NAME --from CHECKOUT` "
-              "(docs/authoring.md)")
+        say(f"  committed {result.commit[:12]}")
+    say("next: cd into it and capture a fix with `patchkit new NAME --from CHECKOUT` "
+        "(docs/authoring.md)")
     return 0
 
 
-@click.command("new")
-@click.argument("fix")
-@click.argument("paths", nargs=-1)
-@click.option("--from", "src", required=True, type=click.Path(file_okay=False), help="The edited checkout.")
-@click.option("--commits", metavar="A..B", help="Capture the commits after A up to B, one patch each (not the uncommitted changes).")
-@click.option("--root", default="sglang", show_default=True, help="The target root the paths belong to.")
-@click.option("--title", help="One-line title (the commit subject). Default: the fix's name, or the first commit's subject.")
-@click.option("--rationale", default="", help="Why the fix exists (else a placeholder to edit).")
-@click.option("--base-release", help="Release the change is written against (default: read from the tree).")
-@click.option("--no-commit", is_flag=True, help="Do not commit the new fix to the catalog's git repository.")
-@click.option("--dry-run", is_flag=True, help="Say what would be written; write nothing.")
-@json_option
-@pass_state
-def new(
-    state: State,
-    fix: str,
-    paths: tuple[str, ...],
-    src: str,
-    commits: str | None,
-    root: str,
-    title: str | None,
-    rationale: str,
-    base_release: str | None,
-    no_commit: bool,
-    dry_run: bool,
-    as_json: bool,
-) -> int:
+def _capture(what: str, *options: Callable) -> Tuple[Callable, ...]:
+    """The parameters of a command capturing a checkout's changes as FIX."""
+    return (click.argument("fix"), click.argument("paths", nargs=-1),
+            click.option("--from", "src", required=True, type=click.Path(file_okay=False),
+                         help="The edited checkout."), *options,
+            click.option("--no-commit", is_flag=True,
+                         help=f"Do not commit {what} to the catalog's git repository."),
+            click.option("--dry-run", is_flag=True, help="Say what would be written; write nothing."))
+
+
+@command("new", *_capture(
+    "the new fix",
+    click.option("--commits", metavar="A..B", help="Capture the commits after A up to B, one patch each (not the uncommitted changes)."),
+    click.option("--root", default="sglang", show_default=True, help="The target root the paths belong to."),
+    click.option("--title", help="One-line title (the commit subject). Default: the fix's name, or the first commit's subject."),
+    click.option("--rationale", default="", help="Why the fix exists (else a placeholder to edit)."),
+    click.option("--base-release", help="Release the change is written against (default: read from the tree)."),
+))
+def new(state: State, fix: str, paths: tuple[str, ...], src: str, no_commit: bool, dry_run: bool,
+        as_json: bool, **options: Any) -> int:
     """Capture the uncommitted changes of a checkout (or of PATHS in it, or the commits of a
     range) as a new FIX."""
-    result = authoring.new_fix(
-        state.catalog(), fix, Path(src), root=root, paths=paths, title=title,
-        rationale=rationale, base_release=base_release, commits=commits,
-        commit=not no_commit, dry_run=dry_run,
-    )
+    result = authoring.new_fix(state.catalog(), fix, Path(src), paths=paths,
+                               commit=not no_commit, dry_run=dry_run, **options)
     _report(result, as_json, "created")
     return 0
 
 
-@click.command("refresh")
-@click.argument("fix")
-@click.argument("paths", nargs=-1)
-@click.option("--from", "src", required=True, type=click.Path(file_okay=False), help="The edited checkout.")
-@click.option("--summary", help="Changelog line for the new version.")
-@click.option("--squash", is_flag=True, help="Rewrite a multi-patch series as one patch.")
-@click.option("--no-commit", is_flag=True, help="Do not commit the new version to the catalog's git repository.")
-@click.option("--dry-run", is_flag=True, help="Say what would be written; write nothing.")
-@json_option
-@pass_state
-def refresh(
-    state: State,
-    fix: str,
-    paths: tuple[str, ...],
-    src: str,
-    summary: str | None,
-    squash: bool,
-    no_commit: bool,
-    dry_run: bool,
-    as_json: bool,
-) -> int:
+@command("refresh", *_capture(
+    "the new version",
+    click.option("--summary", help="Changelog line for the new version."),
+    click.option("--squash", is_flag=True, help="Rewrite a multi-patch series as one patch."),
+))
+def refresh(state: State, fix: str, paths: tuple[str, ...], src: str, no_commit: bool,
+            dry_run: bool, as_json: bool, **options: Any) -> int:
     """Rewrite FIX's series from the checkout's current state and bump its version; PATHS
     adds files new to the fix (an untracked file is taken only when named)."""
-    result = authoring.refresh_fix(
-        state.catalog(), fix, Path(src), paths=paths, summary=summary, squash=squash,
-        commit=not no_commit, dry_run=dry_run,
-    )
+    result = authoring.refresh_fix(state.catalog(), fix, Path(src), paths=paths,
+                                   commit=not no_commit, dry_run=dry_run, **options)
     _report(result, as_json, "refreshed")
     return 0
 

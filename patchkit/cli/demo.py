@@ -11,27 +11,31 @@ import click
 from .. import api
 from ..catalog import lineage
 from . import render
+from .render_history import render_log
 from ..catalog import Catalog
 from ..demo import SEED_FIXES, DemoFork, build_fork, demo_release
 from ..targets import LocalTarget
-from .common import State, json_option, pass_state
+from .common import State, command
 
 
-def _step(console, number: int, title: str, command: str | None = None) -> None:
-    console.print()
-    console.rule(f"[bold]{number}. {title}", align="left")
+def _step(console: Any, number: int, title: str, command: str | None = None) -> None:
+    render.line(console, [])
+    if isinstance(console, render.PlainConsole):
+        render.line(console, [(f"{number}. {title}", "")])
+    else:
+        from rich.text import Text
+
+        console.rule(Text(f"{number}. {title}", style="bold"), align="left")
     if command:
-        console.print(f"[dim]$ {command}[/]")
+        render.line(console, [(f"$ {command}", "dim")])
 
 
-@click.command("demo")
-@click.option("--workdir", default="patchkit-demo", show_default=True, type=click.Path(file_okay=False),
-              help="Where to build the demo fork (replaced if an earlier demo made it).")
-@click.option("--release", default=None, metavar="V",
-              help="SGLang release of the fork: one every fix of the demo supports "
-                   "(default: the newest such; others are refused, naming them).")
-@json_option
-@pass_state
+@command("demo", click.option("--workdir", default="patchkit-demo", show_default=True,
+                              type=click.Path(file_okay=False),
+                              help="Where to build the demo fork (replaced if an earlier demo made it)."),
+         click.option("--release", default=None, metavar="V",
+                      help="SGLang release of the fork: one every fix of the demo supports "
+                           "(default: the newest such; others are refused, naming them)."))
 def demo(state: State, workdir: str, release: str | None, as_json: bool) -> int:
     """Build the seed's production fork from a real SGLang release and deploy its three fixes."""
     catalog = state.catalog()
@@ -40,7 +44,7 @@ def demo(state: State, workdir: str, release: str | None, as_json: bool) -> int:
     if as_json:
         return _demo_json(catalog, Path(workdir), release)
     out = render.stdout()
-    # Step titles stay short: a rule truncates what does not fit on one terminal line.
+    # Step titles stay short: on a terminal a rule cuts what does not fit on one line.
     _step(out, 1, f"build a production fork of SGLang {release}")
     out.print("  commits: bf16 index-K, the dead HiCache fix, a later change to memory_pool_host.py;"
               " HiCache on in the serve script")
@@ -74,17 +78,15 @@ def demo(state: State, workdir: str, release: str | None, as_json: bool) -> int:
     render.render_status(out, after)
 
     _step(out, 6, "lineage of the fixes", f"patchkit log {where}")
-    render.render_log(out, lineage.build(catalog, target_status=after))
-    out.print()
-    out.print(f"[bold green]done[/]: roll back with `patchkit rollback {fixes} {where}`")
+    render_log(out, lineage.build(catalog, target_status=after))
+    render.line(out, [])
+    render.line(out, [("done", "bold green"), (f": roll back with `patchkit rollback {fixes} {where}`", "")])
     return 0
 
 
 def _target(fork: DemoFork) -> LocalTarget:
-    return LocalTarget(
-        roots={"sglang": str(fork.sglang), "serve": str(fork.serve)},
-        description=f"{fork.sglang} (+ serve={fork.serve})",
-    )
+    return LocalTarget(roots={"sglang": str(fork.sglang), "serve": str(fork.serve)},
+                       description=f"{fork.sglang} (+ serve={fork.serve})")
 
 
 def _demo_json(catalog: Catalog, workdir: Path, release: str) -> int:

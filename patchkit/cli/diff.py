@@ -6,22 +6,20 @@ import click
 
 from .. import rebase
 from . import render
-from .common import State, json_option, pass_state
+from .common import State, command
+from .render_history import render_range_diff
 
 
-@click.command("diff")
-@click.argument("fix")
-@click.option("--versions", nargs=2, type=int, required=True, metavar="OLD NEW",
-              help="The two versions to compare, e.g. --versions 1 2.")
-@json_option
-@pass_state
+@command("diff", click.argument("fix"),
+         click.option("--versions", nargs=2, type=int, required=True, metavar="OLD NEW",
+                      help="The two versions to compare, e.g. --versions 1 2."))
 def diff(state: State, fix: str, versions: tuple[int, int], as_json: bool) -> int:
     """Show a range-diff between two versions of FIX's series (old ones from catalog git)."""
     text = rebase.range_diff(state.catalog(), fix, versions[0], versions[1])
     if as_json:
         render.print_json({"fix": fix, "old": versions[0], "new": versions[1], "diff": text})
     else:
-        render.render_range_diff(render.stdout(), text)
+        render_range_diff(render.stdout(), text)
     return 0
 
 

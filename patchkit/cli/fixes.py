@@ -6,39 +6,24 @@ import click
 
 from . import render
 from ..catalog.series import parse_patch
-from .common import State, json_option, pass_state
+from .common import State, command
 
 
-@click.command("list")
-@json_option
-@click.option("--all", "show_all", is_flag=True, help="Include dead, superseded and upstreamed fixes.")
-@pass_state
+@command("list", click.option("--all", "show_all", is_flag=True,
+                              help="Include dead, superseded and upstreamed fixes."))
 def list_fixes(state: State, as_json: bool, show_all: bool) -> int:
     """List the fixes of the catalog."""
     fixes = [f for f in state.catalog().all() if show_all or f.status == "active"]
     if as_json:
-        render.print_json(
-            [
-                {
-                    "name": f.name,
-                    "version": f.version,
-                    "status": f.status,
-                    "title": f.title,
-                    "base_release": f.upstream.base_release,
-                    "depends_on": list(f.depends_on),
-                }
-                for f in fixes
-            ]
-        )
+        render.print_json([{"name": f.name, "version": f.version, "status": f.status,
+                            "title": f.title, "base_release": f.upstream.base_release,
+                            "depends_on": list(f.depends_on)} for f in fixes])
     else:
         render.render_fix_list(render.stdout(), fixes)
     return 0
 
 
-@click.command("show")
-@click.argument("fix")
-@json_option
-@pass_state
+@command("show", click.argument("fix"))
 def show(state: State, fix: str, as_json: bool) -> int:
     """Show a fix: why it exists, what it touches, how it is checked."""
     f = state.catalog().get(fix)

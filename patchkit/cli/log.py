@@ -7,26 +7,15 @@ import click
 from .. import api
 from ..catalog import lineage
 from . import render
-from .common import State, json_option, pass_state, target_options
+from .render_history import render_log
+from .common import TARGET_OPTIONS, State, command
 
 
-@click.command("log")
-@click.argument("fix", required=False)
-@target_options
-@click.option("--no-history", is_flag=True,
-              help="Leave out the catalog's git history (the commits of each version).")
-@json_option
-@pass_state
-def log(
-    state: State,
-    fix: str | None,
-    target: str | None,
-    roots: tuple[str, ...],
-    python: str | None,
-    lock_timeout: float,
-    no_history: bool,
-    as_json: bool,
-) -> int:
+@command("log", click.argument("fix", required=False), *TARGET_OPTIONS,
+         click.option("--no-history", is_flag=True,
+                      help="Leave out the catalog's git history (the commits of each version)."))
+def log(state: State, fix: str | None, target: str | None, roots: tuple[str, ...],
+        python: str | None, lock_timeout: float, no_history: bool, as_json: bool) -> int:
     """Show the fixes' history: versions, rebases, links, dead fixes and what replaced them.
 
     With FIX, only that fix and the fixes linked to it; with --target, which version is
@@ -42,7 +31,7 @@ def log(
     if as_json:
         render.print_json(result.to_json())
     else:
-        render.render_log(render.stdout(), result)
+        render_log(render.stdout(), result)
     return 0
 
 

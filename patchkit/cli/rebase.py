@@ -2,104 +2,89 @@
 
 from __future__ import annotations
 
-import json
-import sys
+from typing import Any
 
 import click
 
 from .. import rebase as rebase_lib
 from ..errors import EXIT_CONFLICT, UsageError
-from .common import State, json_option, pass_state
+from . import render
+from .common import State, command
+from .render_history import rebase_progress, render_rebase, render_rebase_in_progress
 
 
-def _print_json(data: object) -> None:
-    # render.print_json's format, without importing rich for a --json run
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
-
-
-@click.command("rebase")
-@click.argument("fixes", nargs=-1)
-@click.option("--all", "all_fixes", is_flag=True, help="Rebase every active fix of the catalog "
-              "(a fix named as an argument is rebased whatever its status).")
-@click.option("--include-inactive", is_flag=True, help="With --all, dead and superseded fixes "
-              "too (a fork that has them committed needs them on the new release).")
-@click.option("--onto", metavar="REF", help="The release to rebase onto (0.5.23), or with --repo "
-              "a tag or commit of that SGLang clone.")
-@click.option("--repo", metavar="PATH", help="An SGLang git clone to take the upstream from "
-              "(fix bases: its v<base_release> tags, or --base).")
-@click.option("--base", metavar="REF", help="The commit every fix was written against "
-              "(default: tag v<base_release> of each fix).")
-@click.option("--continue", "cont", is_flag=True, help="Go on after resolving a conflict in the worktree.")
-@click.option("--skip", is_flag=True, help="Leave the stopped fix as it was and go on.")
-@click.option("--abort", is_flag=True, help="Stop and put the catalog back as it was.")
-@click.option("--dry-run", "-n", "dry_run", is_flag=True, help="Classify every fix and say "
-              "what the rebase would do, without stopping; write nothing (as any run onto a "
-              "commit that is not a release).")
-@json_option
-@pass_state
+@command(
+    "rebase",
+    click.argument("fixes", nargs=-1),
+    click.option("--all", "all_fixes", is_flag=True, help="Rebase every active fix of the catalog "
+                 "(a fix named as an argument is rebased whatever its status)."),
+    click.option("--include-inactive", is_flag=True, help="With --all, dead and superseded fixes "
+                 "too (a fork that has them committed needs them on the new release)."),
+    click.option("--onto", metavar="REF", help="The release to rebase onto (0.5.23), or with --repo "
+                 "a tag or commit of that SGLang clone."),
+    click.option("--repo", metavar="PATH", help="An SGLang git clone to take the upstream from "
+                 "(fix bases: its v<base_release> tags, or --base)."),
+    click.option("--base", metavar="REF", help="The commit every fix was written against "
+                 "(default: tag v<base_release> of each fix)."),
+    click.option("--continue", "cont", is_flag=True, help="Go on after resolving a conflict in the worktree."),
+    click.option("--skip", is_flag=True, help="Leave the stopped fix as it was and go on."),
+    click.option("--abort", is_flag=True, help="Stop and put the catalog back as it was."),
+    click.option("--dry-run", "-n", "dry_run", is_flag=True, help="Classify every fix and say "
+                 "what the rebase would do, without stopping; write nothing (as any run onto a "
+                 "commit that is not a release)."),
+)
 def rebase(state: State, fixes: tuple[str, ...], all_fixes: bool, include_inactive: bool,
-           onto: str | None,
-           repo: str | None, base: str | None, cont: bool, skip: bool, abort: bool,
+           onto: str | None, repo: str | None, base: str | None, cont: bool, skip: bool, abort: bool,
            dry_run: bool, as_json: bool) -> int:
     """Rebase FIXES (or --all) onto a release; classify every patch; stop at a conflict.
 
     Bare, while a rebase is stopped: where it stopped and what to do next."""
     catalog = state.catalog()
     modes = [m for m, on in (("--continue", cont), ("--skip", skip), ("--abort", abort)) if on]
-    if len(modes) > 1 or (modes and (onto or fixes or all_fixes or repo or base
-                                     or include_inactive or dry_run)):
+    starting = onto or fixes or all_fixes or repo or base or include_inactive or dry_run
+    if len(modes) > 1 or (modes and starting):
         raise UsageError(f"{' and '.join(modes)} take no other arguments; pass one of them alone")
-    if not modes and not (onto or fixes or all_fixes or repo or base or include_inactive
-                          or dry_run):
+    if not modes and not starting:
         current = rebase_lib.current(catalog)
         if current is not None:  # like `git status` during a rebase: where, and what next
             if as_json:
-                _print_json({**current.to_json(), "in_progress": True})
+                render.print_json({**current.to_json(), "in_progress": True})
             else:
-                from . import render
-
-                render.render_rebase_in_progress(render.stdout(), current)
+                render_rebase_in_progress(render.stdout(), current)
             click.get_current_context().exit(EXIT_CONFLICT)
     if abort:
         restored = rebase_lib.abort(catalog)
         if as_json:
-            _print_json({"aborted": True, "restored": restored})
+            render.print_json({"aborted": True, "restored": restored})
         else:
-            from . import render
-
-            render.stdout().print("rebase aborted; catalog restored"
-                                  + (f" ({', '.join(restored)})" if restored else ""))
+            render.line(render.stdout(), [("rebase aborted; catalog restored"
+                                           + (f" ({', '.join(restored)})" if restored else ""), "")])
         return 0
     if not modes:
         if not onto:
             raise UsageError("name the release to rebase onto: patchkit rebase --all --onto 0.5.23")
         if not fixes and not all_fixes:
             raise UsageError("name the fixes to rebase, or pass --all")
-    if as_json:
-        report = _run(catalog, cont, skip, onto, fixes, repo, base, include_inactive, None,
-                      dry_run)
-        _print_json(report.to_json())
-    else:
-        from . import render
 
-        with render.rebase_progress(render.stderr(), enabled=True) as progress:
-            report = _run(catalog, cont, skip, onto, fixes, repo, base, include_inactive,
-                          progress, dry_run)
-        render.render_rebase(render.stdout(), report)
+    def run(progress: Any) -> Any:
+        if cont:
+            return rebase_lib.continue_(catalog, progress=progress)
+        if skip:
+            return rebase_lib.skip(catalog, progress=progress)
+        return rebase_lib.start(catalog, onto or "", list(fixes) or None, repo=repo, base=base,
+                                include_inactive=include_inactive, progress=progress,
+                                dry_run=dry_run)
+
+    if as_json:
+        report = run(None)
+        render.print_json(report.to_json())
+    else:
+        with rebase_progress(render.stderr()) as progress:
+            report = run(progress)
+        render_rebase(render.stdout(), report)
     if not report.done:  # a conflict waits for the user: the conflict exit code (docs/cli.md)
         click.get_current_context().exit(EXIT_CONFLICT)
     return 0
-
-
-def _run(catalog, cont, skip, onto, fixes, repo, base, include_inactive,  # noqa: ANN001, ANN202
-         progress, dry_run):
-    if cont:
-        return rebase_lib.continue_(catalog, progress=progress)
-    if skip:
-        return rebase_lib.skip(catalog, progress=progress)
-    return rebase_lib.start(catalog, onto or "", list(fixes) or None, repo=repo, base=base,
-                            include_inactive=include_inactive, progress=progress,
-                            dry_run=dry_run)
 
 
 COMMANDS = [rebase]

@@ -22,16 +22,13 @@ def upstream() -> None:
 def fetch(versions: tuple[str, ...], as_json: bool) -> int:
     """Download releases from PyPI and commit each as a tagged commit."""
     repo = UpstreamRepo()
-    err = render.stderr()
     done = []
-    with err.status("fetching") as spinner:
+    with render.stderr().status("fetching") as spinner:
         for version in versions:
-            release = repo.fetch(version, progress=lambda step: spinner.update(f"{version}: {step}"))
-            done.append(release)
+            done.append(repo.fetch(version, progress=lambda step: spinner.update(f"{version}: {step}")))
     if as_json:
-        render.print_json(
-            [{"version": r.version, "tag": r.tag, "commit": r.commit, "date": r.date} for r in done]
-        )
+        render.print_json([{"version": r.version, "tag": r.tag, "commit": r.commit, "date": r.date}
+                           for r in done])
     else:
         for r in done:
             render.stdout().print(f"{r.tag} {r.commit[:12]} {r.date}")

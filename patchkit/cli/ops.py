@@ -1,0 +1,113 @@
+"""`patchkit apply`, `rollback`, `verify` and `status`: the commands that work on a target.
+
+They share one option set (the fixes, the target options, ``--json``) and one way to run:
+resolve the target, call the library under a spinner, print the result.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import click
+
+from .. import api
+from ..errors import EXIT_CHECK_FAILED, UsageError
+from . import render
+from .common import TARGET_OPTIONS, State, command
+
+#: States that make ``status --exit-code`` fail.
+UNHEALTHY = {"drifted", "partly-present", "outdated"}
+
+
+FIXES = click.argument("fixes", nargs=-1)
+
+
+def _run(state: State, where: dict[str, Any], doing: str, as_json: bool, call: Callable) -> Any:
+    """``call(catalog, target, lock_timeout=...)`` on the target the options name."""
+    target = state.target(where["target"], where["roots"], where["python"])
+    with render.busy(f"{doing} {target.description}", quiet=as_json):
+        return call(state.catalog(), target, lock_timeout=where["lock_timeout"])
+
+
+def _names(fixes: tuple[str, ...], what: str) -> list[str]:
+    if not fixes:
+        raise UsageError(f"name at least one fix to {what}; `patchkit list` shows them")
+    return list(fixes)
+
+
+def _emit(result: Any, as_json: bool, **options: Any) -> int:
+    if as_json:
+        render.print_json(result.to_json())
+    else:
+        render.render_result(None, result, **options)
+    return 0
+
+
+@command(
+    "apply", FIXES, *TARGET_OPTIONS,
+    click.option("--dry-run", "-n", is_flag=True,
+                 help="Check and show where each hunk lands (and the diff, when few files change); write nothing."),
+    click.option("--diff", "show_diff", is_flag=True, default=None,
+                 help="Show the full diff of every file (plain text unless stdout is a terminal)."),
+    click.option("--verbose", "-v", is_flag=True, help="One row per file even when a fix changes many."),
+    click.option("--with-deps", is_flag=True, help="Also apply the fixes these depend on."),
+    click.option("--allow-inactive", is_flag=True, help="Allow applying a dead or superseded fix."),
+    click.option("--commit", "commit", is_flag=True,
+                 help="Record each fix as a commit (Patchkit-Fix trailers) in the target's git checkout."),
+)
+def apply(state: State, fixes: tuple[str, ...], dry_run: bool, show_diff: bool | None,
+          verbose: bool, with_deps: bool, allow_inactive: bool, commit: bool, as_json: bool,
+          **where: Any) -> int:
+    """Apply FIXES to the target, all or nothing."""
+    names = _names(fixes, "apply")
+    result = _run(state, where, f"{'checking' if dry_run else 'applying'} {', '.join(names)} on",
+                  as_json, lambda catalog, target, **kw: api.apply(
+                      catalog, target, names, dry_run=dry_run, with_deps=with_deps,
+                      allow_inactive=allow_inactive, commit=commit, **kw))
+    return _emit(result, as_json, show_diff=show_diff or None, verbose=verbose)
+
+
+@command(
+    "rollback", FIXES, *TARGET_OPTIONS,
+    click.option("--dry-run", "-n", is_flag=True, help="Check and show what would be restored; write nothing."),
+    click.option("--force", is_flag=True, help="Roll back even files changed since the fix was applied."),
+)
+def rollback(state: State, fixes: tuple[str, ...], dry_run: bool, force: bool, as_json: bool,
+             **where: Any) -> int:
+    """Roll FIXES back on the target, all or nothing."""
+    names = _names(fixes, "roll back")
+    result = _run(state, where, f"rolling back {', '.join(names)} on", as_json,
+                  lambda catalog, target, **kw: api.rollback(
+                      catalog, target, names, dry_run=dry_run, force=force, **kw))
+    return _emit(result, as_json)
+
+
+@command("verify", FIXES, *TARGET_OPTIONS)
+def verify(state: State, fixes: tuple[str, ...], as_json: bool, **where: Any) -> int:
+    """Run the verification checks of FIXES on the target; writes nothing."""
+    names = _names(fixes, "verify")
+    result = _run(state, where, f"verifying {', '.join(names)} on", as_json,
+                  lambda catalog, target, **kw: api.verify(catalog, target, names, **kw))
+    return _emit(result, as_json)
+
+
+@command(
+    "status", *TARGET_OPTIONS,
+    click.option("--all", "show_all", is_flag=True, help="Also list fixes that are not applied."),
+    click.option("--exit-code", is_flag=True,
+                 help=f"Exit {EXIT_CHECK_FAILED} when a fix has drifted, is partly present or is "
+                      "outdated (like git diff --exit-code)."),
+)
+def status(state: State, show_all: bool, exit_code: bool, as_json: bool, **where: Any) -> int:
+    """Show which fixes are applied on the target, at which version, and any drift."""
+    result = _run(state, where, "reading", as_json, api.status)
+    if as_json:
+        render.print_json(result.to_json())
+    else:
+        render.render_status(render.stdout(), result, verbose=show_all)
+    if exit_code and any(s.state in UNHEALTHY for s in result.status):
+        return EXIT_CHECK_FAILED
+    return 0
+
+
+COMMANDS = [apply, rollback, verify, status]

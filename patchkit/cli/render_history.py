@@ -1,0 +1,208 @@
+"""How `patchkit log`, `rebase` and `diff` are shown: rich on a terminal, plain elsewhere."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Iterator, List, Tuple
+
+from .render import STATE_STYLE, PlainConsole, Segments, line, write_diff
+
+# -- patchkit log --------------------------------------------------------------------------
+
+#: A tree: its label and its children.
+Node = Tuple[Segments, List[Any]]
+#: rich's tree guides: the prefix of a child, of the last child, and under each of them.
+_GUIDES = (("├── ", "│   "), ("└── ", "    "))
+
+
+def write_tree(console: Any, root: Node) -> None:
+    """A tree drawn by rich on a terminal; plain, with the same guides, never folded."""
+    if not isinstance(console, PlainConsole):
+        from rich.text import Text
+        from rich.tree import Tree
+
+        def build(node: Node, parent: Any = None) -> Any:
+            label = Text.assemble(*node[0])
+            tree = Tree(label) if parent is None else parent.add(label)
+            for child in node[1]:
+                build(child, tree)
+            return tree
+
+        console.print(build(root))
+        return
+
+    def walk(node: Node, first: str, rest: str) -> None:
+        label, children = node
+        for i, text in enumerate("".join(t for t, _ in label).split("\n")):
+            console.file.write(f"{first if i == 0 else rest}{text}\n")
+        for i, child in enumerate(children):
+            branch, under = _GUIDES[i == len(children) - 1]
+            walk(child, rest + branch, rest + under)
+
+    walk(root, "", "")
+
+
+_LINK_LABELS = (  # what the fix builds on, then what builds on it
+    ("depends_on", "depends on"), ("supersedes", "supersedes"), ("reverts", "reverts"),
+    ("depended_on_by", "needed by"), ("superseded_by", "superseded by"), ("reverted_by", "reverted by"),
+)
+
+
+def _log_header(lineage: Any) -> Segments:
+    count = len(lineage.fixes)
+    head: Segments = [("lineage", "bold"), (f": {count} fix{'es' if count != 1 else ''}", "")]
+    if lineage.focus:
+        head.append((f" linked to {lineage.focus}", ""))
+    head.append((", oldest first", ""))
+    if lineage.target:
+        head.append((f"; applied on {lineage.target}", ""))
+    return head
+
+
+def _fix_label(fix: Any) -> Segments:
+    first = fix.versions[0].date if fix.versions and fix.versions[0].date else "undated"
+    label: Segments = [(f"{first}  ", "dim"), (fix.name, "bold"), (f"  v{fix.version}  ", ""),
+                       (fix.status, "green" if fix.status == "active" else "bold red")]
+    applied = fix.applied
+    if applied is not None and applied.state != "not-applied":
+        where = f"{applied.state}" + (f" v{applied.version}" if applied.version is not None else "")
+        if applied.applied_at:
+            where += f" since {applied.applied_at}"
+        for root, sha in applied.commits:
+            where += f", commit {root}@{sha[:12]}"
+        label.append((f"  [{where} on target]", STATE_STYLE.get(applied.state, "")))
+    return label
+
+
+def _version_node(fix: Any, v: Any, history: bool) -> Node:
+    label: Segments = [(f"v{v.version}", "bold"), (f"  {v.date or 'undated'}  on {v.base_release}", "")]
+    if v.rebased_from:
+        label.append((f"  (rebased from {v.rebased_from})", "yellow"))
+    applied = fix.applied
+    if applied is not None and applied.version == v.version and applied.state != "not-applied":
+        label.append((f"  <- {applied.state} on target", STATE_STYLE.get(applied.state, "")))
+    children: List[Node] = [([(v.summary, "")], [])] if v.summary else []
+    children += [([(f"{c.sha[:12]}  {c.date[:10]}  {c.subject}", "dim")], []) for c in v.commits]
+    if history and not v.commits:
+        children.append(([("no catalog commit", "dim")], []))
+    return label, children
+
+
+def _fix_node(fix: Any, history: bool) -> Node:
+    children: List[Node] = [([(fix.title, "italic")], []),
+                            ([(f"upstream {fix.base_release}, {fix.forwarding}", "dim")], [])]
+    for attr, label in _LINK_LABELS:
+        names = getattr(fix.links, attr)
+        if names:
+            names = names if isinstance(names, str) else ", ".join(names)
+            children.append(([(f"{label} {names}", "")], []))
+    if fix.revert is not None:
+        what = f"commit {fix.revert['commit'][:12]}" if fix.revert["commit"] else \
+            f"the commit of {fix.revert['fix']}"
+        children.append(([(f"git revert of {what} in root {fix.revert['root']}", "")], []))
+    if fix.status in ("dead", "superseded"):
+        replaced = ", ".join(fix.replaced_by) or "nothing in the catalog"
+        children.append(([(f"{fix.status}: replaced by {replaced}", "red")], []))
+    children += [_version_node(fix, v, history) for v in fix.versions]
+    return _fix_label(fix), children
+
+
+def render_log(console: Any, lineage: Any) -> None:
+    """``patchkit log``: the fixes in lineage order as a tree, each with its links and versions."""
+    write_tree(console, (_log_header(lineage), [_fix_node(f, lineage.history) for f in lineage.fixes]))
+
+
+# -- patchkit rebase, patchkit diff --------------------------------------------------------
+
+REBASE_STYLE = {
+    "unchanged": "green", "offset": "green", "merged": "cyan", "resolved": "cyan",
+    "upstream": "magenta", "anchor-gone": "bold red", "conflict": "bold red",
+    "rebased": "bold green", "extended": "green", "upstreamed": "magenta",
+    "stopped": "bold red", "skipped": "dim",
+}
+
+
+@contextlib.contextmanager
+def rebase_progress(console: Any) -> Iterator[Callable[[str, int, int], None]]:
+    """A rich progress bar on stderr fed by ``patchkit.rebase``'s ``progress(what, done, total)``."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    with Progress(TextColumn("rebasing"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.description}"), console=console, transient=True) as bar:
+        task = bar.add_task("", total=None)
+
+        def update(what: str, done: int, total: int) -> None:
+            bar.update(task, description=what, completed=done, **({"total": total} if total >= 0 else {}))
+
+        yield update
+
+
+def render_rebase(console: Any, report: Any) -> None:
+    """The table of a rebase: one row per patch (or per fix without patches). Off a terminal
+    rich draws it without color and folds nothing."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=Text(f"rebase onto {report.onto}"), show_lines=False)
+    for col in ("fix", "version", "patch", "result", "detail"):
+        table.add_column(col, overflow="fold")
+    for fix in report.fixes:
+        ver = f"v{fix.old_version}" + (f" -> v{fix.new_version}"
+                                       if fix.new_version != fix.old_version else "")
+        outcome = Text(fix.outcome, style=REBASE_STYLE.get(fix.outcome, ""))
+        if not fix.patches:
+            table.add_row(fix.name, ver, "", outcome, Text(fix.detail))
+        for i, p in enumerate(fix.patches):
+            # a skipped fix is skipped on every row: nothing of it was written, whatever its
+            # patches were classified (the classification stays in the detail)
+            result = outcome if fix.outcome == "skipped" else Text(
+                p.classification, style=REBASE_STYLE.get(p.classification, ""))
+            detail = (f"{p.classification}: {p.detail}" if fix.outcome == "skipped"
+                      else p.detail)
+            table.add_row(fix.name if i == 0 else "", ver if i == 0 else "", p.file,
+                          result, Text(detail))
+    console.print(table)
+    if report.stopped:
+        line(console, [(f"stopped at {report.stopped}", "bold red"),
+                       (f": resolve the conflicts in {report.worktree or ''}", "")])
+        for path in report.conflicted:
+            line(console, [(f"  {path}", "")])
+        line(console, [("then run `patchkit rebase --continue` (or --skip, --abort)", "")])
+    elif getattr(report, "not_written", ""):
+        line(console, [(f"nothing was written ({report.not_written}): what a rebase onto "
+                        f"{report.onto} would do; no rebase is in progress", "")])
+    else:
+        line(console, [("rebase done", "")])
+
+
+def render_rebase_in_progress(console: Any, report: Any) -> None:
+    """A bare ``patchkit rebase`` during a rebase: where it is and what to do (git status)."""
+    done = [f for f in report.fixes if f.name != report.stopped]
+    todo = (f", still to do after the stopped one: {', '.join(report.remaining)}"
+            if report.stopped and report.remaining else "")
+    say = [f"rebase onto {report.onto} in progress: {len(done)} fix(es) done{todo}"]
+    if not report.stopped:
+        left = ", ".join(report.remaining)
+        say.append(f"it was interrupted before {left or 'its end'}: run `patchkit rebase "
+                   "--continue` to go on, or `patchkit rebase --abort` to put the catalog back")
+    else:
+        stop = next(f for f in report.fixes if f.name == report.stopped)
+        if stop.patches:
+            patch = stop.patches[-1]
+            say.append(f"stopped at {stop.name}, patch {patch.file} "
+                       f"({patch.classification}: {patch.detail})")
+        say.append(f"  resolve the conflicts in {report.worktree or ''}:")
+        say += [f"    {path}" for path in report.conflicted]
+        say += ["  (edit the files there, then run `patchkit rebase --continue`)",
+                "  (use `patchkit rebase --skip` to leave this fix as it is and go on)",
+                "  (use `patchkit rebase --abort` to put the catalog back as it was)"]
+    for text in say:
+        line(console, [(text, "")])
+
+
+def render_range_diff(console: Any, text: str) -> None:
+    """A range-diff: colored on a terminal, the whole text as it is elsewhere (never cropped)."""
+    if text:
+        write_diff(console, text, color=True)
+    else:
+        line(console, [("no difference", "dim")])
