@@ -27,8 +27,7 @@ Sources = Dict[str, Tuple[Optional["revert.Source"], Dict[str, Any]]]  # a rever
 
 @dataclass
 class FixChange:
-    """One fix's change, computed in memory before anything is written (apply and rollback):
-    each file's bytes and mode before and after, and what the result reports."""
+    """One fix's change (apply and rollback), computed in memory before anything is written."""
 
     spec: FixSpec
     preconditions: List[Dict[str, Any]]
@@ -73,7 +72,7 @@ def fix_result(fc: FixChange, outcome: str) -> Dict[str, Any]:
 
 def touched(spec: FixSpec, sources: Sources) -> List[Tuple[str, str, str]]:
     """(root, path, first op) of each file the fix changes: a revert's from its commit on a git
-    root, else the request's FILE records (for a revert: the fallback series)."""
+    root, else from the FILE records."""
     if spec.name in sources:
         src, check = sources[spec.name]
         if src is not None:
@@ -150,12 +149,9 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
 
 def _take_out(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
               upgrades: Dict[str, Dict[str, Any]]) -> None:
-    """Roll each upgraded fix's applied version back in memory (from its backups), so the new
-    version is prepared on those bytes and one transaction swaps the two.
-
-    Refused, before anything is written, when the old version's files drifted (unless
-    ``force``: the changes are lost as with ``rollback --force``) or a fix applied after it,
-    not upgraded with it, changed the same files (its change would be lost)."""
+    """Roll each upgraded fix's applied version back in memory, so one transaction swaps the
+    two versions; refused when its files drifted (unless ``force``) or a later fix, not
+    upgraded with it, changed the same files."""
     from . import rollback
 
     rollback.refuse_later_writers(state, list(upgrades), "upgrade", "roll the later fix back first "
@@ -180,8 +176,7 @@ def _take_out(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
 
 class _Prepare:
     """Each fix of an apply, in request order: its preconditions checked, then its change
-    computed on the workspace (hunks placed, or a commit reverted), so a fix sees the changes
-    of the fixes before it. Every failed precondition of every fix is reported together."""
+    computed on the workspace; every failed precondition is reported together."""
 
     def __init__(self, req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
                  sources: Sources, git_changes: Dict[str, Any], vouched: Set[Key]) -> None:
@@ -256,7 +251,6 @@ class _Prepare:
         return self.ws.read(root, path) if root in {r.name for r in self.req.roots} else None
 
     def place(self, fc: FixChange) -> None:
-        """Place the fix's FILE records, in order, on the files as the workspace holds them."""
         for change in fc.spec.files:
             key = (change.root, change.path)
             e = self.ws.entry(*key)
@@ -272,7 +266,6 @@ class _Prepare:
             fc.changes.setdefault(key, []).append(change)
 
     def revert_commit(self, fc: FixChange) -> None:
-        """Undo the commit's change in memory, file by file; say which later commits were kept."""
         from . import revert
 
         source = fc.source
@@ -283,13 +276,9 @@ class _Prepare:
             e.current = revert.revert_file(fc.spec.name, source, f, e.current)
             e.mode = None if e.current is None else (0o644 if e.mode is None else e.mode)
             kept.extend(c for c in source.checkout.commits_touching(source.sha, f.repo_path) if c not in kept)
-        if kept:
-            check = fc.preconditions[-1] if fc.preconditions else None
-            for res in fc.preconditions:
-                if res["kind"] == "git-revert":
-                    check = res
-            if check is not None:
-                check["detail"] += "; later commits to its files kept: %s" % "; ".join(kept)
+        if kept:  # told by the fix's git-revert precondition
+            check = self.sources[fc.spec.name][1]
+            check["detail"] += "; later commits to its files kept: %s" % "; ".join(kept)
 
     def refuse_failed(self) -> None:
         if not self.failures:
@@ -315,7 +304,7 @@ def _write(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
                     if pair not in claimed:
                         claimed.add(pair)
                         fc.created_dirs.append(list(pair))
-        backups = {fc.spec.name: [(k[0], k[1], fc.before[k][0]) for k in fc.keys
+    backups = {fc.spec.name: [(k[0], k[1], fc.before[k][0]) for k in fc.keys
                               if fc.before[k][0] is not None] for fc in prepared}
 
     def disk(root: str, path: str) -> Optional[bytes]:

@@ -1,10 +1,5 @@
-"""File operations of the engine: reads, fsyncs, the JSON files of ``.patchkit/``, the
-writability probe.
-
-A file is written to a temporary sibling and renamed over the original, so a crash leaves the
-old or the new bytes, never a torn file. The temporary name is fixed (``.<name>.patchkit-tmp``)
-so recovery finds and removes one left by a crash.
-"""
+"""File operations of the engine. A file is written to a temporary sibling with a fixed name
+(recovery finds a crash's leftover) and renamed over the original: never a torn file."""
 
 from __future__ import annotations
 
@@ -17,11 +12,7 @@ from typing import Any, List, Optional, Tuple
 
 def read_bytes(path: str) -> Optional[bytes]:
     """The file's bytes, or None when there is no file."""
-    try:
-        with open(path, "rb") as fh:
-            return fh.read()
-    except (FileNotFoundError, IsADirectoryError):
-        return None
+    return read_with_stat(path)[0]
 
 
 def read_with_stat(path: str) -> Tuple[Optional[bytes], Optional[os.stat_result]]:
@@ -49,7 +40,7 @@ def fsync_dir(path: str) -> None:
 
 
 def temp_of(name: str) -> str:
-    """The temporary sibling of file ``name`` (fixed, so a crash's leftover is found again)."""
+    """The temporary sibling of file ``name``."""
     return ".%s.patchkit-tmp" % name
 
 
@@ -73,9 +64,8 @@ def fill_fd(fd: int, data: bytes, mode: int, owner: Optional[Tuple[int, int]]) -
 
 
 def sync_all(files: List[str], dirs: List[str]) -> None:
-    """Make ``files`` (data and inode) and ``dirs`` (their entries) durable before returning:
-    an fsync of each, in a few threads so the file system commits them together rather than
-    one journal flush per file. The first failure is raised."""
+    """fsync ``files`` and ``dirs``, in a few threads so the file system commits them together;
+    the first failure is raised."""
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(8) as pool:
@@ -93,8 +83,7 @@ def read_fd(fd: int) -> bytes:
 
 
 def write_json(path: str, data: Any, durable: bool = True) -> None:
-    """Replace ``path`` with ``data`` as compact JSON through its temporary sibling;
-    ``durable=False``: neither the file nor its directory is fsynced."""
+    """Replace ``path`` with ``data`` as compact JSON; ``durable``: fsync it and its directory."""
     tmp = temp_name(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
@@ -129,11 +118,8 @@ def missing_dirs(path: str) -> List[str]:
 
 
 def probe_writable(directory: str) -> Optional[str]:
-    """None if files can be created in ``directory``, else why not; creates no file.
-
-    ``os.access`` alone passes root on a read-only mount or an immutable directory, so an
-    unnamed ``O_TMPFILE`` file is opened there: the kernel checks what creating a file checks,
-    and no name appears (not even the directory's times change). Where ``O_TMPFILE`` is not
+    """None if files can be created in ``directory``, else why not. An unnamed ``O_TMPFILE``
+    file is opened (``os.access`` passes root on a read-only mount); where that is not
     supported, ``os.access`` and the mount's read-only flag answer."""
     if not os.access(directory, os.W_OK | os.X_OK):
         return "no write permission on %s" % directory

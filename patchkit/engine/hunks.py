@@ -1,16 +1,13 @@
-"""Hunk placement with zero fuzz: a FILE record of the engine request applied to text in memory.
-
-A hunk's old side must match the file exactly, at the line the patch names (moved by the offset
-of the previous hunk) or the nearest exact match: a fuzzed hunk in a production tree is a
-silent wrong edit. Text is the bytes decoded as UTF-8 with ``surrogateescape`` and split on
-"\\n" only, so CRLF, a missing final newline and non-UTF-8 bytes survive unchanged.
-"""
+"""Hunk placement with zero fuzz (a fuzzed hunk is a silent wrong edit): a hunk's old side must
+match exactly, at the line the patch names (moved by the previous hunk's offset) or the nearest
+exact match. Text is UTF-8 with ``surrogateescape``, split on "\\n" only, so CRLF, a missing
+final newline and non-UTF-8 bytes survive unchanged."""
 
 from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -33,8 +30,7 @@ def sha256_bytes(data: Optional[bytes]) -> Optional[str]:
 
 
 def split_lines(text: str) -> List[str]:
-    """Split on "\\n" only (``str.splitlines`` also splits on "\\r", form feeds...),
-    keeping each line's ending; the last line may have none."""
+    """Split on "\\n" only, keeping each line's ending; the last line may have none."""
     parts = text.split("\n")
     last = parts.pop()
     lines = [part + "\n" for part in parts]
@@ -45,8 +41,7 @@ def split_lines(text: str) -> List[str]:
 
 @dataclass(frozen=True)
 class Hunk:
-    """One hunk: its header and its ``(kind, text)`` lines; ``body`` is the request's patch
-    text of the lines when it carried one (docs/design.md, FILE)."""
+    """One hunk: its header, its ``(kind, text)`` lines and the request's ``body`` if any."""
 
     index: int  # 1-based position in its FILE record
     old_start: int
@@ -77,11 +72,8 @@ class Hunk:
 
 @dataclass(frozen=True)
 class FileChange:
-    """One FILE record: the hunks of one patch for one file.
-
-    ``source`` is the hunks, or the request's hunk records and the fix's name, checked and
-    built on first use of ``hunks`` (a status reads no hunk of a recorded fix).
-    """
+    """One FILE record: the hunks of one patch for one file. ``source`` is the hunks, or the
+    request's hunk records and the fix's name, checked and built on first use of ``hunks``."""
 
     root: str
     path: str
@@ -141,9 +133,7 @@ _MARKER = "\\ No newline at end of file\n"
 
 
 def hunk_body(lines: Any) -> str:
-    """The compact ``body`` of a hunk (docs/design.md, FILE): its lines in the patch's own
-    notation, a tag then the text, and after a text without a final "\\n" a newline and the
-    "\\ No newline at end of file" marker. :func:`body_lines` reads it back exactly."""
+    """The compact ``body`` of a hunk (docs/design.md, FILE); :func:`body_lines` reads it back."""
     out = []
     for kind, text in lines:
         out.append(kind + text)
@@ -153,8 +143,7 @@ def hunk_body(lines: Any) -> str:
 
 
 def body_lines(body: str) -> Tuple[Tuple[str, str], ...]:
-    """The ``(kind, text)`` lines of a hunk ``body``: split on "\\n" only; a line starting
-    with "\\" is a marker that takes the "\\n" off the text before it."""
+    """The ``(kind, text)`` lines of a hunk ``body``; a "\\" marker takes the "\\n" off the line before."""
     out: List[Tuple[str, str]] = []
     for line in split_lines(body):
         if line[0] == "\\":
@@ -206,16 +195,11 @@ class Placement:
     offset: int
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"patch": self.patch, "index": self.index, "expected_line": self.expected_line,
-                "line": self.line, "offset": self.offset}
+        return asdict(self)
 
 
-def locate(lines: Sequence[str], old: Sequence[str], expected: int, lo: int = 0) -> Optional[int]:
+def locate(lines: List[str], old: List[str], expected: int, lo: int = 0) -> Optional[int]:
     """The index nearest ``expected`` (not before ``lo``) where ``old`` matches exactly."""
-    if type(lines) is not list:  # a slice of a list compares equal only to a list
-        lines = list(lines)
-    if type(old) is not list:
-        old = list(old)
     hi = len(lines) - len(old)
     if hi < lo:
         return None
@@ -294,7 +278,7 @@ def _conflict(change: FileChange, hunk: Optional[Hunk], lines: Sequence[str], ol
                                                        "found": found})
 
 
-def side_found(lines: Sequence[str], hunk: Hunk, new_side: bool) -> bool:
+def side_found(lines: List[str], hunk: Hunk, new_side: bool) -> bool:
     """Whether one side of a hunk occurs anywhere in the file (status' "present" detection)."""
     side = hunk.new if new_side else hunk.old
     start = (hunk.new_start - 1) if new_side else hunk.expected_index

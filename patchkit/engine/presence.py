@@ -23,10 +23,8 @@ class Presence:
 
 
 def detect(files: Tuple[FileChange, ...], read: Reader) -> Presence:
-    """Reverse-place each hunk's new side in the current files, newest change first (so a
-    later patch editing lines an earlier one added does not hide it). A hunk is present when
-    its new side is found and its old side is not; both found (a pure deletion's context)
-    proves nothing."""
+    """Undo the changes in the current files, newest first; a hunk is present when its new side
+    is found and its old side is not (both found proves nothing)."""
     texts: Dict[Key, Optional[str]] = {}
     units: Dict[Key, List[Optional[bool]]] = {}
     for change in reversed(files):
@@ -51,10 +49,5 @@ def detect(files: Tuple[FileChange, ...], read: Reader) -> Presence:
         if undone is not None and False not in verdicts:
             texts[key] = undone[0]
     flat = [v for vs in units.values() for v in vs]
-    if not any(flat):
-        state = NOT_APPLIED
-    elif False not in flat:
-        state = PRESENT
-    else:
-        state = PARTLY
+    state = NOT_APPLIED if not any(flat) else PRESENT if False not in flat else PARTLY
     return Presence(state, tuple((key, False not in vs) for key, vs in units.items()))

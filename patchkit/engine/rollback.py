@@ -1,8 +1,6 @@
-"""The rollback op: the apply transaction run in the other direction. A file that no longer
-holds the bytes patchkit wrote is drift, refused unless ``force``. Originals come from the
-backups (strategy ``restore``), the reversed series (``reverse``), or a revert of the commits
-``apply --commit`` made.
-"""
+"""The rollback op: the apply transaction run in the other direction, drift refused unless
+``force``. Originals come from the backups (strategy ``restore``), the reversed series
+(``reverse``), or a revert of the commits ``apply --commit`` made."""
 
 from __future__ import annotations
 
@@ -132,11 +130,8 @@ def rollback(req: Request, store: Store) -> List[Dict[str, Any]]:
 
 
 def _committed(req: Request, rec: Dict[str, Any]) -> List[revert.Source]:
-    """The commits ``apply --commit`` made for a fix, as sources to revert (none: restore).
-
-    With ``force`` a commit no longer in HEAD's history is passed over: the bytes kept at
-    apply are restored instead, and no revert commit is made for it.
-    """
+    """The commits ``apply --commit`` made for a fix, as sources to revert (with ``force``, one
+    no longer in HEAD's history is passed over: its backups are restored instead)."""
     commits = rec.get("commits") or []
     cos = gitcommit.checkouts(req.roots, [c["root"] for c in commits if c["root"] in
                                           {r.name for r in req.roots}])
@@ -190,9 +185,8 @@ def _revert_items(req: Request, recorded: Dict[str, Dict[str, Any]],
 
 
 def _refuse_blocked(state: Dict[str, Any], names: List[str]) -> None:
-    """Refuse to roll back a fix that a later applied fix, not rolled back with it, builds on:
-    one that requires it, or one that changed the same file after it (its backup would wipe
-    the later change while the state still records it)."""
+    """Refuse to roll back a fix that a later applied fix, not rolled back with it, requires
+    or changed the same files after."""
     applied = list(state.get("fixes", []))
     blockers = [(other["name"], name) for name in names for other in applied
                 if other["name"] not in names and name in (other.get("requires") or [])]
@@ -209,8 +203,7 @@ def _refuse_blocked(state: Dict[str, Any], names: List[str]) -> None:
 def refuse_later_writers(state: Dict[str, Any], names: List[str], action: str, remedy: str,
                          also: Sequence[str] = ()) -> None:
     """Refuse when a fix applied after one of ``names``, and not among them, changed the same
-    files: putting their bytes back would wipe its change. ``remedy`` gets the fixes to roll
-    back (the later ones, then ``also``)."""
+    files; ``remedy`` gets the fixes to roll back (the later ones, then ``also``)."""
     applied = list(state.get("fixes", []))
     later = []
     for i, rec in enumerate(applied):
@@ -230,8 +223,7 @@ def refuse_later_writers(state: Dict[str, Any], names: List[str], action: str, r
 
 
 def restore_in_memory(store: Store, ws: Workspace, rec: Dict[str, Any]) -> None:
-    """Each of the fix's files, in ``ws``, back to its bytes and mode before the fix (from its
-    backups, checked against the recorded sha256)."""
+    """Each of the fix's files, in ``ws``, back to its bytes and mode before the fix (backups)."""
     for f in rec.get("files", []):
         e = ws.entry(f["root"], f["path"])
         data: Optional[bytes] = None

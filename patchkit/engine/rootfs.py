@@ -1,10 +1,6 @@
 """Writing inside a root without following a symlink (docs/state.md, "Writes never follow a
-symlink"): a directory checked when the request was read can be swapped for a link before the
-write, so every write of a transaction acts on names relative to directory descriptors opened
-from the root down with ``O_NOFOLLOW``. A component that became a symlink (or a file) stops it
-with :class:`UnsafePathError`. Paths are relative to the root's real directory, in its own
-layout (``Roots.relative``).
-"""
+symlink"): names relative to directory descriptors opened from the root down with
+``O_NOFOLLOW``. Paths are relative to the root's real directory (``Roots.relative``)."""
 
 from __future__ import annotations
 
@@ -40,8 +36,8 @@ class RootDirs:
         self.close()
 
     def directory(self, root: str, rel_dir: str, create: bool = False) -> int:
-        """The descriptor of directory ``rel_dir`` of ``root`` ("" is the root itself), each
-        component opened without following symlinks; ``create``: make missing ones."""
+        """The descriptor of directory ``rel_dir`` of ``root`` ("": the root); ``create``: make
+        missing ones."""
         key = (root, rel_dir)
         fd = self._fds.get(key)
         if fd is not None:
@@ -119,17 +115,11 @@ class RootDirs:
         dfd, name = self.parent(root, rel)
         os.replace(temp_of(name), name, src_dir_fd=dfd, dst_dir_fd=dfd)
 
-    def remove_temp(self, root: str, rel: str) -> None:
+    def unlink(self, root: str, rel: str, temp: bool = False) -> None:
+        """Remove file ``rel`` (``temp``: its temporary sibling) if it is there."""
         try:
             dfd, name = self.parent(root, rel)
-            os.unlink(temp_of(name), dir_fd=dfd)
-        except FileNotFoundError:
-            pass
-
-    def unlink(self, root: str, rel: str) -> None:
-        try:
-            dfd, name = self.parent(root, rel)
-            os.unlink(name, dir_fd=dfd)
+            os.unlink(temp_of(name) if temp else name, dir_fd=dfd)
         except FileNotFoundError:
             pass
 
@@ -180,8 +170,7 @@ class RootDirs:
                 pass
 
     def purge_pycache(self, files: List[Tuple[str, str]]) -> None:
-        """Remove the ``__pycache__`` beside each (root, file) ending in ``.py`` (a real
-        directory, never a link's target)."""
+        """Remove the ``__pycache__`` directory beside each (root, file) ending in ``.py``."""
         for root, rel in sorted({(r, f.rpartition("/")[0]) for r, f in files if f.endswith(".py")}):
             try:
                 dfd = self.directory(root, rel)
@@ -196,8 +185,7 @@ class RootDirs:
 
 
 def _rmtree_at(parent: int, name: str) -> None:
-    """``rm -r`` of directory ``name`` in ``parent``, by descriptors: a symlink inside is
-    removed as a link, never followed."""
+    """``rm -r`` of directory ``name`` in ``parent``, never following a symlink."""
     try:
         fd = os.open(name, _DIR, dir_fd=parent)
     except OSError:

@@ -1,7 +1,5 @@
-"""The ``.patchkit/`` directory in the state root (state, journal, history, backups; formats
-in docs/state.md) and the lock, an flock on the state root directory itself. The directory is
-created only when a transaction starts writing, so a refused run leaves no trace.
-"""
+"""``.patchkit/`` in the state root (formats in docs/state.md), created only when a transaction
+starts writing, and the lock: an flock on the state root directory itself."""
 
 from __future__ import annotations
 
@@ -50,8 +48,7 @@ class Store:
         return os.path.isdir(self.dir)
 
     def check(self) -> None:
-        """Refuse a ``.patchkit`` (or its ``txn``/``backups``) that is a symlink or not a
-        directory: nothing patchkit writes may land where a link points."""
+        """Refuse a ``.patchkit`` (or its ``txn``/``backups``) that is a symlink or not a directory."""
         for name in ("", "txn", "backups"):
             path = self.path(name) if name else self.dir
             try:
@@ -93,9 +90,8 @@ class Store:
 
     @contextmanager
     def locked(self, timeout: float, write: bool) -> Iterator[bool]:
-        """Hold an exclusive flock on the state root directory (creating nothing) for the
-        block; yields whether it is held: a read-only run (``write`` false) that cannot open or
-        lock the directory goes on without it."""
+        """Hold an exclusive flock on the state root for the block; yields whether it is held (a
+        read-only run that cannot open or lock the directory goes on without it)."""
         try:
             fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
         except OSError as exc:
@@ -132,8 +128,8 @@ class Store:
                 return False
 
     def lock_holder(self) -> Dict[str, Any]:
-        """Who holds the lock: the pid from ``/proc/locks``, with op and start time from
-        ``lock-holder.json`` when that file names the same process."""
+        """Who holds the lock: the pid from ``/proc/locks``, with ``lock-holder.json``'s details
+        when that file names the same process."""
         pid = _flock_pid(self.root)
         recorded = self._holder_file()
         if recorded and (pid is None or str(recorded.get("pid")) == pid):
@@ -144,15 +140,13 @@ class Store:
 
     def _holder_file(self) -> Optional[Dict[str, Any]]:
         try:
-            with open(self.path(HOLDER), "rb") as fh:
-                data = json.loads(fh.read().decode("utf-8"))
-        except (OSError, ValueError, UnicodeDecodeError):
+            return self._load(HOLDER)
+        except (OSError, TargetError):
             return None
-        return data if isinstance(data, dict) and data.get("format") == FORMAT else None
 
     def begin_writing(self, op: str) -> None:
-        """Start of a write phase: ``.patchkit/`` and ``lock-holder.json`` naming this run
-        (not fsynced: a crash may lose it). On failure what this created is removed again."""
+        """Create ``.patchkit/`` and ``lock-holder.json`` naming this run (not fsynced); on
+        failure what this created is removed again."""
         before = self.listing()
         try:
             self.ensure()
@@ -185,11 +179,9 @@ class Store:
             return None
 
     def undo_setup(self, before: Optional[FrozenSet[str]]) -> None:
-        """After a write phase that committed nothing, remove the empty scaffolding it created
-        (``txn/``, ``.gitignore``, ``.patchkit/`` itself); a journal, state or history stays."""
-        if (before is not None and {"txn", ".gitignore"} <= before) or not os.path.isdir(self.dir):
-            return
-        if os.path.lexists(self.path("journal.json")):
+        """After a write phase that committed nothing, remove the empty scaffolding it created."""
+        if ((before is not None and {"txn", ".gitignore"} <= before) or not os.path.isdir(self.dir)
+                or os.path.lexists(self.path("journal.json"))):
             return
         txn = self.path("txn")
         if (before is None or "txn" not in before) and os.path.isdir(txn) and not os.listdir(txn):
@@ -251,11 +243,7 @@ class Store:
         write_json(self.path("journal.json"), journal)
 
     def remove_journal(self) -> None:
-        try:
-            os.unlink(self.path("journal.json"))
-        except FileNotFoundError:
-            return
-        fsync_dir(self.dir)
+        self._remove("journal.json")
 
     # -- history ---------------------------------------------------------------------------
 
@@ -281,8 +269,7 @@ class Store:
 
 
 def last_writers(state: Dict[str, Any]) -> Dict[Tuple[str, str], Dict[str, Any]]:
-    """For each recorded file, the last applied fix that touched it and its after-hash: what
-    the file must hold now (an earlier fix's after-hash of it is history, not drift)."""
+    """For each recorded file, the last applied fix that touched it and its after-hash."""
     out: Dict[Tuple[str, str], Dict[str, Any]] = {}
     for fix in state.get("fixes", []):  # application order
         for f in fix.get("files", []):
@@ -291,8 +278,8 @@ def last_writers(state: Dict[str, Any]) -> Dict[Tuple[str, str], Dict[str, Any]]
 
 
 def created_dirs(rec: Dict[str, Any], roots: Roots) -> List[Tuple[str, str]]:
-    """The (root, dir relative to it) a fix's apply created; a state of an earlier engine
-    recorded absolute directories, taken relative to the record's ``roots``."""
+    """The (root, dir relative to it) a fix's apply created (absolute ones, from an earlier
+    engine, are taken relative to the record's ``roots``)."""
     out: List[Tuple[str, str]] = []
     names = {r.name for r in roots}
     for d in rec.get("created_dirs") or []:

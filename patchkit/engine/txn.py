@@ -1,8 +1,5 @@
-"""The write transaction (docs/state.md): intent and backups in ``.patchkit/txn/<id>/``,
-journal, file writes, post-apply actions, verification, ``state.json`` (the commit point),
-history, cleanup. A failure before the commit point puts every file back; a crash before it
-is undone by the next run (``recover``), a crash after it is completed.
-"""
+"""The write transaction (docs/state.md). A failure before the commit point (``state.json``)
+puts every file back; the next run (``recover``) undoes a crash before it and completes one after."""
 
 from __future__ import annotations
 
@@ -36,11 +33,8 @@ def run_transaction(store: Store, roots: Roots, op: str, fixes: List[str], write
                     remove_dirs: Optional[List[Tuple[str, str]]] = None,
                     journal_extra: Optional[Dict[str, Any]] = None) -> str:
     """Write ``writes`` all-or-nothing; ``commit(txn_id)`` returns the new state to record.
-
     ``fix_backups[fix][i]`` (root, path, before-bytes) is kept as ``backups/<fix>/<i>``;
-    ``remove_dirs``: (root, dir relative to it) to remove if empty once the files are written.
-    A failure before the commit point leaves ``.patchkit/`` as it found it.
-    """
+    ``remove_dirs``: (root, dir relative to it) to remove if empty once the files are written."""
     before = store.listing()
     store.begin_writing(op)
     txns_before = set(os.listdir(store.path("txn"))) if os.path.isdir(store.path("txn")) else set()
@@ -179,9 +173,8 @@ def _transaction(store: Store, dirs: RootDirs, op: str, fixes: List[str], writes
 
 
 def _keep(dirs: RootDirs, root: str, rel: str, dest: str, data: bytes) -> None:
-    """Keep the file's current bytes ``data`` at ``dest``: a hard link of the file where that
-    is safe (docs/state.md, "Backups"), else a copy. A file that no longer holds ``data`` was
-    changed since it was read: the transaction stops before any target file is written."""
+    """Keep the file's bytes ``data`` at ``dest``: a hard link where safe (docs/state.md,
+    "Backups"), else a copy. A file no longer holding ``data`` stops the transaction."""
     os.makedirs(os.path.dirname(dest), exist_ok=True)
     try:
         dirs.link_out(root, rel, dest)
@@ -212,9 +205,8 @@ def _copy(dest: str, data: bytes) -> None:
 
 
 def _write_files(dirs: RootDirs, writes: List[Entry], rels: List[str]) -> None:
-    """Each file through a temporary sibling and a rename (``rootfs``: no symlink followed),
-    then all made durable. A replaced file's old inode is read back: other bytes than
-    ``before`` mean another process wrote to it meanwhile (``_Changed``)."""
+    """Each file through a temporary sibling and a rename, then all made durable; a replaced
+    file's old inode holding other bytes than read raises ``_Changed``."""
     written: List[str] = []
     touched: Set[str] = set()
     for n, (w, rel) in enumerate(zip(writes, rels)):
@@ -232,7 +224,7 @@ def _write_files(dirs: RootDirs, writes: List[Entry], rels: List[str]) -> None:
                 if w.original is None:
                     old = None
                     if not _create(dirs, w.root, rel):
-                        dirs.remove_temp(w.root, rel)
+                        dirs.unlink(w.root, rel, temp=True)
                         raise _Changed(n, b"", replaced=False)
                 else:
                     old = dirs.open_file(w.root, rel)
@@ -274,9 +266,8 @@ def _create(dirs: RootDirs, root: str, rel: str) -> bool:
 
 
 def _record_change(store: Store, journal: Dict[str, Any], changed: _Changed) -> None:
-    """Make the journal restore what another process left in a file (its backup gets those
-    bytes, unless it is the old inode itself); a file that appeared where the transaction
-    creates one was not touched and leaves the journal."""
+    """Make the journal restore what another process left in a file; a file that appeared where
+    the transaction creates one was not touched and leaves the journal."""
     entry = journal["files"][changed.index]
     if not changed.replaced:
         journal["files"].pop(changed.index)
@@ -293,8 +284,7 @@ def _record_change(store: Store, journal: Dict[str, Any], changed: _Changed) -> 
 
 
 def _rel(f: Dict[str, Any], roots: Roots) -> str:
-    """A journal file's path relative to its root as on disk (a journal of an earlier engine
-    has only the checkout-layout ``path``)."""
+    """A journal file's path relative to its root on disk (older journals: only ``path``)."""
     if f.get("rel"):
         return str(f["rel"])
     return roots.relative(f["root"], roots.resolve(f["root"], f["path"]))
@@ -302,8 +292,7 @@ def _rel(f: Dict[str, Any], roots: Roots) -> str:
 
 def restore(store: Store, journal: Dict[str, Any], dirs: RootDirs) -> None:
     """Put every file the journal lists back to its ``before`` bytes (or absence), and HEAD of
-    each git root where it was. Files are found from their root in ``roots`` (this run's); a
-    backup is renamed back into place, which needs no free space."""
+    each git root where it was; a backup is renamed back into place (no free space needed)."""
     roots = dirs.roots
     if journal.get("git_commits"):
         from . import gitcommit  # only a transaction that committed to git needs it
@@ -330,9 +319,8 @@ def restore(store: Store, journal: Dict[str, Any], dirs: RootDirs) -> None:
 
 def _restore_file(store: Store, dirs: RootDirs, f: Dict[str, Any],
                   touched: Set[Tuple[str, str]]) -> None:
-    """Put one journal file back (see ``restore``)."""
     root, rel = f["root"], _rel(f, dirs.roots)
-    dirs.remove_temp(root, rel)
+    dirs.unlink(root, rel, temp=True)
     current = dirs.read(root, rel)
     touched.add((root, rel.rpartition("/")[0]))
     if f.get("before_sha256") is None:
@@ -364,8 +352,8 @@ def _restore_file(store: Store, dirs: RootDirs, f: Dict[str, Any],
 
 
 def belongs(store: Store, journal: Dict[str, Any], roots: Roots) -> None:
-    """Refuse to undo a journal that names a root this run does not give, or whose files are
-    not each at its before or after bytes (a copy of another tree, a change after the crash)."""
+    """Refuse to undo a journal naming a root this run lacks, or a file at neither its before
+    nor its after bytes."""
     names = {r.name for r in roots}
     wanted = sorted({f["root"] for f in journal.get("files", [])} - names)
     if wanted:
@@ -401,8 +389,7 @@ def _discard(store: Store, txn: str) -> None:
 
 
 def finish(store: Store, journal: Dict[str, Any], recovering: bool = True) -> None:
-    """After the commit point: record history (unless a crashed run did), keep or drop
-    backups, drop the journal."""
+    """After the commit point: record history (unless done), keep or drop backups, drop the journal."""
     txn = journal["txn"]
     if not recovering or txn not in store.history_txns():
         versions = journal.get("versions") or {}
@@ -439,8 +426,7 @@ def _history(store: Store, event: Dict[str, Any], best_effort: bool) -> None:
 
 
 def recover(store: Store, roots: Roots) -> List[Dict[str, Any]]:
-    """Finish or undo whatever a killed run left, on the files of ``roots`` (this run's, so a
-    moved tree is recovered where it is now); returns the ``recovered`` entries."""
+    """Finish or undo whatever a killed run left; returns the ``recovered`` entries."""
     out: List[Dict[str, Any]] = []
     journal = store.read_journal()
     committed = journal is not None and store.read_state().get("txn") == journal["txn"]

@@ -1,7 +1,5 @@
-"""The target files a request reads, in memory, with the bytes it will write: every change is
-computed here before the first byte reaches the disk, and a later fix sees the earlier ones'.
-The diffs of the result are drawn here too.
-"""
+"""The target files a request reads, in memory, with the bytes it will write (every change is
+computed before the first byte reaches the disk), and the diffs of the result."""
 
 from __future__ import annotations
 
@@ -60,10 +58,6 @@ class Workspace:
             self.entries[key] = Entry(root, path, abs_path, data, mode, owner, data, mode, blocked)
         return self.entries[key]
 
-    def has(self, root: str, path: str) -> bool:
-        """Whether the file was read already (its bytes are known)."""
-        return (root, path) in self.entries
-
     def read(self, root: str, path: str) -> Optional[bytes]:
         return self.entry(root, path).current
 
@@ -99,9 +93,8 @@ def unified_diff(path: str, before: Optional[bytes], after: Optional[bytes]) -> 
 
 
 def placed_diff(path: str, hunks: Sequence[Hunk], lines: Sequence[int]) -> str:
-    """The diff of a file changed by one patch: the patch's own hunks, each at the line it was
-    placed at (``Placement.line``), so the result shows the change as the patch wrote it
-    (docs/design.md, ``diff``). Same format as :func:`unified_diff`."""
+    """The diff of a file changed by one patch: its own hunks, each at the line it was placed
+    at (docs/design.md, ``diff``), in :func:`unified_diff`'s format."""
     if not hunks:
         return ""
     out = ["--- a/%s\n+++ b/%s\n" % (path, path)]

@@ -4,8 +4,7 @@
   lines (docs/design.md): it applies with ``git apply`` and equals difflib's diff when the two
   group the change alike;
 - a status hashes every recorded file, so an in-place change is drift whatever its stat says;
-- ``git status`` of many paths is one whole-tree status plus ``ls-files``, same answer as the
-  pathspec form.
+- ``Roots.resolve`` gives ``os.path.realpath``'s answers and refuses every escape from a root.
 """
 
 from __future__ import annotations
@@ -180,9 +179,6 @@ def test_a_forged_stamp_is_not_trusted_beyond_the_stat(checkout: Path) -> None:
     path.write_text(json.dumps(state))
     (checkout / MOD).write_text("changed\n")
     assert file_states(checkout, f) == ["drifted"]
-
-
-
 
 
 def test_paths_resolved_per_directory_equal_realpath_and_refuse_every_escape(tmp_path: Path) -> None:
