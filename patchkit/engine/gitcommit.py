@@ -1,7 +1,5 @@
-"""``apply --commit`` and the rollback of a committed fix: one commit per fix and root, built
-with plumbing (a throw-away index, ``commit-tree``), then ``update-ref HEAD new old`` per root,
-inside the transaction. The journal names HEAD before, so a failure or crash puts HEAD back
-(commits with this transaction's ``Patchkit-Txn`` trailer only) (docs/git.md)."""
+"""``apply --commit`` and the rollback of a committed fix: one commit per fix and root, made
+inside the transaction, which puts HEAD back on a failure or crash (docs/git.md)."""
 
 from __future__ import annotations
 
@@ -69,9 +67,7 @@ def make(cos: Dict[str, Checkout], items: List[Item], entries: List[Dict[str, An
         with tempfile.TemporaryDirectory(prefix="patchkit-index-") as tmp:
             ienv = dict(env, GIT_INDEX_FILE=os.path.join(tmp, "index"))
             co.run(["read-tree", parent], env=ienv)
-            for it in items:
-                if it.root != entry["root"]:
-                    continue
+            for it in [it for it in items if it.root == entry["root"]]:
                 for c in it.changes:
                     if c.data is None:
                         co.run(["update-index", "--force-remove", "--", c.repo_path], env=ienv)
@@ -90,8 +86,7 @@ def make(cos: Dict[str, Checkout], items: List[Item], entries: List[Dict[str, An
 
 
 def undo(journal: Dict[str, Any], roots: Roots) -> None:
-    """Put HEAD back where the journal found it, if only this transaction's commits moved it
-    (``top``, an older journal's work tree path, only for a root the run does not name)."""
+    """Put HEAD back where the journal found it, if only this transaction's commits moved it."""
     txn = journal.get("txn")
     names = {r.name for r in roots}
     for entry in journal.get("git_commits") or []:
@@ -111,11 +106,7 @@ def undo(journal: Dict[str, Any], roots: Roots) -> None:
 
 def message(title: str, rationale: str, name: str, version: int, patches: Sequence[Dict[str, Any]],
             extra: Sequence[str] = ()) -> str:
-    body = rationale.strip()
-    lines = [title.strip(), ""]
-    if body:
-        lines += [body, ""]
-    lines += list(extra)
+    lines = [title.strip(), ""] + ([rationale.strip(), ""] if rationale.strip() else []) + list(extra)
     lines.append("Patchkit-Fix: %s v%d" % (name, version))
     lines += ["Patchkit-Patch: %s sha256:%s" % (p.get("file"), p.get("sha256")) for p in patches]
     return "\n".join(lines) + "\n"
