@@ -92,12 +92,11 @@ def _catch_sigterm() -> Any:
 
 
 def _terminated(request: Any) -> PatchkitError:
-    journal = None
     try:
         store = Store(str(parse_request(request).state_root.path))
         journal = store.read_journal()
     except (PatchkitError, OSError):
-        pass
+        journal = None
     if journal is None:
         left = "nothing it wrote is left half-done: files written before its commit point were put back"
     else:

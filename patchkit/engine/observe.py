@@ -85,11 +85,9 @@ def drift_check(fix: str, drifted: List[Dict[str, Any]]) -> Dict[str, Any]:
 def _detect(ws: Workspace, spec: FixSpec) -> Dict[str, Any]:
     """Is an unrecorded fix's change already in the files (``presence.detect``)?"""
     found = presence.detect(spec.files, ws.read)
-    files = []
-    if found.state != presence.NOT_APPLIED:
-        for (root, path), whole in found.files:
-            current = ws.entry(root, path).current
-            files.append({"root": root, "path": path, "state": _file_state(whole, current)})
+    files = [] if found.state == presence.NOT_APPLIED else [
+        {"root": root, "path": path, "state": _file_state(whole, ws.entry(root, path).current)}
+        for (root, path), whole in found.files]
     return {"name": spec.name, "state": found.state, "version": spec.version, "applied_at": None,
             "files": files}
 

@@ -48,21 +48,22 @@ def resolve(fix: FixSpec, roots: Roots) -> Tuple[Optional[Source], Dict[str, Any
     rev = fix.revert or {}
     root = roots.get(str(rev.get("root") or "sglang"))
     label = "revert %s" % _name(rev)
+
+    def outcome(ok: bool, detail: str) -> Dict[str, Any]:
+        return result("git-revert", label, ok, detail, root.name)
+
     checkout = checkout_of(root.path)
     if checkout is None:
         if fix.files:
-            return None, result("git-revert", label, True,
-                                "root %s is not a git checkout: reverse-applying %s instead"
-                                % (root.name, "the series of fix %s" % rev["fix"] if rev.get("fix")
-                                   and not rev.get("own_series") else "this fix's own series"), root.name)
-        return None, result("git-revert", label, False,
-                            "root %s (%s) is not a git checkout, and a revert of %s needs one; "
-                            "name the fix whose series it committed (revert.fix) so patchkit can "
-                            "reverse that series instead" % (root.name, root.path, _name(rev)), root.name)
+            return None, outcome(True, "root %s is not a git checkout: reverse-applying %s instead"
+                                 % (root.name, "the series of fix %s" % rev["fix"] if rev.get("fix")
+                                    and not rev.get("own_series") else "this fix's own series"))
+        return None, outcome(False, "root %s (%s) is not a git checkout, and a revert of %s needs one; "
+                             "name the fix whose series it committed (revert.fix) so patchkit can "
+                             "reverse that series instead" % (root.name, root.path, _name(rev)))
     head = checkout.head()
     if head is None:
-        return None, result("git-revert", label, False, "root %s has no commit at HEAD" % root.name,
-                            root.name)
+        return None, outcome(False, "root %s has no commit at HEAD" % root.name)
     sha, found_by, missing = None, "", []
     if rev.get("commit"):
         cand = checkout.rev(str(rev["commit"]))
@@ -83,13 +84,12 @@ def resolve(fix: FixSpec, roots: Roots) -> Tuple[Optional[Source], Dict[str, Any
                            "(patch-id %s of its series)"
                            % (head[:12], rev["fix"], ", ".join(rev.get("patch_ids") or []) or "none"))
     if sha is None:
-        return None, result("git-revert", label, False, "; ".join(missing) + ": there is nothing "
-                            "to revert in root %s. Check the target's branch, or leave this fix out"
-                            % root.name, root.name)
+        return None, outcome(False, "; ".join(missing) + ": there is nothing to revert in root %s. "
+                             "Check the target's branch, or leave this fix out" % root.name)
     parents = checkout.parents(sha)
     if len(parents) > 1:
-        return None, result("git-revert", label, False, "%s is a merge commit; patchkit reverts "
-                            "single-parent commits only" % checkout.describe(sha), root.name)
+        return None, outcome(False, "%s is a merge commit; patchkit reverts single-parent commits "
+                             "only" % checkout.describe(sha))
     parent = parents[0] if parents else EMPTY_TREE
     wanted = [checkout.rel(root.mapped(p)) for p in rev.get("paths") or []]
     files = []
@@ -100,10 +100,10 @@ def resolve(fix: FixSpec, roots: Roots) -> Tuple[Optional[Source], Dict[str, Any
         files.append(RevertFile(status if status in "AD" else "M", repo_path, rel))
     title = checkout.describe(sha)
     if not files:
-        return None, result("git-revert", label, False, "commit %s changes none of %s in root %s"
-                            % (title, ", ".join(rev.get("paths") or ["its files"]), root.name), root.name)
+        return None, outcome(False, "commit %s changes none of %s in root %s"
+                             % (title, ", ".join(rev.get("paths") or ["its files"]), root.name))
     return Source(root.name, checkout, sha, parent, title, found_by, tuple(files)), \
-        result("git-revert", label, True, "reverts %s (found by %s)" % (title, found_by), root.name)
+        outcome(True, "reverts %s (found by %s)" % (title, found_by))
 
 
 def revert_file(fix: str, src: Source, f: RevertFile, current: Optional[bytes]) -> Optional[bytes]:
