@@ -52,10 +52,6 @@ def journal_entries(cos: Dict[str, Checkout], items: List[Item]) -> List[Dict[st
     return out
 
 
-def _blob(co: Checkout, data: bytes) -> str:
-    return co.run(["hash-object", "-w", "--stdin"], stdin=data).decode().strip()
-
-
 def make(cos: Dict[str, Checkout], items: List[Item], entries: List[Dict[str, Any]],
          txn: str) -> Dict[str, List[Dict[str, str]]]:
     """Write the commits and move HEAD of each root; the {fix: [{root, sha}]} made."""
@@ -73,8 +69,9 @@ def make(cos: Dict[str, Checkout], items: List[Item], entries: List[Dict[str, An
                         co.run(["update-index", "--force-remove", "--", c.repo_path], env=ienv)
                     else:
                         mode = "100755" if (c.mode or 0) & 0o111 else "100644"
+                        blob = co.run(["hash-object", "-w", "--stdin"], stdin=c.data).decode().strip()
                         co.run(["update-index", "--add", "--cacheinfo",
-                                "%s,%s,%s" % (mode, _blob(co, c.data), c.repo_path)], env=ienv)
+                                "%s,%s,%s" % (mode, blob, c.repo_path)], env=ienv)
                 tree = co.run(["write-tree"], env=ienv).decode().strip()
                 message = "%s\nPatchkit-Txn: %s\n" % (it.message.rstrip("\n"), txn)
                 parent = co.run(["commit-tree", tree, "-p", parent, "-F", "-"], env=env,
