@@ -1,12 +1,10 @@
 """The part of patchkit that runs next to the target's files (standard library only).
-
-``run(request) -> result`` executes one engine request (docs/design.md, format 1). It never
-raises for an expected failure: the result carries ``ok: false`` and the error as a dict, so a
-local and a remote target (where this package is shipped and run by ``agent.main``) fail alike.
-"""
+``run(request) -> result`` never raises for an expected failure: the result carries the error,
+so a local and a remote target fail alike."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import traceback
@@ -23,7 +21,6 @@ __all__ = ["run"]
 
 
 def run(request: Dict[str, Any]) -> Dict[str, Any]:
-    """Execute one engine request and return its result; see docs/design.md."""
     faults.reset()
     raw = request if isinstance(request, dict) else {}
     result: Dict[str, Any] = {"format": FORMAT, "op": raw.get("op"), "ok": False,
@@ -38,27 +35,13 @@ def run(request: Dict[str, Any]) -> Dict[str, Any]:
             _refuse_without_sglang(req)
         writes = req.op in ("apply", "rollback") and not req.dry_run
         with store.locked(req.lock_timeout, write=writes) as held:
-            # the modules of an op load with it (a status never loads the transaction), and
-            # by name here: ``from .apply import apply`` at the top would hide the module
+            # each op's modules load only with it (a status never loads the transaction)
             if held and store.left_behind():  # a killed run's traces: finish or undo it
                 from .txn import recover
 
                 result["recovered"] = recover(store, req.roots)
-            if req.op == "apply":
-                from .apply import apply
-
-                result["fixes"] = apply(req, store)
-            elif req.op == "rollback":
-                from .rollback import rollback
-
-                result["fixes"] = rollback(req, store)
-            else:
-                from .observe import status, verify
-
-                if req.op == "status":
-                    result["status"] = status(req, store)
-                else:
-                    result["fixes"] = verify(req, store)
+            module = importlib.import_module(_MODULES[req.op], __name__)
+            result["status" if req.op == "status" else "fixes"] = getattr(module, req.op)(req, store)
         result["ok"] = True
     except PatchkitError as err:
         result["error"] = err.to_dict()
@@ -75,11 +58,12 @@ def run(request: Dict[str, Any]) -> Dict[str, Any]:
     return result
 
 
+_MODULES = {"apply": ".apply", "rollback": ".rollback", "status": ".observe", "verify": ".observe"}
+
+
 def _refuse_without_sglang(req: Any) -> None:
-    """A status of a root named ``sglang`` that holds no SGLang tree (a venv root, a typo,
-    ``/tmp``) would answer "nothing applied": say what is wrong instead. Checked here, next to
-    the files, so a remote target gets the same answer as a local one (``patchkit.targets``
-    refuses a local path before any request)."""
+    """A status of a root ``sglang`` holding no SGLang tree would answer "nothing applied":
+    say what is wrong instead (here, so a remote target answers as a local one)."""
     for root in req.roots:
         if root.name == "sglang" and root.layout == PLAIN:
             raise TargetError(
@@ -91,8 +75,7 @@ def _refuse_without_sglang(req: Any) -> None:
 
 
 class _Terminate(BaseException):
-    """Raised by SIGTERM in the engine: a BaseException, so only the transaction's
-    ``except BaseException`` (which restores the files) and ``run`` catch it, as with SIGINT."""
+    """Raised by SIGTERM: caught, like SIGINT, only by the transaction's undo and ``run``."""
 
 
 def _on_sigterm(_signum: int, _frame: Any) -> None:
@@ -101,9 +84,7 @@ def _on_sigterm(_signum: int, _frame: Any) -> None:
 
 
 def _catch_sigterm() -> Any:
-    """SIGTERM (systemd stopping a unit, ``kill``, a CI timeout) handled like SIGINT: the
-    write phase rolls back, then the run ends with ``Terminated`` (exit 143). Only the main
-    thread may set a handler; elsewhere the caller's own handling stays."""
+    """Handle SIGTERM like SIGINT (the write phase rolls back); main thread only."""
     try:
         return signal.signal(signal.SIGTERM, _on_sigterm)
     except ValueError:  # not the main thread
@@ -111,12 +92,11 @@ def _catch_sigterm() -> Any:
 
 
 def _terminated(request: Any) -> PatchkitError:
-    journal = None
     try:
         store = Store(str(parse_request(request).state_root.path))
         journal = store.read_journal()
     except (PatchkitError, OSError):
-        pass
+        journal = None
     if journal is None:
         left = "nothing it wrote is left half-done: files written before its commit point were put back"
     else:

@@ -1,8 +1,5 @@
 """Entry point on a remote host: one request JSON on stdin, one result JSON on stdout.
-
-SIGHUP and SIGPIPE are ignored first, so a dropped SSH connection does not kill a transaction
-half way; it finishes (or the next run recovers it) and only the result is lost.
-"""
+SIGHUP and SIGPIPE are ignored, so a dropped SSH connection loses only the result."""
 
 from __future__ import annotations
 

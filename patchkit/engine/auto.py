@@ -27,33 +27,26 @@ _VERSION_RE = re.compile(
 
 def detect_release(root: Root, read: Optional[Callable[[str], Optional[bytes]]] = None
                    ) -> Tuple[Optional[str], str]:
-    """The SGLang release of a root and where it was read from.
-
-    ``read`` gives the bytes of a version file by its path relative to the root (None: no such
-    file); by default the file on disk. Authoring passes the checkout's HEAD, so an edited
-    version file never names the release a fix is written against."""
+    """The SGLang release of a root and where it was read from; ``read`` gives a version
+    file's bytes by root-relative path (default: the disk; authoring passes HEAD's)."""
     pkg = root.package_dir()
     if pkg:
         for name in ("_version.py", "version.py"):
             rel = os.path.relpath(os.path.join(pkg, name), root.path)
-            data = (read or _read_file(root))(rel)
+            data = read(rel) if read else _read_file(os.path.join(root.path, rel))
             match = None if data is None else _VERSION_RE.search(data.decode("utf-8", "replace"))
             if match:
                 return match.group(1), rel
     tag = gitcli.describe_tag(root.path)
-    if tag:
-        return tag, "git tag of HEAD"
-    return None, ""
+    return (tag, "git tag of HEAD") if tag else (None, "")
 
 
-def _read_file(root: Root) -> Callable[[str], Optional[bytes]]:
-    def read(rel: str) -> Optional[bytes]:
-        try:
-            with open(os.path.join(root.path, rel), "rb") as fh:
-                return fh.read()
-        except OSError:
-            return None
-    return read
+def _read_file(path: str) -> Optional[bytes]:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError:
+        return None
 
 
 def release_check(spec: FixSpec, roots: Roots, cache: Dict[str, Tuple[Optional[str], str]]) -> Dict[str, Any]:
@@ -80,9 +73,8 @@ def release_check(spec: FixSpec, roots: Roots, cache: Dict[str, Tuple[Optional[s
 
 def requires_check(spec: FixSpec, recorded: Dict[str, Dict[str, Any]], earlier: Set[str],
                    dependencies: Dict[str, FixSpec], read: "presence.Reader") -> List[Dict[str, Any]]:
-    """Each required fix is recorded in the state (any version), planned earlier in this
-    request, or, when the request carries it as a dependency, present in the files: a fork may
-    carry a prerequisite as a commit that patchkit never recorded."""
+    """Each required fix is recorded (any version), planned earlier in this request, or, when
+    the request carries it as a dependency, present in the files (a fork may carry it)."""
     out = []
     for name in spec.requires:
         if name in earlier:
@@ -90,7 +82,7 @@ def requires_check(spec: FixSpec, recorded: Dict[str, Dict[str, Any]], earlier: 
         elif name in recorded:
             ok, detail = True, "recorded v%s" % recorded[name].get("version")
         elif name in dependencies:
-            from . import presence  # only for a dependency not recorded here
+            from . import presence
 
             found = presence.detect(dependencies[name].files, read).state
             ok = found == presence.PRESENT
@@ -171,8 +163,7 @@ def git_clean_checks(entries: List[Entry], roots: Roots, recorded: Dict[Tuple[st
 
 
 def _dirty_advice(where: str, code: str, root: str, rel: str) -> str:
-    """What a touched file's ``git status`` code means and the way out that works for it:
-    ``git checkout -- FILE`` cannot discard an untracked file, nor a staged change."""
+    """What a touched file's ``git status`` code means and the way out that works for it."""
     git = "git -C %s" % shlex.quote(root)
     if code == "??":
         return ("%s is untracked in the git work tree that holds the root %s (git status '??'), "
@@ -203,8 +194,7 @@ def writable_checks(dirs: List[Tuple[str, str]], cache: Dict[str, Optional[str]]
 
 def permission_denied(failures: List[Dict[str, Any]], results: List[Dict[str, Any]],
                       probed: Dict[str, Optional[str]], roots: Roots) -> PermissionDenied:
-    """An unwritable directory is the environment's doing, not the fix's: it gets its own error
-    (exit 6) naming each directory and its root, and keeps every failed check in its details."""
+    """An unwritable directory is the environment's doing, not the fix's: its own error (exit 6)."""
     denied = []
     for directory in sorted(d for d, why in probed.items() if why):
         root = _root_of(directory, roots)
@@ -222,12 +212,7 @@ def permission_denied(failures: List[Dict[str, Any]], results: List[Dict[str, An
 
 def _root_of(directory: str, roots: Roots) -> Optional[Root]:
     """The innermost root holding ``directory`` (given as a real or as-given path)."""
-    best: Optional[Root] = None
-    best_len = -1
-    for root in roots:
-        for top in (root.real, root.path):
-            top = top.rstrip(os.sep) or os.sep
-            inside = directory == top or directory.startswith(top.rstrip(os.sep) + os.sep)
-            if inside and len(top) > best_len:
-                best, best_len = root, len(top)
-    return best
+    found = [(len(top), root) for root in roots
+             for top in (root.real.rstrip(os.sep) or os.sep, root.path.rstrip(os.sep) or os.sep)
+             if directory == top or directory.startswith(top.rstrip(os.sep) + os.sep)]
+    return max(found, key=lambda f: f[0])[1] if found else None

@@ -1,12 +1,8 @@
 """The declared check kinds of docs/design.md, shared by preconditions and verification.
 
-Each check returns ``{kind, name, ok, detail, where}``; file checks read through ``ctx.read``
-(a precondition sees the in-memory result of earlier fixes, a verification the disk). Every
-check fails past its time limit (``timeout``, else ``DEFAULT_TIMEOUTS``): commands run in a
-process group of their own, killed whole; git checks bound each ``git`` by the time left; a
-regex ``grep`` and ``python-syntax`` run in a worker process that ends itself at the limit
-(``re`` and ``ast.parse`` cannot be interrupted in-process, and ``^(a+)+$`` on a long line never
-ends); a literal ``grep`` and ``sha256`` fail when their one pass took longer than the limit.
+Each check returns ``{kind, name, ok, detail, where}`` and fails past its time limit. A regex
+``grep`` and ``python-syntax`` run in a worker process that ends itself at the limit: ``re`` and
+``ast.parse`` cannot be interrupted in-process.
 """
 
 from __future__ import annotations
@@ -38,7 +34,7 @@ KINDS = tuple(DEFAULT_TIMEOUTS)
 
 
 class TimedOut(Exception):
-    """A check ran past its time limit (turned into a failed result by ``run_check``)."""
+    """A check ran past its time limit."""
 
 
 @dataclass(frozen=True)
@@ -63,10 +59,9 @@ def failure_lines(failures: List[Dict[str, Any]]) -> str:
 
 
 def child_env() -> Dict[str, str]:
-    env = dict(os.environ)
-    env.pop("PATCHKIT_FAULT", None)
-    env["PYTHONDONTWRITEBYTECODE"] = "1"  # a check must not leave bytecode in the target
-    return env
+    """No fault injection in a check, and no bytecode left in the target."""
+    env = {k: v for k, v in os.environ.items() if k != "PATCHKIT_FAULT"}
+    return dict(env, PYTHONDONTWRITEBYTECODE="1")
 
 
 def timed_out(timeout: float) -> str:
@@ -77,9 +72,7 @@ def timed_out(timeout: float) -> str:
 def run_argv(argv: List[str], cwd: str, timeout: float, expect_exit: int = 0,
              display: Optional[str] = None, stdin: Optional[bytes] = None) -> Optional[str]:
     """None when the command exits ``expect_exit``, else a detail with command, code, output.
-
-    The command leads a process group of its own, killed whole at the time limit (or when the
-    engine is interrupted), so nothing it started outlives the check."""
+    Its process group is killed whole at the limit, so nothing it started outlives the check."""
     shown = display or " ".join(shlex.quote(a) for a in argv)
     try:
         proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -121,8 +114,7 @@ def _tail(text: str) -> str:
 def _need(check: Dict[str, Any], key: str, fix: str) -> Any:
     if key not in check or check[key] in (None, ""):
         raise UsageError("fix %s: %s check %r lacks %r; add it to the manifest's check"
-                         % (fix, check.get("kind"), check.get("name") or "", key),
-                         fix=fix, key=key)
+                         % (fix, check.get("kind"), check.get("name") or "", key), fix=fix, key=key)
     return check[key]
 
 
@@ -176,10 +168,8 @@ def _timeout(check: Dict[str, Any], fix: str) -> float:
     return float(value)
 
 
-# The worker: a child Python (the engine's interpreter, standard library only) running the
-# checks Python cannot interrupt in-process. Per job: a JSON header line, then ``size`` bytes of
-# the file; one JSON line back. The job's own alarm ends it at the time limit (SIGALRM's default
-# action), so the engine just waits for the answer or the end of the worker.
+# The worker: per job a JSON header line, then ``size`` bytes of the file; one JSON line back.
+# The job's own alarm ends the worker at the time limit (SIGALRM's default action).
 WORKER = r"""
 import json, re, signal, sys
 LINE = re.compile(r"[^\n]*\n|[^\n]+")
@@ -277,8 +267,7 @@ def _grep(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
                              % (ctx.fix, name, pattern, exc), fix=ctx.fix) from None
         answer = _ask({"op": "grep", "pattern": pattern}, data, _timeout(check, ctx.fix), where, name)
         if "failed" in answer:
-            return result("grep", name, False, "%r in %s: %s" % (pattern, where, answer["failed"]),
-                          where)
+            return result("grep", name, False, "%r in %s: %s" % (pattern, where, answer["failed"]), where)
         matches = answer["lines"]
     else:
         matches = [i for i, ln in enumerate(split_lines(decode(data)), 1) if pattern in ln]
@@ -314,11 +303,10 @@ def _python_syntax(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
         return result("python-syntax", name, False, "%s does not exist" % where, where)
     answer = _ask({"op": "python-syntax", "where": where}, data, _timeout(check, ctx.fix), where, name)
     if "failed" in answer:
-        return result("python-syntax", name, False, answer["failed"], where)
-    if not answer["ok"]:
-        return result("python-syntax", name, False, "line %s: %s" % (answer["line"], answer["error"]),
-                      where)
-    return result("python-syntax", name, True, "parses", where)
+        detail = answer["failed"]
+    else:
+        detail = "parses" if answer["ok"] else "line %s: %s" % (answer["line"], answer["error"])
+    return result("python-syntax", name, answer.get("ok", False), detail, where)
 
 
 def _bash_syntax(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
@@ -399,10 +387,8 @@ def _git_contains(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
         paths = [co.rel(root.mapped(p)) for p in check.get("fix_paths") or []]
         found = co.find_by_patch_id(list(check.get("patch_ids") or []), paths)
     has = bool(found)
-    if has:
-        detail = "HEAD %s contains %s: %s" % (head[:12], what, co.describe(found[0]))
-    else:
-        detail = "%s is not in the history of HEAD (%s)" % (what, head[:12])
+    detail = ("HEAD %s contains %s: %s" % (head[:12], what, co.describe(found[0])) if has
+              else "%s is not in the history of HEAD (%s)" % (what, head[:12]))
     if has != want:
         detail += "; the fix needs it %s" % ("there: apply or cherry-pick it first" if want
                                              else "absent: revert it first")
@@ -423,8 +409,7 @@ def _git_descends_from(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, An
                       "fetch --tags) or fix the name" % (what, co.top), root.name)
     if co.is_ancestor(sha, head):
         at = "is at" if sha == head else "descends from"
-        return result("git-descends-from", name, True, "HEAD %s %s %s" % (head[:12], at, what),
-                      root.name)
+        return result("git-descends-from", name, True, "HEAD %s %s %s" % (head[:12], at, what), root.name)
     return result("git-descends-from", name, False, "HEAD %s (%s) does not descend from %s (%s); "
                   "check out a branch based on it" % (head[:12], co.describe(head), what, sha[:12]),
                   root.name)

@@ -1,10 +1,5 @@
-"""Fault injection for the crash tests.
-
-``PATCHKIT_FAULT="<point>:<n>"`` makes the process SIGKILL itself right before the n-th time
-(1-based, default 1) it reaches ``<point>``; several specs may be joined with commas. The points
-are listed in docs/state.md. A SIGKILL is the honest model of a crash: no ``finally`` runs, no
-buffer is flushed, so recovery must work from what is on disk alone.
-"""
+"""Fault injection for the crash tests: ``PATCHKIT_FAULT="<point>:<n>[,...]"`` SIGKILLs the
+process right before the n-th time (default 1) it reaches ``<point>`` (docs/state.md)."""
 
 from __future__ import annotations
 

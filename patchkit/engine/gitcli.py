@@ -1,8 +1,5 @@
-"""The few questions the engine asks git, through the ``git`` CLI (hosts have no GitPython).
-
-git is asked once per root for every path a request touches, and not at all for a root that is
-not inside a work tree (found by looking for ``.git`` upwards, without running git).
-"""
+"""The few questions the engine asks git, through the ``git`` CLI (hosts have no GitPython);
+none for a root outside a work tree (no ``.git`` upwards)."""
 
 from __future__ import annotations
 
@@ -24,8 +21,7 @@ class DeadlinePassed(Exception):
 
 @contextmanager
 def deadline(seconds: float) -> Iterator[None]:
-    """Every git command of the block is killed once ``seconds`` have passed since its start
-    (raising ``DeadlinePassed``), instead of each getting ``TIMEOUT``."""
+    """Every git command of the block is killed ``seconds`` after its start (``DeadlinePassed``)."""
     _deadline.at = time.monotonic() + seconds
     try:
         yield
@@ -40,11 +36,8 @@ _REPO_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "G
 def _git(root: str, args: List[str], stdin: Optional[bytes] = None,
          env: Optional[Dict[str, str]] = None) -> Optional[subprocess.CompletedProcess]:
     """Run git in ``root`` (None if it cannot start, or ran past ``TIMEOUT``)."""
-    full = dict(os.environ)
+    full = {k: v for k, v in os.environ.items() if k not in _REPO_VARS and k != "PATCHKIT_FAULT"}
     full["GIT_OPTIONAL_LOCKS"] = "0"  # never rewrite the index of the target while looking
-    full.pop("PATCHKIT_FAULT", None)
-    for name in _REPO_VARS:
-        full.pop(name, None)
     full.update(env or {})
     end = getattr(_deadline, "at", None)
     try:

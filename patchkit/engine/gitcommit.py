@@ -1,7 +1,5 @@
-"""``apply --commit`` and the rollback of a committed fix: one commit per fix and root, built
-with plumbing (a throw-away index, ``commit-tree``), then ``update-ref HEAD new old`` per root,
-inside the transaction. The journal names HEAD before, so a failure or crash puts HEAD back
-(commits with this transaction's ``Patchkit-Txn`` trailer only) (docs/git.md)."""
+"""``apply --commit`` and the rollback of a committed fix: one commit per fix and root, made
+inside the transaction, which puts HEAD back on a failure or crash (docs/git.md)."""
 
 from __future__ import annotations
 
@@ -54,10 +52,6 @@ def journal_entries(cos: Dict[str, Checkout], items: List[Item]) -> List[Dict[st
     return out
 
 
-def _blob(co: Checkout, data: bytes) -> str:
-    return co.run(["hash-object", "-w", "--stdin"], stdin=data).decode().strip()
-
-
 def make(cos: Dict[str, Checkout], items: List[Item], entries: List[Dict[str, Any]],
          txn: str) -> Dict[str, List[Dict[str, str]]]:
     """Write the commits and move HEAD of each root; the {fix: [{root, sha}]} made."""
@@ -69,16 +63,15 @@ def make(cos: Dict[str, Checkout], items: List[Item], entries: List[Dict[str, An
         with tempfile.TemporaryDirectory(prefix="patchkit-index-") as tmp:
             ienv = dict(env, GIT_INDEX_FILE=os.path.join(tmp, "index"))
             co.run(["read-tree", parent], env=ienv)
-            for it in items:
-                if it.root != entry["root"]:
-                    continue
+            for it in [it for it in items if it.root == entry["root"]]:
                 for c in it.changes:
                     if c.data is None:
                         co.run(["update-index", "--force-remove", "--", c.repo_path], env=ienv)
                     else:
                         mode = "100755" if (c.mode or 0) & 0o111 else "100644"
+                        blob = co.run(["hash-object", "-w", "--stdin"], stdin=c.data).decode().strip()
                         co.run(["update-index", "--add", "--cacheinfo",
-                                "%s,%s,%s" % (mode, _blob(co, c.data), c.repo_path)], env=ienv)
+                                "%s,%s,%s" % (mode, blob, c.repo_path)], env=ienv)
                 tree = co.run(["write-tree"], env=ienv).decode().strip()
                 message = "%s\nPatchkit-Txn: %s\n" % (it.message.rstrip("\n"), txn)
                 parent = co.run(["commit-tree", tree, "-p", parent, "-F", "-"], env=env,
@@ -90,8 +83,7 @@ def make(cos: Dict[str, Checkout], items: List[Item], entries: List[Dict[str, An
 
 
 def undo(journal: Dict[str, Any], roots: Roots) -> None:
-    """Put HEAD back where the journal found it, if only this transaction's commits moved it
-    (``top``, an older journal's work tree path, only for a root the run does not name)."""
+    """Put HEAD back where the journal found it, if only this transaction's commits moved it."""
     txn = journal.get("txn")
     names = {r.name for r in roots}
     for entry in journal.get("git_commits") or []:
@@ -111,11 +103,7 @@ def undo(journal: Dict[str, Any], roots: Roots) -> None:
 
 def message(title: str, rationale: str, name: str, version: int, patches: Sequence[Dict[str, Any]],
             extra: Sequence[str] = ()) -> str:
-    body = rationale.strip()
-    lines = [title.strip(), ""]
-    if body:
-        lines += [body, ""]
-    lines += list(extra)
+    lines = [title.strip(), ""] + ([rationale.strip(), ""] if rationale.strip() else []) + list(extra)
     lines.append("Patchkit-Fix: %s v%d" % (name, version))
     lines += ["Patchkit-Patch: %s sha256:%s" % (p.get("file"), p.get("sha256")) for p in patches]
     return "\n".join(lines) + "\n"

@@ -1,7 +1,5 @@
 """The git questions and object writes of revert fixes, git checks and ``--commit``, through
-the host's ``git`` CLI. Reads are object-level (nothing touches a work tree); writes are new
-objects, an ``update-ref`` of HEAD that fails if HEAD moved, and index entries of files
-patchkit wrote."""
+the host's ``git`` CLI; reads never touch a work tree."""
 
 from __future__ import annotations
 
@@ -85,30 +83,19 @@ class Checkout:
         return [(fields[i][:1], fields[i + 1]) for i in range(0, len(fields) - 1, 2)]
 
     def find_by_patch_id(self, patch_ids: Sequence[str], repo_paths: Sequence[str]) -> List[str]:
-        """Commits of HEAD's history (newest first) whose whole change has one of the patch-ids.
-
-        Only commits touching ``repo_paths`` and nothing else can carry a series of those files,
-        so ``git log --name-only`` picks them and only they are diffed (a fork's history holds
-        release commits of thousands of files)."""
+        """Commits of HEAD's history (newest first) whose whole change has one of the patch-ids;
+        only those touching nothing but ``repo_paths`` are diffed."""
         if not patch_ids or not repo_paths:
             return []
         listing = self.run(["log", "-z", "--full-diff", "--name-only", "--no-renames",
                             "--format=%x01%H", "HEAD", "--"] + list(repo_paths))
-        allowed = set(repo_paths)
-        candidates: List[str] = []
-        sha, files, ok = "", set(), False  # type: str, set, bool
+        commits: Dict[str, set] = {}  # sha -> the files it touched, in log order
         for token in listing.decode("utf-8", "surrogateescape").split("\0"):
             if token.startswith("\x01"):
-                if sha and ok and files:
-                    candidates.append(sha)
-                sha, files, ok = token[1:].strip(), set(), True
-                continue
-            name = token.lstrip("\n")
-            if name:
-                files.add(name)
-                ok = ok and name in allowed
-        if sha and ok and files:
-            candidates.append(sha)
+                files = commits.setdefault(token[1:].strip(), set())
+            elif token.lstrip("\n"):
+                files.add(token.lstrip("\n"))
+        candidates = [sha for sha, files in commits.items() if files and files <= set(repo_paths)]
         if not candidates:
             return []
         log = self.run(["log", "--no-walk=unsorted", "-p", "--no-color", "--no-renames",
@@ -132,17 +119,14 @@ def checkout_of(root_path: str) -> Optional[Checkout]:
     return Checkout(root_path, top, "" if prefix == "." else prefix + "/")
 
 
-def merge_file(ours: bytes, base: bytes, theirs: bytes,
-               labels: Tuple[str, str, str]) -> Tuple[bytes, int]:
+def merge_file(ours: bytes, base: bytes, theirs: bytes, labels: Tuple[str, str, str]) -> Tuple[bytes, int]:
     """``git merge-file -p --diff3``: the merged bytes and the number of conflicts."""
     with tempfile.TemporaryDirectory(prefix="patchkit-merge-") as tmp:
-        names = []
-        for name, data in (("ours", ours), ("base", base), ("theirs", theirs)):
-            path = os.path.join(tmp, name)
+        names = [os.path.join(tmp, name) for name in ("ours", "base", "theirs")]
+        for path, data in zip(names, (ours, base, theirs)):
             with open(path, "wb") as fh:
                 fh.write(data)
-            names.append(path)
-        labelled = ["-L", labels[0], "-L", labels[1], "-L", labels[2]]
+        labelled = [arg for label in labels for arg in ("-L", label)]
         proc = gitcli._git(tmp, ["merge-file", "-p", "--diff3"] + labelled + names)
     if proc is None:
         raise TargetError("git merge-file did not run (is git installed on the target?)")

@@ -41,18 +41,18 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
     return {"state_root": req.state_root.path, "fixes": out, "journal": store.read_journal()}
 
 
+def _file_state(ok: bool, current: Optional[bytes]) -> str:
+    return "ok" if ok else ("missing" if current is None else "drifted")
+
+
 def _recorded(ws: Workspace, rec: Dict[str, Any], last: Dict[Any, Dict[str, Any]]) -> Dict[str, Any]:
     """A file is ``ok`` when it holds what the last fix to touch it wrote (maybe a later fix)."""
     out = []
     for f in rec.get("files", []):
         root, path = f["root"], f["path"]
-        expected = last.get((root, path), f).get("after_sha256")
         current = ws.entry(root, path).current
-        if sha256_bytes(current) == expected:
-            state = "ok"
-        else:
-            state = "missing" if current is None else "drifted"
-        out.append({"root": root, "path": path, "state": state})
+        ok = sha256_bytes(current) == last.get((root, path), f).get("after_sha256")
+        out.append({"root": root, "path": path, "state": _file_state(ok, current)})
     drifted = any(f["state"] != "ok" for f in out)
     return {"name": rec["name"], "state": "drifted" if drifted else "applied",
             "version": rec.get("version"), "applied_at": rec.get("applied_at"), "files": out}
@@ -60,8 +60,7 @@ def _recorded(ws: Workspace, rec: Dict[str, Any], last: Dict[Any, Dict[str, Any]
 
 def drifted_files(roots: Roots, state: Dict[str, Any], rec: Dict[str, Any],
                   ws: Optional[Workspace] = None) -> List[Dict[str, Any]]:
-    """The recorded fix's files that no longer hold what the last fix to write them wrote
-    (``{root, path, state}``, state ``drifted`` or ``missing``), as ``status`` sees them."""
+    """The recorded fix's files that ``status`` shows ``drifted`` or ``missing``."""
     seen = _recorded(ws or Workspace(roots), rec, last_writers(state))
     return [f for f in seen["files"] if f["state"] != "ok"]
 
@@ -86,21 +85,16 @@ def drift_check(fix: str, drifted: List[Dict[str, Any]]) -> Dict[str, Any]:
 def _detect(ws: Workspace, spec: FixSpec) -> Dict[str, Any]:
     """Is an unrecorded fix's change already in the files (``presence.detect``)?"""
     found = presence.detect(spec.files, ws.read)
-    files = []
-    if found.state != presence.NOT_APPLIED:
-        for (root, path), whole in found.files:
-            current = ws.entry(root, path).current
-            files.append({"root": root, "path": path,
-                          "state": "ok" if whole else ("missing" if current is None else "drifted")})
+    files = [] if found.state == presence.NOT_APPLIED else [
+        {"root": root, "path": path, "state": _file_state(whole, ws.entry(root, path).current)}
+        for (root, path), whole in found.files]
     return {"name": spec.name, "state": found.state, "version": spec.version, "applied_at": None,
             "files": files}
 
 
 def _revert_state(spec: FixSpec, roots: Roots) -> str:
-    """A revert fix whose change is in the files: reverted by hand (``present-unrecorded``)
-    only when git shows the commit it reverts in HEAD's history; otherwise the change it
-    undoes was never there and the fix is ``not-needed`` (a pristine release looks exactly
-    like one where the revert was applied). The one status question that runs git."""
+    """A revert fix whose change is in the files was reverted by hand only when the commit it
+    reverts is in HEAD's history; otherwise that change was never there (``not-needed``)."""
     source, _check = revert.resolve(spec, roots)
     return "present-unrecorded" if source is not None else "not-needed"
 

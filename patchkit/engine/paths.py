@@ -1,12 +1,8 @@
 """Target roots: layout detection and safe mapping of patch paths to files.
 
-Patch paths are written against an SGLang checkout (``python/sglang/...``). An installed
-package (a ``site-packages`` holding ``sglang/`` but no ``python/``) carries the same files as
-``sglang/...``, so the engine maps between the two; anything else is a ``plain`` directory where
-paths are taken as they are. A path is refused before anything is written if it is absolute,
-has a ``..`` component, resolves through symlinks to a place outside its root, or lies in
-the root's ``.patchkit/`` or ``.git/``. Every path is put in one canonical form first
-(``Roots.canonical``), so one file is one entry however a patch spells it.
+Patch paths are written against an SGLang checkout (``python/sglang/...``); an installed
+package carries them as ``sglang/...``; a ``plain`` directory takes them as they are. Unsafe
+paths (absolute, ``..``, out through a symlink, into ``.patchkit/`` or ``.git/``) are refused.
 """
 
 from __future__ import annotations
@@ -34,19 +30,14 @@ def detect_layout(path: str) -> str:
 
 @dataclass(frozen=True)
 class Root:
-    """One named root of a request."""
-
     name: str
     path: str  # absolute, as given
     real: str  # os.path.realpath(path)
     layout: str
 
     def package_dir(self) -> Optional[str]:
-        """The ``sglang`` package directory of this root, if it has one."""
-        for candidate in (os.path.join(self.path, "python", "sglang"), os.path.join(self.path, "sglang")):
-            if os.path.isdir(candidate):
-                return candidate
-        return None
+        candidates = (os.path.join(self.path, "python", "sglang"), os.path.join(self.path, "sglang"))
+        return next((c for c in candidates if os.path.isdir(c)), None)
 
     def mapped(self, rel: str) -> str:
         """The root-relative path of a checkout-layout patch path in this root's layout."""
@@ -54,13 +45,15 @@ class Root:
             return rel[len("python/"):]
         return rel
 
+    def unmapped(self, rel: str) -> str:
+        """The checkout-layout path of a path relative to this root (``mapped`` undone)."""
+        return "python/" + rel if self.layout == PACKAGE and rel.startswith("sglang/") else rel
+
     def default_sys_path(self) -> str:
         return "." if self.layout == PACKAGE else "python"
 
 
 class Roots:
-    """The named roots of one request."""
-
     def __init__(self, mapping: Dict[str, str]) -> None:
         if not isinstance(mapping, dict) or not mapping:
             raise UsageError("the request names no roots; give at least one (e.g. sglang=/path)")
@@ -101,11 +94,11 @@ class Roots:
                                   "root" % where, root=root_name, path=rel)
         limit = _name_max(root)
         for part in parts:
-            if len(part.encode("utf-8", "surrogateescape")) > limit:
+            size = len(part.encode("utf-8", "surrogateescape"))
+            if size > limit:
                 raise UnsafePathError("%s: the name %s... is %d bytes long; the file system of root "
                                       "%s takes names of at most %d bytes (255 on most): shorten it "
-                                      "in the patch" % (where, part[:40], len(part.encode(
-                                          "utf-8", "surrogateescape")), root_name, limit),
+                                      "in the patch" % (where, part[:40], size, root_name, limit),
                                       root=root_name, path=rel)
         full = os.path.realpath(os.path.join(root.path, root.mapped(rel)))
         prefix = _prefix(root)
@@ -123,19 +116,14 @@ class Roots:
         return full
 
     def canonical(self, root_name: str, rel: str) -> str:
-        """The one spelling of ``rel`` in its root: checkout layout, no ``.`` or empty
-        components, no symlink inside the root (``python/./sglang/x.py``, ``python//sglang/x.py``
-        and a link to ``x.py`` all name ``python/sglang/x.py``). Every path of a request is put
-        in this form before planning, so one file is one entry however a patch spells it."""
+        """The one spelling of ``rel`` in its root (checkout layout, no ``.``, empty component
+        or symlink inside the root), so one file is one entry however a patch spells it."""
         root = self.get(root_name)
         full = self.resolve(root_name, rel)
         if full == root.real:
             raise UnsafePathError("%s:%s names the root directory itself, not a file"
                                   % (root_name, rel), root=root_name, path=rel)
-        inside = self.relative(root_name, full)
-        if root.layout == PACKAGE and inside.startswith("sglang/"):
-            return "python/" + inside
-        return inside
+        return root.unmapped(self.relative(root_name, full))
 
     def relative(self, root_name: str, full: str) -> str:
         """``full`` (a real path inside root ``root_name``) relative to that root, as on disk."""
@@ -149,14 +137,10 @@ class Roots:
         return full[len(prefix):]
 
     def placeholders(self, python: str) -> Dict[str, str]:
-        out = {"{python}": python}
-        for root in self:
-            out["{root:%s}" % root.name] = root.path
-        return out
+        return {"{python}": python, **{"{root:%s}" % root.name: root.path for root in self}}
 
 
 def _prefix(root: Root) -> str:
-    """The root's real path with a trailing separator: what every path inside starts with."""
     return root.real.rstrip(os.sep) + os.sep
 
 

@@ -20,8 +20,7 @@ STRATEGIES = ("restore", "reverse")
 
 @dataclass
 class FixSpec:
-    """One fix of a request, checked (``parse_fix``). Not frozen: ``check_patch_paths`` puts
-    the paths of ``files`` in their canonical form in place."""
+    """One fix of a request (``parse_fix``); not frozen, as ``check_patch_paths`` edits ``files``."""
 
     name: str
     version: int
@@ -43,8 +42,6 @@ class FixSpec:
 
 @dataclass(frozen=True)
 class Request:
-    """A checked engine request (``parse_request``)."""
-
     op: str
     dry_run: bool
     force: bool
@@ -66,7 +63,7 @@ def _checks(value: Any, fix: str, key: str) -> Tuple[Dict[str, Any], ...]:
 
 
 def parse_fix(data: Any, lazy: bool = False) -> FixSpec:
-    """``lazy``: the hunks are checked when first used (read-only ops that may use none)."""
+    """``lazy``: the hunks are checked when first used."""
     if not isinstance(data, dict) or not data.get("name"):
         raise UsageError("the request has a fix without a name; rebuild it with patchkit.plan")
     name = str(data["name"])
@@ -84,16 +81,14 @@ def parse_fix(data: Any, lazy: bool = False) -> FixSpec:
         raise UsageError("fix %s: release must be null or {root, versions}" % name, fix=name)
     strategy = str((data.get("rollback") or {}).get("strategy") or "restore")
     if strategy not in STRATEGIES:
-        raise UsageError("fix %s: rollback strategy %r; use restore or reverse" % (name, strategy),
-                         fix=name)
+        raise UsageError("fix %s: rollback strategy %r; use restore or reverse" % (name, strategy), fix=name)
     files: Tuple[FileChange, ...] = ()
     if data.get("files"):
         from .hunks import FileChange
 
         files = tuple(FileChange.from_dict(f, name, lazy) for f in data["files"])
     revert = data.get("revert")
-    if revert is not None and (not isinstance(revert, dict) or not (revert.get("commit") or
-                                                                    revert.get("fix"))):
+    if revert is not None and not (isinstance(revert, dict) and (revert.get("commit") or revert.get("fix"))):
         raise UsageError("fix %s: revert must be null or {root, commit and/or fix, ...}; rebuild "
                          "the request with patchkit.plan" % name, fix=name)
     return FixSpec(
@@ -121,21 +116,20 @@ def parse_request(data: Any) -> Request:
     state_root = roots.get(str(data.get("state_root") or "sglang"))
     # status and verify never write; an apply checks each record's hunks when it places them
     lazy = op in ("status", "verify", "apply")
-    fixes: List[FixSpec] = [parse_fix(f, lazy) for f in _list(data, "fixes")]
-    dependencies: List[FixSpec] = [parse_fix(f, lazy) for f in _list(data, "dependencies")]
-    names = [f.name for f in fixes] + [f.name for f in dependencies]
+    fixes = tuple(parse_fix(f, lazy) for f in _list(data, "fixes"))
+    dependencies = tuple(parse_fix(f, lazy) for f in _list(data, "dependencies"))
+    names = [f.name for f in fixes + dependencies]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise UsageError("the request lists fix %s twice (fixes and dependencies together name "
-                         "each fix once); rebuild it with patchkit.plan" % ", ".join(dupes),
-                         fixes=dupes)
+                         "each fix once); rebuild it with patchkit.plan" % ", ".join(dupes), fixes=dupes)
     try:
         lock_timeout = float(data.get("lock_timeout", 30.0))
     except (TypeError, ValueError):
         raise UsageError("lock_timeout %r is not a number" % data.get("lock_timeout")) from None
     return Request(op=op, dry_run=bool(data.get("dry_run", False)), force=bool(data.get("force", False)),
                    roots=roots, state_root=state_root, python=str(data.get("python") or sys.executable),
-                   lock_timeout=lock_timeout, fixes=tuple(fixes), dependencies=tuple(dependencies),
+                   lock_timeout=lock_timeout, fixes=fixes, dependencies=dependencies,
                    commit=bool(data.get("commit", False)))
 
 
@@ -150,10 +144,8 @@ def _list(data: Dict[str, Any], key: str) -> List[Any]:
 
 
 def check_patch_paths(roots: Roots, specs: Iterable[FixSpec]) -> None:
-    """Resolve every path of every patch of ``specs`` before anything else happens, and put
-    each in its canonical form (``Roots.canonical``) in place. An unsafe path can only be fixed
-    in the patch that carries it, so the error names the fix and that patch file. Files in a
-    root the target lacks are skipped (a dependency may touch one)."""
+    """Put every patch path of ``specs`` in its canonical form before anything else happens; an
+    unsafe one is refused naming its patch file. Roots the target lacks are skipped."""
     names = {r.name for r in roots}
     for spec in specs:
         files = list(spec.files)
@@ -176,15 +168,12 @@ def check_patch_paths(roots: Roots, specs: Iterable[FixSpec]) -> None:
         spec.files = tuple(files)
 
 
-#: Mode bits no file of a fix gets unless its manifest sets ``allow_special_modes`` (git itself
-#: only ever records 100644 and 100755).
+#: Mode bits no file of a fix gets unless its manifest sets ``allow_special_modes``.
 SPECIAL_MODES = {0o4000: "setuid", 0o2000: "setgid", 0o1000: "sticky", 0o002: "world-writable"}
 
 
-def unsafe_mode(fix: str, patch: str, root: str, path: str, mode: Optional[int]
-                ) -> Optional[UnsafePathError]:
-    """The error for a FILE record giving ``path`` a special mode (``mode``: permission bits
-    as :func:`patchkit.engine.hunks.parse_mode` gives them), or None when the mode is plain."""
+def unsafe_mode(fix: str, patch: str, root: str, path: str, mode: Optional[int]) -> Optional[UnsafePathError]:
+    """The error for a FILE record giving ``path`` a special mode, or None when it is plain."""
     what = ", ".join(name for bit, name in SPECIAL_MODES.items() if mode is not None and mode & bit)
     if not what:
         return None
@@ -194,13 +183,11 @@ def unsafe_mode(fix: str, patch: str, root: str, path: str, mode: Optional[int]
         "fix %s, patch file %s: %s:%s would get mode %s (%s); patchkit gives no file such a mode "
         "unless the fix's manifest allows it. Give the file mode 100644 or 100755 in that patch's "
         "header, or, if the mode is intended, set allow_special_modes = true in the fix's manifest"
-        % (fix, where, root, path, shown, what),
-        fix=fix, patch=where, root=root, path=path, mode=shown)
+        % (fix, where, root, path, shown, what), fix=fix, patch=where, root=root, path=path, mode=shown)
 
 
 def check_file_modes(specs: Iterable[FixSpec]) -> None:
-    """Refuse, before anything is written, a fix that would make a file setuid, setgid,
-    sticky or world-writable without its manifest's ``allow_special_modes``."""
+    """Refuse a fix giving a file a special mode without its manifest's ``allow_special_modes``."""
     for spec in specs:
         if spec.allow_special_modes:
             continue

@@ -1,18 +1,16 @@
 """Revert fixes (docs/git.md): each file commit C changed becomes the three-way merge of the
-current file, C's version and C's parent's, so later changes are kept; a conflict refuses the
-apply. C is found by id or by the patch-id of a fix's series; a root outside git falls back to
-the request's FILE records."""
+current file, C's version and C's parent's, so later changes are kept."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, NoReturn, Optional, Tuple
 
 from ..errors import ConflictError
 from .checks import result
 from .gitops import Checkout, checkout_of, merge_file
 from .hunks import decode, locate, split_lines
-from .paths import PACKAGE, Roots
+from .paths import Roots
 from .request import FixSpec
 
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
@@ -45,31 +43,27 @@ def _name(rev: Dict[str, Any]) -> str:
 
 
 def resolve(fix: FixSpec, roots: Roots) -> Tuple[Optional[Source], Dict[str, Any]]:
-    """The commit to revert and the precondition result saying how it was found.
-
-    ``(None, ok result)``: the root is not a git checkout and the FILE records are the
-    fallback. ``(None, failed result)``: the commit is not there (or no fallback exists).
-    """
+    """The commit to revert and the precondition result saying how it was found; no commit
+    with an ok result: the root is outside git and the FILE records are the fallback."""
     rev = fix.revert or {}
     root = roots.get(str(rev.get("root") or "sglang"))
     label = "revert %s" % _name(rev)
+
+    def outcome(ok: bool, detail: str) -> Dict[str, Any]:
+        return result("git-revert", label, ok, detail, root.name)
+
     checkout = checkout_of(root.path)
     if checkout is None:
         if fix.files:
-            return None, result("git-revert", label, True,
-                                "root %s is not a git checkout: reverse-applying %s instead"
-                                % (root.name, "the series of fix %s" % rev["fix"] if rev.get("fix")
-                                   and not rev.get("own_series") else "this fix's own series"),
-                                root.name)
-        return None, result("git-revert", label, False,
-                            "root %s (%s) is not a git checkout, and a revert of %s needs one; "
-                            "name the fix whose series it committed (revert.fix) so patchkit can "
-                            "reverse that series instead" % (root.name, root.path, _name(rev)),
-                            root.name)
+            return None, outcome(True, "root %s is not a git checkout: reverse-applying %s instead"
+                                 % (root.name, "the series of fix %s" % rev["fix"] if rev.get("fix")
+                                    and not rev.get("own_series") else "this fix's own series"))
+        return None, outcome(False, "root %s (%s) is not a git checkout, and a revert of %s needs one; "
+                             "name the fix whose series it committed (revert.fix) so patchkit can "
+                             "reverse that series instead" % (root.name, root.path, _name(rev)))
     head = checkout.head()
     if head is None:
-        return None, result("git-revert", label, False, "root %s has no commit at HEAD" % root.name,
-                            root.name)
+        return None, outcome(False, "root %s has no commit at HEAD" % root.name)
     sha, found_by, missing = None, "", []
     if rev.get("commit"):
         cand = checkout.rev(str(rev["commit"]))
@@ -90,30 +84,26 @@ def resolve(fix: FixSpec, roots: Roots) -> Tuple[Optional[Source], Dict[str, Any
                            "(patch-id %s of its series)"
                            % (head[:12], rev["fix"], ", ".join(rev.get("patch_ids") or []) or "none"))
     if sha is None:
-        return None, result("git-revert", label, False, "; ".join(missing) + ": there is nothing "
-                            "to revert in root %s. Check the target's branch, or leave this fix out"
-                            % root.name, root.name)
+        return None, outcome(False, "; ".join(missing) + ": there is nothing to revert in root %s. "
+                             "Check the target's branch, or leave this fix out" % root.name)
     parents = checkout.parents(sha)
     if len(parents) > 1:
-        return None, result("git-revert", label, False, "%s is a merge commit; patchkit reverts "
-                            "single-parent commits only" % checkout.describe(sha), root.name)
+        return None, outcome(False, "%s is a merge commit; patchkit reverts single-parent commits "
+                             "only" % checkout.describe(sha))
     parent = parents[0] if parents else EMPTY_TREE
     wanted = [checkout.rel(root.mapped(p)) for p in rev.get("paths") or []]
     files = []
     for status, repo_path in checkout.changed_files(sha, parent, wanted or [checkout.prefix or "."]):
         if not repo_path.startswith(checkout.prefix):
             continue
-        rel = repo_path[len(checkout.prefix):]
-        if root.layout == PACKAGE and rel.startswith("sglang/"):
-            rel = "python/" + rel
+        rel = root.unmapped(repo_path[len(checkout.prefix):])
         files.append(RevertFile(status if status in "AD" else "M", repo_path, rel))
     title = checkout.describe(sha)
     if not files:
-        return None, result("git-revert", label, False, "commit %s changes none of %s in root %s"
-                            % (title, ", ".join(rev.get("paths") or ["its files"]), root.name),
-                            root.name)
+        return None, outcome(False, "commit %s changes none of %s in root %s"
+                             % (title, ", ".join(rev.get("paths") or ["its files"]), root.name))
     return Source(root.name, checkout, sha, parent, title, found_by, tuple(files)), \
-        result("git-revert", label, True, "reverts %s (found by %s)" % (title, found_by), root.name)
+        outcome(True, "reverts %s (found by %s)" % (title, found_by))
 
 
 def revert_file(fix: str, src: Source, f: RevertFile, current: Optional[bytes]) -> Optional[bytes]:
@@ -128,7 +118,6 @@ def revert_file(fix: str, src: Source, f: RevertFile, current: Optional[bytes]) 
                 "exists again although the commit deleted it" if base is None else
                 "was changed since the commit created it")
         _refuse(fix, src, f, where, "%s %s" % (where, what), [])
-    assert current is not None and base is not None and theirs is not None
     short = src.sha[:12]
     merged, conflicts = merge_file(current, base, theirs, ("current", short, short + "^"))
     if conflicts:
@@ -140,7 +129,7 @@ def revert_file(fix: str, src: Source, f: RevertFile, current: Optional[bytes]) 
 
 
 def _refuse(fix: str, src: Source, f: RevertFile, where: str, what: str,
-            ranges: List[Dict[str, Any]]) -> None:
+            ranges: List[Dict[str, Any]]) -> NoReturn:
     later = src.checkout.commits_touching(src.sha, f.repo_path)
     raise ConflictError(
         "fix %s: cannot revert %s: %s. Later commits touching %s: %s. Nothing was written; "
@@ -167,9 +156,7 @@ def conflict_ranges(current: bytes, merged: bytes) -> List[Dict[str, Any]]:
             at = locate(ours_lines, side, plain_before) if side else None
             start = (at + 1) if at is not None else plain_before + 1
             out.append({"lines": [start, start + max(len(side), 1) - 1],
-                        "current": [ln.rstrip("\n") for ln in side],
-                        "commit": [ln.rstrip("\n") for ln in block["commit"]],
-                        "before": [ln.rstrip("\n") for ln in block["before"]]})
+                        **{key: [ln.rstrip("\n") for ln in got] for key, got in block.items()}})
             plain_before = start - 1 + len(side)
             section, block = None, {"current": [], "commit": [], "before": []}
         elif section:
