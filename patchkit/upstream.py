@@ -1,11 +1,6 @@
-"""SGLang releases from the package registry as a linear, tagged git history.
-
-Each release's wheel carries the Python source; it becomes one commit (``python/sglang/...``,
-the checkout layout) tagged ``v<version>``, in version order on branch ``main``, so fixes can
-be diffed, rebased and tested against it. A managed upstream directory (docs/upstream.md)
-holds ``repo.git/`` (bare), ``wheels/`` (downloads, reused) and ``trees/<ver>/`` (working
-trees); an existing SGLang clone (``PATCHKIT_UPSTREAM``) is used as it is, never written.
-"""
+"""SGLang releases from the package registry as a linear, tagged git history: each wheel's
+Python source becomes one commit tagged ``v<version>``, in version order on ``main``, so fixes
+can be diffed, rebased and tested against it (docs/upstream.md)."""
 
 from __future__ import annotations
 
@@ -70,7 +65,7 @@ class Release:
 
 
 class UpstreamRepo:
-    """SGLang releases as a git history; see the module docstring for the layout."""
+    """SGLang releases as a git history (docs/upstream.md)."""
 
     def __init__(self, path: Path | str | None = None, *, wheels: Path | str | None = None):
         self.path = Path(path).expanduser() if path is not None else upstream_dir()
@@ -175,8 +170,8 @@ class UpstreamRepo:
         gitrepo.update_refs(self.git_dir, updates, expected)
 
     def checkout(self, version: str, dest: Path | str) -> Path:
-        """A working tree of ``version`` at ``dest`` (absent or empty): a ``git clone
-        --shared`` detached at the tag, which borrows the upstream repository's objects."""
+        """A working tree of ``version`` at ``dest`` (absent or empty): a ``git clone --shared``
+        detached at the tag."""
         d = Path(dest).absolute()  # git clones from the upstream repository's directory
         self.release(version)
         if d.exists() and (not d.is_dir() or any(d.iterdir())):

@@ -8,6 +8,7 @@ from typing import Any, Mapping
 
 from .model import DEFAULT_ROOT, ProjectConfig, TargetConfig
 from .reader import (
+    ROOT_NAME_RE,
     Ctx,
     check_keys,
     full_key,
@@ -17,7 +18,6 @@ from .reader import (
     strings,
     typed,
 )
-from .reader import ROOT_NAME_RE
 
 TARGET_KEYS = ("path", "host", "user", "port", "python", "ssh_options", "ssh_program", "roots")
 REMOTE_ONLY_KEYS = ("user", "port", "ssh_options", "ssh_program")

@@ -1,6 +1,5 @@
-"""Edits of a manifest in place through tomlkit's round trip, keeping the author's comments
-and layout (bump a version, add a release), and the text of a new manifest. Every edit is
-validated as a load would be before the file is replaced (atomically)."""
+"""Edits of a manifest in place keeping the author's comments and layout (tomlkit), validated
+before the file is replaced; and the text of a new manifest."""
 
 from __future__ import annotations
 
@@ -72,12 +71,8 @@ summary = "First version."
 def new_manifest_text(name: str, title: str, base_release: str,
                       patches: list[tuple[str, str]], rationale: str = "", *,
                       date: str | None = None) -> str:
-    """A commented version-1 manifest that loads as-is (once its patch files exist).
-
-    ``patches`` are ``(file, root)`` or ``(file, root, description)``. Without ``rationale``
-    the text carries a prose placeholder to replace; checks are commented-out examples.
-    The text is validated before it is returned, so a bad name or title fails here.
-    """
+    """A commented version-1 manifest that loads as-is (once its patch files exist), validated
+    here; ``patches`` are ``(file, root)`` or ``(file, root, description)``."""
     def q(value: Any) -> str:
         return tomlkit.item(value).as_string()
 
@@ -102,12 +97,11 @@ def new_manifest_text(name: str, title: str, base_release: str,
 def bump_manifest(path: Path | str, *, version: int, changelog_summary: str, date: str,
                   patches: list[tuple[str, str]] | None = None, base_release: str | None = None,
                   releases: list[str] | None = None) -> None:
-    """Record a new version of the series in place, keeping comments and layout.
+    """Record a new version of the series in place, with a changelog entry for ``version``.
 
     ``patches`` replaces the ``[[patches]]`` list; ``base_release`` without ``releases`` also
     resets an explicit ``releases`` to ``[base_release]`` (a rebased series is only known to
-    apply there). A changelog entry for ``version`` is appended. The result is validated
-    before the file is replaced (atomically).
+    apply there).
     """
     path = Path(path)
     ctx, doc, current = _open(path)
@@ -142,11 +136,8 @@ def bump_manifest(path: Path | str, *, version: int, changelog_summary: str, dat
 
 
 def add_release(path: Path | str, release: str) -> bool:
-    """Add ``release`` to ``upstream.releases`` in place (the series applies there unchanged).
-
-    The series does not change, so the version does not either. Returns False when the
-    release was listed already (nothing written). Comments and layout are kept.
-    """
+    """Add ``release`` to ``upstream.releases`` in place, the version unchanged; False when
+    the release was listed already (nothing written)."""
     ctx, doc, current = _open(Path(path))
     if release in current.upstream.releases or not current.upstream.releases:
         return False

@@ -1,11 +1,5 @@
-"""The lineage of a catalog's fixes: who came after whom, what each version changed, and why.
-
-``build(catalog)`` reads the manifests and, in a git work tree, the commits that touched
-``manifests/<fix>.toml`` or ``patches/<fix>/`` (each attributed to the version its manifest
-declared then); with a target's status, which version is applied there and since when.
-Order: topological over ``depends_on``, ``supersedes`` and ``reverts``, ties broken by the
-first changelog date, then the name. The JSON form (format 1) is in docs/lineage.md.
-"""
+"""The lineage of a catalog's fixes: who came after whom, what each version changed, and why,
+from the manifests, the catalog's git history and a target's status (docs/lineage.md)."""
 
 from __future__ import annotations
 
@@ -183,10 +177,7 @@ class Lineage:
 def build(catalog: Catalog, *, target_status: Any = None, fix: str | None = None,
           history: bool = True) -> Lineage:
     """The lineage of ``catalog``; with ``fix``, only that fix and the fixes linked to it.
-
-    ``target_status`` is an :class:`~patchkit.results.OpResult` of ``api.status``; ``history``
-    False leaves out the catalog's git history (whose shas change with every clone).
-    """
+    ``target_status`` is an ``api.status`` result; ``history`` False skips the git history."""
     fixes = catalog.validate()
     commits = _catalog_history(catalog, fixes) if history else None
     applied = _applied(target_status)
@@ -262,7 +253,6 @@ def _assemble(fixes: Sequence[Fix], applied: Mapping[str, Applied],
 
 
 def _revert_of(fix: Fix) -> dict[str, Any] | None:
-    """The manifest's ``[revert]`` table (a fix that is the inverse of a commit), if any."""
     rev = fix.revert
     return None if rev is None else {"commit": rev.commit, "fix": rev.fix, "root": rev.root,
                                      "paths": list(rev.paths)}
@@ -271,17 +261,14 @@ def _revert_of(fix: Fix) -> dict[str, Any] | None:
 def _outgoing(fix: Fix) -> list[tuple[str, str]]:
     out = [("depends_on", d) for d in fix.depends_on]
     out += [("supersedes", s) for s in fix.supersedes]
-    rev = _revert_of(fix)
-    for name in dict.fromkeys(n for n in (fix.reverts, rev and rev["fix"]) if n):
+    for name in dict.fromkeys(n for n in (fix.reverts, fix.revert and fix.revert.fix) if n):
         out.append(("reverts", name))
     return out
 
 
 def _first_date(fix: Fix) -> tuple[int, str, str]:
     """Sort key among fixes free to come next: dated first (oldest first), then by name."""
-    if fix.changelog:
-        return (0, fix.changelog[0].date, fix.name)
-    return (1, "", fix.name)
+    return (0, fix.changelog[0].date, fix.name) if fix.changelog else (1, "", fix.name)
 
 
 def _order(fixes: Sequence[Fix], edges: Sequence[Edge]) -> list[Fix]:
@@ -372,8 +359,7 @@ def _catalog_history(catalog: Catalog, fixes: Sequence[Fix]
 
 
 def _applied(target_status: Any) -> dict[str, Applied]:
-    """Per fix, what the target's status says; commits come from the raw record, which
-    carries them only for fixes applied as commits (docs/state.md)."""
+    """Per fix, what the target's status says; commits come from the raw record."""
     if target_status is None:
         return {}
     raw = {str(f.get("name")): f for f in ((target_status.raw.get("status") or {}).get("fixes") or ())

@@ -1,11 +1,5 @@
-"""Fix manifests (``manifests/<fix>.toml``): load and validate (docs/manifest.md).
-
-Loading checks everything the format says and raises :class:`ManifestError` naming the file
-and the key or line, so the rest of patchkit works on trusted frozen records
-(:mod:`patchkit.catalog.model`). Manifest format 1 is the current one; a manifest declaring a
-newer ``format`` is refused with "upgrade patchkit" rather than half-understood. The TOML is
-read by :mod:`.reader`; edits that keep the author's layout are in :mod:`.edit`.
-"""
+"""Fix manifests (``manifests/<fix>.toml``): load and validate (docs/manifest.md), raising
+:class:`ManifestError` naming the file and the key or line."""
 
 from __future__ import annotations
 
@@ -38,7 +32,6 @@ from .reader import (
     Ctx,
     check_keys,
     choice,
-    full_key,
     loads,
     read_data,
     rel_path,
@@ -356,9 +349,8 @@ def _check_files(ctx: Ctx, fix: Fix) -> None:
 
 
 def version_and_patches(text: str) -> tuple[int | None, list[str]]:
-    """The ``version`` and ``[[patches]].file`` names of a manifest's text, unvalidated: an
-    old version from the catalog's git history need not be valid today; one that is not
-    TOML gives ``(None, [])``."""
+    """The ``version`` and ``[[patches]].file`` names of a manifest's text, unvalidated (an old
+    version need not be valid today); text that is not TOML gives ``(None, [])``."""
     try:
         data = loads(Path("manifest.toml"), "manifest", text)
     except ManifestError:  # any broken old text just has no version

@@ -1,9 +1,5 @@
-"""The catalog's model: what a manifest (``manifests/<fix>.toml``) and ``patchkit.toml`` say.
-
-Frozen dataclasses built by :mod:`patchkit.catalog.manifest` after validation, so the rest of
-patchkit trusts every field without re-checking (docs/design.md, Records). The format is
-written down in ``docs/manifest.md``; this module mirrors it.
-"""
+"""The catalog's model: what a manifest and ``patchkit.toml`` say (docs/manifest.md), as
+frozen dataclasses built after validation, so the rest of patchkit trusts every field."""
 
 from __future__ import annotations
 
@@ -48,8 +44,7 @@ CHECK_KEYS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = MappingProxy
 })
 CHECK_KINDS = tuple(CHECK_KEYS)
 
-#: Seconds a check may run unless its ``timeout`` says otherwise (docs/manifest.md); the
-#: engine keeps the same table (patchkit.engine.checks.DEFAULT_TIMEOUTS) for requests without.
+#: Seconds a check may run unless its ``timeout`` says otherwise (docs/manifest.md).
 CHECK_TIMEOUTS: Mapping[str, float] = MappingProxyType({
     "grep": 60.0, "sha256": 60.0, "python-syntax": 60.0, "bash-syntax": 60.0,
     "python-import": 300.0, "python-script": 300.0, "command": 300.0,
@@ -57,18 +52,13 @@ CHECK_TIMEOUTS: Mapping[str, float] = MappingProxyType({
 })
 
 #: Defaults written into the engine request so the engine never guesses.
+_EXTRA_DEFAULTS: Mapping[str, dict[str, Any]] = {
+    "grep": {"regex": False}, "python-script": {"args": ()}, "command": {"expect_exit": 0},
+    "git-contains": {"present": True},
+}
 CHECK_DEFAULTS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
-    kind: MappingProxyType(dict(extra, timeout=CHECK_TIMEOUTS[kind])) for kind, extra in (
-        ("grep", {"regex": False}),
-        ("sha256", {}),
-        ("python-syntax", {}),
-        ("bash-syntax", {}),
-        ("python-import", {}),
-        ("python-script", {"args": ()}),
-        ("command", {"expect_exit": 0}),
-        ("git-contains", {"present": True}),
-        ("git-descends-from", {}),
-    )
+    kind: MappingProxyType(dict(_EXTRA_DEFAULTS.get(kind, {}), timeout=CHECK_TIMEOUTS[kind]))
+    for kind in CHECK_KINDS
 })
 
 
@@ -129,9 +119,7 @@ class Check:
 
     def to_request(self) -> dict[str, Any]:
         """The CHECK object of the engine request (docs/design.md), defaults filled in."""
-        out: dict[str, Any] = {"kind": self.kind}
-        for key, value in self.params.items():
-            out[key] = _thaw(value)
+        out: dict[str, Any] = {"kind": self.kind, **_thaw(self.params)}
         for key, value in CHECK_DEFAULTS.get(self.kind, {}).items():
             out.setdefault(key, _thaw(value))
         return out
@@ -176,8 +164,7 @@ class Rollback:
 
 @dataclass(frozen=True)
 class Revert:
-    """``[revert]``: the inverse of a commit, named by id and/or by the fix whose series it
-    committed (found by patch-id), merged onto today's files (docs/git.md)."""
+    """``[revert]``: the inverse of a commit, named by id and/or by its fix (docs/git.md)."""
 
     commit: str = ""
     fix: str = ""

@@ -1,15 +1,9 @@
 """Patch files of a series, read into the engine's FILE records and written from two texts.
 
-The only module that uses unidiff, the one patch reader. unidiff finds the files and hunks;
-this module makes the result byte-exact for the engine (docs/design.md, FILE): the patch is
-decoded as UTF-8 with ``surrogateescape`` and split on "\\n" only, so a line keeps its
-"\\r\\n"; a "\\ No newline at end of file" marker strips the newline from the line before it;
-paths come from the ``---``/``+++`` headers (git's ``a/``/``b/`` prefixes and C quoting
-undone). Anything unidiff would silently skip (a hunk longer than its header says, a binary
-patch, a rename, a symlink) is refused with :class:`PatchFormatError` naming the file and line.
-
-:func:`diff_files` writes the same dialect (git-style headers, 3 lines of context), so an
-authored series reads back exactly.
+unidiff finds the files and hunks; this module makes the result byte-exact (docs/design.md,
+FILE) and refuses with :class:`PatchFormatError` what unidiff would silently skip (a hunk
+longer than its header says, a binary patch, a rename, a symlink). :func:`diff_files` writes
+the same dialect, so an authored series reads back exactly.
 """
 
 from __future__ import annotations
@@ -65,9 +59,8 @@ def parse_patch(path: Path | str, root: str, data: bytes | None = None) -> list[
 
 def read_series(patches: Sequence[tuple[Path | str, str]]
                 ) -> tuple[list[str], list[dict[str, Any]]]:
-    """The sha256 of each ``(path, root)`` patch and the FILE records of the whole series, in
-    order, each hunk in the request's ``body`` form (docs/design.md, FILE). Raises ``OSError``
-    (its ``filename`` is the patch) when a patch cannot be read."""
+    """The sha256 of each ``(path, root)`` patch and the FILE records of the whole series, each
+    hunk in the request's ``body`` form; ``OSError`` when a patch cannot be read."""
     digests: list[str] = []
     files: list[dict[str, Any]] = []
     for path, root in patches:
@@ -81,8 +74,7 @@ def read_series(patches: Sequence[tuple[Path | str, str]]
 
 
 def compact_hunk(hunk: dict[str, Any]) -> dict[str, Any]:
-    """A hunk record with ``body`` (one string) in place of ``lines``: the form a request
-    carries, split by the engine only when it uses the hunk."""
+    """A hunk record with ``body`` (one string) in place of ``lines``, as a request carries it."""
     out = {k: v for k, v in hunk.items() if k != "lines"}
     out["body"] = hunk_body(hunk["lines"])
     return out
@@ -108,8 +100,7 @@ def _parse(path: Path, data: bytes) -> list[dict[str, Any]]:
 
 
 def _parse_failure(path: Path, lines: list[str]) -> None:
-    """Raise the error of a patch unidiff refused, naming the line it stopped at (parsed
-    again through a line counter, so only a failure pays for counting)."""
+    """Raise the error of a patch unidiff refused, naming the line it stopped at."""
     counted = _Counted(lines)
     try:
         unidiff.PatchSet(counted)
@@ -320,11 +311,7 @@ def _side(prefix: str, path: str) -> str:
 def diff_files(old: bytes | None, new: bytes | None, path: str, *,
                mode: str = DEFAULT_MODE, old_mode: str | None = None) -> str:
     """A git-style unified diff of one file (``None`` = absent); "" when nothing changed.
-
-    ``mode`` is the file's git mode after the change, ``old_mode`` before it (default: the
-    same). A modified file whose mode changes gets git's ``old mode``/``new mode`` lines, and
-    with the same bytes on both sides the diff is those lines alone (a mode-only change).
-    """
+    ``mode`` is the git mode after the change, ``old_mode`` before it (default: the same)."""
     old_mode = old_mode or mode
     mode_changed = old is not None and new is not None and old_mode != mode
     if old == new and not mode_changed:
