@@ -79,9 +79,8 @@ def fix_request(fix: Fix, catalog: Catalog) -> dict[str, Any]:
     """One FIX object of the request; ``catalog`` resolves the fixes a revert or a git check
     names."""
     patches, files = _series(fix)
-    release = None
-    if fix.upstream.releases:
-        release = {"root": fix.upstream.root, "versions": list(fix.upstream.releases)}
+    release = ({"root": fix.upstream.root, "versions": list(fix.upstream.releases)}
+               if fix.upstream.releases else None)
     revert = None
     if fix.revert is not None:
         revert = {"root": fix.revert.root, "commit": fix.revert.commit or None,

@@ -16,15 +16,17 @@ from .model import MANIFEST_FORMAT, Fix
 from .reader import Ctx, loads, read_toml
 
 
+def _patch_entry(entry: Sequence[str]) -> dict[str, str]:
+    """The ``[[patches]]`` keys of ``(file, root)`` or ``(file, root, description)``."""
+    file, root, *rest = entry
+    return {"file": file, "root": root, **({"description": rest[0]} if rest and rest[0] else {})}
+
+
 def _patch_tables(patches: Iterable[Sequence[str]]) -> Any:
     aot = tomlkit.aot()
     for entry in patches:
-        file, root, *rest = entry
         table = tomlkit.table()
-        table["file"] = file
-        table["root"] = root
-        if rest and rest[0]:
-            table["description"] = rest[0]
+        table.update(_patch_entry(entry))
         aot.append(table)
     return aot
 
@@ -78,13 +80,8 @@ def new_manifest_text(name: str, title: str, base_release: str,
 
     why = rationale.strip() or ("Replace this: what was wrong, what the fix does, and the\n"
                                 "evidence (logs, measurements, upstream discussion).")
-    blocks = []
-    for entry in patches:
-        file, root, *rest = entry
-        block = f"[[patches]]\nfile = {q(file)}\nroot = {q(root)}\n"
-        if rest and rest[0]:
-            block += f"description = {q(rest[0])}\n"
-        blocks.append(block)
+    blocks = ["[[patches]]\n" + "".join(f"{key} = {q(value)}\n" for key, value in _patch_entry(e).items())
+              for e in patches]
     text = _SKELETON.format(
         format=MANIFEST_FORMAT, name=q(name), name_q=name, name_raw=name, title=q(title),
         rationale=tomlkit.string(why + "\n", multiline=True).as_string(), base=q(base_release),

@@ -4,14 +4,14 @@ from the manifests, the catalog's git history and a target's status (docs/lineag
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from .. import gitrepo
 from . import Catalog
 from ..errors import ManifestError
 from .manifest import version_and_patches
-from .model import Fix
+from .model import Fix, thaw
 
 #: Version of the ``--json`` document (docs/lineage.md).
 LINEAGE_FORMAT = 1
@@ -92,7 +92,6 @@ class FixLineage:
         return tuple(dict.fromkeys((*self.links.superseded_by, *self.links.reverted_by)))
 
     def to_json(self) -> dict[str, Any]:
-        links = self.links
         return {
             "name": self.name,
             "status": self.status,
@@ -101,34 +100,12 @@ class FixLineage:
             "base_release": self.base_release,
             "forwarding": self.forwarding,
             "rationale": self.rationale,
-            "links": {
-                "depends_on": list(links.depends_on),
-                "depended_on_by": list(links.depended_on_by),
-                "supersedes": list(links.supersedes),
-                "superseded_by": list(links.superseded_by),
-                "reverts": links.reverts,
-                "reverted_by": list(links.reverted_by),
-            },
+            "links": thaw(asdict(self.links)),
             "replaced_by": list(self.replaced_by),
             "revert": None if self.revert is None else dict(self.revert),
-            "versions": [
-                {
-                    "version": v.version,
-                    "date": v.date,
-                    "base_release": v.base_release,
-                    "summary": v.summary,
-                    "rebased_from": v.rebased_from,
-                    "commits": [{"sha": c.sha, "date": c.date, "subject": c.subject}
-                                for c in v.commits],
-                }
-                for v in self.versions
-            ],
-            "applied": None if self.applied is None else {
-                "state": self.applied.state,
-                "version": self.applied.version,
-                "applied_at": self.applied.applied_at,
-                "commits": [{"root": r, "sha": sha} for r, sha in self.applied.commits],
-            },
+            "versions": [thaw(asdict(v)) for v in self.versions],
+            "applied": None if self.applied is None else dict(
+                asdict(self.applied), commits=[{"root": r, "sha": sha} for r, sha in self.applied.commits]),
         }
 
 
@@ -253,9 +230,7 @@ def _assemble(fixes: Sequence[Fix], applied: Mapping[str, Applied],
 
 
 def _revert_of(fix: Fix) -> dict[str, Any] | None:
-    rev = fix.revert
-    return None if rev is None else {"commit": rev.commit, "fix": rev.fix, "root": rev.root,
-                                     "paths": list(rev.paths)}
+    return None if fix.revert is None else thaw(asdict(fix.revert))
 
 
 def _outgoing(fix: Fix) -> list[tuple[str, str]]:

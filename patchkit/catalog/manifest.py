@@ -163,8 +163,7 @@ def _build_upstream(ctx: Ctx, data: Mapping[str, Any]) -> Upstream:
         raise ctx.fail("upstream.releases", f"releases {list(releases)} do not include "
                        f"base_release '{base}'", "Add the base release to releases (an empty "
                        "list means: no release precondition)")
-    root = string(ctx, table, "upstream", "root", DEFAULT_ROOT)
-    root_name(ctx, root, "upstream.root")
+    root = root_name(ctx, string(ctx, table, "upstream", "root", DEFAULT_ROOT), "upstream.root")
     return Upstream(base_release=base, releases=releases,
                     project=string(ctx, table, "upstream", "project", "sglang", nonempty=True),
                     root=root,

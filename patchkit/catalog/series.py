@@ -75,9 +75,7 @@ def read_series(patches: Sequence[tuple[Path | str, str]]
 
 def compact_hunk(hunk: dict[str, Any]) -> dict[str, Any]:
     """A hunk record with ``body`` (one string) in place of ``lines``, as a request carries it."""
-    out = {k: v for k, v in hunk.items() if k != "lines"}
-    out["body"] = hunk_body(hunk["lines"])
-    return out
+    return dict({k: v for k, v in hunk.items() if k != "lines"}, body=hunk_body(hunk["lines"]))
 
 
 def _fail(path: Path, line: int, message: str, todo: str) -> PatchFormatError:
@@ -178,16 +176,13 @@ def _header_name(raw: str) -> str:
     return raw.split("\t", 1)[0].rstrip("\r")
 
 
+_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+
+
 def _quoted_end(raw: str) -> int:
-    i = 1
-    while i < len(raw):
-        if raw[i] == "\\":
-            i += 2
-            continue
-        if raw[i] == '"':
-            return i
-        i += 1
-    return len(raw) - 1
+    """The index of the quote closing the quoted name ``raw`` starts with (else its end)."""
+    match = _QUOTED.match(raw)
+    return match.end() - 1 if match else len(raw) - 1
 
 
 def _git_header_names(line: str) -> tuple[str, str] | None:
@@ -204,27 +199,15 @@ def _git_header_names(line: str) -> tuple[str, str] | None:
 
 
 _ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
+_ESCAPED = re.compile(rb'\\([0-7]{3}|[abtnvfr"\\])')
 
 
 def _unquote(name: str) -> str:
     """Undo git's C-style quoting of a path ("a/f\\303\\251" -> a/fé)."""
     if not (len(name) >= 2 and name.startswith('"') and name.endswith('"')):
         return name
-    body, out, i = name[1:-1], bytearray(), 0
-    while i < len(body):
-        ch = body[i]
-        if ch == "\\" and i + 1 < len(body):
-            nxt = body[i + 1]
-            if nxt in "01234567" and re.match(r"[0-7]{3}", body[i + 1:i + 4]):
-                out.append(int(body[i + 1:i + 4], 8))
-                i += 4
-                continue
-            if nxt in _ESCAPES:
-                out.append(_ESCAPES[nxt])
-                i += 2
-                continue
-        out.extend(ch.encode("utf-8", "surrogateescape"))
-        i += 1
+    body = name[1:-1].encode("utf-8", "surrogateescape")
+    out = _ESCAPED.sub(lambda m: bytes([int(m[1], 8) if len(m[1]) == 3 else _ESCAPES[m[1].decode()]]), body)
     return out.decode("utf-8", "surrogateescape")
 
 
@@ -282,23 +265,15 @@ def _check_hunk_ends(path: Path, lines: list[str], patched: Any) -> None:
 
 # -- writing ---------------------------------------------------------------------------------
 
+_QUOTE_AS = {'"': '\\"', "\\": "\\\\", "\t": "\\t", "\n": "\\n"}
+
+
 def _quote(name: str) -> str:
     """git's C quoting, only when the path needs it (quote, backslash, control, non-ASCII)."""
     if name.isascii() and name.isprintable() and '"' not in name and "\\" not in name:
         return name
-    out = []
-    for byte in name.encode("utf-8", "surrogateescape"):
-        ch = chr(byte)
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif ch == "\t":
-            out.append("\\t")
-        elif ch == "\n":
-            out.append("\\n")
-        elif byte < 0x20 or byte >= 0x7F:
-            out.append(f"\\{byte:03o}")
-        else:
-            out.append(ch)
+    out = [_QUOTE_AS.get(chr(byte)) or (f"\\{byte:03o}" if byte < 0x20 or byte >= 0x7F else chr(byte))
+           for byte in name.encode("utf-8", "surrogateescape")]
     return '"' + "".join(out) + '"'
 
 
