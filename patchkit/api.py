@@ -46,8 +46,7 @@ def rollback(catalog: Catalog, target: Target, names: Sequence[str], *, dry_run:
 def verify(catalog: Catalog, target: Target, names: Sequence[str], *,
            lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> OpResult:
     """Run the verification of applied fixes again; writes nothing."""
-    fixes = [catalog.get(n) for n in names]
-    return _run(catalog, target, fixes, "verify", lock_timeout=lock_timeout)
+    return _run(catalog, target, [catalog.get(n) for n in names], "verify", lock_timeout=lock_timeout)
 
 
 def status(catalog: Catalog, target: Target, *,

@@ -261,22 +261,20 @@ class Catalog:
         self.dependency_order([f.name for f in fixes])
         names = set(self.names())
         for fix in fixes:
-            named = [("supersedes", fix.supersedes), ("reverts", (fix.reverts,))]
-            if fix.revert is not None:
-                named.append(("revert.fix", (fix.revert.fix,)))
-            named += [(f"{c.kind}.fix", (str(c.get("fix") or ""),)) for c in fix.checks
+            named = [*(("supersedes", s) for s in fix.supersedes), ("reverts", fix.reverts),
+                     ("revert.fix", fix.revert.fix if fix.revert is not None else "")]
+            named += [(f"{c.kind}.fix", str(c.get("fix") or "")) for c in fix.checks
                       if c.kind == "git-contains"]
-            for key, targets in named:
-                for target in targets:
-                    if target and target not in names:
-                        raise ManifestError(f"{fix.manifest_path}: {key} names '{target}', "
-                                            f"which is not in the catalog {self.root}. Keep the "
-                                            "old manifest (with its status) so the lineage "
-                                            "stays readable", file=str(fix.manifest_path),
-                                            key=key)
+            for key, target in named:
+                if target and target not in names:
+                    raise ManifestError(f"{fix.manifest_path}: {key} names '{target}', which is not "
+                                        f"in the catalog {self.root}. Keep the old manifest (with its "
+                                        "status) so the lineage stays readable",
+                                        file=str(fix.manifest_path), key=key)
         own = set(self.own_names())
-        stray = sorted(p.name for p in self.patches_dir.iterdir() if p.is_dir()
-                       and p.name not in own and not p.name.startswith((".", "_"))) if self.patches_dir.is_dir() else []
+        series = self.patches_dir.iterdir() if self.patches_dir.is_dir() else ()
+        stray = sorted(p.name for p in series
+                       if p.is_dir() and p.name not in own and not p.name.startswith((".", "_")))
         if stray:
             raise ManifestError(f"{self.patches_dir}: series without a manifest: "
                                 f"{', '.join(stray)}. Add manifests/<name>.toml or remove "

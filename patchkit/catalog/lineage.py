@@ -157,8 +157,7 @@ def build(catalog: Catalog, *, target_status: Any = None, fix: str | None = None
     ``target_status`` is an ``api.status`` result; ``history`` False skips the git history."""
     fixes = catalog.validate()
     commits = _catalog_history(catalog, fixes) if history else None
-    applied = _applied(target_status)
-    lineage = _assemble(fixes, applied, commits,
+    lineage = _assemble(fixes, _applied(target_status), commits,
                         target=getattr(target_status, "target", None))
     return focus(lineage, catalog.get(fix).name) if fix is not None else lineage
 
@@ -221,7 +220,7 @@ def _assemble(fixes: Sequence[Fix], applied: Mapping[str, Applied],
             base_release=f.upstream.base_release, forwarding=f.upstream.forwarding,
             rationale=f.rationale.strip(), links=links,
             versions=_versions(f, None if commits is None else commits.get(f.name, ())),
-            applied=applied.get(f.name), revert=_revert_of(f),
+            applied=applied.get(f.name), revert=None if f.revert is None else thaw(asdict(f.revert)),
         ))
     rank = {f.name: i for i, f in enumerate(ordered)}
     edges.sort(key=lambda e: (rank[e.source], ORDERING_LINKS.index(e.kind), rank[e.target]))
@@ -229,16 +228,10 @@ def _assemble(fixes: Sequence[Fix], applied: Mapping[str, Applied],
                    target=target)
 
 
-def _revert_of(fix: Fix) -> dict[str, Any] | None:
-    return None if fix.revert is None else thaw(asdict(fix.revert))
-
-
 def _outgoing(fix: Fix) -> list[tuple[str, str]]:
-    out = [("depends_on", d) for d in fix.depends_on]
-    out += [("supersedes", s) for s in fix.supersedes]
-    for name in dict.fromkeys(n for n in (fix.reverts, fix.revert and fix.revert.fix) if n):
-        out.append(("reverts", name))
-    return out
+    reverts = dict.fromkeys(n for n in (fix.reverts, fix.revert and fix.revert.fix) if n)
+    return ([("depends_on", d) for d in fix.depends_on] + [("supersedes", s) for s in fix.supersedes]
+            + [("reverts", name) for name in reverts])
 
 
 def _first_date(fix: Fix) -> tuple[int, str, str]:
@@ -326,11 +319,8 @@ def _catalog_history(catalog: Catalog, fixes: Sequence[Fix]
                              if any(p == manifest or p.startswith(series) for p in c.files)]
     wanted = [(c.sha, f"{prefix}manifests/{name}.toml") for name, cs in touched.items() for c in cs]
     texts = iter(gitrepo.texts_at(top, wanted)) if wanted else iter(())
-    out: dict[str, list[tuple[CatalogCommit, int | None]]] = {}
-    for name, cs in touched.items():
-        out[name] = [(CatalogCommit(c.sha, c.date, c.subject), version_and_patches(next(texts) or "")[0])
-                     for c in cs]
-    return out
+    return {name: [(CatalogCommit(c.sha, c.date, c.subject), version_and_patches(next(texts) or "")[0])
+                   for c in cs] for name, cs in touched.items()}
 
 
 def _applied(target_status: Any) -> dict[str, Applied]:

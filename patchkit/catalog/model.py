@@ -11,19 +11,11 @@ from typing import Any, Mapping
 #: The manifest format this patchkit reads and writes; a newer one asks for an upgrade.
 MANIFEST_FORMAT = 1
 
-STATUS_ACTIVE = "active"
-STATUS_DEAD = "dead"
-STATUS_SUPERSEDED = "superseded"
-STATUS_UPSTREAMED = "upstreamed"
-STATUSES = (STATUS_ACTIVE, STATUS_DEAD, STATUS_SUPERSEDED, STATUS_UPSTREAMED)
+STATUSES = ("active", "dead", "superseded", "upstreamed")
 #: Statuses refused for apply unless the caller insists (``allow_inactive``).
-INACTIVE_STATUSES = (STATUS_DEAD, STATUS_SUPERSEDED)
-
+INACTIVE_STATUSES = ("dead", "superseded")
 FORWARDING_STATES = ("not-forwarded", "proposed", "merged", "rejected", "not-applicable")
-
-ROLLBACK_RESTORE = "restore"
-ROLLBACK_REVERSE = "reverse"
-ROLLBACK_STRATEGIES = (ROLLBACK_RESTORE, ROLLBACK_REVERSE)
+ROLLBACK_STRATEGIES = ("restore", "reverse")
 
 DEFAULT_ROOT = "sglang"
 
@@ -157,7 +149,7 @@ class Actions:
 class Rollback:
     """``[rollback]``: how the fix is undone."""
 
-    strategy: str = ROLLBACK_RESTORE
+    strategy: str = "restore"
     notes: str = ""
 
 

@@ -51,10 +51,7 @@ def parse_patch(path: Path | str, root: str, data: bytes | None = None) -> list[
         except OSError as exc:
             raise PatchFormatError(f"{path}: cannot read the patch: {exc.strerror}",
                                    file=str(path)) from None
-    files = _parse(path, data)
-    for record in files:
-        record["root"] = root
-    return files
+    return _parse(path, data, root)
 
 
 def read_series(patches: Sequence[tuple[Path | str, str]]
@@ -82,7 +79,7 @@ def _fail(path: Path, line: int, message: str, todo: str) -> PatchFormatError:
     return PatchFormatError(f"{path}:{line}: {message}. {todo}", file=str(path), line=line)
 
 
-def _parse(path: Path, data: bytes) -> list[dict[str, Any]]:
+def _parse(path: Path, data: bytes, root: str) -> list[dict[str, Any]]:
     lines = split_lines(data.decode("utf-8", "surrogateescape"))
     if not any(line.strip() for line in lines):
         raise _fail(path, 1, "the patch is empty", "Write the change as a unified diff "
@@ -94,7 +91,7 @@ def _parse(path: Path, data: bytes) -> list[dict[str, Any]]:
     if not patchset:
         raise _fail(path, 1, "no file changes found (no ---/+++ headers or hunks)",
                     "Write the change as a unified diff")
-    return [_file_record(path, lines, patched) for patched in patchset]
+    return [_file_record(path, lines, patched, root) for patched in patchset]
 
 
 def _parse_failure(path: Path, lines: list[str]) -> None:
@@ -114,7 +111,7 @@ def _parse_failure(path: Path, lines: list[str]) -> None:
     raise _fail(path, counted.at, "malformed patch", "Regenerate the patch")
 
 
-def _file_record(path: Path, lines: list[str], patched: Any) -> dict[str, Any]:
+def _file_record(path: Path, lines: list[str], patched: Any, root: str) -> dict[str, Any]:
     start = patched.diff_line_no or 1
     if patched.is_binary_file:
         raise _fail(path, start, "binary patches are not supported", "Ship the file through "
@@ -143,7 +140,7 @@ def _file_record(path: Path, lines: list[str], patched: Any) -> dict[str, Any]:
     if not hunks and op == "modify" and mode is None:
         raise _fail(path, start, f"the change to {rel} has no hunks", "Regenerate the patch")
     _check_hunk_ends(path, lines, patched)
-    return {"root": "", "path": rel, "patch": path.name, "op": op, "mode": mode,
+    return {"root": root, "path": rel, "patch": path.name, "op": op, "mode": mode,
             "hunks": hunks}
 
 
@@ -162,11 +159,8 @@ def _header_names(lines: list[str], start: int, patched: Any) -> tuple[str, str]
             return source, _header_name(line[4:])
     git = _git_header_names(first) if first.startswith("diff --git ") else None
     src, dst = git or (_unquote(patched.source_file), _unquote(patched.target_file))
-    if patched.source_file == DEV_NULL:
-        src = DEV_NULL
-    if patched.target_file == DEV_NULL:
-        dst = DEV_NULL
-    return src, dst
+    return (DEV_NULL if patched.source_file == DEV_NULL else src,
+            DEV_NULL if patched.target_file == DEV_NULL else dst)
 
 
 def _header_name(raw: str) -> str:
@@ -189,8 +183,7 @@ def _git_header_names(line: str) -> tuple[str, str] | None:
     rest = line[len("diff --git "):].rstrip("\n")
     if rest.startswith('"'):
         end = _quoted_end(rest)
-        first, second = rest[:end + 1], rest[end + 2:]
-        return _unquote(first), _unquote(second)
+        return _unquote(rest[:end + 1]), _unquote(rest[end + 2:])
     # Unquoted: "a/X b/X" with the same X on both sides (git's own form, spaces allowed).
     half = (len(rest) - 1) // 2
     if len(rest) % 2 == 1 and rest[half] == " " and rest[:half][2:] == rest[half + 1:][2:]:
@@ -312,23 +305,15 @@ def diff_files(old: bytes | None, new: bytes | None, path: str, *,
         i1, i2, j1, j2 = group[0][1], group[-1][2], group[0][3], group[-1][4]
         out.append(f"@@ -{_range(i1, i2 - i1)} +{_range(j1, j2 - j1)} @@\n")
         for tag, a1, a2, b1, b2 in group:
-            if tag == "equal":
-                out.extend(_body(" ", a[a1:a2]))
-                continue
-            out.extend(_body("-", a[a1:a2]))
-            out.extend(_body("+", b[b1:b2]))
+            out.extend(_body(" " if tag == "equal" else "-", a[a1:a2]))
+            if tag != "equal":
+                out.extend(_body("+", b[b1:b2]))
     return "".join(out)
 
 
 def _range(start: int, count: int) -> str:
-    if count == 1:
-        return str(start + 1)
-    return f"{start if count == 0 else start + 1},{count}"
+    return str(start + 1) if count == 1 else f"{start if count == 0 else start + 1},{count}"
 
 
 def _body(tag: str, lines: list[str]) -> Iterator[str]:
-    for line in lines:
-        if line.endswith("\n"):
-            yield tag + line
-        else:
-            yield tag + line + "\n" + _NO_NEWLINE
+    return (tag + line if line.endswith("\n") else tag + line + "\n" + _NO_NEWLINE for line in lines)
