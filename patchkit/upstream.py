@@ -48,8 +48,7 @@ def version_key(version: str) -> tuple[tuple[int, ...], int]:
     release = tuple(int(p) for p in m.group(1).split("."))
     while len(release) > 1 and release[-1] == 0:
         release = release[:-1]
-    post = int(m.group(2)) if m.group(2) is not None else -1
-    return release, post
+    return release, (int(m.group(2)) if m.group(2) is not None else -1)
 
 
 @dataclass(frozen=True)
@@ -197,8 +196,7 @@ class UpstreamRepo:
 
 
 def _cached_wheel(wheels: Path, version: str) -> Path | None:
-    found = sorted(wheels.glob(f"{PROJECT}-{version}-*.whl")) if wheels.is_dir() else []
-    return found[0] if found else None
+    return min(wheels.glob(f"{PROJECT}-{version}-*.whl"), default=None) if wheels.is_dir() else None
 
 
 def _pip(args: list[str]) -> subprocess.CompletedProcess[str]:

@@ -92,21 +92,10 @@ class FixLineage:
         return tuple(dict.fromkeys((*self.links.superseded_by, *self.links.reverted_by)))
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "status": self.status,
-            "title": self.title,
-            "version": self.version,
-            "base_release": self.base_release,
-            "forwarding": self.forwarding,
-            "rationale": self.rationale,
-            "links": thaw(asdict(self.links)),
-            "replaced_by": list(self.replaced_by),
-            "revert": None if self.revert is None else dict(self.revert),
-            "versions": [thaw(asdict(v)) for v in self.versions],
-            "applied": None if self.applied is None else dict(
-                asdict(self.applied), commits=[{"root": r, "sha": sha} for r, sha in self.applied.commits]),
-        }
+        """Every field as plain data (docs/lineage.md), with ``replaced_by``."""
+        applied = None if self.applied is None else dict(
+            asdict(self.applied), commits=[{"root": r, "sha": sha} for r, sha in self.applied.commits])
+        return dict(thaw(asdict(self)), replaced_by=list(self.replaced_by), applied=applied)
 
 
 @dataclass(frozen=True)
