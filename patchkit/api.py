@@ -3,15 +3,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 from .catalog import Catalog
+from .catalog.model import Fix
 from .request import build_request
 from .results import OpResult, check_result
 from .targets import Target, state_root_of
-
-if TYPE_CHECKING:
-    from .catalog.model import Fix
 
 DEFAULT_LOCK_TIMEOUT = 30.0
 
@@ -51,10 +49,7 @@ def verify(catalog: Catalog, target: Target, names: Sequence[str], *,
 
 def status(catalog: Catalog, target: Target, *,
            lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> OpResult:
-    """What is applied, at which version, and whether any patched file drifted.
-
-    Every fix whose roots the target defines is sent, so the engine can also spot fixes
-    present but not recorded; a fix using a root the target lacks is left out.
-    """
+    """What is applied, at which version, and whether any patched file drifted; a fix using a
+    root the target lacks is left out."""
     fixes = [f for f in catalog.all() if set(f.roots) <= set(target.roots)]
     return _run(catalog, target, fixes, "status", lock_timeout=lock_timeout)

@@ -57,15 +57,12 @@ def _check_modes(fixes: list[dict[str, Any]]) -> None:
     from .engine.hunks import parse_mode
     from .engine.request import unsafe_mode
 
-    for fix in fixes:
-        if fix.get("allow_special_modes"):
-            continue
-        for rec in fix.get("files") or ():
-            if rec.get("mode"):
-                err = unsafe_mode(fix["name"], rec.get("patch", ""), rec["root"], rec["path"],
-                                  parse_mode(rec["mode"]))
-                if err is not None:
-                    raise err
+    for fix in (f for f in fixes if not f.get("allow_special_modes")):
+        for rec in (r for r in fix.get("files") or () if r.get("mode")):
+            err = unsafe_mode(fix["name"], rec.get("patch", ""), rec["root"], rec["path"],
+                              parse_mode(rec["mode"]))
+            if err is not None:
+                raise err
 
 
 def _outside_dependencies(catalog: Catalog, fixes: list[Fix]) -> list[Fix]:
@@ -76,8 +73,7 @@ def _outside_dependencies(catalog: Catalog, fixes: list[Fix]) -> list[Fix]:
 
 
 def fix_request(fix: Fix, catalog: Catalog) -> dict[str, Any]:
-    """One FIX object of the request; ``catalog`` resolves the fixes a revert or a git check
-    names."""
+    """One FIX object of the request; ``catalog`` resolves the fixes it names."""
     patches, files = _series(fix)
     release = ({"root": fix.upstream.root, "versions": list(fix.upstream.releases)}
                if fix.upstream.releases else None)
@@ -134,9 +130,8 @@ def _commit_of(named: Fix) -> dict[str, Any]:
     """How the engine finds the commit holding ``named``'s series: its patch-id and files."""
     from .gitrepo import patch_id  # GitPython, only for a fix that needs git
 
-    text = "".join(ref.path.read_text(encoding="utf-8", errors="surrogateescape")
-                   for ref in named.patches)
-    pid = patch_id(text)
+    pid = patch_id("".join(ref.path.read_text(encoding="utf-8", errors="surrogateescape")
+                           for ref in named.patches))
     paths = sorted({rec["path"] for rec in _series(named)[1]})
     return {"patch_ids": [pid] if pid else [], "fix_paths": paths}
 

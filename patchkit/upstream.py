@@ -169,8 +169,7 @@ class UpstreamRepo:
         gitrepo.update_refs(self.git_dir, updates, expected)
 
     def checkout(self, version: str, dest: Path | str) -> Path:
-        """A working tree of ``version`` at ``dest`` (absent or empty): a ``git clone --shared``
-        detached at the tag."""
+        """A working tree of ``version`` at ``dest`` (absent or empty), detached at the tag."""
         d = Path(dest).absolute()  # git clones from the upstream repository's directory
         self.release(version)
         if d.exists() and (not d.is_dir() or any(d.iterdir())):
@@ -273,11 +272,9 @@ def extract_source(wheel: Path, dest: Path) -> int:
 
 def release_date(wheel: Path) -> str:
     """The release's commit date: the newest file time in the wheel (UTC), else its mtime."""
-    newest = None
     with zipfile.ZipFile(wheel) as zf:
-        for info in zf.infolist():
-            if info.date_time > (1980, 1, 2, 0, 0, 0):
-                newest = max(newest or info.date_time, info.date_time)
+        newest = max((info.date_time for info in zf.infolist() if info.date_time > (1980, 1, 2, 0, 0, 0)),
+                     default=None)
     when = (_dt.datetime(*newest, tzinfo=_dt.timezone.utc) if newest is not None else
             _dt.datetime.fromtimestamp(int(wheel.stat().st_mtime), tz=_dt.timezone.utc))
     return when.isoformat()

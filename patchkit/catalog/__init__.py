@@ -43,12 +43,8 @@ def _is_packaged(root: Path) -> bool:
 
 
 class Catalog:
-    """The fixes of one catalog directory, and optionally of the shipped catalog beside it.
-
-    ``beside`` (the shipped catalog) adds its fixes to this catalog's, this catalog's own fix
-    winning a name clash; writes go only to ``root``. ``read_only`` marks the shipped catalog
-    chosen because no other was found (see :meth:`check_writable`).
-    """
+    """The fixes of one catalog directory, plus those of ``beside`` (the shipped catalog) that
+    it does not have itself; writes go only to ``root``, never to a ``read_only`` catalog."""
 
     def __init__(self, root: Path | str, *, beside: Catalog | None = None,
                  read_only: bool = False) -> None:

@@ -94,12 +94,8 @@ def new_manifest_text(name: str, title: str, base_release: str,
 def bump_manifest(path: Path | str, *, version: int, changelog_summary: str, date: str,
                   patches: list[tuple[str, str]] | None = None, base_release: str | None = None,
                   releases: list[str] | None = None) -> None:
-    """Record a new version of the series in place, with a changelog entry for ``version``.
-
-    ``patches`` replaces the ``[[patches]]`` list; ``base_release`` without ``releases`` also
-    resets an explicit ``releases`` to ``[base_release]`` (a rebased series is only known to
-    apply there).
-    """
+    """Record a new version of the series in place, with a changelog entry for ``version``;
+    ``base_release`` without ``releases`` also resets an explicit ``releases`` to it."""
     path = Path(path)
     ctx, doc, current = _open(path)
     if version <= current.version:

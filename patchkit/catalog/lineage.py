@@ -166,11 +166,9 @@ def focus(lineage: Lineage, name: str) -> Lineage:
         before[edge.source].add(edge.target)
         after[edge.target].add(edge.source)
     keep = {name} | _reach(name, before) | _reach(name, after)
-    return Lineage(
-        fixes=tuple(f for f in lineage.fixes if f.name in keep),
-        edges=tuple(e for e in lineage.edges if e.source in keep and e.target in keep),
-        history=lineage.history, target=lineage.target, focus=name,
-    )
+    return Lineage(fixes=tuple(f for f in lineage.fixes if f.name in keep),
+                   edges=tuple(e for e in lineage.edges if e.source in keep and e.target in keep),
+                   history=lineage.history, target=lineage.target, focus=name)
 
 
 def _reach(start: str, graph: Mapping[str, set[str]]) -> set[str]:

@@ -105,19 +105,16 @@ def build_fix(ctx: Ctx, data: Mapping[str, Any], patch_dir: Path) -> Fix:
 
     upstream = _build_upstream(ctx, data)
     revert = _build_revert(ctx, data, name, upstream.root)
-    patches = _build_patches(ctx, data, patch_dir, upstream.root, revert is not None)
-    preconditions = _build_checks(ctx, data, "preconditions", upstream.root)
-    verification = _build_checks(ctx, data, "verification", upstream.root)
-    actions = _build_actions(ctx, data)
-    rollback = _build_rollback(ctx, data)
-    changelog = _build_changelog(ctx, data, version)
-    allow_special_modes = typed(ctx, data, "", "allow_special_modes", bool, False)
+    # The rest is validated in the order of the keywords below.
     return Fix(format=fmt, name=name, version=version, title=title, status=status,
-               rationale=rationale, upstream=upstream, patches=patches,
-               manifest_path=ctx.path, patch_dir=patch_dir, depends_on=depends_on,
-               supersedes=supersedes, reverts=reverts, preconditions=preconditions,
-               verification=verification, actions=actions, rollback=rollback,
-               changelog=changelog, revert=revert, allow_special_modes=allow_special_modes)
+               rationale=rationale, upstream=upstream, manifest_path=ctx.path, patch_dir=patch_dir,
+               patches=_build_patches(ctx, data, patch_dir, upstream.root, revert is not None),
+               preconditions=_build_checks(ctx, data, "preconditions", upstream.root),
+               verification=_build_checks(ctx, data, "verification", upstream.root),
+               actions=_build_actions(ctx, data), rollback=_build_rollback(ctx, data),
+               changelog=_build_changelog(ctx, data, version), depends_on=depends_on,
+               supersedes=supersedes, reverts=reverts, revert=revert,
+               allow_special_modes=typed(ctx, data, "", "allow_special_modes", bool, False))
 
 
 def _build_revert(ctx: Ctx, data: Mapping[str, Any], own: str, default_root: str) -> Revert | None:

@@ -1,9 +1,5 @@
-"""Reading the catalog's TOML files (manifests, ``patchkit.toml``) and checking their values.
-
-``tomllib`` parses; a text it refuses goes to tomlkit, whose error names the line and column
-(tomlkit reads everything on Python 3.10). The typed getters raise :class:`ManifestError`
-naming the file and the key, with what to do next.
-"""
+"""Reading the catalog's TOML files and checking their values: ``tomllib`` parses, tomlkit
+names the line and column of what it refuses; errors name the file, the key and what to do."""
 
 from __future__ import annotations
 
@@ -74,8 +70,7 @@ def typed(ctx: Ctx, data: Mapping[str, Any], where: str, key: str, kind: type,
                            f"Add it (see {DOCS})")
         return default
     value = data[key]
-    ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
-    if not ok:
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise ctx.fail(full_key(where, key), f"'{key}' must be {dict(_TOML_TYPES)[kind]}, "
                        f"not {toml_type(value)} ({value!r})", f"Fix its value (see {DOCS})")
     return value

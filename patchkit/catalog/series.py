@@ -1,10 +1,5 @@
-"""Patch files of a series, read into the engine's FILE records and written from two texts.
-
-unidiff finds the files and hunks; this module makes the result byte-exact (docs/design.md,
-FILE) and refuses with :class:`PatchFormatError` what unidiff would silently skip (a hunk
-longer than its header says, a binary patch, a rename, a symlink). :func:`diff_files` writes
-the same dialect, so an authored series reads back exactly.
-"""
+"""Patch files of a series, read byte-exact into the engine's FILE records (docs/design.md),
+refusing what unidiff would silently skip; and written from two texts in the same dialect."""
 
 from __future__ import annotations
 
@@ -61,8 +56,7 @@ def read_series(patches: Sequence[tuple[Path | str, str]]
     digests: list[str] = []
     files: list[dict[str, Any]] = []
     for path, root in patches:
-        with open(path, "rb") as fh:
-            data = fh.read()
+        data = Path(path).read_bytes()
         digests.append(hashlib.sha256(data).hexdigest())
         for record in parse_patch(path, root, data):
             record["hunks"] = [compact_hunk(h) for h in record["hunks"]]
@@ -140,8 +134,7 @@ def _file_record(path: Path, lines: list[str], patched: Any, root: str) -> dict[
     if not hunks and op == "modify" and mode is None:
         raise _fail(path, start, f"the change to {rel} has no hunks", "Regenerate the patch")
     _check_hunk_ends(path, lines, patched)
-    return {"root": root, "path": rel, "patch": path.name, "op": op, "mode": mode,
-            "hunks": hunks}
+    return {"root": root, "path": rel, "patch": path.name, "op": op, "mode": mode, "hunks": hunks}
 
 
 def _header_names(lines: list[str], start: int, patched: Any) -> tuple[str, str]:
