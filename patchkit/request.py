@@ -1,8 +1,5 @@
 """Build the engine request of an operation over fixes of a catalog (docs/design.md, "Engine
-request"): parsed hunks, patch hashes and check scripts' source all travel in it, so the
-engine (and a remote host) never reads the catalog. The fixes come in the order the op
-needs (:meth:`Catalog.apply_order`, :meth:`Catalog.rollback_order`).
-"""
+request"): everything travels in it, so the engine never reads the catalog."""
 
 from __future__ import annotations
 
@@ -21,8 +18,7 @@ def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
                   roots: dict[str, str], state_root: str, python: str | None,
                   dry_run: bool = False, force: bool = False, lock_timeout: float = 30.0,
                   commit: bool = False) -> dict[str, Any]:
-    """The engine request for ``op`` over ``fixes`` (already in the order the op needs); a
-    status's ``dependencies`` stay empty, as the engine reads them for apply only."""
+    """The engine request for ``op`` over ``fixes``, already in the order the op needs."""
     if op not in OPS:
         raise UsageError(f"unknown operation '{op}'; use one of {', '.join(OPS)}", op=op)
     if state_root not in roots:
@@ -61,15 +57,12 @@ def _check_modes(fixes: list[dict[str, Any]]) -> None:
     from .engine.hunks import parse_mode
     from .engine.request import unsafe_mode
 
-    for fix in fixes:
-        if fix.get("allow_special_modes"):
-            continue
-        for rec in fix.get("files") or ():
-            if rec.get("mode"):
-                err = unsafe_mode(fix["name"], rec.get("patch", ""), rec["root"], rec["path"],
-                                  parse_mode(rec["mode"]))
-                if err is not None:
-                    raise err
+    for fix in (f for f in fixes if not f.get("allow_special_modes")):
+        for rec in (r for r in fix.get("files") or () if r.get("mode")):
+            err = unsafe_mode(fix["name"], rec.get("patch", ""), rec["root"], rec["path"],
+                              parse_mode(rec["mode"]))
+            if err is not None:
+                raise err
 
 
 def _outside_dependencies(catalog: Catalog, fixes: list[Fix]) -> list[Fix]:
@@ -80,12 +73,10 @@ def _outside_dependencies(catalog: Catalog, fixes: list[Fix]) -> list[Fix]:
 
 
 def fix_request(fix: Fix, catalog: Catalog) -> dict[str, Any]:
-    """One FIX object of the request; ``catalog`` resolves the fixes a revert or a git check
-    names (their series' patch-ids travel in the request, so the host needs no catalog)."""
+    """One FIX object of the request; ``catalog`` resolves the fixes it names."""
     patches, files = _series(fix)
-    release = None
-    if fix.upstream.releases:
-        release = {"root": fix.upstream.root, "versions": list(fix.upstream.releases)}
+    release = ({"root": fix.upstream.root, "versions": list(fix.upstream.releases)}
+               if fix.upstream.releases else None)
     revert = None
     if fix.revert is not None:
         revert = {"root": fix.revert.root, "commit": fix.revert.commit or None,
@@ -136,13 +127,11 @@ def _named(catalog: Catalog, fix: Fix, name: str, key: str) -> Fix:
 
 
 def _commit_of(named: Fix) -> dict[str, Any]:
-    """How the engine finds the commit holding ``named``'s series: its patch-id, and the
-    files to look at (so only commits touching them are read)."""
+    """How the engine finds the commit holding ``named``'s series: its patch-id and files."""
     from .gitrepo import patch_id  # GitPython, only for a fix that needs git
 
-    text = "".join(ref.path.read_text(encoding="utf-8", errors="surrogateescape")
-                   for ref in named.patches)
-    pid = patch_id(text)
+    pid = patch_id("".join(ref.path.read_text(encoding="utf-8", errors="surrogateescape")
+                           for ref in named.patches))
     paths = sorted({rec["path"] for rec in _series(named)[1]})
     return {"patch_ids": [pid] if pid else [], "fix_paths": paths}
 
@@ -155,8 +144,7 @@ def _check(check: Any, fix: Fix, catalog: Catalog) -> dict[str, Any]:
 
 
 def _reversed(rec: dict[str, Any]) -> dict[str, Any]:
-    """A FILE record (hunks as ``body``) undone: sides swapped, creations become deletions;
-    a body's "\\ No newline" marker lines stay as they are."""
+    """A FILE record (hunks as ``body``) undone: sides swapped, creations become deletions."""
     op = {"create": "delete", "delete": "create"}.get(rec["op"], rec["op"])
     flip = {"+": "-", "-": "+"}
     hunks = [{"body": "".join(flip.get(line[0], line[0]) + line[1:]

@@ -1,11 +1,6 @@
-"""SGLang releases from the package registry as a linear, tagged git history.
-
-Each release's wheel carries the Python source; it becomes one commit (``python/sglang/...``,
-the checkout layout) tagged ``v<version>``, in version order on branch ``main``, so fixes can
-be diffed, rebased and tested against it. A managed upstream directory (docs/upstream.md)
-holds ``repo.git/`` (bare), ``wheels/`` (downloads, reused) and ``trees/<ver>/`` (working
-trees); an existing SGLang clone (``PATCHKIT_UPSTREAM``) is used as it is, never written.
-"""
+"""SGLang releases from the package registry as a linear, tagged git history: each wheel's
+Python source becomes one commit tagged ``v<version>``, in version order on ``main``, so fixes
+can be diffed, rebased and tested against it (docs/upstream.md)."""
 
 from __future__ import annotations
 
@@ -53,8 +48,7 @@ def version_key(version: str) -> tuple[tuple[int, ...], int]:
     release = tuple(int(p) for p in m.group(1).split("."))
     while len(release) > 1 and release[-1] == 0:
         release = release[:-1]
-    post = int(m.group(2)) if m.group(2) is not None else -1
-    return release, post
+    return release, (int(m.group(2)) if m.group(2) is not None else -1)
 
 
 @dataclass(frozen=True)
@@ -70,7 +64,7 @@ class Release:
 
 
 class UpstreamRepo:
-    """SGLang releases as a git history; see the module docstring for the layout."""
+    """SGLang releases as a git history (docs/upstream.md)."""
 
     def __init__(self, path: Path | str | None = None, *, wheels: Path | str | None = None):
         self.path = Path(path).expanduser() if path is not None else upstream_dir()
@@ -175,8 +169,7 @@ class UpstreamRepo:
         gitrepo.update_refs(self.git_dir, updates, expected)
 
     def checkout(self, version: str, dest: Path | str) -> Path:
-        """A working tree of ``version`` at ``dest`` (absent or empty): a ``git clone
-        --shared`` detached at the tag, which borrows the upstream repository's objects."""
+        """A working tree of ``version`` at ``dest`` (absent or empty), detached at the tag."""
         d = Path(dest).absolute()  # git clones from the upstream repository's directory
         self.release(version)
         if d.exists() and (not d.is_dir() or any(d.iterdir())):
@@ -202,8 +195,7 @@ class UpstreamRepo:
 
 
 def _cached_wheel(wheels: Path, version: str) -> Path | None:
-    found = sorted(wheels.glob(f"{PROJECT}-{version}-*.whl")) if wheels.is_dir() else []
-    return found[0] if found else None
+    return min(wheels.glob(f"{PROJECT}-{version}-*.whl"), default=None) if wheels.is_dir() else None
 
 
 def _pip(args: list[str]) -> subprocess.CompletedProcess[str]:
@@ -280,11 +272,9 @@ def extract_source(wheel: Path, dest: Path) -> int:
 
 def release_date(wheel: Path) -> str:
     """The release's commit date: the newest file time in the wheel (UTC), else its mtime."""
-    newest = None
     with zipfile.ZipFile(wheel) as zf:
-        for info in zf.infolist():
-            if info.date_time > (1980, 1, 2, 0, 0, 0):
-                newest = max(newest or info.date_time, info.date_time)
+        newest = max((info.date_time for info in zf.infolist() if info.date_time > (1980, 1, 2, 0, 0, 0)),
+                     default=None)
     when = (_dt.datetime(*newest, tzinfo=_dt.timezone.utc) if newest is not None else
             _dt.datetime.fromtimestamp(int(wheel.stat().st_mtime), tz=_dt.timezone.utc))
     return when.isoformat()

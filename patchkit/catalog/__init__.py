@@ -1,8 +1,5 @@
-"""A catalog: a directory holding ``manifests/<fix>.toml`` and ``patches/<fix>/``.
-
-Loads manifests lazily (once per Catalog), orders fixes by ``depends_on`` and refuses
-cycles and unknown dependencies with a :class:`ManifestError` naming the manifests involved.
-"""
+"""A catalog: a directory holding ``manifests/<fix>.toml`` and ``patches/<fix>/``; loads
+manifests lazily and orders fixes by ``depends_on``."""
 
 from __future__ import annotations
 
@@ -18,18 +15,20 @@ from .model import Fix
 
 ENV_CATALOG = "PATCHKIT_CATALOG"
 CONFIG_NAME = "patchkit.toml"  # a catalog's own settings (docs/manifest.md, patchkit.toml)
-#: Where a regular install keeps the shipped catalog: package data of patchkit (pyproject.toml
-#: maps the repository's manifests/ and patches/ there).
+#: Where a regular install keeps the shipped catalog (package data, see pyproject.toml).
 PACKAGED_CATALOG = "_catalog"
+
+
+def _package_dir() -> Path:
+    import patchkit
+
+    return Path(patchkit.__file__).resolve().parent
 
 
 def shipped_catalog_root() -> Path | None:
     """The catalog shipped with patchkit: the package data of a regular install, else the
     source tree's own manifests/ and patches/ (a source checkout or an editable install)."""
-    import patchkit
-
-    package = Path(patchkit.__file__).resolve().parent
-    for top in (package / PACKAGED_CATALOG, package.parent):
+    for top in (_package_dir() / PACKAGED_CATALOG, _package_dir().parent):
         if (top / "manifests").is_dir() and (top / "patches").is_dir():
             return top
     return None
@@ -37,24 +36,15 @@ def shipped_catalog_root() -> Path | None:
 
 def _is_packaged(root: Path) -> bool:
     """Whether ``root`` is the catalog installed as package data (never written to)."""
-    import patchkit
-
-    packaged = Path(patchkit.__file__).resolve().parent / PACKAGED_CATALOG
     try:
-        return root.resolve() == packaged
+        return root.resolve() == _package_dir() / PACKAGED_CATALOG
     except OSError:
         return False
 
 
 class Catalog:
-    """The fixes of one catalog directory, and optionally of the shipped catalog beside it.
-
-    ``beside`` (a user catalog's view of the catalog shipped with patchkit) adds the shipped
-    fixes to this catalog's: names and look-ups give both, this catalog's own fix winning a
-    name clash (:meth:`shadowed` lists them). Writing commands write only to ``root``.
-    ``read_only`` marks the shipped catalog when it was chosen because no other was found:
-    authoring refuses to write there (see :meth:`check_writable`).
-    """
+    """The fixes of one catalog directory, plus those of ``beside`` (the shipped catalog) that
+    it does not have itself; writes go only to ``root``, never to a ``read_only`` catalog."""
 
     def __init__(self, root: Path | str, *, beside: Catalog | None = None,
                  read_only: bool = False) -> None:
@@ -76,16 +66,14 @@ class Catalog:
     @classmethod
     def open(cls, root: Path | str) -> Catalog:
         """The catalog at ``root`` as the command line opens it: with the shipped catalog
-        beside it when its own ``patchkit.toml`` says ``shipped_fixes = true`` (what
-        ``patchkit init`` writes)."""
+        beside it when its own ``patchkit.toml`` says ``shipped_fixes = true``."""
         root = Path(root)
         config = root / CONFIG_NAME
         beside = None
-        if config.is_file():
-            if load_config(config).shipped_fixes:
-                shipped = shipped_catalog_root()
-                if shipped is not None and shipped.resolve() != root.resolve():
-                    beside = cls(shipped, read_only=True)
+        if config.is_file() and load_config(config).shipped_fixes:
+            shipped = shipped_catalog_root()
+            if shipped is not None and shipped.resolve() != root.resolve():
+                beside = cls(shipped, read_only=True)
         return cls(root, beside=beside)
 
     @classmethod
@@ -113,8 +101,7 @@ class Catalog:
                          "`patchkit init DIR`", start=str(here))
 
     def check_writable(self, what: str) -> None:
-        """Refuse to write into the catalog shipped with patchkit: it is replaced by the next
-        upgrade of patchkit, and in a regular install it lies in site-packages."""
+        """Refuse to write into the catalog shipped with patchkit (replaced on upgrade)."""
         if self.read_only:
             raise UsageError(
                 f"cannot {what}: no catalog of yours was found, and the catalog shipped with "
@@ -134,9 +121,7 @@ class Catalog:
 
     def shadowed(self) -> list[str]:
         """This catalog's fixes that hide a shipped fix of the same name."""
-        if self.beside is None:
-            return []
-        return sorted(set(self.own_names()) & set(self.beside.names()))
+        return sorted(set(self.own_names()) & set(self.beside.names())) if self.beside else []
 
     # -- lookup --------------------------------------------------------------------------------
 
@@ -145,14 +130,10 @@ class Catalog:
         return sorted(p.stem for p in self.manifests_dir.glob("*.toml") if p.is_file())
 
     def names(self) -> list[str]:
-        own = self.own_names()
-        if self.beside is None:
-            return own
-        return sorted(set(own) | set(self.beside.names()))
+        return sorted(set(self.own_names()) | set(self.beside.names() if self.beside else ()))
 
     def _owner(self, name: str) -> Catalog:
-        """The catalog whose manifest of ``name`` counts: this one, unless only the shipped
-        catalog beside it has one."""
+        """The catalog whose manifest of ``name`` counts: this one, unless only ``beside`` has it."""
         if (self.beside is not None and not (self.manifests_dir / f"{name}.toml").is_file()
                 and self.beside.manifest_path(name).is_file()):
             return self.beside
@@ -165,17 +146,17 @@ class Catalog:
     def get(self, name: str) -> Fix:
         if name not in self._fixes:
             owner = self._owner(name)
+            path = self.manifest_path(name)
             if owner is not self:
                 self._fixes[name] = owner.get(name)
-                return self._fixes[name]
-            path = self.manifest_path(name)
-            if not path.is_file():
+            elif not path.is_file():
                 close = difflib.get_close_matches(name, self.names(), n=3, cutoff=0.5)
                 hint = f" Did you mean {', '.join(close)}?" if close else ""
                 raise UnknownFixError(f"no fix named '{name}' in the catalog {self.root}.{hint} "
                                       "List the fixes with `patchkit list`", name=name,
                                       catalog=str(self.root), suggestions=close)
-            self._fixes[name] = load_manifest(path, patch_dir=self.patches_dir / name)
+            else:
+                self._fixes[name] = load_manifest(path, patch_dir=self.patches_dir / name)
         return self._fixes[name]
 
     def all(self) -> list[Fix]:
@@ -270,31 +251,26 @@ class Catalog:
         return [f for f in self.all() if name in f.supersedes or f.reverts == name]
 
     def validate(self) -> list[Fix]:
-        """Load every manifest and check the relations between them; returns all fixes.
-
-        Catches what one manifest alone cannot: unknown dependencies, cycles, and lineage
-        (``supersedes``/``reverts``) naming fixes the catalog does not hold.
-        """
+        """Load every manifest and check what one manifest alone cannot (unknown or cyclic
+        dependencies, lineage naming absent fixes, stray series); returns all fixes."""
         fixes = self.all()
         self.dependency_order([f.name for f in fixes])
         names = set(self.names())
         for fix in fixes:
-            named = [("supersedes", fix.supersedes), ("reverts", (fix.reverts,))]
-            if fix.revert is not None:
-                named.append(("revert.fix", (fix.revert.fix,)))
-            named += [(f"{c.kind}.fix", (str(c.get("fix") or ""),)) for c in fix.checks
+            named = [*(("supersedes", s) for s in fix.supersedes), ("reverts", fix.reverts),
+                     ("revert.fix", fix.revert.fix if fix.revert is not None else "")]
+            named += [(f"{c.kind}.fix", str(c.get("fix") or "")) for c in fix.checks
                       if c.kind == "git-contains"]
-            for key, targets in named:
-                for target in targets:
-                    if target and target not in names:
-                        raise ManifestError(f"{fix.manifest_path}: {key} names '{target}', "
-                                            f"which is not in the catalog {self.root}. Keep the "
-                                            "old manifest (with its status) so the lineage "
-                                            "stays readable", file=str(fix.manifest_path),
-                                            key=key)
+            for key, target in named:
+                if target and target not in names:
+                    raise ManifestError(f"{fix.manifest_path}: {key} names '{target}', which is not "
+                                        f"in the catalog {self.root}. Keep the old manifest (with its "
+                                        "status) so the lineage stays readable",
+                                        file=str(fix.manifest_path), key=key)
         own = set(self.own_names())
-        stray = sorted(p.name for p in self.patches_dir.iterdir() if p.is_dir()
-                       and p.name not in own and not p.name.startswith((".", "_"))) if self.patches_dir.is_dir() else []
+        series = self.patches_dir.iterdir() if self.patches_dir.is_dir() else ()
+        stray = sorted(p.name for p in series
+                       if p.is_dir() and p.name not in own and not p.name.startswith((".", "_")))
         if stray:
             raise ManifestError(f"{self.patches_dir}: series without a manifest: "
                                 f"{', '.join(stray)}. Add manifests/<name>.toml or remove "

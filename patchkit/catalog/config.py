@@ -8,6 +8,7 @@ from typing import Any, Mapping
 
 from .model import DEFAULT_ROOT, ProjectConfig, TargetConfig
 from .reader import (
+    ROOT_NAME_RE,
     Ctx,
     check_keys,
     full_key,
@@ -17,7 +18,6 @@ from .reader import (
     strings,
     typed,
 )
-from .reader import ROOT_NAME_RE
 
 TARGET_KEYS = ("path", "host", "user", "port", "python", "ssh_options", "ssh_program", "roots")
 REMOTE_ONLY_KEYS = ("user", "port", "ssh_options", "ssh_program")
@@ -30,9 +30,8 @@ def load_config(path: Path | str) -> ProjectConfig:
     data = read_data(path, "config")
     check_keys(ctx, data, "", ("catalog", "default_target", "targets", "shipped_fixes"), ())
     base = path.parent.resolve()
-    catalog = None
-    if "catalog" in data:
-        catalog = base / Path(string(ctx, data, "", "catalog", nonempty=True)).expanduser()
+    catalog = (base / Path(string(ctx, data, "", "catalog", nonempty=True)).expanduser()
+               if "catalog" in data else None)
     targets_table = typed(ctx, data, "", "targets", dict, {})
     targets = {}
     for name, table in targets_table.items():
@@ -48,9 +47,8 @@ def load_config(path: Path | str) -> ProjectConfig:
         raise ctx.fail("default_target", f"default_target '{default}' is not a defined target "
                        f"({', '.join(sorted(targets)) or 'none'})",
                        f"Add [targets.{default}] or fix the name")
-    shipped = typed(ctx, data, "", "shipped_fixes", bool, False)
     return ProjectConfig(path=path, catalog=catalog, default_target=default, targets=targets,
-                         shipped_fixes=shipped)
+                         shipped_fixes=typed(ctx, data, "", "shipped_fixes", bool, False))
 
 
 def _build_target(ctx: Ctx, name: str, table: Mapping[str, Any], base: Path) -> TargetConfig:

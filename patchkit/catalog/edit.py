@@ -1,6 +1,5 @@
-"""Edits of a manifest in place through tomlkit's round trip, keeping the author's comments
-and layout (bump a version, add a release), and the text of a new manifest. Every edit is
-validated as a load would be before the file is replaced (atomically)."""
+"""Edits of a manifest in place keeping the author's comments and layout (tomlkit), validated
+before the file is replaced; and the text of a new manifest."""
 
 from __future__ import annotations
 
@@ -17,15 +16,17 @@ from .model import MANIFEST_FORMAT, Fix
 from .reader import Ctx, loads, read_toml
 
 
+def _patch_entry(entry: Sequence[str]) -> dict[str, str]:
+    """The ``[[patches]]`` keys of ``(file, root)`` or ``(file, root, description)``."""
+    file, root, *rest = entry
+    return {"file": file, "root": root, **({"description": rest[0]} if rest and rest[0] else {})}
+
+
 def _patch_tables(patches: Iterable[Sequence[str]]) -> Any:
     aot = tomlkit.aot()
     for entry in patches:
-        file, root, *rest = entry
         table = tomlkit.table()
-        table["file"] = file
-        table["root"] = root
-        if rest and rest[0]:
-            table["description"] = rest[0]
+        table.update(_patch_entry(entry))
         aot.append(table)
     return aot
 
@@ -72,24 +73,15 @@ summary = "First version."
 def new_manifest_text(name: str, title: str, base_release: str,
                       patches: list[tuple[str, str]], rationale: str = "", *,
                       date: str | None = None) -> str:
-    """A commented version-1 manifest that loads as-is (once its patch files exist).
-
-    ``patches`` are ``(file, root)`` or ``(file, root, description)``. Without ``rationale``
-    the text carries a prose placeholder to replace; checks are commented-out examples.
-    The text is validated before it is returned, so a bad name or title fails here.
-    """
+    """A commented version-1 manifest that loads as-is (once its patch files exist), validated
+    here; ``patches`` are ``(file, root)`` or ``(file, root, description)``."""
     def q(value: Any) -> str:
         return tomlkit.item(value).as_string()
 
     why = rationale.strip() or ("Replace this: what was wrong, what the fix does, and the\n"
                                 "evidence (logs, measurements, upstream discussion).")
-    blocks = []
-    for entry in patches:
-        file, root, *rest = entry
-        block = f"[[patches]]\nfile = {q(file)}\nroot = {q(root)}\n"
-        if rest and rest[0]:
-            block += f"description = {q(rest[0])}\n"
-        blocks.append(block)
+    blocks = ["[[patches]]\n" + "".join(f"{key} = {q(value)}\n" for key, value in _patch_entry(e).items())
+              for e in patches]
     text = _SKELETON.format(
         format=MANIFEST_FORMAT, name=q(name), name_q=name, name_raw=name, title=q(title),
         rationale=tomlkit.string(why + "\n", multiline=True).as_string(), base=q(base_release),
@@ -102,13 +94,8 @@ def new_manifest_text(name: str, title: str, base_release: str,
 def bump_manifest(path: Path | str, *, version: int, changelog_summary: str, date: str,
                   patches: list[tuple[str, str]] | None = None, base_release: str | None = None,
                   releases: list[str] | None = None) -> None:
-    """Record a new version of the series in place, keeping comments and layout.
-
-    ``patches`` replaces the ``[[patches]]`` list; ``base_release`` without ``releases`` also
-    resets an explicit ``releases`` to ``[base_release]`` (a rebased series is only known to
-    apply there). A changelog entry for ``version`` is appended. The result is validated
-    before the file is replaced (atomically).
-    """
+    """Record a new version of the series in place, with a changelog entry for ``version``;
+    ``base_release`` without ``releases`` also resets an explicit ``releases`` to it."""
     path = Path(path)
     ctx, doc, current = _open(path)
     if version <= current.version:
@@ -142,11 +129,8 @@ def bump_manifest(path: Path | str, *, version: int, changelog_summary: str, dat
 
 
 def add_release(path: Path | str, release: str) -> bool:
-    """Add ``release`` to ``upstream.releases`` in place (the series applies there unchanged).
-
-    The series does not change, so the version does not either. Returns False when the
-    release was listed already (nothing written). Comments and layout are kept.
-    """
+    """Add ``release`` to ``upstream.releases`` in place, the version unchanged; False when
+    the release was listed already (nothing written)."""
     ctx, doc, current = _open(Path(path))
     if release in current.upstream.releases or not current.upstream.releases:
         return False

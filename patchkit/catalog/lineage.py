@@ -1,23 +1,17 @@
-"""The lineage of a catalog's fixes: who came after whom, what each version changed, and why.
-
-``build(catalog)`` reads the manifests and, in a git work tree, the commits that touched
-``manifests/<fix>.toml`` or ``patches/<fix>/`` (each attributed to the version its manifest
-declared then); with a target's status, which version is applied there and since when.
-Order: topological over ``depends_on``, ``supersedes`` and ``reverts``, ties broken by the
-first changelog date, then the name. The JSON form (format 1) is in docs/lineage.md.
-"""
+"""The lineage of a catalog's fixes: who came after whom, what each version changed, and why,
+from the manifests, the catalog's git history and a target's status (docs/lineage.md)."""
 
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from .. import gitrepo
 from . import Catalog
 from ..errors import ManifestError
 from .manifest import version_and_patches
-from .model import Fix
+from .model import Fix, thaw
 
 #: Version of the ``--json`` document (docs/lineage.md).
 LINEAGE_FORMAT = 1
@@ -98,44 +92,10 @@ class FixLineage:
         return tuple(dict.fromkeys((*self.links.superseded_by, *self.links.reverted_by)))
 
     def to_json(self) -> dict[str, Any]:
-        links = self.links
-        return {
-            "name": self.name,
-            "status": self.status,
-            "title": self.title,
-            "version": self.version,
-            "base_release": self.base_release,
-            "forwarding": self.forwarding,
-            "rationale": self.rationale,
-            "links": {
-                "depends_on": list(links.depends_on),
-                "depended_on_by": list(links.depended_on_by),
-                "supersedes": list(links.supersedes),
-                "superseded_by": list(links.superseded_by),
-                "reverts": links.reverts,
-                "reverted_by": list(links.reverted_by),
-            },
-            "replaced_by": list(self.replaced_by),
-            "revert": None if self.revert is None else dict(self.revert),
-            "versions": [
-                {
-                    "version": v.version,
-                    "date": v.date,
-                    "base_release": v.base_release,
-                    "summary": v.summary,
-                    "rebased_from": v.rebased_from,
-                    "commits": [{"sha": c.sha, "date": c.date, "subject": c.subject}
-                                for c in v.commits],
-                }
-                for v in self.versions
-            ],
-            "applied": None if self.applied is None else {
-                "state": self.applied.state,
-                "version": self.applied.version,
-                "applied_at": self.applied.applied_at,
-                "commits": [{"root": r, "sha": sha} for r, sha in self.applied.commits],
-            },
-        }
+        """Every field as plain data (docs/lineage.md), with ``replaced_by``."""
+        applied = None if self.applied is None else dict(
+            asdict(self.applied), commits=[{"root": r, "sha": sha} for r, sha in self.applied.commits])
+        return dict(thaw(asdict(self)), replaced_by=list(self.replaced_by), applied=applied)
 
 
 @dataclass(frozen=True)
@@ -183,14 +143,10 @@ class Lineage:
 def build(catalog: Catalog, *, target_status: Any = None, fix: str | None = None,
           history: bool = True) -> Lineage:
     """The lineage of ``catalog``; with ``fix``, only that fix and the fixes linked to it.
-
-    ``target_status`` is an :class:`~patchkit.results.OpResult` of ``api.status``; ``history``
-    False leaves out the catalog's git history (whose shas change with every clone).
-    """
+    ``target_status`` is an ``api.status`` result; ``history`` False skips the git history."""
     fixes = catalog.validate()
     commits = _catalog_history(catalog, fixes) if history else None
-    applied = _applied(target_status)
-    lineage = _assemble(fixes, applied, commits,
+    lineage = _assemble(fixes, _applied(target_status), commits,
                         target=getattr(target_status, "target", None))
     return focus(lineage, catalog.get(fix).name) if fix is not None else lineage
 
@@ -210,11 +166,9 @@ def focus(lineage: Lineage, name: str) -> Lineage:
         before[edge.source].add(edge.target)
         after[edge.target].add(edge.source)
     keep = {name} | _reach(name, before) | _reach(name, after)
-    return Lineage(
-        fixes=tuple(f for f in lineage.fixes if f.name in keep),
-        edges=tuple(e for e in lineage.edges if e.source in keep and e.target in keep),
-        history=lineage.history, target=lineage.target, focus=name,
-    )
+    return Lineage(fixes=tuple(f for f in lineage.fixes if f.name in keep),
+                   edges=tuple(e for e in lineage.edges if e.source in keep and e.target in keep),
+                   history=lineage.history, target=lineage.target, focus=name)
 
 
 def _reach(start: str, graph: Mapping[str, set[str]]) -> set[str]:
@@ -253,7 +207,7 @@ def _assemble(fixes: Sequence[Fix], applied: Mapping[str, Applied],
             base_release=f.upstream.base_release, forwarding=f.upstream.forwarding,
             rationale=f.rationale.strip(), links=links,
             versions=_versions(f, None if commits is None else commits.get(f.name, ())),
-            applied=applied.get(f.name), revert=_revert_of(f),
+            applied=applied.get(f.name), revert=None if f.revert is None else thaw(asdict(f.revert)),
         ))
     rank = {f.name: i for i, f in enumerate(ordered)}
     edges.sort(key=lambda e: (rank[e.source], ORDERING_LINKS.index(e.kind), rank[e.target]))
@@ -261,27 +215,15 @@ def _assemble(fixes: Sequence[Fix], applied: Mapping[str, Applied],
                    target=target)
 
 
-def _revert_of(fix: Fix) -> dict[str, Any] | None:
-    """The manifest's ``[revert]`` table (a fix that is the inverse of a commit), if any."""
-    rev = fix.revert
-    return None if rev is None else {"commit": rev.commit, "fix": rev.fix, "root": rev.root,
-                                     "paths": list(rev.paths)}
-
-
 def _outgoing(fix: Fix) -> list[tuple[str, str]]:
-    out = [("depends_on", d) for d in fix.depends_on]
-    out += [("supersedes", s) for s in fix.supersedes]
-    rev = _revert_of(fix)
-    for name in dict.fromkeys(n for n in (fix.reverts, rev and rev["fix"]) if n):
-        out.append(("reverts", name))
-    return out
+    reverts = dict.fromkeys(n for n in (fix.reverts, fix.revert and fix.revert.fix) if n)
+    return ([("depends_on", d) for d in fix.depends_on] + [("supersedes", s) for s in fix.supersedes]
+            + [("reverts", name) for name in reverts])
 
 
 def _first_date(fix: Fix) -> tuple[int, str, str]:
     """Sort key among fixes free to come next: dated first (oldest first), then by name."""
-    if fix.changelog:
-        return (0, fix.changelog[0].date, fix.name)
-    return (1, "", fix.name)
+    return (0, fix.changelog[0].date, fix.name) if fix.changelog else (1, "", fix.name)
 
 
 def _order(fixes: Sequence[Fix], edges: Sequence[Edge]) -> list[Fix]:
@@ -364,16 +306,12 @@ def _catalog_history(catalog: Catalog, fixes: Sequence[Fix]
                              if any(p == manifest or p.startswith(series) for p in c.files)]
     wanted = [(c.sha, f"{prefix}manifests/{name}.toml") for name, cs in touched.items() for c in cs]
     texts = iter(gitrepo.texts_at(top, wanted)) if wanted else iter(())
-    out: dict[str, list[tuple[CatalogCommit, int | None]]] = {}
-    for name, cs in touched.items():
-        out[name] = [(CatalogCommit(c.sha, c.date, c.subject), version_and_patches(next(texts) or "")[0])
-                     for c in cs]
-    return out
+    return {name: [(CatalogCommit(c.sha, c.date, c.subject), version_and_patches(next(texts) or "")[0])
+                   for c in cs] for name, cs in touched.items()}
 
 
 def _applied(target_status: Any) -> dict[str, Applied]:
-    """Per fix, what the target's status says; commits come from the raw record, which
-    carries them only for fixes applied as commits (docs/state.md)."""
+    """Per fix, what the target's status says; commits come from the raw record."""
     if target_status is None:
         return {}
     raw = {str(f.get("name")): f for f in ((target_status.raw.get("status") or {}).get("fixes") or ())

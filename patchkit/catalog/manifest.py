@@ -1,11 +1,5 @@
-"""Fix manifests (``manifests/<fix>.toml``): load and validate (docs/manifest.md).
-
-Loading checks everything the format says and raises :class:`ManifestError` naming the file
-and the key or line, so the rest of patchkit works on trusted frozen records
-(:mod:`patchkit.catalog.model`). Manifest format 1 is the current one; a manifest declaring a
-newer ``format`` is refused with "upgrade patchkit" rather than half-understood. The TOML is
-read by :mod:`.reader`; edits that keep the author's layout are in :mod:`.edit`.
-"""
+"""Fix manifests (``manifests/<fix>.toml``): load and validate (docs/manifest.md), raising
+:class:`ManifestError` naming the file and the key or line."""
 
 from __future__ import annotations
 
@@ -38,7 +32,6 @@ from .reader import (
     Ctx,
     check_keys,
     choice,
-    full_key,
     loads,
     read_data,
     rel_path,
@@ -112,19 +105,16 @@ def build_fix(ctx: Ctx, data: Mapping[str, Any], patch_dir: Path) -> Fix:
 
     upstream = _build_upstream(ctx, data)
     revert = _build_revert(ctx, data, name, upstream.root)
-    patches = _build_patches(ctx, data, patch_dir, upstream.root, revert is not None)
-    preconditions = _build_checks(ctx, data, "preconditions", upstream.root)
-    verification = _build_checks(ctx, data, "verification", upstream.root)
-    actions = _build_actions(ctx, data)
-    rollback = _build_rollback(ctx, data)
-    changelog = _build_changelog(ctx, data, version)
-    allow_special_modes = typed(ctx, data, "", "allow_special_modes", bool, False)
+    # The rest is validated in the order of the keywords below.
     return Fix(format=fmt, name=name, version=version, title=title, status=status,
-               rationale=rationale, upstream=upstream, patches=patches,
-               manifest_path=ctx.path, patch_dir=patch_dir, depends_on=depends_on,
-               supersedes=supersedes, reverts=reverts, preconditions=preconditions,
-               verification=verification, actions=actions, rollback=rollback,
-               changelog=changelog, revert=revert, allow_special_modes=allow_special_modes)
+               rationale=rationale, upstream=upstream, manifest_path=ctx.path, patch_dir=patch_dir,
+               patches=_build_patches(ctx, data, patch_dir, upstream.root, revert is not None),
+               preconditions=_build_checks(ctx, data, "preconditions", upstream.root),
+               verification=_build_checks(ctx, data, "verification", upstream.root),
+               actions=_build_actions(ctx, data), rollback=_build_rollback(ctx, data),
+               changelog=_build_changelog(ctx, data, version), depends_on=depends_on,
+               supersedes=supersedes, reverts=reverts, revert=revert,
+               allow_special_modes=typed(ctx, data, "", "allow_special_modes", bool, False))
 
 
 def _build_revert(ctx: Ctx, data: Mapping[str, Any], own: str, default_root: str) -> Revert | None:
@@ -170,8 +160,7 @@ def _build_upstream(ctx: Ctx, data: Mapping[str, Any]) -> Upstream:
         raise ctx.fail("upstream.releases", f"releases {list(releases)} do not include "
                        f"base_release '{base}'", "Add the base release to releases (an empty "
                        "list means: no release precondition)")
-    root = string(ctx, table, "upstream", "root", DEFAULT_ROOT)
-    root_name(ctx, root, "upstream.root")
+    root = root_name(ctx, string(ctx, table, "upstream", "root", DEFAULT_ROOT), "upstream.root")
     return Upstream(base_release=base, releases=releases,
                     project=string(ctx, table, "upstream", "project", "sglang", nonempty=True),
                     root=root,
@@ -356,9 +345,8 @@ def _check_files(ctx: Ctx, fix: Fix) -> None:
 
 
 def version_and_patches(text: str) -> tuple[int | None, list[str]]:
-    """The ``version`` and ``[[patches]].file`` names of a manifest's text, unvalidated: an
-    old version from the catalog's git history need not be valid today; one that is not
-    TOML gives ``(None, [])``."""
+    """The ``version`` and ``[[patches]].file`` names of a manifest's text, unvalidated (an old
+    version need not be valid today); text that is not TOML gives ``(None, [])``."""
     try:
         data = loads(Path("manifest.toml"), "manifest", text)
     except ManifestError:  # any broken old text just has no version

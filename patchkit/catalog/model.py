@@ -1,13 +1,9 @@
-"""The catalog's model: what a manifest (``manifests/<fix>.toml``) and ``patchkit.toml`` say.
-
-Frozen dataclasses built by :mod:`patchkit.catalog.manifest` after validation, so the rest of
-patchkit trusts every field without re-checking (docs/design.md, Records). The format is
-written down in ``docs/manifest.md``; this module mirrors it.
-"""
+"""The catalog's model: what a manifest and ``patchkit.toml`` say (docs/manifest.md), as
+frozen dataclasses built after validation, so the rest of patchkit trusts every field."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -15,25 +11,16 @@ from typing import Any, Mapping
 #: The manifest format this patchkit reads and writes; a newer one asks for an upgrade.
 MANIFEST_FORMAT = 1
 
-STATUS_ACTIVE = "active"
-STATUS_DEAD = "dead"
-STATUS_SUPERSEDED = "superseded"
-STATUS_UPSTREAMED = "upstreamed"
-STATUSES = (STATUS_ACTIVE, STATUS_DEAD, STATUS_SUPERSEDED, STATUS_UPSTREAMED)
+STATUSES = ("active", "dead", "superseded", "upstreamed")
 #: Statuses refused for apply unless the caller insists (``allow_inactive``).
-INACTIVE_STATUSES = (STATUS_DEAD, STATUS_SUPERSEDED)
-
+INACTIVE_STATUSES = ("dead", "superseded")
 FORWARDING_STATES = ("not-forwarded", "proposed", "merged", "rejected", "not-applicable")
-
-ROLLBACK_RESTORE = "restore"
-ROLLBACK_REVERSE = "reverse"
-ROLLBACK_STRATEGIES = (ROLLBACK_RESTORE, ROLLBACK_REVERSE)
+ROLLBACK_STRATEGIES = ("restore", "reverse")
 
 DEFAULT_ROOT = "sglang"
 
-#: Check kinds -> (required keys, optional keys), besides ``kind``, ``name`` and ``timeout``
-#: (every kind). ``root`` defaults to the fix's upstream root; grep needs exactly one of
-#: count/present.
+#: Check kinds -> (required keys, optional keys), besides ``kind``, ``name`` and ``timeout``;
+#: grep needs exactly one of count/present.
 CHECK_KEYS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = MappingProxyType({
     "grep": (("path", "pattern"), ("root", "regex", "count", "present")),
     "sha256": (("path", "sha256"), ("root",)),
@@ -48,27 +35,20 @@ CHECK_KEYS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = MappingProxy
 })
 CHECK_KINDS = tuple(CHECK_KEYS)
 
-#: Seconds a check may run unless its ``timeout`` says otherwise (docs/manifest.md); the
-#: engine keeps the same table (patchkit.engine.checks.DEFAULT_TIMEOUTS) for requests without.
+#: Seconds a check may run unless its ``timeout`` says otherwise (docs/manifest.md).
 CHECK_TIMEOUTS: Mapping[str, float] = MappingProxyType({
-    "grep": 60.0, "sha256": 60.0, "python-syntax": 60.0, "bash-syntax": 60.0,
-    "python-import": 300.0, "python-script": 300.0, "command": 300.0,
-    "git-contains": 300.0, "git-descends-from": 300.0,
+    kind: 60.0 if kind in ("grep", "sha256", "python-syntax", "bash-syntax") else 300.0
+    for kind in CHECK_KINDS
 })
 
 #: Defaults written into the engine request so the engine never guesses.
+_EXTRA_DEFAULTS: Mapping[str, dict[str, Any]] = {
+    "grep": {"regex": False}, "python-script": {"args": ()}, "command": {"expect_exit": 0},
+    "git-contains": {"present": True},
+}
 CHECK_DEFAULTS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
-    kind: MappingProxyType(dict(extra, timeout=CHECK_TIMEOUTS[kind])) for kind, extra in (
-        ("grep", {"regex": False}),
-        ("sha256", {}),
-        ("python-syntax", {}),
-        ("bash-syntax", {}),
-        ("python-import", {}),
-        ("python-script", {"args": ()}),
-        ("command", {"expect_exit": 0}),
-        ("git-contains", {"present": True}),
-        ("git-descends-from", {}),
-    )
+    kind: MappingProxyType(dict(_EXTRA_DEFAULTS.get(kind, {}), timeout=CHECK_TIMEOUTS[kind]))
+    for kind in CHECK_KINDS
 })
 
 
@@ -80,11 +60,12 @@ def _freeze(value: Any) -> Any:
     return value
 
 
-def _thaw(value: Any) -> Any:
+def thaw(value: Any) -> Any:
+    """Plain JSON data of a frozen value (mappings to dicts, tuples to lists)."""
     if isinstance(value, Mapping):
-        return {k: _thaw(v) for k, v in value.items()}
+        return {k: thaw(v) for k, v in value.items()}
     if isinstance(value, tuple):
-        return [_thaw(v) for v in value]
+        return [thaw(v) for v in value]
     return value
 
 
@@ -129,11 +110,9 @@ class Check:
 
     def to_request(self) -> dict[str, Any]:
         """The CHECK object of the engine request (docs/design.md), defaults filled in."""
-        out: dict[str, Any] = {"kind": self.kind}
-        for key, value in self.params.items():
-            out[key] = _thaw(value)
+        out: dict[str, Any] = {"kind": self.kind, **thaw(self.params)}
         for key, value in CHECK_DEFAULTS.get(self.kind, {}).items():
-            out.setdefault(key, _thaw(value))
+            out.setdefault(key, thaw(value))
         return out
 
     def describe(self) -> str:
@@ -170,14 +149,13 @@ class Actions:
 class Rollback:
     """``[rollback]``: how the fix is undone."""
 
-    strategy: str = ROLLBACK_RESTORE
+    strategy: str = "restore"
     notes: str = ""
 
 
 @dataclass(frozen=True)
 class Revert:
-    """``[revert]``: the inverse of a commit, named by id and/or by the fix whose series it
-    committed (found by patch-id), merged onto today's files (docs/git.md)."""
+    """``[revert]``: the inverse of a commit, named by id and/or by its fix (docs/git.md)."""
 
     commit: str = ""
     fix: str = ""
@@ -231,11 +209,7 @@ class Fix:
     @property
     def scripts(self) -> tuple[str, ...]:
         """Script paths (relative to ``patch_dir``) the checks run, each once, in order."""
-        seen: dict[str, None] = {}
-        for check in self.checks:
-            if check.kind == "python-script":
-                seen.setdefault(str(check.get("script")), None)
-        return tuple(seen)
+        return tuple(dict.fromkeys(str(c.get("script")) for c in self.checks if c.kind == "python-script"))
 
     def to_json(self) -> dict[str, Any]:
         """The fix as plain data for ``--json`` output."""
@@ -248,42 +222,25 @@ class Fix:
             "depends_on": list(self.depends_on),
             "supersedes": list(self.supersedes),
             "reverts": self.reverts,
-            "upstream": {
-                "project": self.upstream.project,
-                "base_release": self.upstream.base_release,
-                "releases": list(self.upstream.releases),
-                "root": self.upstream.root,
-                "forwarding": self.upstream.forwarding,
-                "reference": self.upstream.reference,
-            },
+            "upstream": thaw(asdict(self.upstream)),
             "patches": [{"file": p.file, "root": p.root, "description": p.description} for p in self.patches],
             "preconditions": [c.to_request() for c in self.preconditions],
             "verification": [c.to_request() for c in self.verification],
-            "actions": {"purge_pycache": self.actions.purge_pycache},
-            "rollback": {"strategy": self.rollback.strategy, "notes": self.rollback.notes},
+            "actions": asdict(self.actions),
+            "rollback": asdict(self.rollback),
             "allow_special_modes": self.allow_special_modes,
-            "revert": None if self.revert is None else {
-                "commit": self.revert.commit, "fix": self.revert.fix,
-                "paths": list(self.revert.paths), "root": self.revert.root},
-            "changelog": [
-                {"version": c.version, "date": c.date, "base_release": c.base_release, "summary": c.summary}
-                for c in self.changelog
-            ],
+            "revert": None if self.revert is None else thaw(asdict(self.revert)),
+            "changelog": [asdict(c) for c in self.changelog],
         }
 
     @property
     def roots(self) -> tuple[str, ...]:
         """Every target root the fix touches or checks, each once."""
-        seen: dict[str, None] = {}
-        if self.upstream.releases:
-            seen.setdefault(self.upstream.root, None)
-        for patch in self.patches:
-            seen.setdefault(patch.root, None)
-        if self.revert is not None:
-            seen.setdefault(self.revert.root, None)
-        for check in self.checks:
-            seen.setdefault(str(check.get("root", self.upstream.root)), None)
-        return tuple(seen)
+        roots = [self.upstream.root] if self.upstream.releases else []
+        roots += [patch.root for patch in self.patches]
+        roots += [self.revert.root] if self.revert is not None else []
+        roots += [str(check.get("root", self.upstream.root)) for check in self.checks]
+        return tuple(dict.fromkeys(roots))
 
 
 @dataclass(frozen=True)

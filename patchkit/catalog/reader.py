@@ -1,10 +1,5 @@
-"""Reading the catalog's TOML files (manifests, ``patchkit.toml``) and checking their values.
-
-One reader path: the standard library's ``tomllib`` parses; only a text it refuses goes to
-tomlkit, whose error names the line and column (and on Python 3.10, which has no tomllib,
-tomlkit reads everything). tomlkit is otherwise only for edits (:mod:`.edit`). The typed
-getters raise :class:`ManifestError` naming the file and the key, with what to do next.
-"""
+"""Reading the catalog's TOML files and checking their values: ``tomllib`` parses, tomlkit
+names the line and column of what it refuses; errors name the file, the key and what to do."""
 
 from __future__ import annotations
 
@@ -23,8 +18,8 @@ except ImportError:  # pragma: no cover - Python 3.10
 
 ROOT_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 MISSING: Any = object()
-_TYPE_NAMES = {str: "a string", int: "an integer", bool: "a boolean", list: "an array",
-               dict: "a table"}
+_TOML_TYPES = ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (str, "a string"),
+               (list, "an array"), (dict, "a table"), (_dt.datetime, "a date-time"), (_dt.date, "a date"))
 DOCS = "docs/manifest.md"
 
 
@@ -57,9 +52,9 @@ def check_keys(ctx: Ctx, data: Mapping[str, Any], where: str, allowed: Sequence[
     for key in data:
         if key not in allowed:
             close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
-            hint = f"did you mean '{close[0]}'?" if close else "remove it or fix its spelling."
+            hint = f"Did you mean '{close[0]}'?" if close else "Remove it or fix its spelling."
             raise ctx.fail(full_key(where, key), f"unknown key '{key}' in {_table_label(where)}",
-                           f"{hint[0].upper()}{hint[1:]} Valid keys there: "
+                           f"{hint} Valid keys there: "
                            f"{', '.join(sorted(allowed))} (see {DOCS})")
     for key in required:
         if key not in data:
@@ -75,17 +70,14 @@ def typed(ctx: Ctx, data: Mapping[str, Any], where: str, key: str, kind: type,
                            f"Add it (see {DOCS})")
         return default
     value = data[key]
-    ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
-    if not ok:
-        raise ctx.fail(full_key(where, key), f"'{key}' must be {_TYPE_NAMES[kind]}, "
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ctx.fail(full_key(where, key), f"'{key}' must be {dict(_TOML_TYPES)[kind]}, "
                        f"not {toml_type(value)} ({value!r})", f"Fix its value (see {DOCS})")
     return value
 
 
 def toml_type(value: Any) -> str:
-    for kind, name in ((bool, "a boolean"), (int, "an integer"), (float, "a float"),
-                       (str, "a string"), (list, "an array"), (dict, "a table"),
-                       (_dt.datetime, "a date-time"), (_dt.date, "a date")):
+    for kind, name in _TOML_TYPES:
         if isinstance(value, kind):
             return name
     return type(value).__name__
@@ -122,8 +114,6 @@ def choice(ctx: Ctx, data: Mapping[str, Any], where: str, key: str, choices: Seq
 
 def rel_path(ctx: Ctx, value: str, key: str) -> str:
     """A path relative to a root or the fix's patch dir: never absolute, never up and out."""
-    # As PurePosixPath's parts, without building one: "." and empty parts are dropped there,
-    # ".." is kept, so a ".." component is one of the "/"-separated pieces either way.
     if not value or value[0] == "/" or "\\" in value or ".." in value.split("/"):
         raise ctx.fail(key, f"path '{value}' must be relative, with '/' separators and no "
                        "'..'", "Give the path relative to its root")
@@ -175,8 +165,7 @@ def loads(path: Path, kind: str, text: str) -> dict[str, Any]:
 
 
 def _too_deep(path: Path, kind: str) -> ManifestError:
-    """Arrays, inline tables or dotted keys nested deeper than the parser (or Python's
-    recursion limit) goes: no manifest or config needs more than a few levels."""
+    """Nesting deeper than the parser (or Python's recursion limit) goes."""
     return Ctx(path, kind).fail("", "not valid TOML: values or keys nested too deeply to read",
                                 "Flatten the nesting (a few levels of tables and arrays is "
                                 "all the format uses; see docs/manifest.md)")

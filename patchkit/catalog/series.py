@@ -1,16 +1,5 @@
-"""Patch files of a series, read into the engine's FILE records and written from two texts.
-
-The only module that uses unidiff, the one patch reader. unidiff finds the files and hunks;
-this module makes the result byte-exact for the engine (docs/design.md, FILE): the patch is
-decoded as UTF-8 with ``surrogateescape`` and split on "\\n" only, so a line keeps its
-"\\r\\n"; a "\\ No newline at end of file" marker strips the newline from the line before it;
-paths come from the ``---``/``+++`` headers (git's ``a/``/``b/`` prefixes and C quoting
-undone). Anything unidiff would silently skip (a hunk longer than its header says, a binary
-patch, a rename, a symlink) is refused with :class:`PatchFormatError` naming the file and line.
-
-:func:`diff_files` writes the same dialect (git-style headers, 3 lines of context), so an
-authored series reads back exactly.
-"""
+"""Patch files of a series, read byte-exact into the engine's FILE records (docs/design.md),
+refusing what unidiff would silently skip; and written from two texts in the same dialect."""
 
 from __future__ import annotations
 
@@ -57,22 +46,17 @@ def parse_patch(path: Path | str, root: str, data: bytes | None = None) -> list[
         except OSError as exc:
             raise PatchFormatError(f"{path}: cannot read the patch: {exc.strerror}",
                                    file=str(path)) from None
-    files = _parse(path, data)
-    for record in files:
-        record["root"] = root
-    return files
+    return _parse(path, data, root)
 
 
 def read_series(patches: Sequence[tuple[Path | str, str]]
                 ) -> tuple[list[str], list[dict[str, Any]]]:
-    """The sha256 of each ``(path, root)`` patch and the FILE records of the whole series, in
-    order, each hunk in the request's ``body`` form (docs/design.md, FILE). Raises ``OSError``
-    (its ``filename`` is the patch) when a patch cannot be read."""
+    """The sha256 of each ``(path, root)`` patch and the FILE records of the whole series, each
+    hunk in the request's ``body`` form; ``OSError`` when a patch cannot be read."""
     digests: list[str] = []
     files: list[dict[str, Any]] = []
     for path, root in patches:
-        with open(path, "rb") as fh:
-            data = fh.read()
+        data = Path(path).read_bytes()
         digests.append(hashlib.sha256(data).hexdigest())
         for record in parse_patch(path, root, data):
             record["hunks"] = [compact_hunk(h) for h in record["hunks"]]
@@ -81,18 +65,15 @@ def read_series(patches: Sequence[tuple[Path | str, str]]
 
 
 def compact_hunk(hunk: dict[str, Any]) -> dict[str, Any]:
-    """A hunk record with ``body`` (one string) in place of ``lines``: the form a request
-    carries, split by the engine only when it uses the hunk."""
-    out = {k: v for k, v in hunk.items() if k != "lines"}
-    out["body"] = hunk_body(hunk["lines"])
-    return out
+    """A hunk record with ``body`` (one string) in place of ``lines``, as a request carries it."""
+    return dict({k: v for k, v in hunk.items() if k != "lines"}, body=hunk_body(hunk["lines"]))
 
 
 def _fail(path: Path, line: int, message: str, todo: str) -> PatchFormatError:
     return PatchFormatError(f"{path}:{line}: {message}. {todo}", file=str(path), line=line)
 
 
-def _parse(path: Path, data: bytes) -> list[dict[str, Any]]:
+def _parse(path: Path, data: bytes, root: str) -> list[dict[str, Any]]:
     lines = split_lines(data.decode("utf-8", "surrogateescape"))
     if not any(line.strip() for line in lines):
         raise _fail(path, 1, "the patch is empty", "Write the change as a unified diff "
@@ -104,12 +85,11 @@ def _parse(path: Path, data: bytes) -> list[dict[str, Any]]:
     if not patchset:
         raise _fail(path, 1, "no file changes found (no ---/+++ headers or hunks)",
                     "Write the change as a unified diff")
-    return [_file_record(path, lines, patched) for patched in patchset]
+    return [_file_record(path, lines, patched, root) for patched in patchset]
 
 
 def _parse_failure(path: Path, lines: list[str]) -> None:
-    """Raise the error of a patch unidiff refused, naming the line it stopped at (parsed
-    again through a line counter, so only a failure pays for counting)."""
+    """Raise the error of a patch unidiff refused, naming the line it stopped at."""
     counted = _Counted(lines)
     try:
         unidiff.PatchSet(counted)
@@ -125,7 +105,7 @@ def _parse_failure(path: Path, lines: list[str]) -> None:
     raise _fail(path, counted.at, "malformed patch", "Regenerate the patch")
 
 
-def _file_record(path: Path, lines: list[str], patched: Any) -> dict[str, Any]:
+def _file_record(path: Path, lines: list[str], patched: Any, root: str) -> dict[str, Any]:
     start = patched.diff_line_no or 1
     if patched.is_binary_file:
         raise _fail(path, start, "binary patches are not supported", "Ship the file through "
@@ -154,8 +134,7 @@ def _file_record(path: Path, lines: list[str], patched: Any) -> dict[str, Any]:
     if not hunks and op == "modify" and mode is None:
         raise _fail(path, start, f"the change to {rel} has no hunks", "Regenerate the patch")
     _check_hunk_ends(path, lines, patched)
-    return {"root": "", "path": rel, "patch": path.name, "op": op, "mode": mode,
-            "hunks": hunks}
+    return {"root": root, "path": rel, "patch": path.name, "op": op, "mode": mode, "hunks": hunks}
 
 
 def _header_names(lines: list[str], start: int, patched: Any) -> tuple[str, str]:
@@ -173,11 +152,8 @@ def _header_names(lines: list[str], start: int, patched: Any) -> tuple[str, str]
             return source, _header_name(line[4:])
     git = _git_header_names(first) if first.startswith("diff --git ") else None
     src, dst = git or (_unquote(patched.source_file), _unquote(patched.target_file))
-    if patched.source_file == DEV_NULL:
-        src = DEV_NULL
-    if patched.target_file == DEV_NULL:
-        dst = DEV_NULL
-    return src, dst
+    return (DEV_NULL if patched.source_file == DEV_NULL else src,
+            DEV_NULL if patched.target_file == DEV_NULL else dst)
 
 
 def _header_name(raw: str) -> str:
@@ -187,24 +163,20 @@ def _header_name(raw: str) -> str:
     return raw.split("\t", 1)[0].rstrip("\r")
 
 
+_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+
+
 def _quoted_end(raw: str) -> int:
-    i = 1
-    while i < len(raw):
-        if raw[i] == "\\":
-            i += 2
-            continue
-        if raw[i] == '"':
-            return i
-        i += 1
-    return len(raw) - 1
+    """The index of the quote closing the quoted name ``raw`` starts with (else its end)."""
+    match = _QUOTED.match(raw)
+    return match.end() - 1 if match else len(raw) - 1
 
 
 def _git_header_names(line: str) -> tuple[str, str] | None:
     rest = line[len("diff --git "):].rstrip("\n")
     if rest.startswith('"'):
         end = _quoted_end(rest)
-        first, second = rest[:end + 1], rest[end + 2:]
-        return _unquote(first), _unquote(second)
+        return _unquote(rest[:end + 1]), _unquote(rest[end + 2:])
     # Unquoted: "a/X b/X" with the same X on both sides (git's own form, spaces allowed).
     half = (len(rest) - 1) // 2
     if len(rest) % 2 == 1 and rest[half] == " " and rest[:half][2:] == rest[half + 1:][2:]:
@@ -213,27 +185,15 @@ def _git_header_names(line: str) -> tuple[str, str] | None:
 
 
 _ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
+_ESCAPED = re.compile(rb'\\([0-7]{3}|[abtnvfr"\\])')
 
 
 def _unquote(name: str) -> str:
     """Undo git's C-style quoting of a path ("a/f\\303\\251" -> a/fé)."""
     if not (len(name) >= 2 and name.startswith('"') and name.endswith('"')):
         return name
-    body, out, i = name[1:-1], bytearray(), 0
-    while i < len(body):
-        ch = body[i]
-        if ch == "\\" and i + 1 < len(body):
-            nxt = body[i + 1]
-            if nxt in "01234567" and re.match(r"[0-7]{3}", body[i + 1:i + 4]):
-                out.append(int(body[i + 1:i + 4], 8))
-                i += 4
-                continue
-            if nxt in _ESCAPES:
-                out.append(_ESCAPES[nxt])
-                i += 2
-                continue
-        out.extend(ch.encode("utf-8", "surrogateescape"))
-        i += 1
+    body = name[1:-1].encode("utf-8", "surrogateescape")
+    out = _ESCAPED.sub(lambda m: bytes([int(m[1], 8) if len(m[1]) == 3 else _ESCAPES[m[1].decode()]]), body)
     return out.decode("utf-8", "surrogateescape")
 
 
@@ -291,23 +251,15 @@ def _check_hunk_ends(path: Path, lines: list[str], patched: Any) -> None:
 
 # -- writing ---------------------------------------------------------------------------------
 
+_QUOTE_AS = {'"': '\\"', "\\": "\\\\", "\t": "\\t", "\n": "\\n"}
+
+
 def _quote(name: str) -> str:
     """git's C quoting, only when the path needs it (quote, backslash, control, non-ASCII)."""
     if name.isascii() and name.isprintable() and '"' not in name and "\\" not in name:
         return name
-    out = []
-    for byte in name.encode("utf-8", "surrogateescape"):
-        ch = chr(byte)
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif ch == "\t":
-            out.append("\\t")
-        elif ch == "\n":
-            out.append("\\n")
-        elif byte < 0x20 or byte >= 0x7F:
-            out.append(f"\\{byte:03o}")
-        else:
-            out.append(ch)
+    out = [_QUOTE_AS.get(chr(byte)) or (f"\\{byte:03o}" if byte < 0x20 or byte >= 0x7F else chr(byte))
+           for byte in name.encode("utf-8", "surrogateescape")]
     return '"' + "".join(out) + '"'
 
 
@@ -320,11 +272,7 @@ def _side(prefix: str, path: str) -> str:
 def diff_files(old: bytes | None, new: bytes | None, path: str, *,
                mode: str = DEFAULT_MODE, old_mode: str | None = None) -> str:
     """A git-style unified diff of one file (``None`` = absent); "" when nothing changed.
-
-    ``mode`` is the file's git mode after the change, ``old_mode`` before it (default: the
-    same). A modified file whose mode changes gets git's ``old mode``/``new mode`` lines, and
-    with the same bytes on both sides the diff is those lines alone (a mode-only change).
-    """
+    ``mode`` is the git mode after the change, ``old_mode`` before it (default: the same)."""
     old_mode = old_mode or mode
     mode_changed = old is not None and new is not None and old_mode != mode
     if old == new and not mode_changed:
@@ -350,23 +298,15 @@ def diff_files(old: bytes | None, new: bytes | None, path: str, *,
         i1, i2, j1, j2 = group[0][1], group[-1][2], group[0][3], group[-1][4]
         out.append(f"@@ -{_range(i1, i2 - i1)} +{_range(j1, j2 - j1)} @@\n")
         for tag, a1, a2, b1, b2 in group:
-            if tag == "equal":
-                out.extend(_body(" ", a[a1:a2]))
-                continue
-            out.extend(_body("-", a[a1:a2]))
-            out.extend(_body("+", b[b1:b2]))
+            out.extend(_body(" " if tag == "equal" else "-", a[a1:a2]))
+            if tag != "equal":
+                out.extend(_body("+", b[b1:b2]))
     return "".join(out)
 
 
 def _range(start: int, count: int) -> str:
-    if count == 1:
-        return str(start + 1)
-    return f"{start if count == 0 else start + 1},{count}"
+    return str(start + 1) if count == 1 else f"{start if count == 0 else start + 1},{count}"
 
 
 def _body(tag: str, lines: list[str]) -> Iterator[str]:
-    for line in lines:
-        if line.endswith("\n"):
-            yield tag + line
-        else:
-            yield tag + line + "\n" + _NO_NEWLINE
+    return (tag + line if line.endswith("\n") else tag + line + "\n" + _NO_NEWLINE for line in lines)
