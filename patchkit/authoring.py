@@ -185,15 +185,11 @@ class _Header:
 
 
 def _series_text(head: _Header, files: Sequence[CapturedFile]) -> str:
-    text = f"From: {head.author}\n"
-    if head.date:
-        text += f"Date: {head.date}\n"
-    text += f"Subject: [PATCH] {head.subject}\n\n"
-    if head.body.strip():
-        text += head.body.strip() + "\n"
-    text += "---\n"
-    return text + "".join(series.diff_files(f.before, f.after, f.path, mode=f.mode,
-                                            old_mode=f.old_mode) for f in files)
+    date = f"Date: {head.date}\n" if head.date else ""
+    body = head.body.strip() + "\n" if head.body.strip() else ""
+    return (f"From: {head.author}\n{date}Subject: [PATCH] {head.subject}\n\n{body}---\n"
+            + "".join(series.diff_files(f.before, f.after, f.path, mode=f.mode,
+                                        old_mode=f.old_mode) for f in files))
 
 
 def _slug(text: str) -> str:

@@ -310,9 +310,6 @@ def create_branch(path: Path | str, name: str) -> None:
     _run(path, ["switch", "-q", "-c", name])
 
 
-# -- history ------------------------------------------------------------------------------
-
-
 def commit_range(repo: Path | str, spec: str) -> list[str]:
     """The commits of ``A..B`` (or ``A...B``, as git reads it), oldest first."""
     if ".." not in spec:
@@ -381,8 +378,6 @@ def commit_diffs(repo: Path | str, base: str, onto: str, paths: Iterable[str]
             for (sha, _date, subject), body in _log(repo, ["-p", f"{base}..{onto}"], wanted)
             ] if wanted else []
 
-
-# -- patch-id and merge -------------------------------------------------------------------
 
 _HUNK = re.compile(r"@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 

@@ -44,10 +44,9 @@ def _resolve(fetch: UpstreamRepo | None, git_dir: Path, onto: str, bases: set[st
     release = _release(onto)
     missing = [v for v in sorted(bases | ({release} if release else set()))
                if gitrepo.rev_parse(git_dir, f"v{v}") is None]
-    if missing and fetch is not None:
-        for v in missing:
-            fetch.fetch(v, progress=(lambda line: progress(line, 0, -1)) if progress else None)
-        missing = []
+    for v in missing if fetch is not None else ():
+        fetch.fetch(v, progress=(lambda line: progress(line, 0, -1)) if progress else None)
+    missing = missing if fetch is None else []
     onto_rev = gitrepo.rev_parse(git_dir, f"v{release}") if release else None
     if onto_rev is None:
         onto_rev, release = gitrepo.rev_parse(git_dir, onto), None

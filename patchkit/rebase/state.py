@@ -210,10 +210,9 @@ class RebaseState:
     def not_written(self) -> str:
         if self.writes:
             return ""
-        if self.data.get("dry_run"):
-            return "--dry-run"
-        return (f"{self.onto} is not a release and a manifest's base is one: rebase onto a "
-                "release tag to write")
+        return "--dry-run" if self.data.get("dry_run") else (
+            f"{self.onto} is not a release and a manifest's base is one: rebase onto a release "
+            "tag to write")
 
     def stopped_report(self) -> RebaseReport:
         """Where a stopped rebase is, without doing anything (a bare ``patchkit rebase``)."""
