@@ -1,16 +1,13 @@
-"""Authoring fixes from a checkout: ``patchkit init``, ``new`` and ``refresh`` (like quilt's).
+"""Authoring fixes from a checkout: ``patchkit init``, ``new`` and ``refresh`` (docs/authoring.md).
 
-A fix is captured from a checkout's uncommitted changes (against HEAD) or the commits of a
-range: a series file per patch and a manifest skeleton whose base release is read from the
-tree; ``refresh`` rewrites a series from the checkout and bumps the version. Files are written
-only once everything is computed (:func:`write_series`); a catalog in git gets a commit per
-``new`` and ``refresh``, the history ``patchkit diff --versions`` reads. docs/authoring.md.
-"""
+Files are written only once everything is computed (:func:`write_series`); a catalog in git
+gets a commit per ``new`` and ``refresh``, the history ``patchkit diff --versions`` reads."""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import itertools
 import os
 import re
 import shutil
@@ -86,11 +83,8 @@ shipped_fixes = true
 
 
 def init_catalog(path: Path | str, *, git: bool = True) -> InitResult:
-    """Make a new catalog at ``path``: ``manifests/``, ``patches/``, a commented
-    ``patchkit.toml`` and (``git``) a git repository holding them in a first commit.
-
-    A directory that already holds a catalog (or a ``patchkit.toml``) is refused untouched.
-    A directory already inside a git work tree is committed to, not made a nested repository."""
+    """Make a new catalog at ``path`` (``manifests/``, ``patches/``, ``patchkit.toml``) and, with
+    ``git``, commit it: to the work tree it lies in, else to a new repository."""
     root = Path(path)
     existing = [n for n in ("manifests", "patches", "patchkit.toml") if (root / n).exists()]
     if existing:
@@ -137,9 +131,8 @@ def _commit(catalog: Catalog, name: str, message: str) -> str | None:
 
 
 def release_of(tree: Path, rev: str | None = None) -> str | None:
-    """The SGLang release a checkout's HEAD (or commit ``rev``) is: its committed
-    ``_version.py`` (or ``version.py``), else the tag of HEAD. Never the work tree's version
-    file: the author may have edited it, and the fix is written against what HEAD holds."""
+    """The SGLang release of a checkout's HEAD (or ``rev``) from its committed version file or
+    tag, never the work tree's: the fix is written against what HEAD holds."""
     real = os.path.realpath(tree)
     root = Root("sglang", str(tree), real, detect_layout(str(tree)))
     blobs = gitrepo.Blobs(tree)
@@ -185,8 +178,6 @@ def _checkout(src: Path | str, advice: str) -> Path:
 
 @dataclass(frozen=True)
 class _Header:
-    """A series file's mail-style header: what ``git format-patch`` would keep of a commit."""
-
     subject: str
     body: str = ""
     author: str = "patchkit <fixes@patchkit.invalid>"
@@ -194,15 +185,11 @@ class _Header:
 
 
 def _series_text(head: _Header, files: Sequence[CapturedFile]) -> str:
-    text = f"From: {head.author}\n"
-    if head.date:
-        text += f"Date: {head.date}\n"
-    text += f"Subject: [PATCH] {head.subject}\n\n"
-    if head.body.strip():
-        text += head.body.strip() + "\n"
-    text += "---\n"
-    return text + "".join(series.diff_files(f.before, f.after, f.path, mode=f.mode,
-                                            old_mode=f.old_mode) for f in files)
+    date = f"Date: {head.date}\n" if head.date else ""
+    body = head.body.strip() + "\n" if head.body.strip() else ""
+    return (f"From: {head.author}\n{date}Subject: [PATCH] {head.subject}\n\n{body}---\n"
+            + "".join(series.diff_files(f.before, f.after, f.path, mode=f.mode,
+                                        old_mode=f.old_mode) for f in files))
 
 
 def _slug(text: str) -> str:
@@ -212,9 +199,8 @@ def _slug(text: str) -> str:
 
 def capture_commits(src: Path, spec: str
                     ) -> tuple[list[tuple[_Header, list[CapturedFile]]], str, str | None]:
-    """The commits of ``spec`` (``A..B``) in ``src``, oldest first: each commit's header
-    (author, date, subject, body) and the files it changed against its parent; then the
-    first commit and its parent (None for a root commit)."""
+    """Each commit of ``spec`` (``A..B``) in ``src``, oldest first, as (header, files changed);
+    then the first commit and its parent (None for a root commit)."""
     src = _checkout(src, "pass --from the checkout holding the commits")
     shas = gitrepo.commit_range(src, spec)
     if not shas:
@@ -236,9 +222,9 @@ def capture_commits(src: Path, spec: str
             raise UsageError(f"commit {sha[:12]} in {src} changes no file; leave it out of "
                              "the range (a fix's patches each change something)", rev=sha)
         subject, _, body = info.message.partition("\n")
-        head = _Header(subject.strip(), body.strip(),
-                       f"{info.author.name} <{info.author.email}>", format_datetime(_dt.datetime.fromisoformat(info.authored_date)))
-        out.append((head, files))
+        date = format_datetime(_dt.datetime.fromisoformat(info.authored_date))
+        out.append((_Header(subject.strip(), body.strip(),
+                            f"{info.author.name} <{info.author.email}>", date), files))
     blobs.close()
     return out, shas[0], first_parent
 
@@ -248,12 +234,9 @@ def new_fix(catalog: Catalog, name: str, src: Path, *, root: str = "sglang",
             base_release: str | None = None, date: str | None = None,
             commits: str | None = None, commit: bool = True,
             dry_run: bool = False) -> AuthoringResult:
-    """Capture the changes of a checkout as a new fix (version 1).
-
-    Without ``commits``: the uncommitted changes (of ``paths``) as one patch whose subject is
-    ``title``, the fix's name when none is given. With ``commits`` (``A..B``): one patch per
-    commit, keeping its author, date and message; the title and rationale default to the
-    first commit's subject and body, the base release is the release at A."""
+    """Capture a checkout's uncommitted changes (of ``paths``) as version 1 of a new fix, one
+    patch titled ``title`` (default: the name); or with ``commits`` (``A..B``) a patch per
+    commit, title and rationale defaulting to the first one's, based on the release at A."""
     catalog.check_writable(f"create the fix {name!r}")
     manifest_path = catalog.manifests_dir / f"{name}.toml"
     patch_dir = catalog.patches_dir / name
@@ -303,10 +286,8 @@ def new_fix(catalog: Catalog, name: str, src: Path, *, root: str = "sglang",
 
 
 def write_series(files: dict[Path, tuple[str, str]], then: Callable[[], None]) -> None:
-    """Write patch files (path: (text, root)), then the manifest (``then``); all or none.
-
-    Each text is staged beside its file and read back as a series before any file is
-    replaced; on a failure every file is put back as it was (a new one removed)."""
+    """Write patch files (path: (text, root)), then the manifest (``then``); all or none: each
+    text is staged and read back first, and on a failure every file is put back."""
     staged: dict[Path, Path] = {}
     olds: dict[Path, bytes | None] = {}
     try:
@@ -344,14 +325,10 @@ def _write_new(path: Path, text: str) -> None:
 def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] = (),
                 summary: str | None = None, squash: bool = False, date: str | None = None,
                 commit: bool = True, dry_run: bool = False) -> AuthoringResult:
-    """Rewrite a fix's series from the checkout's current state and bump its version.
-
-    Each patch keeps the files it touched; files new to the fix (named in ``paths``) go to
-    the last patch, and every other changed or untracked file of the checkout is reported
-    in ``ignored``. A series where two patches touch one file cannot be split back apart:
-    that needs ``squash``. In a one-patch series the patch's Subject is the fix's title: a
-    title changed in the manifest is carried to the Subject, and to the file name when the
-    name was made from the old Subject. When nothing changes, nothing is written."""
+    """Rewrite a fix's series from the checkout and bump its version; nothing is written when
+    nothing changed. Each patch keeps its files, new ones (``paths``) go to the last; two
+    patches touching one file need ``squash``. A one-patch series takes the fix's title as its
+    Subject (and file name, when that was made from the old Subject)."""
     catalog.check_writable(f"refresh {name!r}")
     fix = catalog.get(name)
     catalog.check_own([name], "refresh")
@@ -391,20 +368,18 @@ def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] 
     renamed = tuple((r.file, t.name) for r, t in targets.items() if t != r.path)
     unchanged = (list(texts) == list(fix.patches) and not renamed
                  and all(texts[r] == old_texts[r] for r in texts))
-    touched = tuple(f.path for f in files)
-    if unchanged and release == fix.upstream.base_release:
-        return AuthoringResult(name, fix.version, fix.manifest_path, tuple(r.path for r in texts),
-                               touched, release, changed=False, ignored=ignored, dry_run=dry_run)
-    version = fix.version + 1
+    changed = not unchanged or release != fix.upstream.base_release
+    version = fix.version + 1 if changed else fix.version
     result = AuthoringResult(name, version, fix.manifest_path, tuple(targets[r] for r in texts),
-                             touched, release, changed=True, ignored=ignored, dry_run=dry_run,
-                             renamed=renamed)
-    if dry_run:
+                             tuple(f.path for f in files), release, changed=changed,
+                             ignored=ignored, dry_run=dry_run, renamed=renamed)
+    if dry_run or not changed:
         return result
     dropped = [r for r in fix.patches if r not in texts]
     summary = summary or f"Refreshed from a checkout of {release}."
     write_series({targets[r]: (texts[r], r.root) for r in texts}, lambda: edit.bump_manifest(
-        fix.manifest_path, version=version, changelog_summary=summary, date=date or _dt.date.today().isoformat(),
+        fix.manifest_path, version=version, changelog_summary=summary,
+        date=date or _dt.date.today().isoformat(),
         patches=([(targets[r].name, r.root, r.description) for r in texts]
                  if dropped or renamed else None),
         base_release=release if release != fix.upstream.base_release else None))
@@ -417,22 +392,16 @@ def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] 
 
 
 def _header_of(text: str, default_subject: str) -> _Header:
-    """The mail-style header of a series file (before the first diff): From, Date, Subject
-    and body, kept when the series is rewritten."""
-    head = text.split("\ndiff --git ", 1)[0]
+    """A series file's mail header (From, Date, Subject, body), kept when it is rewritten."""
+    lines = text.split("\ndiff --git ", 1)[0].splitlines()
     found: dict = {"subject": default_subject}
-    body_lines: list[str] = []
-    in_body = False
-    for line in head.splitlines():
-        if not in_body and line.startswith("From:"):
+    for i, line in enumerate(lines):
+        if line.startswith("From:"):
             found["author"] = line[len("From:"):].strip()
-        elif not in_body and line.startswith("Date:"):
+        elif line.startswith("Date:"):
             found["date"] = line[len("Date:"):].strip()
-        elif not in_body and line.startswith("Subject:"):
+        elif line.startswith("Subject:"):
             found["subject"] = re.sub(r"^Subject:\s*(\[PATCH[^\]]*\]\s*)?", "", line).strip()
-            in_body = True
-        elif in_body:
-            if line.strip() == "---":
-                break
-            body_lines.append(line)
-    return _Header(body="\n".join(body_lines).strip(), **found)
+            body = itertools.takewhile(lambda ln: ln.strip() != "---", lines[i + 1:])
+            return _Header(body="\n".join(body).strip(), **found)
+    return _Header(**found)

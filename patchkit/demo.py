@@ -1,12 +1,7 @@
-"""The demo production fork: the seed's server, rebuilt from a real SGLang release.
-
-The seed's DeepSeek-V4 server ran SGLang with two commits on top of a release (the bf16
-index-K patch, the dead HiCache index-K sync fix) and a prefill serve script with HiCache on.
-``build_fork`` makes exactly that from the catalog, on a release every fix of the demo
-supports, so ``patchkit demo`` can deploy the seed's three fixes to it. The serve folder and
-the fork are git repositories of their own, so wherever the workdir lies (even inside another
-work tree) the ``git-clean`` precondition looks only at the demo's own repositories.
-"""
+"""The demo production fork: the seed's DeepSeek-V4 server (a release with two commits on top
+and a prefill serve script with HiCache on), rebuilt from the catalog for ``patchkit demo``.
+The fork and the serve folder are git repositories of their own, so the ``git-clean``
+precondition looks only at them wherever the workdir lies."""
 
 from __future__ import annotations
 
@@ -46,9 +41,8 @@ class DemoFork:
 
 
 def demo_releases(catalog: Catalog) -> tuple[str, ...]:
-    """The releases the demo can build its fork on, oldest first: those every fix it commits or
-    deploys supports (its manifest's ``releases``; a fix with none, the serve-script fix,
-    supports any)."""
+    """The releases every fix the demo commits or deploys supports, oldest first (a fix with no
+    ``releases`` supports any)."""
     supported: set[str] | None = None
     for name in dict.fromkeys(FORK_COMMITS + SEED_FIXES):
         releases = catalog.get(name).upstream.releases
@@ -58,7 +52,7 @@ def demo_releases(catalog: Catalog) -> tuple[str, ...]:
 
 
 def demo_release(catalog: Catalog) -> str:
-    """The release ``patchkit demo`` builds on by default: the newest of :func:`demo_releases`."""
+    """The newest of :func:`demo_releases`: what ``patchkit demo`` builds on by default."""
     releases = demo_releases(catalog)
     if not releases:
         raise UsageError("no release is supported by every fix the demo deploys ("
@@ -68,8 +62,7 @@ def demo_release(catalog: Catalog) -> str:
 
 
 def serve_script_source(catalog: Catalog) -> Path:
-    """The seed's original prefill serve script: in the catalog, or in the catalog shipped
-    with patchkit that a user catalog (``patchkit init``) keeps beside its own."""
+    """The seed's prefill serve script, in the catalog or the shipped one kept beside it."""
     places = [catalog.root] + ([catalog.beside.root] if catalog.beside is not None else [])
     paths = [root / "docs" / "examples" / SERVE_SCRIPT for root in places]
     for path in paths:
@@ -85,11 +78,8 @@ def serve_script_source(catalog: Catalog) -> Path:
 def build_fork(workdir: Path, catalog: Catalog, *, release: str | None = None,
                upstream: UpstreamRepo | None = None,
                progress: Callable[[str], None] | None = None) -> DemoFork:
-    """Fetch the release and lay out the seed's fork and serve folder under ``workdir``.
-
-    ``release`` None: :func:`demo_release`; a release not every fix of the demo supports is
-    refused before anything is fetched or written. A ``workdir`` left by an earlier demo is
-    replaced; any other non-empty directory is refused."""
+    """Fetch ``release`` (default :func:`demo_release`; an unsupported one is refused first) and
+    lay out the fork and serve folder under ``workdir``, replacing an earlier demo's."""
     say = progress or (lambda _msg: None)
     supported = demo_releases(catalog)
     if release is None:

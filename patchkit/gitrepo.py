@@ -1,10 +1,6 @@
-"""The client's git layer: the one module of patchkit that imports GitPython.
-
-Everything else talks to git through these functions, which take plain paths and revisions,
-return plain values (hex shas, paths, bytes, text) and raise :class:`TargetError` naming the
-repository, the git command and its output when git fails. The engine, which runs on hosts
-with nothing installed, has its own stdlib runner (``patchkit.engine.gitcli``).
-"""
+"""The client's git layer, the one module importing GitPython: plain paths and revisions in,
+plain values out, :class:`TargetError` (with git's output) on failure. The engine has its own
+stdlib runner (``patchkit.engine.gitcli``)."""
 
 from __future__ import annotations
 
@@ -33,8 +29,6 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Identity:
-    """A git author or committer."""
-
     name: str
     email: str
 
@@ -53,8 +47,7 @@ class CommitInfo:
 
 def _run(cwd: Path | str, args: Sequence[str], *, env: Mapping[str, str] | None = None,
          strip: bool = True, data: str | None = None) -> str:
-    """Run ``git args`` in ``cwd`` (``data`` on its stdin); a failure becomes a TargetError
-    with git's output."""
+    """``git args`` in ``cwd`` (``data`` on its stdin); a failure is a TargetError."""
     try:
         out = git.Git(str(cwd)).execute(
             ["git", *args], env=dict(env) if env else None, strip_newline_in_stdout=strip,
@@ -125,8 +118,7 @@ def set_config(repo: Path | str, key: str, value: str) -> None:
 
 
 def tracks_modes(path: Path | str) -> bool:
-    """Whether the checkout's git records executable bits (``core.fileMode``, true unless set
-    false, as on file systems whose every file looks executable)."""
+    """Whether the checkout's git records executable bits (``core.fileMode``, default true)."""
     try:
         value = _run(path, ["config", "--local", "--get", "core.fileMode"])
     except TargetError:  # not set
@@ -160,8 +152,7 @@ def commit_info(repo: Path | str, rev: str) -> CommitInfo:
 
 
 class Blobs:
-    """Files of the commits of one repository through one GitPython repository object, whose
-    ``git cat-file`` process serves every read; :meth:`close` ends it."""
+    """Files of one repository's commits, all read by one ``git cat-file`` (ended by close)."""
 
     def __init__(self, repo: Path | str) -> None:
         try:
@@ -172,8 +163,7 @@ class Blobs:
         self._seen: dict[tuple[str, str], tuple[bytes, str] | None] = {}
 
     def file(self, rev: str, relpath: str) -> tuple[bytes, str] | None:
-        """The bytes and git mode ("100644", "100755") of ``relpath`` in commit ``rev``, or
-        None when that commit has no such file."""
+        """The bytes and git mode ("100644", "100755") of ``relpath`` in ``rev``, or None."""
         if (rev, relpath) not in self._seen:
             try:
                 blob = self._repo.commit(rev).tree / relpath
@@ -203,8 +193,8 @@ def texts_at(top: Path | str, wanted: Sequence[tuple[str, str]]) -> list[str | N
 
 def commit_tree(repo: Path | str, tree: str, *, message: str, parents: Sequence[str] = (),
                 author: Identity, committer: Identity | None = None, date: str) -> str:
-    """Write a commit object for ``tree``; refs are left alone (see :func:`update_refs`).
-    Author, committer and both dates are fixed, so the same inputs give the same sha."""
+    """Write a commit object for ``tree`` (refs left alone); fixed identities and date make the
+    same inputs give the same sha."""
     args = ["commit-tree", tree, "-F", "-"]
     for parent in parents:
         args += ["-p", parent]
@@ -214,8 +204,8 @@ def commit_tree(repo: Path | str, tree: str, *, message: str, parents: Sequence[
 def commit_directory(repo: Path | str, directory: Path | str, *, message: str,
                      parents: Sequence[str] = (), author: Identity,
                      committer: Identity | None = None, date: str) -> str:
-    """Commit every file under ``directory`` as the whole tree of a new commit, through a
-    throw-away index: the repository's own index and work tree are not touched."""
+    """Commit every file under ``directory`` as a new commit's whole tree, through a throw-away
+    index (the repository's own index and work tree are left alone)."""
     d = Path(directory)
     if not d.is_dir():
         raise UsageError(f"cannot commit {d}: not a directory")
@@ -237,16 +227,13 @@ def list_tags(repo: Path | str) -> dict[str, str]:
 
 def update_refs(repo: Path | str, updates: Mapping[str, str],
                 expected: Mapping[str, str | None] | None = None) -> None:
-    """Move several refs in one all-or-nothing transaction. ``expected`` maps a ref to the sha
-    it must still hold (None: must not exist); a ref that moved fails it and nothing changes."""
+    """Move several refs all or nothing; ``expected``: the sha a ref must still hold (None:
+    must not exist)."""
     if not updates:
         return
-    lines = ["start"]
-    for ref, new in updates.items():
-        if expected is not None and ref in expected:
-            lines.append(f"update {ref} {new} {expected[ref] or '0' * 40}")
-        else:
-            lines.append(f"update {ref} {new}")
+    expected = expected or {}
+    lines = ["start", *(f"update {ref} {new} {expected[ref] or '0' * 40}" if ref in expected
+                        else f"update {ref} {new}" for ref, new in updates.items())]
     try:
         _run(repo, ["update-ref", "--stdin"], data="\n".join([*lines, "prepare", "commit", ""]))
     except TargetError as exc:
@@ -257,8 +244,7 @@ def update_refs(repo: Path | str, updates: Mapping[str, str],
 
 def clone(source: Path | str, dest: Path | str, *, rev: str | None = None,
           shared: bool = False) -> Path:
-    """Clone ``source`` into ``dest`` and check out ``rev`` (detached for a tag). ``shared``
-    borrows the source's objects: small, but the clone breaks if the source is pruned."""
+    """Clone ``source`` into ``dest`` at ``rev``; ``shared`` borrows the source's objects."""
     args = ["clone", "--quiet", *(["--shared"] if shared else []),
             *(["--branch", rev] if rev is not None else []), "--", str(source), str(dest)]
     _run(Path(dest).parent, args)
@@ -283,9 +269,8 @@ def _status(path: Path | str, paths: Sequence[str] = ()) -> list[tuple[str, str,
 
 
 def changed_files(path: Path | str, paths: Sequence[str] = ()) -> list[str]:
-    """Files of the work tree that differ from HEAD (modified, added, deleted), sorted.
-    Untracked files count only when named in ``paths`` (a file or a directory prefix), so
-    stray build output never sneaks into a captured fix."""
+    """Files of the work tree that differ from HEAD, sorted; untracked ones only when named in
+    ``paths`` (a file or a directory prefix), so stray build output is never captured."""
     named = [os.fspath(p).rstrip("/") for p in paths]
     result: set[str] = set()
     for code, name, source in _status(path, paths):
@@ -297,17 +282,15 @@ def changed_files(path: Path | str, paths: Sequence[str] = ()) -> list[str]:
 
 
 def unclaimed_files(path: Path | str, taken: Sequence[str]) -> list[str]:
-    """Files of the work tree that differ from HEAD, untracked ones included, other than
-    ``taken``: what a capture left out, so the author is told."""
+    """Files differing from HEAD (untracked too) other than ``taken``: what a capture left out."""
     found = {n for _code, name, source in _status(path) for n in (name, source) if n is not None}
     return sorted(found - set(taken))
 
 
 def commit_paths(top: Path | str, paths: Sequence[str], message: str, *,
                  author: Identity | None = None, date: str | None = None) -> str:
-    """Commit the work-tree state of ``paths`` (relative to ``top``; added, changed or
-    deleted; none: the whole tree) and nothing else; the new commit's sha. Without
-    ``author``, as the user's own git identity."""
+    """Commit the work-tree state of ``paths`` (none: the whole tree) alone; the new sha.
+    Without ``author``, as the user's own git identity."""
     env = _identity_env(author, author, date or "") if author is not None else None
     _run(top, ["add", "-A", "--", *paths])
     _run(top, ["commit", "-q", "--no-verify", "-m", message, "--", *paths], env=env)
@@ -327,9 +310,6 @@ def create_branch(path: Path | str, name: str) -> None:
     _run(path, ["switch", "-q", "-c", name])
 
 
-# -- history ------------------------------------------------------------------------------
-
-
 def commit_range(repo: Path | str, spec: str) -> list[str]:
     """The commits of ``A..B`` (or ``A...B``, as git reads it), oldest first."""
     if ".." not in spec:
@@ -343,8 +323,7 @@ def commit_range(repo: Path | str, spec: str) -> list[str]:
 
 
 def commit_files(repo: Path | str, rev: str) -> list[tuple[str, str | None, str | None]]:
-    """What commit ``rev`` changed against its one parent: (path, old mode, new mode) with
-    None for a side where the file is absent. A merge commit is refused."""
+    """(path, old mode, new mode) of what ``rev`` changed (None: absent); a merge is refused."""
     info = commit_info(repo, rev)
     if len(info.parents) > 1:
         raise UsageError(f"commit {rev[:12]} in {repo} is a merge; a fix is a line of plain "
@@ -364,8 +343,6 @@ def commit_files(repo: Path | str, rev: str) -> list[tuple[str, str | None, str 
 
 @dataclass(frozen=True)
 class PathCommit:
-    """A commit that touched some of the paths asked about (``files``: those it touched)."""
-
     sha: str
     date: str  # committer date, ISO-8601 with offset
     subject: str
@@ -383,9 +360,8 @@ def _log(repo: Path | str, args: Sequence[str], paths: Sequence[str]
 
 
 def path_history(top: Path | str, paths: Sequence[str]) -> list[PathCommit]:
-    """Commits of HEAD that touched ``paths`` (relative to ``top``), oldest first, in one
-    ``git log``; an unborn HEAD has no history."""
-    if rev_parse(top, "HEAD") is None:
+    """Commits of HEAD that touched ``paths`` (relative to ``top``), oldest first."""
+    if head(top) is None:
         return []
     log = _log(top, ["--reverse", "--name-only", "HEAD"], paths)
     return [PathCommit(sha, date, subject, tuple(n for n in rest.splitlines() if n.strip()))
@@ -394,9 +370,8 @@ def path_history(top: Path | str, paths: Sequence[str]) -> list[PathCommit]:
 
 def commit_diffs(repo: Path | str, base: str, onto: str, paths: Iterable[str]
                  ) -> list[tuple[str, str, dict[str, str]]]:
-    """The commits of ``base..onto`` touching ``paths``: (sha, subject, {path: its diff}), in
-    one ``git log -p``; a commit's diff is split per file, so a fix's files can be matched
-    even when the commit also changed others."""
+    """(sha, subject, {path: its diff}) of the commits of ``base..onto`` touching ``paths``:
+    split per file, so a fix's files match even in a commit that changed others."""
     wanted = sorted(set(paths))
     return [(sha, subject, {part.split(" b/", 1)[0]: "diff --git a/" + part.rstrip("\n") + "\n"
                             for part in body.split("\ndiff --git a/")[1:]})
@@ -404,16 +379,12 @@ def commit_diffs(repo: Path | str, base: str, onto: str, paths: Iterable[str]
             ] if wanted else []
 
 
-# -- patch-id and merge -------------------------------------------------------------------
-
 _HUNK = re.compile(r"@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 
 
 def _diff_lines(text: str) -> str:
-    """The diffs of patch files (one, or several joined), as ``git patch-id`` reads a diff:
-    mail headers, diffstats and format-patch signatures around and between them are dropped
-    (git would end the patch at the first of them), so a joined series hashes as the one
-    commit holding all of it. Hunk lines are counted as git counts them."""
+    """The diffs of patch files (several joined) without the mail headers, diffstats and
+    signatures between them (git would stop there), so a series hashes as one commit."""
     kept: list[str] = []
     state, old, new = "out", 0, 0
     for line in split_lines(text):
@@ -432,8 +403,7 @@ def _diff_lines(text: str) -> str:
 
 
 def patch_ids(texts: Sequence[str]) -> list[str | None]:
-    """``git patch-id --stable`` of each text (:func:`_diff_lines`), in one process; None for
-    a text holding no diff."""
+    """``git patch-id --stable`` of each text, in one process; None for a text with no diff."""
     data = "".join(f"commit {i + 1:040x}\n\n{_diff_lines(t)}" for i, t in enumerate(texts))
     found: dict[int, str] = {}
     for line in _run(tempfile.gettempdir(), ["patch-id", "--stable"], data=data).splitlines():
@@ -449,8 +419,7 @@ def patch_id(text: str) -> str | None:
 
 def merge_file(ours: bytes, base: bytes, theirs: bytes, *,
                labels: tuple[str, str, str] = ("ours", "base", "theirs")) -> tuple[bytes, int]:
-    """git's three-way file merge (``git merge-file -p --diff3``) of three texts: the result
-    and the number of conflicted regions (marked in the result), 0 for a clean merge."""
+    """``git merge-file -p --diff3`` of three texts: the result and its conflict count."""
     with tempfile.TemporaryDirectory(prefix="patchkit-merge-") as tmp:
         names = [os.path.join(tmp, n) for n in ("ours", "base", "theirs")]
         for name, data in zip(names, (ours, base, theirs)):

@@ -1,13 +1,8 @@
 """Rebase fixes onto a newer SGLang release or commit (``patchkit rebase``, docs/rebase.md).
 
-Per fix (dependency order) and per patch (series order) the new upstream decides one of
-``unchanged``, ``offset``, ``upstream``, ``merged``, ``anchor-gone``, ``conflict`` (and after
-``--continue``, ``resolved``), as docs/rebase.md tells. The upstream is patchkit's upstream
-repository (tags ``v<version>``) or an SGLang clone (``repo=``); the target is a release or,
-in a clone, any commit, onto which nothing is written (a report). :mod:`.state` holds a rebase
-in progress, :mod:`.loop` plans and writes, :mod:`.sides` builds the trees a fix is computed
-between, :mod:`.matching` finds upstream commits by patch-id, :mod:`.classify` decides a patch.
-"""
+:mod:`.state` holds a rebase in progress, :mod:`.loop` plans and writes, :mod:`.sides` builds
+the trees a fix is computed between, :mod:`.matching` finds upstream commits by patch-id,
+:mod:`.classify` decides a patch."""
 
 from __future__ import annotations
 
@@ -31,7 +26,7 @@ __all__ = ["FixReport", "PatchReport", "RebaseReport", "STATE_DIR", "abort", "co
 
 
 def _release(text: str) -> str | None:
-    """The release ``text`` names (``0.5.23`` or ``v0.5.23``), or None."""
+    """The release ``text`` (``0.5.23`` or ``v0.5.23``) names, or None."""
     for version in (text, text[1:] if text.startswith("v") else ""):
         try:
             version_key(version)
@@ -44,15 +39,14 @@ def _release(text: str) -> str | None:
 def _resolve(fetch: UpstreamRepo | None, git_dir: Path, onto: str, bases: set[str],
              base: str | None, progress: Progress | None
              ) -> tuple[str, str | None, str, str | None]:
-    """(label, release or None, onto commit, base commit or None); with ``fetch`` (patchkit's
-    own upstream repository) the releases missing there are fetched first."""
+    """(label, release or None, onto commit, base commit or None), fetching missing releases
+    first when ``fetch`` (patchkit's own upstream repository) is given."""
     release = _release(onto)
     missing = [v for v in sorted(bases | ({release} if release else set()))
                if gitrepo.rev_parse(git_dir, f"v{v}") is None]
-    if missing and fetch is not None:
-        for v in missing:
-            fetch.fetch(v, progress=(lambda line: progress(line, 0, -1)) if progress else None)
-        missing = []
+    for v in missing if fetch is not None else ():
+        fetch.fetch(v, progress=(lambda line: progress(line, 0, -1)) if progress else None)
+    missing = missing if fetch is None else []
     onto_rev = gitrepo.rev_parse(git_dir, f"v{release}") if release else None
     if onto_rev is None:
         onto_rev, release = gitrepo.rev_parse(git_dir, onto), None
@@ -74,13 +68,10 @@ def start(catalog: Catalog, onto: str, names: Sequence[str] | None = None, *,
           upstream: UpstreamRepo | None = None, repo: Path | str | None = None,
           base: str | None = None, include_inactive: bool = False,
           progress: Progress | None = None, dry_run: bool = False) -> RebaseReport:
-    """Rebase ``names`` (default: every fix) onto ``onto``: a release, or with ``repo`` (an
-    SGLang git clone) any tag or commit there; ``base`` overrides each fix's ``v<base>``.
-
-    A named fix is rebased whatever its status (a fork may have a dead fix committed); the
-    default, every fix, takes dead and superseded ones only with ``include_inactive``.
-    ``dry_run`` (and any ``onto`` that is not a release) only reports: every fix is classified
-    without stopping, the catalog is not written and no rebase is left in progress."""
+    """Rebase ``names`` (default: every fix of the catalog's own, dead and superseded ones only
+    with ``include_inactive``) onto ``onto``: a release, or with ``repo`` (an SGLang clone) any
+    tag or commit there; ``base`` overrides each fix's ``v<base>``. ``dry_run`` (and an ``onto``
+    that is no release) only reports."""
     catalog.check_writable("rebase")  # a dry run too: it keeps its state there while it runs
     if names:
         catalog.check_own(names, "rebase")
@@ -88,7 +79,6 @@ def start(catalog: Catalog, onto: str, names: Sequence[str] | None = None, *,
         raise UsageError(f"a rebase is in progress in {catalog.root}: finish it with "
                          "`patchkit rebase --continue`, `--skip` or `--abort`")
     inactive = bool(names) or include_inactive
-    # every fix: the catalog's own (the shipped fixes seen beside it are not rewritten here)
     fixes = queue_order(catalog, list(names) if names else catalog.own_names())
     fetch = None  # patchkit's own upstream repository: missing releases are fetched there
     if repo is not None:
@@ -178,8 +168,7 @@ def abort(catalog: Catalog, *, upstream: UpstreamRepo | None = None) -> list[str
 
 
 def current(catalog: Catalog) -> RebaseReport | None:
-    """The rebase in progress in ``catalog`` (where it stopped, what is done and what is
-    left), or None; reads the state and changes nothing."""
+    """The rebase in progress in ``catalog`` (read, not changed), or None."""
     return RebaseState.load(catalog).stopped_report() if in_progress(catalog) else None
 
 

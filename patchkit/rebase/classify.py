@@ -1,9 +1,5 @@
-"""How one patch of a fix lands on the new upstream: the classifications of a rebase.
-
-Everything is in memory on blobs of the upstream repository: a :class:`Tree` is a commit's
-files as the rebase sees them, changed by applied series. Placement is the engine's, with
-zero fuzz; anything else goes through git's three-way merge (``git merge-file``).
-"""
+"""How one patch of a fix lands on the new upstream, in memory on the upstream's blobs:
+the engine's placement (zero fuzz), else git's three-way merge."""
 
 from __future__ import annotations
 
@@ -24,14 +20,12 @@ CLEAN = ("unchanged", "offset", "merged", "resolved", "upstream")
 
 @dataclass(frozen=True)
 class PatchReport:
-    """``commit``: the upstream commit found holding the patch (patch-id), when one was."""
-
     file: str
     classification: str
     detail: str
     offsets: tuple[int, ...] = ()
     paths: tuple[str, ...] = ()
-    commit: str = ""
+    commit: str = ""  # the upstream commit holding the patch (patch-id), when one was found
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -87,21 +81,16 @@ def apply_all(tree: Tree, chs: list[hunks.FileChange]) -> list[int]:
 
 
 def anchors_gone(fix: Fix, tree: Tree) -> list[str]:
-    """The fix's grep preconditions on the release's root that expect a line and no longer
-    find it, on any file: one on a file the patch does not touch refuses the apply too."""
+    """The fix's grep preconditions on the release's root (on any file) no longer matching."""
     gone = []
     for check in fix.preconditions:
         if check.kind != "grep" or check.get("present") is False or check.get("count") == 0:
             continue
         if (check.get("root") or fix.upstream.root) != fix.upstream.root:
             continue  # another root (a serve script, say): not in the release
-        text = tree.get(check.get("path")) or ""
-        pattern = check.get("pattern")
-        if check.get("regex"):
-            hits = sum(1 for line in text.split("\n") if re.search(pattern, line))
-        else:
-            hits = sum(1 for line in text.split("\n") if pattern in line)
-        want = check.get("count")
+        pattern, want = check.get("pattern"), check.get("count")
+        hits = sum(1 for line in (tree.get(check.get("path")) or "").split("\n")
+                   if (re.search(pattern, line) if check.get("regex") else pattern in line))
         if (want is None and hits == 0) or (want is not None and hits != want):
             gone.append(check.describe())
     return gone
@@ -110,8 +99,8 @@ def anchors_gone(fix: Fix, tree: Tree) -> list[str]:
 def classify(fix: Fix, file: str, chs: list[hunks.FileChange], tree: Tree,
              pre_old: dict[str, str | None], old_tree: Tree, onto: str
              ) -> tuple[PatchReport, dict[str, str | None], list[str]]:
-    """One patch on ``tree`` (the new upstream so far): its report, the files it leaves,
-    the paths in conflict. ``pre_old``/``old_tree``: the base side before/after the patch."""
+    """One patch on ``tree`` (the new upstream so far): its report, the files it leaves, the
+    paths in conflict. ``pre_old``/``old_tree``: the base side before/after the patch."""
     paths = tuple(dict.fromkeys(c.path for c in chs))
     trial = tree.only(paths)
     gone_elsewhere = anchors_gone(fix, tree)  # the tree before this patch, as apply checks it
@@ -169,8 +158,7 @@ _HUNK = re.compile(r"^@@ -(\d+)((?:,\d+)?) \+(\d+)((?:,\d+)?) @@", re.M)
 
 
 def _diff(old: str | None, new: str | None, path: str) -> str:
-    """series.diff_files of two texts, run only on the lines between their common head and
-    tail (plus context), so difflib never walks a whole release file."""
+    """series.diff_files of two texts, run only between their common head and tail."""
     if old is None or new is None or old == new:
         return series.diff_files(None if old is None else hunks.encode(old),
                                  None if new is None else hunks.encode(new), path)

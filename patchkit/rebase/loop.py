@@ -1,11 +1,6 @@
-"""The rebase loop: plan every fix at the start, then write, stop and resume like git rebase.
-
-:meth:`Rebase.plan` classifies every fix in one pass (dependency order) and keeps the results
-in the state, assuming each stopped fix will be skipped; ``--skip`` and ``--continue`` then
-only write the planned fixes up to the next planned stop. A fix is computed again when it is
-reached only if its plan no longer holds: the user changed its files, or it depends on (or
-shares a file with) a fix whose resolution the user gave with ``--continue``.
-"""
+"""The rebase loop: plan every fix at the start (each stop assumed skipped), then write, stop
+and resume like git rebase. A fix is computed again only if its plan no longer holds: its
+files changed, or it depends on (or shares a file with) a fix resolved with ``--continue``."""
 
 from __future__ import annotations
 
@@ -28,8 +23,7 @@ Computed = tuple[FixReport, dict[str, str], dict[str, Any] | None]  # report, te
 
 
 class Rebase:
-    """A rebase at work on its :class:`RebaseState`: each fix computed on the new upstream
-    without writing (:meth:`rebase_fix`), the plan, and the loop that writes and stops."""
+    """A rebase at work on its :class:`RebaseState`: compute, plan, write and stop."""
 
     def __init__(self, state: RebaseState, progress: Progress | None) -> None:
         self.state = state
@@ -38,8 +32,8 @@ class Rebase:
         self.matches = UpstreamMatches(state)
 
     def rebase_fix(self, name: str, resumed: dict[str, str | None] | None = None) -> Computed:
-        """One fix: its report, its refreshed patch texts and, where it stops, the stop.
-        ``resumed``: the user's files for the stopped patch (``--continue``)."""
+        """One fix: its report, refreshed patch texts and stop (or None); ``resumed``: the
+        user's files for the stopped patch (``--continue``)."""
         fix = self.state.catalog.get(name)
         onto, base = self.state.onto, fix.upstream.base_release
         why = skip_reason(fix, self.state.release, self.state.inactive)
@@ -177,8 +171,7 @@ class Rebase:
         self.state.data["queue"].pop(0)
 
     def rebase_loop(self) -> RebaseReport:
-        """Take the queue fix by fix (planned results where they hold) up to a stop or the
-        end; at the end the state is removed."""
+        """Take the queue (planned results where they hold) up to a stop or the end."""
         try:
             queue: list[str] = self.state.data["queue"]
             total = len(queue) + len(self.state.data["results"])

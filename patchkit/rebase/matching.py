@@ -15,9 +15,8 @@ Match = tuple[tuple[str, str] | None, dict[str, tuple[str, str]]]
 
 
 class UpstreamMatches:
-    """The upstream commits between each fix's base and the target that hold its series, or
-    single patches of it. Asked for many fixes at once (the plan), one ``git log -p`` reads
-    the commits touching all their files and one ``git patch-id`` process hashes them."""
+    """The upstream commits between each fix's base and the target holding its series or
+    single patches; many fixes at once take one ``git log -p`` and one ``git patch-id``."""
 
     def __init__(self, state: RebaseState) -> None:
         self.state = state
@@ -36,8 +35,7 @@ class UpstreamMatches:
         return [c for c in commits if c[2]]
 
     def match(self, fixes: Sequence[tuple[Fix, Series]]) -> None:
-        """Find the commits of each (fix, its old series): the series' patch-id first, else
-        each patch's."""
+        """Find the commits of each (fix, old series): by the series' patch-id, else each patch's."""
         files = {fix.name: sorted({c.path for _f, chs in changes(
             fix, old, self.state.backup / "patches" / fix.name) for c in chs})
             for fix, old in fixes}

@@ -19,14 +19,12 @@ class Skip(Exception):
 
 
 def reverted(fix: Fix) -> list[str]:
-    """The fix a revert fix removes (``[revert] fix``), as a list: its series is under the
-    revert's on both sides of a rebase, like a dependency's."""
+    """The fix a revert fix removes, as a list: it is under the revert like a dependency."""
     return [fix.revert.fix] if fix.revert is not None and fix.revert.fix else []
 
 
 def skip_reason(fix: Fix, release: str | None, inactive: bool = False) -> str:
-    """Why ``fix`` is not rebased, or "". ``inactive``: dead and superseded fixes too (the
-    user named them, or passed --include-inactive): a fork may have them committed."""
+    """Why ``fix`` is not rebased, or ""; ``inactive``: dead and superseded fixes too."""
     if fix.status in ("dead", "superseded") and not inactive:
         return (f"{fix.status}: not rebased (name it, or pass --include-inactive, to rebase "
                 "it anyway)")
@@ -47,8 +45,7 @@ def skip_reason(fix: Fix, release: str | None, inactive: bool = False) -> str:
 
 
 def queue_order(catalog: Catalog, names: Sequence[str]) -> list[Fix]:
-    """The named fixes in dependency order, each revert fix after the fix it reverts (the
-    revert is rebased against that fix's new version)."""
+    """The named fixes in dependency order, each revert fix after the fix it reverts."""
     fixes = catalog.dependency_order(names)
     selected = {f.name: f for f in fixes}
     order: list[Fix] = []
@@ -73,8 +70,8 @@ def read_series(fix: Fix, patch_dir: Path) -> Series:
 
 
 class Sides:
-    """The upstream trees of a rebase (read through one :class:`gitrepo.Blobs`) with the
-    fixes under a fix applied; ``planned``: the series the plan expects a fix to end with."""
+    """The upstream trees with the fixes under a fix applied; ``planned``: the series the plan
+    expects a fix to end with."""
 
     def __init__(self, state: RebaseState) -> None:
         self.state = state
@@ -82,17 +79,15 @@ class Sides:
         self.planned: dict[str, Series] = {}
 
     def deps(self, fix: Fix) -> list[Fix]:
-        """The fixes under this one on both sides, dependencies first: its dependencies and,
-        for a revert fix, the fix it reverts (with that fix's dependencies)."""
+        """The fixes under this one (and under the fix it reverts), dependencies first."""
         return self.state.catalog.dependency_order([*fix.depends_on, *reverted(fix)],
                                                    with_deps=True)
 
     def dep_series(self, name: str, release: str | None, *, old: bool, under: str
                    ) -> tuple[Series, str]:
-        """The series of ``name`` to put under ``under`` on a tree of ``release``, and which
-        version it is: the one based on (or known to apply to) that release. The old side
-        starts from the catalog as it was at the start, the new side from the plan or the
-        catalog now; a version of another base comes from the catalog's git history."""
+        """The series of ``name`` (and which version) to put under ``under`` on ``release``:
+        the one based on (or known to apply to) it, from the catalog (old side: as it was at
+        the start; new side: the plan first) or, for another base, its git history."""
         if not old and name in self.planned:
             return self.planned[name], f"as rebased onto {self.state.onto}"
         fix = self.state.old_fix(name) if old else self.state.catalog.get(name)
@@ -120,8 +115,7 @@ class Sides:
                    f"is still on {release}, or write {under} again on {self.state.onto}")
 
     def tree(self, fix: Fix, *, old: bool) -> Tree:
-        """The old base (``old``) or the new upstream, with the fixes under ``fix`` applied
-        as the catalog holds them on that side."""
+        """The old base (``old``) or the new upstream, with the fixes under ``fix`` applied."""
         release = fix.upstream.base_release if old else self.state.release
         tree = Tree(self.blobs, self.state.base_rev(fix) if old else self.state.data["onto_rev"])
         for dep in self.deps(fix):

@@ -12,10 +12,7 @@ Everything lives in ``<catalog>/.patchkit-rebase/``. ``state.json``::
      "stopped": null | stop}
 
 where a stop is ``{"name", "patch", "file", "done", "pre", "tree", "patches",
-"conflicted", "paths", "key"}`` (and ``"merged"``, the worktree's files, while only planned);
-``written`` is the journal (one name a line, appended before a fix's files are written);
-``backup/`` a copy of ``manifests/`` and ``patches/`` from before the rebase; ``worktree/``
-the stopped patch's files.
+"conflicted", "paths", "key"}`` (and ``"merged"``, the worktree's files, while only planned).
 """
 
 from __future__ import annotations
@@ -42,10 +39,8 @@ MARKERS = ("<<<<<<< ", ">>>>>>> ", "||||||| ")
 
 @dataclass(frozen=True)
 class FixReport:
-    """``outcome``: rebased | extended (release added) | upstreamed | stopped | skipped, and
-    for a rebase onto a commit that is not a release (nothing written): clean | conflict. A
-    dry run onto a release says rebased | extended as what it would write, conflict where it
-    would stop."""
+    """``outcome``: rebased | extended | upstreamed | stopped | skipped, or when nothing is
+    written: clean | conflict (a dry run says rebased | extended as what it would write)."""
 
     name: str
     from_release: str
@@ -78,10 +73,7 @@ class RebaseReport:
     stopped: str | None = None  # the fix waiting for --continue/--skip/--abort
     worktree: str | None = None
     conflicted: tuple[str, ...] = field(default=())
-    #: why nothing was written, for a report-only rebase (``dry_run``, or onto a commit that
-    #: is not a release); empty when the rebase wrote the catalog
-    not_written: str = ""
-    #: the fixes still to do after the stopped one
+    not_written: str = ""  # why nothing was written (a report-only rebase), else ""
     remaining: tuple[str, ...] = field(default=())
 
     @property
@@ -109,7 +101,6 @@ class RebaseState:
         self.worktree = self.dir / "worktree"
         self.onto: str = data["onto"]
         self.release: str | None = data["release"]  # None: onto a commit that is no release
-        #: dead and superseded fixes are rebased too (named, or --include-inactive)
         self.inactive = bool(data.get("inactive"))
 
     @classmethod
@@ -143,8 +134,7 @@ class RebaseState:
 
     @property
     def writes(self) -> bool:
-        """Whether the catalog is written: not a dry run, and onto a release (a manifest's
-        base is a release); otherwise the rebase reports what each fix would do."""
+        """Whether the catalog is written: not a dry run, and onto a release."""
         return self.release is not None and not self.data.get("dry_run")
 
     def base_rev(self, fix: Fix) -> str:
@@ -198,8 +188,7 @@ class RebaseState:
         return h.hexdigest()
 
     def stop_at(self, stop: dict[str, Any]) -> None:
-        """Stop: the stopped patch's files (markers in them) at their paths in the worktree,
-        and the stop saved."""
+        """Save the stop, and the stopped patch's files (with markers) in the worktree."""
         self.drop_worktree()
         self.worktree.mkdir(parents=True)
         for path, text in stop["merged"].items():
@@ -221,10 +210,9 @@ class RebaseState:
     def not_written(self) -> str:
         if self.writes:
             return ""
-        if self.data.get("dry_run"):
-            return "--dry-run"
-        return (f"{self.onto} is not a release and a manifest's base is one: rebase onto a "
-                "release tag to write")
+        return "--dry-run" if self.data.get("dry_run") else (
+            f"{self.onto} is not a release and a manifest's base is one: rebase onto a release "
+            "tag to write")
 
     def stopped_report(self) -> RebaseReport:
         """Where a stopped rebase is, without doing anything (a bare ``patchkit rebase``)."""

@@ -1,8 +1,5 @@
-"""Versions of a fix's series (``patchkit diff FIX --versions A B``).
-
-Old versions live in the catalog's git history, read through :mod:`patchkit.gitrepo`
-(GitPython), which is why this is apart from the rebase run: a ``--skip`` never needs it.
-"""
+"""Versions of a fix's series (``patchkit diff FIX --versions A B``), old ones from the
+catalog's git history: apart from the rebase run, which (``--skip``) never needs it."""
 
 from __future__ import annotations
 
@@ -12,10 +9,9 @@ from ..catalog import Catalog
 from ..errors import UsageError
 
 
-
 def series_of_version(catalog: Catalog, name: str, version: int) -> dict[str, str]:
-    """The patch files (name -> text) of ``version`` of a fix: the current one from the
-    catalog, an older one from the catalog's git history (the last commit declaring it)."""
+    """The patch files (name -> text) of ``version`` of a fix: from the catalog, or for an
+    older one from the last commit of the catalog's git history declaring it."""
     fix = catalog.get(name)
     if version == fix.version:
         return {r.file: r.path.read_text(encoding="utf-8", errors="surrogateescape")
