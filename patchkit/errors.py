@@ -1,6 +1,5 @@
 """patchkit's errors: each says what failed, where, and what to do next; only the CLI turns
-them into exit codes. Standard library only: the engine raises these same classes on remote
-hosts, and a host's result names its error by class name (:func:`error_from_dict`).
+them into exit codes. Standard library only: the engine raises them on remote hosts too.
 """
 
 from __future__ import annotations

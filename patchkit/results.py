@@ -134,10 +134,8 @@ class OpResult:
 
 
 def check_result(raw: Mapping[str, Any], target: str) -> OpResult:
-    """Turn an engine result into an :class:`OpResult`, raising its error if it failed.
-
-    The error carries the partial result as ``err.result``, its fixes taken from the error's
-    ``details["fixes"]`` (every check as the engine ran it), so callers can show what passed."""
+    """Turn an engine result into an :class:`OpResult`, raising its error if it failed; the
+    error carries the partial result as ``err.result`` (fixes from its ``details["fixes"]``)."""
     result = OpResult.from_engine(raw, target)
     err_dict = raw.get("error")
     if err_dict:

@@ -1,5 +1,5 @@
 """Options and look-ups shared by the commands: the per-run :class:`State`, the target and
-``--json`` options, and the one runner of apply, rollback, verify and status results."""
+``--json`` options."""
 
 from __future__ import annotations
 
@@ -85,10 +85,8 @@ def json_option(f: Callable) -> Callable:
 
 
 def one_value(ctx: Any, param: Any, values: tuple[str, ...]) -> str | tuple[str, ...] | None:
-    """The click callback of an option read as ``multiple`` so that a second value is seen
-    instead of silently replacing the first: one value as itself, several as a tuple that
-    :meth:`State.target` refuses (there, once every option is read, so ``--json`` anywhere on
-    the line gives the JSON error)."""
+    """Callback of an option read as ``multiple`` so a second value is not silently dropped:
+    several come as a tuple that :meth:`State.target` refuses once ``--json`` is known."""
     if len(values) > 1:
         return tuple(values)
     return values[0] if values else None

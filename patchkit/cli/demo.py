@@ -9,10 +9,9 @@ from typing import Any
 import click
 
 from .. import api
-from ..catalog import lineage
+from ..catalog import Catalog, lineage
 from . import render
 from .render_history import render_log
-from ..catalog import Catalog
 from ..demo import SEED_FIXES, DemoFork, build_fork, demo_release
 from ..targets import LocalTarget
 from .common import State, command

@@ -16,11 +16,8 @@ from .render_history import render_range_diff
 def diff(state: State, fix: str, versions: tuple[int, int], as_json: bool) -> int:
     """Show a range-diff between two versions of FIX's series (old ones from catalog git)."""
     text = rebase.range_diff(state.catalog(), fix, versions[0], versions[1])
-    if as_json:
-        render.print_json({"fix": fix, "old": versions[0], "new": versions[1], "diff": text})
-    else:
-        render_range_diff(render.stdout(), text)
-    return 0
+    data = {"fix": fix, "old": versions[0], "new": versions[1], "diff": text}
+    return render.emit(as_json, data, lambda out: render_range_diff(out, text))
 
 
 COMMANDS = [diff]

@@ -14,13 +14,9 @@ from .common import State, command
 def list_fixes(state: State, as_json: bool, show_all: bool) -> int:
     """List the fixes of the catalog."""
     fixes = [f for f in state.catalog().all() if show_all or f.status == "active"]
-    if as_json:
-        render.print_json([{"name": f.name, "version": f.version, "status": f.status,
-                            "title": f.title, "base_release": f.upstream.base_release,
-                            "depends_on": list(f.depends_on)} for f in fixes])
-    else:
-        render.render_fix_list(render.stdout(), fixes)
-    return 0
+    data = [{"name": f.name, "version": f.version, "status": f.status, "title": f.title,
+             "base_release": f.upstream.base_release, "depends_on": list(f.depends_on)} for f in fixes]
+    return render.emit(as_json, data, lambda out: render.render_fix_list(out, fixes))
 
 
 @command("show", click.argument("fix"))
@@ -28,11 +24,7 @@ def show(state: State, fix: str, as_json: bool) -> int:
     """Show a fix: why it exists, what it touches, how it is checked."""
     f = state.catalog().get(fix)
     files = {p.file: sorted({fr["path"] for fr in parse_patch(p.path, p.root)}) for p in f.patches}
-    if as_json:
-        render.print_json(f.to_json() | {"files": files})
-    else:
-        render.render_fix(render.stdout(), f, files)
-    return 0
+    return render.emit(as_json, f.to_json() | {"files": files}, lambda out: render.render_fix(out, f, files))
 
 
 COMMANDS = [list_fixes, show]

@@ -19,8 +19,7 @@ def log(state: State, fix: str | None, target: str | None, roots: tuple[str, ...
     """Show the fixes' history: versions, rebases, links, dead fixes and what replaced them.
 
     With FIX, only that fix and the fixes linked to it; with --target, which version is
-    applied there and since when.
-    """
+    applied there and since when."""
     catalog = state.catalog()
     status = None
     if target is not None or roots:
@@ -28,11 +27,7 @@ def log(state: State, fix: str | None, target: str | None, roots: tuple[str, ...
         with render.busy(f"reading {tgt.description}", quiet=as_json):
             status = api.status(catalog, tgt, lock_timeout=lock_timeout)
     result = lineage.build(catalog, target_status=status, fix=fix, history=not no_history)
-    if as_json:
-        render.print_json(result.to_json())
-    else:
-        render_log(render.stdout(), result)
-    return 0
+    return render.emit(as_json, result.to_json(), lambda out: render_log(out, result))
 
 
 COMMANDS = [log]

@@ -1,8 +1,5 @@
 """The `patchkit` command group and the one boundary that turns errors into exit codes.
-
-Every command line is read by click. A command's module is imported only when that command
-runs, so `patchkit --version` loads neither GitPython, tomlkit nor rich.
-"""
+A command's module is imported only when that command runs."""
 
 from __future__ import annotations
 
@@ -53,9 +50,8 @@ def cli(ctx: click.Context, catalog_dir: str | None, config_path: str | None, de
 
 
 class _Output:
-    """sys.stdout or sys.stderr, whose reader may leave (``patchkit apply FIX | head -0``):
-    then what is written is dropped (the descriptor becomes /dev/null) and the command carries
-    on, so its exit status says what the operation did, not whether anyone read it."""
+    """sys.stdout or sys.stderr whose reader may leave (``patchkit apply FIX | head -0``): then
+    output is dropped and the command carries on, so its exit status says what it did."""
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream
@@ -92,9 +88,8 @@ def _to_devnull(fd: int) -> None:
 
 
 def _guard_output() -> tuple[Any, Any]:
-    """Wrap stdout and stderr in :class:`_Output`; a standard descriptor closed at start
-    (``patchkit apply FIX >&-``) becomes /dev/null first, so no file patchkit opens takes its
-    number and nothing meant for it lands in a target file. The streams it replaced."""
+    """Wrap stdout and stderr in :class:`_Output`, a closed standard descriptor first made
+    /dev/null so no file patchkit opens takes its number. Returns the streams it replaced."""
     saved = sys.stdout, sys.stderr
     for fd in (0, 1, 2):
         try:
@@ -110,8 +105,7 @@ def _guard_output() -> tuple[Any, Any]:
 
 
 def _asks_json(args: list[str]) -> bool:
-    """Whether ``--json`` is among the options of a command line click refused (its callback
-    may not have run): before any ``--``, after which it would be an argument."""
+    """Whether ``--json`` is among the options (before any ``--``) of a command line click refused."""
     return "--json" in (args[:args.index("--")] if "--" in args else args)
 
 

@@ -1,8 +1,4 @@
-"""`patchkit apply`, `rollback`, `verify` and `status`: the commands that work on a target.
-
-They share one option set (the fixes, the target options, ``--json``) and one way to run:
-resolve the target, call the library under a spinner, print the result.
-"""
+"""`patchkit apply`, `rollback`, `verify` and `status`: the commands that work on a target."""
 
 from __future__ import annotations
 
@@ -36,11 +32,7 @@ def _names(fixes: tuple[str, ...], what: str) -> list[str]:
 
 
 def _emit(result: Any, as_json: bool, **options: Any) -> int:
-    if as_json:
-        render.print_json(result.to_json())
-    else:
-        render.render_result(None, result, **options)
-    return 0
+    return render.emit(as_json, result.to_json(), lambda out: render.render_result(out, result, **options))
 
 
 @command(
@@ -101,10 +93,7 @@ def verify(state: State, fixes: tuple[str, ...], as_json: bool, **where: Any) ->
 def status(state: State, show_all: bool, exit_code: bool, as_json: bool, **where: Any) -> int:
     """Show which fixes are applied on the target, at which version, and any drift."""
     result = _run(state, where, "reading", as_json, api.status)
-    if as_json:
-        render.print_json(result.to_json())
-    else:
-        render.render_status(render.stdout(), result, verbose=show_all)
+    render.emit(as_json, result.to_json(), lambda out: render.render_status(out, result, verbose=show_all))
     if exit_code and any(s.state in UNHEALTHY for s in result.status):
         return EXIT_CHECK_FAILED
     return 0

@@ -1,13 +1,5 @@
-"""Human-readable output: rich on a terminal, plain text elsewhere. Nothing is computed here.
-
-On a terminal (or with ``FORCE_COLOR`` set) rich draws: colors, tables, trees, folding to the
-terminal's width. Written to a pipe or a file, output is plain text without rich: the same
-words, one line per fix or file, tab-separated columns for tables, never folded or cut, so
-``grep``, ``cut`` and ``awk`` work (docs/cli.md, Piped output).
-
-A result with many files is summarized per fix; per-file rows come with ``verbose`` or when a
-fix touches few files. Diffs are shown when asked for or when few files changed.
-"""
+"""Human-readable output: rich on a terminal, plain text elsewhere (docs/cli.md, Piped output).
+Nothing is computed here."""
 
 from __future__ import annotations
 
@@ -15,7 +7,7 @@ import contextlib
 import json
 import os
 import sys
-from typing import TYPE_CHECKING, Any, ContextManager, Iterable, List, Mapping, Tuple
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, List, Mapping, Tuple
 
 from ..errors import PatchkitError
 from ..results import CheckResult, FileChange, FixOutcome, OpResult
@@ -27,8 +19,7 @@ if TYPE_CHECKING:
 FEW_FILES = 20
 #: Files not ok listed per fix by ``status``; the rest are counted.
 STATUS_FILES = 5
-#: Diffs longer than this (characters, in all) are written plainly even on a terminal:
-#: rich's syntax highlighting of megabytes is slow.
+#: Diffs longer than this (characters, in all) are written plainly even on a terminal.
 COLOR_DIFF_LIMIT = 200_000
 
 OUTCOME_STYLE = {
@@ -42,14 +33,12 @@ STATE_STYLE = {
     "present-unrecorded": "cyan", "outdated": "yellow", "not-needed": "dim",
 }
 
-#: A line of output as (text, rich style) segments: styled by rich on a terminal, written as
-#: the same words without styling elsewhere.
+#: A line of output as (text, rich style) segments.
 Segments = List[Tuple[str, str]]
 
 
 def plain_output(stream: Any = None) -> bool:
-    """Whether output to ``stream`` (stdout) is plain text: not a terminal, unless
-    FORCE_COLOR asks for rich's styling anyway."""
+    """Whether output to ``stream`` (stdout) is plain text: not a terminal, unless FORCE_COLOR."""
     stream = sys.stdout if stream is None else stream
     isatty = getattr(stream, "isatty", None)
     return not (isatty is not None and isatty()) and not os.environ.get("FORCE_COLOR")
@@ -76,9 +65,6 @@ class PlainConsole:
 
         Console(file=self.file, width=1 << 16, color_system=None, highlight=False,
                 soft_wrap=False).print(*objects)
-
-    def rule(self, title: str = "", **_options: Any) -> None:
-        self.file.write(f"{title}\n")
 
 
 def stdout() -> Any:
@@ -108,6 +94,15 @@ def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
 
 
+def emit(as_json: bool, data: Any, draw: Callable[[Any], Any]) -> int:
+    """A command's output: ``data`` as JSON, or ``draw`` on the stdout console. Exit code 0."""
+    if as_json:
+        print_json(data)
+    else:
+        draw(stdout())
+    return 0
+
+
 def line(console: Any, segments: Segments, soft_wrap: bool = False) -> None:
     """One line of segments to a rich Console (styled) or a PlainConsole."""
     if isinstance(console, PlainConsole):
@@ -130,8 +125,6 @@ def _check_line(c: CheckResult) -> Segments:
 
 
 def _hunk_summary(f: FileChange) -> str:
-    if not f.hunks:
-        return ""
     places = ", ".join(f"{h.line}" + (f" (offset {h.offset:+d})" if h.offset else "") for h in f.hunks)
     return f"{len(f.hunks)} hunk{'' if len(f.hunks) == 1 else 's'} at line {places}"
 
@@ -190,10 +183,8 @@ def render_fix_outcome(console: Any, fix: FixOutcome, *, show_diff: bool,
     for f in fix.files:
         if rows:
             row: Segments = [(f"  {op_mark.get(f.op, f.op)} ", ""), (f"{f.root}:{f.path}", "bold")]
-            if not all_checks:
-                summary = _hunk_summary(f)
-                if summary:
-                    row.append((f"  {summary}", "dim"))
+            if not all_checks and f.hunks:
+                row.append((f"  {_hunk_summary(f)}", "dim"))
             line(console, row)
             if all_checks:
                 for h in f.hunks:
@@ -254,9 +245,7 @@ def _recovered(result: OpResult) -> List[Segments]:
 
 def render_result(console: Any, result: OpResult, *, show_diff: bool | None = None,
                   verbose: bool = False) -> None:
-    """``console`` None: stdout. ``show_diff`` None: a dry run changing few files shows it."""
-    if console is None:
-        console = stdout()
+    """``show_diff`` None: a dry run changing few files shows it."""
     total = sum(len(fix.files) for fix in result.fixes)
     if show_diff is None:
         show_diff = result.dry_run and total <= FEW_FILES
@@ -309,9 +298,8 @@ def render_fix_list(console: Any, fixes: Iterable[Any]) -> None:
 
 def write_table(console: Any, rows: List[List[str]], *columns: Tuple[str, Any],
                 title: str | None = None) -> None:
-    """Rows as tab-separated lines off a terminal, never cut; a rich table without borders on
-    one. A column is (name, how): a style, "right", or a style by the cell's first word
-    (a word not there: dim)."""
+    """Rows as tab-separated lines off a terminal; a rich table without borders on one. A column
+    is (name, how): a style, "right", or a style by the cell's first word (a word not there: dim)."""
     if isinstance(console, PlainConsole):
         console.file.write("".join("\t".join(row) + "\n" for row in rows))
         return

@@ -153,8 +153,7 @@ def render_rebase(console: Any, report: Any) -> None:
         if not fix.patches:
             table.add_row(fix.name, ver, "", outcome, Text(fix.detail))
         for i, p in enumerate(fix.patches):
-            # a skipped fix is skipped on every row: nothing of it was written, whatever its
-            # patches were classified (the classification stays in the detail)
+            # nothing of a skipped fix was written: every row says so (its classification in the detail)
             result = outcome if fix.outcome == "skipped" else Text(
                 p.classification, style=REBASE_STYLE.get(p.classification, ""))
             detail = (f"{p.classification}: {p.detail}" if fix.outcome == "skipped"

@@ -1,10 +1,5 @@
-"""Targets: where fixes are applied, and how a command line names one.
-
-A target is named roots (``sglang``: the checkout or installed package, ``serve``: the serve
-scripts, ...) plus the interpreter verifications run with. :meth:`Target.run` executes one
-engine request (docs/design.md) next to the files: in-process for a :class:`LocalTarget`, over
-one SSH session for a :class:`~patchkit.targets.remote.RemoteTarget`.
-"""
+"""Targets: named roots plus the interpreter verifications run with, where :meth:`Target.run`
+executes one engine request (docs/design.md); and how a command line names one."""
 
 from __future__ import annotations
 
@@ -72,7 +67,7 @@ def parse_root_option(value: str) -> tuple[str, str]:
 
 def ssh_option_args(options: Sequence[str]) -> tuple[str, ...]:
     """``--ssh-option Key=Value`` values as ``ssh -o`` arguments: only settings, so a value never
-    becomes another ssh flag or the destination (``-i`` has an ``-o`` form, ``IdentityFile``)."""
+    becomes another ssh flag or the destination."""
     for option in options:
         if not _SSH_SETTING.fullmatch(option):
             raise UsageError(
@@ -175,11 +170,7 @@ def _local_sglang(spec: str, python: str | None) -> tuple[str, str | None, str]:
 def resolve_target(target: str | None, extra_roots: Sequence[str] = (), *, python: str | None = None,
                    config: Any = None, ssh_options: Sequence[str] = (),
                    ssh_program: str | None = None) -> Target:
-    """Build a target from command-line pieces and the project config (docs/api.md).
-
-    ``target``: a local path, an ``ssh://`` URL or a target named in ``patchkit.toml``;
-    ``extra_roots``: ``NAME=PATH`` strings. ``ssh_options`` and ``ssh_program`` win over a
-    named target's own (ssh keeps the first value) and are a usage error for a local target."""
+    """Build a target from command-line pieces and the project config (docs/api.md)."""
     cli_ssh = ssh_option_args(ssh_options)
     named = None
     if target and config is not None and target in getattr(config, "targets", {}):

@@ -1,10 +1,5 @@
-"""Remote targets: the same engine requests as a local target, run on a host over SSH.
-
-A :class:`RemoteTarget` fills in the roots and the interpreter and hands the request to
-:func:`patchkit.targets.transport.run_engine`; the result, engine errors included, is what a
-local run gives. Written as ``ssh://[user@]host[:port]/abs/path`` or as a named target with a
-``host`` in ``patchkit.toml`` (docs/remote.md).
-"""
+"""Remote targets: the same engine requests as a local target, run on a host over SSH
+(docs/remote.md)."""
 
 from __future__ import annotations
 
@@ -23,12 +18,8 @@ URL_SYNTAX = "ssh://[user@]host[:port]/absolute/path"
 
 @dataclass(frozen=True)
 class RemoteTarget:
-    """A target whose roots live on an SSH host (docs/api.md).
-
-    ``python``: the host's interpreter for the engine and the Python checks (``None``:
-    ``python3``); ``modules``: engine sources shipped instead of patchkit's own; ``timeout``: a
-    whole run's bound in seconds; ``cli_options``: the options that name this target, for the
-    ``patchkit status`` a lost connection's message gives (``None``: from the host and roots)."""
+    """A target whose roots live on an SSH host (fields: docs/api.md). ``cli_options``: the
+    options that name this target, for the ``patchkit status`` a lost connection's message gives."""
 
     spec: SshSpec
     roots: Mapping[str, str]
@@ -83,8 +74,7 @@ class RemoteTarget:
 
 
 def parse_ssh_url(url: str) -> tuple[SshSpec, str]:
-    """Split ``ssh://[user@]host[:port]/abs/path`` into how to connect and the root path: IPv6
-    in brackets, percent escapes decoded, ``~`` not expanded (docs/remote.md)."""
+    """Split ``ssh://[user@]host[:port]/abs/path`` into how to connect and the root path."""
 
     def bad(why: str) -> UsageError:
         return UsageError(f"malformed SSH target {url!r}: {why}; expected {URL_SYNTAX}", url=url)

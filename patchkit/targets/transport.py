@@ -1,13 +1,6 @@
 """Run the engine on a host over one OpenSSH session (the only module that runs ``ssh``).
-
-The remote command is fixed (the interpreter and a loader for :data:`AGENT`); the engine's
-sources and the request go on stdin as one length-prefixed JSON payload. The agent (stdlib,
-Python 3.8+) says :data:`STARTED_MARKER`, reads it all, says :data:`READY_MARKER` and runs
-nothing until the client answers :data:`GO_LINE`, then prints :data:`RESULT_MARKER` and the
-result. That go-ahead splits a session that ends without a result into "nothing ran"
-(:class:`SessionFailed` and the failed starts) and "may have run" (:class:`ConnectionLost`),
-as docs/remote.md tells; ssh's own failures are told apart by exit code 255 and its stderr.
-"""
+The engine's sources and the request go to :data:`AGENT` on stdin; it runs nothing until the
+client's :data:`GO_LINE`, the go-ahead docs/remote.md describes."""
 
 from __future__ import annotations
 
@@ -141,11 +134,8 @@ AGENT = (
 
 @dataclass(frozen=True)
 class SshSpec:
-    """How to reach a host: what ``ssh`` is given besides the remote command.
-
-    ``options`` are extra ``ssh`` arguments, passed verbatim before the destination (e.g.
-    ``("-o", "ProxyJump=bastion")``); ssh keeps the first value it sees for a setting, so they
-    beat patchkit's defaults (``BatchMode=yes``, keep-alives and a connect timeout)."""
+    """How to reach a host. ``options``: extra ``ssh`` arguments, passed verbatim before the
+    destination, so they beat patchkit's defaults (ssh keeps the first value of a setting)."""
 
     host: str
     user: str | None = None
@@ -222,12 +212,8 @@ def ssh_argv(spec: SshSpec, command: str) -> list[str]:
 def run_engine(spec: SshSpec, request: Mapping[str, Any], *, python: str = "python3",
                modules: Mapping[str, str] | None = None, timeout: float | None = None,
                status_command: str = "patchkit status") -> dict[str, Any]:
-    """Run ``patchkit.engine.run(request)`` on the host in one session; return its result.
-
-    The result's ``error`` is returned as the engine wrote it (the caller re-raises it), so
-    only transport failures raise here. ``status_command`` is the command the user runs to
-    see what a run cut off after it reached the engine did (named in that error's message).
-    """
+    """Run ``patchkit.engine.run(request)`` on the host; return its result, ``error`` included
+    (only transport failures raise). ``status_command`` is named in a lost connection's error."""
     sources = engine_modules() if modules is None else dict(modules)
     payload = json.dumps({"modules": sources, "request": dict(request)}).encode("ascii")
     session = _Session(spec, python, status_command)
@@ -249,9 +235,8 @@ def run_engine(spec: SshSpec, request: Mapping[str, Any], *, python: str = "pyth
 
 
 class _Session:
-    """One ssh process's conversation with the agent: the payload in, ``GO_LINE`` once the
-    agent says ``READY_MARKER``, everything it prints out. ``went``: ``GO_LINE`` may have
-    reached the agent (it was handed to ssh), so the engine may have run."""
+    """One ssh process's conversation with the agent. ``went``: ``GO_LINE`` was handed to ssh,
+    so the engine may have run."""
 
     def __init__(self, spec: SshSpec, python: str, status_command: str) -> None:
         self.spec, self.python, self.status_command = spec, python, status_command
@@ -361,8 +346,7 @@ class _Session:
                 "exit_code": returncode, "stderr": self.stderr.decode("utf-8", "replace")}
 
     def failure(self, timeout: float | None) -> RemoteError:
-        """Name the way the session ended without a result, from whether the agent was told
-        to run (``went``), the timeout, ssh's exit code and stderr."""
+        """The error for a session that ended without a result."""
         where, status_command = self.spec.url, self.status_command
         if self.timed_out and self.went:
             return ConnectionLost(
@@ -429,8 +413,8 @@ def _may_have_run(status_command: str) -> str:
     )
 
 
-#: How ssh says it failed to open the session (exit 255, before the agent started): what it
-#: prints, the error, and what to tell the user; the first match wins.
+#: What ssh prints when it fails to open the session (exit 255), the error, and the advice;
+#: the first match wins.
 _SSH_FAILURES: tuple[tuple[tuple[str, ...], type[RemoteError], str], ...] = (
     (("REMOTE HOST IDENTIFICATION HAS CHANGED", "has changed and you have requested strict"),
      HostKeyError,
