@@ -72,7 +72,11 @@ def install(label: str, rev: str | None, workdir: Path) -> Version:
     patchkit: a regular (not editable) ``pip install``, bytecode compiled."""
     home = workdir / f"venv-{label}"
     shutil.rmtree(home, ignore_errors=True)
-    source = f"revision {rev} ({_short(rev)})" if rev else f"the working tree (on {_short('HEAD')})"
+    short = _short(rev or "HEAD")
+    dirty = subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True,
+                           text=True).stdout.strip()
+    source = (f"the working tree (on {short}{', with uncommitted changes' if dirty else ''})" if rev is None
+              else f"revision {rev}" + ("" if short.startswith(rev) else f" ({short})"))
     say(f"installing patchkit from {source} into {home}")
     _source_tree(rev, home / "src")
     venv = home / "venv"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 import statistics
@@ -161,6 +162,7 @@ def run_seed(server: LoopbackSshd, fork: Fork, python: str, stage: Path) -> Run:
 
 def run(versions: list[Version], repeat: int, quick: bool, workdir: Path):
     """Measure; returns (the section, the before/after rows)."""
+    shutil.rmtree(workdir, ignore_errors=True)
     fork = make_fork(versions[-1], workdir)
     stage = workdir / "seed-edits"
     stage_seed_edits(fork, stage)
@@ -175,7 +177,9 @@ def run(versions: list[Version], repeat: int, quick: bool, workdir: Path):
     def fresh() -> Fork:
         nonlocal n
         n += 1
-        return copy_fork(fork, workdir / "runs" / str(n))
+        copy = copy_fork(fork, workdir / "runs" / str(n))
+        os.sync()  # as perf.py's trees: patchkit's syncfs must not pay for writing out the copy
+        return copy
 
     with loopback_sshd() as server:
         for i in range(repeat):
@@ -238,7 +242,7 @@ def report(versions, fork, local, remote, startup, seed, bare, repeat):
         f"The seed's three fixes (`{' '.join(FIXES)}`) deployed to the demo fork (SGLang "
         f"{fork.release} with the bf16 index-K and the dead HiCache commits, built by `patchkit "
         "demo`), on the local fork and over a loopback sshd, each run on a fresh copy of the "
-        f"fork, N = {repeat}, interleaved; each version keeps its own user cache from one "
+        f"fork (flushed to disk untimed), N = {repeat}, interleaved; each version keeps its own user cache from one "
         "repetition to the next, as a user's cache is kept (the first starts empty). Wall time is the whole command as a user runs it "
         "(patchkit: the CLI process, Python start-up included; seed: its bash command, local "
         "checks included). Connections: ssh clients started (a counting wrapper, given to "
