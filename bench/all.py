@@ -38,7 +38,7 @@ SECTION = "## Before and after"
 def summary_section(versions: list[Version], rows, command: str, repeat: int, notes: str) -> str:
     """One table: every workload's median and min per version, peak RSS, the issue's targets."""
     labels = [v.label for v in versions]
-    head = " | ".join(f"{label}: median (min)" for label in labels)
+    head = " | ".join(f"{label}: median (min)" for label in labels) + (" | after / before" if len(labels) == 2 else "")
     lines = [SECTION, "",
              f"Measured by `{command}` on {datetime.date.today().isoformat()}, N = {repeat}, "
              "every version interleaved with the others in one run. "
@@ -48,23 +48,24 @@ def summary_section(versions: list[Version], rows, command: str, repeat: int, no
              "user cache of its own. The sections below give every row, with the other tools.", "",
              machine(), "",
              f"| workload | {head} | peak RSS ({' / '.join(labels)}) | notes |",
-             "|---|" + "---|" * len(labels) + "---|---|"]
-    for name, samples, limit, extra in rows:
-        cells, notes_cell = [], []
-        for label in labels:
-            secs = [s.seconds for s in samples[label]]
-            cells.append(f"{fmt(statistics.median(secs))} ({fmt(min(secs))})")
-            if limit is not None:
-                met = statistics.median(secs) < limit
-                notes_cell.append(f"{label}: {'met' if met else 'MISSED'} (under {fmt(limit)})")
-            if extra:
-                conns = extra[label]
-                one = conns == "1 / 1"
-                notes_cell.append(f"{label}: {conns} SSH connections (client / server)"
-                                  + ("" if one else ", NOT exactly one"))
+             "|---|" + "---|" * (len(labels) + (len(labels) == 2)) + "---|---|"]
+    for name, samples, limit, conns in rows:
+        medians = {label: statistics.median(s.seconds for s in samples[label]) for label in labels}
+        cells = [f"{fmt(medians[label])} ({fmt(min(s.seconds for s in samples[label]))})"
+                 for label in labels]
+        if len(labels) == 2:
+            cells.append(f"{medians[labels[1]] / medians[labels[0]]:.2f}x")
+        target = []
+        if limit is not None:
+            target.append(f"target: median under {fmt(limit)}: " + ", ".join(
+                f"{label} {'met' if medians[label] < limit else 'missed'}" for label in labels))
+        if conns:
+            target.append("target: exactly one SSH connection (client / server): " + ", ".join(
+                f"{label} {conns[label]}, {'met' if conns[label] == '1 / 1' else 'missed'}"
+                for label in labels))
         rss = " / ".join(f"{max(s.rss_kb for s in samples[label]) / 1024:.0f} MB"
                          if any(s.rss_kb for s in samples[label]) else "-" for label in labels)
-        lines.append(f"| {name} | {' | '.join(cells)} | {rss} | {'; '.join(notes_cell)} |")
+        lines.append(f"| {name} | {' | '.join(cells)} | {rss} | {'; '.join(target)} |")
     if notes:
         lines += ["", notes.strip()]
     return "\n".join(lines + [""])
