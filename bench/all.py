@@ -2,7 +2,7 @@
 
     python bench/all.py                                         # the working tree only, prints
     python bench/all.py --before 759230d --write-doc docs/performance.md
-    python bench/all.py --before 759230d --quick --write-doc /tmp/perf.md   # a quick check
+    python bench/all.py --before 759230d --quick --write-doc scratch.md      # a quick check
 
 Installs each version (``--before REV``, a git revision of this repository, and the working
 tree) into its own fresh virtualenv with a regular ``pip install``, then runs the benchmarks one
