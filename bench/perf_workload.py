@@ -2,7 +2,7 @@
 
 Built once into a work directory (reused by later runs when it is already there):
 
-    base/              SGLang 0.5.22 as a git checkout (a shared clone of the upstream repo)
+    base/              SGLang 0.5.22 as a git checkout (``patchkit upstream checkout``)
     catalog/           manifests/ and patches/: fix ``drift-0.5.23`` (one patch per changed
                        file) and fixes ``local-01`` .. ``local-20`` (one small patch each)
     series/<name>/     the same patches for the other tools: ``series`` (quilt's list),
@@ -18,7 +18,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchkit.upstream import UpstreamRepo
+from common import Version, cli, unified_diff
 
 OLD, NEW = "0.5.22", "0.5.23"
 DRIFT = "drift-0.5.23"
@@ -99,21 +99,19 @@ def _tool_series(dest: Path, patches: list[Path], subjects: list[str]) -> None:
         (dest / "mails" / f"{i:04d}.patch").write_bytes(mail)
 
 
-def build(workdir: Path, upstream: UpstreamRepo, say=print) -> Workload:
-    """Make (or reuse) the workload in ``workdir``."""
+def build(workdir: Path, version: Version, say=print) -> Workload:
+    """Make (or reuse) the workload in ``workdir``, the releases fetched by ``version``'s CLI."""
     base, catalog = workdir / "base", workdir / "catalog"
     series = {"drift": workdir / "series" / "drift", "local": workdir / "series" / "local"}
     done = workdir / ".built"
     if not done.exists():
-        for v in (OLD, NEW):
-            upstream.fetch(v, progress=say)
+        say(f"fetching SGLang {OLD} and {NEW}")
+        cli(version, "upstream", "fetch", OLD, NEW)
         shutil.rmtree(workdir, ignore_errors=True)
-        say(f"checking out SGLang {OLD}")
-        upstream.checkout(OLD, base)
-        repo = upstream.git_dir
+        cli(version, "upstream", "checkout", OLD, str(base))
         say(f"diffing {OLD}..{NEW}, one patch per file")
-        drift = _split_diff(subprocess.run(
-            ["git", "--git-dir", str(repo), "diff", "--no-renames", f"v{OLD}", f"v{NEW}"],
+        drift = _split_diff(subprocess.run(  # the checkout is a clone: it has both tags
+            ["git", "diff", "--no-renames", f"v{OLD}", f"v{NEW}"], cwd=base,
             check=True, capture_output=True).stdout.decode("utf-8", "surrogateescape"))
         pdir = catalog / "patches" / DRIFT
         pdir.mkdir(parents=True)
@@ -140,11 +138,9 @@ def build(workdir: Path, upstream: UpstreamRepo, say=print) -> Workload:
             if edit is None:
                 continue
             name = LOCAL[n - 1]
-            from patchkit.catalog.series import diff_files
-
             pfile = catalog / "patches" / name / f"0001-{_slug(path)}.patch"
             pfile.parent.mkdir(parents=True)
-            pfile.write_text(diff_files(original.encode(), edit[0].encode(), path))
+            pfile.write_text(unified_diff(original.encode(), edit[0].encode(), path))
             pattern = edit[1].replace("\\", "\\\\").replace('"', '\\"')
             pre = (f'\n[[preconditions]]\nkind = "grep"\nroot = "sglang"\npath = "{path}"\n'
                    f'pattern = "{pattern}"\npresent = true\n')

@@ -27,7 +27,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchkit.catalog.series import diff_files
+from common import unified_diff
 
 PLAN = (("untouched", 5), ("moved", 6), ("context", 3), ("misplaced", 2), ("conflict", 4))
 SCOPE = "python/sglang/srt/"
@@ -162,7 +162,7 @@ def build_fixes(git_dir: Path, base: str = "v0.5.21", onto: str = "v0.5.23") -> 
         has_logger = any(line.startswith("logger = ") for line in lines)
         for i, repl, title in _edits(lines, has_logger):
             fixed = "".join(lines[:i] + repl + lines[i + 1:]).encode("utf-8", "surrogateescape")
-            patch = diff_files(old, fixed, path)
+            patch = unified_diff(old, fixed, path)
             got = _classify(old, fixed, new, patch, path)
             if got is None:
                 continue
