@@ -18,12 +18,11 @@ from patchkit.engine.hunks import split_lines
 from patchkit.errors import TargetError, UsageError
 
 __all__ = [
-    "Blobs", "CommitInfo", "Identity", "PathCommit", "apply_and_commit", "changed_files",
-    "clone", "commit_diffs", "commit_directory", "commit_files", "commit_info", "commit_paths",
-    "commit_range", "commit_tree", "create_branch", "diff_worktree", "head", "init",
-    "is_clean", "is_git_checkout", "is_git_repo", "list_tags", "merge_file", "patch_id",
-    "patch_ids", "path_history", "rev_parse", "set_config", "texts_at", "tracks_modes",
-    "unclaimed_files", "update_refs", "work_tree_top",
+    "Blobs", "CommitInfo", "Identity", "PathCommit", "apply_and_commit", "changed_files", "clone",
+    "commit_diffs", "commit_directory", "commit_files", "commit_info", "commit_paths",
+    "commit_range", "commit_tree", "create_branch", "head", "init", "is_clean", "is_git_repo",
+    "list_tags", "merge_file", "patch_id", "patch_ids", "path_history", "rev_parse", "set_config",
+    "texts_at", "tracks_modes", "unclaimed_files", "update_refs", "work_tree_top",
 ]
 
 
@@ -95,11 +94,6 @@ def work_tree_top(path: Path | str) -> Path | None:
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         return None
     return None if repo.bare or not repo.working_tree_dir else Path(repo.working_tree_dir)
-
-
-def is_git_checkout(path: Path | str) -> bool:
-    """True if ``path`` lies inside the working tree of a (non-bare) git repository."""
-    return Path(path).exists() and work_tree_top(path) is not None
 
 
 def init(path: Path | str, *, bare: bool = False, branch: str = "main") -> Path:
@@ -254,12 +248,6 @@ def clone(source: Path | str, dest: Path | str, *, rev: str | None = None,
 def is_clean(path: Path | str) -> bool:
     """True if the working tree at ``path`` has no changes against HEAD (untracked too)."""
     return _run(path, ["status", "--porcelain", "--untracked-files=all"]) == ""
-
-
-def diff_worktree(path: Path | str, paths: Sequence[str] = ()) -> str:
-    """Unified diff of the working tree against HEAD (untracked files left out)."""
-    return _run(path, ["diff", "--no-color", "--no-ext-diff", "HEAD", "--",
-                       *(os.fspath(p) for p in paths)], strip=False)
 
 
 def _status(path: Path | str, paths: Sequence[str] = ()) -> list[tuple[str, str, str | None]]:

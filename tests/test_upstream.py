@@ -177,12 +177,12 @@ def test_checkout_is_a_clean_working_tree_at_the_tag(
     upstream_repo: UpstreamRepo, tmp_path: Path
 ) -> None:
     tree = upstream_repo.checkout("0.5.21", tmp_path / "co")
-    assert gitrepo.is_git_checkout(tree) and gitrepo.is_clean(tree)
+    assert gitrepo.work_tree_top(tree) == tree.resolve() and gitrepo.is_clean(tree)
     assert git(tree, "rev-parse", "HEAD") == upstream_repo.release("0.5.21").commit
     assert git(tree, "describe", "--tags") == "v0.5.21"
     target = tree / "python/sglang/srt/mem_cache/memory_pool_host.py"
     target.write_text(target.read_text() + "# local change\n")
-    assert "+# local change" in gitrepo.diff_worktree(tree)
+    assert "+# local change" in git(tree, "diff", "HEAD")
     with pytest.raises(UsageError, match="not empty"):
         upstream_repo.checkout("0.5.21", tree)
 

@@ -1,19 +1,5 @@
-"""A rebase in progress: its state on disk, its journal and backup, and its reports.
-
-Everything lives in ``<catalog>/.patchkit-rebase/``. ``state.json``::
-
-    {"format": 2, "onto": label, "release": "0.5.23"|null, "onto_rev": sha, "base": sha|null,
-     "inactive": bool (dead and superseded fixes too: named, or include_inactive),
-     "dry_run": bool, "git_dir": "<upstream repository>",
-     "queue": [names still to do, the stopped fix first],
-     "written": [names written], "results": [FixReport as JSON],
-     "plan": {name: {"key": sha256 of the fix's catalog files, "report": FixReport,
-                     "done": {patch file: refreshed text}, "stop": null | stop}},
-     "stopped": null | stop}
-
-where a stop is ``{"name", "patch", "file", "done", "pre", "tree", "patches",
-"conflicted", "paths", "key"}`` (and ``"merged"``, the worktree's files, while only planned).
-"""
+"""A rebase in progress: its state on disk (``<catalog>/.patchkit-rebase/``, format in
+docs/rebase.md), its journal and backup, and its reports."""
 
 from __future__ import annotations
 

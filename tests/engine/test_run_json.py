@@ -1,4 +1,5 @@
-"""The shipped entry point, and a real SGLang release laid out as an installed package."""
+"""The engine over JSON as the SSH agent drives it, and a real SGLang release laid out as an
+installed package."""
 
 from __future__ import annotations
 
@@ -16,10 +17,8 @@ from .helpers import file_record, fix, git, request
 
 
 def agent(req_text: str) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "patchkit.engine.agent"], input=req_text.encode(),
-                          capture_output=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    """A request as JSON text in, its result as JSON text out, as the agent on a host does."""
+    return json.loads(json.dumps(run(json.loads(req_text))))
 
 
 def test_agent_round_trip_keeps_non_utf8_bytes(checkout: Path) -> None:
@@ -35,7 +34,7 @@ def test_agent_round_trip_keeps_non_utf8_bytes(checkout: Path) -> None:
 
 
 def test_agent_reports_bad_input_as_an_error_result() -> None:
-    res = agent("{not json")
+    res = agent(json.dumps(["not", "an", "object"]))
     assert res["ok"] is False and res["error"]["type"] == "UsageError"
     res = agent(json.dumps({"format": 9, "op": "apply"}))
     assert res["error"]["type"] == "UsageError" and "format 9" in res["error"]["message"]
