@@ -86,7 +86,7 @@ def toml_type(value: Any) -> str:
 def string(ctx: Ctx, data: Mapping[str, Any], where: str, key: str, default: Any = MISSING,
            nonempty: bool = False) -> str:
     value = typed(ctx, data, where, key, str, default)
-    if nonempty and not value.strip():
+    if nonempty and value is not None and not value.strip():  # a default of None stays None
         raise ctx.fail(full_key(where, key), f"'{key}' is empty", "Give it a value")
     return value
 
