@@ -33,6 +33,8 @@ def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
                                  f"the target does not define (it has {', '.join(sorted(roots))}). "
                                  "Define them with --root NAME=PATH or [targets.NAME.roots] in "
                                  "patchkit.toml", fix=fix.name, roots=missing)
+    inside = {fix.name for fix in fixes}  # the engine looks for dependencies outside them
+    outside = dict.fromkeys(dep for fix in fixes for dep in fix.depends_on if dep not in inside)
     request = {
         "format": REQUEST_FORMAT,
         "op": op,
@@ -43,8 +45,7 @@ def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
         "python": python,
         "lock_timeout": float(lock_timeout),
         "fixes": [fix_request(fix, catalog) for fix in fixes],
-        "dependencies": [] if op == "status" else [
-            fix_request(dep, catalog) for dep in _outside_dependencies(catalog, fixes)],
+        "dependencies": [] if op == "status" else [fix_request(catalog.get(n), catalog) for n in outside],
         "commit": bool(commit),
     }
     if op == "apply":
@@ -63,13 +64,6 @@ def _check_modes(fixes: list[dict[str, Any]]) -> None:
                               parse_mode(rec["mode"]))
             if err is not None:
                 raise err
-
-
-def _outside_dependencies(catalog: Catalog, fixes: list[Fix]) -> list[Fix]:
-    """Fixes required by ``fixes`` but not among them, which the engine looks for."""
-    inside = {fix.name for fix in fixes}
-    names = dict.fromkeys(dep for fix in fixes for dep in fix.depends_on if dep not in inside)
-    return [catalog.get(name) for name in names]
 
 
 def fix_request(fix: Fix, catalog: Catalog) -> dict[str, Any]:

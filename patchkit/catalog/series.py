@@ -59,14 +59,10 @@ def read_series(patches: Sequence[tuple[Path | str, str]]
         data = Path(path).read_bytes()
         digests.append(hashlib.sha256(data).hexdigest())
         for record in parse_patch(path, root, data):
-            record["hunks"] = [compact_hunk(h) for h in record["hunks"]]
+            record["hunks"] = [dict({k: v for k, v in h.items() if k != "lines"},
+                                    body=hunk_body(h["lines"])) for h in record["hunks"]]
             files.append(record)
     return digests, files
-
-
-def compact_hunk(hunk: dict[str, Any]) -> dict[str, Any]:
-    """A hunk record with ``body`` (one string) in place of ``lines``, as a request carries it."""
-    return dict({k: v for k, v in hunk.items() if k != "lines"}, body=hunk_body(hunk["lines"]))
 
 
 def _fail(path: Path, line: int, message: str, todo: str) -> PatchFormatError:
