@@ -20,7 +20,7 @@ from patchkit.errors import TargetError, UsageError
 __all__ = [
     "Blobs", "CommitInfo", "Identity", "PathCommit", "apply_and_commit", "changed_files", "clone",
     "commit_diffs", "commit_directory", "commit_files", "commit_info", "commit_paths",
-    "commit_range", "commit_tree", "create_branch", "head", "init", "is_clean", "is_git_repo",
+    "commit_range", "commit_tree", "create_branch", "init", "is_clean", "is_git_repo",
     "list_tags", "merge_file", "patch_id", "patch_ids", "path_history", "rev_parse", "set_config",
     "texts_at", "tracks_modes", "unclaimed_files", "update_refs", "work_tree_top",
 ]
@@ -126,11 +126,6 @@ def rev_parse(repo: Path | str, rev: str) -> str | None:
         return _run(repo, ["rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"]) or None
     except TargetError:
         return None
-
-
-def head(path: Path | str) -> str | None:
-    """The commit checked out at ``path``, or None on an unborn branch."""
-    return rev_parse(path, "HEAD")
 
 
 def commit_info(repo: Path | str, rev: str) -> CommitInfo:
@@ -349,7 +344,7 @@ def _log(repo: Path | str, args: Sequence[str], paths: Sequence[str]
 
 def path_history(top: Path | str, paths: Sequence[str]) -> list[PathCommit]:
     """Commits of HEAD that touched ``paths`` (relative to ``top``), oldest first."""
-    if head(top) is None:
+    if rev_parse(top, "HEAD") is None:  # an unborn branch
         return []
     log = _log(top, ["--reverse", "--name-only", "HEAD"], paths)
     return [PathCommit(sha, date, subject, tuple(n for n in rest.splitlines() if n.strip()))
