@@ -7,7 +7,7 @@ import datetime as _dt
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import tomlkit
 
@@ -20,15 +20,6 @@ def _patch_entry(entry: Sequence[str]) -> dict[str, str]:
     """The ``[[patches]]`` keys of ``(file, root)`` or ``(file, root, description)``."""
     file, root, *rest = entry
     return {"file": file, "root": root, **({"description": rest[0]} if rest and rest[0] else {})}
-
-
-def _patch_tables(patches: Iterable[Sequence[str]]) -> Any:
-    aot = tomlkit.aot()
-    for entry in patches:
-        table = tomlkit.table()
-        table.update(_patch_entry(entry))
-        aot.append(table)
-    return aot
 
 
 _SKELETON = """\
@@ -110,21 +101,18 @@ def bump_manifest(path: Path | str, *, version: int, changelog_summary: str, dat
     if releases is not None:
         upstream["releases"] = releases
     if patches is not None:
-        doc["patches"] = _patch_tables(patches)
+        doc["patches"] = [_patch_entry(e) for e in patches]  # tomlkit makes it [[patches]]
     entry = tomlkit.table()
     entry.update({"version": version, "date": date,
                   "base_release": base_release or current.upstream.base_release,
                   "summary": changelog_summary})
-    if "changelog" in doc:
-        aot = doc["changelog"]
-        if len(aot) and not aot[-1].as_string().endswith("\n\n"):
-            aot[-1].add(tomlkit.nl())  # a blank line before the new [[changelog]], as above it
-        aot.append(entry)
-    else:
+    if "changelog" not in doc:
         doc.add(tomlkit.nl())
-        changelog = tomlkit.aot()
-        changelog.append(entry)
-        doc.add("changelog", changelog)
+        doc.add("changelog", tomlkit.aot())
+    aot = doc["changelog"]
+    if len(aot) and not aot[-1].as_string().endswith("\n\n"):
+        aot[-1].add(tomlkit.nl())  # a blank line before the new [[changelog]], as above it
+    aot.append(entry)
     _save(ctx, doc, current)
 
 
@@ -156,8 +144,7 @@ def _save(ctx: Ctx, doc: Any, current: Fix) -> None:
         os.chmod(tmp, path.stat().st_mode & 0o777)
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        Path(tmp).unlink(missing_ok=True)
         raise
 
 
