@@ -26,7 +26,7 @@ REMOTE_ONLY_KEYS = ("user", "port", "ssh_options", "ssh_program")
 def load_config(path: Path | str) -> ProjectConfig:
     """Read ``patchkit.toml``: named targets, and where the catalog is (relative to the file)."""
     path = Path(path)
-    ctx = Ctx(path, "config")
+    ctx = Ctx(path)
     data = read_data(path, "config")
     check_keys(ctx, data, "", ("catalog", "default_target", "targets", "shipped_fixes"), ())
     base = path.parent.resolve()

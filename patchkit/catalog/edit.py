@@ -78,7 +78,7 @@ def new_manifest_text(name: str, title: str, base_release: str,
         rationale=tomlkit.string(why + "\n", multiline=True).as_string(), base=q(base_release),
         patches="\n".join(blocks), date=q(date or _dt.date.today().isoformat()))
     path = Path(f"{name}.toml")
-    build_fix(Ctx(path), loads(path, "manifest", text), Path("patches") / name)
+    build_fix(Ctx(path), loads(path, text), Path("patches") / name)
     return text
 
 
@@ -136,7 +136,7 @@ def _open(path: Path) -> tuple[Ctx, Any, Fix]:
 def _save(ctx: Ctx, doc: Any, current: Fix) -> None:
     """Write the edited ``doc`` over its file, atomically, once it validates."""
     path, text = ctx.path, tomlkit.dumps(doc)
-    build_fix(ctx, loads(path, "manifest", text), current.patch_dir)
+    build_fix(ctx, loads(path, text), current.patch_dir)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
