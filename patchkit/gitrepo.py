@@ -4,6 +4,7 @@ stdlib runner (``patchkit.engine.gitcli``)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import tempfile
@@ -172,11 +173,8 @@ class Blobs:
 
 def texts_at(top: Path | str, wanted: Sequence[tuple[str, str]]) -> list[str | None]:
     """The text of each ``(rev, path)`` (path relative to ``top``), None where it is absent."""
-    blobs = Blobs(top)
-    try:
+    with contextlib.closing(Blobs(top)) as blobs:
         found = [blobs.read(rev, relpath) for rev, relpath in wanted]
-    finally:
-        blobs.close()
     return [None if data is None else data.decode("utf-8", "replace") for data in found]
 
 
@@ -215,12 +213,9 @@ def list_tags(repo: Path | str) -> dict[str, str]:
 
 
 def update_refs(repo: Path | str, updates: Mapping[str, str],
-                expected: Mapping[str, str | None] | None = None) -> None:
+                expected: Mapping[str, str | None]) -> None:
     """Move several refs all or nothing; ``expected``: the sha a ref must still hold (None:
     must not exist)."""
-    if not updates:
-        return
-    expected = expected or {}
     lines = ["start", *(f"update {ref} {new} {expected[ref] or '0' * 40}" if ref in expected
                         else f"update {ref} {new}" for ref, new in updates.items())]
     try:
