@@ -114,9 +114,9 @@ def _file_record(path: Path, lines: list[str], patched: Any, root: str) -> dict[
     source, target = _header_names(lines, start, patched)
     op = "create" if source == DEV_NULL else "delete" if target == DEV_NULL else "modify"
     if op == "create":
-        rel = _strip_prefix(target, "b/")
+        rel = target.removeprefix("b/")
     elif op == "delete":
-        rel = _strip_prefix(source, "a/")
+        rel = source.removeprefix("a/")
     else:
         both = source.startswith("a/") and target.startswith("b/")
         rel = target[2:] if both else target
@@ -191,10 +191,6 @@ def _unquote(name: str) -> str:
     body = name[1:-1].encode("utf-8", "surrogateescape")
     out = _ESCAPED.sub(lambda m: bytes([int(m[1], 8) if len(m[1]) == 3 else _ESCAPES[m[1].decode()]]), body)
     return out.decode("utf-8", "surrogateescape")
-
-
-def _strip_prefix(name: str, prefix: str) -> str:
-    return name[len(prefix):] if name.startswith(prefix) else name
 
 
 def _mode(path: Path, start: int, patched: Any, op: str) -> str | None:
