@@ -188,20 +188,15 @@ def commit_tree(repo: Path | str, tree: str, *, message: str, parents: Sequence[
     return _run(repo, args, env=_identity_env(author, committer or author, date), data=message)
 
 
-def commit_directory(repo: Path | str, directory: Path | str, *, message: str,
-                     parents: Sequence[str] = (), author: Identity,
-                     committer: Identity | None = None, date: str) -> str:
+def commit_directory(repo: Path | str, directory: Path, *, message: str,
+                     parents: Sequence[str] = (), author: Identity, date: str) -> str:
     """Commit every file under ``directory`` as a new commit's whole tree, through a throw-away
     index (the repository's own index and work tree are left alone)."""
-    d = Path(directory)
-    if not d.is_dir():
-        raise UsageError(f"cannot commit {d}: not a directory")
     with tempfile.TemporaryDirectory(prefix="patchkit-index-") as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
-        _run(repo, ["--work-tree", str(d), "add", "--all", "--force", "."], env=env)
+        _run(repo, ["--work-tree", str(directory), "add", "--all", "--force", "."], env=env)
         tree = _run(repo, ["write-tree"], env=env)
-    return commit_tree(repo, tree, message=message, parents=parents, author=author,
-                       committer=committer, date=date)
+    return commit_tree(repo, tree, message=message, parents=parents, author=author, date=date)
 
 
 def list_tags(repo: Path | str) -> dict[str, str]:
@@ -214,10 +209,9 @@ def list_tags(repo: Path | str) -> dict[str, str]:
 
 def update_refs(repo: Path | str, updates: Mapping[str, str],
                 expected: Mapping[str, str | None]) -> None:
-    """Move several refs all or nothing; ``expected``: the sha a ref must still hold (None:
+    """Move several refs all or nothing; ``expected``: the sha each ref must still hold (None:
     must not exist)."""
-    lines = ["start", *(f"update {ref} {new} {expected[ref] or '0' * 40}" if ref in expected
-                        else f"update {ref} {new}" for ref, new in updates.items())]
+    lines = ["start", *(f"update {ref} {new} {expected[ref] or '0' * 40}" for ref, new in updates.items())]
     try:
         _run(repo, ["update-ref", "--stdin"], data="\n".join([*lines, "prepare", "commit", ""]))
     except TargetError as exc:
@@ -226,13 +220,10 @@ def update_refs(repo: Path | str, updates: Mapping[str, str],
                           refs=sorted(updates)) from None
 
 
-def clone(source: Path | str, dest: Path | str, *, rev: str | None = None,
-          shared: bool = False) -> Path:
-    """Clone ``source`` into ``dest`` at ``rev``; ``shared`` borrows the source's objects."""
-    args = ["clone", "--quiet", *(["--shared"] if shared else []),
-            *(["--branch", rev] if rev is not None else []), "--", str(source), str(dest)]
-    _run(Path(dest).parent, args)
-    return Path(dest)
+def clone(source: Path | str, dest: Path, rev: str) -> Path:
+    """Clone ``source`` into ``dest`` at ``rev``, borrowing the source's objects (--shared)."""
+    _run(dest.parent, ["clone", "--quiet", "--shared", "--branch", rev, "--", str(source), str(dest)])
+    return dest
 
 
 def is_clean(path: Path | str) -> bool:

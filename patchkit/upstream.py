@@ -178,7 +178,7 @@ class UpstreamRepo:
         if d.exists():
             d.rmdir()
         d.parent.mkdir(parents=True, exist_ok=True)
-        return gitrepo.clone(self.git_dir, d, rev=f"v{version}", shared=True)
+        return gitrepo.clone(self.git_dir, d, f"v{version}")
 
     def tree_path_of(self, version: str) -> Path:
         """A cached read-only working tree of ``version`` (made once, reused after)."""
