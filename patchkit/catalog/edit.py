@@ -23,7 +23,7 @@ def _patch_entry(entry: Sequence[str]) -> dict[str, str]:
 
 
 _SKELETON = """\
-# Manifest of the fix {name_q}; the format is described in docs/manifest.md.
+# Manifest of the fix {name_raw}; the format is described in docs/manifest.md.
 format = {format}
 name = {name}
 version = 1                      # bump on every change of the series (see [[changelog]])
@@ -74,7 +74,7 @@ def new_manifest_text(name: str, title: str, base_release: str,
     blocks = ["[[patches]]\n" + "".join(f"{key} = {q(value)}\n" for key, value in _patch_entry(e).items())
               for e in patches]
     text = _SKELETON.format(
-        format=MANIFEST_FORMAT, name=q(name), name_q=name, name_raw=name, title=q(title),
+        format=MANIFEST_FORMAT, name=q(name), name_raw=name, title=q(title),
         rationale=tomlkit.string(why + "\n", multiline=True).as_string(), base=q(base_release),
         patches="\n".join(blocks), date=q(date or _dt.date.today().isoformat()))
     path = Path(f"{name}.toml")
