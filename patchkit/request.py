@@ -108,8 +108,7 @@ def _series(fix: Fix) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         raise ManifestError(f"{fix.manifest_path}: cannot read patch {exc.filename}: "
                             f"{exc.strerror}. Restore the file", file=str(fix.manifest_path),
                             key="patches") from None
-    patches = [{"file": ref.file, "sha256": digest} for ref, digest in zip(fix.patches, digests)]
-    return patches, files
+    return [{"file": ref.file, "sha256": digest} for ref, digest in zip(fix.patches, digests)], files
 
 
 def _named(catalog: Catalog, fix: Fix, name: str, key: str) -> Fix:
