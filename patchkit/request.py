@@ -69,8 +69,6 @@ def _check_modes(fixes: list[dict[str, Any]]) -> None:
 def fix_request(fix: Fix, catalog: Catalog) -> dict[str, Any]:
     """One FIX object of the request; ``catalog`` resolves the fixes it names."""
     patches, files = _series(fix)
-    release = ({"root": fix.upstream.root, "versions": list(fix.upstream.releases)}
-               if fix.upstream.releases else None)
     revert = None
     if fix.revert is not None:
         revert = {"root": fix.revert.root, "commit": fix.revert.commit or None,
@@ -87,7 +85,8 @@ def fix_request(fix: Fix, catalog: Catalog) -> dict[str, Any]:
         "title": fix.title,
         "rationale": fix.rationale,
         "requires": list(fix.depends_on),
-        "release": release,
+        "release": ({"root": fix.upstream.root, "versions": list(fix.upstream.releases)}
+                    if fix.upstream.releases else None),
         "patches": patches,
         "files": files,
         "revert": revert,
