@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 from .catalog import Catalog
 from .catalog.model import Fix
@@ -14,13 +14,10 @@ from .targets import Target, state_root_of
 DEFAULT_LOCK_TIMEOUT = 30.0
 
 
-def _run(catalog: Catalog, target: Target, fixes: list[Fix], op: str, *, dry_run: bool = False,
-         force: bool = False, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
-         commit: bool = False) -> OpResult:
+def _run(catalog: Catalog, target: Target, fixes: list[Fix], op: str, **options: Any) -> OpResult:
+    """``options``: build_request's dry_run, force, lock_timeout and commit."""
     request = build_request(catalog, fixes, op=op, roots=dict(target.roots),
-                            state_root=state_root_of(target.roots), python=target.python,
-                            dry_run=dry_run, force=force, lock_timeout=lock_timeout,
-                            commit=commit)
+                            state_root=state_root_of(target.roots), python=target.python, **options)
     return check_result(target.run(request), target.description)
 
 

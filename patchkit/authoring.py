@@ -5,6 +5,7 @@ gets a commit per ``new`` and ``refresh``, the history ``patchkit diff --version
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import itertools
@@ -117,8 +118,7 @@ def _commit(catalog: Catalog, name: str, message: str) -> str | None:
     top = gitrepo.work_tree_top(catalog.root)
     if top is None:
         return None
-    real_top = top.resolve()
-    paths = [os.path.relpath(p.resolve(), real_top)
+    paths = [os.path.relpath(p.resolve(), top.resolve())
              for p in (catalog.manifests_dir / f"{name}.toml", catalog.patches_dir / name)]
     try:
         return gitrepo.commit_paths(top, paths, message)
@@ -133,14 +133,9 @@ def _commit(catalog: Catalog, name: str, message: str) -> str | None:
 def release_of(tree: Path, rev: str | None = None) -> str | None:
     """The SGLang release of a checkout's HEAD (or ``rev``) from its committed version file or
     tag, never the work tree's: the fix is written against what HEAD holds."""
-    real = os.path.realpath(tree)
-    root = Root("sglang", str(tree), real, detect_layout(str(tree)))
-    blobs = gitrepo.Blobs(tree)
-    try:
-        version, _where = detect_release(root, lambda rel: blobs.read(rev or "HEAD", rel))
-    finally:
-        blobs.close()
-    return version
+    root = Root("sglang", str(tree), os.path.realpath(tree), detect_layout(str(tree)))
+    with contextlib.closing(gitrepo.Blobs(tree)) as blobs:
+        return detect_release(root, lambda rel: blobs.read(rev or "HEAD", rel))[0]
 
 
 def capture(src: Path, paths: Sequence[str] = ()) -> list[CapturedFile]:
@@ -149,19 +144,18 @@ def capture(src: Path, paths: Sequence[str] = ()) -> list[CapturedFile]:
                          "against HEAD, so pass --from the checkout's top directory")
     out = []
     modes = gitrepo.tracks_modes(src)
-    blobs = gitrepo.Blobs(src)
-    for rel in gitrepo.changed_files(src, paths):
-        full = src / rel
-        before, old_mode = blobs.file("HEAD", rel) or (None, None)
-        after = full.read_bytes() if full.is_file() else None
-        if after is None or (old_mode is not None and not modes):
-            mode = old_mode or series.DEFAULT_MODE
-        else:  # git's rule: the owner's execute bit makes a file 100755
-            mode = "100755" if full.stat().st_mode & stat.S_IXUSR else "100644"
-        if before == after and (before is None or old_mode == mode):
-            continue  # git lists it (staged, or filtered) but bytes and mode equal HEAD's
-        out.append(CapturedFile(rel, before, after, mode, old_mode))
-    blobs.close()
+    with contextlib.closing(gitrepo.Blobs(src)) as blobs:
+        for rel in gitrepo.changed_files(src, paths):
+            full = src / rel
+            before, old_mode = blobs.file("HEAD", rel) or (None, None)
+            after = full.read_bytes() if full.is_file() else None
+            if after is None or (old_mode is not None and not modes):
+                mode = old_mode or series.DEFAULT_MODE
+            else:  # git's rule: the owner's execute bit makes a file 100755
+                mode = "100755" if full.stat().st_mode & stat.S_IXUSR else "100644"
+            if before == after and (before is None or old_mode == mode):
+                continue  # git lists it (staged, or filtered) but bytes and mode equal HEAD's
+            out.append(CapturedFile(rel, before, after, mode, old_mode))
     if not out:
         what = " ".join(paths) if paths else "the tree"
         raise UsageError(f"nothing to capture: {what} in {src} has no changes against HEAD; "
@@ -207,25 +201,24 @@ def capture_commits(src: Path, spec: str
         raise UsageError(f"{spec} holds no commits in {src}: the range is A..B, the commits "
                          "after A up to B (e.g. v0.5.23..HEAD)", path=str(src), spec=spec)
     out, first_parent = [], None
-    blobs = gitrepo.Blobs(src)
-    for sha in shas:
-        info = gitrepo.commit_info(src, sha)
-        parent = info.parents[0] if info.parents else None
-        first_parent = parent if sha == shas[0] else first_parent
-        files = []
-        for path, old_mode, new_mode in gitrepo.commit_files(src, sha):
-            before = blobs.read(parent, path) if parent and old_mode else None
-            after = blobs.read(sha, path) if new_mode else None
-            files.append(CapturedFile(path, before, after, new_mode or old_mode or
-                                      series.DEFAULT_MODE, old_mode))
-        if not files:
-            raise UsageError(f"commit {sha[:12]} in {src} changes no file; leave it out of "
-                             "the range (a fix's patches each change something)", rev=sha)
-        subject, _, body = info.message.partition("\n")
-        date = format_datetime(_dt.datetime.fromisoformat(info.authored_date))
-        out.append((_Header(subject.strip(), body.strip(),
-                            f"{info.author.name} <{info.author.email}>", date), files))
-    blobs.close()
+    with contextlib.closing(gitrepo.Blobs(src)) as blobs:
+        for sha in shas:
+            info = gitrepo.commit_info(src, sha)
+            parent = info.parents[0] if info.parents else None
+            first_parent = parent if sha == shas[0] else first_parent
+            files = []
+            for path, old_mode, new_mode in gitrepo.commit_files(src, sha):
+                before = blobs.read(parent, path) if parent and old_mode else None
+                after = blobs.read(sha, path) if new_mode else None
+                files.append(CapturedFile(path, before, after, new_mode or old_mode or
+                                          series.DEFAULT_MODE, old_mode))
+            if not files:
+                raise UsageError(f"commit {sha[:12]} in {src} changes no file; leave it out of "
+                                 "the range (a fix's patches each change something)", rev=sha)
+            subject, _, body = info.message.partition("\n")
+            date = format_datetime(_dt.datetime.fromisoformat(info.authored_date))
+            out.append((_Header(subject.strip(), body.strip(),
+                                f"{info.author.name} <{info.author.email}>", date), files))
     return out, shas[0], first_parent
 
 

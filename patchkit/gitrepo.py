@@ -4,6 +4,7 @@ stdlib runner (``patchkit.engine.gitcli``)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import tempfile
@@ -20,7 +21,7 @@ from patchkit.errors import TargetError, UsageError
 __all__ = [
     "Blobs", "CommitInfo", "Identity", "PathCommit", "apply_and_commit", "changed_files", "clone",
     "commit_diffs", "commit_directory", "commit_files", "commit_info", "commit_paths",
-    "commit_range", "commit_tree", "create_branch", "head", "init", "is_clean", "is_git_repo",
+    "commit_range", "commit_tree", "create_branch", "init", "is_clean", "is_git_repo",
     "list_tags", "merge_file", "patch_id", "patch_ids", "path_history", "rev_parse", "set_config",
     "texts_at", "tracks_modes", "unclaimed_files", "update_refs", "work_tree_top",
 ]
@@ -128,11 +129,6 @@ def rev_parse(repo: Path | str, rev: str) -> str | None:
         return None
 
 
-def head(path: Path | str) -> str | None:
-    """The commit checked out at ``path``, or None on an unborn branch."""
-    return rev_parse(path, "HEAD")
-
-
 def commit_info(repo: Path | str, rev: str) -> CommitInfo:
     fmt = "%H%n%T%n%P%n%an%n%ae%n%cn%n%ce%n%aI%n%cI%n%B"
     out = _run(repo, ["show", "-s", f"--format={fmt}", f"{rev}^{{commit}}", "--"], strip=False)
@@ -177,11 +173,8 @@ class Blobs:
 
 def texts_at(top: Path | str, wanted: Sequence[tuple[str, str]]) -> list[str | None]:
     """The text of each ``(rev, path)`` (path relative to ``top``), None where it is absent."""
-    blobs = Blobs(top)
-    try:
+    with contextlib.closing(Blobs(top)) as blobs:
         found = [blobs.read(rev, relpath) for rev, relpath in wanted]
-    finally:
-        blobs.close()
     return [None if data is None else data.decode("utf-8", "replace") for data in found]
 
 
@@ -195,20 +188,15 @@ def commit_tree(repo: Path | str, tree: str, *, message: str, parents: Sequence[
     return _run(repo, args, env=_identity_env(author, committer or author, date), data=message)
 
 
-def commit_directory(repo: Path | str, directory: Path | str, *, message: str,
-                     parents: Sequence[str] = (), author: Identity,
-                     committer: Identity | None = None, date: str) -> str:
+def commit_directory(repo: Path | str, directory: Path, *, message: str,
+                     parents: Sequence[str] = (), author: Identity, date: str) -> str:
     """Commit every file under ``directory`` as a new commit's whole tree, through a throw-away
     index (the repository's own index and work tree are left alone)."""
-    d = Path(directory)
-    if not d.is_dir():
-        raise UsageError(f"cannot commit {d}: not a directory")
     with tempfile.TemporaryDirectory(prefix="patchkit-index-") as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
-        _run(repo, ["--work-tree", str(d), "add", "--all", "--force", "."], env=env)
+        _run(repo, ["--work-tree", str(directory), "add", "--all", "--force", "."], env=env)
         tree = _run(repo, ["write-tree"], env=env)
-    return commit_tree(repo, tree, message=message, parents=parents, author=author,
-                       committer=committer, date=date)
+    return commit_tree(repo, tree, message=message, parents=parents, author=author, date=date)
 
 
 def list_tags(repo: Path | str) -> dict[str, str]:
@@ -220,14 +208,10 @@ def list_tags(repo: Path | str) -> dict[str, str]:
 
 
 def update_refs(repo: Path | str, updates: Mapping[str, str],
-                expected: Mapping[str, str | None] | None = None) -> None:
-    """Move several refs all or nothing; ``expected``: the sha a ref must still hold (None:
+                expected: Mapping[str, str | None]) -> None:
+    """Move several refs all or nothing; ``expected``: the sha each ref must still hold (None:
     must not exist)."""
-    if not updates:
-        return
-    expected = expected or {}
-    lines = ["start", *(f"update {ref} {new} {expected[ref] or '0' * 40}" if ref in expected
-                        else f"update {ref} {new}" for ref, new in updates.items())]
+    lines = ["start", *(f"update {ref} {new} {expected[ref] or '0' * 40}" for ref, new in updates.items())]
     try:
         _run(repo, ["update-ref", "--stdin"], data="\n".join([*lines, "prepare", "commit", ""]))
     except TargetError as exc:
@@ -236,13 +220,10 @@ def update_refs(repo: Path | str, updates: Mapping[str, str],
                           refs=sorted(updates)) from None
 
 
-def clone(source: Path | str, dest: Path | str, *, rev: str | None = None,
-          shared: bool = False) -> Path:
-    """Clone ``source`` into ``dest`` at ``rev``; ``shared`` borrows the source's objects."""
-    args = ["clone", "--quiet", *(["--shared"] if shared else []),
-            *(["--branch", rev] if rev is not None else []), "--", str(source), str(dest)]
-    _run(Path(dest).parent, args)
-    return Path(dest)
+def clone(source: Path | str, dest: Path, rev: str) -> Path:
+    """Clone ``source`` into ``dest`` at ``rev``, borrowing the source's objects (--shared)."""
+    _run(dest.parent, ["clone", "--quiet", "--shared", "--branch", rev, "--", str(source), str(dest)])
+    return dest
 
 
 def is_clean(path: Path | str) -> bool:
@@ -349,7 +330,7 @@ def _log(repo: Path | str, args: Sequence[str], paths: Sequence[str]
 
 def path_history(top: Path | str, paths: Sequence[str]) -> list[PathCommit]:
     """Commits of HEAD that touched ``paths`` (relative to ``top``), oldest first."""
-    if head(top) is None:
+    if rev_parse(top, "HEAD") is None:  # an unborn branch
         return []
     log = _log(top, ["--reverse", "--name-only", "HEAD"], paths)
     return [PathCommit(sha, date, subject, tuple(n for n in rest.splitlines() if n.strip()))

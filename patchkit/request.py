@@ -33,6 +33,8 @@ def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
                                  f"the target does not define (it has {', '.join(sorted(roots))}). "
                                  "Define them with --root NAME=PATH or [targets.NAME.roots] in "
                                  "patchkit.toml", fix=fix.name, roots=missing)
+    inside = {fix.name for fix in fixes}  # the engine looks for dependencies outside them
+    outside = dict.fromkeys(dep for fix in fixes for dep in fix.depends_on if dep not in inside)
     request = {
         "format": REQUEST_FORMAT,
         "op": op,
@@ -43,8 +45,7 @@ def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
         "python": python,
         "lock_timeout": float(lock_timeout),
         "fixes": [fix_request(fix, catalog) for fix in fixes],
-        "dependencies": [] if op == "status" else [
-            fix_request(dep, catalog) for dep in _outside_dependencies(catalog, fixes)],
+        "dependencies": [] if op == "status" else [fix_request(catalog.get(n), catalog) for n in outside],
         "commit": bool(commit),
     }
     if op == "apply":
@@ -65,18 +66,9 @@ def _check_modes(fixes: list[dict[str, Any]]) -> None:
                 raise err
 
 
-def _outside_dependencies(catalog: Catalog, fixes: list[Fix]) -> list[Fix]:
-    """Fixes required by ``fixes`` but not among them, which the engine looks for."""
-    inside = {fix.name for fix in fixes}
-    names = dict.fromkeys(dep for fix in fixes for dep in fix.depends_on if dep not in inside)
-    return [catalog.get(name) for name in names]
-
-
 def fix_request(fix: Fix, catalog: Catalog) -> dict[str, Any]:
     """One FIX object of the request; ``catalog`` resolves the fixes it names."""
     patches, files = _series(fix)
-    release = ({"root": fix.upstream.root, "versions": list(fix.upstream.releases)}
-               if fix.upstream.releases else None)
     revert = None
     if fix.revert is not None:
         revert = {"root": fix.revert.root, "commit": fix.revert.commit or None,
@@ -93,7 +85,8 @@ def fix_request(fix: Fix, catalog: Catalog) -> dict[str, Any]:
         "title": fix.title,
         "rationale": fix.rationale,
         "requires": list(fix.depends_on),
-        "release": release,
+        "release": ({"root": fix.upstream.root, "versions": list(fix.upstream.releases)}
+                    if fix.upstream.releases else None),
         "patches": patches,
         "files": files,
         "revert": revert,
@@ -114,8 +107,7 @@ def _series(fix: Fix) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         raise ManifestError(f"{fix.manifest_path}: cannot read patch {exc.filename}: "
                             f"{exc.strerror}. Restore the file", file=str(fix.manifest_path),
                             key="patches") from None
-    patches = [{"file": ref.file, "sha256": digest} for ref, digest in zip(fix.patches, digests)]
-    return patches, files
+    return [{"file": ref.file, "sha256": digest} for ref, digest in zip(fix.patches, digests)], files
 
 
 def _named(catalog: Catalog, fix: Fix, name: str, key: str) -> Fix:

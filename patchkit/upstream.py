@@ -178,14 +178,14 @@ class UpstreamRepo:
         if d.exists():
             d.rmdir()
         d.parent.mkdir(parents=True, exist_ok=True)
-        return gitrepo.clone(self.git_dir, d, rev=f"v{version}", shared=True)
+        return gitrepo.clone(self.git_dir, d, f"v{version}")
 
     def tree_path_of(self, version: str) -> Path:
         """A cached read-only working tree of ``version`` (made once, reused after)."""
         rel = self.release(version)
         path = self.trees / version
         if path.exists():
-            current = gitrepo.head(path) if gitrepo.is_git_repo(path) else None
+            current = gitrepo.rev_parse(path, "HEAD") if gitrepo.is_git_repo(path) else None
             if current and gitrepo.commit_info(path, current).tree == rel.tree and \
                     gitrepo.is_clean(path):
                 return path
@@ -242,9 +242,9 @@ def _loose_key(v: str) -> tuple[tuple[int, ...], int]:
     return version_key(v) if _VERSION.match(v) else ((-1,), -1)
 
 
-def extract_source(wheel: Path, dest: Path) -> int:
+def extract_source(wheel: Path, dest: Path) -> None:
     """Write the wheel's ``sglang/`` files under ``dest/python/sglang`` (the checkout layout,
-    without compiled extensions or ``.dist-info``); return their count."""
+    without compiled extensions or ``.dist-info``)."""
     count = 0
     try:
         with zipfile.ZipFile(wheel) as zf:
@@ -267,7 +267,6 @@ def extract_source(wheel: Path, dest: Path) -> int:
                           wheel=str(wheel)) from None
     if count == 0:
         raise TargetError(f"{wheel} has no {PROJECT}/ source files", wheel=str(wheel))
-    return count
 
 
 def release_date(wheel: Path) -> str:

@@ -26,15 +26,14 @@ REMOTE_ONLY_KEYS = ("user", "port", "ssh_options", "ssh_program")
 def load_config(path: Path | str) -> ProjectConfig:
     """Read ``patchkit.toml``: named targets, and where the catalog is (relative to the file)."""
     path = Path(path)
-    ctx = Ctx(path, "config")
+    ctx = Ctx(path)
     data = read_data(path, "config")
     check_keys(ctx, data, "", ("catalog", "default_target", "targets", "shipped_fixes"), ())
     base = path.parent.resolve()
     catalog = (base / Path(string(ctx, data, "", "catalog", nonempty=True)).expanduser()
                if "catalog" in data else None)
-    targets_table = typed(ctx, data, "", "targets", dict, {})
     targets = {}
-    for name, table in targets_table.items():
+    for name, table in typed(ctx, data, "", "targets", dict, {}).items():
         where = f"targets.{name}"
         if not isinstance(table, dict):
             raise ctx.fail(where, f"target '{name}' must be a table", f"Write it as [{where}]")
@@ -42,7 +41,7 @@ def load_config(path: Path | str) -> ProjectConfig:
             raise ctx.fail(where, f"'{name}' is not a target name", "Use letters, digits, "
                            "'_', '.', '-'")
         targets[name] = _build_target(ctx, name, table, base)
-    default = string(ctx, data, "", "default_target", None) if "default_target" in data else None
+    default = string(ctx, data, "", "default_target", None)
     if default is not None and default not in targets:
         raise ctx.fail("default_target", f"default_target '{default}' is not a defined target "
                        f"({', '.join(sorted(targets)) or 'none'})",
@@ -54,7 +53,7 @@ def load_config(path: Path | str) -> ProjectConfig:
 def _build_target(ctx: Ctx, name: str, table: Mapping[str, Any], base: Path) -> TargetConfig:
     where = f"targets.{name}"
     check_keys(ctx, table, where, TARGET_KEYS, ("path",))
-    host = string(ctx, table, where, "host", None, nonempty=True) if "host" in table else None
+    host = string(ctx, table, where, "host", None, nonempty=True)
     if host is None:
         for key in REMOTE_ONLY_KEYS:
             if key in table:
@@ -63,13 +62,11 @@ def _build_target(ctx: Ctx, name: str, table: Mapping[str, Any], base: Path) -> 
 
     def place(value: str) -> str:
         # A local root is resolved against the config's directory; a remote one is the host's.
-        expanded = Path(value).expanduser()
-        return value if host is not None else str(base / expanded)
+        return value if host is not None else str(base / Path(value).expanduser())
 
     path = place(string(ctx, table, where, "path", nonempty=True))
-    roots_table = typed(ctx, table, where, "roots", dict, {})
     roots = {}
-    for root, value in roots_table.items():
+    for root, value in typed(ctx, table, where, "roots", dict, {}).items():
         key = f"{where}.roots.{root}"
         root_name(ctx, root, key)
         if root == DEFAULT_ROOT:
@@ -78,20 +75,15 @@ def _build_target(ctx: Ctx, name: str, table: Mapping[str, Any], base: Path) -> 
         if not isinstance(value, str) or not value:
             raise ctx.fail(key, f"root '{root}' must be a path string", "Quote the path")
         roots[root] = place(value)
-    port = None
-    if "port" in table:
-        port = typed(ctx, table, where, "port", int)
-        if not 0 < port < 65536:
-            raise ctx.fail(f"{where}.port", f"port {port} is out of range", "Use 1-65535")
+    port = typed(ctx, table, where, "port", int, None)
+    if port is not None and not 0 < port < 65536:
+        raise ctx.fail(f"{where}.port", f"port {port} is out of range", "Use 1-65535")
     return TargetConfig(
         name=name, path=path, host=host,
-        user=string(ctx, table, where, "user", None) if "user" in table else None,
-        port=port,
-        python=string(ctx, table, where, "python", None) if "python" in table else None,
+        user=string(ctx, table, where, "user", None), port=port,
+        python=string(ctx, table, where, "python", None),
         ssh_options=strings(ctx, table, where, "ssh_options", ()),
-        ssh_program=(string(ctx, table, where, "ssh_program", None, nonempty=True)
-                     if "ssh_program" in table else None),
-        roots=roots)
+        ssh_program=string(ctx, table, where, "ssh_program", None, nonempty=True), roots=roots)
 
 
 __all__ = ["load_config"]

@@ -7,7 +7,7 @@ import datetime as _dt
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import tomlkit
 
@@ -22,17 +22,8 @@ def _patch_entry(entry: Sequence[str]) -> dict[str, str]:
     return {"file": file, "root": root, **({"description": rest[0]} if rest and rest[0] else {})}
 
 
-def _patch_tables(patches: Iterable[Sequence[str]]) -> Any:
-    aot = tomlkit.aot()
-    for entry in patches:
-        table = tomlkit.table()
-        table.update(_patch_entry(entry))
-        aot.append(table)
-    return aot
-
-
 _SKELETON = """\
-# Manifest of the fix {name_q}; the format is described in docs/manifest.md.
+# Manifest of the fix {name_raw}; the format is described in docs/manifest.md.
 format = {format}
 name = {name}
 version = 1                      # bump on every change of the series (see [[changelog]])
@@ -83,11 +74,11 @@ def new_manifest_text(name: str, title: str, base_release: str,
     blocks = ["[[patches]]\n" + "".join(f"{key} = {q(value)}\n" for key, value in _patch_entry(e).items())
               for e in patches]
     text = _SKELETON.format(
-        format=MANIFEST_FORMAT, name=q(name), name_q=name, name_raw=name, title=q(title),
+        format=MANIFEST_FORMAT, name=q(name), name_raw=name, title=q(title),
         rationale=tomlkit.string(why + "\n", multiline=True).as_string(), base=q(base_release),
         patches="\n".join(blocks), date=q(date or _dt.date.today().isoformat()))
     path = Path(f"{name}.toml")
-    build_fix(Ctx(path), loads(path, "manifest", text), Path("patches") / name)
+    build_fix(Ctx(path), loads(path, text), Path("patches") / name)
     return text
 
 
@@ -110,21 +101,18 @@ def bump_manifest(path: Path | str, *, version: int, changelog_summary: str, dat
     if releases is not None:
         upstream["releases"] = releases
     if patches is not None:
-        doc["patches"] = _patch_tables(patches)
+        doc["patches"] = [_patch_entry(e) for e in patches]  # tomlkit makes it [[patches]]
     entry = tomlkit.table()
     entry.update({"version": version, "date": date,
                   "base_release": base_release or current.upstream.base_release,
                   "summary": changelog_summary})
-    if "changelog" in doc:
-        aot = doc["changelog"]
-        if len(aot) and not aot[-1].as_string().endswith("\n\n"):
-            aot[-1].add(tomlkit.nl())  # a blank line before the new [[changelog]], as above it
-        aot.append(entry)
-    else:
+    if "changelog" not in doc:
         doc.add(tomlkit.nl())
-        changelog = tomlkit.aot()
-        changelog.append(entry)
-        doc.add("changelog", changelog)
+        doc.add("changelog", tomlkit.aot())
+    aot = doc["changelog"]
+    if len(aot) and not aot[-1].as_string().endswith("\n\n"):
+        aot[-1].add(tomlkit.nl())  # a blank line before the new [[changelog]], as above it
+    aot.append(entry)
     _save(ctx, doc, current)
 
 
@@ -148,7 +136,7 @@ def _open(path: Path) -> tuple[Ctx, Any, Fix]:
 def _save(ctx: Ctx, doc: Any, current: Fix) -> None:
     """Write the edited ``doc`` over its file, atomically, once it validates."""
     path, text = ctx.path, tomlkit.dumps(doc)
-    build_fix(ctx, loads(path, "manifest", text), current.patch_dir)
+    build_fix(ctx, loads(path, text), current.patch_dir)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
@@ -156,8 +144,7 @@ def _save(ctx: Ctx, doc: Any, current: Fix) -> None:
         os.chmod(tmp, path.stat().st_mode & 0o777)
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        Path(tmp).unlink(missing_ok=True)
         raise
 
 

@@ -120,10 +120,7 @@ class Lineage:
         return tuple(f.name for f in self.fixes)
 
     def get(self, name: str) -> FixLineage:
-        for fix in self.fixes:
-            if fix.name == name:
-                return fix
-        raise KeyError(name)
+        return {f.name: f for f in self.fixes}[name]  # KeyError for a fix not in it
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -348,7 +348,7 @@ def version_and_patches(text: str) -> tuple[int | None, list[str]]:
     """The ``version`` and ``[[patches]].file`` names of a manifest's text, unvalidated (an old
     version need not be valid today); text that is not TOML gives ``(None, [])``."""
     try:
-        data = loads(Path("manifest.toml"), "manifest", text)
+        data = loads(Path("manifest.toml"), text)
     except ManifestError:  # any broken old text just has no version
         return None, []
     version, patches = data.get("version"), data.get("patches")

@@ -26,9 +26,8 @@ DOCS = "docs/manifest.md"
 class Ctx:
     """Which file is being read, so every error names it."""
 
-    def __init__(self, path: Path, kind: str = "manifest") -> None:
+    def __init__(self, path: Path) -> None:
         self.path = path
-        self.kind = kind
 
     def fail(self, key: str, message: str, todo: str) -> ManifestError:
         where = f" (key '{key}')" if key else ""
@@ -86,7 +85,7 @@ def toml_type(value: Any) -> str:
 def string(ctx: Ctx, data: Mapping[str, Any], where: str, key: str, default: Any = MISSING,
            nonempty: bool = False) -> str:
     value = typed(ctx, data, where, key, str, default)
-    if nonempty and not value.strip():
+    if nonempty and value is not None and not value.strip():  # a default of None stays None
         raise ctx.fail(full_key(where, key), f"'{key}' is empty", "Give it a value")
     return value
 
@@ -149,10 +148,10 @@ def read_text(path: Path, kind: str) -> str:
 
 def read_data(path: Path, kind: str) -> dict[str, Any]:
     """The file's TOML as plain Python data (see the module docstring for the parser)."""
-    return loads(path, kind, read_text(path, kind))
+    return loads(path, read_text(path, kind))
 
 
-def loads(path: Path, kind: str, text: str) -> dict[str, Any]:
+def loads(path: Path, text: str) -> dict[str, Any]:
     """``text`` (the contents of ``path``) as plain Python data, or the precise error."""
     if tomllib is not None:
         try:
@@ -160,27 +159,26 @@ def loads(path: Path, kind: str, text: str) -> dict[str, Any]:
         except (tomllib.TOMLDecodeError, ValueError):
             pass  # tomlkit names the line and column (or accepts what tomllib refuses)
         except RecursionError:  # tomllib recurses once per level of nesting
-            raise _too_deep(path, kind) from None
-    return parse_toml(path, kind, text).unwrap()
+            raise _too_deep(path) from None
+    return parse_toml(path, text).unwrap()
 
 
-def _too_deep(path: Path, kind: str) -> ManifestError:
+def _too_deep(path: Path) -> ManifestError:
     """Nesting deeper than the parser (or Python's recursion limit) goes."""
-    return Ctx(path, kind).fail("", "not valid TOML: values or keys nested too deeply to read",
-                                "Flatten the nesting (a few levels of tables and arrays is "
-                                "all the format uses; see docs/manifest.md)")
+    return Ctx(path).fail("", "not valid TOML: values or keys nested too deeply to read",
+                          "Flatten the nesting (a few levels of tables and arrays is "
+                          "all the format uses; see docs/manifest.md)")
 
 
 def read_toml(path: Path, kind: str) -> Any:
     """The file as a tomlkit document, for editing it in place."""
-    return parse_toml(path, kind, read_text(path, kind))
+    return parse_toml(path, read_text(path, kind))
 
 
-def parse_toml(path: Path, kind: str, text: str) -> Any:
+def parse_toml(path: Path, text: str) -> Any:
     import tomlkit
     import tomlkit.exceptions
 
-    ctx = Ctx(path, kind)
     try:
         return tomlkit.parse(text)
     except tomlkit.exceptions.ParseError as exc:
@@ -190,6 +188,6 @@ def parse_toml(path: Path, kind: str, text: str) -> Any:
                             f"line {line} column {col} (TOML reference: https://toml.io)",
                             file=str(path), line=line, col=col) from None
     except tomlkit.exceptions.TOMLKitError as exc:
-        raise ctx.fail("", f"not valid TOML: {exc}", "Fix the syntax (https://toml.io)") from None
+        raise Ctx(path).fail("", f"not valid TOML: {exc}", "Fix the syntax (https://toml.io)") from None
     except RecursionError:  # a tomlkit without its own nesting limit
-        raise _too_deep(path, kind) from None
+        raise _too_deep(path) from None

@@ -59,14 +59,10 @@ def read_series(patches: Sequence[tuple[Path | str, str]]
         data = Path(path).read_bytes()
         digests.append(hashlib.sha256(data).hexdigest())
         for record in parse_patch(path, root, data):
-            record["hunks"] = [compact_hunk(h) for h in record["hunks"]]
+            record["hunks"] = [dict({k: v for k, v in h.items() if k != "lines"},
+                                    body=hunk_body(h["lines"])) for h in record["hunks"]]
             files.append(record)
     return digests, files
-
-
-def compact_hunk(hunk: dict[str, Any]) -> dict[str, Any]:
-    """A hunk record with ``body`` (one string) in place of ``lines``, as a request carries it."""
-    return dict({k: v for k, v in hunk.items() if k != "lines"}, body=hunk_body(hunk["lines"]))
 
 
 def _fail(path: Path, line: int, message: str, todo: str) -> PatchFormatError:
@@ -118,9 +114,9 @@ def _file_record(path: Path, lines: list[str], patched: Any, root: str) -> dict[
     source, target = _header_names(lines, start, patched)
     op = "create" if source == DEV_NULL else "delete" if target == DEV_NULL else "modify"
     if op == "create":
-        rel = _strip_prefix(target, "b/")
+        rel = target.removeprefix("b/")
     elif op == "delete":
-        rel = _strip_prefix(source, "a/")
+        rel = source.removeprefix("a/")
     else:
         both = source.startswith("a/") and target.startswith("b/")
         rel = target[2:] if both else target
@@ -195,10 +191,6 @@ def _unquote(name: str) -> str:
     body = name[1:-1].encode("utf-8", "surrogateescape")
     out = _ESCAPED.sub(lambda m: bytes([int(m[1], 8) if len(m[1]) == 3 else _ESCAPES[m[1].decode()]]), body)
     return out.decode("utf-8", "surrogateescape")
-
-
-def _strip_prefix(name: str, prefix: str) -> str:
-    return name[len(prefix):] if name.startswith(prefix) else name
 
 
 def _mode(path: Path, start: int, patched: Any, op: str) -> str | None:

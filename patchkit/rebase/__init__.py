@@ -6,6 +6,7 @@ the trees a fix is computed between, :mod:`.matching` finds upstream commits by 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -27,12 +28,10 @@ __all__ = ["FixReport", "PatchReport", "RebaseReport", "STATE_DIR", "abort", "co
 
 def _release(text: str) -> str | None:
     """The release ``text`` (``0.5.23`` or ``v0.5.23``) names, or None."""
-    for version in (text, text[1:] if text.startswith("v") else ""):
-        try:
+    for version in (text, text.removeprefix("v")):
+        with contextlib.suppress(UsageError):
             version_key(version)
             return version
-        except UsageError:
-            continue
     return None
 
 

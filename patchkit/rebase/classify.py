@@ -126,14 +126,12 @@ def classify(fix: Fix, file: str, chs: list[hunks.FileChange], tree: Tree,
     conflicted: list[str] = []
     for path in paths:
         ours, base_t, theirs = tree.get(path), pre_old[path], old_tree.get(path)
-        if ours is None or base_t is None or theirs is None:
-            merged[path] = ours if theirs is None else theirs
-            if ours != base_t:
-                conflicted.append(path)
-            continue
-        out, n = merge_file(hunks.encode(ours), hunks.encode(base_t), hunks.encode(theirs),
-                            labels=(onto, fix.upstream.base_release, f"{fix.name} {file}"))
-        merged[path] = hunks.decode(out)
+        if ours is None or base_t is None or theirs is None:  # created or deleted: no merge
+            merged[path], n = (ours if theirs is None else theirs), ours != base_t
+        else:
+            out, n = merge_file(hunks.encode(ours), hunks.encode(base_t), hunks.encode(theirs),
+                                labels=(onto, fix.upstream.base_release, f"{fix.name} {file}"))
+            merged[path] = hunks.decode(out)
         if n:
             conflicted.append(path)
     if gone_elsewhere:

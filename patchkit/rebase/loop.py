@@ -52,7 +52,7 @@ class Rebase:
         else:
             start, done, reports = 0, {}, []
         old = self.state.old_fix(name)
-        old_texts = read_series(old, old.patch_dir)
+        old_texts = read_series(old)
         whole, per_patch = self.matches.of(fix, old_texts)
         for index, (file, chs) in enumerate(changes(old, old_texts, old.patch_dir)):
             pre_new = {c.path: new_tree.get(c.path) for c in chs}
@@ -136,7 +136,7 @@ class Rebase:
     def plan(self) -> None:
         """Classify every queued fix now; each stop is assumed skipped by the user."""
         queue, plan = self.state.data["queue"], {}
-        olds = [(old, read_series(old, old.patch_dir)) for old in map(self.state.old_fix, queue)
+        olds = [(old, read_series(old)) for old in map(self.state.old_fix, queue)
                 if not skip_reason(old, self.state.release, self.state.inactive)]
         self.matches.match(olds)
         for i, name in enumerate(queue):

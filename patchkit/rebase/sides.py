@@ -4,7 +4,6 @@ the old base and the new upstream, each with the fixes under it applied."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 from .. import gitrepo
 from ..catalog import Catalog
@@ -64,9 +63,8 @@ def queue_order(catalog: Catalog, names: Sequence[str]) -> list[Fix]:
     return order
 
 
-def read_series(fix: Fix, patch_dir: Path) -> Series:
-    return [(r.file, (patch_dir / r.file).read_text(encoding="utf-8", errors="surrogateescape"))
-            for r in fix.patches]
+def read_series(fix: Fix) -> Series:
+    return [(r.file, r.path.read_text(encoding="utf-8", errors="surrogateescape")) for r in fix.patches]
 
 
 class Sides:
@@ -93,7 +91,7 @@ class Sides:
         fix = self.state.old_fix(name) if old else self.state.catalog.get(name)
         if release is None or release == fix.upstream.base_release \
                 or release in fix.upstream.releases:
-            return read_series(fix, fix.patch_dir), f"v{fix.version}"
+            return read_series(fix), f"v{fix.version}"
         matching = sorted({e.version for e in fix.changelog
                            if e.base_release == release and e.version != fix.version})
         if matching:
@@ -106,7 +104,7 @@ class Sides:
                            f"{release}) cannot be read: {exc}") from None
             return list(texts.items()), f"v{matching[-1]}, from the catalog's history"
         if not old:  # tried as it is: it may still apply (the caller says so if not)
-            return read_series(fix, fix.patch_dir), f"v{fix.version}"
+            return read_series(fix), f"v{fix.version}"
         known = ", ".join(f"v{e.version} on {e.base_release or '?'}" for e in fix.changelog) \
             or f"v{fix.version} on {fix.upstream.base_release}"
         raise Skip(f"dependency {name} has no version based on {release}, the base of "

@@ -126,11 +126,6 @@ class RebaseState:
     def base_rev(self, fix: Fix) -> str:
         return self.data.get("base") or f"v{fix.upstream.base_release}"
 
-    def save(self) -> None:
-        tmp = self.dir / "state.json.tmp"
-        tmp.write_text(json.dumps(self.data), encoding="utf-8")
-        tmp.replace(self.dir / "state.json")
-
     def note_written(self, name: str) -> None:
         """Journal a fix before its files are written, so --abort restores it."""
         self.data["written"].append(name)
@@ -183,7 +178,9 @@ class RebaseState:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(hunks.encode(text))
         self.data["stopped"] = {k: v for k, v in stop.items() if k != "merged"}
-        self.save()
+        tmp = self.dir / "state.json.tmp"  # the state is only ever saved at a stop
+        tmp.write_text(json.dumps(self.data), encoding="utf-8")
+        tmp.replace(self.dir / "state.json")
 
     def report(self, stopped: FixReport | None = None) -> RebaseReport:
         fixes = tuple(fix_from_json(d) for d in self.data["results"])
