@@ -4,7 +4,7 @@ them all in one transaction."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 
 from ..errors import (ConflictError, DriftError, PreconditionFailed, TargetFileMissing,
@@ -59,7 +59,7 @@ def fix_result(fc: FixChange, outcome: str) -> Dict[str, Any]:
             diff = unified_diff(key[1], before, after)
         files.append({"root": key[0], "path": key[1], "op": file_op(before, after),
                       "before_sha256": sha256_bytes(before), "after_sha256": sha256_bytes(after),
-                      "hunks": [p.to_dict() for p in fc.placements.get(key, [])], "diff": diff})
+                      "hunks": [asdict(p) for p in fc.placements.get(key, [])], "diff": diff})
     out = {"name": fc.spec.name, "version": fc.spec.version, "outcome": outcome, "files": files,
            "preconditions": fc.preconditions, "verification": fc.verification}
     if fc.source is not None:
@@ -360,9 +360,7 @@ def _commit_items(req: Request, prepared: List[FixChange]):
         extra = ["This reverts commit %s." % fc.source.sha, ""] if fc.source else []
         text = gitcommit.message(spec.title, spec.rationale, spec.name, spec.version, spec.patches,
                                  extra)
-        for name in names:
-            if name not in cos:
-                continue
+        for name in cos:  # the git roots among names, in that order
             root = req.roots.get(name)
             changes = tuple(gitcommit.Change(cos[name].rel(root.mapped(k[1])), *fc.after[k])
                             for k in fc.keys if k[0] == name and fc.after[k] != fc.before[k])
