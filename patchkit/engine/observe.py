@@ -33,8 +33,11 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
                 entry["state"] = "outdated"  # another version is applied than the catalog's
         else:
             entry = _detect(ws, spec)
-            if spec.revert is not None and entry["state"] == "present-unrecorded":
-                entry["state"] = _revert_state(spec, req.roots)
+            # a revert fix's change is in the files by a revert made by hand only when the commit
+            # it reverts is in HEAD's history; otherwise that change was never there
+            if spec.revert is not None and entry["state"] == presence.PRESENT and \
+                    revert.resolve(spec, req.roots)[0] is None:
+                entry["state"] = "not-needed"
         out.append(entry)
     listed = {s.name for s in req.fixes}
     out.extend(_recorded(ws, rec, last) for rec in state.get("fixes", []) if rec["name"] not in listed)
@@ -90,13 +93,6 @@ def _detect(ws: Workspace, spec: FixSpec) -> Dict[str, Any]:
         for (root, path), whole in found.files]
     return {"name": spec.name, "state": found.state, "version": spec.version, "applied_at": None,
             "files": files}
-
-
-def _revert_state(spec: FixSpec, roots: Roots) -> str:
-    """A revert fix whose change is in the files was reverted by hand only when the commit it
-    reverts is in HEAD's history; otherwise that change was never there (``not-needed``)."""
-    source, _check = revert.resolve(spec, roots)
-    return "present-unrecorded" if source is not None else "not-needed"
 
 
 def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
