@@ -44,11 +44,6 @@ def temp_of(name: str) -> str:
     return ".%s.patchkit-tmp" % name
 
 
-def temp_name(path: str) -> str:
-    head, tail = os.path.split(path)
-    return os.path.join(head, temp_of(tail))
-
-
 def fill_fd(fd: int, data: bytes, mode: int, owner: Optional[Tuple[int, int]]) -> None:
     """Write all of ``data`` to a new file's ``fd``, then give it ``owner`` and ``mode``
     (owner first: a chown clears setuid and setgid)."""
@@ -84,7 +79,8 @@ def read_fd(fd: int) -> bytes:
 
 def write_json(path: str, data: Any, durable: bool = True) -> None:
     """Replace ``path`` with ``data`` as compact JSON; ``durable``: fsync it and its directory."""
-    tmp = temp_name(path)
+    head, tail = os.path.split(path)
+    tmp = os.path.join(head, temp_of(tail))
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         fill_fd(fd, (json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n").encode(),

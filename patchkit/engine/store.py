@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 from ..errors import LockBusy, PermissionDenied, TargetError
-from .fsops import fsync_dir, read_bytes, temp_name, write_json
+from .fsops import fsync_dir, read_bytes, temp_of, write_json
 from .paths import Roots
 
 FORMAT = 1
@@ -131,18 +131,15 @@ class Store:
         """Who holds the lock: the pid from ``/proc/locks``, with ``lock-holder.json``'s details
         when that file names the same process."""
         pid = _flock_pid(self.root)
-        recorded = self._holder_file()
+        try:
+            recorded = self._load(HOLDER)
+        except (OSError, TargetError):
+            recorded = None
         if recorded and (pid is None or str(recorded.get("pid")) == pid):
             out = {k: v for k, v in recorded.items() if k != "format"}
             out.update(pid=str(recorded.get("pid")), verified=pid is not None)
             return out
         return {"pid": pid, "host": hostname(), "verified": True} if pid else {}
-
-    def _holder_file(self) -> Optional[Dict[str, Any]]:
-        try:
-            return self._load(HOLDER)
-        except (OSError, TargetError):
-            return None
 
     def begin_writing(self, op: str) -> None:
         """Create ``.patchkit/`` and ``lock-holder.json`` naming this run (not fsynced); on
@@ -165,7 +162,7 @@ class Store:
             raise
 
     def end_writing(self) -> None:
-        for name in (HOLDER, os.path.basename(temp_name(self.path(HOLDER)))):
+        for name in (HOLDER, temp_of(HOLDER)):
             try:
                 os.unlink(self.path(name))
             except FileNotFoundError:
