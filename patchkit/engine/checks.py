@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
@@ -101,10 +102,8 @@ def run_argv(argv: List[str], cwd: str, timeout: float, expect_exit: int = 0,
 
 
 def _kill_group(proc: "subprocess.Popen[bytes]") -> None:
-    try:
+    with suppress(OSError):  # already gone
         os.killpg(proc.pid, signal.SIGKILL)
-    except OSError:  # already gone
-        pass
 
 
 def _tail(text: str) -> str:
@@ -233,10 +232,8 @@ def close_worker() -> Optional[int]:
     if proc.poll() is None:
         proc.kill()
     for pipe in (proc.stdin, proc.stdout):
-        try:
+        with suppress(OSError):  # unsent bytes of a job to a worker that is gone
             pipe.close()
-        except OSError:  # unsent bytes of a job to a worker that is gone
-            pass
     return proc.wait()
 
 

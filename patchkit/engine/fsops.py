@@ -7,6 +7,7 @@ import errno
 import json
 import os
 import stat
+from contextlib import suppress
 from typing import Any, List, Optional, Tuple
 
 
@@ -51,10 +52,8 @@ def fill_fd(fd: int, data: bytes, mode: int, owner: Optional[Tuple[int, int]]) -
     while view:
         view = view[os.write(fd, view):]
     if owner is not None:
-        try:
+        with suppress(OSError):
             os.fchown(fd, owner[0], owner[1])
-        except OSError:
-            pass
     os.fchmod(fd, mode)
 
 

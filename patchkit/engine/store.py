@@ -10,7 +10,7 @@ import json
 import os
 import stat
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 from ..errors import LockBusy, PermissionDenied, TargetError
@@ -151,11 +151,9 @@ class Store:
                                            "host": hostname(), "op": op, "since": utc_now()},
                        durable=False)
         except BaseException as exc:
-            try:
+            with suppress(OSError):  # best effort: the error that brought us here is the one to report
                 self.end_writing()
                 self.undo_setup(before)
-            except OSError:
-                pass  # best effort: the error that brought us here is the one to report
             if isinstance(exc, OSError):
                 raise PermissionDenied("cannot write %s: %s; %s" % (
                     self.path(HOLDER), exc.strerror, write_remedy(exc)), path=self.dir) from None
@@ -163,10 +161,8 @@ class Store:
 
     def end_writing(self) -> None:
         for name in (HOLDER, temp_of(HOLDER)):
-            try:
+            with suppress(FileNotFoundError):
                 os.unlink(self.path(name))
-            except FileNotFoundError:
-                pass
 
     def listing(self) -> Optional[FrozenSet[str]]:
         """The names in ``.patchkit/`` (None: there is none), to undo a failed write phase."""
