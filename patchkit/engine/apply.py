@@ -11,7 +11,7 @@ from ..errors import (ConflictError, DriftError, PreconditionFailed, TargetFileM
                       VerificationFailed, VersionMismatch)
 from . import auto
 from .checks import CheckContext, failure_lines, run_check
-from .fsops import missing_dirs, read_bytes
+from .fsops import missing_dirs
 from .hunks import Placement, apply_change, decode, encode, sha256_bytes
 from .request import FixSpec, Request, check_file_modes, check_patch_paths
 from .store import Store, created_dirs, last_writers, utc_now
@@ -307,13 +307,10 @@ def _write(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
     backups = {fc.spec.name: [(k[0], k[1], fc.before[k][0]) for k in fc.keys
                               if fc.before[k][0] is not None] for fc in prepared}
 
-    def disk(root: str, path: str) -> Optional[bytes]:
-        return read_bytes(req.roots.resolve(root, path))
-
     def verify() -> None:
         failures = []
         for fc in prepared:
-            ctx = CheckContext(fc.spec.name, req.roots, req.python, fc.spec.scripts, disk)
+            ctx = CheckContext(fc.spec.name, req.roots, req.python, fc.spec.scripts, req.roots.read)
             fc.verification = [run_check(check, ctx) for check in fc.spec.verification]
             failures.extend(dict(r, fix=fc.spec.name) for r in fc.verification if not r["ok"])
         if failures:

@@ -8,7 +8,6 @@ from typing import Any, Dict, List, Optional
 from ..errors import DriftError, NotApplied, VerificationFailed
 from . import presence, revert
 from .checks import CheckContext, failure_lines, run_check
-from .fsops import read_bytes
 from .hunks import sha256_bytes
 from .paths import Roots
 from .request import FixSpec, Request, check_patch_paths
@@ -103,15 +102,12 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
         raise NotApplied("fix %s is not applied in %s; apply it before verifying it"
                          % (", ".join(missing), req.state_root.path), fixes=missing)
 
-    def disk(root: str, path: str) -> Optional[bytes]:
-        return read_bytes(req.roots.resolve(root, path))
-
     out, failures = [], []
     ws = Workspace(req.roots)
     for spec in req.fixes:
         # A check passing on edited files does not vouch for the fix as patchkit wrote it.
         drifted = drifted_files(req.roots, state, recorded[spec.name], ws)
-        ctx = CheckContext(spec.name, req.roots, req.python, spec.scripts, disk)
+        ctx = CheckContext(spec.name, req.roots, req.python, spec.scripts, req.roots.read)
         results = ([drift_check(spec.name, drifted)] if drifted else []) + [
             run_check(check, ctx) for check in spec.verification]
         failures.extend(dict(r, fix=spec.name) for r in results if not r["ok"])
