@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from ..errors import UnsafePathError, UsageError
 from .hunks import decode, sha256_bytes, split_lines
-from .paths import Roots
+from .paths import PACKAGE, Roots
 
 Reader = Callable[[str, str], Optional[bytes]]
 
@@ -299,10 +299,8 @@ def _python_syntax(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
     if data is None:
         return result("python-syntax", name, False, "%s does not exist" % where, where)
     answer = _ask({"op": "python-syntax", "where": where}, data, _timeout(check, ctx.fix), where, name)
-    if "failed" in answer:
-        detail = answer["failed"]
-    else:
-        detail = "parses" if answer["ok"] else "line %s: %s" % (answer["line"], answer["error"])
+    detail = answer["failed"] if "failed" in answer else (
+        "parses" if answer["ok"] else "line %s: %s" % (answer["line"], answer["error"]))
     return result("python-syntax", name, answer.get("ok", False), detail, where)
 
 
@@ -319,7 +317,7 @@ def _bash_syntax(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
 def _python_import(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
     module = str(_need(check, "module", ctx.fix))
     root = ctx.roots.get(str(_need(check, "root", ctx.fix)))
-    sys_path = str(check.get("sys_path") or root.default_sys_path())
+    sys_path = str(check.get("sys_path") or ("." if root.layout == PACKAGE else "python"))
     entry = ctx.roots.resolve(root.name, sys_path) if sys_path not in (".", "") else root.path
     where = "%s:%s" % (root.name, module)
     name = check.get("name") or "import %s" % module

@@ -50,9 +50,6 @@ class Root:
         """The checkout-layout path of a path relative to this root (``mapped`` undone)."""
         return "python/" + rel if self.layout == PACKAGE and rel.startswith("sglang/") else rel
 
-    def default_sys_path(self) -> str:
-        return "." if self.layout == PACKAGE else "python"
-
 
 class Roots:
     def __init__(self, mapping: Dict[str, str]) -> None:
