@@ -67,13 +67,9 @@ def sync_all(files: List[str], dirs: List[str]) -> None:
 
 
 def read_fd(fd: int) -> bytes:
-    """Everything left to read from ``fd``."""
-    chunks = []
-    while True:
-        chunk = os.read(fd, 1 << 20)
-        if not chunk:
-            return b"".join(chunks)
-        chunks.append(chunk)
+    """Everything left to read from ``fd`` (which stays open)."""
+    with open(fd, "rb", closefd=False) as fh:
+        return fh.read()
 
 
 def write_json(path: str, data: Any, durable: bool = True) -> None:
