@@ -181,8 +181,7 @@ def _revert_items(req: Request, recorded: Dict[str, Dict[str, Any]],
 def _refuse_blocked(state: Dict[str, Any], names: List[str]) -> None:
     """Refuse to roll back a fix that a later applied fix, not rolled back with it, requires
     or changed the same files after."""
-    applied = list(state.get("fixes", []))
-    blockers = [(other["name"], name) for name in names for other in applied
+    blockers = [(other["name"], name) for name in names for other in state.get("fixes", [])
                 if other["name"] not in names and name in (other.get("requires") or [])]
     if blockers:
         raise PreconditionFailed(
