@@ -172,11 +172,8 @@ def _timeout(check: Dict[str, Any], fix: str) -> float:
 WORKER = r"""
 import json, re, signal, sys
 LINE = re.compile(r"[^\n]*\n|[^\n]+")
-read, write = sys.stdin.buffer, sys.stdout
-while True:
-    head = read.readline()
-    if not head:
-        break
+read = sys.stdin.buffer
+for head in iter(read.readline, b""):
     job = json.loads(head)
     data = read.read(job["size"])
     signal.setitimer(signal.ITIMER_REAL, job["timeout"])
@@ -195,8 +192,7 @@ while True:
     except Exception as exc:
         out = {"failed": "%s: %s" % (type(exc).__name__, exc)}
     signal.setitimer(signal.ITIMER_REAL, 0)
-    write.write(json.dumps(out) + "\n")
-    write.flush()
+    print(json.dumps(out), flush=True)
 """
 
 _local = threading.local()  # one worker per engine thread, started by its first job
