@@ -206,10 +206,7 @@ class _Prepare:
                 continue
             fc.snapshot(self.ws, fc.before)
             try:
-                if fc.source is not None:
-                    self.revert_commit(fc)
-                else:
-                    self.place(fc)
+                (self.place if fc.source is None else self.revert_commit)(fc)
             except ConflictError:
                 self.refuse_failed()  # a refused precondition explains more than the conflict
                 raise
@@ -256,10 +253,8 @@ class _Prepare:
             e = self.ws.entry(*key)
             new, placed = apply_change(None if e.current is None else decode(e.current), change)
             e.current = None if new is None else encode(new)
-            if new is None:
-                e.mode = None
-            elif change.mode is not None:
-                e.mode = change.mode
+            if new is None or change.mode is not None:
+                e.mode = None if new is None else change.mode
             elif e.mode is None:
                 e.mode = 0o644
             fc.placements.setdefault(key, []).extend(placed)
