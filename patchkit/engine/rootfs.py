@@ -11,7 +11,7 @@ from contextlib import suppress
 from typing import Dict, List, Optional, Tuple
 
 from ..errors import UnsafePathError
-from .fsops import fill_fd, temp_of
+from .fsops import fill_fd, read_fd, temp_of
 from .paths import Roots
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
@@ -92,8 +92,10 @@ class RootDirs:
         fd = self.open_file(root, rel)
         if fd is None:
             return None
-        with open(fd, "rb") as fh:  # closes fd
-            return fh.read()
+        try:
+            return read_fd(fd)
+        finally:
+            os.close(fd)
 
     def write_temp(self, root: str, rel: str, data: bytes, mode: int,
                    owner: Optional[Tuple[int, int]]) -> None:
