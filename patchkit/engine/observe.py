@@ -32,8 +32,8 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
                 entry["state"] = "outdated"  # another version is applied than the catalog's
         else:
             entry = _detect(ws, spec)
-            # a revert fix's change is in the files by a revert made by hand only when the commit
-            # it reverts is in HEAD's history; otherwise that change was never there
+            # a revert fix's change in the files was made by hand only when the commit it
+            # reverts is in HEAD's history; otherwise that change was never there
             if spec.revert is not None and entry["state"] == presence.PRESENT and \
                     revert.resolve(spec, req.roots)[0] is None:
                 entry["state"] = "not-needed"

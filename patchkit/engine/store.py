@@ -214,8 +214,7 @@ class Store:
         return data
 
     def read_state(self) -> Dict[str, Any]:
-        state = self._load("state.json")
-        return state if state is not None else {"format": FORMAT, "txn": None, "fixes": []}
+        return self._load("state.json") or {"format": FORMAT, "txn": None, "fixes": []}
 
     def write_state(self, state: Dict[str, Any]) -> None:
         write_json(self.path("state.json"), state)
