@@ -26,7 +26,10 @@ def run(request: Dict[str, Any]) -> Dict[str, Any]:
     result: Dict[str, Any] = {"format": FORMAT, "op": raw.get("op"), "ok": False,
                               "dry_run": bool(raw.get("dry_run", False)), "recovered": [],
                               "fixes": [], "status": None, "error": None}
-    previous = _catch_sigterm()
+    try:  # SIGTERM is handled like SIGINT (the write phase rolls back)
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread
+        previous = None
     try:
         req = parse_request(request)
         store = Store(req.state_root.path)
@@ -81,14 +84,6 @@ class _Terminate(BaseException):
 def _on_sigterm(_signum: int, _frame: Any) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second TERM must not stop the undo
     raise _Terminate()
-
-
-def _catch_sigterm() -> Any:
-    """Handle SIGTERM like SIGINT (the write phase rolls back); main thread only."""
-    try:
-        return signal.signal(signal.SIGTERM, _on_sigterm)
-    except ValueError:  # not the main thread
-        return None
 
 
 def _terminated(request: Any) -> PatchkitError:

@@ -4,14 +4,14 @@ them all in one transaction."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 
 from ..errors import (ConflictError, DriftError, PreconditionFailed, TargetFileMissing,
                       VerificationFailed, VersionMismatch)
 from . import auto
 from .checks import CheckContext, failure_lines, run_check
-from .fsops import missing_dirs, read_bytes
+from .fsops import missing_dirs
 from .hunks import Placement, apply_change, decode, encode, sha256_bytes
 from .request import FixSpec, Request, check_file_modes, check_patch_paths
 from .store import Store, created_dirs, last_writers, utc_now
@@ -59,7 +59,7 @@ def fix_result(fc: FixChange, outcome: str) -> Dict[str, Any]:
             diff = unified_diff(key[1], before, after)
         files.append({"root": key[0], "path": key[1], "op": file_op(before, after),
                       "before_sha256": sha256_bytes(before), "after_sha256": sha256_bytes(after),
-                      "hunks": [p.to_dict() for p in fc.placements.get(key, [])], "diff": diff})
+                      "hunks": [asdict(p) for p in fc.placements.get(key, [])], "diff": diff})
     out = {"name": fc.spec.name, "version": fc.spec.version, "outcome": outcome, "files": files,
            "preconditions": fc.preconditions, "verification": fc.verification}
     if fc.source is not None:
@@ -206,10 +206,7 @@ class _Prepare:
                 continue
             fc.snapshot(self.ws, fc.before)
             try:
-                if fc.source is not None:
-                    self.revert_commit(fc)
-                else:
-                    self.place(fc)
+                (self.place if fc.source is None else self.revert_commit)(fc)
             except ConflictError:
                 self.refuse_failed()  # a refused precondition explains more than the conflict
                 raise
@@ -256,10 +253,8 @@ class _Prepare:
             e = self.ws.entry(*key)
             new, placed = apply_change(None if e.current is None else decode(e.current), change)
             e.current = None if new is None else encode(new)
-            if new is None:
-                e.mode = None
-            elif change.mode is not None:
-                e.mode = change.mode
+            if new is None or change.mode is not None:
+                e.mode = None if new is None else change.mode
             elif e.mode is None:
                 e.mode = 0o644
             fc.placements.setdefault(key, []).extend(placed)
@@ -307,13 +302,10 @@ def _write(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
     backups = {fc.spec.name: [(k[0], k[1], fc.before[k][0]) for k in fc.keys
                               if fc.before[k][0] is not None] for fc in prepared}
 
-    def disk(root: str, path: str) -> Optional[bytes]:
-        return read_bytes(req.roots.resolve(root, path))
-
     def verify() -> None:
         failures = []
         for fc in prepared:
-            ctx = CheckContext(fc.spec.name, req.roots, req.python, fc.spec.scripts, disk)
+            ctx = CheckContext(fc.spec.name, req.roots, req.python, fc.spec.scripts, req.roots.read)
             fc.verification = [run_check(check, ctx) for check in fc.spec.verification]
             failures.extend(dict(r, fix=fc.spec.name) for r in fc.verification if not r["ok"])
         if failures:
@@ -360,9 +352,7 @@ def _commit_items(req: Request, prepared: List[FixChange]):
         extra = ["This reverts commit %s." % fc.source.sha, ""] if fc.source else []
         text = gitcommit.message(spec.title, spec.rationale, spec.name, spec.version, spec.patches,
                                  extra)
-        for name in names:
-            if name not in cos:
-                continue
+        for name in cos:  # the git roots among names, in that order
             root = req.roots.get(name)
             changes = tuple(gitcommit.Change(cos[name].rel(root.mapped(k[1])), *fc.after[k])
                             for k in fc.keys if k[0] == name and fc.after[k] != fc.before[k])

@@ -6,19 +6,16 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from ..errors import PermissionDenied
 from . import gitcli
-from .checks import failure_lines, result
+from .checks import Reader, failure_lines, result
 from .fsops import nearest_existing_dir, probe_writable
 from .hunks import sha256_bytes
 from .paths import Root, Roots
 from .request import FixSpec
 from .workspace import Entry
-
-if TYPE_CHECKING:
-    from . import presence
 
 _VERSION_RE = re.compile(
     r"""^(?:__version__|version)\b[^=\n]*=\s*(?:(?:__version__|version)\s*=\s*)?['"]([^'"]+)['"]""",
@@ -72,7 +69,7 @@ def release_check(spec: FixSpec, roots: Roots, cache: Dict[str, Tuple[Optional[s
 
 
 def requires_check(spec: FixSpec, recorded: Dict[str, Dict[str, Any]], earlier: Set[str],
-                   dependencies: Dict[str, FixSpec], read: "presence.Reader") -> List[Dict[str, Any]]:
+                   dependencies: Dict[str, FixSpec], read: Reader) -> List[Dict[str, Any]]:
     """Each required fix is recorded (any version), planned earlier in this request, or, when
     the request carries it as a dependency, present in the files (a fork may carry it)."""
     out = []

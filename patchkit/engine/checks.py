@@ -16,12 +16,13 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
 from ..errors import UnsafePathError, UsageError
 from .hunks import decode, sha256_bytes, split_lines
-from .paths import Roots
+from .paths import PACKAGE, Roots
 
 Reader = Callable[[str, str], Optional[bytes]]
 
@@ -101,10 +102,8 @@ def run_argv(argv: List[str], cwd: str, timeout: float, expect_exit: int = 0,
 
 
 def _kill_group(proc: "subprocess.Popen[bytes]") -> None:
-    try:
+    with suppress(OSError):  # already gone
         os.killpg(proc.pid, signal.SIGKILL)
-    except OSError:  # already gone
-        pass
 
 
 def _tail(text: str) -> str:
@@ -173,11 +172,8 @@ def _timeout(check: Dict[str, Any], fix: str) -> float:
 WORKER = r"""
 import json, re, signal, sys
 LINE = re.compile(r"[^\n]*\n|[^\n]+")
-read, write = sys.stdin.buffer, sys.stdout
-while True:
-    head = read.readline()
-    if not head:
-        break
+read = sys.stdin.buffer
+for head in iter(read.readline, b""):
     job = json.loads(head)
     data = read.read(job["size"])
     signal.setitimer(signal.ITIMER_REAL, job["timeout"])
@@ -196,8 +192,7 @@ while True:
     except Exception as exc:
         out = {"failed": "%s: %s" % (type(exc).__name__, exc)}
     signal.setitimer(signal.ITIMER_REAL, 0)
-    write.write(json.dumps(out) + "\n")
-    write.flush()
+    print(json.dumps(out), flush=True)
 """
 
 _local = threading.local()  # one worker per engine thread, started by its first job
@@ -233,10 +228,8 @@ def close_worker() -> Optional[int]:
     if proc.poll() is None:
         proc.kill()
     for pipe in (proc.stdin, proc.stdout):
-        try:
+        with suppress(OSError):  # unsent bytes of a job to a worker that is gone
             pipe.close()
-        except OSError:  # unsent bytes of a job to a worker that is gone
-            pass
     return proc.wait()
 
 
@@ -302,10 +295,8 @@ def _python_syntax(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
     if data is None:
         return result("python-syntax", name, False, "%s does not exist" % where, where)
     answer = _ask({"op": "python-syntax", "where": where}, data, _timeout(check, ctx.fix), where, name)
-    if "failed" in answer:
-        detail = answer["failed"]
-    else:
-        detail = "parses" if answer["ok"] else "line %s: %s" % (answer["line"], answer["error"])
+    detail = answer["failed"] if "failed" in answer else (
+        "parses" if answer["ok"] else "line %s: %s" % (answer["line"], answer["error"]))
     return result("python-syntax", name, answer.get("ok", False), detail, where)
 
 
@@ -322,7 +313,7 @@ def _bash_syntax(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
 def _python_import(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
     module = str(_need(check, "module", ctx.fix))
     root = ctx.roots.get(str(_need(check, "root", ctx.fix)))
-    sys_path = str(check.get("sys_path") or root.default_sys_path())
+    sys_path = str(check.get("sys_path") or ("." if root.layout == PACKAGE else "python"))
     entry = ctx.roots.resolve(root.name, sys_path) if sys_path not in (".", "") else root.path
     where = "%s:%s" % (root.name, module)
     name = check.get("name") or "import %s" % module

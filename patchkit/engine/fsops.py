@@ -7,6 +7,7 @@ import errno
 import json
 import os
 import stat
+from contextlib import suppress
 from typing import Any, List, Optional, Tuple
 
 
@@ -44,11 +45,6 @@ def temp_of(name: str) -> str:
     return ".%s.patchkit-tmp" % name
 
 
-def temp_name(path: str) -> str:
-    head, tail = os.path.split(path)
-    return os.path.join(head, temp_of(tail))
-
-
 def fill_fd(fd: int, data: bytes, mode: int, owner: Optional[Tuple[int, int]]) -> None:
     """Write all of ``data`` to a new file's ``fd``, then give it ``owner`` and ``mode``
     (owner first: a chown clears setuid and setgid)."""
@@ -56,10 +52,8 @@ def fill_fd(fd: int, data: bytes, mode: int, owner: Optional[Tuple[int, int]]) -
     while view:
         view = view[os.write(fd, view):]
     if owner is not None:
-        try:
+        with suppress(OSError):
             os.fchown(fd, owner[0], owner[1])
-        except OSError:
-            pass
     os.fchmod(fd, mode)
 
 
@@ -73,18 +67,15 @@ def sync_all(files: List[str], dirs: List[str]) -> None:
 
 
 def read_fd(fd: int) -> bytes:
-    """Everything left to read from ``fd``."""
-    chunks = []
-    while True:
-        chunk = os.read(fd, 1 << 20)
-        if not chunk:
-            return b"".join(chunks)
-        chunks.append(chunk)
+    """Everything left to read from ``fd`` (which stays open)."""
+    with open(fd, "rb", closefd=False) as fh:
+        return fh.read()
 
 
 def write_json(path: str, data: Any, durable: bool = True) -> None:
     """Replace ``path`` with ``data`` as compact JSON; ``durable``: fsync it and its directory."""
-    tmp = temp_name(path)
+    head, tail = os.path.split(path)
+    tmp = os.path.join(head, temp_of(tail))
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         fill_fd(fd, (json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n").encode(),

@@ -58,7 +58,7 @@ def make(cos: Dict[str, Checkout], items: List[Item], entries: List[Dict[str, An
     made: Dict[str, List[Dict[str, str]]] = {}
     for entry in entries:
         co = cos[entry["root"]]
-        env, _who = identity_env(co)
+        env = identity_env(co)
         parent = entry["head"]
         with tempfile.TemporaryDirectory(prefix="patchkit-index-") as tmp:
             ienv = dict(env, GIT_INDEX_FILE=os.path.join(tmp, "index"))

@@ -20,7 +20,6 @@ FALLBACK_EMAIL = "patchkit@localhost"
 class Checkout:
     """A root inside a git work tree: where the tree's top is and the root's place in it."""
 
-    root: str  # the root's path as given
     top: str  # the work tree's top (real path)
     prefix: str  # the root's path inside the work tree, "" or ending in "/"
 
@@ -116,7 +115,7 @@ def checkout_of(root_path: str) -> Optional[Checkout]:
         return None
     top = os.path.realpath(proc.stdout.decode("utf-8", "surrogateescape").strip())
     prefix = os.path.relpath(os.path.realpath(root_path), top)
-    return Checkout(root_path, top, "" if prefix == "." else prefix + "/")
+    return Checkout(top, "" if prefix == "." else prefix + "/")
 
 
 def merge_file(ours: bytes, base: bytes, theirs: bytes, labels: Tuple[str, str, str]) -> Tuple[bytes, int]:
@@ -136,9 +135,9 @@ def merge_file(ours: bytes, base: bytes, theirs: bytes, labels: Tuple[str, str, 
     return proc.stdout, proc.returncode
 
 
-def identity_env(checkout: Checkout) -> Tuple[Dict[str, str], str]:
-    """Environment for a commit, and who it is by: the repository's configured identity, else
-    the environment's, else ``patchkit <patchkit@localhost>``."""
+def identity_env(checkout: Checkout) -> Dict[str, str]:
+    """Environment for a commit: the repository's configured identity, else the environment's,
+    else ``patchkit <patchkit@localhost>``."""
     env: Dict[str, str] = {}
     for role in ("AUTHOR", "COMMITTER"):
         if os.environ.get("GIT_%s_NAME" % role) and os.environ.get("GIT_%s_EMAIL" % role):
@@ -146,5 +145,4 @@ def identity_env(checkout: Checkout) -> Tuple[Dict[str, str], str]:
         if not (checkout.ok(["config", "user.name"]) and checkout.ok(["config", "user.email"])):
             env["GIT_%s_NAME" % role] = FALLBACK_NAME
             env["GIT_%s_EMAIL" % role] = FALLBACK_EMAIL
-    ident = checkout.run(["var", "GIT_COMMITTER_IDENT"], env=env).decode("utf-8", "replace")
-    return env, " ".join(ident.split()[:-2])
+    return env

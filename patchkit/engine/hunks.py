@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 from ..errors import ConflictError, PatchFormatError, UsageError
 
@@ -194,9 +194,6 @@ class Placement:
     line: int
     offset: int
 
-    def to_dict(self) -> Dict[str, Any]:
-        return asdict(self)
-
 
 def locate(lines: List[str], old: List[str], expected: int, lo: int = 0) -> Optional[int]:
     """The index nearest ``expected`` (not before ``lo``) where ``old`` matches exactly."""
@@ -242,7 +239,6 @@ def apply_change(text: Optional[str], change: FileChange) -> Tuple[Optional[str]
         if idx is None:
             _conflict(change, hunk, lines, hunk.old, max(0, min(expected, len(lines))),
                       "does not apply: its context is not in the file (zero fuzz)")
-        assert idx is not None
         carried = idx - hunk.expected_index
         line = idx if hunk.old_count == 0 else idx + 1
         placements.append(Placement(change.patch, hunk.index, hunk.old_start, line,
@@ -255,7 +251,7 @@ def apply_change(text: Optional[str], change: FileChange) -> Tuple[Optional[str]
 
 
 def _conflict(change: FileChange, hunk: Optional[Hunk], lines: Sequence[str], old: Sequence[str],
-              at: int, what: str) -> None:
+              at: int, what: str) -> NoReturn:
     diff_line, wanted, found = at + 1, None, None
     for i, want in enumerate(old):
         have = lines[at + i] if at + i < len(lines) else None

@@ -8,7 +8,6 @@ from typing import Any, Dict, List, Optional
 from ..errors import DriftError, NotApplied, VerificationFailed
 from . import presence, revert
 from .checks import CheckContext, failure_lines, run_check
-from .fsops import read_bytes
 from .hunks import sha256_bytes
 from .paths import Roots
 from .request import FixSpec, Request, check_patch_paths
@@ -33,8 +32,11 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
                 entry["state"] = "outdated"  # another version is applied than the catalog's
         else:
             entry = _detect(ws, spec)
-            if spec.revert is not None and entry["state"] == "present-unrecorded":
-                entry["state"] = _revert_state(spec, req.roots)
+            # a revert fix's change in the files was made by hand only when the commit it
+            # reverts is in HEAD's history; otherwise that change was never there
+            if spec.revert is not None and entry["state"] == presence.PRESENT and \
+                    revert.resolve(spec, req.roots)[0] is None:
+                entry["state"] = "not-needed"
         out.append(entry)
     listed = {s.name for s in req.fixes}
     out.extend(_recorded(ws, rec, last) for rec in state.get("fixes", []) if rec["name"] not in listed)
@@ -92,13 +94,6 @@ def _detect(ws: Workspace, spec: FixSpec) -> Dict[str, Any]:
             "files": files}
 
 
-def _revert_state(spec: FixSpec, roots: Roots) -> str:
-    """A revert fix whose change is in the files was reverted by hand only when the commit it
-    reverts is in HEAD's history; otherwise that change was never there (``not-needed``)."""
-    source, _check = revert.resolve(spec, roots)
-    return "present-unrecorded" if source is not None else "not-needed"
-
-
 def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
     state = store.read_state()
     recorded = {f["name"]: f for f in state.get("fixes", [])}
@@ -107,15 +102,12 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
         raise NotApplied("fix %s is not applied in %s; apply it before verifying it"
                          % (", ".join(missing), req.state_root.path), fixes=missing)
 
-    def disk(root: str, path: str) -> Optional[bytes]:
-        return read_bytes(req.roots.resolve(root, path))
-
     out, failures = [], []
     ws = Workspace(req.roots)
     for spec in req.fixes:
         # A check passing on edited files does not vouch for the fix as patchkit wrote it.
         drifted = drifted_files(req.roots, state, recorded[spec.name], ws)
-        ctx = CheckContext(spec.name, req.roots, req.python, spec.scripts, disk)
+        ctx = CheckContext(spec.name, req.roots, req.python, spec.scripts, req.roots.read)
         results = ([drift_check(spec.name, drifted)] if drifted else []) + [
             run_check(check, ctx) for check in spec.verification]
         failures.extend(dict(r, fix=spec.name) for r in results if not r["ok"])

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Dict, Iterator, Optional
 
 from ..errors import TargetError, UnsafePathError, UsageError
+from .fsops import read_bytes
 
 CHECKOUT, PACKAGE, PLAIN = "checkout", "package", "plain"
 
@@ -48,9 +49,6 @@ class Root:
     def unmapped(self, rel: str) -> str:
         """The checkout-layout path of a path relative to this root (``mapped`` undone)."""
         return "python/" + rel if self.layout == PACKAGE and rel.startswith("sglang/") else rel
-
-    def default_sys_path(self) -> str:
-        return "." if self.layout == PACKAGE else "python"
 
 
 class Roots:
@@ -135,6 +133,10 @@ class Roots:
             raise UnsafePathError("%s is outside root %s (%s)" % (full, root_name, root.real),
                                   root=root_name, path=full)
         return full[len(prefix):]
+
+    def read(self, root_name: str, rel: str) -> Optional[bytes]:
+        """The bytes of file ``rel`` of a root, read from the disk now (None: no file)."""
+        return read_bytes(self.resolve(root_name, rel))
 
     def placeholders(self, python: str) -> Dict[str, str]:
         return {"{python}": python, **{"{root:%s}" % root.name: root.path for root in self}}

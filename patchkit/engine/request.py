@@ -5,13 +5,11 @@ from __future__ import annotations
 import dataclasses
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from ..errors import UnsafePathError, UsageError
+from .hunks import FileChange
 from .paths import Root, Roots
-
-if TYPE_CHECKING:
-    from .hunks import FileChange
 
 FORMAT = 1
 OPS = ("apply", "rollback", "status", "verify")
@@ -82,11 +80,7 @@ def parse_fix(data: Any, lazy: bool = False) -> FixSpec:
     strategy = str((data.get("rollback") or {}).get("strategy") or "restore")
     if strategy not in STRATEGIES:
         raise UsageError("fix %s: rollback strategy %r; use restore or reverse" % (name, strategy), fix=name)
-    files: Tuple[FileChange, ...] = ()
-    if data.get("files"):
-        from .hunks import FileChange
-
-        files = tuple(FileChange.from_dict(f, name, lazy) for f in data["files"])
+    files = tuple(FileChange.from_dict(f, name, lazy) for f in data.get("files") or [])
     revert = data.get("revert")
     if revert is not None and not (isinstance(revert, dict) and (revert.get("commit") or revert.get("fix"))):
         raise UsageError("fix %s: revert must be null or {root, commit and/or fix, ...}; rebuild "

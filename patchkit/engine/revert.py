@@ -92,17 +92,15 @@ def resolve(fix: FixSpec, roots: Roots) -> Tuple[Optional[Source], Dict[str, Any
                              "only" % checkout.describe(sha))
     parent = parents[0] if parents else EMPTY_TREE
     wanted = [checkout.rel(root.mapped(p)) for p in rev.get("paths") or []]
-    files = []
-    for status, repo_path in checkout.changed_files(sha, parent, wanted or [checkout.prefix or "."]):
-        if not repo_path.startswith(checkout.prefix):
-            continue
-        rel = root.unmapped(repo_path[len(checkout.prefix):])
-        files.append(RevertFile(status if status in "AD" else "M", repo_path, rel))
+    prefix = checkout.prefix
+    files = tuple(RevertFile(status if status in "AD" else "M", path, root.unmapped(path[len(prefix):]))
+                  for status, path in checkout.changed_files(sha, parent, wanted or [prefix or "."])
+                  if path.startswith(prefix))
     title = checkout.describe(sha)
     if not files:
         return None, outcome(False, "commit %s changes none of %s in root %s"
                              % (title, ", ".join(rev.get("paths") or ["its files"]), root.name))
-    return Source(root.name, checkout, sha, parent, title, found_by, tuple(files)), \
+    return Source(root.name, checkout, sha, parent, title, found_by, files), \
         outcome(True, "reverts %s (found by %s)" % (title, found_by))
 
 

@@ -121,11 +121,8 @@ def rollback(req: Request, store: Store) -> List[Dict[str, Any]]:
                         remove_dirs=[d for n in names for d in created_dirs(recorded[n], req.roots)],
                         journal_extra={"git_commits": entries} if entries else None)
     outcome = "would-roll-back" if req.dry_run else "rolled-back"
-    out = {}
-    for fc in prepared:
-        res = fix_result(fc, outcome)
-        res["version"] = recorded[fc.spec.name].get("version")
-        out[fc.spec.name] = res
+    out = {fc.spec.name: dict(fix_result(fc, outcome), version=recorded[fc.spec.name].get("version"))
+           for fc in prepared}
     return [out[n] for n in names]
 
 
@@ -144,14 +141,11 @@ def _committed(req: Request, rec: Dict[str, Any]) -> List[revert.Source]:
             continue
         parent = co.parents(c["sha"])[0]
         root = req.roots.get(c["root"])
-        files = []
-        for status, repo_path in co.changed_files(c["sha"], parent, [co.prefix or "."]):
-            rel = repo_path[len(co.prefix):]
-            if root.layout == "package" and rel.startswith("sglang/"):
-                rel = "python/" + rel
-            files.append(revert.RevertFile(status if status in "AD" else "M", repo_path, rel))
+        files = tuple(revert.RevertFile(status if status in "AD" else "M", path,
+                                        root.unmapped(path[len(co.prefix):]))
+                      for status, path in co.changed_files(c["sha"], parent, [co.prefix or "."]))
         out.append(revert.Source(c["root"], co, c["sha"], parent, co.describe(c["sha"]),
-                                 "recorded by apply --commit", tuple(files)))
+                                 "recorded by apply --commit", files))
     return out
 
 
@@ -187,8 +181,7 @@ def _revert_items(req: Request, recorded: Dict[str, Dict[str, Any]],
 def _refuse_blocked(state: Dict[str, Any], names: List[str]) -> None:
     """Refuse to roll back a fix that a later applied fix, not rolled back with it, requires
     or changed the same files after."""
-    applied = list(state.get("fixes", []))
-    blockers = [(other["name"], name) for name in names for other in applied
+    blockers = [(other["name"], name) for name in names for other in state.get("fixes", [])
                 if other["name"] not in names and name in (other.get("requires") or [])]
     if blockers:
         raise PreconditionFailed(

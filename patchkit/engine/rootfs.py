@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from contextlib import suppress
 from typing import Dict, List, Optional, Tuple
 
 from ..errors import UnsafePathError
@@ -101,10 +102,8 @@ class RootDirs:
         """Write ``data`` to the temporary sibling of ``rel`` (not fsynced: the caller syncs)."""
         dfd, name = self.parent(root, rel, create=True)
         tmp = temp_of(name)
-        try:
+        with suppress(FileNotFoundError):
             os.unlink(tmp, dir_fd=dfd)  # a crash's leftover (or a planted link): never opened
-        except FileNotFoundError:
-            pass
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dfd)
         try:
             fill_fd(fd, data, mode, owner)
@@ -117,11 +116,9 @@ class RootDirs:
 
     def unlink(self, root: str, rel: str, temp: bool = False) -> None:
         """Remove file ``rel`` (``temp``: its temporary sibling) if it is there."""
-        try:
+        with suppress(FileNotFoundError):
             dfd, name = self.parent(root, rel)
             os.unlink(temp_of(name) if temp else name, dir_fd=dfd)
-        except FileNotFoundError:
-            pass
 
     def link_out(self, root: str, rel: str, dest: str) -> None:
         """Hard-link file ``rel`` (not a symlink there) to the absolute path ``dest``."""
@@ -141,10 +138,8 @@ class RootDirs:
         try:
             st = os.fstat(fd)
             if owner is not None and (st.st_uid, st.st_gid) != tuple(owner):
-                try:  # before the mode: a chown clears setuid and setgid
+                with suppress(OSError):  # before the mode: a chown clears setuid and setgid
                     os.fchown(fd, owner[0], owner[1])
-                except OSError:
-                    pass
                 st = os.fstat(fd)
             if mode is not None and stat.S_IMODE(st.st_mode) != mode:
                 os.fchmod(fd, mode)
@@ -160,14 +155,12 @@ class RootDirs:
         for root, rel in sorted(pairs, key=lambda p: len(p[1]), reverse=True):
             if root not in names:
                 continue
-            try:
+            with suppress(OSError, UnsafePathError):
                 dfd, name = self.parent(root, rel)
                 stale = self._fds.pop((root, rel), None)
                 if stale is not None:
                     os.close(stale)
                 os.rmdir(name, dir_fd=dfd)
-            except (OSError, UnsafePathError):
-                pass
 
     def purge_pycache(self, files: List[Tuple[str, str]]) -> None:
         """Remove the ``__pycache__`` directory beside each (root, file) ending in ``.py``."""
@@ -195,13 +188,9 @@ def _rmtree_at(parent: int, name: str) -> None:
             if entry.is_dir(follow_symlinks=False):
                 _rmtree_at(fd, entry.name)
             else:
-                try:
+                with suppress(FileNotFoundError):
                     os.unlink(entry.name, dir_fd=fd)
-                except FileNotFoundError:
-                    pass
     finally:
         os.close(fd)
-    try:
+    with suppress(OSError):
         os.rmdir(name, dir_fd=parent)
-    except OSError:
-        pass

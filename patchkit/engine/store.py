@@ -10,11 +10,11 @@ import json
 import os
 import stat
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 from ..errors import LockBusy, PermissionDenied, TargetError
-from .fsops import fsync_dir, read_bytes, temp_name, write_json
+from .fsops import fsync_dir, read_bytes, temp_of, write_json
 from .paths import Roots
 
 FORMAT = 1
@@ -131,18 +131,15 @@ class Store:
         """Who holds the lock: the pid from ``/proc/locks``, with ``lock-holder.json``'s details
         when that file names the same process."""
         pid = _flock_pid(self.root)
-        recorded = self._holder_file()
+        try:
+            recorded = self._load(HOLDER)
+        except (OSError, TargetError):
+            recorded = None
         if recorded and (pid is None or str(recorded.get("pid")) == pid):
             out = {k: v for k, v in recorded.items() if k != "format"}
             out.update(pid=str(recorded.get("pid")), verified=pid is not None)
             return out
         return {"pid": pid, "host": hostname(), "verified": True} if pid else {}
-
-    def _holder_file(self) -> Optional[Dict[str, Any]]:
-        try:
-            return self._load(HOLDER)
-        except (OSError, TargetError):
-            return None
 
     def begin_writing(self, op: str) -> None:
         """Create ``.patchkit/`` and ``lock-holder.json`` naming this run (not fsynced); on
@@ -154,22 +151,18 @@ class Store:
                                            "host": hostname(), "op": op, "since": utc_now()},
                        durable=False)
         except BaseException as exc:
-            try:
+            with suppress(OSError):  # best effort: the error that brought us here is the one to report
                 self.end_writing()
                 self.undo_setup(before)
-            except OSError:
-                pass  # best effort: the error that brought us here is the one to report
             if isinstance(exc, OSError):
                 raise PermissionDenied("cannot write %s: %s; %s" % (
                     self.path(HOLDER), exc.strerror, write_remedy(exc)), path=self.dir) from None
             raise
 
     def end_writing(self) -> None:
-        for name in (HOLDER, os.path.basename(temp_name(self.path(HOLDER)))):
-            try:
+        for name in (HOLDER, temp_of(HOLDER)):
+            with suppress(FileNotFoundError):
                 os.unlink(self.path(name))
-            except FileNotFoundError:
-                pass
 
     def listing(self) -> Optional[FrozenSet[str]]:
         """The names in ``.patchkit/`` (None: there is none), to undo a failed write phase."""
@@ -221,8 +214,7 @@ class Store:
         return data
 
     def read_state(self) -> Dict[str, Any]:
-        state = self._load("state.json")
-        return state if state is not None else {"format": FORMAT, "txn": None, "fixes": []}
+        return self._load("state.json") or {"format": FORMAT, "txn": None, "fixes": []}
 
     def write_state(self, state: Dict[str, Any]) -> None:
         write_json(self.path("state.json"), state)

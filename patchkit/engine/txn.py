@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import stat
+from contextlib import suppress
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from ..errors import ConcurrentChange, PatchkitError, PermissionDenied, TargetError
@@ -52,13 +53,11 @@ def run_transaction(store: Store, roots: Roots, op: str, fixes: List[str], write
                                path=exc.filename or store.root) from None
     finally:
         store.end_writing()
-        try:
+        with suppress(OSError):  # leftovers are harmless scaffolding; the real error matters more
             if not committed and not os.path.lexists(store.path("journal.json")):
                 for name in set(os.listdir(store.path("txn"))) - txns_before:  # no file written
                     shutil.rmtree(store.path("txn", name), ignore_errors=True)
                 store.undo_setup(before)
-        except OSError:
-            pass  # leftovers are harmless scaffolding; the real error matters more
 
 
 def _what_is_left(store: Store) -> str:
@@ -308,10 +307,8 @@ def restore(store: Store, journal: Dict[str, Any], dirs: RootDirs) -> None:
             failed.append(exc)
     dirs.remove_empty_dirs(journal.get("created_dirs") or [])
     for root, rel_dir in sorted(touched):
-        try:
+        with suppress(OSError, PatchkitError):  # removed again with the directories the transaction created
             dirs.fsync_dir(root, rel_dir)
-        except (OSError, PatchkitError):
-            pass  # removed again with the directories the transaction created
     dirs.purge_pycache([(f["root"], _rel(f, roots)) for f in journal.get("files", [])])
     if failed:
         raise failed[0]
