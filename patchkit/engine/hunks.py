@@ -102,7 +102,7 @@ class FileChange:
             raw_hunks = list(data.get("hunks") or [])
         except (KeyError, TypeError) as exc:
             raise UsageError("fix %s: a FILE record lacks %s; rebuild the request with "
-                             "patchkit.plan" % (fix, exc), fix=fix) from None
+                             "patchkit.request" % (fix, exc), fix=fix) from None
         if op not in OPS:
             raise UsageError("fix %s: %s:%s has op %r; expected one of %s"
                              % (fix, root, path, op, ", ".join(OPS)), fix=fix, path=path)

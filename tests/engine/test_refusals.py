@@ -114,7 +114,7 @@ def test_a_fix_stub_is_refused_by_every_op_with_the_way_out(checkout: Path) -> N
         res = run(request(op, {"sglang": checkout}, [{"name": "a", "version": 1, "stub": True}]))
         assert res["ok"] is False and res["error"]["type"] == "UsageError", (op, res["error"])
         assert "fix a" in res["error"]["message"] and "stub" in res["error"]["message"]
-        assert "patchkit.plan" in res["error"]["message"]
+        assert "patchkit.request" in res["error"]["message"]
     status = run(request("status", {"sglang": checkout}, [f]))["status"]
     assert "needs_detection" not in status
     assert [(x["name"], x["state"]) for x in status["fixes"]] == [("a", "applied")]
