@@ -194,17 +194,16 @@ def render_fix_outcome(console: Any, fix: FixOutcome, *, show_diff: bool,
                     line(console, [(f"      hunk #{h.index} of {h.patch} at {where}", "dim")])
         if show_diff and f.diff:
             write_diff(console, f.diff, color=color_diff)
-    pre = list(fix.preconditions)
-    if pre:
-        failed = [c for c in pre if not c.ok]
-        # A dry run lists every check, unless there are many (one per file of a large series).
-        listed = pre if all_checks and (verbose or len(pre) <= FEW_FILES) else failed
-        if listed:
-            line(console, [("  preconditions:", "")])
-            for c in listed:
-                line(console, [("    ", "")] + _check_line(c))
-        if not failed and len(listed) < len(pre):
-            line(console, [("  ", ""), ("✓ ", "green"), (f"{len(pre)} preconditions passed", "")])
+    pre = fix.preconditions
+    failed = [c for c in pre if not c.ok]
+    # A dry run lists every check, unless there are many (one per file of a large series).
+    listed = pre if all_checks and (verbose or len(pre) <= FEW_FILES) else failed
+    if listed:
+        line(console, [("  preconditions:", "")])
+        for c in listed:
+            line(console, [("    ", "")] + _check_line(c))
+    if not failed and len(listed) < len(pre):
+        line(console, [("  ", ""), ("✓ ", "green"), (f"{len(pre)} preconditions passed", "")])
     if fix.verification:
         line(console, [("  verification:", "")])
         for c in fix.verification:
@@ -246,9 +245,8 @@ def _recovered(result: OpResult) -> List[Segments]:
 def render_result(console: Any, result: OpResult, *, show_diff: bool | None = None,
                   verbose: bool = False) -> None:
     """``show_diff`` None: a dry run changing few files shows it."""
-    total = sum(len(fix.files) for fix in result.fixes)
     if show_diff is None:
-        show_diff = result.dry_run and total <= FEW_FILES
+        show_diff = result.dry_run and sum(len(fix.files) for fix in result.fixes) <= FEW_FILES
     size = sum(len(f.diff) for fix in result.fixes for f in fix.files) if show_diff else 0
     for note in _recovered(result):
         line(console, note)
