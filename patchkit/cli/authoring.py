@@ -34,9 +34,8 @@ def _report(result: authoring.AuthoringResult, as_json: bool, verb: str) -> None
     if not result.changed:
         say(f"{result.name} v{result.version} is unchanged: the series already matches the checkout")
     else:
-        if result.dry_run:
-            verb = f"would be {verb}"
-        say(f"{verb} {result.name} v{result.version} (base {result.base_release})")
+        say(f"{'would be ' if result.dry_run else ''}{verb} {result.name} v{result.version} "
+            f"(base {result.base_release})")
         for f in result.files:
             say(f"  {f}")
         say(f"  manifest: {result.manifest}")

@@ -52,9 +52,6 @@ class PlainConsole:
     def __init__(self, file: Any = None) -> None:
         self.file = sys.stdout if file is None else file
 
-    def line(self, segments: Segments) -> None:
-        self.file.write("".join(text for text, _style in segments) + "\n")
-
     def print(self, *objects: Any, **_options: Any) -> None:
         """Text as it is; a table (rebase's) drawn by rich without color, never folded."""
         plain = [o if isinstance(o, str) else getattr(o, "plain", None) for o in objects]
@@ -106,7 +103,7 @@ def emit(as_json: bool, data: Any, draw: Callable[[Any], Any]) -> int:
 def line(console: Any, segments: Segments, soft_wrap: bool = False) -> None:
     """One line of segments to a rich Console (styled) or a PlainConsole."""
     if isinstance(console, PlainConsole):
-        console.line(segments)
+        console.file.write("".join(text for text, _style in segments) + "\n")
         return
     from rich.text import Text
 
