@@ -14,21 +14,20 @@ from .common import State, command
 
 
 def _report(result: authoring.AuthoringResult, as_json: bool, verb: str) -> None:
-    data = {
-        "name": result.name,
-        "version": result.version,
-        "manifest": str(result.manifest),
-        "patches": [str(p) for p in result.patches],
-        "files": list(result.files),
-        "base_release": result.base_release,
-        "changed": result.changed,
-        "dry_run": result.dry_run,
-        "ignored": list(result.ignored),
-        "renamed": [{"from": old, "to": new} for old, new in result.renamed],
-        "commit": result.commit,
-    }
     if as_json:
-        render.print_json(data)
+        render.print_json({
+            "name": result.name,
+            "version": result.version,
+            "manifest": str(result.manifest),
+            "patches": [str(p) for p in result.patches],
+            "files": list(result.files),
+            "base_release": result.base_release,
+            "changed": result.changed,
+            "dry_run": result.dry_run,
+            "ignored": list(result.ignored),
+            "renamed": [{"from": old, "to": new} for old, new in result.renamed],
+            "commit": result.commit,
+        })
         return
     say = _sayer()
     if not result.changed:

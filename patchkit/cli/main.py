@@ -99,11 +99,6 @@ def _guard_output() -> tuple[Any, Any]:
     return saved
 
 
-def _asks_json(args: list[str]) -> bool:
-    """Whether ``--json`` is among the options (before any ``--``) of a command line click refused."""
-    return "--json" in (args[:args.index("--")] if "--" in args else args)
-
-
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; every failure leaves here with a documented exit code (docs/cli.md)."""
     state = State()
@@ -127,7 +122,8 @@ def _run(argv: list[str] | None, state: State) -> int:
         return 130
     except click.ClickException as exc:
         code = EXIT_USAGE if exc.exit_code == 2 else exc.exit_code
-        if state.json or _asks_json(sys.argv[1:] if argv is None else argv):
+        args = sys.argv[1:] if argv is None else argv  # the line click refused: --json before any --?
+        if state.json or "--json" in (args[:args.index("--")] if "--" in args else args):
             from .render import print_json  # the object docs/cli.md promises on any failure
 
             print_json({"ok": False, "error": {"type": "UsageError" if code == EXIT_USAGE

@@ -128,15 +128,8 @@ def _hunk_summary(f: FileChange) -> str:
 
 def diff_stat(diff: str) -> tuple[int, int]:
     """Lines added and removed by a unified diff (its ---/+++ headers not counted)."""
-    added = removed = 0
-    for section in ("\n" + diff).split("\ndiff --git "):
-        start = section.find("\n@@")
-        if start < 0:
-            continue
-        body = section[start:]
-        added += body.count("\n+")
-        removed += body.count("\n-")
-    return added, removed
+    bodies = [s[s.find("\n@@"):] for s in ("\n" + diff).split("\ndiff --git ") if "\n@@" in s]
+    return sum(b.count("\n+") for b in bodies), sum(b.count("\n-") for b in bodies)
 
 
 def _files_summary(files: tuple[FileChange, ...]) -> str:
