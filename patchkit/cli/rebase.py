@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any
 
 import click
 
@@ -62,17 +61,14 @@ def rebase(state: State, fixes: tuple[str, ...], all_fixes: bool, include_inacti
         if not fixes and not all_fixes:
             raise UsageError("name the fixes to rebase, or pass --all")
 
-    def run(progress: Any) -> Any:
-        if cont:
-            return rebase_lib.continue_(catalog, progress=progress)
-        if skip:
-            return rebase_lib.skip(catalog, progress=progress)
-        return rebase_lib.start(catalog, onto or "", list(fixes) or None, repo=repo, base=base,
-                                include_inactive=include_inactive, progress=progress,
-                                dry_run=dry_run)
-
     with contextlib.nullcontext() if as_json else rebase_progress(render.stderr()) as progress:
-        report = run(progress)
+        if cont:
+            report = rebase_lib.continue_(catalog, progress=progress)
+        elif skip:
+            report = rebase_lib.skip(catalog, progress=progress)
+        else:
+            report = rebase_lib.start(catalog, onto or "", list(fixes) or None, repo=repo, base=base,
+                                      include_inactive=include_inactive, progress=progress, dry_run=dry_run)
     render.emit(as_json, report.to_json(), lambda out: render_rebase(out, report))
     if not report.done:  # a conflict waits for the user: the conflict exit code (docs/cli.md)
         click.get_current_context().exit(EXIT_CONFLICT)
