@@ -146,14 +146,11 @@ class InternalError(PatchkitError, exit_code=EXIT_INTERNAL):
     """Something patchkit did not expect: a bug."""
 
 
-def _all_subclasses(cls: type) -> list[type]:
-    return [cls, *(sub for child in cls.__subclasses__() for sub in _all_subclasses(child))]
-
-
 def error_from_dict(data: dict[str, Any]) -> PatchkitError:
-    """Rebuild an error that crossed a process or host boundary as ``to_dict()``."""
-    by_name = {c.__name__: c for c in _all_subclasses(PatchkitError)}
-    cls = by_name.get(str(data.get("type")), InternalError)
+    """Rebuild an error that crossed a process or host boundary as ``to_dict()`` (else InternalError)."""
+    cls = globals().get(str(data.get("type")))
+    if not (isinstance(cls, type) and issubclass(cls, PatchkitError)):
+        cls = InternalError
     err = cls(str(data.get("message", "unknown error")))
     err.details = dict(data.get("details") or {})  # any keys a host sent, as they are
     return err

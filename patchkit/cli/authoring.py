@@ -14,29 +14,27 @@ from .common import State, command
 
 
 def _report(result: authoring.AuthoringResult, as_json: bool, verb: str) -> None:
-    data = {
-        "name": result.name,
-        "version": result.version,
-        "manifest": str(result.manifest),
-        "patches": [str(p) for p in result.patches],
-        "files": list(result.files),
-        "base_release": result.base_release,
-        "changed": result.changed,
-        "dry_run": result.dry_run,
-        "ignored": list(result.ignored),
-        "renamed": [{"from": old, "to": new} for old, new in result.renamed],
-        "commit": result.commit,
-    }
     if as_json:
-        render.print_json(data)
+        render.print_json({
+            "name": result.name,
+            "version": result.version,
+            "manifest": str(result.manifest),
+            "patches": [str(p) for p in result.patches],
+            "files": list(result.files),
+            "base_release": result.base_release,
+            "changed": result.changed,
+            "dry_run": result.dry_run,
+            "ignored": list(result.ignored),
+            "renamed": [{"from": old, "to": new} for old, new in result.renamed],
+            "commit": result.commit,
+        })
         return
     say = _sayer()
     if not result.changed:
         say(f"{result.name} v{result.version} is unchanged: the series already matches the checkout")
     else:
-        if result.dry_run:
-            verb = f"would be {verb}"
-        say(f"{verb} {result.name} v{result.version} (base {result.base_release})")
+        say(f"{'would be ' if result.dry_run else ''}{verb} {result.name} v{result.version} "
+            f"(base {result.base_release})")
         for f in result.files:
             say(f"  {f}")
         say(f"  manifest: {result.manifest}")

@@ -60,17 +60,14 @@ def demo(state: State, workdir: str, release: str | None, as_json: bool) -> int:
     fixes = " ".join(SEED_FIXES)
 
     _step(out, 2, "status before", f"patchkit status --all {where}")
-    before = api.status(catalog, target)
-    render.render_status(out, before, verbose=True)
+    render.render_status(out, api.status(catalog, target), verbose=True)
 
     _step(out, 3, "dry run: every precondition, where each hunk lands; nothing written",
           f"patchkit apply --dry-run {fixes} {where}")
-    dry = api.apply(catalog, target, SEED_FIXES, dry_run=True)
-    render.render_result(out, dry, show_diff=False)
+    render.render_result(out, api.apply(catalog, target, SEED_FIXES, dry_run=True), show_diff=False)
 
     _step(out, 4, "apply all three, all or nothing, then verify", f"patchkit apply {fixes} {where}")
-    applied = api.apply(catalog, target, SEED_FIXES)
-    render.render_result(out, applied)
+    render.render_result(out, api.apply(catalog, target, SEED_FIXES))
 
     _step(out, 5, "status after", f"patchkit status {where}")
     after = api.status(catalog, target)

@@ -29,10 +29,7 @@ class LazyGroup(click.Group):
         module = COMMAND_MODULES.get(cmd_name)
         if module is None:
             return None
-        for command in import_module(f"{__package__}.{module}").COMMANDS:
-            if command.name == cmd_name:
-                return command
-        raise RuntimeError(f"patchkit.cli.{module} does not define the command {cmd_name!r}")
+        return next(c for c in import_module(f"{__package__}.{module}").COMMANDS if c.name == cmd_name)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -96,17 +93,10 @@ def _guard_output() -> tuple[Any, Any]:
             os.fstat(fd)
         except OSError:
             _to_devnull(fd)
-    if sys.stdout is None:
-        sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115 - lives as long as the process
-    if sys.stderr is None:
-        sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
-    sys.stdout, sys.stderr = _Output(sys.stdout), _Output(sys.stderr)  # type: ignore[assignment]
+    sys.stdout, sys.stderr = [  # type: ignore[assignment]
+        _Output(open(fd, "w", closefd=False) if stream is None else stream)  # noqa: SIM115
+        for fd, stream in ((1, sys.stdout), (2, sys.stderr))]  # a missing one: lives as long as the process
     return saved
-
-
-def _asks_json(args: list[str]) -> bool:
-    """Whether ``--json`` is among the options (before any ``--``) of a command line click refused."""
-    return "--json" in (args[:args.index("--")] if "--" in args else args)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -132,7 +122,8 @@ def _run(argv: list[str] | None, state: State) -> int:
         return 130
     except click.ClickException as exc:
         code = EXIT_USAGE if exc.exit_code == 2 else exc.exit_code
-        if state.json or _asks_json(sys.argv[1:] if argv is None else argv):
+        args = sys.argv[1:] if argv is None else argv  # the line click refused: --json before any --?
+        if state.json or "--json" in (args[:args.index("--")] if "--" in args else args):
             from .render import print_json  # the object docs/cli.md promises on any failure
 
             print_json({"ok": False, "error": {"type": "UsageError" if code == EXIT_USAGE
@@ -145,9 +136,8 @@ def _run(argv: list[str] | None, state: State) -> int:
 
         if state.json:
             result = getattr(err, "result", None)
-            payload = dict(result.to_json()) if result is not None else {}
-            payload.update(ok=False, error=err.to_dict())
-            print_json(payload)
+            print_json({**(result.to_json() if result is not None else {}), "ok": False,
+                        "error": err.to_dict()})
         render_error(None, err)
         if state.debug:
             import traceback

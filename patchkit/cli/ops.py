@@ -18,11 +18,12 @@ UNHEALTHY = {"drifted", "partly-present", "outdated"}
 FIXES = click.argument("fixes", nargs=-1)
 
 
-def _run(state: State, where: dict[str, Any], doing: str, as_json: bool, call: Callable) -> Any:
-    """``call(catalog, target, lock_timeout=...)`` on the target the options name."""
+def _run(state: State, where: dict[str, Any], doing: str, as_json: bool, call: Callable, *args: Any,
+         **options: Any) -> Any:
+    """``call(catalog, target, *args, lock_timeout=..., **options)`` on the target the options name."""
     target = state.target(where["target"], where["roots"], where["python"])
     with render.busy(f"{doing} {target.description}", quiet=as_json):
-        return call(state.catalog(), target, lock_timeout=where["lock_timeout"])
+        return call(state.catalog(), target, *args, lock_timeout=where["lock_timeout"], **options)
 
 
 def _names(fixes: tuple[str, ...], what: str) -> list[str]:
@@ -53,9 +54,8 @@ def apply(state: State, fixes: tuple[str, ...], dry_run: bool, show_diff: bool |
     """Apply FIXES to the target, all or nothing."""
     names = _names(fixes, "apply")
     result = _run(state, where, f"{'checking' if dry_run else 'applying'} {', '.join(names)} on",
-                  as_json, lambda catalog, target, **kw: api.apply(
-                      catalog, target, names, dry_run=dry_run, with_deps=with_deps,
-                      allow_inactive=allow_inactive, commit=commit, **kw))
+                  as_json, api.apply, names, dry_run=dry_run, with_deps=with_deps,
+                  allow_inactive=allow_inactive, commit=commit)
     return _emit(result, as_json, show_diff=show_diff or None, verbose=verbose)
 
 
@@ -68,9 +68,8 @@ def rollback(state: State, fixes: tuple[str, ...], dry_run: bool, force: bool, a
              **where: Any) -> int:
     """Roll FIXES back on the target, all or nothing."""
     names = _names(fixes, "roll back")
-    result = _run(state, where, f"rolling back {', '.join(names)} on", as_json,
-                  lambda catalog, target, **kw: api.rollback(
-                      catalog, target, names, dry_run=dry_run, force=force, **kw))
+    result = _run(state, where, f"rolling back {', '.join(names)} on", as_json, api.rollback, names,
+                  dry_run=dry_run, force=force)
     return _emit(result, as_json)
 
 
@@ -78,8 +77,7 @@ def rollback(state: State, fixes: tuple[str, ...], dry_run: bool, force: bool, a
 def verify(state: State, fixes: tuple[str, ...], as_json: bool, **where: Any) -> int:
     """Run the verification checks of FIXES on the target; writes nothing."""
     names = _names(fixes, "verify")
-    result = _run(state, where, f"verifying {', '.join(names)} on", as_json,
-                  lambda catalog, target, **kw: api.verify(catalog, target, names, **kw))
+    result = _run(state, where, f"verifying {', '.join(names)} on", as_json, api.verify, names)
     return _emit(result, as_json)
 
 
@@ -94,9 +92,7 @@ def status(state: State, show_all: bool, exit_code: bool, as_json: bool, **where
     """Show which fixes are applied on the target, at which version, and any drift."""
     result = _run(state, where, "reading", as_json, api.status)
     render.emit(as_json, result.to_json(), lambda out: render.render_status(out, result, verbose=show_all))
-    if exit_code and any(s.state in UNHEALTHY for s in result.status):
-        return EXIT_CHECK_FAILED
-    return 0
+    return EXIT_CHECK_FAILED if exit_code and any(s.state in UNHEALTHY for s in result.status) else 0
 
 
 COMMANDS = [apply, rollback, verify, status]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
 
 import click
 
@@ -47,41 +47,29 @@ def rebase(state: State, fixes: tuple[str, ...], all_fixes: bool, include_inacti
     if not modes and not starting:
         current = rebase_lib.current(catalog)
         if current is not None:  # like `git status` during a rebase: where, and what next
-            if as_json:
-                render.print_json({**current.to_json(), "in_progress": True})
-            else:
-                render_rebase_in_progress(render.stdout(), current)
+            render.emit(as_json, {**current.to_json(), "in_progress": True},
+                        lambda out: render_rebase_in_progress(out, current))
             click.get_current_context().exit(EXIT_CONFLICT)
     if abort:
         restored = rebase_lib.abort(catalog)
-        if as_json:
-            render.print_json({"aborted": True, "restored": restored})
-        else:
-            render.line(render.stdout(), [("rebase aborted; catalog restored"
-                                           + (f" ({', '.join(restored)})" if restored else ""), "")])
-        return 0
+        said = "rebase aborted; catalog restored" + (f" ({', '.join(restored)})" if restored else "")
+        return render.emit(as_json, {"aborted": True, "restored": restored},
+                           lambda out: render.line(out, [(said, "")]))
     if not modes:
         if not onto:
             raise UsageError("name the release to rebase onto: patchkit rebase --all --onto 0.5.23")
         if not fixes and not all_fixes:
             raise UsageError("name the fixes to rebase, or pass --all")
 
-    def run(progress: Any) -> Any:
+    with contextlib.nullcontext() if as_json else rebase_progress(render.stderr()) as progress:
         if cont:
-            return rebase_lib.continue_(catalog, progress=progress)
-        if skip:
-            return rebase_lib.skip(catalog, progress=progress)
-        return rebase_lib.start(catalog, onto or "", list(fixes) or None, repo=repo, base=base,
-                                include_inactive=include_inactive, progress=progress,
-                                dry_run=dry_run)
-
-    if as_json:
-        report = run(None)
-        render.print_json(report.to_json())
-    else:
-        with rebase_progress(render.stderr()) as progress:
-            report = run(progress)
-        render_rebase(render.stdout(), report)
+            report = rebase_lib.continue_(catalog, progress=progress)
+        elif skip:
+            report = rebase_lib.skip(catalog, progress=progress)
+        else:
+            report = rebase_lib.start(catalog, onto or "", list(fixes) or None, repo=repo, base=base,
+                                      include_inactive=include_inactive, progress=progress, dry_run=dry_run)
+    render.emit(as_json, report.to_json(), lambda out: render_rebase(out, report))
     if not report.done:  # a conflict waits for the user: the conflict exit code (docs/cli.md)
         click.get_current_context().exit(EXIT_CONFLICT)
     return 0

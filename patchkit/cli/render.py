@@ -52,9 +52,6 @@ class PlainConsole:
     def __init__(self, file: Any = None) -> None:
         self.file = sys.stdout if file is None else file
 
-    def line(self, segments: Segments) -> None:
-        self.file.write("".join(text for text, _style in segments) + "\n")
-
     def print(self, *objects: Any, **_options: Any) -> None:
         """Text as it is; a table (rebase's) drawn by rich without color, never folded."""
         plain = [o if isinstance(o, str) else getattr(o, "plain", None) for o in objects]
@@ -106,7 +103,7 @@ def emit(as_json: bool, data: Any, draw: Callable[[Any], Any]) -> int:
 def line(console: Any, segments: Segments, soft_wrap: bool = False) -> None:
     """One line of segments to a rich Console (styled) or a PlainConsole."""
     if isinstance(console, PlainConsole):
-        console.line(segments)
+        console.file.write("".join(text for text, _style in segments) + "\n")
         return
     from rich.text import Text
 
@@ -131,15 +128,8 @@ def _hunk_summary(f: FileChange) -> str:
 
 def diff_stat(diff: str) -> tuple[int, int]:
     """Lines added and removed by a unified diff (its ---/+++ headers not counted)."""
-    added = removed = 0
-    for section in ("\n" + diff).split("\ndiff --git "):
-        start = section.find("\n@@")
-        if start < 0:
-            continue
-        body = section[start:]
-        added += body.count("\n+")
-        removed += body.count("\n-")
-    return added, removed
+    bodies = [s[s.find("\n@@"):] for s in ("\n" + diff).split("\ndiff --git ") if "\n@@" in s]
+    return sum(b.count("\n+") for b in bodies), sum(b.count("\n-") for b in bodies)
 
 
 def _files_summary(files: tuple[FileChange, ...]) -> str:
@@ -194,17 +184,16 @@ def render_fix_outcome(console: Any, fix: FixOutcome, *, show_diff: bool,
                     line(console, [(f"      hunk #{h.index} of {h.patch} at {where}", "dim")])
         if show_diff and f.diff:
             write_diff(console, f.diff, color=color_diff)
-    pre = list(fix.preconditions)
-    if pre:
-        failed = [c for c in pre if not c.ok]
-        # A dry run lists every check, unless there are many (one per file of a large series).
-        listed = pre if all_checks and (verbose or len(pre) <= FEW_FILES) else failed
-        if listed:
-            line(console, [("  preconditions:", "")])
-            for c in listed:
-                line(console, [("    ", "")] + _check_line(c))
-        if not failed and len(listed) < len(pre):
-            line(console, [("  ", ""), ("✓ ", "green"), (f"{len(pre)} preconditions passed", "")])
+    pre = fix.preconditions
+    failed = [c for c in pre if not c.ok]
+    # A dry run lists every check, unless there are many (one per file of a large series).
+    listed = pre if all_checks and (verbose or len(pre) <= FEW_FILES) else failed
+    if listed:
+        line(console, [("  preconditions:", "")])
+        for c in listed:
+            line(console, [("    ", "")] + _check_line(c))
+    if not failed and len(listed) < len(pre):
+        line(console, [("  ", ""), ("✓ ", "green"), (f"{len(pre)} preconditions passed", "")])
     if fix.verification:
         line(console, [("  verification:", "")])
         for c in fix.verification:
@@ -246,9 +235,8 @@ def _recovered(result: OpResult) -> List[Segments]:
 def render_result(console: Any, result: OpResult, *, show_diff: bool | None = None,
                   verbose: bool = False) -> None:
     """``show_diff`` None: a dry run changing few files shows it."""
-    total = sum(len(fix.files) for fix in result.fixes)
     if show_diff is None:
-        show_diff = result.dry_run and total <= FEW_FILES
+        show_diff = result.dry_run and sum(len(fix.files) for fix in result.fixes) <= FEW_FILES
     size = sum(len(f.diff) for fix in result.fixes for f in fix.files) if show_diff else 0
     for note in _recovered(result):
         line(console, note)

@@ -167,7 +167,7 @@ def render_rebase(console: Any, report: Any) -> None:
         for path in report.conflicted:
             line(console, [(f"  {path}", "")])
         line(console, [("then run `patchkit rebase --continue` (or --skip, --abort)", "")])
-    elif getattr(report, "not_written", ""):
+    elif report.not_written:
         line(console, [(f"nothing was written ({report.not_written}): what a rebase onto "
                         f"{report.onto} would do; no rebase is in progress", "")])
     else:

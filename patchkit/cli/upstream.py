@@ -22,17 +22,12 @@ def upstream() -> None:
 def fetch(versions: tuple[str, ...], as_json: bool) -> int:
     """Download releases from PyPI and commit each as a tagged commit."""
     repo = UpstreamRepo()
-    done = []
     with render.stderr().status("fetching") as spinner:
-        for version in versions:
-            done.append(repo.fetch(version, progress=lambda step: spinner.update(f"{version}: {step}")))
-    if as_json:
-        render.print_json([{"version": r.version, "tag": r.tag, "commit": r.commit, "date": r.date}
-                           for r in done])
-    else:
-        for r in done:
-            render.stdout().print(f"{r.tag} {r.commit[:12]} {r.date}")
-    return 0
+        done = [repo.fetch(version, progress=lambda step: spinner.update(f"{version}: {step}"))
+                for version in versions]
+    data = [{"version": r.version, "tag": r.tag, "commit": r.commit, "date": r.date} for r in done]
+    lines = "\n".join(f"{r.tag} {r.commit[:12]} {r.date}" for r in done)  # VERSIONS is required: never empty
+    return render.emit(as_json, data, lambda out: out.print(lines))
 
 
 @upstream.command("list")
@@ -40,12 +35,7 @@ def fetch(versions: tuple[str, ...], as_json: bool) -> int:
 def list_releases(as_json: bool) -> int:
     """The releases in the upstream history, oldest first."""
     versions = UpstreamRepo().versions()
-    if as_json:
-        render.print_json(versions)
-    else:
-        for v in versions:
-            render.stdout().print(v)
-    return 0
+    return render.emit(as_json, versions, lambda out: out.print("\n".join(versions)) if versions else None)
 
 
 @upstream.command("checkout")

@@ -156,15 +156,15 @@ def _local_sglang(spec: str, python: str | None) -> tuple[str, str | None, str]:
         if os.sep not in given:  # a command name (python3): the one on PATH, as a shell runs it
             given = shutil.which(given) or given
         interpreter = os.path.abspath(os.path.expanduser(given))
-        return (interpreter_sglang(interpreter), python or interpreter,
-                f"the sglang of {interpreter}")
-    full = os.path.abspath(os.path.expanduser(spec))
-    interpreter = os.path.join(full, "bin", "python")
-    is_venv = os.path.isfile(os.path.join(full, "pyvenv.cfg")) and os.path.exists(interpreter)
-    if is_venv and sglang_tree_root(full) is None:
-        return (interpreter_sglang(interpreter), python or interpreter,
-                f"the sglang of the venv {full}")
-    return spec, python, ""
+        how = f"the sglang of {interpreter}"
+    else:
+        full = os.path.abspath(os.path.expanduser(spec))
+        interpreter = os.path.join(full, "bin", "python")
+        is_venv = os.path.isfile(os.path.join(full, "pyvenv.cfg")) and os.path.exists(interpreter)
+        if not is_venv or sglang_tree_root(full) is not None:
+            return spec, python, ""
+        how = f"the sglang of the venv {full}"
+    return interpreter_sglang(interpreter), python or interpreter, how
 
 
 def resolve_target(target: str | None, extra_roots: Sequence[str] = (), *, python: str | None = None,
@@ -199,11 +199,8 @@ def resolve_target(target: str | None, extra_roots: Sequence[str] = (), *, pytho
         if cli_ssh or ssh_program:
             spec = replace(spec, options=cli_ssh, program=ssh_program or spec.program)
     else:
-        assert target is not None
         roots[PRIMARY_ROOT], python, found = _local_sglang(target, python)
-    for item in extra_roots:
-        name, path = parse_root_option(item)
-        roots[name] = path
+    roots.update(parse_root_option(item) for item in extra_roots)
 
     if spec is not None:
         options = ["--target", target if target is not None else config.default_target]

@@ -173,17 +173,14 @@ class SshSpec:
 
 
 @functools.lru_cache(maxsize=1)
-def _engine_sources() -> tuple[tuple[str, str], ...]:
+def engine_modules() -> dict[str, str]:
+    """The sources shipped to hosts: ``patchkit.errors`` and every ``patchkit.engine`` module
+    (read once: the dict is shared, never changed)."""
     package = Path(__file__).resolve().parent.parent
     paths = [package / "errors.py", *sorted((package / "engine").rglob("*.py"))]
     names = (".".join(p.relative_to(package.parent).with_suffix("").parts) for p in paths)
-    return tuple((name.removesuffix(".__init__"), path.read_text(encoding="utf-8"))
-                 for name, path in zip(names, paths))
-
-
-def engine_modules() -> dict[str, str]:
-    """The sources shipped to hosts: ``patchkit.errors`` and every ``patchkit.engine`` module."""
-    return dict(_engine_sources())
+    return {name.removesuffix(".__init__"): path.read_text(encoding="utf-8")
+            for name, path in zip(names, paths)}
 
 
 def remote_command(python: str) -> str:
@@ -256,10 +253,6 @@ class _Session:
                 host=spec.host,
             ) from exc
 
-    @property
-    def stderr(self) -> bytes:
-        return b"".join(self._stderr)
-
     def _left(self) -> float | None:
         return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
 
@@ -322,7 +315,6 @@ class _Session:
             pass
 
     def _drain_stderr(self) -> None:
-        assert self.proc.stderr is not None
         for chunk in iter(lambda: self.proc.stderr.read1(65536), b""):  # type: ignore[union-attr]
             self._stderr.append(chunk)
 
@@ -343,7 +335,7 @@ class _Session:
         agent = f"{self.command.split(' ', 1)[0]} -c '<patchkit agent>'"
         return {"host": self.spec.host, "port": self.spec.port, "user": self.spec.user,
                 "command": shlex.join(agent if w == self.command else w for w in self.argv),
-                "exit_code": returncode, "stderr": self.stderr.decode("utf-8", "replace")}
+                "exit_code": returncode, "stderr": b"".join(self._stderr).decode("utf-8", "replace")}
 
     def failure(self, timeout: float | None) -> RemoteError:
         """The error for a session that ended without a result."""
@@ -361,8 +353,8 @@ class _Session:
                 **self.details(None),
             )
         returncode = self.proc.returncode if self.proc.returncode is not None else -1
-        text = self.stderr.decode("utf-8", "replace")
         details = self.details(returncode)
+        text = details["stderr"]
         said = _tail(text)
         how = ("was killed" if returncode < 0 else "was closed (ssh exit code 255)"
                if returncode == _SSH_FAILED else f"ended with exit code {returncode}")
