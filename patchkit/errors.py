@@ -19,6 +19,7 @@ EXIT_HOSTKEY = 12  # host key unknown or changed
 EXIT_REMOTE_PYTHON = 13  # no usable Python on the host
 EXIT_CONNECTION_LOST = 14  # the connection dropped after the request reached the engine
 EXIT_SESSION_FAILED = 15  # the session ended before the request reached the engine: nothing ran
+EXIT_ROLLOUT_STOPPED = 16  # a fleet rollout stopped: a host was refused, failed or rolled back
 EXIT_INTERNAL = 70  # a bug in patchkit (EX_SOFTWARE)
 EXIT_TERMINATED = 143  # stopped by SIGTERM (128 + 15); what it wrote was put back
 
@@ -136,6 +137,14 @@ class ConnectionLost(RemoteError, exit_code=EXIT_CONNECTION_LOST):
 
 class SessionFailed(RemoteError, exit_code=EXIT_SESSION_FAILED):
     """The session ended before the request reached the engine: nothing ran on the host."""
+
+
+class RolloutStopped(PatchkitError, exit_code=EXIT_ROLLOUT_STOPPED):
+    """A fleet rollout stopped before every host was done (docs/fleet.md, failure semantics)."""
+
+
+class AnsibleFailed(PatchkitError, exit_code=EXIT_ROLLOUT_STOPPED):
+    """Ansible itself failed (not one host): a bad inventory or playbook run; nothing ran."""
 
 
 class Terminated(PatchkitError, exit_code=EXIT_TERMINATED):

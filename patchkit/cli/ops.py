@@ -10,6 +10,7 @@ from .. import api
 from ..errors import EXIT_CHECK_FAILED, UsageError
 from . import render
 from .common import TARGET_OPTIONS, State, command
+from .fleet import INVENTORY_OPTIONS, ROLLOUT_OPTIONS, rollout, survey, wants_fleet
 
 #: States that make ``status --exit-code`` fail.
 UNHEALTHY = {"drifted", "partly-present", "outdated"}
@@ -32,12 +33,19 @@ def _names(fixes: tuple[str, ...], what: str) -> list[str]:
     return list(fixes)
 
 
+def _fleet(where: dict[str, Any], rollout_options: bool = True) -> dict[str, Any]:
+    """Take the fleet options out of ``where`` (what is left names one target)."""
+    keys = ("inventory", "limit", "forks") + (("waves", "max_fail", "health_cmd", "after_cmd")
+                                              if rollout_options else ())
+    return {k: where.pop(k) for k in keys}
+
+
 def _emit(result: Any, as_json: bool, **options: Any) -> int:
     return render.emit(as_json, result.to_json(), lambda out: render.render_result(out, result, **options))
 
 
 @command(
-    "apply", FIXES, *TARGET_OPTIONS,
+    "apply", FIXES, *TARGET_OPTIONS, *ROLLOUT_OPTIONS,
     click.option("--dry-run", "-n", is_flag=True,
                  help="Check and show where each hunk lands (and the diff, when few files change); write nothing."),
     click.option("--diff", "show_diff", is_flag=True, default=None,
@@ -53,6 +61,10 @@ def apply(state: State, fixes: tuple[str, ...], dry_run: bool, show_diff: bool |
           **where: Any) -> int:
     """Apply FIXES to the target, all or nothing."""
     names = _names(fixes, "apply")
+    fleet = _fleet(where)
+    if wants_fleet(fleet, where):
+        return rollout(state, "apply", names, fleet, dry_run=dry_run, as_json=as_json,
+                       with_deps=with_deps, lock_timeout=where["lock_timeout"])
     result = _run(state, where, f"{'checking' if dry_run else 'applying'} {', '.join(names)} on",
                   as_json, api.apply, names, dry_run=dry_run, with_deps=with_deps,
                   allow_inactive=allow_inactive, commit=commit)
@@ -60,7 +72,7 @@ def apply(state: State, fixes: tuple[str, ...], dry_run: bool, show_diff: bool |
 
 
 @command(
-    "rollback", FIXES, *TARGET_OPTIONS,
+    "rollback", FIXES, *TARGET_OPTIONS, *ROLLOUT_OPTIONS,
     click.option("--dry-run", "-n", is_flag=True, help="Check and show what would be restored; write nothing."),
     click.option("--force", is_flag=True, help="Roll back even files changed since the fix was applied."),
 )
@@ -68,28 +80,41 @@ def rollback(state: State, fixes: tuple[str, ...], dry_run: bool, force: bool, a
              **where: Any) -> int:
     """Roll FIXES back on the target, all or nothing."""
     names = _names(fixes, "roll back")
+    fleet = _fleet(where)
+    if wants_fleet(fleet, where):
+        return rollout(state, "rollback", names, fleet, dry_run=dry_run, as_json=as_json,
+                       force=force, lock_timeout=where["lock_timeout"])
     result = _run(state, where, f"rolling back {', '.join(names)} on", as_json, api.rollback, names,
                   dry_run=dry_run, force=force)
     return _emit(result, as_json)
 
 
-@command("verify", FIXES, *TARGET_OPTIONS)
+@command("verify", FIXES, *TARGET_OPTIONS, *INVENTORY_OPTIONS)
 def verify(state: State, fixes: tuple[str, ...], as_json: bool, **where: Any) -> int:
     """Run the verification checks of FIXES on the target; writes nothing."""
     names = _names(fixes, "verify")
+    fleet = _fleet(where, rollout_options=False)
+    if wants_fleet(fleet, where):
+        return survey(state, "verify", names, fleet, as_json=as_json, lock_timeout=where["lock_timeout"])
     result = _run(state, where, f"verifying {', '.join(names)} on", as_json, api.verify, names)
     return _emit(result, as_json)
 
 
 @command(
-    "status", *TARGET_OPTIONS,
+    "status", *TARGET_OPTIONS, *INVENTORY_OPTIONS,
     click.option("--all", "show_all", is_flag=True, help="Also list fixes that are not applied."),
     click.option("--exit-code", is_flag=True,
                  help=f"Exit {EXIT_CHECK_FAILED} when a fix has drifted, is partly present or is "
                       "outdated (like git diff --exit-code)."),
 )
 def status(state: State, show_all: bool, exit_code: bool, as_json: bool, **where: Any) -> int:
-    """Show which fixes are applied on the target, at which version, and any drift."""
+    """Show which fixes are applied on the target, at which version, and any drift.
+
+    With --inventory, a host x fix matrix of the fleet."""
+    fleet = _fleet(where, rollout_options=False)
+    if wants_fleet(fleet, where):
+        return survey(state, "status", [], fleet, as_json=as_json, lock_timeout=where["lock_timeout"],
+                      exit_code=exit_code)
     result = _run(state, where, "reading", as_json, api.status)
     render.emit(as_json, result.to_json(), lambda out: render.render_status(out, result, verbose=show_all))
     return EXIT_CHECK_FAILED if exit_code and any(s.state in UNHEALTHY for s in result.status) else 0

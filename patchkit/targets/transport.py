@@ -30,10 +30,59 @@ DEFAULT_CONNECT_TIMEOUT = 15
 _SSH_FAILED = 255
 _TOO_OLD = "patchkit-agent: Python 3.8 or newer is required, found"
 
+# Serves the engine's sources from memory and runs it: used by the SSH agent below and by the Ansible
+# collection's module (patchkit/fleet/), so a host runs the same engine however it is reached.
+LOADER = r'''
+import importlib.abc, importlib.util, linecache, sys, traceback
+
+
+def install(sources):
+    """Import patchkit's modules from ``sources`` (module name -> source) as if installed."""
+    packages = {"patchkit", "patchkit.engine"}
+    for name in sources:
+        parts = name.split(".")
+        packages.update(".".join(parts[:i]) for i in range(1, len(parts)))
+
+    class Loader(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+        def find_spec(self, fullname, path=None, target=None):
+            if fullname not in sources and fullname not in packages:
+                return None
+            package = fullname in packages
+            spec = importlib.util.spec_from_loader(fullname, self, is_package=package)
+            spec.origin = "<patchkit-agent>/%s%s" % (fullname.replace(".", "/"),
+                                                     "/__init__.py" if package else ".py")
+            spec.has_location = True  # tracebacks name the file and show its lines
+            return spec
+
+        def exec_module(self, module):
+            source, filename = sources.get(module.__name__, ""), module.__spec__.origin
+            linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+            exec(compile(source, filename, "exec"), module.__dict__)
+
+    sys.meta_path.insert(0, Loader())
+
+
+def run(request):
+    """The engine's result for ``request``; a failure to run it at all becomes a result too."""
+    try:
+        import patchkit.engine
+        return patchkit.engine.run(request)
+    except BaseException as exc:  # the client must always get a result it can re-raise
+        error = getattr(exc, "to_dict", None)
+        if callable(error) and getattr(exc, "details", None) is not None:
+            error = error()
+        else:
+            error = {"type": "InternalError", "details": {"traceback": traceback.format_exc()},
+                     "message": "the patchkit engine failed on the host: %s: %s" % (type(exc).__name__, exc)}
+        return {"format": 1, "op": request.get("op"), "ok": False,
+                "dry_run": bool(request.get("dry_run")), "recovered": [], "fixes": [],
+                "status": None, "error": error}
+'''
+
 # The agent is exec'd by a one-line loader (see remote_command), so that any login shell,
 # including csh, passes it through untouched.
 _AGENT_BODY = r'''
-import importlib.abc, importlib.util, json, linecache, os, signal, sys, traceback
+import json, os, signal, sys, traceback
 
 signal.signal(signal.SIGHUP, signal.SIG_IGN)
 signal.signal(signal.SIGPIPE, signal.SIG_IGN)
@@ -84,51 +133,13 @@ if stdin.readline(16) != GO:
     sys.exit(3)  # the client never said go (it is gone, or gave up): run nothing
 os.dup2(null_fd, 0)
 request = payload["request"]
-sources = payload["modules"]
-packages = {"patchkit", "patchkit.engine"}
-for name in sources:
-    parts = name.split(".")
-    packages.update(".".join(parts[:i]) for i in range(1, len(parts)))
-
-
-class Loader(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Serves patchkit's modules from the payload so relative imports work as installed."""
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname not in sources and fullname not in packages:
-            return None
-        package = fullname in packages
-        spec = importlib.util.spec_from_loader(fullname, self, is_package=package)
-        spec.origin = "<patchkit-agent>/%s%s" % (fullname.replace(".", "/"),
-                                                 "/__init__.py" if package else ".py")
-        spec.has_location = True  # tracebacks name the file and show its lines
-        return spec
-
-    def exec_module(self, module):
-        source, filename = sources.get(module.__name__, ""), module.__spec__.origin
-        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-        exec(compile(source, filename, "exec"), module.__dict__)
-
-
-sys.meta_path.insert(0, Loader())
-try:
-    import patchkit.engine
-    result = patchkit.engine.run(request)
-except BaseException as exc:  # the client must always get a result it can re-raise
-    error = getattr(exc, "to_dict", None)
-    if callable(error) and getattr(exc, "details", None) is not None:
-        error = error()
-    else:
-        error = {"type": "InternalError", "details": {"traceback": traceback.format_exc()},
-                 "message": "the patchkit engine failed on the host: %s: %s" % (type(exc).__name__, exc)}
-    result = {"format": 1, "op": request.get("op"), "ok": False,
-              "dry_run": bool(request.get("dry_run")), "recovered": [], "fixes": [],
-              "status": None, "error": error}
+install(payload["modules"])
+result = run(request)
 emit(RESULT + json.dumps(result).encode("ascii") + b"\n")
 '''
 AGENT = (
     f"STARTED = {STARTED_MARKER!r}\nREADY = {READY_MARKER!r}\nGO = {GO_LINE!r}\n"
-    f"RESULT = {RESULT_MARKER!r}\n{_AGENT_BODY}"
+    f"RESULT = {RESULT_MARKER!r}\n{LOADER}\n{_AGENT_BODY}"
 )
 
 

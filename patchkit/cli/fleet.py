@@ -1,0 +1,205 @@
+"""The fleet side of `apply`, `rollback`, `verify`, `status` and `log` (``--inventory``), and
+`patchkit plan`: what the controller renders for the collection's module (docs/fleet.md)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from ..errors import EXIT_CHECK_FAILED, UsageError
+from . import render
+from .common import State, command
+
+#: ``--inventory``, ``--limit`` and ``--forks``: every command that can run on a fleet.
+INVENTORY_OPTIONS = (
+    click.option("--inventory", "-i", metavar="INVENTORY",
+                 help="Run on every host of this Ansible inventory (docs/fleet.md) instead of one target."),
+    click.option("--limit", "-l", metavar="PATTERN", help="Only the inventory's hosts matching this Ansible pattern."),
+    click.option("--forks", type=click.IntRange(min=1), default=5, show_default=True,
+                 help="Hosts worked on at once (Ansible's forks)."),
+)
+#: The rollout options of `apply` and `rollback` with ``--inventory``.
+ROLLOUT_OPTIONS = INVENTORY_OPTIONS + (
+    click.option("--waves", default="100%", show_default=True, metavar="N,P%,...",
+                 help="Batches of hosts, canary first, e.g. 1,25%,100% (Ansible's serial); the last repeats."),
+    click.option("--max-fail", type=click.IntRange(min=0), default=0, show_default=True,
+                 help="Unreachable hosts tolerated before the rollout stops; a failing host always stops it."),
+    click.option("--health-cmd", metavar="CMD",
+                 help="Shell command run on each host after its change; failing rolls that host back and stops."),
+    click.option("--after-cmd", metavar="CMD",
+                 help="Shell command run on each host after its change (and after an undo), e.g. a restart."),
+)
+_ROLLOUT_ONLY = ("waves", "max_fail", "health_cmd", "after_cmd")
+#: Fleet status cells that make ``status --inventory --exit-code`` fail.
+NOT_CONVERGED = {"drifted", "partly-present", "outdated", "unreachable", "failed"}
+
+
+def wants_fleet(fleet: dict[str, Any], where: dict[str, Any]) -> bool:
+    """Whether the command runs on a fleet; refuses a target and an inventory together, and the
+    rollout options without an inventory."""
+    if fleet.get("inventory") is None:
+        given = [f"--{k.replace('_', '-')}" for k in _ROLLOUT_ONLY + ("limit",)
+                 if fleet.get(k) not in (None, "100%", 0)]
+        if given:
+            raise UsageError(f"{', '.join(given)} work on a fleet: add --inventory INVENTORY", option=given[0])
+        return False
+    if where.get("target") or where.get("roots"):
+        raise UsageError("--inventory and --target/--root both name where to run: give one (an "
+                         "inventory host's roots are its patchkit_target and patchkit_roots)",
+                         option="--inventory")
+    return True
+
+
+def rollout(state: State, op: str, names: list[str], fleet: dict[str, Any], *, dry_run: bool,
+            as_json: bool, **options: Any) -> int:
+    from .. import fleet as fleets
+
+    opts = fleets.FleetOptions(waves=fleets.parse_waves(fleet["waves"]), max_fail=fleet["max_fail"],
+                               forks=fleet["forks"], health_cmd=fleet["health_cmd"],
+                               after_cmd=fleet["after_cmd"], dry_run=dry_run)
+    report = fleets.rollout(state.catalog(), op, names, inventory=fleet["inventory"],
+                            limit=fleet["limit"], options=opts, progress=_progress(as_json), **options)
+    render.emit(as_json, report.to_json(), lambda out: render_rollout(out, report))
+    return report.exit_code
+
+
+def survey(state: State, op: str, names: list[str], fleet: dict[str, Any], *, as_json: bool,
+           lock_timeout: float, exit_code: bool = False) -> int:
+    from .. import fleet as fleets
+
+    _progress(as_json)(f"{op} on the hosts of {fleet['inventory']}")
+    result = fleets.survey(state.catalog(), op, names, inventory=fleet["inventory"],
+                           limit=fleet["limit"], forks=fleet["forks"], lock_timeout=lock_timeout)
+    if op == "status":
+        cells = status_cells(result)
+        render.emit(as_json, dict(result.to_json(), matrix=cells),
+                    lambda out: render_matrix(out, cells))
+        unconverged = any(c["state"] in NOT_CONVERGED for row in cells.values() for c in row.values())
+        versions = {fix: {(c["state"], c.get("version")) for c in (row.get(fix) for row in cells.values())
+                          if c and c["state"] != "unreachable"} for fix in _fixes(cells)}
+        unconverged = unconverged or any(len(v) > 1 for v in versions.values())
+        return EXIT_CHECK_FAILED if exit_code and unconverged else 0
+    render.emit(as_json, result.to_json(), lambda out: render_hosts(out, result.hosts, op))
+    return 0 if all(h.state == "ok" for h in result.hosts) else EXIT_CHECK_FAILED
+
+
+def status_cells(result: Any) -> dict[str, dict[str, dict[str, Any]]]:
+    """host -> fix -> {state, version}: the fleet status matrix (unreachable hosts: every fix)."""
+    rows: dict[str, dict[str, dict[str, Any]]] = {}
+    for host in result.hosts:
+        status = ((host.result or {}).get("status") or {}).get("fixes") or []
+        if host.state != "ok":
+            rows[host.host] = {"*": {"state": host.state, "detail": host.detail}}
+            continue
+        rows[host.host] = {f["name"]: {"state": f["state"], "version": f.get("version")}
+                           for f in status}
+    fixes = _fixes(rows)
+    for row in rows.values():
+        if "*" in row:
+            cell = row.pop("*")
+            row.update({fix: dict(cell) for fix in fixes})
+    return rows
+
+
+def _fixes(rows: dict[str, dict[str, Any]]) -> list[str]:
+    return sorted({fix for row in rows.values() for fix in row if fix != "*"})
+
+
+def _cell(cell: dict[str, Any] | None) -> str:
+    if not cell:
+        return "-"
+    version = f" v{cell['version']}" if cell.get("version") and cell["state"] in (
+        "applied", "outdated", "drifted") else ""
+    return f"{cell['state']}{version}"
+
+
+def render_matrix(console: Any, cells: dict[str, dict[str, dict[str, Any]]]) -> None:
+    """Terminal: a host x fix table. Plain: one line per host and fix (host, fix, state, version)."""
+    fixes = _fixes(cells)
+    if isinstance(console, render.PlainConsole):
+        for host, row in cells.items():
+            for fix in fixes:
+                cell = row.get(fix) or {"state": "-"}
+                console.file.write(f"{host}\t{fix}\t{cell['state']}\t{cell.get('version') or ''}\n")
+        return
+    rows = [[host, *(_cell(row.get(fix)) for fix in fixes)] for host, row in cells.items()]
+    style = dict(render.STATE_STYLE, unreachable="bold red", failed="bold red")
+    render.write_table(console, rows, ("host", "bold"), *((fix, style) for fix in fixes),
+                       title="fleet status")
+
+
+HOST_STYLE = {"applied": "bold green", "rolled-back": "bold yellow", "unchanged": "green",
+              "untouched": "dim", "unreachable": "bold red", "refused": "bold red",
+              "failed": "bold red", "would-apply": "cyan", "would-roll-back": "yellow", "ok": "green"}
+
+
+def render_hosts(console: Any, hosts: Any, op: str) -> None:
+    rows = [[h.host, h.state, "" if h.wave is None else str(h.wave), h.detail] for h in hosts]
+    render.write_table(console, rows, ("host", "bold"), ("state", HOST_STYLE), ("wave", "right"),
+                       ("detail", ""), title=f"fleet {op}")
+
+
+def render_rollout(console: Any, report: Any) -> None:
+    """Per host: its state, wave and why; then the groups and why the rollout stopped."""
+    render_hosts(console, report.hosts, report.op + (" (dry run)" if report.dry_run else ""))
+    notes = [f"{len(hosts)} host(s) {'would get' if report.dry_run else 'to change'}: {label}"
+             for label, hosts in report.groups]
+    if report.dry_run:
+        for host in report.hosts:
+            for fix in (host.result or {}).get("fixes") or ():
+                for f in fix.get("files") or ():
+                    if f.get("diff"):
+                        notes.append(f"--- {host.host} {fix['name']} {f['root']}:{f['path']}\n"
+                                     f"{f['diff'].rstrip()}")
+    if report.stopped:
+        notes.append(f"stopped: {report.stopped}")
+    for note in notes:
+        render.line(console, [(note, "bold red" if note.startswith("stopped") else "")])
+
+
+def _progress(quiet: bool) -> Any:
+    def say(message: str) -> None:
+        if not quiet:
+            sys.stderr.write(f"{message}\n")
+            sys.stderr.flush()
+
+    return say
+
+
+@command(
+    "plan", click.argument("fixes", nargs=-1),
+    click.option("--op", type=click.Choice(["apply", "rollback", "verify", "status"]), default="apply",
+                 show_default=True, help="The operation the request is for."),
+    click.option("--with-deps", is_flag=True, help="Also include the fixes these depend on (apply)."),
+    click.option("--collections-path", is_flag=True,
+                 help="Print the directory to put on ANSIBLE_COLLECTIONS_PATH, and nothing else."),
+)
+def plan(state: State, fixes: tuple[str, ...], op: str, with_deps: bool, collections_path: bool,
+         as_json: bool) -> int:
+    """Render the engine request for the collection's patchkit.fleet.engine module.
+
+    Write it to a file with --json and give the module that file (plan: FILE) in your own
+    playbook; each host's roots come from its patchkit_target and patchkit_roots."""
+    from ..fleet import COLLECTIONS_PATH, plan as render_plan
+
+    if collections_path:
+        click.echo(str(COLLECTIONS_PATH))
+        return 0
+    if not fixes and op != "status":
+        raise UsageError(f"name at least one fix to {op}; `patchkit list` shows them")
+    request = render_plan(state.catalog(), op, list(fixes), with_deps=with_deps)
+    doc = {"plan": 1, "op": op, "fixes": [f["name"] for f in request["fixes"]],
+           "collections_path": str(COLLECTIONS_PATH), "request": request}
+
+    def draw(out: Any) -> None:
+        render.line(out, [(f"{op} of {', '.join(doc['fixes'])}: {len(request['fixes'])} fix(es), "
+                           f"{sum(len(f.get('files') or ()) for f in request['fixes'])} file record(s)", "")])
+        render.line(out, [("write it with --json > plan.json and run it with the module "
+                           "patchkit.fleet.engine (plan: plan.json); docs/fleet.md", "dim")])
+
+    return render.emit(as_json, doc, draw)
+
+
+COMMANDS = [plan]

@@ -1,0 +1,125 @@
+"""Fleets through Ansible (docs/fleet.md): the controller renders each engine request once;
+every host runs the same engine, through the shipped collection's ``patchkit.fleet.engine``."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..catalog import Catalog
+from ..errors import UsageError
+from ..request import build_request
+from .ansible import COLLECTIONS_PATH, ENGINE_MODULE, Host, inventory_hosts, run_playbook
+from .rollout import FleetOptions, FleetReport, HostReport, Rollout, parse_waves, split_waves
+
+__all__ = ["COLLECTIONS_PATH", "FleetOptions", "FleetReport", "HostReport", "Survey", "parse_waves",
+           "plan", "rollout", "split_waves", "survey"]
+
+
+def plan(catalog: Catalog, op: str, names: Sequence[str], *, roots: dict[str, str] | None = None,
+         with_deps: bool = False, dry_run: bool = False, force: bool = False,
+         lock_timeout: float = 30.0) -> dict[str, Any]:
+    """The engine request of ``op`` over ``names``, for the collection's module. It holds no
+    roots: the module gives each host its own (``patchkit_target``, ``patchkit_roots``);
+    ``roots`` names the ones the hosts have, for the checks made here."""
+    if op == "apply":
+        fixes = catalog.apply_order(list(names), with_deps=with_deps)
+    elif op == "rollback":
+        fixes = catalog.rollback_order(list(names))
+    elif op == "status":
+        fixes = catalog.all() if not names else [catalog.get(n) for n in names]
+    else:
+        fixes = [catalog.get(n) for n in names]
+    if roots is None:
+        roots = {"sglang": "/"} | {r: "/" for f in fixes for r in f.roots if r != "sglang"}
+    request = build_request(catalog, fixes, op=op, roots=roots, state_root="sglang", python=None,
+                            dry_run=dry_run, force=force, lock_timeout=lock_timeout)
+    request["roots"] = {}  # never a placeholder a host could take for a real path
+    return request
+
+
+def rollout(catalog: Catalog, op: str, names: Sequence[str], *, inventory: str,
+            limit: str | None = None, options: FleetOptions = FleetOptions(),
+            with_deps: bool = False, force: bool = False, lock_timeout: float = 30.0,
+            progress: Callable[[str], None] = lambda _line: None) -> FleetReport:
+    """``apply`` or ``rollback`` of ``names`` on every host of ``inventory`` (after ``limit``):
+    preflight, then waves (docs/fleet.md). Hosts failing are in the report, not raised."""
+    if op not in ("apply", "rollback"):
+        raise UsageError(f"a fleet rollout applies or rolls back, not {op!r}")
+    names = [f.name for f in (catalog.apply_order(list(names), with_deps=with_deps)
+                              if op == "apply" else catalog.rollback_order(list(names)))]
+    hosts = inventory_hosts(inventory, limit)
+    _check_roots(catalog, names, hosts)
+
+    def request(what: str, fixes: list[str], dry_run: bool) -> dict[str, Any]:
+        return plan(catalog, what, fixes, dry_run=dry_run, force=force, lock_timeout=lock_timeout)
+
+    with tempfile.TemporaryDirectory(prefix="patchkit-fleet-") as workdir:
+        return Rollout(op=op, names=names, hosts=hosts, inventory=inventory, workdir=Path(workdir),
+                       request=request, options=options, progress=progress).run()
+
+
+@dataclass(frozen=True)
+class Survey:
+    """``status`` or ``verify`` on every host: one report per host, its engine result inside."""
+
+    op: str
+    hosts: tuple[HostReport, ...]
+
+    @property
+    def reached(self) -> list[HostReport]:
+        return [h for h in self.hosts if h.state != "unreachable"]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": self.op, "hosts": [h.to_json() for h in self.hosts]}
+
+
+def survey(catalog: Catalog, op: str, names: Sequence[str] = (), *, inventory: str,
+           limit: str | None = None, forks: int = 5, lock_timeout: float = 30.0) -> Survey:
+    """Run the read-only ``op`` (status or verify) on every host at once; writes nothing, except
+    that the engine finishes or undoes a run a killed controller left on a host."""
+    hosts = inventory_hosts(inventory, limit)
+    if op == "verify":
+        _check_roots(catalog, list(names), hosts)
+    by_roots: dict[tuple[str, ...], list[Host]] = {}
+    for host in hosts:
+        by_roots.setdefault(tuple(sorted(host.roots)), []).append(host)
+    reports: dict[str, HostReport] = {}
+    with tempfile.TemporaryDirectory(prefix="patchkit-fleet-") as tmp:
+        workdir, plays = Path(tmp), []
+        for i, (root_names, group) in enumerate(by_roots.items()):
+            fixes = list(names) or [f.name for f in catalog.all() if set(f.roots) <= set(root_names)]
+            request = plan(catalog, op, fixes, roots={r: "/" for r in root_names},
+                           lock_timeout=lock_timeout)
+            path = workdir / f"plan-{op}-{i}.json"
+            path.write_text(json.dumps({"request": request}))
+            plays.append({"name": f"patchkit {op}", "hosts": ",".join(h.name for h in group),
+                          "gather_facts": False,
+                          "tasks": [{"name": f"patchkit {op}", ENGINE_MODULE: {"plan": str(path)}}]})
+        run = run_playbook(plays, inventory=inventory, hosts=[h.name for h in hosts], forks=forks,
+                           workdir=workdir)
+    for host in hosts:
+        task = next((t for t in run.of(host.name) if t.action == ENGINE_MODULE), None)
+        if task is None or task.status == "unreachable":
+            reports[host.name] = HostReport(host.name, "unreachable", task.msg if task else "no result")
+        elif task.status != "ok":
+            error = ((task.patchkit or {}).get("error") or {}).get("message") or task.msg
+            reports[host.name] = HostReport(host.name, "failed", str(error), result=task.patchkit)
+        else:
+            reports[host.name] = HostReport(host.name, "ok", "", result=task.patchkit)
+    return Survey(op=op, hosts=tuple(reports[h.name] for h in hosts))
+
+
+def _check_roots(catalog: Catalog, names: Sequence[str], hosts: Sequence[Host]) -> None:
+    for host in hosts:
+        for name in names:
+            missing = [r for r in catalog.get(name).roots if r not in host.roots]
+            if missing:
+                raise UsageError(f"fix '{name}' uses the root(s) {', '.join(missing)}, which host "
+                                 f"{host.name} does not define: set patchkit_roots for it in the "
+                                 "inventory, e.g. patchkit_roots: {serve: /path}", host=host.name,
+                                 fix=name, roots=missing)

@@ -1,0 +1,180 @@
+"""Running Ansible for the fleet commands: the hosts of an inventory, one rendered playbook per
+step, and each host's task results read back from the collection's callback (docs/fleet.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import AnsibleFailed, UsageError
+
+#: Put on ANSIBLE_COLLECTIONS_PATH: it holds ``ansible_collections/patchkit/fleet``.
+COLLECTIONS_PATH = Path(__file__).resolve().parent / "collection"
+ENGINE_MODULE = "patchkit.fleet.engine"
+_INSTALL = "install the fleet extra where patchkit runs: pip install 'patchkit[fleet]'"
+
+
+def ansible_tool(name: str) -> str:
+    """The Ansible command ``name``: the one beside this Python (the venv patchkit runs in),
+    else the first on PATH."""
+    beside = Path(sys.executable).parent / name
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    found = shutil.which(name)
+    if found is None:
+        raise UsageError(f"{name} not found: the fleet commands run Ansible; {_INSTALL}", tool=name)
+    return found
+
+
+@dataclass(frozen=True)
+class Host:
+    """One inventory host and the roots its variables give (values may be Jinja templates,
+    rendered on the host's turn by the module's action plugin)."""
+
+    name: str
+    roots: Mapping[str, str]
+    python: str | None = None
+
+
+def inventory_hosts(inventory: str, limit: str | None = None) -> list[Host]:
+    """The hosts of ``inventory`` (after ``limit``), in inventory order, with their roots."""
+    argv = [ansible_tool("ansible-inventory"), "-i", inventory, "--list"]
+    if limit:
+        argv += ["--limit", limit]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=ansible_env())
+    if proc.returncode != 0:
+        raise AnsibleFailed(f"cannot read the inventory {inventory}: {_tail(proc.stderr)}. Check "
+                            "the file with ansible-inventory --list", inventory=inventory)
+    if "Unable to parse" in proc.stderr or "No inventory was parsed" in proc.stderr:
+        raise UsageError(f"cannot read the inventory {inventory}: {_tail(proc.stderr)}. Give an "
+                         "Ansible inventory file or directory", inventory=inventory)
+    data = json.loads(proc.stdout or "{}")
+    hostvars = (data.get("_meta") or {}).get("hostvars") or {}
+    names: dict[str, None] = {}
+
+    def walk(group: str, seen: set[str]) -> None:
+        if group in seen:
+            return
+        seen.add(group)
+        entry = data.get(group) or {}
+        names.update(dict.fromkeys(entry.get("hosts") or ()))
+        for child in entry.get("children") or ():
+            walk(child, seen)
+
+    walk("all", set())
+    if not names:
+        where = f" matching --limit {limit!r}" if limit else ""
+        raise UsageError(f"the inventory {inventory} has no hosts{where}", inventory=inventory)
+    return [_host(name, hostvars.get(name) or {}, inventory) for name in names]
+
+
+def _host(name: str, hostvars: Mapping[str, Any], inventory: str) -> Host:
+    target, extra = hostvars.get("patchkit_target"), hostvars.get("patchkit_roots") or {}
+    if not isinstance(extra, Mapping):
+        raise UsageError(f"host {name} in {inventory}: patchkit_roots must be a mapping of root "
+                         f"names to paths, not {extra!r}", host=name)
+    roots = {str(k): str(v) for k, v in extra.items()}
+    if target:
+        roots["sglang"] = str(target)
+    if "sglang" not in roots:
+        raise UsageError(f"host {name} in {inventory} has no patchkit_target: set it to the "
+                         "host's SGLang tree (an inventory variable)", host=name)
+    python = hostvars.get("patchkit_python")
+    return Host(name=name, roots=roots, python=str(python) if python else None)
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """One task on one host, as the collection's callback wrote it."""
+
+    host: str
+    task: str
+    action: str
+    status: str  # ok | failed | unreachable | skipped
+    changed: bool = False
+    patchkit: Mapping[str, Any] | None = None  # the engine result, for the engine module
+    msg: str = ""
+    rc: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+
+
+@dataclass
+class PlayRun:
+    """Per host, its task results in the order they ran."""
+
+    results: dict[str, list[TaskResult]] = field(default_factory=dict)
+    returncode: int = 0
+    output: str = ""
+
+    def of(self, host: str) -> list[TaskResult]:
+        return self.results.get(host, [])
+
+
+def run_playbook(plays: Sequence[Mapping[str, Any]], *, inventory: str, hosts: Sequence[str],
+                 forks: int, workdir: Path, check: bool = False,
+                 on_output: Callable[[str], None] | None = None) -> PlayRun:
+    """Run ``plays`` on ``hosts`` (the inventory's names) with ansible-playbook; return what the
+    callback recorded. A host failing is a result; Ansible failing as a whole raises."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    step = len(list(workdir.glob("play-*.json")))
+    playbook, limit = workdir / f"play-{step}.json", workdir / f"hosts-{step}"
+    results_file = workdir / f"results-{step}.jsonl"
+    playbook.write_text(json.dumps(list(plays), indent=1))  # JSON is YAML: no emitter needed
+    limit.write_text("".join(f"{h}\n" for h in hosts))
+    argv = [ansible_tool("ansible-playbook"), "-i", inventory, "--limit", f"@{limit}",
+            "--forks", str(max(1, forks)), str(playbook)]
+    if check:
+        argv.append("--check")
+    env = ansible_env({"PATCHKIT_FLEET_RESULTS": str(results_file)})
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env, errors="replace")
+    lines = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        lines.append(line)
+        if on_output is not None:
+            on_output(line.rstrip("\n"))
+    proc.wait()
+    run = PlayRun(returncode=proc.returncode, output="".join(lines))
+    if results_file.exists():
+        for raw in results_file.read_text(encoding="utf-8").splitlines():
+            item = json.loads(raw)
+            run.results.setdefault(item["host"], []).append(TaskResult(
+                host=item["host"], task=item.get("task", ""), action=item.get("action", ""),
+                status=item.get("status", ""), changed=bool(item.get("changed")),
+                patchkit=item.get("patchkit"), msg=str(item.get("msg") or ""), rc=item.get("rc"),
+                stdout=str(item.get("stdout") or ""), stderr=str(item.get("stderr") or "")))
+    # 0 ok, 2 a host failed, 4 a host unreachable: per-host results; anything else is Ansible's
+    if proc.returncode not in (0, 2, 4) or (proc.returncode and not run.results):
+        raise AnsibleFailed(f"ansible-playbook failed (exit {proc.returncode}) before any host "
+                            f"ran: {_tail(run.output)}", returncode=proc.returncode,
+                            playbook=str(playbook))
+    return run
+
+
+def ansible_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment Ansible runs in: the collection on its path, results to the callback,
+    pipelining (one SSH command per task) unless the user's configuration says otherwise."""
+    env = dict(os.environ)
+    paths = [str(COLLECTIONS_PATH)] + [p for p in env.get("ANSIBLE_COLLECTIONS_PATH", "").split(":") if p]
+    env["ANSIBLE_COLLECTIONS_PATH"] = ":".join(paths)
+    enabled = [c for c in env.get("ANSIBLE_CALLBACKS_ENABLED", "").split(",") if c]
+    env["ANSIBLE_CALLBACKS_ENABLED"] = ",".join(["patchkit.fleet.results", *enabled])
+    env.setdefault("ANSIBLE_PIPELINING", "True")
+    env.setdefault("ANSIBLE_RETRY_FILES_ENABLED", "False")
+    env.setdefault("ANSIBLE_NOCOLOR", "1")
+    env.update(extra or {})
+    return env
+
+
+def _tail(text: str, lines: int = 8) -> str:
+    kept = [line for line in text.strip().splitlines() if line.strip()][-lines:]
+    return " | ".join(kept) or "no output"

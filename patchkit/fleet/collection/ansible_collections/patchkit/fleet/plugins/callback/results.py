@@ -1,0 +1,61 @@
+"""Callback ``patchkit.fleet.results``: each task's result on each host as one JSON line in the
+file named by ``$PATCHKIT_FLEET_RESULTS`` (flushed at once, so a killed run leaves what it saw)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: results
+type: aggregate
+short_description: Write every task result as a JSON line for patchkit
+description:
+  - Used by patchkit's fleet commands to read each host's engine result. Enable it with
+    C(callbacks_enabled) and set C(PATCHKIT_FLEET_RESULTS) to the file to append to.
+requirements:
+  - PATCHKIT_FLEET_RESULTS set in the environment
+"""
+
+import json
+import os
+
+from ansible.plugins.callback import CallbackBase
+
+KEPT = ("patchkit", "msg", "rc", "stdout", "stderr", "changed", "skipped", "skip_reason")
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "aggregate"
+    CALLBACK_NAME = "patchkit.fleet.results"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        path = os.environ.get("PATCHKIT_FLEET_RESULTS")
+        self._out = open(path, "a", encoding="utf-8") if path else None
+
+    def _write(self, result, status):
+        if self._out is None:
+            return
+        raw = result._result
+        line = {"host": result._host.get_name(), "task": result._task.get_name(),
+                "action": result._task.action, "status": status}
+        line.update({key: _plain(raw[key]) for key in KEPT if key in raw})
+        self._out.write(json.dumps(line, default=str) + "\n")
+        self._out.flush()
+
+    def v2_runner_on_ok(self, result):
+        self._write(result, "ok")
+
+    def v2_runner_on_failed(self, result, ignore_errors=False):
+        self._write(result, "failed")
+
+    def v2_runner_on_unreachable(self, result):
+        self._write(result, "unreachable")
+
+    def v2_runner_on_skipped(self, result):
+        self._write(result, "skipped")
+
+
+def _plain(value):
+    """Ansible's tagged strings and containers as plain JSON values."""
+    return json.loads(json.dumps(value, default=str))

@@ -1,0 +1,262 @@
+"""A fleet rollout of ``apply`` or ``rollback``: every host preflighted before any write, then
+waves, stopping at the first host that fails (docs/fleet.md, "Failure semantics")."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ..errors import EXIT_ROLLOUT_STOPPED, EXIT_UNREACHABLE, UsageError
+from .ansible import ENGINE_MODULE, Host, PlayRun, TaskResult, run_playbook
+
+#: What the op does to a host that needs it, and what a dry run says instead.
+DONE = {"apply": "applied", "rollback": "rolled-back"}
+WOULD = {"apply": ("would-apply", "would-upgrade"), "rollback": ("would-roll-back",)}
+
+
+@dataclass(frozen=True)
+class FleetOptions:
+    """How a rollout runs (the CLI's ``--waves``, ``--max-fail``, ``--forks``, ...)."""
+
+    waves: tuple[str, ...] = ("100%",)
+    max_fail: int = 0  # unreachable hosts tolerated; a failing host always stops the rollout
+    forks: int = 5
+    health_cmd: str | None = None
+    after_cmd: str | None = None
+    dry_run: bool = False
+
+
+@dataclass(frozen=True)
+class HostReport:
+    """One host at the end of a run. ``state``: applied | rolled-back | unchanged | untouched |
+    unreachable | refused | failed | would-apply | would-roll-back | ok (verify, status)."""
+
+    host: str
+    state: str
+    detail: str = ""
+    wave: int | None = None
+    result: Mapping[str, Any] | None = None  # the host's last engine result
+
+    def to_json(self) -> dict[str, Any]:
+        return {"host": self.host, "state": self.state, "detail": self.detail, "wave": self.wave,
+                "result": self.result}
+
+
+@dataclass(frozen=True)
+class FleetReport:
+    op: str
+    dry_run: bool
+    hosts: tuple[HostReport, ...]
+    waves: tuple[tuple[str, ...], ...] = ()
+    groups: tuple[tuple[str, tuple[str, ...]], ...] = ()  # what hosts get -> the hosts
+    stopped: str | None = None  # why the rollout stopped before every host was done
+
+    @property
+    def exit_code(self) -> int:
+        if self.stopped is None:
+            return 0
+        over_budget = self.stopped.startswith("unreachable")
+        return EXIT_UNREACHABLE if over_budget else EXIT_ROLLOUT_STOPPED
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": self.op, "dry_run": self.dry_run, "ok": self.stopped is None,
+                "stopped": self.stopped, "waves": [list(w) for w in self.waves],
+                "groups": [{"change": label, "hosts": list(hosts)} for label, hosts in self.groups],
+                "hosts": [h.to_json() for h in self.hosts]}
+
+
+def parse_waves(spec: str) -> tuple[str, ...]:
+    """``1,25%,100%`` -> its parts, each a host count or a percentage of the hosts to change."""
+    parts = tuple(p.strip() for p in spec.split(",") if p.strip())
+    for part in parts:
+        number = part[:-1] if part.endswith("%") else part
+        if not number.isdigit() or int(number) < 1 or (part.endswith("%") and int(number) > 100):
+            raise UsageError(f"--waves {spec!r}: {part!r} is neither a host count (1 or more) nor a "
+                             "percentage (1% to 100%); e.g. --waves 1,25%,100%", option="--waves")
+    if not parts:
+        raise UsageError("--waves is empty; e.g. --waves 1,25%,100%", option="--waves")
+    return parts
+
+
+def split_waves(hosts: Sequence[str], waves: Sequence[str]) -> list[list[str]]:
+    """Ansible's ``serial``: each part sizes one batch of ``hosts``; the last part repeats."""
+    batches, left, i = [], list(hosts), 0
+    while left:
+        part = waves[min(i, len(waves) - 1)]
+        size = (max(1, math.ceil(len(hosts) * int(part[:-1]) / 100)) if part.endswith("%")
+                else int(part))
+        batches.append(left[:size])
+        left, i = left[size:], i + 1
+    return batches
+
+
+@dataclass
+class Rollout:
+    """One rollout: ``request(op, names, dry_run)`` renders an engine request on the controller."""
+
+    op: str
+    names: list[str]
+    hosts: list[Host]
+    inventory: str
+    workdir: Path
+    request: Callable[[str, list[str], bool], dict[str, Any]]
+    options: FleetOptions = field(default_factory=FleetOptions)
+    progress: Callable[[str], None] = lambda _line: None
+
+    def run(self) -> FleetReport:
+        preflight = self._play([self._engine_task(self.op, self.names)], check=True,
+                               hosts=[h.name for h in self.hosts], label="preflight")
+        reports, todo = {}, {}
+        for host in self.hosts:
+            report, changes = self._preflighted(host.name, preflight.of(host.name))
+            reports[host.name] = report
+            if changes:
+                todo[host.name] = changes
+        groups = _groups(todo)
+        unreachable = [h for h, r in reports.items() if r.state == "unreachable"]
+        refused = [h for h, r in reports.items() if r.state == "refused"]
+        stopped = None
+        if refused:
+            stopped = (f"preflight refused {len(refused)} host(s) ({', '.join(refused)}); nothing "
+                       "was written on any host")
+        elif len(unreachable) > self.options.max_fail:
+            stopped = (f"unreachable: {len(unreachable)} host(s) ({', '.join(unreachable)}) in "
+                       f"preflight, over --max-fail {self.options.max_fail}; nothing was written")
+        if stopped or self.options.dry_run:
+            return self._report(reports, todo, stopped, groups=groups)
+        waves = split_waves(list(todo), self.options.waves)
+        for number, wave in enumerate(waves, 1):
+            self.progress(f"wave {number}/{len(waves)}: {', '.join(wave)}")
+            run = self._wave(wave, todo)
+            for host in wave:
+                reports[host] = replace(self._waved(host, run.of(host)), wave=number)
+            failed = [h for h in wave if reports[h].state not in (DONE[self.op], "unreachable")]
+            unreachable = [h for h, r in reports.items() if r.state == "unreachable"]
+            if failed:
+                stopped = (f"wave {number} failed on {', '.join(failed)}; no later wave started")
+            elif len(unreachable) > self.options.max_fail:
+                stopped = (f"unreachable: {len(unreachable)} host(s) ({', '.join(unreachable)}), "
+                           f"over --max-fail {self.options.max_fail}; no later wave started")
+            if stopped:
+                break
+        return self._report(reports, todo, stopped, waves=waves, groups=groups)
+
+    # -- plays ---------------------------------------------------------------------------------
+
+    def _plan_file(self, op: str, names: list[str], dry_run: bool = False) -> str:
+        """The request, in a file the module's action plugin reads (so nothing in a patch is
+        ever read as a Jinja template)."""
+        path = self.workdir / f"plan-{op}-{len(list(self.workdir.glob('plan-*.json')))}.json"
+        path.write_text(json.dumps({"request": self.request(op, names, dry_run)}))
+        return str(path)
+
+    def _engine_task(self, op: str, names: list[str], **extra: Any) -> dict[str, Any]:
+        return {"name": f"patchkit {op}", ENGINE_MODULE: {"plan": self._plan_file(op, names)}, **extra}
+
+    def _play(self, tasks: list[dict[str, Any]], *, hosts: list[str], label: str,
+              check: bool = False) -> PlayRun:
+        self.progress(f"{label}: {len(hosts)} host(s)")
+        play = {"name": f"patchkit {self.op} ({label})", "hosts": "all", "gather_facts": False,
+                "tasks": tasks}
+        return run_playbook([play], inventory=self.inventory, hosts=hosts, forks=self.options.forks,
+                            workdir=self.workdir, check=check, on_output=None)
+
+    def _wave(self, wave: list[str], todo: Mapping[str, tuple[str, ...]]) -> PlayRun:
+        """One play per group of hosts getting the same change: apply, after-cmd, health-cmd;
+        on a failure after the engine changed the host, roll that change back (the rescue)."""
+        plays = []
+        for changes, hosts in _groups({h: todo[h] for h in wave}):
+            names = [c.split(" ")[0] for c in changes.split(", ")]
+            undo = {"apply": "rollback", "rollback": "apply"}[self.op]
+            block = [self._engine_task(self.op, names, register="patchkit_run")]
+            block += _shell("after-cmd", self.options.after_cmd, "patchkit_run is changed")
+            block += _shell("health-cmd", self.options.health_cmd, "patchkit_run is changed")
+            rescue = [self._engine_task(undo, names, register="patchkit_undo",
+                                        when="patchkit_run is succeeded and patchkit_run is changed")]
+            rescue += _shell("after-cmd", self.options.after_cmd,
+                             "patchkit_undo is succeeded and patchkit_undo is changed")
+            plays.append({"name": f"patchkit {self.op}: {changes}", "hosts": ",".join(hosts),
+                          "gather_facts": False, "tasks": [{"block": block, "rescue": rescue}]})
+        return run_playbook(plays, inventory=self.inventory, hosts=wave, forks=self.options.forks,
+                            workdir=self.workdir)
+
+    # -- reading results -----------------------------------------------------------------------
+
+    def _preflighted(self, host: str, tasks: list[TaskResult]) -> tuple[HostReport, tuple[str, ...]]:
+        task = _engine(tasks)
+        if task is None or task.status == "unreachable":
+            return HostReport(host, "unreachable", _unreached(task)), ()
+        result = task.patchkit or {}
+        if task.status != "ok":
+            return HostReport(host, "refused", _why(task), result=result), ()
+        changes = tuple(f"{f['name']} v{f.get('version')}" if f["outcome"] != "would-upgrade"
+                        else f"{f['name']} v{f.get('from_version')}->v{f.get('version')}"
+                        for f in result.get("fixes") or () if f.get("outcome") in WOULD[self.op])
+        state = (WOULD[self.op][0] if self.options.dry_run else "untouched") if changes else "unchanged"
+        return HostReport(host, state, ", ".join(changes), result=result), changes
+
+    def _waved(self, host: str, tasks: list[TaskResult]) -> HostReport:
+        run = _engine(tasks, f"patchkit {self.op}")
+        if run is None or run.status == "unreachable":
+            return HostReport(host, "unreachable", _unreached(run) + "; the engine may have run "
+                              "there: `patchkit status --inventory` recovers and shows it")
+        if run.status == "failed":  # the engine's transaction put every file back
+            state = "rolled-back" if self.op == "apply" else "failed"
+            return HostReport(host, state, _why(run), result=run.patchkit)
+        bad = next((t for t in tasks if t.action == "ansible.builtin.shell" and t.status != "ok"
+                    and t.status != "skipped"), None)
+        if bad is None:
+            return HostReport(host, DONE[self.op], "", result=run.patchkit)
+        undo = next((t for t in tasks if t.task.startswith("patchkit ") and t is not run
+                     and t.action == ENGINE_MODULE), None)
+        why = f"{bad.task} failed (exit {bad.rc}): {_last(bad.stderr or bad.stdout or bad.msg)}"
+        if undo is not None and undo.status == "ok":
+            return HostReport(host, "rolled-back" if self.op == "apply" else "failed",
+                              f"{why}; the change was undone", result=undo.patchkit)
+        return HostReport(host, "failed", f"{why}; undoing the change failed too: "
+                          f"{_why(undo) if undo else 'it did not run'}", result=run.patchkit)
+
+    def _report(self, reports: dict[str, HostReport], todo: Mapping[str, tuple[str, ...]],
+                stopped: str | None, *, waves: Sequence[Sequence[str]] = (),
+                groups: Sequence[tuple[str, tuple[str, ...]]] = ()) -> FleetReport:
+        return FleetReport(op=self.op, dry_run=self.options.dry_run,
+                           hosts=tuple(reports[h.name] for h in self.hosts),
+                           waves=tuple(tuple(w) for w in waves), groups=tuple(groups),
+                           stopped=stopped)
+
+
+def _groups(todo: Mapping[str, tuple[str, ...]]) -> list[tuple[str, tuple[str, ...]]]:
+    """Hosts grouped by the change they get, in host order."""
+    groups: dict[str, list[str]] = {}
+    for host, changes in todo.items():
+        groups.setdefault(", ".join(changes), []).append(host)
+    return [(label, tuple(hosts)) for label, hosts in groups.items()]
+
+
+def _shell(name: str, command: str | None, when: str) -> list[dict[str, Any]]:
+    return [] if not command else [{"name": name, "ansible.builtin.shell": command, "when": when}]
+
+
+def _engine(tasks: Sequence[TaskResult], name: str | None = None) -> TaskResult | None:
+    return next((t for t in tasks if t.action == ENGINE_MODULE and (name is None or t.task == name)),
+                None)
+
+
+def _why(task: TaskResult | None) -> str:
+    if task is None:
+        return "no result"
+    error = (task.patchkit or {}).get("error") or {}
+    return str(error.get("message") or task.msg or "failed")
+
+
+def _unreached(task: TaskResult | None) -> str:
+    return _last(task.msg) if task is not None and task.msg else "no result from the host"
+
+
+def _last(text: str) -> str:
+    lines = [line for line in (text or "").strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
