@@ -146,17 +146,58 @@ def render_rollout(console: Any, report: Any) -> None:
     render_hosts(console, report.hosts, report.op + (" (dry run)" if report.dry_run else ""))
     notes = [f"{len(hosts)} host(s) {'would get' if report.dry_run else 'to change'}: {label}"
              for label, hosts in report.groups]
-    if report.dry_run:
+    if report.dry_run:  # each distinct diff once, with the hosts it would be written on
+        diffs: dict[tuple[str, str, str], list[str]] = {}
         for host in report.hosts:
             for fix in (host.result or {}).get("fixes") or ():
                 for f in fix.get("files") or ():
                     if f.get("diff"):
-                        notes.append(f"--- {host.host} {fix['name']} {f['root']}:{f['path']}\n"
-                                     f"{f['diff'].rstrip()}")
+                        key = (fix["name"], f"{f['root']}:{f['path']}", f["diff"].rstrip())
+                        diffs.setdefault(key, []).append(host.host)
+        notes += [f"--- {', '.join(hosts)}: {fix} {where}\n{diff}"
+                  for (fix, where, diff), hosts in diffs.items()]
     if report.stopped:
         notes.append(f"stopped: {report.stopped}")
     for note in notes:
         render.line(console, [(note, "bold red" if note.startswith("stopped") else "")])
+
+
+def fleet_lineage(state: State, fix: str | None, fleet: dict[str, Any], *, as_json: bool,
+                  lock_timeout: float) -> int:
+    """`log --inventory`: per fix, each version and the hosts that run it."""
+    from .. import fleet as fleets
+
+    catalog = state.catalog()
+    _progress(as_json)(f"status on the hosts of {fleet['inventory']}")
+    result = fleets.survey(catalog, "status", [], inventory=fleet["inventory"], limit=fleet["limit"],
+                           forks=fleet["forks"], lock_timeout=lock_timeout)
+    cells = status_cells(result)
+    unreachable = [h.host for h in result.hosts if h.state != "ok"]
+    names = [fix] if fix else [f.name for f in catalog.all()]
+    fixes = []
+    for name in names:
+        entry: dict[str, Any] = {"name": name, "catalog_version": catalog.get(name).version,
+                                 "hosts": {}}
+        for host, row in cells.items():
+            cell = row.get(name)
+            if host in unreachable or cell is None:
+                continue
+            key = (f"v{cell['version']}" if cell["state"] in ("applied", "outdated") else cell["state"])
+            entry["hosts"].setdefault(key, []).append(host)
+        fixes.append(entry)
+    data = {"fixes": fixes, "unreachable": unreachable}
+
+    def draw(out: Any) -> None:
+        for entry in fixes:
+            render.line(out, [(entry["name"], "bold"), (f"  (catalog v{entry['catalog_version']})", "dim")])
+            for key, hosts in sorted(entry["hosts"].items(), key=lambda kv: kv[0] == "not-applied"):
+                render.line(out, [(f"  {key}\t", "green" if key.startswith("v") else "dim"),
+                                  (" ".join(hosts), "")])
+        if unreachable:
+            render.line(out, [("unreachable: ", "bold red"), (" ".join(unreachable), "")])
+
+    render.emit(as_json, data, draw)
+    return 0
 
 
 def _progress(quiet: bool) -> Any:

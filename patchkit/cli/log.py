@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from .. import api
@@ -9,17 +11,21 @@ from ..catalog import lineage
 from . import render
 from .render_history import render_log
 from .common import TARGET_OPTIONS, State, command
+from .fleet import INVENTORY_OPTIONS, fleet_lineage, wants_fleet
 
 
-@command("log", click.argument("fix", required=False), *TARGET_OPTIONS,
+@command("log", click.argument("fix", required=False), *TARGET_OPTIONS, *INVENTORY_OPTIONS,
          click.option("--no-history", is_flag=True,
                       help="Leave out the catalog's git history (the commits of each version)."))
 def log(state: State, fix: str | None, target: str | None, roots: tuple[str, ...],
-        python: str | None, lock_timeout: float, no_history: bool, as_json: bool) -> int:
+        python: str | None, lock_timeout: float, no_history: bool, as_json: bool,
+        **fleet: Any) -> int:
     """Show the fixes' history: versions, rebases, links, dead fixes and what replaced them.
 
     With FIX, only that fix and the fixes linked to it; with --target, which version is
-    applied there and since when."""
+    applied there and since when; with --inventory, which hosts run each version."""
+    if wants_fleet(fleet, {"target": target, "roots": roots}):
+        return fleet_lineage(state, fix, fleet, as_json=as_json, lock_timeout=lock_timeout)
     catalog = state.catalog()
     status = None
     if target is not None or roots:
