@@ -132,7 +132,7 @@ def render_matrix(console: Any, cells: dict[str, dict[str, dict[str, Any]]]) -> 
 
 HOST_STYLE = {"applied": "bold green", "rolled-back": "bold yellow", "unchanged": "green",
               "untouched": "dim", "unreachable": "bold red", "refused": "bold red",
-              "failed": "bold red", "would-apply": "cyan", "would-roll-back": "yellow", "ok": "green"}
+              "failed": "bold red", "unknown": "bold red", "would-apply": "cyan", "would-roll-back": "yellow", "ok": "green"}
 
 
 def render_hosts(console: Any, hosts: Any, op: str) -> None:

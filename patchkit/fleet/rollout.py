@@ -33,7 +33,8 @@ class FleetOptions:
 @dataclass(frozen=True)
 class HostReport:
     """One host at the end of a run. ``state``: applied | rolled-back | unchanged | untouched |
-    unreachable | refused | failed | would-apply | would-roll-back | ok (verify, status)."""
+    unreachable | refused | failed | unknown | would-apply | would-roll-back | ok (verify,
+    status)."""
 
     host: str
     state: str
@@ -204,6 +205,10 @@ class Rollout:
         if run is None or run.status == "unreachable":
             return HostReport(host, "unreachable", _unreached(run) + "; the engine may have run "
                               "there: `patchkit status --inventory` recovers and shows it")
+        if run.status == "failed" and not run.patchkit:  # the module died: no engine result
+            return HostReport(host, "unknown", f"{_last(run.msg) or 'no result'}; the engine "
+                              "stopped without a result: `patchkit status --inventory` finishes "
+                              "or undoes its run there and shows it")
         if run.status == "failed":  # the engine's transaction put every file back
             state = "rolled-back" if self.op == "apply" else "failed"
             return HostReport(host, state, _why(run), result=run.patchkit)
