@@ -76,6 +76,8 @@ def survey(state: State, op: str, names: list[str], fleet: dict[str, Any], *, as
         cells = status_cells(result)
         render.emit(as_json, dict(result.to_json(), matrix=cells),
                     lambda out: render_matrix(out, cells))
+        if not as_json:
+            _recovered(result.hosts)
         unconverged = any(c["state"] in NOT_CONVERGED for row in cells.values() for c in row.values())
         versions = {fix: {(c["state"], c.get("version")) for c in (row.get(fix) for row in cells.values())
                           if c and c["state"] != "unreachable"} for fix in _fixes(cells)}
@@ -83,6 +85,14 @@ def survey(state: State, op: str, names: list[str], fleet: dict[str, Any], *, as
         return EXIT_CHECK_FAILED if exit_code and unconverged else 0
     render.emit(as_json, result.to_json(), lambda out: render_hosts(out, result.hosts, op))
     return 0 if all(h.state == "ok" for h in result.hosts) else EXIT_CHECK_FAILED
+
+
+def _recovered(hosts: Any) -> None:
+    """Runs a killed controller (or host) left, finished or undone by this one: on stderr."""
+    for host in hosts:
+        for rec in (host.result or {}).get("recovered") or ():
+            sys.stderr.write(f"{host.host}: recovered an interrupted {rec.get('op')} of "
+                             f"{', '.join(rec.get('fixes') or ())}: {rec.get('outcome')}\n")
 
 
 def status_cells(result: Any) -> dict[str, dict[str, dict[str, Any]]]:

@@ -1,0 +1,269 @@
+"""Fleet rollouts through real ansible-core to four real sshd hosts on loopback, each with its
+own copy of the demo fork (docs/fleet.md): converge, a drifted host, unreachable hosts, a failing
+canary, a killed controller, an upgrade."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.ssh
+
+SEED = ["dsv4-bf16-sizing", "revert-hicache-index-k-sync", "prefill-hicache-off"]
+SIZING = "python/sglang/srt/model_executor/pool_configurator.py"
+HOST_POOL = "python/sglang/srt/mem_cache/memory_pool_host.py"
+
+
+def snapshot(node) -> dict[str, str]:
+    """Every file of the host's two trees that git sees changed or untracked, with its digest,
+    plus the engine's state: equal snapshots mean nothing was written."""
+    seen = {}
+    for root in (node.sglang, node.serve):
+        out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--ignored"],
+                             cwd=root, capture_output=True, text=True, check=True).stdout
+        for line in out.splitlines():
+            path = root / line[3:]
+            seen[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else line[:2]
+        for name in (SIZING, HOST_POOL, "serve_dsv4_prefill.sh"):
+            path = root / name
+            if path.is_file():
+                seen[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return seen
+
+
+def state_of(node) -> dict[str, int]:
+    path = node.sglang / ".patchkit" / "state.json"
+    if not path.is_file():
+        return {}
+    return {f["name"]: f["version"] for f in json.loads(path.read_text())["fixes"]}
+
+
+def patchkit(fleet, *args: str, inventory: Path | None = None, catalog: Path | None = None
+             ) -> tuple[int, dict]:
+    first = ["--catalog", str(catalog)] if catalog else []
+    proc = fleet.run("patchkit", *first, *args, "--inventory", str(inventory or fleet.inventory), "--json")
+    try:
+        return proc.returncode, json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        raise AssertionError(f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}") from None
+
+
+def hosts(report: dict) -> dict[str, str]:
+    return {h["host"]: h["state"] for h in report["hosts"]}
+
+
+def test_fleet_converges_in_waves_and_a_rerun_touches_no_host(fleet) -> None:
+    code, report = patchkit(fleet, "apply", *SEED, "--waves", "1,100%",
+                            "--after-cmd", "echo restart >> {{ patchkit_target }}/../restarts")
+    assert code == 0, report
+    assert hosts(report) == {n.name: "applied" for n in fleet.nodes}
+    assert report["waves"] == [["h1"], ["h2", "h3", "h4"]]
+    assert [g["hosts"] for g in report["groups"]] == [["h1", "h2", "h3", "h4"]]
+    for node in fleet.nodes:
+        assert state_of(node) == {"dsv4-bf16-sizing": 2, "revert-hicache-index-k-sync": 3,
+                                  "prefill-hicache-off": 1}
+        assert "get_dsv4_bf16_index_k_bytes_per_token" in (node.sglang / SIZING).read_text()
+        assert "--enable-hierarchical-cache" not in (node.serve / "serve_dsv4_prefill.sh").read_text()
+        assert (node.workdir / "restarts").read_text() == "restart\n"
+    before = {n.name: snapshot(n) for n in fleet.nodes}
+    mtimes = {n.name: (n.sglang / ".patchkit" / "state.json").stat().st_mtime_ns for n in fleet.nodes}
+
+    code, again = patchkit(fleet, "apply", *SEED, "--after-cmd", "echo restart >> {{ patchkit_target }}/../restarts")
+    assert code == 0, again
+    assert hosts(again) == {n.name: "unchanged" for n in fleet.nodes}
+    assert again["waves"] == []
+    for node in fleet.nodes:
+        assert snapshot(node) == before[node.name]
+        assert (node.sglang / ".patchkit" / "state.json").stat().st_mtime_ns == mtimes[node.name]
+        assert (node.workdir / "restarts").read_text() == "restart\n"  # not restarted again
+
+    code, status = patchkit(fleet, "status", "--exit-code")
+    assert code == 0, status
+    for node in fleet.nodes:
+        row = status["matrix"][node.name]
+        assert row["dsv4-bf16-sizing"] == {"state": "applied", "version": 2}
+        assert row["prefill-hicache-off"] == {"state": "applied", "version": 1}
+    code, log = patchkit(fleet, "log")
+    assert code == 0
+    entry = next(f for f in log["fixes"] if f["name"] == "revert-hicache-index-k-sync")
+    assert entry["hosts"] == {"v3": ["h1", "h2", "h3", "h4"]}
+
+
+def test_a_drifted_host_stops_the_rollout_in_preflight_with_nothing_written(fleet) -> None:
+    drifted = fleet.node("h3")
+    path = drifted.sglang / SIZING
+    path.write_text(path.read_text().replace("# One FlashMLA-layout latent slot, in bytes.",
+                                             "# edited on the host by hand"))
+    before = {n.name: snapshot(n) for n in fleet.nodes}
+
+    code, report = patchkit(fleet, "apply", *SEED, "--waves", "1,100%")
+
+    assert code == 16, report
+    states = hosts(report)
+    assert states["h3"] == "refused"
+    assert "pool_configurator.py" in next(h["detail"] for h in report["hosts"] if h["host"] == "h3")
+    assert {states[h] for h in ("h1", "h2", "h4")} == {"untouched"}
+    assert "nothing was written" in report["stopped"]
+    for node in fleet.nodes:
+        assert snapshot(node) == before[node.name], node.name
+        assert state_of(node) == {}
+
+
+def test_unreachable_host_stops_before_writing_unless_the_budget_allows_it(fleet, tmp_path: Path) -> None:
+    inventory = fleet.write_inventory(tmp_path / "with-h5.yml", unreachable=["h5"])
+    before = {n.name: snapshot(n) for n in fleet.nodes}
+
+    code, report = patchkit(fleet, "apply", *SEED, "--max-fail", "0", inventory=inventory)
+    assert code == 10, report
+    assert hosts(report)["h5"] == "unreachable"
+    assert report["stopped"].startswith("unreachable")
+    for node in fleet.nodes:
+        assert snapshot(node) == before[node.name]
+
+    code, report = patchkit(fleet, "apply", *SEED, "--max-fail", "1", inventory=inventory)
+    assert code == 0, report
+    assert hosts(report) == {"h1": "applied", "h2": "applied", "h3": "applied", "h4": "applied",
+                             "h5": "unreachable"}
+    code, status = patchkit(fleet, "status", "--exit-code", inventory=inventory)
+    assert code == 1  # h5 is unreachable: the fleet has not converged
+    assert status["matrix"]["h5"]["dsv4-bf16-sizing"]["state"] == "unreachable"
+    assert status["matrix"]["h1"]["dsv4-bf16-sizing"]["state"] == "applied"
+
+
+def test_a_failing_canary_health_check_rolls_the_canary_back_and_touches_no_other_host(fleet) -> None:
+    before = {n.name: snapshot(n) for n in fleet.nodes}
+
+    code, report = patchkit(fleet, "apply", *SEED, "--waves", "1,50%",
+                            "--after-cmd", "echo restart >> {{ patchkit_target }}/../restarts",
+                            "--health-cmd", "echo unhealthy >&2; exit 7")
+
+    assert code == 16, report
+    states = hosts(report)
+    assert states == {"h1": "rolled-back", "h2": "untouched", "h3": "untouched", "h4": "untouched"}
+    canary = next(h for h in report["hosts"] if h["host"] == "h1")
+    assert "health-cmd failed (exit 7): unhealthy" in canary["detail"]
+    assert report["stopped"].startswith("wave 1 failed on h1")
+    for node in fleet.nodes:  # the canary's files are the release's again; the others never changed
+        assert snapshot(node) == before[node.name], node.name
+        assert state_of(node) == {}
+    canary_node = fleet.node("h1")
+    assert (canary_node.workdir / "restarts").read_text() == "restart\nrestart\n"  # change, undo
+    assert not (fleet.node("h2").workdir / "restarts").exists()
+
+
+def test_a_killed_controller_leaves_every_host_all_or_nothing_and_status_recovers(fleet, tmp_path: Path) -> None:
+    # h2's module is killed by the engine's fault injection in the middle of its write phase
+    # (PATCHKIT_FAULT travels to h2 only, by SendEnv); h1 finishes and waits in --after-cmd
+    # while the controller is killed.
+    inventory = tmp_path / "faulty.yml"
+    data = json.loads(fleet.inventory.read_text())
+    h2 = data["all"]["hosts"]["h2"] if "hosts" in data.get("all", {}) else None
+    assert h2 is not None, data
+    h2["ansible_ssh_common_args"] += " -o SendEnv=PATCHKIT_FAULT"
+    inventory.write_text(json.dumps(data))
+    release = tmp_path / "release"
+    before = {n.name: snapshot(n) for n in fleet.nodes}
+    after_cmd = (f"touch {{{{ patchkit_target }}}}/../reached; "
+                 f"while [ ! -e {release} ]; do sleep 0.1; done")
+    env = dict(fleet.env, PATCHKIT_FAULT="write:2")
+    proc = subprocess.Popen([str(fleet.bin / "patchkit"), "apply", *SEED, "--inventory", str(inventory),
+                             "--waves", "2,100%", "--after-cmd", after_cmd, "--json"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (fleet.node("h1").workdir / "reached").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "h1 never reached --after-cmd"
+            time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        release.touch()  # the orphaned --after-cmd on h1 ends
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    assert state_of(fleet.node("h1")) == {"dsv4-bf16-sizing": 2, "revert-hicache-index-k-sync": 3,
+                                          "prefill-hicache-off": 1}
+    assert (fleet.node("h2").sglang / ".patchkit" / "journal.json").exists() or \
+        snapshot(fleet.node("h2")) == before["h2"]
+    for name in ("h3", "h4"):  # the second wave never started
+        assert snapshot(fleet.node(name)) == before[name]
+
+    code, status = patchkit(fleet, "status", inventory=inventory)
+    assert code == 0, status
+    recovered = {h["host"]: h["result"]["recovered"] for h in status["hosts"]}
+    assert recovered["h1"] == [] and recovered["h3"] == [] and recovered["h4"] == []
+    if recovered["h2"]:
+        assert recovered["h2"][0]["outcome"] == "rolled-back"
+    assert snapshot(fleet.node("h2")) == before["h2"]  # all or nothing: nothing
+    assert state_of(fleet.node("h2")) == {}
+    assert status["matrix"]["h1"]["dsv4-bf16-sizing"] == {"state": "applied", "version": 2}
+    assert status["matrix"]["h2"]["dsv4-bf16-sizing"]["state"] == "not-applied"
+
+    code, report = patchkit(fleet, "apply", *SEED)  # the re-run converges
+    assert code == 0, report
+    assert hosts(report) == {"h1": "unchanged", "h2": "applied", "h3": "applied", "h4": "applied"}
+
+
+def test_an_upgrade_from_v1_to_v2_across_the_fleet(fleet, tmp_path: Path) -> None:
+    catalog = tmp_path / "catalog"
+    catalog.mkdir()
+    for part in ("manifests", "patches"):
+        subprocess.run(["cp", "-a", str(REPO / part), str(catalog / part)], check=True)
+    code, report = patchkit(fleet, "apply", "prefill-hicache-off", "--waves", "1,100%", catalog=catalog)
+    assert code == 0 and set(hosts(report).values()) == {"applied"}, report
+    manifest = catalog / "manifests" / "prefill-hicache-off.toml"
+    manifest.write_text(manifest.read_text().replace("version = 1\n", "version = 2\n", 1)
+                        + '\n[[changelog]]\nversion = 2\ndate = "2026-12-01"\n'
+                          'base_release = "0.5.21"\nsummary = "Same change, new version."\n')
+    code, status = patchkit(fleet, "status", "--exit-code", catalog=catalog)
+    assert code == 1  # every host runs v1 while the catalog has v2: outdated
+    assert {row["prefill-hicache-off"]["state"] for row in status["matrix"].values()} == {"outdated"}
+
+    code, report = patchkit(fleet, "apply", "prefill-hicache-off", "--waves", "1,100%", catalog=catalog)
+
+    assert code == 0, report
+    assert set(hosts(report).values()) == {"applied"}
+    assert report["groups"] == [{"change": "prefill-hicache-off v1->v2", "hosts": ["h1", "h2", "h3", "h4"]}]
+    for node in fleet.nodes:
+        assert state_of(node) == {"prefill-hicache-off": 2}
+    code, status = patchkit(fleet, "status", "--exit-code", catalog=catalog)
+    assert code == 0, status
+    code, log = patchkit(fleet, "log", "prefill-hicache-off", catalog=catalog)
+    assert log["fixes"] == [{"name": "prefill-hicache-off", "catalog_version": 2,
+                             "hosts": {"v2": ["h1", "h2", "h3", "h4"]}}]
+
+
+def _doc_blocks(language: str) -> list[str]:
+    text = (REPO / "docs" / "fleet.md").read_text()
+    section = text.split("## Your own playbooks", 1)[1].split("\n## ", 1)[0]
+    return [b.split("\n", 1)[1] for b in section.split("```")[1::2] if b.split("\n", 1)[0] == language]
+
+
+def test_the_documented_playbook_applies_the_seed_fixes_as_written(fleet, tmp_path: Path) -> None:
+    (commands,), (playbook,) = _doc_blocks(""), _doc_blocks("yaml")
+    assert playbook.startswith("# site.yml")
+    (tmp_path / "site.yml").write_text(playbook)
+    (tmp_path / "inventory.yml").write_text(fleet.inventory.read_text())
+    env = dict(fleet.env, PATH=f"{fleet.bin}{os.pathsep}{os.environ['PATH']}")
+
+    run = subprocess.run(["bash", "-euo", "pipefail", "-c", commands], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert json.loads((tmp_path / "plan.json").read_text())["fixes"] == SEED
+    for node in fleet.nodes:
+        assert state_of(node) == {"dsv4-bf16-sizing": 2, "revert-hicache-index-k-sync": 3,
+                                  "prefill-hicache-off": 1}
+    assert run.stdout.count("'applied', 'applied', 'applied'") == len(fleet.nodes) or \
+        run.stdout.count('"applied",') >= len(fleet.nodes), run.stdout
