@@ -13,7 +13,7 @@ import pytest
 from patchkit.cache import cache_dir
 from tests.fixtures.fleet_hosts import ansible_env
 
-pytest_plugins: list[str] = ["tests.fixtures.sshd", "tests.fixtures.sglang"]
+pytest_plugins: list[str] = ["tests.fixtures.sshd", "tests.fixtures.sglang", "tests.fixtures.fleet"]
 
 REAL_HOME = os.environ.get("HOME", "")
 #: Where downloaded SGLang releases outlive a test session, as a user's do:
