@@ -16,7 +16,8 @@ from tests.fixtures.fleet import FLEET_SIZE, FleetTargets
 pytestmark = [pytest.mark.ssh, pytest.mark.network]
 
 
-def adhoc(fleet: FleetTargets, inventory: Path, tree: Path, *args: str) -> dict[str, dict[str, Any]]:
+def adhoc(fleet: FleetTargets, inventory: Path, tree: Path,
+          *args: str) -> dict[str, dict[str, Any]]:
     """Run ``ansible all`` and return each host's result (the tree callback's JSON files)."""
     proc = fleet.run("ansible", "all", "-i", str(inventory), "--tree", str(tree), *args)
     results = {p.name: json.loads(p.read_text()) for p in tree.iterdir()} if tree.exists() else {}
