@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from patchkit.cache import cache_dir
+from tests.fixtures.fleet_hosts import ansible_env
 
-pytest_plugins: list[str] = ["tests.fixtures.sshd", "tests.fixtures.sglang"]
+pytest_plugins: list[str] = ["tests.fixtures.sshd", "tests.fixtures.sglang", "tests.fixtures.fleet"]
 
 REAL_HOME = os.environ.get("HOME", "")
 #: Where downloaded SGLang releases outlive a test session, as a user's do:
@@ -24,7 +25,9 @@ RELEASE_STORE = Path(os.environ.get("PATCHKIT_TEST_CACHE") or cache_dir() / "ups
 def hermetic_seal(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """No user or system git config, fixed identities and dates, no editor, a private HOME
     and a private cache directory (no PATCHKIT_CACHE_DIR, XDG_CACHE_HOME or PATCHKIT_UPSTREAM
-    of the user's); real releases come from :data:`RELEASE_STORE` through the fixtures."""
+    of the user's); real releases come from :data:`RELEASE_STORE` through the fixtures.
+    Ansible reads no ``ANSIBLE_*`` variable, ansible.cfg or ``~/.ansible`` of the user's: its
+    home, temporary directories (local and on hosts) and config are in the private HOME."""
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
@@ -43,6 +46,10 @@ def hermetic_seal(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     monkeypatch.delenv("PATCHKIT_FAULT", raising=False)
     monkeypatch.delenv("PATCHKIT_DEBUG", raising=False)
     (home / ".gitconfig").write_text("[init]\n\tdefaultBranch = main\n")
+    for name in [n for n in os.environ if n.startswith("ANSIBLE_")]:
+        monkeypatch.delenv(name)
+    for name, value in ansible_env(home).items():
+        monkeypatch.setenv(name, value)
 
 
 @pytest.fixture(scope="session")

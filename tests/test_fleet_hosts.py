@@ -1,0 +1,74 @@
+"""The test fleet itself: real ansible-core reaches each of four loopback hosts through that
+host's own sshd, reports a host where nothing listens and a host taken down mid-test as
+unreachable, and finds on every host its own copy of the demo fork."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures.fleet import FLEET_SIZE, FleetTargets
+
+pytestmark = [pytest.mark.ssh, pytest.mark.network]
+
+
+def adhoc(fleet: FleetTargets, inventory: Path, tree: Path,
+          *args: str) -> dict[str, dict[str, Any]]:
+    """Run ``ansible all`` and return each host's result (the tree callback's JSON files)."""
+    proc = fleet.run("ansible", "all", "-i", str(inventory), "--tree", str(tree), *args)
+    results = {p.name: json.loads(p.read_text()) for p in tree.iterdir()} if tree.exists() else {}
+    # 0: all ok; 4: some host unreachable (ansible's exit codes)
+    expected = 4 if any(r.get("unreachable") for r in results.values()) else 0
+    assert proc.returncode == expected, proc.stdout + proc.stderr
+    return results
+
+
+def test_ping_reaches_each_host_through_its_own_sshd_and_reports_the_unreachable_ones(
+        fleet: FleetTargets, tmp_path: Path) -> None:
+    names = [f"h{i}" for i in range(1, FLEET_SIZE + 1)]
+    assert [n.name for n in fleet.nodes] == names
+    ports = {n.host.port for n in fleet.nodes}
+    assert len(ports) == FLEET_SIZE  # each its own sshd
+    inventory = fleet.write_inventory(tmp_path / "with-h5.yml", unreachable=["h5"])
+    before = {n.name: n.host.server.accepted() for n in fleet.nodes}
+
+    results = adhoc(fleet, inventory, tmp_path / "ping", "-m", "ansible.builtin.ping")
+    assert sorted(results) == names + ["h5"]
+    for name in names:
+        assert results[name].get("ping") == "pong", results[name]
+        assert fleet.node(name).host.server.accepted() > before[name], name
+    assert results["h5"]["unreachable"] is True
+    assert "Connection refused" in results["h5"]["msg"]
+
+    # h3 goes down mid-test: it is unreachable, the others are not, and no connection reached
+    # its sshd any more.
+    fleet.servers.stop("h3")
+    assert not fleet.servers.running("h3")
+    accepted_h3 = fleet.node("h3").host.server.accepted()
+    results = adhoc(fleet, fleet.inventory, tmp_path / "ping-again", "-m", "ansible.builtin.ping")
+    assert results["h3"]["unreachable"] is True
+    assert [n for n in names if results[n].get("ping") == "pong"] == ["h1", "h2", "h4"]
+    assert fleet.node("h3").host.server.accepted() == accepted_h3
+
+
+def test_each_host_has_its_own_copy_of_the_fork(fleet: FleetTargets, tmp_path: Path) -> None:
+    # Runs after a test that stopped h3: the fixture brought it back.
+    assert all(fleet.servers.running(n.name) for n in fleet.nodes)
+    results = adhoc(fleet, fleet.inventory, tmp_path / "log", "-m", "ansible.builtin.command",
+                    "-a", "git -C {{ patchkit_target }} log --oneline -1")
+    assert sorted(results) == [n.name for n in fleet.nodes]
+    local = subprocess.run(["git", "log", "--oneline", "-1"], cwd=fleet.fork.sglang, check=True,
+                           capture_output=True, text=True).stdout.strip()
+    assert local.startswith(fleet.fork.later[:7])
+    targets = set()
+    for node in fleet.nodes:
+        result = results[node.name]
+        assert result["rc"] == 0 and result["stdout"] == local, result
+        assert result["cmd"] == ["git", "-C", str(node.sglang), "log", "--oneline", "-1"]
+        assert node.sglang.is_relative_to(node.workdir) and node.sglang != fleet.fork.sglang
+        targets.add(node.sglang)
+    assert len(targets) == FLEET_SIZE
