@@ -24,13 +24,16 @@ HOST_POOL = "python/sglang/srt/mem_cache/memory_pool_host.py"
 
 
 def snapshot(node) -> dict[str, str]:
-    """Every file of the host's two trees that git sees changed or untracked, with its digest,
-    plus the engine's state: equal snapshots mean nothing was written."""
+    """Every file of the host's two trees that git sees changed or untracked, with its digest
+    (the engine's own `.patchkit/` aside: state_of reads it): equal snapshots mean the trees'
+    files are as they were."""
     seen = {}
     for root in (node.sglang, node.serve):
         out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--ignored"],
                              cwd=root, capture_output=True, text=True, check=True).stdout
         for line in out.splitlines():
+            if line[3:].startswith(".patchkit/"):
+                continue
             path = root / line[3:]
             seen[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else line[:2]
         for name in (SIZING, HOST_POOL, "serve_dsv4_prefill.sh"):
