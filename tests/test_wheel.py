@@ -47,6 +47,9 @@ def test_a_wheel_install_lists_and_demos_the_shipped_catalog_from_anywhere(
     for path in [*(REPO / "manifests").glob("*.toml"), *(REPO / "patches").rglob("*")]:
         if path.is_file() and "__pycache__" not in path.parts:
             assert f"patchkit/_catalog/{path.relative_to(REPO).as_posix()}" in names
+    for path in (REPO / "patchkit" / "fleet" / "collection").rglob("*"):  # the Ansible collection
+        if path.is_file() and "__pycache__" not in path.parts:
+            assert path.relative_to(REPO).as_posix() in names
     assert not any(n.endswith(".pyc") for n in names)
 
     venv = tmp_path / "venv"
@@ -63,6 +66,9 @@ def test_a_wheel_install_lists_and_demos_the_shipped_catalog_from_anywhere(
     assert str(venv) in where.stdout, where.stdout + where.stderr
 
     patchkit = str(venv / "bin" / "patchkit")
+    collections = Path(sh(patchkit, "plan", "--collections-path", cwd=nowhere, env=env).stdout.strip())
+    assert str(venv) in str(collections)
+    assert (collections / "ansible_collections/patchkit/fleet/meta/runtime.yml").is_file()
     listed = sh(patchkit, "list", "--all", "--json", cwd=nowhere, env=env)
     assert listed.returncode == 0, listed.stderr
     assert [f["name"] for f in json.loads(listed.stdout)] == Catalog(REPO).names()

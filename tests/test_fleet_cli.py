@@ -1,0 +1,95 @@
+"""Bad fleet input is refused before Ansible touches any host: a clear message naming what to
+fix, a usage exit (docs/fleet.md). Runs the real ansible-inventory; no host is contacted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from patchkit.fleet import parse_waves, split_waves
+from patchkit.errors import UsageError
+
+BIN = Path(sys.executable).parent
+SEED = ["dsv4-bf16-sizing", "revert-hicache-index-k-sync", "prefill-hicache-off"]
+
+needs_ansible = pytest.mark.skipif(not (BIN / "ansible-inventory").exists(),
+                                   reason="ansible-core not installed (the fleet extra)")
+
+
+def pk(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / "patchkit"), *args], capture_output=True, text=True, cwd=cwd)
+
+
+def inventory(tmp_path: Path, hosts: dict) -> Path:
+    path = tmp_path / "inventory.yml"
+    path.write_text(json.dumps({"all": {"hosts": hosts}}))
+    return path
+
+
+def test_waves_split_like_ansible_serial() -> None:
+    hosts = [f"h{i}" for i in range(1, 11)]
+    assert split_waves(hosts, parse_waves("1,25%,100%")) == [["h1"], hosts[1:4], hosts[4:]]
+    assert split_waves(hosts, parse_waves("3")) == [hosts[0:3], hosts[3:6], hosts[6:9], hosts[9:]]
+    assert split_waves(hosts[:1], parse_waves("1,25%")) == [["h1"]]
+    for bad in ("0", "x", "150%", "", "1,,"):
+        if bad == "1,,":
+            assert parse_waves(bad) == ("1",)
+            continue
+        with pytest.raises(UsageError, match="--waves"):
+            parse_waves(bad)
+
+
+def test_fleet_options_need_an_inventory_and_exclude_a_target(tmp_path: Path) -> None:
+    run = pk("apply", *SEED, "--waves", "1,100%", "--target", str(tmp_path))
+    assert run.returncode == 2 and "--waves work on a fleet: add --inventory" in run.stderr
+    run = pk("apply", *SEED, "--inventory", str(tmp_path / "inv.yml"), "--target", str(tmp_path))
+    assert run.returncode == 2 and "--inventory and --target/--root both name where to run" in run.stderr
+
+
+@needs_ansible
+def test_a_missing_inventory_is_named(tmp_path: Path) -> None:
+    run = pk("apply", *SEED, "--inventory", str(tmp_path / "nowhere.yml"))
+    assert run.returncode == 2, run.stderr
+    assert "nowhere.yml" in run.stderr and "inventory" in run.stderr
+
+
+@needs_ansible
+def test_a_host_without_patchkit_target_is_named(tmp_path: Path) -> None:
+    inv = inventory(tmp_path, {"prefill-1": {"ansible_host": "127.0.0.1", "ansible_port": 1}})
+    run = pk("status", "--inventory", str(inv))
+    assert run.returncode == 2, run.stderr
+    assert "host prefill-1" in run.stderr and "patchkit_target" in run.stderr
+
+
+@needs_ansible
+def test_a_host_lacking_a_fixs_root_is_refused_before_any_host_is_contacted(tmp_path: Path) -> None:
+    inv = inventory(tmp_path, {"prefill-1": {"ansible_host": "127.0.0.1", "ansible_port": 1,
+                                             "patchkit_target": str(tmp_path / "sglang")}})
+    run = pk("apply", *SEED, "--inventory", str(inv))
+    assert run.returncode == 2, run.stderr
+    assert "prefill-hicache-off" in run.stderr and "serve" in run.stderr and "prefill-1" in run.stderr
+
+
+@needs_ansible
+def test_a_limit_matching_no_host_is_refused(tmp_path: Path) -> None:
+    inv = inventory(tmp_path, {"prefill-1": {"patchkit_target": "/srv/sglang"}})
+    run = pk("status", "--inventory", str(inv), "--limit", "decode-*")
+    assert run.returncode == 2, run.stderr
+    assert "no hosts" in run.stderr and "decode-*" in run.stderr
+
+
+def test_plan_writes_a_request_without_roots_and_the_collections_path() -> None:
+    run = pk("plan", *SEED, "--json")
+    assert run.returncode == 0, run.stderr
+    plan = json.loads(run.stdout)
+    assert plan["fixes"] == SEED and plan["op"] == "apply"
+    assert plan["request"]["roots"] == {}  # each host gives its own
+    assert [f["name"] for f in plan["request"]["fixes"]] == SEED
+    path = pk("plan", "--collections-path").stdout.strip()
+    assert (Path(path) / "ansible_collections" / "patchkit" / "fleet" / "plugins" / "modules"
+            / "engine.py").is_file()
+    assert pk("plan", "no-such-fix", "--json").returncode == 2
