@@ -479,3 +479,34 @@ def test_without_tomllib_tomlkit_reads_the_same_fix(monkeypatch: pytest.MonkeyPa
     with_tomllib = load_manifest(path)
     monkeypatch.setattr(reader, "tomllib", None)
     assert load_manifest(path) == with_tomllib
+
+
+def test_author_upstream_references_and_kept_headers_load(tmp_path: Path) -> None:
+    catalog = tmp_path / "catalog"
+    shutil.copytree(CATALOG, catalog)
+    path = catalog / "manifests" / "pool-guard.toml"
+    text = path.read_text().replace("[upstream]\n", '[upstream]\nbug = "https://bugs.example/1"\n'
+                                    'origin = "vendor"\napplied = "0.5.24"\n', 1)
+    path.write_text('author = "Ada Lovelace <ada@example.org>"\n' + text.replace(
+        "format = 1\n", "format = 1\n", 1) + '\n[headers]\nBug-Debian = "https://bugs.debian.org/1"\n'
+        'Reviewed-by = ["A <a@example.org>", "B <b@example.org>"]\n')
+    fix = load_manifest(path)
+    assert fix.author == "Ada Lovelace <ada@example.org>"
+    assert (fix.upstream.bug, fix.upstream.origin, fix.upstream.applied) == (
+        "https://bugs.example/1", "vendor", "0.5.24")
+    assert fix.headers == (("Bug-Debian", "https://bugs.debian.org/1"),
+                           ("Reviewed-by", "A <a@example.org>"), ("Reviewed-by", "B <b@example.org>"))
+    assert fix.to_json()["headers"][1] == ["Reviewed-by", "A <a@example.org>"]
+
+
+@pytest.mark.parametrize("line, key", [('author = "nobody"', "author"),
+                                       ('headers = {"Bad Header" = "x"}', "headers.Bad Header"),
+                                       ('headers = {Reviewed-by = 3}', "headers.Reviewed-by")])
+def test_a_bad_author_or_header_is_named(tmp_path: Path, line: str, key: str) -> None:
+    catalog = tmp_path / "catalog"
+    shutil.copytree(CATALOG, catalog)
+    path = catalog / "manifests" / "pool-guard.toml"
+    path.write_text(line + "\n" + path.read_text())
+    with pytest.raises(ManifestError) as err:
+        load_manifest(path)
+    assert str(path) in str(err.value) and key in str(err.value)

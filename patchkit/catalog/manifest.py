@@ -49,10 +49,14 @@ DATE_RE = re.compile(r"\d{4}-\d{2}-\d{2}\Z")
 
 TOP_KEYS = ("format", "name", "version", "title", "status", "rationale", "depends_on",
             "supersedes", "reverts", "upstream", "patches", "preconditions", "verification",
-            "actions", "rollback", "changelog", "revert", "allow_special_modes")
+            "actions", "rollback", "changelog", "revert", "allow_special_modes", "author",
+            "headers")
 TOP_REQUIRED = ("format", "name", "version", "title", "status", "rationale", "upstream")
 REVERT_KEYS = ("commit", "fix", "paths", "root")
-UPSTREAM_KEYS = ("project", "base_release", "releases", "root", "forwarding", "reference")
+UPSTREAM_KEYS = ("project", "base_release", "releases", "root", "forwarding", "reference", "bug",
+                 "origin", "applied")
+AUTHOR_RE = re.compile(r"[^<>\n]*\S <[^<>\s@]+@[^<>\s@]+>\Z")
+HEADER_RE = re.compile(r"[A-Za-z][A-Za-z0-9-]*\Z")
 PATCH_KEYS = ("file", "root", "description")
 CHANGELOG_KEYS = ("version", "date", "base_release", "summary")
 
@@ -114,7 +118,35 @@ def build_fix(ctx: Ctx, data: Mapping[str, Any], patch_dir: Path) -> Fix:
                actions=_build_actions(ctx, data), rollback=_build_rollback(ctx, data),
                changelog=_build_changelog(ctx, data, version), depends_on=depends_on,
                supersedes=supersedes, reverts=reverts, revert=revert,
-               allow_special_modes=typed(ctx, data, "", "allow_special_modes", bool, False))
+               allow_special_modes=typed(ctx, data, "", "allow_special_modes", bool, False),
+               author=_author(ctx, data), headers=_headers(ctx, data))
+
+
+def _author(ctx: Ctx, data: Mapping[str, Any]) -> str:
+    author = string(ctx, data, "", "author", "")
+    if author and not AUTHOR_RE.match(author):
+        raise ctx.fail("author", f"'{author}' is not of the form 'Name <email>'",
+                       "Write it as git does, e.g. author = \"Ada Lovelace <ada@example.org>\"")
+    return author
+
+
+def _headers(ctx: Ctx, data: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """``[headers]``: patch headers patchkit has no field for (DEP-3's Reviewed-by, Bug-Debian,
+    ...), kept as they came so an export writes them back."""
+    if "headers" not in data:
+        return ()
+    table = typed(ctx, data, "", "headers", dict)
+    out = []
+    for key, value in table.items():
+        if not HEADER_RE.match(key):
+            raise ctx.fail(f"headers.{key}", f"'{key}' is not a patch header name",
+                           "Use letters, digits and '-', e.g. Reviewed-by")
+        values = value if isinstance(value, list) else [value]
+        if not values or not all(isinstance(v, str) for v in values):
+            raise ctx.fail(f"headers.{key}", "a header's value must be a string, or a list of "
+                           "strings for a header given more than once", "Quote it")
+        out += [(str(key), v) for v in values]
+    return tuple(out)
 
 
 def _build_revert(ctx: Ctx, data: Mapping[str, Any], own: str, default_root: str) -> Revert | None:
@@ -166,7 +198,10 @@ def _build_upstream(ctx: Ctx, data: Mapping[str, Any]) -> Upstream:
                     root=root,
                     forwarding=choice(ctx, table, "upstream", "forwarding", FORWARDING_STATES,
                                       "not-forwarded"),
-                    reference=string(ctx, table, "upstream", "reference", ""))
+                    reference=string(ctx, table, "upstream", "reference", ""),
+                    bug=string(ctx, table, "upstream", "bug", ""),
+                    origin=string(ctx, table, "upstream", "origin", ""),
+                    applied=string(ctx, table, "upstream", "applied", ""))
 
 
 def _build_patches(ctx: Ctx, data: Mapping[str, Any], patch_dir: Path,

@@ -79,6 +79,9 @@ class Upstream:
     root: str = DEFAULT_ROOT
     forwarding: str = "not-forwarded"
     reference: str = ""
+    bug: str = ""  # the bug report (DEP-3 Bug)
+    origin: str = ""  # where the change comes from (DEP-3 Origin), e.g. an upstream commit URL
+    applied: str = ""  # the upstream release (or commit) that contains it (DEP-3 Applied-Upstream)
 
 
 @dataclass(frozen=True)
@@ -197,6 +200,8 @@ class Fix:
     changelog: tuple[ChangelogEntry, ...] = ()
     revert: Revert | None = None
     allow_special_modes: bool = False  # files may be made setuid, setgid, sticky, o+w
+    author: str = ""  # "Name <email>": the From of an exported patch (docs/interop.md)
+    headers: tuple[tuple[str, str], ...] = ()  # other patch headers, in order (DEP-3 Reviewed-by)
 
     @property
     def is_inactive(self) -> bool:
@@ -231,6 +236,8 @@ class Fix:
             "allow_special_modes": self.allow_special_modes,
             "revert": None if self.revert is None else thaw(asdict(self.revert)),
             "changelog": [asdict(c) for c in self.changelog],
+            "author": self.author,
+            "headers": [list(h) for h in self.headers],
         }
 
     @property
