@@ -30,7 +30,8 @@ class Rebase:
         self.progress = progress or (lambda _w, _d, _t: None)
         self.sides = Sides(state)
         self.matches = UpstreamMatches(state.data["git_dir"], state.data["onto_rev"],
-                                       state.base_rev, lambda fix: state.backup / "patches" / fix.name)
+                                       state.base_rev,
+                                       lambda fix: state.backup / "patches" / fix.name)
 
     def rebase_fix(self, name: str, resumed: dict[str, str | None] | None = None) -> Computed:
         """One fix: its report, refreshed patch texts and stop (or None); ``resumed``: the
