@@ -162,6 +162,24 @@ def test_shipped_fixes_are_not_in_their_own_release(catalog_upstream: UpstreamRe
     assert (revert.verdict, revert.test) == ("contained", "reverse-apply")
 
 
+def test_a_revert_fix_is_contained_where_the_reverted_change_is_absent(
+        catalog_dir: Path, catalog_upstream: UpstreamRepo) -> None:
+    """No series of its own: the reverted fix's series, reversed, is what is tested."""
+    for name, reverted in (("undo-local", "local-edit"), ("undo-whole", "whole-change")):
+        (catalog_dir / "manifests" / f"{name}.toml").write_text(
+            f'format = 1\nname = "{name}"\nversion = 1\ntitle = "Revert {reverted}"\n'
+            f'status = "active"\nrationale = "Why."\n\n[upstream]\nbase_release = "0.5.21"\n'
+            f'releases = ["0.5.21"]\n\n[revert]\nfix = "{reverted}"\n')
+    catalog = Catalog(catalog_dir)
+    verdicts = {v.fix: v for v in check(catalog, ["undo-local", "undo-whole"], "0.5.23",
+                                        upstream=catalog_upstream)}
+    # 0.5.23 never had the local edit: nothing left to revert there
+    assert (verdicts["undo-local"].verdict, verdicts["undo-local"].test) == (
+        "contained", "reverse-apply")
+    # 0.5.23 took the whole change upstream: the revert is still needed there
+    assert verdicts["undo-whole"].verdict == "not-contained"
+
+
 def test_rebase_decides_a_contained_fix_as_check_does(made, catalog_dir: Path,
                                                        catalog_upstream: UpstreamRepo) -> None:
     catalog = Catalog(catalog_dir)
