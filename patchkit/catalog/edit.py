@@ -84,16 +84,22 @@ def new_manifest_text(name: str, title: str, base_release: str,
 
 def bump_manifest(path: Path | str, *, version: int, changelog_summary: str, date: str,
                   patches: list[tuple[str, str]] | None = None, base_release: str | None = None,
-                  releases: list[str] | None = None) -> None:
+                  releases: list[str] | None = None, status: str | None = None,
+                  applied: str | None = None) -> None:
     """Record a new version of the series in place, with a changelog entry for ``version``;
-    ``base_release`` without ``releases`` also resets an explicit ``releases`` to it."""
+    ``base_release`` without ``releases`` also resets an explicit ``releases`` to it;
+    ``status`` and ``applied`` (``[upstream] applied``) are set when given."""
     path = Path(path)
     ctx, doc, current = _open(path)
     if version <= current.version:
         raise ctx.fail("version", f"new version {version} is not above the current version "
                        f"{current.version}", f"Use version {current.version + 1}")
     doc["version"] = version
+    if status is not None:
+        doc["status"] = status
     upstream = doc["upstream"]
+    if applied is not None:
+        _set_in_table(upstream, "applied", applied)
     if base_release is not None:
         upstream["base_release"] = base_release
         if releases is None and "releases" in upstream:
@@ -114,6 +120,16 @@ def bump_manifest(path: Path | str, *, version: int, changelog_summary: str, dat
         aot[-1].add(tomlkit.nl())  # a blank line before the new [[changelog]], as above it
     aot.append(entry)
     _save(ctx, doc, current)
+
+
+def _set_in_table(table: Any, key: str, value: Any) -> None:
+    """Set ``key`` in a table; a new key goes after its last key, not after the comments and
+    blank lines that end the table (which introduce the next one)."""
+    keys = list(table.keys())
+    if key in table or not keys:
+        table[key] = value
+    else:
+        table.value._insert_after(keys[-1], key, value)
 
 
 def add_release(path: Path | str, release: str) -> bool:

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from . import render
+from ..errors import EXIT_CHECK_FAILED
 from ..upstream import UpstreamRepo
-from .common import json_option
+from .common import State, json_option, pass_state
+
+if TYPE_CHECKING:  # the check pulls in the catalog and the rebase: loaded when it runs
+    from ..contains import Verdict
 
 
 @click.group("upstream")
@@ -56,6 +61,69 @@ def checkout(version: str, dest: str, as_json: bool) -> int:
     else:
         render.stdout().print(f"SGLang {version} checked out at {path}")
     return 0
+
+
+@upstream.command("check")
+@click.argument("fixes", nargs=-1)
+@click.option("--release", "-r", required=True, metavar="VERSION",
+              help="The release to look in (from the release store: `patchkit upstream fetch`).")
+@click.option("--mark", is_flag=True, help="Record each contained active fix as status "
+              "\"upstreamed\" with [upstream] applied = VERSION, as a new version, committed.")
+@click.option("--dry-run", "-n", "dry_run", is_flag=True, help="With --mark: say what would be "
+              "recorded; write nothing.")
+@click.option("--no-commit", is_flag=True, help="With --mark: write the manifests, commit nothing.")
+@click.option("--exit-code", is_flag=True, help="Exit 1 when any fix is contained (for CI).")
+@json_option
+@pass_state
+def check(state: State, fixes: tuple[str, ...], release: str, mark: bool, dry_run: bool,
+          no_commit: bool, exit_code: bool, as_json: bool) -> int:
+    """Does release VERSION already contain each of FIXES (default: every fix; with --mark,
+    every fix of your catalog)? By patch-id, reverse-apply, or the fix's verification greps
+    (docs/upstream.md, "Is a fix upstream?")."""
+    from .. import contains as lib
+    from ..errors import UsageError
+
+    if (dry_run or no_commit) and not mark:
+        raise UsageError("--dry-run and --no-commit go with --mark (they say how to record)")
+    catalog = state.catalog()
+    if mark:
+        catalog.check_writable("mark fixes upstreamed")
+        if fixes:
+            catalog.check_own(fixes, "mark as upstreamed")
+    names = list(fixes) or (catalog.own_names() if mark else catalog.names())
+    with render.busy(f"checking {len(names)} fix(es) against SGLang {release}", quiet=as_json):
+        verdicts = lib.check(catalog, names, release)
+    marked = lib.mark(catalog, verdicts, commit=not no_commit, dry_run=dry_run) if mark else []
+    data = {"release": release, "fixes": [v.to_json() for v in verdicts],
+            **({"marked": [m.to_json() for m in marked], "dry_run": dry_run} if mark else {})}
+    width = max((len(v.fix) for v in verdicts), default=0)
+
+    def draw(out: object) -> None:
+        for v in verdicts:
+            render.line(out, [(v.fix.ljust(width) + "  ", "bold"), *_verdict(v)])
+        for m in marked:
+            what = (f"marked {m.fix} v{m.version}: status upstreamed, applied {release}"
+                    + (f" (commit {m.commit[:12]})" if m.commit else "")) if m.marked else \
+                f"{m.fix}: {m.detail}"
+            render.line(out, [(what, "")])
+        if mark and dry_run:
+            render.line(out, [("dry run: nothing was written", "dim")])
+
+    render.emit(as_json, data, draw)
+    if exit_code and any(v.contained for v in verdicts):
+        click.get_current_context().exit(EXIT_CHECK_FAILED)
+    return 0
+
+
+def _verdict(v: Verdict) -> list[tuple[str, str]]:
+    """The segments saying a fix's verdict: how it was decided, then the evidence."""
+    if v.verdict == "contained":
+        how = {"patch-id": f"patch-id {', '.join(c[:12] for c in v.commits)}",
+               "reverse-apply": "reverse-apply", "verification": "verification greps"}[v.test]
+        return [(f"contained by {how}", "green"), (f"  {v.detail}", "dim")]
+    if v.verdict == "not-applicable":
+        return [("not applicable", "yellow"), (f"  {v.detail}", "dim")]
+    return [("not contained", ""), (f"  {v.detail}", "dim")]
 
 
 COMMANDS = [upstream]

@@ -96,11 +96,48 @@ def anchors_gone(fix: Fix, tree: Tree) -> list[str]:
     return gone
 
 
+@dataclass(frozen=True)
+class Held:
+    """Why an upstream tree already holds a patch (or a series): the test that said so."""
+
+    test: str  # "patch-id" | "reverse-apply"
+    commit: str = ""  # patch-id: the upstream commit with the same patch-id
+    subject: str = ""
+
+    def detail(self, onto: str) -> str:
+        if self.test == "patch-id":
+            return (f"{onto} already holds this change: upstream commit {self.commit[:12]} "
+                    f"({self.subject}) has its patch-id")
+        return f"{onto} already holds this change (its reversed hunks apply)"
+
+
+def held_upstream(tree: Tree, chs: list[hunks.FileChange], found: tuple[str, str] | None
+                  ) -> Held | None:
+    """Whether ``tree`` (an upstream release or commit) already holds one patch, the decision
+    ``patchkit rebase`` and ``patchkit upstream check`` share: ``found`` (an upstream commit
+    with the patch's patch-id, :mod:`.matching`), else the hunks do not apply forward but their
+    reverse applies with zero fuzz. None: not held."""
+    if found:
+        return Held("patch-id", found[0], found[1])
+    paths = list(dict.fromkeys(c.path for c in chs))
+    try:
+        apply_all(tree.only(paths), chs)
+        return None  # it still applies: the change is not there
+    except ConflictError:
+        pass
+    try:
+        apply_all(tree.only(paths), [c.reversed() for c in reversed(chs)])
+    except ConflictError:
+        return None
+    return Held("reverse-apply")
+
+
 def classify(fix: Fix, file: str, chs: list[hunks.FileChange], tree: Tree,
              pre_old: dict[str, str | None], old_tree: Tree, onto: str
              ) -> tuple[PatchReport, dict[str, str | None], list[str]]:
-    """One patch on ``tree`` (the new upstream so far): its report, the files it leaves, the
-    paths in conflict. ``pre_old``/``old_tree``: the base side before/after the patch."""
+    """One patch on ``tree`` (the new upstream so far) that :func:`held_upstream` found not
+    held: its report, the files it leaves, the paths in conflict. ``pre_old``/``old_tree``:
+    the base side before/after the patch."""
     paths = tuple(dict.fromkeys(c.path for c in chs))
     trial = tree.only(paths)
     gone_elsewhere = anchors_gone(fix, tree)  # the tree before this patch, as apply checks it
@@ -116,12 +153,6 @@ def classify(fix: Fix, file: str, chs: list[hunks.FileChange], tree: Tree,
         return PatchReport(file, kind, detail, tuple(offsets), paths), trial.files, []
     except ConflictError as exc:
         first_failure = str(exc)
-    try:
-        apply_all(tree.only(paths), [c.reversed() for c in reversed(chs)])
-        return (PatchReport(file, "upstream", f"{onto} already holds this change (its "
-                            "reversed hunks apply)", (), paths), {p: tree.get(p) for p in paths}, [])
-    except ConflictError:
-        pass
     merged: dict[str, str | None] = {}
     conflicted: list[str] = []
     for path in paths:

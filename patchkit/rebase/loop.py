@@ -14,7 +14,7 @@ from ..catalog import edit
 from ..catalog.model import Fix
 from ..errors import ConflictError
 from .classify import CLEAN, PatchReport, Series, apply_all, changes, classify, \
-    patch_from_json, series_text
+    held_upstream, patch_from_json, series_text
 from .matching import UpstreamMatches
 from .sides import Sides, Skip, read_series, skip_reason
 from .state import FixReport, Progress, RebaseReport, RebaseState, fix_from_json, fix_report
@@ -29,7 +29,9 @@ class Rebase:
         self.state = state
         self.progress = progress or (lambda _w, _d, _t: None)
         self.sides = Sides(state)
-        self.matches = UpstreamMatches(state)
+        self.matches = UpstreamMatches(state.data["git_dir"], state.data["onto_rev"],
+                                       state.base_rev,
+                                       lambda fix: state.backup / "patches" / fix.name)
 
     def rebase_fix(self, name: str, resumed: dict[str, str | None] | None = None) -> Computed:
         """One fix: its report, refreshed patch texts and stop (or None); ``resumed``: the
@@ -68,12 +70,10 @@ class Rebase:
             if index < start:
                 continue
             self.progress(f"{name}: {file}", len(self.state.data["results"]), -1)
-            found = whole or per_patch.get(file)
-            if found:
-                reports.append(PatchReport(
-                    file, "upstream", f"{onto} already holds this change: upstream commit "
-                    f"{found[0][:12]} ({found[1]}) has its patch-id", (), tuple(pre_new),
-                    found[0]))
+            held = held_upstream(new_tree, chs, whole or per_patch.get(file))
+            if held:  # the decision `patchkit upstream check` makes too (patchkit.contains)
+                reports.append(PatchReport(file, "upstream", held.detail(onto), (),
+                                           tuple(pre_new), held.commit))
                 continue
             rep, merged, conflicted = classify(fix, file, chs, new_tree, pre_old, old_tree, onto)
             reports.append(rep)

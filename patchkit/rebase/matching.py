@@ -1,13 +1,15 @@
-"""Upstream commits that already hold a fix, found by ``git patch-id --stable``."""
+"""Upstream commits that already hold a fix, found by ``git patch-id --stable``: the first
+test of "does this release hold the fix" (:mod:`patchkit.contains`), for ``patchkit rebase``
+and ``patchkit upstream check`` alike."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from .. import gitrepo
 from ..catalog.model import Fix
 from .classify import Series, changes
-from .state import RebaseState
 
 #: (sha, subject) of the commit holding the whole series, or None and, per patch file, the
 #: commit holding that patch
@@ -18,18 +20,21 @@ class UpstreamMatches:
     """The upstream commits between each fix's base and the target holding its series or
     single patches; many fixes at once take one ``git log -p`` and one ``git patch-id``."""
 
-    def __init__(self, state: RebaseState) -> None:
-        self.state = state
+    def __init__(self, git_dir: Path | str, onto_rev: str, base_rev: Callable[[Fix], str],
+                 patch_dir: Callable[[Fix], Path] | None = None) -> None:
+        """Commits of ``base_rev(fix)..onto_rev`` in ``git_dir``; ``patch_dir``: where a fix's
+        series files are named from in parse errors (default: the fix's own directory)."""
+        self.git_dir, self.onto_rev, self.base_rev = git_dir, onto_rev, base_rev
+        self.patch_dir = patch_dir or (lambda fix: fix.patch_dir)
         self._logs: dict[tuple[str, ...], list[tuple[str, str, dict[str, str]]]] = {}
         self._found: dict[str, Match] = {}
 
     def _candidates(self, fix: Fix, paths: list[str], every: list[str]
                     ) -> list[tuple[str, str, str]]:
         """(sha, subject, its diff of the fix's files) of the commits touching them."""
-        key = (self.state.base_rev(fix), *every)
+        key = (self.base_rev(fix), *every)
         if key not in self._logs:
-            self._logs[key] = gitrepo.commit_diffs(self.state.data["git_dir"], key[0],
-                                                   self.state.data["onto_rev"], every)
+            self._logs[key] = gitrepo.commit_diffs(self.git_dir, key[0], self.onto_rev, every)
         commits = [(sha, subject, "".join(d for p, d in sorted(files.items()) if p in paths))
                    for sha, subject, files in self._logs[key]]
         return [c for c in commits if c[2]]
@@ -37,7 +42,7 @@ class UpstreamMatches:
     def match(self, fixes: Sequence[tuple[Fix, Series]]) -> None:
         """Find the commits of each (fix, old series): by the series' patch-id, else each patch's."""
         files = {fix.name: sorted({c.path for _f, chs in changes(
-            fix, old, self.state.backup / "patches" / fix.name) for c in chs})
+            fix, old, self.patch_dir(fix)) for c in chs})
             for fix, old in fixes}
         every = sorted({p for paths in files.values() for p in paths})
         asked: list[str] = []

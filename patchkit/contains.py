@@ -1,0 +1,250 @@
+"""Does an SGLang release already contain a fix? (``patchkit upstream check``, docs/upstream.md
+"Is a fix upstream?"). Three tests, in order; the first two are the per-patch decision
+``patchkit rebase`` makes too (:func:`patchkit.rebase.classify.held_upstream`):
+
+1. patch-id: an upstream commit between the fix's base release and the release has the
+   ``git patch-id --stable`` of the fix's series, or of each of its patches;
+2. reverse-apply: each patch's hunks do not apply to the release but their reverse does, with
+   zero fuzz (the change is there, whoever committed it);
+3. verification greps: the fix's own ``grep`` verification checks on the release's root all
+   pass on the release and not all on the fix's base (so they tell the change apart).
+
+A revert fix (``[revert]``) is contained when the release no longer has the reverted change:
+its own series (the reverse of that change) is tested, else the reverted fix's series
+reversed."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from . import gitrepo
+from .catalog import Catalog
+from .catalog.model import Check, Fix
+from .engine import hunks
+from .rebase.classify import Held, Series, Tree, changes, held_upstream
+from .rebase.matching import UpstreamMatches
+from .rebase.sides import read_series
+from .upstream import UpstreamRepo
+
+__all__ = ["CONTAINED", "NOT_APPLICABLE", "NOT_CONTAINED", "Verdict", "check", "contains"]
+
+CONTAINED, NOT_CONTAINED, NOT_APPLICABLE = "contained", "not-contained", "not-applicable"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What one release says of one fix, and the evidence."""
+
+    fix: str
+    release: str
+    verdict: str  # contained | not-contained | not-applicable
+    test: str = ""  # contained: patch-id | reverse-apply | verification
+    detail: str = ""
+    commits: tuple[str, ...] = ()  # patch-id: the upstream commits holding the series
+    files: tuple[str, ...] = ()  # the files the deciding test read
+
+    @property
+    def contained(self) -> bool:
+        return self.verdict == CONTAINED
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "commits": list(self.commits), "files": list(self.files)}
+
+
+@dataclass
+class _Subject:
+    """A fix as tested: the series whose presence means "contained"."""
+
+    fix: Fix
+    texts: Series  # for patch-id; empty when the series is computed (a revert of a fix)
+    patches: list[tuple[str, list[hunks.FileChange]]]
+
+
+def contains(catalog: Catalog, fix: str | Fix, release: str, *,
+             upstream: UpstreamRepo | None = None) -> Verdict:
+    """Whether ``release`` (from the release store, ``upstream``) already contains ``fix``."""
+    return check(catalog, [fix], release, upstream=upstream)[0]
+
+
+def check(catalog: Catalog, fixes: Sequence[str | Fix], release: str, *,
+          upstream: UpstreamRepo | None = None) -> list[Verdict]:
+    """:func:`contains` for several fixes at once (one ``git log`` for all their patch-ids).
+    An unknown fix, or a release (the release or a fix's base) not in the release store, is a
+    UsageError naming how to fetch it, raised before anything is tested."""
+    repo = upstream or UpstreamRepo()
+    found = [f if isinstance(f, Fix) else catalog.get(f) for f in fixes]
+    onto = repo.release(release)
+    verdicts: dict[str, Verdict] = {}
+    subjects: list[_Subject] = []
+    for fix in found:
+        why = _not_applicable(fix)
+        if why:
+            verdicts[fix.name] = Verdict(fix.name, release, NOT_APPLICABLE, detail=why)
+            continue
+        repo.release(fix.upstream.base_release)  # a base not fetched: the same clear error
+        subjects.append(_subject(catalog, fix))
+    blobs = gitrepo.Blobs(repo.git_dir)
+    try:
+        matches = UpstreamMatches(repo.git_dir, onto.commit,
+                                  lambda fix: f"v{fix.upstream.base_release}")
+        matches.match([(s.fix, s.texts) for s in subjects if s.texts])
+        for s in subjects:
+            verdicts[s.fix.name] = _decide(s, matches, Tree(blobs, onto.commit), blobs, release)
+    finally:
+        blobs.close()
+    return [verdicts[f.name] for f in found]
+
+
+def _not_applicable(fix: Fix) -> str:
+    """Why a release cannot tell whether it holds ``fix`` ("" when it can)."""
+    root = fix.upstream.root
+    if fix.upstream.project != "sglang":
+        return f"not an SGLang fix (upstream.project = {fix.upstream.project!r})"
+    other = sorted({p.root for p in fix.patches if p.root != root})
+    if other:
+        return f"targets another root ({', '.join(other)}), not the SGLang release"
+    if fix.revert is not None and (fix.revert.root or root) != root:
+        return f"reverts a commit of another root ({fix.revert.root})"
+    return ""
+
+
+def _subject(catalog: Catalog, fix: Fix) -> _Subject:
+    if fix.patches:
+        texts = read_series(fix)
+        return _Subject(fix, texts, changes(fix, texts, fix.patch_dir))
+    if fix.revert is not None and fix.revert.fix:  # the reverted fix's series, reversed
+        gone = catalog.get(fix.revert.fix)
+        chs = [c for _f, cs in changes(gone, read_series(gone), gone.patch_dir) for c in cs]
+        wanted = set(fix.revert.paths)
+        undo = [c.reversed() for c in reversed(chs) if not wanted or c.path in wanted]
+        return _Subject(fix, [], [(f"reverse of {gone.name}", undo)] if undo else [])
+    return _Subject(fix, [], [])
+
+
+def _decide(s: _Subject, matches: UpstreamMatches, tree: Tree, blobs: gitrepo.Blobs,
+            release: str) -> Verdict:
+    fix = s.fix
+    if s.patches:
+        whole, per_patch = matches.of(fix, s.texts) if s.texts else (None, {})
+        held: list[tuple[Held, list[str]]] = []
+        missing = ""
+        for file, chs in s.patches:
+            h = held_upstream(tree, chs, whole or per_patch.get(file))
+            if h is None:
+                missing = file
+                break
+            held.append((h, [c.path for c in chs]))
+        else:
+            files = tuple(dict.fromkeys(p for _h, paths in held for p in paths))
+            commits = tuple(dict.fromkeys(h.commit for h, _p in held if h.commit))
+            if all(h.test == "patch-id" for h, _p in held):
+                subjects = dict.fromkeys(h.subject for h, _p in held)
+                return Verdict(fix.name, release, CONTAINED, "patch-id",
+                               f"upstream commit {', '.join(c[:12] for c in commits)} "
+                               f"({'; '.join(subjects)}) has its patch-id", commits, files)
+            return Verdict(fix.name, release, CONTAINED, "reverse-apply",
+                           f"its reversed hunks apply to {release} with zero fuzz"
+                           + (f" (patch-id: upstream commit {', '.join(c[:12] for c in commits)})"
+                              if commits else ""), commits, files)
+    greps = [c for c in fix.verification if c.kind == "grep"
+             and (c.get("root") or fix.upstream.root) == fix.upstream.root]
+    if greps:
+        onto_ok = all(_grep_holds(c, tree.get(c.get("path"))) for c in greps)
+        base = Tree(blobs, f"v{fix.upstream.base_release}")
+        base_ok = all(_grep_holds(c, base.get(c.get("path"))) for c in greps)
+        files = tuple(dict.fromkeys(str(c.get("path")) for c in greps))
+        if onto_ok and not base_ok:
+            return Verdict(fix.name, release, CONTAINED, "verification",
+                           f"its {len(greps)} verification grep(s) pass on {release} and not "
+                           f"on its base {fix.upstream.base_release}", (), files)
+    if not s.patches:
+        why = "no series to compare (a revert of a commit named by id)" if fix.revert else \
+            "no patch series"
+        return Verdict(fix.name, release, NOT_CONTAINED,
+                       detail=why + (", and its verification greps do not tell" if greps else ""))
+    return Verdict(fix.name, release, NOT_CONTAINED,
+                   detail=f"{missing}: no upstream commit has its patch-id and its reversed "
+                   "hunks do not apply" + ("; its verification greps do not tell" if greps
+                                           else "; no grep verification to ask"))
+
+
+def _grep_holds(check_: Check, text: str | None) -> bool:
+    """A grep check's verdict on a file's text, as the engine decides it."""
+    if text is None:
+        return False
+    pattern = str(check_.get("pattern"))
+    regex = None
+    if check_.get("regex"):
+        with contextlib.suppress(re.error):
+            regex = re.compile(pattern)
+        if regex is None:
+            return False
+    hits = sum(1 for line in text.split("\n")
+               if (regex.search(line) if regex is not None else pattern in line))
+    if check_.get("count") is not None:
+        return hits == int(check_.get("count"))
+    return (hits > 0) == bool(check_.get("present", True))
+
+
+@dataclass(frozen=True)
+class Marked:
+    """What ``--mark`` did (or would do) with one contained fix."""
+
+    fix: str
+    version: int  # the new version; the current one when not marked
+    marked: bool
+    detail: str
+    commit: str | None = None  # the catalog commit recording it
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def mark(catalog: Catalog, verdicts: Sequence[Verdict], *, date: str | None = None,
+         commit: bool = True, dry_run: bool = False) -> list[Marked]:
+    """Record each contained, active fix as ``status = "upstreamed"`` with ``[upstream]
+    applied = "<release>"``, as a new version (changelog "Upstreamed in <release> ...") and,
+    in a catalog in git, one commit per fix, as other authoring edits. Fixes are checked
+    (writable catalog, the user's own) before anything is written."""
+    import datetime as _dt
+
+    from .authoring import _commit
+    from .catalog import edit
+
+    todo = [v for v in verdicts if v.contained]
+    if not todo:
+        return []
+    catalog.check_writable("mark fixes upstreamed")
+    catalog.check_own([v.fix for v in todo], "mark as upstreamed")
+    day = date or _dt.date.today().isoformat()
+    done = []
+    for v in todo:
+        fix = catalog.get(v.fix)
+        if fix.status != "active":
+            done.append(Marked(fix.name, fix.version, False, f"status is {fix.status}: not "
+                               "marked (only active fixes are)"))
+            continue
+        summary = f"Upstreamed in {v.release} ({_evidence(v)})."
+        if dry_run:
+            done.append(Marked(fix.name, fix.version + 1, False, f"would be v{fix.version + 1}: "
+                               + summary))
+            continue
+        edit.bump_manifest(fix.manifest_path, version=fix.version + 1, changelog_summary=summary,
+                           date=day, status="upstreamed", applied=v.release)
+        catalog._fixes.pop(fix.name, None)
+        sha = _commit(catalog, fix.name, f"{fix.name} v{fix.version + 1}: {summary}\n\nRecorded "
+                      "by `patchkit upstream check --mark`.\n") if commit else None
+        done.append(Marked(fix.name, fix.version + 1, True, summary, sha))
+    return done
+
+
+def _evidence(v: Verdict) -> str:
+    if v.test == "patch-id":
+        return f"patch-id of upstream commit {', '.join(c[:12] for c in v.commits)}"
+    if v.test == "reverse-apply":
+        return "its reversed hunks apply"
+    return "its verification greps pass"

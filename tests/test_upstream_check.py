@@ -1,0 +1,276 @@
+"""`patchkit upstream check`: does a real SGLang release already contain a fix?
+
+Fixes are made from the real drift between 0.5.21 and 0.5.23 (``catalog_upstream``): a
+file's whole upstream change (its patch-id is that of the v0.5.23 commit), the same change
+with more context lines (another patch-id; its reversed hunks apply to 0.5.23), a change
+0.5.23 holds but in another form (only its verification grep tells), and a local edit
+0.5.23 does not have. The shipped catalog is checked too, and `patchkit rebase` must decide
+the contained fixes as `upstream check` does.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from patchkit import rebase
+from patchkit.catalog import Catalog
+from patchkit.catalog.edit import new_manifest_text
+from patchkit.catalog.series import diff_files
+from patchkit.contains import check, contains
+from patchkit.errors import EXIT_USAGE
+from patchkit.upstream import UpstreamRepo
+
+pytestmark = pytest.mark.network
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _git(git_dir: Path, *args: str) -> str:
+    return subprocess.run(["git", "--git-dir", str(git_dir), *args], check=True,
+                          capture_output=True, text=True).stdout
+
+
+def _blob(git_dir: Path, rev: str, path: str) -> bytes:
+    return subprocess.run(["git", "--git-dir", str(git_dir), "cat-file", "blob", f"{rev}:{path}"],
+                          check=True, capture_output=True).stdout
+
+
+def _write(cat: Path, name: str, base: str, patch: str, extra: str = "") -> None:
+    (cat / "patches" / name).mkdir(parents=True)
+    (cat / "patches" / name / f"0001-{name}.patch").write_text(patch)
+    text = new_manifest_text(name, f"{name} title", base, [(f"0001-{name}.patch", "sglang")],
+                             "A fix on a real release.", date="2026-11-01")
+    (cat / "manifests").mkdir(exist_ok=True)
+    (cat / "manifests" / f"{name}.toml").write_text(text + extra)
+
+
+def _modified(git_dir: Path) -> list[tuple[int, int, str]]:
+    """(lines changed, lines removed, path) of the .py files 0.5.23 modified, smallest first."""
+    found = []
+    for line in _git(git_dir, "diff", "--numstat", "--diff-filter=M", "v0.5.21", "v0.5.23",
+                     "--", "python/sglang/srt").splitlines():
+        added, removed, path = line.split("\t")
+        if path.endswith(".py") and added != "-":
+            found.append((int(added) + int(removed), int(removed), path))
+    return sorted(found)
+
+
+def _new_line(git_dir: Path, path: str) -> str | None:
+    """A line of ``path`` in 0.5.23 that 0.5.21's file does not have anywhere."""
+    old = _blob(git_dir, "v0.5.21", path).decode()
+    for line in _blob(git_dir, "v0.5.23", path).decode().splitlines():
+        text = line.strip()
+        if len(text) > 12 and text not in old:
+            return text
+    return None
+
+
+@pytest.fixture(scope="module")
+def made(catalog_upstream: UpstreamRepo, tmp_path_factory: pytest.TempPathFactory):
+    """A git catalog of four fixes on 0.5.21 and the files each one changes."""
+    git_dir = Path(catalog_upstream.git_dir)
+    cat = tmp_path_factory.mktemp("upcheck") / "catalog"
+    modified = _modified(git_dir)
+    whole, wider, other = (m[2] for m in modified[:3])
+    _write(cat, "whole-change", "0.5.21", diff_files(
+        _blob(git_dir, "v0.5.21", whole), _blob(git_dir, "v0.5.23", whole), whole))
+    _write(cat, "wider-context", "0.5.21",
+           _git(git_dir, "diff", "-U7", "v0.5.21", "v0.5.23", "--", wider))
+    reshaped, added = next((p, line) for _n, removed, p in modified[3:]
+                           if removed > 0 and (line := _new_line(git_dir, p)))
+    _write(cat, "reshaped", "0.5.21", diff_files(
+        _blob(git_dir, "v0.5.21", reshaped),
+        _blob(git_dir, "v0.5.23", reshaped) + b"# kept here until upstream takes it\n", reshaped),
+        f'\n[[verification]]\nkind = "grep"\nroot = "sglang"\npath = "{reshaped}"\n'
+        f"pattern = {json.dumps(added)}\npresent = true\n")
+    touched = {p for _n, _r, p in modified}
+    local = next(p for p in _git(git_dir, "ls-tree", "-r", "--name-only", "v0.5.21",
+                                 "python/sglang/srt").split()
+                 if p.endswith(".py") and p not in touched and p != other)
+    before = _blob(git_dir, "v0.5.21", local)
+    _write(cat, "local-edit", "0.5.21", diff_files(before, before + b"# a local edit\n", local))
+    subprocess.run(["git", "init", "-q", "-b", "main", str(cat)], check=True)
+    subprocess.run(["git", "-C", str(cat), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(cat), "-c", "user.name=t", "-c", "user.email=t@t",
+                    "commit", "-q", "-m", "fixes on 0.5.21"], check=True)
+    return cat, {"whole-change": whole, "wider-context": wider, "reshaped": reshaped,
+                 "local-edit": local}
+
+
+@pytest.fixture
+def catalog_dir(made, tmp_path: Path) -> Path:
+    """A private copy (with its git history) a test may write."""
+    cat = tmp_path / "catalog"
+    shutil.copytree(made[0], cat)
+    return cat
+
+
+def _snapshot(cat: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(cat)): p.read_bytes() for p in sorted(cat.rglob("*"))
+            if p.is_file() and ".git" not in p.relative_to(cat).parts}
+
+
+def _head(cat: Path) -> str:
+    return subprocess.run(["git", "-C", str(cat), "rev-parse", "HEAD"], check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def run(args: list[str], upstream: UpstreamRepo, monkeypatch: pytest.MonkeyPatch
+        ) -> tuple[int, str, str]:
+    monkeypatch.setenv("PATCHKIT_UPSTREAM", str(upstream.path))
+    proc = subprocess.run([sys.executable, "-m", "patchkit", *args], capture_output=True,
+                          text=True)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def test_each_test_decides_on_the_real_release(made, catalog_upstream: UpstreamRepo) -> None:
+    cat, files = made
+    catalog = Catalog(cat)
+    v0523 = catalog_upstream.release("0.5.23").commit
+    verdicts = {v.fix: v for v in check(catalog, sorted(files), "0.5.23",
+                                        upstream=catalog_upstream)}
+    whole = verdicts["whole-change"]
+    assert (whole.verdict, whole.test, whole.commits) == ("contained", "patch-id", (v0523,))
+    assert whole.files == (files["whole-change"],)
+    wider = verdicts["wider-context"]
+    assert (wider.verdict, wider.test, wider.commits) == ("contained", "reverse-apply", ())
+    reshaped = verdicts["reshaped"]
+    assert (reshaped.verdict, reshaped.test) == ("contained", "verification")
+    assert reshaped.files == (files["reshaped"],)
+    assert verdicts["local-edit"].verdict == "not-contained"
+    # the base release holds none of them: each test is about the change, not the file
+    assert {v.fix: v.verdict for v in check(catalog, sorted(files), "0.5.21",
+                                            upstream=catalog_upstream)} == dict.fromkeys(
+        files, "not-contained")
+
+
+def test_shipped_fixes_are_not_in_their_own_release(catalog_upstream: UpstreamRepo) -> None:
+    shipped = Catalog(REPO)
+    for name in ("dsv4-bf16-sizing", "dsv4-bf16-index-k", "hicache-index-k-sync"):
+        verdict = contains(shipped, name, "0.5.23", upstream=catalog_upstream)
+        assert verdict.verdict == "not-contained", verdict
+    serve = contains(shipped, "prefill-hicache-off", "0.5.23", upstream=catalog_upstream)
+    assert serve.verdict == "not-applicable" and "serve" in serve.detail
+    # a revert fix is contained where the reverted change is absent: the plain release
+    revert = contains(shipped, "revert-hicache-index-k-sync", "0.5.23", upstream=catalog_upstream)
+    assert (revert.verdict, revert.test) == ("contained", "reverse-apply")
+
+
+def test_a_revert_fix_is_contained_where_the_reverted_change_is_absent(
+        catalog_dir: Path, catalog_upstream: UpstreamRepo) -> None:
+    """No series of its own: the reverted fix's series, reversed, is what is tested."""
+    for name, reverted in (("undo-local", "local-edit"), ("undo-whole", "whole-change")):
+        (catalog_dir / "manifests" / f"{name}.toml").write_text(
+            f'format = 1\nname = "{name}"\nversion = 1\ntitle = "Revert {reverted}"\n'
+            f'status = "active"\nrationale = "Why."\n\n[upstream]\nbase_release = "0.5.21"\n'
+            f'releases = ["0.5.21"]\n\n[revert]\nfix = "{reverted}"\n')
+    catalog = Catalog(catalog_dir)
+    verdicts = {v.fix: v for v in check(catalog, ["undo-local", "undo-whole"], "0.5.23",
+                                        upstream=catalog_upstream)}
+    # 0.5.23 never had the local edit: nothing left to revert there
+    assert (verdicts["undo-local"].verdict, verdicts["undo-local"].test) == (
+        "contained", "reverse-apply")
+    # 0.5.23 took the whole change upstream: the revert is still needed there
+    assert verdicts["undo-whole"].verdict == "not-contained"
+
+
+def test_rebase_decides_a_contained_fix_as_check_does(made, catalog_dir: Path,
+                                                       catalog_upstream: UpstreamRepo) -> None:
+    catalog = Catalog(catalog_dir)
+    names = ["whole-change", "wider-context"]
+    verdicts = {v.fix: v for v in check(catalog, names, "0.5.23", upstream=catalog_upstream)}
+    report = rebase.start(catalog, "0.5.23", names, upstream=catalog_upstream, dry_run=True)
+    for fix in report.fixes:
+        assert fix.outcome == "upstreamed", fix
+        assert [p.classification for p in fix.patches] == ["upstream"]
+        assert fix.patches[0].commit == "".join(verdicts[fix.name].commits)
+
+
+def test_cli_says_a_line_per_fix_and_exit_code_flags_contained_ones(
+        catalog_dir: Path, catalog_upstream: UpstreamRepo, monkeypatch: pytest.MonkeyPatch) -> None:
+    v0523 = catalog_upstream.release("0.5.23").commit
+    code, out, err = run(["--catalog", str(catalog_dir), "upstream", "check", "--release",
+                          "0.5.23"], catalog_upstream, monkeypatch)
+    assert code == 0, err
+    lines = {line.split()[0]: line for line in out.splitlines()}
+    assert f"contained by patch-id {v0523[:12]}" in lines["whole-change"]
+    assert "contained by reverse-apply" in lines["wider-context"]
+    assert "contained by verification greps" in lines["reshaped"]
+    assert "not contained" in lines["local-edit"]
+    code, out, err = run(["--catalog", str(catalog_dir), "upstream", "check", "local-edit",
+                          "whole-change", "--release", "0.5.23", "--exit-code", "--json"],
+                         catalog_upstream, monkeypatch)
+    assert code == 1, err
+    data = json.loads(out)
+    assert [(f["fix"], f["verdict"]) for f in data["fixes"]] == [
+        ("local-edit", "not-contained"), ("whole-change", "contained")]
+    code, _out, err = run(["--catalog", str(catalog_dir), "upstream", "check", "local-edit",
+                           "--release", "0.5.23", "--exit-code"], catalog_upstream, monkeypatch)
+    assert code == 0, err
+
+
+def test_mark_records_a_new_version_and_commits_it(
+        catalog_dir: Path, catalog_upstream: UpstreamRepo, monkeypatch: pytest.MonkeyPatch) -> None:
+    before = _snapshot(catalog_dir)
+    head = _head(catalog_dir)
+    code, out, err = run(["--catalog", str(catalog_dir), "upstream", "check", "whole-change",
+                          "local-edit", "--release", "0.5.23", "--mark"], catalog_upstream,
+                         monkeypatch)
+    assert code == 0, err
+    assert "marked whole-change v2: status upstreamed, applied 0.5.23" in out
+    fix = Catalog(catalog_dir).get("whole-change")
+    assert (fix.version, fix.status, fix.upstream.applied) == (2, "upstreamed", "0.5.23")
+    assert fix.changelog[-1].version == 2
+    assert fix.changelog[-1].summary.startswith("Upstreamed in 0.5.23")
+    text = fix.manifest_path.read_text()  # in [upstream] by its keys, the comments kept
+    assert text.index("reference = ") < text.index('applied = "0.5.23"') < text.index(
+        "# The series") and "# active | dead | superseded | upstreamed" in text
+    # one commit, of that fix alone; the other fix and the series are untouched
+    log = subprocess.run(["git", "-C", str(catalog_dir), "log", "--format=%s", f"{head}..HEAD"],
+                         check=True, capture_output=True, text=True).stdout.splitlines()
+    assert len(log) == 1 and log[0].startswith("whole-change v2: Upstreamed in 0.5.23")
+    assert subprocess.run(["git", "-C", str(catalog_dir), "status", "--porcelain"],
+                          capture_output=True, text=True).stdout == ""
+    after = _snapshot(catalog_dir)
+    assert {k for k in after if after[k] != before.get(k)} == {"manifests/whole-change.toml"}
+    # marked once: a second run records nothing more
+    code, out, err = run(["--catalog", str(catalog_dir), "upstream", "check", "whole-change",
+                          "--release", "0.5.23", "--mark"], catalog_upstream, monkeypatch)
+    assert code == 0, err
+    assert "not marked" in out and _snapshot(catalog_dir) == after
+
+
+def test_mark_dry_run_writes_nothing(catalog_dir: Path, catalog_upstream: UpstreamRepo,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    before, head = _snapshot(catalog_dir), _head(catalog_dir)
+    code, out, err = run(["--catalog", str(catalog_dir), "upstream", "check", "--release",
+                          "0.5.23", "--mark", "--dry-run", "--json"], catalog_upstream, monkeypatch)
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["dry_run"] is True
+    assert sorted(m["fix"] for m in data["marked"]) == ["reshaped", "whole-change",
+                                                         "wider-context"]
+    assert not any(m["marked"] for m in data["marked"])
+    assert _snapshot(catalog_dir) == before and _head(catalog_dir) == head
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--release", "0.5.22", "--mark"], "patchkit upstream fetch 0.5.22"),
+    (["no-such-fix", "--release", "0.5.23", "--mark"], "no fix named 'no-such-fix'"),
+    (["--release", "latest"], "unsupported SGLang version"),
+])
+def test_bad_input_exits_2_and_leaves_the_catalog(
+        args: list[str], said: str, catalog_dir: Path, catalog_upstream: UpstreamRepo,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    before, head = _snapshot(catalog_dir), _head(catalog_dir)
+    code, out, err = run(["--catalog", str(catalog_dir), "upstream", "check", *args],
+                         catalog_upstream, monkeypatch)
+    assert code == EXIT_USAGE, (out, err)
+    assert said in err
+    assert _snapshot(catalog_dir) == before and _head(catalog_dir) == head
