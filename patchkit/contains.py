@@ -9,9 +9,10 @@
 3. verification greps: the fix's own ``grep`` verification checks on the release's root all
    pass on the release and not all on the fix's base (so they tell the change apart).
 
-A revert fix (``[revert]``) is contained when the release no longer has the reverted change:
-its own series (the reverse of that change) is tested, else the reverted fix's series
-reversed."""
+A revert fix (``[revert]``) is contained when the release no longer has the reverted change
+while its base release had it: its own series (the reverse of that change) is tested, else the
+reverted fix's series reversed. When the base never had the change (the revert of a commit of
+the fork), the release cannot tell: not applicable."""
 
 from __future__ import annotations
 
@@ -140,6 +141,12 @@ def _decide(s: _Subject, matches: UpstreamMatches, tree: Tree, blobs: gitrepo.Bl
             held.append((h, [c.path for c in chs]))
         else:
             files = tuple(dict.fromkeys(p for _h, paths in held for p in paths))
+            if fix.revert is not None:  # only evidence if the release line ever had the change
+                base = Tree(blobs, f"v{fix.upstream.base_release}")
+                if all(held_upstream(base, chs, None) is not None for _file, chs in s.patches):
+                    return Verdict(fix.name, release, NOT_APPLICABLE, detail=(
+                        f"the change it reverts is in neither its base {fix.upstream.base_release} "
+                        f"nor {release}: it reverts a commit of the fork, not of SGLang"))
             commits = tuple(dict.fromkeys(h.commit for h, _p in held if h.commit))
             if all(h.test == "patch-id" for h, _p in held):
                 subjects = dict.fromkeys(h.subject for h, _p in held)
