@@ -26,13 +26,13 @@ from .common import State, command
     click.option("--name", help="The fix's name (several fixes: NAME-1, NAME-2, ...). Default: the Patchkit-Fix header, else the title."),
     click.option("--release", help="The SGLang release the patches are written against (default: read from --from/--target)."),
     click.option("--target", "tree", type=click.Path(exists=True, file_okay=False), help="The release tree the patches apply to, to read the release from."),
-    click.option("--root", default="sglang", show_default=True, help="The target root the patches' paths belong to."),
+    click.option("--root", help="The target root the patches' paths belong to (default: a Patchkit-Root header's, else sglang)."),
     click.option("--no-commit", is_flag=True, help="Do not commit the fixes to the catalog's git repository."),
     click.option("--dry-run", is_flag=True, help="Say what would be written; write nothing."),
 )
 def import_(state: State, src: str | None, commits: str | None, mbox_path: str | None,
             split: bool, quilt_dir: str | None, strip: int, one: bool, name: str | None,
-            release: str | None, tree: str | None, root: str, no_commit: bool, dry_run: bool,
+            release: str | None, tree: str | None, root: str | None, no_commit: bool, dry_run: bool,
             as_json: bool) -> int:
     """Make fixes from patches in other formats: a git range, an mbox or format-patch
     directory, or a quilt series; DEP-3 headers become manifest fields."""

@@ -29,6 +29,7 @@ FIELDS: dict[str, tuple[str, str]] = {
     "Patchkit-Forwarding": ("upstream.forwarding", "exact state when Forwarded cannot say it"),
     "Patchkit-Reference": ("upstream.reference", "exact reference when Forwarded cannot say it"),
     "Patchkit-Author": ("author", "'unset': the mail's From is not the fix's author"),
+    "Patchkit-Root": ("[[patches]] root", "the target root of the patch's paths, when not sglang"),
 }
 
 _FIELD = re.compile(r"^([A-Za-z][A-Za-z0-9-]*):(?:[ \t]+(.*)|)$")
@@ -89,6 +90,8 @@ def fields_of(pairs: list[tuple[str, str]], source: Path) -> dict[str, Any]:
         elif low == "patchkit-author":
             found["author"] = ""
             found["author_unset"] = True
+        elif low == "patchkit-root":
+            found["root"] = value
         elif low not in ("patchkit-forwarding", "patchkit-reference", "description", "subject"):
             found["headers"].append((key, value))
     upstream["forwarding"], upstream["reference"] = forwarded_of(forwarded)

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from .. import gitrepo
+from ..authoring import PLACEHOLDER_AUTHOR, catalog_identity
 from ..catalog import Catalog
-from ..catalog.model import Fix
-from ..errors import TargetError, UsageError
+from ..catalog.model import DEFAULT_ROOT, Fix
+from ..errors import UsageError
 from . import dep3, mbox, quilt, split_diff
 
 FORMATS = ("mbox", "quilt", "dep3")
@@ -37,8 +37,8 @@ def _message_of(text: str) -> tuple[str, str]:
     return match[1].strip(), body.strip()
 
 
-def _diffs(fix: Fix) -> list[tuple[str, str, str, str]]:
-    """(file, subject, body, diff) of each patch of the fix's series."""
+def _diffs(fix: Fix) -> list[tuple[str, str, str, str, str]]:
+    """(file, subject, body, diff, root) of each patch of the fix's series."""
     if not fix.patches:
         raise UsageError(
             f"{fix.name} has no series of its own: it is a git revert ([revert]) computed at "
@@ -50,21 +50,17 @@ def _diffs(fix: Fix) -> list[tuple[str, str, str, str]]:
         text = ref.path.read_bytes().decode("utf-8", "surrogateescape")
         _head, diff = split_diff(text, ref.path)
         subject, body = _message_of(text)
-        out.append((ref.file, subject or ref.description or fix.title, body, diff))
+        out.append((ref.file, subject or ref.description or fix.title, body, diff, ref.root))
     return out
 
 
-def catalog_identity(catalog: Catalog) -> str | None:
-    """The catalog repository's git user, "Name <email>", when one is configured."""
-    top = gitrepo.work_tree_top(catalog.root)
-    if top is None:
-        return None
-    try:
-        name = gitrepo._run(top, ["config", "user.name"]).strip()
-        email = gitrepo._run(top, ["config", "user.email"]).strip()
-    except TargetError:
-        return None
-    return f"{name} <{email}>" if name and email else None
+def _tag(fix: Fix) -> list[tuple[str, str]]:
+    return [("Patchkit-Fix", f"{fix.name} v{fix.version}")]
+
+
+def _rooted(headers: list[tuple[str, str]], root: str) -> list[tuple[str, str]]:
+    """The headers, saying the patch's root when it is not sglang (import reads it back)."""
+    return headers + [("Patchkit-Root", root)] if root != DEFAULT_ROOT else headers
 
 
 def export(catalog: Catalog, names: Sequence[str], fmt: str, out: Path) -> ExportResult:
@@ -85,7 +81,7 @@ def export(catalog: Catalog, names: Sequence[str], fmt: str, out: Path) -> Expor
             author = fix.author
             if not author:
                 fallback = fallback or catalog_identity(catalog) or ""
-                author = fallback or "patchkit <fixes@patchkit.invalid>"
+                author = fallback or PLACEHOLDER_AUTHOR
                 who = "the catalog repository's git user" if fallback else "a placeholder"
                 result.notes.append(
                     f"{fix.name} names no author (manifest `author`): its mail is From {author}"
@@ -93,24 +89,23 @@ def export(catalog: Catalog, names: Sequence[str], fmt: str, out: Path) -> Expor
                 headers = headers + [("Patchkit-Author", "unset")]
             date = mbox.rfc2822(fix.changelog[-1].date) if fix.changelog else ""
             mails = []
-            for i, (_file, subject, body, diff) in enumerate(diffs, 1):
+            for i, (_file, subject, body, diff, root) in enumerate(diffs, 1):
                 first = i == 1
                 mails.append(mbox.message(
                     author, date, fix.title if first else subject,
                     fix.rationale if first else body,
-                    headers if first else [("Patchkit-Fix", f"{fix.name} v{fix.version}")],
+                    _rooted(headers if first else _tag(fix), root),
                     diff, number=i, total=len(diffs)))
             path = out / f"{fix.name}.mbox"
             path.write_text("".join(mails), encoding="utf-8", errors="surrogateescape", newline="")
             result.files.append(path)
             continue
         (out / fix.name).mkdir(exist_ok=True)
-        for i, (file, subject, body, diff) in enumerate(diffs, 1):
+        for i, (file, subject, body, diff, root) in enumerate(diffs, 1):
             first = i == 1
             text = quilt.patch_text(
                 fix.title if first else subject, fix.rationale if first else body,
-                fix.author, headers if first else [("Patchkit-Fix", f"{fix.name} v{fix.version}")],
-                diff)
+                fix.author, _rooted(headers if first else _tag(fix), root), diff)
             path = out / fix.name / file
             path.write_text(text, encoding="utf-8", errors="surrogateescape", newline="")
             result.files.append(path)

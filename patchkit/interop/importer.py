@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import Sequence
 
 from .. import authoring, gitrepo
+from ..authoring import PLACEHOLDER_AUTHOR, catalog_identity
 from ..catalog import Catalog, edit, series
+from ..catalog.manifest import AUTHOR_RE
+from ..catalog.model import DEFAULT_ROOT
 from ..engine.auto import detect_release
 from ..engine.paths import Root, detect_layout
 from ..errors import PatchFormatError, UsageError
 from . import Patch, dep3, mbox, quilt, refuse_escape
-
-PLACEHOLDER_AUTHOR = "patchkit <fixes@patchkit.invalid>"
-
 
 @dataclasses.dataclass(frozen=True)
 class Planned:
@@ -113,24 +113,28 @@ def _series_file(patch: Patch, author: str, body: str) -> str:
     return head + "---\n" + patch.diff + ("" if patch.diff.endswith("\n") else "\n")
 
 
-def _checked(fix: Planned, root: str) -> dict[str, str]:
-    """The series files of a planned fix, each read back by the one patch reader and its
-    paths checked; errors name the file the patch came from."""
+def _checked(fix: Planned, root: str | None, identity: str
+             ) -> dict[str, tuple[str, str, list[str]]]:
+    """The series files of a planned fix (text, root, paths), each read back by the one patch
+    reader and its paths checked; errors name the file the patch came from. ``root``: every
+    patch's, else the Patchkit-Root header's, else sglang."""
     texts = {}
     for i, patch in enumerate(fix.patches, 1):
         fields = dep3.fields_of(patch.fields, patch.source)
         author = patch.author if not fields.get("author_unset") else ""
-        text = _series_file(patch, author or PLACEHOLDER_AUTHOR, patch.body)
-        records = series.parse_patch(patch.source, root,
+        text = _series_file(patch, author or identity, patch.body)
+        where = root or fields.get("root") or DEFAULT_ROOT
+        records = series.parse_patch(patch.source, where,
                                      data=patch.diff.encode("utf-8", "surrogateescape"))
         for record in records:
             refuse_escape(record["path"], patch.source)
-        texts[f"{i:04d}-{authoring._slug(patch.subject)}.patch"] = text
+        texts[f"{i:04d}-{authoring._slug(patch.subject)}.patch"] = (
+            text, where, [r["path"] for r in records])
     return texts
 
 
 def import_fixes(catalog: Catalog, fixes: Sequence[Planned], *, release: str | None,
-                 tree: Path | None = None, root: str = "sglang", commit: bool = True,
+                 tree: Path | None = None, root: str | None = None, commit: bool = True,
                  dry_run: bool = False, how: str = "patches") -> list[authoring.AuthoringResult]:
     """Write each planned fix (version 1) to the catalog and commit it; nothing is written
     unless every patch of every fix reads, and no fix exists yet."""
@@ -143,34 +147,37 @@ def import_fixes(catalog: Catalog, fixes: Sequence[Planned], *, release: str | N
                          f"({where}); pass --release VERSION, or --target the release tree "
                          "they apply to", path=str(tree) if tree else None)
     made = []
+    identity = catalog_identity(catalog) or PLACEHOLDER_AUTHOR
     for fix in fixes:
         if (catalog.manifests_dir / f"{fix.name}.toml").exists() or (
                 catalog.patches_dir / fix.name).exists():
             raise UsageError(f"fix {fix.name!r} already exists in {catalog.root}; pass --name "
                              "to import it under another name", fix=fix.name)
-        texts = _checked(fix, root)
+        texts = _checked(fix, root, identity)
         first = fix.patches[0]
         fields = dep3.fields_of(first.fields, first.source)
         author = "" if fields.get("author_unset") else fields.get("author") or first.author
+        if author and not AUTHOR_RE.match(author):
+            raise PatchFormatError(f"{first.source}: its author {author!r} is not of the form "
+                                   "'Name <email>'. Correct the From (or Author) header",
+                                   file=str(first.source))
         date = _iso_date(fields.get("date") or first.date) or _dt.date.today().isoformat()
         text = edit.new_manifest_text(
-            fix.name, first.subject, release, [(f, root) for f in texts], first.body,
+            fix.name, first.subject, release, [(f, t[1]) for f, t in texts.items()], first.body,
             date=date, author=author, upstream=fields["upstream"], headers=fields["headers"])
         made.append((fix, texts, text))
     results = []
     for fix, texts, text in made:
         patch_dir = catalog.patches_dir / fix.name
         manifest = catalog.manifests_dir / f"{fix.name}.toml"
-        files = tuple(dict.fromkeys(
-            r["path"] for p in fix.patches for r in series.parse_patch(
-                p.source, root, data=p.diff.encode("utf-8", "surrogateescape"))))
+        files = tuple(dict.fromkeys(path for t in texts.values() for path in t[2]))
         result = authoring.AuthoringResult(fix.name, 1, manifest, tuple(patch_dir / f for f in texts),
                                            files, release, changed=True, dry_run=dry_run)
         if not dry_run:
             catalog.manifests_dir.mkdir(parents=True, exist_ok=True)
             patch_dir.mkdir(parents=True)
             try:
-                authoring.write_series({patch_dir / f: (body, root) for f, body in texts.items()},
+                authoring.write_series({patch_dir / f: t[:2] for f, t in texts.items()},
                                        lambda: authoring._write_new(manifest, text))
             except BaseException:
                 shutil.rmtree(patch_dir, ignore_errors=True)

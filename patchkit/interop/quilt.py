@@ -93,6 +93,7 @@ def _restrip(diff: str, level: int, file: Path) -> str:
     """The diff with ``-pN`` applied to its ---/+++ (and diff --git) names, as ``a/``/``b/``;
     ``Index:`` and plain ``diff`` command lines, which name the files again, are dropped."""
     lines = diff.split("\n")
+    is_git = any(line.startswith("diff --git ") for line in lines)
     out = []
     for i, line in enumerate(lines):
         if line.startswith("Index: ") or re.match(r"^={20,}$", line) or (
@@ -104,6 +105,10 @@ def _restrip(diff: str, level: int, file: Path) -> str:
             or (match[1] == "+++" and i and lines[i - 1].startswith("--- ")))
         if is_pair:
             rel = _strip(match[2], level, file)
+            hunk = lines[i + (2 if match[1] == "---" else 1)] if i + 2 < len(lines) else ""
+            if not is_git and hunk.startswith("@@ -0,0 " if match[1] == "---" else "@@ ") and (
+                    match[1] == "---" or re.match(r"^@@ -\S+ \+0,0 @@", hunk)):
+                rel = "/dev/null"  # quilt (diff -N) names a created or deleted file, dated 1970
             prefix = "a/" if match[1] == "---" else "b/"
             line = f"{match[1]} {rel if rel == '/dev/null' else prefix + rel}"
         elif line.startswith("diff --git "):
