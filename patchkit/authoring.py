@@ -247,7 +247,8 @@ def new_fix(catalog: Catalog, name: str, src: Path, *, root: str = "sglang",
             dry_run: bool = False) -> AuthoringResult:
     """Capture a checkout's uncommitted changes (of ``paths``) as version 1 of a new fix, one
     patch titled ``title`` (default: the name); or with ``commits`` (``A..B``) a patch per
-    commit, title and rationale defaulting to the first one's, based on the release at A.
+    commit, title and rationale defaulting to the first one's, based on the release at A; its
+    trailers (Bug:, Reviewed-by:, ...) become manifest fields as ``patchkit import`` maps them.
     ``author`` (the manifest's, and the From of the series) defaults to the first commit's
     author, else the catalog repository's git user."""
     catalog.check_writable(f"create the fix {name!r}")
@@ -258,12 +259,18 @@ def new_fix(catalog: Catalog, name: str, src: Path, *, root: str = "sglang",
                          f"{name} --from DIR` to record a new version of it", fix=name)
     src = Path(src)
     ignored: tuple[str, ...] = ()
+    upstream: dict[str, str] = {}
+    headers: list[tuple[str, str]] = []
     if commits is not None:
         if paths:
             raise UsageError("--commits takes whole commits: name no PATHS with it", fix=name)
         captured, first, parent = capture_commits(src, commits)
         title = title or captured[0][0].subject
-        rationale = rationale or captured[0][0].body
+        from .interop import dep3, mbox  # the first commit's trailers, read as import reads them
+        body, trailers = mbox.split_trailers(captured[0][0].body)
+        said = dep3.fields_of(trailers, src)
+        upstream, headers = said["upstream"], said["headers"]
+        rationale = rationale or body
         first_author = captured[0][0].author
         author = author or (first_author if AUTHOR_RE.match(first_author) else "")
         release = base_release or (release_of(src, parent) if parent else None)
@@ -283,7 +290,7 @@ def new_fix(catalog: Catalog, name: str, src: Path, *, root: str = "sglang",
              for i, (head, files) in enumerate(captured, 1)}
     text = edit.new_manifest_text(name, title, release, [(f, root) for f in texts],
                                       rationale, date=date or _dt.date.today().isoformat(),
-                                      author=author or "")
+                                      author=author or "", upstream=upstream, headers=headers)
     touched = tuple(dict.fromkeys(f.path for _h, files in captured for f in files))
     result = AuthoringResult(name, 1, manifest_path, tuple(patch_dir / f for f in texts),
                              touched, release, changed=True, ignored=ignored, dry_run=dry_run)
