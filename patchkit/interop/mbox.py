@@ -52,24 +52,34 @@ def _read_file(path: Path) -> list[Patch]:
 
 
 def _header(path: Path, msg: email.message.Message, name: str, index: int) -> str:
-    raw = msg.get(name)
+    raw = next((v for k, v in msg.raw_items() if k.lower() == name.lower()), None)
     if raw is None:
         return ""
     raw = re.sub(r"\r?\n[ \t]+", " ", str(raw))
-    try:
-        if any("\udc80" <= c <= "\udcff" for c in raw):  # raw 8-bit bytes in the header
-            raw = raw.encode("ascii", "surrogateescape").decode("utf-8")
+    try:  # raw 8-bit UTF-8 (what some mailers send) as well as RFC 2047
+        raw = raw.encode("ascii", "surrogateescape").decode("utf-8")
         return str(email.header.make_header(email.header.decode_header(raw))).strip()
     except (UnicodeError, LookupError, email.errors.HeaderParseError):
-        raise PatchFormatError(
-            f"{path}: message {index}: its {name} header is not UTF-8 (nor valid RFC 2047). "
-            f"Re-encode the file as UTF-8 (iconv -f LATIN1 -t UTF-8 {path.name}) or export it "
-            "again with git format-patch", file=str(path), header=name) from None
+        raise _not_utf8(path, index, name) from None
+
+
+def _not_utf8(path: Path, index: int, name: str) -> PatchFormatError:
+    return PatchFormatError(
+        f"{path}: message {index}: its {name} header is not UTF-8 (nor valid RFC 2047). "
+        f"Re-encode the file as UTF-8 (iconv -f LATIN1 -t UTF-8 {path.name}) or export it "
+        "again with git format-patch", file=str(path), header=name)
 
 
 def _message(path: Path, chunk: bytes, index: int) -> Patch:
     text = chunk.decode("utf-8", "surrogateescape")
     refuse_crlf(text, path)
+    name = "From"
+    for line in re.split(rb"\r?\n", chunk.split(b"\n\n", 1)[0]):
+        name = line.split(b":", 1)[0].decode("ascii", "replace") if line[:1].isalpha() else name
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _not_utf8(path, index, name) from None
     msg = email.message_from_bytes(chunk, policy=email.policy.compat32)
     if msg.defects and not msg.get("Subject"):
         raise _malformed(path, index, "its mail headers cannot be read")
@@ -98,7 +108,7 @@ def _message(path: Path, chunk: bytes, index: int) -> Patch:
 def _malformed(path: Path, index: int, what: str) -> PatchFormatError:
     return PatchFormatError(f"{path}: message {index} is not a patch mail: {what}. Give the "
                             "output of git format-patch, one patch per message",
-                            file=str(path), message=index)
+                            file=str(path), number=index)
 
 
 def split_trailers(message: str) -> tuple[str, list[tuple[str, str]]]:
