@@ -257,6 +257,9 @@ def new_fix(catalog: Catalog, name: str, src: Path, *, root: str = "sglang",
     if manifest_path.exists() or patch_dir.exists():
         raise UsageError(f"fix {name!r} already exists ({manifest_path}); use `patchkit refresh "
                          f"{name} --from DIR` to record a new version of it", fix=name)
+    if author and not AUTHOR_RE.match(author):
+        raise UsageError(f"--author {author!r} is not of the form 'Name <email>' (as git writes "
+                         "it, e.g. \"Ada Lovelace <ada@example.org>\")", fix=name)
     src = Path(src)
     ignored: tuple[str, ...] = ()
     upstream: dict[str, str] = {}
@@ -271,7 +274,7 @@ def new_fix(catalog: Catalog, name: str, src: Path, *, root: str = "sglang",
         said = dep3.fields_of(trailers, src)
         upstream, headers = said["upstream"], said["headers"]
         rationale = rationale or body
-        first_author = captured[0][0].author
+        first_author = "" if said.get("author_unset") else captured[0][0].author
         author = author or (first_author if AUTHOR_RE.match(first_author) else "")
         release = base_release or (release_of(src, parent) if parent else None)
         where = f"{src} at the parent of {first[:12]}"
