@@ -237,6 +237,19 @@ def test_a_fix_with_every_field_round_trips_through_git_am_and_quilt(tmp_path: P
         "Applied-Upstream: 0.5.24\nReviewed-by: Ray <ray@example.org>\n")
     assert "Reviewed-by: Sam <sam@example.org>\nBug-Debian:" in body
 
+    direct = new_catalog(tmp_path / "direct")  # the two mails of one mbox file: one fix
+    ok(direct, "import", "--mbox", tmp_path / "out" / "pair.mbox", "--release", "0.5.23")
+    again = Catalog(direct).get("pair")
+    assert fields(again) == fields(fix) and series(again) == series(fix)
+
+    # The commits git am made, imported as a git range: the trailers are read back too.
+    ranged = new_catalog(tmp_path / "ranged")
+    said = ok(ranged, "import", "--from", src, "--commits", f"{base}..HEAD")
+    assert "imported pair v1 (base 0.5.23)" in said  # named by Patchkit-Fix, release at A
+    again = Catalog(ranged).get("pair")
+    assert fields(again) == fields(fix) and series(again) == series(fix)
+    assert git(ranged, "log", "-1", "--format=%s") == "pair v1: a: two is twenty-two\n"
+
     git(src, "format-patch", "-q", "-o", str(tmp_path / "fp"), f"{base}..HEAD")
     back = new_catalog(tmp_path / "back")
     said = ok(back, "import", "--mbox", tmp_path / "fp", "--release", "0.5.23", "--json")

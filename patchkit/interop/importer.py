@@ -192,4 +192,4 @@ def import_fixes(catalog: Catalog, fixes: Sequence[Planned], *, release: str | N
 
 
 __all__ = ["Planned", "from_mbox", "from_quilt", "from_commits", "plan", "import_fixes",
-           "tree_release", "PatchFormatError"]
+           "tree_release"]
