@@ -313,6 +313,29 @@ Description: b: a new module, in a patch made two levels up
 """
 
 
+MAIL_PATCH = """\
+From 1234567890123456789012345678901234567890 Mon Sep 17 00:00:00 2001
+From: Mo Mailer <mo@example.org>
+Date: Thu, 1 Oct 2026 10:00:00 +0000
+Subject: [PATCH] e: a module from a git format-patch file
+
+---
+ python/sglang/e.py | 1 +
+ 1 file changed, 1 insertion(+)
+
+diff --git a/python/sglang/e.py b/python/sglang/e.py
+new file mode 100644
+index 0000000..1111111
+--- /dev/null
++++ b/python/sglang/e.py
+@@ -0,0 +1 @@
++e = 5
+--\x20
+2.43.0
+
+"""
+
+
 def test_a_quilt_series_with_orig_prefixes_and_strip_levels_imports_as_quilt_applies_it(
         tmp_path: Path) -> None:
     src = small_checkout(tmp_path, release="0.5.23")
@@ -320,11 +343,12 @@ def test_a_quilt_series_with_orig_prefixes_and_strip_levels_imports_as_quilt_app
     patches.mkdir(parents=True)
     (patches / "two.patch").write_text(QUILT_PATCH)
     (patches / "deep.patch").write_text(DEEP_PATCH)
-    (patches / "series").write_text("# the fix\ntwo.patch\ndeep.patch -p2\n")
+    (patches / "mail.patch").write_text(MAIL_PATCH)  # its signature line is "-- "
+    (patches / "series").write_text("# the fix\ntwo.patch\ndeep.patch -p2\nmail.patch\n")
     pushed = quilt(src, patches, "push", "-a")
     assert pushed.returncode == 0, pushed.stdout + pushed.stderr
     expected = worktree_files(src)
-    assert sorted(expected) == [X, "python/sglang/d.py"]
+    assert sorted(expected) == [X, "python/sglang/d.py", "python/sglang/e.py"]
     assert quilt(src, patches, "pop", "-a").returncode == 0
     shutil.rmtree(src / ".pc")
 
@@ -343,8 +367,10 @@ def test_a_quilt_series_with_orig_prefixes_and_strip_levels_imports_as_quilt_app
     assert fix.headers == (("Bug-Debian", "https://bugs.debian.org/1"),
                            ("Reviewed-by", "Ray <ray@example.org>"))
     assert fix.changelog[0].date == "2026-10-01"
-    assert [p.file for p in fix.patches] == ["0001-a-two-is-twenty-two.patch",
-                                             "0002-b-a-new-module-in-a-patch-made-two-levels-up.patch"]
+    assert [p.file for p in fix.patches] == [
+        "0001-a-two-is-twenty-two.patch", "0002-b-a-new-module-in-a-patch-made-two-levels-up.patch",
+        "0003-e-a-module-from-a-git-format-patch-file.patch"]
+    assert fix.patches[2].path.read_text().startswith("From: Mo Mailer <mo@example.org>\n")
     applied = api.apply(Catalog(catalog), LocalTarget(roots={"sglang": str(src)}), ["two"])
     assert applied.fixes[0].outcome == "applied"
     assert worktree_files(src) == expected

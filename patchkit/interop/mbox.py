@@ -14,7 +14,7 @@ from ..errors import PatchFormatError
 from . import Patch, refuse_crlf, split_diff, strip_signature
 
 #: The line opening each message of an mbox (git format-patch writes a fixed date).
-_FROM_LINE = re.compile(rb"^From [^\s]+ .*\d{4}\r?$")
+FROM_LINE = re.compile(rb"^From [^\s]+ .*\d{4}\r?$")
 _TRAILER = re.compile(r"^([A-Za-z][A-Za-z0-9-]*): (.*)$")
 
 
@@ -40,8 +40,8 @@ def _read_file(path: Path) -> list[Patch]:
         raise PatchFormatError(f"{path}: cannot read it: {exc.strerror}", file=str(path)) from None
     chunks: list[bytes] = []
     for line in data.splitlines(keepends=True):
-        if _FROM_LINE.match(line.rstrip(b"\n")) or not chunks:
-            chunks.append(b"" if _FROM_LINE.match(line.rstrip(b"\n")) else line)
+        if FROM_LINE.match(line.rstrip(b"\n")) or not chunks:
+            chunks.append(b"" if FROM_LINE.match(line.rstrip(b"\n")) else line)
         else:
             chunks[-1] += line
     out = [_message(path, chunk, i) for i, chunk in enumerate(chunks, 1) if chunk.strip()]

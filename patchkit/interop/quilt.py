@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from ..errors import PatchFormatError
-from . import Patch, dep3, refuse_crlf, refuse_escape, split_diff
+from . import Patch, dep3, mbox, refuse_crlf, refuse_escape, split_diff
 
 _FILE_HEADER = re.compile(r"^(---|\+\+\+) (.*)$")
 
@@ -62,6 +62,13 @@ def read_patch(file: Path, strip: int = 1) -> Patch:
     """One DEP-3 headed patch, its file headers rewritten to git's ``a/`` ``b/`` form."""
     text = file.read_bytes().decode("utf-8", "surrogateescape")
     refuse_crlf(text, file)
+    if mbox.FROM_LINE.match(text.split("\n", 1)[0].encode("utf-8", "surrogateescape")):
+        found = mbox.read(file)  # git format-patch output in a series, as Debian keeps many
+        if len(found) != 1:
+            raise PatchFormatError(f"{file}: holds {len(found)} mails; a patch of a quilt "
+                                   "series is one. Split it (git mailsplit)", file=str(file))
+        found[0].diff = _restrip(found[0].diff, strip, file)
+        return found[0]
     head, diff = split_diff(text, file)
     try:
         head.encode("utf-8")
