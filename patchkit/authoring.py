@@ -21,6 +21,7 @@ from typing import Callable, Sequence
 from . import gitrepo
 from .catalog import edit, series
 from .catalog import Catalog
+from .catalog.manifest import AUTHOR_RE
 from .engine.auto import detect_release
 from .engine.paths import Root, detect_layout
 from .errors import InternalError, PatchFormatError, TargetError, UsageError
@@ -170,11 +171,28 @@ def _checkout(src: Path | str, advice: str) -> Path:
     return Path(src)
 
 
+PLACEHOLDER_AUTHOR = "patchkit <fixes@patchkit.invalid>"  # the From when nobody is known
+
+
+def catalog_identity(catalog: Catalog) -> str | None:
+    """Who commits to the catalog's repository, "Name <email>", as git tells it (config or
+    GIT_AUTHOR_* variables), when it has the form a manifest's ``author`` takes."""
+    top = gitrepo.work_tree_top(catalog.root)
+    if top is None:
+        return None
+    try:
+        ident = gitrepo._run(top, ["var", "GIT_AUTHOR_IDENT"]).strip()
+    except TargetError:
+        return None
+    found = re.sub(r"\s+\d+\s+[-+]\d{4}$", "", ident)
+    return found if AUTHOR_RE.match(found) else None
+
+
 @dataclass(frozen=True)
 class _Header:
     subject: str
     body: str = ""
-    author: str = "patchkit <fixes@patchkit.invalid>"
+    author: str = PLACEHOLDER_AUTHOR
     date: str | None = None  # RFC 2822, as in a mail; None: no Date line
 
 
@@ -225,31 +243,46 @@ def capture_commits(src: Path, spec: str
 def new_fix(catalog: Catalog, name: str, src: Path, *, root: str = "sglang",
             paths: Sequence[str] = (), title: str | None = None, rationale: str = "",
             base_release: str | None = None, date: str | None = None,
-            commits: str | None = None, commit: bool = True,
+            commits: str | None = None, commit: bool = True, author: str | None = None,
             dry_run: bool = False) -> AuthoringResult:
     """Capture a checkout's uncommitted changes (of ``paths``) as version 1 of a new fix, one
     patch titled ``title`` (default: the name); or with ``commits`` (``A..B``) a patch per
-    commit, title and rationale defaulting to the first one's, based on the release at A."""
+    commit, title and rationale defaulting to the first one's, based on the release at A; its
+    trailers (Bug:, Reviewed-by:, ...) become manifest fields as ``patchkit import`` maps them.
+    ``author`` (the manifest's, and the From of the series) defaults to the first commit's
+    author, else the catalog repository's git user."""
     catalog.check_writable(f"create the fix {name!r}")
     manifest_path = catalog.manifests_dir / f"{name}.toml"
     patch_dir = catalog.patches_dir / name
     if manifest_path.exists() or patch_dir.exists():
         raise UsageError(f"fix {name!r} already exists ({manifest_path}); use `patchkit refresh "
                          f"{name} --from DIR` to record a new version of it", fix=name)
+    if author and not AUTHOR_RE.match(author):
+        raise UsageError(f"--author {author!r} is not of the form 'Name <email>' (as git writes "
+                         "it, e.g. \"Ada Lovelace <ada@example.org>\")", fix=name)
     src = Path(src)
     ignored: tuple[str, ...] = ()
+    upstream: dict[str, str] = {}
+    headers: list[tuple[str, str]] = []
     if commits is not None:
         if paths:
             raise UsageError("--commits takes whole commits: name no PATHS with it", fix=name)
         captured, first, parent = capture_commits(src, commits)
         title = title or captured[0][0].subject
-        rationale = rationale or captured[0][0].body
+        from .interop import dep3, mbox  # the first commit's trailers, read as import reads them
+        body, trailers = mbox.split_trailers(captured[0][0].body)
+        said = dep3.fields_of(trailers, src)
+        upstream, headers = said["upstream"], said["headers"]
+        rationale = rationale or body
+        first_author = "" if said.get("author_unset") else captured[0][0].author
+        author = author or (first_author if AUTHOR_RE.match(first_author) else "")
         release = base_release or (release_of(src, parent) if parent else None)
         where = f"{src} at the parent of {first[:12]}"
     else:
         files = capture(src, paths)
         title = title or name
-        captured = [(_Header(title, rationale), files)]
+        author = author or catalog_identity(catalog) or ""
+        captured = [(_Header(title, rationale, author or PLACEHOLDER_AUTHOR), files)]
         release = base_release or release_of(src)
         where = str(src)
         ignored = tuple(gitrepo.unclaimed_files(src, [f.path for f in files]))
@@ -259,7 +292,8 @@ def new_fix(catalog: Catalog, name: str, src: Path, *, root: str = "sglang",
     texts = {f"{i:04d}-{_slug(head.subject)}.patch": _series_text(head, files)
              for i, (head, files) in enumerate(captured, 1)}
     text = edit.new_manifest_text(name, title, release, [(f, root) for f in texts],
-                                      rationale, date=date or _dt.date.today().isoformat())
+                                      rationale, date=date or _dt.date.today().isoformat(),
+                                      author=author or "", upstream=upstream, headers=headers)
     touched = tuple(dict.fromkeys(f.path for _h, files in captured for f in files))
     result = AuthoringResult(name, 1, manifest_path, tuple(patch_dir / f for f in texts),
                              touched, release, changed=True, ignored=ignored, dry_run=dry_run)
@@ -349,6 +383,8 @@ def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] 
         if not group:  # none of its files differ from HEAD any more: the patch is dropped
             continue
         head = _header_of(old_texts[ref], fix.title)
+        if fix.author and head.author == PLACEHOLDER_AUTHOR:
+            head = dataclasses.replace(head, author=fix.author)
         target = ref.path
         if len(refs) == 1 and head.subject != fix.title:
             prefix = ref.file.split("-", 1)[0]

@@ -20,7 +20,8 @@ def test_records_act_as_frozen_dataclasses() -> None:
     fix = load_manifest(CATALOG / "manifests" / "index-k-bytes.toml")
     assert dataclasses.is_dataclass(fix) and isinstance(fix, Fix)
     assert [f.name for f in dataclasses.fields(Upstream)] == [
-        "base_release", "releases", "project", "root", "forwarding", "reference"]
+        "base_release", "releases", "project", "root", "forwarding", "reference", "bug", "origin",
+        "applied"]
     newer = dataclasses.replace(fix, version=fix.version + 1)
     assert newer.version == fix.version + 1 and newer.patches == fix.patches and newer != fix
     assert dataclasses.replace(newer, version=fix.version) == fix
@@ -28,7 +29,8 @@ def test_records_act_as_frozen_dataclasses() -> None:
     up = Upstream("0.5.21", ("0.5.21",))
     assert hash(up) == hash(Upstream("0.5.21", ("0.5.21",))) and up != Upstream("0.5.21", ())
     assert repr(up) == ("Upstream(base_release='0.5.21', releases=('0.5.21',), project='sglang', "
-                        "root='sglang', forwarding='not-forwarded', reference='')")
+                        "root='sglang', forwarding='not-forwarded', reference='', bug='', "
+                        "origin='', applied='')")
     assert dataclasses.asdict(fix.upstream)["releases"] == ("0.5.20", "0.5.21")
     assert Check("grep", {"path": "a"}).params["path"] == "a"
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -63,9 +63,13 @@ summary = "First version."
 
 def new_manifest_text(name: str, title: str, base_release: str,
                       patches: list[tuple[str, str]], rationale: str = "", *,
-                      date: str | None = None) -> str:
+                      date: str | None = None, author: str = "",
+                      upstream: dict[str, str] | None = None,
+                      headers: Sequence[tuple[str, str]] = ()) -> str:
     """A commented version-1 manifest that loads as-is (once its patch files exist), validated
-    here; ``patches`` are ``(file, root)`` or ``(file, root, description)``."""
+    here; ``patches`` are ``(file, root)`` or ``(file, root, description)``. ``author``,
+    ``upstream`` (forwarding, reference, bug, origin, applied) and ``headers`` (in order, a
+    repeated one becoming a list) are what an imported patch said (docs/interop.md)."""
     def q(value: Any) -> str:
         return tomlkit.item(value).as_string()
 
@@ -77,9 +81,39 @@ def new_manifest_text(name: str, title: str, base_release: str,
         format=MANIFEST_FORMAT, name=q(name), name_raw=name, title=q(title),
         rationale=tomlkit.string(why + "\n", multiline=True).as_string(), base=q(base_release),
         patches="\n".join(blocks), date=q(date or _dt.date.today().isoformat()))
+    if author or any((upstream or {}).values()) or headers:
+        text = _with_fields(text, author, upstream or {}, headers)
     path = Path(f"{name}.toml")
     build_fix(Ctx(path), loads(path, text), Path("patches") / name)
     return text
+
+
+def _with_fields(text: str, author: str, upstream: dict[str, str],
+                 headers: Sequence[tuple[str, str]]) -> str:
+    """The skeleton's text with the fields an import brings, each on its own line."""
+    def q(value: Any) -> str:
+        return tomlkit.item(value).as_string()
+
+    lines = text.split("\n")
+    if author:
+        at = next(i for i, line in enumerate(lines) if line.startswith("depends_on = "))
+        lines.insert(at, f"author = {q(author)}")
+    for key in ("forwarding", "reference"):
+        if upstream.get(key):
+            at = next(i for i, line in enumerate(lines) if line.startswith(f"{key} = "))
+            lines[at] = f"{key} = {q(upstream[key])}"
+    at = next(i for i, line in enumerate(lines) if line.startswith("reference = "))
+    lines[at + 1:at + 1] = [f"{key} = {q(upstream[key])}" for key in ("bug", "origin", "applied")
+                            if upstream.get(key)]
+    grouped: dict[str, list[str]] = {}
+    for key, value in headers:
+        grouped.setdefault(key, []).append(value)
+    if grouped:
+        lines += ["# Other patch headers, kept as they came (docs/interop.md).", "[headers]"]
+        lines += [f"{key} = {q(values[0] if len(values) == 1 else values)}"
+                  for key, values in grouped.items()]
+        lines.append("")
+    return "\n".join(lines)
 
 
 def bump_manifest(path: Path | str, *, version: int, changelog_summary: str, date: str,

@@ -96,6 +96,7 @@ def _capture(what: str, *options: Callable) -> Tuple[Callable, ...]:
     click.option("--title", help="One-line title (the commit subject). Default: the fix's name, or the first commit's subject."),
     click.option("--rationale", default="", help="Why the fix exists (else a placeholder to edit)."),
     click.option("--base-release", help="Release the change is written against (default: read from the tree)."),
+    click.option("--author", help="Who wrote it, \"Name <email>\" (default: the first commit's author, else the catalog repository's git user)."),
 ))
 def new(state: State, fix: str, paths: tuple[str, ...], src: str, no_commit: bool, dry_run: bool,
         as_json: bool, **options: Any) -> int:

@@ -1,0 +1,99 @@
+"""`patchkit import` and `patchkit export`: fixes from and to git format-patch/mbox, quilt
+series and DEP-3 headed patches (docs/interop.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..errors import UsageError
+from ..interop import exporter, importer
+from . import render
+from .authoring import _report, _sayer
+from .common import State, command
+
+
+@command(
+    "import",
+    click.option("--from", "src", type=click.Path(file_okay=False), help="A git checkout holding the commits (with --commits)."),
+    click.option("--commits", metavar="A..B", help="With --from: the commits after A up to B, one patch each (as `new --commits`)."),
+    click.option("--mbox", "mbox_path", type=click.Path(exists=True), help="An mbox file or a git format-patch directory."),
+    click.option("--split", is_flag=True, help="With --mbox: one fix per patch (else one fix of all)."),
+    click.option("--quilt", "quilt_dir", type=click.Path(exists=True, file_okay=False), help="A quilt patches/ directory with its series file."),
+    click.option("-p", "strip", type=click.IntRange(0, 20), default=1, show_default=True, help="With --quilt: the strip level of the patches' file names (a series line's -pN wins)."),
+    click.option("--one", is_flag=True, help="With --quilt: one fix of the whole series (else one per patch)."),
+    click.option("--name", help="The fix's name (several fixes: NAME-1, NAME-2, ...). Default: the Patchkit-Fix header, else the title."),
+    click.option("--release", help="The SGLang release the patches are written against (default: read from --from/--target)."),
+    click.option("--target", "tree", type=click.Path(exists=True, file_okay=False), help="The release tree the patches apply to, to read the release from."),
+    click.option("--root", help="The target root the patches' paths belong to (default: a Patchkit-Root header's, else sglang)."),
+    click.option("--no-commit", is_flag=True, help="Do not commit the fixes to the catalog's git repository."),
+    click.option("--dry-run", is_flag=True, help="Say what would be written; write nothing."),
+)
+def import_(state: State, src: str | None, commits: str | None, mbox_path: str | None,
+            split: bool, quilt_dir: str | None, strip: int, one: bool, name: str | None,
+            release: str | None, tree: str | None, root: str | None, no_commit: bool, dry_run: bool,
+            as_json: bool) -> int:
+    """Make fixes from patches in other formats: a git range, an mbox or format-patch
+    directory, or a quilt series; DEP-3 headers become manifest fields."""
+    given = [o for o, v in (("--from/--commits", src or commits), ("--mbox", mbox_path),
+                            ("--quilt", quilt_dir)) if v]
+    if len(given) != 1:
+        raise UsageError("give exactly one source: --from DIR --commits A..B, --mbox PATH or "
+                         f"--quilt DIR (got {', '.join(given) or 'none'})", option="--from")
+    if (src is None) != (commits is None):
+        raise UsageError("--from and --commits go together: --from DIR --commits A..B",
+                         option="--commits")
+    if split and not mbox_path or one and not quilt_dir:
+        raise UsageError("--split goes with --mbox, --one with --quilt", option="--split")
+    catalog = state.catalog()
+    if src is not None:
+        patches, at_a = importer.from_commits(Path(src), commits or "")
+        release = release or at_a
+        how, whole = f"the commits {commits} of a checkout", True
+    elif mbox_path is not None:
+        patches, how, whole = importer.from_mbox(Path(mbox_path)), "an mbox", not split
+    else:
+        patches = importer.from_quilt(Path(quilt_dir or ""), strip)
+        how, whole = "a quilt series", one
+    planned = importer.plan(patches, one=whole, name=name)
+    results = importer.import_fixes(catalog, planned, release=release,
+                                    tree=Path(tree) if tree else None, root=root,
+                                    commit=not no_commit, dry_run=dry_run, how=how)
+    if as_json:
+        render.print_json({"fixes": [{"name": r.name, "version": r.version,
+                                      "manifest": str(r.manifest),
+                                      "patches": [str(p) for p in r.patches],
+                                      "files": list(r.files), "base_release": r.base_release,
+                                      "commit": r.commit} for r in results],
+                           "dry_run": dry_run})
+        return 0
+    for result in results:
+        _report(result, False, "imported")
+    return 0
+
+
+@command(
+    "export",
+    click.argument("fixes", nargs=-1, required=True),
+    click.option("--format", "fmt", type=click.Choice(exporter.FORMATS), required=True, help="mbox (git am), quilt (series + DEP-3 patches) or dep3 (DEP-3 headed patches)."),
+    click.option("-o", "--output", "out", default=".", show_default=True, type=click.Path(file_okay=False), help="The directory to write into."),
+)
+def export(state: State, fixes: tuple[str, ...], fmt: str, out: str, as_json: bool) -> int:
+    """Write FIX... as an mbox `git am` applies, a quilt series `quilt push -a` applies, or
+    DEP-3 headed patches."""
+    result = exporter.export(state.catalog(), fixes, fmt, Path(out))
+    if as_json:
+        render.print_json({"format": result.format, "fixes": result.fixes,
+                           "files": [str(f) for f in result.files], "notes": result.notes})
+        return 0
+    say = _sayer()
+    say(f"exported {', '.join(result.fixes)} as {fmt}")
+    for f in result.files:
+        say(f"  {f}")
+    for note in result.notes:
+        say(f"note: {note}")
+    return 0
+
+
+COMMANDS = [import_, export]

@@ -1,0 +1,377 @@
+"""Patches in other tools' formats (issue 16, items 1 to 3): export and import through the
+real tools, `git am`, `git format-patch`, `quilt push -a` and `quilt pop -a`.
+
+Round trips are exact: import(export(fix)) gives the same series (the diff bytes of every
+patch) and the same manifest fields, for every shipped fix on the real 0.5.23 release tree,
+in both mbox and quilt formats. Commands run through the console script's error boundary.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from patchkit import api
+from patchkit.catalog import Catalog
+from patchkit.catalog.model import Fix
+from patchkit.interop import split_diff
+from patchkit.targets import LocalTarget
+from tests.test_authoring import (REPO, SHIPPED, apply_series, flat, git, patchkit, reset,
+                                  serve_repo, small_checkout, touched)
+
+__all__ = ["serve_repo"]  # a fixture, used by name
+
+X = "python/sglang/a.py"
+REVERT = "revert-hicache-index-k-sync"
+
+
+def ok(catalog: Path, *args: str) -> str:
+    result = patchkit(catalog, *map(str, args))
+    assert result.exit_code == 0, result.output
+    return flat(result.output)
+
+
+def new_catalog(path: Path) -> Path:
+    ok(path, "init", str(path))  # --catalog is not read by init
+    return path
+
+
+def fields(fix: Fix) -> tuple:
+    up = fix.upstream
+    return (fix.title, fix.rationale, fix.author, up.forwarding, up.reference, up.bug,
+            up.origin, up.applied, fix.headers)
+
+
+def series(fix: Fix) -> list[tuple[str, str]]:
+    """(root, diff) of each patch: the bytes of its hunks, its mail header aside."""
+    return [(p.root, split_diff(p.path.read_bytes().decode("utf-8", "surrogateescape"),
+                                p.path)[1]) for p in fix.patches]
+
+
+def no_author_env() -> dict[str, str]:
+    """The environment without GIT_AUTHOR_*: a commit's author can only come from the mail."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("GIT_AUTHOR_")}
+
+
+def git_am(tree: Path, *mboxes: Path) -> None:
+    subprocess.run(["git", "am", "-q", *map(str, mboxes)], cwd=tree, env=no_author_env(),
+                   check=True, capture_output=True)
+
+
+def quilt(tree: Path, patches: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["quilt", "--quiltrc", "/dev/null", *args], cwd=tree,
+                          env=dict(os.environ, QUILT_PATCHES=str(patches)),
+                          capture_output=True, text=True)
+
+
+def worktree_files(tree: Path) -> dict[str, bytes]:
+    """touched() without quilt's own .pc/ bookkeeping."""
+    return {k: v for k, v in touched(tree).items() if not k.startswith(".pc/")}
+
+
+def start(tree: Path, name: str) -> str:
+    """The tree at its release, and for the revert fix with the dead fix committed on top (a
+    fork that committed it): the base the fix's series is written against."""
+    git(tree, "reset", "-q", "--hard", "HEAD" if tree.name == "serve" else "v0.5.23")
+    git(tree, "clean", "-qfdx")
+    if name == REVERT:
+        apply_series(tree, [p.path for p in SHIPPED.get("hicache-index-k-sync").patches])
+        git(tree, "commit", "-q", "-am", "the dead fix, committed in a fork")
+    return git(tree, "rev-parse", "HEAD").strip()
+
+
+def expected_files(tree: Path, fix: Fix) -> dict[str, bytes]:
+    apply_series(tree, [p.path for p in fix.patches])
+    found = touched(tree)
+    reset(tree)
+    assert found, fix.name
+    return found
+
+
+@pytest.mark.network
+def test_every_shipped_fix_round_trips_through_mbox_git_am_and_format_patch(
+        catalog_tree: Path, serve_repo: Path, tmp_path: Path) -> None:
+    names = SHIPPED.names()
+    assert REVERT in names and len(names) == 5
+    out = tmp_path / "mbox"
+    said = ok(REPO, "export", *names, "--format", "mbox", "-o", out)
+    identity = "Test Author <author@example.com>"  # the catalog repository's git user
+    assert f"From {identity} (the catalog repository's git user)" in said
+    direct, via_git = new_catalog(tmp_path / "direct"), new_catalog(tmp_path / "via-git")
+    for name in names:
+        shipped = SHIPPED.get(name)
+        tree = serve_repo if shipped.patches[0].root == "serve" else catalog_tree
+        base = start(tree, name)
+        expected = expected_files(tree, shipped)
+
+        git_am(tree, out / f"{name}.mbox")
+        assert git(tree, "rev-list", "--count", f"{base}..HEAD").strip() == "1"
+        assert touched(tree) == {}
+        assert {rel: (tree / rel).read_bytes() for rel in expected} == expected, name
+        author, date, subject, body = git(tree, "log", "-1", "--format=%an <%ae>%n%aI%n%s%n%b"
+                                          ).split("\n", 3)
+        assert author == (shipped.author or identity)
+        assert date == f"{shipped.changelog[-1].date}T00:00:00+00:00"
+        assert subject == shipped.title
+        assert body.startswith(shipped.rationale.strip()[:200])
+        assert f"Patchkit-Fix: {name} v{shipped.version}\n" in body
+
+        made = tmp_path / "format-patch" / name
+        git(tree, "format-patch", "-q", "-o", str(made), f"{base}..HEAD")
+        ok(direct, "import", "--mbox", out / f"{name}.mbox", "--release", "0.5.23")
+        ok(via_git, "import", "--mbox", made, "--release", "0.5.23")
+        again = Catalog(direct).get(name)
+        assert fields(again) == fields(shipped), name
+        assert series(again) == series(shipped), name
+        through_git = Catalog(via_git).get(name)
+        assert fields(through_git) == fields(shipped), name
+        git(tree, "reset", "-q", "--hard", base)
+        apply_series(tree, [p.path for p in through_git.patches])
+        assert touched(tree) == expected, f"{name}: the series git format-patch wrote"
+
+
+@pytest.mark.network
+def test_every_shipped_fix_round_trips_through_quilt_push_and_pop(
+        catalog_tree: Path, serve_repo: Path, tmp_path: Path) -> None:
+    imported = new_catalog(tmp_path / "imported")
+    for name in SHIPPED.names():
+        shipped = SHIPPED.get(name)
+        tree = serve_repo if shipped.patches[0].root == "serve" else catalog_tree
+        start(tree, name)
+        expected = expected_files(tree, shipped)
+        out = tmp_path / "quilt" / name
+        ok(REPO, "export", name, "--format", "quilt", "-o", out)
+        assert (out / "series").read_text() == "".join(
+            f"{name}/{p.file}\n" for p in shipped.patches)
+        head = (out / name / shipped.patches[0].file).read_text()
+        assert head.startswith(f"Description: {shipped.title}\n")
+        assert f"\nLast-Update: {shipped.changelog[-1].date}\n" in head
+
+        pushed = quilt(tree, out, "push", "-a")
+        assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+        assert worktree_files(tree) == expected, name
+        popped = quilt(tree, out, "pop", "-a")
+        assert popped.returncode == 0, popped.stdout + popped.stderr
+        assert worktree_files(tree) == {}, name
+
+        ok(imported, "import", "--quilt", out, "--release", "0.5.23")
+        again = Catalog(imported).get(name)
+        assert fields(again) == fields(shipped), name
+        assert series(again) == series(shipped), name
+        assert again.changelog[0].date == shipped.changelog[-1].date  # Last-Update
+
+
+def test_a_fix_without_a_series_of_its_own_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    catalog = new_catalog(tmp_path / "fixes")
+    manifest = (REPO / "manifests" / f"{REVERT}.toml").read_text()
+    start, end = manifest.index("[[patches]]"), manifest.index("[[preconditions]]")
+    (catalog / "manifests" / "git-only-revert.toml").write_text(
+        manifest[:start].replace(f'name = "{REVERT}"', 'name = "git-only-revert"') + manifest[end:])
+    for fmt in ("mbox", "quilt", "dep3"):
+        result = patchkit(catalog, "export", "git-only-revert", "--format", fmt, "-o",
+                          str(tmp_path / fmt))
+        assert result.exit_code == 2, result.output
+        message = flat(result.output)
+        assert "git-only-revert has no series of its own" in message
+        assert "Export the fix it reverts (hicache-index-k-sync)" in message
+        assert not (tmp_path / fmt).exists()
+
+
+def full_fix(tmp_path: Path) -> tuple[Path, Path, str]:
+    """A user's catalog with a two-patch fix made by `new --commits` (its author the first
+    commit's), every DEP-3 field set in its manifest; the checkout and the base commit."""
+    catalog = new_catalog(tmp_path / "fixes")
+    src = small_checkout(tmp_path, release="0.5.23")
+    base = git(src, "rev-parse", "HEAD").strip()
+    env = dict(os.environ, GIT_AUTHOR_NAME="Zoë Example", GIT_AUTHOR_EMAIL="zoe@example.org",
+               GIT_AUTHOR_DATE="2026-11-10T12:00:00+01:00")
+    (src / X).write_text((src / X).read_text().replace("two = 2", "two = 22"))
+    subprocess.run(["git", "commit", "-qam", "a: two is twenty-two\n\nThe pool needs 22.\n\n"
+                    "Reviewed-by: Ray <ray@example.org>"], cwd=src, env=env, check=True)
+    (src / "python/sglang/c.py").write_text("c = 3\n")
+    git(src, "add", ".")
+    git(src, "commit", "-qm", "c: a new module")
+    ok(catalog, "new", "pair", "--from", src, "--commits", f"{base}..HEAD")
+    fix = Catalog(catalog).get("pair")
+    assert fix.author == "Zoë Example <zoe@example.org>"  # new records the first commit's
+    assert fix.patches[0].path.read_text().startswith("From: Zoë Example <zoe@example.org>\n")
+    manifest = catalog / "manifests" / "pair.toml"
+    text = manifest.read_text().replace(
+        'forwarding = "not-forwarded"', 'forwarding = "merged"').replace(
+        'reference = ""', 'reference = "https://github.com/sgl-project/sglang/pull/1"\n'
+        'bug = "https://github.com/sgl-project/sglang/issues/2"\n'
+        'origin = "upstream, https://github.com/sgl-project/sglang/commit/abc"\n'
+        'applied = "0.5.24"')
+    assert fix.headers == (("Reviewed-by", "Ray <ray@example.org>"),)  # its trailer
+    assert fix.rationale == "The pool needs 22.\n"
+    text = text.replace('Reviewed-by = "Ray <ray@example.org>"\n',
+                        'Reviewed-by = ["Ray <ray@example.org>", "Sam <sam@example.org>"]\n'
+                        'Bug-Debian = "https://bugs.debian.org/3"\n')
+    manifest.write_text(text)
+    git(catalog, "commit", "-qam", "pair: upstream fields")
+    return catalog, src, base
+
+
+def test_a_fix_with_every_field_round_trips_through_git_am_and_quilt(tmp_path: Path) -> None:
+    catalog, src, base = full_fix(tmp_path)
+    fix = Catalog(catalog).get("pair")
+    assert fix.upstream.forwarding == "merged" and len(fix.headers) == 3
+    git(src, "reset", "-q", "--hard", base)
+
+    ok(catalog, "export", "pair", "--format", "mbox", "-o", tmp_path / "out")
+    git_am(src, tmp_path / "out" / "pair.mbox")
+    log = git(src, "log", "--reverse", "--format=%an <%ae>|%aI|%s", f"{base}..HEAD").splitlines()
+    date = f"{fix.changelog[-1].date}T00:00:00+00:00"  # the latest changelog date
+    assert log == [f"Zoë Example <zoe@example.org>|{date}|a: two is twenty-two",
+                   f"Zoë Example <zoe@example.org>|{date}|c: a new module"]
+    body = git(src, "log", "-1", "--format=%b", "HEAD~1")
+    assert body.startswith(
+        "The pool needs 22.\n\n"
+        "Origin: upstream, https://github.com/sgl-project/sglang/commit/abc\n"
+        "Bug: https://github.com/sgl-project/sglang/issues/2\n"
+        "Forwarded: https://github.com/sgl-project/sglang/pull/1\nPatchkit-Forwarding: merged\n"
+        "Applied-Upstream: 0.5.24\nReviewed-by: Ray <ray@example.org>\n")
+    assert "Reviewed-by: Sam <sam@example.org>\nBug-Debian:" in body
+
+    direct = new_catalog(tmp_path / "direct")  # the two mails of one mbox file: one fix
+    ok(direct, "import", "--mbox", tmp_path / "out" / "pair.mbox", "--release", "0.5.23")
+    again = Catalog(direct).get("pair")
+    assert fields(again) == fields(fix) and series(again) == series(fix)
+
+    # The commits git am made, imported as a git range: the trailers are read back too.
+    ranged = new_catalog(tmp_path / "ranged")
+    said = ok(ranged, "import", "--from", src, "--commits", f"{base}..HEAD")
+    assert "imported pair v1 (base 0.5.23)" in said  # named by Patchkit-Fix, release at A
+    again = Catalog(ranged).get("pair")
+    assert fields(again) == fields(fix) and series(again) == series(fix)
+    assert git(ranged, "log", "-1", "--format=%s") == "pair v1: a: two is twenty-two\n"
+
+    git(src, "format-patch", "-q", "-o", str(tmp_path / "fp"), f"{base}..HEAD")
+    back = new_catalog(tmp_path / "back")
+    said = ok(back, "import", "--mbox", tmp_path / "fp", "--release", "0.5.23", "--json")
+    assert '"name": "pair"' in said
+    again = Catalog(back).get("pair")
+    assert fields(again) == fields(fix)
+    assert len(again.patches) == 2
+
+    git(src, "reset", "-q", "--hard", base)
+    ok(catalog, "export", "pair", "--format", "quilt", "-o", tmp_path / "quilt")
+    head = (tmp_path / "quilt" / "pair" / fix.patches[0].file).read_text()
+    assert head.startswith("Description: a: two is twenty-two\n The pool needs 22.\n"
+                           "Author: Zoë Example <zoe@example.org>\n"
+                           "Origin: upstream, https://github.com/sgl-project/sglang/commit/abc\n"
+                           "Bug: https://github.com/sgl-project/sglang/issues/2\n")
+    assert quilt(src, tmp_path / "quilt", "push", "-a").returncode == 0
+    assert sorted(worktree_files(src)) == ["python/sglang/a.py", "python/sglang/c.py"]
+    assert quilt(src, tmp_path / "quilt", "pop", "-a").returncode == 0
+    assert worktree_files(src) == {}
+    quilted = new_catalog(tmp_path / "quilted")
+    ok(quilted, "import", "--quilt", tmp_path / "quilt", "--target", src)  # one series: one fix
+    again = Catalog(quilted).get("pair")
+    assert fields(again) == fields(fix) and series(again) == series(fix)
+    assert again.upstream.base_release == "0.5.23"  # read from the tree
+
+    ok(catalog, "export", "pair", "--format", "dep3", "-o", tmp_path / "dep3")
+    assert not (tmp_path / "dep3" / "series").exists()
+    assert (tmp_path / "dep3" / "pair" / fix.patches[1].file).read_text().startswith(
+        "Description: c: a new module\nAuthor: Zoë Example <zoe@example.org>\n"
+        "Patchkit-Fix: pair v1\n---\ndiff --git ")
+
+
+QUILT_PATCH = """\
+Description: a: two is twenty-two
+ The pool needs 22.
+ .
+ Measured on the real pool.
+Author: Quinn <quinn@example.org>
+Bug-Debian: https://bugs.debian.org/1
+Reviewed-by: Ray <ray@example.org>
+Forwarded: not-needed
+Last-Update: 2026-10-01
+---
+Index: src/python/sglang/a.py
+===================================================================
+--- src.orig/python/sglang/a.py\t2026-10-01 10:00:00.000000000 +0000
++++ src/python/sglang/a.py\t2026-10-01 10:00:01.000000000 +0000
+@@ -1,3 +1,3 @@
+ one = 1
+-two = 2
++two = 22
+ three = 3
+"""
+
+DEEP_PATCH = """\
+Description: b: a new module, in a patch made two levels up
+--- work/src.orig/python/sglang/d.py\t1970-01-01 00:00:00.000000000 +0000
++++ work/src/python/sglang/d.py\t2026-10-01 10:00:01.000000000 +0000
+@@ -0,0 +1 @@
++d = 4
+"""
+
+
+MAIL_PATCH = """\
+From 1234567890123456789012345678901234567890 Mon Sep 17 00:00:00 2001
+From: Mo Mailer <mo@example.org>
+Date: Thu, 1 Oct 2026 10:00:00 +0000
+Subject: [PATCH] e: a module from a git format-patch file
+
+---
+ python/sglang/e.py | 1 +
+ 1 file changed, 1 insertion(+)
+
+diff --git a/python/sglang/e.py b/python/sglang/e.py
+new file mode 100644
+index 0000000..1111111
+--- /dev/null
++++ b/python/sglang/e.py
+@@ -0,0 +1 @@
++e = 5
+--\x20
+2.43.0
+
+"""
+
+
+def test_a_quilt_series_with_orig_prefixes_and_strip_levels_imports_as_quilt_applies_it(
+        tmp_path: Path) -> None:
+    src = small_checkout(tmp_path, release="0.5.23")
+    patches = tmp_path / "debian" / "patches"
+    patches.mkdir(parents=True)
+    (patches / "two.patch").write_text(QUILT_PATCH)
+    (patches / "deep.patch").write_text(DEEP_PATCH)
+    (patches / "mail.patch").write_text(MAIL_PATCH)  # its signature line is "-- "
+    (patches / "series").write_text("# the fix\ntwo.patch\ndeep.patch -p2\nmail.patch\n")
+    pushed = quilt(src, patches, "push", "-a")
+    assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+    expected = worktree_files(src)
+    assert sorted(expected) == [X, "python/sglang/d.py", "python/sglang/e.py"]
+    assert quilt(src, patches, "pop", "-a").returncode == 0
+    shutil.rmtree(src / ".pc")
+
+    catalog = new_catalog(tmp_path / "fixes")
+    dry = ok(catalog, "import", "--quilt", tmp_path / "debian", "--one", "--name", "two",
+             "--target", src, "--dry-run")
+    assert "would be imported two v1 (base 0.5.23)" in dry
+    assert not (catalog / "manifests" / "two.toml").exists()
+    ok(catalog, "import", "--quilt", tmp_path / "debian", "--one", "--name", "two",
+       "--target", src)
+    fix = Catalog(catalog).get("two")
+    assert (fix.title, fix.rationale) == ("a: two is twenty-two",
+                                          "The pool needs 22.\n\nMeasured on the real pool.\n")
+    assert fix.author == "Quinn <quinn@example.org>"
+    assert (fix.upstream.forwarding, fix.upstream.reference) == ("not-applicable", "")
+    assert fix.headers == (("Bug-Debian", "https://bugs.debian.org/1"),
+                           ("Reviewed-by", "Ray <ray@example.org>"))
+    assert fix.changelog[0].date == "2026-10-01"
+    assert [p.file for p in fix.patches] == [
+        "0001-a-two-is-twenty-two.patch", "0002-b-a-new-module-in-a-patch-made-two-levels-up.patch",
+        "0003-e-a-module-from-a-git-format-patch-file.patch"]
+    assert fix.patches[2].path.read_text().startswith("From: Mo Mailer <mo@example.org>\n")
+    applied = api.apply(Catalog(catalog), LocalTarget(roots={"sglang": str(src)}), ["two"])
+    assert applied.fixes[0].outcome == "applied"
+    assert worktree_files(src) == expected
+    assert git(catalog, "log", "-1", "--format=%s") == "two v1: a: two is twenty-two\n"
