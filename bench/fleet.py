@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import shlex
 import shutil
 import statistics
@@ -556,7 +557,9 @@ def report(after: Version, fork: Fork, core: str, ansible_package: str, python: 
         "disk, untimed: 16 fresh copies per row took minutes on the shared disk. N = "
         f"{repeat}, the rows interleaved in the order of the table. Only the working tree is measured, installed with its `fleet` "
         f"extra (ansible-core {core}): the fleet rows have no before. The playbook row runs "
-        f"{ansible_package}, in a virtualenv of its own. The hosts' Python is `{python}`.", "",
+        f"{ansible_package}, in a virtualenv of its own. Every host runs its checks, Ansible's "
+        f"modules and the loop's agent with the interpreter of the Python that runs the "
+        f"benchmark ({platform.python_version()}).", "",
         "Both Ansible rows run with the same hermetic environment (the test suite's `ansible_env`: "
         "no `ansible.cfg`, pipelining on, `ANSIBLE_SSH_ARGS=-o ControlMaster=no -o "
         "ControlPath=none`, so no connection is shared between tasks) and the same inventory "
