@@ -583,7 +583,8 @@ def report(after: Version, fork: Fork, core: str, ansible_package: str, python: 
         "patch's own dry run: no release check, no verification, no rollback of a host's earlier "
         "tasks when a later one fails, no record on the host.", "",
         "Where the 16-host run's time goes (one more run, timed from patchkit's progress lines; "
-        "the other rows measure its parts alone):", "",
+        "the other rows measure its parts alone; each row is one run, so on a busy machine a "
+        "difference of a few seconds between them is noise):", "",
         "| phase | wall time |", "|---|---|", *prof, ""])
     summary = [
         (f"fleet: 3 fixes on {HOSTS} hosts, patchkit on Ansible `--forks {HOSTS}`",
