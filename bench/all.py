@@ -9,8 +9,11 @@ tree) into its own fresh virtualenv with a regular ``pip install``, then runs th
 after another (never side by side: they would measure each other), every version interleaved
 with the others inside each: ``seed.py`` (the seed's three fixes, locally and over SSH, and the
 seed's own procedure), ``rebase_bench.py`` (rebase vs git rebase, cherry-pick, GNU patch,
-quilt) and ``perf.py`` (the drift series and the 20-fix series vs git apply, GNU patch, git am,
-quilt; status vs git status). Writes a "before / after" section and each benchmark's section.
+quilt), ``perf.py`` (the drift series and the 20-fix series vs git apply, GNU patch, git am,
+quilt; status vs git status) and ``fleet.py`` (the seed's fixes on 16 loopback hosts: patchkit
+on Ansible vs one host, a sequential ``ssh://`` loop and an ``ansible.posix.patch`` playbook;
+the working tree only, installed with its ``fleet`` extra). Writes a "before / after" section
+and each benchmark's section.
 """
 
 from __future__ import annotations
@@ -26,12 +29,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the modules next to this script
 
+import fleet  # noqa: E402
 import perf  # noqa: E402
 import rebase_bench  # noqa: E402
 import seed  # noqa: E402
 from common import REPO, TIME, Version, fmt, install, machine, say, write_section  # noqa: E402
 
-BENCHES = {"seed": seed, "rebase": rebase_bench, "perf": perf}
+BENCHES = {"seed": seed, "rebase": rebase_bench, "perf": perf, "fleet": fleet}
 SECTION = "## Before and after"
 
 
@@ -49,22 +53,25 @@ def summary_section(versions: list[Version], rows, command: str, repeat: int, no
              machine(), "",
              f"| workload | {head} | peak RSS ({' / '.join(labels)}) | notes |",
              "|---|" + "---|" * (len(labels) + (len(labels) == 2)) + "---|---|"]
-    for name, samples, limit, conns in rows:
-        medians = {label: statistics.median(s.seconds for s in samples[label]) for label in labels}
+    for name, samples, limit, conns, *notes_of_row in rows:
+        # A row may hold only some versions (the fleet: the working tree only) and its own notes.
+        have = [label for label in labels if samples.get(label)]
+        medians = {label: statistics.median(s.seconds for s in samples[label]) for label in have}
         cells = [f"{fmt(medians[label])} ({fmt(min(s.seconds for s in samples[label]))})"
-                 for label in labels]
+                 if label in have else "-" for label in labels]
         if len(labels) == 2:
-            cells.append(f"{medians[labels[1]] / medians[labels[0]]:.2f}x")
+            cells.append(f"{medians[labels[1]] / medians[labels[0]]:.2f}x" if len(have) == 2 else "-")
         target = []
         if limit is not None:
             target.append(f"target: median under {fmt(limit)}: " + ", ".join(
-                f"{label} {'met' if medians[label] < limit else 'missed'}" for label in labels))
+                f"{label} {'met' if medians[label] < limit else 'missed'}" for label in have))
         if conns:
             target.append("target: exactly one SSH connection (client / server): " + ", ".join(
                 f"{label} {conns[label]}, {'met' if conns[label] == '1 / 1' else 'missed'}"
-                for label in labels))
+                for label in have))
+        target += notes_of_row
         rss = " / ".join(f"{max(s.rss_kb for s in samples[label]) / 1024:.0f} MB"
-                         if any(s.rss_kb for s in samples[label]) else "-" for label in labels)
+                         if any(s.rss_kb for s in samples.get(label, ())) else "-" for label in labels)
         lines.append(f"| {name} | {' | '.join(cells)} | {rss} | {'; '.join(target)} |")
     if notes:
         lines += ["", notes.strip()]
@@ -94,8 +101,11 @@ def main() -> None:
                        cwd=REPO, check=True, stdout=subprocess.DEVNULL)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="patchkit-bench-")).resolve()
     try:
+        # The fleet drives Ansible: the working tree gets its fleet extra (ansible-core); a
+        # --before revision is installed as it is and measured only by the other benchmarks.
+        extras = "fleet" if "fleet" in (args.only or list(BENCHES)) else ""
         versions = ([install("before", args.before, workdir)] if args.before else []) \
-            + [install("after", None, workdir)]
+            + [install("after", None, workdir, extras)]
         sections, rows = [], []
         for name in args.only or list(BENCHES):
             say(f"== {name}")

@@ -67,9 +67,10 @@ def _source_tree(rev: str | None, dest: Path) -> None:
             shutil.copy2(src, dest / name)
 
 
-def install(label: str, rev: str | None, workdir: Path) -> Version:
+def install(label: str, rev: str | None, workdir: Path, extras: str = "") -> Version:
     """A fresh virtualenv with ``rev`` (None: the working tree) installed the way users install
-    patchkit: a regular (not editable) ``pip install``, bytecode compiled."""
+    patchkit: a regular (not editable) ``pip install``, bytecode compiled; with ``extras``
+    (e.g. ``fleet``: ansible-core), ``pip install 'SRC[extras]'``."""
     home = workdir / f"venv-{label}"
     shutil.rmtree(home, ignore_errors=True)
     short = _short(rev or "HEAD")
@@ -77,13 +78,14 @@ def install(label: str, rev: str | None, workdir: Path) -> Version:
                            text=True).stdout.strip()
     source = (f"the working tree (on {short}{', with uncommitted changes' if dirty else ''})" if rev is None
               else f"revision {rev}" + ("" if short.startswith(rev) else f" ({short})"))
-    say(f"installing patchkit from {source} into {home}")
+    say(f"installing patchkit{f'[{extras}]' if extras else ''} from {source} into {home}")
     _source_tree(rev, home / "src")
     venv = home / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
-                    "--disable-pip-version-check", str(home / "src")], check=True, env=env)
+                    "--disable-pip-version-check", f"{home / 'src'}{f'[{extras}]' if extras else ''}"],
+                   check=True, env=env)
     site = subprocess.run([str(venv / "bin" / "python"), "-c",
                            "import patchkit, os; print(os.path.dirname(patchkit.__file__))"],
                           check=True, capture_output=True, text=True, env=env, cwd=home).stdout.strip()
