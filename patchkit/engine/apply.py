@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 
 from ..errors import (ConflictError, DriftError, PreconditionFailed, TargetFileMissing,
                       VerificationFailed, VersionMismatch)
-from . import auto
+from . import auto, record
 from .checks import CheckContext, failure_lines, run_check
 from .fsops import missing_dirs
 from .hunks import Placement, apply_change, decode, encode, sha256_bytes
@@ -188,6 +188,7 @@ class _Prepare:
         self.done: Set[Key] = set(vouched)  # files with no git-clean check (prepared already)
         self.prepared: Set[str] = set()
         self.releases: Dict[str, Any] = {}
+        self.installs = record.installs(req.roots)  # installed roots: RECORD proves them pristine
         self.writable: Dict[str, Optional[str]] = {}  # each directory probed for writing
         self.failures: List[Dict[str, Any]] = []
         self.results: List[Dict[str, Any]] = []
@@ -235,6 +236,7 @@ class _Prepare:
         fresh = [ws.entry(*k) for k in first_op if k not in self.done]
         pre.extend(auto.git_clean_checks(fresh, req.roots, self.after_hashes, self.git_changes,
                                          strict=req.commit))
+        pre.extend(record.record_checks(fresh, req.roots, self.installs, self.after_hashes))
         dirs = [(ws.entry(*k).where, os.path.dirname(ws.entry(*k).abs)) for k in first_op]
         if state_dir:
             dirs.append(("state", self.store.dir if self.store.exists() else self.store.root))

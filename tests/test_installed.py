@@ -1,0 +1,180 @@
+"""The shipped fixes on an installed SGLang: the real 0.5.23 wheel pip-installed (no deps) into a
+fresh venv, targeted through that venv's interpreter, with the wheel's RECORD as the proof
+that the installed files are pristine (docs/design.md, "Automatic preconditions").
+
+The venv is made once per session (installing the wheel takes a while); each test leaves it
+as pip installed it: its teardown drops patchkit's state and reinstalls the wheel if any
+file of the package no longer matches RECORD.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from patchkit import api
+from patchkit.catalog import Catalog
+from patchkit.errors import PreconditionFailed
+from patchkit.targets import LocalTarget, resolve_target
+from tests.fixtures.sglang import CATALOG_RELEASE
+
+pytestmark = pytest.mark.network  # the 0.5.23 wheel comes from the registry once
+
+REPO = Path(__file__).resolve().parent.parent
+SERVE_SCRIPT = REPO / "docs" / "examples" / "serve_dsv4_prefill.sh"
+PRODUCTION = ["dsv4-bf16-index-k", "dsv4-bf16-sizing", "prefill-hicache-off"]
+POOL = "sglang/srt/mem_cache/deepseek_v4_memory_pool.py"
+CONFIGURATOR = "sglang/srt/model_executor/pool_configurator.py"
+
+
+def pip_install(python: Path, wheel: Path, *extra: str) -> None:
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-compile",
+                    "--no-index", *extra, str(wheel)], check=True, capture_output=True,
+                   timeout=600)
+
+
+def record_hashes(site: Path) -> dict[str, str]:
+    """RECORD of the installed sglang: path -> hex sha256 (files listed with a hash only)."""
+    out = {}
+    with open(site / f"sglang-{CATALOG_RELEASE}.dist-info" / "RECORD", newline="") as fh:
+        for row in csv.reader(fh):
+            algo, _, digest = row[1].partition("=")
+            if algo == "sha256":
+                out[row[0]] = base64.urlsafe_b64decode(digest + "=" * (-len(digest) % 4)).hex()
+    return out
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def unlike_record(site: Path) -> list[str]:
+    """The package files whose bytes differ from RECORD (or are gone)."""
+    return [rel for rel, want in record_hashes(site).items() if rel.startswith("sglang/")
+            and (not (site / rel).is_file() or sha256(site / rel) != want)]
+
+
+@pytest.fixture(scope="session")
+def installed_venv(tmp_path_factory: pytest.TempPathFactory,
+                   sglang_wheel_0523: Path) -> tuple[Path, Path]:
+    """(venv, its site-packages) with the real sglang 0.5.23 wheel installed by pip."""
+    venv = tmp_path_factory.mktemp("installed") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    pip_install(python, sglang_wheel_0523)
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()"
+                                "['purelib'])"], capture_output=True, text=True,
+                               check=True).stdout.strip())
+    return venv, site
+
+
+@pytest.fixture
+def venv(installed_venv: tuple[Path, Path], sglang_wheel_0523: Path) -> Iterator[Path]:
+    """The session's venv, put back as pip installed it after the test."""
+    path, site = installed_venv
+    assert unlike_record(site) == [] and not (site / ".patchkit").exists()
+    yield path
+    shutil.rmtree(site / ".patchkit", ignore_errors=True)
+    if unlike_record(site):
+        pip_install(path / "bin" / "python", sglang_wheel_0523, "--force-reinstall")
+
+
+@pytest.fixture
+def site(installed_venv: tuple[Path, Path]) -> Path:
+    return installed_venv[1]
+
+
+@pytest.fixture(scope="module")
+def catalog() -> Catalog:
+    return Catalog(REPO)
+
+
+@pytest.fixture
+def target(venv: Path, tmp_path: Path) -> LocalTarget:
+    serve = tmp_path / "serve"
+    serve.mkdir()
+    shutil.copy2(SERVE_SCRIPT, serve / SERVE_SCRIPT.name)
+    found = resolve_target(f"python:{venv / 'bin' / 'python'}", [f"serve={serve}"])
+    assert isinstance(found, LocalTarget)
+    return found
+
+
+# -- 1. RECORD proves the installed files pristine -----------------------------------------
+
+
+def test_a_file_modified_outside_patchkit_is_refused_by_name(
+        catalog: Catalog, target: LocalTarget, site: Path) -> None:
+    pool = site / POOL
+    pool.write_bytes(pool.read_bytes() + b"# edited by hand\n")
+    edited = sha256(pool)
+    before = {p: sha256(p) for p in (site / "sglang" / "srt").rglob("*.py")}
+
+    with pytest.raises(PreconditionFailed) as exc:
+        api.apply(catalog, target, ["dsv4-bf16-index-k"])
+    failed = [f for f in exc.value.details["failures"] if f["kind"] == "record-clean"]
+    assert [f["where"] for f in failed] == [f"sglang:python/{POOL}"]
+    assert "modified outside patchkit" in failed[0]["detail"]
+    assert edited in failed[0]["detail"] and record_hashes(site)[POOL] in failed[0]["detail"]
+    assert f"sglang {CATALOG_RELEASE}" in failed[0]["detail"]
+    # nothing was written: not the edited file, not the other one the fix changes
+    assert {p: sha256(p) for p in (site / "sglang" / "srt").rglob("*.py")} == before
+    assert not (site / ".patchkit" / "state.json").exists()
+
+
+def test_the_cli_refuses_the_edited_file_with_exit_1(target: LocalTarget, site: Path,
+                                                      venv: Path) -> None:
+    pool = site / POOL
+    pool.write_bytes(pool.read_bytes().replace(b"class DeepSeekV4IndexerPool", b"class  DeepSeekV4IndexerPool", 1))
+    proc = subprocess.run(
+        [sys.executable, "-m", "patchkit", "--catalog", str(REPO), "apply", "dsv4-bf16-index-k",
+         "--target", f"python:{venv / 'bin' / 'python'}"],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300)
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert f"python/{POOL}" in proc.stderr and "modified outside patchkit" in proc.stderr
+
+
+def test_seed_fixes_apply_to_the_installed_release_verify_and_roll_back_to_record(
+        catalog: Catalog, target: LocalTarget, site: Path, venv: Path) -> None:
+    python = str(venv / "bin" / "python")
+    assert target.python == python and target.roots["sglang"] == str(site)
+    record = record_hashes(site)
+
+    result = api.apply(catalog, target, PRODUCTION)
+    assert [f.outcome for f in result.fixes] == ["applied"] * 3
+    touched = {(f.root, f.path) for fix in result.fixes for f in fix.files}
+    assert {p for r, p in touched if r == "sglang"} == {f"python/{POOL}", f"python/{CONFIGURATOR}",
+                                                        "python/sglang/srt/environ.py"}
+    for fix in result.fixes:  # the RECORD proof ran for every installed file, and held
+        proofs = [c for c in fix.preconditions if c.kind == "record-clean"]
+        assert len(proofs) == len([f for f in fix.files if f.root == "sglang"])
+        assert all(c.ok and f"RECORD of sglang {CATALOG_RELEASE}" in c.detail for c in proofs)
+    assert sha256(site / POOL) != record[POOL]  # the installed files are the patched ones
+
+    # verified with the venv's interpreter: the python-script check runs there
+    verified = api.verify(catalog, target, PRODUCTION)
+    assert verified.ok and all(c.ok for f in verified.fixes for c in f.verification)
+    script = subprocess.run([python, "-c", "import sys; print(sys.prefix)"], capture_output=True,
+                            text=True, check=True).stdout.strip()
+    assert script == str(venv)
+
+    # a second fix on a file patchkit already changed is not refused: its state vouches
+    api.rollback(catalog, target, ["dsv4-bf16-sizing"])
+    again = api.apply(catalog, target, ["dsv4-bf16-sizing"])
+    assert again.fixes[0].outcome == "applied"
+
+    api.rollback(catalog, target, list(reversed(PRODUCTION)))
+    for _root, path in touched:
+        if path.startswith("python/sglang/"):
+            rel = path[len("python/"):]
+            assert sha256(site / rel) == record[rel], rel
+    assert unlike_record(site) == []
+    assert (target.roots["serve"] and
+            sha256(Path(target.roots["serve"]) / SERVE_SCRIPT.name) == sha256(SERVE_SCRIPT))
