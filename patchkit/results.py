@@ -99,12 +99,14 @@ class FixState:
     applied_at: str | None
     files: tuple[Mapping[str, Any], ...]
     catalog_version: int | None = None  # the catalog's version of a recorded fix (``outdated``)
+    detail: str | None = None  # why a fix is ``lost`` (its installed package was reinstalled)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "FixState":
         return cls(name=str(d.get("name", "")), state=str(d.get("state", "")),
                    version=d.get("version"), applied_at=d.get("applied_at"),
-                   files=tuple(d.get("files") or ()), catalog_version=d.get("catalog_version"))
+                   files=tuple(d.get("files") or ()), catalog_version=d.get("catalog_version"),
+                   detail=d.get("detail"))
 
 
 @dataclass(frozen=True)

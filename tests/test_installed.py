@@ -22,7 +22,7 @@ import pytest
 
 from patchkit import api
 from patchkit.catalog import Catalog
-from patchkit.errors import PreconditionFailed
+from patchkit.errors import PreconditionFailed, VerificationFailed
 from patchkit.targets import LocalTarget, resolve_target
 from tests.fixtures.sglang import CATALOG_RELEASE
 
@@ -178,3 +178,74 @@ def test_seed_fixes_apply_to_the_installed_release_verify_and_roll_back_to_recor
     assert unlike_record(site) == []
     assert (target.roots["serve"] and
             sha256(Path(target.roots["serve"]) / SERVE_SCRIPT.name) == sha256(SERVE_SCRIPT))
+
+
+# -- 2. the wheel reinstalled underneath the fixes -------------------------------------------
+
+
+def run_cli(*args: object, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``python -m patchkit`` as a build step or a shell runs it: its own process, no TTY."""
+    return subprocess.run([sys.executable, "-m", "patchkit", "--catalog", str(REPO),
+                           *map(str, args)], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=300, env=env)
+
+
+def test_a_reinstall_underneath_is_lost_not_drifted_and_apply_puts_the_fixes_back(
+        catalog: Catalog, target: LocalTarget, site: Path, venv: Path,
+        sglang_wheel_0523: Path) -> None:
+    python = venv / "bin" / "python"
+    serve = ["--root", f"serve={target.roots['serve']}"]
+    applied = api.apply(catalog, target, PRODUCTION)
+    assert applied.ok
+    patched = {rel: sha256(site / rel) for rel in (POOL, CONFIGURATOR)}
+
+    pip_install(python, sglang_wheel_0523, "--force-reinstall")
+    assert unlike_record(site) == []  # pip put the wheel's files back, .patchkit/ stayed
+
+    states = {s.name: s for s in api.status(catalog, target).status}
+    for name in ("dsv4-bf16-index-k", "dsv4-bf16-sizing"):
+        assert states[name].state == "lost", states[name]
+        assert states[name].detail.startswith(
+            f"sglang {CATALOG_RELEASE} reinstalled; recorded v2 no longer present")
+        assert f"patchkit apply {name}" in states[name].detail
+    assert states["prefill-hicache-off"].state == "applied"  # the serve script kept its fix
+
+    res = run_cli("status", "--target", f"python:{python}", *serve)
+    assert res.returncode == 0, res.stderr
+    line = next(ln for ln in res.stdout.splitlines() if ln.startswith("dsv4-bf16-index-k\t"))
+    assert (f"\tlost: sglang {CATALOG_RELEASE} reinstalled; recorded v2 no longer present"
+            in line), line
+    assert "drifted" not in res.stdout
+    assert run_cli("status", "--exit-code", "--target", f"python:{python}", *serve).returncode == 1
+
+    # verify fails the lost fixes (their change is not in the files), saying why
+    with pytest.raises(VerificationFailed) as exc:
+        api.verify(catalog, target, ["dsv4-bf16-index-k"])
+    assert f"lost: sglang {CATALOG_RELEASE} reinstalled" in str(exc.value)
+
+    again = api.apply(catalog, target, PRODUCTION)
+    outcomes = {f.name: f.outcome for f in again.fixes}
+    assert outcomes == {"dsv4-bf16-index-k": "applied", "dsv4-bf16-sizing": "applied",
+                        "prefill-hicache-off": "already-applied"}
+    assert {rel: sha256(site / rel) for rel in patched} == patched
+    raw = {f["name"]: f for f in again.to_json()["fixes"]}
+    assert "reinstalled" in raw["dsv4-bf16-index-k"]["lost"]
+    assert {s.name: s.state for s in api.status(catalog, target).status
+            if s.name in PRODUCTION} == dict.fromkeys(PRODUCTION, "applied")
+    assert api.verify(catalog, target, PRODUCTION).ok
+
+
+def test_a_lost_fix_rolls_back_to_the_new_install_without_force(
+        catalog: Catalog, target: LocalTarget, site: Path, venv: Path,
+        sglang_wheel_0523: Path) -> None:
+    assert api.apply(catalog, target, PRODUCTION).ok
+    pip_install(venv / "bin" / "python", sglang_wheel_0523, "--force-reinstall")
+    reinstalled = {rel: sha256(site / rel) for rel in (POOL, CONFIGURATOR)}
+
+    done = api.rollback(catalog, target, list(reversed(PRODUCTION)))
+    assert [f.outcome for f in done.fixes] == ["rolled-back"] * 3
+    assert {rel: sha256(site / rel) for rel in reinstalled} == reinstalled
+    assert unlike_record(site) == []
+    assert sha256(Path(target.roots["serve"]) / SERVE_SCRIPT.name) == sha256(SERVE_SCRIPT)
+    assert {s.name for s in api.status(catalog, target).status
+            if s.state not in ("not-applied", "not-needed")} == set()

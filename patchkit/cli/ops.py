@@ -13,7 +13,7 @@ from .common import TARGET_OPTIONS, State, command
 from .fleet import INVENTORY_OPTIONS, ROLLOUT_OPTIONS, rollout, survey, wants_fleet
 
 #: States that make ``status --exit-code`` fail.
-UNHEALTHY = {"drifted", "partly-present", "outdated"}
+UNHEALTHY = {"drifted", "partly-present", "outdated", "lost"}
 
 
 FIXES = click.argument("fixes", nargs=-1)
@@ -104,7 +104,7 @@ def verify(state: State, fixes: tuple[str, ...], as_json: bool, **where: Any) ->
     "status", *TARGET_OPTIONS, *INVENTORY_OPTIONS,
     click.option("--all", "show_all", is_flag=True, help="Also list fixes that are not applied."),
     click.option("--exit-code", is_flag=True,
-                 help=f"Exit {EXIT_CHECK_FAILED} when a fix has drifted, is partly present or is "
+                 help=f"Exit {EXIT_CHECK_FAILED} when a fix has drifted, is lost, partly present or "
                       "outdated (like git diff --exit-code)."),
 )
 def status(state: State, show_all: bool, exit_code: bool, as_json: bool, **where: Any) -> int:

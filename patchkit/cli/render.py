@@ -30,7 +30,7 @@ OUTCOME_STYLE = {
 }
 STATE_STYLE = {
     "applied": "green", "drifted": "bold red", "not-applied": "dim", "partly-present": "yellow",
-    "present-unrecorded": "cyan", "outdated": "yellow", "not-needed": "dim",
+    "present-unrecorded": "cyan", "outdated": "yellow", "not-needed": "dim", "lost": "bold yellow",
 }
 
 #: A line of output as (text, rich style) segments.
@@ -258,7 +258,9 @@ def _status_rows(result: OpResult, verbose: bool) -> List[List[str]]:
         state = s.state
         if state == "outdated":
             state = f"outdated (v{s.version} applied, v{s.catalog_version} in the catalog)"
-        shown = s.version is not None and s.state in ("applied", "drifted", "outdated")
+        elif state == "lost":
+            state = f"lost: {s.detail}"
+        shown = s.version is not None and s.state in ("applied", "drifted", "outdated", "lost")
         rows.append([s.name, state, f"v{s.version}" if shown else "", s.applied_at or "",
                      ", ".join(bad)])
     return rows

@@ -86,7 +86,7 @@ def touched(spec: FixSpec, sources: Sources) -> List[Tuple[str, str, str]]:
 
 
 def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
-    state = store.read_state()
+    state, lost = _drop_lost(req, store.read_state())
     recorded = {f["name"]: f for f in state.get("fixes", [])}
     outcomes: Dict[str, Dict[str, Any]] = {}
     todo: List[FixSpec] = []
@@ -134,17 +134,37 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
     # an upgraded fix's files start from its backups, vouched for when it was applied: no
     # git-clean check of the bytes being replaced (with --force, drift being discarded)
     taken_out = {(f["root"], f["path"]) for rec in upgrades.values() for f in rec.get("files", [])}
-    prepared = _Prepare(req, store, state, ws, sources, git_changes, taken_out).changes(todo)
+    prepare = _Prepare(req, store, state, ws, sources, git_changes, taken_out)
+    for name in lost:  # a lost fix required by another is not there: apply it again first
+        prepare.recorded.pop(name, None)
+    prepared = prepare.changes(todo)
     if not req.dry_run and prepared:
         _write(req, store, state, ws, prepared, upgrades)
     for fc in prepared:
         old = upgrades.get(fc.spec.name)
         if old is None:
             outcomes[fc.spec.name] = fix_result(fc, "would-apply" if req.dry_run else "applied")
+            if fc.spec.name in lost:  # the record of the lost application, replaced
+                outcomes[fc.spec.name]["lost"] = lost[fc.spec.name]
         else:
             outcomes[fc.spec.name] = dict(fix_result(fc, "would-upgrade" if req.dry_run else "upgraded"),
                                           from_version=old.get("version"))
     return [outcomes[s.name] for s in req.fixes]
+
+
+def _drop_lost(req: Request, state: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, str]]:
+    """The state without the records of requested fixes that are ``lost`` (their installed
+    package was reinstalled underneath them, status shows why), each to be applied fresh onto
+    the new install, its record replaced when that apply commits; and why each lost fix (of
+    the request or not) is lost."""
+    from .observe import lost_fixes
+
+    lost = {name: seen["detail"] for name, seen in lost_fixes(req.roots, state).items()}
+    if not lost:
+        return state, lost
+    names = {s.name for s in req.fixes}
+    return dict(state, fixes=[f for f in state.get("fixes", [])
+                              if f["name"] not in names or f["name"] not in lost]), lost
 
 
 def _take_out(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
@@ -384,4 +404,13 @@ def _record(req: Request, fc: FixChange, txn: str) -> Dict[str, Any]:
             "commits": list(fc.commits),
             "revert": ({"root": fc.source.root, "commit": fc.source.sha}
                        if fc.source is not None else None),
-            "roots": {r.name: r.path for r in req.roots}}
+            "roots": {r.name: r.path for r in req.roots},
+            "installed": _installed(req, fc)}
+
+
+def _installed(req: Request, fc: FixChange) -> Optional[Dict[str, str]]:
+    """The wheel install the fix's files were in (``status`` names it once it is lost)."""
+    for name, found in record.installs(req.roots).items():
+        if any(k[0] == name for k in fc.keys):
+            return {"root": name, "dist": record.DIST, "version": found.version}
+    return None
