@@ -132,7 +132,22 @@ class OpResult:
                    status=tuple(FixState.from_dict(f) for f in status.get("fixes") or ()), raw=raw)
 
     def to_json(self) -> dict[str, Any]:
-        return dict(self.raw, target=self.target)
+        out = dict(self.raw, target=self.target)
+        if self.op in ("apply", "status") and self.ok and not self.dry_run:
+            out["summary"] = self.summary()
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        """What an apply put on the target, or what status finds applied there, small enough
+        for an image label: ``{"sglang": "0.5.23" | null, "fixes": {name: version}}``; the
+        ``status`` of a target equals the ``apply`` that patched it (docs/containers.md)."""
+        if self.op == "apply":
+            fixes = {f.name: f.version for f in self.fixes
+                     if f.outcome in ("applied", "already-applied", "upgraded")}
+        else:
+            fixes = {s.name: s.version for s in self.status if s.state in ("applied", "outdated")}
+        installed = (self.raw.get("installed") or {}).get("sglang") or {}
+        return {"sglang": installed.get("version"), "fixes": fixes}
 
 
 def check_result(raw: Mapping[str, Any], target: str) -> OpResult:

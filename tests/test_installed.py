@@ -12,6 +12,8 @@ from __future__ import annotations
 import base64
 import csv
 import hashlib
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -22,7 +24,7 @@ import pytest
 
 from patchkit import api
 from patchkit.catalog import Catalog
-from patchkit.errors import PreconditionFailed, VerificationFailed
+from patchkit.errors import PreconditionFailed, UsageError, VerificationFailed
 from patchkit.targets import LocalTarget, resolve_target
 from tests.fixtures.sglang import CATALOG_RELEASE
 
@@ -249,3 +251,57 @@ def test_a_lost_fix_rolls_back_to_the_new_install_without_force(
     assert sha256(Path(target.roots["serve"]) / SERVE_SCRIPT.name) == sha256(SERVE_SCRIPT)
     assert {s.name for s in api.status(catalog, target).status
             if s.state not in ("not-applied", "not-needed")} == set()
+
+
+# -- 3. a container build step -----------------------------------------------------------------
+
+
+def build_env(tmp_path: Path) -> dict[str, str]:
+    """A build step's environment for the patchkit process: no git on PATH, and any network
+    attempt sent to a closed port (a build without network)."""
+    empty = tmp_path / "bin-without-git"
+    empty.mkdir()
+    env = dict(os.environ, PATH=str(empty), HTTP_PROXY="http://127.0.0.1:9",
+               HTTPS_PROXY="http://127.0.0.1:9", PIP_NO_INDEX="1")
+    assert shutil.which("git", path=env["PATH"]) is None
+    return env
+
+
+def test_a_container_build_step_applies_without_git_tty_or_network_and_status_reads_it_back(
+        site: Path, venv: Path, tmp_path: Path) -> None:
+    python = venv / "bin" / "python"
+    fixes = ["dsv4-bf16-index-k", "dsv4-bf16-sizing"]
+    touched_dirs = [site / "sglang/srt/mem_cache", site / "sglang/srt/model_executor"]
+    subprocess.run([str(python), "-m", "compileall", "-q", *map(str, touched_dirs)], check=True)
+    assert all((d / "__pycache__").is_dir() for d in touched_dirs)
+    env = build_env(tmp_path)
+
+    res = run_cli("apply", *fixes, "--target", f"python:{python}", "--no-git", "--json", env=env)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    label = out["summary"]
+    assert label == {"sglang": CATALOG_RELEASE, "fixes": {"dsv4-bf16-index-k": 2,
+                                                          "dsv4-bf16-sizing": 2}}
+    assert len(json.dumps(label)) < 200  # small enough for a LABEL value
+    kinds = {c["kind"] for f in out["fixes"] for c in f["preconditions"]}
+    assert "record-clean" in kinds and "git-clean" not in kinds  # RECORD, not git, vouched
+    assert not any((d / "__pycache__").exists() for d in touched_dirs)  # bytecode purged
+    assert sha256(site / POOL) != record_hashes(site)[POOL]
+
+    # in the running container: status --json reads the same summary back
+    res = run_cli("status", "--target", f"python:{python}", "--json", env=env)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["summary"] == label
+    res = run_cli("verify", *fixes, "--target", f"python:{python}", env=env)
+    assert res.returncode == 0, (res.stdout, res.stderr)
+
+
+def test_no_git_on_a_git_checkout_says_the_clean_check_was_not_run(
+        catalog: Catalog, catalog_tree: Path, tmp_path: Path) -> None:
+    """--no-git on a checkout: no git runs, and the apply says what that leaves unproven."""
+    target = LocalTarget(roots={"sglang": str(catalog_tree)}, description="checkout")
+    result = api.apply(catalog, target, ["dsv4-bf16-index-k"], git=False)
+    checks = [c for c in result.fixes[0].preconditions if c.kind == "git-clean"]
+    assert checks and all(c.ok and c.detail.startswith("not checked: --no-git") for c in checks)
+    with pytest.raises(UsageError):
+        api.apply(catalog, target, ["dsv4-bf16-sizing"], git=False, commit=True)

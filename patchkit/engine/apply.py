@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 
 from ..errors import (ConflictError, DriftError, PreconditionFailed, TargetFileMissing,
-                      VerificationFailed, VersionMismatch)
+                      UsageError, VerificationFailed, VersionMismatch)
 from . import auto, record
 from .checks import CheckContext, failure_lines, run_check
 from .fsops import missing_dirs
@@ -111,6 +111,10 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
         else:  # an upgrade: the old version out and this one in, in one transaction
             upgrades[spec.name] = rec
             todo.append(spec)
+    if not req.git and (req.commit or any(s.revert is not None for s in todo)):
+        raise UsageError("%s needs git, and --no-git was given; drop --no-git, or apply the "
+                         "other fixes without it" % ("--commit" if req.commit else "a revert fix (%s)"
+                                                     % ", ".join(s.name for s in todo if s.revert)))
     check_patch_paths(req.roots, list(todo) + list(req.dependencies))
     check_file_modes(todo)  # dependencies are looked for, never written
     ws = Workspace(req.roots)
@@ -128,7 +132,7 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
             check["detail"] += ("; fix %s is applied by patchkit here, not committed: roll it back "
                                 "instead (patchkit rollback %s)" % (named, named))
     keys = [(root, path) for spec in todo for root, path, _op in touched(spec, sources)]
-    git_changes = auto.git_changes(keys, req.roots)
+    git_changes = auto.git_changes(keys, req.roots, req.git)
     for key in keys:
         ws.entry(*key)
     # an upgraded fix's files start from its backups, vouched for when it was applied: no
@@ -244,7 +248,7 @@ class _Prepare:
         req, ws = self.req, self.ws
         pre: List[Dict[str, Any]] = []
         if spec.release is not None:
-            pre.append(auto.release_check(spec, req.roots, self.releases))
+            pre.append(auto.release_check(spec, req.roots, self.releases, req.git))
         pre.extend(auto.requires_check(spec, self.recorded, self.prepared,
                                        {d.name: d for d in req.dependencies}, self.read_any))
         if spec.name in self.sources:
