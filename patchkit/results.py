@@ -77,6 +77,7 @@ class FixOutcome:
     from_version: int | None = None  # ``upgraded``/``would-upgrade``: the version taken out
     commits: tuple[Mapping[str, str], ...] = ()  # {root, sha}: commits the run made for the fix
     reverts: Mapping[str, Any] | None = None  # {root, commit, title, found_by}: the commit undone
+    lost: str | None = None  # applied afresh: why its earlier record was lost (a reinstall)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "FixOutcome":
@@ -86,7 +87,8 @@ class FixOutcome:
                    preconditions=tuple(CheckResult.from_dict(c) for c in d.get("preconditions") or ()),
                    verification=tuple(CheckResult.from_dict(c) for c in d.get("verification") or ()),
                    drifted=tuple(d.get("drifted") or ()), from_version=d.get("from_version"),
-                   commits=tuple(d.get("commits") or ()), reverts=d.get("revert") or None)
+                   commits=tuple(d.get("commits") or ()), reverts=d.get("revert") or None,
+                   lost=d.get("lost"))
 
 
 @dataclass(frozen=True)

@@ -225,6 +225,13 @@ def test_a_reinstall_underneath_is_lost_not_drifted_and_apply_puts_the_fixes_bac
         api.verify(catalog, target, ["dsv4-bf16-index-k"])
     assert f"lost: sglang {CATALOG_RELEASE} reinstalled" in str(exc.value)
 
+    res = run_cli("apply", *PRODUCTION, "--target", f"python:{python}", *serve)
+    assert res.returncode == 0, res.stderr
+    assert (f"  re-applied: was lost: sglang {CATALOG_RELEASE} reinstalled; recorded v2 no longer "
+            "present\n") in res.stdout
+    again = api.apply(catalog, target, PRODUCTION)  # and now: a no-op, the records are new
+    assert {f.name: f.outcome for f in again.fixes} == dict.fromkeys(PRODUCTION, "already-applied")
+    pip_install(python, sglang_wheel_0523, "--force-reinstall")
     again = api.apply(catalog, target, PRODUCTION)
     outcomes = {f.name: f.outcome for f in again.fixes}
     assert outcomes == {"dsv4-bf16-index-k": "applied", "dsv4-bf16-sizing": "applied",
@@ -232,6 +239,7 @@ def test_a_reinstall_underneath_is_lost_not_drifted_and_apply_puts_the_fixes_bac
     assert {rel: sha256(site / rel) for rel in patched} == patched
     raw = {f["name"]: f for f in again.to_json()["fixes"]}
     assert "reinstalled" in raw["dsv4-bf16-index-k"]["lost"]
+    assert again.fixes[0].lost and "reinstalled" in again.fixes[0].lost
     assert {s.name: s.state for s in api.status(catalog, target).status
             if s.name in PRODUCTION} == dict.fromkeys(PRODUCTION, "applied")
     assert api.verify(catalog, target, PRODUCTION).ok

@@ -165,6 +165,8 @@ def render_fix_outcome(console: Any, fix: FixOutcome, *, show_diff: bool,
     line(console, [(f"{fix.outcome} ", style), (f"{fix.name}{version}", "bold")])
     if fix.drifted and fix.outcome == "already-applied":
         _drifted(console, fix)
+    if fix.lost:  # the reinstall is the news, not the apply: say why it was applied again
+        line(console, [("  re-applied: was lost: ", "yellow"), (fix.lost.split(". ")[0], "")])
     _commits(console, fix)
     op_mark = {"modify": "M", "create": "A", "delete": "D"}
     rows = verbose or len(fix.files) <= FEW_FILES

@@ -80,12 +80,26 @@ def _editable(dist_info: str) -> bool:
     return isinstance(data, dict) and bool((data.get("dir_info") or {}).get("editable"))
 
 
+_CACHE: Dict[str, Tuple[Tuple[int, int, int], Dict[str, str]]] = {}
+
+
 def _read_record(path: str) -> Dict[str, str]:
+    """RECORD as root-relative path -> hex sha256; parsed once while the file stays the same
+    (an apply asks several times; a reinstall rewrites it)."""
     try:
+        st = os.stat(path)
+        key = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if path in _CACHE and _CACHE[path][0] == key:
+            return _CACHE[path][1]
         with open(path, "rb") as fh:
             text = fh.read().decode("utf-8")
     except (OSError, UnicodeDecodeError):
         return {}
+    _CACHE[path] = (key, _parse(text))
+    return _CACHE[path][1]
+
+
+def _parse(text: str) -> Dict[str, str]:
     out: Dict[str, str] = {}
     for row in csv.reader(io.StringIO(text)):
         if row and row[0]:
