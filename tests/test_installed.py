@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -313,3 +313,29 @@ def test_no_git_on_a_git_checkout_says_the_clean_check_was_not_run(
     assert checks and all(c.ok and c.detail.startswith("not checked: --no-git") for c in checks)
     with pytest.raises(UsageError):
         api.apply(catalog, target, ["dsv4-bf16-sizing"], git=False, commit=True)
+
+
+# -- the same over SSH: RECORD is read by the engine on the host ------------------------------
+
+
+@pytest.mark.ssh
+def test_the_record_proof_runs_on_the_host_of_a_remote_target(
+        catalog: Catalog, site: Path, venv: Path, sshd: Any, tmp_path: Path) -> None:
+    from patchkit.targets.remote import RemoteTarget
+    from tests.test_remote import Ssh
+
+    target = RemoteTarget(Ssh(sshd, tmp_path).spec(), {"sglang": str(site)},
+                          str(venv / "bin" / "python"))
+    applied = api.apply(catalog, target, ["dsv4-bf16-index-k"])
+    proofs = [c for c in applied.fixes[0].preconditions if c.kind == "record-clean"]
+    assert proofs and all(c.ok and "RECORD of sglang" in c.detail for c in proofs)
+    assert applied.to_json()["summary"] == {"sglang": CATALOG_RELEASE,
+                                            "fixes": {"dsv4-bf16-index-k": 2}}
+
+    configurator = site / CONFIGURATOR
+    configurator.write_bytes(configurator.read_bytes() + b"# edited on the host\n")
+    with pytest.raises(PreconditionFailed) as exc:
+        api.apply(catalog, target, ["dsv4-bf16-sizing"])
+    failed = [f for f in exc.value.details["failures"] if f["kind"] == "record-clean"]
+    assert [f["where"] for f in failed] == [f"sglang:python/{CONFIGURATOR}"]
+    assert "modified outside patchkit" in failed[0]["detail"]
