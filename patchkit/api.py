@@ -15,7 +15,7 @@ DEFAULT_LOCK_TIMEOUT = 30.0
 
 
 def _run(catalog: Catalog, target: Target, fixes: list[Fix], op: str, **options: Any) -> OpResult:
-    """``options``: build_request's dry_run, force, lock_timeout and commit."""
+    """``options``: build_request's dry_run, force, lock_timeout, commit and git."""
     request = build_request(catalog, fixes, op=op, roots=dict(target.roots),
                             state_root=state_root_of(target.roots), python=target.python, **options)
     return check_result(target.run(request), target.description)
@@ -23,11 +23,13 @@ def _run(catalog: Catalog, target: Target, fixes: list[Fix], op: str, **options:
 
 def apply(catalog: Catalog, target: Target, names: Sequence[str], *, dry_run: bool = False,
           with_deps: bool = False, allow_inactive: bool = False,
-          lock_timeout: float = DEFAULT_LOCK_TIMEOUT, commit: bool = False) -> OpResult:
-    """Apply fixes all-or-nothing; ``commit`` records each fix as a commit (docs/git.md)."""
+          lock_timeout: float = DEFAULT_LOCK_TIMEOUT, commit: bool = False,
+          git: bool = True) -> OpResult:
+    """Apply fixes all-or-nothing; ``commit`` records each fix as a commit (docs/git.md);
+    ``git=False`` runs no git on the target (a container build: docs/containers.md)."""
     fixes = catalog.apply_order(names, with_deps=with_deps, allow_inactive=allow_inactive)
     return _run(catalog, target, fixes, "apply", dry_run=dry_run, lock_timeout=lock_timeout,
-                commit=commit)
+                commit=commit, git=git)
 
 
 def rollback(catalog: Catalog, target: Target, names: Sequence[str], *, dry_run: bool = False,

@@ -12,7 +12,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import git
+# GitPython looks for git when imported and raises if there is none; patchkit commands that
+# run no git (an apply in a container build without git) must still import this module.
+_REFRESH = os.environ.get("GIT_PYTHON_REFRESH")
+os.environ["GIT_PYTHON_REFRESH"] = "quiet"
+try:
+    import git
+finally:
+    if _REFRESH is None:
+        del os.environ["GIT_PYTHON_REFRESH"]
+    else:
+        os.environ["GIT_PYTHON_REFRESH"] = _REFRESH
 
 from patchkit.engine.gitcli import parse_porcelain_z
 from patchkit.engine.hunks import split_lines

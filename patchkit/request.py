@@ -3,6 +3,7 @@ request"): everything travels in it, so the engine never reads the catalog."""
 
 from __future__ import annotations
 
+import shutil
 from typing import Any
 
 from .catalog import Catalog
@@ -17,7 +18,7 @@ OPS = ("apply", "rollback", "status", "verify")
 def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
                   roots: dict[str, str], state_root: str, python: str | None,
                   dry_run: bool = False, force: bool = False, lock_timeout: float = 30.0,
-                  commit: bool = False) -> dict[str, Any]:
+                  commit: bool = False, git: bool = True) -> dict[str, Any]:
     """The engine request for ``op`` over ``fixes``, already in the order the op needs."""
     if op not in OPS:
         raise UsageError(f"unknown operation '{op}'; use one of {', '.join(OPS)}", op=op)
@@ -47,6 +48,7 @@ def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
         "fixes": [fix_request(fix, catalog) for fix in fixes],
         "dependencies": [] if op == "status" else [fix_request(catalog.get(n), catalog) for n in outside],
         "commit": bool(commit),
+        "git": bool(git),
     }
     if op == "apply":
         _check_modes(request["fixes"])
@@ -122,8 +124,11 @@ def _commit_of(named: Fix) -> dict[str, Any]:
     """How the engine finds the commit holding ``named``'s series: its patch-id and files."""
     from .gitrepo import patch_id  # GitPython, only for a fix that needs git
 
-    pid = patch_id("".join(ref.path.read_text(encoding="utf-8", errors="surrogateescape")
-                           for ref in named.patches))
+    # No git here (a container build): no patch-id; the engine then finds the commit by its
+    # other clues, and on a root outside git it needs none.
+    pid = None if shutil.which("git") is None else patch_id(
+        "".join(ref.path.read_text(encoding="utf-8", errors="surrogateescape")
+                for ref in named.patches))
     paths = sorted({rec["path"] for rec in _series(named)[1]})
     return {"patch_ids": [pid] if pid else [], "fix_paths": paths}
 

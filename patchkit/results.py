@@ -77,6 +77,7 @@ class FixOutcome:
     from_version: int | None = None  # ``upgraded``/``would-upgrade``: the version taken out
     commits: tuple[Mapping[str, str], ...] = ()  # {root, sha}: commits the run made for the fix
     reverts: Mapping[str, Any] | None = None  # {root, commit, title, found_by}: the commit undone
+    lost: str | None = None  # applied afresh: why its earlier record was lost (a reinstall)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "FixOutcome":
@@ -86,7 +87,8 @@ class FixOutcome:
                    preconditions=tuple(CheckResult.from_dict(c) for c in d.get("preconditions") or ()),
                    verification=tuple(CheckResult.from_dict(c) for c in d.get("verification") or ()),
                    drifted=tuple(d.get("drifted") or ()), from_version=d.get("from_version"),
-                   commits=tuple(d.get("commits") or ()), reverts=d.get("revert") or None)
+                   commits=tuple(d.get("commits") or ()), reverts=d.get("revert") or None,
+                   lost=d.get("lost"))
 
 
 @dataclass(frozen=True)
@@ -99,12 +101,14 @@ class FixState:
     applied_at: str | None
     files: tuple[Mapping[str, Any], ...]
     catalog_version: int | None = None  # the catalog's version of a recorded fix (``outdated``)
+    detail: str | None = None  # why a fix is ``lost`` (its installed package was reinstalled)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "FixState":
         return cls(name=str(d.get("name", "")), state=str(d.get("state", "")),
                    version=d.get("version"), applied_at=d.get("applied_at"),
-                   files=tuple(d.get("files") or ()), catalog_version=d.get("catalog_version"))
+                   files=tuple(d.get("files") or ()), catalog_version=d.get("catalog_version"),
+                   detail=d.get("detail"))
 
 
 @dataclass(frozen=True)
@@ -130,7 +134,22 @@ class OpResult:
                    status=tuple(FixState.from_dict(f) for f in status.get("fixes") or ()), raw=raw)
 
     def to_json(self) -> dict[str, Any]:
-        return dict(self.raw, target=self.target)
+        out = dict(self.raw, target=self.target)
+        if self.op in ("apply", "status") and self.ok and not self.dry_run:
+            out["summary"] = self.summary()
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        """What an apply put on the target, or what status finds applied there, small enough
+        for an image label: ``{"sglang": "0.5.23" | null, "fixes": {name: version}}``; the
+        ``status`` of a target equals the ``apply`` that patched it (docs/containers.md)."""
+        if self.op == "apply":
+            fixes = {f.name: f.version for f in self.fixes
+                     if f.outcome in ("applied", "already-applied", "upgraded")}
+        else:
+            fixes = {s.name: s.version for s in self.status if s.state in ("applied", "outdated")}
+        installed = (self.raw.get("installed") or {}).get("sglang") or {}
+        return {"sglang": installed.get("version"), "fixes": fixes}
 
 
 def check_result(raw: Mapping[str, Any], target: str) -> OpResult:

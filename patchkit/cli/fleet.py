@@ -33,7 +33,7 @@ ROLLOUT_OPTIONS = INVENTORY_OPTIONS + (
 )
 _ROLLOUT_ONLY = ("waves", "max_fail", "health_cmd", "after_cmd")
 #: Fleet status cells that make ``status --inventory --exit-code`` fail.
-NOT_CONVERGED = {"drifted", "partly-present", "outdated", "unreachable", "failed"}
+NOT_CONVERGED = {"drifted", "partly-present", "outdated", "lost", "unreachable", "failed"}
 
 
 def wants_fleet(fleet: dict[str, Any], where: dict[str, Any]) -> bool:
@@ -121,7 +121,7 @@ def _cell(cell: dict[str, Any] | None) -> str:
     if not cell:
         return "-"
     version = f" v{cell['version']}" if cell.get("version") and cell["state"] in (
-        "applied", "outdated", "drifted") else ""
+        "applied", "outdated", "drifted", "lost") else ""
     return f"{cell['state']}{version}"
 
 

@@ -13,7 +13,7 @@ from .common import TARGET_OPTIONS, State, command
 from .fleet import INVENTORY_OPTIONS, ROLLOUT_OPTIONS, rollout, survey, wants_fleet
 
 #: States that make ``status --exit-code`` fail.
-UNHEALTHY = {"drifted", "partly-present", "outdated"}
+UNHEALTHY = {"drifted", "partly-present", "outdated", "lost"}
 
 
 FIXES = click.argument("fixes", nargs=-1)
@@ -55,10 +55,12 @@ def _emit(result: Any, as_json: bool, **options: Any) -> int:
     click.option("--allow-inactive", is_flag=True, help="Allow applying a dead or superseded fix."),
     click.option("--commit", "commit", is_flag=True,
                  help="Record each fix as a commit (Patchkit-Fix trailers) in the target's git checkout."),
+    click.option("--no-git", "no_git", is_flag=True,
+                 help="Run no git on the target (a container build): no clean check against HEAD."),
 )
 def apply(state: State, fixes: tuple[str, ...], dry_run: bool, show_diff: bool | None,
-          verbose: bool, with_deps: bool, allow_inactive: bool, commit: bool, as_json: bool,
-          **where: Any) -> int:
+          verbose: bool, with_deps: bool, allow_inactive: bool, commit: bool, no_git: bool,
+          as_json: bool, **where: Any) -> int:
     """Apply FIXES to the target, all or nothing."""
     names = _names(fixes, "apply")
     fleet = _fleet(where)
@@ -67,7 +69,7 @@ def apply(state: State, fixes: tuple[str, ...], dry_run: bool, show_diff: bool |
                        with_deps=with_deps, lock_timeout=where["lock_timeout"])
     result = _run(state, where, f"{'checking' if dry_run else 'applying'} {', '.join(names)} on",
                   as_json, api.apply, names, dry_run=dry_run, with_deps=with_deps,
-                  allow_inactive=allow_inactive, commit=commit)
+                  allow_inactive=allow_inactive, commit=commit, git=not no_git)
     return _emit(result, as_json, show_diff=show_diff or None, verbose=verbose)
 
 
@@ -104,7 +106,7 @@ def verify(state: State, fixes: tuple[str, ...], as_json: bool, **where: Any) ->
     "status", *TARGET_OPTIONS, *INVENTORY_OPTIONS,
     click.option("--all", "show_all", is_flag=True, help="Also list fixes that are not applied."),
     click.option("--exit-code", is_flag=True,
-                 help=f"Exit {EXIT_CHECK_FAILED} when a fix has drifted, is partly present or is "
+                 help=f"Exit {EXIT_CHECK_FAILED} when a fix has drifted, is lost, partly present or "
                       "outdated (like git diff --exit-code)."),
 )
 def status(state: State, show_all: bool, exit_code: bool, as_json: bool, **where: Any) -> int:

@@ -30,7 +30,7 @@ OUTCOME_STYLE = {
 }
 STATE_STYLE = {
     "applied": "green", "drifted": "bold red", "not-applied": "dim", "partly-present": "yellow",
-    "present-unrecorded": "cyan", "outdated": "yellow", "not-needed": "dim",
+    "present-unrecorded": "cyan", "outdated": "yellow", "not-needed": "dim", "lost": "bold yellow",
 }
 
 #: A line of output as (text, rich style) segments.
@@ -165,6 +165,8 @@ def render_fix_outcome(console: Any, fix: FixOutcome, *, show_diff: bool,
     line(console, [(f"{fix.outcome} ", style), (f"{fix.name}{version}", "bold")])
     if fix.drifted and fix.outcome == "already-applied":
         _drifted(console, fix)
+    if fix.lost:  # the reinstall is the news, not the apply: say why it was applied again
+        line(console, [("  re-applied: was lost: ", "yellow"), (fix.lost.split(". ")[0], "")])
     _commits(console, fix)
     op_mark = {"modify": "M", "create": "A", "delete": "D"}
     rows = verbose or len(fix.files) <= FEW_FILES
@@ -258,7 +260,9 @@ def _status_rows(result: OpResult, verbose: bool) -> List[List[str]]:
         state = s.state
         if state == "outdated":
             state = f"outdated (v{s.version} applied, v{s.catalog_version} in the catalog)"
-        shown = s.version is not None and s.state in ("applied", "drifted", "outdated")
+        elif state == "lost":
+            state = f"lost: {s.detail}"
+        shown = s.version is not None and s.state in ("applied", "drifted", "outdated", "lost")
         rows.append([s.name, state, f"v{s.version}" if shown else "", s.applied_at or "",
                      ", ".join(bad)])
     return rows

@@ -45,6 +45,11 @@ def run(request: Dict[str, Any]) -> Dict[str, Any]:
                 result["recovered"] = recover(store, req.roots)
             module = importlib.import_module(_MODULES[req.op], __name__)
             result["status" if req.op == "status" else "fixes"] = getattr(module, req.op)(req, store)
+        if req.op in ("apply", "status"):  # the wheel installs the fixes are in (summary)
+            from .record import installs
+
+            result["installed"] = {name: {"dist": "sglang", "version": found.version}
+                                   for name, found in installs(req.roots).items()}
         result["ok"] = True
     except PatchkitError as err:
         result["error"] = err.to_dict()

@@ -8,8 +8,8 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 
 from ..errors import (ConflictError, DriftError, PreconditionFailed, TargetFileMissing,
-                      VerificationFailed, VersionMismatch)
-from . import auto
+                      UsageError, VerificationFailed, VersionMismatch)
+from . import auto, record
 from .checks import CheckContext, failure_lines, run_check
 from .fsops import missing_dirs
 from .hunks import Placement, apply_change, decode, encode, sha256_bytes
@@ -86,7 +86,7 @@ def touched(spec: FixSpec, sources: Sources) -> List[Tuple[str, str, str]]:
 
 
 def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
-    state = store.read_state()
+    state, lost = _drop_lost(req, store.read_state())
     recorded = {f["name"]: f for f in state.get("fixes", [])}
     outcomes: Dict[str, Dict[str, Any]] = {}
     todo: List[FixSpec] = []
@@ -111,6 +111,10 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
         else:  # an upgrade: the old version out and this one in, in one transaction
             upgrades[spec.name] = rec
             todo.append(spec)
+    if not req.git and (req.commit or any(s.revert is not None for s in todo)):
+        raise UsageError("%s needs git, and --no-git was given; drop --no-git, or apply the "
+                         "other fixes without it" % ("--commit" if req.commit else "a revert fix (%s)"
+                                                     % ", ".join(s.name for s in todo if s.revert)))
     check_patch_paths(req.roots, list(todo) + list(req.dependencies))
     check_file_modes(todo)  # dependencies are looked for, never written
     ws = Workspace(req.roots)
@@ -128,23 +132,43 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
             check["detail"] += ("; fix %s is applied by patchkit here, not committed: roll it back "
                                 "instead (patchkit rollback %s)" % (named, named))
     keys = [(root, path) for spec in todo for root, path, _op in touched(spec, sources)]
-    git_changes = auto.git_changes(keys, req.roots)
+    git_changes = auto.git_changes(keys, req.roots, req.git)
     for key in keys:
         ws.entry(*key)
     # an upgraded fix's files start from its backups, vouched for when it was applied: no
     # git-clean check of the bytes being replaced (with --force, drift being discarded)
     taken_out = {(f["root"], f["path"]) for rec in upgrades.values() for f in rec.get("files", [])}
-    prepared = _Prepare(req, store, state, ws, sources, git_changes, taken_out).changes(todo)
+    prepare = _Prepare(req, store, state, ws, sources, git_changes, taken_out)
+    for name in lost:  # a lost fix required by another is not there: apply it again first
+        prepare.recorded.pop(name, None)
+    prepared = prepare.changes(todo)
     if not req.dry_run and prepared:
         _write(req, store, state, ws, prepared, upgrades)
     for fc in prepared:
         old = upgrades.get(fc.spec.name)
         if old is None:
             outcomes[fc.spec.name] = fix_result(fc, "would-apply" if req.dry_run else "applied")
+            if fc.spec.name in lost:  # the record of the lost application, replaced
+                outcomes[fc.spec.name]["lost"] = lost[fc.spec.name]
         else:
             outcomes[fc.spec.name] = dict(fix_result(fc, "would-upgrade" if req.dry_run else "upgraded"),
                                           from_version=old.get("version"))
     return [outcomes[s.name] for s in req.fixes]
+
+
+def _drop_lost(req: Request, state: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, str]]:
+    """The state without the records of requested fixes that are ``lost`` (their installed
+    package was reinstalled underneath them, status shows why), each to be applied fresh onto
+    the new install, its record replaced when that apply commits; and why each lost fix (of
+    the request or not) is lost."""
+    from .observe import lost_fixes
+
+    lost = {name: seen["detail"] for name, seen in lost_fixes(req.roots, state).items()}
+    if not lost:
+        return state, lost
+    names = {s.name for s in req.fixes}
+    return dict(state, fixes=[f for f in state.get("fixes", [])
+                              if f["name"] not in names or f["name"] not in lost]), lost
 
 
 def _take_out(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
@@ -188,6 +212,7 @@ class _Prepare:
         self.done: Set[Key] = set(vouched)  # files with no git-clean check (prepared already)
         self.prepared: Set[str] = set()
         self.releases: Dict[str, Any] = {}
+        self.installs = record.installs(req.roots)  # installed roots: RECORD proves them pristine
         self.writable: Dict[str, Optional[str]] = {}  # each directory probed for writing
         self.failures: List[Dict[str, Any]] = []
         self.results: List[Dict[str, Any]] = []
@@ -223,7 +248,7 @@ class _Prepare:
         req, ws = self.req, self.ws
         pre: List[Dict[str, Any]] = []
         if spec.release is not None:
-            pre.append(auto.release_check(spec, req.roots, self.releases))
+            pre.append(auto.release_check(spec, req.roots, self.releases, req.git))
         pre.extend(auto.requires_check(spec, self.recorded, self.prepared,
                                        {d.name: d for d in req.dependencies}, self.read_any))
         if spec.name in self.sources:
@@ -235,6 +260,7 @@ class _Prepare:
         fresh = [ws.entry(*k) for k in first_op if k not in self.done]
         pre.extend(auto.git_clean_checks(fresh, req.roots, self.after_hashes, self.git_changes,
                                          strict=req.commit))
+        pre.extend(record.record_checks(fresh, req.roots, self.installs, self.after_hashes))
         dirs = [(ws.entry(*k).where, os.path.dirname(ws.entry(*k).abs)) for k in first_op]
         if state_dir:
             dirs.append(("state", self.store.dir if self.store.exists() else self.store.root))
@@ -382,4 +408,13 @@ def _record(req: Request, fc: FixChange, txn: str) -> Dict[str, Any]:
             "commits": list(fc.commits),
             "revert": ({"root": fc.source.root, "commit": fc.source.sha}
                        if fc.source is not None else None),
-            "roots": {r.name: r.path for r in req.roots}}
+            "roots": {r.name: r.path for r in req.roots},
+            "installed": _installed(req, fc)}
+
+
+def _installed(req: Request, fc: FixChange) -> Optional[Dict[str, str]]:
+    """The wheel install the fix's files were in (``status`` names it once it is lost)."""
+    for name, found in record.installs(req.roots).items():
+        if any(k[0] == name for k in fc.keys):
+            return {"root": name, "dist": record.DIST, "version": found.version}
+    return None

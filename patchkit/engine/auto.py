@@ -22,10 +22,11 @@ _VERSION_RE = re.compile(
     re.MULTILINE)
 
 
-def detect_release(root: Root, read: Optional[Callable[[str], Optional[bytes]]] = None
-                   ) -> Tuple[Optional[str], str]:
+def detect_release(root: Root, read: Optional[Callable[[str], Optional[bytes]]] = None,
+                   git: bool = True) -> Tuple[Optional[str], str]:
     """The SGLang release of a root and where it was read from; ``read`` gives a version
-    file's bytes by root-relative path (default: the disk; authoring passes HEAD's)."""
+    file's bytes by root-relative path (default: the disk; authoring passes HEAD's); without
+    ``git`` no tag is asked for."""
     pkg = root.package_dir()
     if pkg:
         for name in ("_version.py", "version.py"):
@@ -34,7 +35,7 @@ def detect_release(root: Root, read: Optional[Callable[[str], Optional[bytes]]] 
             match = None if data is None else _VERSION_RE.search(data.decode("utf-8", "replace"))
             if match:
                 return match.group(1), rel
-    tag = gitcli.describe_tag(root.path)
+    tag = gitcli.describe_tag(root.path) if git else None
     return (tag, "git tag of HEAD") if tag else (None, "")
 
 
@@ -46,12 +47,13 @@ def _read_file(path: str) -> Optional[bytes]:
         return None
 
 
-def release_check(spec: FixSpec, roots: Roots, cache: Dict[str, Tuple[Optional[str], str]]) -> Dict[str, Any]:
+def release_check(spec: FixSpec, roots: Roots, cache: Dict[str, Tuple[Optional[str], str]],
+                  git: bool = True) -> Dict[str, Any]:
     assert spec.release is not None
     root = roots.get(str(spec.release.get("root") or "sglang"))
     wanted = [str(v) for v in spec.release.get("versions") or []]
     if root.name not in cache:
-        cache[root.name] = detect_release(root)
+        cache[root.name] = detect_release(root, git=git)
     found, source = cache[root.name]
     name = "release is one of %s" % ", ".join(wanted)
     if found is None:
@@ -119,11 +121,19 @@ def presence_check(entry: Entry, op: str) -> Optional[Dict[str, Any]]:
         % (entry.where, entry.abs), entry.where)
 
 
-def git_changes(keys: List[Tuple[str, str]], roots: Roots) -> Dict[str, gitcli.Changes]:
-    """One ``git status`` per root, over every (root, path) of ``keys`` (the whole request)."""
+NO_GIT = "--no-git given, git was not run, so nothing proves the file matches HEAD"
+
+
+def git_changes(keys: List[Tuple[str, str]], roots: Roots, git: bool = True
+                ) -> Dict[str, gitcli.Changes]:
+    """One ``git status`` per root, over every (root, path) of ``keys`` (the whole request);
+    without ``git`` none: a root in a work tree is then "not checked"."""
     by_root: Dict[str, Dict[str, None]] = {}
     for root, path in keys:
         by_root.setdefault(root, {})[roots.get(root).mapped(path)] = None
+    if not git:
+        return {name: gitcli.Changes(gitcli.work_tree_top(roots.get(name).path) is not None,
+                                     error=NO_GIT) for name in by_root}
     return {name: gitcli.changed_paths(roots.get(name).path, list(rels))
             for name, rels in by_root.items()}
 

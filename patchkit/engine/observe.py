@@ -3,10 +3,10 @@ verify (re-run the verification of applied fixes). Neither writes a target file.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..errors import DriftError, NotApplied, VerificationFailed
-from . import presence, revert
+from . import presence, record, revert
 from .checks import CheckContext, failure_lines, run_check
 from .hunks import sha256_bytes
 from .paths import Roots
@@ -23,10 +23,11 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
     check_patch_paths(req.roots, req.fixes)
     ws = Workspace(req.roots)
     last = last_writers(state)
+    installs = record.installs(req.roots)
     for spec in req.fixes:
         rec = recorded.get(spec.name)
         if rec:
-            entry = _recorded(ws, rec, last)
+            entry = _recorded(ws, rec, last, installs)
             entry["catalog_version"] = spec.version
             if entry["state"] == "applied" and rec.get("version") != spec.version:
                 entry["state"] = "outdated"  # another version is applied than the catalog's
@@ -39,7 +40,8 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
                 entry["state"] = "not-needed"
         out.append(entry)
     listed = {s.name for s in req.fixes}
-    out.extend(_recorded(ws, rec, last) for rec in state.get("fixes", []) if rec["name"] not in listed)
+    out.extend(_recorded(ws, rec, last, installs) for rec in state.get("fixes", [])
+               if rec["name"] not in listed)
     return {"state_root": req.state_root.path, "fixes": out, "journal": store.read_journal()}
 
 
@@ -47,8 +49,11 @@ def _file_state(ok: bool, current: Optional[bytes]) -> str:
     return "ok" if ok else ("missing" if current is None else "drifted")
 
 
-def _recorded(ws: Workspace, rec: Dict[str, Any], last: Dict[Any, Dict[str, Any]]) -> Dict[str, Any]:
-    """A file is ``ok`` when it holds what the last fix to touch it wrote (maybe a later fix)."""
+def _recorded(ws: Workspace, rec: Dict[str, Any], last: Dict[Any, Dict[str, Any]],
+              installs: Optional[Dict[str, record.Installed]] = None) -> Dict[str, Any]:
+    """A file is ``ok`` when it holds what the last fix to touch it wrote (maybe a later fix);
+    a fix is ``lost`` when every file not ``ok`` is as its installed wheel's RECORD says (the
+    package was reinstalled or upgraded underneath it)."""
     out = []
     for f in rec.get("files", []):
         root, path = f["root"], f["path"]
@@ -56,8 +61,57 @@ def _recorded(ws: Workspace, rec: Dict[str, Any], last: Dict[Any, Dict[str, Any]
         ok = sha256_bytes(current) == last.get((root, path), f).get("after_sha256")
         out.append({"root": root, "path": path, "state": _file_state(ok, current)})
     drifted = any(f["state"] != "ok" for f in out)
-    return {"name": rec["name"], "state": "drifted" if drifted else "applied",
-            "version": rec.get("version"), "applied_at": rec.get("applied_at"), "files": out}
+    entry = {"name": rec["name"], "state": "drifted" if drifted else "applied",
+             "version": rec.get("version"), "applied_at": rec.get("applied_at"), "files": out}
+    lost = lost_detail(ws, rec, out, installs) if drifted and installs else None
+    if lost:
+        entry.update(state="lost", detail=lost)
+        for f in out:
+            if f["state"] != "ok":
+                f["state"] = "reinstalled"
+    return entry
+
+
+def lost_fixes(roots: Roots, state: Dict[str, Any], ws: Optional[Workspace] = None
+               ) -> Dict[str, Dict[str, Any]]:
+    """Each recorded fix that is ``lost``, as ``status`` shows it (files ``reinstalled``)."""
+    installs = record.installs(roots)
+    if not installs:
+        return {}
+    ws, last = ws or Workspace(roots), last_writers(state)
+    seen = (_recorded(ws, rec, last, installs) for rec in state.get("fixes", []))
+    return {s["name"]: s for s in seen if s["state"] == "lost"}
+
+
+def reinstalled(entry: Dict[str, Any]) -> List[Tuple[str, str]]:
+    """(root, path) of a lost fix's files the reinstall replaced."""
+    return [(f["root"], f["path"]) for f in entry["files"] if f["state"] == "reinstalled"]
+
+
+def lost_detail(ws: Workspace, rec: Dict[str, Any], files: List[Dict[str, Any]],
+                installs: Dict[str, record.Installed]) -> Optional[str]:
+    """Why a recorded fix is lost (its changed files reinstalled from a wheel), or None."""
+    seen = set()
+    for f in files:
+        if f["state"] == "ok":
+            continue
+        dist = installs.get(f["root"])
+        if dist is None:
+            return None
+        root = ws.roots.get(f["root"])
+        current = ws.entry(f["root"], f["path"]).current
+        same = record.matches(dist, root, f["path"], current)
+        gone = current is None and dist.hexdigest(root.mapped(f["path"])) is None
+        if not (same or gone):
+            return None
+        seen.add(f["root"])
+    if not seen:
+        return None
+    was = (rec.get("installed") or {}).get("version")
+    now = ", ".join(installs[r].version for r in sorted(seen))
+    what = "%s %s" % (record.DIST, now if was in (None, now) else "%s -> %s" % (was, now))
+    return ("%s reinstalled; recorded v%s no longer present. Apply it again onto the new install "
+            "(patchkit apply %s)" % (what, rec.get("version"), rec["name"]))
 
 
 def drifted_files(roots: Roots, state: Dict[str, Any], rec: Dict[str, Any],
@@ -104,11 +158,15 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
 
     out, failures = [], []
     ws = Workspace(req.roots)
+    lost = lost_fixes(req.roots, state, ws)
     for spec in req.fixes:
         # A check passing on edited files does not vouch for the fix as patchkit wrote it.
         drifted = drifted_files(req.roots, state, recorded[spec.name], ws)
         ctx = CheckContext(spec.name, req.roots, req.python, spec.scripts, req.roots.read)
-        results = ([drift_check(spec.name, drifted)] if drifted else []) + [
+        first = drift_check(spec.name, drifted) if drifted else None
+        if first is not None and spec.name in lost:
+            first = dict(first, detail="lost: %s" % lost[spec.name]["detail"])
+        results = ([first] if first else []) + [
             run_check(check, ctx) for check in spec.verification]
         failures.extend(dict(r, fix=spec.name) for r in results if not r["ok"])
         out.append({"name": spec.name, "version": recorded[spec.name].get("version"),

@@ -50,6 +50,7 @@ class Request:
     fixes: Tuple[FixSpec, ...]
     dependencies: Tuple[FixSpec, ...]  # required fixes not in ``fixes``: looked for, never written
     commit: bool = False  # apply: record each fix as a commit in its git roots
+    git: bool = True  # apply: False (--no-git) runs no git: no clean check, no release tag
 
 
 def _checks(value: Any, fix: str, key: str) -> Tuple[Dict[str, Any], ...]:
@@ -124,7 +125,7 @@ def parse_request(data: Any) -> Request:
     return Request(op=op, dry_run=bool(data.get("dry_run", False)), force=bool(data.get("force", False)),
                    roots=roots, state_root=state_root, python=str(data.get("python") or sys.executable),
                    lock_timeout=lock_timeout, fixes=fixes, dependencies=dependencies,
-                   commit=bool(data.get("commit", False)))
+                   commit=bool(data.get("commit", False)), git=bool(data.get("git", True)))
 
 
 def _list(data: Dict[str, Any], key: str) -> List[Any]:

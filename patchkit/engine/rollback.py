@@ -30,6 +30,10 @@ def rollback(req: Request, store: Store) -> List[Dict[str, Any]]:
     _refuse_blocked(state, names)
     check_patch_paths(req.roots, req.fixes)
     ws = Workspace(req.roots)
+    from .observe import lost_fixes, reinstalled
+
+    # a lost fix's reinstalled files hold the new install's bytes: they stay, not drift
+    gone = {name: set(reinstalled(seen)) for name, seen in lost_fixes(req.roots, state, ws).items()}
     drift: List[Dict[str, Any]] = []
     prepared: List[FixChange] = []
     reverts: List[Tuple[FixChange, List[revert.Source]]] = []
@@ -51,6 +55,7 @@ def rollback(req: Request, store: Store) -> List[Dict[str, Any]]:
             # a committed file may have moved on with later commits (the revert keeps them);
             # only uncommitted changes to it are drift
             moved = key in dirty if key[0] in git_roots else have != f.get("after_sha256")
+            moved = moved and key not in gone.get(spec.name, ())
             if moved:
                 drift.append({"fix": spec.name, "root": key[0], "path": key[1],
                               "recorded_sha256": f.get("after_sha256"), "current_sha256": have})
@@ -67,6 +72,9 @@ def rollback(req: Request, store: Store) -> List[Dict[str, Any]]:
                                                  if f["root"] not in git_roots]))
             fc.source = sources[0]
             reverts.append((fc, sources))
+        elif spec.name in gone:  # only the files the reinstall left as the fix wrote them
+            restore_in_memory(store, ws, dict(rec, files=[
+                f for f in rec.get("files", []) if (f["root"], f["path"]) not in gone[spec.name]]))
         elif spec.strategy == "reverse":
             if int(rec.get("version", 0)) != spec.version:
                 raise VersionMismatch(

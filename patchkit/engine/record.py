@@ -1,0 +1,160 @@
+"""Pristine proof for an installed SGLang: the ``sglang-X.dist-info/RECORD`` pip wrote next to
+the package lists the sha256 of every file the wheel installed (docs/design.md, "Automatic
+preconditions"). Standard library only: the engine runs on hosts."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Set, Tuple
+
+from .checks import result
+from .paths import PACKAGE, Root, Roots
+
+DIST = "sglang"
+
+
+@dataclass(frozen=True)
+class Installed:
+    """The installed distribution that owns a root's package: its version and RECORD."""
+
+    version: str
+    record_path: str  # relative to the root (site-packages)
+    hashes: Dict[str, str] = field(default_factory=dict)  # root-relative path -> hex, "" if none
+
+    @property
+    def label(self) -> str:
+        return "%s %s" % (DIST, self.version)
+
+    def hexdigest(self, rel: str) -> Optional[str]:
+        """The hex sha256 RECORD gives ``rel``; "" when listed without a hash; None: not listed."""
+        return self.hashes.get(rel)
+
+
+def _hex(entry: str) -> str:
+    """``sha256=<urlsafe base64, no padding>`` as hex ("" for another or no algorithm)."""
+    algo, _, digest = entry.partition("=")
+    if algo != "sha256" or not digest:
+        return ""
+    try:
+        return base64.urlsafe_b64decode(digest + "=" * (-len(digest) % 4)).hex()
+    except (ValueError, TypeError):
+        return ""
+
+
+def installed(root: Root) -> Optional[Installed]:
+    """The wheel install of ``sglang`` whose package is this root's (site-packages layout),
+    or None: not an installed package, an editable install (its RECORD lists no package
+    files: the checkout it points at has git instead), or no readable RECORD."""
+    if root.layout != PACKAGE:
+        return None
+    try:
+        names = os.listdir(root.path)
+    except OSError:
+        return None
+    found = []
+    for name in names:
+        stem, ext = os.path.splitext(name)
+        dist, _, version = stem.partition("-")
+        if ext != ".dist-info" or dist.lower().replace("-", "_") != DIST or not version:
+            continue
+        if _editable(os.path.join(root.path, name)):
+            continue
+        hashes = _read_record(os.path.join(root.path, name, "RECORD"))
+        if hashes and "sglang/__init__.py" in hashes:
+            found.append(Installed(version, name + "/RECORD", hashes))
+    return found[0] if len(found) == 1 else None
+
+
+def _editable(dist_info: str) -> bool:
+    try:
+        with open(os.path.join(dist_info, "direct_url.json"), "rb") as fh:
+            data = json.loads(fh.read().decode("utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and bool((data.get("dir_info") or {}).get("editable"))
+
+
+_CACHE: Dict[str, Tuple[Tuple[int, int, int], Dict[str, str]]] = {}
+
+
+def _read_record(path: str) -> Dict[str, str]:
+    """RECORD as root-relative path -> hex sha256; parsed once while the file stays the same
+    (an apply asks several times; a reinstall rewrites it)."""
+    try:
+        st = os.stat(path)
+        key = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if path in _CACHE and _CACHE[path][0] == key:
+            return _CACHE[path][1]
+        with open(path, "rb") as fh:
+            text = fh.read().decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return {}
+    _CACHE[path] = (key, _parse(text))
+    return _CACHE[path][1]
+
+
+def _parse(text: str) -> Dict[str, str]:
+    out: Dict[str, str] = {}
+    for row in csv.reader(io.StringIO(text)):
+        if row and row[0]:
+            out[os.path.normpath(row[0]).replace(os.sep, "/")] = _hex(row[1] if len(row) > 1 else "")
+    return out
+
+
+def installs(roots: Roots) -> Dict[str, Installed]:
+    """The installed distribution of each root that is one."""
+    out = {}
+    for root in roots:
+        found = installed(root)
+        if found is not None:
+            out[root.name] = found
+    return out
+
+
+def matches(found: Installed, root: Root, path: str, data: Optional[bytes]) -> Optional[bool]:
+    """Do ``data`` (a checkout-layout ``path`` of the root) match RECORD? None: no proof."""
+    want = found.hexdigest(root.mapped(path))
+    if not want or data is None:
+        return None
+    return hashlib.sha256(data).hexdigest() == want
+
+
+def record_checks(entries: List[Any], roots: Roots, found: Dict[str, Installed],
+                  recorded: Dict[Tuple[str, str], Set[str]]) -> List[Dict[str, Any]]:
+    """Each touched file of an installed root holds the bytes its wheel's RECORD lists, or
+    the bytes patchkit itself wrote there last (then its state is the truth, not RECORD)."""
+    out = []
+    for e in entries:
+        dist = found.get(e.root)
+        if dist is None or e.original is None:  # created by the fix: presence checks cover it
+            continue
+        root = roots.get(e.root)
+        rel = root.mapped(e.path)
+        label = "%s is as installed" % e.where
+        have = hashlib.sha256(e.original).hexdigest()
+        want = dist.hexdigest(rel)
+        if have in recorded.get((e.root, e.path), set()):
+            ok, detail = True, "differs from the RECORD of %s only by a fix patchkit applied" % dist.label
+        elif want is None:
+            ok, detail = True, ("not checked: %s is not listed in %s (the wheel did not install "
+                                "it), so nothing proves it pristine" % (rel, dist.record_path))
+        elif not want:
+            ok, detail = True, ("not checked: %s lists %s without a hash, so nothing proves it "
+                                "pristine" % (dist.record_path, rel))
+        elif have == want:
+            ok, detail = True, "matches the RECORD of %s" % dist.label
+        else:
+            ok, detail = False, (
+                "%s was modified outside patchkit: its sha256 is %s, the RECORD of %s (%s) lists "
+                "%s. Put the installed file back (pip install --force-reinstall --no-deps "
+                "%s==%s) or make the edit a fix, then apply again"
+                % (e.where, have, dist.label, os.path.join(root.path, dist.record_path), want,
+                   DIST, dist.version))
+        out.append(result("record-clean", label, ok, detail, e.where))
+    return out

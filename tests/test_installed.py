@@ -1,0 +1,341 @@
+"""The shipped fixes on an installed SGLang: the real 0.5.23 wheel pip-installed (no deps) into a
+fresh venv, targeted through that venv's interpreter, with the wheel's RECORD as the proof
+that the installed files are pristine (docs/design.md, "Automatic preconditions").
+
+The venv is made once per session (installing the wheel takes a while); each test leaves it
+as pip installed it: its teardown drops patchkit's state and reinstalls the wheel if any
+file of the package no longer matches RECORD.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from patchkit import api
+from patchkit.catalog import Catalog
+from patchkit.errors import PreconditionFailed, UsageError, VerificationFailed
+from patchkit.targets import LocalTarget, resolve_target
+from tests.fixtures.sglang import CATALOG_RELEASE
+
+pytestmark = pytest.mark.network  # the 0.5.23 wheel comes from the registry once
+
+REPO = Path(__file__).resolve().parent.parent
+SERVE_SCRIPT = REPO / "docs" / "examples" / "serve_dsv4_prefill.sh"
+PRODUCTION = ["dsv4-bf16-index-k", "dsv4-bf16-sizing", "prefill-hicache-off"]
+POOL = "sglang/srt/mem_cache/deepseek_v4_memory_pool.py"
+CONFIGURATOR = "sglang/srt/model_executor/pool_configurator.py"
+
+
+def pip_install(python: Path, wheel: Path, *extra: str) -> None:
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-compile",
+                    "--no-index", *extra, str(wheel)], check=True, capture_output=True,
+                   timeout=600)
+
+
+def record_hashes(site: Path) -> dict[str, str]:
+    """RECORD of the installed sglang: path -> hex sha256 (files listed with a hash only)."""
+    out = {}
+    with open(site / f"sglang-{CATALOG_RELEASE}.dist-info" / "RECORD", newline="") as fh:
+        for row in csv.reader(fh):
+            algo, _, digest = row[1].partition("=")
+            if algo == "sha256":
+                out[row[0]] = base64.urlsafe_b64decode(digest + "=" * (-len(digest) % 4)).hex()
+    return out
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def unlike_record(site: Path) -> list[str]:
+    """The package files whose bytes differ from RECORD (or are gone)."""
+    return [rel for rel, want in record_hashes(site).items() if rel.startswith("sglang/")
+            and (not (site / rel).is_file() or sha256(site / rel) != want)]
+
+
+@pytest.fixture(scope="session")
+def installed_venv(tmp_path_factory: pytest.TempPathFactory,
+                   sglang_wheel_0523: Path) -> tuple[Path, Path]:
+    """(venv, its site-packages) with the real sglang 0.5.23 wheel installed by pip."""
+    venv = tmp_path_factory.mktemp("installed") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    pip_install(python, sglang_wheel_0523)
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()"
+                                "['purelib'])"], capture_output=True, text=True,
+                               check=True).stdout.strip())
+    return venv, site
+
+
+@pytest.fixture
+def venv(installed_venv: tuple[Path, Path], sglang_wheel_0523: Path) -> Iterator[Path]:
+    """The session's venv, put back as pip installed it after the test."""
+    path, site = installed_venv
+    assert unlike_record(site) == [] and not (site / ".patchkit").exists()
+    yield path
+    shutil.rmtree(site / ".patchkit", ignore_errors=True)
+    if unlike_record(site):
+        pip_install(path / "bin" / "python", sglang_wheel_0523, "--force-reinstall")
+
+
+@pytest.fixture
+def site(installed_venv: tuple[Path, Path]) -> Path:
+    return installed_venv[1]
+
+
+@pytest.fixture(scope="module")
+def catalog() -> Catalog:
+    return Catalog(REPO)
+
+
+@pytest.fixture
+def target(venv: Path, tmp_path: Path) -> LocalTarget:
+    serve = tmp_path / "serve"
+    serve.mkdir()
+    shutil.copy2(SERVE_SCRIPT, serve / SERVE_SCRIPT.name)
+    found = resolve_target(f"python:{venv / 'bin' / 'python'}", [f"serve={serve}"])
+    assert isinstance(found, LocalTarget)
+    return found
+
+
+# -- 1. RECORD proves the installed files pristine -----------------------------------------
+
+
+def test_a_file_modified_outside_patchkit_is_refused_by_name(
+        catalog: Catalog, target: LocalTarget, site: Path) -> None:
+    pool = site / POOL
+    pool.write_bytes(pool.read_bytes() + b"# edited by hand\n")
+    edited = sha256(pool)
+    before = {p: sha256(p) for p in (site / "sglang" / "srt").rglob("*.py")}
+
+    with pytest.raises(PreconditionFailed) as exc:
+        api.apply(catalog, target, ["dsv4-bf16-index-k"])
+    failed = [f for f in exc.value.details["failures"] if f["kind"] == "record-clean"]
+    assert [f["where"] for f in failed] == [f"sglang:python/{POOL}"]
+    assert "modified outside patchkit" in failed[0]["detail"]
+    assert edited in failed[0]["detail"] and record_hashes(site)[POOL] in failed[0]["detail"]
+    assert f"sglang {CATALOG_RELEASE}" in failed[0]["detail"]
+    # nothing was written: not the edited file, not the other one the fix changes
+    assert {p: sha256(p) for p in (site / "sglang" / "srt").rglob("*.py")} == before
+    assert not (site / ".patchkit" / "state.json").exists()
+
+
+def test_the_cli_refuses_the_edited_file_with_exit_1(target: LocalTarget, site: Path,
+                                                      venv: Path) -> None:
+    pool = site / POOL
+    pool.write_bytes(pool.read_bytes().replace(b"class DeepSeekV4IndexerPool", b"class  DeepSeekV4IndexerPool", 1))
+    proc = subprocess.run(
+        [sys.executable, "-m", "patchkit", "--catalog", str(REPO), "apply", "dsv4-bf16-index-k",
+         "--target", f"python:{venv / 'bin' / 'python'}"],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300)
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert f"python/{POOL}" in proc.stderr and "modified outside patchkit" in proc.stderr
+
+
+def test_seed_fixes_apply_to_the_installed_release_verify_and_roll_back_to_record(
+        catalog: Catalog, target: LocalTarget, site: Path, venv: Path) -> None:
+    python = str(venv / "bin" / "python")
+    assert target.python == python and target.roots["sglang"] == str(site)
+    record = record_hashes(site)
+
+    result = api.apply(catalog, target, PRODUCTION)
+    assert [f.outcome for f in result.fixes] == ["applied"] * 3
+    touched = {(f.root, f.path) for fix in result.fixes for f in fix.files}
+    assert {p for r, p in touched if r == "sglang"} == {f"python/{POOL}", f"python/{CONFIGURATOR}",
+                                                        "python/sglang/srt/environ.py"}
+    for fix in result.fixes:  # the RECORD proof ran for every installed file, and held
+        proofs = [c for c in fix.preconditions if c.kind == "record-clean"]
+        assert len(proofs) == len([f for f in fix.files if f.root == "sglang"])
+        assert all(c.ok and f"RECORD of sglang {CATALOG_RELEASE}" in c.detail for c in proofs)
+    assert sha256(site / POOL) != record[POOL]  # the installed files are the patched ones
+
+    # verified with the venv's interpreter: the python-script check runs there
+    verified = api.verify(catalog, target, PRODUCTION)
+    assert verified.ok and all(c.ok for f in verified.fixes for c in f.verification)
+    script = subprocess.run([python, "-c", "import sys; print(sys.prefix)"], capture_output=True,
+                            text=True, check=True).stdout.strip()
+    assert script == str(venv)
+
+    # a second fix on a file patchkit already changed is not refused: its state vouches
+    api.rollback(catalog, target, ["dsv4-bf16-sizing"])
+    again = api.apply(catalog, target, ["dsv4-bf16-sizing"])
+    assert again.fixes[0].outcome == "applied"
+
+    api.rollback(catalog, target, list(reversed(PRODUCTION)))
+    for _root, path in touched:
+        if path.startswith("python/sglang/"):
+            rel = path[len("python/"):]
+            assert sha256(site / rel) == record[rel], rel
+    assert unlike_record(site) == []
+    assert (target.roots["serve"] and
+            sha256(Path(target.roots["serve"]) / SERVE_SCRIPT.name) == sha256(SERVE_SCRIPT))
+
+
+# -- 2. the wheel reinstalled underneath the fixes -------------------------------------------
+
+
+def run_cli(*args: object, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``python -m patchkit`` as a build step or a shell runs it: its own process, no TTY."""
+    return subprocess.run([sys.executable, "-m", "patchkit", "--catalog", str(REPO),
+                           *map(str, args)], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=300, env=env)
+
+
+def test_a_reinstall_underneath_is_lost_not_drifted_and_apply_puts_the_fixes_back(
+        catalog: Catalog, target: LocalTarget, site: Path, venv: Path,
+        sglang_wheel_0523: Path) -> None:
+    python = venv / "bin" / "python"
+    serve = ["--root", f"serve={target.roots['serve']}"]
+    applied = api.apply(catalog, target, PRODUCTION)
+    assert applied.ok
+    patched = {rel: sha256(site / rel) for rel in (POOL, CONFIGURATOR)}
+
+    pip_install(python, sglang_wheel_0523, "--force-reinstall")
+    assert unlike_record(site) == []  # pip put the wheel's files back, .patchkit/ stayed
+
+    states = {s.name: s for s in api.status(catalog, target).status}
+    for name in ("dsv4-bf16-index-k", "dsv4-bf16-sizing"):
+        assert states[name].state == "lost", states[name]
+        assert states[name].detail.startswith(
+            f"sglang {CATALOG_RELEASE} reinstalled; recorded v2 no longer present")
+        assert f"patchkit apply {name}" in states[name].detail
+    assert states["prefill-hicache-off"].state == "applied"  # the serve script kept its fix
+
+    res = run_cli("status", "--target", f"python:{python}", *serve)
+    assert res.returncode == 0, res.stderr
+    line = next(ln for ln in res.stdout.splitlines() if ln.startswith("dsv4-bf16-index-k\t"))
+    assert (f"\tlost: sglang {CATALOG_RELEASE} reinstalled; recorded v2 no longer present"
+            in line), line
+    assert "drifted" not in res.stdout
+    assert run_cli("status", "--exit-code", "--target", f"python:{python}", *serve).returncode == 1
+
+    # verify fails the lost fixes (their change is not in the files), saying why
+    with pytest.raises(VerificationFailed) as exc:
+        api.verify(catalog, target, ["dsv4-bf16-index-k"])
+    assert f"lost: sglang {CATALOG_RELEASE} reinstalled" in str(exc.value)
+
+    res = run_cli("apply", *PRODUCTION, "--target", f"python:{python}", *serve)
+    assert res.returncode == 0, res.stderr
+    assert (f"  re-applied: was lost: sglang {CATALOG_RELEASE} reinstalled; recorded v2 no longer "
+            "present\n") in res.stdout
+    again = api.apply(catalog, target, PRODUCTION)  # and now: a no-op, the records are new
+    assert {f.name: f.outcome for f in again.fixes} == dict.fromkeys(PRODUCTION, "already-applied")
+    pip_install(python, sglang_wheel_0523, "--force-reinstall")
+    again = api.apply(catalog, target, PRODUCTION)
+    outcomes = {f.name: f.outcome for f in again.fixes}
+    assert outcomes == {"dsv4-bf16-index-k": "applied", "dsv4-bf16-sizing": "applied",
+                        "prefill-hicache-off": "already-applied"}
+    assert {rel: sha256(site / rel) for rel in patched} == patched
+    raw = {f["name"]: f for f in again.to_json()["fixes"]}
+    assert "reinstalled" in raw["dsv4-bf16-index-k"]["lost"]
+    assert again.fixes[0].lost and "reinstalled" in again.fixes[0].lost
+    assert {s.name: s.state for s in api.status(catalog, target).status
+            if s.name in PRODUCTION} == dict.fromkeys(PRODUCTION, "applied")
+    assert api.verify(catalog, target, PRODUCTION).ok
+
+
+def test_a_lost_fix_rolls_back_to_the_new_install_without_force(
+        catalog: Catalog, target: LocalTarget, site: Path, venv: Path,
+        sglang_wheel_0523: Path) -> None:
+    assert api.apply(catalog, target, PRODUCTION).ok
+    pip_install(venv / "bin" / "python", sglang_wheel_0523, "--force-reinstall")
+    reinstalled = {rel: sha256(site / rel) for rel in (POOL, CONFIGURATOR)}
+
+    done = api.rollback(catalog, target, list(reversed(PRODUCTION)))
+    assert [f.outcome for f in done.fixes] == ["rolled-back"] * 3
+    assert {rel: sha256(site / rel) for rel in reinstalled} == reinstalled
+    assert unlike_record(site) == []
+    assert sha256(Path(target.roots["serve"]) / SERVE_SCRIPT.name) == sha256(SERVE_SCRIPT)
+    assert {s.name for s in api.status(catalog, target).status
+            if s.state not in ("not-applied", "not-needed")} == set()
+
+
+# -- 3. a container build step -----------------------------------------------------------------
+
+
+def build_env(tmp_path: Path) -> dict[str, str]:
+    """A build step's environment for the patchkit process: no git on PATH, and any network
+    attempt sent to a closed port (a build without network)."""
+    empty = tmp_path / "bin-without-git"
+    empty.mkdir()
+    env = dict(os.environ, PATH=str(empty), HTTP_PROXY="http://127.0.0.1:9",
+               HTTPS_PROXY="http://127.0.0.1:9", PIP_NO_INDEX="1")
+    assert shutil.which("git", path=env["PATH"]) is None
+    return env
+
+
+def test_a_container_build_step_applies_without_git_tty_or_network_and_status_reads_it_back(
+        site: Path, venv: Path, tmp_path: Path) -> None:
+    python = venv / "bin" / "python"
+    fixes = ["dsv4-bf16-index-k", "dsv4-bf16-sizing"]
+    touched_dirs = [site / "sglang/srt/mem_cache", site / "sglang/srt/model_executor"]
+    subprocess.run([str(python), "-m", "compileall", "-q", *map(str, touched_dirs)], check=True)
+    assert all((d / "__pycache__").is_dir() for d in touched_dirs)
+    env = build_env(tmp_path)
+
+    res = run_cli("apply", *fixes, "--target", f"python:{python}", "--no-git", "--json", env=env)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    label = out["summary"]
+    assert label == {"sglang": CATALOG_RELEASE, "fixes": {"dsv4-bf16-index-k": 2,
+                                                          "dsv4-bf16-sizing": 2}}
+    assert len(json.dumps(label)) < 200  # small enough for a LABEL value
+    kinds = {c["kind"] for f in out["fixes"] for c in f["preconditions"]}
+    assert "record-clean" in kinds and "git-clean" not in kinds  # RECORD, not git, vouched
+    assert not any((d / "__pycache__").exists() for d in touched_dirs)  # bytecode purged
+    assert sha256(site / POOL) != record_hashes(site)[POOL]
+
+    # in the running container: status --json reads the same summary back
+    res = run_cli("status", "--target", f"python:{python}", "--json", env=env)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["summary"] == label
+    res = run_cli("verify", *fixes, "--target", f"python:{python}", env=env)
+    assert res.returncode == 0, (res.stdout, res.stderr)
+
+
+def test_no_git_on_a_git_checkout_says_the_clean_check_was_not_run(
+        catalog: Catalog, catalog_tree: Path, tmp_path: Path) -> None:
+    """--no-git on a checkout: no git runs, and the apply says what that leaves unproven."""
+    target = LocalTarget(roots={"sglang": str(catalog_tree)}, description="checkout")
+    result = api.apply(catalog, target, ["dsv4-bf16-index-k"], git=False)
+    checks = [c for c in result.fixes[0].preconditions if c.kind == "git-clean"]
+    assert checks and all(c.ok and c.detail.startswith("not checked: --no-git") for c in checks)
+    with pytest.raises(UsageError):
+        api.apply(catalog, target, ["dsv4-bf16-sizing"], git=False, commit=True)
+
+
+# -- the same over SSH: RECORD is read by the engine on the host ------------------------------
+
+
+@pytest.mark.ssh
+def test_the_record_proof_runs_on_the_host_of_a_remote_target(
+        catalog: Catalog, site: Path, venv: Path, sshd: Any, tmp_path: Path) -> None:
+    from patchkit.targets.remote import RemoteTarget
+    from tests.test_remote import Ssh
+
+    target = RemoteTarget(Ssh(sshd, tmp_path).spec(), {"sglang": str(site)},
+                          str(venv / "bin" / "python"))
+    applied = api.apply(catalog, target, ["dsv4-bf16-index-k"])
+    proofs = [c for c in applied.fixes[0].preconditions if c.kind == "record-clean"]
+    assert proofs and all(c.ok and "RECORD of sglang" in c.detail for c in proofs)
+    assert applied.to_json()["summary"] == {"sglang": CATALOG_RELEASE,
+                                            "fixes": {"dsv4-bf16-index-k": 2}}
+
+    configurator = site / CONFIGURATOR
+    configurator.write_bytes(configurator.read_bytes() + b"# edited on the host\n")
+    with pytest.raises(PreconditionFailed) as exc:
+        api.apply(catalog, target, ["dsv4-bf16-sizing"])
+    failed = [f for f in exc.value.details["failures"] if f["kind"] == "record-clean"]
+    assert [f["where"] for f in failed] == [f"sglang:python/{CONFIGURATOR}"]
+    assert "modified outside patchkit" in failed[0]["detail"]
