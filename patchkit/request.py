@@ -119,13 +119,12 @@ def _named(catalog: Catalog, fix: Fix, name: str, key: str) -> Fix:
 
 
 def _commit_of(named: Fix) -> dict[str, Any]:
-    """How the engine finds the commit holding ``named``'s series: its patch-id and files."""
-    from .gitrepo import patch_id  # GitPython, only for a fix that needs git
-
-    pid = patch_id("".join(ref.path.read_text(encoding="utf-8", errors="surrogateescape")
-                           for ref in named.patches))
+    """How the engine finds the commit holding ``named``'s series: the series itself (the
+    engine hashes it with the commits' changes in one ``git patch-id``) and its files."""
+    series = "".join(ref.path.read_text(encoding="utf-8", errors="surrogateescape")
+                     for ref in named.patches)
     paths = sorted({rec["path"] for rec in _series(named)[1]})
-    return {"patch_ids": [pid] if pid else [], "fix_paths": paths}
+    return {"series": series, "fix_paths": paths}
 
 
 def _check(check: Any, fix: Fix, catalog: Catalog) -> dict[str, Any]:

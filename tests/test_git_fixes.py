@@ -361,8 +361,9 @@ def test_cli_apply_commit_then_rollback(tree: Path, catalog: Catalog) -> None:
 
 def test_patch_id_search_looks_only_at_commits_within_the_fixes_files(tmp_path: Path) -> None:
     """A fork's history has release commits of thousands of files touching the fix's file
-    too; only commits changing nothing but the fix's files can hold its series, so only
-    they are diffed. Names with spaces and non-ASCII characters are matched exactly."""
+    too; only commits changing nothing but the fix's files can hold its series, even when
+    their change of those files is the series'. Names with spaces and non-ASCII characters
+    are matched exactly."""
     from patchkit.engine import gitops
 
     repo = tmp_path / "fork"
@@ -380,6 +381,11 @@ def test_patch_id_search_looks_only_at_commits_within_the_fixes_files(tmp_path: 
     git(repo, "commit", "-q", "-am", "the fix, as a commit")
     fix_sha = git(repo, "rev-parse", "HEAD").strip()
     series = git(repo, "show", "--format=", "HEAD")
+    (repo / odd).write_text(pool_text())
+    git(repo, "commit", "-q", "-am", "undo the fix")
+    (repo / odd).write_text(text)
+    (repo / "python/sglang/srt/other_2.py").write_text("X = 200\n")
+    git(repo, "commit", "-q", "-am", "the fix again, with another file")
     (repo / odd).write_text(text + "\n# more\n")
     (repo / "python/sglang/srt/other_1.py").write_text("X = 100\n")
     git(repo, "commit", "-q", "-am", "a later commit of the file and another one")
@@ -387,6 +393,7 @@ def test_patch_id_search_looks_only_at_commits_within_the_fixes_files(tmp_path: 
                          text=True, check=True).stdout.split()[0]
     co = gitops.checkout_of(str(repo))
     assert co is not None
-    assert co.find_by_patch_id([pid], [odd]) == [fix_sha]
-    assert co.find_by_patch_id(["0" * 40], [odd]) == []
-    assert co.find_by_patch_id([pid], []) == []
+    found = co.find_by_patch_id(series, [odd])
+    assert found[0] == pid and [c.sha for c in found[1]] == [fix_sha]
+    assert co.find_by_patch_id(series.replace("# fixed", "# other"), [odd])[1] == []
+    assert co.find_by_patch_id(series, [])[1] == []

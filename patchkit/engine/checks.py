@@ -366,19 +366,19 @@ def _git_contains(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
     if co is None:
         return result("git-contains", name, False, why, root.name)
     head = co.head() or ""
-    found: List[str] = []
+    found: List[str] = []  # "abbrev subject" of the commit found
     if check.get("commit"):
         sha = co.rev(str(check["commit"]))
         if sha is not None and co.is_ancestor(sha, head):
-            found = [sha]
+            found = [co.describe(sha)]
         elif sha is None and want:
             return result("git-contains", name, False, "commit %s does not exist in %s; fetch it or "
                           "check the id" % (check["commit"], co.top), root.name)
     else:
         paths = [co.rel(root.mapped(p)) for p in check.get("fix_paths") or []]
-        found = co.find_by_patch_id(list(check.get("patch_ids") or []), paths)
+        found = [c.title for c in co.find_by_patch_id(str(check.get("series") or ""), paths)[1]]
     has = bool(found)
-    detail = ("HEAD %s contains %s: %s" % (head[:12], what, co.describe(found[0])) if has
+    detail = ("HEAD %s contains %s: %s" % (head[:12], what, found[0]) if has
               else "%s is not in the history of HEAD (%s)" % (what, head[:12]))
     if has != want:
         detail += "; the fix needs it %s" % ("there: apply or cherry-pick it first" if want
