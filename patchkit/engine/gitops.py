@@ -61,9 +61,25 @@ class Checkout:
     def is_ancestor(self, ancestor: str, of: str = "HEAD") -> bool:
         return self.ok(["merge-base", "--is-ancestor", ancestor, of])
 
-    def blob(self, rev: str, repo_path: str) -> Optional[bytes]:
-        """The bytes of ``repo_path`` at ``rev``, or None when the commit lacks it."""
-        return self.output(["cat-file", "blob", "%s:%s" % (rev, repo_path)])
+    def blobs(self, specs: Sequence[Tuple[str, str]]) -> List[Optional[bytes]]:
+        """The bytes of each ``(rev, repo_path)``, None where the commit lacks the file: one
+        ``git cat-file --batch`` (a path with a newline, which it cannot name, asks alone)."""
+        if any("\n" in path for _rev, path in specs):
+            return [self.output(["cat-file", "blob", "%s:%s" % spec]) for spec in specs]
+        query = "".join("%s:%s\n" % spec for spec in specs).encode("utf-8", "surrogateescape")
+        out = self.run(["cat-file", "--batch"], stdin=query) if specs else b""
+        found: List[Optional[bytes]] = []
+        at = 0
+        for _spec in specs:  # "<oid> <type> <size>\n<bytes>\n", or "<name> missing\n"
+            end = out.index(b"\n", at)
+            head, at = out[at:end].split(), end + 1
+            if len(head) == 3 and head[2].isdigit():
+                size = int(head[2])
+                found.append(out[at:at + size] if head[1] == b"blob" else None)
+                at += size + 1
+            else:
+                found.append(None)
+        return found
 
     def describe(self, sha: str) -> str:
         """``abbrev subject`` of a commit, for messages."""

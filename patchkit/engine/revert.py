@@ -109,8 +109,8 @@ def within(path: str, specs: List[str]) -> bool:
 def revert_file(fix: str, src: Source, f: RevertFile, current: Optional[bytes]) -> Optional[bytes]:
     """The file's bytes with C's change to it undone and every later change kept."""
     where = "%s:%s" % (src.root, f.path)
-    base = src.checkout.blob(src.sha, f.repo_path) if f.status != "D" else None
-    theirs = src.checkout.blob(src.parent, f.repo_path) if f.status != "A" else None
+    base, theirs = src.checkout.blobs([(src.sha, f.repo_path), (src.parent, f.repo_path)])
+    base, theirs = (None if f.status == "D" else base), (None if f.status == "A" else theirs)
     if current == base or (f.status in "AD" and current is None):
         return theirs  # unchanged since C, or already as before C (None for an added file)
     if current is None or base is None or theirs is None:
