@@ -123,6 +123,25 @@ def target(tree: Path) -> LocalTarget:
 # -- revert fixes ----------------------------------------------------------------------------
 
 
+def test_a_revert_by_patch_id_through_the_cli_loads_neither_gitpython_nor_rich(
+        tree: Path, catalog: Catalog) -> None:
+    """The engine hashes the named fix's series itself: the client needs no git of its own
+    for an apply, and --json renders nothing with rich."""
+    commit_dead(tree)
+    code = ("import json, sys\nfrom patchkit.cli.main import main\ntry:\n    main(sys.argv[1:])\n"
+            "except SystemExit as exc:\n    assert exc.code == 0, exc.code\n"
+            "print(json.dumps(sorted(m for m in ('git', 'rich', 'concurrent.futures') "
+            "if m in sys.modules)))")
+    proc = subprocess.run([sys.executable, "-c", code, "--catalog", str(catalog.root), "apply",
+                           "undo-dead", "--target", str(tree), "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out, loaded = proc.stdout.rsplit("\n", 2)[:2]
+    assert json.loads(out)["fixes"][0]["outcome"] == "applied"
+    assert json.loads(loaded) == []
+    assert "DEBUG_DBG" not in (tree / POOL).read_text()
+
+
 def test_revert_by_patch_id_keeps_a_later_commit_to_the_same_file(tree: Path,
                                                                    catalog: Catalog) -> None:
     dead = commit_dead(tree)
