@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ finally:
         os.environ["GIT_PYTHON_REFRESH"] = _REFRESH
 
 from patchkit.engine.gitcli import parse_porcelain_z
-from patchkit.engine.hunks import split_lines
+from patchkit.engine.gitops import series_diff
 from patchkit.errors import TargetError, UsageError
 
 __all__ = [
@@ -358,32 +357,9 @@ def commit_diffs(repo: Path | str, base: str, onto: str, paths: Iterable[str]
             ] if wanted else []
 
 
-_HUNK = re.compile(r"@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
-
-
-def _diff_lines(text: str) -> str:
-    """The diffs of patch files (several joined) without the mail headers, diffstats and
-    signatures between them (git would stop there), so a series hashes as one commit."""
-    kept: list[str] = []
-    state, old, new = "out", 0, 0
-    for line in split_lines(text):
-        if old > 0 or new > 0:
-            old -= line[:1] in " -"
-            new -= line[:1] in " +"
-        elif line.startswith("diff "):
-            state = "header"
-        elif state != "out" and (m := _HUNK.match(line)):
-            state, old, new = "hunks", int(m[1] or 1), int(m[2] or 1)
-        elif state == "hunks" and not line.startswith("\\"):
-            state = "out"
-        if state != "out":
-            kept.append(line if line.endswith("\n") else line + "\n")
-    return "".join(kept)
-
-
 def patch_ids(texts: Sequence[str]) -> list[str | None]:
     """``git patch-id --stable`` of each text, in one process; None for a text with no diff."""
-    data = "".join(f"commit {i + 1:040x}\n\n{_diff_lines(t)}" for i, t in enumerate(texts))
+    data = "".join(f"commit {i + 1:040x}\n\n{series_diff(t)}" for i, t in enumerate(texts))
     found: dict[int, str] = {}
     for line in _run(tempfile.gettempdir(), ["patch-id", "--stable"], data=data).splitlines():
         pid, _, cid = line.partition(" ")

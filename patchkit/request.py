@@ -3,7 +3,6 @@ request"): everything travels in it, so the engine never reads the catalog."""
 
 from __future__ import annotations
 
-import shutil
 from typing import Any
 
 from .catalog import Catalog
@@ -121,16 +120,12 @@ def _named(catalog: Catalog, fix: Fix, name: str, key: str) -> Fix:
 
 
 def _commit_of(named: Fix) -> dict[str, Any]:
-    """How the engine finds the commit holding ``named``'s series: its patch-id and files."""
-    from .gitrepo import patch_id  # GitPython, only for a fix that needs git
-
-    # No git here (a container build): no patch-id; the engine then finds the commit by its
-    # other clues, and on a root outside git it needs none.
-    pid = None if shutil.which("git") is None else patch_id(
-        "".join(ref.path.read_text(encoding="utf-8", errors="surrogateescape")
-                for ref in named.patches))
+    """How the engine finds the commit holding ``named``'s series: the series itself (the
+    engine hashes it with the commits' changes in one ``git patch-id``) and its files."""
+    series = "".join(ref.path.read_text(encoding="utf-8", errors="surrogateescape")
+                     for ref in named.patches)
     paths = sorted({rec["path"] for rec in _series(named)[1]})
-    return {"patch_ids": [pid] if pid else [], "fix_paths": paths}
+    return {"series": series, "fix_paths": paths}
 
 
 def _check(check: Any, fix: Fix, catalog: Catalog) -> dict[str, Any]:

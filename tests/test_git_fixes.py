@@ -123,6 +123,25 @@ def target(tree: Path) -> LocalTarget:
 # -- revert fixes ----------------------------------------------------------------------------
 
 
+def test_a_revert_by_patch_id_through_the_cli_loads_neither_gitpython_nor_rich(
+        tree: Path, catalog: Catalog) -> None:
+    """The engine hashes the named fix's series itself: the client needs no git of its own
+    for an apply, and --json renders nothing with rich."""
+    commit_dead(tree)
+    code = ("import json, sys\nfrom patchkit.cli.main import main\ntry:\n    main(sys.argv[1:])\n"
+            "except SystemExit as exc:\n    assert exc.code == 0, exc.code\n"
+            "print(json.dumps(sorted(m for m in ('git', 'rich', 'concurrent.futures') "
+            "if m in sys.modules)))")
+    proc = subprocess.run([sys.executable, "-c", code, "--catalog", str(catalog.root), "apply",
+                           "undo-dead", "--target", str(tree), "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out, loaded = proc.stdout.rsplit("\n", 2)[:2]
+    assert json.loads(out)["fixes"][0]["outcome"] == "applied"
+    assert json.loads(loaded) == []
+    assert "DEBUG_DBG" not in (tree / POOL).read_text()
+
+
 def test_revert_by_patch_id_keeps_a_later_commit_to_the_same_file(tree: Path,
                                                                    catalog: Catalog) -> None:
     dead = commit_dead(tree)
@@ -361,8 +380,9 @@ def test_cli_apply_commit_then_rollback(tree: Path, catalog: Catalog) -> None:
 
 def test_patch_id_search_looks_only_at_commits_within_the_fixes_files(tmp_path: Path) -> None:
     """A fork's history has release commits of thousands of files touching the fix's file
-    too; only commits changing nothing but the fix's files can hold its series, so only
-    they are diffed. Names with spaces and non-ASCII characters are matched exactly."""
+    too; only commits changing nothing but the fix's files can hold its series, even when
+    their change of those files is the series'. Names with spaces and non-ASCII characters
+    are matched exactly."""
     from patchkit.engine import gitops
 
     repo = tmp_path / "fork"
@@ -380,6 +400,11 @@ def test_patch_id_search_looks_only_at_commits_within_the_fixes_files(tmp_path: 
     git(repo, "commit", "-q", "-am", "the fix, as a commit")
     fix_sha = git(repo, "rev-parse", "HEAD").strip()
     series = git(repo, "show", "--format=", "HEAD")
+    (repo / odd).write_text(pool_text())
+    git(repo, "commit", "-q", "-am", "undo the fix")
+    (repo / odd).write_text(text)
+    (repo / "python/sglang/srt/other_2.py").write_text("X = 200\n")
+    git(repo, "commit", "-q", "-am", "the fix again, with another file")
     (repo / odd).write_text(text + "\n# more\n")
     (repo / "python/sglang/srt/other_1.py").write_text("X = 100\n")
     git(repo, "commit", "-q", "-am", "a later commit of the file and another one")
@@ -387,6 +412,7 @@ def test_patch_id_search_looks_only_at_commits_within_the_fixes_files(tmp_path: 
                          text=True, check=True).stdout.split()[0]
     co = gitops.checkout_of(str(repo))
     assert co is not None
-    assert co.find_by_patch_id([pid], [odd]) == [fix_sha]
-    assert co.find_by_patch_id(["0" * 40], [odd]) == []
-    assert co.find_by_patch_id([pid], []) == []
+    found = co.find_by_patch_id(series, [odd])
+    assert found[0] == pid and [c.sha for c in found[1]] == [fix_sha]
+    assert co.find_by_patch_id(series.replace("# fixed", "# other"), [odd])[1] == []
+    assert co.find_by_patch_id(series, [])[1] == []

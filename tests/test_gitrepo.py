@@ -67,5 +67,24 @@ def test_patch_id_of_a_series_is_git_patch_id_of_the_commit_holding_it(two_commi
             _git(two_commits, "patch-id", "--stable", data=alone).split()[0]]
 
 
+@pytest.mark.parametrize("form", ["format-patch", "patchkit"])
+def test_the_engine_hashes_a_series_as_the_client_does(two_commits: Path, form: str) -> None:
+    """Hosts have no GitPython: the engine gets the series and hashes it with the same rule,
+    in the git patch-id that hashes the commits; it finds the commit holding it alone."""
+    from patchkit.engine import gitops
+
+    co = gitops.checkout_of(str(two_commits))
+    assert co is not None
+    texts = _series(two_commits, form)
+    pid, found = co.find_by_patch_id("".join(texts), ["a.py", "b.py"])
+    assert pid == gitrepo.patch_id("".join(texts)) and found == []  # no one commit holds both
+    for rev, text, path in zip(("HEAD~1", "HEAD"), texts, ("a.py", "b.py")):
+        pid, found = co.find_by_patch_id(text, [path])
+        assert pid == gitrepo.patch_id(text)
+        assert [c.sha for c in found] == [_git(two_commits, "rev-parse", rev).strip()]
+        assert found[0].files == (("M", path),) and found[0].title.endswith(" fix " + path[0])
+    assert co.find_by_patch_id("".join(texts), []) == (gitrepo.patch_id("".join(texts)), [])
+
+
 def test_patch_id_of_no_diff_is_none() -> None:
     assert gitrepo.patch_ids(["From: t\nSubject: nothing\n\n", ""]) == [None, None]

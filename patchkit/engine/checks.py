@@ -1,8 +1,9 @@
 """The declared check kinds of docs/design.md, shared by preconditions and verification.
 
 Each check returns ``{kind, name, ok, detail, where}`` and fails past its time limit. A regex
-``grep`` and ``python-syntax`` run in a worker process that ends itself at the limit: ``re`` and
-``ast.parse`` cannot be interrupted in-process.
+``grep`` runs in a worker process that ends itself at the limit: ``re`` cannot be interrupted
+in-process (a catastrophic pattern never ends). ``python-syntax`` is one ``ast.parse`` pass in
+the engine, the interpreter the worker would be, and fails when that pass took longer.
 """
 
 from __future__ import annotations
@@ -151,7 +152,7 @@ def run_check(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
             out = _RUNNERS[kind](check, ctx)
     except TimedOut as exc:
         return result(kind, str(exc.args[1]), False, timed_out(limit), str(exc.args[0]))
-    one_pass = kind == "sha256" or (kind == "grep" and not check.get("regex"))
+    one_pass = kind in ("sha256", "python-syntax") or (kind == "grep" and not check.get("regex"))
     if one_pass and out["ok"] and time.monotonic() - start > limit:
         out = dict(out, ok=False, detail="%s; but %s" % (out["detail"], timed_out(limit)))
     return out
@@ -167,7 +168,8 @@ def _timeout(check: Dict[str, Any], fix: str) -> float:
     return float(value)
 
 
-# The worker: per job a JSON header line, then ``size`` bytes of the file; one JSON line back.
+# The worker of regex greps: per job a JSON header line, then ``size`` bytes of the file; one
+# JSON line back.
 # The job's own alarm ends the worker at the time limit (SIGALRM's default action).
 WORKER = r"""
 import json, re, signal, sys
@@ -178,17 +180,9 @@ for head in iter(read.readline, b""):
     data = read.read(job["size"])
     signal.setitimer(signal.ITIMER_REAL, job["timeout"])
     try:
-        if job["op"] == "grep":
-            rx = re.compile(job["pattern"])
-            text = data.decode("utf-8", "surrogateescape")
-            out = {"lines": [i for i, ln in enumerate(LINE.findall(text), 1) if rx.search(ln)]}
-        else:
-            import ast
-            try:
-                ast.parse(data, filename=job["where"])
-                out = {"ok": True}
-            except (SyntaxError, ValueError) as exc:
-                out = {"ok": False, "line": getattr(exc, "lineno", None), "error": str(exc)}
+        rx = re.compile(job["pattern"])
+        text = data.decode("utf-8", "surrogateescape")
+        out = {"lines": [i for i, ln in enumerate(LINE.findall(text), 1) if rx.search(ln)]}
     except Exception as exc:
         out = {"failed": "%s: %s" % (type(exc).__name__, exc)}
     signal.setitimer(signal.ITIMER_REAL, 0)
@@ -294,10 +288,15 @@ def _python_syntax(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
     name = check.get("name") or "python syntax of %s" % where
     if data is None:
         return result("python-syntax", name, False, "%s does not exist" % where, where)
-    answer = _ask({"op": "python-syntax", "where": where}, data, _timeout(check, ctx.fix), where, name)
-    detail = answer["failed"] if "failed" in answer else (
-        "parses" if answer["ok"] else "line %s: %s" % (answer["line"], answer["error"]))
-    return result("python-syntax", name, answer.get("ok", False), detail, where)
+    import ast
+
+    try:
+        ast.parse(data, filename=where)
+    except Exception as exc:  # SyntaxError; ValueError (NUL bytes), RecursionError (nesting)
+        detail = ("line %s: %s" % (exc.lineno, exc) if isinstance(exc, SyntaxError)
+                  else "%s: %s" % (type(exc).__name__, exc))
+        return result("python-syntax", name, False, detail, where)
+    return result("python-syntax", name, True, "parses", where)
 
 
 def _bash_syntax(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
@@ -366,19 +365,19 @@ def _git_contains(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
     if co is None:
         return result("git-contains", name, False, why, root.name)
     head = co.head() or ""
-    found: List[str] = []
+    found: List[str] = []  # "abbrev subject" of the commit found
     if check.get("commit"):
         sha = co.rev(str(check["commit"]))
         if sha is not None and co.is_ancestor(sha, head):
-            found = [sha]
+            found = [co.describe(sha)]
         elif sha is None and want:
             return result("git-contains", name, False, "commit %s does not exist in %s; fetch it or "
                           "check the id" % (check["commit"], co.top), root.name)
     else:
         paths = [co.rel(root.mapped(p)) for p in check.get("fix_paths") or []]
-        found = co.find_by_patch_id(list(check.get("patch_ids") or []), paths)
+        found = [c.title for c in co.find_by_patch_id(str(check.get("series") or ""), paths)[1]]
     has = bool(found)
-    detail = ("HEAD %s contains %s: %s" % (head[:12], what, co.describe(found[0])) if has
+    detail = ("HEAD %s contains %s: %s" % (head[:12], what, found[0]) if has
               else "%s is not in the history of HEAD (%s)" % (what, head[:12]))
     if has != want:
         detail += "; the fix needs it %s" % ("there: apply or cherry-pick it first" if want

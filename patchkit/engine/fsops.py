@@ -7,6 +7,7 @@ import errno
 import json
 import os
 import stat
+import threading
 from contextlib import suppress
 from typing import Any, List, Optional, Tuple
 
@@ -60,10 +61,24 @@ def fill_fd(fd: int, data: bytes, mode: int, owner: Optional[Tuple[int, int]]) -
 def sync_all(files: List[str], dirs: List[str]) -> None:
     """fsync ``files`` and ``dirs``, in a few threads so the file system commits them together;
     the first failure is raised."""
-    from concurrent.futures import ThreadPoolExecutor
+    paths = list(files) + list(dirs)
+    failed: List[Optional[OSError]] = [None] * len(paths)
 
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(fsync_dir, list(files) + list(dirs)))
+    def sync(first: int) -> None:  # every 8th path from ``first``
+        for i in range(first, len(paths), 8):
+            try:
+                fsync_dir(paths[i])
+            except OSError as exc:
+                failed[i] = exc
+
+    threads = [threading.Thread(target=sync, args=(n,)) for n in range(min(8, len(paths)))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for exc in failed:
+        if exc is not None:
+            raise exc
 
 
 def read_fd(fd: int) -> bytes:

@@ -4,12 +4,14 @@ the host's ``git`` CLI; reads never touch a work tree."""
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..errors import TargetError
 from . import gitcli
+from .hunks import split_lines
 
 #: Used for commits when the repository (and the environment) configure no identity.
 FALLBACK_NAME = "patchkit"
@@ -59,50 +61,96 @@ class Checkout:
     def is_ancestor(self, ancestor: str, of: str = "HEAD") -> bool:
         return self.ok(["merge-base", "--is-ancestor", ancestor, of])
 
-    def blob(self, rev: str, repo_path: str) -> Optional[bytes]:
-        """The bytes of ``repo_path`` at ``rev``, or None when the commit lacks it."""
-        return self.output(["cat-file", "blob", "%s:%s" % (rev, repo_path)])
+    def blobs(self, specs: Sequence[Tuple[str, str]]) -> List[Optional[bytes]]:
+        """The bytes of each ``(rev, repo_path)``, None where the commit lacks the file: one
+        ``git cat-file --batch`` (a path with a newline, which it cannot name, asks alone)."""
+        if any("\n" in path for _rev, path in specs):
+            return [self.output(["cat-file", "blob", "%s:%s" % spec]) for spec in specs]
+        query = "".join("%s:%s\n" % spec for spec in specs).encode("utf-8", "surrogateescape")
+        out = self.run(["cat-file", "--batch"], stdin=query) if specs else b""
+        found: List[Optional[bytes]] = []
+        at = 0
+        for _spec in specs:  # "<oid> <type> <size>\n<bytes>\n", or "<name> missing\n"
+            end = out.index(b"\n", at)
+            head, at = out[at:end].split(), end + 1
+            if len(head) == 3 and head[2].isdigit():
+                size = int(head[2])
+                found.append(out[at:at + size] if head[1] == b"blob" else None)
+                at += size + 1
+            else:
+                found.append(None)
+        return found
 
     def describe(self, sha: str) -> str:
         """``abbrev subject`` of a commit, for messages."""
         return self.run(["log", "-1", "--format=%h %s", sha, "--"]).decode("utf-8", "replace").strip()
 
-    def parents(self, sha: str) -> List[str]:
-        return self.run(["rev-list", "--parents", "-n", "1", sha, "--"]).decode().split()[1:]
+    def commits(self, shas: Sequence[str]) -> List[Commit]:
+        """Each commit's parents, title and changed files, in one ``git log``."""
+        if not shas:
+            return []
+        out = self.run(["log", "--no-walk=unsorted", "--root", "-z", "--name-status", "--no-renames",
+                        "--format=%x01%H%x00%P%x00%h %s"] + list(shas) + ["--"])
+        found: List[Commit] = []
+        for record in out.decode("utf-8", "surrogateescape").split("\x01")[1:]:
+            fields = record.split("\0")
+            sha, parents, title = fields[:3]
+            files = tuple((fields[i].strip()[:1], fields[i + 1]) for i in range(3, len(fields) - 1, 2))
+            found.append(Commit(sha, tuple(parents.split()), title, files))
+        return found
 
     def commits_touching(self, since: str, repo_path: str) -> List[str]:
         """``abbrev subject`` of every commit after ``since`` up to HEAD that changed the file."""
         out = self.run(["log", "--format=%h %s", "%s..HEAD" % since, "--", repo_path])
         return [ln for ln in out.decode("utf-8", "replace").splitlines() if ln.strip()]
 
-    def changed_files(self, sha: str, parent: str, repo_paths: Sequence[str]) -> List[Tuple[str, str]]:
-        """(status letter, repo path) of each file ``sha`` changed against ``parent``."""
-        args = ["diff-tree", "-r", "--no-renames", "--name-status", "-z", parent, sha, "--"]
-        fields = self.run(args + list(repo_paths)).decode("utf-8", "surrogateescape").split("\0")
-        return [(fields[i][:1], fields[i + 1]) for i in range(0, len(fields) - 1, 2)]
+    def find_by_patch_id(self, series: str, repo_paths: Sequence[str]) -> Tuple[Optional[str], List[Commit]]:
+        """The patch-id of ``series`` (a fix's patch files joined) and the commits of HEAD's
+        history (newest first) whose whole change has it: those touching ``repo_paths`` are
+        diffed there, and one ``git patch-id`` hashes them and the series together."""
+        log = self.run(["log", "-p", "--root", "--no-color", "--no-renames", "--format=commit %H",
+                        "HEAD", "--"] + list(repo_paths)) if repo_paths else b""
+        data = ("commit %s\n\n%s" % ("0" * 40, series_diff(series))).encode("utf-8", "surrogateescape")
+        ids = self.run(["patch-id", "--stable"], stdin=data + log).decode().split()
+        by_commit = dict(zip(ids[1::2], ids[0::2]))
+        pid = by_commit.pop("0" * 40, None)
+        same = [sha for sha, other in by_commit.items() if other == pid]
+        # a commit that also changed other files does not hold the series alone
+        return pid, [c for c in self.commits(same) if {p for _s, p in c.files} <= set(repo_paths)]
 
-    def find_by_patch_id(self, patch_ids: Sequence[str], repo_paths: Sequence[str]) -> List[str]:
-        """Commits of HEAD's history (newest first) whose whole change has one of the patch-ids;
-        only those touching nothing but ``repo_paths`` are diffed."""
-        if not patch_ids or not repo_paths:
-            return []
-        listing = self.run(["log", "-z", "--full-diff", "--name-only", "--no-renames",
-                            "--format=%x01%H", "HEAD", "--"] + list(repo_paths))
-        commits: Dict[str, set] = {}  # sha -> the files it touched, in log order
-        for token in listing.decode("utf-8", "surrogateescape").split("\0"):
-            if token.startswith("\x01"):
-                files = commits.setdefault(token[1:].strip(), set())
-            elif token.lstrip("\n"):
-                files.add(token.lstrip("\n"))
-        candidates = [sha for sha, files in commits.items() if files and files <= set(repo_paths)]
-        if not candidates:
-            return []
-        log = self.run(["log", "--no-walk=unsorted", "-p", "--no-color", "--no-renames",
-                        "--format=commit %H"] + candidates)
-        ids = self.run(["patch-id", "--stable"], stdin=log).decode().split()
-        wanted = set(patch_ids)
-        found = {ids[i + 1] for i in range(0, len(ids) - 1, 2) if ids[i] in wanted}
-        return [c for c in candidates if c in found]
+
+@dataclass(frozen=True)
+class Commit:
+    sha: str
+    parents: Tuple[str, ...]
+    title: str  # "abbrev subject"
+    files: Tuple[Tuple[str, str], ...]  # (status letter, repo path) against its first parent
+
+
+_HUNK = re.compile(r"@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+
+
+def series_diff(text: str) -> str:
+    """The diffs of patch files (several joined) without the mail headers, diffstats and
+    signatures between them (``git patch-id`` would stop there), so a series hashes as one
+    commit: the one rule of a series' patch-id, here and in the client's ``gitrepo``."""
+    kept: List[str] = []
+    state, old, new = "out", 0, 0
+    for line in split_lines(text):
+        if old > 0 or new > 0:
+            old -= line[:1] in " -"
+            new -= line[:1] in " +"
+        elif line.startswith("diff "):
+            state = "header"
+        elif state != "out":
+            m = _HUNK.match(line)
+            if m:
+                state, old, new = "hunks", int(m.group(1) or 1), int(m.group(2) or 1)
+            elif state == "hunks" and not line.startswith("\\"):
+                state = "out"
+        if state != "out":
+            kept.append(line if line.endswith("\n") else line + "\n")
+    return "".join(kept)
 
 
 def checkout_of(root_path: str) -> Optional[Checkout]:

@@ -33,7 +33,7 @@ class FixSpec:
     scripts: Dict[str, str]
     strategy: str
     rationale: str = ""  # the commit message body of apply --commit
-    revert: Optional[Dict[str, Any]] = None  # a revert fix: {root, commit, fix, patch_ids, ...}
+    revert: Optional[Dict[str, Any]] = None  # a revert fix: {root, commit, fix, series, ...}
     # the manifest allows files setuid, setgid, sticky or world-writable (check_file_modes)
     allow_special_modes: bool = False
 

@@ -64,7 +64,7 @@ def resolve(fix: FixSpec, roots: Roots) -> Tuple[Optional[Source], Dict[str, Any
     head = checkout.head()
     if head is None:
         return None, outcome(False, "root %s has no commit at HEAD" % root.name)
-    sha, found_by, missing = None, "", []
+    commit, found_by, missing = None, "", []
     if rev.get("commit"):
         cand = checkout.rev(str(rev["commit"]))
         if cand is None:
@@ -73,30 +73,27 @@ def resolve(fix: FixSpec, roots: Roots) -> Tuple[Optional[Source], Dict[str, Any
             missing.append("commit %s (%s) is not in the history of HEAD (%s)"
                            % (rev["commit"], checkout.describe(cand), head[:12]))
         else:
-            sha, found_by = cand, "commit id %s" % rev["commit"]
-    if sha is None and rev.get("fix"):
+            commit, found_by = checkout.commits([cand])[0], "commit id %s" % rev["commit"]
+    if commit is None and rev.get("fix"):
         paths = [checkout.rel(root.mapped(p)) for p in rev.get("fix_paths") or []]
-        found = checkout.find_by_patch_id(list(rev.get("patch_ids") or []), paths)
+        pid, found = checkout.find_by_patch_id(str(rev.get("series") or ""), paths)
         if found:
-            sha, found_by = found[0], "patch-id of fix %s's series" % rev["fix"]
+            commit, found_by = found[0], "patch-id of fix %s's series" % rev["fix"]
         else:
             missing.append("no commit in the history of HEAD (%s) carries the change of fix %s "
-                           "(patch-id %s of its series)"
-                           % (head[:12], rev["fix"], ", ".join(rev.get("patch_ids") or []) or "none"))
-    if sha is None:
+                           "(patch-id %s of its series)" % (head[:12], rev["fix"], pid or "none"))
+    if commit is None:
         return None, outcome(False, "; ".join(missing) + ": there is nothing to revert in root %s. "
                              "Check the target's branch, or leave this fix out" % root.name)
-    parents = checkout.parents(sha)
-    if len(parents) > 1:
+    if len(commit.parents) > 1:
         return None, outcome(False, "%s is a merge commit; patchkit reverts single-parent commits "
-                             "only" % checkout.describe(sha))
-    parent = parents[0] if parents else EMPTY_TREE
+                             "only" % commit.title)
+    parent = commit.parents[0] if commit.parents else EMPTY_TREE
     wanted = [checkout.rel(root.mapped(p)) for p in rev.get("paths") or []]
-    prefix = checkout.prefix
-    files = tuple(RevertFile(status if status in "AD" else "M", path, root.unmapped(path[len(prefix):]))
-                  for status, path in checkout.changed_files(sha, parent, wanted or [prefix or "."])
-                  if path.startswith(prefix))
-    title = checkout.describe(sha)
+    files = tuple(RevertFile(status if status in "AD" else "M", path,
+                             root.unmapped(path[len(checkout.prefix):]))
+                  for status, path in commit.files if within(path, wanted or [checkout.prefix]))
+    sha, title = commit.sha, commit.title
     if not files:
         return None, outcome(False, "commit %s changes none of %s in root %s"
                              % (title, ", ".join(rev.get("paths") or ["its files"]), root.name))
@@ -104,11 +101,16 @@ def resolve(fix: FixSpec, roots: Roots) -> Tuple[Optional[Source], Dict[str, Any
         outcome(True, "reverts %s (found by %s)" % (title, found_by))
 
 
+def within(path: str, specs: List[str]) -> bool:
+    """Whether a repository path is one of ``specs`` or under one (a directory; "" is the top)."""
+    return any(path == s or path.startswith(s.rstrip("/") + "/") or not s for s in specs)
+
+
 def revert_file(fix: str, src: Source, f: RevertFile, current: Optional[bytes]) -> Optional[bytes]:
     """The file's bytes with C's change to it undone and every later change kept."""
     where = "%s:%s" % (src.root, f.path)
-    base = src.checkout.blob(src.sha, f.repo_path) if f.status != "D" else None
-    theirs = src.checkout.blob(src.parent, f.repo_path) if f.status != "A" else None
+    base, theirs = src.checkout.blobs([(src.sha, f.repo_path), (src.parent, f.repo_path)])
+    base, theirs = (None if f.status == "D" else base), (None if f.status == "A" else theirs)
     if current == base or (f.status in "AD" and current is None):
         return theirs  # unchanged since C, or already as before C (None for an added file)
     if current is None or base is None or theirs is None:

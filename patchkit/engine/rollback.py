@@ -147,12 +147,12 @@ def _committed(req: Request, rec: Dict[str, Any]) -> List[revert.Source]:
         co = cos.get(c["root"])
         if co is None or not co.is_ancestor(c["sha"]):
             continue
-        parent = co.parents(c["sha"])[0]
+        commit = co.commits([c["sha"]])[0]
         root = req.roots.get(c["root"])
         files = tuple(revert.RevertFile(status if status in "AD" else "M", path,
                                         root.unmapped(path[len(co.prefix):]))
-                      for status, path in co.changed_files(c["sha"], parent, [co.prefix or "."]))
-        out.append(revert.Source(c["root"], co, c["sha"], parent, co.describe(c["sha"]),
+                      for status, path in commit.files if revert.within(path, [co.prefix]))
+        out.append(revert.Source(c["root"], co, c["sha"], commit.parents[0], commit.title,
                                  "recorded by apply --commit", files))
     return out
 

@@ -150,3 +150,20 @@ def test_no_worker_process_outlives_a_run(checkout: Path) -> None:
                                                     dry_run=True)]))
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == []
+
+
+def test_a_python_syntax_check_is_one_pass_in_the_engine_bounded_by_its_limit(checkout: Path) -> None:
+    """ast.parse runs in the engine (the worker's interpreter, so the same answer) and starts
+    no process; like a literal grep, a pass that took longer than the limit fails."""
+    from patchkit.engine.paths import Roots
+
+    roots = Roots({"sglang": str(checkout)})
+    ctx = checks.CheckContext("a", roots, sys.executable, {}, roots.read)
+    check = {"kind": "python-syntax", "root": "sglang", "path": MOD}
+    assert checks.run_check(dict(check, timeout=30), ctx)["detail"] == "parses"
+    (checkout / "broken.py").write_text("def f(:\n")
+    broken = checks.run_check(dict(check, path="broken.py", timeout=30), ctx)
+    assert not broken["ok"] and broken["detail"].startswith("line 1: ")
+    assert getattr(checks._local, "worker", None) is None  # no worker process was started
+    late = checks.run_check(dict(check, timeout=1e-9), ctx)
+    assert not late["ok"] and "timed out after" in late["detail"]
