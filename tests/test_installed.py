@@ -24,7 +24,7 @@ import pytest
 
 from patchkit import api
 from patchkit.catalog import Catalog
-from patchkit.errors import PreconditionFailed, UsageError, VerificationFailed
+from patchkit.errors import PreconditionFailed, TargetError, UsageError, VerificationFailed
 from patchkit.targets import LocalTarget, resolve_target
 from tests.fixtures.sglang import CATALOG_RELEASE
 
@@ -339,3 +339,25 @@ def test_the_record_proof_runs_on_the_host_of_a_remote_target(
     failed = [f for f in exc.value.details["failures"] if f["kind"] == "record-clean"]
     assert [f["where"] for f in failed] == [f"sglang:python/{CONFIGURATOR}"]
     assert "modified outside patchkit" in failed[0]["detail"]
+
+
+def test_a_remote_python_target_finds_its_sglang_on_the_host(
+        catalog: Catalog, site: Path, venv: Path, sshd: Any, tmp_path: Path) -> None:
+    """ssh://host/python:/venv/bin/python: the host's interpreter says where its sglang is,
+    and the fixes' checks run with it (issue 17, item 2)."""
+    from patchkit.targets.remote import RemoteTarget, parse_ssh_url
+    from tests.test_remote import Ssh
+
+    python = str(venv / "bin" / "python")
+    spec, root = parse_ssh_url(f"ssh://{sshd.user}@127.0.0.1:{sshd.port}/python:{python}")
+    assert root == f"python:{python}"
+    target = RemoteTarget(Ssh(sshd, tmp_path).spec(), {"sglang": root})
+    assert f"/python:{python}" in target.status_command
+    applied = api.apply(catalog, target, ["dsv4-bf16-index-k"])
+    assert applied.to_json()["summary"]["fixes"] == {"dsv4-bf16-index-k": 2}
+    assert applied.fixes[0].outcome == "applied"
+    assert (site / ".patchkit" / "state.json").is_file()  # the state root is the resolved site
+    missing = RemoteTarget(Ssh(sshd, tmp_path).spec(), {"sglang": f"python:{tmp_path}/no/python"})
+    with pytest.raises(TargetError, match="does not exist"):
+        api.status(catalog, missing)
+    api.rollback(catalog, target, ["dsv4-bf16-index-k"])

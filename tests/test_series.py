@@ -142,6 +142,17 @@ def test_format_patch_mail_with_signature_and_no_newline() -> None:
                   [" ", 'exec python -m sglang.launch_server "$@"']]}]
 
 
+def test_an_mbox_of_several_mails_is_refused_as_one_patch(tmp_path: Path) -> None:
+    mail = SAMPLES / "pool-guard" / "0002-serve-pin-index-k-dtype.patch"
+    two = tmp_path / "two.mbox"
+    two.write_bytes(mail.read_bytes() + b"\n" + mail.read_bytes())
+    with pytest.raises(PatchFormatError) as exc:
+        parse_patch(two, "serve")
+    assert str(two) in str(exc.value) and "2 mails" in str(exc.value)
+    assert "patchkit import --mbox" in str(exc.value)
+    assert len(parse_patch(mail, "serve")) == 1  # one mail is one patch, as before
+
+
 def test_one_patch_touching_a_file_twice_keeps_both_hunks_in_order() -> None:
     [record] = parse_patch(SAMPLES / "index-k-bytes" / "0001-count-index-k-bytes.patch", "sglang")
     assert record["path"] == "python/sglang/srt/pool.py"

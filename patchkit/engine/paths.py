@@ -7,7 +7,10 @@ paths (absolute, ``..``, out through a symlink, into ``.patchkit/`` or ``.git/``
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import subprocess
 from dataclasses import dataclass
 from typing import Dict, Iterator, Optional
 
@@ -51,13 +54,76 @@ class Root:
         return "python/" + rel if self.layout == PACKAGE and rel.startswith("sglang/") else rel
 
 
+def sglang_tree_root(path: str) -> Optional[str]:
+    """The SGLang tree at ``path``: ``path`` itself (a checkout or an installed-package
+    directory) or the checkout whose ``python/`` it is; None when it holds neither."""
+    layout, parent = detect_layout(path), os.path.dirname(path)
+    if layout == PACKAGE and os.path.basename(path) == "python" and detect_layout(parent) == CHECKOUT:
+        return parent
+    return path if layout in (CHECKOUT, PACKAGE) else None
+
+
+
+
+#: Where the target's interpreter would import ``sglang`` from, without importing it.
+_FIND_SGLANG = (
+    "import importlib.util, json, sys\n"
+    "spec = importlib.util.find_spec('sglang')\n"
+    "print(json.dumps({'package': list(spec.submodule_search_locations or []) if spec else [],"
+    " 'path': [p for p in sys.path if p]}))\n"
+)
+
+
+def interpreter_sglang(python: str) -> str:
+    """The root (site-packages or checkout) of the ``sglang`` package ``python`` imports, asked
+    of the interpreter itself, so a venv, a ``.pth`` or an editable install answer as at serve."""
+    if not os.path.exists(python):
+        raise TargetError(f"interpreter {python} does not exist; pass the python of the "
+                          "environment that runs SGLang (python:/path/to/bin/python)", path=python)
+    try:
+        proc = subprocess.run([python, "-c", _FIND_SGLANG], capture_output=True, text=True,
+                              timeout=120, cwd="/", stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise TargetError(f"cannot ask {python} where its sglang package is: {exc}; check that "
+                          "it is a working Python interpreter", path=python) from None
+    try:
+        answer = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        answer = None
+    if proc.returncode != 0 or not isinstance(answer, dict):
+        raise TargetError(f"cannot ask {python} where its sglang package is: `{python} -c ...` "
+                          f"exited {proc.returncode}: {proc.stderr.strip()[-500:] or 'no output'}",
+                          path=python)
+    looked = ", ".join(answer.get("path") or []) or "an empty sys.path"
+    for package in answer.get("package") or []:
+        root = sglang_tree_root(os.path.dirname(package))
+        if root is not None:
+            return root
+    raise TargetError(f"no `sglang` package found for {python}: it does not import sglang "
+                      f"(looked in its sys.path: {looked}); install SGLang into that "
+                      "environment, or pass --target with an SGLang checkout", path=python)
+
+
+def python_root(spec: str) -> "tuple[str, str]":
+    """(sglang root, interpreter) of a root given as ``python:INTERPRETER``: a command name is
+    looked up on PATH, as a shell would; the interpreter itself says where its sglang is."""
+    given = spec[len("python:"):]
+    if given and os.sep not in given:
+        given = shutil.which(given) or given
+    interpreter = os.path.abspath(os.path.expanduser(given))
+    return interpreter_sglang(interpreter), interpreter
+
+
 class Roots:
     def __init__(self, mapping: Dict[str, str]) -> None:
         if not isinstance(mapping, dict) or not mapping:
             raise UsageError("the request names no roots; give at least one (e.g. sglang=/path)")
         self._roots: Dict[str, Root] = {}
+        self.interpreters: Dict[str, str] = {}  # roots given as python:INTERPRETER
         for name, path in mapping.items():
             path = str(path)
+            if path.startswith("python:"):  # resolved here, on the host that runs the engine
+                path, self.interpreters[str(name)] = python_root(path)
             if not os.path.isabs(path):
                 raise UsageError("root %s: %r is not an absolute path" % (name, path), root=name)
             if not os.path.isdir(path):

@@ -123,7 +123,8 @@ def parse_request(data: Any) -> Request:
     except (TypeError, ValueError):
         raise UsageError("lock_timeout %r is not a number" % data.get("lock_timeout")) from None
     return Request(op=op, dry_run=bool(data.get("dry_run", False)), force=bool(data.get("force", False)),
-                   roots=roots, state_root=state_root, python=str(data.get("python") or sys.executable),
+                   roots=roots, state_root=state_root, python=str(data.get("python") or roots.interpreters.get("sglang")
+                                            or sys.executable),
                    lock_timeout=lock_timeout, fixes=fixes, dependencies=dependencies,
                    commit=bool(data.get("commit", False)), git=bool(data.get("git", True)))
 

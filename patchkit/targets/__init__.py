@@ -3,16 +3,13 @@ executes one engine request (docs/design.md); and how a command line names one."
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import shutil
-import subprocess
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence
 
-from ..engine.paths import CHECKOUT, PACKAGE, detect_layout
+from ..engine.paths import interpreter_sglang, python_root, sglang_tree_root
 from ..errors import TargetError, UsageError
 from .remote import RemoteTarget, parse_ssh_url
 from .transport import SshSpec
@@ -90,15 +87,6 @@ def _local_roots(roots: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def sglang_tree_root(path: str) -> str | None:
-    """The SGLang tree at ``path``: ``path`` itself (a checkout or an installed-package
-    directory) or the checkout whose ``python/`` it is; None when it holds neither."""
-    layout, parent = detect_layout(path), os.path.dirname(path)
-    if layout == PACKAGE and os.path.basename(path) == "python" and detect_layout(parent) == CHECKOUT:
-        return parent
-    return path if layout in (CHECKOUT, PACKAGE) else None
-
-
 def find_enclosing_sglang(start: str) -> str | None:
     """The SGLang tree that holds ``start``, found walking up as git finds its repository."""
     here = Path(os.path.abspath(start))
@@ -109,62 +97,18 @@ def find_enclosing_sglang(start: str) -> str | None:
     return None
 
 
-#: Where the target's interpreter would import ``sglang`` from, without importing it.
-_FIND_SGLANG = (
-    "import importlib.util, json, sys\n"
-    "spec = importlib.util.find_spec('sglang')\n"
-    "print(json.dumps({'package': list(spec.submodule_search_locations or []) if spec else [],"
-    " 'path': [p for p in sys.path if p]}))\n"
-)
-
-
-def interpreter_sglang(python: str) -> str:
-    """The root (site-packages or checkout) of the ``sglang`` package ``python`` imports, asked
-    of the interpreter itself, so a venv, a ``.pth`` or an editable install answer as at serve."""
-    if not os.path.exists(python):
-        raise TargetError(f"interpreter {python} does not exist; pass the python of the "
-                          "environment that runs SGLang (python:/path/to/bin/python)", path=python)
-    try:
-        proc = subprocess.run([python, "-c", _FIND_SGLANG], capture_output=True, text=True,
-                              timeout=120, cwd="/", stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise TargetError(f"cannot ask {python} where its sglang package is: {exc}; check that "
-                          "it is a working Python interpreter", path=python) from None
-    try:
-        answer = json.loads(proc.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        answer = None
-    if proc.returncode != 0 or not isinstance(answer, dict):
-        raise TargetError(f"cannot ask {python} where its sglang package is: `{python} -c ...` "
-                          f"exited {proc.returncode}: {proc.stderr.strip()[-500:] or 'no output'}",
-                          path=python)
-    looked = ", ".join(answer.get("path") or []) or "an empty sys.path"
-    for package in answer.get("package") or []:
-        root = sglang_tree_root(os.path.dirname(package))
-        if root is not None:
-            return root
-    raise TargetError(f"no `sglang` package found for {python}: it does not import sglang "
-                      f"(looked in its sys.path: {looked}); install SGLang into that "
-                      "environment, or pass --target with an SGLang checkout", path=python)
-
-
 def _local_sglang(spec: str, python: str | None) -> tuple[str, str | None, str]:
     """(sglang root, python, how found) for a local ``--target``: a directory, a venv root or
     ``python:INTERPRETER`` (both: that interpreter's installed sglang)."""
     if spec.startswith("python:"):
-        given = spec[len("python:"):]
-        if os.sep not in given:  # a command name (python3): the one on PATH, as a shell runs it
-            given = shutil.which(given) or given
-        interpreter = os.path.abspath(os.path.expanduser(given))
-        how = f"the sglang of {interpreter}"
-    else:
-        full = os.path.abspath(os.path.expanduser(spec))
-        interpreter = os.path.join(full, "bin", "python")
-        is_venv = os.path.isfile(os.path.join(full, "pyvenv.cfg")) and os.path.exists(interpreter)
-        if not is_venv or sglang_tree_root(full) is not None:
-            return spec, python, ""
-        how = f"the sglang of the venv {full}"
-    return interpreter_sglang(interpreter), python or interpreter, how
+        root, interpreter = python_root(spec)
+        return root, python or interpreter, f"the sglang of {interpreter}"
+    full = os.path.abspath(os.path.expanduser(spec))
+    interpreter = os.path.join(full, "bin", "python")
+    is_venv = os.path.isfile(os.path.join(full, "pyvenv.cfg")) and os.path.exists(interpreter)
+    if not is_venv or sglang_tree_root(full) is not None:
+        return spec, python, ""
+    return interpreter_sglang(interpreter), python or interpreter, f"the sglang of the venv {full}"
 
 
 def resolve_target(target: str | None, extra_roots: Sequence[str] = (), *, python: str | None = None,

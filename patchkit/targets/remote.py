@@ -38,8 +38,9 @@ class RemoteTarget:
             if not isinstance(name, str) or not name:
                 raise UsageError(f"remote target {self.spec.url}: root names must be non-empty strings")
             what = f"root {name!r} of {self.spec.url}"
-            if not isinstance(path, str) or not path.startswith("/"):
-                raise UsageError(f"{what}: {path!r} is not an absolute path on the host")
+            if not isinstance(path, str) or not (path.startswith("/") or path.startswith("python:/")):
+                raise UsageError(f"{what}: {path!r} is not an absolute path on the host (or "
+                                 "python:/path/to/bin/python, whose sglang the host finds)")
             if "\0" in path:
                 raise UsageError(f"{what}: {path!r} contains a NUL byte")
         object.__setattr__(self, "roots", roots)
@@ -64,7 +65,9 @@ class RemoteTarget:
         if options is None:
             if "sglang" not in self.roots:
                 return "patchkit status"  # a URL names the sglang root; no other way to say it
-            options = ("--target", self.spec.url + urllib.parse.quote(self.roots["sglang"]))
+            root = self.roots["sglang"]
+            options = ("--target", self.spec.url + ("/" + root if root.startswith("python:")
+                                                   else urllib.parse.quote(root)))
             for name, path in self.roots.items():
                 if name != "sglang":
                     options += ("--root", f"{name}={path}")
@@ -110,6 +113,8 @@ def parse_ssh_url(url: str) -> tuple[SshSpec, str]:
         if not port_text.startswith(":") or not digits.isdigit() or not 0 < int(digits) < 65536:
             raise bad(f"the port {port_text[1:]!r} is not a number in 1-65535 (IPv6 goes in brackets)")
         port = int(digits)
+    if path.startswith("/python:"):  # ssh://host/python:/venv/bin/python: that python's sglang
+        path = path[1:]
     if not path or path == "/":
         raise bad("no root path after the host")
     if path.startswith("/~"):
