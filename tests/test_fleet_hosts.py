@@ -53,22 +53,3 @@ def test_ping_reaches_each_host_through_its_own_sshd_and_reports_the_unreachable
     assert results["h3"]["unreachable"] is True
     assert [n for n in names if results[n].get("ping") == "pong"] == ["h1", "h2", "h4"]
     assert fleet.node("h3").host.server.accepted() == accepted_h3
-
-
-def test_each_host_has_its_own_copy_of_the_fork(fleet: FleetTargets, tmp_path: Path) -> None:
-    # Runs after a test that stopped h3: the fixture brought it back.
-    assert all(fleet.servers.running(n.name) for n in fleet.nodes)
-    results = adhoc(fleet, fleet.inventory, tmp_path / "log", "-m", "ansible.builtin.command",
-                    "-a", "git -C {{ patchkit_target }} log --oneline -1")
-    assert sorted(results) == [n.name for n in fleet.nodes]
-    local = subprocess.run(["git", "log", "--oneline", "-1"], cwd=fleet.fork.sglang, check=True,
-                           capture_output=True, text=True).stdout.strip()
-    assert local.startswith(fleet.fork.later[:7])
-    targets = set()
-    for node in fleet.nodes:
-        result = results[node.name]
-        assert result["rc"] == 0 and result["stdout"] == local, result
-        assert result["cmd"] == ["git", "-C", str(node.sglang), "log", "--oneline", "-1"]
-        assert node.sglang.is_relative_to(node.workdir) and node.sglang != fleet.fork.sglang
-        targets.add(node.sglang)
-    assert len(targets) == FLEET_SIZE
