@@ -5,7 +5,6 @@ unreachable, and finds on every host its own copy of the demo fork."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
