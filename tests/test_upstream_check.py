@@ -26,19 +26,11 @@ from patchkit.contains import check, contains
 from patchkit.errors import EXIT_USAGE
 from patchkit.upstream import UpstreamRepo
 
+from tests.test_rebase_real import _blob, _git  # the release store read as git objects
+
 pytestmark = pytest.mark.network
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def _git(git_dir: Path, *args: str) -> str:
-    return subprocess.run(["git", "--git-dir", str(git_dir), *args], check=True,
-                          capture_output=True, text=True).stdout
-
-
-def _blob(git_dir: Path, rev: str, path: str) -> bytes:
-    return subprocess.run(["git", "--git-dir", str(git_dir), "cat-file", "blob", f"{rev}:{path}"],
-                          check=True, capture_output=True).stdout
 
 
 def _write(cat: Path, name: str, base: str, patch: str, extra: str = "") -> None:
