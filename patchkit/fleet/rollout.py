@@ -13,6 +13,8 @@ from typing import Any
 from ..errors import EXIT_ROLLOUT_STOPPED, EXIT_UNREACHABLE, UsageError
 from .ansible import ENGINE_MODULE, Host, PlayRun, TaskResult, run_playbook
 
+#: Per fix a host would get: (fix name, "name v2" or "name v1->v2").
+Changes = tuple[tuple[str, str], ...]
 #: What the op does to a host that needs it, and what a dry run says instead.
 DONE = {"apply": "applied", "rollback": "rolled-back"}
 WOULD = {"apply": ("would-apply", "would-upgrade"), "rollback": ("would-roll-back",)}
@@ -128,7 +130,7 @@ class Rollout:
             stopped = (f"unreachable: {len(unreachable)} host(s) ({', '.join(unreachable)}) in "
                        f"preflight, over --max-fail {self.options.max_fail}; nothing was written")
         if stopped or self.options.dry_run:
-            return self._report(reports, todo, stopped, groups=groups)
+            return self._report(reports, stopped, groups=groups)
         waves = split_waves(list(todo), self.options.waves)
         for number, wave in enumerate(waves, 1):
             self.progress(f"wave {number}/{len(waves)}: {', '.join(wave)}")
@@ -144,7 +146,7 @@ class Rollout:
                            f"over --max-fail {self.options.max_fail}; no later wave started")
             if stopped:
                 break
-        return self._report(reports, todo, stopped, waves=waves, groups=groups)
+        return self._report(reports, stopped, waves=waves, groups=groups)
 
     # -- plays ---------------------------------------------------------------------------------
 
@@ -166,12 +168,12 @@ class Rollout:
         return run_playbook([play], inventory=self.inventory, hosts=hosts, forks=self.options.forks,
                             workdir=self.workdir, check=check, on_output=None)
 
-    def _wave(self, wave: list[str], todo: Mapping[str, tuple[str, ...]]) -> PlayRun:
+    def _wave(self, wave: list[str], todo: Mapping[str, Changes]) -> PlayRun:
         """One play per group of hosts getting the same change: apply, after-cmd, health-cmd;
         on a failure after the engine changed the host, roll that change back (the rescue)."""
         plays = []
         for changes, hosts in _groups({h: todo[h] for h in wave}):
-            names = [c.split(" ")[0] for c in changes.split(", ")]
+            names = [name for name, _label in todo[hosts[0]]]
             undo = {"apply": "rollback", "rollback": "apply"}[self.op]
             block = [self._engine_task(self.op, names, register="patchkit_run")]
             block += _shell("after-cmd", self.options.after_cmd, "patchkit_run is changed")
@@ -187,18 +189,18 @@ class Rollout:
 
     # -- reading results -----------------------------------------------------------------------
 
-    def _preflighted(self, host: str, tasks: list[TaskResult]) -> tuple[HostReport, tuple[str, ...]]:
+    def _preflighted(self, host: str, tasks: list[TaskResult]) -> tuple[HostReport, Changes]:
         task = _engine(tasks)
         if task is None or task.status == "unreachable":
             return HostReport(host, "unreachable", _unreached(task)), ()
         result = task.patchkit or {}
         if task.status != "ok":
             return HostReport(host, "refused", _why(task), result=result), ()
-        changes = tuple(f"{f['name']} v{f.get('version')}" if f["outcome"] != "would-upgrade"
-                        else f"{f['name']} v{f.get('from_version')}->v{f.get('version')}"
+        changes = tuple((f["name"], f"{f['name']} v{f.get('version')}" if f["outcome"] != "would-upgrade"
+                         else f"{f['name']} v{f.get('from_version')}->v{f.get('version')}")
                         for f in result.get("fixes") or () if f.get("outcome") in WOULD[self.op])
         state = (WOULD[self.op][0] if self.options.dry_run else "untouched") if changes else "unchanged"
-        return HostReport(host, state, ", ".join(changes), result=result), changes
+        return HostReport(host, state, _label(changes), result=result), changes
 
     def _waved(self, host: str, tasks: list[TaskResult]) -> HostReport:
         run = _engine(tasks, f"patchkit {self.op}")
@@ -225,8 +227,7 @@ class Rollout:
         return HostReport(host, "failed", f"{why}; undoing the change failed too: "
                           f"{_why(undo) if undo else 'it did not run'}", result=run.patchkit)
 
-    def _report(self, reports: dict[str, HostReport], todo: Mapping[str, tuple[str, ...]],
-                stopped: str | None, *, waves: Sequence[Sequence[str]] = (),
+    def _report(self, reports: dict[str, HostReport], stopped: str | None, *, waves: Sequence[Sequence[str]] = (),
                 groups: Sequence[tuple[str, tuple[str, ...]]] = ()) -> FleetReport:
         return FleetReport(op=self.op, dry_run=self.options.dry_run,
                            hosts=tuple(reports[h.name] for h in self.hosts),
@@ -234,11 +235,15 @@ class Rollout:
                            stopped=stopped)
 
 
-def _groups(todo: Mapping[str, tuple[str, ...]]) -> list[tuple[str, tuple[str, ...]]]:
+def _label(changes: Changes) -> str:
+    return ", ".join(label for _name, label in changes)
+
+
+def _groups(todo: Mapping[str, Changes]) -> list[tuple[str, tuple[str, ...]]]:
     """Hosts grouped by the change they get, in host order."""
     groups: dict[str, list[str]] = {}
     for host, changes in todo.items():
-        groups.setdefault(", ".join(changes), []).append(host)
+        groups.setdefault(_label(changes), []).append(host)
     return [(label, tuple(hosts)) for label, hosts in groups.items()]
 
 
