@@ -18,7 +18,9 @@ repetition, in this order:
 SSH connections are counted per host: every host has its own ``ssh``/``sftp``/``scp`` wrappers
 that log each start (``--ssh-program`` for the loop; ``ansible_ssh_executable`` and friends for
 Ansible) and its own sshd log (connections authenticated). Both Ansible rows run with the test
-suite's hermetic Ansible environment (``ansible_env``): pipelining on, ``ControlMaster=no``.
+suite's hermetic Ansible environment (``ansible_env``), with Ansible's default ssh arguments
+(``-C -o ControlMaster=auto -o ControlPersist=60s``: a host's tasks share one connection); the
+connections a row leaves open are closed, untimed, before the next.
 Only the working tree ("after") is measured: a ``--before`` revision may predate the fleet.
 """
 
@@ -200,7 +202,7 @@ class Hosts:
 
     def ssh_options(self, name: str) -> list[str]:
         """``--ssh-option`` settings of the loop: the inventory's (tests/fixtures/fleet_hosts.py
-        ssh_common_args and the key) and the Ansible rows' ``ControlMaster=no``."""
+        ssh_common_args and the key); it opens one connection per host, so it shares none."""
         host = self.host(name)
         return [f"UserKnownHostsFile={host.known_hosts}", "GlobalKnownHostsFile=/dev/null",
                 "StrictHostKeyChecking=yes", f"IdentityFile={host.identity}", "IdentitiesOnly=yes",
@@ -319,11 +321,23 @@ def run_row(hosts: Hosts, names: list[str], argv: list[str], env: dict[str, str]
     before = hosts.counts()
     sample = measure(argv, NEUTRAL, env, ok=(0, 2, 4, 16))
     after = hosts.counts()
+    close_masters(env)
     ok, detail = judge(sample)
     trees = {n: tree_digest(hosts.copy(n), ref.files) for n in names}
     clients = {n: after[0][n] - before[0][n] for n in names}
     accepted = {n: after[1][n] - before[1][n] for n in names}
     return Run(sample, clients, accepted, ok, detail, trees)
+
+
+def close_masters(env: dict[str, str]) -> None:
+    """End the ssh connections Ansible's ControlPersist keeps open after a row (untimed), so
+    every row starts with none: ``ssh -O exit`` on each control socket it left."""
+    directory = env.get("ANSIBLE_SSH_CONTROL_PATH_DIR")
+    if not directory:
+        return
+    for socket in Path(directory).iterdir():
+        subprocess.run(["ssh", "-o", f"ControlPath={socket}", "-O", "exit", "patchkit-bench"],
+                       capture_output=True)
 
 
 def judge_fleet(names: list[str]) -> Callable[[Sample], tuple[bool, str]]:
@@ -424,27 +438,19 @@ def profile(after: Version, hosts: Hosts, inventory: Path, env: dict[str, str],
           "`--forks 16` (a task's connection and a small module per host)",
           [str(after.venv / "bin" / "ansible-playbook"), "-i", str(inventory), "--forks",
            str(HOSTS), str(ping)], env)
-    size = payload_bytes(after)
-    big = workdir / "ping-payload.json"
-    big.write_text(json.dumps([{"hosts": "all", "gather_facts": False,
-                                "tasks": [{"ansible.builtin.ping": {"data": "x" * size}}]}]))
-    timed(f"for scale: the same ping with a `data` argument of {size / 1024:.0f} KB, the size of "
-          "the engine's sources the action plugin adds to each host's task (the module transfer)",
+    raw = workdir / "raw.json"
+    raw.write_text(json.dumps([{"hosts": "all", "gather_facts": False,
+                                "tasks": [{"ansible.builtin.raw": f"{shlex.quote(hosts.python)} -c pass"}]}]))
+    timed("for scale: `ansible-playbook` of one `ansible.builtin.raw` task running `python -c pass` "
+          "on the 16 hosts, `--forks 16` (a task's connection and a Python per host, no module: "
+          "what the engine's task costs before the engine runs)",
           [str(after.venv / "bin" / "ansible-playbook"), "-i", str(inventory), "--forks",
-           str(HOSTS), str(big)], env)
+           str(HOSTS), str(raw)], env)
     timed("for scale: `patchkit apply FIXES --target` one local copy (the engine and the "
           "CLI, no SSH, no Ansible)",
           [after.patchkit, "apply", *FIXES, "--target", str(one.sglang), "--root",
            f"serve={one.serve}", "--json"], after.env)
     return phases
-
-
-def payload_bytes(version: Version) -> int:
-    """The size of what the action plugin adds to every engine task: the engine's sources."""
-    return int(subprocess.run(
-        [version.python, "-c", "import json; from patchkit.targets.transport import LOADER, "
-         "engine_modules; print(len(json.dumps({'loader': LOADER, 'modules': engine_modules()})))"],
-        check=True, capture_output=True, text=True, cwd=NEUTRAL).stdout)
 
 
 def run(versions: list[Version], repeat: int, quick: bool, workdir: Path):
@@ -460,7 +466,8 @@ def run(versions: list[Version], repeat: int, quick: bool, workdir: Path):
     ansible_bin, ansible_package = ansible_venv(workdir.parent / "venv-ansible")
     fork = make_fork(after, workdir)
     python = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
-    env = ansible_env(workdir)  # hermetic: pipelining on, ControlMaster=no
+    # hermetic, with Ansible's own default connection sharing (ControlPersist=60s)
+    env = ansible_env(workdir, control_persist=60)
     runs: dict[str, list[Run]] = {row: [] for row in ROWS}
     with ExitStack() as stack:
         try:
@@ -561,10 +568,12 @@ def report(after: Version, fork: Fork, core: str, ansible_package: str, python: 
         f"modules and the loop's agent with the interpreter of the Python that runs the "
         f"benchmark ({platform.python_version()}).", "",
         "Both Ansible rows run with the same hermetic environment (the test suite's `ansible_env`: "
-        "no `ansible.cfg`, pipelining on, `ANSIBLE_SSH_ARGS=-o ControlMaster=no -o "
-        "ControlPath=none`, so no connection is shared between tasks) and the same inventory "
-        "(`-F none`, the host's key and known_hosts). The loop passes the same ssh settings with "
-        "`--ssh-option`. Connections per host: ssh, sftp and scp clients started (each host has "
+        "no `ansible.cfg`, pipelining on, and Ansible's default ssh arguments, `-C -o "
+        "ControlMaster=auto -o ControlPersist=60s`, so a host's tasks share one connection; the "
+        "connections a row leaves open are closed, untimed, before the next row) and the same "
+        "inventory (`-F none`, the host's key and known_hosts). The loop passes the same ssh "
+        "settings with `--ssh-option` and opens one connection per host. Connections per host: "
+        "ssh, sftp and scp clients started, a multiplexed session included (each host has "
         "counting wrappers: `--ssh-program` for the loop, `ansible_ssh_executable`, "
         "`ansible_sftp_executable` and `ansible_scp_executable` for Ansible) / connections that "
         "host's sshd authenticated (its log).", "",

@@ -93,3 +93,22 @@ def test_plan_writes_a_request_without_roots_and_the_collections_path() -> None:
     assert (Path(path) / "ansible_collections" / "patchkit" / "fleet" / "plugins" / "modules"
             / "engine.py").is_file()
     assert pk("plan", "no-such-fix", "--json").returncode == 2
+
+
+@needs_ansible
+def test_a_host_without_the_engines_python_is_refused_by_name_and_nothing_runs(tmp_path: Path) -> None:
+    # Ansible's local connection: the action plugin starts the agent as for any host
+    sglang, serve = tmp_path / "sglang", tmp_path / "serve"
+    sglang.mkdir()
+    serve.mkdir()
+    missing = str(tmp_path / "no-such-python")
+    inv = inventory(tmp_path, {"prefill-1": {"ansible_connection": "local",
+                                             "ansible_python_interpreter": missing,
+                                             "patchkit_target": str(sglang),
+                                             "patchkit_roots": {"serve": str(serve)}}})
+    run = pk("apply", *SEED, "--inventory", str(inv), "--json")
+    assert run.returncode == 16, run.stderr
+    host = json.loads(run.stdout)["hosts"][0]
+    assert host["state"] == "refused"
+    assert "no Python interpreter" in host["detail"] and missing in host["detail"]
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["inventory.yml", "serve", "sglang"]

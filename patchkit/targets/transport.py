@@ -30,9 +30,10 @@ DEFAULT_CONNECT_TIMEOUT = 15
 _SSH_FAILED = 255
 _TOO_OLD = "patchkit-agent: Python 3.8 or newer is required, found"
 
-# Serves the engine's sources from memory and runs it: used by the SSH agent below and by the Ansible
-# collection's module (patchkit/fleet/), so a host runs the same engine however it is reached.
-LOADER = r'''
+# Serves the engine's sources from memory and runs it, inside the agent below, which both the
+# ssh:// target and the Ansible collection's action plugin (patchkit/fleet/) start on a host: a
+# host runs the same engine, through the same agent, however it is reached.
+_LOADER = r'''
 import importlib.abc, importlib.util, linecache, sys, traceback
 
 
@@ -139,7 +140,7 @@ emit(RESULT + json.dumps(result).encode("ascii") + b"\n")
 '''
 AGENT = (
     f"STARTED = {STARTED_MARKER!r}\nREADY = {READY_MARKER!r}\nGO = {GO_LINE!r}\n"
-    f"RESULT = {RESULT_MARKER!r}\n{LOADER}\n{_AGENT_BODY}"
+    f"RESULT = {RESULT_MARKER!r}\n{_LOADER}\n{_AGENT_BODY}"
 )
 
 
@@ -217,16 +218,22 @@ def ssh_argv(spec: SshSpec, command: str) -> list[str]:
     return [*argv, *port, spec.destination, "--", command]
 
 
+def agent_payload(request: Mapping[str, Any], modules: Mapping[str, str] | None = None) -> bytes:
+    """What :data:`AGENT` reads on stdin before it is told to go: the payload's length on one
+    line, then the engine's sources and ``request`` as JSON."""
+    sources = engine_modules() if modules is None else dict(modules)
+    payload = json.dumps({"modules": sources, "request": dict(request)}).encode("ascii")
+    return str(len(payload)).encode("ascii") + b"\n" + payload
+
+
 def run_engine(spec: SshSpec, request: Mapping[str, Any], *, python: str = "python3",
                modules: Mapping[str, str] | None = None, timeout: float | None = None,
                status_command: str = "patchkit status") -> dict[str, Any]:
     """Run ``patchkit.engine.run(request)`` on the host; return its result, ``error`` included
     (only transport failures raise). ``status_command`` is named in a lost connection's error."""
-    sources = engine_modules() if modules is None else dict(modules)
-    payload = json.dumps({"modules": sources, "request": dict(request)}).encode("ascii")
     session = _Session(spec, python, status_command)
     try:
-        session.run(str(len(payload)).encode("ascii") + b"\n" + payload, timeout)
+        session.run(agent_payload(request, modules), timeout)
     except BaseException as exc:
         session.close()
         if session.went and not isinstance(exc, Exception):  # an interrupt (^C, a signal)
@@ -236,7 +243,7 @@ def run_engine(spec: SshSpec, request: Mapping[str, Any], *, python: str = "pyth
                 **session.details(None),
             ) from exc
         raise
-    result = _parse_result(session.stdout)
+    result = parse_result(session.stdout)
     if result is not None:
         return result  # complete, even if ssh was slow to exit after it
     raise session.failure(timeout)
@@ -442,7 +449,7 @@ _SSH_FAILURES: tuple[tuple[tuple[str, ...], type[RemoteError], str], ...] = (
 )
 
 
-def _parse_result(stdout: bytes) -> dict[str, Any] | None:
+def parse_result(stdout: bytes) -> dict[str, Any] | None:
     at = stdout.rfind(RESULT_MARKER)
     if at < 0:
         return None

@@ -1,12 +1,21 @@
-"""Action plugin of ``patchkit.fleet.engine``: runs on the controller, adds the engine's sources
-from the patchkit installed there, and the host's roots from its variables (docs/fleet.md)."""
+"""Action plugin ``patchkit.fleet.engine``: runs patchkit's engine on the host through the agent
+an ``ssh://`` target starts (patchkit/targets/transport.py), over the host's Ansible connection:
+one command per host, the engine's sources and the request on its stdin (docs/fleet.md).
+
+It ships no Ansible module to the host: ``plugins/modules/engine.py`` is its documentation only,
+as ``ansible.builtin.debug``'s is."""
 
 from __future__ import annotations
+
+import json
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 HOST_VARS = {"target": "patchkit_target", "roots": "patchkit_roots", "python": "patchkit_python"}
+ARGS = {"plan", "request", *HOST_VARS}
+CHANGED = {"applied", "upgraded", "rolled-back"}
+WOULD_CHANGE = {"would-apply", "would-upgrade", "would-roll-back"}
 
 
 class ActionModule(ActionBase):
@@ -18,34 +27,103 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
         try:
-            from patchkit.targets.transport import LOADER, engine_modules
+            from patchkit.targets import transport
         except ImportError as exc:
             raise AnsibleActionFail(
                 "patchkit.fleet.engine needs patchkit on the controller (%s): install it where "
                 "ansible-playbook runs, with pip install 'patchkit[fleet]'" % exc) from exc
         args = dict(self._task.args)
-        if "engine" in args:
-            raise AnsibleActionFail("patchkit.fleet.engine: 'engine' is set by the action plugin; remove it")
-        plan = args.pop("plan", None)
+        unknown = sorted(set(args) - ARGS)
+        if unknown:
+            raise AnsibleActionFail("patchkit.fleet.engine: unknown option(s) %s; it takes %s"
+                                    % (", ".join(unknown), ", ".join(sorted(ARGS))))
+        request = self._request(args, task_vars)
+        python = self._interpreter(task_vars)
+        data = transport.agent_payload(request) + transport.GO_LINE
+        ran = self._low_level_execute_command(transport.remote_command(python), sudoable=True,
+                                              in_data=data)
+        engine = transport.parse_result(ran.get("stdout", "").encode("utf-8", "surrogateescape"))
+        if engine is None:  # the agent never answered: no Python, or it died (the journal knows)
+            result.update(failed=True, rc=ran.get("rc"), stderr=ran.get("stderr") or "",
+                          msg=_no_result(transport, python, ran))
+            return result
+        fixes = engine.get("fixes") or []
+        outcomes = {f.get("outcome") for f in fixes}
+        result["changed"] = bool(outcomes & (WOULD_CHANGE if request.get("dry_run") else CHANGED))
+        result["patchkit"] = engine
+        if self._task.diff:
+            result["diff"] = [{"before_header": "%s:%s" % (f.get("root"), f.get("path")),
+                               "after_header": "%s:%s" % (f.get("root"), f.get("path")),
+                               "prepared": f.get("diff") or ""}
+                              for fix in fixes for f in fix.get("files") or () if f.get("diff")]
+        if not engine.get("ok"):
+            error = engine.get("error") or {}
+            result.update(failed=True, msg=error.get("message") or "the patchkit engine failed")
+        return result
+
+    def _request(self, args, task_vars):
+        """The engine request: the plan's, with this host's roots, checks' interpreter and mode."""
+        plan = args.get("plan")
         if plan is not None:  # read here, on the controller, and never templated
             if "request" in args:
                 raise AnsibleActionFail("patchkit.fleet.engine: give 'plan' or 'request', not both")
-            args["request"] = _read_plan(self._loader.path_dwim(str(plan)))
-        if not isinstance(args.get("request"), dict):
+            request = _read_plan(self._loader.path_dwim(str(plan)))
+        else:
+            request = args.get("request")
+        if not isinstance(request, dict):
             raise AnsibleActionFail("patchkit.fleet.engine: give 'plan', the file 'patchkit plan "
                                     "FIX... --json' wrote, or 'request', the request object in it")
+        request = dict(request)
+        given = {arg: args.get(arg) for arg in HOST_VARS}
         for arg, var in HOST_VARS.items():
-            if args.get(arg) in (None, "") and task_vars.get(var) not in (None, ""):
-                args[arg] = self._templar.template(task_vars[var])
-        args["engine"] = {"loader": LOADER, "modules": engine_modules()}
-        result.update(self._execute_module(module_name="patchkit.fleet.engine", module_args=args,
-                                           task_vars=task_vars))
-        return result
+            if given[arg] in (None, "") and task_vars.get(var) not in (None, ""):
+                given[arg] = self._templar.template(task_vars[var])
+        roots = given["roots"] or {}
+        if not isinstance(roots, dict):
+            raise AnsibleActionFail("patchkit.fleet.engine: roots (patchkit_roots) must be a "
+                                    "mapping of root names to paths, not %r" % (roots,))
+        roots = {str(k): str(v) for k, v in roots.items()}  # the host's, only
+        if given["target"]:
+            roots["sglang"] = str(given["target"])
+        if not roots:
+            raise AnsibleActionFail("patchkit.fleet.engine: no roots: set the host variable "
+                                    "patchkit_target (the SGLang tree) or give target/roots")
+        request["roots"] = roots
+        if given["python"]:
+            request["python"] = str(given["python"])
+        if self._task.check_mode:
+            request["dry_run"] = True
+        return request
+
+    def _interpreter(self, task_vars):
+        """The host's Python for the engine: ``ansible_python_interpreter``, or the one Ansible
+        discovered, else ``python3`` (as an ``ssh://`` target's default)."""
+        for value in (task_vars.get("ansible_python_interpreter"),
+                      (task_vars.get("ansible_facts") or {}).get("discovered_interpreter_python")):
+            if value not in (None, ""):
+                value = str(self._templar.template(value))
+                if not value.startswith("auto"):
+                    return value
+        return "python3"
+
+
+def _no_result(transport, python, ran):
+    """Why the agent gave no result, and whether anything may have run (as transport's
+    errors for an ``ssh://`` target)."""
+    said = (ran.get("stderr") or "").strip()[-2000:] or "(nothing)"
+    started = transport.STARTED_MARKER.decode("ascii") in (ran.get("stdout") or "")
+    if not started and ran.get("rc") in (126, 127):
+        return ("no Python interpreter %r on the host: install Python 3.8+ there or set "
+                "ansible_python_interpreter to its path; nothing ran. The host said: %s" % (python, said))
+    if not started:
+        return ("the patchkit agent did not start on the host (exit code %s); nothing ran. The host "
+                "said: %s" % (ran.get("rc"), said))
+    return ("the patchkit engine on the host ended with exit code %s and no result; if it had "
+            "started writing, the next patchkit run there finishes or undoes it from its journal "
+            "(patchkit status --inventory). The host said: %s" % (ran.get("rc"), said))
 
 
 def _read_plan(path):
-    import json
-
     try:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
