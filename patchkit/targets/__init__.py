@@ -11,8 +11,6 @@ from typing import Any, Mapping, Protocol, Sequence
 
 from ..engine.paths import interpreter_sglang, python_root, sglang_tree_root
 from ..errors import TargetError, UsageError
-from .remote import RemoteTarget, parse_ssh_url
-from .transport import SshSpec
 
 PRIMARY_ROOT = "sglang"
 _SSH_SETTING = re.compile(r"[A-Za-z][A-Za-z0-9]*(=| +)[^\0\n\r]+")
@@ -136,9 +134,13 @@ def resolve_target(target: str | None, extra_roots: Sequence[str] = (), *, pytho
         roots.update({PRIMARY_ROOT: named.path, **named.roots})
         python = python or named.python
         if named.host:
+            from .transport import SshSpec  # here: a local target never loads the SSH code
+
             spec = SshSpec(named.host, named.user, named.port, (*cli_ssh, *named.ssh_options),
                            ssh_program or named.ssh_program or "ssh")
     elif target is not None and target[:6].lower() == "ssh://":
+        from .remote import parse_ssh_url
+
         spec, roots[PRIMARY_ROOT] = parse_ssh_url(target)
         if cli_ssh or ssh_program:
             spec = replace(spec, options=cli_ssh, program=ssh_program or spec.program)
@@ -147,6 +149,8 @@ def resolve_target(target: str | None, extra_roots: Sequence[str] = (), *, pytho
     roots.update(parse_root_option(item) for item in extra_roots)
 
     if spec is not None:
+        from .remote import RemoteTarget
+
         options = ["--target", target if target is not None else config.default_target]
         for flag, values in (("--root", extra_roots), ("--ssh-option", ssh_options)):
             options += [word for value in values for word in (flag, value)]
