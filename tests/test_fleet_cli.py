@@ -112,3 +112,42 @@ def test_a_host_without_the_engines_python_is_refused_by_name_and_nothing_runs(t
     assert host["state"] == "refused"
     assert "no Python interpreter" in host["detail"] and missing in host["detail"]
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["inventory.yml", "serve", "sglang"]
+
+
+def test_plan_carries_no_git_and_commit_into_the_request() -> None:
+    plain = json.loads(pk("plan", *SEED, "--json").stdout)["request"]
+    assert plain["git"] is True and plain["commit"] is False
+    request = json.loads(pk("plan", *SEED, "--no-git", "--json").stdout)["request"]
+    assert request["git"] is False
+    assert json.loads(pk("plan", *SEED, "--commit", "--json").stdout)["request"]["commit"] is True
+    wrong = pk("plan", *SEED, "--op", "rollback", "--commit", "--json")
+    assert wrong.returncode == 2 and "--commit" in wrong.stderr
+
+
+@needs_ansible
+@pytest.mark.parametrize("flag", ["--diff", "--verbose"])
+def test_one_target_display_options_are_refused_with_an_inventory(tmp_path: Path, flag: str) -> None:
+    inv = inventory(tmp_path, {"prefill-1": {"ansible_connection": "local",
+                                             "patchkit_target": str(tmp_path),
+                                             "patchkit_roots": {"serve": str(tmp_path)}}})
+    run = pk("apply", *SEED, "--inventory", str(inv), flag)
+    assert run.returncode == 2 and flag in run.stderr and "--inventory" in run.stderr
+
+
+@needs_ansible
+def test_no_git_reaches_every_host_of_a_rollout(catalog_tree: Path, tmp_path: Path) -> None:
+    # Ansible's local connection, a real checkout: the host's engine runs no git
+    before = subprocess.run(["git", "status", "--porcelain"], cwd=catalog_tree, capture_output=True,
+                            text=True, check=True).stdout
+    inv = inventory(tmp_path, {"prefill-1": {"ansible_connection": "local",
+                                             "ansible_python_interpreter": sys.executable,
+                                             "patchkit_target": str(catalog_tree)}})
+    run = pk("apply", "dsv4-bf16-index-k", "--inventory", str(inv), "--no-git", "--json")
+    assert run.returncode == 0, (run.stdout, run.stderr)
+    host = json.loads(run.stdout)["hosts"][0]
+    assert host["state"] == "applied"
+    checks = [c for f in host["result"]["fixes"] for c in f["preconditions"] if c["kind"] == "git-clean"]
+    assert checks and all(c["detail"].startswith("not checked: --no-git") for c in checks)
+    after = subprocess.run(["git", "status", "--porcelain"], cwd=catalog_tree, capture_output=True,
+                           text=True, check=True).stdout
+    assert after != before  # the fix was written

@@ -224,11 +224,15 @@ def _progress(quiet: bool) -> Any:
     click.option("--op", type=click.Choice(["apply", "rollback", "verify", "status"]), default="apply",
                  show_default=True, help="The operation the request is for."),
     click.option("--with-deps", is_flag=True, help="Also include the fixes these depend on (apply)."),
+    click.option("--commit", "commit", is_flag=True,
+                 help="Record each fix as a commit in the host's git checkout (apply)."),
+    click.option("--no-git", "no_git", is_flag=True,
+                 help="Run no git on the hosts (container builds): no clean check against HEAD."),
     click.option("--collections-path", is_flag=True,
                  help="Print the directory to put on ANSIBLE_COLLECTIONS_PATH, and nothing else."),
 )
-def plan(state: State, fixes: tuple[str, ...], op: str, with_deps: bool, collections_path: bool,
-         as_json: bool) -> int:
+def plan(state: State, fixes: tuple[str, ...], op: str, with_deps: bool, commit: bool,
+         no_git: bool, collections_path: bool, as_json: bool) -> int:
     """Render the engine request for the collection's patchkit.fleet.engine module.
 
     Write it to a file with --json and give the module that file (plan: FILE) in your own
@@ -240,7 +244,10 @@ def plan(state: State, fixes: tuple[str, ...], op: str, with_deps: bool, collect
         return 0
     if not fixes and op != "status":
         raise UsageError(f"name at least one fix to {op}; `patchkit list` shows them")
-    request = render_plan(state.catalog(), op, list(fixes), with_deps=with_deps)
+    if commit and op != "apply":
+        raise UsageError("--commit records applied fixes; it goes with --op apply", option="--commit")
+    request = render_plan(state.catalog(), op, list(fixes), with_deps=with_deps, commit=commit,
+                          git=not no_git)
     doc = {"plan": 1, "op": op, "fixes": [f["name"] for f in request["fixes"]],
            "collections_path": str(COLLECTIONS_PATH), "request": request}
 

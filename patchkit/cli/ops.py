@@ -65,8 +65,13 @@ def apply(state: State, fixes: tuple[str, ...], dry_run: bool, show_diff: bool |
     names = _names(fixes, "apply")
     fleet = _fleet(where)
     if wants_fleet(fleet, where):
+        for flag, given in (("--diff", show_diff), ("--verbose", verbose)):
+            if given:
+                raise UsageError(f"{flag} shows one target's files; with --inventory, --dry-run "
+                                 "--json gives each host's diff", option=flag)
         return rollout(state, "apply", names, fleet, dry_run=dry_run, as_json=as_json,
-                       with_deps=with_deps, lock_timeout=where["lock_timeout"])
+                       with_deps=with_deps, allow_inactive=allow_inactive, commit=commit,
+                       git=not no_git, lock_timeout=where["lock_timeout"])
     result = _run(state, where, f"{'checking' if dry_run else 'applying'} {', '.join(names)} on",
                   as_json, api.apply, names, dry_run=dry_run, with_deps=with_deps,
                   allow_inactive=allow_inactive, commit=commit, git=not no_git)

@@ -21,13 +21,15 @@ __all__ = ["COLLECTIONS_PATH", "FleetOptions", "FleetReport", "HostReport", "Sur
 
 
 def plan(catalog: Catalog, op: str, names: Sequence[str], *, roots: dict[str, str] | None = None,
-         with_deps: bool = False, dry_run: bool = False, force: bool = False,
-         lock_timeout: float = 30.0) -> dict[str, Any]:
-    """The engine request of ``op`` over ``names``, for the collection's module. It holds no
-    roots: the module gives each host its own (``patchkit_target``, ``patchkit_roots``);
-    ``roots`` names the ones the hosts have, for the checks made here."""
+         with_deps: bool = False, allow_inactive: bool = False, dry_run: bool = False,
+         force: bool = False, lock_timeout: float = 30.0, commit: bool = False,
+         git: bool = True) -> dict[str, Any]:
+    """The engine request of ``op`` over ``names``, for ``patchkit.fleet.engine``. It holds no
+    roots: each host gives its own (``patchkit_target``, ``patchkit_roots``); ``roots`` names
+    the ones the hosts have, for the checks made here. ``commit`` and ``git`` as for
+    :func:`patchkit.api.apply`."""
     if op == "apply":
-        fixes = catalog.apply_order(list(names), with_deps=with_deps)
+        fixes = catalog.apply_order(list(names), with_deps=with_deps, allow_inactive=allow_inactive)
     elif op == "rollback":
         fixes = catalog.rollback_order(list(names))
     elif op == "status":
@@ -37,26 +39,31 @@ def plan(catalog: Catalog, op: str, names: Sequence[str], *, roots: dict[str, st
     if roots is None:
         roots = {"sglang": "/"} | {r: "/" for f in fixes for r in f.roots if r != "sglang"}
     request = build_request(catalog, fixes, op=op, roots=roots, state_root="sglang", python=None,
-                            dry_run=dry_run, force=force, lock_timeout=lock_timeout)
+                            dry_run=dry_run, force=force, lock_timeout=lock_timeout,
+                            commit=commit and op == "apply", git=git)
     request["roots"] = {}  # never a placeholder a host could take for a real path
     return request
 
 
 def rollout(catalog: Catalog, op: str, names: Sequence[str], *, inventory: str,
             limit: str | None = None, options: FleetOptions = FleetOptions(),
-            with_deps: bool = False, force: bool = False, lock_timeout: float = 30.0,
+            with_deps: bool = False, allow_inactive: bool = False, force: bool = False,
+            lock_timeout: float = 30.0, commit: bool = False, git: bool = True,
             progress: Callable[[str], None] = lambda _line: None) -> FleetReport:
     """``apply`` or ``rollback`` of ``names`` on every host of ``inventory`` (after ``limit``):
-    preflight, then waves (docs/fleet.md). Hosts failing are in the report, not raised."""
+    preflight, then waves (docs/fleet.md). Hosts failing are in the report, not raised.
+    ``commit`` and ``git`` as for :func:`patchkit.api.apply`; ``git`` holds for the undo too."""
     if op not in ("apply", "rollback"):
         raise UsageError(f"a fleet rollout applies or rolls back, not {op!r}")
-    names = [f.name for f in (catalog.apply_order(list(names), with_deps=with_deps)
+    names = [f.name for f in (catalog.apply_order(list(names), with_deps=with_deps,
+                                                  allow_inactive=allow_inactive)
                               if op == "apply" else catalog.rollback_order(list(names)))]
     hosts = inventory_hosts(inventory, limit)
     _check_roots(catalog, names, hosts)
 
     def request(what: str, fixes: list[str], dry_run: bool) -> dict[str, Any]:
-        return plan(catalog, what, fixes, dry_run=dry_run, force=force, lock_timeout=lock_timeout)
+        return plan(catalog, what, fixes, dry_run=dry_run, force=force, lock_timeout=lock_timeout,
+                    allow_inactive=allow_inactive, commit=commit, git=git)
 
     with tempfile.TemporaryDirectory(prefix="patchkit-fleet-") as workdir:
         return Rollout(op=op, names=names, hosts=hosts, inventory=inventory, workdir=Path(workdir),
