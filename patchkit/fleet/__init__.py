@@ -3,7 +3,6 @@ every host runs the same engine, through the shipped collection's ``patchkit.fle
 
 from __future__ import annotations
 
-import json
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -13,7 +12,7 @@ from typing import Any
 from ..catalog import Catalog
 from ..errors import UsageError
 from ..request import build_request
-from .ansible import COLLECTIONS_PATH, ENGINE_MODULE, Host, inventory_hosts, run_playbook
+from .ansible import COLLECTIONS_PATH, ENGINE_MODULE, Host, engine_task, inventory_hosts, run_playbook
 from .rollout import FleetOptions, FleetReport, HostReport, Rollout, parse_waves, split_waves
 
 __all__ = ["COLLECTIONS_PATH", "FleetOptions", "FleetReport", "HostReport", "Survey", "parse_waves",
@@ -98,15 +97,13 @@ def survey(catalog: Catalog, op: str, names: Sequence[str] = (), *, inventory: s
     reports: dict[str, HostReport] = {}
     with tempfile.TemporaryDirectory(prefix="patchkit-fleet-") as tmp:
         workdir, plays = Path(tmp), []
-        for i, (root_names, group) in enumerate(by_roots.items()):
+        for root_names, group in by_roots.items():
             fixes = list(names) or [f.name for f in catalog.all() if set(f.roots) <= set(root_names)]
             request = plan(catalog, op, fixes, roots={r: "/" for r in root_names},
                            lock_timeout=lock_timeout)
-            path = workdir / f"plan-{op}-{i}.json"
-            path.write_text(json.dumps({"request": request}))
             plays.append({"name": f"patchkit {op}", "hosts": ",".join(h.name for h in group),
                           "gather_facts": False,
-                          "tasks": [{"name": f"patchkit {op}", ENGINE_MODULE: {"plan": str(path)}}]})
+                          "tasks": [engine_task(workdir, request, f"patchkit {op}")]})
         run = run_playbook(plays, inventory=inventory, hosts=[h.name for h in hosts], forks=forks,
                            workdir=workdir)
     for host in hosts:

@@ -90,6 +90,15 @@ def _host(name: str, hostvars: Mapping[str, Any], inventory: str) -> Host:
     return Host(name=name, roots=roots, python=str(python) if python else None)
 
 
+def engine_task(workdir: Path, request: Mapping[str, Any], name: str, **extra: Any) -> dict[str, Any]:
+    """A ``patchkit.fleet.engine`` task running ``request``, written to a plan file in
+    ``workdir`` that the action plugin reads on the controller (so nothing in a patch is ever
+    read as a Jinja template). ``extra``: more task keywords (``register``, ``when``)."""
+    path = workdir / f"plan-{len(list(workdir.glob('plan-*.json')))}.json"
+    path.write_text(json.dumps({"request": request}))
+    return {"name": name, ENGINE_MODULE: {"plan": str(path)}, **extra}
+
+
 @dataclass(frozen=True)
 class TaskResult:
     """One task on one host, as the collection's callback wrote it."""

@@ -3,7 +3,6 @@ waves, stopping at the first host that fails (docs/fleet.md, "Failure semantics"
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -11,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EXIT_ROLLOUT_STOPPED, EXIT_UNREACHABLE, UsageError
-from .ansible import ENGINE_MODULE, Host, PlayRun, TaskResult, run_playbook
+from .ansible import ENGINE_MODULE, Host, PlayRun, TaskResult, engine_task, run_playbook
 
 #: Per fix a host would get: (fix name, "name v2" or "name v1->v2").
 Changes = tuple[tuple[str, str], ...]
@@ -150,15 +149,8 @@ class Rollout:
 
     # -- plays ---------------------------------------------------------------------------------
 
-    def _plan_file(self, op: str, names: list[str], dry_run: bool = False) -> str:
-        """The request, in a file the module's action plugin reads (so nothing in a patch is
-        ever read as a Jinja template)."""
-        path = self.workdir / f"plan-{op}-{len(list(self.workdir.glob('plan-*.json')))}.json"
-        path.write_text(json.dumps({"request": self.request(op, names, dry_run)}))
-        return str(path)
-
     def _engine_task(self, op: str, names: list[str], **extra: Any) -> dict[str, Any]:
-        return {"name": f"patchkit {op}", ENGINE_MODULE: {"plan": self._plan_file(op, names)}, **extra}
+        return engine_task(self.workdir, self.request(op, names, False), f"patchkit {op}", **extra)
 
     def _play(self, tasks: list[dict[str, Any]], *, hosts: list[str], label: str,
               check: bool = False) -> PlayRun:
