@@ -4,6 +4,7 @@ fix, a usage exit (docs/fleet.md). Runs the real ansible-inventory; no host is c
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -151,3 +152,25 @@ def test_no_git_reaches_every_host_of_a_rollout(catalog_tree: Path, tmp_path: Pa
     after = subprocess.run(["git", "status", "--porcelain"], cwd=catalog_tree, capture_output=True,
                            text=True, check=True).stdout
     assert after != before  # the fix was written
+
+
+@needs_ansible
+def test_a_host_without_an_interpreter_variable_gets_the_one_ansible_discovers(
+        catalog_tree: Path, tmp_path: Path) -> None:
+    # No ansible_python_interpreter, and no python3 on the host's PATH (Ansible's local
+    # connection inherits it): as for a module, Ansible's discovery finds the host's Python
+    if not Path("/usr/bin/python3").exists():
+        pytest.skip("interpreter discovery's fallback /usr/bin/python3 is not installed")
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    for tool in ("sh", "git"):
+        (bare / tool).symlink_to(subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True,
+                                                text=True, check=True).stdout.strip())
+    inv = inventory(tmp_path, {"prefill-1": {"ansible_connection": "local",
+                                             "patchkit_target": str(catalog_tree)}})
+    run = subprocess.run([str(BIN / "patchkit"), "status", "--inventory", str(inv), "--json"],
+                         capture_output=True, text=True, env={**os.environ, "PATH": str(bare)})
+    assert run.returncode == 0, (run.stdout, run.stderr)
+    host = json.loads(run.stdout)["hosts"][0]
+    assert host["state"] == "ok", host
+    assert host["result"]["ok"] is True

@@ -38,7 +38,7 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail("patchkit.fleet.engine: unknown option(s) %s; it takes %s"
                                     % (", ".join(unknown), ", ".join(sorted(ARGS))))
         request = self._request(args, task_vars)
-        python = self._interpreter(task_vars)
+        python = self._interpreter(task_vars, result)
         data = transport.agent_payload(request) + transport.GO_LINE
         ran = self._low_level_execute_command(transport.remote_command(python), sudoable=True,
                                               in_data=data)
@@ -95,17 +95,26 @@ class ActionModule(ActionBase):
             request["dry_run"] = True
         return request
 
-    def _interpreter(self, task_vars):
-        """The host's Python for the engine: ``ansible_python_interpreter``, or the one Ansible
-        discovered, else ``python3`` (as an ``ssh://`` target's default)."""
-        for value in (task_vars.get("ansible_python_interpreter"),
-                      (task_vars.get("ansible_facts") or {}).get("discovered_interpreter_python")):
-            if value not in (None, ""):
-                value = str(self._templar.template(value))
-                if not value.startswith("auto"):
-                    return value
-        return "python3"
+    def _interpreter(self, task_vars, result):
+        """The host's Python for the engine, as Ansible picks a module's: the host's
+        ``ansible_python_interpreter`` (or ``interpreter_python``) when it names one, else the
+        interpreter Ansible discovers there (kept as the host's ``discovered_interpreter_python``
+        fact for later tasks, as a module's discovery is)."""
+        from ansible import constants as C
+        from ansible.executor.interpreter_discovery import discover_interpreter
 
+        value = task_vars.get("ansible_python_interpreter")
+        if value in (None, ""):
+            value = C.config.get_config_value("INTERPRETER_PYTHON", variables=task_vars) or "auto"
+        value = str(self._templar.template(value))
+        if not value.startswith("auto"):
+            return value
+        found = (task_vars.get("ansible_facts") or {}).get("discovered_interpreter_python")
+        if not found:
+            found = discover_interpreter(action=self, interpreter_name="python",
+                                         discovery_mode=value, task_vars=task_vars)
+            result.setdefault("ansible_facts", {})["discovered_interpreter_python"] = found
+        return str(found)
 
 def _no_result(transport, python, ran):
     """Why the agent gave no result, and whether anything may have run (as transport's

@@ -15,7 +15,8 @@ description:
   - It runs on the controller (C(pip install 'patchkit[fleet]') where ansible-playbook runs) and
     starts patchkit's agent on the host over the host's connection, one command with the
     engine's sources and the request on its stdin; the host needs only Python 3.8+
-    (C(ansible_python_interpreter), default C(python3)). No module is copied to the host.
+    (C(ansible_python_interpreter), else the one Ansible's interpreter discovery finds). No
+    module is copied to the host.
 options:
   plan:
     description:
