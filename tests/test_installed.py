@@ -245,6 +245,64 @@ def test_a_reinstall_underneath_is_lost_not_drifted_and_apply_puts_the_fixes_bac
     assert api.verify(catalog, target, PRODUCTION).ok
 
 
+def _creating_fix(catalog_dir: Path, site: Path) -> str:
+    """A catalog with one fix that changes sglang/version.py (RECORD lists it) and creates
+    sglang/srt/patchkit_probe.py (no RECORD entry): the name of the fix."""
+    import difflib
+
+    catalog_dir.mkdir()
+    version = (site / "sglang" / "version.py").read_text()
+    changed = version + "# patched by probe-module\n"
+    patch = "".join(difflib.unified_diff(version.splitlines(True), changed.splitlines(True),
+                                         "a/python/sglang/version.py", "b/python/sglang/version.py"))
+    patch += ("diff --git a/python/sglang/srt/patchkit_probe.py b/python/sglang/srt/patchkit_probe.py\n"
+              "new file mode 100644\n--- /dev/null\n+++ b/python/sglang/srt/patchkit_probe.py\n"
+              "@@ -0,0 +1 @@\n+PROBE = 1\n")
+    (catalog_dir / "patches" / "probe-module").mkdir(parents=True)
+    (catalog_dir / "patches" / "probe-module" / "0001-probe.patch").write_text(patch)
+    (catalog_dir / "manifests").mkdir()
+    (catalog_dir / "manifests" / "probe-module.toml").write_text(f"""format = 1
+name = "probe-module"
+version = 1
+title = "a fix that creates a module"
+status = "active"
+rationale = "Creates sglang/srt/patchkit_probe.py and marks version.py."
+
+[upstream]
+project = "sglang"
+base_release = "{CATALOG_RELEASE}"
+releases = ["{CATALOG_RELEASE}"]
+root = "sglang"
+
+[[patches]]
+file = "0001-probe.patch"
+root = "sglang"
+""")
+    return "probe-module"
+
+
+def test_a_lost_fix_that_created_a_file_is_applied_again_over_what_the_reinstall_left(
+        target: LocalTarget, site: Path, venv: Path, sglang_wheel_0523: Path, tmp_path: Path) -> None:
+    """pip removes only what RECORD lists: the file the fix created stays, as the fix wrote it;
+    applying the lost fix again takes it back and rolls back cleanly afterwards."""
+    name = _creating_fix(tmp_path / "catalog", site)
+    catalog = Catalog(tmp_path / "catalog")
+    probe = site / "sglang" / "srt" / "patchkit_probe.py"
+    assert api.apply(catalog, target, [name]).ok and probe.read_text() == "PROBE = 1\n"
+
+    pip_install(venv / "bin" / "python", sglang_wheel_0523, "--force-reinstall")
+    assert unlike_record(site) == [] and probe.exists()  # version.py back, the probe left
+    [state] = [s for s in api.status(catalog, target).status if s.name == name]
+    assert state.state == "lost", state
+
+    again = api.apply(catalog, target, [name])
+    assert [(f.name, f.outcome) for f in again.fixes] == [(name, "applied")]
+    assert again.fixes[0].lost and probe.read_text() == "PROBE = 1\n"
+    assert "# patched by probe-module" in (site / "sglang" / "version.py").read_text()
+    assert api.rollback(catalog, target, [name]).ok
+    assert not probe.exists() and unlike_record(site) == []  # the created file goes with it
+
+
 def test_a_lost_fix_rolls_back_to_the_new_install_without_force(
         catalog: Catalog, target: LocalTarget, site: Path, venv: Path,
         sglang_wheel_0523: Path) -> None:

@@ -86,7 +86,7 @@ def touched(spec: FixSpec, sources: Sources) -> List[Tuple[str, str, str]]:
 
 
 def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
-    state, lost = _drop_lost(req, store.read_state())
+    state, lost, lost_records = _drop_lost(req, store.read_state())
     recorded = {f["name"]: f for f in state.get("fixes", [])}
     outcomes: Dict[str, Dict[str, Any]] = {}
     todo: List[FixSpec] = []
@@ -120,6 +120,7 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
     ws = Workspace(req.roots)
     if upgrades:
         _take_out(req, store, state, ws, upgrades)
+    left = _left_behind(store, ws, {n: r for n, r in lost_records.items() if n in {t.name for t in todo}})
     sources: Sources = {}
     if any(s.revert is not None for s in todo):
         from . import revert
@@ -137,13 +138,14 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
         ws.entry(*key)
     # an upgraded fix's files start from its backups, vouched for when it was applied: no
     # git-clean check of the bytes being replaced (with --force, drift being discarded)
-    taken_out = {(f["root"], f["path"]) for rec in upgrades.values() for f in rec.get("files", [])}
+    taken_out = {(f["root"], f["path"])
+                 for rec in (*upgrades.values(), *left.values()) for f in rec.get("files", [])}
     prepare = _Prepare(req, store, state, ws, sources, git_changes, taken_out)
     for name in lost:  # a lost fix required by another is not there: apply it again first
         prepare.recorded.pop(name, None)
     prepared = prepare.changes(todo)
     if not req.dry_run and prepared:
-        _write(req, store, state, ws, prepared, upgrades)
+        _write(req, store, state, ws, prepared, {**left, **upgrades})
     for fc in prepared:
         old = upgrades.get(fc.spec.name)
         if old is None:
@@ -156,19 +158,38 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
     return [outcomes[s.name] for s in req.fixes]
 
 
-def _drop_lost(req: Request, state: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, str]]:
+def _drop_lost(req: Request, state: Dict[str, Any]
+               ) -> Tuple[Dict[str, Any], Dict[str, str], Dict[str, Dict[str, Any]]]:
     """The state without the records of requested fixes that are ``lost`` (their installed
     package was reinstalled underneath them, status shows why), each to be applied fresh onto
-    the new install, its record replaced when that apply commits; and why each lost fix (of
-    the request or not) is lost."""
+    the new install, its record replaced when that apply commits; why each lost fix (of the
+    request or not) is lost; and the records dropped."""
     from .observe import lost_fixes
 
     lost = {name: seen["detail"] for name, seen in lost_fixes(req.roots, state).items()}
     if not lost:
-        return state, lost
+        return state, lost, {}
     names = {s.name for s in req.fixes}
-    return dict(state, fixes=[f for f in state.get("fixes", [])
-                              if f["name"] not in names or f["name"] not in lost]), lost
+    dropped = {f["name"]: f for f in state.get("fixes", []) if f["name"] in names and f["name"] in lost}
+    return dict(state, fixes=[f for f in state.get("fixes", []) if f["name"] not in dropped]), lost, dropped
+
+
+def _left_behind(store: Store, ws: Workspace, dropped: Dict[str, Dict[str, Any]]
+                 ) -> Dict[str, Dict[str, Any]]:
+    """Of each lost fix applied again, its files the reinstall left as the fix wrote them (a
+    file it created: pip removes only what RECORD lists), taken back out in memory like an
+    upgrade's, so the fresh apply writes them again instead of refusing a file that exists;
+    returned as records restricted to those files."""
+    from . import rollback
+
+    left = {}
+    for name, rec in dropped.items():
+        kept = [f for f in rec.get("files", [])
+                if sha256_bytes(ws.entry(f["root"], f["path"]).current) == f.get("after_sha256")]
+        if kept:
+            left[name] = dict(rec, files=kept)
+            rollback.restore_in_memory(store, ws, left[name])
+    return left
 
 
 def _take_out(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
