@@ -174,3 +174,19 @@ def test_a_host_without_an_interpreter_variable_gets_the_one_ansible_discovers(
     host = json.loads(run.stdout)["hosts"][0]
     assert host["state"] == "ok", host
     assert host["result"]["ok"] is True
+
+
+@needs_ansible
+def test_ansible_doc_reads_the_collections_documentation_as_docs_fleet_says() -> None:
+    env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": pk("plan", "--collections-path").stdout.strip(),
+           "ANSIBLE_NOCOLOR": "1"}
+    for kind, name in (("module", "patchkit.fleet.engine"), ("callback", "patchkit.fleet.results")):
+        run = subprocess.run([str(BIN / "ansible-doc"), "-t", kind, "--json", name], capture_output=True,
+                             text=True, env=env)
+        assert run.returncode == 0, run.stderr
+        doc = json.loads(run.stdout)[name]["doc"]
+        assert doc["description"]
+    options = json.loads(subprocess.run([str(BIN / "ansible-doc"), "--json", "patchkit.fleet.engine"],
+                                        capture_output=True, text=True, env=env).stdout)
+    assert set(options["patchkit.fleet.engine"]["doc"]["options"]) == {"plan", "request", "target",
+                                                                         "roots", "python"}

@@ -10,7 +10,7 @@ module: engine
 short_description: Apply, roll back, verify or report patchkit fixes on a host, all-or-nothing
 description:
   - Runs patchkit's engine, the same code a local or C(ssh://) target runs, with a request
-    rendered on the controller by C(patchkit plan FIX... --json): one call is one engine
+    rendered on the controller by C(patchkit plan FIX... --json). One call is one engine
     transaction with its journal, verification and automatic rollback.
   - It runs on the controller (C(pip install 'patchkit[fleet]') where ansible-playbook runs) and
     starts patchkit's agent on the host over the host's connection, one command with the
@@ -32,7 +32,7 @@ options:
     type: str
   roots:
     description:
-      - More roots by name, e.g. C({serve: /opt/serve}). Default is the host variable C(patchkit_roots).
+      - "More roots by name, e.g. C({serve: /opt/serve}). Default is the host variable C(patchkit_roots)."
     type: dict
   python:
     description:
