@@ -24,12 +24,13 @@ def _run(catalog: Catalog, target: Target, fixes: list[Fix], op: str, **options:
 def apply(catalog: Catalog, target: Target, names: Sequence[str], *, dry_run: bool = False,
           with_deps: bool = False, allow_inactive: bool = False,
           lock_timeout: float = DEFAULT_LOCK_TIMEOUT, commit: bool = False,
-          git: bool = True) -> OpResult:
+          git: bool = True, force: bool = False) -> OpResult:
     """Apply fixes all-or-nothing; ``commit`` records each fix as a commit (docs/git.md);
-    ``git=False`` runs no git on the target (a container build: docs/containers.md)."""
+    ``git=False`` runs no git on the target (a container build: docs/containers.md);
+    ``force`` upgrades a fix whose applied version's files drifted, discarding that drift."""
     fixes = catalog.apply_order(names, with_deps=with_deps, allow_inactive=allow_inactive)
     return _run(catalog, target, fixes, "apply", dry_run=dry_run, lock_timeout=lock_timeout,
-                commit=commit, git=git)
+                commit=commit, git=git, force=force)
 
 
 def rollback(catalog: Catalog, target: Target, names: Sequence[str], *, dry_run: bool = False,

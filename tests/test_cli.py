@@ -345,6 +345,26 @@ def test_a_newer_catalog_version_is_outdated_and_apply_upgrades_it(env: Env, pk:
     assert pk("status", "--exit-code", *tgt(env)).code == EXIT_OK
 
 
+def test_an_upgrade_over_drift_is_refused_until_forced(env: Env, pk: Callable[..., Run]) -> None:
+    """The refusal names --force, and apply takes it (the drift is discarded, as rollback's)."""
+    assert pk("apply", INDEX_K, *tgt(env)).code == EXIT_OK
+    manifest = _manifest(env)
+    manifest.write_text(manifest.read_text().replace("version = 2\n", "version = 3\n", 1)
+                        + '\n[[changelog]]\nversion = 3\ndate = "2026-03-01"\n'
+                          'base_release = "0.5.21"\nsummary = "Same change, new version."\n')
+    with (env.sglang / POOL).open("a") as fh:
+        fh.write("# a hot fix made by hand\n")
+    before = snapshot(env.sglang, env.serve)
+    refused = pk("apply", INDEX_K, *tgt(env))
+    assert refused.code == EXIT_CHECK_FAILED and "--force" in refused.err and POOL in refused.err
+    assert snapshot(env.sglang, env.serve) == before
+    forced = pk("apply", "--force", "--json", INDEX_K, *tgt(env))
+    assert forced.code == EXIT_OK, forced.err
+    assert forced.json()["fixes"][0]["outcome"] == "upgraded"
+    assert "# a hot fix made by hand" not in (env.sglang / POOL).read_text()
+    assert pk("status", "--exit-code", *tgt(env)).code == EXIT_OK
+
+
 # -- bad input: a clear message, a usage exit, the target untouched --------------------------
 
 

@@ -57,10 +57,12 @@ def _emit(result: Any, as_json: bool, **options: Any) -> int:
                  help="Record each fix as a commit (Patchkit-Fix trailers) in the target's git checkout."),
     click.option("--no-git", "no_git", is_flag=True,
                  help="Run no git on the target (a container build): no clean check against HEAD."),
+    click.option("--force", is_flag=True,
+                 help="Upgrade even when the applied version's files changed since (discarding those changes)."),
 )
 def apply(state: State, fixes: tuple[str, ...], dry_run: bool, show_diff: bool | None,
           verbose: bool, with_deps: bool, allow_inactive: bool, commit: bool, no_git: bool,
-          as_json: bool, **where: Any) -> int:
+          force: bool, as_json: bool, **where: Any) -> int:
     """Apply FIXES to the target, all or nothing."""
     names = _names(fixes, "apply")
     fleet = _fleet(where)
@@ -71,10 +73,10 @@ def apply(state: State, fixes: tuple[str, ...], dry_run: bool, show_diff: bool |
                                  "--json gives each host's diff", option=flag)
         return rollout(state, "apply", names, fleet, dry_run=dry_run, as_json=as_json,
                        with_deps=with_deps, allow_inactive=allow_inactive, commit=commit,
-                       git=not no_git, lock_timeout=where["lock_timeout"])
+                       git=not no_git, force=force, lock_timeout=where["lock_timeout"])
     result = _run(state, where, f"{'checking' if dry_run else 'applying'} {', '.join(names)} on",
                   as_json, api.apply, names, dry_run=dry_run, with_deps=with_deps,
-                  allow_inactive=allow_inactive, commit=commit, git=not no_git)
+                  allow_inactive=allow_inactive, commit=commit, git=not no_git, force=force)
     return _emit(result, as_json, show_diff=show_diff or None, verbose=verbose)
 
 
