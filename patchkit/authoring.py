@@ -96,7 +96,10 @@ def init_catalog(path: Path | str, *, git: bool = True) -> InitResult:
     if root.exists() and not root.is_dir():
         raise UsageError(f"{root} is a file, not a directory; pass `patchkit init` a new "
                          "directory", path=str(root))
-    top = gitrepo.work_tree_top(root) if root.exists() else None
+    here = root.absolute()
+    while not here.exists():  # a DIR to make inside a work tree belongs to that work tree too
+        here = here.parent
+    top = gitrepo.work_tree_top(here)
     root.mkdir(parents=True, exist_ok=True)
     files = [root / "manifests" / ".gitkeep", root / "patches" / ".gitkeep", root / "patchkit.toml"]
     for keep in files[:2]:  # git keeps no empty directory

@@ -105,6 +105,21 @@ def test_init_makes_a_committed_catalog_and_refuses_an_existing_one(
     assert Catalog(tmp_path / "plain").names() == []
 
 
+def test_init_of_a_new_directory_inside_a_work_tree_commits_to_that_work_tree(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    outer = tmp_path / "ops"
+    outer.mkdir()
+    git(outer, "init", "-q")
+    monkeypatch.chdir(outer)
+    made = run("init", "deploy/fixes")
+    assert made.exit_code == 0, made.output
+    root = outer / "deploy" / "fixes"
+    assert (root / "manifests").is_dir() and not (root / ".git").exists()
+    assert git(outer, "log", "--format=%s").splitlines() == [
+        "patchkit catalog: manifests/, patches/, patchkit.toml"]
+    assert git(outer, "status", "--porcelain") == ""
+
+
 def test_a_user_catalog_lists_its_fixes_beside_the_shipped_ones_and_wins_a_clash(
         tmp_path: Path, user_catalog: Path) -> None:
     src = small_checkout(tmp_path)
