@@ -34,10 +34,12 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
         else:
             entry = _detect(ws, spec)
             # a revert fix's change in the files was made by hand only when the commit it
-            # reverts is in HEAD's history; otherwise that change was never there
-            if spec.revert is not None and entry["state"] == presence.PRESENT and \
-                    revert.resolve(spec, req.roots)[0] is None:
-                entry["state"] = "not-needed"
+            # reverts is in HEAD's history; otherwise that change was never there, and a file
+            # that only looks partly reverted (another release's code) says nothing either
+            if spec.revert is not None and entry["state"] in (presence.PRESENT, presence.PARTLY):
+                source, found = revert.resolve(spec, req.roots)
+                if source is None and (entry["state"] == presence.PRESENT or not found["ok"]):
+                    entry.update(state="not-needed", files=[])
         out.append(entry)
     listed = {s.name for s in req.fixes}
     out.extend(_recorded(ws, rec, last, installs) for rec in state.get("fixes", [])
