@@ -89,3 +89,22 @@ def test_plain_status_is_one_tab_separated_line_per_fix_and_notes_on_stderr(caps
     out = io.StringIO()
     render.render_status(render.PlainConsole(out), result, verbose=True)
     assert out.getvalue().splitlines()[1] == "old\tnot-applied\t\t\t"
+
+
+def test_a_terminal_table_folds_long_names_instead_of_cutting_them() -> None:
+    """docs/cli.md: on a terminal, output is folded to its width; no name loses its end."""
+    import io
+
+    from rich.console import Console
+
+    from patchkit.cli.render import write_table
+
+    out = io.StringIO()
+    console = Console(file=out, width=40, force_terminal=True, color_system=None)
+    name = "revert-hicache-index-k-sync"
+    write_table(console, [["prefill-1", "applied v1", "not-applied"]], ("host", "bold"),
+                (name, {"applied": "green"}), ("dsv4-bf16-index-k", {"applied": "green"}))
+    text = out.getvalue()
+    assert "…" not in text  # rich's default cuts the header to 'revert-hicache-inde…'
+    shown = "host" + name + "dsv4-bf16-index-k" + "prefill-1" + "applied v1" + "not-applied"
+    assert sorted(c for c in text if not c.isspace()) == sorted(c for c in shown if not c.isspace())

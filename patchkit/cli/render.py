@@ -300,7 +300,7 @@ def write_table(console: Any, rows: List[List[str]], *columns: Tuple[str, Any],
 
     table = Table(box=None, title=Text(title) if title else None, title_justify="left")
     for name, how in columns:
-        table.add_column(name, **({"justify": how} if how == "right" else
+        table.add_column(name, overflow="fold", **({"justify": how} if how == "right" else
                                   {"style": how} if isinstance(how, str) else {}))
     for row in rows:
         table.add_row(*(Text(cell, style=how.get(cell.split(" ", 1)[0], "dim"))
