@@ -190,3 +190,22 @@ def test_ansible_doc_reads_the_collections_documentation_as_docs_fleet_says() ->
                                         capture_output=True, text=True, env=env).stdout)
     assert set(options["patchkit.fleet.engine"]["doc"]["options"]) == {"plan", "request", "target",
                                                                          "roots", "python"}
+
+
+def test_the_piped_fleet_matrix_gives_a_version_only_where_a_host_runs_one() -> None:
+    import io
+
+    from patchkit.cli.fleet import render_matrix, status_cells
+    from patchkit.cli.render import PlainConsole
+    from patchkit.fleet import HostReport, Survey
+
+    fixes = [{"name": "a", "state": "applied", "version": 2},
+             {"name": "b", "state": "not-applied", "version": 3},
+             {"name": "c", "state": "present-unrecorded", "version": 1}]
+    survey = Survey(op="status", hosts=(HostReport("h1", "ok", result={"status": {"fixes": fixes}}),
+                                        HostReport("h2", "unreachable", "no route")))
+    out = io.StringIO()
+    render_matrix(PlainConsole(out), status_cells(survey))
+    assert out.getvalue().splitlines() == [
+        "h1\ta\tapplied\tv2", "h1\tb\tnot-applied\t", "h1\tc\tpresent-unrecorded\t",
+        "h2\ta\tunreachable\t", "h2\tb\tunreachable\t", "h2\tc\tunreachable\t"]

@@ -95,6 +95,10 @@ def _recovered(hosts: Any) -> None:
                              f"{', '.join(rec.get('fixes') or ())}: {rec.get('outcome')}\n")
 
 
+#: The states in which a host runs a version of the fix (as single-target status shows them).
+ON_HOST = ("applied", "outdated", "drifted", "lost")
+
+
 def status_cells(result: Any) -> dict[str, dict[str, dict[str, Any]]]:
     """host -> fix -> {state, version}: the fleet status matrix (unreachable hosts: every fix)."""
     rows: dict[str, dict[str, dict[str, Any]]] = {}
@@ -103,8 +107,8 @@ def status_cells(result: Any) -> dict[str, dict[str, dict[str, Any]]]:
         if host.state != "ok":
             rows[host.host] = {"*": {"state": host.state, "detail": host.detail}}
             continue
-        rows[host.host] = {f["name"]: {"state": f["state"], "version": f.get("version")}
-                           for f in status}
+        rows[host.host] = {f["name"]: {"state": f["state"], "version": f.get("version")
+                                       if f["state"] in ON_HOST else None} for f in status}
     fixes = _fixes(rows)
     for row in rows.values():
         if "*" in row:
@@ -120,9 +124,7 @@ def _fixes(rows: dict[str, dict[str, Any]]) -> list[str]:
 def _cell(cell: dict[str, Any] | None) -> str:
     if not cell:
         return "-"
-    version = f" v{cell['version']}" if cell.get("version") and cell["state"] in (
-        "applied", "outdated", "drifted", "lost") else ""
-    return f"{cell['state']}{version}"
+    return f"{cell['state']} v{cell['version']}" if cell.get("version") else cell["state"]
 
 
 def render_matrix(console: Any, cells: dict[str, dict[str, dict[str, Any]]]) -> None:
@@ -132,7 +134,8 @@ def render_matrix(console: Any, cells: dict[str, dict[str, dict[str, Any]]]) -> 
         for host, row in cells.items():
             for fix in fixes:
                 cell = row.get(fix) or {"state": "-"}
-                console.file.write(f"{host}\t{fix}\t{cell['state']}\t{cell.get('version') or ''}\n")
+                version = f"v{cell['version']}" if cell.get("version") else ""
+                console.file.write(f"{host}\t{fix}\t{cell['state']}\t{version}\n")
         return
     rows = [[host, *(_cell(row.get(fix)) for fix in fixes)] for host, row in cells.items()]
     style = dict(render.STATE_STYLE, unreachable="bold red", failed="bold red")
