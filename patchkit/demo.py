@@ -51,14 +51,23 @@ def demo_releases(catalog: Catalog) -> tuple[str, ...]:
     return tuple(sorted(supported or (), key=version_key))
 
 
-def demo_release(catalog: Catalog) -> str:
-    """The newest of :func:`demo_releases`: what ``patchkit demo`` builds on by default."""
-    releases = demo_releases(catalog)
-    if not releases:
+def demo_release(catalog: Catalog, release: str | None = None) -> str:
+    """``release`` when every fix the demo deploys supports it (else refused, naming the ones
+    they do); without it, the newest of :func:`demo_releases`, what ``patchkit demo`` builds."""
+    supported = demo_releases(catalog)
+    if release is not None and release not in supported:
+        raise UsageError(
+            f"the demo cannot build SGLang {release}: the fixes it deploys support "
+            + (", ".join(supported) if supported else "no common release")
+            + f" (their manifests' upstream.releases in {catalog.root / 'manifests'}); pass "
+            + (f"--release {supported[-1]}" if supported else "another catalog"),
+            release=release, supported=list(supported),
+        )
+    if not supported:
         raise UsageError("no release is supported by every fix the demo deploys ("
                          + ", ".join(dict.fromkeys(FORK_COMMITS + SEED_FIXES))
                          + "); check their manifests' upstream.releases in " + str(catalog.root))
-    return releases[-1]
+    return release or supported[-1]
 
 
 def serve_script_source(catalog: Catalog) -> Path:
@@ -81,17 +90,7 @@ def build_fork(workdir: Path, catalog: Catalog, *, release: str | None = None,
     """Fetch ``release`` (default :func:`demo_release`; an unsupported one is refused first) and
     lay out the fork and serve folder under ``workdir``, replacing an earlier demo's."""
     say = progress or (lambda _msg: None)
-    supported = demo_releases(catalog)
-    if release is None:
-        release = demo_release(catalog)
-    elif release not in supported:
-        raise UsageError(
-            f"the demo cannot build SGLang {release}: the fixes it deploys support "
-            + (", ".join(supported) if supported else "no common release")
-            + f" (their manifests' upstream.releases in {catalog.root / 'manifests'}); pass "
-            + (f"--release {supported[-1]}" if supported else "another catalog"),
-            release=release, supported=list(supported),
-        )
+    release = demo_release(catalog, release)
     workdir = Path(workdir).resolve()
     if workdir.exists() and any(workdir.iterdir()):
         if not (workdir / _MARKER).exists():

@@ -139,6 +139,7 @@ def test_demo_refuses_an_unsupported_release_up_front_naming_the_supported_ones(
                         "--workdir", str(workdir))
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert f"--release {CATALOG_RELEASE}" in flat(proc.stderr)
+    assert "build a production fork" not in proc.stdout  # refused before the first step
     assert not workdir.exists() and not (tmp_path / "upstream").exists()
 
 

@@ -38,8 +38,7 @@ def _step(console: Any, number: int, title: str, command: str | None = None) -> 
 def demo(state: State, workdir: str, release: str | None, as_json: bool) -> int:
     """Build the seed's production fork from a real SGLang release and deploy its three fixes."""
     catalog = state.catalog()
-    if release is None:
-        release = demo_release(catalog)
+    release = demo_release(catalog, release)  # an unsupported one is refused before step 1
     if as_json:
         return _demo_json(catalog, Path(workdir), release)
     out = render.stdout()
