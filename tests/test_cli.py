@@ -550,6 +550,14 @@ def test_failed_verification_restores_every_byte(env: Env, pk: Callable[..., Run
     assert git(env.sglang, "status", "--porcelain") == ""
 
 
+def test_a_missing_extra_root_names_its_own_option(env: Env) -> None:
+    missing = env.tmp / "no-such-serve"
+    run = pk_subprocess(env, "apply", "prefill-hicache-off", "--target", env.sglang,
+                        "--root", f"serve={missing}")
+    assert run.code == EXIT_TARGET
+    assert str(missing) in run.err and "--root serve=PATH" in run.err and "--target" not in run.err
+
+
 def test_missing_target_root_exits_5(env: Env) -> None:
     missing = env.tmp / "no-such-checkout"
     run = pk_subprocess(env, "apply", INDEX_K, "--target", missing, columns=40)
@@ -585,6 +593,7 @@ def test_lock_busy_exits_4_naming_the_holder(env: Env, lock_held: int) -> None:
     run = pk_subprocess(env, "apply", INDEX_K, *tgt(env), "--lock-timeout", "0.2")
     assert run.code == EXIT_LOCKED, run.err
     assert str(lock_held) in run.err and str(env.sglang) in run.err
+    assert "--lock-timeout" in run.err  # the way to wait longer, by its name
     unchanged(env, before)
 
 

@@ -116,7 +116,7 @@ class Store:
                 if time.monotonic() >= deadline:
                     holder = self.lock_holder()
                     raise LockBusy("another patchkit run (%s) holds the lock on %s; waited %.1fs. "
-                                   "Wait for it to finish, or raise the lock timeout"
+                                   "Wait for it to finish, or wait longer with --lock-timeout SECONDS"
                                    % (describe_holder(holder), self.root, timeout),
                                    lock=self.root, pid=holder.get("pid"), holder=holder) from None
                 time.sleep(0.05)

@@ -79,8 +79,9 @@ def _local_roots(roots: Mapping[str, str]) -> dict[str, str]:
         full = os.path.abspath(os.path.expanduser(path))
         if not os.path.isdir(full):
             what = "does not exist" if not os.path.exists(full) else "is not a directory"
+            how = "--target PATH" if name == PRIMARY_ROOT else f"--root {name}=PATH"
             raise TargetError(f"root {name!r} at {full} {what}; pass the right directory with "
-                              f"--target PATH or --root {name}=PATH", root=name, path=full)
+                              f"{how}", root=name, path=full)
         out[name] = full
     return out
 
