@@ -263,8 +263,8 @@ def _conflict(change: FileChange, hunk: Optional[Hunk], lines: Sequence[str], ol
     if wanted is None and len(lines) != len(old) and change.op == "delete":
         difference = "the file has %d lines, the patch %d" % (len(lines), len(old))
     else:
-        difference = "line %d: the patch expects %r but the file has %s" % (
-            diff_line, wanted, "end of file" if found is None else repr(found))
+        difference = "line %d: the patch expects %s but the file has %s" % (
+            diff_line, _shown(wanted), "end of file" if found is None else _shown(found))
     raise ConflictError(
         "%s: hunk #%d of %s %s; expected at line %d; first difference at %s. Refresh the patch "
         "against this tree or check that the target runs the release the fix was written for"
@@ -272,6 +272,15 @@ def _conflict(change: FileChange, hunk: Optional[Hunk], lines: Sequence[str], ol
         root=change.root, path=change.path, patch=change.patch, hunk=number,
         expected_line=expected_line, first_difference={"line": diff_line, "expected": wanted,
                                                        "found": found})
+
+
+def _shown(line: Optional[str]) -> str:
+    """A line as a message quotes it: without its line ending and, unless it holds a character
+    that would not show (a control character, trailing blanks), unescaped."""
+    text = (line or "").rstrip("\r\n")
+    if text != text.rstrip() or any(not c.isprintable() and c != "\t" for c in text):
+        return repr(text)
+    return '"%s"' % text
 
 
 def side_found(lines: List[str], hunk: Hunk, new_side: bool) -> bool:

@@ -51,6 +51,8 @@ def test_one_differing_context_line_is_a_conflict_not_a_fuzz() -> None:
     assert err.details["first_difference"] == {"line": 20, "expected": "    return x + 6\n",
                                                "found": "    return y + 6\n"}
     assert "sglang:python/sglang/srt/mod.py" in err.message and "hunk #1 of 0001-a.patch" in err.message
+    # the lines as they read, not Python's escapes
+    assert 'expects "    return x + 6" but the file has "    return y + 6"' in err.message
 
 
 def test_crlf_lines_are_matched_and_kept() -> None:
