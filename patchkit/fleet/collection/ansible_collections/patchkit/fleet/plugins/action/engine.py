@@ -120,7 +120,7 @@ def _no_result(transport, python, ran):
     """Why the agent gave no result, and whether anything may have run (as transport's
     errors for an ``ssh://`` target)."""
     said = (ran.get("stderr") or "").strip()[-2000:] or "(nothing)"
-    started = transport.STARTED_MARKER.decode("ascii") in (ran.get("stdout") or "")
+    started = transport.STARTED_MARKER.strip().decode("ascii") in (ran.get("stdout") or "")
     if not started and ran.get("rc") in (126, 127):
         return ("no Python interpreter %r on the host: install Python 3.8+ there or set "
                 "ansible_python_interpreter to its path; nothing ran. The host said: %s" % (python, said))
