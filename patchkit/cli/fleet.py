@@ -1,5 +1,5 @@
 """The fleet side of `apply`, `rollback`, `verify`, `status` and `log` (``--inventory``), and
-`patchkit plan`: what the controller renders for the collection's module (docs/fleet.md)."""
+`patchkit plan`: what the controller renders for the collection's patchkit.fleet.engine (docs/fleet.md)."""
 
 from __future__ import annotations
 
@@ -236,9 +236,9 @@ def _progress(quiet: bool) -> Any:
 )
 def plan(state: State, fixes: tuple[str, ...], op: str, with_deps: bool, commit: bool,
          no_git: bool, collections_path: bool, as_json: bool) -> int:
-    """Render the engine request for the collection's patchkit.fleet.engine module.
+    """Render the engine request for the collection's patchkit.fleet.engine task.
 
-    Write it to a file with --json and give the module that file (plan: FILE) in your own
+    Write it to a file with --json and give patchkit.fleet.engine that file (plan: FILE) in your own
     playbook; each host's roots come from its patchkit_target and patchkit_roots."""
     from ..fleet import COLLECTIONS_PATH, plan as render_plan
 
@@ -257,7 +257,7 @@ def plan(state: State, fixes: tuple[str, ...], op: str, with_deps: bool, commit:
     def draw(out: Any) -> None:
         render.line(out, [(f"{op} of {', '.join(doc['fixes'])}: {len(request['fixes'])} fix(es), "
                            f"{sum(len(f.get('files') or ()) for f in request['fixes'])} file record(s)", "")])
-        render.line(out, [("write it with --json > plan.json and run it with the module "
+        render.line(out, [("write it with --json > plan.json and run it with "
                            "patchkit.fleet.engine (plan: plan.json); docs/fleet.md", "dim")])
 
     return render.emit(as_json, doc, draw)
