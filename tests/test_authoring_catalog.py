@@ -21,7 +21,7 @@ from patchkit.catalog import Catalog
 from patchkit.errors import EXIT_USAGE
 from patchkit.targets import LocalTarget
 from tests.test_authoring import (REPO, SHIPPED, _console_script, catalog_state, flat, git,
-                                  reset, small_checkout, touched)
+                                  reset, small_checkout)
 
 X = "python/sglang/a.py"
 

@@ -226,7 +226,7 @@ def test_apply_commit_records_trailers_and_rollback_reverts_it(tree: Path,
     assert message.startswith("pool: mark op25\n\nWhy feature.\n")
     assert "Patchkit-Fix: feature v1" in message
     patch_hash = result.raw["fixes"][0]["files"] and catalog.get("feature").patches[0]
-    assert f"Patchkit-Patch: 0001-x.patch sha256:" in message and patch_hash
+    assert "Patchkit-Patch: 0001-x.patch sha256:" in message and patch_hash
     assert git(tree, "status", "--porcelain") == ""
     state = json.loads((tree / ".patchkit" / "state.json").read_text())
     assert state["fixes"][0]["commits"] == [{"root": "sglang", "sha": sha}]
