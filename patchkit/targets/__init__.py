@@ -17,10 +17,16 @@ _SSH_SETTING = re.compile(r"[A-Za-z][A-Za-z0-9]*(=| +)[^\0\n\r]+")
 
 
 class Target(Protocol):
-    description: str
-    roots: Mapping[str, str]
-    python: str | None
-    is_remote: bool
+    """Where a request runs. Read-only members, so frozen dataclasses satisfy it."""
+
+    @property
+    def description(self) -> str: ...
+    @property
+    def roots(self) -> Mapping[str, str]: ...
+    @property
+    def python(self) -> str | None: ...
+    @property
+    def is_remote(self) -> bool: ...
 
     def run(self, request: dict[str, Any]) -> dict[str, Any]: ...
 
