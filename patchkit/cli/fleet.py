@@ -73,12 +73,13 @@ def survey(state: State, op: str, names: list[str], fleet: dict[str, Any], *, as
     result = fleets.survey(state.catalog(), op, names, inventory=fleet["inventory"],
                            limit=fleet["limit"], forks=fleet["forks"], lock_timeout=lock_timeout)
     if op == "status":
-        cells = status_cells(result)
+        cells = status_cells(result, names or [f.name for f in state.catalog().all()])
         render.emit(as_json, dict(result.to_json(), matrix=cells),
                     lambda out: render_matrix(out, cells))
         if not as_json:
             _recovered(result.hosts)
         unconverged = any(c["state"] in NOT_CONVERGED for row in cells.values() for c in row.values())
+        unconverged = unconverged or any(h.state != "ok" for h in result.hosts)
         versions = {fix: {(c["state"], c.get("version")) for c in (row.get(fix) for row in cells.values())
                           if c and c["state"] != "unreachable"} for fix in _fixes(cells)}
         unconverged = unconverged or any(len(v) > 1 for v in versions.values())
@@ -99,8 +100,10 @@ def _recovered(hosts: Any) -> None:
 ON_HOST = ("applied", "outdated", "drifted", "lost")
 
 
-def status_cells(result: Any) -> dict[str, dict[str, dict[str, Any]]]:
-    """host -> fix -> {state, version}: the fleet status matrix (unreachable hosts: every fix)."""
+def status_cells(result: Any, expected: Any = ()) -> dict[str, dict[str, dict[str, Any]]]:
+    """host -> fix -> {state, version}: the fleet status matrix. A host that failed or was not
+    reached has that state and its reason (detail) in every fix's cell: the fixes the reached hosts
+    report, else (no host answered) ``expected``, the fixes asked about."""
     rows: dict[str, dict[str, dict[str, Any]]] = {}
     for host in result.hosts:
         status = ((host.result or {}).get("status") or {}).get("fixes") or []
@@ -109,7 +112,7 @@ def status_cells(result: Any) -> dict[str, dict[str, dict[str, Any]]]:
             continue
         rows[host.host] = {f["name"]: {"state": f["state"], "version": f.get("version")
                                        if f["state"] in ON_HOST else None} for f in status}
-    fixes = _fixes(rows)
+    fixes = _fixes(rows) or sorted(expected) or ["-"]
     for row in rows.values():
         if "*" in row:
             cell = row.pop("*")
@@ -135,12 +138,19 @@ def render_matrix(console: Any, cells: dict[str, dict[str, dict[str, Any]]]) -> 
             for fix in fixes:
                 cell = row.get(fix) or {"state": "-"}
                 version = f"v{cell['version']}" if cell.get("version") else ""
-                console.file.write(f"{host}\t{fix}\t{cell['state']}\t{version}\n")
+                reason = f"\t{render.one_line(cell['detail'])}" if cell.get("detail") else ""
+                console.file.write(f"{host}\t{fix}\t{cell['state']}\t{version}{reason}\n")
         return
     rows = [[host, *(_cell(row.get(fix)) for fix in fixes)] for host, row in cells.items()]
     style = dict(render.STATE_STYLE, unreachable="bold red", failed="bold red")
     render.write_table(console, rows, ("host", "bold"), *((fix, style) for fix in fixes),
                        title="fleet status")
+    for host, row in cells.items():  # why a host has no status: once per host, under the table
+        detail = next((c["detail"] for c in row.values() if c.get("detail")), "")
+        if detail:
+            state = next(iter(row.values()))["state"]
+            render.line(console, [(f"{host}: ", "bold"), (f"{state}: ", "bold red"), (detail, "")],
+                        soft_wrap=True)
 
 
 HOST_STYLE = {"applied": "bold green", "rolled-back": "bold yellow", "unchanged": "green",

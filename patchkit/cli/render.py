@@ -44,6 +44,12 @@ def plain_output(stream: Any = None) -> bool:
     return not (isatty is not None and isatty()) and not os.environ.get("FORCE_COLOR")
 
 
+def one_line(cell: str) -> str:
+    """A cell of a plain line: a newline or tab in it (a host's error output) becomes a space, so
+    each row stays one line of tab-separated fields."""
+    return " ".join(cell.split()) if any(c in cell for c in "\n\r\t") else cell
+
+
 class PlainConsole:
     """What the renderers use of rich's Console, writing plain text that is never folded."""
 
@@ -293,7 +299,7 @@ def write_table(console: Any, rows: List[List[str]], *columns: Tuple[str, Any],
     """Rows as tab-separated lines off a terminal; a rich table without borders on one. A column
     is (name, how): a style, "right", or a style by the cell's first word (a word not there: dim)."""
     if isinstance(console, PlainConsole):
-        console.file.write("".join("\t".join(row) + "\n" for row in rows))
+        console.file.write("".join("\t".join(map(one_line, row)) + "\n" for row in rows))
         return
     from rich.table import Table
     from rich.text import Text
