@@ -92,3 +92,16 @@ def test_plain_fleet_lines_stay_one_per_host_when_a_detail_has_newlines() -> Non
     assert out.getvalue().splitlines() == [
         "h1\ta\tapplied\tv2",
         "h2\ta\tfailed\t\tthe host said: Traceback (most recent call last): boom"]
+
+
+@needs_ansible
+def test_log_on_a_fleet_says_log_and_names_failed_hosts_as_status_does(broken_fleet: Path) -> None:
+    run = pk("log", "--inventory", str(broken_fleet))
+    assert run.returncode == 0, run.stderr
+    assert "log on the hosts of" in run.stderr and "status on" not in run.stderr
+    failed = [line for line in run.stdout.splitlines() if line.startswith("failed: ")]
+    assert [line.split(":")[1].strip() for line in failed] == list(HOSTS), run.stdout
+    assert all(REASON in line for line in failed)
+    assert "unreachable" not in run.stdout
+    data = json.loads(pk("log", "--inventory", str(broken_fleet), "--json").stdout)
+    assert data["unreachable"] == [] and sorted(data["failed"]) == sorted(HOSTS)

@@ -191,11 +191,13 @@ def fleet_lineage(state: State, fix: str | None, fleet: dict[str, Any], *, as_js
     from .. import fleet as fleets
 
     catalog = state.catalog()
-    _progress(as_json)(f"status on the hosts of {fleet['inventory']}")
+    _progress(as_json)(f"log on the hosts of {fleet['inventory']}")
     result = fleets.survey(catalog, "status", [], inventory=fleet["inventory"], limit=fleet["limit"],
                            forks=fleet["forks"], lock_timeout=lock_timeout)
     cells = status_cells(result)
-    unreachable = [h.host for h in result.hosts if h.state != "ok"]
+    # as `status --inventory` names them: not reached, or reached and the engine did not answer
+    unreachable = [h.host for h in result.hosts if h.state == "unreachable"]
+    failed = {h.host: h.detail for h in result.hosts if h.state not in ("ok", "unreachable")}
     names = [fix] if fix else [f.name for f in catalog.all()]
     fixes = []
     for name in names:
@@ -203,12 +205,12 @@ def fleet_lineage(state: State, fix: str | None, fleet: dict[str, Any], *, as_js
                                  "hosts": {}}
         for host, row in cells.items():
             cell = row.get(name)
-            if host in unreachable or cell is None:
+            if host in unreachable or host in failed or cell is None:
                 continue
             key = (f"v{cell['version']}" if cell["state"] in ("applied", "outdated") else cell["state"])
             entry["hosts"].setdefault(key, []).append(host)
         fixes.append(entry)
-    data = {"fixes": fixes, "unreachable": unreachable}
+    data = {"fixes": fixes, "unreachable": unreachable, "failed": failed}
 
     def draw(out: Any) -> None:
         for entry in fixes:
@@ -218,6 +220,8 @@ def fleet_lineage(state: State, fix: str | None, fleet: dict[str, Any], *, as_js
                                   (" ".join(hosts), "")])
         if unreachable:
             render.line(out, [("unreachable: ", "bold red"), (" ".join(unreachable), "")])
+        for host, detail in failed.items():
+            render.line(out, [("failed: ", "bold red"), (f"{host}: {render.one_line(detail)}", "")])
 
     render.emit(as_json, data, draw)
     return 0
