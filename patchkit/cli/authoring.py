@@ -25,6 +25,7 @@ def _report(result: authoring.AuthoringResult, as_json: bool, verb: str) -> None
             "changed": result.changed,
             "dry_run": result.dry_run,
             "ignored": list(result.ignored),
+            "applied": [{"path": path, "fix": fix} for path, fix in result.applied],
             "renamed": [{"from": old, "to": new} for old, new in result.renamed],
             "commit": result.commit,
         })
@@ -46,6 +47,11 @@ def _report(result: authoring.AuthoringResult, as_json: bool, verb: str) -> None
             say(f"  committed {result.commit[:12]} in the catalog's git repository")
         if result.dry_run:
             say("dry run: nothing was written")
+    if result.applied:
+        say(f"left out {len(result.applied)} file(s) written by applied fixes (the checkout's "
+            ".patchkit/state.json; --include-applied takes them):")
+        for path, fix in result.applied:
+            say(f"  {path} ({fix})")
     if result.ignored:
         say(f"ignored {len(result.ignored)} changed or untracked file(s) of the checkout, "
             "not part of the fix (name them as PATH arguments to take them):")
@@ -86,6 +92,9 @@ def _capture(what: str, *options: Callable) -> Tuple[Callable, ...]:
                          help="The edited checkout."), *options,
             click.option("--no-commit", is_flag=True,
                          help=f"Do not commit {what} to the catalog's git repository."),
+            click.option("--include-applied", is_flag=True,
+                         help="Also take changed files that applied fixes wrote (left out by default: "
+                              "the checkout's .patchkit/state.json names them)."),
             click.option("--dry-run", is_flag=True, help="Say what would be written; write nothing."))
 
 
