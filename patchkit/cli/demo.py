@@ -46,7 +46,7 @@ def demo(state: State, workdir: str, release: str | None, as_json: bool) -> int:
     _step(out, 1, f"build a production fork of SGLang {release}")
     out.print("  commits: bf16 index-K, the dead HiCache fix, a later change to memory_pool_host.py;"
               " HiCache on in the serve script")
-    with render.stderr().status("building the fork") as spinner:
+    with render.busy("building the fork") as spinner:
         fork = build_fork(Path(workdir), catalog, release=release, progress=spinner.update)
     for name, sha in fork.commits:
         out.print(f"  fork commit {sha[:12]}  {name}")

@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import sys
+import threading
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, List, Mapping, Tuple
 
 from ..errors import PatchkitError
@@ -86,11 +87,66 @@ def stderr() -> Console:
     return Console(stderr=True, highlight=False, soft_wrap=False)
 
 
+#: Seconds a step runs before its plain progress line is written (off a terminal).
+PROGRESS_AFTER = 1.0
+
+
+class PlainProgress:
+    """Progress off a terminal (a pipe, a CI log): a step still running after
+    ``PATCHKIT_PROGRESS_AFTER`` seconds (default 1; ``off``: never) is written as one plain line
+    on stderr, ``patchkit: STEP``; quick steps write nothing. ``update`` starts the next step, as
+    rich's status does."""
+
+    def __init__(self, message: str) -> None:
+        setting = os.environ.get("PATCHKIT_PROGRESS_AFTER", "")
+        try:
+            self.after: float | None = None if setting == "off" else float(setting or PROGRESS_AFTER)
+        except ValueError:
+            self.after = PROGRESS_AFTER
+        self._timer: threading.Timer | None = None
+        self._lock = threading.Lock()
+        self.update(message)
+
+    def _say(self, message: str) -> None:
+        with self._lock:
+            sys.stderr.write(f"patchkit: {one_line(message)}\n")
+            sys.stderr.flush()
+
+    def update(self, message: str) -> None:
+        self.stop()
+        if message and self.after is not None:
+            if self.after <= 0:
+                self._say(message)
+                return
+            self._timer = threading.Timer(self.after, self._say, (message,))
+            self._timer.daemon = True
+            self._timer.start()
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def __enter__(self) -> "PlainProgress":
+        return self
+
+    def __exit__(self, *_exc: Any) -> None:
+        self.stop()
+
+
 def busy(message: str, *, quiet: bool = False) -> ContextManager[Any]:
-    """A spinner on stderr while a long call runs, only on a terminal and when not ``quiet``."""
-    if quiet or not sys.stderr.isatty():
-        return contextlib.nullcontext()
+    """While a long call runs: a spinner on stderr on a terminal, plain progress lines off one
+    (:class:`PlainProgress`); nothing when ``quiet``. Its ``update(step)`` names the next step."""
+    if quiet:
+        return contextlib.nullcontext(_Quiet())
+    if not sys.stderr.isatty():
+        return PlainProgress(message)
     return stderr().status(message)
+
+
+class _Quiet:
+    def update(self, _message: str) -> None:
+        pass
 
 
 def print_json(data: Any) -> None:

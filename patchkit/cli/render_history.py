@@ -124,7 +124,15 @@ REBASE_STYLE = {
 
 @contextlib.contextmanager
 def rebase_progress(console: Any) -> Iterator[Callable[[str, int, int], None]]:
-    """A rich progress bar on stderr fed by ``patchkit.rebase``'s ``progress(what, done, total)``."""
+    """A rich progress bar on stderr fed by ``patchkit.rebase``'s ``progress(what, done, total)``;
+    off a terminal, plain progress lines (``render.PlainProgress``)."""
+    if not console.is_terminal:
+        from .render import PlainProgress
+
+        with PlainProgress("") as plain:
+            yield lambda what, done, total: plain.update(
+                f"rebasing {what}" + (f" ({done}/{total})" if total >= 0 else "") if what else "")
+        return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     with Progress(TextColumn("rebasing"), BarColumn(), MofNCompleteColumn(),
