@@ -51,3 +51,82 @@ def test_upstream_fetch_in_a_pipe_says_what_it_does(upstream_repo: UpstreamRepo)
     assert run.returncode == 0, run.stderr
     assert "patchkit: 0.5.21: sglang 0.5.21 already in the upstream repository" in run.stderr
     assert run.stdout.startswith("v0.5.21 ")
+
+
+# -- 8, 9, 11: one real 0.5.23 checkout with a fix applied --------------------------------------
+
+
+@pytest.mark.network
+def test_a_checkout_found_from_the_working_directory(catalog_tree: Path) -> None:
+    tree = catalog_tree
+    cat = ["--catalog", str(REPO)]
+    applied = pk(*cat, "apply", "dsv4-bf16-index-k", "--json", cwd=tree)
+    assert applied.returncode == 0, applied.stderr
+    # 11: the release the precondition read is the summary's, on a checkout too
+    assert json.loads(applied.stdout)["summary"]["sglang"] == "0.5.23"
+
+    # 8: log reads the target found from the working directory, as status does
+    log = pk(*cat, "log", "dsv4-bf16-index-k", cwd=tree)
+    assert log.returncode == 0, log.stderr
+    assert "applied v2 since" in log.stdout and f"applied on sglang={tree}" in log.stdout
+    # 8: verify without a name verifies every applied fix
+    verify = pk(*cat, "verify", "--json", cwd=tree)
+    assert verify.returncode == 0, verify.stderr
+    assert [(f["name"], f["outcome"]) for f in json.loads(verify.stdout)["fixes"]] == [
+        ("dsv4-bf16-index-k", "verified")]
+
+    # 9: rollback of a fix that is not applied converges: exit 0, nothing to do, nothing written
+    before = (tree / ".patchkit" / "state.json").read_bytes()
+    again = pk(*cat, "rollback", "dsv4-bf16-sizing", cwd=tree)
+    assert again.returncode == 0, again.stderr
+    assert "not-applied dsv4-bf16-sizing v2" in again.stdout and "nothing to do" in again.stdout
+    assert (tree / ".patchkit" / "state.json").read_bytes() == before
+    both = pk(*cat, "rollback", "dsv4-bf16-sizing", "dsv4-bf16-index-k", "--json", cwd=tree)
+    assert both.returncode == 0, both.stderr
+    assert [f["outcome"] for f in json.loads(both.stdout)["fixes"]] == ["not-applied", "rolled-back"]
+    nothing = pk(*cat, "verify", cwd=tree)
+    assert nothing.returncode == 0 and "no fix applied" in nothing.stderr, nothing.stderr
+
+    # 11: status --all names the fixes it leaves out for a root not given
+    status = pk(*cat, "status", "--all", cwd=tree)
+    assert status.returncode == 0, status.stderr
+    assert "prefill-hicache-off: root serve not given" in status.stderr
+
+
+# -- 10: a broken manifest is an error row, the others go on ------------------------------------
+
+
+def test_a_broken_manifest_is_an_error_row_naming_file_and_line(tmp_path: Path) -> None:
+    catalog = tmp_path / "catalog"
+    assert pk("init", str(catalog), "--no-git").returncode == 0
+    mine = (REPO / "manifests" / "dsv4-bf16-sizing.toml").read_text()
+    mine = mine.replace('name = "dsv4-bf16-sizing"', 'name = "mine"').replace(
+        "depends_on = [", "depends_on = [] #")
+    (catalog / "manifests" / "mine.toml").write_text(mine.replace("\nversion = 2\n", '\nversion = "two"\n'))
+    (catalog / "manifests" / "torn.toml").write_text('format = 1\nname = "torn"\ntitle = \n')
+    line = mine.splitlines().index("version = 2") + 1
+    cat = ["--catalog", str(catalog)]
+
+    listed = pk(*cat, "list")
+    assert listed.returncode == 0, listed.stderr
+    rows = {r.split("\t")[0]: r.split("\t") for r in listed.stdout.splitlines()}
+    assert rows["mine"][2] == "error"
+    assert rows["mine"][4].startswith(f"{catalog / 'manifests' / 'mine.toml'}:{line}: 'version'")
+    assert rows["torn"][4].startswith(f"{catalog / 'manifests' / 'torn.toml'}:3:")
+    assert rows["dsv4-bf16-index-k"][1] == "v2"  # the shipped fixes beside it go on
+    assert "2 manifest(s) could not be read" in listed.stderr
+    data = json.loads(pk(*cat, "list", "--json").stdout)
+    errors = {d["name"]: d["error"] for d in data if d.get("status") == "error"}
+    assert errors["mine"]["line"] == line and errors["torn"]["line"] == 3
+
+    tree = tmp_path / "sglang"
+    (tree / "python" / "sglang").mkdir(parents=True)
+    (tree / "python" / "sglang" / "__init__.py").write_text("")
+    (tree / "python" / "sglang" / "_version.py").write_text('__version__ = "0.5.23"\n')
+    status = pk(*cat, "status", "--all", "--target", str(tree))
+    assert status.returncode == 0, status.stderr
+    rows = {r.split("\t")[0]: r.split("\t") for r in status.stdout.splitlines()}
+    assert rows["mine"][1] == "error" and f"mine.toml:{line}:" in rows["mine"][4]
+    assert rows["dsv4-bf16-index-k"][1] == "not-applied"
+    assert pk(*cat, "status", "--target", str(tree), "--exit-code").returncode == 1
+    assert json.loads(pk(*cat, "status", "--target", str(tree), "--json").stdout)["broken"]

@@ -227,6 +227,8 @@ def render_fix_outcome(console: Any, fix: FixOutcome, *, show_diff: bool,
     line(console, [(f"{fix.outcome} ", style), (f"{fix.name}{version}", "bold")])
     if fix.drifted and fix.outcome == "already-applied":
         _drifted(console, fix)
+    if fix.outcome == "not-applied":  # a rollback of a fix with no record on the target
+        line(console, [("  nothing to do: the target has no record of it", "dim")])
     if fix.lost:  # the reinstall is the news, not the apply: say why it was applied again
         line(console, [("  re-applied: was lost: ", "yellow"), (fix.lost.split(". ")[0], "")])
     _commits(console, fix)
@@ -336,18 +338,42 @@ def render_status(console: Any, result: OpResult, *, verbose: bool = False) -> N
     notes = _recovered(result)
     if not rows:
         notes.append([(f"no fix applied or present on {result.target}", "")])
+    if verbose:  # --all: the fixes it could not look at, and why
+        notes += [[(f"{name}: ", "bold"), (f"root {', '.join(roots)} not given", "yellow"),
+                   (f" (--root {roots[0]}=PATH)", "dim")] for name, roots in result.left_out]
     for note in notes:
         line(PlainConsole(sys.stderr) if isinstance(console, PlainConsole) else console, note)
+    rows += [[b.name, "error", "", "", broken_detail(b)] for b in result.broken]
     if rows:
-        write_table(console, rows, ("fix", "bold"), ("state", STATE_STYLE), ("version", "right"),
+        write_table(console, rows, ("fix", "bold"), ("state", dict(STATE_STYLE, error="bold red")),
+                    ("version", "right"),
                     ("applied at", "dim"), ("files", ""), title=f"status of {result.target}")
 
 
-def render_fix_list(console: Any, fixes: Iterable[Any]) -> None:
-    """Plain: one line per fix (fix, version, status, base release, title)."""
+def render_fix_list(console: Any, fixes: Iterable[Any], broken: Iterable[Any] = ()) -> None:
+    """Plain: one line per fix (fix, version, status, base release, title); a fix whose
+    manifest cannot be read: (fix, "", error, "", FILE:LINE: message)."""
     rows = [[f.name, f"v{f.version}", f.status, f.upstream.base_release, f.title] for f in fixes]
+    rows += [[b.name, "", "error", "", broken_detail(b)] for b in broken]
     write_table(console, rows, ("fix", "bold"), ("version", "right"),
-                ("status", {"active": ""}), ("base", ""), ("title", ""))
+                ("status", {"active": "", "error": "bold red"}), ("base", ""), ("title", ""))
+
+
+def broken_detail(broken: Any) -> str:
+    """``FILE:LINE: what is wrong`` of a manifest that cannot be read (the message without
+    its own leading file name)."""
+    import re
+
+    said = re.sub(rf"^{re.escape(broken.file)}(:\d+)*:\s*", "", broken.message) if broken.file \
+        else broken.message
+    return f"{broken.where}: {said}" if broken.where else said
+
+
+def broken_note(broken: Any, as_json: bool) -> None:
+    """On stderr, off --json: how many manifests could not be read (the rows say which)."""
+    if broken and not as_json:
+        sys.stderr.write(f"error: {len(broken)} manifest(s) could not be read (their rows say why): "
+                         f"{', '.join(b.where for b in broken)}; fix them (docs/manifest.md)\n")
 
 
 def write_table(console: Any, rows: List[List[str]], *columns: Tuple[str, Any],

@@ -8,7 +8,7 @@ import importlib
 import os
 import signal
 import traceback
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from ..errors import InternalError, PatchkitError, TargetError, Terminated
 from . import faults
@@ -50,6 +50,7 @@ def run(request: Dict[str, Any]) -> Dict[str, Any]:
 
             result["installed"] = {name: {"dist": "sglang", "version": found.version}
                                    for name, found in installs(req.roots).items()}
+            result["release"] = _releases(req, result["installed"])
         result["ok"] = True
     except PatchkitError as err:
         result["error"] = err.to_dict()
@@ -64,6 +65,19 @@ def run(request: Dict[str, Any]) -> Dict[str, Any]:
             signal.signal(signal.SIGTERM, previous)
         close_worker()  # the process a regex or syntax check started, if any
     return result
+
+
+def _releases(req: Any, installed: Dict[str, Any]) -> Dict[str, Optional[str]]:
+    """The SGLang release of the ``sglang`` root, as the release precondition reads it (its
+    installed wheel's version, else the version file or the release tag of HEAD)."""
+    from .auto import detect_release
+
+    out: Dict[str, Optional[str]] = {}
+    for root in req.roots:
+        if root.name == "sglang":
+            out[root.name] = (installed.get(root.name) or {}).get("version") \
+                or detect_release(root, git=req.git)[0]
+    return out
 
 
 _MODULES = {"apply": ".apply", "rollback": ".rollback", "status": ".observe", "verify": ".observe"}
