@@ -3,7 +3,6 @@ entry point (``python -m patchkit``): exit codes and output as a user sees them 
 
 from __future__ import annotations
 
-import io
 import json
 import subprocess
 import sys
