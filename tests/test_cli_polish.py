@@ -129,3 +129,39 @@ def test_a_broken_manifest_is_an_error_row_naming_file_and_line(tmp_path: Path) 
     assert rows["dsv4-bf16-index-k"][1] == "not-applied"
     assert pk(*cat, "status", "--target", str(tree), "--exit-code").returncode == 1
     assert json.loads(pk(*cat, "status", "--target", str(tree), "--json").stdout)["broken"]
+
+
+# -- 12: a fix left unfinished by `new` is said so ----------------------------------------------
+
+
+def test_new_list_and_export_warn_of_a_placeholder_rationale_and_no_verification(tmp_path: Path) -> None:
+    catalog = tmp_path / "catalog"
+    assert pk("init", str(catalog)).returncode == 0
+    src = tmp_path / "src"
+    (src / "python" / "sglang").mkdir(parents=True)
+    (src / "python" / "sglang" / "x.py").write_text("one = 1\n")
+    subprocess.run(["git", "init", "-q"], cwd=src, check=True)
+    subprocess.run(["git", "add", "."], cwd=src, check=True)
+    subprocess.run(["git", "commit", "-qm", "base"], cwd=src, check=True)
+    (src / "python" / "sglang" / "x.py").write_text("one = 11\n")
+    cat = ["--catalog", str(catalog)]
+
+    made = pk(*cat, "new", "myfix", "--from", str(src), "--base-release", "0.5.23")
+    assert made.returncode == 0, made.stderr
+    warned = [line for line in made.stderr.splitlines() if line.startswith("warning: myfix: ")]
+    assert len(warned) == 2, made.stderr
+    assert "placeholder" in warned[0] and "no [[verification]]" in warned[1]
+    listed = pk(*cat, "list")
+    assert listed.returncode == 0
+    assert sum(line.startswith("warning: myfix: ") for line in listed.stderr.splitlines()) == 2
+    assert not any("dsv4" in line for line in listed.stderr.splitlines())  # finished fixes: quiet
+    data = {f["name"]: f for f in json.loads(pk(*cat, "list", "--json").stdout)}
+    assert len(data["myfix"]["warnings"]) == 2 and data["dsv4-bf16-sizing"]["warnings"] == []
+    exported = pk(*cat, "export", "myfix", "--format", "mbox", "-o", str(tmp_path / "out"))
+    assert exported.returncode == 0, exported.stderr
+    assert "warning: myfix: its rationale is still the placeholder" in exported.stderr
+
+    written = pk(*cat, "new", "second", "--from", str(src), "--base-release", "0.5.23",
+                 "--rationale", "x.py said one; it is eleven (issue 1).")
+    assert written.returncode == 0
+    assert [line for line in written.stderr.splitlines() if "placeholder" in line] == []

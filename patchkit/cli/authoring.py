@@ -9,11 +9,14 @@ from typing import Any, Callable, Tuple
 import click
 
 from .. import authoring
+from ..catalog.edit import unfinished
 from . import render
 from .common import State, command
 
 
-def _report(result: authoring.AuthoringResult, as_json: bool, verb: str) -> None:
+def _report(result: authoring.AuthoringResult, as_json: bool, verb: str,
+            warnings: list[str] | None = None) -> None:
+    warnings = warnings or []
     if as_json:
         render.print_json({
             "name": result.name,
@@ -28,8 +31,10 @@ def _report(result: authoring.AuthoringResult, as_json: bool, verb: str) -> None
             "applied": [{"path": path, "fix": fix} for path, fix in result.applied],
             "renamed": [{"from": old, "to": new} for old, new in result.renamed],
             "commit": result.commit,
+            "warnings": warnings,
         })
         return
+    render.warn(warnings)
     say = _sayer()
     if not result.changed:
         say(f"{result.name} v{result.version} is unchanged: the series already matches the checkout")
@@ -111,9 +116,10 @@ def new(state: State, fix: str, paths: tuple[str, ...], src: str, no_commit: boo
         as_json: bool, **options: Any) -> int:
     """Capture the uncommitted changes of a checkout (or of PATHS in it, or the commits of a
     range) as a new FIX."""
-    result = authoring.new_fix(state.catalog(), fix, Path(src), paths=paths,
+    catalog = state.catalog()
+    result = authoring.new_fix(catalog, fix, Path(src), paths=paths,
                                commit=not no_commit, dry_run=dry_run, **options)
-    _report(result, as_json, "created")
+    _report(result, as_json, "created", None if dry_run else unfinished(catalog.get(fix)))
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from . import render
+from ..catalog.edit import unfinished
 from ..catalog.series import parse_patch
 from .common import State, command
 
@@ -16,9 +17,12 @@ def list_fixes(state: State, as_json: bool, show_all: bool) -> int:
     readable, broken = state.catalog().readable()
     fixes = [f for f in readable if show_all or f.status == "active"]
     data = [{"name": f.name, "version": f.version, "status": f.status, "title": f.title,
-             "base_release": f.upstream.base_release, "depends_on": list(f.depends_on)} for f in fixes]
+             "base_release": f.upstream.base_release, "depends_on": list(f.depends_on),
+             "warnings": unfinished(f)} for f in fixes]
     data += [b.to_json() for b in broken]
     render.emit(as_json, data, lambda out: render.render_fix_list(out, fixes, broken))
+    if not as_json:
+        render.warn(w for f in fixes for w in unfinished(f))
     render.broken_note(broken, as_json)
     return 0
 

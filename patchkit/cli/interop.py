@@ -82,11 +82,17 @@ def import_(state: State, src: str | None, commits: str | None, mbox_path: str |
 def export(state: State, fixes: tuple[str, ...], fmt: str, out: str, as_json: bool) -> int:
     """Write FIX... as an mbox `git am` applies, a quilt series `quilt push -a` applies, or
     DEP-3 headed patches."""
-    result = exporter.export(state.catalog(), fixes, fmt, Path(out))
+    from ..catalog.edit import unfinished
+
+    catalog = state.catalog()
+    result = exporter.export(catalog, fixes, fmt, Path(out))
+    warnings = [w for name in result.fixes for w in unfinished(catalog.get(name))]
     if as_json:
         render.print_json({"format": result.format, "fixes": result.fixes,
-                           "files": [str(f) for f in result.files], "notes": result.notes})
+                           "files": [str(f) for f in result.files], "notes": result.notes,
+                           "warnings": warnings})
         return 0
+    render.warn(warnings)
     say = _sayer()
     say(f"exported {', '.join(result.fixes)} as {fmt}")
     for f in result.files:

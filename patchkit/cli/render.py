@@ -369,6 +369,12 @@ def broken_detail(broken: Any) -> str:
     return f"{broken.where}: {said}" if broken.where else said
 
 
+def warn(warnings: Iterable[str]) -> None:
+    """``warning: ...`` lines on stderr: what is worth fixing but stops nothing."""
+    for text in warnings:
+        sys.stderr.write(f"warning: {one_line(text)}\n")
+
+
 def broken_note(broken: Any, as_json: bool) -> None:
     """On stderr, off --json: how many manifests could not be read (the rows say which)."""
     if broken and not as_json:
