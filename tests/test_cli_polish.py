@@ -165,3 +165,63 @@ def test_new_list_and_export_warn_of_a_placeholder_rationale_and_no_verification
                  "--rationale", "x.py said one; it is eleven (issue 1).")
     assert written.returncode == 0
     assert [line for line in written.stderr.splitlines() if "placeholder" in line] == []
+
+
+# -- 15: help and options -----------------------------------------------------------------------
+
+
+def test_ssh_options_in_patchkit_toml_take_the_form_ssh_option_takes(tmp_path: Path) -> None:
+    from patchkit.catalog.config import load_config
+    from patchkit.errors import ManifestError
+    from patchkit.targets import resolve_target
+
+    config = tmp_path / "patchkit.toml"
+    config.write_text('[targets.gpu]\nhost = "gpu1"\npath = "/srv"\n'
+                      'ssh_options = ["ProxyJump=bastion", "IdentityFile ~/.ssh/k"]\n')
+    named = resolve_target("gpu", (), config=load_config(config))
+    assert named.spec.options == ("-o", "ProxyJump=bastion", "-o", "IdentityFile ~/.ssh/k")
+    config.write_text('[targets.gpu]\nhost = "gpu1"\npath = "/srv"\nssh_options = ["-i", "/k"]\n')
+    with pytest.raises(ManifestError) as raw:
+        load_config(config)
+    assert str(config) in raw.value.message and "IdentityFile=" in raw.value.message
+
+
+def test_help_is_whole_and_says_what_each_option_does() -> None:
+    import click
+
+    from patchkit.cli.main import COMMAND_MODULES, cli
+
+    top = pk("--help")
+    assert top.returncode == 0
+    listed = top.stdout.split("Commands:")[1].replace("FIX...", "FIX")
+    assert "..." not in listed, top.stdout
+    ctx = click.Context(cli)
+    writers = []
+    for name in COMMAND_MODULES:
+        cmd = cli.get_command(ctx, name)
+        commands = ([cmd.get_command(ctx, sub) for sub in cmd.list_commands(ctx)]
+                    if isinstance(cmd, click.Group) else [cmd])
+        for c in commands:
+            opts = {o: p for p in c.params for o in getattr(p, "opts", ())}
+            if "--dry-run" in opts:
+                assert "-n" in opts["--dry-run"].opts, c.name  # every dry run is -n too
+                writers.append(c.name if c is cmd else f"{name} {c.name}")
+            if "--python" in opts:
+                assert "verify with" not in (opts["--python"].help or ""), c.name
+    readme = " ".join((REPO / "README.md").read_text().split())
+    said = readme[readme.index("`--dry-run` (`-n`)"):][:300]
+    for name in writers:
+        assert f"`{name.replace('upstream check', 'upstream check --mark')}`" in said, (name, said)
+    rebase = pk("rebase", "--help").stdout
+    assert "(0.5.23)" not in rebase and "no default" in " ".join(rebase.split())
+
+
+def test_catalog_may_follow_the_command(tmp_path: Path) -> None:
+    catalog = tmp_path / "catalog"
+    assert pk("init", str(catalog), "--no-git").returncode == 0
+    (catalog / "patchkit.toml").write_text("shipped_fixes = false\n")
+    after = pk("list", "--catalog", str(catalog), "--json")
+    assert after.returncode == 0, after.stderr
+    assert json.loads(after.stdout) == []
+    both = pk("--catalog", str(REPO), "list", "--catalog", str(catalog), "--json")
+    assert json.loads(both.stdout) == []  # the one after the command wins

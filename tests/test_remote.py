@@ -292,7 +292,7 @@ def test_ssh_options_and_program_reach_url_and_named_targets(tmp_path: Path) -> 
     assert url.spec.program == "/bin/ssh-x" and url.roots == {"sglang": "/srv/sglang", "serve": "/root"}
 
     config = tmp_path / "patchkit.toml"
-    config.write_text('[targets.gpu]\nhost = "gpu1"\npath = "/srv"\nssh_options = ["-o", "Port=22"]\n'
+    config.write_text('[targets.gpu]\nhost = "gpu1"\npath = "/srv"\nssh_options = ["Port=22"]\n'
                       'ssh_program = "/bin/named-ssh"\n')
     named = resolve_target("gpu", (), config=load_config(config), ssh_options=["Port=2200"])
     assert named.spec.options == ("-o", "Port=2200", "-o", "Port=22")  # ssh keeps the first

@@ -100,7 +100,7 @@ def _capture(what: str, *options: Callable) -> Tuple[Callable, ...]:
             click.option("--include-applied", is_flag=True,
                          help="Also take changed files that applied fixes wrote (left out by default: "
                               "the checkout's .patchkit/state.json names them)."),
-            click.option("--dry-run", is_flag=True, help="Say what would be written; write nothing."))
+            click.option("--dry-run", "-n", is_flag=True, help="Say what would be written; write nothing."))
 
 
 @command("new", *_capture(

@@ -28,7 +28,7 @@ from .common import State, command
     click.option("--target", "tree", type=click.Path(exists=True, file_okay=False), help="The release tree the patches apply to, to read the release from."),
     click.option("--root", help="The target root the patches' paths belong to (default: a Patchkit-Root header's, else sglang)."),
     click.option("--no-commit", is_flag=True, help="Do not commit the fixes to the catalog's git repository."),
-    click.option("--dry-run", is_flag=True, help="Say what would be written; write nothing."),
+    click.option("--dry-run", "-n", is_flag=True, help="Say what would be written; write nothing."),
 )
 def import_(state: State, src: str | None, commits: str | None, mbox_path: str | None,
             split: bool, quilt_dir: str | None, strip: int, one: bool, name: str | None,
