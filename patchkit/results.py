@@ -53,6 +53,7 @@ class FileChange:
     after_sha256: str | None
     hunks: tuple[HunkPlacement, ...]
     diff: str
+    where: str = ""  # root:path as the file lies in its root (an installed package's sglang/...)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "FileChange":
@@ -60,7 +61,8 @@ class FileChange:
                    op=str(d.get("op", "modify")), before_sha256=d.get("before_sha256"),
                    after_sha256=d.get("after_sha256"),
                    hunks=tuple(HunkPlacement.from_dict(h) for h in d.get("hunks") or ()),
-                   diff=str(d.get("diff") or ""))
+                   diff=str(d.get("diff") or ""),
+                   where=str(d.get("where") or f"{d.get('root', '')}:{d.get('path', '')}"))
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,11 @@ PLACEHOLDER = "Replace this:"
 
 def unfinished(fix: Any) -> list[str]:
     """What a fix still lacks that `new` leaves to its author: a rationale of its own, and a
-    verification proving it is in place (docs/authoring.md); warnings, never errors."""
-    out = []
+    verification proving it is in place (docs/authoring.md); warnings, never errors. Only of an
+    active fix: a dead, superseded or upstreamed one is history, not work to finish."""
+    out: list[str] = []
+    if fix.status != "active":
+        return out
     if fix.rationale.strip().startswith(PLACEHOLDER):
         out.append(f"{fix.name}: its rationale is still the placeholder ({fix.manifest_path}: "
                    "say what was wrong, what the fix does and the evidence)")

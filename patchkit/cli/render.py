@@ -238,7 +238,7 @@ def render_fix_outcome(console: Any, fix: FixOutcome, *, show_diff: bool,
         line(console, [("  ", ""), (_files_summary(fix.files), ""), ("  (-v lists them)", "dim")])
     for f in fix.files:
         if rows:
-            row: Segments = [(f"  {op_mark.get(f.op, f.op)} ", ""), (f"{f.root}:{f.path}", "bold")]
+            row: Segments = [(f"  {op_mark.get(f.op, f.op)} ", ""), (f.where or f"{f.root}:{f.path}", "bold")]
             if not all_checks and f.hunks:
                 row.append((f"  {_hunk_summary(f)}", "dim"))
             line(console, row)
