@@ -212,6 +212,7 @@ def test_help_is_whole_and_says_what_each_option_does() -> None:
     said = readme[readme.index("`--dry-run` (`-n`)"):][:300]
     for name in writers:
         assert f"`{name.replace('upstream check', 'upstream check --mark')}`" in said, (name, said)
+    assert "seed" not in top.stdout and "seed" not in pk("demo", "--help").stdout  # item 14
     rebase = pk("rebase", "--help").stdout
     assert "(0.5.23)" not in rebase and "no default" in " ".join(rebase.split())
 
