@@ -54,7 +54,7 @@ class BrokenFix:
     message: str
 
     @classmethod
-    def of(cls, name: str, err: ManifestError) -> "BrokenFix":
+    def of(cls, name: str, err: ManifestError | PatchFormatError) -> "BrokenFix":
         details = getattr(err, "details", None) or {}
         file = str(details.get("file") or "")
         line = details.get("line")
