@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Sequence
 
 from .catalog import Catalog
@@ -41,15 +42,29 @@ def rollback(catalog: Catalog, target: Target, names: Sequence[str], *, dry_run:
                 force=force, lock_timeout=lock_timeout)
 
 
-def verify(catalog: Catalog, target: Target, names: Sequence[str], *,
+#: ``status`` states of a fix the target records as applied (some version of it).
+RECORDED = ("applied", "drifted", "outdated", "lost")
+
+
+def verify(catalog: Catalog, target: Target, names: Sequence[str] = (), *,
            lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> OpResult:
-    """Run the verification of applied fixes again; writes nothing."""
+    """Run the verification of applied fixes again; writes nothing. No ``names``: every fix
+    the target records as applied (its ``status`` first); none applied: a result without fixes."""
+    if not names:
+        found = status(catalog, target, lock_timeout=lock_timeout)
+        known = set(catalog.names())
+        names = [s.name for s in found.status if s.state in RECORDED and s.name in known]
     return _run(catalog, target, [catalog.get(n) for n in names], "verify", lock_timeout=lock_timeout)
 
 
 def status(catalog: Catalog, target: Target, *,
            lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> OpResult:
     """What is applied, at which version, and whether any patched file drifted; a fix using a
-    root the target lacks is left out."""
-    fixes = [f for f in catalog.all() if set(f.roots) <= set(target.roots)]
-    return _run(catalog, target, fixes, "status", lock_timeout=lock_timeout)
+    root the target lacks is left out (``left_out`` names it and the roots); a fix whose
+    manifest cannot be read is in ``broken`` (file, line, message)."""
+    readable, broken = catalog.readable()  # a broken manifest is an error row, not the end
+    fixes = [f for f in readable if set(f.roots) <= set(target.roots)]
+    left_out = tuple((f.name, tuple(r for r in f.roots if r not in target.roots))
+                     for f in readable if not set(f.roots) <= set(target.roots))
+    result = _run(catalog, target, fixes, "status", lock_timeout=lock_timeout)
+    return dataclasses.replace(result, left_out=left_out, broken=tuple(broken))

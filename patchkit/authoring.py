@@ -9,6 +9,7 @@ import contextlib
 import dataclasses
 import datetime as _dt
 import itertools
+import json
 import os
 import re
 import shutil
@@ -24,6 +25,7 @@ from .catalog import Catalog
 from .catalog.manifest import AUTHOR_RE
 from .engine.auto import detect_release
 from .engine.paths import Root, detect_layout
+from .engine.store import last_writers
 from .errors import InternalError, PatchFormatError, TargetError, UsageError
 
 
@@ -49,6 +51,8 @@ class AuthoringResult:
     commit: str | None = None  # the catalog commit recording the change, when one was made
     dry_run: bool = False  # nothing was written: what would be
     renamed: tuple[tuple[str, str], ...] = ()  # series files renamed (old, new)
+    # changed files of the checkout left out because an applied fix wrote them: (path, fix)
+    applied: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -168,6 +172,38 @@ def capture(src: Path, paths: Sequence[str] = ()) -> list[CapturedFile]:
     return out
 
 
+def applied_owners(src: Path, root: str, *, but: str | None = None) -> dict[str, str]:
+    """path -> the applied fix (other than ``but``) that last wrote it in the checkout ``src``, as
+    its own record says (``.patchkit/state.json``, docs/state.md): changes patchkit made there,
+    not the author's. Only the files of root ``root``; nothing when the checkout has no record."""
+    path = Path(src) / ".patchkit" / "state.json"
+    if not path.is_file():
+        return {}
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+        writers = last_writers(state)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise UsageError(f"cannot read the checkout's record {path} ({exc}): it says which files "
+                         "applied fixes wrote, which a capture leaves out. Repair it (`patchkit "
+                         f"status --target {src}` names the problem) or pass --include-applied",
+                         path=str(path)) from None
+    return {p: w["fix"] for (r, p), w in writers.items() if r == root and w["fix"] != but}
+
+
+def _leave_applied(files: list[CapturedFile], owners: dict[str, str], src: Path,
+                   name: str) -> tuple[list[CapturedFile], tuple[tuple[str, str], ...]]:
+    """``files`` without those applied fixes wrote, and those left out (path, fix)."""
+    kept = [f for f in files if f.path not in owners]
+    left = tuple((f.path, owners[f.path]) for f in files if f.path in owners)
+    if left and not kept:
+        fixes = ", ".join(sorted({fix for _p, fix in left}))
+        raise UsageError(f"nothing to capture for {name!r}: every changed file of {src} was "
+                         f"written by an applied fix ({fixes}; recorded in .patchkit/state.json): "
+                         f"{', '.join(p for p, _f in left)}. Edit other files, roll those fixes "
+                         "back, or pass --include-applied to take them", path=str(src), fix=name)
+    return kept, left
+
+
 def _checkout(src: Path | str, advice: str) -> Path:
     if not gitrepo.is_git_repo(src):
         raise UsageError(f"{src} is not the top of a git checkout; {advice}", path=str(src))
@@ -247,13 +283,14 @@ def new_fix(catalog: Catalog, name: str, src: Path, *, root: str = "sglang",
             paths: Sequence[str] = (), title: str | None = None, rationale: str = "",
             base_release: str | None = None, date: str | None = None,
             commits: str | None = None, commit: bool = True, author: str | None = None,
-            dry_run: bool = False) -> AuthoringResult:
+            dry_run: bool = False, include_applied: bool = False) -> AuthoringResult:
     """Capture a checkout's uncommitted changes (of ``paths``) as version 1 of a new fix, one
     patch titled ``title`` (default: the name); or with ``commits`` (``A..B``) a patch per
     commit, title and rationale defaulting to the first one's, based on the release at A; its
     trailers (Bug:, Reviewed-by:, ...) become manifest fields as ``patchkit import`` maps them.
     ``author`` (the manifest's, and the From of the series) defaults to the first commit's
-    author, else the catalog repository's git user."""
+    author, else the catalog repository's git user. Uncommitted changes an applied fix wrote
+    (the checkout's ``.patchkit/state.json``) are left out, unless ``include_applied``."""
     catalog.check_writable(f"create the fix {name!r}")
     manifest_path = catalog.manifests_dir / f"{name}.toml"
     patch_dir = catalog.patches_dir / name
@@ -265,6 +302,7 @@ def new_fix(catalog: Catalog, name: str, src: Path, *, root: str = "sglang",
                          "it, e.g. \"Ada Lovelace <ada@example.org>\")", fix=name)
     src = Path(src)
     ignored: tuple[str, ...] = ()
+    applied: tuple[tuple[str, str], ...] = ()
     upstream: dict[str, str] = {}
     headers: list[tuple[str, str]] = []
     if commits is not None:
@@ -283,12 +321,15 @@ def new_fix(catalog: Catalog, name: str, src: Path, *, root: str = "sglang",
         where = f"{src} at the parent of {first[:12]}"
     else:
         files = capture(src, paths)
+        if not include_applied:
+            files, applied = _leave_applied(files, applied_owners(src, root), src, name)
         title = title or name
         author = author or catalog_identity(catalog) or ""
         captured = [(_Header(title, rationale, author or PLACEHOLDER_AUTHOR), files)]
         release = base_release or release_of(src)
         where = str(src)
-        ignored = tuple(gitrepo.unclaimed_files(src, [f.path for f in files]))
+        ignored = tuple(gitrepo.unclaimed_files(src, [f.path for f in files]
+                                                + [p for p, _f in applied]))
     if release is None:
         raise UsageError(f"cannot tell which SGLang release {where} is (no sglang/_version.py, "
                          "no release tag at HEAD); pass --base-release VERSION", path=str(src))
@@ -299,7 +340,8 @@ def new_fix(catalog: Catalog, name: str, src: Path, *, root: str = "sglang",
                                       author=author or "", upstream=upstream, headers=headers)
     touched = tuple(dict.fromkeys(f.path for _h, files in captured for f in files))
     result = AuthoringResult(name, 1, manifest_path, tuple(patch_dir / f for f in texts),
-                             touched, release, changed=True, ignored=ignored, dry_run=dry_run)
+                             touched, release, changed=True, ignored=ignored, dry_run=dry_run,
+                             applied=applied)
     if dry_run:
         return result
     catalog.manifests_dir.mkdir(parents=True, exist_ok=True)
@@ -354,9 +396,10 @@ def _write_new(path: Path, text: str) -> None:
 
 def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] = (),
                 summary: str | None = None, squash: bool = False, date: str | None = None,
-                commit: bool = True, dry_run: bool = False) -> AuthoringResult:
+                commit: bool = True, dry_run: bool = False,
+                include_applied: bool = False) -> AuthoringResult:
     """Rewrite a fix's series from the checkout and bump its version; nothing is written when
-    nothing changed. Each patch keeps its files, new ones (``paths``) go to the last; two
+    nothing changed. Files another applied fix wrote are left out, as in :func:`new_fix`. Each patch keeps its files, new ones (``paths``) go to the last; two
     patches touching one file need ``squash``. A one-patch series takes the fix's title as its
     Subject (and file name, when that was made from the old Subject)."""
     catalog.check_writable(f"refresh {name!r}")
@@ -373,7 +416,14 @@ def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] 
                     path=record["path"])
             owner.setdefault(record["path"], index)
     files = capture(src, tuple(sorted(set(owner) | set(paths))))
-    ignored = tuple(gitrepo.unclaimed_files(src, [f.path for f in files]))
+    applied: tuple[tuple[str, str], ...] = ()
+    if not include_applied:
+        owners: dict[str, str] = {}
+        for root in dict.fromkeys(ref.root for ref in fix.patches):
+            owners.update(applied_owners(src, root, but=name))
+        files, applied = _leave_applied(files, owners, src, name)
+    ignored = tuple(gitrepo.unclaimed_files(src, [f.path for f in files]
+                                            + [p for p, _f in applied]))
     groups: list[list[CapturedFile]] = [[] for _ in fix.patches]
     for f in files:
         index = 0 if squash else owner.get(f.path, len(fix.patches) - 1)
@@ -404,7 +454,7 @@ def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] 
     version = fix.version + 1 if changed else fix.version
     result = AuthoringResult(name, version, fix.manifest_path, tuple(targets[r] for r in texts),
                              tuple(f.path for f in files), release, changed=changed,
-                             ignored=ignored, dry_run=dry_run, renamed=renamed)
+                             ignored=ignored, dry_run=dry_run, renamed=renamed, applied=applied)
     if dry_run or not changed:
         return result
     dropped = [r for r in fix.patches if r not in texts]

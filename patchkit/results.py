@@ -53,6 +53,7 @@ class FileChange:
     after_sha256: str | None
     hunks: tuple[HunkPlacement, ...]
     diff: str
+    where: str = ""  # root:path as the file lies in its root (an installed package's sglang/...)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "FileChange":
@@ -60,7 +61,8 @@ class FileChange:
                    op=str(d.get("op", "modify")), before_sha256=d.get("before_sha256"),
                    after_sha256=d.get("after_sha256"),
                    hunks=tuple(HunkPlacement.from_dict(h) for h in d.get("hunks") or ()),
-                   diff=str(d.get("diff") or ""))
+                   diff=str(d.get("diff") or ""),
+                   where=str(d.get("where") or f"{d.get('root', '')}:{d.get('path', '')}"))
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,9 @@ class OpResult:
     recovered: tuple[Mapping[str, Any], ...]
     status: tuple[FixState, ...]
     raw: Mapping[str, Any]
+    # status: fixes not looked at, each with the roots of it the target was not given
+    left_out: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    broken: tuple[Any, ...] = ()  # status: catalog.BrokenFix of each manifest that cannot be read
 
     @classmethod
     def from_engine(cls, raw: Mapping[str, Any], target: str) -> "OpResult":
@@ -135,6 +140,10 @@ class OpResult:
 
     def to_json(self) -> dict[str, Any]:
         out = dict(self.raw, target=self.target)
+        if self.op == "status":
+            out["left_out"] = [{"name": name, "missing_roots": list(roots)}
+                               for name, roots in self.left_out]
+            out["broken"] = [b.to_json() for b in self.broken]
         if self.op in ("apply", "status") and self.ok and not self.dry_run:
             out["summary"] = self.summary()
         return out
@@ -149,7 +158,8 @@ class OpResult:
         else:
             fixes = {s.name: s.version for s in self.status if s.state in ("applied", "outdated")}
         installed = (self.raw.get("installed") or {}).get("sglang") or {}
-        return {"sglang": installed.get("version"), "fixes": fixes}
+        release = (self.raw.get("release") or {}).get("sglang")  # a checkout's, as a precondition reads it
+        return {"sglang": installed.get("version") or release, "fixes": fixes}
 
 
 def check_result(raw: Mapping[str, Any], target: str) -> OpResult:

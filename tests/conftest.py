@@ -45,6 +45,8 @@ def hermetic_seal(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     monkeypatch.setenv("GIT_EDITOR", "false")
     monkeypatch.delenv("PATCHKIT_FAULT", raising=False)
     monkeypatch.delenv("PATCHKIT_DEBUG", raising=False)
+    # no plain progress lines on the stderr tests read (they would depend on the machine's speed)
+    monkeypatch.setenv("PATCHKIT_PROGRESS_AFTER", "off")
     (home / ".gitconfig").write_text("[init]\n\tdefaultBranch = main\n")
     for name in [n for n in os.environ if n.startswith("ANSIBLE_")]:
         monkeypatch.delenv(name)

@@ -76,12 +76,14 @@ def test_demo_deploys_the_seed_fixes_to_a_fork_of_the_real_release(
     for name in FORK_COMMITS:
         assert f"{name}" in out[positions[0]:positions[1]]
     assert "done: roll back with `patchkit rollback" in out
+    # each step's target reads as the command it shows prints it (issue 25, item 14)
+    fork, serve = workdir / "sglang-dsv4", workdir / "serve"
+    assert f"apply on sglang={fork}, serve={serve}" in out and "(+ serve=" not in out
     # The release came from the session's upstream directory, not from the registry.
     # (the session's wheels live elsewhere; a download would have made <upstream>/wheels).
     assert not (catalog_upstream.path / "wheels").exists()
     assert catalog_upstream.versions() == versions and CATALOG_RELEASE in versions
 
-    fork, serve = workdir / "sglang-dsv4", workdir / "serve"
     log = subprocess.run(["git", "log", "--format=%s", f"v{CATALOG_RELEASE}..HEAD"], cwd=fork,
                          capture_output=True, text=True, check=True).stdout.splitlines()
     catalog = Catalog(REPO)

@@ -208,4 +208,5 @@ def test_the_piped_fleet_matrix_gives_a_version_only_where_a_host_runs_one() -> 
     render_matrix(PlainConsole(out), status_cells(survey))
     assert out.getvalue().splitlines() == [
         "h1\ta\tapplied\tv2", "h1\tb\tnot-applied\t", "h1\tc\tpresent-unrecorded\t",
-        "h2\ta\tunreachable\t", "h2\tb\tunreachable\t", "h2\tc\tunreachable\t"]
+        "h2\ta\tunreachable\t\tno route", "h2\tb\tunreachable\t\tno route",
+        "h2\tc\tunreachable\t\tno route"]

@@ -122,7 +122,8 @@ def test_a_file_modified_outside_patchkit_is_refused_by_name(
     with pytest.raises(PreconditionFailed) as exc:
         api.apply(catalog, target, ["dsv4-bf16-index-k"])
     failed = [f for f in exc.value.details["failures"] if f["kind"] == "record-clean"]
-    assert [f["where"] for f in failed] == [f"sglang:python/{POOL}"]
+    # named as the file lies in site-packages, not by the patch's python/sglang/... (issue 25, 11)
+    assert [f["where"] for f in failed] == [f"sglang:{POOL}"]
     assert "modified outside patchkit" in failed[0]["detail"]
     assert edited in failed[0]["detail"] and record_hashes(site)[POOL] in failed[0]["detail"]
     assert f"sglang {CATALOG_RELEASE}" in failed[0]["detail"]
@@ -140,7 +141,8 @@ def test_the_cli_refuses_the_edited_file_with_exit_1(target: LocalTarget, site: 
          "--target", f"python:{venv / 'bin' / 'python'}"],
         capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300)
     assert proc.returncode == 1, (proc.stdout, proc.stderr)
-    assert f"python/{POOL}" in proc.stderr and "modified outside patchkit" in proc.stderr
+    assert f"sglang:{POOL}" in proc.stderr and "modified outside patchkit" in proc.stderr
+    assert "python/sglang/" not in proc.stderr
 
 
 def test_seed_fixes_apply_to_the_installed_release_verify_and_roll_back_to_record(
@@ -154,6 +156,11 @@ def test_seed_fixes_apply_to_the_installed_release_verify_and_roll_back_to_recor
     touched = {(f.root, f.path) for fix in result.fixes for f in fix.files}
     assert {p for r, p in touched if r == "sglang"} == {f"python/{POOL}", f"python/{CONFIGURATOR}",
                                                         "python/sglang/srt/environ.py"}
+    # what the output names: each file as it lies in site-packages (issue 25, item 11)
+    assert {f.where for fix in result.fixes for f in fix.files if f.root == "sglang"} == {
+        f"sglang:{POOL}", f"sglang:{CONFIGURATOR}", "sglang:sglang/srt/environ.py"}
+    assert not [c.name for fix in result.fixes for c in fix.verification + fix.preconditions
+                if "sglang:python/sglang/" in f"{c.name} {c.detail}"]
     for fix in result.fixes:  # the RECORD proof ran for every installed file, and held
         proofs = [c for c in fix.preconditions if c.kind == "record-clean"]
         assert len(proofs) == len([f for f in fix.files if f.root == "sglang"])
@@ -395,7 +402,7 @@ def test_the_record_proof_runs_on_the_host_of_a_remote_target(
     with pytest.raises(PreconditionFailed) as exc:
         api.apply(catalog, target, ["dsv4-bf16-sizing"])
     failed = [f for f in exc.value.details["failures"] if f["kind"] == "record-clean"]
-    assert [f["where"] for f in failed] == [f"sglang:python/{CONFIGURATOR}"]
+    assert [f["where"] for f in failed] == [f"sglang:{CONFIGURATOR}"]
     assert "modified outside patchkit" in failed[0]["detail"]
 
 

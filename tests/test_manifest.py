@@ -113,7 +113,7 @@ def test_config_targets_local_and_remote() -> None:
                                "serve": str(base / "trees/serve")}
     assert gpu.is_remote and gpu.host == "gpu1.example.com" and gpu.port == 2222
     assert gpu.path == "/opt/sglang" and gpu.user == "deploy"
-    assert gpu.ssh_options == ("-o", "ConnectTimeout=5") and gpu.ssh_program == "ssh"
+    assert gpu.ssh_options == ("ConnectTimeout=5",) and gpu.ssh_program == "ssh"
     assert gpu.python == "/opt/venv/bin/python"
     assert gpu.roots == {"serve": "/etc/sglang-serve"}  # remote paths are the host's
 

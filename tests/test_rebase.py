@@ -584,7 +584,8 @@ def _rows(stdout: str, fix: str) -> list[list[str]]:
     rows = []
     for line in stdout.splitlines():
         cells = [c.strip() for c in line.replace("┃", "│").split("│")]
-        cells = [c for c in cells if c != ""] if "│" in line else line.split()
+        cells = ([c for c in cells if c != ""] if "│" in line
+                 else line.split("\t") if "\t" in line else line.split())
         if cells and cells[0] == fix:
             rows.append(cells)
     return rows
@@ -605,6 +606,10 @@ def test_a_skipped_fix_shows_skipped_not_conflict(world, monkeypatch) -> None:
     assert clash[4].startswith("conflict: three-way merge conflicts")
     (shift,) = _rows(res.stdout, "shift")
     assert shift[3] == "offset"
+    # piped: plain tab-separated lines as every command writes them, no box table (issue 25, 13)
+    assert not any(c in res.stdout for c in "│┃━─┏┡└")
+    table = [line for line in res.stdout.splitlines() if line.startswith(("clash\t", "shift\t"))]
+    assert len(table) == 2 and all(line.count("\t") == 4 for line in table), res.stdout
 
 
 def test_bare_rebase_while_stopped_says_where_and_what_to_do(world, monkeypatch) -> None:

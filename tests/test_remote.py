@@ -250,7 +250,7 @@ def test_cli_output_is_the_same_for_local_and_remote_with_one_connection_each(
         (["rollback", "index-k-bytes"], True),  # refused: pool-guard depends on it
         (["rollback", "pool-guard", "index-k-bytes", "--dry-run"], True),
         (["rollback", "pool-guard", "index-k-bytes"], True),
-        (["rollback", "pool-guard"], False),  # refused: not applied any more
+        (["rollback", "pool-guard"], False),  # not applied any more: nothing to do, exit 0
         (["status"], True),
     ]
     seen: dict[str, list[tuple[int, Any]]] = {}
@@ -278,7 +278,7 @@ def test_cli_output_is_the_same_for_local_and_remote_with_one_connection_each(
         assert snapshot(roots) == original
     for (command, _), local, remote in zip(commands, seen["local"], seen["remote"]):
         assert remote == local, command
-    assert [code for code, _ in seen["local"]] == [0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0]
+    assert [code for code, _ in seen["local"]] == [0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0]
 
 
 def test_ssh_options_and_program_reach_url_and_named_targets(tmp_path: Path) -> None:
@@ -292,7 +292,7 @@ def test_ssh_options_and_program_reach_url_and_named_targets(tmp_path: Path) -> 
     assert url.spec.program == "/bin/ssh-x" and url.roots == {"sglang": "/srv/sglang", "serve": "/root"}
 
     config = tmp_path / "patchkit.toml"
-    config.write_text('[targets.gpu]\nhost = "gpu1"\npath = "/srv"\nssh_options = ["-o", "Port=22"]\n'
+    config.write_text('[targets.gpu]\nhost = "gpu1"\npath = "/srv"\nssh_options = ["Port=22"]\n'
                       'ssh_program = "/bin/named-ssh"\n')
     named = resolve_target("gpu", (), config=load_config(config), ssh_options=["Port=2200"])
     assert named.spec.options == ("-o", "Port=2200", "-o", "Port=22")  # ssh keeps the first

@@ -150,14 +150,18 @@ def test_a_remote_status_sends_full_fixes_in_one_session(roots: dict[str, str], 
                               "pool-guard": "not-applied"}
 
 
-def test_a_broken_manifest_fails_every_status(roots: dict[str, str], catalog: Catalog) -> None:
+def test_a_broken_manifest_is_a_broken_entry_and_status_goes_on(roots: dict[str, str],
+                                                                  catalog: Catalog) -> None:
     target = LocalTarget(roots, PY, "local")
-    api.status(catalog, target)
+    names = {s.name for s in api.status(catalog, target).status}
     path = Path(catalog.root) / "manifests" / "pool-guard.toml"
     path.write_text(path.read_text().replace('status = "active"', 'status = "alive"'))
-    for _ in range(2):
-        with pytest.raises(errors.ManifestError, match="pool-guard.toml"):
-            api.status(Catalog(catalog.root), target)
+    for _ in range(2):  # issue 25, item 10: the others are still shown
+        result = api.status(Catalog(catalog.root), target)
+        assert [(b.name, b.file) for b in result.broken] == [("pool-guard", str(path))]
+        assert result.broken[0].line == next(i for i, text in enumerate(
+            path.read_text().splitlines(), 1) if text.startswith("status ="))
+        assert {s.name for s in result.status} == names - {"pool-guard"}
 
 
 def test_a_patch_gone_after_the_catalog_loaded_is_a_manifest_error(roots: dict[str, str],

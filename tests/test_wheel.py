@@ -39,7 +39,7 @@ def test_a_wheel_install_lists_and_demos_the_shipped_catalog_from_anywhere(
     built = sh(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels),
                str(REPO), cwd=tmp_path, env=pip_env)
     assert built.returncode == 0, built.stderr
-    (wheel,) = wheels.glob("patchkit-*.whl")
+    (wheel,) = wheels.glob("patchkit_sglang-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     # Every module of the source tree is in the wheel (the package list is written out).
     for path in (REPO / "patchkit").rglob("*.py"):

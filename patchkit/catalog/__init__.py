@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from ..errors import ManifestError, UnknownFixError, UsageError
+from ..errors import ManifestError, PatchFormatError, UnknownFixError, UsageError
 from .config import load_config
 from .manifest import load_manifest
 from .model import Fix
@@ -40,6 +42,44 @@ def _is_packaged(root: Path) -> bool:
         return root.resolve() == _package_dir() / PACKAGED_CATALOG
     except OSError:
         return False
+
+
+@dataclass(frozen=True)
+class BrokenFix:
+    """A fix whose manifest (or a patch it names) cannot be read: listed as an error, not a fix."""
+
+    name: str
+    file: str
+    line: int | None
+    message: str
+
+    @classmethod
+    def of(cls, name: str, err: ManifestError | PatchFormatError) -> "BrokenFix":
+        details = getattr(err, "details", None) or {}
+        file = str(details.get("file") or "")
+        line = details.get("line")
+        if line is None and file and details.get("key"):
+            line = key_line(Path(file), str(details["key"]))
+        return cls(name, file, line if isinstance(line, int) else None, err.message)
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}" if self.line else self.file
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "status": "error",
+                "error": {"file": self.file, "line": self.line, "message": self.message}}
+
+
+def key_line(path: Path, key: str) -> int | None:
+    """The line of ``key`` (its last part: ``upstream.releases`` -> ``releases``) in a TOML file."""
+    last = re.sub(r"\[\d+\]$", "", key.rsplit(".", 1)[-1])
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    pattern = re.compile(rf"\s*[\"']?{re.escape(last)}[\"']?\s*=")
+    return next((i for i, text in enumerate(lines, 1) if pattern.match(text)), None)
 
 
 class Catalog:
@@ -161,6 +201,31 @@ class Catalog:
 
     def all(self) -> list[Fix]:
         return [self.get(name) for name in self.names()]
+
+    def readable(self) -> tuple[list[Fix], list[BrokenFix]]:
+        """Every fix whose manifest reads, and the broken ones (file, line, message), so one
+        bad manifest does not hide the rest (``list``, ``status``). A fix depending on a broken
+        one is broken too: it cannot be ordered."""
+        fixes: list[Fix] = []
+        broken: dict[str, BrokenFix] = {}
+        for name in self.names():
+            try:
+                fixes.append(self.get(name))
+            except (ManifestError, PatchFormatError) as err:
+                broken[name] = BrokenFix.of(name, err)
+        changed = True
+        while changed:
+            changed = False
+            for fix in list(fixes):
+                bad = [d for d in fix.depends_on if d in broken]
+                if bad:
+                    fixes.remove(fix)
+                    broken[fix.name] = BrokenFix(fix.name, str(fix.manifest_path),
+                                                 key_line(fix.manifest_path, "depends_on"),
+                                                 f"{fix.manifest_path}: depends on {bad[0]}, whose "
+                                                 f"manifest cannot be read ({broken[bad[0]].where})")
+                    changed = True
+        return fixes, [broken[n] for n in sorted(broken)]
 
     # -- relations -----------------------------------------------------------------------------
 

@@ -3,6 +3,7 @@ catalog shipped with patchkit is seen beside this one (docs/manifest.md, patchki
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -82,8 +83,26 @@ def _build_target(ctx: Ctx, name: str, table: Mapping[str, Any], base: Path) -> 
         name=name, path=path, host=host,
         user=string(ctx, table, where, "user", None), port=port,
         python=string(ctx, table, where, "python", None),
-        ssh_options=strings(ctx, table, where, "ssh_options", ()),
+        ssh_options=_ssh_settings(ctx, table, where),
         ssh_program=string(ctx, table, where, "ssh_program", None, nonempty=True), roots=roots)
+
+
+#: An ssh_config setting, as ``--ssh-option`` takes it: ``KEY=VALUE`` (or ``KEY VALUE``).
+SSH_SETTING = re.compile(r"[A-Za-z][A-Za-z0-9]*(=| +)[^\0\n\r]+")
+
+
+def _ssh_settings(ctx: Any, table: Mapping[str, Any], where: str) -> tuple[str, ...]:
+    """``ssh_options``: ssh_config settings in the one form ``--ssh-option`` takes, each passed
+    as ``ssh -o KEY=VALUE``; a raw ssh argument (``-o``, ``-i``) is refused, with the setting."""
+    settings = strings(ctx, table, where, "ssh_options", ())
+    for entry in settings:
+        if not SSH_SETTING.fullmatch(entry):
+            raise ctx.fail(f"{where}.ssh_options", f"{entry!r} is not an ssh_config setting "
+                           "KEY=VALUE (ssh_options takes the form --ssh-option takes, each "
+                           "passed as `ssh -o KEY=VALUE`)", 'Write e.g. ssh_options = '
+                           '["ProxyJump=bastion", "IdentityFile=~/.ssh/deploy"] (for -i KEY: '
+                           'IdentityFile=KEY; for -o X=Y: X=Y)')
+    return settings
 
 
 __all__ = ["load_config"]

@@ -16,6 +16,26 @@ from .model import MANIFEST_FORMAT, Fix
 from .reader import Ctx, loads, read_toml
 
 
+#: How the rationale of a manifest `patchkit new` wrote starts until its author replaces it.
+PLACEHOLDER = "Replace this:"
+
+
+def unfinished(fix: Any) -> list[str]:
+    """What a fix still lacks that `new` leaves to its author: a rationale of its own, and a
+    verification proving it is in place (docs/authoring.md); warnings, never errors. Only of an
+    active fix: a dead, superseded or upstreamed one is history, not work to finish."""
+    out: list[str] = []
+    if fix.status != "active":
+        return out
+    if fix.rationale.strip().startswith(PLACEHOLDER):
+        out.append(f"{fix.name}: its rationale is still the placeholder ({fix.manifest_path}: "
+                   "say what was wrong, what the fix does and the evidence)")
+    if not fix.verification:
+        out.append(f"{fix.name}: it has no [[verification]] of its own: nothing checks that it works "
+                   f"once applied (add one to {fix.manifest_path}, docs/manifest.md)")
+    return out
+
+
 def _patch_entry(entry: Sequence[str]) -> dict[str, str]:
     """The ``[[patches]]`` keys of ``(file, root)`` or ``(file, root, description)``."""
     file, root, *rest = entry
@@ -73,7 +93,7 @@ def new_manifest_text(name: str, title: str, base_release: str,
     def q(value: Any) -> str:
         return tomlkit.item(value).as_string()
 
-    why = rationale.strip() or ("Replace this: what was wrong, what the fix does, and the\n"
+    why = rationale.strip() or (f"{PLACEHOLDER} what was wrong, what the fix does, and the\n"
                                 "evidence (logs, measurements, upstream discussion).")
     blocks = ["[[patches]]\n" + "".join(f"{key} = {q(value)}\n" for key, value in _patch_entry(e).items())
               for e in patches]

@@ -9,11 +9,14 @@ from typing import Any, Callable, Tuple
 import click
 
 from .. import authoring
+from ..catalog.edit import unfinished
 from . import render
 from .common import State, command
 
 
-def _report(result: authoring.AuthoringResult, as_json: bool, verb: str) -> None:
+def _report(result: authoring.AuthoringResult, as_json: bool, verb: str,
+            warnings: list[str] | None = None) -> None:
+    warnings = warnings or []
     if as_json:
         render.print_json({
             "name": result.name,
@@ -25,10 +28,13 @@ def _report(result: authoring.AuthoringResult, as_json: bool, verb: str) -> None
             "changed": result.changed,
             "dry_run": result.dry_run,
             "ignored": list(result.ignored),
+            "applied": [{"path": path, "fix": fix} for path, fix in result.applied],
             "renamed": [{"from": old, "to": new} for old, new in result.renamed],
             "commit": result.commit,
+            "warnings": warnings,
         })
         return
+    render.warn(warnings)
     say = _sayer()
     if not result.changed:
         say(f"{result.name} v{result.version} is unchanged: the series already matches the checkout")
@@ -46,6 +52,11 @@ def _report(result: authoring.AuthoringResult, as_json: bool, verb: str) -> None
             say(f"  committed {result.commit[:12]} in the catalog's git repository")
         if result.dry_run:
             say("dry run: nothing was written")
+    if result.applied:
+        say(f"left out {len(result.applied)} file(s) written by applied fixes (the checkout's "
+            ".patchkit/state.json; --include-applied takes them):")
+        for path, fix in result.applied:
+            say(f"  {path} ({fix})")
     if result.ignored:
         say(f"ignored {len(result.ignored)} changed or untracked file(s) of the checkout, "
             "not part of the fix (name them as PATH arguments to take them):")
@@ -86,7 +97,10 @@ def _capture(what: str, *options: Callable) -> Tuple[Callable, ...]:
                          help="The edited checkout."), *options,
             click.option("--no-commit", is_flag=True,
                          help=f"Do not commit {what} to the catalog's git repository."),
-            click.option("--dry-run", is_flag=True, help="Say what would be written; write nothing."))
+            click.option("--include-applied", is_flag=True,
+                         help="Also take changed files that applied fixes wrote (left out by default: "
+                              "the checkout's .patchkit/state.json names them)."),
+            click.option("--dry-run", "-n", is_flag=True, help="Say what would be written; write nothing."))
 
 
 @command("new", *_capture(
@@ -102,9 +116,10 @@ def new(state: State, fix: str, paths: tuple[str, ...], src: str, no_commit: boo
         as_json: bool, **options: Any) -> int:
     """Capture the uncommitted changes of a checkout (or of PATHS in it, or the commits of a
     range) as a new FIX."""
-    result = authoring.new_fix(state.catalog(), fix, Path(src), paths=paths,
+    catalog = state.catalog()
+    result = authoring.new_fix(catalog, fix, Path(src), paths=paths,
                                commit=not no_commit, dry_run=dry_run, **options)
-    _report(result, as_json, "created")
+    _report(result, as_json, "created", None if dry_run else unfinished(catalog.get(fix)))
     return 0
 
 

@@ -109,7 +109,8 @@ TARGET_OPTIONS = (
     click.option("--root", "roots", multiple=True, metavar="NAME=PATH",
                  help="An extra named root of the target, e.g. --root serve=/root. Repeatable."),
     click.option("--python", "python", metavar="PATH",
-                 help="Interpreter on the target to verify with (e.g. the production venv's python)."),
+                 help="The target's Python (e.g. the production venv's python): it runs the engine "
+                      "on a remote target, and the fixes' Python checks (apply, verify)."),
     click.option("--lock-timeout", type=float, default=30.0, show_default=True,
                  help="Seconds to wait for another patchkit run on the same target."),
     click.option("--ssh-option", "ssh_options", multiple=True, metavar="KEY=VALUE", expose_value=False,
@@ -120,12 +121,26 @@ TARGET_OPTIONS = (
 )
 
 
+def _keep_catalog(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """``--catalog`` after the command's name (``patchkit list --catalog DIR``): the same as
+    before it, and it wins over one given there."""
+    if value is not None:
+        ctx.ensure_object(State).catalog_dir = value
+    return value
+
+
+#: ``--catalog`` on every command, as the group takes it (options may follow the command).
+CATALOG_OPTION = click.option("--catalog", metavar="DIR", expose_value=False, callback=_keep_catalog,
+                              is_eager=True, help="Catalog directory (as `patchkit --catalog DIR`).")
+
+
 def command(name: str, *params: Callable) -> Callable[[Callable], click.Command]:
     """The click command NAME: ``params`` (click.argument and click.option decorators, in the
-    order --help lists them), then ``--json``; the function gets the :class:`State` first."""
+    order --help lists them), then ``--json`` and ``--catalog``; the function gets the
+    :class:`State` first."""
 
     def decorate(f: Callable) -> click.Command:
-        f = json_option(pass_state(f))
+        f = CATALOG_OPTION(json_option(pass_state(f)))
         for param in reversed(params):
             f = param(f)
         return click.command(name)(f)

@@ -36,7 +36,7 @@ def _step(console: Any, number: int, title: str, command: str | None = None) -> 
                       help="SGLang release of the fork: one every fix of the demo supports "
                            "(default: the newest such; others are refused, naming them)."))
 def demo(state: State, workdir: str, release: str | None, as_json: bool) -> int:
-    """Build the seed's production fork from a real SGLang release and deploy its three fixes."""
+    """Build a production-like fork of a real SGLang release and deploy its three fixes to it."""
     catalog = state.catalog()
     release = demo_release(catalog, release)  # an unsupported one is refused before step 1
     if as_json:
@@ -46,7 +46,7 @@ def demo(state: State, workdir: str, release: str | None, as_json: bool) -> int:
     _step(out, 1, f"build a production fork of SGLang {release}")
     out.print("  commits: bf16 index-K, the dead HiCache fix, a later change to memory_pool_host.py;"
               " HiCache on in the serve script")
-    with render.stderr().status("building the fork") as spinner:
+    with render.busy("building the fork") as spinner:
         fork = build_fork(Path(workdir), catalog, release=release, progress=spinner.update)
     for name, sha in fork.commits:
         out.print(f"  fork commit {sha[:12]}  {name}")
@@ -80,8 +80,9 @@ def demo(state: State, workdir: str, release: str | None, as_json: bool) -> int:
 
 
 def _target(fork: DemoFork) -> LocalTarget:
-    return LocalTarget(roots={"sglang": str(fork.sglang), "serve": str(fork.serve)},
-                       description=f"{fork.sglang} (+ serve={fork.serve})")
+    # named as the commands the transcript shows name it (`apply on sglang=..., serve=...`)
+    roots = {"sglang": str(fork.sglang), "serve": str(fork.serve)}
+    return LocalTarget(roots=roots, description=", ".join(f"{n}={p}" for n, p in roots.items()))
 
 
 def _demo_json(catalog: Catalog, workdir: Path, release: str) -> int:

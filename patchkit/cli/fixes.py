@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from . import render
+from ..catalog.edit import unfinished
 from ..catalog.series import parse_patch
 from .common import State, command
 
@@ -12,11 +13,18 @@ from .common import State, command
 @command("list", click.option("--all", "show_all", is_flag=True,
                               help="Include dead, superseded and upstreamed fixes."))
 def list_fixes(state: State, as_json: bool, show_all: bool) -> int:
-    """List the fixes of the catalog."""
-    fixes = [f for f in state.catalog().all() if show_all or f.status == "active"]
+    """List the fixes of the catalog (a manifest that cannot be read: an error row)."""
+    readable, broken = state.catalog().readable()
+    fixes = [f for f in readable if show_all or f.status == "active"]
     data = [{"name": f.name, "version": f.version, "status": f.status, "title": f.title,
-             "base_release": f.upstream.base_release, "depends_on": list(f.depends_on)} for f in fixes]
-    return render.emit(as_json, data, lambda out: render.render_fix_list(out, fixes))
+             "base_release": f.upstream.base_release, "depends_on": list(f.depends_on),
+             "warnings": unfinished(f)} for f in fixes]
+    data += [b.to_json() for b in broken]
+    render.emit(as_json, data, lambda out: render.render_fix_list(out, fixes, broken))
+    if not as_json:
+        render.warn(w for f in fixes for w in unfinished(f))
+    render.broken_note(broken, as_json)
+    return 0
 
 
 @command("show", click.argument("fix"))

@@ -73,12 +73,13 @@ def survey(state: State, op: str, names: list[str], fleet: dict[str, Any], *, as
     result = fleets.survey(state.catalog(), op, names, inventory=fleet["inventory"],
                            limit=fleet["limit"], forks=fleet["forks"], lock_timeout=lock_timeout)
     if op == "status":
-        cells = status_cells(result)
+        cells = status_cells(result, names or [f.name for f in state.catalog().all()])
         render.emit(as_json, dict(result.to_json(), matrix=cells),
                     lambda out: render_matrix(out, cells))
         if not as_json:
             _recovered(result.hosts)
         unconverged = any(c["state"] in NOT_CONVERGED for row in cells.values() for c in row.values())
+        unconverged = unconverged or any(h.state != "ok" for h in result.hosts)
         versions = {fix: {(c["state"], c.get("version")) for c in (row.get(fix) for row in cells.values())
                           if c and c["state"] != "unreachable"} for fix in _fixes(cells)}
         unconverged = unconverged or any(len(v) > 1 for v in versions.values())
@@ -99,8 +100,10 @@ def _recovered(hosts: Any) -> None:
 ON_HOST = ("applied", "outdated", "drifted", "lost")
 
 
-def status_cells(result: Any) -> dict[str, dict[str, dict[str, Any]]]:
-    """host -> fix -> {state, version}: the fleet status matrix (unreachable hosts: every fix)."""
+def status_cells(result: Any, expected: Any = ()) -> dict[str, dict[str, dict[str, Any]]]:
+    """host -> fix -> {state, version}: the fleet status matrix. A host that failed or was not
+    reached has that state and its reason (detail) in every fix's cell: the fixes the reached hosts
+    report, else (no host answered) ``expected``, the fixes asked about."""
     rows: dict[str, dict[str, dict[str, Any]]] = {}
     for host in result.hosts:
         status = ((host.result or {}).get("status") or {}).get("fixes") or []
@@ -109,7 +112,7 @@ def status_cells(result: Any) -> dict[str, dict[str, dict[str, Any]]]:
             continue
         rows[host.host] = {f["name"]: {"state": f["state"], "version": f.get("version")
                                        if f["state"] in ON_HOST else None} for f in status}
-    fixes = _fixes(rows)
+    fixes = _fixes(rows) or sorted(expected) or ["-"]
     for row in rows.values():
         if "*" in row:
             cell = row.pop("*")
@@ -135,12 +138,19 @@ def render_matrix(console: Any, cells: dict[str, dict[str, dict[str, Any]]]) -> 
             for fix in fixes:
                 cell = row.get(fix) or {"state": "-"}
                 version = f"v{cell['version']}" if cell.get("version") else ""
-                console.file.write(f"{host}\t{fix}\t{cell['state']}\t{version}\n")
+                reason = f"\t{render.one_line(cell['detail'])}" if cell.get("detail") else ""
+                console.file.write(f"{host}\t{fix}\t{cell['state']}\t{version}{reason}\n")
         return
     rows = [[host, *(_cell(row.get(fix)) for fix in fixes)] for host, row in cells.items()]
     style = dict(render.STATE_STYLE, unreachable="bold red", failed="bold red")
     render.write_table(console, rows, ("host", "bold"), *((fix, style) for fix in fixes),
                        title="fleet status")
+    for host, row in cells.items():  # why a host has no status: once per host, under the table
+        detail = next((c["detail"] for c in row.values() if c.get("detail")), "")
+        if detail:
+            state = next(iter(row.values()))["state"]
+            render.line(console, [(f"{host}: ", "bold"), (f"{state}: ", "bold red"), (detail, "")],
+                        soft_wrap=True)
 
 
 HOST_STYLE = {"applied": "bold green", "rolled-back": "bold yellow", "unchanged": "green",
@@ -181,11 +191,13 @@ def fleet_lineage(state: State, fix: str | None, fleet: dict[str, Any], *, as_js
     from .. import fleet as fleets
 
     catalog = state.catalog()
-    _progress(as_json)(f"status on the hosts of {fleet['inventory']}")
+    _progress(as_json)(f"log on the hosts of {fleet['inventory']}")
     result = fleets.survey(catalog, "status", [], inventory=fleet["inventory"], limit=fleet["limit"],
                            forks=fleet["forks"], lock_timeout=lock_timeout)
     cells = status_cells(result)
-    unreachable = [h.host for h in result.hosts if h.state != "ok"]
+    # as `status --inventory` names them: not reached, or reached and the engine did not answer
+    unreachable = [h.host for h in result.hosts if h.state == "unreachable"]
+    failed = {h.host: h.detail for h in result.hosts if h.state not in ("ok", "unreachable")}
     names = [fix] if fix else [f.name for f in catalog.all()]
     fixes = []
     for name in names:
@@ -193,12 +205,12 @@ def fleet_lineage(state: State, fix: str | None, fleet: dict[str, Any], *, as_js
                                  "hosts": {}}
         for host, row in cells.items():
             cell = row.get(name)
-            if host in unreachable or cell is None:
+            if host in unreachable or host in failed or cell is None:
                 continue
             key = (f"v{cell['version']}" if cell["state"] in ("applied", "outdated") else cell["state"])
             entry["hosts"].setdefault(key, []).append(host)
         fixes.append(entry)
-    data = {"fixes": fixes, "unreachable": unreachable}
+    data = {"fixes": fixes, "unreachable": unreachable, "failed": failed}
 
     def draw(out: Any) -> None:
         for entry in fixes:
@@ -208,6 +220,8 @@ def fleet_lineage(state: State, fix: str | None, fleet: dict[str, Any], *, as_js
                                   (" ".join(hosts), "")])
         if unreachable:
             render.line(out, [("unreachable: ", "bold red"), (" ".join(unreachable), "")])
+        for host, detail in failed.items():
+            render.line(out, [("failed: ", "bold red"), (f"{host}: {render.one_line(detail)}", "")])
 
     render.emit(as_json, data, draw)
     return 0

@@ -28,7 +28,7 @@ from .common import State, command
     click.option("--target", "tree", type=click.Path(exists=True, file_okay=False), help="The release tree the patches apply to, to read the release from."),
     click.option("--root", help="The target root the patches' paths belong to (default: a Patchkit-Root header's, else sglang)."),
     click.option("--no-commit", is_flag=True, help="Do not commit the fixes to the catalog's git repository."),
-    click.option("--dry-run", is_flag=True, help="Say what would be written; write nothing."),
+    click.option("--dry-run", "-n", is_flag=True, help="Say what would be written; write nothing."),
 )
 def import_(state: State, src: str | None, commits: str | None, mbox_path: str | None,
             split: bool, quilt_dir: str | None, strip: int, one: bool, name: str | None,
@@ -82,11 +82,17 @@ def import_(state: State, src: str | None, commits: str | None, mbox_path: str |
 def export(state: State, fixes: tuple[str, ...], fmt: str, out: str, as_json: bool) -> int:
     """Write FIX... as an mbox `git am` applies, a quilt series `quilt push -a` applies, or
     DEP-3 headed patches."""
-    result = exporter.export(state.catalog(), fixes, fmt, Path(out))
+    from ..catalog.edit import unfinished
+
+    catalog = state.catalog()
+    result = exporter.export(catalog, fixes, fmt, Path(out))
+    warnings = [w for name in result.fixes for w in unfinished(catalog.get(name))]
     if as_json:
         render.print_json({"format": result.format, "fixes": result.fixes,
-                           "files": [str(f) for f in result.files], "notes": result.notes})
+                           "files": [str(f) for f in result.files], "notes": result.notes,
+                           "warnings": warnings})
         return 0
+    render.warn(warnings)
     say = _sayer()
     say(f"exported {', '.join(result.fixes)} as {fmt}")
     for f in result.files:

@@ -28,12 +28,24 @@ def log(state: State, fix: str | None, target: str | None, roots: tuple[str, ...
         return fleet_lineage(state, fix, fleet, as_json=as_json, lock_timeout=lock_timeout)
     catalog = state.catalog()
     status = None
-    if target is not None or roots:
+    if target is not None or roots or _implied_target(state):
         tgt = state.target(target, roots, python)
         with render.busy(f"reading {tgt.description}", quiet=as_json):
             status = api.status(catalog, tgt, lock_timeout=lock_timeout)
     result = lineage.build(catalog, target_status=status, fix=fix, history=not no_history)
     return render.emit(as_json, result.to_json(), lambda out: render_log(out, result))
+
+
+def _implied_target(state: State) -> bool:
+    """Whether `status` would find a target without --target: the config's default_target or
+    an SGLang checkout around the working directory (docs/cli.md, Finding the target)."""
+    import os
+
+    from ..targets import find_enclosing_sglang
+
+    cfg = state.config()
+    return bool(cfg is not None and getattr(cfg, "default_target", None)) \
+        or find_enclosing_sglang(os.getcwd()) is not None
 
 
 COMMANDS = [log]

@@ -26,11 +26,31 @@ class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMAND_MODULES)
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Each command with the first sentence of its help, whole (wrapped, never cut with
+        "..." as click's short help is)."""
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.short_help or _first_sentence(cmd.help or "")))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         module = COMMAND_MODULES.get(cmd_name)
         if module is None:
             return None
         return next(c for c in import_module(f"{__package__}.{module}").COMMANDS if c.name == cmd_name)
+
+
+def _first_sentence(text: str) -> str:
+    import re
+
+    paragraph = " ".join(text.strip().split("\n\n")[0].split())
+    end = re.search(r"(?<!\.)\.\s", paragraph)  # not the dots of "FIX... "
+    return paragraph if end is None else paragraph[:end.start() + 1]
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

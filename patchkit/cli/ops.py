@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable
 
 import click
@@ -100,12 +101,16 @@ def rollback(state: State, fixes: tuple[str, ...], dry_run: bool, force: bool, a
 
 @command("verify", FIXES, *TARGET_OPTIONS, *INVENTORY_OPTIONS)
 def verify(state: State, fixes: tuple[str, ...], as_json: bool, **where: Any) -> int:
-    """Run the verification checks of FIXES on the target; writes nothing."""
-    names = _names(fixes, "verify")
+    """Run the verification checks of FIXES (default: every fix applied there) on the target;
+    writes nothing."""
     fleet = _fleet(where, rollout_options=False)
     if wants_fleet(fleet, where):
+        names = _names(fixes, "verify")
         return survey(state, "verify", names, fleet, as_json=as_json, lock_timeout=where["lock_timeout"])
-    result = _run(state, where, f"verifying {', '.join(names)} on", as_json, api.verify, names)
+    result = _run(state, where, f"verifying {', '.join(fixes) or 'the applied fixes'} on", as_json,
+                  api.verify, list(fixes))
+    if not fixes and not result.fixes and not as_json:
+        sys.stderr.write(f"no fix applied on {result.target}: nothing to verify\n")
     return _emit(result, as_json)
 
 
@@ -126,7 +131,9 @@ def status(state: State, show_all: bool, exit_code: bool, as_json: bool, **where
                       exit_code=exit_code)
     result = _run(state, where, "reading", as_json, api.status)
     render.emit(as_json, result.to_json(), lambda out: render.render_status(out, result, verbose=show_all))
-    return EXIT_CHECK_FAILED if exit_code and any(s.state in UNHEALTHY for s in result.status) else 0
+    render.broken_note(result.broken, as_json)
+    unhealthy = any(s.state in UNHEALTHY for s in result.status) or result.broken
+    return EXIT_CHECK_FAILED if exit_code and unhealthy else 0
 
 
 COMMANDS = [apply, rollback, verify, status]

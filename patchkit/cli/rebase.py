@@ -20,8 +20,8 @@ from .render_history import rebase_progress, render_rebase, render_rebase_in_pro
                  "(a fix named as an argument is rebased whatever its status)."),
     click.option("--include-inactive", is_flag=True, help="With --all, dead and superseded fixes "
                  "too (a fork that has them committed needs them on the new release)."),
-    click.option("--onto", metavar="REF", help="The release to rebase onto (0.5.23), or with --repo "
-                 "a tag or commit of that SGLang clone."),
+    click.option("--onto", metavar="REF", help="The release to rebase onto, e.g. --onto 0.5.23 "
+                 "(no default), or with --repo a tag or commit of that SGLang clone."),
     click.option("--repo", metavar="PATH", help="An SGLang git clone to take the upstream from "
                  "(fix bases: its v<base_release> tags, or --base)."),
     click.option("--base", metavar="REF", help="The commit every fix was written against "

@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import sys
+import threading
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, List, Mapping, Tuple
 
 from ..errors import PatchkitError
@@ -42,6 +43,12 @@ def plain_output(stream: Any = None) -> bool:
     stream = sys.stdout if stream is None else stream
     isatty = getattr(stream, "isatty", None)
     return not (isatty is not None and isatty()) and not os.environ.get("FORCE_COLOR")
+
+
+def one_line(cell: str) -> str:
+    """A cell of a plain line: a newline or tab in it (a host's error output) becomes a space, so
+    each row stays one line of tab-separated fields."""
+    return " ".join(cell.split()) if any(c in cell for c in "\n\r\t") else cell
 
 
 class PlainConsole:
@@ -80,11 +87,66 @@ def stderr() -> Console:
     return Console(stderr=True, highlight=False, soft_wrap=False)
 
 
+#: Seconds a step runs before its plain progress line is written (off a terminal).
+PROGRESS_AFTER = 1.0
+
+
+class PlainProgress:
+    """Progress off a terminal (a pipe, a CI log): a step still running after
+    ``PATCHKIT_PROGRESS_AFTER`` seconds (default 1; ``off``: never) is written as one plain line
+    on stderr, ``patchkit: STEP``; quick steps write nothing. ``update`` starts the next step, as
+    rich's status does."""
+
+    def __init__(self, message: str) -> None:
+        setting = os.environ.get("PATCHKIT_PROGRESS_AFTER", "")
+        try:
+            self.after: float | None = None if setting == "off" else float(setting or PROGRESS_AFTER)
+        except ValueError:
+            self.after = PROGRESS_AFTER
+        self._timer: threading.Timer | None = None
+        self._lock = threading.Lock()
+        self.update(message)
+
+    def _say(self, message: str) -> None:
+        with self._lock:
+            sys.stderr.write(f"patchkit: {one_line(message)}\n")
+            sys.stderr.flush()
+
+    def update(self, message: str) -> None:
+        self.stop()
+        if message and self.after is not None:
+            if self.after <= 0:
+                self._say(message)
+                return
+            self._timer = threading.Timer(self.after, self._say, (message,))
+            self._timer.daemon = True
+            self._timer.start()
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def __enter__(self) -> "PlainProgress":
+        return self
+
+    def __exit__(self, *_exc: Any) -> None:
+        self.stop()
+
+
 def busy(message: str, *, quiet: bool = False) -> ContextManager[Any]:
-    """A spinner on stderr while a long call runs, only on a terminal and when not ``quiet``."""
-    if quiet or not sys.stderr.isatty():
-        return contextlib.nullcontext()
+    """While a long call runs: a spinner on stderr on a terminal, plain progress lines off one
+    (:class:`PlainProgress`); nothing when ``quiet``. Its ``update(step)`` names the next step."""
+    if quiet:
+        return contextlib.nullcontext(_Quiet())
+    if not sys.stderr.isatty():
+        return PlainProgress(message)
     return stderr().status(message)
+
+
+class _Quiet:
+    def update(self, _message: str) -> None:
+        pass
 
 
 def print_json(data: Any) -> None:
@@ -165,6 +227,8 @@ def render_fix_outcome(console: Any, fix: FixOutcome, *, show_diff: bool,
     line(console, [(f"{fix.outcome} ", style), (f"{fix.name}{version}", "bold")])
     if fix.drifted and fix.outcome == "already-applied":
         _drifted(console, fix)
+    if fix.outcome == "not-applied":  # a rollback of a fix with no record on the target
+        line(console, [("  nothing to do: the target has no record of it", "dim")])
     if fix.lost:  # the reinstall is the news, not the apply: say why it was applied again
         line(console, [("  re-applied: was lost: ", "yellow"), (fix.lost.split(". ")[0], "")])
     _commits(console, fix)
@@ -174,7 +238,7 @@ def render_fix_outcome(console: Any, fix: FixOutcome, *, show_diff: bool,
         line(console, [("  ", ""), (_files_summary(fix.files), ""), ("  (-v lists them)", "dim")])
     for f in fix.files:
         if rows:
-            row: Segments = [(f"  {op_mark.get(f.op, f.op)} ", ""), (f"{f.root}:{f.path}", "bold")]
+            row: Segments = [(f"  {op_mark.get(f.op, f.op)} ", ""), (f.where or f"{f.root}:{f.path}", "bold")]
             if not all_checks and f.hunks:
                 row.append((f"  {_hunk_summary(f)}", "dim"))
             line(console, row)
@@ -274,18 +338,48 @@ def render_status(console: Any, result: OpResult, *, verbose: bool = False) -> N
     notes = _recovered(result)
     if not rows:
         notes.append([(f"no fix applied or present on {result.target}", "")])
+    if verbose:  # --all: the fixes it could not look at, and why
+        notes += [[(f"{name}: ", "bold"), (f"root {', '.join(roots)} not given", "yellow"),
+                   (f" (--root {roots[0]}=PATH)", "dim")] for name, roots in result.left_out]
     for note in notes:
         line(PlainConsole(sys.stderr) if isinstance(console, PlainConsole) else console, note)
+    rows += [[b.name, "error", "", "", broken_detail(b)] for b in result.broken]
     if rows:
-        write_table(console, rows, ("fix", "bold"), ("state", STATE_STYLE), ("version", "right"),
+        write_table(console, rows, ("fix", "bold"), ("state", dict(STATE_STYLE, error="bold red")),
+                    ("version", "right"),
                     ("applied at", "dim"), ("files", ""), title=f"status of {result.target}")
 
 
-def render_fix_list(console: Any, fixes: Iterable[Any]) -> None:
-    """Plain: one line per fix (fix, version, status, base release, title)."""
+def render_fix_list(console: Any, fixes: Iterable[Any], broken: Iterable[Any] = ()) -> None:
+    """Plain: one line per fix (fix, version, status, base release, title); a fix whose
+    manifest cannot be read: (fix, "", error, "", FILE:LINE: message)."""
     rows = [[f.name, f"v{f.version}", f.status, f.upstream.base_release, f.title] for f in fixes]
+    rows += [[b.name, "", "error", "", broken_detail(b)] for b in broken]
     write_table(console, rows, ("fix", "bold"), ("version", "right"),
-                ("status", {"active": ""}), ("base", ""), ("title", ""))
+                ("status", {"active": "", "error": "bold red"}), ("base", ""), ("title", ""))
+
+
+def broken_detail(broken: Any) -> str:
+    """``FILE:LINE: what is wrong`` of a manifest that cannot be read (the message without
+    its own leading file name)."""
+    import re
+
+    said = re.sub(rf"^{re.escape(broken.file)}(:\d+)*:\s*", "", broken.message) if broken.file \
+        else broken.message
+    return f"{broken.where}: {said}" if broken.where else said
+
+
+def warn(warnings: Iterable[str]) -> None:
+    """``warning: ...`` lines on stderr: what is worth fixing but stops nothing."""
+    for text in warnings:
+        sys.stderr.write(f"warning: {one_line(text)}\n")
+
+
+def broken_note(broken: Any, as_json: bool) -> None:
+    """On stderr, off --json: how many manifests could not be read (the rows say which)."""
+    if broken and not as_json:
+        sys.stderr.write(f"error: {len(broken)} manifest(s) could not be read (their rows say why): "
+                         f"{', '.join(b.where for b in broken)}; fix them (docs/manifest.md)\n")
 
 
 def write_table(console: Any, rows: List[List[str]], *columns: Tuple[str, Any],
@@ -293,7 +387,7 @@ def write_table(console: Any, rows: List[List[str]], *columns: Tuple[str, Any],
     """Rows as tab-separated lines off a terminal; a rich table without borders on one. A column
     is (name, how): a style, "right", or a style by the cell's first word (a word not there: dim)."""
     if isinstance(console, PlainConsole):
-        console.file.write("".join("\t".join(row) + "\n" for row in rows))
+        console.file.write("".join("\t".join(map(one_line, row)) + "\n" for row in rows))
         return
     from rich.table import Table
     from rich.text import Text

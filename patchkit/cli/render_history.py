@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Callable, Iterator, List, Tuple
 
-from .render import STATE_STYLE, PlainConsole, Segments, line, write_diff
+from .render import STATE_STYLE, PlainConsole, Segments, line, write_diff, write_table
 
 # -- patchkit log --------------------------------------------------------------------------
 
@@ -124,7 +124,15 @@ REBASE_STYLE = {
 
 @contextlib.contextmanager
 def rebase_progress(console: Any) -> Iterator[Callable[[str, int, int], None]]:
-    """A rich progress bar on stderr fed by ``patchkit.rebase``'s ``progress(what, done, total)``."""
+    """A rich progress bar on stderr fed by ``patchkit.rebase``'s ``progress(what, done, total)``;
+    off a terminal, plain progress lines (``render.PlainProgress``)."""
+    if not console.is_terminal:
+        from .render import PlainProgress
+
+        with PlainProgress("") as plain:
+            yield lambda what, done, total: plain.update(
+                f"rebasing {what}" + (f" ({done}/{total})" if total >= 0 else "") if what else "")
+        return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     with Progress(TextColumn("rebasing"), BarColumn(), MofNCompleteColumn(),
@@ -138,29 +146,37 @@ def rebase_progress(console: Any) -> Iterator[Callable[[str, int, int], None]]:
 
 
 def render_rebase(console: Any, report: Any) -> None:
-    """The table of a rebase: one row per patch (or per fix without patches). Off a terminal
-    rich draws it without color and folds nothing."""
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(title=Text(f"rebase onto {report.onto}"), show_lines=False)
-    for col in ("fix", "version", "patch", "result", "detail"):
-        table.add_column(col, overflow="fold")
+    """The table of a rebase: one row per patch (or per fix without patches). Off a terminal,
+    plain tab-separated lines as every command writes them: ``FIX VERSION PATCH RESULT DETAIL``,
+    the fix and version on each of its rows (docs/cli.md, Piped output)."""
+    rows: list[list[str]] = []
     for fix in report.fixes:
         ver = f"v{fix.old_version}" + (f" -> v{fix.new_version}"
                                        if fix.new_version != fix.old_version else "")
-        outcome = Text(fix.outcome, style=REBASE_STYLE.get(fix.outcome, ""))
         if not fix.patches:
-            table.add_row(fix.name, ver, "", outcome, Text(fix.detail))
-        for i, p in enumerate(fix.patches):
+            rows.append([fix.name, ver, "", fix.outcome, fix.detail])
+        for p in fix.patches:
             # nothing of a skipped fix was written: every row says so (its classification in the detail)
-            result = outcome if fix.outcome == "skipped" else Text(
-                p.classification, style=REBASE_STYLE.get(p.classification, ""))
+            result = fix.outcome if fix.outcome == "skipped" else p.classification
             detail = (f"{p.classification}: {p.detail}" if fix.outcome == "skipped"
                       else p.detail)
-            table.add_row(fix.name if i == 0 else "", ver if i == 0 else "", p.file,
-                          result, Text(detail))
-    console.print(table)
+            rows.append([fix.name, ver, p.file, result, detail])
+    if isinstance(console, PlainConsole):
+        write_table(console, rows)
+    else:
+        from rich.table import Table
+        from rich.text import Text
+
+        table = Table(title=Text(f"rebase onto {report.onto}"), show_lines=False)
+        for col in ("fix", "version", "patch", "result", "detail"):
+            table.add_column(col, overflow="fold")
+        previous = None
+        for name, ver, patch, result, detail in rows:
+            first = name != previous
+            previous = name
+            table.add_row(name if first else "", ver if first else "", patch,
+                          Text(result, style=REBASE_STYLE.get(result, "")), Text(detail))
+        console.print(table)
     if report.stopped:
         line(console, [(f"stopped at {report.stopped}", "bold red"),
                        (f": resolve the conflicts in {report.worktree or ''}", "")])

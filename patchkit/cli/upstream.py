@@ -27,7 +27,7 @@ def upstream() -> None:
 def fetch(versions: tuple[str, ...], as_json: bool) -> int:
     """Download releases from PyPI and commit each as a tagged commit."""
     repo = UpstreamRepo()
-    with render.stderr().status("fetching") as spinner:
+    with render.busy("fetching", quiet=as_json) as spinner:
         done = [repo.fetch(version, progress=lambda step: spinner.update(f"{version}: {step}"))
                 for version in versions]
     data = [{"version": r.version, "tag": r.tag, "commit": r.commit, "date": r.date} for r in done]

@@ -8,7 +8,7 @@ import importlib
 import os
 import signal
 import traceback
-from typing import Any, Dict
+from typing import Any, Dict, List, Optional
 
 from ..errors import InternalError, PatchkitError, TargetError, Terminated
 from . import faults
@@ -45,11 +45,13 @@ def run(request: Dict[str, Any]) -> Dict[str, Any]:
                 result["recovered"] = recover(store, req.roots)
             module = importlib.import_module(_MODULES[req.op], __name__)
             result["status" if req.op == "status" else "fixes"] = getattr(module, req.op)(req, store)
+            _name_files(req, result.get("fixes") or [])
         if req.op in ("apply", "status"):  # the wheel installs the fixes are in (summary)
             from .record import installs
 
             result["installed"] = {name: {"dist": "sglang", "version": found.version}
                                    for name, found in installs(req.roots).items()}
+            result["release"] = _releases(req, result["installed"])
         result["ok"] = True
     except PatchkitError as err:
         result["error"] = err.to_dict()
@@ -64,6 +66,29 @@ def run(request: Dict[str, Any]) -> Dict[str, Any]:
             signal.signal(signal.SIGTERM, previous)
         close_worker()  # the process a regex or syntax check started, if any
     return result
+
+
+def _name_files(req: Any, fixes: List[Dict[str, Any]]) -> None:
+    """A file of an installed package gets ``where``, ``root:path`` as it lies in its root
+    (``sglang:sglang/x.py``; ``path`` stays the patch's ``python/sglang/x.py``)."""
+    for fix in fixes:
+        for f in fix.get("files") or ():
+            shown = req.roots.where(f.get("root", ""), f.get("path", ""))
+            if shown != "%s:%s" % (f.get("root"), f.get("path")):
+                f["where"] = shown
+
+
+def _releases(req: Any, installed: Dict[str, Any]) -> Dict[str, Optional[str]]:
+    """The SGLang release of the ``sglang`` root, as the release precondition reads it (its
+    installed wheel's version, else the version file or the release tag of HEAD)."""
+    from .auto import detect_release
+
+    out: Dict[str, Optional[str]] = {}
+    for root in req.roots:
+        if root.name == "sglang":
+            out[root.name] = (installed.get(root.name) or {}).get("version") \
+                or detect_release(root, git=req.git)[0]
+    return out
 
 
 _MODULES = {"apply": ".apply", "rollback": ".rollback", "status": ".observe", "verify": ".observe"}

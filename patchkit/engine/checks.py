@@ -237,7 +237,7 @@ def _file(check: Dict[str, Any], ctx: CheckContext):
             "must be relative to root %s and stay inside it"
             % (ctx.fix, check.get("kind"), check.get("name") or "", err.message, ctx.fix, root),
             **dict(err.details, fix=ctx.fix)) from None
-    return root, "%s:%s" % (root, path), ctx.read(root, path)
+    return root, ctx.roots.where(root, path), ctx.read(root, path)
 
 
 def _grep(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:

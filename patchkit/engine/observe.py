@@ -128,14 +128,15 @@ SHOWN = 5  # drifted files named in a message; the result lists them all
 
 def drift_check(fix: str, drifted: List[Dict[str, Any]]) -> Dict[str, Any]:
     """The automatic verification a drifted fix fails (kind ``drift``)."""
-    named = ["%s:%s (%s)" % (f["root"], f["path"], f["state"]) for f in drifted[:SHOWN]]
+    named = ["%s (%s)" % (f.get("where") or "%s:%s" % (f["root"], f["path"]), f["state"])
+             for f in drifted[:SHOWN]]
     more = " and %d more" % (len(drifted) - SHOWN) if len(drifted) > SHOWN else ""
     detail = ("changed since patchkit wrote them: %s%s. See patchkit status; to put the fix back "
               "as written: patchkit rollback --force %s, then patchkit apply %s (the edits are "
               "lost); to keep the edits, make them a new version of the fix (patchkit refresh %s "
               "--from CHECKOUT)"
               % (", ".join(named), more, fix, fix, fix))
-    where = ", ".join("%s:%s" % (f["root"], f["path"]) for f in drifted[:SHOWN]) + more
+    where = ", ".join(f.get("where") or "%s:%s" % (f["root"], f["path"]) for f in drifted[:SHOWN]) + more
     return {"kind": "drift", "name": "files as patchkit wrote them", "ok": False,
             "detail": detail, "where": where}
 

@@ -134,6 +134,12 @@ class Roots:
     def __iter__(self) -> Iterator[Root]:
         return iter(self._roots.values())
 
+    def where(self, name: str, rel: str) -> str:
+        """``root:path`` of a checkout-layout patch path as the file lies in that root (an
+        installed package's ``sglang/x.py``, not ``python/sglang/x.py``): how messages name it."""
+        root = self._roots.get(name)
+        return "%s:%s" % (name, root.mapped(rel) if root is not None else rel)
+
     def get(self, name: str) -> Root:
         try:
             return self._roots[name]

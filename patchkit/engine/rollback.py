@@ -4,10 +4,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
-from ..errors import (ConflictError, DriftError, NotApplied, PreconditionFailed, TargetError,
+from ..errors import (ConflictError, DriftError, PreconditionFailed, TargetError,
                       VersionMismatch)
 from . import auto, gitcli, gitcommit, revert
 from .apply import FixChange, fix_result
@@ -22,11 +23,28 @@ from .workspace import Workspace
 def rollback(req: Request, store: Store) -> List[Dict[str, Any]]:
     state = store.read_state()
     recorded = {f["name"]: f for f in state.get("fixes", [])}
+    asked = [s.name for s in req.fixes]
+    # Convergent, as apply of an applied fix is: a fix with no record is already rolled back
+    absent = {s.name: not_applied(s.name, s.version, req.state_root.path)
+              for s in req.fixes if s.name not in recorded}
+    if absent:
+        req = dataclasses.replace(req, fixes=tuple(s for s in req.fixes if s.name in recorded))
+        if not req.fixes:
+            return [absent[n] for n in asked]
+    done = _rollback(req, store, state, recorded)
+    return [absent[n] if n in absent else done[n] for n in asked]
+
+
+def not_applied(name: str, version: int, where: str) -> Dict[str, Any]:
+    """The result entry of a fix rollback finds no record of: nothing to do."""
+    return {"name": name, "version": version, "outcome": "not-applied", "files": [],
+            "preconditions": [], "verification": [],
+            "detail": "no record in %s/.patchkit/state.json: nothing to roll back" % where}
+
+
+def _rollback(req: Request, store: Store, state: Dict[str, Any],
+              recorded: Dict[str, Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
     names = [s.name for s in req.fixes]
-    for spec in req.fixes:
-        if spec.name not in recorded:
-            raise NotApplied("fix %s is not applied in %s (no record in .patchkit/state.json); "
-                             "nothing to roll back" % (spec.name, req.state_root.path), fix=spec.name)
     _refuse_blocked(state, names)
     check_patch_paths(req.roots, req.fixes)
     ws = Workspace(req.roots)
@@ -129,9 +147,8 @@ def rollback(req: Request, store: Store) -> List[Dict[str, Any]]:
                         remove_dirs=[d for n in names for d in created_dirs(recorded[n], req.roots)],
                         journal_extra={"git_commits": entries} if entries else None)
     outcome = "would-roll-back" if req.dry_run else "rolled-back"
-    out = {fc.spec.name: dict(fix_result(fc, outcome), version=recorded[fc.spec.name].get("version"))
-           for fc in prepared}
-    return [out[n] for n in names]
+    return {fc.spec.name: dict(fix_result(fc, outcome), version=recorded[fc.spec.name].get("version"))
+            for fc in prepared}
 
 
 def _committed(req: Request, rec: Dict[str, Any]) -> List[revert.Source]:

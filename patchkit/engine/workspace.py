@@ -30,10 +30,11 @@ class Entry:
     current: Optional[bytes]
     mode: Optional[int]
     blocked: Optional[str] = None  # why no file can be at this path (a directory is there...)
+    shown: str = ""  # root:path as the file lies in its root (Roots.where)
 
     @property
     def where(self) -> str:
-        return "%s:%s" % (self.root, self.path)
+        return self.shown or "%s:%s" % (self.root, self.path)
 
 
 class Workspace:
@@ -52,10 +53,11 @@ class Workspace:
                 data, st = None, None
                 blocked = "%s is a file, not a directory" % _first_file(self.roots, root, abs_path)
             if data is None and blocked is None and os.path.isdir(abs_path):
-                blocked = "%s:%s is a directory" % (root, path)
+                blocked = "%s is a directory" % self.roots.where(root, path)
             mode = stat.S_IMODE(st.st_mode) if st is not None else None
             owner = (st.st_uid, st.st_gid) if st is not None else None
-            self.entries[key] = Entry(root, path, abs_path, data, mode, owner, data, mode, blocked)
+            self.entries[key] = Entry(root, path, abs_path, data, mode, owner, data, mode, blocked,
+                                      self.roots.where(root, path))
         return self.entries[key]
 
     def read(self, root: str, path: str) -> Optional[bytes]:

@@ -18,7 +18,8 @@ from ..errors import AnsibleFailed, UsageError
 #: Put on ANSIBLE_COLLECTIONS_PATH: it holds ``ansible_collections/patchkit/fleet``.
 COLLECTIONS_PATH = Path(__file__).resolve().parent / "collection"
 ENGINE_MODULE = "patchkit.fleet.engine"
-_INSTALL = "install the fleet extra where patchkit runs: pip install 'patchkit[fleet]'"
+_INSTALL = ("install the fleet extra where patchkit runs: pip install '.[fleet]' from a clone of "
+            "patchkit (distribution patchkit-sglang)")
 
 
 def ansible_tool(name: str) -> str:

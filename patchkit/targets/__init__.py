@@ -143,7 +143,8 @@ def resolve_target(target: str | None, extra_roots: Sequence[str] = (), *, pytho
         if named.host:
             from .transport import SshSpec  # here: a local target never loads the SSH code
 
-            spec = SshSpec(named.host, named.user, named.port, (*cli_ssh, *named.ssh_options),
+            spec = SshSpec(named.host, named.user, named.port,
+                           (*cli_ssh, *ssh_option_args(named.ssh_options)),
                            ssh_program or named.ssh_program or "ssh")
     elif target is not None and target[:6].lower() == "ssh://":
         from .remote import parse_ssh_url

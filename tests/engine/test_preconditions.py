@@ -254,7 +254,7 @@ def test_unwritable_target_directory_is_refused_before_any_write(checkout: Path)
 def test_unwritable_directory_refuses_rollback_with_permission_denied(checkout: Path) -> None:
     srt = checkout / "python" / "sglang" / "srt"
     f = one_fix(checkout)
-    assert run(request("rollback", {"sglang": checkout}, [f]))["error"]["type"] == "NotApplied"
+    assert run(request("rollback", {"sglang": checkout}, [f]))["fixes"][0]["outcome"] == "not-applied"
     assert run(request("apply", {"sglang": checkout}, [f]))["ok"]
     undo = _make_read_only(srt)
     try:

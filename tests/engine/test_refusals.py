@@ -74,15 +74,13 @@ def _case(name: str, root: Path) -> Case:
         return "apply", [one_fix(root)], "PermissionDenied", read_only
     if name == "lock-busy":
         return "apply", [one_fix(root)], "LockBusy", lambda: lock_held_elsewhere(root)
-    if name == "rollback-not-applied":
-        return "rollback", [one_fix(root)], "NotApplied", _nothing
     if name == "status-stub":  # FIX stubs (name and version only) are not part of the format
         return "status", [{"name": "a", "version": 1, "stub": True}], "UsageError", _nothing
     raise AssertionError(name)
 
 
 CASES = ["precondition", "conflict", "unsafe-path", "special-mode", "missing-file", "wrong-release", "uncommitted",
-         "requires-missing", "not-writable", "lock-busy", "rollback-not-applied", "status-stub"]
+         "requires-missing", "not-writable", "lock-busy", "status-stub"]
 
 
 def _apply_other_fix(root: Path) -> None:
@@ -103,6 +101,20 @@ def test_refused_run_leaves_the_target_byte_identical(checkout: Path, name: str,
         result = run(request(op, {"sglang": checkout}, fixes, lock_timeout=0.2))
         assert result["ok"] is False and result["error"]["type"] == expected, result["error"]
         assert full_snapshot(checkout) == tree
+    assert (checkout / ".patchkit").exists() is prior
+
+
+@pytest.mark.parametrize("prior", [False, True], ids=["fresh", "with-state"])
+def test_a_rollback_of_a_fix_not_applied_converges_and_writes_nothing(checkout: Path, prior: bool) -> None:
+    """As apply of an applied fix is already-applied (issue 25, item 9): nothing to do."""
+    if prior:
+        _apply_other_fix(checkout)
+    tree = full_snapshot(checkout)
+    result = run(request("rollback", {"sglang": checkout}, [one_fix(checkout)], lock_timeout=0.2))
+    assert result["ok"] is True, result["error"]
+    assert [(f["name"], f["outcome"]) for f in result["fixes"]] == [("a", "not-applied")]
+    assert "nothing to roll back" in result["fixes"][0]["detail"]
+    assert full_snapshot(checkout) == tree
     assert (checkout / ".patchkit").exists() is prior
 
 

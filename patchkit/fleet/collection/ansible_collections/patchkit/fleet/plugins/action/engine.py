@@ -31,7 +31,8 @@ class ActionModule(ActionBase):
         except ImportError as exc:
             raise AnsibleActionFail(
                 "patchkit.fleet.engine needs patchkit on the controller (%s): install it where "
-                "ansible-playbook runs, with pip install 'patchkit[fleet]'" % exc) from exc
+                "ansible-playbook runs, with pip install '.[fleet]' from a clone of patchkit"
+                % exc) from exc
         args = dict(self._task.args)
         unknown = sorted(set(args) - ARGS)
         if unknown:

@@ -12,7 +12,8 @@ description:
   - Runs patchkit's engine, the same code a local or C(ssh://) target runs, with a request
     rendered on the controller by C(patchkit plan FIX... --json). One call is one engine
     transaction with its journal, verification and automatic rollback.
-  - It runs on the controller (C(pip install 'patchkit[fleet]') where ansible-playbook runs) and
+  - It runs on the controller (where ansible-playbook runs; C(pip install '.[fleet]') from a
+    clone of patchkit) and
     starts patchkit's agent on the host over the host's connection, one command with the
     engine's sources and the request on its stdin; the host needs only Python 3.8+
     (C(ansible_python_interpreter), else the one Ansible's interpreter discovery finds). No

@@ -1,0 +1,81 @@
+"""`new` and `refresh` leave out what applied fixes wrote (issue 25, item 3).
+
+A real 0.5.23 checkout with the shipped ``dsv4-bf16-sizing`` (and the fix it depends on) applied
+by patchkit, then an author's own edit: the checkout's record (``.patchkit/state.json``) says
+which changed files are the applied fixes', so a new fix captures only the author's edit and
+says what it left out; ``--include-applied`` takes them too.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from patchkit import api
+from patchkit.catalog import Catalog
+from patchkit.targets import LocalTarget
+
+from .test_authoring import CONFIGURATOR, flat, patchkit
+
+REPO = Path(__file__).resolve().parent.parent
+POOL = "python/sglang/srt/mem_cache/memory_pool_host.py"
+OWNED = {CONFIGURATOR: "dsv4-bf16-sizing", "python/sglang/srt/environ.py": "dsv4-bf16-index-k",
+         "python/sglang/srt/mem_cache/deepseek_v4_memory_pool.py": "dsv4-bf16-index-k"}
+
+
+def series_paths(catalog: Path, name: str) -> set[str]:
+    fix = Catalog(catalog).get(name)
+    return {line[6:] for ref in fix.patches for line in ref.path.read_text().splitlines()
+            if line.startswith("+++ b/")}
+
+
+@pytest.mark.network
+def test_new_and_refresh_leave_out_files_applied_fixes_wrote(catalog_tree: Path, tmp_path: Path) -> None:
+    applied = api.apply(Catalog(REPO), LocalTarget(roots={"sglang": str(catalog_tree)}),
+                        ["dsv4-bf16-sizing"], with_deps=True)
+    assert [f.outcome for f in applied.fixes] == ["applied", "applied"]
+    pool = catalog_tree / POOL
+    pool.write_text(pool.read_text().replace("Logical anchors own no backing buffers",
+                                             "Logical anchors own no host buffers"))
+    catalog = tmp_path / "catalog"
+    (catalog / "manifests").mkdir(parents=True)
+
+    dry = patchkit(catalog, "new", "host-pool-docs", "--from", str(catalog_tree), "--dry-run",
+                   "--json")
+    assert dry.exit_code == 0, dry.output
+    data = json.loads(dry.output)
+    assert data["files"] == [POOL]
+    assert {a["path"]: a["fix"] for a in data["applied"]} == OWNED
+    assert not set(OWNED) & set(data["ignored"])
+
+    made = patchkit(catalog, "new", "host-pool-docs", "--from", str(catalog_tree), "--no-commit")
+    assert made.exit_code == 0, made.output
+    out = flat(made.output)
+    assert "left out 3 file(s) written by applied fixes" in out and "--include-applied" in out
+    assert f"{CONFIGURATOR} (dsv4-bf16-sizing)" in out
+    assert series_paths(catalog, "host-pool-docs") == {POOL}
+
+    # refresh: a file an applied fix wrote, named to be added, is left out the same way
+    again = patchkit(catalog, "refresh", "host-pool-docs", CONFIGURATOR, "--from",
+                     str(catalog_tree), "--no-commit", "--dry-run", "--json")
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.output)["files"] == [POOL]
+    assert json.loads(again.output)["applied"] == [{"path": CONFIGURATOR, "fix": "dsv4-bf16-sizing"}]
+    taken = patchkit(catalog, "refresh", "host-pool-docs", CONFIGURATOR, "--from",
+                     str(catalog_tree), "--no-commit", "--include-applied")
+    assert taken.exit_code == 0, taken.output
+    assert series_paths(catalog, "host-pool-docs") == {POOL, CONFIGURATOR}
+
+    # only files applied fixes wrote: nothing to capture, said with the way to take them
+    subprocess.run(["git", "checkout", "-q", "--", POOL], cwd=catalog_tree, check=True)
+    none = patchkit(catalog, "new", "other", "--from", str(catalog_tree), "--no-commit")
+    assert none.exit_code == 2
+    assert "written by an applied fix" in flat(none.output) and "--include-applied" in flat(none.output)
+    assert not (catalog / "manifests" / "other.toml").exists()
+    both = patchkit(catalog, "new", "other", "--from", str(catalog_tree), "--no-commit",
+                    "--include-applied", "--dry-run", "--json")
+    assert both.exit_code == 0, both.output
+    assert set(json.loads(both.output)["files"]) == set(OWNED)

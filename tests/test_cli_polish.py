@@ -1,0 +1,228 @@
+"""The rough edges a new user hits in the first day (issue 25, items 6-15), through the real
+entry point (``python -m patchkit``): exit codes and output as a user sees them in a pipe."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from patchkit.upstream import UpstreamRepo
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def pk(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+       ) -> subprocess.CompletedProcess[str]:
+    import os
+
+    return subprocess.run([sys.executable, "-m", "patchkit", *args], capture_output=True, text=True,
+                          cwd=cwd, env=dict(os.environ, **(env or {})), stdin=subprocess.DEVNULL)
+
+
+# -- 6: progress off a terminal ----------------------------------------------------------------
+
+
+def test_plain_progress_names_each_step_still_running_on_stderr(monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from patchkit.cli import render
+
+    monkeypatch.setenv("PATCHKIT_PROGRESS_AFTER", "0")
+    with render.busy("building the fork") as progress:
+        progress.update("checking out SGLang 0.5.23\n(a second line)")
+    with render.busy("quiet", quiet=True) as progress:
+        progress.update("never said")
+    assert capsys.readouterr().err.splitlines() == [
+        "patchkit: building the fork", "patchkit: checking out SGLang 0.5.23 (a second line)"]
+    monkeypatch.setenv("PATCHKIT_PROGRESS_AFTER", "off")
+    with render.busy("building the fork") as progress:
+        progress.update("a step")
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.network
+def test_upstream_fetch_in_a_pipe_says_what_it_does(upstream_repo: UpstreamRepo) -> None:
+    run = pk("upstream", "fetch", "0.5.21", env={"PATCHKIT_UPSTREAM": str(upstream_repo.path),
+                                                  "PATCHKIT_PROGRESS_AFTER": "0"})
+    assert run.returncode == 0, run.stderr
+    assert "patchkit: 0.5.21: sglang 0.5.21 already in the upstream repository" in run.stderr
+    assert run.stdout.startswith("v0.5.21 ")
+
+
+# -- 8, 9, 11: one real 0.5.23 checkout with a fix applied --------------------------------------
+
+
+@pytest.mark.network
+def test_a_checkout_found_from_the_working_directory(catalog_tree: Path) -> None:
+    tree = catalog_tree
+    cat = ["--catalog", str(REPO)]
+    applied = pk(*cat, "apply", "dsv4-bf16-index-k", "--json", cwd=tree)
+    assert applied.returncode == 0, applied.stderr
+    # 11: the release the precondition read is the summary's, on a checkout too
+    assert json.loads(applied.stdout)["summary"]["sglang"] == "0.5.23"
+
+    # 8: log reads the target found from the working directory, as status does
+    log = pk(*cat, "log", "dsv4-bf16-index-k", cwd=tree)
+    assert log.returncode == 0, log.stderr
+    assert "applied v2 since" in log.stdout and f"applied on sglang={tree}" in log.stdout
+    # 8: verify without a name verifies every applied fix
+    verify = pk(*cat, "verify", "--json", cwd=tree)
+    assert verify.returncode == 0, verify.stderr
+    assert [(f["name"], f["outcome"]) for f in json.loads(verify.stdout)["fixes"]] == [
+        ("dsv4-bf16-index-k", "verified")]
+
+    # 9: rollback of a fix that is not applied converges: exit 0, nothing to do, nothing written
+    before = (tree / ".patchkit" / "state.json").read_bytes()
+    again = pk(*cat, "rollback", "dsv4-bf16-sizing", cwd=tree)
+    assert again.returncode == 0, again.stderr
+    assert "not-applied dsv4-bf16-sizing v2" in again.stdout and "nothing to do" in again.stdout
+    assert (tree / ".patchkit" / "state.json").read_bytes() == before
+    both = pk(*cat, "rollback", "dsv4-bf16-sizing", "dsv4-bf16-index-k", "--json", cwd=tree)
+    assert both.returncode == 0, both.stderr
+    assert [f["outcome"] for f in json.loads(both.stdout)["fixes"]] == ["not-applied", "rolled-back"]
+    nothing = pk(*cat, "verify", cwd=tree)
+    assert nothing.returncode == 0 and "no fix applied" in nothing.stderr, nothing.stderr
+
+    # 11: status --all names the fixes it leaves out for a root not given
+    status = pk(*cat, "status", "--all", cwd=tree)
+    assert status.returncode == 0, status.stderr
+    assert "prefill-hicache-off: root serve not given" in status.stderr
+
+
+# -- 10: a broken manifest is an error row, the others go on ------------------------------------
+
+
+def test_a_broken_manifest_is_an_error_row_naming_file_and_line(tmp_path: Path) -> None:
+    catalog = tmp_path / "catalog"
+    assert pk("init", str(catalog), "--no-git").returncode == 0
+    mine = (REPO / "manifests" / "dsv4-bf16-sizing.toml").read_text()
+    mine = mine.replace('name = "dsv4-bf16-sizing"', 'name = "mine"').replace(
+        "depends_on = [", "depends_on = [] #")
+    (catalog / "manifests" / "mine.toml").write_text(mine.replace("\nversion = 2\n", '\nversion = "two"\n'))
+    (catalog / "manifests" / "torn.toml").write_text('format = 1\nname = "torn"\ntitle = \n')
+    line = mine.splitlines().index("version = 2") + 1
+    cat = ["--catalog", str(catalog)]
+
+    listed = pk(*cat, "list")
+    assert listed.returncode == 0, listed.stderr
+    rows = {r.split("\t")[0]: r.split("\t") for r in listed.stdout.splitlines()}
+    assert rows["mine"][2] == "error"
+    assert rows["mine"][4].startswith(f"{catalog / 'manifests' / 'mine.toml'}:{line}: 'version'")
+    assert rows["torn"][4].startswith(f"{catalog / 'manifests' / 'torn.toml'}:3:")
+    assert rows["dsv4-bf16-index-k"][1] == "v2"  # the shipped fixes beside it go on
+    assert "2 manifest(s) could not be read" in listed.stderr
+    data = json.loads(pk(*cat, "list", "--json").stdout)
+    errors = {d["name"]: d["error"] for d in data if d.get("status") == "error"}
+    assert errors["mine"]["line"] == line and errors["torn"]["line"] == 3
+
+    tree = tmp_path / "sglang"
+    (tree / "python" / "sglang").mkdir(parents=True)
+    (tree / "python" / "sglang" / "__init__.py").write_text("")
+    (tree / "python" / "sglang" / "_version.py").write_text('__version__ = "0.5.23"\n')
+    status = pk(*cat, "status", "--all", "--target", str(tree))
+    assert status.returncode == 0, status.stderr
+    rows = {r.split("\t")[0]: r.split("\t") for r in status.stdout.splitlines()}
+    assert rows["mine"][1] == "error" and f"mine.toml:{line}:" in rows["mine"][4]
+    assert rows["dsv4-bf16-index-k"][1] == "not-applied"
+    assert pk(*cat, "status", "--target", str(tree), "--exit-code").returncode == 1
+    assert json.loads(pk(*cat, "status", "--target", str(tree), "--json").stdout)["broken"]
+
+
+# -- 12: a fix left unfinished by `new` is said so ----------------------------------------------
+
+
+def test_new_list_and_export_warn_of_a_placeholder_rationale_and_no_verification(tmp_path: Path) -> None:
+    catalog = tmp_path / "catalog"
+    assert pk("init", str(catalog)).returncode == 0
+    src = tmp_path / "src"
+    (src / "python" / "sglang").mkdir(parents=True)
+    (src / "python" / "sglang" / "x.py").write_text("one = 1\n")
+    subprocess.run(["git", "init", "-q"], cwd=src, check=True)
+    subprocess.run(["git", "add", "."], cwd=src, check=True)
+    subprocess.run(["git", "commit", "-qm", "base"], cwd=src, check=True)
+    (src / "python" / "sglang" / "x.py").write_text("one = 11\n")
+    cat = ["--catalog", str(catalog)]
+
+    made = pk(*cat, "new", "myfix", "--from", str(src), "--base-release", "0.5.23")
+    assert made.returncode == 0, made.stderr
+    warned = [line for line in made.stderr.splitlines() if line.startswith("warning: myfix: ")]
+    assert len(warned) == 2, made.stderr
+    assert "placeholder" in warned[0] and "no [[verification]]" in warned[1]
+    listed = pk(*cat, "list")
+    assert listed.returncode == 0
+    assert sum(line.startswith("warning: myfix: ") for line in listed.stderr.splitlines()) == 2
+    assert not any("dsv4" in line for line in listed.stderr.splitlines())  # finished fixes: quiet
+    data = {f["name"]: f for f in json.loads(pk(*cat, "list", "--json").stdout)}
+    assert len(data["myfix"]["warnings"]) == 2 and data["dsv4-bf16-sizing"]["warnings"] == []
+    exported = pk(*cat, "export", "myfix", "--format", "mbox", "-o", str(tmp_path / "out"))
+    assert exported.returncode == 0, exported.stderr
+    assert "warning: myfix: its rationale is still the placeholder" in exported.stderr
+
+    written = pk(*cat, "new", "second", "--from", str(src), "--base-release", "0.5.23",
+                 "--rationale", "x.py said one; it is eleven (issue 1).")
+    assert written.returncode == 0
+    assert [line for line in written.stderr.splitlines() if "placeholder" in line] == []
+
+
+# -- 15: help and options -----------------------------------------------------------------------
+
+
+def test_ssh_options_in_patchkit_toml_take_the_form_ssh_option_takes(tmp_path: Path) -> None:
+    from patchkit.catalog.config import load_config
+    from patchkit.errors import ManifestError
+    from patchkit.targets import resolve_target
+
+    config = tmp_path / "patchkit.toml"
+    config.write_text('[targets.gpu]\nhost = "gpu1"\npath = "/srv"\n'
+                      'ssh_options = ["ProxyJump=bastion", "IdentityFile ~/.ssh/k"]\n')
+    named = resolve_target("gpu", (), config=load_config(config))
+    assert named.spec.options == ("-o", "ProxyJump=bastion", "-o", "IdentityFile ~/.ssh/k")
+    config.write_text('[targets.gpu]\nhost = "gpu1"\npath = "/srv"\nssh_options = ["-i", "/k"]\n')
+    with pytest.raises(ManifestError) as raw:
+        load_config(config)
+    assert str(config) in raw.value.message and "IdentityFile=" in raw.value.message
+
+
+def test_help_is_whole_and_says_what_each_option_does() -> None:
+    import click
+
+    from patchkit.cli.main import COMMAND_MODULES, cli
+
+    top = pk("--help")
+    assert top.returncode == 0
+    listed = top.stdout.split("Commands:")[1].replace("FIX...", "FIX")
+    assert "..." not in listed, top.stdout
+    ctx = click.Context(cli)
+    writers = []
+    for name in COMMAND_MODULES:
+        cmd = cli.get_command(ctx, name)
+        commands = ([cmd.get_command(ctx, sub) for sub in cmd.list_commands(ctx)]
+                    if isinstance(cmd, click.Group) else [cmd])
+        for c in commands:
+            opts = {o: p for p in c.params for o in getattr(p, "opts", ())}
+            if "--dry-run" in opts:
+                assert "-n" in opts["--dry-run"].opts, c.name  # every dry run is -n too
+                writers.append(c.name if c is cmd else f"{name} {c.name}")
+            if "--python" in opts:
+                assert "verify with" not in (opts["--python"].help or ""), c.name
+    readme = " ".join((REPO / "README.md").read_text().split())
+    said = readme[readme.index("`--dry-run` (`-n`)"):][:300]
+    for name in writers:
+        assert f"`{name.replace('upstream check', 'upstream check --mark')}`" in said, (name, said)
+    assert "seed" not in top.stdout and "seed" not in pk("demo", "--help").stdout  # item 14
+    rebase = pk("rebase", "--help").stdout
+    assert "(0.5.23)" not in rebase and "no default" in " ".join(rebase.split())
+
+
+def test_catalog_may_follow_the_command(tmp_path: Path) -> None:
+    catalog = tmp_path / "catalog"
+    assert pk("init", str(catalog), "--no-git").returncode == 0
+    (catalog / "patchkit.toml").write_text("shipped_fixes = false\n")
+    after = pk("list", "--catalog", str(catalog), "--json")
+    assert after.returncode == 0, after.stderr
+    assert json.loads(after.stdout) == []
+    both = pk("--catalog", str(REPO), "list", "--catalog", str(catalog), "--json")
+    assert json.loads(both.stdout) == []  # the one after the command wins
