@@ -98,7 +98,7 @@ def test_the_scenario_reaches_every_kind_of_point(tmp_path_factory: pytest.TempP
     assert apply_seen["backup"] == 3 and rollback_seen["backup"] == 2
 
 
-def kill_local(req: Dict[str, Any], point: str) -> None:
+def kill_local(req: dict[str, Any], point: str) -> None:
     """Run ``req`` in a child process told to die at ``point``: forked from this one, which has
     the engine imported already (a fresh interpreter per kill cost a second each), the same
     engine on the request as the host's JSON reads it; it must die by SIGKILL."""
@@ -155,11 +155,11 @@ def check_recovered(target: Target, roots: Dict[str, str], op: str, point: str,
     return outcome
 
 
-_AFTER: List[Dict[str, str]] = []
-_APPLIED: List[Tuple[Path, Dict[str, str]]] = []
+_AFTER: list[dict[str, str]] = []
+_APPLIED: list[tuple[Path, dict[str, str]]] = []
 
 
-def applied_tree(base: Path) -> Dict[str, str]:
+def applied_tree(base: Path) -> dict[str, str]:
     """The sample roots at ``base`` with both fixes applied, as an apply run there leaves them:
     one tree is applied per session, with verification, and copied; its state's record of
     where the roots are (state.json, the one file that names them) is moved with it."""
@@ -179,12 +179,12 @@ def applied_tree(base: Path) -> Dict[str, str]:
     return {"sglang": str(base / "sglang"), "serve": str(base / "serve")}
 
 
-def full_apply_before() -> Dict[str, str]:
+def full_apply_before() -> dict[str, str]:
     """The snapshot of the sample roots before the apply :func:`applied_tree` copies."""
     return _APPLIED[0][1]
 
 
-def full_apply(base: Path) -> Dict[str, str]:
+def full_apply(base: Path) -> dict[str, str]:
     """The snapshot of a twin tree after a full apply (relative names and bytes: made once)."""
     if not _AFTER:
         twin = make_tree(base)

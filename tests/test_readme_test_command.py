@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 def readme_test_command() -> str:
     readme = (REPO / "README.md").read_text()
     section = readme.split("Run the tests:", 1)[1]
-    return re.search(r"```sh\n(.*?)\n```", section, re.S)[1].strip()
+    return re.search(r"```sh\n(.*?)\n```", section, re.DOTALL)[1].strip()
 
 
 def test_ci_runs_the_readme_test_command_as_written() -> None:
