@@ -4,7 +4,8 @@ every fault point, on a local target and (over a real sshd) on a remote one.
 tests/engine/test_crash.py kills a one-fix run at a hand-picked sample of points. Here a dry
 instrumented run counts how often each point is reached by ``apply pool-guard --with-deps``
 (two fixes, two roots, two files, one changed by both fixes) and by its rollback, and the run is then killed (SIGKILL,
-``PATCHKIT_FAULT=<point>:<n>``) at each n in turn. After each kill the next ``status`` must
+``PATCHKIT_FAULT=<point>:<n>``) at each n in turn: locally a child forked per kill (this
+process has the engine loaded), remotely the host's engine over ssh. After each kill the next ``status`` must
 report the recovery (remote: each kind of point once, plus the last write), and the tree must be byte-identical to before the killed run or fully
 changed with ``verify`` passing. The number of injection points covered is printed by
 ``test_zz_injection_points_covered`` (visible with ``pytest -rA``) and kept in
@@ -13,12 +14,13 @@ docs/reliability.md.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
@@ -37,8 +39,6 @@ from tests.test_remote import Ssh, make_tree, snapshot
 SAMPLES = Path(__file__).parent / "samples"
 PY = sys.executable
 FIXES = ["index-k-bytes", "pool-guard"]
-DRIVER = ("import sys, json; from patchkit.engine import run; "
-          "print(json.dumps(run(json.loads(sys.stdin.read()))))")
 
 #: every (side, op, point:n) killed by this module, filled as the tests run
 COVERED: Dict[Tuple[str, str], List[str]] = {}
@@ -98,11 +98,22 @@ def test_the_scenario_reaches_every_kind_of_point(tmp_path_factory: pytest.TempP
     assert apply_seen["backup"] == 3 and rollback_seen["backup"] == 2
 
 
-def kill_local(req: Dict[str, Any], point: str) -> None:
-    env = dict(os.environ, PATCHKIT_FAULT=point)
-    proc = subprocess.run([PY, "-c", DRIVER], input=json.dumps(req), env=env,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == -signal.SIGKILL, (point, proc.returncode, proc.stdout, proc.stderr)
+def kill_local(req: dict[str, Any], point: str) -> None:
+    """Run ``req`` in a child process told to die at ``point``: forked from this one, which has
+    the engine imported already (a fresh interpreter per kill cost a second each), the same
+    engine on the request as the host's JSON reads it; it must die by SIGKILL."""
+    pid = os.fork()
+    if pid == 0:  # the child: the engine run, then an exit code that says it was not killed
+        code = 3
+        try:
+            faults.reset()
+            os.environ["PATCHKIT_FAULT"] = point
+            result = run(json.loads(json.dumps(req)))
+            code = 4 if result.get("ok") else 5
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, (point, status)
 
 
 def kill_remote(ssh: Ssh, roots: Dict[str, str], req: Dict[str, Any], point: str) -> None:
@@ -144,29 +155,63 @@ def check_recovered(target: Target, roots: Dict[str, str], op: str, point: str,
     return outcome
 
 
+_AFTER: list[dict[str, str]] = []
+_APPLIED: list[tuple[Path, dict[str, str]]] = []
+
+
+def applied_tree(base: Path) -> dict[str, str]:
+    """The sample roots at ``base`` with both fixes applied, as an apply run there leaves them:
+    one tree is applied per session, with verification, and copied; its state's record of
+    where the roots are (state.json, the one file that names them) is moved with it."""
+    if not _APPLIED:
+        where = Path(tempfile.mkdtemp(prefix="patchkit-applied-tree-"))
+        atexit.register(shutil.rmtree, where, True)
+        original = make_tree(where / "tree")
+        before = snapshot(original)
+        assert run(request("apply", original))["ok"]
+        _APPLIED.append((where / "tree", before))
+    template = _APPLIED[0][0]
+    shutil.copytree(template, base, symlinks=True)
+    for path in (base / "sglang" / ".patchkit").rglob("*"):
+        if path.is_file() and str(template).encode() in path.read_bytes():
+            assert path.name == "state.json", path  # no other file records a root's path
+            path.write_bytes(path.read_bytes().replace(str(template).encode(), str(base).encode()))
+    return {"sglang": str(base / "sglang"), "serve": str(base / "serve")}
+
+
+def full_apply_before() -> dict[str, str]:
+    """The snapshot of the sample roots before the apply :func:`applied_tree` copies."""
+    return _APPLIED[0][1]
+
+
+def full_apply(base: Path) -> dict[str, str]:
+    """The snapshot of a twin tree after a full apply (relative names and bytes: made once)."""
+    if not _AFTER:
+        twin = make_tree(base)
+        assert run(request("apply", twin))["ok"]
+        _AFTER.append(snapshot(twin))
+    return _AFTER[0]
+
+
 def crash_case(side: str, op: str, point: str, base: Path, ssh: Any = None,
                variant: str = "") -> None:
     """Kill ``op`` at ``point``, then recover with the next status. ``variant``: ``moved``,
     the tree is moved after the kill and a decoy tree takes its old path (recovery must act
     on the moved tree and never touch the decoy); ``full``, the tree's file system (a tmpfs
     ``base`` lies on) is filled to the last block after the kill (recovery needs no space)."""
-    roots = make_tree(base)
-    original = snapshot(roots)
     if op == "rollback":
-        assert run(request("apply", roots))["ok"]
-        before, after = snapshot(roots), original  # the tree before / after the killed op
+        roots = applied_tree(base)
+        before, after = snapshot(roots), full_apply_before()  # the tree before / after the op
     else:
-        before = original
-        after = None
+        roots = make_tree(base)
+        before, after = snapshot(roots), None
     req = request(op, roots)
     if side == "local":
         kill_local(req, point)
     else:
         kill_remote(ssh, roots, req, point)
-    if after is None:  # the bytes a full apply gives, from a twin tree
-        twin = make_tree(base.parent / (base.name + "-twin"))
-        assert run(request("apply", twin))["ok"]
-        after = {k: v for k, v in snapshot(twin).items()}
+    if after is None:  # the bytes a full apply gives, from a twin tree (the same every case)
+        after = full_apply(base.parent / (base.name + "-twin"))
     decoy = filler = None
     if variant == "moved":
         new = base.parent / (base.name + "-moved")

@@ -9,6 +9,7 @@ the host half-applied, and every transport failure has its own exit code and wri
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
@@ -19,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -45,13 +47,27 @@ POOL = "python/sglang/srt/pool.py"
 # -- helpers ---------------------------------------------------------------------------------
 
 
+_TEMPLATE: list[Path] = []
+
+
+def _template() -> Path:
+    """The sample roots with ``sglang`` committed, built once per session (the fault sweeps
+    make a fresh tree per kill: a copy costs no git process)."""
+    if not _TEMPLATE:
+        where = Path(tempfile.mkdtemp(prefix="patchkit-sample-tree-"))
+        atexit.register(shutil.rmtree, where, True)
+        shutil.copytree(SAMPLES / "tree", where / "tree")
+        for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "release 0.5.21"]):
+            subprocess.run(["git", *args], cwd=where / "tree" / "sglang", check=True,
+                           capture_output=True)
+        _TEMPLATE.append(where / "tree")
+    return _TEMPLATE[0]
+
+
 def make_tree(base: Path) -> dict[str, str]:
     """The sample roots (a git checkout ``sglang`` and a ``serve`` folder) under ``base``."""
-    shutil.copytree(SAMPLES / "tree", base)
-    sglang = base / "sglang"
-    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "release 0.5.21"]):
-        subprocess.run(["git", *args], cwd=sglang, check=True, capture_output=True)
-    return {"sglang": str(sglang), "serve": str(base / "serve")}
+    shutil.copytree(_template(), base, symlinks=True)
+    return {"sglang": str(base / "sglang"), "serve": str(base / "serve")}
 
 
 def snapshot(roots: dict[str, str], *, state: bool = False) -> dict[str, str]:

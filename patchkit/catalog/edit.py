@@ -85,11 +85,14 @@ def new_manifest_text(name: str, title: str, base_release: str,
                       patches: list[tuple[str, str]], rationale: str = "", *,
                       date: str | None = None, author: str = "",
                       upstream: dict[str, str] | None = None,
-                      headers: Sequence[tuple[str, str]] = ()) -> str:
+                      headers: Sequence[tuple[str, str]] = (),
+                      release_root: str | None = "sglang") -> str:
     """A commented version-1 manifest that loads as-is (once its patch files exist), validated
     here; ``patches`` are ``(file, root)`` or ``(file, root, description)``. ``author``,
     ``upstream`` (forwarding, reference, bug, origin, applied) and ``headers`` (in order, a
-    repeated one becoming a list) are what an imported patch said (docs/interop.md)."""
+    repeated one becoming a list) are what an imported patch said (docs/interop.md).
+    ``release_root`` None: the series patches no SGLang root, so no release is checked
+    (``releases = []``) and the project is the first patch's root."""
     def q(value: Any) -> str:
         return tomlkit.item(value).as_string()
 
@@ -101,6 +104,12 @@ def new_manifest_text(name: str, title: str, base_release: str,
         format=MANIFEST_FORMAT, name=q(name), name_raw=name, title=q(title),
         rationale=tomlkit.string(why + "\n", multiline=True).as_string(), base=q(base_release),
         patches="\n".join(blocks), date=q(date or _dt.date.today().isoformat()))
+    if release_root is None:
+        root = _patch_entry(patches[0])["root"]
+        text = text.replace(f"releases = [{q(base_release)}]", "releases = []", 1).replace(
+            'project = "sglang"', f"project = {q(root)}", 1).replace(
+            'root = "sglang"                  # the root whose release is checked',
+            f"root = {q(root)}                  # no release is checked (releases = [])", 1)
     if author or any((upstream or {}).values()) or headers:
         text = _with_fields(text, author, upstream or {}, headers)
     path = Path(f"{name}.toml")

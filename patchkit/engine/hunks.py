@@ -262,6 +262,14 @@ def _conflict(change: FileChange, hunk: Optional[Hunk], lines: Sequence[str], ol
     expected_line = hunk.old_start if hunk else 1
     if wanted is None and len(lines) != len(old) and change.op == "delete":
         difference = "the file has %d lines, the patch %d" % (len(lines), len(old))
+    elif wanted is not None and found is not None and (
+            wanted.endswith("\r\n") != found.endswith("\r\n")) and (
+            wanted.rstrip("\r\n") == found.rstrip("\r\n")):
+        # judged against the tree: the same text, another line ending (a CRLF file, an LF patch)
+        difference = "line %d: the line ends in %s in the patch and in %s in the file" % (
+            diff_line, _ending(wanted), _ending(found))
+        what += (" (different line endings: convert the patch's to the file's, e.g. unix2dos "
+                 "or dos2unix on the patch)")
     else:
         difference = "line %d: the patch expects %s but the file has %s" % (
             diff_line, _shown(wanted), "end of file" if found is None else _shown(found))
@@ -272,6 +280,13 @@ def _conflict(change: FileChange, hunk: Optional[Hunk], lines: Sequence[str], ol
         root=change.root, path=change.path, patch=change.patch, hunk=number,
         expected_line=expected_line, first_difference={"line": diff_line, "expected": wanted,
                                                        "found": found})
+
+
+def _ending(line: str) -> str:
+    """How a line ends, as a message names it."""
+    if line.endswith("\r\n"):
+        return "CRLF (\\r\\n)"
+    return "LF (\\n)" if line.endswith("\n") else "no newline"
 
 
 def _shown(line: Optional[str]) -> str:

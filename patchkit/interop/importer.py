@@ -23,6 +23,10 @@ from ..engine.paths import Root, detect_layout
 from ..errors import PatchFormatError, UsageError
 from . import Patch, dep3, mbox, quilt, refuse_escape
 
+#: The base_release of a fix that patches no SGLang root, imported without --release.
+NO_RELEASE = "any"
+
+
 @dataclasses.dataclass(frozen=True)
 class Planned:
     """One fix to be made: its name and its patches, in order."""
@@ -141,11 +145,6 @@ def import_fixes(catalog: Catalog, fixes: Sequence[Planned], *, release: str | N
     catalog.check_writable("import fixes")
     if release is None and tree is not None:
         release = tree_release(Path(tree))
-    if release is None:
-        where = f"{tree}" if tree is not None else "no tree was given"
-        raise UsageError(f"cannot tell which SGLang release the patches are written against "
-                         f"({where}); pass --release VERSION, or --target the release tree "
-                         "they apply to", path=str(tree) if tree else None)
     made = []
     identity = catalog_identity(catalog) or PLACEHOLDER_AUTHOR
     for fix in fixes:
@@ -154,6 +153,12 @@ def import_fixes(catalog: Catalog, fixes: Sequence[Planned], *, release: str | N
             raise UsageError(f"fix {fix.name!r} already exists in {catalog.root}; pass --name "
                              "to import it under another name", fix=fix.name)
         texts = _checked(fix, root, identity)
+        patches_sglang = any(t[1] == DEFAULT_ROOT for t in texts.values())
+        if release is None and patches_sglang:
+            where = f"{tree}" if tree is not None else "no tree was given"
+            raise UsageError(f"cannot tell which SGLang release the patches are written against "
+                             f"({where}); pass --release VERSION, or --target the release tree "
+                             "they apply to", path=str(tree) if tree else None)
         first = fix.patches[0]
         fields = dep3.fields_of(first.fields, first.source)
         author = "" if fields.get("author_unset") else fields.get("author") or first.author
@@ -163,16 +168,17 @@ def import_fixes(catalog: Catalog, fixes: Sequence[Planned], *, release: str | N
                                    file=str(first.source))
         date = _iso_date(fields.get("date") or first.date) or _dt.date.today().isoformat()
         text = edit.new_manifest_text(
-            fix.name, first.subject, release, [(f, t[1]) for f, t in texts.items()], first.body,
-            date=date, author=author, upstream=fields["upstream"], headers=fields["headers"])
-        made.append((fix, texts, text))
+            fix.name, first.subject, release or NO_RELEASE, [(f, t[1]) for f, t in texts.items()],
+            first.body, date=date, author=author, upstream=fields["upstream"],
+            headers=fields["headers"], release_root=DEFAULT_ROOT if patches_sglang else None)
+        made.append((fix, texts, text, release or NO_RELEASE))
     results = []
-    for fix, texts, text in made:
+    for fix, texts, text, based in made:
         patch_dir = catalog.patches_dir / fix.name
         manifest = catalog.manifests_dir / f"{fix.name}.toml"
         files = tuple(dict.fromkeys(path for t in texts.values() for path in t[2]))
         result = authoring.AuthoringResult(fix.name, 1, manifest, tuple(patch_dir / f for f in texts),
-                                           files, release, changed=True, dry_run=dry_run)
+                                           files, based, changed=True, dry_run=dry_run)
         if not dry_run:
             catalog.manifests_dir.mkdir(parents=True, exist_ok=True)
             patch_dir.mkdir(parents=True)
@@ -184,7 +190,7 @@ def import_fixes(catalog: Catalog, fixes: Sequence[Planned], *, release: str | N
                 raise
             title = fix.patches[0].subject
             sha = authoring._commit(catalog, fix.name, f"{fix.name} v1: {title}\n\nImported by "
-                                    f"`patchkit import` from {how}, based on {release}.\n"
+                                    f"`patchkit import` from {how}, based on {based}.\n"
                                     ) if commit else None
             result = dataclasses.replace(result, commit=sha)
         results.append(result)

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from ..errors import PatchFormatError
-from . import Patch, dep3, mbox, refuse_crlf, refuse_escape, split_diff
+from . import Patch, dep3, mbox, refuse_escape, split_diff
 
 _FILE_HEADER = re.compile(r"^(---|\+\+\+) (.*)$")
 
@@ -61,7 +61,6 @@ def read(path: Path, strip: int = 1) -> list[Patch]:
 def read_patch(file: Path, strip: int = 1) -> Patch:
     """One DEP-3 headed patch, its file headers rewritten to git's ``a/`` ``b/`` form."""
     text = file.read_bytes().decode("utf-8", "surrogateescape")
-    refuse_crlf(text, file)
     if mbox.FROM_LINE.match(text.split("\n", 1)[0].encode("utf-8", "surrogateescape")):
         found = mbox.read(file)  # git format-patch output in a series, as Debian keeps many
         if len(found) != 1:
@@ -119,6 +118,7 @@ def _restrip(diff: str, level: int, file: Path) -> str:
             prefix = "a/" if match[1] == "---" else "b/"
             line = f"{match[1]} {rel if rel == '/dev/null' else prefix + rel}"
         elif line.startswith("diff --git "):
+            line = line.rstrip("\r")  # a header's line ending is the patch's, not the tree's
             names = line[len("diff --git "):].split(" ")
             if len(names) == 2 and level != 1:
                 line = f"diff --git a/{_strip(names[0], level, file)} b/{_strip(names[1], level, file)}"

@@ -130,13 +130,14 @@ def resolve_target(target: str | None, extra_roots: Sequence[str] = (), *, pytho
     spec, found = None, ""
     if target is None and named is None:
         enclosing = find_enclosing_sglang(os.getcwd())
-        if enclosing is None:
+        if enclosing is not None:
+            roots[PRIMARY_ROOT], found = enclosing, "found from the working directory"
+        elif not extra_roots:  # only --root: a tree that is not SGLang; a run needs only its roots
             raise UsageError(
                 "no target given; pass --target PATH (an SGLang checkout), --target "
                 "ssh://host/path, or the name of a target in patchkit.toml, or run patchkit "
-                "inside an SGLang checkout"
+                "inside an SGLang checkout (a tree that is not SGLang: --root NAME=PATH)"
             )
-        roots[PRIMARY_ROOT], found = enclosing, "found from the working directory"
     elif named is not None:
         roots.update({PRIMARY_ROOT: named.path, **named.roots})
         python = python or named.python
