@@ -115,8 +115,12 @@ def verify(state: State, fixes: tuple[str, ...], as_json: bool, **where: Any) ->
     click.option("--exit-code", is_flag=True,
                  help=f"Exit {EXIT_CHECK_FAILED} when a fix has drifted, is lost, partly present or "
                       "outdated (like git diff --exit-code)."),
+    click.option("--running", is_flag=True,
+                 help="With --exit-code, also fail on a process running code older than the fixes "
+                      "(restart pending), a stale .pyc, or a /proc that cannot be read."),
 )
-def status(state: State, show_all: bool, exit_code: bool, as_json: bool, **where: Any) -> int:
+def status(state: State, show_all: bool, exit_code: bool, running: bool, as_json: bool,
+           **where: Any) -> int:
     """Show which fixes are applied on the target, at which version, and any drift.
 
     With --inventory, a host x fix matrix of the fleet."""
@@ -126,7 +130,14 @@ def status(state: State, show_all: bool, exit_code: bool, as_json: bool, **where
                       exit_code=exit_code)
     result = _run(state, where, "reading", as_json, api.status)
     render.emit(as_json, result.to_json(), lambda out: render.render_status(out, result, verbose=show_all))
-    return EXIT_CHECK_FAILED if exit_code and any(s.state in UNHEALTHY for s in result.status) else 0
+    unhealthy = any(s.state in UNHEALTHY for s in result.status)
+    return EXIT_CHECK_FAILED if exit_code and (unhealthy or running and runs_old_code(result)) else 0
+
+
+def runs_old_code(result: Any) -> bool:
+    """``status --exit-code --running``: a restart pending, a stale .pyc, or no way to tell."""
+    run = result.running
+    return run is None or not run.available or bool(run.pending or run.stale_pyc)
 
 
 COMMANDS = [apply, rollback, verify, status]
