@@ -193,3 +193,53 @@ def test_proc_that_cannot_be_read_is_said_never_guessed(tmp_path: Path) -> None:
     assert seen["available"] is False and seen["processes"] == []
     assert "cannot read" in seen["detail"] and "not looked at" in seen["detail"]
     assert sys.platform != "linux" or procs.running(roots, str(tmp_path), {}, PY)["available"]
+
+
+SERVICE = """import os, sys, time
+open(sys.argv[1], "w").write(str(os.getpid()))
+time.sleep(3600)
+"""
+
+
+@pytest.mark.ssh
+def test_the_fleet_status_shows_what_runs_on_each_host(fleet, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import http.server
+    import json
+    import shlex
+    import threading
+
+    from tests.test_after_health import _Health
+
+    h1 = fleet.node("h1")
+    script, pidfile = tmp_path / "service.py", tmp_path / "service.pid"
+    script.write_text(SERVICE)
+    start = (f"(cd {shlex.quote(str(h1.sglang))} && setsid {shlex.quote(PY)} {script} {pidfile} "
+             f"</dev/null >/dev/null 2>&1 &); while [ ! -s {pidfile} ]; do sleep 0.05; done")
+    subprocess.run(["/bin/sh", "-c", start], check=True, timeout=30)
+    first = int(pidfile.read_text())
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        restart = f"if [ {{{{ inventory_hostname }}}} = h1 ]; then kill {first}; rm -f {pidfile}; {start}; fi"
+        run = fleet.run("patchkit", "apply", "dsv4-bf16-sizing", "--inventory", str(fleet.inventory),
+                        "--after-cmd", restart, "--health-cmd",
+                        f"sglang:http://127.0.0.1:{server.server_address[1]}", "--json")
+        assert run.returncode == 0, run.stdout + run.stderr
+        again = int(pidfile.read_text())
+        assert again != first  # restarted by the after-command
+        run = fleet.run("patchkit", "status", "--inventory", str(fleet.inventory), "--json")
+        assert run.returncode == 0, run.stderr
+        running = json.loads(run.stdout)["running"]
+        assert running["h1"] == "current" and set(running.values()) <= {"current", "none"}
+        os.kill(again, signal.SIGKILL)
+        subprocess.run(["/bin/sh", "-c", f"rm -f {pidfile}; {start}"], check=True, timeout=30)
+        subprocess.run([str(fleet.bin / "patchkit"), "rollback", "dsv4-bf16-sizing", "--target",
+                        str(h1.sglang), "--root", f"serve={h1.serve}"], check=True, env=fleet.env,
+                       capture_output=True, timeout=120)
+        run = fleet.run("patchkit", "status", "--inventory", str(fleet.inventory))
+        assert f"h1\t(running)\trestart pending: {pidfile.read_text()}\t" in run.stdout, run.stdout
+    finally:
+        server.shutdown()
+        server.server_close()
+        if pidfile.exists() and pidfile.read_text():
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)

@@ -74,8 +74,9 @@ def survey(state: State, op: str, names: list[str], fleet: dict[str, Any], *, as
                            limit=fleet["limit"], forks=fleet["forks"], lock_timeout=lock_timeout)
     if op == "status":
         cells = status_cells(result)
-        render.emit(as_json, dict(result.to_json(), matrix=cells),
-                    lambda out: render_matrix(out, cells))
+        running = running_cells(result)
+        render.emit(as_json, dict(result.to_json(), matrix=cells, running=running),
+                    lambda out: render_matrix(out, cells, running))
         if not as_json:
             _recovered(result.hosts)
         unconverged = any(c["state"] in NOT_CONVERGED for row in cells.values() for c in row.values())
@@ -127,19 +128,44 @@ def _cell(cell: dict[str, Any] | None) -> str:
     return f"{cell['state']} v{cell['version']}" if cell.get("version") else cell["state"]
 
 
-def render_matrix(console: Any, cells: dict[str, dict[str, dict[str, Any]]]) -> None:
-    """Terminal: a host x fix table. Plain: one line per host and fix (host, fix, state, version)."""
+def running_cells(result: Any) -> dict[str, str]:
+    """host -> what runs from it (status ``running``, docs/cli.md): ``restart pending: PID,...``,
+    ``current``, ``none``, ``not looked at`` (no /proc), or ``-`` (not reached, an older engine)."""
+    out = {}
+    for host in result.hosts:
+        run = ((host.result or {}).get("status") or {}).get("running")
+        if host.state != "ok" or not run:
+            out[host.host] = "-"
+        elif not run.get("available"):
+            out[host.host] = "not looked at"
+        else:
+            procs = run.get("processes") or []
+            waiting = [str(p["pid"]) for p in procs if p.get("state") == "restart-pending"]
+            out[host.host] = (f"restart pending: {','.join(waiting)}" if waiting
+                              else "current" if procs else "none")
+    return out
+
+
+def render_matrix(console: Any, cells: dict[str, dict[str, dict[str, Any]]],
+                  running: dict[str, str] | None = None) -> None:
+    """Terminal: a host x fix table (and a ``running`` column). Plain: one line per host and fix
+    (host, fix, state, version), then per host ``HOST (running) WHAT``."""
     fixes = _fixes(cells)
+    running = running or {}
     if isinstance(console, render.PlainConsole):
         for host, row in cells.items():
             for fix in fixes:
                 cell = row.get(fix) or {"state": "-"}
                 version = f"v{cell['version']}" if cell.get("version") else ""
                 console.file.write(f"{host}\t{fix}\t{cell['state']}\t{version}\n")
+            if host in running:
+                console.file.write(f"{host}\t(running)\t{running[host]}\t\n")
         return
-    rows = [[host, *(_cell(row.get(fix)) for fix in fixes)] for host, row in cells.items()]
+    rows = [[host, *(_cell(row.get(fix)) for fix in fixes), *([running.get(host, "-")] if running else [])]
+            for host, row in cells.items()]
     style = dict(render.STATE_STYLE, unreachable="bold red", failed="bold red")
     render.write_table(console, rows, ("host", "bold"), *((fix, style) for fix in fixes),
+                       *([("running", {"restart": "bold yellow", "current": "green"})] if running else []),
                        title="fleet status")
 
 
