@@ -163,3 +163,44 @@ def test_seed_deploy_on_the_demo_fork_restarts_the_server_and_clears_restart_pen
     finally:
         if pidfile.exists() and pidfile.read_text():
             os.kill(int(pidfile.read_text()), signal.SIGKILL)
+
+
+def _restart_catalog(tmp_path: Path, restart: str) -> Path:
+    import shutil
+
+    catalog = tmp_path / "catalog"
+    shutil.copytree(SAMPLES / "catalog", catalog)
+    manifest = catalog / "manifests" / "index-k-bytes.toml"
+    manifest.write_text(manifest.read_text().replace('status = "active"\n', f'status = "active"\n{restart}\n', 1))
+    return catalog
+
+
+def test_the_restart_a_manifest_names_is_said_and_run_by_restart(tmp_path: Path) -> None:
+    roots = make_tree(tmp_path / "tree")
+    catalog = _restart_catalog(tmp_path, 'restart = "prefill"')
+    log = tmp_path / "restarts"
+    config = tmp_path / "patchkit.toml"
+    config.write_text(f'[restarts]\nprefill = "echo prefill >> {log}"\n')
+    where = ["--target", roots["sglang"], "--root", f"serve={roots['serve']}"]
+    code, out, err = cli(["--catalog", str(catalog), "--config", str(config), "apply", "index-k-bytes", *where])
+    assert code == 0, err
+    assert "restart needed prefill" in out and not log.exists()
+    cli(["--catalog", str(catalog), "--config", str(config), "rollback", "index-k-bytes", *where])
+    code, out, err = cli(["--catalog", str(catalog), "--config", str(config), "apply", "index-k-bytes",
+                          *where, "--restart", "--json"])
+    assert code == 0, err
+    assert json.loads(out)["restart"] == ["prefill"] and log.read_text() == "prefill\n"
+
+    config.write_text("[restarts]\ndecode = \"true\"\n")  # prefill is not defined: refused, nothing written
+    cli(["--catalog", str(catalog), "--config", str(config), "rollback", "index-k-bytes", *where])
+    before = Path(roots["sglang"], POOL).read_bytes()
+    code, _out, err = cli(["--catalog", str(catalog), "--config", str(config), "apply", "index-k-bytes",
+                           *where, "--restart"])
+    assert code == 2 and "prefill" in err and "[restarts]" in err
+    assert Path(roots["sglang"], POOL).read_bytes() == before
+
+
+def test_a_bad_restart_name_in_a_manifest_is_a_manifest_error(tmp_path: Path) -> None:
+    catalog = _restart_catalog(tmp_path, 'restart = "no spaces please"')
+    code, _out, err = cli(["--catalog", str(catalog), "show", "index-k-bytes"])
+    assert code != 0 and "restart" in err and "index-k-bytes.toml" in err
