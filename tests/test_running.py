@@ -227,8 +227,9 @@ def test_the_fleet_status_shows_what_runs_on_each_host(fleet, tmp_path: Path) ->
         assert run.returncode == 0, run.stdout + run.stderr
         again = int(pidfile.read_text())
         assert again != first  # restarted by the after-command
-        run = fleet.run("patchkit", "status", "--inventory", str(fleet.inventory), "--json")
-        assert run.returncode == 0, run.stderr
+        run = fleet.run("patchkit", "status", "--inventory", str(fleet.inventory), "--json",
+                        "--exit-code", "--running")
+        assert run.returncode == 0, run.stderr  # converged, and every server runs it
         running = json.loads(run.stdout)["running"]
         assert running["h1"] == "current" and set(running.values()) <= {"current", "none"}
         os.kill(again, signal.SIGKILL)
@@ -236,8 +237,9 @@ def test_the_fleet_status_shows_what_runs_on_each_host(fleet, tmp_path: Path) ->
         subprocess.run([str(fleet.bin / "patchkit"), "rollback", "dsv4-bf16-sizing", "--target",
                         str(h1.sglang), "--root", f"serve={h1.serve}"], check=True, env=fleet.env,
                        capture_output=True, timeout=120)
-        run = fleet.run("patchkit", "status", "--inventory", str(fleet.inventory))
+        run = fleet.run("patchkit", "status", "--inventory", str(fleet.inventory), "--exit-code", "--running")
         assert f"h1\t(running)\trestart pending: {pidfile.read_text()}\t" in run.stdout, run.stdout
+        assert run.returncode == 1, run.stderr
     finally:
         server.shutdown()
         server.server_close()

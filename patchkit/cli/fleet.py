@@ -66,7 +66,7 @@ def rollout(state: State, op: str, names: list[str], fleet: dict[str, Any], *, d
 
 
 def survey(state: State, op: str, names: list[str], fleet: dict[str, Any], *, as_json: bool,
-           lock_timeout: float, exit_code: bool = False) -> int:
+           lock_timeout: float, exit_code: bool = False, running_gate: bool = False) -> int:
     from .. import fleet as fleets
 
     _progress(as_json)(f"{op} on the hosts of {fleet['inventory']}")
@@ -83,6 +83,8 @@ def survey(state: State, op: str, names: list[str], fleet: dict[str, Any], *, as
         versions = {fix: {(c["state"], c.get("version")) for c in (row.get(fix) for row in cells.values())
                           if c and c["state"] != "unreachable"} for fix in _fixes(cells)}
         unconverged = unconverged or any(len(v) > 1 for v in versions.values())
+        unconverged = unconverged or running_gate and any(  # --running: what runs old code
+            v.startswith("restart pending") or v == "not looked at" for v in running.values())
         return EXIT_CHECK_FAILED if exit_code and unconverged else 0
     render.emit(as_json, result.to_json(), lambda out: render_hosts(out, result.hosts, op))
     return 0 if all(h.state == "ok" for h in result.hosts) else EXIT_CHECK_FAILED

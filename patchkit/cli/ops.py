@@ -210,7 +210,7 @@ def status(state: State, show_all: bool, exit_code: bool, running: bool, as_json
     fleet = _fleet(where, rollout_options=False)
     if wants_fleet(fleet, where):
         return survey(state, "status", [], fleet, as_json=as_json, lock_timeout=where["lock_timeout"],
-                      exit_code=exit_code)
+                      exit_code=exit_code, running_gate=running)
     result = _run(state, where, "reading", as_json, api.status)
     render.emit(as_json, result.to_json(), lambda out: render.render_status(out, result, verbose=show_all))
     unhealthy = any(s.state in UNHEALTHY for s in result.status)
