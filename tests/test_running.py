@@ -73,10 +73,10 @@ def start(tmp_path: Path) -> Iterator[Start]:
     started: list[Running] = []
 
     def run(source: str, *args: str, cwd: Path | None = None, env: dict[str, str | None] | None = None,
-            spawner: bool = False) -> Running:
+            spawner: bool = False, options: tuple[str, ...] = ()) -> Running:
         script = tmp_path / f"proc{len(started)}.py"
         script.write_text(source)
-        proc = subprocess.Popen([PY, str(script), *args], cwd=cwd or tmp_path, text=True,
+        proc = subprocess.Popen([PY, *options, str(script), *args], cwd=cwd or tmp_path, text=True,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
                                 env={k: v for k, v in {**os.environ, **(env or {})}.items() if v is not None})
         ran = Running(proc, [proc.pid])
@@ -168,10 +168,14 @@ def test_bytecode_under_a_pycache_prefix_is_found_stale_and_purged(
     assert code == 1 and f"stale .pyc\t{pyc}\tsglang:{POOL}\t" in err
 
     api.rollback(Catalog(catalog), target, ["index-k-bytes"])
+    other = tmp_path / "other-prefix"  # -X pycache_prefix, as a unit file's ExecStart may say
+    start(IMPORTER, env={"PYTHONPATH": os.path.join(roots["sglang"], "python"),
+                         "PYTHONDONTWRITEBYTECODE": None}, options=("-X", f"pycache_prefix={other}"))
+    assert len(_prefixed(other, pool)) == 1
     _copy_catalog(catalog, purge=True)
     py_compile.compile(str(pool), cfile=str(pyc), invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
     api.apply(Catalog(catalog), target, ["index-k-bytes"])
-    assert _prefixed(prefix, pool) == []  # the running process's prefix was purged too
+    assert _prefixed(prefix, pool) == _prefixed(other, pool) == []  # the processes' prefixes too
     assert api.status(Catalog(catalog), target).running.stale_pyc == ()  # type: ignore[union-attr]
 
 
