@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shlex
 import subprocess
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -123,7 +124,8 @@ def after_change(target: Any, changed: Sequence[str], *, after_cmd: str | None,
     again, and :class:`HealthCheckFailed` carrying the :class:`AfterChange` as ``after``."""
     if not changed or not (after_cmd or health_cmd):
         return AfterChange()
-    python = getattr(target, "python", None) if getattr(target, "is_remote", False) else None
+    python = (getattr(target, "python", None) if getattr(target, "is_remote", False)
+              else sys.executable)  # the probe needs only the standard library
     health = health_command(health_cmd, timeout=health_timeout, python=python)
     ran: list[CommandRun] = []
     for what, command in (("after-cmd", after_cmd), ("health-cmd", health)):

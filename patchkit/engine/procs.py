@@ -36,7 +36,6 @@ PROC = "/proc"
 CURRENT, PENDING = "current", "restart-pending"
 _PYTHON = re.compile(r"^python[0-9.]*[a-z]*$|^pypy")
 _SHOWN = 5  # changed files named per process; the count is exact
-_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
 def clock() -> Dict[str, Any]:
