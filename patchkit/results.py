@@ -114,6 +114,55 @@ class FixState:
 
 
 @dataclass(frozen=True)
+class RunningProcess:
+    """A process using a root of the target (``status``; docs/state.md, Running processes)."""
+
+    pid: int
+    command: str
+    started_at: str | None
+    roots: tuple[str, ...]
+    via: str
+    state: str  # "current" | "restart-pending"
+    changed: tuple[str, ...] = ()  # root:path changed after it started (at most 5)
+    changed_count: int = 0
+
+    @property
+    def pending(self) -> bool:
+        return self.state == "restart-pending"
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "RunningProcess":
+        return cls(pid=int(d.get("pid") or 0), command=str(d.get("command", "")),
+                   started_at=d.get("started_at"), roots=tuple(d.get("roots") or ()),
+                   via=str(d.get("via", "")), state=str(d.get("state", "")),
+                   changed=tuple(d.get("changed") or ()), changed_count=int(d.get("changed_count") or 0))
+
+
+@dataclass(frozen=True)
+class Running:
+    """What runs from the target: ``available`` False when ``/proc`` could not be read
+    (``detail`` says why; nothing is claimed then)."""
+
+    available: bool
+    detail: str | None
+    processes: tuple[RunningProcess, ...]
+    unreadable: tuple[Mapping[str, Any], ...]
+    stale_pyc: tuple[Mapping[str, Any], ...]
+
+    @property
+    def pending(self) -> tuple[RunningProcess, ...]:
+        return tuple(p for p in self.processes if p.pending)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> "Running | None":
+        if not d:
+            return None  # an engine of before this record
+        return cls(available=bool(d.get("available")), detail=d.get("detail"),
+                   processes=tuple(RunningProcess.from_dict(p) for p in d.get("processes") or ()),
+                   unreadable=tuple(d.get("unreadable") or ()), stale_pyc=tuple(d.get("stale_pyc") or ()))
+
+
+@dataclass(frozen=True)
 class OpResult:
     """The outcome of one engine run on one target."""
 
@@ -128,6 +177,7 @@ class OpResult:
     # status: fixes not looked at, each with the roots of it the target was not given
     left_out: tuple[tuple[str, tuple[str, ...]], ...] = ()
     broken: tuple[Any, ...] = ()  # status: catalog.BrokenFix of each manifest that cannot be read
+    running: Running | None = None  # status only: the processes using the roots
 
     @classmethod
     def from_engine(cls, raw: Mapping[str, Any], target: str) -> "OpResult":
@@ -136,7 +186,8 @@ class OpResult:
                    dry_run=bool(raw.get("dry_run")), target=target,
                    fixes=tuple(FixOutcome.from_dict(f) for f in raw.get("fixes") or ()),
                    recovered=tuple(raw.get("recovered") or ()),
-                   status=tuple(FixState.from_dict(f) for f in status.get("fixes") or ()), raw=raw)
+                   status=tuple(FixState.from_dict(f) for f in status.get("fixes") or ()), raw=raw,
+                   running=Running.from_dict(status.get("running")))
 
     def to_json(self) -> dict[str, Any]:
         out = dict(self.raw, target=self.target)

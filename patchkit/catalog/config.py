@@ -29,7 +29,7 @@ def load_config(path: Path | str) -> ProjectConfig:
     path = Path(path)
     ctx = Ctx(path)
     data = read_data(path, "config")
-    check_keys(ctx, data, "", ("catalog", "default_target", "targets", "shipped_fixes"), ())
+    check_keys(ctx, data, "", ("catalog", "default_target", "targets", "shipped_fixes", "restarts"), ())
     base = path.parent.resolve()
     catalog = (base / Path(string(ctx, data, "", "catalog", nonempty=True)).expanduser()
                if "catalog" in data else None)
@@ -47,8 +47,15 @@ def load_config(path: Path | str) -> ProjectConfig:
         raise ctx.fail("default_target", f"default_target '{default}' is not a defined target "
                        f"({', '.join(sorted(targets)) or 'none'})",
                        f"Add [targets.{default}] or fix the name")
+    restarts = {}
+    for name in typed(ctx, data, "", "restarts", dict, {}):
+        if not ROOT_NAME_RE.match(name):
+            raise ctx.fail(f"restarts.{name}", f"'{name}' is not a restart name", "Use letters, "
+                           "digits, '_', '.', '-'")
+        restarts[name] = string(ctx, data["restarts"], "restarts", name, nonempty=True)
     return ProjectConfig(path=path, catalog=catalog, default_target=default, targets=targets,
-                         shipped_fixes=typed(ctx, data, "", "shipped_fixes", bool, False))
+                         shipped_fixes=typed(ctx, data, "", "shipped_fixes", bool, False),
+                         restarts=restarts)
 
 
 def _build_target(ctx: Ctx, name: str, table: Mapping[str, Any], base: Path) -> TargetConfig:

@@ -29,6 +29,7 @@ from .model import (
 )
 from ..errors import ManifestError
 from .reader import (
+    ROOT_NAME_RE,
     Ctx,
     check_keys,
     choice,
@@ -50,7 +51,7 @@ DATE_RE = re.compile(r"\d{4}-\d{2}-\d{2}\Z")
 TOP_KEYS = ("format", "name", "version", "title", "status", "rationale", "depends_on",
             "supersedes", "reverts", "upstream", "patches", "preconditions", "verification",
             "actions", "rollback", "changelog", "revert", "allow_special_modes", "author",
-            "headers")
+            "headers", "restart")
 TOP_REQUIRED = ("format", "name", "version", "title", "status", "rationale", "upstream")
 REVERT_KEYS = ("commit", "fix", "paths", "root")
 UPSTREAM_KEYS = ("project", "base_release", "releases", "root", "forwarding", "reference", "bug",
@@ -119,7 +120,19 @@ def build_fix(ctx: Ctx, data: Mapping[str, Any], patch_dir: Path) -> Fix:
                changelog=_build_changelog(ctx, data, version), depends_on=depends_on,
                supersedes=supersedes, reverts=reverts, revert=revert,
                allow_special_modes=typed(ctx, data, "", "allow_special_modes", bool, False),
-               author=_author(ctx, data), headers=_headers(ctx, data))
+               author=_author(ctx, data), headers=_headers(ctx, data), restart=_restart(ctx, data))
+
+
+def _restart(ctx: Ctx, data: Mapping[str, Any]) -> tuple[str, ...]:
+    """``restart``: the name (or names) of the restart the fix needs, a command of
+    ``patchkit.toml``'s ``[restarts]`` (docs/manifest.md)."""
+    value = data.get("restart", ())
+    names = (value,) if isinstance(value, str) else strings(ctx, data, "", "restart", ())
+    for name in names:
+        if not ROOT_NAME_RE.match(name):
+            raise ctx.fail("restart", f"'{name}' is not a restart name", "Name a command of "
+                           "patchkit.toml's [restarts], e.g. restart = \"prefill\"")
+    return tuple(names)
 
 
 def _author(ctx: Ctx, data: Mapping[str, Any]) -> str:

@@ -202,6 +202,7 @@ class Fix:
     allow_special_modes: bool = False  # files may be made setuid, setgid, sticky, o+w
     author: str = ""  # "Name <email>": the From of an exported patch (docs/interop.md)
     headers: tuple[tuple[str, str], ...] = ()  # other patch headers, in order (DEP-3 Reviewed-by)
+    restart: tuple[str, ...] = ()  # restarts it needs: names of patchkit.toml's [restarts]
 
     @property
     def is_inactive(self) -> bool:
@@ -285,6 +286,8 @@ class ProjectConfig:
     default_target: str | None = None  # used when no --target is given
     targets: Mapping[str, TargetConfig] = field(default_factory=dict)
     shipped_fixes: bool = False  # a catalog's own file: the shipped catalog sits beside it
+    restarts: Mapping[str, str] = field(default_factory=dict)  # name -> shell command
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "targets", MappingProxyType(dict(self.targets or {})))
+        object.__setattr__(self, "restarts", MappingProxyType(dict(self.restarts or {})))

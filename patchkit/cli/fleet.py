@@ -66,7 +66,7 @@ def rollout(state: State, op: str, names: list[str], fleet: dict[str, Any], *, d
 
 
 def survey(state: State, op: str, names: list[str], fleet: dict[str, Any], *, as_json: bool,
-           lock_timeout: float, exit_code: bool = False) -> int:
+           lock_timeout: float, exit_code: bool = False, running_gate: bool = False) -> int:
     from .. import fleet as fleets
 
     _progress(as_json)(f"{op} on the hosts of {fleet['inventory']}")
@@ -74,8 +74,9 @@ def survey(state: State, op: str, names: list[str], fleet: dict[str, Any], *, as
                            limit=fleet["limit"], forks=fleet["forks"], lock_timeout=lock_timeout)
     if op == "status":
         cells = status_cells(result, names or [f.name for f in state.catalog().all()])
-        render.emit(as_json, dict(result.to_json(), matrix=cells),
-                    lambda out: render_matrix(out, cells))
+        running = running_cells(result)
+        render.emit(as_json, dict(result.to_json(), matrix=cells, running=running),
+                    lambda out: render_matrix(out, cells, running))
         if not as_json:
             _recovered(result.hosts)
         unconverged = any(c["state"] in NOT_CONVERGED for row in cells.values() for c in row.values())
@@ -83,6 +84,8 @@ def survey(state: State, op: str, names: list[str], fleet: dict[str, Any], *, as
         versions = {fix: {(c["state"], c.get("version")) for c in (row.get(fix) for row in cells.values())
                           if c and c["state"] != "unreachable"} for fix in _fixes(cells)}
         unconverged = unconverged or any(len(v) > 1 for v in versions.values())
+        unconverged = unconverged or running_gate and any(  # --running: what runs old code
+            v.startswith("restart pending") or v == "not looked at" for v in running.values())
         return EXIT_CHECK_FAILED if exit_code and unconverged else 0
     render.emit(as_json, result.to_json(), lambda out: render_hosts(out, result.hosts, op))
     return 0 if all(h.state == "ok" for h in result.hosts) else EXIT_CHECK_FAILED
@@ -130,9 +133,30 @@ def _cell(cell: dict[str, Any] | None) -> str:
     return f"{cell['state']} v{cell['version']}" if cell.get("version") else cell["state"]
 
 
-def render_matrix(console: Any, cells: dict[str, dict[str, dict[str, Any]]]) -> None:
-    """Terminal: a host x fix table. Plain: one line per host and fix (host, fix, state, version)."""
+def running_cells(result: Any) -> dict[str, str]:
+    """host -> what runs from it (status ``running``, docs/cli.md): ``restart pending: PID,...``,
+    ``current``, ``none``, ``not looked at`` (no /proc), or ``-`` (not reached, an older engine)."""
+    out = {}
+    for host in result.hosts:
+        run = ((host.result or {}).get("status") or {}).get("running")
+        if host.state != "ok" or not run:
+            out[host.host] = "-"
+        elif not run.get("available"):
+            out[host.host] = "not looked at"
+        else:
+            procs = run.get("processes") or []
+            waiting = [str(p["pid"]) for p in procs if p.get("state") == "restart-pending"]
+            out[host.host] = (f"restart pending: {','.join(waiting)}" if waiting
+                              else "current" if procs else "none")
+    return out
+
+
+def render_matrix(console: Any, cells: dict[str, dict[str, dict[str, Any]]],
+                  running: dict[str, str] | None = None) -> None:
+    """Terminal: a host x fix table (and a ``running`` column). Plain: one line per host and fix
+    (host, fix, state, version), then per host ``HOST (running) WHAT``."""
     fixes = _fixes(cells)
+    running = running or {}
     if isinstance(console, render.PlainConsole):
         for host, row in cells.items():
             for fix in fixes:
@@ -140,10 +164,14 @@ def render_matrix(console: Any, cells: dict[str, dict[str, dict[str, Any]]]) -> 
                 version = f"v{cell['version']}" if cell.get("version") else ""
                 reason = f"\t{render.one_line(cell['detail'])}" if cell.get("detail") else ""
                 console.file.write(f"{host}\t{fix}\t{cell['state']}\t{version}{reason}\n")
+            if host in running:
+                console.file.write(f"{host}\t(running)\t{running[host]}\t\n")
         return
-    rows = [[host, *(_cell(row.get(fix)) for fix in fixes)] for host, row in cells.items()]
+    rows = [[host, *(_cell(row.get(fix)) for fix in fixes), *([running.get(host, "-")] if running else [])]
+            for host, row in cells.items()]
     style = dict(render.STATE_STYLE, unreachable="bold red", failed="bold red")
     render.write_table(console, rows, ("host", "bold"), *((fix, style) for fix in fixes),
+                       *([("running", {"restart": "bold yellow", "current": "green"})] if running else []),
                        title="fleet status")
     for host, row in cells.items():  # why a host has no status: once per host, under the table
         detail = next((c["detail"] for c in row.values() if c.get("detail")), "")

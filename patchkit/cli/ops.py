@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import click
 
-from .. import api
+from .. import api, hooks
 from ..errors import EXIT_CHECK_FAILED, UsageError
 from . import render
 from .common import TARGET_OPTIONS, State, command
@@ -41,12 +41,87 @@ def _fleet(where: dict[str, Any], rollout_options: bool = True) -> dict[str, Any
     return {k: where.pop(k) for k in keys}
 
 
-def _emit(result: Any, as_json: bool, **options: Any) -> int:
-    return render.emit(as_json, result.to_json(), lambda out: render.render_result(out, result, **options))
+def _emit(result: Any, as_json: bool, after: Any = None, restarts: tuple[str, ...] = (),
+          **options: Any) -> int:
+    data = result.to_json()
+    if after is not None or restarts:
+        data.update(restart=list(restarts), after=None if after is None else after.to_json())
+
+    def draw(out: Any) -> None:
+        render.render_result(out, result, **options)
+        render.render_after(out, after, restarts)
+
+    return render.emit(as_json, data, draw)
+
+
+HOOK_OPTIONS = (
+    click.option("--health-timeout", type=click.FloatRange(min=0, min_open=True),
+                 default=hooks.DEFAULT_HEALTH_TIMEOUT, show_default=True, metavar="SECONDS",
+                 help="How long --health-cmd sglang:URL waits for the server's health endpoint to answer 200."),
+    click.option("--restart", "use_restarts", is_flag=True,
+                 help="Run the restarts the changed fixes name (patchkit.toml [restarts]) as the --after-cmd."),
+)
+
+
+def restarts_of(state: State, fixes: list[Any]) -> tuple[tuple[str, ...], str | None]:
+    """The restarts ``fixes`` name (manifest ``restart``) and their commands joined with ``&&``
+    (None when none is named); a name ``patchkit.toml`` does not define is refused."""
+    names = tuple(dict.fromkeys(name for fix in fixes for name in fix.restart))
+    if not names:
+        return (), None
+    config = state.config()
+    defined = dict(config.restarts) if config is not None else {}
+    missing = [n for n in names if n not in defined]
+    if missing:
+        where = config.path if config is not None else "patchkit.toml"
+        raise UsageError(f"the fixes need the restart {', '.join(missing)}, which {where} does not "
+                         f"define: add [restarts] {missing[0]} = \"COMMAND\" (e.g. systemctl restart "
+                         "sglang-prefill)", option="--restart")
+    return names, " && ".join(defined[n] for n in names)
+
+
+def _hooked(state: State, fleet: dict[str, Any], names: list[str], use_restarts: bool,
+            health_timeout: float) -> dict[str, Any]:
+    """Take --after-cmd/--health-cmd out of ``fleet`` for one target (returned); for a fleet,
+    turn ``sglang:URL`` and --restart into the shell commands its hosts run."""
+    single = fleet.get("inventory") is None
+    found = {"after_cmd": fleet.get("after_cmd"), "health_cmd": fleet.get("health_cmd")}
+    if use_restarts:
+        if found["after_cmd"]:
+            raise UsageError("--restart runs the fixes' restarts as the after-command; give it or "
+                             "--after-cmd, not both", option="--restart")
+        catalog = state.catalog()
+        found["after_cmd"] = restarts_of(state, [catalog.get(n) for n in names])[1]
+    checked = hooks.health_command(found["health_cmd"], timeout=health_timeout)  # bad input: before any write
+    if single:
+        fleet.update(after_cmd=None, health_cmd=None)
+        return found
+    fleet.update(after_cmd=found["after_cmd"], health_cmd=checked)
+    return {}
+
+
+def _after(state: State, where: dict[str, Any], result: Any, found: dict[str, Any], undo: Any,
+           health_timeout: float, as_json: bool, **emit: Any) -> int:
+    """Run the hooks after a single target's change, then print; a failure prints the result
+    and raises (the change undone)."""
+    changed = hooks.changed_fixes(result)
+    catalog = state.catalog()
+    restarts = tuple(dict.fromkeys(r for n in changed for r in catalog.get(n).restart))
+    target = state.target(where["target"], where["roots"], where["python"])
+    try:
+        after = hooks.after_change(target, changed, after_cmd=found.get("after_cmd"),
+                                   health_cmd=found.get("health_cmd"), undo=lambda: undo(target, changed),
+                                   health_timeout=health_timeout)
+    except hooks.HealthCheckFailed as err:
+        if not as_json:
+            render.render_result(render.stdout(), result, **emit)
+        err.result = result  # type: ignore[attr-defined]
+        raise
+    return _emit(result, as_json, after if after.ran else None, restarts, **emit)
 
 
 @command(
-    "apply", FIXES, *TARGET_OPTIONS, *ROLLOUT_OPTIONS,
+    "apply", FIXES, *TARGET_OPTIONS, *ROLLOUT_OPTIONS, *HOOK_OPTIONS,
     click.option("--dry-run", "-n", is_flag=True,
                  help="Check and show where each hunk lands (and the diff, when few files change); write nothing."),
     click.option("--diff", "show_diff", is_flag=True, default=None,
@@ -63,10 +138,11 @@ def _emit(result: Any, as_json: bool, **options: Any) -> int:
 )
 def apply(state: State, fixes: tuple[str, ...], dry_run: bool, show_diff: bool | None,
           verbose: bool, with_deps: bool, allow_inactive: bool, commit: bool, no_git: bool,
-          force: bool, as_json: bool, **where: Any) -> int:
+          force: bool, use_restarts: bool, health_timeout: float, as_json: bool, **where: Any) -> int:
     """Apply FIXES to the target, all or nothing."""
     names = _names(fixes, "apply")
     fleet = _fleet(where)
+    found = _hooked(state, fleet, names, use_restarts, health_timeout)
     if wants_fleet(fleet, where):
         for flag, given in (("--diff", show_diff), ("--verbose", verbose)):
             if given:
@@ -78,25 +154,32 @@ def apply(state: State, fixes: tuple[str, ...], dry_run: bool, show_diff: bool |
     result = _run(state, where, f"{'checking' if dry_run else 'applying'} {', '.join(names)} on",
                   as_json, api.apply, names, dry_run=dry_run, with_deps=with_deps,
                   allow_inactive=allow_inactive, commit=commit, git=not no_git, force=force)
-    return _emit(result, as_json, show_diff=show_diff or None, verbose=verbose)
+    return _after(state, where, result, found,
+                  lambda target, changed: api.rollback(state.catalog(), target, changed,
+                                                       lock_timeout=where["lock_timeout"]),
+                  health_timeout, as_json, show_diff=show_diff or None, verbose=verbose)
 
 
 @command(
-    "rollback", FIXES, *TARGET_OPTIONS, *ROLLOUT_OPTIONS,
+    "rollback", FIXES, *TARGET_OPTIONS, *ROLLOUT_OPTIONS, *HOOK_OPTIONS,
     click.option("--dry-run", "-n", is_flag=True, help="Check and show what would be restored; write nothing."),
     click.option("--force", is_flag=True, help="Roll back even files changed since the fix was applied."),
 )
-def rollback(state: State, fixes: tuple[str, ...], dry_run: bool, force: bool, as_json: bool,
-             **where: Any) -> int:
+def rollback(state: State, fixes: tuple[str, ...], dry_run: bool, force: bool, use_restarts: bool,
+             health_timeout: float, as_json: bool, **where: Any) -> int:
     """Roll FIXES back on the target, all or nothing."""
     names = _names(fixes, "roll back")
     fleet = _fleet(where)
+    found = _hooked(state, fleet, names, use_restarts, health_timeout)
     if wants_fleet(fleet, where):
         return rollout(state, "rollback", names, fleet, dry_run=dry_run, as_json=as_json,
                        force=force, lock_timeout=where["lock_timeout"])
     result = _run(state, where, f"rolling back {', '.join(names)} on", as_json, api.rollback, names,
                   dry_run=dry_run, force=force)
-    return _emit(result, as_json)
+    return _after(state, where, result, found,
+                  lambda target, changed: api.apply(state.catalog(), target, changed,
+                                                    lock_timeout=where["lock_timeout"]),
+                  health_timeout, as_json)
 
 
 @command("verify", FIXES, *TARGET_OPTIONS, *INVENTORY_OPTIONS)
@@ -120,20 +203,30 @@ def verify(state: State, fixes: tuple[str, ...], as_json: bool, **where: Any) ->
     click.option("--exit-code", is_flag=True,
                  help=f"Exit {EXIT_CHECK_FAILED} when a fix has drifted, is lost, partly present or "
                       "outdated (like git diff --exit-code)."),
+    click.option("--running", is_flag=True,
+                 help="With --exit-code, also fail on a process running code older than the fixes "
+                      "(restart pending), a stale .pyc, or a /proc that cannot be read."),
 )
-def status(state: State, show_all: bool, exit_code: bool, as_json: bool, **where: Any) -> int:
+def status(state: State, show_all: bool, exit_code: bool, running: bool, as_json: bool,
+           **where: Any) -> int:
     """Show which fixes are applied on the target, at which version, and any drift.
 
     With --inventory, a host x fix matrix of the fleet."""
     fleet = _fleet(where, rollout_options=False)
     if wants_fleet(fleet, where):
         return survey(state, "status", [], fleet, as_json=as_json, lock_timeout=where["lock_timeout"],
-                      exit_code=exit_code)
+                      exit_code=exit_code, running_gate=running)
     result = _run(state, where, "reading", as_json, api.status)
     render.emit(as_json, result.to_json(), lambda out: render.render_status(out, result, verbose=show_all))
     render.broken_note(result.broken, as_json)
-    unhealthy = any(s.state in UNHEALTHY for s in result.status) or result.broken
-    return EXIT_CHECK_FAILED if exit_code and unhealthy else 0
+    unhealthy = any(s.state in UNHEALTHY for s in result.status) or bool(result.broken)
+    return EXIT_CHECK_FAILED if exit_code and (unhealthy or running and runs_old_code(result)) else 0
+
+
+def runs_old_code(result: Any) -> bool:
+    """``status --exit-code --running``: a restart pending, a stale .pyc, or no way to tell."""
+    run = result.running
+    return run is None or not run.available or bool(run.pending or run.stale_pyc)
 
 
 COMMANDS = [apply, rollback, verify, status]

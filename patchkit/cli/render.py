@@ -348,6 +348,59 @@ def render_status(console: Any, result: OpResult, *, verbose: bool = False) -> N
         write_table(console, rows, ("fix", "bold"), ("state", dict(STATE_STYLE, error="bold red")),
                     ("version", "right"),
                     ("applied at", "dim"), ("files", ""), title=f"status of {result.target}")
+    render_running(console, result)
+
+
+def render_after(console: Any, after: Any, restarts: tuple[str, ...] = ()) -> None:
+    """The restarts the changed fixes need, and each command run after the change."""
+    if restarts and (after is None or not any(r.what == "after-cmd" for r in after.ran)):
+        line(console, [("restart needed", "bold yellow"), (f" {', '.join(restarts)} (patchkit.toml "
+                       "[restarts]; run it, or apply with --restart)", "")])
+    for run in (after.ran if after is not None else ()):
+        mark = ("✓", "green") if run.ok else ("✗", "red")
+        line(console, [mark, (f" {run.what}: {run.command} (exit {run.returncode})", "")])
+
+
+def running_lines(result: OpResult) -> List[List[str]]:
+    """Plain rows of what runs old code: ``restart pending``, a stale ``.pyc``, what was not
+    looked at (docs/cli.md, Piped output)."""
+    run = result.running
+    if run is None:
+        return []
+    if not run.available:
+        return [["processes not looked at", run.detail or "/proc cannot be read"]]
+    rows = [["restart pending", str(p.pid), p.started_at or "", ",".join(p.roots), p.command,
+             _changed(p)] for p in run.pending]
+    rows += [["stale .pyc", str(s.get("pyc")), str(s.get("source")), str(s.get("why"))]
+             for s in run.stale_pyc]
+    if run.unreadable:
+        rows.append(["processes not read", f"{len(run.unreadable)} process(es) whose /proc entries "
+                     "this user cannot read were not looked at (run as their user or root)"])
+    return rows
+
+
+def _changed(p: Any) -> str:
+    more = p.changed_count - len(p.changed)
+    return ", ".join(p.changed) + (f" and {more} more" if more > 0 else "")
+
+
+def render_running(console: Any, result: OpResult) -> None:
+    """Plain: tab-separated lines on stderr (stdout keeps one line per fix); a terminal: a table
+    of every process using the target, then the notes."""
+    rows = running_lines(result)
+    if isinstance(console, PlainConsole):
+        PlainConsole(sys.stderr).file.write("".join("\t".join(r) + "\n" for r in rows))
+        return
+    run = result.running
+    if run is not None and run.processes:
+        write_table(console, [[str(p.pid), p.state.replace("-", " "), p.started_at or "", p.command,
+                               p.via] for p in run.processes],
+                    ("pid", "right"), ("state", {"restart": "bold yellow", "current": "green"}),
+                    ("started", "dim"), ("command", ""), ("uses", "dim"),
+                    title=f"running from {result.target}")
+    for row in rows:
+        if row[0] != "restart pending":
+            line(console, [(row[0], "yellow"), (" " + " ".join(row[1:]), "")])
 
 
 def render_fix_list(console: Any, fixes: Iterable[Any], broken: Iterable[Any] = ()) -> None:

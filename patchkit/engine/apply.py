@@ -384,7 +384,7 @@ def _write(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
                     purge=any(fc.spec.purge_pycache for fc in prepared), verify=verify,
                     commit=commit, versions={fc.spec.name: fc.spec.version for fc in prepared},
                     remove_dirs=[d for dirs in old_dirs.values() for d in dirs],
-                    journal_extra={"git_commits": entries} if entries else None)
+                    journal_extra=dict({"git_commits": entries} if entries else {}, python=req.python))
 
 
 def _commit_items(req: Request, prepared: List[FixChange]):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..errors import DriftError, NotApplied, VerificationFailed
-from . import presence, record, revert
+from . import presence, procs, record, revert
 from .checks import CheckContext, failure_lines, run_check
 from .hunks import sha256_bytes
 from .paths import Roots
@@ -44,7 +44,8 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
     listed = {s.name for s in req.fixes}
     out.extend(_recorded(ws, rec, last, installs) for rec in state.get("fixes", [])
                if rec["name"] not in listed)
-    return {"state_root": req.state_root.path, "fixes": out, "journal": store.read_journal()}
+    return {"state_root": req.state_root.path, "fixes": out, "journal": store.read_journal(),
+            "running": procs.running(req.roots, store.dir, state, req.python)}
 
 
 def _file_state(ok: bool, current: Optional[bytes]) -> str:

@@ -145,7 +145,7 @@ def _rollback(req: Request, store: Store, state: Dict[str, Any],
                         verify=lambda: None, commit=commit,
                         versions={n: recorded[n].get("version") for n in names},
                         remove_dirs=[d for n in names for d in created_dirs(recorded[n], req.roots)],
-                        journal_extra={"git_commits": entries} if entries else None)
+                        journal_extra=dict({"git_commits": entries} if entries else {}, python=req.python))
     outcome = "would-roll-back" if req.dry_run else "rolled-back"
     return {fc.spec.name: dict(fix_result(fc, outcome), version=recorded[fc.spec.name].get("version"))
             for fc in prepared}

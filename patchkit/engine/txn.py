@@ -12,6 +12,7 @@ from contextlib import suppress
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from ..errors import ConcurrentChange, PatchkitError, PermissionDenied, TargetError
+from . import procs
 from .faults import fault
 from .fsops import fsync_dir, missing_dirs, read_bytes, read_fd, sync_all, temp_of, write_json
 from .hunks import sha256_bytes
@@ -152,10 +153,11 @@ def _transaction(store: Store, dirs: RootDirs, op: str, fixes: List[str], writes
                 "it after patchkit read it); every file was put back as it was before this run, "
                 "with that change kept, and nothing was applied. Stop whatever writes to it, "
                 "then run again" % (w.root, w.path), root=w.root, path=w.path) from None
+        journal["written"] = procs.clock()  # in memory only: the history event's time
         dirs.remove_empty_dirs(remove_dirs)
         fault("action")
         if purge:
-            dirs.purge_pycache([(f["root"], f["rel"]) for f in entries])
+            purge_bytecode(dirs, [(f["root"], f["rel"]) for f in entries], journal.get("python"))
         fault("verify")
         verify()
         state = commit(txn)
@@ -289,6 +291,14 @@ def _rel(f: Dict[str, Any], roots: Roots) -> str:
     return roots.relative(f["root"], roots.resolve(f["root"], f["path"]))
 
 
+def purge_bytecode(dirs: RootDirs, files: List[Tuple[str, str]], python: Optional[str]) -> None:
+    """The ``__pycache__`` beside each changed file, and its ``.pyc`` under every
+    ``pycache_prefix`` in use (the interpreter's, the running processes'; ``procs``)."""
+    dirs.purge_pycache(files)
+    with suppress(OSError):
+        procs.purge_prefixed(dirs.roots, files, python)
+
+
 def restore(store: Store, journal: Dict[str, Any], dirs: RootDirs) -> None:
     """Put every file the journal lists back to its ``before`` bytes (or absence), and HEAD of
     each git root where it was; a backup is renamed back into place (no free space needed)."""
@@ -309,7 +319,8 @@ def restore(store: Store, journal: Dict[str, Any], dirs: RootDirs) -> None:
     for root, rel_dir in sorted(touched):
         with suppress(OSError, PatchkitError):  # removed again with the directories the transaction created
             dirs.fsync_dir(root, rel_dir)
-    dirs.purge_pycache([(f["root"], _rel(f, roots)) for f in journal.get("files", [])])
+    purge_bytecode(dirs, [(f["root"], _rel(f, roots)) for f in journal.get("files", [])],
+                   journal.get("python"))
     if failed:
         raise failed[0]
 
@@ -390,8 +401,10 @@ def finish(store: Store, journal: Dict[str, Any], recovering: bool = True) -> No
     txn = journal["txn"]
     if not recovering or txn not in store.history_txns():
         versions = journal.get("versions") or {}
-        _history(store, {"event": journal["op"], "txn": txn, "outcome": "committed",
-                         "fixes": [{"name": n, "version": versions.get(n)} for n in journal["fixes"]]},
+        _history(store, dict({"event": journal["op"], "txn": txn, "outcome": "committed",
+                              "fixes": [{"name": n, "version": versions.get(n)} for n in journal["fixes"]],
+                              "files": [[f["root"], f["path"]] for f in journal.get("files", [])]},
+                             **(journal.get("written") or procs.clock())),  # restart pending
                  best_effort=recovering)
     tdir = store.path("txn", txn)
     recorded = ({f["name"] for f in store.read_state().get("fixes", [])}

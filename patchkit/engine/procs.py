@@ -1,0 +1,460 @@
+"""What is running from a target's roots, read from ``/proc`` (docs/state.md, "Running
+processes"), and the bytecode Python would serve for the files patchkit changed.
+
+A process *uses* a root when what the kernel shows of it points into the root: its executable,
+a path on its command line (a script, a serve script), its ``/proc/PID/maps`` (a loaded
+extension), or, for a Python process only, its working directory, ``PYTHONPATH``,
+``VIRTUAL_ENV``, the venv its interpreter runs from, or its interpreter's prefix. A process
+also uses what its parent uses when the parent runs a script from the root, or when both run
+the same Python (``multiprocessing`` spawn workers, an SGLang scheduler). A process that
+started before the last change patchkit recorded to a file of a root it uses is ``restart
+pending``. What ``/proc`` does not show is never guessed: a process whose entries cannot be read
+is counted as unreadable, and a host without ``/proc`` says so.
+
+Times: each history event records the kernel's boot id and ``CLOCK_BOOTTIME`` (the clock of a
+process's start time in ``/proc/PID/stat``), so the comparison does not depend on wall-clock
+seconds; an event of an earlier engine (wall clock only) counts as after any process started
+within its second (restart pending, never a false "current")."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import re
+import shlex
+import stat
+import subprocess
+import sys
+import time
+from contextlib import suppress
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+
+from .paths import Roots
+
+PROC = "/proc"
+CURRENT, PENDING = "current", "restart-pending"
+_PYTHON = re.compile(r"^python[0-9.]*[a-z]*$|^pypy")
+_SHOWN = 5  # changed files named per process; the count is exact
+
+
+def clock() -> Dict[str, Any]:
+    """The time of an event as ``/proc`` measures a process's start: boot id and seconds since
+    boot (``CLOCK_BOOTTIME``; -1 where the platform has none)."""
+    try:
+        uptime = time.clock_gettime(time.CLOCK_BOOTTIME)
+    except (AttributeError, OSError):
+        uptime = -1.0
+    return {"boot_id": _boot_id(), "uptime": round(uptime, 3)}
+
+
+def _boot_id() -> Optional[str]:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            return fh.read().strip() or None
+    except OSError:
+        return None
+
+
+# -- reading /proc ---------------------------------------------------------------------------
+
+class Proc:
+    """What ``/proc/PID`` shows of one process (``readable``: its cwd, environment, maps too)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.ppid = 0
+        self.start = 0.0  # seconds since boot
+        self.argv: List[str] = []
+        self.exe: Optional[str] = None
+        self.cwd: Optional[str] = None
+        self.env: Dict[str, str] = {}
+        self.maps: Set[str] = set()
+        self.readable = True
+
+    @property
+    def python(self) -> bool:
+        names = [os.path.basename(p) for p in (self.exe or "", self.argv[0] if self.argv else "")]
+        return any(_PYTHON.match(n) for n in names if n)
+
+    def command(self) -> str:
+        return shlex.join(self.argv)
+
+    def arg_path(self, value: str) -> str:
+        return os.path.normpath(os.path.join(self.cwd or "/", value))
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+def _stat_fields(pid: int, base: str) -> Tuple[int, float]:
+    text = _read("%s/%d/stat" % (base, pid)).decode("utf-8", "replace")
+    rest = text[text.rindex(")") + 2:].split()  # the command name may hold spaces and ")"
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    return int(rest[1]), int(rest[19]) / float(ticks)
+
+
+def read_proc(pid: int, base: str = PROC) -> Optional[Proc]:
+    """The process ``pid``, None when it is gone or a kernel thread (nothing to restart)."""
+    p = Proc(pid)
+    try:
+        p.ppid, p.start = _stat_fields(pid, base)
+        raw = _read("%s/%d/cmdline" % (base, pid))
+    except (OSError, ValueError, IndexError):
+        return None
+    if not raw:
+        return None  # a kernel thread or a zombie
+    p.argv = [a.decode("utf-8", "surrogateescape") for a in raw.rstrip(b"\0").split(b"\0")]
+    try:
+        p.exe = os.readlink("%s/%d/exe" % (base, pid))
+        p.cwd = os.readlink("%s/%d/cwd" % (base, pid))
+        env = _read("%s/%d/environ" % (base, pid))
+        maps = _read("%s/%d/maps" % (base, pid))
+    except FileNotFoundError:
+        return None
+    except OSError:
+        p.readable = False
+        return p
+    for item in env.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            p.env[key.decode("utf-8", "surrogateescape")] = value.decode("utf-8", "surrogateescape")
+    for row in maps.decode("utf-8", "surrogateescape").splitlines():
+        cols = row.split(None, 5)
+        if len(cols) == 6 and cols[5].startswith("/"):
+            p.maps.add(cols[5].replace(" (deleted)", ""))
+    return p
+
+
+class Scan:
+    """Every process ``/proc`` shows, or why it shows none (``unavailable``)."""
+
+    def __init__(self, base: str = PROC) -> None:
+        self.procs: Dict[int, Proc] = {}
+        self.unavailable: Optional[str] = None
+        self.btime: Optional[float] = None
+        try:
+            pids = [int(n) for n in os.listdir(base) if n.isdigit()]
+        except OSError as exc:
+            self.unavailable = "cannot read %s (%s): running processes were not looked at" % (
+                base, exc.strerror)
+            return
+        if not pids:
+            self.unavailable = "%s lists no processes: running processes were not looked at" % base
+            return
+        with suppress(OSError, ValueError):
+            for row in _read("%s/stat" % base).decode().splitlines():
+                if row.startswith("btime "):
+                    self.btime = float(row.split()[1])
+        mine = _ancestors(os.getpid(), base)
+        for pid in pids:
+            if pid in mine:
+                continue  # patchkit itself, and the shell or agent that runs it
+            p = read_proc(pid, base)
+            if p is not None:
+                self.procs[pid] = p
+
+    @property
+    def unreadable(self) -> List[Proc]:
+        return [p for p in self.procs.values() if not p.readable]
+
+    def started_at(self, p: Proc) -> Optional[str]:
+        return None if self.btime is None else _iso(self.btime + p.start)
+
+
+def _ancestors(pid: int, base: str) -> Set[int]:
+    out = set()
+    while pid > 1 and pid not in out:
+        out.add(pid)
+        try:
+            pid = _stat_fields(pid, base)[0]
+        except (OSError, ValueError, IndexError):
+            break
+    return out
+
+
+def _iso(seconds: float) -> str:
+    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).replace(
+        microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+# -- which processes use which root ------------------------------------------------------------
+
+def _inside(path: Optional[str], top: str) -> bool:
+    return bool(path) and (path == top or path.startswith(top.rstrip("/") + "/"))  # type: ignore[union-attr]
+
+
+def _spellings(roots: Roots) -> Dict[str, Tuple[str, ...]]:
+    return {r.name: tuple(dict.fromkeys((os.path.normpath(r.path), r.real))) for r in roots}
+
+
+def _venv(p: Proc) -> Optional[str]:
+    """The venv the Python process runs from (``argv[0]`` in ``VENV/bin``), else None."""
+    for candidate in (p.argv[0] if p.argv else "", p.exe or ""):
+        if "/" not in candidate:
+            continue
+        bindir = os.path.dirname(p.arg_path(candidate))
+        top = os.path.dirname(bindir)
+        if os.path.basename(bindir) == "bin" and os.path.isfile(os.path.join(top, "pyvenv.cfg")):
+            return top
+    return None
+
+
+def _why(p: Proc, tops: Sequence[str]) -> Optional[str]:
+    """How process ``p`` uses the root spelled ``tops``, or None."""
+    def hit(path: Optional[str]) -> bool:
+        return any(_inside(path, t) for t in tops)
+
+    if hit(p.exe):
+        return "runs %s" % p.exe
+    for arg in p.argv[1:]:
+        if arg.startswith("-") or "/" not in arg and not arg.endswith((".py", ".sh")):
+            continue
+        if hit(p.arg_path(arg)):
+            return "command line names %s" % p.arg_path(arg)
+    loaded = sorted(m for m in p.maps if hit(m))
+    if loaded:
+        return "has %s loaded" % loaded[0]
+    if not p.python:
+        return None
+    if hit(p.cwd):
+        return "Python in working directory %s" % p.cwd
+    for entry in (p.env.get("PYTHONPATH") or "").split(":"):
+        if entry and hit(p.arg_path(entry)):
+            return "PYTHONPATH has %s" % entry
+    venv = p.env.get("VIRTUAL_ENV") or _venv(p)
+    if venv and any(_inside(t, os.path.normpath(venv)) or _inside(os.path.realpath(t), os.path.realpath(venv))
+                    for t in tops):
+        return "Python of the venv %s" % venv
+    if not venv and p.exe:
+        prefix = os.path.dirname(os.path.dirname(p.exe))
+        if prefix != "/" and any(_inside(t, prefix) for t in tops):
+            return "Python %s, whose prefix holds the root" % p.exe
+    return None
+
+
+def users(roots: Roots, scan: Scan) -> Dict[int, Dict[str, str]]:
+    """pid -> {root: how it uses it}, for every readable process using a root."""
+    found: Dict[int, Dict[str, str]] = {}
+    spelled = _spellings(roots)
+    for p in scan.procs.values():
+        if not p.readable:
+            continue
+        for name, tops in spelled.items():
+            why = _why(p, tops)
+            if why:
+                found.setdefault(p.pid, {})[name] = why
+    # children: of a process running a script from the root, or spawned by the same Python
+    changed = True
+    while changed:
+        changed = False
+        for p in scan.procs.values():
+            parent = scan.procs.get(p.ppid)
+            if not p.readable or parent is None or parent.pid not in found:
+                continue
+            same_python = p.python and parent.python and p.exe == parent.exe
+            for name, why in found[parent.pid].items():
+                if name in found.get(p.pid, {}):
+                    continue
+                if same_python or why.startswith(("command line", "runs")):
+                    found.setdefault(p.pid, {})[name] = "child of PID %d (%s)" % (parent.pid, why)
+                    changed = True
+    return found
+
+
+# -- what patchkit changed, and when ------------------------------------------------------------
+
+class Change:
+    def __init__(self, root: str, path: str, event: Dict[str, Any]) -> None:
+        self.root, self.path = root, path
+        self.at = str(event.get("at") or "")
+        self.boot_id = event.get("boot_id")
+        self.uptime = event.get("uptime")
+
+    def after(self, p: Proc, scan: Scan, boot_id: Optional[str]) -> bool:
+        """Whether this change came after process ``p`` started (it may run the old bytes)."""
+        if self.boot_id and boot_id and isinstance(self.uptime, (int, float)) and self.uptime >= 0:
+            return self.boot_id == boot_id and p.start < self.uptime
+        when = _parse_iso(self.at)
+        if when is None or scan.btime is None:
+            return True  # no time to compare: never claim the process is current
+        return scan.btime + p.start < when + 1.0  # the event's second is cut: count it whole
+
+
+def _parse_iso(text: str) -> Optional[float]:
+    try:
+        return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(
+            tzinfo=datetime.timezone.utc).timestamp()
+    except ValueError:
+        return None
+
+
+def last_changes(state_dir: str, state: Dict[str, Any]) -> Dict[Tuple[str, str], Change]:
+    """(root, path) -> the last change patchkit recorded for it: history events naming their
+    files (this engine), else the ``applied_at`` of the fixes in ``state.json``."""
+    out: Dict[Tuple[str, str], Change] = {}
+    for fix in state.get("fixes", []):
+        for f in fix.get("files", []):
+            out[(f["root"], f["path"])] = Change(f["root"], f["path"], {"at": fix.get("applied_at")})
+    try:
+        text = _read(os.path.join(state_dir, "history.jsonl")).decode("utf-8", "replace")
+    except OSError:
+        return out
+    for row in text.splitlines():
+        try:
+            event = json.loads(row)
+        except ValueError:
+            continue
+        if not isinstance(event, dict) or event.get("outcome") not in ("committed", "completed"):
+            continue
+        for pair in event.get("files") or ():
+            if isinstance(pair, list) and len(pair) == 2:
+                out[(str(pair[0]), str(pair[1]))] = Change(str(pair[0]), str(pair[1]), event)
+    return out
+
+
+def running(roots: Roots, state_dir: str, state: Dict[str, Any], python: Optional[str],
+            base: str = PROC) -> Dict[str, Any]:
+    """``status``'s ``running``: the processes using the roots, which of them run code older
+    than patchkit's last change, and the ``.pyc`` files Python would still serve stale."""
+    scan = Scan(base)
+    changes = last_changes(state_dir, state)
+    out: Dict[str, Any] = {"available": scan.unavailable is None, "detail": scan.unavailable,
+                           "unreadable": [], "processes": [], "stale_pyc": []}
+    found = {} if scan.unavailable else users(roots, scan)
+    boot_id = _boot_id()
+    for pid in sorted(found):
+        p = scan.procs[pid]
+        newer = sorted("%s:%s" % (c.root, c.path) for c in changes.values()
+                       if c.root in found[pid] and c.after(p, scan, boot_id))
+        out["processes"].append({
+            "pid": pid, "ppid": p.ppid, "command": p.command(), "started_at": scan.started_at(p),
+            "roots": sorted(found[pid]), "via": "; ".join("%s: %s" % kv for kv in sorted(found[pid].items())),
+            "state": PENDING if newer else CURRENT, "changed": newer[:_SHOWN], "changed_count": len(newer)})
+    out["unreadable"] = [{"pid": p.pid, "command": p.command()} for p in scan.unreadable]
+    prefixes = pycache_prefixes([scan.procs[pid] for pid in found], python)
+    out["stale_pyc"] = stale_pycs(roots, sorted(changes), prefixes)
+    return out
+
+
+# -- bytecode ------------------------------------------------------------------------------------
+
+def interpreter_prefix(python: Optional[str]) -> Optional[str]:
+    """``sys.pycache_prefix`` of the target's interpreter (this one when None)."""
+    if not python or os.path.realpath(python) == os.path.realpath(sys.executable):
+        return sys.pycache_prefix
+    try:
+        done = subprocess.run([python, "-c", "import sys; print(sys.pycache_prefix or '')"],
+                              capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.decode("utf-8", "surrogateescape").strip() or None
+
+
+def process_prefix(p: Proc) -> Optional[str]:
+    """The ``pycache_prefix`` of a Python process: ``-X pycache_prefix=`` beats the environment."""
+    argv = p.argv[1:]
+    for i, arg in enumerate(argv):
+        if arg in ("-c", "-m") or not arg.startswith("-"):
+            break  # the interpreter's options end here
+        value = arg[2:] if arg.startswith("-X") and len(arg) > 2 else (
+            argv[i + 1] if arg == "-X" and i + 1 < len(argv) else "")
+        if value.startswith("pycache_prefix="):
+            return p.arg_path(value.split("=", 1)[1])
+    env = p.env.get("PYTHONPYCACHEPREFIX")
+    return p.arg_path(env) if env else None
+
+
+def pycache_prefixes(procs: Iterable[Proc], python: Optional[str]) -> List[str]:
+    found = [interpreter_prefix(python)] + [process_prefix(p) for p in procs if p.python]
+    return sorted({os.path.abspath(f) for f in found if f})
+
+
+def pyc_files(roots: Roots, root: str, path: str, prefixes: Sequence[str]) -> List[str]:
+    """Every ``.pyc`` Python may serve for ``root:path``: ``__pycache__`` beside it and, per
+    prefix, the mirror of the directory (as the root is spelled and as it resolves)."""
+    if not path.endswith(".py"):
+        return []
+    r = roots.get(root)
+    rel = r.mapped(path)
+    out = []
+    for top in dict.fromkeys((os.path.normpath(r.path), r.real)):
+        head, name = os.path.split(os.path.join(top, rel))
+        stem = name[:-3]
+        places = [os.path.join(head, "__pycache__")] + [
+            os.path.join(prefix, head.lstrip("/")) for prefix in prefixes]
+        for place in places:
+            with suppress(OSError):
+                for entry in os.scandir(place):
+                    if entry.name.startswith(stem + ".") and entry.name.endswith(".pyc") \
+                            and entry.name.count(".") == 2 and entry.is_file(follow_symlinks=False):
+                        out.append(entry.path)
+    return sorted(set(out))
+
+
+def stale(pyc: str, source: str) -> Optional[str]:
+    """Why Python would serve ``pyc`` for ``source`` although it holds older code, or None."""
+    try:
+        with open(pyc, "rb") as fh:
+            head = fh.read(16)
+        src, st_pyc = os.stat(source), os.stat(pyc)
+    except OSError:
+        return None
+    if len(head) < 16:
+        return None
+    flags = int.from_bytes(head[4:8], "little")
+    older = st_pyc.st_mtime_ns < src.st_mtime_ns
+    if flags & 1:  # hash-based (PEP 552)
+        if flags & 2:
+            return None  # checked: Python compares the source's hash and recompiles
+        import importlib.util
+
+        if head[:4] == importlib.util.MAGIC_NUMBER:
+            with open(source, "rb") as fh:
+                same = importlib.util.source_hash(fh.read()) == head[8:16]
+            return None if same else "unchecked hash-based .pyc of other source bytes: served without a check"
+        return "unchecked hash-based .pyc written before the source changed: served without a check" if older else None
+    mtime, size = int.from_bytes(head[8:12], "little"), int.from_bytes(head[12:16], "little")
+    if older and mtime == int(src.st_mtime) & 0xFFFFFFFF and size == src.st_size & 0xFFFFFFFF:
+        return ".pyc written before the change but with the source's current mtime and size: served"
+    return None
+
+
+def stale_pycs(roots: Roots, files: Iterable[Tuple[str, str]], prefixes: Sequence[str]
+               ) -> List[Dict[str, str]]:
+    out = []
+    names = {r.name for r in roots}
+    for root, path in files:
+        if root not in names:
+            continue
+        source = os.path.join(roots.get(root).path, roots.get(root).mapped(path))
+        for pyc in pyc_files(roots, root, path, prefixes):
+            why = stale(pyc, source)
+            if why:
+                out.append({"pyc": pyc, "source": "%s:%s" % (root, path), "why": why})
+    return out
+
+
+def purge_prefixed(roots: Roots, files: Iterable[Tuple[str, str]], python: Optional[str]) -> List[str]:
+    """Remove the ``.pyc`` of each changed (root, path) under every ``pycache_prefix`` in use
+    (the target's interpreter and the Python processes using the roots); returns them."""
+    wanted = [(r, p) for r, p in files if p.endswith(".py")]
+    if not wanted:
+        return []
+    scan = Scan()
+    procs = [] if scan.unavailable else [scan.procs[pid] for pid in users(roots, scan)]
+    prefixes = pycache_prefixes(procs, python)
+    if not prefixes:
+        return []
+    removed = []
+    for root, path in wanted:
+        for pyc in pyc_files(roots, root, path, prefixes):
+            if "/__pycache__/" in pyc:
+                continue  # the sibling __pycache__ is the transaction's, removed through its root
+            with suppress(OSError):
+                if stat.S_ISREG(os.lstat(pyc).st_mode):
+                    os.unlink(pyc)
+                    removed.append(pyc)
+    return removed

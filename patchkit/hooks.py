@@ -1,0 +1,169 @@
+"""``--after-cmd`` and ``--health-cmd`` on one target, local or ``ssh://`` (docs/cli.md, "After
+the change"), with the fleet's semantics (docs/fleet.md): after a change, the after-command
+(a restart), then the health check; either failing undoes the change and runs the
+after-command again. :func:`after_change` is the one entry point; ``apply``, ``rollback`` and
+``sync`` call it with the undo of their own change.
+
+The built-in health kind ``sglang:URL`` waits for an SGLang server's ``/health`` (or
+``/health_generate``) to answer 200 within a timeout; it runs as a small Python program on the
+target's host, so it checks the server where it runs (and works in a fleet's shell task too)."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from .errors import CheckFailed, UsageError
+
+SGLANG = "sglang:"
+DEFAULT_HEALTH_TIMEOUT = 120.0
+#: What a command's failure quotes of its output.
+_TAIL = 12
+
+_PROBE = r"""import sys, time, urllib.error, urllib.request
+url, limit = sys.argv[1], float(sys.argv[2])
+end, last = time.monotonic() + limit, "no answer"
+while True:
+    left = end - time.monotonic()
+    if left <= 0:
+        sys.exit("%s: %s within %gs" % (url, last, limit))
+    try:
+        with urllib.request.urlopen(url, timeout=min(left, 10.0)) as answer:
+            if answer.status == 200:
+                print("%s: HTTP 200" % url)
+                sys.exit(0)
+            last = "HTTP %d" % answer.status
+    except urllib.error.HTTPError as exc:
+        last = "HTTP %d" % exc.code
+    except Exception as exc:
+        last = "%s: %s" % (type(exc).__name__, exc)
+    time.sleep(max(0.0, min(0.5, end - time.monotonic())))
+"""
+
+
+class HealthCheckFailed(CheckFailed):
+    """The after-command or health check failed after a change; the change was undone."""
+
+
+def health_command(spec: str | None, *, timeout: float = DEFAULT_HEALTH_TIMEOUT,
+                   python: str | None = None) -> str | None:
+    """The shell command a ``--health-cmd`` runs: itself, or for ``sglang:URL`` the probe of
+    the server's health endpoint (``/health`` when the URL has no path)."""
+    if spec is None or not spec.startswith(SGLANG):
+        return spec
+    url = spec[len(SGLANG):]
+    if not url.startswith(("http://", "https://")):
+        raise UsageError(f"--health-cmd {spec}: write the server's URL after sglang:, e.g. "
+                         "sglang:http://127.0.0.1:30000 or sglang:http://127.0.0.1:30000/health_generate",
+                         option="--health-cmd")
+    if url.count("/") == 2:
+        url += "/health"
+    if timeout <= 0:
+        raise UsageError("--health-timeout must be more than 0 seconds", option="--health-timeout")
+    return shlex.join([python or "python3", "-c", _PROBE, url, f"{timeout:g}"])
+
+
+@dataclass(frozen=True)
+class CommandRun:
+    """One command run on the target's host: which (``after-cmd``, ``health-cmd``), its exit."""
+
+    what: str
+    command: str
+    returncode: int
+    output: str
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"what": self.what, "command": self.command, "exit": self.returncode,
+                "output": self.output}
+
+
+@dataclass(frozen=True)
+class AfterChange:
+    """What ran after a change; ``undone``: the undo's result when a command failed."""
+
+    ran: tuple[CommandRun, ...] = ()
+    undone: Any = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ran": [r.to_json() for r in self.ran],
+                "undone": None if self.undone is None else self.undone.to_json()}
+
+
+def run_on(target: Any, what: str, command: str, timeout: float | None = None) -> CommandRun:
+    """``command`` through ``sh -c`` where the target's files are: here, or on its ssh host."""
+    if getattr(target, "is_remote", False):
+        from .targets.transport import ssh_argv
+
+        argv = ssh_argv(target.spec, command)
+    else:
+        argv = ["/bin/sh", "-c", command]
+    try:
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired as exc:
+        out = (exc.stdout or b"").decode("utf-8", "replace")
+        return CommandRun(what, command, 124, out + f"\n(killed after {timeout:g}s)")
+    except OSError as exc:
+        return CommandRun(what, command, 127, f"cannot run {argv[0]}: {exc.strerror}")
+    return CommandRun(what, command, done.returncode, done.stdout.decode("utf-8", "replace"))
+
+
+def after_change(target: Any, changed: Sequence[str], *, after_cmd: str | None,
+                 health_cmd: str | None, undo: Callable[[], Any],
+                 health_timeout: float = DEFAULT_HEALTH_TIMEOUT) -> AfterChange:
+    """Run ``after_cmd`` then ``health_cmd`` (a shell command or ``sglang:URL``) when the run
+    changed the fixes ``changed``; nothing when it changed none. If either fails: ``undo()``
+    (the undo of exactly this run's change, e.g. a rollback of ``changed``), ``after_cmd``
+    again, and :class:`HealthCheckFailed` carrying the :class:`AfterChange` as ``after``."""
+    if not changed or not (after_cmd or health_cmd):
+        return AfterChange()
+    python = (getattr(target, "python", None) if getattr(target, "is_remote", False)
+              else sys.executable)  # the probe needs only the standard library
+    health = health_command(health_cmd, timeout=health_timeout, python=python)
+    ran: list[CommandRun] = []
+    for what, command in (("after-cmd", after_cmd), ("health-cmd", health)):
+        if not command:
+            continue
+        done = run_on(target, what, command)
+        ran.append(done if command == health_cmd or what == "after-cmd" else
+                   CommandRun(what, str(health_cmd), done.returncode, done.output))
+        if ran[-1].ok:
+            continue
+        failed = ran[-1]
+        try:
+            undone = undo()
+        except Exception as exc:  # the undo's own failure is said with the command's
+            raise HealthCheckFailed(
+                f"{_failed(failed)}; undoing {', '.join(changed)} failed too: {exc}. Run patchkit "
+                "status on the target", after=AfterChange(tuple(ran)).to_json()) from exc
+        again = run_on(target, "after-cmd", after_cmd) if after_cmd else None
+        if again is not None:
+            ran.append(again)
+        result = AfterChange(tuple(ran), undone)
+        tail = ("" if again is None else f"; --after-cmd ran again (exit {again.returncode})")
+        err = HealthCheckFailed(f"{_failed(failed)}; the change was undone ({', '.join(changed)} "
+                                f"put back as before){tail}", after=result.to_json())
+        err.after = result  # type: ignore[attr-defined]
+        raise err
+    return AfterChange(tuple(ran))
+
+
+def _failed(run: CommandRun) -> str:
+    lines = run.output.strip().splitlines()[-_TAIL:]
+    said = ("; it said:\n  " + "\n  ".join(lines)) if lines else ""
+    return f"--{run.what} failed (exit {run.returncode}): {run.command}{said}"
+
+
+CHANGED = {"apply": ("applied", "upgraded"), "rollback": ("rolled-back",)}
+
+
+def changed_fixes(result: Any) -> list[str]:
+    """The fixes an apply or rollback result changed (what an undo must put back)."""
+    return [f.name for f in result.fixes if f.outcome in CHANGED.get(result.op, ())]

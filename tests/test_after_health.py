@@ -1,0 +1,206 @@
+"""``--after-cmd`` and ``--health-cmd`` on one target, local and over the test sshd, with the
+fleet's semantics; the built-in ``sglang:URL`` health kind against a stdlib HTTP server on
+loopback standing in for SGLang's ``/health``, including one that never answers."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import threading
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from patchkit.catalog import Catalog
+from patchkit.demo import SEED_FIXES, build_fork
+from tests.test_remote import PY, REPO, SAMPLES, Ssh, cli, make_tree, ssh  # noqa: F401  (ssh is a fixture)
+
+POOL = "python/sglang/srt/pool.py"
+
+
+class _Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        code = 200 if self.path in ("/health", "/health_generate") else 404
+        self.send_response(code)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def health_url() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Health)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def silent_url() -> Iterator[str]:
+    """A server that takes connections and never answers (a hung SGLang)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    sock.close()
+
+
+def _status(args: list[str]) -> dict[str, str]:
+    code, out, err = cli(["--catalog", str(SAMPLES / "catalog"), "status", "--json", *args])
+    assert code == 0, err
+    return {f["name"]: f["state"] for f in json.loads(out)["status"]["fixes"]}
+
+
+def _where(kind: str, ssh: Ssh, roots: dict[str, str]) -> list[str]:
+    main = roots["sglang"] if kind == "local" else ssh.url(roots["sglang"])
+    return (["--target", main, "--root", f"serve={roots['serve']}", "--python", PY]
+            + (ssh.cli_args() if kind == "remote" else []))
+
+
+@pytest.mark.parametrize("kind", ["local", "remote"])
+def test_a_passing_health_check_keeps_the_change_and_the_after_cmd_runs_once(
+        kind: str, ssh: Ssh, tmp_path: Path, health_url: str) -> None:
+    roots = make_tree(tmp_path / "tree")
+    log = tmp_path / "after.log"
+    where = _where(kind, ssh, roots)
+    code, out, err = cli(["--catalog", str(SAMPLES / "catalog"), "apply", "index-k-bytes", *where,
+                          "--after-cmd", f"echo restarted >> {log}",
+                          "--health-cmd", f"sglang:{health_url}", "--json"])
+    assert code == 0, out + err
+    data = json.loads(out)
+    assert [r["what"] for r in data["after"]["ran"]] == ["after-cmd", "health-cmd"]
+    assert data["after"]["ran"][1]["command"] == f"sglang:{health_url}"
+    assert log.read_text() == "restarted\n"
+    assert _status(where)["index-k-bytes"] == "applied"
+
+
+@pytest.mark.parametrize("kind", ["local", "remote"])
+def test_a_failed_health_check_undoes_the_change_and_runs_the_after_cmd_again(
+        kind: str, ssh: Ssh, tmp_path: Path, silent_url: str) -> None:
+    roots = make_tree(tmp_path / "tree")
+    before = Path(roots["sglang"], POOL).read_bytes()
+    log = tmp_path / "after.log"
+    where = _where(kind, ssh, roots)
+    health = ["--health-cmd", f"sglang:{silent_url}", "--health-timeout", "1"] if kind == "local" \
+        else ["--health-cmd", "echo the server is down; exit 3"]
+    code, out, err = cli(["--catalog", str(SAMPLES / "catalog"), "apply", "index-k-bytes", *where,
+                          "--after-cmd", f"echo restarted >> {log}", *health])
+    assert code == 1, out + err
+    assert "applied index-k-bytes" in out  # what the run did, then why it was undone
+    assert "--health-cmd failed" in err and "the change was undone" in err
+    assert ("no answer" in err or "timed out" in err) if kind == "local" else "the server is down" in err
+    assert log.read_text() == "restarted\nrestarted\n"
+    assert Path(roots["sglang"], POOL).read_bytes() == before
+    assert _status(where).get("index-k-bytes", "not-applied") == "not-applied"
+
+
+def test_hooks_refuse_bad_input_before_anything_is_written(tmp_path: Path) -> None:
+    roots = make_tree(tmp_path / "tree")
+    before = Path(roots["sglang"], POOL).read_bytes()
+    code, _out, err = cli(["--catalog", str(SAMPLES / "catalog"), "apply", "index-k-bytes",
+                           "--target", roots["sglang"], "--root", f"serve={roots['serve']}",
+                           "--health-cmd", "sglang:127.0.0.1:30000"])
+    assert code == 2 and "sglang:http://127.0.0.1:30000" in err
+    code, _out, err = cli(["--catalog", str(SAMPLES / "catalog"), "apply", "index-k-bytes",
+                           "--target", roots["sglang"], "--root", f"serve={roots['serve']}",
+                           "--restart", "--after-cmd", "true"])
+    assert code == 2 and "--restart" in err
+    assert Path(roots["sglang"], POOL).read_bytes() == before
+    assert not Path(roots["sglang"], ".patchkit").exists()
+
+
+SERVER = """import os, sys, time
+sys.path.insert(0, "python")  # the fork's sglang, as `python -m sglang.launch_server` finds it
+open(sys.argv[2], "w").write(str(os.getpid()))
+time.sleep(3600)
+"""
+
+
+@pytest.mark.network
+def test_seed_deploy_on_the_demo_fork_restarts_the_server_and_clears_restart_pending(
+        catalog_upstream, tmp_path: Path, health_url: str) -> None:  # type: ignore[no-untyped-def]
+    fork = build_fork(tmp_path / "demo", Catalog(REPO), upstream=catalog_upstream)
+    server, pidfile = tmp_path / "server.py", tmp_path / "server.pid"
+    server.write_text(SERVER)
+    launch = shlex.join([PY, str(server), str(fork.sglang / "python"), str(pidfile)])
+    start = f"(cd {shlex.quote(str(fork.sglang))} && setsid {launch} </dev/null >/dev/null 2>&1 &);"
+    # the "service": killed and started again by the after-command
+    restart = (f"kill $(cat {pidfile}); rm -f {pidfile}; {start} "
+               f"while [ ! -s {pidfile} ]; do sleep 0.05; done")
+    subprocess.run(["/bin/sh", "-c", f"{start} while [ ! -s {pidfile} ]; do sleep 0.05; done"],
+                   check=True, timeout=30)
+    where = ["--target", str(fork.sglang), "--root", f"serve={fork.serve}"]
+    try:
+        first = int(pidfile.read_text())
+        code, out, err = cli(["--catalog", str(REPO), "status", *where, "--json"])
+        assert [p["pid"] for p in json.loads(out)["status"]["running"]["processes"]] == [first]
+        code, out, err = cli(["--catalog", str(REPO), "apply", *SEED_FIXES[:-1], *where])
+        assert code == 0, out + err
+        code, out, err = cli(["--catalog", str(REPO), "status", *where, "--exit-code", "--running"])
+        assert code == 1 and f"restart pending\t{first}\t" in err, err  # the restart it needs
+        code, out, err = cli(["--catalog", str(REPO), "apply", SEED_FIXES[-1], *where, "--after-cmd",
+                              restart, "--health-cmd", f"sglang:{health_url}/health_generate", "--json"])
+        assert code == 0, out + err
+        assert [r["exit"] for r in json.loads(out)["after"]["ran"]] == [0, 0]
+        code, out, err = cli(["--catalog", str(REPO), "status", *where])
+        assert code == 0 and "restart pending" not in err, err
+        code, out, err = cli(["--catalog", str(REPO), "status", *where, "--exit-code", "--running",
+                              "--json"])
+        assert code == 0, out + err
+        running = json.loads(out)["status"]["running"]
+        pid = int(pidfile.read_text())
+        assert [p["state"] for p in running["processes"] if p["pid"] == pid] == ["current"]
+    finally:
+        if pidfile.exists() and pidfile.read_text():
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)
+
+
+def _restart_catalog(tmp_path: Path, restart: str) -> Path:
+    import shutil
+
+    catalog = tmp_path / "catalog"
+    shutil.copytree(SAMPLES / "catalog", catalog)
+    manifest = catalog / "manifests" / "index-k-bytes.toml"
+    manifest.write_text(manifest.read_text().replace('status = "active"\n', f'status = "active"\n{restart}\n', 1))
+    return catalog
+
+
+def test_the_restart_a_manifest_names_is_said_and_run_by_restart(tmp_path: Path) -> None:
+    roots = make_tree(tmp_path / "tree")
+    catalog = _restart_catalog(tmp_path, 'restart = "prefill"')
+    log = tmp_path / "restarts"
+    config = tmp_path / "patchkit.toml"
+    config.write_text(f'[restarts]\nprefill = "echo prefill >> {log}"\n')
+    where = ["--target", roots["sglang"], "--root", f"serve={roots['serve']}"]
+    code, out, err = cli(["--catalog", str(catalog), "--config", str(config), "apply", "index-k-bytes", *where])
+    assert code == 0, err
+    assert "restart needed prefill" in out and not log.exists()
+    cli(["--catalog", str(catalog), "--config", str(config), "rollback", "index-k-bytes", *where])
+    code, out, err = cli(["--catalog", str(catalog), "--config", str(config), "apply", "index-k-bytes",
+                          *where, "--restart", "--json"])
+    assert code == 0, err
+    assert json.loads(out)["restart"] == ["prefill"] and log.read_text() == "prefill\n"
+
+    config.write_text("[restarts]\ndecode = \"true\"\n")  # prefill is not defined: refused, nothing written
+    cli(["--catalog", str(catalog), "--config", str(config), "rollback", "index-k-bytes", *where])
+    before = Path(roots["sglang"], POOL).read_bytes()
+    code, _out, err = cli(["--catalog", str(catalog), "--config", str(config), "apply", "index-k-bytes",
+                           *where, "--restart"])
+    assert code == 2 and "prefill" in err and "[restarts]" in err
+    assert Path(roots["sglang"], POOL).read_bytes() == before
+
+
+def test_a_bad_restart_name_in_a_manifest_is_a_manifest_error(tmp_path: Path) -> None:
+    catalog = _restart_catalog(tmp_path, 'restart = "no spaces please"')
+    code, _out, err = cli(["--catalog", str(catalog), "show", "index-k-bytes"])
+    assert code != 0 and "restart" in err and "index-k-bytes.toml" in err

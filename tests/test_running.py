@@ -1,0 +1,251 @@
+"""What runs from a target: real Python processes importing the sample tree (one spawning
+workers with ``multiprocessing`` spawn, as SGLang does), found from ``/proc`` after an apply as
+``restart pending``, cleared by restarting them; locally and over the test sshd. Bytecode
+under a ``pycache_prefix`` is found and purged."""
+
+from __future__ import annotations
+
+import os
+import py_compile
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from patchkit import api
+from patchkit.catalog import Catalog
+from patchkit.targets import LocalTarget
+from patchkit.targets.remote import RemoteTarget
+from tests.test_remote import PY, SAMPLES, Ssh, cli, make_tree, ssh  # noqa: F401  (ssh is a fixture)
+
+POOL = "python/sglang/srt/pool.py"
+
+IMPORTER = """import sys
+import sglang.srt.pool
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+SPAWNER = """import multiprocessing as mp, os, sys
+sys.path.insert(0, sys.argv[1])
+
+def work(q):
+    import sglang.srt.pool
+    q.put(os.getpid())
+    sys.stdin = open(os.devnull)
+    import time
+    time.sleep(3600)
+
+if __name__ == "__main__":
+    import sglang.srt.pool
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    workers = [ctx.Process(target=work, args=(q,), daemon=True) for _ in range(2)]
+    for w in workers:
+        w.start()
+    print(" ".join(str(q.get()) for _ in workers), flush=True)
+    sys.stdin.read()
+"""
+
+Start = Callable[..., "Running"]
+
+
+class Running:
+    """A process group this test started; ``pids`` the processes it reported."""
+
+    def __init__(self, proc: subprocess.Popen[str], pids: list[int]) -> None:
+        self.proc, self.pids = proc, pids
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the group is this process's own (by PID)
+            self.proc.wait(timeout=30)
+        self.proc.stdout.close()  # type: ignore[union-attr]
+
+
+@pytest.fixture
+def start(tmp_path: Path) -> Iterator[Start]:
+    """Start a Python process (its own session, so its workers go with it); every one is killed
+    by its PID when the test ends."""
+    started: list[Running] = []
+
+    def run(source: str, *args: str, cwd: Path | None = None, env: dict[str, str | None] | None = None,
+            spawner: bool = False, options: tuple[str, ...] = ()) -> Running:
+        script = tmp_path / f"proc{len(started)}.py"
+        script.write_text(source)
+        proc = subprocess.Popen([PY, *options, str(script), *args], cwd=cwd or tmp_path, text=True,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
+                                env={k: v for k, v in {**os.environ, **(env or {})}.items() if v is not None})
+        ran = Running(proc, [proc.pid])
+        started.append(ran)
+        first = proc.stdout.readline()  # type: ignore[union-attr]
+        assert first, f"the process {script.name} did not start"
+        if spawner:
+            ran.pids += [int(p) for p in first.split()]
+        return ran
+
+    yield run
+    for ran in started:
+        ran.stop()
+
+
+def pending(result: Any) -> dict[int, Any]:
+    assert result.running is not None and result.running.available, result.running
+    return {p.pid: p for p in result.running.pending}
+
+
+@pytest.mark.parametrize("kind", ["local", "remote"])
+def test_restart_pending_names_each_process_and_a_restart_clears_it(
+        kind: str, ssh: Ssh, tmp_path: Path, start: Start) -> None:
+    roots = make_tree(tmp_path / "tree")
+    target = (LocalTarget(roots, PY, "local") if kind == "local"
+              else RemoteTarget(ssh.spec(), roots, PY))
+    catalog = Catalog(SAMPLES / "catalog")
+    package = os.path.join(roots["sglang"], "python")
+    importer = start(IMPORTER, env={"PYTHONPATH": package})
+    spawner = start(SPAWNER, package, spawner=True)
+    assert len(spawner.pids) == 3
+
+    before = api.status(catalog, target)
+    found = {p.pid: p for p in before.running.processes}  # type: ignore[union-attr]
+    assert set(importer.pids + spawner.pids) <= set(found)
+    assert not pending(before), "nothing was changed yet"
+    assert "PYTHONPATH" in found[importer.proc.pid].via
+    assert all(f"child of PID {spawner.proc.pid}" in found[w].via for w in spawner.pids[1:])
+
+    api.apply(catalog, target, ["index-k-bytes"])
+    after = pending(api.status(catalog, target))
+    for pid in importer.pids + spawner.pids:
+        assert after[pid].changed == (f"sglang:{POOL}",)
+        assert after[pid].started_at and after[pid].command
+    code, out, err = cli(["--catalog", str(SAMPLES / "catalog"), "status", "--python", PY,
+                          "--target", roots["sglang"] if kind == "local" else ssh.url(roots["sglang"]),
+                          "--root", f"serve={roots['serve']}", "--exit-code", "--running",
+                          *(ssh.cli_args() if kind == "remote" else [])])
+    assert code == 1, (out, err)
+    assert f"restart pending\t{importer.proc.pid}\t" in err
+    assert out.startswith("index-k-bytes\tapplied\t")  # stdout keeps one line per fix
+
+    importer.stop()
+    spawner.stop()
+    again = [start(IMPORTER, env={"PYTHONPATH": package}), start(SPAWNER, package, spawner=True)]
+    cleared = api.status(catalog, target)
+    assert not pending(cleared)
+    assert {p for r in again for p in r.pids} <= {p.pid for p in cleared.running.processes}  # type: ignore[union-attr]
+
+    api.rollback(catalog, target, ["index-k-bytes"])  # a rollback is a change too
+    assert {p for r in again for p in r.pids} <= set(pending(api.status(catalog, target)))
+
+
+def _prefixed(prefix: Path, source: Path) -> list[Path]:
+    return sorted((prefix / str(source.parent).lstrip("/")).glob(source.stem + ".*.pyc"))
+
+
+def test_bytecode_under_a_pycache_prefix_is_found_stale_and_purged(
+        tmp_path: Path, start: Start) -> None:
+    roots = make_tree(tmp_path / "tree")
+    pool = Path(roots["sglang"], POOL)
+    prefix = tmp_path / "pycache"
+    start(IMPORTER, env={"PYTHONPATH": os.path.join(roots["sglang"], "python"),
+                         "PYTHONPYCACHEPREFIX": str(prefix), "PYTHONDONTWRITEBYTECODE": None})
+    [pyc] = _prefixed(prefix, pool)  # the process wrote it there, not beside the source
+    assert not (pool.parent / "__pycache__").exists()
+    catalog = tmp_path / "catalog"
+    _copy_catalog(catalog, purge=False)
+    target = LocalTarget(roots, PY, "local")
+    # an unchecked hash-based .pyc (as wheels and distro packages compile them) is never
+    # checked against the source: after the change it would be served as it is
+    py_compile.compile(str(pool), cfile=str(pyc), invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    api.apply(Catalog(catalog), target, ["index-k-bytes"])
+    [stale] = api.status(Catalog(catalog), target).running.stale_pyc  # type: ignore[union-attr]
+    assert stale["pyc"] == str(pyc) and stale["source"] == f"sglang:{POOL}"
+    assert "unchecked hash-based" in stale["why"]
+    code, _out, err = cli(["--catalog", str(catalog), "status", "--target", roots["sglang"],
+                           "--python", PY, "--root", f"serve={roots['serve']}", "--exit-code", "--running"])
+    assert code == 1 and f"stale .pyc\t{pyc}\tsglang:{POOL}\t" in err
+
+    api.rollback(Catalog(catalog), target, ["index-k-bytes"])
+    other = tmp_path / "other-prefix"  # -X pycache_prefix, as a unit file's ExecStart may say
+    start(IMPORTER, env={"PYTHONPATH": os.path.join(roots["sglang"], "python"),
+                         "PYTHONDONTWRITEBYTECODE": None}, options=("-X", f"pycache_prefix={other}"))
+    assert len(_prefixed(other, pool)) == 1
+    _copy_catalog(catalog, purge=True)
+    py_compile.compile(str(pool), cfile=str(pyc), invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    api.apply(Catalog(catalog), target, ["index-k-bytes"])
+    assert _prefixed(prefix, pool) == _prefixed(other, pool) == []  # the processes' prefixes too
+    assert api.status(Catalog(catalog), target).running.stale_pyc == ()  # type: ignore[union-attr]
+
+
+def _copy_catalog(dest: Path, *, purge: bool) -> None:
+    import shutil
+
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(SAMPLES / "catalog", dest)
+    manifest = dest / "manifests" / "index-k-bytes.toml"
+    manifest.write_text(manifest.read_text().replace("purge_pycache = true", f"purge_pycache = {str(purge).lower()}"))
+
+
+def test_proc_that_cannot_be_read_is_said_never_guessed(tmp_path: Path) -> None:
+    from patchkit.engine import procs
+    from patchkit.engine.paths import Roots
+
+    roots = Roots(make_tree(tmp_path / "tree"))
+    seen = procs.running(roots, str(tmp_path), {}, PY, base=str(tmp_path / "no-proc"))
+    assert seen["available"] is False and seen["processes"] == []
+    assert "cannot read" in seen["detail"] and "not looked at" in seen["detail"]
+    assert sys.platform != "linux" or procs.running(roots, str(tmp_path), {}, PY)["available"]
+
+
+SERVICE = """import os, sys, time
+open(sys.argv[1], "w").write(str(os.getpid()))
+time.sleep(3600)
+"""
+
+
+@pytest.mark.ssh
+def test_the_fleet_status_shows_what_runs_on_each_host(fleet, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import http.server
+    import json
+    import shlex
+    import threading
+
+    from tests.test_after_health import _Health
+
+    h1 = fleet.node("h1")
+    script, pidfile = tmp_path / "service.py", tmp_path / "service.pid"
+    script.write_text(SERVICE)
+    start = (f"(cd {shlex.quote(str(h1.sglang))} && setsid {shlex.quote(PY)} {script} {pidfile} "
+             f"</dev/null >/dev/null 2>&1 &); while [ ! -s {pidfile} ]; do sleep 0.05; done")
+    subprocess.run(["/bin/sh", "-c", start], check=True, timeout=30)
+    first = int(pidfile.read_text())
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        restart = f"if [ {{{{ inventory_hostname }}}} = h1 ]; then kill {first}; rm -f {pidfile}; {start}; fi"
+        run = fleet.run("patchkit", "apply", "dsv4-bf16-sizing", "--inventory", str(fleet.inventory),
+                        "--after-cmd", restart, "--health-cmd",
+                        f"sglang:http://127.0.0.1:{server.server_address[1]}", "--json")
+        assert run.returncode == 0, run.stdout + run.stderr
+        again = int(pidfile.read_text())
+        assert again != first  # restarted by the after-command
+        run = fleet.run("patchkit", "status", "--inventory", str(fleet.inventory), "--json",
+                        "--exit-code", "--running")
+        assert run.returncode == 0, run.stderr  # converged, and every server runs it
+        running = json.loads(run.stdout)["running"]
+        assert running["h1"] == "current" and set(running.values()) <= {"current", "none"}
+        os.kill(again, signal.SIGKILL)
+        subprocess.run(["/bin/sh", "-c", f"rm -f {pidfile}; {start}"], check=True, timeout=30)
+        subprocess.run([str(fleet.bin / "patchkit"), "rollback", "dsv4-bf16-sizing", "--target",
+                        str(h1.sglang), "--root", f"serve={h1.serve}"], check=True, env=fleet.env,
+                       capture_output=True, timeout=120)
+        run = fleet.run("patchkit", "status", "--inventory", str(fleet.inventory), "--exit-code", "--running")
+        assert f"h1\t(running)\trestart pending: {pidfile.read_text()}\t" in run.stdout, run.stdout
+        assert run.returncode == 1, run.stderr
+    finally:
+        server.shutdown()
+        server.server_close()
+        if pidfile.exists() and pidfile.read_text():
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)
