@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from patchkit import contains, rebase
 from patchkit.catalog import Catalog
-from patchkit.cli.main import main as cli
+from patchkit.cli.main import cli
 from patchkit.upstream import UpstreamRepo
 from tests.fixtures.upstream_corpus import RELEASES, entries, write_catalog
 

@@ -163,22 +163,49 @@ def _post_image(lines: list[str], hunk: hunks.Hunk) -> str:
     if old_at is not None:
         return ""
     blocks = presence.added_blocks(hunk)
-    if not blocks:
+    kept = set(hunk.new)
+    removed = [t for k, t in hunk.lines if k == "-" and t.strip() and t not in kept]
+    if not blocks:  # it only removes lines: gone from the file, its context still there
+        context = [t for k, t in hunk.lines if k == " " and len(t.strip()) >= 8]
+        if removed and context and all(t not in lines for t in removed) and \
+                sum(t in lines for t in context) * 2 >= len(context):
+            return "post-image"
         return ""
     span = len(hunk.lines) + 2 * presence.NEAR
     at, first = 0, None
     for block in blocks:
         i = hunks.locate(lines, block, max(hunk.new_start - 1, at), at)
+        if i is None:  # upstream put lines between: the block's lines in order, close together
+            i, end = _in_order(lines, block, max(hunk.new_start - 1, at), at)
+        else:
+            end = i + len(block)
         if i is None or (first is not None and i - first > span):
             return ""
         first = i if first is None else first
-        at = i + len(block)
+        at = end
+    assert first is not None
     region = lines[max(0, first - presence.NEAR):at + presence.NEAR]
-    kept = set(hunk.new)
-    removed = [t for k, t in hunk.lines if k == "-" and t.strip() and t not in kept]
     if any(t in region for t in removed):
         return ""
     return "post-image"
+
+
+def _in_order(lines: list[str], block: list[str], near: int, lo: int
+              ) -> tuple[int | None, int]:
+    """(start, end) of ``block``'s lines found in order with at most a few lines between
+    each (upstream's own additions), the start nearest ``near``; (None, 0) if not found."""
+    starts = [i for i in range(lo, len(lines)) if lines[i] == block[0]]
+    for i in sorted(starts, key=lambda i: abs(i - near)):
+        at, ok = i + 1, True
+        for want in block[1:]:
+            j = next((j for j in range(at, min(len(lines), at + 4)) if lines[j] == want), None)
+            if j is None:
+                ok = False
+                break
+            at = j + 1
+        if ok:
+            return i, at
+    return None, 0
 
 
 def _by_hunk(tree: Tree, chs: list[hunks.FileChange]) -> str:

@@ -13,6 +13,7 @@ from ..catalog.model import Fix
 from .classify import Series, changes
 
 _PR = re.compile(r"\s*\(#\d+\)")  # a pull request number in a squash commit's subject
+_TAGS = re.compile(r"^(\s*\[[^\]]*\])+")  # "[AMD] [Fix] " before a subject
 #: (sha, subject) of the commit holding the whole series, or None and, per patch file, the
 #: commit holding that patch
 Match = tuple[tuple[str, str] | None, dict[str, tuple[str, str]]]
@@ -92,11 +93,11 @@ class UpstreamMatches:
             found: dict[str, tuple[str, str]] = {}
             for sha, subject in hits:
                 index = next((i for i, c in enumerate(commits) if c[0] == sha), len(commits))
-                title = _PR.sub("", subject).strip()
+                title = _TAGS.sub("", _PR.sub("", subject)).strip()
                 for i in range(index - 1, -1, -1):  # git log lists the newest first
                     c = commits[i]
                     if (newer_ids and newer_ids[i] in undo) or sha in c[1] or \
-                            (len(title) > 8 and c[1].startswith(f'Revert "{title}')):
+                            (len(title) > 8 and c[1].startswith("Revert") and title in c[1]):
                         found[sha] = (c[0], c[1])
                         break
             self._reverts[fix.name] = found
