@@ -27,7 +27,15 @@ from .catalog import Catalog
 from .catalog.model import Check, Fix
 from .engine import hunks
 from .errors import ConflictError, PatchkitError
-from .rebase.classify import Held, Series, Tree, apply_all, changes, decide, held_upstream
+from .rebase.classify import (
+    Held,
+    Series,
+    Tree,
+    apply_all,
+    changes,
+    decide,
+    held_upstream,
+)
 from .rebase.matching import UpstreamMatches
 from .rebase.sides import read_series
 from .upstream import UpstreamRepo, version_key
