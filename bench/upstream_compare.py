@@ -10,8 +10,12 @@ tool says, against the true answer from the real history:
 - patchkit: ``rebase --dry-run`` of the whole corpus catalog (one run per release);
 - git rebase: each commit on a branch from v0.5.15, ``git rebase --onto v<release>``: the
   commit dropped (already upstream: its change is empty there), kept (applied), or a conflict;
-- git am -3: the patch applied with ``git am -3`` on v<release>: empty (already there:
-  "No changes"), applied, or a conflict.
+- git am -3: that commit, exported with ``git format-patch`` (its index lines name the base's
+  blobs, so the three-way fallback can run), applied with ``git am -3`` on v<release>:
+  empty (already there: "No changes"), applied, or a conflict.
+
+The git tools run in a clone whose releases hold only the files the corpus touches (their
+outcome for a commit depends on those alone); patchkit runs on the full release store.
 
 It prints a table (outcome per tool, and how often each is right) and the time each took.
 """
@@ -48,6 +52,9 @@ def git_rebase(work: Path, patch: Path, onto: str) -> str:
     if git(work, "am", "-q", "-3", str(patch)).returncode:
         git(work, "am", "--abort")
         return "no-base"
+    # the fix as a fork carries it: a commit on the base, its index lines naming base blobs
+    (work.parent / "fix.patch").write_text(git(work, "format-patch", "-1", "--stdout",
+                                               "fix").stdout)
     before = git(work, "rev-list", "--count", f"v{onto}..fix").stdout.strip()
     done = git(work, "rebase", "-q", "--onto", f"v{onto}", f"v{BASE}", "fix")
     if done.returncode:
@@ -59,12 +66,40 @@ def git_rebase(work: Path, patch: Path, onto: str) -> str:
 
 def git_am(work: Path, patch: Path, onto: str) -> str:
     git(work, "checkout", "-q", "-f", "-B", "am", f"v{onto}")
-    done = git(work, "am", "-q", "-3", str(patch))
+    head = git(work, "rev-parse", "HEAD").stdout
+    done = git(work, "am", "-3", str(patch))
+    said = done.stdout + done.stderr
     if done.returncode:
-        empty = "No changes" in done.stdout + done.stderr or "empty" in done.stdout + done.stderr
         git(work, "am", "--abort")
-        return "empty" if empty else "conflict"
-    return "applied"
+        return "empty" if "No changes" in said or "empty" in said else "conflict"
+    # "No changes -- Patch already applied.": git am goes on without a commit
+    return "empty" if git(work, "rev-parse", "HEAD").stdout == head else "applied"
+
+
+def reduced(up: UpstreamRepo, corpus: list, work: Path) -> Path:
+    """A clone of the release-only upstream whose releases hold only the files the corpus
+    touches (git's outcome for a commit depends on those alone), so the git tools do not
+    check out 5000 files per commit: v0.5.15 .. v0.5.18 as a line of commits."""
+    paths = sorted({line[6:] for e in corpus for line in e.patch.read_text(
+        encoding="utf-8", errors="replace").splitlines() if line.startswith("--- a/")})
+    work.mkdir()
+    git(work, "init", "-q", "-b", "main")
+    git(work, "fetch", "-q", "--no-tags", str(up.git_dir), "refs/tags/*:refs/release/*")
+    index = {"GIT_INDEX_FILE": str(work / ".git" / "bench-index")}
+    parent: list[str] = []
+    for v in (BASE, *RELEASES):
+        listing = git(work, "ls-tree", "-r", f"refs/release/v{v}", "--", *paths).stdout
+        subprocess.run(["git", "read-tree", "--empty"], cwd=work, check=True,
+                       env={**os.environ, **index})
+        subprocess.run(["git", "update-index", "--index-info"], cwd=work, input=listing,
+                       text=True, check=True, env={**os.environ, **index})
+        tree = subprocess.run(["git", "write-tree"], cwd=work, capture_output=True, text=True,
+                              check=True, env={**os.environ, **index}).stdout.strip()
+        sha = git(work, "commit-tree", tree, *parent, "-m", f"SGLang {v}").stdout.strip()
+        git(work, "tag", f"v{v}", sha)
+        parent = ["-p", sha]
+    git(work, "checkout", "-q", f"v{BASE}")
+    return work
 
 
 def right(answer: str, said: str) -> bool:
@@ -90,9 +125,8 @@ def main() -> int:
         up = UpstreamRepo(tmp / "up", wheels=cache / "wheels")
         for v in (BASE, *RELEASES):
             up.fetch(v)
-        work = tmp / "work"
-        subprocess.run(["git", "clone", "-q", str(up.git_dir), str(work)], check=True)
         corpus = entries()
+        work = reduced(up, corpus, tmp / "work")
         rows, times = [], {"patchkit": 0.0, "git rebase": 0.0, "git am -3": 0.0}
         for onto in a.onto.split(","):
             cat = Catalog(write_catalog(tmp / f"cat-{onto}"))
@@ -106,7 +140,7 @@ def main() -> int:
                 gr = git_rebase(work, e.patch, onto)
                 times["git rebase"] += time.perf_counter() - t
                 t = time.perf_counter()
-                am = git_am(work, e.patch, onto)
+                am = git_am(work, tmp / "fix.patch", onto) if gr != "no-base" else "no-base"
                 times["git am -3"] += time.perf_counter() - t
                 rows.append((onto, e.name, e.answers[onto], pk[e.name], gr, am))
         print(f"{'release':8} {'fix':16} {'true answer':34} {'patchkit':18} {'git rebase':10} "
