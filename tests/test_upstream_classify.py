@@ -151,3 +151,19 @@ def test_check_covers_the_users_fixes_when_another_fix_cannot_be_checked(tmp_pat
     assert verdicts["fix"]["verdict"] == "contained"
     assert verdicts["old"]["verdict"] == "not-checked"
     assert "0.0.9" in verdicts["old"]["detail"]
+
+
+def test_continue_with_the_release_files_of_an_ambiguous_stop_is_upstream(tmp_path: Path
+                                                                           ) -> None:
+    """The worktree of an ambiguous stop holds the release's files: taking them as they are
+    means the patch changes nothing there (it used to be written as an empty patch)."""
+    after = BODY.replace("line 20\n", "line 20\n" + HELPER)
+    release = BODY.replace("line 17\n", "line 17\n" + HELPER)
+    cat, up = _world(tmp_path, BODY, after, ("v0.2.0", release))
+    before = (cat.root / "patches" / "fix" / "0001-fix.patch").read_bytes()
+    assert _rebase(cat, up, "0.2.0").exit_code == 3
+    res = CliRunner().invoke(cli, ["--catalog", str(cat.root), "rebase", "--continue", "--json"])
+    assert res.exit_code == 0, res.output
+    fix = json.loads(res.stdout)["fixes"][0]
+    assert fix["outcome"] == "upstreamed" and fix["patches"][-1]["classification"] == "upstream"
+    assert (cat.root / "patches" / "fix" / "0001-fix.patch").read_bytes() == before

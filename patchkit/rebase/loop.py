@@ -12,7 +12,7 @@ from typing import Any
 from ..authoring import write_series
 from ..catalog import edit
 from ..catalog.model import Fix
-from ..errors import ConflictError
+from ..errors import ConflictError, PatchkitError
 from .classify import CLEAN, Decision, PatchReport, Series, Tree, apply_all, changes, \
     classify, decide, patch_from_json, series_text
 from .matching import UpstreamMatches
@@ -197,8 +197,15 @@ class Rebase:
                 plan.pop(later)
 
     def done_with(self, fix: Fix, report: FixReport, done: dict[str, str]) -> None:
-        """Write the fix at the head of the queue, record its report and take it off."""
-        self.write(fix, report, done)
+        """Write the fix at the head of the queue, record its report and take it off; a fix
+        that cannot be written is put back as it was and reported skipped, never left as a
+        state no --skip gets past."""
+        try:
+            self.write(fix, report, done)
+        except PatchkitError as exc:
+            self.state.restore_fix(fix.name)
+            report = replace(report, outcome="skipped", new_version=report.old_version,
+                             detail=f"not written, left as it was: {exc}")
         self.state.data["results"].append(report.to_json())
         self.state.data["stopped"] = None
         self.state.data["queue"].pop(0)
