@@ -148,7 +148,9 @@ def main() -> int:
         if "diff --git " not in patch:
             continue
         files, nh, changed, odd = stats(patch)
-        if odd or files > 2 or nh > 3 or changed > 40 or len(patch) > 6000:
+        # reverted commits are rare: a larger one is taken (still a few files, no renames)
+        big = (3, 12, 80, 8000) if sha in reverted_first else (2, 3, 40, 6000)
+        if odd or files > big[0] or nh > big[1] or changed > big[2] or len(patch) > big[3]:
             continue
         if not applies(gd, base, patch):
             continue
