@@ -150,3 +150,17 @@ def test_upstream_check_agrees_with_the_real_history(kind: str, corpus_catalog: 
                 assert got == contains.REVERTED, (e.name, version)
     assert not wrong, "\n".join(wrong)
     assert hits >= 0.9 * total, (hits, total)
+
+
+def test_upstream_check_fetches_the_releases_it_needs(corpus_catalog: Path, sglang_wheels: Path,
+                                                      tmp_path: Path) -> None:
+    """A fresh release store: the check fetches the fix's base and the release itself (from
+    the package registry, here the wheels cache), saying so, then decides."""
+    repo = UpstreamRepo(tmp_path / "store", wheels=sglang_wheels)
+    said: list[str] = []
+    name = next(e.name for e in entries() if e.answers["0.5.16"] == "upstream")
+    (v,) = contains.check(Catalog(corpus_catalog), [name], "0.5.16", upstream=repo,
+                          progress=said.append)
+    assert v.verdict == contains.CONTAINED, v
+    assert repo.versions() == ["0.5.15", "0.5.16"]
+    assert any("0.5.15" in s for s in said) and any("0.5.16" in s for s in said)
