@@ -167,9 +167,9 @@ def render_rebase(console: Any, report: Any) -> None:
         stop.patches[-1].classification in ("ambiguous", "removed-upstream")
     if human:  # nothing was applied: the worktree holds the release's files
         line(console, [(f"stopped at {report.stopped}", "bold red"),
-                       (f": {stop.patches[-1].classification}, a human decides; the release's "
-                        f"files are in {report.worktree or ''}: `--continue` as they are means "
-                        "already upstream, `--skip` leaves the fix as it was", "")])
+                       ((f": {stop.patches[-1].classification}, a human decides; the "
+                         f"release's files are in {report.worktree or ''}: `--continue` as they "
+                         "are means already upstream, `--skip` leaves the fix as it was"), "")])
     elif report.stopped:
         line(console, [(f"stopped at {report.stopped}", "bold red"),
                        (f": resolve the conflicts in {report.worktree or ''}", "")])
