@@ -82,8 +82,9 @@ class Rebase:
                 continue
             if said.kind in ("ambiguous", "removed"):  # a human decides: nothing is applied
                 kind = "ambiguous" if said.kind == "ambiguous" else "removed-upstream"
-                rep, merged, conflicted = PatchReport(file, kind, said.detail, (), tuple(pre_new),
-                                                      said.commit), dict(pre_new), []
+                conflicted: list[str] = []
+                rep, merged = PatchReport(file, kind, said.detail, (), tuple(pre_new),
+                                          said.commit), dict(pre_new)
             else:
                 rep, merged, conflicted = classify(fix, file, chs, new_tree, pre_old, old_tree,
                                                    onto)
