@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -26,14 +26,28 @@ from . import gitrepo
 from .catalog import Catalog
 from .catalog.model import Check, Fix
 from .engine import hunks
-from .rebase.classify import Held, Series, Tree, changes, held_upstream
+from .errors import ConflictError, PatchkitError
+from .rebase.classify import (
+    Held,
+    Series,
+    Tree,
+    apply_all,
+    changes,
+    decide,
+    held_upstream,
+)
 from .rebase.matching import UpstreamMatches
 from .rebase.sides import read_series
-from .upstream import UpstreamRepo
+from .upstream import UpstreamRepo, version_key
 
-__all__ = ["CONTAINED", "NOT_APPLICABLE", "NOT_CONTAINED", "Verdict", "check", "contains"]
+__all__ = ["AMBIGUOUS", "CONTAINED", "NOT_APPLICABLE", "NOT_CHECKED", "NOT_CONTAINED",
+           "REMOVED", "REVERTED", "Verdict", "check", "contains"]
 
 CONTAINED, NOT_CONTAINED, NOT_APPLICABLE = "contained", "not-contained", "not-applicable"
+AMBIGUOUS = "ambiguous"  # both directions apply, or what it adds is already there: a human
+REVERTED = "reverted-upstream"  # an upstream commit held it, a later one reverted it
+REMOVED = "removed-upstream"  # an earlier release held it, this one no longer does
+NOT_CHECKED = "not-checked"  # a release it needs could not be had (the detail says why)
 
 
 @dataclass(frozen=True)
@@ -42,8 +56,9 @@ class Verdict:
 
     fix: str
     release: str
-    verdict: str  # contained | not-contained | not-applicable
-    test: str = ""  # contained: patch-id | reverse-apply | verification
+    verdict: str  # contained | not-contained | not-applicable | ambiguous | reverted-upstream
+    #               | removed-upstream | not-checked
+    test: str = ""  # contained: patch-id | reverse-apply | post-image | merge | verification
     detail: str = ""
     commits: tuple[str, ...] = ()  # patch-id: the upstream commits holding the series
     files: tuple[str, ...] = ()  # the files the deciding test read
@@ -72,32 +87,64 @@ def contains(catalog: Catalog, fix: str | Fix, release: str, *,
 
 
 def check(catalog: Catalog, fixes: Sequence[str | Fix], release: str, *,
-          upstream: UpstreamRepo | None = None) -> list[Verdict]:
+          upstream: UpstreamRepo | None = None,
+          progress: Callable[[str], None] | None = None) -> list[Verdict]:
     """:func:`contains` for several fixes at once (one ``git log`` for all their patch-ids).
-    An unknown fix, or a release (the release or a fix's base) not in the release store, is a
-    UsageError naming how to fetch it, raised before anything is tested."""
+    Releases missing from patchkit's own release store are fetched from the package registry
+    (``progress`` says so); in a clone (``UpstreamRepo`` of a git repository) they must be
+    tags. A fix whose base release cannot be had is ``not-checked`` (the detail says why), the
+    others are checked; an unknown fix or a release that cannot be had is a UsageError."""
     repo = upstream or UpstreamRepo()
     found = [f if isinstance(f, Fix) else catalog.get(f) for f in fixes]
-    onto = repo.release(release)
+    onto = _have(repo, release, progress)
     verdicts: dict[str, Verdict] = {}
     subjects: list[_Subject] = []
+    bases: dict[str, str | None] = {}
     for fix in found:
         why = _not_applicable(fix)
         if why:
             verdicts[fix.name] = Verdict(fix.name, release, NOT_APPLICABLE, detail=why)
             continue
-        repo.release(fix.upstream.base_release)  # a base not fetched: the same clear error
+        base = fix.upstream.base_release
+        if base not in bases:
+            try:
+                _have(repo, base, progress)
+                bases[base] = None
+            except PatchkitError as exc:
+                bases[base] = str(exc)
+        if bases[base]:
+            verdicts[fix.name] = Verdict(fix.name, release, NOT_CHECKED, detail=(
+                f"its base release {base} is not available, so it cannot be compared: "
+                f"{bases[base]}"))
+            continue
         subjects.append(_subject(catalog, fix))
+    versions = repo.versions()
     blobs = gitrepo.Blobs(repo.git_dir)
     try:
         matches = UpstreamMatches(repo.git_dir, onto.commit,
                                   lambda fix: f"v{fix.upstream.base_release}")
         matches.match([(s.fix, s.texts) for s in subjects if s.texts])
         for s in subjects:
-            verdicts[s.fix.name] = _decide(s, matches, Tree(blobs, onto.commit), blobs, release)
+            between = [v for v in versions if _between(s.fix.upstream.base_release, v, release)]
+            verdicts[s.fix.name] = _decide(s, matches, Tree(blobs, onto.commit), blobs, release,
+                                           between)
     finally:
         blobs.close()
     return [verdicts[f.name] for f in found]
+
+
+def _have(repo: UpstreamRepo, version: str, progress: Callable[[str], None] | None):
+    """The release ``version``, fetched first into patchkit's own store when it is missing."""
+    if repo.foreign or version in repo.versions():
+        return repo.release(version)
+    return repo.fetch(version, progress=progress)
+
+
+def _between(base: str, version: str, release: str) -> bool:
+    try:
+        return version_key(base) < version_key(version) < version_key(release)
+    except PatchkitError:
+        return False
 
 
 def _not_applicable(fix: Fix) -> str:
@@ -127,18 +174,39 @@ def _subject(catalog: Catalog, fix: Fix) -> _Subject:
 
 
 def _decide(s: _Subject, matches: UpstreamMatches, tree: Tree, blobs: gitrepo.Blobs,
-            release: str) -> Verdict:
+            release: str, between: Sequence[str] = ()) -> Verdict:
     fix = s.fix
     if s.patches:
         whole, per_patch = matches.of(fix, s.texts) if s.texts else (None, {})
         held: list[tuple[Held, list[str]]] = []
         missing = ""
+        base_tree = Tree(blobs, f"v{fix.upstream.base_release}")
         for file, chs in s.patches:
-            h = held_upstream(tree, chs, whole or per_patch.get(file))
-            if h is None:
+            hit = whole or per_patch.get(file)
+            said = decide(tree, chs, hit, matches.reverted(fix, hit), base_tree)
+            paths = tuple(dict.fromkeys(c.path for c in chs))
+            if said.kind == "absent" and said.applies:
+                for version in between:  # held by an earlier release: removed since
+                    there = decide(Tree(blobs, f"v{version}"), chs, None)
+                    if there.held is not None:
+                        return Verdict(fix.name, release, REMOVED, "release-walk", (
+                            f"{file}: landed upstream in {version} ({there.held.detail(version)})"
+                            f", and {release} no longer has it: removed (or reverted) "
+                            "upstream; applying it would bring the code back"), (), paths)
+            if said.kind in ("ambiguous", "reverted", "removed"):
+                verdict = {"ambiguous": AMBIGUOUS, "reverted": REVERTED,
+                           "removed": REMOVED}[said.kind]
+                return Verdict(fix.name, release, verdict, said.kind, f"{file}: {said.detail}",
+                               (said.commit,) if said.commit else (), paths)
+            if said.held is None:
                 missing = file
                 break
-            held.append((h, [c.path for c in chs]))
+            held.append((said.held, list(paths)))
+            # the base side moves on with the series (the next patch's merge test)
+            try:
+                apply_all(base_tree, chs)
+            except ConflictError:
+                pass
         else:
             files = tuple(dict.fromkeys(p for _h, paths in held for p in paths))
             if fix.revert is not None:  # only evidence if the release line ever had the change
@@ -153,8 +221,10 @@ def _decide(s: _Subject, matches: UpstreamMatches, tree: Tree, blobs: gitrepo.Bl
                 return Verdict(fix.name, release, CONTAINED, "patch-id",
                                f"upstream commit {', '.join(c[:12] for c in commits)} "
                                f"({'; '.join(subjects)}) has its patch-id", commits, files)
-            return Verdict(fix.name, release, CONTAINED, "reverse-apply",
-                           f"its reversed hunks apply to {release} with zero fuzz"
+            tests = list(dict.fromkeys(h.test for h, _p in held if h.test != "patch-id"))
+            test = tests[0] if len(tests) == 1 else "post-image"
+            how = "; ".join(h.detail(release) for h, _p in held if h.test != "patch-id")
+            return Verdict(fix.name, release, CONTAINED, test, how
                            + (f" (patch-id: upstream commit {', '.join(c[:12] for c in commits)})"
                               if commits else ""), commits, files)
     greps = [c for c in fix.verification if c.kind == "grep"
@@ -174,8 +244,8 @@ def _decide(s: _Subject, matches: UpstreamMatches, tree: Tree, blobs: gitrepo.Bl
         return Verdict(fix.name, release, NOT_CONTAINED,
                        detail=why + (", and its verification greps do not tell" if greps else ""))
     return Verdict(fix.name, release, NOT_CONTAINED,
-                   detail=f"{missing}: no upstream commit has its patch-id and its reversed "
-                   "hunks do not apply" + ("; its verification greps do not tell" if greps
+                   detail=f"{missing}: no upstream commit has its patch-id, it is not held hunk by "
+                   "hunk and a three-way merge would change the release" + ("; its verification greps do not tell" if greps
                                            else "; no grep verification to ask"))
 
 
@@ -252,6 +322,6 @@ def mark(catalog: Catalog, verdicts: Sequence[Verdict], *, date: str | None = No
 def _evidence(v: Verdict) -> str:
     if v.test == "patch-id":
         return f"patch-id of upstream commit {', '.join(c[:12] for c in v.commits)}"
-    if v.test == "reverse-apply":
-        return "its reversed hunks apply"
+    if v.test in ("reverse-apply", "post-image", "merge"):
+        return v.detail
     return "its verification greps pass"

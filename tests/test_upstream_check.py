@@ -252,7 +252,8 @@ def test_mark_dry_run_writes_nothing(catalog_dir: Path, catalog_upstream: Upstre
 
 
 @pytest.mark.parametrize("args, said", [
-    (["--release", "0.5.22", "--mark"], "patchkit upstream fetch 0.5.22"),
+    # a missing release is fetched from the registry now (issue 23); a bad --repo is refused
+    (["--release", "0.5.23", "--mark", "--repo", "no-such-clone"], "is not a git repository"),
     (["no-such-fix", "--release", "0.5.23", "--mark"], "no fix named 'no-such-fix'"),
     (["--release", "latest"], "unsupported SGLang version"),
 ])

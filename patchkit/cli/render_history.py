@@ -117,6 +117,7 @@ def render_log(console: Any, lineage: Any) -> None:
 REBASE_STYLE = {
     "unchanged": "green", "offset": "green", "merged": "cyan", "resolved": "cyan",
     "upstream": "magenta", "anchor-gone": "bold red", "conflict": "bold red",
+    "ambiguous": "bold yellow", "removed-upstream": "bold yellow", "reverted-upstream": "yellow",
     "rebased": "bold green", "extended": "green", "upstreamed": "magenta",
     "stopped": "bold red", "skipped": "dim",
 }
@@ -177,7 +178,15 @@ def render_rebase(console: Any, report: Any) -> None:
             table.add_row(name if first else "", ver if first else "", patch,
                           Text(result, style=REBASE_STYLE.get(result, "")), Text(detail))
         console.print(table)
-    if report.stopped:
+    stop = next((f for f in report.fixes if f.name == report.stopped), None)
+    human = stop is not None and bool(stop.patches) and \
+        stop.patches[-1].classification in ("ambiguous", "removed-upstream")
+    if human:  # nothing was applied: the worktree holds the release's files
+        line(console, [(f"stopped at {report.stopped}", "bold red"),
+                       ((f": {stop.patches[-1].classification}, a human decides; the "
+                         f"release's files are in {report.worktree or ''}: `--continue` as they "
+                         "are means already upstream, `--skip` leaves the fix as it was"), "")])
+    elif report.stopped:
         line(console, [(f"stopped at {report.stopped}", "bold red"),
                        (f": resolve the conflicts in {report.worktree or ''}", "")])
         for path in report.conflicted:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
 from . import render
-from ..errors import EXIT_CHECK_FAILED
+from ..errors import EXIT_CHECK_FAILED, EXIT_CONFLICT
 from ..upstream import UpstreamRepo
 from .common import State, json_option, pass_state
 
@@ -73,10 +74,12 @@ def checkout(version: str, dest: str, as_json: bool) -> int:
               "recorded; write nothing.")
 @click.option("--no-commit", is_flag=True, help="With --mark: write the manifests, commit nothing.")
 @click.option("--exit-code", is_flag=True, help="Exit 1 when any fix is contained (for CI).")
+@click.option("--repo", metavar="PATH", help="An SGLang git clone to look in (its v<version> "
+              "tags; the recommended set-up: its history tells reverts apart).")
 @json_option
 @pass_state
 def check(state: State, fixes: tuple[str, ...], release: str, mark: bool, dry_run: bool,
-          no_commit: bool, exit_code: bool, as_json: bool) -> int:
+          no_commit: bool, exit_code: bool, repo: str | None, as_json: bool) -> int:
     """Does release VERSION already contain each of FIXES (default: every fix; with --mark,
     every fix of your catalog)? By patch-id, reverse-apply, or the fix's verification greps
     (docs/upstream.md, "Is a fix upstream?")."""
@@ -91,8 +94,18 @@ def check(state: State, fixes: tuple[str, ...], release: str, mark: bool, dry_ru
         if fixes:
             catalog.check_own(fixes, "mark as upstreamed")
     names = list(fixes) or (catalog.own_names() if mark else catalog.names())
-    with render.busy(f"checking {len(names)} fix(es) against SGLang {release}", quiet=as_json):
-        verdicts = lib.check(catalog, names, release)
+    upstream_repo = None
+    if repo is not None:
+        from .. import gitrepo
+
+        if not gitrepo.is_git_repo(Path(repo).expanduser()):
+            raise UsageError(f"--repo {repo} is not a git repository: name an SGLang clone",
+                             path=repo)
+        upstream_repo = UpstreamRepo(repo)
+    with render.stderr().status(f"checking {len(names)} fix(es) against SGLang {release}") \
+            if not as_json else contextlib.nullcontext() as spinner:
+        verdicts = lib.check(catalog, names, release, upstream=upstream_repo,
+                             progress=(lambda step: spinner.update(step)) if spinner else None)
     marked = lib.mark(catalog, verdicts, commit=not no_commit, dry_run=dry_run) if mark else []
     data = {"release": release, "fixes": [v.to_json() for v in verdicts],
             **({"marked": [m.to_json() for m in marked], "dry_run": dry_run} if mark else {})}
@@ -110,6 +123,8 @@ def check(state: State, fixes: tuple[str, ...], release: str, mark: bool, dry_ru
             render.line(out, [("dry run: nothing was written", "dim")])
 
     render.emit(as_json, data, draw)
+    if any(v.verdict in (lib.AMBIGUOUS, lib.REMOVED) for v in verdicts):
+        click.get_current_context().exit(EXIT_CONFLICT)  # a human decides (docs/upstream.md)
     if exit_code and any(v.contained for v in verdicts):
         click.get_current_context().exit(EXIT_CHECK_FAILED)
     return 0
@@ -119,8 +134,16 @@ def _verdict(v: Verdict) -> list[tuple[str, str]]:
     """The segments saying a fix's verdict: how it was decided, then the evidence."""
     if v.verdict == "contained":
         how = {"patch-id": f"patch-id {', '.join(c[:12] for c in v.commits)}",
-               "reverse-apply": "reverse-apply", "verification": "verification greps"}[v.test]
+               "reverse-apply": "reverse-apply", "post-image": "post-image", "merge": "merge",
+               "verification": "verification greps"}[v.test]
         return [(f"contained by {how}", "green"), (f"  {v.detail}", "dim")]
+    if v.verdict in ("ambiguous", "removed-upstream", "reverted-upstream"):
+        label = {"ambiguous": "ambiguous: a human decides", "reverted-upstream": "reverted "
+                 "upstream" + (f" in {v.commits[0][:12]}" if v.commits else ""),
+                 "removed-upstream": "removed upstream: a human decides"}[v.verdict]
+        return [(label, "yellow"), (f"  {v.detail}", "dim")]
+    if v.verdict == "not-checked":
+        return [("not checked", "yellow"), (f"  {v.detail}", "dim")]
     if v.verdict == "not-applicable":
         return [("not applicable", "yellow"), (f"  {v.detail}", "dim")]
     return [("not contained", ""), (f"  {v.detail}", "dim")]

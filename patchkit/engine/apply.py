@@ -278,6 +278,11 @@ class _Prepare:
             missing = None if op == "revert" else auto.presence_check(ws.entry(*key), op)
             if missing:
                 pre.append(missing)
+            elif op == "modify" and not req.force:
+                dup = auto.duplicate_check(ws.entry(*key), [c for c in spec.files
+                                                            if (c.root, c.path) == key])
+                if dup:
+                    pre.append(dup)
         fresh = [ws.entry(*k) for k in first_op if k not in self.done]
         pre.extend(auto.git_clean_checks(fresh, req.roots, self.after_hashes, self.git_changes,
                                          strict=req.commit))

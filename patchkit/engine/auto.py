@@ -121,6 +121,28 @@ def presence_check(entry: Entry, op: str) -> Optional[Dict[str, Any]]:
         % (entry.where, entry.abs), entry.where)
 
 
+def duplicate_check(entry: Entry, changes: List[Any]) -> Optional[Dict[str, Any]]:
+    """Refused when a hunk would write a second copy of lines already next to where it goes
+    (the change, or code just like it, is already there: docs/upstream.md, "ambiguous")."""
+    from . import presence
+    from .hunks import decode
+
+    if entry.current is None:
+        return None
+    text = decode(entry.current)
+    for change in changes:
+        found = presence.duplicates(text, change)
+        if found is not None:
+            line, hunk, _block = found
+            return result("not-already-added", "%s does not already hold the added lines"
+                          % entry.where, False,
+                          "the lines this patch adds are already in %s at line %d (hunk #%d of "
+                          "%s): applying it would write a second copy; check whether the fix "
+                          "is already there, or apply with --force" % (
+                              entry.where, line, hunk.index, change.patch), entry.where)
+    return None
+
+
 NO_GIT = "--no-git given, git was not run, so nothing proves the file matches HEAD"
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..errors import ConflictError
-from .hunks import FileChange, apply_change, decode, side_found, split_lines
+from .hunks import FileChange, Hunk, apply_change, decode, locate, side_found, split_lines
 
 Reader = Callable[[str, str], Optional[bytes]]  # (root, path) -> bytes, None if absent
 Key = Tuple[str, str]
@@ -51,3 +51,59 @@ def detect(files: Tuple[FileChange, ...], read: Reader) -> Presence:
     flat = [v for vs in units.values() for v in vs]
     state = NOT_APPLIED if not any(flat) else PRESENT if False not in flat else PARTLY
     return Presence(state, tuple((key, False not in vs) for key, vs in units.items()))
+
+
+NEAR = 20  # lines around a hunk's place where a block it adds counts as "already there"
+
+
+def added_blocks(hunk: Hunk) -> List[List[str]]:
+    """The runs of consecutive added lines of a hunk that say something: two or more non-blank
+    lines, or one long one (a lone ``pass`` or ``)`` proves nothing)."""
+    blocks: List[List[str]] = []
+    run: List[str] = []
+    for kind, text in (*hunk.lines, (" ", "")):
+        if kind == "+":
+            run.append(text)
+            continue
+        solid = [t for t in run if t.strip()]
+        if len(solid) >= 2 or (solid and len(solid[0].strip()) >= 40):
+            blocks.append(run)
+        run = []
+    return blocks
+
+
+def _count(lines: List[str], block: List[str]) -> int:
+    n = len(block)
+    return sum(1 for i in range(len(lines) - n + 1) if lines[i:i + n] == block)
+
+
+def already_added(lines: List[str], hunk: Hunk, at: int) -> Optional[Tuple[int, List[str]]]:
+    """Where (1-based line) a block ``hunk`` adds already stands verbatim in ``lines``, within
+    :data:`NEAR` lines of ``at`` (the 0-based index its old side is placed at), with the block;
+    None when no block is there (blocks the hunk itself removes do not count)."""
+    lo, hi = max(0, at - NEAR), min(len(lines), at + len(hunk.old) + NEAR)
+    window = lines[lo:hi]
+    for block in added_blocks(hunk):
+        if _count(window, block) > _count(hunk.old, block):
+            n = len(block)
+            first = next(i for i in range(len(window) - n + 1) if window[i:i + n] == block)
+            return lo + first + 1, block
+    return None
+
+
+def duplicates(text: Optional[str], change: FileChange) -> Optional[Tuple[int, Hunk, List[str]]]:
+    """The first hunk of ``change`` that, applied to ``text``, would write a second copy of a
+    block already there: (1-based line of the copy, the hunk, the block), else None."""
+    if text is None or change.op != "modify":
+        return None
+    lines = split_lines(text)
+    prev, carried = 0, 0
+    for hunk in change.hunks:
+        idx = locate(lines, hunk.old, hunk.expected_index + carried, prev)
+        if idx is None:
+            return None
+        carried, prev = idx - hunk.expected_index, idx + len(hunk.old)
+        found = already_added(lines, hunk, idx)
+        if found is not None:
+            return found[0], hunk, found[1]
+    return None

@@ -128,9 +128,15 @@ def continue_(catalog: Catalog, *, upstream: UpstreamRepo | None = None,
     stopped["done"][file] = series_text((old.patch_dir / file).read_text(
         encoding="utf-8", errors="surrogateescape"), stopped["pre"], resumed)
     last = stopped["patches"][-1]
-    stopped["patches"][-1] = {**last, "classification": "resolved",
-                              "detail": f"{last['classification']}, resolved by hand: "
-                                        f"{last['detail']}"}
+    if all(resumed.get(p) == stopped["pre"].get(p) for p in stopped["pre"]):
+        # left as the release has it: the patch changes nothing there, it is upstream
+        stopped["patches"][-1] = {**last, "classification": "upstream",
+                                  "detail": f"{last['classification']}, resolved by hand to "
+                                            f"{state.onto}'s files: already upstream"}
+    else:
+        stopped["patches"][-1] = {**last, "classification": "resolved",
+                                  "detail": f"{last['classification']}, resolved by hand: "
+                                            f"{last['detail']}"}
     report, done, stop = rebase.rebase_fix(stopped["name"], resumed=resumed)
     if stop is not None:
         rebase.sides.blobs.close()

@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from ..catalog import series
-from ..engine import hunks
+from ..engine import hunks, presence
 from ..errors import ConflictError
 from ..catalog.model import Fix
 from ..gitrepo import Blobs, merge_file
 
-CLEAN = ("unchanged", "offset", "merged", "resolved", "upstream")
+CLEAN = ("unchanged", "offset", "merged", "resolved", "upstream", "reverted-upstream")
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,13 @@ class Tree:
             data = self.blobs.read(self.rev, path)
             self.files[path] = None if data is None else hunks.decode(data)
         return self.files[path]
+
+    @classmethod
+    def of(cls, tree: Tree, files: dict[str, str | None]) -> Tree:
+        """A tree like ``tree`` with ``files`` as they are given."""
+        out = cls(tree.blobs, tree.rev)
+        out.files = dict(files)
+        return out
 
     def only(self, paths: Sequence[str]) -> Tree:
         """A copy holding ``paths`` alone, as they are here."""
@@ -100,36 +107,193 @@ def anchors_gone(fix: Fix, tree: Tree) -> list[str]:
 class Held:
     """Why an upstream tree already holds a patch (or a series): the test that said so."""
 
-    test: str  # "patch-id" | "reverse-apply"
+    test: str  # "patch-id" | "reverse-apply" | "post-image" | "merge"
     commit: str = ""  # patch-id: the upstream commit with the same patch-id
     subject: str = ""
+    hunks: str = ""  # post-image: how each hunk was decided
 
     def detail(self, onto: str) -> str:
         if self.test == "patch-id":
             return (f"{onto} already holds this change: upstream commit {self.commit[:12]} "
                     f"({self.subject}) has its patch-id")
+        if self.test == "post-image":
+            return f"{onto} already holds this change (hunk by hunk: {self.hunks})"
+        if self.test == "merge":
+            return (f"{onto} already holds this change: the three-way merge of the patch gives "
+                    f"{onto}'s files unchanged")
         return f"{onto} already holds this change (its reversed hunks apply)"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What an upstream tree says of one patch: ``kind`` is ``held`` (with ``held``),
+    ``ambiguous`` (both directions apply, or a block it adds is already there), ``reverted``
+    (an upstream commit had its patch-id and a later one reverted it), ``removed`` (an upstream
+    commit had its patch-id, the change is gone again) or ``absent`` (not there)."""
+
+    kind: str
+    held: Held | None = None
+    detail: str = ""
+    commit: str = ""  # reverted/removed: the commit that took the change out, if known
+    applies: bool = False  # absent: the patch applies with zero fuzz (it would add its code)
+
+
+def _tries(tree: Tree, chs: list[hunks.FileChange]) -> tuple[bool, bool]:
+    paths = list(dict.fromkeys(c.path for c in chs))
+    fwd = rev = True
+    try:
+        apply_all(tree.only(paths), chs)
+    except ConflictError:
+        fwd = False
+    try:
+        apply_all(tree.only(paths), [c.reversed() for c in reversed(chs)])
+    except ConflictError:
+        rev = False
+    return fwd, rev
+
+
+def _post_image(lines: list[str], hunk: hunks.Hunk) -> str:
+    """How one hunk is found already applied in ``lines``: "reverse-applies" (its new side is
+    there, its old side is not), "post-image" (each block it adds stands there in order, near
+    each other, and the lines it removes are gone from around them), else ""."""
+    old_at = hunks.locate(lines, hunk.old, max(hunk.expected_index, 0)) if hunk.old else None
+    if hunk.new and old_at is None and \
+            hunks.locate(lines, hunk.new, max(hunk.new_start - 1, 0)) is not None:
+        return "reverse-applies"
+    if old_at is not None:
+        return ""
+    blocks = presence.added_blocks(hunk)
+    kept = set(hunk.new)
+    removed = [t for k, t in hunk.lines if k == "-" and t.strip() and t not in kept]
+    if not blocks:  # it only removes lines: gone from the file, its context still there
+        context = [t for k, t in hunk.lines if k == " " and len(t.strip()) >= 8]
+        if removed and context and all(t not in lines for t in removed) and \
+                sum(t in lines for t in context) * 2 >= len(context):
+            return "post-image"
+        return ""
+    span = len(hunk.lines) + 2 * presence.NEAR
+    at, first = 0, None
+    for block in blocks:
+        i = hunks.locate(lines, block, max(hunk.new_start - 1, at), at)
+        if i is None:  # upstream put lines between: the block's lines in order, close together
+            i, end = _in_order(lines, block, max(hunk.new_start - 1, at), at)
+        else:
+            end = i + len(block)
+        if i is None or (first is not None and i - first > span):
+            return ""
+        first = i if first is None else first
+        at = end
+    assert first is not None
+    region = lines[max(0, first - presence.NEAR):at + presence.NEAR]
+    if any(t in region for t in removed):
+        return ""
+    return "post-image"
+
+
+def _in_order(lines: list[str], block: list[str], near: int, lo: int
+              ) -> tuple[int | None, int]:
+    """(start, end) of ``block``'s lines found in order with at most a few lines between
+    each (upstream's own additions), the start nearest ``near``; (None, 0) if not found."""
+    starts = [i for i in range(lo, len(lines)) if lines[i] == block[0]]
+    for i in sorted(starts, key=lambda i: abs(i - near)):
+        at, ok = i + 1, True
+        for want in block[1:]:
+            j = next((j for j in range(at, min(len(lines), at + 4)) if lines[j] == want), None)
+            if j is None:
+                ok = False
+                break
+            at = j + 1
+        if ok:
+            return i, at
+    return None, 0
+
+
+def _by_hunk(tree: Tree, chs: list[hunks.FileChange]) -> str:
+    """Each hunk decided on its own (:func:`_post_image`): their description, or "" when one
+    hunk is not found applied."""
+    said = []
+    for ch in chs:
+        text = tree.get(ch.path)
+        if text is None or ch.op != "modify":
+            return ""
+        lines = hunks.split_lines(text)
+        for h in ch.hunks:
+            how = _post_image(lines, h)
+            if not how:
+                return ""
+            said.append(f"{ch.path} hunk {h.index} {how}")
+    return ", ".join(said)
+
+
+def _near_copy(tree: Tree, chs: list[hunks.FileChange]) -> str:
+    """Where a block the patch adds already stands next to where it would go, or ""."""
+    for ch in chs:
+        found = presence.duplicates(tree.get(ch.path), ch)
+        if found is not None:
+            line, hunk, _block = found
+            return (f"hunk {hunk.index} adds lines that are already in {ch.path} at line "
+                    f"{line}")
+    return ""
+
+
+def decide(tree: Tree, chs: list[hunks.FileChange], found: tuple[str, str] | None,
+           reverted: tuple[str, str] | None = None, base: Tree | None = None) -> Decision:
+    """Whether ``tree`` (an upstream release or commit) already holds one patch, the decision
+    ``patchkit rebase`` and ``patchkit upstream check`` share (docs/upstream.md):
+
+    ``found``: an upstream commit with the patch's patch-id (:mod:`.matching`) and
+    ``reverted``: a later one reverting it; else the patch and its reverse tried with zero
+    fuzz, each hunk's post-image looked for, and with ``base`` (the tree the patch was written
+    on) git's three-way merge: a merge giving the tree's files unchanged holds it."""
+    fwd, rev = _tries(tree, chs)
+    if found and reverted:
+        return Decision("reverted", None, f"upstream commit {found[0][:12]} ({found[1]}) had its "
+                        f"patch-id, and {reverted[0][:12]} ({reverted[1]}) reverted it",
+                        reverted[0])
+    if found and fwd and not rev:
+        return Decision("removed", None, f"upstream commit {found[0][:12]} ({found[1]}) had its "
+                        "patch-id, but the change is no longer there: the patch applies again")
+    if found:
+        return Decision("held", Held("patch-id", found[0], found[1]))
+    if fwd and rev:
+        return Decision("ambiguous", None, "both the patch and its reverse apply with zero fuzz: "
+                        "the change, or code just like it, is already there")
+    if fwd:
+        copy = _near_copy(tree, chs)
+        return Decision("ambiguous", None, copy) if copy else Decision("absent", applies=True)
+    if rev:
+        return Decision("held", Held("reverse-apply"))
+    how = _by_hunk(tree, chs)
+    if how:
+        return Decision("held", Held("post-image", hunks=how))
+    if base is not None and _merge_holds(tree, chs, base):
+        return Decision("held", Held("merge"))
+    return Decision("absent")
+
+
+def _merge_holds(tree: Tree, chs: list[hunks.FileChange], base: Tree) -> bool:
+    """Whether git's three-way merge of the patch (``base`` -> base+patch) into ``tree`` is
+    clean and leaves ``tree``'s files as they are."""
+    paths = list(dict.fromkeys(c.path for c in chs))
+    after = base.only(paths)
+    try:
+        apply_all(after, chs)
+    except ConflictError:
+        return False
+    for path in paths:
+        ours, old, theirs = tree.get(path), base.get(path), after.get(path)
+        if ours is None or old is None or theirs is None:
+            return False
+        out, n = merge_file(hunks.encode(ours), hunks.encode(old), hunks.encode(theirs))
+        if n or hunks.decode(out) != ours:
+            return False
+    return True
 
 
 def held_upstream(tree: Tree, chs: list[hunks.FileChange], found: tuple[str, str] | None
                   ) -> Held | None:
-    """Whether ``tree`` (an upstream release or commit) already holds one patch, the decision
-    ``patchkit rebase`` and ``patchkit upstream check`` share: ``found`` (an upstream commit
-    with the patch's patch-id, :mod:`.matching`), else the hunks do not apply forward but their
-    reverse applies with zero fuzz. None: not held."""
-    if found:
-        return Held("patch-id", found[0], found[1])
-    paths = list(dict.fromkeys(c.path for c in chs))
-    try:
-        apply_all(tree.only(paths), chs)
-        return None  # it still applies: the change is not there
-    except ConflictError:
-        pass
-    try:
-        apply_all(tree.only(paths), [c.reversed() for c in reversed(chs)])
-    except ConflictError:
-        return None
-    return Held("reverse-apply")
+    """:func:`decide`, held or not (None)."""
+    return decide(tree, chs, found).held
 
 
 def classify(fix: Fix, file: str, chs: list[hunks.FileChange], tree: Tree,

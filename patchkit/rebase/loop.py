@@ -12,9 +12,9 @@ from typing import Any
 from ..authoring import write_series
 from ..catalog import edit
 from ..catalog.model import Fix
-from ..errors import ConflictError
-from .classify import CLEAN, PatchReport, Series, apply_all, changes, classify, \
-    held_upstream, patch_from_json, series_text
+from ..errors import ConflictError, PatchkitError
+from .classify import CLEAN, Decision, PatchReport, Series, Tree, apply_all, changes, \
+    classify, decide, patch_from_json, series_text
 from .matching import UpstreamMatches
 from .sides import Sides, Skip, read_series, skip_reason
 from .state import FixReport, Progress, RebaseReport, RebaseState, fix_from_json, fix_report
@@ -70,12 +70,34 @@ class Rebase:
             if index < start:
                 continue
             self.progress(f"{name}: {file}", len(self.state.data["results"]), -1)
-            held = held_upstream(new_tree, chs, whole or per_patch.get(file))
-            if held:  # the decision `patchkit upstream check` makes too (patchkit.contains)
-                reports.append(PatchReport(file, "upstream", held.detail(onto), (),
-                                           tuple(pre_new), held.commit))
+            found = whole or per_patch.get(file)
+            reverted = self.matches.reverted(fix, found)
+            # the decision `patchkit upstream check` makes too (patchkit.contains)
+            said = decide(new_tree, chs, found, reverted, Tree.of(old_tree, pre_old))
+            if said.kind == "absent" and said.applies:  # would it bring removed code back?
+                said = self.walk(fix, chs, said)
+            if said.held is not None:
+                reports.append(PatchReport(file, "upstream", said.held.detail(onto), (),
+                                           tuple(pre_new), said.held.commit))
                 continue
-            rep, merged, conflicted = classify(fix, file, chs, new_tree, pre_old, old_tree, onto)
+            if said.kind in ("ambiguous", "removed"):  # a human decides: nothing is applied
+                kind = "ambiguous" if said.kind == "ambiguous" else "removed-upstream"
+                conflicted: list[str] = []
+                rep, merged = PatchReport(file, kind, said.detail, (), tuple(pre_new),
+                                          said.commit), dict(pre_new)
+            else:
+                rep, merged, conflicted = classify(fix, file, chs, new_tree, pre_old, old_tree,
+                                                   onto)
+                if rep.classification in CLEAN and all(
+                        merged.get(p) == pre_new[p] for p in pre_new):
+                    rep = replace(rep, classification="upstream", detail=f"{onto} already holds "
+                                  f"this change: {rep.detail} gives {onto}'s files unchanged")
+                    reports.append(rep)
+                    continue
+                if said.kind == "reverted":
+                    rep = replace(rep, detail=f"{rep.detail}; {said.detail}", commit=said.commit,
+                                  classification="reverted-upstream"
+                                  if rep.classification in CLEAN else rep.classification)
             reports.append(rep)
             if rep.classification not in CLEAN:
                 stop = {"name": name, "patch": index, "file": file, "done": done,
@@ -86,6 +108,18 @@ class Rebase:
             new_tree.files.update(merged)
             done[file] = series_text(dict(old_texts)[file], pre_new, merged)
         return self.outcome(fix, tuple(reports)), done, None
+
+    def walk(self, fix: Fix, chs: list, said: Decision) -> Decision:
+        """A patch the target does not hold, asked of every release between the fix's base and
+        the target: held in one of them means upstream took it and removed it again."""
+        for version in self.sides.releases_between(fix.upstream.base_release,
+                                                   self.state.release):
+            there = decide(Tree(self.sides.blobs, f"v{version}"), chs, None)
+            if there.held is not None:
+                return Decision("removed", None, f"landed upstream in {version} ("
+                                f"{there.held.detail(version)}), and {self.state.onto} no "
+                                "longer has it: upstream removed it (or reverted it)")
+        return said
 
     def outcome(self, fix: Fix, reports: tuple[PatchReport, ...]) -> FixReport:
         """What a fix whose every patch landed comes to."""
@@ -164,8 +198,15 @@ class Rebase:
                 plan.pop(later)
 
     def done_with(self, fix: Fix, report: FixReport, done: dict[str, str]) -> None:
-        """Write the fix at the head of the queue, record its report and take it off."""
-        self.write(fix, report, done)
+        """Write the fix at the head of the queue, record its report and take it off; a fix
+        that cannot be written is put back as it was and reported skipped, never left as a
+        state no --skip gets past."""
+        try:
+            self.write(fix, report, done)
+        except PatchkitError as exc:
+            self.state.restore_fix(fix.name)
+            report = replace(report, outcome="skipped", new_version=report.old_version,
+                             detail=f"not written, left as it was: {exc}")
         self.state.data["results"].append(report.to_json())
         self.state.data["stopped"] = None
         self.state.data["queue"].pop(0)

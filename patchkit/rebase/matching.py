@@ -4,6 +4,7 @@ and ``patchkit upstream check`` alike."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -11,6 +12,8 @@ from .. import gitrepo
 from ..catalog.model import Fix
 from .classify import Series, changes
 
+_PR = re.compile(r"\s*\(#\d+\)")  # a pull request number in a squash commit's subject
+_TAGS = re.compile(r"^(\s*\[[^\]]*\])+")  # "[AMD] [Fix] " before a subject
 #: (sha, subject) of the commit holding the whole series, or None and, per patch file, the
 #: commit holding that patch
 Match = tuple[tuple[str, str] | None, dict[str, tuple[str, str]]]
@@ -28,6 +31,7 @@ class UpstreamMatches:
         self.patch_dir = patch_dir or (lambda fix: fix.patch_dir)
         self._logs: dict[tuple[str, ...], list[tuple[str, str, dict[str, str]]]] = {}
         self._found: dict[str, Match] = {}
+        self._reverts: dict[str, dict[str, tuple[str, str]]] = {}  # fix -> sha -> its revert
 
     def _candidates(self, fix: Fix, paths: list[str], every: list[str]
                     ) -> list[tuple[str, str, str]]:
@@ -64,8 +68,79 @@ class UpstreamMatches:
             else:
                 self._found[fix.name] = (None, {f: by_id[pid] for (f, _t), pid
                                                 in zip(old, mine[1:1 + len(old)]) if pid in by_id})
+        self._find_reverts(slots)
+
+    def _find_reverts(self, slots: list[tuple[Fix, Series, list[tuple[str, str, str]], int]]
+                      ) -> None:
+        """For each commit found holding a fix, a later commit of the range undoing it: its
+        diff has the patch-id of the fix's change reversed, or its subject is git revert's
+        ``Revert "<subject>"``."""
+        asked: list[str] = []
+        todo = []
+        for fix, old, commits, _at in slots:
+            whole, per_patch = self._found[fix.name]
+            hits = [whole] if whole else list(per_patch.values())
+            if not hits:
+                continue
+            texts = ["".join(t for _f, t in old)] if whole else [
+                t for f, t in old if f in per_patch]
+            todo.append((fix, commits, hits, len(asked), len(texts)))
+            asked += [reverse_diff(t) for t in texts]
+        ids = gitrepo.patch_ids(asked) if asked else []
+        for fix, commits, hits, at, n in todo:
+            undo = set(filter(None, ids[at:at + n]))
+            newer_ids = gitrepo.patch_ids([c[2] for c in commits]) if undo else []
+            found: dict[str, tuple[str, str]] = {}
+            for sha, subject in hits:
+                index = next((i for i, c in enumerate(commits) if c[0] == sha), len(commits))
+                title = _TAGS.sub("", _PR.sub("", subject)).strip()
+                for i in range(index - 1, -1, -1):  # git log lists the newest first
+                    c = commits[i]
+                    if (newer_ids and newer_ids[i] in undo) or sha in c[1] or \
+                            (len(title) > 8 and c[1].startswith("Revert") and title in c[1]):
+                        found[sha] = (c[0], c[1])
+                        break
+            self._reverts[fix.name] = found
+
+    def reverted(self, fix: Fix, hit: tuple[str, str] | None) -> tuple[str, str] | None:
+        """The later upstream commit reverting ``hit`` (a commit found holding ``fix``)."""
+        return self._reverts.get(fix.name, {}).get(hit[0]) if hit else None
 
     def of(self, fix: Fix, old: Series) -> Match:
         if fix.name not in self._found:
             self.match([(fix, old)])
         return self._found[fix.name]
+
+
+def reverse_diff(text: str) -> str:
+    """A unified diff turned around (what ``git revert`` of it commits), for its patch-id:
+    each run of changed lines lists the lines it now removes first."""
+    out: list[str] = []
+    run_minus: list[str] = []
+    run_plus: list[str] = []
+
+    def flush() -> None:
+        out.extend(run_minus)
+        out.extend(run_plus)
+        run_minus.clear()
+        run_plus.clear()
+
+    in_hunk = False
+    for line in text.split("\n"):
+        if line.startswith("@@"):
+            flush()
+            in_hunk = True
+            out.append(line)
+        elif line.startswith("diff --git "):
+            flush()
+            in_hunk = False
+            out.append(line)
+        elif in_hunk and line.startswith("+"):
+            run_minus.append("-" + line[1:])
+        elif in_hunk and line.startswith("-"):
+            run_plus.append("+" + line[1:])
+        else:
+            flush()
+            out.append(line)
+    flush()
+    return "\n".join(out)

@@ -75,6 +75,28 @@ class Sides:
         self.state = state
         self.blobs = gitrepo.Blobs(state.data["git_dir"])
         self.planned: dict[str, Series] = {}
+        self._releases: list[tuple[tuple[tuple[int, ...], int], str]] | None = None
+
+    def releases_between(self, base: str, onto: str | None) -> list[str]:
+        """The releases (``v<version>`` tags of the upstream) after ``base`` and before
+        ``onto``, oldest first; none when ``onto`` is no release."""
+        from ..upstream import version_key
+
+        if onto is None:
+            return []
+        if self._releases is None:
+            tags = gitrepo.list_tags(self.state.data["git_dir"])
+            self._releases = []
+            for name in tags:
+                try:
+                    self._releases.append((version_key(name[1:]), name[1:]))
+                except PatchkitError:
+                    continue
+        try:
+            lo, hi = version_key(base), version_key(onto)
+        except PatchkitError:
+            return []
+        return [v for k, v in sorted(self._releases) if lo < k < hi]
 
     def deps(self, fix: Fix) -> list[Fix]:
         """The fixes under this one (and under the fix it reverts), dependencies first."""

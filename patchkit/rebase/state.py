@@ -134,6 +134,15 @@ class RebaseState:
             f.flush()
             os.fsync(f.fileno())
 
+    def restore_fix(self, name: str) -> None:
+        """Put back one fix's catalog files from the backup."""
+        shutil.copy2(self.backup / "manifests" / f"{name}.toml", self.catalog.manifest_path(name))
+        src, dst = self.backup / "patches" / name, self.catalog.patches_dir / name
+        if src.is_dir():
+            shutil.rmtree(dst, ignore_errors=True)
+            shutil.copytree(src, dst)
+        self.catalog._fixes.pop(name, None)
+
     def restore(self) -> list[str]:
         """Put back every catalog file the rebase wrote, then remove the state (--abort)."""
         for name in self.data["written"]:
