@@ -11,7 +11,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import PatchFormatError
+from ..engine.paths import check_rel
+from ..errors import PatchFormatError, UnsafePathError
 
 
 @dataclass
@@ -72,6 +73,13 @@ def refuse_escape(path: str, source: Path) -> None:
             "path or '..'). patchkit imports only patches within the tree; check where the "
             "patch comes from, or fix its file headers (and -p strip level)", file=str(source),
             path=path)
+    try:  # the rest of what apply refuses of a path without looking at a tree (.git/, ...)
+        check_rel("sglang", path)
+    except UnsafePathError as exc:
+        raise PatchFormatError(
+            f"{source}: the patch names {path!r}: {exc.message.split(' ', 1)[1]}. apply would "
+            "refuse it, so import does; check where the patch comes from", file=str(source),
+            path=path) from None
 
 
 __all__ = ["Patch", "split_diff", "strip_signature", "refuse_crlf", "refuse_escape"]
