@@ -36,8 +36,8 @@ def split_diff(text: str, source: Path) -> tuple[str, str]:
     ``diff``/``Index:`` line or ``---``/``+++`` pair."""
     for match in _DIFF_START.finditer(text):
         start = match.start()
-        line = text[start:].split("\n", 2)
-        if line[0].startswith("--- ") and not (len(line) > 1 and line[1].startswith("+++ ")):
+        end = text.find("\n", start)
+        if text.startswith("--- ", start) and not (end >= 0 and text.startswith("+++ ", end + 1)):
             continue  # a "--- " that is no file header (a mail's "---" has no space after it)
         return text[:start], text[start:]
     raise PatchFormatError(f"{source}: no diff found (no 'diff --git', '---'/'+++' file "
