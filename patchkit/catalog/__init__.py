@@ -4,6 +4,7 @@ manifests lazily and orders fixes by ``depends_on``."""
 from __future__ import annotations
 
 import difflib
+import json
 import os
 from pathlib import Path
 from typing import Iterable
@@ -40,6 +41,23 @@ def _is_packaged(root: Path) -> bool:
         return root.resolve() == _package_dir() / PACKAGED_CATALOG
     except OSError:
         return False
+
+
+def _pending_imports(root: Path) -> set[str]:
+    """The fixes of imports in flight or killed before their commit point
+    (patchkit/interop/importer.py: ``.patchkit-import/<run>/journal.json`` not "linked")."""
+    stage = root / ".patchkit-import"
+    if not stage.is_dir():
+        return set()
+    out: set[str] = set()
+    for journal in stage.glob("*/journal.json"):
+        try:
+            data = json.loads(journal.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and not data.get("linked"):
+            out |= {f.get("name") for f in data.get("fixes", []) if isinstance(f, dict)}
+    return out
 
 
 class Catalog:
@@ -126,8 +144,11 @@ class Catalog:
     # -- lookup --------------------------------------------------------------------------------
 
     def own_names(self) -> list[str]:
-        """The fixes whose manifests lie in this catalog's own manifests/."""
-        return sorted(p.stem for p in self.manifests_dir.glob("*.toml") if p.is_file())
+        """The fixes whose manifests lie in this catalog's own manifests/ (but those an import
+        has moved in and not yet committed: all of an import's fixes appear at once)."""
+        pending = _pending_imports(self.root)
+        return sorted(p.stem for p in self.manifests_dir.glob("*.toml")
+                      if p.is_file() and p.stem not in pending)
 
     def names(self) -> list[str]:
         return sorted(set(self.own_names()) | set(self.beside.names() if self.beside else ()))

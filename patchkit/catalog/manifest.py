@@ -273,10 +273,14 @@ def _check_params(ctx: Ctx, table: Mapping[str, Any], where: str, kind: str,
             except re.error as exc:
                 raise ctx.fail(f"{where}.pattern", f"pattern is not a valid regular "
                                f"expression: {exc}", "Fix it, or set regex = false") from None
-        if ("count" in table) == ("present" in table):
+        if "count" in table and "present" in table:
             raise ctx.fail(f"{where}.count", "a grep check needs exactly one of 'count' and "
-                           "'present'", "Keep count (exact number of matching lines) or "
-                           "present (true/false), not both")
+                           "'present', and this one has both", "Keep count (exact number of "
+                           "matching lines) or present (true/false), not both")
+        if "count" not in table and "present" not in table:
+            raise ctx.fail(f"{where}.count", "a grep check needs one of 'count' and 'present', "
+                           "and this one has neither", "Add count = N (the exact number of "
+                           "matching lines) or present = true/false")
         if "count" in table:
             params["count"] = typed(ctx, table, where, "count", int)
             if params["count"] < 0:

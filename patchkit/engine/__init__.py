@@ -26,10 +26,14 @@ def run(request: Dict[str, Any]) -> Dict[str, Any]:
     result: Dict[str, Any] = {"format": FORMAT, "op": raw.get("op"), "ok": False,
                               "dry_run": bool(raw.get("dry_run", False)), "recovered": [],
                               "fixes": [], "status": None, "error": None}
-    try:  # SIGTERM is handled like SIGINT (the write phase rolls back)
-        previous = signal.signal(signal.SIGTERM, _on_sigterm)
-    except ValueError:  # not the main thread
-        previous = None
+    # SIGTERM, SIGHUP (a dropped terminal or SSH session) and SIGQUIT are handled like SIGINT:
+    # the write phase rolls back
+    previous: Dict[int, Any] = {}
+    for signum in _SIGNALS:
+        try:
+            previous[signum] = signal.signal(signum, _on_signal)
+        except (ValueError, OSError):  # not the main thread
+            break
     try:
         req = parse_request(request)
         store = Store(req.state_root.path)
@@ -53,15 +57,15 @@ def run(request: Dict[str, Any]) -> Dict[str, Any]:
         result["ok"] = True
     except PatchkitError as err:
         result["error"] = err.to_dict()
-    except _Terminate:  # the transaction's own handler has put the files back by now
-        result["error"] = _terminated(request).to_dict()
+    except _Terminate as stop:  # the transaction's own handler has put the files back by now
+        result["error"] = _terminated(request, stop.signum).to_dict()
     except Exception as exc:  # a bug: report it with its traceback instead of crashing the client
         result["error"] = InternalError(
             "internal error in the patchkit engine: %s: %s" % (type(exc).__name__, exc),
             traceback=traceback.format_exc()).to_dict()
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         close_worker()  # the process a regex or syntax check started, if any
     return result
 
@@ -82,16 +86,26 @@ def _refuse_without_sglang(req: Any) -> None:
                    os.path.join(root.path, "sglang", "__init__.py")), root="sglang", path=root.path)
 
 
+_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGQUIT")
+                 if hasattr(signal, name))
+
+
 class _Terminate(BaseException):
-    """Raised by SIGTERM: caught, like SIGINT, only by the transaction's undo and ``run``."""
+    """Raised by SIGTERM, SIGHUP or SIGQUIT: caught, like SIGINT, only by the transaction's
+    undo and ``run``."""
+
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
-def _on_sigterm(_signum: int, _frame: Any) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second TERM must not stop the undo
-    raise _Terminate()
+def _on_signal(signum: int, _frame: Any) -> None:
+    for each in _SIGNALS:  # a second signal must not stop the undo
+        signal.signal(each, signal.SIG_IGN)
+    raise _Terminate(signum)
 
 
-def _terminated(request: Any) -> PatchkitError:
+def _terminated(request: Any, signum: int = signal.SIGTERM) -> PatchkitError:
     try:
         store = Store(str(parse_request(request).state_root.path))
         journal = store.read_journal()
@@ -102,4 +116,6 @@ def _terminated(request: Any) -> PatchkitError:
     else:
         left = ("it stopped with a journal in %s; the next patchkit run on this target finishes "
                 "or undoes it" % store.path("journal.json"))
-    return Terminated("terminated by SIGTERM; %s. Run patchkit status to see the target" % left)
+    name = signal.Signals(signum).name
+    return Terminated("terminated by %s; %s. Run patchkit status to see the target" % (name, left),
+                      signal=name, signum=int(signum))

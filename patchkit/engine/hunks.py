@@ -265,6 +265,12 @@ def _conflict(change: FileChange, hunk: Optional[Hunk], lines: Sequence[str], ol
     else:
         difference = "line %d: the patch expects %s but the file has %s" % (
             diff_line, _shown(wanted), "end of file" if found is None else _shown(found))
+        if found is not None and wanted is not None and _ending(wanted) != _ending(found) and (
+                wanted.rstrip("\r\n") == found.rstrip("\r\n")):
+            difference = ("line %d: the same text with another line ending: the patch expects "
+                          "%s (%s) but the file has %s (%s)" % (
+                              diff_line, _shown(wanted), _ending(wanted), _shown(found),
+                              _ending(found)))
     raise ConflictError(
         "%s: hunk #%d of %s %s; expected at line %d; first difference at %s. Refresh the patch "
         "against this tree or check that the target runs the release the fix was written for"
@@ -272,6 +278,15 @@ def _conflict(change: FileChange, hunk: Optional[Hunk], lines: Sequence[str], ol
         root=change.root, path=change.path, patch=change.patch, hunk=number,
         expected_line=expected_line, first_difference={"line": diff_line, "expected": wanted,
                                                        "found": found})
+
+
+def _ending(line: str) -> str:
+    """The name of a line's ending, as a message says it."""
+    if line.endswith("\r\n"):
+        return "CRLF"
+    if line.endswith("\n"):
+        return "LF"
+    return "CR" if line.endswith("\r") else "no line ending"
 
 
 def _shown(line: Optional[str]) -> str:

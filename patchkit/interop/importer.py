@@ -141,7 +141,8 @@ MAX_TITLE = 500
 #: where an import stages its files, inside the catalog (ignored by git), one dir per run
 STAGE_DIR = ".patchkit-import"
 #: the write points of an import, for the kill sweep (PATCHKIT_FAULT, engine/faults.py)
-FAULT_POINTS = ("import-stage", "import-move", "import-manifest", "import-commit", "import-done")
+FAULT_POINTS = ("import-stage", "import-move", "import-manifest", "import-linked",
+                "import-commit", "import-done")
 
 
 def _check_text(patch: Patch) -> None:
@@ -303,10 +304,10 @@ def _ours(path: Path, ino: int) -> bool:
 
 def _settle(catalog: Catalog, stage: Path, journal: dict) -> list[str]:
     fixes = journal["fixes"]
-    complete = all(_ours(catalog.manifests_dir / f"{f['name']}.toml", f["manifest_ino"])
-                   for f in fixes)
+    complete = journal.get("linked") and all(
+        _ours(catalog.manifests_dir / f"{f['name']}.toml", f["manifest_ino"]) for f in fixes)
     if complete:  # every manifest moved in: the import happened; finish its commit
-        if journal.get("message") and not journal.get("committed"):
+        if journal.get("message"):
             with contextlib.suppress(PatchkitError):
                 _commit(catalog, [f["name"] for f in fixes], journal["message"])
         return [f["name"] for f in fixes]
@@ -337,7 +338,7 @@ def _write(catalog: Catalog, fixes: list[tuple[str, dict[str, tuple[str, str]], 
     stage = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=_stage_root(catalog)))
     try:
         recover(catalog)  # another run's leftovers (this run's stage names a live process)
-        journal: dict = {"fixes": [], "message": message, "committed": False}
+        journal: dict = {"fixes": [], "message": message, "linked": False}
         for name, texts, text in fixes:
             staged = stage / "patches" / name
             staged.mkdir(parents=True)
@@ -370,9 +371,12 @@ def _write(catalog: Catalog, fixes: list[tuple[str, dict[str, tuple[str, str]], 
                         os.rename(path, old / kept)
                 faults.fault("import-move")
                 os.rename(stage / "patches" / name, catalog.patches_dir / name)
-            for name, _texts, _text in fixes:
+            for name, _texts, _text in fixes:  # hidden from readers until "linked" is saved
                 faults.fault("import-manifest")
                 os.link(stage / f"{name}.toml", catalog.manifests_dir / f"{name}.toml")
+            faults.fault("import-linked")
+            journal["linked"] = True  # the commit point: every fix of the import is in
+            _save(stage, journal)
             sha = None
             if message is not None:
                 faults.fault("import-commit")
@@ -404,6 +408,8 @@ def _commit(catalog: Catalog, names: list[str], message: str) -> str | None:
     paths = [os.path.relpath(p.resolve(), top.resolve()) for name in names
              for p in (catalog.manifests_dir / f"{name}.toml", catalog.patches_dir / name)]
     try:
+        if not gitrepo._run(top, ["status", "--porcelain", "--", *paths]):
+            return None  # replaced by the very same files: nothing to commit
         return gitrepo.commit_paths(top, paths, message)
     except TargetError as exc:
         with contextlib.suppress(TargetError):
