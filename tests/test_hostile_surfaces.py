@@ -15,11 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from patchkit import errors
+from patchkit import api, errors
 from patchkit.catalog import Catalog
 from patchkit.catalog.series import diff_files
 from patchkit.errors import EXIT_TARGET, EXIT_USAGE
 from patchkit.interop import importer
+from patchkit.targets.remote import RemoteTarget
+from patchkit.targets.transport import SshSpec
+from tests.fixtures.sshd import SshServer
 from tests.test_authoring import catalog_state, flat, git, patchkit
 from tests.test_hostile import MOD, Case, digest
 from tests.test_interop_hostile import DIFF, mail
@@ -49,6 +52,14 @@ def refused(catalog: Path, args: list[str], *expected: str, code: int = EXIT_USA
     assert git(catalog, "rev-parse", "HEAD") == head
     assert patchkit(catalog, "list").exit_code == 0
     return message
+
+
+def patched(base: Path) -> Case:
+    """A Case whose fix ``h`` changes one line of MOD."""
+    case = Case(base)
+    old = (case.root / MOD).read_bytes()
+    case.patch(diff_files(old, old.replace(b"return x + 3\n", b"return x + 33\n"), MOD).encode())
+    return case
 
 
 # -- 3: an import is all or nothing ---------------------------------------------------------
@@ -276,3 +287,47 @@ def test_import_refuses_an_existing_or_shipped_name_unless_replace(catalog: Path
     again = patchkit(catalog, "import", "--mbox", str(exported), "--replace")
     assert again.exit_code == 0 and "replacing your fix" in flat(again.output), again.output
     assert git(catalog, "status", "--porcelain") == ""
+
+
+# -- 8: fix names have a length limit, checked wherever a name is accepted ----------------------
+
+def test_a_fix_name_too_long_is_refused_everywhere_with_the_limit(catalog: Path,
+                                                                  tmp_path: Path) -> None:
+    long = "x" * 300
+    path = tmp_path / "long.mbox"
+    path.write_bytes(mail().replace(b"The pool needs 22.", b"The pool.\n\nPatchkit-Fix: "
+                                    + long.encode() + b" v1"))
+    refused(catalog, ["import", "--mbox", str(path), "--release", "0.5.23"],
+            "its Patchkit-Fix header", "300 characters long", "at most 100")
+    refused(catalog, ["import", "--mbox", str(path), "--release", "0.5.23", "--name", long],
+            "--name", "at most 100")
+    refused(catalog, ["new", long, "--from", str(tmp_path)], "at most 100")
+    for command in (["show", long], ["export", long, "--format", "mbox", "-o", str(tmp_path)]):
+        refused(catalog, command, "300 characters long", "at most 100")
+    manifest = catalog / "manifests" / "ok.toml"
+    made = patchkit(catalog, "import", "--mbox", str(tmp_path / "long.mbox"), "--release",
+                    "0.5.23", "--name", "x" * 100)  # the limit itself is a name
+    assert made.exit_code == 0, made.output
+    assert not manifest.exists()
+
+
+# -- 13: what a host said on stdout is quoted too --------------------------------------------
+
+@pytest.mark.ssh
+def test_a_host_that_refuses_on_stdout_is_quoted(sshd: SshServer, tmp_path: Path) -> None:
+    """A login that prints its refusal on stdout and exits, as nologin does: here a key the
+    test sshd forces to that command (authorized_keys ``command=``)."""
+    key = sshd.new_key("nologin-key")
+    line = ('command="echo This account is currently not available.; exit 1",no-pty '
+            + key.with_suffix(".pub").read_text().strip() + "\n")
+    authorized = sshd.workdir / "authorized_keys"
+    if line not in authorized.read_text():
+        with authorized.open("a") as fh:
+            fh.write(line)
+    case = patched(tmp_path)
+    spec = SshSpec(sshd.host, sshd.user, sshd.port, tuple(sshd.ssh_options(identity=key)))
+    with pytest.raises(errors.SessionFailed) as caught:
+        api.status(Catalog(case.catalog_dir), RemoteTarget(spec, {"sglang": str(case.root)}, PY))
+    assert "This account is currently not available." in caught.value.message, caught.value.message
+    assert "(nothing)" not in caught.value.message
+    assert caught.value.details["stdout"] == "This account is currently not available."

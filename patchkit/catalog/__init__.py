@@ -11,7 +11,7 @@ from typing import Iterable
 
 from ..errors import ManifestError, UnknownFixError, UsageError
 from .config import load_config
-from .manifest import load_manifest
+from .manifest import load_manifest, name_problem
 from .model import Fix
 
 ENV_CATALOG = "PATCHKIT_CATALOG"
@@ -155,6 +155,8 @@ class Catalog:
 
     def _owner(self, name: str) -> Catalog:
         """The catalog whose manifest of ``name`` counts: this one, unless only ``beside`` has it."""
+        if name_problem(name):  # no file of that name can exist (nor be asked for: too long)
+            return self
         if (self.beside is not None and not (self.manifests_dir / f"{name}.toml").is_file()
                 and self.beside.manifest_path(name).is_file()):
             return self.beside
@@ -165,6 +167,11 @@ class Catalog:
         return owner.manifest_path(name) if owner is not self else self.manifests_dir / f"{name}.toml"
 
     def get(self, name: str) -> Fix:
+        problem = name_problem(name)
+        if problem:
+            raise UnknownFixError(f"no fix named '{name[:60]}' in the catalog {self.root}: "
+                                  f"{problem}. List the fixes with `patchkit list`",
+                                  name=name[:200], catalog=str(self.root))
         if name not in self._fixes:
             owner = self._owner(name)
             path = self.manifest_path(name)

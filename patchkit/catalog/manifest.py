@@ -43,7 +43,10 @@ from .reader import (
     typed,
 )
 
-NAME_RE = re.compile(r"[a-z0-9][a-z0-9.-]*\Z")
+#: the longest fix name: it is a file name (manifests/NAME.toml, patches/NAME/), a git path
+#: and a state record key, everywhere a name is accepted
+MAX_NAME = 100
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9.-]{0,%d}\Z" % (MAX_NAME - 1))
 SHA256_RE = re.compile(r"[0-9a-f]{64}\Z")
 DATE_RE = re.compile(r"\d{4}-\d{2}-\d{2}\Z")
 
@@ -84,6 +87,9 @@ def build_fix(ctx: Ctx, data: Mapping[str, Any], patch_dir: Path) -> Fix:
     check_keys(ctx, data, "", TOP_KEYS, TOP_REQUIRED)
 
     name = string(ctx, data, "", "name")
+    if len(name) > MAX_NAME:
+        raise ctx.fail("name", f"name '{name[:40]}...' is {len(name)} characters long; a fix "
+                       f"name has at most {MAX_NAME}", "Use a shorter name")
     if not NAME_RE.match(name):
         raise ctx.fail("name", f"name '{name}' is not of the form [a-z0-9][a-z0-9.-]*",
                        "Use lowercase letters, digits, '.' and '-'")
@@ -396,4 +402,16 @@ def version_and_patches(text: str) -> tuple[int | None, list[str]]:
     return (version if isinstance(version, int) else None), [f for f in files if isinstance(f, str)]
 
 
-__all__ = ["load_manifest", "build_fix", "version_and_patches", "NAME_RE"]
+__all__ = ["load_manifest", "build_fix", "version_and_patches", "NAME_RE", "MAX_NAME",
+           "name_problem"]
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` is not a fix name (None: it is one): the one rule every command applies."""
+    if len(name) > MAX_NAME:
+        return (f"the fix name '{name[:40]}...' is {len(name)} characters long; a fix name has "
+                f"at most {MAX_NAME}")
+    if not NAME_RE.match(name):
+        return (f"'{name}' is not a fix name: lowercase letters, digits, '.' and '-', starting "
+                "with a letter or digit")
+    return None

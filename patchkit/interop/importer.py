@@ -18,7 +18,7 @@ from typing import Sequence
 from .. import authoring, gitrepo
 from ..authoring import PLACEHOLDER_AUTHOR, catalog_identity
 from ..catalog import Catalog, edit, series
-from ..catalog.manifest import AUTHOR_RE, load_manifest
+from ..catalog.manifest import AUTHOR_RE, load_manifest, name_problem
 from ..catalog.model import DEFAULT_ROOT
 from ..engine import faults
 from ..engine.auto import detect_release
@@ -76,6 +76,11 @@ def plan(patches: Sequence[Patch], *, one: bool, name: str | None) -> list[Plann
         fix = (name if len(groups) == 1 else f"{name}-{i}") if name else (
             said or authoring._slug(group[0].subject))
         out.append(Planned(fix, group))
+    for planned in out:
+        problem = name_problem(planned.name)
+        if problem:
+            where = "--name" if name else f"{planned.patches[0].source}: its Patchkit-Fix header"
+            raise UsageError(f"{where}: {problem}. Pass --name NAME", fix=planned.name[:200])
     names = [p.name for p in out]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
