@@ -331,3 +331,26 @@ def test_a_host_that_refuses_on_stdout_is_quoted(sshd: SshServer, tmp_path: Path
     assert "This account is currently not available." in caught.value.message, caught.value.message
     assert "(nothing)" not in caught.value.message
     assert caught.value.details["stdout"] == "This account is currently not available."
+
+
+# -- 14: two inventory hosts that reach one tree ----------------------------------------------
+
+@pytest.mark.ssh
+def test_two_inventory_hosts_reaching_one_tree_are_refused_in_preflight(fleet,
+                                                                       tmp_path: Path) -> None:
+    from tests.fixtures.fleet_hosts import write_inventory
+    from tests.test_fleet import SEED, hosts, snapshot, state_of
+    from tests.test_fleet import patchkit as fleet_patchkit
+
+    h1, h2 = fleet.node("h1"), fleet.node("h2")
+    inventory = write_inventory(tmp_path / "same.yml", [h1.host, h2.host],
+                                {"h1": fleet.host_vars(h1), "h2": fleet.host_vars(h1)},
+                                python=fleet.python)  # h2 (another sshd) names h1's trees
+    before = snapshot(h1)
+    code, report = fleet_patchkit(fleet, "apply", *SEED, inventory=inventory)
+    assert code == 16, report
+    assert hosts(report) == {"h1": "untouched", "h2": "refused"}
+    detail = next(h["detail"] for h in report["hosts"] if h["host"] == "h2")
+    assert "reaches the same tree as h1" in detail and str(h1.sglang) in detail
+    assert "nothing was written" in report["stopped"]
+    assert snapshot(h1) == before and state_of(h1) == {}

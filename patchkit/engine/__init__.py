@@ -36,6 +36,7 @@ def run(request: Dict[str, Any]) -> Dict[str, Any]:
             break
     try:
         req = parse_request(request)
+        result["tree"] = _tree_identity(req.state_root.path)
         store = Store(req.state_root.path)
         store.check()
         if req.op == "status":
@@ -68,6 +69,29 @@ def run(request: Dict[str, Any]) -> Dict[str, Any]:
             signal.signal(signum, handler)
         close_worker()  # the process a regex or syntax check started, if any
     return result
+
+
+def _tree_identity(path: str) -> Dict[str, Any]:
+    """Which tree this run's state root is, however a host reached it: the machine, the
+    directory's device and inode, its real path (a fleet preflight finds two inventory hosts
+    that reach one tree by it)."""
+    machine = ""
+    for source in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        try:
+            with open(source, "rb") as fh:
+                machine = fh.read(64).decode("ascii", "replace").strip()
+        except OSError:
+            continue
+        if machine:
+            break
+    try:
+        st = os.stat(path)
+        where: Dict[str, Any] = {"dev": st.st_dev, "ino": st.st_ino}
+    except OSError:
+        where = {}
+    import socket
+
+    return dict(where, machine=machine or socket.gethostname(), path=os.path.realpath(path))
 
 
 _MODULES = {"apply": ".apply", "rollback": ".rollback", "status": ".observe", "verify": ".observe"}
