@@ -354,3 +354,109 @@ def test_two_inventory_hosts_reaching_one_tree_are_refused_in_preflight(fleet,
     assert "reaches the same tree as h1" in detail and str(h1.sglang) in detail
     assert "nothing was written" in report["stopped"]
     assert snapshot(h1) == before and state_of(h1) == {}
+
+
+# -- 1 and 2: export writes only files of its own, and merges an existing quilt series -----------
+
+def exported(catalog: Path, out: Path, fmt: str, *fixes: str, code: int = 0) -> str:
+    result = patchkit(catalog, "export", *(fixes or ("dsv4-bf16-sizing",)), "--format", fmt,
+                      "-o", str(out))
+    assert result.exit_code == code, result.output
+    assert "Traceback" not in result.output and "internal error" not in result.output
+    return flat(result.output)
+
+
+@pytest.mark.parametrize("link", ["dsv4-bf16-sizing.mbox", "series", "dsv4-bf16-sizing",
+                                  "dangling"])
+def test_export_never_writes_through_a_symlink_in_its_output_directory(
+        catalog: Path, tmp_path: Path, link: str) -> None:
+    out, victim = tmp_path / "out", tmp_path / "victim"
+    out.mkdir()
+    victim.mkdir()
+    (victim / "precious").write_text("precious\n")
+    fmt = "mbox" if link.endswith(".mbox") or link == "dangling" else "quilt"
+    name = "dsv4-bf16-sizing.mbox" if link == "dangling" else link
+    target = (tmp_path / "missing" / "dir" / "x") if link == "dangling" else (
+        victim if link == "dsv4-bf16-sizing" else victim / "precious")
+    (out / name).symlink_to(target)
+    before = digest(victim)
+    said = exported(catalog, out, fmt, code=EXIT_USAGE)
+    assert f"{out / name} is a symlink" in said and "never through a link" in said, said
+    assert digest(victim) == before and not (tmp_path / "missing").exists()
+    assert sorted(os.listdir(out)) == [name]  # nothing else written either
+
+
+def test_export_quilt_merges_an_existing_series_and_drops_only_its_own_stale_patches(
+        catalog: Path, tmp_path: Path) -> None:
+    out = tmp_path / "patches"
+    out.mkdir()
+    (out / "series").write_text("upstream/keep-1.patch\n# a comment\ndsv4-bf16-sizing/0009-old"
+                                ".patch\nupstream/keep-2.patch -p1\n")
+    (out / "dsv4-bf16-sizing").mkdir()
+    (out / "dsv4-bf16-sizing" / "0009-old.patch").write_text("stale\n")
+    (out / "dsv4-bf16-sizing" / "notes.txt").write_text("mine\n")
+    said = exported(catalog, out, "quilt")
+    assert "merged into the existing" in said and "3 other line(s) kept" in said, said
+    assert "removed the patch file(s)" in said and "0009-old.patch" in said
+    shipped = Catalog.open(catalog).get("dsv4-bf16-sizing")
+    assert (out / "series").read_text() == (
+        "upstream/keep-1.patch\n# a comment\n"
+        + "".join(f"dsv4-bf16-sizing/{p.file}\n" for p in shipped.patches)
+        + "upstream/keep-2.patch -p1\n")
+    assert not (out / "dsv4-bf16-sizing" / "0009-old.patch").exists()
+    assert (out / "dsv4-bf16-sizing" / "notes.txt").read_text() == "mine\n"
+    again = exported(catalog, out, "quilt")  # exporting again changes nothing
+    assert "1 line(s) of dsv4-bf16-sizing replaced by 1" in again or "replaced by" in again
+    assert (out / "series").read_text().count("dsv4-bf16-sizing/") == len(shipped.patches)
+
+
+# -- 5: FIFOs, devices and oversized files are refused, not read ---------------------------------
+
+def test_import_of_a_fifo_or_dev_zero_is_refused_at_once(catalog: Path, tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.mbox"
+    os.mkfifo(fifo)
+    refused(catalog, ["import", "--mbox", str(fifo), "--release", "0.5.23"], str(fifo),
+            "is a FIFO (named pipe), not a regular file")
+    zero = tmp_path / "zero.mbox"
+    zero.symlink_to("/dev/zero")
+    refused(catalog, ["import", "--mbox", str(zero), "--release", "0.5.23"], str(zero),
+            "is a character device, not a regular file")
+    quilt_dir = tmp_path / "quilt"
+    quilt_dir.mkdir()
+    (quilt_dir / "series").write_text("one.patch\n")
+    os.mkfifo(quilt_dir / "one.patch")
+    refused(catalog, ["import", "--quilt", str(quilt_dir), "--release", "0.5.23"],
+            "one.patch: the patch is a FIFO")
+
+
+def test_a_patch_file_that_is_a_fifo_is_refused_as_what_it_is(tmp_path: Path) -> None:
+    case = Case(tmp_path)
+    os.mkfifo(case.catalog_dir / "patches" / "h" / "0001-h.patch")
+    with pytest.raises(errors.ManifestError) as info:
+        Catalog(case.catalog_dir).get("h")
+    assert "is a FIFO (named pipe), not a regular file" in info.value.message
+    assert "does not exist" not in info.value.message
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_a_record_that_is_a_fifo_or_dev_zero_is_refused_by_apply(tmp_path: Path,
+                                                                 kind: str) -> None:
+    """An installed sglang (site-packages layout) whose dist-info RECORD is not a file."""
+    site = tmp_path / "site-packages"
+    (site / "sglang").mkdir(parents=True)
+    (site / "sglang" / "__init__.py").write_text("")
+    (site / "sglang" / "version.py").write_text('__version__ = "0.5.23"\n')
+    info = site / "sglang-0.5.23.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Name: sglang\nVersion: 0.5.23\n")
+    if kind == "fifo":
+        os.mkfifo(info / "RECORD")
+    else:
+        (info / "RECORD").symlink_to("/dev/zero")
+    case = patched(tmp_path)
+    result = subprocess.run([PY, "-m", "patchkit", "--catalog", str(case.catalog_dir), "status",
+                             "--target", str(site)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == EXIT_TARGET, result.stdout + result.stderr
+    what = "a FIFO (named pipe)" if kind == "fifo" else "a character device"
+    assert f"RECORD is {what}, not a regular file" in result.stderr, result.stderr
+    assert "Reinstall the package" in result.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import datetime as _dt
+import os
 import re
 from pathlib import Path
 from typing import Any, Mapping
@@ -27,6 +28,7 @@ from .model import (
     Rollback,
     Upstream,
 )
+from ..engine.fsops import kind_of
 from ..errors import ManifestError
 from .reader import (
     Ctx,
@@ -376,6 +378,10 @@ def _build_changelog(ctx: Ctx, data: Mapping[str, Any], version: int) -> tuple[C
 def _check_files(ctx: Ctx, fix: Fix) -> None:
     """The series and scripts the manifest names must exist next to it."""
     for i, patch in enumerate(fix.patches, 1):
+        if os.path.exists(patch.path) and not patch.path.is_file():
+            what = kind_of(os.stat(patch.path).st_mode)
+            raise ctx.fail(f"patches[{i}].file", f"patch file {patch.path} is {what}, not a "
+                           "regular file", f"Put the patch itself at {patch.path}")
         if not patch.path.is_file():
             raise ctx.fail(f"patches[{i}].file", f"patch file {patch.path} does not exist",
                            f"Put the patch at {patch.path} or fix the file name")

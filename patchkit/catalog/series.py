@@ -44,11 +44,7 @@ def parse_patch(path: Path | str, root: str, data: bytes | None = None) -> list[
     """The FILE records of one patch file (hunks as ``lines``), in the order its files appear."""
     path = Path(path)
     if data is None:
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise PatchFormatError(f"{path}: cannot read the patch: {exc.strerror}",
-                                   file=str(path)) from None
+        data = _read(path)
     return _parse(path, data, root)
 
 
@@ -59,13 +55,20 @@ def read_series(patches: Sequence[tuple[Path | str, str]]
     digests: list[str] = []
     files: list[dict[str, Any]] = []
     for path, root in patches:
-        data = Path(path).read_bytes()
+        data = _read(Path(path))
         digests.append(hashlib.sha256(data).hexdigest())
         for record in parse_patch(path, root, data):
             record["hunks"] = [dict({k: v for k, v in h.items() if k != "lines"},
                                     body=hunk_body(h["lines"])) for h in record["hunks"]]
             files.append(record)
     return digests, files
+
+
+def _read(path: Path) -> bytes:
+    """A patch file's bytes: a regular file (not a FIFO, which would block), bounded."""
+    from ..interop import read_regular
+
+    return read_regular(path, "the patch")
 
 
 def _fail(path: Path, line: int, message: str, todo: str) -> PatchFormatError:

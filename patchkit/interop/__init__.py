@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..engine import fsops
 from ..engine.paths import check_rel
 from ..errors import PatchFormatError, UnsafePathError
 
@@ -26,6 +27,24 @@ class Patch:
     date: str = ""  # as the format gave it (RFC 2822 in a mail, ISO in DEP-3's Last-Update)
     fields: list[tuple[str, str]] = field(default_factory=list)  # DEP-3 headers / trailers
     diff: str = ""  # from the first file header to the end (surrogateescape'd bytes)
+
+
+#: the largest patch, mbox or series file patchkit reads (the largest real diff seen: 184 MB)
+MAX_INPUT = 1 << 30
+
+
+def read_regular(path: Path, what: str = "the file") -> bytes:
+    """The bytes of a file a user gave (a patch, an mbox, a series), refused with a
+    PatchFormatError when it is not a regular file (a FIFO is not waited on, /dev/zero not
+    read) or is larger than MAX_INPUT."""
+    try:
+        return fsops.read_regular(str(path), MAX_INPUT)
+    except fsops.NotRegular as exc:
+        raise PatchFormatError(f"{path}: {what} {exc.what}. Give a regular file (save the patch "
+                               "to a file first)", file=str(path)) from None
+    except OSError as exc:
+        raise PatchFormatError(f"{path}: cannot read {what}: {exc.strerror}",
+                               file=str(path)) from None
 
 
 _DIFF_START = re.compile(r"^(diff |Index: |--- \S)", re.M)
@@ -82,4 +101,5 @@ def refuse_escape(path: str, source: Path) -> None:
             path=path) from None
 
 
-__all__ = ["Patch", "split_diff", "strip_signature", "refuse_crlf", "refuse_escape"]
+__all__ = ["Patch", "split_diff", "strip_signature", "refuse_crlf", "refuse_escape",
+           "read_regular", "MAX_INPUT"]

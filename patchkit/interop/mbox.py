@@ -11,7 +11,7 @@ from email.utils import format_datetime, parseaddr
 from pathlib import Path
 
 from ..errors import PatchFormatError
-from . import Patch, refuse_crlf, split_diff, strip_signature
+from . import Patch, read_regular, refuse_crlf, split_diff, strip_signature
 
 #: The line opening each message of an mbox (git format-patch writes a fixed date).
 FROM_LINE = re.compile(rb"^From [^\s]+ .*\d{4}\r?$")
@@ -34,10 +34,7 @@ def read(path: Path) -> list[Patch]:
 
 
 def _read_file(path: Path) -> list[Patch]:
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise PatchFormatError(f"{path}: cannot read it: {exc.strerror}", file=str(path)) from None
+    data = read_regular(path, "the mbox")
     # Each message's lines are joined once (appending to a bytes object copied it whole per
     # line: an import took time in the square of the mbox's size).
     chunks: list[list[bytes]] = []
