@@ -31,23 +31,24 @@ def mail(i: int, total: int, lines: int) -> str:
             f"@@ -0,0 +1,{lines} @@\n{body}-- \npatchkit\n\n")
 
 
-def big_patch(path: Path, tree: Path, megabytes: int) -> None:
-    """A patch rewriting every line of one file of ``megabytes`` MB (created in ``tree``)."""
+def big_patch(path: Path, tree: Path, megabytes: int, files: int = 2000) -> None:
+    """A patch rewriting every line of ``files`` files of ``megabytes`` MB in all (the files
+    created in ``tree``), as a drift series of a release is: many files, each changed whole."""
     line = "x = 1  # a generated line of the large-patch scale case, long enough\n"
-    count = megabytes * 1_000_000 // (2 * len(line))
-    target = tree / "python" / "sglang" / "big.py"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(line * count)
+    count = max(1, megabytes * 1_000_000 // (2 * len(line)) // files)
+    new = line.replace("x = 1", "x = 2")
+    (tree / "python" / "sglang").mkdir(parents=True, exist_ok=True)
     (tree / "python" / "sglang" / "version.py").write_text('__version__ = "0.5.23"\n')
     with path.open("w") as fh:
-        fh.write("diff --git a/python/sglang/big.py b/python/sglang/big.py\n"
-                 "--- a/python/sglang/big.py\n+++ b/python/sglang/big.py\n"
-                 f"@@ -1,{count} +1,{count} @@\n")
-        new = line.replace("x = 1", "x = 2")
-        for _ in range(count):
-            fh.write("-" + line)
-        for _ in range(count):
-            fh.write("+" + new)
+        for n in range(files):
+            rel = f"python/sglang/big/m{n // 100}/f{n}.py"
+            target = tree / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(line * count)
+            fh.write(f"diff --git a/{rel} b/{rel}\n--- a/{rel}\n+++ b/{rel}\n"
+                     f"@@ -1,{count} +1,{count} @@\n")
+            fh.write(("-" + line) * count)
+            fh.write(("+" + new) * count)
 
 
 def measured(argv: list[str], cwd: Path) -> tuple[float, float, int, str]:
