@@ -117,8 +117,8 @@ SWEEP = ("import sys, os, json; from pathlib import Path; "
 
 def sweep_import(catalog: Path, mbox: Path, point: str, replace: bool = False
                  ) -> subprocess.CompletedProcess:
-    return subprocess.run([PY, "-c", SWEEP, str(catalog), str(mbox), point, "1" if replace else "0"],
-                          capture_output=True, text=True)
+    return subprocess.run([PY, "-c", SWEEP, str(catalog), str(mbox), point,
+                           "1" if replace else "0"], capture_output=True, text=True)
 
 
 def fixes_state(catalog: Path) -> dict:

@@ -261,8 +261,8 @@ def _stage_root(catalog: Catalog) -> Path:
     where.mkdir(exist_ok=True)
     ignore = where / ".gitignore"
     if not ignore.exists():
-        ignore.write_text("# patchkit import's staging area (a run's files before they move in)\n*\n",
-                          encoding="utf-8")
+        ignore.write_text("# patchkit import's staging area (a run's files before they move "
+                          "in)\n*\n", encoding="utf-8")
     return where
 
 
