@@ -460,3 +460,29 @@ def test_a_record_that_is_a_fifo_or_dev_zero_is_refused_by_apply(tmp_path: Path,
     what = "a FIFO (named pipe)" if kind == "fifo" else "a character device"
     assert f"RECORD is {what}, not a regular file" in result.stderr, result.stderr
     assert "Reinstall the package" in result.stderr
+
+
+def test_export_then_import_carries_the_base_release_and_the_fix_root(catalog: Path,
+                                                                      tmp_path: Path) -> None:
+    (tmp_path / "one.mbox").write_bytes(mail())
+    made = patchkit(catalog, "import", "--mbox", str(tmp_path / "one.mbox"), "--release",
+                    "0.5.21", "--name", "served", "--root", "serve")
+    assert made.exit_code == 0, made.output
+    manifest = catalog / "manifests" / "served.toml"
+    text = manifest.read_text()
+    assert 'root = "sglang"                  # the root whose release is checked' in text
+    manifest.write_text(text.replace('root = "sglang"                  #', 'root = "serve" #'))
+    out = tmp_path / "out"
+    for fmt in ("mbox", "quilt"):
+        assert patchkit(catalog, "export", "served", "--format", fmt, "-o",
+                        str(out / fmt)).exit_code == 0
+        other = tmp_path / f"other-{fmt}"
+        assert patchkit(other, "init", str(other)).exit_code == 0
+        source = ["--mbox", str(out / fmt / "served.mbox")] if fmt == "mbox" else [
+            "--quilt", str(out / fmt)]
+        back = patchkit(other, "import", *source)  # no --release: the export says it
+        assert back.exit_code == 0, back.output
+        fix = Catalog(other).get("served")
+        assert fix.upstream.base_release == "0.5.21", fmt
+        assert fix.upstream.root == "serve", fmt
+        assert [p.root for p in fix.patches] == ["serve"], fmt

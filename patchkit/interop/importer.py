@@ -20,6 +20,7 @@ from ..authoring import PLACEHOLDER_AUTHOR, catalog_identity
 from ..catalog import Catalog, edit, series
 from ..catalog.manifest import AUTHOR_RE, load_manifest, name_problem
 from ..catalog.model import DEFAULT_ROOT
+from ..catalog.reader import ROOT_NAME_RE
 from ..engine import faults
 from ..engine.auto import detect_release
 from ..engine.paths import Root, detect_layout
@@ -175,6 +176,21 @@ def _check_text(patch: Patch) -> None:
             "rest in the message", file=str(patch.source))
 
 
+_ROOT_LINE = 'root = "sglang"                  # the root whose release is checked'
+
+
+def _with_fix_root(text: str, root: str | None, patch: Patch) -> str:
+    """The manifest text with the fix's ``[upstream] root`` an export said (Patchkit-Fix-Root)."""
+    if not root or root == DEFAULT_ROOT:
+        return text
+    if not ROOT_NAME_RE.match(root) or _ROOT_LINE not in text:
+        raise PatchFormatError(f"{patch.source}: Patchkit-Fix-Root: {root!r} is not a root name "
+                               "(letters, digits, '_', '.', '-'). Correct the header or remove "
+                               "it", file=str(patch.source))
+    return text.replace(_ROOT_LINE, f'root = "{root}"' + " " * max(1, 18 - len(root))
+                        + "# the root whose release is checked", 1)
+
+
 def existing(catalog: Catalog, fixes: Sequence[Planned]) -> dict[str, str]:
     """The planned names a fix already has: name -> "yours" (this catalog's) or "shipped"."""
     out = {}
@@ -232,6 +248,7 @@ def import_fixes(catalog: Catalog, fixes: Sequence[Planned], *, release: str | N
         text = edit.new_manifest_text(
             fix.name, first.subject, release, [(f, t[1]) for f, t in texts.items()], first.body,
             date=date, author=author, upstream=fields["upstream"], headers=fields["headers"])
+        text = _with_fix_root(text, fields.get("fix_root"), first)
         made.append((fix, texts, text))
     results = []
     for fix, texts, _text in made:
