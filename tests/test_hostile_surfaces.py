@@ -287,6 +287,7 @@ def test_import_refuses_an_existing_or_shipped_name_unless_replace(catalog: Path
     again = patchkit(catalog, "import", "--mbox", str(exported), "--replace")
     assert again.exit_code == 0 and "replacing your fix" in flat(again.output), again.output
     assert git(catalog, "status", "--porcelain") == ""
+    assert not (catalog / importer.STAGE_DIR).exists()  # the staging area is gone again
 
 
 # -- 8: fix names have a length limit, checked wherever a name is accepted ----------------------

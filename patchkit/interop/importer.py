@@ -304,6 +304,7 @@ def recover(catalog: Catalog) -> list[str]:
         if journal:
             done += _settle(catalog, stage, journal)
         shutil.rmtree(stage, ignore_errors=True)
+    _tidy(where)
     return done
 
 
@@ -410,6 +411,15 @@ def _write(catalog: Catalog, fixes: list[tuple[str, dict[str, tuple[str, str]], 
         return sha
     finally:
         shutil.rmtree(stage, ignore_errors=True)
+        _tidy(stage.parent)
+
+
+def _tidy(where: Path) -> None:
+    """Remove the staging area when no other run uses it (it is made again when needed)."""
+    with contextlib.suppress(OSError):
+        if [p.name for p in where.iterdir()] == [".gitignore"]:
+            (where / ".gitignore").unlink()
+            where.rmdir()
 
 
 def _save(stage: Path, journal: dict) -> None:
