@@ -104,21 +104,55 @@ def test_a_failing_commit_undoes_the_import_and_puts_the_index_back(catalog: Pat
 
 # -- 3, the kill sweep: SIGKILL at every write point of an import ---------------------------
 
-SWEEP = ("import sys, os, json; from pathlib import Path; "
-         "from patchkit.catalog import Catalog; from patchkit.interop import importer; "
-         "from patchkit.engine import faults; "
-         "cat = Catalog(sys.argv[1]); "
-         "planned = importer.plan(importer.from_mbox(Path(sys.argv[2])), one=False, name=None); "
-         "points = sys.argv[3].split(','); "
-         "os.environ['PATCHKIT_FAULT'] = points[0] if points[0] else 'no-such-point:1'; "
-         "importer.import_fixes(cat, planned, release='0.5.23', replace=sys.argv[4] == '1'); "
-         "print(json.dumps(faults._seen))")
+#: One process sweeps every point: it loads patchkit once, then forks a child per run that
+#: imports with PATCHKIT_FAULT set (the child is what gets SIGKILLed), and says how it ended.
+SWEEP = """
+import json, os, sys
+from pathlib import Path
+from patchkit.catalog import Catalog
+from patchkit.engine import faults
+from patchkit.interop import importer
+for line in sys.stdin:
+    point, mbox, replace = line.split()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.environ["PATCHKIT_FAULT"] = "no-such-point:1" if point == "-" else point
+            faults.reset()
+            planned = importer.plan(importer.from_mbox(Path(mbox)), one=False, name=None)
+            importer.import_fixes(Catalog(sys.argv[1]), planned, release="0.5.23",
+                                  replace=replace == "1")
+            print(json.dumps({"seen": faults._seen}), flush=True)
+            code = 0
+        except BaseException as exc:
+            print(json.dumps({"error": repr(exc)}), flush=True)
+        os._exit(code)
+    _pid, status = os.waitpid(pid, 0)
+    print(json.dumps({"signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0}),
+          flush=True)
+"""
 
 
-def sweep_import(catalog: Path, mbox: Path, point: str, replace: bool = False
-                 ) -> subprocess.CompletedProcess:
-    return subprocess.run([PY, "-c", SWEEP, str(catalog), str(mbox), point,
-                           "1" if replace else "0"], capture_output=True, text=True)
+class Sweeper:
+    def __init__(self, catalog: Path) -> None:
+        self.proc = subprocess.Popen([PY, "-c", SWEEP, str(catalog)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, bufsize=1)
+
+    def run(self, mbox: Path, point: str = "-", replace: bool = False) -> dict:
+        """One import (killed at ``point``, or run whole with "-"): what it said and how it
+        ended (``signal``: 9 for a kill)."""
+        assert self.proc.stdin and self.proc.stdout
+        self.proc.stdin.write(f"{point} {mbox} {'1' if replace else '0'}\n")
+        said: dict = {}
+        while "signal" not in said:
+            said.update(json.loads(self.proc.stdout.readline()))
+        return said
+
+    def close(self) -> None:
+        assert self.proc.stdin
+        self.proc.stdin.close()
+        self.proc.wait(30)
 
 
 def fixes_state(catalog: Path) -> dict:
@@ -131,42 +165,43 @@ def fixes_state(catalog: Path) -> dict:
 @pytest.mark.parametrize("replace", [False, True], ids=["new", "replacing"])
 def test_an_import_killed_at_every_write_point_is_as_before_or_fully_imported(
         catalog: Path, tmp_path: Path, replace: bool) -> None:
-    """Two fixes of three patches in one import; killed (SIGKILL) at each occurrence of each
+    """Three patches as three fixes in one import; killed (SIGKILL) at each occurrence of each
     write point in turn. Right after the kill `list` reads the catalog and shows the fixes of
     before or all of the imported ones; the next import finishes or undoes the killed one."""
-    two = tmp_path / "two.mbox"
-    two.write_bytes(mail() + mail(subject=b"b: three") + mail(subject=b"c: four"))
-    if replace:  # the fixes exist: the import replaces them (their old files moved aside)
-        old = tmp_path / "old.mbox"
-        old.write_bytes(two.read_bytes().replace(b"The pool needs 22.", b"An older message."))
-        first = sweep_import(catalog, old, "")
-        assert first.returncode == 0, first.stderr
-    before = fixes_state(catalog)
-    seen = json.loads(sweep_import(catalog, two, "", replace).stdout)
-    after = fixes_state(catalog)
-    assert after != before or replace
-    git(catalog, "reset", "-q", "--hard", "HEAD~1")  # back to before, for the sweep
-    git(catalog, "clean", "-qfdx")
-    assert fixes_state(catalog) == before
-    points = [f"{p}:{n}" for p in importer.FAULT_POINTS for n in range(1, seen.get(p, 0) + 1)]
-    assert {p.split(":")[0] for p in points} == set(importer.FAULT_POINTS)
-    names = {"a-two-is-twenty-two", "b-three", "c-four"}
-    for point in points:
-        killed = sweep_import(catalog, two, point, replace)
-        assert killed.returncode == -signal.SIGKILL, (point, killed.stderr)
-        listed = patchkit(catalog, "list")
-        assert listed.exit_code == 0, (point, listed.output)
-        shown = {line.split("\t")[0] for line in listed.output.splitlines()} & names
-        if not replace:  # (a replaced fix can be missing until the next import settles it)
-            assert shown in (set(), names), (point, shown)
-        # the next import (here: of nothing new, refused) settles the killed one first
-        importer.recover(Catalog(catalog))
-        state = fixes_state(catalog)
-        assert state in (before, after), point
-        if state == after:
-            git(catalog, "reset", "-q", "--hard", "HEAD~1")
-            git(catalog, "clean", "-qfdx")
-        assert fixes_state(catalog) == before, point
+    three = tmp_path / "three.mbox"
+    three.write_bytes(mail() + mail(subject=b"b: three") + mail(subject=b"c: four"))
+    sweep = Sweeper(catalog)
+    try:
+        if replace:  # the fixes exist: the import replaces them (their old files moved aside)
+            old = tmp_path / "old.mbox"
+            old.write_bytes(three.read_bytes().replace(b"The pool needs 22.", b"Older."))
+            assert sweep.run(old)["signal"] == 0
+        before = fixes_state(catalog)
+        seen = sweep.run(three, replace=replace)["seen"]
+        after = fixes_state(catalog)
+        assert after != before
+        git(catalog, "reset", "-q", "--hard", "HEAD~1")  # back to before, for the sweep
+        git(catalog, "clean", "-qfdx")
+        assert fixes_state(catalog) == before
+        points = [f"{p}:{n}" for p in importer.FAULT_POINTS for n in range(1, seen.get(p, 0) + 1)]
+        assert {p.split(":")[0] for p in points} == set(importer.FAULT_POINTS)
+        names = {"a-two-is-twenty-two", "b-three", "c-four"}
+        for point in points:
+            assert sweep.run(three, point, replace) == {"signal": signal.SIGKILL}, point
+            listed = patchkit(catalog, "list")
+            assert listed.exit_code == 0, (point, listed.output)
+            shown = {line.split("\t")[0] for line in listed.output.splitlines()} & names
+            if not replace:  # (a replaced fix can be missing until the next import settles it)
+                assert shown in (set(), names), (point, shown)
+            importer.recover(Catalog(catalog))  # what the next import does first
+            state = fixes_state(catalog)
+            assert state in (before, after), point
+            if state == after:
+                git(catalog, "reset", "-q", "--hard", "HEAD~1")
+                git(catalog, "clean", "-qfdx")
+            assert fixes_state(catalog) == before, point
+    finally:
+        sweep.close()
 
 
 # -- 4: SIGHUP and SIGQUIT roll back as SIGTERM does ----------------------------------------
