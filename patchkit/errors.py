@@ -151,8 +151,8 @@ class Terminated(PatchkitError):
     """The run was stopped by SIGTERM (or SIGHUP, SIGQUIT); the engine undid what it had written
     before it exited. Exits 128 + the signal's number, as a shell reports it."""
 
-    @property  # type: ignore[override]
-    def exit_code(self) -> int:
+    @property
+    def exit_code(self) -> int:  # type: ignore[override]
         signum = self.details.get("signum")
         return 128 + signum if isinstance(signum, int) and 0 < signum < 64 else EXIT_TERMINATED
 

@@ -56,7 +56,7 @@ def _pending_imports(root: Path) -> set[str]:
         except (OSError, ValueError):
             continue
         if isinstance(data, dict) and not data.get("linked"):
-            out |= {f.get("name") for f in data.get("fixes", []) if isinstance(f, dict)}
+            out |= {str(f.get("name")) for f in data.get("fixes", []) if isinstance(f, dict)}
     return out
 
 

@@ -118,13 +118,13 @@ class Rollout:
             reports[host.name] = report
             if changes:
                 todo[host.name] = changes
-        for host, first in _same_trees(reports).items():
-            tree = (reports[host].result or {}).get("tree") or {}
-            reports[host] = replace(reports[host], state="refused", detail=(
+        for name, first in _same_trees(reports).items():
+            tree = (reports[name].result or {}).get("tree") or {}
+            reports[name] = replace(reports[name], state="refused", detail=(
                 f"reaches the same tree as {first} ({tree.get('path')} on one machine): one "
                 "apply there would be reported for both hosts. Remove one of them from the "
                 "inventory, or point it at a tree of its own"))
-            todo.pop(host, None)
+            todo.pop(name, None)
         groups = _groups(todo)
         unreachable = [h for h, r in reports.items() if r.state == "unreachable"]
         refused = [h for h, r in reports.items() if r.state == "refused"]
