@@ -522,3 +522,15 @@ def test_export_then_import_carries_the_base_release_and_the_fix_root(catalog: P
         assert fix.upstream.base_release == "0.5.21", fmt
         assert fix.upstream.root == "serve", fmt
         assert [p.root for p in fix.patches] == ["serve"], fmt
+
+
+def test_a_target_file_that_is_a_fifo_is_refused_not_read(tmp_path: Path) -> None:
+    case = patched(tmp_path)
+    (case.root / MOD).unlink()
+    os.mkfifo(case.root / MOD)
+    result = subprocess.run([PY, "-m", "patchkit", "--catalog", str(case.catalog_dir), "apply",
+                             "h", "--target", str(case.root)], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == errors.PreconditionFailed.exit_code, result.stderr
+    assert "is a FIFO (named pipe), not a regular file" in result.stderr, result.stderr
+    assert not (case.root / ".patchkit").exists()

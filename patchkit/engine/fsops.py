@@ -19,14 +19,16 @@ def read_bytes(path: str) -> Optional[bytes]:
 
 def read_with_stat(path: str) -> Tuple[Optional[bytes], Optional[os.stat_result]]:
     """The file's bytes and its stat from one open (None, None when there is no file)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
+    try:  # O_NONBLOCK: opening a FIFO must not wait for a writer
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     except FileNotFoundError:
         return None, None
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
             return None, None
+        if not stat.S_ISREG(st.st_mode):  # a FIFO would block the read, a device never end
+            raise NotRegular(path, "is %s, not a regular file" % kind_of(st.st_mode))
         return read_fd(fd), st
     finally:
         os.close(fd)
