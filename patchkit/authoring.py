@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 from . import gitrepo
 from .catalog import edit, series
 from .catalog import Catalog
-from .catalog.manifest import AUTHOR_RE
+from .catalog.manifest import AUTHOR_RE, name_problem
 from .engine.auto import detect_release
 from .engine.paths import Root, detect_layout
 from .engine.store import last_writers
@@ -291,7 +291,10 @@ def new_fix(catalog: Catalog, name: str, src: Path, *, root: str = "sglang",
     ``author`` (the manifest's, and the From of the series) defaults to the first commit's
     author, else the catalog repository's git user. Uncommitted changes an applied fix wrote
     (the checkout's ``.patchkit/state.json``) are left out, unless ``include_applied``."""
-    catalog.check_writable(f"create the fix {name!r}")
+    catalog.check_writable(f"create the fix {name[:60]!r}")
+    problem = name_problem(name)
+    if problem:
+        raise UsageError(f"cannot create the fix: {problem}", fix=name[:200])
     manifest_path = catalog.manifests_dir / f"{name}.toml"
     patch_dir = catalog.patches_dir / name
     if manifest_path.exists() or patch_dir.exists():

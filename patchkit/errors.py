@@ -147,8 +147,14 @@ class AnsibleFailed(PatchkitError, exit_code=EXIT_ROLLOUT_STOPPED):
     """Ansible itself failed (not one host): a bad inventory or playbook run; nothing ran."""
 
 
-class Terminated(PatchkitError, exit_code=EXIT_TERMINATED):
-    """The run was stopped by SIGTERM; the engine undid what it had written before it exited."""
+class Terminated(PatchkitError):
+    """The run was stopped by SIGTERM (or SIGHUP, SIGQUIT); the engine undid what it had written
+    before it exited. Exits 128 + the signal's number, as a shell reports it."""
+
+    @property
+    def exit_code(self) -> int:  # type: ignore[override]
+        signum = self.details.get("signum")
+        return 128 + signum if isinstance(signum, int) and 0 < signum < 64 else EXIT_TERMINATED
 
 
 class InternalError(PatchkitError, exit_code=EXIT_INTERNAL):

@@ -271,7 +271,8 @@ def commit_paths(top: Path | str, paths: Sequence[str], message: str, *,
     Without ``author``, as the user's own git identity."""
     env = _identity_env(author, author, date or "") if author is not None else None
     _run(top, ["add", "-A", "--", *paths])
-    _run(top, ["commit", "-q", "--no-verify", "-m", message, "--", *paths], env=env)
+    # the message on stdin: an argument is limited in size (a long rationale would not fit)
+    _run(top, ["commit", "-q", "--no-verify", "-F", "-", "--", *paths], env=env, data=message)
     return _run(top, ["rev-parse", "HEAD"])
 
 

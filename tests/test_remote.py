@@ -170,7 +170,8 @@ def normalise(output: str, roots: dict[str, str]) -> Any:
 
     def walk(value: Any) -> Any:
         if isinstance(value, dict):
-            return {k: ("<target>" if k == "target" else walk(v)) for k, v in value.items()}
+            return {k: ("<target>" if k == "target" else "<tree>" if k == "tree" else walk(v))
+                    for k, v in value.items()}  # (tree: the state root's identity, its inode)
         if isinstance(value, list):
             return [walk(v) for v in value]
         if isinstance(value, str):

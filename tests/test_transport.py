@@ -689,6 +689,7 @@ def test_real_engine_fails_over_ssh_as_it_does_locally(sshd: SshServer, tmp_path
     remote = run_engine(spec_for(sshd), real_request("apply", there, old=stale))
 
     assert remote["ok"] is False and remote["error"]["type"] == "ConflictError"
+    assert remote.pop("tree")["ino"] != local.pop("tree")["ino"]  # two trees: each its own
     assert json.loads(json.dumps(remote).replace(str(there), "<root>")) == json.loads(
         json.dumps(local).replace(str(here), "<root>")
     )

@@ -4,6 +4,7 @@ manifests lazily and orders fixes by ``depends_on``."""
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ from typing import Iterable
 
 from ..errors import ManifestError, PatchFormatError, UnknownFixError, UsageError
 from .config import load_config
-from .manifest import load_manifest
+from .manifest import load_manifest, name_problem
 from .model import Fix
 
 ENV_CATALOG = "PATCHKIT_CATALOG"
@@ -80,6 +81,21 @@ def key_line(path: Path, key: str) -> int | None:
         return None
     pattern = re.compile(rf"\s*[\"']?{re.escape(last)}[\"']?\s*=")
     return next((i for i, text in enumerate(lines, 1) if pattern.match(text)), None)
+def _pending_imports(root: Path) -> set[str]:
+    """The fixes of imports in flight or killed before their commit point
+    (patchkit/interop/importer.py: ``.patchkit-import/<run>/journal.json`` not "linked")."""
+    stage = root / ".patchkit-import"
+    if not stage.is_dir():
+        return set()
+    out: set[str] = set()
+    for journal in stage.glob("*/journal.json"):
+        try:
+            data = json.loads(journal.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and not data.get("linked"):
+            out |= {str(f.get("name")) for f in data.get("fixes", []) if isinstance(f, dict)}
+    return out
 
 
 class Catalog:
@@ -166,14 +182,19 @@ class Catalog:
     # -- lookup --------------------------------------------------------------------------------
 
     def own_names(self) -> list[str]:
-        """The fixes whose manifests lie in this catalog's own manifests/."""
-        return sorted(p.stem for p in self.manifests_dir.glob("*.toml") if p.is_file())
+        """The fixes whose manifests lie in this catalog's own manifests/ (but those an import
+        has moved in and not yet committed: all of an import's fixes appear at once)."""
+        pending = _pending_imports(self.root)
+        return sorted(p.stem for p in self.manifests_dir.glob("*.toml")
+                      if p.is_file() and p.stem not in pending)
 
     def names(self) -> list[str]:
         return sorted(set(self.own_names()) | set(self.beside.names() if self.beside else ()))
 
     def _owner(self, name: str) -> Catalog:
         """The catalog whose manifest of ``name`` counts: this one, unless only ``beside`` has it."""
+        if name_problem(name):  # no file of that name can exist (nor be asked for: too long)
+            return self
         if (self.beside is not None and not (self.manifests_dir / f"{name}.toml").is_file()
                 and self.beside.manifest_path(name).is_file()):
             return self.beside
@@ -184,6 +205,11 @@ class Catalog:
         return owner.manifest_path(name) if owner is not self else self.manifests_dir / f"{name}.toml"
 
     def get(self, name: str) -> Fix:
+        problem = name_problem(name)
+        if problem:
+            raise UnknownFixError(f"no fix named '{name[:60]}' in the catalog {self.root}: "
+                                  f"{problem}. List the fixes with `patchkit list`",
+                                  name=name[:200], catalog=str(self.root))
         if name not in self._fixes:
             owner = self._owner(name)
             path = self.manifest_path(name)

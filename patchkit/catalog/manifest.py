@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import datetime as _dt
+import os
 import re
 from pathlib import Path
 from typing import Any, Mapping
@@ -27,6 +28,7 @@ from .model import (
     Rollback,
     Upstream,
 )
+from ..engine.fsops import kind_of
 from ..errors import ManifestError
 from .reader import (
     ROOT_NAME_RE,
@@ -44,7 +46,10 @@ from .reader import (
     typed,
 )
 
-NAME_RE = re.compile(r"[a-z0-9][a-z0-9.-]*\Z")
+#: the longest fix name: it is a file name (manifests/NAME.toml, patches/NAME/), a git path
+#: and a state record key, everywhere a name is accepted
+MAX_NAME = 100
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9.-]{0,%d}\Z" % (MAX_NAME - 1))
 SHA256_RE = re.compile(r"[0-9a-f]{64}\Z")
 DATE_RE = re.compile(r"\d{4}-\d{2}-\d{2}\Z")
 
@@ -85,6 +90,9 @@ def build_fix(ctx: Ctx, data: Mapping[str, Any], patch_dir: Path) -> Fix:
     check_keys(ctx, data, "", TOP_KEYS, TOP_REQUIRED)
 
     name = string(ctx, data, "", "name")
+    if len(name) > MAX_NAME:
+        raise ctx.fail("name", f"name '{name[:40]}...' is {len(name)} characters long; a fix "
+                       f"name has at most {MAX_NAME}", "Use a shorter name")
     if not NAME_RE.match(name):
         raise ctx.fail("name", f"name '{name}' is not of the form [a-z0-9][a-z0-9.-]*",
                        "Use lowercase letters, digits, '.' and '-'")
@@ -286,10 +294,14 @@ def _check_params(ctx: Ctx, table: Mapping[str, Any], where: str, kind: str,
             except re.error as exc:
                 raise ctx.fail(f"{where}.pattern", f"pattern is not a valid regular "
                                f"expression: {exc}", "Fix it, or set regex = false") from None
-        if ("count" in table) == ("present" in table):
+        if "count" in table and "present" in table:
             raise ctx.fail(f"{where}.count", "a grep check needs exactly one of 'count' and "
-                           "'present'", "Keep count (exact number of matching lines) or "
-                           "present (true/false), not both")
+                           "'present', and this one has both", "Keep count (exact number of "
+                           "matching lines) or present (true/false), not both")
+        if "count" not in table and "present" not in table:
+            raise ctx.fail(f"{where}.count", "a grep check needs one of 'count' and 'present', "
+                           "and this one has neither", "Add count = N (the exact number of "
+                           "matching lines) or present = true/false")
         if "count" in table:
             params["count"] = typed(ctx, table, where, "count", int)
             if params["count"] < 0:
@@ -379,6 +391,10 @@ def _build_changelog(ctx: Ctx, data: Mapping[str, Any], version: int) -> tuple[C
 def _check_files(ctx: Ctx, fix: Fix) -> None:
     """The series and scripts the manifest names must exist next to it."""
     for i, patch in enumerate(fix.patches, 1):
+        if os.path.exists(patch.path) and not patch.path.is_file():
+            what = kind_of(os.stat(patch.path).st_mode)
+            raise ctx.fail(f"patches[{i}].file", f"patch file {patch.path} is {what}, not a "
+                           "regular file", f"Put the patch itself at {patch.path}")
         if not patch.path.is_file():
             raise ctx.fail(f"patches[{i}].file", f"patch file {patch.path} does not exist",
                            f"Put the patch at {patch.path} or fix the file name")
@@ -405,4 +421,16 @@ def version_and_patches(text: str) -> tuple[int | None, list[str]]:
     return (version if isinstance(version, int) else None), [f for f in files if isinstance(f, str)]
 
 
-__all__ = ["load_manifest", "build_fix", "version_and_patches", "NAME_RE"]
+__all__ = ["load_manifest", "build_fix", "version_and_patches", "NAME_RE", "MAX_NAME",
+           "name_problem"]
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` is not a fix name (None: it is one): the one rule every command applies."""
+    if len(name) > MAX_NAME:
+        return (f"the fix name '{name[:40]}...' is {len(name)} characters long; a fix name has "
+                f"at most {MAX_NAME}")
+    if not NAME_RE.match(name):
+        return (f"'{name}' is not a fix name: lowercase letters, digits, '.' and '-', starting "
+                "with a letter or digit")
+    return None

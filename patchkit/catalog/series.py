@@ -44,11 +44,7 @@ def parse_patch(path: Path | str, root: str, data: bytes | None = None) -> list[
     """The FILE records of one patch file (hunks as ``lines``), in the order its files appear."""
     path = Path(path)
     if data is None:
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise PatchFormatError(f"{path}: cannot read the patch: {exc.strerror}",
-                                   file=str(path)) from None
+        data = _read(path)
     return _parse(path, data, root)
 
 
@@ -59,20 +55,36 @@ def read_series(patches: Sequence[tuple[Path | str, str]]
     digests: list[str] = []
     files: list[dict[str, Any]] = []
     for path, root in patches:
-        data = Path(path).read_bytes()
+        data = _read(Path(path), oserror=True)
         digests.append(hashlib.sha256(data).hexdigest())
-        for record in parse_patch(path, root, data):
-            record["hunks"] = [dict({k: v for k, v in h.items() if k != "lines"},
-                                    body=hunk_body(h["lines"])) for h in record["hunks"]]
-            files.append(record)
+        files.extend(_parse(Path(path), data, root, compact=True))
+        del data
     return digests, files
+
+
+def _read(path: Path, oserror: bool = False) -> bytes:
+    """A patch file's bytes: a regular file (not a FIFO, which would block), bounded;
+    ``oserror``: a file that cannot be read raises the OSError (read_series' contract)."""
+    from ..engine import fsops
+    from ..interop import MAX_INPUT, read_regular
+
+    if oserror:
+        try:
+            return fsops.read_regular(str(path), MAX_INPUT)
+        except fsops.NotRegular as exc:
+            raise PatchFormatError(f"{path}: the patch {exc.what}. Put the patch itself there",
+                                   file=str(path)) from None
+    return read_regular(path, "the patch")
 
 
 def _fail(path: Path, line: int, message: str, todo: str) -> PatchFormatError:
     return PatchFormatError(f"{path}:{line}: {message}. {todo}", file=str(path), line=line)
 
 
-def _parse(path: Path, data: bytes, root: str) -> list[dict[str, Any]]:
+def _parse(path: Path, data: bytes, root: str, compact: bool = False) -> list[dict[str, Any]]:
+    """The FILE records of a patch; ``compact``: each hunk as its ``body`` (the request's form),
+    made while its file's unidiff objects are alive, then let go: unidiff keeps an object per
+    line (about ten times the patch), so only one file's are held at a time."""
     lines = split_lines(data.decode("utf-8", "surrogateescape"))
     if not any(line.strip() for line in lines):
         raise _fail(path, 1, "the patch is empty", "Write the change as a unified diff "
@@ -83,14 +95,41 @@ def _parse(path: Path, data: bytes, root: str) -> list[dict[str, Any]]:
                     "patches), and a [[patches]] entry is one patch", "Split it into one file "
                     "per mail (git mailsplit), or import it as fixes with `patchkit import "
                     "--mbox FILE [--split]` (docs/interop.md)")
-    try:
-        patchset = unidiff.PatchSet(lines)
-    except unidiff.errors.UnidiffParseError:
-        _parse_failure(path, lines)  # parsed again, counting lines, to say where
-    if not patchset:
+    records: list[dict[str, Any]] = []
+    for patched in _files(path, lines):
+        record = _file_record(path, lines, patched, root)
+        if compact:
+            record["hunks"] = [dict({k: v for k, v in h.items() if k != "lines"},
+                                    body=hunk_body(h["lines"])) for h in record["hunks"]]
+        records.append(record)
+    if not records:
         raise _fail(path, 1, "no file changes found (no ---/+++ headers or hunks)",
                     "Write the change as a unified diff")
-    return [_file_record(path, lines, patched, root) for patched in patchset]
+    return records
+
+
+def _files(path: Path, lines: list[str]) -> Iterator[Any]:
+    """unidiff's PatchedFile of each file of the patch, in order. A git patch is parsed one
+    ``diff --git`` section at a time (no hunk line can start with "diff"), so only one file's
+    line objects live at once; line numbers are the whole patch's."""
+    starts = [i for i, line in enumerate(lines) if line.startswith("diff --git ")]
+    bounds = [0, *starts[1:], len(lines)] if len(starts) > 1 else [0, len(lines)]
+    for a, b in zip(bounds, bounds[1:]):
+        try:
+            patchset = unidiff.PatchSet(lines[a:b] if len(bounds) > 2 else lines)
+        except unidiff.errors.UnidiffParseError:
+            _parse_failure(path, lines)  # parsed again, counting lines, to say where
+            raise
+        patchset.reverse()
+        while patchset:
+            patched = patchset.pop()
+            if a:
+                patched.diff_line_no = (patched.diff_line_no or 0) + a
+                for hunk in patched:
+                    for line in hunk:
+                        if line.diff_line_no:
+                            line.diff_line_no += a
+            yield patched
 
 
 def _parse_failure(path: Path, lines: list[str]) -> None:

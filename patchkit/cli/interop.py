@@ -28,12 +28,13 @@ from .common import State, command
     click.option("--target", "tree", type=click.Path(exists=True, file_okay=False), help="The release tree the patches apply to, to read the release from."),
     click.option("--root", help="The target root the patches' paths belong to (default: a Patchkit-Root header's, else sglang)."),
     click.option("--no-commit", is_flag=True, help="Do not commit the fixes to the catalog's git repository."),
+    click.option("--replace", is_flag=True, help="Replace a fix of that name in the catalog (or shadow a shipped one); else an existing name is refused."),
     click.option("--dry-run", "-n", is_flag=True, help="Say what would be written; write nothing."),
 )
 def import_(state: State, src: str | None, commits: str | None, mbox_path: str | None,
             split: bool, quilt_dir: str | None, strip: int, one: bool, name: str | None,
-            release: str | None, tree: str | None, root: str | None, no_commit: bool, dry_run: bool,
-            as_json: bool) -> int:
+            release: str | None, tree: str | None, root: str | None, no_commit: bool,
+            replace: bool, dry_run: bool, as_json: bool) -> int:
     """Make fixes from patches in other formats: a git range, an mbox or format-patch
     directory, or a quilt series; DEP-3 headers become manifest fields."""
     given = [o for o, v in (("--from/--commits", src or commits), ("--mbox", mbox_path),
@@ -57,11 +58,14 @@ def import_(state: State, src: str | None, commits: str | None, mbox_path: str |
         patches = importer.from_quilt(Path(quilt_dir or ""), strip)
         how, whole = "a quilt series", one
     planned = importer.plan(patches, one=whole, name=name)
+    taken = importer.existing(catalog, planned)
     results = importer.import_fixes(catalog, planned, release=release,
                                     tree=Path(tree) if tree else None, root=root,
-                                    commit=not no_commit, dry_run=dry_run, how=how)
+                                    commit=not no_commit, dry_run=dry_run, how=how,
+                                    replace=replace)
     if as_json:
         render.print_json({"fixes": [{"name": r.name, "version": r.version,
+                                      "replaces": taken.get(r.name),
                                       "manifest": str(r.manifest),
                                       "patches": [str(p) for p in r.patches],
                                       "files": list(r.files), "base_release": r.base_release,
@@ -69,7 +73,10 @@ def import_(state: State, src: str | None, commits: str | None, mbox_path: str |
                            "dry_run": dry_run})
         return 0
     for result in results:
-        _report(result, False, "imported")
+        whose = taken.get(result.name)
+        _report(result, False, "imported" if whose is None else
+                f"imported (replacing {'the shipped' if whose == 'shipped' else 'your'} fix "
+                "of that name: --replace)")
     return 0
 
 

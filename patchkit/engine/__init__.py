@@ -26,12 +26,17 @@ def run(request: Dict[str, Any]) -> Dict[str, Any]:
     result: Dict[str, Any] = {"format": FORMAT, "op": raw.get("op"), "ok": False,
                               "dry_run": bool(raw.get("dry_run", False)), "recovered": [],
                               "fixes": [], "status": None, "error": None}
-    try:  # SIGTERM is handled like SIGINT (the write phase rolls back)
-        previous = signal.signal(signal.SIGTERM, _on_sigterm)
-    except ValueError:  # not the main thread
-        previous = None
+    # SIGTERM, SIGHUP (a dropped terminal or SSH session) and SIGQUIT are handled like SIGINT:
+    # the write phase rolls back
+    previous: Dict[int, Any] = {}
+    for signum in _SIGNALS:
+        try:
+            previous[signum] = signal.signal(signum, _on_signal)
+        except (ValueError, OSError):  # not the main thread
+            break
     try:
         req = parse_request(request)
+        result["tree"] = _tree_identity(req.state_root.path)
         store = Store(req.state_root.path)
         store.check()
         if req.op == "status":
@@ -55,15 +60,15 @@ def run(request: Dict[str, Any]) -> Dict[str, Any]:
         result["ok"] = True
     except PatchkitError as err:
         result["error"] = err.to_dict()
-    except _Terminate:  # the transaction's own handler has put the files back by now
-        result["error"] = _terminated(request).to_dict()
+    except _Terminate as stop:  # the transaction's own handler has put the files back by now
+        result["error"] = _terminated(request, stop.signum).to_dict()
     except Exception as exc:  # a bug: report it with its traceback instead of crashing the client
         result["error"] = InternalError(
             "internal error in the patchkit engine: %s: %s" % (type(exc).__name__, exc),
             traceback=traceback.format_exc()).to_dict()
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         close_worker()  # the process a regex or syntax check started, if any
     return result
 
@@ -89,6 +94,27 @@ def _releases(req: Any, installed: Dict[str, Any]) -> Dict[str, Optional[str]]:
             out[root.name] = (installed.get(root.name) or {}).get("version") \
                 or detect_release(root, git=req.git)[0]
     return out
+def _tree_identity(path: str) -> Dict[str, Any]:
+    """Which tree this run's state root is, however a host reached it: the machine, the
+    directory's device and inode, its real path (a fleet preflight finds two inventory hosts
+    that reach one tree by it)."""
+    machine = ""
+    for source in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        try:
+            with open(source, "rb") as fh:
+                machine = fh.read(64).decode("ascii", "replace").strip()
+        except OSError:
+            continue
+        if machine:
+            break
+    try:
+        st = os.stat(path)
+        where: Dict[str, Any] = {"dev": st.st_dev, "ino": st.st_ino}
+    except OSError:
+        where = {}
+    import socket
+
+    return dict(where, machine=machine or socket.gethostname(), path=os.path.realpath(path))
 
 
 _MODULES = {"apply": ".apply", "rollback": ".rollback", "status": ".observe", "verify": ".observe"}
@@ -107,16 +133,26 @@ def _refuse_without_sglang(req: Any) -> None:
                    os.path.join(root.path, "sglang", "__init__.py")), root="sglang", path=root.path)
 
 
+_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGQUIT")
+                 if hasattr(signal, name))
+
+
 class _Terminate(BaseException):
-    """Raised by SIGTERM: caught, like SIGINT, only by the transaction's undo and ``run``."""
+    """Raised by SIGTERM, SIGHUP or SIGQUIT: caught, like SIGINT, only by the transaction's
+    undo and ``run``."""
+
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
-def _on_sigterm(_signum: int, _frame: Any) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second TERM must not stop the undo
-    raise _Terminate()
+def _on_signal(signum: int, _frame: Any) -> None:
+    for each in _SIGNALS:  # a second signal must not stop the undo
+        signal.signal(each, signal.SIG_IGN)
+    raise _Terminate(signum)
 
 
-def _terminated(request: Any) -> PatchkitError:
+def _terminated(request: Any, signum: int = signal.SIGTERM) -> PatchkitError:
     try:
         store = Store(str(parse_request(request).state_root.path))
         journal = store.read_journal()
@@ -127,4 +163,6 @@ def _terminated(request: Any) -> PatchkitError:
     else:
         left = ("it stopped with a journal in %s; the next patchkit run on this target finishes "
                 "or undoes it" % store.path("journal.json"))
-    return Terminated("terminated by SIGTERM; %s. Run patchkit status to see the target" % left)
+    name = signal.Signals(signum).name
+    return Terminated("terminated by %s; %s. Run patchkit status to see the target" % (name, left),
+                      signal=name, signum=int(signum))

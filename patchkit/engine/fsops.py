@@ -19,14 +19,16 @@ def read_bytes(path: str) -> Optional[bytes]:
 
 def read_with_stat(path: str) -> Tuple[Optional[bytes], Optional[os.stat_result]]:
     """The file's bytes and its stat from one open (None, None when there is no file)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
+    try:  # O_NONBLOCK: opening a FIFO must not wait for a writer
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     except FileNotFoundError:
         return None, None
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
             return None, None
+        if not stat.S_ISREG(st.st_mode):  # a FIFO would block the read, a device never end
+            raise NotRegular(path, "is %s, not a regular file" % kind_of(st.st_mode))
         return read_fd(fd), st
     finally:
         os.close(fd)
@@ -79,6 +81,45 @@ def sync_all(files: List[str], dirs: List[str]) -> None:
     for exc in failed:
         if exc is not None:
             raise exc
+
+
+class NotRegular(Exception):
+    """A file patchkit reads is not a regular file (a FIFO, a device...) or is over its bound."""
+
+    def __init__(self, path: str, what: str) -> None:
+        super().__init__("%s %s" % (path, what))
+        self.path, self.what = path, what
+
+
+def kind_of(mode: int) -> str:
+    """What a file of ``mode`` is, as a message names it."""
+    for test, name in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symlink")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read_regular(path: str, limit: int) -> bytes:
+    """The bytes of the regular file ``path`` (a symlink to one is followed), at most ``limit``;
+    NotRegular when it is something else (opening a FIFO does not wait for a writer) or larger.
+    FileNotFoundError when there is nothing."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegular(path, "is %s, not a regular file" % kind_of(st.st_mode))
+        if st.st_size > limit:
+            raise NotRegular(path, "is %d bytes, over the %d bytes patchkit reads of such a "
+                             "file" % (st.st_size, limit))
+        with open(fd, "rb", closefd=False) as fh:
+            data = fh.read(limit + 1)
+        if len(data) > limit:  # grew while read
+            raise NotRegular(path, "grew past the %d bytes patchkit reads of such a file" % limit)
+        return data
+    finally:
+        os.close(fd)
 
 
 def read_fd(fd: int) -> bytes:

@@ -273,6 +273,12 @@ def _conflict(change: FileChange, hunk: Optional[Hunk], lines: Sequence[str], ol
     else:
         difference = "line %d: the patch expects %s but the file has %s" % (
             diff_line, _shown(wanted), "end of file" if found is None else _shown(found))
+        if found is not None and wanted is not None and _ending(wanted) != _ending(found) and (
+                wanted.rstrip("\r\n") == found.rstrip("\r\n")):
+            difference = ("line %d: the same text with another line ending: the patch expects "
+                          "%s (%s) but the file has %s (%s)" % (
+                              diff_line, _shown(wanted), _ending(wanted), _shown(found),
+                              _ending(found)))
     raise ConflictError(
         "%s: hunk #%d of %s %s; expected at line %d; first difference at %s. Refresh the patch "
         "against this tree or check that the target runs the release the fix was written for"
@@ -286,7 +292,9 @@ def _ending(line: str) -> str:
     """How a line ends, as a message names it."""
     if line.endswith("\r\n"):
         return "CRLF (\\r\\n)"
-    return "LF (\\n)" if line.endswith("\n") else "no newline"
+    if line.endswith("\n"):
+        return "LF (\\n)"
+    return "CR (\\r)" if line.endswith("\r") else "no newline"
 
 
 def _shown(line: Optional[str]) -> str:

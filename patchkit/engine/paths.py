@@ -32,6 +32,28 @@ def detect_layout(path: str) -> str:
     return PLAIN
 
 
+def check_rel(root_name: str, rel: str) -> list:
+    """The components of a patch path, refused (UnsafePathError) when it is empty, holds a NUL,
+    is absolute, has ``..`` or names a RESERVED directory: the checks that need no tree, shared
+    by ``apply`` and ``patchkit import`` (one validator for both)."""
+    where = "%s:%s" % (root_name, rel)
+    if not rel or "\0" in rel:
+        raise UnsafePathError("%s: the path is empty or contains a NUL byte" % where,
+                              root=root_name, path=rel)
+    if os.path.isabs(rel) or rel.startswith("\\"):
+        raise UnsafePathError("%s: the path is absolute; paths must be relative to their "
+                              "root" % where, root=root_name, path=rel)
+    parts = rel.replace("\\", "/").split("/")
+    if ".." in parts:
+        raise UnsafePathError("%s: the path contains '..'; paths must stay inside their "
+                              "root" % where, root=root_name, path=rel)
+    for name in RESERVED:
+        if name in parts:
+            raise UnsafePathError("%s is inside %s/, which belongs to %s; a patch may not write "
+                                  "there" % (where, name, RESERVED[name]), root=root_name, path=rel)
+    return parts
+
+
 @dataclass(frozen=True)
 class Root:
     name: str
@@ -152,16 +174,7 @@ class Roots:
         """The real absolute path of ``rel`` in root ``root_name``, refused if unsafe."""
         root = self.get(root_name)
         where = "%s:%s" % (root_name, rel)
-        if not rel or "\0" in rel:
-            raise UnsafePathError("%s: the path is empty or contains a NUL byte" % where,
-                                  root=root_name, path=rel)
-        if os.path.isabs(rel) or rel.startswith("\\"):
-            raise UnsafePathError("%s: the path is absolute; paths must be relative to their "
-                                  "root" % where, root=root_name, path=rel)
-        parts = rel.replace("\\", "/").split("/")
-        if ".." in parts:
-            raise UnsafePathError("%s: the path contains '..'; paths must stay inside their "
-                                  "root" % where, root=root_name, path=rel)
+        parts = check_rel(root_name, rel)
         limit = _name_max(root)
         for part in parts:
             size = len(part.encode("utf-8", "surrogateescape"))

@@ -13,7 +13,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Set, Tuple
 
+from ..errors import TargetError
 from .checks import result
+from .fsops import NotRegular, read_regular
 from .paths import PACKAGE, Root, Roots
 
 DIST = "sglang"
@@ -81,6 +83,8 @@ def _editable(dist_info: str) -> bool:
 
 
 _CACHE: Dict[str, Tuple[Tuple[int, int, int], Dict[str, str]]] = {}
+#: the largest RECORD read (SGLang's is about 200 KB)
+RECORD_LIMIT = 64 << 20
 
 
 def _read_record(path: str) -> Dict[str, str]:
@@ -91,8 +95,11 @@ def _read_record(path: str) -> Dict[str, str]:
         key = (st.st_ino, st.st_size, st.st_mtime_ns)
         if path in _CACHE and _CACHE[path][0] == key:
             return _CACHE[path][1]
-        with open(path, "rb") as fh:
-            text = fh.read().decode("utf-8")
+        text = read_regular(path, RECORD_LIMIT).decode("utf-8")
+    except NotRegular as exc:
+        raise TargetError("%s %s; pip writes RECORD as a file listing the package's files. "
+                          "Reinstall the package (pip install --force-reinstall) or remove the "
+                          "damaged dist-info" % (exc.path, exc.what), path=exc.path) from None
     except (OSError, UnicodeDecodeError):
         return {}
     _CACHE[path] = (key, _parse(text))

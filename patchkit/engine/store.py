@@ -8,6 +8,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import stat
 import time
 from contextlib import contextmanager, suppress
@@ -214,7 +215,15 @@ class Store:
         return data
 
     def read_state(self) -> Dict[str, Any]:
-        return self._load("state.json") or {"format": FORMAT, "txn": None, "fixes": []}
+        state = self._load("state.json")
+        if state is None:
+            return {"format": FORMAT, "txn": None, "fixes": []}
+        problem = state_problem(state)
+        if problem:
+            raise TargetError("%s is damaged (%s); keep a copy, then repair or remove it after "
+                              "checking the files it lists" % (self.path("state.json"), problem),
+                              path=self.path("state.json"))
+        return state
 
     def write_state(self, state: Dict[str, Any]) -> None:
         write_json(self.path("state.json"), state)
@@ -319,3 +328,38 @@ def write_remedy(exc: OSError) -> str:
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return "free space on the target's file system, then run again"
     return "make the state root writable (or run as its owner)"
+
+
+def state_problem(state: Dict[str, Any]) -> Optional[str]:
+    """What in a state record does not match its schema (docs/state.md), or None: the keys every
+    reader relies on, with their types. A record of the wrong shape is damaged, as garbage is."""
+    fixes = state.get("fixes", [])
+    if not isinstance(fixes, list):
+        return "'fixes' is %s, not a list" % type(fixes).__name__
+    if state.get("txn") is not None and not isinstance(state.get("txn"), str):
+        return "'txn' is %s, not a string" % type(state.get("txn")).__name__
+    seen = set()
+    for i, fix in enumerate(fixes):
+        where = "fixes[%d]" % i
+        if not isinstance(fix, dict):
+            return "%s is %s, not an object" % (where, type(fix).__name__)
+        name = fix.get("name")
+        if not isinstance(name, str) or not re.match(r"[a-z0-9][a-z0-9.-]*\Z", name):
+            return "%s.name is %r, not a fix name" % (where, name)
+        if name in seen:
+            return "%s: fix %s is recorded twice" % (where, name)
+        seen.add(name)
+        version = fix.get("version", 1)
+        if version is not None and (not isinstance(version, int) or isinstance(version, bool)):
+            return "%s.version is %r, not a number" % (where, version)
+        for key in ("files", "patches", "requires", "created_dirs", "verification", "commits"):
+            if key in fix and not isinstance(fix[key], list):
+                return "%s.%s is %s, not a list" % (where, key, type(fix[key]).__name__)
+        for j, rec in enumerate(fix.get("files", [])):
+            if not isinstance(rec, dict) or not all(
+                    isinstance(rec.get(k), str) for k in ("root", "path")):
+                return "%s.files[%d] is not a file record (root, path)" % (where, j)
+            for key in ("before_sha256", "after_sha256", "backup"):
+                if rec.get(key) is not None and not isinstance(rec.get(key), str):
+                    return "%s.files[%d].%s is %r, not a string" % (where, j, key, rec[key])
+    return None

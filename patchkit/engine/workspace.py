@@ -9,7 +9,7 @@ import stat
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .fsops import nearest_existing_dir, read_with_stat
+from .fsops import NotRegular, nearest_existing_dir, read_with_stat
 from .hunks import Hunk, decode, split_lines
 from ..errors import PatchkitError
 from .paths import Roots
@@ -52,6 +52,9 @@ class Workspace:
             except NotADirectoryError:  # a file stands where a directory of the path should
                 data, st = None, None
                 blocked = "%s is a file, not a directory" % _first_file(self.roots, root, abs_path)
+            except NotRegular as exc:  # a FIFO, a device: never read, never patched
+                data, st = None, None
+                blocked = "%s:%s %s; patchkit patches regular files only" % (root, path, exc.what)
             if data is None and blocked is None and os.path.isdir(abs_path):
                 blocked = "%s is a directory" % self.roots.where(root, path)
             mode = stat.S_IMODE(st.st_mode) if st is not None else None

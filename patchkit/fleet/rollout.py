@@ -118,6 +118,13 @@ class Rollout:
             reports[host.name] = report
             if changes:
                 todo[host.name] = changes
+        for name, first in _same_trees(reports).items():
+            tree = (reports[name].result or {}).get("tree") or {}
+            reports[name] = replace(reports[name], state="refused", detail=(
+                f"reaches the same tree as {first} ({tree.get('path')} on one machine): one "
+                "apply there would be reported for both hosts. Remove one of them from the "
+                "inventory, or point it at a tree of its own"))
+            todo.pop(name, None)
         groups = _groups(todo)
         unreachable = [h for h, r in reports.items() if r.state == "unreachable"]
         refused = [h for h, r in reports.items() if r.state == "refused"]
@@ -225,6 +232,23 @@ class Rollout:
                            hosts=tuple(reports[h.name] for h in self.hosts),
                            waves=tuple(tuple(w) for w in waves), groups=tuple(groups),
                            stopped=stopped)
+
+
+def _same_trees(reports: Mapping[str, HostReport]) -> dict[str, str]:
+    """host -> the earlier inventory host whose preflight reached the same tree (machine,
+    device and inode of the state root, as the engine there reported them)."""
+    seen: dict[tuple, str] = {}
+    out = {}
+    for host, report in reports.items():
+        tree = (report.result or {}).get("tree")
+        if not isinstance(tree, Mapping) or "ino" not in tree:
+            continue
+        key = (tree.get("machine"), tree.get("dev"), tree.get("ino"))
+        if key in seen:
+            out[host] = seen[key]
+        else:
+            seen[key] = host
+    return out
 
 
 def _label(changes: Changes) -> str:

@@ -11,7 +11,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import PatchFormatError
+from ..engine import fsops
+from ..engine.paths import check_rel
+from ..errors import PatchFormatError, UnsafePathError
 
 
 @dataclass
@@ -27,6 +29,24 @@ class Patch:
     diff: str = ""  # from the first file header to the end (surrogateescape'd bytes)
 
 
+#: the largest patch, mbox or series file patchkit reads (the largest real diff seen: 184 MB)
+MAX_INPUT = 1 << 30
+
+
+def read_regular(path: Path, what: str = "the file") -> bytes:
+    """The bytes of a file a user gave (a patch, an mbox, a series), refused with a
+    PatchFormatError when it is not a regular file (a FIFO is not waited on, /dev/zero not
+    read) or is larger than MAX_INPUT."""
+    try:
+        return fsops.read_regular(str(path), MAX_INPUT)
+    except fsops.NotRegular as exc:
+        raise PatchFormatError(f"{path}: {what} {exc.what}. Give a regular file (save the patch "
+                               "to a file first)", file=str(path)) from None
+    except OSError as exc:
+        raise PatchFormatError(f"{path}: cannot read {what}: {exc.strerror}",
+                               file=str(path)) from None
+
+
 _DIFF_START = re.compile(r"^(diff |Index: |--- \S)", re.M)
 
 
@@ -35,8 +55,8 @@ def split_diff(text: str, source: Path) -> tuple[str, str]:
     ``diff``/``Index:`` line or ``---``/``+++`` pair."""
     for match in _DIFF_START.finditer(text):
         start = match.start()
-        line = text[start:].split("\n", 2)
-        if line[0].startswith("--- ") and not (len(line) > 1 and line[1].startswith("+++ ")):
+        end = text.find("\n", start)
+        if text.startswith("--- ", start) and not (end >= 0 and text.startswith("+++ ", end + 1)):
             continue  # a "--- " that is no file header (a mail's "---" has no space after it)
         return text[:start], text[start:]
     raise PatchFormatError(f"{source}: no diff found (no 'diff --git', '---'/'+++' file "
@@ -72,6 +92,14 @@ def refuse_escape(path: str, source: Path) -> None:
             "path or '..'). patchkit imports only patches within the tree; check where the "
             "patch comes from, or fix its file headers (and -p strip level)", file=str(source),
             path=path)
+    try:  # the rest of what apply refuses of a path without looking at a tree (.git/, ...)
+        check_rel("sglang", path)
+    except UnsafePathError as exc:
+        raise PatchFormatError(
+            f"{source}: the patch names {path!r}: {exc.message.split(' ', 1)[1]}. apply would "
+            "refuse it, so import does; check where the patch comes from", file=str(source),
+            path=path) from None
 
 
-__all__ = ["Patch", "split_diff", "strip_signature", "refuse_crlf", "refuse_escape"]
+__all__ = ["Patch", "split_diff", "strip_signature", "refuse_crlf", "refuse_escape",
+           "read_regular", "MAX_INPUT"]

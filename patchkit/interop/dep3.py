@@ -30,6 +30,10 @@ FIELDS: dict[str, tuple[str, str]] = {
     "Patchkit-Reference": ("upstream.reference", "exact reference when Forwarded cannot say it"),
     "Patchkit-Author": ("author", "'unset': the mail's From is not the fix's author"),
     "Patchkit-Root": ("[[patches]] root", "the target root of the patch's paths, when not sglang"),
+    "Patchkit-Fix-Root": ("upstream.root", "the root whose release the fix checks, when not "
+                          "sglang"),
+    "Patchkit-Release": ("upstream.base_release", "the release the series is written against; "
+                         "import takes it when no --release or --target says otherwise"),
 }
 
 _FIELD = re.compile(r"^([A-Za-z][A-Za-z0-9-]*):(?:[ \t]+(.*)|)$")
@@ -64,6 +68,8 @@ def headers_of(fix: Fix, *, last_update: bool = True) -> list[tuple[str, str]]:
         out.append(("Last-Update", fix.changelog[-1].date))
     out += list(fix.headers)
     out.append(("Patchkit-Fix", f"{fix.name} v{fix.version}"))
+    out += [("Patchkit-Release", up.base_release)] if up.base_release else []
+    out += [("Patchkit-Fix-Root", up.root)] if up.root != "sglang" else []
     return out
 
 
@@ -92,6 +98,10 @@ def fields_of(pairs: list[tuple[str, str]], source: Path) -> dict[str, Any]:
             found["author_unset"] = True
         elif low == "patchkit-root":
             found["root"] = value
+        elif low == "patchkit-release":
+            found["release"] = value.strip()
+        elif low == "patchkit-fix-root":
+            found["fix_root"] = value.strip()
         elif low not in ("patchkit-forwarding", "patchkit-reference", "description", "subject"):
             found["headers"].append((key, value))
     upstream["forwarding"], upstream["reference"] = forwarded_of(forwarded)

@@ -4,7 +4,10 @@ bytes; the messages come from the manifest."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -13,7 +16,7 @@ from ..authoring import PLACEHOLDER_AUTHOR, catalog_identity
 from ..catalog import Catalog
 from ..catalog.model import DEFAULT_ROOT, Fix
 from ..errors import UsageError
-from . import dep3, mbox, quilt, split_diff
+from . import dep3, mbox, quilt, read_regular, split_diff
 
 FORMATS = ("mbox", "quilt", "dep3")
 
@@ -65,14 +68,16 @@ def _rooted(headers: list[tuple[str, str]], root: str) -> list[tuple[str, str]]:
 
 def export(catalog: Catalog, names: Sequence[str], fmt: str, out: Path) -> ExportResult:
     """Write the fixes ``names`` in format ``fmt`` under ``out``: ``<fix>.mbox`` each; or a
-    quilt directory (``series``, ``<fix>/<patch>``); or ``<fix>/<patch>`` with DEP-3 headers."""
+    quilt directory (``series``, ``<fix>/<patch>``); or ``<fix>/<patch>`` with DEP-3 headers.
+    Only regular files are written, inside ``out``, never through a symlink; an existing quilt
+    ``series`` is merged (the fixes' lines replaced, every other line kept)."""
     if fmt not in FORMATS:
         raise UsageError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}", format=fmt)
     fixes = [catalog.get(name) for name in names]
     planned = [(fix, _diffs(fix)) for fix in fixes]  # every refusal before any file is written
     result = ExportResult(fmt, fixes=[f.name for f in fixes])
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    writes: list[tuple[str, str]] = []  # (path relative to out, text), in order
     listed: list[str] = []
     fallback = None
     for fix, diffs in planned:
@@ -96,23 +101,137 @@ def export(catalog: Catalog, names: Sequence[str], fmt: str, out: Path) -> Expor
                     fix.rationale if first else body,
                     _rooted(headers if first else _tag(fix), root),
                     diff, number=i, total=len(diffs)))
-            path = out / f"{fix.name}.mbox"
-            path.write_text("".join(mails), encoding="utf-8", errors="surrogateescape", newline="")
-            result.files.append(path)
+            writes.append((f"{fix.name}.mbox", "".join(mails)))
             continue
-        (out / fix.name).mkdir(exist_ok=True)
         for i, (file, subject, body, diff, root) in enumerate(diffs, 1):
             first = i == 1
             text = quilt.patch_text(
                 fix.title if first else subject, fix.rationale if first else body,
                 fix.author, _rooted(headers if first else _tag(fix), root), diff)
-            path = out / fix.name / file
-            path.write_text(text, encoding="utf-8", errors="surrogateescape", newline="")
-            result.files.append(path)
+            writes.append((f"{fix.name}/{file}", text))
             listed.append(f"{fix.name}/{file}")
+    stale: list[str] = []
     if fmt == "quilt":
-        result.files.append(quilt.write_series(out, listed))
+        series, stale = _merged_series(out, [f.name for f in fixes], listed, result)
+        writes.append(("series", series))
+    for rel, _text in writes:  # every refusal (a link, a directory in the way) before writing
+        _check_target(out, rel)
+    for rel in stale:
+        _check_target(out, rel)
+    out.mkdir(parents=True, exist_ok=True)
+    top = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for rel, text in writes:
+            _write_in(top, out, rel, text)
+            result.files.append(out / rel)
+        for rel in stale:
+            _unlink_in(top, out, rel)
+    finally:
+        os.close(top)
     return result
+
+
+def _merged_series(out: Path, names: list[str], listed: list[str], result: ExportResult
+                   ) -> tuple[str, list[str]]:
+    """The ``series`` to write: ``listed`` alone, or merged into the series already in ``out``
+    (the exported fixes' old lines replaced where the first of them was, every other line
+    kept); and the old patch files of those fixes the new series no longer lists."""
+    path = out / "series"
+    if not os.path.lexists(path):
+        return "".join(f"{f}\n" for f in listed), []
+    _check_target(out, "series")
+    old = read_regular(path, "the quilt series file").decode("utf-8", "surrogateescape")
+    ours = tuple(f"{name}/" for name in names)
+    kept, placed, dropped = [], False, []
+    for line in old.splitlines():
+        entry = line.split("#", 1)[0].split()
+        if entry and entry[0].startswith(ours):
+            dropped.append(entry[0])
+            if not placed:
+                kept.extend(listed)
+                placed = True
+            continue
+        kept.append(line)
+    if not placed:
+        kept.extend(listed)
+    others = len(kept) - len(listed)
+    result.notes.append(
+        f"merged into the existing {path}: {len(dropped)} line(s) of "
+        f"{', '.join(names)} replaced by {len(listed)}, {others} other line(s) kept as they were")
+    stale = [d for d in dropped if d not in listed and os.path.lexists(out / d)]
+    if stale:
+        result.notes.append(f"removed the patch file(s) the old series listed for these fixes "
+                            f"and the new one does not: {', '.join(stale)}")
+    return "".join(f"{line}\n" for line in kept), stale
+
+
+def _check_target(out: Path, rel: str) -> None:
+    """Refuse to write ``out/rel`` through a symlink, or over something not a regular file."""
+    parts = rel.split("/")
+    for i in range(len(parts)):
+        path = out.joinpath(*parts[:i + 1])
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return
+        last = i == len(parts) - 1
+        if stat.S_ISLNK(st.st_mode):
+            raise UsageError(f"{path} is a symlink (to {os.readlink(path)}); export writes only "
+                             f"files of its own inside {out}, never through a link. Remove the "
+                             "link, or export into another directory", path=str(path))
+        if last and not stat.S_ISREG(st.st_mode) or not last and not stat.S_ISDIR(st.st_mode):
+            raise UsageError(f"{path} is in the way: it is not a regular "
+                             f"{'file' if last else 'directory'}. Remove it, or export into "
+                             "another directory", path=str(path))
+
+
+def _open_dir(top: int, out: Path, parts: list[str]) -> int:
+    fd = os.dup(top)
+    for i, name in enumerate(parts):
+        try:
+            os.mkdir(name, 0o755, dir_fd=fd)
+        except FileExistsError:
+            pass
+        try:
+            nxt = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+        except OSError as exc:
+            os.close(fd)
+            raise UsageError(f"{out.joinpath(*parts[:i + 1])} is not a directory of its own "
+                             f"({exc.strerror}): it changed under the export. Remove it and "
+                             "export again", path=str(out.joinpath(*parts[:i + 1]))) from None
+        os.close(fd)
+        fd = nxt
+    return fd
+
+
+def _write_in(top: int, out: Path, rel: str, text: str) -> None:
+    """Write ``out/rel`` as a new regular file (a temporary one renamed over the name), by
+    directory descriptors opened without following a link."""
+    *dirs, name = rel.split("/")
+    fd = _open_dir(top, out, dirs)
+    tmp = f".{name}.patchkit-tmp-{os.getpid()}"
+    try:
+        handle = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644,
+                         dir_fd=fd)
+        with os.fdopen(handle, "wb") as fh:
+            fh.write(text.encode("utf-8", "surrogateescape"))
+        os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)  # replaces a name, follows nothing
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=fd)
+        raise
+    finally:
+        os.close(fd)
+
+
+def _unlink_in(top: int, out: Path, rel: str) -> None:
+    *dirs, name = rel.split("/")
+    fd = _open_dir(top, out, dirs)
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=fd)
+    finally:
+        os.close(fd)
 
 
 __all__ = ["FORMATS", "ExportResult", "export", "catalog_identity"]

@@ -11,7 +11,7 @@ from email.utils import format_datetime, parseaddr
 from pathlib import Path
 
 from ..errors import PatchFormatError
-from . import Patch, refuse_crlf, split_diff, strip_signature
+from . import Patch, read_regular, refuse_crlf, split_diff, strip_signature
 
 #: The line opening each message of an mbox (git format-patch writes a fixed date).
 FROM_LINE = re.compile(rb"^From [^\s]+ .*\d{4}\r?$")
@@ -34,17 +34,23 @@ def read(path: Path) -> list[Patch]:
 
 
 def _read_file(path: Path) -> list[Patch]:
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise PatchFormatError(f"{path}: cannot read it: {exc.strerror}", file=str(path)) from None
-    chunks: list[bytes] = []
+    data = read_regular(path, "the mbox")
+    # Each message's lines are joined once (appending to a bytes object copied it whole per
+    # line: an import took time in the square of the mbox's size).
+    chunks: list[list[bytes]] = []
     for line in data.splitlines(keepends=True):
-        if FROM_LINE.match(line.rstrip(b"\n")) or not chunks:
-            chunks.append(b"" if FROM_LINE.match(line.rstrip(b"\n")) else line)
+        is_from = line.startswith(b"From ") and FROM_LINE.match(line.rstrip(b"\n"))
+        if is_from or not chunks:
+            chunks.append([] if is_from else [line])
         else:
-            chunks[-1] += line
-    out = [_message(path, chunk, i) for i, chunk in enumerate(chunks, 1) if chunk.strip()]
+            chunks[-1].append(line)
+    del data
+    out = []
+    for i, lines in enumerate(chunks, 1):
+        chunk = b"".join(lines)
+        lines.clear()
+        if chunk.strip():
+            out.append(_message(path, chunk, i))
     if not out:
         raise PatchFormatError(f"{path}: no message in the mbox. Give the output of git "
                                "format-patch (or a mail holding a patch)", file=str(path))

@@ -4,11 +4,12 @@ written so that ``quilt push -a`` applies them."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
 from ..errors import PatchFormatError
-from . import Patch, dep3, mbox, refuse_escape, split_diff
+from . import Patch, dep3, mbox, read_regular, refuse_escape, split_diff
 
 _FILE_HEADER = re.compile(r"^(---|\+\+\+) (.*)$")
 
@@ -28,7 +29,7 @@ def read(path: Path, strip: int = 1) -> list[Patch]:
     where = series_dir(Path(path))
     series = where / "series"
     out = []
-    raw = series.read_bytes()
+    raw = read_regular(series, "the series file")
     try:
         lines = raw.decode("utf-8").split("\n")
     except UnicodeDecodeError:
@@ -47,6 +48,8 @@ def read(path: Path, strip: int = 1) -> list[Patch]:
             level = int(match[1])
         refuse_escape(words[0], series)
         file = where / words[0]
+        if os.path.exists(file) and not file.is_file():
+            read_regular(file, "the patch")  # says what it is (a FIFO, a directory...)
         if not file.is_file():
             raise PatchFormatError(
                 f"{series}:{number}: names {words[0]}, which is not in {where}. Add the patch "
@@ -60,7 +63,7 @@ def read(path: Path, strip: int = 1) -> list[Patch]:
 
 def read_patch(file: Path, strip: int = 1) -> Patch:
     """One DEP-3 headed patch, its file headers rewritten to git's ``a/`` ``b/`` form."""
-    text = file.read_bytes().decode("utf-8", "surrogateescape")
+    text = read_regular(file, "the patch").decode("utf-8", "surrogateescape")
     if mbox.FROM_LINE.match(text.split("\n", 1)[0].encode("utf-8", "surrogateescape")):
         found = mbox.read(file)  # git format-patch output in a series, as Debian keeps many
         if len(found) != 1:

@@ -348,6 +348,14 @@ class _Session:
             except OSError:
                 pass
 
+    def _stdout_text(self) -> str:
+        """What the host printed on stdout that is not the agent's own protocol."""
+        data = self.stdout
+        for marker in (STARTED_MARKER, READY_MARKER):
+            data = data.replace(marker, b"\n")
+        at = data.find(RESULT_MARKER)
+        return (data if at < 0 else data[:at]).decode("utf-8", "replace").strip()
+
     def details(self, returncode: int | None) -> dict[str, Any]:
         """The error details: where, the command (the agent elided), exit code, ssh's stderr."""
         agent = f"{self.command.split(' ', 1)[0]} -c '<patchkit agent>'"
@@ -374,6 +382,10 @@ class _Session:
         details = self.details(returncode)
         text = details["stderr"]
         said = _tail(text)
+        out = self._stdout_text()
+        if out:  # a host may say why on stdout (a nologin shell: "This account is ...")
+            details["stdout"] = out[-4000:]
+            said = (f"{said} (stderr) / {_tail(out)} (stdout)" if said else _tail(out))
         how = ("was killed" if returncode < 0 else "was closed (ssh exit code 255)"
                if returncode == _SSH_FAILED else f"ended with exit code {returncode}")
         if self.went:

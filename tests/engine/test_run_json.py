@@ -41,9 +41,12 @@ def test_agent_reports_bad_input_as_an_error_result() -> None:
 
 
 def test_unexpected_exception_becomes_internal_error(checkout: Path) -> None:
-    req = request("status", {"sglang": checkout}, [])
+    # (a state.json of the wrong shape is reported damaged, tests/test_hostile_surfaces.py;
+    # a journal of the wrong shape still trips the recovery)
+    req = request("rollback", {"sglang": checkout}, [])
     (checkout / ".patchkit").mkdir()
-    (checkout / ".patchkit/state.json").write_text('{"format": 1, "txn": null, "fixes": [{"no-name": 1}]}')
+    (checkout / ".patchkit/journal.json").write_text(
+        '{"format": 1, "txn": "t", "op": "apply", "fixes": 5}')
     res = run(req)
     assert res["ok"] is False and res["error"]["type"] == "InternalError"
     assert "Traceback" in res["error"]["details"]["traceback"]
