@@ -72,6 +72,7 @@ def read_patch(file: Path, strip: int = 1) -> Patch:
         found[0].diff = _restrip(found[0].diff, strip, file)
         return found[0]
     head, diff = split_diff(text, file)
+    head = head.replace("\r\n", "\n")  # the headers are text; the diff's endings are the tree's
     try:
         head.encode("utf-8")
     except UnicodeEncodeError:
