@@ -93,7 +93,15 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
     upgrades: Dict[str, Dict[str, Any]] = {}  # name -> the record of the version applied now
     for spec in req.fixes:
         rec = recorded.get(spec.name)
-        if rec is None:
+        if spec.not_needed and (rec is None or spec.name in lost_records):
+            # upstream holds the change in this release: nothing to write; a record the
+            # upgrade made lost is dropped (docs/manifest.md, "Upstream since R")
+            outcomes[spec.name] = {"name": spec.name, "version": spec.version, "outcome": "not-needed",
+                                   "detail": spec.not_needed, "files": [], "preconditions": [],
+                                   "verification": []}
+            if spec.name in lost_records:
+                outcomes[spec.name]["lost"] = lost[spec.name]
+        elif rec is None:
             todo.append(spec)
         elif int(rec.get("version", 0)) == spec.version:
             from .observe import drifted_files  # a recorded fix: do its files hold what it wrote?
@@ -143,9 +151,13 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
     prepare = _Prepare(req, store, state, ws, sources, git_changes, taken_out)
     for name in lost:  # a lost fix required by another is not there: apply it again first
         prepare.recorded.pop(name, None)
+    prepare.prepared.update(s.name for s in req.fixes if s.not_needed)  # satisfy requires
     prepared = prepare.changes(todo)
     if not req.dry_run and prepared:
         _write(req, store, state, ws, prepared, {**left, **upgrades})
+    elif not req.dry_run and any(n in lost_records for n, o in outcomes.items()
+                                 if o["outcome"] == "not-needed"):
+        store.write_state(state)  # only lost records of not-needed fixes to drop
     for fc in prepared:
         old = upgrades.get(fc.spec.name)
         if old is None:
