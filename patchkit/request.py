@@ -17,7 +17,7 @@ OPS = ("apply", "rollback", "status", "verify")
 def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
                   roots: dict[str, str], state_root: str, python: str | None,
                   dry_run: bool = False, force: bool = False, lock_timeout: float = 30.0,
-                  commit: bool = False, git: bool = True) -> dict[str, Any]:
+                  commit: bool = False, git: bool = True, sync: bool = False) -> dict[str, Any]:
     """The engine request for ``op`` over ``fixes``, already in the order the op needs."""
     if op not in OPS:
         raise UsageError(f"unknown operation '{op}'; use one of {', '.join(OPS)}", op=op)
@@ -49,6 +49,8 @@ def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
         "commit": bool(commit),
         "git": bool(git),
     }
+    if sync and op == "apply":  # skip what the target does not need (docs/cli.md, sync)
+        request["sync"] = True
     if op == "apply":
         _check_modes(request["fixes"])
     return request

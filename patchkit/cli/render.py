@@ -26,7 +26,7 @@ OUTCOME_STYLE = {
     "applied": "bold green", "already-applied": "green", "would-apply": "cyan",
     "upgraded": "bold green", "would-upgrade": "cyan", "rolled-back": "bold yellow",
     "would-roll-back": "yellow", "verified": "bold green", "failed": "bold red",
-    "not-applied": "dim",
+    "not-applied": "dim", "not-needed": "dim", "present-unrecorded": "yellow",
 }
 STATE_STYLE = {
     "applied": "green", "drifted": "bold red", "not-applied": "dim", "partly-present": "yellow",
@@ -165,6 +165,8 @@ def render_fix_outcome(console: Any, fix: FixOutcome, *, show_diff: bool,
     line(console, [(f"{fix.outcome} ", style), (f"{fix.name}{version}", "bold")])
     if fix.drifted and fix.outcome == "already-applied":
         _drifted(console, fix)
+    if fix.detail and fix.outcome in ("not-needed", "present-unrecorded"):
+        line(console, [(f"  {fix.detail}", "dim")])
     if fix.lost:  # the reinstall is the news, not the apply: say why it was applied again
         line(console, [("  re-applied: was lost: ", "yellow"), (fix.lost.split(". ")[0], "")])
     _commits(console, fix)

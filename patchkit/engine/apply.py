@@ -124,6 +124,8 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
                          "other fixes without it" % ("--commit" if req.commit else "a revert fix (%s)"
                                                      % ", ".join(s.name for s in todo if s.revert)))
     check_patch_paths(req.roots, list(todo) + list(req.dependencies))
+    if req.sync:
+        todo = _sync_skips(req, todo, outcomes, set(upgrades))
     check_file_modes(todo)  # dependencies are looked for, never written
     ws = Workspace(req.roots)
     if upgrades:
@@ -168,6 +170,27 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
             outcomes[fc.spec.name] = dict(fix_result(fc, "would-upgrade" if req.dry_run else "upgraded"),
                                           from_version=old.get("version"))
     return [outcomes[s.name] for s in req.fixes]
+
+
+def _sync_skips(req: Request, todo: List[FixSpec], outcomes: Dict[str, Dict[str, Any]],
+                upgrades: Set[str]) -> List[FixSpec]:
+    """``patchkit sync``: of the fixes to write, leave out those ``status`` would call
+    ``not-needed`` (a revert with nothing to revert) or ``present-unrecorded`` (the change is
+    in the files already, put there by someone else), each with its outcome saying so."""
+    from .observe import unrecorded
+
+    ws, keep = Workspace(req.roots), []
+    for spec in todo:
+        seen = "" if spec.name in upgrades else unrecorded(ws, spec, req.roots)["state"]
+        if seen in ("not-needed", "present-unrecorded"):
+            outcomes[spec.name] = {
+                "name": spec.name, "version": spec.version, "files": [], "preconditions": [],
+                "verification": [], "outcome": seen,
+                "detail": "nothing to revert on this target" if seen == "not-needed" else
+                "the change is in the files already, not recorded by patchkit: see patchkit status"}
+        else:
+            keep.append(spec)
+    return keep
 
 
 def _drop_lost(req: Request, state: Dict[str, Any]

@@ -55,6 +55,7 @@ class Request:
     dependencies: Tuple[FixSpec, ...]  # required fixes not in ``fixes``: looked for, never written
     commit: bool = False  # apply: record each fix as a commit in its git roots
     git: bool = True  # apply: False (--no-git) runs no git: no clean check, no release tag
+    sync: bool = False  # apply: skip fixes whose change this target does not need (patchkit sync)
 
 
 def _checks(value: Any, fix: str, key: str) -> Tuple[Dict[str, Any], ...]:
@@ -139,7 +140,8 @@ def parse_request(data: Any) -> Request:
                    roots=roots, state_root=state_root, python=str(data.get("python") or roots.interpreters.get("sglang")
                                             or sys.executable),
                    lock_timeout=lock_timeout, fixes=fixes, dependencies=dependencies,
-                   commit=bool(data.get("commit", False)), git=bool(data.get("git", True)))
+                   commit=bool(data.get("commit", False)), git=bool(data.get("git", True)),
+                   sync=bool(data.get("sync", False)))
 
 
 def _list(data: Dict[str, Any], key: str) -> List[Any]:
