@@ -223,3 +223,44 @@ def test_matrix_over_three_releases_fails_on_the_one_without_a_variant(
                             capture_output=True, text=True, timeout=900)
     assert served.returncode == 0, served.stderr
     assert f"| {INDEX_K} | v3 (0.5.22) | v4 (0.5.23) |" in served.stdout
+
+
+# -- a fleet on two releases --------------------------------------------------------------------
+
+
+def test_a_fleet_on_two_releases_converges_in_one_sync(fleet_servers, three_releases: UpstreamRepo,
+                                                        tmp_path: Path) -> None:
+    """h1, h2 still on 0.5.22, h3, h4 on 0.5.23: one `sync --inventory` gives each host its
+    release's variants; a second one changes nothing."""
+    import os
+
+    from tests.fixtures.fleet_hosts import ansible_env, write_inventory
+
+    release = {"h1": "0.5.22", "h2": "0.5.22", "h3": "0.5.23", "h4": "0.5.23"}
+    trees = {h.name: three_releases.checkout(release[h.name], tmp_path / h.name)
+             for h in fleet_servers.hosts}
+    inventory = write_inventory(tmp_path / "inventory.yml", fleet_servers.hosts, {
+        name: {"patchkit_target": str(tree), "patchkit_python": sys.executable}
+        for name, tree in trees.items()}, python=sys.executable)
+    env = ansible_env(tmp_path, os.environ)
+
+    def sync(*extra: str) -> tuple[int, dict]:
+        proc = subprocess.run([str(Path(sys.executable).parent / "patchkit"), "--catalog",
+                               str(REPO), "sync", "--inventory", str(inventory), "--json", *extra],
+                              env=env, capture_output=True, text=True, timeout=600)
+        try:
+            return proc.returncode, json.loads(proc.stdout)
+        except json.JSONDecodeError:
+            raise AssertionError(f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}") from None
+
+    code, report = sync()
+    assert code == 0, report
+    assert {h["host"]: h["state"] for h in report["hosts"]} == {n: "applied" for n in trees}
+    # the preflight groups the hosts by what they get: here, by the release they run
+    assert sorted(g["hosts"] for g in report["groups"]) == [["h1", "h2"], ["h3", "h4"]], report["groups"]
+    for name, tree in trees.items():
+        state = json.loads((tree / ".patchkit" / "state.json").read_text())
+        want = 3 if release[name] == "0.5.22" else 4
+        assert {f["name"]: f["version"] for f in state["fixes"]} == {INDEX_K: want, SIZING: want}
+    code, again = sync()
+    assert code == 0 and {h["state"] for h in again["hosts"]} == {"unchanged"}, again
