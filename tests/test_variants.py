@@ -262,5 +262,13 @@ def test_a_fleet_on_two_releases_converges_in_one_sync(fleet_servers, three_rele
         state = json.loads((tree / ".patchkit" / "state.json").read_text())
         want = 3 if release[name] == "0.5.22" else 4
         assert {f["name"]: f["version"] for f in state["fixes"]} == {INDEX_K: want, SIZING: want}
+    # status groups the hosts by release; two versions on two releases is converged
+    status = subprocess.run([str(Path(sys.executable).parent / "patchkit"), "--catalog", str(REPO),
+                             "status", "--inventory", str(inventory), "--json", "--exit-code"],
+                            env=env, capture_output=True, text=True, timeout=600)
+    assert status.returncode == 0, status.stdout + status.stderr
+    seen = json.loads(status.stdout)
+    assert seen["by_release"] == {"0.5.22": ["h1", "h2"], "0.5.23": ["h3", "h4"]}
+    assert seen["matrix"]["h1"][INDEX_K] == {"state": "applied", "version": 3, "release": "0.5.22"}
     code, again = sync()
     assert code == 0 and {h["state"] for h in again["hosts"]} == {"unchanged"}, again

@@ -74,13 +74,17 @@ def survey(state: State, op: str, names: list[str], fleet: dict[str, Any], *, as
                            limit=fleet["limit"], forks=fleet["forks"], lock_timeout=lock_timeout)
     if op == "status":
         cells = status_cells(result)
-        render.emit(as_json, dict(result.to_json(), matrix=cells),
+        render.emit(as_json, dict(result.to_json(), matrix=cells, by_release=by_release(cells)),
                     lambda out: render_matrix(out, cells))
         if not as_json:
             _recovered(result.hosts)
         unconverged = any(c["state"] in NOT_CONVERGED for row in cells.values() for c in row.values())
-        versions = {fix: {(c["state"], c.get("version")) for c in (row.get(fix) for row in cells.values())
-                          if c and c["state"] != "unreachable"} for fix in _fixes(cells)}
+        # one version per fix among the hosts of one release (each release has its variant)
+        versions = {(fix, c.get("release")): set() for row in cells.values() for fix, c in row.items()}
+        for row in cells.values():
+            for fix, c in row.items():
+                if c["state"] != "unreachable":
+                    versions[(fix, c.get("release"))].add((c["state"], c.get("version")))
         unconverged = unconverged or any(len(v) > 1 for v in versions.values())
         return EXIT_CHECK_FAILED if exit_code and unconverged else 0
     render.emit(as_json, result.to_json(), lambda out: render_hosts(out, result.hosts, op))
@@ -107,14 +111,25 @@ def status_cells(result: Any) -> dict[str, dict[str, dict[str, Any]]]:
         if host.state != "ok":
             rows[host.host] = {"*": {"state": host.state, "detail": host.detail}}
             continue
+        release = ((host.result or {}).get("status") or {}).get("release")
         rows[host.host] = {f["name"]: {"state": f["state"], "version": f.get("version")
-                                       if f["state"] in ON_HOST else None} for f in status}
+                                       if f["state"] in ON_HOST else None, "release": release}
+                           for f in status}
     fixes = _fixes(rows)
     for row in rows.values():
         if "*" in row:
             cell = row.pop("*")
             row.update({fix: dict(cell) for fix in fixes})
     return rows
+
+
+def by_release(cells: dict[str, dict[str, dict[str, Any]]]) -> dict[str, list[str]]:
+    """release -> the hosts running it ("unknown": unreachable, or no release read)."""
+    out: dict[str, list[str]] = {}
+    for host, row in cells.items():
+        release = next((c.get("release") for c in row.values() if c.get("release")), None)
+        out.setdefault(release or "unknown", []).append(host)
+    return out
 
 
 def _fixes(rows: dict[str, dict[str, Any]]) -> list[str]:
@@ -139,8 +154,9 @@ def render_matrix(console: Any, cells: dict[str, dict[str, dict[str, Any]]]) -> 
         return
     rows = [[host, *(_cell(row.get(fix)) for fix in fixes)] for host, row in cells.items()]
     style = dict(render.STATE_STYLE, unreachable="bold red", failed="bold red")
+    groups = "; ".join(f"{r}: {', '.join(h)}" for r, h in by_release(cells).items())
     render.write_table(console, rows, ("host", "bold"), *((fix, style) for fix in fixes),
-                       title="fleet status")
+                       title="fleet status" + (f" (sglang {groups})" if groups else ""))
 
 
 HOST_STYLE = {"applied": "bold green", "rolled-back": "bold yellow", "unchanged": "green",

@@ -262,6 +262,10 @@ def _status_rows(result: OpResult, verbose: bool) -> List[List[str]]:
         state = s.state
         if state == "outdated":
             state = f"outdated (v{s.version} applied, v{s.catalog_version} in the catalog)"
+            if result.release and s.releases:  # the variant of the release the target runs
+                state += f": v{s.catalog_version} is {result.release}'s variant"
+        elif s.detail and s.detail.startswith("in upstream since"):
+            state = f"{state}: {s.detail}"
         elif state == "lost":
             state = f"lost: {s.detail}"
         shown = s.version is not None and s.state in ("applied", "drifted", "outdated", "lost")
@@ -280,7 +284,8 @@ def render_status(console: Any, result: OpResult, *, verbose: bool = False) -> N
         line(PlainConsole(sys.stderr) if isinstance(console, PlainConsole) else console, note)
     if rows:
         write_table(console, rows, ("fix", "bold"), ("state", STATE_STYLE), ("version", "right"),
-                    ("applied at", "dim"), ("files", ""), title=f"status of {result.target}")
+                    ("applied at", "dim"), ("files", ""), title=f"status of {result.target}"
+                    + (f" (sglang {result.release})" if result.release else ""))
 
 
 def render_fix_list(console: Any, fixes: Iterable[Any]) -> None:
