@@ -107,8 +107,8 @@ def test_fleet_converges_in_waves_and_a_rerun_touches_no_host(fleet) -> None:
     assert code == 0, status
     for node in fleet.nodes:
         row = status["matrix"][node.name]
-        assert row["dsv4-bf16-sizing"] == {"state": "applied", "version": 2}
-        assert row["prefill-hicache-off"] == {"state": "applied", "version": 1}
+        assert row["dsv4-bf16-sizing"] == {"state": "applied", "version": 4, "release": "0.5.23"}
+        assert row["prefill-hicache-off"] == {"state": "applied", "version": 1, "release": "0.5.23"}
 
 
 def test_a_drifted_host_stops_the_rollout_in_preflight_with_nothing_written(fleet) -> None:
@@ -220,7 +220,7 @@ def test_a_killed_controller_leaves_every_host_all_or_nothing_and_status_recover
         assert recovered["h2"][0]["outcome"] == "rolled-back"
     assert snapshot(fleet.node("h2")) == before["h2"]  # all or nothing: nothing
     assert state_of(fleet.node("h2")) == {}
-    assert status["matrix"]["h1"]["dsv4-bf16-sizing"] == {"state": "applied", "version": 2}
+    assert status["matrix"]["h1"]["dsv4-bf16-sizing"] == {"state": "applied", "version": 4, "release": "0.5.23"}
     assert status["matrix"]["h2"]["dsv4-bf16-sizing"]["state"] == "not-applied"
 
     code, report = patchkit(fleet, "apply", *SEED)  # the re-run converges

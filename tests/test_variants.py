@@ -272,3 +272,14 @@ def test_a_fleet_on_two_releases_converges_in_one_sync(fleet_servers, three_rele
     assert seen["matrix"]["h1"][INDEX_K] == {"state": "applied", "version": 3, "release": "0.5.22"}
     code, again = sync()
     assert code == 0 and {h["state"] for h in again["hosts"]} == {"unchanged"}, again
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--releases", "0.5.23..0.5.22"], "0.5.23 comes after 0.5.22"),
+    (["--releases", "0.5.22", "--markdown", "--json"], "pick one"),
+    (["--releases", "latest"], "latest"),
+])
+def test_matrix_refuses_bad_input_with_exit_2_before_fetching(args: list[str], said: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "patchkit", "--catalog", str(REPO), "matrix",
+                           *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and said in proc.stderr, proc.stderr
