@@ -283,3 +283,18 @@ def test_matrix_refuses_bad_input_with_exit_2_before_fetching(args: list[str], s
     proc = subprocess.run([sys.executable, "-m", "patchkit", "--catalog", str(REPO), "matrix",
                            *args], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and said in proc.stderr, proc.stderr
+
+
+def test_the_demo_fork_on_0522_takes_the_0522_variants_and_its_revert_finds_the_commit(
+        three_releases: UpstreamRepo, tmp_path: Path) -> None:
+    from patchkit.demo import SEED_FIXES, build_fork
+
+    catalog = Catalog(REPO)
+    fork = build_fork(tmp_path / "demo", catalog, release="0.5.22", upstream=three_releases)
+    target = LocalTarget({"sglang": str(fork.sglang), "serve": str(fork.serve)}, sys.executable, "fork")
+    applied = api.apply(catalog, target, list(SEED_FIXES))
+    assert {f.name: (f.outcome, f.version) for f in applied.fixes} == {
+        SIZING: ("applied", 3), "revert-hicache-index-k-sync": ("applied", 4),
+        "prefill-hicache-off": ("applied", 1)}
+    reverted = next(f for f in applied.fixes if f.name == "revert-hicache-index-k-sync")
+    assert reverted.reverts["found_by"].startswith("patch-id")  # the 0.5.22 series found the commit
