@@ -298,3 +298,32 @@ def test_the_demo_fork_on_0522_takes_the_0522_variants_and_its_revert_finds_the_
         "prefill-hicache-off": ("applied", 1)}
     reverted = next(f for f in applied.fixes if f.name == "revert-hicache-index-k-sync")
     assert reverted.reverts["found_by"].startswith("patch-id")  # the 0.5.22 series found the commit
+
+
+def test_a_rebase_that_finds_the_fix_upstream_marks_it_and_adds_no_variant(
+        three_releases: UpstreamRepo, tmp_path: Path) -> None:
+    git_dir = str(three_releases.git_dir)
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "--git-dir", git_dir, *args], check=True,
+                              capture_output=True, text=True).stdout
+
+    changed = [line.split("\t") for line in git("diff", "--numstat", "v0.5.22", "v0.5.23").splitlines()]
+    # a small .py file 0.5.23 modified: its whole upstream change, as a fix written on 0.5.22
+    path = min((p for a, d, p in changed if p.endswith(".py") and a != "-" and int(a) + int(d) <= 6
+                and int(a) and int(d)), key=len)
+    patch = git("diff", "v0.5.22", "v0.5.23", "--", path)
+    cat = tmp_path / "cat"
+    (cat / "patches" / "up").mkdir(parents=True)
+    (cat / "patches" / "up" / "0001-up.patch").write_text(patch)
+    (cat / "manifests").mkdir()
+    (cat / "manifests" / "up.toml").write_text(new_manifest_text(
+        "up", "what 0.5.23 does", "0.5.22", [("0001-up.patch", "sglang")], "why", date="2026-11-01"))
+    before = (cat / "patches" / "up" / "0001-up.patch").read_bytes()
+
+    report = rebase.start(Catalog.open(cat), "0.5.23", upstream=three_releases)
+    assert [f.outcome for f in report.fixes] == ["upstreamed"], report.fixes
+    fix = Catalog.open(cat).get("up")
+    assert (fix.status, fix.upstream.applied, fix.version, fix.variants) == ("upstreamed", "0.5.23", 1, ())
+    assert fix.upstream.releases == ("0.5.22",) and fix.not_needed_on("0.5.23")
+    assert (cat / "patches" / "up" / "0001-up.patch").read_bytes() == before
