@@ -327,3 +327,21 @@ def test_a_rebase_that_finds_the_fix_upstream_marks_it_and_adds_no_variant(
     assert (fix.status, fix.upstream.applied, fix.version, fix.variants) == ("upstreamed", "0.5.23", 1, ())
     assert fix.upstream.releases == ("0.5.22",) and fix.not_needed_on("0.5.23")
     assert (cat / "patches" / "up" / "0001-up.patch").read_bytes() == before
+
+
+def test_sync_over_ssh_gives_the_host_its_release_variants(sshd, three_releases: UpstreamRepo,
+                                                           tmp_path: Path) -> None:
+    from tests.test_remote import Ssh, cli, target_args
+
+    ssh = Ssh(sshd, tmp_path)
+    tree = three_releases.checkout("0.5.22", tmp_path / "host")
+    where = target_args(ssh, "remote", {"sglang": str(tree)})
+    code, out, err = cli(["--catalog", str(REPO), "sync", "--dry-run", "--json", *where])
+    assert code == 0, err
+    planned = {f["name"]: (f["outcome"], f["version"]) for f in json.loads(out)["fixes"]}
+    assert planned[INDEX_K] == ("would-apply", 3) and not (tree / ".patchkit" / "state.json").exists()
+    code, out, err = cli(["--catalog", str(REPO), "sync", *where])
+    assert code == 0, err
+    assert f"applied {INDEX_K} v3" in out and f"applied {SIZING} v3" in out
+    assert "not-needed revert-hicache-index-k-sync" in out
+    assert states(Catalog(REPO), local(tree))[SIZING] == ("applied", 3)
