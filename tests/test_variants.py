@@ -345,3 +345,23 @@ def test_sync_over_ssh_gives_the_host_its_release_variants(sshd, three_releases:
     assert f"applied {INDEX_K} v3" in out and f"applied {SIZING} v3" in out
     assert "not-needed revert-hicache-index-k-sync" in out
     assert states(Catalog(REPO), local(tree))[SIZING] == ("applied", 3)
+
+
+def test_every_0522_variant_applies_with_gnu_patch_zero_fuzz(three_releases: UpstreamRepo,
+                                                             tmp_path: Path) -> None:
+    """The 0.5.22 series are plain diffs any tool applies, in dependency order; the revert's
+    undoes the dead fix's exactly."""
+    tree = three_releases.checkout("0.5.22", tmp_path / "t")
+    catalog = Catalog(REPO)
+    for name in (INDEX_K, SIZING, "hicache-index-k-sync", "revert-hicache-index-k-sync"):
+        variant = catalog.get(name).variant_for("0.5.22")
+        assert variant is not None and variant.version < catalog.get(name).version
+        for ref in variant.patches:
+            run = subprocess.run(["patch", "-p1", "-F0", "-N", "-i", str(ref.path)], cwd=tree,
+                                 capture_output=True, text=True)
+            assert run.returncode == 0 and "fuzz" not in run.stdout and "offset" not in run.stdout, \
+                f"{name}: {run.stdout}{run.stderr}"
+    changed = subprocess.run(["git", "diff", "--name-only"], cwd=tree, capture_output=True,
+                             text=True, check=True).stdout.split()
+    assert "python/sglang/srt/mem_cache/memory_pool_host.py" not in changed
+    assert "python/sglang/srt/model_executor/pool_configurator.py" in changed
