@@ -34,6 +34,26 @@ def apply(catalog: Catalog, target: Target, names: Sequence[str], *, dry_run: bo
                 commit=commit, git=git, force=force)
 
 
+def sync_names(catalog: Catalog, roots: Sequence[str]) -> list[str]:
+    """The fixes ``patchkit sync`` converges a target with ``roots`` to: every active (and
+    upstreamed) fix whose roots it has, in apply order."""
+    return [f.name for f in catalog.apply_order(
+        [f.name for f in catalog.all() if not f.is_inactive and set(f.roots) <= set(roots)])]
+
+
+def sync(catalog: Catalog, target: Target, *, dry_run: bool = False,
+         lock_timeout: float = DEFAULT_LOCK_TIMEOUT, git: bool = True,
+         force: bool = False) -> OpResult:
+    """Converge the target to every active fix for the release it runs, in one transaction:
+    each fix gets the variant for that release (an applied older version is upgraded, one an
+    SGLang upgrade made ``lost`` is applied again onto the new files); a fix upstream in the
+    release is left out and a lost record of it dropped; a fix the target does not need (a
+    revert with nothing to revert) or already holds unrecorded is left alone (docs/cli.md)."""
+    fixes = [catalog.get(n) for n in sync_names(catalog, list(target.roots))]
+    return _run(catalog, target, fixes, "apply", dry_run=dry_run, lock_timeout=lock_timeout,
+                git=git, force=force, sync=True)
+
+
 def rollback(catalog: Catalog, target: Target, names: Sequence[str], *, dry_run: bool = False,
              force: bool = False, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> OpResult:
     """Restore the bytes the fixes replaced; refuses drifted files unless ``force``. A fix

@@ -45,7 +45,8 @@ def demo_releases(catalog: Catalog) -> tuple[str, ...]:
     ``releases`` supports any)."""
     supported: set[str] | None = None
     for name in dict.fromkeys(FORK_COMMITS + SEED_FIXES):
-        releases = catalog.get(name).upstream.releases
+        fix = catalog.get(name)  # every variant counts: the engine picks the release's
+        releases = [r for v in fix.all_variants() for r in v.upstream.releases]
         if releases:
             supported = set(releases) if supported is None else supported & set(releases)
     return tuple(sorted(supported or (), key=version_key))
@@ -110,7 +111,7 @@ def build_fork(workdir: Path, catalog: Catalog, *, release: str | None = None,
     gitrepo.create_branch(sglang, "production")
     commits = []
     for name in FORK_COMMITS:
-        fix = catalog.get(name)
+        fix = catalog.get(name).variant_for(release) or catalog.get(name)
         say(f"committing {name} on the fork")
         sha = gitrepo.apply_and_commit(sglang, [p.path for p in fix.patches],
                                        message=f"{fix.title}\n\n{fix.rationale.strip()}\n",

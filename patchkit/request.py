@@ -17,7 +17,7 @@ OPS = ("apply", "rollback", "status", "verify")
 def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
                   roots: dict[str, str], state_root: str, python: str | None,
                   dry_run: bool = False, force: bool = False, lock_timeout: float = 30.0,
-                  commit: bool = False, git: bool = True) -> dict[str, Any]:
+                  commit: bool = False, git: bool = True, sync: bool = False) -> dict[str, Any]:
     """The engine request for ``op`` over ``fixes``, already in the order the op needs."""
     if op not in OPS:
         raise UsageError(f"unknown operation '{op}'; use one of {', '.join(OPS)}", op=op)
@@ -49,6 +49,8 @@ def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
         "commit": bool(commit),
         "git": bool(git),
     }
+    if sync and op == "apply":  # skip what the target does not need (docs/cli.md, sync)
+        request["sync"] = True
     if op == "apply":
         _check_modes(request["fixes"])
     return request
@@ -67,8 +69,25 @@ def _check_modes(fixes: list[dict[str, Any]]) -> None:
                 raise err
 
 
+#: The keys of a FIX a variant replaces (docs/design.md, "Variants").
+VARIANT_KEYS = ("version", "release", "patches", "files", "revert", "preconditions",
+                "verification", "scripts")
+
+
 def fix_request(fix: Fix, catalog: Catalog) -> dict[str, Any]:
-    """One FIX object of the request; ``catalog`` resolves the fixes it names."""
+    """One FIX object of the request; ``catalog`` resolves the fixes it names. A fix with
+    ``[[variants]]`` carries each (the keys it replaces) for the engine to choose by the
+    target's release; a fix upstream since a release carries it as ``upstream_since``."""
+    out = _fix_object(fix, catalog)
+    if fix.variants:
+        out["variants"] = [{k: v for k, v in _fix_object(fix.as_variant(var), catalog).items()
+                            if k in VARIANT_KEYS} for var in fix.variants]
+    if fix.upstream_since:
+        out["upstream_since"] = fix.upstream_since
+    return out
+
+
+def _fix_object(fix: Fix, catalog: Catalog) -> dict[str, Any]:
     patches, files = _series(fix)
     revert = None
     if fix.revert is not None:
@@ -77,6 +96,9 @@ def fix_request(fix: Fix, catalog: Catalog) -> dict[str, Any]:
                   "own_series": bool(files)}
         if fix.revert.fix:
             named = _named(catalog, fix, fix.revert.fix, "revert.fix")
+            # the reverted fix's variant written for the same release, else its top level
+            named = next((v for v in named.all_variants()
+                          if v.upstream.base_release == fix.upstream.base_release), named)
             revert.update(_commit_of(named))
             if not files:  # outside git: the named fix's series, reversed
                 files = [_reversed(rec) for rec in reversed(_series(named)[1])]

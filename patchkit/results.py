@@ -80,6 +80,7 @@ class FixOutcome:
     commits: tuple[Mapping[str, str], ...] = ()  # {root, sha}: commits the run made for the fix
     reverts: Mapping[str, Any] | None = None  # {root, commit, title, found_by}: the commit undone
     lost: str | None = None  # applied afresh: why its earlier record was lost (a reinstall)
+    detail: str | None = None  # ``not-needed``: why ("in upstream since 0.5.23 ...")
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "FixOutcome":
@@ -90,7 +91,7 @@ class FixOutcome:
                    verification=tuple(CheckResult.from_dict(c) for c in d.get("verification") or ()),
                    drifted=tuple(d.get("drifted") or ()), from_version=d.get("from_version"),
                    commits=tuple(d.get("commits") or ()), reverts=d.get("revert") or None,
-                   lost=d.get("lost"))
+                   lost=d.get("lost"), detail=d.get("detail"))
 
 
 @dataclass(frozen=True)
@@ -104,13 +105,14 @@ class FixState:
     files: tuple[Mapping[str, Any], ...]
     catalog_version: int | None = None  # the catalog's version of a recorded fix (``outdated``)
     detail: str | None = None  # why a fix is ``lost`` (its installed package was reinstalled)
+    releases: tuple[str, ...] = ()  # the releases the catalog's variant for this target serves
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "FixState":
         return cls(name=str(d.get("name", "")), state=str(d.get("state", "")),
                    version=d.get("version"), applied_at=d.get("applied_at"),
                    files=tuple(d.get("files") or ()), catalog_version=d.get("catalog_version"),
-                   detail=d.get("detail"))
+                   detail=d.get("detail"), releases=tuple(d.get("releases") or ()))
 
 
 @dataclass(frozen=True)
@@ -178,6 +180,11 @@ class OpResult:
     left_out: tuple[tuple[str, tuple[str, ...]], ...] = ()
     broken: tuple[Any, ...] = ()  # status: catalog.BrokenFix of each manifest that cannot be read
     running: Running | None = None  # status only: the processes using the roots
+
+    @property
+    def release(self) -> str | None:
+        """The SGLang release the target runs, as ``status`` read it (None: unknown)."""
+        return (self.raw.get("status") or {}).get("release")
 
     @classmethod
     def from_engine(cls, raw: Mapping[str, Any], target: str) -> "OpResult":

@@ -125,19 +125,20 @@ def test_demo_refuses_an_unsupported_release_up_front_naming_the_supported_ones(
         tmp_path: Path) -> None:
     catalog = Catalog(REPO)
     supported = demo_releases(catalog)
-    # read from the manifests: the releases every fix the demo commits or deploys supports
-    assert supported == (CATALOG_RELEASE,)
+    # read from the manifests: the releases every fix the demo commits or deploys has a
+    # variant for (the shipped catalog serves 0.5.22 and 0.5.23)
+    assert supported == ("0.5.22", CATALOG_RELEASE)
     assert supported == tuple(sorted(set.intersection(*(
-        set(catalog.get(n).upstream.releases) for n in FORK_COMMITS + SEED_FIXES
-        if catalog.get(n).upstream.releases))))
+        {r for v in catalog.get(n).all_variants() for r in v.upstream.releases}
+        for n in FORK_COMMITS + SEED_FIXES if catalog.get(n).upstream.releases))))
     workdir = tmp_path / "demo"
     with pytest.raises(UsageError) as refused:
-        build_fork(workdir, catalog, release="0.5.22", upstream=UpstreamRepo(tmp_path / "upstream"))
-    assert "0.5.22" in str(refused.value) and CATALOG_RELEASE in str(refused.value)
-    assert refused.value.details["supported"] == [CATALOG_RELEASE]
+        build_fork(workdir, catalog, release="0.5.21", upstream=UpstreamRepo(tmp_path / "upstream"))
+    assert "0.5.21" in str(refused.value) and CATALOG_RELEASE in str(refused.value)
+    assert refused.value.details["supported"] == ["0.5.22", CATALOG_RELEASE]
     assert not workdir.exists() and not (tmp_path / "upstream").exists()  # nothing fetched
 
-    proc = run_patchkit(tmp_path, tmp_path / "upstream", "demo", "--release", "0.5.22",
+    proc = run_patchkit(tmp_path, tmp_path / "upstream", "demo", "--release", "0.5.21",
                         "--workdir", str(workdir))
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert f"--release {CATALOG_RELEASE}" in flat(proc.stderr)

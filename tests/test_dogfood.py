@@ -73,11 +73,14 @@ def test_the_catalog_is_based_on_0523_with_a_rebase_entry_from_0521() -> None:
         fix = catalog.get(name)
         assert fix.upstream.base_release == CATALOG_RELEASE, name
         assert fix.upstream.releases == (CATALOG_RELEASE,), name
-        before, after = fix.changelog[-2], fix.changelog[-1]
-        assert (after.version, after.base_release) == (fix.version, CATALOG_RELEASE), name
-        assert (before.version, before.base_release) == (fix.version - 1, SGLANG_VERSION), name
-        assert after.summary.startswith(
-            f"Rebased from {SGLANG_VERSION} onto {CATALOG_RELEASE}: "), name
+        # the rebase from 0.5.21, then the 0.5.22 variant made with rebase (docs/manifest.md)
+        at = next(i for i, e in enumerate(fix.changelog) if e.summary.startswith(
+            f"Rebased from {SGLANG_VERSION} onto {CATALOG_RELEASE}: "))
+        before, after = fix.changelog[at - 1], fix.changelog[at]
+        assert (after.version, after.base_release) == (before.version + 1, CATALOG_RELEASE), name
+        assert before.base_release == SGLANG_VERSION, name
+        assert [(v.version, v.upstream.releases) for v in fix.all_variants()] == [
+            (fix.version, (CATALOG_RELEASE,)), (fix.version - 1, ("0.5.22",))], name
     assert catalog.get("hicache-index-k-sync").status == "dead"  # rebased, still dead
     serve_only = catalog.get("prefill-hicache-off")
     assert (serve_only.version, serve_only.upstream.releases) == (1, ())
@@ -87,7 +90,9 @@ def test_log_and_diff_reach_the_0521_versions_through_the_catalog_history() -> N
     rebase_sha = catalog_history_or_skip()
     lin = lineage.build(Catalog(REPO))
     for name in REBASED:
-        *_, old, new = lin.get(name).versions
+        versions = lin.get(name).versions
+        at = next(i for i, v in enumerate(versions) if v.rebased_from == SGLANG_VERSION)
+        old, new = versions[at - 1], versions[at]
         assert (old.base_release, new.base_release, new.rebased_from) == (
             SGLANG_VERSION, CATALOG_RELEASE, SGLANG_VERSION), name
         assert old.commits, f"{name}: no commit of version {old.version} in the history"
@@ -215,8 +220,10 @@ def test_patchkit_rebase_from_the_0521_versions_lands_the_committed_files(
         "python/sglang/srt/mem_cache/deepseek_v4_memory_pool.py",
         "python/sglang/srt/model_executor/pool_configurator.py"])
     assert ours == shipped
-    for name in REBASED:
-        assert Catalog(old).get(name).version == Catalog(REPO).get(name).version
+    for name in REBASED:  # the version that rebase made (the shipped catalog went on to 0.5.22)
+        made = Catalog(old).get(name).version
+        assert Catalog(REPO).get(name).changelog[made - 1].summary.startswith(
+            f"Rebased from {SGLANG_VERSION} onto {CATALOG_RELEASE}: "), name
 
     # The fork of the incident: the dead fix committed on the release, then reverted. The
     # rebased revert must leave exactly what the shipped one leaves (0.5.23's host pool);

@@ -82,7 +82,7 @@ def test_fleet_converges_in_waves_and_a_rerun_touches_no_host(fleet) -> None:
     assert report["waves"] == [["h1"], ["h2", "h3", "h4"]]
     assert [g["hosts"] for g in report["groups"]] == [["h1", "h2", "h3", "h4"]]
     for node in fleet.nodes:
-        assert state_of(node) == {"dsv4-bf16-sizing": 2, "revert-hicache-index-k-sync": 3,
+        assert state_of(node) == {"dsv4-bf16-sizing": 4, "revert-hicache-index-k-sync": 5,
                                   "prefill-hicache-off": 1}
         assert "get_dsv4_bf16_index_k_bytes_per_token" in (node.sglang / SIZING).read_text()
         assert "--enable-hierarchical-cache" not in (node.serve / "serve_dsv4_prefill.sh").read_text()
@@ -107,8 +107,8 @@ def test_fleet_converges_in_waves_and_a_rerun_touches_no_host(fleet) -> None:
     assert code == 0, status
     for node in fleet.nodes:
         row = status["matrix"][node.name]
-        assert row["dsv4-bf16-sizing"] == {"state": "applied", "version": 2}
-        assert row["prefill-hicache-off"] == {"state": "applied", "version": 1}
+        assert row["dsv4-bf16-sizing"] == {"state": "applied", "version": 4, "release": "0.5.23"}
+        assert row["prefill-hicache-off"] == {"state": "applied", "version": 1, "release": "0.5.23"}
 
 
 def test_a_drifted_host_stops_the_rollout_in_preflight_with_nothing_written(fleet) -> None:
@@ -205,7 +205,7 @@ def test_a_killed_controller_leaves_every_host_all_or_nothing_and_status_recover
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
 
-    assert state_of(fleet.node("h1")) == {"dsv4-bf16-sizing": 2, "revert-hicache-index-k-sync": 3,
+    assert state_of(fleet.node("h1")) == {"dsv4-bf16-sizing": 4, "revert-hicache-index-k-sync": 5,
                                           "prefill-hicache-off": 1}
     assert (fleet.node("h2").sglang / ".patchkit" / "journal.json").exists() or \
         snapshot(fleet.node("h2")) == before["h2"]
@@ -220,7 +220,7 @@ def test_a_killed_controller_leaves_every_host_all_or_nothing_and_status_recover
         assert recovered["h2"][0]["outcome"] == "rolled-back"
     assert snapshot(fleet.node("h2")) == before["h2"]  # all or nothing: nothing
     assert state_of(fleet.node("h2")) == {}
-    assert status["matrix"]["h1"]["dsv4-bf16-sizing"] == {"state": "applied", "version": 2}
+    assert status["matrix"]["h1"]["dsv4-bf16-sizing"] == {"state": "applied", "version": 4, "release": "0.5.23"}
     assert status["matrix"]["h2"]["dsv4-bf16-sizing"]["state"] == "not-applied"
 
     code, report = patchkit(fleet, "apply", *SEED)  # the re-run converges
@@ -275,7 +275,7 @@ def test_the_documented_playbook_applies_the_seed_fixes_as_written(fleet, tmp_pa
     assert run.returncode == 0, run.stdout + run.stderr
     assert json.loads((tmp_path / "plan.json").read_text())["fixes"] == SEED
     for node in fleet.nodes:
-        assert state_of(node) == {"dsv4-bf16-sizing": 2, "revert-hicache-index-k-sync": 3,
+        assert state_of(node) == {"dsv4-bf16-sizing": 4, "revert-hicache-index-k-sync": 5,
                                   "prefill-hicache-off": 1}
     assert run.stdout.count("'applied', 'applied', 'applied'") == len(fleet.nodes) or \
         run.stdout.count('"applied",') >= len(fleet.nodes), run.stdout

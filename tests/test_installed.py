@@ -215,14 +215,14 @@ def test_a_reinstall_underneath_is_lost_not_drifted_and_apply_puts_the_fixes_bac
     for name in ("dsv4-bf16-index-k", "dsv4-bf16-sizing"):
         assert states[name].state == "lost", states[name]
         assert states[name].detail.startswith(
-            f"sglang {CATALOG_RELEASE} reinstalled; recorded v2 no longer present")
+            f"sglang {CATALOG_RELEASE} reinstalled; recorded v4 no longer present")
         assert f"patchkit apply {name}" in states[name].detail
     assert states["prefill-hicache-off"].state == "applied"  # the serve script kept its fix
 
     res = run_cli("status", "--target", f"python:{python}", *serve)
     assert res.returncode == 0, res.stderr
     line = next(ln for ln in res.stdout.splitlines() if ln.startswith("dsv4-bf16-index-k\t"))
-    assert (f"\tlost: sglang {CATALOG_RELEASE} reinstalled; recorded v2 no longer present"
+    assert (f"\tlost: sglang {CATALOG_RELEASE} reinstalled; recorded v4 no longer present"
             in line), line
     assert "drifted" not in res.stdout
     assert run_cli("status", "--exit-code", "--target", f"python:{python}", *serve).returncode == 1
@@ -234,7 +234,7 @@ def test_a_reinstall_underneath_is_lost_not_drifted_and_apply_puts_the_fixes_bac
 
     res = run_cli("apply", *PRODUCTION, "--target", f"python:{python}", *serve)
     assert res.returncode == 0, res.stderr
-    assert (f"  re-applied: was lost: sglang {CATALOG_RELEASE} reinstalled; recorded v2 no longer "
+    assert (f"  re-applied: was lost: sglang {CATALOG_RELEASE} reinstalled; recorded v4 no longer "
             "present\n") in res.stdout
     again = api.apply(catalog, target, PRODUCTION)  # and now: a no-op, the records are new
     assert {f.name: f.outcome for f in again.fixes} == dict.fromkeys(PRODUCTION, "already-applied")
@@ -353,8 +353,8 @@ def test_a_container_build_step_applies_without_git_tty_or_network_and_status_re
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     label = out["summary"]
-    assert label == {"sglang": CATALOG_RELEASE, "fixes": {"dsv4-bf16-index-k": 2,
-                                                          "dsv4-bf16-sizing": 2}}
+    assert label == {"sglang": CATALOG_RELEASE, "fixes": {"dsv4-bf16-index-k": 4,
+                                                          "dsv4-bf16-sizing": 4}}
     assert len(json.dumps(label)) < 200  # small enough for a LABEL value
     kinds = {c["kind"] for f in out["fixes"] for c in f["preconditions"]}
     assert "record-clean" in kinds and "git-clean" not in kinds  # RECORD, not git, vouched
@@ -395,7 +395,7 @@ def test_the_record_proof_runs_on_the_host_of_a_remote_target(
     proofs = [c for c in applied.fixes[0].preconditions if c.kind == "record-clean"]
     assert proofs and all(c.ok and "RECORD of sglang" in c.detail for c in proofs)
     assert applied.to_json()["summary"] == {"sglang": CATALOG_RELEASE,
-                                            "fixes": {"dsv4-bf16-index-k": 2}}
+                                            "fixes": {"dsv4-bf16-index-k": 4}}
 
     configurator = site / CONFIGURATOR
     configurator.write_bytes(configurator.read_bytes() + b"# edited on the host\n")
@@ -419,7 +419,7 @@ def test_a_remote_python_target_finds_its_sglang_on_the_host(
     target = RemoteTarget(Ssh(sshd, tmp_path).spec(), {"sglang": root})
     assert f"/python:{python}" in target.status_command
     applied = api.apply(catalog, target, ["dsv4-bf16-index-k"])
-    assert applied.to_json()["summary"]["fixes"] == {"dsv4-bf16-index-k": 2}
+    assert applied.to_json()["summary"]["fixes"] == {"dsv4-bf16-index-k": 4}
     assert applied.fixes[0].outcome == "applied"
     assert (site / ".patchkit" / "state.json").is_file()  # the state root is the resolved site
     missing = RemoteTarget(Ssh(sshd, tmp_path).spec(), {"sglang": f"python:{tmp_path}/no/python"})

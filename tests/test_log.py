@@ -115,7 +115,7 @@ def test_log_fix_shows_that_fix_and_its_linked_fixes() -> None:
 
     sizing = log_cli("dsv4-bf16-sizing", "--no-history").output
     assert sizing.splitlines()[0] == "lineage: 2 fixes linked to dsv4-bf16-sizing, oldest first"
-    assert "dsv4-bf16-index-k  v2" in sizing and "hicache-index-k-sync  v2" not in sizing
+    assert "dsv4-bf16-index-k  v4" in sizing and "hicache-index-k-sync  v4" not in sizing
     # both versions of the rebased fix: the first on 0.5.21, the rebase onto 0.5.23
     assert "v1  2026-11-18  on 0.5.21\n" in sizing
     assert "v2  2026-11-29  on 0.5.23  (rebased from 0.5.21)\n" in sizing
@@ -326,8 +326,8 @@ def test_a_lineage_of_loaded_fixes_draws_the_log_tree() -> None:
                                                   states={"dsv4-bf16-sizing": "applied"}))
     text = console.file.getvalue()  # type: ignore[attr-defined]
     expected = (SAMPLES / "log" / "shipped.txt").read_text()
-    assert text == expected.replace("dsv4-bf16-sizing  v2  active\n",
-                                    "dsv4-bf16-sizing  v2  active  [applied on target]\n")
+    assert text == expected.replace("dsv4-bf16-sizing  v4  active\n",
+                                    "dsv4-bf16-sizing  v4  active  [applied on target]\n")
     assert text != expected
 
 

@@ -148,15 +148,25 @@ def _with_fields(text: str, author: str, upstream: dict[str, str],
 def bump_manifest(path: Path | str, *, version: int, changelog_summary: str, date: str,
                   patches: list[tuple[str, str]] | None = None, base_release: str | None = None,
                   releases: list[str] | None = None, status: str | None = None,
-                  applied: str | None = None) -> None:
+                  applied: str | None = None, keep_as: str | None = None,
+                  drop_variants: bool = False) -> None:
     """Record a new version of the series in place, with a changelog entry for ``version``;
     ``base_release`` without ``releases`` also resets an explicit ``releases`` to it;
-    ``status`` and ``applied`` (``[upstream] applied``) are set when given."""
+    ``status`` and ``applied`` (``[upstream] applied``) are set when given. ``keep_as`` (a
+    folder under ``patches/<fix>/`` already holding the current series' copy) keeps the
+    current version as a ``[[variants]]`` entry for its releases the new one does not serve;
+    ``drop_variants`` removes every variant (their folders are the caller's to delete)."""
     path = Path(path)
     ctx, doc, current = _open(path)
     if version <= current.version:
         raise ctx.fail("version", f"new version {version} is not above the current version "
                        f"{current.version}", f"Use version {current.version + 1}")
+    new_releases = releases if releases is not None else (
+        [base_release] if base_release is not None and "releases" in doc["upstream"] else None)
+    if drop_variants and "variants" in doc:
+        del doc["variants"]
+    elif new_releases is not None:
+        _rework_variants(doc, current, new_releases, keep_as)
     doc["version"] = version
     if status is not None:
         doc["status"] = status
@@ -185,6 +195,56 @@ def bump_manifest(path: Path | str, *, version: int, changelog_summary: str, dat
     _save(ctx, doc, current)
 
 
+def variant_dir(fix: Fix, base_release: str) -> str:
+    """The folder a variant for ``base_release`` gets: the release, else ``v<version>``."""
+    taken = {v.dir for v in fix.variants}
+    return base_release if base_release not in taken else f"v{fix.version}"
+
+
+def _rework_variants(doc: Any, current: Fix, serves: list[str], keep_as: str | None) -> None:
+    """The variants once the top level serves ``serves``: those releases leave every variant
+    (a variant left with none is removed); ``keep_as`` adds the current top level as one."""
+    raw = doc.unwrap()
+    kept = []
+    for table, variant in zip(raw.get("variants", []), current.variants):
+        left = [r for r in variant.releases if r not in serves]
+        if left:
+            kept.append(dict(table, releases=left) if left != list(variant.releases) else table)
+    old_left = [r for r in current.upstream.releases if r not in serves]
+    if keep_as is not None and old_left:
+        entry: dict[str, Any] = {
+            "version": current.version, "base_release": current.upstream.base_release,
+            "releases": old_left, "dir": keep_as,
+            "patches": [_patch_entry((p.file, p.root, p.description)) for p in current.patches]}
+        for key in ("preconditions", "verification"):
+            if raw.get(key):
+                entry[key] = raw[key]
+        kept.insert(0, entry)
+    if "variants" in doc:
+        del doc["variants"]
+    if kept:
+        aot = tomlkit.aot()
+        for entry in kept:
+            table = tomlkit.table()
+            table.update(entry)
+            aot.append(table)
+        doc.add(tomlkit.nl())
+        doc.add("variants", aot)
+
+
+def set_upstream(path: Path | str, release: str) -> bool:
+    """Mark the fix upstream since ``release`` (``status = "upstreamed"``, ``[upstream]
+    applied``), its version and series unchanged: hosts on earlier releases keep the version
+    they run; False when it was marked so already (nothing written)."""
+    ctx, doc, current = _open(Path(path))
+    if current.status == "upstreamed" and current.upstream.applied == release:
+        return False
+    doc["status"] = "upstreamed"
+    _set_in_table(doc["upstream"], "applied", release)
+    _save(ctx, doc, current)
+    return True
+
+
 def _set_in_table(table: Any, key: str, value: Any) -> None:
     """Set ``key`` in a table; a new key goes after its last key, not after the comments and
     blank lines that end the table (which introduce the next one)."""
@@ -202,6 +262,8 @@ def add_release(path: Path | str, release: str) -> bool:
     if release in current.upstream.releases or not current.upstream.releases:
         return False
     doc["upstream"]["releases"] = [*current.upstream.releases, release]
+    if current.variants:  # the release leaves the variant that served it
+        _rework_variants(doc, current, [*current.upstream.releases, release], None)
     _save(ctx, doc, current)
     return True
 
@@ -227,4 +289,4 @@ def _save(ctx: Ctx, doc: Any, current: Fix) -> None:
         raise
 
 
-__all__ = ["new_manifest_text", "bump_manifest", "add_release"]
+__all__ = ["new_manifest_text", "bump_manifest", "add_release", "set_upstream", "variant_dir"]

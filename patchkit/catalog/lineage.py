@@ -42,6 +42,7 @@ class Version:
     summary: str
     rebased_from: str = ""  # the previous version's base release, when this one moved
     commits: tuple[CatalogCommit, ...] = ()
+    serves: tuple[str, ...] = ()  # the releases this version serves today (a variant of it)
 
     @property
     def is_rebase(self) -> bool:
@@ -257,6 +258,7 @@ def _versions(fix: Fix, commits: Sequence[tuple[CatalogCommit, int | None]] | No
     by_version = _attribute(commits or (), fix.version)
     for number in by_version:
         entries.setdefault(number, ("", "", ""))
+    serving = {v.version: v.upstream.releases for v in fix.all_variants()}
     out: list[Version] = []
     previous = ""
     for number in sorted(entries):
@@ -264,7 +266,8 @@ def _versions(fix: Fix, commits: Sequence[tuple[CatalogCommit, int | None]] | No
         base = base or previous or fix.upstream.base_release
         rebased_from = previous if previous and base != previous else ""
         out.append(Version(version=number, date=date, base_release=base, summary=summary,
-                           rebased_from=rebased_from, commits=tuple(by_version.get(number, ()))))
+                           rebased_from=rebased_from, commits=tuple(by_version.get(number, ())),
+                           serves=tuple(serving.get(number, ()))))
         previous = base
     return tuple(out)
 

@@ -27,6 +27,7 @@ from .model import (
     Revert,
     Rollback,
     Upstream,
+    Variant,
 )
 from ..engine.fsops import kind_of
 from ..errors import ManifestError
@@ -56,7 +57,7 @@ DATE_RE = re.compile(r"\d{4}-\d{2}-\d{2}\Z")
 TOP_KEYS = ("format", "name", "version", "title", "status", "rationale", "depends_on",
             "supersedes", "reverts", "upstream", "patches", "preconditions", "verification",
             "actions", "rollback", "changelog", "revert", "allow_special_modes", "author",
-            "headers", "restart")
+            "headers", "restart", "variants")
 TOP_REQUIRED = ("format", "name", "version", "title", "status", "rationale", "upstream")
 REVERT_KEYS = ("commit", "fix", "paths", "root")
 UPSTREAM_KEYS = ("project", "base_release", "releases", "root", "forwarding", "reference", "bug",
@@ -65,6 +66,8 @@ AUTHOR_RE = re.compile(r"[^<>\n]*\S <[^<>\s@]+@[^<>\s@]+>\Z")
 HEADER_RE = re.compile(r"[A-Za-z][A-Za-z0-9-]*\Z")
 PATCH_KEYS = ("file", "root", "description")
 CHANGELOG_KEYS = ("version", "date", "base_release", "summary")
+VARIANT_KEYS = ("version", "base_release", "releases", "dir", "patches", "preconditions",
+                "verification")
 
 
 def load_manifest(path: Path | str, *, patch_dir: Path | None = None) -> Fix:
@@ -128,7 +131,9 @@ def build_fix(ctx: Ctx, data: Mapping[str, Any], patch_dir: Path) -> Fix:
                changelog=_build_changelog(ctx, data, version), depends_on=depends_on,
                supersedes=supersedes, reverts=reverts, revert=revert,
                allow_special_modes=typed(ctx, data, "", "allow_special_modes", bool, False),
-               author=_author(ctx, data), headers=_headers(ctx, data), restart=_restart(ctx, data))
+               author=_author(ctx, data), headers=_headers(ctx, data), restart=_restart(ctx, data),
+               variants=_build_variants(ctx, data, patch_dir, upstream, version))
+
 
 
 def _restart(ctx: Ctx, data: Mapping[str, Any]) -> tuple[str, ...]:
@@ -141,6 +146,69 @@ def _restart(ctx: Ctx, data: Mapping[str, Any]) -> tuple[str, ...]:
             raise ctx.fail("restart", f"'{name}' is not a restart name", "Name a command of "
                            "patchkit.toml's [restarts], e.g. restart = \"prefill\"")
     return tuple(names)
+
+
+
+class _Within(Ctx):
+    """The file's context for the keys of one ``[[variants]]`` entry (``variants[2].patches[1]``)."""
+
+    def __init__(self, ctx: Ctx, where: str) -> None:
+        super().__init__(ctx.path)
+        self.where = where
+
+    def fail(self, key: str, message: str, todo: str) -> ManifestError:
+        return super().fail(f"{self.where}.{key}", message, todo)
+
+
+def _build_variants(ctx: Ctx, data: Mapping[str, Any], patch_dir: Path, upstream: Upstream,
+                    top_version: int) -> tuple[Variant, ...]:
+    """``[[variants]]``: other versions of the series, each serving releases no other serves."""
+    tables = table_list(ctx, data, "variants")
+    if tables and not upstream.releases:
+        raise ctx.fail("variants", "the fix has variants but no release precondition "
+                       "(upstream.releases = [])", "A variant is chosen by the release a target "
+                       "runs: give upstream.releases, or drop [[variants]]")
+    served = {r: "the top level" for r in upstream.releases}
+    versions, dirs, out = {top_version}, set(), []
+    for i, table in enumerate(tables, 1):
+        where = f"variants[{i}]"
+        check_keys(ctx, table, where, VARIANT_KEYS, ("version", "base_release", "patches"))
+        version = typed(ctx, table, where, "version", int)
+        if version < 1 or version > top_version or version in versions:
+            raise ctx.fail(f"{where}.version", f"variant version {version} is "
+                           + ("already used in this fix" if version in versions else
+                              f"not between 1 and the fix's version {top_version}"),
+                           "Give each variant the version of the fix it is (see [[changelog]])")
+        versions.add(version)
+        base = string(ctx, table, where, "base_release", nonempty=True)
+        releases = strings(ctx, table, where, "releases", [base])
+        if base not in releases:
+            raise ctx.fail(f"{where}.releases", f"releases {list(releases)} do not include "
+                           f"base_release '{base}'", "Add the base release to releases")
+        for release in releases:
+            if release in served:
+                raise ctx.fail(f"{where}.releases", f"release {release} is served by "
+                               f"{served[release]} already", "Each release is served by one "
+                               "variant: remove it from one of them")
+            served[release] = f"variants[{i}]"
+        folder = rel_path(ctx, string(ctx, table, where, "dir", base), f"{where}.dir")
+        if folder in dirs or folder == "checks":
+            raise ctx.fail(f"{where}.dir", f"dir '{folder}' is "
+                           + ("used by another variant" if folder in dirs else "the check scripts' folder"),
+                           "Give each variant a folder of its own, e.g. its base release")
+        dirs.add(folder)
+        inner = _Within(ctx, where)
+        if not table_list(inner, table, "patches"):
+            raise inner.fail("patches", "the variant's series has no patches",
+                             "Add at least one [[variants.patches]]")
+        patches = _build_patches(inner, table, patch_dir / folder, upstream.root)
+        out.append(Variant(
+            version=version, base_release=base, releases=releases, dir=folder, patches=patches,
+            preconditions=_build_checks(inner, table, "preconditions", upstream.root)
+            if "preconditions" in table else None,
+            verification=_build_checks(inner, table, "verification", upstream.root)
+            if "verification" in table else None))
+    return tuple(out)
 
 
 def _author(ctx: Ctx, data: Mapping[str, Any]) -> str:
@@ -398,7 +466,16 @@ def _check_files(ctx: Ctx, fix: Fix) -> None:
         if not patch.path.is_file():
             raise ctx.fail(f"patches[{i}].file", f"patch file {patch.path} does not exist",
                            f"Put the patch at {patch.path} or fix the file name")
-    for key, checks in (("preconditions", fix.preconditions), ("verification", fix.verification)):
+    for n, variant in enumerate(fix.variants, 1):
+        for i, patch in enumerate(variant.patches, 1):
+            if not patch.path.is_file():
+                raise ctx.fail(f"variants[{n}].patches[{i}].file", f"patch file {patch.path} "
+                               "does not exist", f"Put the patch at {patch.path} or fix the file name")
+    extra = [(f"variants[{n}].{key}", checks) for n, v in enumerate(fix.variants, 1)
+             for key, checks in (("preconditions", v.preconditions), ("verification", v.verification))
+             if checks]
+    for key, checks in (("preconditions", fix.preconditions), ("verification", fix.verification),
+                        *extra):
         for i, check in enumerate(checks, 1):
             if check.kind == "python-script":
                 script = fix.patch_dir / str(check.get("script"))

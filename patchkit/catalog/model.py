@@ -3,7 +3,8 @@ frozen dataclasses built after validation, so the rest of patchkit trusts every 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import re
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -18,6 +19,19 @@ FORWARDING_STATES = ("not-forwarded", "proposed", "merged", "rejected", "not-app
 ROLLBACK_STRATEGIES = ("restore", "reverse")
 
 DEFAULT_ROOT = "sglang"
+
+#: A release name such as 0.5.22 or 0.5.23rc1 (``[upstream] applied`` may also be a commit).
+RELEASE_RE = re.compile(r"\d+(\.\d+)+([a-z]+\d*)?(\.post\d+)?\Z")
+
+
+def release_key(release: str) -> tuple[tuple[int, ...], int, str]:
+    """An ordering of release names: 0.5.9 < 0.5.22 < 0.5.23rc1 < 0.5.23 < 0.5.23.post1."""
+    m = re.match(r"(\d+(?:\.\d+)*)(.*)", release)
+    if not m:
+        return ((), 0, release)
+    rest = m.group(2)
+    return (tuple(int(p) for p in m.group(1).split(".")),
+            0 if rest and not rest.startswith(".post") else 1, rest)
 
 #: Check kinds -> (required keys, optional keys), besides ``kind``, ``name`` and ``timeout``;
 #: grep needs exactly one of count/present.
@@ -177,6 +191,21 @@ class ChangelogEntry:
 
 
 @dataclass(frozen=True)
+class Variant:
+    """A ``[[variants]]`` entry: another version of the fix's series, for other releases; its
+    series is under ``patches/<fix>/<dir>/``. ``preconditions``/``verification`` None: the
+    top level's."""
+
+    version: int
+    base_release: str
+    releases: tuple[str, ...]
+    dir: str
+    patches: tuple[PatchRef, ...]
+    preconditions: tuple[Check, ...] | None = None
+    verification: tuple[Check, ...] | None = None
+
+
+@dataclass(frozen=True)
 class Fix:
     """A validated manifest, with where it lives (``manifest_path``, ``patch_dir``)."""
 
@@ -203,6 +232,7 @@ class Fix:
     author: str = ""  # "Name <email>": the From of an exported patch (docs/interop.md)
     headers: tuple[tuple[str, str], ...] = ()  # other patch headers, in order (DEP-3 Reviewed-by)
     restart: tuple[str, ...] = ()  # restarts it needs: names of patchkit.toml's [restarts]
+    variants: tuple[Variant, ...] = ()  # other versions kept for other releases (docs/manifest.md)
 
     @property
     def is_inactive(self) -> bool:
@@ -239,7 +269,48 @@ class Fix:
             "changelog": [asdict(c) for c in self.changelog],
             "author": self.author,
             "headers": [list(h) for h in self.headers],
+            "variants": [{"version": v.version, "base_release": v.base_release,
+                          "releases": list(v.releases), "dir": v.dir,
+                          "patches": [{"file": p.file, "root": p.root} for p in v.patches]}
+                         for v in self.variants],
         }
+
+    @property
+    def upstream_since(self) -> str:
+        """The release whose upstream holds the change (``[upstream] applied`` when it names a
+        release), or ``""``."""
+        return self.upstream.applied if RELEASE_RE.match(self.upstream.applied) else ""
+
+    def not_needed_on(self, release: str) -> bool:
+        """``release`` is the upstream release holding the change, or later."""
+        since = self.upstream_since
+        return bool(since) and release_key(release) >= release_key(since)
+
+    def as_variant(self, variant: Variant) -> "Fix":
+        """The fix as that variant alone: its version, releases, series and checks."""
+        return replace(self, version=variant.version, variants=(),
+                       upstream=replace(self.upstream, base_release=variant.base_release,
+                                        releases=variant.releases),
+                       patches=variant.patches,
+                       preconditions=self.preconditions if variant.preconditions is None
+                       else variant.preconditions,
+                       verification=self.verification if variant.verification is None
+                       else variant.verification)
+
+    def all_variants(self) -> tuple["Fix", ...]:
+        """Every variant as a fix of its own, the top level first."""
+        return (replace(self, variants=()),) + tuple(self.as_variant(v) for v in self.variants)
+
+    def variant_for(self, release: str) -> "Fix | None":
+        """The variant serving ``release`` (a fix without a release precondition serves all)."""
+        if not self.upstream.releases:
+            return replace(self, variants=())
+        return next((v for v in self.all_variants() if release in v.upstream.releases), None)
+
+    def variant_label(self) -> str:
+        """How people name this version: ``v3 (0.5.22)``."""
+        releases = ", ".join(self.upstream.releases)
+        return f"v{self.version}" + (f" ({releases})" if releases else "")
 
     @property
     def roots(self) -> tuple[str, ...]:

@@ -75,14 +75,19 @@ def survey(state: State, op: str, names: list[str], fleet: dict[str, Any], *, as
     if op == "status":
         cells = status_cells(result, names or [f.name for f in state.catalog().all()])
         running = running_cells(result)
-        render.emit(as_json, dict(result.to_json(), matrix=cells, running=running),
+        render.emit(as_json, dict(result.to_json(), matrix=cells, running=running,
+                                  by_release=by_release(cells)),
                     lambda out: render_matrix(out, cells, running))
         if not as_json:
             _recovered(result.hosts)
         unconverged = any(c["state"] in NOT_CONVERGED for row in cells.values() for c in row.values())
         unconverged = unconverged or any(h.state != "ok" for h in result.hosts)
-        versions = {fix: {(c["state"], c.get("version")) for c in (row.get(fix) for row in cells.values())
-                          if c and c["state"] != "unreachable"} for fix in _fixes(cells)}
+        # one version per fix among the hosts of one release (each release has its variant)
+        versions = {(fix, c.get("release")): set() for row in cells.values() for fix, c in row.items()}
+        for row in cells.values():
+            for fix, c in row.items():
+                if c["state"] != "unreachable":
+                    versions[(fix, c.get("release"))].add((c["state"], c.get("version")))
         unconverged = unconverged or any(len(v) > 1 for v in versions.values())
         unconverged = unconverged or running_gate and any(  # --running: what runs old code
             v.startswith("restart pending") or v == "not looked at" for v in running.values())
@@ -113,14 +118,25 @@ def status_cells(result: Any, expected: Any = ()) -> dict[str, dict[str, dict[st
         if host.state != "ok":
             rows[host.host] = {"*": {"state": host.state, "detail": host.detail}}
             continue
+        release = ((host.result or {}).get("status") or {}).get("release")
         rows[host.host] = {f["name"]: {"state": f["state"], "version": f.get("version")
-                                       if f["state"] in ON_HOST else None} for f in status}
+                                       if f["state"] in ON_HOST else None, "release": release}
+                           for f in status}
     fixes = _fixes(rows) or sorted(expected) or ["-"]
     for row in rows.values():
         if "*" in row:
             cell = row.pop("*")
             row.update({fix: dict(cell) for fix in fixes})
     return rows
+
+
+def by_release(cells: dict[str, dict[str, dict[str, Any]]]) -> dict[str, list[str]]:
+    """release -> the hosts running it ("unknown": unreachable, or no release read)."""
+    out: dict[str, list[str]] = {}
+    for host, row in cells.items():
+        release = next((c.get("release") for c in row.values() if c.get("release")), None)
+        out.setdefault(release or "unknown", []).append(host)
+    return out
 
 
 def _fixes(rows: dict[str, dict[str, Any]]) -> list[str]:
@@ -170,9 +186,10 @@ def render_matrix(console: Any, cells: dict[str, dict[str, dict[str, Any]]],
     rows = [[host, *(_cell(row.get(fix)) for fix in fixes), *([running.get(host, "-")] if running else [])]
             for host, row in cells.items()]
     style = dict(render.STATE_STYLE, unreachable="bold red", failed="bold red")
+    groups = "; ".join(f"{r}: {', '.join(h)}" for r, h in by_release(cells).items())
     render.write_table(console, rows, ("host", "bold"), *((fix, style) for fix in fixes),
                        *([("running", {"restart": "bold yellow", "current": "green"})] if running else []),
-                       title="fleet status")
+                       title="fleet status" + (f" (sglang {groups})" if groups else ""))
     for host, row in cells.items():  # why a host has no status: once per host, under the table
         detail = next((c["detail"] for c in row.values() if c.get("detail")), "")
         if detail:

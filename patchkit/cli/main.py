@@ -18,7 +18,7 @@ from .common import State
 COMMAND_MODULES = {name: module for module, names in (
     ("fixes", "list show"), ("ops", "apply verify status rollback"), ("log", "log"),
     ("authoring", "init new refresh"), ("upstream", "upstream"), ("demo", "demo"),
-    ("rebase", "rebase"), ("diff", "diff"), ("fleet", "plan"),
+    ("rebase", "rebase"), ("sync", "sync"), ("matrix", "matrix"), ("diff", "diff"), ("fleet", "plan"),
     ("interop", "import export")) for name in names.split()}
 
 

@@ -26,6 +26,8 @@ from .render_history import rebase_progress, render_rebase, render_rebase_in_pro
                  "(fix bases: its v<base_release> tags, or --base)."),
     click.option("--base", metavar="REF", help="The commit every fix was written against "
                  "(default: tag v<base_release> of each fix)."),
+    click.option("--drop-old", is_flag=True, help="Keep no variant for the old releases: the "
+                 "rebased series serves only --onto (retire the old releases)."),
     click.option("--continue", "cont", is_flag=True, help="Go on after resolving a conflict in the worktree."),
     click.option("--skip", is_flag=True, help="Leave the stopped fix as it was and go on."),
     click.option("--abort", is_flag=True, help="Stop and put the catalog back as it was."),
@@ -34,14 +36,14 @@ from .render_history import rebase_progress, render_rebase, render_rebase_in_pro
                  "commit that is not a release)."),
 )
 def rebase(state: State, fixes: tuple[str, ...], all_fixes: bool, include_inactive: bool,
-           onto: str | None, repo: str | None, base: str | None, cont: bool, skip: bool, abort: bool,
+           onto: str | None, repo: str | None, base: str | None, drop_old: bool, cont: bool, skip: bool, abort: bool,
            dry_run: bool, as_json: bool) -> int:
     """Rebase FIXES (or --all) onto a release; classify every patch; stop at a conflict.
 
     Bare, while a rebase is stopped: where it stopped and what to do next."""
     catalog = state.catalog()
     modes = [m for m, on in (("--continue", cont), ("--skip", skip), ("--abort", abort)) if on]
-    starting = onto or fixes or all_fixes or repo or base or include_inactive or dry_run
+    starting = onto or fixes or all_fixes or repo or base or include_inactive or dry_run or drop_old
     if len(modes) > 1 or (modes and starting):
         raise UsageError(f"{' and '.join(modes)} take no other arguments; pass one of them alone")
     if not modes and not starting:
@@ -68,7 +70,8 @@ def rebase(state: State, fixes: tuple[str, ...], all_fixes: bool, include_inacti
             report = rebase_lib.skip(catalog, progress=progress)
         else:
             report = rebase_lib.start(catalog, onto or "", list(fixes) or None, repo=repo, base=base,
-                                      include_inactive=include_inactive, progress=progress, dry_run=dry_run)
+                                      include_inactive=include_inactive, progress=progress, dry_run=dry_run,
+                                      drop_old=drop_old)
     render.emit(as_json, report.to_json(), lambda out: render_rebase(out, report))
     if not report.done:  # a conflict waits for the user: the conflict exit code (docs/cli.md)
         click.get_current_context().exit(EXIT_CONFLICT)

@@ -27,7 +27,7 @@ OUTCOME_STYLE = {
     "applied": "bold green", "already-applied": "green", "would-apply": "cyan",
     "upgraded": "bold green", "would-upgrade": "cyan", "rolled-back": "bold yellow",
     "would-roll-back": "yellow", "verified": "bold green", "failed": "bold red",
-    "not-applied": "dim",
+    "not-applied": "dim", "not-needed": "dim", "present-unrecorded": "yellow",
 }
 STATE_STYLE = {
     "applied": "green", "drifted": "bold red", "not-applied": "dim", "partly-present": "yellow",
@@ -229,6 +229,8 @@ def render_fix_outcome(console: Any, fix: FixOutcome, *, show_diff: bool,
         _drifted(console, fix)
     if fix.outcome == "not-applied":  # a rollback of a fix with no record on the target
         line(console, [("  nothing to do: the target has no record of it", "dim")])
+    if fix.detail and fix.outcome in ("not-needed", "present-unrecorded"):
+        line(console, [(f"  {fix.detail}", "dim")])
     if fix.lost:  # the reinstall is the news, not the apply: say why it was applied again
         line(console, [("  re-applied: was lost: ", "yellow"), (fix.lost.split(". ")[0], "")])
     _commits(console, fix)
@@ -324,6 +326,10 @@ def _status_rows(result: OpResult, verbose: bool) -> List[List[str]]:
         state = s.state
         if state == "outdated":
             state = f"outdated (v{s.version} applied, v{s.catalog_version} in the catalog)"
+            if result.release and s.releases:  # the variant of the release the target runs
+                state += f": v{s.catalog_version} is {result.release}'s variant"
+        elif s.detail and s.detail.startswith("in upstream since"):
+            state = f"{state}: {s.detail}"
         elif state == "lost":
             state = f"lost: {s.detail}"
         shown = s.version is not None and s.state in ("applied", "drifted", "outdated", "lost")
@@ -347,7 +353,8 @@ def render_status(console: Any, result: OpResult, *, verbose: bool = False) -> N
     if rows:
         write_table(console, rows, ("fix", "bold"), ("state", dict(STATE_STYLE, error="bold red")),
                     ("version", "right"),
-                    ("applied at", "dim"), ("files", ""), title=f"status of {result.target}")
+                    ("applied at", "dim"), ("files", ""), title=f"status of {result.target}"
+                    + (f" (sglang {result.release})" if result.release else ""))
     render_running(console, result)
 
 

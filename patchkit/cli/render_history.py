@@ -78,6 +78,8 @@ def _version_node(fix: Any, v: Any, history: bool) -> Node:
     label: Segments = [(f"v{v.version}", "bold"), (f"  {v.date or 'undated'}  on {v.base_release}", "")]
     if v.rebased_from:
         label.append((f"  (rebased from {v.rebased_from})", "yellow"))
+    if v.serves and sum(bool(o.serves) for o in fix.versions) > 1:  # a fix with variants
+        label.append((f"  serves {', '.join(v.serves)}", "green"))
     applied = fix.applied
     if applied is not None and applied.version == v.version and applied.state != "not-applied":
         label.append((f"  <- {applied.state} on target", STATE_STYLE.get(applied.state, "")))

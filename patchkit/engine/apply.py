@@ -93,7 +93,15 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
     upgrades: Dict[str, Dict[str, Any]] = {}  # name -> the record of the version applied now
     for spec in req.fixes:
         rec = recorded.get(spec.name)
-        if rec is None:
+        if spec.not_needed and (rec is None or spec.name in lost_records):
+            # upstream holds the change in this release: nothing to write; a record the
+            # upgrade made lost is dropped (docs/manifest.md, "Upstream since R")
+            outcomes[spec.name] = {"name": spec.name, "version": spec.version, "outcome": "not-needed",
+                                   "detail": spec.not_needed, "files": [], "preconditions": [],
+                                   "verification": []}
+            if spec.name in lost_records:
+                outcomes[spec.name]["lost"] = lost[spec.name]
+        elif rec is None:
             todo.append(spec)
         elif int(rec.get("version", 0)) == spec.version:
             from .observe import drifted_files  # a recorded fix: do its files hold what it wrote?
@@ -116,6 +124,8 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
                          "other fixes without it" % ("--commit" if req.commit else "a revert fix (%s)"
                                                      % ", ".join(s.name for s in todo if s.revert)))
     check_patch_paths(req.roots, list(todo) + list(req.dependencies))
+    if req.sync:
+        todo = _sync_skips(req, todo, outcomes, set(upgrades))
     check_file_modes(todo)  # dependencies are looked for, never written
     ws = Workspace(req.roots)
     if upgrades:
@@ -143,9 +153,13 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
     prepare = _Prepare(req, store, state, ws, sources, git_changes, taken_out)
     for name in lost:  # a lost fix required by another is not there: apply it again first
         prepare.recorded.pop(name, None)
+    prepare.prepared.update(s.name for s in req.fixes if s.not_needed)  # satisfy requires
     prepared = prepare.changes(todo)
     if not req.dry_run and prepared:
         _write(req, store, state, ws, prepared, {**left, **upgrades})
+    elif not req.dry_run and any(n in lost_records for n, o in outcomes.items()
+                                 if o["outcome"] == "not-needed"):
+        store.write_state(state)  # only lost records of not-needed fixes to drop
     for fc in prepared:
         old = upgrades.get(fc.spec.name)
         if old is None:
@@ -156,6 +170,27 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
             outcomes[fc.spec.name] = dict(fix_result(fc, "would-upgrade" if req.dry_run else "upgraded"),
                                           from_version=old.get("version"))
     return [outcomes[s.name] for s in req.fixes]
+
+
+def _sync_skips(req: Request, todo: List[FixSpec], outcomes: Dict[str, Dict[str, Any]],
+                upgrades: Set[str]) -> List[FixSpec]:
+    """``patchkit sync``: of the fixes to write, leave out those ``status`` would call
+    ``not-needed`` (a revert with nothing to revert) or ``present-unrecorded`` (the change is
+    in the files already, put there by someone else), each with its outcome saying so."""
+    from .observe import unrecorded
+
+    ws, keep = Workspace(req.roots), []
+    for spec in todo:
+        seen = "" if spec.name in upgrades else unrecorded(ws, spec, req.roots)["state"]
+        if seen in ("not-needed", "present-unrecorded"):
+            outcomes[spec.name] = {
+                "name": spec.name, "version": spec.version, "files": [], "preconditions": [],
+                "verification": [], "outcome": seen,
+                "detail": "nothing to revert on this target" if seen == "not-needed" else
+                "the change is in the files already, not recorded by patchkit: see patchkit status"}
+        else:
+            keep.append(spec)
+    return keep
 
 
 def _drop_lost(req: Request, state: Dict[str, Any]

@@ -63,7 +63,12 @@ def release_check(spec: FixSpec, roots: Roots, cache: Dict[str, Tuple[Optional[s
                       "install, or tag HEAD with its release" % (root.name, root.path), root.name)
     ok = found in wanted
     detail = "release %s (from %s)" % (found, source)
-    if not ok:
+    if not ok and spec.variants_known:
+        detail += "; no variant of the fix serves %s: variants exist for %s. Make one with " \
+                  "patchkit rebase %s --onto %s" % (found, ", ".join(
+                      "%s (v%s)" % (", ".join(rs) or "any release", v) for v, rs in spec.variants_known),
+                      spec.name, found)
+    elif not ok:
         detail += "; the fix is known to apply to %s only. Use a version of the fix written for %s " \
                   "(rebase it), or add %s to upstream.releases once it is checked" % (
                       ", ".join(wanted), found, found)

@@ -31,21 +31,37 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
             entry["catalog_version"] = spec.version
             if entry["state"] == "applied" and rec.get("version") != spec.version:
                 entry["state"] = "outdated"  # another version is applied than the catalog's
+        elif spec.not_needed:
+            entry = {"name": spec.name, "state": "not-needed", "version": spec.version,
+                     "applied_at": None, "files": [], "detail": spec.not_needed}
         else:
-            entry = _detect(ws, spec)
-            # a revert fix's change in the files was made by hand only when the commit it
-            # reverts is in HEAD's history; otherwise that change was never there, and a file
-            # that only looks partly reverted (another release's code) says nothing either
-            if spec.revert is not None and entry["state"] in (presence.PRESENT, presence.PARTLY):
-                source, found = revert.resolve(spec, req.roots)
-                if source is None and (entry["state"] == presence.PRESENT or not found["ok"]):
-                    entry.update(state="not-needed", files=[])
+            entry = unrecorded(ws, spec, req.roots)
+        if spec.release is not None:
+            entry["releases"] = list(spec.release.get("versions") or [])
+        if spec.not_needed and entry["state"] != "not-needed":
+            entry.setdefault("detail", spec.not_needed)
         out.append(entry)
     listed = {s.name for s in req.fixes}
     out.extend(_recorded(ws, rec, last, installs) for rec in state.get("fixes", [])
                if rec["name"] not in listed)
+    from .variants import release_of
+
     return {"state_root": req.state_root.path, "fixes": out, "journal": store.read_journal(),
+            "release": release_of(req.roots, "sglang", {}, True),
             "running": procs.running(req.roots, store.dir, state, req.python)}
+
+
+def unrecorded(ws: Workspace, spec: FixSpec, roots: Roots) -> Dict[str, Any]:
+    """The status entry of a fix the target has no record of."""
+    entry = _detect(ws, spec)
+    # a revert fix's change in the files was made by hand only when the commit it
+    # reverts is in HEAD's history; otherwise that change was never there, and a file
+    # that only looks partly reverted (another release's code) says nothing either
+    if spec.revert is not None and entry["state"] in (presence.PRESENT, presence.PARTLY):
+        source, found = revert.resolve(spec, roots)
+        if source is None and (entry["state"] == presence.PRESENT or not found["ok"]):
+            entry.update(state="not-needed", files=[])
+    return entry
 
 
 def _file_state(ok: bool, current: Optional[bytes]) -> str:

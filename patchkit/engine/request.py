@@ -36,6 +36,10 @@ class FixSpec:
     revert: Optional[Dict[str, Any]] = None  # a revert fix: {root, commit, fix, series, ...}
     # the manifest allows files setuid, setgid, sticky or world-writable (check_file_modes)
     allow_special_modes: bool = False
+    # docs/manifest.md, [[variants]]: (version, releases) of every variant the fix has, and
+    # why the fix is not needed on this target (upstream holds it), set by variants.choose
+    variants_known: Tuple[Tuple[Any, Tuple[str, ...]], ...] = ()
+    not_needed: str = ""
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,7 @@ class Request:
     dependencies: Tuple[FixSpec, ...]  # required fixes not in ``fixes``: looked for, never written
     commit: bool = False  # apply: record each fix as a commit in its git roots
     git: bool = True  # apply: False (--no-git) runs no git: no clean check, no release tag
+    sync: bool = False  # apply: skip fixes whose change this target does not need (patchkit sync)
 
 
 def _checks(value: Any, fix: str, key: str) -> Tuple[Dict[str, Any], ...]:
@@ -95,7 +100,10 @@ def parse_fix(data: Any, lazy: bool = False) -> FixSpec:
         purge_pycache=bool((data.get("actions") or {}).get("purge_pycache", True)),
         scripts={str(k): str(v) for k, v in (data.get("scripts") or {}).items()},
         strategy=strategy, revert=revert, rationale=str(data.get("rationale") or ""),
-        allow_special_modes=data.get("allow_special_modes") is True)
+        allow_special_modes=data.get("allow_special_modes") is True,
+        variants_known=tuple((v, tuple(str(r) for r in rs))
+                             for v, rs in (data.get("variants_known") or [])),
+        not_needed=str(data.get("not_needed") or ""))
 
 
 def parse_request(data: Any) -> Request:
@@ -111,8 +119,14 @@ def parse_request(data: Any) -> Request:
     state_root = roots.get(str(data.get("state_root") or "sglang"))
     # status and verify never write; an apply checks each record's hunks when it places them
     lazy = op in ("status", "verify", "apply")
-    fixes = tuple(parse_fix(f, lazy) for f in _list(data, "fixes"))
-    dependencies = tuple(parse_fix(f, lazy) for f in _list(data, "dependencies"))
+    from .variants import choose  # each fix as its variant for the release the target runs
+
+    git = bool(data.get("git", True))
+    releases: Dict[str, Any] = {}
+    fixes = tuple(parse_fix(choose(f, roots, releases, git) if isinstance(f, dict) else f, lazy)
+                  for f in _list(data, "fixes"))
+    dependencies = tuple(parse_fix(choose(f, roots, releases, git) if isinstance(f, dict) else f, lazy)
+                         for f in _list(data, "dependencies"))
     names = [f.name for f in fixes + dependencies]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -126,7 +140,8 @@ def parse_request(data: Any) -> Request:
                    roots=roots, state_root=state_root, python=str(data.get("python") or roots.interpreters.get("sglang")
                                             or sys.executable),
                    lock_timeout=lock_timeout, fixes=fixes, dependencies=dependencies,
-                   commit=bool(data.get("commit", False)), git=bool(data.get("git", True)))
+                   commit=bool(data.get("commit", False)), git=bool(data.get("git", True)),
+                   sync=bool(data.get("sync", False)))
 
 
 def _list(data: Dict[str, Any], key: str) -> List[Any]:

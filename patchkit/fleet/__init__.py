@@ -22,7 +22,7 @@ __all__ = ["COLLECTIONS_PATH", "FleetOptions", "FleetReport", "HostReport", "Sur
 def plan(catalog: Catalog, op: str, names: Sequence[str], *, roots: dict[str, str] | None = None,
          with_deps: bool = False, allow_inactive: bool = False, dry_run: bool = False,
          force: bool = False, lock_timeout: float = 30.0, commit: bool = False,
-         git: bool = True) -> dict[str, Any]:
+         git: bool = True, sync: bool = False) -> dict[str, Any]:
     """The engine request of ``op`` over ``names``, for ``patchkit.fleet.engine``. It holds no
     roots: each host gives its own (``patchkit_target``, ``patchkit_roots``); ``roots`` names
     the ones the hosts have, for the checks made here. ``commit`` and ``git`` as for
@@ -39,7 +39,7 @@ def plan(catalog: Catalog, op: str, names: Sequence[str], *, roots: dict[str, st
         roots = {"sglang": "/"} | {r: "/" for f in fixes for r in f.roots if r != "sglang"}
     request = build_request(catalog, fixes, op=op, roots=roots, state_root="sglang", python=None,
                             dry_run=dry_run, force=force, lock_timeout=lock_timeout,
-                            commit=commit and op == "apply", git=git)
+                            commit=commit and op == "apply", git=git, sync=sync)
     request["roots"] = {}  # never a placeholder a host could take for a real path
     return request
 
@@ -48,6 +48,7 @@ def rollout(catalog: Catalog, op: str, names: Sequence[str], *, inventory: str,
             limit: str | None = None, options: FleetOptions = FleetOptions(),
             with_deps: bool = False, allow_inactive: bool = False, force: bool = False,
             lock_timeout: float = 30.0, commit: bool = False, git: bool = True,
+            sync: bool = False,
             progress: Callable[[str], None] = lambda _line: None) -> FleetReport:
     """``apply`` or ``rollback`` of ``names`` on every host of ``inventory`` (after ``limit``):
     preflight, then waves (docs/fleet.md). Hosts failing are in the report, not raised.
@@ -62,7 +63,8 @@ def rollout(catalog: Catalog, op: str, names: Sequence[str], *, inventory: str,
 
     def request(what: str, fixes: list[str], dry_run: bool) -> dict[str, Any]:
         return plan(catalog, what, fixes, dry_run=dry_run, force=force, lock_timeout=lock_timeout,
-                    allow_inactive=allow_inactive, commit=commit, git=git)
+                    allow_inactive=allow_inactive, commit=commit, git=git,
+                    sync=sync and what == "apply")
 
     with tempfile.TemporaryDirectory(prefix="patchkit-fleet-") as workdir:
         return Rollout(op=op, names=names, hosts=hosts, inventory=inventory, workdir=Path(workdir),

@@ -66,11 +66,13 @@ def _resolve(fetch: UpstreamRepo | None, git_dir: Path, onto: str, bases: set[st
 def start(catalog: Catalog, onto: str, names: Sequence[str] | None = None, *,
           upstream: UpstreamRepo | None = None, repo: Path | str | None = None,
           base: str | None = None, include_inactive: bool = False,
-          progress: Progress | None = None, dry_run: bool = False) -> RebaseReport:
+          progress: Progress | None = None, dry_run: bool = False,
+          drop_old: bool = False) -> RebaseReport:
     """Rebase ``names`` (default: every fix of the catalog's own, dead and superseded ones only
     with ``include_inactive``) onto ``onto``: a release, or with ``repo`` (an SGLang clone) any
     tag or commit there; ``base`` overrides each fix's ``v<base>``. ``dry_run`` (and an ``onto``
-    that is no release) only reports."""
+    that is no release) only reports. Each rebased fix keeps its old version as a variant for
+    the releases it served (docs/rebase.md, "Variants"); ``drop_old`` keeps none."""
     catalog.check_writable("rebase")  # a dry run too: it keeps its state there while it runs
     if names:
         catalog.check_own(names, "rebase")
@@ -99,7 +101,7 @@ def start(catalog: Catalog, onto: str, names: Sequence[str] | None = None, *,
         "format": STATE_FORMAT, "onto": label, "release": release, "onto_rev": onto_rev,
         "base": base_rev, "git_dir": str(git_dir), "queue": [f.name for f in fixes],
         "written": [], "results": [], "plan": {}, "stopped": None, "inactive": inactive,
-        "dry_run": dry_run})
+        "dry_run": dry_run, "drop_old": drop_old})
     rebase = Rebase(state, progress)
     try:
         rebase.plan()

@@ -5,12 +5,14 @@ files changed, or it depends on (or shares a file with) a fix resolved with ``--
 from __future__ import annotations
 
 import datetime as _dt
+import shutil
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 from ..authoring import write_series
 from ..catalog import edit
+from ..catalog.manifest import load_manifest
 from ..catalog.model import Fix
 from ..errors import ConflictError, PatchkitError
 from .classify import CLEAN, Decision, PatchReport, Series, Tree, apply_all, changes, \
@@ -129,7 +131,8 @@ class Rebase:
             commits = sorted({r.commit[:12] for r in reports if r.commit})
             return fix_report(fix, onto, "upstreamed", f"{onto} holds the whole change"
                               + (f" (upstream commit {', '.join(commits)})" if commits else "")
-                              + ": propose status = \"upstreamed\"", reports)
+                              + (f": marked upstream since {onto}, no variant for it"
+                                 if self.state.writes else ": it would be marked upstream"), reports)
         if self.state.release is None:
             return fix_report(fix, onto, "clean", f"applies to {onto}; not written (not a "
                               "release: rebase onto a release tag to write)", reports)
@@ -147,24 +150,42 @@ class Rebase:
                 if done.get(r.file) is not None and kinds.get(r.file) != "upstream"]
 
     def write(self, fix: Fix, report: FixReport, done: dict[str, str]) -> None:
-        """Write a completed fix to the catalog (journaled first for --abort)."""
-        if report.outcome not in ("rebased", "extended") or not self.state.writes:
+        """Write a completed fix to the catalog (journaled first for --abort): the new series
+        becomes the top level and the old one a variant for the releases it still serves
+        (docs/rebase.md, "Variants"), unless ``drop_old``; a fix upstream in the release
+        is marked upstream since it, with no new variant."""
+        if report.outcome not in ("rebased", "extended", "upstreamed") or not self.state.writes:
             return
         self.state.note_written(fix.name)
-        if report.outcome == "extended":
-            edit.add_release(fix.manifest_path, self.state.onto)
+        onto, drop = self.state.onto, bool(self.state.data.get("drop_old"))
+        if report.outcome == "upstreamed":
+            edit.set_upstream(fix.manifest_path, onto)
+        elif report.outcome == "extended":
+            edit.add_release(fix.manifest_path, onto)
         else:
             kept = dict(self.kept(fix, report, done))
             refs = [r for r in fix.patches if r.file in kept]
+            files = {r.path: (kept[r.file], r.root) for r in refs}
+            keep_as = None
+            if not drop and [r for r in fix.upstream.releases if r != onto]:
+                keep_as = edit.variant_dir(fix, fix.upstream.base_release)
+                (fix.patch_dir / keep_as).mkdir(parents=True, exist_ok=True)
+                files.update({fix.patch_dir / keep_as / r.file: (
+                    r.path.read_text(encoding="utf-8", errors="surrogateescape"), r.root)
+                    for r in fix.patches})
             bump = lambda: edit.bump_manifest(  # noqa: E731
                 fix.manifest_path, version=fix.version + 1, changelog_summary=report.detail,
-                date=_dt.date.today().isoformat(), base_release=self.state.onto,
+                date=_dt.date.today().isoformat(), base_release=onto,
                 patches=[(r.file, r.root, r.description) for r in refs]
-                if len(refs) != len(fix.patches) else None)
-            write_series({r.path: (kept[r.file], r.root) for r in refs}, bump)
+                if len(refs) != len(fix.patches) else None, keep_as=keep_as, drop_variants=drop)
+            write_series(files, bump)
             for r in fix.patches:
                 if r not in refs:
                     r.path.unlink(missing_ok=True)
+            used = {v.dir for v in load_manifest(fix.manifest_path).variants}
+            for v in fix.variants:  # the folders of variants the manifest no longer has
+                if v.dir not in used:
+                    shutil.rmtree(fix.patch_dir / v.dir, ignore_errors=True)
         self.state.catalog._fixes.pop(fix.name, None)
 
     def plan(self) -> None:

@@ -1,0 +1,66 @@
+"""`patchkit matrix`: the fixes x releases matrix, the release watch of a CI job."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .. import matrix as lib
+from ..errors import EXIT_CHECK_FAILED, UsageError
+from . import render
+from .common import State, command
+
+STYLE = {"variant": "green", "not-needed": "dim", "upstream": "magenta", "no variant": "yellow",
+         "rebase needed": "yellow", "conflict": "bold red"}
+
+
+@command(
+    "matrix",
+    click.argument("fixes", nargs=-1),
+    click.option("--releases", metavar="A..B|A,B", help="The releases: every one from A to B "
+                 "(A and B fetched when missing), or a list (default: those the catalog's "
+                 "variants serve)."),
+    click.option("--markdown", is_flag=True, help="Print a Markdown table (a CI job summary)."),
+    click.option("--exit-code", is_flag=True, help=f"Exit {EXIT_CHECK_FAILED} when a cell is a "
+                 "conflict: a release breaks a fix."),
+)
+def matrix(state: State, fixes: tuple[str, ...], releases: str | None, markdown: bool,
+           exit_code: bool, as_json: bool) -> int:
+    """Each active fix on each release: the variant serving it, or what serving it takes."""
+    if markdown and as_json:
+        raise UsageError("--markdown and --json are two outputs; pick one")
+    catalog = state.catalog()
+    wanted = lib.parse_releases(releases, lib.known_releases(catalog))
+    if not wanted:
+        raise UsageError("no release to check: the catalog's fixes name none; pass --releases A..B")
+
+    def say(line: str) -> None:
+        if not as_json and not markdown:
+            sys.stderr.write(line + "\n")
+
+    result = lib.matrix(catalog, wanted, list(fixes), progress=say)
+    if markdown:
+        click.echo(result.markdown(), nl=False)
+    else:
+        render.emit(as_json, result.to_json(), lambda out: _draw(out, result))
+    return EXIT_CHECK_FAILED if exit_code and result.failing else 0
+
+
+def _draw(out: object, result: lib.Matrix) -> None:
+    width = max([len("fix"), *map(len, result.fixes)])
+    cols = {r: max([len(r), *(len(result.cells[f][r].label) for f in result.fixes)])
+            for r in result.releases}
+    render.line(out, [("fix".ljust(width), "bold")] + [
+        ("  " + r.ljust(cols[r]), "bold") for r in result.releases])
+    for f in result.fixes:
+        segs = [(f.ljust(width), "")]
+        for r in result.releases:
+            cell = result.cells[f][r]
+            segs.append(("  " + cell.label.ljust(cols[r]), STYLE.get(cell.kind, "")))
+        render.line(out, segs)
+    for f, r in result.failing:
+        render.line(out, [(f"{f} on {r}: ", "bold red"), (result.cells[f][r].detail, "")])
+
+
+COMMANDS = [matrix]

@@ -1,0 +1,48 @@
+"""`patchkit sync`: converge a target (or every host of an inventory) to every active fix for
+the release it runs (docs/cli.md, "sync")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from .. import api
+from . import render
+from .common import TARGET_OPTIONS, State, command
+from .fleet import ROLLOUT_OPTIONS, rollout, wants_fleet
+from .ops import _emit, _fleet, _run
+
+
+@command(
+    "sync", *TARGET_OPTIONS, *ROLLOUT_OPTIONS,
+    click.option("--dry-run", "-n", is_flag=True,
+                 help="Say what sync would apply, upgrade, re-apply or drop; write nothing."),
+    click.option("--no-git", "no_git", is_flag=True,
+                 help="Run no git on the target (a container build): no clean check against HEAD."),
+    click.option("--force", is_flag=True,
+                 help="Upgrade even when the applied version's files changed since (discarding those changes)."),
+)
+def sync(state: State, dry_run: bool, no_git: bool, force: bool, as_json: bool,
+         **where: Any) -> int:
+    """Converge the target to every active fix for the release it runs, in one transaction.
+
+    Each fix gets its variant for the target's release: missing ones are applied, an older
+    version is upgraded, one lost to an SGLang upgrade is applied again; fixes upstream in
+    that release are left out (and their lost records dropped). With --inventory, every host
+    converges to its own release in the waves of `apply`."""
+    fleet = _fleet(where)
+    if wants_fleet(fleet, where):
+        names = api.sync_names(state.catalog(), ["sglang"])
+        return rollout(state, "apply", names, fleet, dry_run=dry_run, as_json=as_json,
+                       git=not no_git, force=force, sync=True, lock_timeout=where["lock_timeout"])
+    result = _run(state, where, "checking what to sync on" if dry_run else "syncing", as_json,
+                  api.sync, dry_run=dry_run, git=not no_git, force=force)
+    if not result.fixes and not as_json:
+        render.line(render.stdout(), [("nothing to sync: the catalog has no active fix for "
+                                       "this target's roots", "")])
+        return 0
+    return _emit(result, as_json)
+
+
+COMMANDS = [sync]

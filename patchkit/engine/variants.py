@@ -1,0 +1,58 @@
+"""Which variant of a fix a target gets: the one serving the release it runs (docs/manifest.md,
+"[[variants]]"), chosen here, next to the files, so one request serves every release of a
+fleet; and whether the fix is upstream in that release already (``not-needed``)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Dict, List, Optional, Tuple
+
+from .paths import Roots
+
+Releases = Dict[str, Tuple[Optional[str], str]]  # root name -> (release, where it was read)
+
+
+def release_key(release: str) -> Tuple[Tuple[int, ...], int, str]:
+    """0.5.9 < 0.5.22 < 0.5.23rc1 < 0.5.23 < 0.5.23.post1 (patchkit.catalog.model's order)."""
+    m = re.match(r"(\d+(?:\.\d+)*)(.*)", release)
+    if not m:
+        return ((), 0, release)
+    rest = m.group(2)
+    return (tuple(int(p) for p in m.group(1).split(".")),
+            0 if rest and not rest.startswith(".post") else 1, rest)
+
+
+def release_of(roots: Roots, name: str, cache: Releases, git: bool) -> Optional[str]:
+    """The release root ``name`` runs, read once per request (None: unknown or no such root)."""
+    if name not in {r.name for r in roots}:
+        return None
+    if name not in cache:
+        from .auto import detect_release
+
+        cache[name] = detect_release(roots.get(name), git=git)
+    return cache[name][0]
+
+
+def choose(data: Dict[str, Any], roots: Roots, cache: Releases, git: bool) -> Dict[str, Any]:
+    """The FIX ``data`` as its variant for the target's release: the top level when it serves
+    that release or none does (its release precondition then names every variant)."""
+    variants = data.get("variants")
+    since = data.get("upstream_since")
+    if not variants and not since:
+        return data
+    release = data.get("release") or {}
+    found = release_of(roots, str(release.get("root") or "sglang"), cache, git)
+    out = dict(data)
+    out.pop("variants", None)
+    if isinstance(variants, list) and variants:
+        served: List[Tuple[Any, List[str]]] = [(data.get("version"), list(release.get("versions") or []))]
+        served += [(v.get("version"), list((v.get("release") or {}).get("versions") or []))
+                   for v in variants if isinstance(v, dict)]
+        out["variants_known"] = served
+        pick = next((v for v in variants if isinstance(v, dict) and found is not None
+                     and found in ((v.get("release") or {}).get("versions") or [])), None)
+        if pick is not None and found not in (release.get("versions") or []):
+            out.update(pick)
+    if since and found is not None and release_key(found) >= release_key(str(since)):
+        out["not_needed"] = "in upstream since %s (the target runs %s)" % (since, found)
+    return out

@@ -1,0 +1,178 @@
+"""The fixes x releases matrix (``patchkit matrix``, docs/rebase.md "The release watch"): for
+each active fix and each SGLang release, what serving that release takes.
+
+A cell is one of: ``vN`` (the variant serving the release applies, zero fuzz, on the
+release's files), ``not-needed`` (nothing to do there, e.g. a revert with nothing to revert),
+``upstream`` (the fix is marked upstream since that release or earlier, or the release holds
+its whole change), ``no variant`` (no variant serves it, but the newest series applies there
+unchanged: a rebase only adds the release), ``rebase needed`` (it applies at an offset or
+after a clean merge), ``conflict`` (a rebase would stop, or the variant no longer applies)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .catalog import Catalog
+from .catalog.model import Fix
+from .errors import PatchkitError, UsageError
+from .upstream import UpstreamRepo, version_key
+
+#: Cells that fail ``patchkit matrix --exit-code``: a release the catalog cannot serve as is.
+FAILING = ("conflict",)
+#: Every cell kind, for the docs and --json consumers.
+KINDS = ("variant", "not-needed", "upstream", "no variant", "rebase needed", "conflict")
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One fix on one release: ``kind`` (KINDS), ``label`` (what the cell shows) and why."""
+
+    kind: str
+    label: str
+    detail: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return {"kind": self.kind, "label": self.label, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class Matrix:
+    releases: tuple[str, ...]
+    fixes: tuple[str, ...]
+    cells: dict[str, dict[str, Cell]] = field(default_factory=dict)  # fix -> release -> cell
+
+    @property
+    def failing(self) -> list[tuple[str, str]]:
+        return [(f, r) for f in self.fixes for r in self.releases
+                if self.cells[f][r].kind in FAILING]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"releases": list(self.releases), "fixes": list(self.fixes),
+                "cells": {f: {r: c.to_json() for r, c in row.items()} for f, row in self.cells.items()},
+                "failing": [{"fix": f, "release": r} for f, r in self.failing]}
+
+    def markdown(self) -> str:
+        """The matrix as a GitHub-flavoured Markdown table (a CI job summary)."""
+        lines = ["| fix | " + " | ".join(self.releases) + " |",
+                 "|---|" + "---|" * len(self.releases)]
+        lines += [f"| {f} | " + " | ".join(self.cells[f][r].label for r in self.releases) + " |"
+                  for f in self.fixes]
+        return "\n".join(lines) + "\n"
+
+
+def parse_releases(text: str | None, known: Sequence[str]) -> list[str]:
+    """``A..B`` (every known release from A to B, both included: A and B are fetched when
+    missing), ``A,B,C``, or None (every release the catalog's variants name)."""
+    if text is None:
+        return list(known)
+    if ".." in text:
+        low, _, high = text.partition("..")
+        for v in (low, high):
+            version_key(v)  # a clear error for a bad name
+        if version_key(low) > version_key(high):
+            raise UsageError(f"--releases {text}: {low} comes after {high}; write OLD..NEW")
+        between = [v for v in known if version_key(low) <= version_key(v) <= version_key(high)]
+        return sorted({low, high, *between}, key=version_key)
+    out = [v.strip() for v in text.split(",") if v.strip()]
+    for v in out:
+        version_key(v)
+    if not out:
+        raise UsageError("--releases names no release; give A..B or A,B")
+    return out
+
+
+def fixes_of(catalog: Catalog, names: Sequence[str] = ()) -> list[Fix]:
+    """The fixes the matrix covers: ``names``, else every active fix with a release
+    precondition (a fix for a root of the deployment's own is the same on every release)."""
+    if names:
+        return [catalog.get(n) for n in names]
+    return [f for f in catalog.all() if not f.is_inactive and f.upstream.releases]
+
+
+def matrix(catalog: Catalog, releases: Sequence[str], names: Sequence[str] = (), *,
+           upstream: UpstreamRepo | None = None, progress: Progress | None = None) -> Matrix:
+    """Every fix of ``names`` (default: :func:`fixes_of`) on every release of ``releases``,
+    fetched into ``upstream`` (patchkit's upstream repository) when missing."""
+    say = progress or (lambda _line: None)
+    repo = upstream or UpstreamRepo()
+    fixes = fixes_of(catalog, names)
+    cells: dict[str, dict[str, Cell]] = {f.name: {} for f in fixes}
+    with tempfile.TemporaryDirectory(prefix="patchkit-matrix-") as tmp:
+        for release in releases:
+            repo.fetch(release, progress=say)
+            say(f"checking the fixes on sglang {release}")
+            tree = repo.checkout(release, Path(tmp) / f"sglang-{release}")
+            unserved = []
+            for fix in fixes:
+                cell = _served(catalog, fix, release, tree)
+                if cell is None:
+                    unserved.append(fix)
+                else:
+                    cells[fix.name][release] = cell
+            if unserved:
+                say(f"classifying {len(unserved)} fix(es) with no variant for {release}")
+                cells_for = _rebase_cells(catalog, unserved, release, repo, Path(tmp) / f"cat-{release}")
+                for fix in unserved:
+                    cells[fix.name][release] = cells_for[fix.name]
+            shutil.rmtree(tree, ignore_errors=True)
+    return Matrix(tuple(releases), tuple(f.name for f in fixes), cells)
+
+
+def _served(catalog: Catalog, fix: Fix, release: str, tree: Path) -> Cell | None:
+    """The cell of a fix a variant serves (or that is upstream there); None: no variant."""
+    if fix.not_needed_on(release):
+        return Cell("upstream", "upstream", f"marked upstream since {fix.upstream_since}")
+    variant = fix.variant_for(release)
+    if variant is None:
+        return None
+    from .request import build_request
+    from .results import check_result
+    from .targets import LocalTarget
+
+    fixes = catalog.apply_order([fix.name], with_deps=True, allow_inactive=True)
+    target = LocalTarget({"sglang": str(tree)}, None, f"sglang {release}")
+    try:
+        request = build_request(catalog, fixes, op="apply", roots={"sglang": str(tree)},
+                                state_root="sglang", python=None, dry_run=True, sync=True)
+        result = check_result(target.run(request), target.description)
+    except PatchkitError as err:
+        return Cell("conflict", "conflict", f"v{variant.version} no longer applies: "
+                    f"{err.message.splitlines()[0]}")
+    outcome = next((o for o in result.fixes if o.name == fix.name), None)
+    if outcome is not None and outcome.outcome in ("not-needed", "present-unrecorded"):
+        return Cell("not-needed", "not-needed", outcome.detail or outcome.outcome)
+    return Cell("variant", variant.variant_label(), "applies with zero fuzz")
+
+
+def _rebase_cells(catalog: Catalog, fixes: list[Fix], release: str, repo: UpstreamRepo,
+                  scratch: Path) -> dict[str, Cell]:
+    """What a rebase of each fix onto ``release`` would do, computed on a copy of the catalog
+    (a dry run that never stops), so the user's catalog is never touched."""
+    from . import rebase
+
+    for part in ("manifests", "patches"):
+        shutil.copytree(catalog.root / part, scratch / part)
+    copy = Catalog.open(scratch)
+    report = rebase.start(copy, release, [f.name for f in fixes], upstream=repo, dry_run=True)
+    out = {}
+    for fix in fixes:
+        rep = next((r for r in report.fixes if r.name == fix.name), None)
+        kind = {"extended": "no variant", "rebased": "rebase needed", "clean": "rebase needed",
+                "upstreamed": "upstream", "conflict": "conflict", "stopped": "conflict"
+                }.get(rep.outcome if rep else "", "conflict")
+        label = "no variant" if kind == "no variant" else kind
+        out[fix.name] = Cell(kind, label, rep.detail if rep else "not classified")
+    return out
+
+
+def known_releases(catalog: Catalog) -> list[str]:
+    """Every release a variant of an active fix serves, oldest first."""
+    seen = {r for f in fixes_of(catalog) for v in f.all_variants() for r in v.upstream.releases}
+    return sorted(seen, key=version_key)

@@ -1,0 +1,367 @@
+"""One catalog for every release (docs/manifest.md, "[[variants]]"): the shipped catalog's
+0.5.22 and 0.5.23 variants chosen by the engine from the release each target runs, on real
+checkouts and a real pip-installed wheel; sync after an upgrade underneath; a fix marked
+upstream; rebase keeping old variants; and the fixes x releases matrix."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from patchkit import api, rebase
+from patchkit.catalog import Catalog, edit
+from patchkit.catalog.manifest import load_manifest
+from patchkit.catalog.edit import new_manifest_text
+from patchkit.errors import ManifestError, PreconditionFailed
+from patchkit.targets import LocalTarget, resolve_target
+from patchkit.upstream import UpstreamRepo
+
+pytestmark = pytest.mark.network  # the real wheels come from the registry once
+
+REPO = Path(__file__).resolve().parent.parent
+INDEX_K, SIZING = "dsv4-bf16-index-k", "dsv4-bf16-sizing"
+
+
+def copy_catalog(dest: Path) -> Catalog:
+    for part in ("manifests", "patches"):
+        shutil.copytree(REPO / part, dest / part)
+    return Catalog.open(dest)
+
+
+def local(tree: Path) -> LocalTarget:
+    return LocalTarget({"sglang": str(tree)}, sys.executable, str(tree))
+
+
+def states(catalog: Catalog, target: LocalTarget) -> dict[str, tuple[str, int | None]]:
+    return {s.name: (s.state, s.version) for s in api.status(catalog, target).status}
+
+
+# -- the manifest format --------------------------------------------------------------------
+
+
+def _variant_manifest(tmp_path: Path, extra: str) -> Path:
+    (tmp_path / "patches" / "f" / "0.5.22").mkdir(parents=True)
+    patch = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n"
+    (tmp_path / "patches" / "f" / "0001-x.patch").write_text(patch)
+    (tmp_path / "patches" / "f" / "0.5.22" / "0001-x.patch").write_text(patch)
+    text = new_manifest_text("f", "t", "0.5.23", [("0001-x.patch", "sglang")], "why",
+                             date="2026-11-01").replace("version = 1 ", "version = 2 ", 1)
+    text = text.replace('summary = "First version."', 'summary = "First version."\n\n'
+                        '[[changelog]]\nversion = 2\ndate = "2026-11-02"\nsummary = "0.5.23"')
+    (tmp_path / "manifests").mkdir()
+    path = tmp_path / "manifests" / "f.toml"
+    path.write_text(text + extra)
+    return path
+
+
+VARIANT = '\n[[variants]]\nversion = 1\nbase_release = "0.5.22"\n\n[[variants.patches]]\nfile = "0001-x.patch"\n'
+
+
+def test_a_variant_is_read_with_its_own_series_and_the_top_level_checks(tmp_path: Path) -> None:
+    fix = load_manifest(_variant_manifest(tmp_path, VARIANT))
+    (v,) = fix.variants
+    assert (v.version, v.releases, v.dir) == (1, ("0.5.22",), "0.5.22")
+    assert v.patches[0].path == tmp_path / "patches" / "f" / "0.5.22" / "0001-x.patch"
+    assert fix.variant_for("0.5.22").version == 1 and fix.variant_for("0.5.23").version == 2
+    assert fix.variant_for("0.5.21") is None
+
+
+@pytest.mark.parametrize("extra, key, said", [
+    (VARIANT.replace('"0.5.22"', '"0.5.23"'), "variants[1].releases", "served by the top level"),
+    (VARIANT.replace("version = 1", "version = 2"), "variants[1].version", "already used"),
+    (VARIANT.replace("version = 1", "version = 3"), "variants[1].version", "not between 1"),
+    (VARIANT.replace('file = "0001-x.patch"', 'file = "0002-y.patch"'),
+     "variants[1].patches[1].file", "does not exist"),
+    (VARIANT.replace("base_release", "base_relase"), "variants[1].base_relase", "unknown key"),
+])
+def test_a_bad_variant_is_refused_naming_the_file_and_key(tmp_path: Path, extra: str, key: str,
+                                                          said: str) -> None:
+    path = _variant_manifest(tmp_path, extra)
+    before = path.read_bytes()
+    with pytest.raises(ManifestError) as exc:
+        load_manifest(path)
+    assert exc.value.details["key"] == key and said in exc.value.message
+    assert str(path) in exc.value.message and path.read_bytes() == before
+
+
+# -- selection on real releases ---------------------------------------------------------------
+
+
+def test_one_catalog_commit_applies_each_release_its_variant(three_releases: UpstreamRepo,
+                                                             tmp_path: Path) -> None:
+    catalog = Catalog(REPO)
+    for release, version in (("0.5.22", 3), ("0.5.23", 4)):
+        tree = three_releases.checkout(release, tmp_path / release)
+        result = api.sync(catalog, local(tree))
+        applied = {f.name: (f.outcome, f.version) for f in result.fixes}
+        assert applied[INDEX_K] == ("applied", version) and applied[SIZING] == ("applied", version)
+        # a revert with nothing to revert is left alone, not refused
+        assert applied["revert-hicache-index-k-sync"][0] == "not-needed"
+        assert states(catalog, local(tree))[INDEX_K] == ("applied", version)
+        assert api.sync(catalog, local(tree)).fixes[0].outcome == "already-applied"
+    # a release no variant serves: the precondition names the variants there are
+    old = three_releases.checkout("0.5.21", tmp_path / "0.5.21")
+    with pytest.raises(PreconditionFailed) as exc:
+        api.apply(catalog, local(old), [INDEX_K])
+    assert "variants exist for 0.5.23 (v4), 0.5.22 (v3)" in exc.value.message
+    assert "patchkit rebase dsv4-bf16-index-k --onto 0.5.21" in exc.value.message
+
+
+def test_a_fix_upstream_in_0523_is_not_applied_there_and_stays_on_0522(
+        three_releases: UpstreamRepo, tmp_path: Path) -> None:
+    catalog = copy_catalog(tmp_path / "cat")
+    assert edit.set_upstream(catalog.manifest_path(INDEX_K), "0.5.23")
+    catalog = Catalog.open(tmp_path / "cat")
+    new = local(three_releases.checkout("0.5.23", tmp_path / "new"))
+    old = local(three_releases.checkout("0.5.22", tmp_path / "old"))
+    assert [(f.outcome, f.detail) for f in api.apply(catalog, new, [INDEX_K]).fixes] == [
+        ("not-needed", "in upstream since 0.5.23 (the target runs 0.5.23)")]
+    assert not (Path(new.roots["sglang"]) / ".patchkit" / "state.json").exists()
+    seen = {s.name: s for s in api.status(catalog, new).status}[INDEX_K]
+    assert seen.state == "not-needed" and "in upstream since 0.5.23" in seen.detail
+    assert api.apply(catalog, old, [INDEX_K]).fixes[0].outcome == "applied"
+    assert states(catalog, old)[INDEX_K] == ("applied", 3)
+
+
+# -- an installed package upgraded underneath ---------------------------------------------------
+
+
+def _pip(python: Path, wheel: Path) -> None:
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-compile",
+                    "--no-index", str(wheel)], check=True, capture_output=True, timeout=600)
+
+
+def test_sync_brings_an_installed_package_back_after_pip_upgrades_it(
+        tmp_path: Path, sglang_wheels: Path, sglang_wheel_0523: Path) -> None:
+    from patchkit.upstream import download_wheel
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    _pip(python, download_wheel("0.5.22", sglang_wheels))
+    catalog, target = Catalog(REPO), resolve_target(f"python:{python}", [])
+    assert {f.name: f.version for f in api.sync(catalog, target).fixes
+            if f.outcome == "applied"} == {INDEX_K: 3, SIZING: 3}
+
+    _pip(python, sglang_wheel_0523)  # the image is rebuilt on the next release, say
+    assert states(catalog, target)[INDEX_K][0] == "lost"
+    planned = api.sync(catalog, target, dry_run=True)
+    assert {f.name: f.outcome for f in planned.fixes if f.name in (INDEX_K, SIZING)} == {
+        INDEX_K: "would-apply", SIZING: "would-apply"}
+    result = api.sync(catalog, target)
+    assert {f.name: (f.outcome, f.version) for f in result.fixes if f.name in (INDEX_K, SIZING)} \
+        == {INDEX_K: ("applied", 4), SIZING: ("applied", 4)}
+    assert all(f.lost for f in result.fixes if f.name in (INDEX_K, SIZING))
+    assert states(catalog, target)[SIZING] == ("applied", 4)
+
+
+# -- rebase adds a variant ----------------------------------------------------------------------
+
+
+def test_rebase_onto_a_release_keeps_the_old_versions_as_variants(
+        three_releases: UpstreamRepo, tmp_path: Path) -> None:
+    """A fix written on 0.5.22 whose hunk 0.5.23 moves: rebased, its 0.5.22 series stays a
+    variant, and each release still gets its own; --drop-old then retires it."""
+    tree = three_releases.checkout("0.5.22", tmp_path / "t")
+    rel = "python/sglang/srt/environ.py"
+    lines = (tree / rel).read_text().splitlines(keepends=True)
+    # below the switches 0.5.23 inserts after this one: the same lines, further down
+    at = next(i for i, line in enumerate(lines) if "SGLANG_DSV4_UNIFIED_KV_FP8 = " in line) + 60
+    hunk = "".join(lines[at - 3:at + 4])
+    new = hunk.replace(lines[at], lines[at] + "    SGLANG_TEST_SWITCH = EnvBool(False)\n")
+    patch = (f"--- a/{rel}\n+++ b/{rel}\n@@ -{at - 2},7 +{at - 2},8 @@\n"
+             + "".join(" " + x for x in hunk.splitlines(keepends=True)).replace(
+                 " " + lines[at], " " + lines[at] + "+    SGLANG_TEST_SWITCH = EnvBool(False)\n"))
+    assert new != hunk
+    cat = tmp_path / "cat"
+    (cat / "patches" / "sw").mkdir(parents=True)
+    (cat / "patches" / "sw" / "0001-sw.patch").write_text(patch)
+    (cat / "manifests").mkdir()
+    (cat / "manifests" / "sw.toml").write_text(new_manifest_text(
+        "sw", "a switch", "0.5.22", [("0001-sw.patch", "sglang")], "why", date="2026-11-01"))
+    catalog = Catalog.open(cat)
+    report = rebase.start(catalog, "0.5.23", upstream=three_releases)
+    assert [f.outcome for f in report.fixes] == ["rebased"]
+    fix = Catalog.open(cat).get("sw")
+    assert (fix.version, fix.upstream.releases) == (2, ("0.5.23",))
+    assert [(v.version, v.releases) for v in fix.variants] == [(1, ("0.5.22",))]
+    assert (cat / "patches" / "sw" / "0.5.22" / "0001-sw.patch").read_text() == patch
+    for release, version in (("0.5.22", 1), ("0.5.23", 2)):
+        t = tree if release == "0.5.22" else three_releases.checkout(release, tmp_path / release)
+        assert api.apply(Catalog.open(cat), local(t), ["sw"]).fixes[0].version == version
+
+    rebase.start(Catalog.open(cat), "0.5.22", upstream=three_releases, drop_old=True)
+    fix = Catalog.open(cat).get("sw")
+    assert (fix.version, fix.upstream.releases, fix.variants) == (3, ("0.5.22",), ())
+    assert not (cat / "patches" / "sw" / "0.5.22").exists()
+
+
+# -- the matrix ---------------------------------------------------------------------------------
+
+
+def test_matrix_over_three_releases_fails_on_the_one_without_a_variant(
+        three_releases: UpstreamRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATCHKIT_UPSTREAM", str(three_releases.path))
+    argv = [sys.executable, "-m", "patchkit", "--catalog", str(REPO), "matrix",
+            "--releases", "0.5.21..0.5.23"]
+    proc = subprocess.run([*argv, "--json", "--exit-code"], capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 1, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["releases"] == ["0.5.21", "0.5.22", "0.5.23"]
+    cells = {f: {r: c["label"] for r, c in row.items()} for f, row in out["cells"].items()}
+    assert cells[INDEX_K] == {"0.5.21": "conflict", "0.5.22": "v3 (0.5.22)", "0.5.23": "v4 (0.5.23)"}
+    assert cells[SIZING]["0.5.22"] == "v3 (0.5.22)"
+    assert cells["revert-hicache-index-k-sync"]["0.5.23"] == "not-needed"
+    assert {"fix": INDEX_K, "release": "0.5.21"} in out["failing"]
+    served = subprocess.run([*argv[:-1], "0.5.22,0.5.23", "--markdown", "--exit-code"],
+                            capture_output=True, text=True, timeout=900)
+    assert served.returncode == 0, served.stderr
+    assert f"| {INDEX_K} | v3 (0.5.22) | v4 (0.5.23) |" in served.stdout
+
+
+# -- a fleet on two releases --------------------------------------------------------------------
+
+
+def test_a_fleet_on_two_releases_converges_in_one_sync(fleet_servers, three_releases: UpstreamRepo,
+                                                        tmp_path: Path) -> None:
+    """h1, h2 still on 0.5.22, h3, h4 on 0.5.23: one `sync --inventory` gives each host its
+    release's variants; a second one changes nothing."""
+    import os
+
+    from tests.fixtures.fleet_hosts import ansible_env, write_inventory
+
+    release = {"h1": "0.5.22", "h2": "0.5.22", "h3": "0.5.23", "h4": "0.5.23"}
+    trees = {h.name: three_releases.checkout(release[h.name], tmp_path / h.name)
+             for h in fleet_servers.hosts}
+    inventory = write_inventory(tmp_path / "inventory.yml", fleet_servers.hosts, {
+        name: {"patchkit_target": str(tree), "patchkit_python": sys.executable}
+        for name, tree in trees.items()}, python=sys.executable)
+    env = ansible_env(tmp_path, os.environ)
+
+    def sync(*extra: str) -> tuple[int, dict]:
+        proc = subprocess.run([str(Path(sys.executable).parent / "patchkit"), "--catalog",
+                               str(REPO), "sync", "--inventory", str(inventory), "--json", *extra],
+                              env=env, capture_output=True, text=True, timeout=600)
+        try:
+            return proc.returncode, json.loads(proc.stdout)
+        except json.JSONDecodeError:
+            raise AssertionError(f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}") from None
+
+    code, report = sync()
+    assert code == 0, report
+    assert {h["host"]: h["state"] for h in report["hosts"]} == {n: "applied" for n in trees}
+    # the preflight groups the hosts by what they get: here, by the release they run
+    assert sorted(g["hosts"] for g in report["groups"]) == [["h1", "h2"], ["h3", "h4"]], report["groups"]
+    for name, tree in trees.items():
+        state = json.loads((tree / ".patchkit" / "state.json").read_text())
+        want = 3 if release[name] == "0.5.22" else 4
+        assert {f["name"]: f["version"] for f in state["fixes"]} == {INDEX_K: want, SIZING: want}
+    # status groups the hosts by release; two versions on two releases is converged
+    status = subprocess.run([str(Path(sys.executable).parent / "patchkit"), "--catalog", str(REPO),
+                             "status", "--inventory", str(inventory), "--json", "--exit-code"],
+                            env=env, capture_output=True, text=True, timeout=600)
+    assert status.returncode == 0, status.stdout + status.stderr
+    seen = json.loads(status.stdout)
+    assert seen["by_release"] == {"0.5.22": ["h1", "h2"], "0.5.23": ["h3", "h4"]}
+    assert seen["matrix"]["h1"][INDEX_K] == {"state": "applied", "version": 3, "release": "0.5.22"}
+    code, again = sync()
+    assert code == 0 and {h["state"] for h in again["hosts"]} == {"unchanged"}, again
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--releases", "0.5.23..0.5.22"], "0.5.23 comes after 0.5.22"),
+    (["--releases", "0.5.22", "--markdown", "--json"], "pick one"),
+    (["--releases", "latest"], "latest"),
+])
+def test_matrix_refuses_bad_input_with_exit_2_before_fetching(args: list[str], said: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "patchkit", "--catalog", str(REPO), "matrix",
+                           *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and said in proc.stderr, proc.stderr
+
+
+def test_the_demo_fork_on_0522_takes_the_0522_variants_and_its_revert_finds_the_commit(
+        three_releases: UpstreamRepo, tmp_path: Path) -> None:
+    from patchkit.demo import SEED_FIXES, build_fork
+
+    catalog = Catalog(REPO)
+    fork = build_fork(tmp_path / "demo", catalog, release="0.5.22", upstream=three_releases)
+    target = LocalTarget({"sglang": str(fork.sglang), "serve": str(fork.serve)}, sys.executable, "fork")
+    applied = api.apply(catalog, target, list(SEED_FIXES))
+    assert {f.name: (f.outcome, f.version) for f in applied.fixes} == {
+        SIZING: ("applied", 3), "revert-hicache-index-k-sync": ("applied", 4),
+        "prefill-hicache-off": ("applied", 1)}
+    reverted = next(f for f in applied.fixes if f.name == "revert-hicache-index-k-sync")
+    assert reverted.reverts["found_by"].startswith("patch-id")  # the 0.5.22 series found the commit
+
+
+def test_a_rebase_that_finds_the_fix_upstream_marks_it_and_adds_no_variant(
+        three_releases: UpstreamRepo, tmp_path: Path) -> None:
+    git_dir = str(three_releases.git_dir)
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "--git-dir", git_dir, *args], check=True,
+                              capture_output=True, text=True).stdout
+
+    changed = [line.split("\t") for line in git("diff", "--numstat", "v0.5.22", "v0.5.23").splitlines()]
+    # a small .py file 0.5.23 modified: its whole upstream change, as a fix written on 0.5.22
+    path = min((p for a, d, p in changed if p.endswith(".py") and a != "-" and int(a) + int(d) <= 6
+                and int(a) and int(d)), key=len)
+    patch = git("diff", "v0.5.22", "v0.5.23", "--", path)
+    cat = tmp_path / "cat"
+    (cat / "patches" / "up").mkdir(parents=True)
+    (cat / "patches" / "up" / "0001-up.patch").write_text(patch)
+    (cat / "manifests").mkdir()
+    (cat / "manifests" / "up.toml").write_text(new_manifest_text(
+        "up", "what 0.5.23 does", "0.5.22", [("0001-up.patch", "sglang")], "why", date="2026-11-01"))
+    before = (cat / "patches" / "up" / "0001-up.patch").read_bytes()
+
+    report = rebase.start(Catalog.open(cat), "0.5.23", upstream=three_releases)
+    assert [f.outcome for f in report.fixes] == ["upstreamed"], report.fixes
+    fix = Catalog.open(cat).get("up")
+    assert (fix.status, fix.upstream.applied, fix.version, fix.variants) == ("upstreamed", "0.5.23", 1, ())
+    assert fix.upstream.releases == ("0.5.22",) and fix.not_needed_on("0.5.23")
+    assert (cat / "patches" / "up" / "0001-up.patch").read_bytes() == before
+
+
+def test_sync_over_ssh_gives_the_host_its_release_variants(sshd, three_releases: UpstreamRepo,
+                                                           tmp_path: Path) -> None:
+    from tests.test_remote import Ssh, cli, target_args
+
+    ssh = Ssh(sshd, tmp_path)
+    tree = three_releases.checkout("0.5.22", tmp_path / "host")
+    where = target_args(ssh, "remote", {"sglang": str(tree)})
+    code, out, err = cli(["--catalog", str(REPO), "sync", "--dry-run", "--json", *where])
+    assert code == 0, err
+    planned = {f["name"]: (f["outcome"], f["version"]) for f in json.loads(out)["fixes"]}
+    assert planned[INDEX_K] == ("would-apply", 3) and not (tree / ".patchkit" / "state.json").exists()
+    code, out, err = cli(["--catalog", str(REPO), "sync", *where])
+    assert code == 0, err
+    assert f"applied {INDEX_K} v3" in out and f"applied {SIZING} v3" in out
+    assert "not-needed revert-hicache-index-k-sync" in out
+    assert states(Catalog(REPO), local(tree))[SIZING] == ("applied", 3)
+
+
+def test_every_0522_variant_applies_with_gnu_patch_zero_fuzz(three_releases: UpstreamRepo,
+                                                             tmp_path: Path) -> None:
+    """The 0.5.22 series are plain diffs any tool applies, in dependency order; the revert's
+    undoes the dead fix's exactly."""
+    tree = three_releases.checkout("0.5.22", tmp_path / "t")
+    catalog = Catalog(REPO)
+    for name in (INDEX_K, SIZING, "hicache-index-k-sync", "revert-hicache-index-k-sync"):
+        variant = catalog.get(name).variant_for("0.5.22")
+        assert variant is not None and variant.version < catalog.get(name).version
+        for ref in variant.patches:
+            run = subprocess.run(["patch", "-p1", "-F0", "-N", "-i", str(ref.path)], cwd=tree,
+                                 capture_output=True, text=True)
+            assert run.returncode == 0 and "fuzz" not in run.stdout and "offset" not in run.stdout, \
+                f"{name}: {run.stdout}{run.stderr}"
+    changed = subprocess.run(["git", "diff", "--name-only"], cwd=tree, capture_output=True,
+                             text=True, check=True).stdout.split()
+    assert "python/sglang/srt/mem_cache/memory_pool_host.py" not in changed
+    assert "python/sglang/srt/model_executor/pool_configurator.py" in changed
