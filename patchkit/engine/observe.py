@@ -20,7 +20,6 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
     state = store.read_state()
     recorded = {f["name"]: f for f in state.get("fixes", [])}
     out: List[Dict[str, Any]] = []
-    check_patch_paths(req.roots, req.fixes)
     ws = Workspace(req.roots)
     last = last_writers(state)
     installs = record.installs(req.roots)
@@ -31,7 +30,8 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
             entry["catalog_version"] = spec.version
             if entry["state"] == "applied" and rec.get("version") != spec.version:
                 entry["state"] = "outdated"  # another version is applied than the catalog's
-        else:
+        else:  # only here are the fix's FILE records used (and read, for a lazy request)
+            check_patch_paths(req.roots, [spec])
             entry = _detect(ws, spec)
             # a revert fix's change in the files was made by hand only when the commit it
             # reverts is in HEAD's history; otherwise that change was never there, and a file
