@@ -37,7 +37,7 @@ def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
                                  "patchkit.toml", fix=fix.name, roots=missing)
     inside = {fix.name for fix in fixes}  # the engine looks for dependencies outside them
     outside = dict.fromkeys(dep for fix in fixes for dep in fix.depends_on if dep not in inside)
-    request = {
+    request: dict[str, Any] = {
         "format": REQUEST_FORMAT,
         "op": op,
         "dry_run": bool(dry_run),

@@ -236,7 +236,7 @@ def download_wheel(version: str, wheels: Path | str, *, progress: Progress | Non
     if proc.returncode != 0:
         m = re.search(r"from versions: ([^)]*)\)", proc.stdout + proc.stderr)
         listed = m and [v.strip() for v in m.group(1).split(",") if v.strip() not in ("", "none")]
-        if m is not None and version not in listed:
+        if listed is not None and version not in listed:  # None exactly when m is
             recent = ", ".join(sorted(listed, key=_loose_key)[-8:])
             raise UsageError(f"SGLang {version} is not on the package registry"
                              + (f" (latest releases: {recent})" if recent else "")

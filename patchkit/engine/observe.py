@@ -176,6 +176,7 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
         raise NotApplied("fix %s is not applied in %s; apply it before verifying it"
                          % (", ".join(missing), req.state_root.path), fixes=missing)
 
+    failures: List[Dict[str, Any]]
     out, failures = [], []
     ws = Workspace(req.roots)
     lost = lost_fixes(req.roots, state, ws)

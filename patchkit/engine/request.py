@@ -213,6 +213,7 @@ def unsafe_mode(fix: str, patch: str, root: str, path: str, mode: Optional[int])
     what = ", ".join(name for bit, name in SPECIAL_MODES.items() if mode is not None and mode & bit)
     if not what:
         return None
+    assert mode is not None  # `what` names a bit of it
     shown = "%o" % (0o100000 | mode)
     where = "patches/%s/%s" % (fix, patch or "?")
     return UnsafePathError(
