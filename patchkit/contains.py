@@ -281,15 +281,13 @@ class Marked:
         return asdict(self)
 
 
-def mark(catalog: Catalog, verdicts: Sequence[Verdict], *, date: str | None = None,
+def mark(catalog: Catalog, verdicts: Sequence[Verdict], *,
          commit: bool = True, dry_run: bool = False) -> list[Marked]:
     """Record each contained, active fix as ``status = "upstreamed"`` with ``[upstream]
     applied = "<release>"``, its version and series unchanged (a host on an earlier release keeps
     the version it runs; on that release and later the fix is not needed) and, in a catalog in
     git, one commit per fix, as other authoring edits. Fixes are checked
     (writable catalog, the user's own) before anything is written."""
-    import datetime as _dt
-
     from .authoring import _commit
     from .catalog import edit
 
@@ -298,7 +296,6 @@ def mark(catalog: Catalog, verdicts: Sequence[Verdict], *, date: str | None = No
         return []
     catalog.check_writable("mark fixes upstreamed")
     catalog.check_own([v.fix for v in todo], "mark as upstreamed")
-    day = date or _dt.date.today().isoformat()
     done = []
     for v in todo:
         fix = catalog.get(v.fix)
