@@ -31,11 +31,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the modules next to 
 
 import fleet  # noqa: E402
 import perf  # noqa: E402
+import ratios  # noqa: E402
 import rebase_bench  # noqa: E402
 import seed  # noqa: E402
 from common import REPO, TIME, Version, fmt, install, machine, say, write_section  # noqa: E402
 
-BENCHES = {"seed": seed, "rebase": rebase_bench, "perf": perf, "fleet": fleet}
+BENCHES = {"seed": seed, "rebase": rebase_bench, "perf": perf, "ratios": ratios, "fleet": fleet}
 SECTION = "## Before and after"
 
 

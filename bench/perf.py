@@ -188,8 +188,8 @@ def summary(results, versions: list[Version]):
                               if needle in label) for v in versions}
 
     return [
-        ("20-fix apply, first run (user cache empty)", pick("local", "first run"), 0.300, None),
-        ("20-fix apply, repeat run", pick("local", "repeat run"), 0.300, None),
+        ("20-fix apply, first run (user cache empty)", pick("local", "first run"), None, None),
+        ("20-fix apply, repeat run", pick("local", "repeat run"), None, None),
         ("`status` of a full checkout (drift and 20 fixes applied)", pick("status", "every fix"), None, None),
         ("`status`, user cache emptied first", pick("status", "emptied"), None, None),
         ("drift apply (2,000-patch scale test), first run", pick("drift", "first run"), None, None),

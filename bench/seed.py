@@ -268,7 +268,7 @@ def report(versions, fork, local, remote, startup, seed, bare, repeat):
         "rollback` read; the seed's procedure leaves nothing to check or undo it with.", ""])
     summary = [
         ("seed deploy, 3 fixes, local fork (all checks, Python start included)",
-         {k: [r.sample for r in v] for k, v in local.items()}, 0.300, None),
+         {k: [r.sample for r in v] for k, v in local.items()}, None, None),
         ("seed deploy, 3 fixes, `--target ssh://` (loopback sshd)",
          {k: [r.sample for r in v] for k, v in remote.items()}, None,
          {k: f"{_same(v, lambda r: r.client_runs)} / {_same(v, lambda r: r.accepted)}" for k, v in remote.items()}),

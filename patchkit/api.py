@@ -16,7 +16,7 @@ DEFAULT_LOCK_TIMEOUT = 30.0
 
 
 def _run(catalog: Catalog, target: Target, fixes: list[Fix], op: str, **options: Any) -> OpResult:
-    """``options``: build_request's dry_run, force, lock_timeout, commit and git."""
+    """``options``: build_request's dry_run, force, lock_timeout, commit, git and lazy."""
     request = build_request(catalog, fixes, op=op, roots=dict(target.roots),
                             state_root=state_root_of(target.roots), python=target.python, **options)
     return check_result(target.run(request), target.description)
@@ -86,5 +86,7 @@ def status(catalog: Catalog, target: Target, *,
     fixes = [f for f in readable if set(f.roots) <= set(target.roots)]
     left_out = tuple((f.name, tuple(r for r in f.roots if r not in target.roots))
                      for f in readable if not set(f.roots) <= set(target.roots))
-    result = _run(catalog, target, fixes, "status", lock_timeout=lock_timeout)
+    # in this process the engine reads a series only when a fix is not recorded
+    result = _run(catalog, target, fixes, "status", lock_timeout=lock_timeout,
+                  lazy=not getattr(target, "is_remote", True))
     return dataclasses.replace(result, left_out=left_out, broken=tuple(broken))

@@ -281,14 +281,13 @@ class Marked:
         return asdict(self)
 
 
-def mark(catalog: Catalog, verdicts: Sequence[Verdict], *, date: str | None = None,
+def mark(catalog: Catalog, verdicts: Sequence[Verdict], *,
          commit: bool = True, dry_run: bool = False) -> list[Marked]:
     """Record each contained, active fix as ``status = "upstreamed"`` with ``[upstream]
-    applied = "<release>"``, as a new version (changelog "Upstreamed in <release> ...") and,
-    in a catalog in git, one commit per fix, as other authoring edits. Fixes are checked
+    applied = "<release>"``, its version and series unchanged (a host on an earlier release keeps
+    the version it runs; on that release and later the fix is not needed) and, in a catalog in
+    git, one commit per fix, as other authoring edits. Fixes are checked
     (writable catalog, the user's own) before anything is written."""
-    import datetime as _dt
-
     from .authoring import _commit
     from .catalog import edit
 
@@ -297,7 +296,6 @@ def mark(catalog: Catalog, verdicts: Sequence[Verdict], *, date: str | None = No
         return []
     catalog.check_writable("mark fixes upstreamed")
     catalog.check_own([v.fix for v in todo], "mark as upstreamed")
-    day = date or _dt.date.today().isoformat()
     done = []
     for v in todo:
         fix = catalog.get(v.fix)
@@ -307,15 +305,18 @@ def mark(catalog: Catalog, verdicts: Sequence[Verdict], *, date: str | None = No
             continue
         summary = f"Upstreamed in {v.release} ({_evidence(v)})."
         if dry_run:
-            done.append(Marked(fix.name, fix.version + 1, False, f"would be v{fix.version + 1}: "
-                               + summary))
+            done.append(Marked(fix.name, fix.version, False, f"would be marked: {summary}"))
             continue
-        edit.bump_manifest(fix.manifest_path, version=fix.version + 1, changelog_summary=summary,
-                           date=day, status="upstreamed", applied=v.release)
+        # the version and series stay: hosts on releases before v.release keep running it
+        if not edit.set_upstream(fix.manifest_path, v.release):
+            done.append(Marked(fix.name, fix.version, False, f"marked upstream in {v.release} "
+                               "already: not marked again"))
+            continue
         catalog._fixes.pop(fix.name, None)
-        sha = _commit(catalog, fix.name, f"{fix.name} v{fix.version + 1}: {summary}\n\nRecorded "
-                      "by `patchkit upstream check --mark`.\n") if commit else None
-        done.append(Marked(fix.name, fix.version + 1, True, summary, sha))
+        sha = _commit(catalog, fix.name, f"{fix.name} v{fix.version}: {summary}\n\nRecorded "
+                      "by `patchkit upstream check --mark`; the version is unchanged, so hosts "
+                      f"on releases before {v.release} keep it.\n") if commit else None
+        done.append(Marked(fix.name, fix.version, True, summary, sha))
     return done
 
 

@@ -3,11 +3,11 @@ request"): everything travels in it, so the engine never reads the catalog."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from .catalog import Catalog
 from .catalog.model import Fix
-from .catalog.series import read_series, split_lines
+from .engine.hunks import split_lines
 from .errors import ManifestError, UsageError
 
 REQUEST_FORMAT = 1
@@ -17,8 +17,10 @@ OPS = ("apply", "rollback", "status", "verify")
 def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
                   roots: dict[str, str], state_root: str, python: str | None,
                   dry_run: bool = False, force: bool = False, lock_timeout: float = 30.0,
-                  commit: bool = False, git: bool = True, sync: bool = False) -> dict[str, Any]:
-    """The engine request for ``op`` over ``fixes``, already in the order the op needs."""
+                  commit: bool = False, git: bool = True, sync: bool = False,
+                  lazy: bool = False) -> dict[str, Any]:
+    """The engine request for ``op`` over ``fixes``, already in the order the op needs.
+    ``lazy`` (a status run in this process): each series is read when the engine first uses it."""
     if op not in OPS:
         raise UsageError(f"unknown operation '{op}'; use one of {', '.join(OPS)}", op=op)
     if state_root not in roots:
@@ -35,7 +37,7 @@ def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
                                  "patchkit.toml", fix=fix.name, roots=missing)
     inside = {fix.name for fix in fixes}  # the engine looks for dependencies outside them
     outside = dict.fromkeys(dep for fix in fixes for dep in fix.depends_on if dep not in inside)
-    request = {
+    request: dict[str, Any] = {
         "format": REQUEST_FORMAT,
         "op": op,
         "dry_run": bool(dry_run),
@@ -44,7 +46,7 @@ def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
         "state_root": state_root,
         "python": python,
         "lock_timeout": float(lock_timeout),
-        "fixes": [fix_request(fix, catalog) for fix in fixes],
+        "fixes": [fix_request(fix, catalog, lazy=lazy and op == "status") for fix in fixes],
         "dependencies": [] if op == "status" else [fix_request(catalog.get(n), catalog) for n in outside],
         "commit": bool(commit),
         "git": bool(git),
@@ -74,21 +76,21 @@ VARIANT_KEYS = ("version", "release", "patches", "files", "revert", "preconditio
                 "verification", "scripts")
 
 
-def fix_request(fix: Fix, catalog: Catalog) -> dict[str, Any]:
+def fix_request(fix: Fix, catalog: Catalog, lazy: bool = False) -> dict[str, Any]:
     """One FIX object of the request; ``catalog`` resolves the fixes it names. A fix with
     ``[[variants]]`` carries each (the keys it replaces) for the engine to choose by the
     target's release; a fix upstream since a release carries it as ``upstream_since``."""
-    out = _fix_object(fix, catalog)
+    out = _fix_object(fix, catalog, lazy)
     if fix.variants:
-        out["variants"] = [{k: v for k, v in _fix_object(fix.as_variant(var), catalog).items()
+        out["variants"] = [{k: v for k, v in _fix_object(fix.as_variant(var), catalog, lazy).items()
                             if k in VARIANT_KEYS} for var in fix.variants]
     if fix.upstream_since:
         out["upstream_since"] = fix.upstream_since
     return out
 
 
-def _fix_object(fix: Fix, catalog: Catalog) -> dict[str, Any]:
-    patches, files = _series(fix)
+def _fix_object(fix: Fix, catalog: Catalog, lazy: bool = False) -> dict[str, Any]:
+    patches, files = _lazy_series(fix) if lazy else _series(fix)
     revert = None
     if fix.revert is not None:
         revert = {"root": fix.revert.root, "commit": fix.revert.commit or None,
@@ -124,6 +126,8 @@ def _fix_object(fix: Fix, catalog: Catalog) -> dict[str, Any]:
 
 def _series(fix: Fix) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The fix's patches (file, sha256) and their FILE records."""
+    from .catalog.series import read_series  # unidiff: not imported by a status that needs none
+
     try:
         digests, files = read_series([(ref.path, ref.root) for ref in fix.patches])
     except OSError as exc:
@@ -131,6 +135,42 @@ def _series(fix: Fix) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
                             f"{exc.strerror}. Restore the file", file=str(fix.manifest_path),
                             key="patches") from None
     return [{"file": ref.file, "sha256": digest} for ref, digest in zip(fix.patches, digests)], files
+
+
+class _Series:
+    """``_series`` of a fix, run when either half is first used. Only in a request handed to the
+    engine in this process (never serialized): a status reads the series of the fixes the
+    target does not record, and no other (docs/performance.md)."""
+
+    def __init__(self, fix: Fix) -> None:
+        self.fix = fix
+        self.read: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None
+
+    def half(self, i: int) -> list[dict[str, Any]]:
+        if self.read is None:
+            self.read = _series(self.fix)
+        return self.read[i]
+
+
+class _Half(Sequence[dict[str, Any]]):
+    """The patches (0) or the FILE records (1) of a :class:`_Series`."""
+
+    def __init__(self, series: _Series, i: int) -> None:
+        self.series, self.i = series, i
+
+    def __getitem__(self, k: Any) -> Any:
+        return self.series.half(self.i)[k]
+
+    def __len__(self) -> int:
+        return len(self.series.half(self.i))
+
+    def __bool__(self) -> bool:  # each patch has a file record (or fails to read): no read
+        return bool(self.series.fix.patches)
+
+
+def _lazy_series(fix: Fix) -> tuple[Any, Any]:
+    series = _Series(fix)
+    return _Half(series, 0), _Half(series, 1)
 
 
 def _named(catalog: Catalog, fix: Fix, name: str, key: str) -> Fix:

@@ -204,6 +204,23 @@ def _pip(args: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
 
 
+def latest_release() -> str:
+    """The newest SGLang release on the package registry (pre-releases left out), as pip's
+    ``index versions`` reports it: what ``upstream fetch --latest`` fetches."""
+    cmd = [sys.executable, "-m", "pip", "index", "versions", PROJECT, "--disable-pip-version-check"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    found = re.search(rf"^{PROJECT} \(([^)]+)\)", proc.stdout, re.M)
+    if proc.returncode != 0 or found is None:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-5:])
+        raise TargetError(f"asking the package registry for the latest SGLang release failed "
+                          f"(pip exit {proc.returncode}): {tail or 'no answer'}; check the network "
+                          "or the package index configuration, or name the release",
+                          command=cmd)
+    version = found.group(1).strip()
+    version_key(version)
+    return version
+
+
 def download_wheel(version: str, wheels: Path | str, *, progress: Progress | None = None) -> Path:
     """The wheel of SGLang ``version`` in ``wheels``: a cached one, or downloaded with pip."""
     version_key(version)
@@ -219,7 +236,7 @@ def download_wheel(version: str, wheels: Path | str, *, progress: Progress | Non
     if proc.returncode != 0:
         m = re.search(r"from versions: ([^)]*)\)", proc.stdout + proc.stderr)
         listed = m and [v.strip() for v in m.group(1).split(",") if v.strip() not in ("", "none")]
-        if m is not None and version not in listed:
+        if listed is not None and version not in listed:  # None exactly when m is
             recent = ", ".join(sorted(listed, key=_loose_key)[-8:])
             raise UsageError(f"SGLang {version} is not on the package registry"
                              + (f" (latest releases: {recent})" if recent else "")

@@ -10,9 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from patchkit.catalog import Catalog
 from patchkit.upstream import UpstreamRepo
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def shipped_version(name: str) -> int:
+    """The version of a shipped fix (they move with every rebase of the shipped catalog)."""
+    return Catalog(REPO).get(name).version
 
 
 def pk(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None
@@ -67,7 +73,8 @@ def test_a_checkout_found_from_the_working_directory(catalog_tree: Path) -> None
     # 8: log reads the target found from the working directory, as status does
     log = pk(*cat, "log", "dsv4-bf16-index-k", cwd=tree)
     assert log.returncode == 0, log.stderr
-    assert "applied v2 since" in log.stdout and f"applied on sglang={tree}" in log.stdout
+    version = json.loads(applied.stdout)["summary"]["fixes"]["dsv4-bf16-index-k"]
+    assert f"applied v{version} since" in log.stdout and f"applied on sglang={tree}" in log.stdout
     # 8: verify without a name verifies every applied fix
     verify = pk(*cat, "verify", "--json", cwd=tree)
     assert verify.returncode == 0, verify.stderr
@@ -78,7 +85,7 @@ def test_a_checkout_found_from_the_working_directory(catalog_tree: Path) -> None
     before = (tree / ".patchkit" / "state.json").read_bytes()
     again = pk(*cat, "rollback", "dsv4-bf16-sizing", cwd=tree)
     assert again.returncode == 0, again.stderr
-    assert "not-applied dsv4-bf16-sizing v2" in again.stdout and "nothing to do" in again.stdout
+    assert f"not-applied dsv4-bf16-sizing v{shipped_version('dsv4-bf16-sizing')}" in again.stdout and "nothing to do" in again.stdout
     assert (tree / ".patchkit" / "state.json").read_bytes() == before
     both = pk(*cat, "rollback", "dsv4-bf16-sizing", "dsv4-bf16-index-k", "--json", cwd=tree)
     assert both.returncode == 0, both.stderr
@@ -101,9 +108,10 @@ def test_a_broken_manifest_is_an_error_row_naming_file_and_line(tmp_path: Path) 
     mine = (REPO / "manifests" / "dsv4-bf16-sizing.toml").read_text()
     mine = mine.replace('name = "dsv4-bf16-sizing"', 'name = "mine"').replace(
         "depends_on = [", "depends_on = [] #")
-    (catalog / "manifests" / "mine.toml").write_text(mine.replace("\nversion = 2\n", '\nversion = "two"\n'))
+    top = f"version = {shipped_version('dsv4-bf16-sizing')}"
+    (catalog / "manifests" / "mine.toml").write_text(mine.replace(f"\n{top}\n", '\nversion = "two"\n', 1))
     (catalog / "manifests" / "torn.toml").write_text('format = 1\nname = "torn"\ntitle = \n')
-    line = mine.splitlines().index("version = 2") + 1
+    line = mine.splitlines().index(top) + 1
     cat = ["--catalog", str(catalog)]
 
     listed = pk(*cat, "list")
@@ -112,7 +120,7 @@ def test_a_broken_manifest_is_an_error_row_naming_file_and_line(tmp_path: Path) 
     assert rows["mine"][2] == "error"
     assert rows["mine"][4].startswith(f"{catalog / 'manifests' / 'mine.toml'}:{line}: 'version'")
     assert rows["torn"][4].startswith(f"{catalog / 'manifests' / 'torn.toml'}:3:")
-    assert rows["dsv4-bf16-index-k"][1] == "v2"  # the shipped fixes beside it go on
+    assert rows["dsv4-bf16-index-k"][1] == f"v{shipped_version('dsv4-bf16-index-k')}"  # the shipped fixes beside it go on
     assert "2 manifest(s) could not be read" in listed.stderr
     data = json.loads(pk(*cat, "list", "--json").stdout)
     errors = {d["name"]: d["error"] for d in data if d.get("status") == "error"}

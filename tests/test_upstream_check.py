@@ -206,7 +206,7 @@ def test_cli_says_a_line_per_fix_and_exit_code_flags_contained_ones(
     assert code == 0, err
 
 
-def test_mark_records_a_new_version_and_commits_it(
+def test_mark_records_upstream_since_the_release_keeping_the_version_and_commits_it(
         catalog_dir: Path, catalog_upstream: UpstreamRepo, monkeypatch: pytest.MonkeyPatch) -> None:
     before = _snapshot(catalog_dir)
     head = _head(catalog_dir)
@@ -214,18 +214,18 @@ def test_mark_records_a_new_version_and_commits_it(
                           "local-edit", "--release", "0.5.23", "--mark"], catalog_upstream,
                          monkeypatch)
     assert code == 0, err
-    assert "marked whole-change v2: status upstreamed, applied 0.5.23" in out
+    assert "marked whole-change v1: status upstreamed, applied 0.5.23" in out
     fix = Catalog(catalog_dir).get("whole-change")
-    assert (fix.version, fix.status, fix.upstream.applied) == (2, "upstreamed", "0.5.23")
-    assert fix.changelog[-1].version == 2
-    assert fix.changelog[-1].summary.startswith("Upstreamed in 0.5.23")
+    # the version stays: a host on an earlier release keeps running v1 (issue 24)
+    assert (fix.version, fix.status, fix.upstream.applied) == (1, "upstreamed", "0.5.23")
+    assert fix.changelog[-1].version == 1
     text = fix.manifest_path.read_text()  # in [upstream] by its keys, the comments kept
     assert text.index("reference = ") < text.index('applied = "0.5.23"') < text.index(
         "# The series") and "# active | dead | superseded | upstreamed" in text
     # one commit, of that fix alone; the other fix and the series are untouched
     log = subprocess.run(["git", "-C", str(catalog_dir), "log", "--format=%s", f"{head}..HEAD"],
                          check=True, capture_output=True, text=True).stdout.splitlines()
-    assert len(log) == 1 and log[0].startswith("whole-change v2: Upstreamed in 0.5.23")
+    assert len(log) == 1 and log[0].startswith("whole-change v1: Upstreamed in 0.5.23")
     assert subprocess.run(["git", "-C", str(catalog_dir), "status", "--porcelain"],
                           capture_output=True, text=True).stdout == ""
     after = _snapshot(catalog_dir)

@@ -146,7 +146,8 @@ def _with_fields(text: str, author: str, upstream: dict[str, str],
 
 
 def bump_manifest(path: Path | str, *, version: int, changelog_summary: str, date: str,
-                  patches: list[tuple[str, str]] | None = None, base_release: str | None = None,
+                  patches: Sequence[tuple[str, str] | tuple[str, str, str]] | None = None,
+                  base_release: str | None = None,
                   releases: list[str] | None = None, status: str | None = None,
                   applied: str | None = None, keep_as: str | None = None,
                   drop_variants: bool = False) -> None:

@@ -83,7 +83,8 @@ def survey(state: State, op: str, names: list[str], fleet: dict[str, Any], *, as
         unconverged = any(c["state"] in NOT_CONVERGED for row in cells.values() for c in row.values())
         unconverged = unconverged or any(h.state != "ok" for h in result.hosts)
         # one version per fix among the hosts of one release (each release has its variant)
-        versions = {(fix, c.get("release")): set() for row in cells.values() for fix, c in row.items()}
+        versions: dict[tuple[str, Any], set[tuple[Any, Any]]] = {
+            (fix, c.get("release")): set() for row in cells.values() for fix, c in row.items()}
         for row in cells.values():
             for fix, c in row.items():
                 if c["state"] != "unreachable":
@@ -310,7 +311,7 @@ def plan(state: State, fixes: tuple[str, ...], op: str, with_deps: bool, commit:
         raise UsageError("--commit records applied fixes; it goes with --op apply", option="--commit")
     request = render_plan(state.catalog(), op, list(fixes), with_deps=with_deps, commit=commit,
                           git=not no_git)
-    doc = {"plan": 1, "op": op, "fixes": [f["name"] for f in request["fixes"]],
+    doc: dict[str, Any] = {"plan": 1, "op": op, "fixes": [f["name"] for f in request["fixes"]],
            "collections_path": str(COLLECTIONS_PATH), "request": request}
 
     def draw(out: Any) -> None:

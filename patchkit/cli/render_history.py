@@ -143,7 +143,8 @@ def rebase_progress(console: Any) -> Iterator[Callable[[str, int, int], None]]:
         task = bar.add_task("", total=None)
 
         def update(what: str, done: int, total: int) -> None:
-            bar.update(task, description=what, completed=done, **({"total": total} if total >= 0 else {}))
+            extra: dict[str, Any] = {"total": total} if total >= 0 else {}
+            bar.update(task, description=what, completed=done, **extra)
 
         yield update
 
@@ -184,6 +185,7 @@ def render_rebase(console: Any, report: Any) -> None:
     human = stop is not None and bool(stop.patches) and \
         stop.patches[-1].classification in ("ambiguous", "removed-upstream")
     if human:  # nothing was applied: the worktree holds the release's files
+        assert stop is not None  # `human` requires it
         line(console, [(f"stopped at {report.stopped}", "bold red"),
                        ((f": {stop.patches[-1].classification}, a human decides; the "
                          f"release's files are in {report.worktree or ''}: `--continue` as they "

@@ -23,16 +23,28 @@ def upstream() -> None:
 
 
 @upstream.command("fetch")
-@click.argument("versions", nargs=-1, required=True)
+@click.argument("versions", nargs=-1)
+@click.option("--latest", is_flag=True,
+              help="Fetch the newest release on the package registry too (a release watch job).")
 @json_option
-def fetch(versions: tuple[str, ...], as_json: bool) -> int:
+def fetch(versions: tuple[str, ...], latest: bool, as_json: bool) -> int:
     """Download releases from PyPI and commit each as a tagged commit."""
+    from ..errors import UsageError
+    from ..upstream import latest_release
+
+    if not versions and not latest:
+        raise UsageError("name the releases to fetch (patchkit upstream fetch 0.5.23), or "
+                         "pass --latest for the newest one on the package registry")
     repo = UpstreamRepo()
     with render.busy("fetching", quiet=as_json) as spinner:
+        if latest:
+            spinner.update("asking the package registry for the latest release")
+            newest = latest_release()
+            versions = (*versions, newest) if newest not in versions else versions
         done = [repo.fetch(version, progress=lambda step: spinner.update(f"{version}: {step}"))
                 for version in versions]
     data = [{"version": r.version, "tag": r.tag, "commit": r.commit, "date": r.date} for r in done]
-    lines = "\n".join(f"{r.tag} {r.commit[:12]} {r.date}" for r in done)  # VERSIONS is required: never empty
+    lines = "\n".join(f"{r.tag} {r.commit[:12]} {r.date}" for r in done)  # never empty: asked above
     return render.emit(as_json, data, lambda out: out.print(lines))
 
 

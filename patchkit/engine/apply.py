@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple, cast
 
 from ..errors import (ConflictError, DriftError, PreconditionFailed, TargetFileMissing,
                       UsageError, VerificationFailed, VersionMismatch)
@@ -386,11 +386,11 @@ def _write(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
                     if pair not in claimed:
                         claimed.add(pair)
                         fc.created_dirs.append(list(pair))
-    backups = {fc.spec.name: [(k[0], k[1], fc.before[k][0]) for k in fc.keys
+    backups = {fc.spec.name: [(k[0], k[1], cast(bytes, fc.before[k][0])) for k in fc.keys
                               if fc.before[k][0] is not None] for fc in prepared}
 
     def verify() -> None:
-        failures = []
+        failures: List[Dict[str, Any]] = []
         for fc in prepared:
             ctx = CheckContext(fc.spec.name, req.roots, req.python, fc.spec.scripts, req.roots.read)
             fc.verification = [run_check(check, ctx) for check in fc.spec.verification]

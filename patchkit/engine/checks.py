@@ -199,6 +199,7 @@ def _ask(job: Dict[str, Any], data: bytes, timeout: float, where: str, name: str
             [sys.executable, "-I", "-S", "-c", WORKER], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=child_env())
     head = json.dumps(dict(job, size=len(data), timeout=timeout)).encode("ascii") + b"\n"
+    assert proc.stdin is not None and proc.stdout is not None  # started with both PIPEs
     try:
         proc.stdin.write(head + data)
         proc.stdin.flush()

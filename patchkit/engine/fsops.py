@@ -9,7 +9,7 @@ import os
 import stat
 import threading
 from contextlib import suppress
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 
 def read_bytes(path: str) -> Optional[bytes]:
@@ -177,9 +177,10 @@ def probe_writable(directory: str) -> Optional[str]:
             return None
         except OSError as exc:
             if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOENT):
-                reason = {errno.EROFS: "read-only file system", errno.EACCES: "permission denied",
-                          errno.EPERM: "operation not permitted (immutable?)"}.get(exc.errno,
-                                                                                  exc.strerror)
+                reasons: Dict[Optional[int], Optional[str]] = {
+                    errno.EROFS: "read-only file system", errno.EACCES: "permission denied",
+                    errno.EPERM: "operation not permitted (immutable?)"}
+                reason = reasons.get(exc.errno, exc.strerror)
                 return "cannot create a file in %s: %s" % (directory, reason)
     try:
         if os.statvfs(directory).f_flag & os.ST_RDONLY:

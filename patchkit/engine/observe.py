@@ -20,7 +20,6 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
     state = store.read_state()
     recorded = {f["name"]: f for f in state.get("fixes", [])}
     out: List[Dict[str, Any]] = []
-    check_patch_paths(req.roots, req.fixes)
     ws = Workspace(req.roots)
     last = last_writers(state)
     installs = record.installs(req.roots)
@@ -34,7 +33,8 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
         elif spec.not_needed:
             entry = {"name": spec.name, "state": "not-needed", "version": spec.version,
                      "applied_at": None, "files": [], "detail": spec.not_needed}
-        else:
+        else:  # only here are the fix's FILE records used (and read, for a lazy request)
+            check_patch_paths(req.roots, [spec])
             entry = unrecorded(ws, spec, req.roots)
         if spec.release is not None:
             entry["releases"] = list(spec.release.get("versions") or [])
@@ -176,6 +176,7 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
         raise NotApplied("fix %s is not applied in %s; apply it before verifying it"
                          % (", ".join(missing), req.state_root.path), fixes=missing)
 
+    failures: List[Dict[str, Any]]
     out, failures = [], []
     ws = Workspace(req.roots)
     lost = lost_fixes(req.roots, state, ws)

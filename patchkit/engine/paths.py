@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -183,7 +184,7 @@ class Roots:
                                       "%s takes names of at most %d bytes (255 on most): shorten it "
                                       "in the patch" % (where, part[:40], size, root_name, limit),
                                       root=root_name, path=rel)
-        full = os.path.realpath(os.path.join(root.path, root.mapped(rel)))
+        full = _real_below(root.real, root.mapped(rel))
         prefix = _prefix(root)
         if full != root.real and not full.startswith(prefix):
             raise UnsafePathError("%s resolves to %s, outside root %s (%s) through a symlink; "
@@ -225,6 +226,24 @@ class Roots:
 
     def placeholders(self, python: str) -> Dict[str, str]:
         return {"{python}": python, **{"{root:%s}" % root.name: root.path for root in self}}
+
+
+def _real_below(real_root: str, rel: str) -> str:
+    """``os.path.realpath(real_root/rel)`` without resolving ``real_root`` again (it is the
+    root's real path, found once per run): only ``rel``'s components are looked at, one
+    ``lstat`` each, and a symlink among them is left to ``realpath``. ``rel`` has no ``..``."""
+    path = real_root
+    parts = [p for p in rel.split(os.sep) if p not in ("", ".")]
+    for i, part in enumerate(parts):
+        step = os.path.join(path, part)
+        try:
+            is_link = stat.S_ISLNK(os.lstat(step).st_mode)
+        except OSError:  # missing (or below a file): the rest is taken as written, as realpath does
+            return os.path.join(step, *parts[i + 1:])
+        if is_link:
+            return os.path.realpath(os.path.join(step, *parts[i + 1:]))
+        path = step
+    return path
 
 
 def _prefix(root: Root) -> str:

@@ -5,7 +5,7 @@ fork may carry a prerequisite fix as a commit of its own)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import ConflictError
 from .hunks import FileChange, Hunk, apply_change, decode, locate, side_found, split_lines
@@ -22,7 +22,7 @@ class Presence:
     files: Tuple[Tuple[Key, bool], ...]  # each touched file, and whether all its hunks are in it
 
 
-def detect(files: Tuple[FileChange, ...], read: Reader) -> Presence:
+def detect(files: Sequence[FileChange], read: Reader) -> Presence:
     """Undo the changes in the current files, newest first; a hunk is present when its new side
     is found and its old side is not (both found proves nothing)."""
     texts: Dict[Key, Optional[str]] = {}

@@ -98,7 +98,7 @@ def _read_record(path: str) -> Dict[str, str]:
         text = read_regular(path, RECORD_LIMIT).decode("utf-8")
     except NotRegular as exc:
         raise TargetError("%s %s; pip writes RECORD as a file listing the package's files. "
-                          "Reinstall the package (pip install --force-reinstall) or remove the "
+                          "Reinstall the package with pip's --force-reinstall, or remove the "
                           "damaged dist-info" % (exc.path, exc.what), path=exc.path) from None
     except (OSError, UnicodeDecodeError):
         return {}

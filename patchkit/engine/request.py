@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..errors import UnsafePathError, UsageError
 from .hunks import FileChange
@@ -25,8 +25,8 @@ class FixSpec:
     title: str
     requires: Tuple[str, ...]
     release: Optional[Dict[str, Any]]
-    patches: Tuple[Dict[str, Any], ...]
-    files: Tuple[FileChange, ...]
+    patches: Sequence[Dict[str, Any]]
+    files: Sequence[FileChange]  # a status: :class:`Changes`, turned into records when first used
     preconditions: Tuple[Dict[str, Any], ...]
     verification: Tuple[Dict[str, Any], ...]
     purge_pycache: bool
@@ -66,8 +66,8 @@ def _checks(value: Any, fix: str, key: str) -> Tuple[Dict[str, Any], ...]:
     return tuple(value)
 
 
-def parse_fix(data: Any, lazy: bool = False) -> FixSpec:
-    """``lazy``: the hunks are checked when first used."""
+def parse_fix(data: Any, lazy: bool = False, deferred: bool = False) -> FixSpec:
+    """``lazy``: the hunks are checked when first used; ``deferred``: the FILE records too."""
     if not isinstance(data, dict) or not data.get("name"):
         raise UsageError("the request has a fix without a name; rebuild it with patchkit.request")
     name = str(data["name"])
@@ -86,7 +86,8 @@ def parse_fix(data: Any, lazy: bool = False) -> FixSpec:
     strategy = str((data.get("rollback") or {}).get("strategy") or "restore")
     if strategy not in STRATEGIES:
         raise UsageError("fix %s: rollback strategy %r; use restore or reverse" % (name, strategy), fix=name)
-    files = tuple(FileChange.from_dict(f, name, lazy) for f in data.get("files") or [])
+    raw = data.get("files") or []
+    files = Changes(raw, name, lazy) if deferred else Changes(raw, name, lazy).all()
     revert = data.get("revert")
     if revert is not None and not (isinstance(revert, dict) and (revert.get("commit") or revert.get("fix"))):
         raise UsageError("fix %s: revert must be null or {root, commit and/or fix, ...}; rebuild "
@@ -94,7 +95,8 @@ def parse_fix(data: Any, lazy: bool = False) -> FixSpec:
     return FixSpec(
         name=name, version=version, title=str(data.get("title", "")),
         requires=tuple(str(r) for r in (data.get("requires") or [])),
-        release=release, patches=tuple(data.get("patches") or []), files=files,
+        release=release, files=files,
+        patches=(data.get("patches") or ()) if deferred else tuple(data.get("patches") or []),
         preconditions=_checks(data.get("preconditions"), name, "preconditions"),
         verification=_checks(data.get("verification"), name, "verification"),
         purge_pycache=bool((data.get("actions") or {}).get("purge_pycache", True)),
@@ -104,6 +106,28 @@ def parse_fix(data: Any, lazy: bool = False) -> FixSpec:
         variants_known=tuple((v, tuple(str(r) for r in rs))
                              for v, rs in (data.get("variants_known") or [])),
         not_needed=str(data.get("not_needed") or ""))
+
+
+class Changes(Sequence[FileChange]):
+    """A fix's FILE records as :class:`FileChange` objects, made when first used."""
+
+    def __init__(self, raw: Any, fix: str, lazy: bool) -> None:
+        self.raw, self.fix, self.lazy = raw, fix, lazy
+        self.made: Optional[Tuple[FileChange, ...]] = None
+
+    def all(self) -> Tuple[FileChange, ...]:
+        if self.made is None:
+            self.made = tuple(FileChange.from_dict(f, self.fix, self.lazy) for f in self.raw)
+        return self.made
+
+    def __getitem__(self, i: Any) -> Any:
+        return self.all()[i]
+
+    def __len__(self) -> int:
+        return len(self.all())
+
+    def __bool__(self) -> bool:
+        return bool(self.raw)
 
 
 def parse_request(data: Any) -> Request:
@@ -123,8 +147,9 @@ def parse_request(data: Any) -> Request:
 
     git = bool(data.get("git", True))
     releases: Dict[str, Any] = {}
-    fixes = tuple(parse_fix(choose(f, roots, releases, git) if isinstance(f, dict) else f, lazy)
-                  for f in _list(data, "fixes"))
+    # a status reads the FILE records of the fixes the target does not record, and no other
+    fixes = tuple(parse_fix(choose(f, roots, releases, git) if isinstance(f, dict) else f, lazy,
+                            deferred=op == "status") for f in _list(data, "fixes"))
     dependencies = tuple(parse_fix(choose(f, roots, releases, git) if isinstance(f, dict) else f, lazy)
                          for f in _list(data, "dependencies"))
     names = [f.name for f in fixes + dependencies]
@@ -188,6 +213,7 @@ def unsafe_mode(fix: str, patch: str, root: str, path: str, mode: Optional[int])
     what = ", ".join(name for bit, name in SPECIAL_MODES.items() if mode is not None and mode & bit)
     if not what:
         return None
+    assert mode is not None  # `what` names a bit of it
     shown = "%o" % (0o100000 | mode)
     where = "patches/%s/%s" % (fix, patch or "?")
     return UnsafePathError(

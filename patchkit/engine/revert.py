@@ -143,6 +143,7 @@ def conflict_ranges(current: bytes, merged: bytes) -> List[Dict[str, Any]]:
     """Where each conflict of a ``--diff3`` merge sits in the current file (1-based lines)."""
     ours_lines = split_lines(decode(current))
     out: List[Dict[str, Any]] = []
+    block: Dict[str, List[str]]
     section, block, plain_before = None, {"current": [], "commit": [], "before": []}, 0
     for line in split_lines(decode(merged)):
         if line.startswith("<<<<<<< "):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, cast
 
 from ..errors import (ConflictError, DriftError, PreconditionFailed, TargetError,
                       VersionMismatch)
@@ -143,7 +143,7 @@ def _rollback(req: Request, store: Store, state: Dict[str, Any],
                     for spec in req.fixes)
         run_transaction(store, req.roots, "rollback", names, ws.changed(), {}, purge=purge,
                         verify=lambda: None, commit=commit,
-                        versions={n: recorded[n].get("version") for n in names},
+                        versions={n: cast(int, recorded[n].get("version")) for n in names},
                         remove_dirs=[d for n in names for d in created_dirs(recorded[n], req.roots)],
                         journal_extra=dict({"git_commits": entries} if entries else {}, python=req.python))
     outcome = "would-roll-back" if req.dry_run else "rolled-back"

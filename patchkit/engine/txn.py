@@ -9,7 +9,7 @@ import os
 import shutil
 import stat
 from contextlib import suppress
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple, cast
 
 from ..errors import ConcurrentChange, PatchkitError, PermissionDenied, TargetError
 from . import procs
@@ -114,20 +114,20 @@ def _transaction(store: Store, dirs: RootDirs, op: str, fixes: List[str], writes
             else:  # bytes an earlier fix of this transaction made: never on disk, a copy
                 _copy(dest, data)
             written.append(dest)  # a link too: the inode's data may not be on disk yet
-    entries = []
+    entries: List[Dict[str, Any]] = []
     for n, w in enumerate(writes):
-        rel = origs.get((w.root, w.path))
-        if w.original is not None and rel is None:  # no fix keeps it (a rollback): its own
+        backup_rel = origs.get((w.root, w.path))
+        if w.original is not None and backup_rel is None:  # no fix keeps it (a rollback): its own
             fault("backup")
-            rel = "txn/%s/orig/%d" % (txn, n)
-            _keep(dirs, w.root, rels[n], store.path(rel), w.original)
-            written.append(store.path(rel))
+            backup_rel = "txn/%s/orig/%d" % (txn, n)
+            _keep(dirs, w.root, rels[n], store.path(backup_rel), w.original)
+            written.append(store.path(backup_rel))
         # root-relative only: the journal must still name the right files after the tree moved
         entries.append({"root": w.root, "path": w.path, "rel": rels[n], "op": file_op(w.original, w.current),
                         "before_sha256": sha256_bytes(w.original), "after_sha256": sha256_bytes(w.current),
                         "mode": w.original_mode, "mode_after": w.mode,
                         "owner": list(w.owner) if w.owner else None,
-                        "backup": rel if w.original is not None else None})
+                        "backup": backup_rel if w.original is not None else None})
     # every backup durable before the journal names it
     sync_all(written, [d for d, _dirs, _files in os.walk(tdir)] + [os.path.dirname(tdir)])
     created: List[List[str]] = []
@@ -137,8 +137,9 @@ def _transaction(store: Store, dirs: RootDirs, op: str, fixes: List[str], writes
                 pair = [w.root, roots.relative(w.root, d)]
                 if pair not in created:
                     created.append(pair)
-    journal = {"format": FORMAT, "txn": txn, "op": op, "fixes": fixes, "versions": versions or {},
-               "started_at": utc_now(), "files": entries, "created_dirs": created}
+    journal: Dict[str, Any] = {"format": FORMAT, "txn": txn, "op": op, "fixes": fixes,
+                               "versions": versions or {}, "started_at": utc_now(),
+                               "files": entries, "created_dirs": created}
     journal.update(journal_extra)  # e.g. git_commits: HEAD of each root before apply --commit
     fault("journal")
     store.write_journal(journal)
@@ -335,7 +336,7 @@ def _restore_file(store: Store, dirs: RootDirs, f: Dict[str, Any],
         if current is not None and sha256_bytes(current) == f.get("after_sha256"):
             dirs.unlink(root, rel)
         return
-    mode = f.get("mode") if f.get("mode") is not None else 0o644
+    mode = cast(int, f.get("mode")) if f.get("mode") is not None else 0o644
     owner = tuple(f["owner"]) if f.get("owner") else None
     if current is not None and sha256_bytes(current) == f["before_sha256"]:
         dirs.chmod_chown(root, rel, mode, None)

@@ -141,8 +141,8 @@ class Rollout:
         for number, wave in enumerate(waves, 1):
             self.progress(f"wave {number}/{len(waves)}: {', '.join(wave)}")
             run = self._wave(wave, todo)
-            for host in wave:
-                reports[host] = replace(self._waved(host, run.of(host)), wave=number)
+            for host_name in wave:
+                reports[host_name] = replace(self._waved(host_name, run.of(host_name)), wave=number)
             failed = [h for h in wave if reports[h].state not in (DONE[self.op], "unreachable")]
             unreachable = [h for h, r in reports.items() if r.state == "unreachable"]
             if failed:

@@ -114,6 +114,7 @@ def _restrip(diff: str, level: int, file: Path) -> str:
             (match[1] == "---" and i + 1 < len(lines) and lines[i + 1].startswith("+++ "))
             or (match[1] == "+++" and i and lines[i - 1].startswith("--- ")))
         if is_pair:
+            assert match is not None  # `is_pair` requires it
             rel = _strip(match[2], level, file)
             hunk = lines[i + (2 if match[1] == "---" else 1)] if i + 2 < len(lines) else ""
             if not is_git and hunk.startswith("@@ -0,0 " if match[1] == "---" else "@@ ") and (

@@ -319,6 +319,7 @@ def classify(fix: Fix, file: str, chs: list[hunks.FileChange], tree: Tree,
         first_failure = str(exc)
     merged: dict[str, str | None] = {}
     conflicted: list[str] = []
+    n: int  # a bool (changed?) or merge_file's conflict count
     for path in paths:
         ours, base_t, theirs = tree.get(path), pre_old[path], old_tree.get(path)
         if ours is None or base_t is None or theirs is None:  # created or deleted: no merge

@@ -249,9 +249,9 @@ class Rebase:
                     return self.state.report(report)
                 self.done_with(self.state.catalog.get(name), report, done)
             self.progress("", total, total)
-            report = self.state.report()
+            final = self.state.report()
             self.state.remove()
-            return report
+            return final
         finally:
             self.sides.blobs.close()
 

@@ -37,7 +37,7 @@ def range_diff(catalog: Catalog, name: str, old: int, new: int) -> str:
     import difflib
 
     a, b = series_of_version(catalog, name, old), series_of_version(catalog, name, new)
-    out = []
+    out: list[str] = []
     for file in dict.fromkeys([*a, *b]):
         out += difflib.unified_diff(
             a.get(file, "").splitlines(keepends=True), b.get(file, "").splitlines(keepends=True),

@@ -154,6 +154,7 @@ def resolve_target(target: str | None, extra_roots: Sequence[str] = (), *, pytho
         if cli_ssh or ssh_program:
             spec = replace(spec, options=cli_ssh, program=ssh_program or spec.program)
     else:
+        assert target is not None  # target None without a named target is the first branch
         roots[PRIMARY_ROOT], python, found = _local_sglang(target, python)
     roots.update(parse_root_option(item) for item in extra_roots)
 

@@ -19,6 +19,8 @@ from typing import Any, Dict, List
 import pytest
 
 from patchkit.engine import run
+from patchkit.engine.paths import Roots
+from patchkit.errors import UnsafePathError
 from patchkit.engine.workspace import unified_diff
 
 from .helpers import MOD, compact, file_record, fix, git, make_checkout, module_text, request
@@ -209,3 +211,22 @@ def test_paths_resolved_per_directory_equal_realpath_and_refuse_every_escape(tmp
             Roots({"sglang": str(root)}).resolve("sglang", rel)
     with pytest.raises(UnsafePathError):  # a directory resolved earlier does not excuse it
         roots.resolve("sglang", "a/out/x.py")
+
+
+def test_a_path_resolves_as_realpath_does_below_a_symlinked_root(tmp_path: Path) -> None:
+    """Roots.resolve looks only at the components below the root's real path (issue 29): the
+    result is os.path.realpath's, through a symlinked root, a symlink inside it, missing
+    directories and a file where a directory would be; a symlink out of the root is refused."""
+    real = tmp_path / "real"
+    (real / "python" / "sglang" / "a").mkdir(parents=True)
+    (real / "python" / "sglang" / "a" / "f.py").write_text("x = 1\n")
+    (real / "python" / "sglang" / "file.py").write_text("")
+    (real / "python" / "sglang" / "via").symlink_to("a")
+    (real / "python" / "sglang" / "out").symlink_to(tmp_path / "elsewhere")
+    (tmp_path / "link").symlink_to(real)
+    roots = Roots({"sglang": str(tmp_path / "link")})
+    for rel in ("python/sglang/a/f.py", "python/sglang/./a//f.py", "python/sglang/via/f.py",
+                "python/sglang/new/dir/g.py", "python/sglang/file.py/x"):
+        assert roots.resolve("sglang", rel) == os.path.realpath(tmp_path / "link" / rel), rel
+    with pytest.raises(UnsafePathError):
+        roots.resolve("sglang", "python/sglang/out/f.py")
