@@ -9,6 +9,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
+# the order of release names is the engine's, which chooses variants by it next to the files
+from ..engine.variants import release_key
+
 #: The manifest format this patchkit reads and writes; a newer one asks for an upgrade.
 MANIFEST_FORMAT = 1
 
@@ -23,15 +26,6 @@ DEFAULT_ROOT = "sglang"
 #: A release name such as 0.5.22 or 0.5.23rc1 (``[upstream] applied`` may also be a commit).
 RELEASE_RE = re.compile(r"\d+(\.\d+)+([a-z]+\d*)?(\.post\d+)?\Z")
 
-
-def release_key(release: str) -> tuple[tuple[int, ...], int, str]:
-    """An ordering of release names: 0.5.9 < 0.5.22 < 0.5.23rc1 < 0.5.23 < 0.5.23.post1."""
-    m = re.match(r"(\d+(?:\.\d+)*)(.*)", release)
-    if not m:
-        return ((), 0, release)
-    rest = m.group(2)
-    return (tuple(int(p) for p in m.group(1).split(".")),
-            0 if rest and not rest.startswith(".post") else 1, rest)
 
 #: Check kinds -> (required keys, optional keys), besides ``kind``, ``name`` and ``timeout``;
 #: grep needs exactly one of count/present.
