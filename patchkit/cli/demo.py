@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from .. import api
+from .. import api, hooks
 from ..catalog import Catalog, lineage
 from . import render
 from .render_history import render_log
@@ -66,7 +66,12 @@ def demo(state: State, workdir: str, release: str | None, as_json: bool) -> int:
     render.render_result(out, api.apply(catalog, target, SEED_FIXES, dry_run=True), show_diff=False)
 
     _step(out, 4, "apply all three, all or nothing, then verify", f"patchkit apply {fixes} {where}")
-    render.render_result(out, api.apply(catalog, target, SEED_FIXES))
+    applied = api.apply(catalog, target, SEED_FIXES)
+    render.render_result(out, applied)
+    changed = hooks.changed_fixes(applied)
+    # what the deploy takes effect with: the restart the seed's deploy never said it needed
+    render.render_after(out, None, tuple(dict.fromkeys(
+        r for name in changed for r in catalog.get(name).restart)))
 
     _step(out, 5, "status after", f"patchkit status {where}")
     after = api.status(catalog, target)

@@ -382,7 +382,9 @@ def running_lines(result: OpResult) -> List[List[str]]:
              for s in run.stale_pyc]
     if run.unreadable:
         rows.append(["processes not read", f"{len(run.unreadable)} process(es) whose /proc entries "
-                     "this user cannot read were not looked at (run as their user or root)"])
+                     "this user cannot read were not looked at" + (
+                         " (run as their user or root)" if os.geteuid() != 0 else
+                         " (hidden even from root: another PID namespace's or the kernel's)")])
     return rows
 
 
