@@ -404,7 +404,10 @@ def test_an_unwritable_directory_is_still_found_without_probe_files(case: Case) 
 # -- 12: SIGTERM mid-write ----------------------------------------------------------------------
 
 
-def test_sigterm_during_verification_rolls_back_and_exits_143(tmp_path: Path) -> None:
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP", "SIGQUIT"])
+def test_a_signal_during_verification_rolls_back_and_exits_128_plus_it(tmp_path: Path,
+                                                                      signame: str) -> None:
+    """SIGTERM, and SIGHUP (a dropped terminal or SSH session) and SIGQUIT too (issue 26)."""
     case = Case(tmp_path)
     simple_patch(case)
     marker = tmp_path / "verifying"
@@ -416,15 +419,18 @@ def test_sigterm_during_verification_rolls_back_and_exits_143(tmp_path: Path) ->
                              "apply", "h", "--target", str(case.root)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    while not marker.exists():
+    while not marker.exists():  # the files are written; the verification runs
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)
+    signum = getattr(signal, signame)
+    proc.send_signal(signum)
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 143, (out, err)
-    assert "SIGTERM" in err or "terminated" in err.lower()
+    assert proc.returncode == 128 + signum, (out, err)
+    assert f"terminated by {signame}" in err, err
     assert digest(case.root) == before  # rolled back, no journal left for later
+    assert not (case.root / ".patchkit" / "journal.json").exists()
+    assert not (case.root / ".patchkit" / "lock-holder.json").exists()
 
 
 def test_write_failure_after_the_commit_point_says_the_next_run_completes_it(case: Case) -> None:

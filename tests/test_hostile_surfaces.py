@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -25,17 +24,9 @@ from patchkit.targets.transport import SshSpec
 from tests.fixtures.sshd import SshServer
 from tests.test_authoring import catalog_state, flat, git, patchkit
 from tests.test_hostile import MOD, Case, digest
-from tests.test_interop_hostile import DIFF, mail
+from tests.test_interop_hostile import DIFF, catalog, mail  # noqa: F401  (catalog: a fixture)
 
 PY = sys.executable
-
-
-@pytest.fixture
-def catalog(tmp_path: Path) -> Path:
-    root = tmp_path / "fixes"
-    result = patchkit(root, "init", str(root))
-    assert result.exit_code == 0, result.output
-    return root
 
 
 def refused(catalog: Path, args: list[str], *expected: str, code: int = EXIT_USAGE) -> str:
@@ -204,35 +195,7 @@ def test_an_import_killed_at_every_write_point_is_as_before_or_fully_imported(
         sweep.close()
 
 
-# -- 4: SIGHUP and SIGQUIT roll back as SIGTERM does ----------------------------------------
-
-@pytest.mark.parametrize("signame", ["SIGHUP", "SIGQUIT"])
-def test_sighup_and_sigquit_in_the_write_phase_roll_back(tmp_path: Path, signame: str) -> None:
-    case = Case(tmp_path)
-    old = (case.root / MOD).read_bytes()
-    case.patch(diff_files(old, old.replace(b"return x + 3\n", b"return x + 33\n"), MOD).encode())
-    marker = tmp_path / "verifying"
-    manifest = case.catalog_dir / "manifests/h.toml"
-    manifest.write_text(manifest.read_text() + "\n[[verification]]\nkind = \"command\"\n"
-                        "argv = [\"sh\", \"-c\", \"touch %s; sleep 60\"]\n" % marker)
-    before = digest(case.root)
-    proc = subprocess.Popen([PY, "-m", "patchkit", "--catalog", str(case.catalog_dir),
-                             "apply", "h", "--target", str(case.root)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not marker.exists():  # the files are written; the verification runs
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    signum = getattr(signal, signame)
-    proc.send_signal(signum)
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 128 + signum, (out, err)
-    assert f"terminated by {signame}" in err
-    after = digest(case.root)
-    assert {k: v for k, v in after.items() if not k.startswith(".patchkit")} == before
-    assert not (case.root / ".patchkit" / "journal.json").exists()
-    assert not (case.root / ".patchkit" / "lock-holder.json").exists()
+# -- 4: SIGHUP and SIGQUIT roll back as SIGTERM does: tests/test_hostile_env.py, with SIGTERM
 
 
 # -- 7: import refuses what apply refuses ---------------------------------------------------
