@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from patchkit.errors import PatchFormatError
 from patchkit.engine.hunks import body_lines
-from patchkit.request import _reversed
+from patchkit.engine.contract import reversed_record
 from patchkit.catalog.series import diff_files, parse_patch, read_series
 
 SAMPLES = Path(__file__).parent / "samples" / "catalog" / "patches"
@@ -123,7 +123,7 @@ def test_the_request_series_carries_each_hunk_as_a_body_of_the_same_lines(
         assert all("lines" not in h and isinstance(h["body"], str) for h in compact["hunks"])
         assert [body_lines(h["body"]) for h in compact["hunks"]] == \
             [tuple(map(tuple, h["lines"])) for h in full["hunks"]]
-        undone = _reversed(compact)["hunks"]
+        undone = reversed_record(compact)["hunks"]
         assert [body_lines(h["body"]) for h in undone] == \
             [tuple((flip[k], t) for k, t in h["lines"]) for h in full["hunks"]]
         assert [(h["old_start"], h["old_count"]) for h in undone] == \

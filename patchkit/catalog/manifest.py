@@ -10,14 +10,17 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from .model import (
+from ..engine.contract import (
     CHECK_KEYS,
     CHECK_KINDS,
     CHECK_TIMEOUTS,
-    DEFAULT_ROOT,
+    PRIMARY_ROOT,
+    STRATEGIES,
+    is_timeout,
+)
+from .model import (
     FORWARDING_STATES,
     MANIFEST_FORMAT,
-    ROLLBACK_STRATEGIES,
     STATUSES,
     Actions,
     ChangelogEntry,
@@ -281,7 +284,7 @@ def _build_upstream(ctx: Ctx, data: Mapping[str, Any]) -> Upstream:
         raise ctx.fail("upstream.releases", f"releases {list(releases)} do not include "
                        f"base_release '{base}'", "Add the base release to releases (an empty "
                        "list means: no release precondition)")
-    root = root_name(ctx, string(ctx, table, "upstream", "root", DEFAULT_ROOT), "upstream.root")
+    root = root_name(ctx, string(ctx, table, "upstream", "root", PRIMARY_ROOT), "upstream.root")
     return Upstream(base_release=base, releases=releases,
                     project=string(ctx, table, "upstream", "project", "sglang", nonempty=True),
                     root=root,
@@ -342,7 +345,7 @@ def _check_params(ctx: Ctx, table: Mapping[str, Any], where: str, kind: str,
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
             raise ctx.fail(f"{where}.timeout", f"timeout must be a number of seconds, not "
                            f"{toml_type(timeout)}", "Write it as a number, e.g. timeout = 600")
-        if not 0 < timeout < float("inf"):
+        if not is_timeout(timeout):
             raise ctx.fail(f"{where}.timeout", f"timeout {timeout} is not above 0 seconds",
                            f"Give the seconds the check may run (default {CHECK_TIMEOUTS[kind]:g})")
         params["timeout"] = timeout
@@ -420,7 +423,7 @@ def _build_actions(ctx: Ctx, data: Mapping[str, Any]) -> Actions:
 def _build_rollback(ctx: Ctx, data: Mapping[str, Any]) -> Rollback:
     table = typed(ctx, data, "", "rollback", dict, {})
     check_keys(ctx, table, "rollback", ("strategy", "notes"), ())
-    return Rollback(strategy=choice(ctx, table, "rollback", "strategy", ROLLBACK_STRATEGIES,
+    return Rollback(strategy=choice(ctx, table, "rollback", "strategy", STRATEGIES,
                                     "restore"),
                     notes=string(ctx, table, "rollback", "notes", ""))
 

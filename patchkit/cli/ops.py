@@ -8,13 +8,11 @@ from typing import Any, Callable
 import click
 
 from .. import api, hooks
+from ..engine.contract import UNHEALTHY
 from ..errors import EXIT_CHECK_FAILED, UsageError
 from . import render
 from .common import TARGET_OPTIONS, State, command
 from .fleet import INVENTORY_OPTIONS, ROLLOUT_OPTIONS, rollout, survey, wants_fleet
-
-#: States that make ``status --exit-code`` fail.
-UNHEALTHY = {"drifted", "partly-present", "outdated", "lost"}
 
 
 FIXES = click.argument("fixes", nargs=-1)

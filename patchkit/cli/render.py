@@ -10,6 +10,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, List, Mapping, Tuple
 
+from ..engine import contract as wire
 from ..errors import PatchkitError
 from ..results import CheckResult, FileChange, FixOutcome, OpResult
 
@@ -24,14 +25,14 @@ STATUS_FILES = 5
 COLOR_DIFF_LIMIT = 200_000
 
 OUTCOME_STYLE = {
-    "applied": "bold green", "already-applied": "green", "would-apply": "cyan",
-    "upgraded": "bold green", "would-upgrade": "cyan", "rolled-back": "bold yellow",
-    "would-roll-back": "yellow", "verified": "bold green", "failed": "bold red",
-    "not-applied": "dim", "not-needed": "dim", "present-unrecorded": "yellow",
+    wire.APPLIED: "bold green", wire.ALREADY_APPLIED: "green", wire.WOULD_APPLY: "cyan",
+    wire.UPGRADED: "bold green", wire.WOULD_UPGRADE: "cyan", wire.ROLLED_BACK: "bold yellow",
+    wire.WOULD_ROLL_BACK: "yellow", wire.VERIFIED: "bold green", wire.FAILED: "bold red",
+    wire.NOT_APPLIED: "dim", wire.NOT_NEEDED: "dim", wire.PRESENT_UNRECORDED: "yellow",
 }
 STATE_STYLE = {
-    "applied": "green", "drifted": "bold red", "not-applied": "dim", "partly-present": "yellow",
-    "present-unrecorded": "cyan", "outdated": "yellow", "not-needed": "dim", "lost": "bold yellow",
+    wire.APPLIED: "green", wire.DRIFTED: "bold red", wire.NOT_APPLIED: "dim", wire.PARTLY_PRESENT: "yellow",
+    wire.PRESENT_UNRECORDED: "cyan", wire.OUTDATED: "yellow", wire.NOT_NEEDED: "dim", wire.LOST: "bold yellow",
 }
 
 #: A line of output as (text, rich style) segments.
@@ -332,7 +333,7 @@ def _status_rows(result: OpResult, verbose: bool) -> List[List[str]]:
             state = f"{state}: {s.detail}"
         elif state == "lost":
             state = f"lost: {s.detail}"
-        shown = s.version is not None and s.state in ("applied", "drifted", "outdated", "lost")
+        shown = s.version is not None and s.state in wire.RECORDED
         rows.append([s.name, state, f"v{s.version}" if shown else "", s.applied_at or "",
                      ", ".join(bad)])
     return rows

@@ -8,12 +8,9 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..errors import UnsafePathError, UsageError
+from .contract import FORMAT, OPS, STRATEGIES
 from .hunks import FileChange
 from .paths import Root, Roots
-
-FORMAT = 1
-OPS = ("apply", "rollback", "status", "verify")
-STRATEGIES = ("restore", "reverse")
 
 
 @dataclass

@@ -78,10 +78,6 @@ class Survey:
     op: str
     hosts: tuple[HostReport, ...]
 
-    @property
-    def reached(self) -> list[HostReport]:
-        return [h for h in self.hosts if h.state != "unreachable"]
-
     def to_json(self) -> dict[str, Any]:
         return {"op": self.op, "hosts": [h.to_json() for h in self.hosts]}
 

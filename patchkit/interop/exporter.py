@@ -14,7 +14,8 @@ from typing import Sequence
 
 from ..authoring import PLACEHOLDER_AUTHOR, catalog_identity
 from ..catalog import Catalog
-from ..catalog.model import DEFAULT_ROOT, Fix
+from ..catalog.model import Fix
+from ..engine.contract import PRIMARY_ROOT
 from ..errors import UsageError
 from . import dep3, mbox, quilt, read_regular, split_diff
 
@@ -63,7 +64,7 @@ def _tag(fix: Fix) -> list[tuple[str, str]]:
 
 def _rooted(headers: list[tuple[str, str]], root: str) -> list[tuple[str, str]]:
     """The headers, saying the patch's root when it is not sglang (import reads it back)."""
-    return headers + [("Patchkit-Root", root)] if root != DEFAULT_ROOT else headers
+    return headers + [("Patchkit-Root", root)] if root != PRIMARY_ROOT else headers
 
 
 def export(catalog: Catalog, names: Sequence[str], fmt: str, out: Path) -> ExportResult:

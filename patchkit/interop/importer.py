@@ -19,7 +19,7 @@ from .. import authoring, gitrepo
 from ..authoring import PLACEHOLDER_AUTHOR, catalog_identity
 from ..catalog import Catalog, edit, series
 from ..catalog.manifest import AUTHOR_RE, load_manifest, name_problem
-from ..catalog.model import DEFAULT_ROOT
+from ..engine.contract import PRIMARY_ROOT
 from ..catalog.reader import ROOT_NAME_RE
 from ..engine import faults
 from ..engine.auto import detect_release
@@ -136,7 +136,7 @@ def _checked(fix: Planned, root: str | None, identity: str
         fields = dep3.fields_of(patch.fields, patch.source)
         author = patch.author if not fields.get("author_unset") else ""
         text = _series_file(patch, author or identity, patch.body)
-        where = root or fields.get("root") or DEFAULT_ROOT
+        where = root or fields.get("root") or PRIMARY_ROOT
         records = series.parse_patch(patch.source, where,
                                      data=patch.diff.encode("utf-8", "surrogateescape"))
         for record in records:
@@ -185,7 +185,7 @@ _ROOT_LINE = 'root = "sglang"                  # the root whose release is check
 
 def _with_fix_root(text: str, root: str | None, patch: Patch) -> str:
     """The manifest text with the fix's ``[upstream] root`` an export said (Patchkit-Fix-Root)."""
-    if not root or root == DEFAULT_ROOT:
+    if not root or root == PRIMARY_ROOT:
         return text
     if ROOT_NAME_RE.match(root) and _ROOT_LINE not in text:
         return text  # a fix of another root: the manifest names its root already
@@ -238,7 +238,7 @@ def import_fixes(catalog: Catalog, fixes: Sequence[Planned], *, release: str | N
         for patch in fix.patches:
             _check_text(patch)
         texts = _checked(fix, root, identity)
-        patches_sglang = any(t[1] == DEFAULT_ROOT for t in texts.values())
+        patches_sglang = any(t[1] == PRIMARY_ROOT for t in texts.values())
         if release is None and patches_sglang:
             where = f"{tree}" if tree is not None else "no tree was given"
             raise UsageError(f"cannot tell which SGLang release the patches are written against "
@@ -255,7 +255,7 @@ def import_fixes(catalog: Catalog, fixes: Sequence[Planned], *, release: str | N
         text = edit.new_manifest_text(
             fix.name, first.subject, release or NO_RELEASE, [(f, t[1]) for f, t in texts.items()],
             first.body, date=date, author=author, upstream=fields["upstream"],
-            headers=fields["headers"], release_root=DEFAULT_ROOT if patches_sglang else None)
+            headers=fields["headers"], release_root=PRIMARY_ROOT if patches_sglang else None)
         text = _with_fix_root(text, fields.get("fix_root"), first)
         made.append((fix, texts, text))
     based = release or NO_RELEASE
