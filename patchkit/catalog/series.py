@@ -48,7 +48,7 @@ def parse_patch(path: Path | str, root: str, data: bytes | None = None) -> list[
     return _parse(path, data, root)
 
 
-def read_series(patches: Sequence[tuple[Path | str, str]]
+def series_records(patches: Sequence[tuple[Path | str, str]]
                 ) -> tuple[list[str], list[dict[str, Any]]]:
     """The sha256 of each ``(path, root)`` patch and the FILE records of the whole series, each
     hunk in the request's ``body`` form; ``OSError`` when a patch cannot be read."""
@@ -64,7 +64,7 @@ def read_series(patches: Sequence[tuple[Path | str, str]]
 
 def _read(path: Path, oserror: bool = False) -> bytes:
     """A patch file's bytes: a regular file (not a FIFO, which would block), bounded;
-    ``oserror``: a file that cannot be read raises the OSError (read_series' contract)."""
+    ``oserror``: a file that cannot be read raises the OSError (series_records' contract)."""
     from ..engine import fsops
     from ..interop import MAX_INPUT, read_regular
 

@@ -11,7 +11,7 @@ import click
 from ..engine.contract import OPS
 from ..errors import EXIT_CHECK_FAILED, UsageError
 from . import render
-from .common import State, command
+from .common import State, command, write_options
 
 #: ``--inventory``, ``--limit`` and ``--forks``: every command that can run on a fleet.
 INVENTORY_OPTIONS = (
@@ -209,10 +209,7 @@ def _progress(quiet: bool) -> Any:
     click.option("--op", type=click.Choice(OPS), default="apply",
                  show_default=True, help="The operation the request is for."),
     click.option("--with-deps", is_flag=True, help="Also include the fixes these depend on (apply)."),
-    click.option("--commit", "commit", is_flag=True,
-                 help="Record each fix as a commit in the host's git checkout (apply)."),
-    click.option("--no-git", "no_git", is_flag=True,
-                 help="Run no git on the hosts (container builds): no clean check against HEAD."),
+    *write_options("host", " (apply)"),
     click.option("--collections-path", is_flag=True,
                  help="Print the directory to put on ANSIBLE_COLLECTIONS_PATH, and nothing else."),
 )

@@ -11,7 +11,7 @@ from .. import api, hooks
 from ..engine.contract import UNHEALTHY
 from ..errors import EXIT_CHECK_FAILED, UsageError
 from . import render
-from .common import TARGET_OPTIONS, State, command
+from .common import FORCE_UPGRADE, TARGET_OPTIONS, State, command, write_options
 from .fleet import INVENTORY_OPTIONS, ROLLOUT_OPTIONS, rollout, survey, wants_fleet
 
 
@@ -127,12 +127,7 @@ def _after(state: State, where: dict[str, Any], result: Any, found: dict[str, An
     click.option("--verbose", "-v", is_flag=True, help="One row per file even when a fix changes many."),
     click.option("--with-deps", is_flag=True, help="Also apply the fixes these depend on."),
     click.option("--allow-inactive", is_flag=True, help="Allow applying a dead or superseded fix."),
-    click.option("--commit", "commit", is_flag=True,
-                 help="Record each fix as a commit (Patchkit-Fix trailers) in the target's git checkout."),
-    click.option("--no-git", "no_git", is_flag=True,
-                 help="Run no git on the target (a container build): no clean check against HEAD."),
-    click.option("--force", is_flag=True,
-                 help="Upgrade even when the applied version's files changed since (discarding those changes)."),
+    *write_options(), FORCE_UPGRADE,
 )
 def apply(state: State, fixes: tuple[str, ...], dry_run: bool, show_diff: bool | None,
           verbose: bool, with_deps: bool, allow_inactive: bool, commit: bool, no_git: bool,

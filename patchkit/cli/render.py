@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, List,
 
 from ..engine import contract as wire
 from ..errors import PatchkitError
-from ..results import CheckResult, FileChange, FixOutcome, OpResult
+from ..results import CheckResult, FileOutcome, FixOutcome, OpResult
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -184,7 +184,7 @@ def _check_line(c: CheckResult) -> Segments:
     return out
 
 
-def _hunk_summary(f: FileChange) -> str:
+def _hunk_summary(f: FileOutcome) -> str:
     places = ", ".join(f"{h.line}" + (f" (offset {h.offset:+d})" if h.offset else "") for h in f.hunks)
     return f"{len(f.hunks)} hunk{'' if len(f.hunks) == 1 else 's'} at line {places}"
 
@@ -195,7 +195,7 @@ def diff_stat(diff: str) -> tuple[int, int]:
     return sum(b.count("\n+") for b in bodies), sum(b.count("\n-") for b in bodies)
 
 
-def _files_summary(files: tuple[FileChange, ...]) -> str:
+def _files_summary(files: tuple[FileOutcome, ...]) -> str:
     ops = [f.op for f in files]
     stats = [diff_stat(f.diff) for f in files]
     added, removed = sum(a for a, _ in stats), sum(r for _, r in stats)

@@ -13,7 +13,8 @@ from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 from ..errors import ConflictError, PatchFormatError, UsageError
 
-OPS = ("modify", "create", "delete")
+#: The ``op`` of a FILE record: what the change does to its file.
+FILE_OPS = ("modify", "create", "delete")
 _KINDS = frozenset((" ", "-", "+"))
 
 
@@ -102,10 +103,10 @@ class FileChange:
             raw_hunks = list(data.get("hunks") or [])
         except (KeyError, TypeError) as exc:
             raise UsageError("fix %s: a FILE record lacks %s; rebuild the request with "
-                             "patchkit.request" % (fix, exc), fix=fix) from None
-        if op not in OPS:
+                             "patchkit.request_builder" % (fix, exc), fix=fix) from None
+        if op not in FILE_OPS:
             raise UsageError("fix %s: %s:%s has op %r; expected one of %s"
-                             % (fix, root, path, op, ", ".join(OPS)), fix=fix, path=path)
+                             % (fix, root, path, op, ", ".join(FILE_OPS)), fix=fix, path=path)
         change = cls(root, path, patch, op, parse_mode(data.get("mode")), [raw_hunks, fix])
         if not lazy:
             change.hunks  # noqa: B018  (checks them now)

@@ -66,12 +66,12 @@ def _checks(value: Any, fix: str, key: str) -> Tuple[Dict[str, Any], ...]:
 def parse_fix(data: Any, lazy: bool = False, deferred: bool = False) -> FixSpec:
     """``lazy``: the hunks are checked when first used; ``deferred``: the FILE records too."""
     if not isinstance(data, dict) or not data.get("name"):
-        raise UsageError("the request has a fix without a name; rebuild it with patchkit.request")
+        raise UsageError("the request has a fix without a name; rebuild it with patchkit.request_builder")
     name = str(data["name"])
     if "stub" in data:  # a fix of name and version only would read as one with no files
         raise UsageError("fix %s is a stub (name and version only), which engine request format "
                          "1 does not take; send the full fix: rebuild the request with "
-                         "patchkit.request" % name, fix=name)
+                         "patchkit.request_builder" % name, fix=name)
     try:
         version = int(data.get("version", 1))
     except (TypeError, ValueError):
@@ -88,7 +88,7 @@ def parse_fix(data: Any, lazy: bool = False, deferred: bool = False) -> FixSpec:
     revert = data.get("revert")
     if revert is not None and not (isinstance(revert, dict) and (revert.get("commit") or revert.get("fix"))):
         raise UsageError("fix %s: revert must be null or {root, commit and/or fix, ...}; rebuild "
-                         "the request with patchkit.request" % name, fix=name)
+                         "the request with patchkit.request_builder" % name, fix=name)
     return FixSpec(
         name=name, version=version, title=str(data.get("title", "")),
         requires=tuple(str(r) for r in (data.get("requires") or [])),
@@ -153,7 +153,7 @@ def parse_request(data: Any) -> Request:
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise UsageError("the request lists fix %s twice (fixes and dependencies together name "
-                         "each fix once); rebuild it with patchkit.request" % ", ".join(dupes), fixes=dupes)
+                         "each fix once); rebuild it with patchkit.request_builder" % ", ".join(dupes), fixes=dupes)
     try:
         lock_timeout = float(data.get("lock_timeout", 30.0))
     except (TypeError, ValueError):
@@ -172,7 +172,7 @@ def _list(data: Dict[str, Any], key: str) -> List[Any]:
         return []
     if not isinstance(value, list):
         raise UsageError("the request's %s must be a list of fixes, not %s; rebuild it with "
-                         "patchkit.request" % (key, type(value).__name__), key=key)
+                         "patchkit.request_builder" % (key, type(value).__name__), key=key)
     return value
 
 

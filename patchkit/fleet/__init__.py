@@ -11,7 +11,7 @@ from typing import Any
 
 from ..catalog import Catalog
 from ..errors import UsageError
-from ..request import build_request
+from ..request_builder import build_request
 from .ansible import COLLECTIONS_PATH, ENGINE_MODULE, Host, engine_task, inventory_hosts, run_playbook
 from .rollout import FleetOptions, FleetReport, HostReport, Rollout, parse_waves, split_waves
 

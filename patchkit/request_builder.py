@@ -123,10 +123,10 @@ def _fix_object(fix: Fix, catalog: Catalog, lazy: bool = False) -> dict[str, Any
 
 def _series(fix: Fix) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The fix's patches (file, sha256) and their FILE records."""
-    from .catalog.series import read_series  # unidiff: not imported by a status that needs none
+    from .catalog.series import series_records  # unidiff: not imported by a status that needs none
 
     try:
-        digests, files = read_series([(ref.path, ref.root) for ref in fix.patches])
+        digests, files = series_records([(ref.path, ref.root) for ref in fix.patches])
     except OSError as exc:
         raise ManifestError(f"{fix.manifest_path}: cannot read patch {exc.filename}: "
                             f"{exc.strerror}. Restore the file", file=str(fix.manifest_path),
