@@ -22,6 +22,12 @@ STATUSES = ("active", "dead", "superseded", "upstreamed")
 INACTIVE_STATUSES = ("dead", "superseded")
 FORWARDING_STATES = ("not-forwarded", "proposed", "merged", "rejected", "not-applicable")
 
+#: the longest fix name: it is a file name (manifests/NAME.toml, patches/NAME/), a git path
+#: and a state record key, everywhere a name is accepted
+MAX_NAME = 100
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9.-]{0,%d}\Z" % (MAX_NAME - 1))
+SHA256_RE = re.compile(r"[0-9a-f]{64}\Z")
+
 #: A release name such as 0.5.22 or 0.5.23rc1 (``[upstream] applied`` may also be a commit).
 RELEASE_RE = re.compile(r"\d+(\.\d+)+([a-z]+\d*)?(\.post\d+)?\Z")
 

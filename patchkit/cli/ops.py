@@ -10,7 +10,7 @@ import click
 from .. import api, hooks
 from ..engine.contract import UNHEALTHY
 from ..errors import EXIT_CHECK_FAILED, UsageError
-from . import render
+from . import render, render_status
 from .common import FORCE_UPGRADE, TARGET_OPTIONS, State, command, write_options
 from .fleet import INVENTORY_OPTIONS, ROLLOUT_OPTIONS, rollout, survey, wants_fleet
 
@@ -47,7 +47,7 @@ def _emit(result: Any, as_json: bool, after: Any = None, restarts: tuple[str, ..
 
     def draw(out: Any) -> None:
         render.render_result(out, result, **options)
-        render.render_after(out, after, restarts)
+        render_status.render_after(out, after, restarts)
 
     return render.emit(as_json, data, draw)
 
@@ -210,7 +210,7 @@ def status(state: State, show_all: bool, exit_code: bool, running: bool, as_json
         return survey(state, "status", [], fleet, as_json=as_json, lock_timeout=where["lock_timeout"],
                       exit_code=exit_code, running_gate=running)
     result = _run(state, where, "reading", as_json, api.status)
-    render.emit(as_json, result.to_json(), lambda out: render.render_status(out, result, verbose=show_all))
+    render.emit(as_json, result.to_json(), lambda out: render_status.render_status(out, result, verbose=show_all))
     render.broken_note(result.broken, as_json)
     unhealthy = any(s.state in UNHEALTHY for s in result.status) or bool(result.broken)
     return EXIT_CHECK_FAILED if exit_code and (unhealthy or running and runs_old_code(result)) else 0

@@ -294,7 +294,7 @@ def _drifted(console: Any, fix: FixOutcome) -> None:
                      f"(patchkit refresh {fix.name} --from CHECKOUT)", "yellow")])
 
 
-def _recovered(result: OpResult) -> List[Segments]:
+def recovered_notes(result: OpResult) -> List[Segments]:
     """A line per interrupted run this one found and recovered first."""
     return [[("recovered", "yellow"), (f" an interrupted {rec.get('op')} of "
              f"{', '.join(rec.get('fixes') or [])}: {rec.get('outcome')}", "")]
@@ -307,110 +307,13 @@ def render_result(console: Any, result: OpResult, *, show_diff: bool | None = No
     if show_diff is None:
         show_diff = result.dry_run and sum(len(fix.files) for fix in result.fixes) <= FEW_FILES
     size = sum(len(f.diff) for fix in result.fixes for f in fix.files) if show_diff else 0
-    for note in _recovered(result):
+    for note in recovered_notes(result):
         line(console, note)
     head = "dry run of " if result.dry_run else ""
     line(console, [(f"{head}{result.op}", "bold"), (f" on {result.target}", "")])
     for fix in result.fixes:
         render_fix_outcome(console, fix, show_diff=show_diff, all_checks=result.dry_run,
                            verbose=verbose, color_diff=size <= COLOR_DIFF_LIMIT)
-
-
-def _status_rows(result: OpResult, verbose: bool) -> List[List[str]]:
-    rows = []
-    for s in result.status:
-        if s.state == "not-applied" and not verbose:
-            continue
-        bad = [f"{f.get('path')} ({f.get('state')})" for f in s.files if f.get("state") != "ok"]
-        if len(bad) > STATUS_FILES:  # a drifted release series: thousands of files
-            bad = bad[:STATUS_FILES] + [f"and {len(bad) - STATUS_FILES} more (--json lists them)"]
-        state = s.state
-        if state == "outdated":
-            state = f"outdated (v{s.version} applied, v{s.catalog_version} in the catalog)"
-            if result.release and s.releases:  # the variant of the release the target runs
-                state += f": v{s.catalog_version} is {result.release}'s variant"
-        elif s.detail and s.detail.startswith("in upstream since"):
-            state = f"{state}: {s.detail}"
-        elif state == "lost":
-            state = f"lost: {s.detail}"
-        shown = s.version is not None and s.state in wire.RECORDED
-        rows.append([s.name, state, f"v{s.version}" if shown else "", s.applied_at or "",
-                     ", ".join(bad)])
-    return rows
-
-
-def render_status(console: Any, result: OpResult, *, verbose: bool = False) -> None:
-    """Plain: one line per fix (fix, state, version, applied at, files), notes on stderr."""
-    rows = _status_rows(result, verbose)
-    notes = _recovered(result)
-    if not rows:
-        notes.append([(f"no fix applied or present on {result.target}", "")])
-    if verbose:  # --all: the fixes it could not look at, and why
-        notes += [[(f"{name}: ", "bold"), (f"root {', '.join(roots)} not given", "yellow"),
-                   (f" (--root {roots[0]}=PATH)", "dim")] for name, roots in result.left_out]
-    for note in notes:
-        line(PlainConsole(sys.stderr) if isinstance(console, PlainConsole) else console, note)
-    rows += [[b.name, "error", "", "", broken_detail(b)] for b in result.broken]
-    if rows:
-        write_table(console, rows, ("fix", "bold"), ("state", dict(STATE_STYLE, error="bold red")),
-                    ("version", "right"),
-                    ("applied at", "dim"), ("files", ""), title=f"status of {result.target}"
-                    + (f" (sglang {result.release})" if result.release else ""))
-    render_running(console, result)
-
-
-def render_after(console: Any, after: Any, restarts: tuple[str, ...] = ()) -> None:
-    """The restarts the changed fixes need, and each command run after the change."""
-    if restarts and (after is None or not any(r.what == "after-cmd" for r in after.ran)):
-        line(console, [("restart needed", "bold yellow"), (f" {', '.join(restarts)} (patchkit.toml "
-                       "[restarts]; run it, or apply with --restart)", "")])
-    for run in (after.ran if after is not None else ()):
-        mark = ("✓", "green") if run.ok else ("✗", "red")
-        line(console, [mark, (f" {run.what}: {run.command} (exit {run.returncode})", "")])
-
-
-def running_lines(result: OpResult) -> List[List[str]]:
-    """Plain rows of what runs old code: ``restart pending``, a stale ``.pyc``, what was not
-    looked at (docs/cli.md, Piped output)."""
-    run = result.running
-    if run is None:
-        return []
-    if not run.available:
-        return [["processes not looked at", run.detail or "/proc cannot be read"]]
-    rows = [["restart pending", str(p.pid), p.started_at or "", ",".join(p.roots), p.command,
-             _changed(p)] for p in run.pending]
-    rows += [["stale .pyc", str(s.get("pyc")), str(s.get("source")), str(s.get("why"))]
-             for s in run.stale_pyc]
-    if run.unreadable:
-        rows.append(["processes not read", f"{len(run.unreadable)} process(es) whose /proc entries "
-                     "this user cannot read were not looked at" + (
-                         " (run as their user or root)" if os.geteuid() != 0 else
-                         " (hidden even from root: another PID namespace's or the kernel's)")])
-    return rows
-
-
-def _changed(p: Any) -> str:
-    more = p.changed_count - len(p.changed)
-    return ", ".join(p.changed) + (f" and {more} more" if more > 0 else "")
-
-
-def render_running(console: Any, result: OpResult) -> None:
-    """Plain: tab-separated lines on stderr (stdout keeps one line per fix); a terminal: a table
-    of every process using the target, then the notes."""
-    rows = running_lines(result)
-    if isinstance(console, PlainConsole):
-        PlainConsole(sys.stderr).file.write("".join("\t".join(r) + "\n" for r in rows))
-        return
-    run = result.running
-    if run is not None and run.processes:
-        write_table(console, [[str(p.pid), p.state.replace("-", " "), p.started_at or "", p.command,
-                               p.via] for p in run.processes],
-                    ("pid", "right"), ("state", {"restart": "bold yellow", "current": "green"}),
-                    ("started", "dim"), ("command", ""), ("uses", "dim"),
-                    title=f"running from {result.target}")
-    for row in rows:
-        if row[0] != "restart pending":
-            line(console, [(row[0], "yellow"), (" " + " ".join(row[1:]), "")])
 
 
 def render_fix_list(console: Any, fixes: Iterable[Any], broken: Iterable[Any] = ()) -> None:
