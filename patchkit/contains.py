@@ -26,6 +26,7 @@ from . import gitrepo
 from .catalog import Catalog
 from .catalog.model import Check, Fix
 from .engine import hunks
+from .engine.contract import grep_holds
 from .errors import ConflictError, PatchkitError
 from .rebase.classify import (
     Held,
@@ -262,9 +263,7 @@ def _grep_holds(check_: Check, text: str | None) -> bool:
             return False
     hits = sum(1 for line in text.split("\n")
                if (regex.search(line) if regex is not None else pattern in line))
-    if check_.get("count") is not None:
-        return hits == int(check_.get("count"))
-    return (hits > 0) == bool(check_.get("present", True))
+    return grep_holds(check_.params, hits)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
 from ..errors import UnsafePathError, UsageError
-from .contract import CHECK_KINDS, CHECK_TIMEOUTS, is_timeout
+from .contract import CHECK_KINDS, CHECK_TIMEOUTS, grep_holds, is_timeout
 from .hunks import decode, sha256_bytes, split_lines
 from .paths import PACKAGE, Roots
 
@@ -256,12 +256,11 @@ def _grep(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
     else:
         matches = [i for i, ln in enumerate(split_lines(decode(data)), 1) if pattern in ln]
     where_found = "lines %s" % ", ".join(map(str, matches[:10])) if matches else "no line"
-    if "count" in check and check["count"] is not None:
-        ok = len(matches) == int(check["count"])
+    ok = grep_holds(check, len(matches))
+    if check.get("count") is not None:
         detail = "%d matching lines (%s), expected %d" % (len(matches), where_found, int(check["count"]))
     else:
         want = bool(check.get("present", True))
-        ok = bool(matches) == want
         detail = "%s %s; expected it %s" % ("found at" if matches else "not found:", where_found,
                                             "present" if want else "absent")
     if not ok and check.get("name"):

@@ -75,6 +75,14 @@ CHECK_DEFAULTS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
 })
 
 
+def grep_holds(check: Mapping[str, Any], hits: int) -> bool:
+    """A grep check's verdict from the number of lines that match: exactly ``count`` of them
+    when it gives one, else some (``present``, the default) or none."""
+    if check.get("count") is not None:
+        return hits == int(check["count"])
+    return (hits > 0) == bool(check.get("present", True))
+
+
 def is_timeout(value: Any) -> bool:
     """Whether ``value`` is a check's ``timeout``: a number of seconds above 0, not infinite."""
     return (not isinstance(value, bool) and isinstance(value, (int, float))
