@@ -151,15 +151,8 @@ def render_rollout(console: Any, report: Any) -> None:
     notes = [f"{len(hosts)} host(s) {'would get' if report.dry_run else 'to change'}: {label}"
              for label, hosts in report.groups]
     if report.dry_run:  # each distinct diff once, with the hosts it would be written on
-        diffs: dict[tuple[str, str, str], list[str]] = {}
-        for host in report.hosts:
-            for fix in (host.result or {}).get("fixes") or ():
-                for f in fix.get("files") or ():
-                    if f.get("diff"):
-                        key = (fix["name"], f"{f['root']}:{f['path']}", f["diff"].rstrip())
-                        diffs.setdefault(key, []).append(host.host)
         notes += [f"--- {', '.join(hosts)}: {fix} {where}\n{diff}"
-                  for (fix, where, diff), hosts in diffs.items()]
+                  for (fix, where, diff), hosts in report.diffs().items()]
     if report.stopped:
         notes.append(f"stopped: {report.stopped}")
     for note in notes:

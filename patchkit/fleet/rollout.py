@@ -62,6 +62,18 @@ class FleetReport:
         over_budget = self.stopped.startswith("unreachable")
         return EXIT_UNREACHABLE if over_budget else EXIT_ROLLOUT_STOPPED
 
+    def diffs(self) -> dict[tuple[str, str, str], list[str]]:
+        """(fix, ``root:path``, diff) -> the hosts a dry run would write that diff on: each
+        distinct diff once."""
+        out: dict[tuple[str, str, str], list[str]] = {}
+        for host in self.hosts:
+            for fix in (host.result or {}).get("fixes") or ():
+                for f in fix.get("files") or ():
+                    if f.get("diff"):
+                        key = (fix["name"], f"{f['root']}:{f['path']}", f["diff"].rstrip())
+                        out.setdefault(key, []).append(host.host)
+        return out
+
     def to_json(self) -> dict[str, Any]:
         return {"op": self.op, "dry_run": self.dry_run, "ok": self.stopped is None,
                 "stopped": self.stopped, "waves": [list(w) for w in self.waves],
