@@ -88,7 +88,7 @@ def _releases(req: Any, installed: Dict[str, Any]) -> Dict[str, Optional[str]]:
 
     out: Dict[str, Optional[str]] = {}
     for root in req.roots:
-        if root.name == "sglang":
+        if root.name == PRIMARY_ROOT:
             out[root.name] = (installed.get(root.name) or {}).get("version") \
                 or detect_release(root, git=req.git)[0]
     return out

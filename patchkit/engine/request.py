@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..errors import UnsafePathError, UsageError
-from .contract import FORMAT, OPS, STRATEGIES
+from .contract import FORMAT, OPS, PRIMARY_ROOT, STRATEGIES
 from .hunks import FileChange
 from .paths import Root, Roots
 
@@ -137,7 +137,7 @@ def parse_request(data: Any) -> Request:
     if op not in OPS:
         raise UsageError("engine op %r; expected one of %s" % (op, ", ".join(OPS)), op=op)
     roots = Roots(data.get("roots") or {})
-    state_root = roots.get(str(data.get("state_root") or "sglang"))
+    state_root = roots.get(str(data.get("state_root") or PRIMARY_ROOT))
     # status and verify never write; an apply checks each record's hunks when it places them
     lazy = op in ("status", "verify", "apply")
     from .variants import choose  # each fix as its variant for the release the target runs
@@ -159,7 +159,7 @@ def parse_request(data: Any) -> Request:
     except (TypeError, ValueError):
         raise UsageError("lock_timeout %r is not a number" % data.get("lock_timeout")) from None
     return Request(op=op, dry_run=bool(data.get("dry_run", False)), force=bool(data.get("force", False)),
-                   roots=roots, state_root=state_root, python=str(data.get("python") or roots.interpreters.get("sglang")
+                   roots=roots, state_root=state_root, python=str(data.get("python") or roots.interpreters.get(PRIMARY_ROOT)
                                             or sys.executable),
                    lock_timeout=lock_timeout, fixes=fixes, dependencies=dependencies,
                    commit=bool(data.get("commit", False)), git=bool(data.get("git", True)),
