@@ -108,10 +108,18 @@ def no_sglang(path: str, remedy: str) -> str:
 
 
 # -- FILE records
+#: The ``op`` of a FILE record: what the change does to its file.
+FILE_OPS = ("modify", "create", "delete")
+#: A change undone: the op it becomes, and each hunk line's side (``+``, ``-``, `` ``).
+REVERSED_OP: Mapping[str, str] = MappingProxyType({"create": "delete", "delete": "create",
+                                                   "modify": "modify"})
+REVERSED_SIDE: Mapping[str, str] = MappingProxyType({"+": "-", "-": "+", " ": " "})
+
+
 def reversed_record(rec: Dict[str, Any]) -> Dict[str, Any]:
     """A FILE record (hunks as ``body``) undone: sides swapped, creations become deletions (the
-    engine's ``FileChange.reversed`` does the same to a parsed record)."""
-    op = {"create": "delete", "delete": "create"}.get(rec["op"], rec["op"])
+    engine's ``FileChange.reversed`` does the same to a parsed record, by the same tables)."""
+    op = REVERSED_OP.get(rec["op"], rec["op"])
     hunks = [{"body": _flipped(h["body"]),
               "old_start": h["new_start"], "old_count": h["new_count"],
               "new_start": h["old_start"], "new_count": h["old_count"]} for h in rec["hunks"]]
@@ -119,8 +127,7 @@ def reversed_record(rec: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _flipped(body: str) -> str:
-    flip = {"+": "-", "-": "+"}
     parts = body.split("\n")  # on "\n" only, as the engine's hunks split text
     last = parts.pop()
     lines = [part + "\n" for part in parts] + ([last] if last else [])
-    return "".join(flip.get(line[0], line[0]) + line[1:] for line in lines)
+    return "".join(REVERSED_SIDE.get(line[0], line[0]) + line[1:] for line in lines)

@@ -12,9 +12,7 @@ from functools import cached_property
 from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 from ..errors import ConflictError, PatchFormatError, UsageError
-
-#: The ``op`` of a FILE record: what the change does to its file.
-FILE_OPS = ("modify", "create", "delete")
+from .contract import FILE_OPS, REVERSED_OP, REVERSED_SIDE
 _KINDS = frozenset((" ", "-", "+"))
 
 
@@ -66,9 +64,8 @@ class Hunk:
         return self.old_start if self.old_count == 0 else self.old_start - 1
 
     def reversed(self) -> "Hunk":
-        flip = {"-": "+", "+": "-", " ": " "}
         return Hunk(self.index, self.new_start, self.new_count, self.old_start, self.old_count,
-                    tuple((flip[k], t) for k, t in self.lines))
+                    tuple((REVERSED_SIDE[k], t) for k, t in self.lines))
 
 
 @dataclass(frozen=True)
@@ -113,7 +110,7 @@ class FileChange:
         return change
 
     def reversed(self) -> "FileChange":
-        op = {"create": "delete", "delete": "create"}.get(self.op, self.op)
+        op = REVERSED_OP.get(self.op, self.op)
         return FileChange(self.root, self.path, self.patch, op, self.mode,
                           tuple(h.reversed() for h in self.hunks))
 
