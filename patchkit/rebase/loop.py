@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..authoring import write_series
+from ..catalog.writer import write_series
 from ..catalog import edit
 from ..catalog.manifest import load_manifest
 from ..catalog.model import Fix
@@ -74,7 +74,7 @@ class Rebase:
             self.progress(f"{name}: {file}", len(self.state.data["results"]), -1)
             found = whole or per_patch.get(file)
             reverted = self.matches.reverted(fix, found)
-            # the decision `patchkit upstream check` makes too (patchkit.contains)
+            # the decision `patchkit upstream check` makes too (patchkit.rebase.contains)
             said = decide(new_tree, chs, found, reverted, Tree.of(old_tree, pre_old))
             if said.kind == "absent" and said.applies:  # would it bring removed code back?
                 said = self.walk(fix, chs, said)
@@ -186,7 +186,7 @@ class Rebase:
             for v in fix.variants:  # the folders of variants the manifest no longer has
                 if v.dir not in used:
                     shutil.rmtree(fix.patch_dir / v.dir, ignore_errors=True)
-        self.state.catalog._fixes.pop(fix.name, None)
+        self.state.catalog.forget(fix.name)
 
     def plan(self) -> None:
         """Classify every queued fix now; each stop is assumed skipped by the user."""
