@@ -22,23 +22,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from . import gitrepo
-from .catalog import Catalog
-from .catalog.model import Check, Fix
-from .engine import hunks
-from .errors import ConflictError, PatchkitError
-from .rebase.classify import (
-    Held,
-    Series,
-    Tree,
-    apply_all,
-    changes,
-    decide,
-    held_upstream,
-)
-from .rebase.matching import UpstreamMatches
-from .rebase.sides import read_series
-from .upstream import UpstreamRepo, version_key
+from .. import gitrepo
+from ..catalog import Catalog, edit, writer
+from ..catalog.model import Check, Fix
+from ..engine import hunks
+from ..errors import ConflictError, PatchkitError
+from ..upstream import UpstreamRepo, version_key
+from .classify import Held, Series, Tree, apply_all, changes, decide, held_upstream
+from .matching import UpstreamMatches
+from .sides import read_series
 
 __all__ = ["AMBIGUOUS", "CONTAINED", "NOT_APPLICABLE", "NOT_CHECKED", "NOT_CONTAINED",
            "REMOVED", "REVERTED", "Verdict", "check", "contains"]
@@ -288,9 +280,6 @@ def mark(catalog: Catalog, verdicts: Sequence[Verdict], *,
     the version it runs; on that release and later the fix is not needed) and, in a catalog in
     git, one commit per fix, as other authoring edits. Fixes are checked
     (writable catalog, the user's own) before anything is written."""
-    from .authoring import _commit
-    from .catalog import edit
-
     todo = [v for v in verdicts if v.contained]
     if not todo:
         return []
@@ -312,8 +301,8 @@ def mark(catalog: Catalog, verdicts: Sequence[Verdict], *,
             done.append(Marked(fix.name, fix.version, False, f"marked upstream in {v.release} "
                                "already: not marked again"))
             continue
-        catalog._fixes.pop(fix.name, None)
-        sha = _commit(catalog, fix.name, f"{fix.name} v{fix.version}: {summary}\n\nRecorded "
+        catalog.forget(fix.name)
+        sha = writer.commit(catalog, fix.name, f"{fix.name} v{fix.version}: {summary}\n\nRecorded "
                       "by `patchkit upstream check --mark`; the version is unchanged, so hosts "
                       f"on releases before {v.release} keep it.\n") if commit else None
         done.append(Marked(fix.name, fix.version, True, summary, sha))
