@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..catalog import Catalog, patchmail, writer
-from ..catalog.model import DEFAULT_ROOT, Fix
+from ..catalog.model import Fix
 from ..errors import UsageError
 from . import dep3, mbox, quilt, read_regular, split_diff
 
@@ -45,15 +45,6 @@ def _diffs(fix: Fix) -> list[tuple[str, str, str, str, str]]:
     return out
 
 
-def _tag(fix: Fix) -> list[tuple[str, str]]:
-    return [("Patchkit-Fix", f"{fix.name} v{fix.version}")]
-
-
-def _rooted(headers: list[tuple[str, str]], root: str) -> list[tuple[str, str]]:
-    """The headers, saying the patch's root when it is not sglang (import reads it back)."""
-    return headers + [("Patchkit-Root", root)] if root != DEFAULT_ROOT else headers
-
-
 def _mails(catalog: Catalog, fix: Fix, diffs: list[tuple[str, str, str, str, str]],
            headers: list[tuple[str, str]], fallback: list[str], result: ExportResult) -> str:
     """The fix's mbox: one mail per patch, From its author (else the catalog's git user, said
@@ -67,14 +58,14 @@ def _mails(catalog: Catalog, fix: Fix, diffs: list[tuple[str, str, str, str, str
         result.notes.append(
             f"{fix.name} names no author (manifest `author`): its mail is From {author}"
             f" ({who}); set author = \"Name <email>\" in the manifest to say who wrote it")
-        headers = headers + [("Patchkit-Author", "unset")]
+        headers = headers + [dep3.AUTHOR_UNSET]
     date = mbox.rfc2822(fix.changelog[-1].date) if fix.changelog else ""
     mails = []
     for i, (_file, subject, body, diff, root) in enumerate(diffs, 1):
         first = i == 1
         mails.append(mbox.message(
             author, date, fix.title if first else subject, fix.rationale if first else body,
-            _rooted(headers if first else _tag(fix), root), diff, number=i, total=len(diffs)))
+            dep3.rooted(headers if first else dep3.fix_tag(fix), root), diff, number=i, total=len(diffs)))
     return "".join(mails)
 
 
@@ -102,7 +93,7 @@ def export(catalog: Catalog, names: Sequence[str], fmt: str, out: Path) -> Expor
             first = i == 1
             text = quilt.patch_text(
                 fix.title if first else subject, fix.rationale if first else body,
-                fix.author, _rooted(headers if first else _tag(fix), root), diff)
+                fix.author, dep3.rooted(headers if first else dep3.fix_tag(fix), root), diff)
             writes.append((f"{fix.name}/{file}", text))
             listed.append(f"{fix.name}/{file}")
     stale: list[str] = []
