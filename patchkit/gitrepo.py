@@ -161,9 +161,10 @@ def _commit(r: Any, rev: str) -> Any:
     """The commit object ``rev`` names in the open repository ``r`` (tags peeled), or None."""
     git = _gitpython()
     try:
-        return r.commit(rev)
-    except (git.BadName, git.BadObject, ValueError, TypeError):
+        found = r.commit(rev)
+    except (git.BadName, git.BadObject, ValueError, TypeError, IndexError):
         return None
+    return None if found.hexsha == "0" * 40 else found  # GitPython makes up the null commit
 
 
 def rev_parse(repo: Path | str, rev: str) -> str | None:

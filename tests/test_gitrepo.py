@@ -108,6 +108,7 @@ def test_gitpython_is_loaded_when_git_is_first_asked_and_answers_as_git_does(
             info.authored_date, info.committed_date] == \
         _git(two_commits, "show", "-s", f"--format={fmt}", "base").split("\n")[:7]
     assert gitrepo.list_tags(two_commits) == {"base": info.sha}
-    assert gitrepo.rev_parse(two_commits, "no-such-ref") is None
+    assert gitrepo.rev_parse(two_commits, "no-such-ref") is gitrepo.rev_parse(two_commits, "0" * 40) is None
+    assert gitrepo.rev_parse(two_commits, "base~0") == info.sha
     gitrepo.set_config(two_commits, "core.fileMode", "false")
     assert gitrepo.tracks_modes(two_commits) is False
