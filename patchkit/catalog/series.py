@@ -14,7 +14,7 @@ import unidiff.errors
 
 from ..engine.hunks import hunk_body, split_lines  # the engine splits files the same way
 from ..errors import PatchFormatError
-from .patchmail import MBOX_FROM
+from .patchmail import MBOX_FROM as _MBOX_FROM  # the mbox From line: patchmail's
 
 DEV_NULL = "/dev/null"
 DEFAULT_MODE = "100644"
@@ -87,7 +87,7 @@ def _parse(path: Path, data: bytes, root: str, compact: bool = False) -> list[di
     if not any(line.strip() for line in lines):
         raise _fail(path, 1, "the patch is empty", "Write the change as a unified diff "
                     "(git diff, or patchkit's authoring helpers)")
-    mails = [n for n, line in enumerate(lines, 1) if MBOX_FROM.match(line)]
+    mails = [n for n, line in enumerate(lines, 1) if _MBOX_FROM.match(line)]
     if len(mails) > 1:  # unidiff would read every mail's diff as one patch
         raise _fail(path, mails[1], f"the file holds {len(mails)} mails (an mbox of several "
                     "patches), and a [[patches]] entry is one patch", "Split it into one file "
