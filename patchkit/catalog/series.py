@@ -14,15 +14,13 @@ import unidiff.errors
 
 from ..engine.hunks import hunk_body, split_lines  # the engine splits files the same way
 from ..errors import PatchFormatError
+from .patchmail import MBOX_FROM as _MBOX_FROM  # the mbox From line: patchmail's
 
 DEV_NULL = "/dev/null"
 DEFAULT_MODE = "100644"
 _REFUSED_MODES = {"120000": "a symbolic link", "160000": "a git submodule"}
 _REFUSED_INFO = (("rename from ", "renames"), ("copy from ", "copies"))
 _NO_NEWLINE = "\\ No newline at end of file\n"
-#: The line that starts each mail of an mbox (git format-patch writes ``From <sha> <date>``).
-_MBOX_FROM = re.compile(r"From \S+ +(Mon|Tue|Wed|Thu|Fri|Sat|Sun) (Jan|Feb|Mar|Apr|May|Jun|Jul|"
-                        r"Aug|Sep|Oct|Nov|Dec) +\d+ \d\d:\d\d:\d\d \d{4}$")
 
 
 class _Counted:
