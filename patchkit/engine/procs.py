@@ -69,8 +69,20 @@ class Proc:
         self.exe: Optional[str] = None
         self.cwd: Optional[str] = None
         self.env: Dict[str, str] = {}
-        self.maps: Set[str] = set()
+        self.maps_text = ""  # /proc/PID/maps as read; ``maps`` the paths it maps
+        self._maps: Optional[Set[str]] = None
         self.readable = True
+
+    @property
+    def maps(self) -> Set[str]:
+        """The files the process maps (read from ``maps_text`` when first asked)."""
+        if self._maps is None:
+            self._maps = set()
+            for row in self.maps_text.splitlines():
+                cols = row.split(None, 5)
+                if len(cols) == 6 and cols[5].startswith("/"):
+                    self._maps.add(cols[5].replace(" (deleted)", ""))
+        return self._maps
 
     @property
     def python(self) -> bool:
@@ -124,10 +136,7 @@ def read_proc(pid: int, base: str = PROC, maps: bool = True) -> Optional[Proc]:
         key, sep, value = item.partition(b"=")
         if sep:
             p.env[key.decode("utf-8", "surrogateescape")] = value.decode("utf-8", "surrogateescape")
-    for row in mapped.decode("utf-8", "surrogateescape").splitlines():
-        cols = row.split(None, 5)
-        if len(cols) == 6 and cols[5].startswith("/"):
-            p.maps.add(cols[5].replace(" (deleted)", ""))
+    p.maps_text = mapped.decode("utf-8", "surrogateescape")
     return p
 
 
@@ -217,7 +226,9 @@ def _why(p: Proc, tops: Sequence[str]) -> Optional[str]:
             continue
         if hit(p.arg_path(arg)):
             return "command line names %s" % p.arg_path(arg)
-    loaded = sorted(m for m in p.maps if hit(m))
+    # a file under a root has the root in its path: the maps of a process naming none are not parsed
+    named = any(t in p.maps_text for t in tops)
+    loaded = sorted(m for m in p.maps if hit(m)) if named else []
     if loaded:
         return "has %s loaded" % loaded[0]
     if not p.python:
