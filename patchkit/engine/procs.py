@@ -110,8 +110,8 @@ def _stat_fields(pid: int, base: str) -> Tuple[int, float]:
 
 def read_proc(pid: int, base: str = PROC, maps: bool = True) -> Optional[Proc]:
     """The process ``pid``, None when it is gone or a kernel thread (nothing to restart). Its
-    environment is read for a Python process only (nothing else looks at it); ``maps`` False:
-    its maps too (the ``.pyc`` purge, which asks only about Python processes)."""
+    environment is read for a Python process only (nothing else looks at it); with ``maps``
+    False its maps are too (the ``.pyc`` purge, which asks only about Python processes)."""
     p = Proc(pid)
     try:
         p.ppid, p.start = _stat_fields(pid, base)
