@@ -41,8 +41,8 @@ def _fleet(where: dict[str, Any], rollout_options: bool = True) -> dict[str, Any
 
 def _emit(result: Any, as_json: bool, after: Any = None, restarts: tuple[str, ...] = (),
           **options: Any) -> int:
-    data = result.to_json()
-    if after is not None or restarts:
+    data = result.to_json() if as_json else None  # the JSON object only when it is printed
+    if data is not None and (after is not None or restarts):
         data.update(restart=list(restarts), after=None if after is None else after.to_json())
 
     def draw(out: Any) -> None:
@@ -210,7 +210,8 @@ def status(state: State, show_all: bool, exit_code: bool, running: bool, as_json
         return survey(state, "status", [], fleet, as_json=as_json, lock_timeout=where["lock_timeout"],
                       exit_code=exit_code, running_gate=running)
     result = _run(state, where, "reading", as_json, api.status)
-    render.emit(as_json, result.to_json(), lambda out: render_status.render_status(out, result, verbose=show_all))
+    render.emit(as_json, result.to_json() if as_json else None,
+                lambda out: render_status.render_status(out, result, verbose=show_all))
     render.broken_note(result.broken, as_json)
     unhealthy = any(s.state in UNHEALTHY for s in result.status) or bool(result.broken)
     return EXIT_CHECK_FAILED if exit_code and (unhealthy or running and runs_old_code(result)) else 0

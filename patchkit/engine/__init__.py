@@ -110,9 +110,8 @@ def _tree_identity(path: str) -> Dict[str, Any]:
         where: Dict[str, Any] = {"dev": st.st_dev, "ino": st.st_ino}
     except OSError:
         where = {}
-    import socket
-
-    return dict(where, machine=machine or socket.gethostname(), path=os.path.realpath(path))
+    # the host name as socket.gethostname() says it, without importing socket
+    return dict(where, machine=machine or os.uname().nodename, path=os.path.realpath(path))
 
 
 _MODULES = {"apply": ".apply", "rollback": ".rollback", "status": ".observe", "verify": ".observe"}

@@ -155,15 +155,23 @@ def series_diff(text: str) -> str:
 
 def checkout_of(root_path: str) -> Optional[Checkout]:
     """The git checkout a root is in, or None (no ``.git`` upwards, or git cannot read it)."""
-    top = gitcli.dot_git_top(root_path)
-    if top is None:
-        return None
-    proc = gitcli.run(root_path, ["rev-parse", "--show-toplevel"])
-    if proc is None or proc.returncode != 0:
-        return None
-    top = os.path.realpath(proc.stdout.decode("utf-8", "surrogateescape").strip())
+    return checkout_and_head(root_path, head=False)[0]
+
+
+def checkout_and_head(root_path: str, head: bool = True) -> Tuple[Optional[Checkout], Optional[str]]:
+    """:func:`checkout_of` and, with ``head``, the commit at HEAD (None when unborn), from one
+    ``git rev-parse`` (it prints the top, then the commit; an unborn HEAD exits 1)."""
+    if gitcli.dot_git_top(root_path) is None:
+        return None, None
+    args = ["rev-parse", "--show-toplevel"] + (["--verify", "--quiet", "HEAD^{commit}"] if head else [])
+    proc = gitcli.run(root_path, args)
+    lines = [] if proc is None else proc.stdout.decode("utf-8", "surrogateescape").splitlines()
+    if proc is None or proc.returncode not in ((0, 1) if head else (0,)) or not lines:
+        return None, None
+    top = os.path.realpath(lines[0].strip())
     prefix = os.path.relpath(os.path.realpath(root_path), top)
-    return Checkout(top, "" if prefix == "." else prefix + "/")
+    sha = lines[1].strip() if head and proc.returncode == 0 and len(lines) > 1 else None
+    return Checkout(top, "" if prefix == "." else prefix + "/"), sha or None
 
 
 def merge_file(ours: bytes, base: bytes, theirs: bytes,
