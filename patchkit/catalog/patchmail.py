@@ -8,8 +8,6 @@ RFC 2047-encode names, and a refreshed series keeps its header byte for byte."""
 
 from __future__ import annotations
 
-import email.parser
-import email.policy
 import re
 from dataclasses import dataclass
 
@@ -54,6 +52,9 @@ def read(text: str, default_subject: str = "") -> Header:
     Subject without its ``[PATCH ...]`` tag, the message up to ``---``, From and Date. A file
     with no Subject gets ``default_subject`` and no message."""
     head = text.split("\n" + _DIFF, 1)[0]
+    import email.parser  # here: the apply path reads series without parsing mail
+    import email.policy
+
     msg = email.parser.HeaderParser(policy=email.policy.compat32).parsestr(head)
     found: dict = {}
     for key, name in (("author", "From"), ("date", "Date")):
