@@ -103,10 +103,13 @@ _MBOX_FROM_BYTES = re.compile(_MBOX_FROM.pattern.encode(), re.M)
 _DIFF_GIT = re.compile(rb"^diff --git ", re.M)
 
 
+_SOLID = re.compile(rb"[!-~]")  # a printable ASCII character: not white space
+
+
 def _blank(data: bytes) -> bool:
-    """No line holds anything but white space (as ``str.strip`` sees it)."""
-    stripped = data.strip()
-    return not stripped or (len(stripped) < 4096 and not _text(stripped).strip())
+    """No line holds anything but white space (as ``str.strip`` sees it); found without a
+    copy of the patch unless it holds no printable ASCII character at all."""
+    return _SOLID.search(data) is None and not _text(data).strip()
 
 
 def _text(data: bytes) -> str:
