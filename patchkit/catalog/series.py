@@ -139,7 +139,7 @@ def _parse(path: Path, data: bytes, root: str, compact: bool = False) -> list[di
         lines = split_lines(_text(data[a:b]))
         section = _Section(lines, base)
         for patched in _files(path, data, lines, base):
-            records.append(_file_record(path, section, patched, root, compact))
+            records.append(_file_record(path, section, patched, root, compact, base))
         base += len(lines)
     if not records:
         raise _fail(path, 1, "no file changes found (no ---/+++ headers or hunks)",
@@ -149,7 +149,7 @@ def _parse(path: Path, data: bytes, root: str, compact: bool = False) -> list[di
 
 def _files(path: Path, data: bytes, lines: list[str], base: int) -> Iterator[Any]:
     """unidiff's PatchedFile of each file of one section of the patch, in order; line numbers
-    are the whole patch's (``base`` lines before the section)."""
+    are the section's, but for the file's own (``base`` lines before the section)."""
     try:
         patchset = unidiff.PatchSet(lines)
     except unidiff.errors.UnidiffParseError:
@@ -160,10 +160,6 @@ def _files(path: Path, data: bytes, lines: list[str], base: int) -> Iterator[Any
         patched = patchset.pop()
         if base:
             patched.diff_line_no = (patched.diff_line_no or 0) + base
-            for hunk in patched:
-                for line in hunk:
-                    if line.diff_line_no:
-                        line.diff_line_no += base
         yield patched
 
 
@@ -185,7 +181,8 @@ def _parse_failure(path: Path, lines: list[str]) -> None:
 
 
 def _file_record(path: Path, lines: Sequence[str], patched: Any, root: str,
-                 compact: bool = False) -> dict[str, Any]:
+                 compact: bool = False, base: int = 0) -> dict[str, Any]:
+    """``base``: lines of the patch before the section, added to a hunk line's number."""
     start = patched.diff_line_no or 1
     if patched.is_binary_file:
         raise _fail(path, start, "binary patches are not supported", "Ship the file through "
@@ -210,10 +207,10 @@ def _file_record(path: Path, lines: Sequence[str], patched: Any, root: str,
     if not rel or rel == DEV_NULL:
         raise _fail(path, start, "a file header names no path", "Regenerate the patch")
     mode = _mode(path, start, patched, op)
-    hunks = [_hunk(path, h, compact) for h in patched]
+    hunks = [_hunk(path, h, compact, base) for h in patched]
     if not hunks and op == "modify" and mode is None:
         raise _fail(path, start, f"the change to {rel} has no hunks", "Regenerate the patch")
-    _check_hunk_ends(path, lines, patched)
+    _check_hunk_ends(path, lines, patched, base)
     return {"root": root, "path": rel, "patch": path.name, "op": op, "mode": mode, "hunks": hunks}
 
 
@@ -289,7 +286,7 @@ def _mode(path: Path, start: int, patched: Any, op: str) -> str | None:
     return None
 
 
-def _hunk(path: Path, hunk: Any, compact: bool = False) -> dict[str, Any]:
+def _hunk(path: Path, hunk: Any, compact: bool = False, base: int = 0) -> dict[str, Any]:
     """A hunk record: its ``lines`` as [kind, text] pairs, or (``compact``) its ``body``, made
     from unidiff's lines directly (the same text as ``hunk_body`` of the lines)."""
     lines: list[list[str]] = []
@@ -299,7 +296,7 @@ def _hunk(path: Path, hunk: Any, compact: bool = False) -> dict[str, Any]:
         kind = line.line_type
         if kind == "\\":
             if not (lines or body) or not last.endswith("\n"):
-                raise _fail(path, line.diff_line_no or 0, "'\\ No newline at end of file' "
+                raise _fail(path, (line.diff_line_no or 0) + base, "'\\ No newline at end of file' "
                             "follows no line", "Remove the stray marker")
             last = last[:-1]
             if compact:
@@ -322,14 +319,16 @@ def _hunk(path: Path, hunk: Any, compact: bool = False) -> dict[str, Any]:
     return out
 
 
-def _check_hunk_ends(path: Path, lines: Sequence[str], patched: Any) -> None:
+def _check_hunk_ends(path: Path, lines: Sequence[str], patched: Any, base: int = 0) -> None:
     """A body line right after a complete hunk means its header undercounts: unidiff would
-    treat it as commentary and apply a truncated hunk."""
-    for hunk in patched:
-        numbers = [line.diff_line_no for line in hunk if line.diff_line_no]
-        if not numbers:
+    treat it as commentary and apply a truncated hunk. ``base``: as for :func:`_file_record`."""
+    for hunk in patched:  # its lines in order: the first and the last numbered ones
+        first = next((line.diff_line_no for line in hunk if line.diff_line_no), None)
+        if first is None:
             continue
-        at = max(numbers)  # 1-based; lines[at] is the next line
+        first += base
+        at = next(line.diff_line_no for line in reversed(hunk) if line.diff_line_no) + base
+        # at is 1-based; lines[at] is the next line
         while at < len(lines) and lines[at].startswith("\\"):
             at += 1
         if at >= len(lines):
@@ -338,7 +337,7 @@ def _check_hunk_ends(path: Path, lines: Sequence[str], patched: Any) -> None:
         is_body = nxt[:1] in ("+", " ", "-") and not nxt.startswith(("--- ", "+++ "))
         if is_body and nxt.rstrip("\r\n") != "-- ":  # "-- " opens a mail signature
             raise _fail(path, at + 1, f"line {at + 1} continues the hunk at line "
-                        f"{min(numbers) - 1} beyond the lengths its header gives",
+                        f"{first - 1} beyond the lengths its header gives",
                         "Fix the hunk header counts, or regenerate the patch")
 
 
