@@ -2,9 +2,11 @@
 apply of one very large patch; wall time and peak RSS of each (``resource``'s ``ru_maxrss`` of
 the child), with the working tree's patchkit (``python -m patchkit``).
 
-    python bench/scale.py [--mbox-mb 20] [--patch-mb 50] [--workdir DIR]
+    python bench/scale.py [--mbox-mb 20] [--patch-mb 20 --patch-mb 184] [--workdir DIR]
 
-The figures go to docs/reliability.md ("Scale"), by hand: this prints them.
+``--mbox-mb 0`` leaves the import out; each ``--patch-mb`` is one apply case, its peak given
+as a multiple of the patch's size. The figures go to docs/reliability.md ("Scale") and
+docs/performance.md, by hand: this prints them.
 """
 
 from __future__ import annotations
@@ -67,7 +69,8 @@ def measured(argv: list[str], cwd: Path) -> tuple[float, float, int, str]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mbox-mb", type=int, default=20)
-    parser.add_argument("--patch-mb", type=int, default=50)
+    parser.add_argument("--patch-mb", type=int, action="append",
+                        help="the size of one large-patch apply case (repeatable; default 50)")
     parser.add_argument("--workdir")
     parser.add_argument("--mails", type=int, default=1)
     args = parser.parse_args()
@@ -78,30 +81,32 @@ def main() -> None:
     subprocess.run([*py, "init", str(catalog)], cwd=work, check=True, capture_output=True,
                    env={**os.environ, "PYTHONPATH": str(REPO)})
     per_mail, mails = 60, args.mails
-    lines = args.mbox_mb * 1_000_000 // mails // per_mail
-    mbox = work / "scale.mbox"
-    with mbox.open("w") as fh:
-        for i in range(1, mails + 1):
-            fh.write(mail(i, mails, lines))
-    size = mbox.stat().st_size / 1e6
-    secs, peak, rc, tail = measured([*py, "--catalog", str(catalog), "import", "--mbox",
-                                     str(mbox), "--release", "0.5.23", "--name", "scale"], work)
-    print(f"import of a {size:.1f} MB mbox ({mails} mails): {secs:.1f} s, peak {peak:.0f} MB, "
-          f"exit {rc}" + ("" if rc == 0 else f"\n{tail}"))
-    if args.patch_mb:
-        tree = work / "tree"
+    if args.mbox_mb:
+        lines = args.mbox_mb * 1_000_000 // mails // per_mail
+        mbox = work / "scale.mbox"
+        with mbox.open("w") as fh:
+            for i in range(1, mails + 1):
+                fh.write(mail(i, mails, lines))
+        size = mbox.stat().st_size / 1e6
+        secs, peak, rc, tail = measured([*py, "--catalog", str(catalog), "import", "--mbox",
+                                         str(mbox), "--release", "0.5.23", "--name", "scale"], work)
+        print(f"import of a {size:.1f} MB mbox ({mails} mails): {secs:.1f} s, peak {peak:.0f} MB, "
+              f"exit {rc}" + ("" if rc == 0 else f"\n{tail}"))
+    for megabytes in args.patch_mb or [50]:
+        name = f"big-{megabytes}"
+        tree = work / f"tree-{megabytes}"
         patch = work / "big.patch"
-        big_patch(patch, tree, args.patch_mb)
+        big_patch(patch, tree, megabytes)
         manifests = catalog / "manifests"
-        (catalog / "patches" / "big").mkdir(parents=True)
-        os.replace(patch, catalog / "patches" / "big" / "big.patch")
-        (manifests / "big.toml").write_text(
-            'format = 1\nname = "big"\nversion = 1\ntitle = "big: every line"\n'
+        (catalog / "patches" / name).mkdir(parents=True)
+        os.replace(patch, catalog / "patches" / name / "big.patch")
+        (manifests / f"{name}.toml").write_text(
+            f'format = 1\nname = "{name}"\nversion = 1\ntitle = "big: every line"\n'
             'status = "active"\nrationale = "The scale case."\n\n[upstream]\n'
             'base_release = "0.5.23"\nreleases = []\n\n[[patches]]\nfile = "big.patch"\n\n'
             '[[changelog]]\nversion = 1\ndate = "2026-11-10"\nsummary = "scale"\n')
-        mb = (catalog / "patches" / "big" / "big.patch").stat().st_size / 1e6
-        secs, peak, rc, tail = measured([*py, "--catalog", str(catalog), "apply", "big",
+        mb = (catalog / "patches" / name / "big.patch").stat().st_size / 1e6
+        secs, peak, rc, tail = measured([*py, "--catalog", str(catalog), "apply", name,
                                          "--target", str(tree)], work)
         print(f"apply of one {mb:.0f} MB patch: {secs:.1f} s, peak {peak:.0f} MB "
               f"({peak / mb:.1f}x the patch), exit {rc}" + ("" if rc == 0 else f"\n{tail}"))

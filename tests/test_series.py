@@ -302,3 +302,87 @@ def test_diff_files_parse_patch_round_trip(tmp_path: Path, old: bytes, new: byte
     files: dict[str, bytes | None] = {"f.txt": old}
     apply_records(files, parse_patch(patch, "sglang"))
     assert files["f.txt"] == new
+
+
+def _sections(*bodies: bytes) -> bytes:
+    return b"".join(b"diff --git a/f%d b/f%d\n--- a/f%d\n+++ b/f%d\n" % (n, n, n, n) + body
+                    for n, body in enumerate(bodies))
+
+
+@pytest.mark.parametrize("reader", ["parse_patch", "read_series"])
+@pytest.mark.parametrize("bad, line, message", [
+    (b"@@ -1 +1 @@\n-a\n+b\n+c\n", 19, "continues the hunk at line 16"),
+    (b"@@ -1 +1 @@\n\\ No newline at end of file\n-a\n+b\n", 17, "follows no line"),
+], ids=["undercounted", "stray-marker"])
+def test_an_error_in_a_later_file_names_the_line_of_the_whole_patch(
+        tmp_path: Path, reader: str, bad: bytes, line: int, message: str) -> None:
+    """The patch is read one ``diff --git`` section at a time (issue 26, memory): an error in
+    the third file still names its line in the patch, not in the section."""
+    patch = tmp_path / "three.patch"
+    good = b"@@ -1 +1 @@\n-a\n+b\n"
+    patch.write_bytes(_sections(good, good, bad))
+    with pytest.raises(PatchFormatError) as info:
+        if reader == "parse_patch":
+            parse_patch(patch, "sglang")
+        else:
+            read_series([(patch, "sglang")])
+    assert info.value.details == {"file": str(patch), "line": line}
+    assert message in info.value.message
+
+
+def test_a_large_series_applies_byte_identically_to_git_apply(repo: Path, tmp_path: Path) -> None:
+    """A patch of many files (read a section at a time, each hunk kept as its body text) turns
+    the tree into what ``git apply`` makes of it, byte for byte: CRLF, bytes that are not
+    UTF-8, missing final newlines, files created and deleted, several hunks per file; and
+    every file's result diff applies with ``git apply`` too."""
+    from patchkit.engine import run
+
+    sglang = repo / "python" / "sglang"
+    sglang.mkdir(parents=True)
+    (sglang / "version.py").write_text('__version__ = "0.5.23"\n')
+    files = {f"python/sglang/m{n}.py": b"".join(b"line %d of %d\r\n" % (i, n) if n % 3 == 0
+                                                else b"line %d of %d \xff\n" % (i, n)
+                                                for i in range(120)) for n in range(60)}
+    for rel, data in files.items():
+        (repo / rel).write_bytes(data if rel != "python/sglang/m7.py" else data.rstrip(b"\n"))
+    commit_all(repo)
+    for n, rel in enumerate(files):
+        path = repo / rel
+        if n % 10 == 5:
+            path.unlink()
+            continue
+        lines = path.read_bytes().split(b"\n")
+        for i in (3, 50, 110):
+            lines[i] = lines[i].replace(b"line", b"LINE") + b" # changed"
+        path.write_bytes(b"\n".join(lines) + (b"tail" if n == 7 else b""))
+    for n in range(12):
+        (sglang / "new" / f"n{n}.py").parent.mkdir(exist_ok=True)
+        (sglang / "new" / f"n{n}.py").write_bytes(b"created %d\n" % n * 40 + b"no newline")
+    patch = staged_diff(repo, tmp_path)
+    expected = {p.relative_to(repo).as_posix(): p.read_bytes()
+                for p in sglang.rglob("*") if p.is_file()}
+    git(repo, "reset", "-q", "--hard")
+    git(repo, "clean", "-qfd")
+
+    _digests, records = read_series([(patch, "sglang")])
+    request = {"format": 1, "op": "apply", "dry_run": False, "force": False,
+               "roots": {"sglang": str(repo)}, "state_root": "sglang", "python": None,
+               "lock_timeout": 5.0, "git": False,
+               "fixes": [{"name": "big", "version": 1, "title": "big", "requires": [],
+                          "release": None, "patches": [], "files": records,
+                          "preconditions": [], "verification": [],
+                          "actions": {"purge_pycache": False}, "scripts": {},
+                          "rollback": {"strategy": "restore"}}]}
+    result = run(request)
+    assert result["ok"], result["error"]
+    got = {p.relative_to(repo).as_posix(): p.read_bytes()
+           for p in sglang.rglob("*") if p.is_file() and ".patchkit" not in p.parts}
+    assert got == expected
+    shown = result["fixes"][0]["files"]
+    assert len(shown) == 60 + 12 and {f["op"] for f in shown} == {"modify", "create", "delete"}
+    git(repo, "stash", "-q", "--include-untracked")  # the tree as it was, for the diffs
+    (tmp_path / "result.diff").write_text("".join(f["diff"] for f in shown),
+                                          encoding="utf-8", errors="surrogateescape")
+    git(repo, "apply", str(tmp_path / "result.diff"))
+    assert {p.relative_to(repo).as_posix(): p.read_bytes()
+            for p in sglang.rglob("*") if p.is_file()} == expected

@@ -12,7 +12,7 @@ from typing import Any, Iterator, Sequence
 import unidiff
 import unidiff.errors
 
-from ..engine.hunks import hunk_body, split_lines  # the engine splits files the same way
+from ..engine.hunks import split_lines  # the engine splits files the same way
 from ..errors import PatchFormatError
 from .patchmail import MBOX_FROM as _MBOX_FROM  # the mbox From line: patchmail's
 
@@ -36,6 +36,24 @@ class _Counted:
             if line.startswith("@@"):
                 self.last_hunk = self.at
             yield line
+
+
+class _Section(Sequence[str]):
+    """The lines of one ``diff --git`` section, indexed by their place in the whole patch
+    (``base`` lines before it): only this section's text is split into lines; a line outside
+    it reads as "" (nothing a check looks for), and the patch seems to end where it ends."""
+
+    def __init__(self, lines: list[str], base: int) -> None:
+        self.lines, self.base = lines, base
+
+    def __len__(self) -> int:
+        return self.base + len(self.lines)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            start = i.start or 0
+            return self.lines[max(0, start - self.base):]  # lines[start:] is all that is asked
+        return self.lines[i - self.base] if i >= self.base else ""
 
 
 def parse_patch(path: Path | str, root: str, data: bytes | None = None) -> list[dict[str, Any]]:
@@ -79,55 +97,68 @@ def _fail(path: Path, line: int, message: str, todo: str) -> PatchFormatError:
     return PatchFormatError(f"{path}:{line}: {message}. {todo}", file=str(path), line=line)
 
 
+_MBOX_FROM_BYTES = re.compile(_MBOX_FROM.pattern.encode(), re.M)
+_DIFF_GIT = re.compile(rb"^diff --git ", re.M)
+
+
+_SOLID = re.compile(rb"[!-~]")  # a printable ASCII character: not white space
+
+
+def _blank(data: bytes) -> bool:
+    """No line holds anything but white space (as ``str.strip`` sees it); found without a
+    copy of the patch unless it holds no printable ASCII character at all."""
+    return _SOLID.search(data) is None and not _text(data).strip()
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "surrogateescape")
+
+
 def _parse(path: Path, data: bytes, root: str, compact: bool = False) -> list[dict[str, Any]]:
-    """The FILE records of a patch; ``compact``: each hunk as its ``body`` (the request's form),
-    made while its file's unidiff objects are alive, then let go: unidiff keeps an object per
-    line (about ten times the patch), so only one file's are held at a time."""
-    lines = split_lines(data.decode("utf-8", "surrogateescape"))
-    if not any(line.strip() for line in lines):
+    """The FILE records of a patch; ``compact``: each hunk as its ``body`` (the request's form).
+    The patch is read one ``diff --git`` section at a time (no hunk line can start with
+    "diff"): only one section's text, lines and unidiff objects (an object per line, about ten
+    times the text) live at once, and a compact record keeps only its hunks' bodies."""
+    if _blank(data):
         raise _fail(path, 1, "the patch is empty", "Write the change as a unified diff "
                     "(git diff, or patchkit's authoring helpers)")
-    mails = [n for n, line in enumerate(lines, 1) if _MBOX_FROM.match(line)]
+    mails = [m.start() for m, _ in zip(_MBOX_FROM_BYTES.finditer(data), range(2))]
     if len(mails) > 1:  # unidiff would read every mail's diff as one patch
-        raise _fail(path, mails[1], f"the file holds {len(mails)} mails (an mbox of several "
-                    "patches), and a [[patches]] entry is one patch", "Split it into one file "
-                    "per mail (git mailsplit), or import it as fixes with `patchkit import "
-                    "--mbox FILE [--split]` (docs/interop.md)")
+        count = sum(1 for _ in _MBOX_FROM_BYTES.finditer(data))
+        raise _fail(path, data.count(b"\n", 0, mails[1]) + 1, f"the file holds {count} mails "
+                    "(an mbox of several patches), and a [[patches]] entry is one patch",
+                    "Split it into one file per mail (git mailsplit), or import it as fixes "
+                    "with `patchkit import --mbox FILE [--split]` (docs/interop.md)")
+    starts = [m.start() for m in _DIFF_GIT.finditer(data)]
+    bounds = [0, *starts[1:], len(data)] if len(starts) > 1 else [0, len(data)]
     records: list[dict[str, Any]] = []
-    for patched in _files(path, lines):
-        record = _file_record(path, lines, patched, root)
-        if compact:
-            record["hunks"] = [dict({k: v for k, v in h.items() if k != "lines"},
-                                    body=hunk_body(h["lines"])) for h in record["hunks"]]
-        records.append(record)
+    base = 0  # lines of the patch before the section
+    for a, b in zip(bounds, bounds[1:]):
+        lines = split_lines(_text(data[a:b]))
+        section = _Section(lines, base)
+        for patched in _files(path, data, lines, base):
+            records.append(_file_record(path, section, patched, root, compact, base))
+        base += len(lines)
     if not records:
         raise _fail(path, 1, "no file changes found (no ---/+++ headers or hunks)",
                     "Write the change as a unified diff")
     return records
 
 
-def _files(path: Path, lines: list[str]) -> Iterator[Any]:
-    """unidiff's PatchedFile of each file of the patch, in order. A git patch is parsed one
-    ``diff --git`` section at a time (no hunk line can start with "diff"), so only one file's
-    line objects live at once; line numbers are the whole patch's."""
-    starts = [i for i, line in enumerate(lines) if line.startswith("diff --git ")]
-    bounds = [0, *starts[1:], len(lines)] if len(starts) > 1 else [0, len(lines)]
-    for a, b in zip(bounds, bounds[1:]):
-        try:
-            patchset = unidiff.PatchSet(lines[a:b] if len(bounds) > 2 else lines)
-        except unidiff.errors.UnidiffParseError:
-            _parse_failure(path, lines)  # parsed again, counting lines, to say where
-            raise
-        patchset.reverse()
-        while patchset:
-            patched = patchset.pop()
-            if a:
-                patched.diff_line_no = (patched.diff_line_no or 0) + a
-                for hunk in patched:
-                    for line in hunk:
-                        if line.diff_line_no:
-                            line.diff_line_no += a
-            yield patched
+def _files(path: Path, data: bytes, lines: list[str], base: int) -> Iterator[Any]:
+    """unidiff's PatchedFile of each file of one section of the patch, in order; line numbers
+    are the section's, but for the file's own (``base`` lines before the section)."""
+    try:
+        patchset = unidiff.PatchSet(lines)
+    except unidiff.errors.UnidiffParseError:
+        _parse_failure(path, split_lines(_text(data)))  # parsed again, counting lines, to say where
+        raise
+    patchset.reverse()
+    while patchset:
+        patched = patchset.pop()
+        if base:
+            patched.diff_line_no = (patched.diff_line_no or 0) + base
+        yield patched
 
 
 def _parse_failure(path: Path, lines: list[str]) -> None:
@@ -147,7 +178,9 @@ def _parse_failure(path: Path, lines: list[str]) -> None:
     raise _fail(path, counted.at, "malformed patch", "Regenerate the patch")
 
 
-def _file_record(path: Path, lines: list[str], patched: Any, root: str) -> dict[str, Any]:
+def _file_record(path: Path, lines: Sequence[str], patched: Any, root: str,
+                 compact: bool = False, base: int = 0) -> dict[str, Any]:
+    """``base``: lines of the patch before the section, added to a hunk line's number."""
     start = patched.diff_line_no or 1
     if patched.is_binary_file:
         raise _fail(path, start, "binary patches are not supported", "Ship the file through "
@@ -172,14 +205,14 @@ def _file_record(path: Path, lines: list[str], patched: Any, root: str) -> dict[
     if not rel or rel == DEV_NULL:
         raise _fail(path, start, "a file header names no path", "Regenerate the patch")
     mode = _mode(path, start, patched, op)
-    hunks = [_hunk(path, h) for h in patched]
+    hunks = [_hunk(path, h, compact, base) for h in patched]
     if not hunks and op == "modify" and mode is None:
         raise _fail(path, start, f"the change to {rel} has no hunks", "Regenerate the patch")
-    _check_hunk_ends(path, lines, patched)
+    _check_hunk_ends(path, lines, patched, base)
     return {"root": root, "path": rel, "patch": path.name, "op": op, "mode": mode, "hunks": hunks}
 
 
-def _header_names(lines: list[str], start: int, patched: Any) -> tuple[str, str]:
+def _header_names(lines: Sequence[str], start: int, patched: Any) -> tuple[str, str]:
     """The ---/+++ names of the file's section (exact even with spaces), else the git header."""
     first = lines[start - 1]
     if first.startswith("+++ ") and start >= 2 and lines[start - 2].startswith("--- "):
@@ -251,30 +284,49 @@ def _mode(path: Path, start: int, patched: Any, op: str) -> str | None:
     return None
 
 
-def _hunk(path: Path, hunk: Any) -> dict[str, Any]:
+def _hunk(path: Path, hunk: Any, compact: bool = False, base: int = 0) -> dict[str, Any]:
+    """A hunk record: its ``lines`` as [kind, text] pairs, or (``compact``) its ``body``, made
+    from unidiff's lines directly (the same text as ``hunk_body`` of the lines)."""
     lines: list[list[str]] = []
+    body: list[str] = []
+    last = ""  # the text of the last line, for the "\\ No newline" marker
     for line in hunk:
         kind = line.line_type
         if kind == "\\":
-            if not lines or not lines[-1][1].endswith("\n"):
-                raise _fail(path, line.diff_line_no or 0, "'\\ No newline at end of file' "
+            if not (lines or body) or not last.endswith("\n"):
+                raise _fail(path, (line.diff_line_no or 0) + base, "'\\ No newline at end of file' "
                             "follows no line", "Remove the stray marker")
-            lines[-1][1] = lines[-1][1][:-1]
+            last = last[:-1]
+            if compact:
+                body.append(_NO_NEWLINE)
+            else:
+                lines[-1][1] = last
         elif kind in (" ", "-", "+"):
-            lines.append([kind, line.value])
+            last = line.value
+            if compact:
+                body.append(kind + last if last.endswith("\n") else kind + last + "\n" + _NO_NEWLINE)
+            else:
+                lines.append([kind, last])
         # kind "" is a blank line after a complete hunk: a separator, not content.
-    return {"old_start": hunk.source_start, "old_count": hunk.source_length,
-            "new_start": hunk.target_start, "new_count": hunk.target_length, "lines": lines}
+    out: dict[str, Any] = {"old_start": hunk.source_start, "old_count": hunk.source_length,
+                           "new_start": hunk.target_start, "new_count": hunk.target_length}
+    if compact:
+        out["body"] = "".join(body)
+    else:
+        out["lines"] = lines
+    return out
 
 
-def _check_hunk_ends(path: Path, lines: list[str], patched: Any) -> None:
+def _check_hunk_ends(path: Path, lines: Sequence[str], patched: Any, base: int = 0) -> None:
     """A body line right after a complete hunk means its header undercounts: unidiff would
-    treat it as commentary and apply a truncated hunk."""
-    for hunk in patched:
-        numbers = [line.diff_line_no for line in hunk if line.diff_line_no]
-        if not numbers:
+    treat it as commentary and apply a truncated hunk. ``base``: as for :func:`_file_record`."""
+    for hunk in patched:  # its lines in order: the first and the last numbered ones
+        first = next((line.diff_line_no for line in hunk if line.diff_line_no), None)
+        if first is None:
             continue
-        at = max(numbers)  # 1-based; lines[at] is the next line
+        first += base
+        at = next(line.diff_line_no for line in reversed(hunk) if line.diff_line_no) + base
+        # at is 1-based; lines[at] is the next line
         while at < len(lines) and lines[at].startswith("\\"):
             at += 1
         if at >= len(lines):
@@ -283,7 +335,7 @@ def _check_hunk_ends(path: Path, lines: list[str], patched: Any) -> None:
         is_body = nxt[:1] in ("+", " ", "-") and not nxt.startswith(("--- ", "+++ "))
         if is_body and nxt.rstrip("\r\n") != "-- ":  # "-- " opens a mail signature
             raise _fail(path, at + 1, f"line {at + 1} continues the hunk at line "
-                        f"{min(numbers) - 1} beyond the lengths its header gives",
+                        f"{first - 1} beyond the lengths its header gives",
                         "Fix the hunk header counts, or regenerate the patch")
 
 

@@ -4,7 +4,7 @@ them all in one transaction."""
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple, cast
 
 from ..errors import (ConflictError, DriftError, PreconditionFailed, TargetFileMissing,
@@ -47,19 +47,24 @@ class FixChange:
             side[key] = (e.current, e.mode)
 
 
-def fix_result(fc: FixChange, outcome: str) -> Dict[str, Any]:
-    """The fix's entry of the engine result (docs/design.md, "Engine result")."""
+def fix_result(fc: FixChange, outcome: str, release: bool = False) -> Dict[str, Any]:
+    """The fix's entry of the engine result (docs/design.md, "Engine result"); ``release``: the
+    result is the last use of the fix's bytes, let go file by file as its diff is made."""
     files = []
     for key in fc.keys:
         before, after = fc.before[key][0], fc.after[key][0]
+        if release:
+            fc.before[key], fc.after[key] = (None, fc.before[key][1]), (None, fc.after[key][1])
         changes = fc.changes.get(key, [])
-        if len(changes) == 1 and changes[0].op == "modify" and None not in (before, after):
-            diff = placed_diff(key[1], changes[0].hunks, [p.line for p in fc.placements[key]])
-        else:  # merged from several patches, reverted, rolled back, created or deleted
+        one = changes[0] if len(changes) == 1 else None  # one patch: its hunks, as placed
+        if one is not None and one.op == file_op(before, after) and (
+                one.op == "modify" or len(one.hunks) == 1):
+            diff = placed_diff(key[1], one.hunks, [p.line for p in fc.placements[key]], one.op)
+        else:  # merged from several patches, reverted, rolled back
             diff = unified_diff(key[1], before, after)
         files.append({"root": key[0], "path": key[1], "op": file_op(before, after),
                       "before_sha256": sha256_bytes(before), "after_sha256": sha256_bytes(after),
-                      "hunks": [asdict(p) for p in fc.placements.get(key, [])], "diff": diff})
+                      "hunks": [p.as_dict() for p in fc.placements.get(key, [])], "diff": diff})
     out = {"name": fc.spec.name, "version": fc.spec.version, "outcome": outcome, "files": files,
            "preconditions": fc.preconditions, "verification": fc.verification}
     if fc.source is not None:
@@ -160,10 +165,12 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
     elif not req.dry_run and any(n in lost_records for n, o in outcomes.items()
                                  if o["outcome"] == "not-needed"):
         store.write_state(state)  # only lost records of not-needed fixes to drop
+    ws.entries.clear()  # the bytes are written: each fix's result lets its own go (scale)
     for fc in prepared:
         old = upgrades.get(fc.spec.name)
         if old is None:
-            outcomes[fc.spec.name] = fix_result(fc, "would-apply" if req.dry_run else "applied")
+            outcomes[fc.spec.name] = fix_result(fc, "would-apply" if req.dry_run else "applied",
+                                                release=True)
             if fc.spec.name in lost:  # the record of the lost application, replaced
                 outcomes[fc.spec.name]["lost"] = lost[fc.spec.name]
         else:

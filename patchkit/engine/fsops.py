@@ -34,6 +34,31 @@ def read_with_stat(path: str) -> Tuple[Optional[bytes], Optional[os.stat_result]
         os.close(fd)
 
 
+def sha256_of(path: str) -> Optional[str]:
+    """The sha256 of the file ``path`` as :func:`read_with_stat` would read it (None when it
+    gives no bytes), read in blocks and not kept."""
+    import hashlib
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except FileNotFoundError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegular(path, "is %s, not a regular file" % kind_of(st.st_mode))
+        digest = hashlib.sha256()
+        block = os.read(fd, 1 << 20)
+        while block:
+            digest.update(block)
+            block = os.read(fd, 1 << 20)
+        return digest.hexdigest()
+    finally:
+        os.close(fd)
+
+
 def fsync_dir(path: str) -> None:
     """fsync a directory (its entries durable) -- or a file: opened read-only either way."""
     fd = os.open(path, os.O_RDONLY)
@@ -113,8 +138,10 @@ def read_regular(path: str, limit: int) -> bytes:
         if st.st_size > limit:
             raise NotRegular(path, "is %d bytes, over the %d bytes patchkit reads of such a "
                              "file" % (st.st_size, limit))
-        with open(fd, "rb", closefd=False) as fh:
-            data = fh.read(limit + 1)
+        with open(fd, "rb", closefd=False) as fh:  # sized by the file: read(n) allocates n
+            data = fh.read(min(limit, st.st_size) + 1)
+            if len(data) > st.st_size and len(data) <= limit:  # grew while read: the rest too
+                data += fh.read(limit + 1 - len(data))
         if len(data) > limit:  # grew while read
             raise NotRegular(path, "grew past the %d bytes patchkit reads of such a file" % limit)
         return data

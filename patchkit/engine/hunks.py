@@ -38,25 +38,69 @@ def split_lines(text: str) -> List[str]:
     return lines
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Hunk:
-    """One hunk: its header, its ``(kind, text)`` lines and the request's ``body`` if any."""
+    """One hunk: its header and its lines, kept as the request's ``body`` when it came as one
+    (``given`` empty): the ``(kind, text)`` lines and the two sides are made from it when used,
+    and not kept, so a large patch is held once, as its text (docs/reliability.md, "Scale")."""
 
     index: int  # 1-based position in its FILE record
     old_start: int
     old_count: int
     new_start: int
     new_count: int
-    lines: Tuple[Tuple[str, str], ...] = field(repr=False)
-    body: Optional[str] = field(default=None, compare=False, repr=False)
+    given: Tuple[Tuple[str, str], ...] = field(repr=False)  # the lines, when not a body
+    body: Optional[str] = field(default=None, repr=False)
 
-    @cached_property
+    @property
+    def lines(self) -> Tuple[Tuple[str, str], ...]:
+        return self.given if self.body is None else body_lines(self.body)
+
+    def _header(self) -> Tuple[int, int, int, int, int]:
+        return self.index, self.old_start, self.old_count, self.new_start, self.new_count
+
+    def __eq__(self, other: object) -> bool:  # a body hunk equals the same hunk sent as lines
+        return isinstance(other, Hunk) and self._header() == other._header() and (
+            self.body == other.body if self.body is not None and other.body is not None
+            else self.lines == other.lines)
+
+    def __hash__(self) -> int:
+        return hash(self._header())
+
+    def sides(self) -> Tuple[List[str], List[str]]:
+        """The old and the new side's lines (a context line is in both), made now."""
+        old: List[str] = []
+        new: List[str] = []
+        body = self.body
+        if body is not None and not (body.startswith("\\") or "\n\\" in body):
+            parts = body.split("\n")  # no "No newline" marker
+            last = parts.pop()  # "" when the body ends in "\n"
+            for part in parts:
+                kind, text = part[:1], part[1:] + "\n"
+                if kind != "+":
+                    old.append(text)
+                if kind != "-":
+                    new.append(text)
+            if last:
+                if last[:1] != "+":
+                    old.append(last[1:])
+                if last[:1] != "-":
+                    new.append(last[1:])
+            return old, new
+        for kind, text in self.lines:
+            if kind != "+":
+                old.append(text)
+            if kind != "-":
+                new.append(text)
+        return old, new
+
+    @property
     def old(self) -> List[str]:
-        return [t for k, t in self.lines if k != "+"]
+        return self.sides()[0]
 
-    @cached_property
+    @property
     def new(self) -> List[str]:
-        return [t for k, t in self.lines if k != "-"]
+        return self.sides()[1]
 
     @property
     def expected_index(self) -> int:
@@ -159,19 +203,20 @@ def _hunk(data: Any, index: int, fix: str, patch: str, where: str) -> Hunk:
         if body is not None:
             if not isinstance(body, str):
                 raise TypeError("body is not a string")
-            lines = body_lines(body)
+            lines: Tuple[Tuple[str, str], ...] = ()
+            kinds = _body_kinds(body)
         else:
             lines = tuple(map(tuple, data["lines"]))
             if any(len(line) != 2 for line in lines):
                 raise ValueError("a line is not a [kind, text] pair")
             lines = tuple((str(k), str(t)) for k, t in lines)
+            kinds = Counter(k for k, _t in lines)
         hunk = Hunk(index, int(data["old_start"]), int(data["old_count"]),
                     int(data["new_start"]), int(data["new_count"]), lines, body)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise PatchFormatError("fix %s, %s: hunk #%d of %s for %s is malformed (%s)"
                                % (fix, patch, index, patch, where, exc),
                                fix=fix, patch=patch, hunk=index) from None
-    kinds = Counter(k for k, _t in lines)
     old, new = kinds[" "] + kinds["-"], kinds[" "] + kinds["+"]
     if set(kinds) - _KINDS or old != hunk.old_count or new != hunk.new_count:
         raise PatchFormatError(
@@ -180,6 +225,26 @@ def _hunk(data: Any, index: int, fix: str, patch: str, where: str) -> Hunk:
             % (patch, index, where, old, new, hunk.old_count, hunk.new_count),
             fix=fix, patch=patch, hunk=index)
     return hunk
+
+
+def _body_kinds(body: str) -> Counter:
+    """How many lines of each kind a hunk ``body`` holds (``body_lines``' check included),
+    counted in the text: no line is made unless it has a "No newline" marker."""
+    if body.startswith("\\") or "\n\\" in body:
+        return Counter(k for k, _t in body_lines(body))
+    kinds: Counter = Counter()
+    if not body:
+        return kinds
+    total = body.count("\n") + (body[-1] != "\n")
+    plus = body.count("\n+") + (body[0] == "+")
+    minus = body.count("\n-") + (body[0] == "-")
+    space = total - plus - minus
+    if space and body.count("\n ") + (body[0] == " ") != space:
+        return Counter(k for k, _t in body_lines(body))  # a line of another kind: say which
+    for kind, n in ((" ", space), ("-", minus), ("+", plus)):
+        if n:
+            kinds[kind] = n
+    return kinds
 
 
 @dataclass(frozen=True)
@@ -191,6 +256,10 @@ class Placement:
     expected_line: int
     line: int
     offset: int
+
+    def as_dict(self) -> Dict[str, Any]:  # dataclasses.asdict's answer, without its deep copy
+        return {"patch": self.patch, "index": self.index, "expected_line": self.expected_line,
+                "line": self.line, "offset": self.offset}
 
 
 def locate(lines: List[str], old: List[str], expected: int, lo: int = 0) -> Optional[int]:
@@ -215,7 +284,7 @@ def apply_change(text: Optional[str], change: FileChange) -> Tuple[Optional[str]
             raise ConflictError("%s: %s creates this file but it already exists; remove it or "
                                 "roll back whatever created it" % (change.where, change.patch),
                                 root=change.root, path=change.path, patch=change.patch)
-        new = "".join([t for h in change.hunks for t in h.new])
+        new = "".join([t for h in change.hunks for t in h.sides()[1]])
         return new, [Placement(change.patch, h.index, h.new_start, h.new_start, 0) for h in change.hunks]
     if text is None:
         raise ConflictError("%s: %s changes this file but it does not exist"
@@ -223,7 +292,7 @@ def apply_change(text: Optional[str], change: FileChange) -> Tuple[Optional[str]
                             root=change.root, path=change.path, patch=change.patch)
     lines = split_lines(text)
     if change.op == "delete":
-        old = [t for h in change.hunks for t in h.old]
+        old = [t for h in change.hunks for t in h.sides()[0]]
         if old != lines:
             _conflict(change, change.hunks[0] if change.hunks else None, lines, old, 0,
                       "deletes this file but its content differs from the patch")
@@ -233,17 +302,18 @@ def apply_change(text: Optional[str], change: FileChange) -> Tuple[Optional[str]
     prev, carried = 0, 0  # where the file is copied up to; the offset of the previous hunk
     for hunk in change.hunks:
         expected = hunk.expected_index + carried
-        idx = locate(lines, hunk.old, expected, prev)
+        removed, added = hunk.sides()
+        idx = locate(lines, removed, expected, prev)
         if idx is None:
-            _conflict(change, hunk, lines, hunk.old, max(0, min(expected, len(lines))),
+            _conflict(change, hunk, lines, removed, max(0, min(expected, len(lines))),
                       "does not apply: its context is not in the file (zero fuzz)")
         carried = idx - hunk.expected_index
         line = idx if hunk.old_count == 0 else idx + 1
         placements.append(Placement(change.patch, hunk.index, hunk.old_start, line,
                                     line - hunk.old_start))
         out.extend(lines[prev:idx])
-        out.extend(hunk.new)
-        prev = idx + len(hunk.old)
+        out.extend(added)
+        prev = idx + len(removed)
     out.extend(lines[prev:])
     return "".join(out), placements
 
@@ -306,6 +376,6 @@ def _shown(line: Optional[str]) -> str:
 
 def side_found(lines: List[str], hunk: Hunk, new_side: bool) -> bool:
     """Whether one side of a hunk occurs anywhere in the file (status' "present" detection)."""
-    side = hunk.new if new_side else hunk.old
+    side = hunk.sides()[1 if new_side else 0]
     start = (hunk.new_start - 1) if new_side else hunk.expected_index
     return bool(side) and locate(lines, side, max(start, 0)) is not None

@@ -77,14 +77,17 @@ def _count(lines: List[str], block: List[str]) -> int:
     return sum(1 for i in range(len(lines) - n + 1) if lines[i:i + n] == block)
 
 
-def already_added(lines: List[str], hunk: Hunk, at: int) -> Optional[Tuple[int, List[str]]]:
+def already_added(lines: List[str], hunk: Hunk, at: int,
+                  old: Optional[List[str]] = None) -> Optional[Tuple[int, List[str]]]:
     """Where (1-based line) a block ``hunk`` adds already stands verbatim in ``lines``, within
     :data:`NEAR` lines of ``at`` (the 0-based index its old side is placed at), with the block;
-    None when no block is there (blocks the hunk itself removes do not count)."""
-    lo, hi = max(0, at - NEAR), min(len(lines), at + len(hunk.old) + NEAR)
+    None when no block is there (blocks the hunk itself removes do not count). ``old``: the
+    hunk's old side, when the caller has it."""
+    old = hunk.old if old is None else old
+    lo, hi = max(0, at - NEAR), min(len(lines), at + len(old) + NEAR)
     window = lines[lo:hi]
     for block in added_blocks(hunk):
-        if _count(window, block) > _count(hunk.old, block):
+        if _count(window, block) > _count(old, block):
             n = len(block)
             first = next(i for i in range(len(window) - n + 1) if window[i:i + n] == block)
             return lo + first + 1, block
@@ -99,11 +102,12 @@ def duplicates(text: Optional[str], change: FileChange) -> Optional[Tuple[int, H
     lines = split_lines(text)
     prev, carried = 0, 0
     for hunk in change.hunks:
-        idx = locate(lines, hunk.old, hunk.expected_index + carried, prev)
+        old = hunk.old
+        idx = locate(lines, old, hunk.expected_index + carried, prev)
         if idx is None:
             return None
-        carried, prev = idx - hunk.expected_index, idx + len(hunk.old)
-        found = already_added(lines, hunk, idx)
+        carried, prev = idx - hunk.expected_index, idx + len(old)
+        found = already_added(lines, hunk, idx, old)
         if found is not None:
             return found[0], hunk, found[1]
     return None

@@ -9,8 +9,8 @@ import stat
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .fsops import NotRegular, nearest_existing_dir, read_with_stat
-from .hunks import Hunk, decode, split_lines
+from .fsops import NotRegular, nearest_existing_dir, read_with_stat, sha256_of
+from .hunks import Hunk, decode, sha256_bytes, split_lines
 from ..errors import PatchkitError
 from .paths import Roots
 
@@ -63,6 +63,18 @@ class Workspace:
                                       self.roots.where(root, path))
         return self.entries[key]
 
+    def sha256(self, root: str, path: str) -> Optional[str]:
+        """The sha256 of the file's current bytes (None: no file, as :meth:`entry` reads it),
+        without keeping the bytes: a status hashes every recorded file and needs no more."""
+        e = self.entries.get((root, path))
+        if e is not None:
+            return sha256_bytes(e.current)
+        abs_path = self.roots.resolve(root, path)
+        try:
+            return sha256_of(abs_path)
+        except (NotADirectoryError, NotRegular):  # entry(): no bytes, the path is blocked
+            return None
+
     def read(self, root: str, path: str) -> Optional[bytes]:
         return self.entry(root, path).current
 
@@ -97,18 +109,25 @@ def unified_diff(path: str, before: Optional[bytes], after: Optional[bytes]) -> 
         "/dev/null" if after is None else "b/" + path))
 
 
-def placed_diff(path: str, hunks: Sequence[Hunk], lines: Sequence[int]) -> str:
+def placed_diff(path: str, hunks: Sequence[Hunk], lines: Sequence[int], op: str = "modify") -> str:
     """The diff of a file changed by one patch: its own hunks, each at the line it was placed
-    at (docs/design.md, ``diff``), in :func:`unified_diff`'s format."""
+    at (docs/design.md, ``diff``), in :func:`unified_diff`'s format. A file the patch creates
+    or deletes is its one hunk, whole, against ``/dev/null`` (what difflib gives for it)."""
     if not hunks:
         return ""
-    out = ["--- a/%s\n+++ b/%s\n" % (path, path)]
+    out = ["--- %s\n+++ %s\n" % ("/dev/null" if op == "create" else "a/" + path,
+                                   "/dev/null" if op == "delete" else "b/" + path)]
     delta = 0
     for hunk, line in zip(hunks, lines):
         old0 = line - 1 if hunk.old_count else line  # 0-based index of the first old line
+        if op == "create":
+            old0 = 0
         out.append("@@ -%s +%s @@\n" % (_range(old0, hunk.old_count),
                                         _range(old0 + delta, hunk.new_count)))
-        out.extend(_marked(kind + text) for kind, text in hunk.lines)
+        if hunk.body is not None and hunk.body.endswith("\n"):  # these lines, marked: none made
+            out.append(hunk.body)
+        else:
+            out.extend(_marked(kind + text) for kind, text in hunk.lines)
         delta += hunk.new_count - hunk.old_count
     return "".join(out)
 
