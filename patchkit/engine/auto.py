@@ -14,6 +14,7 @@ from .checks import Reader, failure_lines, result
 from .fsops import nearest_existing_dir, probe_writable
 from .hunks import sha256_bytes
 from .paths import Root, Roots
+from .records import FixRecord
 from .request import FixSpec
 from .workspace import Entry
 
@@ -75,7 +76,7 @@ def release_check(spec: FixSpec, roots: Roots, cache: Dict[str, Tuple[Optional[s
     return result("release", name, ok, detail, root.name)
 
 
-def requires_check(spec: FixSpec, recorded: Dict[str, Dict[str, Any]], earlier: Set[str],
+def requires_check(spec: FixSpec, recorded: Dict[str, FixRecord], earlier: Set[str],
                    dependencies: Dict[str, FixSpec], read: Reader) -> List[Dict[str, Any]]:
     """Each required fix is recorded (any version), planned earlier in this request, or, when
     the request carries it as a dependency, present in the files (a fork may carry it)."""
@@ -84,7 +85,7 @@ def requires_check(spec: FixSpec, recorded: Dict[str, Dict[str, Any]], earlier: 
         if name in earlier:
             ok, detail = True, "applied earlier in this request"
         elif name in recorded:
-            ok, detail = True, "recorded v%s" % recorded[name].get("version")
+            ok, detail = True, "recorded v%s" % recorded[name].version
         elif name in dependencies:
             from . import presence
 
