@@ -71,3 +71,20 @@ def test_an_earlier_release_s_interrupted_apply_is_recovered(tmp_path: Path) -> 
     res = run(request("rollback", {"sglang": root}, fixes("alpha")))
     assert res["ok"], res["error"]
     assert tree_bytes(root) == tree_bytes(SAMPLE / "original")
+
+
+def test_records_read_and_written_again_are_unchanged() -> None:
+    """The typed records give back exactly the JSON an earlier release wrote, keys they do not
+    know included (an earlier engine's ``stat`` of a file, a later engine's additions)."""
+    from patchkit.engine.records import Journal, State
+
+    for name in ("applied", "interrupted"):
+        raw = json.loads((SAMPLE / name / ".patchkit/state.json").read_text())
+        assert State.from_json(raw).to_json() == raw
+        raw["fixes"][0]["files"][0]["stat"] = [1, 2]
+        raw["fixes"][0]["later"] = {"x": 1}
+        assert State.from_json(raw).to_json() == raw
+    raw = json.loads((SAMPLE / "interrupted/.patchkit/journal.json").read_text())
+    assert Journal.from_json(raw).to_json() == raw
+    raw["files"][0]["abs"] = "/old/engine/path"
+    assert Journal.from_json(raw).to_json() == raw
