@@ -68,7 +68,12 @@ def _load() -> str:
         return " ".join(f.read().split()[:3])
 
 
-def run(versions: list[Version], repeat: int, quick: bool, workdir: Path):
+#: The rows by short name, in the order the table lists them (``--row``).
+ROWS = ("seed", "drift-status", "local-status", "drift-apply")
+
+
+def run(versions: list[Version], repeat: int, quick: bool, workdir: Path,
+        rows: tuple[str, ...] = ROWS):
     import seed  # its demo fork and staged edits
 
     v = versions[-1]
@@ -88,15 +93,18 @@ def run(versions: list[Version], repeat: int, quick: bool, workdir: Path):
 
     # status trees, made untimed: the drift and the 20 fixes; the 20 fixes alone
     cat = str(work.catalog)
-    drift_tree = _fresh(work.base, runs / "status-drift")
+    drift_tree = runs / "status-drift"
     local_tree = _fresh(work.base, runs / "status-local")
     local_cat = runs / "catalog-20"
     shutil.copytree(work.catalog, local_cat)
     (local_cat / "manifests" / f"{DRIFT}.toml").unlink()
     shutil.rmtree(local_cat / "patches" / DRIFT)
     env = with_cache(v, "cache-ratios").env
-    for tree, catalog, names in ((drift_tree, cat, [DRIFT]), (drift_tree, cat, LOCAL),
-                                 (local_tree, str(local_cat), LOCAL)):
+    setups = [(local_tree, str(local_cat), LOCAL)]
+    if "drift-status" in rows:
+        _fresh(work.base, drift_tree)
+        setups += [(drift_tree, cat, [DRIFT]), (drift_tree, cat, LOCAL)]
+    for tree, catalog, names in setups:
         measure([v.patchkit, "--catalog", catalog, "apply", *names, "--target", str(tree)], tree, env)
     drift_files = (work.series["drift"] / "files.txt").read_text().splitlines()
 
@@ -127,7 +135,7 @@ def run(versions: list[Version], repeat: int, quick: bool, workdir: Path):
         shutil.rmtree(tree)
         return sample
 
-    pairs = [
+    pairs = [(row, *pair) for row, pair in zip(ROWS, [
         ("seed deploy, 3 fixes, local fork: `patchkit apply` / the seed's hand procedure "
          "(same check script)", seed_pk, seed_hand, 1.0),
         (f"`patchkit status`, {DRIFT} and the 20 fixes applied / `git status --porcelain`",
@@ -140,7 +148,8 @@ def run(versions: list[Version], repeat: int, quick: bool, workdir: Path):
          lambda: measure([v.patchkit, "--version"], NEUTRAL, env), 1.5),
         (f"drift apply ({work.drift_files} patches) / one `git apply` of them",
          lambda: drift("patchkit"), lambda: drift("git"), 2.0),
-    ]
+    ]) if row in rows]
+    pairs = [p[1:] for p in pairs]
     out: dict[str, tuple[list[Sample], list[Sample]]] = {p[0]: ([], []) for p in pairs}
     loads = []
     for i in range(repeat):
@@ -186,6 +195,8 @@ def main() -> None:
     parser.add_argument("--venv", type=Path, required=True, help="a virtualenv with patchkit installed")
     parser.add_argument("--workdir", type=Path, required=True)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--row", action="append", choices=ROWS,
+                        help="measure only this row (repeatable; default: every row)")
     args = parser.parse_args()
     workdir = args.workdir.resolve()
     link = workdir / "venv-given" / "venv"  # its user caches go beside it, in the work directory
@@ -193,7 +204,7 @@ def main() -> None:
     if not link.is_symlink():
         link.symlink_to(args.venv.resolve())
     v = with_cache(Version("after", "the given virtualenv", link, {}), "cache")
-    section, _ = run([v], args.repeat, False, workdir)
+    section, _ = run([v], args.repeat, False, workdir, tuple(args.row or ROWS))
     print(section)
 
 

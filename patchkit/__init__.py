@@ -26,7 +26,7 @@ _EXPORTS: dict[str, str] = {
     "load_config": "patchkit.catalog.config",
     **{name: "patchkit.targets" for name in ("Target", "LocalTarget", "resolve_target")},
     "RemoteTarget": "patchkit.targets.remote",
-    **{name: "patchkit.results" for name in ("OpResult", "FixOutcome", "FileChange",
+    **{name: "patchkit.results" for name in ("OpResult", "FixOutcome", "FileOutcome",
                                              "HunkPlacement", "CheckResult", "FixState")},
     **{name: "patchkit.errors" for name, value in vars(errors).items()
        if isinstance(value, type) and issubclass(value, errors.PatchkitError)},

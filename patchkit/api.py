@@ -8,7 +8,7 @@ from typing import Any, Sequence
 
 from .catalog import Catalog
 from .catalog.model import Fix
-from .request import build_request
+from .request_builder import build_request
 from .results import OpResult, check_result
 from .targets import Target, state_root_of
 

@@ -139,10 +139,6 @@ class SessionFailed(RemoteError, exit_code=EXIT_SESSION_FAILED):
     """The session ended before the request reached the engine: nothing ran on the host."""
 
 
-class RolloutStopped(PatchkitError, exit_code=EXIT_ROLLOUT_STOPPED):
-    """A fleet rollout stopped before every host was done (docs/fleet.md, failure semantics)."""
-
-
 class AnsibleFailed(PatchkitError, exit_code=EXIT_ROLLOUT_STOPPED):
     """Ansible itself failed (not one host): a bad inventory or playbook run; nothing ran."""
 

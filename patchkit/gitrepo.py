@@ -6,32 +6,56 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-# GitPython looks for git when imported and raises if there is none; patchkit commands that
-# run no git (an apply in a container build without git) must still import this module.
-_REFRESH = os.environ.get("GIT_PYTHON_REFRESH")
-os.environ["GIT_PYTHON_REFRESH"] = "quiet"
-try:
-    import git
-finally:
-    if _REFRESH is None:
-        del os.environ["GIT_PYTHON_REFRESH"]
-    else:
-        os.environ["GIT_PYTHON_REFRESH"] = _REFRESH
+from types import ModuleType
+from typing import Any
 
 from patchkit.engine.gitcli import parse_porcelain_z
 from patchkit.engine.gitops import series_diff
 from patchkit.errors import TargetError, UsageError
 
+_git: ModuleType | None = None
+
+
+def _gitpython() -> ModuleType:
+    """GitPython, imported on first use: commands that run no git (a local ``apply`` or
+    ``status``) never load it. It looks for git when imported and raises if there is none, so
+    it is told to stay quiet: a command that needs git says so when it runs it."""
+    global _git
+    if _git is None:
+        refresh = os.environ.get("GIT_PYTHON_REFRESH")
+        os.environ["GIT_PYTHON_REFRESH"] = "quiet"
+        try:
+            import git
+        finally:
+            if refresh is None:
+                del os.environ["GIT_PYTHON_REFRESH"]
+            else:
+                os.environ["GIT_PYTHON_REFRESH"] = refresh
+        _git = git
+    return _git
+
+
+def _repo(path: Path | str, *, search: bool = True) -> Any:
+    """The GitPython ``Repo`` at (or, with ``search``, around) ``path``; a TargetError if none."""
+    git = _gitpython()
+    try:
+        return git.Repo(str(path), search_parent_directories=search)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise TargetError(f"{path} is not a git repository: name a clone or the top of a "
+                          "checkout", path=str(path)) from None
+
 __all__ = [
     "Blobs", "CommitInfo", "Identity", "PathCommit", "apply_and_commit", "changed_files", "clone",
     "commit_diffs", "commit_directory", "commit_files", "commit_info", "commit_paths",
-    "commit_range", "commit_tree", "create_branch", "init", "is_clean", "is_git_repo",
-    "list_tags", "merge_file", "patch_id", "patch_ids", "path_history", "rev_parse", "set_config",
+    "author_ident", "commit_range", "commit_tree", "create_branch", "init", "is_clean",
+    "is_git_repo", "unstage",
+    "list_tags", "patch_id", "patch_ids", "path_history", "rev_parse", "set_config",
     "texts_at", "tracks_modes", "unclaimed_files", "update_refs", "work_tree_top",
 ]
 
@@ -57,6 +81,7 @@ class CommitInfo:
 def _run(cwd: Path | str, args: Sequence[str], *, env: Mapping[str, str] | None = None,
          strip: bool = True, data: str | None = None) -> str:
     """``git args`` in ``cwd`` (``data`` on its stdin); a failure is a TargetError."""
+    git = _gitpython()
     try:
         out = git.Git(str(cwd)).execute(
             ["git", *args], env=dict(env) if env else None, strip_newline_in_stdout=strip,
@@ -90,8 +115,8 @@ def is_git_repo(path: Path | str) -> bool:
     if not p.is_dir():
         return False
     try:
-        repo = git.Repo(str(p), search_parent_directories=False)
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        repo = _repo(p, search=False)
+    except TargetError:
         return False
     return Path(repo.git_dir if repo.bare else repo.working_tree_dir or "").resolve() == p.resolve()
 
@@ -100,8 +125,8 @@ def work_tree_top(path: Path | str) -> Path | None:
     """The top of the work tree ``path`` lies in, or None outside any (or in a bare repo)."""
     p = Path(path)
     try:
-        repo = git.Repo(str(p if p.is_dir() else p.parent), search_parent_directories=True)
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        repo = _repo(p if p.is_dir() else p.parent)
+    except TargetError:
         return None
     return None if repo.bare or not repo.working_tree_dir else Path(repo.working_tree_dir)
 
@@ -110,6 +135,7 @@ def init(path: Path | str, *, bare: bool = False, branch: str = "main") -> Path:
     """Create a repository at ``path`` (parents too) whose HEAD names ``branch``."""
     p = Path(path)
     p.mkdir(parents=True, exist_ok=True)
+    git = _gitpython()
     try:
         git.Repo.init(str(p), bare=bare, initial_branch=branch)
     except git.GitCommandError as exc:
@@ -118,52 +144,69 @@ def init(path: Path | str, *, bare: bool = False, branch: str = "main") -> Path:
 
 
 def set_config(repo: Path | str, key: str, value: str) -> None:
-    _run(repo, ["config", "--local", key, value])
+    """Set ``section.name`` in the repository's own config."""
+    section, _, name = key.rpartition(".")
+    with contextlib.closing(_repo(repo, search=False)) as r, r.config_writer("repository") as cw:
+        cw.set_value(section, name, value)
 
 
 def tracks_modes(path: Path | str) -> bool:
     """Whether the checkout's git records executable bits (``core.fileMode``, default true)."""
+    with contextlib.closing(_repo(path)) as r:
+        value = r.config_reader("repository").get_value("core", "filemode", True)
+    return str(value).strip().lower() not in ("false", "no", "off", "0")
+
+
+def _commit(r: Any, rev: str) -> Any:
+    """The commit object ``rev`` names in the open repository ``r`` (tags peeled), or None."""
+    git = _gitpython()
     try:
-        value = _run(path, ["config", "--local", "--get", "core.fileMode"])
-    except TargetError:  # not set
-        return True
-    return value.strip().lower() not in ("false", "no", "off", "0")
+        found = r.commit(rev)
+    except (git.BadName, git.BadObject, ValueError, TypeError, IndexError):
+        return None
+    return None if found.hexsha == "0" * 40 else found  # GitPython makes up the null commit
 
 
 def rev_parse(repo: Path | str, rev: str) -> str | None:
     """The commit ``rev`` names (tags peeled), or None if it names nothing."""
     try:
-        return _run(repo, ["rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"]) or None
+        r = _repo(repo)
     except TargetError:
         return None
+    with contextlib.closing(r):
+        found = _commit(r, rev)
+        return None if found is None else found.hexsha
+
+
+def _identity(actor: Any) -> Identity:
+    return Identity(actor.name, actor.email)
 
 
 def commit_info(repo: Path | str, rev: str) -> CommitInfo:
-    fmt = "%H%n%T%n%P%n%an%n%ae%n%cn%n%ce%n%aI%n%cI%n%B"
-    out = _run(repo, ["show", "-s", f"--format={fmt}", f"{rev}^{{commit}}", "--"], strip=False)
-    lines = out.split("\n")
-    if len(lines) < 10:
-        raise TargetError(f"cannot read commit {rev} in {repo}", rev=rev)
-    return CommitInfo(sha=lines[0], tree=lines[1], parents=tuple(lines[2].split()),
-                      author=Identity(lines[3], lines[4]), committer=Identity(lines[5], lines[6]),
-                      authored_date=lines[7], committed_date=lines[8],
-                      message="\n".join(lines[9:]).rstrip("\n") + "\n")
+    with contextlib.closing(_repo(repo)) as r:
+        c = _commit(r, rev)
+        if c is None:
+            raise TargetError(f"cannot read commit {rev} in {repo}", rev=rev)
+        message = c.message if isinstance(c.message, str) else c.message.decode("utf-8", "replace")
+        return CommitInfo(sha=c.hexsha, tree=c.tree.hexsha,
+                          parents=tuple(p.hexsha for p in c.parents),
+                          author=_identity(c.author), committer=_identity(c.committer),
+                          authored_date=c.authored_datetime.isoformat(),
+                          committed_date=c.committed_datetime.isoformat(),
+                          message=message.rstrip("\n") + "\n")
 
 
 class Blobs:
     """Files of one repository's commits, all read by one ``git cat-file`` (ended by close)."""
 
     def __init__(self, repo: Path | str) -> None:
-        try:
-            self._repo = git.Repo(str(repo), search_parent_directories=True)
-        except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-            raise TargetError(f"{repo} is not a git repository: name a clone or the top of a "
-                              "checkout", path=str(repo)) from None
+        self._repo = _repo(repo)
         self._seen: dict[tuple[str, str], tuple[bytes, str] | None] = {}
 
     def file(self, rev: str, relpath: str) -> tuple[bytes, str] | None:
         """The bytes and git mode ("100644", "100755") of ``relpath`` in ``rev``, or None."""
         if (rev, relpath) not in self._seen:
+            git = _gitpython()
             try:
                 blob = self._repo.commit(rev).tree / relpath
                 found = (blob.data_stream.read(), f"{blob.mode:o}") if blob.type == "blob" \
@@ -210,10 +253,13 @@ def commit_directory(repo: Path | str, directory: Path, *, message: str,
 
 def list_tags(repo: Path | str) -> dict[str, str]:
     """Every tag name mapped to the commit it points at (annotated tags peeled)."""
-    out = _run(repo, ["for-each-ref", "--format=%(refname:strip=2) %(objectname) %(*objectname)",
-                      "refs/tags"])
-    parts = [line.split() for line in out.splitlines()]
-    return {p[0]: p[2] if len(p) > 2 else p[1] for p in parts if len(p) >= 2}
+    git = _gitpython()
+    found: dict[str, str] = {}
+    with contextlib.closing(_repo(repo)) as r:
+        for tag in r.tags:
+            with contextlib.suppress(ValueError, git.BadName, git.BadObject):  # not a commit
+                found[tag.name] = tag.commit.hexsha
+    return found
 
 
 def update_refs(repo: Path | str, updates: Mapping[str, str],
@@ -235,9 +281,24 @@ def clone(source: Path | str, dest: Path, rev: str) -> Path:
     return dest
 
 
-def is_clean(path: Path | str) -> bool:
-    """True if the working tree at ``path`` has no changes against HEAD (untracked too)."""
-    return _run(path, ["status", "--porcelain", "--untracked-files=all"]) == ""
+def is_clean(path: Path | str, paths: Sequence[str] = ()) -> bool:
+    """True if the working tree at ``path`` (or ``paths`` in it) has no changes against HEAD,
+    untracked files too."""
+    return _run(path, ["status", "--porcelain", "--untracked-files=all", "--", *paths]) == ""
+
+
+def unstage(top: Path | str, paths: Sequence[str]) -> None:
+    """Put the index entries of ``paths`` back to HEAD's (the work tree is left alone)."""
+    _run(top, ["reset", "-q", "--", *paths])
+
+
+def author_ident(top: Path | str) -> str | None:
+    """Who commits here, "Name <email>", as git tells it (config or GIT_AUTHOR_* variables)."""
+    try:
+        ident = _run(top, ["var", "GIT_AUTHOR_IDENT"]).strip()
+    except TargetError:
+        return None
+    return re.sub(r"\s+\d+\s+[-+]\d{4}$", "", ident)
 
 
 def _status(path: Path | str, paths: Sequence[str] = ()) -> list[tuple[str, str, str | None]]:
@@ -273,7 +334,8 @@ def commit_paths(top: Path | str, paths: Sequence[str], message: str, *,
     _run(top, ["add", "-A", "--", *paths])
     # the message on stdin: an argument is limited in size (a long rationale would not fit)
     _run(top, ["commit", "-q", "--no-verify", "-F", "-", "--", *paths], env=env, data=message)
-    return _run(top, ["rev-parse", "HEAD"])
+    with contextlib.closing(_repo(top)) as r:
+        return str(r.head.commit.hexsha)
 
 
 def apply_and_commit(path: Path | str, patches: Sequence[Path | str], *, message: str,
@@ -371,19 +433,3 @@ def patch_ids(texts: Sequence[str]) -> list[str | None]:
 def patch_id(text: str) -> str | None:
     """The patch-id of a fix's series (its patch files joined): that of a commit holding it."""
     return patch_ids([text])[0]
-
-
-def merge_file(ours: bytes, base: bytes, theirs: bytes, *,
-               labels: tuple[str, str, str] = ("ours", "base", "theirs")) -> tuple[bytes, int]:
-    """``git merge-file -p --diff3`` of three texts: the result and its conflict count."""
-    with tempfile.TemporaryDirectory(prefix="patchkit-merge-") as tmp:
-        names = [os.path.join(tmp, n) for n in ("ours", "base", "theirs")]
-        for name, data in zip(names, (ours, base, theirs)):
-            Path(name).write_bytes(data)
-        status, out, err = git.Git(tmp).execute(
-            ["git", "merge-file", "-p", "--diff3", *(a for label in labels for a in ("-L", label)),
-             *names], with_extended_output=True, with_exceptions=False, as_process=False,
-            stdout_as_string=False, strip_newline_in_stdout=False)
-    if status < 0 or status > 127:
-        raise TargetError(f"git merge-file failed (exit {status}): {err!r}")
-    return out, status

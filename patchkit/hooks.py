@@ -16,6 +16,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from .engine.contract import CHANGED
 from .errors import CheckFailed, UsageError
 
 SGLANG = "sglang:"
@@ -159,9 +160,6 @@ def _failed(run: CommandRun) -> str:
     lines = run.output.strip().splitlines()[-_TAIL:]
     said = ("; it said:\n  " + "\n  ".join(lines)) if lines else ""
     return f"--{run.what} failed (exit {run.returncode}): {run.command}{said}"
-
-
-CHANGED = {"apply": ("applied", "upgraded"), "rollback": ("rolled-back",)}
 
 
 def changed_fixes(result: Any) -> list[str]:

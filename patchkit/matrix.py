@@ -132,7 +132,7 @@ def _served(catalog: Catalog, fix: Fix, release: str, tree: Path) -> Cell | None
     variant = fix.variant_for(release)
     if variant is None:
         return None
-    from .request import build_request
+    from .request_builder import build_request
     from .results import check_result
     from .targets import LocalTarget
 

@@ -43,7 +43,7 @@ class HunkPlacement:
 
 
 @dataclass(frozen=True)
-class FileChange:
+class FileOutcome:
     """One file an operation wrote (or would write, in a dry run)."""
 
     root: str
@@ -56,7 +56,7 @@ class FileChange:
     where: str = ""  # root:path as the file lies in its root (an installed package's sglang/...)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "FileChange":
+    def from_dict(cls, d: Mapping[str, Any]) -> "FileOutcome":
         return cls(root=str(d.get("root", "")), path=str(d.get("path", "")),
                    op=str(d.get("op", "modify")), before_sha256=d.get("before_sha256"),
                    after_sha256=d.get("after_sha256"),
@@ -72,7 +72,7 @@ class FixOutcome:
     name: str
     version: int | None
     outcome: str
-    files: tuple[FileChange, ...]
+    files: tuple[FileOutcome, ...]
     preconditions: tuple[CheckResult, ...]
     verification: tuple[CheckResult, ...]
     drifted: tuple[Mapping[str, Any], ...] = ()  # {root, path, state}: files no longer as written
@@ -86,7 +86,7 @@ class FixOutcome:
     def from_dict(cls, d: Mapping[str, Any]) -> "FixOutcome":
         return cls(name=str(d.get("name", "")), version=d.get("version"),
                    outcome=str(d.get("outcome", "")),
-                   files=tuple(FileChange.from_dict(f) for f in d.get("files") or ()),
+                   files=tuple(FileOutcome.from_dict(f) for f in d.get("files") or ()),
                    preconditions=tuple(CheckResult.from_dict(c) for c in d.get("preconditions") or ()),
                    verification=tuple(CheckResult.from_dict(c) for c in d.get("verification") or ()),
                    drifted=tuple(d.get("drifted") or ()), from_version=d.get("from_version"),

@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from packaging.version import Version
+
 from patchkit import gitrepo
 from patchkit.cache import cache_dir, upstream_dir
 from patchkit.errors import TargetError, UsageError
@@ -39,16 +41,13 @@ _ANY_WHEEL_ARGS = ["--python-version", "3.11", "--implementation", "cp", "--abi"
 Progress = Callable[[str], None]
 
 
-def version_key(version: str) -> tuple[tuple[int, ...], int]:
-    """Sort key of a release version ``N.N.N[.postN]`` (trailing zeros ignored, as PEP 440)."""
-    m = _VERSION.match(version)
-    if m is None:
+def version_key(version: str) -> Version:
+    """Sort key of a release version ``N.N.N[.postN]`` (PEP 440's order, by ``packaging``; the
+    engine's ``release_key`` orders release names alike without it)."""
+    if _VERSION.match(version) is None:
         raise UsageError(f"unsupported SGLang version {version!r}: expected a release like "
                          "0.5.21 or 0.5.21.post1", version=version)
-    release = tuple(int(p) for p in m.group(1).split("."))
-    while len(release) > 1 and release[-1] == 0:
-        release = release[:-1]
-    return release, (int(m.group(2)) if m.group(2) is not None else -1)
+    return Version(version)
 
 
 @dataclass(frozen=True)
@@ -255,8 +254,9 @@ def download_wheel(version: str, wheels: Path | str, *, progress: Progress | Non
     return wheel
 
 
-def _loose_key(v: str) -> tuple[tuple[int, ...], int]:
-    return version_key(v) if _VERSION.match(v) else ((-1,), -1)
+def _loose_key(v: str) -> tuple[bool, Version]:
+    """Registry versions: the releases patchkit takes last, in order."""
+    return (True, version_key(v)) if _VERSION.match(v) else (False, Version("0"))
 
 
 def extract_source(wheel: Path, dest: Path) -> None:

@@ -28,7 +28,7 @@ import pytest
 
 from patchkit import api, errors
 from patchkit.catalog import Catalog
-from patchkit.request import build_request
+from patchkit.request_builder import build_request
 from patchkit.engine import faults, run
 from patchkit.targets.remote import RemoteTarget
 from patchkit.targets import LocalTarget, Target

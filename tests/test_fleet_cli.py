@@ -195,7 +195,8 @@ def test_ansible_doc_reads_the_collections_documentation_as_docs_fleet_says() ->
 def test_the_piped_fleet_matrix_gives_a_version_only_where_a_host_runs_one() -> None:
     import io
 
-    from patchkit.cli.fleet import render_matrix, status_cells
+    from patchkit.cli.fleet import render_matrix
+    from patchkit.fleet.status import status_cells
     from patchkit.cli.render import PlainConsole
     from patchkit.fleet import HostReport, Survey
 

@@ -75,7 +75,8 @@ def test_every_host_failed_is_a_row_with_its_reason_and_exit_code_fails(broken_f
 
 
 def test_plain_fleet_lines_stay_one_per_host_when_a_detail_has_newlines() -> None:
-    from patchkit.cli.fleet import render_hosts, render_matrix, status_cells
+    from patchkit.cli.fleet import render_hosts, render_matrix
+    from patchkit.fleet.status import status_cells
     from patchkit.cli.render import PlainConsole
     from patchkit.fleet import HostReport, Survey
 

@@ -20,7 +20,7 @@ import pytest
 from patchkit import api
 from patchkit.catalog import Catalog
 from patchkit.errors import ConflictError, PreconditionFailed, VerificationFailed
-from patchkit.request import build_request
+from patchkit.request_builder import build_request
 from patchkit.targets import LocalTarget
 
 from .engine.helpers import content_snapshot, full_snapshot

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,26 @@ def test_the_engine_hashes_a_series_as_the_client_does(two_commits: Path, form: 
 
 def test_patch_id_of_no_diff_is_none() -> None:
     assert gitrepo.patch_ids(["From: t\nSubject: nothing\n\n", ""]) == [None, None]
+
+
+def test_gitpython_is_loaded_when_git_is_first_asked_and_answers_as_git_does(
+        two_commits: Path) -> None:
+    """Importing the git layer (and what imports it) loads no GitPython: a local apply or
+    status never pays for it. Its answers on objects and refs are git's own."""
+    code = ("import sys\nfrom patchkit import gitrepo, upstream, authoring\n"
+            "before = 'git' in sys.modules\n"
+            "sha = gitrepo.rev_parse(sys.argv[1], 'HEAD')\n"
+            "print(before, 'git' in sys.modules, sha)")
+    out = subprocess.run([sys.executable, "-c", code, str(two_commits)], capture_output=True,
+                         text=True, check=True, timeout=60).stdout.split()
+    assert out == ["False", "True", _git(two_commits, "rev-parse", "HEAD").strip()]
+    info = gitrepo.commit_info(two_commits, "base")
+    fmt = "%H%n%T%n%P%n%an%n%ae%n%aI%n%cI"
+    assert [info.sha, info.tree, " ".join(info.parents), info.author.name, info.author.email,
+            info.authored_date, info.committed_date] == \
+        _git(two_commits, "show", "-s", f"--format={fmt}", "base").split("\n")[:7]
+    assert gitrepo.list_tags(two_commits) == {"base": info.sha}
+    assert gitrepo.rev_parse(two_commits, "no-such-ref") is gitrepo.rev_parse(two_commits, "0" * 40) is None
+    assert gitrepo.rev_parse(two_commits, "base~0") == info.sha
+    gitrepo.set_config(two_commits, "core.fileMode", "false")
+    assert gitrepo.tracks_modes(two_commits) is False

@@ -27,7 +27,7 @@ from patchkit.catalog import Catalog
 from patchkit.engine import faults
 from patchkit.catalog.series import diff_files
 from patchkit.targets import LocalTarget
-from patchkit.request import build_request
+from patchkit.request_builder import build_request
 from tests.engine.helpers import make_checkout
 from tests.engine.test_preconditions import _make_read_only
 from tests.test_faults import catalog, request

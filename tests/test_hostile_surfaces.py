@@ -15,10 +15,9 @@ from pathlib import Path
 import pytest
 
 from patchkit import api, errors
-from patchkit.catalog import Catalog
+from patchkit.catalog import Catalog, writer
 from patchkit.catalog.series import diff_files
 from patchkit.errors import EXIT_TARGET, EXIT_USAGE
-from patchkit.interop import importer
 from patchkit.targets.remote import RemoteTarget
 from patchkit.targets.transport import SshSpec
 from tests.fixtures.sshd import SshServer
@@ -100,7 +99,7 @@ def test_a_failing_commit_undoes_the_import_and_puts_the_index_back(catalog: Pat
 SWEEP = """
 import json, os, sys
 from pathlib import Path
-from patchkit.catalog import Catalog
+from patchkit.catalog import Catalog, writer
 from patchkit.engine import faults
 from patchkit.interop import importer
 for line in sys.stdin:
@@ -149,7 +148,7 @@ class Sweeper:
 def fixes_state(catalog: Path) -> dict:
     """The catalog's files (not .git, not the staging area) and the fixes git has committed."""
     return ({k: v[0] for k, v in catalog_state(catalog).items()
-             if not k.startswith((".git/", importer.STAGE_DIR))},
+             if not k.startswith((".git/", writer.STAGE_DIR))},
             git(catalog, "ls-files").split())
 
 
@@ -174,8 +173,8 @@ def test_an_import_killed_at_every_write_point_is_as_before_or_fully_imported(
         git(catalog, "reset", "-q", "--hard", "HEAD~1")  # back to before, for the sweep
         git(catalog, "clean", "-qfdx")
         assert fixes_state(catalog) == before
-        points = [f"{p}:{n}" for p in importer.FAULT_POINTS for n in range(1, seen.get(p, 0) + 1)]
-        assert {p.split(":")[0] for p in points} == set(importer.FAULT_POINTS)
+        points = [f"{p}:{n}" for p in writer.FAULT_POINTS for n in range(1, seen.get(p, 0) + 1)]
+        assert {p.split(":")[0] for p in points} == set(writer.FAULT_POINTS)
         names = {"a-two-is-twenty-two", "b-three", "c-four"}
         for point in points:
             assert sweep.run(three, point, replace) == {"signal": signal.SIGKILL}, point
@@ -184,7 +183,7 @@ def test_an_import_killed_at_every_write_point_is_as_before_or_fully_imported(
             shown = {line.split("\t")[0] for line in listed.output.splitlines()} & names
             if not replace:  # (a replaced fix can be missing until the next import settles it)
                 assert shown in (set(), names), (point, shown)
-            importer.recover(Catalog(catalog))  # what the next import does first
+            writer.recover(Catalog(catalog))  # what the next import does first
             state = fixes_state(catalog)
             assert state in (before, after), point
             if state == after:
@@ -285,7 +284,7 @@ def test_import_refuses_an_existing_or_shipped_name_unless_replace(catalog: Path
     again = patchkit(catalog, "import", "--mbox", str(exported), "--replace")
     assert again.exit_code == 0 and "replacing your fix" in flat(again.output), again.output
     assert git(catalog, "status", "--porcelain") == ""
-    assert not (catalog / importer.STAGE_DIR).exists()  # the staging area is gone again
+    assert not (catalog / writer.STAGE_DIR).exists()  # the staging area is gone again
 
 
 # -- 8: fix names have a length limit, checked wherever a name is accepted ----------------------

@@ -13,7 +13,7 @@ import pytest
 import patchkit
 from patchkit.catalog import Catalog
 from patchkit.errors import UsageError
-from patchkit.request import build_request
+from patchkit.request_builder import build_request
 
 SAMPLES = Path(__file__).parent / "samples"
 ROOTS = {"sglang": "/srv/sglang", "serve": "/srv/serve"}

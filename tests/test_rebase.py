@@ -268,20 +268,20 @@ def test_skip_takes_the_planned_results_without_classifying_again(world) -> None
     assert Catalog(cat.root).get("merge").version == 2
 
 
-def test_merge_through_gitpython_then_skip_through_the_cli(world, monkeypatch) -> None:
-    """git's merge machinery through GitPython (``git.cmd.Git``) at the start; a --skip in
-    another process writes the planned results."""
-    import git.cmd
+def test_merge_through_git_merge_file_then_skip_through_the_cli(world, monkeypatch) -> None:
+    """git's merge machinery (``git merge-file``, through the one git runner the client shares
+    with the engine) at the start; a --skip in another process writes the planned results."""
+    from patchkit.engine import gitcli
 
     cat, up = world
     calls: list[tuple] = []
-    real = git.cmd.Git.execute
+    real = gitcli.run
 
-    def spy(self, command, *args, **kwargs):
-        calls.append(tuple(command))
-        return real(self, command, *args, **kwargs)
+    def spy(root, args, *rest, **kwargs):
+        calls.append(tuple(args))
+        return real(root, args, *rest, **kwargs)
 
-    monkeypatch.setattr(git.cmd.Git, "execute", spy)
+    monkeypatch.setattr(gitcli, "run", spy)
     report = rebase.start(cat, "0.2.0", ["clash", "merge"], upstream=up)
     assert report.stopped == "clash"
     assert any("merge-file" in c for c in calls)  # the merge of "merge", and of "clash"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from patchkit.cli import render
+from patchkit.cli import render, render_status
 from patchkit.errors import PreconditionFailed
 from patchkit.results import OpResult
 
@@ -81,13 +81,13 @@ def test_plain_status_is_one_tab_separated_line_per_fix_and_notes_on_stderr(caps
                                 "2026-11-29T20:13:45Z", many),
                        FixState("old", "not-applied", None, None, ())), {})
     out = io.StringIO()
-    render.render_status(render.PlainConsole(out), result)
+    render_status.render_status(render.PlainConsole(out), result)
     shown = ", ".join(f"{f['path']} (drifted)" for f in many[:5])
     assert out.getvalue() == ("a-fix-with-a-name-longer-than-any-terminal-column\tdrifted\tv2\t"
                               f"2026-11-29T20:13:45Z\t{shown}, and 2 more (--json lists them)\n")
     assert capsys.readouterr().err == "recovered an interrupted apply of a: rolled-back\n"
     out = io.StringIO()
-    render.render_status(render.PlainConsole(out), result, verbose=True)
+    render_status.render_status(render.PlainConsole(out), result, verbose=True)
     assert out.getvalue().splitlines()[1] == "old\tnot-applied\t\t\t"
 
 

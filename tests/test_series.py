@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from patchkit.errors import PatchFormatError
 from patchkit.engine.hunks import body_lines
-from patchkit.request import _reversed
-from patchkit.catalog.series import diff_files, parse_patch, read_series
+from patchkit.engine.contract import reversed_record
+from patchkit.catalog.series import diff_files, parse_patch, series_records
 
 SAMPLES = Path(__file__).parent / "samples" / "catalog" / "patches"
 
@@ -102,7 +102,7 @@ def test_git_diff_with_every_kind_of_change(repo: Path, tmp_path: Path) -> None:
 
 def test_the_request_series_carries_each_hunk_as_a_body_of_the_same_lines(
         repo: Path, tmp_path: Path) -> None:
-    """read_series (what a request carries) gives ``body``; read back it is parse_patch's ``lines``,
+    """series_records (what a request carries) gives ``body``; read back it is parse_patch's ``lines``,
     for CRLF, a missing final newline on either side, and bytes that are not UTF-8; the
     reversed record of a revert reads back as the lines reversed."""
     (repo / "crlf.txt").write_bytes(b"a\r\nb\r\nc\r\n")
@@ -116,14 +116,14 @@ def test_the_request_series_carries_each_hunk_as_a_body_of_the_same_lines(
     (repo / "latin.txt").write_bytes(b"caf\xe9\nOK\xff\n")
     patch = staged_diff(repo, tmp_path)
     by_lines = parse_patch(patch, "sglang")
-    _digests, by_body = read_series([(patch, "sglang")])
+    _digests, by_body = series_records([(patch, "sglang")])
     assert [r["path"] for r in by_body] == [r["path"] for r in by_lines]
     flip = {"+": "-", "-": "+", " ": " "}
     for compact, full in zip(by_body, by_lines):
         assert all("lines" not in h and isinstance(h["body"], str) for h in compact["hunks"])
         assert [body_lines(h["body"]) for h in compact["hunks"]] == \
             [tuple(map(tuple, h["lines"])) for h in full["hunks"]]
-        undone = _reversed(compact)["hunks"]
+        undone = reversed_record(compact)["hunks"]
         assert [body_lines(h["body"]) for h in undone] == \
             [tuple((flip[k], t) for k, t in h["lines"]) for h in full["hunks"]]
         assert [(h["old_start"], h["old_count"]) for h in undone] == \

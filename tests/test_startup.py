@@ -1,4 +1,5 @@
-"""The model's records act as frozen dataclasses, and `patchkit --version` answers as click does."""
+"""The model's records act as frozen dataclasses, `patchkit --version` answers as click does,
+and the commands import only what they use."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import pytest
 from patchkit.catalog.manifest import load_manifest
 from patchkit.catalog.model import Check, Fix, Upstream
 from patchkit.results import CheckResult, OpResult
+from tests.test_cli import INDEX_K, Env, env  # noqa: F401  (fixture)
+from tests.test_cli_summaries import run_counting_imports
 
 CATALOG = Path(__file__).parent / "samples" / "catalog"
 
@@ -51,3 +54,29 @@ def test_version_is_answered_by_click_without_loading_the_catalog() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=True)
     assert proc.stdout.splitlines() == ["patchkit, version 0.1.0", "[]"]
+
+
+#: Modules a local apply or status never needs: rich draws only on a terminal, GitPython only
+#: for the client's own repository work (authoring, rebase), tomlkit only to edit a manifest or
+#: report where one is broken, socket nothing (the host name comes from os.uname).
+NEVER_ON_A_PIPE = ("rich", "git", "tomlkit", "socket")
+
+
+def test_apply_and_status_on_a_pipe_import_only_what_they_use(env: Env) -> None:
+    """The import rules the startup ratios rest on (docs/performance.md, issue 29): a local
+    apply piped (plain lines) loads neither rich, GitPython nor tomlkit; a status of a target
+    whose fixes are all recorded loads no git code of the engine (only an unrecorded revert
+    fix needs it) and parses no series (so unidiff stays out)."""
+    code, out, loaded = run_counting_imports(env, "apply", INDEX_K, "--target", str(env.sglang),
+                                             watched=NEVER_ON_A_PIPE)
+    assert code == 0, out
+    assert f"applied {INDEX_K}" in out and loaded == []
+    only = env.catalog / "manifests"
+    for manifest in only.glob("*.toml"):  # the catalog: the applied fix alone, all recorded
+        if manifest.stem != INDEX_K:
+            manifest.unlink()
+    code, out, loaded = run_counting_imports(
+        env, "status", "--target", str(env.sglang),
+        watched=(*NEVER_ON_A_PIPE, "unidiff", "patchkit.engine.gitops", "patchkit.engine.revert"))
+    assert code == 0, out
+    assert INDEX_K in out and "applied" in out and loaded == []

@@ -31,6 +31,18 @@ def test_version_key_orders_releases_numerically_and_posts_after_base() -> None:
     assert version_key("1.0") == version_key("1.0.0")
 
 
+def test_the_engine_orders_release_names_as_packaging_does() -> None:
+    """One order of release names: the engine's (stdlib, on hosts) is PEP 440's."""
+    from packaging.version import Version
+
+    from patchkit.engine.variants import release_key
+
+    names = ["0.5.23.post10", "0.5.23", "0.5.23rc1", "0.5.9", "0.5.23.post2", "0.5.22",
+             "0.5.23a1", "0.5.23rc2", "1.0", "0.5.23b1", "0.5.23rc1.post1", "0.10"]
+    assert sorted(names, key=release_key) == sorted(names, key=Version)
+    assert release_key("0.5.21") == release_key("0.5.21.0")
+
+
 @pytest.mark.parametrize("bad", ["0.5.21rc1", "v0.5.21", "latest", "0.5.21; rm -rf /"])
 def test_unsupported_version_is_a_usage_error(bad: str, tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="expected a release like"):

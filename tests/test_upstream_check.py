@@ -22,7 +22,7 @@ from patchkit import rebase
 from patchkit.catalog import Catalog
 from patchkit.catalog.edit import new_manifest_text
 from patchkit.catalog.series import diff_files
-from patchkit.contains import check, contains
+from patchkit.rebase.contains import check, contains
 from patchkit.errors import EXIT_USAGE
 from patchkit.upstream import UpstreamRepo
 

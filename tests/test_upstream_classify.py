@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from patchkit import api, contains
+from patchkit import api
+from patchkit.rebase import contains
 from patchkit.catalog import Catalog, edit, series
 from patchkit.cli.main import cli
 from patchkit.errors import CheckFailed

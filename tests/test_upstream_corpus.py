@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from patchkit import contains, rebase
+from patchkit import rebase
+from patchkit.rebase import contains
 from patchkit.catalog import Catalog
 from patchkit.cli.main import cli
 from patchkit.upstream import UpstreamRepo

@@ -83,7 +83,7 @@ def key_line(path: Path, key: str) -> int | None:
     return next((i for i, text in enumerate(lines, 1) if pattern.match(text)), None)
 def _pending_imports(root: Path) -> set[str]:
     """The fixes of imports in flight or killed before their commit point
-    (patchkit/interop/importer.py: ``.patchkit-import/<run>/journal.json`` not "linked")."""
+    (patchkit/catalog/writer.py: ``.patchkit-import/<run>/journal.json`` not "linked")."""
     stage = root / ".patchkit-import"
     if not stage.is_dir():
         return set()
@@ -224,6 +224,11 @@ class Catalog:
             else:
                 self._fixes[name] = load_manifest(path, patch_dir=self.patches_dir / name)
         return self._fixes[name]
+
+    def forget(self, name: str) -> None:
+        """Drop the loaded fix ``name``: its files were written, so the next :meth:`get` reads
+        its manifest again."""
+        self._fixes.pop(name, None)
 
     def all(self) -> list[Fix]:
         return [self.get(name) for name in self.names()]

@@ -7,7 +7,8 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from .model import DEFAULT_ROOT, ProjectConfig, TargetConfig
+from ..engine.contract import PRIMARY_ROOT
+from .model import ProjectConfig, TargetConfig
 from .reader import (
     ROOT_NAME_RE,
     Ctx,
@@ -77,8 +78,8 @@ def _build_target(ctx: Ctx, name: str, table: Mapping[str, Any], base: Path) -> 
     for root, value in typed(ctx, table, where, "roots", dict, {}).items():
         key = f"{where}.roots.{root}"
         root_name(ctx, root, key)
-        if root == DEFAULT_ROOT:
-            raise ctx.fail(key, f"root '{DEFAULT_ROOT}' is the target's path", "Set it with "
+        if root == PRIMARY_ROOT:
+            raise ctx.fail(key, f"root '{PRIMARY_ROOT}' is the target's path", "Set it with "
                            "path, not under roots")
         if not isinstance(value, str) or not value:
             raise ctx.fail(key, f"root '{root}' must be a path string", "Quote the path")

@@ -3,25 +3,22 @@
 
 from __future__ import annotations
 
-import difflib
 import datetime as _dt
 import os
 import re
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..engine.contract import PRIMARY_ROOT, STRATEGIES
+from .checks import build_checks
 from .model import (
-    CHECK_KEYS,
-    CHECK_KINDS,
-    CHECK_TIMEOUTS,
-    DEFAULT_ROOT,
     FORWARDING_STATES,
     MANIFEST_FORMAT,
-    ROLLBACK_STRATEGIES,
+    MAX_NAME,
+    NAME_RE,
     STATUSES,
     Actions,
     ChangelogEntry,
-    Check,
     Fix,
     PatchRef,
     Revert,
@@ -43,15 +40,9 @@ from .reader import (
     string,
     strings,
     table_list,
-    toml_type,
     typed,
 )
 
-#: the longest fix name: it is a file name (manifests/NAME.toml, patches/NAME/), a git path
-#: and a state record key, everywhere a name is accepted
-MAX_NAME = 100
-NAME_RE = re.compile(r"[a-z0-9][a-z0-9.-]{0,%d}\Z" % (MAX_NAME - 1))
-SHA256_RE = re.compile(r"[0-9a-f]{64}\Z")
 DATE_RE = re.compile(r"\d{4}-\d{2}-\d{2}\Z")
 
 TOP_KEYS = ("format", "name", "version", "title", "status", "rationale", "depends_on",
@@ -125,8 +116,8 @@ def build_fix(ctx: Ctx, data: Mapping[str, Any], patch_dir: Path) -> Fix:
     return Fix(format=fmt, name=name, version=version, title=title, status=status,
                rationale=rationale, upstream=upstream, manifest_path=ctx.path, patch_dir=patch_dir,
                patches=_build_patches(ctx, data, patch_dir, upstream.root, revert is not None),
-               preconditions=_build_checks(ctx, data, "preconditions", upstream.root),
-               verification=_build_checks(ctx, data, "verification", upstream.root),
+               preconditions=build_checks(ctx, data, "preconditions", upstream.root),
+               verification=build_checks(ctx, data, "verification", upstream.root),
                actions=_build_actions(ctx, data), rollback=_build_rollback(ctx, data),
                changelog=_build_changelog(ctx, data, version), depends_on=depends_on,
                supersedes=supersedes, reverts=reverts, revert=revert,
@@ -204,9 +195,9 @@ def _build_variants(ctx: Ctx, data: Mapping[str, Any], patch_dir: Path, upstream
         patches = _build_patches(inner, table, patch_dir / folder, upstream.root)
         out.append(Variant(
             version=version, base_release=base, releases=releases, dir=folder, patches=patches,
-            preconditions=_build_checks(inner, table, "preconditions", upstream.root)
+            preconditions=build_checks(inner, table, "preconditions", upstream.root)
             if "preconditions" in table else None,
-            verification=_build_checks(inner, table, "verification", upstream.root)
+            verification=build_checks(inner, table, "verification", upstream.root)
             if "verification" in table else None))
     return tuple(out)
 
@@ -281,7 +272,7 @@ def _build_upstream(ctx: Ctx, data: Mapping[str, Any]) -> Upstream:
         raise ctx.fail("upstream.releases", f"releases {list(releases)} do not include "
                        f"base_release '{base}'", "Add the base release to releases (an empty "
                        "list means: no release precondition)")
-    root = root_name(ctx, string(ctx, table, "upstream", "root", DEFAULT_ROOT), "upstream.root")
+    root = root_name(ctx, string(ctx, table, "upstream", "root", PRIMARY_ROOT), "upstream.root")
     return Upstream(base_release=base, releases=releases,
                     project=string(ctx, table, "upstream", "project", "sglang", nonempty=True),
                     root=root,
@@ -315,102 +306,6 @@ def _build_patches(ctx: Ctx, data: Mapping[str, Any], patch_dir: Path,
     return tuple(out)
 
 
-def _build_checks(ctx: Ctx, data: Mapping[str, Any], key: str,
-                  default_root: str) -> tuple[Check, ...]:
-    out: list[Check] = []
-    for i, table in enumerate(table_list(ctx, data, key), 1):
-        where = f"{key}[{i}]"
-        kind = string(ctx, table, where, "kind")
-        if kind not in CHECK_KEYS:
-            close = difflib.get_close_matches(kind, CHECK_KINDS, n=1, cutoff=0.5)
-            hint = f"Did you mean '{close[0]}'? " if close else ""
-            raise ctx.fail(f"{where}.kind", f"unknown check kind '{kind}'",
-                           f"{hint}Kinds: {', '.join(CHECK_KINDS)}")
-        required, optional = CHECK_KEYS[kind]
-        check_keys(ctx, table, where, ("kind", "name", "timeout", *required, *optional), required)
-        out.append(Check(kind, _check_params(ctx, table, where, kind, default_root)))
-    return tuple(out)
-
-
-def _check_params(ctx: Ctx, table: Mapping[str, Any], where: str, kind: str,
-                  default_root: str) -> dict[str, Any]:
-    params: dict[str, Any] = {}
-    if "name" in table:
-        params["name"] = string(ctx, table, where, "name")
-    if "timeout" in table:
-        timeout = table["timeout"]
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-            raise ctx.fail(f"{where}.timeout", f"timeout must be a number of seconds, not "
-                           f"{toml_type(timeout)}", "Write it as a number, e.g. timeout = 600")
-        if not 0 < timeout < float("inf"):
-            raise ctx.fail(f"{where}.timeout", f"timeout {timeout} is not above 0 seconds",
-                           f"Give the seconds the check may run (default {CHECK_TIMEOUTS[kind]:g})")
-        params["timeout"] = timeout
-    params["root"] = root_name(ctx, string(ctx, table, where, "root", default_root),
-                               f"{where}.root")
-    if "path" in CHECK_KEYS[kind][0]:
-        params["path"] = rel_path(ctx, string(ctx, table, where, "path"), f"{where}.path")
-    if kind == "grep":
-        params["pattern"] = string(ctx, table, where, "pattern", nonempty=True)
-        if "\n" in params["pattern"]:
-            raise ctx.fail(f"{where}.pattern", "pattern holds a newline, but grep matches one "
-                           "line at a time", "Match a single line (use count for several)")
-        params["regex"] = typed(ctx, table, where, "regex", bool, False)
-        if params["regex"]:
-            try:
-                re.compile(params["pattern"])
-            except re.error as exc:
-                raise ctx.fail(f"{where}.pattern", f"pattern is not a valid regular "
-                               f"expression: {exc}", "Fix it, or set regex = false") from None
-        if "count" in table and "present" in table:
-            raise ctx.fail(f"{where}.count", "a grep check needs exactly one of 'count' and "
-                           "'present', and this one has both", "Keep count (exact number of "
-                           "matching lines) or present (true/false), not both")
-        if "count" not in table and "present" not in table:
-            raise ctx.fail(f"{where}.count", "a grep check needs one of 'count' and 'present', "
-                           "and this one has neither", "Add count = N (the exact number of "
-                           "matching lines) or present = true/false")
-        if "count" in table:
-            params["count"] = typed(ctx, table, where, "count", int)
-            if params["count"] < 0:
-                raise ctx.fail(f"{where}.count", "count is negative", "Use 0 or more")
-        else:
-            params["present"] = typed(ctx, table, where, "present", bool)
-    elif kind == "sha256":
-        digest = string(ctx, table, where, "sha256")
-        if not SHA256_RE.match(digest):
-            raise ctx.fail(f"{where}.sha256", "sha256 is not 64 lowercase hex digits",
-                           "Paste the output of sha256sum")
-        params["sha256"] = digest
-    elif kind == "python-import":
-        params["module"] = string(ctx, table, where, "module", nonempty=True)
-        if "sys_path" in table:
-            params["sys_path"] = string(ctx, table, where, "sys_path")
-    elif kind == "python-script":
-        params["script"] = rel_path(ctx, string(ctx, table, where, "script"), f"{where}.script")
-        params["args"] = list(strings(ctx, table, where, "args", []))
-    elif kind == "command":
-        argv = strings(ctx, table, where, "argv")
-        if not argv:
-            raise ctx.fail(f"{where}.argv", "argv is empty", "Give the program and arguments")
-        params["argv"] = list(argv)
-        params["expect_exit"] = typed(ctx, table, where, "expect_exit", int, 0)
-    elif kind in ("git-contains", "git-descends-from"):
-        pair = ("commit", "fix") if kind == "git-contains" else ("tag", "commit")
-        if (pair[0] in table) == (pair[1] in table):
-            raise ctx.fail(f"{where}.{pair[0]}", f"a {kind} check needs exactly one of "
-                           f"'{pair[0]}' and '{pair[1]}'", f"Keep one of {pair[0]} and {pair[1]}")
-        for key in pair:
-            if key in table:
-                params[key] = string(ctx, table, where, key, nonempty=True)
-        if "fix" in params and not NAME_RE.match(params["fix"]):
-            raise ctx.fail(f"{where}.fix", f"'{params['fix']}' is not a fix name", "Name a "
-                           "fix of the catalog")
-        if kind == "git-contains":
-            params["present"] = typed(ctx, table, where, "present", bool, True)
-    return params
-
-
 def _build_actions(ctx: Ctx, data: Mapping[str, Any]) -> Actions:
     table = typed(ctx, data, "", "actions", dict, {})
     check_keys(ctx, table, "actions", ("purge_pycache",), ())
@@ -420,7 +315,7 @@ def _build_actions(ctx: Ctx, data: Mapping[str, Any]) -> Actions:
 def _build_rollback(ctx: Ctx, data: Mapping[str, Any]) -> Rollback:
     table = typed(ctx, data, "", "rollback", dict, {})
     check_keys(ctx, table, "rollback", ("strategy", "notes"), ())
-    return Rollback(strategy=choice(ctx, table, "rollback", "strategy", ROLLBACK_STRATEGIES,
+    return Rollback(strategy=choice(ctx, table, "rollback", "strategy", STRATEGIES,
                                     "restore"),
                     notes=string(ctx, table, "rollback", "notes", ""))
 

@@ -9,7 +9,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
-# the order of release names is the engine's, which chooses variants by it next to the files
+# the request/result contract (check kinds, their keys and defaults, the primary root); the
+# order of release names is the engine's, which chooses variants by it next to the files
+from ..engine.contract import CHECK_DEFAULTS, PRIMARY_ROOT
 from ..engine.variants import release_key
 
 #: The manifest format this patchkit reads and writes; a newer one asks for an upgrade.
@@ -19,45 +21,15 @@ STATUSES = ("active", "dead", "superseded", "upstreamed")
 #: Statuses refused for apply unless the caller insists (``allow_inactive``).
 INACTIVE_STATUSES = ("dead", "superseded")
 FORWARDING_STATES = ("not-forwarded", "proposed", "merged", "rejected", "not-applicable")
-ROLLBACK_STRATEGIES = ("restore", "reverse")
 
-DEFAULT_ROOT = "sglang"
+#: the longest fix name: it is a file name (manifests/NAME.toml, patches/NAME/), a git path
+#: and a state record key, everywhere a name is accepted
+MAX_NAME = 100
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9.-]{0,%d}\Z" % (MAX_NAME - 1))
+SHA256_RE = re.compile(r"[0-9a-f]{64}\Z")
 
 #: A release name such as 0.5.22 or 0.5.23rc1 (``[upstream] applied`` may also be a commit).
 RELEASE_RE = re.compile(r"\d+(\.\d+)+([a-z]+\d*)?(\.post\d+)?\Z")
-
-
-#: Check kinds -> (required keys, optional keys), besides ``kind``, ``name`` and ``timeout``;
-#: grep needs exactly one of count/present.
-CHECK_KEYS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = MappingProxyType({
-    "grep": (("path", "pattern"), ("root", "regex", "count", "present")),
-    "sha256": (("path", "sha256"), ("root",)),
-    "python-syntax": (("path",), ("root",)),
-    "bash-syntax": (("path",), ("root",)),
-    "python-import": (("module",), ("root", "sys_path")),
-    "python-script": (("script",), ("root", "args")),
-    "command": (("argv",), ("root", "expect_exit")),
-    # git checks: exactly one of commit/fix (git-contains), of tag/commit (git-descends-from)
-    "git-contains": ((), ("root", "commit", "fix", "present")),
-    "git-descends-from": ((), ("root", "tag", "commit")),
-})
-CHECK_KINDS = tuple(CHECK_KEYS)
-
-#: Seconds a check may run unless its ``timeout`` says otherwise (docs/manifest.md).
-CHECK_TIMEOUTS: Mapping[str, float] = MappingProxyType({
-    kind: 60.0 if kind in ("grep", "sha256", "python-syntax", "bash-syntax") else 300.0
-    for kind in CHECK_KINDS
-})
-
-#: Defaults written into the engine request so the engine never guesses.
-_EXTRA_DEFAULTS: Mapping[str, dict[str, Any]] = {
-    "grep": {"regex": False}, "python-script": {"args": ()}, "command": {"expect_exit": 0},
-    "git-contains": {"present": True},
-}
-CHECK_DEFAULTS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
-    kind: MappingProxyType(dict(_EXTRA_DEFAULTS.get(kind, {}), timeout=CHECK_TIMEOUTS[kind]))
-    for kind in CHECK_KINDS
-})
 
 
 def _freeze(value: Any) -> Any:
@@ -84,7 +56,7 @@ class Upstream:
     base_release: str
     releases: tuple[str, ...]  # empty: no release precondition
     project: str = "sglang"
-    root: str = DEFAULT_ROOT
+    root: str = PRIMARY_ROOT
     forwarding: str = "not-forwarded"
     reference: str = ""
     bug: str = ""  # the bug report (DEP-3 Bug)
@@ -129,7 +101,7 @@ class Check:
     def describe(self) -> str:
         """One line for people: the label if any, else what the check looks at."""
         p = self.params
-        where = f"{p.get('root', DEFAULT_ROOT)}:{p['path']}" if "path" in p else ""
+        where = f"{p.get('root', PRIMARY_ROOT)}:{p['path']}" if "path" in p else ""
         if self.kind == "grep":
             want = f"= {p['count']}" if "count" in p else ("present" if p.get("present") else "absent")
             what = f"grep {p['pattern']!r} in {where} {want}"
@@ -171,7 +143,7 @@ class Revert:
     commit: str = ""
     fix: str = ""
     paths: tuple[str, ...] = ()
-    root: str = DEFAULT_ROOT
+    root: str = PRIMARY_ROOT
 
 
 @dataclass(frozen=True)
@@ -339,7 +311,7 @@ class TargetConfig:
 
     def all_roots(self) -> dict[str, str]:
         """Every root of the target by name, the main one as ``sglang``."""
-        return {DEFAULT_ROOT: self.path, **self.roots}
+        return {PRIMARY_ROOT: self.path, **self.roots}
 
 
 @dataclass(frozen=True)

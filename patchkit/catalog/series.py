@@ -14,15 +14,13 @@ import unidiff.errors
 
 from ..engine.hunks import hunk_body, split_lines  # the engine splits files the same way
 from ..errors import PatchFormatError
+from .patchmail import MBOX_FROM as _MBOX_FROM  # the mbox From line: patchmail's
 
 DEV_NULL = "/dev/null"
 DEFAULT_MODE = "100644"
 _REFUSED_MODES = {"120000": "a symbolic link", "160000": "a git submodule"}
 _REFUSED_INFO = (("rename from ", "renames"), ("copy from ", "copies"))
 _NO_NEWLINE = "\\ No newline at end of file\n"
-#: The line that starts each mail of an mbox (git format-patch writes ``From <sha> <date>``).
-_MBOX_FROM = re.compile(r"From \S+ +(Mon|Tue|Wed|Thu|Fri|Sat|Sun) (Jan|Feb|Mar|Apr|May|Jun|Jul|"
-                        r"Aug|Sep|Oct|Nov|Dec) +\d+ \d\d:\d\d:\d\d \d{4}$")
 
 
 class _Counted:
@@ -48,7 +46,7 @@ def parse_patch(path: Path | str, root: str, data: bytes | None = None) -> list[
     return _parse(path, data, root)
 
 
-def read_series(patches: Sequence[tuple[Path | str, str]]
+def series_records(patches: Sequence[tuple[Path | str, str]]
                 ) -> tuple[list[str], list[dict[str, Any]]]:
     """The sha256 of each ``(path, root)`` patch and the FILE records of the whole series, each
     hunk in the request's ``body`` form; ``OSError`` when a patch cannot be read."""
@@ -64,7 +62,7 @@ def read_series(patches: Sequence[tuple[Path | str, str]]
 
 def _read(path: Path, oserror: bool = False) -> bytes:
     """A patch file's bytes: a regular file (not a FIFO, which would block), bounded;
-    ``oserror``: a file that cannot be read raises the OSError (read_series' contract)."""
+    ``oserror``: a file that cannot be read raises the OSError (series_records' contract)."""
     from ..engine import fsops
     from ..interop import MAX_INPUT, read_regular
 

@@ -121,6 +121,21 @@ TARGET_OPTIONS = (
 )
 
 
+def write_options(where: str = "target", note: str = "") -> tuple[Callable[..., Any], ...]:
+    """``--commit`` and ``--no-git`` of the commands that write fixes to ``where`` (a target or
+    the hosts); ``note`` says when ``--commit`` applies (plan: only to apply)."""
+    return (click.option("--commit", "commit", is_flag=True,
+                         help=f"Record each fix as a commit (Patchkit-Fix trailers) in the {where}'s "
+                              f"git checkout{note}."),
+            click.option("--no-git", "no_git", is_flag=True,
+                         help=f"Run no git on the {where} (a container build): no clean check against HEAD."))
+
+
+#: ``--force`` of the commands that upgrade fixes (apply, sync).
+FORCE_UPGRADE = click.option("--force", is_flag=True, help="Upgrade even when the applied version's "
+                             "files changed since (discarding those changes).")
+
+
 def _keep_catalog(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
     """``--catalog`` after the command's name (``patchkit list --catalog DIR``): the same as
     before it, and it wins over one given there."""

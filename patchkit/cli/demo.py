@@ -10,7 +10,7 @@ import click
 
 from .. import api, hooks
 from ..catalog import Catalog, lineage
-from . import render
+from . import render, render_status
 from .render_history import render_log
 from ..demo import SEED_FIXES, DemoFork, build_fork, demo_release
 from ..targets import LocalTarget
@@ -59,7 +59,7 @@ def demo(state: State, workdir: str, release: str | None, as_json: bool) -> int:
     fixes = " ".join(SEED_FIXES)
 
     _step(out, 2, "status before", f"patchkit status --all {where}")
-    render.render_status(out, api.status(catalog, target), verbose=True)
+    render_status.render_status(out, api.status(catalog, target), verbose=True)
 
     _step(out, 3, "dry run: every precondition, where each hunk lands; nothing written",
           f"patchkit apply --dry-run {fixes} {where}")
@@ -70,12 +70,12 @@ def demo(state: State, workdir: str, release: str | None, as_json: bool) -> int:
     render.render_result(out, applied)
     changed = hooks.changed_fixes(applied)
     # what the deploy takes effect with: the restart the seed's deploy never said it needed
-    render.render_after(out, None, tuple(dict.fromkeys(
+    render_status.render_after(out, None, tuple(dict.fromkeys(
         r for name in changed for r in catalog.get(name).restart)))
 
     _step(out, 5, "status after", f"patchkit status {where}")
     after = api.status(catalog, target)
-    render.render_status(out, after)
+    render_status.render_status(out, after)
 
     _step(out, 6, "lineage of the fixes", f"patchkit log {where}")
     render_log(out, lineage.build(catalog, target_status=after))

@@ -8,9 +8,10 @@ from typing import Any
 
 import click
 
+from ..engine.contract import OPS
 from ..errors import EXIT_CHECK_FAILED, UsageError
 from . import render
-from .common import State, command
+from .common import State, command, write_options
 
 #: ``--inventory``, ``--limit`` and ``--forks``: every command that can run on a fleet.
 INVENTORY_OPTIONS = (
@@ -32,8 +33,6 @@ ROLLOUT_OPTIONS = INVENTORY_OPTIONS + (
                  help="Shell command run on each host after its change (and after an undo), e.g. a restart."),
 )
 _ROLLOUT_ONLY = ("waves", "max_fail", "health_cmd", "after_cmd")
-#: Fleet status cells that make ``status --inventory --exit-code`` fail.
-NOT_CONVERGED = {"drifted", "partly-present", "outdated", "lost", "unreachable", "failed"}
 
 
 def wants_fleet(fleet: dict[str, Any], where: dict[str, Any]) -> bool:
@@ -73,6 +72,8 @@ def survey(state: State, op: str, names: list[str], fleet: dict[str, Any], *, as
     result = fleets.survey(state.catalog(), op, names, inventory=fleet["inventory"],
                            limit=fleet["limit"], forks=fleet["forks"], lock_timeout=lock_timeout)
     if op == "status":
+        from ..fleet.status import by_release, converged, running_cells, status_cells
+
         cells = status_cells(result, names or [f.name for f in state.catalog().all()])
         running = running_cells(result)
         render.emit(as_json, dict(result.to_json(), matrix=cells, running=running,
@@ -80,18 +81,7 @@ def survey(state: State, op: str, names: list[str], fleet: dict[str, Any], *, as
                     lambda out: render_matrix(out, cells, running))
         if not as_json:
             _recovered(result.hosts)
-        unconverged = any(c["state"] in NOT_CONVERGED for row in cells.values() for c in row.values())
-        unconverged = unconverged or any(h.state != "ok" for h in result.hosts)
-        # one version per fix among the hosts of one release (each release has its variant)
-        versions: dict[tuple[str, Any], set[tuple[Any, Any]]] = {
-            (fix, c.get("release")): set() for row in cells.values() for fix, c in row.items()}
-        for row in cells.values():
-            for fix, c in row.items():
-                if c["state"] != "unreachable":
-                    versions[(fix, c.get("release"))].add((c["state"], c.get("version")))
-        unconverged = unconverged or any(len(v) > 1 for v in versions.values())
-        unconverged = unconverged or running_gate and any(  # --running: what runs old code
-            v.startswith("restart pending") or v == "not looked at" for v in running.values())
+        unconverged = not converged(result, cells, running, running_gate)
         return EXIT_CHECK_FAILED if exit_code and unconverged else 0
     render.emit(as_json, result.to_json(), lambda out: render_hosts(out, result.hosts, op))
     return 0 if all(h.state == "ok" for h in result.hosts) else EXIT_CHECK_FAILED
@@ -105,74 +95,19 @@ def _recovered(hosts: Any) -> None:
                              f"{', '.join(rec.get('fixes') or ())}: {rec.get('outcome')}\n")
 
 
-#: The states in which a host runs a version of the fix (as single-target status shows them).
-ON_HOST = ("applied", "outdated", "drifted", "lost")
-
-
-def status_cells(result: Any, expected: Any = ()) -> dict[str, dict[str, dict[str, Any]]]:
-    """host -> fix -> {state, version}: the fleet status matrix. A host that failed or was not
-    reached has that state and its reason (detail) in every fix's cell: the fixes the reached hosts
-    report, else (no host answered) ``expected``, the fixes asked about."""
-    rows: dict[str, dict[str, dict[str, Any]]] = {}
-    for host in result.hosts:
-        status = ((host.result or {}).get("status") or {}).get("fixes") or []
-        if host.state != "ok":
-            rows[host.host] = {"*": {"state": host.state, "detail": host.detail}}
-            continue
-        release = ((host.result or {}).get("status") or {}).get("release")
-        rows[host.host] = {f["name"]: {"state": f["state"], "version": f.get("version")
-                                       if f["state"] in ON_HOST else None, "release": release}
-                           for f in status}
-    fixes = _fixes(rows) or sorted(expected) or ["-"]
-    for row in rows.values():
-        if "*" in row:
-            cell = row.pop("*")
-            row.update({fix: dict(cell) for fix in fixes})
-    return rows
-
-
-def by_release(cells: dict[str, dict[str, dict[str, Any]]]) -> dict[str, list[str]]:
-    """release -> the hosts running it ("unknown": unreachable, or no release read)."""
-    out: dict[str, list[str]] = {}
-    for host, row in cells.items():
-        release = next((c.get("release") for c in row.values() if c.get("release")), None)
-        out.setdefault(release or "unknown", []).append(host)
-    return out
-
-
-def _fixes(rows: dict[str, dict[str, Any]]) -> list[str]:
-    return sorted({fix for row in rows.values() for fix in row if fix != "*"})
-
-
 def _cell(cell: dict[str, Any] | None) -> str:
     if not cell:
         return "-"
     return f"{cell['state']} v{cell['version']}" if cell.get("version") else cell["state"]
 
 
-def running_cells(result: Any) -> dict[str, str]:
-    """host -> what runs from it (status ``running``, docs/cli.md): ``restart pending: PID,...``,
-    ``current``, ``none``, ``not looked at`` (no /proc), or ``-`` (not reached, an older engine)."""
-    out = {}
-    for host in result.hosts:
-        run = ((host.result or {}).get("status") or {}).get("running")
-        if host.state != "ok" or not run:
-            out[host.host] = "-"
-        elif not run.get("available"):
-            out[host.host] = "not looked at"
-        else:
-            procs = run.get("processes") or []
-            waiting = [str(p["pid"]) for p in procs if p.get("state") == "restart-pending"]
-            out[host.host] = (f"restart pending: {','.join(waiting)}" if waiting
-                              else "current" if procs else "none")
-    return out
-
-
 def render_matrix(console: Any, cells: dict[str, dict[str, dict[str, Any]]],
                   running: dict[str, str] | None = None) -> None:
     """Terminal: a host x fix table (and a ``running`` column). Plain: one line per host and fix
     (host, fix, state, version), then per host ``HOST (running) WHAT``."""
-    fixes = _fixes(cells)
+    from ..fleet.status import by_release, cell_fixes
+
+    fixes = cell_fixes(cells)
     running = running or {}
     if isinstance(console, render.PlainConsole):
         for host, row in cells.items():
@@ -216,15 +151,8 @@ def render_rollout(console: Any, report: Any) -> None:
     notes = [f"{len(hosts)} host(s) {'would get' if report.dry_run else 'to change'}: {label}"
              for label, hosts in report.groups]
     if report.dry_run:  # each distinct diff once, with the hosts it would be written on
-        diffs: dict[tuple[str, str, str], list[str]] = {}
-        for host in report.hosts:
-            for fix in (host.result or {}).get("fixes") or ():
-                for f in fix.get("files") or ():
-                    if f.get("diff"):
-                        key = (fix["name"], f"{f['root']}:{f['path']}", f["diff"].rstrip())
-                        diffs.setdefault(key, []).append(host.host)
         notes += [f"--- {', '.join(hosts)}: {fix} {where}\n{diff}"
-                  for (fix, where, diff), hosts in diffs.items()]
+                  for (fix, where, diff), hosts in report.diffs().items()]
     if report.stopped:
         notes.append(f"stopped: {report.stopped}")
     for note in notes:
@@ -236,27 +164,14 @@ def fleet_lineage(state: State, fix: str | None, fleet: dict[str, Any], *, as_js
     """`log --inventory`: per fix, each version and the hosts that run it."""
     from .. import fleet as fleets
 
+    from ..fleet.status import lineage
+
     catalog = state.catalog()
     _progress(as_json)(f"log on the hosts of {fleet['inventory']}")
     result = fleets.survey(catalog, "status", [], inventory=fleet["inventory"], limit=fleet["limit"],
                            forks=fleet["forks"], lock_timeout=lock_timeout)
-    cells = status_cells(result)
-    # as `status --inventory` names them: not reached, or reached and the engine did not answer
-    unreachable = [h.host for h in result.hosts if h.state == "unreachable"]
-    failed = {h.host: h.detail for h in result.hosts if h.state not in ("ok", "unreachable")}
-    names = [fix] if fix else [f.name for f in catalog.all()]
-    fixes = []
-    for name in names:
-        entry: dict[str, Any] = {"name": name, "catalog_version": catalog.get(name).version,
-                                 "hosts": {}}
-        for host, row in cells.items():
-            cell = row.get(name)
-            if host in unreachable or host in failed or cell is None:
-                continue
-            key = (f"v{cell['version']}" if cell["state"] in ("applied", "outdated") else cell["state"])
-            entry["hosts"].setdefault(key, []).append(host)
-        fixes.append(entry)
-    data = {"fixes": fixes, "unreachable": unreachable, "failed": failed}
+    data = lineage(catalog, result, fix)
+    fixes, unreachable, failed = data["fixes"], data["unreachable"], data["failed"]
 
     def draw(out: Any) -> None:
         for entry in fixes:
@@ -284,13 +199,10 @@ def _progress(quiet: bool) -> Any:
 
 @command(
     "plan", click.argument("fixes", nargs=-1),
-    click.option("--op", type=click.Choice(["apply", "rollback", "verify", "status"]), default="apply",
+    click.option("--op", type=click.Choice(OPS), default="apply",
                  show_default=True, help="The operation the request is for."),
     click.option("--with-deps", is_flag=True, help="Also include the fixes these depend on (apply)."),
-    click.option("--commit", "commit", is_flag=True,
-                 help="Record each fix as a commit in the host's git checkout (apply)."),
-    click.option("--no-git", "no_git", is_flag=True,
-                 help="Run no git on the hosts (container builds): no clean check against HEAD."),
+    *write_options("host", " (apply)"),
     click.option("--collections-path", is_flag=True,
                  help="Print the directory to put on ANSIBLE_COLLECTIONS_PATH, and nothing else."),
 )

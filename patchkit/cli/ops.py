@@ -8,13 +8,11 @@ from typing import Any, Callable
 import click
 
 from .. import api, hooks
+from ..engine.contract import UNHEALTHY
 from ..errors import EXIT_CHECK_FAILED, UsageError
-from . import render
-from .common import TARGET_OPTIONS, State, command
+from . import render, render_status
+from .common import FORCE_UPGRADE, TARGET_OPTIONS, State, command, write_options
 from .fleet import INVENTORY_OPTIONS, ROLLOUT_OPTIONS, rollout, survey, wants_fleet
-
-#: States that make ``status --exit-code`` fail.
-UNHEALTHY = {"drifted", "partly-present", "outdated", "lost"}
 
 
 FIXES = click.argument("fixes", nargs=-1)
@@ -43,13 +41,13 @@ def _fleet(where: dict[str, Any], rollout_options: bool = True) -> dict[str, Any
 
 def _emit(result: Any, as_json: bool, after: Any = None, restarts: tuple[str, ...] = (),
           **options: Any) -> int:
-    data = result.to_json()
-    if after is not None or restarts:
+    data = result.to_json() if as_json else None  # the JSON object only when it is printed
+    if data is not None and (after is not None or restarts):
         data.update(restart=list(restarts), after=None if after is None else after.to_json())
 
     def draw(out: Any) -> None:
         render.render_result(out, result, **options)
-        render.render_after(out, after, restarts)
+        render_status.render_after(out, after, restarts)
 
     return render.emit(as_json, data, draw)
 
@@ -129,12 +127,7 @@ def _after(state: State, where: dict[str, Any], result: Any, found: dict[str, An
     click.option("--verbose", "-v", is_flag=True, help="One row per file even when a fix changes many."),
     click.option("--with-deps", is_flag=True, help="Also apply the fixes these depend on."),
     click.option("--allow-inactive", is_flag=True, help="Allow applying a dead or superseded fix."),
-    click.option("--commit", "commit", is_flag=True,
-                 help="Record each fix as a commit (Patchkit-Fix trailers) in the target's git checkout."),
-    click.option("--no-git", "no_git", is_flag=True,
-                 help="Run no git on the target (a container build): no clean check against HEAD."),
-    click.option("--force", is_flag=True,
-                 help="Upgrade even when the applied version's files changed since (discarding those changes)."),
+    *write_options(), FORCE_UPGRADE,
 )
 def apply(state: State, fixes: tuple[str, ...], dry_run: bool, show_diff: bool | None,
           verbose: bool, with_deps: bool, allow_inactive: bool, commit: bool, no_git: bool,
@@ -217,7 +210,8 @@ def status(state: State, show_all: bool, exit_code: bool, running: bool, as_json
         return survey(state, "status", [], fleet, as_json=as_json, lock_timeout=where["lock_timeout"],
                       exit_code=exit_code, running_gate=running)
     result = _run(state, where, "reading", as_json, api.status)
-    render.emit(as_json, result.to_json(), lambda out: render.render_status(out, result, verbose=show_all))
+    render.emit(as_json, result.to_json() if as_json else None,
+                lambda out: render_status.render_status(out, result, verbose=show_all))
     render.broken_note(result.broken, as_json)
     unhealthy = any(s.state in UNHEALTHY for s in result.status) or bool(result.broken)
     return EXIT_CHECK_FAILED if exit_code and (unhealthy or running and runs_old_code(result)) else 0

@@ -10,8 +10,9 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, List, Mapping, Tuple
 
+from ..engine import contract as wire
 from ..errors import PatchkitError
-from ..results import CheckResult, FileChange, FixOutcome, OpResult
+from ..results import CheckResult, FileOutcome, FixOutcome, OpResult
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -24,14 +25,14 @@ STATUS_FILES = 5
 COLOR_DIFF_LIMIT = 200_000
 
 OUTCOME_STYLE = {
-    "applied": "bold green", "already-applied": "green", "would-apply": "cyan",
-    "upgraded": "bold green", "would-upgrade": "cyan", "rolled-back": "bold yellow",
-    "would-roll-back": "yellow", "verified": "bold green", "failed": "bold red",
-    "not-applied": "dim", "not-needed": "dim", "present-unrecorded": "yellow",
+    wire.APPLIED: "bold green", wire.ALREADY_APPLIED: "green", wire.WOULD_APPLY: "cyan",
+    wire.UPGRADED: "bold green", wire.WOULD_UPGRADE: "cyan", wire.ROLLED_BACK: "bold yellow",
+    wire.WOULD_ROLL_BACK: "yellow", wire.VERIFIED: "bold green", wire.FAILED: "bold red",
+    wire.NOT_APPLIED: "dim", wire.NOT_NEEDED: "dim", wire.PRESENT_UNRECORDED: "yellow",
 }
 STATE_STYLE = {
-    "applied": "green", "drifted": "bold red", "not-applied": "dim", "partly-present": "yellow",
-    "present-unrecorded": "cyan", "outdated": "yellow", "not-needed": "dim", "lost": "bold yellow",
+    wire.APPLIED: "green", wire.DRIFTED: "bold red", wire.NOT_APPLIED: "dim", wire.PARTLY_PRESENT: "yellow",
+    wire.PRESENT_UNRECORDED: "cyan", wire.OUTDATED: "yellow", wire.NOT_NEEDED: "dim", wire.LOST: "bold yellow",
 }
 
 #: A line of output as (text, rich style) segments.
@@ -183,7 +184,7 @@ def _check_line(c: CheckResult) -> Segments:
     return out
 
 
-def _hunk_summary(f: FileChange) -> str:
+def _hunk_summary(f: FileOutcome) -> str:
     places = ", ".join(f"{h.line}" + (f" (offset {h.offset:+d})" if h.offset else "") for h in f.hunks)
     return f"{len(f.hunks)} hunk{'' if len(f.hunks) == 1 else 's'} at line {places}"
 
@@ -194,7 +195,7 @@ def diff_stat(diff: str) -> tuple[int, int]:
     return sum(b.count("\n+") for b in bodies), sum(b.count("\n-") for b in bodies)
 
 
-def _files_summary(files: tuple[FileChange, ...]) -> str:
+def _files_summary(files: tuple[FileOutcome, ...]) -> str:
     ops = [f.op for f in files]
     stats = [diff_stat(f.diff) for f in files]
     added, removed = sum(a for a, _ in stats), sum(r for _, r in stats)
@@ -293,7 +294,7 @@ def _drifted(console: Any, fix: FixOutcome) -> None:
                      f"(patchkit refresh {fix.name} --from CHECKOUT)", "yellow")])
 
 
-def _recovered(result: OpResult) -> List[Segments]:
+def recovered_notes(result: OpResult) -> List[Segments]:
     """A line per interrupted run this one found and recovered first."""
     return [[("recovered", "yellow"), (f" an interrupted {rec.get('op')} of "
              f"{', '.join(rec.get('fixes') or [])}: {rec.get('outcome')}", "")]
@@ -306,110 +307,13 @@ def render_result(console: Any, result: OpResult, *, show_diff: bool | None = No
     if show_diff is None:
         show_diff = result.dry_run and sum(len(fix.files) for fix in result.fixes) <= FEW_FILES
     size = sum(len(f.diff) for fix in result.fixes for f in fix.files) if show_diff else 0
-    for note in _recovered(result):
+    for note in recovered_notes(result):
         line(console, note)
     head = "dry run of " if result.dry_run else ""
     line(console, [(f"{head}{result.op}", "bold"), (f" on {result.target}", "")])
     for fix in result.fixes:
         render_fix_outcome(console, fix, show_diff=show_diff, all_checks=result.dry_run,
                            verbose=verbose, color_diff=size <= COLOR_DIFF_LIMIT)
-
-
-def _status_rows(result: OpResult, verbose: bool) -> List[List[str]]:
-    rows = []
-    for s in result.status:
-        if s.state == "not-applied" and not verbose:
-            continue
-        bad = [f"{f.get('path')} ({f.get('state')})" for f in s.files if f.get("state") != "ok"]
-        if len(bad) > STATUS_FILES:  # a drifted release series: thousands of files
-            bad = bad[:STATUS_FILES] + [f"and {len(bad) - STATUS_FILES} more (--json lists them)"]
-        state = s.state
-        if state == "outdated":
-            state = f"outdated (v{s.version} applied, v{s.catalog_version} in the catalog)"
-            if result.release and s.releases:  # the variant of the release the target runs
-                state += f": v{s.catalog_version} is {result.release}'s variant"
-        elif s.detail and s.detail.startswith("in upstream since"):
-            state = f"{state}: {s.detail}"
-        elif state == "lost":
-            state = f"lost: {s.detail}"
-        shown = s.version is not None and s.state in ("applied", "drifted", "outdated", "lost")
-        rows.append([s.name, state, f"v{s.version}" if shown else "", s.applied_at or "",
-                     ", ".join(bad)])
-    return rows
-
-
-def render_status(console: Any, result: OpResult, *, verbose: bool = False) -> None:
-    """Plain: one line per fix (fix, state, version, applied at, files), notes on stderr."""
-    rows = _status_rows(result, verbose)
-    notes = _recovered(result)
-    if not rows:
-        notes.append([(f"no fix applied or present on {result.target}", "")])
-    if verbose:  # --all: the fixes it could not look at, and why
-        notes += [[(f"{name}: ", "bold"), (f"root {', '.join(roots)} not given", "yellow"),
-                   (f" (--root {roots[0]}=PATH)", "dim")] for name, roots in result.left_out]
-    for note in notes:
-        line(PlainConsole(sys.stderr) if isinstance(console, PlainConsole) else console, note)
-    rows += [[b.name, "error", "", "", broken_detail(b)] for b in result.broken]
-    if rows:
-        write_table(console, rows, ("fix", "bold"), ("state", dict(STATE_STYLE, error="bold red")),
-                    ("version", "right"),
-                    ("applied at", "dim"), ("files", ""), title=f"status of {result.target}"
-                    + (f" (sglang {result.release})" if result.release else ""))
-    render_running(console, result)
-
-
-def render_after(console: Any, after: Any, restarts: tuple[str, ...] = ()) -> None:
-    """The restarts the changed fixes need, and each command run after the change."""
-    if restarts and (after is None or not any(r.what == "after-cmd" for r in after.ran)):
-        line(console, [("restart needed", "bold yellow"), (f" {', '.join(restarts)} (patchkit.toml "
-                       "[restarts]; run it, or apply with --restart)", "")])
-    for run in (after.ran if after is not None else ()):
-        mark = ("✓", "green") if run.ok else ("✗", "red")
-        line(console, [mark, (f" {run.what}: {run.command} (exit {run.returncode})", "")])
-
-
-def running_lines(result: OpResult) -> List[List[str]]:
-    """Plain rows of what runs old code: ``restart pending``, a stale ``.pyc``, what was not
-    looked at (docs/cli.md, Piped output)."""
-    run = result.running
-    if run is None:
-        return []
-    if not run.available:
-        return [["processes not looked at", run.detail or "/proc cannot be read"]]
-    rows = [["restart pending", str(p.pid), p.started_at or "", ",".join(p.roots), p.command,
-             _changed(p)] for p in run.pending]
-    rows += [["stale .pyc", str(s.get("pyc")), str(s.get("source")), str(s.get("why"))]
-             for s in run.stale_pyc]
-    if run.unreadable:
-        rows.append(["processes not read", f"{len(run.unreadable)} process(es) whose /proc entries "
-                     "this user cannot read were not looked at" + (
-                         " (run as their user or root)" if os.geteuid() != 0 else
-                         " (hidden even from root: another PID namespace's or the kernel's)")])
-    return rows
-
-
-def _changed(p: Any) -> str:
-    more = p.changed_count - len(p.changed)
-    return ", ".join(p.changed) + (f" and {more} more" if more > 0 else "")
-
-
-def render_running(console: Any, result: OpResult) -> None:
-    """Plain: tab-separated lines on stderr (stdout keeps one line per fix); a terminal: a table
-    of every process using the target, then the notes."""
-    rows = running_lines(result)
-    if isinstance(console, PlainConsole):
-        PlainConsole(sys.stderr).file.write("".join("\t".join(r) + "\n" for r in rows))
-        return
-    run = result.running
-    if run is not None and run.processes:
-        write_table(console, [[str(p.pid), p.state.replace("-", " "), p.started_at or "", p.command,
-                               p.via] for p in run.processes],
-                    ("pid", "right"), ("state", {"restart": "bold yellow", "current": "green"}),
-                    ("started", "dim"), ("command", ""), ("uses", "dim"),
-                    title=f"running from {result.target}")
-    for row in rows:
-        if row[0] != "restart pending":
-            line(console, [(row[0], "yellow"), (" " + " ".join(row[1:]), "")])
 
 
 def render_fix_list(console: Any, fixes: Iterable[Any], broken: Iterable[Any] = ()) -> None:

@@ -9,7 +9,7 @@ import click
 
 from .. import api
 from . import render
-from .common import TARGET_OPTIONS, State, command
+from .common import FORCE_UPGRADE, TARGET_OPTIONS, State, command, write_options
 from .fleet import ROLLOUT_OPTIONS, rollout, wants_fleet
 from .ops import _emit, _fleet, _run
 
@@ -18,10 +18,7 @@ from .ops import _emit, _fleet, _run
     "sync", *TARGET_OPTIONS, *ROLLOUT_OPTIONS,
     click.option("--dry-run", "-n", is_flag=True,
                  help="Say what sync would apply, upgrade, re-apply or drop; write nothing."),
-    click.option("--no-git", "no_git", is_flag=True,
-                 help="Run no git on the target (a container build): no clean check against HEAD."),
-    click.option("--force", is_flag=True,
-                 help="Upgrade even when the applied version's files changed since (discarding those changes)."),
+    write_options()[1], FORCE_UPGRADE,
 )
 def sync(state: State, dry_run: bool, no_git: bool, force: bool, as_json: bool,
          **where: Any) -> int:

@@ -14,7 +14,7 @@ from ..upstream import UpstreamRepo
 from .common import State, json_option, pass_state
 
 if TYPE_CHECKING:  # the check pulls in the catalog and the rebase: loaded when it runs
-    from ..contains import Verdict
+    from ..rebase.contains import Verdict
 
 
 @click.group("upstream")
@@ -95,7 +95,7 @@ def check(state: State, fixes: tuple[str, ...], release: str, mark: bool, dry_ru
     """Does release VERSION already contain each of FIXES (default: every fix; with --mark,
     every fix of your catalog)? By patch-id, reverse-apply, or the fix's verification greps
     (docs/upstream.md, "Is a fix upstream?")."""
-    from .. import contains as lib
+    from ..rebase import contains as lib
     from ..errors import UsageError
 
     if (dry_run or no_commit) and not mark:

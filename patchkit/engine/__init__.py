@@ -13,8 +13,9 @@ from typing import Any, Dict, List, Optional
 from ..errors import InternalError, PatchkitError, TargetError, Terminated
 from . import faults
 from .checks import close_worker
+from .contract import PRIMARY_ROOT, no_sglang, result_envelope
 from .paths import PLAIN
-from .request import FORMAT, parse_request
+from .request import parse_request
 from .store import Store
 
 __all__ = ["run"]
@@ -22,10 +23,7 @@ __all__ = ["run"]
 
 def run(request: Dict[str, Any]) -> Dict[str, Any]:
     faults.reset()
-    raw = request if isinstance(request, dict) else {}
-    result: Dict[str, Any] = {"format": FORMAT, "op": raw.get("op"), "ok": False,
-                              "dry_run": bool(raw.get("dry_run", False)), "recovered": [],
-                              "fixes": [], "status": None, "error": None}
+    result = result_envelope(request)
     # SIGTERM, SIGHUP (a dropped terminal or SSH session) and SIGQUIT are handled like SIGINT:
     # the write phase rolls back
     previous: Dict[int, Any] = {}
@@ -90,7 +88,7 @@ def _releases(req: Any, installed: Dict[str, Any]) -> Dict[str, Optional[str]]:
 
     out: Dict[str, Optional[str]] = {}
     for root in req.roots:
-        if root.name == "sglang":
+        if root.name == PRIMARY_ROOT:
             out[root.name] = (installed.get(root.name) or {}).get("version") \
                 or detect_release(root, git=req.git)[0]
     return out
@@ -112,9 +110,8 @@ def _tree_identity(path: str) -> Dict[str, Any]:
         where: Dict[str, Any] = {"dev": st.st_dev, "ino": st.st_ino}
     except OSError:
         where = {}
-    import socket
-
-    return dict(where, machine=machine or socket.gethostname(), path=os.path.realpath(path))
+    # the host name as socket.gethostname() says it, without importing socket
+    return dict(where, machine=machine or os.uname().nodename, path=os.path.realpath(path))
 
 
 _MODULES = {"apply": ".apply", "rollback": ".rollback", "status": ".observe", "verify": ".observe"}
@@ -124,13 +121,10 @@ def _refuse_without_sglang(req: Any) -> None:
     """A status of a root ``sglang`` holding no SGLang tree would answer "nothing applied":
     say what is wrong instead (here, so a remote target answers as a local one)."""
     for root in req.roots:
-        if root.name == "sglang" and root.layout == PLAIN:
-            raise TargetError(
-                "no `sglang` package found in %s: looked for %s (an SGLang checkout) and %s (an "
-                "installed package); point the target at an SGLang checkout, the site-packages "
-                "directory that holds sglang, or a venv root"
-                % (root.path, os.path.join(root.path, "python", "sglang") + os.sep,
-                   os.path.join(root.path, "sglang", "__init__.py")), root="sglang", path=root.path)
+        if root.name == PRIMARY_ROOT and root.layout == PLAIN:
+            raise TargetError(no_sglang(root.path, "point the target at an SGLang checkout, the "
+                                        "site-packages directory that holds sglang, or a venv root"),
+                              root=PRIMARY_ROOT, path=root.path)
 
 
 _SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGQUIT")

@@ -130,7 +130,7 @@ def git_changes(keys: List[Tuple[str, str]], roots: Roots, git: bool = True
     for root, path in keys:
         by_root.setdefault(root, {})[roots.get(root).mapped(path)] = None
     if not git:
-        return {name: gitcli.Changes(gitcli.work_tree_top(roots.get(name).path) is not None,
+        return {name: gitcli.Changes(gitcli.dot_git_top(roots.get(name).path) is not None,
                                      error=NO_GIT) for name in by_root}
     return {name: gitcli.changed_paths(roots.get(name).path, list(rels))
             for name, rels in by_root.items()}

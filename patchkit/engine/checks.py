@@ -22,17 +22,13 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
 from ..errors import UnsafePathError, UsageError
+from .contract import CHECK_KINDS, CHECK_TIMEOUTS, grep_holds, is_timeout
 from .hunks import decode, sha256_bytes, split_lines
 from .paths import PACKAGE, Roots
 
 Reader = Callable[[str, str], Optional[bytes]]
 
 OUTPUT_LIMIT = 4000
-#: Seconds a check may run without a ``timeout`` (the catalog's CHECK_DEFAULTS send the same).
-DEFAULT_TIMEOUTS = {"grep": 60.0, "sha256": 60.0, "python-syntax": 60.0, "bash-syntax": 60.0,
-                    "python-import": 300.0, "python-script": 300.0, "command": 300.0,
-                    "git-contains": 300.0, "git-descends-from": 300.0}
-KINDS = tuple(DEFAULT_TIMEOUTS)
 
 
 class TimedOut(Exception):
@@ -134,9 +130,9 @@ def expand(values: List[Any], ctx: CheckContext) -> List[str]:
 
 def run_check(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
     kind = str(check.get("kind", ""))
-    if kind not in KINDS:
+    if kind not in CHECK_KINDS:
         raise UsageError("fix %s: unknown check kind %r; use one of %s"
-                         % (ctx.fix, kind, ", ".join(KINDS)), fix=ctx.fix, kind=kind)
+                         % (ctx.fix, kind, ", ".join(CHECK_KINDS)), fix=ctx.fix, kind=kind)
     limit = _timeout(check, ctx.fix)
     start = time.monotonic()
     try:
@@ -161,8 +157,8 @@ def run_check(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
 def _timeout(check: Dict[str, Any], fix: str) -> float:
     value = check.get("timeout")
     if value is None:
-        return DEFAULT_TIMEOUTS[str(check["kind"])]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        return CHECK_TIMEOUTS[str(check["kind"])]
+    if not is_timeout(value):
         raise UsageError("fix %s: %s check %r has timeout %r; give a number of seconds above 0"
                          % (fix, check.get("kind"), check.get("name") or "", value), fix=fix)
     return float(value)
@@ -260,12 +256,11 @@ def _grep(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
     else:
         matches = [i for i, ln in enumerate(split_lines(decode(data)), 1) if pattern in ln]
     where_found = "lines %s" % ", ".join(map(str, matches[:10])) if matches else "no line"
-    if "count" in check and check["count"] is not None:
-        ok = len(matches) == int(check["count"])
+    ok = grep_holds(check, len(matches))
+    if check.get("count") is not None:
         detail = "%d matching lines (%s), expected %d" % (len(matches), where_found, int(check["count"]))
     else:
         want = bool(check.get("present", True))
-        ok = bool(matches) == want
         detail = "%s %s; expected it %s" % ("found at" if matches else "not found:", where_found,
                                             "present" if want else "absent")
     if not ok and check.get("name"):

@@ -33,7 +33,7 @@ def deadline(seconds: float) -> Iterator[None]:
 _REPO_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_NAMESPACE")
 
 
-def _git(root: str, args: List[str], stdin: Optional[bytes] = None,
+def run(root: str, args: List[str], stdin: Optional[bytes] = None,
          env: Optional[Dict[str, str]] = None) -> Optional[subprocess.CompletedProcess]:
     """Run git in ``root`` (None if it cannot start, or ran past ``TIMEOUT``)."""
     full = {k: v for k, v in os.environ.items() if k not in _REPO_VARS and k != "PATCHKIT_FAULT"}
@@ -53,8 +53,10 @@ def _git(root: str, args: List[str], stdin: Optional[bytes] = None,
         return None
 
 
-def work_tree_top(root: str) -> Optional[str]:
-    """The real path of the work tree ``root`` is in (the nearest ``.git`` upwards), or None."""
+def dot_git_top(root: str) -> Optional[str]:
+    """The real path of the nearest directory upwards holding a ``.git`` (file or directory),
+    or None: whether a root is in a checkout at all, asked without running git (the client's
+    ``gitrepo.work_tree_top`` asks git, which also knows ``GIT_DIR`` and bare repositories)."""
     cur = os.path.realpath(root)
     while True:
         if os.path.lexists(os.path.join(cur, ".git")):
@@ -67,9 +69,9 @@ def work_tree_top(root: str) -> Optional[str]:
 
 def describe_tag(root: str) -> Optional[str]:
     """The tag HEAD sits exactly on, without a leading "v", or None."""
-    if work_tree_top(root) is None:
+    if dot_git_top(root) is None:
         return None
-    proc = _git(root, ["describe", "--tags", "--exact-match"])
+    proc = run(root, ["describe", "--tags", "--exact-match"])
     if proc is None or proc.returncode != 0:
         return None
     tag = proc.stdout.decode("utf-8", "replace").strip()
@@ -87,7 +89,7 @@ class Changes:
 
 def changed_paths(root: str, rels: List[str]) -> Changes:
     """Which of ``rels`` (root-relative) differ from HEAD: one ``git status`` for all of them."""
-    top = work_tree_top(root)
+    top = dot_git_top(root)
     if top is None:
         return Changes(False)
     if not rels:
@@ -95,7 +97,7 @@ def changed_paths(root: str, rels: List[str]) -> Changes:
     # porcelain paths are relative to the work tree's top, whatever the cwd
     prefix = os.path.relpath(os.path.realpath(root), top)
     prefix = "" if prefix == "." else prefix + "/"
-    proc = _git(root, ["status", "--porcelain=v1", "-z", "--untracked-files=all", "--"] + rels)
+    proc = run(root, ["status", "--porcelain=v1", "-z", "--untracked-files=all", "--"] + rels)
     if proc is None:
         return Changes(True, error="git did not run (is it installed?)")
     if proc.returncode != 0:

@@ -31,7 +31,7 @@ class Checkout:
 
     def run(self, args: List[str], stdin: Optional[bytes] = None,
             env: Optional[Dict[str, str]] = None) -> bytes:
-        proc = gitcli._git(self.top, args, stdin=stdin, env=env)
+        proc = gitcli.run(self.top, args, stdin=stdin, env=env)
         if proc is None:
             raise TargetError("git did not run in %s (is git installed on the target?)" % self.top,
                               command=["git"] + args)
@@ -44,7 +44,7 @@ class Checkout:
 
     def output(self, args: List[str]) -> Optional[bytes]:
         """What git printed, or None when it failed (for questions a failure answers)."""
-        proc = gitcli._git(self.top, args)
+        proc = gitcli.run(self.top, args)
         return proc.stdout if proc is not None and proc.returncode == 0 else None
 
     def ok(self, args: List[str]) -> bool:
@@ -155,26 +155,36 @@ def series_diff(text: str) -> str:
 
 def checkout_of(root_path: str) -> Optional[Checkout]:
     """The git checkout a root is in, or None (no ``.git`` upwards, or git cannot read it)."""
-    top = gitcli.work_tree_top(root_path)
-    if top is None:
-        return None
-    proc = gitcli._git(root_path, ["rev-parse", "--show-toplevel"])
-    if proc is None or proc.returncode != 0:
-        return None
-    top = os.path.realpath(proc.stdout.decode("utf-8", "surrogateescape").strip())
+    return checkout_and_head(root_path, head=False)[0]
+
+
+def checkout_and_head(root_path: str, head: bool = True) -> Tuple[Optional[Checkout], Optional[str]]:
+    """:func:`checkout_of` and, with ``head``, the commit at HEAD (None when unborn), from one
+    ``git rev-parse`` (it prints the top, then the commit; an unborn HEAD exits 1)."""
+    if gitcli.dot_git_top(root_path) is None:
+        return None, None
+    args = ["rev-parse", "--show-toplevel"] + (["--verify", "--quiet", "HEAD^{commit}"] if head else [])
+    proc = gitcli.run(root_path, args)
+    lines = [] if proc is None else proc.stdout.decode("utf-8", "surrogateescape").splitlines()
+    if proc is None or proc.returncode not in ((0, 1) if head else (0,)) or not lines:
+        return None, None
+    top = os.path.realpath(lines[0].strip())
     prefix = os.path.relpath(os.path.realpath(root_path), top)
-    return Checkout(top, "" if prefix == "." else prefix + "/")
+    sha = lines[1].strip() if head and proc.returncode == 0 and len(lines) > 1 else None
+    return Checkout(top, "" if prefix == "." else prefix + "/"), sha or None
 
 
-def merge_file(ours: bytes, base: bytes, theirs: bytes, labels: Tuple[str, str, str]) -> Tuple[bytes, int]:
-    """``git merge-file -p --diff3``: the merged bytes and the number of conflicts."""
+def merge_file(ours: bytes, base: bytes, theirs: bytes,
+               labels: Tuple[str, str, str] = ("ours", "base", "theirs")) -> Tuple[bytes, int]:
+    """``git merge-file -p --diff3``: the merged bytes and the number of conflicts (the
+    client's rebase merges with this one too)."""
     with tempfile.TemporaryDirectory(prefix="patchkit-merge-") as tmp:
         names = [os.path.join(tmp, name) for name in ("ours", "base", "theirs")]
         for path, data in zip(names, (ours, base, theirs)):
             with open(path, "wb") as fh:
                 fh.write(data)
         labelled = [arg for label in labels for arg in ("-L", label)]
-        proc = gitcli._git(tmp, ["merge-file", "-p", "--diff3"] + labelled + names)
+        proc = gitcli.run(tmp, ["merge-file", "-p", "--diff3"] + labelled + names)
     if proc is None:
         raise TargetError("git merge-file did not run (is git installed on the target?)")
     if proc.returncode < 0 or proc.returncode > 127:

@@ -12,8 +12,7 @@ from functools import cached_property
 from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 from ..errors import ConflictError, PatchFormatError, UsageError
-
-OPS = ("modify", "create", "delete")
+from .contract import FILE_OPS, REVERSED_OP, REVERSED_SIDE
 _KINDS = frozenset((" ", "-", "+"))
 
 
@@ -65,9 +64,8 @@ class Hunk:
         return self.old_start if self.old_count == 0 else self.old_start - 1
 
     def reversed(self) -> "Hunk":
-        flip = {"-": "+", "+": "-", " ": " "}
         return Hunk(self.index, self.new_start, self.new_count, self.old_start, self.old_count,
-                    tuple((flip[k], t) for k, t in self.lines))
+                    tuple((REVERSED_SIDE[k], t) for k, t in self.lines))
 
 
 @dataclass(frozen=True)
@@ -102,17 +100,17 @@ class FileChange:
             raw_hunks = list(data.get("hunks") or [])
         except (KeyError, TypeError) as exc:
             raise UsageError("fix %s: a FILE record lacks %s; rebuild the request with "
-                             "patchkit.request" % (fix, exc), fix=fix) from None
-        if op not in OPS:
+                             "patchkit.request_builder" % (fix, exc), fix=fix) from None
+        if op not in FILE_OPS:
             raise UsageError("fix %s: %s:%s has op %r; expected one of %s"
-                             % (fix, root, path, op, ", ".join(OPS)), fix=fix, path=path)
+                             % (fix, root, path, op, ", ".join(FILE_OPS)), fix=fix, path=path)
         change = cls(root, path, patch, op, parse_mode(data.get("mode")), [raw_hunks, fix])
         if not lazy:
             change.hunks  # noqa: B018  (checks them now)
         return change
 
     def reversed(self) -> "FileChange":
-        op = {"create": "delete", "delete": "create"}.get(self.op, self.op)
+        op = REVERSED_OP.get(self.op, self.op)
         return FileChange(self.root, self.path, self.patch, op, self.mode,
                           tuple(h.reversed() for h in self.hunks))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..errors import DriftError, NotApplied, VerificationFailed
-from . import presence, procs, record, revert
+from . import presence, procs, record
 from .checks import CheckContext, failure_lines, run_check
 from .hunks import sha256_bytes
 from .paths import Roots
@@ -60,6 +60,8 @@ def unrecorded(ws: Workspace, spec: FixSpec, roots: Roots) -> Dict[str, Any]:
     # reverts is in HEAD's history; otherwise that change was never there, and a file
     # that only looks partly reverted (another release's code) says nothing either
     if spec.revert is not None and entry["state"] in (presence.PRESENT, presence.PARTLY):
+        from . import revert  # here: only an unrecorded revert fix needs the git code
+
         source, found = revert.resolve(spec, roots)
         if source is None and (entry["state"] == presence.PRESENT or not found["ok"]):
             entry.update(state="not-needed", files=[])

@@ -68,8 +68,20 @@ class Proc:
         self.exe: Optional[str] = None
         self.cwd: Optional[str] = None
         self.env: Dict[str, str] = {}
-        self.maps: Set[str] = set()
+        self.maps_text = ""  # /proc/PID/maps as read; ``maps`` the paths it maps
+        self._maps: Optional[Set[str]] = None
         self.readable = True
+
+    @property
+    def maps(self) -> Set[str]:
+        """The files the process maps (read from ``maps_text`` when first asked)."""
+        if self._maps is None:
+            self._maps = set()
+            for row in self.maps_text.splitlines():
+                cols = row.split(None, 5)
+                if len(cols) == 6 and cols[5].startswith("/"):
+                    self._maps.add(cols[5].replace(" (deleted)", ""))
+        return self._maps
 
     @property
     def python(self) -> bool:
@@ -95,8 +107,10 @@ def _stat_fields(pid: int, base: str) -> Tuple[int, float]:
     return int(rest[1]), int(rest[19]) / float(ticks)
 
 
-def read_proc(pid: int, base: str = PROC) -> Optional[Proc]:
-    """The process ``pid``, None when it is gone or a kernel thread (nothing to restart)."""
+def read_proc(pid: int, base: str = PROC, maps: bool = True) -> Optional[Proc]:
+    """The process ``pid``, None when it is gone or a kernel thread (nothing to restart). Its
+    environment is read for a Python process only (nothing else looks at it); with ``maps``
+    False its maps are too (the ``.pyc`` purge, which asks only about Python processes)."""
     p = Proc(pid)
     try:
         p.ppid, p.start = _stat_fields(pid, base)
@@ -109,8 +123,9 @@ def read_proc(pid: int, base: str = PROC) -> Optional[Proc]:
     try:
         p.exe = os.readlink("%s/%d/exe" % (base, pid))
         p.cwd = os.readlink("%s/%d/cwd" % (base, pid))
-        env = _read("%s/%d/environ" % (base, pid))
-        maps = _read("%s/%d/maps" % (base, pid))
+        python = p.python
+        env = _read("%s/%d/environ" % (base, pid)) if python else b""
+        mapped = _read("%s/%d/maps" % (base, pid)) if python or maps else b""
     except FileNotFoundError:
         return None
     except OSError:
@@ -120,17 +135,14 @@ def read_proc(pid: int, base: str = PROC) -> Optional[Proc]:
         key, sep, value = item.partition(b"=")
         if sep:
             p.env[key.decode("utf-8", "surrogateescape")] = value.decode("utf-8", "surrogateescape")
-    for row in maps.decode("utf-8", "surrogateescape").splitlines():
-        cols = row.split(None, 5)
-        if len(cols) == 6 and cols[5].startswith("/"):
-            p.maps.add(cols[5].replace(" (deleted)", ""))
+    p.maps_text = mapped.decode("utf-8", "surrogateescape")
     return p
 
 
 class Scan:
     """Every process ``/proc`` shows, or why it shows none (``unavailable``)."""
 
-    def __init__(self, base: str = PROC) -> None:
+    def __init__(self, base: str = PROC, maps: bool = True) -> None:
         self.procs: Dict[int, Proc] = {}
         self.unavailable: Optional[str] = None
         self.btime: Optional[float] = None
@@ -151,7 +163,7 @@ class Scan:
         for pid in pids:
             if pid in mine:
                 continue  # patchkit itself, and the shell or agent that runs it
-            p = read_proc(pid, base)
+            p = read_proc(pid, base, maps)
             if p is not None:
                 self.procs[pid] = p
 
@@ -213,7 +225,9 @@ def _why(p: Proc, tops: Sequence[str]) -> Optional[str]:
             continue
         if hit(p.arg_path(arg)):
             return "command line names %s" % p.arg_path(arg)
-    loaded = sorted(m for m in p.maps if hit(m))
+    # a file under a root has the root in its path: the maps of a process naming none are not parsed
+    named = any(t in p.maps_text for t in tops)
+    loaded = sorted(m for m in p.maps if hit(m)) if named else []
     if loaded:
         return "has %s loaded" % loaded[0]
     if not p.python:
@@ -362,6 +376,9 @@ def pycache_prefixes(procs: Iterable[Proc], python: Optional[str]) -> List[str]:
 def prefixes_in_use(roots: Roots, python: Optional[str]) -> List[str]:
     """Every ``pycache_prefix`` in use for the roots: the target interpreter's and those of the
     Python processes using them."""
-    scan = Scan()
+    # only a Python process has a prefix; another process found only by the files it maps
+    # passes nothing on to its children (only the same Python's children inherit such a use),
+    # so the maps of processes that are not Python are not read
+    scan = Scan(maps=False)
     found = [] if scan.unavailable else [scan.procs[pid] for pid in users(roots, scan)]
     return pycache_prefixes(found, python)

@@ -8,12 +8,9 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..errors import UnsafePathError, UsageError
+from .contract import FORMAT, OPS, PRIMARY_ROOT, STRATEGIES
 from .hunks import FileChange
 from .paths import Root, Roots
-
-FORMAT = 1
-OPS = ("apply", "rollback", "status", "verify")
-STRATEGIES = ("restore", "reverse")
 
 
 @dataclass
@@ -69,12 +66,12 @@ def _checks(value: Any, fix: str, key: str) -> Tuple[Dict[str, Any], ...]:
 def parse_fix(data: Any, lazy: bool = False, deferred: bool = False) -> FixSpec:
     """``lazy``: the hunks are checked when first used; ``deferred``: the FILE records too."""
     if not isinstance(data, dict) or not data.get("name"):
-        raise UsageError("the request has a fix without a name; rebuild it with patchkit.request")
+        raise UsageError("the request has a fix without a name; rebuild it with patchkit.request_builder")
     name = str(data["name"])
     if "stub" in data:  # a fix of name and version only would read as one with no files
         raise UsageError("fix %s is a stub (name and version only), which engine request format "
                          "1 does not take; send the full fix: rebuild the request with "
-                         "patchkit.request" % name, fix=name)
+                         "patchkit.request_builder" % name, fix=name)
     try:
         version = int(data.get("version", 1))
     except (TypeError, ValueError):
@@ -91,7 +88,7 @@ def parse_fix(data: Any, lazy: bool = False, deferred: bool = False) -> FixSpec:
     revert = data.get("revert")
     if revert is not None and not (isinstance(revert, dict) and (revert.get("commit") or revert.get("fix"))):
         raise UsageError("fix %s: revert must be null or {root, commit and/or fix, ...}; rebuild "
-                         "the request with patchkit.request" % name, fix=name)
+                         "the request with patchkit.request_builder" % name, fix=name)
     return FixSpec(
         name=name, version=version, title=str(data.get("title", "")),
         requires=tuple(str(r) for r in (data.get("requires") or [])),
@@ -140,7 +137,7 @@ def parse_request(data: Any) -> Request:
     if op not in OPS:
         raise UsageError("engine op %r; expected one of %s" % (op, ", ".join(OPS)), op=op)
     roots = Roots(data.get("roots") or {})
-    state_root = roots.get(str(data.get("state_root") or "sglang"))
+    state_root = roots.get(str(data.get("state_root") or PRIMARY_ROOT))
     # status and verify never write; an apply checks each record's hunks when it places them
     lazy = op in ("status", "verify", "apply")
     from .variants import choose  # each fix as its variant for the release the target runs
@@ -156,13 +153,13 @@ def parse_request(data: Any) -> Request:
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise UsageError("the request lists fix %s twice (fixes and dependencies together name "
-                         "each fix once); rebuild it with patchkit.request" % ", ".join(dupes), fixes=dupes)
+                         "each fix once); rebuild it with patchkit.request_builder" % ", ".join(dupes), fixes=dupes)
     try:
         lock_timeout = float(data.get("lock_timeout", 30.0))
     except (TypeError, ValueError):
         raise UsageError("lock_timeout %r is not a number" % data.get("lock_timeout")) from None
     return Request(op=op, dry_run=bool(data.get("dry_run", False)), force=bool(data.get("force", False)),
-                   roots=roots, state_root=state_root, python=str(data.get("python") or roots.interpreters.get("sglang")
+                   roots=roots, state_root=state_root, python=str(data.get("python") or roots.interpreters.get(PRIMARY_ROOT)
                                             or sys.executable),
                    lock_timeout=lock_timeout, fixes=fixes, dependencies=dependencies,
                    commit=bool(data.get("commit", False)), git=bool(data.get("git", True)),
@@ -175,7 +172,7 @@ def _list(data: Dict[str, Any], key: str) -> List[Any]:
         return []
     if not isinstance(value, list):
         raise UsageError("the request's %s must be a list of fixes, not %s; rebuild it with "
-                         "patchkit.request" % (key, type(value).__name__), key=key)
+                         "patchkit.request_builder" % (key, type(value).__name__), key=key)
     return value
 
 

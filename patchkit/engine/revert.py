@@ -8,7 +8,7 @@ from typing import Any, Dict, List, NoReturn, Optional, Tuple
 
 from ..errors import ConflictError
 from .checks import result
-from .gitops import Checkout, checkout_of, merge_file
+from .gitops import Checkout, checkout_and_head, merge_file
 from .hunks import decode, locate, split_lines
 from .paths import Roots
 from .request import FixSpec
@@ -52,7 +52,7 @@ def resolve(fix: FixSpec, roots: Roots) -> Tuple[Optional[Source], Dict[str, Any
     def outcome(ok: bool, detail: str) -> Dict[str, Any]:
         return result("git-revert", label, ok, detail, root.name)
 
-    checkout = checkout_of(root.path)
+    checkout, head = checkout_and_head(root.path)  # one git process for both
     if checkout is None:
         if fix.files:
             return None, outcome(True, "root %s is not a git checkout: reverse-applying %s instead"
@@ -61,7 +61,6 @@ def resolve(fix: FixSpec, roots: Roots) -> Tuple[Optional[Source], Dict[str, Any
         return None, outcome(False, "root %s (%s) is not a git checkout, and a revert of %s needs one; "
                              "name the fix whose series it committed (revert.fix) so patchkit can "
                              "reverse that series instead" % (root.name, root.path, _name(rev)))
-    head = checkout.head()
     if head is None:
         return None, outcome(False, "root %s has no commit at HEAD" % root.name)
     commit, found_by, missing = None, "", []

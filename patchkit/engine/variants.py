@@ -15,14 +15,22 @@ from .paths import Root, Roots
 Releases = Dict[str, Tuple[Optional[str], str]]  # root name -> (release, where it was read)
 
 
-def release_key(release: str) -> Tuple[Tuple[int, ...], int, str]:
-    """0.5.9 < 0.5.22 < 0.5.23rc1 < 0.5.23 < 0.5.23.post1 (patchkit.catalog.model's order)."""
-    m = re.match(r"(\d+(?:\.\d+)*)(.*)", release)
+_RELEASE = re.compile(r"(\d+(?:\.\d+)*)(?:([a-z]+)(\d*))?(?:\.post(\d+))?\Z")
+
+
+def release_key(release: str) -> Tuple[Any, ...]:
+    """The one order of release names, PEP 440's (the client's ``packaging`` agrees, tested):
+    0.5.9 < 0.5.22 < 0.5.23rc1 < 0.5.23 = 0.5.23.0 < 0.5.23.post1 < 0.5.23.post10. A name that
+    is no release sorts first, by its text."""
+    m = _RELEASE.match(release)
     if not m:
-        return ((), 0, release)
-    rest = m.group(2)
-    return (tuple(int(p) for p in m.group(1).split(".")),
-            0 if rest and not rest.startswith(".post") else 1, rest)
+        return ((), 0, "", 0, -1, release)
+    numbers = [int(p) for p in m.group(1).split(".")]
+    while len(numbers) > 1 and numbers[-1] == 0:  # 1.0 is 1.0.0
+        numbers.pop()
+    tag, post = m.group(2), m.group(4)
+    return (tuple(numbers), 0 if tag else 1, tag or "", int(m.group(3) or 0),
+            -1 if post is None else int(post), "")
 
 
 def release_of(roots: Roots, name: str, cache: Releases, git: bool) -> Optional[str]:

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..catalog import Catalog
 from ..errors import UsageError
-from ..request import build_request
+from ..request_builder import build_request
 from .ansible import COLLECTIONS_PATH, ENGINE_MODULE, Host, engine_task, inventory_hosts, run_playbook
 from .rollout import FleetOptions, FleetReport, HostReport, Rollout, parse_waves, split_waves
 
@@ -77,10 +77,6 @@ class Survey:
 
     op: str
     hosts: tuple[HostReport, ...]
-
-    @property
-    def reached(self) -> list[HostReport]:
-        return [h for h in self.hosts if h.state != "unreachable"]
 
     def to_json(self) -> dict[str, Any]:
         return {"op": self.op, "hosts": [h.to_json() for h in self.hosts]}

@@ -9,14 +9,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..engine.contract import DONE, WOULD_CHANGE, WOULD_UPGRADE
 from ..errors import EXIT_ROLLOUT_STOPPED, EXIT_UNREACHABLE, UsageError
 from .ansible import ENGINE_MODULE, Host, PlayRun, TaskResult, engine_task, run_playbook
 
 #: Per fix a host would get: (fix name, "name v2" or "name v1->v2").
 Changes = tuple[tuple[str, str], ...]
-#: What the op does to a host that needs it, and what a dry run says instead.
-DONE = {"apply": "applied", "rollback": "rolled-back"}
-WOULD = {"apply": ("would-apply", "would-upgrade"), "rollback": ("would-roll-back",)}
 
 
 @dataclass(frozen=True)
@@ -63,6 +61,18 @@ class FleetReport:
             return 0
         over_budget = self.stopped.startswith("unreachable")
         return EXIT_UNREACHABLE if over_budget else EXIT_ROLLOUT_STOPPED
+
+    def diffs(self) -> dict[tuple[str, str, str], list[str]]:
+        """(fix, ``root:path``, diff) -> the hosts a dry run would write that diff on: each
+        distinct diff once."""
+        out: dict[tuple[str, str, str], list[str]] = {}
+        for host in self.hosts:
+            for fix in (host.result or {}).get("fixes") or ():
+                for f in fix.get("files") or ():
+                    if f.get("diff"):
+                        key = (fix["name"], f"{f['root']}:{f['path']}", f["diff"].rstrip())
+                        out.setdefault(key, []).append(host.host)
+        return out
 
     def to_json(self) -> dict[str, Any]:
         return {"op": self.op, "dry_run": self.dry_run, "ok": self.stopped is None,
@@ -195,10 +205,10 @@ class Rollout:
         result = task.patchkit or {}
         if task.status != "ok":
             return HostReport(host, "refused", _why(task), result=result), ()
-        changes = tuple((f["name"], f"{f['name']} v{f.get('version')}" if f["outcome"] != "would-upgrade"
+        changes = tuple((f["name"], f"{f['name']} v{f.get('version')}" if f["outcome"] != WOULD_UPGRADE
                          else f"{f['name']} v{f.get('from_version')}->v{f.get('version')}")
-                        for f in result.get("fixes") or () if f.get("outcome") in WOULD[self.op])
-        state = (WOULD[self.op][0] if self.options.dry_run else "untouched") if changes else "unchanged"
+                        for f in result.get("fixes") or () if f.get("outcome") in WOULD_CHANGE[self.op])
+        state = (WOULD_CHANGE[self.op][0] if self.options.dry_run else "untouched") if changes else "unchanged"
         return HostReport(host, state, _label(changes), result=result), changes
 
     def _waved(self, host: str, tasks: list[TaskResult]) -> HostReport:

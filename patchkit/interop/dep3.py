@@ -67,10 +67,24 @@ def headers_of(fix: Fix, *, last_update: bool = True) -> list[tuple[str, str]]:
     if last_update and fix.changelog:
         out.append(("Last-Update", fix.changelog[-1].date))
     out += list(fix.headers)
-    out.append(("Patchkit-Fix", f"{fix.name} v{fix.version}"))
+    out += fix_tag(fix)
     out += [("Patchkit-Release", up.base_release)] if up.base_release else []
     out += [("Patchkit-Fix-Root", up.root)] if up.root != "sglang" else []
     return out
+
+
+def fix_tag(fix: Fix) -> list[tuple[str, str]]:
+    """The header naming the fix a patch was exported from (every patch carries it)."""
+    return [("Patchkit-Fix", f"{fix.name} v{fix.version}")]
+
+
+def rooted(headers: list[tuple[str, str]], root: str) -> list[tuple[str, str]]:
+    """The headers, saying the patch's root when it is not sglang (import reads it back)."""
+    return headers + [("Patchkit-Root", root)] if root != "sglang" else headers
+
+
+#: The header saying a mail's From is not the fix's author (the fix names none).
+AUTHOR_UNSET = ("Patchkit-Author", "unset")
 
 
 def fields_of(pairs: list[tuple[str, str]], source: Path) -> dict[str, Any]:
@@ -159,4 +173,5 @@ def parse(text: str, source: Path) -> tuple[str, str, list[tuple[str, str]]]:
     return title.strip(), rationale, others
 
 
-__all__ = ["FIELDS", "forwarded_of", "headers_of", "fields_of", "render", "parse"]
+__all__ = ["AUTHOR_UNSET", "FIELDS", "fields_of", "fix_tag", "forwarded_of", "headers_of", "parse",
+           "render", "rooted"]

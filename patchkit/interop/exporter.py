@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from ..authoring import PLACEHOLDER_AUTHOR, catalog_identity
-from ..catalog import Catalog
-from ..catalog.model import DEFAULT_ROOT, Fix
+from ..catalog import Catalog, patchmail, writer
+from ..catalog.model import Fix
 from ..errors import UsageError
 from . import dep3, mbox, quilt, read_regular, split_diff
 
@@ -29,17 +27,6 @@ class ExportResult:
     notes: list[str] = field(default_factory=list)
 
 
-def _message_of(text: str) -> tuple[str, str]:
-    """(subject, body) of a series file's own mail header, if it has one."""
-    head = text.split("\ndiff --git ", 1)[0]
-    match = re.search(r"^Subject:[ \t]*(?:\[PATCH[^\]]*\][ \t]*)?(.*)$", head, re.M)
-    if not match:
-        return "", ""
-    rest = head[match.end():].lstrip("\n")
-    body = re.split(r"^---[ \t]*$", rest, maxsplit=1, flags=re.M)[0]
-    return match[1].strip(), body.strip()
-
-
 def _diffs(fix: Fix) -> list[tuple[str, str, str, str, str]]:
     """(file, subject, body, diff, root) of each patch of the fix's series."""
     if not fix.patches:
@@ -52,18 +39,34 @@ def _diffs(fix: Fix) -> list[tuple[str, str, str, str, str]]:
     for ref in fix.patches:
         text = ref.path.read_bytes().decode("utf-8", "surrogateescape")
         _head, diff = split_diff(text, ref.path)
-        subject, body = _message_of(text)
+        head = patchmail.read(text)
+        subject, body = head.subject, head.body
         out.append((ref.file, subject or ref.description or fix.title, body, diff, ref.root))
     return out
 
 
-def _tag(fix: Fix) -> list[tuple[str, str]]:
-    return [("Patchkit-Fix", f"{fix.name} v{fix.version}")]
-
-
-def _rooted(headers: list[tuple[str, str]], root: str) -> list[tuple[str, str]]:
-    """The headers, saying the patch's root when it is not sglang (import reads it back)."""
-    return headers + [("Patchkit-Root", root)] if root != DEFAULT_ROOT else headers
+def _mails(catalog: Catalog, fix: Fix, diffs: list[tuple[str, str, str, str, str]],
+           headers: list[tuple[str, str]], fallback: list[str], result: ExportResult) -> str:
+    """The fix's mbox: one mail per patch, From its author (else the catalog's git user, said
+    in a note; ``fallback`` keeps that user once asked)."""
+    author = fix.author
+    if not author:
+        if not fallback:
+            fallback.append(writer.identity(catalog) or "")
+        author = fallback[0] or patchmail.PLACEHOLDER_AUTHOR
+        who = "the catalog repository's git user" if fallback[0] else "a placeholder"
+        result.notes.append(
+            f"{fix.name} names no author (manifest `author`): its mail is From {author}"
+            f" ({who}); set author = \"Name <email>\" in the manifest to say who wrote it")
+        headers = headers + [dep3.AUTHOR_UNSET]
+    date = mbox.rfc2822(fix.changelog[-1].date) if fix.changelog else ""
+    mails = []
+    for i, (_file, subject, body, diff, root) in enumerate(diffs, 1):
+        first = i == 1
+        mails.append(mbox.message(
+            author, date, fix.title if first else subject, fix.rationale if first else body,
+            dep3.rooted(headers if first else dep3.fix_tag(fix), root), diff, number=i, total=len(diffs)))
+    return "".join(mails)
 
 
 def export(catalog: Catalog, names: Sequence[str], fmt: str, out: Path) -> ExportResult:
@@ -79,35 +82,18 @@ def export(catalog: Catalog, names: Sequence[str], fmt: str, out: Path) -> Expor
     out = Path(out)
     writes: list[tuple[str, str]] = []  # (path relative to out, text), in order
     listed: list[str] = []
-    fallback = None
+    fallback: list[str] = []  # the catalog repository's git user, asked once
     for fix, diffs in planned:
         headers = dep3.headers_of(fix, last_update=fmt != "mbox")
         if fmt == "mbox":
-            author = fix.author
-            if not author:
-                fallback = fallback or catalog_identity(catalog) or ""
-                author = fallback or PLACEHOLDER_AUTHOR
-                who = "the catalog repository's git user" if fallback else "a placeholder"
-                result.notes.append(
-                    f"{fix.name} names no author (manifest `author`): its mail is From {author}"
-                    f" ({who}); set author = \"Name <email>\" in the manifest to say who wrote it")
-                headers = headers + [("Patchkit-Author", "unset")]
-            date = mbox.rfc2822(fix.changelog[-1].date) if fix.changelog else ""
-            mails = []
-            for i, (_file, subject, body, diff, root) in enumerate(diffs, 1):
-                first = i == 1
-                mails.append(mbox.message(
-                    author, date, fix.title if first else subject,
-                    fix.rationale if first else body,
-                    _rooted(headers if first else _tag(fix), root),
-                    diff, number=i, total=len(diffs)))
-            writes.append((f"{fix.name}.mbox", "".join(mails)))
+            writes.append((f"{fix.name}.mbox", _mails(catalog, fix, diffs, headers, fallback,
+                                                      result)))
             continue
         for i, (file, subject, body, diff, root) in enumerate(diffs, 1):
             first = i == 1
             text = quilt.patch_text(
                 fix.title if first else subject, fix.rationale if first else body,
-                fix.author, _rooted(headers if first else _tag(fix), root), diff)
+                fix.author, dep3.rooted(headers if first else dep3.fix_tag(fix), root), diff)
             writes.append((f"{fix.name}/{file}", text))
             listed.append(f"{fix.name}/{file}")
     stale: list[str] = []
@@ -234,4 +220,4 @@ def _unlink_in(top: int, out: Path, rel: str) -> None:
         os.close(fd)
 
 
-__all__ = ["FORMATS", "ExportResult", "export", "catalog_identity"]
+__all__ = ["FORMATS", "ExportResult", "export"]

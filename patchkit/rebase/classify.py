@@ -9,11 +9,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..catalog import series
+from ..catalog import patchmail, series
 from ..engine import hunks, presence
 from ..errors import ConflictError
 from ..catalog.model import Fix
-from ..gitrepo import Blobs, merge_file
+from ..engine.gitops import merge_file
+from ..gitrepo import Blobs
 
 CLEAN = ("unchanged", "offset", "merged", "resolved", "upstream", "reverted-upstream")
 
@@ -343,8 +344,7 @@ def classify(fix: Fix, file: str, chs: list[hunks.FileChange], tree: Tree,
 
 def series_text(old_text: str, pre: dict[str, str | None], post: dict[str, str | None]) -> str:
     """The patch file refreshed: its mail header kept, its diffs made from the new texts."""
-    cut = old_text.find("diff --git ")
-    header = old_text[:cut] if cut >= 0 else ""
+    header, _diffs = patchmail.split(old_text)
     return header + "".join(_diff(pre[p], post.get(p), p) for p in pre)
 
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..authoring import write_series
+from ..catalog.writer import write_series
 from ..catalog import edit
 from ..catalog.manifest import load_manifest
 from ..catalog.model import Fix
@@ -72,35 +72,12 @@ class Rebase:
             if index < start:
                 continue
             self.progress(f"{name}: {file}", len(self.state.data["results"]), -1)
-            found = whole or per_patch.get(file)
-            reverted = self.matches.reverted(fix, found)
-            # the decision `patchkit upstream check` makes too (patchkit.contains)
-            said = decide(new_tree, chs, found, reverted, Tree.of(old_tree, pre_old))
-            if said.kind == "absent" and said.applies:  # would it bring removed code back?
-                said = self.walk(fix, chs, said)
-            if said.held is not None:
-                reports.append(PatchReport(file, "upstream", said.held.detail(onto), (),
-                                           tuple(pre_new), said.held.commit))
-                continue
-            if said.kind in ("ambiguous", "removed"):  # a human decides: nothing is applied
-                kind = "ambiguous" if said.kind == "ambiguous" else "removed-upstream"
-                conflicted: list[str] = []
-                rep, merged = PatchReport(file, kind, said.detail, (), tuple(pre_new),
-                                          said.commit), dict(pre_new)
-            else:
-                rep, merged, conflicted = classify(fix, file, chs, new_tree, pre_old, old_tree,
-                                                   onto)
-                if rep.classification in CLEAN and all(
-                        merged.get(p) == pre_new[p] for p in pre_new):
-                    rep = replace(rep, classification="upstream", detail=f"{onto} already holds "
-                                  f"this change: {rep.detail} gives {onto}'s files unchanged")
-                    reports.append(rep)
-                    continue
-                if said.kind == "reverted":
-                    rep = replace(rep, detail=f"{rep.detail}; {said.detail}", commit=said.commit,
-                                  classification="reverted-upstream"
-                                  if rep.classification in CLEAN else rep.classification)
+            rep, merged, conflicted = self.decide_patch(fix, file, chs, new_tree, old_tree,
+                                                        pre_old, pre_new,
+                                                        whole or per_patch.get(file))
             reports.append(rep)
+            if merged is None:  # upstream holds it: nothing to apply
+                continue
             if rep.classification not in CLEAN:
                 stop = {"name": name, "patch": index, "file": file, "done": done,
                         "pre": pre_new, "tree": dict(new_tree.files),
@@ -110,6 +87,34 @@ class Rebase:
             new_tree.files.update(merged)
             done[file] = series_text(dict(old_texts)[file], pre_new, merged)
         return self.outcome(fix, tuple(reports)), done, None
+
+    def decide_patch(self, fix: Fix, file: str, chs: list, new_tree: Tree, old_tree: Tree,
+                     pre_old: dict[str, str | None], pre_new: dict[str, str | None],
+                     found: Any) -> tuple[PatchReport, dict[str, str | None] | None, list[str]]:
+        """One patch onto the new tree: its report, the merged files (None when upstream holds
+        it, so nothing is applied) and the conflicted paths."""
+        onto = self.state.onto
+        reverted = self.matches.reverted(fix, found)
+        # the decision `patchkit upstream check` makes too (patchkit.rebase.contains)
+        said = decide(new_tree, chs, found, reverted, Tree.of(old_tree, pre_old))
+        if said.kind == "absent" and said.applies:  # would it bring removed code back?
+            said = self.walk(fix, chs, said)
+        if said.held is not None:
+            return PatchReport(file, "upstream", said.held.detail(onto), (), tuple(pre_new),
+                               said.held.commit), None, []
+        if said.kind in ("ambiguous", "removed"):  # a human decides: nothing is applied
+            kind = "ambiguous" if said.kind == "ambiguous" else "removed-upstream"
+            return PatchReport(file, kind, said.detail, (), tuple(pre_new), said.commit), \
+                dict(pre_new), []
+        rep, merged, conflicted = classify(fix, file, chs, new_tree, pre_old, old_tree, onto)
+        if rep.classification in CLEAN and all(merged.get(p) == pre_new[p] for p in pre_new):
+            return replace(rep, classification="upstream", detail=f"{onto} already holds this "
+                           f"change: {rep.detail} gives {onto}'s files unchanged"), None, []
+        if said.kind == "reverted":
+            rep = replace(rep, detail=f"{rep.detail}; {said.detail}", commit=said.commit,
+                          classification="reverted-upstream"
+                          if rep.classification in CLEAN else rep.classification)
+        return rep, merged, conflicted
 
     def walk(self, fix: Fix, chs: list, said: Decision) -> Decision:
         """A patch the target does not hold, asked of every release between the fix's base and
@@ -186,7 +191,7 @@ class Rebase:
             for v in fix.variants:  # the folders of variants the manifest no longer has
                 if v.dir not in used:
                     shutil.rmtree(fix.patch_dir / v.dir, ignore_errors=True)
-        self.state.catalog._fixes.pop(fix.name, None)
+        self.state.catalog.forget(fix.name)
 
     def plan(self) -> None:
         """Classify every queued fix now; each stop is assumed skipped by the user."""

@@ -1,5 +1,5 @@
 """Upstream commits that already hold a fix, found by ``git patch-id --stable``: the first
-test of "does this release hold the fix" (:mod:`patchkit.contains`), for ``patchkit rebase``
+test of "does this release hold the fix" (:mod:`patchkit.rebase.contains`), for ``patchkit rebase``
 and ``patchkit upstream check`` alike."""
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from packaging.version import Version
+
 from .. import gitrepo
 from ..catalog import Catalog
 from ..catalog.model import Fix
@@ -75,7 +77,7 @@ class Sides:
         self.state = state
         self.blobs = gitrepo.Blobs(state.data["git_dir"])
         self.planned: dict[str, Series] = {}
-        self._releases: list[tuple[tuple[tuple[int, ...], int], str]] | None = None
+        self._releases: list[tuple[Version, str]] | None = None
 
     def releases_between(self, base: str, onto: str | None) -> list[str]:
         """The releases (``v<version>`` tags of the upstream) after ``base`` and before

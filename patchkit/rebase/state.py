@@ -141,7 +141,7 @@ class RebaseState:
         if src.is_dir():
             shutil.rmtree(dst, ignore_errors=True)
             shutil.copytree(src, dst)
-        self.catalog._fixes.pop(name, None)
+        self.catalog.forget(name)
 
     def restore(self) -> list[str]:
         """Put back every catalog file the rebase wrote, then remove the state (--abort)."""

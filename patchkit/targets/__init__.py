@@ -9,10 +9,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence
 
+from ..engine.contract import PRIMARY_ROOT, no_sglang
 from ..engine.paths import interpreter_sglang, python_root, sglang_tree_root
 from ..errors import TargetError, UsageError
 
-PRIMARY_ROOT = "sglang"
 _SSH_SETTING = re.compile(r"[A-Za-z][A-Za-z0-9]*(=| +)[^\0\n\r]+")
 
 
@@ -177,11 +177,8 @@ def resolve_target(target: str | None, extra_roots: Sequence[str] = (), *, pytho
     local = _local_roots(roots)
     if PRIMARY_ROOT in local and sglang_tree_root(local[PRIMARY_ROOT]) is None:
         path = local[PRIMARY_ROOT]
-        raise TargetError(
-            f"no `sglang` package found in {path}: looked for {os.path.join(path, 'python', 'sglang')}"
-            f"{os.sep} (an SGLang checkout) and {os.path.join(path, 'sglang', '__init__.py')} (an "
-            "installed package); pass --target with an SGLang checkout, the site-packages directory "
-            "that holds sglang, a venv root, or python:/path/to/bin/python",
-            root=PRIMARY_ROOT, path=path)
+        raise TargetError(no_sglang(path, "pass --target with an SGLang checkout, the site-packages "
+                                    "directory that holds sglang, a venv root, or "
+                                    "python:/path/to/bin/python"), root=PRIMARY_ROOT, path=path)
     desc = ", ".join(f"{n}={p}" for n, p in local.items())
     return LocalTarget(roots=local, python=python, description=desc, found=found)

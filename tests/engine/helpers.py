@@ -71,7 +71,7 @@ def file_record(path: str, before: Optional[str], after: Optional[str], patch: s
 
 
 def compact(record: Dict[str, Any]) -> Dict[str, Any]:
-    """The record with each hunk's lines as one ``body``: the form patchkit.request sends."""
+    """The record with each hunk's lines as one ``body``: the form patchkit.request_builder sends."""
     from patchkit.engine.hunks import hunk_body
 
     out = {k: v for k, v in record.items() if k != "hunks"}

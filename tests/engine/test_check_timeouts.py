@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
-from patchkit.engine import checks
-from patchkit.catalog.model import CHECK_DEFAULTS, CHECK_KINDS
+from patchkit.engine import checks, contract
+from patchkit.engine.contract import CHECK_DEFAULTS, CHECK_KINDS
 
 from .helpers import MOD, content_snapshot, file_record, fix, git, request
 
@@ -131,10 +131,12 @@ def alive(pid: int) -> bool:
 
 
 def test_every_kind_has_a_default_time_limit_the_request_carries() -> None:
-    assert set(checks.DEFAULT_TIMEOUTS) == set(CHECK_KINDS) == set(checks.KINDS)
+    """One table (the contract) gives the engine its limits and the catalog its request defaults."""
+    assert checks.CHECK_TIMEOUTS is contract.CHECK_TIMEOUTS and checks.CHECK_KINDS is contract.CHECK_KINDS
+    assert set(contract.CHECK_TIMEOUTS) == set(CHECK_KINDS)
     for kind in CHECK_KINDS:
-        assert CHECK_DEFAULTS[kind]["timeout"] == checks.DEFAULT_TIMEOUTS[kind] > 0
-    assert checks.DEFAULT_TIMEOUTS["command"] == checks.DEFAULT_TIMEOUTS["python-script"] == 300
+        assert CHECK_DEFAULTS[kind]["timeout"] == contract.CHECK_TIMEOUTS[kind] > 0
+    assert contract.CHECK_TIMEOUTS["command"] == contract.CHECK_TIMEOUTS["python-script"] == 300
 
 
 def test_no_worker_process_outlives_a_run(checkout: Path) -> None:

@@ -129,7 +129,7 @@ def test_hunks_from_helper_matches_difflib_positions() -> None:
 
 
 def _as_body(record: dict) -> dict:
-    """The same FILE record with every hunk sent as one ``body`` string (as patchkit.request does)."""
+    """The same FILE record with every hunk sent as one ``body`` string (as patchkit.request_builder does)."""
     from patchkit.engine.hunks import hunk_body
 
     hunks = [dict({k: v for k, v in h.items() if k != "lines"}, body=hunk_body(h["lines"]))

@@ -14,8 +14,6 @@ from ansible.plugins.action import ActionBase
 
 HOST_VARS = {"target": "patchkit_target", "roots": "patchkit_roots", "python": "patchkit_python"}
 ARGS = {"plan", "request", *HOST_VARS}
-CHANGED = {"applied", "upgraded", "rolled-back"}
-WOULD_CHANGE = {"would-apply", "would-upgrade", "would-roll-back"}
 
 
 class ActionModule(ActionBase):
@@ -27,6 +25,7 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
         try:
+            from patchkit.engine.contract import CHANGED, WOULD_CHANGE
             from patchkit.targets import transport
         except ImportError as exc:
             raise AnsibleActionFail(
@@ -50,7 +49,8 @@ class ActionModule(ActionBase):
             return result
         fixes = engine.get("fixes") or []
         outcomes = {f.get("outcome") for f in fixes}
-        result["changed"] = bool(outcomes & (WOULD_CHANGE if request.get("dry_run") else CHANGED))
+        changing = WOULD_CHANGE if request.get("dry_run") else CHANGED
+        result["changed"] = bool(outcomes & {o for names in changing.values() for o in names})
         result["patchkit"] = engine
         if self._task.diff:
             result["diff"] = [{"before_header": "%s:%s" % (f.get("root"), f.get("path")),

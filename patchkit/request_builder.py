@@ -7,11 +7,8 @@ from typing import Any, Sequence
 
 from .catalog import Catalog
 from .catalog.model import Fix
-from .engine.hunks import split_lines
+from .engine.contract import FORMAT, OPS, reversed_record
 from .errors import ManifestError, UsageError
-
-REQUEST_FORMAT = 1
-OPS = ("apply", "rollback", "status", "verify")
 
 
 def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
@@ -38,7 +35,7 @@ def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
     inside = {fix.name for fix in fixes}  # the engine looks for dependencies outside them
     outside = dict.fromkeys(dep for fix in fixes for dep in fix.depends_on if dep not in inside)
     request: dict[str, Any] = {
-        "format": REQUEST_FORMAT,
+        "format": FORMAT,
         "op": op,
         "dry_run": bool(dry_run),
         "force": bool(force),
@@ -103,7 +100,7 @@ def _fix_object(fix: Fix, catalog: Catalog, lazy: bool = False) -> dict[str, Any
                           if v.upstream.base_release == fix.upstream.base_release), named)
             revert.update(_commit_of(named))
             if not files:  # outside git: the named fix's series, reversed
-                files = [_reversed(rec) for rec in reversed(_series(named)[1])]
+                files = [reversed_record(rec) for rec in reversed(_series(named)[1])]
     return {
         "name": fix.name,
         "version": fix.version,
@@ -126,10 +123,10 @@ def _fix_object(fix: Fix, catalog: Catalog, lazy: bool = False) -> dict[str, Any
 
 def _series(fix: Fix) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The fix's patches (file, sha256) and their FILE records."""
-    from .catalog.series import read_series  # unidiff: not imported by a status that needs none
+    from .catalog.series import series_records  # unidiff: not imported by a status that needs none
 
     try:
-        digests, files = read_series([(ref.path, ref.root) for ref in fix.patches])
+        digests, files = series_records([(ref.path, ref.root) for ref in fix.patches])
     except OSError as exc:
         raise ManifestError(f"{fix.manifest_path}: cannot read patch {exc.filename}: "
                             f"{exc.strerror}. Restore the file", file=str(fix.manifest_path),
@@ -195,17 +192,6 @@ def _check(check: Any, fix: Fix, catalog: Catalog) -> dict[str, Any]:
     if check.kind == "git-contains" and check.get("fix"):
         out.update(_commit_of(_named(catalog, fix, str(check.get("fix")), "preconditions.fix")))
     return out
-
-
-def _reversed(rec: dict[str, Any]) -> dict[str, Any]:
-    """A FILE record (hunks as ``body``) undone: sides swapped, creations become deletions."""
-    op = {"create": "delete", "delete": "create"}.get(rec["op"], rec["op"])
-    flip = {"+": "-", "-": "+"}
-    hunks = [{"body": "".join(flip.get(line[0], line[0]) + line[1:]
-                              for line in split_lines(h["body"])),
-              "old_start": h["new_start"], "old_count": h["new_count"],
-              "new_start": h["old_start"], "new_count": h["old_count"]} for h in rec["hunks"]]
-    return dict(rec, op=op, hunks=hunks)
 
 
 def _scripts(fix: Fix) -> dict[str, str]:

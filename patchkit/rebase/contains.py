@@ -22,23 +22,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from . import gitrepo
-from .catalog import Catalog
-from .catalog.model import Check, Fix
-from .engine import hunks
-from .errors import ConflictError, PatchkitError
-from .rebase.classify import (
-    Held,
-    Series,
-    Tree,
-    apply_all,
-    changes,
-    decide,
-    held_upstream,
-)
-from .rebase.matching import UpstreamMatches
-from .rebase.sides import read_series
-from .upstream import UpstreamRepo, version_key
+from .. import gitrepo
+from ..catalog import Catalog, edit, writer
+from ..catalog.model import Check, Fix
+from ..engine import hunks
+from ..engine.contract import grep_holds
+from ..errors import ConflictError, PatchkitError
+from ..upstream import UpstreamRepo, version_key
+from .classify import Held, Series, Tree, apply_all, changes, decide, held_upstream
+from .matching import UpstreamMatches
+from .sides import read_series
 
 __all__ = ["AMBIGUOUS", "CONTAINED", "NOT_APPLICABLE", "NOT_CHECKED", "NOT_CONTAINED",
            "REMOVED", "REVERTED", "Verdict", "check", "contains"]
@@ -173,60 +166,72 @@ def _subject(catalog: Catalog, fix: Fix) -> _Subject:
     return _Subject(fix, [], [])
 
 
+def _by_patches(s: _Subject, matches: UpstreamMatches, tree: Tree, blobs: gitrepo.Blobs,
+                release: str, between: Sequence[str]) -> Verdict | str:
+    """The verdict of the fix's patches, or the first patch upstream does not hold."""
+    fix = s.fix
+    whole, per_patch = matches.of(fix, s.texts) if s.texts else (None, {})
+    held: list[tuple[Held, list[str]]] = []
+    missing = ""
+    base_tree = Tree(blobs, f"v{fix.upstream.base_release}")
+    for file, chs in s.patches:
+        hit = whole or per_patch.get(file)
+        said = decide(tree, chs, hit, matches.reverted(fix, hit), base_tree)
+        paths = tuple(dict.fromkeys(c.path for c in chs))
+        if said.kind == "absent" and said.applies:
+            for version in between:  # held by an earlier release: removed since
+                there = decide(Tree(blobs, f"v{version}"), chs, None)
+                if there.held is not None:
+                    return Verdict(fix.name, release, REMOVED, "release-walk", (
+                        f"{file}: landed upstream in {version} ({there.held.detail(version)})"
+                        f", and {release} no longer has it: removed (or reverted) "
+                        "upstream; applying it would bring the code back"), (), paths)
+        if said.kind in ("ambiguous", "reverted", "removed"):
+            verdict = {"ambiguous": AMBIGUOUS, "reverted": REVERTED,
+                       "removed": REMOVED}[said.kind]
+            return Verdict(fix.name, release, verdict, said.kind, f"{file}: {said.detail}",
+                           (said.commit,) if said.commit else (), paths)
+        if said.held is None:
+            missing = file
+            break
+        held.append((said.held, list(paths)))
+        # the base side moves on with the series (the next patch's merge test)
+        try:
+            apply_all(base_tree, chs)
+        except ConflictError:
+            pass
+    else:
+        files = tuple(dict.fromkeys(p for _h, paths in held for p in paths))
+        if fix.revert is not None:  # only evidence if the release line ever had the change
+            base = Tree(blobs, f"v{fix.upstream.base_release}")
+            if all(held_upstream(base, chs, None) is not None for _file, chs in s.patches):
+                return Verdict(fix.name, release, NOT_APPLICABLE, detail=(
+                    f"the change it reverts is in neither its base {fix.upstream.base_release} "
+                    f"nor {release}: it reverts a commit of the fork, not of SGLang"))
+        commits = tuple(dict.fromkeys(h.commit for h, _p in held if h.commit))
+        if all(h.test == "patch-id" for h, _p in held):
+            subjects = dict.fromkeys(h.subject for h, _p in held)
+            return Verdict(fix.name, release, CONTAINED, "patch-id",
+                           f"upstream commit {', '.join(c[:12] for c in commits)} "
+                           f"({'; '.join(subjects)}) has its patch-id", commits, files)
+        tests = list(dict.fromkeys(h.test for h, _p in held if h.test != "patch-id"))
+        test = tests[0] if len(tests) == 1 else "post-image"
+        how = "; ".join(h.detail(release) for h, _p in held if h.test != "patch-id")
+        return Verdict(fix.name, release, CONTAINED, test, how
+                       + (f" (patch-id: upstream commit {', '.join(c[:12] for c in commits)})"
+                          if commits else ""), commits, files)
+    return missing
+
+
 def _decide(s: _Subject, matches: UpstreamMatches, tree: Tree, blobs: gitrepo.Blobs,
             release: str, between: Sequence[str] = ()) -> Verdict:
     fix = s.fix
+    missing = ""
     if s.patches:
-        whole, per_patch = matches.of(fix, s.texts) if s.texts else (None, {})
-        held: list[tuple[Held, list[str]]] = []
-        missing = ""
-        base_tree = Tree(blobs, f"v{fix.upstream.base_release}")
-        for file, chs in s.patches:
-            hit = whole or per_patch.get(file)
-            said = decide(tree, chs, hit, matches.reverted(fix, hit), base_tree)
-            paths = tuple(dict.fromkeys(c.path for c in chs))
-            if said.kind == "absent" and said.applies:
-                for version in between:  # held by an earlier release: removed since
-                    there = decide(Tree(blobs, f"v{version}"), chs, None)
-                    if there.held is not None:
-                        return Verdict(fix.name, release, REMOVED, "release-walk", (
-                            f"{file}: landed upstream in {version} ({there.held.detail(version)})"
-                            f", and {release} no longer has it: removed (or reverted) "
-                            "upstream; applying it would bring the code back"), (), paths)
-            if said.kind in ("ambiguous", "reverted", "removed"):
-                verdict = {"ambiguous": AMBIGUOUS, "reverted": REVERTED,
-                           "removed": REMOVED}[said.kind]
-                return Verdict(fix.name, release, verdict, said.kind, f"{file}: {said.detail}",
-                               (said.commit,) if said.commit else (), paths)
-            if said.held is None:
-                missing = file
-                break
-            held.append((said.held, list(paths)))
-            # the base side moves on with the series (the next patch's merge test)
-            try:
-                apply_all(base_tree, chs)
-            except ConflictError:
-                pass
-        else:
-            files = tuple(dict.fromkeys(p for _h, paths in held for p in paths))
-            if fix.revert is not None:  # only evidence if the release line ever had the change
-                base = Tree(blobs, f"v{fix.upstream.base_release}")
-                if all(held_upstream(base, chs, None) is not None for _file, chs in s.patches):
-                    return Verdict(fix.name, release, NOT_APPLICABLE, detail=(
-                        f"the change it reverts is in neither its base {fix.upstream.base_release} "
-                        f"nor {release}: it reverts a commit of the fork, not of SGLang"))
-            commits = tuple(dict.fromkeys(h.commit for h, _p in held if h.commit))
-            if all(h.test == "patch-id" for h, _p in held):
-                subjects = dict.fromkeys(h.subject for h, _p in held)
-                return Verdict(fix.name, release, CONTAINED, "patch-id",
-                               f"upstream commit {', '.join(c[:12] for c in commits)} "
-                               f"({'; '.join(subjects)}) has its patch-id", commits, files)
-            tests = list(dict.fromkeys(h.test for h, _p in held if h.test != "patch-id"))
-            test = tests[0] if len(tests) == 1 else "post-image"
-            how = "; ".join(h.detail(release) for h, _p in held if h.test != "patch-id")
-            return Verdict(fix.name, release, CONTAINED, test, how
-                           + (f" (patch-id: upstream commit {', '.join(c[:12] for c in commits)})"
-                              if commits else ""), commits, files)
+        found = _by_patches(s, matches, tree, blobs, release, between)
+        if isinstance(found, Verdict):
+            return found
+        missing = found
     greps = [c for c in fix.verification if c.kind == "grep"
              and (c.get("root") or fix.upstream.root) == fix.upstream.root]
     if greps:
@@ -262,9 +267,7 @@ def _grep_holds(check_: Check, text: str | None) -> bool:
             return False
     hits = sum(1 for line in text.split("\n")
                if (regex.search(line) if regex is not None else pattern in line))
-    if check_.get("count") is not None:
-        return hits == int(check_.get("count"))
-    return (hits > 0) == bool(check_.get("present", True))
+    return grep_holds(check_.params, hits)
 
 
 @dataclass(frozen=True)
@@ -288,9 +291,6 @@ def mark(catalog: Catalog, verdicts: Sequence[Verdict], *,
     the version it runs; on that release and later the fix is not needed) and, in a catalog in
     git, one commit per fix, as other authoring edits. Fixes are checked
     (writable catalog, the user's own) before anything is written."""
-    from .authoring import _commit
-    from .catalog import edit
-
     todo = [v for v in verdicts if v.contained]
     if not todo:
         return []
@@ -312,8 +312,8 @@ def mark(catalog: Catalog, verdicts: Sequence[Verdict], *,
             done.append(Marked(fix.name, fix.version, False, f"marked upstream in {v.release} "
                                "already: not marked again"))
             continue
-        catalog._fixes.pop(fix.name, None)
-        sha = _commit(catalog, fix.name, f"{fix.name} v{fix.version}: {summary}\n\nRecorded "
+        catalog.forget(fix.name)
+        sha = writer.commit(catalog, fix.name, f"{fix.name} v{fix.version}: {summary}\n\nRecorded "
                       "by `patchkit upstream check --mark`; the version is unchanged, so hosts "
                       f"on releases before {v.release} keep it.\n") if commit else None
         done.append(Marked(fix.name, fix.version, True, summary, sha))

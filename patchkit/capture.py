@@ -1,0 +1,154 @@
+"""A checkout's changes as files to make a series of (``patchkit new``, ``refresh``, ``import
+--from``): its uncommitted changes against HEAD, or the commits of a range, each with its mail
+header; and the release HEAD (or a commit) is at."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import os
+import stat
+from dataclasses import dataclass
+from email.utils import format_datetime
+from pathlib import Path
+from typing import Sequence
+
+from . import gitrepo
+from .catalog import series
+from .catalog.patchmail import Header
+from .engine.auto import detect_release
+from .engine.paths import Root, detect_layout
+from .engine.records import State
+from .errors import UsageError
+
+
+@dataclass(frozen=True)
+class CapturedFile:
+    path: str  # relative to the checkout
+    before: bytes | None  # None: absent at HEAD (created)
+    after: bytes | None  # None: deleted in the work tree
+    mode: str  # git mode in the work tree ("100644" or "100755"); the HEAD mode when deleted
+    old_mode: str | None = None  # git mode at HEAD; None when absent at HEAD
+
+
+def diff_of(files: Sequence[CapturedFile]) -> str:
+    """The diffs of captured files, in series form."""
+    return "".join(series.diff_files(f.before, f.after, f.path, mode=f.mode, old_mode=f.old_mode)
+                   for f in files)
+
+
+def release_of(tree: Path, rev: str | None = None) -> str | None:
+    """The SGLang release of a checkout's HEAD (or ``rev``) from its committed version file or
+    tag, never the work tree's: the fix is written against what HEAD holds."""
+    root = Root("sglang", str(tree), os.path.realpath(tree), detect_layout(str(tree)))
+    with contextlib.closing(gitrepo.Blobs(tree)) as blobs:
+        return detect_release(root, lambda rel: blobs.read(rev or "HEAD", rel))[0]
+
+
+def tree_release(tree: Path) -> str | None:
+    """The SGLang release of a tree: HEAD's of a git checkout (as ``new`` reads it), else
+    the version file on disk."""
+    if gitrepo.is_git_repo(tree):
+        return release_of(tree)
+    root = Root("sglang", str(tree), os.path.realpath(tree), detect_layout(str(tree)))
+    return detect_release(root)[0]
+
+
+def checkout(src: Path | str, advice: str) -> Path:
+    """``src``, refused unless it is the top of a git checkout (``advice``: what to pass)."""
+    if not gitrepo.is_git_repo(src):
+        raise UsageError(f"{src} is not the top of a git checkout; {advice}", path=str(src))
+    return Path(src)
+
+
+def capture(src: Path, paths: Sequence[str] = ()) -> list[CapturedFile]:
+    """The uncommitted changes of ``src`` (or of ``paths`` in it) against HEAD."""
+    src = checkout(src, "patchkit captures a fix as the checkout's uncommitted changes "
+                        "against HEAD, so pass --from the checkout's top directory")
+    out = []
+    modes = gitrepo.tracks_modes(src)
+    with contextlib.closing(gitrepo.Blobs(src)) as blobs:
+        for rel in gitrepo.changed_files(src, paths):
+            full = src / rel
+            before, old_mode = blobs.file("HEAD", rel) or (None, None)
+            after = full.read_bytes() if full.is_file() else None
+            if after is None or (old_mode is not None and not modes):
+                mode = old_mode or series.DEFAULT_MODE
+            else:  # git's rule: the owner's execute bit makes a file 100755
+                mode = "100755" if full.stat().st_mode & stat.S_IXUSR else "100644"
+            if before == after and (before is None or old_mode == mode):
+                continue  # git lists it (staged, or filtered) but bytes and mode equal HEAD's
+            out.append(CapturedFile(rel, before, after, mode, old_mode))
+    if not out:
+        what = " ".join(paths) if paths else "the tree"
+        raise UsageError(f"nothing to capture: {what} in {src} has no changes against HEAD; "
+                         "edit the files (or name new files as PATH arguments) first",
+                         path=str(src))
+    return out
+
+
+def applied_owners(src: Path, root: str, *, but: str | None = None) -> dict[str, str]:
+    """path -> the applied fix (other than ``but``) that last wrote it in the checkout ``src``, as
+    its own record says (``.patchkit/state.json``, docs/state.md): changes patchkit made there,
+    not the author's. Only the files of root ``root``; nothing when the checkout has no record."""
+    path = Path(src) / ".patchkit" / "state.json"
+    if not path.is_file():
+        return {}
+    try:
+        writers = State.from_json(json.loads(path.read_text(encoding="utf-8"))).last_writers()
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise UsageError(f"cannot read the checkout's record {path} ({exc}): it says which files "
+                         "applied fixes wrote, which a capture leaves out. Repair it (`patchkit "
+                         f"status --target {src}` names the problem) or pass --include-applied",
+                         path=str(path)) from None
+    return {p: fix for (r, p), (fix, _after) in writers.items() if r == root and fix != but}
+
+
+def leave_applied(files: list[CapturedFile], owners: dict[str, str], src: Path,
+                  name: str) -> tuple[list[CapturedFile], tuple[tuple[str, str], ...]]:
+    """``files`` without those applied fixes wrote, and those left out (path, fix)."""
+    kept = [f for f in files if f.path not in owners]
+    left = tuple((f.path, owners[f.path]) for f in files if f.path in owners)
+    if left and not kept:
+        fixes = ", ".join(sorted({fix for _p, fix in left}))
+        raise UsageError(f"nothing to capture for {name!r}: every changed file of {src} was "
+                         f"written by an applied fix ({fixes}; recorded in .patchkit/state.json): "
+                         f"{', '.join(p for p, _f in left)}. Edit other files, roll those fixes "
+                         "back, or pass --include-applied to take them", path=str(src), fix=name)
+    return kept, left
+
+
+def capture_commits(src: Path, spec: str
+                    ) -> tuple[list[tuple[Header, list[CapturedFile]]], str, str | None]:
+    """Each commit of ``spec`` (``A..B``) in ``src``, oldest first, as (header, files changed);
+    then the first commit and its parent (None for a root commit)."""
+    src = checkout(src, "pass --from the checkout holding the commits")
+    shas = gitrepo.commit_range(src, spec)
+    if not shas:
+        raise UsageError(f"{spec} holds no commits in {src}: the range is A..B, the commits "
+                         "after A up to B (e.g. v0.5.23..HEAD)", path=str(src), spec=spec)
+    out, first_parent = [], None
+    with contextlib.closing(gitrepo.Blobs(src)) as blobs:
+        for sha in shas:
+            info = gitrepo.commit_info(src, sha)
+            parent = info.parents[0] if info.parents else None
+            first_parent = parent if sha == shas[0] else first_parent
+            files = []
+            for path, old_mode, new_mode in gitrepo.commit_files(src, sha):
+                before = blobs.read(parent, path) if parent and old_mode else None
+                after = blobs.read(sha, path) if new_mode else None
+                files.append(CapturedFile(path, before, after, new_mode or old_mode or
+                                          series.DEFAULT_MODE, old_mode))
+            if not files:
+                raise UsageError(f"commit {sha[:12]} in {src} changes no file; leave it out of "
+                                 "the range (a fix's patches each change something)", rev=sha)
+            subject, _, body = info.message.partition("\n")
+            date = format_datetime(_dt.datetime.fromisoformat(info.authored_date))
+            out.append((Header(subject.strip(), body.strip(),
+                               f"{info.author.name} <{info.author.email}>", date), files))
+    return out, shas[0], first_parent
+
+
+__all__ = ["CapturedFile", "applied_owners", "capture", "capture_commits", "checkout", "diff_of",
+           "leave_applied", "release_of", "tree_release"]

@@ -1,0 +1,117 @@
+"""Drawing a target's status (``patchkit status``): one row per fix, what runs old code from
+the target, and what was run after a change; rich on a terminal, plain lines in a pipe."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, List
+
+from ..engine.contract import RECORDED
+from ..results import OpResult
+from .render import (
+    STATE_STYLE,
+    STATUS_FILES,
+    PlainConsole,
+    recovered_notes,
+    broken_detail,
+    line,
+    write_table,
+)
+
+
+def _status_rows(result: OpResult, verbose: bool) -> List[List[str]]:
+    rows = []
+    for s in result.status:
+        if s.state == "not-applied" and not verbose:
+            continue
+        bad = [f"{f.get('path')} ({f.get('state')})" for f in s.files if f.get("state") != "ok"]
+        if len(bad) > STATUS_FILES:  # a drifted release series: thousands of files
+            bad = bad[:STATUS_FILES] + [f"and {len(bad) - STATUS_FILES} more (--json lists them)"]
+        state = s.state
+        if state == "outdated":
+            state = f"outdated (v{s.version} applied, v{s.catalog_version} in the catalog)"
+            if result.release and s.releases:  # the variant of the release the target runs
+                state += f": v{s.catalog_version} is {result.release}'s variant"
+        elif s.detail and s.detail.startswith("in upstream since"):
+            state = f"{state}: {s.detail}"
+        elif state == "lost":
+            state = f"lost: {s.detail}"
+        shown = s.version is not None and s.state in RECORDED
+        rows.append([s.name, state, f"v{s.version}" if shown else "", s.applied_at or "",
+                     ", ".join(bad)])
+    return rows
+
+
+def render_status(console: Any, result: OpResult, *, verbose: bool = False) -> None:
+    """Plain: one line per fix (fix, state, version, applied at, files), notes on stderr."""
+    rows = _status_rows(result, verbose)
+    notes = recovered_notes(result)
+    if not rows:
+        notes.append([(f"no fix applied or present on {result.target}", "")])
+    if verbose:  # --all: the fixes it could not look at, and why
+        notes += [[(f"{name}: ", "bold"), (f"root {', '.join(roots)} not given", "yellow"),
+                   (f" (--root {roots[0]}=PATH)", "dim")] for name, roots in result.left_out]
+    for note in notes:
+        line(PlainConsole(sys.stderr) if isinstance(console, PlainConsole) else console, note)
+    rows += [[b.name, "error", "", "", broken_detail(b)] for b in result.broken]
+    if rows:
+        write_table(console, rows, ("fix", "bold"), ("state", dict(STATE_STYLE, error="bold red")),
+                    ("version", "right"),
+                    ("applied at", "dim"), ("files", ""), title=f"status of {result.target}"
+                    + (f" (sglang {result.release})" if result.release else ""))
+    render_running(console, result)
+
+
+def render_after(console: Any, after: Any, restarts: tuple[str, ...] = ()) -> None:
+    """The restarts the changed fixes need, and each command run after the change."""
+    if restarts and (after is None or not any(r.what == "after-cmd" for r in after.ran)):
+        line(console, [("restart needed", "bold yellow"), (f" {', '.join(restarts)} (patchkit.toml "
+                       "[restarts]; run it, or apply with --restart)", "")])
+    for run in (after.ran if after is not None else ()):
+        mark = ("✓", "green") if run.ok else ("✗", "red")
+        line(console, [mark, (f" {run.what}: {run.command} (exit {run.returncode})", "")])
+
+
+def running_lines(result: OpResult) -> List[List[str]]:
+    """Plain rows of what runs old code: ``restart pending``, a stale ``.pyc``, what was not
+    looked at (docs/cli.md, Piped output)."""
+    run = result.running
+    if run is None:
+        return []
+    if not run.available:
+        return [["processes not looked at", run.detail or "/proc cannot be read"]]
+    rows = [["restart pending", str(p.pid), p.started_at or "", ",".join(p.roots), p.command,
+             _changed(p)] for p in run.pending]
+    rows += [["stale .pyc", str(s.get("pyc")), str(s.get("source")), str(s.get("why"))]
+             for s in run.stale_pyc]
+    if run.unreadable:
+        rows.append(["processes not read", f"{len(run.unreadable)} process(es) whose /proc entries "
+                     "this user cannot read were not looked at" + (
+                         " (run as their user or root)" if os.geteuid() != 0 else
+                         " (hidden even from root: another PID namespace's or the kernel's)")])
+    return rows
+
+
+def _changed(p: Any) -> str:
+    more = p.changed_count - len(p.changed)
+    return ", ".join(p.changed) + (f" and {more} more" if more > 0 else "")
+
+
+def render_running(console: Any, result: OpResult) -> None:
+    """Plain: tab-separated lines on stderr (stdout keeps one line per fix); a terminal: a table
+    of every process using the target, then the notes."""
+    rows = running_lines(result)
+    if isinstance(console, PlainConsole):
+        PlainConsole(sys.stderr).file.write("".join("\t".join(r) + "\n" for r in rows))
+        return
+    run = result.running
+    if run is not None and run.processes:
+        write_table(console, [[str(p.pid), p.state.replace("-", " "), p.started_at or "", p.command,
+                               p.via] for p in run.processes],
+                    ("pid", "right"), ("state", {"restart": "bold yellow", "current": "green"}),
+                    ("started", "dim"), ("command", ""), ("uses", "dim"),
+                    title=f"running from {result.target}")
+    for row in rows:
+        if row[0] != "restart pending":
+            line(console, [(row[0], "yellow"), (" " + " ".join(row[1:]), "")])
