@@ -19,7 +19,7 @@ from .catalog import series
 from .catalog.patchmail import Header
 from .engine.auto import detect_release
 from .engine.paths import Root, detect_layout
-from .engine.store import last_writers
+from .engine.records import State
 from .errors import UsageError
 
 
@@ -96,14 +96,13 @@ def applied_owners(src: Path, root: str, *, but: str | None = None) -> dict[str,
     if not path.is_file():
         return {}
     try:
-        state = json.loads(path.read_text(encoding="utf-8"))
-        writers = last_writers(state)
+        writers = State.from_json(json.loads(path.read_text(encoding="utf-8"))).last_writers()
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise UsageError(f"cannot read the checkout's record {path} ({exc}): it says which files "
                          "applied fixes wrote, which a capture leaves out. Repair it (`patchkit "
                          f"status --target {src}` names the problem) or pass --include-applied",
                          path=str(path)) from None
-    return {p: w["fix"] for (r, p), w in writers.items() if r == root and w["fix"] != but}
+    return {p: fix for (r, p), (fix, _after) in writers.items() if r == root and fix != but}
 
 
 def leave_applied(files: list[CapturedFile], owners: dict[str, str], src: Path,

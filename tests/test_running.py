@@ -191,12 +191,13 @@ def _copy_catalog(dest: Path, *, purge: bool) -> None:
 def test_proc_that_cannot_be_read_is_said_never_guessed(tmp_path: Path) -> None:
     from patchkit.engine import procs
     from patchkit.engine.paths import Roots
+    from patchkit.engine.records import State
 
     roots = Roots(make_tree(tmp_path / "tree"))
-    seen = procs.running(roots, str(tmp_path), {}, PY, base=str(tmp_path / "no-proc"))
+    seen = procs.running(roots, str(tmp_path), State(), PY, base=str(tmp_path / "no-proc"))
     assert seen["available"] is False and seen["processes"] == []
     assert "cannot read" in seen["detail"] and "not looked at" in seen["detail"]
-    assert sys.platform != "linux" or procs.running(roots, str(tmp_path), {}, PY)["available"]
+    assert sys.platform != "linux" or procs.running(roots, str(tmp_path), State(), PY)["available"]
 
 
 SERVICE = """import os, sys, time

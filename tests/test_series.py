@@ -325,7 +325,7 @@ def test_an_error_in_a_later_file_names_the_line_of_the_whole_patch(
         if reader == "parse_patch":
             parse_patch(patch, "sglang")
         else:
-            read_series([(patch, "sglang")])
+            series_records([(patch, "sglang")])
     assert info.value.details == {"file": str(patch), "line": line}
     assert message in info.value.message
 
@@ -364,7 +364,7 @@ def test_a_large_series_applies_byte_identically_to_git_apply(repo: Path, tmp_pa
     git(repo, "reset", "-q", "--hard")
     git(repo, "clean", "-qfd")
 
-    _digests, records = read_series([(patch, "sglang")])
+    _digests, records = series_records([(patch, "sglang")])
     request = {"format": 1, "op": "apply", "dry_run": False, "force": False,
                "roots": {"sglang": str(repo)}, "state_root": "sglang", "python": None,
                "lock_timeout": 5.0, "git": False,

@@ -43,7 +43,7 @@ def run(request: Dict[str, Any]) -> Dict[str, Any]:
         with store.locked(req.lock_timeout, write=writes) as held:
             # each op's modules load only with it (a status never loads the transaction)
             if held and store.left_behind():  # a killed run's traces: finish or undo it
-                from .txn import recover
+                from .recovery import recover
 
                 result["recovered"] = recover(store, req.roots)
             module = importlib.import_module(_MODULES[req.op], __name__)

@@ -4,7 +4,6 @@ them all in one transaction."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple, cast
 
 from ..errors import (ConflictError, DriftError, PreconditionFailed, TargetFileMissing,
@@ -12,118 +11,21 @@ from ..errors import (ConflictError, DriftError, PreconditionFailed, TargetFileM
 from . import auto, record
 from .checks import CheckContext, failure_lines, run_check
 from .fsops import missing_dirs
-from .hunks import Placement, apply_change, decode, encode, sha256_bytes
+from .hunks import apply_change, decode, encode, sha256_bytes
+from .plan import FixChange, Sources, fix_result, refuse_later_writers, restore_in_memory, touched
+from .records import FileRecord, FixRecord, State, fix_backups
 from .request import FixSpec, Request, check_file_modes, check_patch_paths
-from .store import Store, created_dirs, last_writers, utc_now
-from .txn import backup_name, run_transaction
-from .workspace import Key, Workspace, file_op, placed_diff, unified_diff
+from .store import Store, utc_now
+from .txn import Transaction
+from .workspace import Key, Workspace, file_op
 
-if TYPE_CHECKING:  # revert and gitcommit are imported only by the applies that use them
-    from . import gitcommit, revert
-    from .hunks import FileChange
-
-Sources = Dict[str, Tuple[Optional["revert.Source"], Dict[str, Any]]]  # a revert fix's commit
-
-
-@dataclass
-class FixChange:
-    """One fix's change (apply and rollback), computed in memory before anything is written."""
-
-    spec: FixSpec
-    preconditions: List[Dict[str, Any]]
-    keys: List[Key] = field(default_factory=list)
-    before: Dict[Key, Tuple[Optional[bytes], Optional[int]]] = field(default_factory=dict)
-    after: Dict[Key, Tuple[Optional[bytes], Optional[int]]] = field(default_factory=dict)
-    placements: Dict[Key, List[Placement]] = field(default_factory=dict)
-    changes: Dict[Key, List[FileChange]] = field(default_factory=dict)  # FILE records applied
-    verification: List[Dict[str, Any]] = field(default_factory=list)
-    created_dirs: List[List[str]] = field(default_factory=list)  # [root, dir relative to it]
-    source: Optional[revert.Source] = None  # the commit a revert fix undoes (git roots)
-    commits: List[Dict[str, str]] = field(default_factory=list)  # apply --commit: {root, sha}
-
-    def snapshot(self, ws: Workspace, side: Dict[Key, Tuple[Optional[bytes], Optional[int]]]) -> None:
-        for key in self.keys:
-            e = ws.entry(*key)
-            side[key] = (e.current, e.mode)
-
-
-def fix_result(fc: FixChange, outcome: str, release: bool = False) -> Dict[str, Any]:
-    """The fix's entry of the engine result (docs/design.md, "Engine result"); ``release``: the
-    result is the last use of the fix's bytes, let go file by file as its diff is made."""
-    files = []
-    for key in fc.keys:
-        before, after = fc.before[key][0], fc.after[key][0]
-        if release:
-            fc.before[key], fc.after[key] = (None, fc.before[key][1]), (None, fc.after[key][1])
-        changes = fc.changes.get(key, [])
-        one = changes[0] if len(changes) == 1 else None  # one patch: its hunks, as placed
-        if one is not None and one.op == file_op(before, after) and (
-                one.op == "modify" or len(one.hunks) == 1):
-            diff = placed_diff(key[1], one.hunks, [p.line for p in fc.placements[key]], one.op)
-        else:  # merged from several patches, reverted, rolled back
-            diff = unified_diff(key[1], before, after)
-        files.append({"root": key[0], "path": key[1], "op": file_op(before, after),
-                      "before_sha256": sha256_bytes(before), "after_sha256": sha256_bytes(after),
-                      "hunks": [p.as_dict() for p in fc.placements.get(key, [])], "diff": diff})
-    out = {"name": fc.spec.name, "version": fc.spec.version, "outcome": outcome, "files": files,
-           "preconditions": fc.preconditions, "verification": fc.verification}
-    if fc.source is not None:
-        out["revert"] = {"root": fc.source.root, "commit": fc.source.sha,
-                         "title": fc.source.title, "found_by": fc.source.found_by}
-    if fc.commits:
-        out["commits"] = list(fc.commits)
-    return out
-
-
-def touched(spec: FixSpec, sources: Sources) -> List[Tuple[str, str, str]]:
-    """(root, path, first op) of each file the fix changes: a revert's from its commit on a git
-    root, else from the FILE records."""
-    if spec.name in sources:
-        src, check = sources[spec.name]
-        if src is not None:
-            return [(src.root, f.path, "revert") for f in src.files]
-        if not check["ok"]:
-            return []
-    out: Dict[Key, str] = {}
-    for change in spec.files:
-        out.setdefault((change.root, change.path), change.op)
-    return [(k[0], k[1], op) for k, op in out.items()]
-
+if TYPE_CHECKING:  # gitcommit is imported only by the applies that use it
+    from . import gitcommit
 
 def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
     state, lost, lost_records = _drop_lost(req, store.read_state())
-    recorded = {f["name"]: f for f in state.get("fixes", [])}
     outcomes: Dict[str, Dict[str, Any]] = {}
-    todo: List[FixSpec] = []
-    upgrades: Dict[str, Dict[str, Any]] = {}  # name -> the record of the version applied now
-    for spec in req.fixes:
-        rec = recorded.get(spec.name)
-        if spec.not_needed and (rec is None or spec.name in lost_records):
-            # upstream holds the change in this release: nothing to write; a record the
-            # upgrade made lost is dropped (docs/manifest.md, "Upstream since R")
-            outcomes[spec.name] = {"name": spec.name, "version": spec.version, "outcome": "not-needed",
-                                   "detail": spec.not_needed, "files": [], "preconditions": [],
-                                   "verification": []}
-            if spec.name in lost_records:
-                outcomes[spec.name]["lost"] = lost[spec.name]
-        elif rec is None:
-            todo.append(spec)
-        elif int(rec.get("version", 0)) == spec.version:
-            from .observe import drifted_files  # a recorded fix: do its files hold what it wrote?
-
-            outcomes[spec.name] = {"name": spec.name, "version": spec.version, "outcome": "already-applied",
-                                   "files": [], "preconditions": [], "verification": [],
-                                   "drifted": drifted_files(req.roots, state, rec)}
-        elif rec.get("commits"):
-            raise VersionMismatch(
-                "fix %s version %s is applied in %s with --commit, and this is version %d; roll "
-                "it back first (patchkit rollback %s: a revert commit) and apply again, or keep "
-                "the applied version"
-                % (spec.name, rec.get("version"), req.state_root.path, spec.version, spec.name),
-                fix=spec.name, applied_version=rec.get("version"), version=spec.version)
-        else:  # an upgrade: the old version out and this one in, in one transaction
-            upgrades[spec.name] = rec
-            todo.append(spec)
+    todo, upgrades = _sort_out(req, state, lost, lost_records, outcomes)
     if not req.git and (req.commit or any(s.revert is not None for s in todo)):
         raise UsageError("%s needs git, and --no-git was given; drop --no-git, or apply the "
                          "other fixes without it" % ("--commit" if req.commit else "a revert fix (%s)"
@@ -136,6 +38,78 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
     if upgrades:
         _take_out(req, store, state, ws, upgrades)
     left = _left_behind(store, ws, {n: r for n, r in lost_records.items() if n in {t.name for t in todo}})
+    sources = _sources(req, todo, state.by_name())
+    keys = [(root, path) for spec in todo for root, path, _op in touched(spec, sources)]
+    git_changes = auto.git_changes(keys, req.roots, req.git)
+    for key in keys:
+        ws.entry(*key)
+    # an upgraded fix's files start from its backups, vouched for when it was applied: no
+    # git-clean check of the bytes being replaced (with --force, drift being discarded)
+    taken_out = {f.key for rec in (*upgrades.values(), *left.values()) for f in rec.files}
+    prepare = _Prepare(req, store, state, ws, sources, git_changes, taken_out)
+    for name in lost:  # a lost fix required by another is not there: apply it again first
+        prepare.recorded.pop(name, None)
+    prepare.prepared.update(s.name for s in req.fixes if s.not_needed)  # satisfy requires
+    prepared = prepare.changes(todo)
+    if not req.dry_run and prepared:
+        _write(req, store, state, ws, prepared, {**left, **upgrades})
+    elif not req.dry_run and any(n in lost_records for n, o in outcomes.items()
+                                 if o["outcome"] == "not-needed"):
+        store.write_state(state)  # only lost records of not-needed fixes to drop
+    ws.entries.clear()  # the bytes are written: each fix's result lets its own go
+    for fc in prepared:
+        old = upgrades.get(fc.spec.name)
+        if old is None:
+            outcomes[fc.spec.name] = fix_result(fc, "would-apply" if req.dry_run else "applied",
+                                                release=True)
+            if fc.spec.name in lost:  # the record of the lost application, replaced
+                outcomes[fc.spec.name]["lost"] = lost[fc.spec.name]
+        else:
+            outcomes[fc.spec.name] = dict(fix_result(fc, "would-upgrade" if req.dry_run else "upgraded"),
+                                          from_version=old.version)
+    return [outcomes[s.name] for s in req.fixes]
+
+
+def _sort_out(req: Request, state: State, lost: Dict[str, str], lost_records: Dict[str, FixRecord],
+              outcomes: Dict[str, Dict[str, Any]]) -> Tuple[List[FixSpec], Dict[str, FixRecord]]:
+    """The fixes to write (the upgrades among them, with the record of the version applied
+    now); the outcome of each of the others (not needed, already applied)."""
+    recorded = state.by_name()
+    todo: List[FixSpec] = []
+    upgrades: Dict[str, FixRecord] = {}
+    for spec in req.fixes:
+        rec = recorded.get(spec.name)
+        if spec.not_needed and (rec is None or spec.name in lost_records):
+            # upstream holds the change in this release: nothing to write; a record the
+            # upgrade made lost is dropped (docs/manifest.md, "Upstream since R")
+            outcomes[spec.name] = {"name": spec.name, "version": spec.version, "outcome": "not-needed",
+                                   "detail": spec.not_needed, "files": [], "preconditions": [],
+                                   "verification": []}
+            if spec.name in lost_records:
+                outcomes[spec.name]["lost"] = lost[spec.name]
+        elif rec is None:
+            todo.append(spec)
+        elif int(rec.version or 0) == spec.version:
+            from .observe import drifted_files  # a recorded fix: do its files hold what it wrote?
+
+            outcomes[spec.name] = {"name": spec.name, "version": spec.version, "outcome": "already-applied",
+                                   "files": [], "preconditions": [], "verification": [],
+                                   "drifted": drifted_files(req.roots, state, rec)}
+        elif rec.commits:
+            raise VersionMismatch(
+                "fix %s version %s is applied in %s with --commit, and this is version %d; roll "
+                "it back first (patchkit rollback %s: a revert commit) and apply again, or keep "
+                "the applied version"
+                % (spec.name, rec.version, req.state_root.path, spec.version, spec.name),
+                fix=spec.name, applied_version=rec.version, version=spec.version)
+        else:  # an upgrade: the old version out and this one in, in one transaction
+            upgrades[spec.name] = rec
+            todo.append(spec)
+    return todo, upgrades
+
+
+def _sources(req: Request, todo: List[FixSpec], recorded: Dict[str, FixRecord]) -> Sources:
+    """The commit each revert fix undoes (with its precondition's result)."""
     sources: Sources = {}
     if any(s.revert is not None for s in todo):
         from . import revert
@@ -147,36 +121,7 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
         if not check["ok"] and named in recorded:
             check["detail"] += ("; fix %s is applied by patchkit here, not committed: roll it back "
                                 "instead (patchkit rollback %s)" % (named, named))
-    keys = [(root, path) for spec in todo for root, path, _op in touched(spec, sources)]
-    git_changes = auto.git_changes(keys, req.roots, req.git)
-    for key in keys:
-        ws.entry(*key)
-    # an upgraded fix's files start from its backups, vouched for when it was applied: no
-    # git-clean check of the bytes being replaced (with --force, drift being discarded)
-    taken_out = {(f["root"], f["path"])
-                 for rec in (*upgrades.values(), *left.values()) for f in rec.get("files", [])}
-    prepare = _Prepare(req, store, state, ws, sources, git_changes, taken_out)
-    for name in lost:  # a lost fix required by another is not there: apply it again first
-        prepare.recorded.pop(name, None)
-    prepare.prepared.update(s.name for s in req.fixes if s.not_needed)  # satisfy requires
-    prepared = prepare.changes(todo)
-    if not req.dry_run and prepared:
-        _write(req, store, state, ws, prepared, {**left, **upgrades})
-    elif not req.dry_run and any(n in lost_records for n, o in outcomes.items()
-                                 if o["outcome"] == "not-needed"):
-        store.write_state(state)  # only lost records of not-needed fixes to drop
-    ws.entries.clear()  # the bytes are written: each fix's result lets its own go (scale)
-    for fc in prepared:
-        old = upgrades.get(fc.spec.name)
-        if old is None:
-            outcomes[fc.spec.name] = fix_result(fc, "would-apply" if req.dry_run else "applied",
-                                                release=True)
-            if fc.spec.name in lost:  # the record of the lost application, replaced
-                outcomes[fc.spec.name]["lost"] = lost[fc.spec.name]
-        else:
-            outcomes[fc.spec.name] = dict(fix_result(fc, "would-upgrade" if req.dry_run else "upgraded"),
-                                          from_version=old.get("version"))
-    return [outcomes[s.name] for s in req.fixes]
+    return sources
 
 
 def _sync_skips(req: Request, todo: List[FixSpec], outcomes: Dict[str, Dict[str, Any]],
@@ -200,8 +145,7 @@ def _sync_skips(req: Request, todo: List[FixSpec], outcomes: Dict[str, Dict[str,
     return keep
 
 
-def _drop_lost(req: Request, state: Dict[str, Any]
-               ) -> Tuple[Dict[str, Any], Dict[str, str], Dict[str, Dict[str, Any]]]:
+def _drop_lost(req: Request, state: State) -> Tuple[State, Dict[str, str], Dict[str, FixRecord]]:
     """The state without the records of requested fixes that are ``lost`` (their installed
     package was reinstalled underneath them, status shows why), each to be applied fresh onto
     the new install, its record replaced when that apply commits; why each lost fix (of the
@@ -212,45 +156,39 @@ def _drop_lost(req: Request, state: Dict[str, Any]
     if not lost:
         return state, lost, {}
     names = {s.name for s in req.fixes}
-    dropped = {f["name"]: f for f in state.get("fixes", []) if f["name"] in names and f["name"] in lost}
-    return dict(state, fixes=[f for f in state.get("fixes", []) if f["name"] not in dropped]), lost, dropped
+    dropped = {f.name: f for f in state.fixes if f.name in names and f.name in lost}
+    return state.without(dropped), lost, dropped
 
 
-def _left_behind(store: Store, ws: Workspace, dropped: Dict[str, Dict[str, Any]]
-                 ) -> Dict[str, Dict[str, Any]]:
+def _left_behind(store: Store, ws: Workspace, dropped: Dict[str, FixRecord]
+                 ) -> Dict[str, FixRecord]:
     """Of each lost fix applied again, its files the reinstall left as the fix wrote them (a
     file it created: pip removes only what RECORD lists), taken back out in memory like an
     upgrade's, so the fresh apply writes them again instead of refusing a file that exists;
     returned as records restricted to those files."""
-    from . import rollback
-
     left = {}
     for name, rec in dropped.items():
-        kept = [f for f in rec.get("files", [])
-                if sha256_bytes(ws.entry(f["root"], f["path"]).current) == f.get("after_sha256")]
+        kept = [f for f in rec.files if sha256_bytes(ws.entry(*f.key).current) == f.after_sha256]
         if kept:
-            left[name] = dict(rec, files=kept)
-            rollback.restore_in_memory(store, ws, left[name])
+            left[name] = rec.restricted(kept)
+            restore_in_memory(store, ws, left[name])
     return left
 
 
-def _take_out(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
-              upgrades: Dict[str, Dict[str, Any]]) -> None:
+def _take_out(req: Request, store: Store, state: State, ws: Workspace,
+              upgrades: Dict[str, FixRecord]) -> None:
     """Roll each upgraded fix's applied version back in memory, so one transaction swaps the
     two versions; refused when its files drifted (unless ``force``) or a later fix, not
     upgraded with it, changed the same files."""
-    from . import rollback
-
-    rollback.refuse_later_writers(state, list(upgrades), "upgrade", "roll the later fix back first "
-                                  "(patchkit rollback %s), then apply again")
+    refuse_later_writers(state, list(upgrades), "upgrade", "roll the later fix back first "
+                         "(patchkit rollback %s), then apply again")
     drift = []
     for name, rec in upgrades.items():
-        for f in rec.get("files", []):
-            have = sha256_bytes(ws.entry(f["root"], f["path"]).current)
-            if have != f.get("after_sha256"):
+        for f in rec.files:
+            have = sha256_bytes(ws.entry(*f.key).current)
+            if have != f.after_sha256:
                 drift.append("%s:%s (fix %s v%s): sha256 now %s, recorded %s"
-                             % (f["root"], f["path"], name, rec.get("version"), have,
-                                f.get("after_sha256")))
+                             % (f.root, f.path, name, rec.version, have, f.after_sha256))
     if drift and not req.force:
         raise DriftError(
             "%d file(s) changed since patchkit applied the version now there; upgrading would "
@@ -258,20 +196,20 @@ def _take_out(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
             "with --force (the changes are lost), or restore the applied bytes first"
             % (len(drift), "\n- ".join(drift)), drifted=drift)
     for rec in upgrades.values():
-        rollback.restore_in_memory(store, ws, rec)
+        restore_in_memory(store, ws, rec)
 
 
 class _Prepare:
     """Each fix of an apply, in request order: its preconditions checked, then its change
     computed on the workspace; every failed precondition is reported together."""
 
-    def __init__(self, req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
+    def __init__(self, req: Request, store: Store, state: State, ws: Workspace,
                  sources: Sources, git_changes: Dict[str, Any], vouched: Set[Key]) -> None:
         self.req, self.store, self.ws, self.sources = req, store, ws, sources
         self.git_changes = git_changes
-        self.recorded = {f["name"]: f for f in state.get("fixes", [])}
-        self.after_hashes = {key: {w["after_sha256"]} for key, w in last_writers(state).items()
-                             if w["after_sha256"]}  # what patchkit last wrote to each file
+        self.recorded = state.by_name()
+        self.after_hashes = {key: {after} for key, (_fix, after) in state.last_writers().items()
+                             if after}  # what patchkit last wrote to each file
         self.done: Set[Key] = set(vouched)  # files with no git-clean check (prepared already)
         self.prepared: Set[str] = set()
         self.releases: Dict[str, Any] = {}
@@ -381,9 +319,37 @@ class _Prepare:
                   failures=self.failures, fixes=self.results)
 
 
-def _write(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
-           prepared: List[FixChange], upgrades: Dict[str, Dict[str, Any]]) -> None:
+def _write(req: Request, store: Store, state: State, ws: Workspace,
+           prepared: List[FixChange], upgrades: Dict[str, FixRecord]) -> None:
     """The transaction of an apply; ``upgrades``: the records of the versions taken out."""
+    _claim_dirs(req, ws, prepared)
+    backups = {fc.spec.name: [(k[0], k[1], cast(bytes, fc.before[k][0])) for k in fc.keys
+                              if fc.before[k][0] is not None] for fc in prepared}
+    cos, items, entries = _commit_items(req, prepared) if req.commit else ({}, [], [])
+    old_dirs = {name: rec.created(r.name for r in req.roots) for name, rec in upgrades.items()}
+    for fc in prepared:  # a directory the old version made is the new one's to remove, if empty
+        fc.created_dirs.extend([list(d) for d in old_dirs.get(fc.spec.name, [])
+                                if list(d) not in fc.created_dirs])
+    with Transaction(store, req.roots, "apply", [fc.spec.name for fc in prepared],
+                     {fc.spec.name: fc.spec.version for fc in prepared}, req.python,
+                     entries or None) as txn:
+        names = txn.back_up(ws.changed(), backups)
+        txn.write(purge=any(fc.spec.purge_pycache for fc in prepared),
+                  remove_dirs=[d for dirs in old_dirs.values() for d in dirs])
+        _verify(req, prepared)
+        if entries:
+            from . import gitcommit
+
+            made = gitcommit.make(cos, items, entries, txn.id)
+            for fc in prepared:
+                fc.commits = made.get(fc.spec.name, [])
+        kept = [f for f in state.fixes if f.name not in upgrades]
+        txn.commit(State(state.txn, kept + [_record(req, fc, txn.id, names.get(fc.spec.name, {}))
+                                            for fc in prepared], state.extra))
+
+
+def _claim_dirs(req: Request, ws: Workspace, prepared: List[FixChange]) -> None:
+    """Each directory a new file needs, as the first fix creating a file in it made it."""
     claimed: Set[Tuple[str, str]] = set()
     for fc in prepared:
         for key in fc.keys:
@@ -393,45 +359,21 @@ def _write(req: Request, store: Store, state: Dict[str, Any], ws: Workspace,
                     if pair not in claimed:
                         claimed.add(pair)
                         fc.created_dirs.append(list(pair))
-    backups = {fc.spec.name: [(k[0], k[1], cast(bytes, fc.before[k][0])) for k in fc.keys
-                              if fc.before[k][0] is not None] for fc in prepared}
 
-    def verify() -> None:
-        failures: List[Dict[str, Any]] = []
-        for fc in prepared:
-            ctx = CheckContext(fc.spec.name, req.roots, req.python, fc.spec.scripts, req.roots.read)
-            fc.verification = [run_check(check, ctx) for check in fc.spec.verification]
-            failures.extend(dict(r, fix=fc.spec.name) for r in fc.verification if not r["ok"])
-        if failures:
-            raise VerificationFailed(
-                "%d verification check(s) failed after writing; every file was restored:\n%s"
-                % (len(failures), failure_lines(failures)), failures=failures,
-                fixes=[{"name": fc.spec.name, "version": fc.spec.version,
-                        "verification": fc.verification} for fc in prepared])
 
-    cos, items, entries = _commit_items(req, prepared) if req.commit else ({}, [], [])
-
-    def commit(txn: str) -> Dict[str, Any]:
-        if entries:
-            from . import gitcommit
-
-            made = gitcommit.make(cos, items, entries, txn)
-            for fc in prepared:
-                fc.commits = made.get(fc.spec.name, [])
-        new_state = dict(state)
-        new_state["fixes"] = [f for f in state.get("fixes", []) if f["name"] not in upgrades] + [
-            _record(req, fc, txn) for fc in prepared]
-        return new_state
-
-    old_dirs = {name: created_dirs(rec, req.roots) for name, rec in upgrades.items()}
-    for fc in prepared:  # a directory the old version made is the new one's to remove, if empty
-        fc.created_dirs.extend([list(d) for d in old_dirs.get(fc.spec.name, [])
-                                if list(d) not in fc.created_dirs])
-    run_transaction(store, req.roots, "apply", [fc.spec.name for fc in prepared], ws.changed(), backups,
-                    purge=any(fc.spec.purge_pycache for fc in prepared), verify=verify,
-                    commit=commit, versions={fc.spec.name: fc.spec.version for fc in prepared},
-                    remove_dirs=[d for dirs in old_dirs.values() for d in dirs],
-                    journal_extra=dict({"git_commits": entries} if entries else {}, python=req.python))
+def _verify(req: Request, prepared: List[FixChange]) -> None:
+    """The fixes' verification, on the files as written; a failure undoes the transaction."""
+    failures: List[Dict[str, Any]] = []
+    for fc in prepared:
+        ctx = CheckContext(fc.spec.name, req.roots, req.python, fc.spec.scripts, req.roots.read)
+        fc.verification = [run_check(check, ctx) for check in fc.spec.verification]
+        failures.extend(dict(r, fix=fc.spec.name) for r in fc.verification if not r["ok"])
+    if failures:
+        raise VerificationFailed(
+            "%d verification check(s) failed after writing; every file was restored:\n%s"
+            % (len(failures), failure_lines(failures)), failures=failures,
+            fixes=[{"name": fc.spec.name, "version": fc.spec.version,
+                    "verification": fc.verification} for fc in prepared])
 
 
 def _commit_items(req: Request, prepared: List[FixChange]):
@@ -455,29 +397,25 @@ def _commit_items(req: Request, prepared: List[FixChange]):
     return cos, items, gitcommit.journal_entries(cos, items)
 
 
-def _record(req: Request, fc: FixChange, txn: str) -> Dict[str, Any]:
-    """The fix's entry of state.json (docs/state.md)."""
+def _record(req: Request, fc: FixChange, txn: str, backups: Dict[Key, str]) -> FixRecord:
+    """The fix's entry of state.json (docs/state.md); ``backups``: the transaction's name of the
+    backup of each of its files that existed."""
     spec = fc.spec
     files = []
-    kept = 0  # numbered as _write hands them to run_transaction: the files with before-bytes
     for key in fc.keys:
         (before, mode_before), (after, mode_after) = fc.before[key], fc.after[key]
-        files.append({"root": key[0], "path": key[1], "op": file_op(before, after),
-                      "before_sha256": sha256_bytes(before), "after_sha256": sha256_bytes(after),
-                      "mode_before": mode_before, "mode": mode_after,
-                      "backup": backup_name(spec.name, kept) if before is not None else None})
-        kept += before is not None
-    return {"name": spec.name, "version": spec.version, "title": spec.title,
-            "requires": list(spec.requires), "release": spec.release, "applied_at": utc_now(),
-            "txn": txn, "patches": [dict(p) for p in spec.patches], "files": files,
-            "created_dirs": fc.created_dirs, "verification": fc.verification,
-            "backup_dir": ".patchkit/backups/%s" % spec.name,
-            "rollback": {"strategy": spec.strategy}, "purge_pycache": spec.purge_pycache,
-            "commits": list(fc.commits),
-            "revert": ({"root": fc.source.root, "commit": fc.source.sha}
-                       if fc.source is not None else None),
-            "roots": {r.name: r.path for r in req.roots},
-            "installed": _installed(req, fc)}
+        files.append(FileRecord(key[0], key[1], file_op(before, after), sha256_bytes(before),
+                                sha256_bytes(after), mode_before, mode_after,
+                                backups[key] if before is not None else None))
+    return FixRecord(
+        name=spec.name, version=spec.version, title=spec.title, requires=list(spec.requires),
+        release=spec.release, applied_at=utc_now(), txn=txn,
+        patches=[dict(p) for p in spec.patches], files=files, created_dirs=fc.created_dirs,
+        verification=fc.verification, backup_dir=".patchkit/%s" % fix_backups(spec.name),
+        rollback={"strategy": spec.strategy}, purge_pycache=spec.purge_pycache,
+        roots={r.name: r.path for r in req.roots}, commits=list(fc.commits),
+        revert=({"root": fc.source.root, "commit": fc.source.sha} if fc.source is not None else None),
+        installed=_installed(req, fc))
 
 
 def _installed(req: Request, fc: FixChange) -> Optional[Dict[str, str]]:

@@ -4,9 +4,8 @@ git cleanliness and writability (docs/design.md, "Automatic preconditions")."""
 from __future__ import annotations
 
 import os
-import re
 import shlex
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from ..errors import PermissionDenied
 from . import gitcli
@@ -14,38 +13,10 @@ from .checks import Reader, failure_lines, result
 from .fsops import nearest_existing_dir, probe_writable
 from .hunks import sha256_bytes
 from .paths import Root, Roots
+from .records import FixRecord
 from .request import FixSpec
+from .variants import detect_release
 from .workspace import Entry
-
-_VERSION_RE = re.compile(
-    r"""^(?:__version__|version)\b[^=\n]*=\s*(?:(?:__version__|version)\s*=\s*)?['"]([^'"]+)['"]""",
-    re.MULTILINE)
-
-
-def detect_release(root: Root, read: Optional[Callable[[str], Optional[bytes]]] = None,
-                   git: bool = True) -> Tuple[Optional[str], str]:
-    """The SGLang release of a root and where it was read from; ``read`` gives a version
-    file's bytes by root-relative path (default: the disk; authoring passes HEAD's); without
-    ``git`` no tag is asked for."""
-    pkg = root.package_dir()
-    if pkg:
-        for name in ("_version.py", "version.py"):
-            rel = os.path.relpath(os.path.join(pkg, name), root.path)
-            data = read(rel) if read else _read_file(os.path.join(root.path, rel))
-            match = None if data is None else _VERSION_RE.search(data.decode("utf-8", "replace"))
-            if match:
-                return match.group(1), rel
-    tag = gitcli.describe_tag(root.path) if git else None
-    return (tag, "git tag of HEAD") if tag else (None, "")
-
-
-def _read_file(path: str) -> Optional[bytes]:
-    try:
-        with open(path, "rb") as fh:
-            return fh.read()
-    except OSError:
-        return None
-
 
 def release_check(spec: FixSpec, roots: Roots, cache: Dict[str, Tuple[Optional[str], str]],
                   git: bool = True) -> Dict[str, Any]:
@@ -75,7 +46,7 @@ def release_check(spec: FixSpec, roots: Roots, cache: Dict[str, Tuple[Optional[s
     return result("release", name, ok, detail, root.name)
 
 
-def requires_check(spec: FixSpec, recorded: Dict[str, Dict[str, Any]], earlier: Set[str],
+def requires_check(spec: FixSpec, recorded: Dict[str, FixRecord], earlier: Set[str],
                    dependencies: Dict[str, FixSpec], read: Reader) -> List[Dict[str, Any]]:
     """Each required fix is recorded (any version), planned earlier in this request, or, when
     the request carries it as a dependency, present in the files (a fork may carry it)."""
@@ -84,7 +55,7 @@ def requires_check(spec: FixSpec, recorded: Dict[str, Dict[str, Any]], earlier: 
         if name in earlier:
             ok, detail = True, "applied earlier in this request"
         elif name in recorded:
-            ok, detail = True, "recorded v%s" % recorded[name].get("version")
+            ok, detail = True, "recorded v%s" % recorded[name].version
         elif name in dependencies:
             from . import presence
 

@@ -10,24 +10,25 @@ from . import presence, procs, record
 from .checks import CheckContext, failure_lines, run_check
 from .paths import Roots
 from .request import FixSpec, Request, check_patch_paths
-from .store import Store, last_writers
-from .workspace import Workspace
+from .records import FixRecord, State
+from .store import Store
+from .workspace import Key, Workspace
 
 
 def status(req: Request, store: Store) -> Dict[str, Any]:
     """Each fix of the request, then each recorded fix the request does not name."""
     state = store.read_state()
-    recorded = {f["name"]: f for f in state.get("fixes", [])}
+    recorded = state.by_name()
     out: List[Dict[str, Any]] = []
     ws = Workspace(req.roots)
-    last = last_writers(state)
+    last = state.last_writers()
     installs = record.installs(req.roots)
     for spec in req.fixes:
         rec = recorded.get(spec.name)
         if rec:
             entry = _recorded(ws, rec, last, installs)
             entry["catalog_version"] = spec.version
-            if entry["state"] == "applied" and rec.get("version") != spec.version:
+            if entry["state"] == "applied" and rec.version != spec.version:
                 entry["state"] = "outdated"  # another version is applied than the catalog's
         elif spec.not_needed:
             entry = {"name": spec.name, "state": "not-needed", "version": spec.version,
@@ -41,11 +42,12 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
             entry.setdefault("detail", spec.not_needed)
         out.append(entry)
     listed = {s.name for s in req.fixes}
-    out.extend(_recorded(ws, rec, last, installs) for rec in state.get("fixes", [])
-               if rec["name"] not in listed)
+    out.extend(_recorded(ws, rec, last, installs) for rec in state.fixes if rec.name not in listed)
     from .variants import release_of
 
-    return {"state_root": req.state_root.path, "fixes": out, "journal": store.read_journal(),
+    journal = store.read_journal()
+    return {"state_root": req.state_root.path, "fixes": out,
+            "journal": None if journal is None else journal.to_json(),
             "release": release_of(req.roots, "sglang", {}, True),
             "running": procs.running(req.roots, store.dir, state, req.python)}
 
@@ -69,38 +71,37 @@ def _file_state(ok: bool, current: Optional[bytes]) -> str:
     return "ok" if ok else ("missing" if current is None else "drifted")
 
 
-def _recorded(ws: Workspace, rec: Dict[str, Any], last: Dict[Any, Dict[str, Any]],
+def _recorded(ws: Workspace, rec: FixRecord, last: Dict[Key, Tuple[str, Optional[str]]],
               installs: Optional[Dict[str, record.Installed]] = None) -> Dict[str, Any]:
     """A file is ``ok`` when it holds what the last fix to touch it wrote (maybe a later fix);
     a fix is ``lost`` when every file not ``ok`` is as its installed wheel's RECORD says (the
     package was reinstalled or upgraded underneath it)."""
     out = []
-    for f in rec.get("files", []):
-        root, path = f["root"], f["path"]
-        have = ws.sha256(root, path)  # hashed, not kept: 2,152 files of a drift series
-        ok = have == last.get((root, path), f).get("after_sha256")
-        out.append({"root": root, "path": path, "state": "ok" if ok else (
+    for f in rec.files:
+        have = ws.sha256(f.root, f.path)  # hashed, not kept: 2,152 files of a drift series
+        ok = have == last.get(f.key, (rec.name, f.after_sha256))[1]
+        out.append({"root": f.root, "path": f.path, "state": "ok" if ok else (
             "missing" if have is None else "drifted")})
     drifted = any(f["state"] != "ok" for f in out)
-    entry = {"name": rec["name"], "state": "drifted" if drifted else "applied",
-             "version": rec.get("version"), "applied_at": rec.get("applied_at"), "files": out}
+    entry = {"name": rec.name, "state": "drifted" if drifted else "applied",
+             "version": rec.version, "applied_at": rec.applied_at, "files": out}
     lost = lost_detail(ws, rec, out, installs) if drifted and installs else None
     if lost:
         entry.update(state="lost", detail=lost)
-        for f in out:
-            if f["state"] != "ok":
-                f["state"] = "reinstalled"
+        for seen in out:
+            if seen["state"] != "ok":
+                seen["state"] = "reinstalled"
     return entry
 
 
-def lost_fixes(roots: Roots, state: Dict[str, Any], ws: Optional[Workspace] = None
+def lost_fixes(roots: Roots, state: State, ws: Optional[Workspace] = None
                ) -> Dict[str, Dict[str, Any]]:
     """Each recorded fix that is ``lost``, as ``status`` shows it (files ``reinstalled``)."""
     installs = record.installs(roots)
     if not installs:
         return {}
-    ws, last = ws or Workspace(roots), last_writers(state)
-    seen = (_recorded(ws, rec, last, installs) for rec in state.get("fixes", []))
+    ws, last = ws or Workspace(roots), state.last_writers()
+    seen = (_recorded(ws, rec, last, installs) for rec in state.fixes)
     return {s["name"]: s for s in seen if s["state"] == "lost"}
 
 
@@ -109,7 +110,7 @@ def reinstalled(entry: Dict[str, Any]) -> List[Tuple[str, str]]:
     return [(f["root"], f["path"]) for f in entry["files"] if f["state"] == "reinstalled"]
 
 
-def lost_detail(ws: Workspace, rec: Dict[str, Any], files: List[Dict[str, Any]],
+def lost_detail(ws: Workspace, rec: FixRecord, files: List[Dict[str, Any]],
                 installs: Dict[str, record.Installed]) -> Optional[str]:
     """Why a recorded fix is lost (its changed files reinstalled from a wheel), or None."""
     seen = set()
@@ -128,17 +129,17 @@ def lost_detail(ws: Workspace, rec: Dict[str, Any], files: List[Dict[str, Any]],
         seen.add(f["root"])
     if not seen:
         return None
-    was = (rec.get("installed") or {}).get("version")
+    was = rec.installed_version
     now = ", ".join(installs[r].version for r in sorted(seen))
     what = "%s %s" % (record.DIST, now if was in (None, now) else "%s -> %s" % (was, now))
     return ("%s reinstalled; recorded v%s no longer present. Apply it again onto the new install "
-            "(patchkit apply %s)" % (what, rec.get("version"), rec["name"]))
+            "(patchkit apply %s)" % (what, rec.version, rec.name))
 
 
-def drifted_files(roots: Roots, state: Dict[str, Any], rec: Dict[str, Any],
+def drifted_files(roots: Roots, state: State, rec: FixRecord,
                   ws: Optional[Workspace] = None) -> List[Dict[str, Any]]:
     """The recorded fix's files that ``status`` shows ``drifted`` or ``missing``."""
-    seen = _recorded(ws or Workspace(roots), rec, last_writers(state))
+    seen = _recorded(ws or Workspace(roots), rec, state.last_writers())
     return [f for f in seen["files"] if f["state"] != "ok"]
 
 
@@ -172,7 +173,7 @@ def _detect(ws: Workspace, spec: FixSpec) -> Dict[str, Any]:
 
 def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
     state = store.read_state()
-    recorded = {f["name"]: f for f in state.get("fixes", [])}
+    recorded = state.by_name()
     missing = [s.name for s in req.fixes if s.name not in recorded]
     if missing:
         raise NotApplied("fix %s is not applied in %s; apply it before verifying it"
@@ -192,7 +193,7 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
         results = ([first] if first else []) + [
             run_check(check, ctx) for check in spec.verification]
         failures.extend(dict(r, fix=spec.name) for r in results if not r["ok"])
-        out.append({"name": spec.name, "version": recorded[spec.name].get("version"),
+        out.append({"name": spec.name, "version": recorded[spec.name].version,
                     "outcome": "verified" if all(r["ok"] for r in results) else "failed",
                     "files": [], "preconditions": [], "verification": results, "drifted": drifted})
     if failures and all(f["kind"] == "drift" for f in failures):

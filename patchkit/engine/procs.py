@@ -23,14 +23,13 @@ import json
 import os
 import re
 import shlex
-import stat
-import subprocess
-import sys
 import time
 from contextlib import suppress
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from .paths import Roots
+from .pycache import interpreter_prefix, stale_pycs
+from .records import State
 
 PROC = "/proc"
 CURRENT, PENDING = "current", "restart-pending"
@@ -305,13 +304,13 @@ def _parse_iso(text: str) -> Optional[float]:
         return None
 
 
-def last_changes(state_dir: str, state: Dict[str, Any]) -> Dict[Tuple[str, str], Change]:
+def last_changes(state_dir: str, state: State) -> Dict[Tuple[str, str], Change]:
     """(root, path) -> the last change patchkit recorded for it: history events naming their
     files (this engine), else the ``applied_at`` of the fixes in ``state.json``."""
     out: Dict[Tuple[str, str], Change] = {}
-    for fix in state.get("fixes", []):
-        for f in fix.get("files", []):
-            out[(f["root"], f["path"])] = Change(f["root"], f["path"], {"at": fix.get("applied_at")})
+    for fix in state.fixes:
+        for f in fix.files:
+            out[f.key] = Change(f.root, f.path, {"at": fix.applied_at})
     try:
         text = _read(os.path.join(state_dir, "history.jsonl")).decode("utf-8", "replace")
     except OSError:
@@ -329,7 +328,7 @@ def last_changes(state_dir: str, state: Dict[str, Any]) -> Dict[Tuple[str, str],
     return out
 
 
-def running(roots: Roots, state_dir: str, state: Dict[str, Any], python: Optional[str],
+def running(roots: Roots, state_dir: str, state: State, python: Optional[str],
             base: str = PROC) -> Dict[str, Any]:
     """``status``'s ``running``: the processes using the roots, which of them run code older
     than patchkit's last change, and the ``.pyc`` files Python would still serve stale."""
@@ -353,19 +352,7 @@ def running(roots: Roots, state_dir: str, state: Dict[str, Any], python: Optiona
     return out
 
 
-# -- bytecode ------------------------------------------------------------------------------------
-
-def interpreter_prefix(python: Optional[str]) -> Optional[str]:
-    """``sys.pycache_prefix`` of the target's interpreter (this one when None)."""
-    if not python or os.path.realpath(python) == os.path.realpath(sys.executable):
-        return sys.pycache_prefix
-    try:
-        done = subprocess.run([python, "-c", "import sys; print(sys.pycache_prefix or '')"],
-                              capture_output=True, timeout=30, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout.decode("utf-8", "surrogateescape").strip() or None
-
+# -- bytecode caches of the processes (pycache does the files) ---------------------------------
 
 def process_prefix(p: Proc) -> Optional[str]:
     """The ``pycache_prefix`` of a Python process: ``-X pycache_prefix=`` beats the environment."""
@@ -386,92 +373,12 @@ def pycache_prefixes(procs: Iterable[Proc], python: Optional[str]) -> List[str]:
     return sorted({os.path.abspath(f) for f in found if f})
 
 
-def pyc_files(roots: Roots, root: str, path: str, prefixes: Sequence[str]) -> List[str]:
-    """Every ``.pyc`` Python may serve for ``root:path``: ``__pycache__`` beside it and, per
-    prefix, the mirror of the directory (as the root is spelled and as it resolves)."""
-    if not path.endswith(".py"):
-        return []
-    r = roots.get(root)
-    rel = r.mapped(path)
-    out = []
-    for top in dict.fromkeys((os.path.normpath(r.path), r.real)):
-        head, name = os.path.split(os.path.join(top, rel))
-        stem = name[:-3]
-        places = [os.path.join(head, "__pycache__")] + [
-            os.path.join(prefix, head.lstrip("/")) for prefix in prefixes]
-        for place in places:
-            with suppress(OSError):
-                for entry in os.scandir(place):
-                    if entry.name.startswith(stem + ".") and entry.name.endswith(".pyc") \
-                            and entry.name.count(".") == 2 and entry.is_file(follow_symlinks=False):
-                        out.append(entry.path)
-    return sorted(set(out))
-
-
-def stale(pyc: str, source: str) -> Optional[str]:
-    """Why Python would serve ``pyc`` for ``source`` although it holds older code, or None."""
-    try:
-        with open(pyc, "rb") as fh:
-            head = fh.read(16)
-        src, st_pyc = os.stat(source), os.stat(pyc)
-    except OSError:
-        return None
-    if len(head) < 16:
-        return None
-    flags = int.from_bytes(head[4:8], "little")
-    older = st_pyc.st_mtime_ns < src.st_mtime_ns
-    if flags & 1:  # hash-based (PEP 552)
-        if flags & 2:
-            return None  # checked: Python compares the source's hash and recompiles
-        import importlib.util
-
-        if head[:4] == importlib.util.MAGIC_NUMBER:
-            with open(source, "rb") as fh:
-                same = importlib.util.source_hash(fh.read()) == head[8:16]
-            return None if same else "unchecked hash-based .pyc of other source bytes: served without a check"
-        return "unchecked hash-based .pyc written before the source changed: served without a check" if older else None
-    mtime, size = int.from_bytes(head[8:12], "little"), int.from_bytes(head[12:16], "little")
-    if older and mtime == int(src.st_mtime) & 0xFFFFFFFF and size == src.st_size & 0xFFFFFFFF:
-        return ".pyc written before the change but with the source's current mtime and size: served"
-    return None
-
-
-def stale_pycs(roots: Roots, files: Iterable[Tuple[str, str]], prefixes: Sequence[str]
-               ) -> List[Dict[str, str]]:
-    out = []
-    names = {r.name for r in roots}
-    for root, path in files:
-        if root not in names:
-            continue
-        source = os.path.join(roots.get(root).path, roots.get(root).mapped(path))
-        for pyc in pyc_files(roots, root, path, prefixes):
-            why = stale(pyc, source)
-            if why:
-                out.append({"pyc": pyc, "source": "%s:%s" % (root, path), "why": why})
-    return out
-
-
-def purge_prefixed(roots: Roots, files: Iterable[Tuple[str, str]], python: Optional[str]) -> List[str]:
-    """Remove the ``.pyc`` of each changed (root, path) under every ``pycache_prefix`` in use
-    (the target's interpreter and the Python processes using the roots); returns them."""
-    wanted = [(r, p) for r, p in files if p.endswith(".py")]
-    if not wanted:
-        return []
+def prefixes_in_use(roots: Roots, python: Optional[str]) -> List[str]:
+    """Every ``pycache_prefix`` in use for the roots: the target interpreter's and those of the
+    Python processes using them."""
     # only a Python process has a prefix; another process found only by the files it maps
     # passes nothing on to its children (only the same Python's children inherit such a use),
     # so the maps of processes that are not Python are not read
     scan = Scan(maps=False)
-    procs = [] if scan.unavailable else [scan.procs[pid] for pid in users(roots, scan)]
-    prefixes = pycache_prefixes(procs, python)
-    if not prefixes:
-        return []
-    removed = []
-    for root, path in wanted:
-        for pyc in pyc_files(roots, root, path, prefixes):
-            if "/__pycache__/" in pyc:
-                continue  # the sibling __pycache__ is the transaction's, removed through its root
-            with suppress(OSError):
-                if stat.S_ISREG(os.lstat(pyc).st_mode):
-                    os.unlink(pyc)
-                    removed.append(pyc)
-    return removed
+    found = [] if scan.unavailable else [scan.procs[pid] for pid in users(roots, scan)]
+    return pycache_prefixes(found, python)

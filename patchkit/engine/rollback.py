@@ -1,28 +1,30 @@
 """The rollback op: the apply transaction run in the other direction, drift refused unless
-``force``. Originals come from the backups (strategy ``restore``), the reversed series
-(``reverse``), or a revert of the commits ``apply --commit`` made."""
+``force``. Each fix's originals come from one strategy: its backups (``restore``), its series
+reversed (``reverse``), a revert of the commits ``apply --commit`` made, or, for a fix a
+reinstall made lost, its backups of only the files the reinstall left as the fix wrote them."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, cast
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
-from ..errors import (ConflictError, DriftError, PreconditionFailed, TargetError,
-                      VersionMismatch)
+from ..errors import ConflictError, DriftError, PreconditionFailed, VersionMismatch
 from . import auto, gitcli, gitcommit, revert
-from .apply import FixChange, fix_result
-from .fsops import read_bytes
 from .hunks import apply_change, decode, encode, sha256_bytes
+from .plan import FixChange, fix_result, refuse_later_writers, restore_in_memory
+from .records import FixRecord, State
 from .request import Request, check_patch_paths
-from .store import Store, created_dirs
-from .txn import run_transaction
-from .workspace import Workspace
+from .store import Store
+from .txn import Transaction
+from .workspace import Key, Workspace
+
+Recorded = Dict[str, FixRecord]
 
 
 def rollback(req: Request, store: Store) -> List[Dict[str, Any]]:
     state = store.read_state()
-    recorded = {f["name"]: f for f in state.get("fixes", [])}
+    recorded = state.by_name()
     asked = [s.name for s in req.fixes]
     # Convergent, as apply of an applied fix is: a fix with no record is already rolled back
     absent = {s.name: not_applied(s.name, s.version, req.state_root.path)
@@ -42,8 +44,7 @@ def not_applied(name: str, version: int, where: str) -> Dict[str, Any]:
             "detail": "no record in %s/.patchkit/state.json: nothing to roll back" % where}
 
 
-def _rollback(req: Request, store: Store, state: Dict[str, Any],
-              recorded: Dict[str, Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
+def _rollback(req: Request, store: Store, state: State, recorded: Recorded) -> Dict[str, Dict[str, Any]]:
     names = [s.name for s in req.fixes]
     _refuse_blocked(state, names)
     check_patch_paths(req.roots, req.fixes)
@@ -55,62 +56,118 @@ def _rollback(req: Request, store: Store, state: Dict[str, Any],
     drift: List[Dict[str, Any]] = []
     prepared: List[FixChange] = []
     reverts: List[Tuple[FixChange, List[revert.Source]]] = []
-    order = {f["name"]: i for i, f in enumerate(state.get("fixes", []))}
+    order = {name: i for i, name in enumerate(state.names())}
     # newest first: each fix then finds its files as it left them, once the later fixes of
     # this request that touched the same files are (in memory) rolled back
     for spec in sorted(req.fixes, key=lambda s: -order[s.name]):
-        rec = recorded[spec.name]
-        fc = FixChange(spec, [])
+        rec, fc = recorded[spec.name], FixChange(spec, [])
         sources = _committed(req, rec)
-        git_roots = {src.root for src in sources}
-        dirty = _uncommitted(req, rec, git_roots)
-        for f in rec.get("files", []):
-            key = (f["root"], f["path"])
-            e = ws.entry(*key)
-            fc.keys.append(key)
-            fc.before[key] = (e.current, e.mode)
-            have = sha256_bytes(e.current)
-            # a committed file may have moved on with later commits (the revert keeps them);
-            # only uncommitted changes to it are drift
-            moved = key in dirty if key[0] in git_roots else have != f.get("after_sha256")
-            moved = moved and key not in gone.get(spec.name, ())
-            if moved:
-                drift.append({"fix": spec.name, "root": key[0], "path": key[1],
-                              "recorded_sha256": f.get("after_sha256"), "current_sha256": have})
-        if sources:
-            for src in sources:
-                for rf in src.files:
-                    e = ws.entry(src.root, rf.path)
-                    if (src.root, rf.path) not in fc.keys:
-                        fc.keys.append((src.root, rf.path))
-                        fc.before[(src.root, rf.path)] = (e.current, e.mode)
-                    e.current = revert.revert_file(spec.name, src, rf, e.current)
-                    e.mode = None if e.current is None else (e.mode or 0o644)
-            restore_in_memory(store, ws, dict(rec, files=[f for f in rec.get("files", [])
-                                                 if f["root"] not in git_roots]))
-            fc.source = sources[0]
-            reverts.append((fc, sources))
-        elif spec.name in gone:  # only the files the reinstall left as the fix wrote them
-            restore_in_memory(store, ws, dict(rec, files=[
-                f for f in rec.get("files", []) if (f["root"], f["path"]) not in gone[spec.name]]))
-        elif spec.strategy == "reverse":
-            if int(rec.get("version", 0)) != spec.version:
-                raise VersionMismatch(
-                    "fix %s version %s is applied but the catalog has version %d; reverse rollback "
-                    "needs the applied series: use the restore strategy, or check out the catalog "
-                    "version that was applied" % (spec.name, rec.get("version"), spec.version),
-                    fix=spec.name)
-            try:
-                _reverse(ws, fc)
-            except ConflictError:
-                if drift and not req.force:
-                    break
-                raise
-        else:
-            restore_in_memory(store, ws, rec)
+        drift.extend(_take_stock(req, ws, fc, rec, sources, gone.get(spec.name, set())))
+        strategy = _strategy(fc, rec, sources, spec.name in gone)
+        try:
+            strategy(store, ws, fc, rec, sources, gone.get(spec.name, set()))
+        except ConflictError:
+            if strategy is _by_reverse and drift and not req.force:
+                break
+            raise
         fc.snapshot(ws, fc.after)
         prepared.append(fc)
-    if drift and not req.force:
+        if sources:
+            reverts.append((fc, sources))
+    _refuse_drift(drift, req.force)
+    checks = _writable(req, store, ws, names, recorded)
+    for fc in prepared:
+        fc.preconditions = list(checks)
+    if not req.dry_run:
+        _write(req, store, state, ws, recorded, reverts)
+    outcome = "would-roll-back" if req.dry_run else "rolled-back"
+    return {fc.spec.name: dict(fix_result(fc, outcome), version=recorded[fc.spec.name].version)
+            for fc in prepared}
+
+
+def _take_stock(req: Request, ws: Workspace, fc: FixChange, rec: FixRecord,
+                sources: List[revert.Source], gone: Set[Key]) -> List[Dict[str, Any]]:
+    """Each recorded file as it is now (the fix's ``before``); those that drifted: changed
+    since the fix wrote them (a committed file, only by uncommitted changes; a reinstalled one
+    of a lost fix never)."""
+    git_roots = {src.root for src in sources}
+    dirty = _uncommitted(req, rec, git_roots)
+    drift = []
+    for f in rec.files:
+        e = ws.entry(*f.key)
+        fc.keys.append(f.key)
+        fc.before[f.key] = (e.current, e.mode)
+        have = sha256_bytes(e.current)
+        # a committed file may have moved on with later commits (the revert keeps them)
+        moved = f.key in dirty if f.root in git_roots else have != f.after_sha256
+        if moved and f.key not in gone:
+            drift.append({"fix": rec.name, "root": f.root, "path": f.path,
+                          "recorded_sha256": f.after_sha256, "current_sha256": have})
+    return drift
+
+
+Strategy = Callable[[Store, Workspace, FixChange, FixRecord, List[revert.Source], Set[Key]], None]
+
+
+def _strategy(fc: FixChange, rec: FixRecord, sources: List[revert.Source], lost: bool) -> Strategy:
+    """How the fix's files get their bytes before it back: the recorded commits reverted, a
+    lost fix's remaining backups, its series reversed, or its backups."""
+    if sources:
+        return _by_revert
+    if lost:
+        return _lost
+    return _by_reverse if fc.spec.strategy == "reverse" else _by_restore
+
+
+def _by_revert(store: Store, ws: Workspace, fc: FixChange, rec: FixRecord,
+               sources: List[revert.Source], gone: Set[Key]) -> None:
+    """Revert the commits ``apply --commit`` made (later commits to the files are kept); the
+    fix's files in other roots come from its backups."""
+    for src in sources:
+        for rf in src.files:
+            key = (src.root, rf.path)
+            e = ws.entry(*key)
+            if key not in fc.keys:
+                fc.keys.append(key)
+                fc.before[key] = (e.current, e.mode)
+            e.current = revert.revert_file(fc.spec.name, src, rf, e.current)
+            e.mode = None if e.current is None else (e.mode or 0o644)
+    git_roots = {src.root for src in sources}
+    restore_in_memory(store, ws, rec.restricted([f for f in rec.files if f.root not in git_roots]))
+    fc.source = sources[0]
+
+
+def _lost(store: Store, ws: Workspace, fc: FixChange, rec: FixRecord,
+          sources: List[revert.Source], gone: Set[Key]) -> None:
+    """A lost fix: only the files the reinstall left as the fix wrote them, from its backups."""
+    restore_in_memory(store, ws, rec.restricted([f for f in rec.files if f.key not in gone]))
+
+
+def _by_restore(store: Store, ws: Workspace, fc: FixChange, rec: FixRecord,
+                sources: List[revert.Source], gone: Set[Key]) -> None:
+    """Every file of the fix from its backups."""
+    restore_in_memory(store, ws, rec)
+
+
+def _by_reverse(store: Store, ws: Workspace, fc: FixChange, rec: FixRecord,
+                sources: List[revert.Source], gone: Set[Key]) -> None:
+    """The fix's series reversed, last change first (the applied version's series only)."""
+    spec = fc.spec
+    if int(rec.version or 0) != spec.version:
+        raise VersionMismatch(
+            "fix %s version %s is applied but the catalog has version %d; reverse rollback "
+            "needs the applied series: use the restore strategy, or check out the catalog "
+            "version that was applied" % (spec.name, rec.version, spec.version), fix=spec.name)
+    for change in reversed(spec.files):
+        e = ws.entry(change.root, change.path)
+        new, placed = apply_change(None if e.current is None else decode(e.current), change.reversed())
+        e.current = None if new is None else encode(new)
+        e.mode = None if new is None else (0o644 if e.mode is None else e.mode)
+        fc.placements.setdefault((change.root, change.path), []).extend(placed)
+
+
+def _refuse_drift(drift: List[Dict[str, Any]], force: bool) -> None:
+    if drift and not force:
         raise DriftError(
             "%d file(s) changed since patchkit applied them; rolling back would discard those "
             "changes:\n%s\nInspect them; roll back anyway with --force (restores the originals and "
@@ -118,47 +175,50 @@ def _rollback(req: Request, store: Store, state: Dict[str, Any],
             % (len(drift), "\n".join("- %s:%s (fix %s): sha256 now %s, recorded %s"
                                      % (d["root"], d["path"], d["fix"], d["current_sha256"],
                                         d["recorded_sha256"]) for d in drift)), drifted=drift)
+
+
+def _writable(req: Request, store: Store, ws: Workspace, names: List[str],
+              recorded: Recorded) -> List[Dict[str, Any]]:
+    """Every directory the rollback writes in, probed; refused together when one is not."""
     dirs = [(e.where, os.path.dirname(e.abs)) for e in ws.changed()] + [("state", store.dir)]
     probed: Dict[str, Optional[str]] = {}
     checks = auto.writable_checks(dirs, probed)
     failed = [dict(r, fix=",".join(names)) for r in checks if not r["ok"]]
     if failed:
-        raise auto.permission_denied(failed, [{"name": n, "version": recorded[n].get("version"),
-                                       "preconditions": checks} for n in names],
+        raise auto.permission_denied(failed, [{"name": n, "version": recorded[n].version,
+                                               "preconditions": checks} for n in names],
                                      probed, req.roots)
-    for fc in prepared:
-        fc.preconditions = list(checks)
-    if not req.dry_run:
-        cos, items = _revert_items(req, recorded, reverts)
-        entries = gitcommit.journal_entries(cos, items)
-
-        def commit(txn: str) -> Dict[str, Any]:
-            if entries:
-                made = gitcommit.make(cos, items, entries, txn)
-                for fc, _ in reverts:
-                    fc.commits = made.get(fc.spec.name, [])
-            return dict(state, fixes=[f for f in state.get("fixes", []) if f["name"] not in names])
-
-        purge = any(spec.purge_pycache or recorded[spec.name].get("purge_pycache", True)
-                    for spec in req.fixes)
-        run_transaction(store, req.roots, "rollback", names, ws.changed(), {}, purge=purge,
-                        verify=lambda: None, commit=commit,
-                        versions={n: cast(int, recorded[n].get("version")) for n in names},
-                        remove_dirs=[d for n in names for d in created_dirs(recorded[n], req.roots)],
-                        journal_extra=dict({"git_commits": entries} if entries else {}, python=req.python))
-    outcome = "would-roll-back" if req.dry_run else "rolled-back"
-    return {fc.spec.name: dict(fix_result(fc, outcome), version=recorded[fc.spec.name].get("version"))
-            for fc in prepared}
+    return checks
 
 
-def _committed(req: Request, rec: Dict[str, Any]) -> List[revert.Source]:
+def _write(req: Request, store: Store, state: State, ws: Workspace, recorded: Recorded,
+           reverts: List[Tuple[FixChange, List[revert.Source]]]) -> None:
+    """The transaction of a rollback: the files, a revert commit per committed fix, the state
+    without the fixes."""
+    names = [s.name for s in req.fixes]
+    cos, items = _revert_items(req, recorded, reverts)
+    entries = gitcommit.journal_entries(cos, items)
+    purge = any(spec.purge_pycache or recorded[spec.name].purge_pycache for spec in req.fixes)
+    root_names = [r.name for r in req.roots]
+    with Transaction(store, req.roots, "rollback", names, {n: recorded[n].version for n in names},
+                     req.python, entries or None) as txn:
+        txn.back_up(ws.changed(), {})
+        txn.write(purge, remove_dirs=[d for n in names for d in recorded[n].created(root_names)])
+        if entries:
+            made = gitcommit.make(cos, items, entries, txn.id)
+            for fc, _ in reverts:
+                fc.commits = made.get(fc.spec.name, [])
+        txn.commit(state.without(names))
+
+
+def _committed(req: Request, rec: FixRecord) -> List[revert.Source]:
     """The commits ``apply --commit`` made for a fix, as sources to revert (with ``force``, one
     no longer in HEAD's history is passed over: its backups are restored instead)."""
-    commits = rec.get("commits") or []
+    commits = rec.commits
     cos = gitcommit.checkouts(req.roots, [c["root"] for c in commits if c["root"] in
                                           {r.name for r in req.roots}])
     if not req.force:
-        gitcommit.refuse_unrecorded(rec["name"], commits, cos)
+        gitcommit.refuse_unrecorded(rec.name, commits, cos)
     out = []
     for c in commits:
         co = cos.get(c["root"])
@@ -174,18 +234,18 @@ def _committed(req: Request, rec: Dict[str, Any]) -> List[revert.Source]:
     return out
 
 
-def _uncommitted(req: Request, rec: Dict[str, Any], git_roots: Set[str]) -> Set[Tuple[str, str]]:
+def _uncommitted(req: Request, rec: FixRecord, git_roots: Set[str]) -> Set[Key]:
     """The fix's files in committed roots that have uncommitted changes (one git status each)."""
     out: Set[Tuple[str, str]] = set()
     for name in git_roots:
         root = req.roots.get(name)
-        paths = {root.mapped(f["path"]): f["path"] for f in rec.get("files", []) if f["root"] == name}
+        paths = {root.mapped(f.path): f.path for f in rec.files if f.root == name}
         found = gitcli.changed_paths(root.path, list(paths))
         out.update((name, paths[rel]) for rel in found.changed if rel in paths)
     return out
 
 
-def _revert_items(req: Request, recorded: Dict[str, Dict[str, Any]],
+def _revert_items(req: Request, recorded: Recorded,
                   reverts: List[Tuple[FixChange, List[revert.Source]]]):
     """One revert commit per committed fix and root, like ``git revert --no-edit``."""
     cos = {src.root: src.checkout for _, sources in reverts for src in sources}
@@ -195,19 +255,19 @@ def _revert_items(req: Request, recorded: Dict[str, Dict[str, Any]],
         for src in sources:
             subject = src.title.split(" ", 1)[1] if " " in src.title else src.title
             text = gitcommit.message('Revert "%s"' % subject, "This reverts commit %s." % src.sha,
-                                     rec["name"], int(rec.get("version") or 0),
-                                     rec.get("patches") or [], ["Patchkit-Rollback: yes"])
+                                     rec.name, int(rec.version or 0), rec.patches,
+                                     ["Patchkit-Rollback: yes"])
             changes = tuple(gitcommit.Change(rf.repo_path, *fc.after[(src.root, rf.path)])
                             for rf in src.files)
-            items.append(gitcommit.Item(rec["name"], src.root, text, changes))
+            items.append(gitcommit.Item(rec.name, src.root, text, changes))
     return cos, items
 
 
-def _refuse_blocked(state: Dict[str, Any], names: List[str]) -> None:
+def _refuse_blocked(state: State, names: List[str]) -> None:
     """Refuse to roll back a fix that a later applied fix, not rolled back with it, requires
     or changed the same files after."""
-    blockers = [(other["name"], name) for name in names for other in state.get("fixes", [])
-                if other["name"] not in names and name in (other.get("requires") or [])]
+    blockers = [(other.name, name) for name in names for other in state.fixes
+                if other.name not in names and name in other.requires]
     if blockers:
         raise PreconditionFailed(
             "cannot roll back: %s; roll back the dependent fix first (patchkit rollback %s) or "
@@ -216,51 +276,3 @@ def _refuse_blocked(state: Dict[str, Any], names: List[str]) -> None:
             blockers=[{"fix": b[1], "required_by": b[0]} for b in blockers])
     refuse_later_writers(state, names, "roll back", "roll the later fix back first or together "
                          "with it (patchkit rollback %s)", also=names)
-
-
-def refuse_later_writers(state: Dict[str, Any], names: List[str], action: str, remedy: str,
-                         also: Sequence[str] = ()) -> None:
-    """Refuse when a fix applied after one of ``names``, and not among them, changed the same
-    files; ``remedy`` gets the fixes to roll back (the later ones, then ``also``)."""
-    applied = list(state.get("fixes", []))
-    later = []
-    for i, rec in enumerate(applied):
-        if rec["name"] not in names:
-            continue
-        mine = {"%s:%s" % (f["root"], f["path"]) for f in rec.get("files", [])}
-        for other in applied[i + 1:]:
-            shared = sorted(mine & {"%s:%s" % (f["root"], f["path"]) for f in other.get("files", [])})
-            if shared and other["name"] not in names:
-                later.append({"fix": rec["name"], "changed_after_by": other["name"], "files": shared})
-    if later:
-        raise PreconditionFailed("cannot %s: %s; %s" % (
-            action, "; ".join("fix %s was applied after %s and also changed %s"
-                              % (b["changed_after_by"], b["fix"], ", ".join(b["files"])) for b in later),
-            remedy % " ".join(sorted({b["changed_after_by"] for b in later}) + list(also))),
-            blockers=later)
-
-
-def restore_in_memory(store: Store, ws: Workspace, rec: Dict[str, Any]) -> None:
-    """Each of the fix's files, in ``ws``, back to its bytes and mode before the fix (backups)."""
-    for f in rec.get("files", []):
-        e = ws.entry(f["root"], f["path"])
-        data: Optional[bytes] = None
-        if f.get("before_sha256") is not None:
-            data = read_bytes(store.path(f["backup"])) if f.get("backup") else None
-            if data is None or sha256_bytes(data) != f["before_sha256"]:
-                raise TargetError(
-                    "fix %s: the backup of %s:%s (%s) is missing or damaged; roll back with the "
-                    "reverse strategy or restore the file from git by hand"
-                    % (rec["name"], f["root"], f["path"], store.path(f.get("backup") or "backups")),
-                    fix=rec["name"], path=f["path"])
-        e.current = data
-        e.mode = f.get("mode_before") if data is not None else None
-
-
-def _reverse(ws: Workspace, fc: FixChange) -> None:
-    for change in reversed(fc.spec.files):
-        e = ws.entry(change.root, change.path)
-        new, placed = apply_change(None if e.current is None else decode(e.current), change.reversed())
-        e.current = None if new is None else encode(new)
-        e.mode = None if new is None else (0o644 if e.mode is None else e.mode)
-        fc.placements.setdefault((change.root, change.path), []).extend(placed)

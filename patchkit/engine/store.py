@@ -8,17 +8,16 @@ import errno
 import fcntl
 import json
 import os
-import re
 import stat
 import time
 from contextlib import contextmanager, suppress
-from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, TypeVar
 
 from ..errors import LockBusy, PermissionDenied, TargetError
 from .fsops import fsync_dir, read_bytes, temp_of, write_json
-from .paths import Roots
+from .records import FORMAT, Damaged, Journal, State
 
-FORMAT = 1
+T = TypeVar("T")
 DIRNAME = ".patchkit"
 HOLDER = "lock-holder.json"
 
@@ -214,19 +213,21 @@ class Store:
                               path=path)
         return data
 
-    def read_state(self) -> Dict[str, Any]:
-        state = self._load("state.json")
-        if state is None:
-            return {"format": FORMAT, "txn": None, "fixes": []}
-        problem = state_problem(state)
-        if problem:
-            raise TargetError("%s is damaged (%s); keep a copy, then repair or remove it after "
-                              "checking the files it lists" % (self.path("state.json"), problem),
-                              path=self.path("state.json"))
-        return state
+    def read_state(self) -> State:
+        data = self._load("state.json")
+        return State() if data is None else self._typed("state.json", State.from_json, data)
 
-    def write_state(self, state: Dict[str, Any]) -> None:
-        write_json(self.path("state.json"), state)
+    def _typed(self, name: str, reader: Callable[[Any], T], data: Any) -> T:
+        """The record of ``name`` read by ``reader``; a record of the wrong shape is damaged."""
+        try:
+            return reader(data)
+        except Damaged as exc:
+            raise TargetError("%s is damaged (%s); keep a copy, then repair or remove it after "
+                              "checking the files it lists" % (self.path(name), exc),
+                              path=self.path(name)) from None
+
+    def write_state(self, state: State) -> None:
+        write_json(self.path("state.json"), state.to_json())
 
     def left_behind(self) -> bool:
         """Whether a killed run left a lock-holder record, a journal or transaction scratch."""
@@ -237,11 +238,12 @@ class Store:
         except OSError:
             return False
 
-    def read_journal(self) -> Optional[Dict[str, Any]]:
-        return self._load("journal.json")
+    def read_journal(self) -> Optional[Journal]:
+        data = self._load("journal.json")
+        return None if data is None else Journal.from_json(data)
 
-    def write_journal(self, journal: Dict[str, Any]) -> None:
-        write_json(self.path("journal.json"), journal)
+    def write_journal(self, journal: Journal) -> None:
+        write_json(self.path("journal.json"), journal.to_json())
 
     def remove_journal(self) -> None:
         self._remove("journal.json")
@@ -267,33 +269,6 @@ class Store:
             except ValueError:
                 continue
         return out
-
-
-def last_writers(state: Dict[str, Any]) -> Dict[Tuple[str, str], Dict[str, Any]]:
-    """For each recorded file, the last applied fix that touched it and its after-hash."""
-    out: Dict[Tuple[str, str], Dict[str, Any]] = {}
-    for fix in state.get("fixes", []):  # application order
-        for f in fix.get("files", []):
-            out[(f["root"], f["path"])] = {"fix": fix["name"], "after_sha256": f.get("after_sha256")}
-    return out
-
-
-def created_dirs(rec: Dict[str, Any], roots: Roots) -> List[Tuple[str, str]]:
-    """The (root, dir relative to it) a fix's apply created (absolute ones, from an earlier
-    engine, are taken relative to the record's ``roots``)."""
-    out: List[Tuple[str, str]] = []
-    names = {r.name for r in roots}
-    for d in rec.get("created_dirs") or []:
-        if isinstance(d, list) and len(d) == 2:
-            if d[0] in names:
-                out.append((str(d[0]), str(d[1])))
-            continue
-        for name, path in (rec.get("roots") or {}).items():
-            prefix = str(path).rstrip("/") + "/"
-            if name in names and isinstance(d, str) and d.startswith(prefix):
-                out.append((name, d[len(prefix):]))
-                break
-    return out
 
 
 def describe_holder(holder: Dict[str, Any]) -> str:
@@ -328,38 +303,3 @@ def write_remedy(exc: OSError) -> str:
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return "free space on the target's file system, then run again"
     return "make the state root writable (or run as its owner)"
-
-
-def state_problem(state: Dict[str, Any]) -> Optional[str]:
-    """What in a state record does not match its schema (docs/state.md), or None: the keys every
-    reader relies on, with their types. A record of the wrong shape is damaged, as garbage is."""
-    fixes = state.get("fixes", [])
-    if not isinstance(fixes, list):
-        return "'fixes' is %s, not a list" % type(fixes).__name__
-    if state.get("txn") is not None and not isinstance(state.get("txn"), str):
-        return "'txn' is %s, not a string" % type(state.get("txn")).__name__
-    seen = set()
-    for i, fix in enumerate(fixes):
-        where = "fixes[%d]" % i
-        if not isinstance(fix, dict):
-            return "%s is %s, not an object" % (where, type(fix).__name__)
-        name = fix.get("name")
-        if not isinstance(name, str) or not re.match(r"[a-z0-9][a-z0-9.-]*\Z", name):
-            return "%s.name is %r, not a fix name" % (where, name)
-        if name in seen:
-            return "%s: fix %s is recorded twice" % (where, name)
-        seen.add(name)
-        version = fix.get("version", 1)
-        if version is not None and (not isinstance(version, int) or isinstance(version, bool)):
-            return "%s.version is %r, not a number" % (where, version)
-        for key in ("files", "patches", "requires", "created_dirs", "verification", "commits"):
-            if key in fix and not isinstance(fix[key], list):
-                return "%s.%s is %s, not a list" % (where, key, type(fix[key]).__name__)
-        for j, rec in enumerate(fix.get("files", [])):
-            if not isinstance(rec, dict) or not all(
-                    isinstance(rec.get(k), str) for k in ("root", "path")):
-                return "%s.files[%d] is not a file record (root, path)" % (where, j)
-            for key in ("before_sha256", "after_sha256", "backup"):
-                if rec.get(key) is not None and not isinstance(rec.get(key), str):
-                    return "%s.files[%d].%s is %r, not a string" % (where, j, key, rec[key])
-    return None

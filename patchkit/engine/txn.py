@@ -1,64 +1,209 @@
-"""The write transaction (docs/state.md). A failure before the commit point (``state.json``)
-puts every file back; the next run (``recover``) undoes a crash before it and completes one after."""
+"""The write transaction (docs/state.md, "The transaction and its commit point"), an object in
+StGit's manner with a small vocabulary: back up, write, (the caller) verify, commit the new
+state. Used as a context manager: leaving the block before the commit point puts every file
+back; a crash is undone or completed by the next run (``recovery``)."""
 
 from __future__ import annotations
 
-import errno
-import json
 import os
 import shutil
 import stat
 from contextlib import suppress
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple, cast
+from types import TracebackType
+from typing import Any, Dict, List, Optional, Set, Tuple, Type
 
-from ..errors import ConcurrentChange, PatchkitError, PermissionDenied, TargetError
+from ..errors import ConcurrentChange, PatchkitError, PermissionDenied
 from . import procs
 from .faults import fault
 from .fsops import fsync_dir, missing_dirs, read_bytes, read_fd, sync_all, temp_of, write_json
 from .hunks import sha256_bytes
 from .paths import Roots
+from .records import (Intent, Journal, JournalFile, Key, State, backup_name, original_name,
+                      staged_backups)
+from .recovery import discard, finish, purge_bytecode, restore
 from .rootfs import RootDirs
-from .store import FORMAT, HOLDER, Store, new_txn_id, utc_now, write_remedy
+from .store import Store, new_txn_id, utc_now, write_remedy
 from .workspace import Entry, file_op
 
-
-def backup_name(fix: str, i: int) -> str:
-    """The i-th per-fix backup of ``fix`` after the commit, relative to ``.patchkit/``."""
-    return "backups/%s/%d" % (fix, i)
+FixBackups = Dict[str, List[Tuple[str, str, bytes]]]  # fix -> (root, path, before-bytes)
 
 
-def run_transaction(store: Store, roots: Roots, op: str, fixes: List[str], writes: List[Entry],
-                    fix_backups: Dict[str, List[Tuple[str, str, bytes]]],
-                    purge: bool, verify: Callable[[], None],
-                    commit: Callable[[str], Dict[str, Any]],
-                    versions: Optional[Dict[str, int]] = None,
-                    remove_dirs: Optional[List[Tuple[str, str]]] = None,
-                    journal_extra: Optional[Dict[str, Any]] = None) -> str:
-    """Write ``writes`` all-or-nothing; ``commit(txn_id)`` returns the new state to record.
-    ``fix_backups[fix][i]`` (root, path, before-bytes) is kept as ``backups/<fix>/<i>``;
-    ``remove_dirs``: (root, dir relative to it) to remove if empty once the files are written."""
-    before = store.listing()
-    store.begin_writing(op)
-    txns_before = set(os.listdir(store.path("txn"))) if os.path.isdir(store.path("txn")) else set()
-    committed = False
-    try:
-        with RootDirs(roots) as dirs:
-            txn = _transaction(store, dirs, op, fixes, writes, fix_backups, purge, verify, commit,
-                               versions, remove_dirs or [], journal_extra or {})
-        committed = True
-        return txn
-    except OSError as exc:  # e.g. a full disk: the files were put back (or a journal is kept)
-        left = _what_is_left(store)
-        raise PermissionDenied("cannot write %s: %s; %s (%s)"
-                               % (exc.filename or store.root, exc.strerror or exc, write_remedy(exc), left),
-                               path=exc.filename or store.root) from None
-    finally:
+class Transaction:
+    """All-or-nothing writes of one op::
+
+        with Transaction(store, roots, "apply", fixes, versions, python) as t:
+            names = t.back_up(writes, fix_backups)  # txn.json, every backup, durable
+            t.write(purge=True)                      # journal, the files, bytecode purged
+            verify()                                 # the caller's; raising undoes it all
+            t.commit(new_state)                      # state.json: the commit point; cleanup
+    """
+
+    def __init__(self, store: Store, roots: Roots, op: str, fixes: List[str],
+                 versions: Optional[Dict[str, Any]] = None, python: Optional[str] = None,
+                 git_commits: Optional[List[Dict[str, Any]]] = None) -> None:
+        self.store, self.roots, self.op, self.fixes = store, roots, op, list(fixes)
+        self.versions, self.python, self.git_commits = dict(versions or {}), python, git_commits
+        self.id = new_txn_id()
+        self.writes: List[Entry] = []
+        self.rels: List[str] = []
+        self.journal: Optional[Journal] = None
+        self._origs: Dict[Key, str] = {}  # (root, path) -> its original's backup
+        self._committed = False  # state.json written
+        self._done = False  # and cleaned up
+        self._dirs: Optional[RootDirs] = None
+
+    @property
+    def dirs(self) -> RootDirs:
+        assert self._dirs is not None, "a Transaction is used inside its with block"
+        return self._dirs
+
+    # -- the write phase: set up, and torn down again unless committed ----------------------
+
+    def __enter__(self) -> "Transaction":
+        self._listing = self.store.listing()
+        self.store.begin_writing(self.op)
+        txn_dir = self.store.path("txn")
+        self._txns_before = set(os.listdir(txn_dir)) if os.path.isdir(txn_dir) else set()
+        try:
+            self._dirs = RootDirs(self.roots).__enter__()
+        except BaseException as exc:
+            self.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        return self
+
+    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
+        error = exc
+        try:
+            try:
+                if self.journal is not None and not self._committed:
+                    restore(self.store, self.journal, self.dirs)  # before the commit point
+                    discard(self.store, self.id)
+            finally:
+                if self._dirs is not None:
+                    self._dirs.__exit__(None, None, None)
+        except BaseException as failed:  # a failed restore: the journal stays for the next run
+            error = failed
+        if isinstance(error, OSError):  # e.g. a full disk: the files were put back
+            store = self.store
+            error = PermissionDenied("cannot write %s: %s; %s (%s)" % (
+                error.filename or store.root, error.strerror or error, write_remedy(error),
+                _what_is_left(store)), path=error.filename or store.root)
+        self._tear_down()
+        if error is not None and error is not exc:
+            raise error from None
+
+    def _tear_down(self) -> None:
+        store = self.store
         store.end_writing()
         with suppress(OSError):  # leftovers are harmless scaffolding; the real error matters more
-            if not committed and not os.path.lexists(store.path("journal.json")):
-                for name in set(os.listdir(store.path("txn"))) - txns_before:  # no file written
-                    shutil.rmtree(store.path("txn", name), ignore_errors=True)
-                store.undo_setup(before)
+            if not self._done and not os.path.lexists(store.path("journal.json")):
+                for name in set(os.listdir(store.path("txn"))) - self._txns_before:
+                    shutil.rmtree(store.path("txn", name), ignore_errors=True)  # no file written
+                store.undo_setup(self._listing)
+
+    # -- back up -----------------------------------------------------------------------------
+
+    def back_up(self, writes: List[Entry], fix_backups: FixBackups) -> Dict[str, Dict[Key, str]]:
+        """Keep the bytes every file of ``writes`` has now, and each fix's before-bytes of its
+        files (``fix_backups``), durably, before the journal names them; returns, per fix, the
+        backup name of each of its files in ``state.json`` (``backup_name``)."""
+        store = self.store
+        self.writes = list(writes)
+        self.rels = [self.roots.relative(w.root, w.abs) for w in writes]  # as on disk
+        tdir = store.path("txn", self.id)
+        os.makedirs(tdir)
+        intent = os.path.join(tdir, "txn.json")  # made durable with the backups, below
+        write_json(intent, Intent(self.id, self.op, self.fixes, utc_now()).to_json(), durable=False)
+        written = [intent] + self._back_up_fixes(fix_backups)
+        for n, w in enumerate(writes):
+            if w.original is not None and (w.root, w.path) not in self._origs:
+                fault("backup")  # no fix keeps it (a rollback): the transaction's own copy
+                self._origs[(w.root, w.path)] = original_name(self.id, n)
+                _keep(self.dirs, w.root, self.rels[n], store.path(original_name(self.id, n)),
+                      w.original)
+                written.append(store.path(original_name(self.id, n)))
+        # every backup durable before the journal names it
+        sync_all(written, [d for d, _dirs, _files in os.walk(tdir)] + [os.path.dirname(tdir)])
+        return {fix: {(root, path): backup_name(fix, i) for i, (root, path, _data) in enumerate(files)}
+                for fix, files in fix_backups.items()}
+
+    def _back_up_fixes(self, fix_backups: FixBackups) -> List[str]:
+        """Per-fix backups, first: the first fix's backup of a file is also the journal's
+        original of it (a hard link where it can); a later fix's bytes are a copy."""
+        first = {(w.root, w.path): (w, rel) for w, rel in zip(self.writes, self.rels)
+                 if w.original is not None}
+        written = []
+        for fix, files in fix_backups.items():
+            for i, (root, path, data) in enumerate(files):
+                fault("backup")
+                rel = "%s/%d" % (staged_backups(self.id, fix), i)
+                dest = self.store.path(rel)
+                w, on_disk = first.get((root, path), (None, ""))
+                if w is not None and (root, path) not in self._origs and w.original == data:
+                    self._origs[(root, path)] = rel
+                    _keep(self.dirs, root, on_disk, dest, data)
+                else:  # bytes an earlier fix of this transaction made: never on disk
+                    _copy(dest, data)
+                written.append(dest)  # a link too: the inode's data may not be on disk yet
+        return written
+
+    # -- write -------------------------------------------------------------------------------
+
+    def write(self, purge: bool, remove_dirs: Optional[List[Tuple[str, str]]] = None) -> None:
+        """The journal, then every file (a file another process wrote meanwhile stops it all:
+        ``ConcurrentChange``), then ``remove_dirs`` (root, dir) if empty, then bytecode."""
+        journal = self._journal()
+        fault("journal")
+        self.store.write_journal(journal)
+        self.journal = journal
+        try:
+            _write_files(self.dirs, self.writes, self.rels)
+        except _Changed as changed:
+            _record_change(self.store, self.journal, changed)
+            w = self.writes[changed.index]
+            raise ConcurrentChange(
+                "%s:%s changed while patchkit was writing the target (another process wrote to "
+                "it after patchkit read it); every file was put back as it was before this run, "
+                "with that change kept, and nothing was applied. Stop whatever writes to it, "
+                "then run again" % (w.root, w.path), root=w.root, path=w.path) from None
+        self.journal.written = procs.clock()  # in memory only: the history event's time
+        self.dirs.remove_empty_dirs(remove_dirs or [])
+        fault("action")
+        if purge:
+            purge_bytecode(self.dirs, [(f.root, f.rel or f.path) for f in self.journal.files],
+                           self.python)
+        fault("verify")
+
+    def _journal(self) -> Journal:
+        entries = []
+        for n, w in enumerate(self.writes):  # root-relative only: trees move
+            entries.append(JournalFile(
+                w.root, w.path, self.rels[n], file_op(w.original, w.current),
+                sha256_bytes(w.original), sha256_bytes(w.current), w.original_mode, w.mode,
+                w.owner, self._origs.get((w.root, w.path)) if w.original is not None else None))
+        created: List[List[str]] = []
+        for w in self.writes:
+            for d in missing_dirs(w.abs) if w.current is not None else []:
+                pair = [w.root, self.roots.relative(w.root, d)]
+                if pair not in created:
+                    created.append(pair)
+        return Journal(self.id, self.op, self.fixes, self.versions, utc_now(), entries, created,
+                       self.git_commits, self.python)
+
+    # -- commit ------------------------------------------------------------------------------
+
+    def commit(self, state: State) -> str:
+        """The commit point (``state.json`` naming this transaction), then the cleanup."""
+        assert self.journal is not None, "commit() follows write()"
+        fault("state")
+        state.txn = self.id
+        self.store.write_state(state)
+        self._committed = True
+        fault("cleanup")
+        finish(self.store, self.journal, recovering=False)
+        self._done = True
+        return self.id
 
 
 def _what_is_left(store: Store) -> str:
@@ -67,7 +212,7 @@ def _what_is_left(store: Store) -> str:
         journal = store.read_journal()
         if journal is None:
             return "nothing was changed"
-        done = store.read_state().get("txn") == journal.get("txn")
+        done = store.read_state().txn == journal.txn
     except (OSError, PatchkitError):
         return "the journal %s is kept for the next run" % store.path("journal.json")
     return "the journal %s is kept and the next run %s" % (
@@ -81,97 +226,6 @@ class _Changed(Exception):
     def __init__(self, index: int, now: Optional[bytes], replaced: bool) -> None:
         super().__init__(index)
         self.index, self.now, self.replaced = index, now, replaced
-
-
-def _transaction(store: Store, dirs: RootDirs, op: str, fixes: List[str], writes: List[Entry],
-                 fix_backups: Dict[str, List[Tuple[str, str, bytes]]], purge: bool,
-                 verify: Callable[[], None], commit: Callable[[str], Dict[str, Any]],
-                 versions: Optional[Dict[str, int]], remove_dirs: List[Tuple[str, str]],
-                 journal_extra: Dict[str, Any]) -> str:
-    roots = dirs.roots
-    rels = [roots.relative(w.root, w.abs) for w in writes]  # as on disk, from the root
-    rel_of = {(w.root, w.path): rel for w, rel in zip(writes, rels)}
-    txn = new_txn_id()
-    tdir = store.path("txn", txn)
-    os.makedirs(tdir)
-    intent = os.path.join(tdir, "txn.json")  # made durable with the backups, below
-    write_json(intent, {"format": FORMAT, "txn": txn, "op": op, "fixes": fixes,
-                        "started_at": utc_now()}, durable=False)
-    written: List[str] = [intent]
-    # Per-fix backups first: the first fix's backup of a file is also the journal's
-    first = {(w.root, w.path): w for w in writes if w.original is not None}
-    origs: Dict[Tuple[str, str], str] = {}  # (root, path) -> backup, relative to .patchkit/
-    for fix, files in fix_backups.items():
-        for i, (root, path, data) in enumerate(files):
-            fault("backup")
-            rel = "txn/%s/fixes/%s/%d" % (txn, fix, i)
-            w = first.get((root, path))
-            original = w is not None and (root, path) not in origs and w.original == data
-            dest = store.path(rel)
-            if original:
-                origs[(root, path)] = rel
-                _keep(dirs, root, rel_of[(root, path)], dest, data)  # a hard link where it can
-            else:  # bytes an earlier fix of this transaction made: never on disk, a copy
-                _copy(dest, data)
-            written.append(dest)  # a link too: the inode's data may not be on disk yet
-    entries: List[Dict[str, Any]] = []
-    for n, w in enumerate(writes):
-        backup_rel = origs.get((w.root, w.path))
-        if w.original is not None and backup_rel is None:  # no fix keeps it (a rollback): its own
-            fault("backup")
-            backup_rel = "txn/%s/orig/%d" % (txn, n)
-            _keep(dirs, w.root, rels[n], store.path(backup_rel), w.original)
-            written.append(store.path(backup_rel))
-        # root-relative only: the journal must still name the right files after the tree moved
-        entries.append({"root": w.root, "path": w.path, "rel": rels[n], "op": file_op(w.original, w.current),
-                        "before_sha256": sha256_bytes(w.original), "after_sha256": sha256_bytes(w.current),
-                        "mode": w.original_mode, "mode_after": w.mode,
-                        "owner": list(w.owner) if w.owner else None,
-                        "backup": backup_rel if w.original is not None else None})
-    # every backup durable before the journal names it
-    sync_all(written, [d for d, _dirs, _files in os.walk(tdir)] + [os.path.dirname(tdir)])
-    created: List[List[str]] = []
-    for w in writes:
-        if w.current is not None:
-            for d in missing_dirs(w.abs):
-                pair = [w.root, roots.relative(w.root, d)]
-                if pair not in created:
-                    created.append(pair)
-    journal: Dict[str, Any] = {"format": FORMAT, "txn": txn, "op": op, "fixes": fixes,
-                               "versions": versions or {}, "started_at": utc_now(),
-                               "files": entries, "created_dirs": created}
-    journal.update(journal_extra)  # e.g. git_commits: HEAD of each root before apply --commit
-    fault("journal")
-    store.write_journal(journal)
-    try:
-        try:
-            _write_files(dirs, writes, rels)
-        except _Changed as changed:
-            _record_change(store, journal, changed)
-            w = writes[changed.index]
-            raise ConcurrentChange(
-                "%s:%s changed while patchkit was writing the target (another process wrote to "
-                "it after patchkit read it); every file was put back as it was before this run, "
-                "with that change kept, and nothing was applied. Stop whatever writes to it, "
-                "then run again" % (w.root, w.path), root=w.root, path=w.path) from None
-        journal["written"] = procs.clock()  # in memory only: the history event's time
-        dirs.remove_empty_dirs(remove_dirs)
-        fault("action")
-        if purge:
-            purge_bytecode(dirs, [(f["root"], f["rel"]) for f in entries], journal.get("python"))
-        fault("verify")
-        verify()
-        state = commit(txn)
-        fault("state")
-        state["txn"] = txn
-        store.write_state(state)
-    except BaseException:
-        restore(store, journal, dirs)
-        _discard(store, txn)
-        raise
-    fault("cleanup")
-    finish(store, journal, recovering=False)
-    return txn
 
 
 def _keep(dirs: RootDirs, root: str, rel: str, dest: str, data: bytes) -> None:
@@ -267,207 +321,20 @@ def _create(dirs: RootDirs, root: str, rel: str) -> bool:
     return True
 
 
-def _record_change(store: Store, journal: Dict[str, Any], changed: _Changed) -> None:
+def _record_change(store: Store, journal: Journal, changed: _Changed) -> None:
     """Make the journal restore what another process left in a file; a file that appeared where
     the transaction creates one was not touched and leaves the journal."""
-    entry = journal["files"][changed.index]
+    entry = journal.files[changed.index]
     if not changed.replaced:
-        journal["files"].pop(changed.index)
+        journal.files.pop(changed.index)
     elif changed.now is None:  # deleted meanwhile: restoring means removing what we wrote
-        entry["before_sha256"], entry["backup"] = None, None
+        entry.before_sha256, entry.backup = None, None
     else:
-        backup = store.path(entry["backup"])
+        assert entry.backup is not None
+        backup = store.path(entry.backup)
         if read_bytes(backup) != changed.now:
             _copy(backup + ".tmp", changed.now)
             os.replace(backup + ".tmp", backup)
             fsync_dir(os.path.dirname(backup))
-        entry["before_sha256"] = sha256_bytes(changed.now)
+        entry.before_sha256 = sha256_bytes(changed.now)
     store.write_journal(journal)
-
-
-def _rel(f: Dict[str, Any], roots: Roots) -> str:
-    """A journal file's path relative to its root on disk (older journals: only ``path``)."""
-    if f.get("rel"):
-        return str(f["rel"])
-    return roots.relative(f["root"], roots.resolve(f["root"], f["path"]))
-
-
-def purge_bytecode(dirs: RootDirs, files: List[Tuple[str, str]], python: Optional[str]) -> None:
-    """The ``__pycache__`` beside each changed file, and its ``.pyc`` under every
-    ``pycache_prefix`` in use (the interpreter's, the running processes'; ``procs``)."""
-    dirs.purge_pycache(files)
-    with suppress(OSError):
-        procs.purge_prefixed(dirs.roots, files, python)
-
-
-def restore(store: Store, journal: Dict[str, Any], dirs: RootDirs) -> None:
-    """Put every file the journal lists back to its ``before`` bytes (or absence), and HEAD of
-    each git root where it was; a backup is renamed back into place (no free space needed)."""
-    roots = dirs.roots
-    if journal.get("git_commits"):
-        from . import gitcommit  # only a transaction that committed to git needs it
-
-        gitcommit.undo(journal, roots)
-    touched: Set[Tuple[str, str]] = set()
-    failed: List[BaseException] = []
-    for f in journal.get("files", []):
-        dirs.close()  # each file walks from its root again (rootfs)
-        try:
-            _restore_file(store, dirs, f, touched)
-        except (OSError, PatchkitError) as exc:  # the others are still put back; the journal stays
-            failed.append(exc)
-    dirs.remove_empty_dirs(journal.get("created_dirs") or [])
-    for root, rel_dir in sorted(touched):
-        with suppress(OSError, PatchkitError):  # removed again with the directories the transaction created
-            dirs.fsync_dir(root, rel_dir)
-    purge_bytecode(dirs, [(f["root"], _rel(f, roots)) for f in journal.get("files", [])],
-                   journal.get("python"))
-    if failed:
-        raise failed[0]
-
-
-def _restore_file(store: Store, dirs: RootDirs, f: Dict[str, Any],
-                  touched: Set[Tuple[str, str]]) -> None:
-    root, rel = f["root"], _rel(f, dirs.roots)
-    dirs.unlink(root, rel, temp=True)
-    current = dirs.read(root, rel)
-    touched.add((root, rel.rpartition("/")[0]))
-    if f.get("before_sha256") is None:
-        if current is not None and sha256_bytes(current) == f.get("after_sha256"):
-            dirs.unlink(root, rel)
-        return
-    mode = cast(int, f.get("mode")) if f.get("mode") is not None else 0o644
-    owner = tuple(f["owner"]) if f.get("owner") else None
-    if current is not None and sha256_bytes(current) == f["before_sha256"]:
-        dirs.chmod_chown(root, rel, mode, None)
-        return
-    backup = store.path(f["backup"]) if f.get("backup") else None
-    data = read_bytes(backup) if backup else None
-    if data is None or sha256_bytes(data) != f["before_sha256"]:
-        raise TargetError("cannot restore %s:%s: its backup %s is missing or damaged; the "
-                          "journal %s lists the original sha256 %s. Restore the file by hand "
-                          "(e.g. from git), then remove the journal"
-                          % (root, f.get("path"), backup, store.path("journal.json"),
-                             f["before_sha256"]), path=f.get("path"))
-    dirs.parent(root, rel, create=True)
-    try:
-        dirs.rename_in(backup, root, rel)  # type: ignore[arg-type]
-    except OSError as exc:
-        if exc.errno != errno.EXDEV:
-            raise
-        dirs.write_temp(root, rel, data, mode, owner)  # another file system: a copy
-        dirs.commit_temp(root, rel)
-    dirs.chmod_chown(root, rel, mode, owner)  # type: ignore[arg-type]
-
-
-def belongs(store: Store, journal: Dict[str, Any], roots: Roots) -> None:
-    """Refuse to undo a journal naming a root this run lacks, or a file at neither its before
-    nor its after bytes."""
-    names = {r.name for r in roots}
-    wanted = sorted({f["root"] for f in journal.get("files", [])} - names)
-    if wanted:
-        raise TargetError(
-            "the journal %s of an interrupted %s lists files of root %s, which this run does not "
-            "name; nothing was changed. Run again with that root (--root %s=PATH) so the "
-            "interrupted run can be undone" % (store.path("journal.json"), journal.get("op"),
-                                                ", ".join(wanted), wanted[0]),
-            path=store.path("journal.json"), roots=wanted)
-    odd = []
-    with RootDirs(roots) as dirs:
-        for f in journal.get("files", []):
-            current = dirs.read(f["root"], _rel(f, roots))
-            have = sha256_bytes(current)
-            if have not in (f.get("before_sha256"), f.get("after_sha256")):
-                odd.append("%s:%s holds %s; the interrupted run left it at %s (before) or %s "
-                           "(after)" % (f["root"], f.get("path"), have or "nothing",
-                                        f.get("before_sha256") or "nothing",
-                                        f.get("after_sha256") or "nothing"))
-    if odd:
-        raise TargetError(
-            "the journal %s of an interrupted %s (transaction %s) does not match this target; "
-            "nothing was changed:\n- %s\nThe journal came with a copy of another tree, or these "
-            "files were changed after the crash. Put each back to one of those states and run "
-            "again, or, if you are sure, remove the journal (its automatic undo is then lost)"
-            % (store.path("journal.json"), journal.get("op"), journal.get("txn"), "\n- ".join(odd)),
-            path=store.path("journal.json"), files=odd)
-
-
-def _discard(store: Store, txn: str) -> None:
-    shutil.rmtree(store.path("txn", txn), ignore_errors=True)
-    store.remove_journal()
-
-
-def finish(store: Store, journal: Dict[str, Any], recovering: bool = True) -> None:
-    """After the commit point: record history (unless done), keep or drop backups, drop the journal."""
-    txn = journal["txn"]
-    if not recovering or txn not in store.history_txns():
-        versions = journal.get("versions") or {}
-        _history(store, dict({"event": journal["op"], "txn": txn, "outcome": "committed",
-                              "fixes": [{"name": n, "version": versions.get(n)} for n in journal["fixes"]],
-                              "files": [[f["root"], f["path"]] for f in journal.get("files", [])]},
-                             **(journal.get("written") or procs.clock())),  # restart pending
-                 best_effort=recovering)
-    tdir = store.path("txn", txn)
-    recorded = ({f["name"] for f in store.read_state().get("fixes", [])}
-                if journal["op"] != "apply" else set())
-    for fix in journal["fixes"]:
-        dest = store.path("backups", fix)
-        if journal["op"] == "apply":
-            src = os.path.join(tdir, "fixes", fix)
-            if os.path.isdir(src):
-                shutil.rmtree(dest, ignore_errors=True)
-                os.makedirs(store.path("backups"), exist_ok=True)
-                os.replace(src, dest)
-            elif not os.path.isdir(dest):
-                os.makedirs(os.path.join(dest, "files"))
-        elif fix not in recorded:
-            shutil.rmtree(dest, ignore_errors=True)
-    if os.path.isdir(store.path("backups")):
-        fsync_dir(store.path("backups"))
-    _discard(store, txn)
-
-
-def _history(store: Store, event: Dict[str, Any], best_effort: bool) -> None:
-    """Append a history line; ``best_effort``: skipped on a full disk (a recovery)."""
-    try:
-        store.append_history(event)
-    except OSError as exc:
-        if not best_effort or exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-            raise
-
-
-def recover(store: Store, roots: Roots) -> List[Dict[str, Any]]:
-    """Finish or undo whatever a killed run left; returns the ``recovered`` entries."""
-    out: List[Dict[str, Any]] = []
-    journal = store.read_journal()
-    committed = journal is not None and store.read_state().get("txn") == journal["txn"]
-    if journal is not None and not committed:
-        belongs(store, journal, roots)  # before anything is touched, .patchkit/ included
-    if os.path.exists(store.path(HOLDER)):
-        store.end_writing()  # we hold the lock, so the run it names is gone
-    if journal is not None:
-        if committed:
-            finish(store, journal)
-        else:
-            with RootDirs(roots) as dirs:
-                restore(store, journal, dirs)
-            _history(store, {"event": "recovered", "txn": journal["txn"], "op": journal["op"],
-                             "outcome": "rolled-back",
-                             "fixes": [{"name": n} for n in journal["fixes"]]}, best_effort=True)
-            _discard(store, journal["txn"])
-        out.append({"txn": journal["txn"], "op": journal["op"], "fixes": list(journal["fixes"]),
-                    "outcome": "completed" if committed else "rolled-back"})
-    txn_root = store.path("txn")
-    for name in sorted(os.listdir(txn_root)) if os.path.isdir(txn_root) else []:
-        try:  # a crash before the journal: no target file was written
-            intent = json.loads(read_bytes(os.path.join(txn_root, name, "txn.json")) or b"{}")
-        except (OSError, ValueError):
-            intent = {}
-        shutil.rmtree(os.path.join(txn_root, name), ignore_errors=True)
-        fixes = list(intent.get("fixes", []))
-        _history(store, {"event": "recovered", "txn": name, "op": intent.get("op"),
-                         "outcome": "rolled-back", "note": "no file had been written",
-                         "fixes": [{"name": n} for n in fixes]}, best_effort=True)
-        out.append({"txn": name, "op": intent.get("op", "unknown"), "fixes": fixes,
-                    "outcome": "rolled-back"})
-    return out

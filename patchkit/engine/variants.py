@@ -1,13 +1,16 @@
 """Which variant of a fix a target gets: the one serving the release it runs (docs/manifest.md,
 "[[variants]]"), chosen here, next to the files, so one request serves every release of a
-fleet; and whether the fix is upstream in that release already (``not-needed``)."""
+fleet; whether the fix is upstream in that release already (``not-needed``); and the release a
+root runs (``detect_release``: its version file, else its git tag)."""
 
 from __future__ import annotations
 
+import os
 import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .paths import Roots
+from . import gitcli
+from .paths import Root, Roots
 
 Releases = Dict[str, Tuple[Optional[str], str]]  # root name -> (release, where it was read)
 
@@ -35,8 +38,6 @@ def release_of(roots: Roots, name: str, cache: Releases, git: bool) -> Optional[
     if name not in {r.name for r in roots}:
         return None
     if name not in cache:
-        from .auto import detect_release
-
         cache[name] = detect_release(roots.get(name), git=git)
     return cache[name][0]
 
@@ -64,3 +65,33 @@ def choose(data: Dict[str, Any], roots: Roots, cache: Releases, git: bool) -> Di
     if since and found is not None and release_key(found) >= release_key(str(since)):
         out["not_needed"] = "in upstream since %s (the target runs %s)" % (since, found)
     return out
+
+
+_VERSION_RE = re.compile(
+    r"""^(?:__version__|version)\b[^=\n]*=\s*(?:(?:__version__|version)\s*=\s*)?['"]([^'"]+)['"]""",
+    re.MULTILINE)
+
+
+def detect_release(root: Root, read: Optional[Callable[[str], Optional[bytes]]] = None,
+                   git: bool = True) -> Tuple[Optional[str], str]:
+    """The SGLang release of a root and where it was read from; ``read`` gives a version
+    file's bytes by root-relative path (default: the disk; authoring passes HEAD's); without
+    ``git`` no tag is asked for."""
+    pkg = root.package_dir()
+    if pkg:
+        for name in ("_version.py", "version.py"):
+            rel = os.path.relpath(os.path.join(pkg, name), root.path)
+            data = read(rel) if read else _read_file(os.path.join(root.path, rel))
+            match = None if data is None else _VERSION_RE.search(data.decode("utf-8", "replace"))
+            if match:
+                return match.group(1), rel
+    tag = gitcli.describe_tag(root.path) if git else None
+    return (tag, "git tag of HEAD") if tag else (None, "")
+
+
+def _read_file(path: str) -> Optional[bytes]:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError:
+        return None

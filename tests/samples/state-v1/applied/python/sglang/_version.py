@@ -1,0 +1,2 @@
+version: str
+__version__ = version = '0.5.21'
