@@ -309,7 +309,7 @@ def _sections(*bodies: bytes) -> bytes:
                     for n, body in enumerate(bodies))
 
 
-@pytest.mark.parametrize("reader", ["parse_patch", "read_series"])
+@pytest.mark.parametrize("reader", ["parse_patch", "series_records"])
 @pytest.mark.parametrize("bad, line, message", [
     (b"@@ -1 +1 @@\n-a\n+b\n+c\n", 19, "continues the hunk at line 16"),
     (b"@@ -1 +1 @@\n\\ No newline at end of file\n-a\n+b\n", 17, "follows no line"),
