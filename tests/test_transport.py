@@ -18,7 +18,8 @@ import pytest
 
 from patchkit import errors
 from patchkit.targets.remote import RemoteTarget, parse_ssh_url
-from patchkit.targets.transport import SshSpec, engine_modules, remote_command, run_engine
+from patchkit.targets.protocol import engine_modules, remote_command
+from patchkit.targets.transport import SshSpec, run_engine
 from tests.fixtures.sshd import SshServer
 
 pytestmark = pytest.mark.ssh
