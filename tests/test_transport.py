@@ -217,6 +217,24 @@ def test_the_remote_command_holds_no_request_data() -> None:
     assert "sglang" not in command and "roots" not in command
 
 
+
+def test_the_agent_is_its_module_shipped_compressed_and_so_is_the_payload() -> None:
+    import base64
+    import re
+    import zlib
+
+    from patchkit.targets import agent
+    from patchkit.targets.protocol import agent_payload
+
+    encoded = re.search(r'b64decode\("([A-Za-z0-9+/=]+)"\)', remote_command("python3"))
+    assert encoded is not None
+    assert zlib.decompress(base64.b64decode(encoded.group(1))) == Path(agent.__file__).read_bytes()
+    framed = agent_payload({"op": "status"})
+    header, body = framed.split(b"\n", 1)
+    assert int(header) == len(body)
+    assert json.loads(zlib.decompress(body))["modules"] == engine_modules()
+    assert len(framed) < len(json.dumps(engine_modules())) / 2
+
 # -- failures --------------------------------------------------------------------------------
 
 
