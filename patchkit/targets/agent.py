@@ -3,8 +3,8 @@
 Both the ``ssh://`` target (patchkit/targets/transport.py) and the fleet's action plugin start
 it on a host, as ``python3 -c BOOTSTRAP``: the bootstrap (patchkit/targets/protocol.py) holds
 this file's source, compressed, and runs it as ``__main__``. The agent then reads its payload
-on stdin (the length of the compressed payload on one line, then the zlib-compressed JSON of the
-engine's sources and the request), says it holds it all, waits for the client's go-ahead, builds
+on stdin (the lengths of two frames on one line, then the engine's sources and the request, each
+zlib-compressed JSON), says it holds it all, waits for the client's go-ahead, builds
 ``patchkit.errors`` and ``patchkit.engine`` in memory from the sources and runs the request.
 
 Runs on the host's Python 3.8 or newer with the standard library only; imported by the client
@@ -114,15 +114,18 @@ class Channel:
 
 
 def read_payload(stdin: Any) -> Dict[str, Any] | None:
-    """The payload: its compressed length on one line, then that many bytes; None if cut short."""
-    header = stdin.readline(32).strip()
-    if not header.isdigit():
+    """The payload: the lengths of its two frames (the engine's sources, the request) on one
+    line, then each frame, zlib-compressed JSON; None if it was cut short."""
+    header = stdin.readline(64).split()
+    if len(header) != 2 or not all(part.isdigit() for part in header):
         return None
-    data = stdin.read(int(header))
-    if len(data) < int(header):
-        return None
-    payload: Dict[str, Any] = json.loads(zlib.decompress(data).decode("utf-8"))
-    return payload
+    frames = []
+    for size in map(int, header):
+        data = stdin.read(size)
+        if len(data) < size:
+            return None
+        frames.append(json.loads(zlib.decompress(data).decode("utf-8")))
+    return {"modules": frames[0], "request": frames[1]}
 
 
 def main() -> None:

@@ -58,11 +58,29 @@ def remote_command(python: str) -> str:
 
 
 def agent_payload(request: Mapping[str, Any], modules: Mapping[str, str] | None = None) -> bytes:
-    """What the agent reads on stdin before it is told to go: the length of the compressed
-    payload on one line, then the engine's sources and ``request`` as JSON, zlib-compressed."""
-    sources = engine_modules() if modules is None else dict(modules)
-    payload = zlib.compress(json.dumps({"modules": sources, "request": dict(request)}).encode("ascii"), 6)
-    return str(len(payload)).encode("ascii") + b"\n" + payload
+    """What the agent reads on stdin before it is told to go: the lengths of its two frames on
+    one line, then the engine's sources and ``request``, each as zlib-compressed JSON. The
+    sources' frame is made once per process (:func:`warm`)."""
+    sources = _modules_frame() if modules is None else _frame(dict(modules))
+    asked = _frame(dict(request))
+    return f"{len(sources)} {len(asked)}\n".encode("ascii") + sources + asked
+
+
+def _frame(value: Any) -> bytes:
+    return zlib.compress(json.dumps(value).encode("ascii"), 6)
+
+
+@functools.lru_cache(maxsize=1)
+def _modules_frame() -> bytes:
+    return _frame(engine_modules())
+
+
+def warm() -> None:
+    """Read and compress what every session ships (the bootstrap, the engine's sources) now:
+    the fleet's callback calls it in ``ansible-playbook``'s main process, so the worker it forks
+    for each host and task inherits both instead of making them again."""
+    _bootstrap()
+    _modules_frame()
 
 
 def parse_result(stdout: bytes) -> dict[str, Any] | None:
