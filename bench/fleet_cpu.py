@@ -56,7 +56,7 @@ DELAY_MS = 25
 GOAL_CONTROLLER = 1.0  # controller CPU per host <= one `ping` task's per host
 GOAL_HOSTS = 1.2  # hosts' CPU per host <= 1.2x the ssh:// loop's
 GOAL_DELAY = 1.5  # with the delay, 16 hosts in <= 1.5x one host's wall time
-ROWS = ("fleet", "loop", "posix", "ping")  # the CPU rows; then "delay1", "delay16"
+ROWS = ("fleet", "loop", "posix", "ping", "session")  # the CPU rows; then "delay1", "delay16"
 
 
 def cgroup2_mount() -> Path:
@@ -94,11 +94,15 @@ class Groups:
         return out
 
     def remove(self) -> None:
-        for name in self.names:  # empty by now: every sshd was stopped, by its pid
-            try:
-                (self.parent / name).rmdir()
-            except OSError as exc:
-                say(f"cannot remove the cgroup {self.parent / name}: {exc}")
+        for name in self.names:  # empty once the stopped sshds' last children have exited
+            for _ in range(100):
+                try:
+                    (self.parent / name).rmdir()
+                    break
+                except OSError:
+                    time.sleep(0.1)
+            else:
+                say(f"cannot remove the cgroup {self.parent / name}: it still holds processes")
         try:
             self.parent.rmdir()
         except OSError:
@@ -279,6 +283,11 @@ def _rows(after: Version, hosts: Hosts, workdir: Path, inv: Path, delayed: tuple
     out.mkdir(exist_ok=True)
     script = workdir / "loop.sh"
     script.write_text(loop_script(after, hosts, names, out))
+    sessions = workdir / "sessions.sh"
+    sessions.write_text("".join(
+        shlex.join(["ssh", *hosts.host(n).server.ssh_options(), "-o", "ControlMaster=no", "-p",  # type: ignore[union-attr]
+                    str(hosts.host(n).port), f"{hosts.host(n).user}@127.0.0.1", "true"]) + "\n"
+        for n in names))
     fleet = [*clean_env(env), after.patchkit, "apply", *FIXES, "--forks", str(HOSTS), "--json", "--inventory"]
     fleet_env = {**after.env, **env}
     return {
@@ -288,6 +297,7 @@ def _rows(after: Version, hosts: Hosts, workdir: Path, inv: Path, delayed: tuple
                    "--forks", str(HOSTS), str(playbook)], env, judge_posix, names),
         "ping": ([*clean_env(env), str(after.venv / "bin" / "ansible-playbook"), "-i", str(inv),
                   "--forks", str(HOSTS), str(ping)], env, judge_posix, []),
+        "session": (["bash", "-e", str(sessions)], {}, lambda sample: (True, ""), []),
         "delay1": ([*fleet, str(delayed[0])], fleet_env, judge_fleet(names[:1]), names[:1]),
         "delay16": ([*fleet, str(delayed[1])], fleet_env, judge_fleet(names), names),
     }
@@ -305,67 +315,88 @@ def render(figures: dict, repeat: int, source: str, posix: str) -> str:
     runs = {row: [Measured(Sample(**r["sample"]), r["controller"], r["hosts"], r["ok"], r["detail"])
                   for r in rs] for row, rs in figures["runs"].items()}
     loads, rtt = figures["loads"], figures["rtt"]
-    med = {row: {w: statistics.median(getattr(m, w) for m in runs[row]) / HOSTS
-                 for w in ("controller", "hosts")} for row in ROWS}
+    one, sixteen = runs["delay1"], runs["delay16"]
+    w1 = statistics.median(m.sample.seconds for m in one)
+    w16 = statistics.median(m.sample.seconds for m in sixteen)
+    bad = [m.detail for m in one + sixteen if not m.ok]
+    return "\n".join([
+        SECTION, "",
+        f"From `python bench/fleet_cpu.py --repeat {repeat}` ({source}); {machine()} Load average "
+        "(1, 5, 15 min) after each repetition: " + ", ".join(loads) + ".", "",
+        "CPU per host: each row's CPU seconds (user and system) divided by the 16 hosts. The "
+        "controller's is the cgroup v2 the measured command ran in, with every child it started "
+        "(Ansible's forks, the ssh clients, the loop's `patchkit` processes); the hosts' is the sum "
+        "of the 16 hosts' cgroups, each holding that host's sshd and everything its connections ran "
+        "(sshd's sessions, the login shell, the agent's Python, the engine, git, the check scripts). "
+        f"The delay rows reach the hosts through a TCP proxy per host that holds every chunk {DELAY_MS} "
+        "ms in each direction, in user space: this machine's kernel has no netem qdisc (`tc qdisc "
+        "add ... netem` in a network namespace fails, \"Specified qdisc kind is unknown\"). The "
+        f"first ssh banner took {rtt['0']:.1f} ms straight and {rtt[str(DELAY_MS)]:.0f} ms through "
+        f"the proxy (connect, then the banner). N = {repeat}, all seven rows interleaved (the order "
+        "reversed every other repetition), every host a row uses put back to its pristine copy "
+        "before it (untimed).", "",
+        *_cpu_table(runs, posix), "",
+        f"With {DELAY_MS} ms each way, `apply --inventory` on 1 host: median {fmt(w1)} (min "
+        f"{fmt(min(m.sample.seconds for m in one))}); on 16 hosts: {fmt(w16)} (min "
+        f"{fmt(min(m.sample.seconds for m in sixteen))})" + (f"; NOT OK: {bad[0]}" if bad else "") + ".", "",
+        "The goals as ratios (ratio of the medians, and of the minimums):", "",
+        *_ratios(runs, repeat, loads), "", _projection(runs, w1), ""])
+
+
+def _cpu_table(runs: dict[str, list[Measured]], posix: str) -> list[str]:
     labels = {"fleet": f"`patchkit apply --inventory` (preflight and one wave), `--forks {HOSTS}`",
               "loop": "sequential `patchkit apply --target ssh://...` loop",
               "posix": f"`ansible-playbook` of the `ansible.posix.patch` tasks, `--forks {HOSTS}` ({posix})",
-              "ping": f"`ansible-playbook` of one `ansible.builtin.ping` task, `--forks {HOSTS}`"}
-    table = ["| row (16 hosts, no delay) | wall, median (min) | controller CPU per host, median (min) | "
+              "ping": f"`ansible-playbook` of one `ansible.builtin.ping` task, `--forks {HOSTS}`",
+              "session": "for scale: `ssh host true` to each host in turn (a new connection and login)",
+              "delay1": f"`apply --inventory`, 1 host, {DELAY_MS} ms each way (per host: that one)",
+              "delay16": f"`apply --inventory`, 16 hosts, {DELAY_MS} ms each way"}
+    table = ["| row | wall, median (min) | controller CPU per host, median (min) | "
              "hosts' CPU per host, median (min) | every host done |", "|---|---|---|---|---|"]
-    for row in ROWS:
-        rs = runs[row]
+    for row, label in labels.items():
+        rs, per = runs[row], (1 if row == "delay1" else HOSTS)
         walls = [m.sample.seconds for m in rs]
-        cell = {w: f"{fmt(med[row][w])} ({fmt(min(getattr(m, w) for m in rs) / HOSTS)})"
-                for w in ("controller", "hosts")}
+        cell = {w: f"{fmt(statistics.median(getattr(m, w) for m in rs) / per)} "
+                   f"({fmt(min(getattr(m, w) for m in rs) / per)})" for w in ("controller", "hosts")}
         done = "yes, every run" if all(m.ok for m in rs) else f"NO: {next(m.detail for m in rs if not m.ok)}"
-        table.append(f"| {labels[row]} | {fmt(statistics.median(walls))} ({fmt(min(walls))}) | "
+        table.append(f"| {label} | {fmt(statistics.median(walls))} ({fmt(min(walls))}) | "
                      f"{cell['controller']} | {cell['hosts']} | {done} |")
-    one, sixteen = runs["delay1"], runs["delay16"]
+    return table
+
+
+def _ratios(runs: dict[str, list[Measured]], repeat: int, loads: list[str]) -> list[str]:
+    """The three goals as ratios, in bench/ratios.py's table (without its RSS column)."""
     pairs = [("controller CPU per host: `apply --inventory` / one `ping` task", None, None, GOAL_CONTROLLER),
              ("hosts' CPU per host: `apply --inventory` / the `ssh://` loop", None, None, GOAL_HOSTS),
              (f"wall time, {DELAY_MS} ms each way: `apply --inventory` on 16 hosts / on 1 host",
               None, None, GOAL_DELAY)]
     out = {pairs[0][0]: (per_host(runs["fleet"], "controller"), per_host(runs["ping"], "controller")),
            pairs[1][0]: (per_host(runs["fleet"], "hosts"), per_host(runs["loop"], "hosts")),
-           pairs[2][0]: ([m.sample for m in sixteen], [m.sample for m in one])}
-    ratio_table = [line.rsplit(" | ", 1)[0] + " |"  # the table alone, without its RSS column
-                   for line in report(out, pairs, repeat, loads).split("\n") if line.startswith("| ")]
-    ratio_table.insert(1, "|---|---|---|---|---|")
-    w1 = statistics.median(m.sample.seconds for m in one)
-    w16 = statistics.median(m.sample.seconds for m in sixteen)
-    bad = [m.detail for m in one + sixteen if not m.ok]
-    ctrl = med["fleet"]["controller"]
+           pairs[2][0]: ([m.sample for m in runs["delay16"]], [m.sample for m in runs["delay1"]])}
+    table = [line.rsplit(" | ", 1)[0] + " |"
+             for line in report(out, pairs, repeat, loads).split("\n") if line.startswith("| ")]
+    table.insert(1, "|---|---|---|---|---|")
+    return table
+
+
+def _projection(runs: dict[str, list[Measured]], w1: float) -> str:
+    """256 hosts with ``--forks 32`` from the 1- and 16-host delay rows: the controller's fixed
+    CPU and its CPU per further host; the hosts' rounds."""
+    c1 = statistics.median(m.controller for m in runs["delay1"])
+    c16 = statistics.median(m.controller for m in runs["delay16"])
+    per = (c16 - c1) / (HOSTS - 1)
+    fixed = c1 - per
+    total = fixed + 256 * per
     rounds = 256 // 32
-    return "\n".join([
-        SECTION, "",
-        f"From `python bench/fleet_cpu.py --repeat {repeat}` ({source}); {machine()} Load average "
-        "(1, 5, 15 min) after each repetition: " + ", ".join(loads) + ".", "",
-        f"The delay rows reach the hosts through a TCP proxy per host that holds every chunk {DELAY_MS} "
-        "ms in each direction, in user space: this machine's kernel has no netem qdisc (`tc qdisc "
-        "add ... netem` in a network namespace fails, \"Specified qdisc kind is unknown\"). The "
-        f"first ssh banner takes {rtt['0']:.1f} ms straight and {rtt[str(DELAY_MS)]:.0f} ms through "
-        "the proxy (connect, then the banner: one round trip and a half). CPU per host: each row's CPU "
-        "seconds (user and system) divided by the 16 hosts. The controller's is the cgroup v2 the "
-        "measured command ran in, with every child it started (Ansible's forks, the ssh clients, "
-        "the loop's `patchkit` processes); the hosts' is the sum of the 16 hosts' cgroups, each "
-        "holding that host's sshd and everything its connections ran (sshd's sessions, the login "
-        "shell, the agent's Python, the engine, git, the check scripts). "
-        f"N = {repeat}, all six rows interleaved (the order reversed every other repetition), "
-        "every host a row uses put back to its pristine copy before it (untimed).", "",
-        *table, "",
-        f"With {DELAY_MS} ms each way, `apply --inventory` on 1 host: median {fmt(w1)} (min "
-        f"{fmt(min(m.sample.seconds for m in one))}); on 16 hosts: {fmt(w16)} (min "
-        f"{fmt(min(m.sample.seconds for m in sixteen))})" + (f"; NOT OK: {bad[0]}" if bad else "") + ".", "",
-        "The goals as ratios (ratio of the medians, and of the minimums):", "",
-        *ratio_table, "",
-        f"**256 hosts with `--forks 32`, projected from these figures.** Controller-bound: "
-        f"256 x {fmt(ctrl)} of controller CPU per host is {fmt(256 * ctrl)} of CPU, "
-        f"{fmt(256 * ctrl / 2)} on a 2-core controller, {fmt(256 * ctrl / 8)} on 8 cores. "
-        f"Latency-bound, each host on its own CPUs: {rounds} rounds of 32 hosts per playbook, each "
-        f"at most one host's delayed run, so at most {rounds} x {fmt(w1)} = {fmt(rounds * w1)} "
-        "(an upper bound: it counts the start-up of patchkit and of both playbooks once per round). "
-        "A rollout takes about the larger of the two.", ""])
+    return (f"**256 hosts with `--forks 32`, projected from these figures.** The controller's "
+            f"CPU is {fmt(fixed)} whatever the fleet's size (patchkit, `ansible-inventory`, two "
+            f"`ansible-playbook` start-ups) plus {fmt(per)} per host (from the 1- and 16-host delay "
+            f"rows: {fmt(c1)} and {fmt(c16)}), so 256 hosts take {fmt(total)} of controller CPU: "
+            f"{fmt(total / 2)} on a 2-core controller, {fmt(total / 8)} on 8 cores. Each host runs "
+            f"its part on its own CPUs: with 32 forks the 256 hosts go in {rounds} rounds per "
+            f"playbook, each round at most one host's delayed run ({fmt(w1)}, start-ups included), so "
+            f"at most {fmt(rounds * w1)}. A rollout takes about the larger of the two: the latency "
+            "bound on a 2-core controller, and the same on a larger one.")
 
 
 def main() -> None:
@@ -376,8 +407,16 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--write-doc", type=Path)
     parser.add_argument("--quick", action="store_true", help="one repetition: a check that it runs")
+    parser.add_argument("--render", type=Path, help="write the section from a run's figures.json only")
     args = parser.parse_args()
     args.workdir = args.workdir.resolve()
+    if args.render:
+        saved = json.loads(args.render.read_text())
+        section = render(saved["figures"], saved["repeat"], saved["source"], saved["posix"])
+        print(section)
+        if args.write_doc:
+            write_section(args.write_doc, section)
+        return
     repeat = 1 if args.quick else max(args.repeat, 5)  # the issue's N >= 5
     args.workdir.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(args.workdir / "rows", ignore_errors=True)
@@ -394,6 +433,8 @@ def main() -> None:
     shutil.rmtree(args.workdir / "fork", ignore_errors=True)
     fork = make_fork(after, args.workdir / "fork")
     figures = run_rows(after, fork, args.workdir / "rows", repeat, ansible_bin, python)
+    (args.workdir / "figures.json").write_text(json.dumps(
+        {"figures": figures, "repeat": repeat, "source": source, "posix": posix}))
     section = render(figures, repeat, source, posix)
     print(section)
     if args.write_doc:
