@@ -95,12 +95,12 @@ class Groups:
 
     def remove(self) -> None:
         for name in self.names:  # empty once the stopped sshds' last children have exited
-            for _ in range(100):
+            for _ in range(300):  # up to a minute: a busy machine reaps slowly
                 try:
                     (self.parent / name).rmdir()
                     break
                 except OSError:
-                    time.sleep(0.1)
+                    time.sleep(0.2)
             else:
                 say(f"cannot remove the cgroup {self.parent / name}: it still holds processes")
         try:
@@ -395,8 +395,10 @@ def _projection(runs: dict[str, list[Measured]], w1: float) -> str:
             f"{fmt(total / 2)} on a 2-core controller, {fmt(total / 8)} on 8 cores. Each host runs "
             f"its part on its own CPUs: with 32 forks the 256 hosts go in {rounds} rounds per "
             f"playbook, each round at most one host's delayed run ({fmt(w1)}, start-ups included), so "
-            f"at most {fmt(rounds * w1)}. A rollout takes about the larger of the two: the latency "
-            "bound on a 2-core controller, and the same on a larger one.")
+            f"at most {fmt(rounds * w1)}. A rollout takes about the larger of the two: "
+            + ("the hosts' rounds, on a 2-core controller as on a larger one."
+               if rounds * w1 >= total / 2 else
+               f"the controller's CPU on 2 cores, the hosts' rounds from {total / (rounds * w1):.1f} cores on."))
 
 
 def main() -> None:
