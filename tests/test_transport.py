@@ -17,8 +17,10 @@ from typing import Any
 import pytest
 
 from patchkit import errors
+from patchkit.engine.contract import result_envelope
 from patchkit.targets.remote import RemoteTarget, parse_ssh_url
-from patchkit.targets.transport import SshSpec, engine_modules, remote_command, run_engine
+from patchkit.targets.protocol import engine_modules, remote_command
+from patchkit.targets.transport import SshSpec, run_engine
 from tests.fixtures.sshd import SshServer
 
 pytestmark = pytest.mark.ssh
@@ -77,6 +79,7 @@ def wait_for(path):
 def modules() -> dict[str, str]:
     return {
         "patchkit.errors": engine_modules()["patchkit.errors"],
+        "patchkit.engine.contract": engine_modules()["patchkit.engine.contract"],
         "patchkit.engine": ENGINE_INIT,
         "patchkit.engine.work": ENGINE_WORK,
     }
@@ -177,6 +180,8 @@ def test_engine_crash_is_an_internal_error_with_the_traceback(sshd: SshServer, t
     assert result["ok"] is False and result["error"]["type"] == "InternalError"
     assert "ZeroDivisionError" in result["error"]["message"]
     assert "<patchkit-agent>/patchkit/engine/__init__.py" in result["error"]["details"]["traceback"]
+    # the agent's answer is the contract's envelope, the one the engine fills in
+    assert result == result_envelope(request(tmp_path, action="crash"), result["error"])
 
 
 def test_output_of_the_engine_and_its_children_does_not_corrupt_the_result(
@@ -215,6 +220,26 @@ def test_the_remote_command_holds_no_request_data() -> None:
     assert command.startswith("python3 -c '")
     assert "sglang" not in command and "roots" not in command
 
+
+
+def test_the_agent_is_its_module_shipped_compressed_and_so_is_the_payload() -> None:
+    import base64
+    import re
+    import zlib
+
+    from patchkit.targets import agent
+    from patchkit.targets.protocol import agent_payload
+
+    encoded = re.search(r'b64decode\("([A-Za-z0-9+/=]+)"\)', remote_command("python3"))
+    assert encoded is not None
+    assert zlib.decompress(base64.b64decode(encoded.group(1))) == Path(agent.__file__).read_bytes()
+    framed = agent_payload({"op": "status"})
+    header, body = framed.split(b"\n", 1)
+    sources, asked = (int(n) for n in header.split())
+    assert sources + asked == len(body)
+    assert json.loads(zlib.decompress(body[:sources])) == engine_modules()
+    assert json.loads(zlib.decompress(body[sources:])) == {"op": "status"}
+    assert len(framed) < len(json.dumps(engine_modules())) / 2
 
 # -- failures --------------------------------------------------------------------------------
 

@@ -121,11 +121,7 @@ def resolve_target(target: str | None, extra_roots: Sequence[str] = (), *, pytho
                    ssh_program: str | None = None) -> Target:
     """Build a target from command-line pieces and the project config (docs/api.md)."""
     cli_ssh = ssh_option_args(ssh_options)
-    named = None
-    if target and config is not None and target in getattr(config, "targets", {}):
-        named = config.targets[target]
-    elif target is None and config is not None and getattr(config, "default_target", None):
-        named = config.targets[config.default_target]
+    named = _named_target(target, config)
     roots: dict[str, str] = {}
     spec, found = None, ""
     if target is None and named is None:
@@ -174,6 +170,22 @@ def resolve_target(target: str | None, extra_roots: Sequence[str] = (), *, pytho
         )
     if named is not None:
         roots[PRIMARY_ROOT], python, found = _local_sglang(roots[PRIMARY_ROOT], python)
+    return _local_target(roots, python, found)
+
+
+def _named_target(target: str | None, config: Any) -> Any:
+    """The config's target named ``target``, or its default target when none is given."""
+    if config is None:
+        return None
+    if target and target in getattr(config, "targets", {}):
+        return config.targets[target]
+    if target is None and getattr(config, "default_target", None):
+        return config.targets[config.default_target]
+    return None
+
+
+def _local_target(roots: Mapping[str, str], python: str | None, found: str) -> LocalTarget:
+    """The local target of ``roots``, each an existing directory; ``sglang`` must hold SGLang."""
     local = _local_roots(roots)
     if PRIMARY_ROOT in local and sglang_tree_root(local[PRIMARY_ROOT]) is None:
         path = local[PRIMARY_ROOT]

@@ -1,6 +1,7 @@
 """Action plugin ``patchkit.fleet.engine``: runs patchkit's engine on the host through the agent
-an ``ssh://`` target starts (patchkit/targets/transport.py), over the host's Ansible connection:
-one command per host, the engine's sources and the request on its stdin (docs/fleet.md).
+an ``ssh://`` target starts (patchkit/targets/agent.py, spoken to through
+patchkit/targets/protocol.py), over the host's Ansible connection: one command per host, the
+engine's sources and the request on its stdin (docs/fleet.md).
 
 It ships no Ansible module to the host: ``plugins/modules/engine.py`` is its documentation only,
 as ``ansible.builtin.debug``'s is."""
@@ -26,7 +27,7 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         try:
             from patchkit.engine.contract import CHANGED, WOULD_CHANGE
-            from patchkit.targets import transport
+            from patchkit.targets import protocol
         except ImportError as exc:
             raise AnsibleActionFail(
                 "patchkit.fleet.engine needs patchkit on the controller (%s): install it where "
@@ -39,13 +40,15 @@ class ActionModule(ActionBase):
                                     % (", ".join(unknown), ", ".join(sorted(ARGS))))
         request = self._request(args, task_vars)
         python = self._interpreter(task_vars, result)
-        data = transport.agent_payload(request) + transport.GO_LINE
-        ran = self._low_level_execute_command(transport.remote_command(python), sudoable=True,
+        data = protocol.agent_payload(request) + protocol.GO_LINE
+        ran = self._low_level_execute_command(protocol.remote_command(python), sudoable=True,
                                               in_data=data)
-        engine = transport.parse_result(ran.get("stdout", "").encode("utf-8", "surrogateescape"))
+        stdout = ran.get("stdout", "").encode("utf-8", "surrogateescape")
+        engine = protocol.parse_result(stdout)
         if engine is None:  # the agent never answered: no Python, or it died (the journal knows)
+            error = _no_result(protocol, task_vars, python, ran, stdout)
             result.update(failed=True, rc=ran.get("rc"), stderr=ran.get("stderr") or "",
-                          msg=_no_result(transport, python, ran))
+                          msg=error.message)
             return result
         fixes = engine.get("fixes") or []
         outcomes = {f.get("outcome") for f in fixes}
@@ -117,20 +120,17 @@ class ActionModule(ActionBase):
             result.setdefault("ansible_facts", {})["discovered_interpreter_python"] = found
         return str(found)
 
-def _no_result(transport, python, ran):
-    """Why the agent gave no result, and whether anything may have run (as transport's
-    errors for an ``ssh://`` target)."""
-    said = (ran.get("stderr") or "").strip()[-2000:] or "(nothing)"
-    started = transport.STARTED_MARKER.strip().decode("ascii") in (ran.get("stdout") or "")
-    if not started and ran.get("rc") in (126, 127):
-        return ("no Python interpreter %r on the host: install Python 3.8+ there or set "
-                "ansible_python_interpreter to its path; nothing ran. The host said: %s" % (python, said))
-    if not started:
-        return ("the patchkit agent did not start on the host (exit code %s); nothing ran. The host "
-                "said: %s" % (ran.get("rc"), said))
-    return ("the patchkit engine on the host ended with exit code %s and no result; if it had "
-            "started writing, the next patchkit run there finishes or undoes it from its journal "
-            "(patchkit status --inventory). The host said: %s" % (ran.get("rc"), said))
+
+def _no_result(protocol, task_vars, python, ran, stdout):
+    """Why the agent gave no result, and whether anything may have run: the agent protocol's
+    classification, as for an ``ssh://`` target. The payload and the go-ahead went together,
+    so the go-ahead reached the agent once it said it held the payload."""
+    where = str(task_vars.get("inventory_hostname") or "the host")
+    details = {"host": where, "exit_code": ran.get("rc"), "stderr": ran.get("stderr") or ""}
+    return protocol.classify_failure(
+        details, where=where, python=python, stdout=stdout,
+        went=protocol.READY_MARKER in stdout, status_command="patchkit status --inventory INV",
+        python_advice="set ansible_python_interpreter")
 
 
 def _read_plan(path):

@@ -32,6 +32,11 @@ class CallbackModule(CallbackBase):
         super().__init__(*args, **kwargs)
         path = os.environ.get("PATCHKIT_FLEET_RESULTS")
         self._out = open(path, "a", encoding="utf-8") if path else None
+        try:  # here, in ansible-playbook's main process: each host's forked worker inherits it
+            from patchkit.targets import protocol
+        except ImportError:
+            return  # the engine task says what is missing
+        protocol.warm()
 
     def _write(self, result, status):
         if self._out is None:
