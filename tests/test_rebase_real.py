@@ -23,6 +23,7 @@ from patchkit.catalog.edit import new_manifest_text
 from patchkit.catalog.series import diff_files
 from patchkit.targets import LocalTarget
 from patchkit.upstream import UpstreamRepo
+from tests.fixtures.sglang import checkout
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 from rebase_fixes import Fix, build_fixes  # noqa: E402
@@ -147,7 +148,7 @@ def test_rebased_real_fixes_apply_to_0523_as_the_merge_and_verify(
             assert (fix.version, fix.upstream.base_release) == (2, "0.5.23"), name
     for name in stops:  # skipped: left as they were
         assert fresh.get(name).upstream.base_release == "0.5.21"
-    tree = catalog_upstream.checkout("0.5.23", tmp_path / "sglang")
+    tree = checkout(catalog_upstream, "0.5.23", tmp_path / "sglang")
     result = api.apply(fresh, LocalTarget({"sglang": str(tree)}), rebased)
     assert all(f.outcome == "applied" for f in result.fixes)
     assert all(c.ok for f in result.fixes for c in f.verification)
