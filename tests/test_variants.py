@@ -133,8 +133,11 @@ def test_a_fix_upstream_in_0523_is_not_applied_there_and_stays_on_0522(
 
 
 def _pip(python: Path, wheel: Path) -> None:
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-compile",
-                    "--no-index", str(wheel)], check=True, capture_output=True, timeout=600)
+    """pip installs ``wheel`` into ``python``'s environment (this venv's pip, ``--python``: the
+    environment needs no pip of its own, whose install cost more than the test's work)."""
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
+                    "--no-deps", "--no-compile", "--no-index", str(wheel)], check=True,
+                   capture_output=True, timeout=600)
 
 
 def test_sync_brings_an_installed_package_back_after_pip_upgrades_it(
@@ -142,7 +145,7 @@ def test_sync_brings_an_installed_package_back_after_pip_upgrades_it(
     from patchkit.upstream import download_wheel
 
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
     _pip(python, download_wheel("0.5.22", sglang_wheels))
     catalog, target = Catalog(REPO), resolve_target(f"python:{python}", [])
