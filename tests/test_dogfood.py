@@ -24,7 +24,7 @@ from patchkit.catalog import Catalog
 from patchkit.errors import EXIT_CHECK_FAILED, PreconditionFailed
 from patchkit.targets import LocalTarget
 from patchkit.upstream import UpstreamRepo
-from tests.fixtures.sglang import CATALOG_RELEASE, SGLANG_VERSION
+from tests.fixtures.sglang import CATALOG_RELEASE, SGLANG_VERSION, checkout
 
 REPO = Path(__file__).resolve().parent.parent
 REBASE_SUBJECT = "rebase the shipped fixes onto SGLang 0.5.23 with patchkit rebase"
@@ -212,9 +212,9 @@ def test_patchkit_rebase_from_the_0521_versions_lands_the_committed_files(
         ("dsv4-bf16-sizing", ("python/sglang/srt/model_executor/pool_configurator.py",))]
     assert not (old / rebase.STATE_DIR).exists()
 
-    ours = applied_files(Catalog(old), catalog_upstream.checkout(CATALOG_RELEASE, tmp_path / "a"))
+    ours = applied_files(Catalog(old), checkout(catalog_upstream, CATALOG_RELEASE, tmp_path / "a"))
     shipped = applied_files(Catalog(REPO),
-                            catalog_upstream.checkout(CATALOG_RELEASE, tmp_path / "b"))
+                            checkout(catalog_upstream, CATALOG_RELEASE, tmp_path / "b"))
     assert sorted(ours) == sorted(shipped) == sorted([
         "python/sglang/srt/environ.py",
         "python/sglang/srt/mem_cache/deepseek_v4_memory_pool.py",
@@ -237,8 +237,8 @@ def test_patchkit_rebase_from_the_0521_versions_lands_the_committed_files(
         changed = git(tree, "diff", "--name-only", CATALOG_TAG).split()
         return dead, {path: (tree / path).read_bytes() for path in changed}
 
-    dead_ours, ours = fork(Catalog(old), catalog_upstream.checkout(CATALOG_RELEASE, tmp_path / "c"))
+    dead_ours, ours = fork(Catalog(old), checkout(catalog_upstream, CATALOG_RELEASE, tmp_path / "c"))
     dead_shipped, shipped = fork(Catalog(REPO),
-                                 catalog_upstream.checkout(CATALOG_RELEASE, tmp_path / "d"))
+                                 checkout(catalog_upstream, CATALOG_RELEASE, tmp_path / "d"))
     assert host in dead_ours and dead_ours == dead_shipped
     assert host not in ours and ours == shipped

@@ -3,8 +3,8 @@ fresh venv, targeted through that venv's interpreter, with the wheel's RECORD as
 that the installed files are pristine (docs/design.md, "Automatic preconditions").
 
 The venv is made once per session (installing the wheel takes a while); each test leaves it
-as pip installed it: its teardown drops patchkit's state and reinstalls the wheel if any
-file of the package no longer matches RECORD.
+as pip installed it: its teardown drops patchkit's state and puts back, from the wheel, every
+file of the package that no longer matches RECORD.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -38,9 +39,11 @@ CONFIGURATOR = "sglang/srt/model_executor/pool_configurator.py"
 
 
 def pip_install(python: Path, wheel: Path, *extra: str) -> None:
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-compile",
-                    "--no-index", *extra, str(wheel)], check=True, capture_output=True,
-                   timeout=600)
+    """pip installs ``wheel`` into ``python``'s environment (this venv's pip, ``--python``: the
+    environment needs no pip of its own, whose install cost more than a test's work)."""
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
+                    "--no-deps", "--no-compile", "--no-index", *extra, str(wheel)], check=True,
+                   capture_output=True, timeout=600)
 
 
 def record_hashes(site: Path) -> dict[str, str]:
@@ -69,7 +72,7 @@ def installed_venv(tmp_path_factory: pytest.TempPathFactory,
                    sglang_wheel_0523: Path) -> tuple[Path, Path]:
     """(venv, its site-packages) with the real sglang 0.5.23 wheel installed by pip."""
     venv = tmp_path_factory.mktemp("installed") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
     pip_install(python, sglang_wheel_0523)
     site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()"
@@ -85,8 +88,22 @@ def venv(installed_venv: tuple[Path, Path], sglang_wheel_0523: Path) -> Iterator
     assert unlike_record(site) == [] and not (site / ".patchkit").exists()
     yield path
     shutil.rmtree(site / ".patchkit", ignore_errors=True)
-    if unlike_record(site):
-        pip_install(path / "bin" / "python", sglang_wheel_0523, "--force-reinstall")
+    restore_from_wheel(site, sglang_wheel_0523, unlike_record(site))
+    assert unlike_record(site) == []
+
+
+def restore_from_wheel(site: Path, wheel: Path, files: list[str]) -> None:
+    """Put ``files`` (package files unlike RECORD) back as pip installed them: the wheel's
+    bytes and mode, what ``pip install --force-reinstall`` would write for them (a reinstall
+    of all 6,000 files cost seconds per test)."""
+    with zipfile.ZipFile(wheel) as zf:
+        for rel in files:
+            info = zf.getinfo(rel)
+            (site / rel).parent.mkdir(parents=True, exist_ok=True)
+            (site / rel).unlink(missing_ok=True)
+            (site / rel).write_bytes(zf.read(info))  # 0o644 by the umask, as pip's
+            if (info.external_attr >> 16) & 0o111:  # pip's rule for executables
+                (site / rel).chmod(0o755)
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from patchkit.results import FixOutcome, OpResult
 from patchkit.catalog.series import parse_patch
 from patchkit.targets import LocalTarget
 from patchkit.upstream import UpstreamRepo
-from tests.fixtures.sglang import CATALOG_RELEASE, SGLANG_VERSION
+from tests.fixtures.sglang import CATALOG_RELEASE, SGLANG_VERSION, checkout
 
 pytestmark = pytest.mark.network  # the 0.5.23 tree comes from the registry once
 
@@ -315,7 +315,7 @@ def test_a_revert_fix_is_not_needed_on_a_release_that_never_had_the_commit(
         catalog_upstream, tmp_path: Path) -> None:
     """On a plain checkout of an older release the reverted file is another release's code,
     which may look partly like either side of the revert: status says not-needed, not drifted."""
-    tree = catalog_upstream.checkout(SGLANG_VERSION, tmp_path / "old")
+    tree = checkout(catalog_upstream, SGLANG_VERSION, tmp_path / "old")
     target = LocalTarget(roots={"sglang": str(tree)}, description="plain old release")
     [fix] = [s for s in api.status(Catalog(REPO), target).status
              if s.name == "revert-hicache-index-k-sync"]

@@ -11,6 +11,7 @@ the three-way merge's file and pass its verification there.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,7 @@ from patchkit.catalog.edit import new_manifest_text
 from patchkit.catalog.series import diff_files
 from patchkit.targets import LocalTarget
 from patchkit.upstream import UpstreamRepo
+from tests.fixtures.sglang import checkout
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 from rebase_fixes import Fix, build_fixes  # noqa: E402
@@ -104,9 +106,25 @@ def _catalog(git_dir: Path, cat: Path) -> dict[str, Fix]:
 
 
 @pytest.fixture(scope="module")
-def real_rebase(catalog_upstream: UpstreamRepo, tmp_path_factory: pytest.TempPathFactory):
+def fix_catalog(catalog_upstream: UpstreamRepo, tmp_path_factory: pytest.TempPathFactory
+                ) -> tuple[Path, dict[str, Fix]]:
+    """:func:`_catalog` made once for the module (choosing and classifying the fixes runs git
+    and GNU patch on hundreds of files): each test rebases a copy of it."""
+    cat = tmp_path_factory.mktemp("fix-catalog") / "catalog"
+    return cat, _catalog(Path(catalog_upstream.git_dir), cat)
+
+
+def copy_of(fix_catalog: tuple[Path, dict[str, Fix]], cat: Path) -> dict[str, Fix]:
+    """A copy of the module's catalog (with its git repository) at ``cat``; its fixes."""
+    shutil.copytree(fix_catalog[0], cat, symlinks=True)
+    return fix_catalog[1]
+
+
+@pytest.fixture(scope="module")
+def real_rebase(catalog_upstream: UpstreamRepo, tmp_path_factory: pytest.TempPathFactory,
+                fix_catalog: tuple[Path, dict[str, Fix]]):
     cat = tmp_path_factory.mktemp("real-rebase") / "catalog"
-    fixes = _catalog(Path(catalog_upstream.git_dir), cat)
+    fixes = copy_of(fix_catalog, cat)
     catalog = Catalog(cat)
     stops: dict[str, str] = {}
     report = rebase.start(catalog, "0.5.23", upstream=catalog_upstream)
@@ -147,7 +165,7 @@ def test_rebased_real_fixes_apply_to_0523_as_the_merge_and_verify(
             assert (fix.version, fix.upstream.base_release) == (2, "0.5.23"), name
     for name in stops:  # skipped: left as they were
         assert fresh.get(name).upstream.base_release == "0.5.21"
-    tree = catalog_upstream.checkout("0.5.23", tmp_path / "sglang")
+    tree = checkout(catalog_upstream, "0.5.23", tmp_path / "sglang")
     result = api.apply(fresh, LocalTarget({"sglang": str(tree)}), rebased)
     assert all(f.outcome == "applied" for f in result.fixes)
     assert all(c.ok for f in result.fixes for c in f.verification)
@@ -157,9 +175,10 @@ def test_rebased_real_fixes_apply_to_0523_as_the_merge_and_verify(
 
 
 def test_abort_on_the_real_releases_leaves_the_catalog_byte_identical(
-        catalog_upstream: UpstreamRepo, tmp_path: Path) -> None:
+        catalog_upstream: UpstreamRepo, tmp_path: Path,
+        fix_catalog: tuple[Path, dict[str, Fix]]) -> None:
     cat = tmp_path / "catalog"
-    _catalog(Path(catalog_upstream.git_dir), cat)
+    copy_of(fix_catalog, cat)
 
     def snapshot() -> dict[str, bytes]:
         return {str(p.relative_to(cat)): p.read_bytes() for p in sorted(cat.rglob("*"))

@@ -14,6 +14,7 @@ from patchkit.cache import cache_dir
 from patchkit.errors import PatchkitError, UsageError
 from patchkit.upstream import UpstreamRepo, download_wheel, release_date, version_key
 from tests.conftest import REAL_HOME
+from tests.fixtures.sglang import grown_from
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -165,7 +166,10 @@ def test_fetch_is_deterministic_given_the_same_wheel(
 def test_older_release_fetched_later_gives_linear_sorted_history(
     tmp_path: Path, sglang_wheels: Path, upstream_repo: UpstreamRepo
 ) -> None:
-    up = UpstreamRepo(tmp_path / "up", wheels=sglang_wheels)
+    # 0.5.21 fetched into an empty directory: a copy of the session's (the same commit,
+    # test_fetch_is_deterministic_given_the_same_wheel), without extracting it again
+    up = grown_from(upstream_repo, tmp_path / "up", ())
+    assert up.versions() == ["0.5.21"]
     newer = up.fetch("0.5.21")
     steps: list[str] = []
     older = up.fetch("0.5.20", progress=steps.append)

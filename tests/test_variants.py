@@ -20,6 +20,7 @@ from patchkit.catalog.edit import new_manifest_text
 from patchkit.errors import ManifestError, PreconditionFailed
 from patchkit.targets import LocalTarget, resolve_target
 from patchkit.upstream import UpstreamRepo
+from tests.fixtures.sglang import checkout
 
 pytestmark = pytest.mark.network  # the real wheels come from the registry once
 
@@ -96,7 +97,7 @@ def test_one_catalog_commit_applies_each_release_its_variant(three_releases: Ups
                                                              tmp_path: Path) -> None:
     catalog = Catalog(REPO)
     for release, version in (("0.5.22", 3), ("0.5.23", 4)):
-        tree = three_releases.checkout(release, tmp_path / release)
+        tree = checkout(three_releases, release, tmp_path / release)
         result = api.sync(catalog, local(tree))
         applied = {f.name: (f.outcome, f.version) for f in result.fixes}
         assert applied[INDEX_K] == ("applied", version) and applied[SIZING] == ("applied", version)
@@ -105,7 +106,7 @@ def test_one_catalog_commit_applies_each_release_its_variant(three_releases: Ups
         assert states(catalog, local(tree))[INDEX_K] == ("applied", version)
         assert api.sync(catalog, local(tree)).fixes[0].outcome == "already-applied"
     # a release no variant serves: the precondition names the variants there are
-    old = three_releases.checkout("0.5.21", tmp_path / "0.5.21")
+    old = checkout(three_releases, "0.5.21", tmp_path / "0.5.21")
     with pytest.raises(PreconditionFailed) as exc:
         api.apply(catalog, local(old), [INDEX_K])
     assert "variants exist for 0.5.23 (v4), 0.5.22 (v3)" in exc.value.message
@@ -117,8 +118,8 @@ def test_a_fix_upstream_in_0523_is_not_applied_there_and_stays_on_0522(
     catalog = copy_catalog(tmp_path / "cat")
     assert edit.set_upstream(catalog.manifest_path(INDEX_K), "0.5.23")
     catalog = Catalog.open(tmp_path / "cat")
-    new = local(three_releases.checkout("0.5.23", tmp_path / "new"))
-    old = local(three_releases.checkout("0.5.22", tmp_path / "old"))
+    new = local(checkout(three_releases, "0.5.23", tmp_path / "new"))
+    old = local(checkout(three_releases, "0.5.22", tmp_path / "old"))
     assert [(f.outcome, f.detail) for f in api.apply(catalog, new, [INDEX_K]).fixes] == [
         ("not-needed", "in upstream since 0.5.23 (the target runs 0.5.23)")]
     assert not (Path(new.roots["sglang"]) / ".patchkit" / "state.json").exists()
@@ -132,8 +133,11 @@ def test_a_fix_upstream_in_0523_is_not_applied_there_and_stays_on_0522(
 
 
 def _pip(python: Path, wheel: Path) -> None:
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-compile",
-                    "--no-index", str(wheel)], check=True, capture_output=True, timeout=600)
+    """pip installs ``wheel`` into ``python``'s environment (this venv's pip, ``--python``: the
+    environment needs no pip of its own, whose install cost more than the test's work)."""
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
+                    "--no-deps", "--no-compile", "--no-index", str(wheel)], check=True,
+                   capture_output=True, timeout=600)
 
 
 def test_sync_brings_an_installed_package_back_after_pip_upgrades_it(
@@ -141,7 +145,7 @@ def test_sync_brings_an_installed_package_back_after_pip_upgrades_it(
     from patchkit.upstream import download_wheel
 
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
     _pip(python, download_wheel("0.5.22", sglang_wheels))
     catalog, target = Catalog(REPO), resolve_target(f"python:{python}", [])
@@ -167,7 +171,7 @@ def test_rebase_onto_a_release_keeps_the_old_versions_as_variants(
         three_releases: UpstreamRepo, tmp_path: Path) -> None:
     """A fix written on 0.5.22 whose hunk 0.5.23 moves: rebased, its 0.5.22 series stays a
     variant, and each release still gets its own; --drop-old then retires it."""
-    tree = three_releases.checkout("0.5.22", tmp_path / "t")
+    tree = checkout(three_releases, "0.5.22", tmp_path / "t")
     rel = "python/sglang/srt/environ.py"
     lines = (tree / rel).read_text().splitlines(keepends=True)
     # below the switches 0.5.23 inserts after this one: the same lines, further down
@@ -192,7 +196,7 @@ def test_rebase_onto_a_release_keeps_the_old_versions_as_variants(
     assert [(v.version, v.releases) for v in fix.variants] == [(1, ("0.5.22",))]
     assert (cat / "patches" / "sw" / "0.5.22" / "0001-sw.patch").read_text() == patch
     for release, version in (("0.5.22", 1), ("0.5.23", 2)):
-        t = tree if release == "0.5.22" else three_releases.checkout(release, tmp_path / release)
+        t = tree if release == "0.5.22" else checkout(three_releases, release, tmp_path / release)
         assert api.apply(Catalog.open(cat), local(t), ["sw"]).fixes[0].version == version
 
     rebase.start(Catalog.open(cat), "0.5.22", upstream=three_releases, drop_old=True)
@@ -237,7 +241,7 @@ def test_a_fleet_on_two_releases_converges_in_one_sync(fleet_servers, three_rele
     from tests.fixtures.fleet_hosts import ansible_env, write_inventory
 
     release = {"h1": "0.5.22", "h2": "0.5.22", "h3": "0.5.23", "h4": "0.5.23"}
-    trees = {h.name: three_releases.checkout(release[h.name], tmp_path / h.name)
+    trees = {h.name: checkout(three_releases, release[h.name], tmp_path / h.name)
              for h in fleet_servers.hosts}
     inventory = write_inventory(tmp_path / "inventory.yml", fleet_servers.hosts, {
         name: {"patchkit_target": str(tree), "patchkit_python": sys.executable}
@@ -334,7 +338,7 @@ def test_sync_over_ssh_gives_the_host_its_release_variants(sshd, three_releases:
     from tests.test_remote import Ssh, cli, target_args
 
     ssh = Ssh(sshd, tmp_path)
-    tree = three_releases.checkout("0.5.22", tmp_path / "host")
+    tree = checkout(three_releases, "0.5.22", tmp_path / "host")
     where = target_args(ssh, "remote", {"sglang": str(tree)})
     code, out, err = cli(["--catalog", str(REPO), "sync", "--dry-run", "--json", *where])
     assert code == 0, err
@@ -351,7 +355,7 @@ def test_every_0522_variant_applies_with_gnu_patch_zero_fuzz(three_releases: Ups
                                                              tmp_path: Path) -> None:
     """The 0.5.22 series are plain diffs any tool applies, in dependency order; the revert's
     undoes the dead fix's exactly."""
-    tree = three_releases.checkout("0.5.22", tmp_path / "t")
+    tree = checkout(three_releases, "0.5.22", tmp_path / "t")
     catalog = Catalog(REPO)
     for name in (INDEX_K, SIZING, "hicache-index-k-sync", "revert-hicache-index-k-sync"):
         variant = catalog.get(name).variant_for("0.5.22")
