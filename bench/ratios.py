@@ -32,11 +32,6 @@ from common import NEUTRAL, Sample, Version, fmt, measure, say, with_cache
 from perf_workload import DRIFT, LOCAL, build
 
 SECTION = "## Ratios to the tools users would otherwise use"
-# The drift series is SGLang's own 0.5.22 -> 0.5.23 diff; 11 of its hunks add a block that
-# already stands within 20 lines of where it goes (upstream repeats code), which apply's
-# "not already added" precondition refuses: --force skips that one check, nothing else on a
-# fresh tree (docs/performance.md, "Ratios").
-DRIFT_FORCE = {True: ("--force",), False: ()}
 SEED_FIXES = ("dsv4-bf16-sizing", "revert-hicache-index-k-sync", "prefill-hicache-off")
 POOL = "python/sglang/srt/model_executor/pool_configurator.py"
 HOST_POOL = "python/sglang/srt/mem_cache/memory_pool_host.py"
@@ -110,8 +105,7 @@ def run(versions: list[Version], repeat: int, quick: bool, workdir: Path,
         _fresh(work.base, drift_tree)
         setups += [(drift_tree, cat, [DRIFT]), (drift_tree, cat, LOCAL)]
     for tree, catalog, names in setups:
-        measure([v.patchkit, "--catalog", catalog, "apply", *names, *DRIFT_FORCE[names == [DRIFT]],
-                 "--target", str(tree)], tree, env)
+        measure([v.patchkit, "--catalog", catalog, "apply", *names, "--target", str(tree)], tree, env)
     drift_files = (work.series["drift"] / "files.txt").read_text().splitlines()
 
     def seed_pk() -> Sample:
@@ -135,7 +129,7 @@ def run(versions: list[Version], repeat: int, quick: bool, workdir: Path,
 
     def drift(tool: str) -> Sample:
         tree = _fresh(work.base, runs / f"drift-{tool}")
-        argv = ([v.patchkit, "--catalog", cat, "apply", DRIFT, *DRIFT_FORCE[True], "--target", str(tree)]
+        argv = ([v.patchkit, "--catalog", cat, "apply", DRIFT, "--target", str(tree)]
                 if tool == "patchkit" else ["git", "apply", *drift_files])
         sample = measure(argv, tree, env if tool == "patchkit" else None)
         shutil.rmtree(tree)

@@ -168,3 +168,71 @@ def test_continue_with_the_release_files_of_an_ambiguous_stop_is_upstream(tmp_pa
     fix = json.loads(res.stdout)["fixes"][0]
     assert fix["outcome"] == "upstreamed" and fix["patches"][-1]["classification"] == "upstream"
     assert (cat.root / "patches" / "fix" / "0001-fix.patch").read_bytes() == before
+
+
+def _refused(tmp_path: Path, before: str, after: str) -> bool:
+    """Whether ``apply`` refuses the fix ``before`` -> ``after`` on ``before`` as a second copy."""
+    tmp_path.mkdir(exist_ok=True)
+    cat, _up = _world(tmp_path, before, after)
+    tree = tmp_path / "tree"
+    (tree / "python/sglang").mkdir(parents=True)
+    (tree / "python/sglang/mod.py").write_text(before)
+    (tree / "python/sglang/version.py").write_text('__version__ = "0.1.0"\n')
+    try:
+        api.apply(cat, LocalTarget({"sglang": str(tree)}), ["fix"], git=False)
+    except CheckFailed as exc:
+        assert "would write a second copy" in str(exc)
+        assert (tree / "python/sglang/mod.py").read_text() == before
+        return True
+    assert (tree / "python/sglang/mod.py").read_text() == after
+    return False
+
+
+def test_a_line_added_beside_its_twin_is_not_a_second_copy(tmp_path: Path) -> None:
+    """Real code repeats single lines (a keyword passed on to two calls ten lines apart);
+    upstream's own 0.5.22 -> 0.5.23 diff adds such lines (lora_moe_runners.py, model_config.py).
+    One line ten lines off is not the fix already there."""
+    arg = "            adapter_enabled=lora_info.adapter_enabled,\n"
+    before = "".join(f"line {i}\n" for i in range(1, 30)).replace("line 5\n", "line 5\n" + arg)
+    after = before.replace("line 15\n", "line 15\n" + arg)
+    assert not _refused(tmp_path, before, after)
+
+
+def test_a_hunk_is_a_second_copy_only_when_all_it_adds_is_there(tmp_path: Path) -> None:
+    """Of a hunk's two added blocks, one standing nearby proves nothing; both do."""
+    one = "    x = compute(a, b)\n    y = compute(b, a)\n"
+    two = "    z = combine(x, y)\n    w = combine(y, x)\n"
+    base = "".join(f"line {i}\n" for i in range(1, 30))
+    before = base.replace("line 8\n", "line 8\n" + one)
+    after = before.replace("line 14\nline 15\n", "line 14\n" + one + "line 15\n" + two)
+    assert not _refused(tmp_path / "one", before, after)
+    before = base.replace("line 8\n", "line 8\n" + one + two)
+    after = before.replace("line 14\nline 15\n", "line 14\n" + one + "line 15\n" + two)
+    assert _refused(tmp_path / "both", before, after)
+
+
+def test_upstreams_own_diff_writes_no_second_copy(catalog_upstream: UpstreamRepo) -> None:
+    """Every file SGLang 0.5.23 changed, as a patch on 0.5.21's file: none is refused as
+    already there (0.5.21 does not hold 0.5.23's changes). The rule once refused 11 hunks of
+    such a diff, for lines that upstream adds beside their twins."""
+    from patchkit.engine import presence
+    from patchkit.engine.hunks import FileChange, decode
+
+    def git(*args: str) -> bytes:
+        return subprocess.run(["git", f"--git-dir={catalog_upstream.git_dir}", *args],
+                              capture_output=True, check=True).stdout
+
+    diff = git("diff", "--no-renames", "v0.5.21", "v0.5.23", "--", "python/sglang/srt")
+    parts = diff.split(b"\ndiff --git ")
+    checked, refused = 0, []
+    for i, part in enumerate(parts):
+        chunk = part if i == 0 else b"diff --git " + part
+        for rec in series.parse_patch(f"{i}.patch", "sglang", chunk + b"\n"):
+            if rec["op"] != "modify" or rec["path"].endswith((".so", ".bin")):
+                continue
+            change = FileChange.from_dict(rec, "drift")
+            old = decode(git("show", f"v0.5.21:{rec['path']}"))
+            checked += 1
+            if presence.duplicates(old, change) is not None:
+                refused.append(rec["path"])
+    assert checked > 100 and refused == []

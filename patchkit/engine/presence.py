@@ -79,19 +79,27 @@ def _count(lines: List[str], block: List[str]) -> int:
 
 def already_added(lines: List[str], hunk: Hunk, at: int,
                   old: Optional[List[str]] = None) -> Optional[Tuple[int, List[str]]]:
-    """Where (1-based line) a block ``hunk`` adds already stands verbatim in ``lines``, within
-    :data:`NEAR` lines of ``at`` (the 0-based index its old side is placed at), with the block;
-    None when no block is there (blocks the hunk itself removes do not count). ``old``: the
-    hunk's old side, when the caller has it."""
+    """Where (1-based line) the blocks ``hunk`` adds already stand verbatim in ``lines``, within
+    :data:`NEAR` lines of ``at`` (the 0-based index its old side is placed at), with the first
+    block; None unless *every* block the hunk adds is there (blocks the hunk itself removes do
+    not count). One block of several proves nothing: real code repeats lines (a keyword
+    argument passed on to two calls, a name in two lists), and upstream's own diffs add such
+    lines beside their twins. Nor do lines that end in a comma (the items of a call or a
+    literal: code passes the same arguments to two calls), so a hunk needs two added
+    statements before it can be a second copy. ``old``: the hunk's old side, when the caller
+    has it."""
     old = hunk.old if old is None else old
+    blocks = added_blocks(hunk)
+    if sum(1 for b in blocks for line in b if line.strip() and not line.rstrip().endswith(",")) < 2:
+        return None
     lo, hi = max(0, at - NEAR), min(len(lines), at + len(old) + NEAR)
     window = lines[lo:hi]
-    for block in added_blocks(hunk):
-        if _count(window, block) > _count(old, block):
-            n = len(block)
-            first = next(i for i in range(len(window) - n + 1) if window[i:i + n] == block)
-            return lo + first + 1, block
-    return None
+    if any(_count(window, block) <= _count(old, block) for block in blocks):
+        return None
+    block = blocks[0]
+    n = len(block)
+    first = next(i for i in range(len(window) - n + 1) if window[i:i + n] == block)
+    return lo + first + 1, block
 
 
 def duplicates(text: Optional[str], change: FileChange) -> Optional[Tuple[int, Hunk, List[str]]]:
