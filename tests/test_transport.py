@@ -719,3 +719,26 @@ def test_real_engine_fails_over_ssh_as_it_does_locally(sshd: SshServer, tmp_path
         json.dumps(local).replace(str(here), "<root>")
     )
     assert isinstance(errors.error_from_dict(remote["error"]), errors.ConflictError)
+
+
+@pytest.mark.parametrize("version", [None, "3.8"])
+def test_a_regex_grep_runs_its_worker_from_the_shipped_sources(sshd: SshServer, tmp_path: Path,
+                                                               version: str | None) -> None:
+    """The regex worker is the engine's module ``regexworker``; on a host it exists only in
+    the agent's memory, and the worker process still gets its source."""
+    python = "python3" if version is None else interpreter(version)
+    if python is None:
+        pytest.skip(f"no Python {version} installed to check the oldest supported host interpreter")
+    root = sglang_tree(tmp_path)
+    request = real_request("apply", root)
+    grep = {"kind": "grep", "root": "sglang", "path": "python/sglang/srt/pool.py",
+            "pattern": r"index_k = d \* \d$", "regex": True, "count": 1}
+    request["fixes"][0]["verification"].append(grep)
+    applied = run_engine(spec_for(sshd), request, python=python)
+    assert applied["ok"] is True, applied["error"]
+    assert [v["ok"] for v in applied["fixes"][0]["verification"]] == [True, True]
+
+    wrong = real_request("apply", sglang_tree(tmp_path / "again"))
+    wrong["fixes"][0]["verification"].append(dict(grep, pattern=r"index_k = d \* 3$"))
+    failed = run_engine(spec_for(sshd), wrong, python=python)
+    assert failed["ok"] is False and failed["error"]["type"] == "VerificationFailed"

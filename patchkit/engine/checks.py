@@ -164,26 +164,15 @@ def _timeout(check: Dict[str, Any], fix: str) -> float:
     return float(value)
 
 
-# The worker of regex greps: per job a JSON header line, then ``size`` bytes of the file; one
-# JSON line back.
-# The job's own alarm ends the worker at the time limit (SIGALRM's default action).
-WORKER = r"""
-import json, re, signal, sys
-LINE = re.compile(r"[^\n]*\n|[^\n]+")
-read = sys.stdin.buffer
-for head in iter(read.readline, b""):
-    job = json.loads(head)
-    data = read.read(job["size"])
-    signal.setitimer(signal.ITIMER_REAL, job["timeout"])
-    try:
-        rx = re.compile(job["pattern"])
-        text = data.decode("utf-8", "surrogateescape")
-        out = {"lines": [i for i, ln in enumerate(LINE.findall(text), 1) if rx.search(ln)]}
-    except Exception as exc:
-        out = {"failed": "%s: %s" % (type(exc).__name__, exc)}
-    signal.setitimer(signal.ITIMER_REAL, 0)
-    print(json.dumps(out), flush=True)
-"""
+def worker_source() -> str:
+    """The regex worker's program: :mod:`regexworker`'s own source (from the file, or from the
+    agent's in-memory sources on a host, through the module's loader)."""
+    import inspect  # here: only an engine that runs a regex grep needs it
+
+    from . import regexworker
+
+    return inspect.getsource(regexworker)
+
 
 _local = threading.local()  # one worker per engine thread, started by its first job
 
@@ -192,7 +181,7 @@ def _ask(job: Dict[str, Any], data: bytes, timeout: float, where: str, name: str
     proc = getattr(_local, "worker", None)
     if proc is None:
         proc = _local.worker = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", WORKER], stdin=subprocess.PIPE,
+            [sys.executable, "-I", "-S", "-c", worker_source()], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=child_env())
     head = json.dumps(dict(job, size=len(data), timeout=timeout)).encode("ascii") + b"\n"
     assert proc.stdin is not None and proc.stdout is not None  # started with both PIPEs
