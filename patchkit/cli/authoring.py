@@ -14,7 +14,7 @@ from . import render
 from .common import State, command
 
 
-def _report(result: authoring.AuthoringResult, as_json: bool, verb: str,
+def report_authoring(result: authoring.AuthoringResult, as_json: bool, verb: str,
             warnings: list[str] | None = None) -> None:
     warnings = warnings or []
     if as_json:
@@ -35,7 +35,7 @@ def _report(result: authoring.AuthoringResult, as_json: bool, verb: str,
         })
         return
     render.warn(warnings)
-    say = _sayer()
+    say = progress_sayer()
     if not result.changed:
         say(f"{result.name} v{result.version} is unchanged: the series already matches the checkout")
     else:
@@ -64,7 +64,7 @@ def _report(result: authoring.AuthoringResult, as_json: bool, verb: str,
             say(f"  {f}")
 
 
-def _sayer() -> Callable[[str], None]:
+def progress_sayer() -> Callable[[str], None]:
     """A function writing one line of text to stdout (never read as rich markup)."""
     out = render.stdout()
     return lambda text: render.line(out, [(text, "")])
@@ -79,7 +79,7 @@ def init(state: State, directory: str, no_git: bool, as_json: bool) -> int:
         render.print_json({"root": str(result.root), "files": [str(f) for f in result.files],
                            "commit": result.commit})
         return 0
-    say = _sayer()
+    say = progress_sayer()
     say(f"made a catalog in {result.root}")
     for f in result.files:
         say(f"  {f}")
@@ -119,7 +119,7 @@ def new(state: State, fix: str, paths: tuple[str, ...], src: str, no_commit: boo
     catalog = state.catalog()
     result = authoring.new_fix(catalog, fix, Path(src), paths=paths,
                                commit=not no_commit, dry_run=dry_run, **options)
-    _report(result, as_json, "created", None if dry_run else unfinished(catalog.get(fix)))
+    report_authoring(result, as_json, "created", None if dry_run else unfinished(catalog.get(fix)))
     return 0
 
 
@@ -134,7 +134,7 @@ def refresh(state: State, fix: str, paths: tuple[str, ...], src: str, no_commit:
     adds files new to the fix (an untracked file is taken only when named)."""
     result = authoring.refresh_fix(state.catalog(), fix, Path(src), paths=paths,
                                    commit=not no_commit, dry_run=dry_run, **options)
-    _report(result, as_json, "refreshed")
+    report_authoring(result, as_json, "refreshed")
     return 0
 
 

@@ -10,7 +10,7 @@ import click
 from ..errors import UsageError
 from ..interop import exporter, importer
 from . import render
-from .authoring import _report, _sayer
+from .authoring import progress_sayer, report_authoring
 from .common import State, command
 
 
@@ -74,7 +74,7 @@ def import_(state: State, src: str | None, commits: str | None, mbox_path: str |
         return 0
     for result in results:
         whose = taken.get(result.name)
-        _report(result, False, "imported" if whose is None else
+        report_authoring(result, False, "imported" if whose is None else
                 f"imported (replacing {'the shipped' if whose == 'shipped' else 'your'} fix "
                 "of that name: --replace)")
     return 0
@@ -100,7 +100,7 @@ def export(state: State, fixes: tuple[str, ...], fmt: str, out: str, as_json: bo
                            "warnings": warnings})
         return 0
     render.warn(warnings)
-    say = _sayer()
+    say = progress_sayer()
     say(f"exported {', '.join(result.fixes)} as {fmt}")
     for f in result.files:
         say(f"  {f}")

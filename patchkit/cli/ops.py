@@ -18,7 +18,7 @@ from .fleet import INVENTORY_OPTIONS, ROLLOUT_OPTIONS, rollout, survey, wants_fl
 FIXES = click.argument("fixes", nargs=-1)
 
 
-def _run(state: State, where: dict[str, Any], doing: str, as_json: bool, call: Callable, *args: Any,
+def run_op(state: State, where: dict[str, Any], doing: str, as_json: bool, call: Callable, *args: Any,
          **options: Any) -> Any:
     """``call(catalog, target, *args, lock_timeout=..., **options)`` on the target the options name."""
     target = state.target(where["target"], where["roots"], where["python"])
@@ -32,14 +32,14 @@ def _names(fixes: tuple[str, ...], what: str) -> list[str]:
     return list(fixes)
 
 
-def _fleet(where: dict[str, Any], rollout_options: bool = True) -> dict[str, Any]:
+def fleet_options(where: dict[str, Any], rollout_options: bool = True) -> dict[str, Any]:
     """Take the fleet options out of ``where`` (what is left names one target)."""
     keys = ("inventory", "limit", "forks") + (("waves", "max_fail", "health_cmd", "after_cmd")
                                               if rollout_options else ())
     return {k: where.pop(k) for k in keys}
 
 
-def _emit(result: Any, as_json: bool, after: Any = None, restarts: tuple[str, ...] = (),
+def emit_result(result: Any, as_json: bool, after: Any = None, restarts: tuple[str, ...] = (),
           **options: Any) -> int:
     data = result.to_json() if as_json else None  # the JSON object only when it is printed
     if data is not None and (after is not None or restarts):
@@ -115,7 +115,7 @@ def _after(state: State, where: dict[str, Any], result: Any, found: dict[str, An
             render.render_result(render.stdout(), result, **emit)
         err.result = result  # type: ignore[attr-defined]
         raise
-    return _emit(result, as_json, after if after.ran else None, restarts, **emit)
+    return emit_result(result, as_json, after if after.ran else None, restarts, **emit)
 
 
 @command(
@@ -134,7 +134,7 @@ def apply(state: State, fixes: tuple[str, ...], dry_run: bool, show_diff: bool |
           force: bool, use_restarts: bool, health_timeout: float, as_json: bool, **where: Any) -> int:
     """Apply FIXES to the target, all or nothing."""
     names = _names(fixes, "apply")
-    fleet = _fleet(where)
+    fleet = fleet_options(where)
     found = _hooked(state, fleet, names, use_restarts, health_timeout)
     if wants_fleet(fleet, where):
         for flag, given in (("--diff", show_diff), ("--verbose", verbose)):
@@ -144,7 +144,7 @@ def apply(state: State, fixes: tuple[str, ...], dry_run: bool, show_diff: bool |
         return rollout(state, "apply", names, fleet, dry_run=dry_run, as_json=as_json,
                        with_deps=with_deps, allow_inactive=allow_inactive, commit=commit,
                        git=not no_git, force=force, lock_timeout=where["lock_timeout"])
-    result = _run(state, where, f"{'checking' if dry_run else 'applying'} {', '.join(names)} on",
+    result = run_op(state, where, f"{'checking' if dry_run else 'applying'} {', '.join(names)} on",
                   as_json, api.apply, names, dry_run=dry_run, with_deps=with_deps,
                   allow_inactive=allow_inactive, commit=commit, git=not no_git, force=force)
     return _after(state, where, result, found,
@@ -162,12 +162,12 @@ def rollback(state: State, fixes: tuple[str, ...], dry_run: bool, force: bool, u
              health_timeout: float, as_json: bool, **where: Any) -> int:
     """Roll FIXES back on the target, all or nothing."""
     names = _names(fixes, "roll back")
-    fleet = _fleet(where)
+    fleet = fleet_options(where)
     found = _hooked(state, fleet, names, use_restarts, health_timeout)
     if wants_fleet(fleet, where):
         return rollout(state, "rollback", names, fleet, dry_run=dry_run, as_json=as_json,
                        force=force, lock_timeout=where["lock_timeout"])
-    result = _run(state, where, f"rolling back {', '.join(names)} on", as_json, api.rollback, names,
+    result = run_op(state, where, f"rolling back {', '.join(names)} on", as_json, api.rollback, names,
                   dry_run=dry_run, force=force)
     return _after(state, where, result, found,
                   lambda target, changed: api.apply(state.catalog(), target, changed,
@@ -179,15 +179,15 @@ def rollback(state: State, fixes: tuple[str, ...], dry_run: bool, force: bool, u
 def verify(state: State, fixes: tuple[str, ...], as_json: bool, **where: Any) -> int:
     """Run the verification checks of FIXES (default: every fix applied there) on the target;
     writes nothing."""
-    fleet = _fleet(where, rollout_options=False)
+    fleet = fleet_options(where, rollout_options=False)
     if wants_fleet(fleet, where):
         names = _names(fixes, "verify")
         return survey(state, "verify", names, fleet, as_json=as_json, lock_timeout=where["lock_timeout"])
-    result = _run(state, where, f"verifying {', '.join(fixes) or 'the applied fixes'} on", as_json,
+    result = run_op(state, where, f"verifying {', '.join(fixes) or 'the applied fixes'} on", as_json,
                   api.verify, list(fixes))
     if not fixes and not result.fixes and not as_json:
         sys.stderr.write(f"no fix applied on {result.target}: nothing to verify\n")
-    return _emit(result, as_json)
+    return emit_result(result, as_json)
 
 
 @command(
@@ -205,11 +205,11 @@ def status(state: State, show_all: bool, exit_code: bool, running: bool, as_json
     """Show which fixes are applied on the target, at which version, and any drift.
 
     With --inventory, a host x fix matrix of the fleet."""
-    fleet = _fleet(where, rollout_options=False)
+    fleet = fleet_options(where, rollout_options=False)
     if wants_fleet(fleet, where):
         return survey(state, "status", [], fleet, as_json=as_json, lock_timeout=where["lock_timeout"],
                       exit_code=exit_code, running_gate=running)
-    result = _run(state, where, "reading", as_json, api.status)
+    result = run_op(state, where, "reading", as_json, api.status)
     render.emit(as_json, result.to_json() if as_json else None,
                 lambda out: render_status.render_status(out, result, verbose=show_all))
     render.broken_note(result.broken, as_json)

@@ -11,7 +11,7 @@ from .. import api
 from . import render
 from .common import FORCE_UPGRADE, TARGET_OPTIONS, State, command, write_options
 from .fleet import ROLLOUT_OPTIONS, rollout, wants_fleet
-from .ops import _emit, _fleet, _run
+from .ops import emit_result, fleet_options, run_op
 
 
 @command(
@@ -28,18 +28,18 @@ def sync(state: State, dry_run: bool, no_git: bool, force: bool, as_json: bool,
     version is upgraded, one lost to an SGLang upgrade is applied again; fixes upstream in
     that release are left out (and their lost records dropped). With --inventory, every host
     converges to its own release in the waves of `apply`."""
-    fleet = _fleet(where)
+    fleet = fleet_options(where)
     if wants_fleet(fleet, where):
         names = api.sync_names(state.catalog(), ["sglang"])
         return rollout(state, "apply", names, fleet, dry_run=dry_run, as_json=as_json,
                        git=not no_git, force=force, sync=True, lock_timeout=where["lock_timeout"])
-    result = _run(state, where, "checking what to sync on" if dry_run else "syncing", as_json,
+    result = run_op(state, where, "checking what to sync on" if dry_run else "syncing", as_json,
                   api.sync, dry_run=dry_run, git=not no_git, force=force)
     if not result.fixes and not as_json:
         render.line(render.stdout(), [("nothing to sync: the catalog has no active fix for "
                                        "this target's roots", "")])
         return 0
-    return _emit(result, as_json)
+    return emit_result(result, as_json)
 
 
 COMMANDS = [sync]
