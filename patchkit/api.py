@@ -89,4 +89,8 @@ def status(catalog: Catalog, target: Target, *,
     # in this process the engine reads a series only when a fix is not recorded
     result = _run(catalog, target, fixes, "status", lock_timeout=lock_timeout,
                   lazy=not getattr(target, "is_remote", True))
+    # a recorded fix on a root not given, which the catalog does not hold: the engine says so
+    named = {name for name, _roots in left_out}
+    raw = (result.raw.get("status") or {}).get("left_out") or ()
+    left_out += tuple((e["name"], tuple(e["roots"])) for e in raw if e["name"] not in named)
     return dataclasses.replace(result, left_out=left_out, broken=tuple(broken))

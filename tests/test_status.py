@@ -69,6 +69,22 @@ def test_a_fix_using_a_root_the_target_lacks_is_left_out(tmp_path: Path, catalog
     assert [f["name"] for f in target.requests[0]["fixes"]] == ["index-k-bytes", "old-index-k"]
 
 
+def test_an_applied_fix_on_a_root_not_given_is_left_out_not_the_end(
+        roots: dict[str, str], catalog: Catalog) -> None:
+    """After `demo`, `status` in the fork (only the sglang root found) refused the whole status
+    because the recorded prefill fix patches the serve root; it is left out, named, as a fix
+    of the catalog on that root is, and so is one the catalog no longer holds."""
+    api.apply(catalog, LocalTarget(roots, PY, "local"), ["pool-guard"], with_deps=True)
+    only = LocalTarget({"sglang": roots["sglang"]}, PY, "local")
+    result = api.status(catalog, only)
+    assert states(result) == {"index-k-bytes": "applied", "old-index-k": "not-applied"}
+    assert result.left_out == (("pool-guard", ("serve",)),)
+    assert api.verify(catalog, only).ok  # every applied fix it can see, verified
+    (Path(catalog.root) / "manifests" / "pool-guard.toml").unlink()
+    gone = api.status(Catalog(catalog.root), only)
+    assert gone.left_out == (("pool-guard", ("serve",)),) and "pool-guard" not in states(gone)
+
+
 def test_an_unrecorded_fix_present_in_the_files_is_still_found(
         roots: dict[str, str], catalog: Catalog) -> None:
     target = LocalTarget(roots, PY, "local")

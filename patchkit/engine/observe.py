@@ -42,11 +42,19 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
             entry.setdefault("detail", spec.not_needed)
         out.append(entry)
     listed = {s.name for s in req.fixes}
-    out.extend(_recorded(ws, rec, last, installs) for rec in state.fixes if rec.name not in listed)
+    left_out: List[Dict[str, Any]] = []  # recorded fixes on a root the request did not give
+    for rec in state.fixes:
+        if rec.name in listed:
+            continue
+        lacking = sorted({f.root for f in rec.files} - {r.name for r in req.roots})
+        if lacking:
+            left_out.append({"name": rec.name, "roots": lacking})
+        else:
+            out.append(_recorded(ws, rec, last, installs))
     from .variants import release_of
 
     journal = store.read_journal()
-    return {"state_root": req.state_root.path, "fixes": out,
+    return {"state_root": req.state_root.path, "fixes": out, "left_out": left_out,
             "journal": None if journal is None else journal.to_json(),
             "release": release_of(req.roots, "sglang", {}, True),
             "running": procs.running(req.roots, store.dir, state, req.python)}
