@@ -20,7 +20,7 @@ __version__ = "0.1.0"
 
 #: The module that defines each public name; every error class of patchkit.errors too.
 _EXPORTS: dict[str, str] = {
-    **{name: "patchkit.api" for name in ("apply", "rollback", "status", "verify")},
+    **{name: "patchkit.api" for name in ("apply", "rollback", "status", "verify", "sync")},
     "Catalog": "patchkit.catalog",
     "Fix": "patchkit.catalog.model",
     "load_config": "patchkit.catalog.config",
@@ -36,6 +36,8 @@ __all__ = ["__version__", *_EXPORTS]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "api":  # the public functions' module itself, as docs/api.md names it
+        return import_module("patchkit.api")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'patchkit' has no attribute {name!r}")

@@ -117,3 +117,13 @@ def test_the_api_doc_names_every_parameter_of_the_public_calls() -> None:
         documented = [re.split(r"[:=]", p)[0].strip() for p in flat.split(",")]
         documented = [p for p in documented if p != "*"]
         assert documented == list(inspect.signature(call).parameters), call.__name__
+
+
+def test_docs_api_names_resolve_from_a_bare_import() -> None:
+    """docs/api.md's names, after nothing but ``import patchkit`` in a fresh interpreter:
+    ``patchkit.api`` (the module) and ``sync`` beside the other operations."""
+    code = ("import patchkit\n"
+            "print(patchkit.api.sync is patchkit.sync, patchkit.api.apply is patchkit.apply)\n"
+            "from patchkit import sync\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["True", "True"]

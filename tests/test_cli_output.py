@@ -130,6 +130,9 @@ def test_a_usage_error_without_json_prints_no_json(env: Env) -> None:
                          capture_output=True, text=True, cwd=env.tmp, timeout=120)
     assert run.returncode == EXIT_USAGE and run.stdout == ""
     assert "No such option '--bogus'" in run.stderr
+    # one line, as every other error (docs/cli.md): `error: MESSAGE`, and where help is
+    assert run.stderr.splitlines() == [
+        "error: No such option '--bogus'. Did you mean '--verbose'? (see `patchkit apply --help`)"]
 
 
 def test_the_flag_table_of_docs_cli_is_what_the_commands_take() -> None:

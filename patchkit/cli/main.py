@@ -150,7 +150,9 @@ def _run(argv: list[str] | None, state: State) -> int:
             print_json({"ok": False, "error": {"type": "UsageError" if code == EXIT_USAGE
                                                else type(exc).__name__,
                                                "message": exc.format_message(), "details": {}}})
-        exc.show()
+        ctx = getattr(exc, "ctx", None)  # git's manner: one line, then where help is
+        hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+        sys.stderr.write(f"error: {exc.format_message()}{hint}\n")
         return code
     except PatchkitError as err:
         from .render import print_json, render_error
