@@ -369,3 +369,17 @@ def test_every_0522_variant_applies_with_gnu_patch_zero_fuzz(three_releases: Ups
                              text=True, check=True).stdout.split()
     assert "python/sglang/srt/mem_cache/memory_pool_host.py" not in changed
     assert "python/sglang/srt/model_executor/pool_configurator.py" in changed
+
+
+def test_a_rebase_onto_a_release_a_variant_serves_says_so(three_releases: UpstreamRepo,
+                                                          tmp_path: Path) -> None:
+    """The shipped catalog rebased onto 0.5.22, which its v3 variants already serve: each fix
+    is skipped saying so, not a conflict of the 0.5.23 series nor "version 3 cannot be read"
+    from the catalog's history for the fixes on top (a variant is in the manifest)."""
+    catalog = copy_catalog(tmp_path / "cat")
+    report = rebase.start(catalog, "0.5.22", upstream=three_releases, dry_run=True,
+                          names=[INDEX_K, SIZING, "revert-hicache-index-k-sync"])
+    said = {f.name: (f.outcome, f.detail) for f in report.fixes}
+    for name, version in ((INDEX_K, 3), (SIZING, 3), ("revert-hicache-index-k-sync", 4)):
+        outcome, detail = said[name]
+        assert outcome == "skipped" and f"variant v{version} (based on 0.5.22) already serves" in detail, said

@@ -96,7 +96,7 @@ def start(catalog: Catalog, onto: str, names: Sequence[str] | None = None, *,
     release = _release(onto)
     # only the bases of fixes that will be rebased: a dead fix's old release is not needed
     bases = set() if base is not None else {
-        f.upstream.base_release for f in fixes if not skip_reason(f, release, inactive)}
+        f.upstream.base_release for f in fixes if not skip_reason(f, release, inactive, drop_old)}
     label, release, onto_rev, base_rev = _resolve(fetch, git_dir, onto, bases, base, progress)
     state = RebaseState.create(catalog, {
         "format": STATE_FORMAT, "onto": label, "release": release, "onto_rev": onto_rev,

@@ -40,7 +40,8 @@ class Rebase:
         user's files for the stopped patch (``--continue``)."""
         fix = self.state.catalog.get(name)
         onto, base = self.state.onto, fix.upstream.base_release
-        why = skip_reason(fix, self.state.release, self.state.inactive)
+        why = skip_reason(fix, self.state.release, self.state.inactive,
+                          bool(self.state.data.get("drop_old")))
         if why:
             return fix_report(fix, onto, "skipped", why), {}, None
         try:
@@ -197,7 +198,8 @@ class Rebase:
         """Classify every queued fix now; each stop is assumed skipped by the user."""
         queue, plan = self.state.data["queue"], {}
         olds = [(old, read_series(old)) for old in map(self.state.old_fix, queue)
-                if not skip_reason(old, self.state.release, self.state.inactive)]
+                if not skip_reason(old, self.state.release, self.state.inactive,
+                               bool(self.state.data.get("drop_old")))]
         self.matches.match(olds)
         for i, name in enumerate(queue):
             self.progress(name, i, len(queue))
