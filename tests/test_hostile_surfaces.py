@@ -280,7 +280,12 @@ def test_import_refuses_an_existing_or_shipped_name_unless_replace(catalog: Path
     assert mine.manifest_path.parent == catalog / "manifests"
     assert mine.upstream.base_release == shipped.upstream.base_release
     # now the user's own: refused again without --replace, replaced with it
-    refused(catalog, ["import", "--mbox", str(exported)], f"already exists (in {catalog})")
+    refused(catalog, ["import", "--mbox", str(exported)], f"already exists (in {catalog})",
+            "pass --name to import it under another name")
+    # a --name that is taken too: the message asks for another, not for the flag given
+    said = refused(catalog, ["import", "--mbox", str(exported), "--name", "dsv4-bf16-sizing"],
+                   "already exists", "give --name another name")
+    assert "pass --name" not in said
     again = patchkit(catalog, "import", "--mbox", str(exported), "--replace")
     assert again.exit_code == 0 and "replacing your fix" in flat(again.output), again.output
     assert git(catalog, "status", "--porcelain") == ""

@@ -344,9 +344,11 @@ def test_sync_over_ssh_gives_the_host_its_release_variants(sshd, three_releases:
     assert code == 0, err
     planned = {f["name"]: (f["outcome"], f["version"]) for f in json.loads(out)["fixes"]}
     assert planned[INDEX_K] == ("would-apply", 3) and not (tree / ".patchkit" / "state.json").exists()
+    code, out, err = cli(["--catalog", str(REPO), "sync", "--dry-run", *where])
+    assert code == 0 and out.startswith("dry run of sync on "), out  # the command, not its op
     code, out, err = cli(["--catalog", str(REPO), "sync", *where])
     assert code == 0, err
-    assert f"applied {INDEX_K} v3" in out and f"applied {SIZING} v3" in out
+    assert out.startswith("sync on ") and f"applied {INDEX_K} v3" in out and f"applied {SIZING} v3" in out
     assert "not-needed revert-hicache-index-k-sync" in out
     assert states(Catalog(REPO), local(tree))[SIZING] == ("applied", 3)
 

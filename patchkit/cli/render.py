@@ -302,15 +302,16 @@ def recovered_notes(result: OpResult) -> List[Segments]:
 
 
 def render_result(console: Any, result: OpResult, *, show_diff: bool | None = None,
-                  verbose: bool = False) -> None:
-    """``show_diff`` None: a dry run changing few files shows it."""
+                  verbose: bool = False, command: str | None = None) -> None:
+    """``show_diff`` None: a dry run changing few files shows it; ``command``: the command's
+    name where it is not the engine op it ran (``sync`` runs an apply)."""
     if show_diff is None:
         show_diff = result.dry_run and sum(len(fix.files) for fix in result.fixes) <= FEW_FILES
     size = sum(len(f.diff) for fix in result.fixes for f in fix.files) if show_diff else 0
     for note in recovered_notes(result):
         line(console, note)
     head = "dry run of " if result.dry_run else ""
-    line(console, [(f"{head}{result.op}", "bold"), (f" on {result.target}", "")])
+    line(console, [(f"{head}{command or result.op}", "bold"), (f" on {result.target}", "")])
     for fix in result.fixes:
         render_fix_outcome(console, fix, show_diff=show_diff, all_checks=result.dry_run,
                            verbose=verbose, color_diff=size <= COLOR_DIFF_LIMIT)

@@ -39,7 +39,7 @@ def sync(state: State, dry_run: bool, no_git: bool, force: bool, as_json: bool,
         render.line(render.stdout(), [("nothing to sync: the catalog has no active fix for "
                                        "this target's roots", "")])
         return 0
-    return emit_result(result, as_json)
+    return emit_result(result, as_json, command="sync")
 
 
 COMMANDS = [sync]

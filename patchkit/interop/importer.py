@@ -31,6 +31,7 @@ class Planned:
 
     name: str
     patches: tuple[Patch, ...]
+    named: bool = False  # the name is the user's own (--name), not the patches'
 
 
 def from_mbox(path: Path) -> list[Patch]:
@@ -72,7 +73,7 @@ def plan(patches: Sequence[Patch], *, one: bool, name: str | None) -> list[Plann
         said = dep3.fields_of(group[0].fields, group[0].source).get("name")
         fix = (name if len(groups) == 1 else f"{name}-{i}") if name else (
             said or writer.slug(group[0].subject))
-        out.append(Planned(fix, group))
+        out.append(Planned(fix, group, named=bool(name)))
     for planned in out:
         problem = name_problem(planned.name)
         if problem:
@@ -201,8 +202,10 @@ def _release(catalog: Catalog, fixes: Sequence[Planned], release: str | None,
         name = next(iter(taken))
         whose = ("shipped with patchkit: a fix of yours by that name would shadow it"
                  if taken[name] == "shipped" else f"in {catalog.root}")
-        raise UsageError(f"fix {name!r} already exists ({whose}); pass --name to import it "
-                         "under another name, or --replace to replace it", fix=name,
+        other = ("give --name another name" if any(p.named for p in fixes if p.name == name)
+                 else "pass --name to import it under another name")
+        raise UsageError(f"fix {name!r} already exists ({whose}); {other}, or --replace to "
+                         "replace it", fix=name,
                          existing=sorted(taken))
     return release
 
