@@ -9,7 +9,7 @@ from packaging.version import Version
 
 from .. import gitrepo
 from ..catalog import Catalog
-from ..catalog.model import Fix, Variant
+from ..catalog.model import Fix
 from ..errors import ConflictError, PatchkitError
 from .classify import Series, Tree, apply_all, changes
 from .state import RebaseState
@@ -44,20 +44,12 @@ def skip_reason(fix: Fix, release: str | None, inactive: bool = False,
         return f"already based on {release}"
     if release is not None and release in fix.upstream.releases:
         return f"already known to apply to {release}"
-    variant = None if drop_old else _variant_for(fix, release)
-    if variant is not None:
-        return (f"its variant v{variant.version} (based on {variant.base_release}) already "
-                f"serves {release}: nothing to rebase (`patchkit matrix` shows what each "
-                "release gets)")
+    served = None if drop_old or release is None else fix.variant_for(release)
+    if served is not None:  # the top level was asked above: this is one of its variants
+        return (f"its variant v{served.version} (based on {served.upstream.base_release}) "
+                f"already serves {release}: nothing to rebase (`patchkit matrix` shows what "
+                "each release gets)")
     return ""
-
-
-def _variant_for(fix: Fix, release: str | None) -> Variant | None:
-    """The ``[[variants]]`` entry of ``fix`` based on (or known to apply to) ``release``."""
-    if release is None:
-        return None
-    return next((v for v in fix.variants
-                 if release == v.base_release or release in v.releases), None)
 
 
 def queue_order(catalog: Catalog, names: Sequence[str]) -> list[Fix]:
@@ -131,9 +123,9 @@ class Sides:
         if release is None or release == fix.upstream.base_release \
                 or release in fix.upstream.releases:
             return read_series(fix), f"v{fix.version}"
-        variant = _variant_for(fix, release)
-        if variant is not None:  # the catalog serves that release with its own variant
-            return read_series(fix.as_variant(variant)), f"v{variant.version}, its variant for {release}"
+        served = fix.variant_for(release)
+        if served is not None:  # the catalog serves that release with its own variant
+            return read_series(served), f"v{served.version}, its variant for {release}"
         matching = sorted({e.version for e in fix.changelog
                            if e.base_release == release and e.version != fix.version})
         if matching:
