@@ -230,7 +230,21 @@ def download_wheel(version: str, wheels: Path | str, *, progress: Progress | Non
     wheels.mkdir(parents=True, exist_ok=True)
     if progress:
         progress(f"downloading sglang {version} from the package registry")
-    spec = [f"{PROJECT}=={version}", "-d", str(wheels)]
+    # pip writes into a directory of this download's own, and the wheel is renamed into
+    # ``wheels`` whole: another process looking for it (a second fetch of the same release,
+    # a parallel test worker) finds the complete file or none, never one pip is still writing.
+    with tempfile.TemporaryDirectory(dir=wheels, prefix=".download-") as private:
+        _pip_download(version, Path(private))
+        for done in Path(private).glob(f"{PROJECT}-{version}-*.whl"):
+            os.replace(done, wheels / done.name)
+    wheel = _cached_wheel(wheels, version)
+    if wheel is None:
+        raise TargetError(f"pip reported success but no sglang {version} wheel is in {wheels}")
+    return wheel
+
+
+def _pip_download(version: str, dest: Path) -> None:
+    spec = [f"{PROJECT}=={version}", "-d", str(dest)]
     proc = _pip(spec)
     if proc.returncode != 0:
         m = re.search(r"from versions: ([^)]*)\)", proc.stdout + proc.stderr)
@@ -248,10 +262,6 @@ def download_wheel(version: str, wheels: Path | str, *, progress: Progress | Non
             raise TargetError(f"downloading SGLang {version} failed (pip exit {proc.returncode}): "
                               f"{tail}; check the network or the package index configuration "
                               "and retry", version=version, command=proc.args)
-    wheel = _cached_wheel(wheels, version)
-    if wheel is None:
-        raise TargetError(f"pip reported success but no sglang {version} wheel is in {wheels}")
-    return wheel
 
 
 def _loose_key(v: str) -> tuple[bool, Version]:

@@ -14,7 +14,7 @@ from patchkit.cache import cache_dir
 from tests.fixtures.fleet_hosts import ansible_env
 
 pytest_plugins: list[str] = ["tests.fixtures.sshd", "tests.fixtures.sglang", "tests.fixtures.fleet",
-                             "tests.fixtures.upstream_corpus"]
+                             "tests.fixtures.upstream_corpus", "tests.fixtures.progress"]
 
 REAL_HOME = os.environ.get("HOME", "")
 #: Where downloaded SGLang releases outlive a test session, as a user's do:

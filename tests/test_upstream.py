@@ -260,3 +260,56 @@ def test_concurrent_fetches_of_one_release_both_succeed_with_one_commit(
     log = subprocess.run(["git", "--git-dir", str(repo.git_dir), "rev-list", "--all"],
                          capture_output=True, text=True, check=True).stdout.split()
     assert len(log) == 1
+
+
+# -- downloading a wheel into a shared directory (a local package index: no registry) -------
+
+
+def _index_with_a_wheel(index: Path, version: str) -> bytes:
+    """A directory pip reads as its package index (``--find-links``), holding a small wheel
+    of ``sglang`` ``version``: pip checks its name and version, not what it holds."""
+    index.mkdir(parents=True, exist_ok=True)
+    info = f"sglang-{version}.dist-info"
+    wheel = index / f"sglang-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("sglang/__init__.py", "# " + "x" * 20_000 + "\n")
+        z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n")
+        z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                   "Tag: py3-none-any\n")
+        z.writestr(f"{info}/RECORD", "")
+    return wheel.read_bytes()
+
+
+def test_concurrent_downloads_each_find_the_whole_wheel_and_leave_nothing_else(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # pip writes into a directory of the download's own and the wheel is renamed into the
+    # shared one whole: a second process (a parallel fetch, another test worker) finds the
+    # complete file or none, and no half-written wheel is ever taken for a downloaded one.
+    import sys
+
+    expected = _index_with_a_wheel(tmp_path / "index", "0.0.7")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "index"))
+    wheels = tmp_path / "wheels"
+    code = ("import sys\nfrom patchkit.upstream import download_wheel\n"
+            "print(download_wheel('0.0.7', sys.argv[1]))\n")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(wheels)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err for _out, err in outs]
+    for out, _err in outs:
+        assert Path(out.strip()).read_bytes() == expected
+    assert sorted(p.name for p in wheels.iterdir()) == ["sglang-0.0.7-py3-none-any.whl"]
+
+
+def test_a_failed_download_leaves_the_wheel_directory_as_it_was(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _index_with_a_wheel(tmp_path / "index", "0.0.7")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "index"))
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "sglang-0.0.6-py3-none-any.whl").write_bytes(b"kept")
+    with pytest.raises(UsageError, match="0.0.8 is not on the package registry"):
+        download_wheel("0.0.8", wheels)
+    assert [p.name for p in wheels.iterdir()] == ["sglang-0.0.6-py3-none-any.whl"]

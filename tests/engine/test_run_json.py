@@ -4,7 +4,6 @@ installed package."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from patchkit.engine import run
+from patchkit.upstream import download_wheel
 
 from .helpers import file_record, fix, git, request
 
@@ -54,14 +54,7 @@ def test_unexpected_exception_becomes_internal_error(checkout: Path) -> None:
 
 @pytest.fixture(scope="session")
 def sglang_wheel(persistent_cache: Path) -> Path:
-    dest = persistent_cache / "wheels"
-    found = sorted(dest.glob("sglang-0.5.21-*.whl")) if dest.is_dir() else []
-    if not found:
-        dest.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "sglang==0.5.21",
-                        "-d", str(dest)], check=True, timeout=600)
-        found = sorted(dest.glob("sglang-0.5.21-*.whl"))
-    return found[0]
+    return download_wheel("0.5.21", persistent_cache / "wheels")
 
 
 @pytest.mark.network
