@@ -350,6 +350,19 @@ class Catalog:
         """Load every manifest and check what one manifest alone cannot (unknown or cyclic
         dependencies, lineage naming absent fixes, stray series); returns all fixes."""
         fixes = self.all()
+        self._check_together(fixes)
+        return fixes
+
+    def validate_readable(self) -> tuple[list[Fix], list[BrokenFix]]:
+        """:meth:`readable` with :meth:`validate`'s checks on the fixes that read: one bad
+        manifest is an entry of the broken ones, not the end of the command (``log``)."""
+        fixes, broken = self.readable()
+        self._check_together(fixes)
+        return fixes, broken
+
+    def _check_together(self, fixes: list[Fix]) -> None:
+        """What one manifest alone cannot show, over ``fixes`` (a link naming a fix whose
+        manifest exists but cannot be read is not a missing fix)."""
         self.dependency_order([f.name for f in fixes])
         names = set(self.names())
         for fix in fixes:
@@ -371,4 +384,3 @@ class Catalog:
             raise ManifestError(f"{self.patches_dir}: series without a manifest: "
                                 f"{', '.join(stray)}. Add manifests/<name>.toml or remove "
                                 "the directory", file=str(self.patches_dir), key="")
-        return fixes
