@@ -171,6 +171,34 @@ def test_log_shows_a_broken_manifest_as_an_error_line_and_gives_every_other_line
     assert asked.returncode == 2 and f"{mine}" in asked.stderr and "'version'" in asked.stderr
 
 
+# -- a dry-run rebase of the shipped catalog needs no catalog of the user's --------------------
+
+
+@pytest.mark.network
+def test_a_dry_run_rebase_of_the_shipped_catalog_writes_nowhere_in_it(
+        catalog_upstream: UpstreamRepo, tmp_path: Path) -> None:
+    """From a directory with no catalog (a fresh clone's user), the shipped catalog is the
+    catalog: a dry run reports without writing its state there; a real run is refused
+    saying why and that the dry run works."""
+    env = {"PATCHKIT_UPSTREAM": str(catalog_upstream.path)}
+    tracked = ["git", "status", "--porcelain", "--ignored", "--", "manifests", "patches", "."]
+    before = subprocess.run(tracked, cwd=REPO, capture_output=True, text=True).stdout
+    dry = pk("rebase", "--all", "--onto", "0.5.21", "--dry-run", cwd=tmp_path, env=env)
+    assert dry.returncode == 0, dry.stderr
+    rows = {r.split("\t")[0]: r.split("\t") for r in dry.stdout.splitlines() if "\t" in r}
+    assert rows["dsv4-bf16-index-k"][3] == "conflict" and rows["dsv4-bf16-sizing"][1] == \
+        f"v{shipped_version('dsv4-bf16-sizing')}", dry.stdout
+    assert "nothing was written (--dry-run)" in dry.stdout
+    assert not (REPO / ".patchkit-rebase").exists()
+    assert subprocess.run(tracked, cwd=REPO, capture_output=True, text=True).stdout == before
+
+    real = pk("rebase", "--all", "--onto", "0.5.21", cwd=tmp_path, env=env)
+    assert real.returncode == 2
+    assert "is never written to (`patchkit rebase --dry-run` writes nothing" in real.stderr, \
+        real.stderr
+    assert "pass --catalog DIR" in real.stderr and not (REPO / ".patchkit-rebase").exists()
+
+
 # -- 12: a fix left unfinished by `new` is said so ----------------------------------------------
 
 

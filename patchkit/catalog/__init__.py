@@ -156,14 +156,17 @@ class Catalog:
                          f"a catalog, set {ENV_CATALOG}, pass --catalog, or make one with "
                          "`patchkit init DIR`", start=str(here))
 
-    def check_writable(self, what: str) -> None:
-        """Refuse to write into the catalog shipped with patchkit (replaced on upgrade)."""
+    def check_writable(self, what: str, *, dry_run: str = "") -> None:
+        """Refuse to write into the catalog shipped with patchkit (replaced on upgrade);
+        ``dry_run``: the command that only reads it, named in the message."""
         if self.read_only:
+            also = f" (`patchkit {dry_run}` writes nothing and works on it as it is)" \
+                if dry_run else ""
             raise UsageError(
                 f"cannot {what}: no catalog of yours was found, and the catalog shipped with "
-                f"patchkit ({self.root}) is never written to. Make your own with `patchkit init "
-                "DIR` (it keeps the shipped fixes beside yours), then run from inside it, or "
-                "pass --catalog DIR", catalog=str(self.root))
+                f"patchkit ({self.root}) is never written to{also}. Make your own with "
+                "`patchkit init DIR` (it keeps the shipped fixes beside yours), then run from "
+                "inside it, or pass --catalog DIR", catalog=str(self.root))
 
     def check_own(self, names: Iterable[str], what: str) -> None:
         """Refuse to write a shipped fix seen beside this catalog: it is not the user's."""
