@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
@@ -12,7 +13,7 @@ from . import render
 from .common import State, command
 
 STYLE = {"variant": "green", "not-needed": "dim", "upstream": "magenta", "no variant": "yellow",
-         "rebase needed": "yellow", "conflict": "bold red"}
+         "rebase needed": "yellow", "conflict": "bold red", "blocked": "bold red"}
 
 
 @command(
@@ -47,20 +48,28 @@ def matrix(state: State, fixes: tuple[str, ...], releases: str | None, markdown:
     return EXIT_CHECK_FAILED if exit_code and result.failing else 0
 
 
-def _draw(out: object, result: lib.Matrix) -> None:
-    width = max([len("fix"), *map(len, result.fixes)])
-    cols = {r: max([len(r), *(len(result.cells[f][r].label) for f in result.fixes)])
-            for r in result.releases}
-    render.line(out, [("fix".ljust(width), "bold")] + [
-        ("  " + r.ljust(cols[r]), "bold") for r in result.releases])
+def _draw(out: Any, result: lib.Matrix) -> None:
+    """Terminal: a fix x release table, then why each failing cell fails. Plain (a pipe, a
+    file): one line per fix and release, ``FIX RELEASE CELL DETAIL`` tab-separated, as every
+    command writes them (docs/cli.md, Piped output)."""
+    if isinstance(out, render.PlainConsole):
+        render.write_table(out, [[f, r, result.cells[f][r].label, result.cells[f][r].detail]
+                                 for f in result.fixes for r in result.releases])
+        return
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(box=None)
+    table.add_column("fix", style="bold", overflow="fold")
+    for r in result.releases:
+        table.add_column(r, overflow="fold")
     for f in result.fixes:
-        segs = [(f.ljust(width), "")]
-        for r in result.releases:
-            cell = result.cells[f][r]
-            segs.append(("  " + cell.label.ljust(cols[r]), STYLE.get(cell.kind, "")))
-        render.line(out, segs)
+        table.add_row(f, *(Text(result.cells[f][r].label, style=STYLE.get(result.cells[f][r].kind, ""))
+                           for r in result.releases))
+    out.print(table)
     for f, r in result.failing:
-        render.line(out, [(f"{f} on {r}: ", "bold red"), (result.cells[f][r].detail, "")])
+        render.line(out, [(f"{f} on {r}: ", "bold red"), (result.cells[f][r].detail, "")],
+                    soft_wrap=True)
 
 
 COMMANDS = [matrix]
