@@ -116,8 +116,14 @@ def matrix(catalog: Catalog, releases: Sequence[str], names: Sequence[str] = (),
             say(f"checking the fixes on sglang {release}")
             tree = repo.checkout(release, Path(tmp) / f"sglang-{release}")
             unserved = []
+            column: dict[str, Cell] = {}
+            for fix in _under_first(catalog, fixes):
+                cell = None if fix.not_needed_on(release) else _blocked(catalog, fix, release, column)
+                cell = cell or _served(catalog, fix, release, tree)
+                if cell is not None:
+                    column[fix.name] = cell
             for fix in fixes:
-                cell = _served(catalog, fix, release, tree)
+                cell = column.get(fix.name)
                 if cell is None:
                     unserved.append(fix)
                 else:
@@ -130,6 +136,44 @@ def matrix(catalog: Catalog, releases: Sequence[str], names: Sequence[str] = (),
                     cells[fix.name][release] = cells_for[fix.name]
             shutil.rmtree(tree, ignore_errors=True)
     return Matrix(tuple(releases), tuple(f.name for f in fixes), cells)
+
+
+def _under(catalog: Catalog, fix: Fix) -> list[str]:
+    """The fixes under ``fix`` (its dependencies and the fix it reverts, transitively), as a
+    rebase puts them under it."""
+    from .rebase.sides import reverted
+
+    return [d.name for d in catalog.dependency_order([*fix.depends_on, *reverted(fix)],
+                                                     with_deps=True)]
+
+
+def _under_first(catalog: Catalog, fixes: Sequence[Fix]) -> list[Fix]:
+    """``fixes``, each after those of them that are under it."""
+    by_name = {f.name: f for f in fixes}
+    order: dict[str, Fix] = {}
+
+    def visit(fix: Fix) -> None:
+        if fix.name not in order:
+            for name in _under(catalog, fix):
+                if name in by_name:
+                    visit(by_name[name])
+            order[fix.name] = fix
+
+    for fix in fixes:
+        visit(fix)
+    return list(order.values())
+
+
+def _blocked(catalog: Catalog, fix: Fix, release: str, column: dict[str, Cell]) -> Cell | None:
+    """``fix``'s cell when a fix applied with it (its dependencies) already fails on
+    ``release`` (``column``: the cells decided there): it cannot be applied before that one."""
+    deps = [d.name for d in catalog.apply_order([fix.name], with_deps=True, allow_inactive=True)
+            if d.name != fix.name]
+    dep = next((d for d in deps if d in column and column[d].kind in FAILING), None)
+    if dep is None:
+        return None
+    return Cell("blocked", f"blocked by {dep}",
+                f"{dep} is {column[dep].label} on {release}: {column[dep].detail}")
 
 
 def _served(catalog: Catalog, fix: Fix, release: str, tree: Path) -> Cell | None:
@@ -164,17 +208,14 @@ def _rebase_cells(catalog: Catalog, fixes: list[Fix], release: str, repo: Upstre
     (it never stops and writes nothing there; its history gives old versions, and its
     messages name it). ``column``: the release's cells so far (the variants serving it)."""
     from . import rebase
-    from .rebase.sides import reverted
 
     report = rebase.start(catalog, release, [f.name for f in fixes], upstream=repo, dry_run=True)
     done = dict(column)
     for rep in report.fixes:  # in dependency order: a fix's dependencies are decided first
-        fix = catalog.get(rep.name)
         kind = _REBASE_KINDS.get(rep.outcome, "conflict")
         cell = Cell(kind, kind, rep.detail)
         if kind == "blocked":
-            under = [d.name for d in catalog.dependency_order([*fix.depends_on, *reverted(fix)],
-                                                              with_deps=True)]
+            under = _under(catalog, catalog.get(rep.name))
             failing = next((d for d in under if d in done and done[d].kind in FAILING), None)
             named = next((d for d in under if rep.detail.startswith(
                 (f"dependency {d} ", f"dependency {d}:"))), None)
