@@ -7,8 +7,8 @@ release's files), ``not-needed`` (nothing to do there, e.g. a revert with nothin
 its whole change), ``no variant`` (no variant serves it, but the newest series applies there
 unchanged: a rebase only adds the release), ``rebase needed`` (it applies at an offset or
 after a clean merge), ``conflict`` (a rebase would stop, or the variant no longer applies),
-``blocked`` (a rebase cannot compute it: a fix under it, named in the label, has no series
-for that release)."""
+``blocked`` (a fix under it, named in the label, fails there: the fix cannot be applied, or
+a rebase cannot compute it, before that one is served)."""
 
 from __future__ import annotations
 

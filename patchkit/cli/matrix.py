@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
@@ -36,11 +35,8 @@ def matrix(state: State, fixes: tuple[str, ...], releases: str | None, markdown:
     if not wanted:
         raise UsageError("no release to check: the catalog's fixes name none; pass --releases A..B")
 
-    def say(line: str) -> None:
-        if not as_json and not markdown:
-            sys.stderr.write(line + "\n")
-
-    result = lib.matrix(catalog, wanted, list(fixes), progress=say)
+    with render.busy("matrix", quiet=as_json or markdown) as progress:  # stderr, as every command
+        result = lib.matrix(catalog, wanted, list(fixes), progress=progress.update)
     if markdown:
         click.echo(result.markdown(), nl=False)
     else:
