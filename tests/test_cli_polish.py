@@ -168,7 +168,7 @@ def test_log_shows_a_broken_manifest_as_an_error_line_and_gives_every_other_line
     # one fix's lineage still works; asking for the broken one is its error, naming file and line
     assert pk(*cat, "log", "dsv4-bf16-sizing").returncode == 0
     asked = pk(*cat, "log", "mine")
-    assert asked.returncode == 2 and f"{mine}" in asked.stderr and "'version'" in asked.stderr
+    assert asked.returncode == 2 and f"error: {mine}:{line}: 'version'" in asked.stderr, asked.stderr
 
 
 # -- a dry-run rebase of the shipped catalog needs no catalog of the user's --------------------

@@ -67,6 +67,13 @@ class BrokenFix:
     def where(self) -> str:
         return f"{self.file}:{self.line}" if self.line else self.file
 
+    @property
+    def detail(self) -> str:
+        """``FILE:LINE: what is wrong`` (the message without its own leading file name)."""
+        said = re.sub(rf"^{re.escape(self.file)}(:\d+)*:\s*", "", self.message) if self.file \
+            else self.message
+        return f"{self.where}: {said}" if self.where else said
+
     def to_json(self) -> dict:
         return {"name": self.name, "status": "error",
                 "error": {"file": self.file, "line": self.line, "message": self.message}}

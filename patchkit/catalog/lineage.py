@@ -149,11 +149,11 @@ def build(catalog: Catalog, *, target_status: Any = None, fix: str | None = None
     ``target_status`` is an ``api.status`` result; ``history`` False skips the git history.
     A manifest that cannot be read is in ``broken`` (file, line, message) and the rest goes
     on, as in ``list`` and ``status``; asked for by ``fix``, it is its error."""
-    name = catalog.get(fix).name if fix is not None else None  # a broken one raises its error
     fixes, broken = catalog.validate_readable()
-    asked = next((b for b in broken if b.name == name), None)
-    if asked is not None:  # it reads, but depends on a fix that does not
-        raise ManifestError(asked.message, file=asked.file, line=asked.line)
+    asked = next((b for b in broken if b.name == fix), None)
+    if asked is not None:  # asked for by name: its error, naming file and line
+        raise ManifestError(asked.detail, file=asked.file, line=asked.line)
+    name = catalog.get(fix).name if fix is not None else None
     commits = _catalog_history(catalog, fixes) if history else None
     lineage = replace(
         _assemble(fixes, _applied(target_status), commits,
