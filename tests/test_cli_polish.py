@@ -181,7 +181,7 @@ def test_a_dry_run_rebase_of_the_shipped_catalog_writes_nowhere_in_it(
     catalog: a dry run reports without writing its state there; a real run is refused
     saying why and that the dry run works."""
     env = {"PATCHKIT_UPSTREAM": str(catalog_upstream.path)}
-    tracked = ["git", "status", "--porcelain", "--ignored", "--", "manifests", "patches", "."]
+    tracked = ["git", "status", "--porcelain", "--ignored", "--", "manifests", "patches"]
     before = subprocess.run(tracked, cwd=REPO, capture_output=True, text=True).stdout
     dry = pk("rebase", "--all", "--onto", "0.5.21", "--dry-run", cwd=tmp_path, env=env)
     assert dry.returncode == 0, dry.stderr
