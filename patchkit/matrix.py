@@ -6,7 +6,9 @@ release's files), ``not-needed`` (nothing to do there, e.g. a revert with nothin
 ``upstream`` (the fix is marked upstream since that release or earlier, or the release holds
 its whole change), ``no variant`` (no variant serves it, but the newest series applies there
 unchanged: a rebase only adds the release), ``rebase needed`` (it applies at an offset or
-after a clean merge), ``conflict`` (a rebase would stop, or the variant no longer applies)."""
+after a clean merge), ``conflict`` (a rebase would stop, or the variant no longer applies),
+``blocked`` (a fix under it, named in the label, fails there: the fix cannot be applied, or
+a rebase cannot compute it, before that one is served)."""
 
 from __future__ import annotations
 
@@ -23,9 +25,13 @@ from .errors import PatchkitError, UsageError
 from .upstream import UpstreamRepo, version_key
 
 #: Cells that fail ``patchkit matrix --exit-code``: a release the catalog cannot serve as is.
-FAILING = ("conflict",)
+FAILING = ("conflict", "blocked")
 #: Every cell kind, for the docs and --json consumers.
-KINDS = ("variant", "not-needed", "upstream", "no variant", "rebase needed", "conflict")
+KINDS = ("variant", "not-needed", "upstream", "no variant", "rebase needed", "conflict", "blocked")
+#: What a dry-run rebase's outcome means for a release no variant serves.
+_REBASE_KINDS = {"extended": "no variant", "rebased": "rebase needed", "clean": "rebase needed",
+                 "upstreamed": "upstream", "conflict": "conflict", "stopped": "conflict",
+                 "skipped": "blocked"}
 
 Progress = Callable[[str], None]
 
@@ -110,19 +116,64 @@ def matrix(catalog: Catalog, releases: Sequence[str], names: Sequence[str] = (),
             say(f"checking the fixes on sglang {release}")
             tree = repo.checkout(release, Path(tmp) / f"sglang-{release}")
             unserved = []
+            column: dict[str, Cell] = {}
+            for fix in _under_first(catalog, fixes):
+                cell = None if fix.not_needed_on(release) else _blocked(catalog, fix, release, column)
+                cell = cell or _served(catalog, fix, release, tree)
+                if cell is not None:
+                    column[fix.name] = cell
             for fix in fixes:
-                cell = _served(catalog, fix, release, tree)
+                cell = column.get(fix.name)
                 if cell is None:
                     unserved.append(fix)
                 else:
                     cells[fix.name][release] = cell
             if unserved:
                 say(f"classifying {len(unserved)} fix(es) with no variant for {release}")
-                cells_for = _rebase_cells(catalog, unserved, release, repo, Path(tmp) / f"cat-{release}")
+                column = {name: row[release] for name, row in cells.items() if release in row}
+                cells_for = _rebase_cells(catalog, unserved, release, repo, column)
                 for fix in unserved:
                     cells[fix.name][release] = cells_for[fix.name]
             shutil.rmtree(tree, ignore_errors=True)
     return Matrix(tuple(releases), tuple(f.name for f in fixes), cells)
+
+
+def _under(catalog: Catalog, fix: Fix) -> list[str]:
+    """The fixes under ``fix`` (its dependencies and the fix it reverts, transitively), as a
+    rebase puts them under it."""
+    from .rebase.sides import reverted
+
+    return [d.name for d in catalog.dependency_order([*fix.depends_on, *reverted(fix)],
+                                                     with_deps=True)]
+
+
+def _under_first(catalog: Catalog, fixes: Sequence[Fix]) -> list[Fix]:
+    """``fixes``, each after those of them that are under it."""
+    by_name = {f.name: f for f in fixes}
+    order: dict[str, Fix] = {}
+
+    def visit(fix: Fix) -> None:
+        if fix.name not in order:
+            for name in _under(catalog, fix):
+                if name in by_name:
+                    visit(by_name[name])
+            order[fix.name] = fix
+
+    for fix in fixes:
+        visit(fix)
+    return list(order.values())
+
+
+def _blocked(catalog: Catalog, fix: Fix, release: str, column: dict[str, Cell]) -> Cell | None:
+    """``fix``'s cell when a fix applied with it (its dependencies) already fails on
+    ``release`` (``column``: the cells decided there): it cannot be applied before that one."""
+    deps = [d.name for d in catalog.apply_order([fix.name], with_deps=True, allow_inactive=True)
+            if d.name != fix.name]
+    dep = next((d for d in deps if d in column and column[d].kind in FAILING), None)
+    if dep is None:
+        return None
+    return Cell("blocked", f"blocked by {dep}",
+                f"{dep} is {column[dep].label} on {release}: {column[dep].detail}")
 
 
 def _served(catalog: Catalog, fix: Fix, release: str, tree: Path) -> Cell | None:
@@ -152,24 +203,29 @@ def _served(catalog: Catalog, fix: Fix, release: str, tree: Path) -> Cell | None
 
 
 def _rebase_cells(catalog: Catalog, fixes: list[Fix], release: str, repo: UpstreamRepo,
-                  scratch: Path) -> dict[str, Cell]:
-    """What a rebase of each fix onto ``release`` would do, computed on a copy of the catalog
-    (a dry run that never stops), so the user's catalog is never touched."""
+                  column: dict[str, Cell]) -> dict[str, Cell]:
+    """What a rebase of each fix onto ``release`` would do: a dry run on the user's catalog
+    (it never stops and writes nothing there; its history gives old versions, and its
+    messages name it). ``column``: the release's cells so far (the variants serving it)."""
     from . import rebase
 
-    for part in ("manifests", "patches"):
-        shutil.copytree(catalog.root / part, scratch / part)
-    copy = Catalog.open(scratch)
-    report = rebase.start(copy, release, [f.name for f in fixes], upstream=repo, dry_run=True)
-    out = {}
-    for fix in fixes:
-        rep = next((r for r in report.fixes if r.name == fix.name), None)
-        kind = {"extended": "no variant", "rebased": "rebase needed", "clean": "rebase needed",
-                "upstreamed": "upstream", "conflict": "conflict", "stopped": "conflict"
-                }.get(rep.outcome if rep else "", "conflict")
-        label = "no variant" if kind == "no variant" else kind
-        out[fix.name] = Cell(kind, label, rep.detail if rep else "not classified")
-    return out
+    report = rebase.start(catalog, release, [f.name for f in fixes], upstream=repo, dry_run=True)
+    done = dict(column)
+    for rep in report.fixes:  # in dependency order: a fix's dependencies are decided first
+        kind = _REBASE_KINDS.get(rep.outcome, "conflict")
+        cell = Cell(kind, kind, rep.detail)
+        if kind == "blocked":
+            under = _under(catalog, catalog.get(rep.name))
+            failing = next((d for d in under if d in done and done[d].kind in FAILING), None)
+            named = next((d for d in under if rep.detail.startswith(
+                (f"dependency {d} ", f"dependency {d}:"))), None)
+            by = named or failing
+            detail = rep.detail if failing is None or failing == named else \
+                f"{failing} is {done[failing].label} on {release}; {rep.detail}"
+            cell = Cell("blocked", f"blocked by {by}" if by else "blocked", detail)
+        done[rep.name] = cell
+    return {f.name: done.get(f.name, Cell("conflict", "conflict", "not classified"))
+            for f in fixes}
 
 
 def known_releases(catalog: Catalog) -> list[str]:

@@ -102,16 +102,22 @@ def test_a_checkout_found_from_the_working_directory(catalog_tree: Path) -> None
 # -- 10: a broken manifest is an error row, the others go on ------------------------------------
 
 
-def test_a_broken_manifest_is_an_error_row_naming_file_and_line(tmp_path: Path) -> None:
+def broken_catalog(tmp_path: Path, *init: str) -> tuple[Path, int]:
+    """A user catalog beside the shipped one with two manifests that cannot be read: ``mine``
+    (``version = "two"``, at the returned line) and ``torn`` (a TOML error at line 3)."""
     catalog = tmp_path / "catalog"
-    assert pk("init", str(catalog), "--no-git").returncode == 0
+    assert pk("init", str(catalog), *init).returncode == 0
     mine = (REPO / "manifests" / "dsv4-bf16-sizing.toml").read_text()
     mine = mine.replace('name = "dsv4-bf16-sizing"', 'name = "mine"').replace(
         "depends_on = [", "depends_on = [] #")
     top = f"version = {shipped_version('dsv4-bf16-sizing')}"
     (catalog / "manifests" / "mine.toml").write_text(mine.replace(f"\n{top}\n", '\nversion = "two"\n', 1))
     (catalog / "manifests" / "torn.toml").write_text('format = 1\nname = "torn"\ntitle = \n')
-    line = mine.splitlines().index(top) + 1
+    return catalog, mine.splitlines().index(top) + 1
+
+
+def test_a_broken_manifest_is_an_error_row_naming_file_and_line(tmp_path: Path) -> None:
+    catalog, line = broken_catalog(tmp_path, "--no-git")
     cat = ["--catalog", str(catalog)]
 
     listed = pk(*cat, "list")
@@ -137,6 +143,60 @@ def test_a_broken_manifest_is_an_error_row_naming_file_and_line(tmp_path: Path) 
     assert rows["dsv4-bf16-index-k"][1] == "not-applied"
     assert pk(*cat, "status", "--target", str(tree), "--exit-code").returncode == 1
     assert json.loads(pk(*cat, "status", "--target", str(tree), "--json").stdout)["broken"]
+
+
+def test_log_shows_a_broken_manifest_as_an_error_line_and_gives_every_other_lineage(
+        tmp_path: Path) -> None:
+    catalog, line = broken_catalog(tmp_path)  # in git: the history of the others is read too
+    cat = ["--catalog", str(catalog)]
+    mine, torn = catalog / "manifests" / "mine.toml", catalog / "manifests" / "torn.toml"
+
+    log = pk(*cat, "log")
+    assert log.returncode == 0, log.stderr  # as list and status (without --exit-code)
+    lines = log.stdout.splitlines()
+    assert f"── mine  error  {mine}:{line}: 'version' must be an integer" in log.stdout
+    assert lines[-1].startswith(f"└── torn  error  {torn}:3: not valid TOML"), log.stdout
+    for name in ("dsv4-bf16-index-k", "hicache-index-k-sync", "dsv4-bf16-sizing"):
+        assert any(f"  {name}  v{shipped_version(name)}  " in t for t in lines), log.stdout
+    assert f"2 manifest(s) could not be read (their rows say why): {mine}:{line}, {torn}:3" \
+        in log.stderr
+
+    data = json.loads(pk(*cat, "log", "--json").stdout)
+    assert {f["name"] for f in data["fixes"]} >= {"dsv4-bf16-index-k", "dsv4-bf16-sizing"}
+    assert [(b["name"], b["status"], b["error"]["file"], b["error"]["line"]) for b in data["broken"]] \
+        == [("mine", "error", str(mine), line), ("torn", "error", str(torn), 3)]
+    # one fix's lineage still works; asking for the broken one is its error, naming file and line
+    assert pk(*cat, "log", "dsv4-bf16-sizing").returncode == 0
+    asked = pk(*cat, "log", "mine")
+    assert asked.returncode == 2 and f"error: {mine}:{line}: 'version'" in asked.stderr, asked.stderr
+
+
+# -- a dry-run rebase of the shipped catalog needs no catalog of the user's --------------------
+
+
+@pytest.mark.network
+def test_a_dry_run_rebase_of_the_shipped_catalog_writes_nowhere_in_it(
+        catalog_upstream: UpstreamRepo, tmp_path: Path) -> None:
+    """From a directory with no catalog (a fresh clone's user), the shipped catalog is the
+    catalog: a dry run reports without writing its state there; a real run is refused
+    saying why and that the dry run works."""
+    env = {"PATCHKIT_UPSTREAM": str(catalog_upstream.path)}
+    tracked = ["git", "status", "--porcelain", "--ignored", "--", "manifests", "patches"]
+    before = subprocess.run(tracked, cwd=REPO, capture_output=True, text=True).stdout
+    dry = pk("rebase", "--all", "--onto", "0.5.21", "--dry-run", cwd=tmp_path, env=env)
+    assert dry.returncode == 0, dry.stderr
+    rows = {r.split("\t")[0]: r.split("\t") for r in dry.stdout.splitlines() if "\t" in r}
+    assert rows["dsv4-bf16-index-k"][3] == "conflict" and rows["dsv4-bf16-sizing"][1] == \
+        f"v{shipped_version('dsv4-bf16-sizing')}", dry.stdout
+    assert "nothing was written (--dry-run)" in dry.stdout
+    assert not (REPO / ".patchkit-rebase").exists()
+    assert subprocess.run(tracked, cwd=REPO, capture_output=True, text=True).stdout == before
+
+    real = pk("rebase", "--all", "--onto", "0.5.21", cwd=tmp_path, env=env)
+    assert real.returncode == 2
+    assert "is never written to (`patchkit rebase --dry-run` writes nothing" in real.stderr, \
+        real.stderr
+    assert "pass --catalog DIR" in real.stderr and not (REPO / ".patchkit-rebase").exists()
 
 
 # -- 12: a fix left unfinished by `new` is said so ----------------------------------------------

@@ -223,10 +223,45 @@ def test_matrix_over_three_releases_fails_on_the_one_without_a_variant(
     assert cells[SIZING]["0.5.22"] == "v3 (0.5.22)"
     assert cells["revert-hicache-index-k-sync"]["0.5.23"] == "not-needed"
     assert {"fix": INDEX_K, "release": "0.5.21"} in out["failing"]
+    # messages name the user's catalog (here in git, its old versions readable), never a copy
+    assert "patchkit-matrix-" not in proc.stdout and "patchkit-rebase-" not in proc.stdout
     served = subprocess.run([*argv[:-1], "0.5.22,0.5.23", "--markdown", "--exit-code"],
                             capture_output=True, text=True, timeout=900)
     assert served.returncode == 0, served.stderr
     assert f"| {INDEX_K} | v3 (0.5.22) | v4 (0.5.23) |" in served.stdout
+
+
+def test_a_matrix_cell_blocked_by_its_dependency_says_so_in_plain_lines(
+        three_releases: UpstreamRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On 0.5.21, which no variant serves, the dependency conflicts and, the catalog being
+    outside git, its 0.5.21 version cannot be read; on 0.5.22 the dependency's variant (a
+    context line edited here) no longer applies. Either way the fix on it is blocked by it,
+    not a conflict of its own, and the detail says why, naming the user's catalog. In a
+    pipe: one plain line per fix and release, ``FIX RELEASE CELL DETAIL``, as status
+    --inventory's matrix; the revert fix, which needs no dependency applied, is not blocked."""
+    monkeypatch.setenv("PATCHKIT_UPSTREAM", str(three_releases.path))
+    cat = tmp_path / "cat"
+    copy_catalog(cat)
+    variant = cat / "patches" / INDEX_K / "0.5.22" / "0001-keep-dsv4-index-k-in-bf16.patch"
+    variant.write_text(variant.read_text().replace(" # only way to ask;", " # only way to ASK;", 1))
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    proc = subprocess.run([sys.executable, "-m", "patchkit", "--catalog", str(cat), "matrix",
+                           "--releases", "0.5.21,0.5.22", "--exit-code"],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 1, proc.stderr  # a blocked cell fails --exit-code too
+    rows = {(r[0], r[1]): r[2:] for r in (line.split("\t") for line in proc.stdout.splitlines())}
+    revert = "revert-hicache-index-k-sync"
+    assert list(rows) == [(f, r) for f in (INDEX_K, SIZING, revert) for r in ("0.5.21", "0.5.22")]
+    assert {k: v[0] for k, v in rows.items()} == {
+        (INDEX_K, "0.5.21"): "conflict", (INDEX_K, "0.5.22"): "conflict",
+        (SIZING, "0.5.21"): f"blocked by {INDEX_K}", (SIZING, "0.5.22"): f"blocked by {INDEX_K}",
+        (revert, "0.5.21"): f"blocked by {INDEX_K}", (revert, "0.5.22"): "not-needed"}, proc.stdout
+    assert rows[INDEX_K, "0.5.21"][1].startswith("three-way merge conflicts in python/sglang/srt/environ.py")
+    assert f"the catalog {cat} is not in git" in rows[SIZING, "0.5.21"][1]
+    assert rows[SIZING, "0.5.22"][1].startswith(f"{INDEX_K} is conflict on 0.5.22: v3 no longer applies")
+    assert "patchkit-matrix-" not in proc.stdout + proc.stderr
+    assert "patchkit-rebase-" not in proc.stdout + proc.stderr
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
 
 
 # -- a fleet on two releases --------------------------------------------------------------------

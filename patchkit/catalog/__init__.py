@@ -67,6 +67,13 @@ class BrokenFix:
     def where(self) -> str:
         return f"{self.file}:{self.line}" if self.line else self.file
 
+    @property
+    def detail(self) -> str:
+        """``FILE:LINE: what is wrong`` (the message without its own leading file name)."""
+        said = re.sub(rf"^{re.escape(self.file)}(:\d+)*:\s*", "", self.message) if self.file \
+            else self.message
+        return f"{self.where}: {said}" if self.where else said
+
     def to_json(self) -> dict:
         return {"name": self.name, "status": "error",
                 "error": {"file": self.file, "line": self.line, "message": self.message}}
@@ -156,14 +163,17 @@ class Catalog:
                          f"a catalog, set {ENV_CATALOG}, pass --catalog, or make one with "
                          "`patchkit init DIR`", start=str(here))
 
-    def check_writable(self, what: str) -> None:
-        """Refuse to write into the catalog shipped with patchkit (replaced on upgrade)."""
+    def check_writable(self, what: str, *, dry_run: str = "") -> None:
+        """Refuse to write into the catalog shipped with patchkit (replaced on upgrade);
+        ``dry_run``: the command that only reads it, named in the message."""
         if self.read_only:
+            also = f" (`patchkit {dry_run}` writes nothing and works on it as it is)" \
+                if dry_run else ""
             raise UsageError(
                 f"cannot {what}: no catalog of yours was found, and the catalog shipped with "
-                f"patchkit ({self.root}) is never written to. Make your own with `patchkit init "
-                "DIR` (it keeps the shipped fixes beside yours), then run from inside it, or "
-                "pass --catalog DIR", catalog=str(self.root))
+                f"patchkit ({self.root}) is never written to{also}. Make your own with "
+                "`patchkit init DIR` (it keeps the shipped fixes beside yours), then run from "
+                "inside it, or pass --catalog DIR", catalog=str(self.root))
 
     def check_own(self, names: Iterable[str], what: str) -> None:
         """Refuse to write a shipped fix seen beside this catalog: it is not the user's."""
@@ -350,6 +360,19 @@ class Catalog:
         """Load every manifest and check what one manifest alone cannot (unknown or cyclic
         dependencies, lineage naming absent fixes, stray series); returns all fixes."""
         fixes = self.all()
+        self._check_together(fixes)
+        return fixes
+
+    def validate_readable(self) -> tuple[list[Fix], list[BrokenFix]]:
+        """:meth:`readable` with :meth:`validate`'s checks on the fixes that read: one bad
+        manifest is an entry of the broken ones, not the end of the command (``log``)."""
+        fixes, broken = self.readable()
+        self._check_together(fixes)
+        return fixes, broken
+
+    def _check_together(self, fixes: list[Fix]) -> None:
+        """What one manifest alone cannot show, over ``fixes`` (a link naming a fix whose
+        manifest exists but cannot be read is not a missing fix)."""
         self.dependency_order([f.name for f in fixes])
         names = set(self.names())
         for fix in fixes:
@@ -371,4 +394,3 @@ class Catalog:
             raise ManifestError(f"{self.patches_dir}: series without a manifest: "
                                 f"{', '.join(stray)}. Add manifests/<name>.toml or remove "
                                 "the directory", file=str(self.patches_dir), key="")
-        return fixes

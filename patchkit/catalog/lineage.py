@@ -4,11 +4,11 @@ from the manifests, the catalog's git history and a target's status (docs/lineag
 from __future__ import annotations
 
 import heapq
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from .. import gitrepo
-from . import Catalog
+from . import BrokenFix, Catalog
 from ..errors import ManifestError
 from .manifest import version_and_patches
 from .model import Fix, thaw
@@ -115,6 +115,8 @@ class Lineage:
     history: bool  # the catalog's git history was read
     target: str | None = None  # the target whose status is shown
     focus: str | None = None  # the fix asked for, if any
+    #: the fixes whose manifest cannot be read (their links unknown): error entries, as in list
+    broken: tuple[BrokenFix, ...] = ()
 
     @property
     def order(self) -> tuple[str, ...]:
@@ -124,7 +126,7 @@ class Lineage:
         return {f.name: f for f in self.fixes}[name]  # KeyError for a fix not in it
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "format": LINEAGE_FORMAT,
             "focus": self.focus,
             "target": self.target,
@@ -133,6 +135,9 @@ class Lineage:
             "edges": [{"from": e.source, "kind": e.kind, "to": e.target} for e in self.edges],
             "fixes": [f.to_json() for f in self.fixes],
         }
+        if self.broken:  # as `list --json` and `status --json` give them
+            out["broken"] = [b.to_json() for b in self.broken]
+        return out
 
 
 # -- building ---------------------------------------------------------------------------------
@@ -141,12 +146,19 @@ class Lineage:
 def build(catalog: Catalog, *, target_status: Any = None, fix: str | None = None,
           history: bool = True) -> Lineage:
     """The lineage of ``catalog``; with ``fix``, only that fix and the fixes linked to it.
-    ``target_status`` is an ``api.status`` result; ``history`` False skips the git history."""
-    fixes = catalog.validate()
+    ``target_status`` is an ``api.status`` result; ``history`` False skips the git history.
+    A manifest that cannot be read is in ``broken`` (file, line, message) and the rest goes
+    on, as in ``list`` and ``status``; asked for by ``fix``, it is its error."""
+    fixes, broken = catalog.validate_readable()
+    asked = next((b for b in broken if b.name == fix), None)
+    if asked is not None:  # asked for by name: its error, naming file and line
+        raise ManifestError(asked.detail, file=asked.file, line=asked.line)
+    name = catalog.get(fix).name if fix is not None else None
     commits = _catalog_history(catalog, fixes) if history else None
-    lineage = _assemble(fixes, _applied(target_status), commits,
-                        target=getattr(target_status, "target", None))
-    return focus(lineage, catalog.get(fix).name) if fix is not None else lineage
+    lineage = replace(
+        _assemble(fixes, _applied(target_status), commits,
+                  target=getattr(target_status, "target", None)), broken=tuple(broken))
+    return focus(lineage, name) if name is not None else lineage
 
 
 def from_fixes(fixes: Iterable[Fix], *, states: Mapping[str, str] | None = None) -> Lineage:
@@ -166,7 +178,8 @@ def focus(lineage: Lineage, name: str) -> Lineage:
     keep = {name} | _reach(name, before) | _reach(name, after)
     return Lineage(fixes=tuple(f for f in lineage.fixes if f.name in keep),
                    edges=tuple(e for e in lineage.edges if e.source in keep and e.target in keep),
-                   history=lineage.history, target=lineage.target, focus=name)
+                   history=lineage.history, target=lineage.target, focus=name,
+                   broken=lineage.broken)
 
 
 def _reach(start: str, graph: Mapping[str, set[str]]) -> set[str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import sys
+from typing import Any
 
 import click
 
@@ -12,7 +12,7 @@ from . import render
 from .common import State, command
 
 STYLE = {"variant": "green", "not-needed": "dim", "upstream": "magenta", "no variant": "yellow",
-         "rebase needed": "yellow", "conflict": "bold red"}
+         "rebase needed": "yellow", "conflict": "bold red", "blocked": "bold red"}
 
 
 @command(
@@ -35,11 +35,8 @@ def matrix(state: State, fixes: tuple[str, ...], releases: str | None, markdown:
     if not wanted:
         raise UsageError("no release to check: the catalog's fixes name none; pass --releases A..B")
 
-    def say(line: str) -> None:
-        if not as_json and not markdown:
-            sys.stderr.write(line + "\n")
-
-    result = lib.matrix(catalog, wanted, list(fixes), progress=say)
+    with render.busy("matrix", quiet=as_json or markdown) as progress:  # stderr, as every command
+        result = lib.matrix(catalog, wanted, list(fixes), progress=progress.update)
     if markdown:
         click.echo(result.markdown(), nl=False)
     else:
@@ -47,20 +44,28 @@ def matrix(state: State, fixes: tuple[str, ...], releases: str | None, markdown:
     return EXIT_CHECK_FAILED if exit_code and result.failing else 0
 
 
-def _draw(out: object, result: lib.Matrix) -> None:
-    width = max([len("fix"), *map(len, result.fixes)])
-    cols = {r: max([len(r), *(len(result.cells[f][r].label) for f in result.fixes)])
-            for r in result.releases}
-    render.line(out, [("fix".ljust(width), "bold")] + [
-        ("  " + r.ljust(cols[r]), "bold") for r in result.releases])
+def _draw(out: Any, result: lib.Matrix) -> None:
+    """Terminal: a fix x release table, then why each failing cell fails. Plain (a pipe, a
+    file): one line per fix and release, ``FIX RELEASE CELL DETAIL`` tab-separated, as every
+    command writes them (docs/cli.md, Piped output)."""
+    if isinstance(out, render.PlainConsole):
+        render.write_table(out, [[f, r, result.cells[f][r].label, result.cells[f][r].detail]
+                                 for f in result.fixes for r in result.releases])
+        return
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(box=None)
+    table.add_column("fix", style="bold", overflow="fold")
+    for r in result.releases:
+        table.add_column(r, overflow="fold")
     for f in result.fixes:
-        segs = [(f.ljust(width), "")]
-        for r in result.releases:
-            cell = result.cells[f][r]
-            segs.append(("  " + cell.label.ljust(cols[r]), STYLE.get(cell.kind, "")))
-        render.line(out, segs)
+        table.add_row(f, *(Text(result.cells[f][r].label, style=STYLE.get(result.cells[f][r].kind, ""))
+                           for r in result.releases))
+    out.print(table)
     for f, r in result.failing:
-        render.line(out, [(f"{f} on {r}: ", "bold red"), (result.cells[f][r].detail, "")])
+        render.line(out, [(f"{f} on {r}: ", "bold red"), (result.cells[f][r].detail, "")],
+                    soft_wrap=True)
 
 
 COMMANDS = [matrix]

@@ -327,13 +327,8 @@ def render_fix_list(console: Any, fixes: Iterable[Any], broken: Iterable[Any] = 
 
 
 def broken_detail(broken: Any) -> str:
-    """``FILE:LINE: what is wrong`` of a manifest that cannot be read (the message without
-    its own leading file name)."""
-    import re
-
-    said = re.sub(rf"^{re.escape(broken.file)}(:\d+)*:\s*", "", broken.message) if broken.file \
-        else broken.message
-    return f"{broken.where}: {said}" if broken.where else said
+    """``FILE:LINE: what is wrong`` of a manifest that cannot be read (``BrokenFix.detail``)."""
+    return str(broken.detail)
 
 
 def warn(warnings: Iterable[str]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Callable, Iterator, List, Tuple
 
-from .render import STATE_STYLE, PlainConsole, Segments, line, write_diff, write_table
+from .render import STATE_STYLE, PlainConsole, Segments, broken_detail, line, write_diff, write_table
 
 # -- patchkit log --------------------------------------------------------------------------
 
@@ -56,6 +56,8 @@ def _log_header(lineage: Any) -> Segments:
     head.append((", oldest first", ""))
     if lineage.target:
         head.append((f"; applied on {lineage.target}", ""))
+    if lineage.broken:
+        head.append((f"; {len(lineage.broken)} manifest(s) cannot be read", "bold red"))
     return head
 
 
@@ -111,7 +113,10 @@ def _fix_node(fix: Any, history: bool) -> Node:
 
 def render_log(console: Any, lineage: Any) -> None:
     """``patchkit log``: the fixes in lineage order as a tree, each with its links and versions."""
-    write_tree(console, (_log_header(lineage), [_fix_node(f, lineage.history) for f in lineage.fixes]))
+    broken: List[Node] = [([(b.name, "bold"), ("  ", ""), ("error", "bold red"),
+                            (f"  {broken_detail(b)}", "")], []) for b in lineage.broken]
+    write_tree(console, (_log_header(lineage),
+                         [_fix_node(f, lineage.history) for f in lineage.fixes] + broken))
 
 
 # -- patchkit rebase, patchkit diff --------------------------------------------------------

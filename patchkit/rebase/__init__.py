@@ -74,9 +74,10 @@ def start(catalog: Catalog, onto: str, names: Sequence[str] | None = None, *,
     tag or commit there; ``base`` overrides each fix's ``v<base>``. ``dry_run`` (and an ``onto``
     that is no release) only reports. Each rebased fix keeps its old version as a variant for
     the releases it served (docs/rebase.md, "Variants"); ``drop_old`` keeps none."""
-    catalog.check_writable("rebase")  # a dry run too: it keeps its state there while it runs
-    if names:
-        catalog.check_own(names, "rebase")
+    if not dry_run and _release(onto) is not None:  # a report-only run writes nowhere in it
+        catalog.check_writable("rebase", dry_run="rebase --dry-run")
+        if names:
+            catalog.check_own(names, "rebase")
     if in_progress(catalog):
         raise UsageError(f"a rebase is in progress in {catalog.root}: finish it with "
                          "`patchkit rebase --continue`, `--skip` or `--abort`")

@@ -33,7 +33,7 @@ class Rebase:
         self.sides = Sides(state)
         self.matches = UpstreamMatches(state.data["git_dir"], state.data["onto_rev"],
                                        state.base_rev,
-                                       lambda fix: state.backup / "patches" / fix.name)
+                                       lambda fix: state.old_fix(fix.name).patch_dir)
 
     def rebase_fix(self, name: str, resumed: dict[str, str | None] | None = None) -> Computed:
         """One fix: its report, refreshed patch texts and stop (or None); ``resumed``: the

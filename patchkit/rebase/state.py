@@ -7,8 +7,10 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..catalog import Catalog, manifest
@@ -78,11 +80,13 @@ class RebaseReport:
 
 
 class RebaseState:
-    """The state of one rebase (``data``: ``state.json``), with the catalog it rewrites."""
+    """The state of one rebase (``data``: ``state.json``), with the catalog it rewrites; a
+    report-only one (``writes`` false) keeps its state in ``dir``, a temporary directory
+    outside the catalog, which it never writes to (the shipped catalog can be dry-run)."""
 
-    def __init__(self, catalog: Catalog, data: dict[str, Any]) -> None:
+    def __init__(self, catalog: Catalog, data: dict[str, Any], dir: Path | None = None) -> None:
         self.catalog, self.data = catalog, data
-        self.dir = catalog.root / STATE_DIR
+        self.dir = catalog.root / STATE_DIR if dir is None else dir
         self.backup = self.dir / "backup"
         self.worktree = self.dir / "worktree"
         self.onto: str = data["onto"]
@@ -91,8 +95,11 @@ class RebaseState:
 
     @classmethod
     def create(cls, catalog: Catalog, data: dict[str, Any]) -> RebaseState:
-        """A new state directory, with the backup of the catalog that --abort puts back."""
+        """A new state directory, with the backup of the catalog that --abort puts back; for
+        a report-only rebase, a temporary one and no backup (the catalog is not written)."""
         state = cls(catalog, data)
+        if not state.writes:
+            return cls(catalog, data, Path(tempfile.mkdtemp(prefix="patchkit-rebase-")))
         state.dir.mkdir(exist_ok=True)
         (state.dir / ".gitignore").write_text("*\n", encoding="utf-8")
         (state.dir / "written").unlink(missing_ok=True)
@@ -162,7 +169,10 @@ class RebaseState:
         shutil.rmtree(self.worktree, ignore_errors=True)
 
     def old_fix(self, name: str) -> Fix:
-        """The fix as it was when the rebase started (from the backup)."""
+        """The fix as it was when the rebase started (from the backup; a report-only rebase
+        writes nothing, so the catalog's is that one)."""
+        if not self.writes:
+            return self.catalog.get(name)
         return manifest.load_manifest(self.backup / "manifests" / f"{name}.toml",
                                       patch_dir=self.backup / "patches" / name)
 

@@ -16,10 +16,11 @@ def series_of_version(catalog: Catalog, name: str, version: int) -> dict[str, st
     if version == fix.version:
         return {r.file: r.path.read_text(encoding="utf-8", errors="surrogateescape")
                 for r in fix.patches}
-    top = gitrepo.work_tree_top(catalog.root)
+    home = fix.manifest_path.parent.parent  # the catalog holding it (a shipped one beside)
+    top = gitrepo.work_tree_top(home)
     if top is None:
         raise UsageError(f"version {version} of {name} is not the current one ({fix.version}) "
-                         f"and the catalog {catalog.root} is not in git, where old versions live")
+                         f"and the catalog {home} is not in git, where old versions live")
     rel_manifest = fix.manifest_path.resolve().relative_to(top.resolve()).as_posix()
     rel_patches = fix.patch_dir.resolve().relative_to(top.resolve()).as_posix()
     for commit in reversed(gitrepo.path_history(top, [rel_manifest])):
