@@ -4,6 +4,8 @@ named in a user's words with file and line."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -39,3 +41,61 @@ def test_sync_on_the_demo_fork_leaves_out_the_unrecorded_dependency_and_applies_
         assert [p.detail for p in requires] == ["present in the files, not recorded by patchkit"]
     states = {s.name: s.state for s in api.status(catalog, target).status}
     assert states[INDEX_K] == "present-unrecorded" and states[SIZING] == "applied"
+
+
+def _clone_of_patchkit(dest: Path, package: bool = True) -> Path:
+    """A clone's layout, committed: the patchkit package beside its shipped manifests/ and
+    patches/ (``python -m patchkit`` run at its root imports this copy)."""
+    import shutil
+
+    dest.mkdir()
+    if package:
+        shutil.copytree(REPO / "patchkit", dest / "patchkit",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    for part in ("manifests", "patches"):
+        shutil.copytree(REPO / part, dest / part)
+    shutil.copy(REPO / "pyproject.toml", dest)
+    for args in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "a clone"]):
+        subprocess.run(["git", *args], cwd=dest, check=True, capture_output=True)
+    return dest
+
+
+def _tree_state(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and ".git" not in p.relative_to(root).parts}
+
+
+def test_new_and_refresh_from_the_root_of_a_clone_refuse_to_write_its_shipped_catalog(
+        tmp_path: Path) -> None:
+    clone = _clone_of_patchkit(tmp_path / "clone")
+    src = tmp_path / "src"
+    (src / "python" / "sglang").mkdir(parents=True)
+    (src / "python" / "sglang" / "_version.py").write_text('__version__ = "0.5.23"\n')
+    (src / "python" / "sglang" / "a.py").write_text("one = 1\n")
+    for args in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "a release"]):
+        subprocess.run(["git", *args], cwd=src, check=True, capture_output=True)
+    (src / "python" / "sglang" / "a.py").write_text("one = 11\n")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PATCHKIT_CATALOG", "PATCHKIT_CONFIG", "PYTHONPATH")}
+    # the clone this patchkit runs from (a clone's own venv), then another clone beside it
+    # (as for a regular install: the shipped catalog is package data, elsewhere)
+    for clone in (clone, _clone_of_patchkit(tmp_path / "beside", package=False)):
+        _refused_in(clone, src, env)
+
+
+def _refused_in(clone: Path, src: Path, env: dict[str, str]) -> None:
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True,
+                          text=True, check=True).stdout
+    before = _tree_state(clone)
+    for command in (["new", "foo", "--from", str(src)], ["new", "foo", "-n", "--from", str(src)],
+                    ["refresh", SIZING, "--from", str(src)],
+                    ["refresh", SIZING, "--dry-run", "--from", str(src)]):
+        proc = subprocess.run([sys.executable, "-m", "patchkit", *command], cwd=clone, env=env,
+                              capture_output=True, text=True, timeout=120)
+        said = " ".join(proc.stderr.split())
+        assert proc.returncode == 2, (command, proc.stdout, proc.stderr)
+        assert "source tree" in said and "shipped" in said, said
+        assert "patchkit init DIR" in said and "--catalog" in said, said
+        assert _tree_state(clone) == before
+    assert subprocess.run(["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True,
+                          text=True, check=True).stdout == head

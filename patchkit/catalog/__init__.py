@@ -45,6 +45,19 @@ def _is_packaged(root: Path) -> bool:
         return False
 
 
+def _is_source_tree(root: Path, shipped: Path | None) -> bool:
+    """Whether ``root`` is a patchkit source tree: the one this patchkit runs from (a clone,
+    an editable install), or a clone beside a regular install (its pyproject.toml maps the
+    top-level manifests/ and patches/ into the package as the shipped catalog)."""
+    if shipped is not None and root == shipped.resolve():
+        return True
+    try:
+        text = (root / "pyproject.toml").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return f'"patchkit.{PACKAGED_CATALOG}.manifests" = "manifests"' in text
+
+
 @dataclass(frozen=True)
 class BrokenFix:
     """A fix whose manifest (or a patch it names) cannot be read: listed as an error, not a fix."""
@@ -114,6 +127,7 @@ class Catalog:
                              "DIR`", catalog=str(self.root))
         self.beside = beside
         self.read_only = read_only or _is_packaged(self.root)
+        self.source_tree = False  # read-only as patchkit's source tree, found by discovery
         self._fixes: dict[str, Fix] = {}
 
     def __repr__(self) -> str:
@@ -145,10 +159,15 @@ class Catalog:
                                  "patches/, or unset it", catalog=env)
             return cls.open(root)
         here = Path(start) if start is not None else Path.cwd()
+        shipped = shipped_catalog_root()
         for candidate in (here.resolve(), *here.resolve().parents):
             if (candidate / "manifests").is_dir() and (candidate / "patches").is_dir():
-                return cls.open(candidate)
-        shipped = shipped_catalog_root()
+                found = cls.open(candidate)
+                if _is_source_tree(candidate, shipped):
+                    # a clone's own root (the README runs from there): its manifests/ and
+                    # patches/ are the shipped catalog, read-only unless named explicitly
+                    found.read_only, found.source_tree = True, True
+                return found
         if shipped is not None:
             return cls(shipped, read_only=True)
         raise UsageError(f"no patchkit catalog found: no directory holding manifests/ and "
@@ -158,6 +177,14 @@ class Catalog:
 
     def check_writable(self, what: str) -> None:
         """Refuse to write into the catalog shipped with patchkit (replaced on upgrade)."""
+        if self.read_only and self.source_tree:
+            raise UsageError(
+                f"cannot {what}: {self.root} is patchkit's own source tree, and its manifests/ "
+                "and patches/ are the catalog shipped with patchkit, never written to when found "
+                "from the working directory. Make your own with `patchkit init DIR` (it keeps "
+                "the shipped fixes beside yours), then run from inside it or pass --catalog DIR "
+                "(to edit a shipped fix as a patchkit developer, name this tree with --catalog)",
+                catalog=str(self.root))
         if self.read_only:
             raise UsageError(
                 f"cannot {what}: no catalog of yours was found, and the catalog shipped with "
