@@ -99,3 +99,33 @@ def _refused_in(clone: Path, src: Path, env: dict[str, str]) -> None:
         assert _tree_state(clone) == before
     assert subprocess.run(["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True,
                           text=True, check=True).stdout == head
+
+
+def test_export_then_import_keeps_depends_on_and_refuses_a_missing_dependency(
+        tmp_path: Path) -> None:
+    from patchkit.errors import EXIT_USAGE
+    from tests.test_authoring import flat, patchkit
+
+    out = tmp_path / "out"
+    exported = patchkit(REPO, "export", INDEX_K, SIZING, "--format", "mbox", "-o", str(out))
+    assert exported.exit_code == 0, exported.output
+    assert f"Patchkit-Depends-On: {INDEX_K}\n" in (out / f"{SIZING}.mbox").read_text()
+    plain = tmp_path / "plain"  # a catalog without the shipped fixes beside it
+    for part in ("manifests", "patches"):
+        (plain / part).mkdir(parents=True)
+    for dry in ((), ("--dry-run",)):
+        refused = patchkit(plain, "import", "--mbox", str(out / f"{SIZING}.mbox"), *dry)
+        assert refused.exit_code == EXIT_USAGE, refused.output
+        said = flat(refused.output)
+        assert f"depends on {INDEX_K}" in said and "not in" in said, said
+        assert not any((plain / "manifests").iterdir()) and not any((plain / "patches").iterdir())
+    # both in one import, renamed: the dependency is the imported copy of it
+    both = tmp_path / "both.mbox"
+    both.write_bytes((out / f"{INDEX_K}.mbox").read_bytes() + (out / f"{SIZING}.mbox").read_bytes())
+    made = patchkit(plain, "import", "--mbox", str(both), "--split", "--name", "mine",
+                    "--no-commit")
+    assert made.exit_code == 0, made.output
+    catalog = Catalog(plain)
+    assert catalog.get("mine-2").depends_on == ("mine-1",)
+    assert catalog.get("mine-1").depends_on == ()
+
