@@ -129,3 +129,43 @@ def test_export_then_import_keeps_depends_on_and_refuses_a_missing_dependency(
     assert catalog.get("mine-2").depends_on == ("mine-1",)
     assert catalog.get("mine-1").depends_on == ()
 
+
+def _broken_catalog(tmp_path: Path, version_line: str) -> tuple[Path, Path]:
+    """A catalog of the shipped serve fix (no SGLang needed), its version line replaced."""
+    import shutil
+
+    cat = tmp_path / "cat"
+    (cat / "manifests").mkdir(parents=True)
+    shutil.copytree(REPO / "patches" / "prefill-hicache-off", cat / "patches" / "myfix")
+    text = (REPO / "manifests" / "prefill-hicache-off.toml").read_text()
+    text = text.replace('name = "prefill-hicache-off"', 'name = "myfix"', 1)
+    lines = text.split("\n")
+    at = next(i for i, line in enumerate(lines) if line.startswith("version = "))
+    cut = version_line.endswith("[")  # the file ends inside the value
+    lines = lines[:at] + [version_line] + ([] if cut else lines[at + 1:])
+    manifest = cat / "manifests" / "myfix.toml"
+    manifest.write_text("\n".join(lines) + ("\n" if cut else ""))
+    return cat, manifest
+
+
+@pytest.mark.parametrize("version_line, said", [
+    ("version = [", "the file ends inside a value"),
+    ('version = "two"', "'version' must be an integer"),
+])
+def test_a_broken_manifest_is_named_with_file_and_line_alike_by_list_and_apply(
+        tmp_path: Path, version_line: str, said: str) -> None:
+    from tests.test_authoring import flat, patchkit
+
+    cat, manifest = _broken_catalog(tmp_path, version_line)
+    line = next(i for i, text in enumerate(manifest.read_text().split("\n"), 1)
+                if text.startswith("version = "))
+    serve = tmp_path / "serve"
+    serve.mkdir()
+    (serve / "serve_dsv4_prefill.sh").write_bytes(
+        (REPO / "docs" / "examples" / "serve_dsv4_prefill.sh").read_bytes())
+    listed = flat(patchkit(cat, "list").output)
+    applied = patchkit(cat, "apply", "myfix", "--root", f"serve={serve}")
+    assert applied.exit_code == 2
+    for output in (listed, flat(applied.output)):
+        assert f"{manifest}:{line}:" in output and said in output, output
+        assert "\\x00" not in output and "Unexpected character" not in output, output

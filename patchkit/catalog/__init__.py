@@ -6,7 +6,6 @@ from __future__ import annotations
 import difflib
 import json
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -14,6 +13,7 @@ from typing import Iterable
 from ..errors import ManifestError, PatchFormatError, UnknownFixError, UsageError
 from .config import load_config
 from .manifest import load_manifest, name_problem
+from .reader import key_line
 from .model import Fix
 
 ENV_CATALOG = "PATCHKIT_CATALOG"
@@ -85,15 +85,6 @@ class BrokenFix:
                 "error": {"file": self.file, "line": self.line, "message": self.message}}
 
 
-def key_line(path: Path, key: str) -> int | None:
-    """The line of ``key`` (its last part: ``upstream.releases`` -> ``releases``) in a TOML file."""
-    last = re.sub(r"\[\d+\]$", "", key.rsplit(".", 1)[-1])
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return None
-    pattern = re.compile(rf"\s*[\"']?{re.escape(last)}[\"']?\s*=")
-    return next((i for i, text in enumerate(lines, 1) if pattern.match(text)), None)
 def _pending_imports(root: Path) -> set[str]:
     """The fixes of imports in flight or killed before their commit point
     (patchkit/catalog/writer.py: ``.patchkit-import/<run>/journal.json`` not "linked")."""
