@@ -6,7 +6,6 @@ from __future__ import annotations
 import difflib
 import json
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -14,6 +13,7 @@ from typing import Iterable
 from ..errors import ManifestError, PatchFormatError, UnknownFixError, UsageError
 from .config import load_config
 from .manifest import load_manifest, name_problem
+from .reader import key_line
 from .model import Fix
 
 ENV_CATALOG = "PATCHKIT_CATALOG"
@@ -43,6 +43,19 @@ def _is_packaged(root: Path) -> bool:
         return root.resolve() == _package_dir() / PACKAGED_CATALOG
     except OSError:
         return False
+
+
+def _is_source_tree(root: Path, shipped: Path | None) -> bool:
+    """Whether ``root`` is a patchkit source tree: the one this patchkit runs from (a clone,
+    an editable install), or a clone beside a regular install (its pyproject.toml maps the
+    top-level manifests/ and patches/ into the package as the shipped catalog)."""
+    if shipped is not None and root == shipped.resolve():
+        return True
+    try:
+        text = (root / "pyproject.toml").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return f'"patchkit.{PACKAGED_CATALOG}.manifests" = "manifests"' in text
 
 
 @dataclass(frozen=True)
@@ -79,15 +92,6 @@ class BrokenFix:
                 "error": {"file": self.file, "line": self.line, "message": self.message}}
 
 
-def key_line(path: Path, key: str) -> int | None:
-    """The line of ``key`` (its last part: ``upstream.releases`` -> ``releases``) in a TOML file."""
-    last = re.sub(r"\[\d+\]$", "", key.rsplit(".", 1)[-1])
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return None
-    pattern = re.compile(rf"\s*[\"']?{re.escape(last)}[\"']?\s*=")
-    return next((i for i, text in enumerate(lines, 1) if pattern.match(text)), None)
 def _pending_imports(root: Path) -> set[str]:
     """The fixes of imports in flight or killed before their commit point
     (patchkit/catalog/writer.py: ``.patchkit-import/<run>/journal.json`` not "linked")."""
@@ -121,6 +125,7 @@ class Catalog:
                              "DIR`", catalog=str(self.root))
         self.beside = beside
         self.read_only = read_only or _is_packaged(self.root)
+        self.source_tree = False  # read-only as patchkit's source tree, found by discovery
         self._fixes: dict[str, Fix] = {}
 
     def __repr__(self) -> str:
@@ -152,10 +157,15 @@ class Catalog:
                                  "patches/, or unset it", catalog=env)
             return cls.open(root)
         here = Path(start) if start is not None else Path.cwd()
+        shipped = shipped_catalog_root()
         for candidate in (here.resolve(), *here.resolve().parents):
             if (candidate / "manifests").is_dir() and (candidate / "patches").is_dir():
-                return cls.open(candidate)
-        shipped = shipped_catalog_root()
+                found = cls.open(candidate)
+                if _is_source_tree(candidate, shipped):
+                    # a clone's own root (the README runs from there): its manifests/ and
+                    # patches/ are the shipped catalog, read-only unless named explicitly
+                    found.read_only, found.source_tree = True, True
+                return found
         if shipped is not None:
             return cls(shipped, read_only=True)
         raise UsageError(f"no patchkit catalog found: no directory holding manifests/ and "
@@ -166,9 +176,16 @@ class Catalog:
     def check_writable(self, what: str, *, dry_run: str = "") -> None:
         """Refuse to write into the catalog shipped with patchkit (replaced on upgrade);
         ``dry_run``: the command that only reads it, named in the message."""
+        also = f" (`patchkit {dry_run}` writes nothing and works on it as it is)" if dry_run else ""
+        if self.read_only and self.source_tree:
+            raise UsageError(
+                f"cannot {what}: {self.root} is patchkit's own source tree, and its manifests/ "
+                "and patches/ are the catalog shipped with patchkit, never written to when found "
+                f"from the working directory{also}. Make your own with `patchkit init DIR` (it keeps "
+                "the shipped fixes beside yours), then run from inside it or pass --catalog DIR "
+                "(to edit a shipped fix as a patchkit developer, name this tree with --catalog)",
+                catalog=str(self.root))
         if self.read_only:
-            also = f" (`patchkit {dry_run}` writes nothing and works on it as it is)" \
-                if dry_run else ""
             raise UsageError(
                 f"cannot {what}: no catalog of yours was found, and the catalog shipped with "
                 f"patchkit ({self.root}) is never written to{also}. Make your own with "

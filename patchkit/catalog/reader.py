@@ -30,9 +30,23 @@ class Ctx:
         self.path = path
 
     def fail(self, key: str, message: str, todo: str) -> ManifestError:
+        """The error at ``key``, named ``FILE:LINE`` as ``list`` shows it (the key's line)."""
         where = f" (key '{key}')" if key else ""
-        return ManifestError(f"{self.path}: {message}{where}. {todo}", file=str(self.path),
-                             key=key)
+        line = key_line(self.path, key) if key else None
+        at = f"{self.path}:{line}" if line else f"{self.path}"
+        return ManifestError(f"{at}: {message}{where}. {todo}", file=str(self.path), key=key,
+                             line=line)
+
+
+def key_line(path: Path, key: str) -> int | None:
+    """The line of ``key`` (its last part: ``upstream.releases`` -> ``releases``) in a TOML file."""
+    last = re.sub(r"\[\d+\]$", "", key.rsplit(".", 1)[-1])
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    pattern = re.compile(rf"\s*[\"']?{re.escape(last)}[\"']?\s*=")
+    return next((i for i, text in enumerate(lines, 1) if pattern.match(text)), None)
 
 
 def full_key(where: str, key: str) -> str:
@@ -184,6 +198,15 @@ def parse_toml(path: Path, text: str) -> Any:
     except tomlkit.exceptions.ParseError as exc:
         reason = re.sub(r" at line \d+ col \d+$", "", str(exc))
         line, col = exc.line, exc.col
+        if reason.startswith("Unexpected end of file") or ("'\\x00'" in reason
+                                                           and "\x00" not in text):
+            # tomlkit's end-of-input sentinel: an array, inline table, string or [table]
+            # header is still open where the file stops
+            raise ManifestError(
+                f"{path}:{line}: not valid TOML: the file ends inside a value (an array, "
+                f"inline table, string or [table] header begun at line {line} is not closed). "
+                "Close it (']', '}' or the quote) or finish the value (TOML reference: "
+                "https://toml.io)", file=str(path), line=line, col=col) from None
         raise ManifestError(f"{path}:{line}:{col}: not valid TOML: {reason}. Fix the syntax at "
                             f"line {line} column {col} (TOML reference: https://toml.io)",
                             file=str(path), line=line, col=col) from None

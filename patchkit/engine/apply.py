@@ -250,8 +250,10 @@ class _Prepare:
         pre: List[Dict[str, Any]] = []
         if spec.release is not None:
             pre.append(auto.release_check(spec, req.roots, self.releases, req.git))
-        pre.extend(auto.requires_check(spec, self.recorded, self.prepared,
-                                       {d.name: d for d in req.dependencies}, self.read_any))
+        # every copy the request carries is looked for in the files: a dependency, or a fix
+        # of the request left out (sync: present unrecorded), as `apply FIX` looks for it
+        copies = {d.name: d for d in (*req.fixes, *req.dependencies)}
+        pre.extend(auto.requires_check(spec, self.recorded, self.prepared, copies, self.read_any))
         if spec.name in self.sources:
             pre.append(self.sources[spec.name][1])
         for key, op in first_op.items():

@@ -34,6 +34,8 @@ FIELDS: dict[str, tuple[str, str]] = {
                           "sglang"),
     "Patchkit-Release": ("upstream.base_release", "the release the series is written against; "
                          "import takes it when no --release or --target says otherwise"),
+    "Patchkit-Depends-On": ("depends_on", "the fixes that must be applied first, comma-separated; "
+                            "import refuses one the catalog does not hold"),
 }
 
 _FIELD = re.compile(r"^([A-Za-z][A-Za-z0-9-]*):(?:[ \t]+(.*)|)$")
@@ -70,6 +72,7 @@ def headers_of(fix: Fix, *, last_update: bool = True) -> list[tuple[str, str]]:
     out += fix_tag(fix)
     out += [("Patchkit-Release", up.base_release)] if up.base_release else []
     out += [("Patchkit-Fix-Root", up.root)] if up.root != "sglang" else []
+    out += [("Patchkit-Depends-On", ", ".join(fix.depends_on))] if fix.depends_on else []
     return out
 
 
@@ -116,6 +119,8 @@ def fields_of(pairs: list[tuple[str, str]], source: Path) -> dict[str, Any]:
             found["release"] = value.strip()
         elif low == "patchkit-fix-root":
             found["fix_root"] = value.strip()
+        elif low == "patchkit-depends-on":
+            found["depends_on"] = [n.strip() for n in value.split(",") if n.strip()]
         elif low not in ("patchkit-forwarding", "patchkit-reference", "description", "subject"):
             found["headers"].append((key, value))
     upstream["forwarding"], upstream["reference"] = forwarded_of(forwarded)

@@ -210,6 +210,37 @@ def _release(catalog: Catalog, fixes: Sequence[Planned], release: str | None,
     return release
 
 
+def _depends(catalog: Catalog, fixes: Sequence[Planned]) -> dict[str, list[str]]:
+    """The ``depends_on`` of each planned fix (its Patchkit-Depends-On header): a fix of this
+    import by the name it was exported under (as renamed here), else a fix of the catalog (or
+    shipped beside it); any other is refused, naming it, before anything is written."""
+    said = {p.name: dep3.fields_of(p.patches[0].fields, p.patches[0].source) for p in fixes}
+    renamed = {f.get("name"): name for name, f in said.items() if f.get("name")}
+    known = set(catalog.names())
+    out = {}
+    for fix in fixes:
+        deps = [renamed.get(d, d) for d in said[fix.name].get("depends_on", [])]
+        missing = [d for d in deps if d not in known and d not in said]
+        if missing:
+            raise UsageError(
+                f"{fix.patches[0].source}: fix {fix.name!r} depends on {', '.join(missing)} "
+                f"(its Patchkit-Depends-On header), which is not in the catalog {catalog.root} "
+                "nor in this import. Import it too (export the fixes together, or import it "
+                "first), or remove the header to import the fix without it", fix=fix.name,
+                missing=missing)
+        out[fix.name] = deps
+    return out
+
+
+def _with_depends(text: str, deps: list[str]) -> str:
+    if not deps:
+        return text
+    line = next(x for x in text.split("\n") if x.startswith("depends_on = "))
+    value = "[" + ", ".join(f'"{d}"' for d in deps) + "]"
+    return text.replace(line, f"depends_on = {value}" + " " * max(1, 17 - len(value))
+                        + "# fixes that must be applied first", 1)
+
+
 def _manifest(fix: Planned, texts: dict[str, tuple[str, str, list[str]]], release: str | None,
               tree: Path | None) -> str:
     """The new manifest's text of a planned fix, its fields from its first patch."""
@@ -254,13 +285,15 @@ def import_fixes(catalog: Catalog, fixes: Sequence[Planned], *, release: str | N
     refused unless ``replace``."""
     catalog.check_writable("import fixes")
     release = _release(catalog, fixes, release, tree, replace)
+    depends = _depends(catalog, fixes)
     made = []
     identity = writer.identity(catalog) or PLACEHOLDER_AUTHOR
     for fix in fixes:
         for patch in fix.patches:
             _check_text(patch)
         texts = _checked(fix, root, identity)
-        made.append((fix, texts, _manifest(fix, texts, release, tree)))
+        made.append((fix, texts, _with_depends(_manifest(fix, texts, release, tree),
+                                               depends[fix.name])))
     based = release or NO_RELEASE
     results = []
     for fix, texts, _text in made:
