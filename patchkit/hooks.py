@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from .engine.contract import CHANGED
+from .engine.recordbase import Record
 from .errors import CheckFailed, UsageError
 
 SGLANG = "sglang:"
@@ -67,8 +68,8 @@ def health_command(spec: str | None, *, timeout: float = DEFAULT_HEALTH_TIMEOUT,
     return shlex.join([python or "python3", "-c", _PROBE, url, f"{timeout:g}"])
 
 
-@dataclass(frozen=True)
-class CommandRun:
+@dataclass(frozen=True, eq=False, repr=False)
+class CommandRun(Record):
     """One command run on the target's host: which (``after-cmd``, ``health-cmd``), its exit."""
 
     what: str
@@ -85,8 +86,8 @@ class CommandRun:
                 "output": self.output}
 
 
-@dataclass(frozen=True)
-class AfterChange:
+@dataclass(frozen=True, eq=False, repr=False)
+class AfterChange(Record):
     """What ran after a change; ``undone``: the undo's result when a command failed."""
 
     ran: tuple[CommandRun, ...] = ()

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from ..engine.recordbase import Record
 from ..errors import ManifestError, PatchFormatError, UnknownFixError, UsageError
 from .config import load_config
 from .manifest import load_manifest, name_problem
@@ -45,8 +46,8 @@ def _is_packaged(root: Path) -> bool:
         return False
 
 
-@dataclass(frozen=True)
-class BrokenFix:
+@dataclass(frozen=True, eq=False, repr=False)
+class BrokenFix(Record):
     """A fix whose manifest (or a patch it names) cannot be read: listed as an error, not a fix."""
 
     name: str

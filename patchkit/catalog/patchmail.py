@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..engine.recordbase import Record
+
 #: The From of a patch when nobody is known (``refresh`` replaces it with the fix's author).
 PLACEHOLDER_AUTHOR = "patchkit <fixes@patchkit.invalid>"
 #: The line that starts each mail of an mbox (git format-patch writes ``From <sha> <date>``).
@@ -22,8 +24,8 @@ _PATCH_TAG = re.compile(r"^(\s*\[PATCH[^\]]*\]\s*)?")
 _DIFF = "diff --git "
 
 
-@dataclass(frozen=True)
-class Header:
+@dataclass(frozen=True, eq=False, repr=False)
+class Header(Record):
     """What a series file says about its patch besides the diff."""
 
     subject: str

@@ -25,6 +25,7 @@ from ..errors import UnsafePathError, UsageError
 from .contract import CHECK_KINDS, CHECK_TIMEOUTS, grep_holds, is_timeout
 from .hunks import decode, sha256_bytes, split_lines
 from .paths import PACKAGE, Roots
+from .recordbase import Record
 
 Reader = Callable[[str, str], Optional[bytes]]
 
@@ -35,8 +36,8 @@ class TimedOut(Exception):
     """A check ran past its time limit."""
 
 
-@dataclass(frozen=True)
-class CheckContext:
+@dataclass(frozen=True, eq=False, repr=False)
+class CheckContext(Record):
     """What a fix's checks run against; ``read`` gives a file's bytes (None: absent)."""
 
     fix: str

@@ -17,6 +17,7 @@ from typing import Dict, Iterator, Optional
 
 from ..errors import TargetError, UnsafePathError, UsageError
 from .fsops import read_bytes
+from .recordbase import Record
 
 CHECKOUT, PACKAGE, PLAIN = "checkout", "package", "plain"
 
@@ -55,8 +56,10 @@ def check_rel(root_name: str, rel: str) -> list:
     return parts
 
 
-@dataclass(frozen=True)
-class Root:
+@dataclass(frozen=True, eq=False, repr=False)
+class Root(Record):
+    """One named root of the target: where it lies, its real path and its layout."""
+
     name: str
     path: str  # absolute, as given
     real: str  # os.path.realpath(path)

@@ -17,12 +17,13 @@ from ..errors import TargetError
 from .checks import result
 from .fsops import NotRegular, read_regular
 from .paths import PACKAGE, Root, Roots
+from .recordbase import Record
 
 DIST = "sglang"
 
 
-@dataclass(frozen=True)
-class Installed:
+@dataclass(frozen=True, eq=False, repr=False)
+class Installed(Record):
     """The installed distribution that owns a root's package: its version and RECORD."""
 
     version: str

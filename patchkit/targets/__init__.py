@@ -11,6 +11,7 @@ from typing import Any, Mapping, Protocol, Sequence
 
 from ..engine.contract import PRIMARY_ROOT, no_sglang
 from ..engine.paths import interpreter_sglang, python_root, sglang_tree_root
+from ..engine.recordbase import Record
 from ..errors import TargetError, UsageError
 
 _SSH_SETTING = re.compile(r"[A-Za-z][A-Za-z0-9]*(=| +)[^\0\n\r]+")
@@ -31,8 +32,8 @@ class Target(Protocol):
     def run(self, request: dict[str, Any]) -> dict[str, Any]: ...
 
 
-@dataclass(frozen=True)
-class LocalTarget:
+@dataclass(frozen=True, eq=False, repr=False)
+class LocalTarget(Record):
     """A target on this machine: the engine runs in-process. ``found``: how the ``sglang`` root
     was found when not given as a directory ("found from the working directory")."""
 
