@@ -3,14 +3,14 @@ Records)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Mapping
 
-from .engine.recordbase import Record
+from .engine.recordbase import Record, record_dataclass
 from .errors import PatchkitError, error_from_dict
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record_dataclass(frozen=True)
 class CheckResult(Record):
     """One precondition or verification as the engine ran it."""
 
@@ -26,7 +26,7 @@ class CheckResult(Record):
                    detail=str(d.get("detail") or ""), where=str(d.get("where") or ""))
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record_dataclass(frozen=True)
 class HunkPlacement(Record):
     """Where one hunk of a patch landed (``offset``: lines from where the patch said)."""
 
@@ -43,7 +43,7 @@ class HunkPlacement(Record):
                    offset=int(d.get("offset", 0)))
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record_dataclass(frozen=True)
 class FileOutcome(Record):
     """One file an operation wrote (or would write, in a dry run)."""
 
@@ -66,7 +66,7 @@ class FileOutcome(Record):
                    where=str(d.get("where") or f"{d.get('root', '')}:{d.get('path', '')}"))
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record_dataclass(frozen=True)
 class FixOutcome(Record):
     """What happened to one fix: its outcome, files and checks (docs/design.md, "Engine result")."""
 
@@ -95,7 +95,7 @@ class FixOutcome(Record):
                    lost=d.get("lost"), detail=d.get("detail"))
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record_dataclass(frozen=True)
 class FixState(Record):
     """One fix as ``status`` sees it on the target."""
 
@@ -116,7 +116,7 @@ class FixState(Record):
                    detail=d.get("detail"), releases=tuple(d.get("releases") or ()))
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record_dataclass(frozen=True)
 class RunningProcess(Record):
     """A process using a root of the target (``status``; docs/state.md, Running processes)."""
 
@@ -141,7 +141,7 @@ class RunningProcess(Record):
                    changed=tuple(d.get("changed") or ()), changed_count=int(d.get("changed_count") or 0))
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record_dataclass(frozen=True)
 class Running(Record):
     """What runs from the target: ``available`` False when ``/proc`` could not be read
     (``detail`` says why; nothing is claimed then)."""
@@ -165,7 +165,7 @@ class Running(Record):
                    unreadable=tuple(d.get("unreadable") or ()), stale_pyc=tuple(d.get("stale_pyc") or ()))
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record_dataclass(frozen=True)
 class OpResult(Record):
     """The outcome of one engine run on one target."""
 

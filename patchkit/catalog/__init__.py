@@ -7,11 +7,10 @@ import difflib
 import json
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from ..engine.recordbase import Record
+from ..engine.recordbase import Record, record_dataclass
 from ..errors import ManifestError, PatchFormatError, UnknownFixError, UsageError
 from .config import load_config
 from .manifest import load_manifest, name_problem
@@ -46,7 +45,7 @@ def _is_packaged(root: Path) -> bool:
         return False
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record_dataclass(frozen=True)
 class BrokenFix(Record):
     """A fix whose manifest (or a patch it names) cannot be read: listed as an error, not a fix."""
 

@@ -4,7 +4,7 @@ frozen dataclasses built after validation, so the rest of patchkit trusts every 
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -12,7 +12,7 @@ from typing import Any, Mapping
 # the request/result contract (check kinds, their keys and defaults, the primary root); the
 # order of release names is the engine's, which chooses variants by it next to the files
 from ..engine.contract import CHECK_DEFAULTS, PRIMARY_ROOT
-from ..engine.recordbase import Record
+from ..engine.recordbase import Record, record_dataclass
 from ..engine.variants import release_key
 
 #: The manifest format this patchkit reads and writes; a newer one asks for an upgrade.
@@ -50,7 +50,7 @@ def thaw(value: Any) -> Any:
     return value
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record_dataclass(frozen=True)
 class Upstream(Record):
     """Where the series comes from and which releases it is known to apply to."""
 
@@ -65,7 +65,7 @@ class Upstream(Record):
     applied: str = ""  # the upstream release (or commit) that contains it (DEP-3 Applied-Upstream)
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record_dataclass(frozen=True)
 class PatchRef(Record):
     """One patch of the series: ``patches/<fix>/<file>``, its paths relative to ``root``."""
 
@@ -75,7 +75,7 @@ class PatchRef(Record):
     path: Path
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record_dataclass(frozen=True)
 class Check(Record):
     """A precondition or verification; ``params`` holds the kind's keys (see CHECK_KEYS)."""
 
@@ -122,14 +122,14 @@ class Check(Record):
         return f"{self.name} ({what})" if self.name else what
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record_dataclass(frozen=True)
 class Actions(Record):
     """``[actions]``: what the applier does besides writing the patched files."""
 
     purge_pycache: bool = True
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record_dataclass(frozen=True)
 class Rollback(Record):
     """``[rollback]``: how the fix is undone."""
 
@@ -137,7 +137,7 @@ class Rollback(Record):
     notes: str = ""
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record_dataclass(frozen=True)
 class Revert(Record):
     """``[revert]``: the inverse of a commit, named by id and/or by its fix (docs/git.md)."""
 
@@ -147,7 +147,7 @@ class Revert(Record):
     root: str = PRIMARY_ROOT
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record_dataclass(frozen=True)
 class ChangelogEntry(Record):
     """One ``[[changelog]]`` entry: a version of the series and why it changed."""
 
@@ -157,7 +157,7 @@ class ChangelogEntry(Record):
     base_release: str = ""
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record_dataclass(frozen=True)
 class Variant(Record):
     """A ``[[variants]]`` entry: another version of the fix's series, for other releases; its
     series is under ``patches/<fix>/<dir>/``. ``preconditions``/``verification`` None: the
@@ -172,7 +172,7 @@ class Variant(Record):
     verification: tuple[Check, ...] | None = None
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record_dataclass(frozen=True)
 class Fix(Record):
     """A validated manifest, with where it lives (``manifest_path``, ``patch_dir``)."""
 
@@ -289,7 +289,7 @@ class Fix(Record):
         return tuple(dict.fromkeys(roots))
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record_dataclass(frozen=True)
 class TargetConfig(Record):
     """A named target of ``patchkit.toml``: a local root, or a root on a host over SSH."""
 
@@ -315,7 +315,7 @@ class TargetConfig(Record):
         return {PRIMARY_ROOT: self.path, **self.roots}
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record_dataclass(frozen=True)
 class ProjectConfig(Record):
     """``patchkit.toml``: named targets and, optionally, where the catalog is."""
 

@@ -8,10 +8,10 @@ import subprocess
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Dict, Iterator, List, Optional, Tuple
 
-from .recordbase import Record
+from .recordbase import Record, record_dataclass
 
 TIMEOUT = 120.0  # each git command, outside a ``deadline``
 _deadline = threading.local()
@@ -80,7 +80,7 @@ def describe_tag(root: str) -> Optional[str]:
     return tag[1:] if tag.startswith("v") else tag or None
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record_dataclass(frozen=True)
 class Changes(Record):
     """What one ``git status`` said about some paths of a root."""
 

@@ -12,12 +12,11 @@ import os
 import stat
 import shutil
 import subprocess
-from dataclasses import dataclass
 from typing import Dict, Iterator, Optional
 
 from ..errors import TargetError, UnsafePathError, UsageError
 from .fsops import read_bytes
-from .recordbase import Record
+from .recordbase import Record, record_dataclass
 
 CHECKOUT, PACKAGE, PLAIN = "checkout", "package", "plain"
 
@@ -56,7 +55,7 @@ def check_rel(root_name: str, rel: str) -> list:
     return parts
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record_dataclass(frozen=True)
 class Root(Record):
     """One named root of the target: where it lies, its real path and its layout."""
 

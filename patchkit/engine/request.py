@@ -11,7 +11,7 @@ from ..errors import UnsafePathError, UsageError
 from .contract import FORMAT, OPS, PRIMARY_ROOT, STRATEGIES
 from .hunks import FileChange
 from .paths import Root, Roots
-from .recordbase import MutableRecord, Record
+from .recordbase import MutableRecord, Record, record_dataclass
 
 
 @dataclass(eq=False, repr=False)
@@ -40,7 +40,7 @@ class FixSpec(MutableRecord):
     not_needed: str = ""
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record_dataclass(frozen=True)
 class Request(Record):
     """One checked request: the operation, its options, the roots and the fixes."""
 
