@@ -25,6 +25,13 @@ behaves as the generated methods do (docs/design.md, "Records"):
   set is never set again (``__post_init__`` normalises with ``object.__setattr__``, as in any
   frozen dataclass). Type checkers see ``record_dataclass`` as ``dataclasses.dataclass``.
 
+The shared ``__setattr__`` makes a frozen record's construction a Python call per field
+(about 0.4 us each): a record made once per hunk, file or patch of a series (``Hunk``,
+``Placement``, ``FileChange``, ``HunkPlacement``, ``CheckResult``, ``FileOutcome``,
+``PatchRef``: 220,000 field assignments in the 2,152-patch drift apply) is declared
+``@dataclass(frozen=True, eq=False, repr=False)`` on ``Record`` instead, and keeps the
+generated frozen ``__init__``, ``__setattr__`` and ``__delattr__``.
+
 Standard library only, for Python 3.8 and later (the engine's rule)."""
 
 from __future__ import annotations
