@@ -1,10 +1,10 @@
-"""The value methods every record class shares, and ``record_dataclass``, which declares a frozen record
-without having its methods written and compiled for each class.
+"""The value methods every record class shares, and ``record_dataclass``, which declares a
+frozen record without having its methods written and compiled for each class.
 
 ``dataclasses`` writes each method it generates as source and compiles it when the class is
 made: six compilations for a frozen class (``__init__``, ``__repr__``, ``__eq__``,
 ``__hash__``, ``__setattr__``, ``__delattr__``), at every start of patchkit, for each of the
-~50 records a command imports (about a fifth of a status's instructions). So a record is
+~45 records a command imports (about a fifth of a status's instructions). So a record is
 declared
 
     @record_dataclass(frozen=True)
