@@ -13,10 +13,10 @@ from __future__ import annotations
 import shlex
 import subprocess
 import sys
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from .engine.contract import CHANGED
+from .engine.recordbase import Record, record_dataclass
 from .errors import CheckFailed, UsageError
 
 SGLANG = "sglang:"
@@ -67,8 +67,8 @@ def health_command(spec: str | None, *, timeout: float = DEFAULT_HEALTH_TIMEOUT,
     return shlex.join([python or "python3", "-c", _PROBE, url, f"{timeout:g}"])
 
 
-@dataclass(frozen=True)
-class CommandRun:
+@record_dataclass(frozen=True)
+class CommandRun(Record):
     """One command run on the target's host: which (``after-cmd``, ``health-cmd``), its exit."""
 
     what: str
@@ -85,8 +85,8 @@ class CommandRun:
                 "output": self.output}
 
 
-@dataclass(frozen=True)
-class AfterChange:
+@record_dataclass(frozen=True)
+class AfterChange(Record):
     """What ran after a change; ``undone``: the undo's result when a command failed."""
 
     ran: tuple[CommandRun, ...] = ()

@@ -6,11 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
+from .engine.recordbase import Record, record_dataclass
 from .errors import PatchkitError, error_from_dict
 
 
-@dataclass(frozen=True)
-class CheckResult:
+@dataclass(frozen=True, eq=False, repr=False)  # one per hunk, file or patch: recordbase
+class CheckResult(Record):
     """One precondition or verification as the engine ran it."""
 
     kind: str
@@ -25,8 +26,8 @@ class CheckResult:
                    detail=str(d.get("detail") or ""), where=str(d.get("where") or ""))
 
 
-@dataclass(frozen=True)
-class HunkPlacement:
+@dataclass(frozen=True, eq=False, repr=False)  # one per hunk, file or patch: recordbase
+class HunkPlacement(Record):
     """Where one hunk of a patch landed (``offset``: lines from where the patch said)."""
 
     patch: str
@@ -42,8 +43,8 @@ class HunkPlacement:
                    offset=int(d.get("offset", 0)))
 
 
-@dataclass(frozen=True)
-class FileOutcome:
+@dataclass(frozen=True, eq=False, repr=False)  # one per hunk, file or patch: recordbase
+class FileOutcome(Record):
     """One file an operation wrote (or would write, in a dry run)."""
 
     root: str
@@ -65,8 +66,8 @@ class FileOutcome:
                    where=str(d.get("where") or f"{d.get('root', '')}:{d.get('path', '')}"))
 
 
-@dataclass(frozen=True)
-class FixOutcome:
+@record_dataclass(frozen=True)
+class FixOutcome(Record):
     """What happened to one fix: its outcome, files and checks (docs/design.md, "Engine result")."""
 
     name: str
@@ -94,8 +95,8 @@ class FixOutcome:
                    lost=d.get("lost"), detail=d.get("detail"))
 
 
-@dataclass(frozen=True)
-class FixState:
+@record_dataclass(frozen=True)
+class FixState(Record):
     """One fix as ``status`` sees it on the target."""
 
     name: str
@@ -115,8 +116,8 @@ class FixState:
                    detail=d.get("detail"), releases=tuple(d.get("releases") or ()))
 
 
-@dataclass(frozen=True)
-class RunningProcess:
+@record_dataclass(frozen=True)
+class RunningProcess(Record):
     """A process using a root of the target (``status``; docs/state.md, Running processes)."""
 
     pid: int
@@ -140,8 +141,8 @@ class RunningProcess:
                    changed=tuple(d.get("changed") or ()), changed_count=int(d.get("changed_count") or 0))
 
 
-@dataclass(frozen=True)
-class Running:
+@record_dataclass(frozen=True)
+class Running(Record):
     """What runs from the target: ``available`` False when ``/proc`` could not be read
     (``detail`` says why; nothing is claimed then)."""
 
@@ -164,8 +165,8 @@ class Running:
                    unreadable=tuple(d.get("unreadable") or ()), stale_pyc=tuple(d.get("stale_pyc") or ()))
 
 
-@dataclass(frozen=True)
-class OpResult:
+@record_dataclass(frozen=True)
+class OpResult(Record):
     """The outcome of one engine run on one target."""
 
     op: str

@@ -80,3 +80,44 @@ def test_apply_and_status_on_a_pipe_import_only_what_they_use(env: Env) -> None:
         watched=(*NEVER_ON_A_PIPE, "unidiff", "patchkit.engine.gitops", "patchkit.engine.revert"))
     assert code == 0, out
     assert INDEX_K in out and "applied" in out and loaded == []
+
+
+#: The modules whose records a local apply or status builds at import (docs/performance.md,
+#: "Startup"): about fifty classes, made at every start of patchkit.
+RECORD_MODULES = (
+    "patchkit.catalog", "patchkit.catalog.model", "patchkit.catalog.patchmail", "patchkit.results",
+    "patchkit.targets", "patchkit.hooks", "patchkit.interop", "patchkit.engine.checks",
+    "patchkit.engine.gitcli", "patchkit.engine.gitops", "patchkit.engine.hunks",
+    "patchkit.engine.paths", "patchkit.engine.plan", "patchkit.engine.presence",
+    "patchkit.engine.record", "patchkit.engine.records", "patchkit.engine.request",
+    "patchkit.engine.revert", "patchkit.engine.workspace")
+
+
+def test_records_compile_only_their_init() -> None:
+    """``dataclasses`` compiles each method it writes, at every start; the records of the
+    start-up path take ``__eq__``, ``__hash__``, ``__repr__`` and a frozen record's
+    ``__setattr__``/``__delattr__`` from one shared implementation (``patchkit.engine.recordbase``),
+    so only ``__init__`` is compiled per class (and the frozen ``__setattr__``/``__delattr__``
+    of the few records made per hunk or file); and each is documented (a record without a
+    docstring has ``inspect.signature`` computed for one)."""
+    import importlib
+
+    from patchkit.engine.recordbase import Record
+
+    generated = {}
+    records = frozen = 0
+    for name in RECORD_MODULES:
+        module = importlib.import_module(name)
+        for cls in vars(module).values():
+            if isinstance(cls, type) and cls.__module__ == name and dataclasses.is_dataclass(cls):
+                records += 1
+                frozen += issubclass(cls, Record)
+                made = sorted(k for k, v in vars(cls).items()
+                              if getattr(getattr(v, "__code__", None), "co_filename", "") == "<string>")
+                expected = ["__init__"]
+                if cls.__dataclass_params__.frozen:  # made per hunk or file (recordbase)
+                    expected = ["__delattr__", "__init__", "__setattr__"]
+                if made != expected:
+                    generated[cls.__qualname__] = made
+                assert cls.__doc__ and not cls.__doc__.startswith(cls.__name__ + "("), cls
+    assert records >= 45 and frozen >= 35 and generated == {}

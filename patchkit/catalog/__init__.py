@@ -7,10 +7,10 @@ import difflib
 import json
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from ..engine.recordbase import Record, record_dataclass
 from ..errors import ManifestError, PatchFormatError, UnknownFixError, UsageError
 from .config import load_config
 from .manifest import load_manifest, name_problem
@@ -59,8 +59,8 @@ def _is_source_tree(root: Path, shipped: Path | None) -> bool:
     return f'"patchkit.{PACKAGED_CATALOG}.manifests" = "manifests"' in text
 
 
-@dataclass(frozen=True)
-class BrokenFix:
+@record_dataclass(frozen=True)
+class BrokenFix(Record):
     """A fix whose manifest (or a patch it names) cannot be read: listed as an error, not a fix."""
 
     name: str

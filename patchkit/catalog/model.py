@@ -12,6 +12,7 @@ from typing import Any, Mapping
 # the request/result contract (check kinds, their keys and defaults, the primary root); the
 # order of release names is the engine's, which chooses variants by it next to the files
 from ..engine.contract import CHECK_DEFAULTS, PRIMARY_ROOT
+from ..engine.recordbase import Record, record_dataclass
 from ..engine.variants import release_key
 
 #: The manifest format this patchkit reads and writes; a newer one asks for an upgrade.
@@ -49,8 +50,8 @@ def thaw(value: Any) -> Any:
     return value
 
 
-@dataclass(frozen=True)
-class Upstream:
+@record_dataclass(frozen=True)
+class Upstream(Record):
     """Where the series comes from and which releases it is known to apply to."""
 
     base_release: str
@@ -64,8 +65,8 @@ class Upstream:
     applied: str = ""  # the upstream release (or commit) that contains it (DEP-3 Applied-Upstream)
 
 
-@dataclass(frozen=True)
-class PatchRef:
+@dataclass(frozen=True, eq=False, repr=False)  # one per hunk, file or patch: recordbase
+class PatchRef(Record):
     """One patch of the series: ``patches/<fix>/<file>``, its paths relative to ``root``."""
 
     file: str
@@ -74,8 +75,8 @@ class PatchRef:
     path: Path
 
 
-@dataclass(frozen=True)
-class Check:
+@record_dataclass(frozen=True)
+class Check(Record):
     """A precondition or verification; ``params`` holds the kind's keys (see CHECK_KEYS)."""
 
     kind: str
@@ -121,23 +122,23 @@ class Check:
         return f"{self.name} ({what})" if self.name else what
 
 
-@dataclass(frozen=True)
-class Actions:
+@record_dataclass(frozen=True)
+class Actions(Record):
     """``[actions]``: what the applier does besides writing the patched files."""
 
     purge_pycache: bool = True
 
 
-@dataclass(frozen=True)
-class Rollback:
+@record_dataclass(frozen=True)
+class Rollback(Record):
     """``[rollback]``: how the fix is undone."""
 
     strategy: str = "restore"
     notes: str = ""
 
 
-@dataclass(frozen=True)
-class Revert:
+@record_dataclass(frozen=True)
+class Revert(Record):
     """``[revert]``: the inverse of a commit, named by id and/or by its fix (docs/git.md)."""
 
     commit: str = ""
@@ -146,8 +147,8 @@ class Revert:
     root: str = PRIMARY_ROOT
 
 
-@dataclass(frozen=True)
-class ChangelogEntry:
+@record_dataclass(frozen=True)
+class ChangelogEntry(Record):
     """One ``[[changelog]]`` entry: a version of the series and why it changed."""
 
     version: int
@@ -156,8 +157,8 @@ class ChangelogEntry:
     base_release: str = ""
 
 
-@dataclass(frozen=True)
-class Variant:
+@record_dataclass(frozen=True)
+class Variant(Record):
     """A ``[[variants]]`` entry: another version of the fix's series, for other releases; its
     series is under ``patches/<fix>/<dir>/``. ``preconditions``/``verification`` None: the
     top level's."""
@@ -171,8 +172,8 @@ class Variant:
     verification: tuple[Check, ...] | None = None
 
 
-@dataclass(frozen=True)
-class Fix:
+@record_dataclass(frozen=True)
+class Fix(Record):
     """A validated manifest, with where it lives (``manifest_path``, ``patch_dir``)."""
 
     format: int
@@ -288,8 +289,8 @@ class Fix:
         return tuple(dict.fromkeys(roots))
 
 
-@dataclass(frozen=True)
-class TargetConfig:
+@record_dataclass(frozen=True)
+class TargetConfig(Record):
     """A named target of ``patchkit.toml``: a local root, or a root on a host over SSH."""
 
     name: str
@@ -314,8 +315,8 @@ class TargetConfig:
         return {PRIMARY_ROOT: self.path, **self.roots}
 
 
-@dataclass(frozen=True)
-class ProjectConfig:
+@record_dataclass(frozen=True)
+class ProjectConfig(Record):
     """``patchkit.toml``: named targets and, optionally, where the catalog is."""
 
     path: Path

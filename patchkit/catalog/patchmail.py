@@ -9,7 +9,8 @@ RFC 2047-encode names, and a refreshed series keeps its header byte for byte."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+from ..engine.recordbase import Record, record_dataclass
 
 #: The From of a patch when nobody is known (``refresh`` replaces it with the fix's author).
 PLACEHOLDER_AUTHOR = "patchkit <fixes@patchkit.invalid>"
@@ -22,8 +23,8 @@ _PATCH_TAG = re.compile(r"^(\s*\[PATCH[^\]]*\]\s*)?")
 _DIFF = "diff --git "
 
 
-@dataclass(frozen=True)
-class Header:
+@record_dataclass(frozen=True)
+class Header(Record):
     """What a series file says about its patch besides the diff."""
 
     subject: str

@@ -18,13 +18,13 @@ import sys
 import threading
 import time
 from contextlib import suppress
-from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
 from ..errors import UnsafePathError, UsageError
 from .contract import CHECK_KINDS, CHECK_TIMEOUTS, grep_holds, is_timeout
 from .hunks import decode, sha256_bytes, split_lines
 from .paths import PACKAGE, Roots
+from .recordbase import Record, record_dataclass
 
 Reader = Callable[[str, str], Optional[bytes]]
 
@@ -35,8 +35,8 @@ class TimedOut(Exception):
     """A check ran past its time limit."""
 
 
-@dataclass(frozen=True)
-class CheckContext:
+@record_dataclass(frozen=True)
+class CheckContext(Record):
     """What a fix's checks run against; ``read`` gives a file's bytes (None: absent)."""
 
     fix: str

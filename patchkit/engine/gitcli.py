@@ -8,8 +8,10 @@ import subprocess
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Dict, Iterator, List, Optional, Tuple
+
+from .recordbase import Record, record_dataclass
 
 TIMEOUT = 120.0  # each git command, outside a ``deadline``
 _deadline = threading.local()
@@ -78,8 +80,8 @@ def describe_tag(root: str) -> Optional[str]:
     return tag[1:] if tag.startswith("v") else tag or None
 
 
-@dataclass(frozen=True)
-class Changes:
+@record_dataclass(frozen=True)
+class Changes(Record):
     """What one ``git status`` said about some paths of a root."""
 
     checkout: bool  # the root is inside a git work tree

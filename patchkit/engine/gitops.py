@@ -6,20 +6,20 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..errors import TargetError
 from . import gitcli
 from .hunks import split_lines
+from .recordbase import Record, record_dataclass
 
 #: Used for commits when the repository (and the environment) configure no identity.
 FALLBACK_NAME = "patchkit"
 FALLBACK_EMAIL = "patchkit@localhost"
 
 
-@dataclass(frozen=True)
-class Checkout:
+@record_dataclass(frozen=True)
+class Checkout(Record):
     """A root inside a git work tree: where the tree's top is and the root's place in it."""
 
     top: str  # the work tree's top (real path)
@@ -119,8 +119,10 @@ class Checkout:
         return pid, [c for c in self.commits(same) if {p for _s, p in c.files} <= set(repo_paths)]
 
 
-@dataclass(frozen=True)
-class Commit:
+@record_dataclass(frozen=True)
+class Commit(Record):
+    """One commit as ``commits`` lists it."""
+
     sha: str
     parents: Tuple[str, ...]
     title: str  # "abbrev subject"

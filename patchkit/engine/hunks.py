@@ -13,6 +13,8 @@ from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 from ..errors import ConflictError, PatchFormatError, UsageError
 from .contract import FILE_OPS, REVERSED_OP, REVERSED_SIDE
+from .recordbase import Record
+
 _KINDS = frozenset((" ", "-", "+"))
 
 
@@ -38,8 +40,8 @@ def split_lines(text: str) -> List[str]:
     return lines
 
 
-@dataclass(frozen=True, eq=False)
-class Hunk:
+@dataclass(frozen=True, eq=False, repr=False)  # one per hunk, file or patch: recordbase
+class Hunk(Record):
     """One hunk: its header and its lines, kept as the request's ``body`` when it came as one
     (``given`` empty): the ``(kind, text)`` lines and the two sides are made from it when used,
     and not kept, so a large patch is held once, as its text (docs/reliability.md, "Scale")."""
@@ -112,8 +114,8 @@ class Hunk:
                     tuple((REVERSED_SIDE[k], t) for k, t in self.lines))
 
 
-@dataclass(frozen=True)
-class FileChange:
+@dataclass(frozen=True, eq=False, repr=False)  # one per hunk, file or patch: recordbase
+class FileChange(Record):
     """One FILE record: the hunks of one patch for one file. ``source`` is the hunks, or the
     request's hunk records and the fix's name, checked and built on first use of ``hunks``."""
 
@@ -247,8 +249,8 @@ def _body_kinds(body: str) -> Counter:
     return kinds
 
 
-@dataclass(frozen=True)
-class Placement:
+@dataclass(frozen=True, eq=False, repr=False)  # one per hunk, file or patch: recordbase
+class Placement(Record):
     """Where one hunk landed."""
 
     patch: str

@@ -12,11 +12,11 @@ import os
 import stat
 import shutil
 import subprocess
-from dataclasses import dataclass
 from typing import Dict, Iterator, Optional
 
 from ..errors import TargetError, UnsafePathError, UsageError
 from .fsops import read_bytes
+from .recordbase import Record, record_dataclass
 
 CHECKOUT, PACKAGE, PLAIN = "checkout", "package", "plain"
 
@@ -55,8 +55,10 @@ def check_rel(root_name: str, rel: str) -> list:
     return parts
 
 
-@dataclass(frozen=True)
-class Root:
+@record_dataclass(frozen=True)
+class Root(Record):
+    """One named root of the target: where it lies, its real path and its layout."""
+
     name: str
     path: str  # absolute, as given
     real: str  # os.path.realpath(path)

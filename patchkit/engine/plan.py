@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 from ..errors import PreconditionFailed, TargetError
 from .fsops import read_bytes
 from .hunks import Placement, sha256_bytes
+from .recordbase import MutableRecord
 from .records import FixRecord, State
 from .request import FixSpec
 from .store import Store
@@ -24,8 +25,8 @@ Sources = Dict[str, Tuple[Optional["revert.Source"], Dict[str, Any]]]  # a rever
 Side = Dict[Key, Tuple[Optional[bytes], Optional[int]]]  # (bytes, mode) of each file
 
 
-@dataclass
-class FixChange:
+@dataclass(eq=False, repr=False)
+class FixChange(MutableRecord):
     """One fix's change (apply and rollback), computed in memory before anything is written."""
 
     spec: FixSpec

@@ -4,11 +4,11 @@ fork may carry a prerequisite fix as a commit of its own)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import ConflictError
 from .hunks import FileChange, Hunk, apply_change, decode, locate, side_found, split_lines
+from .recordbase import Record, record_dataclass
 
 Reader = Callable[[str, str], Optional[bytes]]  # (root, path) -> bytes, None if absent
 Key = Tuple[str, str]
@@ -16,8 +16,10 @@ Key = Tuple[str, str]
 NOT_APPLIED, PARTLY, PRESENT = "not-applied", "partly-present", "present-unrecorded"
 
 
-@dataclass(frozen=True)
-class Presence:
+@record_dataclass(frozen=True)
+class Presence(Record):
+    """Whether a fix's change is in the files, as a whole and per touched file."""
+
     state: str  # NOT_APPLIED | PARTLY | PRESENT
     files: Tuple[Tuple[Key, bool], ...]  # each touched file, and whether all its hunks are in it
 

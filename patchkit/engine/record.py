@@ -10,19 +10,20 @@ import hashlib
 import io
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from ..errors import TargetError
 from .checks import result
 from .fsops import NotRegular, read_regular
 from .paths import PACKAGE, Root, Roots
+from .recordbase import Record, record_dataclass
 
 DIST = "sglang"
 
 
-@dataclass(frozen=True)
-class Installed:
+@record_dataclass(frozen=True)
+class Installed(Record):
     """The installed distribution that owns a root's package: its version and RECORD."""
 
     version: str

@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
+from .recordbase import MutableRecord
+
 FORMAT = 1
 FIX_NAME = re.compile(r"[a-z0-9][a-z0-9.-]*\Z")
 Key = Tuple[str, str]  # (root, path)
@@ -55,8 +57,8 @@ def _object(value: Any, where: str, what: str) -> Dict[str, Any]:
 
 # -- state.json -----------------------------------------------------------------------------
 
-@dataclass
-class FileRecord:
+@dataclass(eq=False, repr=False)
+class FileRecord(MutableRecord):
     """One file a fix changed: its bytes' hashes before and after the fix, and its backup (the
     name relative to ``.patchkit/``; readers use it, never a layout)."""
 
@@ -91,8 +93,8 @@ class FileRecord:
                     mode_before=self.mode_before, mode=self.mode, backup=self.backup)
 
 
-@dataclass
-class FixRecord:
+@dataclass(eq=False, repr=False)
+class FixRecord(MutableRecord):
     """An applied fix as ``state.json`` records it."""
 
     name: str
@@ -189,8 +191,8 @@ class FixRecord:
                     installed=self.installed)
 
 
-@dataclass
-class State:
+@dataclass(eq=False, repr=False)
+class State(MutableRecord):
     """``state.json``: what is applied, in application order; ``txn`` is the last committed
     transaction (the commit point of every transaction)."""
 
@@ -249,8 +251,8 @@ def state_problem(data: Any) -> Optional[str]:
 
 # -- journal.json ---------------------------------------------------------------------------
 
-@dataclass
-class JournalFile:
+@dataclass(eq=False, repr=False)
+class JournalFile(MutableRecord):
     """One file a transaction in flight writes: its hashes before (null: it did not exist) and
     after, how to put it back (``backup``, relative to ``.patchkit/``), ``rel`` as written
     (relative to the root's real directory, in its own layout)."""
@@ -287,8 +289,8 @@ class JournalFile:
                     owner=list(self.owner) if self.owner else None, backup=self.backup)
 
 
-@dataclass
-class Journal:
+@dataclass(eq=False, repr=False)
+class Journal(MutableRecord):
     """``journal.json``: present only while a transaction is in flight."""
 
     txn: str
@@ -329,8 +331,8 @@ class Journal:
         return out
 
 
-@dataclass
-class Intent:
+@dataclass(eq=False, repr=False)
+class Intent(MutableRecord):
     """``txn/<id>/txn.json``: what a transaction set out to do, before its journal exists."""
 
     txn: str

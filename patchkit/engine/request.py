@@ -11,10 +11,11 @@ from ..errors import UnsafePathError, UsageError
 from .contract import FORMAT, OPS, PRIMARY_ROOT, STRATEGIES
 from .hunks import FileChange
 from .paths import Root, Roots
+from .recordbase import MutableRecord, Record, record_dataclass
 
 
-@dataclass
-class FixSpec:
+@dataclass(eq=False, repr=False)
+class FixSpec(MutableRecord):
     """One fix of a request (``parse_fix``); not frozen, as ``check_patch_paths`` edits ``files``."""
 
     name: str
@@ -39,8 +40,10 @@ class FixSpec:
     not_needed: str = ""
 
 
-@dataclass(frozen=True)
-class Request:
+@record_dataclass(frozen=True)
+class Request(Record):
+    """One checked request: the operation, its options, the roots and the fixes."""
+
     op: str
     dry_run: bool
     force: bool

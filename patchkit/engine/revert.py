@@ -3,7 +3,6 @@ current file, C's version and C's parent's, so later changes are kept."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Dict, List, NoReturn, Optional, Tuple
 
 from ..errors import ConflictError
@@ -11,20 +10,23 @@ from .checks import result
 from .gitops import Checkout, checkout_and_head, merge_file
 from .hunks import decode, locate, split_lines
 from .paths import Roots
+from .recordbase import Record, record_dataclass
 from .request import FixSpec
 
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 
 
-@dataclass(frozen=True)
-class RevertFile:
+@record_dataclass(frozen=True)
+class RevertFile(Record):
+    """One file the reverted commit touched."""
+
     status: str  # what C did to the file: A (added), M (modified), D (deleted)
     repo_path: str  # as git names it
     path: str  # checkout layout, as the request's FILE records name files
 
 
-@dataclass(frozen=True)
-class Source:
+@record_dataclass(frozen=True)
+class Source(Record):
     """The commit a revert fix undoes, in the checkout of its root."""
 
     root: str

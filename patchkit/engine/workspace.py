@@ -13,12 +13,13 @@ from .fsops import NotRegular, nearest_existing_dir, read_with_stat, sha256_of
 from .hunks import Hunk, decode, sha256_bytes, split_lines
 from ..errors import PatchkitError
 from .paths import Roots
+from .recordbase import MutableRecord
 
 Key = Tuple[str, str]  # (root name, checkout-layout path)
 
 
-@dataclass
-class Entry:
+@dataclass(eq=False, repr=False)
+class Entry(MutableRecord):
     """One target file as read (``original``) and as it will be written (``current``)."""
 
     root: str

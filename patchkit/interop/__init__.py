@@ -13,11 +13,12 @@ from pathlib import Path
 
 from ..engine import fsops
 from ..engine.paths import check_rel
+from ..engine.recordbase import MutableRecord
 from ..errors import PatchFormatError, UnsafePathError
 
 
-@dataclass
-class Patch:
+@dataclass(eq=False, repr=False)
+class Patch(MutableRecord):
     """One patch read from a foreign format: its message and its diff, byte-exact."""
 
     source: Path  # the file it came from, named by every error about it

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence
 
 from ..engine.contract import PRIMARY_ROOT, no_sglang
 from ..engine.paths import interpreter_sglang, python_root, sglang_tree_root
+from ..engine.recordbase import Record, record_dataclass
 from ..errors import TargetError, UsageError
 
 _SSH_SETTING = re.compile(r"[A-Za-z][A-Za-z0-9]*(=| +)[^\0\n\r]+")
@@ -31,8 +32,8 @@ class Target(Protocol):
     def run(self, request: dict[str, Any]) -> dict[str, Any]: ...
 
 
-@dataclass(frozen=True)
-class LocalTarget:
+@record_dataclass(frozen=True)
+class LocalTarget(Record):
     """A target on this machine: the engine runs in-process. ``found``: how the ``sglang`` root
     was found when not given as a directory ("found from the working directory")."""
 
