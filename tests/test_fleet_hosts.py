@@ -52,3 +52,20 @@ def test_ping_reaches_each_host_through_its_own_sshd_and_reports_the_unreachable
     assert results["h2"]["unreachable"] is True
     assert [n for n in names if results[n].get("ping") == "pong"] == ["h1", "h3"]
     assert fleet.node("h2").host.server.accepted() == accepted_h2
+
+
+def test_a_lean_session_has_the_path_a_stock_session_has(sshd) -> None:  # type: ignore[no-untyped-def]
+    """The tests' sshd skips the login shell's rc files (tests/fixtures/sshd_server.py) but not
+    what they give the host's programs: the PATH a stock session there has."""
+    import subprocess
+
+    from tests.fixtures.sshd_server import session_path
+
+    stock = session_path()
+    if stock is None:
+        pytest.skip("the stock session's PATH could not be read: lean servers run the rc files")
+    seen = subprocess.run(["ssh", *sshd.ssh_options(), "-p", str(sshd.port), f"{sshd.user}@{sshd.host}",
+                           'printf "<%s>" "$PATH"'], capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+    assert seen.returncode == 0, seen.stderr
+    assert seen.stdout.endswith(f"<{stock}>"), seen.stdout
