@@ -17,8 +17,7 @@ from typing import Iterator
 
 import pytest
 
-from patchkit.catalog import Catalog
-from patchkit.demo import SEED_FIXES, build_fork
+from patchkit.demo import SEED_FIXES
 from tests.test_remote import PY, REPO, SAMPLES, Ssh, cli, make_tree, ssh  # noqa: F401  (ssh is a fixture)
 
 POOL = "python/sglang/srt/pool.py"
@@ -128,8 +127,8 @@ time.sleep(3600)
 
 @pytest.mark.network
 def test_seed_deploy_on_the_demo_fork_restarts_the_server_and_clears_restart_pending(
-        catalog_upstream, tmp_path: Path, health_url: str) -> None:  # type: ignore[no-untyped-def]
-    fork = build_fork(tmp_path / "demo", Catalog(REPO), upstream=catalog_upstream)
+        demo_fork, tmp_path: Path, health_url: str) -> None:  # type: ignore[no-untyped-def]
+    fork = demo_fork  # as build_fork makes it: a copy of the session's (tests/fixtures/fleet.py)
     server, pidfile = tmp_path / "server.py", tmp_path / "server.pid"
     server.write_text(SERVER)
     launch = shlex.join([PY, str(server), str(fork.sglang / "python"), str(pidfile)])

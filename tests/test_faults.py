@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import shlex
 import shutil
 import signal
 import sys
@@ -117,7 +118,7 @@ def kill_local(req: dict[str, Any], point: str) -> None:
 
 
 def kill_remote(ssh: Ssh, roots: Dict[str, str], req: Dict[str, Any], point: str) -> None:
-    target = RemoteTarget(ssh.spec(f"SetEnv=PATCHKIT_FAULT={point}"), roots, PY)
+    target = RemoteTarget(ssh.spec(f"SetEnv=PATCHKIT_FAULT={point}"), roots, ssh.python)
     with pytest.raises(errors.ConnectionLost):
         target.run(req)
 
@@ -222,7 +223,7 @@ def crash_case(side: str, op: str, point: str, base: Path, ssh: Any = None,
     elif variant == "full":
         filler = fill(base.parent)
     target: Target = (LocalTarget(roots, PY, "local") if side == "local"
-                      else RemoteTarget(ssh.spec(), roots, PY))
+                      else RemoteTarget(ssh.spec(), roots, ssh.python))
     try:
         check_recovered(target, roots, op, point, before, after)
     finally:
@@ -271,9 +272,22 @@ def test_killed_local_run_then_moved_or_disk_full(op: str, variant: str, tmp_pat
     assert COVERED[("local-" + variant, op)] == points
 
 
+@pytest.fixture(scope="module")
+def host_python(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The host's interpreter in the remote sweep: this Python without ``site`` (``-S``). The
+    engine and the sample catalog's checks need only the standard library; the venv's site (its
+    editable install's import finder) cost about 0.1 s of each of the sweep's 100-odd sessions."""
+    path = tmp_path_factory.mktemp("host-python") / "python"
+    path.write_text(f'#!/bin/sh\nexec {shlex.quote(PY)} -S "$@"\n')
+    path.chmod(0o755)
+    return str(path)
+
+
 @pytest.fixture
-def ssh(sshd: SshServer, tmp_path: Path) -> Ssh:
-    return Ssh(sshd, tmp_path)
+def ssh(sshd: SshServer, tmp_path: Path, host_python: str) -> Ssh:
+    reach = Ssh(sshd, tmp_path)
+    reach.python = host_python  # type: ignore[attr-defined]
+    return reach
 
 
 @pytest.mark.ssh

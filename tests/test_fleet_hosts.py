@@ -1,4 +1,4 @@
-"""The test fleet itself: real ansible-core reaches each of four loopback hosts through that
+"""The test fleet itself: real ansible-core reaches each of the three loopback hosts through that
 host's own sshd, reports a host where nothing listens and a host taken down mid-test as
 unreachable, and finds on every host its own copy of the demo fork."""
 
@@ -43,12 +43,29 @@ def test_ping_reaches_each_host_through_its_own_sshd_and_reports_the_unreachable
     assert results["h5"]["unreachable"] is True
     assert "Connection refused" in results["h5"]["msg"]
 
-    # h3 goes down mid-test: it is unreachable, the others are not, and no connection reached
+    # h2 goes down mid-test: it is unreachable, the others are not, and no connection reached
     # its sshd any more.
-    fleet.servers.stop("h3")
-    assert not fleet.servers.running("h3")
-    accepted_h3 = fleet.node("h3").host.server.accepted()
+    fleet.servers.stop("h2")
+    assert not fleet.servers.running("h2")
+    accepted_h2 = fleet.node("h2").host.server.accepted()
     results = adhoc(fleet, fleet.inventory, tmp_path / "ping-again", "-m", "ansible.builtin.ping")
-    assert results["h3"]["unreachable"] is True
-    assert [n for n in names if results[n].get("ping") == "pong"] == ["h1", "h2", "h4"]
-    assert fleet.node("h3").host.server.accepted() == accepted_h3
+    assert results["h2"]["unreachable"] is True
+    assert [n for n in names if results[n].get("ping") == "pong"] == ["h1", "h3"]
+    assert fleet.node("h2").host.server.accepted() == accepted_h2
+
+
+def test_a_lean_session_has_the_path_a_stock_session_has(sshd) -> None:  # type: ignore[no-untyped-def]
+    """The tests' sshd skips the login shell's rc files (tests/fixtures/sshd_server.py) but not
+    what they give the host's programs: the PATH a stock session there has."""
+    import subprocess
+
+    from tests.fixtures.sshd_server import session_path
+
+    stock = session_path()
+    if stock is None:
+        pytest.skip("the stock session's PATH could not be read: lean servers run the rc files")
+    seen = subprocess.run(["ssh", *sshd.ssh_options(), "-p", str(sshd.port), f"{sshd.user}@{sshd.host}",
+                           'printf "<%s>" "$PATH"'], capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+    assert seen.returncode == 0, seen.stderr
+    assert seen.stdout.endswith(f"<{stock}>"), seen.stdout

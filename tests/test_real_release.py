@@ -18,13 +18,12 @@ import pytest
 
 from patchkit import api
 from patchkit.catalog import Catalog
-from patchkit.demo import FORK_COMMITS, LATER_EDIT, LATER_SUBJECT, SEED_FIXES, build_fork
+from patchkit.demo import FORK_COMMITS, LATER_EDIT, LATER_SUBJECT, SEED_FIXES, DemoFork
 from patchkit.errors import PreconditionFailed, UsageError, VerificationFailed
 from patchkit.catalog.model import Fix
 from patchkit.results import FixOutcome, OpResult
 from patchkit.catalog.series import parse_patch
 from patchkit.targets import LocalTarget
-from patchkit.upstream import UpstreamRepo
 from tests.fixtures.sglang import CATALOG_RELEASE, SGLANG_VERSION, checkout
 
 pytestmark = pytest.mark.network  # the 0.5.23 tree comes from the registry once
@@ -271,8 +270,8 @@ def test_sizing_needs_its_prerequisite_or_with_deps(catalog: Catalog, target: Lo
 
 
 def test_seed_fixes_deploy_to_the_production_fork_in_one_call(
-        catalog: Catalog, catalog_upstream: UpstreamRepo, tmp_path: Path) -> None:
-    fork = build_fork(tmp_path / "demo", catalog, upstream=catalog_upstream)
+        catalog: Catalog, demo_fork: DemoFork, tmp_path: Path) -> None:
+    fork = demo_fork  # build_fork's, on catalog_upstream: a copy of the session's (tests/fixtures/fleet.py)
     assert fork.release == CATALOG_RELEASE
     assert [name for name, _sha in fork.commits] == list(FORK_COMMITS)
     head = git(fork.sglang, "rev-parse", "HEAD").strip()

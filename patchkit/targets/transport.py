@@ -75,10 +75,13 @@ def ssh_argv(spec: SshSpec, command: str) -> list[str]:
 
 def run_engine(spec: SshSpec, request: Mapping[str, Any], *, python: str = "python3",
                modules: Mapping[str, str] | None = None, timeout: float | None = None,
-               status_command: str = "patchkit status") -> dict[str, Any]:
+               status_command: str = "patchkit status",
+               run_timeout: float | None = None) -> dict[str, Any]:
     """Run ``patchkit.engine.run(request)`` on the host; return its result, ``error`` included
-    (only transport failures raise). ``status_command`` is named in a lost connection's error."""
-    session = _Session(spec, python, status_command)
+    (only transport failures raise). ``status_command`` is named in a lost connection's error.
+    ``timeout``: seconds for the whole session; ``run_timeout``: seconds it may last once the
+    request reached the engine (the go-ahead went), however long reaching the host took."""
+    session = _Session(spec, python, status_command, run_timeout)
     try:
         session.run(agent_payload(request, modules), timeout)
     except BaseException as exc:
@@ -93,15 +96,18 @@ def run_engine(spec: SshSpec, request: Mapping[str, Any], *, python: str = "pyth
     result = parse_result(session.stdout)
     if result is not None:
         return result  # complete, even if ssh was slow to exit after it
-    raise session.failure(timeout)
+    raise session.failure()
 
 
 class _Session:
     """One ssh process's conversation with the agent. ``went``: ``GO_LINE`` was handed to ssh,
     so the engine may have run."""
 
-    def __init__(self, spec: SshSpec, python: str, status_command: str) -> None:
+    def __init__(self, spec: SshSpec, python: str, status_command: str,
+                 run_timeout: float | None = None) -> None:
         self.spec, self.python, self.status_command = spec, python, status_command
+        self.run_timeout = run_timeout
+        self.limit: float | None = None  # the time limit that ends the session now
         self.command = remote_command(python)
         self.argv = ssh_argv(spec, self.command)
         self.deadline: float | None = None
@@ -125,6 +131,7 @@ class _Session:
         proc = self.proc
         assert proc.stdin and proc.stdout and proc.stderr
         self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.limit = timeout
         writer = threading.Thread(target=self._write, args=(payload,), daemon=True)
         reader = threading.Thread(target=self._drain_stderr, daemon=True)
         writer.start()
@@ -168,6 +175,10 @@ class _Session:
     def _go(self) -> None:
         stdin = self.proc.stdin
         assert stdin is not None
+        if self.run_timeout is not None:
+            ends = time.monotonic() + self.run_timeout
+            if self.deadline is None or ends < self.deadline:
+                self.deadline, self.limit = ends, self.run_timeout
         try:
             stdin.write(GO_LINE)
             self.went = True
@@ -202,10 +213,10 @@ class _Session:
                 "command": shlex.join(agent if w == self.command else w for w in self.argv),
                 "exit_code": returncode, "stderr": b"".join(self._stderr).decode("utf-8", "replace")}
 
-    def failure(self, timeout: float | None) -> RemoteError:
+    def failure(self) -> RemoteError:
         """The error for a session that ended without a result."""
         returncode = None if self.timed_out else (
             self.proc.returncode if self.proc.returncode is not None else -1)
         return classify_failure(self.details(returncode), where=self.spec.url, python=self.python,
-                                stdout=self.stdout, went=self.went, timeout=timeout,
+                                stdout=self.stdout, went=self.went, timeout=self.limit,
                                 timed_out=self.timed_out, status_command=self.status_command)
