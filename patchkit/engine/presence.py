@@ -5,10 +5,11 @@ fork may carry a prerequisite fix as a commit of its own)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..errors import ConflictError
-from .hunks import FileChange, Hunk, apply_change, decode, locate, side_found, split_lines
+from .hunks import (FileChange, Hunk, Placement, apply_change, decode, locate, side_found,
+                    split_lines)
 
 Reader = Callable[[str, str], Optional[bytes]]  # (root, path) -> bytes, None if absent
 Key = Tuple[str, str]
@@ -102,7 +103,31 @@ def already_added(lines: List[str], hunk: Hunk, at: int,
     return lo + first + 1, block
 
 
-def duplicates(text: Optional[str], change: FileChange) -> Optional[Tuple[int, Hunk, List[str]]]:
+Duplicate = Tuple[int, Hunk, List[str]]  # (1-based line of the copy, the hunk, the block)
+Placed = Union[Tuple[Optional[str], List[Placement]], ConflictError]  # apply_change's answer
+
+
+def placed_with_duplicates(text: str, change: FileChange) -> Tuple[Optional[Duplicate], Placed]:
+    """:func:`duplicates` and :func:`apply_change` of one modify record, from one placement of
+    each hunk: the first duplicate (found as each hunk is placed), and the new text with the
+    placements, or the ``ConflictError`` that stopped them (the duplicates of the hunks
+    placed before it count, as in :func:`duplicates`)."""
+    found: List[Duplicate] = []
+
+    def seen(lines: List[str], hunk: Hunk, at: int, old: List[str]) -> None:
+        if not found:
+            copy = already_added(lines, hunk, at, old)
+            if copy is not None:
+                found.append((copy[0], hunk, copy[1]))
+
+    try:
+        placed: Placed = apply_change(text, change, seen)
+    except ConflictError as exc:
+        placed = exc
+    return (found[0] if found else None), placed
+
+
+def duplicates(text: Optional[str], change: FileChange) -> Optional[Duplicate]:
     """The first hunk of ``change`` that, applied to ``text``, would write a second copy of a
     block already there: (1-based line of the copy, the hunk, the block), else None."""
     if text is None or change.op != "modify":
