@@ -66,10 +66,11 @@ def added_blocks(hunk: Hunk) -> List[List[str]]:
         if kind == "+":
             run.append(text)
             continue
-        solid = [t for t in run if t.strip()]
-        if len(solid) >= 2 or (solid and len(solid[0].strip()) >= 40):
-            blocks.append(run)
-        run = []
+        if run:  # a run ends
+            solid = [t for t in run if t.strip()]
+            if len(solid) >= 2 or (solid and len(solid[0].strip()) >= 40):
+                blocks.append(run)
+            run = []
     return blocks
 
 
@@ -89,6 +90,9 @@ def already_added(lines: List[str], hunk: Hunk, at: int,
     literal: code passes the same arguments to two calls), so a hunk needs two added
     statements before it can be a second copy. ``old``: the hunk's old side, when the caller
     has it."""
+    body = hunk.body
+    if body is not None and body.count("\n+") + body.startswith("+") < 2:
+        return None  # two added statements are needed (below): fewer added lines, no copy
     old = hunk.old if old is None else old
     blocks = added_blocks(hunk)
     if sum(1 for b in blocks for line in b if line.strip() and not line.rstrip().endswith(",")) < 2:
