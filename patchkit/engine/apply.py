@@ -270,6 +270,8 @@ class _Prepare:
             elif op == "modify" and not req.force:
                 dup, placed = auto.duplicate_check(ws.entry(*key), by_key[key])
                 if placed is not None:  # the file's first record, placed by the check
+                    if not isinstance(placed, ConflictError):  # held as bytes, as written
+                        placed = (None if placed[0] is None else encode(placed[0]), placed[1])
                     self.placed[key] = (by_key[key][0], placed)
                 if dup:
                     pre.append(dup)
@@ -299,12 +301,12 @@ class _Prepare:
             if early is not None and early[0] is change:
                 if isinstance(early[1], ConflictError):
                     raise early[1]
-                new, placed = early[1]
+                e.current, placed = early[1]
             else:
                 new, placed = apply_change(None if e.current is None else decode(e.current), change)
-            e.current = None if new is None else encode(new)
-            if new is None or change.mode is not None:
-                e.mode = None if new is None else change.mode
+                e.current = None if new is None else encode(new)
+            if e.current is None or change.mode is not None:
+                e.mode = None if e.current is None else change.mode
             elif e.mode is None:
                 e.mode = 0o644
             fc.placements.setdefault(key, []).extend(placed)
