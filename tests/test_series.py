@@ -386,3 +386,50 @@ def test_a_large_series_applies_byte_identically_to_git_apply(repo: Path, tmp_pa
     git(repo, "apply", str(tmp_path / "result.diff"))
     assert {p.relative_to(repo).as_posix(): p.read_bytes()
             for p in sglang.rglob("*") if p.is_file()} == expected
+
+
+# Sections a hunk's lines are taken from as they stand in the patch, and sections with a line
+# unidiff reads otherwise (a marker, a bare empty line, a line starting with "\r", a last line
+# without a newline, an empty line after a hunk), side by side in one patch and in one
+# plain-diff section of several files.
+_MIXED = (b"From 0123456789abcdef0123456789abcdef01234567 Mon Sep 17 00:00:00 2001\n"
+          b"Subject: [PATCH] mixed\n\n---\n"
+          b"diff --git a/a.py b/a.py\n--- a/a.py\n+++ b/a.py\n@@ -1,3 +1,3 @@ def f():\n"
+          b" x\n-y\n+Y\n z\n@@ -10,2 +10,3 @@\n p\n+q\r\n q\n"
+          b"diff --git a/b.py b/b.py\n--- a/b.py\n+++ b/b.py\n@@ -1,2 +1,2 @@\n a\n-b\n"
+          b"\\ No newline at end of file\n+b\n"
+          b"diff --git a/c.py b/c.py\n--- a/c.py\n+++ b/c.py\n@@ -1,3 +1,3 @@\n a\n\n-c\n+C\n"
+          b"diff --git a/d.py b/d.py\n--- a/d.py\n+++ b/d.py\n@@ -1,2 +1,2 @@\n a\n-b\n+B\n"
+          b"\n"
+          b"diff --git a/e.py b/e.py\n--- a/e.py\n+++ b/e.py\n@@ -1,2 +1,2 @@\n\rodd\n-b\n+B\xff\n"
+          b"diff --git a/n.py b/n.py\nnew file mode 100755\n--- /dev/null\n+++ b/n.py\n"
+          b"@@ -0,0 +1,2 @@\n+one\n+two\n"
+          b"diff --git a/gone.py b/gone.py\ndeleted file mode 100644\n--- a/gone.py\n+++ /dev/null\n"
+          b"@@ -1 +0,0 @@\n-bye\n"
+          b"-- \n2.43.0\n\n")
+_PLAIN_DIFF = (b"--- a/x.py\n+++ b/x.py\n@@ -1,2 +1,2 @@\n a\n-b\n+c\n--- a/y.py\n+++ b/y.py\n"
+               b"@@ -1 +1 @@\n-a\n+b\n\\ No newline at end of file\n--- a/z.py\n+++ b/z.py\n"
+               b"@@ -3 +3,2 @@\n k\n+l")
+
+
+@pytest.mark.parametrize("data", [_MIXED, _PLAIN_DIFF], ids=["sections", "plain"])
+def test_hunks_taken_from_the_patch_text_equal_unidiffs_lines(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data: bytes) -> None:
+    """Hunk lines are taken from the patch where unidiff (reading without a Line object per
+    line) found them; every record, body or lines, equals what unidiff's own lines give."""
+    import patchkit.catalog.series as series
+
+    patch = tmp_path / "mixed.patch"
+    patch.write_bytes(data)
+    taken = (series_records([(patch, "sglang")])[1], parse_patch(patch, "sglang"))
+    with monkeypatch.context() as m:
+        m.setattr(series, "_spans", lambda lines, patchset: None)  # unidiff's Line objects
+        assert (series_records([(patch, "sglang")])[1], parse_patch(patch, "sglang")) == taken
+    bodies = {r["path"]: [h["body"] for h in r["hunks"]] for r in taken[0] if r["path"] != "e.py"}
+    assert bodies == ({"a.py": [" x\n-y\n+Y\n z\n", " p\n+q\r\n q\n"],
+                       "b.py": [" a\n-b\n\\ No newline at end of file\n+b\n"],
+                       "c.py": [" a\n \n-c\n+C\n"], "d.py": [" a\n-b\n+B\n"],
+                       "n.py": ["+one\n+two\n"], "gone.py": ["-bye\n"]}
+                      if data == _MIXED else
+                      {"x.py": [" a\n-b\n+c\n"], "y.py": ["-a\n+b\n\\ No newline at end of file\n"],
+                       "z.py": [" k\n+l\n\\ No newline at end of file\n"]})

@@ -11,6 +11,7 @@ from typing import Any, Iterator, Sequence
 
 import unidiff
 import unidiff.errors
+from unidiff.constants import RE_HUNK_HEADER
 
 from ..engine.hunks import split_lines  # the engine splits files the same way
 from ..errors import PatchFormatError
@@ -98,7 +99,18 @@ def _fail(path: Path, line: int, message: str, todo: str) -> PatchFormatError:
 
 
 _MBOX_FROM_BYTES = re.compile(_MBOX_FROM.pattern.encode(), re.M)
-_DIFF_GIT = re.compile(rb"^diff --git ", re.M)
+_DIFF_GIT = b"diff --git "
+
+
+def _diff_git_lines(data: bytes) -> list[int]:
+    """Where each line starting ``diff --git `` starts (``bytes.find``: a multi-line regex
+    tries every position of the patch)."""
+    out = [0] if data.startswith(_DIFF_GIT) else []
+    at = data.find(b"\n" + _DIFF_GIT)
+    while at >= 0:
+        out.append(at + 1)
+        at = data.find(b"\n" + _DIFF_GIT, at + 1)
+    return out
 
 
 _SOLID = re.compile(rb"[!-~]")  # a printable ASCII character: not white space
@@ -129,15 +141,15 @@ def _parse(path: Path, data: bytes, root: str, compact: bool = False) -> list[di
                     "(an mbox of several patches), and a [[patches]] entry is one patch",
                     "Split it into one file per mail (git mailsplit), or import it as fixes "
                     "with `patchkit import --mbox FILE [--split]` (docs/interop.md)")
-    starts = [m.start() for m in _DIFF_GIT.finditer(data)]
+    starts = _diff_git_lines(data)
     bounds = [0, *starts[1:], len(data)] if len(starts) > 1 else [0, len(data)]
     records: list[dict[str, Any]] = []
     base = 0  # lines of the patch before the section
     for a, b in zip(bounds, bounds[1:]):
         lines = split_lines(_text(data[a:b]))
         section = _Section(lines, base)
-        for patched in _files(path, data, lines, base):
-            records.append(_file_record(path, section, patched, root, compact, base))
+        for patched, spans in _files(path, data, lines, base):
+            records.append(_file_record(path, section, patched, root, compact, base, spans))
         base += len(lines)
     if not records:
         raise _fail(path, 1, "no file changes found (no ---/+++ headers or hunks)",
@@ -146,19 +158,66 @@ def _parse(path: Path, data: bytes, root: str, compact: bool = False) -> list[di
 
 
 def _files(path: Path, data: bytes, lines: list[str], base: int) -> Iterator[Any]:
-    """unidiff's PatchedFile of each file of one section of the patch, in order; line numbers
-    are the section's, but for the file's own (``base`` lines before the section)."""
+    """unidiff's PatchedFile of each file of one section of the patch, in order, with where
+    each of its hunks lies in ``lines`` (``_spans``); line numbers are the section's, but for
+    the file's own (``base`` lines before the section).
+
+    unidiff reads the section without making an object per line (``metadata_only``: it still
+    checks every line's kind and every hunk's length against its header), and each hunk's
+    lines are then taken from ``lines`` where unidiff found them. A section with a line that
+    is not a plain ``" "``, ``"-"`` or ``"+"`` line ending in a newline (a "No newline"
+    marker, a bare empty line...) is read again with unidiff's lines, as before."""
     try:
-        patchset = unidiff.PatchSet(lines)
+        patchset = unidiff.PatchSet(lines, metadata_only=True)
     except unidiff.errors.UnidiffParseError:
         _parse_failure(path, split_lines(_text(data)))  # parsed again, counting lines, to say where
         raise
-    patchset.reverse()
+    spans = _spans(lines, patchset)
+    if spans is None:
+        patchset = unidiff.PatchSet(lines)  # the same reading, with a Line per line
+    patchset.reverse()  # each file let go once its record is made
+    n = 0
     while patchset:
         patched = patchset.pop()
         if base:
             patched.diff_line_no = (patched.diff_line_no or 0) + base
-        yield patched
+        yield patched, None if spans is None else spans[n]
+        n += 1
+
+
+def _plain(text: str, count: int) -> bool:
+    """Whether ``text`` is ``count`` lines, each ending in a newline and starting with " ", "-"
+    or "+" (counted in the text: no line is made)."""
+    if not text:
+        return count == 0
+    if text[-1] != "\n" or text.count("\n") != count:
+        return False
+    # every line but the first starts right after a newline (the last newline ends the text)
+    return (text[0] in " -+") + text.count("\n ") + text.count("\n-") + text.count("\n+") == count
+
+
+def _spans(lines: list[str], patchset: Any) -> list[list[tuple[int, int]]] | None:
+    """Per file of ``patchset`` (read with ``metadata_only``), per hunk: the index in ``lines``
+    of its ``@@`` header and of the line after its last; None when a hunk has a line
+    :func:`_hunk` would read otherwise than as its kind and text (a "\\" marker, a line
+    without a newline, a bare empty line), or a marker or an empty line follows it. Every ``@@`` line unidiff
+    matched is a hunk header (no hunk line starts with "@"), in order."""
+    out: list[list[tuple[int, int]]] = []
+    at, size = 0, len(lines)
+    for patched in patchset:
+        spans = []
+        for hunk in patched:
+            while at < size and not (lines[at].startswith("@@") and RE_HUNK_HEADER.match(lines[at])):
+                at += 1
+            end = at + 1 + hunk.source_length + hunk.added  # unidiff counted these lines
+            text = "".join(lines[at + 1:end])
+            if end > size or not _plain(text, end - at - 1) or (
+                    end < size and lines[end][:1] in ("\\", "\n")):
+                return None  # a marker, or an empty line unidiff gives the hunk, may follow
+            spans.append((at, end))
+            at = end
+        out.append(spans)
+    return out
 
 
 def _parse_failure(path: Path, lines: list[str]) -> None:
@@ -179,8 +238,10 @@ def _parse_failure(path: Path, lines: list[str]) -> None:
 
 
 def _file_record(path: Path, lines: Sequence[str], patched: Any, root: str,
-                 compact: bool = False, base: int = 0) -> dict[str, Any]:
-    """``base``: lines of the patch before the section, added to a hunk line's number."""
+                 compact: bool = False, base: int = 0,
+                 spans: list[tuple[int, int]] | None = None) -> dict[str, Any]:
+    """``base``: lines of the patch before the section, added to a hunk line's number;
+    ``spans``: where each hunk lies in the section (``_spans``), else its lines are unidiff's."""
     start = patched.diff_line_no or 1
     if patched.is_binary_file:
         raise _fail(path, start, "binary patches are not supported", "Ship the file through "
@@ -205,10 +266,17 @@ def _file_record(path: Path, lines: Sequence[str], patched: Any, root: str,
     if not rel or rel == DEV_NULL:
         raise _fail(path, start, "a file header names no path", "Regenerate the patch")
     mode = _mode(path, start, patched, op)
-    hunks = [_hunk(path, h, compact, base) for h in patched]
+    if spans is None:
+        hunks = [_hunk(path, h, compact, base) for h in patched]
+    else:
+        local = lines.lines if isinstance(lines, _Section) else list(lines)
+        hunks = [_sliced(local[a + 1:b], h, compact) for h, (a, b) in zip(patched, spans)]
     if not hunks and op == "modify" and mode is None:
         raise _fail(path, start, f"the change to {rel} has no hunks", "Regenerate the patch")
-    _check_hunk_ends(path, lines, patched, base)
+    if spans is None:
+        _check_hunk_ends(path, lines, patched, base)
+    else:
+        _check_span_ends(path, lines, spans, base)
     return {"root": root, "path": rel, "patch": path.name, "op": op, "mode": mode, "hunks": hunks}
 
 
@@ -315,6 +383,35 @@ def _hunk(path: Path, hunk: Any, compact: bool = False, base: int = 0) -> dict[s
     else:
         out["lines"] = lines
     return out
+
+
+def _sliced(body: list[str], hunk: Any, compact: bool) -> dict[str, Any]:
+    """A hunk record from its lines as they stand in the patch (each a plain " ", "-" or "+"
+    line ending in a newline: ``_spans``), the same as :func:`_hunk` makes of unidiff's."""
+    out: dict[str, Any] = {"old_start": hunk.source_start, "old_count": hunk.source_length,
+                           "new_start": hunk.target_start, "new_count": hunk.target_length}
+    if compact:
+        out["body"] = "".join(body)
+    else:
+        out["lines"] = [[line[0], line[1:]] for line in body]
+    return out
+
+
+def _check_span_ends(path: Path, lines: Sequence[str], spans: list[tuple[int, int]],
+                     base: int) -> None:
+    """:func:`_check_hunk_ends` for hunks found by ``_spans`` (no marker follows any)."""
+    for a, b in spans:
+        if b == a + 1:  # no line
+            continue
+        at = b + base  # the index of the line after the hunk's last
+        if at >= len(lines):
+            continue
+        nxt = lines[at]
+        is_body = nxt[:1] in ("+", " ", "-") and not nxt.startswith(("--- ", "+++ "))
+        if is_body and nxt.rstrip("\r\n") != "-- ":  # "-- " opens a mail signature
+            raise _fail(path, at + 1, f"line {at + 1} continues the hunk at line "
+                        f"{a + base + 1} beyond the lengths its header gives",
+                        "Fix the hunk header counts, or regenerate the patch")
 
 
 def _check_hunk_ends(path: Path, lines: Sequence[str], patched: Any, base: int = 0) -> None:

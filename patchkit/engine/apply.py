@@ -11,7 +11,7 @@ from ..errors import (ConflictError, DriftError, PreconditionFailed, TargetFileM
 from . import auto, record
 from .checks import CheckContext, failure_lines, run_check
 from .fsops import missing_dirs
-from .hunks import apply_change, decode, encode, sha256_bytes
+from .hunks import FileChange, apply_change, decode, encode, sha256_bytes
 from .plan import FixChange, Sources, fix_result, refuse_later_writers, restore_in_memory, touched
 from .records import FileRecord, FixRecord, State, fix_backups
 from .request import FixSpec, Request, check_file_modes, check_patch_paths
@@ -217,6 +217,9 @@ class _Prepare:
         self.writable: Dict[str, Optional[str]] = {}  # each directory probed for writing
         self.failures: List[Dict[str, Any]] = []
         self.results: List[Dict[str, Any]] = []
+        # the fix being prepared: each file's first FILE record with its placement (or its
+        # conflict), made by the not-already-added check, until place() writes it
+        self.placed: Dict[Key, Tuple[FileChange, Any]] = {}
 
     def changes(self, todo: List[FixSpec]) -> List[FixChange]:
         out = []
@@ -229,6 +232,7 @@ class _Prepare:
             failed = [dict(r, fix=spec.name) for r in fc.preconditions if not r["ok"]]
             if failed:
                 self.failures.extend(failed)
+                self.placed = {}
                 continue
             fc.snapshot(self.ws, fc.before)
             try:
@@ -237,6 +241,7 @@ class _Prepare:
                 self.refuse_failed()  # a refused precondition explains more than the conflict
                 raise
             fc.snapshot(self.ws, fc.after)
+            self.placed = {}
             self.done.update(fc.keys)
             self.prepared.add(spec.name)
             out.append(fc)
@@ -256,13 +261,20 @@ class _Prepare:
         pre.extend(auto.requires_check(spec, self.recorded, self.prepared, copies, self.read_any))
         if spec.name in self.sources:
             pre.append(self.sources[spec.name][1])
+        by_key: Dict[Key, List[FileChange]] = {}
+        for change in spec.files:
+            by_key.setdefault((change.root, change.path), []).append(change)
+        self.placed = {}  # another fix's first placements are not this one's
         for key, op in first_op.items():
             missing = None if op == "revert" else auto.presence_check(ws.entry(*key), op)
             if missing:
                 pre.append(missing)
             elif op == "modify" and not req.force:
-                dup = auto.duplicate_check(ws.entry(*key), [c for c in spec.files
-                                                            if (c.root, c.path) == key])
+                dup, placed = auto.duplicate_check(ws.entry(*key), by_key[key])
+                if placed is not None:  # the file's first record, placed by the check
+                    if not isinstance(placed, ConflictError):  # held as bytes, as written
+                        placed = (None if placed[0] is None else encode(placed[0]), placed[1])
+                    self.placed[key] = (by_key[key][0], placed)
                 if dup:
                     pre.append(dup)
         fresh = [ws.entry(*k) for k in first_op if k not in self.done]
@@ -282,13 +294,21 @@ class _Prepare:
         return self.ws.read(root, path) if root in {r.name for r in self.req.roots} else None
 
     def place(self, fc: FixChange) -> None:
+        """Each FILE record applied to the workspace, in order; a file's first record the
+        not-already-added check placed already (on these same bytes) is not placed again."""
         for change in fc.spec.files:
             key = (change.root, change.path)
             e = self.ws.entry(*key)
-            new, placed = apply_change(None if e.current is None else decode(e.current), change)
-            e.current = None if new is None else encode(new)
-            if new is None or change.mode is not None:
-                e.mode = None if new is None else change.mode
+            early = self.placed.pop(key, None)
+            if early is not None and early[0] is change:
+                if isinstance(early[1], ConflictError):
+                    raise early[1]
+                e.current, placed = early[1]
+            else:
+                new, placed = apply_change(None if e.current is None else decode(e.current), change)
+                e.current = None if new is None else encode(new)
+            if e.current is None or change.mode is not None:
+                e.mode = None if e.current is None else change.mode
             elif e.mode is None:
                 e.mode = 0o644
             fc.placements.setdefault(key, []).extend(placed)

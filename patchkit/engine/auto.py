@@ -97,26 +97,38 @@ def presence_check(entry: Entry, op: str) -> Optional[Dict[str, Any]]:
         % (entry.where, entry.abs), entry.where)
 
 
-def duplicate_check(entry: Entry, changes: List[Any]) -> Optional[Dict[str, Any]]:
+def duplicate_check(entry: Entry, changes: List[Any]) -> Tuple[Optional[Dict[str, Any]], Any]:
     """Refused when a hunk would write a second copy of lines already next to where it goes
-    (the change, or code just like it, is already there: docs/upstream.md, "ambiguous")."""
+    (the change, or code just like it, is already there: docs/upstream.md, "ambiguous").
+    Also returns the first record's placement on the file (``presence.Placed``, None when
+    there is none), found by the same search: apply writes it instead of placing every hunk
+    a second time."""
     from . import presence
     from .hunks import decode
 
-    if entry.current is None:
-        return None
+    if entry.current is None or not changes:
+        return None, None
     text = decode(entry.current)
-    for change in changes:
+    found, placed = None, None
+    first, *rest = changes
+    if first.op == "modify":
+        found, placed = presence.placed_with_duplicates(text, first)
+    else:
+        rest = changes
+    change = first
+    for change in rest if found is None else ():
         found = presence.duplicates(text, change)
         if found is not None:
-            line, hunk, _block = found
-            return result("not-already-added", "%s does not already hold the added lines"
-                          % entry.where, False,
-                          "the lines this patch adds are already in %s at line %d (hunk #%d of "
-                          "%s): applying it would write a second copy; check whether the fix "
-                          "is already there, or apply with --force" % (
-                              entry.where, line, hunk.index, change.patch), entry.where)
-    return None
+            break
+    if found is None:
+        return None, placed
+    line, hunk, _block = found
+    return result("not-already-added", "%s does not already hold the added lines"
+                  % entry.where, False,
+                  "the lines this patch adds are already in %s at line %d (hunk #%d of "
+                  "%s): applying it would write a second copy; check whether the fix "
+                  "is already there, or apply with --force" % (
+                      entry.where, line, hunk.index, change.patch), entry.where), placed
 
 
 NO_GIT = "--no-git given, git was not run, so nothing proves the file matches HEAD"

@@ -29,7 +29,7 @@ def read_with_stat(path: str) -> Tuple[Optional[bytes], Optional[os.stat_result]
             return None, None
         if not stat.S_ISREG(st.st_mode):  # a FIFO would block the read, a device never end
             raise NotRegular(path, "is %s, not a regular file" % kind_of(st.st_mode))
-        return read_fd(fd), st
+        return read_fd(fd, st.st_size), st
     finally:
         os.close(fd)
 
@@ -149,10 +149,22 @@ def read_regular(path: str, limit: int) -> bytes:
         os.close(fd)
 
 
-def read_fd(fd: int) -> bytes:
-    """Everything left to read from ``fd`` (which stays open)."""
-    with open(fd, "rb", closefd=False) as fh:
-        return fh.read()
+def read_fd(fd: int, size: Optional[int] = None) -> bytes:
+    """Everything left to read from ``fd`` (which stays open); ``size``: its ``st_size``, when
+    the caller has it. Read in one ``read`` of the size and a second that finds the end (a
+    file object would also ask the terminal and seek twice: the engine reads each file it
+    writes two or three times)."""
+    if size is None:
+        size = os.fstat(fd).st_size
+    data = os.read(fd, size + 1)
+    if not data:
+        return data
+    parts = [data]
+    while True:  # grown meanwhile, or more than one read returns
+        block = os.read(fd, max(size + 1, 1 << 16))
+        if not block:
+            return data if len(parts) == 1 else b"".join(parts)
+        parts.append(block)
 
 
 def write_json(path: str, data: Any, durable: bool = True) -> None:

@@ -14,6 +14,10 @@ from typing import Dict, Iterator, List, Optional, Tuple
 from .recordbase import Record, record_dataclass
 
 TIMEOUT = 120.0  # each git command, outside a ``deadline``
+# Above this many paths one ``git status`` of the whole root is cheaper than one limited to
+# them: git matches each index entry against every pathspec (SGLang's checkout, 5,278 files:
+# 2,152 pathspecs took 0.25 to 0.4 s, the whole root 0.06 s; 100 took 0.01 s).
+MANY_PATHS = 400
 _deadline = threading.local()
 
 
@@ -99,7 +103,11 @@ def changed_paths(root: str, rels: List[str]) -> Changes:
     # porcelain paths are relative to the work tree's top, whatever the cwd
     prefix = os.path.relpath(os.path.realpath(root), top)
     prefix = "" if prefix == "." else prefix + "/"
-    proc = run(root, ["status", "--porcelain=v1", "-z", "--untracked-files=all", "--"] + rels)
+    # --no-renames: a path's code is its own (a staged rename's two sides: "D " and "A "),
+    # whichever other paths are asked about
+    args = ["status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames", "--"]
+    # git matches every index entry against every pathspec: for many, the root's status is less work
+    proc = run(root, args + (rels if len(rels) <= MANY_PATHS else ["."]))
     if proc is None:
         return Changes(True, error="git did not run (is it installed?)")
     if proc.returncode != 0:
@@ -112,6 +120,9 @@ def changed_paths(root: str, rels: List[str]) -> Changes:
         for name in (path, source):  # a renamed file's old path is changed too (deleted)
             if name is not None and name.startswith(prefix):
                 out.setdefault(name[len(prefix):], code)
+    if len(rels) > MANY_PATHS:
+        wanted = set(rels)
+        out = {rel: code for rel, code in out.items() if rel in wanted}
     return Changes(True, out)
 
 

@@ -9,7 +9,7 @@ import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 from ..errors import ConflictError, PatchFormatError, UsageError
 from .contract import FILE_OPS, REVERSED_OP, REVERSED_SIDE
@@ -279,8 +279,14 @@ def locate(lines: List[str], old: List[str], expected: int, lo: int = 0) -> Opti
     return None
 
 
-def apply_change(text: Optional[str], change: FileChange) -> Tuple[Optional[str], List[Placement]]:
-    """Apply one FILE record to the current text (None: the file is absent)."""
+Seen = Callable[[List[str], "Hunk", int, List[str]], None]  # (file lines, hunk, index, old side)
+
+
+def apply_change(text: Optional[str], change: FileChange,
+                 seen: Optional[Seen] = None) -> Tuple[Optional[str], List[Placement]]:
+    """Apply one FILE record to the current text (None: the file is absent); ``seen``, if
+    given, is called with each hunk of a modify as it is placed (the file's lines as read,
+    the hunk, the index its old side was found at, that old side)."""
     if change.op == "create":
         if text is not None:
             raise ConflictError("%s: %s creates this file but it already exists; remove it or "
@@ -309,6 +315,8 @@ def apply_change(text: Optional[str], change: FileChange) -> Tuple[Optional[str]
         if idx is None:
             _conflict(change, hunk, lines, removed, max(0, min(expected, len(lines))),
                       "does not apply: its context is not in the file (zero fuzz)")
+        if seen is not None:
+            seen(lines, hunk, idx, removed)
         carried = idx - hunk.expected_index
         line = idx if hunk.old_count == 0 else idx + 1
         placements.append(Placement(change.patch, hunk.index, hunk.old_start, line,

@@ -145,6 +145,7 @@ class Roots:
             raise UsageError("the request names no roots; give at least one (e.g. sglang=/path)")
         self._roots: Dict[str, Root] = {}
         self.interpreters: Dict[str, str] = {}  # roots given as python:INTERPRETER
+        self._name_max: Dict[str, int] = {}  # of each root's file system, asked once per run
         for name, path in mapping.items():
             path = str(path)
             if path.startswith("python:"):  # resolved here, on the host that runs the engine
@@ -178,7 +179,9 @@ class Roots:
         root = self.get(root_name)
         where = "%s:%s" % (root_name, rel)
         parts = check_rel(root_name, rel)
-        limit = _name_max(root)
+        limit = self._name_max.get(root_name)
+        if limit is None:
+            limit = self._name_max[root_name] = _name_max(root)
         for part in parts:
             size = len(part.encode("utf-8", "surrogateescape"))
             if size > limit:

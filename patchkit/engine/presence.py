@@ -4,10 +4,11 @@ fork may carry a prerequisite fix as a commit of its own)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..errors import ConflictError
-from .hunks import FileChange, Hunk, apply_change, decode, locate, side_found, split_lines
+from .hunks import (FileChange, Hunk, Placement, apply_change, decode, locate, side_found,
+                    split_lines)
 from .recordbase import Record, record_dataclass
 
 Reader = Callable[[str, str], Optional[bytes]]  # (root, path) -> bytes, None if absent
@@ -67,10 +68,11 @@ def added_blocks(hunk: Hunk) -> List[List[str]]:
         if kind == "+":
             run.append(text)
             continue
-        solid = [t for t in run if t.strip()]
-        if len(solid) >= 2 or (solid and len(solid[0].strip()) >= 40):
-            blocks.append(run)
-        run = []
+        if run:  # a run ends
+            solid = [t for t in run if t.strip()]
+            if len(solid) >= 2 or (solid and len(solid[0].strip()) >= 40):
+                blocks.append(run)
+            run = []
     return blocks
 
 
@@ -90,6 +92,9 @@ def already_added(lines: List[str], hunk: Hunk, at: int,
     literal: code passes the same arguments to two calls), so a hunk needs two added
     statements before it can be a second copy. ``old``: the hunk's old side, when the caller
     has it."""
+    body = hunk.body
+    if body is not None and body.count("\n+") + body.startswith("+") < 2:
+        return None  # two added statements are needed (below): fewer added lines, no copy
     old = hunk.old if old is None else old
     blocks = added_blocks(hunk)
     if sum(1 for b in blocks for line in b if line.strip() and not line.rstrip().endswith(",")) < 2:
@@ -104,7 +109,31 @@ def already_added(lines: List[str], hunk: Hunk, at: int,
     return lo + first + 1, block
 
 
-def duplicates(text: Optional[str], change: FileChange) -> Optional[Tuple[int, Hunk, List[str]]]:
+Duplicate = Tuple[int, Hunk, List[str]]  # (1-based line of the copy, the hunk, the block)
+Placed = Union[Tuple[Optional[str], List[Placement]], ConflictError]  # apply_change's answer
+
+
+def placed_with_duplicates(text: str, change: FileChange) -> Tuple[Optional[Duplicate], Placed]:
+    """:func:`duplicates` and :func:`apply_change` of one modify record, from one placement of
+    each hunk: the first duplicate (found as each hunk is placed), and the new text with the
+    placements, or the ``ConflictError`` that stopped them (the duplicates of the hunks
+    placed before it count, as in :func:`duplicates`)."""
+    found: List[Duplicate] = []
+
+    def seen(lines: List[str], hunk: Hunk, at: int, old: List[str]) -> None:
+        if not found:
+            copy = already_added(lines, hunk, at, old)
+            if copy is not None:
+                found.append((copy[0], hunk, copy[1]))
+
+    try:
+        placed: Placed = apply_change(text, change, seen)
+    except ConflictError as exc:
+        placed = exc
+    return (found[0] if found else None), placed
+
+
+def duplicates(text: Optional[str], change: FileChange) -> Optional[Duplicate]:
     """The first hunk of ``change`` that, applied to ``text``, would write a second copy of a
     block already there: (1-based line of the copy, the hunk, the block), else None."""
     if text is None or change.op != "modify":

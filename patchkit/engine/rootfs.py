@@ -102,9 +102,12 @@ class RootDirs:
         """Write ``data`` to the temporary sibling of ``rel`` (not fsynced: the caller syncs)."""
         dfd, name = self.parent(root, rel, create=True)
         tmp = temp_of(name)
-        with suppress(FileNotFoundError):
-            os.unlink(tmp, dir_fd=dfd)  # a crash's leftover (or a planted link): never opened
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dfd)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        try:  # O_EXCL: a crash's leftover (or a planted link) is never opened...
+            fd = os.open(tmp, flags, 0o600, dir_fd=dfd)
+        except FileExistsError:  # ...but removed, and the file made anew
+            os.unlink(tmp, dir_fd=dfd)
+            fd = os.open(tmp, flags, 0o600, dir_fd=dfd)
         try:
             fill_fd(fd, data, mode, owner)
         finally:

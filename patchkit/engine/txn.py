@@ -115,20 +115,21 @@ class Transaction:
         os.makedirs(tdir)
         intent = os.path.join(tdir, "txn.json")  # made durable with the backups, below
         write_json(intent, Intent(self.id, self.op, self.fixes, utc_now()).to_json(), durable=False)
-        written = [intent] + self._back_up_fixes(fix_backups)
+        made: Set[str] = set()  # the backup directories made so far
+        written = [intent] + self._back_up_fixes(fix_backups, made)
         for n, w in enumerate(writes):
             if w.original is not None and (w.root, w.path) not in self._origs:
                 fault("backup")  # no fix keeps it (a rollback): the transaction's own copy
                 self._origs[(w.root, w.path)] = original_name(self.id, n)
                 _keep(self.dirs, w.root, self.rels[n], store.path(original_name(self.id, n)),
-                      w.original)
+                      w.original, made)
                 written.append(store.path(original_name(self.id, n)))
         # every backup durable before the journal names it
         sync_all(written, [d for d, _dirs, _files in os.walk(tdir)] + [os.path.dirname(tdir)])
         return {fix: {(root, path): backup_name(fix, i) for i, (root, path, _data) in enumerate(files)}
                 for fix, files in fix_backups.items()}
 
-    def _back_up_fixes(self, fix_backups: FixBackups) -> List[str]:
+    def _back_up_fixes(self, fix_backups: FixBackups, made: Set[str]) -> List[str]:
         """Per-fix backups, first: the first fix's backup of a file is also the journal's
         original of it (a hard link where it can); a later fix's bytes are a copy."""
         first = {(w.root, w.path): (w, rel) for w, rel in zip(self.writes, self.rels)
@@ -142,9 +143,9 @@ class Transaction:
                 w, on_disk = first.get((root, path), (None, ""))
                 if w is not None and (root, path) not in self._origs and w.original == data:
                     self._origs[(root, path)] = rel
-                    _keep(self.dirs, root, on_disk, dest, data)
+                    _keep(self.dirs, root, on_disk, dest, data, made)
                 else:  # bytes an earlier fix of this transaction made: never on disk
-                    _copy(dest, data)
+                    _copy(dest, data, made)
                 written.append(dest)  # a link too: the inode's data may not be on disk yet
         return written
 
@@ -228,19 +229,21 @@ class _Changed(Exception):
         self.index, self.now, self.replaced = index, now, replaced
 
 
-def _keep(dirs: RootDirs, root: str, rel: str, dest: str, data: bytes) -> None:
+def _keep(dirs: RootDirs, root: str, rel: str, dest: str, data: bytes,
+          made: Optional[Set[str]] = None) -> None:
     """Keep the file's bytes ``data`` at ``dest``: a hard link where safe (docs/state.md,
-    "Backups"), else a copy. A file no longer holding ``data`` stops the transaction."""
-    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    "Backups"), else a copy. A file no longer holding ``data`` stops the transaction.
+    ``made``: the directories made already (each is made once, not once per file)."""
+    _make_parent(dest, made)
     try:
         dirs.link_out(root, rel, dest)
     except OSError:  # another file system, protected_hardlinks, no links: copy
-        _copy(dest, data)
+        _copy(dest, data, made)
         return
     fd = os.open(dest, os.O_RDONLY)
     try:
         st = os.fstat(fd)
-        same = stat.S_ISREG(st.st_mode) and st.st_size == len(data) and read_fd(fd) == data
+        same = stat.S_ISREG(st.st_mode) and st.st_size == len(data) and read_fd(fd, st.st_size) == data
     finally:
         os.close(fd)
     if same and st.st_nlink == 2:
@@ -251,11 +254,19 @@ def _keep(dirs: RootDirs, root: str, rel: str, dest: str, data: bytes) -> None:
             "%s:%s changed since patchkit read it (another process is writing to it); nothing "
             "was written. Stop whatever writes to it, then run again" % (root, rel),
             root=root, path=rel)
-    _copy(dest, data)  # linked elsewhere too: that name could write into the backup
+    _copy(dest, data, made)  # linked elsewhere too: that name could write into the backup
 
 
-def _copy(dest: str, data: bytes) -> None:
-    os.makedirs(os.path.dirname(dest), exist_ok=True)
+def _make_parent(dest: str, made: Optional[Set[str]]) -> None:
+    parent = os.path.dirname(dest)
+    if made is None or parent not in made:
+        os.makedirs(parent, exist_ok=True)
+        if made is not None:
+            made.add(parent)
+
+
+def _copy(dest: str, data: bytes, made: Optional[Set[str]] = None) -> None:
+    _make_parent(dest, made)
     with open(dest, "wb") as fh:
         fh.write(data)
 
