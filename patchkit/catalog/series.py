@@ -403,15 +403,7 @@ def _check_span_ends(path: Path, lines: Sequence[str], spans: list[tuple[int, in
     for a, b in spans:
         if b == a + 1:  # no line
             continue
-        at = b + base  # the index of the line after the hunk's last
-        if at >= len(lines):
-            continue
-        nxt = lines[at]
-        is_body = nxt[:1] in ("+", " ", "-") and not nxt.startswith(("--- ", "+++ "))
-        if is_body and nxt.rstrip("\r\n") != "-- ":  # "-- " opens a mail signature
-            raise _fail(path, at + 1, f"line {at + 1} continues the hunk at line "
-                        f"{a + base + 1} beyond the lengths its header gives",
-                        "Fix the hunk header counts, or regenerate the patch")
+        _check_after_hunk(path, lines, b + base, a + base + 1)  # b + base: the line after it
 
 
 def _check_hunk_ends(path: Path, lines: Sequence[str], patched: Any, base: int = 0) -> None:
@@ -426,14 +418,20 @@ def _check_hunk_ends(path: Path, lines: Sequence[str], patched: Any, base: int =
         # at is 1-based; lines[at] is the next line
         while at < len(lines) and lines[at].startswith("\\"):
             at += 1
-        if at >= len(lines):
-            continue
-        nxt = lines[at]
-        is_body = nxt[:1] in ("+", " ", "-") and not nxt.startswith(("--- ", "+++ "))
-        if is_body and nxt.rstrip("\r\n") != "-- ":  # "-- " opens a mail signature
-            raise _fail(path, at + 1, f"line {at + 1} continues the hunk at line "
-                        f"{first - 1} beyond the lengths its header gives",
-                        "Fix the hunk header counts, or regenerate the patch")
+        _check_after_hunk(path, lines, at, first - 1)
+
+
+def _check_after_hunk(path: Path, lines: Sequence[str], at: int, header_line: int) -> None:
+    """Refuse a body line at index ``at``, right after the hunk whose header is at line
+    ``header_line``: the header undercounts."""
+    if at >= len(lines):
+        return
+    nxt = lines[at]
+    is_body = nxt[:1] in ("+", " ", "-") and not nxt.startswith(("--- ", "+++ "))
+    if is_body and nxt.rstrip("\r\n") != "-- ":  # "-- " opens a mail signature
+        raise _fail(path, at + 1, f"line {at + 1} continues the hunk at line {header_line} "
+                    "beyond the lengths its header gives",
+                    "Fix the hunk header counts, or regenerate the patch")
 
 
 # -- writing ---------------------------------------------------------------------------------
