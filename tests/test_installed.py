@@ -206,6 +206,33 @@ def test_seed_fixes_apply_to_the_installed_release_verify_and_roll_back_to_recor
             sha256(Path(target.roots["serve"]) / SERVE_SCRIPT.name) == sha256(SERVE_SCRIPT))
 
 
+def test_drift_on_an_installed_package_names_the_installed_files_everywhere(
+        venv: Path, site: Path) -> None:
+    """status (plain and --json), verify, apply and rollback name a drifted file as it lies in
+    site-packages, never by the patch's python/sglang/... (issue 25, item 11); a venv target is
+    said once per run."""
+    where = ["--target", str(venv)]
+    res = run_cli("apply", "dsv4-bf16-index-k", *where)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.count("target: ") == 1, res.stderr
+    (site / POOL).write_bytes((site / POOL).read_bytes() + b"# edited by hand\n")
+
+    status = run_cli("status", *where)
+    line = next(ln for ln in status.stdout.splitlines() if ln.startswith("dsv4-bf16-index-k\t"))
+    assert line.split("\t")[4] == f"{POOL} (drifted)", line
+    raw = json.loads(run_cli("status", "--json", *where).stdout)
+    files = {f["path"]: f for s in raw["status"]["fixes"] for f in s["files"]}
+    assert files[f"python/{POOL}"]["where"] == f"sglang:{POOL}"
+    outputs = {"status": status.stdout + status.stderr}
+    for op in ("verify", "apply", "rollback"):
+        res = run_cli(op, "dsv4-bf16-index-k", *where)
+        assert f"sglang:{POOL}" in res.stdout + res.stderr, (op, res.stdout, res.stderr)
+        assert res.stderr.count("target: ") == 1, (op, res.stderr)
+        outputs[op] = res.stdout + res.stderr
+    assert {op: "python/sglang/" in text for op, text in outputs.items()} == dict.fromkeys(
+        outputs, False), outputs
+
+
 # -- 2. the wheel reinstalled underneath the fixes -------------------------------------------
 
 
