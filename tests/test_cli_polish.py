@@ -58,6 +58,25 @@ def test_upstream_fetch_in_a_pipe_says_what_it_does(upstream_repo: UpstreamRepo)
     assert run.stdout.startswith("v0.5.21 ")
 
 
+@pytest.mark.network
+def test_matrix_and_upstream_check_progress_goes_through_the_one_mechanism(
+        upstream_repo: UpstreamRepo) -> None:
+    """Their steps are `patchkit: STEP` lines, and none with PATCHKIT_PROGRESS_AFTER=off."""
+    where = {"PATCHKIT_UPSTREAM": str(upstream_repo.path)}
+    runs = {"matrix": ("--catalog", str(REPO), "matrix", "--releases", "0.5.21"),
+            "upstream check": ("--catalog", str(REPO), "upstream", "check", "dsv4-bf16-index-k",
+                               "--release", "0.5.21")}
+    for what, args in runs.items():
+        every = pk(*args, env={**where, "PATCHKIT_PROGRESS_AFTER": "0"})
+        assert every.returncode in (0, 1), (what, every.stderr)
+        lines = every.stderr.splitlines()
+        assert lines and all(ln.startswith("patchkit: ") for ln in lines), (what, lines)
+        off = pk(*args, env={**where, "PATCHKIT_PROGRESS_AFTER": "off"})
+        assert (off.returncode, off.stderr) == (every.returncode, ""), what
+    assert "patchkit: sglang 0.5.21 already in the upstream repository" in pk(
+        *runs["matrix"], env={**where, "PATCHKIT_PROGRESS_AFTER": "0"}).stderr
+
+
 # -- 8, 9, 11: one real 0.5.23 checkout with a fix applied --------------------------------------
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from .. import matrix as lib
@@ -35,11 +33,8 @@ def matrix(state: State, fixes: tuple[str, ...], releases: str | None, markdown:
     if not wanted:
         raise UsageError("no release to check: the catalog's fixes name none; pass --releases A..B")
 
-    def say(line: str) -> None:
-        if not as_json and not markdown:
-            sys.stderr.write(line + "\n")
-
-    result = lib.matrix(catalog, wanted, list(fixes), progress=say)
+    with render.busy(f"checking {len(wanted)} release(s)", quiet=as_json) as progress:
+        result = lib.matrix(catalog, wanted, list(fixes), progress=progress.update)
     if markdown:
         click.echo(result.markdown(), nl=False)
     else:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -114,10 +113,10 @@ def check(state: State, fixes: tuple[str, ...], release: str, mark: bool, dry_ru
             raise UsageError(f"--repo {repo} is not a git repository: name an SGLang clone",
                              path=repo)
         upstream_repo = UpstreamRepo(repo)
-    with render.stderr().status(f"checking {len(names)} fix(es) against SGLang {release}") \
-            if not as_json else contextlib.nullcontext() as spinner:
+    with render.busy(f"checking {len(names)} fix(es) against SGLang {release}",
+                     quiet=as_json) as spinner:
         verdicts = lib.check(catalog, names, release, upstream=upstream_repo,
-                             progress=(lambda step: spinner.update(step)) if spinner else None)
+                             progress=spinner.update)
     marked = lib.mark(catalog, verdicts, commit=not no_commit, dry_run=dry_run) if mark else []
     data = {"release": release, "fixes": [v.to_json() for v in verdicts],
             **({"marked": [m.to_json() for m in marked], "dry_run": dry_run} if mark else {})}
