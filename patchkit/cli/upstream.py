@@ -123,8 +123,12 @@ def check(state: State, fixes: tuple[str, ...], release: str, mark: bool, dry_ru
     width = max((len(v.fix) for v in verdicts), default=0)
 
     def draw(out: object) -> None:
-        for v in verdicts:
-            render.line(out, [(v.fix.ljust(width) + "  ", "bold"), *_verdict(v)])
+        if isinstance(out, render.PlainConsole):  # piped: FIX<TAB>VERDICT<TAB>EVIDENCE
+            render.write_table(out, [[v.fix, *(text.strip() for text, _style in _verdict(v))]
+                                     for v in verdicts])
+        else:
+            for v in verdicts:
+                render.line(out, [(v.fix.ljust(width) + "  ", "bold"), *_verdict(v)])
         for m in marked:
             what = (f"marked {m.fix} v{m.version}: status upstreamed, applied {release}"
                     + (f" (commit {m.commit[:12]})" if m.commit else "")) if m.marked else \
