@@ -253,3 +253,32 @@ def test_catalog_may_follow_the_command(tmp_path: Path) -> None:
     assert json.loads(after.stdout) == []
     both = pk("--catalog", str(REPO), "list", "--catalog", str(catalog), "--json")
     assert json.loads(both.stdout) == []  # the one after the command wins
+
+
+# -- docs/fixes.md says what the shipped catalog serves -------------------------------------------
+
+
+def test_the_supported_releases_table_of_docs_fixes_is_the_catalogs() -> None:
+    """Each fix's version per release in docs/fixes.md, "Supported releases", is the variant
+    the catalog serves that release with (issue 25: the table still said 0.5.21 v1 / 0.5.23 v2)."""
+    import re
+
+    lines = (REPO / "docs" / "fixes.md").read_text().split("## Supported releases", 1)[1].splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("| fix "))
+    header, table = lines[start], lines[start + 2:]
+    rows = [ln.split("|")[1:-1] for ln in table[:next(i for i, ln in enumerate(table)
+                                                       if not ln.startswith("|"))]]
+    releases = [c.strip() for c in header.split("|")[2:-1]]
+    assert releases[-2:] == ["0.5.22", "0.5.23"], header
+    catalog = Catalog(REPO)
+    seen = {}
+    for cells in rows:
+        fix = catalog.get(cells[0].split()[0].strip())
+        served = {r: v.version for v in fix.variants for r in v.releases}
+        served.update(dict.fromkeys(fix.upstream.releases, fix.version))
+        for release, cell in zip(releases[-2:], cells[-2:]):
+            shown = re.match(r"\s*v(\d+)", cell)
+            assert shown, (fix.name, release, cell)
+            seen[(fix.name, release)] = int(shown.group(1))
+            assert int(shown.group(1)) == served.get(release, fix.version), (fix.name, release)
+    assert {name for name, _ in seen} == set(catalog.names())
