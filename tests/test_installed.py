@@ -233,6 +233,27 @@ def test_drift_on_an_installed_package_names_the_installed_files_everywhere(
         outputs, False), outputs
 
 
+def test_a_conflict_on_an_installed_package_names_the_installed_file(
+        venv: Path, site: Path, tmp_path: Path) -> None:
+    """A hunk whose context is not in the file is refused naming sglang:sglang/..., as the
+    file lies in site-packages (issue 25, item 11), nothing written."""
+    cat = tmp_path / "catalog"
+    (cat / "manifests").mkdir(parents=True)
+    shutil.copytree(REPO / "patches" / "dsv4-bf16-index-k", cat / "patches" / "off",
+                    ignore=shutil.ignore_patterns("0.5.2*"))
+    manifest = (REPO / "manifests" / "dsv4-bf16-index-k.toml").read_text()
+    (cat / "manifests" / "off.toml").write_text(manifest.split("[[variants]]")[0].replace(
+        'name = "dsv4-bf16-index-k"', 'name = "off"', 1))
+    patch = next((cat / "patches" / "off").glob("*.patch"))
+    patch.write_text(patch.read_text().replace("\n     # for MIN_ROWS", "\n     # for MAX_ROWS", 1))
+    res = subprocess.run([sys.executable, "-m", "patchkit", "--catalog", str(cat), "apply", "off",
+                          "--target", str(venv)], capture_output=True, text=True,
+                         stdin=subprocess.DEVNULL, timeout=300)
+    assert res.returncode == 3, (res.stdout, res.stderr)
+    assert "error: sglang:sglang/srt/environ.py: hunk #1 of" in res.stderr, res.stderr
+    assert "python/sglang/" not in res.stderr and unlike_record(site) == []
+
+
 # -- 2. the wheel reinstalled underneath the fixes -------------------------------------------
 
 
