@@ -63,8 +63,10 @@ def test_matrix_and_upstream_check_progress_goes_through_the_one_mechanism(
         upstream_repo: UpstreamRepo) -> None:
     """Their steps are `patchkit: STEP` lines, and none with PATCHKIT_PROGRESS_AFTER=off."""
     where = {"PATCHKIT_UPSTREAM": str(upstream_repo.path)}
-    runs = {"matrix": ("--catalog", str(REPO), "matrix", "--releases", "0.5.21"),
-            "upstream check": ("--catalog", str(REPO), "upstream", "check", "dsv4-bf16-index-k",
+    # the fix based on 0.5.21: nothing more is fetched into the session's repository
+    runs = {"matrix": ("--catalog", str(REPO), "matrix", "prefill-hicache-off", "--releases",
+                       "0.5.21"),
+            "upstream check": ("--catalog", str(REPO), "upstream", "check", "prefill-hicache-off",
                                "--release", "0.5.21")}
     for what, args in runs.items():
         every = pk(*args, env={**where, "PATCHKIT_PROGRESS_AFTER": "0"})
@@ -75,6 +77,7 @@ def test_matrix_and_upstream_check_progress_goes_through_the_one_mechanism(
         assert (off.returncode, off.stderr) == (every.returncode, ""), what
     assert "patchkit: sglang 0.5.21 already in the upstream repository" in pk(
         *runs["matrix"], env={**where, "PATCHKIT_PROGRESS_AFTER": "0"}).stderr
+    assert upstream_repo.versions() == ["0.5.21"]  # the session's repository as it was
 
 
 # -- 8, 9, 11: one real 0.5.23 checkout with a fix applied --------------------------------------
