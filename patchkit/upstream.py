@@ -169,7 +169,8 @@ class UpstreamRepo:
 
     def checkout(self, version: str, dest: Path | str) -> Path:
         """A working tree of ``version`` at ``dest`` (absent or empty), detached at the tag."""
-        d = Path(dest).absolute()  # git clones from the upstream repository's directory
+        d = Path(dest).resolve()  # absolute (git clones from the upstream repository's
+        # directory) and said as the path it is, not as given (my-fixes/../sglang)
         self.release(version)
         if d.exists() and (not d.is_dir() or any(d.iterdir())):
             raise UsageError(f"cannot check out SGLang {version} into {d}: it exists and is not "

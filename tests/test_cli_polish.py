@@ -58,6 +58,28 @@ def test_upstream_fetch_in_a_pipe_says_what_it_does(upstream_repo: UpstreamRepo)
     assert run.stdout.startswith("v0.5.21 ")
 
 
+@pytest.mark.network
+def test_matrix_and_upstream_check_progress_goes_through_the_one_mechanism(
+        upstream_repo: UpstreamRepo) -> None:
+    """Their steps are `patchkit: STEP` lines, and none with PATCHKIT_PROGRESS_AFTER=off."""
+    where = {"PATCHKIT_UPSTREAM": str(upstream_repo.path)}
+    # the fix based on 0.5.21: nothing more is fetched into the session's repository
+    runs = {"matrix": ("--catalog", str(REPO), "matrix", "prefill-hicache-off", "--releases",
+                       "0.5.21"),
+            "upstream check": ("--catalog", str(REPO), "upstream", "check", "prefill-hicache-off",
+                               "--release", "0.5.21")}
+    for what, args in runs.items():
+        every = pk(*args, env={**where, "PATCHKIT_PROGRESS_AFTER": "0"})
+        assert every.returncode in (0, 1), (what, every.stderr)
+        lines = every.stderr.splitlines()
+        assert lines and all(ln.startswith("patchkit: ") for ln in lines), (what, lines)
+        off = pk(*args, env={**where, "PATCHKIT_PROGRESS_AFTER": "off"})
+        assert (off.returncode, off.stderr) == (every.returncode, ""), what
+    assert "patchkit: sglang 0.5.21 already in the upstream repository" in pk(
+        *runs["matrix"], env={**where, "PATCHKIT_PROGRESS_AFTER": "0"}).stderr
+    assert upstream_repo.versions() == ["0.5.21"]  # the session's repository as it was
+
+
 # -- 8, 9, 11: one real 0.5.23 checkout with a fix applied --------------------------------------
 
 
@@ -294,3 +316,32 @@ def test_catalog_may_follow_the_command(tmp_path: Path) -> None:
     assert json.loads(after.stdout) == []
     both = pk("--catalog", str(REPO), "list", "--catalog", str(catalog), "--json")
     assert json.loads(both.stdout) == []  # the one after the command wins
+
+
+# -- docs/fixes.md says what the shipped catalog serves -------------------------------------------
+
+
+def test_the_supported_releases_table_of_docs_fixes_is_the_catalogs() -> None:
+    """Each fix's version per release in docs/fixes.md, "Supported releases", is the variant
+    the catalog serves that release with (issue 25: the table still said 0.5.21 v1 / 0.5.23 v2)."""
+    import re
+
+    lines = (REPO / "docs" / "fixes.md").read_text().split("## Supported releases", 1)[1].splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("| fix "))
+    header, table = lines[start], lines[start + 2:]
+    rows = [ln.split("|")[1:-1] for ln in table[:next(i for i, ln in enumerate(table)
+                                                       if not ln.startswith("|"))]]
+    releases = [c.strip() for c in header.split("|")[2:-1]]
+    assert releases[-2:] == ["0.5.22", "0.5.23"], header
+    catalog = Catalog(REPO)
+    seen = {}
+    for cells in rows:
+        fix = catalog.get(cells[0].split()[0].strip())
+        served = {r: v.version for v in fix.variants for r in v.releases}
+        served.update(dict.fromkeys(fix.upstream.releases, fix.version))
+        for release, cell in zip(releases[-2:], cells[-2:]):
+            shown = re.match(r"\s*v(\d+)", cell)
+            assert shown, (fix.name, release, cell)
+            seen[(fix.name, release)] = int(shown.group(1))
+            assert int(shown.group(1)) == served.get(release, fix.version), (fix.name, release)
+    assert {name for name, _ in seen} == set(catalog.names())

@@ -31,9 +31,11 @@ def test_checkout_makes_a_clean_tree_of_the_release(
     upstream_repo: UpstreamRepo, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     dest = tmp_path / "sglang"
-    code, out, err = run(["upstream", "checkout", "0.5.21", str(dest)], monkeypatch, upstream_repo)
+    (tmp_path / "my-fixes").mkdir()  # given as my-fixes/../sglang: said as the path it is
+    code, out, err = run(["upstream", "checkout", "0.5.21", str(tmp_path / "my-fixes" / ".." / "sglang")],
+                         monkeypatch, upstream_repo)
     assert code == 0, err
-    assert "0.5.21" in out
+    assert out == f"SGLang 0.5.21 checked out at {dest.resolve()}\n"
     assert "'0.5.21'" in (dest / "python" / "sglang" / "_version.py").read_text()
     status = subprocess.run(["git", "-C", str(dest), "status", "--porcelain"], capture_output=True, text=True)
     assert status.stdout == ""

@@ -206,6 +206,54 @@ def test_seed_fixes_apply_to_the_installed_release_verify_and_roll_back_to_recor
             sha256(Path(target.roots["serve"]) / SERVE_SCRIPT.name) == sha256(SERVE_SCRIPT))
 
 
+def test_drift_on_an_installed_package_names_the_installed_files_everywhere(
+        venv: Path, site: Path) -> None:
+    """status (plain and --json), verify, apply and rollback name a drifted file as it lies in
+    site-packages, never by the patch's python/sglang/... (issue 25, item 11); a venv target is
+    said once per run."""
+    where = ["--target", str(venv)]
+    res = run_cli("apply", "dsv4-bf16-index-k", *where)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.count("target: ") == 1, res.stderr
+    (site / POOL).write_bytes((site / POOL).read_bytes() + b"# edited by hand\n")
+
+    status = run_cli("status", *where)
+    line = next(ln for ln in status.stdout.splitlines() if ln.startswith("dsv4-bf16-index-k\t"))
+    assert line.split("\t")[4] == f"{POOL} (drifted)", line
+    raw = json.loads(run_cli("status", "--json", *where).stdout)
+    files = {f["path"]: f for s in raw["status"]["fixes"] for f in s["files"]}
+    assert files[f"python/{POOL}"]["where"] == f"sglang:{POOL}"
+    outputs = {"status": status.stdout + status.stderr}
+    for op in ("verify", "apply", "rollback"):
+        res = run_cli(op, "dsv4-bf16-index-k", *where)
+        assert f"sglang:{POOL}" in res.stdout + res.stderr, (op, res.stdout, res.stderr)
+        assert res.stderr.count("target: ") == 1, (op, res.stderr)
+        outputs[op] = res.stdout + res.stderr
+    assert {op: "python/sglang/" in text for op, text in outputs.items()} == dict.fromkeys(
+        outputs, False), outputs
+
+
+def test_a_conflict_on_an_installed_package_names_the_installed_file(
+        venv: Path, site: Path, tmp_path: Path) -> None:
+    """A hunk whose context is not in the file is refused naming sglang:sglang/..., as the
+    file lies in site-packages (issue 25, item 11), nothing written."""
+    cat = tmp_path / "catalog"
+    (cat / "manifests").mkdir(parents=True)
+    shutil.copytree(REPO / "patches" / "dsv4-bf16-index-k", cat / "patches" / "off",
+                    ignore=shutil.ignore_patterns("0.5.2*"))
+    manifest = (REPO / "manifests" / "dsv4-bf16-index-k.toml").read_text()
+    (cat / "manifests" / "off.toml").write_text(manifest.split("[[variants]]")[0].replace(
+        'name = "dsv4-bf16-index-k"', 'name = "off"', 1))
+    patch = next((cat / "patches" / "off").glob("*.patch"))
+    patch.write_text(patch.read_text().replace("\n     # for MIN_ROWS", "\n     # for MAX_ROWS", 1))
+    res = subprocess.run([sys.executable, "-m", "patchkit", "--catalog", str(cat), "apply", "off",
+                          "--target", str(venv)], capture_output=True, text=True,
+                         stdin=subprocess.DEVNULL, timeout=300)
+    assert res.returncode == 3, (res.stdout, res.stderr)
+    assert "error: sglang:sglang/srt/environ.py: hunk #1 of" in res.stderr, res.stderr
+    assert "python/sglang/" not in res.stderr and unlike_record(site) == []
+
+
 # -- 2. the wheel reinstalled underneath the fixes -------------------------------------------
 
 

@@ -194,6 +194,12 @@ def test_cli_says_a_line_per_fix_and_exit_code_flags_contained_ones(
     assert "contained by reverse-apply" in lines["wider-context"]
     assert "contained by verification greps" in lines["reshaped"]
     assert "not contained" in lines["local-edit"]
+    # piped: FIX<TAB>VERDICT<TAB>EVIDENCE, no padding, so cut -f2 reads `not contained` whole
+    rows = {line.split("\t")[0]: line.split("\t") for line in out.splitlines()}
+    assert rows["local-edit"][1] == "not contained" and len(rows["local-edit"]) == 3
+    assert rows["whole-change"][1] == f"contained by patch-id {v0523[:12]}"
+    assert all(len(r) == 3 and r[0] == r[0].strip() and r[2] == r[2].strip()
+               for r in rows.values()), out
     code, out, err = run(["--catalog", str(catalog_dir), "upstream", "check", "local-edit",
                           "whole-change", "--release", "0.5.23", "--exit-code", "--json"],
                          catalog_upstream, monkeypatch)

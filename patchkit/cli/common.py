@@ -28,6 +28,7 @@ class State:
         self.ssh_program: str | None = None
         self._config: Any = None
         self._catalog: Catalog | None = None
+        self._targets: dict[Any, Target] = {}  # each target resolved (and said) once per run
 
     def config(self) -> Any:
         if self._config is None:
@@ -61,6 +62,9 @@ class State:
             raise UsageError(f"--target given {len(target)} times ({shown}); a run works on one "
                              "target: give --target once (run patchkit once per target)",
                              option="--target")
+        key = (target, roots, python)
+        if key in self._targets:  # apply's hooks ask again after the change: the same target
+            return self._targets[key]
         from ..targets import resolve_target  # here: `patchkit --version` needs no model
 
         found = resolve_target(target, roots, python=python, config=self.config(),
@@ -68,6 +72,7 @@ class State:
         how = getattr(found, "found", "")
         if how:  # a target the user did not name as a directory: say which one it is
             sys.stderr.write(f"target: {found.roots['sglang']} ({how})\n")
+        self._targets[key] = found
         return found
 
 

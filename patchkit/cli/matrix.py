@@ -35,7 +35,7 @@ def matrix(state: State, fixes: tuple[str, ...], releases: str | None, markdown:
     if not wanted:
         raise UsageError("no release to check: the catalog's fixes name none; pass --releases A..B")
 
-    with render.busy("matrix", quiet=as_json or markdown) as progress:  # stderr, as every command
+    with render.busy(f"checking {len(wanted)} release(s)", quiet=as_json) as progress:
         result = lib.matrix(catalog, wanted, list(fixes), progress=progress.update)
     if markdown:
         click.echo(result.markdown(), nl=False)

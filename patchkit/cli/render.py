@@ -163,6 +163,12 @@ def emit(as_json: bool, data: Any, draw: Callable[[Any], Any]) -> int:
     return 0
 
 
+def file_where(f: Mapping[str, Any]) -> str:
+    """``root:path`` of a result's file as it lies in its root (an installed package's
+    ``sglang:sglang/x.py``): the engine's ``where``, else the patch's root and path."""
+    return str(f.get("where") or f"{f.get('root')}:{f.get('path')}")
+
+
 def line(console: Any, segments: Segments, soft_wrap: bool = False) -> None:
     """One line of segments to a rich Console (styled) or a PlainConsole."""
     if isinstance(console, PlainConsole):
@@ -282,7 +288,7 @@ def _drifted(console: Any, fix: FixOutcome) -> None:
     """An applied fix whose files changed since patchkit wrote them: which, and what to do."""
     for f in fix.drifted[:STATUS_FILES]:
         line(console, [("  drifted: ", STATE_STYLE["drifted"]),
-                        (f"{f.get('root')}:{f.get('path')}", "bold"),
+                        (file_where(f), "bold"),
                         (" (deleted since patchkit wrote it)" if f.get("state") == "missing"
                          else " (changed since patchkit wrote it)", "")])
     if len(fix.drifted) > STATUS_FILES:

@@ -15,6 +15,7 @@ from .render import (
     PlainConsole,
     recovered_notes,
     broken_detail,
+    file_where,
     line,
     write_table,
 )
@@ -25,7 +26,8 @@ def _status_rows(result: OpResult, verbose: bool) -> List[List[str]]:
     for s in result.status:
         if s.state == "not-applied" and not verbose:
             continue
-        bad = [f"{f.get('path')} ({f.get('state')})" for f in s.files if f.get("state") != "ok"]
+        bad = [f"{file_where(f).partition(':')[2]} ({f.get('state')})" for f in s.files
+               if f.get("state") != "ok"]
         if len(bad) > STATUS_FILES:  # a drifted release series: thousands of files
             bad = bad[:STATUS_FILES] + [f"and {len(bad) - STATUS_FILES} more (--json lists them)"]
         state = s.state

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -114,18 +113,22 @@ def check(state: State, fixes: tuple[str, ...], release: str, mark: bool, dry_ru
             raise UsageError(f"--repo {repo} is not a git repository: name an SGLang clone",
                              path=repo)
         upstream_repo = UpstreamRepo(repo)
-    with render.stderr().status(f"checking {len(names)} fix(es) against SGLang {release}") \
-            if not as_json else contextlib.nullcontext() as spinner:
+    with render.busy(f"checking {len(names)} fix(es) against SGLang {release}",
+                     quiet=as_json) as spinner:
         verdicts = lib.check(catalog, names, release, upstream=upstream_repo,
-                             progress=(lambda step: spinner.update(step)) if spinner else None)
+                             progress=spinner.update)
     marked = lib.mark(catalog, verdicts, commit=not no_commit, dry_run=dry_run) if mark else []
     data = {"release": release, "fixes": [v.to_json() for v in verdicts],
             **({"marked": [m.to_json() for m in marked], "dry_run": dry_run} if mark else {})}
     width = max((len(v.fix) for v in verdicts), default=0)
 
     def draw(out: object) -> None:
-        for v in verdicts:
-            render.line(out, [(v.fix.ljust(width) + "  ", "bold"), *_verdict(v)])
+        if isinstance(out, render.PlainConsole):  # piped: FIX<TAB>VERDICT<TAB>EVIDENCE
+            render.write_table(out, [[v.fix, *(text.strip() for text, _style in _verdict(v))]
+                                     for v in verdicts])
+        else:
+            for v in verdicts:
+                render.line(out, [(v.fix.ljust(width) + "  ", "bold"), *_verdict(v)])
         for m in marked:
             what = (f"marked {m.fix} v{m.version}: status upstreamed, applied {release}"
                     + (f" (commit {m.commit[:12]})" if m.commit else "")) if m.marked else \

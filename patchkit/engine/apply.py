@@ -187,8 +187,8 @@ def _take_out(req: Request, store: Store, state: State, ws: Workspace,
         for f in rec.files:
             have = sha256_bytes(ws.entry(*f.key).current)
             if have != f.after_sha256:
-                drift.append("%s:%s (fix %s v%s): sha256 now %s, recorded %s"
-                             % (f.root, f.path, name, rec.version, have, f.after_sha256))
+                drift.append("%s (fix %s v%s): sha256 now %s, recorded %s"
+                             % (ws.entry(*f.key).where, name, rec.version, have, f.after_sha256))
     if drift and not req.force:
         raise DriftError(
             "%d file(s) changed since patchkit applied the version now there; upgrading would "

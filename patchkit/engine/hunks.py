@@ -125,6 +125,7 @@ class FileChange(Record):
     op: str
     mode: Optional[int]
     source: Any = field(repr=False)
+    shown: str = field(default="", compare=False)  # root:path as it lies in its root (Roots.where)
 
     @cached_property
     def hunks(self) -> Tuple[Hunk, ...]:
@@ -135,7 +136,7 @@ class FileChange(Record):
 
     @property
     def where(self) -> str:
-        return "%s:%s" % (self.root, self.path)
+        return self.shown or "%s:%s" % (self.root, self.path)
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any], fix: str, lazy: bool = False) -> "FileChange":
@@ -158,7 +159,7 @@ class FileChange(Record):
     def reversed(self) -> "FileChange":
         op = REVERSED_OP.get(self.op, self.op)
         return FileChange(self.root, self.path, self.patch, op, self.mode,
-                          tuple(h.reversed() for h in self.hunks))
+                          tuple(h.reversed() for h in self.hunks), self.shown)
 
 
 def parse_mode(value: Any) -> Optional[int]:

@@ -88,8 +88,8 @@ def _recorded(ws: Workspace, rec: FixRecord, last: Dict[Key, Tuple[str, Optional
     for f in rec.files:
         have = ws.sha256(f.root, f.path)  # hashed, not kept: 2,152 files of a drift series
         ok = have == last.get(f.key, (rec.name, f.after_sha256))[1]
-        out.append({"root": f.root, "path": f.path, "state": "ok" if ok else (
-            "missing" if have is None else "drifted")})
+        out.append(ws.roots.file(f.root, f.path, state="ok" if ok else (
+            "missing" if have is None else "drifted")))
     drifted = any(f["state"] != "ok" for f in out)
     entry = {"name": rec.name, "state": "drifted" if drifted else "applied",
              "version": rec.version, "applied_at": rec.applied_at, "files": out}
@@ -173,7 +173,7 @@ def _detect(ws: Workspace, spec: FixSpec) -> Dict[str, Any]:
     """Is an unrecorded fix's change already in the files (``presence.detect``)?"""
     found = presence.detect(spec.files, ws.read)
     files = [] if found.state == presence.NOT_APPLIED else [
-        {"root": root, "path": path, "state": _file_state(whole, ws.entry(root, path).current)}
+        ws.roots.file(root, path, state=_file_state(whole, ws.entry(root, path).current))
         for (root, path), whole in found.files]
     return {"name": spec.name, "state": found.state, "version": spec.version, "applied_at": None,
             "files": files}

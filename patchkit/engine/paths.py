@@ -12,7 +12,7 @@ import os
 import stat
 import shutil
 import subprocess
-from typing import Dict, Iterator, Optional
+from typing import Any, Dict, Iterator, Optional
 
 from ..errors import TargetError, UnsafePathError, UsageError
 from .fsops import read_bytes
@@ -165,6 +165,16 @@ class Roots:
         installed package's ``sglang/x.py``, not ``python/sglang/x.py``): how messages name it."""
         root = self._roots.get(name)
         return "%s:%s" % (name, root.mapped(rel) if root is not None else rel)
+
+    def file(self, name: str, rel: str, **fields: Any) -> Dict[str, Any]:
+        """A file of a result: ``root``, ``path`` (the patch's) and, where the file lies
+        elsewhere in its root (an installed package), ``where`` (:meth:`where`)."""
+        out: Dict[str, Any] = {"root": name, "path": rel}
+        shown = self.where(name, rel)
+        if shown != "%s:%s" % (name, rel):
+            out["where"] = shown
+        out.update(fields)
+        return out
 
     def get(self, name: str) -> Root:
         try:

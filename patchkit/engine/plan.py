@@ -121,9 +121,9 @@ def restore_in_memory(store: Store, ws: Workspace, rec: FixRecord) -> None:
             data = read_bytes(store.path(f.backup)) if f.backup else None
             if data is None or sha256_bytes(data) != f.before_sha256:
                 raise TargetError(
-                    "fix %s: the backup of %s:%s (%s) is missing or damaged; roll back with the "
+                    "fix %s: the backup of %s (%s) is missing or damaged; roll back with the "
                     "reverse strategy or restore the file from git by hand"
-                    % (rec.name, f.root, f.path, store.path(f.backup or "backups")),
+                    % (rec.name, e.where, store.path(f.backup or "backups")),
                     fix=rec.name, path=f.path)
         e.current = data
         e.mode = f.mode_before if data is not None else None

@@ -340,7 +340,7 @@ def running(roots: Roots, state_dir: str, state: State, python: Optional[str],
     boot_id = _boot_id()
     for pid in sorted(found):
         p = scan.procs[pid]
-        newer = sorted("%s:%s" % (c.root, c.path) for c in changes.values()
+        newer = sorted(roots.where(c.root, c.path) for c in changes.values()
                        if c.root in found[pid] and c.after(p, scan, boot_id))
         out["processes"].append({
             "pid": pid, "ppid": p.ppid, "command": p.command(), "started_at": scan.started_at(p),

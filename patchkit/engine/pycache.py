@@ -88,7 +88,7 @@ def stale_pycs(roots: Roots, files: Iterable[Tuple[str, str]], prefixes: Sequenc
         for pyc in pyc_files(roots, root, path, prefixes):
             why = stale(pyc, source)
             if why:
-                out.append({"pyc": pyc, "source": "%s:%s" % (root, path), "why": why})
+                out.append({"pyc": pyc, "source": roots.where(root, path), "why": why})
     return out
 
 

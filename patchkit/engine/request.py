@@ -190,8 +190,9 @@ def check_patch_paths(roots: Roots, specs: Iterable[FixSpec]) -> None:
                 continue
             try:
                 path = roots.canonical(change.root, change.path)
-                if path != change.path:
-                    files[i] = dataclasses.replace(change, path=path)
+                shown = roots.where(change.root, path)  # messages name it as it lies in its root
+                if path != change.path or shown != change.where:
+                    files[i] = dataclasses.replace(change, path=path, shown=shown)
             except UnsafePathError as err:
                 root = roots.get(change.root)
                 patch = "patches/%s/%s" % (spec.name, change.patch or "?")

@@ -101,8 +101,8 @@ def _take_stock(req: Request, ws: Workspace, fc: FixChange, rec: FixRecord,
         # a committed file may have moved on with later commits (the revert keeps them)
         moved = f.key in dirty if f.root in git_roots else have != f.after_sha256
         if moved and f.key not in gone:
-            drift.append({"fix": rec.name, "root": f.root, "path": f.path,
-                          "recorded_sha256": f.after_sha256, "current_sha256": have})
+            drift.append(ws.roots.file(f.root, f.path, fix=rec.name, recorded_sha256=f.after_sha256,
+                                       current_sha256=have))
     return drift
 
 
@@ -172,8 +172,9 @@ def _refuse_drift(drift: List[Dict[str, Any]], force: bool) -> None:
             "%d file(s) changed since patchkit applied them; rolling back would discard those "
             "changes:\n%s\nInspect them; roll back anyway with --force (restores the originals and "
             "loses the changes), or restore the applied bytes first"
-            % (len(drift), "\n".join("- %s:%s (fix %s): sha256 now %s, recorded %s"
-                                     % (d["root"], d["path"], d["fix"], d["current_sha256"],
+            % (len(drift), "\n".join("- %s (fix %s): sha256 now %s, recorded %s"
+                                     % (d.get("where") or "%s:%s" % (d["root"], d["path"]),
+                                        d["fix"], d["current_sha256"],
                                         d["recorded_sha256"]) for d in drift)), drifted=drift)
 
 

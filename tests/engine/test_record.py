@@ -126,7 +126,9 @@ def test_reinstalled_bytes_make_a_fix_lost_other_bytes_drifted(tmp_path: Path) -
     seen = status(site)["a"]
     assert seen["state"] == "lost"
     assert seen["detail"].startswith("sglang 0.5.21 reinstalled; recorded v1 no longer present")
-    assert seen["files"] == [{"root": "sglang", "path": MOD, "state": "reinstalled"}]
+    # the file as it lies in site-packages beside the patch's path (docs/containers.md)
+    assert seen["files"] == [{"root": "sglang", "path": MOD, "where": "sglang:sglang/srt/mod.py",
+                              "state": "reinstalled"}]
 
     # an upgrade: a new dist-info whose RECORD lists the bytes now there
     dist = site / "sglang-0.5.21.dist-info"
