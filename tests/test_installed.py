@@ -254,6 +254,65 @@ def test_a_conflict_on_an_installed_package_names_the_installed_file(
     assert "python/sglang/" not in res.stderr and unlike_record(site) == []
 
 
+def _version_fix(catalog_dir: Path, site: Path, name: str, top: bool) -> None:
+    """A fix ``name`` adding a comment line at the top (or the end) of sglang/version.py."""
+    import difflib
+
+    version = (site / "sglang" / "version.py").read_text()
+    line = f"# marked by {name}\n"
+    changed = line + version if top else version + line
+    patch = "".join(difflib.unified_diff(version.splitlines(True), changed.splitlines(True),
+                                         "a/python/sglang/version.py", "b/python/sglang/version.py",
+                                         n=1))
+    (catalog_dir / "patches" / name).mkdir(parents=True)
+    (catalog_dir / "patches" / name / "0001-mark.patch").write_text(patch)
+    (catalog_dir / "manifests").mkdir(exist_ok=True)
+    (catalog_dir / "manifests" / f"{name}.toml").write_text(f"""format = 1
+name = "{name}"
+version = 1
+title = "mark version.py"
+status = "active"
+rationale = "Marks version.py."
+
+[upstream]
+project = "sglang"
+base_release = "{CATALOG_RELEASE}"
+releases = ["{CATALOG_RELEASE}"]
+root = "sglang"
+
+[[patches]]
+file = "0001-mark.patch"
+root = "sglang"
+""")
+
+
+def test_a_later_fix_on_the_same_installed_file_is_named_as_it_lies(
+        venv: Path, site: Path, tmp_path: Path) -> None:
+    """Rolling back a fix that a later fix also changed the file of is refused naming the file
+    as it lies in site-packages (issue 25, item 11), nothing written."""
+    cat = tmp_path / "catalog"
+    _version_fix(cat, site, "mark-end", top=False)
+    _version_fix(cat, site, "mark-top", top=True)
+    where = ["--target", str(venv)]
+    base = [sys.executable, "-m", "patchkit", "--catalog", str(cat)]
+    for name in ("mark-end", "mark-top"):
+        res = subprocess.run([*base, "apply", name, *where], capture_output=True, text=True,
+                             stdin=subprocess.DEVNULL, timeout=300)
+        assert res.returncode == 0, res.stderr
+    before = (site / "sglang" / "version.py").read_bytes()
+    res = subprocess.run([*base, "rollback", "mark-end", *where], capture_output=True, text=True,
+                         stdin=subprocess.DEVNULL, timeout=300)
+    assert res.returncode == 1, (res.stdout, res.stderr)
+    assert "fix mark-top was applied after mark-end and also changed sglang:sglang/version.py" \
+        in res.stderr, res.stderr
+    assert "python/sglang/" not in res.stderr
+    assert (site / "sglang" / "version.py").read_bytes() == before
+    res = subprocess.run([*base, "rollback", "mark-top", "mark-end", *where], capture_output=True,
+                         text=True, stdin=subprocess.DEVNULL, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert unlike_record(site) == []
+
+
 # -- 2. the wheel reinstalled underneath the fixes -------------------------------------------
 
 

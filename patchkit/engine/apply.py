@@ -181,7 +181,7 @@ def _take_out(req: Request, store: Store, state: State, ws: Workspace,
     two versions; refused when its files drifted (unless ``force``) or a later fix, not
     upgraded with it, changed the same files."""
     refuse_later_writers(state, list(upgrades), "upgrade", "roll the later fix back first "
-                         "(patchkit rollback %s), then apply again")
+                         "(patchkit rollback %s), then apply again", req.roots)
     drift = []
     for name, rec in upgrades.items():
         for f in rec.files:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 from ..errors import PreconditionFailed, TargetError
 from .fsops import read_bytes
 from .hunks import Placement, sha256_bytes
+from .paths import Roots
 from .recordbase import MutableRecord
 from .records import FixRecord, State
 from .request import FixSpec
@@ -90,20 +91,22 @@ def touched(spec: FixSpec, sources: Sources) -> List[Tuple[str, str, str]]:
     return [(k[0], k[1], op) for k, op in out.items()]
 
 
-def refuse_later_writers(state: State, names: List[str], action: str, remedy: str,
+def refuse_later_writers(state: State, names: List[str], action: str, remedy: str, roots: Roots,
                          also: Sequence[str] = ()) -> None:
     """Refuse when a fix applied after one of ``names``, and not among them, changed the same
-    files; ``remedy`` gets the fixes to roll back (the later ones, then ``also``)."""
+    files (named as they lie in ``roots``); ``remedy`` gets the fixes to roll back (the later
+    ones, then ``also``)."""
     applied = state.fixes
     later: List[Dict[str, Any]] = []
     for i, rec in enumerate(applied):
         if rec.name not in names:
             continue
-        mine = {"%s:%s" % f.key for f in rec.files}
+        mine = {f.key for f in rec.files}
         for other in applied[i + 1:]:
-            shared = sorted(mine & {"%s:%s" % f.key for f in other.files})
+            shared = sorted(mine & {f.key for f in other.files})
             if shared and other.name not in names:
-                later.append({"fix": rec.name, "changed_after_by": other.name, "files": shared})
+                later.append({"fix": rec.name, "changed_after_by": other.name,
+                              "files": [roots.where(*key) for key in shared]})
     if later:
         raise PreconditionFailed("cannot %s: %s; %s" % (
             action, "; ".join("fix %s was applied after %s and also changed %s"

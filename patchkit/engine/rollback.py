@@ -12,6 +12,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 from ..errors import ConflictError, DriftError, PreconditionFailed, VersionMismatch
 from . import auto, gitcli, gitcommit, revert
 from .hunks import apply_change, decode, encode, sha256_bytes
+from .paths import Roots
 from .plan import FixChange, fix_result, refuse_later_writers, restore_in_memory
 from .records import FixRecord, State
 from .request import Request, check_patch_paths
@@ -46,7 +47,7 @@ def not_applied(name: str, version: int, where: str) -> Dict[str, Any]:
 
 def _rollback(req: Request, store: Store, state: State, recorded: Recorded) -> Dict[str, Dict[str, Any]]:
     names = [s.name for s in req.fixes]
-    _refuse_blocked(state, names)
+    _refuse_blocked(state, names, req.roots)
     check_patch_paths(req.roots, req.fixes)
     ws = Workspace(req.roots)
     from .observe import lost_fixes, reinstalled
@@ -264,7 +265,7 @@ def _revert_items(req: Request, recorded: Recorded,
     return cos, items
 
 
-def _refuse_blocked(state: State, names: List[str]) -> None:
+def _refuse_blocked(state: State, names: List[str], roots: Roots) -> None:
     """Refuse to roll back a fix that a later applied fix, not rolled back with it, requires
     or changed the same files after."""
     blockers = [(other.name, name) for name in names for other in state.fixes
@@ -276,4 +277,4 @@ def _refuse_blocked(state: State, names: List[str]) -> None:
                                " ".join(sorted({b[0] for b in blockers}))),
             blockers=[{"fix": b[1], "required_by": b[0]} for b in blockers])
     refuse_later_writers(state, names, "roll back", "roll the later fix back first or together "
-                         "with it (patchkit rollback %s)", also=names)
+                         "with it (patchkit rollback %s)", roots, also=names)
