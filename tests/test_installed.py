@@ -254,6 +254,30 @@ def test_a_conflict_on_an_installed_package_names_the_installed_file(
     assert "python/sglang/" not in res.stderr and unlike_record(site) == []
 
 
+def _write_fix(catalog_dir: Path, name: str, title: str, rationale: str, patch: str) -> None:
+    """A version-1 fix ``name`` of one patch (``0001-NAME.patch``) on the catalog's release."""
+    (catalog_dir / "patches" / name).mkdir(parents=True)
+    (catalog_dir / "patches" / name / f"0001-{name}.patch").write_text(patch)
+    (catalog_dir / "manifests").mkdir(parents=True, exist_ok=True)
+    (catalog_dir / "manifests" / f"{name}.toml").write_text(f"""format = 1
+name = "{name}"
+version = 1
+title = "{title}"
+status = "active"
+rationale = "{rationale}"
+
+[upstream]
+project = "sglang"
+base_release = "{CATALOG_RELEASE}"
+releases = ["{CATALOG_RELEASE}"]
+root = "sglang"
+
+[[patches]]
+file = "0001-{name}.patch"
+root = "sglang"
+""")
+
+
 def _version_fix(catalog_dir: Path, site: Path, name: str, top: bool) -> None:
     """A fix ``name`` adding a comment line at the top (or the end) of sglang/version.py."""
     import difflib
@@ -264,26 +288,7 @@ def _version_fix(catalog_dir: Path, site: Path, name: str, top: bool) -> None:
     patch = "".join(difflib.unified_diff(version.splitlines(True), changed.splitlines(True),
                                          "a/python/sglang/version.py", "b/python/sglang/version.py",
                                          n=1))
-    (catalog_dir / "patches" / name).mkdir(parents=True)
-    (catalog_dir / "patches" / name / "0001-mark.patch").write_text(patch)
-    (catalog_dir / "manifests").mkdir(exist_ok=True)
-    (catalog_dir / "manifests" / f"{name}.toml").write_text(f"""format = 1
-name = "{name}"
-version = 1
-title = "mark version.py"
-status = "active"
-rationale = "Marks version.py."
-
-[upstream]
-project = "sglang"
-base_release = "{CATALOG_RELEASE}"
-releases = ["{CATALOG_RELEASE}"]
-root = "sglang"
-
-[[patches]]
-file = "0001-mark.patch"
-root = "sglang"
-""")
+    _write_fix(catalog_dir, name, "mark version.py", "Marks version.py.", patch)
 
 
 def test_a_later_fix_on_the_same_installed_file_is_named_as_it_lies(
@@ -389,26 +394,8 @@ def _creating_fix(catalog_dir: Path, site: Path) -> str:
     patch += ("diff --git a/python/sglang/srt/patchkit_probe.py b/python/sglang/srt/patchkit_probe.py\n"
               "new file mode 100644\n--- /dev/null\n+++ b/python/sglang/srt/patchkit_probe.py\n"
               "@@ -0,0 +1 @@\n+PROBE = 1\n")
-    (catalog_dir / "patches" / "probe-module").mkdir(parents=True)
-    (catalog_dir / "patches" / "probe-module" / "0001-probe.patch").write_text(patch)
-    (catalog_dir / "manifests").mkdir()
-    (catalog_dir / "manifests" / "probe-module.toml").write_text(f"""format = 1
-name = "probe-module"
-version = 1
-title = "a fix that creates a module"
-status = "active"
-rationale = "Creates sglang/srt/patchkit_probe.py and marks version.py."
-
-[upstream]
-project = "sglang"
-base_release = "{CATALOG_RELEASE}"
-releases = ["{CATALOG_RELEASE}"]
-root = "sglang"
-
-[[patches]]
-file = "0001-probe.patch"
-root = "sglang"
-""")
+    _write_fix(catalog_dir, "probe-module", "a fix that creates a module",
+               "Creates sglang/srt/patchkit_probe.py and marks version.py.", patch)
     return "probe-module"
 
 
