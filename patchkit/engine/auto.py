@@ -110,14 +110,11 @@ def duplicate_check(entry: Entry, changes: List[Any]) -> Tuple[Optional[Dict[str
         return None, None
     text = decode(entry.current)
     found, placed = None, None
-    first, *rest = changes
-    if first.op == "modify":
-        found, placed = presence.placed_with_duplicates(text, first)
-    else:
-        rest = changes
-    change = first
-    for change in rest if found is None else ():
-        found = presence.duplicates(text, change)
+    for n, change in enumerate(changes):
+        if n == 0 and change.op == "modify":  # the placement apply writes, found on the way
+            found, placed = presence.placed_with_duplicates(text, change)
+        else:
+            found = presence.duplicates(text, change)
         if found is not None:
             break
     if found is None:
