@@ -11,7 +11,7 @@ from ..errors import (ConflictError, DriftError, PreconditionFailed, TargetFileM
 from . import auto, record
 from .checks import CheckContext, failure_lines, run_check
 from .fsops import missing_dirs
-from .hunks import FileChange, apply_change, decode, encode, sha256_bytes
+from .hunks import FileChange, apply_change, decode, encode
 from .plan import FixChange, Sources, fix_result, refuse_later_writers, restore_in_memory, touched
 from .records import FileRecord, FixRecord, State, fix_backups
 from .request import FixSpec, Request, check_file_modes, check_patch_paths
@@ -168,7 +168,7 @@ def _left_behind(store: Store, ws: Workspace, dropped: Dict[str, FixRecord]
     returned as records restricted to those files."""
     left = {}
     for name, rec in dropped.items():
-        kept = [f for f in rec.files if sha256_bytes(ws.entry(*f.key).current) == f.after_sha256]
+        kept = [f for f in rec.files if ws.sha256(*f.key) == f.after_sha256]
         if kept:
             left[name] = rec.restricted(kept)
             restore_in_memory(store, ws, left[name])
@@ -185,7 +185,7 @@ def _take_out(req: Request, store: Store, state: State, ws: Workspace,
     drift = []
     for name, rec in upgrades.items():
         for f in rec.files:
-            have = sha256_bytes(ws.entry(*f.key).current)
+            have = ws.sha256(*f.key)
             if have != f.after_sha256:
                 drift.append("%s (fix %s v%s): sha256 now %s, recorded %s"
                              % (ws.entry(*f.key).where, name, rec.version, have, f.after_sha256))
@@ -426,8 +426,8 @@ def _record(req: Request, fc: FixChange, txn: str, backups: Dict[Key, str]) -> F
     files = []
     for key in fc.keys:
         (before, mode_before), (after, mode_after) = fc.before[key], fc.after[key]
-        files.append(FileRecord(key[0], key[1], file_op(before, after), sha256_bytes(before),
-                                sha256_bytes(after), mode_before, mode_after,
+        files.append(FileRecord(key[0], key[1], file_op(before, after), fc.sha256(key, before),
+                                fc.sha256(key, after), mode_before, mode_after,
                                 backups[key] if before is not None else None))
     return FixRecord(
         name=spec.name, version=spec.version, title=spec.title, requires=list(spec.requires),

@@ -11,7 +11,6 @@ from ..errors import PermissionDenied
 from . import gitcli
 from .checks import Reader, failure_lines, result
 from .fsops import nearest_existing_dir, probe_writable
-from .hunks import sha256_bytes
 from .paths import Root, Roots
 from .records import FixRecord
 from .request import FixSpec
@@ -160,7 +159,7 @@ def git_clean_checks(entries: List[Entry], roots: Roots, recorded: Dict[Tuple[st
                               "not checked: %s" % found.error, e.where))
             continue
         code = found.changed.get(rel)
-        ours = sha256_bytes(e.original) in recorded.get((e.root, e.path), set())
+        ours = e.sha256(e.original) in recorded.get((e.root, e.path), set())
         if code is None:
             detail = "unmodified against HEAD"
         elif ours and strict:

@@ -42,10 +42,20 @@ class FixChange(MutableRecord):
     source: Optional[revert.Source] = None  # the commit a revert fix undoes (git roots)
     commits: List[Dict[str, str]] = field(default_factory=list)  # apply --commit: {root, sha}
 
+    ws: Optional[Workspace] = None  # the workspace the sides were taken from (their digests)
+
     def snapshot(self, ws: Workspace, side: Side) -> None:
+        self.ws = ws
         for key in self.keys:
             e = ws.entry(*key)
             side[key] = (e.current, e.mode)
+
+    def sha256(self, key: Key, data: Optional[bytes]) -> Optional[str]:
+        """The digest of one side's bytes of the file, hashed once per version
+        (:meth:`Entry.sha256`)."""
+        if self.ws is None or key not in self.ws.entries:
+            return sha256_bytes(data)
+        return self.ws.entries[key].sha256(data)
 
 
 def fix_result(fc: FixChange, outcome: str, release: bool = False) -> Dict[str, Any]:
@@ -64,7 +74,7 @@ def fix_result(fc: FixChange, outcome: str, release: bool = False) -> Dict[str, 
         else:  # merged from several patches, reverted, rolled back
             diff = unified_diff(key[1], before, after)
         files.append({"root": key[0], "path": key[1], "op": file_op(before, after),
-                      "before_sha256": sha256_bytes(before), "after_sha256": sha256_bytes(after),
+                      "before_sha256": fc.sha256(key, before), "after_sha256": fc.sha256(key, after),
                       "hunks": [p.as_dict() for p in fc.placements.get(key, [])], "diff": diff})
     out = {"name": fc.spec.name, "version": fc.spec.version, "outcome": outcome, "files": files,
            "preconditions": fc.preconditions, "verification": fc.verification}

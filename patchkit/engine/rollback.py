@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from ..errors import ConflictError, DriftError, PreconditionFailed, VersionMismatch
 from . import auto, gitcli, gitcommit, revert
-from .hunks import apply_change, decode, encode, sha256_bytes
+from .hunks import apply_change, decode, encode
 from .paths import Roots
 from .plan import FixChange, fix_result, refuse_later_writers, restore_in_memory
 from .records import FixRecord, State
@@ -98,7 +98,7 @@ def _take_stock(req: Request, ws: Workspace, fc: FixChange, rec: FixRecord,
         e = ws.entry(*f.key)
         fc.keys.append(f.key)
         fc.before[f.key] = (e.current, e.mode)
-        have = sha256_bytes(e.current)
+        have = e.sha256(e.current)
         # a committed file may have moved on with later commits (the revert keeps them)
         moved = f.key in dirty if f.root in git_roots else have != f.after_sha256
         if moved and f.key not in gone:

@@ -181,7 +181,7 @@ class Transaction:
         for n, w in enumerate(self.writes):  # root-relative only: trees move
             entries.append(JournalFile(
                 w.root, w.path, self.rels[n], file_op(w.original, w.current),
-                sha256_bytes(w.original), sha256_bytes(w.current), w.original_mode, w.mode,
+                w.sha256(w.original), w.sha256(w.current), w.original_mode, w.mode,
                 w.owner, self._origs.get((w.root, w.path)) if w.original is not None else None))
         created: List[List[str]] = []
         for w in self.writes:

@@ -7,7 +7,7 @@ import difflib
 import os
 import stat
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, cast
 
 from .fsops import NotRegular, nearest_existing_dir, read_with_stat, sha256_of
 from .hunks import Hunk, decode, sha256_bytes, split_lines
@@ -33,9 +33,26 @@ class Entry(MutableRecord):
     blocked: Optional[str] = None  # why no file can be at this path (a directory is there...)
     shown: str = ""  # root:path as the file lies in its root (Roots.where)
 
+    def __post_init__(self) -> None:
+        self._sums: List[Tuple[bytes, str]] = []  # (version, its sha256): original, latest
+
     @property
     def where(self) -> str:
         return self.shown or "%s:%s" % (self.root, self.path)
+
+    def sha256(self, data: Optional[bytes]) -> Optional[str]:
+        """The sha256 of ``data``, a version of this file's bytes (its original, its current,
+        a fix's before or after): each version is hashed once however many records name its
+        digest (the plan, the journal, state.json, the git check). Versions are told apart by
+        identity: the bytes objects are kept here, so an identity is never reused."""
+        if data is None:
+            return None
+        for held, digest in self._sums:
+            if held is data:
+                return digest
+        digest = cast(str, sha256_bytes(data))
+        self._sums = [p for p in self._sums if p[0] is self.original][:1] + [(data, digest)]
+        return digest
 
 
 class Workspace:
@@ -69,7 +86,7 @@ class Workspace:
         without keeping the bytes: a status hashes every recorded file and needs no more."""
         e = self.entries.get((root, path))
         if e is not None:
-            return sha256_bytes(e.current)
+            return e.sha256(e.current)
         abs_path = self.roots.resolve(root, path)
         try:
             return sha256_of(abs_path)
