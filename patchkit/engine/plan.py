@@ -42,7 +42,8 @@ class FixChange(MutableRecord):
     source: Optional[revert.Source] = None  # the commit a revert fix undoes (git roots)
     commits: List[Dict[str, str]] = field(default_factory=list)  # apply --commit: {root, sha}
 
-    ws: Optional[Workspace] = None  # the workspace the sides were taken from (their digests)
+    # the workspace the sides were taken from, whose entries hold their digests
+    ws: Optional[Workspace] = field(default=None, compare=False, repr=False)
 
     def snapshot(self, ws: Workspace, side: Side) -> None:
         self.ws = ws
@@ -53,9 +54,9 @@ class FixChange(MutableRecord):
     def sha256(self, key: Key, data: Optional[bytes]) -> Optional[str]:
         """The digest of one side's bytes of the file, hashed once per version
         (:meth:`Entry.sha256`)."""
-        if self.ws is None or key not in self.ws.entries:
+        if self.ws is None:  # never snapshotted: no workspace holds the bytes
             return sha256_bytes(data)
-        return self.ws.entries[key].sha256(data)
+        return self.ws.entry(*key).sha256(data)
 
 
 def fix_result(fc: FixChange, outcome: str, release: bool = False) -> Dict[str, Any]:
