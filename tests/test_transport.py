@@ -57,7 +57,10 @@ def run(request):
     return {"format": 1, "op": request["op"], "ok": True, "dry_run": False, "recovered": [],
             "fixes": [], "status": None, "error": None,
             "echo": {"roots": request["roots"], "python": request.get("python"),
-                     "executable": sys.executable, "prefix": sys.prefix, "package": __package__}}
+                     "executable": sys.executable, "package": __package__,
+                     "prefix": __import__("subprocess").run(  # what the checks' Python sees
+                         [sys.executable, "-c", "import sys; print(sys.prefix)"],
+                         capture_output=True, text=True).stdout.strip()}}
 '''
 
 ENGINE_WORK = '''
@@ -221,13 +224,14 @@ def test_hostile_paths_reach_the_engine_byte_exact_and_run_nothing(
 
 def test_the_remote_command_holds_no_request_data() -> None:
     command = remote_command("python3")
-    assert command.startswith("python3 -c '")
+    assert command.startswith("python3 -S -c '")
     assert "sglang" not in command and "roots" not in command
 
 
 
 def test_the_agent_is_its_module_shipped_compressed_and_so_is_the_payload() -> None:
     import base64
+    import importlib.util
     import re
     import zlib
 
@@ -239,11 +243,12 @@ def test_the_agent_is_its_module_shipped_compressed_and_so_is_the_payload() -> N
     assert zlib.decompress(base64.b64decode(encoded.group(1))) == Path(agent.__file__).read_bytes()
     framed = agent_payload({"op": "status"})
     header, body = framed.split(b"\n", 1)
-    sources, asked = (int(n) for n in header.split())
-    assert sources + asked == len(body)
+    sources, asked, code = (int(n) for n in header.split())
+    assert sources + asked + code == len(body)
     assert json.loads(zlib.decompress(body[:sources])) == engine_modules()
-    assert json.loads(zlib.decompress(body[sources:])) == {"op": "status"}
-    assert len(framed) < len(json.dumps(engine_modules())) / 2
+    assert json.loads(zlib.decompress(body[sources:sources + asked])) == {"op": "status"}
+    assert sources < len(json.dumps(engine_modules())) / 2
+    assert body[sources + asked:].startswith(importlib.util.MAGIC_NUMBER)
 
 # -- failures --------------------------------------------------------------------------------
 
@@ -579,7 +584,8 @@ def test_remote_target_passes_its_python(sshd: SshServer, tmp_path: Path, spelli
     result = target.run(request(tmp_path))
     assert result["echo"]["python"] == python  # the request carries the target's python as given
     # the host ran that interpreter (its environment, not just the file a venv's python links
-    # to); its sys.executable may spell the path another way, so paths compare by identity
+    # to: the agent runs without site, but a check started with its sys.executable is in the
+    # venv); its sys.executable may spell the path another way, so paths compare by identity
     assert os.path.samefile(result["echo"]["executable"], python)
     assert os.path.samefile(result["echo"]["prefix"], sys.prefix)
 

@@ -17,6 +17,7 @@ import importlib.abc
 import importlib.util
 import json
 import linecache
+import marshal
 import os
 import signal
 import sys
@@ -33,8 +34,14 @@ TOO_OLD = "patchkit-agent: Python 3.8 or newer is required, found"
 RAN_NOTHING = 3
 
 
-def install(sources: Dict[str, str]) -> None:
-    """Import patchkit's modules from ``sources`` (module name -> source) as if installed."""
+def install(sources: Dict[str, str], code: bytes = b"") -> None:
+    """Import patchkit's modules from ``sources`` (module name -> source) as if installed: each
+    runs the code object of the client's ``code`` frame when that frame was compiled by a
+    Python of this one's bytecode magic number, else its source compiled here."""
+    compiled: Dict[str, Any] = {}
+    magic = importlib.util.MAGIC_NUMBER
+    if code[:len(magic)] == magic:
+        compiled = marshal.loads(zlib.decompress(code[len(magic):]))
     packages = {"patchkit", "patchkit.engine"}
     for name in sources:
         parts = name.split(".")
@@ -55,7 +62,8 @@ def install(sources: Dict[str, str]) -> None:
         def exec_module(self, module: Any) -> None:
             source, filename = sources.get(module.__name__, ""), module.__spec__.origin
             linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-            exec(compile(source, filename, "exec"), module.__dict__)
+            code = compiled.get(module.__name__)
+            exec(code if code is not None else compile(source, filename, "exec"), module.__dict__)
 
     sys.meta_path.insert(0, Loader())
 
@@ -118,18 +126,20 @@ class Channel:
 
 
 def read_payload(stdin: Any) -> Dict[str, Any] | None:
-    """The payload: the lengths of its two frames (the engine's sources, the request) on one
-    line, then each frame, zlib-compressed JSON; None if it was cut short."""
+    """The payload: the lengths of its three frames (the engine's sources, the request, the
+    sources' code) on one line, then each frame: the first two zlib-compressed JSON, the third
+    as :func:`install` reads it; None if it was cut short."""
     header = stdin.readline(64).split()
-    if len(header) != 2 or not all(part.isdigit() for part in header):
+    if len(header) != 3 or not all(part.isdigit() for part in header):
         return None
     frames = []
     for size in map(int, header):
         data = stdin.read(size)
         if len(data) < size:
             return None
-        frames.append(json.loads(zlib.decompress(data).decode("utf-8")))
-    return {"modules": frames[0], "request": frames[1]}
+        frames.append(data)
+    return {"modules": json.loads(zlib.decompress(frames[0]).decode("utf-8")),
+            "request": json.loads(zlib.decompress(frames[1]).decode("utf-8")), "code": frames[2]}
 
 
 def main() -> None:
@@ -146,7 +156,7 @@ def main() -> None:
     if stdin.readline(16) != GO:
         sys.exit(RAN_NOTHING)  # the client never said go (it is gone, or gave up): run nothing
     os.dup2(channel.null, 0)
-    install(payload["modules"])
+    install(payload["modules"], payload["code"])
     result = run(payload["request"], payload["modules"])
     channel.emit(RESULT + json.dumps(result).encode("ascii") + b"\n")
 

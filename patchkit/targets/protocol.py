@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import base64
 import functools
+import importlib.machinery
+import importlib.util
 import json
+import marshal
 import shlex
+import types
 import zlib
 from collections.abc import Mapping
 from pathlib import Path
@@ -38,9 +42,35 @@ def engine_modules() -> dict[str, str]:
             for name, path in zip(names, paths)}
 
 
+def _renamed(code: types.CodeType, filename: str) -> types.CodeType:
+    consts = tuple(_renamed(c, filename) if isinstance(c, types.CodeType) else c for c in code.co_consts)
+    return code.replace(co_filename=filename, co_consts=consts)
+
+
+@functools.lru_cache(maxsize=1)
+def _code_frame() -> bytes:
+    """The shipped modules' code objects, as this Python compiled them (its ``.pyc`` files,
+    compiled now where they are missing or stale), marshalled and compressed behind this
+    Python's bytecode magic number. A host whose Python has the same magic number runs them
+    instead of compiling the sources it also receives (docs/remote.md)."""
+    code = {}
+    for name in engine_modules():
+        parts = name.split(".")
+        path = _PACKAGE.parent.joinpath(*parts)
+        path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+        compiled = importlib.machinery.SourceFileLoader(name, str(path)).get_code(name)
+        if compiled is None:
+            return b""
+        # the file name the agent gives the module (agent.install): its tracebacks show lines
+        code[name] = _renamed(compiled, "<patchkit-agent>/%s%s" % (
+            name.replace(".", "/"), "/__init__.py" if path.name == "__init__.py" else ".py"))
+    return importlib.util.MAGIC_NUMBER + zlib.compress(marshal.dumps(code), 6)
+
+
 @functools.lru_cache(maxsize=1)
 def _bootstrap() -> str:
-    """The one-line program ``python -c`` runs: agent.py's source, compressed, run as
+    """The one-line program ``python -S -c`` runs (no ``site``: the agent needs only the
+    standard library, and a host's site-packages cost every session their start-up): agent.py's source, compressed, run as
     ``__main__``. Double quotes only, so the single-quoted word survives any login shell
     (csh included)."""
     source = Path(agent.__file__).read_bytes()
@@ -54,16 +84,18 @@ def remote_command(python: str) -> str:
     """The command line the remote user's shell runs; it holds no request data."""
     if not python or any(c in python for c in "\0\n\r"):
         raise UsageError(f"invalid remote Python interpreter {python!r}: give a command name or path")
-    return " ".join(shlex.quote(word) for word in (python, "-c", _bootstrap()))
+    return " ".join(shlex.quote(word) for word in (python, "-S", "-c", _bootstrap()))
 
 
 def agent_payload(request: Mapping[str, Any], modules: Mapping[str, str] | None = None) -> bytes:
-    """What the agent reads on stdin before it is told to go: the lengths of its two frames on
-    one line, then the engine's sources and ``request``, each as zlib-compressed JSON. The
-    sources' frame is made once per process (:func:`warm`)."""
+    """What the agent reads on stdin before it is told to go: the lengths of its three frames
+    on one line, then the engine's sources and ``request``, each as zlib-compressed JSON, and
+    the sources' code objects (:func:`_code_frame`; empty when ``modules`` are not the
+    engine's). The sources' and code's frames are made once per process (:func:`warm`)."""
     sources = _modules_frame() if modules is None else _frame(dict(modules))
+    code = _code_frame() if modules is None else b""
     asked = _frame(dict(request))
-    return f"{len(sources)} {len(asked)}\n".encode("ascii") + sources + asked
+    return f"{len(sources)} {len(asked)} {len(code)}\n".encode("ascii") + sources + asked + code
 
 
 def _frame(value: Any) -> bytes:
@@ -76,11 +108,12 @@ def _modules_frame() -> bytes:
 
 
 def warm() -> None:
-    """Read and compress what every session ships (the bootstrap, the engine's sources) now:
-    the fleet's callback calls it in ``ansible-playbook``'s main process, so the worker it forks
-    for each host and task inherits both instead of making them again."""
+    """Read and compress what every session ships (the bootstrap, the engine's sources and
+    code) now: the fleet's callback calls it in ``ansible-playbook``'s main process, so the
+    worker it forks for each host and task inherits them instead of making them again."""
     _bootstrap()
     _modules_frame()
+    _code_frame()
 
 
 def parse_result(stdout: bytes) -> dict[str, Any] | None:
