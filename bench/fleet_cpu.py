@@ -13,7 +13,10 @@ repetition, interleaved:
 - ``patchkit apply FIXES --inventory INV --forks 16`` (preflight and one wave);
 - the sequential ``patchkit apply FIXES --target ssh://...`` loop, one host after the other;
 - an ``ansible-playbook`` of one ``ansible.posix.patch`` task per changed file (bench/fleet.py's);
-- for the controller's goal: an ``ansible-playbook`` of one ``ansible.builtin.ping`` task.
+- for the controller's goal: an ``ansible-playbook`` of one ``ansible.builtin.ping`` task;
+- to take the rollout apart: an ``ansible-playbook`` of the one ``patchkit.fleet.engine`` task of
+  the preflight (``--check``), and of the same task applying, each alone (``patchkit plan``'s
+  request), and ``ssh host true`` to each host in turn.
 
 The delay rows, ``apply --inventory`` on 1 host and on 16, reach the same hosts through a TCP
 proxy per host that holds every chunk 25 ms in each direction (:class:`DelayProxy`): this
@@ -42,7 +45,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from common import NEUTRAL, REPO, Sample, Version, fmt, install, machine, measure, say, with_cache, write_section
+from common import (NEUTRAL, REPO, Sample, Version, cli, fmt, install, machine, measure, say, with_cache,
+                    write_section)
 from fleet import (HOSTS, Hosts, ansible_venv, clean_env, close_masters, has_fleet, judge_fleet, judge_loop,
                    judge_posix, loop_script, make_reference, posix_playbook)
 from ratios import _load, report
@@ -56,7 +60,7 @@ DELAY_MS = 25
 GOAL_CONTROLLER = 1.0  # controller CPU per host <= one `ping` task's per host
 GOAL_HOSTS = 1.2  # hosts' CPU per host <= 1.2x the ssh:// loop's
 GOAL_DELAY = 1.5  # with the delay, 16 hosts in <= 1.5x one host's wall time
-ROWS = ("fleet", "loop", "posix", "ping", "session")  # the CPU rows; then "delay1", "delay16"
+ROWS = ("fleet", "loop", "posix", "ping", "preflight", "wave", "session")  # then "delay1", "delay16"
 
 
 def cgroup2_mount() -> Path:
@@ -236,7 +240,8 @@ def delayed_inventory(hosts: Hosts, proxy: DelayProxy, path: Path, names: list[s
     return write_inventory(path, entries, host_vars, python=hosts.python)
 
 
-def run_rows(after: Version, fork: Fork, workdir: Path, repeat: int, ansible_bin: Path, python: str) -> dict:
+def run_rows(after: Version, fork: Fork, workdir: Path, repeat: int, ansible_bin: Path, python: str,
+             only: tuple[str, ...] = ()) -> dict:
     """Every row, interleaved: the CPU rows straight to the hosts, the delay rows through the
     proxy. Returns every run's figures."""
     with running_fleet(workdir / "sshd", HOSTS) as fleet:
@@ -252,6 +257,7 @@ def run_rows(after: Version, fork: Fork, workdir: Path, repeat: int, ansible_bin
                        delayed_inventory(hosts, proxy, workdir / "inventory-delay-16.yml", names))
             env = ansible_env(workdir, control_persist=60)
             rows = _rows(after, hosts, workdir, inv, delayed, env, ansible_bin)
+            rows = {row: rows[row] for row in rows if not only or row in only}
             first = hosts.host(names[0]).port
             rtt = {"0": connect_rtt_ms(first), str(DELAY_MS): connect_rtt_ms(proxy.ports[first])}
             runs: dict[str, list[dict]] = {row: [] for row in rows}
@@ -290,6 +296,16 @@ def _rows(after: Version, hosts: Hosts, workdir: Path, inv: Path, delayed: tuple
         for n in names))
     fleet = [*clean_env(env), after.patchkit, "apply", *FIXES, "--forks", str(HOSTS), "--json", "--inventory"]
     fleet_env = {**after.env, **env}
+    plan = workdir / "plan.json"  # the request the rollout's engine tasks run, rendered once
+    plan.write_text(cli(after, "plan", *FIXES, "--json"))
+    engine = workdir / "engine.json"
+    engine.write_text(json.dumps([{"hosts": "all", "gather_facts": False,
+                                   "tasks": [{"patchkit.fleet.engine": {"plan": str(plan)}}]}]))
+    collection = cli(after, "plan", "--collections-path").strip()
+    engine_env = {**env, "ANSIBLE_COLLECTIONS_PATH": ":".join(
+        p for p in (collection, env.get("ANSIBLE_COLLECTIONS_PATH")) if p)}
+    engine_argv = [*clean_env(engine_env), str(after.venv / "bin" / "ansible-playbook"), "-i", str(inv),
+                   "--forks", str(HOSTS), str(engine)]
     return {
         "fleet": ([*fleet, str(inv)], fleet_env, judge_fleet(names), names),
         "loop": (["bash", str(script)], after.env, judge_loop(out, names), names),
@@ -297,6 +313,8 @@ def _rows(after: Version, hosts: Hosts, workdir: Path, inv: Path, delayed: tuple
                    "--forks", str(HOSTS), str(playbook)], env, judge_posix, names),
         "ping": ([*clean_env(env), str(after.venv / "bin" / "ansible-playbook"), "-i", str(inv),
                   "--forks", str(HOSTS), str(ping)], env, judge_posix, []),
+        "preflight": ([*engine_argv, "--check"], engine_env, judge_posix, names),
+        "wave": (engine_argv, engine_env, judge_posix, names),
         "session": (["bash", "-e", str(sessions)], {}, lambda sample: (True, ""), []),
         "delay1": ([*fleet, str(delayed[0])], fleet_env, judge_fleet(names[:1]), names[:1]),
         "delay16": ([*fleet, str(delayed[1])], fleet_env, judge_fleet(names), names),
@@ -315,6 +333,9 @@ def render(figures: dict, repeat: int, source: str, posix: str) -> str:
     runs = {row: [Measured(Sample(**r["sample"]), r["controller"], r["hosts"], r["ok"], r["detail"])
                   for r in rs] for row, rs in figures["runs"].items()}
     loads, rtt = figures["loads"], figures["rtt"]
+    if not {"fleet", "loop", "ping", "delay1", "delay16"} <= set(runs):  # a run of chosen rows
+        return "\n".join([SECTION, "", f"Chosen rows only, N = {repeat}; load average after each "
+                          "repetition: " + ", ".join(loads) + ".", "", *_cpu_table(runs, posix), ""])
     one, sixteen = runs["delay1"], runs["delay16"]
     w1 = statistics.median(m.sample.seconds for m in one)
     w16 = statistics.median(m.sample.seconds for m in sixteen)
@@ -332,7 +353,7 @@ def render(figures: dict, repeat: int, source: str, posix: str) -> str:
         "ms in each direction, in user space: this machine's kernel has no netem qdisc (`tc qdisc "
         "add ... netem` in a network namespace fails, \"Specified qdisc kind is unknown\"). The "
         f"first ssh banner took {rtt['0']:.1f} ms straight and {rtt[str(DELAY_MS)]:.0f} ms through "
-        f"the proxy (connect, then the banner). N = {repeat}, all seven rows interleaved (the order "
+        f"the proxy (connect, then the banner). N = {repeat}, all {len(runs)} rows interleaved (the order "
         "reversed every other repetition), every host a row uses put back to its pristine copy "
         "before it (untimed).", "",
         *_cpu_table(runs, posix), "",
@@ -348,12 +369,16 @@ def _cpu_table(runs: dict[str, list[Measured]], posix: str) -> list[str]:
               "loop": "sequential `patchkit apply --target ssh://...` loop",
               "posix": f"`ansible-playbook` of the `ansible.posix.patch` tasks, `--forks {HOSTS}` ({posix})",
               "ping": f"`ansible-playbook` of one `ansible.builtin.ping` task, `--forks {HOSTS}`",
+              "preflight": "the preflight's `patchkit.fleet.engine` task alone (`--check`), `--forks 16`",
+              "wave": "the same task applying, alone, `--forks 16`",
               "session": "for scale: `ssh host true` to each host in turn (a new connection and login)",
               "delay1": f"`apply --inventory`, 1 host, {DELAY_MS} ms each way (per host: that one)",
               "delay16": f"`apply --inventory`, 16 hosts, {DELAY_MS} ms each way"}
     table = ["| row | wall, median (min) | controller CPU per host, median (min) | "
              "hosts' CPU per host, median (min) | every host done |", "|---|---|---|---|---|"]
     for row, label in labels.items():
+        if row not in runs:
+            continue
         rs, per = runs[row], (1 if row == "delay1" else HOSTS)
         walls = [m.sample.seconds for m in rs]
         cell = {w: f"{fmt(statistics.median(getattr(m, w) for m in rs) / per)} "
@@ -409,6 +434,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--write-doc", type=Path)
     parser.add_argument("--quick", action="store_true", help="one repetition: a check that it runs")
+    parser.add_argument("--row", action="append", default=[], choices=[*ROWS, "delay1", "delay16"],
+                        help="measure only this row (repeatable); the goals need them all")
     parser.add_argument("--render", type=Path, help="write the section from a run's figures.json only")
     args = parser.parse_args()
     args.workdir = args.workdir.resolve()
@@ -434,7 +461,7 @@ def main() -> None:
     python = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
     shutil.rmtree(args.workdir / "fork", ignore_errors=True)
     fork = make_fork(after, args.workdir / "fork")
-    figures = run_rows(after, fork, args.workdir / "rows", repeat, ansible_bin, python)
+    figures = run_rows(after, fork, args.workdir / "rows", repeat, ansible_bin, python, tuple(args.row))
     (args.workdir / "figures.json").write_text(json.dumps(
         {"figures": figures, "repeat": repeat, "source": source, "posix": posix}))
     section = render(figures, repeat, source, posix)
