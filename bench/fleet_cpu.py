@@ -150,6 +150,7 @@ class DelayProxy:
         self.delay = delay_ms / 1000
         self.loop = asyncio.new_event_loop()
         self.ports: dict[int, int] = {}  # the sshd's port -> the proxy's
+        self.writers: set = set()  # every connection's two ends, closed with it or by close()
         self.servers = [self.loop.run_until_complete(
             asyncio.start_server(functools.partial(self._serve, port), "127.0.0.1", 0))
             for port in targets]
@@ -162,7 +163,13 @@ class DelayProxy:
         import asyncio
 
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", port)
-        await asyncio.gather(self._pump(reader, up_writer), self._pump(up_reader, writer))
+        self.writers.update((writer, up_writer))
+        try:
+            await asyncio.gather(self._pump(reader, up_writer), self._pump(up_reader, writer))
+        finally:  # both ends closed, so the host's sshd session ends with its client's
+            for end in (writer, up_writer):
+                end.close()
+                self.writers.discard(end)
 
     async def _pump(self, reader, writer) -> None:
         import asyncio
@@ -199,6 +206,8 @@ class DelayProxy:
         async def shutdown() -> None:
             for server in self.servers:
                 server.close()
+            for end in list(self.writers):  # a connection still open: its sshd session ends
+                end.close()
             for task in asyncio.all_tasks():
                 if task is not asyncio.current_task():
                     task.cancel()
