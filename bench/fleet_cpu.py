@@ -10,7 +10,9 @@ host, and the measured command (``patchkit``, ``ansible-playbook``, the loop's b
 cgroup ``controller`` with all its children (Ansible's forks, the ssh clients). Rows, every
 repetition, interleaved:
 
-- ``patchkit apply FIXES --inventory INV --forks 16`` (preflight and one wave);
+- ``patchkit apply FIXES --inventory INV --forks 16`` (preflight and one wave), and the same with
+  ``--forks 1``: one host at a time, as the loop runs, so no host's CPU is taken while 15 other
+  hosts' runs share the machine's cores with it;
 - the sequential ``patchkit apply FIXES --target ssh://...`` loop, one host after the other;
 - an ``ansible-playbook`` of one ``ansible.posix.patch`` task per changed file (bench/fleet.py's);
 - for the controller's goal: an ``ansible-playbook`` of one ``ansible.builtin.ping`` task;
@@ -60,7 +62,7 @@ DELAY_MS = 25
 GOAL_CONTROLLER = 1.0  # controller CPU per host <= one `ping` task's per host
 GOAL_HOSTS = 1.2  # hosts' CPU per host <= 1.2x the ssh:// loop's
 GOAL_DELAY = 1.5  # with the delay, 16 hosts in <= 1.5x one host's wall time
-ROWS = ("fleet", "loop", "posix", "ping", "preflight", "wave", "session")  # then "delay1", "delay16"
+ROWS = ("fleet", "fleet1", "loop", "posix", "ping", "preflight", "wave", "session")  # then "delay1", "delay16"
 
 
 def cgroup2_mount() -> Path:
@@ -303,7 +305,10 @@ def _rows(after: Version, hosts: Hosts, workdir: Path, inv: Path, delayed: tuple
         shlex.join(["ssh", *hosts.host(n).server.ssh_options(), "-o", "ControlMaster=no", "-p",  # type: ignore[union-attr]
                     str(hosts.host(n).port), f"{hosts.host(n).user}@127.0.0.1", "true"]) + "\n"
         for n in names))
-    fleet = [*clean_env(env), after.patchkit, "apply", *FIXES, "--forks", str(HOSTS), "--json", "--inventory"]
+    def rollout(forks: int) -> list[str]:
+        return [*clean_env(env), after.patchkit, "apply", *FIXES, "--forks", str(forks), "--json", "--inventory"]
+
+    fleet = rollout(HOSTS)
     fleet_env = {**after.env, **env}
     plan = workdir / "plan.json"  # the request the rollout's engine tasks run, rendered once
     plan.write_text(cli(after, "plan", *FIXES, "--json"))
@@ -317,6 +322,7 @@ def _rows(after: Version, hosts: Hosts, workdir: Path, inv: Path, delayed: tuple
                    "--forks", str(HOSTS), str(engine)]
     return {
         "fleet": ([*fleet, str(inv)], fleet_env, judge_fleet(names), names),
+        "fleet1": ([*rollout(1), str(inv)], fleet_env, judge_fleet(names), names),
         "loop": (["bash", str(script)], after.env, judge_loop(out, names), names),
         "posix": ([*clean_env(env), str(ansible_bin / "ansible-playbook"), "-i", str(inv),
                    "--forks", str(HOSTS), str(playbook)], env, judge_posix, names),
@@ -375,6 +381,7 @@ def render(figures: dict, repeat: int, source: str, posix: str) -> str:
 
 def _cpu_table(runs: dict[str, list[Measured]], posix: str) -> list[str]:
     labels = {"fleet": f"`patchkit apply --inventory` (preflight and one wave), `--forks {HOSTS}`",
+              "fleet1": "the same with `--forks 1`: one host at a time, as the loop (no host's run shares the 2 cores with another's)",
               "loop": "sequential `patchkit apply --target ssh://...` loop",
               "posix": f"`ansible-playbook` of the `ansible.posix.patch` tasks, `--forks {HOSTS}` ({posix})",
               "ping": f"`ansible-playbook` of one `ansible.builtin.ping` task, `--forks {HOSTS}`",
