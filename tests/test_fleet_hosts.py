@@ -41,7 +41,10 @@ def test_ping_reaches_each_host_through_its_own_sshd_and_reports_the_unreachable
         assert results[name].get("ping") == "pong", results[name]
         assert fleet.node(name).host.server.accepted() > before[name], name
     assert results["h5"]["unreachable"] is True
-    assert "Connection refused" in results["h5"]["msg"]
+    # ssh is refused; with pipelining Ansible may be writing the module to ssh's stdin when ssh
+    # exits, and then says the data could not be sent (a broken pipe) instead of ssh's refusal
+    assert ("Connection refused" in results["h5"]["msg"]
+            or "Data could not be sent to remote host" in results["h5"]["msg"]), results["h5"]["msg"]
 
     # h2 goes down mid-test: it is unreachable, the others are not, and no connection reached
     # its sshd any more.
