@@ -34,6 +34,12 @@ TOO_OLD = "patchkit-agent: Python 3.8 or newer is required, found"
 RAN_NOTHING = 3
 
 
+def filename(module: str, package: bool) -> str:
+    """The file name a shipped module runs under on the host: its code objects carry it (the
+    client's compiled ones too) and its tracebacks name it and show its lines."""
+    return "<patchkit-agent>/%s%s" % (module.replace(".", "/"), "/__init__.py" if package else ".py")
+
+
 def install(sources: Dict[str, str], code: bytes = b"") -> None:
     """Import patchkit's modules from ``sources`` (module name -> source) as if installed: each
     runs the code object of the client's ``code`` frame when that frame was compiled by a
@@ -54,16 +60,15 @@ def install(sources: Dict[str, str], code: bytes = b"") -> None:
             package = fullname in packages
             spec = importlib.util.spec_from_loader(fullname, self, is_package=package)
             assert spec is not None
-            spec.origin = "<patchkit-agent>/%s%s" % (fullname.replace(".", "/"),
-                                                     "/__init__.py" if package else ".py")
+            spec.origin = filename(fullname, package)
             spec.has_location = True  # tracebacks name the file and show its lines
             return spec
 
         def exec_module(self, module: Any) -> None:
-            source, filename = sources.get(module.__name__, ""), module.__spec__.origin
-            linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+            source, origin = sources.get(module.__name__, ""), module.__spec__.origin
+            linecache.cache[origin] = (len(source), None, source.splitlines(True), origin)
             code = compiled.get(module.__name__)
-            exec(code if code is not None else compile(source, filename, "exec"), module.__dict__)
+            exec(code if code is not None else compile(source, origin, "exec"), module.__dict__)
 
     sys.meta_path.insert(0, Loader())
 

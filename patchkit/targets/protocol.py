@@ -32,14 +32,18 @@ _PACKAGE = Path(__file__).resolve().parent.parent
 NOTHING_RAN = "nothing ran on the host: the target is unchanged and the command is safe to run again."
 
 
-@functools.lru_cache(maxsize=1)
-def engine_modules() -> dict[str, str]:
-    """The sources shipped to hosts: ``patchkit.errors`` and every ``patchkit.engine`` module
-    (read once: the dict is shared, never changed)."""
+def _engine_files() -> dict[str, Path]:
+    """Module name -> file of what is shipped to hosts: ``patchkit.errors`` and every
+    ``patchkit.engine`` module."""
     paths = [_PACKAGE / "errors.py", *sorted((_PACKAGE / "engine").rglob("*.py"))]
     names = (".".join(p.relative_to(_PACKAGE.parent).with_suffix("").parts) for p in paths)
-    return {name.removesuffix(".__init__"): path.read_text(encoding="utf-8")
-            for name, path in zip(names, paths)}
+    return {name.removesuffix(".__init__"): path for name, path in zip(names, paths)}
+
+
+@functools.lru_cache(maxsize=1)
+def engine_modules() -> dict[str, str]:
+    """The sources shipped to hosts (read once: the dict is shared, never changed)."""
+    return {name: path.read_text(encoding="utf-8") for name, path in _engine_files().items()}
 
 
 def _renamed(code: types.CodeType, filename: str) -> types.CodeType:
@@ -54,25 +58,20 @@ def _code_frame() -> bytes:
     Python's bytecode magic number. A host whose Python has the same magic number runs them
     instead of compiling the sources it also receives (docs/remote.md)."""
     code = {}
-    for name in engine_modules():
-        parts = name.split(".")
-        path = _PACKAGE.parent.joinpath(*parts)
-        path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    for name, path in _engine_files().items():
         compiled = importlib.machinery.SourceFileLoader(name, str(path)).get_code(name)
         if compiled is None:
             return b""
-        # the file name the agent gives the module (agent.install): its tracebacks show lines
-        code[name] = _renamed(compiled, "<patchkit-agent>/%s%s" % (
-            name.replace(".", "/"), "/__init__.py" if path.name == "__init__.py" else ".py"))
+        code[name] = _renamed(compiled, agent.filename(name, path.name == "__init__.py"))
     return importlib.util.MAGIC_NUMBER + zlib.compress(marshal.dumps(code), 6)
 
 
 @functools.lru_cache(maxsize=1)
 def _bootstrap() -> str:
-    """The one-line program ``python -S -c`` runs (no ``site``: the agent needs only the
-    standard library, and a host's site-packages cost every session their start-up): agent.py's source, compressed, run as
-    ``__main__``. Double quotes only, so the single-quoted word survives any login shell
-    (csh included)."""
+    """The one-line program ``python -S -c`` runs: agent.py's source, compressed, run as
+    ``__main__`` (no ``site``: the agent needs only the standard library, and a host's
+    site-packages would cost every session their start-up). Double quotes only, so the
+    single-quoted word survives any login shell (csh included)."""
     source = Path(agent.__file__).read_bytes()
     encoded = base64.b64encode(zlib.compress(source, 9)).decode("ascii")
     return ('import sys;sys.path[:1]==[""] and sys.path.pop(0);'
