@@ -3,14 +3,14 @@ Records)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Mapping
 
 from .engine.recordbase import Record, record_dataclass
 from .errors import PatchkitError, error_from_dict
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # one per hunk, file or patch: recordbase
+@record_dataclass(frozen=True)
 class CheckResult(Record):
     """One precondition or verification as the engine ran it."""
 
@@ -26,7 +26,7 @@ class CheckResult(Record):
                    detail=str(d.get("detail") or ""), where=str(d.get("where") or ""))
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # one per hunk, file or patch: recordbase
+@record_dataclass(frozen=True)
 class HunkPlacement(Record):
     """Where one hunk of a patch landed (``offset``: lines from where the patch said)."""
 
@@ -43,7 +43,7 @@ class HunkPlacement(Record):
                    offset=int(d.get("offset", 0)))
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # one per hunk, file or patch: recordbase
+@record_dataclass(frozen=True)
 class FileOutcome(Record):
     """One file an operation wrote (or would write, in a dry run)."""
 

@@ -4,7 +4,7 @@ frozen dataclasses built after validation, so the rest of patchkit trusts every 
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -65,7 +65,7 @@ class Upstream(Record):
     applied: str = ""  # the upstream release (or commit) that contains it (DEP-3 Applied-Upstream)
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # one per hunk, file or patch: recordbase
+@record_dataclass(frozen=True)
 class PatchRef(Record):
     """One patch of the series: ``patches/<fix>/<file>``, its paths relative to ``root``."""
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cached_property
 from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 from ..errors import ConflictError, PatchFormatError, UsageError
 from .contract import FILE_OPS, REVERSED_OP, REVERSED_SIDE
-from .recordbase import Record
+from .recordbase import Record, record_dataclass
 
 _KINDS = frozenset((" ", "-", "+"))
 
@@ -40,7 +40,7 @@ def split_lines(text: str) -> List[str]:
     return lines
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # one per hunk, file or patch: recordbase
+@record_dataclass(frozen=True)
 class Hunk(Record):
     """One hunk: its header and its lines, kept as the request's ``body`` when it came as one
     (``given`` empty): the ``(kind, text)`` lines and the two sides are made from it when used,
@@ -114,7 +114,7 @@ class Hunk(Record):
                     tuple((REVERSED_SIDE[k], t) for k, t in self.lines))
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # one per hunk, file or patch: recordbase
+@record_dataclass(frozen=True)
 class FileChange(Record):
     """One FILE record: the hunks of one patch for one file. ``source`` is the hunks, or the
     request's hunk records and the fix's name, checked and built on first use of ``hunks``."""
@@ -250,7 +250,7 @@ def _body_kinds(body: str) -> Counter:
     return kinds
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # one per hunk, file or patch: recordbase
+@record_dataclass(frozen=True)
 class Placement(Record):
     """Where one hunk landed."""
 

@@ -5,14 +5,14 @@ that changed the same files). Apply and rollback are peers over this module."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import PreconditionFailed, TargetError
 from .fsops import read_bytes
 from .hunks import Placement, sha256_bytes
 from .paths import Roots
-from .recordbase import MutableRecord
+from .recordbase import MutableRecord, record_dataclass
 from .records import FixRecord, State
 from .request import FixSpec
 from .store import Store
@@ -26,7 +26,7 @@ Sources = Dict[str, Tuple[Optional["revert.Source"], Dict[str, Any]]]  # a rever
 Side = Dict[Key, Tuple[Optional[bytes], Optional[int]]]  # (bytes, mode) of each file
 
 
-@dataclass(eq=False, repr=False)
+@record_dataclass(frozen=False)
 class FixChange(MutableRecord):
     """One fix's change (apply and rollback), computed in memory before anything is written."""
 

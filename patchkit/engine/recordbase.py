@@ -1,42 +1,43 @@
-"""The value methods every record class shares, and ``record_dataclass``, which declares a
-frozen record without having its methods written and compiled for each class.
+"""The methods every record class shares, and ``record_dataclass``, which declares a record
+without having any method written and compiled for its class.
 
 ``dataclasses`` writes each method it generates as source and compiles it when the class is
-made: six compilations for a frozen class (``__init__``, ``__repr__``, ``__eq__``,
-``__hash__``, ``__setattr__``, ``__delattr__``), at every start of patchkit, for each of the
-~45 records a command imports (about a fifth of a status's instructions). So a record is
+made, at every start of patchkit: six compilations for a frozen class (``__init__``,
+``__repr__``, ``__eq__``, ``__hash__``, ``__setattr__``, ``__delattr__``), for each of the
+~50 records a command imports (about a fifth of a status's instructions). So a record is
 declared
 
     @record_dataclass(frozen=True)
     class Fix(Record): ...
 
-    @dataclass(eq=False, repr=False)
+    @record_dataclass(frozen=False)
     class FixSpec(MutableRecord): ...  # the engine's few records that are not frozen
 
-and ``dataclasses`` compiles only its ``__init__``; the rest is written once, here, and
-behaves as the generated methods do (docs/design.md, "Records"):
+and ``dataclasses`` compiles nothing for it (it still collects the fields, so ``fields``,
+``replace`` and ``asdict`` work); the methods are written once, here, and behave as the
+generated ones do (docs/design.md, "Records"):
 
+- ``__init__`` takes the fields that are in ``__init__``, in order, positionally or by name,
+  fills the others from their ``default`` or ``default_factory``, and calls ``__post_init__``
+  if the class has one; a missing, unexpected or repeated argument is the ``TypeError`` the
+  generated ``__init__`` raises. It sets each field with ``object.__setattr__`` (a C call:
+  faster than the generated ``__init__`` of a record whose ``__setattr__`` is Python);
 - equality by the fields in order, only between instances of the same class (anything else:
   ``NotImplemented``); the hash of the tuple of those fields; the repr ``Name(field=value,
-  ...)``; a field's ``compare``, ``hash`` and ``repr`` options are honoured (which fields take
-  part is read from the class's fields the first time it is compared, hashed or shown);
+  ...)``; a field's ``compare``, ``hash`` and ``repr`` options are honoured;
 - a frozen record's fields cannot be assigned or deleted (``FrozenInstanceError``), nor can
-  other attributes be set: its ``__init__`` sets each field once, and a field that is already
-  set is never set again (``__post_init__`` normalises with ``object.__setattr__``, as in any
+  other attributes be set (``__post_init__`` normalises with ``object.__setattr__``, as in any
   frozen dataclass). Type checkers see ``record_dataclass`` as ``dataclasses.dataclass``.
 
-The shared ``__setattr__`` makes a frozen record's construction a Python call per field
-(about 0.4 us each): a record made once per hunk, file or patch of a series (``Hunk``,
-``Placement``, ``FileChange``, ``HunkPlacement``, ``CheckResult``, ``FileOutcome``,
-``PatchRef``: 220,000 field assignments in the 2,152-patch drift apply) is declared
-``@dataclass(frozen=True, eq=False, repr=False)`` on ``Record`` instead, and keeps the
-generated frozen ``__init__``, ``__setattr__`` and ``__delattr__``.
+What each class's methods need (its ``__init__``'s parameters, which fields are compared,
+hashed and shown) is read from its fields the first time an instance is made, compared,
+hashed or shown, once per class and process.
 
 Standard library only, for Python 3.8 and later (the engine's rule)."""
 
 from __future__ import annotations
 
-from dataclasses import FrozenInstanceError, dataclass, fields
+from dataclasses import MISSING, FrozenInstanceError, dataclass, fields
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Callable, Dict, Tuple, Type, TypeVar
 
@@ -44,6 +45,11 @@ _Getter = Callable[[Any], Tuple[Any, ...]]
 #: per record class: the getters of the compared and the hashed fields' values, and the
 #: names of the shown fields (what ``dataclasses`` would have written into the methods)
 _METHODS: Dict[type, Tuple[_Getter, _Getter, Tuple[str, ...]]] = {}
+#: per record class, what its ``__init__`` takes: the names of its parameters in order, the
+#: default of each that has one (a ``default_factory`` as a ``_Factory``), the fields outside
+#: ``__init__`` with theirs, and whether the class has a ``__post_init__``
+_Init = Tuple[Tuple[str, ...], Dict[str, Any], Tuple[Tuple[str, Any], ...], bool]
+_INITS: Dict[type, _Init] = {}
 
 
 def _tuple_getter(names: Tuple[str, ...]) -> _Getter:
@@ -63,10 +69,106 @@ def _methods(cls: type) -> Tuple[_Getter, _Getter, Tuple[str, ...]]:
     return found
 
 
+class _Factory:
+    """A field's ``default_factory``, called for each instance made without the field."""
+
+    __slots__ = ("make",)
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self.make = make
+
+
+def _default(f: Any) -> Any:
+    """A field's default as ``_init_of`` keeps it: the value, a ``_Factory``, or ``MISSING``."""
+    if f.default is not MISSING:
+        return f.default
+    if f.default_factory is not MISSING:
+        return _Factory(f.default_factory)
+    return MISSING
+
+
+def _init_of(cls: type) -> _Init:
+    found = _INITS.get(cls)
+    if found is None:
+        of = fields(cls)
+        params = tuple(f.name for f in of if f.init)
+        defaults = {f.name: _default(f) for f in of if f.init and _default(f) is not MISSING}
+        rest = tuple((f.name, _default(f)) for f in of if not f.init)
+        found = _INITS[cls] = (params, defaults, rest, hasattr(cls, "__post_init__"))
+    return found
+
+
+def _value(default: Any) -> Any:
+    return default.make() if default.__class__ is _Factory else default
+
+
+class _Signature:
+    """A record class's ``__signature__``, made when asked (``inspect.signature``, ``help``):
+    its fields in ``__init__`` as the generated ``__init__`` would take them, a default
+    factory shown as ``<factory>``."""
+
+    def __get__(self, obj: Any, cls: type) -> Any:
+        from inspect import Parameter, Signature
+
+        params, defaults, _rest, _post = _INITS.get(cls) or _init_of(cls)
+        types = {f.name: f.type for f in fields(cls)}
+        return Signature([Parameter(name, Parameter.POSITIONAL_OR_KEYWORD,
+                                    default=_shown(defaults.get(name, Parameter.empty)),
+                                    annotation=types[name]) for name in params],
+                         return_annotation=None)
+
+
+class _FactoryDefault:
+    """How a signature shows a default made by a factory (as ``dataclasses`` does)."""
+
+    def __repr__(self) -> str:
+        return "<factory>"
+
+
+def _shown(default: Any) -> Any:
+    return _FactoryDefault() if default.__class__ is _Factory else default
+
+
 class _ByField:
-    """Equality and repr by field (the hash is the subclass's)."""
+    """``__init__``, equality and repr by field (the hash is the subclass's)."""
 
     __slots__ = ()
+    __signature__ = _Signature()
+
+    if not TYPE_CHECKING:  # a type checker sees each record's own __init__ (record_dataclass)
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            cls = self.__class__
+            params, defaults, rest, post_init = _INITS.get(cls) or _init_of(cls)
+            if len(args) > len(params):
+                raise TypeError("%s.__init__() takes %d positional arguments but %d were given"
+                                % (cls.__qualname__, len(params) + 1, len(args) + 1))
+            put = object.__setattr__
+            for name, value in zip(params, args):
+                put(self, name, value)
+            if kwargs or len(args) < len(params):
+                missing = []
+                for name in params[len(args):]:
+                    if name in kwargs:
+                        put(self, name, kwargs.pop(name))
+                    elif name in defaults:
+                        put(self, name, _value(defaults[name]))
+                    else:
+                        missing.append(name)
+                if kwargs:
+                    name = next(iter(kwargs))
+                    how = ("got multiple values for argument" if name in params
+                           else "got an unexpected keyword argument")
+                    raise TypeError("%s.__init__() %s %r" % (cls.__qualname__, how, name))
+                if missing:
+                    raise TypeError("%s.__init__() missing %d required argument%s: %s"
+                                    % (cls.__qualname__, len(missing),
+                                       "s" if len(missing) > 1 else "",
+                                       ", ".join(repr(name) for name in missing)))
+            for name, default in rest:
+                if default is not MISSING:
+                    put(self, name, _value(default))
+            if post_init:
+                self.__post_init__()
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
@@ -81,8 +183,8 @@ class _ByField:
 
 
 class Record(_ByField):
-    """The base of a frozen record (declared with ``record_dataclass(frozen=True)``): equality, hash and repr
-    by field; its fields set once, by ``__init__``."""
+    """The base of a frozen record (declared with ``record_dataclass(frozen=True)``): its
+    ``__init__``, equality, hash and repr by field; its fields set once, by ``__init__``."""
 
     __slots__ = ()
 
@@ -100,33 +202,34 @@ class Record(_ByField):
 
 
 class MutableRecord(_ByField):
-    """The base of a record that is not frozen: equality and repr by field, and no hash (as a
-    dataclass with ``eq=True`` that is not frozen)."""
+    """The base of a record that is not frozen (declared with ``record_dataclass(frozen=False)``):
+    its ``__init__``, equality and repr by field, and no hash (as a dataclass with ``eq=True``
+    that is not frozen)."""
 
     __slots__ = ()
     __hash__ = None  # type: ignore[assignment]
 
 
-_R = TypeVar("_R", bound=Type[Record])
+_R = TypeVar("_R", bound=Type[_ByField])
 
 
-def _frozen_record(*, frozen: bool) -> Callable[[_R], _R]:
-    """``record_dataclass(frozen=True)``: the dataclass of a subclass of ``Record``, which writes only its
-    ``__init__`` (``Record`` gives the rest, its frozenness included)."""
-    if not frozen:
-        raise TypeError("record_dataclass() declares frozen records; a mutable one is "
-                        "@dataclass(eq=False, repr=False) on MutableRecord")
+def _record(*, frozen: bool) -> Callable[[_R], _R]:
+    """``record_dataclass(frozen=...)``: the dataclass of a subclass of ``Record`` (frozen) or
+    ``MutableRecord``, for which ``dataclasses`` writes no method (the base gives them all)."""
+    base = Record if frozen else MutableRecord
 
     def declare(cls: _R) -> _R:
-        if not issubclass(cls, Record):
-            raise TypeError("%s: a frozen record must subclass Record" % cls.__qualname__)
-        dataclass(eq=False, repr=False)(cls)  # in place: the same class, its __init__ added
+        if not issubclass(cls, base):
+            raise TypeError("%s: a %s record must subclass %s" % (
+                cls.__qualname__, "frozen" if frozen else "mutable", base.__name__))
+        # in place: the same class, its fields collected; nothing written or compiled
+        dataclass(init=False, eq=False, repr=False)(cls)
         return cls
 
     return declare
 
 
-if TYPE_CHECKING:  # to a type checker, a record is the frozen dataclass it behaves as
+if TYPE_CHECKING:  # to a type checker, a record is the dataclass it behaves as
     from dataclasses import dataclass as record_dataclass
 else:
-    record_dataclass = _frozen_record
+    record_dataclass = _record

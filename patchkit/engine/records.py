@@ -10,10 +10,10 @@ Only this module knows the keys; the format on disk is the one docs/state.md des
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-from .recordbase import MutableRecord
+from .recordbase import MutableRecord, record_dataclass
 
 FORMAT = 1
 FIX_NAME = re.compile(r"[a-z0-9][a-z0-9.-]*\Z")
@@ -57,7 +57,7 @@ def _object(value: Any, where: str, what: str) -> Dict[str, Any]:
 
 # -- state.json -----------------------------------------------------------------------------
 
-@dataclass(eq=False, repr=False)
+@record_dataclass(frozen=False)
 class FileRecord(MutableRecord):
     """One file a fix changed: its bytes' hashes before and after the fix, and its backup (the
     name relative to ``.patchkit/``; readers use it, never a layout)."""
@@ -93,7 +93,7 @@ class FileRecord(MutableRecord):
                     mode_before=self.mode_before, mode=self.mode, backup=self.backup)
 
 
-@dataclass(eq=False, repr=False)
+@record_dataclass(frozen=False)
 class FixRecord(MutableRecord):
     """An applied fix as ``state.json`` records it."""
 
@@ -191,7 +191,7 @@ class FixRecord(MutableRecord):
                     installed=self.installed)
 
 
-@dataclass(eq=False, repr=False)
+@record_dataclass(frozen=False)
 class State(MutableRecord):
     """``state.json``: what is applied, in application order; ``txn`` is the last committed
     transaction (the commit point of every transaction)."""
@@ -251,7 +251,7 @@ def state_problem(data: Any) -> Optional[str]:
 
 # -- journal.json ---------------------------------------------------------------------------
 
-@dataclass(eq=False, repr=False)
+@record_dataclass(frozen=False)
 class JournalFile(MutableRecord):
     """One file a transaction in flight writes: its hashes before (null: it did not exist) and
     after, how to put it back (``backup``, relative to ``.patchkit/``), ``rel`` as written
@@ -289,7 +289,7 @@ class JournalFile(MutableRecord):
                     owner=list(self.owner) if self.owner else None, backup=self.backup)
 
 
-@dataclass(eq=False, repr=False)
+@record_dataclass(frozen=False)
 class Journal(MutableRecord):
     """``journal.json``: present only while a transaction is in flight."""
 
@@ -331,7 +331,7 @@ class Journal(MutableRecord):
         return out
 
 
-@dataclass(eq=False, repr=False)
+@record_dataclass(frozen=False)
 class Intent(MutableRecord):
     """``txn/<id>/txn.json``: what a transaction set out to do, before its journal exists."""
 

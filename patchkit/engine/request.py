@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..errors import UnsafePathError, UsageError
@@ -14,7 +13,7 @@ from .paths import Root, Roots
 from .recordbase import MutableRecord, Record, record_dataclass
 
 
-@dataclass(eq=False, repr=False)
+@record_dataclass(frozen=False)
 class FixSpec(MutableRecord):
     """One fix of a request (``parse_fix``); not frozen, as ``check_patch_paths`` edits ``files``."""
 

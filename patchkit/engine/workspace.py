@@ -6,19 +6,18 @@ from __future__ import annotations
 import difflib
 import os
 import stat
-from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple, cast
 
 from .fsops import NotRegular, nearest_existing_dir, read_with_stat, sha256_of
 from .hunks import Hunk, decode, sha256_bytes, split_lines
 from ..errors import PatchkitError
 from .paths import Roots
-from .recordbase import MutableRecord
+from .recordbase import MutableRecord, record_dataclass
 
 Key = Tuple[str, str]  # (root name, checkout-layout path)
 
 
-@dataclass(eq=False, repr=False)
+@record_dataclass(frozen=False)
 class Entry(MutableRecord):
     """One target file as read (``original``) and as it will be written (``current``)."""
 

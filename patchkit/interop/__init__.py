@@ -8,16 +8,16 @@ stays the one reader of the diffs themselves."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from ..engine import fsops
 from ..engine.paths import check_rel
-from ..engine.recordbase import MutableRecord
+from ..engine.recordbase import MutableRecord, record_dataclass
 from ..errors import PatchFormatError, UnsafePathError
 
 
-@dataclass(eq=False, repr=False)
+@record_dataclass(frozen=False)
 class Patch(MutableRecord):
     """One patch read from a foreign format: its message and its diff, byte-exact."""
 
