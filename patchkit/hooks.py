@@ -11,7 +11,6 @@ target's host, so it checks the server where it runs (and works in a fleet's she
 from __future__ import annotations
 
 import shlex
-import subprocess
 import sys
 from typing import Any, Callable, Sequence
 
@@ -99,6 +98,8 @@ class AfterChange(Record):
 
 def run_on(target: Any, what: str, command: str, timeout: float | None = None) -> CommandRun:
     """``command`` through ``sh -c`` where the target's files are: here, or on its ssh host."""
+    import subprocess  # here: only a command given with --after-cmd or --health-cmd runs one
+
     if getattr(target, "is_remote", False):
         from .targets.transport import ssh_argv
 

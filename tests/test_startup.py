@@ -62,11 +62,18 @@ def test_version_is_answered_by_click_without_loading_the_catalog() -> None:
 NEVER_ON_A_PIPE = ("rich", "git", "tomlkit", "socket")
 
 
+#: What a status of a checkout never uses: it starts no process (subprocess), makes no diff
+#: and refuses nothing (difflib: diffs and "Did you mean"), reports no bug (traceback), reads
+#: no installed package's RECORD (base64, csv), removes no directory (shutil).
+NOT_FOR_A_STATUS = ("subprocess", "difflib", "traceback", "base64", "csv", "shutil")
+
+
 def test_apply_and_status_on_a_pipe_import_only_what_they_use(env: Env) -> None:
     """The import rules the startup ratios rest on (docs/performance.md, issue 29): a local
     apply piped (plain lines) loads neither rich, GitPython nor tomlkit; a status of a target
     whose fixes are all recorded loads no git code of the engine (only an unrecorded revert
-    fix needs it) and parses no series (so unidiff stays out)."""
+    fix needs it), parses no series (so unidiff stays out) and none of the standard library
+    modules only other work needs (``NOT_FOR_A_STATUS``)."""
     code, out, loaded = run_counting_imports(env, "apply", INDEX_K, "--target", str(env.sglang),
                                              watched=NEVER_ON_A_PIPE)
     assert code == 0, out
@@ -77,7 +84,8 @@ def test_apply_and_status_on_a_pipe_import_only_what_they_use(env: Env) -> None:
             manifest.unlink()
     code, out, loaded = run_counting_imports(
         env, "status", "--target", str(env.sglang),
-        watched=(*NEVER_ON_A_PIPE, "unidiff", "patchkit.engine.gitops", "patchkit.engine.revert"))
+        watched=(*NEVER_ON_A_PIPE, *NOT_FOR_A_STATUS, "unidiff", "patchkit.engine.gitops",
+                 "patchkit.engine.revert"))
     assert code == 0, out
     assert INDEX_K in out and "applied" in out and loaded == []
 

@@ -3,7 +3,6 @@ manifests lazily and orders fixes by ``depends_on``."""
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import re
@@ -14,7 +13,7 @@ from ..engine.recordbase import Record, record_dataclass
 from ..errors import ManifestError, PatchFormatError, UnknownFixError, UsageError
 from .config import load_config
 from .manifest import load_manifest, name_problem
-from .reader import key_line
+from .reader import close_matches, key_line
 from .model import Fix
 
 ENV_CATALOG = "PATCHKIT_CATALOG"
@@ -244,7 +243,7 @@ class Catalog:
             if owner is not self:
                 self._fixes[name] = owner.get(name)
             elif not path.is_file():
-                close = difflib.get_close_matches(name, self.names(), n=3, cutoff=0.5)
+                close = close_matches(name, self.names(), n=3, cutoff=0.5)
                 hint = f" Did you mean {', '.join(close)}?" if close else ""
                 raise UnknownFixError(f"no fix named '{name}' in the catalog {self.root}.{hint} "
                                       "List the fixes with `patchkit list`", name=name,
@@ -290,7 +289,7 @@ class Catalog:
 
     def _dep(self, fix: Fix, dep: str) -> Fix:
         if not self.manifest_path(dep).is_file():
-            close = difflib.get_close_matches(dep, self.names(), n=1, cutoff=0.6)
+            close = close_matches(dep, self.names(), n=1, cutoff=0.6)
             hint = f"Did you mean '{close[0]}'? " if close else ""
             raise ManifestError(f"{fix.manifest_path}: depends_on names '{dep}', which is not "
                                 f"in the catalog {self.root}. {hint}Fix the name or add the "

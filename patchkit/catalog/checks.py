@@ -3,13 +3,13 @@ validated against the contract's check table, raising :class:`ManifestError` nam
 
 from __future__ import annotations
 
-import difflib
 import re
 from typing import Any, Mapping
 
 from ..engine.contract import CHECK_KEYS, CHECK_KINDS, CHECK_TIMEOUTS, is_timeout
 from .model import NAME_RE, SHA256_RE, Check
-from .reader import Ctx, check_keys, rel_path, root_name, string, strings, table_list, toml_type, typed
+from .reader import (Ctx, check_keys, close_matches, rel_path, root_name, string, strings,
+                     table_list, toml_type, typed)
 
 
 def build_checks(ctx: Ctx, data: Mapping[str, Any], key: str,
@@ -20,7 +20,7 @@ def build_checks(ctx: Ctx, data: Mapping[str, Any], key: str,
         where = f"{key}[{i}]"
         kind = string(ctx, table, where, "kind")
         if kind not in CHECK_KEYS:
-            close = difflib.get_close_matches(kind, CHECK_KINDS, n=1, cutoff=0.5)
+            close = close_matches(kind, CHECK_KINDS, n=1, cutoff=0.5)
             hint = f"Did you mean '{close[0]}'? " if close else ""
             raise ctx.fail(f"{where}.kind", f"unknown check kind '{kind}'",
                            f"{hint}Kinds: {', '.join(CHECK_KINDS)}")

@@ -3,7 +3,6 @@ names the line and column of what it refuses; errors name the file, the key and 
 
 from __future__ import annotations
 
-import difflib
 import datetime as _dt
 import re
 from pathlib import Path
@@ -60,11 +59,19 @@ def _table_label(where: str) -> str:
     return f"[{where}]" if where else "the top level"
 
 
+def close_matches(word: str, choices: Sequence[str], n: int = 1, cutoff: float = 0.6) -> list[str]:
+    """The names among ``choices`` that ``word`` is probably a misspelling of, for a refusal's
+    "Did you mean" (difflib is loaded only when something is refused)."""
+    import difflib
+
+    return difflib.get_close_matches(word, choices, n=n, cutoff=cutoff)
+
+
 def check_keys(ctx: Ctx, data: Mapping[str, Any], where: str, allowed: Sequence[str],
                required: Sequence[str]) -> None:
     for key in data:
         if key not in allowed:
-            close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+            close = close_matches(key, allowed, n=1, cutoff=0.6)
             hint = f"Did you mean '{close[0]}'?" if close else "Remove it or fix its spelling."
             raise ctx.fail(full_key(where, key), f"unknown key '{key}' in {_table_label(where)}",
                            f"{hint} Valid keys there: "
@@ -118,7 +125,7 @@ def choice(ctx: Ctx, data: Mapping[str, Any], where: str, key: str, choices: Seq
            default: Any = MISSING) -> str:
     value = string(ctx, data, where, key, default)
     if value not in choices:
-        close = difflib.get_close_matches(value, choices, n=1, cutoff=0.5)
+        close = close_matches(value, choices, n=1, cutoff=0.5)
         hint = f"Did you mean '{close[0]}'? " if close else ""
         raise ctx.fail(full_key(where, key), f"'{key}' is '{value}', not one of "
                        f"{', '.join(choices)}", f"{hint}Use one of those values")

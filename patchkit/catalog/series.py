@@ -3,7 +3,6 @@ refusing what unidiff would silently skip; and written from two texts in the sam
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import re
 from pathlib import Path
@@ -458,6 +457,8 @@ def diff_files(old: bytes | None, new: bytes | None, path: str, *,
                mode: str = DEFAULT_MODE, old_mode: str | None = None) -> str:
     """A git-style unified diff of one file (``None`` = absent); "" when nothing changed.
     ``mode`` is the git mode after the change, ``old_mode`` before it (default: the same)."""
+    import difflib  # here: reading a series (a status, an apply) writes no diff
+
     old_mode = old_mode or mode
     mode_changed = old is not None and new is not None and old_mode != mode
     if old == new and not mode_changed:

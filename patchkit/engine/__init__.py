@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib
 import os
 import signal
-import traceback
 from typing import Any, Dict, List, Optional
 
 from ..errors import InternalError, PatchkitError, TargetError, Terminated
@@ -61,6 +60,8 @@ def run(request: Dict[str, Any]) -> Dict[str, Any]:
     except _Terminate as stop:  # the transaction's own handler has put the files back by now
         result["error"] = _terminated(request, stop.signum).to_dict()
     except Exception as exc:  # a bug: report it with its traceback instead of crashing the client
+        import traceback  # here: only a bug's report needs it
+
         result["error"] = InternalError(
             "internal error in the patchkit engine: %s: %s" % (type(exc).__name__, exc),
             traceback=traceback.format_exc()).to_dict()

@@ -13,18 +13,20 @@ import os
 import re
 import shlex
 import signal
-import subprocess
 import sys
 import threading
 import time
 from contextlib import suppress
-from typing import Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 from ..errors import UnsafePathError, UsageError
 from .contract import CHECK_KINDS, CHECK_TIMEOUTS, grep_holds, is_timeout
 from .hunks import decode, sha256_bytes, split_lines
 from .paths import PACKAGE, Roots
 from .recordbase import Record, record_dataclass
+
+if TYPE_CHECKING:
+    import subprocess
 
 Reader = Callable[[str, str], Optional[bytes]]
 
@@ -71,6 +73,8 @@ def run_argv(argv: List[str], cwd: str, timeout: float, expect_exit: int = 0,
              display: Optional[str] = None, stdin: Optional[bytes] = None) -> Optional[str]:
     """None when the command exits ``expect_exit``, else a detail with command, code, output.
     Its process group is killed whole at the limit, so nothing it started outlives the check."""
+    import subprocess  # here: a command that runs no process (a status) does not load it
+
     shown = display or " ".join(shlex.quote(a) for a in argv)
     try:
         proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -180,6 +184,8 @@ _local = threading.local()  # one worker per engine thread, started by its first
 def _ask(job: Dict[str, Any], data: bytes, timeout: float, where: str, name: str) -> Dict[str, Any]:
     proc = getattr(_local, "worker", None)
     if proc is None:
+        import subprocess  # here: a command that runs no process (a status) does not load it
+
         proc = _local.worker = subprocess.Popen(
             [sys.executable, "-I", "-S", "-c", worker_source()], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=child_env())

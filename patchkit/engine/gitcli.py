@@ -4,14 +4,16 @@ none for a root outside a work tree (no ``.git`` upwards)."""
 from __future__ import annotations
 
 import os
-import subprocess
 import threading
 import time
 from contextlib import contextmanager
 from dataclasses import field
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple
 
 from .recordbase import Record, record_dataclass
+
+if TYPE_CHECKING:
+    import subprocess
 
 TIMEOUT = 120.0  # each git command, outside a ``deadline``
 # Above this many paths one ``git status`` of the whole root is cheaper than one limited to
@@ -42,6 +44,8 @@ _REPO_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "G
 def run(root: str, args: List[str], stdin: Optional[bytes] = None,
          env: Optional[Dict[str, str]] = None) -> Optional[subprocess.CompletedProcess]:
     """Run git in ``root`` (None if it cannot start, or ran past ``TIMEOUT``)."""
+    import subprocess  # here: a command that runs no process (a status) does not load it
+
     full = {k: v for k, v in os.environ.items() if k not in _REPO_VARS and k != "PATCHKIT_FAULT"}
     full["GIT_OPTIONAL_LOCKS"] = "0"  # never rewrite the index of the target while looking
     full.update(env or {})

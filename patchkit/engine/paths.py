@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-import shutil
-import subprocess
 from typing import Any, Dict, Iterator, Optional
 
 from ..errors import TargetError, UnsafePathError, UsageError
@@ -105,6 +103,8 @@ def interpreter_sglang(python: str) -> str:
     if not os.path.exists(python):
         raise TargetError(f"interpreter {python} does not exist; pass the python of the "
                           "environment that runs SGLang (python:/path/to/bin/python)", path=python)
+    import subprocess  # here: a command that runs no process (a status) does not load it
+
     try:
         proc = subprocess.run([python, "-c", _FIND_SGLANG], capture_output=True, text=True,
                               timeout=120, cwd="/", stdin=subprocess.DEVNULL)
@@ -134,6 +134,8 @@ def python_root(spec: str) -> "tuple[str, str]":
     looked up on PATH, as a shell would; the interpreter itself says where its sglang is."""
     given = spec[len("python:"):]
     if given and os.sep not in given:
+        import shutil  # here: only a root given as python:NAME needs it
+
         given = shutil.which(given) or given
     interpreter = os.path.abspath(os.path.expanduser(given))
     return interpreter_sglang(interpreter), interpreter

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
 import sys
 from contextlib import suppress
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
@@ -19,6 +18,8 @@ def interpreter_prefix(python: Optional[str]) -> Optional[str]:
     """``sys.pycache_prefix`` of the target's interpreter (this one when None)."""
     if not python or os.path.realpath(python) == os.path.realpath(sys.executable):
         return sys.pycache_prefix
+    import subprocess  # here: a command that runs no process (a status) does not load it
+
     try:
         done = subprocess.run([python, "-c", "import sys; print(sys.pycache_prefix or '')"],
                               capture_output=True, timeout=30, check=False)

@@ -4,8 +4,6 @@ preconditions"). Standard library only: the engine runs on hosts."""
 
 from __future__ import annotations
 
-import base64
-import csv
 import hashlib
 import io
 import json
@@ -41,6 +39,8 @@ class Installed(Record):
 
 def _hex(entry: str) -> str:
     """``sha256=<urlsafe base64, no padding>`` as hex ("" for another or no algorithm)."""
+    import base64  # here, as csv below: only an installed package's RECORD needs them
+
     algo, _, digest = entry.partition("=")
     if algo != "sha256" or not digest:
         return ""
@@ -108,6 +108,8 @@ def _read_record(path: str) -> Dict[str, str]:
 
 
 def _parse(text: str) -> Dict[str, str]:
+    import csv
+
     out: Dict[str, str] = {}
     for row in csv.reader(io.StringIO(text)):
         if row and row[0]:

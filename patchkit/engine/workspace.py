@@ -3,7 +3,6 @@ computed before the first byte reaches the disk), and the diffs of the result.""
 
 from __future__ import annotations
 
-import difflib
 import os
 import stat
 from typing import Dict, List, Optional, Sequence, Tuple, cast
@@ -119,6 +118,8 @@ def _first_file(roots: Roots, root: str, abs_path: str) -> str:
 def unified_diff(path: str, before: Optional[bytes], after: Optional[bytes]) -> str:
     """difflib's unified diff of one file's change (``/dev/null`` for a side that is absent),
     with git's "No newline at end of file" markers."""
+    import difflib  # here: a status makes no diff
+
     old = split_lines(decode(before)) if before is not None else []
     new = split_lines(decode(after)) if after is not None else []
     return "".join(_marked(line) for line in difflib.unified_diff(
