@@ -230,3 +230,35 @@ def test_a_path_resolves_as_realpath_does_below_a_symlinked_root(tmp_path: Path)
         assert roots.resolve("sglang", rel) == os.path.realpath(tmp_path / "link" / rel), rel
     with pytest.raises(UnsafePathError):
         roots.resolve("sglang", "python/sglang/out/f.py")
+
+
+def test_each_directory_is_looked_at_once_per_run(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Roots.resolve looks at a directory once per run (it is a directory, not a symlink), and
+    at a file every time: 40 files three directories deep cost 43 lstat calls, not 160; the
+    answers stay realpath's, and a file turned into a symlink out of the root is still refused."""
+    from patchkit.engine import paths
+    from patchkit.engine.paths import Roots
+    from patchkit.errors import UnsafePathError
+
+    root = tmp_path / "root"
+    (root / "a" / "b" / "c").mkdir(parents=True)
+    rels = [f"a/b/c/f{i}.py" for i in range(40)]
+    for rel in rels:
+        (root / rel).write_text("x\n")
+    expected = [os.path.realpath(root / rel) for rel in rels]
+    roots = Roots({"sglang": str(root)})  # the root's own real path: found once, here
+    looked: list[str] = []
+    real_lstat = os.lstat
+
+    def counting(path: str) -> os.stat_result:
+        looked.append(path)
+        return real_lstat(path)
+
+    monkeypatch.setattr(paths.os, "lstat", counting)
+    assert [roots.resolve("sglang", rel) for rel in rels] == expected
+    assert len(looked) == 43
+    (root / rels[0]).unlink()
+    (root / rels[0]).symlink_to(tmp_path)
+    with pytest.raises(UnsafePathError):
+        roots.resolve("sglang", rels[0])
