@@ -3,11 +3,11 @@ catalog shipped with patchkit is seen beside this one (docs/manifest.md, patchki
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Mapping
 
 from ..engine.contract import PRIMARY_ROOT
+from ..targets import SSH_SETTING
 from .model import ProjectConfig, TargetConfig
 from .reader import (
     ROOT_NAME_RE,
@@ -93,10 +93,6 @@ def _build_target(ctx: Ctx, name: str, table: Mapping[str, Any], base: Path) -> 
         python=string(ctx, table, where, "python", None),
         ssh_options=_ssh_settings(ctx, table, where),
         ssh_program=string(ctx, table, where, "ssh_program", None, nonempty=True), roots=roots)
-
-
-#: An ssh_config setting, as ``--ssh-option`` takes it: ``KEY=VALUE`` (or ``KEY VALUE``).
-SSH_SETTING = re.compile(r"[A-Za-z][A-Za-z0-9]*(=| +)[^\0\n\r]+")
 
 
 def _ssh_settings(ctx: Any, table: Mapping[str, Any], where: str) -> tuple[str, ...]:

@@ -14,7 +14,9 @@ from ..engine.paths import interpreter_sglang, python_root, sglang_tree_root
 from ..engine.recordbase import Record, record_dataclass
 from ..errors import TargetError, UsageError
 
-_SSH_SETTING = re.compile(r"[A-Za-z][A-Za-z0-9]*(=| +)[^\0\n\r]+")
+#: An ssh_config setting, as ``--ssh-option`` and a named target's ``ssh_options`` take it:
+#: ``KEY=VALUE`` (or ``KEY VALUE``), passed as ``ssh -o``; never another flag or a destination.
+SSH_SETTING = re.compile(r"[A-Za-z][A-Za-z0-9]*(=| +)[^\0\n\r]+")
 
 
 class Target(Protocol):
@@ -71,7 +73,7 @@ def ssh_option_args(options: Sequence[str]) -> tuple[str, ...]:
     """``--ssh-option Key=Value`` values as ``ssh -o`` arguments: only settings, so a value never
     becomes another ssh flag or the destination."""
     for option in options:
-        if not _SSH_SETTING.fullmatch(option):
+        if not SSH_SETTING.fullmatch(option):
             raise UsageError(
                 f"bad --ssh-option {option!r}: expected an ssh_config setting as KEY=VALUE, "
                 "e.g. --ssh-option IdentityFile=~/.ssh/deploy or --ssh-option ProxyJump=bastion",
