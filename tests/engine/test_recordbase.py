@@ -6,43 +6,32 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import pytest
 
 from patchkit.engine.recordbase import MutableRecord, Record, record_dataclass
 
 
-@record_dataclass(frozen=True)
-class Shared(Record):
-    """A frozen record of every kind of field."""
+def _declare(name: str, decorate: Callable[[type], type], base: type) -> Any:
+    """One class body of every kind of field, declared by ``decorate`` on ``base``: the
+    shared record and the real dataclass it is compared with have the same fields."""
 
-    a: int
-    b: str
-    c: Tuple[int, ...] = ()
-    d: List[int] = field(default_factory=list)
-    e: int = field(default=7, init=False)
-    f: Dict[str, int] = field(default_factory=dict, compare=False)
-    g: Any = field(default=None, init=False, repr=False)
-
-    def __post_init__(self) -> None:
+    def __post_init__(self: Any) -> None:
         object.__setattr__(self, "g", ("post", self.a))
 
+    body = {
+        "__module__": __name__, "__qualname__": name, "__doc__": f"{name}: every kind of field.",
+        "__annotations__": {"a": "int", "b": "str", "c": "Tuple[int, ...]", "d": "List[int]",
+                            "e": "int", "f": "Dict[str, int]", "g": "Any"},
+        "c": (), "d": field(default_factory=list), "e": field(default=7, init=False),
+        "f": field(default_factory=dict, compare=False),
+        "g": field(default=None, init=False, repr=False), "__post_init__": __post_init__}
+    return decorate(type(name, (base,), body))
 
-@dataclass(frozen=True)
-class Generated:
-    """The same fields, as ``dataclasses`` writes them."""
 
-    a: int
-    b: str
-    c: Tuple[int, ...] = ()
-    d: List[int] = field(default_factory=list)
-    e: int = field(default=7, init=False)
-    f: Dict[str, int] = field(default_factory=dict, compare=False)
-    g: Any = field(default=None, init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "g", ("post", self.a))
+Shared = _declare("Shared", record_dataclass(frozen=True), Record)
+Generated = _declare("Generated", dataclass(frozen=True), object)  # as dataclasses writes it
 
 
 @record_dataclass(frozen=False)
