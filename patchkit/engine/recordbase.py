@@ -48,7 +48,7 @@ _Getter = Callable[[Any], Tuple[Any, ...]]
 _METHODS: Dict[type, Tuple[_Getter, _Getter, Tuple[str, ...]]] = {}
 #: per record class, what its ``__init__`` takes: the names of its parameters in order, the
 #: default of each that has one (a ``default_factory`` as a ``_Factory``), the fields outside
-#: ``__init__`` with theirs, and whether the class has a ``__post_init__``
+#: ``__init__`` that have a default with theirs, and whether the class has a ``__post_init__``
 _Init = Tuple[Tuple[str, ...], Dict[str, Any], Tuple[Tuple[str, Any], ...], bool]
 _INITS: Dict[type, _Init] = {}
 
@@ -91,10 +91,12 @@ def _default(f: Any) -> Any:
 def _init_of(cls: type) -> _Init:
     found = _INITS.get(cls)
     if found is None:
-        of = fields(cls)
-        params = tuple(f.name for f in of if f.init)
-        defaults = {f.name: _default(f) for f in of if f.init and _default(f) is not MISSING}
-        rest = tuple((f.name, _default(f)) for f in of if not f.init)
+        of = [(f.name, f.init, _default(f)) for f in fields(cls)]
+        params = tuple(name for name, init, _ in of if init)
+        defaults = {name: default for name, init, default in of
+                    if init and default is not MISSING}
+        rest = tuple((name, default) for name, init, default in of
+                     if not init and default is not MISSING)
         found = _INITS[cls] = (params, defaults, rest, hasattr(cls, "__post_init__"))
     return found
 
@@ -126,8 +128,11 @@ class _FactoryDefault:
         return "<factory>"
 
 
+_FACTORY_DEFAULT = _FactoryDefault()
+
+
 def _shown(default: Any) -> Any:
-    return _FactoryDefault() if default.__class__ is _Factory else default
+    return _FACTORY_DEFAULT if default.__class__ is _Factory else default
 
 
 class _ByField:
@@ -151,12 +156,10 @@ class _ByField:
                 for name in params[given:]:
                     value = kwargs.pop(name, MISSING) if kwargs else MISSING
                     if value is MISSING:
-                        value = defaults.get(name, MISSING)
-                        if value is MISSING:
+                        if name not in defaults:
                             missing.append(name)
                             continue
-                        if value.__class__ is _Factory:
-                            value = value.make()
+                        value = _value(defaults[name])
                     values[name] = value
                 if kwargs:
                     name = next(iter(kwargs))
@@ -169,8 +172,7 @@ class _ByField:
                                        "s" if len(missing) > 1 else "",
                                        ", ".join(repr(name) for name in missing)))
             for name, default in rest:
-                if default is not MISSING:
-                    values[name] = _value(default)
+                values[name] = _value(default)
             if post_init:
                 self.__post_init__()
 
