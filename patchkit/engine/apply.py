@@ -56,8 +56,8 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
     elif not req.dry_run and any(n in lost_records for n, o in outcomes.items()
                                  if o["outcome"] == "not-needed"):
         store.write_state(state)  # only lost records of not-needed fixes to drop
-    ws.entries.clear()  # the bytes are written: each fix's result lets its own go
-    for fc in prepared:
+    last = {key: fc for fc in prepared for key in fc.keys}  # the last fix to change each file
+    for fc in prepared:  # the bytes are written: each fix's result lets its own go
         old = upgrades.get(fc.spec.name)
         if old is None:
             outcomes[fc.spec.name] = fix_result(fc, "would-apply" if req.dry_run else "applied",
@@ -67,6 +67,10 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
         else:
             outcomes[fc.spec.name] = dict(fix_result(fc, "would-upgrade" if req.dry_run else "upgraded"),
                                           from_version=old.version)
+        for key in fc.keys:  # a file no later result names: its bytes and digests go
+            if last[key] is fc:
+                ws.entries.pop(key, None)
+    ws.entries.clear()
     return [outcomes[s.name] for s in req.fixes]
 
 

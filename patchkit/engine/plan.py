@@ -53,10 +53,10 @@ class FixChange(MutableRecord):
 
     def sha256(self, key: Key, data: Optional[bytes]) -> Optional[str]:
         """The digest of one side's bytes of the file, hashed once per version
-        (:meth:`Entry.sha256`)."""
-        if self.ws is None:  # never snapshotted: no workspace holds the bytes
-            return sha256_bytes(data)
-        return self.ws.entry(*key).sha256(data)
+        (:meth:`Entry.sha256`) while the workspace holds the file. A file the workspace has
+        let go (its bytes written) is not read again: the bytes given are hashed."""
+        entry = None if self.ws is None else self.ws.entries.get(key)
+        return sha256_bytes(data) if entry is None else entry.sha256(data)
 
 
 def fix_result(fc: FixChange, outcome: str, release: bool = False) -> Dict[str, Any]:

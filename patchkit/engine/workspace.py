@@ -41,15 +41,17 @@ class Entry(MutableRecord):
     def sha256(self, data: Optional[bytes]) -> Optional[str]:
         """The sha256 of ``data``, a version of this file's bytes (its original, its current,
         a fix's before or after): each version is hashed once however many records name its
-        digest (the plan, the journal, state.json, the git check). Versions are told apart by
-        identity: the bytes objects are kept here, so an identity is never reused."""
+        digest (the plan, the journal, state.json, the git check, the result). Versions are
+        told apart by identity: the bytes objects are kept here, so an identity is never
+        reused. A file has a version per fix that changes it, and one more: the entry keeps
+        them until the workspace lets the file go."""
         if data is None:
             return None
         for held, digest in self._sums:
             if held is data:
                 return digest
         digest = cast(str, sha256_bytes(data))
-        self._sums = [p for p in self._sums if p[0] is self.original][:1] + [(data, digest)]
+        self._sums.append((data, digest))
         return digest
 
 
