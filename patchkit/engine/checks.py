@@ -279,10 +279,12 @@ def _python_syntax(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
     name = check.get("name") or "python syntax of %s" % where
     if data is None:
         return result("python-syntax", name, False, "%s does not exist" % where, where)
-    import ast
+    import warnings
 
-    try:
-        ast.parse(data, filename=where)
+    try:  # compiled as an import compiles it: ast.parse takes a module-level `return`
+        with warnings.catch_warnings():  # what Python only warns about is not a failure
+            warnings.simplefilter("ignore")
+            compile(data, where, "exec", dont_inherit=True)
     except Exception as exc:  # SyntaxError; ValueError (NUL bytes), RecursionError (nesting)
         detail = ("line %s: %s" % (exc.lineno, exc) if isinstance(exc, SyntaxError)
                   else "%s: %s" % (type(exc).__name__, exc))

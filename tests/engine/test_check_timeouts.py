@@ -155,7 +155,7 @@ def test_no_worker_process_outlives_a_run(checkout: Path) -> None:
 
 
 def test_a_python_syntax_check_is_one_pass_in_the_engine_bounded_by_its_limit(checkout: Path) -> None:
-    """ast.parse runs in the engine (the worker's interpreter, so the same answer) and starts
+    """The compile runs in the engine (the worker's interpreter, so the same answer) and starts
     no process; like a literal grep, a pass that took longer than the limit fails."""
     from patchkit.engine.paths import Roots
 

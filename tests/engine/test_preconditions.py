@@ -279,3 +279,36 @@ def test_a_labelled_grep_failure_still_names_the_pattern_and_file(checkout: Path
     message = result["error"]["message"]
     assert "the pool sizes index-K" in message
     assert "'no-such-anchor'" in message and MOD in message
+
+
+@pytest.mark.parametrize("text, where", [
+    ("def f(x):\n    y = x + 1\nreturn y\n", "line 3: 'return' outside function"),  # a de-indented tail
+    ("for x in range(3):\n    pass\nbreak\n", "line 3: 'break' outside loop"),
+    ("def f(a, a):\n    return a\n", "line 1: duplicate argument 'a'"),
+    ("x = 1\ndef f():\n    nonlocal y\n", "line 3: no binding for nonlocal 'y' found"),
+])
+def test_python_syntax_fails_what_python_could_not_compile(checkout: Path, text: str, where: str,
+                                                         capfd: pytest.CaptureFixture[str]) -> None:
+    """The file parses (``ast.parse`` takes each of these), but importing it raises a
+    SyntaxError: python-syntax compiles it as an import would, and fails with Python's words."""
+    (checkout / "bad.py").write_text(text)
+    check = {"kind": "python-syntax", "root": "sglang", "path": "bad.py", "name": "the check"}
+    result = dry(checkout, [one_fix(checkout, [check])])
+    assert result["error"]["type"] == "PreconditionFailed"
+    [found] = [r for r in pre_results(result) if r["name"] == "the check"]
+    assert found["ok"] is False and where in found["detail"], found["detail"]
+    assert not list(checkout.rglob("__pycache__"))
+
+
+def test_python_syntax_passes_a_file_python_only_warns_about_silently(checkout: Path,
+                                                                       capfd: pytest.CaptureFixture[str]) -> None:
+    """Code Python compiles with a SyntaxWarning (``is`` with a literal, a call of a tuple)
+    passes, and the warning is not printed over patchkit's output."""
+    (checkout / "warns.py").write_text("x = 1\nif x is 1:\n    y = (1, 2)(3)\n")
+    check = {"kind": "python-syntax", "root": "sglang", "path": "warns.py", "name": "the check"}
+    result = dry(checkout, [one_fix(checkout, [check])])
+    assert result["ok"], result["error"]
+    [found] = [r for r in pre_results(result) if r["name"] == "the check"]
+    assert found["ok"] is True
+    out, err = capfd.readouterr()
+    assert "Warning" not in out + err
