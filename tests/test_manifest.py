@@ -510,3 +510,31 @@ def test_a_bad_author_or_header_is_named(tmp_path: Path, line: str, key: str) ->
     with pytest.raises(ManifestError) as err:
         load_manifest(path)
     assert str(path) in str(err.value) and key in str(err.value)
+
+
+@pytest.mark.parametrize("rationale", ["plain words", 'base_release = "0.5.21"\n\n# the series, oldest first\n'])
+def test_set_upstream_writes_applied_after_the_tables_last_key(tmp_path: Path, rationale: str) -> None:
+    """``applied`` goes under [upstream]'s last key, before the blank line and the comment that
+    introduce the next table, with tomlkit's public API only (a release of tomlkit dropped the
+    private insert this relied on); the rest of the file is kept byte for byte. A rationale
+    repeating the table's text leaves no doubt about where the table is."""
+    from patchkit.catalog.edit import set_upstream
+
+    catalog = tmp_path / "catalog"
+    shutil.copytree(CATALOG, catalog)
+    path = catalog / "manifests" / "pool-guard.toml"
+    text = path.read_text()
+    text = re.sub(r'rationale = (""".*?"""|"[^"\n]*")', lambda _m: f"rationale = '''{rationale}'''",
+                  text, count=1, flags=re.S)
+    text = text.replace('[upstream]\nbase_release = "0.5.21"\n\n[[patches]]',
+                        '[upstream]  # where it came from\nbase_release = "0.5.21"\n\n'
+                        '# the series, oldest first\n[[patches]]', 1)
+    assert "# the series, oldest first\n[[patches]]" in text
+    path.write_text(text)
+    assert set_upstream(path, "0.5.24")
+    assert path.read_text() == text.replace('status = "active"', 'status = "upstreamed"', 1).replace(
+        '[upstream]  # where it came from\nbase_release = "0.5.21"\n',
+        '[upstream]  # where it came from\nbase_release = "0.5.21"\napplied = "0.5.24"\n', 1)
+    fix = load_manifest(path)
+    assert (fix.status, fix.upstream.applied) == ("upstreamed", "0.5.24")
+    assert not set_upstream(path, "0.5.24")  # marked already: nothing written

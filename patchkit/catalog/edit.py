@@ -171,9 +171,9 @@ def bump_manifest(path: Path | str, *, version: int, changelog_summary: str, dat
     doc["version"] = version
     if status is not None:
         doc["status"] = status
-    upstream = doc["upstream"]
     if applied is not None:
-        _set_in_table(upstream, "applied", applied)
+        doc = _set_in_table(doc, "upstream", "applied", applied)
+    upstream = doc["upstream"]
     if base_release is not None:
         upstream["base_release"] = base_release
         if releases is None and "releases" in upstream:
@@ -241,19 +241,30 @@ def set_upstream(path: Path | str, release: str) -> bool:
     if current.status == "upstreamed" and current.upstream.applied == release:
         return False
     doc["status"] = "upstreamed"
-    _set_in_table(doc["upstream"], "applied", release)
+    doc = _set_in_table(doc, "upstream", "applied", release)
     _save(ctx, doc, current)
     return True
 
 
-def _set_in_table(table: Any, key: str, value: Any) -> None:
-    """Set ``key`` in a table; a new key goes after its last key, not after the comments and
-    blank lines that end the table (which introduce the next one)."""
-    keys = list(table.keys())
-    if key in table or not keys:
+def _set_in_table(doc: Any, name: str, key: str, value: Any) -> Any:
+    """``doc`` with ``key`` set in its table ``name``: a new key goes after the table's last
+    key, not after the comments and blank lines that end the table (they introduce the next
+    one), where tomlkit's public API would append it. tomlkit has no public insert, so the
+    rendered document gets the line there and is parsed again (the document returned)."""
+    table = doc[name]
+    body = table.value.body
+    keyed = [i for i, (k, _item) in enumerate(body) if k is not None]
+    if key in table or not keyed or keyed[-1] == len(body) - 1:
         table[key] = value
-    else:
-        table.value._insert_after(keys[-1], key, value)
+        return doc
+    head = "[%s]%s%s%s" % (name, table.trivia.comment_ws, table.trivia.comment, table.trivia.trail)
+    text, rendered = tomlkit.dumps(doc), head + table.as_string()
+    tail = "".join(item.as_string() for _k, item in body[keyed[-1] + 1:])
+    if not rendered.endswith(tail) or text.count(rendered) != 1:
+        table[key] = value  # the table's place is not certain: appended, as tomlkit does
+        return doc
+    at = text.index(rendered) + len(rendered) - len(tail)
+    return tomlkit.parse(text[:at] + tomlkit.dumps({key: value}) + text[at:])
 
 
 def add_release(path: Path | str, release: str) -> bool:
