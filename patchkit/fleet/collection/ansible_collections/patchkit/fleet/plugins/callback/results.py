@@ -41,9 +41,9 @@ class CallbackModule(CallbackBase):
     def _write(self, result, status):
         if self._out is None:
             return
-        raw = result._result
-        line = {"host": result._host.get_name(), "task": result._task.get_name(),
-                "action": result._task.action, "status": status}
+        raw, host, task = _public(result, "result"), _public(result, "host"), _public(result, "task")
+        line = {"host": host.get_name(), "task": task.get_name(), "action": task.action,
+                "status": status}
         line.update({key: _plain(raw[key]) for key in KEPT if key in raw})
         self._out.write(json.dumps(line, default=str) + "\n")
         self._out.flush()
@@ -59,6 +59,15 @@ class CallbackModule(CallbackBase):
 
     def v2_runner_on_skipped(self, result):
         self._write(result, "skipped")
+
+
+def _public(result, name):
+    """The task result's public ``result``, ``host`` or ``task`` (ansible-core 2.19 on), else
+    the private name older releases have only: 2.19 deprecates the private ones."""
+    try:
+        return getattr(result, name)
+    except AttributeError:
+        return getattr(result, "_" + name)
 
 
 def _plain(value):
