@@ -70,11 +70,14 @@ def verify(catalog: Catalog, target: Target, names: Sequence[str] = (), *,
            lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> OpResult:
     """Run the verification of applied fixes again; writes nothing. No ``names``: every fix
     the target records as applied (its ``status`` first); none applied: a result without fixes."""
+    unseen: tuple[tuple[str, tuple[str, ...]], ...] = ()
     if not names:
         found = status(catalog, target, lock_timeout=lock_timeout)
         known = set(catalog.names())
         names = [s.name for s in found.status if s.state in RECORDED and s.name in known]
-    return _run(catalog, target, [catalog.get(n) for n in names], "verify", lock_timeout=lock_timeout)
+        unseen = found.unseen  # applied there on a root not given: not verified, named
+    result = _run(catalog, target, [catalog.get(n) for n in names], "verify", lock_timeout=lock_timeout)
+    return dataclasses.replace(result, unseen=unseen)
 
 
 def status(catalog: Catalog, target: Target, *,
@@ -89,8 +92,10 @@ def status(catalog: Catalog, target: Target, *,
     # in this process the engine reads a series only when a fix is not recorded
     result = _run(catalog, target, fixes, "status", lock_timeout=lock_timeout,
                   lazy=not getattr(target, "is_remote", True))
-    # a recorded fix on a root not given, which the catalog does not hold: the engine says so
+    # the engine names every recorded fix on a root not given (one the catalog no longer
+    # holds is left out too): those are applied there, and not looked at
     named = {name for name, _roots in left_out}
     raw = (result.raw.get("status") or {}).get("left_out") or ()
-    left_out += tuple((e["name"], tuple(e["roots"])) for e in raw if e["name"] not in named)
-    return dataclasses.replace(result, left_out=left_out, broken=tuple(broken))
+    unseen = tuple((e["name"], tuple(e["roots"])) for e in raw)
+    left_out += tuple(u for u in unseen if u[0] not in named)
+    return dataclasses.replace(result, left_out=left_out, unseen=unseen, broken=tuple(broken))

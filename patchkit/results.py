@@ -179,6 +179,8 @@ class OpResult(Record):
     raw: Mapping[str, Any]
     # status: fixes not looked at, each with the roots of it the target was not given
     left_out: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # status, verify: those of them the target records as applied (not looked at, not verified)
+    unseen: tuple[tuple[str, tuple[str, ...]], ...] = ()
     broken: tuple[Any, ...] = ()  # status: catalog.BrokenFix of each manifest that cannot be read
     running: Running | None = None  # status only: the processes using the roots
 
@@ -203,6 +205,9 @@ class OpResult(Record):
             out["left_out"] = [{"name": name, "missing_roots": list(roots)}
                                for name, roots in self.left_out]
             out["broken"] = [b.to_json() for b in self.broken]
+        if self.op in ("status", "verify"):
+            out["unseen"] = [{"name": name, "missing_roots": list(roots)}
+                             for name, roots in self.unseen]
         if self.op in ("apply", "status") and self.ok and not self.dry_run:
             out["summary"] = self.summary()
         return out

@@ -74,12 +74,18 @@ def test_an_applied_fix_on_a_root_not_given_is_left_out_not_the_end(
     """After `demo`, `status` in the fork (only the sglang root found) refused the whole status
     because the recorded prefill fix patches the serve root; it is left out, named, as a fix
     of the catalog on that root is, and so is one the catalog no longer holds."""
-    api.apply(catalog, LocalTarget(roots, PY, "local"), ["pool-guard"], with_deps=True)
     only = LocalTarget({"sglang": roots["sglang"]}, PY, "local")
+    before = api.status(catalog, only)  # left out, and not applied there: nothing unseen
+    assert before.left_out == (("pool-guard", ("serve",)),) and before.unseen == ()
+    api.apply(catalog, LocalTarget(roots, PY, "local"), ["pool-guard"], with_deps=True)
     result = api.status(catalog, only)
     assert states(result) == {"index-k-bytes": "applied", "old-index-k": "not-applied"}
     assert result.left_out == (("pool-guard", ("serve",)),)
-    assert api.verify(catalog, only).ok  # every applied fix it can see, verified
+    assert result.unseen == (("pool-guard", ("serve",)),)  # applied there, not looked at
+    verified = api.verify(catalog, only)
+    assert verified.ok  # every applied fix it can see, verified ...
+    assert [f.name for f in verified.fixes] == ["index-k-bytes"]
+    assert verified.unseen == (("pool-guard", ("serve",)),)  # ... and the one it could not, named
     (Path(catalog.root) / "manifests" / "pool-guard.toml").unlink()
     gone = api.status(Catalog(catalog.root), only)
     assert gone.left_out == (("pool-guard", ("serve",)),) and "pool-guard" not in states(gone)
@@ -211,3 +217,54 @@ def test_status_reads_only_the_series_of_fixes_the_target_does_not_record(
     # a recorded fix whose patch no longer parses is still answered from its record
     Path(catalog.root, "patches", "pool-guard", "0001-refuse-zero-per-token.patch").write_text("junk\n")
     assert states(api.status(catalog, target))["pool-guard"] == "applied"
+
+
+def test_status_and_verify_say_which_applied_fix_they_did_not_look_at(
+        roots: dict[str, str], catalog: Catalog) -> None:
+    """A user who gives only the sglang root is told, without --all, that an applied fix was
+    not looked at (not verified) and which --root would show it; --json names it too."""
+    import json
+    import subprocess
+    import sys
+
+    api.apply(catalog, LocalTarget(roots, PY, "local"), ["pool-guard"], with_deps=True)
+    base = [sys.executable, "-m", "patchkit", "--catalog", str(catalog.root)]
+    target = ["--target", roots["sglang"]]
+    note = "pool-guard: applied here, not looked at: root serve not given (--root serve=PATH)"
+    for op in ("status", "verify"):
+        plain = subprocess.run([*base, op, *target], capture_output=True, text=True)
+        assert plain.returncode == 0, plain.stderr
+        assert note.replace("not looked at", "not verified" if op == "verify" else "not looked at") \
+            in plain.stderr, (op, plain.stderr)
+        as_json = subprocess.run([*base, op, *target, "--json"], capture_output=True, text=True)
+        assert as_json.returncode == 0, as_json.stderr
+        assert json.loads(as_json.stdout)["unseen"] == [{"name": "pool-guard",
+                                                         "missing_roots": ["serve"]}]
+    full = subprocess.run([*base, "verify", *target, "--root", f"serve={roots['serve']}"],
+                          capture_output=True, text=True)
+    assert full.returncode == 0 and "not verified" not in full.stderr, full.stderr
+
+
+def test_an_applied_fix_whose_manifest_breaks_is_one_error_row(roots: dict[str, str],
+                                                               catalog: Catalog) -> None:
+    """The target records the fix; its manifest no longer parses: status shows one row for it,
+    state ``error`` naming the file and line, with the version and time it was applied (not
+    an ``applied`` row from the record and an ``error`` row from the catalog)."""
+    import subprocess
+    import sys
+
+    target = LocalTarget(roots, PY, "local")
+    api.apply(catalog, target, ["pool-guard"], with_deps=True)
+    manifest = Path(catalog.root) / "manifests" / "pool-guard.toml"
+    text = manifest.read_text()
+    lineno = text.splitlines().index("version = 1") + 1
+    manifest.write_text(text.replace("version = 1\n", 'version = "two"\n', 1))
+    shown = subprocess.run([sys.executable, "-m", "patchkit", "--catalog", str(catalog.root),
+                            "status", "--target", roots["sglang"], "--root",
+                            f"serve={roots['serve']}"], capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    rows = [r.split("\t") for r in shown.stdout.splitlines()]
+    guard = [r for r in rows if r[0] == "pool-guard"]
+    assert len(guard) == 1, shown.stdout
+    assert guard[0][1:3] == ["error", "v1"] and guard[0][3]  # applied at: kept
+    assert f"pool-guard.toml:{lineno}: 'version'" in guard[0][4]

@@ -307,6 +307,20 @@ def recovered_notes(result: OpResult) -> List[Segments]:
             for rec in result.recovered]
 
 
+def unseen_notes(result: OpResult) -> List[Segments]:
+    """A line per fix the target records as applied on a root this run was not given: status
+    did not look at it, verify did not verify it (stderr; ``--json``: ``unseen``)."""
+    what = "not verified" if result.op == "verify" else "not looked at"
+    return [[(f"{name}: ", "bold"), (f"applied here, {what}: root {', '.join(roots)} not given",
+                                       "yellow"), (f" (--root {roots[0]}=PATH)", "dim")]
+            for name, roots in result.unseen]
+
+
+def note_line(console: Any, note: Segments) -> None:
+    """A note beside a command's output: on stderr when the output is plain text."""
+    line(PlainConsole(sys.stderr) if isinstance(console, PlainConsole) else console, note)
+
+
 def render_result(console: Any, result: OpResult, *, show_diff: bool | None = None,
                   verbose: bool = False, command: str | None = None) -> None:
     """``show_diff`` None: a dry run changing few files shows it; ``command``: the command's
@@ -316,6 +330,8 @@ def render_result(console: Any, result: OpResult, *, show_diff: bool | None = No
     size = sum(len(f.diff) for fix in result.fixes for f in fix.files) if show_diff else 0
     for note in recovered_notes(result):
         line(console, note)
+    for note in unseen_notes(result):
+        note_line(console, note)
     head = "dry run of " if result.dry_run else ""
     line(console, [(f"{head}{command or result.op}", "bold"), (f" on {result.target}", "")])
     for fix in result.fixes:

@@ -14,6 +14,8 @@ from .render import (
     STATUS_FILES,
     PlainConsole,
     recovered_notes,
+    unseen_notes,
+    note_line,
     broken_detail,
     file_where,
     line,
@@ -51,12 +53,21 @@ def render_status(console: Any, result: OpResult, *, verbose: bool = False) -> N
     notes = recovered_notes(result)
     if not rows:
         notes.append([(f"no fix applied or present on {result.target}", "")])
-    if verbose:  # --all: the fixes it could not look at, and why
+    notes += unseen_notes(result)  # applied there, not looked at: always said
+    if verbose:  # --all: the other fixes it could not look at, and why
+        unseen = {name for name, _roots in result.unseen}
         notes += [[(f"{name}: ", "bold"), (f"root {', '.join(roots)} not given", "yellow"),
-                   (f" (--root {roots[0]}=PATH)", "dim")] for name, roots in result.left_out]
+                   (f" (--root {roots[0]}=PATH)", "dim")]
+                  for name, roots in result.left_out if name not in unseen]
     for note in notes:
-        line(PlainConsole(sys.stderr) if isinstance(console, PlainConsole) else console, note)
-    rows += [[b.name, "error", "", "", broken_detail(b)] for b in result.broken]
+        note_line(console, note)
+    shown = {row[0]: row for row in rows}
+    for b in result.broken:  # one row a fix: a recorded one keeps its version and time
+        row = shown.get(b.name)
+        if row is None:
+            rows.append([b.name, "error", "", "", broken_detail(b)])
+        else:
+            row[1], row[4] = "error", broken_detail(b)
     if rows:
         write_table(console, rows, ("fix", "bold"), ("state", dict(STATE_STYLE, error="bold red")),
                     ("version", "right"),
