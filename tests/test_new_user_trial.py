@@ -151,6 +151,7 @@ def _broken_catalog(tmp_path: Path, version_line: str) -> tuple[Path, Path]:
 @pytest.mark.parametrize("version_line, said", [
     ("version = [", "the file ends inside a value"),
     ('version = "two"', "'version' must be an integer"),
+    ('version = "two', "a string is not closed on its line"),  # not tomlkit's "control characters"
 ])
 def test_a_broken_manifest_is_named_with_file_and_line_alike_by_list_and_apply(
         tmp_path: Path, version_line: str, said: str) -> None:

@@ -214,6 +214,12 @@ def parse_toml(path: Path, text: str) -> Any:
                 f"inline table, string or [table] header begun at line {line} is not closed). "
                 "Close it (']', '}' or the quote) or finish the value (TOML reference: "
                 "https://toml.io)", file=str(path), line=line, col=col) from None
+        if "\\u000a" in reason:  # tomlkit: "Control characters ... use \u000a instead"
+            raise ManifestError(
+                f"{path}:{line}: not valid TOML: a string is not closed on its line (a \"...\" "
+                "string ends on the line it starts). Close the quote, or write a string of "
+                "several lines between triple quotes (\"\"\"...\"\"\")", file=str(path), line=line,
+                col=col) from None
         raise ManifestError(f"{path}:{line}:{col}: not valid TOML: {reason}. Fix the syntax at "
                             f"line {line} column {col} (TOML reference: https://toml.io)",
                             file=str(path), line=line, col=col) from None
