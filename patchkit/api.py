@@ -8,6 +8,7 @@ from typing import Any, Sequence
 
 from .catalog import Catalog
 from .catalog.model import Fix
+from .errors import UnknownFixError
 from .request_builder import build_request
 from .results import OpResult, check_result
 from .targets import Target, state_root_of
@@ -57,9 +58,26 @@ def sync(catalog: Catalog, target: Target, *, dry_run: bool = False,
 def rollback(catalog: Catalog, target: Target, names: Sequence[str], *, dry_run: bool = False,
              force: bool = False, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> OpResult:
     """Restore the bytes the fixes replaced; refuses drifted files unless ``force``. A fix
-    applied with ``commit`` is undone like ``git revert`` (docs/git.md)."""
-    return _run(catalog, target, catalog.rollback_order(names), "rollback", dry_run=dry_run,
-                force=force, lock_timeout=lock_timeout)
+    applied with ``commit`` is undone like ``git revert`` (docs/git.md). A fix the target
+    records that the catalog no longer holds is restored from its backups (its record)."""
+    known: list[str] = []
+    unknown: list[tuple[str, UnknownFixError]] = []
+    for name in dict.fromkeys(names):
+        try:
+            catalog.get(name)
+            known.append(name)
+        except UnknownFixError as err:
+            unknown.append((name, err))
+    recorded_only = []
+    if unknown:  # only what the target records can be rolled back without its manifest
+        found = status(catalog, target, lock_timeout=lock_timeout)
+        recorded = {s.name: s for s in found.status if s.state in RECORDED}
+        for name, refused in unknown:
+            if name not in recorded:
+                raise refused
+            recorded_only.append((name, int(recorded[name].version or 1)))
+    return _run(catalog, target, catalog.rollback_order(known), "rollback", dry_run=dry_run,
+                force=force, lock_timeout=lock_timeout, recorded_only=recorded_only)
 
 
 #: ``status`` states of a fix the target records as applied (some version of it).

@@ -15,9 +15,11 @@ def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
                   roots: dict[str, str], state_root: str, python: str | None,
                   dry_run: bool = False, force: bool = False, lock_timeout: float = 30.0,
                   commit: bool = False, git: bool = True, sync: bool = False,
-                  lazy: bool = False) -> dict[str, Any]:
+                  lazy: bool = False, recorded_only: Sequence[tuple[str, int]] = ()) -> dict[str, Any]:
     """The engine request for ``op`` over ``fixes``, already in the order the op needs.
-    ``lazy`` (a status run in this process): each series is read when the engine first uses it."""
+    ``lazy`` (a status run in this process): each series is read when the engine first uses it.
+    ``recorded_only`` (a rollback): ``(name, version)`` of fixes the target records and the
+    catalog no longer holds, restored from their backups (a FIX object of name and version)."""
     if op not in OPS:
         raise UsageError(f"unknown operation '{op}'; use one of {', '.join(OPS)}", op=op)
     if state_root not in roots:
@@ -43,7 +45,9 @@ def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
         "state_root": state_root,
         "python": python,
         "lock_timeout": float(lock_timeout),
-        "fixes": [fix_request(fix, catalog, lazy=lazy and op == "status") for fix in fixes],
+        "fixes": [{"name": name, "version": version, "rollback": {"strategy": "restore"}}
+                  for name, version in recorded_only if op == "rollback"]
+                 + [fix_request(fix, catalog, lazy=lazy and op == "status") for fix in fixes],
         "dependencies": [] if op == "status" else [fix_request(catalog.get(n), catalog) for n in outside],
         "commit": bool(commit),
         "git": bool(git),

@@ -268,3 +268,34 @@ def test_an_applied_fix_whose_manifest_breaks_is_one_error_row(roots: dict[str, 
     assert len(guard) == 1, shown.stdout
     assert guard[0][1:3] == ["error", "v1"] and guard[0][3]  # applied at: kept
     assert f"pool-guard.toml:{lineno}: 'version'" in guard[0][4]
+
+
+def test_a_recorded_fix_no_longer_in_the_catalog_rolls_back_from_its_record(
+        roots: dict[str, str], catalog: Catalog) -> None:
+    """Its manifest was deleted while the target still carries it: status lists it, and
+    rollback restores its files from the backups the target keeps (a dry run first, writing
+    nothing); a name the target does not record is still an unknown fix."""
+    import subprocess
+    import sys
+
+    pristine = {p: Path(roots[r], p).read_bytes() for r, p in (("sglang", POOL), ("serve", "serve.sh"))}
+    target = LocalTarget(roots, PY, "local")
+    api.apply(catalog, target, ["pool-guard"], with_deps=True)
+    patched = {p: Path(roots[r], p).read_bytes() for r, p in (("sglang", POOL), ("serve", "serve.sh"))}
+    assert patched != pristine
+    (Path(catalog.root) / "manifests" / "pool-guard.toml").unlink()
+    base = [sys.executable, "-m", "patchkit", "--catalog", str(catalog.root), "rollback",
+            "--target", roots["sglang"], "--root", f"serve={roots['serve']}"]
+    dry = subprocess.run([*base, "pool-guard", "--dry-run"], capture_output=True, text=True)
+    assert dry.returncode == 0, dry.stderr
+    assert "would-roll-back pool-guard v1" in dry.stdout, dry.stdout
+    assert {p: Path(roots[r], p).read_bytes() for r, p in (("sglang", POOL), ("serve", "serve.sh"))} == patched
+    done = subprocess.run(base + ["pool-guard"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    after = {p: Path(roots[r], p).read_bytes() for r, p in (("sglang", POOL), ("serve", "serve.sh"))}
+    # index-k-bytes (still in the catalog, still applied) changed the pool file first
+    assert after["serve.sh"] == pristine["serve.sh"]
+    states_now = states(api.status(Catalog(catalog.root), target))
+    assert "pool-guard" not in states_now and states_now["index-k-bytes"] == "applied"
+    unknown = subprocess.run(base + ["pool-gaurd"], capture_output=True, text=True)
+    assert unknown.returncode == 2 and "no fix named 'pool-gaurd'" in unknown.stderr, unknown.stderr

@@ -104,7 +104,8 @@ def _after(state: State, where: dict[str, Any], result: Any, found: dict[str, An
     and raises (the change undone)."""
     changed = hooks.changed_fixes(result)
     catalog = state.catalog()
-    restarts = tuple(dict.fromkeys(r for n in changed for r in catalog.get(n).restart))
+    held = set(catalog.names())  # a fix rolled back from its record alone names no restart
+    restarts = tuple(dict.fromkeys(r for n in changed if n in held for r in catalog.get(n).restart))
     target = state.target(where["target"], where["roots"], where["python"])
     try:
         after = hooks.after_change(target, changed, after_cmd=found.get("after_cmd"),
