@@ -46,7 +46,7 @@ def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
         "python": python,
         "lock_timeout": float(lock_timeout),
         "fixes": [{"name": name, "version": version, "rollback": {"strategy": "restore"}}
-                  for name, version in recorded_only if op == "rollback"]
+                  for name, version in recorded_only]
                  + [fix_request(fix, catalog, lazy=lazy and op == "status") for fix in fixes],
         "dependencies": [] if op == "status" else [fix_request(catalog.get(n), catalog) for n in outside],
         "commit": bool(commit),
