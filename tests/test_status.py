@@ -299,3 +299,17 @@ def test_a_recorded_fix_no_longer_in_the_catalog_rolls_back_from_its_record(
     assert "pool-guard" not in states_now and states_now["index-k-bytes"] == "applied"
     unknown = subprocess.run(base + ["pool-gaurd"], capture_output=True, text=True)
     assert unknown.returncode == 2 and "no fix named 'pool-gaurd'" in unknown.stderr, unknown.stderr
+
+
+def test_a_rollback_lists_for_each_fix_the_directories_it_writes_in(
+        roots: dict[str, str], catalog: Catalog) -> None:
+    """Rolled back together, each fix's writability checks are of its own files' directories
+    and the state's, not of every directory the run writes in (index-k-bytes touches only the
+    sglang root: it listed the serve root's directory, which pool-guard writes)."""
+    target = LocalTarget(roots, PY, "local")
+    api.apply(catalog, target, ["pool-guard"], with_deps=True)
+    dry = api.rollback(catalog, target, ["pool-guard", "index-k-bytes"], dry_run=True)
+    wheres = {f.name: sorted(c.where for c in f.preconditions if c.kind == "writable")
+              for f in dry.fixes}
+    assert wheres == {"index-k-bytes": ["sglang:" + POOL, "state"],
+                      "pool-guard": ["serve:serve.sh", "sglang:" + POOL, "state"]}, wheres
