@@ -11,12 +11,14 @@ target's host, so it checks the server where it runs (and works in a fleet's she
 from __future__ import annotations
 
 import shlex
+import signal
 import sys
 from typing import Any, Callable, Sequence
 
+from .engine import Stop, stopping_on_signals
 from .engine.contract import CHANGED
 from .engine.recordbase import Record, record_dataclass
-from .errors import CheckFailed, UsageError
+from .errors import CheckFailed, Terminated, UsageError
 
 SGLANG = "sglang:"
 DEFAULT_HEALTH_TIMEOUT = 120.0
@@ -130,21 +132,53 @@ def after_change(target: Any, changed: Sequence[str], *, after_cmd: str | None,
               else sys.executable)  # the probe needs only the standard library
     health = health_command(health_cmd, timeout=health_timeout, python=python)
     ran: list[CommandRun] = []
+    doing = ["", ""]  # the option and the command running now: what an interrupt stopped
+    try:
+        with stopping_on_signals():
+            return _after_change(target, changed, after_cmd, health_cmd, health, undo, ran, doing)
+    except (KeyboardInterrupt, Stop) as stop:
+        signum = getattr(stop, "signum", signal.SIGINT)
+        name = signal.Signals(signum).name
+        undo_it = ("to undo the change, roll the fixes back (after a rollback: apply them "
+                   "again)")
+        if doing[0] == "undo":
+            where = ("while the change (%s) was being undone after a failed check: the undo "
+                     "finished, or put back what it had written" % ", ".join(changed))
+            undo_it = "status shows which"
+        elif doing[0] == "after-cmd again":
+            where = ("while --after-cmd ran again (%s): a check had failed and the change was "
+                     "undone (%s put back as before)" % (doing[1], ", ".join(changed)))
+            undo_it = "run the --after-cmd yourself, so the server loads the restored files"
+        else:
+            where = ("while --%s ran (%s): the change stands (%s), not confirmed by a health "
+                     "check" % (doing[0], doing[1], ", ".join(changed)))
+        raise Terminated(
+            f"interrupted by {name} {where}. Check the server and run patchkit status on the "
+            f"target; {undo_it}",
+            signal=name, signum=int(signum), after=AfterChange(tuple(ran)).to_json()) from None
+
+
+def _after_change(target: Any, changed: Sequence[str], after_cmd: str | None,
+                  health_cmd: str | None, health: str | None, undo: Callable[[], Any],
+                  ran: list[CommandRun], doing: list[str]) -> AfterChange:
     for what, command in (("after-cmd", after_cmd), ("health-cmd", health)):
         if not command:
             continue
+        doing[:] = [what, command if what == "after-cmd" else str(health_cmd)]
         done = run_on(target, what, command)
         ran.append(done if command == health_cmd or what == "after-cmd" else
                    CommandRun(what, str(health_cmd), done.returncode, done.output))
         if ran[-1].ok:
             continue
         failed = ran[-1]
+        doing[:] = ["undo", ""]
         try:
             undone = undo()
         except Exception as exc:  # the undo's own failure is said with the command's
             raise HealthCheckFailed(
                 f"{_failed(failed)}; undoing {', '.join(changed)} failed too: {exc}. Run patchkit "
                 "status on the target", after=AfterChange(tuple(ran)).to_json()) from exc
+        doing[:] = ["after-cmd again", after_cmd or ""]
         again = run_on(target, "after-cmd", after_cmd) if after_cmd else None
         if again is not None:
             ran.append(again)

@@ -203,3 +203,41 @@ def test_a_bad_restart_name_in_a_manifest_is_a_manifest_error(tmp_path: Path) ->
     catalog = _restart_catalog(tmp_path, 'restart = "no spaces please"')
     code, _out, err = cli(["--catalog", str(catalog), "show", "index-k-bytes"])
     assert code != 0 and "restart" in err and "index-k-bytes.toml" in err
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupt_while_the_hooks_run_says_the_change_stands_and_stops_the_command(
+        signum: int, tmp_path: Path) -> None:
+    """Ctrl-C or SIGTERM while --after-cmd ran left the fix applied with nothing said (SIGTERM:
+    exit 143, "target unchanged" in the exit-code table, and no JSON; SIGINT: "aborted").
+    Now the command is stopped, the run exits 128 + the signal's number, says on stderr and in
+    its JSON that the change stands unconfirmed and what to do, and the target is as applied."""
+    import sys
+    import time
+
+    roots = make_tree(tmp_path / "tree")
+    started, pidfile = tmp_path / "started", tmp_path / "after.pid"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "patchkit", "--catalog", str(SAMPLES / "catalog"), "apply",
+         "index-k-bytes", "--target", roots["sglang"], "--root", f"serve={roots['serve']}",
+         "--python", PY, "--json", "--after-cmd",
+         f"echo $$ > {pidfile}; touch {started}; exec sleep 60"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    deadline = time.monotonic() + 60
+    while not started.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert started.exists(), proc.communicate()
+    os.kill(proc.pid, signum)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signum, out + err
+    name = signal.Signals(signum).name
+    assert f"interrupted by {name} while --after-cmd ran" in err, err
+    assert "the change stands (index-k-bytes)" in err and "roll the fixes back" in err, err
+    data = json.loads(out)
+    assert data["ok"] is False and data["error"]["type"] == "Terminated"
+    assert [f["outcome"] for f in data["fixes"]] == ["applied"]
+    assert data["error"]["details"]["after"]["ran"] == []  # the after-cmd did not finish
+    with pytest.raises(ProcessLookupError):  # the after-cmd was stopped with the run
+        os.kill(int(pidfile.read_text()), 0)
+    assert _status(["--target", roots["sglang"], "--root", f"serve={roots['serve']}"])[
+        "index-k-bytes"] == "applied"

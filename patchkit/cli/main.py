@@ -138,7 +138,12 @@ def _run(argv: list[str] | None, state: State) -> int:
         return cli.main(args=argv, prog_name="patchkit", standalone_mode=False, obj=state)
     except click.exceptions.Exit as exc:
         return exc.exit_code
-    except click.Abort:
+    except click.Abort:  # Ctrl-C outside the engine's write phase and the hooks, which say more
+        if state.json:
+            from .render import print_json
+
+            print_json({"ok": False, "error": {"type": "Interrupted", "message": "interrupted "
+                                               "(SIGINT)", "details": {"signal": "SIGINT"}}})
         sys.stderr.write("aborted\n")
         return 130
     except click.ClickException as exc:

@@ -9,7 +9,7 @@ import click
 
 from .. import api, hooks
 from ..engine.contract import UNHEALTHY
-from ..errors import EXIT_CHECK_FAILED, UsageError
+from ..errors import EXIT_CHECK_FAILED, Terminated, UsageError
 from . import render, render_status
 from .common import FORCE_UPGRADE, TARGET_OPTIONS, State, command, write_options
 from .fleet import INVENTORY_OPTIONS, ROLLOUT_OPTIONS, rollout, survey, wants_fleet
@@ -111,10 +111,10 @@ def _after(state: State, where: dict[str, Any], result: Any, found: dict[str, An
         after = hooks.after_change(target, changed, after_cmd=found.get("after_cmd"),
                                    health_cmd=found.get("health_cmd"), undo=lambda: undo(target, changed),
                                    health_timeout=health_timeout)
-    except hooks.HealthCheckFailed as err:
+    except (hooks.HealthCheckFailed, Terminated) as err:  # failed and undone, or interrupted
         if not as_json:
             render.render_result(render.stdout(), result, **emit)
-        err.result = result  # type: ignore[attr-defined]
+        err.result = result  # type: ignore[union-attr]
         raise
     return emit_result(result, as_json, after if after.ran else None, restarts, **emit)
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import importlib
 import os
 import signal
-from typing import Any, Dict, List, Optional
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, List, Optional
 
 from ..errors import InternalError, PatchkitError, TargetError, Terminated
 from . import faults
@@ -17,20 +18,17 @@ from .paths import PLAIN
 from .request import parse_request
 from .store import Store
 
-__all__ = ["run"]
+__all__ = ["run", "Stop", "stopping_on_signals"]
 
 
 def run(request: Dict[str, Any]) -> Dict[str, Any]:
+    with stopping_on_signals():  # the write phase rolls back, as on SIGINT
+        return _run(request)
+
+
+def _run(request: Dict[str, Any]) -> Dict[str, Any]:
     faults.reset()
     result = result_envelope(request)
-    # SIGTERM, SIGHUP (a dropped terminal or SSH session) and SIGQUIT are handled like SIGINT:
-    # the write phase rolls back
-    previous: Dict[int, Any] = {}
-    for signum in _SIGNALS:
-        try:
-            previous[signum] = signal.signal(signum, _on_signal)
-        except (ValueError, OSError):  # not the main thread
-            break
     try:
         req = parse_request(request)
         result["tree"] = _tree_identity(req.state_root.path)
@@ -57,7 +55,7 @@ def run(request: Dict[str, Any]) -> Dict[str, Any]:
         result["ok"] = True
     except PatchkitError as err:
         result["error"] = err.to_dict()
-    except _Terminate as stop:  # the transaction's own handler has put the files back by now
+    except Stop as stop:  # the transaction's own handler has put the files back by now
         result["error"] = _terminated(request, stop.signum).to_dict()
     except Exception as exc:  # a bug: report it with its traceback instead of crashing the client
         import traceback  # here: only a bug's report needs it
@@ -66,8 +64,6 @@ def run(request: Dict[str, Any]) -> Dict[str, Any]:
             "internal error in the patchkit engine: %s: %s" % (type(exc).__name__, exc),
             traceback=traceback.format_exc()).to_dict()
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
         close_worker()  # the process a regex or syntax check started, if any
     return result
 
@@ -132,19 +128,37 @@ _SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGQUI
                  if hasattr(signal, name))
 
 
-class _Terminate(BaseException):
-    """Raised by SIGTERM, SIGHUP or SIGQUIT: caught, like SIGINT, only by the transaction's
-    undo and ``run``."""
+class Stop(BaseException):
+    """Raised by SIGTERM, SIGHUP or SIGQUIT inside :func:`stopping_on_signals`: caught, like
+    SIGINT's ``KeyboardInterrupt``, only by the transaction's undo and its callers."""
 
     def __init__(self, signum: int = signal.SIGTERM) -> None:
         super().__init__(signum)
         self.signum = signum
 
 
+@contextmanager
+def stopping_on_signals() -> Iterator[None]:
+    """SIGTERM, SIGHUP (a dropped terminal or SSH session) and SIGQUIT raise :class:`Stop` in
+    the block, so what it does is put back or said, as on SIGINT; the handlers before are
+    restored after (nothing is installed outside the main thread)."""
+    previous: Dict[int, Any] = {}
+    for signum in _SIGNALS:
+        try:
+            previous[signum] = signal.signal(signum, _on_signal)
+        except (ValueError, OSError):  # not the main thread
+            break
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def _on_signal(signum: int, _frame: Any) -> None:
     for each in _SIGNALS:  # a second signal must not stop the undo
         signal.signal(each, signal.SIG_IGN)
-    raise _Terminate(signum)
+    raise Stop(signum)
 
 
 def _terminated(request: Any, signum: int = signal.SIGTERM) -> PatchkitError:
