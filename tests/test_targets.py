@@ -45,6 +45,46 @@ def test_target_given_twice_is_refused(env: Env, pk: Callable[..., Run], tmp_pat
     assert snapshot(env.sglang, other) == before
 
 
+@pytest.mark.parametrize("roots", [["--root", "serve={serve}", "--root", "serve={other}"],
+                                   ["--target", "{sglang}", "--root", "sglang={other}"],
+                                   ["--target", "{sglang}", "--root", "bad name={serve}"]],
+                         ids=["root-twice", "sglang-root-and-target", "bad-root-name"])
+@pytest.mark.parametrize("command", [["apply", INDEX_K], ["status"]], ids=lambda c: c[0])
+def test_a_root_given_twice_or_badly_named_is_refused(
+        env: Env, pk: Callable[..., Run], tmp_path: Path, roots: list[str],
+        command: list[str]) -> None:
+    """The second --root serve=, or a --root sglang= beside --target, used to win silently,
+    so the run worked on another tree than the one named first; a root name with a space
+    was taken. Each is a usage error now, naming both values, and nothing is written."""
+    other = make_checkout(tmp_path, name="other")
+    before = snapshot(env.sglang, other)
+    values = {"sglang": env.sglang, "serve": env.serve, "other": other}
+    args = [a.format(**values) for a in roots]
+    if "--target" not in args:
+        args = ["--target", str(env.sglang), *args]
+    res = pk(*command, *args)
+    assert res.code == EXIT_USAGE, (res.out, res.err)
+    if "bad name" in " ".join(args):
+        assert "'bad name' is not a root name" in res.err, res.err
+    else:
+        assert "given twice" in res.err or "both name the sglang root" in res.err, res.err
+        assert str(other) in res.err, res.err
+    assert snapshot(env.sglang, other) == before
+
+
+def test_a_sglang_root_without_target_is_the_target_even_inside_another_checkout(
+        env: Env, pk: Callable[..., Run], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``--root sglang=PATH`` alone names the target: the checkout around the working
+    directory is not looked for (it was, and said "found from the working directory")."""
+    other = make_checkout(tmp_path, name="other")
+    monkeypatch.chdir(other / "python" / "sglang")
+    res = pk("apply", INDEX_K, "--root", f"sglang={env.sglang}", "--root", f"serve={env.serve}")
+    assert res.code == 0, (res.out, res.err)
+    assert "found from the working directory" not in res.err
+    assert b"head_dim * 2" in (env.sglang / POOL).read_bytes()
+    assert not (other / ".patchkit").exists()
+
+
 # -- item 11: a directory without SGLang, a venv, python:INTERPRETER -------------------------
 
 

@@ -61,12 +61,33 @@ def state_root_of(roots: Mapping[str, str]) -> str:
 
 
 def parse_root_option(value: str) -> tuple[str, str]:
-    """``NAME=PATH`` from ``--root``."""
+    """``NAME=PATH`` from ``--root``; NAME as a manifest names a root."""
+    from ..catalog.reader import ROOT_NAME_RE  # here: the catalog imports this module
+
     name, sep, path = value.partition("=")
     if not sep or not name or not path:
         raise UsageError(f"bad --root {value!r}: expected NAME=PATH, e.g. --root serve=/root",
                          option="--root")
+    if not ROOT_NAME_RE.match(name.strip()):
+        raise UsageError(f"bad --root {value!r}: {name.strip()!r} is not a root name (letters, "
+                         "digits, '_', '.', '-', as manifests name roots)", option="--root")
     return name.strip(), path
+
+
+def _root_options(values: Sequence[str], target: str | None) -> dict[str, str]:
+    """The ``--root`` values by name: a name given twice, or the sglang root beside ``--target``
+    (which is that root), is refused rather than one value silently winning."""
+    out: dict[str, str] = {}
+    for value in values:
+        name, path = parse_root_option(value)
+        if name in out:
+            raise UsageError(f"--root {name} given twice ({out[name]} and {path}); give each root "
+                             "once", option="--root")
+        out[name] = path
+    if PRIMARY_ROOT in out and target is not None:
+        raise UsageError(f"--root {PRIMARY_ROOT}={out[PRIMARY_ROOT]} and --target {target} both "
+                         f"name the {PRIMARY_ROOT} root; give it once (--target)", option="--root")
+    return out
 
 
 def ssh_option_args(options: Sequence[str]) -> tuple[str, ...]:
@@ -124,11 +145,12 @@ def resolve_target(target: str | None, extra_roots: Sequence[str] = (), *, pytho
                    ssh_program: str | None = None) -> Target:
     """Build a target from command-line pieces and the project config (docs/api.md)."""
     cli_ssh = ssh_option_args(ssh_options)
+    given = _root_options(extra_roots, target)
     named = _named_target(target, config)
     roots: dict[str, str] = {}
     spec, found = None, ""
     if target is None and named is None:
-        enclosing = find_enclosing_sglang(os.getcwd())
+        enclosing = None if PRIMARY_ROOT in given else find_enclosing_sglang(os.getcwd())
         if enclosing is not None:
             roots[PRIMARY_ROOT], found = enclosing, "found from the working directory"
         elif not extra_roots:  # only --root: a tree that is not SGLang; a run needs only its roots
@@ -155,7 +177,7 @@ def resolve_target(target: str | None, extra_roots: Sequence[str] = (), *, pytho
     else:
         assert target is not None  # target None without a named target is the first branch
         roots[PRIMARY_ROOT], python, found = _local_sglang(target, python)
-    roots.update(parse_root_option(item) for item in extra_roots)
+    roots.update(given)
 
     if spec is not None:
         from .remote import RemoteTarget
