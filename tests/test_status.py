@@ -3,6 +3,7 @@ recorded fixes and from the files for the others, locally and over SSH alike."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -313,3 +314,40 @@ def test_a_rollback_lists_for_each_fix_the_directories_it_writes_in(
               for f in dry.fixes}
     assert wheres == {"index-k-bytes": ["sglang:" + POOL, "state"],
                       "pool-guard": ["serve:serve.sh", "sglang:" + POOL, "state"]}, wheres
+
+
+def test_a_fix_already_in_the_files_unrecorded_is_left_out_of_an_apply_not_a_conflict(
+        roots: dict[str, str], catalog: Catalog) -> None:
+    """The fork carries index-k-bytes as its own change (applied here, then its record
+    deleted): status said present-unrecorded, but apply exited 3 on a conflict, --force too,
+    and verify said "apply it". Apply now leaves it out with sync's outcome, applies the rest
+    (pool-guard, which requires it), and verify says why it does not check it."""
+    import subprocess
+    import sys
+
+    target = LocalTarget(roots, PY, "local")
+    api.apply(catalog, target, ["index-k-bytes"])
+    shutil.rmtree(Path(roots["sglang"], ".patchkit"))
+    subprocess.run(["git", "-C", roots["sglang"], "-c", "user.name=Fork", "-c",
+                    "user.email=fork@example.com", "commit", "-qam", "carry index-k-bytes"],
+                   check=True)
+    carried = Path(roots["sglang"], POOL).read_bytes()
+    assert states(api.status(catalog, target))["index-k-bytes"] == "present-unrecorded"
+    base = [sys.executable, "-m", "patchkit", "--catalog", str(catalog.root)]
+    where = ["--target", roots["sglang"], "--root", f"serve={roots['serve']}"]
+    for force in ([], ["--force"]):
+        alone = subprocess.run([*base, "apply", "index-k-bytes", *where, "--json", *force],
+                               capture_output=True, text=True)
+        assert alone.returncode == 0, alone.stdout + alone.stderr
+        [fix] = json.loads(alone.stdout)["fixes"]
+        assert fix["outcome"] == "present-unrecorded" and "in the files already" in fix["detail"]
+        assert Path(roots["sglang"], POOL).read_bytes() == carried
+    verify = subprocess.run([*base, "verify", "index-k-bytes", *where], capture_output=True,
+                            text=True)
+    assert verify.returncode == 1
+    assert "present-unrecorded" in verify.stderr and "apply it" not in verify.stderr, verify.stderr
+    both = api.apply(catalog, target, ["pool-guard"], with_deps=True)
+    assert {f.name: f.outcome for f in both.fixes} == {"index-k-bytes": "present-unrecorded",
+                                                       "pool-guard": "applied"}
+    assert states(api.status(catalog, target)) == {
+        "index-k-bytes": "present-unrecorded", "old-index-k": "not-applied", "pool-guard": "applied"}

@@ -51,6 +51,7 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
         prepare.recorded.pop(name, None)
     prepare.prepared.update(s.name for s in req.fixes if s.not_needed)  # satisfy requires
     prepared = prepare.changes(todo)
+    outcomes.update(prepare.present_unrecorded)
     if not req.dry_run and prepared:
         _write(req, store, state, ws, prepared, {**left, **upgrades})
     elif not req.dry_run and any(n in lost_records for n, o in outcomes.items()
@@ -224,6 +225,7 @@ class _Prepare:
         # the fix being prepared: each file's first FILE record with its placement (or its
         # conflict), made by the not-already-added check, until place() writes it
         self.placed: Dict[Key, Tuple[FileChange, Any]] = {}
+        self.present_unrecorded: Dict[str, Dict[str, Any]] = {}  # fixes left out: in the files
 
     def changes(self, todo: List[FixSpec]) -> List[FixChange]:
         out = []
@@ -234,6 +236,8 @@ class _Prepare:
             self.results.append({"name": spec.name, "version": spec.version,
                                  "preconditions": fc.preconditions})
             failed = [dict(r, fix=spec.name) for r in fc.preconditions if not r["ok"]]
+            if failed and fc.source is None and self.present(fc):
+                continue  # its preconditions describe the files without its change
             if failed:
                 self.failures.extend(failed)
                 self.placed = {}
@@ -242,6 +246,8 @@ class _Prepare:
             try:
                 (self.place if fc.source is None else self.revert_commit)(fc)
             except ConflictError:
+                if fc.source is None and self.present(fc):
+                    continue
                 self.refuse_failed()  # a refused precondition explains more than the conflict
                 raise
             fc.snapshot(self.ws, fc.after)
@@ -292,6 +298,27 @@ class _Prepare:
         ctx = CheckContext(spec.name, req.roots, req.python, spec.scripts, ws.read)
         pre.extend(run_check(check, ctx) for check in spec.preconditions)
         return pre
+
+    def present(self, fc: FixChange) -> bool:
+        """Whether a fix refused by its preconditions or a conflict is in the files already,
+        unrecorded (the fork carries it as a commit, or someone applied it by hand: status'
+        ``present-unrecorded``). Then it is left out with that outcome, as ``sync`` leaves it
+        out, instead of its refusal; the workspace is put back as before the fix."""
+        from .observe import unrecorded
+
+        for key, (data, mode) in fc.before.items():
+            e = self.ws.entry(*key)
+            e.current, e.mode = data, mode
+        self.placed = {}
+        if unrecorded(self.ws, fc.spec, self.req.roots)["state"] != "present-unrecorded":
+            return False
+        self.present_unrecorded[fc.spec.name] = {
+            "name": fc.spec.name, "version": fc.spec.version, "files": [],
+            "preconditions": fc.preconditions, "verification": [], "outcome": "present-unrecorded",
+            "detail": "the change is in the files already, not recorded by patchkit (a commit of "
+                      "the fork, or applied by hand): nothing to apply; see patchkit status"}
+        self.prepared.add(fc.spec.name)  # a fix requiring it finds it there
+        return True
 
     def read_any(self, root: str, path: str) -> Optional[bytes]:
         """A dependency may touch a root this target lacks: its files are simply absent."""

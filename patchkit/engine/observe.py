@@ -184,8 +184,20 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
     recorded = state.by_name()
     missing = [s.name for s in req.fixes if s.name not in recorded]
     if missing:
-        raise NotApplied("fix %s is not applied in %s; apply it before verifying it"
-                         % (", ".join(missing), req.state_root.path), fixes=missing)
+        ws = Workspace(req.roots)
+        present = [s.name for s in req.fixes if s.name in missing
+                   and unrecorded(ws, s, req.roots)["state"] == presence.PRESENT]
+        absent = [n for n in missing if n not in present]
+        said = []
+        if absent:
+            said.append("fix %s is not applied in %s; apply it before verifying it"
+                        % (", ".join(absent), req.state_root.path))
+        if present:
+            said.append("fix %s is not applied by patchkit in %s: its change is in the files "
+                        "already, unrecorded (present-unrecorded: a commit of the fork, or "
+                        "applied by hand), and verify checks only what patchkit applied; see "
+                        "patchkit status" % (", ".join(present), req.state_root.path))
+        raise NotApplied("; ".join(said), fixes=missing, present_unrecorded=present)
 
     failures: List[Dict[str, Any]]
     out, failures = [], []
