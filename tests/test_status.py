@@ -351,3 +351,35 @@ def test_a_fix_already_in_the_files_unrecorded_is_left_out_of_an_apply_not_a_con
                                                        "pool-guard": "applied"}
     assert states(api.status(catalog, target)) == {
         "index-k-bytes": "present-unrecorded", "old-index-k": "not-applied", "pool-guard": "applied"}
+
+
+def test_a_root_given_at_the_wrong_directory_is_said_and_rollback_refuses_to_write_there(
+        roots: dict[str, str], catalog: Catalog, tmp_path: Path) -> None:
+    """--root serve= mistyped as an empty directory: status called pool-guard's serve.sh
+    "missing" drift, and `rollback --force`, the remedy drift suggests, wrote the backup into
+    the wrong directory and dropped the record while the real serve.sh kept the change. Now
+    status says which root to give, and rollback refuses (exit 5, --force too), writing
+    nothing; with the right root it rolls back."""
+    import subprocess
+    import sys
+
+    api.apply(catalog, LocalTarget(roots, PY, "local"), ["pool-guard"], with_deps=True)
+    typo = tmp_path / "typo"
+    typo.mkdir()
+    state = Path(roots["sglang"], ".patchkit", "state.json").read_bytes()
+    base = [sys.executable, "-m", "patchkit", "--catalog", str(catalog.root)]
+    wrong = ["--target", roots["sglang"], "--root", f"serve={typo}"]
+    shown = subprocess.run([*base, "status", *wrong], capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    row = next(r for r in shown.stdout.splitlines() if r.startswith("pool-guard"))
+    assert f"give --root serve={roots['serve']}" in row, row
+    for force in ([], ["--force"]):
+        refused = subprocess.run([*base, "rollback", "pool-guard", *wrong, *force],
+                                 capture_output=True, text=True)
+        assert refused.returncode == errors.EXIT_TARGET, refused.stdout + refused.stderr
+        assert "refusing to roll back pool-guard" in refused.stderr
+        assert list(typo.iterdir()) == []
+        assert Path(roots["sglang"], ".patchkit", "state.json").read_bytes() == state
+    right = subprocess.run([*base, "rollback", "pool-guard", "--target", roots["sglang"],
+                            "--root", f"serve={roots['serve']}"], capture_output=True, text=True)
+    assert right.returncode == 0, right.stderr

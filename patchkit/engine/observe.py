@@ -3,7 +3,8 @@ verify (re-run the verification of applied fixes). Neither writes a target file.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+import os
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from ..errors import DriftError, NotApplied, VerificationFailed
 from . import presence, procs, record
@@ -99,7 +100,31 @@ def _recorded(ws: Workspace, rec: FixRecord, last: Dict[Key, Tuple[str, Optional
         for seen in out:
             if seen["state"] != "ok":
                 seen["state"] = "reinstalled"
+    elif drifted:
+        gone = {(f["root"], f["path"]) for f in out if f["state"] == "missing"}
+        elsewhere = root_elsewhere(ws.roots, rec, gone)
+        if elsewhere:
+            entry["detail"] = elsewhere
     return entry
+
+
+def root_elsewhere(roots: Roots, rec: FixRecord, missing: Set[Key]) -> Optional[str]:
+    """Why a recorded fix's files are missing when a root is given at another directory than
+    the one the fix was applied with, that directory is still there, and none of the fix's
+    files on the root is in the one given (a mistyped ``--root``): what to give instead.
+    None when nothing says so (a tree moved keeps its files; one whose old directory is gone
+    is drift)."""
+    for name, then in sorted(rec.roots.items()):
+        root = next((r for r in roots if r.name == name), None)
+        if root is None or not os.path.isabs(then) or os.path.normpath(then) == root.path \
+                or os.path.realpath(then) == root.real or not os.path.isdir(then):
+            continue
+        written = [f.key for f in rec.files if f.root == name and f.after_sha256 is not None]
+        if written and all(key in missing for key in written):
+            return ("root %s is %s here, but %s was applied with %s=%s (still there), and none "
+                    "of its files on that root is in %s: give --root %s=%s if that is the root"
+                    % (name, root.path, rec.name, name, then, root.path, name, then))
+    return None
 
 
 def lost_fixes(roots: Roots, state: State, ws: Optional[Workspace] = None

@@ -9,7 +9,7 @@ import dataclasses
 import os
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
-from ..errors import ConflictError, DriftError, PreconditionFailed, VersionMismatch
+from ..errors import ConflictError, DriftError, PreconditionFailed, TargetError, VersionMismatch
 from . import auto, gitcli, gitcommit, revert
 from .hunks import apply_change, decode, encode
 from .paths import Roots
@@ -62,6 +62,7 @@ def _rollback(req: Request, store: Store, state: State, recorded: Recorded) -> D
     # this request that touched the same files are (in memory) rolled back
     for spec in sorted(req.fixes, key=lambda s: -order[s.name]):
         rec, fc = recorded[spec.name], FixChange(spec, [])
+        _refuse_elsewhere(req, ws, rec)
         sources = _committed(req, rec)
         drift.extend(_take_stock(req, ws, fc, rec, sources, gone.get(spec.name, set())))
         strategy = _strategy(fc, rec, sources, spec.name in gone)
@@ -85,6 +86,18 @@ def _rollback(req: Request, store: Store, state: State, recorded: Recorded) -> D
     outcome = "would-roll-back" if req.dry_run else "rolled-back"
     return {fc.spec.name: dict(fix_result(fc, outcome), version=recorded[fc.spec.name].version)
             for fc in prepared}
+
+
+def _refuse_elsewhere(req: Request, ws: Workspace, rec: FixRecord) -> None:
+    """A root given at another directory than the fix was applied with, none of its files
+    there: the backups would be written into the wrong tree, so not even --force does."""
+    from .observe import root_elsewhere
+
+    missing = {f.key for f in rec.files if ws.entry(*f.key).current is None}
+    why = root_elsewhere(req.roots, rec, missing) if missing else None
+    if why:
+        raise TargetError("refusing to roll back %s: %s (--force does not write its backups "
+                          "into another tree)" % (rec.name, why), fix=rec.name)
 
 
 def _take_stock(req: Request, ws: Workspace, fc: FixChange, rec: FixRecord,
