@@ -57,6 +57,12 @@ shipped_fixes = true
 # host = "gpu-a.example.com"         # a remote target, reached with ssh
 # user = "deploy"
 # path = "/opt/sglang"
+
+# The restarts fixes name (restart = "prefill" in a manifest, as the shipped fixes do):
+# `apply` and `rollback` say which are needed, and with --restart run them.
+#
+# [restarts]
+# prefill = "systemctl restart sglang-prefill"
 """
 
 

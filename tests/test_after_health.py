@@ -183,8 +183,11 @@ def test_the_restart_a_manifest_names_is_said_and_run_by_restart(tmp_path: Path)
     where = ["--target", roots["sglang"], "--root", f"serve={roots['serve']}"]
     code, out, err = cli(["--catalog", str(catalog), "--config", str(config), "apply", "index-k-bytes", *where])
     assert code == 0, err
-    assert "restart needed prefill" in out and not log.exists()
-    cli(["--catalog", str(catalog), "--config", str(config), "rollback", "index-k-bytes", *where])
+    assert "restart needed prefill" in out and "or apply with --restart" in out and not log.exists()
+    code, out, err = cli(["--catalog", str(catalog), "--config", str(config), "rollback",
+                          "index-k-bytes", *where])
+    assert code == 0, err  # the hint names the command that changed the fix
+    assert "restart needed prefill" in out and "or rollback with --restart" in out, out
     code, out, err = cli(["--catalog", str(catalog), "--config", str(config), "apply", "index-k-bytes",
                           *where, "--restart", "--json"])
     assert code == 0, err
@@ -203,6 +206,22 @@ def test_a_bad_restart_name_in_a_manifest_is_a_manifest_error(tmp_path: Path) ->
     catalog = _restart_catalog(tmp_path, 'restart = "no spaces please"')
     code, _out, err = cli(["--catalog", str(catalog), "show", "index-k-bytes"])
     assert code != 0 and "restart" in err and "index-k-bytes.toml" in err
+
+
+def test_show_names_the_restart_and_init_writes_a_restarts_table_to_fill_in(tmp_path: Path) -> None:
+    """`show` had no Restart line; the patchkit.toml `init` writes had no [restarts], though
+    every shipped fix names one, so every apply said "restart needed" and --restart exited 2."""
+    catalog = _restart_catalog(tmp_path, 'restart = "prefill"')
+    code, out, err = cli(["--catalog", str(catalog), "show", "index-k-bytes"])
+    assert code == 0, err
+    assert "Restart: prefill" in out
+    code, _out, err = cli(["init", str(tmp_path / "mine"), "--no-git"])
+    assert code == 0, err
+    written = (tmp_path / "mine" / "patchkit.toml").read_text()
+    assert "# [restarts]\n# prefill = " in written
+    import tomllib
+    uncommented = written.replace("# [restarts]", "[restarts]").replace("# prefill =", "prefill =")
+    assert "prefill" in tomllib.loads(uncommented)["restarts"]  # as written, once uncommented
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])

@@ -208,3 +208,17 @@ def test_outside_a_checkout_no_target_is_still_a_usage_error(
         env: Env, pk: Callable[..., Run]) -> None:
     res = pk("status")  # the env fixture's working directory holds no SGLang tree
     assert res.code == EXIT_USAGE and "no target given" in res.err
+
+
+@pytest.mark.parametrize("args", [["status", "--lock-timeout", "-5"],
+                                  ["rebase", INDEX_K, "--all", "--onto", "0.5.22", "-n"]],
+                         ids=["negative-lock-timeout", "rebase-fixes-and-all"])
+def test_options_that_contradict_themselves_are_usage_errors(
+        env: Env, pk: Callable[..., Run], args: list[str]) -> None:
+    """A negative --lock-timeout was taken; `rebase FIX --all` rebased FIX, --all silently
+    dropped. Both exit 2, saying which option, with nothing changed."""
+    before = snapshot(env.sglang, env.catalog)
+    res = pk(*args) if args[0] == "rebase" else pk(*args, "--target", env.sglang)
+    assert res.code == EXIT_USAGE, (res.out, res.err)
+    assert ("--lock-timeout" in res.err) if "--lock-timeout" in args else ("not both" in res.err)
+    assert snapshot(env.sglang, env.catalog) == before

@@ -116,7 +116,7 @@ TARGET_OPTIONS = (
     click.option("--python", "python", metavar="PATH",
                  help="The target's Python (e.g. the production venv's python): it runs the engine "
                       "on a remote target, and the fixes' Python checks (apply, verify)."),
-    click.option("--lock-timeout", type=float, default=30.0, show_default=True,
+    click.option("--lock-timeout", type=click.FloatRange(min=0), default=30.0, show_default=True,
                  help="Seconds to wait for another patchkit run on the same target."),
     click.option("--ssh-option", "ssh_options", multiple=True, metavar="KEY=VALUE", expose_value=False,
                  callback=_keep_ssh,

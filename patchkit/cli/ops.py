@@ -47,7 +47,7 @@ def emit_result(result: Any, as_json: bool, after: Any = None, restarts: tuple[s
 
     def draw(out: Any) -> None:
         render.render_result(out, result, **options)
-        render_status.render_after(out, after, restarts)
+        render_status.render_after(out, after, restarts, result.op)
 
     return render.emit(as_json, data, draw)
 

@@ -62,6 +62,9 @@ def rebase(state: State, fixes: tuple[str, ...], all_fixes: bool, include_inacti
             raise UsageError("name the release to rebase onto: patchkit rebase --all --onto 0.5.23")
         if not fixes and not all_fixes:
             raise UsageError("name the fixes to rebase, or pass --all")
+        if fixes and all_fixes:
+            raise UsageError(f"--all rebases every active fix, and {', '.join(fixes)} names "
+                             "some: give the fixes or --all, not both", option="--all")
 
     with contextlib.nullcontext() if as_json else rebase_progress(render.stderr()) as progress:
         if cont:

@@ -78,11 +78,12 @@ def render_status(console: Any, result: OpResult, *, verbose: bool = False) -> N
     render_running(console, result)
 
 
-def render_after(console: Any, after: Any, restarts: tuple[str, ...] = ()) -> None:
-    """The restarts the changed fixes need, and each command run after the change."""
+def render_after(console: Any, after: Any, restarts: tuple[str, ...] = (), op: str = "apply") -> None:
+    """The restarts the changed fixes need, and each command run after the change (``op``:
+    the command that changed them, which ``--restart`` would have run them with)."""
     if restarts and (after is None or not any(r.what == "after-cmd" for r in after.ran)):
         line(console, [("restart needed", "bold yellow"), (f" {', '.join(restarts)} (patchkit.toml "
-                       "[restarts]; run it, or apply with --restart)", "")])
+                       f"[restarts]; run it, or {op} with --restart)", "")])
     for run in (after.ran if after is not None else ()):
         mark = ("✓", "green") if run.ok else ("✗", "red")
         line(console, [mark, (f" {run.what}: {run.command} (exit {run.returncode})", "")])
