@@ -162,6 +162,23 @@ def test_the_cli_refuses_the_edited_file_with_exit_1(target: LocalTarget, site: 
     assert "python/sglang/" not in proc.stderr
 
 
+def test_the_dry_run_diff_of_an_installed_package_is_one_git_apply_reads_in_its_root(
+        site: Path, venv: Path, tmp_path: Path) -> None:
+    """cli.md: `apply --dry-run --diff FIX > change.diff` gives a file `git apply` reads. On an
+    installed package the headers named the patch's python/sglang/x.py, where the file lies at
+    sglang/x.py, so git apply failed ("No such file or directory")."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "patchkit", "--catalog", str(REPO), "apply", "dsv4-bf16-index-k",
+         "--dry-run", "--diff", "--target", f"python:{venv / 'bin' / 'python'}"],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert f"+++ b/{POOL}" in proc.stdout and "python/sglang/" not in proc.stdout
+    (tmp_path / "change.diff").write_text(proc.stdout)  # the whole output, as cli.md says
+    check = subprocess.run(["git", "apply", "--check", "--unsafe-paths", str(tmp_path / "change.diff")],
+                           cwd=site, capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+
+
 def test_seed_fixes_apply_to_the_installed_release_verify_and_roll_back_to_record(
         catalog: Catalog, target: LocalTarget, site: Path, venv: Path) -> None:
     python = str(venv / "bin" / "python")

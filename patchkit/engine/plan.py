@@ -63,17 +63,21 @@ def fix_result(fc: FixChange, outcome: str, release: bool = False) -> Dict[str, 
     """The fix's entry of the engine result (docs/design.md, "Engine result"); ``release``: the
     result is the last use of the fix's bytes, let go file by file as its diff is made."""
     files = []
+    roots = {r.name: r for r in fc.ws.roots} if fc.ws is not None else {}
     for key in fc.keys:
         before, after = fc.before[key][0], fc.after[key][0]
+        # the diff names the file as it lies in its root (an installed package's sglang/x.py),
+        # so `git apply` run in the root reads it
+        shown = roots[key[0]].mapped(key[1]) if key[0] in roots else key[1]
         if release:
             fc.before[key], fc.after[key] = (None, fc.before[key][1]), (None, fc.after[key][1])
         changes = fc.changes.get(key, [])
         one = changes[0] if len(changes) == 1 else None  # one patch: its hunks, as placed
         if one is not None and one.op == file_op(before, after) and (
                 one.op == "modify" or len(one.hunks) == 1):
-            diff = placed_diff(key[1], one.hunks, [p.line for p in fc.placements[key]], one.op)
+            diff = placed_diff(shown, one.hunks, [p.line for p in fc.placements[key]], one.op)
         else:  # merged from several patches, reverted, rolled back
-            diff = unified_diff(key[1], before, after)
+            diff = unified_diff(shown, before, after)
         files.append({"root": key[0], "path": key[1], "op": file_op(before, after),
                       "before_sha256": fc.sha256(key, before), "after_sha256": fc.sha256(key, after),
                       "hunks": [p.as_dict() for p in fc.placements.get(key, [])], "diff": diff})
