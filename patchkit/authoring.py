@@ -21,6 +21,7 @@ from .catalog.manifest import AUTHOR_RE, name_problem
 from .catalog.model import Fix, PatchRef
 from .catalog.patchmail import PLACEHOLDER_AUTHOR, Header
 from .catalog.writer import AuthoringResult
+from .engine.contract import PRIMARY_ROOT
 from .errors import UsageError
 
 __all__ = ["AuthoringResult", "CATALOG_CONFIG", "InitResult", "init_catalog", "new_fix",
@@ -147,12 +148,13 @@ def _from_commits(src: Path, commits: str, title: str | None, rationale: str,
 
 def _from_changes(catalog: Catalog, name: str, src: Path, root: str, paths: Sequence[str],
                   title: str | None, rationale: str, author: str | None,
-                  base_release: str | None, include_applied: bool) -> _Capture:
+                  base_release: str | None, include_applied: bool,
+                  record: Path | None) -> _Capture:
     """One patch of the checkout's uncommitted changes (but those applied fixes wrote)."""
     files = capture(src, paths)
     applied: tuple[tuple[str, str], ...] = ()
     if not include_applied:
-        files, applied = leave_applied(files, applied_owners(src, root), src, name)
+        files, applied = leave_applied(files, applied_owners(src, root, record=record), src, name)
     title = title or name
     author = author or writer.identity(catalog) or ""
     ignored = tuple(gitrepo.unclaimed_files(src, [f.path for f in files]
@@ -166,14 +168,17 @@ def new_fix(catalog: Catalog, name: str, src: Path, *, root: str = "sglang",
             paths: Sequence[str] = (), title: str | None = None, rationale: str = "",
             base_release: str | None = None, date: str | None = None,
             commits: str | None = None, commit: bool = True, author: str | None = None,
-            dry_run: bool = False, include_applied: bool = False) -> AuthoringResult:
+            dry_run: bool = False, include_applied: bool = False,
+            record: Path | None = None) -> AuthoringResult:
     """Capture a checkout's uncommitted changes (of ``paths``) as version 1 of a new fix, one
     patch titled ``title`` (default: the name); or with ``commits`` (``A..B``) a patch per
     commit, title and rationale defaulting to the first one's, based on the release at A; its
     trailers (Bug:, Reviewed-by:, ...) become manifest fields as ``patchkit import`` maps them.
     ``author`` (the manifest's, and the From of the series) defaults to the first commit's
     author, else the catalog repository's git user. Uncommitted changes an applied fix wrote
-    (the checkout's ``.patchkit/state.json``) are left out, unless ``include_applied``."""
+    (the checkout's ``.patchkit/state.json``, or for another ``root`` than sglang that of
+    ``record``, the target's sglang tree) are left out, unless ``include_applied``. A series of
+    another root checks no release (``releases = []``), as ``import`` writes one."""
     _check_new(catalog, name, author)
     src = Path(src)
     if commits is not None:
@@ -182,7 +187,10 @@ def new_fix(catalog: Catalog, name: str, src: Path, *, root: str = "sglang",
         got = _from_commits(src, commits, title, rationale, author, base_release)
     else:
         got = _from_changes(catalog, name, src, root, paths, title, rationale, author,
-                            base_release, include_applied)
+                            base_release, include_applied, record)
+    sglang = root == PRIMARY_ROOT
+    if got.release is None and not sglang:
+        got = dataclasses.replace(got, release=edit.NO_RELEASE)
     if got.release is None:
         raise UsageError(f"cannot tell which SGLang release {got.where} is (no sglang/_version.py, "
                          "no release tag at HEAD); pass --base-release VERSION", path=str(src))
@@ -191,7 +199,7 @@ def new_fix(catalog: Catalog, name: str, src: Path, *, root: str = "sglang",
     text = edit.new_manifest_text(name, got.title, got.release, [(f, root) for f in texts],
                                   got.rationale, date=date or _dt.date.today().isoformat(),
                                   author=got.author or "", upstream=got.upstream,
-                                  headers=got.headers)
+                                  headers=got.headers, release_root=root if sglang else None)
     touched = tuple(dict.fromkeys(f.path for _h, files in got.patches for f in files))
     result = AuthoringResult(name, 1, catalog.manifests_dir / f"{name}.toml",
                              tuple(catalog.patches_dir / name / f for f in texts), touched,
@@ -248,7 +256,7 @@ def _refreshed(fix: Fix, refs: Sequence[PatchRef], groups: list[list[CapturedFil
 def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] = (),
                 summary: str | None = None, squash: bool = False, date: str | None = None,
                 commit: bool = True, dry_run: bool = False,
-                include_applied: bool = False) -> AuthoringResult:
+                include_applied: bool = False, record: Path | None = None) -> AuthoringResult:
     """Rewrite a fix's series from the checkout and bump its version; nothing is written when
     nothing changed. Files another applied fix wrote are left out, as in :func:`new_fix`. Each
     patch keeps its files, new ones (``paths``) go to the last; two patches touching one file
@@ -262,7 +270,8 @@ def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] 
     if not include_applied:
         owners: dict[str, str] = {}
         for root in dict.fromkeys(ref.root for ref in fix.patches):
-            owners.update(applied_owners(src, root, but=name))
+            owners.update(applied_owners(src, root, but=name,
+                                         record=None if root == PRIMARY_ROOT else record))
         files, applied = leave_applied(files, owners, src, name)
     ignored = tuple(gitrepo.unclaimed_files(src, [f.path for f in files]
                                             + [p for p, _f in applied]))

@@ -88,21 +88,36 @@ def capture(src: Path, paths: Sequence[str] = ()) -> list[CapturedFile]:
     return out
 
 
-def applied_owners(src: Path, root: str, *, but: str | None = None) -> dict[str, str]:
+def applied_owners(src: Path, root: str, *, but: str | None = None,
+                   record: Path | None = None) -> dict[str, str]:
     """path -> the applied fix (other than ``but``) that last wrote it in the checkout ``src``, as
-    its own record says (``.patchkit/state.json``, docs/state.md): changes patchkit made there,
-    not the author's. Only the files of root ``root``; nothing when the checkout has no record."""
-    path = Path(src) / ".patchkit" / "state.json"
+    the record says (``.patchkit/state.json``, docs/state.md): changes patchkit made there, not
+    the author's. Only the files of root ``root``; nothing when there is no record. The record
+    is the checkout's own, or that of ``record``, the target's sglang tree, when ``src`` is
+    another root of it (a serve checkout): then only the fixes applied with ``src`` as ``root``."""
+    top = Path(record) if record is not None else Path(src)
+    path = top / ".patchkit" / "state.json"
     if not path.is_file():
+        if record is not None:
+            raise UsageError(f"{record} has no record of applied fixes ({path} is not there): "
+                             "give --target the SGLang tree the fixes were applied to, with "
+                             f"--root {root}={src}", path=str(path))
         return {}
     try:
-        writers = State.from_json(json.loads(path.read_text(encoding="utf-8"))).last_writers()
+        state = State.from_json(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise UsageError(f"cannot read the checkout's record {path} ({exc}): it says which files "
                          "applied fixes wrote, which a capture leaves out. Repair it (`patchkit "
-                         f"status --target {src}` names the problem) or pass --include-applied",
+                         f"status --target {top}` names the problem) or pass --include-applied",
                          path=str(path)) from None
-    return {p: fix for (r, p), (fix, _after) in writers.items() if r == root and fix != but}
+    here = os.path.realpath(src)
+    if record is None:
+        fixes = None
+    else:  # the fixes whose apply gave this checkout as the root
+        fixes = {f.name for f in state.fixes if root in f.roots
+                 and os.path.realpath(f.roots[root]) == here}
+    return {p: fix for (r, p), (fix, _after) in state.last_writers().items()
+            if r == root and fix != but and (fixes is None or fix in fixes)}
 
 
 def leave_applied(files: list[CapturedFile], owners: dict[str, str], src: Path,

@@ -79,3 +79,50 @@ def test_new_and_refresh_leave_out_files_applied_fixes_wrote(catalog_tree: Path,
                     "--include-applied", "--dry-run", "--json")
     assert both.exit_code == 0, both.output
     assert set(json.loads(both.output)["files"]) == set(OWNED)
+
+
+def test_a_capture_from_a_serve_checkout_reads_the_targets_record_and_needs_no_release(
+        tmp_path: Path) -> None:
+    """The record of fixes applied to a serve checkout is the target's (its sglang tree's
+    .patchkit/): `new --from SERVE --root serve` took what pool-guard wrote into serve.sh as
+    the author's change, without a word; and its manifest checked an SGLang release, so the
+    fix could not be applied to the serve root alone. Now --target SGLANG leaves pool-guard's
+    file out (a warning says so without it), and the series checks no release."""
+    import shutil
+
+    from .test_remote import SAMPLES, make_tree
+
+    roots = make_tree(tmp_path / "tree")
+    serve = Path(roots["serve"])
+    (serve / "env.sh").write_text("export SGLANG_PORT=30000\n")
+    for args in (["init", "-q"], ["add", "-A"],
+                 ["-c", "user.name=Ops", "-c", "user.email=ops@example.com", "commit", "-qm", "serve"]):
+        subprocess.run(["git", *args], cwd=serve, check=True)
+    sample = tmp_path / "samples"
+    shutil.copytree(SAMPLES / "catalog", sample)
+    api.apply(Catalog(sample), LocalTarget(roots=roots), ["pool-guard"], with_deps=True)
+    (serve / "env.sh").write_text("export SGLANG_PORT=30001\n")  # the author's own change
+    catalog = tmp_path / "catalog"
+    (catalog / "manifests").mkdir(parents=True)
+
+    blind = patchkit(catalog, "new", "port", "--from", str(serve), "--root", "serve",
+                     "--dry-run", "--json")
+    assert blind.exit_code == 0, blind.output
+    data = json.loads(blind.output[blind.output.index("{"):])
+    assert sorted(data["files"]) == ["env.sh", "serve.sh"]
+    assert any("pass --target SGLANG" in w for w in data["warnings"])
+
+    made = patchkit(catalog, "new", "port", "--from", str(serve), "--root", "serve", "--target",
+                    roots["sglang"], "--no-commit", "--json")
+    assert made.exit_code == 0, made.output
+    data = json.loads(made.output[made.output.index("{"):])
+    assert data["files"] == ["env.sh"] and data["applied"] == [{"path": "serve.sh", "fix": "pool-guard"}]
+    assert not any("--target SGLANG" in w for w in data["warnings"])
+    fix = Catalog(catalog).get("port")
+    assert fix.upstream.releases == () and [p.root for p in fix.patches] == ["serve"]
+
+    fresh = make_tree(tmp_path / "fresh")  # the serve root alone is the whole target
+    Path(fresh["serve"], "env.sh").write_text("export SGLANG_PORT=30000\n")
+    result = api.apply(Catalog(catalog), LocalTarget(roots={"serve": fresh["serve"]}), ["port"])
+    assert [f.outcome for f in result.fixes] == ["applied"]
+    assert Path(fresh["serve"], "env.sh").read_text() == "export SGLANG_PORT=30001\n"

@@ -18,6 +18,8 @@ from .reader import Ctx, loads, read_toml
 
 #: How the rationale of a manifest `patchkit new` wrote starts until its author replaces it.
 PLACEHOLDER = "Replace this:"
+#: The base_release of a fix that patches no SGLang root, when nothing names one.
+NO_RELEASE = "any"
 
 
 def unfinished(fix: Any) -> list[str]:

@@ -100,6 +100,9 @@ def _capture(what: str, *options: Callable) -> Tuple[Callable, ...]:
             click.option("--include-applied", is_flag=True,
                          help="Also take changed files that applied fixes wrote (left out by default: "
                               "the checkout's .patchkit/state.json names them)."),
+            click.option("--target", "record", type=click.Path(file_okay=False), metavar="SGLANG",
+                         help="When --from is another root (a serve checkout): the SGLang tree whose "
+                              ".patchkit/ records the fixes applied to it, so what they wrote is left out."),
             click.option("--dry-run", "-n", is_flag=True, help="Say what would be written; write nothing."))
 
 
@@ -117,10 +120,25 @@ def new(state: State, fix: str, paths: tuple[str, ...], src: str, no_commit: boo
     """Capture the uncommitted changes of a checkout (or of PATHS in it, or the commits of a
     range) as a new FIX."""
     catalog = state.catalog()
-    result = authoring.new_fix(catalog, fix, Path(src), paths=paths,
-                               commit=not no_commit, dry_run=dry_run, **options)
-    report_authoring(result, as_json, "created", None if dry_run else unfinished(catalog.get(fix)))
+    record = options.pop("record")
+    result = authoring.new_fix(catalog, fix, Path(src), paths=paths, commit=not no_commit,
+                               dry_run=dry_run, record=record and Path(record), **options)
+    warnings = _unrecorded_root(src, [options["root"]], record, options["include_applied"])
+    report_authoring(result, as_json, "created",
+                     warnings + ([] if dry_run else unfinished(catalog.get(fix))))
     return 0
+
+
+def _unrecorded_root(src: str, roots: list[str], record: str | None,
+                     include_applied: bool) -> list[str]:
+    """The warning of a capture from another root than sglang whose applied fixes could not be
+    looked for: their record is the target's (its sglang tree's ``.patchkit/``)."""
+    others = [r for r in roots if r != "sglang"]
+    if not others or record or include_applied or (Path(src) / ".patchkit" / "state.json").exists():
+        return []
+    return [f"{src} is root {others[0]}: the record of fixes applied to it is kept in the "
+            "target's SGLang tree (.patchkit/), so changes they wrote here were not looked for; "
+            "pass --target SGLANG to leave them out, or check the patch"]
 
 
 @command("refresh", *_capture(
@@ -132,9 +150,13 @@ def refresh(state: State, fix: str, paths: tuple[str, ...], src: str, no_commit:
             dry_run: bool, as_json: bool, **options: Any) -> int:
     """Rewrite FIX's series from the checkout's current state and bump its version; PATHS
     adds files new to the fix (an untracked file is taken only when named)."""
-    result = authoring.refresh_fix(state.catalog(), fix, Path(src), paths=paths,
-                                   commit=not no_commit, dry_run=dry_run, **options)
-    report_authoring(result, as_json, "refreshed")
+    catalog = state.catalog()
+    record = options.pop("record")
+    result = authoring.refresh_fix(catalog, fix, Path(src), paths=paths, commit=not no_commit,
+                                   dry_run=dry_run, record=record and Path(record), **options)
+    roots = list(dict.fromkeys(p.root for p in catalog.get(fix).patches))
+    report_authoring(result, as_json, "refreshed",
+                     _unrecorded_root(src, roots, record, options["include_applied"]))
     return 0
 
 

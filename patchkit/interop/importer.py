@@ -21,8 +21,6 @@ from ..catalog.writer import AuthoringResult
 from ..errors import PatchFormatError, UsageError
 from . import Patch, dep3, mbox, quilt, refuse_escape
 
-#: The base_release of a fix that patches no SGLang root, imported without --release.
-NO_RELEASE = "any"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,7 +257,7 @@ def _manifest(fix: Planned, texts: dict[str, tuple[str, str, list[str]]], releas
                                file=str(first.source))
     date = _iso_date(fields.get("date") or first.date) or _dt.date.today().isoformat()
     text = edit.new_manifest_text(
-        fix.name, first.subject, release or NO_RELEASE, [(f, t[1]) for f, t in texts.items()],
+        fix.name, first.subject, release or edit.NO_RELEASE, [(f, t[1]) for f, t in texts.items()],
         first.body, date=date, author=author, upstream=fields["upstream"],
         headers=fields["headers"], release_root=PRIMARY_ROOT if patches_sglang else None)
     return _with_fix_root(text, fields.get("fix_root"), first)
@@ -294,7 +292,7 @@ def import_fixes(catalog: Catalog, fixes: Sequence[Planned], *, release: str | N
         texts = _checked(fix, root, identity)
         made.append((fix, texts, _with_depends(_manifest(fix, texts, release, tree),
                                                depends[fix.name])))
-    based = release or NO_RELEASE
+    based = release or edit.NO_RELEASE
     results = []
     for fix, texts, _text in made:
         files = tuple(dict.fromkeys(path for t in texts.values() for path in t[2]))
