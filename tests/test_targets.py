@@ -222,3 +222,17 @@ def test_options_that_contradict_themselves_are_usage_errors(
     assert res.code == EXIT_USAGE, (res.out, res.err)
     assert ("--lock-timeout" in res.err) if "--lock-timeout" in args else ("not both" in res.err)
     assert snapshot(env.sglang, env.catalog) == before
+
+
+def test_a_target_name_that_is_neither_a_directory_nor_a_named_target_says_both(
+        env: Env, pk: Callable[..., Run], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mistyped target name said "root 'sglang' at CWD/prdo does not exist", as if a
+    directory had been meant; now it names both readings and the config's targets."""
+    config = tmp_path / "patchkit.toml"
+    config.write_text(f'[targets.prod]\npath = "{env.sglang}"\n')
+    monkeypatch.chdir(tmp_path)
+    res = pk("--config", str(config), "status", "--target", "prdo")
+    assert res.code == EXIT_TARGET, (res.out, res.err)
+    assert "no such directory, and no target of that name" in res.err
+    assert "its targets: prod" in res.err, res.err
+    assert pk("--config", str(config), "status", "--target", "prod").code == 0

@@ -195,6 +195,15 @@ def resolve_target(target: str | None, extra_roots: Sequence[str] = (), *, pytho
         )
     if named is not None:
         roots[PRIMARY_ROOT], python, found = _local_sglang(roots[PRIMARY_ROOT], python)
+    elif target is not None and "/" not in target and not target.startswith("python:") \
+            and not os.path.exists(target):
+        names = sorted(getattr(config, "targets", None) or {})
+        raise TargetError(f"--target {target}: no such directory, and no target of that name in "
+                          + (f"patchkit.toml (its targets: {', '.join(names)})" if names else
+                             "patchkit.toml (it names none)" if config is not None else
+                             "a patchkit.toml (none was found)")
+                          + "; give an SGLang checkout's path or a target's name",
+                          root=PRIMARY_ROOT, path=os.path.abspath(target))
     return _local_target(roots, python, found)
 
 
