@@ -236,3 +236,13 @@ def test_a_target_name_that_is_neither_a_directory_nor_a_named_target_says_both(
     assert "no such directory, and no target of that name" in res.err
     assert "its targets: prod" in res.err, res.err
     assert pk("--config", str(config), "status", "--target", "prod").code == 0
+
+
+def test_an_ssh_program_that_cannot_run_names_the_option_to_fix(
+        pk: Callable[..., Run], tmp_path: Path) -> None:
+    """It said "set ssh_program", a setting the command line spells --ssh-program; nothing is
+    sent anywhere (the program does not start)."""
+    res = pk("status", "--target", "ssh://127.0.0.1/srv/sglang", "--ssh-program",
+             str(tmp_path / "no-ssh"))
+    assert res.code == EXIT_USAGE, (res.out, res.err)
+    assert "cannot run the ssh program" in res.err and "--ssh-program" in res.err, res.err

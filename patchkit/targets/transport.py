@@ -120,7 +120,8 @@ class _Session:
         except OSError as exc:  # not found or not executable: nothing was sent anywhere
             raise UsageError(
                 f"cannot run the ssh program {spec.program!r} for {spec.url} ({exc.strerror}): "
-                "install the OpenSSH client or set ssh_program to an executable",
+                "install the OpenSSH client, or name an executable ssh client with --ssh-program "
+                "(ssh_program in patchkit.toml's target; RemoteTarget's ssh_program)",
                 host=spec.host,
             ) from exc
 
