@@ -148,3 +148,17 @@ def test_validate_names_an_unknown_fix_in_a_revert_table(tmp_path: Path) -> None
         Catalog(cat).validate()
     assert "no-such-fix" in str(exc.value) and "revert.fix" in str(exc.value)
     assert manifest.name in str(exc.value)
+
+
+def test_an_inactive_fix_is_refused_with_what_replaces_or_reverts_it() -> None:
+    """A dead fix whose only replacement is its own revert was answered "it was replaced by
+    revert-...; apply that instead", as if the revert were a new version of it."""
+    repo = Path(__file__).resolve().parent.parent
+    with pytest.raises(UsageError) as dead:
+        Catalog(repo).apply_order(["hicache-index-k-sync"])
+    said = str(dead.value)
+    assert "revert-hicache-index-k-sync reverts it where it was applied or committed" in said
+    assert "instead" not in said and "--allow-inactive" in said
+    with pytest.raises(UsageError) as superseded:
+        Catalog(Path(__file__).parent / "samples" / "catalog").apply_order(["old-index-k"])
+    assert "it was replaced by pool-guard; apply that instead" in str(superseded.value)

@@ -333,10 +333,14 @@ class Catalog:
         fixes = self.dependency_order(names, with_deps=with_deps)
         for fix in fixes:
             if fix.is_inactive and not allow_inactive:
-                replaced = [f.name for f in self.replacements(fix.name)]
-                instead = (f"it was replaced by {', '.join(replaced)}; apply "
-                           f"{'that' if len(replaced) == 1 else 'those'} instead" if replaced
-                           else "nothing in the catalog replaces it")
+                found = self.replacements(fix.name)
+                undone = [f.name for f in found if f.reverts == fix.name]
+                replaced = [f.name for f in found if f.reverts != fix.name]
+                said = ([f"{', '.join(undone)} revert{'s' if len(undone) == 1 else ''} it where "
+                         "it was applied or committed"] if undone else []) + (
+                    [f"it was replaced by {', '.join(replaced)}; apply "
+                     f"{'that' if len(replaced) == 1 else 'those'} instead"] if replaced else [])
+                instead = "; ".join(said) or "nothing in the catalog replaces it"
                 raise UsageError(f"fix '{fix.name}' is {fix.status} ({instead}). To apply it "
                                  "anyway, allow inactive fixes (--allow-inactive); its manifest "
                                  f"is {fix.manifest_path}", fix=fix.name, status=fix.status)
