@@ -84,8 +84,21 @@ def test_unknown_dependency_names_it_and_the_manifest(tmp_path: Path) -> None:
     add_fix(tmp_path, "needs-ghost", ("ghost",))
     with pytest.raises(ManifestError, match="depends_on names 'ghost'") as info:
         Catalog(tmp_path).dependency_order(["needs-ghost"], with_deps=True)
-    assert info.value.details == {"file": str(tmp_path / "manifests" / "needs-ghost.toml"),
-                                  "key": "depends_on"}
+    path = tmp_path / "manifests" / "needs-ghost.toml"
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1)
+                if text.startswith("depends_on"))
+    assert info.value.details == {"file": str(path), "key": "depends_on", "line": line}
+    assert info.value.message.startswith(f"{path}:{line}: depends_on names 'ghost'")  # FILE:LINE
+
+
+def test_a_lineage_link_to_an_absent_fix_names_its_line(tmp_path: Path) -> None:
+    add_fix(tmp_path, "new", supersedes=("gone",))
+    path = tmp_path / "manifests" / "new.toml"
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1)
+                if text.startswith("supersedes"))
+    with pytest.raises(ManifestError) as info:
+        Catalog(tmp_path).validate()
+    assert info.value.message.startswith(f"{path}:{line}: supersedes names 'gone'")
 
 
 def test_validate_checks_lineage_and_stray_series(tmp_path: Path) -> None:

@@ -58,6 +58,12 @@ def _is_source_tree(root: Path, shipped: Path | None) -> bool:
     return f'"patchkit.{PACKAGED_CATALOG}.manifests" = "manifests"' in text
 
 
+def _at(path: Path, key: str) -> str:
+    """``FILE:LINE`` of ``key`` in a manifest (``FILE`` when the line is not found)."""
+    line = key_line(path, key)
+    return f"{path}:{line}" if line else str(path)
+
+
 @record_dataclass(frozen=True)
 class BrokenFix(Record):
     """A fix whose manifest (or a patch it names) cannot be read: listed as an error, not a fix."""
@@ -291,9 +297,10 @@ class Catalog:
         if not self.manifest_path(dep).is_file():
             close = close_matches(dep, self.names(), n=1, cutoff=0.6)
             hint = f"Did you mean '{close[0]}'? " if close else ""
-            raise ManifestError(f"{fix.manifest_path}: depends_on names '{dep}', which is not "
-                                f"in the catalog {self.root}. {hint}Fix the name or add the "
-                                "manifest", file=str(fix.manifest_path), key="depends_on")
+            raise ManifestError(f"{_at(fix.manifest_path, 'depends_on')}: depends_on names "
+                                f"'{dep}', which is not in the catalog {self.root}. {hint}Fix the "
+                                "name or add the manifest", file=str(fix.manifest_path),
+                                key="depends_on", line=key_line(fix.manifest_path, "depends_on"))
         return self.get(dep)
 
     def dependency_order(self, names: Iterable[str], *, with_deps: bool = False) -> list[Fix]:
@@ -403,10 +410,11 @@ class Catalog:
                       if c.kind == "git-contains"]
             for key, target in named:
                 if target and target not in names:
-                    raise ManifestError(f"{fix.manifest_path}: {key} names '{target}', which is not "
-                                        f"in the catalog {self.root}. Keep the old manifest (with its "
-                                        "status) so the lineage stays readable",
-                                        file=str(fix.manifest_path), key=key)
+                    raise ManifestError(f"{_at(fix.manifest_path, key)}: {key} names '{target}', "
+                                        f"which is not in the catalog {self.root}. Keep the old "
+                                        "manifest (with its status) so the lineage stays readable",
+                                        file=str(fix.manifest_path), key=key,
+                                        line=key_line(fix.manifest_path, key))
         own = set(self.own_names())
         series = self.patches_dir.iterdir() if self.patches_dir.is_dir() else ()
         stray = sorted(p.name for p in series
