@@ -116,4 +116,9 @@ def status(catalog: Catalog, target: Target, *,
     raw = (result.raw.get("status") or {}).get("left_out") or ()
     unseen = tuple((e["name"], tuple(e["roots"])) for e in raw)
     left_out += tuple(u for u in unseen if u[0] not in named)
-    return dataclasses.replace(result, left_out=left_out, unseen=unseen, broken=tuple(broken))
+    held = {f.name for f in readable} | {b.name for b in broken}
+    gone = "not in the catalog: its manifest is gone; `rollback` restores it from its record"
+    states = tuple(dataclasses.replace(s, detail=gone) if s.name not in held and s.state in RECORDED
+                   and not s.detail else s for s in result.status)
+    return dataclasses.replace(result, status=states, left_out=left_out, unseen=unseen,
+                               broken=tuple(broken))

@@ -285,6 +285,11 @@ def test_a_recorded_fix_no_longer_in_the_catalog_rolls_back_from_its_record(
     patched = {p: Path(roots[r], p).read_bytes() for r, p in (("sglang", POOL), ("serve", "serve.sh"))}
     assert patched != pristine
     (Path(catalog.root) / "manifests" / "pool-guard.toml").unlink()
+    shown = subprocess.run([sys.executable, "-m", "patchkit", "--catalog", str(catalog.root),
+                            "status", "--target", roots["sglang"], "--root",
+                            f"serve={roots['serve']}"], capture_output=True, text=True)
+    row = next(r for r in shown.stdout.splitlines() if r.startswith("pool-guard"))
+    assert row.split("\t")[1].startswith("applied: not in the catalog"), row  # not plain "applied"
     base = [sys.executable, "-m", "patchkit", "--catalog", str(catalog.root), "rollback",
             "--target", roots["sglang"], "--root", f"serve={roots['serve']}"]
     dry = subprocess.run([*base, "pool-guard", "--dry-run"], capture_output=True, text=True)

@@ -41,8 +41,8 @@ def _status_rows(result: OpResult, verbose: bool) -> List[List[str]]:
             state = f"{state}: {s.detail}"
         elif state == "lost":
             state = f"lost: {s.detail}"
-        elif state == "drifted" and s.detail:  # a root given at another directory
-            state = f"drifted: {s.detail}"
+        elif state in ("drifted", "applied") and s.detail:  # a root elsewhere, a manifest gone
+            state = f"{state}: {s.detail}"
         shown = s.version is not None and s.state in RECORDED
         rows.append([s.name, state, f"v{s.version}" if shown else "", s.applied_at or "",
                      ", ".join(bad)])
