@@ -246,3 +246,13 @@ def test_an_ssh_program_that_cannot_run_names_the_option_to_fix(
              str(tmp_path / "no-ssh"))
     assert res.code == EXIT_USAGE, (res.out, res.err)
     assert "cannot run the ssh program" in res.err and "--ssh-program" in res.err, res.err
+
+
+def test_an_option_of_the_command_given_before_it_is_said_so(pk: Callable[..., Run]) -> None:
+    """`patchkit --json status` answered "Did you mean '--version'?"; the option is the
+    command's: it is told where to put it, in the JSON too, exit 2."""
+    res = pk("--json", "status")
+    assert res.code == EXIT_USAGE
+    assert "--json is an option of `patchkit status`: put it after the command" in res.err
+    assert "--json is an option" in json.loads(res.out)["error"]["message"]
+    assert "No such option '--bogus'" in pk("--bogus", "status").err  # not a command's: as before

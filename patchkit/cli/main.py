@@ -45,6 +45,20 @@ class LazyGroup(click.Group):
         return next(c for c in import_module(f"{__package__}.{module}").COMMANDS if c.name == cmd_name)
 
 
+def _misplaced(exc: click.ClickException, args: list[str]) -> str | None:
+    """An option of the command given before it (``patchkit --json apply``): said as such,
+    instead of click's guess among patchkit's own options ("Did you mean '--version'?")."""
+    ctx = getattr(exc, "ctx", None)
+    if not isinstance(exc, click.NoSuchOption) or ctx is None or ctx.parent is not None:
+        return None
+    later = [a for a in args if a in COMMAND_MODULES]
+    command = cli.get_command(ctx, later[0]) if later else None
+    if command is None or not any(exc.option_name in p.opts for p in command.params):
+        return None
+    return (f"{exc.option_name} is an option of `patchkit {command.name}`: put it after the "
+            f"command (patchkit {command.name} {exc.option_name} ...)")
+
+
 def _first_sentence(text: str) -> str:
     import re
 
@@ -149,15 +163,16 @@ def _run(argv: list[str] | None, state: State) -> int:
     except click.ClickException as exc:
         code = EXIT_USAGE if exc.exit_code == 2 else exc.exit_code
         args = sys.argv[1:] if argv is None else argv  # the line click refused: --json before any --?
+        said = _misplaced(exc, args) or exc.format_message()
         if state.json or "--json" in (args[:args.index("--")] if "--" in args else args):
             from .render import print_json  # the object docs/cli.md promises on any failure
 
             print_json({"ok": False, "error": {"type": "UsageError" if code == EXIT_USAGE
                                                else type(exc).__name__,
-                                               "message": exc.format_message(), "details": {}}})
+                                               "message": said, "details": {}}})
         ctx = getattr(exc, "ctx", None)  # git's manner: one line, then where help is
         hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
-        sys.stderr.write(f"error: {exc.format_message()}{hint}\n")
+        sys.stderr.write(f"error: {said}{hint}\n")
         return code
     except PatchkitError as err:
         from .render import print_json, render_error
