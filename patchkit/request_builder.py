@@ -3,12 +3,26 @@ request"): everything travels in it, so the engine never reads the catalog."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Sequence
 
 from .catalog import Catalog
 from .catalog.model import Fix
 from .engine.contract import FORMAT, OPS, reversed_record
 from .errors import ManifestError, UsageError
+
+
+def _root_line(manifest: Path, root: str) -> str:
+    """``FILE:LINE`` of the manifest line that names ``root`` (``FILE`` when none does)."""
+    import re  # here: only a refusal names the line
+
+    try:
+        lines = manifest.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return str(manifest)
+    named = re.compile(r"\s*root\s*=\s*[\"']%s[\"']" % re.escape(root))
+    line = next((i for i, text in enumerate(lines, 1) if named.match(text)), None)
+    return f"{manifest}:{line}" if line else str(manifest)
 
 
 def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
@@ -30,10 +44,13 @@ def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
         for fix in fixes:
             missing = [r for r in fix.roots if r not in roots]
             if missing:
-                raise UsageError(f"fix '{fix.name}' uses the root(s) {', '.join(missing)}, which "
-                                 f"the target does not define (it has {', '.join(sorted(roots))}). "
-                                 "Define them with --root NAME=PATH or [targets.NAME.roots] in "
-                                 "patchkit.toml", fix=fix.name, roots=missing)
+                where = _root_line(fix.manifest_path, missing[0])
+                raise UsageError(f"fix '{fix.name}' uses the root(s) {', '.join(missing)} "
+                                 f"({where}), which the target does not define (it has "
+                                 f"{', '.join(sorted(roots))}). Define them with --root NAME=PATH "
+                                 "or [targets.NAME.roots] in patchkit.toml, or fix the root's "
+                                 "name in the manifest", fix=fix.name, roots=missing,
+                                 file=str(fix.manifest_path))
     inside = {fix.name for fix in fixes}  # the engine looks for dependencies outside them
     outside = dict.fromkeys(dep for fix in fixes for dep in fix.depends_on if dep not in inside)
     request: dict[str, Any] = {

@@ -256,3 +256,16 @@ def test_an_option_of_the_command_given_before_it_is_said_so(pk: Callable[..., R
     assert "--json is an option of `patchkit status`: put it after the command" in res.err
     assert "--json is an option" in json.loads(res.out)["error"]["message"]
     assert "No such option '--bogus'" in pk("--bogus", "status").err  # not a command's: as before
+
+
+def test_a_fix_on_a_root_the_target_lacks_names_the_manifest_line(
+        env: Env, pk: Callable[..., Run]) -> None:
+    """The refusal named the root, not where the manifest names it (a typo there reads as a
+    target missing a root)."""
+    manifest = env.catalog / "manifests" / f"{INDEX_K}.toml"
+    text = manifest.read_text()
+    manifest.write_text(text.replace('root = "sglang"', 'root = "sglnag"', 1))
+    line = next(i for i, t in enumerate(manifest.read_text().splitlines(), 1) if '"sglnag"' in t)
+    res = pk("apply", INDEX_K, "--target", env.sglang, "--root", f"serve={env.serve}")
+    assert res.code == EXIT_USAGE, (res.out, res.err)
+    assert f"{manifest}:{line}" in res.err and "sglnag" in res.err, res.err
