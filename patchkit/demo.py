@@ -85,6 +85,16 @@ def serve_script_source(catalog: Catalog) -> Path:
         path=str(paths[0]))
 
 
+def check_workdir(workdir: Path) -> Path:
+    """``workdir`` resolved, when it is new, empty or an earlier demo's (which is replaced);
+    another directory is refused before anything is said or done."""
+    workdir = Path(workdir).resolve()
+    if workdir.exists() and any(workdir.iterdir()) and not (workdir / _MARKER).exists():
+        raise UsageError(f"{workdir} exists and was not made by `patchkit demo`; pass an "
+                         "empty or new directory with --workdir", path=str(workdir))
+    return workdir
+
+
 def build_fork(workdir: Path, catalog: Catalog, *, release: str | None = None,
                upstream: UpstreamRepo | None = None,
                progress: Callable[[str], None] | None = None) -> DemoFork:
@@ -92,11 +102,8 @@ def build_fork(workdir: Path, catalog: Catalog, *, release: str | None = None,
     lay out the fork and serve folder under ``workdir``, replacing an earlier demo's."""
     say = progress or (lambda _msg: None)
     release = demo_release(catalog, release)
-    workdir = Path(workdir).resolve()
+    workdir = check_workdir(workdir)
     if workdir.exists() and any(workdir.iterdir()):
-        if not (workdir / _MARKER).exists():
-            raise UsageError(f"{workdir} exists and was not made by `patchkit demo`; pass an "
-                             "empty or new directory with --workdir", path=str(workdir))
         shutil.rmtree(workdir)
     script = serve_script_source(catalog)
     upstream = upstream or UpstreamRepo()

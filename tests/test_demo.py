@@ -182,3 +182,18 @@ def test_demo_finds_the_serve_script_from_a_catalog_made_by_init(tmp_path: Path)
     assert found == shipped_catalog_root() / "docs" / "examples" / SERVE_SCRIPT
     with pytest.raises(UsageError, match="patchkit init"):
         serve_script_source(Catalog(tmp_path / "mine"))
+
+
+def test_the_demo_command_refuses_a_foreign_workdir_before_its_first_step(tmp_path: Path) -> None:
+    """`patchkit demo --workdir DIR` printed "1. build a production fork..." and then refused;
+    the refusal now comes first, with nothing printed on stdout."""
+    import sys
+
+    workdir = tmp_path / "mine"
+    workdir.mkdir()
+    (workdir / "notes.txt").write_text("keep me\n")
+    proc = subprocess.run([sys.executable, "-m", "patchkit", "demo", "--workdir", str(workdir)],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stdout == "" and "not made by `patchkit demo`" in proc.stderr
+    assert [p.name for p in workdir.iterdir()] == ["notes.txt"]

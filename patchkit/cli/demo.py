@@ -12,7 +12,7 @@ from .. import api, hooks
 from ..catalog import Catalog, lineage
 from . import render, render_status
 from .render_history import render_log
-from ..demo import SEED_FIXES, DemoFork, build_fork, demo_release
+from ..demo import SEED_FIXES, DemoFork, build_fork, check_workdir, demo_release
 from ..targets import LocalTarget
 from .common import State, command
 
@@ -39,6 +39,7 @@ def demo(state: State, workdir: str, release: str | None, as_json: bool) -> int:
     """Build a production-like fork of a real SGLang release and deploy its three fixes to it."""
     catalog = state.catalog()
     release = demo_release(catalog, release)  # an unsupported one is refused before step 1
+    check_workdir(Path(workdir))  # and so is a directory that is not an earlier demo's
     if as_json:
         return _demo_json(catalog, Path(workdir), release)
     out = render.stdout()
