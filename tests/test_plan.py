@@ -67,7 +67,11 @@ def test_roots_the_fixes_need_must_be_defined(catalog: Catalog) -> None:
     with pytest.raises(UsageError, match="uses the root\\(s\\) serve") as info:
         build_request(catalog, [catalog.get("pool-guard")], op="apply",
                       roots={"sglang": "/srv/sglang"}, state_root="sglang", python=None)
-    assert info.value.details == {"fix": "pool-guard", "roots": ["serve"]}
+    manifest = catalog.get("pool-guard").manifest_path
+    assert info.value.details == {"fix": "pool-guard", "roots": ["serve"], "file": str(manifest)}
+    line = next(i for i, t in enumerate(manifest.read_text().splitlines(), 1)
+                if t.replace(" ", "") == 'root="serve"')
+    assert f"({manifest}:{line})" in info.value.message  # where the manifest names the root
     # status looks at every fix of the catalog; a root a fix needs is not required for that.
     status = build_request(catalog, catalog.all(), op="status", roots={"sglang": "/s"},
                            state_root="sglang", python=None)
