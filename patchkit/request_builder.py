@@ -3,26 +3,12 @@ request"): everything travels in it, so the engine never reads the catalog."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Sequence
 
 from .catalog import Catalog
 from .catalog.model import Fix
 from .engine.contract import FORMAT, OPS, reversed_record
 from .errors import ManifestError, UsageError
-
-
-def _root_line(manifest: Path, root: str) -> str:
-    """``FILE:LINE`` of the manifest line that names ``root`` (``FILE`` when none does)."""
-    import re  # here: only a refusal names the line
-
-    try:
-        lines = manifest.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return str(manifest)
-    named = re.compile(r"\s*root\s*=\s*[\"']%s[\"']" % re.escape(root))
-    line = next((i for i, text in enumerate(lines, 1) if named.match(text)), None)
-    return f"{manifest}:{line}" if line else str(manifest)
 
 
 def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
@@ -44,7 +30,9 @@ def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
         for fix in fixes:
             missing = [r for r in fix.roots if r not in roots]
             if missing:
-                where = _root_line(fix.manifest_path, missing[0])
+                from .catalog.reader import key_where  # here: only a refusal names the line
+
+                where = key_where(fix.manifest_path, "root", missing[0])
                 raise UsageError(f"fix '{fix.name}' uses the root(s) {', '.join(missing)} "
                                  f"({where}), which the target does not define (it has "
                                  f"{', '.join(sorted(roots))}). Define them with --root NAME=PATH "

@@ -13,7 +13,7 @@ from ..engine.recordbase import Record, record_dataclass
 from ..errors import ManifestError, PatchFormatError, UnknownFixError, UsageError
 from .config import load_config
 from .manifest import load_manifest, name_problem
-from .reader import close_matches, key_line
+from .reader import close_matches, key_line, key_where
 from .model import Fix
 
 ENV_CATALOG = "PATCHKIT_CATALOG"
@@ -56,12 +56,6 @@ def _is_source_tree(root: Path, shipped: Path | None) -> bool:
     except OSError:
         return False
     return f'"patchkit.{PACKAGED_CATALOG}.manifests" = "manifests"' in text
-
-
-def _at(path: Path, key: str) -> str:
-    """``FILE:LINE`` of ``key`` in a manifest (``FILE`` when the line is not found)."""
-    line = key_line(path, key)
-    return f"{path}:{line}" if line else str(path)
 
 
 @record_dataclass(frozen=True)
@@ -297,7 +291,7 @@ class Catalog:
         if not self.manifest_path(dep).is_file():
             close = close_matches(dep, self.names(), n=1, cutoff=0.6)
             hint = f"Did you mean '{close[0]}'? " if close else ""
-            raise ManifestError(f"{_at(fix.manifest_path, 'depends_on')}: depends_on names "
+            raise ManifestError(f"{key_where(fix.manifest_path, 'depends_on')}: depends_on names "
                                 f"'{dep}', which is not in the catalog {self.root}. {hint}Fix the "
                                 "name or add the manifest", file=str(fix.manifest_path),
                                 key="depends_on", line=key_line(fix.manifest_path, "depends_on"))
@@ -410,7 +404,7 @@ class Catalog:
                       if c.kind == "git-contains"]
             for key, target in named:
                 if target and target not in names:
-                    raise ManifestError(f"{_at(fix.manifest_path, key)}: {key} names '{target}', "
+                    raise ManifestError(f"{key_where(fix.manifest_path, key)}: {key} names '{target}', "
                                         f"which is not in the catalog {self.root}. Keep the old "
                                         "manifest (with its status) so the lineage stays readable",
                                         file=str(fix.manifest_path), key=key,

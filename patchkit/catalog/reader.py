@@ -37,15 +37,23 @@ class Ctx:
                              line=line)
 
 
-def key_line(path: Path, key: str) -> int | None:
-    """The line of ``key`` (its last part: ``upstream.releases`` -> ``releases``) in a TOML file."""
+def key_line(path: Path, key: str, value: str | None = None) -> int | None:
+    """The line of ``key`` (its last part: ``upstream.releases`` -> ``releases``) in a TOML file;
+    with ``value``, the first line that sets it to that string (``root = "serve"``)."""
     last = re.sub(r"\[\d+\]$", "", key.rsplit(".", 1)[-1])
     try:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         return None
-    pattern = re.compile(rf"\s*[\"']?{re.escape(last)}[\"']?\s*=")
+    said = "" if value is None else rf"\s*[\"']{re.escape(value)}[\"']"
+    pattern = re.compile(rf"\s*[\"']?{re.escape(last)}[\"']?\s*={said}")
     return next((i for i, text in enumerate(lines, 1) if pattern.match(text)), None)
+
+
+def key_where(path: Path, key: str, value: str | None = None) -> str:
+    """``FILE:LINE`` of :func:`key_line` (``FILE`` when the line is not found)."""
+    line = key_line(path, key, value)
+    return f"{path}:{line}" if line else str(path)
 
 
 def full_key(where: str, key: str) -> str:
