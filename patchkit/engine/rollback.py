@@ -79,8 +79,8 @@ def _rollback(req: Request, store: Store, state: State, recorded: Recorded) -> D
     _refuse_drift(drift, req.force)
     checks = _writable(req, store, ws, names, recorded)
     for fc in prepared:  # each fix lists the directories of its own files, and the state's
-        fc.preconditions = [c for c in checks if c["where"] in {ws.entry(*k).where for k in fc.keys}
-                            or c["where"] == "state"]
+        own = {ws.entry(*k).where for k in fc.keys} | {"state"}
+        fc.preconditions = [c for c in checks if c["where"] in own]
     if not req.dry_run:
         _write(req, store, state, ws, recorded, reverts)
     outcome = "would-roll-back" if req.dry_run else "rolled-back"
