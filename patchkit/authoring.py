@@ -264,6 +264,7 @@ def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] 
     catalog.check_writable(f"refresh {name!r}")
     fix = catalog.get(name)
     catalog.check_own([name], "refresh")
+    _refuse_variant_checkout(fix, src)
     owner = _owners(fix, squash)
     files = capture(src, tuple(sorted(set(owner) | set(paths))))
     applied: tuple[tuple[str, str], ...] = ()
@@ -297,6 +298,23 @@ def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] 
     sha = writer.commit(catalog, name, f"{name} v{version}: {summary}\n\nRecorded by `patchkit "
                         "refresh` from a checkout.\n") if commit else None
     return dataclasses.replace(result, commit=sha)
+
+
+def _refuse_variant_checkout(fix: Fix, src: Path) -> None:
+    """Refresh rewrites the fix's own series (its base release): a checkout of a release that
+    one of its ``[[variants]]`` serves would replace the newest series with the variant's
+    release and drop the variant, so it is refused, naming the variant."""
+    found = release_of(src)
+    if found is None or not fix.variants or found in fix.upstream.releases:
+        return
+    served = next((v for v in fix.variants if found in v.releases), None)
+    if served is not None:
+        raise UsageError(
+            f"{src} is a checkout of {found}, which variant v{served.version} of {fix.name} "
+            f"serves ([[variants]], {served.base_release}); refresh rewrites the fix's own series "
+            f"(v{fix.version}, {', '.join(fix.upstream.releases)}) and would drop that variant. "
+            f"Refresh from a checkout of {fix.upstream.base_release}, or make a new version for "
+            f"{found} with patchkit rebase {fix.name} --onto {found}", fix=fix.name, path=str(src))
 
 
 def _write_refresh(catalog: Catalog, fix: Fix, texts: dict[PatchRef, str],

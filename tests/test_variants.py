@@ -420,3 +420,23 @@ def test_a_rebase_onto_a_release_a_variant_serves_says_so(three_releases: Upstre
     for name, version in ((INDEX_K, 3), (SIZING, 3), ("revert-hicache-index-k-sync", 4)):
         outcome, detail = said[name]
         assert outcome == "skipped" and f"variant v{version} (based on 0.5.22) already serves" in detail, said
+
+
+def test_refresh_from_a_checkout_of_a_variants_release_is_refused(
+        three_releases: UpstreamRepo, tmp_path: Path) -> None:
+    """refresh rewrites a fix's own series: from a checkout of 0.5.22, which the fix's v3
+    variant serves, it rewrote the 0.5.23 series as 0.5.22's and dropped the variant (matrix
+    then showed 0.5.23 as a conflict). It is refused, naming the variant, nothing written."""
+    from patchkit import authoring
+    from patchkit.errors import UsageError
+
+    catalog = copy_catalog(tmp_path / "cat")
+    before = {p: p.read_bytes() for p in (tmp_path / "cat").rglob("*") if p.is_file()}
+    tree = checkout(three_releases, "0.5.22", tmp_path / "old")
+    api.apply(catalog, local(tree), [SIZING], with_deps=True)
+    with pytest.raises(UsageError) as refused:
+        authoring.refresh_fix(catalog, SIZING, tree, commit=False)
+    said = str(refused.value)
+    assert "checkout of 0.5.22, which variant v3 of dsv4-bf16-sizing serves" in said, said
+    assert f"patchkit rebase {SIZING} --onto 0.5.22" in said
+    assert {p: p.read_bytes() for p in (tmp_path / "cat").rglob("*") if p.is_file()} == before
