@@ -268,7 +268,8 @@ class _Prepare:
         # every copy the request carries is looked for in the files: a dependency, or a fix
         # of the request left out (sync: present unrecorded), as `apply FIX` looks for it
         copies = {d.name: d for d in (*req.fixes, *req.dependencies)}
-        pre.extend(auto.requires_check(spec, self.recorded, self.prepared, copies, self.read_any))
+        pre.extend(auto.requires_check(spec, self.recorded, self.prepared, copies, self.read_any,
+                                       sync=req.sync))
         if spec.name in self.sources:
             pre.append(self.sources[spec.name][1])
         by_key: Dict[Key, List[FileChange]] = {}

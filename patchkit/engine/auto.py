@@ -46,9 +46,11 @@ def release_check(spec: FixSpec, roots: Roots, cache: Dict[str, Tuple[Optional[s
 
 
 def requires_check(spec: FixSpec, recorded: Dict[str, FixRecord], earlier: Set[str],
-                   dependencies: Dict[str, FixSpec], read: Reader) -> List[Dict[str, Any]]:
+                   dependencies: Dict[str, FixSpec], read: Reader,
+                   sync: bool = False) -> List[Dict[str, Any]]:
     """Each required fix is recorded (any version), planned earlier in this request, or, when
-    the request carries it as a dependency, present in the files (a fork may carry it)."""
+    the request carries it as a dependency, present in the files (a fork may carry it).
+    ``sync``: the advice is sync's, which has no --with-deps (it applies what it can)."""
     out = []
     for name in spec.requires:
         if name in earlier:
@@ -70,7 +72,10 @@ def requires_check(spec: FixSpec, recorded: Dict[str, FixRecord], earlier: Set[s
         else:
             ok, detail = False, ("fix %s is not recorded by patchkit (the request carries no copy of "
                                  "it to look for in the files)" % name)
-        if not ok:
+        if not ok and sync:
+            detail += ("; sync did not apply it here (no variant of it serves this release, or "
+                       "it was refused: see patchkit matrix and patchkit status)")
+        elif not ok:
             detail += "; apply it first (patchkit apply %s) or use --with-deps" % name
         out.append(result("requires", "requires %s" % name, ok, detail, name))
     return out

@@ -86,6 +86,10 @@ def test_requires_missing_names_the_fix_and_what_to_do(checkout: Path) -> None:
                 "(patchkit apply %s) or use --with-deps" % (INDEX_K, INDEX_K))
     assert req["detail"] == expected and expected in result["error"]["message"]
     assert full_snapshot(checkout) == tree
+    # sync has no --with-deps: its advice says why it did not apply the prerequisite
+    synced = requires_result(apply(checkout, [dependent], [dep], sync=True))
+    assert "--with-deps" not in synced["detail"] and "sync did not apply it" in synced["detail"]
+    assert full_snapshot(checkout) == tree
 
     # half of the prerequisite committed: still missing, and said so
     text = (checkout / MOD).read_text()
