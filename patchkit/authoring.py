@@ -153,15 +153,26 @@ def _from_changes(catalog: Catalog, name: str, src: Path, root: str, paths: Sequ
     """One patch of the checkout's uncommitted changes (but those applied fixes wrote)."""
     files = capture(src, paths)
     applied: tuple[tuple[str, str], ...] = ()
+    owners: dict[str, str] = {}
     if not include_applied:
-        files, applied = leave_applied(files, applied_owners(src, root, record=record), src, name)
+        owners = applied_owners(src, root, record=record)
+        files, applied = leave_applied(files, owners, src, name)
     title = title or name
     author = author or writer.identity(catalog) or ""
-    ignored = tuple(gitrepo.unclaimed_files(src, [f.path for f in files]
-                                            + [p for p, _f in applied]))
+    ignored, applied = _unclaimed(src, files, applied, owners)
     return _Capture([(Header(title, rationale, author or PLACEHOLDER_AUTHOR), files)], title,
                     rationale, author, base_release or release_of(src), str(src),
                     ignored=ignored, applied=applied)
+
+
+def _unclaimed(src: Path, files: list[CapturedFile], applied: tuple[tuple[str, str], ...],
+               owners: dict[str, str]) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """The changed files a capture left out: those applied fixes wrote (``owners``) are said
+    as theirs, with the ones the capture met (``applied``), not as files to name as PATHs
+    (naming one is refused); the rest are ``ignored``."""
+    left = gitrepo.unclaimed_files(src, [f.path for f in files] + [p for p, _f in applied])
+    theirs = tuple((p, owners[p]) for p in left if p in owners)
+    return tuple(p for p in left if p not in owners), applied + theirs
 
 
 def new_fix(catalog: Catalog, name: str, src: Path, *, root: str = "sglang",
@@ -268,14 +279,13 @@ def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] 
     owner = _owners(fix, squash)
     files = capture(src, tuple(sorted(set(owner) | set(paths))))
     applied: tuple[tuple[str, str], ...] = ()
+    owners: dict[str, str] = {}
     if not include_applied:
-        owners: dict[str, str] = {}
         for root in dict.fromkeys(ref.root for ref in fix.patches):
             owners.update(applied_owners(src, root, but=name,
                                          record=None if root == PRIMARY_ROOT else record))
         files, applied = leave_applied(files, owners, src, name)
-    ignored = tuple(gitrepo.unclaimed_files(src, [f.path for f in files]
-                                            + [p for p, _f in applied]))
+    ignored, applied = _unclaimed(src, files, applied, owners)
     groups: list[list[CapturedFile]] = [[] for _ in fix.patches]
     for f in files:
         groups[0 if squash else owner.get(f.path, len(fix.patches) - 1)].append(f)

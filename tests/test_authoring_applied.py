@@ -63,7 +63,17 @@ def test_new_and_refresh_leave_out_files_applied_fixes_wrote(catalog_tree: Path,
                      str(catalog_tree), "--no-commit", "--dry-run", "--json")
     assert again.exit_code == 0, again.output
     assert json.loads(again.output)["files"] == [POOL]
-    assert json.loads(again.output)["applied"] == [{"path": CONFIGURATOR, "fix": "dsv4-bf16-sizing"}]
+    # every file applied fixes wrote is said as theirs, named or not: none is "ignored" with
+    # the advice to name it as a PATH, which would be refused
+    again_data = json.loads(again.output)
+    assert {a["path"]: a["fix"] for a in again_data["applied"]} == OWNED
+    assert not set(OWNED) & set(again_data["ignored"])
+    named = patchkit(catalog, "new", "pool-only", POOL, "--from", str(catalog_tree), "--dry-run",
+                     "--json")
+    assert named.exit_code == 0, named.output
+    named_data = json.loads(named.output)
+    assert named_data["files"] == [POOL] and not set(OWNED) & set(named_data["ignored"])
+    assert {a["path"]: a["fix"] for a in named_data["applied"]} == OWNED
     taken = patchkit(catalog, "refresh", "host-pool-docs", CONFIGURATOR, "--from",
                      str(catalog_tree), "--no-commit", "--include-applied")
     assert taken.exit_code == 0, taken.output
