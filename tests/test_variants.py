@@ -199,6 +199,15 @@ def test_rebase_onto_a_release_keeps_the_old_versions_as_variants(
         t = tree if release == "0.5.22" else checkout(three_releases, release, tmp_path / release)
         assert api.apply(Catalog.open(cat), local(t), ["sw"]).fixes[0].version == version
 
+    # --drop-old onto the release the fix is already based on moves nothing: it says which
+    # variants it kept (it said only "already based on 0.5.23", and the docs' retire step
+    # was this command)
+    kept = rebase.start(Catalog.open(cat), "0.5.23", upstream=three_releases, drop_old=True,
+                        dry_run=True)
+    [skipped] = kept.fixes
+    assert "already based on 0.5.23; --drop-old kept its variants (v1 for 0.5.22)" in skipped.detail
+    assert [(v.version, v.releases) for v in Catalog.open(cat).get("sw").variants] == [(1, ("0.5.22",))]
+
     rebase.start(Catalog.open(cat), "0.5.22", upstream=three_releases, drop_old=True)
     fix = Catalog.open(cat).get("sw")
     assert (fix.version, fix.upstream.releases, fix.variants) == (3, ("0.5.22",), ())

@@ -40,10 +40,15 @@ def skip_reason(fix: Fix, release: str | None, inactive: bool = False,
         return "no release precondition: the series is not tied to SGLang releases"
     if any(p.root != fix.upstream.root for p in fix.patches):
         return f"patches outside the {fix.upstream.root} root"
+    kept = ""
+    if drop_old and fix.variants:  # --drop-old retires variants only of the fixes it rebases
+        kept = ("; --drop-old kept its variants (%s): it drops those of the fixes it rebases; "
+                "delete a [[variants]] entry and its folder by hand to retire it"
+                % ", ".join(f"v{v.version} for {', '.join(v.releases)}" for v in fix.variants))
     if release is not None and fix.upstream.base_release == release:
-        return f"already based on {release}"
+        return f"already based on {release}{kept}"
     if release is not None and release in fix.upstream.releases:
-        return f"already known to apply to {release}"
+        return f"already known to apply to {release}{kept}"
     served = None if drop_old or release is None else fix.variant_for(release)
     if served is not None:  # the top level was asked above: this is one of its variants
         return (f"its variant v{served.version} (based on {served.upstream.base_release}) "
