@@ -269,3 +269,12 @@ def test_a_fix_on_a_root_the_target_lacks_names_the_manifest_line(
     res = pk("apply", INDEX_K, "--target", env.sglang, "--root", f"serve={env.serve}")
     assert res.code == EXIT_USAGE, (res.out, res.err)
     assert f"{manifest}:{line}" in res.err and "sglnag" in res.err, res.err
+
+
+def test_an_unreachable_host_names_the_command_as_run(pk: Callable[..., Run]) -> None:
+    """The error's command said `python3 -c` where patchkit runs `python3 -S -c` (only the
+    agent program elided); a refused loopback port, nothing reaches a host."""
+    res = pk("status", "--target", "ssh://127.0.0.1:1/srv/sglang", "--json")
+    assert res.code == 10, (res.out, res.err)
+    command = json.loads(res.out)["error"]["details"]["command"]
+    assert "python3 -S -c" in command and "<patchkit agent>" in command, command

@@ -209,7 +209,8 @@ class _Session:
 
     def details(self, returncode: int | None) -> dict[str, Any]:
         """The error details: where, the command (the agent elided), exit code, ssh's stderr."""
-        agent = f"{self.command.split(' ', 1)[0]} -c '<patchkit agent>'"
+        # the command as run (python -S -c ...), its program (the bootstrap) elided
+        agent = f"{self.command.split(' -c ', 1)[0]} -c '<patchkit agent>'"
         return {"host": self.spec.host, "port": self.spec.port, "user": self.spec.user,
                 "command": shlex.join(agent if w == self.command else w for w in self.argv),
                 "exit_code": returncode, "stderr": b"".join(self._stderr).decode("utf-8", "replace")}
