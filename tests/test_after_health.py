@@ -179,8 +179,13 @@ def test_the_restart_a_manifest_names_is_said_and_run_by_restart(tmp_path: Path)
     catalog = _restart_catalog(tmp_path, 'restart = "prefill"')
     log = tmp_path / "restarts"
     config = tmp_path / "patchkit.toml"
-    config.write_text(f'[restarts]\nprefill = "echo prefill >> {log}"\n')
+    config.write_text("")  # no [restarts] yet: the hint says to define it, not to pass --restart
     where = ["--target", roots["sglang"], "--root", f"serve={roots['serve']}"]
+    code, out, err = cli(["--catalog", str(catalog), "--config", str(config), "apply", "index-k-bytes", *where])
+    assert code == 0, err
+    assert "restart needed prefill (run it yourself; define it in patchkit.toml [restarts]" in out, out
+    cli(["--catalog", str(catalog), "--config", str(config), "rollback", "index-k-bytes", *where])
+    config.write_text(f'[restarts]\nprefill = "echo prefill >> {log}"\n')
     code, out, err = cli(["--catalog", str(catalog), "--config", str(config), "apply", "index-k-bytes", *where])
     assert code == 0, err
     assert "restart needed prefill" in out and "or apply with --restart" in out and not log.exists()

@@ -40,14 +40,14 @@ def fleet_options(where: dict[str, Any], rollout_options: bool = True) -> dict[s
 
 
 def emit_result(result: Any, as_json: bool, after: Any = None, restarts: tuple[str, ...] = (),
-          **options: Any) -> int:
+                restarts_defined: bool = True, **options: Any) -> int:
     data = result.to_json() if as_json else None  # the JSON object only when it is printed
     if data is not None and (after is not None or restarts):
         data.update(restart=list(restarts), after=None if after is None else after.to_json())
 
     def draw(out: Any) -> None:
         render.render_result(out, result, **options)
-        render_status.render_after(out, after, restarts, result.op)
+        render_status.render_after(out, after, restarts, result.op, restarts_defined)
 
     return render.emit(as_json, data, draw)
 
@@ -116,7 +116,10 @@ def _after(state: State, where: dict[str, Any], result: Any, found: dict[str, An
             render.render_result(render.stdout(), result, **emit)
         err.result = result  # type: ignore[union-attr]
         raise
-    return emit_result(result, as_json, after if after.ran else None, restarts, **emit)
+    config = state.config() if restarts else None
+    defined = config is not None and set(restarts) <= set(dict(config.restarts))
+    return emit_result(result, as_json, after if after.ran else None, restarts,
+                       restarts_defined=defined or not restarts, **emit)
 
 
 @command(

@@ -78,12 +78,15 @@ def render_status(console: Any, result: OpResult, *, verbose: bool = False) -> N
     render_running(console, result)
 
 
-def render_after(console: Any, after: Any, restarts: tuple[str, ...] = (), op: str = "apply") -> None:
+def render_after(console: Any, after: Any, restarts: tuple[str, ...] = (), op: str = "apply",
+                 defined: bool = True) -> None:
     """The restarts the changed fixes need, and each command run after the change (``op``:
-    the command that changed them, which ``--restart`` would have run them with)."""
+    the command that changed them, which ``--restart`` would have run them with; not
+    ``defined``: patchkit.toml does not define them, so --restart cannot)."""
     if restarts and (after is None or not any(r.what == "after-cmd" for r in after.ran)):
-        line(console, [("restart needed", "bold yellow"), (f" {', '.join(restarts)} (patchkit.toml "
-                       f"[restarts]; run it, or {op} with --restart)", "")])
+        how = (f"patchkit.toml [restarts]; run it, or {op} with --restart" if defined else
+               "run it yourself; define it in patchkit.toml [restarts] for --restart to run it")
+        line(console, [("restart needed", "bold yellow"), (f" {', '.join(restarts)} ({how})", "")])
     for run in (after.ran if after is not None else ()):
         mark = ("✓", "green") if run.ok else ("✗", "red")
         line(console, [mark, (f" {run.what}: {run.command} (exit {run.returncode})", "")])
