@@ -41,8 +41,8 @@ def _status_rows(result: OpResult, verbose: bool) -> List[List[str]]:
             state = f"{state}: {s.detail}"
         elif state == "lost":
             state = f"lost: {s.detail}"
-        elif state in ("drifted", "applied") and s.detail:  # a root elsewhere, a manifest gone
-            state = f"{state}: {s.detail}"
+        elif state in ("drifted", "applied", "not-applied") and s.detail:
+            state = f"{state}: {s.detail}"  # a root elsewhere, a manifest gone, no variant here
         shown = s.version is not None and s.state in RECORDED
         rows.append([s.name, state, f"v{s.version}" if shown else "", s.applied_at or "",
                      ", ".join(bad)])

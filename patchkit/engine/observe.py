@@ -24,6 +24,7 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
     ws = Workspace(req.roots)
     last = state.last_writers()
     installs = record.installs(req.roots)
+    releases: Dict[str, Any] = {}  # each root's release, read once when first needed
     for spec in req.fixes:
         rec = recorded.get(spec.name)
         if rec:
@@ -37,6 +38,8 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
         else:  # only here are the fix's FILE records used (and read, for a lazy request)
             check_patch_paths(req.roots, [spec])
             entry = unrecorded(ws, spec, req.roots)
+            if entry["state"] == presence.PARTLY:
+                _partly_elsewhere(req, spec, entry, releases)
         if spec.release is not None:
             entry["releases"] = list(spec.release.get("versions") or [])
         if spec.not_needed and entry["state"] != "not-needed":
@@ -59,6 +62,25 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
             "journal": None if journal is None else journal.to_json(),
             "release": release_of(req.roots, "sglang", {}, True),
             "running": procs.running(req.roots, store.dir, state, req.python)}
+
+
+def _partly_elsewhere(req: Request, spec: FixSpec, entry: Dict[str, Any],
+                      releases: Dict[str, Any]) -> None:
+    """A fix ``partly-present`` by a series written for other releases than the target runs
+    (no variant serves it): some of its lines match by chance, which says nothing (a clean
+    install of an older release looked damaged, and failed ``status --exit-code``). It is
+    ``not-applied``, saying why."""
+    from .variants import release_of
+
+    if spec.release is None:
+        return
+    wanted = [str(v) for v in spec.release.get("versions") or []]
+    found = release_of(req.roots, str(spec.release.get("root") or "sglang"), releases, req.git)
+    if found is None or found in wanted:
+        return
+    entry.update(state="not-applied", files=[], detail=(
+        "no version of the fix serves %s (v%s is for %s): its change was not looked for "
+        "there" % (found, spec.version, ", ".join(wanted))))
 
 
 def unrecorded(ws: Workspace, spec: FixSpec, roots: Roots) -> Dict[str, Any]:

@@ -217,6 +217,21 @@ def test_verify_op(checkout: Path) -> None:
     assert snapshot(checkout) == tree and (checkout / ".patchkit/state.json").read_bytes() == state
 
 
+def test_partly_present_by_a_series_for_another_release_is_not_applied(checkout: Path) -> None:
+    """A clean install of an older release (0.5.21 here) was called partly-present by a fix
+    whose only series is for 0.5.23 (some of its lines stand there by chance), and failed
+    status --exit-code. Looked at with a series for other releases, a partial match says
+    nothing: not-applied, saying why."""
+    text = (checkout / MOD).read_text()
+    elsewhere = series(checkout, release={"root": "sglang", "versions": ["0.5.23"]})
+    here = series(checkout)  # the same change, for 0.5.21
+    (checkout / MOD).write_text(text.replace("return x + 7\n", "return x * 7\n"))
+    [seen] = go("status", checkout, [elsewhere])["status"]["fixes"]
+    assert seen["state"] == "not-applied", seen
+    assert "no version of the fix serves 0.5.21 (v1 is for 0.5.23)" in seen["detail"]
+    assert go("status", checkout, [here])["status"]["fixes"][0]["state"] == "partly-present"
+
+
 def test_status_detects_present_and_partly_present_unrecorded_fixes(checkout: Path) -> None:
     f = series(checkout)
     assert go("status", checkout, [f])["status"]["fixes"][0]["state"] == "not-applied"
