@@ -217,7 +217,10 @@ def test_cli_rebase_table_json_and_exit_codes(world, monkeypatch) -> None:
     res = runner.invoke(cli, ["--catalog", str(cat.root), "rebase", "--skip"])
     assert res.exit_code == 0, res.output
     assert "offset" in res.stdout and "upstream" in res.stdout and "unchanged" in res.stdout
-    assert "rebase done" in res.stdout
+    written = sum(1 for row in res.stdout.splitlines() if "\tv1 -> " in row or "\tupstream\t" in row
+                  or "\tunchanged\t" in row)  # the fixes it wrote (a new version or release)
+    assert (f"rebase done: {written} fix(es) written; review the catalog's diff and commit it"
+            in " ".join(res.stdout.split())), res.stdout  # it said "rebase done", whatever it wrote
     res = runner.invoke(cli, ["--catalog", str(cat.root), "diff", "shift", "--versions", "1", "7"])
     assert isinstance(res.exception, UsageError) and "no version 7" in str(res.exception)
     res = runner.invoke(cli, ["--catalog", str(cat.root), "diff", "shift", "--versions", "1", "2",

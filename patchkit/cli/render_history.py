@@ -205,7 +205,12 @@ def render_rebase(console: Any, report: Any) -> None:
         line(console, [(f"nothing was written ({report.not_written}): what a rebase onto "
                         f"{report.onto} would do; no rebase is in progress", "")])
     else:
-        line(console, [("rebase done", "")])
+        from ..rebase.state import WRITTEN  # here: `log` renders without the rebase modules
+
+        moved = [f.name for f in report.fixes if f.outcome in WRITTEN]
+        line(console, [("rebase done", ""), ((
+            f": {len(moved)} fix(es) written; review the catalog's diff and commit it before "
+            "the next rebase") if moved else ": nothing to write (no fix moved)", "")])
 
 
 def render_rebase_in_progress(console: Any, report: Any) -> None:

@@ -19,7 +19,8 @@ from .classify import CLEAN, Decision, PatchReport, Series, Tree, apply_all, cha
     classify, decide, patch_from_json, series_text
 from .matching import UpstreamMatches
 from .sides import Sides, Skip, read_series, skip_reason
-from .state import FixReport, Progress, RebaseReport, RebaseState, fix_from_json, fix_report
+from .state import (WRITTEN, FixReport, Progress, RebaseReport, RebaseState, fix_from_json,
+                    fix_report)
 
 Computed = tuple[FixReport, dict[str, str], dict[str, Any] | None]  # report, texts, stop
 
@@ -160,7 +161,7 @@ class Rebase:
         becomes the top level and the old one a variant for the releases it still serves
         (docs/rebase.md, "Variants"), unless ``drop_old``; a fix upstream in the release
         is marked upstream since it, with no new variant."""
-        if report.outcome not in ("rebased", "extended", "upstreamed") or not self.state.writes:
+        if report.outcome not in WRITTEN or not self.state.writes:
             return
         self.state.note_written(fix.name)
         onto, drop = self.state.onto, bool(self.state.data.get("drop_old"))

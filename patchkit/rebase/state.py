@@ -54,6 +54,10 @@ def fix_from_json(d: dict[str, Any]) -> FixReport:
     return FixReport(**{**d, "patches": tuple(patch_from_json(p) for p in d["patches"])})
 
 
+#: The outcomes of a fix the rebase wrote to the catalog (the others leave it as it was).
+WRITTEN = ("rebased", "extended", "upstreamed")
+
+
 @dataclass(frozen=True)
 class RebaseReport:
     onto: str
