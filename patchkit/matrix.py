@@ -79,14 +79,16 @@ def parse_releases(text: str | None, known: Sequence[str]) -> list[str]:
     if text is None:
         return list(known)
     if ".." in text:
-        low, _, high = text.partition("..")
+        low, _, high = (part.strip() for part in text.partition(".."))
+        if not low or not high:
+            raise UsageError(f"--releases {text}: give both ends, OLD..NEW (e.g. 0.5.22..0.5.23)")
         for v in (low, high):
             version_key(v)  # a clear error for a bad name
         if version_key(low) > version_key(high):
             raise UsageError(f"--releases {text}: {low} comes after {high}; write OLD..NEW")
         between = [v for v in known if version_key(low) <= version_key(v) <= version_key(high)]
         return sorted({low, high, *between}, key=version_key)
-    out = [v.strip() for v in text.split(",") if v.strip()]
+    out = list(dict.fromkeys(v.strip() for v in text.split(",") if v.strip()))  # each once
     for v in out:
         version_key(v)
     if not out:

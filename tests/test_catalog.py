@@ -175,3 +175,19 @@ def test_an_inactive_fix_is_refused_with_what_replaces_or_reverts_it() -> None:
     with pytest.raises(UsageError) as superseded:
         Catalog(Path(__file__).parent / "samples" / "catalog").apply_order(["old-index-k"])
     assert "it was replaced by pool-guard; apply that instead" in str(superseded.value)
+
+
+@pytest.mark.parametrize("text, said", [("0.5.22..", "give both ends"), ("..0.5.23", "give both ends")])
+def test_matrix_release_range_without_an_end_is_refused_saying_so(text: str, said: str) -> None:
+    """`--releases 0.5.22..` said "unsupported SGLang version ''"."""
+    from patchkit.matrix import parse_releases
+
+    with pytest.raises(UsageError, match=said):
+        parse_releases(text, ["0.5.22", "0.5.23"])
+
+
+def test_matrix_release_list_names_each_release_once() -> None:
+    """`--releases 0.5.22,0.5.23,0.5.22` checked 0.5.22 twice and printed its rows twice."""
+    from patchkit.matrix import parse_releases
+
+    assert parse_releases("0.5.22,0.5.23,0.5.22", []) == ["0.5.22", "0.5.23"]
