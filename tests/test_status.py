@@ -346,6 +346,7 @@ def test_a_fix_already_in_the_files_unrecorded_is_left_out_of_an_apply_not_a_con
         assert alone.returncode == 0, alone.stdout + alone.stderr
         [fix] = json.loads(alone.stdout)["fixes"]
         assert fix["outcome"] == "present-unrecorded" and "in the files already" in fix["detail"]
+        assert fix["preconditions"] == []  # as sync says it: its refused checks are not listed
         assert Path(roots["sglang"], POOL).read_bytes() == carried
     verify = subprocess.run([*base, "verify", "index-k-bytes", *where], capture_output=True,
                             text=True)

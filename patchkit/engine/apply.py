@@ -314,8 +314,8 @@ class _Prepare:
         if unrecorded(self.ws, fc.spec, self.req.roots)["state"] != "present-unrecorded":
             return False
         self.present_unrecorded[fc.spec.name] = {
-            "name": fc.spec.name, "version": fc.spec.version, "files": [],
-            "preconditions": fc.preconditions, "verification": [], "outcome": "present-unrecorded",
+            "name": fc.spec.name, "version": fc.spec.version, "files": [],  # as sync says it:
+            "preconditions": [], "verification": [], "outcome": "present-unrecorded",  # no ✗
             "detail": "the change is in the files already, not recorded by patchkit (a commit of "
                       "the fork, or applied by hand): nothing to apply; see patchkit status"}
         self.prepared.add(fc.spec.name)  # a fix requiring it finds it there
