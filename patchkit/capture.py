@@ -20,6 +20,7 @@ from .catalog.patchmail import Header
 from .engine.auto import detect_release
 from .engine.paths import Root, detect_layout
 from .engine.records import State
+from .engine.store import Store
 from .errors import UsageError
 
 
@@ -88,6 +89,11 @@ def capture(src: Path, paths: Sequence[str] = ()) -> list[CapturedFile]:
     return out
 
 
+def record_path(top: Path | str) -> Path:
+    """Where a tree keeps its record of applied fixes (the engine's store owns the name)."""
+    return Path(Store(str(top)).path("state.json"))
+
+
 def applied_owners(src: Path, root: str, *, but: str | None = None,
                    record: Path | None = None) -> dict[str, str]:
     """path -> the applied fix (other than ``but``) that last wrote it in the checkout ``src``, as
@@ -96,7 +102,7 @@ def applied_owners(src: Path, root: str, *, but: str | None = None,
     is the checkout's own, or that of ``record``, the target's sglang tree, when ``src`` is
     another root of it (a serve checkout): then only the fixes applied with ``src`` as ``root``."""
     top = Path(record) if record is not None else Path(src)
-    path = top / ".patchkit" / "state.json"
+    path = record_path(top)
     if not path.is_file():
         if record is not None:
             raise UsageError(f"{record} has no record of applied fixes ({path} is not there): "

@@ -9,6 +9,7 @@ from typing import Any, Callable, Tuple
 import click
 
 from .. import authoring
+from ..capture import record_path
 from ..catalog.edit import unfinished
 from . import render
 from .common import State, command
@@ -134,7 +135,7 @@ def _unrecorded_root(src: str, roots: list[str], record: str | None,
     """The warning of a capture from another root than sglang whose applied fixes could not be
     looked for: their record is the target's (its sglang tree's ``.patchkit/``)."""
     others = [r for r in roots if r != "sglang"]
-    if not others or record or include_applied or (Path(src) / ".patchkit" / "state.json").exists():
+    if not others or record or include_applied or record_path(src).exists():
         return []
     return [f"{src} is root {others[0]}: the record of fixes applied to it is kept in the "
             "target's SGLang tree (.patchkit/), so changes they wrote here were not looked for; "

@@ -39,10 +39,8 @@ def _status_rows(result: OpResult, verbose: bool) -> List[List[str]]:
                 state += f": v{s.catalog_version} is {result.release}'s variant"
         elif s.detail and s.detail.startswith("in upstream since"):
             state = f"{state}: {s.detail}"
-        elif state == "lost":
-            state = f"lost: {s.detail}"
-        elif state in ("drifted", "applied", "not-applied") and s.detail:
-            state = f"{state}: {s.detail}"  # a root elsewhere, a manifest gone, no variant here
+        elif state in ("lost", "drifted", "applied", "not-applied") and s.detail:
+            state = f"{state}: {s.detail}"  # reinstalled, a root elsewhere, a manifest gone, ...
         shown = s.version is not None and s.state in RECORDED
         rows.append([s.name, state, f"v{s.version}" if shown else "", s.applied_at or "",
                      ", ".join(bad)])

@@ -24,7 +24,7 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
     ws = Workspace(req.roots)
     last = state.last_writers()
     installs = record.installs(req.roots)
-    releases: Dict[str, Any] = {}  # each root's release, read once when first needed
+    releases: Dict[str, Any] = {}  # each root's release, read once (a partly-present fix, the end)
     for spec in req.fixes:
         rec = recorded.get(spec.name)
         if rec:
@@ -60,7 +60,7 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
     journal = store.read_journal()
     return {"state_root": req.state_root.path, "fixes": out, "left_out": left_out,
             "journal": None if journal is None else journal.to_json(),
-            "release": release_of(req.roots, "sglang", {}, True),
+            "release": release_of(req.roots, "sglang", releases, True),
             "running": procs.running(req.roots, store.dir, state, req.python)}
 
 
@@ -75,7 +75,7 @@ def _partly_elsewhere(req: Request, spec: FixSpec, entry: Dict[str, Any],
     if spec.release is None:
         return
     wanted = [str(v) for v in spec.release.get("versions") or []]
-    found = release_of(req.roots, str(spec.release.get("root") or "sglang"), releases, req.git)
+    found = release_of(req.roots, str(spec.release.get("root") or "sglang"), releases, True)
     if found is None or found in wanted:
         return
     entry.update(state="not-applied", files=[], detail=(
