@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from . import gitrepo
-from .capture import (CapturedFile, applied_owners, capture, capture_commits, diff_of,
+from .capture import (CapturedFile, applied_owners, applied_version, capture, capture_commits, diff_of,
                       leave_applied, release_of)
 from .catalog import Catalog, edit, patchmail, series, writer
 from .catalog.manifest import AUTHOR_RE, name_problem
@@ -298,9 +298,11 @@ def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] 
                  and all(texts[r] == old_texts[r] for r in texts))
     changed = not unchanged or release != fix.upstream.base_release
     version = fix.version + 1 if changed else fix.version
+    primary = any(ref.root == PRIMARY_ROOT for ref in fix.patches)
     result = AuthoringResult(name, version, fix.manifest_path, tuple(targets[r] for r in texts),
                              tuple(f.path for f in files), release, changed=changed,
-                             ignored=ignored, dry_run=dry_run, renamed=renamed, applied=applied)
+                             ignored=ignored, dry_run=dry_run, renamed=renamed, applied=applied,
+                             recorded=applied_version(src, name, record=None if primary else record))
     if dry_run or not changed:
         return result
     summary = summary or f"Refreshed from a checkout of {release}."

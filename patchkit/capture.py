@@ -101,21 +101,9 @@ def applied_owners(src: Path, root: str, *, but: str | None = None,
     the author's. Only the files of root ``root``; nothing when there is no record. The record
     is the checkout's own, or that of ``record``, the target's sglang tree, when ``src`` is
     another root of it (a serve checkout): then only the fixes applied with ``src`` as ``root``."""
-    top = Path(record) if record is not None else Path(src)
-    path = record_path(top)
-    if not path.is_file():
-        if record is not None:
-            raise UsageError(f"{record} has no record of applied fixes ({path} is not there): "
-                             "give --target the SGLang tree the fixes were applied to, with "
-                             f"--root {root}={src}", path=str(path))
+    state = _record(src, root, record)
+    if state is None:
         return {}
-    try:
-        state = State.from_json(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise UsageError(f"cannot read the checkout's record {path} ({exc}): it says which files "
-                         "applied fixes wrote, which a capture leaves out. Repair it (`patchkit "
-                         f"status --target {top}` names the problem) or pass --include-applied",
-                         path=str(path)) from None
     here = os.path.realpath(src)
     if record is None:
         fixes = None
@@ -124,6 +112,36 @@ def applied_owners(src: Path, root: str, *, but: str | None = None,
                  and os.path.realpath(f.roots[root]) == here}
     return {p: fix for (r, p), (fix, _after) in state.last_writers().items()
             if r == root and fix != but and (fixes is None or fix in fixes)}
+
+
+def applied_version(src: Path, name: str, *, record: Path | None = None) -> int | None:
+    """The version of fix ``name`` the record of ``src`` (or of ``record``, the target's sglang
+    tree) says is applied there; None when it records none."""
+    found = _record(src, "", record, quiet=True)
+    rec = None if found is None else found.by_name().get(name)
+    return None if rec is None else rec.version
+
+
+def _record(src: Path, root: str, record: Path | None, quiet: bool = False) -> State | None:
+    """The record of applied fixes of ``src`` (or of ``record``); None when there is none.
+    ``quiet``: a missing or unreadable record is no record (the capture already said so)."""
+    top = Path(record) if record is not None else Path(src)
+    path = record_path(top)
+    if not path.is_file():
+        if record is not None and not quiet:
+            raise UsageError(f"{record} has no record of applied fixes ({path} is not there): "
+                             "give --target the SGLang tree the fixes were applied to, with "
+                             f"--root {root}={src}", path=str(path))
+        return None
+    try:
+        return State.from_json(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        if quiet:
+            return None
+        raise UsageError(f"cannot read the checkout's record {path} ({exc}): it says which files "
+                         "applied fixes wrote, which a capture leaves out. Repair it (`patchkit "
+                         f"status --target {top}` names the problem) or pass --include-applied",
+                         path=str(path)) from None
 
 
 def leave_applied(files: list[CapturedFile], owners: dict[str, str], src: Path,

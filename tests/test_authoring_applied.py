@@ -136,3 +136,51 @@ def test_a_capture_from_a_serve_checkout_reads_the_targets_record_and_needs_no_r
     result = api.apply(Catalog(catalog), LocalTarget(roots={"serve": fresh["serve"]}), ["port"])
     assert [f.outcome for f in result.fixes] == ["applied"]
     assert Path(fresh["serve"], "env.sh").read_text() == "export SGLANG_PORT=30001\n"
+
+
+@pytest.mark.network
+def test_refresh_from_the_tree_a_fix_is_applied_in_leaves_an_upgrade_that_writes_nothing(
+        catalog_tree: Path, tmp_path: Path) -> None:
+    """The seed's story: a fix applied on a server, then edited there by hand, then captured
+    as the fix's next version with `refresh --from` that tree. The tree's record still says
+    v1, its files are v2's result: status says outdated (not drifted), refresh says how to
+    record it, and `apply` upgrades without --force, writing no byte."""
+    pool = catalog_tree / POOL
+    original = pool.read_text()
+    pool.write_text(original.replace("Logical anchors own no backing buffers",
+                                      "Logical anchors own no host buffers"))
+    catalog = tmp_path / "catalog"
+    (catalog / "manifests").mkdir(parents=True)
+    assert patchkit(catalog, "new", "host-pool-docs", "--from", str(catalog_tree),
+                    "--no-commit").exit_code == 0
+    subprocess.run(["git", "checkout", "-q", "--", POOL], cwd=catalog_tree, check=True)
+    applied = patchkit(catalog, "apply", "host-pool-docs", "--target", str(catalog_tree))
+    assert applied.exit_code == 0, applied.output
+    pool.write_text(pool.read_text().replace("# ---- V4 Compressed KV Host Pools ----",
+                                             "# ---- V4 compressed KV host pools ----"))
+    edited = pool.read_bytes()
+    refreshed = patchkit(catalog, "refresh", "host-pool-docs", "--from", str(catalog_tree),
+                         "--no-commit")
+    assert refreshed.exit_code == 0, refreshed.output
+    assert (f"host-pool-docs v1 is applied in {catalog_tree}" in flat(refreshed.output)
+            and f"patchkit apply host-pool-docs --target {catalog_tree} records v2" in flat(refreshed.output))
+    seen = patchkit(catalog, "status", "--target", str(catalog_tree), "--json")
+    assert seen.exit_code == 0, seen.output
+    [fix] = json.loads(seen.output)["status"]["fixes"]
+    assert (fix["state"], fix["version"], fix["catalog_version"]) == ("outdated", 1, 2)
+    assert "hold v2's change already" in fix["detail"]
+    plain = patchkit(catalog, "status", "--target", str(catalog_tree))
+    assert "outdated (v1 applied, v2 in the catalog)" in flat(plain.output)
+    assert "; the files hold v2's change already" in flat(plain.output)
+    upgraded = patchkit(catalog, "apply", "host-pool-docs", "--target", str(catalog_tree),
+                        "--json")
+    assert upgraded.exit_code == 0, upgraded.output
+    out = json.loads(upgraded.output)["fixes"][0]
+    assert (out["outcome"], out["from_version"], out["version"]) == ("upgraded", 1, 2)
+    assert pool.read_bytes() == edited
+    again = json.loads(patchkit(catalog, "status", "--target", str(catalog_tree),
+                                "--json").output)["status"]["fixes"][0]
+    assert (again["state"], again["version"]) == ("applied", 2)
+    back = patchkit(catalog, "rollback", "host-pool-docs", "--target", str(catalog_tree))
+    assert back.exit_code == 0, back.output
+    assert pool.read_text() == original

@@ -50,6 +50,9 @@ class AuthoringResult:
     renamed: tuple[tuple[str, str], ...] = ()  # series files renamed (old, new)
     # changed files of the checkout left out because an applied fix wrote them: (path, fix)
     applied: tuple[tuple[str, str], ...] = ()
+    # refresh: the version of the fix the checkout's record says is applied there (its files
+    # now hold the version written: `patchkit apply` records it, writing nothing)
+    recorded: int | None = None
 
 
 def slug(text: str) -> str:

@@ -32,6 +32,7 @@ def report_authoring(result: authoring.AuthoringResult, as_json: bool, verb: str
             "applied": [{"path": path, "fix": fix} for path, fix in result.applied],
             "renamed": [{"from": old, "to": new} for old, new in result.renamed],
             "commit": result.commit,
+            "recorded_version": result.recorded,
             "warnings": warnings,
         })
         return
@@ -158,6 +159,13 @@ def refresh(state: State, fix: str, paths: tuple[str, ...], src: str, no_commit:
     roots = list(dict.fromkeys(p.root for p in catalog.get(fix).patches))
     report_authoring(result, as_json, "refreshed",
                      _unrecorded_root(src, roots, record, options["include_applied"]))
+    if not as_json and result.recorded is not None and result.recorded != result.version:
+        where = (f"--target {src}" if "sglang" in roots or not record
+                 else f"--target {record} --root {roots[0]}={src}")
+        progress_sayer()(
+            f"{fix} v{result.recorded} is applied in {src} (its record), and its files are "
+            f"v{result.version}'s: patchkit apply {fix} {where} records v{result.version} there, "
+            "writing nothing")
     return 0
 
 

@@ -37,6 +37,8 @@ def _status_rows(result: OpResult, verbose: bool) -> List[List[str]]:
             state = f"outdated (v{s.version} applied, v{s.catalog_version} in the catalog)"
             if result.release and s.releases:  # the variant of the release the target runs
                 state += f": v{s.catalog_version} is {result.release}'s variant"
+            if s.detail:  # the files hold the catalog's version already
+                state += f"; {s.detail}"
         elif s.detail and s.detail.startswith("in upstream since"):
             state = f"{state}: {s.detail}"
         elif state in ("lost", "drifted", "applied", "not-applied") and s.detail:

@@ -12,7 +12,8 @@ from . import auto, record
 from .checks import CheckContext, failure_lines, run_check
 from .fsops import missing_dirs
 from .hunks import FileChange, apply_change, decode, encode
-from .plan import FixChange, Sources, fix_result, refuse_later_writers, restore_in_memory, touched
+from .plan import (FixChange, Sources, fix_result, holds_version, refuse_later_writers,
+                   restore_in_memory, touched)
 from .records import FileRecord, FixRecord, State, fix_backups
 from .request import FixSpec, Request, check_file_modes, check_patch_paths
 from .store import Store, utc_now
@@ -35,8 +36,7 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
         todo = _sync_skips(req, todo, outcomes, set(upgrades))
     check_file_modes(todo)  # dependencies are looked for, never written
     ws = Workspace(req.roots)
-    if upgrades:
-        _take_out(req, store, state, ws, upgrades)
+    held = _take_out(req, store, state, ws, upgrades) if upgrades else {}
     left = _left_behind(store, ws, {n: r for n, r in lost_records.items() if n in {t.name for t in todo}})
     sources = _sources(req, todo, state.by_name())
     keys = [(root, path) for spec in todo for root, path, _op in touched(spec, sources)]
@@ -68,6 +68,8 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
         else:
             outcomes[fc.spec.name] = dict(fix_result(fc, "would-upgrade" if req.dry_run else "upgraded"),
                                           from_version=old.version)
+            if fc.spec.name in held:
+                outcomes[fc.spec.name]["detail"] = held[fc.spec.name]
         for key in fc.keys:  # a file no later result names: its bytes and digests go
             if last[key] is fc:
                 ws.entries.pop(key, None)
@@ -181,27 +183,36 @@ def _left_behind(store: Store, ws: Workspace, dropped: Dict[str, FixRecord]
 
 
 def _take_out(req: Request, store: Store, state: State, ws: Workspace,
-              upgrades: Dict[str, FixRecord]) -> None:
+              upgrades: Dict[str, FixRecord]) -> Dict[str, str]:
     """Roll each upgraded fix's applied version back in memory, so one transaction swaps the
-    two versions; refused when its files drifted (unless ``force``) or a later fix, not
-    upgraded with it, changed the same files."""
+    two versions; refused when a later fix, not upgraded with it, changed the same files, or
+    when its files drifted (unless ``force``) other than into the new version's result: the
+    fixes whose files hold that already are returned, with what their outcome says."""
     refuse_later_writers(state, list(upgrades), "upgrade", "roll the later fix back first "
                          "(patchkit rollback %s), then apply again", req.roots)
-    drift = []
+    drift: Dict[str, List[str]] = {}
+    seen: Dict[Key, Optional[str]] = {}
     for name, rec in upgrades.items():
         for f in rec.files:
-            have = ws.sha256(*f.key)
+            seen[f.key] = have = ws.sha256(*f.key)
             if have != f.after_sha256:
-                drift.append("%s (fix %s v%s): sha256 now %s, recorded %s"
-                             % (ws.entry(*f.key).where, name, rec.version, have, f.after_sha256))
-    if drift and not req.force:
+                drift.setdefault(name, []).append(
+                    "%s (fix %s v%s): sha256 now %s, recorded %s"
+                    % (ws.entry(*f.key).where, name, rec.version, have, f.after_sha256))
+    for rec in upgrades.values():
+        restore_in_memory(store, ws, rec)
+    specs = {s.name: s for s in req.fixes}
+    held = {name: "the files held v%d's change already (edited by hand, or refreshed from "
+            "here): recorded as v%d, nothing written over" % (specs[name].version, specs[name].version)
+            for name in drift if holds_version(ws, specs[name], upgrades[name], seen)}
+    lost = [line for name, lines in drift.items() if name not in held for line in lines]
+    if lost and not req.force:
         raise DriftError(
             "%d file(s) changed since patchkit applied the version now there; upgrading would "
             "discard those changes (nothing was written):\n- %s\nInspect them; upgrade anyway "
             "with --force (the changes are lost), or restore the applied bytes first"
-            % (len(drift), "\n- ".join(drift)), drifted=drift)
-    for rec in upgrades.values():
-        restore_in_memory(store, ws, rec)
+            % (len(lost), "\n- ".join(lost)), drifted=lost)
+    return held
 
 
 class _Prepare:

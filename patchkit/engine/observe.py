@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-from ..errors import DriftError, NotApplied, VerificationFailed
+from ..errors import DriftError, NotApplied, TargetError, VerificationFailed
 from . import presence, procs, record
 from .checks import CheckContext, failure_lines, run_check
 from .paths import Roots
@@ -32,6 +32,11 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
             entry["catalog_version"] = spec.version
             if entry["state"] == "applied" and rec.version != spec.version:
                 entry["state"] = "outdated"  # another version is applied than the catalog's
+            elif (entry["state"] == "drifted" and rec.version != spec.version
+                  and "detail" not in entry and _holds_catalog(req, store, ws, rec, spec)):
+                entry.update(state="outdated", detail=(
+                    "the files hold v%d's change already (edited by hand, or refreshed from "
+                    "here): patchkit apply %s records it, writing nothing" % (spec.version, spec.name)))
         elif spec.not_needed:
             entry = {"name": spec.name, "state": "not-needed", "version": spec.version,
                      "applied_at": None, "files": [], "detail": spec.not_needed}
@@ -81,6 +86,20 @@ def _partly_elsewhere(req: Request, spec: FixSpec, entry: Dict[str, Any],
     entry.update(state="not-applied", files=[], detail=(
         "no version of the fix serves %s (v%s is for %s): its change was not looked for "
         "there" % (found, spec.version, ", ".join(wanted))))
+
+
+def _holds_catalog(req: Request, store: Store, ws: Workspace, rec: FixRecord, spec: FixSpec) -> bool:
+    """Whether a drifted fix's files are the catalog's version of it (apply's rule for an
+    upgrade that needs no --force); its backups are read into a workspace of their own."""
+    from .plan import holds_version, restore_in_memory
+
+    check_patch_paths(req.roots, [spec])
+    scratch = Workspace(req.roots)
+    try:
+        restore_in_memory(store, scratch, rec)
+    except TargetError:
+        return False  # a damaged backup: status says drifted, rollback says why
+    return holds_version(scratch, spec, rec, {f.key: ws.sha256(*f.key) for f in rec.files})
 
 
 def unrecorded(ws: Workspace, spec: FixSpec, roots: Roots) -> Dict[str, Any]:

@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
-from ..errors import PreconditionFailed, TargetError
+from ..errors import ConflictError, PreconditionFailed, TargetError
 from .fsops import read_bytes
-from .hunks import Placement, sha256_bytes
+from .hunks import Placement, apply_change, decode, encode, sha256_bytes
 from .paths import Roots
 from .recordbase import MutableRecord, record_dataclass
 from .records import FixRecord, State
@@ -145,3 +145,25 @@ def restore_in_memory(store: Store, ws: Workspace, rec: FixRecord) -> None:
                     fix=rec.name, path=f.path)
         e.current = data
         e.mode = f.mode_before if data is not None else None
+
+
+def holds_version(ws: Workspace, spec: FixSpec, rec: FixRecord, seen: Dict[Key, Optional[str]]) -> bool:
+    """Whether the files of ``rec``, an applied version of a fix, hold what ``spec``, another
+    version of it, makes of their bytes before the fix (``ws`` holds them, restored from the
+    backups; ``seen`` has each file's digest on disk): every file is then that version's
+    result, edited by hand into it (or refreshed from here), and an upgrade loses nothing.
+    A revert fix's result needs the fork's history: never."""
+    if spec.revert is not None:
+        return False
+    result = {f.key: ws.entry(*f.key).current for f in rec.files}
+    for change in spec.files:
+        key = (change.root, change.path)
+        if key not in result:
+            continue  # a file only the other version changes: its own checks look at it
+        data = result[key]
+        try:
+            new, _placed = apply_change(None if data is None else decode(data), change)
+        except ConflictError:
+            return False
+        result[key] = None if new is None else encode(new)
+    return all(ws.entry(*key).sha256(data) == seen[key] for key, data in result.items())

@@ -102,3 +102,43 @@ def test_status_says_outdated_when_the_catalog_has_another_version(checkout: Pat
     assert (entry["state"], entry["version"], entry["catalog_version"]) == ("outdated", 1, 3)
     res = go("status", checkout, v1(checkout))
     assert res["status"]["fixes"][0]["state"] == "applied"
+
+
+def test_upgrade_over_edits_that_are_the_new_version_needs_no_force(checkout: Path) -> None:
+    """The files were edited by hand into the new version's result (the edit `refresh` then
+    made the new version of, or the same hand edit on another host): the drift loses nothing,
+    so the upgrade records the new version without --force; its rollback still gives the
+    release's bytes. An edit that is not the new version's stays refused."""
+    pristine = content_snapshot(checkout)
+    assert go("apply", checkout, v1(checkout))["ok"]
+    (checkout / MOD).write_text(module_text().replace("return x + 5\n", "return x + 5000\n"))
+    (checkout / NEW).unlink()  # v3 does not create it: the hand edit took it out too
+    (checkout / NEW).parent.rmdir()
+    edited = content_snapshot(checkout)
+    seen = go("status", checkout, v3(checkout))["status"]["fixes"][0]
+    assert (seen["state"], seen["version"], seen["catalog_version"]) == ("outdated", 1, 3)
+    assert "hold v3's change already" in seen["detail"] and "patchkit apply a" in seen["detail"]
+    res = go("apply", checkout, v3(checkout))
+    assert res["ok"], res["error"]
+    out = res["fixes"][0]
+    assert (out["outcome"], out["from_version"], out["version"]) == ("upgraded", 1, 3)
+    assert "already" in out["detail"] and "v3" in out["detail"]
+    assert content_snapshot(checkout) == edited
+    state = json.loads((checkout / ".patchkit/state.json").read_text())
+    assert [(f["name"], f["version"]) for f in state["fixes"]] == [("a", 3)]
+    assert go("status", checkout, v3(checkout))["status"]["fixes"][0]["state"] == "applied"
+    assert go("rollback", checkout, v3(checkout))["ok"]
+    assert content_snapshot(checkout) == pristine
+
+
+def test_upgrade_over_part_of_the_new_version_is_still_refused(checkout: Path) -> None:
+    assert go("apply", checkout, v1(checkout))["ok"]
+    # v1's line taken out by hand, v3's not put in: upgrading would not lose it, but the
+    # edit is not v3's result, so it is drift like any other
+    (checkout / MOD).write_text((checkout / MOD).read_text().replace("return x + 3000\n",
+                                                                    "return x + 3\n"))
+    tree = snapshot(checkout, skip_state=False)
+    assert go("status", checkout, v3(checkout))["status"]["fixes"][0]["state"] == "drifted"
+    res = go("apply", checkout, v3(checkout))
+    assert res["error"]["type"] == "DriftError"
+    assert snapshot(checkout, skip_state=False) == tree
