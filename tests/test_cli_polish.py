@@ -345,3 +345,22 @@ def test_the_supported_releases_table_of_docs_fixes_is_the_catalogs() -> None:
             seen[(fix.name, release)] = int(shown.group(1))
             assert int(shown.group(1)) == served.get(release, fix.version), (fix.name, release)
     assert {name for name, _ in seen} == set(catalog.names())
+
+
+def test_every_json_error_names_the_command_and_the_target(tmp_path: Path) -> None:
+    """A script reading `--json` learns which op failed, on which target, however early the
+    failure: a target that is not one, a fix the catalog lacks, a usage error; as an engine
+    result carries them (it used to be ``ok`` and ``error`` only before the engine)."""
+    missing = tmp_path / "nowhere"
+    cases = [(("status", "--target", str(missing), "--json"), "status", str(missing), 5),
+             (("apply", "no-such-fix", "--target", str(tmp_path), "--json"), "apply",
+              str(tmp_path), 5),
+             (("rollback", "--target", str(tmp_path), "--lock-timeout", "-1", "--json"),
+              "rollback", str(tmp_path), 2),
+             (("show", "no-such-fix", "--json"), "show", None, 2)]
+    for argv, op, target, code in cases:
+        run = pk(*argv)
+        assert run.returncode == code, (argv, run.stdout, run.stderr)
+        data = json.loads(run.stdout)
+        assert data["ok"] is False and data["error"]["message"], argv
+        assert (data["op"], data["target"]) == (op, target), argv

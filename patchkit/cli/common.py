@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from pathlib import Path
@@ -29,6 +30,19 @@ class State:
         self._config: Any = None
         self._catalog: Catalog | None = None
         self._targets: dict[Any, Target] = {}  # each target resolved (and said) once per run
+        # what a `--json` error object names, however early the failure (docs/cli.md)
+        self.op: str | None = None
+        self.target_given: str | None = None
+
+    def named(self, ctx: Any = None) -> dict[str, str | None]:
+        """``op`` and ``target`` of a ``--json`` error: the command and the target as given (from
+        click's context of a usage error, when the command never ran)."""
+        op, target = self.op, self.target_given
+        if op is None and ctx is not None:
+            op = ctx.command_path.partition(" ")[2] or None
+            given = ctx.params.get("target")  # the options click read before the refused one
+            target = given if isinstance(given, str) else None
+        return {"op": op, "target": target}
 
     def config(self) -> Any:
         if self._config is None:
@@ -62,6 +76,7 @@ class State:
             raise UsageError(f"--target given {len(target)} times ({shown}); a run works on one "
                              "target: give --target once (run patchkit once per target)",
                              option="--target")
+        self.target_given = target
         key = (target, roots, python)
         if key in self._targets:  # apply's hooks ask again after the change: the same target
             return self._targets[key]
@@ -77,6 +92,21 @@ class State:
 
 
 pass_state = click.make_pass_decorator(State, ensure=True)
+
+
+def _named(f: Callable) -> Callable:
+    """The command keeps its name (``fleet status``: the words after ``patchkit``) and its
+    ``--target`` on the :class:`State` before it runs, for the ``--json`` error object."""
+
+    @functools.wraps(f)
+    def run(state: State, *args: Any, **kwargs: Any) -> Any:
+        state.op = click.get_current_context().command_path.partition(" ")[2] or None
+        given = kwargs.get("target")
+        if isinstance(given, str):
+            state.target_given = given
+        return f(state, *args, **kwargs)
+
+    return run
 
 
 def json_option(f: Callable) -> Callable:
@@ -160,7 +190,7 @@ def command(name: str, *params: Callable) -> Callable[[Callable], click.Command]
     :class:`State` first."""
 
     def decorate(f: Callable) -> click.Command:
-        f = CATALOG_OPTION(json_option(pass_state(f)))
+        f = CATALOG_OPTION(json_option(pass_state(_named(f))))
         for param in reversed(params):
             f = param(f)
         return click.command(name)(f)

@@ -156,8 +156,9 @@ def _run(argv: list[str] | None, state: State) -> int:
         if state.json:
             from .render import print_json
 
-            print_json({"ok": False, "error": {"type": "Interrupted", "message": "interrupted "
-                                               "(SIGINT)", "details": {"signal": "SIGINT"}}})
+            print_json({**state.named(), "ok": False, "error": {
+                "type": "Interrupted", "message": "interrupted (SIGINT)",
+                "details": {"signal": "SIGINT"}}})
         sys.stderr.write("aborted\n")
         return 130
     except click.ClickException as exc:
@@ -167,9 +168,9 @@ def _run(argv: list[str] | None, state: State) -> int:
         if state.json or "--json" in (args[:args.index("--")] if "--" in args else args):
             from .render import print_json  # the object docs/cli.md promises on any failure
 
-            print_json({"ok": False, "error": {"type": "UsageError" if code == EXIT_USAGE
-                                               else type(exc).__name__,
-                                               "message": said, "details": {}}})
+            print_json({**state.named(getattr(exc, "ctx", None)), "ok": False, "error": {
+                "type": "UsageError" if code == EXIT_USAGE else type(exc).__name__,
+                "message": said, "details": {}}})
         ctx = getattr(exc, "ctx", None)  # git's manner: one line, then where help is
         hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
         sys.stderr.write(f"error: {said}{hint}\n")
@@ -179,8 +180,8 @@ def _run(argv: list[str] | None, state: State) -> int:
 
         if state.json:
             result = getattr(err, "result", None)
-            print_json({**(result.to_json() if result is not None else {}), "ok": False,
-                        "error": err.to_dict()})
+            print_json({**state.named(), **(result.to_json() if result is not None else {}),
+                        "ok": False, "error": err.to_dict()})
         render_error(None, err)
         if state.debug:
             import traceback
