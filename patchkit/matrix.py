@@ -22,7 +22,7 @@ from typing import Any
 from .catalog import Catalog
 from .catalog.model import Fix
 from .errors import PatchkitError, UsageError
-from .upstream import UpstreamRepo, version_key
+from .upstream import UpstreamRepo, release_name, version_key
 
 #: Cells that fail ``patchkit matrix --exit-code``: a release the catalog cannot serve as is.
 FAILING = ("conflict", "blocked")
@@ -75,22 +75,20 @@ class Matrix:
 
 def parse_releases(text: str | None, known: Sequence[str]) -> list[str]:
     """``A..B`` (every known release from A to B, both included: A and B are fetched when
-    missing), ``A,B,C``, or None (every release the catalog's variants name)."""
+    missing), ``A,B,C``, or None (every release the catalog's variants name); a release may
+    be spelled as its tag (``v0.5.23``)."""
     if text is None:
         return list(known)
     if ".." in text:
         low, _, high = (part.strip() for part in text.partition(".."))
         if not low or not high:
             raise UsageError(f"--releases {text}: give both ends, OLD..NEW (e.g. 0.5.22..0.5.23)")
-        for v in (low, high):
-            version_key(v)  # a clear error for a bad name
+        low, high = release_name(low), release_name(high)
         if version_key(low) > version_key(high):
             raise UsageError(f"--releases {text}: {low} comes after {high}; write OLD..NEW")
         between = [v for v in known if version_key(low) <= version_key(v) <= version_key(high)]
         return sorted({low, high, *between}, key=version_key)
-    out = list(dict.fromkeys(v.strip() for v in text.split(",") if v.strip()))  # each once
-    for v in out:
-        version_key(v)
+    out = list(dict.fromkeys(release_name(v) for v in text.split(",") if v.strip()))  # each once
     if not out:
         raise UsageError("--releases names no release; give A..B or A,B")
     return out
@@ -112,9 +110,10 @@ def matrix(catalog: Catalog, releases: Sequence[str], names: Sequence[str] = (),
     repo = upstream or UpstreamRepo()
     fixes = fixes_of(catalog, names)
     cells: dict[str, dict[str, Cell]] = {f.name: {} for f in fixes}
+    for release in releases:  # every one first: a release that does not exist fails now
+        repo.fetch(release, progress=say)
     with tempfile.TemporaryDirectory(prefix="patchkit-matrix-") as tmp:
         for release in releases:
-            repo.fetch(release, progress=say)
             say(f"checking the fixes on sglang {release}")
             tree = repo.checkout(release, Path(tmp) / f"sglang-{release}")
             unserved = []

@@ -50,6 +50,16 @@ def version_key(version: str) -> Version:
     return Version(version)
 
 
+def release_name(text: str) -> str:
+    """The release ``text`` names, as patchkit spells it: ``0.5.23``, given that or its tag's
+    spelling ``v0.5.23`` (every command taking a release accepts both); a UsageError else."""
+    bare = text.strip()
+    if bare.startswith("v") and _VERSION.match(bare[1:]):
+        bare = bare[1:]
+    version_key(bare)
+    return bare
+
+
 @dataclass(frozen=True)
 class Release:
     """One release in the upstream history."""

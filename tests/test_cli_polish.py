@@ -364,3 +364,25 @@ def test_every_json_error_names_the_command_and_the_target(tmp_path: Path) -> No
         data = json.loads(run.stdout)
         assert data["ok"] is False and data["error"]["message"], argv
         assert (data["op"], data["target"]) == (op, target), argv
+
+
+@pytest.mark.network
+def test_matrix_takes_tag_spellings_and_fails_on_a_missing_release_before_checking(
+        upstream_repo: UpstreamRepo) -> None:
+    """`v0.5.21` is 0.5.21, as `rebase --onto` takes it; a release that does not exist is
+    found before any fix is checked on the ones that do (it used to be found only when the
+    matrix reached it, after the others' work)."""
+    from patchkit.matrix import parse_releases
+
+    assert parse_releases("v0.5.21..v0.5.23", ["0.5.22"]) == ["0.5.21", "0.5.22", "0.5.23"]
+    assert parse_releases("v0.5.22,0.5.22", []) == ["0.5.22"]
+    where = {"PATCHKIT_UPSTREAM": str(upstream_repo.path), "PATCHKIT_PROGRESS_AFTER": "0"}
+    tagged = pk("--catalog", str(REPO), "matrix", "prefill-hicache-off", "--releases",
+                "v0.5.21", "--json", env=where)
+    assert tagged.returncode == 0, tagged.stderr
+    assert json.loads(tagged.stdout)["releases"] == ["0.5.21"]
+    missing = pk("--catalog", str(REPO), "matrix", "prefill-hicache-off", "--releases",
+                 "0.5.21,0.0.999", env=where)
+    assert missing.returncode != 0 and "0.0.999" in missing.stderr, missing.stderr
+    assert "checking the fixes" not in missing.stderr
+    assert upstream_repo.versions() == ["0.5.21"]

@@ -94,6 +94,25 @@ class State:
 pass_state = click.make_pass_decorator(State, ensure=True)
 
 
+class ReleaseName(click.ParamType):
+    """An SGLang release on the command line: ``0.5.23``, or as its tag, ``v0.5.23``; every
+    command taking one reads it through this (``upstream.release_name``)."""
+
+    name = "release"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> str:
+        from ..errors import UsageError
+        from ..upstream import release_name  # here: `patchkit --version` needs no upstream
+
+        try:
+            return release_name(str(value))
+        except UsageError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+RELEASE = ReleaseName()
+
+
 def _named(f: Callable) -> Callable:
     """The command keeps its name (``fleet status``: the words after ``patchkit``) and its
     ``--target`` on the :class:`State` before it runs, for the ``--json`` error object."""

@@ -14,7 +14,7 @@ from . import render, render_status
 from .render_history import render_log
 from ..demo import SEED_FIXES, DemoFork, build_fork, check_workdir, demo_release
 from ..targets import LocalTarget
-from .common import State, command
+from .common import RELEASE, State, command
 
 
 def _step(console: Any, number: int, title: str, command: str | None = None) -> None:
@@ -32,7 +32,7 @@ def _step(console: Any, number: int, title: str, command: str | None = None) -> 
 @command("demo", click.option("--workdir", default="patchkit-demo", show_default=True,
                               type=click.Path(file_okay=False),
                               help="Where to build the demo fork (replaced if an earlier demo made it)."),
-         click.option("--release", default=None, metavar="V",
+         click.option("--release", default=None, metavar="V", type=RELEASE,
                       help="SGLang release of the fork: one every fix of the demo supports "
                            "(default: the newest such; others are refused, naming them)."))
 def demo(state: State, workdir: str, release: str | None, as_json: bool) -> int:

@@ -11,7 +11,7 @@ from ..errors import UsageError
 from ..interop import exporter, importer
 from . import render
 from .authoring import progress_sayer, report_authoring
-from .common import State, command
+from .common import RELEASE, State, command
 
 
 @command(
@@ -24,7 +24,7 @@ from .common import State, command
     click.option("-p", "strip", type=click.IntRange(0, 20), default=1, show_default=True, help="With --quilt: the strip level of the patches' file names (a series line's -pN wins)."),
     click.option("--one", is_flag=True, help="With --quilt: one fix of the whole series (else one per patch)."),
     click.option("--name", help="The fix's name (several fixes: NAME-1, NAME-2, ...). Default: the Patchkit-Fix header, else the title."),
-    click.option("--release", help="The SGLang release the patches are written against (default: read from --from/--target)."),
+    click.option("--release", type=RELEASE, help="The SGLang release the patches are written against (default: read from --from/--target)."),
     click.option("--target", "tree", type=click.Path(exists=True, file_okay=False), help="The release tree the patches apply to, to read the release from."),
     click.option("--root", help="The target root the patches' paths belong to (default: a Patchkit-Root header's, else sglang)."),
     click.option("--no-commit", is_flag=True, help="Do not commit the fixes to the catalog's git repository."),

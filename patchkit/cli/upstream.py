@@ -10,7 +10,7 @@ import click
 from . import render
 from ..errors import EXIT_CHECK_FAILED, EXIT_CONFLICT
 from ..upstream import UpstreamRepo
-from .common import State, json_option, pass_state
+from .common import RELEASE, State, json_option, pass_state
 
 if TYPE_CHECKING:  # the check pulls in the catalog and the rebase: loaded when it runs
     from ..rebase.contains import Verdict
@@ -22,7 +22,7 @@ def upstream() -> None:
 
 
 @upstream.command("fetch")
-@click.argument("versions", nargs=-1)
+@click.argument("versions", nargs=-1, type=RELEASE)
 @click.option("--latest", is_flag=True,
               help="Fetch the newest release on the package registry too (a release watch job).")
 @json_option
@@ -56,7 +56,7 @@ def list_releases(as_json: bool) -> int:
 
 
 @upstream.command("checkout")
-@click.argument("version")
+@click.argument("version", type=RELEASE)
 @click.argument("dest", type=click.Path(file_okay=False))
 @json_option
 def checkout(version: str, dest: str, as_json: bool) -> int:
@@ -77,7 +77,7 @@ def checkout(version: str, dest: str, as_json: bool) -> int:
 
 @upstream.command("check")
 @click.argument("fixes", nargs=-1)
-@click.option("--release", "-r", required=True, metavar="VERSION",
+@click.option("--release", "-r", required=True, metavar="VERSION", type=RELEASE,
               help="The release to look in (from the release store: `patchkit upstream fetch`).")
 @click.option("--mark", is_flag=True, help="Record each contained active fix as status "
               "\"upstreamed\" with [upstream] applied = VERSION, as a new version, committed.")

@@ -14,7 +14,7 @@ from .. import gitrepo
 from ..catalog import Catalog
 from ..engine import hunks
 from ..errors import UsageError
-from ..upstream import UpstreamRepo, version_key
+from ..upstream import UpstreamRepo, release_name
 from .classify import PatchReport, patch_from_json, series_text
 from .loop import Rebase
 from .sides import queue_order, skip_reason
@@ -27,11 +27,9 @@ __all__ = ["FixReport", "PatchReport", "RebaseReport", "STATE_DIR", "abort", "co
 
 
 def _release(text: str) -> str | None:
-    """The release ``text`` (``0.5.23`` or ``v0.5.23``) names, or None."""
-    for version in (text, text.removeprefix("v")):
-        with contextlib.suppress(UsageError):
-            version_key(version)
-            return version
+    """The release ``text`` (``0.5.23`` or ``v0.5.23``) names, or None (a git revision)."""
+    with contextlib.suppress(UsageError):
+        return release_name(text)
     return None
 
 
