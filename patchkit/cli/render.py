@@ -236,7 +236,8 @@ def render_fix_outcome(console: Any, fix: FixOutcome, *, show_diff: bool,
         _drifted(console, fix)
     if fix.outcome == "not-applied":  # a rollback of a fix with no record on the target
         line(console, [("  nothing to do: the target has no record of it", "dim")])
-    if fix.detail and fix.outcome in ("not-needed", "present-unrecorded"):
+    if fix.detail and fix.outcome in ("not-needed", "present-unrecorded", "upgraded",
+                                      "would-upgrade"):  # an upgrade: the files held it already
         line(console, [(f"  {fix.detail}", "dim")])
     if fix.lost:  # the reinstall is the news, not the apply: say why it was applied again
         line(console, [("  re-applied: was lost: ", "yellow"), (fix.lost.split(". ")[0], "")])
