@@ -231,6 +231,69 @@ def test_a_killed_controller_leaves_every_host_all_or_nothing_and_status_recover
     assert hosts(report) == {"h1": "unchanged", "h2": "applied", "h3": "applied"}
 
 
+def _playbooks_of(inventory: Path) -> list[int]:
+    """The ansible-playbook processes still running on ``inventory``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if any(b"ansible-playbook" in a for a in argv) and str(inventory).encode() in argv:
+                found.append(int(entry))
+    return found
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_an_interrupted_rollout_stops_ansible_and_names_the_hosts_left_unconfirmed(
+        fleet, tmp_path: Path, signum: int) -> None:
+    """SIGTERM to the controller (timeout, systemd, a CI cancel) or Ctrl-C (SIGINT to its
+    process group) while a host's --health-cmd runs: the host's change is complete but not
+    confirmed. The run stops ansible-playbook (none is left running, its rescue never to
+    come), exits 128 + the signal, and says, in --json too, which hosts stand changed and how
+    to undo them; it used to print nothing on SIGTERM (ansible orphaned), and on SIGINT "failed
+    before any host ran" (exit 16) with h1 changed."""
+    release = tmp_path / "release"
+    health = (f"touch {{{{ patchkit_target }}}}/../reached; "
+              f"while [ ! -e {release} ]; do sleep 0.1; done")
+    proc = subprocess.Popen([str(fleet.bin / "patchkit"), "apply", "dsv4-bf16-sizing",
+                             "--inventory", str(fleet.inventory), "--limit", "h1",
+                             "--health-cmd", health, "--json"],
+                            env=fleet.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (fleet.node("h1").workdir / "reached").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "h1 never ran the check"
+            time.sleep(0.1)
+        if signum == signal.SIGINT:
+            os.killpg(proc.pid, signum)  # a terminal's Ctrl-C: the whole foreground group
+        else:
+            os.kill(proc.pid, signum)  # timeout(1), systemd: the controller alone
+        out, err = proc.communicate(timeout=120)
+    finally:
+        release.touch()  # the health loop on h1 ends, if it is still running
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 128 + signum, (proc.returncode, out, err)
+    assert _playbooks_of(fleet.inventory) == []
+    data = json.loads(out)
+    assert data["ok"] is False and data["error"]["type"] == "Terminated", data
+    said = data["error"]["message"]
+    assert signal.Signals(signum).name in said and "h1" in said and "not confirmed" in said
+    assert "before any host ran" not in said + err
+    assert data["error"]["details"]["changed"] == ["h1"]
+    assert f"to undo: patchkit rollback dsv4-bf16-sizing --inventory {fleet.inventory} " \
+        "--limit h1" in said, said
+    assert state_of(fleet.node("h1")) == {"dsv4-bf16-index-k": 4, "dsv4-bf16-sizing": 4} or \
+        "dsv4-bf16-sizing" in state_of(fleet.node("h1"))  # the change stands, as said
+    code, _report = patchkit(fleet, "rollback", "dsv4-bf16-sizing", "dsv4-bf16-index-k",
+                             "--limit", "h1")
+    assert code == 0, _report
+
+
 def test_an_upgrade_from_v1_to_v2_across_the_fleet(fleet, tmp_path: Path) -> None:
     catalog = tmp_path / "catalog"
     catalog.mkdir()

@@ -3,9 +3,11 @@ step, and each host's task results read back from the collection's callback (doc
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -13,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import AnsibleFailed, UsageError
+from ..engine import Stop, stopping_on_signals
+from ..errors import AnsibleFailed, Terminated, UsageError
 
 #: Put on ANSIBLE_COLLECTIONS_PATH: it holds ``ansible_collections/patchkit/fleet``.
 COLLECTIONS_PATH = Path(__file__).resolve().parent / "collection"
@@ -144,30 +147,93 @@ def run_playbook(plays: Sequence[Mapping[str, Any]], *, inventory: str, hosts: S
     if check:
         argv.append("--check")
     env = ansible_env({"PATCHKIT_FLEET_RESULTS": str(results_file)})
+    # its own session: a terminal's Ctrl-C reaches patchkit alone, which stops Ansible itself
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env, errors="replace")
-    lines = []
+                            env=env, errors="replace", start_new_session=True)
+    lines: list[str] = []
     assert proc.stdout is not None
-    for line in proc.stdout:
-        lines.append(line)
-        if on_output is not None:
-            on_output(line.rstrip("\n"))
-    proc.wait()
-    run = PlayRun(returncode=proc.returncode, output="".join(lines))
-    if results_file.exists():
-        for raw in results_file.read_text(encoding="utf-8").splitlines():
+    try:
+        with stopping_on_signals():
+            for line in proc.stdout:
+                lines.append(line)
+                if on_output is not None:
+                    on_output(line.rstrip("\n"))
+            proc.wait()
+    except (KeyboardInterrupt, Stop) as stop:
+        _stop(proc)
+        raise _interrupted(getattr(stop, "signum", signal.SIGINT), _results(results_file),
+                           inventory, check) from None
+    run = PlayRun(returncode=proc.returncode, output="".join(lines),
+                  results=_results(results_file))
+    # 0 ok, 2 a host failed, 4 a host unreachable: per-host results; anything else is Ansible's
+    if proc.returncode not in (0, 2, 4) or (proc.returncode and not run.results):
+        ran = sorted(run.results)
+        when = (f"after {', '.join(ran)} ran (see patchkit status --inventory {inventory})"
+                if ran else "before any host ran")
+        raise AnsibleFailed(f"ansible-playbook failed (exit {proc.returncode}) {when}: "
+                            f"{_tail(run.output)}", returncode=proc.returncode,
+                            playbook=str(playbook), hosts=ran)
+    return run
+
+
+def _results(path: Path) -> dict[str, list[TaskResult]]:
+    """Each host's task results the collection's callback wrote to ``path`` so far."""
+    out: dict[str, list[TaskResult]] = {}
+    if path.exists():
+        for raw in path.read_text(encoding="utf-8").splitlines():
             item = json.loads(raw)
-            run.results.setdefault(item["host"], []).append(TaskResult(
+            out.setdefault(item["host"], []).append(TaskResult(
                 host=item["host"], task=item.get("task", ""), action=item.get("action", ""),
                 status=item.get("status", ""), changed=bool(item.get("changed")),
                 patchkit=item.get("patchkit"), msg=str(item.get("msg") or ""), rc=item.get("rc"),
                 stdout=str(item.get("stdout") or ""), stderr=str(item.get("stderr") or "")))
-    # 0 ok, 2 a host failed, 4 a host unreachable: per-host results; anything else is Ansible's
-    if proc.returncode not in (0, 2, 4) or (proc.returncode and not run.results):
-        raise AnsibleFailed(f"ansible-playbook failed (exit {proc.returncode}) before any host "
-                            f"ran: {_tail(run.output)}", returncode=proc.returncode,
-                            playbook=str(playbook))
-    return run
+    return out
+
+
+STOP_WAIT = 30.0  # seconds ansible-playbook gets to stop on SIGINT before it is killed
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop ansible-playbook and its workers as Ctrl-C stops it (its SSH sessions close: an
+    engine mid-transaction on a host rolls back on the hang-up), killed if it lingers."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGINT)
+    try:
+        proc.communicate(timeout=STOP_WAIT)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+
+
+def _interrupted(signum: int, results: dict[str, list[TaskResult]], inventory: str,
+                 check: bool) -> Terminated:
+    """What an interrupt during a playbook left: the hosts whose engine task had changed them
+    (complete, each its engine's transaction, but their --after-cmd/--health-cmd unfinished)."""
+    name = signal.Signals(signum).name
+    changed = sorted(host for host, tasks in results.items()
+                     if any(t.action == ENGINE_MODULE and t.changed for t in tasks))
+    undo: dict[str, list[str]] = {}  # the command that undoes it -> the fixes, in order
+    for host in changed:
+        for task in results[host]:
+            for fix in ((task.patchkit or {}).get("fixes") or []) if task.action == ENGINE_MODULE else ():
+                verb = {"applied": "rollback", "upgraded": "rollback",
+                        "rolled-back": "apply"}.get(str(fix.get("outcome")))
+                if verb and fix.get("name") not in undo.setdefault(verb, []):
+                    undo[verb].append(str(fix.get("name")))
+    if check or not changed:
+        said = ("no host was changed (an engine interrupted on a host puts back what it "
+                "wrote)")
+    else:
+        limit = ",".join(changed)
+        how = "; ".join(f"patchkit {verb} {' '.join(fixes)} --inventory {inventory} --limit "
+                        f"{limit}" for verb, fixes in undo.items()) or "roll the change back"
+        said = (f"changed before it stopped, not confirmed by their --after-cmd/--health-cmd: "
+                f"{', '.join(changed)}. Check them (patchkit status --inventory {inventory} "
+                f"--limit {limit}); to undo: {how}")
+    return Terminated(f"interrupted by {name} during the rollout; ansible-playbook was stopped. "
+                      f"Hosts of any earlier wave had finished; on this one, {said}",
+                      signal=name, signum=int(signum), changed=changed)
 
 
 def ansible_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
