@@ -231,6 +231,48 @@ def test_a_killed_controller_leaves_every_host_all_or_nothing_and_status_recover
     assert hosts(report) == {"h1": "unchanged", "h2": "applied", "h3": "applied"}
 
 
+def test_two_hosts_sharing_a_root_a_fix_writes_are_refused_in_preflight(fleet, tmp_path: Path) -> None:
+    """h1 and h2 with their own SGLang trees but one serve directory (an NFS mount of serve
+    scripts): one apply of a serve fix would be reported `applied` on both, though the second
+    host's engine found it there already, and a rollback on one host would take it from the
+    other. Preflight refuses the second host, naming the root; nothing is written."""
+    inventory = tmp_path / "shared.yml"
+    data = json.loads(fleet.inventory.read_text())
+    shared = data["all"]["hosts"]["h1"]["patchkit_roots"]["serve"]
+    data["all"]["hosts"]["h2"]["patchkit_roots"]["serve"] = shared
+    inventory.write_text(json.dumps(data))
+    before = {n.name: snapshot(n) for n in fleet.nodes}
+    code, report = patchkit(fleet, "apply", "prefill-hicache-off", inventory=inventory)
+    assert code != 0, report
+    states = hosts(report)
+    assert states["h2"] == "refused", report
+    h2 = next(h for h in report["hosts"] if h["host"] == "h2")
+    assert "root serve" in h2["detail"] and "h1" in h2["detail"] and shared in h2["detail"]
+    for node in fleet.nodes:
+        assert snapshot(node) == before[node.name], node.name
+    # a fix of the sglang root alone writes nothing there: the shared serve root is no matter
+    code, dry = patchkit(fleet, "apply", "dsv4-bf16-sizing", "--dry-run", inventory=inventory)
+    assert code == 0 and hosts(dry)["h2"] == "would-apply", dry
+
+
+def test_a_host_whose_change_appeared_after_preflight_is_reported_as_its_engine_says(fleet) -> None:
+    """Between preflight and h2's wave someone makes the change on h2 by hand (here h1's
+    --after-cmd copies its patched serve script there): h2's engine leaves the fix out as
+    present-unrecorded, and the host is `unchanged` with why, not `applied`."""
+    h1, h2 = fleet.node("h1"), fleet.node("h2")
+    script = "serve_dsv4_prefill.sh"
+    after = f"cp {h1.serve / script} {h2.serve / script}.new && mv {h2.serve / script}.new " \
+            f"{h2.serve / script} || true"
+    code, report = patchkit(fleet, "apply", "prefill-hicache-off", "--waves", "1,100%",
+                            "--limit", "h1,h2", "--after-cmd", after)
+    assert code == 0, report
+    states = {h["host"]: (h["state"], h["detail"]) for h in report["hosts"]}
+    assert states["h1"] == ("applied", ""), states
+    assert states["h2"][0] == "unchanged", states
+    assert "prefill-hicache-off: present-unrecorded" in states["h2"][1], states
+    assert state_of(h2) == {}
+
+
 def _playbooks_of(inventory: Path) -> list[int]:
     """The ansible-playbook processes still running on ``inventory``."""
     found = []

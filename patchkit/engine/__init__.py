@@ -31,7 +31,7 @@ def _run(request: Dict[str, Any]) -> Dict[str, Any]:
     result = result_envelope(request)
     try:
         req = parse_request(request)
-        result["tree"] = _tree_identity(req.state_root.path)
+        result["tree"] = _tree_identity(req.state_root.path, req.roots)
         store = Store(req.state_root.path)
         store.check()
         if req.op == "status":
@@ -89,10 +89,11 @@ def _releases(req: Any, installed: Dict[str, Any]) -> Dict[str, Optional[str]]:
             out[root.name] = (installed.get(root.name) or {}).get("version") \
                 or detect_release(root, git=req.git)[0]
     return out
-def _tree_identity(path: str) -> Dict[str, Any]:
+def _tree_identity(path: str, roots: Any = ()) -> Dict[str, Any]:
     """Which tree this run's state root is, however a host reached it: the machine, the
     directory's device and inode, its real path (a fleet preflight finds two inventory hosts
-    that reach one tree by it)."""
+    that reach one tree by it); and, under ``roots``, the same of every root (two hosts whose
+    own trees share a serve directory)."""
     machine = ""
     for source in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
         try:
@@ -102,13 +103,18 @@ def _tree_identity(path: str) -> Dict[str, Any]:
             continue
         if machine:
             break
+    # the host name as socket.gethostname() says it, without importing socket
+    return dict(_dir_identity(path), machine=machine or os.uname().nodename,
+                roots={root.name: _dir_identity(root.path) for root in roots})
+
+
+def _dir_identity(path: str) -> Dict[str, Any]:
     try:
         st = os.stat(path)
         where: Dict[str, Any] = {"dev": st.st_dev, "ino": st.st_ino}
     except OSError:
         where = {}
-    # the host name as socket.gethostname() says it, without importing socket
-    return dict(where, machine=machine or os.uname().nodename, path=os.path.realpath(path))
+    return dict(where, path=os.path.realpath(path))
 
 
 _MODULES = {"apply": ".apply", "rollback": ".rollback", "status": ".observe", "verify": ".observe"}

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..engine.contract import DONE, WOULD_CHANGE, WOULD_UPGRADE
+from ..engine.contract import CHANGED, DONE, PRIMARY_ROOT, WOULD_CHANGE, WOULD_UPGRADE
 from ..errors import EXIT_ROLLOUT_STOPPED, EXIT_UNREACHABLE, UsageError
 from .ansible import ENGINE_MODULE, Host, PlayRun, TaskResult, engine_task, run_playbook
 
@@ -128,12 +128,8 @@ class Rollout:
             reports[host.name] = report
             if changes:
                 todo[host.name] = changes
-        for name, first in _same_trees(reports).items():
-            tree = (reports[name].result or {}).get("tree") or {}
-            reports[name] = replace(reports[name], state="refused", detail=(
-                f"reaches the same tree as {first} ({tree.get('path')} on one machine): one "
-                "apply there would be reported for both hosts. Remove one of them from the "
-                "inventory, or point it at a tree of its own"))
+        for name, why in _same_trees(reports, self.op).items():
+            reports[name] = replace(reports[name], state="refused", detail=why)
             todo.pop(name, None)
         groups = _groups(todo)
         unreachable = [h for h, r in reports.items() if r.state == "unreachable"]
@@ -153,7 +149,7 @@ class Rollout:
             run = self._wave(wave, todo)
             for host_name in wave:
                 reports[host_name] = replace(self._waved(host_name, run.of(host_name)), wave=number)
-            failed = [h for h in wave if reports[h].state not in (DONE[self.op], "unreachable")]
+            failed = [h for h in wave if reports[h].state not in (DONE[self.op], "unchanged", "unreachable")]
             unreachable = [h for h, r in reports.items() if r.state == "unreachable"]
             if failed:
                 stopped = (f"wave {number} failed on {', '.join(failed)}; no later wave started")
@@ -225,8 +221,14 @@ class Rollout:
             return HostReport(host, state, _why(run), result=run.patchkit)
         bad = next((t for t in tasks if t.action == "ansible.builtin.shell" and t.status != "ok"
                     and t.status != "skipped"), None)
-        if bad is None:
-            return HostReport(host, DONE[self.op], "", result=run.patchkit)
+        if bad is None:  # the host's state is what its engine did, not what preflight planned
+            fixes = (run.patchkit or {}).get("fixes") or ()
+            others = "; ".join(f"{f.get('name')}: {f.get('outcome')}"
+                               + (f" ({f['detail']})" if f.get("detail") else "")
+                               for f in fixes if f.get("outcome") not in CHANGED[self.op])
+            done = any(f.get("outcome") in CHANGED[self.op] for f in fixes)
+            return HostReport(host, DONE[self.op] if done or not fixes else "unchanged",
+                              others if not done else "", result=run.patchkit)
         undo = next((t for t in tasks if t.task.startswith("patchkit ") and t is not run
                      and t.action == ENGINE_MODULE), None)
         why = f"{bad.task} failed (exit {bad.rc}): {_last(bad.stderr or bad.stdout or bad.msg)}"
@@ -244,20 +246,39 @@ class Rollout:
                            stopped=stopped)
 
 
-def _same_trees(reports: Mapping[str, HostReport]) -> dict[str, str]:
-    """host -> the earlier inventory host whose preflight reached the same tree (machine,
-    device and inode of the state root, as the engine there reported them)."""
-    seen: dict[tuple, str] = {}
+def _same_trees(reports: Mapping[str, HostReport], op: str) -> dict[str, str]:
+    """host -> why it is refused: it reaches the same tree as an earlier inventory host
+    (machine, device and inode of the state root, as the engine there reported them), or a
+    root the run would write on it is the same directory as one the earlier host's run writes."""
+    seen: dict[tuple, tuple[str, str]] = {}  # (machine, dev, ino) -> (host, root)
     out = {}
     for host, report in reports.items():
-        tree = (report.result or {}).get("tree")
+        result = report.result or {}
+        tree = result.get("tree")
         if not isinstance(tree, Mapping) or "ino" not in tree:
             continue
-        key = (tree.get("machine"), tree.get("dev"), tree.get("ino"))
-        if key in seen:
-            out[host] = seen[key]
-        else:
-            seen[key] = host
+        machine = tree.get("machine")
+        key = (machine, tree.get("dev"), tree.get("ino"))
+        if key in seen and seen[key][1] == "":
+            out[host] = (f"reaches the same tree as {seen[key][0]} ({tree.get('path')} on one "
+                         "machine): one apply there would be reported for both hosts. Remove "
+                         "one of them from the inventory, or point it at a tree of its own")
+            continue
+        seen.setdefault(key, (host, ""))
+        written = {f.get("root") for fix in result.get("fixes") or ()
+                   if fix.get("outcome") in WOULD_CHANGE[op] for f in fix.get("files") or ()}
+        for name in sorted(r for r in written if r and r != PRIMARY_ROOT):
+            where = (tree.get("roots") or {}).get(name) or {}
+            if "ino" not in where:
+                continue
+            other = seen.setdefault((machine, where.get("dev"), where.get("ino")), (host, name))
+            if other[0] != host:
+                out[host] = (f"its root {name} ({where.get('path')}) is the same directory as "
+                             f"{other[0]}'s root {other[1] or 'sglang'} on one machine: the "
+                             f"change there would be made once and reported for both hosts, and "
+                             f"a rollback on one would take it from the other. Give each host a "
+                             f"{name} directory of its own, or leave one of them out (--limit)")
+                break
     return out
 
 
