@@ -628,6 +628,21 @@ def test_status_of_a_real_sglang_checkout_is_the_same_remote(ssh: Ssh, sglang_tr
     assert snapshot(roots, state=True) == original  # status on a fresh target creates nothing
 
 
+def test_a_remote_venv_root_is_answered_with_its_interpreter(ssh: Ssh, tmp_path: Path) -> None:
+    """A venv root works locally (patchkit asks its interpreter), not on a host, where the
+    engine sees only the path: its refusal used to suggest "a venv root", the very thing
+    given. It names the venv's interpreter as the target to give instead."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    run = cli_process(["--catalog", str(SAMPLES / "catalog"), "status",
+                       *target_args(ssh, "remote", {"sglang": str(venv)})])
+    assert run.returncode == errors.EXIT_TARGET, (run.stdout, run.stderr)
+    said = " ".join(run.stderr.split())
+    assert f"{venv} is a virtualenv" in said and f"python:{venv}/bin/python" in said, said
+    assert "or a venv root" not in said
+
+
 @pytest.mark.parametrize("kind", ["local", "remote"])
 def test_status_of_a_directory_without_sglang_says_so(kind: str, ssh: Ssh, tmp_path: Path) -> None:
     """A venv root or an empty directory given as the sglang root: exit 5 naming what was

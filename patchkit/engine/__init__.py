@@ -125,9 +125,14 @@ def _refuse_without_sglang(req: Any) -> None:
     say what is wrong instead (here, so a remote target answers as a local one)."""
     for root in req.roots:
         if root.name == PRIMARY_ROOT and root.layout == PLAIN:
-            raise TargetError(no_sglang(root.path, "point the target at an SGLang checkout, the "
-                                        "site-packages directory that holds sglang, or a venv root"),
-                              root=PRIMARY_ROOT, path=root.path)
+            # the engine sees a path: a venv is found from its interpreter (as the client does
+            # for a local target), so that is what to give
+            venv = os.path.isfile(os.path.join(root.path, "pyvenv.cfg"))
+            remedy = ("%s is a virtualenv: give its interpreter as the target, python:%s"
+                      % (root.path, os.path.join(root.path, "bin", "python")) if venv else
+                      "point the target at an SGLang checkout, the site-packages directory that "
+                      "holds sglang, or its interpreter as python:/path/to/bin/python")
+            raise TargetError(no_sglang(root.path, remedy), root=PRIMARY_ROOT, path=root.path)
 
 
 _SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGQUIT")
