@@ -198,5 +198,6 @@ def _failed(run: CommandRun) -> str:
 
 
 def changed_fixes(result: Any) -> list[str]:
-    """The fixes an apply or rollback result changed (what an undo must put back)."""
-    return [f.name for f in result.fixes if f.outcome in CHANGED.get(result.op, ())]
+    """The fixes an apply or rollback result changed (what an undo must put back, and what a
+    restart is for): a lost fix's rollback only forgets it and writes no file, so it is not."""
+    return [f.name for f in result.fixes if f.outcome in CHANGED.get(result.op, ()) and f.files]

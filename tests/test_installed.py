@@ -447,6 +447,14 @@ def test_a_lost_fix_rolls_back_to_the_new_install_without_force(
 
     done = api.rollback(catalog, target, list(reversed(PRODUCTION)))
     assert [f.outcome for f in done.fixes] == ["rolled-back"] * 3
+    # the reinstalled files are not the rollback's: no file row (a restart is asked for what
+    # a run changed), and the fix says it was forgotten
+    lost = [f for f in done.fixes if f.name != "prefill-hicache-off"]
+    assert lost and all(not f.files for f in lost), [(f.name, f.files) for f in lost]
+    assert all("forgotten" in f.detail for f in lost), [f.detail for f in lost]
+    from patchkit import hooks  # what asks for a restart, or undoes after a failed check
+
+    assert hooks.changed_fixes(done) == ["prefill-hicache-off"]
     assert {rel: sha256(site / rel) for rel in reinstalled} == reinstalled
     assert unlike_record(site) == []
     assert sha256(Path(target.roots["serve"]) / SERVE_SCRIPT.name) == sha256(SERVE_SCRIPT)

@@ -237,7 +237,8 @@ def render_fix_outcome(console: Any, fix: FixOutcome, *, show_diff: bool,
     if fix.outcome == "not-applied":  # a rollback of a fix with no record on the target
         line(console, [("  nothing to do: the target has no record of it", "dim")])
     if fix.detail and fix.outcome in ("not-needed", "present-unrecorded", "upgraded",
-                                      "would-upgrade"):  # an upgrade: the files held it already
+                                      "would-upgrade", "rolled-back", "would-roll-back"):
+        # an upgrade: the files held it already; a rollback: of a lost fix, only forgotten
         line(console, [(f"  {fix.detail}", "dim")])
     if fix.lost:  # the reinstall is the news, not the apply: say why it was applied again
         line(console, [("  re-applied: was lost: ", "yellow"), (fix.lost.split(". ")[0], "")])

@@ -72,6 +72,10 @@ def _rollback(req: Request, store: Store, state: State, recorded: Recorded) -> D
             if strategy is _by_reverse and drift and not req.force:
                 break
             raise
+        left = gone.get(spec.name, set())
+        if left:  # the reinstall's files: not the rollback's to write, nor to report
+            fc.keys = [k for k in fc.keys if k not in left]
+            fc.before = {k: v for k, v in fc.before.items() if k not in left}
         fc.snapshot(ws, fc.after)
         prepared.append(fc)
         if sources:
@@ -84,8 +88,15 @@ def _rollback(req: Request, store: Store, state: State, recorded: Recorded) -> D
     if not req.dry_run:
         _write(req, store, state, ws, recorded, reverts)
     outcome = "would-roll-back" if req.dry_run else "rolled-back"
-    return {fc.spec.name: dict(fix_result(fc, outcome), version=recorded[fc.spec.name].version)
-            for fc in prepared}
+    out = {fc.spec.name: dict(fix_result(fc, outcome), version=recorded[fc.spec.name].version)
+           for fc in prepared}
+    for name, left in gone.items():
+        if name in out:
+            out[name]["detail"] = (
+                "lost (its package was reinstalled): its record forgotten, the %d reinstalled "
+                "file(s) left as they are%s" % (len(left), "; the files the reinstall left as "
+                "it wrote them restored" if out[name]["files"] else ""))
+    return out
 
 
 def _refuse_elsewhere(req: Request, ws: Workspace, rec: FixRecord) -> None:
