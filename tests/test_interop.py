@@ -381,3 +381,23 @@ def test_a_quilt_series_with_orig_prefixes_and_strip_levels_imports_as_quilt_app
     assert applied.fixes[0].outcome == "applied"
     assert worktree_files(src) == expected
     assert git(catalog, "log", "-1", "--format=%s") == "two v1: a: two is twenty-two\n"
+
+
+def test_an_export_of_fixes_on_different_releases_imports_back_each_on_its_own(
+        tmp_path: Path) -> None:
+    """docs/interop.md: "an export imports back with no option", each fix's base release from
+    its own Patchkit-Release. Fixes exported together on different releases (0.5.23's
+    index-k, the serve fix written on 0.5.21) used to be refused ("cannot tell which SGLang
+    release"), and --release then gave every fix that one release."""
+    out = tmp_path / "quilt"
+    ok(REPO, "export", "dsv4-bf16-index-k", "prefill-hicache-off", "--format", "quilt", "-o", out)
+    catalog = new_catalog(tmp_path / "mine")
+    ok(catalog, "import", "--quilt", out, "--replace")
+    mine = Catalog(catalog)
+    assert mine.get("dsv4-bf16-index-k").upstream.base_release == "0.5.23"
+    assert tuple(mine.get("dsv4-bf16-index-k").upstream.releases) == ("0.5.23",)
+    assert mine.get("prefill-hicache-off").upstream.base_release == "0.5.21"
+    # --release still names the release of every fix, as it says
+    other = new_catalog(tmp_path / "other")
+    ok(other, "import", "--quilt", out, "--replace", "--release", "0.5.22")
+    assert Catalog(other).get("prefill-hicache-off").upstream.base_release == "0.5.22"

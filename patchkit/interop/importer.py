@@ -187,14 +187,11 @@ def existing(catalog: Catalog, fixes: Sequence[Planned]) -> dict[str, str]:
 
 def _release(catalog: Catalog, fixes: Sequence[Planned], release: str | None,
              tree: Path | None, replace: bool) -> str | None:
-    """The release the fixes are based on (``--release``, the tree's, else the one an export
-    said); a name the catalog has (or ships) is refused unless ``replace``."""
-    said = {dep3.fields_of(p.patches[0].fields, p.patches[0].source).get("release")
-            for p in fixes} - {None}
+    """The release every fix is based on (``--release``, else the tree's; None: each fix's
+    own, :func:`_own_release`); a name the catalog has (or ships) is refused unless
+    ``replace``."""
     if release is None and tree is not None:
         release = tree_release(Path(tree))
-    if release is None and len(said) == 1:  # patchkit's own export says its base release
-        release = said.pop()
     taken = existing(catalog, fixes)
     if taken and not replace:
         name = next(iter(taken))
@@ -206,6 +203,14 @@ def _release(catalog: Catalog, fixes: Sequence[Planned], release: str | None,
                          "replace it", fix=name,
                          existing=sorted(taken))
     return release
+
+
+def _own_release(fix: Planned, release: str | None) -> str | None:
+    """The release ``fix`` is based on: the one given for all, else its own Patchkit-Release
+    (patchkit's export says each fix's base release; fixes exported together may differ)."""
+    if release is not None:
+        return release
+    return dep3.fields_of(fix.patches[0].fields, fix.patches[0].source).get("release")
 
 
 def _depends(catalog: Catalog, fixes: Sequence[Planned]) -> dict[str, list[str]]:
@@ -290,16 +295,16 @@ def import_fixes(catalog: Catalog, fixes: Sequence[Planned], *, release: str | N
         for patch in fix.patches:
             _check_text(patch)
         texts = _checked(fix, root, identity)
-        made.append((fix, texts, _with_depends(_manifest(fix, texts, release, tree),
-                                               depends[fix.name])))
-    based = release or edit.NO_RELEASE
+        made.append((fix, texts, _with_depends(
+            _manifest(fix, texts, _own_release(fix, release), tree), depends[fix.name])))
     results = []
     for fix, texts, _text in made:
         files = tuple(dict.fromkeys(path for t in texts.values() for path in t[2]))
         results.append(AuthoringResult(
             fix.name, 1, catalog.manifests_dir / f"{fix.name}.toml",
-            tuple(catalog.patches_dir / fix.name / f for f in texts), files, based,
-            changed=True, dry_run=dry_run))
+            tuple(catalog.patches_dir / fix.name / f for f in texts), files,
+            _own_release(fix, release) or edit.NO_RELEASE, changed=True, dry_run=dry_run))
+    based = " and ".join(dict.fromkeys(r.base_release for r in results))
     if dry_run:
         return results
     sha = writer.write_fixes(catalog, [(f.name, {n: t[:2] for n, t in texts.items()}, text)
