@@ -401,3 +401,29 @@ def test_an_export_of_fixes_on_different_releases_imports_back_each_on_its_own(
     other = new_catalog(tmp_path / "other")
     ok(other, "import", "--quilt", out, "--replace", "--release", "0.5.22")
     assert Catalog(other).get("prefill-hicache-off").upstream.base_release == "0.5.22"
+
+
+def test_an_mbox_of_several_exported_fixes_comes_back_as_those_fixes(tmp_path: Path) -> None:
+    """`git format-patch` of an export of two fixes, imported without --split: each mail's
+    Patchkit-Fix header names its fix, so they come back as the two fixes (sizing depending
+    on index-k), not silently merged under the first name; --name numbers them."""
+    out = tmp_path / "mbox"
+    ok(REPO, "export", "dsv4-bf16-index-k", "dsv4-bf16-sizing", "--format", "mbox", "-o", out)
+    mails = sorted(out.glob("*.mbox"))
+    assert len(mails) == 2
+    both = tmp_path / "both.mbox"
+    both.write_bytes(b"".join(m.read_bytes() for m in mails))
+    catalog = new_catalog(tmp_path / "mine")
+    said = ok(catalog, "import", "--mbox", both, "--replace", "--dry-run")
+    assert said.count("dry run: nothing was written") == 1, said
+    ok(catalog, "import", "--mbox", both, "--replace")
+    mine = Catalog(catalog)
+    assert {p.file for p in mine.get("dsv4-bf16-sizing").patches} and \
+        tuple(mine.get("dsv4-bf16-sizing").depends_on) == ("dsv4-bf16-index-k",)
+    own = {n for n in mine.names() if (catalog / "manifests" / f"{n}.toml").is_file()}
+    assert own == {"dsv4-bf16-index-k", "dsv4-bf16-sizing"}
+    named = new_catalog(tmp_path / "named")
+    ok(named, "import", "--mbox", both, "--name", "fp")
+    assert {n for n in Catalog(named).names()
+            if (named / "manifests" / f"{n}.toml").is_file()} == {"fp-1", "fp-2"}
+    assert tuple(Catalog(named).get("fp-2").depends_on) == ("fp-1",)

@@ -16,7 +16,9 @@ from .common import State, command
 
 
 def report_authoring(result: authoring.AuthoringResult, as_json: bool, verb: str,
-            warnings: list[str] | None = None) -> None:
+                     warnings: list[str] | None = None, dry_note: bool = True) -> None:
+    """One written fix; ``dry_note``: end a dry run's report with "nothing was written" (an
+    import of several fixes says it once, after the last)."""
     warnings = warnings or []
     if as_json:
         render.print_json({
@@ -52,7 +54,7 @@ def report_authoring(result: authoring.AuthoringResult, as_json: bool, verb: str
             say(f"  renamed:  {old} -> {new} (the title changed)")
         if result.commit:
             say(f"  committed {result.commit[:12]} in the catalog's git repository")
-        if result.dry_run:
+        if result.dry_run and dry_note:
             say("dry run: nothing was written")
     if result.applied:
         say(f"left out {len(result.applied)} file(s) written by applied fixes (the checkout's "

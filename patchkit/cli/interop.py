@@ -75,8 +75,10 @@ def import_(state: State, src: str | None, commits: str | None, mbox_path: str |
     for result in results:
         whose = taken.get(result.name)
         report_authoring(result, False, "imported" if whose is None else
-                f"imported (replacing {'the shipped' if whose == 'shipped' else 'your'} fix "
-                "of that name: --replace)")
+                         f"imported (replacing {'the shipped' if whose == 'shipped' else 'your'} "
+                         "fix of that name: --replace)", dry_note=False)
+    if dry_run:
+        progress_sayer()("dry run: nothing was written")
     return 0
 
 

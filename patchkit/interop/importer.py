@@ -55,10 +55,14 @@ def from_commits(src: Path, spec: str) -> tuple[list[Patch], str | None]:
 
 def plan(patches: Sequence[Patch], *, one: bool, name: str | None) -> list[Planned]:
     """The fixes to make: one of all the patches, or one per patch (consecutive patches
-    exported from one fix, by their Patchkit-Fix header, make one fix again); named ``name`` (then
+    exported from one fix, by their Patchkit-Fix header, make one fix again; patches whose
+    headers name several fixes make those fixes, ``one`` or not); named ``name`` (then
     ``name-1``, ``name-2``... for several), else by the Patchkit-Fix header, else the title."""
     groups: list[tuple[Patch, ...]] = []
     last = None
+    headers = {dep3.fields_of(p.fields, p.source).get("name") for p in patches} - {None}
+    if len(headers) > 1:  # an export of several fixes comes back as those fixes
+        one = False
     for patch in patches:  # consecutive patches of one exported fix stay together
         said = dep3.fields_of(patch.fields, patch.source).get("name")
         if one and groups or (said and said == last):
