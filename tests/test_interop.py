@@ -427,3 +427,25 @@ def test_an_mbox_of_several_exported_fixes_comes_back_as_those_fixes(tmp_path: P
     assert {n for n in Catalog(named).names()
             if (named / "manifests" / f"{n}.toml").is_file()} == {"fp-1", "fp-2"}
     assert tuple(Catalog(named).get("fp-2").depends_on) == ("fp-1",)
+
+
+def test_a_quilt_patch_without_a_header_is_named_by_its_file_as_quilt_names_it(
+        tmp_path: Path) -> None:
+    """`quilt new` + `quilt refresh` writes a bare diff (no DEP-3 header): quilt knows the
+    patch by its file name, and so does the import; it used to be refused, pointing at
+    --name and --mbox, neither of which could take it."""
+    patches = tmp_path / "q" / "patches"
+    patches.mkdir(parents=True)
+    (patches / "series").write_text("lower-log-level.patch\n")
+    (patches / "lower-log-level.patch").write_text(
+        "Index: q/python/sglang/version.py\n"
+        "===================================================================\n"
+        "--- q.orig/python/sglang/version.py\n+++ q/python/sglang/version.py\n"
+        "@@ -1 +1 @@\n-__version__ = \"0.5.23\"\n+__version__ = \"0.5.23+local\"\n")
+    catalog = new_catalog(tmp_path / "mine")
+    ok(catalog, "import", "--quilt", patches.parent, "--release", "0.5.23")
+    fix = Catalog(catalog).get("lower-log-level")
+    assert fix.title == "lower-log-level" and fix.upstream.base_release == "0.5.23"
+    assert "no header" in fix.rationale
+    ok(catalog, "import", "--quilt", patches.parent, "--release", "0.5.23", "--name", "loc")
+    assert Catalog(catalog).get("loc").title == "lower-log-level"

@@ -107,8 +107,6 @@ QUILT_CASES = {
                        ["'../outside.py', outside the tree"]),
     "latin1-description": ({"series": b"one.patch\n", "one.patch": dep3(description=b"caf\xe9")},
                            "one.patch", ["its DEP-3 headers are not UTF-8", "iconv"]),
-    "no-description": ({"series": b"one.patch\n", "one.patch": DIFF}, "one.patch",
-                       ["no Description (or Subject) header"]),
     "no-series": ({"one.patch": dep3()}, "", ["no quilt series file", "QUILT_PATCHES"]),
     "empty-series": ({"series": b"# nothing\n"}, "series", ["the series lists no patch"]),
     "too-deep": ({"series": b"one.patch -p9\n", "one.patch": dep3()}, "one.patch",

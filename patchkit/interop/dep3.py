@@ -147,9 +147,11 @@ def render(title: str, rationale: str, author: str, headers: list[tuple[str, str
     return "\n".join(lines) + "\n---\n"
 
 
-def parse(text: str, source: Path) -> tuple[str, str, list[tuple[str, str]]]:
+def parse(text: str, source: Path, untitled: str | None = None
+          ) -> tuple[str, str, list[tuple[str, str]]]:
     """(title, rationale, other headers in order) of the DEP-3 header part of a patch (what
-    precedes its diff). Free text that is no header is part of the rationale."""
+    precedes its diff). Free text that is no header is part of the rationale. ``untitled``:
+    the title of a patch with no Description (a bare quilt patch: its name), else refused."""
     pairs: list[list[str]] = []
     free: list[str] = []
     for line in text.split("\n"):
@@ -170,6 +172,10 @@ def parse(text: str, source: Path) -> tuple[str, str, list[tuple[str, str]]]:
         else:
             others.append((key, value.strip()))
     rationale = "\n\n".join(p for p in (rationale.strip("\n"), "\n".join(free).strip()) if p)
+    if not title.strip() and untitled:
+        note = (f"Imported from {source.name}, which had no header (no DEP-3 Description): "
+                "its title is the patch's name.")
+        return untitled, "\n\n".join(p for p in (rationale, note) if p), others
     if not title.strip():
         raise PatchFormatError(
             f"{source}: no Description (or Subject) header: a DEP-3 patch starts with "

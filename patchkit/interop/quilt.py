@@ -79,10 +79,19 @@ def read_patch(file: Path, strip: int = 1) -> Patch:
         raise PatchFormatError(f"{file}: its DEP-3 headers are not UTF-8. Re-encode the "
                                f"file's header as UTF-8 (iconv -t UTF-8 {file.name})",
                                file=str(file)) from None
-    title, rationale, pairs = dep3.parse(head, file)
+    title, rationale, pairs = dep3.parse(head, file, untitled=_untitled(file))
     fields = dep3.fields_of(pairs, file)
     return Patch(file, title, rationale, fields.get("author", ""), fields.get("date", ""),
                  pairs, _restrip(diff, strip, file))
+
+
+def _untitled(file: Path) -> str:
+    """A bare patch's title: its name in the series, as quilt calls it (``fix-x.patch``:
+    ``fix-x``)."""
+    for suffix in (".patch", ".diff"):
+        if file.name.endswith(suffix) and len(file.name) > len(suffix):
+            return file.name[:-len(suffix)]
+    return file.name
 
 
 def _strip(name: str, level: int, file: Path) -> str:
