@@ -160,3 +160,27 @@ def test_raw_utf8_and_rfc2047_headers_are_read_not_refused(catalog: Path, tmp_pa
     fixes = Catalog(catalog)
     assert fixes.get("raw").title == fixes.get("encoded").title == "café: two"
     assert fixes.get("raw").author == "Zoë Author <ann@example.org>"
+
+
+def test_a_damaged_hunk_is_named_by_its_line_in_the_file(catalog: Path, tmp_path: Path) -> None:
+    """The line an error names is the file's, where an editor opens it: in a format-patch
+    file, in the second mail of an mbox, in a DEP-3 quilt patch (it was the line within the
+    diff part: `0001-x.patch:4` for a hunk on line 14)."""
+    bad = mail(DIFF[:-20])
+    hunk = bad.split(b"\n").index(b"@@ -1,3 +1,3 @@") + 1  # its 1-based line
+    directory = tmp_path / "format-patch"
+    directory.mkdir()
+    (directory / "0001-bad.patch").write_bytes(bad)
+    refused(catalog, ["--mbox", str(directory)], f"0001-bad.patch:{hunk}: the hunk at line {hunk}")
+    both = tmp_path / "two.mbox"
+    good = mail()
+    both.write_bytes(good + bad)
+    second = good.count(b"\n") + hunk
+    refused(catalog, ["--mbox", str(both), "--split", "--name", "x"],
+            f"two.mbox:{second}: the hunk at line {second}")
+    patches = tmp_path / "q" / "patches"
+    patches.mkdir(parents=True)
+    (patches / "series").write_text("one.patch\n")
+    (patches / "one.patch").write_bytes(dep3(DIFF[:-20]))
+    at = dep3(DIFF[:-20]).split(b"\n").index(b"@@ -1,3 +1,3 @@") + 1
+    refused(catalog, ["--quilt", str(patches)], f"one.patch:{at}: the hunk at line {at}")

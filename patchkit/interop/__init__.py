@@ -28,6 +28,7 @@ class Patch(MutableRecord):
     date: str = ""  # as the format gave it (RFC 2822 in a mail, ISO in DEP-3's Last-Update)
     fields: list[tuple[str, str]] = field(default_factory=list)  # DEP-3 headers / trailers
     diff: str = ""  # from the first file header to the end (surrogateescape'd bytes)
+    diff_line: int = 1  # the line of ``source`` the diff starts at (errors name the file's lines)
 
 
 #: the largest patch, mbox or series file patchkit reads (the largest real diff seen: 184 MB)

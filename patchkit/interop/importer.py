@@ -122,8 +122,9 @@ def _checked(fix: Planned, root: str | None, identity: str
         author = patch.author if not fields.get("author_unset") else ""
         text = _series_file(patch, author or identity, patch.body)
         where = root or fields.get("root") or PRIMARY_ROOT
-        records = series.parse_patch(patch.source, where,
-                                     data=patch.diff.encode("utf-8", "surrogateescape"))
+        # the diff at its place in the file (blank lines before it): errors name its lines
+        records = series.parse_patch(patch.source, where, data=b"\n" * (patch.diff_line - 1)
+                                     + patch.diff.encode("utf-8", "surrogateescape"))
         for record in records:
             refuse_escape(record["path"], patch.source)
         texts[f"{i:04d}-{writer.slug(patch.subject)}.patch"] = (

@@ -38,19 +38,21 @@ def _read_file(path: Path) -> list[Patch]:
     # Each message's lines are joined once (appending to a bytes object copied it whole per
     # line: an import took time in the square of the mbox's size).
     chunks: list[list[bytes]] = []
-    for line in data.splitlines(keepends=True):
+    starts: list[int] = []  # the line of the file each message's first line is
+    for number, line in enumerate(data.splitlines(keepends=True), 1):
         is_from = line.startswith(b"From ") and FROM_LINE.match(line.rstrip(b"\n"))
         if is_from or not chunks:
             chunks.append([] if is_from else [line])
+            starts.append(number + 1 if is_from else number)
         else:
             chunks[-1].append(line)
     del data
     out = []
-    for i, lines in enumerate(chunks, 1):
+    for i, (lines, start) in enumerate(zip(chunks, starts), 1):
         chunk = b"".join(lines)
         lines.clear()
         if chunk.strip():
-            out.append(_message(path, chunk, i))
+            out.append(_message(path, chunk, i, start))
     if not out:
         raise PatchFormatError(f"{path}: no message in the mbox. Give the output of git "
                                "format-patch (or a mail holding a patch)", file=str(path))
@@ -76,7 +78,8 @@ def _not_utf8(path: Path, index: int, name: str) -> PatchFormatError:
         "again with git format-patch", file=str(path), header=name)
 
 
-def _message(path: Path, chunk: bytes, index: int) -> Patch:
+def _message(path: Path, chunk: bytes, index: int, start: int = 1) -> Patch:
+    """Message ``index`` of ``path``, whose first line is the file's line ``start``."""
     text = chunk.decode("utf-8", "surrogateescape")
     refuse_crlf(text, path)
     name = "From"
@@ -96,10 +99,14 @@ def _message(path: Path, chunk: bytes, index: int) -> Patch:
     payload = msg.get_payload(decode=True)
     if not isinstance(payload, bytes):
         raise _malformed(path, index, "its body cannot be read")
+    at = 1  # the file's line the diff starts at: known when the body is the file's own text
     if msg.get("Content-Transfer-Encoding", "").lower() in ("", "7bit", "8bit", "binary"):
-        payload = chunk.split(b"\n\n", 1)[1] if b"\n\n" in chunk else b""
+        head, blank, payload = chunk.partition(b"\n\n")
+        payload = payload if blank else b""
+        at = start + head.count(b"\n") + 2
     body_text = payload.decode("utf-8", "surrogateescape")
     message, diff = split_diff(body_text, path)
+    at = at + message.count("\n") if at > 1 else 1
     message = re.split(r"^---[ \t]*$", message, maxsplit=1, flags=re.M)[0]
     body, trailers = split_trailers(message)
     author = ""
@@ -108,7 +115,7 @@ def _message(path: Path, chunk: bytes, index: int) -> Patch:
         author = f"{name} <{addr}>" if name else f"{addr} <{addr}>" if addr else ""
     subject = re.sub(r"^(\s*\[[^\]]*\]\s*)+", "", subject).strip()
     return Patch(path, subject, body, author, _header(path, msg, "Date", index), trailers,
-                 strip_signature(diff))
+                 strip_signature(diff), diff_line=at)
 
 
 def _malformed(path: Path, index: int, what: str) -> PatchFormatError:

@@ -82,7 +82,7 @@ def read_patch(file: Path, strip: int = 1) -> Patch:
     title, rationale, pairs = dep3.parse(head, file, untitled=_untitled(file))
     fields = dep3.fields_of(pairs, file)
     return Patch(file, title, rationale, fields.get("author", ""), fields.get("date", ""),
-                 pairs, _restrip(diff, strip, file))
+                 pairs, _restrip(diff, strip, file), diff_line=head.count("\n") + 1)
 
 
 def _untitled(file: Path) -> str:
