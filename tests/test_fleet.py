@@ -149,6 +149,15 @@ def test_unreachable_host_stops_before_writing_unless_the_budget_allows_it(fleet
     code, report = patchkit(fleet, "apply", *SEED, "--max-fail", "1", inventory=inventory)
     assert code == 0, report
     assert hosts(report) == {"h1": "applied", "h2": "applied", "h3": "applied", "h5": "unreachable"}
+    # verify naming no fix: every host verifies what it applied (the help's default); an
+    # unreachable host is exit 10, as for one remote target
+    code, verified = patchkit(fleet, "verify", inventory=inventory)
+    assert code == 10, verified
+    ran = {h["host"]: (h["state"], [f["name"] for f in (h["result"] or {}).get("fixes") or []])
+           for h in verified["hosts"]}
+    assert ran["h1"] == ("ok", sorted(SEED)) and ran["h5"][0] == "unreachable", ran
+    code, verified = patchkit(fleet, "verify", "--limit", "h1,h2")
+    assert code == 0, verified
     code, status = patchkit(fleet, "status", "--exit-code", inventory=inventory)
     assert code == 1  # h5 is unreachable: the fleet has not converged
     assert status["matrix"]["h5"]["dsv4-bf16-sizing"]["state"] == "unreachable"

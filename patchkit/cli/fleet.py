@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from ..engine.contract import OPS
-from ..errors import EXIT_CHECK_FAILED, UsageError
+from ..errors import EXIT_CHECK_FAILED, EXIT_UNREACHABLE, UsageError
 from . import render
 from .common import State, command, write_options
 
@@ -84,7 +84,9 @@ def survey(state: State, op: str, names: list[str], fleet: dict[str, Any], *, as
         unconverged = not converged(result, cells, running, running_gate)
         return EXIT_CHECK_FAILED if exit_code and unconverged else 0
     render.emit(as_json, result.to_json(), lambda out: render_hosts(out, result.hosts, op))
-    return 0 if all(h.state == "ok" for h in result.hosts) else EXIT_CHECK_FAILED
+    if any(h.state not in ("ok", "unreachable") for h in result.hosts):
+        return EXIT_CHECK_FAILED  # a reached host's check failed: that says more
+    return EXIT_UNREACHABLE if any(h.state == "unreachable" for h in result.hosts) else 0
 
 
 def _recovered(hosts: Any) -> None:

@@ -184,9 +184,9 @@ def verify(state: State, fixes: tuple[str, ...], as_json: bool, **where: Any) ->
     """Run the verification checks of FIXES (default: every fix applied there) on the target;
     writes nothing."""
     fleet = fleet_options(where, rollout_options=False)
-    if wants_fleet(fleet, where):
-        names = _names(fixes, "verify")
-        return survey(state, "verify", names, fleet, as_json=as_json, lock_timeout=where["lock_timeout"])
+    if wants_fleet(fleet, where):  # no FIX: every host verifies what it has applied
+        return survey(state, "verify", list(fixes), fleet, as_json=as_json,
+                      lock_timeout=where["lock_timeout"])
     result = run_op(state, where, f"verifying {', '.join(fixes) or 'the applied fixes'} on", as_json,
                   api.verify, list(fixes))
     if not fixes and not result.fixes and not as_json:

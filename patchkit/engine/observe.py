@@ -248,10 +248,12 @@ def _detect(ws: Workspace, spec: FixSpec) -> Dict[str, Any]:
 def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
     state = store.read_state()
     recorded = state.by_name()
-    missing = [s.name for s in req.fixes if s.name not in recorded]
+    # applied_only: a fleet's verify of whatever each host applied
+    specs = [s for s in req.fixes if s.name in recorded or not req.applied_only]
+    missing = [s.name for s in specs if s.name not in recorded]
     if missing:
         ws = Workspace(req.roots)
-        present = [s.name for s in req.fixes if s.name in missing
+        present = [s.name for s in specs if s.name in missing
                    and unrecorded(ws, s, req.roots)["state"] == presence.PRESENT]
         absent = [n for n in missing if n not in present]
         said = []
@@ -269,7 +271,7 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
     out, failures = [], []
     ws = Workspace(req.roots)
     lost = lost_fixes(req.roots, state, ws)
-    for spec in req.fixes:
+    for spec in specs:
         # A check passing on edited files does not vouch for the fix as patchkit wrote it.
         drifted = drifted_files(req.roots, state, recorded[spec.name], ws)
         ctx = CheckContext(spec.name, req.roots, req.python, spec.scripts, req.roots.read)

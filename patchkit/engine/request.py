@@ -55,6 +55,7 @@ class Request(Record):
     commit: bool = False  # apply: record each fix as a commit in its git roots
     git: bool = True  # apply: False (--no-git) runs no git: no clean check, no release tag
     sync: bool = False  # apply: skip fixes whose change this target does not need (patchkit sync)
+    applied_only: bool = False  # verify: only the fixes of the request the target records
 
 
 def _checks(value: Any, fix: str, key: str) -> Tuple[Dict[str, Any], ...]:
@@ -165,7 +166,8 @@ def parse_request(data: Any) -> Request:
                                             or sys.executable),
                    lock_timeout=lock_timeout, fixes=fixes, dependencies=dependencies,
                    commit=bool(data.get("commit", False)), git=bool(data.get("git", True)),
-                   sync=bool(data.get("sync", False)))
+                   sync=bool(data.get("sync", False)),
+                   applied_only=bool(data.get("applied_only", False)))
 
 
 def _list(data: Dict[str, Any], key: str) -> List[Any]:

@@ -22,7 +22,7 @@ __all__ = ["COLLECTIONS_PATH", "FleetOptions", "FleetReport", "HostReport", "Sur
 def plan(catalog: Catalog, op: str, names: Sequence[str], *, roots: dict[str, str] | None = None,
          with_deps: bool = False, allow_inactive: bool = False, dry_run: bool = False,
          force: bool = False, lock_timeout: float = 30.0, commit: bool = False,
-         git: bool = True, sync: bool = False) -> dict[str, Any]:
+         git: bool = True, sync: bool = False, applied_only: bool = False) -> dict[str, Any]:
     """The engine request of ``op`` over ``names``, for ``patchkit.fleet.engine``. It holds no
     roots: each host gives its own (``patchkit_target``, ``patchkit_roots``); ``roots`` names
     the ones the hosts have, for the checks made here. ``commit`` and ``git`` as for
@@ -39,7 +39,8 @@ def plan(catalog: Catalog, op: str, names: Sequence[str], *, roots: dict[str, st
         roots = {"sglang": "/"} | {r: "/" for f in fixes for r in f.roots if r != "sglang"}
     request = build_request(catalog, fixes, op=op, roots=roots, state_root="sglang", python=None,
                             dry_run=dry_run, force=force, lock_timeout=lock_timeout,
-                            commit=commit and op == "apply", git=git, sync=sync)
+                            commit=commit and op == "apply", git=git, sync=sync,
+                            applied_only=applied_only)
     request["roots"] = {}  # never a placeholder a host could take for a real path
     return request
 
@@ -97,8 +98,9 @@ def survey(catalog: Catalog, op: str, names: Sequence[str] = (), *, inventory: s
         workdir, plays = Path(tmp), []
         for root_names, group in by_roots.items():
             fixes = list(names) or [f.name for f in catalog.all() if set(f.roots) <= set(root_names)]
+            # a verify naming no fix: each host verifies the fixes it has applied
             request = plan(catalog, op, fixes, roots={r: "/" for r in root_names},
-                           lock_timeout=lock_timeout)
+                           lock_timeout=lock_timeout, applied_only=op == "verify" and not names)
             plays.append({"name": f"patchkit {op}", "hosts": ",".join(h.name for h in group),
                           "gather_facts": False,
                           "tasks": [engine_task(workdir, request, f"patchkit {op}")]})
