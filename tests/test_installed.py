@@ -562,3 +562,17 @@ def test_a_remote_python_target_finds_its_sglang_on_the_host(
     with pytest.raises(TargetError, match="does not exist"):
         api.status(catalog, missing)
     api.rollback(catalog, target, ["dsv4-bf16-index-k"])
+
+
+def test_a_fix_requiring_a_lost_fix_says_the_dependency_is_lost(
+        catalog: Catalog, target: LocalTarget, venv: Path, sglang_wheel_0523: Path) -> None:
+    """After a reinstall took both away, applying the dependent fix alone is refused: its
+    dependency is recorded but lost (it said "neither recorded by patchkit nor present")."""
+    assert api.apply(catalog, target, ["dsv4-bf16-index-k", "dsv4-bf16-sizing"]).ok
+    pip_install(venv / "bin" / "python", sglang_wheel_0523, "--force-reinstall")
+    with pytest.raises(PreconditionFailed) as refused:
+        api.apply(catalog, target, ["dsv4-bf16-sizing"])
+    said = str(refused.value)
+    assert "dsv4-bf16-index-k is recorded but lost" in said, said
+    assert "neither recorded" not in said
+    assert "patchkit apply dsv4-bf16-index-k" in said

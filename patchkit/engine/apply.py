@@ -49,6 +49,7 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
     prepare = _Prepare(req, store, state, ws, sources, git_changes, taken_out)
     for name in lost:  # a lost fix required by another is not there: apply it again first
         prepare.recorded.pop(name, None)
+    prepare.lost = lost
     prepare.prepared.update(s.name for s in req.fixes if s.not_needed)  # satisfy requires
     prepared = prepare.changes(todo)
     outcomes.update(prepare.present_unrecorded)
@@ -237,6 +238,7 @@ class _Prepare:
         # conflict), made by the not-already-added check, until place() writes it
         self.placed: Dict[Key, Tuple[FileChange, Any]] = {}
         self.present_unrecorded: Dict[str, Dict[str, Any]] = {}  # fixes left out: in the files
+        self.lost: Dict[str, str] = {}  # recorded fixes a reinstall took away: why
 
     def changes(self, todo: List[FixSpec]) -> List[FixChange]:
         out = []
@@ -280,7 +282,7 @@ class _Prepare:
         # of the request left out (sync: present unrecorded), as `apply FIX` looks for it
         copies = {d.name: d for d in (*req.fixes, *req.dependencies)}
         pre.extend(auto.requires_check(spec, self.recorded, self.prepared, copies, self.read_any,
-                                       sync=req.sync))
+                                       sync=req.sync, lost=self.lost))
         if spec.name in self.sources:
             pre.append(self.sources[spec.name][1])
         by_key: Dict[Key, List[FileChange]] = {}

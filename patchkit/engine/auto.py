@@ -47,10 +47,11 @@ def release_check(spec: FixSpec, roots: Roots, cache: Dict[str, Tuple[Optional[s
 
 def requires_check(spec: FixSpec, recorded: Dict[str, FixRecord], earlier: Set[str],
                    dependencies: Dict[str, FixSpec], read: Reader,
-                   sync: bool = False) -> List[Dict[str, Any]]:
+                   sync: bool = False, lost: Optional[Dict[str, str]] = None) -> List[Dict[str, Any]]:
     """Each required fix is recorded (any version), planned earlier in this request, or, when
     the request carries it as a dependency, present in the files (a fork may carry it).
-    ``sync``: the advice is sync's, which has no --with-deps (it applies what it can)."""
+    ``sync``: the advice is sync's, which has no --with-deps (it applies what it can).
+    ``lost``: recorded fixes a reinstall took away (not there; said so)."""
     out = []
     for name in spec.requires:
         if name in earlier:
@@ -67,6 +68,9 @@ def requires_check(spec: FixSpec, recorded: Dict[str, FixRecord], earlier: Set[s
             elif found == presence.PARTLY:
                 detail = ("fix %s is not recorded by patchkit and only part of its change is in the "
                           "files" % name)
+            elif name in (lost or {}):
+                detail = ("fix %s is recorded but lost: its package was reinstalled underneath "
+                          "it, so its change is gone" % name)
             else:
                 detail = "fix %s is neither recorded by patchkit nor present in the files" % name
         else:
