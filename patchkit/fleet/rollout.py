@@ -83,14 +83,17 @@ class FleetReport:
 
 def parse_waves(spec: str) -> tuple[str, ...]:
     """``1,25%,100%`` -> its parts, each a host count or a percentage of the hosts to change."""
-    parts = tuple(p.strip() for p in spec.split(",") if p.strip())
+    parts = tuple(p.strip() for p in spec.split(","))
+    if not spec.strip():
+        raise UsageError("--waves is empty; e.g. --waves 1,25%,100%", option="--waves")
+    if "" in parts:  # "1,,2": a count left out, not a wave to skip
+        raise UsageError(f"--waves {spec!r} has an empty part; give a host count or a percentage "
+                         "between each two commas, e.g. --waves 1,25%,100%", option="--waves")
     for part in parts:
         number = part[:-1] if part.endswith("%") else part
         if not number.isdigit() or int(number) < 1 or (part.endswith("%") and int(number) > 100):
             raise UsageError(f"--waves {spec!r}: {part!r} is neither a host count (1 or more) nor a "
                              "percentage (1% to 100%); e.g. --waves 1,25%,100%", option="--waves")
-    if not parts:
-        raise UsageError("--waves is empty; e.g. --waves 1,25%,100%", option="--waves")
     return parts
 
 
