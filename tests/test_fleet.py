@@ -158,6 +158,8 @@ def test_unreachable_host_stops_before_writing_unless_the_budget_allows_it(fleet
     assert ran["h1"] == ("ok", sorted(SEED)) and ran["h5"][0] == "unreachable", ran
     code, verified = patchkit(fleet, "verify", "--limit", "h1,h2")
     assert code == 0, verified
+    plain = fleet.run("patchkit", "status", "--inventory", str(inventory))
+    assert "h5\t(running)\t-\t" in plain.stdout and "h1\t(running)\t" in plain.stdout, plain.stdout
     code, status = patchkit(fleet, "status", "--exit-code", inventory=inventory)
     assert code == 1  # h5 is unreachable: the fleet has not converged
     assert status["matrix"]["h5"]["dsv4-bf16-sizing"]["state"] == "unreachable"

@@ -118,8 +118,8 @@ def render_matrix(console: Any, cells: dict[str, dict[str, dict[str, Any]]],
                 version = f"v{cell['version']}" if cell.get("version") else ""
                 reason = f"\t{render.one_line(cell['detail'])}" if cell.get("detail") else ""
                 console.file.write(f"{host}\t{fix}\t{cell['state']}\t{version}{reason}\n")
-            if running.get(host, "-") != "-":  # a host not reached has no process line
-                console.file.write(f"{host}\t(running)\t{running[host]}\t\n")
+            if running:  # one line per host ("-": not reached), as docs/cli.md says
+                console.file.write(f"{host}\t(running)\t{running.get(host, '-')}\t\n")
         return
     rows = [[host, *(_cell(row.get(fix)) for fix in fixes), *([running.get(host, "-")] if running else [])]
             for host, row in cells.items()]
