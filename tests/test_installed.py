@@ -576,3 +576,20 @@ def test_a_fix_requiring_a_lost_fix_says_the_dependency_is_lost(
     assert "dsv4-bf16-index-k is recorded but lost" in said, said
     assert "neither recorded" not in said
     assert "patchkit apply dsv4-bf16-index-k" in said
+
+
+def test_a_file_put_back_by_hand_is_drift_not_a_reinstall(
+        catalog: Catalog, target: LocalTarget, site: Path, venv: Path,
+        sglang_wheel_0523: Path) -> None:
+    """One of a fix's files restored to the wheel's bytes by hand holds what RECORD lists, as
+    after a reinstall; but pip rewrites RECORD on every install, and it is untouched: the fix
+    is drifted (it said "sglang 0.5.23 reinstalled"). After a real reinstall it is lost."""
+    environ = site / "sglang" / "srt" / "environ.py"
+    original = environ.read_bytes()
+    assert api.apply(catalog, target, ["dsv4-bf16-index-k"]).ok
+    environ.write_bytes(original)
+    [seen] = [s for s in api.status(catalog, target).status if s.name == "dsv4-bf16-index-k"]
+    assert seen.state == "drifted", seen
+    pip_install(venv / "bin" / "python", sglang_wheel_0523, "--force-reinstall")
+    [seen] = [s for s in api.status(catalog, target).status if s.name == "dsv4-bf16-index-k"]
+    assert seen.state == "lost" and "reinstalled" in (seen.detail or ""), seen

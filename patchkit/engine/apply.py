@@ -489,5 +489,6 @@ def _installed(req: Request, fc: FixChange) -> Optional[Dict[str, str]]:
     """The wheel install the fix's files were in (``status`` names it once it is lost)."""
     for name, found in record.installs(req.roots).items():
         if any(k[0] == name for k in fc.keys):
-            return {"root": name, "dist": record.DIST, "version": found.version}
+            return {"root": name, "dist": record.DIST, "version": found.version,
+                    "record_stamp": found.stamp}
     return None

@@ -203,6 +203,9 @@ def lost_detail(ws: Workspace, rec: FixRecord, files: List[Dict[str, Any]],
         seen.add(f["root"])
     if not seen:
         return None
+    stamp = (rec.installed or {}).get("record_stamp")
+    if stamp and all(installs[r].stamp == stamp for r in seen):
+        return None  # the install the fix went into is still there: files restored by hand
     was = rec.installed_version
     now = ", ".join(installs[r].version for r in sorted(seen))
     what = "%s %s" % (record.DIST, now if was in (None, now) else "%s -> %s" % (was, now))

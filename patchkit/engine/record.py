@@ -27,6 +27,9 @@ class Installed(Record):
     version: str
     record_path: str  # relative to the root (site-packages)
     hashes: Dict[str, str] = field(default_factory=dict)  # root-relative path -> hex, "" if none
+    # RECORD's inode and mtime: pip writes it anew on every install, so an unchanged stamp
+    # says the package was not reinstalled (a file the wheel's bytes again was restored by hand)
+    stamp: str = ""
 
     @property
     def label(self) -> str:
@@ -68,10 +71,19 @@ def installed(root: Root) -> Optional[Installed]:
             continue
         if _editable(os.path.join(root.path, name)):
             continue
-        hashes = _read_record(os.path.join(root.path, name, "RECORD"))
+        path = os.path.join(root.path, name, "RECORD")
+        hashes = _read_record(path)
         if hashes and "sglang/__init__.py" in hashes:
-            found.append(Installed(version, name + "/RECORD", hashes))
+            found.append(Installed(version, name + "/RECORD", hashes, _stamp(path)))
     return found[0] if len(found) == 1 else None
+
+
+def _stamp(path: str) -> str:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ""
+    return "%d:%d" % (st.st_ino, st.st_mtime_ns)
 
 
 def _editable(dist_info: str) -> bool:
