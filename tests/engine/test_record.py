@@ -6,6 +6,7 @@ same with the real 0.5.23 wheel installed by pip; these cover the pitfalls one b
 from __future__ import annotations
 
 import base64
+import os
 import hashlib
 import json
 from pathlib import Path
@@ -122,7 +123,12 @@ def test_reinstalled_bytes_make_a_fix_lost_other_bytes_drifted(tmp_path: Path) -
     (site / INSTALLED).write_text(module_text() + "# local edit\n")
     assert status(site)["a"]["state"] == "drifted"
 
-    (site / INSTALLED).write_text(module_text())  # what pip --force-reinstall writes
+    (site / INSTALLED).write_text(module_text())  # put back by hand: RECORD untouched
+    assert status(site)["a"]["state"] == "drifted"
+    record = site / "sglang-0.5.21.dist-info" / "RECORD"  # pip --force-reinstall writes it anew
+    fresh = record.with_name("RECORD.new")
+    fresh.write_bytes(record.read_bytes())
+    os.replace(fresh, record)
     seen = status(site)["a"]
     assert seen["state"] == "lost"
     assert seen["detail"].startswith("sglang 0.5.21 reinstalled; recorded v1 no longer present")
