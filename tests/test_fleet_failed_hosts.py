@@ -54,9 +54,11 @@ def test_every_host_failed_is_a_row_with_its_reason_and_exit_code_fails(broken_f
     assert plain.returncode == 0, plain.stderr
     lines = plain.stdout.splitlines()
     for host in HOSTS:
-        rows = [line.split("\t") for line in lines if line.startswith(f"{host}\t")]
+        rows = [line.split("\t") for line in lines if line.startswith(f"{host}\t")
+                and not line.startswith(f"{host}\t(running)\t")]
         assert rows, plain.stdout
         assert all(row[2] == "failed" and REASON in row[4] for row in rows), rows
+        assert f"{host}\t(running)\t-\t" in plain.stdout  # a host not reached: "-"
 
     code = pk("status", "--inventory", inv, "--exit-code")
     assert code.returncode == 1, code.stdout + code.stderr
