@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from . import gitrepo
-from .capture import (CapturedFile, applied_owners, applied_version, capture, capture_commits, diff_of,
+from .capture import (CapturedFile, applied_owners, applied_record, capture, capture_commits, diff_of,
                       leave_applied, release_of)
 from .catalog import Catalog, edit, patchmail, series, writer
 from .catalog.manifest import AUTHOR_RE, name_problem
@@ -276,6 +276,14 @@ def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] 
     fix = catalog.get(name)
     catalog.check_own([name], "refresh")
     _refuse_variant_checkout(fix, src)
+    primary = any(ref.root == PRIMARY_ROOT for ref in fix.patches)
+    here = applied_record(src, name, record=None if primary else record)
+    if here is not None and here.commits:
+        raise UsageError(
+            f"{name} v{here.version} is applied in {src} with --commit: HEAD holds its change, "
+            "and refresh captures the changes against HEAD, so the new version would lose it. "
+            f"Roll it back first (patchkit rollback {name} --target {src}: a revert commit), "
+            "apply it without --commit, make the edit, then refresh", fix=name, path=str(src))
     owner = _owners(fix, squash)
     files = capture(src, tuple(sorted(set(owner) | set(paths))))
     applied: tuple[tuple[str, str], ...] = ()
@@ -298,11 +306,12 @@ def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] 
                  and all(texts[r] == old_texts[r] for r in texts))
     changed = not unchanged or release != fix.upstream.base_release
     version = fix.version + 1 if changed else fix.version
-    primary = any(ref.root == PRIMARY_ROOT for ref in fix.patches)
     result = AuthoringResult(name, version, fix.manifest_path, tuple(targets[r] for r in texts),
                              tuple(f.path for f in files), release, changed=changed,
                              ignored=ignored, dry_run=dry_run, renamed=renamed, applied=applied,
-                             recorded=applied_version(src, name, record=None if primary else record))
+                             recorded=None if here is None else here.version,
+                             recorded_new=() if here is None else tuple(
+                                 f.path for f in files if f.path not in {r.path for r in here.files}))
     if dry_run or not changed:
         return result
     summary = summary or f"Refreshed from a checkout of {release}."

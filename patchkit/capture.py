@@ -19,7 +19,7 @@ from .catalog import series
 from .catalog.patchmail import Header
 from .engine.auto import detect_release
 from .engine.paths import Root, detect_layout
-from .engine.records import State
+from .engine.records import FixRecord, State
 from .engine.store import Store
 from .errors import UsageError
 
@@ -114,12 +114,11 @@ def applied_owners(src: Path, root: str, *, but: str | None = None,
             if r == root and fix != but and (fixes is None or fix in fixes)}
 
 
-def applied_version(src: Path, name: str, *, record: Path | None = None) -> int | None:
-    """The version of fix ``name`` the record of ``src`` (or of ``record``, the target's sglang
-    tree) says is applied there; None when it records none."""
+def applied_record(src: Path, name: str, *, record: Path | None = None) -> FixRecord | None:
+    """The record of fix ``name`` in ``src`` (or in ``record``, the target's sglang tree): the
+    version applied there, its files and commits; None when it records none."""
     found = _record(src, "", record, quiet=True)
-    rec = None if found is None else found.by_name().get(name)
-    return None if rec is None else rec.version
+    return None if found is None else found.by_name().get(name)
 
 
 def _record(src: Path, root: str, record: Path | None, quiet: bool = False) -> State | None:

@@ -189,3 +189,57 @@ def test_refresh_from_the_tree_a_fix_is_applied_in_leaves_an_upgrade_that_writes
     back = patchkit(catalog, "rollback", "host-pool-docs", "--target", str(catalog_tree))
     assert back.exit_code == 0, back.output
     assert pool.read_text() == original
+
+
+@pytest.mark.network
+def test_refresh_where_the_fix_is_committed_or_grows_a_file_says_what_works(
+        catalog_tree: Path, tmp_path: Path) -> None:
+    """Two cases the no-write upgrade does not cover. Applied with --commit, HEAD holds v1, and
+    a capture against HEAD would drop v1's change from v2: refused, nothing written. A v2 that
+    adds a file v1 did not change: the upgrade checks that file against HEAD, so refresh says
+    to put it back first instead of promising an upgrade that writes nothing."""
+    subprocess.run(["git", "config", "user.email", "a@example.org"], cwd=catalog_tree, check=True)
+    subprocess.run(["git", "config", "user.name", "A U Thor"], cwd=catalog_tree, check=True)
+    pool = catalog_tree / POOL
+    pool.write_text(pool.read_text().replace("Logical anchors own no backing buffers",
+                                             "Logical anchors own no host buffers"))
+    catalog = tmp_path / "catalog"
+    (catalog / "manifests").mkdir(parents=True)
+    assert patchkit(catalog, "new", "host-pool-docs", "--from", str(catalog_tree),
+                    "--no-commit").exit_code == 0
+    subprocess.run(["git", "checkout", "-q", "--", POOL], cwd=catalog_tree, check=True)
+    version = catalog_tree / "python/sglang/version.py"
+
+    committed = patchkit(catalog, "apply", "host-pool-docs", "--target", str(catalog_tree),
+                         "--commit")
+    assert committed.exit_code == 0, committed.output
+    with open(version, "a") as fh:
+        fh.write("# v2\n")
+    before = {p: p.read_bytes() for p in (catalog / "patches" / "host-pool-docs").iterdir()}
+    refused = patchkit(catalog, "refresh", "host-pool-docs", "python/sglang/version.py",
+                       "--from", str(catalog_tree), "--no-commit")
+    assert refused.exit_code == 2, refused.output
+    said = flat(refused.output)
+    assert "with --commit: HEAD holds its change" in said, said
+    assert "patchkit rollback host-pool-docs" in said, said
+    assert {p: p.read_bytes() for p in (catalog / "patches" / "host-pool-docs").iterdir()} == before
+    back = patchkit(catalog, "rollback", "host-pool-docs", "--target", str(catalog_tree))
+    assert back.exit_code == 0, back.output
+
+    subprocess.run(["git", "checkout", "-q", "--", "python/sglang/version.py"], cwd=catalog_tree,
+                   check=True)
+    assert patchkit(catalog, "apply", "host-pool-docs", "--target",
+                    str(catalog_tree)).exit_code == 0
+    with open(version, "a") as fh:
+        fh.write("# v2\n")
+    grown = patchkit(catalog, "refresh", "host-pool-docs", "python/sglang/version.py",
+                     "--from", str(catalog_tree), "--no-commit")
+    assert grown.exit_code == 0, grown.output
+    said = flat(grown.output)
+    assert "writing nothing" not in said, said
+    assert "git checkout -- python/sglang/version.py" in said, said
+    subprocess.run(["git", "checkout", "-q", "--", "python/sglang/version.py"], cwd=catalog_tree,
+                   check=True)
+    upgraded = patchkit(catalog, "apply", "host-pool-docs", "--target", str(catalog_tree))
+    assert upgraded.exit_code == 0, upgraded.output
+    assert version.read_text().endswith("# v2\n")

@@ -53,6 +53,7 @@ class AuthoringResult:
     # refresh: the version of the fix the checkout's record says is applied there (its files
     # now hold the version written: `patchkit apply` records it, writing nothing)
     recorded: int | None = None
+    recorded_new: tuple[str, ...] = ()  # of those files, the ones the applied version did not change
 
 
 def slug(text: str) -> str:

@@ -164,10 +164,18 @@ def refresh(state: State, fix: str, paths: tuple[str, ...], src: str, no_commit:
     if not as_json and result.recorded is not None and result.recorded != result.version:
         where = (f"--target {src}" if "sglang" in roots or not record
                  else f"--target {record} --root {roots[0]}={src}")
-        progress_sayer()(
-            f"{fix} v{result.recorded} is applied in {src} (its record), and its files are "
-            f"v{result.version}'s: patchkit apply {fix} {where} records v{result.version} there, "
-            "writing nothing")
+        if result.recorded_new:  # checked against HEAD by the upgrade: to be put back first
+            new = " ".join(result.recorded_new)
+            progress_sayer()(
+                f"{fix} v{result.recorded} is applied in {src} (its record); v{result.version} "
+                f"also changes {new}, which v{result.recorded} did not: put it back (git checkout "
+                f"-- {new}, in {src}), then patchkit apply {fix} {where} upgrades it to "
+                f"v{result.version}")
+        else:
+            progress_sayer()(
+                f"{fix} v{result.recorded} is applied in {src} (its record), and its files are "
+                f"v{result.version}'s: patchkit apply {fix} {where} records v{result.version} "
+                "there, writing nothing")
     return 0
 
 
