@@ -357,7 +357,10 @@ def test_every_json_error_names_the_command_and_the_target(tmp_path: Path) -> No
               str(tmp_path), 5),
              (("rollback", "--target", str(tmp_path), "--lock-timeout", "-1", "--json"),
               "rollback", str(tmp_path), 2),
-             (("show", "no-such-fix", "--json"), "show", None, 2)]
+             (("show", "no-such-fix", "--json"), "show", None, 2),
+             # the refused option before --target
+             (("rollback", "--lock-timeout", "-1", "--target", str(tmp_path), "--json"),
+              "rollback", str(tmp_path), 2)]
     for argv, op, target, code in cases:
         run = pk(*argv)
         assert run.returncode == code, (argv, run.stdout, run.stderr)
@@ -386,3 +389,13 @@ def test_matrix_takes_tag_spellings_and_fails_on_a_missing_release_before_checki
     assert missing.returncode != 0 and "0.0.999" in missing.stderr, missing.stderr
     assert "checking the fixes" not in missing.stderr
     assert upstream_repo.versions() == ["0.5.21"]
+
+
+@pytest.mark.network
+def test_a_group_commands_json_error_names_it(tmp_path: Path) -> None:
+    """`upstream checkout` (a command of a group) fails after it ran: its name is kept."""
+    run = pk("upstream", "checkout", "0.0.999", str(tmp_path / "x"), "--json",
+             env={"PATCHKIT_UPSTREAM": str(tmp_path / "store")})
+    assert run.returncode == 2, (run.stdout, run.stderr)
+    data = json.loads(run.stdout)
+    assert (data["op"], data["target"], data["ok"]) == ("upstream checkout", None, False)

@@ -7,7 +7,7 @@ import functools
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import click
 
@@ -34,14 +34,23 @@ class State:
         self.op: str | None = None
         self.target_given: str | None = None
 
-    def named(self, ctx: Any = None) -> dict[str, str | None]:
-        """``op`` and ``target`` of a ``--json`` error: the command and the target as given (from
-        click's context of a usage error, when the command never ran)."""
+    def named(self, ctx: Any = None, args: Sequence[str] = ()) -> dict[str, str | None]:
+        """``op`` and ``target`` of a ``--json`` error: the command and the target as given
+        (from click's context and the command line of a usage error, when the command never
+        ran: the option it refused may come before --target)."""
         op, target = self.op, self.target_given
         if op is None and ctx is not None:
             op = ctx.command_path.partition(" ")[2] or None
-            given = ctx.params.get("target")  # the options click read before the refused one
-            target = given if isinstance(given, str) else None
+        if target is None:
+            for i, arg in enumerate(args):
+                if arg == "--":
+                    break
+                if arg in ("--target", "-t") and i + 1 < len(args):
+                    target = args[i + 1]
+                    break
+                if arg.startswith("--target="):
+                    target = arg.partition("=")[2]
+                    break
         return {"op": op, "target": target}
 
     def config(self) -> Any:
@@ -130,8 +139,10 @@ def _named(f: Callable) -> Callable:
 
 def json_option(f: Callable) -> Callable:
     def callback(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
-        if value:
-            ctx.ensure_object(State).json = True
+        if value:  # the command's name too, for an error before it runs (`upstream checkout`)
+            state = ctx.ensure_object(State)
+            state.json = True
+            state.op = state.op or ctx.command_path.partition(" ")[2] or None
         return value
 
     return click.option("--json", "as_json", is_flag=True, callback=callback,
