@@ -270,7 +270,7 @@ def render_fix_outcome(console: Any, fix: FixOutcome, *, show_diff: bool,
         for c in listed:
             line(console, [("    ", "")] + _check_line(c))
     if not failed and len(listed) < len(pre):
-        line(console, [("  ", ""), ("✓ ", "green"), (f"{len(pre)} preconditions passed", "")])
+        line(console, [("  ", ""), ("✓ ", "green"), (f"{len(pre)} precondition{'' if len(pre) == 1 else 's'} passed", "")])
     if fix.verification:
         line(console, [("  verification:", "")])
         for c in fix.verification:
