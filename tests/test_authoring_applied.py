@@ -172,6 +172,7 @@ def test_refresh_from_the_tree_a_fix_is_applied_in_leaves_an_upgrade_that_writes
     plain = patchkit(catalog, "status", "--target", str(catalog_tree))
     assert "outdated (v1 applied, v2 in the catalog)" in flat(plain.output)
     assert "; the files hold v2's change already" in flat(plain.output)
+    assert "(drifted)" not in plain.output  # the row says what they hold
     told = patchkit(catalog, "apply", "host-pool-docs", "--target", str(catalog_tree),
                     "--dry-run")
     assert told.exit_code == 0, told.output

@@ -29,7 +29,7 @@ def _status_rows(result: OpResult, verbose: bool) -> List[List[str]]:
         if s.state == "not-applied" and not verbose:
             continue
         bad = [f"{file_where(f).partition(':')[2]} ({f.get('state')})" for f in s.files
-               if f.get("state") != "ok"]
+               if f.get("state") != "ok" and s.state != "outdated"]  # outdated: the detail says
         if len(bad) > STATUS_FILES:  # a drifted release series: thousands of files
             bad = bad[:STATUS_FILES] + [f"and {len(bad) - STATUS_FILES} more (--json lists them)"]
         state = s.state

@@ -281,6 +281,12 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
         first = drift_check(spec.name, drifted) if drifted else None
         if first is not None and spec.name in lost:
             first = dict(first, detail="lost: %s" % lost[spec.name]["detail"])
+        elif (first is not None and recorded[spec.name].version != spec.version
+              and _holds_catalog(req, store, ws, recorded[spec.name], spec)):
+            first = dict(first, detail=(
+                "the files hold v%d's change, not the recorded v%s's (edited by hand, or "
+                "refreshed from here): patchkit apply %s records v%d, writing nothing"
+                % (spec.version, recorded[spec.name].version, spec.name, spec.version)))
         results = ([first] if first else []) + [
             run_check(check, ctx) for check in spec.verification]
         failures.extend(dict(r, fix=spec.name) for r in results if not r["ok"])

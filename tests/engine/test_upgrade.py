@@ -142,3 +142,16 @@ def test_upgrade_over_part_of_the_new_version_is_still_refused(checkout: Path) -
     res = go("apply", checkout, v3(checkout))
     assert res["error"]["type"] == "DriftError"
     assert snapshot(checkout, skip_state=False) == tree
+
+
+def test_verify_of_files_holding_the_next_version_says_to_apply_it(checkout: Path) -> None:
+    """verify fails (the record is v1's), and says the way out is apply, not a rollback
+    --force or another refresh."""
+    assert go("apply", checkout, v1(checkout))["ok"]
+    (checkout / MOD).write_text(module_text().replace("return x + 5\n", "return x + 5000\n"))
+    (checkout / NEW).unlink()
+    res = go("verify", checkout, v3(checkout))
+    assert res["error"]["type"] == "DriftError"
+    [check] = res["error"]["details"]["failures"]
+    assert "hold v3's change" in check["detail"] and "patchkit apply a records v3" in check["detail"]
+    assert "rollback --force" not in check["detail"]
