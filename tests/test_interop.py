@@ -449,3 +449,17 @@ def test_a_quilt_patch_without_a_header_is_named_by_its_file_as_quilt_names_it(
     assert "no header" in fix.rationale
     ok(catalog, "import", "--quilt", patches.parent, "--release", "0.5.23", "--name", "loc")
     assert Catalog(catalog).get("loc").title == "lower-log-level"
+
+
+def test_mbox_takes_the_shells_list_of_mails_as_git_am_does(tmp_path: Path) -> None:
+    """`patchkit import --mbox DIR/*`: the shell gives every mail; they are read in order."""
+    out = tmp_path / "mbox"
+    ok(REPO, "export", "dsv4-bf16-index-k", "dsv4-bf16-sizing", "--format", "mbox", "-o", out)
+    mails = sorted(str(m) for m in out.glob("*.mbox"))
+    catalog = new_catalog(tmp_path / "mine")
+    ok(catalog, "import", "--mbox", *mails, "--replace")
+    assert {n for n in Catalog(catalog).names()
+            if (catalog / "manifests" / f"{n}.toml").is_file()} == {"dsv4-bf16-index-k",
+                                                                     "dsv4-bf16-sizing"}
+    stray = patchkit(catalog, "import", mails[0], "--release", "0.5.23")
+    assert stray.exit_code == 2 and "go after --mbox" in stray.output, stray.output

@@ -30,13 +30,17 @@ from .common import RELEASE, State, command
     click.option("--no-commit", is_flag=True, help="Do not commit the fixes to the catalog's git repository."),
     click.option("--replace", is_flag=True, help="Replace a fix of that name in the catalog (or shadow a shipped one); else an existing name is refused."),
     click.option("--dry-run", "-n", is_flag=True, help="Say what would be written; write nothing."),
+    click.argument("more_mails", nargs=-1, type=click.Path(exists=True), metavar="[MAIL]..."),
 )
 def import_(state: State, src: str | None, commits: str | None, mbox_path: str | None,
             split: bool, quilt_dir: str | None, strip: int, one: bool, name: str | None,
             release: str | None, tree: str | None, root: str | None, no_commit: bool,
-            replace: bool, dry_run: bool, as_json: bool) -> int:
+            replace: bool, dry_run: bool, as_json: bool, more_mails: tuple[str, ...]) -> int:
     """Make fixes from patches in other formats: a git range, an mbox or format-patch
     directory, or a quilt series; DEP-3 headers become manifest fields."""
+    if more_mails and not mbox_path:  # `--mbox DIR/*`, as git am takes the shell's list
+        raise UsageError(f"{more_mails[0]}: more mails go after --mbox (--mbox 0001.patch "
+                         "0002.patch ..., or --mbox DIR)", option="--mbox")
     given = [o for o, v in (("--from/--commits", src or commits), ("--mbox", mbox_path),
                             ("--quilt", quilt_dir)) if v]
     if len(given) != 1:
@@ -53,7 +57,8 @@ def import_(state: State, src: str | None, commits: str | None, mbox_path: str |
         release = release or at_a
         how, whole = f"the commits {commits} of a checkout", True
     elif mbox_path is not None:
-        patches, how, whole = importer.from_mbox(Path(mbox_path)), "an mbox", not split
+        patches = [p for each in (mbox_path, *more_mails) for p in importer.from_mbox(Path(each))]
+        how, whole = "an mbox", not split
     else:
         patches = importer.from_quilt(Path(quilt_dir or ""), strip)
         how, whole = "a quilt series", one
