@@ -110,8 +110,7 @@ def matrix(catalog: Catalog, releases: Sequence[str], names: Sequence[str] = (),
     repo = upstream or UpstreamRepo()
     fixes = fixes_of(catalog, names)
     cells: dict[str, dict[str, Cell]] = {f.name: {} for f in fixes}
-    for release in releases:  # every one first: a release that does not exist fails now
-        repo.fetch(release, progress=say)
+    repo.fetch_all(releases, progress=say)  # every one first: a missing one fails now
     with tempfile.TemporaryDirectory(prefix="patchkit-matrix-") as tmp:
         for release in releases:
             say(f"checking the fixes on sglang {release}")

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -137,6 +137,20 @@ class UpstreamRepo:
                 say(f"committing sglang {version}")
                 self._insert(version, Path(tmp), wheel, say)
         return self.release(version)
+
+    def fetch_all(self, versions: Sequence[str], *, progress: Progress | None = None
+                  ) -> list[Release]:
+        """:meth:`fetch` of each of ``versions``, every missing one made sure of first (its
+        wheel downloaded, or in a foreign clone its tag looked for): a release that does not
+        exist fails before the history is rebuilt for the others (an older release is
+        inserted in version order, renewing the commits of the newer ones)."""
+        say = progress or (lambda _step: None)
+        have = self._release_tags()
+        for version in dict.fromkeys(versions):
+            version_key(version)
+            if version not in have and not self.foreign:
+                download_wheel(version, self.wheels, progress=say)
+        return [self.fetch(version, progress=say) for version in versions]
 
     @contextlib.contextmanager
     def _locked(self, say: Progress) -> Iterator[None]:

@@ -313,3 +313,19 @@ def test_a_failed_download_leaves_the_wheel_directory_as_it_was(
     with pytest.raises(UsageError, match="0.0.8 is not on the package registry"):
         download_wheel("0.0.8", wheels)
     assert [p.name for p in wheels.iterdir()] == ["sglang-0.0.6-py3-none-any.whl"]
+
+
+@pytest.mark.network
+def test_fetching_several_releases_checks_every_one_before_committing_any(
+        upstream_repo: UpstreamRepo, sglang_wheel_0523: Path, tmp_path: Path) -> None:
+    """`matrix --releases 0.5.23,0.0.999` (or `upstream fetch`, a rebase's missing bases):
+    the release that does not exist fails the run before 0.5.23 is committed, so the store is
+    not changed (an older release would even have renewed the newer ones' commits)."""
+    from tests.fixtures.sglang import grown_from
+
+    repo = grown_from(upstream_repo, tmp_path / "store", ())
+    before = {v: repo.release(v).commit for v in repo.versions()}
+    with pytest.raises(UsageError, match="0.0.999"):
+        repo.fetch_all(["0.5.23", "0.0.999"])
+    assert {v: repo.release(v).commit for v in repo.versions()} == before
+    assert [r.version for r in repo.fetch_all(["0.5.23"])] == ["0.5.23"]

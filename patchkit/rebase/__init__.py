@@ -41,9 +41,8 @@ def _resolve(fetch: UpstreamRepo | None, git_dir: Path, onto: str, bases: set[st
     release = _release(onto)
     missing = [v for v in sorted(bases | ({release} if release else set()))
                if gitrepo.rev_parse(git_dir, f"v{v}") is None]
-    for v in missing if fetch is not None else ():
-        assert fetch is not None  # the loop runs only then
-        fetch.fetch(v, progress=(lambda line: progress(line, 0, -1)) if progress else None)
+    if fetch is not None and missing:
+        fetch.fetch_all(missing, progress=(lambda line: progress(line, 0, -1)) if progress else None)
     missing = missing if fetch is None else []
     onto_rev = gitrepo.rev_parse(git_dir, f"v{release}") if release else None
     if onto_rev is None:
