@@ -138,19 +138,24 @@ class UpstreamRepo:
                 self._insert(version, Path(tmp), wheel, say)
         return self.release(version)
 
-    def fetch_all(self, versions: Sequence[str], *, progress: Progress | None = None
-                  ) -> list[Release]:
+    def fetch_all(self, versions: Sequence[str], *, progress: Progress | None = None,
+                  named: bool = False) -> list[Release]:
         """:meth:`fetch` of each of ``versions``, every missing one made sure of first (its
         wheel downloaded, or in a foreign clone its tag looked for): a release that does not
         exist fails before the history is rebuilt for the others (an older release is
-        inserted in version order, renewing the commits of the newer ones)."""
+        inserted in version order, renewing the commits of the newer ones). ``named``: each
+        step says its release first (``0.5.23: downloading ...``)."""
         say = progress or (lambda _step: None)
+
+        def of(version: str) -> Progress:
+            return (lambda step: say(f"{version}: {step}")) if named else say
+
         have = self._release_tags()
         for version in dict.fromkeys(versions):
             version_key(version)
             if version not in have and not self.foreign:
-                download_wheel(version, self.wheels, progress=say)
-        return [self.fetch(version, progress=say) for version in versions]
+                download_wheel(version, self.wheels, progress=of(version))
+        return [self.fetch(version, progress=of(version)) for version in versions]
 
     @contextlib.contextmanager
     def _locked(self, say: Progress) -> Iterator[None]:

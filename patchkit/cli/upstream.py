@@ -40,7 +40,7 @@ def fetch(versions: tuple[str, ...], latest: bool, as_json: bool) -> int:
             spinner.update("asking the package registry for the latest release")
             newest = latest_release()
             versions = (*versions, newest) if newest not in versions else versions
-        done = repo.fetch_all(versions, progress=spinner.update)
+        done = repo.fetch_all(versions, progress=spinner.update, named=True)
     data = [{"version": r.version, "tag": r.tag, "commit": r.commit, "date": r.date} for r in done]
     lines = "\n".join(f"{r.tag} {r.commit[:12]} {r.date}" for r in done)  # never empty: asked above
     return render.emit(as_json, data, lambda out: out.print(lines))
