@@ -18,7 +18,7 @@ from .common import RELEASE, State, command
     "import",
     click.option("--from", "src", type=click.Path(file_okay=False), help="A git checkout holding the commits (with --commits)."),
     click.option("--commits", metavar="A..B", help="With --from: the commits after A up to B, one patch each (as `new --commits`)."),
-    click.option("--mbox", "mbox_path", type=click.Path(exists=True), help="An mbox file or a git format-patch directory."),
+    click.option("--mbox", "mbox_path", type=click.Path(exists=True), help="An mbox file or a git format-patch directory; more mails may follow as arguments (--mbox DIR/*)."),
     click.option("--split", is_flag=True, help="With --mbox: one fix per patch (else one fix of all)."),
     click.option("--quilt", "quilt_dir", type=click.Path(exists=True, file_okay=False), help="A quilt patches/ directory with its series file."),
     click.option("-p", "strip", type=click.IntRange(0, 20), default=1, show_default=True, help="With --quilt: the strip level of the patches' file names (a series line's -pN wins)."),
