@@ -222,18 +222,18 @@ def _interrupted(signum: int, results: dict[str, list[TaskResult]], inventory: s
                 if verb and fix.get("name") not in undo.setdefault(verb, []):
                     undo[verb].append(str(fix.get("name")))
     if check or not changed:
-        said = ("no host was changed (an engine interrupted on a host puts back what it "
+        said = ("no host was changed by it (an engine interrupted on a host puts back what it "
                 "wrote)")
     else:
         limit = ",".join(changed)
         how = "; ".join(f"patchkit {verb} {' '.join(fixes)} --inventory {inventory} --limit "
                         f"{limit}" for verb, fixes in undo.items()) or "roll the change back"
-        said = (f"changed before it stopped, not confirmed by their --after-cmd/--health-cmd: "
+        said = (f"hosts of any earlier wave had finished; of this one, changed before it "
+                f"stopped, not confirmed by their --after-cmd/--health-cmd: "
                 f"{', '.join(changed)}. Check them (patchkit status --inventory {inventory} "
                 f"--limit {limit}); to undo: {how}")
-    return Terminated(f"interrupted by {name} during the rollout; ansible-playbook was stopped. "
-                      f"Hosts of any earlier wave had finished; on this one, {said}",
-                      signal=name, signum=int(signum), changed=changed)
+    return Terminated(f"interrupted by {name} during the fleet run; ansible-playbook was "
+                      f"stopped: {said}", signal=name, signum=int(signum), changed=changed)
 
 
 def ansible_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
