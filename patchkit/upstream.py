@@ -50,6 +50,17 @@ def version_key(version: str) -> Version:
     return Version(version)
 
 
+def checkout_dest(version: str, dest: Path | str) -> Path:
+    """``dest`` as a checkout of ``version`` goes there (absolute: git clones from the upstream
+    repository's directory; said as the path it is, not as given), refused when it exists and
+    is not empty: asked before anything is fetched for it."""
+    d = Path(dest).resolve()
+    if d.exists() and (not d.is_dir() or any(d.iterdir())):
+        raise UsageError(f"cannot check out SGLang {version} into {d}: it exists and is not "
+                         "empty; choose a new directory", path=str(d))
+    return d
+
+
 def release_name(text: str) -> str:
     """The release ``text`` names, as patchkit spells it: ``0.5.23``, given that or its tag's
     spelling ``v0.5.23`` (every command taking a release accepts both); a UsageError else."""
@@ -155,7 +166,9 @@ class UpstreamRepo:
             version_key(version)
             if version not in have and not self.foreign:
                 download_wheel(version, self.wheels, progress=of(version))
-        return [self.fetch(version, progress=of(version)) for version in versions]
+        for version in sorted(dict.fromkeys(versions), key=version_key):  # oldest first: an
+            self.fetch(version, progress=of(version))  # older one inserted later rebuilds more
+        return [self.release(version) for version in versions]  # the commits as they ended
 
     @contextlib.contextmanager
     def _locked(self, say: Progress) -> Iterator[None]:
@@ -198,12 +211,8 @@ class UpstreamRepo:
 
     def checkout(self, version: str, dest: Path | str) -> Path:
         """A working tree of ``version`` at ``dest`` (absent or empty), detached at the tag."""
-        d = Path(dest).resolve()  # absolute (git clones from the upstream repository's
-        # directory) and said as the path it is, not as given (my-fixes/../sglang)
+        d = checkout_dest(version, dest)
         self.release(version)
-        if d.exists() and (not d.is_dir() or any(d.iterdir())):
-            raise UsageError(f"cannot check out SGLang {version} into {d}: it exists and is not "
-                             "empty; choose a new directory", path=str(d))
         if d.exists():
             d.rmdir()
         d.parent.mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -329,3 +330,35 @@ def test_fetching_several_releases_checks_every_one_before_committing_any(
         repo.fetch_all(["0.5.23", "0.0.999"])
     assert {v: repo.release(v).commit for v in repo.versions()} == before
     assert [r.version for r in repo.fetch_all(["0.5.23"])] == ["0.5.23"]
+
+
+@pytest.mark.network
+def test_fetch_all_commits_oldest_first_and_answers_the_final_commits(
+        upstream_repo: UpstreamRepo, sglang_wheel_0523: Path, tmp_path: Path) -> None:
+    """`upstream fetch 0.5.23 0.5.21` into an empty store: committed oldest first (no rebuild
+    of 0.5.23 under 0.5.21), and each answer is the commit its tag ends at (it printed a
+    commit its own run had replaced)."""
+    import shutil
+
+    store = UpstreamRepo(tmp_path / "store", wheels=tmp_path / "wheels")
+    (tmp_path / "wheels").mkdir()
+    for wheel in upstream_repo.wheels.glob("sglang-0.5.2[13]-*.whl"):
+        shutil.copy(wheel, tmp_path / "wheels")
+    done = store.fetch_all(["0.5.23", "0.5.21"])
+    assert [r.version for r in done] == ["0.5.23", "0.5.21"]
+    assert {r.version: r.commit for r in done} == {v: store.release(v).commit
+                                                   for v in ("0.5.23", "0.5.21")}
+
+
+def test_upstream_checkout_refuses_a_full_directory_before_fetching(tmp_path: Path) -> None:
+    """The destination is asked about first: nothing is downloaded or committed for a
+    checkout that cannot go there (it inserted the release, rebuilding newer ones, then
+    refused)."""
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "x").write_text("x\n")
+    run = subprocess.run([sys.executable, "-m", "patchkit", "upstream", "checkout", "0.5.20",
+                          str(full)], capture_output=True, text=True,
+                         env=dict(os.environ, PATCHKIT_UPSTREAM=str(tmp_path / "store")))
+    assert run.returncode == 2 and "exists and is not empty" in run.stderr, run.stderr
+    assert not (tmp_path / "store").exists() or not any((tmp_path / "store").rglob("*.whl"))

@@ -9,7 +9,7 @@ import click
 
 from . import render
 from ..errors import EXIT_CHECK_FAILED, EXIT_CONFLICT
-from ..upstream import UpstreamRepo
+from ..upstream import UpstreamRepo, checkout_dest
 from .common import RELEASE, State, json_option, pass_state
 
 if TYPE_CHECKING:  # the check pulls in the catalog and the rebase: loaded when it runs
@@ -61,6 +61,7 @@ def list_releases(as_json: bool) -> int:
 def checkout(version: str, dest: str, as_json: bool) -> int:
     """Make a working tree of VERSION at DEST (fetching it first if needed)."""
     repo = UpstreamRepo()
+    checkout_dest(version, dest)  # a directory that cannot take it is refused before a fetch
     if version not in repo.versions():
         with render.busy(f"fetching {version}", quiet=as_json):
             repo.fetch(version)
