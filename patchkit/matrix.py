@@ -73,10 +73,12 @@ class Matrix:
         return "\n".join(lines) + "\n"
 
 
-def parse_releases(text: str | None, known: Sequence[str]) -> list[str]:
-    """``A..B`` (every known release from A to B, both included: A and B are fetched when
-    missing), ``A,B,C``, or None (every release the catalog's variants name); a release may
-    be spelled as its tag (``v0.5.23``)."""
+def parse_releases(text: str | None, known: Sequence[str], stored: Sequence[str] = ()
+                   ) -> list[str]:
+    """``A..B`` (every release from A to B, both included, that the catalog's variants name
+    (``known``) or the release store holds (``stored``): A and B are fetched when missing),
+    ``A,B,C``, or None (every release the catalog's variants name); oldest first, and a
+    release may be spelled as its tag (``v0.5.23``)."""
     if text is None:
         return list(known)
     if ".." in text:
@@ -86,12 +88,16 @@ def parse_releases(text: str | None, known: Sequence[str]) -> list[str]:
         low, high = release_name(low), release_name(high)
         if version_key(low) > version_key(high):
             raise UsageError(f"--releases {text}: {low} comes after {high}; write OLD..NEW")
-        between = [v for v in known if version_key(low) <= version_key(v) <= version_key(high)]
+        between = [v for v in (*known, *stored)
+                   if version_key(low) <= version_key(v) <= version_key(high)]
         return sorted({low, high, *between}, key=version_key)
-    out = list(dict.fromkeys(release_name(v) for v in text.split(",") if v.strip()))  # each once
-    if not out:
+    parts = [v.strip() for v in text.split(",")]
+    if not any(parts):
         raise UsageError("--releases names no release; give A..B or A,B")
-    return out
+    if "" in parts:
+        raise UsageError(f"--releases {text}: an empty item; give releases between the commas "
+                         "(e.g. 0.5.22,0.5.23)")
+    return sorted(dict.fromkeys(release_name(v) for v in parts), key=version_key)  # each once
 
 
 def fixes_of(catalog: Catalog, names: Sequence[str] = ()) -> list[Fix]:

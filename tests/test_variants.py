@@ -6,6 +6,7 @@ upstream; rebase keeping old variants; and the fixes x releases matrix."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -322,10 +323,42 @@ def test_a_fleet_on_two_releases_converges_in_one_sync(fleet_servers, three_rele
     assert code == 0 and {h["state"] for h in again["hosts"]} == {"unchanged"}, again
 
 
+def test_a_matrix_range_takes_every_release_the_store_holds_in_it(
+        three_releases: UpstreamRepo, tmp_path: Path) -> None:
+    """`--releases 0.5.21..0.5.23` over a catalog whose fixes name only 0.5.23: 0.5.22, in the
+    store but served by no variant, is checked too (the range was filled from the catalog's
+    variants only, so a release watch skipped it without a word); a list comes oldest first."""
+    cat = tmp_path / "cat"
+    subprocess.run([sys.executable, "-m", "patchkit", "init", str(cat)], check=True,
+                   capture_output=True)
+    config = cat / "patchkit.toml"
+    config.write_text(config.read_text().replace("shipped_fixes = true", "shipped_fixes = false"))
+    patches = tmp_path / "q" / "patches"
+    patches.mkdir(parents=True)
+    (patches / "series").write_text("mark-version.patch\n")
+    (patches / "mark-version.patch").write_text(
+        "--- a/python/sglang/srt/environ.py\n+++ b/python/sglang/srt/environ.py\n"
+        "@@ -1,1 +1,2 @@\n+# marked\n import os\n")
+    env = dict(os.environ, PATCHKIT_UPSTREAM=str(three_releases.path))
+    made = subprocess.run([sys.executable, "-m", "patchkit", "--catalog", str(cat), "import",
+                           "--quilt", str(patches.parent), "--release", "0.5.23"],
+                          capture_output=True, text=True, env=env)
+    assert made.returncode == 0, made.stderr
+    proc = subprocess.run([sys.executable, "-m", "patchkit", "--catalog", str(cat), "matrix",
+                           "--releases", "v0.5.21..0.5.23", "--json"], capture_output=True,
+                          text=True, env=env, timeout=900)
+    assert json.loads(proc.stdout)["releases"] == ["0.5.21", "0.5.22", "0.5.23"], proc.stderr
+    listed = subprocess.run([sys.executable, "-m", "patchkit", "--catalog", str(cat), "matrix",
+                             "--releases", "0.5.23,v0.5.22", "--json"], capture_output=True,
+                            text=True, env=env, timeout=900)
+    assert json.loads(listed.stdout)["releases"] == ["0.5.22", "0.5.23"], listed.stderr
+
+
 @pytest.mark.parametrize("args, said", [
     (["--releases", "0.5.23..0.5.22"], "0.5.23 comes after 0.5.22"),
     (["--releases", "0.5.22", "--markdown", "--json"], "pick one"),
     (["--releases", "latest"], "latest"),
+    (["--releases", "0.5.23,,0.5.22"], "an empty item"),
 ])
 def test_matrix_refuses_bad_input_with_exit_2_before_fetching(args: list[str], said: str) -> None:
     proc = subprocess.run([sys.executable, "-m", "patchkit", "--catalog", str(REPO), "matrix",

@@ -31,7 +31,10 @@ def matrix(state: State, fixes: tuple[str, ...], releases: str | None, markdown:
     if markdown and as_json:
         raise UsageError("--markdown and --json are two outputs; pick one")
     catalog = state.catalog()
-    wanted = lib.parse_releases(releases, lib.known_releases(catalog))
+    from ..upstream import UpstreamRepo
+
+    wanted = lib.parse_releases(releases, lib.known_releases(catalog),
+                                UpstreamRepo().versions() if releases and ".." in releases else ())
     if not wanted:
         raise UsageError("no release to check: the catalog's fixes name none; pass --releases A..B")
 
