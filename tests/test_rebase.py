@@ -625,6 +625,9 @@ def test_bare_rebase_while_stopped_says_where_and_what_to_do(world, monkeypatch)
     res = runner.invoke(cli, ["--catalog", str(cat.root), "rebase", "shift", "clash", "merge",
                               "--onto", "0.2.0"])
     assert res.exit_code == 3
+    # the command to run next names the catalog given: bare, it would look elsewhere
+    assert f"then run `patchkit --catalog {cat.root} rebase --continue`" in " ".join(
+        res.stdout.split())
     state_before = _snapshot_state(cat)
     catalog_before = _snapshot(cat)
     res = runner.invoke(cli, ["--catalog", str(cat.root), "rebase"])
@@ -637,7 +640,7 @@ def test_bare_rebase_while_stopped_says_where_and_what_to_do(world, monkeypatch)
     assert f"resolve the conflicts in {worktree}" in out
     assert "python/sglang/clash.py" in out
     for step in ("--continue", "--skip", "--abort"):
-        assert f"patchkit rebase {step}" in out
+        assert f"patchkit --catalog {cat.root} rebase {step}" in out
     res = runner.invoke(cli, ["--catalog", str(cat.root), "rebase", "--json"])
     assert res.exit_code == 3
     data = json.loads(res.stdout)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import shlex
 
 import click
 
@@ -42,6 +43,8 @@ def rebase(state: State, fixes: tuple[str, ...], all_fixes: bool, include_inacti
 
     Bare, while a rebase is stopped: where it stopped and what to do next."""
     catalog = state.catalog()
+    cmd = "patchkit rebase" if state.catalog_dir is None else \
+        f"patchkit --catalog {shlex.quote(state.catalog_dir)} rebase"  # what to run next
     modes = [m for m, on in (("--continue", cont), ("--skip", skip), ("--abort", abort)) if on]
     starting = onto or fixes or all_fixes or repo or base or include_inactive or dry_run or drop_old
     if len(modes) > 1 or (modes and starting):
@@ -50,7 +53,7 @@ def rebase(state: State, fixes: tuple[str, ...], all_fixes: bool, include_inacti
         current = rebase_lib.current(catalog)
         if current is not None:  # like `git status` during a rebase: where, and what next
             render.emit(as_json, {**current.to_json(), "in_progress": True},
-                        lambda out: render_rebase_in_progress(out, current))
+                        lambda out: render_rebase_in_progress(out, current, cmd))
             click.get_current_context().exit(EXIT_CONFLICT)
     if abort:
         restored = rebase_lib.abort(catalog)
@@ -75,7 +78,7 @@ def rebase(state: State, fixes: tuple[str, ...], all_fixes: bool, include_inacti
             report = rebase_lib.start(catalog, onto or "", list(fixes) or None, repo=repo, base=base,
                                       include_inactive=include_inactive, progress=progress, dry_run=dry_run,
                                       drop_old=drop_old)
-    render.emit(as_json, report.to_json(), lambda out: render_rebase(out, report))
+    render.emit(as_json, report.to_json(), lambda out: render_rebase(out, report, cmd))
     if not report.done:  # a conflict waits for the user: the conflict exit code (docs/cli.md)
         click.get_current_context().exit(EXIT_CONFLICT)
     return 0

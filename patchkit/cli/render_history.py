@@ -154,7 +154,7 @@ def rebase_progress(console: Any) -> Iterator[Callable[[str, int, int], None]]:
         yield update
 
 
-def render_rebase(console: Any, report: Any) -> None:
+def render_rebase(console: Any, report: Any, cmd: str = "patchkit rebase") -> None:
     """The table of a rebase: one row per patch (or per fix without patches). Off a terminal,
     plain tab-separated lines as every command writes them: ``FIX VERSION PATCH RESULT DETAIL``,
     the fix and version on each of its rows (docs/cli.md, Piped output)."""
@@ -200,7 +200,7 @@ def render_rebase(console: Any, report: Any) -> None:
                        (f": resolve the conflicts in {report.worktree or ''}", "")])
         for path in report.conflicted:
             line(console, [(f"  {path}", "")])
-        line(console, [("then run `patchkit rebase --continue` (or --skip, --abort)", "")])
+        line(console, [(f"then run `{cmd} --continue` (or --skip, --abort)", "")])
     elif report.not_written:
         line(console, [(f"nothing was written ({report.not_written}): what a rebase onto "
                         f"{report.onto} would do; no rebase is in progress", "")])
@@ -213,16 +213,17 @@ def render_rebase(console: Any, report: Any) -> None:
             "the next rebase") if moved else ": nothing to write (no fix moved)", "")])
 
 
-def render_rebase_in_progress(console: Any, report: Any) -> None:
-    """A bare ``patchkit rebase`` during a rebase: where it is and what to do (git status)."""
+def render_rebase_in_progress(console: Any, report: Any, cmd: str = "patchkit rebase") -> None:
+    """A bare ``patchkit rebase`` during a rebase: where it is and what to do (git status);
+    ``cmd``: the command to name (with the ``--catalog`` the user gave)."""
     done = [f for f in report.fixes if f.name != report.stopped]
     todo = (f", still to do after the stopped one: {', '.join(report.remaining)}"
             if report.stopped and report.remaining else "")
     say = [f"rebase onto {report.onto} in progress: {len(done)} fix(es) done{todo}"]
     if not report.stopped:
         left = ", ".join(report.remaining)
-        say.append(f"it was interrupted before {left or 'its end'}: run `patchkit rebase "
-                   "--continue` to go on, or `patchkit rebase --abort` to put the catalog back")
+        say.append(f"it was interrupted before {left or 'its end'}: run `{cmd} --continue` to "
+                   f"go on, or `{cmd} --abort` to put the catalog back")
     else:
         stop = next(f for f in report.fixes if f.name == report.stopped)
         if stop.patches:
@@ -231,9 +232,9 @@ def render_rebase_in_progress(console: Any, report: Any) -> None:
                        f"({patch.classification}: {patch.detail})")
         say.append(f"  resolve the conflicts in {report.worktree or ''}:")
         say += [f"    {path}" for path in report.conflicted]
-        say += ["  (edit the files there, then run `patchkit rebase --continue`)",
-                "  (use `patchkit rebase --skip` to leave this fix as it is and go on)",
-                "  (use `patchkit rebase --abort` to put the catalog back as it was)"]
+        say += [f"  (edit the files there, then run `{cmd} --continue`)",
+                f"  (use `{cmd} --skip` to leave this fix as it is and go on)",
+                f"  (use `{cmd} --abort` to put the catalog back as it was)"]
     for text in say:
         line(console, [(text, "")])
 
