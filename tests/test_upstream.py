@@ -362,3 +362,27 @@ def test_upstream_checkout_refuses_a_full_directory_before_fetching(tmp_path: Pa
                          env=dict(os.environ, PATCHKIT_UPSTREAM=str(tmp_path / "store")))
     assert run.returncode == 2 and "exists and is not empty" in run.stderr, run.stderr
     assert not (tmp_path / "store").exists() or not any((tmp_path / "store").rglob("*.whl"))
+
+
+@pytest.mark.network
+def test_fetching_an_older_release_says_which_newer_ones_were_rebuilt(
+        upstream_repo: UpstreamRepo, sglang_wheel_0523: Path, tmp_path: Path) -> None:
+    """0.5.21 goes in under 0.5.23: 0.5.23's commit is new, which checkouts made before sit
+    beside; `upstream fetch` says so (it printed only 0.5.21)."""
+    import json
+    import shutil
+
+    store = tmp_path / "store"
+    (store / "wheels").mkdir(parents=True)
+    for wheel in upstream_repo.wheels.glob("sglang-0.5.2[13]-*.whl"):
+        shutil.copy(wheel, store / "wheels")
+    env = dict(os.environ, PATCHKIT_UPSTREAM=str(store))
+    first = subprocess.run([sys.executable, "-m", "patchkit", "upstream", "fetch", "0.5.23",
+                            "--json"], capture_output=True, text=True, env=env)
+    [was] = json.loads(first.stdout)
+    run = subprocess.run([sys.executable, "-m", "patchkit", "upstream", "fetch", "v0.5.21",
+                          "--json"], capture_output=True, text=True, env=env)
+    assert run.returncode == 0, run.stderr
+    data = {r["version"]: r for r in json.loads(run.stdout)}
+    assert data["0.5.23"]["rebuilt_from"] == was["commit"] != data["0.5.23"]["commit"]
+    assert "rebuilt_from" not in data["0.5.21"]

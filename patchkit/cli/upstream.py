@@ -35,14 +35,23 @@ def fetch(versions: tuple[str, ...], latest: bool, as_json: bool) -> int:
         raise UsageError("name the releases to fetch (patchkit upstream fetch 0.5.23), or "
                          "pass --latest for the newest one on the package registry")
     repo = UpstreamRepo()
+    before = {v: repo.release(v).commit for v in repo.versions()}
     with render.busy("fetching", quiet=as_json) as spinner:
         if latest:
             spinner.update("asking the package registry for the latest release")
             newest = latest_release()
             versions = (*versions, newest) if newest not in versions else versions
         done = repo.fetch_all(versions, progress=spinner.update, named=True)
+    # an older release goes in under the newer ones: their commits are new (checkouts made
+    # earlier sit on the old ones), said, never silent
+    rebuilt = [(repo.release(v), old) for v, old in before.items()
+               if v not in versions and repo.release(v).commit != old]
     data = [{"version": r.version, "tag": r.tag, "commit": r.commit, "date": r.date} for r in done]
-    lines = "\n".join(f"{r.tag} {r.commit[:12]} {r.date}" for r in done)  # never empty: asked above
+    data += [{"version": r.version, "tag": r.tag, "commit": r.commit, "date": r.date,
+              "rebuilt_from": old} for r, old in rebuilt]
+    lines = "\n".join([f"{r.tag} {r.commit[:12]} {r.date}" for r in done]  # never empty: asked
+                      + [f"{r.tag} {r.commit[:12]} {r.date} (rebuilt, was {old[:12]}: an older "
+                         "release went in under it)" for r, old in rebuilt])
     return render.emit(as_json, data, lambda out: out.print(lines))
 
 
