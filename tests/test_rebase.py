@@ -392,6 +392,18 @@ def test_clone_release_tag_rebases_and_writes(sglang_clone) -> None:
         rebase.start(cat, "v9.9.9", repo=clone)
 
 
+def test_onto_nothing_the_release_store_knows_names_what_it_holds(
+        upstream_repo: UpstreamRepo, tmp_path: Path) -> None:
+    """Without --repo, --onto is looked for in patchkit's release store: the refusal says
+    which releases it holds and where a clone's commit goes (it spoke of "the clone")."""
+    (tmp_path / "cat" / "manifests").mkdir(parents=True)
+    with pytest.raises(UsageError) as refused:
+        rebase.start(Catalog(tmp_path / "cat"), "nosuch", upstream=upstream_repo)
+    said = str(refused.value)
+    assert "it holds 0.5.21" in said and "--repo" in said, said
+    assert "of the clone" not in said
+
+
 def test_onto_a_commit_that_is_not_a_release_reports_and_writes_nothing(world) -> None:
     cat, up = world
     before = _snapshot(cat)

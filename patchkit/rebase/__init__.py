@@ -48,8 +48,14 @@ def _resolve(fetch: UpstreamRepo | None, git_dir: Path, onto: str, bases: set[st
     if onto_rev is None:
         onto_rev, release = gitrepo.rev_parse(git_dir, onto), None
     if onto_rev is None:
-        raise UsageError(f"--onto {onto}: no such release or commit in {git_dir}; name a release "
-                         "(0.5.23), a tag or a commit of the clone", onto=onto)
+        if fetch is None:  # --repo: a user's SGLang clone
+            raise UsageError(f"--onto {onto}: no such release or commit in {git_dir}; name a "
+                             "release (0.5.23), a tag or a commit of the clone", onto=onto)
+        held = ", ".join(fetch.versions()) or "none yet"
+        raise UsageError(f"--onto {onto}: not a release (like 0.5.23 or v0.5.23, fetched from the "
+                         f"package registry when missing) nor a commit of the release store "
+                         f"{fetch.path} (it holds {held}); to rebase onto a commit of an SGLang "
+                         "clone, give --repo CLONE", onto=onto)
     missing = [v for v in missing if v != release]
     if missing:
         raise UsageError(f"the fixes' base release(s) {', '.join(missing)} have no tag "
