@@ -698,6 +698,9 @@ def test_dry_run_onto_a_release_reports_without_stopping_and_writes_nothing(worl
     assert {f.name: f.outcome for f in report.fixes} == {
         "clash": "conflict", "shift": "rebased", "same": "extended", "picked": "upstreamed"}
     assert {f.name: f.new_version for f in report.fixes}["shift"] == 2  # what it would write
+    # said as what a rebase would give, not as done (a matrix cell shows this detail)
+    shift = next(f for f in report.fixes if f.name == "shift")
+    assert shift.detail.startswith("A rebase from 0.1.0 onto 0.2.0 would give: "), shift.detail
     assert _snapshot(cat) == before and not (cat.root / rebase.STATE_DIR).exists()
     runner = CliRunner()
     res = runner.invoke(cli, ["--catalog", str(cat.root), "rebase", "--all", "--onto", "0.2.0",

@@ -146,8 +146,9 @@ class Rebase:
         if all(k == "unchanged" for k in kinds):  # a dry run says what it would write
             return fix_report(fix, onto, "extended", f"the series applies to {onto} unchanged; "
                               f"{onto} added to upstream.releases", reports)
-        summary = (f"Rebased from {base} onto {onto}: "
-                   + ", ".join(f"{r.file} {r.classification}" for r in reports) + ".")
+        done = (f"Rebased from {base} onto {onto}: " if self.state.writes  # the changelog's
+                else f"A rebase from {base} onto {onto} would give: ")  # a dry run's, not done
+        summary = done + ", ".join(f"{r.file} {r.classification}" for r in reports) + "."
         return fix_report(fix, onto, "rebased", summary, reports, fix.version + 1)
 
     def kept(self, fix: Fix, report: FixReport, done: dict[str, str]) -> Series:
