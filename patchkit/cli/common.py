@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
@@ -34,24 +33,14 @@ class State:
         self.op: str | None = None
         self.target_given: str | None = None
 
-    def named(self, ctx: Any = None, args: Sequence[str] = ()) -> dict[str, str | None]:
-        """``op`` and ``target`` of a ``--json`` error: the command and the target as given
-        (from click's context and the command line of a usage error, when the command never
-        ran: the option it refused may come before --target)."""
-        op, target = self.op, self.target_given
+    def named(self, ctx: Any = None) -> dict[str, str | None]:
+        """``op`` and ``target`` of a ``--json`` error: the command (from click's context of a
+        usage error, when ``--json`` was not read yet) and the target as given (``--target`` is
+        read first, however early the failure)."""
+        op = self.op
         if op is None and ctx is not None:
             op = ctx.command_path.partition(" ")[2] or None
-        if target is None:
-            for i, arg in enumerate(args):
-                if arg == "--":
-                    break
-                if arg in ("--target", "-t") and i + 1 < len(args):
-                    target = args[i + 1]
-                    break
-                if arg.startswith("--target="):
-                    target = arg.partition("=")[2]
-                    break
-        return {"op": op, "target": target}
+        return {"op": op, "target": self.target_given}
 
     def config(self) -> Any:
         if self._config is None:
@@ -80,12 +69,11 @@ class State:
 
     def target(self, target: str | tuple[str, ...] | None, roots: tuple[str, ...],
                python: str | None) -> Target:
-        if isinstance(target, tuple):  # --target given more than once (see one_value)
+        if isinstance(target, tuple):  # --target given more than once (see _one_target)
             shown = " and ".join(repr(v) for v in target)
             raise UsageError(f"--target given {len(target)} times ({shown}); a run works on one "
                              "target: give --target once (run patchkit once per target)",
                              option="--target")
-        self.target_given = target
         key = (target, roots, python)
         if key in self._targets:  # apply's hooks ask again after the change: the same target
             return self._targets[key]
@@ -122,21 +110,6 @@ class ReleaseName(click.ParamType):
 RELEASE = ReleaseName()
 
 
-def _named(f: Callable) -> Callable:
-    """The command keeps its name (``fleet status``: the words after ``patchkit``) and its
-    ``--target`` on the :class:`State` before it runs, for the ``--json`` error object."""
-
-    @functools.wraps(f)
-    def run(state: State, *args: Any, **kwargs: Any) -> Any:
-        state.op = click.get_current_context().command_path.partition(" ")[2] or None
-        given = kwargs.get("target")
-        if isinstance(given, str):
-            state.target_given = given
-        return f(state, *args, **kwargs)
-
-    return run
-
-
 def json_option(f: Callable) -> Callable:
     def callback(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
         if value:  # the command's name too, for an error before it runs (`upstream checkout`)
@@ -149,11 +122,14 @@ def json_option(f: Callable) -> Callable:
                         help="Print a machine-readable result on stdout.")(f)
 
 
-def one_value(ctx: Any, param: Any, values: tuple[str, ...]) -> str | tuple[str, ...] | None:
-    """Callback of an option read as ``multiple`` so a second value is not silently dropped:
-    several come as a tuple that :meth:`State.target` refuses once ``--json`` is known."""
+def _one_target(ctx: Any, param: Any, values: tuple[str, ...]) -> str | tuple[str, ...] | None:
+    """``--target``, read as ``multiple`` so a second value is not silently dropped: several
+    come as a tuple that :meth:`State.target` refuses once ``--json`` is known. One is kept on
+    the :class:`State` for a ``--json`` error (the option is eager: read before any other)."""
     if len(values) > 1:
         return tuple(values)
+    if values:
+        ctx.ensure_object(State).target_given = values[0]
     return values[0] if values else None
 
 
@@ -169,7 +145,7 @@ def _keep_ssh(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
 
 #: ``--target``, ``--root``, ``--python``, ``--lock-timeout`` and the ssh options.
 TARGET_OPTIONS = (
-    click.option("--target", "-t", multiple=True, callback=one_value, metavar="PATH|ssh://HOST/PATH|NAME",
+    click.option("--target", "-t", multiple=True, callback=_one_target, is_eager=True, metavar="PATH|ssh://HOST/PATH|NAME",
                  help="SGLang checkout or installed package, a remote one, or a target named in patchkit.toml."),
     click.option("--root", "roots", multiple=True, metavar="NAME=PATH",
                  help="An extra named root of the target, e.g. --root serve=/root. Repeatable."),
@@ -220,7 +196,7 @@ def command(name: str, *params: Callable) -> Callable[[Callable], click.Command]
     :class:`State` first."""
 
     def decorate(f: Callable) -> click.Command:
-        f = CATALOG_OPTION(json_option(pass_state(_named(f))))
+        f = CATALOG_OPTION(json_option(pass_state(f)))
         for param in reversed(params):
             f = param(f)
         return click.command(name)(f)

@@ -168,7 +168,7 @@ def _run(argv: list[str] | None, state: State) -> int:
         if state.json or "--json" in (args[:args.index("--")] if "--" in args else args):
             from .render import print_json  # the object docs/cli.md promises on any failure
 
-            print_json({**state.named(getattr(exc, "ctx", None), args), "ok": False, "error": {
+            print_json({**state.named(getattr(exc, "ctx", None)), "ok": False, "error": {
                 "type": "UsageError" if code == EXIT_USAGE else type(exc).__name__,
                 "message": said, "details": {}}})
         ctx = getattr(exc, "ctx", None)  # git's manner: one line, then where help is
