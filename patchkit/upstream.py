@@ -96,7 +96,7 @@ class UpstreamRepo:
         # nothing is ever written into a clone: its trees go to the cache directory
         self.trees = (cache_dir() / "clones" / digest if self.foreign else self.path) / "trees"
 
-    def _release_tags(self) -> dict[str, str]:
+    def release_commits(self) -> dict[str, str]:
         """version -> commit, for every ``v<version>`` tag."""
         if not gitrepo.is_git_repo(self.git_dir):
             return {}
@@ -105,11 +105,11 @@ class UpstreamRepo:
 
     def versions(self) -> list[str]:
         """The releases present, oldest first."""
-        return sorted(self._release_tags(), key=version_key)
+        return sorted(self.release_commits(), key=version_key)
 
     def release(self, version: str) -> Release:
         version_key(version)
-        sha = self._release_tags().get(version)
+        sha = self.release_commits().get(version)
         if sha is None:
             raise UsageError(f"SGLang {version} is not in the upstream repository {self.path}: "
                              f"run `patchkit upstream fetch {version}` first"
@@ -123,7 +123,7 @@ class UpstreamRepo:
         """Make ``v<version>`` exist: download, extract, commit in version order, tag."""
         say = progress or (lambda _step: None)
         version_key(version)
-        if version in self._release_tags():
+        if version in self.release_commits():
             say(f"sglang {version} already in the upstream repository")
             return self.release(version)
         if self.foreign:
@@ -135,7 +135,7 @@ class UpstreamRepo:
         self.path.mkdir(parents=True, exist_ok=True)
         with self._locked(say):
             # Another patchkit may have added it (or rebuilt the history) while we waited.
-            if version in self._release_tags():
+            if version in self.release_commits():
                 return self.release(version)
             if not gitrepo.is_git_repo(self.git_dir):
                 gitrepo.init(self.git_dir, bare=True)
@@ -161,7 +161,7 @@ class UpstreamRepo:
         def of(version: str) -> Progress:
             return (lambda step: say(f"{version}: {step}")) if named else say
 
-        have = self._release_tags()
+        have = self.release_commits()
         for version in dict.fromkeys(versions):
             version_key(version)
             if version not in have and not self.foreign:
@@ -187,7 +187,7 @@ class UpstreamRepo:
     def _insert(self, version: str, tree_dir: Path, wheel: Path, say: Progress) -> None:
         """Commit ``version`` at its place in the history and rebuild the later ones on top;
         tags and main move in one ref transaction once every object is written."""
-        tags = self._release_tags()
+        tags = self.release_commits()
         ordered = sorted(tags, key=version_key)
         older = [v for v in ordered if version_key(v) < version_key(version)]
         newer = [v for v in ordered if version_key(v) > version_key(version)]

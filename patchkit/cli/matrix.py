@@ -33,8 +33,7 @@ def matrix(state: State, fixes: tuple[str, ...], releases: str | None, markdown:
     catalog = state.catalog()
     from ..upstream import UpstreamRepo
 
-    wanted = lib.parse_releases(releases, lib.known_releases(catalog),
-                                UpstreamRepo().versions() if releases and ".." in releases else ())
+    wanted = lib.parse_releases(releases, lib.known_releases(catalog), UpstreamRepo().versions())
     if not wanted:
         raise UsageError("no release to check: the catalog's fixes name none; pass --releases A..B")
 

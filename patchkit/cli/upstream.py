@@ -35,7 +35,7 @@ def fetch(versions: tuple[str, ...], latest: bool, as_json: bool) -> int:
         raise UsageError("name the releases to fetch (patchkit upstream fetch 0.5.23), or "
                          "pass --latest for the newest one on the package registry")
     repo = UpstreamRepo()
-    before = {v: repo.release(v).commit for v in repo.versions()}
+    before = repo.release_commits()
     with render.busy("fetching", quiet=as_json) as spinner:
         if latest:
             spinner.update("asking the package registry for the latest release")
@@ -44,8 +44,9 @@ def fetch(versions: tuple[str, ...], latest: bool, as_json: bool) -> int:
         done = repo.fetch_all(versions, progress=spinner.update, named=True)
     # an older release goes in under the newer ones: their commits are new (checkouts made
     # earlier sit on the old ones), said, never silent
+    after = repo.release_commits()
     rebuilt = [(repo.release(v), old) for v, old in before.items()
-               if v not in versions and repo.release(v).commit != old]
+               if v not in versions and after.get(v) != old]
     data = [{"version": r.version, "tag": r.tag, "commit": r.commit, "date": r.date} for r in done]
     data += [{"version": r.version, "tag": r.tag, "commit": r.commit, "date": r.date,
               "rebuilt_from": old} for r, old in rebuilt]
