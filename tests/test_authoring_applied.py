@@ -138,6 +138,20 @@ def test_a_capture_from_a_serve_checkout_reads_the_targets_record_and_needs_no_r
     assert Path(fresh["serve"], "env.sh").read_text() == "export SGLANG_PORT=30001\n"
 
 
+def host_pool_docs(tree: Path, tmp_path: Path) -> Path:
+    """A catalog holding `host-pool-docs` v1, made with `new` from an edit of ``tree``'s host
+    pool file, the edit then taken back out of ``tree``."""
+    pool = tree / POOL
+    pool.write_text(pool.read_text().replace("Logical anchors own no backing buffers",
+                                             "Logical anchors own no host buffers"))
+    catalog = tmp_path / "catalog"
+    (catalog / "manifests").mkdir(parents=True)
+    made = patchkit(catalog, "new", "host-pool-docs", "--from", str(tree), "--no-commit")
+    assert made.exit_code == 0, made.output
+    subprocess.run(["git", "checkout", "-q", "--", POOL], cwd=tree, check=True)
+    return catalog
+
+
 @pytest.mark.network
 def test_refresh_from_the_tree_a_fix_is_applied_in_leaves_an_upgrade_that_writes_nothing(
         catalog_tree: Path, tmp_path: Path) -> None:
@@ -147,13 +161,7 @@ def test_refresh_from_the_tree_a_fix_is_applied_in_leaves_an_upgrade_that_writes
     record it, and `apply` upgrades without --force, writing no byte."""
     pool = catalog_tree / POOL
     original = pool.read_text()
-    pool.write_text(original.replace("Logical anchors own no backing buffers",
-                                      "Logical anchors own no host buffers"))
-    catalog = tmp_path / "catalog"
-    (catalog / "manifests").mkdir(parents=True)
-    assert patchkit(catalog, "new", "host-pool-docs", "--from", str(catalog_tree),
-                    "--no-commit").exit_code == 0
-    subprocess.run(["git", "checkout", "-q", "--", POOL], cwd=catalog_tree, check=True)
+    catalog = host_pool_docs(catalog_tree, tmp_path)
     applied = patchkit(catalog, "apply", "host-pool-docs", "--target", str(catalog_tree))
     assert applied.exit_code == 0, applied.output
     pool.write_text(pool.read_text().replace("# ---- V4 Compressed KV Host Pools ----",
@@ -201,14 +209,7 @@ def test_refresh_where_the_fix_is_committed_or_grows_a_file_says_what_works(
     to put it back first instead of promising an upgrade that writes nothing."""
     subprocess.run(["git", "config", "user.email", "a@example.org"], cwd=catalog_tree, check=True)
     subprocess.run(["git", "config", "user.name", "A U Thor"], cwd=catalog_tree, check=True)
-    pool = catalog_tree / POOL
-    pool.write_text(pool.read_text().replace("Logical anchors own no backing buffers",
-                                             "Logical anchors own no host buffers"))
-    catalog = tmp_path / "catalog"
-    (catalog / "manifests").mkdir(parents=True)
-    assert patchkit(catalog, "new", "host-pool-docs", "--from", str(catalog_tree),
-                    "--no-commit").exit_code == 0
-    subprocess.run(["git", "checkout", "-q", "--", POOL], cwd=catalog_tree, check=True)
+    catalog = host_pool_docs(catalog_tree, tmp_path)
     version = catalog_tree / "python/sglang/version.py"
 
     committed = patchkit(catalog, "apply", "host-pool-docs", "--target", str(catalog_tree),
