@@ -201,7 +201,10 @@ def test_a_killed_controller_leaves_every_host_all_or_nothing_and_status_recover
     before = {n.name: snapshot(n) for n in fleet.nodes}
     after_cmd = (f"touch {{{{ patchkit_target }}}}/../reached; "
                  f"while [ ! -e {release} ]; do sleep 0.1; done")
-    env = dict(fleet.env, PATCHKIT_FAULT="write:2")
+    # SIGKILL leaves the controller's temporary workdir behind: keep it in this test's directory
+    tmp = tmp_path / "controller-tmp"
+    tmp.mkdir()
+    env = dict(fleet.env, PATCHKIT_FAULT="write:2", TMPDIR=str(tmp))
     proc = subprocess.Popen([str(fleet.bin / "patchkit"), "apply", *SEED, "--inventory", str(inventory),
                              "--waves", "2,100%", "--after-cmd", after_cmd, "--json"],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
