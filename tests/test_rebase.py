@@ -116,7 +116,7 @@ def test_each_clean_classification_and_what_is_written(world) -> None:
     assert by_name["up"].patches[0].commit == ""
     assert "reversed hunks apply" in by_name["up"].patches[0].detail
     assert report.fixes[1].patches[0].offsets == (2,)
-    assert any(w == "merge" for w, _d, _t in seen)
+    assert any(w == "classifying merge" for w, _d, _t in seen)
     fresh = Catalog(cat.root)
     assert fresh.get("same").version == 1 and fresh.get("same").upstream.releases == ("0.1.0", "0.2.0")
     shift = fresh.get("shift")
@@ -255,7 +255,7 @@ def test_plan_at_start_then_continue_recomputes_a_dependent_fix(world) -> None:
     assert report.done
     outcomes = {f.name: f.outcome for f in report.fixes}
     assert outcomes == {"clash": "rebased", "after": "extended", "share": "extended"}, report.fixes
-    assert "after: 0001-after.patch" in seen and "share: 0001-share.patch" in seen
+    assert "rebasing after: 0001-after.patch" in seen and "rebasing share: 0001-share.patch" in seen
     assert "0.2.0" in Catalog(cat.root).get("after").upstream.releases
 
 
@@ -684,6 +684,28 @@ def test_a_report_only_run_says_nothing_was_written(world, monkeypatch) -> None:
     data = json.loads(res.stdout)
     assert data["dry_run"] and "not a release" in data["not_written"]
     assert _snapshot(cat) == before and not (cat.root / rebase.STATE_DIR).exists()
+
+
+def test_progress_names_each_fix_once_per_pass(world, monkeypatch) -> None:
+    # A rebase classifies every fix first, then takes the queue: its progress said "rebasing
+    # X" in both passes, so a dry run (which writes nothing) listed every fix twice.
+    cat, up = world
+    monkeypatch.setenv("PATCHKIT_UPSTREAM", str(up.path))
+    monkeypatch.setenv("PATCHKIT_PROGRESS_AFTER", "0")  # every step as a plain line
+    runner = CliRunner()
+    res = runner.invoke(cli, ["--catalog", str(cat.root), "rebase", "--all", "--onto", "0.2.0",
+                              "--dry-run"])
+    assert res.exit_code == 0, res.output
+    lines = [line for line in res.stderr.splitlines() if line.startswith("patchkit: ")]
+    assert lines and len(lines) == len(set(lines)), res.stderr
+    fixed = [line for line in lines if "(" in line]  # one line per fix, with its place in the queue
+    assert fixed and all(line.startswith("patchkit: classifying ") for line in fixed), lines
+    res = runner.invoke(cli, ["--catalog", str(cat.root), "rebase", "shift", "same", "--onto",
+                              "0.2.0"])
+    assert res.exit_code == 0, res.output
+    lines = [line for line in res.stderr.splitlines() if line.startswith("patchkit: ")]
+    assert len(lines) == len(set(lines)), res.stderr
+    assert "patchkit: classifying shift (0/2)" in lines and "patchkit: writing shift (0/2)" in lines
 
 
 def test_dry_run_onto_a_release_reports_without_stopping_and_writes_nothing(world,

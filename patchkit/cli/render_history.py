@@ -139,11 +139,11 @@ def rebase_progress(console: Any) -> Iterator[Callable[[str, int, int], None]]:
 
         with PlainProgress("") as plain:
             yield lambda what, done, total: plain.update(
-                f"rebasing {what}" + (f" ({done}/{total})" if total >= 0 else "") if what else "")
+                what + (f" ({done}/{total})" if total >= 0 else "") if what else "")
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    with Progress(TextColumn("rebasing"), BarColumn(), MofNCompleteColumn(),
+    with Progress(BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.description}"), console=console, transient=True) as bar:
         task = bar.add_task("", total=None)
 

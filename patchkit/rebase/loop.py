@@ -31,6 +31,7 @@ class Rebase:
     def __init__(self, state: RebaseState, progress: Progress | None) -> None:
         self.state = state
         self.progress = progress or (lambda _w, _d, _t: None)
+        self.doing = "rebasing"  # what progress calls the work on a fix: the plan classifies
         self.sides = Sides(state)
         self.matches = UpstreamMatches(state.data["git_dir"], state.data["onto_rev"],
                                        state.base_rev,
@@ -73,7 +74,7 @@ class Rebase:
                                   f"{fix.manifest_path.name}"), {}, None
             if index < start:
                 continue
-            self.progress(f"{name}: {file}", len(self.state.data["results"]), -1)
+            self.progress(f"{self.doing} {name}: {file}", len(self.state.data["results"]), -1)
             rep, merged, conflicted = self.decide_patch(fix, file, chs, new_tree, old_tree,
                                                         pre_old, pre_new,
                                                         whole or per_patch.get(file))
@@ -203,14 +204,16 @@ class Rebase:
                 if not skip_reason(old, self.state.release, self.state.inactive,
                                bool(self.state.data.get("drop_old")))]
         self.matches.match(olds)
+        self.doing = "classifying"
         for i, name in enumerate(queue):
-            self.progress(name, i, len(queue))
+            self.progress(f"classifying {name}", i, len(queue))
             report, done, stop = self.rebase_fix(name)
             if report.outcome in ("rebased", "clean"):
                 self.sides.planned[name] = self.kept(self.state.catalog.get(name), report, done)
             plan[name] = {"key": self.state.fingerprint(name), "report": report.to_json(),
                           "done": done, "stop": stop}
         self.state.data["plan"] = plan
+        self.doing = "rebasing"
 
     def from_plan(self, name: str) -> Computed | None:
         entry = self.state.data["plan"].get(name)
@@ -248,8 +251,11 @@ class Rebase:
             total = len(queue) + len(self.state.data["results"])
             while queue:
                 name = queue[0]
-                self.progress(name, len(self.state.data["results"]), total)
-                report, done, stop = self.from_plan(name) or self.rebase_fix(name)
+                planned = self.from_plan(name)
+                if planned is None or self.state.writes:  # a planned fix of a dry run: no work
+                    self.progress(f"{'writing' if planned else 'rebasing'} {name}",
+                                  len(self.state.data["results"]), total)
+                report, done, stop = planned or self.rebase_fix(name)
                 if stop is not None and not self.state.writes:  # go on as if skipped
                     report = replace(report, outcome="conflict")
                 elif stop is not None:
