@@ -77,8 +77,17 @@ def added_blocks(hunk: Hunk) -> List[List[str]]:
 
 
 def _count(lines: List[str], block: List[str]) -> int:
-    n = len(block)
-    return sum(1 for i in range(len(lines) - n + 1) if lines[i:i + n] == block)
+    """How many times ``block`` stands in ``lines``: where its first line is (``list.index``),
+    the rest compared there."""
+    first, n, count, at = block[0], len(block), 0, -1
+    stop = len(lines) - n + 1
+    while True:
+        try:
+            at = lines.index(first, at + 1, stop)
+        except ValueError:
+            return count
+        if lines[at:at + n] == block:
+            count += 1
 
 
 def already_added(lines: List[str], hunk: Hunk, at: int,

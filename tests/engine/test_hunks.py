@@ -167,3 +167,19 @@ def test_a_body_with_an_untagged_line_or_wrong_counts_is_a_patch_format_error(bo
                          "body": body}]}
     with pytest.raises(PatchFormatError):
         FileChange.from_dict(record, "fx")
+
+
+def test_a_block_is_counted_wherever_it_stands_overlaps_and_edges_included() -> None:
+    """presence's count of a block (the duplicate check: more copies near a hunk than its old
+    side holds) is every place the block stands, as a slide over the lines finds them."""
+    import random
+
+    from patchkit.engine.presence import _count
+
+    rnd = random.Random(29)
+    for _ in range(3000):
+        lines = [rnd.choice("ab\n") for _ in range(rnd.randint(0, 10))]
+        block = [rnd.choice("ab\n") for _ in range(rnd.randint(1, 3))]
+        slid = sum(1 for i in range(len(lines) - len(block) + 1)
+                   if lines[i:i + len(block)] == block)
+        assert _count(lines, block) == slid, (lines, block)
