@@ -8,6 +8,7 @@ in both mbox and quilt formats. Commands run through the console script's error 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -127,6 +128,11 @@ def test_every_shipped_fix_round_trips_through_mbox_git_am_and_format_patch(
         ok(direct, "import", "--mbox", out / f"{name}.mbox", "--replace")
         ok(via_git, "import", "--mbox", made, "--replace")
         again = Catalog(direct).get(name)
+        # it replaces the shipped fix: the next version of it, so a host running the shipped
+        # one is told of an upgrade (as v1 it said "vN applied, v1 in the catalog")
+        assert again.version == shipped.version + 1, name
+        assert again.changelog[-1].summary.endswith(
+            f"replacing v{shipped.version} (the shipped fix of that name)."), name
         assert again.upstream.base_release == shipped.upstream.base_release, name
         assert Catalog(via_git).get(name).upstream.base_release == shipped.upstream.base_release
         assert fields(again) == fields(shipped), name
@@ -286,6 +292,37 @@ def test_a_fix_with_every_field_round_trips_through_git_am_and_quilt(tmp_path: P
     assert (tmp_path / "dep3" / "pair" / fix.patches[1].file).read_text().startswith(
         "Description: c: a new module\nAuthor: Zoë Example <zoe@example.org>\n"
         "Patchkit-Fix: pair v1\n---\ndiff --git ")
+
+
+def test_an_export_imports_back_at_its_version_and_a_replaced_fix_continues(tmp_path: Path
+                                                                           ) -> None:
+    """An export says its fix's version (Patchkit-Fix: NAME vN): the fix comes back at vN, the
+    version hosts applied from the catalog it came from; replacing a fix at vM gives vM+1; a
+    name of one's own is a new fix, v1."""
+    catalog, _src, _base = full_fix(tmp_path)
+    ok(catalog, "export", "pair", "--format", "mbox", "-o", tmp_path / "out")
+    mail = tmp_path / "out" / "pair.mbox"
+    text = mail.read_text()
+    assert text.count("Patchkit-Fix: pair v1\n") == 2
+    mail.write_text(text.replace("Patchkit-Fix: pair v1\n", "Patchkit-Fix: pair v3\n"))
+
+    other = new_catalog(tmp_path / "other")
+    said = ok(other, "import", "--mbox", mail, "--release", "0.5.23")
+    assert "imported pair v3 (base 0.5.23)" in said, said
+    fix = Catalog(other).get("pair")
+    assert fix.version == 3 and [c.version for c in fix.changelog] == [3]
+    assert fix.changelog[0].summary == "Imported by `patchkit import` from an export of v3."
+    assert git(other, "log", "-1", "--format=%s") == "pair v3: a: two is twenty-two\n"
+
+    said = ok(other, "import", "--mbox", mail, "--release", "0.5.23", "--replace", "--json")
+    assert json.loads(said)["fixes"][0]["version"] == 4
+    fix = Catalog(other).get("pair")
+    assert fix.version == 4 and fix.changelog[-1].summary == (
+        "Imported by `patchkit import` from an export of v3, replacing v3 (your fix of that "
+        "name).")
+
+    said = ok(other, "import", "--mbox", mail, "--release", "0.5.23", "--name", "mine")
+    assert "imported mine v1" in said and Catalog(other).get("mine").version == 1
 
 
 QUILT_PATCH = """\

@@ -48,7 +48,7 @@ _SKELETON = """\
 # Manifest of the fix {name_raw}; the format is described in docs/manifest.md.
 format = {format}
 name = {name}
-version = 1                      # bump on every change of the series (see [[changelog]])
+version = {version:<23}# bump on every change of the series (see [[changelog]])
 title = {title}
 status = "active"                # active | dead | superseded | upstreamed
 rationale = {rationale}
@@ -76,10 +76,10 @@ reference = ""                   # upstream PR / issue / commit
 # path = "python/sglang/srt/..."
 
 [[changelog]]                    # one entry per version, oldest first
-version = 1
+version = {version}
 date = {date}
 base_release = {base}
-summary = "First version."
+summary = {summary}
 """
 
 
@@ -88,9 +88,11 @@ def new_manifest_text(name: str, title: str, base_release: str,
                       date: str | None = None, author: str = "",
                       upstream: dict[str, str] | None = None,
                       headers: Sequence[tuple[str, str]] = (),
-                      release_root: str | None = "sglang") -> str:
-    """A commented version-1 manifest that loads as-is (once its patch files exist), validated
-    here; ``patches`` are ``(file, root)`` or ``(file, root, description)``. ``author``,
+                      release_root: str | None = "sglang", version: int = 1,
+                      summary: str = "First version.") -> str:
+    """A commented manifest that loads as-is (once its patch files exist), validated here: at
+    ``version`` (1 unless an import continues a fix's lineage), its one changelog entry saying
+    ``summary``; ``patches`` are ``(file, root)`` or ``(file, root, description)``. ``author``,
     ``upstream`` (forwarding, reference, bug, origin, applied) and ``headers`` (in order, a
     repeated one becoming a list) are what an imported patch said (docs/interop.md).
     ``release_root`` None: the series patches no SGLang root, so no release is checked
@@ -105,7 +107,8 @@ def new_manifest_text(name: str, title: str, base_release: str,
     text = _SKELETON.format(
         format=MANIFEST_FORMAT, name=q(name), name_raw=name, title=q(title),
         rationale=tomlkit.string(why + "\n", multiline=True).as_string(), base=q(base_release),
-        patches="\n".join(blocks), date=q(date or _dt.date.today().isoformat()))
+        patches="\n".join(blocks), date=q(date or _dt.date.today().isoformat()),
+        version=version, summary=q(summary))
     if release_root is None:
         root = _patch_entry(patches[0])["root"]
         text = text.replace(f"releases = [{q(base_release)}]", "releases = []", 1).replace(

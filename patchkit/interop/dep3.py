@@ -25,7 +25,7 @@ FIELDS: dict[str, tuple[str, str]] = {
     "Applied-Upstream": ("upstream.applied", "the release or commit that contains it"),
     "Last-Update": ("changelog date", "the date of version 1 on import; the latest "
                     "changelog date on export"),
-    "Patchkit-Fix": ("the fix's name", "written as 'NAME vN' on export; names the fix on import"),
+    "Patchkit-Fix": ("the fix's name and version", "written as 'NAME vN' on export; names the fix, and its version, on import"),
     "Patchkit-Forwarding": ("upstream.forwarding", "exact state when Forwarded cannot say it"),
     "Patchkit-Reference": ("upstream.reference", "exact reference when Forwarded cannot say it"),
     "Patchkit-Author": ("author", "'unset': the mail's From is not the fix's author"),
@@ -90,9 +90,12 @@ def rooted(headers: list[tuple[str, str]], root: str) -> list[tuple[str, str]]:
 AUTHOR_UNSET = ("Patchkit-Author", "unset")
 
 
+_FIX_VERSION = re.compile(r"^v[1-9][0-9]{0,5}$")
+
+
 def fields_of(pairs: list[tuple[str, str]], source: Path) -> dict[str, Any]:
     """The manifest fields DEP-3 headers (or trailers) say: author, upstream (a dict),
-    headers (the unknown ones, in order), date (Last-Update), name (Patchkit-Fix)."""
+    headers (the unknown ones, in order), date (Last-Update), name and version (Patchkit-Fix)."""
     upstream: dict[str, str] = {}
     found: dict[str, Any] = {"upstream": upstream, "headers": []}
     forwarded = None
@@ -108,8 +111,11 @@ def fields_of(pairs: list[tuple[str, str]], source: Path) -> dict[str, Any]:
             forwarded = value
         elif low == "last-update":
             found["date"] = value
-        elif low == "patchkit-fix":
-            found["name"] = value.split()[0] if value.split() else ""
+        elif low == "patchkit-fix":  # "NAME vN", as export writes it
+            words = value.split()
+            found["name"] = words[0] if words else ""
+            if len(words) > 1 and _FIX_VERSION.match(words[1]):
+                found["version"] = int(words[1][1:])
         elif low == "patchkit-author":
             found["author"] = ""
             found["author_unset"] = True

@@ -18,7 +18,7 @@ from ..engine.contract import PRIMARY_ROOT
 from ..catalog.patchmail import PLACEHOLDER_AUTHOR
 from ..catalog.reader import ROOT_NAME_RE
 from ..catalog.writer import AuthoringResult
-from ..errors import PatchFormatError, UsageError
+from ..errors import PatchFormatError, PatchkitError, UsageError
 from . import Patch, dep3, mbox, quilt, refuse_escape
 
 
@@ -191,13 +191,12 @@ def existing(catalog: Catalog, fixes: Sequence[Planned]) -> dict[str, str]:
 
 
 def _release(catalog: Catalog, fixes: Sequence[Planned], release: str | None,
-             tree: Path | None, replace: bool) -> str | None:
+             tree: Path | None, taken: dict[str, str], replace: bool) -> str | None:
     """The release every fix is based on (``--release``, else the tree's; None: each fix's
-    own, :func:`_own_release`); a name the catalog has (or ships) is refused unless
-    ``replace``."""
+    own, :func:`_own_release`); a name the catalog has (or ships), ``taken``, is refused
+    unless ``replace``."""
     if release is None and tree is not None:
         release = tree_release(Path(tree))
-    taken = existing(catalog, fixes)
     if taken and not replace:
         name = next(iter(taken))
         whose = ("shipped with patchkit: a fix of yours by that name would shadow it"
@@ -208,6 +207,32 @@ def _release(catalog: Catalog, fixes: Sequence[Planned], release: str | None,
                          "replace it", fix=name,
                          existing=sorted(taken))
     return release
+
+
+def _version(catalog: Catalog, fix: Planned, taken: dict[str, str]) -> tuple[int, str]:
+    """The version a fix is imported at, and its changelog entry's summary. An export says
+    its fix's version (``Patchkit-Fix: NAME vN``): the fix comes back at vN, so a host that
+    applied vN from the catalog it was exported from is not told the fix changed. A fix it
+    replaces (``--replace``) at vM gives at least vM+1: the fix continues that lineage, and
+    a host running vM sees an upgrade, not the same version with other contents. A name of
+    the user's own (``--name``) is a new fix: v1."""
+    said = None if fix.named else dep3.fields_of(fix.patches[0].fields,
+                                                 fix.patches[0].source).get("version")
+    version = said or 1
+    summary = (f"Imported by `patchkit import` from an export of v{said}." if said
+               else "First version.")
+    if fix.name in taken:
+        try:
+            replaced = catalog.get(fix.name).version
+        except PatchkitError:  # a manifest of the user's own that does not load
+            replaced = 0
+        if replaced:
+            version = max(version, replaced + 1)
+            whose = "the shipped fix" if taken[fix.name] == "shipped" else "your fix"
+            summary = ("Imported by `patchkit import`"
+                       + (f" from an export of v{said}" if said else "")
+                       + f", replacing v{replaced} ({whose} of that name).")
+    return version, summary
 
 
 def _own_release(fix: Planned, release: str | None) -> str | None:
@@ -250,7 +275,7 @@ def _with_depends(text: str, deps: list[str]) -> str:
 
 
 def _manifest(fix: Planned, texts: dict[str, tuple[str, str, list[str]]], release: str | None,
-              tree: Path | None) -> str:
+              tree: Path | None, version: tuple[int, str] = (1, "First version.")) -> str:
     """The new manifest's text of a planned fix, its fields from its first patch."""
     patches_sglang = any(t[1] == PRIMARY_ROOT for t in texts.values())
     if release is None and patches_sglang:
@@ -269,16 +294,18 @@ def _manifest(fix: Planned, texts: dict[str, tuple[str, str, list[str]]], releas
     text = edit.new_manifest_text(
         fix.name, first.subject, release or edit.NO_RELEASE, [(f, t[1]) for f, t in texts.items()],
         first.body, date=date, author=author, upstream=fields["upstream"],
-        headers=fields["headers"], release_root=PRIMARY_ROOT if patches_sglang else None)
+        headers=fields["headers"], release_root=PRIMARY_ROOT if patches_sglang else None,
+        version=version[0], summary=version[1])
     return _with_fix_root(text, fields.get("fix_root"), first)
 
 
-def _message(fixes: Sequence[Planned], how: str, based: str) -> str:
+def _message(fixes: Sequence[Planned], versions: Sequence[int], how: str, based: str) -> str:
+    lines = [f"{f.name} v{v}: {f.patches[0].subject}\n" for f, v in zip(fixes, versions)]
     if len(fixes) == 1:
-        message = f"{fixes[0].name} v1: {fixes[0].patches[0].subject}\n\n"
+        message = lines[0] + "\n"
     else:
         message = (f"import {len(fixes)} fixes: {', '.join(f.name for f in fixes)}\n\n"
-                   + "".join(f"{f.name} v1: {f.patches[0].subject}\n" for f in fixes) + "\n")
+                   + "".join(lines) + "\n")
     return message + f"Imported by `patchkit import` from {how}, based on {based}.\n"
 
 
@@ -286,27 +313,31 @@ def import_fixes(catalog: Catalog, fixes: Sequence[Planned], *, release: str | N
                  tree: Path | None = None, root: str | None = None, commit: bool = True,
                  dry_run: bool = False, how: str = "patches", replace: bool = False
                  ) -> list[AuthoringResult]:
-    """Write the planned fixes (version 1) to the catalog and commit them, all or nothing:
+    """Write the planned fixes to the catalog and commit them, all or nothing (each at the
+    version :func:`_version` gives: 1, the version its export says, or after the one it
+    replaces):
     every patch of every fix is read and checked, the files are staged and read back, then
     moved in and committed as one commit (:func:`patchkit.catalog.writer.write_fixes`); on any
     error the catalog and its git index are as before. A name the catalog has (or ships) is
     refused unless ``replace``."""
     catalog.check_writable("import fixes")
-    release = _release(catalog, fixes, release, tree, replace)
+    taken = existing(catalog, fixes)
+    release = _release(catalog, fixes, release, tree, taken, replace)
     depends = _depends(catalog, fixes)
     made = []
     identity = writer.identity(catalog) or PLACEHOLDER_AUTHOR
-    for fix in fixes:
+    versions = [_version(catalog, fix, taken) for fix in fixes]
+    for fix, version in zip(fixes, versions):
         for patch in fix.patches:
             _check_text(patch)
         texts = _checked(fix, root, identity)
         made.append((fix, texts, _with_depends(
-            _manifest(fix, texts, _own_release(fix, release), tree), depends[fix.name])))
+            _manifest(fix, texts, _own_release(fix, release), tree, version), depends[fix.name])))
     results = []
-    for fix, texts, _text in made:
+    for (fix, texts, _text), (version_no, _summary) in zip(made, versions):
         files = tuple(dict.fromkeys(path for t in texts.values() for path in t[2]))
         results.append(AuthoringResult(
-            fix.name, 1, catalog.manifests_dir / f"{fix.name}.toml",
+            fix.name, version_no, catalog.manifests_dir / f"{fix.name}.toml",
             tuple(catalog.patches_dir / fix.name / f for f in texts), files,
             _own_release(fix, release) or edit.NO_RELEASE, changed=True, dry_run=dry_run))
     based = " and ".join(dict.fromkeys(r.base_release for r in results))
@@ -314,7 +345,8 @@ def import_fixes(catalog: Catalog, fixes: Sequence[Planned], *, release: str | N
         return results
     sha = writer.write_fixes(catalog, [(f.name, {n: t[:2] for n, t in texts.items()}, text)
                                        for f, texts, text in made],
-                             _message(fixes, how, based) if commit else None)
+                             _message(fixes, [v for v, _s in versions], how, based)
+                             if commit else None)
     return [dataclasses.replace(r, commit=sha) for r in results]
 
 
