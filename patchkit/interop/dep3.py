@@ -23,9 +23,10 @@ FIELDS: dict[str, tuple[str, str]] = {
                   "no = not-forwarded, not-needed = not-applicable, yes = proposed, "
                   "a URL = proposed with that reference"),
     "Applied-Upstream": ("upstream.applied", "the release or commit that contains it"),
-    "Last-Update": ("changelog date", "the date of version 1 on import; the latest "
-                    "changelog date on export"),
-    "Patchkit-Fix": ("the fix's name and version", "written as 'NAME vN' on export; names the fix, and its version, on import"),
+    "Last-Update": ("changelog date", "the date of the imported version on import; the "
+                    "latest changelog date on export"),
+    "Patchkit-Fix": ("the fix's name and version", "written as 'NAME vN' on export; names the "
+                     "fix, and gives its version, on import"),
     "Patchkit-Forwarding": ("upstream.forwarding", "exact state when Forwarded cannot say it"),
     "Patchkit-Reference": ("upstream.reference", "exact reference when Forwarded cannot say it"),
     "Patchkit-Author": ("author", "'unset': the mail's From is not the fix's author"),

@@ -275,7 +275,7 @@ def _with_depends(text: str, deps: list[str]) -> str:
 
 
 def _manifest(fix: Planned, texts: dict[str, tuple[str, str, list[str]]], release: str | None,
-              tree: Path | None, version: tuple[int, str] = (1, "First version.")) -> str:
+              tree: Path | None, version: tuple[int, str]) -> str:
     """The new manifest's text of a planned fix, its fields from its first patch."""
     patches_sglang = any(t[1] == PRIMARY_ROOT for t in texts.values())
     if release is None and patches_sglang:
@@ -313,10 +313,9 @@ def import_fixes(catalog: Catalog, fixes: Sequence[Planned], *, release: str | N
                  tree: Path | None = None, root: str | None = None, commit: bool = True,
                  dry_run: bool = False, how: str = "patches", replace: bool = False
                  ) -> list[AuthoringResult]:
-    """Write the planned fixes to the catalog and commit them, all or nothing (each at the
-    version :func:`_version` gives: 1, the version its export says, or after the one it
-    replaces):
-    every patch of every fix is read and checked, the files are staged and read back, then
+    """Write the planned fixes to the catalog, each at the version :func:`_version` gives, and
+    commit them, all or nothing: every patch of every fix is read and checked, the files are
+    staged and read back, then
     moved in and committed as one commit (:func:`patchkit.catalog.writer.write_fixes`); on any
     error the catalog and its git index are as before. A name the catalog has (or ships) is
     refused unless ``replace``."""
