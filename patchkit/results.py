@@ -80,7 +80,7 @@ class FixOutcome(Record):
     from_version: int | None = None  # ``upgraded``/``would-upgrade``: the version taken out
     commits: tuple[Mapping[str, str], ...] = ()  # {root, sha}: commits the run made for the fix
     reverts: Mapping[str, Any] | None = None  # {root, commit, title, found_by}: the commit undone
-    lost: str | None = None  # applied afresh: why its earlier record was lost (a reinstall)
+    lost: str | None = None  # applied afresh: why its earlier record was lost (a reinstall, a release checked out)
     detail: str | None = None  # ``not-needed``: why ("in upstream since 0.5.23 ...")
 
     @classmethod
@@ -105,7 +105,7 @@ class FixState(Record):
     applied_at: str | None
     files: tuple[Mapping[str, Any], ...]
     catalog_version: int | None = None  # the catalog's version of a recorded fix (``outdated``)
-    detail: str | None = None  # why a fix is ``lost`` (its installed package was reinstalled)
+    detail: str | None = None  # why a fix is ``lost`` (a reinstall, or a release checked out, underneath)
     releases: tuple[str, ...] = ()  # the releases the catalog's variant for this target serves
 
     @classmethod

@@ -165,6 +165,45 @@ def test_sync_brings_an_installed_package_back_after_pip_upgrades_it(
     assert states(catalog, target)[SIZING] == ("applied", 4)
 
 
+def _git(tree: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=tree, check=True, capture_output=True,
+                          text=True).stdout
+
+
+def test_a_checkout_moved_to_another_release_by_git_is_lost_and_never_gets_the_old_bytes(
+        three_releases: UpstreamRepo, tmp_path: Path) -> None:
+    """The checkout's upgrade is git's (`git reset --hard v0.5.23`, as a stash and a checkout
+    would do): the 0.5.22 variants' files are 0.5.23's now. They were `drifted`, sync refused,
+    and the advised `rollback --force` wrote 0.5.22's bytes into the 0.5.23 tree with every
+    command saying all was well after. As for a pip upgrade: the fixes are lost, rolling them
+    back only forgets them, and sync applies the 0.5.23 variants."""
+    catalog = Catalog(REPO)
+    tree = checkout(three_releases, "0.5.22", tmp_path / "t")
+    assert {f.name: f.version for f in api.sync(catalog, local(tree)).fixes
+            if f.outcome == "applied"} == {INDEX_K: 3, SIZING: 3}
+    _git(tree, "reset", "-q", "--hard", "v0.5.23")
+    release = {p: p.read_bytes() for p in (tree / "python").rglob("*.py")
+               if _git(tree, "diff", "--name-only", "v0.5.22", "v0.5.23", "--", str(p))}
+    seen = {s.name: s for s in api.status(catalog, local(tree)).status}
+    assert (seen[INDEX_K].state, seen[SIZING].state) == ("lost", "lost"), seen[INDEX_K]
+    assert "0.5.22 -> 0.5.23" in seen[INDEX_K].detail, seen[INDEX_K].detail
+
+    done = api.rollback(catalog, local(tree), [INDEX_K, SIZING], force=True)
+    assert all(f.outcome == "rolled-back" and not f.files for f in done.fixes), done.fixes
+    assert {p: p.read_bytes() for p in release} == release  # not a byte of 0.5.22 written
+    assert _git(tree, "status", "--porcelain", "--", "python") == ""
+
+    _git(tree, "reset", "-q", "--hard", "v0.5.22")
+    api.sync(catalog, local(tree))
+    _git(tree, "reset", "-q", "--hard", "v0.5.23")
+    result = api.sync(catalog, local(tree))
+    assert {f.name: (f.outcome, f.version) for f in result.fixes
+            if f.name in (INDEX_K, SIZING)} == {INDEX_K: ("applied", 4), SIZING: ("applied", 4)}
+    assert all("0.5.22 -> 0.5.23" in (f.lost or "") for f in result.fixes
+               if f.name in (INDEX_K, SIZING))
+    assert states(catalog, local(tree))[INDEX_K] == ("applied", 4)
+
+
 # -- rebase adds a variant ----------------------------------------------------------------------
 
 

@@ -155,12 +155,13 @@ def _sync_skips(req: Request, todo: List[FixSpec], outcomes: Dict[str, Dict[str,
 
 def _drop_lost(req: Request, state: State) -> Tuple[State, Dict[str, str], Dict[str, FixRecord]]:
     """The state without the records of requested fixes that are ``lost`` (their installed
-    package was reinstalled underneath them, status shows why), each to be applied fresh onto
-    the new install, its record replaced when that apply commits; why each lost fix (of the
-    request or not) is lost; and the records dropped."""
+    package was reinstalled, or their checkout moved to another release, underneath them:
+    status shows why), each to be applied fresh onto the new files, its record replaced when
+    that apply commits; why each lost fix (of the request or not) is lost; and the records
+    dropped."""
     from .observe import lost_fixes
 
-    lost = {name: seen["detail"] for name, seen in lost_fixes(req.roots, state).items()}
+    lost = {name: seen["detail"] for name, seen in lost_fixes(req.roots, state, git=req.git).items()}
     if not lost:
         return state, lost, {}
     names = {s.name for s in req.fixes}

@@ -51,7 +51,7 @@ def requires_check(spec: FixSpec, recorded: Dict[str, FixRecord], earlier: Set[s
     """Each required fix is recorded (any version), planned earlier in this request, or, when
     the request carries it as a dependency, present in the files (a fork may carry it).
     ``sync``: the advice is sync's, which has no --with-deps (it applies what it can).
-    ``lost``: recorded fixes a reinstall took away (not there; said so)."""
+    ``lost``: recorded fixes a reinstall or another release took away (not there; said so)."""
     out = []
     for name in spec.requires:
         if name in earlier:
@@ -68,9 +68,9 @@ def requires_check(spec: FixSpec, recorded: Dict[str, FixRecord], earlier: Set[s
             elif found == presence.PARTLY:
                 detail = ("fix %s is not recorded by patchkit and only part of its change is in the "
                           "files" % name)
-            elif name in (lost or {}):
-                detail = ("fix %s is recorded but lost: its package was reinstalled underneath "
-                          "it, so its change is gone" % name)
+            elif lost and name in lost:
+                detail = ("fix %s is recorded but lost (%s), so its change is gone"
+                          % (name, lost[name].split(":")[0].split(";")[0]))
             else:
                 detail = "fix %s is neither recorded by patchkit nor present in the files" % name
         else:

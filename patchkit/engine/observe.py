@@ -28,7 +28,7 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
     for spec in req.fixes:
         rec = recorded.get(spec.name)
         if rec:
-            entry = _recorded(ws, rec, last, installs)
+            entry = _recorded(ws, rec, last, installs, releases, req.git)
             entry["catalog_version"] = spec.version
             if entry["state"] == "applied" and rec.version != spec.version:
                 entry["state"] = "outdated"  # another version is applied than the catalog's
@@ -59,7 +59,7 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
         if lacking:
             left_out.append({"name": rec.name, "roots": lacking})
         else:
-            out.append(_recorded(ws, rec, last, installs))
+            out.append(_recorded(ws, rec, last, installs, releases, req.git))
     from .variants import release_of
 
     journal = store.read_journal()
@@ -122,10 +122,13 @@ def _file_state(ok: bool, current: Optional[bytes]) -> str:
 
 
 def _recorded(ws: Workspace, rec: FixRecord, last: Dict[Key, Tuple[str, Optional[str]]],
-              installs: Optional[Dict[str, record.Installed]] = None) -> Dict[str, Any]:
+              installs: Optional[Dict[str, record.Installed]] = None,
+              releases: Optional[Dict[str, Any]] = None, git: bool = True) -> Dict[str, Any]:
     """A file is ``ok`` when it holds what the last fix to touch it wrote (maybe a later fix);
     a fix is ``lost`` when every file not ``ok`` is as its installed wheel's RECORD says (the
-    package was reinstalled or upgraded underneath it)."""
+    package was reinstalled or upgraded underneath it), or as the checkout's HEAD has it
+    while the tree runs a release the applied version was not for (:func:`moved_detail`).
+    ``releases``: each root's release, read once per request."""
     out = []
     for f in rec.files:
         have = ws.sha256(f.root, f.path)  # hashed, not kept: 2,152 files of a drift series
@@ -136,11 +139,14 @@ def _recorded(ws: Workspace, rec: FixRecord, last: Dict[Key, Tuple[str, Optional
     entry = {"name": rec.name, "state": "drifted" if drifted else "applied",
              "version": rec.version, "applied_at": rec.applied_at, "files": out}
     lost = lost_detail(ws, rec, out, installs) if drifted and installs else None
+    label = "reinstalled"
+    if drifted and not lost:
+        lost, label = moved_detail(ws, rec, out, {} if releases is None else releases, git), "replaced"
     if lost:
         entry.update(state="lost", detail=lost)
         for seen in out:
             if seen["state"] != "ok":
-                seen["state"] = "reinstalled"
+                seen["state"] = label
     elif drifted:
         gone = {(f["root"], f["path"]) for f in out if f["state"] == "missing"}
         elsewhere = root_elsewhere(ws.roots, rec, gone)
@@ -168,20 +174,61 @@ def root_elsewhere(roots: Roots, rec: FixRecord, missing: Set[Key]) -> Optional[
     return None
 
 
-def lost_fixes(roots: Roots, state: State, ws: Optional[Workspace] = None
+def lost_fixes(roots: Roots, state: State, ws: Optional[Workspace] = None, git: bool = True
                ) -> Dict[str, Dict[str, Any]]:
-    """Each recorded fix that is ``lost``, as ``status`` shows it (files ``reinstalled``)."""
+    """Each recorded fix that is ``lost``, as ``status`` shows it (files ``reinstalled`` or
+    ``replaced``). Only a fix that could be is read: on an installed package, or recorded for
+    releases the tree no longer runs."""
     installs = record.installs(roots)
-    if not installs:
+    releases: Dict[str, Any] = {}
+    maybe = [rec for rec in state.fixes if installs or _release_moved(roots, rec, releases, git)]
+    if not maybe:
         return {}
     ws, last = ws or Workspace(roots), state.last_writers()
-    seen = (_recorded(ws, rec, last, installs) for rec in state.fixes)
+    seen = (_recorded(ws, rec, last, installs, releases, git) for rec in maybe)
     return {s["name"]: s for s in seen if s["state"] == "lost"}
 
 
-def reinstalled(entry: Dict[str, Any]) -> List[Tuple[str, str]]:
-    """(root, path) of a lost fix's files the reinstall replaced."""
-    return [(f["root"], f["path"]) for f in entry["files"] if f["state"] == "reinstalled"]
+def replaced_files(entry: Dict[str, Any]) -> List[Tuple[str, str]]:
+    """(root, path) of a lost fix's files a reinstall or another release replaced."""
+    return [(f["root"], f["path"]) for f in entry["files"]
+            if f["state"] in ("reinstalled", "replaced")]
+
+
+def _release_moved(roots: Roots, rec: FixRecord, releases: Dict[str, Any], git: bool
+                   ) -> Optional[Tuple[str, str]]:
+    """(the releases the fix was applied for, the one the tree runs now) when the tree runs a
+    release the applied version was not for; None when it does, or either is unknown."""
+    from .variants import release_of
+
+    versions = [str(v) for v in (rec.release or {}).get("versions") or ()]
+    if not versions:
+        return None
+    now = release_of(roots, str((rec.release or {}).get("root") or "sglang"), releases, git)
+    return None if now is None or now in versions else (", ".join(versions), now)
+
+
+def moved_detail(ws: Workspace, rec: FixRecord, files: List[Dict[str, Any]],
+                 releases: Dict[str, Any], git: bool) -> Optional[str]:
+    """Why a recorded fix is lost when its checkout was moved to another release underneath
+    it (``git checkout``, a reset or a stash and checkout of the new tag): the tree runs a
+    release the applied version was not for, and every changed file is as the checkout's HEAD
+    has it. Restoring the fix's backups would write the old release's bytes into the new
+    one. None without that proof (a tree that is no git checkout, ``--no-git``: drift)."""
+    from . import gitcli
+
+    moved = _release_moved(ws.roots, rec, releases, git) if git else None
+    if moved is None:
+        return None
+    changed = [f for f in files if f["state"] != "ok"]
+    for name in sorted({f["root"] for f in changed}):
+        rels = [f["path"] for f in changed if f["root"] == name]
+        answer = gitcli.changed_paths(ws.roots.get(name).path, rels)
+        if not answer.checkout or answer.error or any(r in answer.changed for r in rels):
+            return None
+    return ("sglang %s -> %s: the checkout moved to another release, and the files hold its "
+            "bytes; recorded v%s no longer present. Apply the fix again onto the new release "
+            "(patchkit sync, or patchkit apply %s)" % (moved[0], moved[1], rec.version, rec.name))
 
 
 def lost_detail(ws: Workspace, rec: FixRecord, files: List[Dict[str, Any]],
@@ -273,7 +320,7 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
     failures: List[Dict[str, Any]]
     out, failures = [], []
     ws = Workspace(req.roots)
-    lost = lost_fixes(req.roots, state, ws)
+    lost = lost_fixes(req.roots, state, ws, req.git)
     for spec in specs:
         # A check passing on edited files does not vouch for the fix as patchkit wrote it.
         drifted = drifted_files(req.roots, state, recorded[spec.name], ws)

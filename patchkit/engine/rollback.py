@@ -50,10 +50,13 @@ def _rollback(req: Request, store: Store, state: State, recorded: Recorded) -> D
     _refuse_blocked(state, names, req.roots)
     check_patch_paths(req.roots, req.fixes)
     ws = Workspace(req.roots)
-    from .observe import lost_fixes, reinstalled
+    from .observe import lost_fixes, replaced_files
 
-    # a lost fix's reinstalled files hold the new install's bytes: they stay, not drift
-    gone = {name: set(reinstalled(seen)) for name, seen in lost_fixes(req.roots, state, ws).items()}
+    # a lost fix's files hold the new install's or release's bytes: they stay, not drift
+    lost = lost_fixes(req.roots, state, ws, req.git)
+    gone = {name: set(replaced_files(seen)) for name, seen in lost.items()}
+    lost_why = {name: "its checkout moved to another release" if "checkout moved" in seen["detail"]
+                else "its package was reinstalled" for name, seen in lost.items()}
     drift: List[Dict[str, Any]] = []
     prepared: List[FixChange] = []
     reverts: List[Tuple[FixChange, List[revert.Source]]] = []
@@ -93,9 +96,9 @@ def _rollback(req: Request, store: Store, state: State, recorded: Recorded) -> D
     for name, left in gone.items():
         if name in out:
             out[name]["detail"] = (
-                "lost (its package was reinstalled): its record forgotten, the %d reinstalled "
-                "file(s) left as they are%s" % (len(left), "; the files the reinstall left as "
-                "it wrote them restored" if out[name]["files"] else ""))
+                "lost (%s): its record forgotten, the %d replaced file(s) left as they are%s"
+                % (lost_why[name], len(left), "; the files the replacement left as it wrote "
+                   "them restored" if out[name]["files"] else ""))
     return out
 
 
