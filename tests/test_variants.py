@@ -89,6 +89,14 @@ def test_a_bad_variant_is_refused_naming_the_file_and_key(tmp_path: Path, extra:
         load_manifest(path)
     assert exc.value.details["key"] == key and said in exc.value.message
     assert str(path) in exc.value.message and path.read_bytes() == before
+    # the line is the variant's (it was the top level's key of that name: line 3, 37, 43)
+    lines = path.read_text().splitlines()
+    variant = lines.index("[[variants]]") + 1
+    line = exc.value.details["line"]
+    assert line >= variant and f"{path}:{line}:" in exc.value.message, (line, variant)
+    wanted = key.rsplit(".", 1)[-1]
+    assert lines[line - 1].startswith(wanted) or (
+        line == variant and not any(t.startswith(wanted) for t in lines[variant:])), lines[line - 1]
 
 
 # -- selection on real releases ---------------------------------------------------------------

@@ -38,16 +38,54 @@ class Ctx:
 
 
 def key_line(path: Path, key: str, value: str | None = None) -> int | None:
-    """The line of ``key`` (its last part: ``upstream.releases`` -> ``releases``) in a TOML file;
-    with ``value``, the first line that sets it to that string (``root = "serve"``)."""
-    last = re.sub(r"\[\d+\]$", "", key.rsplit(".", 1)[-1])
+    """The line of ``key`` in a TOML file: ``variants[2].releases`` is the ``releases`` line of
+    the second ``[[variants]]`` table (that table's header when the key is not written there),
+    ``upstream.releases`` the one in ``[upstream]``; with ``value``, the first line that sets it
+    to that string (``root = "serve"``). A key found in no table it names: its first line
+    anywhere."""
+    *tables, last = key.split(".")
+    last = re.sub(r"\[\d+\]$", "", last)
     try:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         return None
     said = "" if value is None else rf"\s*[\"']{re.escape(value)}[\"']"
     pattern = re.compile(rf"\s*[\"']?{re.escape(last)}[\"']?\s*={said}")
+    section = _table_lines(lines, tables)
+    if section is not None:
+        header, start, end = section
+        found = next((i for i in range(start, end) if pattern.match(lines[i])), None)
+        if found is not None or tables:
+            return (header if found is None else found) + 1
     return next((i for i, text in enumerate(lines, 1) if pattern.match(text)), None)
+
+
+_HEADER = re.compile(r"\s*\[\[?\s*([\w.-]+)\s*\]\]?\s*(?:#.*)?$")
+
+
+def _table_lines(lines: list[str], tables: list[str]) -> tuple[int, int, int] | None:
+    """Where the table named by ``tables`` (``["variants[2]", "patches[1]"]``) is: its header's
+    index, and the range of its own key lines (up to the next header); the top level for none."""
+    lo, hi, header, name = 0, len(lines), 0, ""
+    for part in tables:
+        m = re.fullmatch(r"(.+?)\[(\d+)\]", part)
+        base, want = (m.group(1), int(m.group(2))) if m else (part, 1)
+        name = f"{name}.{base}" if name else base
+        seen, found = 0, None
+        for i in range(lo, hi):
+            h = _HEADER.match(lines[i])
+            if h and h.group(1) == name:
+                seen += 1
+                if seen == want:
+                    found = i
+                    break
+        if found is None:
+            return None
+        header, lo = found, found + 1
+        hi = next((j for j in range(lo, hi) if (h := _HEADER.match(lines[j]))
+                   and not h.group(1).startswith(name + ".")), hi)
+    end = next((j for j in range(lo, hi) if _HEADER.match(lines[j])), hi)
+    return header, lo, end
 
 
 def key_where(path: Path, key: str, value: str | None = None) -> str:
