@@ -265,3 +265,31 @@ def test_an_interrupt_while_the_hooks_run_says_the_change_stands_and_stops_the_c
         os.kill(int(pidfile.read_text()), 0)
     assert _status(["--target", roots["sglang"], "--root", f"serve={roots['serve']}"])[
         "index-k-bytes"] == "applied"
+
+
+def test_sync_says_and_runs_the_restarts_of_what_it_changed(tmp_path: Path) -> None:
+    """sync is the upgrade path: it said no restart (apply and rollback do), took no --restart,
+    and refused --after-cmd and --health-cmd on one target."""
+    roots = make_tree(tmp_path / "tree")
+    catalog = _restart_catalog(tmp_path, 'restart = "prefill"')
+    log = tmp_path / "restarts"
+    config = tmp_path / "patchkit.toml"
+    config.write_text(f'[restarts]\nprefill = "echo prefill >> {log}"\n')
+    where = ["--target", roots["sglang"], "--root", f"serve={roots['serve']}"]
+    base = ["--catalog", str(catalog), "--config", str(config)]
+    code, out, err = cli([*base, "sync", *where])
+    assert code == 0, err
+    assert "restart needed prefill" in out and "or sync with --restart" in out and not log.exists()
+    code, out, err = cli([*base, "sync", *where, "--restart", "--json"])  # nothing changed
+    assert code == 0, err
+    assert "restart" not in json.loads(out) and not log.exists()
+    code, out, err = cli([*base, "rollback", "pool-guard", "index-k-bytes", *where])
+    assert code == 0, (out, err)
+    code, out, err = cli([*base, "sync", *where, "--restart", "--json"])
+    assert code == 0, err
+    assert json.loads(out).get("restart") == ["prefill"], out
+    assert json.loads(out)["restart"] == ["prefill"] and log.read_text() == "prefill\n"
+    cli([*base, "rollback", "pool-guard", "index-k-bytes", *where])
+    code, out, err = cli([*base, "sync", *where, "--after-cmd", f"echo after >> {log}"])
+    assert code == 0, err
+    assert log.read_text() == "prefill\nafter\n"

@@ -43,7 +43,7 @@ def test_waves_split_like_ansible_serial() -> None:
 
 def test_fleet_options_need_an_inventory_and_exclude_a_target(tmp_path: Path) -> None:
     run = pk("apply", *SEED, "--waves", "1,100%", "--target", str(tmp_path))
-    assert run.returncode == 2 and "--waves work on a fleet: add --inventory" in run.stderr
+    assert run.returncode == 2 and "--waves is for a fleet only: add --inventory" in run.stderr
     run = pk("apply", *SEED, "--inventory", str(tmp_path / "inv.yml"), "--target", str(tmp_path))
     assert run.returncode == 2 and "--inventory and --target/--root both name where to run" in run.stderr
 

@@ -42,7 +42,8 @@ def wants_fleet(fleet: dict[str, Any], where: dict[str, Any]) -> bool:
         given = [f"--{k.replace('_', '-')}" for k in _ROLLOUT_ONLY + ("limit",)
                  if fleet.get(k) not in (None, "100%", 0)]
         if given:
-            raise UsageError(f"{', '.join(given)} work on a fleet: add --inventory INVENTORY", option=given[0])
+            raise UsageError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for a fleet "
+                             "only: add --inventory INVENTORY", option=given[0])
         return False
     if where.get("target") or where.get("roots"):
         raise UsageError("--inventory and --target/--root both name where to run: give one (an "

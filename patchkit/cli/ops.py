@@ -47,7 +47,8 @@ def emit_result(result: Any, as_json: bool, after: Any = None, restarts: tuple[s
 
     def draw(out: Any) -> None:
         render.render_result(out, result, **options)
-        render_status.render_after(out, after, restarts, result.op, restarts_defined)
+        render_status.render_after(out, after, restarts, options.get("command") or result.op,
+                                   restarts_defined)
 
     return render.emit(as_json, data, draw)
 
@@ -78,7 +79,7 @@ def restarts_of(state: State, fixes: list[Any]) -> tuple[tuple[str, ...], str | 
     return names, " && ".join(defined[n] for n in names)
 
 
-def _hooked(state: State, fleet: dict[str, Any], names: list[str], use_restarts: bool,
+def hooked(state: State, fleet: dict[str, Any], names: list[str], use_restarts: bool,
             health_timeout: float) -> dict[str, Any]:
     """Take --after-cmd/--health-cmd out of ``fleet`` for one target (returned); for a fleet,
     turn ``sglang:URL`` and --restart into the shell commands its hosts run."""
@@ -98,7 +99,7 @@ def _hooked(state: State, fleet: dict[str, Any], names: list[str], use_restarts:
     return {}
 
 
-def _after(state: State, where: dict[str, Any], result: Any, found: dict[str, Any], undo: Any,
+def after_change(state: State, where: dict[str, Any], result: Any, found: dict[str, Any], undo: Any,
            health_timeout: float, as_json: bool, **emit: Any) -> int:
     """Run the hooks after a single target's change, then print; a failure prints the result
     and raises (the change undone)."""
@@ -139,7 +140,7 @@ def apply(state: State, fixes: tuple[str, ...], dry_run: bool, show_diff: bool |
     """Apply FIXES to the target, all or nothing."""
     names = _names(fixes, "apply")
     fleet = fleet_options(where)
-    found = _hooked(state, fleet, names, use_restarts, health_timeout)
+    found = hooked(state, fleet, names, use_restarts, health_timeout)
     if wants_fleet(fleet, where):
         for flag, given in (("--diff", show_diff), ("--verbose", verbose)):
             if given:
@@ -151,7 +152,7 @@ def apply(state: State, fixes: tuple[str, ...], dry_run: bool, show_diff: bool |
     result = run_op(state, where, f"{'checking' if dry_run else 'applying'} {', '.join(names)} on",
                   as_json, api.apply, names, dry_run=dry_run, with_deps=with_deps,
                   allow_inactive=allow_inactive, commit=commit, git=not no_git, force=force)
-    return _after(state, where, result, found,
+    return after_change(state, where, result, found,
                   lambda target, changed: api.rollback(state.catalog(), target, changed,
                                                        lock_timeout=where["lock_timeout"]),
                   health_timeout, as_json, show_diff=show_diff or None, verbose=verbose)
@@ -167,13 +168,13 @@ def rollback(state: State, fixes: tuple[str, ...], dry_run: bool, force: bool, u
     """Roll FIXES back on the target, all or nothing."""
     names = _names(fixes, "roll back")
     fleet = fleet_options(where)
-    found = _hooked(state, fleet, names, use_restarts, health_timeout)
+    found = hooked(state, fleet, names, use_restarts, health_timeout)
     if wants_fleet(fleet, where):
         return rollout(state, "rollback", names, fleet, dry_run=dry_run, as_json=as_json,
                        force=force, lock_timeout=where["lock_timeout"])
     result = run_op(state, where, f"rolling back {', '.join(names)} on", as_json, api.rollback, names,
                   dry_run=dry_run, force=force)
-    return _after(state, where, result, found,
+    return after_change(state, where, result, found,
                   lambda target, changed: api.apply(state.catalog(), target, changed,
                                                     lock_timeout=where["lock_timeout"]),
                   health_timeout, as_json)
