@@ -51,8 +51,13 @@ def sync(catalog: Catalog, target: Target, *, dry_run: bool = False,
     release is left out and a lost record of it dropped; a fix the target does not need (a
     revert with nothing to revert) or already holds unrecorded is left alone (docs/cli.md)."""
     fixes = [catalog.get(n) for n in sync_names(catalog, list(target.roots))]
-    return _run(catalog, target, fixes, "apply", dry_run=dry_run, lock_timeout=lock_timeout,
-                git=git, force=force, sync=True)
+    result = _run(catalog, target, fixes, "apply", dry_run=dry_run, lock_timeout=lock_timeout,
+                  git=git, force=force, sync=True)
+    # an active fix on a root the target was not given is not synced: said, not skipped silently
+    left_out = tuple((f.name, tuple(r for r in f.roots if r not in target.roots))
+                     for f in catalog.all() if not f.is_inactive
+                     and not set(f.roots) <= set(target.roots))
+    return dataclasses.replace(result, left_out=left_out) if left_out else result
 
 
 def rollback(catalog: Catalog, target: Target, names: Sequence[str], *, dry_run: bool = False,

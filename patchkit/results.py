@@ -177,7 +177,7 @@ class OpResult(Record):
     recovered: tuple[Mapping[str, Any], ...]
     status: tuple[FixState, ...]
     raw: Mapping[str, Any]
-    # status: fixes not looked at, each with the roots of it the target was not given
+    # status, sync: fixes not looked at, each with the roots of it the target was not given
     left_out: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # status, verify: those of them the target records as applied (not looked at, not verified)
     unseen: tuple[tuple[str, tuple[str, ...]], ...] = ()
@@ -201,9 +201,10 @@ class OpResult(Record):
 
     def to_json(self) -> dict[str, Any]:
         out = dict(self.raw, target=self.target)
-        if self.op == "status":
+        if self.op == "status" or self.left_out:  # a sync's too: fixes on roots not given
             out["left_out"] = [{"name": name, "missing_roots": list(roots)}
                                for name, roots in self.left_out]
+        if self.op == "status":
             out["broken"] = [b.to_json() for b in self.broken]
         if self.op in ("status", "verify"):
             out["unseen"] = [{"name": name, "missing_roots": list(roots)}

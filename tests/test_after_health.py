@@ -293,3 +293,21 @@ def test_sync_says_and_runs_the_restarts_of_what_it_changed(tmp_path: Path) -> N
     code, out, err = cli([*base, "sync", *where, "--after-cmd", f"echo after >> {log}"])
     assert code == 0, err
     assert log.read_text() == "prefill\nafter\n"
+
+
+def test_sync_names_the_fixes_on_roots_it_was_not_given(tmp_path: Path) -> None:
+    """A fix on the serve root is not synced on a target given only its sglang root; sync said
+    nothing of it (status --all does)."""
+    roots = make_tree(tmp_path / "tree")
+    catalog = tmp_path / "catalog"
+    import shutil
+
+    shutil.copytree(SAMPLES / "catalog", catalog)
+    code, out, err = cli(["--catalog", str(catalog), "sync", "--target", roots["sglang"],
+                          "--dry-run"])
+    assert code == 0, err
+    assert "pool-guard: not synced: root serve not given (--root serve=PATH)" in out + err
+    code, out, err = cli(["--catalog", str(catalog), "sync", "--target", roots["sglang"],
+                          "--dry-run", "--json"])
+    assert code == 0, err
+    assert json.loads(out)["left_out"] == [{"name": "pool-guard", "missing_roots": ["serve"]}]

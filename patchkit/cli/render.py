@@ -334,6 +334,12 @@ def render_result(console: Any, result: OpResult, *, show_diff: bool | None = No
         line(console, note)
     for note in unseen_notes(result):
         note_line(console, note)
+    seen = {name for name, _roots in result.unseen}
+    for name, roots in result.left_out:  # a sync's fixes on roots not given
+        if name not in seen:
+            note_line(console, [(f"{name}: ", "bold"), (f"not {command or result.op}ed: root "
+                                                        f"{', '.join(roots)} not given", "yellow"),
+                                (f" (--root {roots[0]}=PATH)", "dim")])
     head = "dry run of " if result.dry_run else ""
     line(console, [(f"{head}{command or result.op}", "bold"), (f" on {result.target}", "")])
     for fix in result.fixes:
