@@ -120,6 +120,13 @@ def test_one_catalog_commit_applies_each_release_its_variant(three_releases: Ups
         api.apply(catalog, local(old), [INDEX_K])
     assert "variants exist for 0.5.23 (v4), 0.5.22 (v3)" in exc.value.message
     assert "patchkit rebase dsv4-bf16-index-k --onto 0.5.21" in exc.value.message
+    # the check's name is every release a version serves (it named the top level's alone)
+    assert "release is one of 0.5.23, 0.5.22" in exc.value.message, exc.value.message
+    # status says why the fix is not applied there, naming what serves which release
+    seen = {s.name: s for s in api.status(catalog, local(old)).status}[INDEX_K]
+    assert seen.state == "not-applied" and seen.detail == (
+        "no version of the fix serves 0.5.21 (v4 for 0.5.23, v3 for 0.5.22): its change was "
+        "not looked for there; make one with patchkit rebase dsv4-bf16-index-k --onto 0.5.21")
 
 
 def test_a_fix_upstream_in_0523_is_not_applied_there_and_stays_on_0522(

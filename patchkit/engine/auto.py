@@ -25,7 +25,9 @@ def release_check(spec: FixSpec, roots: Roots, cache: Dict[str, Tuple[Optional[s
     if root.name not in cache:
         cache[root.name] = detect_release(root, git=git)
     found, source = cache[root.name]
-    name = "release is one of %s" % ", ".join(wanted)
+    # the releases any version of the fix serves, when it has variants (the top level's else)
+    served = [r for _v, rs in spec.variants_known for r in rs] or wanted
+    name = "release is one of %s" % ", ".join(dict.fromkeys(served))
     if found is None:
         return result("release", name, False,
                       "cannot tell the release of root %s (%s): no sglang/_version.py with a version and "

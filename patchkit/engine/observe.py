@@ -43,8 +43,8 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
         else:  # only here are the fix's FILE records used (and read, for a lazy request)
             check_patch_paths(req.roots, [spec])
             entry = unrecorded(ws, spec, req.roots)
-            if entry["state"] == presence.PARTLY:
-                _partly_elsewhere(req, spec, entry, releases)
+            if entry["state"] in (presence.PARTLY, presence.NOT_APPLIED):
+                _not_served(req, spec, entry, releases)
         if spec.release is not None:
             entry["releases"] = list(spec.release.get("versions") or [])
         if spec.not_needed and entry["state"] != "not-needed":
@@ -69,23 +69,26 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
             "running": procs.running(req.roots, store.dir, state, req.python)}
 
 
-def _partly_elsewhere(req: Request, spec: FixSpec, entry: Dict[str, Any],
-                      releases: Dict[str, Any]) -> None:
-    """A fix ``partly-present`` by a series written for other releases than the target runs
-    (no variant serves it): some of its lines match by chance, which says nothing (a clean
-    install of an older release looked damaged, and failed ``status --exit-code``). It is
-    ``not-applied``, saying why."""
+def _not_served(req: Request, spec: FixSpec, entry: Dict[str, Any],
+                releases: Dict[str, Any]) -> None:
+    """An unrecorded fix no version of which serves the release the target runs is
+    ``not-applied``, saying so and which releases its versions serve. One ``partly-present``
+    by a series written for other releases is too: some of its lines match by chance, which
+    says nothing (a clean install of an older release looked damaged, and failed ``status
+    --exit-code``)."""
     from .variants import release_of
 
     if spec.release is None:
         return
     wanted = [str(v) for v in spec.release.get("versions") or []]
-    found = release_of(req.roots, str(spec.release.get("root") or "sglang"), releases, True)
-    if found is None or found in wanted:
+    found = release_of(req.roots, str(spec.release.get("root") or "sglang"), releases, req.git)
+    if not wanted or found is None or found in wanted:
         return
+    served = ", ".join("v%s for %s" % (v, ", ".join(rs)) for v, rs in spec.variants_known
+                       if rs) or "v%s is for %s" % (spec.version, ", ".join(wanted))
     entry.update(state="not-applied", files=[], detail=(
-        "no version of the fix serves %s (v%s is for %s): its change was not looked for "
-        "there" % (found, spec.version, ", ".join(wanted))))
+        "no version of the fix serves %s (%s): its change was not looked for there; make one "
+        "with patchkit rebase %s --onto %s" % (found, served, spec.name, found)))
 
 
 def _holds_catalog(req: Request, store: Store, ws: Workspace, rec: FixRecord, spec: FixSpec) -> bool:
