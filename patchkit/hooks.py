@@ -53,7 +53,7 @@ class HealthCheckFailed(CheckFailed):
 def health_command(spec: str | None, *, timeout: float = DEFAULT_HEALTH_TIMEOUT,
                    python: str | None = None) -> str | None:
     """The shell command a ``--health-cmd`` runs: itself, or for ``sglang:URL`` the probe of
-    the server's health endpoint (``/health`` when the URL has no path)."""
+    the server's health endpoint (``/health`` when the URL has no path, or just ``/``)."""
     if spec is None or not spec.startswith(SGLANG):
         return spec
     url = spec[len(SGLANG):]
@@ -61,8 +61,10 @@ def health_command(spec: str | None, *, timeout: float = DEFAULT_HEALTH_TIMEOUT,
         raise UsageError(f"--health-cmd {spec}: write the server's URL after sglang:, e.g. "
                          "sglang:http://127.0.0.1:30000 or sglang:http://127.0.0.1:30000/health_generate",
                          option="--health-cmd")
-    if url.count("/") == 2:
-        url += "/health"
+    from urllib.parse import urlsplit
+
+    if urlsplit(url).path in ("", "/"):  # the server itself: its health endpoint
+        url = url.rstrip("/") + "/health"
     if timeout <= 0:
         raise UsageError("--health-timeout must be more than 0 seconds", option="--health-timeout")
     return shlex.join([python or "python3", "-c", _PROBE, url, f"{timeout:g}"])

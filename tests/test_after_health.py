@@ -311,3 +311,18 @@ def test_sync_names_the_fixes_on_roots_it_was_not_given(tmp_path: Path) -> None:
                           "--dry-run", "--json"])
     assert code == 0, err
     assert json.loads(out)["left_out"] == [{"name": "pool-guard", "missing_roots": ["serve"]}]
+
+
+def test_a_server_url_with_or_without_its_slash_probes_its_health_endpoint() -> None:
+    """`sglang:http://host:port/` probed `/` (a plain HTTP server's 200 passed a bad deploy,
+    a real SGLang server's 404 failed a good one); the server's own URL means `/health`."""
+    import shlex
+
+    from patchkit.hooks import health_command
+
+    def probed(url: str) -> str:
+        return shlex.split(str(health_command(f"sglang:{url}", python="python3")))[-2]
+
+    for url in ("http://127.0.0.1:30000", "http://127.0.0.1:30000/"):
+        assert probed(url) == "http://127.0.0.1:30000/health", url
+    assert probed("http://127.0.0.1:30000/health_generate") == "http://127.0.0.1:30000/health_generate"

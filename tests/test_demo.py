@@ -75,6 +75,8 @@ def test_demo_deploys_the_seed_fixes_to_a_fork_of_the_real_release(
         assert f"applied {name} v{version}" in applied
     # the deploy says what it takes effect with: the prefill server's restart (issue 27)
     assert "restart needed prefill" in applied
+    # the demo defines no [restarts]: it says to define one (it said patchkit.toml defined it)
+    assert "run it yourself; define it in patchkit.toml [restarts]" in applied, applied
     for name in FORK_COMMITS:
         assert f"{name}" in out[positions[0]:positions[1]]
     assert "done: roll back with `patchkit rollback" in out

@@ -71,8 +71,9 @@ def demo(state: State, workdir: str, release: str | None, as_json: bool) -> int:
     render.render_result(out, applied)
     changed = hooks.changed_fixes(applied)
     # what the deploy takes effect with: the restart the seed's deploy never said it needed
+    # the demo defines no [restarts]: the hint says to define one, as a real apply's does
     render_status.render_after(out, None, tuple(dict.fromkeys(
-        r for name in changed for r in catalog.get(name).restart)))
+        r for name in changed for r in catalog.get(name).restart)), defined=False)
 
     _step(out, 5, "status after", f"patchkit status {where}")
     after = api.status(catalog, target)
