@@ -218,6 +218,22 @@ def test_a_checkout_moved_to_another_release_by_git_is_lost_and_never_gets_the_o
                if f.name in (INDEX_K, SIZING))
     assert states(catalog, local(tree))[INDEX_K] == ("applied", 4)
 
+    # back to 0.5.22, and a file edited by hand after the move: still lost (the backups are
+    # 0.5.23's bytes), the edit shown as drift and kept; rollback --force wrote the old
+    # release's bytes over the files git had replaced
+    _git(tree, "reset", "-q", "--hard", "v0.5.22")
+    seen = {s.name: s for s in api.status(catalog, local(tree)).status}[INDEX_K]
+    edited = tree / seen.files[0]["path"]
+    edited.write_bytes(edited.read_bytes() + b"# edited on the host\n")
+    seen = {s.name: s for s in api.status(catalog, local(tree)).status}[INDEX_K]
+    assert seen.state == "lost" and "1 file(s) edited since, kept as they are" in seen.detail
+    assert {f["path"]: f["state"] for f in seen.files}[seen.files[0]["path"]] == "drifted"
+    assert {f["state"] for f in seen.files[1:]} <= {"replaced", "ok"}
+    api.rollback(catalog, local(tree), [INDEX_K, SIZING], force=True)
+    changed = _git(tree, "status", "--porcelain", "--", "python").splitlines()
+    assert changed == [f" M {seen.files[0]['path']}"], changed  # the edit, and nothing of 0.5.23
+    assert edited.read_bytes().endswith(b"# edited on the host\n")
+
 
 # -- rebase adds a variant ----------------------------------------------------------------------
 

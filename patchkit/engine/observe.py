@@ -139,16 +139,19 @@ def _recorded(ws: Workspace, rec: FixRecord, last: Dict[Key, Tuple[str, Optional
         out.append(ws.roots.file(f.root, f.path, state="ok" if ok else (
             "missing" if have is None else "drifted")))
     drifted = any(f["state"] != "ok" for f in out)
-    entry = {"name": rec.name, "state": "drifted" if drifted else "applied",
-             "version": rec.version, "applied_at": rec.applied_at, "files": out}
+    entry: Dict[str, Any] = {"name": rec.name, "state": "drifted" if drifted else "applied",
+                             "version": rec.version, "applied_at": rec.applied_at, "files": out}
     lost = lost_detail(ws, rec, out, installs) if drifted and installs else None
-    label = "reinstalled"
+    label, edited = "reinstalled", set()  # type: Tuple[str, Set[Key]]
     if drifted and not lost:
-        lost, label = moved_detail(ws, rec, out, {} if releases is None else releases, git), "replaced"
+        moved = moved_detail(ws, rec, out, {} if releases is None else releases, git)
+        if moved is not None:
+            lost, label, edited = moved[0], "replaced", moved[2]
+            entry["moved"] = moved[1]
     if lost:
         entry.update(state="lost", detail=lost)
         for seen in out:
-            if seen["state"] != "ok":
+            if seen["state"] != "ok" and (seen["root"], seen["path"]) not in edited:
                 seen["state"] = label
     elif drifted:
         gone = {(f["root"], f["path"]) for f in out if f["state"] == "missing"}
@@ -193,9 +196,12 @@ def lost_fixes(roots: Roots, state: State, ws: Optional[Workspace] = None, git: 
 
 
 def replaced_files(entry: Dict[str, Any]) -> List[Tuple[str, str]]:
-    """(root, path) of a lost fix's files a reinstall or another release replaced."""
+    """(root, path) of a lost fix's files a reinstall or another release replaced: the files
+    its rollback leaves as they are (every file on a root moved to another release: its
+    backups are the old release's bytes)."""
+    moved = (entry.get("moved") or {}).get("root")
     return [(f["root"], f["path"]) for f in entry["files"]
-            if f["state"] in ("reinstalled", "replaced")]
+            if f["state"] in ("reinstalled", "replaced") or f["root"] == moved]
 
 
 def _release_moved(roots: Roots, rec: FixRecord, releases: Dict[str, Any], git: bool
@@ -212,26 +218,34 @@ def _release_moved(roots: Roots, rec: FixRecord, releases: Dict[str, Any], git: 
 
 
 def moved_detail(ws: Workspace, rec: FixRecord, files: List[Dict[str, Any]],
-                 releases: Dict[str, Any], git: bool) -> Optional[str]:
-    """Why a recorded fix is lost when its checkout was moved to another release underneath
-    it (``git checkout``, a reset or a stash and checkout of the new tag): the tree runs a
-    release the applied version was not for, and every changed file is as the checkout's HEAD
-    has it. Restoring the fix's backups would write the old release's bytes into the new
-    one. None without that proof (a tree that is no git checkout, ``--no-git``: drift)."""
+                 releases: Dict[str, Any], git: bool
+                 ) -> Optional[Tuple[str, Dict[str, str], Set[Key]]]:
+    """Why a recorded fix is lost when the tree under it was moved to another release (``git
+    checkout`` or a reset to the new tag, a new tree unpacked over it): the root runs a
+    release the applied version was not for, so its backups are another release's bytes and
+    the fix's change is not what its files hold. With the why: ``moved`` (root, from, to),
+    and the changed files that are not as HEAD has them on a git checkout (edited since:
+    ``drifted``, kept by a rollback as the others are). None when the release did not move
+    (or cannot be told)."""
     from . import gitcli
 
-    moved = _release_moved(ws.roots, rec, releases, git) if git else None
+    moved = _release_moved(ws.roots, rec, releases, git)
     if moved is None:
         return None
+    root = str((rec.release or {}).get("root") or "sglang")
     changed = [f for f in files if f["state"] != "ok"]
-    for name in sorted({f["root"] for f in changed}):
+    edited: Set[Key] = set()
+    for name in sorted({f["root"] for f in changed}) if git else ():
         rels = [f["path"] for f in changed if f["root"] == name]
         answer = gitcli.changed_paths(ws.roots.get(name).path, rels)
-        if not answer.checkout or answer.error or any(r in answer.changed for r in rels):
-            return None
-    return ("sglang %s -> %s: the checkout moved to another release, and the files hold its "
-            "bytes; recorded v%s no longer present. Apply the fix again onto the new release "
-            "(patchkit sync, or patchkit apply %s)" % (moved[0], moved[1], rec.version, rec.name))
+        if answer.checkout and not answer.error:
+            edited.update((name, r) for r in rels if r in answer.changed)
+    kept = "; %d file(s) edited since, kept as they are" % len(edited) if edited else ""
+    return ("sglang %s -> %s: the checkout moved to another release, whose bytes the files hold "
+            "(their backups are the old release's)%s; recorded v%s no longer present. Apply the "
+            "fix again onto the new release (patchkit sync, or patchkit apply %s)"
+            % (moved[0], moved[1], kept, rec.version, rec.name),
+            {"root": root, "from": moved[0], "to": moved[1]}, edited)
 
 
 def lost_detail(ws: Workspace, rec: FixRecord, files: List[Dict[str, Any]],
