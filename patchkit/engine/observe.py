@@ -129,9 +129,9 @@ def _recorded(ws: Workspace, rec: FixRecord, last: Dict[Key, Tuple[str, Optional
               releases: Optional[Dict[str, Any]] = None, git: bool = True) -> Dict[str, Any]:
     """A file is ``ok`` when it holds what the last fix to touch it wrote (maybe a later fix);
     a fix is ``lost`` when every file not ``ok`` is as its installed wheel's RECORD says (the
-    package was reinstalled or upgraded underneath it), or as the checkout's HEAD has it
-    while the tree runs a release the applied version was not for (:func:`moved_detail`).
-    ``releases``: each root's release, read once per request."""
+    package was reinstalled or upgraded underneath it), or when the tree runs a release the
+    applied version was not for (:func:`moved_detail`). ``releases``: each root's release,
+    read once per request."""
     out = []
     for f in rec.files:
         have = ws.sha256(f.root, f.path)  # hashed, not kept: 2,152 files of a drift series
@@ -234,12 +234,12 @@ def moved_detail(ws: Workspace, rec: FixRecord, files: List[Dict[str, Any]],
         return None
     root = str((rec.release or {}).get("root") or "sglang")
     changed = [f for f in files if f["state"] != "ok"]
-    edited: Set[Key] = set()
-    for name in sorted({f["root"] for f in changed}) if git else ():
-        rels = [f["path"] for f in changed if f["root"] == name]
-        answer = gitcli.changed_paths(ws.roots.get(name).path, rels)
-        if answer.checkout and not answer.error:
-            edited.update((name, r) for r in rels if r in answer.changed)
+    # a changed file of another root (a serve script) did not move with the release: drift
+    edited: Set[Key] = {(f["root"], f["path"]) for f in changed if f["root"] != root}
+    rels = [f["path"] for f in changed if f["root"] == root]
+    answer = gitcli.changed_paths(ws.roots.get(root).path, rels) if git and rels else None
+    if answer is not None and answer.checkout and not answer.error:
+        edited.update((root, r) for r in rels if r in answer.changed)
     kept = "; %d file(s) edited since, kept as they are" % len(edited) if edited else ""
     return ("sglang %s -> %s: the checkout moved to another release, whose bytes the files hold "
             "(their backups are the old release's)%s; recorded v%s no longer present. Apply the "
