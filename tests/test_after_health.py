@@ -326,3 +326,16 @@ def test_a_server_url_with_or_without_its_slash_probes_its_health_endpoint() -> 
     for url in ("http://127.0.0.1:30000", "http://127.0.0.1:30000/"):
         assert probed(url) == "http://127.0.0.1:30000/health", url
     assert probed("http://127.0.0.1:30000/health_generate") == "http://127.0.0.1:30000/health_generate"
+
+
+def test_restart_without_any_config_says_none_was_found(tmp_path: Path, monkeypatch) -> None:
+    """With no patchkit.toml at all, --restart said "which patchkit.toml does not define"."""
+    roots = make_tree(tmp_path / "tree")
+    catalog = _restart_catalog(tmp_path, 'restart = "prefill"')
+    monkeypatch.chdir(tmp_path)  # no patchkit.toml here, none given
+    monkeypatch.delenv("PATCHKIT_CONFIG", raising=False)
+    before = Path(roots["sglang"], POOL).read_bytes()
+    code, _out, err = cli(["--catalog", str(catalog), "sync", "--target", roots["sglang"],
+                           "--root", f"serve={roots['serve']}", "--restart"])
+    assert code == 2 and "no patchkit.toml was found" in err and "[restarts] prefill" in err, err
+    assert Path(roots["sglang"], POOL).read_bytes() == before

@@ -538,3 +538,12 @@ def test_set_upstream_writes_applied_after_the_tables_last_key(tmp_path: Path, r
     fix = load_manifest(path)
     assert (fix.status, fix.upstream.applied) == ("upstreamed", "0.5.24")
     assert not set_upstream(path, "0.5.24")  # marked already: nothing written
+
+
+def test_a_key_given_twice_is_named_in_one_sentence(tmp_path: Path) -> None:
+    """tomlkit's message ends in a period of its own: it read 'already exists.. Fix'."""
+    path = tmp_path / "f.toml"
+    path.write_text('format = 1\nname = "f"\nname = "g"\n')
+    with pytest.raises(ManifestError) as exc:
+        load_manifest(path)
+    assert "already exists" in exc.value.message and ".." not in exc.value.message, exc.value.message

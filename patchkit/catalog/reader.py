@@ -249,7 +249,7 @@ def parse_toml(path: Path, text: str) -> Any:
     try:
         return tomlkit.parse(text)
     except tomlkit.exceptions.ParseError as exc:
-        reason = re.sub(r" at line \d+ col \d+$", "", str(exc))
+        reason = re.sub(r" at line \d+ col \d+$", "", str(exc)).rstrip(".")
         line, col = exc.line, exc.col
         if reason.startswith("Unexpected end of file") or ("'\\x00'" in reason
                                                            and "\x00" not in text):
@@ -270,6 +270,7 @@ def parse_toml(path: Path, text: str) -> Any:
                             f"line {line} column {col} (TOML reference: https://toml.io)",
                             file=str(path), line=line, col=col) from None
     except tomlkit.exceptions.TOMLKitError as exc:
-        raise Ctx(path).fail("", f"not valid TOML: {exc}", "Fix the syntax (https://toml.io)") from None
+        raise Ctx(path).fail("", f"not valid TOML: {str(exc).rstrip('.')}",
+                             "Fix the syntax (https://toml.io)") from None
     except RecursionError:  # a tomlkit without its own nesting limit
         raise _too_deep(path) from None

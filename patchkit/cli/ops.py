@@ -72,10 +72,11 @@ def restarts_of(state: State, fixes: list[Any]) -> tuple[tuple[str, ...], str | 
     defined = dict(config.restarts) if config is not None else {}
     missing = [n for n in names if n not in defined]
     if missing:
-        where = config.path if config is not None else "patchkit.toml"
-        raise UsageError(f"the fixes need the restart {', '.join(missing)}, which {where} does not "
-                         f"define: add [restarts] {missing[0]} = \"COMMAND\" (e.g. systemctl restart "
-                         "sglang-prefill)", option="--restart")
+        where = (f"which {config.path} does not define: add" if config is not None else
+                 "and no patchkit.toml was found (see patchkit init): write one with")
+        raise UsageError(f"the fixes need the restart {', '.join(missing)}, {where} [restarts] "
+                         f"{missing[0]} = \"COMMAND\" (e.g. systemctl restart sglang-prefill)",
+                         option="--restart")
     return names, " && ".join(defined[n] for n in names)
 
 
