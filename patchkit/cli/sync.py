@@ -9,6 +9,7 @@ import click
 
 from .. import api
 from ..hooks import changed_fixes
+from ..targets import parse_root_option
 from . import render
 from .common import FORCE_UPGRADE, TARGET_OPTIONS, State, command, write_options
 from .fleet import ROLLOUT_OPTIONS, rollout, wants_fleet
@@ -32,7 +33,8 @@ def sync(state: State, dry_run: bool, no_git: bool, force: bool, use_restarts: b
     (--after-cmd, --health-cmd, --restart) run after the change, on one target or each host."""
     fleet = fleet_options(where)
     catalog = state.catalog()
-    roots = ["sglang"] + ([] if fleet.get("inventory") else [r.split("=", 1)[0] for r in where["roots"]])
+    roots = ["sglang"] + ([] if fleet.get("inventory") else
+                          [parse_root_option(r)[0] for r in where["roots"]])
     # a restart the fixes name that patchkit.toml lacks is refused before anything is written
     found = hooked(state, fleet, api.sync_names(catalog, roots), use_restarts, health_timeout)
     if wants_fleet(fleet, where):

@@ -55,7 +55,7 @@ def _rollback(req: Request, store: Store, state: State, recorded: Recorded) -> D
     # a lost fix's files hold the new install's or release's bytes: they stay, not drift
     lost = lost_fixes(req.roots, state, ws, req.git)
     gone = {name: set(replaced_files(seen)) for name, seen in lost.items()}
-    lost_why = {name: "its checkout moved to another release" if "checkout moved" in seen["detail"]
+    lost_why = {name: "its checkout moved to another release" if seen.get("moved")
                 else "its package was reinstalled" for name, seen in lost.items()}
     drift: List[Dict[str, Any]] = []
     prepared: List[FixChange] = []
