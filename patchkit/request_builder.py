@@ -16,13 +16,14 @@ def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
                   dry_run: bool = False, force: bool = False, lock_timeout: float = 30.0,
                   commit: bool = False, git: bool = True, sync: bool = False,
                   lazy: bool = False, recorded_only: Sequence[tuple[str, int]] = (),
-                  applied_only: bool = False) -> dict[str, Any]:
+                  applied_only: bool = False, txn: str | None = None) -> dict[str, Any]:
     """The engine request for ``op`` over ``fixes``, already in the order the op needs.
     ``lazy`` (a status run in this process): each series is read when the engine first uses it.
     ``recorded_only`` (a rollback): ``(name, version)`` of fixes the target records and the
     catalog no longer holds, restored from their backups (a FIX object of name and version).
     ``applied_only`` (a verify of a fleet's hosts, no fix named): of ``fixes``, each target
-    verifies those it records as applied."""
+    verifies those it records as applied.
+    ``txn`` (an undo): the transaction to undo, as the apply's result named it."""
     if op not in OPS:
         raise UsageError(f"unknown operation '{op}'; use one of {', '.join(OPS)}", op=op)
     if state_root not in roots:
@@ -64,6 +65,8 @@ def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
         request["sync"] = True
     if applied_only and op == "verify":
         request["applied_only"] = True
+    if op == "undo":
+        request["txn"] = txn
     if op == "apply":
         _check_modes(request["fixes"])
     return request

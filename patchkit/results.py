@@ -185,6 +185,11 @@ class OpResult(Record):
     running: Running | None = None  # status only: the processes using the roots
 
     @property
+    def txn(self) -> str | None:
+        """The transaction this run committed (None: it wrote nothing); ``api.undo`` takes it."""
+        return self.raw.get("txn") or None
+
+    @property
     def release(self) -> str | None:
         """The SGLang release the target runs, as ``status`` read it (None: unknown)."""
         return (self.raw.get("status") or {}).get("release")

@@ -103,6 +103,38 @@ def test_a_failed_health_check_undoes_the_change_and_runs_the_after_cmd_again(
     assert _status(where).get("index-k-bytes", "not-applied") == "not-applied"
 
 
+@pytest.mark.parametrize("kind", ["local", "remote"])
+def test_a_failed_health_check_after_an_upgrade_puts_the_old_version_back(
+        kind: str, ssh: Ssh, tmp_path: Path) -> None:
+    """The undo was a rollback of the new version, which restores the release's files: the
+    server then ran with neither version, while the message said "put back as before"."""
+    import shutil
+
+    roots = make_tree(tmp_path / "tree")
+    catalog = tmp_path / "catalog"
+    shutil.copytree(SAMPLES / "catalog", catalog)
+    where = _where(kind, ssh, roots)
+    base = ["--catalog", str(catalog)]
+    assert cli([*base, "apply", "index-k-bytes", *where])[0] == 0
+    applied = Path(roots["sglang"], POOL).read_bytes()
+    manifest = catalog / "manifests" / "index-k-bytes.toml"
+    manifest.write_text(manifest.read_text().replace("version = 2\n", "version = 3\n", 1)
+                        + '\n[[changelog]]\nversion = 3\ndate = "2026-12-01"\n'
+                          'summary = "Same change, new version."\n')
+    code, out, err = cli([*base, "apply", "index-k-bytes", *where, "--json",
+                          "--health-cmd", "echo the server is down; exit 3"])
+    assert code == 1, out + err
+    data = json.loads(out)
+    assert [f["outcome"] for f in data["fixes"]] == ["upgraded"]
+    undone = data["error"]["details"]["after"]["undone"]
+    assert [(f["name"], f["outcome"], f["version"]) for f in undone["fixes"]] == [
+        ("index-k-bytes", "undone", 2)]
+    assert Path(roots["sglang"], POOL).read_bytes() == applied  # v2's change, still there
+    code, out, err = cli([*base, "status", "--json", *where])
+    seen = {f["name"]: (f["state"], f["version"]) for f in json.loads(out)["status"]["fixes"]}
+    assert seen["index-k-bytes"] == ("outdated", 2), seen
+
+
 def test_hooks_refuse_bad_input_before_anything_is_written(tmp_path: Path) -> None:
     roots = make_tree(tmp_path / "tree")
     before = Path(roots["sglang"], POOL).read_bytes()

@@ -369,6 +369,17 @@ def test_an_upgrade_from_v1_to_v2_across_the_fleet(fleet, tmp_path: Path) -> Non
     assert code == 1  # every host runs v1 while the catalog has v2: outdated
     assert {row["prefill-hicache-off"]["state"] for row in status["matrix"].values()} == {"outdated"}
 
+    # a health check failing after the upgrade puts v1 back: the undo was a rollback of v2,
+    # which left the host with neither version
+    v1_tree = snapshot(fleet.node("h1"))
+    code, report = patchkit(fleet, "apply", "prefill-hicache-off", "--limit", "h1",
+                            "--health-cmd", "exit 7", catalog=catalog)
+    assert code == 16 and hosts(report)["h1"] == "rolled-back", report
+    undone = next(h for h in report["hosts"] if h["host"] == "h1")["result"]
+    assert [(f["outcome"], f["version"]) for f in undone["fixes"]] == [("undone", 1)], undone
+    assert state_of(fleet.node("h1")) == {"prefill-hicache-off": 1}
+    assert snapshot(fleet.node("h1")) == v1_tree
+
     code, report = patchkit(fleet, "apply", "prefill-hicache-off", "--waves", "50%", catalog=catalog)
 
     assert code == 0, report

@@ -186,7 +186,7 @@ def test_ansible_doc_reads_the_collections_documentation_as_docs_fleet_says() ->
     options = json.loads(subprocess.run([str(BIN / "ansible-doc"), "--json", "patchkit.fleet.engine"],
                                         capture_output=True, text=True, env=env).stdout)
     assert set(options["patchkit.fleet.engine"]["doc"]["options"]) == {"plan", "request", "target",
-                                                                         "roots", "python"}
+                                                                         "roots", "python", "txn"}
 
 
 def test_the_piped_fleet_matrix_gives_a_version_only_where_a_host_runs_one() -> None:

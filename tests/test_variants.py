@@ -229,6 +229,27 @@ def test_a_checkout_moved_to_another_release_by_git_is_lost_and_never_gets_the_o
     assert edited.read_bytes().endswith(b"# edited on the host\n")
 
 
+def test_a_failed_health_check_after_sync_leaves_the_lost_fixes_lost(
+        three_releases: UpstreamRepo, tmp_path: Path) -> None:
+    """sync applied the lost fixes' new variants, the health check failed, and the undo was a
+    rollback of them: the files were back, but the lost records were gone, so status said
+    not-applied and `status --exit-code` passed on a server running none of its fixes."""
+    from tests.test_remote import cli
+
+    catalog = Catalog(REPO)
+    tree = checkout(three_releases, "0.5.22", tmp_path / "t")
+    api.sync(catalog, local(tree))
+    _git(tree, "reset", "-q", "--hard", "v0.5.23")
+    before = states(catalog, local(tree))
+    assert before[INDEX_K] == ("lost", 3)
+    code, out, err = cli(["sync", "--target", str(tree), "--health-cmd", "exit 3", "--json"])
+    assert code == 1, out + err
+    assert {f["name"]: f["outcome"] for f in json.loads(out)["fixes"]}[INDEX_K] == "applied"
+    assert states(catalog, local(tree)) == before  # lost again, v3's records kept
+    assert _git(tree, "status", "--porcelain", "--", "python") == ""  # 0.5.23's files
+    assert cli(["status", "--target", str(tree), "--exit-code"])[0] == 1
+
+
 # -- rebase adds a variant ----------------------------------------------------------------------
 
 

@@ -124,6 +124,17 @@ def after_change(state: State, where: dict[str, Any], result: Any, found: dict[s
                        restarts_defined=defined or not restarts, **emit)
 
 
+def undo_of(state: State, where: dict[str, Any], result: Any) -> Callable[[Any, list[str]], Any]:
+    """The undo of an apply's (or sync's) change after a failed hook: the target put back
+    exactly as before it (``api.undo``); a rollback of the changed fixes only where the apply
+    kept no undo point (``--commit``: the rollback reverts its commits)."""
+    def undo(target: Any, changed: list[str]) -> Any:
+        if result.txn:
+            return api.undo(state.catalog(), target, result.txn, lock_timeout=where["lock_timeout"])
+        return api.rollback(state.catalog(), target, changed, lock_timeout=where["lock_timeout"])
+    return undo
+
+
 @command(
     "apply", FIXES, *TARGET_OPTIONS, *ROLLOUT_OPTIONS, *HOOK_OPTIONS,
     click.option("--dry-run", "-n", is_flag=True,
@@ -153,10 +164,8 @@ def apply(state: State, fixes: tuple[str, ...], dry_run: bool, show_diff: bool |
     result = run_op(state, where, f"{'checking' if dry_run else 'applying'} {', '.join(names)} on",
                   as_json, api.apply, names, dry_run=dry_run, with_deps=with_deps,
                   allow_inactive=allow_inactive, commit=commit, git=not no_git, force=force)
-    return after_change(state, where, result, found,
-                  lambda target, changed: api.rollback(state.catalog(), target, changed,
-                                                       lock_timeout=where["lock_timeout"]),
-                  health_timeout, as_json, show_diff=show_diff or None, verbose=verbose)
+    return after_change(state, where, result, found, undo_of(state, where, result),
+                        health_timeout, as_json, show_diff=show_diff or None, verbose=verbose)
 
 
 @command(

@@ -13,7 +13,8 @@ from ..targets import parse_root_option
 from . import render
 from .common import FORCE_UPGRADE, TARGET_OPTIONS, State, command, write_options
 from .fleet import ROLLOUT_OPTIONS, rollout, wants_fleet
-from .ops import HOOK_OPTIONS, after_change, fleet_options, hooked, restarts_of, run_op
+from .ops import (HOOK_OPTIONS, after_change, fleet_options, hooked, restarts_of, run_op,
+                  undo_of)
 
 
 @command(
@@ -50,9 +51,7 @@ def sync(state: State, dry_run: bool, no_git: bool, force: bool, use_restarts: b
         render.line(render.stdout(), [("nothing to sync: the catalog has no active fix for "
                                        "this target's roots", "")])
         return 0
-    return after_change(state, where, result, found,
-                        lambda target, changed: api.rollback(state.catalog(), target, changed,
-                                                             lock_timeout=where["lock_timeout"]),
+    return after_change(state, where, result, found, undo_of(state, where, result),
                         health_timeout, as_json, command="sync")
 
 

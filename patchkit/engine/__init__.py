@@ -36,7 +36,7 @@ def _run(request: Dict[str, Any]) -> Dict[str, Any]:
         store.check()
         if req.op == "status":
             _refuse_without_sglang(req)
-        writes = req.op in ("apply", "rollback") and not req.dry_run
+        writes = req.op in ("apply", "rollback", "undo") and not req.dry_run
         with store.locked(req.lock_timeout, write=writes) as held:
             # each op's modules load only with it (a status never loads the transaction)
             if held and store.left_behind():  # a killed run's traces: finish or undo it
@@ -46,6 +46,8 @@ def _run(request: Dict[str, Any]) -> Dict[str, Any]:
             module = importlib.import_module(_MODULES[req.op], __name__)
             result["status" if req.op == "status" else "fixes"] = getattr(module, req.op)(req, store)
             _name_files(req, result.get("fixes") or [])
+            if store.committed and store.undoable:  # what an undo names (docs/state.md, "Undo")
+                result["txn"] = store.committed
         if req.op in ("apply", "status"):  # the wheel installs the fixes are in (summary)
             from .record import installs
 
@@ -117,7 +119,8 @@ def _dir_identity(path: str) -> Dict[str, Any]:
     return dict(where, path=os.path.realpath(path))
 
 
-_MODULES = {"apply": ".apply", "rollback": ".rollback", "status": ".observe", "verify": ".observe"}
+_MODULES = {"apply": ".apply", "rollback": ".rollback", "status": ".observe", "verify": ".observe",
+            "undo": ".undo"}
 
 
 def _refuse_without_sglang(req: Any) -> None:

@@ -15,6 +15,7 @@ from .hunks import FileChange, apply_change, decode, encode
 from .plan import (FixChange, Sources, fix_result, holds_version, refuse_later_writers,
                    restore_in_memory, touched)
 from .records import FileRecord, FixRecord, State, fix_backups
+from .recovery import drop_undo_point
 from .request import FixSpec, Request, check_file_modes, check_patch_paths
 from .store import Store, utc_now
 from .txn import Transaction
@@ -24,7 +25,8 @@ if TYPE_CHECKING:  # gitcommit is imported only by the applies that use it
     from . import gitcommit
 
 def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
-    state, lost, lost_records = _drop_lost(req, store.read_state())
+    read = store.read_state()  # as it is: what an undo puts back (lost records included)
+    state, lost, lost_records = _drop_lost(req, read)
     outcomes: Dict[str, Dict[str, Any]] = {}
     todo, upgrades = _sort_out(req, state, lost, lost_records, outcomes)
     if not req.git and (req.commit or any(s.revert is not None for s in todo)):
@@ -54,10 +56,11 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
     prepared = prepare.changes(todo)
     outcomes.update(prepare.present_unrecorded)
     if not req.dry_run and prepared:
-        _write(req, store, state, ws, prepared, {**left, **upgrades})
+        _write(req, store, state, ws, prepared, {**left, **upgrades}, read)
     elif not req.dry_run and any(n in lost_records for n, o in outcomes.items()
                                  if o["outcome"] == "not-needed"):
         store.write_state(state)  # only lost records of not-needed fixes to drop
+        drop_undo_point(store)  # the state it would put back is not the state before this
     last = {key: fc for fc in prepared for key in fc.keys}  # the last fix to change each file
     for fc in prepared:  # the bytes are written: each fix's result lets its own go
         old = upgrades.get(fc.spec.name)
@@ -388,8 +391,9 @@ class _Prepare:
 
 
 def _write(req: Request, store: Store, state: State, ws: Workspace,
-           prepared: List[FixChange], upgrades: Dict[str, FixRecord]) -> None:
-    """The transaction of an apply; ``upgrades``: the records of the versions taken out."""
+           prepared: List[FixChange], upgrades: Dict[str, FixRecord], read: State) -> None:
+    """The transaction of an apply; ``upgrades``: the records of the versions taken out;
+    ``read``: the state as read, which the undo point keeps."""
     _claim_dirs(req, ws, prepared)
     backups = {fc.spec.name: [(k[0], k[1], cast(bytes, fc.before[k][0])) for k in fc.keys
                               if fc.before[k][0] is not None] for fc in prepared}
@@ -400,7 +404,7 @@ def _write(req: Request, store: Store, state: State, ws: Workspace,
                                 if list(d) not in fc.created_dirs])
     with Transaction(store, req.roots, "apply", [fc.spec.name for fc in prepared],
                      {fc.spec.name: fc.spec.version for fc in prepared}, req.python,
-                     entries or None) as txn:
+                     entries or None, before=read) as txn:
         names = txn.back_up(ws.changed(), backups)
         txn.write(purge=any(fc.spec.purge_pycache for fc in prepared),
                   remove_dirs=[d for dirs in old_dirs.values() for d in dirs])

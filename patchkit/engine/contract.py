@@ -13,7 +13,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 #: The engine request and result format this patchkit speaks (both ends must agree).
 FORMAT = 1
-OPS = ("apply", "rollback", "status", "verify")
+OPS = ("apply", "rollback", "status", "verify", "undo")
 #: A fix's ``rollback.strategy``.
 STRATEGIES = ("restore", "reverse")
 #: The root a target's path names, the one a fix uses unless it says another, where SGLang is.
@@ -24,11 +24,12 @@ APPLIED, ALREADY_APPLIED, UPGRADED = "applied", "already-applied", "upgraded"
 ROLLED_BACK, VERIFIED, FAILED = "rolled-back", "verified", "failed"
 WOULD_APPLY, WOULD_UPGRADE, WOULD_ROLL_BACK = "would-apply", "would-upgrade", "would-roll-back"
 NOT_APPLIED, NOT_NEEDED, PRESENT_UNRECORDED = "not-applied", "not-needed", "present-unrecorded"
+UNDONE = "undone"  # the undo op: put back as before the last apply
 OUTCOMES = (APPLIED, ALREADY_APPLIED, WOULD_APPLY, UPGRADED, WOULD_UPGRADE, ROLLED_BACK,
-            WOULD_ROLL_BACK, VERIFIED, FAILED, NOT_APPLIED, NOT_NEEDED, PRESENT_UNRECORDED)
+            WOULD_ROLL_BACK, VERIFIED, FAILED, NOT_APPLIED, NOT_NEEDED, PRESENT_UNRECORDED, UNDONE)
 #: Per op, the outcomes that changed a target's files, and what a dry run says instead.
 CHANGED: Mapping[str, Tuple[str, ...]] = MappingProxyType(
-    {"apply": (APPLIED, UPGRADED), "rollback": (ROLLED_BACK,)})
+    {"apply": (APPLIED, UPGRADED), "rollback": (ROLLED_BACK,), "undo": (UNDONE,)})
 WOULD_CHANGE: Mapping[str, Tuple[str, ...]] = MappingProxyType(
     {"apply": (WOULD_APPLY, WOULD_UPGRADE), "rollback": (WOULD_ROLL_BACK,)})
 #: The outcome a fix gets from an op that changed the target (a fleet host's state too).

@@ -360,6 +360,12 @@ class Intent(MutableRecord):
 BACKUPS = "backups"
 
 
+#: The last apply's undo point (docs/state.md, "Undo"): its transaction directory, kept.
+UNDO = "undo"
+#: In a transaction's directory: the state it replaced (an apply's; an undo puts it back).
+STATE_BEFORE = "state-before.json"
+
+
 def backup_name(fix: str, i: int) -> str:
     """The i-th backup of ``fix`` after the commit: of the i-th of its files that existed."""
     return "%s/%s/%d" % (BACKUPS, fix, i)

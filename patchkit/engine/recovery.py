@@ -17,7 +17,8 @@ from .fsops import fsync_dir, read_bytes
 from .hunks import sha256_bytes
 from .paths import Roots
 from .pycache import purge_prefixed
-from .records import BACKUPS, Intent, Journal, JournalFile, fix_backups, staged_backups
+from .records import (BACKUPS, STATE_BEFORE, UNDO, Intent, Journal, JournalFile, fix_backups,
+                      staged_backups)
 from .rootfs import RootDirs
 from .store import HOLDER, Store
 
@@ -145,21 +146,72 @@ def finish(store: Store, journal: Journal, recovering: bool = True) -> None:
                              **(journal.written or procs.clock())),  # restart pending
                  best_effort=recovering)
     recorded = set(store.read_state().names()) if journal.op != "apply" else set()
+    tdir, point = store.path("txn", txn), store.path(UNDO)
     for fix in journal.fixes:
         dest = store.path(fix_backups(fix))
         if journal.op == "apply":
             src = store.path(staged_backups(txn, fix))
             if os.path.isdir(src):
-                shutil.rmtree(dest, ignore_errors=True)
+                if os.path.isdir(dest):  # the backups it replaces: the undo point keeps them
+                    os.makedirs(os.path.join(tdir, "prev"), exist_ok=True)
+                    os.replace(dest, os.path.join(tdir, "prev", fix))
                 os.makedirs(store.path(BACKUPS), exist_ok=True)
                 os.replace(src, dest)
             elif not os.path.isdir(dest):
                 os.makedirs(os.path.join(dest, "files"))
+        elif journal.op == "undo":  # the undone apply's fixes get their backups back
+            prev = os.path.join(point, "prev", fix)
+            if os.path.isdir(prev):
+                shutil.rmtree(dest, ignore_errors=True)
+                os.replace(prev, dest)
+            elif fix not in recorded:
+                shutil.rmtree(dest, ignore_errors=True)
         elif fix not in recorded:
             shutil.rmtree(dest, ignore_errors=True)
     if os.path.isdir(store.path(BACKUPS)):
         fsync_dir(store.path(BACKUPS))
+    _keep_undo_point(store, journal)
     discard(store, txn)
+
+
+def _keep_undo_point(store: Store, journal: Journal) -> None:
+    """An apply's transaction directory (its originals, the backups it replaced, the state
+    before it) becomes the undo point, its journal moved in last; any other commit ends the
+    last one (docs/state.md, "Undo"). Renames only, so a recovery on a full disk does it too;
+    it may run again after a crash. The point is a convenience: failing to keep it drops it."""
+    tdir, point = store.path("txn", journal.txn), store.path(UNDO)
+    try:
+        if journal.op == "apply":
+            if os.path.isfile(os.path.join(tdir, STATE_BEFORE)):
+                shutil.rmtree(point, ignore_errors=True)
+                os.replace(tdir, point)
+            if _txn_of(os.path.join(point, "txn.json")) == journal.txn:
+                if os.path.exists(store.path("journal.json")):
+                    os.replace(store.path("journal.json"), os.path.join(point, "journal.json"))
+                    fsync_dir(store.dir)
+                return
+    except OSError:
+        pass
+    shutil.rmtree(point, ignore_errors=True)
+
+
+def drop_undo_point(store: Store) -> None:
+    """End the undo point: the state changed without a transaction (a lost record dropped)."""
+    shutil.rmtree(store.path(UNDO), ignore_errors=True)
+
+
+def undo_point(store: Store) -> Optional[str]:
+    """The transaction the undo point can undo (None: there is none, or only part of one)."""
+    return _txn_of(store.path(UNDO, "journal.json"))
+
+
+def _txn_of(path: str) -> Optional[str]:
+    try:
+        with open(path, "rb") as fh:
+            txn = json.loads(fh.read()).get("txn")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return str(txn) if txn else None
 
 
 def _history(store: Store, event: Dict[str, Any], best_effort: bool) -> None:

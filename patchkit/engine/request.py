@@ -56,6 +56,7 @@ class Request(Record):
     git: bool = True  # apply: False (--no-git) runs no git: no clean check, no release tag
     sync: bool = False  # apply: skip fixes whose change this target does not need (patchkit sync)
     applied_only: bool = False  # verify: only the fixes of the request the target records
+    txn: Optional[str] = None  # undo: the transaction to undo (the last one, an apply)
 
 
 def _checks(value: Any, fix: str, key: str) -> Tuple[Dict[str, Any], ...]:
@@ -167,7 +168,8 @@ def parse_request(data: Any) -> Request:
                    lock_timeout=lock_timeout, fixes=fixes, dependencies=dependencies,
                    commit=bool(data.get("commit", False)), git=bool(data.get("git", True)),
                    sync=bool(data.get("sync", False)),
-                   applied_only=bool(data.get("applied_only", False)))
+                   applied_only=bool(data.get("applied_only", False)),
+                   txn=str(data["txn"]) if data.get("txn") else None)
 
 
 def _list(data: Dict[str, Any], key: str) -> List[Any]:

@@ -40,6 +40,8 @@ class Store:
     def __init__(self, root_path: str) -> None:
         self.root = root_path
         self.dir = os.path.join(root_path, DIRNAME)
+        self.committed: Optional[str] = None  # the transaction this run committed, if any
+        self.undoable = False  # and it kept its undo point (records.UNDO)
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.dir, *parts)
@@ -49,7 +51,7 @@ class Store:
 
     def check(self) -> None:
         """Refuse a ``.patchkit`` (or its ``txn``/``backups``) that is a symlink or not a directory."""
-        for name in ("", "txn", "backups"):
+        for name in ("", "txn", "backups", "undo"):
             path = self.path(name) if name else self.dir
             try:
                 st = os.lstat(path)

@@ -18,8 +18,8 @@ from .faults import fault
 from .fsops import fsync_dir, missing_dirs, read_bytes, read_fd, sync_all, temp_of, write_json
 from .hunks import sha256_bytes
 from .paths import Roots
-from .records import (Intent, Journal, JournalFile, Key, State, backup_name, original_name,
-                      staged_backups)
+from .records import (STATE_BEFORE, Intent, Journal, JournalFile, Key, State, backup_name,
+                      original_name, staged_backups)
 from .recovery import discard, finish, purge_bytecode, restore
 from .rootfs import RootDirs
 from .store import Store, new_txn_id, utc_now, write_remedy
@@ -40,9 +40,11 @@ class Transaction:
 
     def __init__(self, store: Store, roots: Roots, op: str, fixes: List[str],
                  versions: Optional[Dict[str, Any]] = None, python: Optional[str] = None,
-                 git_commits: Optional[List[Dict[str, Any]]] = None) -> None:
+                 git_commits: Optional[List[Dict[str, Any]]] = None,
+                 before: Optional[State] = None) -> None:
         self.store, self.roots, self.op, self.fixes = store, roots, op, list(fixes)
         self.versions, self.python, self.git_commits = dict(versions or {}), python, git_commits
+        self.before = before  # the state it replaces: kept for an undo (records.UNDO)
         self.id = new_txn_id()
         self.writes: List[Entry] = []
         self.rels: List[str] = []
@@ -117,6 +119,9 @@ class Transaction:
         write_json(intent, Intent(self.id, self.op, self.fixes, utc_now()).to_json(), durable=False)
         made: Set[str] = set()  # the backup directories made so far
         written = [intent] + self._back_up_fixes(fix_backups, made)
+        if self.before is not None and not self.git_commits:  # what an undo puts back
+            write_json(os.path.join(tdir, STATE_BEFORE), self.before.to_json(), durable=False)
+            written.append(os.path.join(tdir, STATE_BEFORE))
         for n, w in enumerate(writes):
             if w.original is not None and (w.root, w.path) not in self._origs:
                 fault("backup")  # no fix keeps it (a rollback): the transaction's own copy
@@ -201,6 +206,8 @@ class Transaction:
         state.txn = self.id
         self.store.write_state(state)
         self._committed = True
+        self.store.committed = self.id
+        self.store.undoable = self.before is not None and not self.git_commits
         fault("cleanup")
         finish(self.store, self.journal, recovering=False)
         self._done = True

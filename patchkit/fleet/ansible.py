@@ -94,13 +94,16 @@ def _host(name: str, hostvars: Mapping[str, Any], inventory: str) -> Host:
     return Host(name=name, roots=roots, python=str(python) if python else None)
 
 
-def engine_task(workdir: Path, request: Mapping[str, Any], name: str, **extra: Any) -> dict[str, Any]:
+def engine_task(workdir: Path, request: Mapping[str, Any], name: str, txn: str | None = None,
+                **extra: Any) -> dict[str, Any]:
     """A ``patchkit.fleet.engine`` task running ``request``, written to a plan file in
     ``workdir`` that the action plugin reads on the controller (so nothing in a patch is ever
-    read as a Jinja template). ``extra``: more task keywords (``register``, ``when``)."""
+    read as a Jinja template). ``txn`` (an undo): the transaction, a template of the apply's
+    registered result. ``extra``: more task keywords (``register``, ``when``)."""
     path = workdir / f"plan-{len(list(workdir.glob('plan-*.json')))}.json"
     path.write_text(json.dumps({"request": request}))
-    return {"name": name, ENGINE_MODULE: {"plan": str(path)}, **extra}
+    return {"name": name, ENGINE_MODULE: {"plan": str(path), **({"txn": txn} if txn else {})},
+            **extra}
 
 
 @dataclass(frozen=True)

@@ -182,14 +182,23 @@ class Rollout:
         plays = []
         for changes, hosts in _groups({h: todo[h] for h in wave}):
             names = [name for name, _label in todo[hosts[0]]]
-            undo = {"apply": "rollback", "rollback": "apply"}[self.op]
             block = [self._engine_task(self.op, names, register="patchkit_run")]
             block += _shell("after-cmd", self.options.after_cmd, "patchkit_run is changed")
             block += _shell("health-cmd", self.options.health_cmd, "patchkit_run is changed")
-            rescue = [self._engine_task(undo, names, register="patchkit_undo",
-                                        when="patchkit_run is succeeded and patchkit_run is changed")]
-            rescue += _shell("after-cmd", self.options.after_cmd,
-                             "patchkit_undo is succeeded and patchkit_undo is changed")
+            changed = "patchkit_run is succeeded and patchkit_run is changed"
+            if self.op == "apply":  # put back as before: the undo of the transaction it named,
+                # a rollback where it kept no undo point (--commit: the rollback reverts it)
+                rescue = [engine_task(self.workdir, self.request("undo", [], False), "patchkit undo",
+                                      register="patchkit_undo", txn="{{ patchkit_run.patchkit.txn }}",
+                                      when=f"{changed} and patchkit_run.patchkit.txn is defined"),
+                          self._engine_task("rollback", names, register="patchkit_rollback",
+                                            when=f"{changed} and patchkit_run.patchkit.txn is not defined")]
+                undone = ("(patchkit_undo is succeeded and patchkit_undo is changed) or "
+                          "(patchkit_rollback is succeeded and patchkit_rollback is changed)")
+            else:
+                rescue = [self._engine_task("apply", names, register="patchkit_undo", when=changed)]
+                undone = "patchkit_undo is succeeded and patchkit_undo is changed"
+            rescue += _shell("after-cmd", self.options.after_cmd, undone)
             plays.append({"name": f"patchkit {self.op}: {changes}", "hosts": ",".join(hosts),
                           "gather_facts": False, "tasks": [{"block": block, "rescue": rescue}]})
         return run_playbook(plays, inventory=self.inventory, hosts=wave, forks=self.options.forks,
@@ -233,7 +242,7 @@ class Rollout:
             return HostReport(host, DONE[self.op] if done or not fixes else "unchanged",
                               others if not done else "", result=run.patchkit)
         undo = next((t for t in tasks if t.task.startswith("patchkit ") and t is not run
-                     and t.action == ENGINE_MODULE), None)
+                     and t.action == ENGINE_MODULE and t.status != "skipped"), None)
         why = f"{bad.task} failed (exit {bad.rc}): {_last(bad.stderr or bad.stdout or bad.msg)}"
         if undo is not None and undo.status == "ok":
             return HostReport(host, "rolled-back" if self.op == "apply" else "failed",

@@ -155,7 +155,7 @@ def test_patchkit_dir_appears_only_with_the_write_phase(checkout: Path) -> None:
     assert full_snapshot(checkout) == tree
     assert run(request("apply", {"sglang": checkout}, [one_fix(checkout)]))["ok"]
     assert sorted(os.listdir(checkout / ".patchkit")) == [".gitignore", "backups", "history.jsonl",
-                                                          "state.json", "txn"]
+                                                          "state.json", "txn", "undo"]
     assert (checkout / ".patchkit/.gitignore").read_text() == "*\n"
     assert git(checkout, "status", "--porcelain") == " M %s\n" % MOD
 

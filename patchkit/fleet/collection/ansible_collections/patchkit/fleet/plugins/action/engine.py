@@ -14,7 +14,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 HOST_VARS = {"target": "patchkit_target", "roots": "patchkit_roots", "python": "patchkit_python"}
-ARGS = {"plan", "request", *HOST_VARS}
+ARGS = {"plan", "request", "txn", *HOST_VARS}
 
 
 class ActionModule(ActionBase):
@@ -95,6 +95,8 @@ class ActionModule(ActionBase):
         request["roots"] = roots
         if given["python"]:
             request["python"] = str(given["python"])
+        if args.get("txn"):  # an undo: the transaction the host's apply named (a template)
+            request["txn"] = str(args["txn"])
         if self._task.check_mode:
             request["dry_run"] = True
         return request

@@ -40,6 +40,11 @@ options:
       - The interpreter the fixes' checks run with. Default is the host variable C(patchkit_python),
         else the one running the engine (C(ansible_python_interpreter)).
     type: str
+  txn:
+    description:
+      - For an C(undo) request, the transaction to undo, as the apply's result named it, e.g.
+        C({{ patchkit_run.patchkit.txn }}). Only the last apply on the host can be undone.
+    type: str
 notes:
   - Check mode runs the request as a dry run; diff mode returns each file's diff.
 """

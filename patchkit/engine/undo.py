@@ -1,0 +1,106 @@
+"""The undo op: put the target back exactly as it was before the last apply (docs/state.md,
+"Undo"), as what a failed ``--health-cmd`` or ``--after-cmd`` asks for. A rollback restores
+each fix's files to before *the fix*: after an upgrade that drops the old version too, and a
+lost fix applied again leaves no record of having been lost. The undo point is that apply's
+own transaction directory, kept after its commit: the files' bytes before it, the backups it
+replaced and the state before it. The undo is a transaction of its own, all-or-nothing."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List, Optional
+
+from ..errors import ConcurrentChange, TargetError
+from .contract import UNDONE
+from .fsops import read_bytes
+from .hunks import sha256_bytes
+from .records import STATE_BEFORE, UNDO, Journal, JournalFile, State, fix_backups, staged_backups
+from .recovery import undo_point
+from .request import Request
+from .store import Store
+from .txn import Transaction
+from .workspace import Workspace, file_op
+
+
+def undo(req: Request, store: Store) -> List[Dict[str, Any]]:
+    point = undo_point(store)
+    state = store.read_state()
+    if req.txn is None or point != req.txn or state.txn != req.txn:
+        why = ("another change was committed since" if state.txn != req.txn
+               else "its undo point is gone")
+        raise TargetError(
+            "cannot undo transaction %s on %s: %s; nothing was written. See patchkit status, "
+            "then roll back or apply what should change" % (req.txn, req.state_root.path, why),
+            txn=req.txn)
+    journal = Journal.from_json(_json(store, "journal.json", req.txn))
+    before = State.from_json(_json(store, STATE_BEFORE, req.txn))
+    ws = Workspace(req.roots)
+    for f in journal.files:
+        entry = ws.entry(f.root, f.path)
+        if entry.sha256(entry.current) != f.after_sha256:
+            raise ConcurrentChange(
+                "%s changed since the change being undone wrote it (transaction %s); nothing was "
+                "written. See patchkit status, then roll back what should go"
+                % (entry.where, journal.txn), root=f.root, path=f.path)
+        entry.current = None if f.before_sha256 is None else _original(store, journal, f)
+        entry.mode = f.mode
+    ws_roots = {f.root for f in journal.files}
+    with Transaction(store, req.roots, "undo", journal.fixes, dict(journal.versions), req.python) as txn:
+        txn.back_up(ws.changed(), {})
+        txn.write(purge=True, remove_dirs=[(str(d[0]), str(d[1])) for d in journal.created_dirs
+                                           if isinstance(d, list) and len(d) == 2
+                                           and d[0] in ws_roots])
+        txn.commit(before)
+    was, after = before.by_name(), state.by_name()
+    return [_undone(name, journal, after.get(name), was.get(name)) for name in journal.fixes]
+
+
+def _json(store: Store, name: str, txn: str) -> Any:
+    data = read_bytes(store.path(UNDO, name))
+    try:
+        return json.loads(data or b"")
+    except ValueError:
+        raise TargetError("cannot undo transaction %s: its undo point's %s is missing or damaged; "
+                          "nothing was written. See patchkit status, then roll back what should go"
+                          % (txn, store.path(UNDO, name)), path=store.path(UNDO, name)) from None
+
+
+def _original(store: Store, journal: Journal, f: JournalFile) -> bytes:
+    """A file's bytes before the undone apply, from the undo point or the fix's backups."""
+    ref = f.backup or ""
+    prefix = "txn/%s/" % journal.txn
+    for fix in journal.fixes:  # a fix's own backup of the file: now under backups/FIX
+        staged = staged_backups(journal.txn, fix) + "/"
+        if ref.startswith(staged):
+            ref = fix_backups(fix) + "/" + ref[len(staged):]
+            break
+    else:
+        if ref.startswith(prefix):
+            ref = UNDO + "/" + ref[len(prefix):]
+    data: Optional[bytes] = None
+    try:
+        data = read_bytes(store.path(ref)) if ref else None
+    except OSError:
+        pass
+    if data is None or sha256_bytes(data) != f.before_sha256:
+        raise TargetError(
+            "cannot undo transaction %s: the undo point's copy of %s:%s is missing or damaged "
+            "(%s); nothing was written. See patchkit status, then roll back what should go"
+            % (journal.txn, f.root, f.path, store.path(ref) if ref else "no copy"),
+            path=f.path)
+    return data
+
+
+def _undone(name: str, journal: Journal, after: Any, was: Any) -> Dict[str, Any]:
+    """The result entry of a fix the undo put back: ``after`` its record the undo dropped,
+    ``was`` the one it put back (None: it had none)."""
+    mine = {(r.root, r.path) for r in after.files} if after is not None else set()
+    files = [{"root": f.root, "path": f.path, "op": file_op(
+        b"" if f.after_sha256 is not None else None, b"" if f.before_sha256 is not None else None),
+        "before_sha256": f.after_sha256, "after_sha256": f.before_sha256}
+        for f in journal.files if (f.root, f.path) in mine]
+    detail = ("its record and files put back as they were (v%s)" % was.version if was is not None
+              else "its files put back as they were; not applied, as before")
+    return {"name": name, "version": was.version if was is not None else None,
+            "from_version": journal.versions.get(name), "outcome": UNDONE, "files": files,
+            "preconditions": [], "verification": [], "detail": detail}
