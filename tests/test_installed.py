@@ -503,6 +503,14 @@ def test_a_container_build_step_applies_without_git_tty_or_network_and_status_re
     assert json.loads(res.stdout)["summary"] == label
     res = run_cli("verify", *fixes, "--target", f"python:{python}", env=env)
     assert res.returncode == 0, (res.stdout, res.stderr)
+    # the build step's other spelling, sync: the shipped catalog's revert fix has nothing to
+    # revert in a release wheel, and needs no git to tell (it refused the whole sync)
+    res = run_cli("sync", "--target", f"python:{python}", "--no-git", "--json", env=env)
+    assert res.returncode == 0, res.stderr
+    outcomes = {f["name"]: (f["outcome"], f.get("detail")) for f in json.loads(res.stdout)["fixes"]}
+    assert outcomes["revert-hicache-index-k-sync"][0] == "not-needed", outcomes
+    assert "--no-git" in outcomes["revert-hicache-index-k-sync"][1]
+    assert {outcomes[f][0] for f in fixes} == {"already-applied"}
 
 
 def test_no_git_on_a_git_checkout_says_the_clean_check_was_not_run(

@@ -29,13 +29,15 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
     state, lost, lost_records = _drop_lost(req, read)
     outcomes: Dict[str, Dict[str, Any]] = {}
     todo, upgrades = _sort_out(req, state, lost, lost_records, outcomes)
-    if not req.git and (req.commit or any(s.revert is not None for s in todo)):
-        raise UsageError("%s needs git, and --no-git was given; drop --no-git, or apply the "
-                         "other fixes without it" % ("--commit" if req.commit else "a revert fix (%s)"
-                                                     % ", ".join(s.name for s in todo if s.revert)))
+    if not req.git and req.commit:
+        raise UsageError("--commit needs git, and --no-git was given; drop one of them")
     check_patch_paths(req.roots, list(todo) + list(req.dependencies))
-    if req.sync:
+    if req.sync:  # before the refusal below: a revert with nothing to revert is left out
         todo = _sync_skips(req, todo, outcomes, set(upgrades))
+    if not req.git and any(s.revert is not None for s in todo):
+        raise UsageError("a revert fix (%s) needs git, and --no-git was given; drop --no-git, "
+                         "or apply the other fixes without it"
+                         % ", ".join(s.name for s in todo if s.revert))
     check_file_modes(todo)  # dependencies are looked for, never written
     ws = Workspace(req.roots)
     held = _take_out(req, store, state, ws, upgrades) if upgrades else {}
@@ -144,12 +146,15 @@ def _sync_skips(req: Request, todo: List[FixSpec], outcomes: Dict[str, Dict[str,
 
     ws, keep = Workspace(req.roots), []
     for spec in todo:
-        seen = "" if spec.name in upgrades else unrecorded(ws, spec, req.roots)["state"]
+        seen = "" if spec.name in upgrades else unrecorded(ws, spec, req.roots, req.git)["state"]
         if seen in ("not-needed", "present-unrecorded"):
             outcomes[spec.name] = {
                 "name": spec.name, "version": spec.version, "files": [], "preconditions": [],
                 "verification": [], "outcome": seen,
-                "detail": "nothing to revert on this target" if seen == "not-needed" else
+                "detail": ("nothing to revert on this target" if req.git else
+                           "nothing to revert on this target: the files are as the revert "
+                           "leaves them (not checked against git history: --no-git)")
+                if seen == "not-needed" else
                 "the change is in the files already, not recorded by patchkit: see patchkit status"}
         else:
             keep.append(spec)

@@ -105,9 +105,14 @@ def _holds_catalog(req: Request, store: Store, ws: Workspace, rec: FixRecord, sp
     return holds_version(scratch, spec, rec, {f.key: ws.sha256(*f.key) for f in rec.files})
 
 
-def unrecorded(ws: Workspace, spec: FixSpec, roots: Roots) -> Dict[str, Any]:
-    """The status entry of a fix the target has no record of."""
+def unrecorded(ws: Workspace, spec: FixSpec, roots: Roots, git: bool = True) -> Dict[str, Any]:
+    """The status entry of a fix the target has no record of. ``git=False`` (--no-git): a
+    revert fix whose change is in the files is ``not-needed`` without asking git whether the
+    commit it reverts was ever there (a release wheel in a container build)."""
     entry = _detect(ws, spec)
+    if spec.revert is not None and not git and entry["state"] == presence.PRESENT:
+        entry.update(state="not-needed", files=[])
+        return entry
     # a revert fix's change in the files was made by hand only when the commit it
     # reverts is in HEAD's history; otherwise that change was never there, and a file
     # that only looks partly reverted (another release's code) says nothing either
