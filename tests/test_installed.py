@@ -393,6 +393,7 @@ def test_a_reinstall_underneath_is_lost_not_drifted_and_apply_puts_the_fixes_bac
     raw = {f["name"]: f for f in again.to_json()["fixes"]}
     assert "reinstalled" in raw["dsv4-bf16-index-k"]["lost"]
     assert again.fixes[0].lost and "reinstalled" in again.fixes[0].lost
+    assert "Apply it again" not in again.fixes[0].lost  # it just was
     assert {s.name: s.state for s in api.status(catalog, target).status
             if s.name in PRODUCTION} == dict.fromkeys(PRODUCTION, "applied")
     assert api.verify(catalog, target, PRODUCTION).ok

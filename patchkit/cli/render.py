@@ -241,7 +241,7 @@ def render_fix_outcome(console: Any, fix: FixOutcome, *, show_diff: bool,
         # an upgrade: the files held it already; a rollback: of a lost fix, only forgotten
         line(console, [(f"  {fix.detail}", "dim")])
     if fix.lost:  # the reinstall is the news, not the apply: say why it was applied again
-        line(console, [("  re-applied: was lost: ", "yellow"), (fix.lost.split(". ")[0], "")])
+        line(console, [("  re-applied: was lost: ", "yellow"), (fix.lost, "")])
     _commits(console, fix)
     op_mark = {"modify": "M", "create": "A", "delete": "D"}
     rows = verbose or len(fix.files) <= FEW_FILES

@@ -169,7 +169,7 @@ def _drop_lost(req: Request, state: State) -> Tuple[State, Dict[str, str], Dict[
     dropped."""
     from .observe import lost_fixes
 
-    lost = {name: seen["detail"] for name, seen in lost_fixes(req.roots, state, git=req.git).items()}
+    lost = {name: seen["lost"] for name, seen in lost_fixes(req.roots, state, git=req.git).items()}
     if not lost:
         return state, lost, {}
     names = {s.name for s in req.fixes}

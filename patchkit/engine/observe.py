@@ -148,13 +148,16 @@ def _recorded(ws: Workspace, rec: FixRecord, last: Dict[Key, Tuple[str, Optional
                              "version": rec.version, "applied_at": rec.applied_at, "files": out}
     lost = lost_detail(ws, rec, out, installs) if drifted and installs else None
     label, edited = "reinstalled", set()  # type: Tuple[str, Set[Key]]
+    todo = "Apply it again onto the new install (patchkit apply %s)" % rec.name
     if drifted and not lost:
         moved = moved_detail(ws, rec, out, {} if releases is None else releases, git)
         if moved is not None:
             lost, label, edited = moved[0], "replaced", moved[2]
             entry["moved"] = moved[1]
-    if lost:
-        entry.update(state="lost", detail=lost)
+            todo = ("Apply the fix again onto the new release (patchkit sync, or patchkit "
+                    "apply %s)" % rec.name)
+    if lost:  # ``lost``: why, which an apply that applies it again reports (not what to do)
+        entry.update(state="lost", detail="%s. %s" % (lost, todo), lost=lost)
         for seen in out:
             if seen["state"] != "ok" and (seen["root"], seen["path"]) not in edited:
                 seen["state"] = label
@@ -247,9 +250,8 @@ def moved_detail(ws: Workspace, rec: FixRecord, files: List[Dict[str, Any]],
         edited.update((root, r) for r in rels if r in answer.changed)
     kept = "; %d file(s) edited since, kept as they are" % len(edited) if edited else ""
     return ("sglang %s -> %s: the checkout moved to another release, whose bytes the files hold "
-            "(their backups are the old release's)%s; recorded v%s no longer present. Apply the "
-            "fix again onto the new release (patchkit sync, or patchkit apply %s)"
-            % (moved[0], moved[1], kept, rec.version, rec.name),
+            "(their backups are the old release's)%s; recorded v%s no longer present"
+            % (moved[0], moved[1], kept, rec.version),
             {"root": root, "from": moved[0], "to": moved[1]}, edited)
 
 
@@ -278,8 +280,7 @@ def lost_detail(ws: Workspace, rec: FixRecord, files: List[Dict[str, Any]],
     was = rec.installed_version
     now = ", ".join(installs[r].version for r in sorted(seen))
     what = "%s %s" % (record.DIST, now if was in (None, now) else "%s -> %s" % (was, now))
-    return ("%s reinstalled; recorded v%s no longer present. Apply it again onto the new install "
-            "(patchkit apply %s)" % (what, rec.version, rec.name))
+    return "%s reinstalled; recorded v%s no longer present" % (what, rec.version)
 
 
 def drifted_files(roots: Roots, state: State, rec: FixRecord,
