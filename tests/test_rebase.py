@@ -705,7 +705,9 @@ def test_progress_names_each_fix_once_per_pass(world, monkeypatch) -> None:
     assert res.exit_code == 0, res.output
     lines = [line for line in res.stderr.splitlines() if line.startswith("patchkit: ")]
     assert len(lines) == len(set(lines)), res.stderr
-    assert "patchkit: classifying shift (0/2)" in lines and "patchkit: writing shift (0/2)" in lines
+    # a line counts the fix it works on: the last one is 2/2, not 1/2
+    assert "patchkit: classifying shift (1/2)" in lines and "patchkit: writing shift (1/2)" in lines
+    assert "patchkit: writing same (2/2)" in lines, lines
 
 
 def test_dry_run_onto_a_release_reports_without_stopping_and_writes_nothing(world,

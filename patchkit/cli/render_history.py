@@ -137,9 +137,9 @@ def rebase_progress(console: Any) -> Iterator[Callable[[str, int, int], None]]:
     if not console.is_terminal:
         from .render import PlainProgress
 
-        with PlainProgress("") as plain:
+        with PlainProgress("") as plain:  # a line counts the fix it starts: 1/N to N/N
             yield lambda what, done, total: plain.update(
-                what + (f" ({done}/{total})" if total >= 0 else "") if what else "")
+                what + (f" ({done + 1}/{total})" if total >= 0 else "") if what else "")
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
