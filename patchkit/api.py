@@ -85,13 +85,14 @@ def rollback(catalog: Catalog, target: Target, names: Sequence[str], *, dry_run:
                 force=force, lock_timeout=lock_timeout, recorded_only=recorded_only)
 
 
-def undo(catalog: Catalog, target: Target, txn: str, *,
+def undo(catalog: Catalog, target: Target, txn: str | None = None, *, dry_run: bool = False,
          lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> OpResult:
     """Put the target back exactly as it was before the apply (or sync) whose result named
-    transaction ``txn`` (``OpResult.txn``), when that is still the last change: every file,
-    every record (an upgraded fix's old version, a lost fix's lost record) and the backups.
-    Refused, writing nothing, when another change was committed since or a file changed."""
-    return _run(catalog, target, [], "undo", lock_timeout=lock_timeout, txn=txn)
+    transaction ``txn`` (``OpResult.txn``; None: the target's last change, if it is an apply
+    that kept its undo point): every file, every record (an upgraded fix's old version, a lost
+    fix's lost record) and the backups. Refused, writing nothing, when another change was
+    committed since or a file changed (docs/state.md, "Undo")."""
+    return _run(catalog, target, [], "undo", dry_run=dry_run, lock_timeout=lock_timeout, txn=txn)
 
 
 #: ``status`` states of a fix the target records as applied (some version of it).

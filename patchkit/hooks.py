@@ -141,8 +141,8 @@ def after_change(target: Any, changed: Sequence[str], *, after_cmd: str | None,
     except (KeyboardInterrupt, Stop) as stop:
         signum = getattr(stop, "signum", signal.SIGINT)
         name = signal.Signals(signum).name
-        undo_it = ("to undo the change, roll the fixes back (after a rollback: apply them "
-                   "again)")
+        undo_it = ("to undo the change: patchkit undo (after an apply or sync; after a "
+                   "rollback, apply the fixes again)")
         if doing[0] == "undo":
             where = ("while the change (%s) was being undone after a failed check: the undo "
                      "finished, or put back what it had written" % ", ".join(changed))

@@ -288,7 +288,7 @@ def test_an_interrupt_while_the_hooks_run_says_the_change_stands_and_stops_the_c
     assert proc.returncode == 128 + signum, out + err
     name = signal.Signals(signum).name
     assert f"interrupted by {name} while --after-cmd ran" in err, err
-    assert "the change stands (index-k-bytes)" in err and "roll the fixes back" in err, err
+    assert "the change stands (index-k-bytes)" in err and "patchkit undo" in err, err
     data = json.loads(out)
     assert data["ok"] is False and data["error"]["type"] == "Terminated"
     assert [f["outcome"] for f in data["fixes"]] == ["applied"]

@@ -190,6 +190,22 @@ def rollback(state: State, fixes: tuple[str, ...], dry_run: bool, force: bool, u
                   health_timeout, as_json)
 
 
+@command(
+    "undo", *TARGET_OPTIONS,
+    click.option("--dry-run", "-n", is_flag=True, help="Check and say what would be put back; write nothing."),
+)
+def undo(state: State, dry_run: bool, as_json: bool, **where: Any) -> int:
+    """Put the target back exactly as it was before its last apply or sync.
+
+    Every file, every record (an upgraded fix's old version, a lost fix's record) and the
+    backups, in one transaction. Only the last change can be undone, and only when it was an
+    apply or sync (apply --commit keeps no undo point: roll back instead); refused, writing
+    nothing, when a file it wrote has changed since. What a failed --health-cmd runs."""
+    result = run_op(state, where, "checking the undo on" if dry_run else "undoing the last change on",
+                    as_json, api.undo, None, dry_run=dry_run)
+    return emit_result(result, as_json)
+
+
 @command("verify", FIXES, *TARGET_OPTIONS, *INVENTORY_OPTIONS)
 def verify(state: State, fixes: tuple[str, ...], as_json: bool, **where: Any) -> int:
     """Run the verification checks of FIXES (default: every fix applied there) on the target;
@@ -238,4 +254,4 @@ def runs_old_code(result: Any) -> bool:
     return run is None or not run.available or bool(run.pending or run.stale_pyc)
 
 
-COMMANDS = [apply, rollback, verify, status]
+COMMANDS = [apply, rollback, verify, status, undo]

@@ -29,6 +29,7 @@ OUTCOME_STYLE = {
     wire.UPGRADED: "bold green", wire.WOULD_UPGRADE: "cyan", wire.ROLLED_BACK: "bold yellow",
     wire.WOULD_ROLL_BACK: "yellow", wire.VERIFIED: "bold green", wire.FAILED: "bold red",
     wire.NOT_APPLIED: "dim", wire.NOT_NEEDED: "dim", wire.PRESENT_UNRECORDED: "yellow",
+    wire.UNDONE: "bold yellow", wire.WOULD_UNDO: "yellow",
 }
 STATE_STYLE = {
     wire.APPLIED: "green", wire.DRIFTED: "bold red", wire.NOT_APPLIED: "dim", wire.PARTLY_PRESENT: "yellow",
@@ -230,14 +231,16 @@ def render_fix_outcome(console: Any, fix: FixOutcome, *, show_diff: bool,
     style = OUTCOME_STYLE.get(fix.outcome, "")
     version = f" v{fix.version}" if fix.version is not None else ""
     if fix.from_version is not None:
-        version = f" v{fix.from_version} -> v{fix.version}"
+        version = f" v{fix.from_version} -> " + (f"v{fix.version}" if fix.version is not None
+                                                   else "not applied")
     line(console, [(f"{fix.outcome} ", style), (f"{fix.name}{version}", "bold")])
     if fix.drifted and fix.outcome == "already-applied":
         _drifted(console, fix)
     if fix.outcome == "not-applied":  # a rollback of a fix with no record on the target
         line(console, [("  nothing to do: the target has no record of it", "dim")])
     if fix.detail and fix.outcome in ("not-needed", "present-unrecorded", "upgraded",
-                                      "would-upgrade", "rolled-back", "would-roll-back"):
+                                      "would-upgrade", "rolled-back", "would-roll-back",
+                                      "undone", "would-undo"):
         # an upgrade: the files held it already; a rollback: of a lost fix, only forgotten
         line(console, [(f"  {fix.detail}", "dim")])
     if fix.lost:  # the reinstall is the news, not the apply: say why it was applied again

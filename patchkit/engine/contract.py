@@ -24,14 +24,14 @@ APPLIED, ALREADY_APPLIED, UPGRADED = "applied", "already-applied", "upgraded"
 ROLLED_BACK, VERIFIED, FAILED = "rolled-back", "verified", "failed"
 WOULD_APPLY, WOULD_UPGRADE, WOULD_ROLL_BACK = "would-apply", "would-upgrade", "would-roll-back"
 NOT_APPLIED, NOT_NEEDED, PRESENT_UNRECORDED = "not-applied", "not-needed", "present-unrecorded"
-UNDONE = "undone"  # the undo op: put back as before the last apply
+UNDONE, WOULD_UNDO = "undone", "would-undo"  # the undo op: put back as before the last apply
 OUTCOMES = (APPLIED, ALREADY_APPLIED, WOULD_APPLY, UPGRADED, WOULD_UPGRADE, ROLLED_BACK,
-            WOULD_ROLL_BACK, VERIFIED, FAILED, NOT_APPLIED, NOT_NEEDED, PRESENT_UNRECORDED, UNDONE)
+            WOULD_ROLL_BACK, VERIFIED, FAILED, NOT_APPLIED, NOT_NEEDED, PRESENT_UNRECORDED, UNDONE, WOULD_UNDO)
 #: Per op, the outcomes that changed a target's files, and what a dry run says instead.
 CHANGED: Mapping[str, Tuple[str, ...]] = MappingProxyType(
     {"apply": (APPLIED, UPGRADED), "rollback": (ROLLED_BACK,), "undo": (UNDONE,)})
 WOULD_CHANGE: Mapping[str, Tuple[str, ...]] = MappingProxyType(
-    {"apply": (WOULD_APPLY, WOULD_UPGRADE), "rollback": (WOULD_ROLL_BACK,)})
+    {"apply": (WOULD_APPLY, WOULD_UPGRADE), "rollback": (WOULD_ROLL_BACK,), "undo": (WOULD_UNDO,)})
 #: The outcome a fix gets from an op that changed the target (a fleet host's state too).
 DONE: Mapping[str, str] = MappingProxyType({"apply": APPLIED, "rollback": ROLLED_BACK})
 

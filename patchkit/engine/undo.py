@@ -11,7 +11,7 @@ import json
 from typing import Any, Dict, List, Optional
 
 from ..errors import ConcurrentChange, TargetError
-from .contract import UNDONE
+from .contract import UNDONE, WOULD_UNDO
 from .fsops import read_bytes
 from .hunks import sha256_bytes
 from .records import STATE_BEFORE, UNDO, Journal, JournalFile, State, fix_backups, staged_backups
@@ -23,17 +23,25 @@ from .workspace import Workspace, file_op
 
 
 def undo(req: Request, store: Store) -> List[Dict[str, Any]]:
+    """``req.txn``: the apply to undo (None: the last change, if it is an apply with a point)."""
     point = undo_point(store)
     state = store.read_state()
-    if req.txn is None or point != req.txn or state.txn != req.txn:
-        why = ("another change was committed since" if state.txn != req.txn
+    txn = req.txn or (point if point is not None and point == state.txn else None)
+    if txn is None:
+        raise TargetError(
+            "nothing to undo on %s: its last change is not an apply or sync that kept an undo "
+            "point (only the last one does; a rollback or another apply ends it, and apply "
+            "--commit keeps none). See patchkit status; roll back or apply what should change"
+            % req.state_root.path)
+    if point != txn or state.txn != txn:
+        why = ("another change was committed since" if state.txn != txn
                else "its undo point is gone")
         raise TargetError(
             "cannot undo transaction %s on %s: %s; nothing was written. See patchkit status, "
-            "then roll back or apply what should change" % (req.txn, req.state_root.path, why),
-            txn=req.txn)
-    journal = Journal.from_json(_json(store, "journal.json", req.txn))
-    before = State.from_json(_json(store, STATE_BEFORE, req.txn))
+            "then roll back or apply what should change" % (txn, req.state_root.path, why),
+            txn=txn)
+    journal = Journal.from_json(_json(store, "journal.json", txn))
+    before = State.from_json(_json(store, STATE_BEFORE, txn))
     ws = Workspace(req.roots)
     for f in journal.files:
         entry = ws.entry(f.root, f.path)
@@ -44,15 +52,19 @@ def undo(req: Request, store: Store) -> List[Dict[str, Any]]:
                 % (entry.where, journal.txn), root=f.root, path=f.path)
         entry.current = None if f.before_sha256 is None else _original(store, journal, f)
         entry.mode = f.mode
+    was, after = before.by_name(), state.by_name()
+    if req.dry_run:
+        return [_undone(name, journal, after.get(name), was.get(name), WOULD_UNDO)
+                for name in journal.fixes]
     ws_roots = {f.root for f in journal.files}
-    with Transaction(store, req.roots, "undo", journal.fixes, dict(journal.versions), req.python) as txn:
-        txn.back_up(ws.changed(), {})
-        txn.write(purge=True, remove_dirs=[(str(d[0]), str(d[1])) for d in journal.created_dirs
+    with Transaction(store, req.roots, "undo", journal.fixes, dict(journal.versions), req.python) as t:
+        t.back_up(ws.changed(), {})
+        t.write(purge=True, remove_dirs=[(str(d[0]), str(d[1])) for d in journal.created_dirs
                                            if isinstance(d, list) and len(d) == 2
                                            and d[0] in ws_roots])
-        txn.commit(before)
-    was, after = before.by_name(), state.by_name()
-    return [_undone(name, journal, after.get(name), was.get(name)) for name in journal.fixes]
+        t.commit(before)
+    return [_undone(name, journal, after.get(name), was.get(name), UNDONE)
+            for name in journal.fixes]
 
 
 def _json(store: Store, name: str, txn: str) -> Any:
@@ -91,7 +103,7 @@ def _original(store: Store, journal: Journal, f: JournalFile) -> bytes:
     return data
 
 
-def _undone(name: str, journal: Journal, after: Any, was: Any) -> Dict[str, Any]:
+def _undone(name: str, journal: Journal, after: Any, was: Any, outcome: str) -> Dict[str, Any]:
     """The result entry of a fix the undo put back: ``after`` its record the undo dropped,
     ``was`` the one it put back (None: it had none)."""
     mine = {(r.root, r.path) for r in after.files} if after is not None else set()
@@ -99,8 +111,11 @@ def _undone(name: str, journal: Journal, after: Any, was: Any) -> Dict[str, Any]
         b"" if f.after_sha256 is not None else None, b"" if f.before_sha256 is not None else None),
         "before_sha256": f.after_sha256, "after_sha256": f.before_sha256}
         for f in journal.files if (f.root, f.path) in mine]
-    detail = ("its record and files put back as they were (v%s)" % was.version if was is not None
-              else "its files put back as they were; not applied, as before")
+    would = outcome == WOULD_UNDO
+    detail = (("its record and files %s as they were (v%s)" % ("would be put back" if would
+                                                              else "put back", was.version))
+              if was is not None else "its files %s as they were; not applied, as before"
+              % ("would be put back" if would else "put back"))
     return {"name": name, "version": was.version if was is not None else None,
-            "from_version": journal.versions.get(name), "outcome": UNDONE, "files": files,
+            "from_version": journal.versions.get(name), "outcome": outcome, "files": files,
             "preconditions": [], "verification": [], "detail": detail}
