@@ -20,6 +20,7 @@ EXIT_REMOTE_PYTHON = 13  # no usable Python on the host
 EXIT_CONNECTION_LOST = 14  # the connection dropped after the request reached the engine
 EXIT_SESSION_FAILED = 15  # the session ended before the request reached the engine: nothing ran
 EXIT_ROLLOUT_STOPPED = 16  # a fleet rollout stopped: a host was refused, failed or rolled back
+EXIT_CHANGE_STANDS = 17  # a hook failed after the change, and undoing it failed: it stands
 EXIT_INTERNAL = 70  # a bug in patchkit (EX_SOFTWARE)
 EXIT_TERMINATED = 143  # stopped by SIGTERM (128 + 15); what it wrote was put back
 
@@ -141,6 +142,11 @@ class SessionFailed(RemoteError, exit_code=EXIT_SESSION_FAILED):
 
 class AnsibleFailed(PatchkitError, exit_code=EXIT_ROLLOUT_STOPPED):
     """Ansible itself failed (not one host): a bad inventory or playbook run; nothing ran."""
+
+
+class ChangeNotUndone(PatchkitError, exit_code=EXIT_CHANGE_STANDS):
+    """--after-cmd or --health-cmd failed after the change, and undoing the change failed too:
+    the change stands, unconfirmed (``details.undo_error``: why the undo failed)."""
 
 
 class Terminated(PatchkitError):

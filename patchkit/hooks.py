@@ -10,6 +10,8 @@ target's host, so it checks the server where it runs (and works in a fleet's she
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shlex
 import signal
 import sys
@@ -18,7 +20,7 @@ from typing import Any, Callable, Sequence
 from .engine import Stop, stopping_on_signals
 from .engine.contract import CHANGED
 from .engine.recordbase import Record, record_dataclass
-from .errors import CheckFailed, Terminated, UsageError
+from .errors import ChangeNotUndone, CheckFailed, PatchkitError, Terminated, UsageError
 
 SGLANG = "sglang:"
 DEFAULT_HEALTH_TIMEOUT = 120.0
@@ -110,15 +112,36 @@ def run_on(target: Any, what: str, command: str, timeout: float | None = None) -
         argv = ssh_argv(target.spec, command)
     else:
         argv = ["/bin/sh", "-c", command]
-    try:
-        done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired as exc:
-        out = (exc.stdout or b"").decode("utf-8", "replace")
-        return CommandRun(what, command, 124, out + f"\n(killed after {timeout:g}s)")
+    try:  # its own process group: a timeout or an interrupt stops what it started too
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, start_new_session=True)
     except OSError as exc:
         return CommandRun(what, command, 127, f"cannot run {argv[0]}: {exc.strerror}")
-    return CommandRun(what, command, done.returncode, done.stdout.decode("utf-8", "replace"))
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _stop_group(proc)
+        out = proc.communicate()[0] or b""
+        return CommandRun(what, command, 124, out.decode("utf-8", "replace")
+                          + f"\n(killed after {timeout:g}s)")
+    except BaseException:  # an interrupt: the command and its children go with it
+        _stop_group(proc)
+        proc.communicate()
+        raise
+    return CommandRun(what, command, proc.returncode, (out or b"").decode("utf-8", "replace"))
+
+
+def _stop_group(proc: Any, grace: float = 5.0) -> None:
+    """SIGTERM to the command's process group; after ``grace`` s (or once the shell is gone),
+    SIGKILL to whatever of the group is left."""
+    import subprocess
+
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def after_change(target: Any, changed: Sequence[str], *, after_cmd: str | None,
@@ -177,20 +200,33 @@ def _after_change(target: Any, changed: Sequence[str], after_cmd: str | None,
         try:
             undone = undo()
         except Exception as exc:  # the undo's own failure is said with the command's
-            raise HealthCheckFailed(
-                f"{_failed(failed)}; undoing {', '.join(changed)} failed too: {exc}. Run patchkit "
-                "status on the target", after=AfterChange(tuple(ran)).to_json()) from exc
+            cause = exc.to_dict() if isinstance(exc, PatchkitError) else {
+                "type": type(exc).__name__, "message": str(exc)}
+            raise ChangeNotUndone(
+                f"{_failed(failed)}; undoing {', '.join(changed)} failed too, so the change "
+                f"stands, unconfirmed: {cause['message']}", after=AfterChange(tuple(ran)).to_json(),
+                undo_error=cause) from exc
         doing[:] = ["after-cmd again", after_cmd or ""]
         again = run_on(target, "after-cmd", after_cmd) if after_cmd else None
         if again is not None:
             ran.append(again)
         result = AfterChange(tuple(ran), undone)
-        tail = ("" if again is None else f"; --after-cmd ran again (exit {again.returncode})")
-        err = HealthCheckFailed(f"{_failed(failed)}; the change was undone ({', '.join(changed)} "
-                                f"put back as before){tail}", after=result.to_json())
+        tail = ("" if again is None else f"; --after-cmd ran again (exit {again.returncode})"
+                + ("" if again.ok else ": the server may not be running the restored files"))
+        err = HealthCheckFailed(f"{_failed(failed)}; the change was undone ({_as_before(undone, changed)}"
+                                f" put back as before){tail}", after=result.to_json())
         err.after = result  # type: ignore[attr-defined]
         raise err
     return AfterChange(tuple(ran))
+
+
+def _as_before(undone: Any, changed: Sequence[str]) -> str:
+    """The fixes an undo put back, each as it now is: ``FIX v2``, ``FIX (not applied)``."""
+    fixes = getattr(undone, "fixes", None)
+    if not fixes:
+        return ", ".join(changed)
+    return ", ".join(f"{f.name} v{f.version}" if f.version is not None else f"{f.name} (not applied)"
+                     for f in fixes)
 
 
 def _failed(run: CommandRun) -> str:

@@ -54,6 +54,15 @@ def silent_url() -> Iterator[str]:
     sock.close()
 
 
+def _alive(pid: int) -> bool:
+    """``pid`` runs (a zombie is not running: it waits for its parent to reap it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def _status(args: list[str]) -> dict[str, str]:
     code, out, err = cli(["--catalog", str(SAMPLES / "catalog"), "status", "--json", *args])
     assert code == 0, err
@@ -126,13 +135,59 @@ def test_a_failed_health_check_after_an_upgrade_puts_the_old_version_back(
     assert code == 1, out + err
     data = json.loads(out)
     assert [f["outcome"] for f in data["fixes"]] == ["upgraded"]
+    assert "summary" not in data and "txn" not in data  # they named the state undone
     undone = data["error"]["details"]["after"]["undone"]
     assert [(f["name"], f["outcome"], f["version"]) for f in undone["fixes"]] == [
         ("index-k-bytes", "undone", 2)]
+    assert "(index-k-bytes v2 put back as before)" in data["error"]["message"]
     assert Path(roots["sglang"], POOL).read_bytes() == applied  # v2's change, still there
     code, out, err = cli([*base, "status", "--json", *where])
     seen = {f["name"]: (f["state"], f["version"]) for f in json.loads(out)["status"]["fixes"]}
     assert seen["index-k-bytes"] == ("outdated", 2), seen
+
+
+def test_a_failed_health_check_after_a_rollback_puts_the_same_version_back(tmp_path: Path) -> None:
+    """The undo of a rollback was an apply of the catalog's version: with the catalog at v3
+    and v2 applied, a failed health check after the rollback deployed v3, said as "put back
+    as before"."""
+    import shutil
+
+    roots = make_tree(tmp_path / "tree")
+    catalog = tmp_path / "catalog"
+    shutil.copytree(SAMPLES / "catalog", catalog)
+    where = _where("local", None, roots)  # type: ignore[arg-type]
+    base = ["--catalog", str(catalog)]
+    assert cli([*base, "apply", "index-k-bytes", *where])[0] == 0
+    state = Path(roots["sglang"], ".patchkit/state.json")
+    applied, fixes = Path(roots["sglang"], POOL).read_bytes(), json.loads(state.read_text())["fixes"]
+    manifest = catalog / "manifests" / "index-k-bytes.toml"
+    manifest.write_text(manifest.read_text().replace("version = 2\n", "version = 3\n", 1)
+                        + '\n[[changelog]]\nversion = 3\ndate = "2026-12-01"\n'
+                          'summary = "Same change, new version."\n')
+    code, out, err = cli([*base, "rollback", "index-k-bytes", *where, "--health-cmd", "exit 3",
+                          "--json"])
+    assert code == 1, out + err
+    undone = json.loads(out)["error"]["details"]["after"]["undone"]
+    assert [(f["outcome"], f["version"]) for f in undone["fixes"]] == [("undone", 2)], undone
+    assert json.loads(state.read_text())["fixes"] == fixes  # v2, as it was; not v3
+    assert Path(roots["sglang"], POOL).read_bytes() == applied
+
+
+def test_an_undo_that_fails_says_the_change_stands_with_its_own_exit_code(tmp_path: Path) -> None:
+    """The health check edits a file the apply wrote, then fails: the undo is refused, and
+    that was an exit 1 with a HealthCheckFailed, as for a change undone."""
+    roots = make_tree(tmp_path / "tree")
+    edit = tmp_path / "edit.sh"
+    edit.write_text(f"#!/bin/sh\necho '# oncall' >> {Path(roots['sglang'], POOL)}\nexit 1\n")
+    edit.chmod(0o755)
+    code, out, err = cli(["--catalog", str(SAMPLES / "catalog"), "apply", "index-k-bytes",
+                          *_where("local", None, roots), "--health-cmd", str(edit),  # type: ignore[arg-type]
+                          "--json"])
+    assert code == 17, out + err
+    error = json.loads(out)["error"]
+    assert error["type"] == "ChangeNotUndone" and "the change stands" in error["message"]
+    assert error["details"]["undo_error"]["type"] == "ConcurrentChange"
+    assert _status(_where("local", None, roots))["index-k-bytes"] == "drifted"  # type: ignore[arg-type]
 
 
 def test_hooks_refuse_bad_input_before_anything_is_written(tmp_path: Path) -> None:
@@ -272,12 +327,12 @@ def test_an_interrupt_while_the_hooks_run_says_the_change_stands_and_stops_the_c
     import time
 
     roots = make_tree(tmp_path / "tree")
-    started, pidfile = tmp_path / "started", tmp_path / "after.pid"
+    started, pidfile, child = tmp_path / "started", tmp_path / "after.pid", tmp_path / "child.pid"
     proc = subprocess.Popen(
         [sys.executable, "-m", "patchkit", "--catalog", str(SAMPLES / "catalog"), "apply",
          "index-k-bytes", "--target", roots["sglang"], "--root", f"serve={roots['serve']}",
          "--python", PY, "--json", "--after-cmd",
-         f"echo $$ > {pidfile}; touch {started}; exec sleep 60"],
+         f"echo $$ > {pidfile}; sleep 60 & echo $! > {child}; touch {started}; wait"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
     deadline = time.monotonic() + 60
     while not started.exists() and time.monotonic() < deadline and proc.poll() is None:
@@ -295,6 +350,10 @@ def test_an_interrupt_while_the_hooks_run_says_the_change_stands_and_stops_the_c
     assert data["error"]["details"]["after"]["ran"] == []  # the after-cmd did not finish
     with pytest.raises(ProcessLookupError):  # the after-cmd was stopped with the run
         os.kill(int(pidfile.read_text()), 0)
+    deadline = time.monotonic() + 10  # and what it started (it outlived the shell: init's now)
+    while time.monotonic() < deadline and _alive(int(child.read_text())):
+        time.sleep(0.05)
+    assert not _alive(int(child.read_text()))
     assert _status(["--target", roots["sglang"], "--root", f"serve={roots['serve']}"])[
         "index-k-bytes"] == "applied"
 

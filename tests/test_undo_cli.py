@@ -43,17 +43,49 @@ def test_undo_puts_the_old_version_back_after_an_upgrade_and_only_once(tmp_path:
     assert json.loads(state.read_text())["fixes"] == fixes_v2  # the v2 record, as it was
 
     code, out, err = cli([*base, "undo", *where])  # the point is used up: no second undo
-    assert code == 5 and "nothing to undo" in err, (code, err)
+    assert code == 1 and "nothing to undo" in err, (code, err)
     assert json.loads(state.read_text())["fixes"] == fixes_v2
 
 
-def test_undo_after_a_rollback_says_there_is_nothing_to_undo(tmp_path: Path) -> None:
+def test_undo_after_a_rollback_puts_the_fix_back_as_it_was(tmp_path: Path) -> None:
     roots = make_tree(tmp_path / "tree")
     where = ["--target", roots["sglang"], "--root", f"serve={roots['serve']}"]
     base = ["--catalog", str(SAMPLES / "catalog")]
     assert cli([*base, "apply", "index-k-bytes", *where])[0] == 0
+    state = Path(roots["sglang"], ".patchkit/state.json")
+    applied, fixes = Path(roots["sglang"], POOL).read_bytes(), json.loads(state.read_text())["fixes"]
     assert cli([*base, "rollback", "index-k-bytes", *where])[0] == 0
-    before = Path(roots["sglang"], POOL).read_bytes()
     code, out, err = cli([*base, "undo", *where])
-    assert code == 5 and "nothing to undo" in err and "a rollback" in err, (code, err)
-    assert Path(roots["sglang"], POOL).read_bytes() == before
+    assert code == 0, err
+    assert "undone index-k-bytes v2\n" in out, out  # applied again: v2, from nothing
+    assert Path(roots["sglang"], POOL).read_bytes() == applied
+    assert json.loads(state.read_text())["fixes"] == fixes  # its record, applied_at and all
+    assert cli([*base, "rollback", "index-k-bytes", *where])[0] == 0  # its backups came back
+    code, out, err = cli([*base, "status", "--json", *where])
+    assert {f["name"]: f["state"] for f in json.loads(out)["status"]["fixes"]}.get(
+        "index-k-bytes", "not-applied") == "not-applied"
+
+
+def test_an_undo_killed_half_way_is_put_back_and_status_says_the_change_stands(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    roots = make_tree(tmp_path / "tree")
+    where = ["--target", roots["sglang"], "--root", f"serve={roots['serve']}"]
+    base = ["--catalog", str(SAMPLES / "catalog")]
+    assert cli([*base, "apply", "index-k-bytes", *where])[0] == 0
+    applied = Path(roots["sglang"], POOL).read_bytes()
+    killed = subprocess.run([sys.executable, "-m", "patchkit", *base, "undo", *where],
+                            env=dict(os.environ, PATCHKIT_FAULT="rename:1"), capture_output=True,
+                            text=True, timeout=120)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    code, out, err = cli([*base, "status", *where])
+    assert code == 0, err
+    said = " ".join((out + err).split())
+    assert ("recovered an interrupted undo of index-k-bytes: rolled-back; the change it was "
+            "undoing stands (patchkit undo runs it again)") in said, out + err
+    assert Path(roots["sglang"], POOL).read_bytes() == applied
+    assert cli([*base, "undo", *where])[0] == 0  # and it does
+    assert Path(roots["sglang"], POOL).read_bytes() != applied

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from typing import Any, Callable
 
@@ -9,7 +10,7 @@ import click
 
 from .. import api, hooks
 from ..engine.contract import UNHEALTHY
-from ..errors import EXIT_CHECK_FAILED, Terminated, UsageError
+from ..errors import EXIT_CHECK_FAILED, ChangeNotUndone, Terminated, UsageError
 from . import render, render_status
 from .common import FORCE_UPGRADE, TARGET_OPTIONS, State, command, write_options
 from .fleet import INVENTORY_OPTIONS, ROLLOUT_OPTIONS, rollout, survey, wants_fleet
@@ -113,9 +114,12 @@ def after_change(state: State, where: dict[str, Any], result: Any, found: dict[s
         after = hooks.after_change(target, changed, after_cmd=found.get("after_cmd"),
                                    health_cmd=found.get("health_cmd"), undo=lambda: undo(target, changed),
                                    health_timeout=health_timeout)
-    except (hooks.HealthCheckFailed, Terminated) as err:  # failed and undone, or interrupted
+    except (hooks.HealthCheckFailed, ChangeNotUndone, Terminated) as err:  # failed, or interrupted
         if not as_json:
             render.render_result(render.stdout(), result, **emit)
+        if isinstance(err, hooks.HealthCheckFailed):  # undone: its summary and txn are gone
+            result = dataclasses.replace(result, ok=False, raw={
+                k: v for k, v in result.raw.items() if k not in ("summary", "txn")})
         err.result = result  # type: ignore[union-attr]
         raise
     config = state.config() if restarts else None
@@ -125,13 +129,14 @@ def after_change(state: State, where: dict[str, Any], result: Any, found: dict[s
 
 
 def undo_of(state: State, where: dict[str, Any], result: Any) -> Callable[[Any, list[str]], Any]:
-    """The undo of an apply's (or sync's) change after a failed hook: the target put back
-    exactly as before it (``api.undo``); a rollback of the changed fixes only where the apply
-    kept no undo point (``--commit``: the rollback reverts its commits)."""
+    """The undo of a run's change after a failed hook: the target put back exactly as before
+    it by the undo point its transaction kept (``api.undo``); where it kept none (``--commit``),
+    the opposite op over the changed fixes (a rollback reverts the commits)."""
     def undo(target: Any, changed: list[str]) -> Any:
         if result.txn:
             return api.undo(state.catalog(), target, result.txn, lock_timeout=where["lock_timeout"])
-        return api.rollback(state.catalog(), target, changed, lock_timeout=where["lock_timeout"])
+        opposite = api.apply if result.op == "rollback" else api.rollback
+        return opposite(state.catalog(), target, changed, lock_timeout=where["lock_timeout"])
     return undo
 
 
@@ -184,10 +189,8 @@ def rollback(state: State, fixes: tuple[str, ...], dry_run: bool, force: bool, u
                        force=force, lock_timeout=where["lock_timeout"])
     result = run_op(state, where, f"rolling back {', '.join(names)} on", as_json, api.rollback, names,
                   dry_run=dry_run, force=force)
-    return after_change(state, where, result, found,
-                  lambda target, changed: api.apply(state.catalog(), target, changed,
-                                                    lock_timeout=where["lock_timeout"]),
-                  health_timeout, as_json)
+    return after_change(state, where, result, found, undo_of(state, where, result),
+                        health_timeout, as_json)
 
 
 @command(

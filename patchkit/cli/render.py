@@ -306,9 +306,12 @@ def _drifted(console: Any, fix: FixOutcome) -> None:
 
 
 def recovered_notes(result: OpResult) -> List[Segments]:
-    """A line per interrupted run this one found and recovered first."""
+    """A line per interrupted run this one found and recovered first (an undo put back is
+    the change it was undoing, standing: said so, with how to finish it)."""
     return [[("recovered", "yellow"), (f" an interrupted {rec.get('op')} of "
-             f"{', '.join(rec.get('fixes') or [])}: {rec.get('outcome')}", "")]
+             f"{', '.join(rec.get('fixes') or [])}: {rec.get('outcome')}"
+             + ("; the change it was undoing stands (patchkit undo runs it again)"
+                if rec.get("op") == "undo" and rec.get("outcome") == "rolled-back" else ""), "")]
             for rec in result.recovered]
 
 

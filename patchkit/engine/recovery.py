@@ -147,6 +147,8 @@ def finish(store: Store, journal: Journal, recovering: bool = True) -> None:
                  best_effort=recovering)
     recorded = set(store.read_state().names()) if journal.op != "apply" else set()
     tdir, point = store.path("txn", txn), store.path(UNDO)
+    # the backups this transaction ends go to its undo point, when it keeps one
+    keep = journal.op in UNDOABLE and os.path.isfile(os.path.join(tdir, STATE_BEFORE))
     for fix in journal.fixes:
         dest = store.path(fix_backups(fix))
         if journal.op == "apply":
@@ -166,6 +168,9 @@ def finish(store: Store, journal: Journal, recovering: bool = True) -> None:
                 os.replace(prev, dest)
             elif fix not in recorded:
                 shutil.rmtree(dest, ignore_errors=True)
+        elif fix not in recorded and keep and os.path.isdir(dest):
+            os.makedirs(os.path.join(tdir, "prev"), exist_ok=True)
+            os.replace(dest, os.path.join(tdir, "prev", fix))
         elif fix not in recorded:
             shutil.rmtree(dest, ignore_errors=True)
     if os.path.isdir(store.path(BACKUPS)):
@@ -174,14 +179,18 @@ def finish(store: Store, journal: Journal, recovering: bool = True) -> None:
     discard(store, txn)
 
 
+#: The ops whose transaction keeps an undo point (docs/state.md, "Undo").
+UNDOABLE = ("apply", "rollback")
+
+
 def _keep_undo_point(store: Store, journal: Journal) -> None:
-    """An apply's transaction directory (its originals, the backups it replaced, the state
-    before it) becomes the undo point, its journal moved in last; any other commit ends the
+    """An apply's or rollback's transaction directory (its originals, the backups it replaced
+    or ended, the state before it) becomes the undo point, its journal moved in last; any other commit ends the
     last one (docs/state.md, "Undo"). Renames only, so a recovery on a full disk does it too;
     it may run again after a crash. The point is a convenience: failing to keep it drops it."""
     tdir, point = store.path("txn", journal.txn), store.path(UNDO)
     try:
-        if journal.op == "apply":
+        if journal.op in UNDOABLE:
             if os.path.isfile(os.path.join(tdir, STATE_BEFORE)):
                 shutil.rmtree(point, ignore_errors=True)
                 os.replace(tdir, point)

@@ -231,7 +231,7 @@ def _write(req: Request, store: Store, state: State, ws: Workspace, recorded: Re
     purge = any(spec.purge_pycache or recorded[spec.name].purge_pycache for spec in req.fixes)
     root_names = [r.name for r in req.roots]
     with Transaction(store, req.roots, "rollback", names, {n: recorded[n].version for n in names},
-                     req.python, entries or None) as txn:
+                     req.python, entries or None, before=state) as txn:
         txn.back_up(ws.changed(), {})
         txn.write(purge, remove_dirs=[d for n in names for d in recorded[n].created(root_names)])
         if entries:

@@ -1,5 +1,5 @@
-"""The undo op: put the target back exactly as it was before the last apply (docs/state.md,
-"Undo"), as what a failed ``--health-cmd`` or ``--after-cmd`` asks for. A rollback restores
+"""The undo op: put the target back exactly as it was before the last apply, sync or rollback
+(docs/state.md, "Undo"), as a failed ``--health-cmd`` or ``--after-cmd`` asks for. A rollback restores
 each fix's files to before *the fix*: after an upgrade that drops the old version too, and a
 lost fix applied again leaves no record of having been lost. The undo point is that apply's
 own transaction directory, kept after its commit: the files' bytes before it, the backups it
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List, Optional
 
-from ..errors import ConcurrentChange, TargetError
+from ..errors import ConcurrentChange, PreconditionFailed, TargetError
 from .contract import UNDONE, WOULD_UNDO
 from .fsops import read_bytes
 from .hunks import sha256_bytes
@@ -28,18 +28,16 @@ def undo(req: Request, store: Store) -> List[Dict[str, Any]]:
     state = store.read_state()
     txn = req.txn or (point if point is not None and point == state.txn else None)
     if txn is None:
-        raise TargetError(
-            "nothing to undo on %s: its last change is not an apply or sync that kept an undo "
-            "point (only the last one does; a rollback or another apply ends it, and apply "
-            "--commit keeps none). See patchkit status; roll back or apply what should change"
+        raise PreconditionFailed(
+            "nothing to undo on %s: its last change is not an apply, sync or rollback that kept "
+            "an undo point (only the last change keeps one, an undo uses it up, and apply "
+            "--commit keeps none); nothing was written. See patchkit status"
             % req.state_root.path)
     if point != txn or state.txn != txn:
-        why = ("another change was committed since" if state.txn != txn
-               else "its undo point is gone")
-        raise TargetError(
-            "cannot undo transaction %s on %s: %s; nothing was written. See patchkit status, "
-            "then roll back or apply what should change" % (txn, req.state_root.path, why),
-            txn=txn)
+        why = ("it is not the last change there (the last is %s)" % state.txn
+               if state.txn != txn else "its undo point is gone (it was undone already)")
+        raise PreconditionFailed("cannot undo transaction %s on %s: %s; nothing was written. See "
+                                 "patchkit status" % (txn, req.state_root.path, why), txn=txn)
     journal = Journal.from_json(_json(store, "journal.json", txn))
     before = State.from_json(_json(store, STATE_BEFORE, txn))
     ws = Workspace(req.roots)
@@ -48,7 +46,7 @@ def undo(req: Request, store: Store) -> List[Dict[str, Any]]:
         if entry.sha256(entry.current) != f.after_sha256:
             raise ConcurrentChange(
                 "%s changed since the change being undone wrote it (transaction %s); nothing was "
-                "written. See patchkit status, then roll back what should go"
+                "written. See patchkit status"
                 % (entry.where, journal.txn), root=f.root, path=f.path)
         entry.current = None if f.before_sha256 is None else _original(store, journal, f)
         entry.mode = f.mode
@@ -73,7 +71,7 @@ def _json(store: Store, name: str, txn: str) -> Any:
         return json.loads(data or b"")
     except ValueError:
         raise TargetError("cannot undo transaction %s: its undo point's %s is missing or damaged; "
-                          "nothing was written. See patchkit status, then roll back what should go"
+                          "nothing was written. See patchkit status"
                           % (txn, store.path(UNDO, name)), path=store.path(UNDO, name)) from None
 
 
@@ -97,7 +95,7 @@ def _original(store: Store, journal: Journal, f: JournalFile) -> bytes:
     if data is None or sha256_bytes(data) != f.before_sha256:
         raise TargetError(
             "cannot undo transaction %s: the undo point's copy of %s:%s is missing or damaged "
-            "(%s); nothing was written. See patchkit status, then roll back what should go"
+            "(%s); nothing was written. See patchkit status"
             % (journal.txn, f.root, f.path, store.path(ref) if ref else "no copy"),
             path=f.path)
     return data
@@ -117,5 +115,6 @@ def _undone(name: str, journal: Journal, after: Any, was: Any, outcome: str) -> 
               if was is not None else "its files %s as they were; not applied, as before"
               % ("would be put back" if would else "put back"))
     return {"name": name, "version": was.version if was is not None else None,
-            "from_version": journal.versions.get(name), "outcome": outcome, "files": files,
+            "from_version": after.version if after is not None else None,
+            "outcome": outcome, "files": files,
             "preconditions": [], "verification": [], "detail": detail}

@@ -186,18 +186,16 @@ class Rollout:
             block += _shell("after-cmd", self.options.after_cmd, "patchkit_run is changed")
             block += _shell("health-cmd", self.options.health_cmd, "patchkit_run is changed")
             changed = "patchkit_run is succeeded and patchkit_run is changed"
-            if self.op == "apply":  # put back as before: the undo of the transaction it named,
-                # a rollback where it kept no undo point (--commit: the rollback reverts it)
-                rescue = [engine_task(self.workdir, self.request("undo", [], False), "patchkit undo",
-                                      register="patchkit_undo", txn="{{ patchkit_run.patchkit.txn }}",
-                                      when=f"{changed} and patchkit_run.patchkit.txn is defined"),
-                          self._engine_task("rollback", names, register="patchkit_rollback",
-                                            when=f"{changed} and patchkit_run.patchkit.txn is not defined")]
-                undone = ("(patchkit_undo is succeeded and patchkit_undo is changed) or "
-                          "(patchkit_rollback is succeeded and patchkit_rollback is changed)")
-            else:
-                rescue = [self._engine_task("apply", names, register="patchkit_undo", when=changed)]
-                undone = "patchkit_undo is succeeded and patchkit_undo is changed"
+            # put back as before: the undo of the transaction it named; the opposite op over
+            # the fixes where it kept no undo point (--commit: the rollback reverts it)
+            opposite = {"apply": "rollback", "rollback": "apply"}[self.op]
+            rescue = [engine_task(self.workdir, self.request("undo", [], False), "patchkit undo",
+                                  register="patchkit_undo", txn="{{ patchkit_run.patchkit.txn }}",
+                                  when=f"{changed} and patchkit_run.patchkit.txn is defined"),
+                      self._engine_task(opposite, names, register="patchkit_opposite",
+                                        when=f"{changed} and patchkit_run.patchkit.txn is not defined")]
+            undone = ("(patchkit_undo is succeeded and patchkit_undo is changed) or "
+                      "(patchkit_opposite is succeeded and patchkit_opposite is changed)")
             rescue += _shell("after-cmd", self.options.after_cmd, undone)
             plays.append({"name": f"patchkit {self.op}: {changes}", "hosts": ",".join(hosts),
                           "gather_facts": False, "tasks": [{"block": block, "rescue": rescue}]})

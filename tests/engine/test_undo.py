@@ -75,12 +75,14 @@ def test_undo_is_refused_when_another_change_was_committed_since(checkout: Path)
     first = go("apply", checkout, v1(checkout))
     assert go("apply", checkout, other(checkout))["ok"]
     tree = snapshot(checkout, skip_state=False)
+    second = json.loads((checkout / ".patchkit/state.json").read_text())["txn"]
     res = go("undo", checkout, txn=first["txn"])
-    assert not res["ok"] and "another change was committed since" in res["error"]["message"]
+    assert not res["ok"] and res["error"]["type"] == "PreconditionFailed"
+    assert f"it is not the last change there (the last is {second})" in res["error"]["message"]
     assert snapshot(checkout, skip_state=False) == tree
-    rolled = go("rollback", checkout, other(checkout))  # a rollback ends the point too
-    assert rolled["ok"] and "txn" not in rolled
-    assert not (checkout / ".patchkit/undo").exists()
+    rolled = go("rollback", checkout, other(checkout))  # a rollback's point replaces it
+    assert rolled["ok"] and rolled["txn"] != second
+    assert go("undo", checkout, txn=second)["error"]["type"] == "PreconditionFailed"
 
 
 def test_undo_is_refused_when_a_file_changed_since(checkout: Path) -> None:
