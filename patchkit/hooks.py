@@ -164,8 +164,7 @@ def after_change(target: Any, changed: Sequence[str], *, after_cmd: str | None,
     except (KeyboardInterrupt, Stop) as stop:
         signum = getattr(stop, "signum", signal.SIGINT)
         name = signal.Signals(signum).name
-        undo_it = ("to undo the change: patchkit undo (after an apply or sync; after a "
-                   "rollback, apply the fixes again)")
+        undo_it = "to undo the change: patchkit undo"
         if doing[0] == "undo":
             where = ("while the change (%s) was being undone after a failed check: the undo "
                      "finished, or put back what it had written" % ", ".join(changed))
@@ -225,8 +224,9 @@ def _as_before(undone: Any, changed: Sequence[str]) -> str:
     fixes = getattr(undone, "fixes", None)
     if not fixes:
         return ", ".join(changed)
-    return ", ".join(f"{f.name} v{f.version}" if f.version is not None else f"{f.name} (not applied)"
-                     for f in fixes)
+    return ", ".join(f"{f.name} v{f.version}" if f.version is not None
+                     and f.outcome not in ("rolled-back", "not-applied")
+                     else f"{f.name} (not applied)" for f in fixes)
 
 
 def _failed(run: CommandRun) -> str:

@@ -416,3 +416,26 @@ def test_patch_id_search_looks_only_at_commits_within_the_fixes_files(tmp_path: 
     assert found[0] == pid and [c.sha for c in found[1]] == [fix_sha]
     assert co.find_by_patch_id(series.replace("# fixed", "# other"), [odd])[1] == []
     assert co.find_by_patch_id(series, [])[1] == []
+
+
+def test_a_failed_health_check_after_commit_changes_is_undone_in_git_too(tree: Path,
+                                                                          catalog: Catalog) -> None:
+    """A change with commits keeps no undo point: the opposite op undoes it. The rollback of a
+    committed fix was undone by a plain apply, leaving HEAD at the revert commit with the fix
+    uncommitted in the file; and the apply's undo said the fix was "v1 put back"."""
+    from tests.test_remote import cli
+
+    base = ["--catalog", str(catalog.root)]
+    code, out, err = cli([*base, "apply", "feature", "--target", str(tree), "--commit",
+                          "--health-cmd", "exit 5"])
+    assert code == 1 and "(feature (not applied) put back as before)" in err, err
+    assert (tree / POOL).read_text() == pool_text() and git(tree, "status", "--porcelain") == ""
+
+    assert cli([*base, "apply", "feature", "--target", str(tree), "--commit"])[0] == 0
+    applied = (tree / POOL).read_text()
+    code, out, err = cli([*base, "rollback", "feature", "--target", str(tree),
+                          "--health-cmd", "exit 4"])
+    assert code == 1 and "(feature v1 put back as before)" in err, err
+    assert (tree / POOL).read_text() == applied
+    assert git(tree, "status", "--porcelain") == ""  # committed again, not left in the file
+    assert "Patchkit-Fix: feature v1" in git(tree, "log", "-1", "--format=%B")

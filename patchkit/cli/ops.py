@@ -135,8 +135,10 @@ def undo_of(state: State, where: dict[str, Any], result: Any) -> Callable[[Any, 
     def undo(target: Any, changed: list[str]) -> Any:
         if result.txn:
             return api.undo(state.catalog(), target, result.txn, lock_timeout=where["lock_timeout"])
-        opposite = api.apply if result.op == "rollback" else api.rollback
-        return opposite(state.catalog(), target, changed, lock_timeout=where["lock_timeout"])
+        if result.op == "rollback":  # a fix whose commits it reverted is committed again
+            return api.apply(state.catalog(), target, changed, lock_timeout=where["lock_timeout"],
+                             commit=any(f.commits for f in result.fixes))
+        return api.rollback(state.catalog(), target, changed, lock_timeout=where["lock_timeout"])
     return undo
 
 
@@ -198,12 +200,13 @@ def rollback(state: State, fixes: tuple[str, ...], dry_run: bool, force: bool, u
     click.option("--dry-run", "-n", is_flag=True, help="Check and say what would be put back; write nothing."),
 )
 def undo(state: State, dry_run: bool, as_json: bool, **where: Any) -> int:
-    """Put the target back exactly as it was before its last apply or sync.
+    """Put the target back exactly as it was before its last apply, sync or rollback.
 
-    Every file, every record (an upgraded fix's old version, a lost fix's record) and the
-    backups, in one transaction. Only the last change can be undone, and only when it was an
-    apply or sync (apply --commit keeps no undo point: roll back instead); refused, writing
-    nothing, when a file it wrote has changed since. What a failed --health-cmd runs."""
+    Every file, every record (an upgraded fix's old version, a lost fix's record, a rolled-back
+    fix's own version) and the backups, in one transaction. Only the last change can be
+    undone, once (a change with git commits, apply --commit, keeps no undo point: roll back or
+    apply instead); refused, writing nothing, when a file it wrote has changed since. What a
+    failed --health-cmd runs."""
     result = run_op(state, where, "checking the undo on" if dry_run else "undoing the last change on",
                     as_json, api.undo, None, dry_run=dry_run)
     return emit_result(result, as_json)

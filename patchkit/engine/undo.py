@@ -45,8 +45,10 @@ def undo(req: Request, store: Store) -> List[Dict[str, Any]]:
         entry = ws.entry(f.root, f.path)
         if entry.sha256(entry.current) != f.after_sha256:
             raise ConcurrentChange(
-                "%s changed since the change being undone wrote it (transaction %s); nothing was "
-                "written. See patchkit status"
+                "%s changed since the change being undone wrote it (transaction %s); the undo "
+                "wrote nothing. Put the file back as patchkit wrote it (patchkit status shows "
+                "it drifted), then patchkit undo; or keep the edit and roll the fixes back with "
+                "patchkit rollback --force"
                 % (entry.where, journal.txn), root=f.root, path=f.path)
         entry.current = None if f.before_sha256 is None else _original(store, journal, f)
         entry.mode = f.mode
@@ -104,7 +106,7 @@ def _original(store: Store, journal: Journal, f: JournalFile) -> bytes:
 def _undone(name: str, journal: Journal, after: Any, was: Any, outcome: str) -> Dict[str, Any]:
     """The result entry of a fix the undo put back: ``after`` its record the undo dropped,
     ``was`` the one it put back (None: it had none)."""
-    mine = {(r.root, r.path) for r in after.files} if after is not None else set()
+    mine = {(r.root, r.path) for rec in (after, was) if rec is not None for r in rec.files}
     files = [{"root": f.root, "path": f.path, "op": file_op(
         b"" if f.after_sha256 is not None else None, b"" if f.before_sha256 is not None else None),
         "before_sha256": f.after_sha256, "after_sha256": f.before_sha256}
