@@ -89,3 +89,22 @@ def test_an_undo_killed_half_way_is_put_back_and_status_says_the_change_stands(t
     assert Path(roots["sglang"], POOL).read_bytes() == applied
     assert cli([*base, "undo", *where])[0] == 0  # and it does
     assert Path(roots["sglang"], POOL).read_bytes() != applied
+
+
+def test_undo_says_the_restart_its_fixes_need(tmp_path: Path) -> None:
+    """The server runs the undone code until it restarts: undo said nothing of it."""
+    from tests.test_after_health import _restart_catalog
+
+    roots = make_tree(tmp_path / "tree")
+    catalog = _restart_catalog(tmp_path, 'restart = "prefill"')
+    config = tmp_path / "patchkit.toml"
+    config.write_text('[restarts]\nprefill = "systemctl restart sglang-prefill"\n')
+    where = ["--target", roots["sglang"], "--root", f"serve={roots['serve']}"]
+    base = ["--catalog", str(catalog), "--config", str(config)]
+    assert cli([*base, "apply", "index-k-bytes", *where])[0] == 0
+    code, out, err = cli([*base, "undo", *where])
+    assert code == 0, err
+    assert "restart needed prefill (patchkit.toml [restarts]; run it)" in out, out
+    assert cli([*base, "apply", "index-k-bytes", *where])[0] == 0
+    code, out, err = cli([*base, "undo", *where, "--json"])
+    assert json.loads(out)["restart"] == ["prefill"]

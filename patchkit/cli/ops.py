@@ -209,7 +209,14 @@ def undo(state: State, dry_run: bool, as_json: bool, **where: Any) -> int:
     failed --health-cmd runs."""
     result = run_op(state, where, "checking the undo on" if dry_run else "undoing the last change on",
                     as_json, api.undo, None, dry_run=dry_run)
-    return emit_result(result, as_json)
+    # the server runs the undone code until restarted: the restarts its fixes name, said
+    catalog = state.catalog()
+    held = set(catalog.names())
+    restarts = tuple(dict.fromkeys(r for n in hooks.changed_fixes(result) if n in held
+                                   for r in catalog.get(n).restart))
+    config = state.config() if restarts else None
+    defined = config is not None and set(restarts) <= set(dict(config.restarts))
+    return emit_result(result, as_json, None, restarts, restarts_defined=defined)
 
 
 @command("verify", FIXES, *TARGET_OPTIONS, *INVENTORY_OPTIONS)

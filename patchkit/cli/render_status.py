@@ -84,7 +84,9 @@ def render_after(console: Any, after: Any, restarts: tuple[str, ...] = (), op: s
     the command that changed them, which ``--restart`` would have run them with; not
     ``defined``: patchkit.toml does not define them, so --restart cannot)."""
     if restarts and (after is None or not any(r.what == "after-cmd" for r in after.ran)):
-        how = (f"patchkit.toml [restarts]; run it, or {op} with --restart" if defined else
+        how = ("patchkit.toml [restarts]; run it" if defined and op == "undo" else
+               f"patchkit.toml [restarts]; run it, or {op} with --restart" if defined else
+               "run it yourself" if op == "undo" else
                "run it yourself; define it in patchkit.toml [restarts] for --restart to run it")
         line(console, [("restart needed", "bold yellow"), (f" {', '.join(restarts)} ({how})", "")])
     for run in (after.ran if after is not None else ()):
