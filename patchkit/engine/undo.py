@@ -1,9 +1,10 @@
 """The undo op: put the target back exactly as it was before the last apply, sync or rollback
-(docs/state.md, "Undo"), as a failed ``--health-cmd`` or ``--after-cmd`` asks for. A rollback restores
-each fix's files to before *the fix*: after an upgrade that drops the old version too, and a
-lost fix applied again leaves no record of having been lost. The undo point is that apply's
-own transaction directory, kept after its commit: the files' bytes before it, the backups it
-replaced and the state before it. The undo is a transaction of its own, all-or-nothing."""
+(docs/state.md, "Undo"), as a failed ``--health-cmd`` or ``--after-cmd`` asks for. Undoing an
+apply by a rollback restores each fix's files to before *the fix*: after an upgrade that drops
+the old version too, and a lost fix applied again leaves no record of having been lost; undoing
+a rollback by an apply takes the catalog's version. The undo point is the change's own
+transaction directory, kept after its commit: the files' bytes before it, the backups it
+replaced or ended, and the state before it. The undo is a transaction of its own."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from .workspace import Workspace, file_op
 
 
 def undo(req: Request, store: Store) -> List[Dict[str, Any]]:
-    """``req.txn``: the apply to undo (None: the last change, if it is an apply with a point)."""
+    """``req.txn``: the change to undo (None: the last change, if it kept an undo point)."""
     point = undo_point(store)
     state = store.read_state()
     txn = req.txn or (point if point is not None and point == state.txn else None)
@@ -78,7 +79,7 @@ def _json(store: Store, name: str, txn: str) -> Any:
 
 
 def _original(store: Store, journal: Journal, f: JournalFile) -> bytes:
-    """A file's bytes before the undone apply, from the undo point or the fix's backups."""
+    """A file's bytes before the undone change, from the undo point or the fix's backups."""
     ref = f.backup or ""
     prefix = "txn/%s/" % journal.txn
     for fix in journal.fixes:  # a fix's own backup of the file: now under backups/FIX
