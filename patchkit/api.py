@@ -87,11 +87,12 @@ def rollback(catalog: Catalog, target: Target, names: Sequence[str], *, dry_run:
 
 def undo(catalog: Catalog, target: Target, txn: str | None = None, *, dry_run: bool = False,
          lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> OpResult:
-    """Put the target back exactly as it was before the apply (or sync) whose result named
-    transaction ``txn`` (``OpResult.txn``; None: the target's last change, if it is an apply
-    that kept its undo point): every file, every record (an upgraded fix's old version, a lost
-    fix's lost record) and the backups. Refused, writing nothing, when another change was
-    committed since or a file changed (docs/state.md, "Undo")."""
+    """Put the target back exactly as it was before the apply, sync or rollback whose result
+    named transaction ``txn`` (``OpResult.txn``; None: the target's last change, if it kept
+    an undo point): every file, every record (an upgraded fix's old version, a lost fix's
+    lost record, a rolled-back fix's own version) and the backups. Refused, writing nothing,
+    when there is nothing to undo, another change was committed since or a file changed
+    (docs/state.md, "Undo")."""
     return _run(catalog, target, [], "undo", dry_run=dry_run, lock_timeout=lock_timeout, txn=txn)
 
 

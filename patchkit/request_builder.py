@@ -23,7 +23,8 @@ def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
     catalog no longer holds, restored from their backups (a FIX object of name and version).
     ``applied_only`` (a verify of a fleet's hosts, no fix named): of ``fixes``, each target
     verifies those it records as applied.
-    ``txn`` (an undo): the transaction to undo, as the apply's result named it."""
+    ``txn`` (an undo): the transaction to undo, as the change's result named it (None: the
+    target's last change)."""
     if op not in OPS:
         raise UsageError(f"unknown operation '{op}'; use one of {', '.join(OPS)}", op=op)
     if state_root not in roots:

@@ -186,7 +186,8 @@ class OpResult(Record):
 
     @property
     def txn(self) -> str | None:
-        """The transaction this run committed (None: it wrote nothing); ``api.undo`` takes it."""
+        """The transaction this run committed and kept an undo point for, which ``api.undo``
+        takes (None: it wrote nothing, or kept none: a change with git commits)."""
         return self.raw.get("txn") or None
 
     @property

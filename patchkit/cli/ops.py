@@ -81,6 +81,21 @@ def restarts_of(state: State, fixes: list[Any]) -> tuple[tuple[str, ...], str | 
     return names, " && ".join(defined[n] for n in names)
 
 
+def changed_held(state: State, result: Any) -> list[Any]:
+    """The catalog's fixes among those the run changed (a fix rolled back from its record
+    alone, gone from the catalog, names no restart)."""
+    catalog = state.catalog()
+    held = set(catalog.names())
+    return [catalog.get(n) for n in hooks.changed_fixes(result) if n in held]
+
+
+def restarts_said(state: State, fixes: list[Any]) -> tuple[tuple[str, ...], bool]:
+    """The restarts ``fixes`` name, and whether patchkit.toml defines every one of them."""
+    restarts = tuple(dict.fromkeys(r for fix in fixes for r in fix.restart))
+    config = state.config() if restarts else None
+    return restarts, config is not None and set(restarts) <= set(dict(config.restarts))
+
+
 def hooked(state: State, fleet: dict[str, Any], names: list[str], use_restarts: bool,
             health_timeout: float) -> dict[str, Any]:
     """Take --after-cmd/--health-cmd out of ``fleet`` for one target (returned); for a fleet,
@@ -106,9 +121,6 @@ def after_change(state: State, where: dict[str, Any], result: Any, found: dict[s
     """Run the hooks after a single target's change, then print; a failure prints the result
     and raises (the change undone)."""
     changed = hooks.changed_fixes(result)
-    catalog = state.catalog()
-    held = set(catalog.names())  # a fix rolled back from its record alone names no restart
-    restarts = tuple(dict.fromkeys(r for n in changed if n in held for r in catalog.get(n).restart))
     target = state.target(where["target"], where["roots"], where["python"])
     try:
         after = hooks.after_change(target, changed, after_cmd=found.get("after_cmd"),
@@ -122,8 +134,7 @@ def after_change(state: State, where: dict[str, Any], result: Any, found: dict[s
                 k: v for k, v in result.raw.items() if k not in ("summary", "txn")})
         err.result = result  # type: ignore[union-attr]
         raise
-    config = state.config() if restarts else None
-    defined = config is not None and set(restarts) <= set(dict(config.restarts))
+    restarts, defined = restarts_said(state, changed_held(state, result))
     return emit_result(result, as_json, after if after.ran else None, restarts,
                        restarts_defined=defined or not restarts, **emit)
 
@@ -210,12 +221,7 @@ def undo(state: State, dry_run: bool, as_json: bool, **where: Any) -> int:
     result = run_op(state, where, "checking the undo on" if dry_run else "undoing the last change on",
                     as_json, api.undo, None, dry_run=dry_run)
     # the server runs the undone code until restarted: the restarts its fixes name, said
-    catalog = state.catalog()
-    held = set(catalog.names())
-    restarts = tuple(dict.fromkeys(r for n in hooks.changed_fixes(result) if n in held
-                                   for r in catalog.get(n).restart))
-    config = state.config() if restarts else None
-    defined = config is not None and set(restarts) <= set(dict(config.restarts))
+    restarts, defined = restarts_said(state, changed_held(state, result))
     return emit_result(result, as_json, None, restarts, restarts_defined=defined)
 
 

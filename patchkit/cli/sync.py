@@ -8,13 +8,12 @@ from typing import Any
 import click
 
 from .. import api
-from ..hooks import changed_fixes
 from ..targets import parse_root_option
 from . import render
 from .common import FORCE_UPGRADE, TARGET_OPTIONS, State, command, write_options
 from .fleet import ROLLOUT_OPTIONS, rollout, wants_fleet
-from .ops import (HOOK_OPTIONS, after_change, fleet_options, hooked, restarts_of, run_op,
-                  undo_of)
+from .ops import (HOOK_OPTIONS, after_change, changed_held, fleet_options, hooked, restarts_of,
+                  run_op, undo_of)
 
 
 @command(
@@ -45,8 +44,7 @@ def sync(state: State, dry_run: bool, no_git: bool, force: bool, use_restarts: b
     result = run_op(state, where, "checking what to sync on" if dry_run else "syncing", as_json,
                   api.sync, dry_run=dry_run, git=not no_git, force=force)
     if use_restarts:  # the restarts of the fixes this sync changed, not of every fix it holds
-        found["after_cmd"] = restarts_of(state, [catalog.get(n) for n in changed_fixes(result)
-                                                 if n in set(catalog.names())])[1]
+        found["after_cmd"] = restarts_of(state, changed_held(state, result))[1]
     if not result.fixes and not as_json:
         render.line(render.stdout(), [("nothing to sync: the catalog has no active fix for "
                                        "this target's roots", "")])

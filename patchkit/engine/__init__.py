@@ -46,8 +46,8 @@ def _run(request: Dict[str, Any]) -> Dict[str, Any]:
             module = importlib.import_module(_MODULES[req.op], __name__)
             result["status" if req.op == "status" else "fixes"] = getattr(module, req.op)(req, store)
             _name_files(req, result.get("fixes") or [])
-            if store.committed and store.undoable:  # what an undo names (docs/state.md, "Undo")
-                result["txn"] = store.committed
+            if store.undo_txn:  # what an undo names (docs/state.md, "Undo")
+                result["txn"] = store.undo_txn
         if req.op in ("apply", "status"):  # the wheel installs the fixes are in (summary)
             from .record import installs
 

@@ -24,7 +24,7 @@ APPLIED, ALREADY_APPLIED, UPGRADED = "applied", "already-applied", "upgraded"
 ROLLED_BACK, VERIFIED, FAILED = "rolled-back", "verified", "failed"
 WOULD_APPLY, WOULD_UPGRADE, WOULD_ROLL_BACK = "would-apply", "would-upgrade", "would-roll-back"
 NOT_APPLIED, NOT_NEEDED, PRESENT_UNRECORDED = "not-applied", "not-needed", "present-unrecorded"
-UNDONE, WOULD_UNDO = "undone", "would-undo"  # the undo op: put back as before the last apply
+UNDONE, WOULD_UNDO = "undone", "would-undo"  # the undo op: put back as before the last change
 OUTCOMES = (APPLIED, ALREADY_APPLIED, WOULD_APPLY, UPGRADED, WOULD_UPGRADE, ROLLED_BACK,
             WOULD_ROLL_BACK, VERIFIED, FAILED, NOT_APPLIED, NOT_NEEDED, PRESENT_UNRECORDED, UNDONE, WOULD_UNDO)
 #: Per op, the outcomes that changed a target's files, and what a dry run says instead.

@@ -360,9 +360,10 @@ class Intent(MutableRecord):
 BACKUPS = "backups"
 
 
-#: The last apply's undo point (docs/state.md, "Undo"): its transaction directory, kept.
+#: The last change's undo point (docs/state.md, "Undo"): its transaction directory, kept.
 UNDO = "undo"
-#: In a transaction's directory: the state it replaced (an apply's; an undo puts it back).
+#: In a transaction's directory: the state it replaced (an apply's or a rollback's; an undo
+#: puts it back).
 STATE_BEFORE = "state-before.json"
 
 

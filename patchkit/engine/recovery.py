@@ -155,8 +155,7 @@ def finish(store: Store, journal: Journal, recovering: bool = True) -> None:
             src = store.path(staged_backups(txn, fix))
             if os.path.isdir(src):
                 if os.path.isdir(dest):  # the backups it replaces: the undo point keeps them
-                    os.makedirs(os.path.join(tdir, "prev"), exist_ok=True)
-                    os.replace(dest, os.path.join(tdir, "prev", fix))
+                    _set_aside(dest, tdir, fix)
                 os.makedirs(store.path(BACKUPS), exist_ok=True)
                 os.replace(src, dest)
             elif not os.path.isdir(dest):
@@ -169,8 +168,7 @@ def finish(store: Store, journal: Journal, recovering: bool = True) -> None:
             elif fix not in recorded:
                 shutil.rmtree(dest, ignore_errors=True)
         elif fix not in recorded and keep and os.path.isdir(dest):
-            os.makedirs(os.path.join(tdir, "prev"), exist_ok=True)
-            os.replace(dest, os.path.join(tdir, "prev", fix))
+            _set_aside(dest, tdir, fix)
         elif fix not in recorded:
             shutil.rmtree(dest, ignore_errors=True)
     if os.path.isdir(store.path(BACKUPS)):
@@ -179,15 +177,23 @@ def finish(store: Store, journal: Journal, recovering: bool = True) -> None:
     discard(store, txn)
 
 
+def _set_aside(dest: str, tdir: str, fix: str) -> None:
+    """Move a fix's backups the transaction replaces or ends into its directory (``prev/``),
+    which becomes the undo point."""
+    os.makedirs(os.path.join(tdir, "prev"), exist_ok=True)
+    os.replace(dest, os.path.join(tdir, "prev", fix))
+
+
 #: The ops whose transaction keeps an undo point (docs/state.md, "Undo").
 UNDOABLE = ("apply", "rollback")
 
 
 def _keep_undo_point(store: Store, journal: Journal) -> None:
     """An apply's or rollback's transaction directory (its originals, the backups it replaced
-    or ended, the state before it) becomes the undo point, its journal moved in last; any other commit ends the
-    last one (docs/state.md, "Undo"). Renames only, so a recovery on a full disk does it too;
-    it may run again after a crash. The point is a convenience: failing to keep it drops it."""
+    or ended, the state before it) becomes the undo point, its journal moved in last; any
+    other commit ends the last one (docs/state.md, "Undo"). Renames only, so a recovery on a
+    full disk does it too; it may run again after a crash. The point is a convenience:
+    failing to keep it drops it."""
     tdir, point = store.path("txn", journal.txn), store.path(UNDO)
     try:
         if journal.op in UNDOABLE:
@@ -210,8 +216,11 @@ def drop_undo_point(store: Store) -> None:
 
 
 def undo_point(store: Store) -> Optional[str]:
-    """The transaction the undo point can undo (None: there is none, or only part of one)."""
-    return _txn_of(store.path(UNDO, "journal.json"))
+    """The transaction the undo point can undo (None: there is none, or only part of one:
+    its journal, moved in last, is not there yet). Read from its small intent, ``txn.json``."""
+    if not os.path.isfile(store.path(UNDO, "journal.json")):
+        return None
+    return _txn_of(store.path(UNDO, "txn.json"))
 
 
 def _txn_of(path: str) -> Optional[str]:

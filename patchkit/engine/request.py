@@ -56,7 +56,7 @@ class Request(Record):
     git: bool = True  # apply: False (--no-git) runs no git: no clean check, no release tag
     sync: bool = False  # apply: skip fixes whose change this target does not need (patchkit sync)
     applied_only: bool = False  # verify: only the fixes of the request the target records
-    txn: Optional[str] = None  # undo: the transaction to undo (the last one, an apply)
+    txn: Optional[str] = None  # undo: the transaction to undo (None: the last change)
 
 
 def _checks(value: Any, fix: str, key: str) -> Tuple[Dict[str, Any], ...]:

@@ -40,8 +40,7 @@ class Store:
     def __init__(self, root_path: str) -> None:
         self.root = root_path
         self.dir = os.path.join(root_path, DIRNAME)
-        self.committed: Optional[str] = None  # the transaction this run committed, if any
-        self.undoable = False  # and it kept its undo point (records.UNDO)
+        self.undo_txn: Optional[str] = None  # this run's transaction, when it kept an undo point
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.dir, *parts)

@@ -20,7 +20,7 @@ from .hunks import sha256_bytes
 from .paths import Roots
 from .records import (STATE_BEFORE, Intent, Journal, JournalFile, Key, State, backup_name,
                       original_name, staged_backups)
-from .recovery import discard, finish, purge_bytecode, restore
+from .recovery import discard, finish, purge_bytecode, restore, undo_point
 from .rootfs import RootDirs
 from .store import Store, new_txn_id, utc_now, write_remedy
 from .workspace import Entry, file_op
@@ -53,6 +53,11 @@ class Transaction:
         self._committed = False  # state.json written
         self._done = False  # and cleaned up
         self._dirs: Optional[RootDirs] = None
+
+    @property
+    def keeps_undo_point(self) -> bool:
+        """Given the state it replaces and making no git commits (whose undo is a revert)."""
+        return self.before is not None and not self.git_commits
 
     @property
     def dirs(self) -> RootDirs:
@@ -119,7 +124,7 @@ class Transaction:
         write_json(intent, Intent(self.id, self.op, self.fixes, utc_now()).to_json(), durable=False)
         made: Set[str] = set()  # the backup directories made so far
         written = [intent] + self._back_up_fixes(fix_backups, made)
-        if self.before is not None and not self.git_commits:  # what an undo puts back
+        if self.keeps_undo_point and self.before is not None:  # what an undo puts back
             write_json(os.path.join(tdir, STATE_BEFORE), self.before.to_json(), durable=False)
             written.append(os.path.join(tdir, STATE_BEFORE))
         for n, w in enumerate(writes):
@@ -206,10 +211,10 @@ class Transaction:
         state.txn = self.id
         self.store.write_state(state)
         self._committed = True
-        self.store.committed = self.id
-        self.store.undoable = self.before is not None and not self.git_commits
         fault("cleanup")
         finish(self.store, self.journal, recovering=False)
+        if self.keeps_undo_point and undo_point(self.store) == self.id:  # kept: say so
+            self.store.undo_txn = self.id
         self._done = True
         return self.id
 
