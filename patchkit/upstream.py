@@ -218,6 +218,12 @@ class UpstreamRepo:
         d.parent.mkdir(parents=True, exist_ok=True)
         return gitrepo.clone(self.git_dir, d, f"v{version}")
 
+    def move(self, tree: Path, version: str) -> Path:
+        """The checkout ``tree`` (made by :meth:`checkout`) turned into ``version``'s: only the
+        files that differ between the two releases are written."""
+        gitrepo.switch(tree, self.release(version).commit)
+        return tree
+
     def tree_path_of(self, version: str) -> Path:
         """A cached read-only working tree of ``version`` (made once, reused after)."""
         rel = self.release(version)

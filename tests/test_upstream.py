@@ -156,6 +156,40 @@ def test_release_tree_has_checkout_layout_without_compiled_files(
 
 
 @pytest.mark.network
+def test_a_fetched_release_is_one_pack_not_a_loose_object_per_file(
+    upstream_repo: UpstreamRepo,
+) -> None:
+    """A release's files were written as 6,000 loose objects: 6,000 files more in the
+    store, each opened again by every checkout of it, and seconds to copy."""
+    blobs = {line.split()[2] for line in
+             git(upstream_repo.git_dir, "ls-tree", "-r", "v0.5.21").splitlines()}
+    counts = dict(line.split(": ") for line in
+                  git(upstream_repo.git_dir, "count-objects", "-v").splitlines())
+    assert int(counts["in-pack"]) >= len(blobs) - 5 > 4000, counts  # an empty file stays loose
+    assert int(counts["count"]) < len(blobs) // 4, counts  # the trees and the commit only
+
+
+@pytest.mark.network
+def test_a_checkout_moved_to_another_release_is_exactly_that_release(
+    catalog_upstream: UpstreamRepo, tmp_path: Path,
+) -> None:
+    """`matrix` moves one checkout from release to release: what a check left in it
+    (an edit, a new file, an ignored ``__pycache__``) does not follow it there."""
+    tree = catalog_upstream.checkout("0.5.21", tmp_path / "t")
+    pool = tree / "python/sglang/srt/model_executor/pool_configurator.py"
+    pool.write_text(pool.read_text() + "# edited\n")
+    (tree / "left-behind.txt").write_text("x")
+    cache = tree / "python/sglang/__pycache__"
+    cache.mkdir(exist_ok=True)
+    (cache / "stale.cpython-311.pyc").write_bytes(b"\0")
+    (tree / ".git" / "info" / "exclude").write_text("__pycache__/\n")
+    assert catalog_upstream.move(tree, "0.5.23") == tree
+    assert git(tree, "rev-parse", "HEAD") == catalog_upstream.release("0.5.23").commit
+    assert gitrepo.is_clean(tree) and not cache.exists()
+    assert git(tree, "status", "--porcelain", "--ignored") == ""
+
+
+@pytest.mark.network
 def test_fetch_is_deterministic_given_the_same_wheel(
     tmp_path: Path, sglang_wheels: Path, upstream_repo: UpstreamRepo
 ) -> None:
