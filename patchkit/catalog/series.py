@@ -195,13 +195,13 @@ def _plain(text: str, count: int) -> bool:
     return (text[0] in " -+") + text.count("\n ") + text.count("\n-") + text.count("\n+") == count
 
 
-def _spans(lines: list[str], patchset: Any) -> list[list[tuple[int, int]]] | None:
+def _spans(lines: list[str], patchset: Any) -> list[list[tuple[int, int, str]]] | None:
     """Per file of ``patchset`` (read with ``metadata_only``), per hunk: the index in ``lines``
-    of its ``@@`` header and of the line after its last; None when a hunk has a line
+    of its ``@@`` header and of the line after its last, and its lines' text; None when a hunk has a line
     :func:`_hunk` would read otherwise than as its kind and text (a "\\" marker, a line
     without a newline, a bare empty line), or a marker or an empty line follows it. Every ``@@`` line unidiff
     matched is a hunk header (no hunk line starts with "@"), in order."""
-    out: list[list[tuple[int, int]]] = []
+    out: list[list[tuple[int, int, str]]] = []
     at, size = 0, len(lines)
     for patched in patchset:
         spans = []
@@ -213,7 +213,7 @@ def _spans(lines: list[str], patchset: Any) -> list[list[tuple[int, int]]] | Non
             if end > size or not _plain(text, end - at - 1) or (
                     end < size and lines[end][:1] in ("\\", "\n")):
                 return None  # a marker, or an empty line unidiff gives the hunk, may follow
-            spans.append((at, end))
+            spans.append((at, end, text))
             at = end
         out.append(spans)
     return out
@@ -238,7 +238,7 @@ def _parse_failure(path: Path, lines: list[str]) -> None:
 
 def _file_record(path: Path, lines: Sequence[str], patched: Any, root: str,
                  compact: bool = False, base: int = 0,
-                 spans: list[tuple[int, int]] | None = None) -> dict[str, Any]:
+                 spans: list[tuple[int, int, str]] | None = None) -> dict[str, Any]:
     """``base``: lines of the patch before the section, added to a hunk line's number;
     ``spans``: where each hunk lies in the section (``_spans``), else its lines are unidiff's."""
     start = patched.diff_line_no or 1
@@ -269,7 +269,7 @@ def _file_record(path: Path, lines: Sequence[str], patched: Any, root: str,
         hunks = [_hunk(path, h, compact, base) for h in patched]
     else:
         local = lines.lines if isinstance(lines, _Section) else list(lines)
-        hunks = [_sliced(local[a + 1:b], h, compact) for h, (a, b) in zip(patched, spans)]
+        hunks = [_sliced(local, span, h, compact) for h, span in zip(patched, spans)]
     if not hunks and op == "modify" and mode is None:
         raise _fail(path, start, f"the change to {rel} has no hunks", "Regenerate the patch")
     if spans is None:
@@ -384,22 +384,24 @@ def _hunk(path: Path, hunk: Any, compact: bool = False, base: int = 0) -> dict[s
     return out
 
 
-def _sliced(body: list[str], hunk: Any, compact: bool) -> dict[str, Any]:
+def _sliced(lines: list[str], span: tuple[int, int, str], hunk: Any, compact: bool) -> dict[str, Any]:
     """A hunk record from its lines as they stand in the patch (each a plain " ", "-" or "+"
-    line ending in a newline: ``_spans``), the same as :func:`_hunk` makes of unidiff's."""
+    line ending in a newline: ``_spans``, which joined them), the same as :func:`_hunk` makes
+    of unidiff's."""
     out: dict[str, Any] = {"old_start": hunk.source_start, "old_count": hunk.source_length,
                            "new_start": hunk.target_start, "new_count": hunk.target_length}
+    a, b, text = span
     if compact:
-        out["body"] = "".join(body)
+        out["body"] = text
     else:
-        out["lines"] = [[line[0], line[1:]] for line in body]
+        out["lines"] = [[line[0], line[1:]] for line in lines[a + 1:b]]
     return out
 
 
-def _check_span_ends(path: Path, lines: Sequence[str], spans: list[tuple[int, int]],
+def _check_span_ends(path: Path, lines: Sequence[str], spans: list[tuple[int, int, str]],
                      base: int) -> None:
     """:func:`_check_hunk_ends` for hunks found by ``_spans`` (no marker follows any)."""
-    for a, b in spans:
+    for a, b, _text in spans:
         if b == a + 1:  # no line
             continue
         _check_after_hunk(path, lines, b + base, a + base + 1)  # b + base: the line after it

@@ -30,8 +30,13 @@ def sha256_bytes(data: Optional[bytes]) -> Optional[str]:
     return None if data is None else hashlib.sha256(data).hexdigest()
 
 
+_OTHER_BREAKS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"  # str.splitlines splits on these too
+
+
 def split_lines(text: str) -> List[str]:
     """Split on "\\n" only, keeping each line's ending; the last line may have none."""
+    if not any(c in text for c in _OTHER_BREAKS):  # then str.splitlines splits the same, in C
+        return text.splitlines(True)
     parts = text.split("\n")
     last = parts.pop()
     lines = [part + "\n" for part in parts]
@@ -95,6 +100,15 @@ class Hunk(Record):
             if kind != "-":
                 new.append(text)
         return old, new
+
+    def added_text(self) -> str:
+        """The new side of a hunk of added lines only (a created file's) as one text: its
+        body without each line's "+", no line made; else the new side's lines joined."""
+        body = self.body
+        if body is not None and body.startswith("+") and (
+                body.count("\n+") == body.count("\n") - body.endswith("\n")):
+            return body[1:].replace("\n+", "\n")
+        return "".join(self.sides()[1])
 
     @property
     def old(self) -> List[str]:
@@ -293,7 +307,7 @@ def apply_change(text: Optional[str], change: FileChange,
             raise ConflictError("%s: %s creates this file but it already exists; remove it or "
                                 "roll back whatever created it" % (change.where, change.patch),
                                 root=change.root, path=change.path, patch=change.patch)
-        new = "".join([t for h in change.hunks for t in h.sides()[1]])
+        new = "".join([h.added_text() for h in change.hunks])
         return new, [Placement(change.patch, h.index, h.new_start, h.new_start, 0) for h in change.hunks]
     if text is None:
         raise ConflictError("%s: %s changes this file but it does not exist"
