@@ -197,8 +197,8 @@ def _plain(text: str, count: int) -> bool:
 
 def _spans(lines: list[str], patchset: Any) -> list[list[tuple[int, int, str]]] | None:
     """Per file of ``patchset`` (read with ``metadata_only``), per hunk: the index in ``lines``
-    of its ``@@`` header and of the line after its last, and its lines' text; None when a hunk has a line
-    :func:`_hunk` would read otherwise than as its kind and text (a "\\" marker, a line
+    of its ``@@`` header and of the line after its last, and its lines' text; None when a
+    hunk has a line :func:`_hunk` would read otherwise than as its kind and text (a "\\" marker, a line
     without a newline, a bare empty line), or a marker or an empty line follows it. Every ``@@`` line unidiff
     matched is a hunk header (no hunk line starts with "@"), in order."""
     out: list[list[tuple[int, int, str]]] = []
@@ -384,7 +384,8 @@ def _hunk(path: Path, hunk: Any, compact: bool = False, base: int = 0) -> dict[s
     return out
 
 
-def _sliced(lines: list[str], span: tuple[int, int, str], hunk: Any, compact: bool) -> dict[str, Any]:
+def _sliced(lines: list[str], span: tuple[int, int, str], hunk: Any,
+            compact: bool) -> dict[str, Any]:
     """A hunk record from its lines as they stand in the patch (each a plain " ", "-" or "+"
     line ending in a newline: ``_spans``, which joined them), the same as :func:`_hunk` makes
     of unidiff's."""
