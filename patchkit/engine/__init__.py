@@ -7,12 +7,12 @@ from __future__ import annotations
 import importlib
 import os
 import signal
+import sys
 from contextlib import contextmanager
 from typing import Any, Dict, Iterator, List, Optional
 
 from ..errors import InternalError, PatchkitError, TargetError, Terminated
 from . import faults
-from .checks import close_worker
 from .contract import PRIMARY_ROOT, no_sglang, result_envelope
 from .paths import PLAIN
 from .request import parse_request
@@ -65,8 +65,10 @@ def _run(request: Dict[str, Any]) -> Dict[str, Any]:
         result["error"] = InternalError(
             "internal error in the patchkit engine: %s: %s" % (type(exc).__name__, exc),
             traceback=traceback.format_exc()).to_dict()
-    finally:
-        close_worker()  # the process a regex or syntax check started, if any
+    finally:  # the process a regex or syntax check started, if any (none without the module)
+        checks = sys.modules.get(__name__ + ".checks")
+        if checks is not None:
+            checks.close_worker()
     return result
 
 
@@ -83,7 +85,7 @@ def _name_files(req: Any, fixes: List[Dict[str, Any]]) -> None:
 def _releases(req: Any, installed: Dict[str, Any]) -> Dict[str, Optional[str]]:
     """The SGLang release of the ``sglang`` root, as the release precondition reads it (its
     installed wheel's version, else the version file or the release tag of HEAD)."""
-    from .auto import detect_release
+    from .variants import detect_release
 
     out: Dict[str, Optional[str]] = {}
     for root in req.roots:

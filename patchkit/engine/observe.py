@@ -8,7 +8,6 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 from ..errors import DriftError, NotApplied, TargetError, VerificationFailed
 from . import presence, procs, record
-from .checks import CheckContext, failure_lines, run_check
 from .paths import Roots
 from .request import FixSpec, Request, check_patch_paths
 from .records import FixRecord, State
@@ -319,6 +318,8 @@ def _detect(ws: Workspace, spec: FixSpec) -> Dict[str, Any]:
 
 
 def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
+    from .checks import CheckContext, failure_lines, run_check  # here: a status runs no check
+
     state = store.read_state()
     recorded = state.by_name()
     # applied_only: a fleet's verify of whatever each host applied

@@ -12,7 +12,6 @@ from dataclasses import field
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from ..errors import TargetError
-from .checks import result
 from .fsops import NotRegular, read_regular
 from .paths import PACKAGE, Root, Roots
 from .recordbase import Record, record_dataclass
@@ -151,6 +150,8 @@ def record_checks(entries: List[Any], roots: Roots, found: Dict[str, Installed],
                   recorded: Dict[Tuple[str, str], Set[str]]) -> List[Dict[str, Any]]:
     """Each touched file of an installed root holds the bytes its wheel's RECORD lists, or
     the bytes patchkit itself wrote there last (then its state is the truth, not RECORD)."""
+    from .checks import result  # here: a status checks no RECORD
+
     out = []
     for e in entries:
         dist = found.get(e.root)
