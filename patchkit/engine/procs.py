@@ -113,12 +113,12 @@ def read_proc(pid: int, base: str = PROC, maps: bool = True) -> Optional[Proc]:
     False its maps are too (the ``.pyc`` purge, which asks only about Python processes)."""
     p = Proc(pid)
     try:
-        p.ppid, p.start = _stat_fields(pid, base)
         raw = _read("%s/%d/cmdline" % (base, pid))
+        if not raw:
+            return None  # a kernel thread or a zombie (most of /proc): its stat is not read
+        p.ppid, p.start = _stat_fields(pid, base)
     except (OSError, ValueError, IndexError):
         return None
-    if not raw:
-        return None  # a kernel thread or a zombie
     p.argv = [a.decode("utf-8", "surrogateescape") for a in raw.rstrip(b"\0").split(b"\0")]
     try:
         p.exe = os.readlink("%s/%d/exe" % (base, pid))
