@@ -9,7 +9,6 @@ import os
 import re
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from . import gitcli
 from .paths import Root, Roots
 
 Releases = Dict[str, Tuple[Optional[str], str]]  # root name -> (release, where it was read)
@@ -85,7 +84,11 @@ def detect_release(root: Root, read: Optional[Callable[[str], Optional[bytes]]] 
             match = None if data is None else _VERSION_RE.search(data.decode("utf-8", "replace"))
             if match:
                 return match.group(1), rel
-    tag = gitcli.describe_tag(root.path) if git else None
+    if not git:
+        return None, ""
+    from . import gitcli  # here: a tree with a version file (a status, mostly) runs no git
+
+    tag = gitcli.describe_tag(root.path)
     return (tag, "git tag of HEAD") if tag else (None, "")
 
 
