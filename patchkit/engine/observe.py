@@ -7,7 +7,8 @@ import os
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from ..errors import DriftError, NotApplied, TargetError, VerificationFailed
-from . import presence, procs, record
+from . import procs, record
+from .contract import NOT_APPLIED, PARTLY_PRESENT, PRESENT_UNRECORDED
 from .paths import Roots
 from .request import FixSpec, Request, check_patch_paths
 from .records import FixRecord, State
@@ -42,7 +43,7 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
         else:  # only here are the fix's FILE records used (and read, for a lazy request)
             check_patch_paths(req.roots, [spec])
             entry = unrecorded(ws, spec, req.roots)
-            if entry["state"] in (presence.PARTLY, presence.NOT_APPLIED):
+            if entry["state"] in (PARTLY_PRESENT, NOT_APPLIED):
                 _not_served(req, spec, entry, releases)
         if spec.release is not None:
             entry["releases"] = list(spec.release.get("versions") or [])
@@ -109,17 +110,17 @@ def unrecorded(ws: Workspace, spec: FixSpec, roots: Roots, git: bool = True) -> 
     revert fix whose change is in the files is ``not-needed`` without asking git whether the
     commit it reverts was ever there (a release wheel in a container build)."""
     entry = _detect(ws, spec)
-    if spec.revert is not None and not git and entry["state"] == presence.PRESENT:
+    if spec.revert is not None and not git and entry["state"] == PRESENT_UNRECORDED:
         entry.update(state="not-needed", files=[])
         return entry
     # a revert fix's change in the files was made by hand only when the commit it
     # reverts is in HEAD's history; otherwise that change was never there, and a file
     # that only looks partly reverted (another release's code) says nothing either
-    if spec.revert is not None and entry["state"] in (presence.PRESENT, presence.PARTLY):
+    if spec.revert is not None and entry["state"] in (PRESENT_UNRECORDED, PARTLY_PRESENT):
         from . import revert  # here: only an unrecorded revert fix needs the git code
 
         source, found = revert.resolve(spec, roots)
-        if source is None and (entry["state"] == presence.PRESENT or not found["ok"]):
+        if source is None and (entry["state"] == PRESENT_UNRECORDED or not found["ok"]):
             entry.update(state="not-needed", files=[])
     return entry
 
@@ -309,8 +310,10 @@ def drift_check(fix: str, drifted: List[Dict[str, Any]]) -> Dict[str, Any]:
 
 def _detect(ws: Workspace, spec: FixSpec) -> Dict[str, Any]:
     """Is an unrecorded fix's change already in the files (``presence.detect``)?"""
+    from . import presence  # here: a status of fixes all recorded looks for none
+
     found = presence.detect(spec.files, ws.read)
-    files = [] if found.state == presence.NOT_APPLIED else [
+    files = [] if found.state == NOT_APPLIED else [
         ws.roots.file(root, path, state=_file_state(whole, ws.entry(root, path).current))
         for (root, path), whole in found.files]
     return {"name": spec.name, "state": found.state, "version": spec.version, "applied_at": None,
@@ -328,7 +331,7 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
     if missing:
         ws = Workspace(req.roots)
         present = [s.name for s in specs if s.name in missing
-                   and unrecorded(ws, s, req.roots)["state"] == presence.PRESENT]
+                   and unrecorded(ws, s, req.roots)["state"] == PRESENT_UNRECORDED]
         absent = [n for n in missing if n not in present]
         said = []
         if absent:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..errors import ConflictError
+from .contract import NOT_APPLIED, PARTLY_PRESENT, PRESENT_UNRECORDED
 from .hunks import (FileChange, Hunk, Placement, apply_change, decode, locate, side_found,
                     split_lines)
 from .recordbase import Record, record_dataclass
@@ -14,7 +15,8 @@ from .recordbase import Record, record_dataclass
 Reader = Callable[[str, str], Optional[bytes]]  # (root, path) -> bytes, None if absent
 Key = Tuple[str, str]
 
-NOT_APPLIED, PARTLY, PRESENT = "not-applied", "partly-present", "present-unrecorded"
+#: with NOT_APPLIED, a fix's state as a status names it (the contract's)
+PARTLY, PRESENT = PARTLY_PRESENT, PRESENT_UNRECORDED
 
 
 @record_dataclass(frozen=True)
