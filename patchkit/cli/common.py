@@ -88,6 +88,16 @@ class State:
         return found
 
 
+def run_op(state: State, where: dict[str, Any], doing: str, as_json: bool, call: Callable, *args: Any,
+         **options: Any) -> Any:
+    """``call(catalog, target, *args, lock_timeout=..., **options)`` on the target the options name."""
+    from . import render  # here: `patchkit --version` loads this module and runs nothing
+
+    target = state.target(where["target"], where["roots"], where["python"])
+    with render.busy(f"{doing} {target.description}", quiet=as_json):
+        return call(state.catalog(), target, *args, lock_timeout=where["lock_timeout"], **options)
+
+
 pass_state = click.make_pass_decorator(State, ensure=True)
 
 

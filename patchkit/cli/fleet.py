@@ -35,6 +35,13 @@ ROLLOUT_OPTIONS = INVENTORY_OPTIONS + (
 _ROLLOUT_ONLY = ("waves", "max_fail", "health_cmd", "after_cmd")
 
 
+def fleet_options(where: dict[str, Any], rollout_options: bool = True) -> dict[str, Any]:
+    """Take the fleet options out of ``where`` (what is left names one target)."""
+    keys = ("inventory", "limit", "forks") + (("waves", "max_fail", "health_cmd", "after_cmd")
+                                              if rollout_options else ())
+    return {k: where.pop(k) for k in keys}
+
+
 def wants_fleet(fleet: dict[str, Any], where: dict[str, Any]) -> bool:
     """Whether the command runs on a fleet; refuses a target and an inventory together, and the
     rollout options without an inventory."""

@@ -16,7 +16,8 @@ from .common import State
 
 #: Command name -> the module under patchkit.cli that defines it, in the order --help lists them.
 COMMAND_MODULES = {name: module for module, names in (
-    ("fixes", "list show"), ("ops", "apply verify status rollback undo"), ("log", "log"),
+    ("fixes", "list show"), ("ops", "apply verify"), ("status", "status"), ("ops", "rollback undo"),
+    ("log", "log"),
     ("authoring", "init new refresh"), ("upstream", "upstream"), ("demo", "demo"),
     ("rebase", "rebase"), ("sync", "sync"), ("matrix", "matrix"), ("diff", "diff"), ("fleet", "plan"),
     ("interop", "import export")) for name in names.split()}

@@ -1,4 +1,5 @@
-"""`patchkit apply`, `rollback`, `verify` and `status`: the commands that work on a target."""
+"""`patchkit apply`, `rollback`, `verify` and `undo`: the commands that change or check a
+target (`status`, which only reads one, is `cli/status.py`)."""
 
 from __future__ import annotations
 
@@ -9,35 +10,19 @@ from typing import Any, Callable
 import click
 
 from .. import api, hooks
-from ..engine.contract import UNHEALTHY
-from ..errors import EXIT_CHECK_FAILED, ChangeNotUndone, Terminated, UsageError
+from ..errors import ChangeNotUndone, Terminated, UsageError
 from . import render, render_status
-from .common import FORCE_UPGRADE, TARGET_OPTIONS, State, command, write_options
-from .fleet import INVENTORY_OPTIONS, ROLLOUT_OPTIONS, rollout, survey, wants_fleet
+from .common import FORCE_UPGRADE, TARGET_OPTIONS, State, command, run_op, write_options
+from .fleet import INVENTORY_OPTIONS, ROLLOUT_OPTIONS, fleet_options, rollout, survey, wants_fleet
 
 
 FIXES = click.argument("fixes", nargs=-1)
-
-
-def run_op(state: State, where: dict[str, Any], doing: str, as_json: bool, call: Callable, *args: Any,
-         **options: Any) -> Any:
-    """``call(catalog, target, *args, lock_timeout=..., **options)`` on the target the options name."""
-    target = state.target(where["target"], where["roots"], where["python"])
-    with render.busy(f"{doing} {target.description}", quiet=as_json):
-        return call(state.catalog(), target, *args, lock_timeout=where["lock_timeout"], **options)
 
 
 def _names(fixes: tuple[str, ...], what: str) -> list[str]:
     if not fixes:
         raise UsageError(f"name at least one fix to {what}; `patchkit list` shows them")
     return list(fixes)
-
-
-def fleet_options(where: dict[str, Any], rollout_options: bool = True) -> dict[str, Any]:
-    """Take the fleet options out of ``where`` (what is left names one target)."""
-    keys = ("inventory", "limit", "forks") + (("waves", "max_fail", "health_cmd", "after_cmd")
-                                              if rollout_options else ())
-    return {k: where.pop(k) for k in keys}
 
 
 def emit_result(result: Any, as_json: bool, after: Any = None, restarts: tuple[str, ...] = (),
@@ -240,37 +225,4 @@ def verify(state: State, fixes: tuple[str, ...], as_json: bool, **where: Any) ->
     return emit_result(result, as_json)
 
 
-@command(
-    "status", *TARGET_OPTIONS, *INVENTORY_OPTIONS,
-    click.option("--all", "show_all", is_flag=True, help="Also list fixes that are not applied."),
-    click.option("--exit-code", is_flag=True,
-                 help=f"Exit {EXIT_CHECK_FAILED} when a fix has drifted, is lost, partly present or "
-                      "outdated (like git diff --exit-code)."),
-    click.option("--running", is_flag=True,
-                 help="With --exit-code, also fail on a process running code older than the fixes "
-                      "(restart pending), a stale .pyc, or a /proc that cannot be read."),
-)
-def status(state: State, show_all: bool, exit_code: bool, running: bool, as_json: bool,
-           **where: Any) -> int:
-    """Show which fixes are applied on the target, at which version, and any drift.
-
-    With --inventory, a host x fix matrix of the fleet."""
-    fleet = fleet_options(where, rollout_options=False)
-    if wants_fleet(fleet, where):
-        return survey(state, "status", [], fleet, as_json=as_json, lock_timeout=where["lock_timeout"],
-                      exit_code=exit_code, running_gate=running)
-    result = run_op(state, where, "reading", as_json, api.status)
-    render.emit(as_json, result.to_json() if as_json else None,
-                lambda out: render_status.render_status(out, result, verbose=show_all))
-    render.broken_note(result.broken, as_json)
-    unhealthy = any(s.state in UNHEALTHY for s in result.status) or bool(result.broken)
-    return EXIT_CHECK_FAILED if exit_code and (unhealthy or running and runs_old_code(result)) else 0
-
-
-def runs_old_code(result: Any) -> bool:
-    """``status --exit-code --running``: a restart pending, a stale .pyc, or no way to tell."""
-    run = result.running
-    return run is None or not run.available or bool(run.pending or run.stale_pyc)
-
-
-COMMANDS = [apply, rollback, verify, status, undo]
+COMMANDS = [apply, rollback, verify, undo]
