@@ -96,7 +96,7 @@ class Proc:
 
 
 def _read(path: str) -> bytes:
-    with open(path, "rb") as fh:
+    with open(path, "rb", buffering=0) as fh:  # one read, unbuffered: no tty check, no seek
         return fh.read()
 
 
