@@ -20,6 +20,22 @@ def test_split_lines_keeps_endings_and_splits_on_newline_only() -> None:
     assert split_lines("x\n") == ["x\n"]
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_split_lines_takes_the_fast_path_only_where_it_splits_the_same(seed: int) -> None:
+    """``split_lines`` lets ``str.splitlines`` split a text with no break but "\\n"; on any
+    mix of the breaks ``str.splitlines`` knows, it splits on "\\n" alone."""
+    import random
+
+    rng = random.Random(seed)
+    alphabet = "ab \n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+    for _ in range(2000):
+        text = "".join(rng.choice(alphabet if rng.random() < 0.5 else "ab \n")
+                       for _ in range(rng.randrange(12)))
+        parts = text.split("\n")
+        expected = [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+        assert split_lines(text) == expected, repr(text)
+
+
 def test_exact_placement_reports_zero_offset() -> None:
     before = module_text()
     after = before.replace("return x + 7\n", "return x * 7\n")
@@ -158,6 +174,21 @@ def test_a_created_file_from_a_body_keeps_every_byte() -> None:
     record = _as_body(file_record("python/sglang/srt/new.py", None, text))
     assert record["op"] == "create"
     assert apply_change(None, FileChange.from_dict(record, "fx"))[0] == text
+
+
+def test_a_created_file_is_its_text_whatever_its_lines_hold() -> None:
+    """A created file's text is taken from its hunk's body without a line made: the same
+    bytes as its lines would give, an unterminated last line and stray "+" included."""
+    import random
+
+    rng = random.Random(7)
+    for _ in range(500):
+        text = "".join(rng.choice(["x", "+", "\\", "\n", "\r", " ", "\n+"])
+                       for _ in range(rng.randrange(1, 15)))
+        record = _as_body(file_record("python/sglang/srt/new.py", None, text))
+        from_body = FileChange.from_dict(record, "fx")
+        assert apply_change(None, from_body)[0] == text, repr(text)
+        assert from_body.hunks[0].added_text() == "".join(from_body.hunks[0].new)
 
 
 @pytest.mark.parametrize("body", [" a\n-b\nc\n", " a\n\n+b\n", "+a\n+b\n"])
