@@ -37,8 +37,7 @@ _ROLLOUT_ONLY = ("waves", "max_fail", "health_cmd", "after_cmd")
 
 def fleet_options(where: dict[str, Any], rollout_options: bool = True) -> dict[str, Any]:
     """Take the fleet options out of ``where`` (what is left names one target)."""
-    keys = ("inventory", "limit", "forks") + (("waves", "max_fail", "health_cmd", "after_cmd")
-                                              if rollout_options else ())
+    keys = ("inventory", "limit", "forks") + (_ROLLOUT_ONLY if rollout_options else ())
     return {k: where.pop(k) for k in keys}
 
 

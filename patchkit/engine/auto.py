@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 from ..errors import PermissionDenied
 from . import gitcli
 from .checks import Reader, failure_lines, result
+from .contract import PARTLY_PRESENT, PRESENT_UNRECORDED
 from .fsops import nearest_existing_dir, probe_writable
 from .paths import Root, Roots
 from .records import FixRecord
@@ -64,10 +65,10 @@ def requires_check(spec: FixSpec, recorded: Dict[str, FixRecord], earlier: Set[s
             from . import presence
 
             found = presence.detect(dependencies[name].files, read).state
-            ok = found == presence.PRESENT
+            ok = found == PRESENT_UNRECORDED
             if ok:
                 detail = "present in the files, not recorded by patchkit"
-            elif found == presence.PARTLY:
+            elif found == PARTLY_PRESENT:
                 detail = ("fix %s is not recorded by patchkit and only part of its change is in the "
                           "files" % name)
             elif lost and name in lost:

@@ -15,15 +15,12 @@ from .recordbase import Record, record_dataclass
 Reader = Callable[[str, str], Optional[bytes]]  # (root, path) -> bytes, None if absent
 Key = Tuple[str, str]
 
-#: with NOT_APPLIED, a fix's state as a status names it (the contract's)
-PARTLY, PRESENT = PARTLY_PRESENT, PRESENT_UNRECORDED
-
 
 @record_dataclass(frozen=True)
 class Presence(Record):
     """Whether a fix's change is in the files, as a whole and per touched file."""
 
-    state: str  # NOT_APPLIED | PARTLY | PRESENT
+    state: str  # NOT_APPLIED | PARTLY_PRESENT | PRESENT_UNRECORDED
     files: Tuple[Tuple[Key, bool], ...]  # each touched file, and whether all its hunks are in it
 
 
@@ -54,7 +51,8 @@ def detect(files: Sequence[FileChange], read: Reader) -> Presence:
         if undone is not None and False not in verdicts:
             texts[key] = undone[0]
     flat = [v for vs in units.values() for v in vs]
-    state = NOT_APPLIED if not any(flat) else PRESENT if False not in flat else PARTLY
+    state = (NOT_APPLIED if not any(flat)
+             else PRESENT_UNRECORDED if False not in flat else PARTLY_PRESENT)
     return Presence(state, tuple((key, False not in vs) for key, vs in units.items()))
 
 
