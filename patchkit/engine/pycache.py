@@ -13,6 +13,8 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .paths import Roots
 
+Key = Tuple[str, str]  # (root, path)
+
 
 def interpreter_prefix(python: Optional[str]) -> Optional[str]:
     """``sys.pycache_prefix`` of the target's interpreter (this one when None)."""
@@ -28,26 +30,39 @@ def interpreter_prefix(python: Optional[str]) -> Optional[str]:
     return done.stdout.decode("utf-8", "surrogateescape").strip() or None
 
 
-def pyc_files(roots: Roots, root: str, path: str, prefixes: Sequence[str]) -> List[str]:
-    """Every ``.pyc`` Python may serve for ``root:path``: ``__pycache__`` beside it and, per
-    prefix, the mirror of the directory (as the root is spelled and as it resolves)."""
-    if not path.endswith(".py"):
-        return []
-    r = roots.get(root)
-    rel = r.mapped(path)
-    out = []
-    for top in dict.fromkeys((os.path.normpath(r.path), r.real)):
-        head, name = os.path.split(os.path.join(top, rel))
-        stem = name[:-3]
-        places = [os.path.join(head, "__pycache__")] + [
-            os.path.join(prefix, head.lstrip("/")) for prefix in prefixes]
-        for place in places:
-            with suppress(OSError):
-                for entry in os.scandir(place):
-                    if entry.name.startswith(stem + ".") and entry.name.endswith(".pyc") \
-                            and entry.name.count(".") == 2 and entry.is_file(follow_symlinks=False):
-                        out.append(entry.path)
-    return sorted(set(out))
+def pyc_files(roots: Roots, files: Iterable[Key], prefixes: Sequence[str]) -> Dict[Key, List[str]]:
+    """Every ``.pyc`` Python may serve for each (root, path) of ``files`` ending in ``.py``:
+    ``__pycache__`` beside it and, per prefix, the mirror of its directory (as the root is
+    spelled and as it resolves). Each directory is listed once, however many of the files
+    lie in it (a drift series changes thousands of files in a few hundred directories)."""
+    listed: Dict[Key, List[Dict[str, List[str]]]] = {}  # (root, dir) -> its places' listings
+    out: Dict[Key, List[str]] = {}
+    for root, path in files:
+        if not path.endswith(".py"):
+            continue
+        r = roots.get(root)
+        rel_dir, _, name = r.mapped(path).rpartition("/")
+        places = listed.get((root, rel_dir))
+        if places is None:
+            heads = [os.path.join(top, rel_dir) for top in dict.fromkeys((os.path.normpath(r.path), r.real))]
+            places = listed[(root, rel_dir)] = [_pycs_in(place) for place in dict.fromkeys(
+                [os.path.join(head, "__pycache__") for head in heads]
+                + [os.path.join(prefix, head.lstrip("/")) for head in heads for prefix in prefixes])]
+        out[(root, path)] = sorted({pyc for by_stem in places for pyc in by_stem.get(name[:-3], ())})
+    return out
+
+
+def _pycs_in(place: str) -> Dict[str, List[str]]:
+    """The bytecode files in directory ``place`` by stem (nothing if it cannot be read):
+    ``STEM.TAG.pyc``, and ``STEM.TAG.opt-N.pyc`` that ``python -O`` reads."""
+    by_stem: Dict[str, List[str]] = {}
+    with suppress(OSError):
+        for entry in os.scandir(place):
+            parts = entry.name.split(".")
+            if parts[-1] == "pyc" and (len(parts) == 3 or len(parts) == 4 and parts[2].startswith("opt-")) \
+                    and entry.is_file(follow_symlinks=False):
+                by_stem.setdefault(parts[0], []).append(entry.path)
+    return by_stem
 
 
 def stale(pyc: str, source: str) -> Optional[str]:
@@ -82,11 +97,10 @@ def stale_pycs(roots: Roots, files: Iterable[Tuple[str, str]], prefixes: Sequenc
                ) -> List[Dict[str, str]]:
     out = []
     names = {r.name for r in roots}
-    for root, path in files:
-        if root not in names:
-            continue
+    found = pyc_files(roots, [(root, path) for root, path in files if root in names], prefixes)
+    for (root, path), pycs in found.items():
         source = os.path.join(roots.get(root).path, roots.get(root).mapped(path))
-        for pyc in pyc_files(roots, root, path, prefixes):
+        for pyc in pycs:
             why = stale(pyc, source)
             if why:
                 out.append({"pyc": pyc, "source": roots.where(root, path), "why": why})
@@ -99,8 +113,8 @@ def purge_prefixed(roots: Roots, files: Iterable[Tuple[str, str]], prefixes: Seq
     removed: List[str] = []
     if not prefixes:
         return removed
-    for root, path in files:
-        for pyc in pyc_files(roots, root, path, prefixes):
+    for pycs in pyc_files(roots, files, prefixes).values():
+        for pyc in pycs:
             if "/__pycache__/" in pyc:
                 continue  # the sibling __pycache__ is the transaction's, removed through its root
             with suppress(OSError):
