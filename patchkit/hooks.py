@@ -48,8 +48,19 @@ while True:
 """
 
 
-class HealthCheckFailed(CheckFailed):
-    """The after-command or health check failed after a change; the change was undone."""
+class HookFailed(CheckFailed):
+    """A command run after a change failed, and the change was undone (``details.after``:
+    what ran, and the undo's result). Raised as one of the two below, which say which."""
+
+    after: AfterChange | None = None  # the same, as the record a caller in Python reads
+
+
+class AfterCommandFailed(HookFailed):
+    """``--after-cmd`` (e.g. the server's restart) failed after a change; the change was undone."""
+
+
+class HealthCheckFailed(HookFailed):
+    """``--health-cmd`` failed after a change; the change was undone."""
 
 
 def health_command(spec: str | None, *, timeout: float = DEFAULT_HEALTH_TIMEOUT,
@@ -150,7 +161,8 @@ def after_change(target: Any, changed: Sequence[str], *, after_cmd: str | None,
     """Run ``after_cmd`` then ``health_cmd`` (a shell command or ``sglang:URL``) when the run
     changed the fixes ``changed``; nothing when it changed none. If either fails: ``undo()``
     (the undo of exactly this run's change, e.g. a rollback of ``changed``), ``after_cmd``
-    again, and :class:`HealthCheckFailed` carrying the :class:`AfterChange` as ``after``."""
+    again, and :class:`AfterCommandFailed` or :class:`HealthCheckFailed` (a :class:`HookFailed`)
+    carrying the :class:`AfterChange` as ``after``."""
     if not changed or not (after_cmd or health_cmd):
         return AfterChange()
     python = (getattr(target, "python", None) if getattr(target, "is_remote", False)
@@ -203,8 +215,8 @@ def _after_change(target: Any, changed: Sequence[str], after_cmd: str | None,
                 "type": type(exc).__name__, "message": str(exc)}
             raise ChangeNotUndone(
                 f"{_failed(failed)}; undoing {', '.join(changed)} failed too, so the change "
-                f"stands, unconfirmed: {cause['message']}", after=AfterChange(tuple(ran)).to_json(),
-                undo_error=cause) from exc
+                f"stands, unconfirmed: {cause['message']}{_said(failed)}",
+                after=AfterChange(tuple(ran)).to_json(), undo_error=cause) from exc
         doing[:] = ["after-cmd again", after_cmd or ""]
         again = run_on(target, "after-cmd", after_cmd) if after_cmd else None
         if again is not None:
@@ -212,9 +224,10 @@ def _after_change(target: Any, changed: Sequence[str], after_cmd: str | None,
         result = AfterChange(tuple(ran), undone)
         tail = ("" if again is None else f"; --after-cmd ran again (exit {again.returncode})"
                 + ("" if again.ok else ": the server may not be running the restored files"))
-        err = HealthCheckFailed(f"{_failed(failed)}; the change was undone ({_as_before(undone, changed)}"
-                                f" put back as before){tail}", after=result.to_json())
-        err.after = result  # type: ignore[attr-defined]
+        kind: type[HookFailed] = HealthCheckFailed if failed.what == "health-cmd" else AfterCommandFailed
+        err = kind(f"{_failed(failed)}; the change was undone ({_as_before(undone, changed)} put "
+                   f"back as before){tail}{_said(failed)}", after=result.to_json())
+        err.after = result
         raise err
     return AfterChange(tuple(ran))
 
@@ -230,9 +243,14 @@ def _as_before(undone: Any, changed: Sequence[str]) -> str:
 
 
 def _failed(run: CommandRun) -> str:
+    return f"--{run.what} failed (exit {run.returncode}): {run.command}"
+
+
+def _said(run: CommandRun) -> str:
+    """The last lines the failed command printed, below the message (its own lines: output
+    without a final newline does not run into what patchkit says)."""
     lines = run.output.strip().splitlines()[-_TAIL:]
-    said = ("; it said:\n  " + "\n  ".join(lines)) if lines else ""
-    return f"--{run.what} failed (exit {run.returncode}): {run.command}{said}"
+    return ("\n--%s said:\n  %s" % (run.what, "\n  ".join(lines))) if lines else ""
 
 
 def changed_fixes(result: Any) -> list[str]:

@@ -112,6 +112,29 @@ def test_a_failed_health_check_undoes_the_change_and_runs_the_after_cmd_again(
     assert _status(where).get("index-k-bytes", "not-applied") == "not-applied"
 
 
+@pytest.mark.parametrize("hook", ["--after-cmd", "--health-cmd"])
+def test_a_failed_hook_is_typed_by_which_command_failed_and_its_output_stands_apart(
+        hook: str, tmp_path: Path) -> None:
+    """A failed --after-cmd (a restart) was typed HealthCheckFailed, so a script could not tell
+    a restart that failed from a server that came up unhealthy; and output without a final
+    newline ran into patchkit's own words ("the server is down; the change was undone")."""
+    roots = make_tree(tmp_path / "tree")
+    before = Path(roots["sglang"], POOL).read_bytes()
+    where = _where("local", None, roots)  # type: ignore[arg-type]
+    base = ["--catalog", str(SAMPLES / "catalog"), "apply", "index-k-bytes", *where,
+            hook, "printf 'the server is down'; exit 3"]
+    code, out, err = cli([*base, "--json"])
+    assert code == 1, out + err
+    error = json.loads(out)["error"]
+    assert error["type"] == ("AfterCommandFailed" if hook == "--after-cmd" else "HealthCheckFailed")
+    assert Path(roots["sglang"], POOL).read_bytes() == before
+    code, out, err = cli(base)
+    assert code == 1, out + err
+    lines = err.splitlines()
+    assert lines[0].startswith(f"error: {hook} failed (exit 3)") and "the change was undone" in lines[0]
+    assert lines[1:] == [f"{hook} said:", "  the server is down"], err
+
+
 @pytest.mark.parametrize("kind", ["local", "remote"])
 def test_a_failed_health_check_after_an_upgrade_puts_the_old_version_back(
         kind: str, ssh: Ssh, tmp_path: Path) -> None:

@@ -111,10 +111,10 @@ def after_change(state: State, where: dict[str, Any], result: Any, found: dict[s
         after = hooks.after_change(target, changed, after_cmd=found.get("after_cmd"),
                                    health_cmd=found.get("health_cmd"), undo=lambda: undo(target, changed),
                                    health_timeout=health_timeout)
-    except (hooks.HealthCheckFailed, ChangeNotUndone, Terminated) as err:  # failed, or interrupted
+    except (hooks.HookFailed, ChangeNotUndone, Terminated) as err:  # failed, or interrupted
         if not as_json:
             render.render_result(render.stdout(), result, **emit)
-        if isinstance(err, hooks.HealthCheckFailed):  # undone: its summary and txn are gone
+        if isinstance(err, hooks.HookFailed):  # undone: its summary and txn are gone
             result = dataclasses.replace(result, ok=False, raw={
                 k: v for k, v in result.raw.items() if k not in ("summary", "txn")})
         err.result = result  # type: ignore[union-attr]
