@@ -252,6 +252,27 @@ def test_a_failed_health_check_after_sync_leaves_the_lost_fixes_lost(
     assert cli(["status", "--target", str(tree), "--exit-code"])[0] == 1
 
 
+def test_an_undo_of_the_sync_that_applied_lost_fixes_says_they_go_back_to_lost(
+        three_releases: UpstreamRepo, tmp_path: Path) -> None:
+    """`undo --dry-run` after a sync that applied lost fixes afresh said only "its record and
+    files would be put back as they were (v3)", as if v3 would be in place again; it is lost
+    again, and now says so."""
+    from tests.test_remote import cli
+
+    catalog = Catalog(REPO)
+    tree = checkout(three_releases, "0.5.22", tmp_path / "t")
+    api.sync(catalog, local(tree))
+    _git(tree, "reset", "-q", "--hard", "v0.5.23")
+    assert states(catalog, local(tree))[INDEX_K] == ("lost", 3)
+    assert api.sync(catalog, local(tree)).ok
+    code, out, err = cli(["undo", "--target", str(tree), "--dry-run", "--json"])
+    assert code == 0, out + err
+    detail = {f["name"]: f["detail"] for f in json.loads(out)["fixes"]}
+    assert "did not hold v3's change then, and would not: lost or drifted" in detail[INDEX_K]
+    assert cli(["undo", "--target", str(tree)])[0] == 0
+    assert states(catalog, local(tree))[INDEX_K] == ("lost", 3)
+
+
 # -- rebase adds a variant ----------------------------------------------------------------------
 
 

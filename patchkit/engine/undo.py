@@ -9,7 +9,7 @@ replaced or ended, and the state before it. The undo is a transaction of its own
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set
 
 from ..errors import ConcurrentChange, PreconditionFailed, TargetError
 from .contract import UNDONE, WOULD_UNDO
@@ -54,8 +54,9 @@ def undo(req: Request, store: Store) -> List[Dict[str, Any]]:
         entry.current = None if f.before_sha256 is None else _original(store, journal, f)
         entry.mode = f.mode
     was, after = before.by_name(), state.by_name()
+    back = _not_holding(journal, before)
     if req.dry_run:
-        return [_undone(name, journal, after.get(name), was.get(name), WOULD_UNDO)
+        return [_undone(name, journal, after.get(name), was.get(name), WOULD_UNDO, back)
                 for name in journal.fixes]
     ws_roots = {f.root for f in journal.files}
     with Transaction(store, req.roots, "undo", journal.fixes, dict(journal.versions), req.python) as t:
@@ -64,8 +65,20 @@ def undo(req: Request, store: Store) -> List[Dict[str, Any]]:
                                            if isinstance(d, list) and len(d) == 2
                                            and d[0] in ws_roots])
         t.commit(before)
-    return [_undone(name, journal, after.get(name), was.get(name), UNDONE)
+    return [_undone(name, journal, after.get(name), was.get(name), UNDONE, back)
             for name in journal.fixes]
+
+
+def _not_holding(journal: Journal, before: State) -> Set[str]:
+    """The fixes of the state the undo puts back whose files, as the undo puts them back, do
+    not hold what the record says the fix wrote: lost or drifted then, and so again."""
+    last = before.last_writers()
+    out = set()
+    for f in journal.files:  # before_sha256: the bytes the undo puts back
+        wrote = last.get((f.root, f.path))
+        if wrote is not None and f.before_sha256 != wrote[1]:
+            out.add(wrote[0])
+    return out
 
 
 def _json(store: Store, name: str, txn: str) -> Any:
@@ -104,19 +117,23 @@ def _original(store: Store, journal: Journal, f: JournalFile) -> bytes:
     return data
 
 
-def _undone(name: str, journal: Journal, after: Any, was: Any, outcome: str) -> Dict[str, Any]:
+def _undone(name: str, journal: Journal, after: Any, was: Any, outcome: str,
+            not_holding: Set[str]) -> Dict[str, Any]:
     """The result entry of a fix the undo put back: ``after`` its record the undo dropped,
-    ``was`` the one it put back (None: it had none)."""
+    ``was`` the one it put back (None: it had none); ``not_holding``: the fixes put back with
+    files that do not hold their change (:func:`_not_holding`)."""
     mine = {(r.root, r.path) for rec in (after, was) if rec is not None for r in rec.files}
     files = [{"root": f.root, "path": f.path, "op": file_op(
         b"" if f.after_sha256 is not None else None, b"" if f.before_sha256 is not None else None),
         "before_sha256": f.after_sha256, "after_sha256": f.before_sha256}
         for f in journal.files if (f.root, f.path) in mine]
     would = outcome == WOULD_UNDO
-    detail = (("its record and files %s as they were (v%s)" % ("would be put back" if would
-                                                              else "put back", was.version))
-              if was is not None else "its files %s as they were; not applied, as before"
-              % ("would be put back" if would else "put back"))
+    put = "would be put back" if would else "put back"
+    detail = ("its record and files %s as they were (v%s)" % (put, was.version)
+              if was is not None else "its files %s as they were; not applied, as before" % put)
+    if was is not None and name in not_holding:
+        detail += ("; its files did not hold v%s's change then, and %s not: lost or drifted, as "
+                   "before (patchkit status says which)" % (was.version, "would" if would else "do"))
     return {"name": name, "version": was.version if was is not None else None,
             "from_version": after.version if after is not None else None,
             "outcome": outcome, "files": files,
