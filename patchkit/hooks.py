@@ -48,6 +48,18 @@ while True:
 """
 
 
+def refuse_hooks_on_undo(*, after_cmd: str | None, health_cmd: str | None) -> None:
+    """``undo`` (one target or a fleet) runs no hooks: a failing hook asks for the change to be
+    undone, and an undo has no undo of its own."""
+    given = [flag for flag, value in (("--after-cmd", after_cmd), ("--health-cmd", health_cmd))
+             if value]
+    if given:
+        raise UsageError(f"undo takes no {' or '.join(given)}: a hook that fails has the change "
+                         "it follows undone, and an undo has no undo. Undo, then run your "
+                         "restart and checks yourself (the server runs the undone code only "
+                         "once restarted)", option=given[0])
+
+
 class HookFailed(CheckFailed):
     """A command run after a change failed, and the change was undone (``details.after``:
     what ran, and the undo's result). Raised as one of the two below, which say which."""

@@ -135,6 +135,86 @@ def test_a_drifted_host_stops_the_rollout_in_preflight_with_nothing_written(flee
         assert state_of(node) == {}
 
 
+def backups_of(node) -> dict[str, str]:
+    """The digest of every backup the host's engine keeps (``.patchkit/backups/``)."""
+    base = node.sglang / ".patchkit" / "backups"
+    return {str(p.relative_to(base)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(base.rglob("*")) if p.is_file()}
+
+
+def test_undo_on_a_fleet_puts_each_host_back_as_before_its_last_change_or_writes_nothing(fleet) -> None:
+    """After an apply --inventory whose effect the user dislikes, undo --inventory puts every
+    host back exactly as before it: files, records and backups. Preflight (the engine's undo
+    check) runs on every host first: a host that refuses (a file edited since the apply, or
+    nothing to undo) stops the run with nothing written on any host; a dry run writes nothing;
+    the waves undo the very change each host's preflight checked (its transaction, pinned)."""
+    h1, h2, h3 = (fleet.node(n) for n in ("h1", "h2", "h3"))
+    for node in (h1, h2):  # a fix applied before the rollout: its record and backups stay
+        target = LocalTarget({"sglang": str(node.sglang), **node.roots}, fleet.python, node.name)
+        assert api.apply(Catalog(REPO), target, ["prefill-hicache-off"]).ok, node.name
+    state_file = {n.name: n.sglang / ".patchkit" / "state.json" for n in fleet.nodes}
+    before = {n.name: (snapshot(n), json.loads(state_file[n.name].read_text()), backups_of(n))
+              for n in (h1, h2)}
+    code, report = patchkit(fleet, "apply", *SEED, "--limit", "h1,h2")
+    assert code == 0 and hosts(report) == {"h1": "applied", "h2": "applied"}, report
+
+    def held() -> dict[str, tuple]:  # every host's files and engine state, byte for byte
+        return {n.name: (snapshot(n), state_file[n.name].read_bytes()
+                         if state_file[n.name].exists() else None) for n in fleet.nodes}
+
+    applied = held()
+    code, dry = patchkit(fleet, "undo", "--dry-run", "--limit", "h1,h2")
+    assert code == 0, dry
+    assert (dry["op"], dry["dry_run"], dry["ok"], dry["stopped"], dry["waves"]) == \
+        ("undo", True, True, None, [])
+    assert hosts(dry) == {"h1": "would-undo", "h2": "would-undo"}
+    label = "dsv4-bf16-sizing v4 -> not applied, revert-hicache-index-k-sync v5 -> not applied"
+    assert dry["groups"] == [{"change": label, "hosts": ["h1", "h2"]}], dry["groups"]
+    for host in dry["hosts"]:
+        assert host["result"]["undoes"], host
+        assert {f["name"]: (f["outcome"], f["from_version"], f["version"])
+                for f in host["result"]["fixes"]} == {
+            "dsv4-bf16-sizing": ("would-undo", 4, None),
+            "revert-hicache-index-k-sync": ("would-undo", 5, None)}
+    assert held() == applied
+
+    sizing = h2.sglang / SIZING  # edited on h2 after the apply; h3 never changed at all
+    patched = sizing.read_bytes()
+    sizing.write_bytes(patched.replace(b"get_dsv4_bf16_index_k_bytes_per_token",
+                                       b"edited_on_the_host_by_hand", 1))
+    edited = held()
+    plain = fleet.run("patchkit", "undo", "--inventory", str(fleet.inventory))
+    assert plain.returncode == 16, plain.stdout + plain.stderr
+    lines = {line.split("\t")[0]: line.split("\t") for line in plain.stdout.splitlines()
+             if line.startswith("h")}
+    assert lines["h1"][1] == "untouched", plain.stdout
+    assert lines["h2"][1] == "refused" and "pool_configurator.py" in lines["h2"][3], plain.stdout
+    assert lines["h3"][1] == "refused" and "nothing to undo" in lines["h3"][3], plain.stdout
+    assert "stopped: preflight refused 2 host(s) (h2, h3); nothing was written on any host" \
+        in plain.stdout, plain.stdout
+    assert held() == edited
+
+    sizing.write_bytes(patched)
+    code, report = patchkit(fleet, "undo", "--limit", "h1,h2", "--waves", "1,100%")
+    assert code == 0, report
+    assert (report["op"], report["dry_run"], report["ok"], report["waves"]) == \
+        ("undo", False, True, [["h1"], ["h2"]])
+    assert [(h["host"], h["state"], h["wave"]) for h in report["hosts"]] == [
+        ("h1", "undone", 1), ("h2", "undone", 2)]
+    checked = {h["host"]: h["result"]["undoes"] for h in dry["hosts"]}
+    for host in report["hosts"]:
+        assert host["result"]["undoes"] == checked[host["host"]]  # what preflight checked
+        assert {f["outcome"] for f in host["result"]["fixes"]} == {"undone"}
+    for node in (h1, h2):
+        files, state, backups = before[node.name]
+        assert snapshot(node) == files, node.name
+        now = json.loads(state_file[node.name].read_text())
+        assert {k: v for k, v in now.items() if k != "txn"} == \
+            {k: v for k, v in state.items() if k != "txn"}, node.name  # the undo's own txn aside
+        assert backups_of(node) == backups, node.name
+    assert held()["h3"] == applied["h3"]
+
+
 def test_unreachable_host_stops_before_writing_unless_the_budget_allows_it(fleet, tmp_path: Path) -> None:
     inventory = fleet.write_inventory(tmp_path / "with-h5.yml", unreachable=["h5"])
     before = {n.name: snapshot(n) for n in fleet.nodes}

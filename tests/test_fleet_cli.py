@@ -208,3 +208,44 @@ def test_the_piped_fleet_matrix_gives_a_version_only_where_a_host_runs_one() -> 
         "h1\ta\tapplied\tv2", "h1\tb\tnot-applied\t", "h1\tc\tpresent-unrecorded\t",
         "h2\ta\tunreachable\t\tno route", "h2\tb\tunreachable\t\tno route",
         "h2\tc\tunreachable\t\tno route"]
+
+
+def test_undo_takes_no_hooks_and_no_fix_and_its_plan_names_none(tmp_path: Path) -> None:
+    """An undo has no undo: its hooks are refused with why, before any host (or inventory) is
+    read, on a fleet and on one target; it names no fix (each host's last change is undone),
+    on the command line, in `plan --op undo` and in the library."""
+    from patchkit import fleet as fleets
+    from patchkit.catalog import Catalog
+
+    inv = str(tmp_path / "never-read.yml")
+    for args, flag in ((["--inventory", inv, "--health-cmd", "true"], "--health-cmd"),
+                       (["--after-cmd", "systemctl restart sglang"], "--after-cmd")):
+        run = pk("undo", *args)
+        assert run.returncode == 2, run.stderr
+        assert f"undo takes no {flag}" in run.stderr and "an undo has no undo" in run.stderr
+    run = pk("undo", "--waves", "1,100%")
+    assert run.returncode == 2 and "--waves is for a fleet only" in run.stderr
+    with pytest.raises(UsageError, match="undo takes no --after-cmd"):
+        fleets.rollout(Catalog(Path(__file__).resolve().parents[1]), "undo", [], inventory=inv,
+                       options=fleets.FleetOptions(after_cmd="true"))
+
+    run = pk("plan", "--op", "undo", "--json")
+    assert run.returncode == 0, run.stderr
+    plan = json.loads(run.stdout)
+    assert (plan["op"], plan["fixes"], plan["request"]["op"]) == ("undo", [], "undo")
+    assert plan["request"]["txn"] is None and plan["request"]["roots"] == {}  # the last change
+    run = pk("plan", "--op", "undo", *SEED)
+    assert run.returncode == 2 and "an undo names no fix" in run.stderr, run.stderr
+
+
+def test_an_interrupted_undo_wave_says_its_hosts_stand_undone_not_unconfirmed() -> None:
+    """An undo runs no hooks: a host its engine put back before the interrupt is complete, and
+    there is no command to undo it with."""
+    from patchkit.fleet.ansible import ENGINE_MODULE, TaskResult, _interrupted
+
+    undone = {"op": "undo", "ok": True, "fixes": [{"name": "a", "outcome": "undone"}]}
+    results = {"h1": [TaskResult("h1", "patchkit undo", ENGINE_MODULE, "ok", True, undone)]}
+    err = _interrupted(15, results, "inv.yml", check=False)
+    assert err.details["changed"] == ["h1"]
+    assert "put back as before their last change" in str(err) and "h1" in str(err)
+    assert "not confirmed" not in str(err) and "to undo:" not in str(err)

@@ -6,9 +6,16 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
-from tests.test_remote import SAMPLES, cli, make_tree
+import pytest
+
+from patchkit import api
+from patchkit.catalog import Catalog
+from patchkit.errors import PreconditionFailed
+from patchkit.targets import LocalTarget
+from tests.test_remote import SAMPLES, cli, make_tree, snapshot
 
 POOL = "python/sglang/srt/pool.py"
 
@@ -108,3 +115,21 @@ def test_undo_says_the_restart_its_fixes_need(tmp_path: Path) -> None:
     assert cli([*base, "apply", "index-k-bytes", *where])[0] == 0
     code, out, err = cli([*base, "undo", *where, "--json"])
     assert json.loads(out)["restart"] == ["prefill"]
+
+
+def test_an_undo_names_the_change_it_undoes_and_refuses_it_once_another_came_after(
+        tmp_path: Path) -> None:
+    """What a fleet's wave relies on (docs/fleet.md, "Undoing a rollout"): the undo's dry run
+    names the transaction it would undo (`undoes`), and an undo given that name refuses,
+    writing nothing, once another change was committed after it."""
+    roots = make_tree(tmp_path / "tree")
+    catalog, target = Catalog(SAMPLES / "catalog"), LocalTarget(roots, sys.executable, "tree")
+    first = api.apply(catalog, target, ["index-k-bytes"])
+    checked = api.undo(catalog, target, dry_run=True)
+    assert first.txn and checked.raw["undoes"] == first.txn
+    second = api.apply(catalog, target, ["pool-guard"])
+    held = snapshot(roots, state=True)
+    with pytest.raises(PreconditionFailed, match="not the last change there"):
+        api.undo(catalog, target, checked.raw["undoes"])
+    assert snapshot(roots, state=True) == held
+    assert api.undo(catalog, target).raw["undoes"] == second.txn

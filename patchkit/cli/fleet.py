@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, Callable
 
 import click
 
@@ -21,17 +21,29 @@ INVENTORY_OPTIONS = (
     click.option("--forks", type=click.IntRange(min=1), default=5, show_default=True,
                  help="Hosts worked on at once (Ansible's forks)."),
 )
-#: The rollout options of `apply` and `rollback` with ``--inventory``.
-ROLLOUT_OPTIONS = INVENTORY_OPTIONS + (
+#: ``--inventory`` and the waves: every command that changes a fleet's hosts (apply, rollback,
+#: sync, undo).
+WAVE_OPTIONS = INVENTORY_OPTIONS + (
     click.option("--waves", default="100%", show_default=True, metavar="N,P%,...",
                  help="Batches of hosts, canary first, e.g. 1,25%,100% (Ansible's serial); the last repeats."),
     click.option("--max-fail", type=click.IntRange(min=0), default=0, show_default=True,
                  help="Unreachable hosts tolerated before the rollout stops; a failing host always stops it."),
-    click.option("--health-cmd", metavar="CMD",
-                 help="Shell command run on each host after its change; failing rolls that host back and stops."),
-    click.option("--after-cmd", metavar="CMD",
-                 help="Shell command run on each host after its change (and after an undo), e.g. a restart."),
 )
+
+
+def hook_commands(hidden: bool = False) -> tuple[Callable[..., Any], ...]:
+    """``--health-cmd`` and ``--after-cmd``; ``hidden`` where a command takes them only to
+    refuse them with why (``undo``: an undo has no undo)."""
+    return (click.option("--health-cmd", metavar="CMD", hidden=hidden,
+                         help="Shell command run on each host after its change; failing rolls that "
+                              "host back and stops."),
+            click.option("--after-cmd", metavar="CMD", hidden=hidden,
+                         help="Shell command run on each host after its change (and after an "
+                              "undo), e.g. a restart."))
+
+
+#: The rollout options of `apply`, `rollback` and `sync` with ``--inventory``.
+ROLLOUT_OPTIONS = WAVE_OPTIONS + hook_commands()
 _ROLLOUT_ONLY = ("waves", "max_fail", "health_cmd", "after_cmd")
 
 
@@ -143,9 +155,10 @@ def render_matrix(console: Any, cells: dict[str, dict[str, dict[str, Any]]],
                         soft_wrap=True)
 
 
-HOST_STYLE = {"applied": "bold green", "rolled-back": "bold yellow", "unchanged": "green",
-              "untouched": "dim", "unreachable": "bold red", "refused": "bold red",
-              "failed": "bold red", "unknown": "bold red", "would-apply": "cyan", "would-roll-back": "yellow", "ok": "green"}
+HOST_STYLE = {"applied": "bold green", "rolled-back": "bold yellow", "undone": "bold yellow",
+              "unchanged": "green", "untouched": "dim", "unreachable": "bold red",
+              "refused": "bold red", "failed": "bold red", "unknown": "bold red", "would-apply": "cyan",
+              "would-roll-back": "yellow", "would-undo": "yellow", "ok": "green"}
 
 
 def render_hosts(console: Any, hosts: Any, op: str) -> None:
@@ -226,7 +239,7 @@ def plan(state: State, fixes: tuple[str, ...], op: str, with_deps: bool, commit:
     if collections_path:
         click.echo(str(COLLECTIONS_PATH))
         return 0
-    if not fixes and op != "status":
+    if not fixes and op not in ("status", "undo"):  # an undo names none: the host's last change
         raise UsageError(f"name at least one fix to {op}; `patchkit list` shows them")
     if commit and op != "apply":
         raise UsageError("--commit records applied fixes; it goes with --op apply", option="--commit")
@@ -236,8 +249,10 @@ def plan(state: State, fixes: tuple[str, ...], op: str, with_deps: bool, commit:
            "collections_path": str(COLLECTIONS_PATH), "request": request}
 
     def draw(out: Any) -> None:
-        render.line(out, [(f"{op} of {', '.join(doc['fixes'])}: {len(request['fixes'])} fix(es), "
-                           f"{sum(len(f.get('files') or ()) for f in request['fixes'])} file record(s)", "")])
+        what = (f"{', '.join(doc['fixes'])}: {len(request['fixes'])} fix(es), "
+                f"{sum(len(f.get('files') or ()) for f in request['fixes'])} file record(s)"
+                if op != "undo" else "each host's last apply, sync or rollback")
+        render.line(out, [(f"{op} of {what}", "")])
         render.line(out, [("write it with --json > plan.json and run it with "
                            "patchkit.fleet.engine (plan: plan.json); docs/fleet.md", "dim")])
 

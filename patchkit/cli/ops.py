@@ -13,7 +13,8 @@ from .. import api, hooks
 from ..errors import ChangeNotUndone, Terminated, UsageError
 from . import render, render_status
 from .common import FORCE_UPGRADE, TARGET_OPTIONS, State, command, run_op, write_options
-from .fleet import INVENTORY_OPTIONS, ROLLOUT_OPTIONS, fleet_options, rollout, survey, wants_fleet
+from .fleet import (INVENTORY_OPTIONS, ROLLOUT_OPTIONS, WAVE_OPTIONS, fleet_options, hook_commands,
+                    rollout, survey, wants_fleet)
 
 
 FIXES = click.argument("fixes", nargs=-1)
@@ -192,7 +193,7 @@ def rollback(state: State, fixes: tuple[str, ...], dry_run: bool, force: bool, u
 
 
 @command(
-    "undo", *TARGET_OPTIONS,
+    "undo", *TARGET_OPTIONS, *WAVE_OPTIONS, *hook_commands(hidden=True),
     click.option("--dry-run", "-n", is_flag=True, help="Check and say what would be put back; write nothing."),
 )
 def undo(state: State, dry_run: bool, as_json: bool, **where: Any) -> int:
@@ -202,7 +203,13 @@ def undo(state: State, dry_run: bool, as_json: bool, **where: Any) -> int:
     fix's own version) and the backups, in one transaction. Only the last change can be
     undone, once (a change with git commits, apply --commit, keeps no undo point: roll back or
     apply instead); refused, writing nothing, when a file it wrote has changed since. What a
-    failed --health-cmd runs."""
+    failed --health-cmd runs. With --inventory, every host's own last change, preflighted on
+    every host before any is written, then in waves; it runs no hooks."""
+    fleet = fleet_options(where)
+    hooks.refuse_hooks_on_undo(after_cmd=fleet["after_cmd"], health_cmd=fleet["health_cmd"])
+    if wants_fleet(fleet, where):
+        return rollout(state, "undo", [], fleet, dry_run=dry_run, as_json=as_json,
+                       lock_timeout=where["lock_timeout"])
     result = run_op(state, where, "checking the undo on" if dry_run else "undoing the last change on",
                     as_json, api.undo, None, dry_run=dry_run)
     # the server runs the undone code until restarted: the restarts its fixes name, said

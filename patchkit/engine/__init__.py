@@ -48,6 +48,8 @@ def _run(request: Dict[str, Any]) -> Dict[str, Any]:
             _name_files(req, result.get("fixes") or [])
             if store.undo_txn:  # what an undo names (docs/state.md, "Undo")
                 result["txn"] = store.undo_txn
+            if store.undoes:  # the change an undo put back: a fleet's wave pins preflight's
+                result["undoes"] = store.undoes
         if req.op in ("apply", "status"):  # the wheel installs the fixes are in (summary)
             from .record import installs
 

@@ -33,7 +33,7 @@ CHANGED: Mapping[str, Tuple[str, ...]] = MappingProxyType(
 WOULD_CHANGE: Mapping[str, Tuple[str, ...]] = MappingProxyType(
     {"apply": (WOULD_APPLY, WOULD_UPGRADE), "rollback": (WOULD_ROLL_BACK,), "undo": (WOULD_UNDO,)})
 #: The outcome a fix gets from an op that changed the target (a fleet host's state too).
-DONE: Mapping[str, str] = MappingProxyType({"apply": APPLIED, "rollback": ROLLED_BACK})
+DONE: Mapping[str, str] = MappingProxyType({"apply": APPLIED, "rollback": ROLLED_BACK, "undo": UNDONE})
 
 # -- a fix's state in a status result (its ``state`` key)
 DRIFTED, PARTLY_PRESENT, OUTDATED, LOST = "drifted", "partly-present", "outdated", "lost"

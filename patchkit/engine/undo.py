@@ -39,6 +39,7 @@ def undo(req: Request, store: Store) -> List[Dict[str, Any]]:
                if state.txn != txn else "its undo point is gone (it was undone already)")
         raise PreconditionFailed("cannot undo transaction %s on %s: %s; nothing was written. See "
                                  "patchkit status" % (txn, req.state_root.path, why), txn=txn)
+    store.undoes = txn
     journal = Journal.from_json(_json(store, "journal.json", txn))
     before = State.from_json(_json(store, STATE_BEFORE, txn))
     ws = Workspace(req.roots)

@@ -11,12 +11,14 @@ from typing import Any
 
 from ..catalog import Catalog
 from ..errors import UsageError
+from ..hooks import refuse_hooks_on_undo
 from ..request_builder import build_request
 from .ansible import COLLECTIONS_PATH, ENGINE_MODULE, Host, engine_task, inventory_hosts, run_playbook
-from .rollout import FleetOptions, FleetReport, HostReport, Rollout, parse_waves, split_waves
+from .rollout import (ROLLOUT_OPS, FleetOptions, FleetReport, HostReport, Rollout, parse_waves,
+                      split_waves)
 
-__all__ = ["COLLECTIONS_PATH", "FleetOptions", "FleetReport", "HostReport", "Survey", "parse_waves",
-           "plan", "rollout", "split_waves", "survey"]
+__all__ = ["COLLECTIONS_PATH", "ROLLOUT_OPS", "FleetOptions", "FleetReport", "HostReport", "Survey",
+           "parse_waves", "plan", "rollout", "split_waves", "survey"]
 
 
 def plan(catalog: Catalog, op: str, names: Sequence[str], *, roots: dict[str, str] | None = None,
@@ -26,7 +28,9 @@ def plan(catalog: Catalog, op: str, names: Sequence[str], *, roots: dict[str, st
     """The engine request of ``op`` over ``names``, for ``patchkit.fleet.engine``. It holds no
     roots: each host gives its own (``patchkit_target``, ``patchkit_roots``); ``roots`` names
     the ones the hosts have, for the checks made here. ``commit`` and ``git`` as for
-    :func:`patchkit.api.apply`."""
+    :func:`patchkit.api.apply`. An ``undo`` names no fix: each host puts back its last change."""
+    if op == "undo":
+        _refuse_undo_fixes(names)
     if op == "apply":
         fixes = catalog.apply_order(list(names), with_deps=with_deps, allow_inactive=allow_inactive)
     elif op == "rollback":
@@ -45,20 +49,35 @@ def plan(catalog: Catalog, op: str, names: Sequence[str], *, roots: dict[str, st
     return request
 
 
+def _refuse_undo_fixes(names: Sequence[str]) -> None:
+    """An undo names no fix: it puts back the host's last change, whatever fixes it changed."""
+    if names:
+        raise UsageError(f"an undo names no fix (given: {', '.join(names)}): it puts each host "
+                         "back as before its last apply, sync or rollback, every fix that change "
+                         "made; leave the names out")
+
+
 def rollout(catalog: Catalog, op: str, names: Sequence[str], *, inventory: str,
             limit: str | None = None, options: FleetOptions = FleetOptions(),
             with_deps: bool = False, allow_inactive: bool = False, force: bool = False,
             lock_timeout: float = 30.0, commit: bool = False, git: bool = True,
             sync: bool = False,
             progress: Callable[[str], None] = lambda _line: None) -> FleetReport:
-    """``apply`` or ``rollback`` of ``names`` on every host of ``inventory`` (after ``limit``):
-    preflight, then waves (docs/fleet.md). Hosts failing are in the report, not raised.
-    ``commit`` and ``git`` as for :func:`patchkit.api.apply`; ``git`` holds for the undo too."""
-    if op not in ("apply", "rollback"):
-        raise UsageError(f"a fleet rollout applies or rolls back, not {op!r}")
-    names = [f.name for f in (catalog.apply_order(list(names), with_deps=with_deps,
-                                                  allow_inactive=allow_inactive)
-                              if op == "apply" else catalog.rollback_order(list(names)))]
+    """``apply`` or ``rollback`` of ``names``, or ``undo`` (no names: each host's last change
+    put back), on every host of ``inventory`` (after ``limit``): preflight, then waves
+    (docs/fleet.md). Hosts failing are in the report, not raised. ``commit`` and ``git`` as for
+    :func:`patchkit.api.apply`; ``git`` holds for the undo too. An undo runs no hooks
+    (``options.health_cmd``, ``after_cmd``): it has no undo of its own to run if one failed."""
+    if op not in ROLLOUT_OPS:
+        raise UsageError(f"a fleet rollout applies, rolls back or undoes, not {op!r}")
+    if op == "undo":
+        _refuse_undo_fixes(names)
+        refuse_hooks_on_undo(after_cmd=options.after_cmd, health_cmd=options.health_cmd)
+        names = []
+    else:
+        names = [f.name for f in (catalog.apply_order(list(names), with_deps=with_deps,
+                                                      allow_inactive=allow_inactive)
+                                  if op == "apply" else catalog.rollback_order(list(names)))]
     hosts = inventory_hosts(inventory, limit)
     _check_roots(catalog, names, hosts)
 

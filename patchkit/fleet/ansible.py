@@ -216,6 +216,16 @@ def _interrupted(signum: int, results: dict[str, list[TaskResult]], inventory: s
     name = signal.Signals(signum).name
     changed = sorted(host for host, tasks in results.items()
                      if any(t.action == ENGINE_MODULE and t.changed for t in tasks))
+    if changed and all((t.patchkit or {}).get("op") == "undo" for host in changed
+                       for t in results[host] if t.action == ENGINE_MODULE and t.changed):
+        # an undo wave (its hosts' only change): complete on each, and no hook to confirm it
+        return Terminated(f"interrupted by {name} during the fleet run; ansible-playbook was "
+                          f"stopped: hosts of any earlier wave had finished; of this one, put "
+                          f"back as before their last change before it stopped (complete: an "
+                          f"undo runs no hooks): {', '.join(changed)}. The others of the wave "
+                          f"were not changed (an engine interrupted on a host puts back what "
+                          f"it wrote); patchkit status --inventory {inventory} shows each",
+                          signal=name, signum=int(signum), changed=changed)
     undo: dict[str, list[str]] = {}  # the command that undoes it -> the fixes, in order
     for host in changed:
         for task in results[host]:

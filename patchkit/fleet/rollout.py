@@ -1,5 +1,6 @@
-"""A fleet rollout of ``apply`` or ``rollback``: every host preflighted before any write, then
-waves, stopping at the first host that fails (docs/fleet.md, "Failure semantics")."""
+"""A fleet rollout of ``apply``, ``rollback`` or ``undo``: every host preflighted before any
+write, then waves, stopping at the first host that fails (docs/fleet.md, "What a rollout
+does")."""
 
 from __future__ import annotations
 
@@ -9,12 +10,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..engine.contract import CHANGED, DONE, PRIMARY_ROOT, WOULD_CHANGE, WOULD_UPGRADE
+from ..engine.contract import CHANGED, DONE, PRIMARY_ROOT, WOULD_CHANGE, WOULD_UNDO, WOULD_UPGRADE
 from ..errors import EXIT_ROLLOUT_STOPPED, EXIT_UNREACHABLE, UsageError
 from .ansible import ENGINE_MODULE, Host, PlayRun, TaskResult, engine_task, run_playbook
 
-#: Per fix a host would get: (fix name, "name v2" or "name v1->v2").
+#: Per fix a host would get: (fix name, "name v2" or "name v1->v2"; an undo's as its result
+#: line says it, "name v2 -> v1" or "name v2 -> not applied").
 Changes = tuple[tuple[str, str], ...]
+#: The ops a rollout runs: each changes hosts, so each has its ``DONE`` host state.
+ROLLOUT_OPS = ("apply", "rollback", "undo")
+#: The op that undoes a wave's change where its transaction kept no undo point (``--commit``).
+OPPOSITE = {"apply": "rollback", "rollback": "apply"}
 
 
 @dataclass(frozen=True)
@@ -31,9 +37,9 @@ class FleetOptions:
 
 @dataclass(frozen=True)
 class HostReport:
-    """One host at the end of a run. ``state``: applied | rolled-back | unchanged | untouched |
-    unreachable | refused | failed | unknown | would-apply | would-roll-back | ok (verify,
-    status)."""
+    """One host at the end of a run. ``state``: applied | rolled-back | undone | unchanged |
+    untouched | unreachable | refused | failed | unknown | would-apply | would-roll-back |
+    would-undo | ok (verify, status)."""
 
     host: str
     state: str
@@ -149,7 +155,8 @@ class Rollout:
         waves = split_waves(list(todo), self.options.waves)
         for number, wave in enumerate(waves, 1):
             self.progress(f"wave {number}/{len(waves)}: {', '.join(wave)}")
-            run = self._wave(wave, todo)
+            run = self._wave(wave, todo, {h: str((reports[h].result or {}).get("undoes") or "")
+                                          for h in wave})
             for host_name in wave:
                 reports[host_name] = replace(self._waved(host_name, run.of(host_name)), wave=number)
             failed = [h for h in wave if reports[h].state not in (DONE[self.op], "unchanged", "unreachable")]
@@ -176,31 +183,46 @@ class Rollout:
         return run_playbook([play], inventory=self.inventory, hosts=hosts, forks=self.options.forks,
                             workdir=self.workdir, check=check, on_output=None)
 
-    def _wave(self, wave: list[str], todo: Mapping[str, Changes]) -> PlayRun:
+    def _wave(self, wave: list[str], todo: Mapping[str, Changes],
+              undoes: Mapping[str, str]) -> PlayRun:
         """One play per group of hosts getting the same change: apply, after-cmd, health-cmd;
-        on a failure after the engine changed the host, roll that change back (the rescue)."""
+        on a failure after the engine changed the host, roll that change back (the rescue).
+        An undo's play is its engine task alone (no hooks: nothing fails after it), each host's
+        pinned to the transaction its preflight checked (``undoes``): a change made there since
+        is refused by the engine, not undone unseen."""
         plays = []
         for changes, hosts in _groups({h: todo[h] for h in wave}):
+            play: dict[str, Any] = {"name": f"patchkit {self.op}: {changes}",
+                                    "hosts": ",".join(hosts), "gather_facts": False}
+            if self.op == "undo":  # it names no fix: each host undoes its own last change
+                play["vars"] = {"patchkit_undoes": {h: undoes.get(h, "") for h in hosts}}
+                play["tasks"] = [self._engine_task(
+                    self.op, [], register="patchkit_run",
+                    txn="{{ patchkit_undoes[inventory_hostname] | default('') }}")]
+                plays.append(play)
+                continue
             names = [name for name, _label in todo[hosts[0]]]
             block = [self._engine_task(self.op, names, register="patchkit_run")]
             block += _shell("after-cmd", self.options.after_cmd, "patchkit_run is changed")
             block += _shell("health-cmd", self.options.health_cmd, "patchkit_run is changed")
-            changed = "patchkit_run is succeeded and patchkit_run is changed"
-            # put back as before: the undo of the transaction it named; the opposite op over
-            # the fixes where it kept no undo point (--commit: the rollback reverts it)
-            opposite = {"apply": "rollback", "rollback": "apply"}[self.op]
-            rescue = [engine_task(self.workdir, self.request("undo", [], False), "patchkit undo",
-                                  register="patchkit_undo", txn="{{ patchkit_run.patchkit.txn }}",
-                                  when=f"{changed} and patchkit_run.patchkit.txn is defined"),
-                      self._engine_task(opposite, names, register="patchkit_opposite",
-                                        when=f"{changed} and patchkit_run.patchkit.txn is not defined")]
-            undone = ("(patchkit_undo is succeeded and patchkit_undo is changed) or "
-                      "(patchkit_opposite is succeeded and patchkit_opposite is changed)")
-            rescue += _shell("after-cmd", self.options.after_cmd, undone)
-            plays.append({"name": f"patchkit {self.op}: {changes}", "hosts": ",".join(hosts),
-                          "gather_facts": False, "tasks": [{"block": block, "rescue": rescue}]})
+            play["tasks"] = [{"block": block, "rescue": self._rescue(names)}]
+            plays.append(play)
         return run_playbook(plays, inventory=self.inventory, hosts=wave, forks=self.options.forks,
                             workdir=self.workdir)
+
+    def _rescue(self, names: list[str]) -> list[dict[str, Any]]:
+        """Put the host back as before its wave's change: the undo of the transaction it named;
+        the opposite op over the fixes where it kept no undo point (--commit: the rollback
+        reverts it); then the after-cmd again."""
+        changed = "patchkit_run is succeeded and patchkit_run is changed"
+        rescue = [engine_task(self.workdir, self.request("undo", [], False), "patchkit undo",
+                              register="patchkit_undo", txn="{{ patchkit_run.patchkit.txn }}",
+                              when=f"{changed} and patchkit_run.patchkit.txn is defined"),
+                  self._engine_task(OPPOSITE[self.op], names, register="patchkit_opposite",
+                                    when=f"{changed} and patchkit_run.patchkit.txn is not defined")]
+        undone = ("(patchkit_undo is succeeded and patchkit_undo is changed) or "
+                  "(patchkit_opposite is succeeded and patchkit_opposite is changed)")
+        return rescue + _shell("after-cmd", self.options.after_cmd, undone)
 
     # -- reading results -----------------------------------------------------------------------
 
@@ -211,9 +233,8 @@ class Rollout:
         result = task.patchkit or {}
         if task.status != "ok":
             return HostReport(host, "refused", _why(task), result=result), ()
-        changes = tuple((f["name"], f"{f['name']} v{f.get('version')}" if f["outcome"] != WOULD_UPGRADE
-                         else f"{f['name']} v{f.get('from_version')}->v{f.get('version')}")
-                        for f in result.get("fixes") or () if f.get("outcome") in WOULD_CHANGE[self.op])
+        changes = tuple((f["name"], _change(f)) for f in result.get("fixes") or ()
+                        if f.get("outcome") in WOULD_CHANGE[self.op])
         state = (WOULD_CHANGE[self.op][0] if self.options.dry_run else "untouched") if changes else "unchanged"
         return HostReport(host, state, _label(changes), result=result), changes
 
@@ -227,7 +248,7 @@ class Rollout:
                               "stopped without a result: `patchkit status --inventory` finishes "
                               "or undoes its run there and shows it")
         if run.status == "failed":  # the engine's transaction put every file back
-            state = "rolled-back" if self.op == "apply" else "failed"
+            state = "rolled-back" if self.op == "apply" else "failed"  # undo: the host as it was
             return HostReport(host, state, _why(run), result=run.patchkit)
         bad = next((t for t in tasks if t.action == "ansible.builtin.shell" and t.status != "ok"
                     and t.status != "skipped"), None)
@@ -290,6 +311,15 @@ def _same_trees(reports: Mapping[str, HostReport], op: str) -> dict[str, str]:
                              f"{name} directory of its own, or leave one of them out (--limit)")
                 break
     return out
+
+
+def _change(fix: Mapping[str, Any]) -> str:
+    """What a host would get of ``fix`` (a preflight's result entry), for the groups."""
+    name, version, was = fix["name"], fix.get("version"), fix.get("from_version")
+    if fix.get("outcome") == WOULD_UNDO:  # as the undo's result line says it
+        back = f"v{version}" if version is not None else "not applied"
+        return f"{name} v{was} -> {back}" if was is not None else f"{name} {back}"
+    return f"{name} v{was}->v{version}" if fix.get("outcome") == WOULD_UPGRADE else f"{name} v{version}"
 
 
 def _label(changes: Changes) -> str:

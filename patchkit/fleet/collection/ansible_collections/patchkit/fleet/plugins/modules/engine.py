@@ -42,8 +42,10 @@ options:
     type: str
   txn:
     description:
-      - For an C(undo) request, the transaction to undo, as the apply's result named it, e.g.
-        C({{ patchkit_run.patchkit.txn }}). Only the last apply on the host can be undone.
+      - For an C(undo) request, the transaction to undo, as the change's result named it, e.g.
+        C({{ patchkit_run.patchkit.txn }}), or as an undo's dry run named it (C(undoes)). Only
+        the last apply, sync or rollback on the host can be undone; without O(txn), that one
+        (C(patchkit plan --op undo --json) writes the request).
     type: str
 notes:
   - Check mode runs the request as a dry run; diff mode returns each file's diff.
