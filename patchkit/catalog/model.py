@@ -274,6 +274,13 @@ class Fix(Record):
             return replace(self, variants=())
         return next((v for v in self.all_variants() if release in v.upstream.releases), None)
 
+    def serves(self) -> dict[str, int]:
+        """Each release a version of the fix serves, and that version, the top level's first
+        (empty: no release precondition, any release)."""
+        served = {r: self.version for r in self.upstream.releases}
+        served.update((r, v.version) for v in self.variants for r in v.releases)
+        return served
+
     def variant_label(self) -> str:
         """How people name this version: ``v3 (0.5.22)``."""
         releases = ", ".join(self.upstream.releases)

@@ -17,7 +17,8 @@ def list_fixes(state: State, as_json: bool, show_all: bool) -> int:
     readable, broken = state.catalog().readable()
     fixes = [f for f in readable if show_all or f.status == "active"]
     data = [{"name": f.name, "version": f.version, "status": f.status, "title": f.title,
-             "base_release": f.upstream.base_release, "depends_on": list(f.depends_on),
+             "base_release": f.upstream.base_release, "serves": f.serves(),
+             "depends_on": list(f.depends_on),
              "warnings": unfinished(f)} for f in fixes]
     data += [b.to_json() for b in broken]
     render.emit(as_json, data, lambda out: render.render_fix_list(out, fixes, broken))

@@ -354,12 +354,19 @@ def render_result(console: Any, result: OpResult, *, show_diff: bool | None = No
 
 
 def render_fix_list(console: Any, fixes: Iterable[Any], broken: Iterable[Any] = ()) -> None:
-    """Plain: one line per fix (fix, version, status, base release, title); a fix whose
-    manifest cannot be read: (fix, "", error, "", FILE:LINE: message)."""
-    rows = [[f.name, f"v{f.version}", f.status, f.upstream.base_release, f.title] for f in fixes]
+    """Plain: one line per fix (fix, version, status, the releases it serves, title); a fix
+    whose manifest cannot be read: (fix, "", error, "", FILE:LINE: message)."""
+    rows = [[f.name, f"v{f.version}", f.status, serves_text(f), f.title] for f in fixes]
     rows += [[b.name, "", "error", "", broken_detail(b)] for b in broken]
     write_table(console, rows, ("fix", "bold"), ("version", "right"),
-                ("status", {"active": "", "error": "bold red"}), ("base", ""), ("title", ""))
+                ("status", {"active": "", "error": "bold red"}), ("serves", ""), ("title", ""))
+
+
+def serves_text(fix: Any) -> str:
+    """``0.5.23 (v4), 0.5.22 (v3)``: each release a version serves; ``any`` without a release
+    precondition."""
+    served = fix.serves()
+    return ", ".join(f"{r} (v{v})" for r, v in served.items()) if served else "any"
 
 
 def broken_detail(broken: Any) -> str:
@@ -417,6 +424,9 @@ def render_fix(console: Any, fix: Any, files: Mapping[str, list[str]]) -> None:
         *(("Supersedes", sup) for sup in fix.supersedes),
         *([("Reverts", fix.reverts)] if fix.reverts else []),
         *(("Patch", f"{p.file} [{p.root}] {', '.join(files.get(p.file, []))}") for p in fix.patches),
+        *(("Variant", f"v{v.version} serves {', '.join(v.releases)}: "
+                      f"{', '.join(p.file for p in v.patches)} (patches/{fix.name}/{v.dir}/)")
+          for v in fix.variants),
         *(("Precondition", check.describe()) for check in fix.preconditions),
         *(("Verification", check.describe()) for check in fix.verification),
     ]

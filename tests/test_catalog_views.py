@@ -1,0 +1,52 @@
+"""`list` and `show` say which release each version of a fix serves: a catalog carries one
+variant per release, and a fleet midway through an upgrade needs to see that before it acts."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def pk(catalog: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "patchkit", "--catalog", str(catalog), *args],
+                          capture_output=True, text=True, cwd=catalog)
+
+
+def variant_catalog(tmp_path: Path) -> Path:
+    """A copy of the shipped catalog: dsv4-bf16-sizing keeps a version for each of two
+    releases, prefill-hicache-off (the serve script) has no release precondition."""
+    for part in ("manifests", "patches"):
+        shutil.copytree(REPO / part, tmp_path / part)
+    return tmp_path
+
+
+def test_list_and_show_name_the_releases_each_version_serves(tmp_path: Path) -> None:
+    catalog = variant_catalog(tmp_path)
+    listed = pk(catalog, "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    by_name = {f["name"]: f for f in json.loads(listed.stdout)}
+    shown = json.loads(pk(catalog, "show", "dsv4-bf16-sizing", "--json").stdout)
+    # what the manifest says, each release once, the version serving it
+    expected = {r: shown["version"] for r in shown["upstream"]["releases"]}
+    for variant in shown["variants"]:
+        expected.update({r: variant["version"] for r in variant["releases"]})
+    assert len(set(expected.values())) >= 2  # the case this is about: versions for two releases
+    assert by_name["dsv4-bf16-sizing"]["serves"] == expected
+    serve_only = by_name["prefill-hicache-off"]
+    assert serve_only["serves"] == {}  # no release precondition: any release
+
+    plain = {row.split("\t")[0]: row.split("\t") for row in pk(catalog, "list").stdout.splitlines()}
+    cell = plain["dsv4-bf16-sizing"][3]
+    for release, version in expected.items():
+        assert f"{release} (v{version})" in cell, cell
+    assert plain["prefill-hicache-off"][3] == "any"
+
+    text = pk(catalog, "show", "dsv4-bf16-sizing").stdout
+    old = shown["variants"][0]
+    assert (f"Variant: v{old['version']} serves {', '.join(old['releases'])}: "
+            f"{old['patches'][0]['file']}") in text, text
