@@ -737,3 +737,27 @@ def test_reapply_and_verify_of_a_drifted_fix_say_so(env: Env, pk: Callable[..., 
     assert error["type"] == "DriftError"
     assert error["details"]["fixes"][0]["drifted"] == [{"root": "sglang", "path": POOL, "state": "drifted"}]
     assert snapshot(env.sglang, env.serve) == before
+
+
+def test_an_error_that_suggests_commands_says_to_give_them_this_runs_target_options(
+        env: Env, pk: Callable[..., Run]) -> None:
+    """A refusal's next steps (`patchkit undo`, `patchkit rollback --force`) are copied and run:
+    without the target options this run was given they would act on another target (the
+    checkout around the working directory, or none). The note names them, quoted for a shell."""
+    serve = env.tmp / "serve dir"  # a space: the note quotes what it repeats
+    env.serve.rename(serve)
+    where = ["--target", env.sglang, f"--root=serve={serve}"]
+    assert pk("apply", INDEX_K, *where).code == EXIT_OK
+    pool = env.sglang / POOL
+    pool.write_text(pool.read_text() + "# edited\n")
+    refused = pk("undo", *where)
+    assert refused.code == EXIT_CHECK_FAILED
+    assert "patchkit rollback --force" in refused.err  # it suggests commands ...
+    note = [line for line in refused.err.splitlines() if line.startswith("note: ")]
+    assert note == [f"note: run the patchkit commands above with this run's options: --catalog "
+                    f"{env.catalog} --target {env.sglang} '--root=serve={serve}'"], refused.err
+    json_err = pk("undo", *where, "--json")
+    assert json_err.json()["error"]["details"]["options"] == [
+        "--catalog", str(env.catalog), "--target", str(env.sglang), f"--root=serve={serve}"]
+    bare = pk("list", "--bogus")  # a usage error: no note (it suggests --help)
+    assert "note: " not in bare.err

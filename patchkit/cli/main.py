@@ -4,6 +4,7 @@ A command's module is imported only when that command runs."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 from importlib import import_module
 from typing import Any
@@ -147,6 +148,30 @@ def main(argv: list[str] | None = None) -> None:
         sys.stdout, sys.stderr = saved  # for a caller in the same process (the tests)
 
 
+#: The options that say which catalog and target a command acts on.
+WHERE_OPTIONS = ("--catalog", "--config", "--target", "-t", "--root", "--python", "--ssh-option",
+                 "--ssh-program")
+#: A message suggesting a command to run next (``patchkit undo``, ``patchkit rollback --force``).
+SUGGESTS = re.compile(r"\bpatchkit [a-z]")
+
+
+def _where_given(args: list[str]) -> list[str]:
+    """The catalog and target options of this command line, as given: a next step an error
+    suggests acts on the same target only with them (docs/cli.md, Exit codes)."""
+    head = args[:args.index("--")] if "--" in args else args
+    given: list[str] = []
+    i = 0
+    while i < len(head):
+        name, eq, _value = head[i].partition("=")
+        if name in WHERE_OPTIONS:
+            taken = 1 if eq else 2
+            given += head[i:i + taken]
+            i += taken
+        else:
+            i += 1
+    return given
+
+
 def _run(argv: list[str] | None, state: State) -> int:
     """The command's exit code; every error turned into its own (click's usage errors too)."""
     try:
@@ -179,11 +204,21 @@ def _run(argv: list[str] | None, state: State) -> int:
     except PatchkitError as err:
         from .render import print_json, render_error
 
+        given = (_where_given(sys.argv[1:] if argv is None else argv)
+                 if SUGGESTS.search(err.message) else [])
         if state.json:
             result = getattr(err, "result", None)
+            error = err.to_dict()
+            if given:
+                error["details"] = {**error["details"], "options": given}
             print_json({**state.named(), **(result.to_json() if result is not None else {}),
-                        "ok": False, "error": err.to_dict()})
+                        "ok": False, "error": error})
         render_error(None, err)
+        if given:
+            import shlex
+
+            sys.stderr.write(f"note: run the patchkit commands above with this run's options: "
+                             f"{shlex.join(given)}\n")
         if state.debug:
             import traceback
 
