@@ -50,3 +50,13 @@ def test_list_and_show_name_the_releases_each_version_serves(tmp_path: Path) -> 
     old = shown["variants"][0]
     assert (f"Variant: v{old['version']} serves {', '.join(old['releases'])}: "
             f"{old['patches'][0]['file']}") in text, text
+
+
+def test_log_json_has_one_shape_whether_or_not_a_manifest_is_broken(tmp_path: Path) -> None:
+    """A script reads `broken` from every `log --json` as from `status --json`, not only when a
+    manifest cannot be read."""
+    catalog = variant_catalog(tmp_path)
+    assert json.loads(pk(catalog, "log", "--no-history", "--json").stdout)["broken"] == []
+    (catalog / "manifests" / "torn.toml").write_text('name = "torn\n')
+    broken = json.loads(pk(catalog, "log", "--no-history", "--json").stdout)["broken"]
+    assert [b["name"] for b in broken] == ["torn"]

@@ -134,9 +134,8 @@ class Lineage:
             "order": list(self.order),
             "edges": [{"from": e.source, "kind": e.kind, "to": e.target} for e in self.edges],
             "fixes": [f.to_json() for f in self.fixes],
+            "broken": [b.to_json() for b in self.broken],  # as `list --json` and `status --json`
         }
-        if self.broken:  # as `list --json` and `status --json` give them
-            out["broken"] = [b.to_json() for b in self.broken]
         return out
 
 
