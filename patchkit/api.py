@@ -65,6 +65,16 @@ def rollback(catalog: Catalog, target: Target, names: Sequence[str], *, dry_run:
     """Restore the bytes the fixes replaced; refuses drifted files unless ``force``. A fix
     applied with ``commit`` is undone like ``git revert`` (docs/git.md). A fix the target
     records that the catalog no longer holds is restored from its backups (its record)."""
+    known, recorded_only = _recorded_only(catalog, target, names, lock_timeout)
+    return _run(catalog, target, catalog.rollback_order(known), "rollback", dry_run=dry_run,
+                force=force, lock_timeout=lock_timeout, recorded_only=recorded_only)
+
+
+def _recorded_only(catalog: Catalog, target: Target, names: Sequence[str], lock_timeout: float
+                   ) -> tuple[list[str], list[tuple[str, int]]]:
+    """``names`` split into the catalog's fixes and ``(name, version)`` of those the target
+    records whose manifest is gone from the catalog, which rollback and verify answer from
+    the record; a name that is neither raises the catalog's UnknownFixError."""
     known: list[str] = []
     unknown: list[tuple[str, UnknownFixError]] = []
     for name in dict.fromkeys(names):
@@ -74,15 +84,14 @@ def rollback(catalog: Catalog, target: Target, names: Sequence[str], *, dry_run:
         except UnknownFixError as err:
             unknown.append((name, err))
     recorded_only = []
-    if unknown:  # only what the target records can be rolled back without its manifest
+    if unknown:  # only what the target records can be answered without its manifest
         found = status(catalog, target, lock_timeout=lock_timeout)
         recorded = {s.name: s for s in found.status if s.state in RECORDED}
         for name, refused in unknown:
             if name not in recorded:
                 raise refused
             recorded_only.append((name, int(recorded[name].version or 1)))
-    return _run(catalog, target, catalog.rollback_order(known), "rollback", dry_run=dry_run,
-                force=force, lock_timeout=lock_timeout, recorded_only=recorded_only)
+    return known, recorded_only
 
 
 def undo(catalog: Catalog, target: Target, txn: str | None = None, *, dry_run: bool = False,
@@ -103,14 +112,21 @@ RECORDED = ("applied", "drifted", "outdated", "lost")
 def verify(catalog: Catalog, target: Target, names: Sequence[str] = (), *,
            lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> OpResult:
     """Run the verification of applied fixes again; writes nothing. No ``names``: every fix
-    the target records as applied (its ``status`` first); none applied: a result without fixes."""
+    the target records as applied (its ``status`` first); none applied: a result without fixes.
+    A recorded fix whose manifest left the catalog is checked against its record (the hashes
+    of the files it wrote), its manifest's own checks not run (its outcome's ``detail`` says so)."""
     unseen: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    if not names:
+    if names:
+        known, recorded_only = _recorded_only(catalog, target, names, lock_timeout)
+    else:
         found = status(catalog, target, lock_timeout=lock_timeout)
-        known = set(catalog.names())
-        names = [s.name for s in found.status if s.state in RECORDED and s.name in known]
+        listed = set(catalog.names())
+        known = [s.name for s in found.status if s.state in RECORDED and s.name in listed]
+        recorded_only = [(s.name, int(s.version or 1)) for s in found.status
+                         if s.state in RECORDED and s.name not in listed]
         unseen = found.unseen  # applied there on a root not given: not verified, named
-    result = _run(catalog, target, [catalog.get(n) for n in names], "verify", lock_timeout=lock_timeout)
+    result = _run(catalog, target, [catalog.get(n) for n in known], "verify",
+                  lock_timeout=lock_timeout, recorded_only=recorded_only)
     return dataclasses.replace(result, unseen=unseen)
 
 

@@ -19,8 +19,10 @@ def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
                   applied_only: bool = False, txn: str | None = None) -> dict[str, Any]:
     """The engine request for ``op`` over ``fixes``, already in the order the op needs.
     ``lazy`` (a status run in this process): each series is read when the engine first uses it.
-    ``recorded_only`` (a rollback): ``(name, version)`` of fixes the target records and the
-    catalog no longer holds, restored from their backups (a FIX object of name and version).
+    ``recorded_only`` (a rollback or a verify): ``(name, version)`` of fixes the target
+    records and the catalog no longer holds, answered from their record: restored from their
+    backups, verified against the hashes of the files they wrote (a FIX object of name and
+    version, marked ``recorded_only``).
     ``applied_only`` (a verify of a fleet's hosts, no fix named): of ``fixes``, each target
     verifies those it records as applied.
     ``txn`` (an undo): the transaction to undo, as the change's result named it (None: the
@@ -55,8 +57,8 @@ def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
         "state_root": state_root,
         "python": python,
         "lock_timeout": float(lock_timeout),
-        "fixes": [{"name": name, "version": version, "rollback": {"strategy": "restore"}}
-                  for name, version in recorded_only]
+        "fixes": [{"name": name, "version": version, "rollback": {"strategy": "restore"},
+                   "recorded_only": True} for name, version in recorded_only]
                  + [fix_request(fix, catalog, lazy=lazy and op == "status") for fix in fixes],
         "dependencies": [] if op == "status" else [fix_request(catalog.get(n), catalog) for n in outside],
         "commit": bool(commit),

@@ -238,10 +238,11 @@ def render_fix_outcome(console: Any, fix: FixOutcome, *, show_diff: bool,
         _drifted(console, fix)
     if fix.outcome == "not-applied":  # a rollback of a fix with no record on the target
         line(console, [("  nothing to do: the target has no record of it", "dim")])
-    if fix.detail and fix.outcome in ("not-needed", "present-unrecorded", "upgraded",
+    if fix.detail and fix.outcome in ("not-needed", "present-unrecorded", "upgraded", "verified",
                                       "would-upgrade", "rolled-back", "would-roll-back",
                                       "undone", "would-undo"):
-        # an upgrade: the files held it already; a rollback: of a lost fix, only forgotten
+        # an upgrade: the files held it already; a rollback: of a lost fix, only forgotten;
+        # a verify: of a fix whose manifest is gone, only what its record holds
         line(console, [(f"  {fix.detail}", "dim")])
     if fix.lost:  # the reinstall is the news, not the apply: say why it was applied again
         line(console, [("  re-applied: was lost: ", "yellow"), (fix.lost, "")])

@@ -293,16 +293,26 @@ def drifted_files(roots: Roots, state: State, rec: FixRecord,
 SHOWN = 5  # drifted files named in a message; the result lists them all
 
 
-def drift_check(fix: str, drifted: List[Dict[str, Any]]) -> Dict[str, Any]:
-    """The automatic verification a drifted fix fails (kind ``drift``)."""
+#: a verify of a fix answered from its record (``recorded_only``): what it could not check
+GONE = ("not in the catalog: its manifest is gone, so its files were checked against its record "
+        "(the hashes of the files patchkit wrote) and its own verification checks were not run")
+
+
+def drift_check(fix: str, drifted: List[Dict[str, Any]], gone: bool = False) -> Dict[str, Any]:
+    """The automatic verification a drifted fix fails (kind ``drift``); ``gone``: the fix's
+    manifest left the catalog, so the way back is its record (rollback), not apply or refresh."""
     named = ["%s (%s)" % (f.get("where") or "%s:%s" % (f["root"], f["path"]), f["state"])
              for f in drifted[:SHOWN]]
     more = " and %d more" % (len(drifted) - SHOWN) if len(drifted) > SHOWN else ""
-    detail = ("changed since patchkit wrote them: %s%s. See patchkit status; to put the fix back "
-              "as written: patchkit rollback --force %s, then patchkit apply %s (the edits are "
-              "lost); to keep the edits, make them a new version of the fix (patchkit refresh %s "
-              "--from CHECKOUT)"
-              % (", ".join(named), more, fix, fix, fix))
+    if gone:
+        todo = ("%s: %s; patchkit rollback --force %s restores its files from its record "
+                "(the edits are lost)" % (fix, GONE, fix))
+    else:
+        todo = ("to put the fix back as written: patchkit rollback --force %s, then patchkit "
+                "apply %s (the edits are lost); to keep the edits, make them a new version of "
+                "the fix (patchkit refresh %s --from CHECKOUT)" % (fix, fix, fix))
+    detail = "changed since patchkit wrote them: %s%s. See patchkit status; %s" % (
+        ", ".join(named), more, todo)
     where = ", ".join(f.get("where") or "%s:%s" % (f["root"], f["path"]) for f in drifted[:SHOWN]) + more
     return {"kind": "drift", "name": "files as patchkit wrote them", "ok": False,
             "detail": detail, "where": where}
@@ -352,10 +362,13 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
         # A check passing on edited files does not vouch for the fix as patchkit wrote it.
         drifted = drifted_files(req.roots, state, recorded[spec.name], ws)
         ctx = CheckContext(spec.name, req.roots, req.python, spec.scripts, req.roots.read)
-        first = drift_check(spec.name, drifted) if drifted else None
-        if first is not None and spec.name in lost:
+        first = drift_check(spec.name, drifted, spec.recorded_only) if drifted else None
+        if first is None and spec.recorded_only:  # its record's check is all it has: listed
+            first = {"kind": "drift", "name": "files as patchkit wrote them", "ok": True,
+                     "detail": "every file holds the bytes its record names", "where": ""}
+        if first is not None and not first["ok"] and spec.name in lost:
             first = dict(first, detail="lost: %s" % lost[spec.name]["detail"])
-        elif (first is not None and recorded[spec.name].version != spec.version
+        elif (first is not None and not first["ok"] and recorded[spec.name].version != spec.version
               and _holds_catalog(req, store, ws, recorded[spec.name], spec)):
             first = dict(first, detail=(
                 "the files hold v%d's change, not the recorded v%s's (edited by hand, or "
@@ -367,6 +380,8 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
         out.append({"name": spec.name, "version": recorded[spec.name].version,
                     "outcome": "verified" if all(r["ok"] for r in results) else "failed",
                     "files": [], "preconditions": [], "verification": results, "drifted": drifted})
+        if spec.recorded_only:
+            out[-1]["detail"] = GONE
     if failures and all(f["kind"] == "drift" for f in failures):
         raise DriftError("%d applied fix(es) drifted: files changed since patchkit wrote them "
                          "(nothing was changed):\n%s" % (len(failures), failure_lines(failures)),

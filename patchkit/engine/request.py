@@ -37,6 +37,9 @@ class FixSpec(MutableRecord):
     # why the fix is not needed on this target (upstream holds it), set by variants.choose
     variants_known: Tuple[Tuple[Any, Tuple[str, ...]], ...] = ()
     not_needed: str = ""
+    # a fix the target records whose manifest left the catalog: name and version only, answered
+    # from its record (a rollback restores its backups, a verify checks its files' hashes)
+    recorded_only: bool = False
 
 
 @record_dataclass(frozen=True)
@@ -106,7 +109,8 @@ def parse_fix(data: Any, lazy: bool = False, deferred: bool = False) -> FixSpec:
         allow_special_modes=data.get("allow_special_modes") is True,
         variants_known=tuple((v, tuple(str(r) for r in rs))
                              for v, rs in (data.get("variants_known") or [])),
-        not_needed=str(data.get("not_needed") or ""))
+        not_needed=str(data.get("not_needed") or ""),
+        recorded_only=data.get("recorded_only") is True)
 
 
 class Changes(Sequence[FileChange]):
