@@ -35,7 +35,7 @@ def _status_rows(result: OpResult, verbose: bool) -> List[List[str]]:
         state = s.state
         if state == "outdated":
             state = f"outdated (v{s.version} applied, v{s.catalog_version} in the catalog)"
-            if result.release and s.releases:  # the variant of the release the target runs
+            if result.release in s.releases:  # the variant of the release the target runs
                 state += f": v{s.catalog_version} is {result.release}'s variant"
             if s.detail:  # the files hold the catalog's version already
                 state += f"; {s.detail}"

@@ -286,7 +286,8 @@ class _Prepare:
         req, ws = self.req, self.ws
         pre: List[Dict[str, Any]] = []
         if spec.release is not None:
-            pre.append(auto.release_check(spec, req.roots, self.releases, req.git))
+            pre.append(auto.release_check(spec, req.roots, self.releases, req.git, None
+                                          if spec.name in self.lost else self.recorded.get(spec.name)))
         # every copy the request carries is looked for in the files: a dependency, or a fix
         # of the request left out (sync: present unrecorded), as `apply FIX` looks for it
         copies = {d.name: d for d in (*req.fixes, *req.dependencies)}

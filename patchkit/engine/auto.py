@@ -19,7 +19,9 @@ from .variants import detect_release
 from .workspace import Entry
 
 def release_check(spec: FixSpec, roots: Roots, cache: Dict[str, Tuple[Optional[str], str]],
-                  git: bool = True) -> Dict[str, Any]:
+                  git: bool = True, applied: Optional[FixRecord] = None) -> Dict[str, Any]:
+    """The release the fix's root runs is one its version serves. ``applied``: the record of
+    another version of it on the target, which a refused upgrade leaves in place (said)."""
     assert spec.release is not None
     root = roots.get(str(spec.release.get("root") or "sglang"))
     wanted = [str(v) for v in spec.release.get("versions") or []]
@@ -42,9 +44,11 @@ def release_check(spec: FixSpec, roots: Roots, cache: Dict[str, Tuple[Optional[s
                       "%s (v%s)" % (", ".join(rs) or "any release", v) for v, rs in spec.variants_known),
                       spec.name, found)
     elif not ok:
-        detail += "; the fix is known to apply to %s only. Use a version of the fix written for %s " \
-                  "(rebase it), or add %s to upstream.releases once it is checked" % (
-                      ", ".join(wanted), found, found)
+        detail += "; the fix is known to apply to %s only. Make a version of the fix for %s with " \
+                  "patchkit rebase %s --onto %s, or add %s to upstream.releases once it is " \
+                  "checked" % (", ".join(wanted), found, spec.name, found, found)
+    if not ok and applied is not None and applied.version != spec.version:
+        detail += "; the applied v%s stays as it is" % applied.version
     return result("release", name, ok, detail, root.name)
 
 

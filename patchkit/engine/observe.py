@@ -30,7 +30,13 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
         if rec:
             entry = _recorded(ws, rec, last, installs, releases, req.git)
             entry["catalog_version"] = spec.version
-            if entry["state"] == "applied" and rec.version != spec.version:
+            # the catalog's version is no upgrade where it does not serve the release the
+            # target runs (apply and sync refuse it there): the applied one stays, said so
+            unserved = unserved_detail(req, spec, releases) if (
+                rec.version != spec.version or entry["state"] == "lost") else None
+            if unserved is not None:
+                _say_unserved(entry, rec, spec, unserved)
+            elif entry["state"] == "applied" and rec.version != spec.version:
                 entry["state"] = "outdated"  # another version is applied than the catalog's
             elif (entry["state"] == "drifted" and rec.version != spec.version
                   and "detail" not in entry and _holds_catalog(req, store, ws, rec, spec)):
@@ -69,6 +75,25 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
             "running": procs.running(req.roots, store.dir, state, req.python)}
 
 
+def unserved_detail(req: Request, spec: FixSpec, releases: Dict[str, Any]
+                    ) -> Optional[Tuple[str, str]]:
+    """(the release the target runs, the versions there are and what they serve) when no
+    version of the fix serves that release: ``spec`` is then the top level, which
+    ``variants.choose`` keeps when none does, and is no version for this target. None when
+    one serves it, the fix checks no release, or the release cannot be told."""
+    from .variants import release_of
+
+    if spec.release is None:
+        return None
+    wanted = [str(v) for v in spec.release.get("versions") or []]
+    found = release_of(req.roots, str(spec.release.get("root") or "sglang"), releases, req.git)
+    if not wanted or found is None or found in wanted:
+        return None
+    served = ", ".join("v%s for %s" % (v, ", ".join(rs)) for v, rs in spec.variants_known
+                       if rs) or "v%s is for %s" % (spec.version, ", ".join(wanted))
+    return found, served
+
+
 def _not_served(req: Request, spec: FixSpec, entry: Dict[str, Any],
                 releases: Dict[str, Any]) -> None:
     """An unrecorded fix no version of which serves the release the target runs is
@@ -76,19 +101,29 @@ def _not_served(req: Request, spec: FixSpec, entry: Dict[str, Any],
     by a series written for other releases is too: some of its lines match by chance, which
     says nothing (a clean install of an older release looked damaged, and failed ``status
     --exit-code``)."""
-    from .variants import release_of
-
-    if spec.release is None:
+    unserved = unserved_detail(req, spec, releases)
+    if unserved is None:
         return
-    wanted = [str(v) for v in spec.release.get("versions") or []]
-    found = release_of(req.roots, str(spec.release.get("root") or "sglang"), releases, req.git)
-    if not wanted or found is None or found in wanted:
-        return
-    served = ", ".join("v%s for %s" % (v, ", ".join(rs)) for v, rs in spec.variants_known
-                       if rs) or "v%s is for %s" % (spec.version, ", ".join(wanted))
+    found, served = unserved
     entry.update(state="not-applied", files=[], detail=(
         "no version of the fix serves %s (%s): its change was not looked for there; make one "
         "with patchkit rebase %s --onto %s" % (found, served, spec.name, found)))
+
+
+def _say_unserved(entry: Dict[str, Any], rec: FixRecord, spec: FixSpec,
+                  unserved: Tuple[str, str]) -> None:
+    """A recorded fix whose catalog version does not serve the release the target runs: not
+    ``outdated`` (no upgrade is there to make: apply and sync refuse that version here), so an
+    intact applied version stays ``applied``; drifted stays drifted, and a lost one is told
+    that applying it again needs a version for the release first (docs/cli.md, status)."""
+    found, served = unserved
+    make = "make one with patchkit rebase %s --onto %s" % (spec.name, found)
+    said = "no version of the fix serves %s (%s)" % (found, served)
+    if entry["state"] == "lost":
+        entry["detail"] = "%s. %s: %s, then apply it" % (entry["lost"], said, make)
+    elif "detail" not in entry:  # a root given elsewhere says more about a drift
+        entry["detail"] = ("%s: the applied v%s stays, as apply and sync refuse v%s here; %s"
+                           % (said, rec.version, spec.version, make))
 
 
 def _holds_catalog(req: Request, store: Store, ws: Workspace, rec: FixRecord, spec: FixSpec) -> bool:
@@ -358,6 +393,7 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
     out, failures = [], []
     ws = Workspace(req.roots)
     lost = lost_fixes(req.roots, state, ws, req.git)
+    releases: Dict[str, Any] = {}  # each root's release, read once (an unserved catalog version)
     for spec in specs:
         # A check passing on edited files does not vouch for the fix as patchkit wrote it.
         drifted = drifted_files(req.roots, state, recorded[spec.name], ws)
@@ -369,6 +405,7 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
         if first is not None and not first["ok"] and spec.name in lost:
             first = dict(first, detail="lost: %s" % lost[spec.name]["detail"])
         elif (first is not None and not first["ok"] and recorded[spec.name].version != spec.version
+              and unserved_detail(req, spec, releases) is None  # else apply would refuse it
               and _holds_catalog(req, store, ws, recorded[spec.name], spec)):
             first = dict(first, detail=(
                 "the files hold v%d's change, not the recorded v%s's (edited by hand, or "
