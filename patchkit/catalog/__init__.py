@@ -14,7 +14,7 @@ from ..errors import ManifestError, PatchFormatError, UnknownFixError, UsageErro
 from .config import load_config
 from .manifest import load_manifest, name_problem
 from .reader import close_matches, key_line, key_where
-from .model import Fix
+from .model import Fix, ProjectConfig
 
 ENV_CATALOG = "PATCHKIT_CATALOG"
 CONFIG_NAME = "patchkit.toml"  # a catalog's own settings (docs/manifest.md, patchkit.toml)
@@ -109,6 +109,19 @@ def _pending_imports(root: Path) -> set[str]:
     return out
 
 
+def _named(root: Path, said: str, given_by: str, todo: str) -> Path:
+    """``root``, a catalog named explicitly (``said`` is how: ``--catalog DIR``,
+    ``PATCHKIT_CATALOG=DIR``, patchkit.toml's key), refused unless it holds manifests/."""
+    if not root.is_dir():
+        problem = "no such directory" if not root.exists() else "not a directory"
+    elif not (root / "manifests").is_dir():
+        problem = "holds no manifests/ directory"
+    else:
+        return root
+    raise UsageError(f"{said}: {problem}. {todo} (or make a catalog with `patchkit init DIR`)",
+                     catalog=str(root), given_by=given_by)
+
+
 class Catalog:
     """The fixes of one catalog directory, plus those of ``beside`` (the shipped catalog) that
     it does not have itself; writes go only to ``root``, never to a ``read_only`` catalog."""
@@ -145,17 +158,37 @@ class Catalog:
         return cls(root, beside=beside)
 
     @classmethod
+    def find(cls, given: Path | str | None = None, *, config: ProjectConfig | None = None,
+             start: Path | str | None = None) -> Catalog:
+        """The catalog a command works on, in the one order docs/cli.md gives: ``given``
+        (``--catalog``), else $PATCHKIT_CATALOG, else the ``catalog`` key of ``config``
+        (patchkit.toml), else the nearest catalog up from ``start`` (default: cwd), else the
+        shipped one. A catalog named by any of the first three must be there: a missing one is
+        a ``UsageError`` naming where it was named, never passed over for the next."""
+        env = os.environ.get(ENV_CATALOG)
+        if given is not None:  # the order is written in docs/cli.md (--catalog) and docs/manifest.md
+            return cls.open(_named(Path(given), f"--catalog {given}", "--catalog",
+                                   "Give the directory holding manifests/ and patches/"))
+        if env:
+            return cls.open(_named(Path(env).expanduser(), f"{ENV_CATALOG}={env}", ENV_CATALOG,
+                                   f"Set {ENV_CATALOG} to the directory holding manifests/ and "
+                                   "patches/, or unset it"))
+        if config is not None and config.catalog is not None:
+            said = f"{key_where(config.path, 'catalog')}: the catalog key names {config.catalog}"
+            return cls.open(_named(config.catalog, said, str(config.path),
+                                   f"Fix the catalog key of {config.path}"))
+        return cls._found_from(start)
+
+    @classmethod
     def discover(cls, start: Path | str | None = None) -> Catalog:
         """$PATCHKIT_CATALOG, else the nearest directory up from ``start`` (default: cwd)
-        holding manifests/ and patches/, else the catalog shipped with patchkit (read-only)."""
-        env = os.environ.get(ENV_CATALOG)
-        if env:
-            root = Path(env).expanduser()
-            if not (root / "manifests").is_dir():
-                raise UsageError(f"{ENV_CATALOG}={env} does not hold a manifests/ directory. "
-                                 f"Set {ENV_CATALOG} to the directory holding manifests/ and "
-                                 "patches/, or unset it", catalog=env)
-            return cls.open(root)
+        holding manifests/ and patches/, else the catalog shipped with patchkit (read-only):
+        :meth:`find` without ``--catalog`` or a patchkit.toml."""
+        return cls.find(start=start)
+
+    @classmethod
+    def _found_from(cls, start: Path | str | None) -> Catalog:
+        """The nearest catalog up from ``start``, else the shipped one (the end of find's order)."""
         here = Path(start) if start is not None else Path.cwd()
         shipped = shipped_catalog_root()
         for candidate in (here.resolve(), *here.resolve().parents):

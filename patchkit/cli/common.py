@@ -55,13 +55,10 @@ class State:
 
     def catalog(self) -> Catalog:
         if self._catalog is None:
-            location = self.catalog_dir
-            cfg = self.config()
-            if location is None and cfg is not None and getattr(cfg, "catalog", None):
-                location = str(cfg.catalog)
             from ..catalog import Catalog
 
-            self._catalog = Catalog.open(Path(location)) if location else Catalog.discover()
+            # the order (--catalog, $PATCHKIT_CATALOG, patchkit.toml, discovery) is find's
+            self._catalog = Catalog.find(self.catalog_dir, config=self.config())
             for name in self._catalog.shadowed():
                 sys.stderr.write(f"warning: {name} in {self._catalog.manifests_dir} replaces "
                                  "the shipped fix of the same name (rename yours to use both)\n")

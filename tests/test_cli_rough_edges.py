@@ -1,0 +1,104 @@
+"""Rough edges a new user's first hour found in the command line: which catalog a run uses,
+what a fix's error says in ``--json``, what a failed write in the state root names."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from patchkit.cli.main import main
+from patchkit.errors import EXIT_USAGE
+
+SAMPLES = Path(__file__).parent / "samples"
+SAMPLE_FIXES = ["index-k-bytes", "pool-guard"]  # what `list` shows of the sample catalog
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: Any) -> tuple[int, str, str]:
+    """The real ``main()`` in-process: the exit code the shell would see, stdout, stderr."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return int(exc.value.code or 0), out, err
+
+
+@pytest.fixture
+def own_catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty catalog of the user's own, as `patchkit init` lays it out (``catalog = "."``),
+    the working directory; no PATCHKIT_* variable set."""
+    mine = tmp_path / "mine"
+    (mine / "manifests").mkdir(parents=True)
+    (mine / "patches").mkdir()
+    (mine / "patchkit.toml").write_text('catalog = "."\n')
+    for var in ("PATCHKIT_CATALOG", "PATCHKIT_CONFIG", "PATCHKIT_DEBUG"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(mine)
+    return mine
+
+
+def fix_names(out: str) -> list[str]:
+    return sorted(f["name"] for f in json.loads(out))
+
+
+# -- which catalog: --catalog, then $PATCHKIT_CATALOG, then patchkit.toml, then discovery ------
+
+def test_patchkit_catalog_wins_over_the_catalog_key_of_patchkit_toml(
+        own_catalog: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    other = tmp_path / "other"
+    shutil.copytree(SAMPLES / "catalog", other)
+    monkeypatch.setenv("PATCHKIT_CATALOG", str(other))
+    code, out, err = run(capsys, "list", "--json")
+    assert code == 0, err
+    assert fix_names(out) == SAMPLE_FIXES
+    code, out, err = run(capsys, "--catalog", own_catalog, "list", "--json")  # --catalog first
+    assert (code, fix_names(out)) == (0, []), err
+
+
+@pytest.mark.parametrize("where", ["own catalog", "empty directory"])
+def test_a_patchkit_catalog_that_does_not_exist_is_an_error_naming_it(
+        where: str, own_catalog: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    if where == "empty directory":
+        (tmp_path / "empty").mkdir()
+        monkeypatch.chdir(tmp_path / "empty")
+    missing = tmp_path / "no-such-catalog"
+    monkeypatch.setenv("PATCHKIT_CATALOG", str(missing))
+    code, out, err = run(capsys, "list")
+    assert code == EXIT_USAGE, (out, err)
+    assert f"error: PATCHKIT_CATALOG={missing}: no such directory" in err, err
+    code, out, err = run(capsys, "list", "--json")
+    assert code == EXIT_USAGE
+    error = json.loads(out)["error"]
+    assert error["details"] == {"catalog": str(missing), "given_by": "PATCHKIT_CATALOG"}, error
+
+
+def test_a_catalog_option_that_does_not_exist_is_an_error_naming_it(
+        own_catalog: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    missing = tmp_path / "no-such-catalog"
+    for args in (["--catalog", missing, "list"], ["list", "--catalog", missing]):
+        code, out, err = run(capsys, *args)
+        assert code == EXIT_USAGE, (out, err)
+        assert f"error: --catalog {missing}: no such directory" in err, err
+    (tmp_path / "plain").mkdir()  # a directory, but no catalog
+    code, out, err = run(capsys, "--catalog", tmp_path / "plain", "list")
+    assert code == EXIT_USAGE
+    assert f"error: --catalog {tmp_path / 'plain'}: holds no manifests/ directory" in err, err
+    # --catalog comes first: a PATCHKIT_CATALOG it overrides is not looked at
+    monkeypatch.setenv("PATCHKIT_CATALOG", str(missing))
+    code, out, err = run(capsys, "--catalog", SAMPLES / "catalog", "list", "--json")
+    assert (code, fix_names(out)) == (0, SAMPLE_FIXES), err
+
+
+def test_a_catalog_key_that_does_not_exist_names_patchkit_toml_and_its_line(
+        own_catalog: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (own_catalog / "patchkit.toml").write_text('# mine\n\ncatalog = "elsewhere"\n')
+    code, out, err = run(capsys, "list")
+    assert code == EXIT_USAGE, (out, err)
+    assert (f"error: patchkit.toml:3: the catalog key names {own_catalog / 'elsewhere'}: "
+            "no such directory") in err, err
