@@ -8,7 +8,7 @@ from typing import Any, Sequence
 from .catalog import Catalog
 from .catalog.model import Fix
 from .engine.contract import FORMAT, OPS, reversed_record
-from .errors import ManifestError, UsageError
+from .errors import ManifestError, PatchFormatError, UsageError
 
 
 def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
@@ -150,7 +150,10 @@ def _series(fix: Fix) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     except OSError as exc:
         raise ManifestError(f"{fix.manifest_path}: cannot read patch {exc.filename}: "
                             f"{exc.strerror}. Restore the file", file=str(fix.manifest_path),
-                            key="patches") from None
+                            key="patches", fix=fix.name) from None
+    except PatchFormatError as exc:  # the patch file names itself; its fix is said here
+        exc.details.setdefault("fix", fix.name)
+        raise
     return [{"file": ref.file, "sha256": digest} for ref, digest in zip(fix.patches, digests)], files
 
 

@@ -102,3 +102,61 @@ def test_a_catalog_key_that_does_not_exist_names_patchkit_toml_and_its_line(
     assert code == EXIT_USAGE, (out, err)
     assert (f"error: patchkit.toml:3: the catalog key names {own_catalog / 'elsewhere'}: "
             "no such directory") in err, err
+
+
+# -- a fix's error in --json names the fix and the file the message names ---------------------
+
+@pytest.fixture
+def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An installed-package layout of the sample tree (``sglang/`` with no ``python/``), where
+    a file lies elsewhere than the patch names it: ``sglang/srt/pool.py``."""
+    site = tmp_path / "site"
+    shutil.copytree(SAMPLES / "tree" / "sglang" / "python" / "sglang", site / "sglang")
+    (site / "sglang" / "version.py").unlink()
+    (site / "sglang" / "_version.py").write_text("__version__ = version = '0.5.21'\n")
+    for var in ("PATCHKIT_CATALOG", "PATCHKIT_CONFIG", "PATCHKIT_DEBUG"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(tmp_path)
+    return site
+
+
+def test_a_conflict_names_the_fix_and_the_installed_file_in_its_details(
+        installed: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pool = installed / "sglang/srt/pool.py"
+    pool.write_text(pool.read_text().replace("kv = kv_heads * head_dim * dtype_bytes",
+                                             "kv = kv_heads * head_dim"))
+    code, out, err = run(capsys, "--catalog", SAMPLES / "catalog", "apply", "index-k-bytes",
+                         "--target", installed, "--json")
+    assert code == 3, err
+    error = json.loads(out)["error"]
+    details = error["details"]
+    assert error["message"].startswith("sglang:sglang/srt/pool.py: hunk #1 of "), error
+    assert {k: details[k] for k in ("fix", "root", "path", "where", "patch", "patch_path")} == {
+        "fix": "index-k-bytes", "root": "sglang", "path": "sglang/srt/pool.py",
+        "where": "sglang:sglang/srt/pool.py", "patch": "0001-count-index-k-bytes.patch",
+        "patch_path": "python/sglang/srt/pool.py"}, details
+
+
+def test_a_broken_patch_and_a_failed_precondition_name_the_fix_too(
+        installed: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    catalog = tmp_path / "catalog"
+    shutil.copytree(SAMPLES / "catalog", catalog)
+    patch = catalog / "patches/index-k-bytes/0001-count-index-k-bytes.patch"
+    patch.write_text(patch.read_text().split("@@")[0] + "@@ -1,3 +1,3 @@\n garbage\n")
+    code, out, err = run(capsys, "--catalog", catalog, "apply", "index-k-bytes",
+                         "--target", installed, "--json")
+    assert code == EXIT_USAGE, err
+    error = json.loads(out)["error"]
+    assert error["type"] == "PatchFormatError", error
+    assert error["details"]["fix"] == "index-k-bytes", error
+    assert error["message"].startswith(error["details"]["file"] + ":"), error
+    assert error["details"]["file"] == str(patch)
+
+    (installed / "sglang/srt/pool.py").unlink()
+    code, out, err = run(capsys, "--catalog", SAMPLES / "catalog", "apply", "index-k-bytes",
+                         "--target", installed, "--json")
+    assert code == 1, err
+    error = json.loads(out)["error"]
+    failed = error["details"]["failures"][0]
+    assert (failed["fix"], failed["where"]) == ("index-k-bytes", "sglang:sglang/srt/pool.py")
+    assert f"fix index-k-bytes: {failed['name']}" in error["message"], error

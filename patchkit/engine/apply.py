@@ -267,9 +267,10 @@ class _Prepare:
             fc.snapshot(self.ws, fc.before)
             try:
                 (self.place if fc.source is None else self.revert_commit)(fc)
-            except ConflictError:
+            except ConflictError as exc:
                 if fc.source is None and self.present(fc):
                     continue
+                exc.details.setdefault("fix", spec.name)  # the hunks know their file, not their fix
                 self.refuse_failed()  # a refused precondition explains more than the conflict
                 raise
             fc.snapshot(self.ws, fc.after)

@@ -146,11 +146,18 @@ class FileChange(Record):
         if isinstance(self.source, tuple):
             return self.source
         raw, fix = self.source
-        return tuple(_hunk(h, i, fix, self.patch, self.where) for i, h in enumerate(raw, 1))
+        return tuple(_hunk(h, i, fix, self) for i, h in enumerate(raw, 1))
 
     @property
     def where(self) -> str:
         return self.shown or "%s:%s" % (self.root, self.path)
+
+    def named(self) -> Dict[str, Any]:
+        """The file as an error's details name it (docs/cli.md, ``--json``): ``path`` as the
+        message does, where it lies in its root (an installed package's ``sglang/x.py``),
+        ``where`` the message's ``root:path``, ``patch_path`` the path the patch names."""
+        return {"root": self.root, "path": self.where.partition(":")[2], "where": self.where,
+                "patch": self.patch, "patch_path": self.path}
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any], fix: str, lazy: bool = False) -> "FileChange":
@@ -214,7 +221,8 @@ def body_lines(body: str) -> Tuple[Tuple[str, str], ...]:
     return tuple(out)
 
 
-def _hunk(data: Any, index: int, fix: str, patch: str, where: str) -> Hunk:
+def _hunk(data: Any, index: int, fix: str, change: FileChange) -> Hunk:
+    patch, where = change.patch, change.where
     try:
         body = data.get("body")
         if body is not None:
@@ -233,14 +241,14 @@ def _hunk(data: Any, index: int, fix: str, patch: str, where: str) -> Hunk:
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise PatchFormatError("fix %s, %s: hunk #%d of %s for %s is malformed (%s)"
                                % (fix, patch, index, patch, where, exc),
-                               fix=fix, patch=patch, hunk=index) from None
+                               fix=fix, hunk=index, **change.named()) from None
     old, new = kinds[" "] + kinds["-"], kinds[" "] + kinds["+"]
     if set(kinds) - _KINDS or old != hunk.old_count or new != hunk.new_count:
         raise PatchFormatError(
             "%s: hunk #%d for %s has %d old / %d new lines but its header says %d / %d; "
             "the patch file is damaged, regenerate it"
             % (patch, index, where, old, new, hunk.old_count, hunk.new_count),
-            fix=fix, patch=patch, hunk=index)
+            fix=fix, hunk=index, **change.named())
     return hunk
 
 
@@ -306,13 +314,12 @@ def apply_change(text: Optional[str], change: FileChange,
         if text is not None:
             raise ConflictError("%s: %s creates this file but it already exists; remove it or "
                                 "roll back whatever created it" % (change.where, change.patch),
-                                root=change.root, path=change.path, patch=change.patch)
+                                **change.named())
         new = "".join([h.added_text() for h in change.hunks])
         return new, [Placement(change.patch, h.index, h.new_start, h.new_start, 0) for h in change.hunks]
     if text is None:
         raise ConflictError("%s: %s changes this file but it does not exist"
-                            % (change.where, change.patch),
-                            root=change.root, path=change.path, patch=change.patch)
+                            % (change.where, change.patch), **change.named())
     lines = split_lines(text)
     if change.op == "delete":
         old = [t for h in change.hunks for t in h.sides()[0]]
@@ -376,9 +383,9 @@ def _conflict(change: FileChange, hunk: Optional[Hunk], lines: Sequence[str], ol
         "%s: hunk #%d of %s %s; expected at line %d; first difference at %s. Refresh the patch "
         "against this tree or check that the target runs the release the fix was written for"
         % (change.where, number, change.patch, what, expected_line, difference),
-        root=change.root, path=change.path, patch=change.patch, hunk=number,
-        expected_line=expected_line, first_difference={"line": diff_line, "expected": wanted,
-                                                       "found": found})
+        hunk=number, expected_line=expected_line,
+        first_difference={"line": diff_line, "expected": wanted, "found": found},
+        **change.named())
 
 
 def _ending(line: str) -> str:

@@ -137,7 +137,8 @@ def _refuse(fix: str, src: Source, f: RevertFile, where: str, what: str,
         "resolve it by hand (git revert %s in the checkout), or write the revert as a series"
         % (fix, src.title, what, f.path, "; ".join(later) if later else "none (uncommitted changes?)",
            src.sha[:12]),
-        fix=fix, commit=src.sha, root=src.root, path=f.path, later_commits=later, conflicts=ranges)
+        fix=fix, commit=src.sha, root=src.root, path=f.path, where=where, later_commits=later,
+        conflicts=ranges)
 
 
 def conflict_ranges(current: bytes, merged: bytes) -> List[Dict[str, Any]]:

@@ -71,9 +71,10 @@ def _rollback(req: Request, store: Store, state: State, recorded: Recorded) -> D
         strategy = _strategy(fc, rec, sources, spec.name in gone)
         try:
             strategy(store, ws, fc, rec, sources, gone.get(spec.name, set()))
-        except ConflictError:
+        except ConflictError as exc:
             if strategy is _by_reverse and drift and not req.force:
                 break
+            exc.details.setdefault("fix", spec.name)  # the hunks know their file, not their fix
             raise
         left = gone.get(spec.name, set())
         if left:  # the reinstall's files: not the rollback's to write, nor to report
