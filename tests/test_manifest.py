@@ -547,3 +547,38 @@ def test_a_key_given_twice_is_named_in_one_sentence(tmp_path: Path) -> None:
     with pytest.raises(ManifestError) as exc:
         load_manifest(path)
     assert "already exists" in exc.value.message and ".." not in exc.value.message, exc.value.message
+
+
+_HEAD = 'format = 1\nname = "f"\nversion = 1\n'  # lines 1-3 of each manifest below
+
+
+@pytest.mark.parametrize("text, line", [
+    (_HEAD + 'version = 2\ntitle = "t"\n', 4),  # a key given twice
+    (_HEAD + 'title = "t"\nversion = 2', 5),  # ... on the last line, no newline after it
+    (_HEAD + 'version = 2  # again\n# a comment\nstatus = "active"\n', 4),
+    (_HEAD + 'title = "t"\nversion = 2\n\n\n\nstatus = "active"\n', 5),  # blank lines after it
+    (_HEAD.replace("\n", "\r\n") + 'title = "t"\r\nversion = 2\r\nstatus = "x"\r\n', 5),  # CRLF
+    (_HEAD + 'rationale = "r"\nrationale = """one\ntwo\n"""\ntitle = "t"\n', 5),  # multi-line
+    (_HEAD + '[upstream]\nbase_release = "0.5.21"\nroot = "sglang"\nroot = "serve"\n\n'
+     '[[patches]]\nfile = "0001-x.patch"\n', 7),  # in a table, another table after it
+    (_HEAD + '[upstream]\nbase_release = "0.5.21"\n\n[upstream]\nroot = "sglang"\n\n'
+     '[[patches]]\nfile = "0001-x.patch"\n', 7),  # a [table] given twice: its second header
+    (_HEAD + '[[patches]]\nfile = "a.patch"\n\n[[patches]]\nfile = "b.patch"\nroot = "s"\n'
+     'file = "c.patch"\n', 10),  # in the second [[patches]]
+    (_HEAD + 'upstream.root = "a"\ntitle = "t"\nupstream.root = "b"\n', 6),  # dotted
+    (_HEAD + 'headers = {A = "x", A = "y"}\ntitle = "t"\n', 4),  # inline table
+    (_HEAD + 'title = "never closed\nstatus = "active"\n', 4),  # unterminated string
+    (_HEAD + 'title = "t"\nrationale = """never\nclosed\n\nstatus = "active"\n', 5),  # ... of lines
+    (_HEAD + 'headers = {A = "x",\ntitle = "t"\n', 4),  # an inline table not closed
+    (_HEAD + 'title = nope\nstatus = "active"\n', 4),  # a bad value
+    (_HEAD + 'title = "t"\nstatus = "active" "x"\nrationale = "r"\n', 5),  # junk after a value
+])
+def test_a_toml_error_names_the_line_it_is_on(tmp_path: Path, text: str, line: int) -> None:
+    """FILE:LINE of a TOML syntax error is the offending line: tomlkit's position of a key
+    given twice is past the item (the next line, or the end of a whole [table])."""
+    path = tmp_path / "f.toml"
+    path.write_bytes(text.encode())
+    with pytest.raises(ManifestError) as exc:
+        load_manifest(path)
+    assert exc.value.details["line"] == line, exc.value.message
+    assert exc.value.message.startswith(f"{path}:{line}:"), exc.value.message

@@ -248,18 +248,30 @@ def parse_toml(path: Path, text: str) -> Any:
 
     try:
         return tomlkit.parse(text)
-    except tomlkit.exceptions.ParseError as exc:
+    except tomlkit.exceptions.TOMLKitError as exc:
         reason = re.sub(r" at line \d+ col \d+$", "", str(exc)).rstrip(".")
-        line, col = exc.line, exc.col
+        twice = _ALREADY.match(reason)
+        if twice:  # tomlkit's position is past the item (a ParseError), or none (inline)
+            line, col = _second_key(text, twice.group(1))
+            raise ManifestError(
+                f"{path}:{line}: not valid TOML: {reason}: it is given a second time here (a key, "
+                "or a [table], is given once in its table). Remove one of the two, or rename "
+                "it", file=str(path), line=line, col=col) from None
+        if not isinstance(exc, tomlkit.exceptions.ParseError):
+            raise Ctx(path).fail("", f"not valid TOML: {reason}",
+                                 "Fix the syntax (https://toml.io)") from None
+        line, col = exc.line, exc.col + 1  # tomlkit counts columns from 0, editors from 1
         if reason.startswith("Unexpected end of file") or ("'\\x00'" in reason
                                                            and "\x00" not in text):
             # tomlkit's end-of-input sentinel: an array, inline table, string or [table]
-            # header is still open where the file stops
+            # header is still open where the file stops (where tomlkit says it is)
+            begun = _open_item_line(text.splitlines(keepends=True))
+            line, col = (begun, 1) if begun else (line, col)
             raise ManifestError(
                 f"{path}:{line}: not valid TOML: the file ends inside a value (an array, "
-                f"inline table, string or [table] header begun at line {line} is not closed). "
-                "Close it (']', '}' or the quote) or finish the value (TOML reference: "
-                "https://toml.io)", file=str(path), line=line, col=col) from None
+                f"inline table, string or [table] header {f'begun at line {begun} ' if begun else ''}"
+                "is not closed). Close it (']', '}' or the quote) or finish the value (TOML "
+                "reference: https://toml.io)", file=str(path), line=line, col=col) from None
         if "\\u000a" in reason:  # tomlkit: "Control characters ... use \u000a instead"
             raise ManifestError(
                 f"{path}:{line}: not valid TOML: a string is not closed on its line (a \"...\" "
@@ -269,8 +281,68 @@ def parse_toml(path: Path, text: str) -> Any:
         raise ManifestError(f"{path}:{line}:{col}: not valid TOML: {reason}. Fix the syntax at "
                             f"line {line} column {col} (TOML reference: https://toml.io)",
                             file=str(path), line=line, col=col) from None
-    except tomlkit.exceptions.TOMLKitError as exc:
-        raise Ctx(path).fail("", f"not valid TOML: {str(exc).rstrip('.')}",
-                             "Fix the syntax (https://toml.io)") from None
     except RecursionError:  # a tomlkit without its own nesting limit
         raise _too_deep(path) from None
+
+
+_ALREADY = re.compile(r'Key "(.*)" already exists\Z')
+
+
+def _second_key(text: str, key: str) -> tuple[int, int]:
+    """Where ``key`` is given the second time (line and column, from 1). tomlkit says where it
+    stopped, past that item: the next line, or the end of a whole [table]. The item ends on the
+    first line whose prefix of the file tomlkit refuses the same way; it starts on the last line
+    at or above that one naming the key where the lines above parse on their own (not inside
+    a multi-line value)."""
+    lines = text.splitlines(keepends=True)
+    lo, hi = 1, len(lines)  # all of them: refused so
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _refused_for(lines[:mid], key):
+            hi = mid
+        else:
+            lo = mid + 1
+    k = re.escape(key)
+    setting = re.compile(rf"""(?:^|[{{,])\s*(?:[^=\[\]{{}},#"']*\.\s*)?(["']?){k}\1\s*=""")
+    header = re.compile(rf"""^\s*\[\[?\s*(?:[^\]#]*\.\s*)?(["']?){k}\1\s*\]""")
+    for n in range(hi, 0, -1):
+        found = [*setting.finditer(lines[n - 1]), *header.finditer(lines[n - 1])]
+        if found and _parses(lines[:n - 1]):
+            return n, found[-1].start(1) + 1  # the last: {a = 1, a = 2} gives it twice in a line
+    return hi, 1
+
+
+_ITEM_START = re.compile(r"""\s*(?:\[|[\w"'.-][^=]*=)""")  # a [table] header or a key = line
+_LOOKED_AT = 200  # lines that may start the open item, at most: each costs a parse
+
+
+def _open_item_line(lines: list[str]) -> int | None:
+    """The line where the item the file ends inside begins: the last line that may start one
+    (a key = or a [table] header) where the lines above parse on their own."""
+    starts = [n for n in range(len(lines), 0, -1) if _ITEM_START.match(lines[n - 1])]
+    return next((n for n in starts[:_LOOKED_AT] if _parses(lines[:n - 1])), None)
+
+
+def _refused_for(lines: list[str], key: str) -> bool:
+    """Whether tomlkit refuses these lines for ``key`` given twice."""
+    import tomlkit
+    import tomlkit.exceptions
+
+    try:
+        tomlkit.parse("".join(lines))
+    except tomlkit.exceptions.TOMLKitError as exc:
+        reason = re.sub(r" at line \d+ col \d+$", "", str(exc)).rstrip(".")
+        found = _ALREADY.match(reason)
+        return found is not None and found.group(1) == key
+    return False
+
+
+def _parses(lines: list[str]) -> bool:
+    import tomlkit
+    import tomlkit.exceptions
+
+    try:
+        tomlkit.parse("".join(lines))
+    except tomlkit.exceptions.TOMLKitError:
+        return False
+    return True
