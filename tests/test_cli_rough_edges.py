@@ -4,14 +4,19 @@ what a fix's error says in ``--json``, what a failed write in the state root nam
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
 from patchkit.cli.main import main
-from patchkit.errors import EXIT_USAGE
+from patchkit.engine.fsops import write_json
+from patchkit.engine.store import write_failure
+from patchkit.errors import EXIT_PERMISSION, EXIT_USAGE
+from tests.test_remote import make_tree
 
 SAMPLES = Path(__file__).parent / "samples"
 SAMPLE_FIXES = ["index-k-bytes", "pool-guard"]  # what `list` shows of the sample catalog
@@ -160,3 +165,69 @@ def test_a_broken_patch_and_a_failed_precondition_name_the_fix_too(
     failed = error["details"]["failures"][0]
     assert (failed["fix"], failed["where"]) == ("index-k-bytes", "sglang:sglang/srt/pool.py")
     assert f"fix index-k-bytes: {failed['name']}" in error["message"], error
+
+
+# -- a write in the state root that fails names the file and the OS error ---------------------
+
+@pytest.fixture
+def read_only() -> Iterator[Any]:
+    """Make a directory read-only even for root (a read-only bind mount); undone at the end."""
+    mounted: list[Path] = []
+
+    def make(directory: Path) -> None:
+        if os.geteuid() != 0:
+            directory.chmod(0o555)
+            mounted.append(directory)
+            return
+        if subprocess.run(["mount", "--bind", str(directory), str(directory)],
+                          capture_output=True).returncode:
+            pytest.skip("cannot bind-mount here, so root cannot be denied writing")
+        mounted.append(directory)
+        if subprocess.run(["mount", "-o", "remount,bind,ro", str(directory)],
+                          capture_output=True).returncode:
+            pytest.skip("cannot remount read-only here, so root cannot be denied writing")
+
+    yield make
+    for directory in reversed(mounted):
+        if os.geteuid() != 0:
+            directory.chmod(0o755)
+        else:
+            subprocess.run(["umount", str(directory)], check=True)
+
+
+def test_a_failed_write_names_the_file_not_its_temporary_sibling(tmp_path: Path,
+                                                                 read_only: Any) -> None:
+    state = tmp_path / ".patchkit"
+    state.mkdir()
+    read_only(state)
+    with pytest.raises(OSError) as exc:
+        write_json(str(state / "state.json"), {"format": 1})
+    assert "patchkit-tmp" in str(exc.value.filename)  # what the OS names: the temporary file
+    said = write_failure(exc.value, str(tmp_path))
+    assert said.startswith(f"cannot write {state / 'state.json'}: Read-only file system (EROFS); "
+                           ) if os.geteuid() == 0 else said.startswith(
+        f"cannot write {state / 'state.json'}: Permission denied (EACCES); "), said
+
+
+@pytest.mark.parametrize("op, read_only_dir", [("undo", ".patchkit"),
+                                               ("rollback", ".patchkit/txn")])
+def test_a_state_root_that_cannot_be_written_names_the_file_and_the_os_error(
+        tmp_path: Path, read_only: Any, capsys: pytest.CaptureFixture[str], op: str,
+        read_only_dir: str) -> None:
+    roots = make_tree(tmp_path / "tree")
+    where = ["--catalog", SAMPLES / "catalog", op, *(["index-k-bytes"] if op == "rollback" else []),
+             "--target", roots["sglang"], "--root", f"serve={roots['serve']}", "--json"]
+    assert run(capsys, "--catalog", SAMPLES / "catalog", "apply", "index-k-bytes", "--target",
+               roots["sglang"], "--root", f"serve={roots['serve']}")[0] == 0
+    directory = Path(roots["sglang"], read_only_dir)
+    read_only(directory)
+    code, out, err = run(capsys, *where)
+    assert code == EXIT_PERMISSION, (out, err)
+    error = json.loads(out)["error"]
+    assert error["details"]["path"].startswith(f"{directory}/"), error
+    assert "patchkit-tmp" not in error["details"]["path"], error
+    assert f"cannot write {error['details']['path']}: " in err, err
+    if os.geteuid() == 0:  # a read-only mount
+        assert error["details"]["errno"] == "EROFS", error
+        assert "Read-only file system (EROFS)" in err and "remount it read-write" in err, err
+    assert "make the state root writable" not in err, err

@@ -73,6 +73,19 @@ def temp_of(name: str) -> str:
     return ".%s.patchkit-tmp" % name
 
 
+def failed_file(exc: OSError, default: str) -> str:
+    """The file a failed write was writing: a rename's destination, and never the temporary
+    sibling (``temp_of``) it writes first, which is patchkit's own business; ``default`` when
+    the error names none (an fsync, a write to a descriptor)."""
+    name = exc.filename2 or exc.filename
+    if not name:
+        return default
+    head, tail = os.path.split(os.fsdecode(name))
+    if tail.startswith(".") and tail.endswith(".patchkit-tmp") and len(tail) > len(temp_of("")):
+        tail = tail[1:-len(".patchkit-tmp")]
+    return os.path.join(head, tail)
+
+
 def fill_fd(fd: int, data: bytes, mode: int, owner: Optional[Tuple[int, int]]) -> None:
     """Write all of ``data`` to a new file's ``fd``, then give it ``owner`` and ``mode``
     (owner first: a chown clears setuid and setgid)."""

@@ -14,7 +14,7 @@ from contextlib import contextmanager, suppress
 from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, TypeVar
 
 from ..errors import LockBusy, PermissionDenied, TargetError
-from .fsops import fsync_dir, read_bytes, temp_of, write_json
+from .fsops import failed_file, fsync_dir, read_bytes, temp_of, write_json
 from .records import FORMAT, Damaged, Journal, State
 
 T = TypeVar("T")
@@ -85,8 +85,7 @@ class Store:
                     fh.flush()
                     os.fsync(fh.fileno())
         except OSError as exc:
-            raise PermissionDenied("cannot create %s: %s; %s" % (self.dir, exc.strerror, write_remedy(exc)),
-                                   path=self.dir) from None
+            raise PermissionDenied(write_failure(exc, self.dir), **write_details(exc, self.dir)) from None
 
     # -- lock ------------------------------------------------------------------------------
 
@@ -157,8 +156,8 @@ class Store:
                 self.end_writing()
                 self.undo_setup(before)
             if isinstance(exc, OSError):
-                raise PermissionDenied("cannot write %s: %s; %s" % (
-                    self.path(HOLDER), exc.strerror, write_remedy(exc)), path=self.dir) from None
+                raise PermissionDenied(write_failure(exc, self.path(HOLDER)),
+                                       **write_details(exc, self.path(HOLDER))) from None
             raise
 
     def end_writing(self) -> None:
@@ -300,8 +299,31 @@ def _flock_pid(directory: str) -> Optional[str]:
     return None
 
 
-def write_remedy(exc: OSError) -> str:
-    """What to do about a failed write in the state root."""
+def write_failure(exc: OSError, default: str) -> str:
+    """``cannot write FILE: the OS error (ENAME); what to do`` of a failed write in the state
+    root: the file it was writing (``default`` when the error names none), as
+    ``fsops.failed_file`` finds it."""
+    name = errno.errorcode.get(exc.errno or 0)
+    return "cannot write %s: %s%s; %s" % (failed_file(exc, default), exc.strerror or exc,
+                                          " (%s)" % name if name else "", _write_remedy(exc))
+
+
+def write_details(exc: OSError, default: str) -> Dict[str, Any]:
+    """The details of :func:`write_failure`'s error: ``path`` (the file), ``errno`` (its name)."""
+    return {"path": failed_file(exc, default), "errno": errno.errorcode.get(exc.errno or 0)}
+
+
+def _write_remedy(exc: OSError) -> str:
+    """What to do about a failed write in the state root, by what the OS said."""
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return "free space on the target's file system, then run again"
-    return "make the state root writable (or run as its owner)"
+    if exc.errno == errno.EROFS:
+        return "its file system is mounted read-only: remount it read-write, then run again"
+    if exc.errno == errno.EPERM:
+        return ("it or its directory is immutable or append-only (lsattr shows the flag): "
+                "clear it (chattr -i, chattr -a), then run again")
+    if exc.errno == errno.EXDEV:
+        return "keep .patchkit/ on one file system (nothing mounted inside it), then run again"
+    if exc.errno == errno.EACCES:
+        return "give this user write permission there (or run as its owner), then run again"
+    return "make it writable, then run again"

@@ -22,7 +22,7 @@ from .records import (STATE_BEFORE, Intent, Journal, JournalFile, Key, State, ba
                       original_name, staged_backups)
 from .recovery import discard, finish, purge_bytecode, restore, undo_point
 from .rootfs import RootDirs
-from .store import Store, new_txn_id, utc_now, write_remedy
+from .store import Store, new_txn_id, utc_now, write_details, write_failure
 from .workspace import Entry, file_op
 
 FixBackups = Dict[str, List[Tuple[str, str, bytes]]]  # fix -> (root, path, before-bytes)
@@ -93,9 +93,9 @@ class Transaction:
             error = failed
         if isinstance(error, OSError):  # e.g. a full disk: the files were put back
             store = self.store
-            error = PermissionDenied("cannot write %s: %s; %s (%s)" % (
-                error.filename or store.root, error.strerror or error, write_remedy(error),
-                _what_is_left(store)), path=error.filename or store.root)
+            error = PermissionDenied("%s (%s)" % (write_failure(error, store.root),
+                                                  _what_is_left(store)),
+                                     **write_details(error, store.root))
         self._tear_down()
         if error is not None and error is not exc:
             raise error from None
