@@ -204,9 +204,8 @@ def test_a_failed_write_names_the_file_not_its_temporary_sibling(tmp_path: Path,
         write_json(str(state / "state.json"), {"format": 1})
     assert "patchkit-tmp" in str(exc.value.filename)  # what the OS names: the temporary file
     said = write_failure(exc.value, str(tmp_path))
-    assert said.startswith(f"cannot write {state / 'state.json'}: Read-only file system (EROFS); "
-                           ) if os.geteuid() == 0 else said.startswith(
-        f"cannot write {state / 'state.json'}: Permission denied (EACCES); "), said
+    os_error = "Read-only file system (EROFS)" if os.geteuid() == 0 else "Permission denied (EACCES)"
+    assert said.startswith(f"cannot write {state / 'state.json'}: {os_error}; "), said
 
 
 @pytest.mark.parametrize("op, read_only_dir", [("undo", ".patchkit"),
