@@ -3,15 +3,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from .catalog import Catalog
 from .catalog.model import Fix
 from .errors import UnknownFixError
 from .request_builder import build_request
 from .results import OpResult, check_result
-from .targets import Target, state_root_of
+from .targets import Hold, Target, state_root_of
 
 DEFAULT_LOCK_TIMEOUT = 30.0
 
@@ -103,6 +104,22 @@ def undo(catalog: Catalog, target: Target, txn: str | None = None, *, dry_run: b
     when there is nothing to undo, another change was committed since or a file changed
     (docs/state.md, "Undo")."""
     return _run(catalog, target, [], "undo", dry_run=dry_run, lock_timeout=lock_timeout, txn=txn)
+
+
+@contextlib.contextmanager
+def held(target: Target, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+         op: str = "apply") -> Iterator[Hold]:
+    """Hold the target's lock from a change through its hooks and, should one fail, its undo
+    (``hooks.after_change(..., hold=)``), so no other patchkit run changes the target between
+    them (docs/state.md, "Lock"): the runs inside the block take the lock from here. A local
+    target only; a remote one's runs each lock in their own ssh session (``Hold.held`` False).
+    Raises ``LockBusy`` as a run would."""
+    hold = getattr(target, "hold", None)
+    if hold is None:
+        yield Hold()
+        return
+    with hold(lock_timeout, op) as found:
+        yield found
 
 
 #: ``status`` states of a fix the target records as applied (some version of it).

@@ -47,6 +47,31 @@ while True:
     time.sleep(max(0.0, min(0.5, end - time.monotonic())))
 """
 
+#: On an ssh host, a command with a time limit runs under this, so the limit kills its process
+#: group there (killing the local ssh would leave it running on the host).
+_BOUNDED = r"""import os, signal, subprocess, sys
+limit, command = float(sys.argv[1]), sys.argv[2]
+proc = subprocess.Popen([os.environ.get("SHELL") or "/bin/sh", "-c", command], stdin=subprocess.DEVNULL,
+                        start_new_session=True)
+try:
+    sys.exit(proc.wait(timeout=limit))
+except subprocess.TimeoutExpired:
+    for signum, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, signum)
+        except OSError:
+            pass
+        if grace:
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                pass
+    sys.stdout.flush()
+    print("\n%s" % (sys.argv[3] % limit))
+    sys.exit(124)
+"""
+_KILLED = "(killed after %gs)"
+
 
 def refuse_hooks_on_undo(*, after_cmd: str | None, health_cmd: str | None) -> None:
     """``undo`` (one target or a fleet) runs no hooks: a failing hook asks for the change to be
@@ -103,6 +128,7 @@ class CommandRun(Record):
     command: str
     returncode: int
     output: str
+    timed_out: float | None = None  # killed after this many seconds (exit 124)
 
     @property
     def ok(self) -> bool:
@@ -110,7 +136,7 @@ class CommandRun(Record):
 
     def to_json(self) -> dict[str, Any]:
         return {"what": self.what, "command": self.command, "exit": self.returncode,
-                "output": self.output}
+                "output": self.output, "timed_out": self.timed_out is not None}
 
 
 @record_dataclass(frozen=True)
@@ -126,13 +152,19 @@ class AfterChange(Record):
 
 
 def run_on(target: Any, what: str, command: str, timeout: float | None = None) -> CommandRun:
-    """``command`` through ``sh -c`` where the target's files are: here, or on its ssh host."""
+    """``command`` through ``sh -c`` where the target's files are: here, or on its ssh host;
+    past ``timeout`` seconds its process group is killed (on an ssh host: the ssh session)."""
     import subprocess  # here: only a command given with --after-cmd or --health-cmd runs one
 
-    if getattr(target, "is_remote", False):
+    remote = getattr(target, "is_remote", False)
+    if remote:
         from .targets.transport import ssh_argv
 
-        argv = ssh_argv(target.spec, command)
+        bounded = command if timeout is None else shlex.join(
+            [getattr(target, "python", None) or "python3", "-c", _BOUNDED, f"{timeout:g}", command,
+             _KILLED])
+        argv = ssh_argv(target.spec, bounded)
+        timeout = None if timeout is None else timeout + 15  # the host's limit, then ssh's
     else:
         argv = ["/bin/sh", "-c", command]
     try:  # its own process group: a timeout or an interrupt stops what it started too
@@ -146,12 +178,18 @@ def run_on(target: Any, what: str, command: str, timeout: float | None = None) -
         _stop_group(proc)
         out = proc.communicate()[0] or b""
         return CommandRun(what, command, 124, out.decode("utf-8", "replace")
-                          + f"\n(killed after {timeout:g}s)")
+                          + "\n" + _KILLED % timeout, timed_out=timeout)
     except BaseException:  # an interrupt: the command and its children go with it
         _stop_group(proc)
         proc.communicate()
         raise
-    return CommandRun(what, command, proc.returncode, (out or b"").decode("utf-8", "replace"))
+    said = (out or b"").decode("utf-8", "replace")
+    limit = None
+    if remote and proc.returncode == 124 and said.rstrip().endswith("s)"):
+        last = said.rstrip().rsplit("\n", 1)[-1]
+        with contextlib.suppress(ValueError):  # the host's wrapper killed it at its limit
+            limit = float(last[len("(killed after "):-2]) if last.startswith("(killed after ") else None
+    return CommandRun(what, command, proc.returncode, said, timed_out=limit)
 
 
 def _stop_group(proc: Any, grace: float = 5.0) -> None:
@@ -169,12 +207,16 @@ def _stop_group(proc: Any, grace: float = 5.0) -> None:
 
 def after_change(target: Any, changed: Sequence[str], *, after_cmd: str | None,
                  health_cmd: str | None, undo: Callable[[], Any],
-                 health_timeout: float = DEFAULT_HEALTH_TIMEOUT) -> AfterChange:
-    """Run ``after_cmd`` then ``health_cmd`` (a shell command or ``sglang:URL``) when the run
-    changed the fixes ``changed``; nothing when it changed none. If either fails: ``undo()``
-    (the undo of exactly this run's change, e.g. a rollback of ``changed``), ``after_cmd``
-    again, and :class:`AfterCommandFailed` or :class:`HealthCheckFailed` (a :class:`HookFailed`)
-    carrying the :class:`AfterChange` as ``after``."""
+                 health_timeout: float = DEFAULT_HEALTH_TIMEOUT, hold: Any = None,
+                 op: str = "apply") -> AfterChange:
+    """Run ``after_cmd`` then ``health_cmd`` (a shell command or ``sglang:URL``, either stopped
+    after ``health_timeout`` seconds) when the run changed the fixes ``changed``; nothing when
+    it changed none. If either fails: ``undo()`` (the undo of exactly this run's change, e.g.
+    a rollback of ``changed``), ``after_cmd`` again, and :class:`AfterCommandFailed` or
+    :class:`HealthCheckFailed` (a :class:`HookFailed`) carrying the :class:`AfterChange` as
+    ``after``. ``hold``: the ``api.held`` the change ran in, whose lock the hooks and the undo
+    keep (read-only runs read while the commands run); ``op``: the change's (``apply``,
+    ``rollback``), for the command a failed undo leaves to run."""
     if not changed or not (after_cmd or health_cmd):
         return AfterChange()
     python = (getattr(target, "python", None) if getattr(target, "is_remote", False)
@@ -184,7 +226,8 @@ def after_change(target: Any, changed: Sequence[str], *, after_cmd: str | None,
     doing = ["", ""]  # the option and the command running now: what an interrupt stopped
     try:
         with stopping_on_signals():
-            return _after_change(target, changed, after_cmd, health_cmd, health, undo, ran, doing)
+            return _after_change(target, changed, after_cmd, health_cmd, health, undo, ran, doing,
+                                 _Limits(health_timeout, hold, op))
     except (KeyboardInterrupt, Stop) as stop:
         signum = getattr(stop, "signum", signal.SIGINT)
         name = signal.Signals(signum).name
@@ -206,20 +249,36 @@ def after_change(target: Any, changed: Sequence[str], *, after_cmd: str | None,
             signal=name, signum=int(signum), after=AfterChange(tuple(ran)).to_json()) from None
 
 
+@record_dataclass(frozen=True)
+class _Limits(Record):
+    health_timeout: float
+    hold: Any
+    op: str
+
+    def readers(self, running: bool) -> None:
+        if self.hold is not None:
+            self.hold.hooks_running(running)
+
+
 def _after_change(target: Any, changed: Sequence[str], after_cmd: str | None,
                   health_cmd: str | None, health: str | None, undo: Callable[[], Any],
-                  ran: list[CommandRun], doing: list[str]) -> AfterChange:
+                  ran: list[CommandRun], doing: list[str], limits: _Limits) -> AfterChange:
     for what, command in (("after-cmd", after_cmd), ("health-cmd", health)):
         if not command:
             continue
         doing[:] = [what, command if what == "after-cmd" else str(health_cmd)]
-        done = run_on(target, what, command)
+        # a shell check stops at the timeout; sglang:URL's probe stops itself, this is a backstop
+        timeout = (None if what == "after-cmd" else limits.health_timeout
+                   if command == health_cmd else limits.health_timeout + 15)
+        limits.readers(True)
+        done = run_on(target, what, command, timeout)
         ran.append(done if command == health_cmd or what == "after-cmd" else
-                   CommandRun(what, str(health_cmd), done.returncode, done.output))
+                   CommandRun(what, str(health_cmd), done.returncode, done.output, done.timed_out))
         if ran[-1].ok:
             continue
         failed = ran[-1]
         doing[:] = ["undo", ""]
+        limits.readers(False)  # the undo writes: readers wait for it
         try:
             undone = undo()
         except Exception as exc:  # the undo's own failure is said with the command's
@@ -227,9 +286,11 @@ def _after_change(target: Any, changed: Sequence[str], after_cmd: str | None,
                 "type": type(exc).__name__, "message": str(exc)}
             raise ChangeNotUndone(
                 f"{_failed(failed)}; undoing {', '.join(changed)} failed too, so the change "
-                f"stands, unconfirmed: {cause['message']}{_said(failed)}",
+                f"stands, unconfirmed: {cause['message']}. {_by_hand(target, changed, limits)}"
+                f"{_said(failed)}",
                 after=AfterChange(tuple(ran)).to_json(), undo_error=cause) from exc
         doing[:] = ["after-cmd again", after_cmd or ""]
+        limits.readers(True)
         again = run_on(target, "after-cmd", after_cmd) if after_cmd else None
         if again is not None:
             ran.append(again)
@@ -255,7 +316,52 @@ def _as_before(undone: Any, changed: Sequence[str]) -> str:
 
 
 def _failed(run: CommandRun) -> str:
+    if run.timed_out is not None:
+        return f"--{run.what} timed out after {run.timed_out:g}s (killed): {run.command}"
     return f"--{run.what} failed (exit {run.returncode}): {run.command}"
+
+
+def _by_hand(target: Any, changed: Sequence[str], limits: _Limits) -> str:
+    """What to run when the undo failed: see the target, then take the change out yourself,
+    on the target as the user named it."""
+    options = list(getattr(target, "cli_options", None) or ())
+    if not options:  # a local target: its roots as they were found
+        roots = dict(target.roots)
+        options = (["--target", roots["sglang"]] if "sglang" in roots else []) + [
+            word for name, path in roots.items() if name != "sglang"
+            for word in ("--root", f"{name}={path}")]
+    options += ["--python", target.python] if target.python and "--python" not in options else []
+    inverse = "apply" if limits.op == "rollback" else "rollback"
+    where = shlex.join(options)
+    said = (f"Run `patchkit status {where}`, then take this run's change out with "
+            f"`patchkit {inverse} {shlex.join(changed)} {where}`")
+    if getattr(target, "is_remote", False):
+        said += (" (on an ssh:// target the lock is not held through the hooks, so another "
+                 "run may have changed the target meanwhile: roll that back first if it "
+                 "depends on these fixes)")
+    return said
+
+
+def as_undone(result: Any, after: AfterChange) -> Any:
+    """``result`` (an apply, sync or rollback) as the target now is, its change undone after a
+    failed hook: each fix the undo put back ``undone`` (``undid``: the run's own outcome;
+    ``version``/``from_version`` as the undo says), ``ok`` false, no ``summary`` or ``txn``
+    (they named the state undone)."""
+    from dataclasses import replace
+
+    from .results import FixOutcome
+
+    put_back = {f["name"]: f for f in (after.undone.to_json().get("fixes") or ())
+                if f.get("outcome") == "undone"} if after.undone is not None else {}
+    fixes = []
+    for fix in result.raw.get("fixes") or ():
+        back = put_back.get(fix.get("name"))
+        fixes.append(fix if back is None else dict(
+            fix, outcome="undone", undid=fix.get("outcome"), version=back.get("version"),
+            from_version=back.get("from_version")))
+    raw = {k: v for k, v in result.raw.items() if k not in ("summary", "txn")}
+    raw.update(ok=False, fixes=fixes, after=after.to_json())
+    return replace(result, ok=False, raw=raw, fixes=tuple(FixOutcome.from_dict(f) for f in fixes))
 
 
 def _said(run: CommandRun) -> str:

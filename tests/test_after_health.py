@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import re
 import shlex
 import signal
 import socket
@@ -157,7 +158,8 @@ def test_a_failed_health_check_after_an_upgrade_puts_the_old_version_back(
                           "--health-cmd", "echo the server is down; exit 3"])
     assert code == 1, out + err
     data = json.loads(out)
-    assert [f["outcome"] for f in data["fixes"]] == ["upgraded"]
+    assert [(f["outcome"], f["undid"], f["version"], f["from_version"]) for f in data["fixes"]] == [
+        ("undone", "upgraded", 2, 3)]
     assert "summary" not in data and "txn" not in data  # they named the state undone
     undone = data["error"]["details"]["after"]["undone"]
     assert [(f["name"], f["outcome"], f["version"]) for f in undone["fixes"]] == [
@@ -453,3 +455,142 @@ def test_restart_without_any_config_says_none_was_found(tmp_path: Path, monkeypa
                            "--root", f"serve={roots['serve']}", "--restart"])
     assert code == 2 and "no patchkit.toml was found" in err and "[restarts] prefill" in err, err
     assert Path(roots["sglang"], POOL).read_bytes() == before
+
+
+def _patchkit(args: list[str], out: Path) -> str:
+    """A shell line running patchkit ARGS as its own process (as a hook would), its output to
+    ``out`` and its exit code to ``out``.code."""
+    return (shlex.join([PY, "-m", "patchkit", "--catalog", str(SAMPLES / "catalog"), *args])
+            + f" > {shlex.quote(str(out))} 2>&1; echo $? > {shlex.quote(str(out))}.code")
+
+
+def test_a_change_made_while_the_health_check_runs_waits_for_the_lock_and_the_undo_succeeds(
+        tmp_path: Path) -> None:
+    """The hooks ran after the target's lock was released: an apply of another fix that
+    slipped in while --health-cmd ran made the undo fail ("not the last change there", exit
+    17), leaving the server half patched. The run now holds the lock through its hooks and
+    their undo: the other apply waits for it (here it gives up at its --lock-timeout), the
+    failed check's undo puts the target back, and the other fix was never written."""
+    roots = make_tree(tmp_path / "tree")
+    before = {p: Path(roots[r], p).read_bytes() for r, p in (("sglang", POOL),)}
+    where = _where("local", None, roots)  # type: ignore[arg-type]
+    inner = tmp_path / "inner"
+    health = _patchkit(["apply", "pool-guard", *where, "--lock-timeout", "0.5"], inner) + "; exit 1"
+    code, out, err = cli(["--catalog", str(SAMPLES / "catalog"), "apply", "index-k-bytes", *where,
+                          "--health-cmd", health, "--json"])
+    assert code == 1, out + err
+    assert json.loads(out)["error"]["type"] == "HealthCheckFailed"
+    assert inner.with_suffix(".code").read_text().strip() == "4", inner.read_text()  # LockBusy
+    assert "holds the lock" in inner.read_text() and "--health-cmd" in inner.read_text()
+    assert {p: Path(roots["sglang"], p).read_bytes() for p in before} == before
+    seen = _status(where)
+    assert seen.get("index-k-bytes", "not-applied") == "not-applied"
+    assert seen.get("pool-guard", "not-applied") == "not-applied"
+
+
+def test_a_read_only_patchkit_run_from_a_hook_reads_the_target_while_its_lock_is_held(
+        tmp_path: Path) -> None:
+    """The lock held through the hooks must not deadlock a hook that runs `patchkit status`
+    (or any read-only run) on the target: it reads at once, before and after the undo."""
+    roots = make_tree(tmp_path / "tree")
+    where = _where("local", None, roots)  # type: ignore[arg-type]
+    ok = tmp_path / "ok"
+    status = ["status", "--json", *where, "--lock-timeout", "0.5"]
+    code, out, err = cli(["--catalog", str(SAMPLES / "catalog"), "apply", "index-k-bytes", *where,
+                          "--health-cmd", _patchkit(status, ok) + f"; exit $(cat {ok}.code)"])
+    assert code == 0, out + err
+    fixes = {f["name"]: f["state"] for f in json.loads(ok.read_text())["status"]["fixes"]}
+    assert fixes["index-k-bytes"] == "applied"
+
+    cli(["--catalog", str(SAMPLES / "catalog"), "rollback", "index-k-bytes", *where])
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    after = (f"n=$(ls {runs} | wc -l); "
+             + _patchkit(status, runs / "s") .replace(str(runs / "s"), f"{runs}/s$n"))
+    code, out, err = cli(["--catalog", str(SAMPLES / "catalog"), "apply", "index-k-bytes", *where,
+                          "--after-cmd", after, "--health-cmd", "exit 3"])
+    assert code == 1, out + err
+    seen = []  # the after-cmd ran twice: after the change, and again after its undo
+    for i in (0, 2):
+        assert (runs / f"s{i}.code").read_text().strip() == "0", (runs / f"s{i}").read_text()
+        states = {f["name"]: f["state"] for f in json.loads((runs / f"s{i}").read_text())["status"]["fixes"]}
+        seen.append(states.get("index-k-bytes"))
+    assert seen == ["applied", "not-applied"]
+
+
+@pytest.mark.parametrize("op", ["apply", "rollback"])
+def test_the_json_of_a_failed_hook_says_the_fixes_were_undone(op: str, tmp_path: Path) -> None:
+    """With --json, a failed hook's output said `fixes[0].outcome` "applied" (or
+    "rolled-back"), `ok` false beside it, though the change had been undone."""
+    roots = make_tree(tmp_path / "tree")
+    where = _where("local", None, roots)  # type: ignore[arg-type]
+    base = ["--catalog", str(SAMPLES / "catalog")]
+    if op == "rollback":
+        assert cli([*base, "apply", "index-k-bytes", *where])[0] == 0
+    code, out, err = cli([*base, op, "index-k-bytes", *where, "--after-cmd", "true",
+                          "--health-cmd", "echo unhealthy; exit 3", "--json"])
+    assert code == 1, out + err
+    data = json.loads(out)
+    assert data["ok"] is False and data["error"]["type"] == "HealthCheckFailed"
+    [fix] = data["fixes"]
+    assert fix["name"] == "index-k-bytes" and fix["outcome"] == "undone", fix
+    assert fix["undid"] == ("applied" if op == "apply" else "rolled-back")
+    assert fix["version"] == (None if op == "apply" else 2)  # the version put back
+    assert [(r["what"], r["exit"]) for r in data["after"]["ran"]] == [
+        ("after-cmd", 0), ("health-cmd", 3), ("after-cmd", 0)]
+    assert data["after"]["undone"]["fixes"][0]["outcome"] == "undone"
+    assert _status(where).get("index-k-bytes", "not-applied") == (
+        "not-applied" if op == "apply" else "applied")
+
+
+@pytest.mark.parametrize("kind", ["local", "remote"])
+def test_a_shell_health_check_that_hangs_is_stopped_at_the_health_timeout_and_undone(
+        kind: str, ssh: Ssh, tmp_path: Path) -> None:
+    """--health-timeout bounded only sglang:URL: a shell --health-cmd that hung hung
+    patchkit forever. Now its process group is killed at the timeout, the check fails as
+    timed out, and the change is undone."""
+    import time
+
+    roots = make_tree(tmp_path / "tree")
+    before = Path(roots["sglang"], POOL).read_bytes()
+    where = _where(kind, ssh, roots)
+    pidfile = tmp_path / "sleep.pid"
+    code, out, err = cli(["--catalog", str(SAMPLES / "catalog"), "apply", "index-k-bytes", *where,
+                          "--health-cmd", f"sleep 600 & echo $! > {pidfile}; wait",
+                          "--health-timeout", "1", "--json"])
+    assert code == 1, out + err
+    data = json.loads(out)
+    assert data["error"]["type"] == "HealthCheckFailed"
+    assert "--health-cmd timed out after 1s" in data["error"]["message"], data["error"]["message"]
+    [run] = data["after"]["ran"]
+    assert run["what"] == "health-cmd" and run["timed_out"] is True
+    assert data["fixes"][0]["outcome"] == "undone"
+    assert Path(roots["sglang"], POOL).read_bytes() == before
+    pid = int(pidfile.read_text())
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.05)
+    assert not _alive(pid), "the health command's sleep outlived the timeout"
+
+
+def test_on_an_ssh_target_a_change_made_during_the_hooks_leaves_the_commands_to_run(
+        ssh: Ssh, tmp_path: Path) -> None:
+    """Over ssh:// the lock is not held between runs: an apply slipping in while the health
+    check runs makes the undo refuse (exit 17), and the message said no concrete next step.
+    It now names `patchkit status` and the rollback of the fixes, with the target's options."""
+    roots = make_tree(tmp_path / "tree")
+    where = _where("remote", ssh, roots)
+    inner = tmp_path / "inner"
+    health = _patchkit(["apply", "pool-guard", *where], inner) + "; exit 1"
+    code, out, err = cli(["--catalog", str(SAMPLES / "catalog"), "apply", "index-k-bytes", *where,
+                          "--health-cmd", health, "--json"])
+    assert code == 17, out + err
+    message = json.loads(out)["error"]["message"]
+    assert "not the last change" in message, message
+    steps = re.findall(r"`(patchkit [^`]*)`", message)
+    assert [shlex.split(s)[:3] for s in steps] == [
+        ["patchkit", "status", "--target"], ["patchkit", "rollback", "index-k-bytes"]], message
+    for step in steps:  # each on the target as it was given, every option of it
+        words = shlex.split(step)
+        given = [" ".join(where[i:i + 2]) for i in range(0, len(where), 2)]
+        assert sorted(given) == sorted(" ".join(words[i:i + 2]) for i in range(len(words) - len(where), len(words), 2)), step

@@ -3,7 +3,7 @@ target (`status`, which only reads one, is `cli/status.py`)."""
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import sys
 from typing import Any, Callable
 
@@ -43,7 +43,7 @@ def emit_result(result: Any, as_json: bool, after: Any = None, restarts: tuple[s
 HOOK_OPTIONS = (
     click.option("--health-timeout", type=click.FloatRange(min=0, min_open=True),
                  default=hooks.DEFAULT_HEALTH_TIMEOUT, show_default=True, metavar="SECONDS",
-                 help="How long --health-cmd sglang:URL waits for the server's health endpoint to answer 200."),
+                 help="How long --health-cmd may take: sglang:URL waits this long for a 200; a shell command is killed at it."),
     click.option("--restart", "use_restarts", is_flag=True,
                  help="Run the restarts the changed fixes name (patchkit.toml [restarts]) as the --after-cmd."),
 )
@@ -102,8 +102,18 @@ def hooked(state: State, fleet: dict[str, Any], names: list[str], use_restarts: 
     return {}
 
 
+def holding(state: State, where: dict[str, Any], found: dict[str, Any], op: str,
+            dry_run: bool, restarts: bool = False) -> Any:
+    """The target's lock held from the change through its hooks and their undo (``api.held``),
+    when hooks will run: no other run changes the target in between."""
+    if dry_run or not (found.get("after_cmd") or found.get("health_cmd") or restarts):
+        return contextlib.nullcontext(None)
+    target = state.target(where["target"], where["roots"], where["python"])
+    return api.held(target, lock_timeout=where["lock_timeout"], op=op)
+
+
 def after_change(state: State, where: dict[str, Any], result: Any, found: dict[str, Any], undo: Any,
-           health_timeout: float, as_json: bool, **emit: Any) -> int:
+           health_timeout: float, as_json: bool, hold: Any = None, **emit: Any) -> int:
     """Run the hooks after a single target's change, then print; a failure prints the result
     and raises (the change undone)."""
     changed = hooks.changed_fixes(result)
@@ -111,13 +121,12 @@ def after_change(state: State, where: dict[str, Any], result: Any, found: dict[s
     try:
         after = hooks.after_change(target, changed, after_cmd=found.get("after_cmd"),
                                    health_cmd=found.get("health_cmd"), undo=lambda: undo(target, changed),
-                                   health_timeout=health_timeout)
+                                   health_timeout=health_timeout, hold=hold, op=result.op)
     except (hooks.HookFailed, ChangeNotUndone, Terminated) as err:  # failed, or interrupted
         if not as_json:
             render.render_result(render.stdout(), result, **emit)
-        if isinstance(err, hooks.HookFailed):  # undone: its summary and txn are gone
-            result = dataclasses.replace(result, ok=False, raw={
-                k: v for k, v in result.raw.items() if k not in ("summary", "txn")})
+        if isinstance(err, hooks.HookFailed) and err.after is not None:  # undone: said so
+            result = hooks.as_undone(result, err.after)
         err.result = result  # type: ignore[union-attr]
         raise
     restarts, defined = restarts_said(state, changed_held(state, result))
@@ -165,11 +174,13 @@ def apply(state: State, fixes: tuple[str, ...], dry_run: bool, show_diff: bool |
         return rollout(state, "apply", names, fleet, dry_run=dry_run, as_json=as_json,
                        with_deps=with_deps, allow_inactive=allow_inactive, commit=commit,
                        git=not no_git, force=force, lock_timeout=where["lock_timeout"])
-    result = run_op(state, where, f"{'checking' if dry_run else 'applying'} {', '.join(names)} on",
-                  as_json, api.apply, names, dry_run=dry_run, with_deps=with_deps,
-                  allow_inactive=allow_inactive, commit=commit, git=not no_git, force=force)
-    return after_change(state, where, result, found, undo_of(state, where, result),
-                        health_timeout, as_json, show_diff=show_diff or None, verbose=verbose)
+    with holding(state, where, found, "apply", dry_run) as hold:
+        result = run_op(state, where, f"{'checking' if dry_run else 'applying'} {', '.join(names)} on",
+                        as_json, api.apply, names, dry_run=dry_run, with_deps=with_deps,
+                        allow_inactive=allow_inactive, commit=commit, git=not no_git, force=force)
+        return after_change(state, where, result, found, undo_of(state, where, result),
+                            health_timeout, as_json, hold, show_diff=show_diff or None,
+                            verbose=verbose)
 
 
 @command(
@@ -186,10 +197,11 @@ def rollback(state: State, fixes: tuple[str, ...], dry_run: bool, force: bool, u
     if wants_fleet(fleet, where):
         return rollout(state, "rollback", names, fleet, dry_run=dry_run, as_json=as_json,
                        force=force, lock_timeout=where["lock_timeout"])
-    result = run_op(state, where, f"rolling back {', '.join(names)} on", as_json, api.rollback, names,
-                  dry_run=dry_run, force=force)
-    return after_change(state, where, result, found, undo_of(state, where, result),
-                        health_timeout, as_json)
+    with holding(state, where, found, "rollback", dry_run) as hold:
+        result = run_op(state, where, f"rolling back {', '.join(names)} on", as_json, api.rollback,
+                        names, dry_run=dry_run, force=force)
+        return after_change(state, where, result, found, undo_of(state, where, result),
+                            health_timeout, as_json, hold)
 
 
 @command(

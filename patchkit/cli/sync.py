@@ -12,8 +12,8 @@ from ..targets import parse_root_option
 from . import render
 from .common import FORCE_UPGRADE, TARGET_OPTIONS, State, command, write_options
 from .fleet import ROLLOUT_OPTIONS, rollout, wants_fleet
-from .ops import (HOOK_OPTIONS, after_change, changed_held, fleet_options, hooked, restarts_of,
-                  run_op, undo_of)
+from .ops import (HOOK_OPTIONS, after_change, changed_held, fleet_options, holding, hooked,
+                  restarts_of, run_op, undo_of)
 
 
 @command(
@@ -41,16 +41,17 @@ def sync(state: State, dry_run: bool, no_git: bool, force: bool, use_restarts: b
         return rollout(state, "apply", api.sync_names(catalog, ["sglang"]), fleet,
                        dry_run=dry_run, as_json=as_json, git=not no_git, force=force, sync=True,
                        lock_timeout=where["lock_timeout"])
-    result = run_op(state, where, "checking what to sync on" if dry_run else "syncing", as_json,
-                  api.sync, dry_run=dry_run, git=not no_git, force=force)
-    if use_restarts:  # the restarts of the fixes this sync changed, not of every fix it holds
-        found["after_cmd"] = restarts_of(state, changed_held(state, result))[1]
-    if not result.fixes and not as_json:
-        render.line(render.stdout(), [("nothing to sync: the catalog has no active fix for "
-                                       "this target's roots", "")])
-        return 0
-    return after_change(state, where, result, found, undo_of(state, where, result),
-                        health_timeout, as_json, command="sync")
+    with holding(state, where, found, "apply", dry_run, use_restarts) as hold:
+        result = run_op(state, where, "checking what to sync on" if dry_run else "syncing", as_json,
+                        api.sync, dry_run=dry_run, git=not no_git, force=force)
+        if use_restarts:  # the restarts of the fixes this sync changed, not of every fix it holds
+            found["after_cmd"] = restarts_of(state, changed_held(state, result))[1]
+        if not result.fixes and not as_json:
+            render.line(render.stdout(), [("nothing to sync: the catalog has no active fix for "
+                                           "this target's roots", "")])
+            return 0
+        return after_change(state, where, result, found, undo_of(state, where, result),
+                            health_timeout, as_json, hold, command="sync")
 
 
 COMMANDS = [sync]

@@ -11,7 +11,7 @@ import os
 import stat
 import time
 from contextlib import contextmanager, suppress
-from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, TypeVar
+from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Tuple, TypeVar
 
 from ..errors import LockBusy, PermissionDenied, TargetError
 from .fsops import failed_file, fsync_dir, read_bytes, temp_of, write_json
@@ -20,6 +20,11 @@ from .records import FORMAT, Damaged, Journal, State
 T = TypeVar("T")
 DIRNAME = ".patchkit"
 HOLDER = "lock-holder.json"
+#: the phase ``lock-holder.json`` names while a run's hooks run (docs/state.md, "Lock")
+HOOKS = "hooks"
+#: the state roots (device, inode) whose lock this process holds across several runs
+#: (:meth:`Store.hold`): a run on one of them takes no lock of its own
+_HELD: Dict[Tuple[int, int], str] = {}
 
 
 def hostname() -> str:
@@ -92,7 +97,11 @@ class Store:
     @contextmanager
     def locked(self, timeout: float, write: bool) -> Iterator[bool]:
         """Hold an exclusive flock on the state root for the block; yields whether it is held (a
-        read-only run that cannot open or lock the directory goes on without it)."""
+        read-only run that cannot open or lock the directory goes on without it, and so does
+        one that finds the holder running its hooks). Within :meth:`hold`, the lock is held."""
+        if self._key() in _HELD:
+            yield True
+            return
         try:
             fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
         except OSError as exc:
@@ -114,8 +123,19 @@ class Store:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 return True
             except BlockingIOError:
+                holder = self.lock_holder()
+                in_hooks = holder.get("phase") == HOOKS and holder.get("verified")
+                if in_hooks and not write:  # its change is made: a reader does not wait
+                    return False
+                if in_hooks and _is_ancestor(str(holder.get("pid"))):
+                    raise LockBusy(
+                        "this run was started by the --after-cmd or --health-cmd of patchkit "
+                        "run %s, which holds the lock on %s until its hooks and any undo are "
+                        "done: a hook cannot change the target it follows (read-only runs, "
+                        "such as patchkit status, work). Change it after that run ends"
+                        % (holder.get("pid"), self.root),
+                        lock=self.root, pid=holder.get("pid"), holder=holder)
                 if time.monotonic() >= deadline:
-                    holder = self.lock_holder()
                     raise LockBusy("another patchkit run (%s) holds the lock on %s; waited %.1fs. "
                                    "Wait for it to finish, or wait longer with --lock-timeout SECONDS"
                                    % (describe_holder(holder), self.root, timeout),
@@ -127,6 +147,60 @@ class Store:
                                       "a local file system" % (self.root, exc.strerror),
                                       path=self.root) from None
                 return False
+
+    def _key(self) -> Optional[Tuple[int, int]]:
+        try:
+            st = os.stat(self.root)
+        except OSError:
+            return None
+        return (st.st_dev, st.st_ino)
+
+    @contextmanager
+    def hold(self, timeout: float, op: str) -> Iterator[bool]:
+        """Hold the lock across several runs in this process (a change, its hooks, their undo):
+        each run's own :meth:`locked` then takes none. Yields whether it is held: a state root
+        that cannot be opened is left to the first run to refuse."""
+        key = self._key()
+        if key is None or key in _HELD:
+            yield key is not None
+            return
+        try:
+            fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:
+            yield False
+            return
+        try:  # closing the descriptor releases the lock
+            try:
+                self._acquire(fd, timeout, write=True)
+            except TargetError:  # no flock here: each run says so itself
+                yield False
+                return
+            _HELD[key] = op
+            try:
+                yield True
+            finally:
+                del _HELD[key]
+                self.end_hooks()
+        finally:
+            os.close(fd)
+
+    def begin_hooks(self) -> None:
+        """Say in ``lock-holder.json`` that the lock's holder runs its hooks, the change made and
+        nothing being written: a read-only run then reads without waiting (best effort: with no
+        ``.patchkit/``, readers wait)."""
+        op = _HELD.get(self._key() or (-1, -1))
+        if op is None or not os.path.isdir(self.dir):
+            return
+        with suppress(OSError):
+            write_json(self.path(HOLDER), {"format": FORMAT, "pid": os.getpid(), "host": hostname(),
+                                           "op": op, "since": utc_now(), "phase": HOOKS},
+                       durable=False)
+
+    def end_hooks(self) -> None:
+        """Before the undo writes (or at the end): readers wait again."""
+        if os.path.isdir(self.dir):
+            with suppress(OSError):
+                self.end_writing()
 
     def lock_holder(self) -> Dict[str, Any]:
         """Who holds the lock: the pid from ``/proc/locks``, with ``lock-holder.json``'s details
@@ -278,7 +352,25 @@ def describe_holder(holder: Dict[str, Any]) -> str:
     text = "pid %s on %s" % (holder["pid"], holder.get("host") or "this host")
     if holder.get("op"):
         text += ", %s since %s" % (holder["op"], holder.get("since"))
+    if holder.get("phase") == HOOKS:
+        text += ", running its --after-cmd/--health-cmd"
     return text if holder.get("verified") else "last recorded: " + text
+
+
+def _is_ancestor(pid: str) -> bool:
+    """Whether ``pid`` is this process's parent, or its parent's, and so on (Linux /proc)."""
+    current = os.getppid()
+    for _ in range(64):
+        if str(current) == pid:
+            return True
+        if current <= 1:
+            return False
+        try:
+            with open("/proc/%d/stat" % current, "r") as fh:
+                current = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+    return False
 
 
 def _flock_pid(directory: str) -> Optional[str]:

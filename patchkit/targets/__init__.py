@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import os
 import re
+from contextlib import contextmanager
 from dataclasses import field, replace
 from pathlib import Path
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Iterator, Mapping, Protocol, Sequence
 
 from ..engine.contract import PRIMARY_ROOT, no_sglang
 from ..engine.paths import interpreter_sglang, python_root, sglang_tree_root
@@ -49,6 +50,34 @@ class LocalTarget(Record):
         from .. import engine
 
         return engine.run(dict(request, roots=dict(self.roots), python=self.python))
+
+    @contextmanager
+    def hold(self, lock_timeout: float, op: str) -> Iterator[Hold]:
+        """The state root's lock, held by this process for the block: the runs on this target
+        inside it take it from there (``api.held``)."""
+        from ..engine.store import Store
+
+        store = Store(self.roots[state_root_of(self.roots)])
+        with store.hold(lock_timeout, op) as held:
+            yield Hold(store if held else None)
+
+
+class Hold:
+    """A target's lock held across a change, its hooks and their undo (``api.held``); ``held``
+    False where it is not (a remote target: each run locks in its own ssh session)."""
+
+    def __init__(self, store: Any = None) -> None:
+        self._store = store
+
+    @property
+    def held(self) -> bool:
+        return self._store is not None
+
+    def hooks_running(self, running: bool) -> None:
+        """While the hooks run, read-only runs read without waiting for the lock; not while
+        an undo writes (docs/state.md, "Lock")."""
+        if self._store is not None:
+            (self._store.begin_hooks if running else self._store.end_hooks)()
 
 
 def state_root_of(roots: Mapping[str, str]) -> str:
