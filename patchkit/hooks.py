@@ -251,6 +251,9 @@ def after_change(target: Any, changed: Sequence[str], *, after_cmd: str | None,
 
 @record_dataclass(frozen=True)
 class _Limits(Record):
+    """What bounds the hooks of one change: the health check's time, the target's lock held
+    across them (``hold``, None where it is not) and the op they follow."""
+
     health_timeout: float
     hold: Any
     op: str

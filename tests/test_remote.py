@@ -161,6 +161,11 @@ def cli_process(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[s
 _TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)")
 
 
+#: the note repeating a run's catalog and target options (docs/cli.md, Piped output)
+_OPTIONS_NOTE = re.compile(r"^note: run the patchkit commands above with this run's options: .*$",
+                           re.M)
+
+
 def normalise(output: str, roots: dict[str, str]) -> Any:
     """A --json output with root paths, times, transaction ids and the target made neutral."""
     for name, path in sorted(roots.items(), key=lambda item: -len(item[1])):
@@ -170,8 +175,10 @@ def normalise(output: str, roots: dict[str, str]) -> Any:
 
     def walk(value: Any) -> Any:
         if isinstance(value, dict):
-            return {k: ("<target>" if k == "target" else "<tree>" if k == "tree" else walk(v))
-                    for k, v in value.items()}  # (tree: the state root's identity, its inode)
+            return {k: ("<target>" if k == "target" else "<tree>" if k == "tree"
+                        else "<options>" if k == "options" else walk(v))
+                    for k, v in value.items()}  # (tree: the state root's identity, its inode;
+            # options: this run's target options as given, the ssh ones too)
         if isinstance(value, list):
             return [walk(v) for v in value]
         if isinstance(value, str):
@@ -288,6 +295,7 @@ def test_cli_output_is_the_same_for_local_and_remote_with_one_connection_each(
                 said = (out + err).replace(description, "<target>")
                 for name, path in roots.items():
                     said = said.replace(path, f"<{name}>")
+                said = _OPTIONS_NOTE.sub("note: <this run's options>", said)  # as given
                 seen[kind].append((code, _TIME.sub("<time>", said)))
                 assert "<target>" in said or "error: " in said
             if kind == "remote":

@@ -246,7 +246,8 @@ def test_a_failed_health_check_after_sync_leaves_the_lost_fixes_lost(
     assert before[INDEX_K] == ("lost", 3)
     code, out, err = cli(["sync", "--target", str(tree), "--health-cmd", "exit 3", "--json"])
     assert code == 1, out + err
-    assert {f["name"]: f["outcome"] for f in json.loads(out)["fixes"]}[INDEX_K] == "applied"
+    undone = {f["name"]: f for f in json.loads(out)["fixes"]}[INDEX_K]
+    assert (undone["outcome"], undone["undid"]) == ("undone", "applied")
     assert states(catalog, local(tree)) == before  # lost again, v3's records kept
     assert _git(tree, "status", "--porcelain", "--", "python") == ""  # 0.5.23's files
     assert cli(["status", "--target", str(tree), "--exit-code"])[0] == 1
