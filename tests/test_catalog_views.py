@@ -60,3 +60,20 @@ def test_log_json_has_one_shape_whether_or_not_a_manifest_is_broken(tmp_path: Pa
     (catalog / "manifests" / "torn.toml").write_text('name = "torn\n')
     broken = json.loads(pk(catalog, "log", "--no-history", "--json").stdout)["broken"]
     assert [b["name"] for b in broken] == ["torn"]
+
+
+def test_a_narrow_terminal_folds_the_other_columns_never_a_fix_name(tmp_path: Path) -> None:
+    """A fix's name is what a user copies into the next command: on a terminal too narrow for
+    the table, the titles and releases fold, the names stay whole."""
+    import os
+    import re
+
+    catalog = variant_catalog(tmp_path)
+    names = [f["name"] for f in json.loads(pk(catalog, "list", "--json").stdout)]
+    drawn = subprocess.run([sys.executable, "-m", "patchkit", "--catalog", str(catalog), "list"],
+                           capture_output=True, text=True, cwd=catalog,
+                           env=dict(os.environ, FORCE_COLOR="1", COLUMNS="60"))
+    text = re.sub(r"\x1b\[[0-9;]*m", "", drawn.stdout)
+    assert "\t" not in text and len(text.splitlines()) > len(names) + 1  # a table, folded
+    firsts = [line.split()[0] for line in text.splitlines()[1:] if line.strip() and not line.startswith("  ")]
+    assert [n for n in names if n not in firsts] == [], text

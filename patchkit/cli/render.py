@@ -391,7 +391,9 @@ def broken_note(broken: Any, as_json: bool) -> None:
 def write_table(console: Any, rows: List[List[str]], *columns: Tuple[str, Any],
                 title: str | None = None) -> None:
     """Rows as tab-separated lines off a terminal; a rich table without borders on one. A column
-    is (name, how): a style, "right", or a style by the cell's first word (a word not there: dim)."""
+    is (name, how): a style, "right", or a style by the cell's first word (a word not there: dim).
+    The first column names the row (a fix, a host): never folded, so it can be copied whole;
+    the others fold to the terminal's width."""
     if isinstance(console, PlainConsole):
         console.file.write("".join("\t".join(map(one_line, row)) + "\n" for row in rows))
         return
@@ -399,9 +401,10 @@ def write_table(console: Any, rows: List[List[str]], *columns: Tuple[str, Any],
     from rich.text import Text
 
     table = Table(box=None, title=Text(title) if title else None, title_justify="left")
-    for name, how in columns:
-        table.add_column(name, overflow="fold", **({"justify": how} if how == "right" else
-                                  {"style": how} if isinstance(how, str) else {}))
+    for index, (name, how) in enumerate(columns):
+        table.add_column(name, overflow="fold", no_wrap=index == 0,
+                         **({"justify": how} if how == "right" else
+                            {"style": how} if isinstance(how, str) else {}))
     for row in rows:
         table.add_row(*(Text(cell, style=how.get(cell.split(" ", 1)[0], "dim"))
                         if isinstance(how, dict) else Text(cell)
