@@ -47,14 +47,21 @@ while True:
     time.sleep(max(0.0, min(0.5, end - time.monotonic())))
 """
 
-#: On an ssh host, a command with a time limit runs under this, so the limit kills its process
-#: group there (killing the local ssh would leave it running on the host).
-_BOUNDED = r"""import os, signal, subprocess, sys
-limit, command = float(sys.argv[1]), sys.argv[2]
+#: On an ssh host, a hook runs under this: its output goes to a file and the wrapper returns
+#: when the shell exits (a process the hook leaves running keeps the file, not the ssh session,
+#: open), and a time limit kills the command's process group there (killing the local ssh
+#: would leave it running on the host). Arguments: the limit (0: none), the command, the note.
+_ON_HOST = r"""import os, signal, subprocess, sys, tempfile
+limit, command = float(sys.argv[1]) or None, sys.argv[2]
+out = tempfile.TemporaryFile()
 proc = subprocess.Popen([os.environ.get("SHELL") or "/bin/sh", "-c", command], stdin=subprocess.DEVNULL,
-                        start_new_session=True)
+                        stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+def said():
+    out.seek(0)
+    sys.stdout.buffer.write(out.read())
+    sys.stdout.flush()
 try:
-    sys.exit(proc.wait(timeout=limit))
+    code = proc.wait(timeout=limit)
 except subprocess.TimeoutExpired:
     for signum, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, None)):
         try:
@@ -66,9 +73,11 @@ except subprocess.TimeoutExpired:
                 proc.wait(timeout=grace)
             except subprocess.TimeoutExpired:
                 pass
-    sys.stdout.flush()
+    said()
     print("\n%s" % (sys.argv[3] % limit))
     sys.exit(124)
+said()
+sys.exit(code)
 """
 _KILLED = "(killed after %gs)"
 
@@ -153,43 +162,51 @@ class AfterChange(Record):
 
 def run_on(target: Any, what: str, command: str, timeout: float | None = None) -> CommandRun:
     """``command`` through ``sh -c`` where the target's files are: here, or on its ssh host;
-    past ``timeout`` seconds its process group is killed (on an ssh host: the ssh session)."""
+    done when its shell exits (what it started may run on); past ``timeout`` seconds its
+    process group is killed (on an ssh host, by the wrapper there)."""
     import subprocess  # here: only a command given with --after-cmd or --health-cmd runs one
+    import tempfile
 
     remote = getattr(target, "is_remote", False)
     if remote:
         from .targets.transport import ssh_argv
 
-        bounded = command if timeout is None else shlex.join(
-            [getattr(target, "python", None) or "python3", "-c", _BOUNDED, f"{timeout:g}", command,
-             _KILLED])
-        argv = ssh_argv(target.spec, bounded)
+        argv = ssh_argv(target.spec, shlex.join(
+            [getattr(target, "python", None) or "python3", "-c", _ON_HOST, f"{timeout or 0:g}",
+             command, _KILLED]))
         timeout = None if timeout is None else timeout + 15  # the host's limit, then ssh's
     else:
         argv = ["/bin/sh", "-c", command]
-    try:  # its own process group: a timeout or an interrupt stops what it started too
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-    except OSError as exc:
-        return CommandRun(what, command, 127, f"cannot run {argv[0]}: {exc.strerror}")
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _stop_group(proc)
-        out = proc.communicate()[0] or b""
-        return CommandRun(what, command, 124, out.decode("utf-8", "replace")
-                          + "\n" + _KILLED % timeout, timed_out=timeout)
-    except BaseException:  # an interrupt: the command and its children go with it
-        _stop_group(proc)
-        proc.communicate()
-        raise
-    said = (out or b"").decode("utf-8", "replace")
+    # Its output goes to a file, read once the shell exits: a process the hook leaves running
+    # (a restarted server) holds the file, and the hook is done when its shell is.
+    with tempfile.TemporaryFile() as out:
+        try:  # its own process group: a timeout or an interrupt stops what it started too
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as exc:
+            return CommandRun(what, command, 127, f"cannot run {argv[0]}: {exc.strerror}")
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _stop_group(proc)
+            return CommandRun(what, command, 124, _read(out) + "\n" + _KILLED % timeout,
+                              timed_out=timeout)
+        except BaseException:  # an interrupt: the command and its children go with it
+            _stop_group(proc)
+            raise
+        said = _read(out)
     limit = None
     if remote and proc.returncode == 124 and said.rstrip().endswith("s)"):
         last = said.rstrip().rsplit("\n", 1)[-1]
         with contextlib.suppress(ValueError):  # the host's wrapper killed it at its limit
             limit = float(last[len("(killed after "):-2]) if last.startswith("(killed after ") else None
     return CommandRun(what, command, proc.returncode, said, timed_out=limit)
+
+
+def _read(out: Any) -> str:
+    """What a hook wrote to its output file so far."""
+    out.seek(0)
+    return out.read().decode("utf-8", "replace")
 
 
 def _stop_group(proc: Any, grace: float = 5.0) -> None:

@@ -4,6 +4,7 @@ loopback standing in for SGLang's ``/health``, including one that never answers.
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import os
@@ -594,3 +595,34 @@ def test_on_an_ssh_target_a_change_made_during_the_hooks_leaves_the_commands_to_
         words = shlex.split(step)
         given = [" ".join(where[i:i + 2]) for i in range(0, len(where), 2)]
         assert sorted(given) == sorted(" ".join(words[i:i + 2]) for i in range(len(words) - len(where), len(words), 2)), step
+
+
+@pytest.mark.parametrize("kind", ["local", "remote"])
+def test_a_hook_that_leaves_a_process_running_returns_when_its_shell_exits(
+        kind: str, ssh: Ssh, tmp_path: Path) -> None:
+    """A restart such as `nohup python -m sglang.launch_server ... &` leaves its server running
+    with the hook's output open: patchkit waited for that output to close, so the after-cmd
+    never returned and a health check that passed timed out and was undone. A hook is done when
+    its shell exits; what it started keeps running."""
+    from tests.test_remote import cli_process
+
+    roots = make_tree(tmp_path / "tree")
+    pids = tmp_path / "pids"
+    try:
+        done = cli_process(["--catalog", str(SAMPLES / "catalog"), "apply", "index-k-bytes",
+                            *_where(kind, ssh, roots),
+                            "--after-cmd", f"sleep 600 & echo $! >> {pids}; echo restarted",
+                            "--health-cmd", f"sleep 600 & echo $! >> {pids}; echo healthy",
+                            "--health-timeout", "30", "--json"])
+        assert done.returncode == 0, done.stdout + done.stderr
+        data = json.loads(done.stdout)
+        assert data["fixes"][0]["outcome"] == "applied"
+        ran = {r["what"]: r for r in data["after"]["ran"]}
+        assert "restarted" in ran["after-cmd"]["output"] and "healthy" in ran["health-cmd"]["output"]
+        assert not ran["health-cmd"].get("timed_out")
+        started = [int(p) for p in pids.read_text().split()]
+        assert len(started) == 2 and all(_alive(p) for p in started)  # the "server" keeps running
+    finally:
+        for pid in (int(p) for p in (pids.read_text().split() if pids.exists() else ())):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
