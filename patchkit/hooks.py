@@ -342,19 +342,13 @@ def _failed(run: CommandRun) -> str:
 
 
 def _by_hand(target: Any, changed: Sequence[str], limits: _Limits) -> str:
-    """What to run when the undo failed: see the target, then take the change out yourself,
-    on the target as the user named it."""
-    options = list(getattr(target, "cli_options", None) or ())
-    if not options:  # a local target: its roots as they were found
-        roots = dict(target.roots)
-        options = (["--target", roots["sglang"]] if "sglang" in roots else []) + [
-            word for name, path in roots.items() if name != "sglang"
-            for word in ("--root", f"{name}={path}")]
-    options += ["--python", target.python] if target.python and "--python" not in options else []
+    """What to run when the undo failed: see the target, then take the change out yourself.
+    The CLI's note after the error repeats the target options as the user gave them."""
     inverse = "apply" if limits.op == "rollback" else "rollback"
-    where = shlex.join(options)
-    said = (f"Run `patchkit status {where}`, then take this run's change out with "
-            f"`patchkit {inverse} {shlex.join(changed)} {where}`")
+    said = (f"Run `patchkit status`, then take this run's change out with `patchkit {inverse} "
+            f"{shlex.join(changed)}`" + (" (with --force when the cause above is a file changed "
+                                        "since: it discards that change)" if inverse == "rollback"
+                                        else ""))
     if getattr(target, "is_remote", False):
         said += (" (on an ssh:// target the lock is not held through the hooks, so another "
                  "run may have changed the target meanwhile: roll that back first if it "

@@ -761,3 +761,27 @@ def test_an_error_that_suggests_commands_says_to_give_them_this_runs_target_opti
         "--catalog", str(env.catalog), "--target", str(env.sglang), f"--root=serve={serve}"]
     bare = pk("list", "--bogus")  # a usage error: no note (it suggests --help)
     assert "note: " not in bare.err
+
+
+def test_the_options_note_is_for_patchkits_own_suggestions_and_every_option_works_after_the_command(
+        env: Env, pk: Callable[..., Run]) -> None:
+    """The note repeats the options after the command: `--config` works there as `--catalog`
+    does. A hook's own command or output that mentions patchkit is not a suggestion; a refused
+    undo names the fixes it would roll back."""
+    config = env.tmp / "pk.toml"
+    config.write_text(f'[targets.prod]\npath = "{env.sglang}"\n')
+    assert pk("apply", INDEX_K, "--config", config, "--target", "prod").code == EXIT_OK  # after
+    pool = env.sglang / POOL
+    pool.write_text(pool.read_text() + "# edited\n")
+    refused = pk("undo", "--config", config, "--target", "prod")
+    assert refused.code == EXIT_CHECK_FAILED
+    assert f"roll the fixes back with patchkit rollback --force {INDEX_K}" in refused.err
+    note = [line for line in refused.err.splitlines() if line.startswith("note: ")]
+    assert note == [f"note: run the patchkit commands above with this run's options: --catalog "
+                    f"{env.catalog} --config {config} --target prod"], refused.err
+    assert pk("rollback", "--force", INDEX_K, *note[0].split(": ", 2)[2].split()).code == EXIT_OK
+
+    hooked = pk("apply", INDEX_K, "--target", env.sglang, "--health-cmd",
+                "echo run patchkit undo; exit 1")
+    assert hooked.code == EXIT_CHECK_FAILED and "patchkit undo" in hooked.err
+    assert "note: " not in hooked.err, hooked.err

@@ -184,26 +184,30 @@ FORCE_UPGRADE = click.option("--force", is_flag=True, help="Upgrade even when th
                              "files changed since (discarding those changes).")
 
 
-def _keep_catalog(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
-    """``--catalog`` after the command's name (``patchkit list --catalog DIR``): the same as
-    before it, and it wins over one given there."""
+def _keep_global(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--catalog`` or ``--config`` after the command's name (``patchkit list --catalog
+    DIR``): the same as before it, and it wins over one given there."""
     if value is not None:
-        ctx.ensure_object(State).catalog_dir = value
+        setattr(ctx.ensure_object(State), "catalog_dir" if param.name == "catalog" else
+                "config_path", value)
     return value
 
 
-#: ``--catalog`` on every command, as the group takes it (options may follow the command).
-CATALOG_OPTION = click.option("--catalog", metavar="DIR", expose_value=False, callback=_keep_catalog,
+#: ``--catalog`` and ``--config`` on every command, as the group takes them (options may follow
+#: the command: the note after an error repeats them there, docs/cli.md).
+CATALOG_OPTION = click.option("--catalog", metavar="DIR", expose_value=False, callback=_keep_global,
                               is_eager=True, help="Catalog directory (as `patchkit --catalog DIR`).")
+CONFIG_OPTION = click.option("--config", metavar="FILE", expose_value=False, callback=_keep_global,
+                             is_eager=True, help="Project config (as `patchkit --config FILE`).")
 
 
 def command(name: str, *params: Callable) -> Callable[[Callable], click.Command]:
     """The click command NAME: ``params`` (click.argument and click.option decorators, in the
-    order --help lists them), then ``--json`` and ``--catalog``; the function gets the
+    order --help lists them), then ``--json``, ``--config`` and ``--catalog``; the function gets the
     :class:`State` first."""
 
     def decorate(f: Callable) -> click.Command:
-        f = CATALOG_OPTION(json_option(pass_state(f)))
+        f = CATALOG_OPTION(CONFIG_OPTION(json_option(pass_state(f))))
         for param in reversed(params):
             f = param(f)
         return click.command(name)(f)

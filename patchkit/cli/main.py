@@ -151,8 +151,21 @@ def main(argv: list[str] | None = None) -> None:
 #: The options that say which catalog and target a command acts on.
 WHERE_OPTIONS = ("--catalog", "--config", "--target", "-t", "--root", "--python", "--ssh-option",
                  "--ssh-program")
-#: A message suggesting a command to run next (``patchkit undo``, ``patchkit rollback --force``).
-SUGGESTS = re.compile(r"\bpatchkit [a-z]")
+#: A command on a target that a message suggests running next (``patchkit undo``, ``patchkit
+#: rollback --force FIX``), up to the end of its quote or clause.
+SUGGESTS = re.compile(r"\bpatchkit (?:apply|rollback|undo|sync|verify|status|log)\b([^`\n;]*)")
+#: Where a failed hook's own output starts in its message (``hooks``: not patchkit's words).
+HOOK_SAID = re.compile(r"\n--[a-z-]+ said:\n")
+
+
+def _suggests(err: PatchkitError) -> bool:
+    """Whether patchkit's words (not a hook's command or output) suggest a command on a target
+    that does not name its target already (a remote target's ``patchkit status --target
+    ssh://...``)."""
+    words = HOOK_SAID.split(err.message, 1)[0]
+    for ran in ((err.details.get("after") or {}).get("ran") or ()):
+        words = words.replace(str(ran.get("command") or ""), "")
+    return any("--target" not in found.group(1) for found in SUGGESTS.finditer(words))
 
 
 def _where_given(args: list[str]) -> list[str]:
@@ -204,8 +217,7 @@ def _run(argv: list[str] | None, state: State) -> int:
     except PatchkitError as err:
         from .render import print_json, render_error
 
-        given = (_where_given(sys.argv[1:] if argv is None else argv)
-                 if SUGGESTS.search(err.message) else [])
+        given = _where_given(sys.argv[1:] if argv is None else argv) if _suggests(err) else []
         if state.json:
             result = getattr(err, "result", None)
             error = err.to_dict()

@@ -23,6 +23,14 @@ from .txn import Transaction
 from .workspace import Workspace, file_op
 
 
+def _instead(journal: Journal) -> str:
+    """What takes a change's fixes out when its undo is refused for an edited file."""
+    names = " ".join(journal.fixes)
+    if journal.op == "rollback":
+        return "leave the fixes rolled back (patchkit apply %s applies them again)" % names
+    return "roll the fixes back with patchkit rollback --force %s" % names
+
+
 def undo(req: Request, store: Store) -> List[Dict[str, Any]]:
     """``req.txn``: the change to undo (None: the last change, if it kept an undo point)."""
     point = undo_point(store)
@@ -49,9 +57,8 @@ def undo(req: Request, store: Store) -> List[Dict[str, Any]]:
             raise ConcurrentChange(
                 "%s changed since the change being undone wrote it (transaction %s); the undo "
                 "wrote nothing. Put the file back as patchkit wrote it (patchkit status shows "
-                "it drifted), then patchkit undo; or keep the edit and roll the fixes back with "
-                "patchkit rollback --force"
-                % (entry.where, journal.txn), root=f.root, path=f.path)
+                "it drifted), then patchkit undo; or keep the edit and %s"
+                % (entry.where, journal.txn, _instead(journal)), root=f.root, path=f.path)
         entry.current = None if f.before_sha256 is None else _original(store, journal, f)
         entry.mode = f.mode
     was, after = before.by_name(), state.by_name()
