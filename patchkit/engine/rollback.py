@@ -67,8 +67,9 @@ def _rollback(req: Request, store: Store, state: State, recorded: Recorded) -> D
         rec, fc = recorded[spec.name], FixChange(spec, [])
         _refuse_elsewhere(req, ws, rec)
         sources = _committed(req, rec)
-        drift.extend(_take_stock(req, ws, fc, rec, sources, gone.get(spec.name, set())))
-        strategy = _strategy(fc, rec, sources, spec.name in gone)
+        drifted = _take_stock(req, ws, fc, rec, sources, gone.get(spec.name, set()))
+        drift.extend(drifted)
+        strategy = _strategy(fc, rec, sources, spec.name in gone, bool(drifted) and req.force)
         try:
             strategy(store, ws, fc, rec, sources, gone.get(spec.name, set()))
         except ConflictError as exc:
@@ -139,14 +140,17 @@ def _take_stock(req: Request, ws: Workspace, fc: FixChange, rec: FixRecord,
 Strategy = Callable[[Store, Workspace, FixChange, FixRecord, List[revert.Source], Set[Key]], None]
 
 
-def _strategy(fc: FixChange, rec: FixRecord, sources: List[revert.Source], lost: bool) -> Strategy:
+def _strategy(fc: FixChange, rec: FixRecord, sources: List[revert.Source], lost: bool,
+              discard: bool) -> Strategy:
     """How the fix's files get their bytes before it back: the recorded commits reverted, a
-    lost fix's remaining backups, its series reversed, or its backups."""
+    lost fix's remaining backups, its series reversed, or its backups. ``discard``: its files
+    drifted and ``--force`` discards the edits, so its backups, whatever its strategy (a
+    series reversed would keep an edit, or not apply over one)."""
     if sources:
         return _by_revert
     if lost:
         return _lost
-    return _by_reverse if fc.spec.strategy == "reverse" else _by_restore
+    return _by_reverse if fc.spec.strategy == "reverse" and not discard else _by_restore
 
 
 def _by_revert(store: Store, ws: Workspace, fc: FixChange, rec: FixRecord,

@@ -157,12 +157,22 @@ def test_lock_busy(checkout: Path) -> None:
     assert go("apply", checkout, [series(checkout)], lock_timeout=0.2)["ok"]
 
 
-def test_drift_refuses_rollback_and_force_restores(checkout: Path) -> None:
-    f = series(checkout)
+@pytest.mark.parametrize("strategy, edit", [("restore", "append"), ("reverse", "append"),
+                                             ("reverse", "a line the fix wrote")])
+def test_drift_refuses_rollback_and_force_restores(checkout: Path, strategy: str, edit: str) -> None:
+    """--force discards the edits: the backups go back whatever the strategy (a series
+    reversed over an edit of its own lines does not apply: --force used to fail there)."""
+    f = series(checkout, rollback={"strategy": strategy})
     original = (checkout / MOD).read_bytes()
     assert go("apply", checkout, [f])["ok"]
-    with open(checkout / MOD, "a") as fh:
-        fh.write("# hand edit\n")
+    if edit == "append":
+        with open(checkout / MOD, "a") as fh:
+            fh.write("# hand edit\n")
+    else:
+        before, after = original.decode().splitlines(True), (checkout / MOD).read_text().splitlines(True)
+        written = next(i for i, line in enumerate(after) if i >= len(before) or line != before[i])
+        after[written] = "# edited by hand\n"
+        (checkout / MOD).write_text("".join(after))
     edited = snapshot(checkout)
     status = go("status", checkout, [f])["status"]["fixes"][0]
     assert status["state"] == "drifted"
