@@ -113,3 +113,17 @@ def test_apply_and_sync_refuse_the_upgrade_saying_how_to_make_a_version(
         assert f"patchkit rebase {FIX} --onto 0.5.21" in said, said
         assert "the applied v2 stays" in said, said
     assert Path(roots["sglang"], POOL).read_bytes() == before
+
+
+def test_the_applied_version_itself_not_serving_the_release_is_said_too(
+        roots: dict[str, str], catalog: Catalog) -> None:
+    """The catalog's version is the applied one, and the tree now says another release (its
+    version file moved on, the fix's files did not): the same words as when the catalog moved,
+    not a plain `applied`."""
+    target = _applied_v2(roots, catalog)
+    version = Path(roots["sglang"], "python/sglang/version.py")
+    version.write_text(version.read_text().replace("0.5.21", "0.5.22"))
+    [seen] = [s for s in api.status(catalog, target).status if s.name == FIX]
+    assert (seen.state, seen.version, seen.catalog_version) == ("applied", 2, 2)
+    assert seen.detail is not None and "no version of the fix serves 0.5.22" in seen.detail
+    assert f"patchkit rebase {FIX} --onto 0.5.22" in seen.detail

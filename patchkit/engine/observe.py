@@ -33,7 +33,7 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
             # the catalog's version is no upgrade where it does not serve the release the
             # target runs (apply and sync refuse it there): the applied one stays, said so
             unserved = unserved_detail(req, spec, releases) if (
-                rec.version != spec.version or entry["state"] == "lost") else None
+                rec.version != spec.version or entry["state"] in ("lost", "applied")) else None
             if unserved is not None:
                 _say_unserved(entry, rec, spec, unserved)
             elif entry["state"] == "applied" and rec.version != spec.version:
@@ -121,6 +121,8 @@ def _say_unserved(entry: Dict[str, Any], rec: FixRecord, spec: FixSpec,
     said = "no version of the fix serves %s (%s)" % (found, served)
     if entry["state"] == "lost":
         entry["detail"] = "%s. %s: %s, then apply it" % (entry["lost"], said, make)
+    elif "detail" not in entry and rec.version == spec.version:  # the tree moved, not the fix
+        entry["detail"] = "%s: the applied v%s stays as it is; %s" % (said, rec.version, make)
     elif "detail" not in entry:  # a root given elsewhere says more about a drift
         entry["detail"] = ("%s: the applied v%s stays, as apply and sync refuse v%s here; %s"
                            % (said, rec.version, spec.version, make))
