@@ -36,7 +36,7 @@ def test_list_and_show_name_the_releases_each_version_serves(tmp_path: Path) -> 
     for variant in shown["variants"]:
         expected.update({r: variant["version"] for r in variant["releases"]})
     assert len(set(expected.values())) >= 2  # the case this is about: versions for two releases
-    assert by_name["dsv4-bf16-sizing"]["serves"] == expected
+    assert by_name["dsv4-bf16-sizing"]["serves"] == expected == shown["serves"]
     serve_only = by_name["prefill-hicache-off"]
     assert serve_only["serves"] == {}  # no release precondition: any release
 
