@@ -17,21 +17,11 @@ from patchkit import api
 from patchkit.catalog import Catalog
 from patchkit.errors import PreconditionFailed
 from patchkit.targets import LocalTarget
-from tests.test_remote import PY, SAMPLES, make_tree
+from tests.test_status import catalog, roots  # noqa: F401  (fixtures)
+from tests.test_remote import PY
 
 FIX, POOL = "index-k-bytes", "python/sglang/srt/pool.py"
 PATCH = "0001-count-index-k-bytes.patch"
-
-
-@pytest.fixture
-def roots(tmp_path: Path) -> dict[str, str]:
-    return make_tree(tmp_path / "tree")  # a checkout of 0.5.21 (python/sglang/version.py)
-
-
-@pytest.fixture
-def catalog(tmp_path: Path) -> Catalog:
-    shutil.copytree(SAMPLES / "catalog", tmp_path / "catalog")
-    return Catalog(tmp_path / "catalog")
 
 
 def _catalog_moves_on(catalog: Catalog, variant: str | None = None) -> Catalog:

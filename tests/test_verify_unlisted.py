@@ -5,7 +5,6 @@ to verify") or calling it an unknown fix, as status and rollback answer it from 
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,20 +14,10 @@ import pytest
 from patchkit import api, errors
 from patchkit.catalog import Catalog
 from patchkit.targets import LocalTarget
-from tests.test_remote import PY, SAMPLES, make_tree
+from tests.test_status import catalog, roots  # noqa: F401  (fixtures)
+from tests.test_remote import PY
 
 POOL = "python/sglang/srt/pool.py"
-
-
-@pytest.fixture
-def roots(tmp_path: Path) -> dict[str, str]:
-    return make_tree(tmp_path / "tree")
-
-
-@pytest.fixture
-def catalog(tmp_path: Path) -> Catalog:
-    shutil.copytree(SAMPLES / "catalog", tmp_path / "catalog")
-    return Catalog(tmp_path / "catalog")
 
 
 def _applied_then_gone(roots: dict[str, str], catalog: Catalog) -> tuple[LocalTarget, Catalog]:
