@@ -159,7 +159,7 @@ class Scan:
             for row in _read("%s/stat" % base).decode().splitlines():
                 if row.startswith("btime "):
                     self.btime = float(row.split()[1])
-        mine = _ancestors(os.getpid(), base)
+        mine = ancestors(os.getpid(), base)
         for pid in pids:
             if pid in mine:
                 continue  # patchkit itself, and the shell or agent that runs it
@@ -175,7 +175,8 @@ class Scan:
         return None if self.btime is None else _iso(self.btime + p.start)
 
 
-def _ancestors(pid: int, base: str) -> Set[int]:
+def ancestors(pid: int, base: str = PROC) -> Set[int]:
+    """``pid`` and its parent, its parent's parent and so on, as ``/proc`` shows them."""
     out = set()
     while pid > 1 and pid not in out:
         out.add(pid)

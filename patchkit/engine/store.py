@@ -358,19 +358,10 @@ def describe_holder(holder: Dict[str, Any]) -> str:
 
 
 def _is_ancestor(pid: str) -> bool:
-    """Whether ``pid`` is this process's parent, or its parent's, and so on (Linux /proc)."""
-    current = os.getppid()
-    for _ in range(64):
-        if str(current) == pid:
-            return True
-        if current <= 1:
-            return False
-        try:
-            with open("/proc/%d/stat" % current, "r") as fh:
-                current = int(fh.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            return False
-    return False
+    """Whether ``pid`` started this process, directly or not (a hook's own patchkit run)."""
+    from .procs import ancestors  # only when the lock is busy in its holder's hooks
+
+    return pid.isdigit() and int(pid) in ancestors(os.getppid())
 
 
 def _flock_pid(directory: str) -> Optional[str]:
