@@ -15,7 +15,7 @@ import os
 import shlex
 import signal
 import sys
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .engine import Stop, stopping_on_signals
 from .engine.contract import CHANGED
@@ -378,11 +378,26 @@ def as_undone(result: Any, after: AfterChange) -> Any:
     return replace(result, ok=False, raw=raw, fixes=tuple(FixOutcome.from_dict(f) for f in fixes))
 
 
+#: Where a failed hook's output starts in its error's message (``--health-cmd said:``).
+SAID = "\n--%s said:\n"
+
+
 def _said(run: CommandRun) -> str:
     """The last lines the failed command printed, below the message (its own lines: output
     without a final newline does not run into what patchkit says)."""
     lines = run.output.strip().splitlines()[-_TAIL:]
-    return ("\n--%s said:\n  %s" % (run.what, "\n  ".join(lines))) if lines else ""
+    return (SAID % run.what + "  " + "\n  ".join(lines)) if lines else ""
+
+
+def patchkits_words(message: str, details: Mapping[str, Any]) -> str:
+    """An error's message without what its hooks ran or printed (their commands, their
+    output): the words patchkit itself says, e.g. the next steps it suggests."""
+    ran = (details.get("after") or {}).get("ran") or ()
+    for what in dict.fromkeys(str(r.get("what") or "") for r in ran):
+        message = message.split(SAID % what, 1)[0]
+    for r in ran:
+        message = message.replace(str(r.get("command") or ""), "")
+    return message
 
 
 def changed_fixes(result: Any) -> list[str]:

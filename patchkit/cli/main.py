@@ -154,17 +154,13 @@ WHERE_OPTIONS = ("--catalog", "--config", "--target", "-t", "--root", "--python"
 #: A command on a target that a message suggests running next (``patchkit undo``, ``patchkit
 #: rollback --force FIX``), up to the end of its quote or clause.
 SUGGESTS = re.compile(r"\bpatchkit (?:apply|rollback|undo|sync|verify|status|log)\b([^`\n;]*)")
-#: Where a failed hook's own output starts in its message (``hooks``: not patchkit's words).
-HOOK_SAID = re.compile(r"\n--[a-z-]+ said:\n")
-
-
 def _suggests(err: PatchkitError) -> bool:
     """Whether patchkit's words (not a hook's command or output) suggest a command on a target
     that does not name its target already (a remote target's ``patchkit status --target
     ssh://...``)."""
-    words = HOOK_SAID.split(err.message, 1)[0]
-    for ran in ((err.details.get("after") or {}).get("ran") or ()):
-        words = words.replace(str(ran.get("command") or ""), "")
+    from ..hooks import patchkits_words
+
+    words = patchkits_words(err.message, err.details)
     return any("--target" not in found.group(1) for found in SUGGESTS.finditer(words))
 
 
