@@ -142,11 +142,9 @@ class UpstreamRepo:
                 gitrepo.set_config(self.git_dir, _MANAGED_KEY, "true")
                 # clones made by checkout() borrow objects (--shared): never prune them
                 gitrepo.set_config(self.git_dir, "gc.auto", "0")
-            say(f"extracting {wheel.name}")
-            with tempfile.TemporaryDirectory(prefix="patchkit-release-", dir=self.path) as tmp:
-                extract_source(wheel, Path(tmp))
-                say(f"committing sglang {version}")
-                self._insert(version, Path(tmp), wheel, say)
+            say(f"committing sglang {version} from {wheel.name}")
+            tree = gitrepo.write_tree(self.git_dir, source_files(wheel))
+            self._insert(version, tree, wheel, say)
         return self.release(version)
 
     def fetch_all(self, versions: Sequence[str], *, progress: Progress | None = None,
@@ -184,7 +182,7 @@ class UpstreamRepo:
         finally:
             os.close(fd)
 
-    def _insert(self, version: str, tree_dir: Path, wheel: Path, say: Progress) -> None:
+    def _insert(self, version: str, tree: str, wheel: Path, say: Progress) -> None:
         """Commit ``version`` at its place in the history and rebuild the later ones on top;
         tags and main move in one ref transaction once every object is written."""
         tags = self.release_commits()
@@ -192,9 +190,8 @@ class UpstreamRepo:
         older = [v for v in ordered if version_key(v) < version_key(version)]
         newer = [v for v in ordered if version_key(v) > version_key(version)]
         parent = [tags[older[-1]]] if older else []
-        sha = gitrepo.commit_directory(self.git_dir, tree_dir, message=_message(version, wheel),
-                                       parents=parent, author=RELEASE_IDENTITY,
-                                       date=release_date(wheel))
+        sha = gitrepo.commit_tree(self.git_dir, tree, message=_message(version, wheel),
+                                  parents=parent, author=RELEASE_IDENTITY, date=release_date(wheel))
         updates = {f"refs/tags/v{version}": sha}
         expected: dict[str, str | None] = {f"refs/tags/v{version}": None}
         for later in newer:
@@ -314,31 +311,48 @@ def _loose_key(v: str) -> tuple[bool, Version]:
     return (True, version_key(v)) if _VERSION.match(v) else (False, Version("0"))
 
 
-def extract_source(wheel: Path, dest: Path) -> None:
-    """Write the wheel's ``sglang/`` files under ``dest/python/sglang`` (the checkout layout,
-    without compiled extensions or ``.dist-info``)."""
-    count = 0
+def source_files(wheel: Path) -> Iterator[tuple[str, bytes, bool]]:
+    """The wheel's ``sglang/`` files as (path in a checkout, ``python/sglang/...``; bytes;
+    executable), without compiled extensions or ``.dist-info``. Every member's name is checked
+    here, before the first is read: a wheel that is not one, names a path outside ``sglang/``
+    or holds no source fails before anything is written."""
     try:
-        with zipfile.ZipFile(wheel) as zf:
-            for info in zf.infolist():
-                name = PurePosixPath(info.filename)
-                if info.is_dir() or not name.parts or name.parts[0] != PROJECT:
-                    continue
-                if ".." in name.parts or name.is_absolute():
-                    raise TargetError(f"{wheel.name}: unsafe member path {info.filename!r}")
-                if _COMPILED.search(name.name):
-                    continue
-                target = dest / "python" / Path(*name.parts)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(zf.read(info))
-                if (info.external_attr >> 16) & 0o111:
-                    target.chmod(0o755)
-                count += 1
-    except zipfile.BadZipFile as exc:
-        raise TargetError(f"{wheel} is not a valid wheel ({exc}); delete it and fetch again",
-                          wheel=str(wheel)) from None
-    if count == 0:
-        raise TargetError(f"{wheel} has no {PROJECT}/ source files", wheel=str(wheel))
+        zf = zipfile.ZipFile(wheel)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise _bad_wheel(wheel, exc) from None
+    members = []
+    with contextlib.ExitStack() as unless_returned:
+        unless_returned.callback(zf.close)
+        for info in zf.infolist():
+            name = PurePosixPath(info.filename)
+            if info.is_dir() or not name.parts or name.parts[0] != PROJECT:
+                continue
+            if ".." in name.parts or name.is_absolute():
+                raise TargetError(f"{wheel}: unsafe member path {info.filename!r}; delete the "
+                                  "wheel and fetch again", wheel=str(wheel))
+            if not _COMPILED.search(name.name):
+                members.append(("/".join(("python", *name.parts)), info))
+        if not members:
+            raise TargetError(f"{wheel} has no {PROJECT}/ source files; delete it and fetch "
+                              "again", wheel=str(wheel))
+        unless_returned.pop_all()
+    return _read_members(wheel, zf, members)
+
+
+def _read_members(wheel: Path, zf: zipfile.ZipFile, members: list[tuple[str, zipfile.ZipInfo]]
+                  ) -> Iterator[tuple[str, bytes, bool]]:
+    with zf:
+        for path, info in members:
+            try:
+                data = zf.read(info)
+            except (zipfile.BadZipFile, EOFError, OSError) as exc:
+                raise _bad_wheel(wheel, exc) from None
+            yield path, data, bool((info.external_attr >> 16) & 0o111)
+
+
+def _bad_wheel(wheel: Path, exc: Exception) -> TargetError:
+    return TargetError(f"{wheel} is not a valid wheel ({exc}); delete it and fetch again",
+                       wheel=str(wheel))
 
 
 def release_date(wheel: Path) -> str:

@@ -59,6 +59,71 @@ def test_release_date_comes_from_the_wheel(tmp_path: Path) -> None:
     assert release_date(wheel) == "2026-10-01T06:36:48+00:00"
 
 
+def _small_wheel(wheels: Path, version: str, members: dict[str, bytes | None]) -> Path:
+    """A wheel of ``version`` in ``wheels`` holding ``members`` (None: an executable file's
+    text, ``#!/bin/sh``)."""
+    wheels.mkdir(parents=True, exist_ok=True)
+    wheel = wheels / f"sglang-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for name, data in members.items():
+            info = zipfile.ZipInfo(name, (2026, 10, 1, 0, 0, 0))
+            info.external_attr = (0o100755 if data is None else 0o100644) << 16
+            zf.writestr(info, b"#!/bin/sh\n" if data is None else data)
+    return wheel
+
+
+def test_a_small_wheel_is_committed_file_for_file_with_modes_and_odd_names(
+        tmp_path: Path) -> None:
+    """What `git ls-tree` of the release holds is the wheel's ``sglang/`` files, no more:
+    compiled extensions and ``.dist-info`` left out, the executable bit kept, a name with a
+    space or a leading quote committed as named."""
+    _small_wheel(tmp_path / "wheels", "9.9.1", {
+        "sglang/__init__.py": b"x = 1\n", "sglang/run me.sh": None,
+        'sglang/"quoted".py': b"q = 1\n", "sglang/srt/kernel.cpython-311-x86_64.so": b"\0",
+        "sglang-9.9.1.dist-info/METADATA": b"Name: sglang\n"})
+    repo = UpstreamRepo(tmp_path / "up", wheels=tmp_path / "wheels")
+    rel = repo.fetch("9.9.1")
+    listing = git(repo.git_dir, "ls-tree", "-r", "v9.9.1").splitlines()
+    assert {(line.split()[0], line.split("\t")[1]) for line in listing} == {
+        ("100644", "python/sglang/__init__.py"), ("100755", "python/sglang/run me.sh"),
+        ("100644", '"python/sglang/\\"quoted\\".py"')}
+    assert git(repo.git_dir, "show", "v9.9.1:python/sglang/run me.sh") == "#!/bin/sh"
+    assert git(repo.git_dir, "for-each-ref", "--format=%(refname)").split() == [
+        "refs/heads/main", "refs/tags/v9.9.1"]  # the import's own ref is gone
+    assert rel.commit == git(repo.git_dir, "rev-parse", "v9.9.1")
+
+
+@pytest.mark.parametrize("case", ["not-a-zip", "escaping", "no-source", "truncated"])
+def test_a_broken_wheel_is_refused_by_name_and_the_store_keeps_what_it_had(
+        case: str, tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    _small_wheel(wheels, "9.9.1", {"sglang/__init__.py": b"x = 1\n"})
+    repo = UpstreamRepo(tmp_path / "up", wheels=wheels)
+    repo.fetch("9.9.1")
+    before = git(repo.git_dir, "for-each-ref")
+    bad = wheels / "sglang-9.9.2-py3-none-any.whl"
+    if case == "not-a-zip":
+        bad.write_text("<html>not found</html>\n")
+    else:
+        members = {"escaping": {"sglang/../../evil.py": b"x\n"},
+                   "no-source": {"sglang-9.9.2.dist-info/METADATA": b"x\n"},
+                   "truncated": {**{f"sglang/f{i}.py": os.urandom(5000) for i in range(300)},
+                                 "sglang/a.py": os.urandom(200_000)}}[case]
+        _small_wheel(wheels, "9.9.2", members)
+        if case == "truncated":  # its member's bytes end early: the read fails mid-import
+            data = bad.read_bytes()
+            start = data.index(b"sglang/a.py") + len(b"sglang/a.py")
+            bad.write_bytes(data[:start + 1000] + bytes(1000) + data[start + 2000:])
+    with pytest.raises(PatchkitError) as info:
+        repo.fetch("9.9.2")
+    assert str(bad) in str(info.value) and "fetch again" in str(info.value)
+    assert git(repo.git_dir, "for-each-ref") == before
+    assert repo.versions() == ["9.9.1"]
+    left = {p.name for p in (repo.git_dir / "objects" / "pack").iterdir()}
+    assert not [n for n in left if n.startswith("tmp_")], left  # the import's pack is gone
+    assert not list((tmp_path / "up").rglob("fast_import_crash_*"))
+
+
 def test_existing_clone_is_used_as_is_and_never_committed_to(tmp_path: Path) -> None:
     clone = tmp_path / "sglang-clone"
     (clone / "python" / "sglang").mkdir(parents=True)

@@ -197,8 +197,10 @@ def test_a_checkout_moved_to_another_release_by_git_is_lost_and_never_gets_the_o
     assert {f.name: f.version for f in api.sync(catalog, local(tree)).fixes
             if f.outcome == "applied"} == {INDEX_K: 3, SIZING: 3}
     _git(tree, "reset", "-q", "--hard", "v0.5.23")
-    release = {p: p.read_bytes() for p in (tree / "python").rglob("*.py")
-               if _git(tree, "diff", "--name-only", "v0.5.22", "v0.5.23", "--", str(p))}
+    moved = _git(tree, "diff", "--name-only", "--diff-filter=d", "v0.5.22", "v0.5.23", "--",
+                 "python/*.py").splitlines()
+    release = {tree / p: (tree / p).read_bytes() for p in moved}
+    assert len(release) > 100
     seen = {s.name: s for s in api.status(catalog, local(tree)).status}
     assert (seen[INDEX_K].state, seen[SIZING].state) == ("lost", "lost"), seen[INDEX_K]
     assert "0.5.22 -> 0.5.23" in seen[INDEX_K].detail, seen[INDEX_K].detail
