@@ -94,3 +94,31 @@ def test_cli_verify_names_the_fix_checked_from_its_record_and_its_drifted_file(
         assert "serve:serve.sh" in drifted.stderr, drifted.stderr
     status = _patchkit(fresh, roots, "status", "--exit-code")
     assert status.returncode == 1  # the two gates agree
+
+
+def test_verify_of_an_older_applied_version_checks_it_not_the_catalog_s_newer_one(
+        roots: dict[str, str], catalog: Catalog) -> None:
+    """pool-guard v1 applied, then the catalog's pool-guard became v2 (a refresh that changed
+    serve.sh, and its sha256 check with it). verify ran v2's checks against v1's files and
+    failed a host whose v1 was intact; the catalog holds no v1, so its files are checked
+    against its record, v2's checks are not run, and the detail says how to upgrade."""
+    target = LocalTarget(roots, PY, "local")
+    api.apply(catalog, target, ["pool-guard"], with_deps=True)
+    manifest = Path(catalog.root) / "manifests" / "pool-guard.toml"
+    text = manifest.read_text()
+    manifest.write_text(text.replace("version = 1", "version = 2", 1).replace(
+        "bb57bbd01b9c9512a2a167b5ac6b52aa6aa85782e86d0c89f5fa8cad41552a6e", "0" * 64))
+    fresh = Catalog(catalog.root)
+    for names in ([], ["pool-guard"]):
+        result = api.verify(fresh, target, names)
+        old = {f.name: f for f in result.fixes}["pool-guard"]
+        assert old.outcome == "verified" and old.version == 1, old
+        assert [c.kind for c in old.verification] == ["drift"] and old.verification[0].ok
+        assert old.detail and "v1" in old.detail and "v2" in old.detail, old.detail
+        assert "patchkit apply pool-guard" in old.detail
+    # an edit of v1's files is still found, and named as the older version's
+    serve = Path(roots["serve"], "serve.sh")
+    serve.write_text(serve.read_text() + "# edited by hand\n")
+    with pytest.raises(errors.DriftError) as caught:
+        api.verify(fresh, target, ["pool-guard"])
+    assert "serve:serve.sh" in str(caught.value)

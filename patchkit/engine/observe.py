@@ -10,7 +10,7 @@ from ..errors import DriftError, NotApplied, TargetError, VerificationFailed
 from . import procs, record
 from .contract import NOT_APPLIED, PARTLY_PRESENT, PRESENT_UNRECORDED
 from .paths import Roots
-from .request import FixSpec, Request, check_patch_paths
+from .request import FixSpec, Request, check_patch_paths, parse_fix
 from .records import FixRecord, State
 from .store import Store
 from .workspace import Key, Workspace
@@ -331,6 +331,9 @@ SHOWN = 5  # drifted files named in a message; the result lists them all
 
 
 #: a verify of a fix answered from its record (``recorded_only``): what it could not check
+OLDER = ("v%(old)s is applied and the catalog's %(fix)s is v%(new)s, whose checks are for its own "
+         "change: v%(old)s's files were checked against its record (the hashes of the files "
+         "patchkit wrote) and v%(new)s's checks were not run; patchkit apply %(fix)s upgrades it")
 GONE = ("not in the catalog: its manifest is gone, so its files were checked against its record "
         "(the hashes of the files patchkit wrote) and its own verification checks were not run")
 
@@ -372,8 +375,15 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
 
     state = store.read_state()
     recorded = state.by_name()
-    # applied_only: a fleet's verify of whatever each host applied
+    # applied_only: a fleet's verify of whatever each host applied, a fix whose manifest left
+    # the catalog too (from its record, as a named one is), if the request has all its roots
     specs = [s for s in req.fixes if s.name in recorded or not req.applied_only]
+    if req.applied_only:
+        sent, have = {s.name for s in req.fixes}, {r.name for r in req.roots}
+        specs += [parse_fix({"name": name, "version": rec.version or 1, "recorded_only": True,
+                             "rollback": {"strategy": "restore"}})
+                  for name, rec in recorded.items()
+                  if name not in sent and {f.root for f in rec.files} <= have]
     missing = [s.name for s in specs if s.name not in recorded]
     if missing:
         ws = Workspace(req.roots)
@@ -400,8 +410,12 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
         # A check passing on edited files does not vouch for the fix as patchkit wrote it.
         drifted = drifted_files(req.roots, state, recorded[spec.name], ws)
         ctx = CheckContext(spec.name, req.roots, req.python, spec.scripts, req.roots.read)
+        # An older version than the catalog's (a refresh since): the catalog's checks are for
+        # its own change and the applied version's are not in it, so its record is what it has.
+        older = not spec.recorded_only and str(recorded[spec.name].version) != str(spec.version)
+        by_record = spec.recorded_only or older
         first = drift_check(spec.name, drifted, spec.recorded_only) if drifted else None
-        if first is None and spec.recorded_only:  # its record's check is all it has: listed
+        if first is None and by_record:  # its record's check is all it has: listed
             first = {"kind": "drift", "name": "files as patchkit wrote them", "ok": True,
                      "detail": "every file holds the bytes its record names", "where": ""}
         if first is not None and not first["ok"] and spec.name in lost:
@@ -414,13 +428,16 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
                 "refreshed from here): patchkit apply %s records v%d, writing nothing"
                 % (spec.version, recorded[spec.name].version, spec.name, spec.version)))
         results = ([first] if first else []) + [
-            run_check(check, ctx) for check in spec.verification]
+            run_check(check, ctx) for check in ([] if by_record else spec.verification)]
         failures.extend(dict(r, fix=spec.name) for r in results if not r["ok"])
         out.append({"name": spec.name, "version": recorded[spec.name].version,
                     "outcome": "verified" if all(r["ok"] for r in results) else "failed",
                     "files": [], "preconditions": [], "verification": results, "drifted": drifted})
         if spec.recorded_only:
             out[-1]["detail"] = GONE
+        elif older and spec.name not in lost:  # a lost fix's detail says why, and what to do
+            out[-1]["detail"] = OLDER % {"fix": spec.name, "old": recorded[spec.name].version,
+                                         "new": spec.version}
     if failures and all(f["kind"] == "drift" for f in failures):
         raise DriftError("%d applied fix(es) drifted: files changed since patchkit wrote them "
                          "(nothing was changed):\n%s" % (len(failures), failure_lines(failures)),
