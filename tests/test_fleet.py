@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -157,6 +158,8 @@ def test_undo_on_a_fleet_puts_each_host_back_as_before_its_last_change_or_writes
               for n in (h1, h2)}
     code, report = patchkit(fleet, "apply", *SEED, "--limit", "h1,h2")
     assert code == 0 and hosts(report) == {"h1": "applied", "h2": "applied"}, report
+    # the hosts run the old code until their prefill server restarts: said, as for one target
+    assert (report["restart"], report["restart_hosts"]) == (["prefill"], ["h1", "h2"]), report
 
     def held() -> dict[str, tuple]:  # every host's files and engine state, byte for byte
         return {n.name: (snapshot(n), state_file[n.name].read_bytes()
@@ -168,6 +171,7 @@ def test_undo_on_a_fleet_puts_each_host_back_as_before_its_last_change_or_writes
     assert (dry["op"], dry["dry_run"], dry["ok"], dry["stopped"], dry["waves"]) == \
         ("undo", True, True, None, [])
     assert hosts(dry) == {"h1": "would-undo", "h2": "would-undo"}
+    assert (dry["restart"], dry["restart_hosts"]) == ([], [])  # nothing changed
     label = "dsv4-bf16-sizing v4 -> not applied, revert-hicache-index-k-sync v5 -> not applied"
     assert dry["groups"] == [{"change": label, "hosts": ["h1", "h2"]}], dry["groups"]
     for host in dry["hosts"]:
@@ -193,10 +197,12 @@ def test_undo_on_a_fleet_puts_each_host_back_as_before_its_last_change_or_writes
     assert "stopped: preflight refused 2 host(s) (h2, h3); nothing was written on any host" \
         in plain.stdout, plain.stdout
     assert held() == edited
+    assert "restart needed" not in plain.stdout  # nothing was written
 
     sizing.write_bytes(patched)
     code, report = patchkit(fleet, "undo", "--limit", "h1,h2", "--waves", "1,100%")
     assert code == 0, report
+    assert (report["restart"], report["restart_hosts"]) == (["prefill"], ["h1", "h2"]), report
     assert (report["op"], report["dry_run"], report["ok"], report["waves"]) == \
         ("undo", False, True, [["h1"], ["h2"]])
     assert [(h["host"], h["state"], h["wave"]) for h in report["hosts"]] == [
@@ -238,6 +244,19 @@ def test_unreachable_host_stops_before_writing_unless_the_budget_allows_it(fleet
     assert ran["h1"] == ("ok", sorted(SEED)) and ran["h5"][0] == "unreachable", ran
     code, verified = patchkit(fleet, "verify", "--limit", "h1,h2")
     assert code == 0, verified
+    # a fix whose manifest left the catalog is verified from its record on each host, as on
+    # one target: it was skipped, and the fleet's verify passed without looking at it
+    gone = tmp_path / "catalog-without-prefill"
+    for part in ("manifests", "patches"):
+        shutil.copytree(REPO / part, gone / part)
+    (gone / "manifests" / "prefill-hicache-off.toml").unlink()
+    code, verified = patchkit(fleet, "verify", "--limit", "h1", catalog=gone)
+    assert code == 0, verified
+    [h1] = verified["hosts"]
+    by_name = {f["name"]: f for f in h1["result"]["fixes"]}
+    assert set(by_name) == set(SEED), by_name
+    assert "manifest is gone" in by_name["prefill-hicache-off"]["detail"]
+    assert [c["kind"] for c in by_name["prefill-hicache-off"]["verification"]] == ["drift"]
     plain = fleet.run("patchkit", "status", "--inventory", str(inventory))
     assert "h5\t(running)\t-\t" in plain.stdout and "h1\t(running)\t" in plain.stdout, plain.stdout
     code, status = patchkit(fleet, "status", "--exit-code", inventory=inventory)

@@ -47,6 +47,25 @@ def pk(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPro
                           env=env, stdin=subprocess.DEVNULL)
 
 
+def test_the_restart_line_of_a_fleet_names_the_hosts_that_need_it() -> None:
+    """A fleet's apply or undo without --after-cmd left each changed host running the old
+    code and said nothing of it; the line one target gets, with the hosts."""
+    from patchkit.cli.render import PlainConsole
+    from patchkit.cli.render_status import render_after
+
+    for op, defined, how in [
+            ("apply", True, "(patchkit.toml [restarts]; run it on each host, or apply with --restart)"),
+            ("undo", True, "(patchkit.toml [restarts]; run it on each host)"),
+            ("undo", False, "(run it on each host yourself)")]:
+        out = io.StringIO()
+        render_after(PlainConsole(out), None, ("prefill",), op, defined, hosts=["h1", "h2"])
+        assert out.getvalue() == f"restart needed on h1, h2: prefill {how}\n", out.getvalue()
+    out = io.StringIO()
+    render_after(PlainConsole(out), None, ("prefill",), "apply", True)
+    assert out.getvalue() == ("restart needed prefill (patchkit.toml [restarts]; run it, or "
+                              "apply with --restart)\n")
+
+
 @needs_ansible
 def test_every_host_failed_is_a_row_with_its_reason_and_exit_code_fails(broken_fleet: Path) -> None:
     inv = str(broken_fleet)

@@ -79,8 +79,45 @@ def rollout(state: State, op: str, names: list[str], fleet: dict[str, Any], *, d
                                after_cmd=fleet["after_cmd"], dry_run=dry_run)
     report = fleets.rollout(state.catalog(), op, names, inventory=fleet["inventory"],
                             limit=fleet["limit"], options=opts, progress=_progress(as_json), **options)
-    render.emit(as_json, report.to_json(), lambda out: render_rollout(out, report))
+    data = report.to_json()
+    restarts: tuple[str, ...] = ()
+    on: list[str] = []
+    defined = True
+    if not fleet["after_cmd"]:  # else the after-command was the restart, run on each host
+        restarts, on, defined = _restarts(state, report)
+        data.update(restart=list(restarts), restart_hosts=on)
+
+    def draw(out: Any) -> None:
+        from .render_status import render_after
+
+        render_rollout(out, report)
+        render_after(out, None, restarts, op, defined, hosts=on)
+
+    render.emit(as_json, data, draw)
     return report.exit_code
+
+
+def _restarts(state: State, report: Any) -> tuple[tuple[str, ...], list[str], bool]:
+    """The restarts named by the catalog's fixes the rollout changed on some host, the hosts
+    it changed them on, and whether patchkit.toml defines every one of them: those hosts run
+    the old code until restarted."""
+    from ..engine.contract import CHANGED
+    from .ops import restarts_said
+
+    catalog = state.catalog()
+    held, on = set(catalog.names()), []
+    fixes: dict[str, Any] = {}
+    for host in report.hosts:
+        result = host.result or {}
+        changed = [f["name"] for f in result.get("fixes") or ()
+                   if f.get("outcome") in CHANGED.get(result.get("op") or report.op, ())
+                   and f.get("files") and f["name"] in held]
+        named = [n for n in changed if catalog.get(n).restart]
+        if named:
+            on.append(host.host)
+            fixes.update((n, catalog.get(n)) for n in named)
+    restarts, defined = restarts_said(state, list(fixes.values()))
+    return restarts, on, defined
 
 
 def survey(state: State, op: str, names: list[str], fleet: dict[str, Any], *, as_json: bool,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, List
+from typing import Any, List, Sequence
 
 from ..engine.contract import RECORDED
 from ..results import OpResult
@@ -79,16 +79,20 @@ def render_status(console: Any, result: OpResult, *, verbose: bool = False) -> N
 
 
 def render_after(console: Any, after: Any, restarts: tuple[str, ...] = (), op: str = "apply",
-                 defined: bool = True) -> None:
+                 defined: bool = True, hosts: Sequence[str] = ()) -> None:
     """The restarts the changed fixes need, and each command run after the change (``op``:
     the command that changed them, which ``--restart`` would have run them with; not
-    ``defined``: patchkit.toml does not define them, so --restart cannot)."""
+    ``defined``: patchkit.toml does not define them, so --restart cannot; ``hosts``: a
+    fleet's hosts that need them)."""
     if restarts and (after is None or not any(r.what == "after-cmd" for r in after.ran)):
-        how = ("patchkit.toml [restarts]; run it" if defined and op == "undo" else
-               f"patchkit.toml [restarts]; run it, or {op} with --restart" if defined else
-               "run it yourself" if op == "undo" else
-               "run it yourself; define it in patchkit.toml [restarts] for --restart to run it")
-        line(console, [("restart needed", "bold yellow"), (f" {', '.join(restarts)} ({how})", "")])
+        it = "it on each host" if hosts else "it"
+        how = (f"patchkit.toml [restarts]; run {it}" if defined and op == "undo" else
+               f"patchkit.toml [restarts]; run {it}, or {op} with --restart" if defined else
+               f"run {it} yourself" if op == "undo" else
+               f"run {it} yourself; define it in patchkit.toml [restarts] for --restart to run it")
+        where = f" on {', '.join(hosts)}:" if hosts else ""
+        line(console, [("restart needed", "bold yellow"),
+                       (f"{where} {', '.join(restarts)} ({how})", "")])
     for run in (after.ran if after is not None else ()):
         mark = ("✓", "green") if run.ok else ("✗", "red")
         line(console, [mark, (f" {run.what}: {run.command} (exit {run.returncode})", "")])
