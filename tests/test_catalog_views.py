@@ -77,3 +77,20 @@ def test_a_narrow_terminal_folds_the_other_columns_never_a_fix_name(tmp_path: Pa
     assert "\t" not in text and len(text.splitlines()) > len(names) + 1  # a table, folded
     firsts = [line.split()[0] for line in text.splitlines()[1:] if line.strip() and not line.startswith("  ")]
     assert [n for n in names if n not in firsts] == [], text
+
+
+def test_a_fix_depending_on_a_broken_one_names_its_own_line_in_every_output(
+        tmp_path: Path) -> None:
+    """`list --json` gave the dependent fix's message as `FILE: depends on ...`, without the
+    line its `line` key and the plain row name: a script printing the message lost it."""
+    catalog = variant_catalog(tmp_path)
+    index_k = catalog / "manifests" / "dsv4-bf16-index-k.toml"
+    index_k.write_text(index_k.read_text().replace('title = "', "title = 12 #", 1))
+    dependents = ["dsv4-bf16-sizing", "hicache-index-k-sync"]  # depends_on = [that one]
+    listed = {f["name"]: f for f in json.loads(pk(catalog, "list", "--json").stdout)}
+    plain = {r.split("\t")[0]: r.split("\t") for r in pk(catalog, "list").stdout.splitlines()}
+    for name in dependents:
+        error = listed[name]["error"]
+        where = f"{error['file']}:{error['line']}"
+        assert error["message"].startswith(where + ": depends on dsv4-bf16-index-k"), error
+        assert plain[name][-1].startswith(where + ": "), plain[name]

@@ -311,10 +311,11 @@ class Catalog:
                 bad = [d for d in fix.depends_on if d in broken]
                 if bad:
                     fixes.remove(fix)
-                    broken[fix.name] = BrokenFix(fix.name, str(fix.manifest_path),
-                                                 key_line(fix.manifest_path, "depends_on"),
-                                                 f"{fix.manifest_path}: depends on {bad[0]}, whose "
-                                                 f"manifest cannot be read ({broken[bad[0]].where})")
+                    line = key_line(fix.manifest_path, "depends_on")
+                    where = f"{fix.manifest_path}:{line}" if line else str(fix.manifest_path)
+                    broken[fix.name] = BrokenFix(fix.name, str(fix.manifest_path), line,
+                                                 f"{where}: depends on {bad[0]}, whose manifest "
+                                                 f"cannot be read ({broken[bad[0]].where})")
                     changed = True
         return fixes, [broken[n] for n in sorted(broken)]
 
