@@ -106,7 +106,8 @@ def test_config_targets_local_and_remote() -> None:
     path = SAMPLES / "config" / "patchkit.toml"
     config = load_config(path)
     base = path.parent.resolve()
-    assert config.catalog == base / "../catalog" and config.default_target == "dev"
+    # as messages print it: "catalog = '../catalog'" is the catalog beside, not "config/../catalog"
+    assert config.catalog == base.parent / "catalog" and config.default_target == "dev"
     dev, gpu = config.targets["dev"], config.targets["gpu1"]
     assert not dev.is_remote and dev.path == str(base / "trees/sglang")
     assert dev.all_roots() == {"sglang": str(base / "trees/sglang"),

@@ -3,6 +3,7 @@ catalog shipped with patchkit is seen beside this one (docs/manifest.md, patchki
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -25,6 +26,13 @@ TARGET_KEYS = ("path", "host", "user", "port", "python", "ssh_options", "ssh_pro
 REMOTE_ONLY_KEYS = ("user", "port", "ssh_options", "ssh_program")
 
 
+def _local_path(base: Path, value: str) -> Path:
+    """A path of this machine the config names (``~`` expanded, relative to the config's
+    directory), as messages print it: ``sub/..`` and ``./`` taken out (lexically: a symlink
+    the user named stays the name they gave)."""
+    return Path(os.path.normpath(base / Path(value).expanduser()))
+
+
 def load_config(path: Path | str) -> ProjectConfig:
     """Read ``patchkit.toml``: named targets, and where the catalog is (relative to the file)."""
     path = Path(path)
@@ -32,7 +40,7 @@ def load_config(path: Path | str) -> ProjectConfig:
     data = read_data(path, "config")
     check_keys(ctx, data, "", ("catalog", "default_target", "targets", "shipped_fixes", "restarts"), ())
     base = path.parent.resolve()
-    catalog = (base / Path(string(ctx, data, "", "catalog", nonempty=True)).expanduser()
+    catalog = (_local_path(base, string(ctx, data, "", "catalog", nonempty=True))
                if "catalog" in data else None)
     targets = {}
     for name, table in typed(ctx, data, "", "targets", dict, {}).items():
@@ -71,7 +79,7 @@ def _build_target(ctx: Ctx, name: str, table: Mapping[str, Any], base: Path) -> 
 
     def place(value: str) -> str:
         # A local root is resolved against the config's directory; a remote one is the host's.
-        return value if host is not None else str(base / Path(value).expanduser())
+        return value if host is not None else str(_local_path(base, value))
 
     path = place(string(ctx, table, where, "path", nonempty=True))
     roots = {}
