@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as _dt
 import re
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import ManifestError
 
@@ -261,6 +261,13 @@ def parse_toml(path: Path, text: str) -> Any:
             raise Ctx(path).fail("", f"not valid TOML: {reason}",
                                  "Fix the syntax (https://toml.io)") from None
         line, col = exc.line, exc.col + 1  # tomlkit counts columns from 0, editors from 1
+        if reason == "Redefinition of an existing table":  # its position: the table's end
+            line, col = _redefined_table(text, reason)
+            raise ManifestError(
+                f"{path}:{line}: not valid TOML: this [table] header defines a table the lines "
+                "above made already (with a dotted key such as `upstream.root = ...`, or a "
+                "header of its own). Put its keys under one header", file=str(path), line=line,
+                col=col) from None
         if reason.startswith("Unexpected end of file") or ("'\\x00'" in reason
                                                            and "\x00" not in text):
             # tomlkit's end-of-input sentinel: an array, inline table, string or [table]
@@ -295,13 +302,8 @@ def _second_key(text: str, key: str) -> tuple[int, int]:
     at or above that one naming the key where the lines above parse on their own (not inside
     a multi-line value)."""
     lines = text.splitlines(keepends=True)
-    lo, hi = 1, len(lines)  # all of them: refused so
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if _refused_for(lines[:mid], key):
-            hi = mid
-        else:
-            lo = mid + 1
+    hi = _first_refused(lines, lambda reason: bool((m := _ALREADY.match(reason))
+                                                   and m.group(1) == key))
     k = re.escape(key)
     setting = re.compile(rf"""(?:^|[{{,])\s*(?:[^=\[\]{{}},#"']*\.\s*)?(["']?){k}\1\s*=""")
     header = re.compile(rf"""^\s*\[\[?\s*(?:[^\]#]*\.\s*)?(["']?){k}\1\s*\]""")
@@ -323,18 +325,40 @@ def _open_item_line(lines: list[str]) -> int | None:
     return next((n for n in starts[:_LOOKED_AT] if _parses(lines[:n - 1])), None)
 
 
-def _refused_for(lines: list[str], key: str) -> bool:
-    """Whether tomlkit refuses these lines for ``key`` given twice."""
+def _first_refused(lines: list[str], same: Callable[[str], bool]) -> int:
+    """The fewest of ``lines`` (all of them are) that tomlkit refuses for a reason ``same``
+    accepts: where the item it refuses ends, whatever position it says."""
+    lo, hi = 1, len(lines)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _refused_why(lines[:mid], same):
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi
+
+
+def _refused_why(lines: list[str], same: Callable[[str], bool]) -> bool:
     import tomlkit
     import tomlkit.exceptions
 
     try:
         tomlkit.parse("".join(lines))
     except tomlkit.exceptions.TOMLKitError as exc:
-        reason = re.sub(r" at line \d+ col \d+$", "", str(exc)).rstrip(".")
-        found = _ALREADY.match(reason)
-        return found is not None and found.group(1) == key
+        return same(re.sub(r" at line \d+ col \d+$", "", str(exc)).rstrip("."))
     return False
+
+
+def _redefined_table(text: str, reason: str) -> tuple[int, int]:
+    """Where a [table] header redefines a table a dotted key (or an earlier header) made:
+    tomlkit says where that table ends. Its header is the last at or above the first line
+    tomlkit refuses so, where the lines above parse on their own."""
+    lines = text.splitlines(keepends=True)
+    hi = _first_refused(lines, lambda said: said == reason)
+    for n in range(hi, 0, -1):
+        if lines[n - 1].lstrip().startswith("[") and _parses(lines[:n - 1]):
+            return n, len(lines[n - 1]) - len(lines[n - 1].lstrip()) + 1
+    return hi, 1
 
 
 def _parses(lines: list[str]) -> bool:
