@@ -160,6 +160,20 @@ class AfterChange(Record):
                 "undone": None if self.undone is None else self.undone.to_json()}
 
 
+def health_limit(spec: str | None, timeout: float) -> float:
+    """When a ``--health-cmd`` is killed: a shell check at the timeout; ``sglang:URL``'s probe
+    stops itself at it, and this is a backstop."""
+    return timeout + 15 if spec is not None and spec.startswith(SGLANG) else timeout
+
+
+def on_host(command: str, timeout: float | None, python: str = "python3") -> str:
+    """The shell command that runs ``command`` on a host under :data:`_ON_HOST` (``python``,
+    as the shell is to read it, starts it): done when its shell exits, its process group killed
+    after ``timeout`` seconds (exit 124, its output ending ``(killed after Ns)``). An ssh
+    target's hooks run so, and a fleet host's (``python`` an Ansible expression there)."""
+    return f"{python} {shlex.join(['-c', _ON_HOST, f'{timeout or 0:g}', command, _KILLED])}"
+
+
 def run_on(target: Any, what: str, command: str, timeout: float | None = None) -> CommandRun:
     """``command`` through ``sh -c`` where the target's files are: here, or on its ssh host;
     done when its shell exits (what it started may run on); past ``timeout`` seconds its
@@ -171,9 +185,8 @@ def run_on(target: Any, what: str, command: str, timeout: float | None = None) -
     if remote:
         from .targets.transport import ssh_argv
 
-        argv = ssh_argv(target.spec, shlex.join(
-            [getattr(target, "python", None) or "python3", "-c", _ON_HOST, f"{timeout or 0:g}",
-             command, _KILLED]))
+        argv = ssh_argv(target.spec, on_host(command, timeout,
+                                             shlex.quote(getattr(target, "python", None) or "python3")))
         timeout = None if timeout is None else timeout + 15  # the host's limit, then ssh's
     else:
         argv = ["/bin/sh", "-c", command]
@@ -287,9 +300,7 @@ def _after_change(target: Any, changed: Sequence[str], after_cmd: str | None,
         if not command:
             continue
         doing[:] = [what, command if what == "after-cmd" else str(health_cmd)]
-        # a shell check stops at the timeout; sglang:URL's probe stops itself, this is a backstop
-        timeout = (None if what == "after-cmd" else limits.health_timeout
-                   if command == health_cmd else limits.health_timeout + 15)
+        timeout = None if what == "after-cmd" else health_limit(health_cmd, limits.health_timeout)
         limits.readers(True)
         done = run_on(target, what, command, timeout)
         ran.append(done if command == health_cmd or what == "after-cmd" else

@@ -285,6 +285,29 @@ def test_a_failing_canary_health_check_rolls_the_canary_back_and_touches_no_othe
     assert (canary_node.workdir / "restarts").read_text() == "restart\nrestart\n"  # change, undo
     assert not (fleet.node("h2").workdir / "restarts").exists()
 
+    # a health command that hangs is killed at --health-timeout on the host, with what it
+    # started (it bounded only sglang:URL on a fleet), and the canary is put back; an
+    # after-command that leaves a process running holding its output is done when its shell is
+    started, probed = canary_node.workdir / "after-pids", canary_node.workdir / "health-pids"
+    code, report = patchkit(fleet, "apply", *SEED, "--waves", "1,50%", "--health-timeout", "2",
+                            "--after-cmd", f"sleep 600 & echo $! >> {started}",
+                            "--health-cmd", f"sleep 300 & echo $! >> {probed}; wait")
+    assert code == 16, report
+    canary = next(h for h in report["hosts"] if h["host"] == "h1")
+    assert canary["state"] == "rolled-back", canary
+    assert "health-cmd failed (exit 124): (killed after 2s)" in canary["detail"], canary
+    assert len(started.read_text().split()) == 2  # after the change, and after its undo
+    for pid in started.read_text().split():  # left running, as a restarted server is
+        os.kill(int(pid), signal.SIGKILL)
+    [pid] = probed.read_text().split()
+    try:  # killed with the health command: gone, or a zombie no init here reaps
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        state = "gone"
+    assert state in ("gone", "Z"), state
+    for node in fleet.nodes:
+        assert snapshot(node) == before[node.name], node.name
+
 
 def test_a_killed_controller_leaves_every_host_all_or_nothing_and_status_recovers(fleet, tmp_path: Path) -> None:
     # h2's module is killed by the engine's fault injection in the middle of its write phase
