@@ -76,7 +76,8 @@ def rollout(state: State, op: str, names: list[str], fleet: dict[str, Any], *, d
 
     opts = fleets.FleetOptions(waves=fleets.parse_waves(fleet["waves"]), max_fail=fleet["max_fail"],
                                forks=fleet["forks"], health_cmd=fleet["health_cmd"],
-                               after_cmd=fleet["after_cmd"], dry_run=dry_run)
+                               after_cmd=fleet["after_cmd"], dry_run=dry_run,
+                               health_limit=fleet.get("health_limit"))
     report = fleets.rollout(state.catalog(), op, names, inventory=fleet["inventory"],
                             limit=fleet["limit"], options=opts, progress=_progress(as_json), **options)
     data = report.to_json()

@@ -98,12 +98,8 @@ def hooked(state: State, fleet: dict[str, Any], names: list[str], use_restarts: 
     if single:
         fleet.update(after_cmd=None, health_cmd=None)
         return found
-    # on each host under the wrapper an ssh target's hooks run under: done when the shell
-    # exits, the health command killed with what it started at --health-timeout
-    python = '{{ ansible_python_interpreter | default("python3") }}'
-    fleet.update(after_cmd=found["after_cmd"] and hooks.on_host(found["after_cmd"], None, python),
-                 health_cmd=checked and hooks.on_host(
-                     checked, hooks.health_limit(found["health_cmd"], health_timeout), python))
+    fleet.update(after_cmd=found["after_cmd"], health_cmd=checked,
+                 health_limit=hooks.health_limit(found["health_cmd"], health_timeout))
     return {}
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..engine.contract import CHANGED, DONE, PRIMARY_ROOT, WOULD_CHANGE, WOULD_UNDO, WOULD_UPGRADE
 from ..errors import EXIT_ROLLOUT_STOPPED, EXIT_UNREACHABLE, UsageError
+from ..hooks import on_host
 from .ansible import ENGINE_MODULE, Host, PlayRun, TaskResult, engine_task, run_playbook
 
 #: Per fix a host would get: (fix name, "name v2" or "name v1->v2"; an undo's as its result
@@ -33,6 +34,7 @@ class FleetOptions:
     health_cmd: str | None = None
     after_cmd: str | None = None
     dry_run: bool = False
+    health_limit: float | None = None  # when the health command is killed on the host
 
 
 @dataclass(frozen=True)
@@ -204,7 +206,8 @@ class Rollout:
             names = [name for name, _label in todo[hosts[0]]]
             block = [self._engine_task(self.op, names, register="patchkit_run")]
             block += _shell("after-cmd", self.options.after_cmd, "patchkit_run is changed")
-            block += _shell("health-cmd", self.options.health_cmd, "patchkit_run is changed")
+            block += _shell("health-cmd", self.options.health_cmd, "patchkit_run is changed",
+                            self.options.health_limit)
             play["tasks"] = [{"block": block, "rescue": self._rescue(names)}]
             plays.append(play)
         return run_playbook(plays, inventory=self.inventory, hosts=wave, forks=self.options.forks,
@@ -334,8 +337,16 @@ def _groups(todo: Mapping[str, Changes]) -> list[tuple[str, tuple[str, ...]]]:
     return [(label, tuple(hosts)) for label, hosts in groups.items()]
 
 
-def _shell(name: str, command: str | None, when: str) -> list[dict[str, Any]]:
-    return [] if not command else [{"name": name, "ansible.builtin.shell": command, "when": when}]
+def _shell(name: str, command: str | None, when: str, limit: float | None = None
+           ) -> list[dict[str, Any]]:
+    """A hook's task: ``command`` under the wrapper an ``ssh://`` target's hooks run under
+    (``hooks.on_host``), started by the Python the engine task ran with: done when its shell
+    exits (a restarted server holding its output does not hold the task), killed with what it
+    started after ``limit`` seconds."""
+    if not command:
+        return []
+    python = '{{ patchkit_run.python | default("python3") }}'  # the engine task's interpreter
+    return [{"name": name, "ansible.builtin.shell": on_host(command, limit, python), "when": when}]
 
 
 def _engine(tasks: Sequence[TaskResult], name: str | None = None) -> TaskResult | None:

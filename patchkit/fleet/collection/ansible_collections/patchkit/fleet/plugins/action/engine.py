@@ -39,7 +39,7 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail("patchkit.fleet.engine: unknown option(s) %s; it takes %s"
                                     % (", ".join(unknown), ", ".join(sorted(ARGS))))
         request = self._request(args, task_vars)
-        python = self._interpreter(task_vars, result)
+        python = result["python"] = self._interpreter(task_vars, result)
         data = protocol.agent_payload(request) + protocol.GO_LINE
         ran = self._low_level_execute_command(protocol.remote_command(python), sudoable=True,
                                               in_data=data)

@@ -62,4 +62,8 @@ patchkit:
   description: The engine's result (docs/design.md, "Engine result").
   returned: always
   type: dict
+python:
+  description: The host's Python the engine ran with; patchkit's hooks run under it too.
+  returned: always
+  type: str
 """
