@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -345,7 +346,7 @@ def _read_members(wheel: Path, zf: zipfile.ZipFile, members: list[tuple[str, zip
         for path, info in members:
             try:
                 data = zf.read(info)
-            except (zipfile.BadZipFile, EOFError, OSError) as exc:
+            except (zipfile.BadZipFile, EOFError, OSError, zlib.error) as exc:
                 raise _bad_wheel(wheel, exc) from None
             yield path, data, bool((info.external_attr >> 16) & 0o111)
 

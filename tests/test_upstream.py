@@ -59,14 +59,17 @@ def test_release_date_comes_from_the_wheel(tmp_path: Path) -> None:
     assert release_date(wheel) == "2026-10-01T06:36:48+00:00"
 
 
-def _small_wheel(wheels: Path, version: str, members: dict[str, bytes | None]) -> Path:
+def _small_wheel(wheels: Path, version: str, members: dict[str, bytes | None],
+                 deflate: bool = False) -> Path:
     """A wheel of ``version`` in ``wheels`` holding ``members`` (None: an executable file's
     text, ``#!/bin/sh``)."""
     wheels.mkdir(parents=True, exist_ok=True)
     wheel = wheels / f"sglang-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as zf:
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED
+                         ) as zf:
         for name, data in members.items():
             info = zipfile.ZipInfo(name, (2026, 10, 1, 0, 0, 0))
+            info.compress_type = zf.compression
             info.external_attr = (0o100755 if data is None else 0o100644) << 16
             zf.writestr(info, b"#!/bin/sh\n" if data is None else data)
     return wheel
@@ -93,7 +96,8 @@ def test_a_small_wheel_is_committed_file_for_file_with_modes_and_odd_names(
     assert rel.commit == git(repo.git_dir, "rev-parse", "v9.9.1")
 
 
-@pytest.mark.parametrize("case", ["not-a-zip", "escaping", "no-source", "truncated"])
+@pytest.mark.parametrize("case", ["not-a-zip", "escaping", "no-source", "truncated",
+                                  "bad-deflate"])
 def test_a_broken_wheel_is_refused_by_name_and_the_store_keeps_what_it_had(
         case: str, tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
@@ -108,10 +112,13 @@ def test_a_broken_wheel_is_refused_by_name_and_the_store_keeps_what_it_had(
         members = {"escaping": {"sglang/../../evil.py": b"x\n"},
                    "no-source": {"sglang-9.9.2.dist-info/METADATA": b"x\n"},
                    "truncated": {**{f"sglang/f{i}.py": os.urandom(5000) for i in range(300)},
-                                 "sglang/a.py": os.urandom(200_000)}}[case]
-        _small_wheel(wheels, "9.9.2", members)
-        if case == "truncated":  # its member's bytes end early: the read fails mid-import
-            data = bad.read_bytes()
+                                 "sglang/a.py": os.urandom(200_000)},
+                   "bad-deflate": {**{f"sglang/f{i}.py": b"x = 1\n" * 900 for i in range(300)},
+                                   "sglang/a.py": b"".join(b"line %d\n" % i
+                                                           for i in range(40_000))}}[case]
+        _small_wheel(wheels, "9.9.2", members, deflate=case == "bad-deflate")
+        if case in ("truncated", "bad-deflate"):  # its bytes damaged: the read fails mid-import
+            data = bad.read_bytes()  # (a CRC error stored; zlib's own error compressed)
             start = data.index(b"sglang/a.py") + len(b"sglang/a.py")
             bad.write_bytes(data[:start + 1000] + bytes(1000) + data[start + 2000:])
     with pytest.raises(PatchkitError) as info:
