@@ -568,8 +568,10 @@ _HEAD = 'format = 1\nname = "f"\nversion = 1\n'  # lines 1-3 of each manifest be
      'file = "c.patch"\n', 10),  # in the second [[patches]]
     (_HEAD + 'upstream.root = "a"\ntitle = "t"\nupstream.root = "b"\n', 6),  # dotted
     (_HEAD + 'upstream.root = "a"\n[upstream]\nbase_release = "0.5.21"\n\n[[patches]]\n'
-     'file = "0001-x.patch"\n', 5),  # a dotted key made the table a [table] header redefines
-    (_HEAD + 'upstream.root = "a"\ntitle = "t"\n[upstream]\nbase_release = "0.5.21"\n', 6),
+     'file = "0001-x.patch"\n', 4),  # a dotted key made the table a [table] header redefines
+    (_HEAD + 'upstream.root = "a"\ntitle = "t"\n\n\n[upstream]\nbase_release = "0.5.21"\n', 4),
+    (_HEAD + 'title = "t"\nupstream = {root = "a"}\n[upstream]\nbase_release = "0.5.21"\n',
+     6),  # an inline table, then its header: "given a second time here", at the header
     (_HEAD + 'headers = {A = "x", A = "y"}\ntitle = "t"\n', 4),  # inline table
     (_HEAD + 'title = "never closed\nstatus = "active"\n', 4),  # unterminated string
     (_HEAD + 'title = "t"\nrationale = """never\nclosed\n\nstatus = "active"\n', 5),  # ... of lines

@@ -262,12 +262,18 @@ def parse_toml(path: Path, text: str) -> Any:
                                  "Fix the syntax (https://toml.io)") from None
         line, col = exc.line, exc.col + 1  # tomlkit counts columns from 0, editors from 1
         if reason == "Redefinition of an existing table":  # its position: the table's end
-            line, col = _redefined_table(text, reason)
+            line, col, table, first = _redefined_table(text, reason)
+            if first is not None:  # the key that made it first is what to move
+                key = text.splitlines()[first - 1].split("=", 1)[0].strip()
+                raise ManifestError(
+                    f"{path}:{first}: not valid TOML: the key `{key}` here makes the table "
+                    f"[{table}], and the [{table}] header at line {line} makes it again. Move "
+                    f"the key under that header (without its `{table}.`)", file=str(path),
+                    line=first, col=1) from None
             raise ManifestError(
-                f"{path}:{line}: not valid TOML: this [table] header defines a table the lines "
-                "above made already (with a dotted key such as `upstream.root = ...`, or a "
-                "header of its own). Put its keys under one header", file=str(path), line=line,
-                col=col) from None
+                f"{path}:{line}: not valid TOML: this [{table}] header defines a table the "
+                "lines above made already. Put its keys under one header", file=str(path),
+                line=line, col=col) from None
         if reason.startswith("Unexpected end of file") or ("'\\x00'" in reason
                                                            and "\x00" not in text):
             # tomlkit's end-of-input sentinel: an array, inline table, string or [table]
@@ -349,16 +355,39 @@ def _refused_why(lines: list[str], same: Callable[[str], bool]) -> bool:
     return False
 
 
-def _redefined_table(text: str, reason: str) -> tuple[int, int]:
-    """Where a [table] header redefines a table a dotted key (or an earlier header) made:
-    tomlkit says where that table ends. Its header is the last at or above the first line
-    tomlkit refuses so, where the lines above parse on their own."""
+def _redefined_table(text: str, reason: str) -> tuple[int, int, str, int | None]:
+    """Where a [table] header redefines a table a dotted key (or an inline table, or an
+    earlier header) made: its line and column, its name, and the line of the key that made
+    the table first, if one did. tomlkit says where the table ends; its header is the last at
+    or above the first line tomlkit refuses so, where the lines above parse on their own."""
     lines = text.splitlines(keepends=True)
     hi = _first_refused(lines, lambda said: said == reason)
     for n in range(hi, 0, -1):
         if lines[n - 1].lstrip().startswith("[") and _parses(lines[:n - 1]):
-            return n, len(lines[n - 1]) - len(lines[n - 1].lstrip()) + 1
-    return hi, 1
+            name = _dotted(lines[n - 1].strip().strip("[]"))
+            return n, len(lines[n - 1]) - len(lines[n - 1].lstrip()) + 1, name, \
+                _made_by_key(lines[:n - 1], name)
+    return hi, 1, "", None
+
+
+def _dotted(key: str) -> str:
+    return ".".join(part.strip() for part in key.split("."))
+
+
+def _made_by_key(lines: list[str], table: str) -> int | None:
+    """The first of ``lines`` whose key (under the [table] header above it, if any) is
+    ``table`` itself (an inline table) or a dotted key in it: the key that made the table."""
+    inside = ""
+    for n, line in enumerate(lines, 1):
+        text = line.strip()
+        if text.startswith("["):
+            inside = _dotted(text.strip("[]"))
+            continue
+        key = text.split("=", 1)[0] if "=" in text and not text.startswith("#") else ""
+        full = _dotted(f"{inside}.{key}" if inside else key) if key.strip() else ""
+        if full and (full == table or full.startswith(table + ".")) and _parses(lines[:n - 1]):
+            return n
+    return None
 
 
 def _parses(lines: list[str]) -> bool:
