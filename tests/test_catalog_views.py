@@ -94,3 +94,18 @@ def test_a_fix_depending_on_a_broken_one_names_its_own_line_in_every_output(
         where = f"{error['file']}:{error['line']}"
         assert error["message"].startswith(where + ": depends on dsv4-bf16-index-k"), error
         assert plain[name][-1].startswith(where + ": "), plain[name]
+
+
+def test_a_catalog_named_with_dots_is_printed_as_the_directory_it_is(tmp_path: Path) -> None:
+    """`--catalog ./sub/..` and PATCHKIT_CATALOG=./sub/.. printed "the catalog ./sub/.." (and
+    "." as "the catalog .."); patchkit.toml's catalog key already printed the directory."""
+    import os
+
+    catalog = variant_catalog(tmp_path)
+    (catalog / "sub").mkdir()
+    for args, env in ((["--catalog", "./sub/.."], {}), ([], {"PATCHKIT_CATALOG": "./sub/.."})):
+        done = subprocess.run([sys.executable, "-m", "patchkit", *args, "show", "nope"],
+                              capture_output=True, text=True, cwd=catalog,
+                              env={**os.environ, **env})
+        assert done.returncode == 2, done.stderr
+        assert f"no fix named 'nope' in the catalog {catalog}." in done.stderr, done.stderr

@@ -167,10 +167,11 @@ class Catalog:
         a ``UsageError`` naming where it was named, never passed over for the next."""
         env = os.environ.get(ENV_CATALOG)
         if given is not None:  # the order is written in docs/cli.md (--catalog) and docs/manifest.md
-            return cls.open(_named(Path(given), f"--catalog {given}", "--catalog",
+            return cls.open(_named(Path(os.path.abspath(given)), f"--catalog {given}", "--catalog",
                                    "Give the directory holding manifests/ and patches/"))
         if env:
-            return cls.open(_named(Path(env).expanduser(), f"{ENV_CATALOG}={env}", ENV_CATALOG,
+            return cls.open(_named(Path(os.path.abspath(Path(env).expanduser())),
+                                   f"{ENV_CATALOG}={env}", ENV_CATALOG,
                                    f"Set {ENV_CATALOG} to the directory holding manifests/ and "
                                    "patches/, or unset it"))
         if config is not None and config.catalog is not None:
