@@ -131,6 +131,30 @@ def test_a_broken_wheel_is_refused_by_name_and_the_store_keeps_what_it_had(
     assert not list((tmp_path / "up").rglob("fast_import_crash_*"))
 
 
+def test_an_import_the_disk_stops_is_an_error_naming_the_store_and_leaves_nothing(
+        tmp_path: Path) -> None:
+    """git fast-import killed mid-import (here by a file size limit, as a full disk would stop
+    it) broke the pipe patchkit writes to: exit 70, an internal error, and its unfinished pack
+    left in the store. It is the import's failure, said as such, exit 5, nothing left."""
+    store = tmp_path / "up"
+    _small_wheel(store / "wheels", "9.9.1", {"sglang/__init__.py": b"x = 1\n"})
+    _small_wheel(store / "wheels", "9.9.3",
+                 {f"sglang/f{i}.py": os.urandom(100_000) for i in range(60)})
+    UpstreamRepo(store).fetch("9.9.1")
+    before = git(store / "repo.git", "for-each-ref")
+    packs = {p.name for p in (store / "repo.git" / "objects" / "pack").iterdir()}
+    limited = ("import resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20)); "
+               "from patchkit.cli.main import main; sys.exit(main())")
+    done = subprocess.run([sys.executable, "-c", limited, "upstream", "fetch", "9.9.3"],
+                          capture_output=True, text=True,
+                          env={**os.environ, "PATCHKIT_UPSTREAM": str(store),
+                               "PATCHKIT_CACHE_DIR": str(tmp_path / "cache")})
+    assert done.returncode == 5, done.stdout + done.stderr
+    assert "git fast-import failed in" in done.stderr and "SIGXFSZ" in done.stderr, done.stderr
+    assert git(store / "repo.git", "for-each-ref") == before
+    assert {p.name for p in (store / "repo.git" / "objects" / "pack").iterdir()} == packs
+
+
 def test_existing_clone_is_used_as_is_and_never_committed_to(tmp_path: Path) -> None:
     clone = tmp_path / "sglang-clone"
     (clone / "python" / "sglang").mkdir(parents=True)
