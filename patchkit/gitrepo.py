@@ -253,7 +253,7 @@ def write_tree(repo: Path | str, files: Iterable[tuple[str, bytes, bool]]) -> st
     deleted (the caller holds the repository's write lock: a pack begun meanwhile is its)."""
     git = _gitpython()
     ref = f"refs/patchkit/import-{os.getpid()}"
-    packs = Path(_run(repo, ["rev-parse", "--path-format=absolute", "--git-path", "objects/pack"]))
+    packs = Path(repo) / _run(repo, ["rev-parse", "--git-path", "objects/pack"])  # git >= 2.5
     before = set(packs.glob("tmp_pack_*"))
     proc = git.Git(str(repo)).execute(
         ["git", "-c", "core.bigFileThreshold=1", "-c", "core.compression=1", "fast-import",
