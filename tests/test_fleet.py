@@ -257,6 +257,16 @@ def test_unreachable_host_stops_before_writing_unless_the_budget_allows_it(fleet
     assert set(by_name) == set(SEED), by_name
     assert "manifest is gone" in by_name["prefill-hicache-off"]["detail"]
     assert [c["kind"] for c in by_name["prefill-hicache-off"]["verification"]] == ["drift"]
+    # named, as on one target (it was an unknown fix, exit 2); a name no host records is
+    # not applied there
+    code, verified = patchkit(fleet, "verify", "prefill-hicache-off", "--limit", "h1",
+                              catalog=gone)
+    assert code == 0, verified
+    [fix] = verified["hosts"][0]["result"]["fixes"]
+    assert fix["name"] == "prefill-hicache-off" and "manifest is gone" in fix["detail"], fix
+    code, verified = patchkit(fleet, "verify", "no-such-fix", "--limit", "h1", catalog=gone)
+    assert code == 1 and verified["hosts"][0]["state"] == "failed", verified
+    assert "no-such-fix is not applied" in verified["hosts"][0]["detail"], verified
     plain = fleet.run("patchkit", "status", "--inventory", str(inventory))
     assert "h5\t(running)\t-\t" in plain.stdout and "h1\t(running)\t" in plain.stdout, plain.stdout
     code, status = patchkit(fleet, "status", "--exit-code", inventory=inventory)

@@ -38,13 +38,17 @@ def plan(catalog: Catalog, op: str, names: Sequence[str], *, roots: dict[str, st
     elif op == "status":
         fixes = catalog.all() if not names else [catalog.get(n) for n in names]
     else:
-        fixes = [catalog.get(n) for n in names]
+        # a verify may name a fix whose manifest left the catalog, as one target's may: each
+        # host verifies it from its record (one that records no such fix: not applied)
+        held = set(catalog.names()) if op == "verify" else None
+        fixes = [catalog.get(n) for n in names if held is None or n in held]
+    gone = [(n, 1) for n in names if op == "verify" and n not in set(catalog.names())]
     if roots is None:
         roots = {"sglang": "/"} | {r: "/" for f in fixes for r in f.roots if r != "sglang"}
     request = build_request(catalog, fixes, op=op, roots=roots, state_root="sglang", python=None,
                             dry_run=dry_run, force=force, lock_timeout=lock_timeout,
                             commit=commit and op == "apply", git=git, sync=sync,
-                            applied_only=applied_only)
+                            applied_only=applied_only, recorded_only=gone)
     request["roots"] = {}  # never a placeholder a host could take for a real path
     return request
 
@@ -138,8 +142,9 @@ def survey(catalog: Catalog, op: str, names: Sequence[str] = (), *, inventory: s
 
 
 def _check_roots(catalog: Catalog, names: Sequence[str], hosts: Sequence[Host]) -> None:
+    held = set(catalog.names())
     for host in hosts:
-        for name in names:
+        for name in (n for n in names if n in held):  # a gone one: each host's record says
             missing = [r for r in catalog.get(name).roots if r not in host.roots]
             if missing:
                 raise UsageError(f"fix '{name}' uses the root(s) {', '.join(missing)}, which host "
