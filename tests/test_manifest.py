@@ -588,3 +588,24 @@ def test_a_toml_error_names_the_line_it_is_on(tmp_path: Path, text: str, line: i
         load_manifest(path)
     assert exc.value.details["line"] == line, exc.value.message
     assert exc.value.message.startswith(f"{path}:{line}:"), exc.value.message
+
+
+@pytest.mark.parametrize("text, second, first", [
+    (_HEAD + 'version = 2\ntitle = "t"\n', 4, 3),
+    (_HEAD + '[upstream]\nbase_release = "0.5.21"\nroot = "sglang"\nroot = "serve"\n', 7, 6),
+    (_HEAD + '[upstream]\nbase_release = "0.5.21"\n\n[upstream]\nroot = "sglang"\n', 7, 4),
+    (_HEAD + '[[patches]]\nfile = "a.patch"\n\n[[patches]]\nfile = "b.patch"\nroot = "s"\n'
+     'file = "c.patch"\n', 10, 8),  # the second entry's own first, not the first entry's
+    (_HEAD + 'title = "t"\nupstream = {root = "a"}\n[upstream]\nbase_release = "0.5.21"\n', 6, 5),
+    (_HEAD + 'headers = {A = "x", A = "y"}\ntitle = "t"\n', 4, None),  # both on one line
+])
+def test_a_key_given_twice_names_where_it_was_given_first(tmp_path: Path, text: str,
+                                                          second: int, first: int | None) -> None:
+    """The second place alone left the user looking for the first in a long manifest."""
+    path = tmp_path / "f.toml"
+    path.write_bytes(text.encode())
+    with pytest.raises(ManifestError) as exc:
+        load_manifest(path)
+    assert exc.value.details["line"] == second, exc.value.message
+    assert exc.value.details["first_line"] == first, exc.value.message
+    assert (f"(first at line {first})" in exc.value.message) == (first is not None)

@@ -252,11 +252,12 @@ def parse_toml(path: Path, text: str) -> Any:
         reason = re.sub(r" at line \d+ col \d+$", "", str(exc)).rstrip(".")
         twice = _ALREADY.match(reason)
         if twice:  # tomlkit's position is past the item (a ParseError), or none (inline)
-            line, col = _second_key(text, twice.group(1))
+            line, col, first = _second_key(text, twice.group(1))
+            where = f" (first at line {first})" if first else ""
             raise ManifestError(
-                f"{path}:{line}: not valid TOML: {reason}: it is given a second time here (a key, "
-                "or a [table], is given once in its table). Remove one of the two, or rename "
-                "it", file=str(path), line=line, col=col) from None
+                f"{path}:{line}: not valid TOML: {reason}: it is given a second time here{where} "
+                "(a key, or a [table], is given once in its table). Remove one of the two, or "
+                "rename it", file=str(path), line=line, col=col, first_line=first) from None
         if not isinstance(exc, tomlkit.exceptions.ParseError):
             raise Ctx(path).fail("", f"not valid TOML: {reason}",
                                  "Fix the syntax (https://toml.io)") from None
@@ -301,7 +302,7 @@ def parse_toml(path: Path, text: str) -> Any:
 _ALREADY = re.compile(r'Key "(.*)" already exists\Z')
 
 
-def _second_key(text: str, key: str) -> tuple[int, int]:
+def _second_key(text: str, key: str) -> tuple[int, int, int | None]:
     """Where ``key`` is given the second time (line and column, from 1). tomlkit says where it
     stopped, past that item: the next line, or the end of a whole [table]. The item ends on the
     first line whose prefix of the file tomlkit refuses the same way; it starts on the last line
@@ -316,8 +317,22 @@ def _second_key(text: str, key: str) -> tuple[int, int]:
     for n in range(hi, 0, -1):
         found = [*setting.finditer(lines[n - 1]), *header.finditer(lines[n - 1])]
         if found and _parses(lines[:n - 1]):
-            return n, found[-1].start(1) + 1  # the last: {a = 1, a = 2} gives it twice in a line
-    return hi, 1
+            # the last: {a = 1, a = 2} gives it twice in a line
+            return n, found[-1].start(1) + 1, _first_given(lines, n, setting, header)
+    return hi, 1, None
+
+
+def _first_given(lines: list[str], second: int, setting: re.Pattern[str],
+                 header: re.Pattern[str]) -> int | None:
+    """The line that gave the key first: in the table the second one is in (from the nearest
+    [table] header above it), else anywhere above (a header for a table a key made), where the
+    lines above parse on their own. None when only the second's line has it."""
+    start = next((m for m in range(second - 1, 0, -1) if lines[m - 1].lstrip().startswith("[")), 1)
+    for lo in (start, 1):
+        for m in range(lo, second):
+            if (setting.search(lines[m - 1]) or header.search(lines[m - 1])) and _parses(lines[:m - 1]):
+                return m
+    return None
 
 
 _ITEM_START = re.compile(r"""\s*(?:\[|[\w"'.-][^=]*=)""")  # a [table] header or a key = line
