@@ -609,3 +609,30 @@ def test_a_key_given_twice_names_where_it_was_given_first(tmp_path: Path, text: 
     assert exc.value.details["line"] == second, exc.value.message
     assert exc.value.details["first_line"] == first, exc.value.message
     assert (f"(first at line {first})" in exc.value.message) == (first is not None)
+
+
+def test_a_multi_line_string_never_closed_is_named_where_it_begins(tmp_path: Path) -> None:
+    """A rationale whose closing quotes were deleted swallowed the lines below it up to the
+    next string's quotes, and the error named a line far below ("Invalid key")."""
+    text = (_HEAD + 'title = "t"\nrationale = """one\ntwo\n\nstatus = "active"\n[upstream]\n'
+            'base_release = "0.5.21"\n\n[[changelog]]\nversion = 1\ndate = "2026-01-01"\n'
+            'notes = """first\nsecond\n"""\n')
+    path = tmp_path / "f.toml"
+    path.write_bytes(text.encode())
+    with pytest.raises(ManifestError) as exc:
+        load_manifest(path)
+    assert exc.value.details["line"] == 5, exc.value.message
+    assert exc.value.message.startswith(f"{path}:5: not valid TOML: the multi-line string begun "
+                                        "here is not closed"), exc.value.message
+    # closed, the same file reads (so the quotes of the notes were not the culprit)
+    fixed = text.replace('two\n\nstatus', 'two\n"""\nstatus')
+    assert "not valid TOML" not in _toml_error_or_none(tmp_path / "g.toml", fixed)
+
+
+def _toml_error_or_none(path: Path, text: str) -> str:
+    path.write_bytes(text.encode())
+    try:
+        load_manifest(path)
+    except ManifestError as exc:
+        return exc.message
+    return ""

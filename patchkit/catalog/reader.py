@@ -286,6 +286,14 @@ def parse_toml(path: Path, text: str) -> Any:
                 f"inline table, string or [table] header {f'begun at line {begun} ' if begun else ''}"
                 "is not closed). Close it (']', '}' or the quote) or finish the value (TOML "
                 "reference: https://toml.io)", file=str(path), line=line, col=col) from None
+        unclosed = _unclosed_multiline(text, line)
+        if unclosed is not None:  # what follows it was read as its text, up to the next quotes
+            begun, quotes = unclosed
+            raise ManifestError(
+                f"{path}:{begun}: not valid TOML: the multi-line string begun here is not closed: "
+                f"the lines after it, up to the next {quotes}, were read as its text, and what "
+                f"followed failed at line {line} ({reason}). Close it with {quotes}",
+                file=str(path), line=begun, col=1) from None
         if "\\u000a" in reason:  # tomlkit: "Control characters ... use \u000a instead"
             raise ManifestError(
                 f"{path}:{line}: not valid TOML: a string is not closed on its line (a \"...\" "
@@ -332,6 +340,22 @@ def _first_given(lines: list[str], second: int, setting: re.Pattern[str],
         for m in range(lo, second):
             if (setting.search(lines[m - 1]) or header.search(lines[m - 1])) and _parses(lines[:m - 1]):
                 return m
+    return None
+
+
+def _unclosed_multiline(text: str, failed: int) -> tuple[int, str] | None:
+    """The line (above ``failed``) where a multi-line string that is never closed begins, and
+    its quotes: the file holds an odd number of them, and it is the last line opening one
+    (an odd number on it) where the lines above parse on their own."""
+    lines = text.splitlines(keepends=True)
+    for quotes in ('"""', "'''"):
+        if text.count(quotes) % 2 == 0:
+            continue
+        opening = [n for n in range(min(failed, len(lines)), 0, -1)
+                   if lines[n - 1].count(quotes) % 2 == 1]
+        begun = next((n for n in opening[:_LOOKED_AT] if _parses(lines[:n - 1])), None)
+        if begun is not None and begun < failed:
+            return begun, quotes
     return None
 
 
