@@ -181,13 +181,13 @@ def run_on(target: Any, what: str, command: str, timeout: float | None = None) -
     import subprocess  # here: only a command given with --after-cmd or --health-cmd runs one
     import tempfile
 
-    remote = getattr(target, "is_remote", False)
+    remote, on_the_host = getattr(target, "is_remote", False), None
     if remote:
         from .targets.transport import ssh_argv
 
         argv = ssh_argv(target.spec, on_host(command, timeout,
                                              shlex.quote(getattr(target, "python", None) or "python3")))
-        timeout = None if timeout is None else timeout + 15  # the host's limit, then ssh's
+        on_the_host, timeout = timeout, None if timeout is None else timeout + 15  # then ssh's
     else:
         argv = ["/bin/sh", "-c", command]
     # Its output goes to a file, read once the shell exits: a process the hook leaves running
@@ -208,12 +208,11 @@ def run_on(target: Any, what: str, command: str, timeout: float | None = None) -
             _stop_group(proc)
             raise
         said = _read(out)
-    limit = None
-    if remote and proc.returncode == 124 and said.rstrip().endswith("s)"):
-        last = said.rstrip().rsplit("\n", 1)[-1]
-        with contextlib.suppress(ValueError):  # the host's wrapper killed it at its limit
-            limit = float(last[len("(killed after "):-2]) if last.startswith("(killed after ") else None
-    return CommandRun(what, command, proc.returncode, said, timed_out=limit)
+    # the host's wrapper killed it at its limit: its last line says so
+    killed = (remote and on_the_host is not None and proc.returncode == 124
+              and said.rstrip().endswith(_KILLED % on_the_host))
+    return CommandRun(what, command, proc.returncode, said,
+                      timed_out=on_the_host if killed else None)
 
 
 def _read(out: Any) -> str:
@@ -414,4 +413,10 @@ def patchkits_words(message: str, details: Mapping[str, Any]) -> str:
 def changed_fixes(result: Any) -> list[str]:
     """The fixes an apply or rollback result changed (what an undo must put back, and what a
     restart is for): a lost fix's rollback only forgets it and writes no file, so it is not."""
-    return [f.name for f in result.fixes if f.outcome in CHANGED.get(result.op, ()) and f.files]
+    return [f.name for f in result.fixes if changed(result.op, f.outcome, f.files)]
+
+
+def changed(op: str, outcome: Any, files: Any) -> bool:
+    """Whether a fix's outcome of ``op`` changed the target's files (a fleet host's result is
+    read with it too)."""
+    return outcome in CHANGED.get(op, ()) and bool(files)

@@ -57,8 +57,7 @@ def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
         "state_root": state_root,
         "python": python,
         "lock_timeout": float(lock_timeout),
-        "fixes": [{"name": name, "version": version, "rollback": {"strategy": "restore"},
-                   "recorded_only": True} for name, version in recorded_only]
+        "fixes": _recorded_only(recorded_only)
                  + [fix_request(fix, catalog, lazy=lazy and op == "status") for fix in fixes],
         "dependencies": [] if op == "status" else [fix_request(catalog.get(n), catalog) for n in outside],
         "commit": bool(commit),
@@ -73,6 +72,14 @@ def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
     if op == "apply":
         _check_modes(request["fixes"])
     return request
+
+
+def _recorded_only(fixes: Sequence[tuple[str, int]]) -> list[dict[str, Any]]:
+    if not fixes:
+        return []
+    from .engine.request import recorded_only_fix  # here: the engine's parser, loaded when used
+
+    return [recorded_only_fix(name, version) for name, version in fixes]
 
 
 def _check_modes(fixes: list[dict[str, Any]]) -> None:

@@ -102,7 +102,7 @@ def _restarts(state: State, report: Any) -> tuple[tuple[str, ...], list[str], bo
     """The restarts named by the catalog's fixes the rollout changed on some host, the hosts
     it changed them on, and whether patchkit.toml defines every one of them: those hosts run
     the old code until restarted."""
-    from ..engine.contract import CHANGED
+    from ..hooks import changed
     from .ops import restarts_said
 
     catalog = state.catalog()
@@ -110,10 +110,10 @@ def _restarts(state: State, report: Any) -> tuple[tuple[str, ...], list[str], bo
     fixes: dict[str, Any] = {}
     for host in report.hosts:
         result = host.result or {}
-        changed = [f["name"] for f in result.get("fixes") or ()
-                   if f.get("outcome") in CHANGED.get(result.get("op") or report.op, ())
-                   and f.get("files") and f["name"] in held]
-        named = [n for n in changed if catalog.get(n).restart]
+        op = result.get("op") or report.op
+        done = [f["name"] for f in result.get("fixes") or ()
+                if changed(op, f.get("outcome"), f.get("files")) and f["name"] in held]
+        named = [n for n in done if catalog.get(n).restart]
         if named:
             on.append(host.host)
             fixes.update((n, catalog.get(n)) for n in named)

@@ -10,7 +10,7 @@ from ..errors import DriftError, NotApplied, TargetError, VerificationFailed
 from . import procs, record
 from .contract import NOT_APPLIED, PARTLY_PRESENT, PRESENT_UNRECORDED
 from .paths import Roots
-from .request import FixSpec, Request, check_patch_paths, parse_fix
+from .request import FixSpec, Request, check_patch_paths, parse_fix, recorded_only_fix
 from .records import FixRecord, State
 from .store import Store
 from .workspace import Key, Workspace
@@ -380,8 +380,7 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
     specs = [s for s in req.fixes if s.name in recorded or not req.applied_only]
     if req.applied_only:
         sent, have = {s.name for s in req.fixes}, {r.name for r in req.roots}
-        specs += [parse_fix({"name": name, "version": rec.version or 1, "recorded_only": True,
-                             "rollback": {"strategy": "restore"}})
+        specs += [parse_fix(recorded_only_fix(name, rec.version or 1))
                   for name, rec in recorded.items()
                   if name not in sent and {f.root for f in rec.files} <= have]
     missing = [s.name for s in specs if s.name not in recorded]

@@ -70,6 +70,13 @@ def _checks(value: Any, fix: str, key: str) -> Tuple[Dict[str, Any], ...]:
     return tuple(value)
 
 
+def recorded_only_fix(name: str, version: int) -> Dict[str, Any]:
+    """The FIX object of a fix the target records whose manifest left the catalog: its name
+    and version, answered from its record (its backups restore it, its hashes verify it)."""
+    return {"name": name, "version": version, "rollback": {"strategy": "restore"},
+            "recorded_only": True}
+
+
 def parse_fix(data: Any, lazy: bool = False, deferred: bool = False) -> FixSpec:
     """``lazy``: the hunks are checked when first used; ``deferred``: the FILE records too."""
     if not isinstance(data, dict) or not data.get("name"):

@@ -31,6 +31,10 @@ def plan(catalog: Catalog, op: str, names: Sequence[str], *, roots: dict[str, st
     :func:`patchkit.api.apply`. An ``undo`` names no fix: each host puts back its last change."""
     if op == "undo":
         _refuse_undo_fixes(names)
+    # a verify may name a fix whose manifest left the catalog, as one target's may: each host
+    # verifies it from its record (one that records no such fix: not applied)
+    held = set(catalog.names()) if op == "verify" else None
+    gone = [(n, 1) for n in names if held is not None and n not in held]
     if op == "apply":
         fixes = catalog.apply_order(list(names), with_deps=with_deps, allow_inactive=allow_inactive)
     elif op == "rollback":
@@ -38,11 +42,7 @@ def plan(catalog: Catalog, op: str, names: Sequence[str], *, roots: dict[str, st
     elif op == "status":
         fixes = catalog.all() if not names else [catalog.get(n) for n in names]
     else:
-        # a verify may name a fix whose manifest left the catalog, as one target's may: each
-        # host verifies it from its record (one that records no such fix: not applied)
-        held = set(catalog.names()) if op == "verify" else None
         fixes = [catalog.get(n) for n in names if held is None or n in held]
-    gone = [(n, 1) for n in names if op == "verify" and n not in set(catalog.names())]
     if roots is None:
         roots = {"sglang": "/"} | {r: "/" for f in fixes for r in f.roots if r != "sglang"}
     request = build_request(catalog, fixes, op=op, roots=roots, state_root="sglang", python=None,
