@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple, cast
 from ..errors import (ConflictError, DriftError, PreconditionFailed, TargetFileMissing,
                       UsageError, VerificationFailed, VersionMismatch)
 from . import auto, record
-from .checks import CheckContext, failure_lines, run_check
+from .checks import CheckContext, failure_lines, run_checks
 from .fsops import missing_dirs
 from .hunks import FileChange, apply_change, decode, encode
 from .plan import (FixChange, Sources, fix_result, holds_version, refuse_later_writers,
@@ -321,7 +321,7 @@ class _Prepare:
             dirs.append(("state", self.store.dir if self.store.exists() else self.store.root))
         pre.extend(auto.writable_checks(dirs, self.writable))
         ctx = CheckContext(spec.name, req.roots, req.python, spec.scripts, ws.read)
-        pre.extend(run_check(check, ctx) for check in spec.preconditions)
+        pre.extend(run_checks([(check, ctx) for check in spec.preconditions]))
         return pre
 
     def present(self, fc: FixChange) -> bool:
@@ -443,9 +443,11 @@ def _claim_dirs(req: Request, ws: Workspace, prepared: List[FixChange]) -> None:
 def _verify(req: Request, prepared: List[FixChange]) -> None:
     """The fixes' verification, on the files as written; a failure undoes the transaction."""
     failures: List[Dict[str, Any]] = []
+    jobs = [(check, CheckContext(fc.spec.name, req.roots, req.python, fc.spec.scripts, req.roots.read))
+            for fc in prepared for check in fc.spec.verification]
+    results = iter(run_checks(jobs))  # every fix's at once: a script overlaps the greps
     for fc in prepared:
-        ctx = CheckContext(fc.spec.name, req.roots, req.python, fc.spec.scripts, req.roots.read)
-        fc.verification = [run_check(check, ctx) for check in fc.spec.verification]
+        fc.verification = [next(results) for _ in fc.spec.verification]
         failures.extend(dict(r, fix=fc.spec.name) for r in fc.verification if not r["ok"])
     if failures:
         raise VerificationFailed(

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from contextlib import suppress
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import UnsafePathError, UsageError
 from .contract import CHECK_KINDS, CHECK_TIMEOUTS, grep_holds, is_timeout
@@ -69,37 +69,59 @@ def timed_out(timeout: float) -> str:
             "manifest's check if it needs longer)" % timeout)
 
 
-def run_argv(argv: List[str], cwd: str, timeout: float, expect_exit: int = 0,
-             display: Optional[str] = None, stdin: Optional[bytes] = None) -> Optional[str]:
-    """None when the command exits ``expect_exit``, else a detail with command, code, output.
-    Its process group is killed whole at the limit, so nothing it started outlives the check."""
-    import subprocess  # here: a command that runs no process (a status) does not load it
+class Started:
+    """A check's command, started. :meth:`finish` waits for it within its time limit, counted
+    from its start, and gives None when it exited ``expect_exit``, else a detail with command,
+    code and output; at the limit its process group is killed whole, so nothing it started
+    outlives the check. :meth:`kill` ends it unread."""
 
-    shown = display or " ".join(shlex.quote(a) for a in argv)
-    try:
-        proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, env=child_env(), start_new_session=True)
-    except OSError as exc:
-        return "command: %s\ncould not run: %s" % (shown, exc.strerror or exc)
-    try:
-        out, _ = proc.communicate(stdin if stdin is not None else b"", timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
+    def __init__(self, argv: List[str], cwd: str, timeout: float, expect_exit: int = 0,
+                 display: Optional[str] = None, stdin: Optional[bytes] = None) -> None:
+        import subprocess  # here: a command that runs no process (a status) does not load it
+
+        self.shown = display or " ".join(shlex.quote(a) for a in argv)
+        self.timeout, self.expect_exit, self.stdin = timeout, expect_exit, stdin
+        self.deadline = time.monotonic() + timeout
+        self.failed: Optional[str] = None
+        self.proc: "Optional[subprocess.Popen[bytes]]" = None
         try:
-            out, _ = proc.communicate(timeout=5)  # what it wrote before the limit
-        except subprocess.TimeoutExpired:  # a process that left the group holds the pipe
-            proc.kill()
-            out = b""
-        return "command: %s\n%s\noutput:\n%s" % (shown, timed_out(timeout),
-                                                   _tail(out.decode("utf-8", "replace")))
-    except BaseException:
-        _kill_group(proc)
-        proc.wait()
-        raise
-    if proc.returncode == expect_exit:
-        return None
-    return "command: %s\nexit code: %d (expected %d)\noutput:\n%s" % (
-        shown, proc.returncode, expect_exit, _tail(out.decode("utf-8", "replace")))
+            self.proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.STDOUT, env=child_env(),
+                                         start_new_session=True)
+        except OSError as exc:
+            self.failed = "command: %s\ncould not run: %s" % (self.shown, exc.strerror or exc)
+
+    def finish(self) -> Optional[str]:
+        import subprocess
+
+        proc = self.proc
+        if proc is None:
+            return self.failed
+        # a command that ended while the engine ran its own checks is not late for that
+        left = max(self.deadline - time.monotonic(), 0.001 if proc.poll() is None else 5.0)
+        try:
+            out, _ = proc.communicate(self.stdin if self.stdin is not None else b"", timeout=left)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            try:
+                out, _ = proc.communicate(timeout=5)  # what it wrote before the limit
+            except subprocess.TimeoutExpired:  # a process that left the group holds the pipe
+                proc.kill()
+                out = b""
+            return "command: %s\n%s\noutput:\n%s" % (self.shown, timed_out(self.timeout),
+                                                       _tail(out.decode("utf-8", "replace")))
+        except BaseException:
+            self.kill()
+            raise
+        if proc.returncode == self.expect_exit:
+            return None
+        return "command: %s\nexit code: %d (expected %d)\noutput:\n%s" % (
+            self.shown, proc.returncode, self.expect_exit, _tail(out.decode("utf-8", "replace")))
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            _kill_group(self.proc)
+            self.proc.wait()
 
 
 def _kill_group(proc: "subprocess.Popen[bytes]") -> None:
@@ -132,7 +154,54 @@ def expand(values: List[Any], ctx: CheckContext) -> List[str]:
     return [re.sub(r"\{python\}|\{root:[^}]*\}", one, str(v)) for v in values]
 
 
+#: The check kinds that run a process of their own; the rest run in the engine.
+PROCESS_KINDS = ("bash-syntax", "python-import", "python-script", "command")
+
+
+class Pending:
+    """A process check, started: :meth:`result` waits for its command and gives the check's
+    result; :meth:`kill` ends the command unread (an interrupt, a failing check beside it)."""
+
+    def __init__(self, started: Started, make: Callable[[Optional[str]], Dict[str, Any]]) -> None:
+        self.started, self.make = started, make
+
+    def result(self) -> Dict[str, Any]:
+        return self.make(self.started.finish())
+
+    def kill(self) -> None:
+        self.started.kill()
+
+
 def run_check(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
+    out = _begin(check, ctx)
+    return out.result() if isinstance(out, Pending) else out
+
+
+def run_checks(jobs: Sequence[Tuple[Dict[str, Any], CheckContext]]) -> List[Dict[str, Any]]:
+    """:func:`run_check` of each ``(check, context)``, the results in the jobs' order. The
+    first check that runs a process (a script, a command, ``bash -n``, an import) is started
+    before the checks the engine runs itself and waited for after them, so the two overlap;
+    any further process checks run after it, one at a time, in order, as commands a user
+    wrote may share a port or a file. Checks only read the target (docs/design.md), so none
+    sees another's effect. An exception ends the started command before it propagates."""
+    first = next((i for i, (check, _) in enumerate(jobs) if check.get("kind") in PROCESS_KINDS), None)
+    if first is None:
+        return [run_check(check, ctx) for check, ctx in jobs]
+    out: List[Optional[Dict[str, Any]]] = [None] * len(jobs)
+    started = _begin(*jobs[first])
+    try:
+        for i, (check, ctx) in enumerate(jobs):
+            if i != first and check.get("kind") not in PROCESS_KINDS:
+                out[i] = run_check(check, ctx)
+        out[first] = started.result() if isinstance(started, Pending) else started
+    finally:
+        if isinstance(started, Pending):
+            started.kill()  # nothing when it was waited for
+    return [done if done is not None else run_check(*jobs[i]) for i, done in enumerate(out)]
+
+
+def _begin(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any] | Pending:
+    """The check's result, or, for a process check, its command started (:class:`Pending`)."""
     kind = str(check.get("kind", ""))
     if kind not in CHECK_KINDS:
         raise UsageError("fix %s: unknown check kind %r; use one of %s"
@@ -152,6 +221,8 @@ def run_check(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
             out = _RUNNERS[kind](check, ctx)
     except TimedOut as exc:
         return result(kind, str(exc.args[1]), False, timed_out(limit), str(exc.args[0]))
+    if isinstance(out, Pending):
+        return out
     one_pass = kind in ("sha256", "python-syntax") or (kind == "grep" and not check.get("regex"))
     if one_pass and out["ok"] and time.monotonic() - start > limit:
         out = dict(out, ok=False, detail="%s; but %s" % (out["detail"], timed_out(limit)))
@@ -292,17 +363,18 @@ def _python_syntax(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
     return result("python-syntax", name, True, "parses", where)
 
 
-def _bash_syntax(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
+def _bash_syntax(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any] | Pending:
     root, where, data = _file(check, ctx)
     name = check.get("name") or "bash syntax of %s" % where
     if data is None:
         return result("bash-syntax", name, False, "%s does not exist" % where, where)
-    failure = run_argv(["bash", "-n"], ctx.roots.get(root).path, _timeout(check, ctx.fix),
-                       display="bash -n %s" % where, stdin=data)
-    return result("bash-syntax", name, failure is None, failure or "parses", where)
+    started = Started(["bash", "-n"], ctx.roots.get(root).path, _timeout(check, ctx.fix),
+                      display="bash -n %s" % where, stdin=data)
+    return Pending(started, lambda failure: result("bash-syntax", name, failure is None,
+                                                   failure or "parses", where))
 
 
-def _python_import(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
+def _python_import(check: Dict[str, Any], ctx: CheckContext) -> Pending:
     module = str(_need(check, "module", ctx.fix))
     root = ctx.roots.get(str(_need(check, "root", ctx.fix)))
     sys_path = str(check.get("sys_path") or ("." if root.layout == PACKAGE else "python"))
@@ -310,12 +382,13 @@ def _python_import(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
     where = "%s:%s" % (root.name, module)
     name = check.get("name") or "import %s" % module
     source = "import sys, importlib; sys.path.insert(0, sys.argv[1]); importlib.import_module(sys.argv[2])"
-    failure = run_argv([ctx.python, "-c", source, entry, module], root.path, _timeout(check, ctx.fix),
-                       display="%s -c 'import %s' (sys.path[0] = %s)" % (ctx.python, module, entry))
-    return result("python-import", name, failure is None, failure or "imported", where)
+    started = Started([ctx.python, "-c", source, entry, module], root.path, _timeout(check, ctx.fix),
+                      display="%s -c 'import %s' (sys.path[0] = %s)" % (ctx.python, module, entry))
+    return Pending(started, lambda failure: result("python-import", name, failure is None,
+                                                   failure or "imported", where))
 
 
-def _python_script(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
+def _python_script(check: Dict[str, Any], ctx: CheckContext) -> Pending:
     script = str(_need(check, "script", ctx.fix))
     if script not in ctx.scripts:
         raise UsageError("fix %s: check script %s is not shipped with the request; add it under "
@@ -323,18 +396,21 @@ def _python_script(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
     root = ctx.roots.get(str(_need(check, "root", ctx.fix)))
     args = expand(list(check.get("args") or []), ctx)
     name = check.get("name") or "script %s" % script
-    failure = run_argv([ctx.python, "-c", ctx.scripts[script]] + args, root.path, _timeout(check, ctx.fix),
-                       display=" ".join([ctx.python, script] + [shlex.quote(a) for a in args]))
-    return result("python-script", name, failure is None, failure or "exit 0", "%s:%s" % (root.name, script))
+    started = Started([ctx.python, "-c", ctx.scripts[script]] + args, root.path,
+                      _timeout(check, ctx.fix),
+                      display=" ".join([ctx.python, script] + [shlex.quote(a) for a in args]))
+    return Pending(started, lambda failure: result("python-script", name, failure is None,
+                                                   failure or "exit 0", "%s:%s" % (root.name, script)))
 
 
-def _command(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, Any]:
+def _command(check: Dict[str, Any], ctx: CheckContext) -> Pending:
     argv = expand(list(_need(check, "argv", ctx.fix)), ctx)
     root = ctx.roots.get(str(_need(check, "root", ctx.fix)))
     expect = int(check.get("expect_exit", 0) or 0)
     name = check.get("name") or " ".join(shlex.quote(a) for a in argv)
-    failure = run_argv(argv, root.path, _timeout(check, ctx.fix), expect_exit=expect)
-    return result("command", name, failure is None, failure or "exit %d" % expect, root.name)
+    started = Started(argv, root.path, _timeout(check, ctx.fix), expect_exit=expect)
+    return Pending(started, lambda failure: result("command", name, failure is None,
+                                                   failure or "exit %d" % expect, root.name))
 
 
 def _git_checkout(check: Dict[str, Any], ctx: CheckContext):
@@ -398,7 +474,9 @@ def _git_descends_from(check: Dict[str, Any], ctx: CheckContext) -> Dict[str, An
                   root.name)
 
 
-_RUNNERS = {"grep": _grep, "sha256": _sha256, "python-syntax": _python_syntax,
-            "bash-syntax": _bash_syntax, "python-import": _python_import,
-            "python-script": _python_script, "command": _command,
-            "git-contains": _git_contains, "git-descends-from": _git_descends_from}
+Runner = Callable[[Dict[str, Any], CheckContext], "Dict[str, Any] | Pending"]
+_RUNNERS: Dict[str, Runner] = {"grep": _grep, "sha256": _sha256, "python-syntax": _python_syntax,
+                               "bash-syntax": _bash_syntax, "python-import": _python_import,
+                               "python-script": _python_script, "command": _command,
+                               "git-contains": _git_contains,
+                               "git-descends-from": _git_descends_from}

@@ -371,7 +371,7 @@ def _detect(ws: Workspace, spec: FixSpec) -> Dict[str, Any]:
 
 
 def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
-    from .checks import CheckContext, failure_lines, run_check  # here: a status runs no check
+    from .checks import CheckContext, failure_lines, run_checks  # here: a status runs no check
 
     state = store.read_state()
     recorded = state.by_name()
@@ -426,8 +426,8 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
                 "the files hold v%d's change, not the recorded v%s's (edited by hand, or "
                 "refreshed from here): patchkit apply %s records v%d, writing nothing"
                 % (spec.version, recorded[spec.name].version, spec.name, spec.version)))
-        results = ([first] if first else []) + [
-            run_check(check, ctx) for check in ([] if by_record else spec.verification)]
+        results = ([first] if first else []) + run_checks(
+            [(check, ctx) for check in ([] if by_record else spec.verification)])
         failures.extend(dict(r, fix=spec.name) for r in results if not r["ok"])
         out.append({"name": spec.name, "version": recorded[spec.name].version,
                     "outcome": "verified" if all(r["ok"] for r in results) else "failed",

@@ -1,0 +1,162 @@
+"""A fix's checks run in one batch (:func:`patchkit.engine.checks.run_checks`): the first check
+that runs a process is started before the checks the engine runs itself and waited for after
+them, so a fix's script and the other fixes' greps overlap (issue 29, the seed's deploy); the
+results keep the checks' order, and nothing a check started outlives an error beside it.
+
+The overlap is shown by order, not by time: the engine's own check reads its file through a
+reader that waits for a mark the command leaves when it starts.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+from patchkit.engine import checks
+from patchkit.engine.paths import Roots
+from patchkit.errors import UsageError
+
+from .helpers import MOD
+
+
+def _context(checkout: Path, read=None) -> checks.CheckContext:
+    roots = Roots({"sglang": str(checkout)})
+    return checks.CheckContext("a", roots, sys.executable, {}, read or roots.read)
+
+
+def _command(*lines: str, **extra) -> dict:
+    return dict({"kind": "command", "root": "sglang",
+                 "argv": [sys.executable, "-c", "\n".join(lines)]}, **extra)
+
+
+def _wait_for(path: Path, seconds: float = 20.0) -> bool:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if path.exists():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_a_command_check_runs_while_the_engine_runs_its_own_checks(checkout: Path, tmp_path: Path) -> None:
+    """The command comes after the grep in the list; the grep's read sees the command already
+    running (its mark), so the engine did not wait for one to start the other."""
+    mark = tmp_path / "started"
+    seen = []
+    roots = Roots({"sglang": str(checkout)})
+
+    def read(root: str, path: str) -> Optional[bytes]:
+        seen.append(_wait_for(mark))
+        return roots.read(root, path)
+
+    ctx = _context(checkout, read)
+    grep = {"kind": "grep", "root": "sglang", "path": MOD, "pattern": "def ", "name": "has a def"}
+    command = _command("import pathlib, sys", "pathlib.Path(sys.argv[1]).touch()",
+                       name="leaves its mark")
+    command["argv"].append(str(mark))
+    out = checks.run_checks([(grep, ctx), (command, ctx)])
+    assert seen == [True]
+    assert [r["name"] for r in out] == ["has a def", "leaves its mark"]  # the checks' order
+    assert [r["ok"] for r in out] == [True, True]
+
+
+def test_process_checks_after_the_first_run_one_at_a_time_in_order(checkout: Path, tmp_path: Path) -> None:
+    """Commands a user wrote may share a port or a file: the second starts after the first
+    ended. Each appends its name to one log; the first sleeps before it writes."""
+    log = tmp_path / "log"
+    ctx = _context(checkout)
+    first = _command("import sys, time", "time.sleep(0.3)",
+                     "open(sys.argv[1], 'a').write('first\\n')", name="first")
+    second = _command("import sys", "open(sys.argv[1], 'a').write('second\\n')", name="second")
+    for check in (first, second):
+        check["argv"].append(str(log))
+    out = checks.run_checks([(first, ctx), (second, ctx)])
+    assert [r["ok"] for r in out] == [True, True]
+    assert log.read_text() == "first\nsecond\n"
+
+
+def test_a_command_that_ended_while_the_engine_worked_is_not_late(checkout: Path, tmp_path: Path) -> None:
+    """Its limit counts from its start; one that ended inside it passes however long the
+    engine's own checks kept the result unread."""
+    ctx = _context(checkout)
+    roots = Roots({"sglang": str(checkout)})
+    done = tmp_path / "done"
+
+    def slow_read(root: str, path: str) -> Optional[bytes]:
+        assert _wait_for(done)  # the command has ended its work...
+        time.sleep(1.5)  # ...and the engine goes on past the command's limit
+        return roots.read(root, path)
+
+    slow = _context(checkout, slow_read)
+    command = _command("import pathlib, sys", "pathlib.Path(sys.argv[1]).touch()", timeout=1,
+                       name="quick")
+    command["argv"].append(str(done))
+    grep = {"kind": "grep", "root": "sglang", "path": MOD, "pattern": "def "}
+    out = checks.run_checks([(command, ctx), (grep, slow)])
+    assert out[0]["ok"], out[0]["detail"]
+
+
+def test_a_command_past_its_limit_while_the_engine_worked_fails_as_timed_out(checkout: Path) -> None:
+    ctx = _context(checkout)
+    command = _command("import time", "time.sleep(60)", timeout=0.5, name="sleeps")
+    grep = {"kind": "grep", "root": "sglang", "path": MOD, "pattern": "def "}
+    out = checks.run_checks([(command, ctx), (grep, ctx)])
+    assert not out[0]["ok"] and "timed out after 0.5 s" in out[0]["detail"]
+    assert out[1]["ok"]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"  # killed, not yet reaped
+    except FileNotFoundError:
+        return True
+
+
+def test_an_error_in_the_engines_checks_ends_the_started_command(checkout: Path, tmp_path: Path) -> None:
+    """A malformed check beside a running script: the error propagates, and the script (and
+    what it started) is not left running."""
+    pid_file = tmp_path / "pid"
+    ctx = _context(checkout)
+    command = _command("import os, subprocess, sys, time",
+                       "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])",
+                       "open(sys.argv[1], 'w').write('%d %d' % (os.getpid(), child.pid))",
+                       "time.sleep(60)", name="sleeps")
+    command["argv"].append(str(pid_file))
+    roots = Roots({"sglang": str(checkout)})
+
+    def read(root: str, path: str) -> Optional[bytes]:
+        assert _wait_for(pid_file) and _wait_for_text(pid_file)
+        return roots.read(root, path)
+
+    broken = {"kind": "grep", "root": "sglang", "path": MOD}  # no pattern: a manifest error
+    with pytest.raises(UsageError, match="lacks 'pattern'"):
+        checks.run_checks([(command, ctx), (broken, _context(checkout, read))])
+    pids = [int(p) for p in pid_file.read_text().split()]
+    end = time.monotonic() + 20
+    while not all(_gone(p) for p in pids) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert all(_gone(p) for p in pids), pids
+
+
+def _wait_for_text(path: Path) -> bool:
+    end = time.monotonic() + 20
+    while time.monotonic() < end:
+        if len(path.read_text().split()) == 2:
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_a_command_that_cannot_start_is_its_checks_failure(checkout: Path) -> None:
+    ctx = _context(checkout)
+    missing = {"kind": "command", "root": "sglang", "argv": [os.fspath(checkout / "no-such-program")]}
+    grep = {"kind": "grep", "root": "sglang", "path": MOD, "pattern": "def "}
+    out = checks.run_checks([(missing, ctx), (grep, ctx)])
+    assert not out[0]["ok"] and "could not run" in out[0]["detail"]
+    assert out[1]["ok"]
