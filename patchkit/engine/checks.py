@@ -71,7 +71,7 @@ def timed_out(timeout: float) -> str:
 
 class Started:
     """A check's command, started. :meth:`finish` waits for it within its time limit, counted
-    from its start, and gives None when it exited ``expect_exit``, else a detail with command,
+    from its start (from its input, for one fed on stdin), and gives None when it exited ``expect_exit``, else a detail with command,
     code and output; at the limit its process group is killed whole, so nothing it started
     outlives the check. :meth:`kill` ends it unread."""
 
@@ -81,7 +81,8 @@ class Started:
 
         self.shown = display or " ".join(shlex.quote(a) for a in argv)
         self.timeout, self.expect_exit, self.stdin = timeout, expect_exit, stdin
-        self.deadline = time.monotonic() + timeout
+        # one fed on stdin waits for its input, given by finish: its limit counts from then
+        self.deadline: Optional[float] = time.monotonic() + timeout if stdin is None else None
         self.failed: Optional[str] = None
         self.proc: "Optional[subprocess.Popen[bytes]]" = None
         try:
@@ -97,8 +98,9 @@ class Started:
         proc = self.proc
         if proc is None:
             return self.failed
+        deadline = self.deadline if self.deadline is not None else time.monotonic() + self.timeout
         # a command that ended while the engine ran its own checks is not late for that
-        left = max(self.deadline - time.monotonic(), 0.001 if proc.poll() is None else 5.0)
+        left = max(deadline - time.monotonic(), 0.001 if proc.poll() is None else 5.0)
         try:
             out, _ = proc.communicate(self.stdin if self.stdin is not None else b"", timeout=left)
         except subprocess.TimeoutExpired:

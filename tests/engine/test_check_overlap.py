@@ -160,3 +160,20 @@ def test_a_command_that_cannot_start_is_its_checks_failure(checkout: Path) -> No
     out = checks.run_checks([(missing, ctx), (grep, ctx)])
     assert not out[0]["ok"] and "could not run" in out[0]["detail"]
     assert out[1]["ok"]
+
+
+def test_a_check_fed_on_stdin_counts_its_limit_from_its_input(checkout: Path) -> None:
+    """``bash -n`` reads the script from its stdin, given when it is collected: the engine's
+    own checks running past its limit meanwhile do not make it late."""
+    (checkout / "serve.sh").write_text("echo serving\n" * 100_000)  # bash takes a while on it
+    roots = Roots({"sglang": str(checkout)})
+
+    def slow_read(root: str, path: str) -> Optional[bytes]:
+        time.sleep(1.5)  # past the bash check's limit below
+        return roots.read(root, path)
+
+    bash = {"kind": "bash-syntax", "root": "sglang", "path": "serve.sh", "timeout": 1}
+    grep = {"kind": "grep", "root": "sglang", "path": MOD, "pattern": "def "}
+    out = checks.run_checks([(bash, _context(checkout)), (grep, _context(checkout, slow_read))])
+    assert out[0]["ok"], out[0]["detail"]
+    assert out[1]["ok"]
