@@ -370,6 +370,11 @@ def _detect(ws: Workspace, spec: FixSpec) -> Dict[str, Any]:
             "files": files}
 
 
+def _older(spec: FixSpec, recorded: Dict[str, FixRecord]) -> bool:
+    """An applied version other than the catalog's (a refresh since): its record is all it has."""
+    return not spec.recorded_only and str(recorded[spec.name].version) != str(spec.version)
+
+
 def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
     from .checks import CheckContext, failure_lines, run_checks  # here: a status runs no check
 
@@ -405,14 +410,14 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
     ws = Workspace(req.roots)
     lost = lost_fixes(req.roots, state, ws, req.git)
     releases: Dict[str, Any] = {}  # each root's release, read once (an unserved catalog version)
+    firsts: List[Tuple[Optional[Dict[str, Any]], Any]] = []  # each fix's drift result, files
+    jobs: List[Tuple[Dict[str, Any], CheckContext]] = []
     for spec in specs:
         # A check passing on edited files does not vouch for the fix as patchkit wrote it.
         drifted = drifted_files(req.roots, state, recorded[spec.name], ws)
-        ctx = CheckContext(spec.name, req.roots, req.python, spec.scripts, req.roots.read)
         # An older version than the catalog's (a refresh since): the catalog's checks are for
         # its own change and the applied version's are not in it, so its record is what it has.
-        older = not spec.recorded_only and str(recorded[spec.name].version) != str(spec.version)
-        by_record = spec.recorded_only or older
+        by_record = spec.recorded_only or _older(spec, recorded)
         first = drift_check(spec.name, drifted, spec.recorded_only) if drifted else None
         if first is None and by_record:  # its record's check is all it has: listed
             first = {"kind": "drift", "name": "files as patchkit wrote them", "ok": True,
@@ -426,15 +431,21 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
                 "the files hold v%d's change, not the recorded v%s's (edited by hand, or "
                 "refreshed from here): patchkit apply %s records v%d, writing nothing"
                 % (spec.version, recorded[spec.name].version, spec.name, spec.version)))
-        results = ([first] if first else []) + run_checks(
-            [(check, ctx) for check in ([] if by_record else spec.verification)])
+        firsts.append((first, drifted))
+        ctx = CheckContext(spec.name, req.roots, req.python, spec.scripts, req.roots.read)
+        jobs.extend((check, ctx) for check in ([] if by_record else spec.verification))
+    checked = iter(run_checks(jobs))  # every fix's at once, as an apply's: a script overlaps the greps
+    for spec, (first, drifted) in zip(specs, firsts):
+        by_record = spec.recorded_only or _older(spec, recorded)
+        results = ([first] if first else []) + [
+            next(checked) for _ in ([] if by_record else spec.verification)]
         failures.extend(dict(r, fix=spec.name) for r in results if not r["ok"])
         out.append({"name": spec.name, "version": recorded[spec.name].version,
                     "outcome": "verified" if all(r["ok"] for r in results) else "failed",
                     "files": [], "preconditions": [], "verification": results, "drifted": drifted})
         if spec.recorded_only:
             out[-1]["detail"] = GONE
-        elif older and spec.name not in lost:  # a lost fix's detail says why, and what to do
+        elif by_record and spec.name not in lost:  # a lost fix's detail says why, and what to do
             out[-1]["detail"] = OLDER % {"fix": spec.name, "old": recorded[spec.name].version,
                                          "new": spec.version}
     if failures and all(f["kind"] == "drift" for f in failures):

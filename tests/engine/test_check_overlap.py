@@ -177,3 +177,40 @@ def test_a_check_fed_on_stdin_counts_its_limit_from_its_input(checkout: Path) ->
     out = checks.run_checks([(bash, _context(checkout)), (grep, _context(checkout, slow_read))])
     assert out[0]["ok"], out[0]["detail"]
     assert out[1]["ok"]
+
+
+def test_an_apply_and_a_verify_check_every_fix_in_one_batch(checkout: Path, monkeypatch) -> None:
+    """The verifications of every fix of an apply, and of a verify, go to run_checks at once, so
+    the first fix's script overlaps the second fix's greps; each fix gets its own results back."""
+    from patchkit.engine import apply as apply_mod
+    from patchkit.engine import run
+
+    from .helpers import SCRIPT, file_record, fix, request
+
+    batches: list = []
+    real = checks.run_checks
+
+    def spy(jobs):
+        batches.append([(ctx.fix, check.get("name")) for check, ctx in jobs])
+        return real(jobs)
+
+    monkeypatch.setattr(checks, "run_checks", spy)
+    monkeypatch.setattr(apply_mod, "run_checks", spy)
+    mod, script = (checkout / MOD).read_text(), (checkout / SCRIPT).read_text()
+    a = fix("a", [file_record(MOD, mod, mod.replace("return x + 7\n", "return x * 7\n"))],
+            verification=[dict(_command("pass"), name="a runs"),
+                          {"kind": "grep", "root": "sglang", "path": MOD, "pattern": "x * 7",
+                           "count": 1, "name": "a greps"}])
+    b = fix("b", [file_record(SCRIPT, script, script.replace("launching", "starting"),
+                              patch="0001-b.patch")],
+            verification=[{"kind": "grep", "root": "sglang", "path": SCRIPT, "pattern": "starting",
+                           "count": 1, "name": "b greps"}])
+    applied = run(request("apply", {"sglang": checkout}, [a, b]))
+    assert applied["ok"], applied
+    verified = run(request("verify", {"sglang": checkout}, [a, b]))
+    assert verified["ok"], verified
+    both = [("a", "a runs"), ("a", "a greps"), ("b", "b greps")]
+    # one batch per run, every fix's checks in it (the empty ones: each fix's preconditions)
+    assert [batch for batch in batches if batch] == [both, both]
+    by_fix = {f["name"]: [r["name"] for r in f["verification"]] for f in verified["fixes"]}
+    assert by_fix == {"a": ["a runs", "a greps"], "b": ["b greps"]}
