@@ -7,9 +7,9 @@ import contextlib
 import dataclasses
 from typing import Any, Iterator, Sequence
 
-from .catalog import Catalog
+from .catalog import BrokenFix, Catalog
 from .catalog.model import Fix
-from .errors import UnknownFixError
+from .errors import ManifestError, PatchFormatError, UnknownFixError
 from .request_builder import build_request
 from .results import OpResult, check_result
 from .targets import Hold, Target, state_root_of
@@ -142,8 +142,9 @@ def verify(catalog: Catalog, target: Target, names: Sequence[str] = (), *,
         recorded_only = [(s.name, int(s.version or 1)) for s in found.status
                          if s.state in RECORDED and s.name not in listed]
         unseen = found.unseen  # applied there on a root not given: not verified, named
+    # a recorded fix is verified by its checks and its record: its series is not needed
     result = _run(catalog, target, [catalog.get(n) for n in known], "verify",
-                  lock_timeout=lock_timeout, recorded_only=recorded_only)
+                  lock_timeout=lock_timeout, recorded_only=recorded_only, unreadable={})
     return dataclasses.replace(result, unseen=unseen)
 
 
@@ -156,9 +157,19 @@ def status(catalog: Catalog, target: Target, *,
     fixes = [f for f in readable if set(f.roots) <= set(target.roots)]
     left_out = tuple((f.name, tuple(r for r in f.roots if r not in target.roots))
                      for f in readable if not set(f.roots) <= set(target.roots))
-    # in this process the engine reads a series only when a fix is not recorded
+    # in this process the engine reads a series only when a fix is not recorded; one that
+    # cannot be read is an error row of a fix the target does not record, as a bad manifest
+    unreadable: dict[str, ManifestError | PatchFormatError] = {}
     result = _run(catalog, target, fixes, "status", lock_timeout=lock_timeout,
-                  lazy=not getattr(target, "is_remote", True))
+                  lazy=not getattr(target, "is_remote", True), unreadable=unreadable)
+    if unreadable:
+        held_there = {s.name for s in result.status if s.state in RECORDED}
+        torn = {name: err for name, err in unreadable.items() if name not in held_there}
+        broken = sorted([*broken, *(BrokenFix.of(n, e) for n, e in torn.items())], key=lambda b: b.name)
+        seen = dict(result.raw.get("status") or {})
+        seen["fixes"] = [f for f in seen.get("fixes") or () if f.get("name") not in torn]
+        result = dataclasses.replace(result, raw=dict(result.raw, status=seen),
+                                     status=tuple(s for s in result.status if s.name not in torn))
     # the engine names every recorded fix on a root not given (one the catalog no longer
     # holds is left out too): those are applied there, and not looked at
     named = {name for name, _roots in left_out}

@@ -16,7 +16,8 @@ def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
                   dry_run: bool = False, force: bool = False, lock_timeout: float = 30.0,
                   commit: bool = False, git: bool = True, sync: bool = False,
                   lazy: bool = False, recorded_only: Sequence[tuple[str, int]] = (),
-                  applied_only: bool = False, txn: str | None = None) -> dict[str, Any]:
+                  applied_only: bool = False, txn: str | None = None,
+                  unreadable: dict[str, ManifestError | PatchFormatError] | None = None) -> dict[str, Any]:
     """The engine request for ``op`` over ``fixes``, already in the order the op needs.
     ``lazy`` (a status run in this process): each series is read when the engine first uses it.
     ``recorded_only`` (a rollback or a verify): ``(name, version)`` of fixes the target
@@ -26,7 +27,10 @@ def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
     ``applied_only`` (a verify of a fleet's hosts, no fix named): of ``fixes``, each target
     verifies those it records as applied.
     ``txn`` (an undo): the transaction to undo, as the change's result named it (None: the
-    target's last change)."""
+    target's last change).
+    ``unreadable`` (a status or a verify, which answer a fix the target records from its
+    record): a fix whose series cannot be read goes with none, its error put here by name
+    (when it is read, for a ``lazy`` request), instead of ending the request."""
     if op not in OPS:
         raise UsageError(f"unknown operation '{op}'; use one of {', '.join(OPS)}", op=op)
     if state_root not in roots:
@@ -58,7 +62,8 @@ def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
         "python": python,
         "lock_timeout": float(lock_timeout),
         "fixes": _recorded_only(recorded_only)
-                 + [fix_request(fix, catalog, lazy=lazy and op == "status") for fix in fixes],
+                 + [fix_request(fix, catalog, lazy=lazy and op == "status", unreadable=unreadable)
+                    for fix in fixes],
         "dependencies": [] if op == "status" else [fix_request(catalog.get(n), catalog) for n in outside],
         "commit": bool(commit),
         "git": bool(git),
@@ -100,33 +105,40 @@ VARIANT_KEYS = ("version", "release", "patches", "files", "revert", "preconditio
                 "verification", "scripts")
 
 
-def fix_request(fix: Fix, catalog: Catalog, lazy: bool = False) -> dict[str, Any]:
+def fix_request(fix: Fix, catalog: Catalog, lazy: bool = False,
+                unreadable: dict[str, ManifestError | PatchFormatError] | None = None) -> dict[str, Any]:
     """One FIX object of the request; ``catalog`` resolves the fixes it names. A fix with
     ``[[variants]]`` carries each (the keys it replaces) for the engine to choose by the
     target's release; a fix upstream since a release carries it as ``upstream_since``."""
-    out = _fix_object(fix, catalog, lazy)
+    out = _fix_object(fix, catalog, lazy, unreadable)
     if fix.variants:
-        out["variants"] = [{k: v for k, v in _fix_object(fix.as_variant(var), catalog, lazy).items()
+        out["variants"] = [{k: v for k, v in _fix_object(fix.as_variant(var), catalog, lazy,
+                                                          unreadable).items()
                             if k in VARIANT_KEYS} for var in fix.variants]
     if fix.upstream_since:
         out["upstream_since"] = fix.upstream_since
     return out
 
 
-def _fix_object(fix: Fix, catalog: Catalog, lazy: bool = False) -> dict[str, Any]:
-    patches, files = _lazy_series(fix) if lazy else _series(fix)
+def _fix_object(fix: Fix, catalog: Catalog, lazy: bool = False,
+                unreadable: dict[str, ManifestError | PatchFormatError] | None = None) -> dict[str, Any]:
+    if lazy or unreadable is not None:
+        series = _Series(fix, unreadable)
+        patches, files = (_Half(series, 0), _Half(series, 1)) if lazy else (series.half(0), series.half(1))
+    else:
+        patches, files = _series(fix)
     revert = None
     if fix.revert is not None:
         revert = {"root": fix.revert.root, "commit": fix.revert.commit or None,
                   "fix": fix.revert.fix or None, "paths": list(fix.revert.paths),
-                  "own_series": bool(files)}
+                  "own_series": bool(fix.patches)}
         if fix.revert.fix:
             named = _named(catalog, fix, fix.revert.fix, "revert.fix")
             # the reverted fix's variant written for the same release, else its top level
             named = next((v for v in named.all_variants()
                           if v.upstream.base_release == fix.upstream.base_release), named)
             revert.update(_commit_of(named))
-            if not files:  # outside git: the named fix's series, reversed
+            if not fix.patches:  # outside git: the named fix's series, reversed
                 files = [reversed_record(rec) for rec in reversed(_series(named)[1])]
     return {
         "name": fix.name,
@@ -165,17 +177,25 @@ def _series(fix: Fix) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 
 class _Series:
-    """``_series`` of a fix, run when either half is first used. Only in a request handed to the
-    engine in this process (never serialized): a status reads the series of the fixes the
-    target does not record, and no other (docs/performance.md)."""
+    """``_series`` of a fix, run when either half is first used: lazily, only in a request
+    handed to the engine in this process (never serialized), where a status reads the series
+    of the fixes the target does not record, and no other (docs/performance.md).
+    ``unreadable`` (see :func:`build_request`): a series that cannot be read is empty, its
+    error kept there by the fix's name."""
 
-    def __init__(self, fix: Fix) -> None:
-        self.fix = fix
+    def __init__(self, fix: Fix, unreadable: dict[str, ManifestError | PatchFormatError] | None = None) -> None:
+        self.fix, self.unreadable = fix, unreadable
         self.read: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None
 
     def half(self, i: int) -> list[dict[str, Any]]:
         if self.read is None:
-            self.read = _series(self.fix)
+            try:
+                self.read = _series(self.fix)
+            except (ManifestError, PatchFormatError) as err:
+                if self.unreadable is None:
+                    raise
+                self.unreadable.setdefault(self.fix.name, err)
+                self.read = ([], [])
         return self.read[i]
 
 
@@ -192,12 +212,10 @@ class _Half(Sequence[dict[str, Any]]):
         return len(self.series.half(self.i))
 
     def __bool__(self) -> bool:  # each patch has a file record (or fails to read): no read
-        return bool(self.series.fix.patches)
+        read = self.series.read
+        return bool(self.series.fix.patches) if read is None else bool(read[self.i])
 
 
-def _lazy_series(fix: Fix) -> tuple[Any, Any]:
-    series = _Series(fix)
-    return _Half(series, 0), _Half(series, 1)
 
 
 def _named(catalog: Catalog, fix: Fix, name: str, key: str) -> Fix:

@@ -192,13 +192,17 @@ def test_a_broken_manifest_is_a_broken_entry_and_status_goes_on(roots: dict[str,
         assert {s.name for s in result.status} == names - {"pool-guard"}
 
 
-def test_a_patch_gone_after_the_catalog_loaded_is_a_manifest_error(roots: dict[str, str],
-                                                                  catalog: Catalog) -> None:
+def test_a_patch_gone_after_the_catalog_loaded_is_a_broken_entry(roots: dict[str, str],
+                                                                 catalog: Catalog) -> None:
+    """As a manifest that cannot be read: the fix the target does not record is an error row
+    naming the patch, and the other fixes go on (tests/test_broken_series.py)."""
     catalog.all()
     patch = Path(catalog.root) / "patches" / "pool-guard" / "0002-serve-pin-index-k-dtype.patch"
     patch.unlink()
-    with pytest.raises(errors.ManifestError, match="0002-serve-pin-index-k-dtype.patch"):
-        api.status(catalog, LocalTarget(roots, PY, "local"))
+    result = api.status(catalog, LocalTarget(roots, PY, "local"))
+    assert [b.name for b in result.broken] == ["pool-guard"]
+    assert "0002-serve-pin-index-k-dtype.patch" in result.broken[0].message
+    assert "pool-guard" not in states(result) and states(result)["index-k-bytes"] == "not-applied"
 
 
 def test_status_reads_only_the_series_of_fixes_the_target_does_not_record(

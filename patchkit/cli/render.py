@@ -382,9 +382,12 @@ def warn(warnings: Iterable[str]) -> None:
 
 
 def broken_note(broken: Any, as_json: bool) -> None:
-    """On stderr, off --json: how many manifests could not be read (the rows say which)."""
+    """On stderr, off --json: how many manifests (or patches they name) could not be read
+    (the rows say which)."""
     if broken and not as_json:
-        sys.stderr.write(f"error: {len(broken)} manifest(s) could not be read (their rows say why): "
+        what = ("manifest(s)" if all(b.file.endswith(".toml") for b in broken)
+                else "fix(es)")
+        sys.stderr.write(f"error: {len(broken)} {what} could not be read (their rows say why): "
                          f"{', '.join(b.where for b in broken)}; fix them (docs/manifest.md)\n")
 
 

@@ -152,8 +152,9 @@ def holds_version(ws: Workspace, spec: FixSpec, rec: FixRecord, seen: Dict[Key, 
     version of it, makes of their bytes before the fix (``ws`` holds them, restored from the
     backups; ``seen`` has each file's digest on disk): every file is then that version's
     result, edited by hand into it (or refreshed from here), and an upgrade loses nothing.
-    A revert fix's result needs the fork's history: never."""
-    if spec.revert is not None:
+    A revert fix's result needs the fork's history, and a version with no FILE records (its
+    series could not be read: ``request_builder``'s ``unreadable``) has none to compare: never."""
+    if spec.revert is not None or not spec.files:
         return False
     result = {f.key: ws.entry(*f.key).current for f in rec.files}
     for change in spec.files:

@@ -1,0 +1,129 @@
+"""A fix whose patch cannot be read (a work-in-progress patch in a team catalog) is an error row
+of ``status``, ``log --target`` and a bare ``verify``, as a fix whose manifest cannot be read
+is: the other fixes go on, exit 0 (``status --exit-code`` 1). Before, it ended each of them
+with exit 2 on every target, whether or not that target had the fix: a monitoring gate broken
+by one unapplied patch (found by a new-user trial)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from patchkit.targets import LocalTarget
+
+MANIFEST = """\
+format = 1
+name = "{name}"
+version = 1
+title = "{name}"
+status = "active"
+rationale = "{name}"
+
+[upstream]
+base_release = "any"
+releases = []
+root = "tree"
+
+[[patches]]
+file = "0001-{name}.patch"
+root = "tree"
+
+[[verification]]
+kind = "grep"
+root = "tree"
+path = "app.py"
+pattern = "{name}"
+present = true
+"""
+
+GOOD = """\
+--- a/app.py
++++ b/app.py
+@@ -1,2 +1,2 @@
+ print("app")
+-value = 1
++value = 2  # good
+"""
+
+
+def pk(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "patchkit", *args], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL)
+
+
+def fixture(tmp_path: Path) -> tuple[list[str], list[str], Path]:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "app.py").write_text('print("app")\nvalue = 1\n')
+    subprocess.run(["git", "init", "-q"], cwd=tree, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=tree, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "base"],
+                   cwd=tree, check=True)
+    catalog = tmp_path / "catalog"
+    assert pk("init", str(catalog), "--no-git").returncode == 0
+    for name, patch in (("good", GOOD), ("wip", "not a patch yet\n")):
+        (catalog / "manifests" / f"{name}.toml").write_text(MANIFEST.format(name=name))
+        (catalog / "patches" / name).mkdir(parents=True)
+        (catalog / "patches" / name / f"0001-{name}.patch").write_text(patch)
+    return ["--catalog", str(catalog)], ["--root", f"tree={tree}"], catalog
+
+
+def test_an_unreadable_patch_is_an_error_row_and_status_verify_and_log_go_on(tmp_path: Path) -> None:
+    cat, where, catalog = fixture(tmp_path)
+    applied = pk(*cat, "apply", "good", *where)
+    assert applied.returncode == 0, applied.stderr
+    wip = str(catalog / "patches" / "wip" / "0001-wip.patch")
+
+    status = pk(*cat, "status", *where)
+    assert status.returncode == 0, status.stderr
+    rows = {r.split("\t")[0]: r.split("\t") for r in status.stdout.splitlines()}
+    assert rows["good"][1] == "applied"
+    assert rows["wip"][1] == "error" and f"{wip}:1:" in rows["wip"][4], status.stdout
+    assert f"1 fix(es) could not be read (their rows say why): {wip}:1" in status.stderr
+    assert pk(*cat, "status", *where, "--exit-code").returncode == 1
+    data = json.loads(pk(*cat, "status", *where, "--json").stdout)
+    assert data["ok"] is True
+    assert [(b["name"], b["error"]["file"], b["error"]["line"]) for b in data["broken"]] \
+        == [("wip", wip, 1)]
+    assert [s["name"] for s in data["status"]["fixes"]] == ["good"]
+
+    verify = pk(*cat, "verify", *where)
+    assert verify.returncode == 0, verify.stderr
+    assert "good" in verify.stdout
+    log = pk(*cat, "log", *where)
+    assert log.returncode == 0, log.stderr
+
+
+def test_a_recorded_fix_is_answered_from_its_record_whatever_its_patch_now_holds(tmp_path: Path) -> None:
+    """Applied, then its patch broken in the catalog: status needs the record, not the patch,
+    locally and as a remote target's request (read whole on the controller) alike."""
+    from patchkit import api
+    from patchkit.catalog import Catalog
+
+    cat, where, catalog = fixture(tmp_path)
+    assert pk(*cat, "apply", "good", *where).returncode == 0
+    (catalog / "patches" / "good" / "0001-good.patch").write_text("torn\n")
+    status = pk(*cat, "status", *where, "--exit-code")
+    rows = {r.split("\t")[0]: r.split("\t") for r in status.stdout.splitlines()}
+    assert rows["good"][1] == "applied", status.stdout
+
+    target = LocalTarget({"tree": str(tmp_path / "tree")})
+    for lazy in (True, False):  # in this process; and read whole, as for an ssh:// target
+        found = api.status(Catalog(catalog), _Eager(target) if not lazy else target)
+        by_name = {s.name: s.state for s in found.status}
+        assert by_name["good"] == "applied"
+        assert {b.name for b in found.broken} == {"wip"}
+
+
+class _Eager:
+    """A local target that asks for its request read whole, as a remote one does (``is_remote``)."""
+
+    is_remote = True
+
+    def __init__(self, target: LocalTarget) -> None:
+        self._target = target
+
+    def __getattr__(self, name: str):
+        return getattr(self._target, name)
