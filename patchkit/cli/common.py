@@ -64,6 +64,10 @@ class State:
                                  "the shipped fix of the same name (rename yours to use both)\n")
         return self._catalog
 
+    def resolved(self) -> Target | None:
+        """The target this run resolved last (None: none yet), for what an interrupt says."""
+        return next(reversed(self._targets.values()), None)
+
     def target(self, target: str | tuple[str, ...] | None, roots: tuple[str, ...],
                python: str | None) -> Target:
         if isinstance(target, tuple):  # --target given more than once (see _one_target)

@@ -181,20 +181,40 @@ def _where_given(args: list[str]) -> list[str]:
     return given
 
 
+def _interrupted(state: State) -> str:
+    """What Ctrl-C left, as SIGTERM's message says it (the engine's ``left_behind``): on a
+    local target its journal tells; a remote one's engine puts back what it wrote itself when
+    its ssh session ends."""
+    target = state.resolved()
+    if target is None:
+        return "interrupted by SIGINT"
+    if getattr(target, "is_remote", False):
+        return ("interrupted by SIGINT; the engine on %s puts back what it had written when its "
+                "ssh session ends, or leaves a journal its next run finishes or undoes. Run "
+                "patchkit status to see the target" % target.description)
+    from ..engine import left_behind
+    from ..targets import state_root_of
+
+    return ("interrupted by SIGINT; %s. Run patchkit status to see the target"
+            % left_behind(target.roots[state_root_of(target.roots)]))
+
+
 def _run(argv: list[str] | None, state: State) -> int:
     """The command's exit code; every error turned into its own (click's usage errors too)."""
     try:
         return cli.main(args=argv, prog_name="patchkit", standalone_mode=False, obj=state)
     except click.exceptions.Exit as exc:
         return exc.exit_code
-    except click.Abort:  # Ctrl-C outside the engine's write phase and the hooks, which say more
+    except click.Abort:  # Ctrl-C (the hooks, which say more, end as a PatchkitError)
+        said = _interrupted(state)
         if state.json:
             from .render import print_json
 
-            print_json({**state.named(), "ok": False, "error": {
-                "type": "Interrupted", "message": "interrupted (SIGINT)",
-                "details": {"signal": "SIGINT"}}})
-        sys.stderr.write("aborted\n")
+            target = state.resolved()
+            print_json({**state.named(), **({"target": target.description} if target else {}),
+                        "ok": False, "error": {"type": "Interrupted", "message": said,
+                                               "details": {"signal": "SIGINT", "signum": 2}}})
+        sys.stderr.write(f"error: {said}\n")
         return 130
     except click.ClickException as exc:
         code = EXIT_USAGE if exc.exit_code == 2 else exc.exit_code

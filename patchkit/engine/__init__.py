@@ -181,15 +181,26 @@ def _on_signal(signum: int, _frame: Any) -> None:
 
 def _terminated(request: Any, signum: int = signal.SIGTERM) -> PatchkitError:
     try:
-        store = Store(str(parse_request(request).state_root.path))
-        journal = store.read_journal()
-    except (PatchkitError, OSError):
-        journal = None
-    if journal is None:
-        left = "nothing it wrote is left half-done: files written before its commit point were put back"
-    else:
-        left = ("it stopped with a journal in %s; the next patchkit run on this target finishes "
-                "or undoes it" % store.path("journal.json"))
+        state_root = str(parse_request(request).state_root.path)
+    except PatchkitError:
+        state_root = None
     name = signal.Signals(signum).name
-    return Terminated("terminated by %s; %s. Run patchkit status to see the target" % (name, left),
-                      signal=name, signum=int(signum))
+    return Terminated("terminated by %s; %s. Run patchkit status to see the target"
+                      % (name, left_behind(state_root)), signal=name, signum=int(signum))
+
+
+def left_behind(state_root: Optional[str]) -> str:
+    """What a run stopped by a signal left on the target whose state is in ``state_root``: put
+    back, or a journal the next run finishes or undoes (SIGTERM's message, and the CLI's on
+    Ctrl-C)."""
+    journal = None
+    if state_root is not None:
+        try:
+            store = Store(state_root)
+            journal = store.read_journal()
+        except (PatchkitError, OSError):
+            journal = None
+    if journal is None:
+        return "nothing it wrote is left half-done: files written before its commit point were put back"
+    return ("it stopped with a journal in %s; the next patchkit run on this target finishes "
+            "or undoes it" % store.path("journal.json"))
