@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple, cast
 from ..errors import (ConflictError, DriftError, PreconditionFailed, TargetFileMissing,
                       UsageError, VerificationFailed, VersionMismatch)
 from . import auto, record
-from .checks import CheckContext, failure_lines, run_checks
-from .fsops import missing_dirs
+from .checks import PROCESS_KINDS, CheckContext, failure_lines, result, run_checks
+from .fsops import missing_dirs, sha256_of
 from .hunks import FileChange, apply_change, decode, encode
 from .plan import (FixChange, Sources, fix_result, holds_version, refuse_later_writers,
                    restore_in_memory, touched)
@@ -19,7 +19,7 @@ from .recovery import drop_undo_point
 from .request import FixSpec, Request, check_file_modes, check_patch_paths
 from .store import Store, utc_now
 from .txn import Transaction
-from .workspace import Key, Workspace, file_op
+from .workspace import Entry, Key, Workspace, file_op
 
 if TYPE_CHECKING:  # gitcommit is imported only by the applies that use it
     from . import gitcommit
@@ -416,6 +416,7 @@ def _write(req: Request, store: Store, state: State, ws: Workspace,
         txn.write(purge=any(fc.spec.purge_pycache for fc in prepared),
                   remove_dirs=[d for dirs in old_dirs.values() for d in dirs])
         _verify(req, prepared)
+        _unchanged_by_checks(txn.writes, prepared)
         if entries:
             from . import gitcommit
 
@@ -455,6 +456,26 @@ def _verify(req: Request, prepared: List[FixChange]) -> None:
             % (len(failures), failure_lines(failures)), failures=failures,
             fixes=[{"name": fc.spec.name, "version": fc.spec.version,
                     "verification": fc.verification} for fc in prepared])
+
+
+def _unchanged_by_checks(writes: List[Entry], prepared: List[FixChange]) -> None:
+    """Checks only read the target (docs/manifest.md): a verification command that changed a
+    file the apply wrote would leave a success already drifted, so it undoes the apply. Only a
+    check that runs a process can write; without one nothing is read again."""
+    if not any(c.get("kind") in PROCESS_KINDS for fc in prepared for c in fc.spec.verification):
+        return
+    changed = [w.where for w in writes if sha256_of(w.abs) != w.sha256(w.current)]
+    if changed:
+        failures = [dict(result("verification", "the files as written", False,
+                                "%s changed after patchkit wrote it, while the verification ran"
+                                % where, where), fix=", ".join(fc.spec.name for fc in prepared))
+                    for where in changed]
+        raise VerificationFailed(
+            "a verification check changed %s after patchkit wrote it; a check must only read the "
+            "target (docs/manifest.md), so every file was restored and nothing was recorded. "
+            "Make the check write elsewhere (a temporary directory)" % ", ".join(changed),
+            failures=failures, fixes=[{"name": fc.spec.name, "version": fc.spec.version,
+                                       "verification": fc.verification} for fc in prepared])
 
 
 def _commit_items(req: Request, prepared: List[FixChange]):
