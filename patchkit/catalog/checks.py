@@ -70,6 +70,9 @@ def _check_params(ctx: Ctx, table: Mapping[str, Any], where: str, kind: str,
             raise ctx.fail(f"{where}.argv", "argv is empty", "Give the program and arguments")
         params["argv"] = list(argv)
         params["expect_exit"] = typed(ctx, table, where, "expect_exit", int, 0)
+        if not 0 <= params["expect_exit"] <= 255:  # what a process can exit with
+            raise ctx.fail(f"{where}.expect_exit", f"expect_exit {params['expect_exit']} is not "
+                           "an exit code a command can give", "Use 0 to 255")
     elif kind in ("git-contains", "git-descends-from"):
         params.update(_git(ctx, table, where, kind))
     return params

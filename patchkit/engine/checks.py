@@ -149,8 +149,10 @@ def expand(values: List[Any], ctx: CheckContext) -> List[str]:
     def one(match: "re.Match[str]") -> str:
         token = match.group(0)
         if token not in table:
-            raise UsageError("fix %s: placeholder %s names no root of the target (roots: %s)"
-                             % (ctx.fix, token, ", ".join(r.name for r in ctx.roots)), fix=ctx.fix)
+            raise UsageError("fix %s: placeholder %s names no root of the target (roots: %s); "
+                             "fix the check in manifests/%s.toml, or give the target that root "
+                             "(--root NAME=PATH)" % (ctx.fix, token, ", ".join(r.name for r in ctx.roots),
+                                                     ctx.fix), fix=ctx.fix)
         return table[token]
 
     return [re.sub(r"\{python\}|\{root:[^}]*\}", one, str(v)) for v in values]
@@ -401,8 +403,9 @@ def _python_script(check: Dict[str, Any], ctx: CheckContext) -> Pending:
     started = Started([ctx.python, "-c", ctx.scripts[script]] + args, root.path,
                       _timeout(check, ctx.fix),
                       display=" ".join([ctx.python, script] + [shlex.quote(a) for a in args]))
+    # where the script is: the catalog's fix directory, not the root it runs in
     return Pending(started, lambda failure: result("python-script", name, failure is None,
-                                                   failure or "exit 0", "%s:%s" % (root.name, script)))
+                                                   failure or "exit 0", "patches/%s/%s" % (ctx.fix, script)))
 
 
 def _command(check: Dict[str, Any], ctx: CheckContext) -> Pending:

@@ -214,3 +214,19 @@ def test_an_apply_and_a_verify_check_every_fix_in_one_batch(checkout: Path, monk
     assert [batch for batch in batches if batch] == [both, both]
     by_fix = {f["name"]: [r["name"] for r in f["verification"]] for f in verified["fixes"]}
     assert by_fix == {"a": ["a runs", "a greps"], "b": ["b greps"]}
+
+
+def test_a_script_check_is_placed_where_the_script_is(checkout: Path) -> None:
+    """The script lives in the catalog (patches/FIX/...), not in the root it runs in."""
+    ctx = checks.CheckContext("a", Roots({"sglang": str(checkout)}), sys.executable,
+                              {"checks/fail.py": "import sys; sys.exit(3)"}, Roots({"sglang": str(checkout)}).read)
+    out = checks.run_check({"kind": "python-script", "root": "sglang", "script": "checks/fail.py"}, ctx)
+    assert not out["ok"] and out["where"] == "patches/a/checks/fail.py"
+    assert "exit code: 3" in out["detail"]
+
+
+def test_a_placeholder_naming_no_root_says_which_manifest_to_fix(checkout: Path) -> None:
+    command = {"kind": "command", "root": "sglang", "argv": ["ls", "{root:nosuch}"]}
+    with pytest.raises(UsageError, match=r"\{root:nosuch\} names no root of the target \(roots: "
+                                         r"sglang\); fix the check in manifests/a\.toml"):
+        checks.run_checks([(command, _context(checkout))])
