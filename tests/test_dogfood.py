@@ -105,6 +105,13 @@ def test_log_and_diff_reach_the_0521_versions_through_the_catalog_history() -> N
     code, out = patchkit("diff", "dsv4-bf16-sizing", "--versions", "1", "2")
     assert code == 0
     assert "+     get_draft_swa_ring_size," in out["diff"]  # 0.5.23's line, now context
+    # a version a [[variants]] entry keeps (v3, for 0.5.22) is read from its directory: log
+    # and show list it, and it is the diff a fleet midway through an upgrade wants
+    v3 = rebase.series_of_version(Catalog(REPO), "dsv4-bf16-sizing", 3)
+    assert v3 == {f: (REPO / "patches" / "dsv4-bf16-sizing" / "0.5.22" / f).read_text() for f in v3}
+    code, out = patchkit("diff", "dsv4-bf16-sizing", "--versions", "3", "4")
+    assert code == 0, out
+    assert "+     get_draft_swa_ring_size," in out["diff"]  # 0.5.23's line, not in 0.5.22
 
 
 # -- the real releases ------------------------------------------------------------------------

@@ -10,12 +10,14 @@ from ..errors import UsageError
 
 
 def series_of_version(catalog: Catalog, name: str, version: int) -> dict[str, str]:
-    """The patch files (name -> text) of ``version`` of a fix: from the catalog, or for an
-    older one from the last commit of the catalog's git history declaring it."""
+    """The patch files (name -> text) of ``version`` of a fix: from the catalog (its current
+    version, or one a ``[[variants]]`` entry keeps for another release), or for an older one
+    from the last commit of the catalog's git history declaring it."""
     fix = catalog.get(name)
-    if version == fix.version:
-        return {r.file: r.path.read_text(encoding="utf-8", errors="surrogateescape")
-                for r in fix.patches}
+    for kept in fix.all_variants():
+        if version == kept.version:
+            return {r.file: r.path.read_text(encoding="utf-8", errors="surrogateescape")
+                    for r in kept.patches}
     home = fix.manifest_path.parent.parent  # the catalog holding it (a shipped one beside)
     top = gitrepo.work_tree_top(home)
     if top is None:
