@@ -93,37 +93,87 @@ class Started:
             self.failed = "command: %s\ncould not run: %s" % (self.shown, exc.strerror or exc)
 
     def finish(self) -> Optional[str]:
-        import subprocess
-
         proc = self.proc
         if proc is None:
             return self.failed
         deadline = self.deadline if self.deadline is not None else time.monotonic() + self.timeout
         # a command that ended while the engine ran its own checks is not late for that
         left = max(deadline - time.monotonic(), 0.001 if proc.poll() is None else 5.0)
+        kept = bytearray()
         try:
-            out, _ = proc.communicate(self.stdin if self.stdin is not None else b"", timeout=left)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            try:
-                out, _ = proc.communicate(timeout=5)  # what it wrote before the limit
-            except subprocess.TimeoutExpired:  # a process that left the group holds the pipe
-                proc.kill()
-                out = b""
-            return "command: %s\n%s\noutput:\n%s" % (self.shown, timed_out(self.timeout),
-                                                       _tail(out.decode("utf-8", "replace")))
+            done = _exchange(proc, self.stdin or b"", kept, time.monotonic() + left)
+            if not done:
+                _kill_group(proc)
+                _exchange(proc, None, kept, time.monotonic() + 5)  # what it wrote before the limit
+                proc.kill()  # a process that left the group may hold the pipe: not waited for
+                proc.wait()
         except BaseException:
             self.kill()
             raise
+        out = _tail(bytes(kept).decode("utf-8", "replace"))
+        if not done:
+            return "command: %s\n%s\noutput:\n%s" % (self.shown, timed_out(self.timeout), out)
         if proc.returncode == self.expect_exit:
             return None
         return "command: %s\nexit code: %d (expected %d)\noutput:\n%s" % (
-            self.shown, proc.returncode, self.expect_exit, _tail(out.decode("utf-8", "replace")))
+            self.shown, proc.returncode, self.expect_exit, out)
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.returncode is None:
             _kill_group(self.proc)
             self.proc.wait()
+
+
+#: The bytes of a command's output kept while it runs: its tail, all a result shows of it
+#: (OUTPUT_LIMIT characters), so a check that prints gigabytes costs no memory for them.
+KEEP = 16 * OUTPUT_LIMIT
+
+
+def _exchange(proc: "subprocess.Popen[bytes]", data: Optional[bytes], kept: bytearray,
+              until: float) -> bool:
+    """Give the command ``data`` on stdin (None: leave stdin be) and read its output into
+    ``kept``, only the last :data:`KEEP` bytes, until it closes its output and exits: True, or
+    False at ``until`` (``communicate`` would hold all of the output in memory)."""
+    import select
+    import selectors
+    import subprocess
+
+    assert proc.stdout is not None and proc.stdin is not None  # started with both PIPEs
+    out = proc.stdout.fileno()
+    offset = 0
+    with selectors.DefaultSelector() as chosen:
+        if not proc.stdout.closed:
+            chosen.register(out, selectors.EVENT_READ)
+        if data and not proc.stdin.closed:
+            chosen.register(proc.stdin.fileno(), selectors.EVENT_WRITE)
+        elif data is not None and not proc.stdin.closed:
+            proc.stdin.close()
+        while chosen.get_map():
+            left = until - time.monotonic()
+            if left <= 0:
+                return False
+            for key, _events in chosen.select(left):
+                if key.fd == out:
+                    chunk = os.read(out, 1 << 16)
+                    if not chunk:
+                        chosen.unregister(out)
+                        proc.stdout.close()
+                    kept += chunk
+                    del kept[:max(len(kept) - KEEP, 0)]
+                    continue
+                assert data is not None
+                try:  # at most PIPE_BUF: a write the pipe said it has room for never blocks
+                    offset += os.write(key.fd, data[offset:offset + select.PIPE_BUF])
+                except BrokenPipeError:  # it stopped reading: what it read is its answer
+                    offset = len(data)
+                if offset >= len(data):
+                    chosen.unregister(key.fd)
+                    proc.stdin.close()
+    try:
+        proc.wait(max(until - time.monotonic(), 0))
+    except subprocess.TimeoutExpired:
+        return False
+    return True
 
 
 def _kill_group(proc: "subprocess.Popen[bytes]") -> None:
