@@ -208,10 +208,16 @@ def _dirty_advice(where: str, code: str, root: str, rel: str) -> str:
 
 
 def writable_checks(dirs: List[Tuple[str, str]], cache: Dict[str, Optional[str]]) -> List[Dict[str, Any]]:
-    """Each (where, directory) must accept new files; probed for real, as root passes os.access."""
+    """Each (where, directory) must accept new files; probed for real, as root passes os.access.
+    One result per directory probed: a file in a new directory and the state directory not
+    made yet are both the root's to accept, said once."""
     out = []
+    said: Set[str] = set()
     for where, directory in dirs:
         existing = nearest_existing_dir(directory)
+        if existing in said:
+            continue
+        said.add(existing)
         if existing not in cache:
             cache[existing] = probe_writable(existing)
         why = cache[existing]

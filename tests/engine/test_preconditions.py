@@ -312,3 +312,15 @@ def test_python_syntax_passes_a_file_python_only_warns_about_silently(checkout: 
     assert found["ok"] is True
     out, err = capfd.readouterr()
     assert "Warning" not in out + err
+
+
+def test_a_directory_that_accepts_several_new_files_is_probed_and_said_once(checkout: Path) -> None:
+    """A file in a new directory and the state directory not made yet both fall to the root
+    itself: one "is writable" row, not one per file (a new-user trial saw it twice)."""
+    out = run(request("apply", {"sglang": checkout},
+                      [fix("a", [file_record("newdir/x.py", None, "y = 2\n"),
+                                 file_record("newdir/deeper/z.py", None, "z = 3\n")])],
+                      dry_run=True))
+    assert out["ok"], out
+    rows = [p["name"] for p in out["fixes"][0]["preconditions"] if p["kind"] == "writable"]
+    assert rows == ["%s is writable" % checkout], rows
