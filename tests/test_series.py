@@ -175,7 +175,11 @@ BAD_PATCHES = {
                    "fewer lines than its header says"),
     "hunk-undercount": (b"--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n+extra\n", 6,
                         "beyond the lengths its header gives"),
-    "garbage-in-hunk": (b"--- a/x\n+++ b/x\n@@ -1,2 +1,2 @@\n-a\n*b\n+c\n d\n", 5, "malformed"),
+    "garbage-in-hunk": (b"--- a/x\n+++ b/x\n@@ -1,2 +1,2 @@\n-a\n*b\n+c\n d\n", 5,
+                        "line 5 ('*b') is not a line of the hunk at line 3 (@@ -1,2 +1,2 @@)"),
+    "hunk-overcount-before-a-mail-signature": (
+        b"--- a/x\n+++ b/x\n@@ -1,5 +1,5 @@\n a\n-b\n+c\n d\n-- \n2.39.5\n", 9,
+        "line 9 ('2.39.5') is not a line of the hunk at line 3 (@@ -1,5 +1,5 @@)"),
     "marker-first": (b"--- a/x\n+++ b/x\n@@ -1 +1 @@\n\\ No newline at end of file\n-a\n+b\n",
                      4, "follows no line"),
     "rename": (b"diff --git a/x b/y\nsimilarity index 90%\nrename from x\nrename to y\n"

@@ -230,6 +230,13 @@ def _parse_failure(path: Path, lines: list[str]) -> None:
             line = counted.last_hunk
             message = (f"the hunk at line {line} has fewer lines than its header says "
                        f"(the patch ends at line {counted.at})")
+        elif "Hunk diff line expected" in str(exc) and counted.last_hunk:
+            # a line no hunk line starts like, inside the hunk its header says is this long:
+            # that line is wrong, or (a hand-edited patch) the header's counts are
+            header = lines[counted.last_hunk - 1].strip()
+            message = (f"line {line} ({lines[line - 1].strip()[:60]!r}) is not a line of the "
+                       f"hunk at line {counted.last_hunk} ({header[:60]}), whose header says "
+                       "it runs on to there")
         else:
             message = f"malformed patch ({exc})".replace("\n", "")
         raise _fail(path, line, message, "Regenerate the patch, or fix the hunk header counts")
