@@ -9,6 +9,7 @@ from typing import Any, Iterator, Sequence
 
 from .catalog import BrokenFix, Catalog
 from .catalog.model import Fix
+from .engine.contract import RECORDED
 from .errors import ManifestError, PatchFormatError, UnknownFixError
 from .request_builder import build_request
 from .results import OpResult, check_result
@@ -122,8 +123,17 @@ def held(target: Target, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
         yield found
 
 
-#: ``status`` states of a fix the target records as applied (some version of it).
-RECORDED = ("applied", "drifted", "outdated", "lost")
+def unread_rows(rows: Sequence[dict[str, Any]],
+                unreadable: dict[str, ManifestError | PatchFormatError]
+                ) -> tuple[list[dict[str, Any]], list[BrokenFix]]:
+    """A status's fix rows without those of the fixes whose series could not be read
+    (``build_request``'s ``unreadable``), and those fixes as broken entries: each, where the
+    target does not record it; a target that records one answered from its record, its row
+    kept (one target's status and each host's of a fleet alike)."""
+    held = {r.get("name") for r in rows if r.get("state") in RECORDED}
+    torn = {name: err for name, err in unreadable.items() if name not in held}
+    return ([r for r in rows if r.get("name") not in torn],
+            [BrokenFix.of(name, err) for name, err in sorted(torn.items())])
 
 
 def verify(catalog: Catalog, target: Target, names: Sequence[str] = (), *,
@@ -163,13 +173,12 @@ def status(catalog: Catalog, target: Target, *,
     result = _run(catalog, target, fixes, "status", lock_timeout=lock_timeout,
                   lazy=not getattr(target, "is_remote", True), unreadable=unreadable)
     if unreadable:
-        held_there = {s.name for s in result.status if s.state in RECORDED}
-        torn = {name: err for name, err in unreadable.items() if name not in held_there}
-        broken = sorted([*broken, *(BrokenFix.of(n, e) for n, e in torn.items())], key=lambda b: b.name)
         seen = dict(result.raw.get("status") or {})
-        seen["fixes"] = [f for f in seen.get("fixes") or () if f.get("name") not in torn]
+        seen["fixes"], torn = unread_rows(seen.get("fixes") or [], unreadable)
+        dropped = {b.name for b in torn}
+        broken = sorted([*broken, *torn], key=lambda b: b.name)
         result = dataclasses.replace(result, raw=dict(result.raw, status=seen),
-                                     status=tuple(s for s in result.status if s.name not in torn))
+                                     status=tuple(s for s in result.status if s.name not in dropped))
     # the engine names every recorded fix on a root not given (one the catalog no longer
     # holds is left out too): those are applied there, and not looked at
     named = {name for name, _roots in left_out}

@@ -131,14 +131,15 @@ def survey(state: State, op: str, names: list[str], fleet: dict[str, Any], *, as
     if op == "status":
         from ..fleet.status import by_release, converged, running_cells, status_cells
 
-        cells = status_cells(result, names or [f.name for f in state.catalog().all()])
+        cells = status_cells(result, names or [f.name for f in state.catalog().readable()[0]])
         running = running_cells(result)
         render.emit(as_json, dict(result.to_json(), matrix=cells, running=running,
                                   by_release=by_release(cells)),
                     lambda out: render_matrix(out, cells, running))
         if not as_json:
             _recovered(result.hosts)
-        unconverged = not converged(result, cells, running, running_gate)
+        render.broken_note(result.broken, as_json)
+        unconverged = not converged(result, cells, running, running_gate) or bool(result.broken)
         return EXIT_CHECK_FAILED if exit_code and unconverged else 0
     render.emit(as_json, result.to_json(), lambda out: render_hosts(out, result.hosts, op))
     if any(h.state not in ("ok", "unreachable") for h in result.hosts):

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..catalog import Catalog
-from ..errors import UsageError
+from ..api import unread_rows
+from ..catalog import BrokenFix, Catalog
+from ..errors import ManifestError, PatchFormatError, UsageError
 from ..hooks import refuse_hooks_on_undo
 from ..request_builder import build_request
 from .ansible import COLLECTIONS_PATH, ENGINE_MODULE, Host, engine_task, inventory_hosts, run_playbook
@@ -24,7 +25,8 @@ __all__ = ["COLLECTIONS_PATH", "ROLLOUT_OPS", "FleetOptions", "FleetReport", "Ho
 def plan(catalog: Catalog, op: str, names: Sequence[str], *, roots: dict[str, str] | None = None,
          with_deps: bool = False, allow_inactive: bool = False, dry_run: bool = False,
          force: bool = False, lock_timeout: float = 30.0, commit: bool = False,
-         git: bool = True, sync: bool = False, applied_only: bool = False) -> dict[str, Any]:
+         git: bool = True, sync: bool = False, applied_only: bool = False,
+         unreadable: dict[str, ManifestError | PatchFormatError] | None = None) -> dict[str, Any]:
     """The engine request of ``op`` over ``names``, for ``patchkit.fleet.engine``. It holds no
     roots: each host gives its own (``patchkit_target``, ``patchkit_roots``); ``roots`` names
     the ones the hosts have, for the checks made here. ``commit`` and ``git`` as for
@@ -48,7 +50,7 @@ def plan(catalog: Catalog, op: str, names: Sequence[str], *, roots: dict[str, st
     request = build_request(catalog, fixes, op=op, roots=roots, state_root="sglang", python=None,
                             dry_run=dry_run, force=force, lock_timeout=lock_timeout,
                             commit=commit and op == "apply", git=git, sync=sync,
-                            applied_only=applied_only, recorded_only=gone)
+                            applied_only=applied_only, recorded_only=gone, unreadable=unreadable)
     request["roots"] = {}  # never a placeholder a host could take for a real path
     return request
 
@@ -97,13 +99,18 @@ def rollout(catalog: Catalog, op: str, names: Sequence[str], *, inventory: str,
 
 @dataclass(frozen=True)
 class Survey:
-    """``status`` or ``verify`` on every host: one report per host, its engine result inside."""
+    """``status`` or ``verify`` on every host: one report per host, its engine result inside.
+    ``broken`` (a status): the fixes it could not read, as one target's status lists them."""
 
     op: str
     hosts: tuple[HostReport, ...]
+    broken: tuple[BrokenFix, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"op": self.op, "hosts": [h.to_json() for h in self.hosts]}
+        out: dict[str, Any] = {"op": self.op, "hosts": [h.to_json() for h in self.hosts]}
+        if self.op == "status":
+            out["broken"] = [b.to_json() for b in self.broken]
+        return out
 
 
 def survey(catalog: Catalog, op: str, names: Sequence[str] = (), *, inventory: str,
@@ -117,13 +124,17 @@ def survey(catalog: Catalog, op: str, names: Sequence[str] = (), *, inventory: s
     for host in hosts:
         by_roots.setdefault(tuple(sorted(host.roots)), []).append(host)
     reports: dict[str, HostReport] = {}
+    # a status goes on past a fix it cannot read, as one target's does (api.status)
+    readable, broken = catalog.readable() if op == "status" else (catalog.all(), [])
+    unreadable: dict[str, ManifestError | PatchFormatError] = {}
     with tempfile.TemporaryDirectory(prefix="patchkit-fleet-") as tmp:
         workdir, plays = Path(tmp), []
         for root_names, group in by_roots.items():
-            fixes = list(names) or [f.name for f in catalog.all() if set(f.roots) <= set(root_names)]
+            fixes = list(names) or [f.name for f in readable if set(f.roots) <= set(root_names)]
             # a verify naming no fix: each host verifies the fixes it has applied
             request = plan(catalog, op, fixes, roots={r: "/" for r in root_names},
-                           lock_timeout=lock_timeout, applied_only=op == "verify" and not names)
+                           lock_timeout=lock_timeout, applied_only=op == "verify" and not names,
+                           unreadable=unreadable if op == "status" else None)
             plays.append({"name": f"patchkit {op}", "hosts": ",".join(h.name for h in group),
                           "gather_facts": False,
                           "tasks": [engine_task(workdir, request, f"patchkit {op}")]})
@@ -138,7 +149,14 @@ def survey(catalog: Catalog, op: str, names: Sequence[str] = (), *, inventory: s
             reports[host.name] = HostReport(host.name, "failed", str(error), result=task.patchkit)
         else:
             reports[host.name] = HostReport(host.name, "ok", "", result=task.patchkit)
-    return Survey(op=op, hosts=tuple(reports[h.name] for h in hosts))
+    found = {b.name: b for b in broken}
+    for name, report in reports.items() if unreadable else ():
+        seen = dict(((report.result or {}).get("status")) or {})
+        seen["fixes"], torn = unread_rows(seen.get("fixes") or [], unreadable)
+        found.update((b.name, b) for b in torn)
+        reports[name] = replace(report, result=dict(report.result or {}, status=seen))
+    return Survey(op=op, hosts=tuple(reports[h.name] for h in hosts),
+                  broken=tuple(found[n] for n in sorted(found)))
 
 
 def _check_roots(catalog: Catalog, names: Sequence[str], hosts: Sequence[Host]) -> None:
