@@ -230,3 +230,20 @@ def test_a_state_root_that_cannot_be_written_names_the_file_and_the_os_error(
         assert error["details"]["errno"] == "EROFS", error
         assert "Read-only file system (EROFS)" in err and "remount it read-write" in err, err
     assert "make the state root writable" not in err, err
+
+
+def test_every_json_object_a_command_prints_on_success_says_ok(capsys: pytest.CaptureFixture[str],
+                                                              tmp_path: Path) -> None:
+    """A script checks ``ok`` whatever the command: show, log, diff, matrix and plan had none
+    on success (status, apply, verify, rollback, undo and sync had it)."""
+    cat = ["--catalog", str(SAMPLES / "catalog")]
+    roots = make_tree(tmp_path / "tree")
+    for args in (["show", "index-k-bytes"], ["log"], ["plan", "index-k-bytes"],
+                 ["log", "--target", roots["sglang"], "--root", f"serve={roots['serve']}"],
+                 ["status", "--target", roots["sglang"], "--root", f"serve={roots['serve']}"]):
+        code, out, err = run(capsys, *cat, *args, "--json")
+        assert code == 0, (args, err)
+        assert json.loads(out)["ok"] is True, args
+    code, out, err = run(capsys, "diff", "dsv4-bf16-sizing", "--versions", "3", "4", "--json")
+    assert code == 0, err
+    assert json.loads(out)["ok"] is True

@@ -295,7 +295,7 @@ def plan(state: State, fixes: tuple[str, ...], op: str, with_deps: bool, commit:
         render.line(out, [("write it with --json > plan.json and run it with "
                            "patchkit.fleet.engine (plan: plan.json); docs/fleet.md", "dim")])
 
-    return render.emit(as_json, doc, draw)
+    return render.emit(as_json, {"ok": True, **doc}, draw)
 
 
 COMMANDS = [plan]
