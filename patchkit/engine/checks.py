@@ -71,9 +71,10 @@ def timed_out(timeout: float) -> str:
 
 class Started:
     """A check's command, started. :meth:`finish` waits for it within its time limit, counted
-    from its start (from its input, for one fed on stdin), and gives None when it exited ``expect_exit``, else a detail with command,
-    code and output; at the limit its process group is killed whole, so nothing it started
-    outlives the check. :meth:`kill` ends it unread."""
+    from its start (from its input, for one fed on stdin), and gives None when it exited
+    ``expect_exit``, else a detail with command, code and output; at the limit its process
+    group is killed whole, so nothing it started outlives the check. :meth:`kill` ends it
+    unread."""
 
     def __init__(self, argv: List[str], cwd: str, timeout: float, expect_exit: int = 0,
                  display: Optional[str] = None, stdin: Optional[bytes] = None) -> None:
@@ -110,6 +111,8 @@ class Started:
         except BaseException:
             self.kill()
             raise
+        finally:
+            _close(proc)
         out = _tail(bytes(kept).decode("utf-8", "replace"))
         if not done:
             return "command: %s\n%s\noutput:\n%s" % (self.shown, timed_out(self.timeout), out)
@@ -122,6 +125,15 @@ class Started:
         if self.proc is not None and self.proc.returncode is None:
             _kill_group(self.proc)
             self.proc.wait()
+        if self.proc is not None:
+            _close(self.proc)
+
+
+def _close(proc: "subprocess.Popen[bytes]") -> None:
+    for pipe in (proc.stdin, proc.stdout):
+        if pipe is not None:
+            with suppress(OSError):  # unsent input of a command that is gone
+                pipe.close()
 
 
 #: The bytes of a command's output kept while it runs: its tail, all a result shows of it
