@@ -147,7 +147,9 @@ def verify(catalog: Catalog, target: Target, names: Sequence[str] = (), *,
         known, recorded_only = _recorded_only(catalog, target, names, lock_timeout)
     else:
         found = status(catalog, target, lock_timeout=lock_timeout)
-        listed = set(catalog.names())
+        # a recorded fix whose manifest cannot be read is checked against its record, as one
+        # whose manifest left the catalog: the rest are verified whatever one manifest holds
+        listed = set(catalog.names()) - {b.name for b in found.broken}
         known = [s.name for s in found.status if s.state in RECORDED and s.name in listed]
         recorded_only = [(s.name, int(s.version or 1)) for s in found.status
                          if s.state in RECORDED and s.name not in listed]

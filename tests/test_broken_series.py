@@ -127,3 +127,19 @@ class _Eager:
 
     def __getattr__(self, name: str):
         return getattr(self._target, name)
+
+
+def test_a_bare_verify_checks_a_fix_whose_patch_is_gone_against_its_record(tmp_path: Path) -> None:
+    """Its manifest cannot be read (a patch it names is missing): the other fixes are verified,
+    that one from its record, as a fix whose manifest left the catalog (a second trial)."""
+    cat, where, catalog = fixture(tmp_path)
+    assert pk(*cat, "apply", "good", *where).returncode == 0
+    (catalog / "patches" / "good" / "0001-good.patch").unlink()
+    verify = pk(*cat, "verify", *where, "--json")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    fixes = {f["name"]: f for f in json.loads(verify.stdout)["fixes"]}
+    assert fixes["good"]["outcome"] == "verified"
+    assert "cannot be read" in fixes["good"]["detail"]
+    (tmp_path / "tree" / "app.py").write_text("edited\n")
+    drifted = pk(*cat, "verify", *where)
+    assert drifted.returncode == 1 and "good" in drifted.stderr + drifted.stdout

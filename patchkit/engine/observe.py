@@ -334,8 +334,9 @@ SHOWN = 5  # drifted files named in a message; the result lists them all
 OLDER = ("v%(old)s is applied and the catalog's %(fix)s is v%(new)s, whose checks are for its own "
          "change: v%(old)s's files were checked against its record (the hashes of the files "
          "patchkit wrote) and v%(new)s's checks were not run; patchkit apply %(fix)s upgrades it")
-GONE = ("not in the catalog: its manifest is gone, so its files were checked against its record "
-        "(the hashes of the files patchkit wrote) and its own verification checks were not run")
+GONE = ("its manifest is gone from the catalog or cannot be read, so its files were checked "
+        "against its record (the hashes of the files patchkit wrote) and its own verification "
+        "checks were not run")
 
 
 def drift_check(fix: str, drifted: List[Dict[str, Any]], gone: bool = False) -> Dict[str, Any]:
