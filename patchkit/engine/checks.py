@@ -74,7 +74,8 @@ class Started:
     from its start (from its input, for one fed on stdin), and gives None when it exited
     ``expect_exit``, else a detail with command, code and output; at the limit its process
     group is killed whole, so nothing it started outlives the check. :meth:`kill` ends it
-    unread."""
+    unread. Its output is read from its start by a thread of its own (:func:`_drain`), so a
+    command started before the engine's own checks never waits on a full pipe while they run."""
 
     def __init__(self, argv: List[str], cwd: str, timeout: float, expect_exit: int = 0,
                  display: Optional[str] = None, stdin: Optional[bytes] = None) -> None:
@@ -86,34 +87,37 @@ class Started:
         self.deadline: Optional[float] = time.monotonic() + timeout if stdin is None else None
         self.failed: Optional[str] = None
         self.proc: "Optional[subprocess.Popen[bytes]]" = None
+        self.kept = bytearray()  # the output's tail (KEEP bytes), appended by the reader only
+        self.reader: Optional[threading.Thread] = None
         try:
             self.proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=subprocess.STDOUT, env=child_env(),
                                          start_new_session=True)
         except OSError as exc:
             self.failed = "command: %s\ncould not run: %s" % (self.shown, exc.strerror or exc)
+            return
+        self.reader = threading.Thread(target=_drain, args=(self.proc.stdout, self.kept),
+                                       name="patchkit-check-output", daemon=True)
+        self.reader.start()
 
     def finish(self) -> Optional[str]:
-        proc = self.proc
-        if proc is None:
+        proc, reader = self.proc, self.reader
+        if proc is None or reader is None:
             return self.failed
         deadline = self.deadline if self.deadline is not None else time.monotonic() + self.timeout
         # a command that ended while the engine ran its own checks is not late for that
-        left = max(deadline - time.monotonic(), 0.001 if proc.poll() is None else 5.0)
-        kept = bytearray()
+        until = time.monotonic() + max(deadline - time.monotonic(), 0.001 if proc.poll() is None else 5.0)
         try:
-            done = _exchange(proc, self.stdin or b"", kept, time.monotonic() + left)
+            done = _feed(proc, self.stdin or b"", until) and _ended(proc, reader, until)
             if not done:
                 _kill_group(proc)
-                _exchange(proc, None, kept, time.monotonic() + 5)  # what it wrote before the limit
-                proc.kill()  # a process that left the group may hold the pipe: not waited for
                 proc.wait()
+                reader.join(5)  # what it wrote before the limit (a process that left the
+                # group may hold the pipe: the reader then ends with it, on its own)
         except BaseException:
             self.kill()
             raise
-        finally:
-            _close(proc)
-        out = _tail(bytes(kept).decode("utf-8", "replace"))
+        out = _tail(bytes(self.kept).decode("utf-8", "replace"))
         if not done:
             return "command: %s\n%s\noutput:\n%s" % (self.shown, timed_out(self.timeout), out)
         if proc.returncode == self.expect_exit:
@@ -125,15 +129,9 @@ class Started:
         if self.proc is not None and self.proc.returncode is None:
             _kill_group(self.proc)
             self.proc.wait()
-        if self.proc is not None:
-            _close(self.proc)
-
-
-def _close(proc: "subprocess.Popen[bytes]") -> None:
-    for pipe in (proc.stdin, proc.stdout):
-        if pipe is not None:
+        if self.proc is not None and self.proc.stdin is not None:
             with suppress(OSError):  # unsent input of a command that is gone
-                pipe.close()
+                self.proc.stdin.close()
 
 
 #: The bytes of a command's output kept while it runs: its tail, all a result shows of it
@@ -141,51 +139,56 @@ def _close(proc: "subprocess.Popen[bytes]") -> None:
 KEEP = 16 * OUTPUT_LIMIT
 
 
-def _exchange(proc: "subprocess.Popen[bytes]", data: Optional[bytes], kept: bytearray,
-              until: float) -> bool:
-    """Give the command ``data`` on stdin (None: leave stdin be) and read its output into
-    ``kept``, only the last :data:`KEEP` bytes, until it closes its output and exits: True, or
-    False at ``until`` (``communicate`` would hold all of the output in memory)."""
-    import select
-    import selectors
-    import subprocess
+def _drain(pipe: Any, kept: bytearray) -> None:
+    """Read a command's output to its end into ``kept``, only the last :data:`KEEP` bytes
+    (``communicate`` would hold all of it), then close the pipe: the reader owns it."""
+    try:
+        fd = pipe.fileno()
+        chunk = os.read(fd, 1 << 16)
+        while chunk:
+            kept += chunk
+            del kept[:max(len(kept) - KEEP, 0)]
+            chunk = os.read(fd, 1 << 16)
+    except OSError:  # nothing more to read
+        pass
+    finally:
+        with suppress(OSError):
+            pipe.close()
 
-    assert proc.stdout is not None and proc.stdin is not None  # started with both PIPEs
-    out = proc.stdout.fileno()
-    offset = 0
-    with selectors.DefaultSelector() as chosen:
-        if not proc.stdout.closed:
-            chosen.register(out, selectors.EVENT_READ)
-        if data and not proc.stdin.closed:
-            chosen.register(proc.stdin.fileno(), selectors.EVENT_WRITE)
-        elif data is not None and not proc.stdin.closed:
-            proc.stdin.close()
-        while chosen.get_map():
+
+def _feed(proc: "subprocess.Popen[bytes]", data: bytes, until: float) -> bool:
+    """Give the command ``data`` on stdin and close it; False at ``until`` with some unsent
+    (a command that does not read its input)."""
+    import select
+
+    assert proc.stdin is not None  # started with a PIPE
+    offset, fd = 0, proc.stdin.fileno()
+    try:
+        while offset < len(data):
             left = until - time.monotonic()
             if left <= 0:
                 return False
-            for key, _events in chosen.select(left):
-                if key.fd == out:
-                    chunk = os.read(out, 1 << 16)
-                    if not chunk:
-                        chosen.unregister(out)
-                        proc.stdout.close()
-                    kept += chunk
-                    del kept[:max(len(kept) - KEEP, 0)]
-                    continue
-                assert data is not None
-                try:  # at most PIPE_BUF: a write the pipe said it has room for never blocks
-                    offset += os.write(key.fd, data[offset:offset + select.PIPE_BUF])
-                except BrokenPipeError:  # it stopped reading: what it read is its answer
-                    offset = len(data)
-                if offset >= len(data):
-                    chosen.unregister(key.fd)
-                    proc.stdin.close()
+            if select.select([], [fd], [], left)[1]:
+                # at most PIPE_BUF: a write the pipe said it has room for never blocks
+                offset += os.write(fd, data[offset:offset + select.PIPE_BUF])
+    except BrokenPipeError:  # it stopped reading: what it read is its answer
+        pass
+    finally:
+        with suppress(OSError):
+            proc.stdin.close()
+    return True
+
+
+def _ended(proc: "subprocess.Popen[bytes]", reader: threading.Thread, until: float) -> bool:
+    """Whether the command exited and its output was read to its end by ``until``."""
+    import subprocess
+
     try:
         proc.wait(max(until - time.monotonic(), 0))
     except subprocess.TimeoutExpired:
         return False
-    return True
+    reader.join(max(until - time.monotonic(), 0))
+    return not reader.is_alive()
 
 
 def _kill_group(proc: "subprocess.Popen[bytes]") -> None:

@@ -258,3 +258,20 @@ print(json.dumps({"head": out["detail"][:300], "tail": out["detail"][-100:], "ok
     assert not found["ok"] and "exit code: 3 (expected 0)" in found["head"], found
     assert found["tail"].rstrip().endswith("the end"), found  # the output's tail, as before
     assert found["peak_mb"] < 150, found  # the 300 MB it printed were not held
+
+
+def test_a_command_that_prints_more_than_a_pipe_holds_is_not_late_for_the_engines_checks(
+        checkout: Path) -> None:
+    """Its output is read while the engine runs its own checks: a command that wrote more
+    than the pipe holds (64 KB) waited on the engine's reading and was killed as late (a
+    second trial: 70,000 bytes beside a 5 s regex grep)."""
+    roots = Roots({"sglang": str(checkout)})
+
+    def slow_read(root: str, path: str) -> Optional[bytes]:
+        time.sleep(2.5)  # past the command's limit below
+        return roots.read(root, path)
+
+    chatty = _command("import sys", "sys.stdout.write('x' * 200_000)", timeout=1.5, name="chatty")
+    grep = {"kind": "grep", "root": "sglang", "path": MOD, "pattern": "def "}
+    out = checks.run_checks([(chatty, _context(checkout)), (grep, _context(checkout, slow_read))])
+    assert out[0]["ok"], out[0]["detail"][:300]
