@@ -247,3 +247,8 @@ def test_every_json_object_a_command_prints_on_success_says_ok(capsys: pytest.Ca
     code, out, err = run(capsys, "diff", "dsv4-bf16-sizing", "--versions", "3", "4", "--json")
     assert code == 0, err
     assert json.loads(out)["ok"] is True
+    code, out, err = run(capsys, "plan", "--collections-path", "--json")  # it printed a bare path
+    assert code == 0 and json.loads(out)["collections_path"].endswith("collection"), (out, err)
+    code, out, err = run(capsys, "plan", "--collections-path")
+    assert out.strip() == json.loads(run(capsys, "plan", "--collections-path", "--json")[1])[
+        "collections_path"]  # plain: the path alone, for ANSIBLE_COLLECTIONS_PATH=$(...)

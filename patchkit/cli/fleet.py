@@ -276,8 +276,8 @@ def plan(state: State, fixes: tuple[str, ...], op: str, with_deps: bool, commit:
     from ..fleet import COLLECTIONS_PATH, plan as render_plan
 
     if collections_path:
-        click.echo(str(COLLECTIONS_PATH))
-        return 0
+        return render.emit(as_json, {"ok": True, "collections_path": str(COLLECTIONS_PATH)},
+                           lambda out: click.echo(str(COLLECTIONS_PATH)))
     if not fixes and op not in ("status", "undo"):  # an undo names none: the host's last change
         raise UsageError(f"name at least one fix to {op}; `patchkit list` shows them")
     if commit and op != "apply":

@@ -197,6 +197,8 @@ def _kill_group(proc: "subprocess.Popen[bytes]") -> None:
 
 
 def _tail(text: str) -> str:
+    if not text:
+        return "(none)"
     return text if len(text) <= OUTPUT_LIMIT else "...\n" + text[-OUTPUT_LIMIT:]
 
 

@@ -107,6 +107,7 @@ def test_a_command_past_its_limit_while_the_engine_worked_fails_as_timed_out(che
     grep = {"kind": "grep", "root": "sglang", "path": MOD, "pattern": "def "}
     out = checks.run_checks([(command, ctx), (grep, ctx)])
     assert not out[0]["ok"] and "timed out after 0.5 s" in out[0]["detail"]
+    assert out[0]["detail"].endswith("output:\n(none)")  # said, not an empty line
     assert out[1]["ok"]
 
 
