@@ -21,6 +21,7 @@ import pytest
 
 from patchkit.demo import SEED_FIXES
 from tests.test_remote import PY, REPO, SAMPLES, Ssh, cli, make_tree, ssh  # noqa: F401  (ssh is a fixture)
+from tests.fixtures.procs import alive
 
 POOL = "python/sglang/srt/pool.py"
 
@@ -54,15 +55,6 @@ def silent_url() -> Iterator[str]:
     sock.listen(8)
     yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     sock.close()
-
-
-def _alive(pid: int) -> bool:
-    """``pid`` runs (a zombie is not running: it waits for its parent to reap it)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def _status(args: list[str]) -> dict[str, str]:
@@ -377,9 +369,9 @@ def test_an_interrupt_while_the_hooks_run_says_the_change_stands_and_stops_the_c
     with pytest.raises(ProcessLookupError):  # the after-cmd was stopped with the run
         os.kill(int(pidfile.read_text()), 0)
     deadline = time.monotonic() + 10  # and what it started (it outlived the shell: init's now)
-    while time.monotonic() < deadline and _alive(int(child.read_text())):
+    while time.monotonic() < deadline and alive(int(child.read_text())):
         time.sleep(0.05)
-    assert not _alive(int(child.read_text()))
+    assert not alive(int(child.read_text()))
     assert _status(["--target", roots["sglang"], "--root", f"serve={roots['serve']}"])[
         "index-k-bytes"] == "applied"
 
@@ -569,9 +561,9 @@ def test_a_shell_health_check_that_hangs_is_stopped_at_the_health_timeout_and_un
     assert Path(roots["sglang"], POOL).read_bytes() == before
     pid = int(pidfile.read_text())
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and _alive(pid):
+    while time.monotonic() < deadline and alive(pid):
         time.sleep(0.05)
-    assert not _alive(pid), "the health command's sleep outlived the timeout"
+    assert not alive(pid), "the health command's sleep outlived the timeout"
 
 
 def test_on_an_ssh_target_a_change_made_during_the_hooks_leaves_the_commands_to_run(
@@ -619,7 +611,7 @@ def test_a_hook_that_leaves_a_process_running_returns_when_its_shell_exits(
         assert "restarted" in ran["after-cmd"]["output"] and "healthy" in ran["health-cmd"]["output"]
         assert not ran["health-cmd"].get("timed_out")
         started = [int(p) for p in pids.read_text().split()]
-        assert len(started) == 2 and all(_alive(p) for p in started)  # the "server" keeps running
+        assert len(started) == 2 and all(alive(p) for p in started)  # the "server" keeps running
     finally:
         for pid in (int(p) for p in (pids.read_text().split() if pids.exists() else ())):
             with contextlib.suppress(ProcessLookupError):

@@ -7,29 +7,13 @@ by one unapplied patch (found by a new-user trial)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 from patchkit.targets import LocalTarget
+from tests.fixtures.user_catalog import app_patch, app_tree, pk, user_catalog
 
-MANIFEST = """\
-format = 1
-name = "{name}"
-version = 1
-title = "{name}"
-status = "active"
-rationale = "{name}"
-
-[upstream]
-base_release = "any"
-releases = []
-root = "tree"
-
-[[patches]]
-file = "0001-{name}.patch"
-root = "tree"
-
+# each fix's verification: its name in app.py, as its patch writes it
+GREP_NAME = """
 [[verification]]
 kind = "grep"
 root = "tree"
@@ -38,35 +22,12 @@ pattern = "{name}"
 present = true
 """
 
-GOOD = """\
---- a/app.py
-+++ b/app.py
-@@ -1,2 +1,2 @@
- print("app")
--value = 1
-+value = 2  # good
-"""
-
-
-def pk(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "patchkit", *args], capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL)
-
 
 def fixture(tmp_path: Path) -> tuple[list[str], list[str], Path]:
-    tree = tmp_path / "tree"
-    tree.mkdir()
-    (tree / "app.py").write_text('print("app")\nvalue = 1\n')
-    subprocess.run(["git", "init", "-q"], cwd=tree, check=True)
-    subprocess.run(["git", "add", "-A"], cwd=tree, check=True)
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "base"],
-                   cwd=tree, check=True)
-    catalog = tmp_path / "catalog"
-    assert pk("init", str(catalog), "--no-git").returncode == 0
-    for name, patch in (("good", GOOD), ("wip", "not a patch yet\n")):
-        (catalog / "manifests" / f"{name}.toml").write_text(MANIFEST.format(name=name))
-        (catalog / "patches" / name).mkdir(parents=True)
-        (catalog / "patches" / name / f"0001-{name}.patch").write_text(patch)
+    tree = app_tree(tmp_path / "tree", git=True)
+    catalog = user_catalog(tmp_path / "catalog", {
+        "good": (app_patch("value = 2  # good"), GREP_NAME.format(name="good")),
+        "wip": ("not a patch yet\n", GREP_NAME.format(name="wip"))})
     return ["--catalog", str(catalog)], ["--root", f"tree={tree}"], catalog
 
 

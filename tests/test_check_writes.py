@@ -5,76 +5,35 @@ refused (found by a new-user trial)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import subprocess
 import sys
 from pathlib import Path
 
-MANIFEST = """\
-format = 1
-name = "{name}"
-version = 1
-title = "{name}"
-status = "active"
-rationale = "a fix whose verification command {what}"
+from tests.fixtures.user_catalog import app_patch, app_tree, pk, tree_digest, user_catalog
 
-[upstream]
-base_release = "any"
-releases = []
-root = "tree"
-
-[[patches]]
-file = "0001.patch"
-root = "tree"
-
+COMMAND = """
 [[verification]]
 kind = "command"
 root = "tree"
-argv = ["{{python}}", "-c", "import sys; {code}", "{{root:tree}}/app.py"]
-name = "{what}"
+argv = ["{python}", "-c", "import sys; CODE", "{root:tree}/app.py"]
+name = "WHAT"
 """
-
-PATCH = """\
---- a/app.py
-+++ b/app.py
-@@ -1,2 +1,2 @@
- print("app")
--value = 1
-+value = 2
-"""
-
-
-def pk(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "patchkit", *args], capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL)
 
 
 def _tree_and_catalog(tmp_path: Path) -> tuple[Path, Path]:
-    tree = tmp_path / "tree"
-    tree.mkdir()
-    (tree / "app.py").write_text('print("app")\nvalue = 1\n')
-    catalog = tmp_path / "catalog"
-    assert pk("init", str(catalog), "--no-git").returncode == 0
-    for name, what, code in (
-            ("writes", "appends to the file it checks",
-             "open(sys.argv[1], 'a').write('# checked\\\\n')"),
-            ("reads", "only reads the file it checks", "open(sys.argv[1]).read()")):
-        (catalog / "manifests" / f"{name}.toml").write_text(
-            MANIFEST.format(name=name, what=what, code=code))
-        (catalog / "patches" / name).mkdir(parents=True)
-        (catalog / "patches" / name / "0001.patch").write_text(PATCH)
+    tree = app_tree(tmp_path / "tree")
+    checks = {"writes": ("appends to the file it checks",
+                         "open(sys.argv[1], 'a').write('# checked\\\\n')"),
+              "reads": ("only reads the file it checks", "open(sys.argv[1]).read()")}
+    catalog = user_catalog(tmp_path / "catalog", {
+        name: (app_patch(), COMMAND.replace("CODE", code).replace("WHAT", what))
+        for name, (what, code) in checks.items()})
     return tree, catalog
-
-
-def _digest(tree: Path) -> dict[str, str]:
-    return {str(p.relative_to(tree)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(tree.rglob("*")) if p.is_file()}
 
 
 def test_a_check_that_changes_a_written_file_undoes_the_apply(tmp_path: Path) -> None:
     tree, catalog = _tree_and_catalog(tmp_path)
-    before = _digest(tree)
+    before = tree_digest(tree)
     cat, where = ["--catalog", str(catalog)], ["--root", f"tree={tree}", "--python", sys.executable]
     done = pk(*cat, "apply", "writes", *where, "--json")
     assert done.returncode == 1, done.stdout + done.stderr
@@ -82,7 +41,7 @@ def test_a_check_that_changes_a_written_file_undoes_the_apply(tmp_path: Path) ->
     assert data["error"]["type"] == "VerificationFailed"
     assert "changed tree:app.py after patchkit wrote it" in data["error"]["message"]
     assert "a check must only read the target" in data["error"]["message"]
-    assert {k: v for k, v in _digest(tree).items() if not k.startswith(".patchkit/")} == before
+    assert {k: v for k, v in tree_digest(tree).items() if not k.startswith(".patchkit/")} == before
     status = json.loads(pk(*cat, "status", *where, "--json").stdout)
     assert [f["name"] for f in status["status"]["fixes"] if f["state"] != "not-applied"] == []
 

@@ -10,58 +10,21 @@ SGLang-like tree and a second root."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-BIN = Path(sys.executable).parent
+from tests.fixtures.user_catalog import app_patch, app_tree, pk, user_catalog
 
-needs_ansible = pytest.mark.skipif(not (BIN / "ansible-inventory").exists(),
+needs_ansible = pytest.mark.skipif(not (Path(sys.executable).parent / "ansible-inventory").exists(),
                                    reason="ansible-core not installed (the fleet extra)")
-
-MANIFEST = """\
-format = 1
-name = "{name}"
-version = 1
-title = "{name}"
-status = "active"
-rationale = "{name}"
-
-[upstream]
-base_release = "any"
-releases = []
-root = "tree"
-
-[[patches]]
-file = "0001.patch"
-root = "tree"
-"""
-
-GOOD = """\
---- a/app.py
-+++ b/app.py
-@@ -1,2 +1,2 @@
- print("app")
--value = 1
-+value = 2
-"""
-
-
-def pk(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(BIN / "patchkit"), *args], capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL)
 
 
 @needs_ansible
 def test_a_fleet_status_lists_what_it_cannot_read_and_shows_the_rest(tmp_path: Path) -> None:
-    catalog = tmp_path / "catalog"
-    assert pk("init", str(catalog), "--no-git").returncode == 0
-    for name, patch in (("good", GOOD), ("wip", "not a patch yet\n")):
-        (catalog / "manifests" / f"{name}.toml").write_text(MANIFEST.format(name=name))
-        (catalog / "patches" / name).mkdir(parents=True)
-        (catalog / "patches" / name / "0001.patch").write_text(patch)
+    catalog = user_catalog(tmp_path / "catalog", {"good": (app_patch(), ""),
+                                                    "wip": ("not a patch yet\n", "")})
     (catalog / "manifests" / "torn.toml").write_text('format = 1\nname = "torn"\ntitle = \n')
     hosts = {}
     for host in ("h1", "h2"):
@@ -69,9 +32,7 @@ def test_a_fleet_status_lists_what_it_cannot_read_and_shows_the_rest(tmp_path: P
         (sglang / "python" / "sglang").mkdir(parents=True)
         (sglang / "python" / "sglang" / "__init__.py").write_text("")
         (sglang / "python" / "sglang" / "_version.py").write_text('__version__ = "0.5.23"\n')
-        tree = tmp_path / host / "tree"
-        tree.mkdir()
-        (tree / "app.py").write_text('print("app")\nvalue = 1\n')
+        tree = app_tree(tmp_path / host / "tree")
         hosts[host] = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
                        "patchkit_target": str(sglang), "patchkit_roots": {"tree": str(tree)}}
     inventory = tmp_path / "inventory.yml"
@@ -86,7 +47,7 @@ def test_a_fleet_status_lists_what_it_cannot_read_and_shows_the_rest(tmp_path: P
     cells = {tuple(line.split("\t")[:2]): line.split("\t")[2] for line in plain.stdout.splitlines()}
     assert cells[("h1", "good")] == "applied" and cells[("h2", "good")] == "not-applied", plain.stdout
     assert not any(fix in ("wip", "torn") for _host, fix in cells), plain.stdout
-    wip, torn = catalog / "patches" / "wip" / "0001.patch", catalog / "manifests" / "torn.toml"
+    wip, torn = catalog / "patches" / "wip" / "0001-wip.patch", catalog / "manifests" / "torn.toml"
     assert f"2 fix(es) could not be read (their rows say why): {torn}:3, {wip}:1" in plain.stderr
 
     assert pk(*cat, "status", "--inventory", str(inventory), "--exit-code").returncode == 1

@@ -35,6 +35,7 @@ from patchkit.targets.remote import RemoteTarget
 from patchkit.targets import LocalTarget, Target
 from patchkit.targets.transport import SshSpec
 from tests.fixtures.sshd import SshServer
+from tests.fixtures.procs import alive
 
 pytestmark = pytest.mark.ssh
 
@@ -195,14 +196,6 @@ def wait_until(predicate: Callable[[], bool], what: str, limit: float = 30.0) ->
         if time.monotonic() > deadline:
             raise AssertionError(f"gave up waiting: {what}")
         time.sleep(0.02)
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
 
 
 def states(result: Any) -> dict[str, str]:

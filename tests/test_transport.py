@@ -21,6 +21,7 @@ from patchkit.engine.contract import result_envelope
 from patchkit.targets.remote import RemoteTarget, parse_ssh_url
 from patchkit.targets.protocol import engine_modules, remote_command
 from patchkit.targets.transport import SshSpec, run_engine
+from tests.fixtures.procs import alive
 from tests.fixtures.sshd import SshServer
 
 pytestmark = pytest.mark.ssh
@@ -362,13 +363,6 @@ def command_name(pid: int) -> str | None:
         return Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:  # gone already (the held interpreter's sleeps come and go)
         return None
-
-
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def test_sshd_session_killed_before_the_agent_starts_ran_nothing(

@@ -20,6 +20,7 @@ import pytest
 from patchkit.engine import checks
 from patchkit.engine.paths import Roots
 from patchkit.errors import UsageError
+from tests.fixtures.procs import alive
 
 from .helpers import MOD
 
@@ -111,14 +112,6 @@ def test_a_command_past_its_limit_while_the_engine_worked_fails_as_timed_out(che
     assert out[1]["ok"]
 
 
-def _gone(pid: int) -> bool:
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"  # killed, not yet reaped
-    except FileNotFoundError:
-        return True
-
-
 def test_an_error_in_the_engines_checks_ends_the_started_command(checkout: Path, tmp_path: Path) -> None:
     """A malformed check beside a running script: the error propagates, and the script (and
     what it started) is not left running."""
@@ -140,9 +133,9 @@ def test_an_error_in_the_engines_checks_ends_the_started_command(checkout: Path,
         checks.run_checks([(command, ctx), (broken, _context(checkout, read))])
     pids = [int(p) for p in pid_file.read_text().split()]
     end = time.monotonic() + 20
-    while not all(_gone(p) for p in pids) and time.monotonic() < end:
+    while any(alive(p) for p in pids) and time.monotonic() < end:
         time.sleep(0.05)
-    assert all(_gone(p) for p in pids), pids
+    assert not any(alive(p) for p in pids), pids
 
 
 def _wait_for_text(path: Path) -> bool:

@@ -18,6 +18,7 @@ from typing import Any, Dict, List
 
 from patchkit.engine import checks, contract
 from patchkit.engine.contract import CHECK_DEFAULTS, CHECK_KINDS
+from tests.fixtures.procs import alive
 
 from .helpers import MOD, content_snapshot, file_record, fix, git, request
 
@@ -119,15 +120,6 @@ def test_a_command_past_its_timeout_is_stopped_with_what_it_started(checkout: Pa
     assert content_snapshot(checkout) == tree
     sleeper = int(pidfile.read_text())
     assert not alive(sleeper), "the command's child outlived the check's time limit"
-
-
-def alive(pid: int) -> bool:
-    """Running (a killed child not yet reaped by init is a zombie: not running)."""
-    try:
-        with open("/proc/%d/stat" % pid) as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_every_kind_has_a_default_time_limit_the_request_carries() -> None:
