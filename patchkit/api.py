@@ -10,8 +10,8 @@ from typing import Any, Iterator, Sequence
 from .catalog import BrokenFix, Catalog
 from .catalog.model import Fix
 from .engine.contract import RECORDED
-from .errors import ManifestError, PatchFormatError, UnknownFixError
-from .request_builder import build_request
+from .errors import UnknownFixError
+from .request_builder import Unreadable, build_request
 from .results import OpResult, check_result
 from .targets import Hold, Target, state_root_of
 
@@ -124,7 +124,7 @@ def held(target: Target, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
 
 
 def unread_rows(rows: Sequence[dict[str, Any]],
-                unreadable: dict[str, ManifestError | PatchFormatError]
+                unreadable: Unreadable
                 ) -> tuple[list[dict[str, Any]], list[BrokenFix]]:
     """A status's fix rows without those of the fixes whose series could not be read
     (``build_request``'s ``unreadable``), and those fixes as broken entries: each, where the
@@ -171,7 +171,7 @@ def status(catalog: Catalog, target: Target, *,
                      for f in readable if not set(f.roots) <= set(target.roots))
     # in this process the engine reads a series only when a fix is not recorded; one that
     # cannot be read is an error row of a fix the target does not record, as a bad manifest
-    unreadable: dict[str, ManifestError | PatchFormatError] = {}
+    unreadable: Unreadable = {}
     result = _run(catalog, target, fixes, "status", lock_timeout=lock_timeout,
                   lazy=not getattr(target, "is_remote", True), unreadable=unreadable)
     if unreadable:

@@ -10,6 +10,9 @@ from .catalog.model import Fix
 from .engine.contract import FORMAT, OPS, reversed_record
 from .errors import ManifestError, PatchFormatError, UsageError
 
+#: The fixes whose series could not be read, by name, each with its error (``unreadable``).
+Unreadable = dict[str, ManifestError | PatchFormatError]
+
 
 def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
                   roots: dict[str, str], state_root: str, python: str | None,
@@ -17,7 +20,7 @@ def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
                   commit: bool = False, git: bool = True, sync: bool = False,
                   lazy: bool = False, recorded_only: Sequence[tuple[str, int]] = (),
                   applied_only: bool = False, txn: str | None = None,
-                  unreadable: dict[str, ManifestError | PatchFormatError] | None = None) -> dict[str, Any]:
+                  unreadable: Unreadable | None = None) -> dict[str, Any]:
     """The engine request for ``op`` over ``fixes``, already in the order the op needs.
     ``lazy`` (a status run in this process): each series is read when the engine first uses it.
     ``recorded_only`` (a rollback or a verify): ``(name, version)`` of fixes the target
@@ -106,7 +109,7 @@ VARIANT_KEYS = ("version", "release", "patches", "files", "revert", "preconditio
 
 
 def fix_request(fix: Fix, catalog: Catalog, lazy: bool = False,
-                unreadable: dict[str, ManifestError | PatchFormatError] | None = None) -> dict[str, Any]:
+                unreadable: Unreadable | None = None) -> dict[str, Any]:
     """One FIX object of the request; ``catalog`` resolves the fixes it names. A fix with
     ``[[variants]]`` carries each (the keys it replaces) for the engine to choose by the
     target's release; a fix upstream since a release carries it as ``upstream_since``."""
@@ -121,7 +124,7 @@ def fix_request(fix: Fix, catalog: Catalog, lazy: bool = False,
 
 
 def _fix_object(fix: Fix, catalog: Catalog, lazy: bool = False,
-                unreadable: dict[str, ManifestError | PatchFormatError] | None = None) -> dict[str, Any]:
+                unreadable: Unreadable | None = None) -> dict[str, Any]:
     if lazy or unreadable is not None:
         series = _Series(fix, unreadable)
         patches, files = (_Half(series, 0), _Half(series, 1)) if lazy else (series.half(0), series.half(1))
@@ -183,7 +186,7 @@ class _Series:
     ``unreadable`` (see :func:`build_request`): a series that cannot be read is empty, its
     error kept there by the fix's name."""
 
-    def __init__(self, fix: Fix, unreadable: dict[str, ManifestError | PatchFormatError] | None = None) -> None:
+    def __init__(self, fix: Fix, unreadable: Unreadable | None = None) -> None:
         self.fix, self.unreadable = fix, unreadable
         self.read: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None
 

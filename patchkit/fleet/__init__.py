@@ -11,9 +11,9 @@ from typing import Any
 
 from ..api import unread_rows
 from ..catalog import BrokenFix, Catalog
-from ..errors import ManifestError, PatchFormatError, UsageError
+from ..errors import UsageError
 from ..hooks import refuse_hooks_on_undo
-from ..request_builder import build_request
+from ..request_builder import Unreadable, build_request
 from .ansible import COLLECTIONS_PATH, ENGINE_MODULE, Host, engine_task, inventory_hosts, run_playbook
 from .rollout import (ROLLOUT_OPS, FleetOptions, FleetReport, HostReport, Rollout, parse_waves,
                       split_waves)
@@ -26,7 +26,7 @@ def plan(catalog: Catalog, op: str, names: Sequence[str], *, roots: dict[str, st
          with_deps: bool = False, allow_inactive: bool = False, dry_run: bool = False,
          force: bool = False, lock_timeout: float = 30.0, commit: bool = False,
          git: bool = True, sync: bool = False, applied_only: bool = False,
-         unreadable: dict[str, ManifestError | PatchFormatError] | None = None) -> dict[str, Any]:
+         unreadable: Unreadable | None = None) -> dict[str, Any]:
     """The engine request of ``op`` over ``names``, for ``patchkit.fleet.engine``. It holds no
     roots: each host gives its own (``patchkit_target``, ``patchkit_roots``); ``roots`` names
     the ones the hosts have, for the checks made here. ``commit`` and ``git`` as for
@@ -126,7 +126,7 @@ def survey(catalog: Catalog, op: str, names: Sequence[str] = (), *, inventory: s
     reports: dict[str, HostReport] = {}
     # a status goes on past a fix it cannot read, as one target's does (api.status)
     readable, broken = catalog.readable() if op == "status" else (catalog.all(), [])
-    unreadable: dict[str, ManifestError | PatchFormatError] = {}
+    unreadable: Unreadable = {}
     with tempfile.TemporaryDirectory(prefix="patchkit-fleet-") as tmp:
         workdir, plays = Path(tmp), []
         for root_names, group in by_roots.items():
