@@ -55,3 +55,46 @@ def test_a_fleet_status_lists_what_it_cannot_read_and_shows_the_rest(tmp_path: P
     assert [(b["name"], b["error"]["file"], b["error"]["line"]) for b in data["broken"]] == [
         ("torn", str(torn), 3), ("wip", str(wip), 1)]
     assert data["matrix"]["h1"]["good"]["state"] == "applied"
+
+
+@needs_ansible
+def test_a_fleet_verify_of_what_each_host_applied_goes_on_past_a_fix_it_cannot_read(
+        tmp_path: Path) -> None:
+    """A bare ``verify --inventory`` verifies what each host applied, as one target's does: a
+    manifest or patch that cannot be read does not end it (before: exit 2 on a team catalog's
+    work in progress); a fix a host applied whose patch then went missing is checked there
+    against its record, and a file edited since still fails it."""
+    catalog = user_catalog(tmp_path / "catalog", {"good": (app_patch(), ""),
+                                                    "wip": ("not a patch yet\n", "")})
+    (catalog / "manifests" / "torn.toml").write_text('format = 1\nname = "torn"\ntitle = \n')
+    hosts, trees = {}, {}
+    for host in ("h1", "h2"):
+        sglang = tmp_path / host / "sglang"
+        (sglang / "python" / "sglang").mkdir(parents=True)
+        (sglang / "python" / "sglang" / "__init__.py").write_text("")
+        (sglang / "python" / "sglang" / "_version.py").write_text('__version__ = "0.5.23"\n')
+        trees[host] = app_tree(tmp_path / host / "tree")
+        hosts[host] = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+                       "patchkit_target": str(sglang), "patchkit_roots": {"tree": str(trees[host])}}
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(json.dumps({"all": {"hosts": hosts}}))
+    cat = ["--catalog", str(catalog)]
+    assert pk(*cat, "apply", "good", "--target", str(tmp_path / "h1" / "sglang"),
+              "--root", f"tree={trees['h1']}").returncode == 0
+
+    verify = pk(*cat, "verify", "--inventory", str(inventory), "--json")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    by_host = {h["host"]: h for h in json.loads(verify.stdout)["hosts"]}
+    assert [f["name"] for f in by_host["h1"]["result"]["fixes"]] == ["good"]
+    assert by_host["h1"]["result"]["fixes"][0]["outcome"] == "verified"
+    assert by_host["h2"]["state"] == "ok" and not by_host["h2"]["result"]["fixes"]
+
+    (catalog / "patches" / "good" / "0001-good.patch").unlink()  # its manifest cannot be read
+    again = pk(*cat, "verify", "--inventory", str(inventory), "--json")
+    assert again.returncode == 0, again.stdout + again.stderr
+    good = json.loads(again.stdout)["hosts"][0]["result"]["fixes"][0]
+    assert good["outcome"] == "verified" and "cannot be read" in good["detail"], good
+    (trees["h1"] / "app.py").write_text("edited\n")
+    drifted = pk(*cat, "verify", "--inventory", str(inventory))
+    assert drifted.returncode == 1, drifted.stdout + drifted.stderr
+    assert "h1" in drifted.stdout and "failed" in drifted.stdout, drifted.stdout

@@ -124,17 +124,20 @@ def survey(catalog: Catalog, op: str, names: Sequence[str] = (), *, inventory: s
     for host in hosts:
         by_roots.setdefault(tuple(sorted(host.roots)), []).append(host)
     reports: dict[str, HostReport] = {}
-    # a status goes on past a fix it cannot read, as one target's does (api.status)
-    readable, broken = catalog.readable() if op == "status" else (catalog.all(), [])
+    # a status, and a verify naming no fix, go on past a fix it cannot read, as one target's
+    # do (api.status, api.verify): a host that applied one verifies it from its record
+    readable, broken = catalog.readable()
+    broken = broken if op == "status" else []
     unreadable: Unreadable = {}
     with tempfile.TemporaryDirectory(prefix="patchkit-fleet-") as tmp:
         workdir, plays = Path(tmp), []
         for root_names, group in by_roots.items():
             fixes = list(names) or [f.name for f in readable if set(f.roots) <= set(root_names)]
-            # a verify naming no fix: each host verifies the fixes it has applied
+            # a verify naming no fix: each host verifies the fixes it has applied, by their
+            # checks and records (a series that cannot be read is not needed: unreadable={})
             request = plan(catalog, op, fixes, roots={r: "/" for r in root_names},
                            lock_timeout=lock_timeout, applied_only=op == "verify" and not names,
-                           unreadable=unreadable if op == "status" else None)
+                           unreadable=unreadable if op == "status" else {})
             plays.append({"name": f"patchkit {op}", "hosts": ",".join(h.name for h in group),
                           "gather_facts": False,
                           "tasks": [engine_task(workdir, request, f"patchkit {op}")]})
