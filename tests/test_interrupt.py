@@ -57,3 +57,39 @@ def test_ctrl_c_during_a_verification_says_what_it_left(tmp_path: Path) -> None:
     while alive(int(mark.read_text())) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not alive(int(mark.read_text()))  # the check's process ended with the run
+
+
+def test_ctrl_c_during_a_verify_says_it_wrote_nothing(tmp_path: Path) -> None:
+    """A verify only reads: Ctrl-C (or SIGTERM) during its check says so, not that what it
+    wrote was put back (a second trial)."""
+    tree = app_tree(tmp_path / "tree")
+    mark = tmp_path / "check.pid"
+    # slow only once MARK's directory holds "slow": the apply's own verification is quick
+    check = SLOW.replace('"import os', '"import os, pathlib, sys, time; pathlib.Path(sys.argv[1] + '
+                         '\'.slow\').exists() or sys.exit(0); import os')
+    catalog = user_catalog(tmp_path / "catalog", {"slow": (app_patch(), check.replace("MARK", str(mark)))})
+    run = [sys.executable, "-m", "patchkit", "--catalog", str(catalog)]
+    where = ["--root", f"tree={tree}", "--python", sys.executable]
+    assert subprocess.run([*run, "apply", "slow", *where], capture_output=True).returncode == 0
+    Path(str(mark) + ".slow").write_text("")
+    for argv, signum in ((["verify", *where, "--json"], signal.SIGINT),
+                         (["verify", *where], signal.SIGINT), (["verify", *where], signal.SIGTERM)):
+        mark.unlink(missing_ok=True)
+        before = tree_digest(tree)
+        proc = subprocess.Popen([*run, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while not (mark.exists() and mark.read_text()) and time.monotonic() < deadline \
+                and proc.poll() is None:
+            time.sleep(0.05)
+        assert mark.exists(), proc.communicate()
+        os.kill(proc.pid, signum)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 128 + signum, out + err
+        said = ("interrupted by SIGINT" if signum == signal.SIGINT else "terminated by SIGTERM") \
+            + "; it writes nothing to the target, which is as it was"
+        assert said in err and "left half-done" not in err, err
+        if "--json" in argv:
+            data = json.loads(out)
+            assert data["op"] == "verify" and said in data["error"]["message"]
+        assert tree_digest(tree) == before

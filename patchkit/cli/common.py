@@ -32,6 +32,7 @@ class State:
         # what a `--json` error object names, however early the failure (docs/cli.md)
         self.op: str | None = None
         self.target_given: str | None = None
+        self.writes = False  # the engine run under way writes to the target (what Ctrl-C says)
 
     def named(self, ctx: Any = None) -> dict[str, str | None]:
         """``op`` and ``target`` of a ``--json`` error: the command (from click's context of a
@@ -95,6 +96,7 @@ def run_op(state: State, where: dict[str, Any], doing: str, as_json: bool, call:
     from . import render  # here: `patchkit --version` loads this module and runs nothing
 
     target = state.target(where["target"], where["roots"], where["python"])
+    state.writes = options.get("dry_run") is False  # the ops that write take dry_run; no other
     with render.busy(f"{doing} {target.description}", quiet=as_json):
         return call(state.catalog(), target, *args, lock_timeout=where["lock_timeout"], **options)
 

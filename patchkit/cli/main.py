@@ -196,7 +196,7 @@ def _interrupted(state: State) -> str:
     from ..targets import state_root_of
 
     return ("interrupted by SIGINT; %s. Run patchkit status to see the target"
-            % left_behind(target.roots[state_root_of(target.roots)]))
+            % left_behind(target.roots[state_root_of(target.roots)], state.writes))
 
 
 def _run(argv: list[str] | None, state: State) -> int:

@@ -13,7 +13,7 @@ from typing import Any, Dict, Iterator, List, Optional
 
 from ..errors import InternalError, PatchkitError, TargetError, Terminated
 from . import faults
-from .contract import PRIMARY_ROOT, no_sglang, result_envelope
+from .contract import PRIMARY_ROOT, WRITES, no_sglang, result_envelope
 from .paths import PLAIN
 from .request import parse_request
 from .store import Store
@@ -36,7 +36,7 @@ def _run(request: Dict[str, Any]) -> Dict[str, Any]:
         store.check()
         if req.op == "status":
             _refuse_without_sglang(req)
-        writes = req.op in ("apply", "rollback", "undo") and not req.dry_run
+        writes = req.op in WRITES and not req.dry_run
         with store.locked(req.lock_timeout, write=writes) as held:
             # each op's modules load only with it (a status never loads the transaction)
             if held and store.left_behind():  # a killed run's traces: finish or undo it
@@ -181,18 +181,21 @@ def _on_signal(signum: int, _frame: Any) -> None:
 
 def _terminated(request: Any, signum: int = signal.SIGTERM) -> PatchkitError:
     try:
-        state_root = str(parse_request(request).state_root.path)
+        req = parse_request(request)
+        state_root, writes = str(req.state_root.path), req.op in WRITES and not req.dry_run
     except PatchkitError:
-        state_root = None
+        state_root, writes = None, True
     name = signal.Signals(signum).name
     return Terminated("terminated by %s; %s. Run patchkit status to see the target"
-                      % (name, left_behind(state_root)), signal=name, signum=int(signum))
+                      % (name, left_behind(state_root, writes)), signal=name, signum=int(signum))
 
 
-def left_behind(state_root: Optional[str]) -> str:
+def left_behind(state_root: Optional[str], writes: bool = True) -> str:
     """What a run stopped by a signal left on the target whose state is in ``state_root``: put
     back, or a journal the next run finishes or undoes (SIGTERM's message, and the CLI's on
-    Ctrl-C)."""
+    Ctrl-C). ``writes``: the run was one that writes (an apply, rollback or undo, not a dry
+    run); one that only reads left the target as it was, unless a journal says otherwise (a
+    killed run's, which it was finishing)."""
     journal = None
     if state_root is not None:
         try:
@@ -200,6 +203,8 @@ def left_behind(state_root: Optional[str]) -> str:
             journal = store.read_journal()
         except (PatchkitError, OSError):
             journal = None
+    if journal is None and not writes:
+        return "it writes nothing to the target, which is as it was"
     if journal is None:
         return "nothing it wrote is left half-done: files written before its commit point were put back"
     return ("it stopped with a journal in %s; the next patchkit run on this target finishes "

@@ -14,6 +14,8 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 #: The engine request and result format this patchkit speaks (both ends must agree).
 FORMAT = 1
 OPS = ("apply", "rollback", "status", "verify", "undo")
+#: the ops that write to the target (a dry run of one does not); a fleet rolls these out
+WRITES = ("apply", "rollback", "undo")
 #: A fix's ``rollback.strategy``.
 STRATEGIES = ("restore", "reverse")
 #: The root a target's path names, the one a fix uses unless it says another, where SGLang is.

@@ -12,14 +12,16 @@ from typing import Any
 
 from ..engine.contract import CHANGED, DONE, PRIMARY_ROOT, WOULD_CHANGE, WOULD_UNDO, WOULD_UPGRADE
 from ..errors import EXIT_ROLLOUT_STOPPED, EXIT_UNREACHABLE, UsageError
+from ..engine.contract import WRITES
 from ..hooks import on_host
 from .ansible import ENGINE_MODULE, Host, PlayRun, TaskResult, engine_task, run_playbook
 
 #: Per fix a host would get: (fix name, "name v2" or "name v1->v2"; an undo's as its result
 #: line says it, "name v2 -> v1" or "name v2 -> not applied").
 Changes = tuple[tuple[str, str], ...]
-#: The ops a rollout runs: each changes hosts, so each has its ``DONE`` host state.
-ROLLOUT_OPS = ("apply", "rollback", "undo")
+#: The ops a rollout runs, the engine's that write: each changes hosts, so each has its
+#: ``DONE`` host state.
+ROLLOUT_OPS = WRITES
 #: The op that undoes a wave's change where its transaction kept no undo point (``--commit``).
 OPPOSITE = {"apply": "rollback", "rollback": "apply"}
 
