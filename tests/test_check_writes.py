@@ -52,3 +52,25 @@ def test_a_check_that_only_reads_is_applied_and_stays_applied(tmp_path: Path) ->
     done = pk(*cat, "apply", "reads", *where)
     assert done.returncode == 0, done.stderr
     assert pk(*cat, "status", *where, "--exit-code").returncode == 0
+
+
+def test_a_check_reading_through_a_symlink_out_of_its_root_says_it_will_not_read_there(
+        tmp_path: Path) -> None:
+    """A grep check whose path is a symlink to a file outside the root is refused as unsafe
+    (exit 2, the tree as it was), saying the file is not read, not "refusing to write" (a
+    second trial), and what to do."""
+    from tests.fixtures.user_catalog import app_patch, app_tree, pk, tree_digest, user_catalog
+
+    tree = app_tree(tmp_path / "tree")
+    (tmp_path / "outside.txt").write_text("value = 1\n")
+    (tree / "link.txt").symlink_to(tmp_path / "outside.txt")
+    grep = '\n[[preconditions]]\nkind = "grep"\nroot = "tree"\npath = "link.txt"\npattern = "value"\npresent = true\n'
+    catalog = user_catalog(tmp_path / "catalog", {"g": (app_patch(), grep)})
+    before = tree_digest(tree)
+    run = pk("--catalog", str(catalog), "apply", "g", "--root", f"tree={tree}")
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "tree:link.txt resolves to" in run.stderr and "outside root tree" in run.stderr, run.stderr
+    assert "refusing to write" not in run.stderr, run.stderr
+    assert "reads and writes files only inside its roots" in run.stderr, run.stderr
+    assert "manifests/g.toml" in run.stderr
+    assert tree_digest(tree) == before and not (tree / ".patchkit" / "state.json").exists()

@@ -206,7 +206,8 @@ class Roots:
         prefix = _prefix(root)
         if full != root.real and not full.startswith(prefix):
             raise UnsafePathError("%s resolves to %s, outside root %s (%s) through a symlink; "
-                                  "refusing to write there" % (where, full, root_name, root.real),
+                                  "patchkit reads and writes files only inside its roots"
+                                  % (where, full, root_name, root.real),
                                   root=root_name, path=rel, resolved=full)
         inside = full[len(prefix):].split("/")
         for name in RESERVED:
