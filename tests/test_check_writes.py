@@ -39,7 +39,7 @@ def test_a_check_that_changes_a_written_file_undoes_the_apply(tmp_path: Path) ->
     assert done.returncode == 1, done.stdout + done.stderr
     data = json.loads(done.stdout)
     assert data["error"]["type"] == "VerificationFailed"
-    assert "changed tree:app.py after patchkit wrote it" in data["error"]["message"]
+    assert "changed tree:app.py, which this apply wrote" in data["error"]["message"]
     assert "a check must only read the target" in data["error"]["message"]
     assert {k: v for k, v in tree_digest(tree).items() if not k.startswith(".patchkit/")} == before
     status = json.loads(pk(*cat, "status", *where, "--json").stdout)
@@ -74,3 +74,43 @@ def test_a_check_reading_through_a_symlink_out_of_its_root_says_it_will_not_read
     assert "reads and writes files only inside its roots" in run.stderr, run.stderr
     assert "manifests/g.toml" in run.stderr
     assert tree_digest(tree) == before and not (tree / ".patchkit" / "state.json").exists()
+
+
+def test_a_check_that_changes_another_fixs_file_or_a_written_files_mode_undoes_the_apply(
+        tmp_path: Path) -> None:
+    """What the check changed is named and the apply undone when it is a file of a fix applied
+    before (which would be drifted under that fix), or only the mode of a file this apply wrote
+    (status would not see it, rollback would restore the bytes under the wrong mode). Before,
+    only the contents of the files this apply wrote were looked at again (a second trial)."""
+    tree = app_tree(tmp_path / "tree")
+    (tree / "other.py").write_text("other = 1\n")
+    other = ("--- a/other.py\n+++ b/other.py\n@@ -1 +1 @@\n-other = 1\n+other = 2\n")
+    catalog = user_catalog(tmp_path / "catalog", {
+        "first": (other, ""),
+        "touches-first": (app_patch(), COMMAND.replace("CODE", (
+            "open(sys.argv[1].replace('app.py', 'other.py'), 'a').write('# checked\\\\n')"))
+            .replace("WHAT", "appends to another fix's file")),
+        "chmods": (app_patch(), COMMAND.replace("CODE", "import os; os.chmod(sys.argv[1], 0o755)")
+                   .replace("WHAT", "makes the file it checks executable"))})
+    cat, where = ["--catalog", str(catalog)], ["--root", f"tree={tree}", "--python", sys.executable]
+    assert pk(*cat, "apply", "first", *where).returncode == 0
+    for fix, said in (("touches-first", "changed tree:other.py"),
+                      ("chmods", "changed the mode of tree:app.py (755, was 644)")):
+        before = tree_digest(tree)
+        modes = {p.name: p.stat().st_mode for p in tree.iterdir() if p.is_file()}
+        done = pk(*cat, "apply", fix, *where, "--json")
+        assert done.returncode == 1, done.stdout + done.stderr
+        data = json.loads(done.stdout)
+        assert data["error"]["type"] == "VerificationFailed", data
+        assert said in data["error"]["message"], data["error"]["message"]
+        after = {k: v for k, v in tree_digest(tree).items() if not k.startswith(".patchkit/")}
+        before = {k: v for k, v in before.items() if not k.startswith(".patchkit/")}
+        if fix == "chmods":
+            assert after == before
+            assert {p.name: p.stat().st_mode for p in tree.iterdir() if p.is_file()} == modes
+        else:  # the other fix's file is not this apply's to put back: named, left as the check left it
+            assert {**after, "other.py": None} == {**before, "other.py": None}
+            (tree / "other.py").write_text("other = 2\n")
+        status = json.loads(pk(*cat, "status", *where, "--json").stdout)
+        states = {f["name"]: f["state"] for f in status["status"]["fixes"]}
+        assert states[fix] == "not-applied" and states["first"] == "applied", states

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple, cast
 
-from ..errors import (ConflictError, DriftError, PreconditionFailed, TargetFileMissing,
-                      UsageError, VerificationFailed, VersionMismatch)
+from ..errors import (ConflictError, DriftError, PatchkitError, PreconditionFailed,
+                      TargetFileMissing, UsageError, VerificationFailed, VersionMismatch)
 from . import auto, record
 from .checks import PROCESS_KINDS, CheckContext, failure_lines, result, run_checks
 from .fsops import missing_dirs, sha256_of
@@ -415,8 +415,9 @@ def _write(req: Request, store: Store, state: State, ws: Workspace,
         names = txn.back_up(ws.changed(), backups)
         txn.write(purge=any(fc.spec.purge_pycache for fc in prepared),
                   remove_dirs=[d for dirs in old_dirs.values() for d in dirs])
+        seen = _before_checks(req, state, txn.writes, prepared)
         _verify(req, prepared)
-        _unchanged_by_checks(txn.writes, prepared)
+        _unchanged_by_checks(txn.writes, seen, prepared)
         if entries:
             from . import gitcommit
 
@@ -458,22 +459,67 @@ def _verify(req: Request, prepared: List[FixChange]) -> None:
                     "verification": fc.verification} for fc in prepared])
 
 
-def _unchanged_by_checks(writes: List[Entry], prepared: List[FixChange]) -> None:
-    """Checks only read the target (docs/manifest.md): a verification command that changed a
-    file the apply wrote would leave a success already drifted, so it undoes the apply. Only a
-    check that runs a process can write; without one nothing is read again."""
+#: What a check could change of a file without its bytes: (size, mtime_ns, inode, mode).
+Stat = Optional[Tuple[int, int, int, int]]
+
+
+def _stat(path: str) -> Stat:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns, st.st_ino, st.st_mode
+
+
+def _before_checks(req: Request, state: State, writes: List[Entry],
+                   prepared: List[FixChange]) -> Optional[Dict[str, Tuple[str, str, Stat]]]:
+    """Before the verification, when a check runs a process (only such a check can write): the
+    files it must leave alone, by ``root:path``: (path, whose, stat). Those this apply wrote
+    (whose: "") and those of each fix applied before it, on the roots given (whose: its name)."""
     if not any(c.get("kind") in PROCESS_KINDS for fc in prepared for c in fc.spec.verification):
+        return None
+    files = {w.where: (w.abs, "") for w in writes}
+    mine, given = {fc.spec.name for fc in prepared}, {r.name for r in req.roots}
+    for rec in state.fixes:
+        for f in rec.files if rec.name not in mine else ():
+            where = req.roots.where(f.root, f.path)
+            if where not in files and f.root in given:
+                try:
+                    files[where] = (req.roots.resolve(f.root, f.path), rec.name)
+                except PatchkitError:  # unsafe now: status says so; nothing here to compare
+                    continue
+    return {where: (path, whose, _stat(path)) for where, (path, whose) in files.items()}
+
+
+def _unchanged_by_checks(writes: List[Entry], seen: Optional[Dict[str, Tuple[str, str, Stat]]],
+                         prepared: List[FixChange]) -> None:
+    """Checks only read the target (docs/manifest.md): a verification command that changed a
+    file the apply wrote (its bytes or its mode), or one of a fix applied before, would leave a
+    success already drifted, so it undoes the apply, naming the file. ``seen``: the files as
+    :func:`_before_checks` found them (None: no check ran a process; nothing is read again)."""
+    if seen is None:
         return
-    changed = [w.where for w in writes if sha256_of(w.abs) != w.sha256(w.current)]
+    changed = []
+    for w in writes:
+        was, now = seen[w.where][2], _stat(w.abs)
+        if sha256_of(w.abs) != w.sha256(w.current):
+            changed.append((w.where, "%s, which this apply wrote" % w.where))
+        elif was is not None and now is not None and now[3] != was[3]:
+            changed.append((w.where, "the mode of %s (%o, was %o), which this apply wrote"
+                            % (w.where, now[3] & 0o7777, was[3] & 0o7777)))
+    changed += [(where, "%s, a file of fix %s applied before (not this apply's to put back: "
+                 "see patchkit status)" % (where, whose))
+                for where, (path, whose, was) in seen.items() if whose and _stat(path) != was]
     if changed:
         failures = [dict(result("verification", "the files as written", False,
-                                "%s changed after patchkit wrote it, while the verification ran"
-                                % where, where), fix=", ".join(fc.spec.name for fc in prepared))
-                    for where in changed]
+                                "a verification check changed %s" % what, where),
+                         fix=", ".join(fc.spec.name for fc in prepared))
+                    for where, what in changed]
         raise VerificationFailed(
-            "a verification check changed %s after patchkit wrote it; a check must only read the "
-            "target (docs/manifest.md), so every file was restored and nothing was recorded. "
-            "Make the check write elsewhere (a temporary directory)" % ", ".join(changed),
+            "a verification check changed %s; a check must only read the target "
+            "(docs/manifest.md), so every file this apply wrote was restored and nothing was "
+            "recorded. Make the check write elsewhere (a temporary directory)"
+            % "; ".join(what for _where, what in changed),
             failures=failures, fixes=[{"name": fc.spec.name, "version": fc.spec.version,
                                        "verification": fc.verification} for fc in prepared])
 
