@@ -207,6 +207,11 @@ class OpResult(Record):
 
     def to_json(self) -> dict[str, Any]:
         out = dict(self.raw, target=self.target)
+        seen = out.get("status")
+        if isinstance(seen, Mapping) and "left_out" in seen:
+            # the engine's list of recorded fixes on roots not given is what ``left_out`` and
+            # ``unseen`` below are made of (api.status): a document says each fact once
+            out["status"] = {k: v for k, v in seen.items() if k != "left_out"}
         if self.op == "status" or self.left_out:  # a sync's too: fixes on roots not given
             out["left_out"] = [{"name": name, "missing_roots": list(roots)}
                                for name, roots in self.left_out]

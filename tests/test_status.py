@@ -250,6 +250,28 @@ def test_status_and_verify_say_which_applied_fix_they_did_not_look_at(
     assert full.returncode == 0 and "not verified" not in full.stderr, full.stderr
 
 
+def test_status_json_says_a_fix_left_out_once(roots: dict[str, str], catalog: Catalog) -> None:
+    """`status --json` printed the fixes on a root not given twice: the documented top-level
+    `left_out` and the engine's own `status.left_out` (which the client reads to name them).
+    One document says it once, in `left_out` (with `unseen` for those applied there)."""
+    import subprocess
+    import sys
+
+    api.apply(catalog, LocalTarget(roots, PY, "local"), ["pool-guard"], with_deps=True)
+    shown = subprocess.run([sys.executable, "-m", "patchkit", "--catalog", str(catalog.root),
+                            "status", "--json", "--target", roots["sglang"]],
+                           capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    doc = json.loads(shown.stdout)
+    assert doc["left_out"] == [{"name": "pool-guard", "missing_roots": ["serve"]}]
+    assert doc["unseen"] == doc["left_out"]  # applied there, as `unseen` documents
+    assert "left_out" not in doc["status"], doc["status"]
+    assert [f["name"] for f in doc["status"]["fixes"]] == ["index-k-bytes", "old-index-k"]
+    # the library's result still carries what the engine said, which the client reads
+    assert api.status(catalog, LocalTarget({"sglang": roots["sglang"]}, PY, "local")
+                      ).raw["status"]["left_out"] == [{"name": "pool-guard", "roots": ["serve"]}]
+
+
 def test_an_applied_fix_whose_manifest_breaks_is_one_error_row(roots: dict[str, str],
                                                                catalog: Catalog) -> None:
     """The target records the fix; its manifest no longer parses: status shows one row for it,
