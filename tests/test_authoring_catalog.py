@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
+import tomlkit
 from click.testing import CliRunner, Result
 
 from patchkit import api
 from patchkit.catalog import Catalog
 from patchkit.errors import EXIT_USAGE
 from patchkit.targets import LocalTarget
+from tests.fixtures.user_catalog import APP, app_tree
 from tests.test_authoring import (REPO, SHIPPED, _console_script, catalog_state, flat, git,
                                   reset, small_checkout)
 
@@ -263,6 +266,47 @@ def test_dry_run_of_new_and_refresh_writes_nothing(tmp_path: Path, user_catalog:
     assert dry["dry_run"] is True and dry["version"] == 2 and dry["commit"] is None
     assert catalog_state(user_catalog) == before
     assert Catalog(user_catalog).get("myfix").version == 1
+
+
+def comment_columns(text: str) -> list[list[int]]:
+    """The column of each trailing comment (``key = value  # what it is``, commented out or
+    not), by block: the lines between two blank ones."""
+    blocks: list[list[int]] = [[]]
+    for line in text.splitlines():
+        if not line.strip():
+            blocks.append([])
+        elif found := re.search(r"\S\s+(#) ", line):
+            blocks[-1].append(found.start(1))
+    return [b for b in blocks if b]
+
+
+def test_new_writes_a_manifest_whose_trailing_comments_line_up_in_each_block(
+        tmp_path: Path, user_catalog: Path) -> None:
+    """The manifest of `new` had its comments padded by hand for an SGLang fix of a release
+    as long as 0.5.21: a shorter release, an author, or a fix of another root (releases = [],
+    its own root named) moved them out of their column."""
+    short = small_checkout(tmp_path / "short", release="0.5.3")
+    edit(short, X, "two = 2", "two = 22")
+    ok("new", "short-release", "--from", str(short), "--author", "Ada Lovelace <ada@example.org>")
+    tree = app_tree(tmp_path / "tree", git=True)
+    (tree / "app.py").write_text(APP.replace("value = 1", "value = 2"))
+    ok("new", "other-root", "--from", str(tree), "--root", "tree")
+    # patchkit.toml, as `init` wrote it, keeps one column per block too
+    texts = {name: (user_catalog / "manifests" / f"{name}.toml").read_text()
+             for name in ("short-release", "other-root")}
+    for name, text in [*texts.items(), ("patchkit.toml", (user_catalog / "patchkit.toml").read_text())]:
+        columns = comment_columns(text)
+        assert all(len(set(block)) == 1 for block in columns), (name, columns, text)
+    assert [len(b) for b in comment_columns(texts["other-root"])] == [3, 5, 1]
+    # ... and each still loads as the manifest it was
+    fixes = Catalog(user_catalog)
+    short_fix, other = fixes.get("short-release"), fixes.get("other-root")
+    assert (short_fix.version, short_fix.author, short_fix.upstream.base_release,
+            short_fix.upstream.releases) == (1, "Ada Lovelace <ada@example.org>", "0.5.3", ("0.5.3",))
+    assert tomlkit.parse(texts["other-root"]).unwrap()["upstream"] == {
+        "project": "tree", "base_release": "any", "releases": [], "root": "tree",
+        "forwarding": "not-forwarded", "reference": ""}
+    assert [(p.file, p.root) for p in other.patches] == [("0001-other-root.patch", "tree")]
 
 
 def test_new_from_commits_keeps_each_commits_author_date_and_message(

@@ -44,23 +44,25 @@ def _patch_entry(entry: Sequence[str]) -> dict[str, str]:
     return {"file": file, "root": root, **({"description": rest[0]} if rest and rest[0] else {})}
 
 
+#: A new manifest, line by line: a key's trailing comment follows two spaces; ``_rows`` splits it
+#: off before the values go in, and ``aligned`` puts each block's comments in one column.
 _SKELETON = """\
 # Manifest of the fix {name_raw}; the format is described in docs/manifest.md.
 format = {format}
 name = {name}
-version = {version:<23}# bump on every change of the series (see [[changelog]])
+version = {version}  # bump on every change of the series (see [[changelog]])
 title = {title}
-status = "active"                # active | dead | superseded | upstreamed
+status = "active"  # active | dead | superseded | upstreamed
 rationale = {rationale}
-depends_on = []                  # fixes that must be applied first
+depends_on = {depends_on}  # fixes that must be applied first
 
 [upstream]
-project = "sglang"
-base_release = {base}          # the release the series was written against
-releases = [{base}]            # releases it is known to apply to ([] = no release check)
-root = "sglang"                  # the root whose release is checked
-forwarding = "not-forwarded"     # not-forwarded | proposed | merged | rejected | not-applicable
-reference = ""                   # upstream PR / issue / commit
+project = {project}
+base_release = {base}  # the release the series was written against
+releases = {releases}  # releases it is known to apply to ([] = no release check)
+root = {root}  # {root_note}
+forwarding = "not-forwarded"  # not-forwarded | proposed | merged | rejected | not-applicable
+reference = ""  # upstream PR / issue / commit
 
 # The series, applied in this order; each file is under patches/{name_raw}/.
 {patches}
@@ -75,12 +77,48 @@ reference = ""                   # upstream PR / issue / commit
 # kind = "python-syntax"
 # path = "python/sglang/srt/..."
 
-[[changelog]]                    # one entry per version, oldest first
+[[changelog]]  # one entry per version, oldest first
 version = {version}
 date = {date}
 base_release = {base}
 summary = {summary}
 """
+
+#: One line of a generated file: its code and its trailing comment ("" for none). The code of
+#: one row may span lines (a multi-line string, the [[patches]] tables); none has a comment then.
+Row = tuple[str, str]
+
+
+def _rows(template: str, values: dict[str, Any]) -> list[Row]:
+    """The template's lines with ``values`` in, each trailing comment kept apart from its code
+    (split off before the values go in, so a value holding ``  # `` is never taken for one)."""
+    rows = []
+    for line in template.splitlines():
+        code, _, comment = line.partition("  # ")
+        rows.append((code.format(**values), comment.format(**values)))
+    return rows
+
+
+def aligned(rows: Sequence[Row]) -> str:
+    """``rows`` as text, the trailing comments of each block (the rows between two blank ones)
+    in one column, two spaces past the longest line of that block that carries one."""
+    out: list[str] = []
+    block: list[Row] = []
+
+    def flush() -> None:
+        width = max((len(code) for code, comment in block if comment), default=0)
+        out.extend(f"{code.ljust(width)}  # {comment}" if comment else code
+                   for code, comment in block)
+        block.clear()
+
+    for code, comment in rows:
+        if code or comment:
+            block.append((code, comment))
+        else:
+            flush()
+            out.append("")
+    flush()
+    return "\n".join(out) + "\n"
 
 
 def new_manifest_text(name: str, title: str, base_release: str,
@@ -89,14 +127,16 @@ def new_manifest_text(name: str, title: str, base_release: str,
                       upstream: dict[str, str] | None = None,
                       headers: Sequence[tuple[str, str]] = (),
                       release_root: str | None = "sglang", version: int = 1,
-                      summary: str = "First version.") -> str:
+                      summary: str = "First version.",
+                      depends_on: Sequence[str] = ()) -> str:
     """A commented manifest that loads as-is (once its patch files exist), validated here: at
     ``version`` (1 unless an import continues a fix's lineage), its one changelog entry saying
     ``summary``; ``patches`` are ``(file, root)`` or ``(file, root, description)``. ``author``,
-    ``upstream`` (forwarding, reference, bug, origin, applied) and ``headers`` (in order, a
-    repeated one becoming a list) are what an imported patch said (docs/interop.md).
-    ``release_root`` None: the series patches no SGLang root, so no release is checked
-    (``releases = []``) and the project is the first patch's root."""
+    ``upstream`` (forwarding, reference, bug, origin, applied), ``headers`` (in order, a
+    repeated one becoming a list) and ``depends_on`` are what an imported patch said
+    (docs/interop.md). ``release_root``: the root whose release is checked; None: the series
+    patches no SGLang root, so no release is checked (``releases = []``) and the project and
+    root are the first patch's root."""
     def q(value: Any) -> str:
         return tomlkit.item(value).as_string()
 
@@ -104,50 +144,52 @@ def new_manifest_text(name: str, title: str, base_release: str,
                                 "evidence (logs, measurements, upstream discussion).")
     blocks = ["[[patches]]\n" + "".join(f"{key} = {q(value)}\n" for key, value in _patch_entry(e).items())
               for e in patches]
-    text = _SKELETON.format(
+    first_root = _patch_entry(patches[0])["root"]
+    rows = _rows(_SKELETON, dict(
         format=MANIFEST_FORMAT, name=q(name), name_raw=name, title=q(title),
         rationale=tomlkit.string(why + "\n", multiline=True).as_string(), base=q(base_release),
         patches="\n".join(blocks), date=q(date or _dt.date.today().isoformat()),
-        version=version, summary=q(summary))
-    if release_root is None:
-        root = _patch_entry(patches[0])["root"]
-        text = text.replace(f"releases = [{q(base_release)}]", "releases = []", 1).replace(
-            'project = "sglang"', f"project = {q(root)}", 1).replace(
-            'root = "sglang"                  # the root whose release is checked',
-            f"root = {q(root)}                  # no release is checked (releases = [])", 1)
+        version=version, summary=q(summary), depends_on=q(list(depends_on)),
+        project=q("sglang" if release_root is not None else first_root),
+        releases=q([base_release] if release_root is not None else []),
+        root=q(release_root if release_root is not None else first_root),
+        root_note=("the root whose release is checked" if release_root is not None
+                   else "no release is checked (releases = [])")))
     if author or any((upstream or {}).values()) or headers:
-        text = _with_fields(text, author, upstream or {}, headers)
+        rows = _with_fields(rows, author, upstream or {}, headers)
+    text = aligned(rows)
     path = Path(f"{name}.toml")
     build_fix(Ctx(path), loads(path, text), Path("patches") / name)
     return text
 
 
-def _with_fields(text: str, author: str, upstream: dict[str, str],
-                 headers: Sequence[tuple[str, str]]) -> str:
-    """The skeleton's text with the fields an import brings, each on its own line."""
+def _with_fields(rows: list[Row], author: str, upstream: dict[str, str],
+                 headers: Sequence[tuple[str, str]]) -> list[Row]:
+    """The skeleton's rows with the fields an import brings, each on its own line."""
     def q(value: Any) -> str:
         return tomlkit.item(value).as_string()
 
-    lines = text.split("\n")
+    def at(key: str) -> int:
+        return next(i for i, (code, _) in enumerate(rows) if code.startswith(f"{key} = "))
+
+    rows = list(rows)
     if author:
-        at = next(i for i, line in enumerate(lines) if line.startswith("depends_on = "))
-        lines.insert(at, f"author = {q(author)}")
+        rows.insert(at("depends_on"), (f"author = {q(author)}", ""))
     for key in ("forwarding", "reference"):
         if upstream.get(key):
-            at = next(i for i, line in enumerate(lines) if line.startswith(f"{key} = "))
-            lines[at] = f"{key} = {q(upstream[key])}"
-    at = next(i for i, line in enumerate(lines) if line.startswith("reference = "))
-    lines[at + 1:at + 1] = [f"{key} = {q(upstream[key])}" for key in ("bug", "origin", "applied")
-                            if upstream.get(key)]
+            rows[at(key)] = (f"{key} = {q(upstream[key])}", rows[at(key)][1])
+    rows[at("reference") + 1:at("reference") + 1] = [
+        (f"{key} = {q(upstream[key])}", "") for key in ("bug", "origin", "applied")
+        if upstream.get(key)]
     grouped: dict[str, list[str]] = {}
     for key, value in headers:
         grouped.setdefault(key, []).append(value)
     if grouped:
-        lines += ["# Other patch headers, kept as they came (docs/interop.md).", "[headers]"]
-        lines += [f"{key} = {q(values[0] if len(values) == 1 else values)}"
-                  for key, values in grouped.items()]
-        lines.append("")
-    return "\n".join(lines)
+        rows += [("", ""), ("# Other patch headers, kept as they came (docs/interop.md).", ""),
+                 ("[headers]", "")]
+        rows += [(f"{key} = {q(values[0] if len(values) == 1 else values)}", "")
+                 for key, values in grouped.items()]
+    return rows
 
 
 def bump_manifest(path: Path | str, *, version: int, changelog_summary: str, date: str,
@@ -306,4 +348,4 @@ def _save(ctx: Ctx, doc: Any, current: Fix) -> None:
         raise
 
 
-__all__ = ["new_manifest_text", "bump_manifest", "add_release", "set_upstream", "variant_dir"]
+__all__ = ["aligned", "new_manifest_text", "bump_manifest", "add_release", "set_upstream", "variant_dir"]

@@ -161,21 +161,16 @@ def _check_text(patch: Patch) -> None:
             "rest in the message", file=str(patch.source))
 
 
-_ROOT_LINE = 'root = "sglang"                  # the root whose release is checked'
-
-
-def _with_fix_root(text: str, root: str | None, patch: Patch) -> str:
-    """The manifest text with the fix's ``[upstream] root`` an export said (Patchkit-Fix-Root)."""
+def _fix_root(root: str | None, patch: Patch) -> str:
+    """The ``[upstream] root`` of a fix patching the SGLang root, as an export said it
+    (Patchkit-Fix-Root), else that root."""
     if not root or root == PRIMARY_ROOT:
-        return text
-    if ROOT_NAME_RE.match(root) and _ROOT_LINE not in text:
-        return text  # a fix of another root: the manifest names its root already
-    if not ROOT_NAME_RE.match(root) or _ROOT_LINE not in text:
+        return PRIMARY_ROOT
+    if not ROOT_NAME_RE.match(root):
         raise PatchFormatError(f"{patch.source}: Patchkit-Fix-Root: {root!r} is not a root name "
                                "(letters, digits, '_', '.', '-'). Correct the header or remove "
                                "it", file=str(patch.source))
-    return text.replace(_ROOT_LINE, f'root = "{root}"' + " " * max(1, 18 - len(root))
-                        + "# the root whose release is checked", 1)
+    return root
 
 
 def existing(catalog: Catalog, fixes: Sequence[Planned]) -> dict[str, str]:
@@ -265,17 +260,8 @@ def _depends(catalog: Catalog, fixes: Sequence[Planned]) -> dict[str, list[str]]
     return out
 
 
-def _with_depends(text: str, deps: list[str]) -> str:
-    if not deps:
-        return text
-    line = next(x for x in text.split("\n") if x.startswith("depends_on = "))
-    value = "[" + ", ".join(f'"{d}"' for d in deps) + "]"
-    return text.replace(line, f"depends_on = {value}" + " " * max(1, 17 - len(value))
-                        + "# fixes that must be applied first", 1)
-
-
 def _manifest(fix: Planned, texts: dict[str, tuple[str, str, list[str]]], release: str | None,
-              tree: Path | None, version: tuple[int, str]) -> str:
+              tree: Path | None, version: tuple[int, str], depends_on: list[str]) -> str:
     """The new manifest's text of a planned fix, its fields from its first patch."""
     patches_sglang = any(t[1] == PRIMARY_ROOT for t in texts.values())
     if release is None and patches_sglang:
@@ -291,12 +277,13 @@ def _manifest(fix: Planned, texts: dict[str, tuple[str, str, list[str]]], releas
                                "'Name <email>'. Correct the From (or Author) header",
                                file=str(first.source))
     date = _iso_date(fields.get("date") or first.date) or _dt.date.today().isoformat()
-    text = edit.new_manifest_text(
+    # a fix of another root names its root already: Patchkit-Fix-Root is checked all the same
+    fix_root = _fix_root(fields.get("fix_root"), first)
+    return edit.new_manifest_text(
         fix.name, first.subject, release or edit.NO_RELEASE, [(f, t[1]) for f, t in texts.items()],
         first.body, date=date, author=author, upstream=fields["upstream"],
-        headers=fields["headers"], release_root=PRIMARY_ROOT if patches_sglang else None,
-        version=version[0], summary=version[1])
-    return _with_fix_root(text, fields.get("fix_root"), first)
+        headers=fields["headers"], release_root=fix_root if patches_sglang else None,
+        version=version[0], summary=version[1], depends_on=depends_on)
 
 
 def _message(fixes: Sequence[Planned], versions: Sequence[int], how: str, based: str) -> str:
@@ -330,8 +317,8 @@ def import_fixes(catalog: Catalog, fixes: Sequence[Planned], *, release: str | N
         for patch in fix.patches:
             _check_text(patch)
         texts = _checked(fix, root, identity)
-        made.append((fix, texts, _with_depends(
-            _manifest(fix, texts, _own_release(fix, release), tree, version), depends[fix.name])))
+        made.append((fix, texts, _manifest(fix, texts, _own_release(fix, release), tree, version,
+                                           depends[fix.name])))
     results = []
     for (fix, texts, _text), (version_no, _summary) in zip(made, versions):
         files = tuple(dict.fromkeys(path for t in texts.values() for path in t[2]))
