@@ -12,6 +12,7 @@ import pytest
 
 from patchkit.catalog import Catalog
 from patchkit.upstream import UpstreamRepo
+from tests.fixtures.user_catalog import app_patch, app_tree, user_catalog
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -191,6 +192,35 @@ def test_log_shows_a_broken_manifest_as_an_error_line_and_gives_every_other_line
     assert pk(*cat, "log", "dsv4-bf16-sizing").returncode == 0
     asked = pk(*cat, "log", "mine")
     assert asked.returncode == 2 and f"error: {mine}:{line}: 'version'" in asked.stderr, asked.stderr
+
+
+def test_piped_list_and_status_give_a_broken_fix_its_row_in_name_order(tmp_path: Path) -> None:
+    """Piped, `list` printed the rows of fixes whose manifest cannot be read after every other
+    row (and `status` too): one row a fix, sorted by name, whether it reads or not, so a
+    script reading the rows in order sees the catalog's order, as on a terminal."""
+    catalog = user_catalog(tmp_path / "catalog", {name: (app_patch(), "")
+                                                  for name in ("alpha", "lima", "zulu")})
+    manifest = catalog / "manifests" / "lima.toml"
+    manifest.write_text(manifest.read_text().replace("version = 1\n", 'version = "two"\n', 1))
+    cat = ["--catalog", str(catalog)]
+
+    listed = pk(*cat, "list")
+    assert listed.returncode == 0, listed.stderr
+    rows = [r.split("\t") for r in listed.stdout.splitlines()]
+    names = [r[0] for r in rows]
+    assert {"alpha", "lima", "zulu", "dsv4-bf16-sizing"} <= set(names)  # the shipped ones beside
+    assert names == sorted(names), listed.stdout
+    assert rows[names.index("lima")][2] == "error"
+    assert "1 manifest(s) could not be read" in listed.stderr  # the count: on stderr, as before
+    data = json.loads(pk(*cat, "list", "--json").stdout)
+    assert [d["name"] for d in data] == names  # the same order in --json
+    assert data[names.index("lima")]["status"] == "error"
+
+    tree = app_tree(tmp_path / "tree")
+    status = pk(*cat, "status", "--all", "--root", f"tree={tree}")
+    assert status.returncode == 0, status.stderr
+    assert [(r.split("\t")[0], r.split("\t")[1]) for r in status.stdout.splitlines()] == [
+        ("alpha", "not-applied"), ("lima", "error"), ("zulu", "not-applied")], status.stdout
 
 
 # -- a dry-run rebase of the shipped catalog needs no catalog of the user's --------------------

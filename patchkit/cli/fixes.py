@@ -21,6 +21,7 @@ def list_fixes(state: State, as_json: bool, show_all: bool) -> int:
              "depends_on": list(f.depends_on),
              "warnings": unfinished(f)} for f in fixes]
     data += [b.to_json() for b in broken]
+    data.sort(key=lambda entry: str(entry["name"]))  # one entry a fix, by name, as the rows are
     render.emit(as_json, data, lambda out: render.render_fix_list(out, fixes, broken))
     if not as_json:
         render.warn(w for f in fixes for w in unfinished(f))

@@ -355,12 +355,22 @@ def render_result(console: Any, result: OpResult, *, show_diff: bool | None = No
 
 
 def render_fix_list(console: Any, fixes: Iterable[Any], broken: Iterable[Any] = ()) -> None:
-    """Plain: one line per fix (fix, version, status, the releases it serves, title); a fix
-    whose manifest cannot be read: (fix, "", error, "", FILE:LINE: message)."""
-    rows = [[f.name, f"v{f.version}", f.status, serves_text(f), f.title] for f in fixes]
-    rows += [[b.name, "", "error", "", broken_detail(b)] for b in broken]
+    """Plain: one line per fix (fix, version, status, the releases it serves, title), by name; a
+    fix whose manifest cannot be read: (fix, "", error, "", FILE:LINE: message), in its place."""
+    rows = in_place([[f.name, f"v{f.version}", f.status, serves_text(f), f.title] for f in fixes],
+                    [[b.name, "", "error", "", broken_detail(b)] for b in broken])
     write_table(console, rows, ("fix", "bold"), ("version", "right"),
                 ("status", {"active": "", "error": "bold red"}), ("serves", ""), ("title", ""))
+
+
+def in_place(rows: List[List[str]], errors: Iterable[List[str]]) -> List[List[str]]:
+    """``rows`` (one a fix, by name) with the error row of each fix that cannot be read where
+    its name puts it (before the first row named after it): one row a fix, in the catalog's
+    order, whether it reads or not (docs/cli.md, Piped output)."""
+    out = list(rows)
+    for row in errors:
+        out.insert(next((i for i, r in enumerate(out) if r[0] > row[0]), len(out)), row)
+    return out
 
 
 def serves_text(fix: Any) -> str:

@@ -17,6 +17,7 @@ from .render import (
     unseen_notes,
     note_line,
     broken_detail,
+    in_place,
     file_where,
     line,
     write_table,
@@ -66,10 +67,10 @@ def render_status(console: Any, result: OpResult, *, verbose: bool = False) -> N
     shown = {row[0]: row for row in rows}
     for b in result.broken:  # one row a fix: a recorded one keeps its version and time
         row = shown.get(b.name)
-        if row is None:
-            rows.append([b.name, "error", "", "", broken_detail(b)])
-        else:
+        if row is not None:
             row[1], row[4] = "error", broken_detail(b)
+    rows = in_place(rows, [[b.name, "error", "", "", broken_detail(b)]
+                           for b in result.broken if b.name not in shown])
     if rows:
         write_table(console, rows, ("fix", "bold"), ("state", dict(STATE_STYLE, error="bold red")),
                     ("version", "right"),
