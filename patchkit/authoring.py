@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Sequence
 
 from . import gitrepo
-from .capture import (CapturedFile, applied_owners, applied_record, capture, capture_commits, diff_of,
-                      leave_applied, release_of)
+from .capture import (CapturedFile, applied_owners, applied_record, applied_writers, as_before, capture,
+                      capture_commits, diff_of, leave_applied, release_of)
 from .catalog import Catalog, edit, patchmail, series, writer
 from .catalog.manifest import AUTHOR_RE, name_problem
 from .catalog.model import Fix, PatchRef
@@ -290,8 +290,13 @@ def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] 
     owners: dict[str, str] = {}
     if not include_applied:
         for root in dict.fromkeys(ref.root for ref in fix.patches):
-            owners.update(applied_owners(src, root, but=name,
-                                         record=None if root == PRIMARY_ROOT else record))
+            kept = None if root == PRIMARY_ROOT else record
+            writers = applied_writers(src, root, record=kept)
+            # a file this fix wrote is its own, diffed against it as before; one only other
+            # applied fixes wrote is theirs, left out
+            files = as_before(files, writers, name, src, record=kept)
+            owners.update({p: chain[-1][0] for p, chain in writers.items()
+                           if name not in (fix for fix, _rec in chain)})
         files, applied = leave_applied(files, owners, src, name)
     ignored, applied = _unclaimed(src, files, applied, owners)
     groups: list[list[CapturedFile]] = [[] for _ in fix.patches]

@@ -10,6 +10,7 @@ import json
 import os
 import stat
 from dataclasses import dataclass
+from dataclasses import replace as dataclass_replace
 from email.utils import format_datetime
 from pathlib import Path
 from typing import Sequence
@@ -19,7 +20,7 @@ from .catalog import series
 from .catalog.patchmail import Header
 from .engine.auto import detect_release
 from .engine.paths import Root, detect_layout
-from .engine.records import FixRecord, State
+from .engine.records import FileRecord, FixRecord, State
 from .engine.store import Store
 from .errors import UsageError
 
@@ -94,24 +95,80 @@ def record_path(top: Path | str) -> Path:
     return Path(Store(str(top)).path("state.json"))
 
 
-def applied_owners(src: Path, root: str, *, but: str | None = None,
-                   record: Path | None = None) -> dict[str, str]:
-    """path -> the applied fix (other than ``but``) that last wrote it in the checkout ``src``, as
-    the record says (``.patchkit/state.json``, docs/state.md): changes patchkit made there, not
-    the author's. Only the files of root ``root``; nothing when there is no record. The record
-    is the checkout's own, or that of ``record``, the target's sglang tree, when ``src`` is
-    another root of it (a serve checkout): then only the fixes applied with ``src`` as ``root``."""
+def applied_writers(src: Path, root: str, *,
+                    record: Path | None = None) -> dict[str, list[tuple[str, FileRecord]]]:
+    """path -> each applied fix that wrote it in the checkout ``src``, in the order they were
+    applied, with its record of the file, as the record says (``.patchkit/state.json``, docs/
+    state.md): changes patchkit made there, not the author's. Only the files of root ``root``;
+    nothing when there is no record. The record is the checkout's own, or that of ``record``,
+    the target's sglang tree, when ``src`` is another root of it (a serve checkout): then only
+    the fixes applied with ``src`` as ``root``."""
     state = _record(src, root, record)
     if state is None:
         return {}
     here = os.path.realpath(src)
-    if record is None:
-        fixes = None
-    else:  # the fixes whose apply gave this checkout as the root
-        fixes = {f.name for f in state.fixes if root in f.roots
-                 and os.path.realpath(f.roots[root]) == here}
-    return {p: fix for (r, p), (fix, _after) in state.last_writers().items()
-            if r == root and fix != but and (fixes is None or fix in fixes)}
+    out: dict[str, list[tuple[str, FileRecord]]] = {}
+    for fix in state.fixes:  # application order
+        if record is not None and (root not in fix.roots
+                                   or os.path.realpath(fix.roots[root]) != here):
+            continue  # applied with another checkout as this root
+        for f in fix.files:
+            if f.root == root:
+                out.setdefault(f.path, []).append((fix.name, f))
+    return out
+
+
+def applied_owners(src: Path, root: str, *, but: str | None = None,
+                   record: Path | None = None) -> dict[str, str]:
+    """path -> the applied fix (other than ``but``) that last wrote it in the checkout ``src``
+    (:func:`applied_writers`)."""
+    return {p: chain[-1][0] for p, chain in applied_writers(src, root, record=record).items()
+            if chain[-1][0] != but}
+
+
+def as_before(files: list[CapturedFile], writers: dict[str, list[tuple[str, FileRecord]]],
+              name: str, src: Path, *, record: Path | None = None) -> list[CapturedFile]:
+    """``files`` with each one fix ``name`` wrote after other applied fixes diffed against its
+    bytes as they were before ``name`` was applied (``name``'s backup of it), not against HEAD:
+    the diff is then ``name``'s change and the author's edits, without the earlier fixes'
+    hunks. A file a fix applied after ``name`` wrote too holds that fix's change on top of the
+    author's: refused, naming the fix, as no diff of the file tells the two apart."""
+    store = Store(str(Path(record) if record is not None else Path(src)))
+    out = []
+    for f in files:
+        chain = [fix for fix, _rec in writers.get(f.path, [])]
+        if name not in chain:
+            out.append(f)
+            continue
+        later = chain[chain.index(name) + 1:]
+        if later:
+            raise UsageError(
+                f"{f.path} was written by fix {name} and then by fix {later[0]}, applied after "
+                f"{name}: its change is in the file on top of {name}'s, and refresh would take it "
+                f"into {name}. Roll it back (patchkit rollback {' '.join(reversed(later))}), "
+                f"refresh {name}, then apply {' '.join(later)} again", fix=name, path=f.path,
+                later=later)
+        if chain.index(name) == 0:
+            out.append(f)  # nothing applied before it: HEAD is what it changed
+            continue
+        mine = next(rec for fix, rec in writers[f.path] if fix == name)
+        before = None
+        if mine.backup is not None:
+            try:
+                with open(store.path(mine.backup), "rb") as fh:
+                    before = fh.read()
+            except OSError as exc:
+                raise UsageError(f"{f.path}: the backup of fix {name}'s file ({store.path(mine.backup)}) "
+                                 f"cannot be read ({exc}), so its change cannot be told from "
+                                 f"those of {', '.join(chain[:chain.index(name)])}, applied before "
+                                 f"it. Run patchkit status --target {src}", fix=name,
+                                 path=f.path) from None
+        if before == f.after:
+            continue  # the author undid all of it: the fix no longer changes this file
+        old_mode = None if before is None else f.old_mode or f.mode if mine.mode_before is None \
+            else "100755" if mine.mode_before & stat.S_IXUSR else "100644"
+        out.append(dataclass_replace(f, before=before, old_mode=old_mode))
+    return out
 
 
 def applied_record(src: Path, name: str, *, record: Path | None = None) -> FixRecord | None:
@@ -188,5 +245,5 @@ def capture_commits(src: Path, spec: str
     return out, shas[0], first_parent
 
 
-__all__ = ["CapturedFile", "applied_owners", "capture", "capture_commits", "checkout", "diff_of",
+__all__ = ["CapturedFile", "applied_owners", "applied_writers", "as_before", "capture", "capture_commits", "checkout", "diff_of",
            "leave_applied", "release_of", "tree_release"]

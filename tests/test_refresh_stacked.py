@@ -1,0 +1,82 @@
+"""``refresh`` of a fix that shares a file with another applied fix captures its own change
+only: the file's diff against what it was before this fix was applied (its backup), not against
+HEAD, which would take the other fix's hunks into this one's series; when a fix applied after
+it wrote the file too, the refresh is refused, naming that fix. Before, the refreshed series
+carried the other fix's hunk (a fresh ``apply`` of both then conflicted) and its advice, "apply
+records v2, writing nothing", failed; in the other order it said every changed file was
+another fix's, ignoring the author's edit (found by a new-user trial)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from tests.fixtures.user_catalog import pk, user_catalog
+
+LINES = [f"{c} = 1\n" for c in "abcdefghijklmn"]
+
+
+def _patch(line: int, new: str) -> str:
+    """A patch of app.py's ``line`` (0-based) to ``new``, three lines of context each side."""
+    lo, hi = max(0, line - 3), min(len(LINES), line + 4)
+    body = "".join((" " + x if i != line else f"-{x}+{new}\n") for i, x in enumerate(LINES[lo:hi], lo))
+    return f"--- a/app.py\n+++ b/app.py\n@@ -{lo + 1},{hi - lo} +{lo + 1},{hi - lo} @@\n{body}"
+
+
+def _tree(path: Path) -> Path:
+    path.mkdir()
+    (path / "app.py").write_text("".join(LINES))
+    for argv in (["init", "-q"], ["add", "-A"],
+                 ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "base"]):
+        subprocess.run(["git", *argv], cwd=path, check=True)
+    return path
+
+
+def _catalog(tmp_path: Path) -> Path:
+    return user_catalog(tmp_path / "catalog", {"first": (_patch(1, "b = 2"), ""),
+                                                "mine": (_patch(11, "l = 2"), "")})
+
+
+def test_refresh_of_the_later_fix_captures_its_own_change_only(tmp_path: Path) -> None:
+    catalog, tree = _catalog(tmp_path), _tree(tmp_path / "tree")
+    pristine = tmp_path / "pristine"
+    shutil.copytree(tree, pristine)
+    cat, where = ["--catalog", str(catalog)], ["--root", f"tree={tree}"]
+    assert pk(*cat, "apply", "first", *where).returncode == 0
+    assert pk(*cat, "apply", "mine", *where).returncode == 0
+    app = tree / "app.py"
+    app.write_text(app.read_text().replace("l = 2", "l = 3"))
+
+    done = pk(*cat, "refresh", "mine", "--from", str(tree), "--summary", "l is 3")
+    assert done.returncode == 0, done.stdout + done.stderr
+    patch = (catalog / "patches" / "mine" / "0001-mine.patch").read_text()
+    assert "+l = 3" in patch and "b = 2" not in patch, patch
+    assert "-b = 1" not in patch and " b = 1" not in patch, patch
+
+    recorded = pk(*cat, "apply", "mine", *where)  # the files are v2's: recorded, nothing written
+    assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+    assert pk(*cat, "status", *where, "--exit-code").returncode == 0
+    fresh = pk(*cat, "apply", "first", "mine", "--root", f"tree={pristine}")
+    assert fresh.returncode == 0, fresh.stdout + fresh.stderr
+    assert (pristine / "app.py").read_text() == app.read_text()
+
+
+def test_refresh_of_a_fix_another_applied_after_it_wrote_over_is_refused_naming_it(
+        tmp_path: Path) -> None:
+    catalog, tree = _catalog(tmp_path), _tree(tmp_path / "tree")
+    cat, where = ["--catalog", str(catalog)], ["--root", f"tree={tree}"]
+    assert pk(*cat, "apply", "first", *where).returncode == 0  # first then mine, in its own run:
+    assert pk(*cat, "rollback", "first", *where).returncode == 0
+    assert pk(*cat, "apply", "mine", *where).returncode == 0  # mine before first
+    assert pk(*cat, "apply", "first", *where).returncode == 0
+    app = tree / "app.py"
+    app.write_text(app.read_text().replace("l = 2", "l = 3"))
+    before = {p: p.read_bytes() for p in sorted(catalog.rglob("*")) if p.is_file()}
+
+    done = pk(*cat, "refresh", "mine", "--from", str(tree))
+    assert done.returncode == 2, done.stdout + done.stderr
+    said = " ".join(done.stderr.split())
+    assert "app.py" in said and "fix first" in said and "applied after mine" in said, said
+    assert "patchkit rollback first" in said, said
+    assert {p: p.read_bytes() for p in sorted(catalog.rglob("*")) if p.is_file()} == before
