@@ -135,7 +135,7 @@ def test_a_conflict_names_the_fix_and_the_installed_file_in_its_details(
     assert code == 3, err
     error = json.loads(out)["error"]
     details = error["details"]
-    assert error["message"].startswith("sglang:sglang/srt/pool.py: hunk #1 of "), error
+    assert error["message"].startswith("fix index-k-bytes: sglang:sglang/srt/pool.py: hunk #1 of "), error
     assert {k: details[k] for k in ("fix", "root", "path", "where", "patch", "patch_path")} == {
         "fix": "index-k-bytes", "root": "sglang", "path": "sglang/srt/pool.py",
         "where": "sglang:sglang/srt/pool.py", "patch": "0001-count-index-k-bytes.patch",

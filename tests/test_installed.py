@@ -267,7 +267,7 @@ def test_a_conflict_on_an_installed_package_names_the_installed_file(
                           "--target", str(venv)], capture_output=True, text=True,
                          stdin=subprocess.DEVNULL, timeout=300)
     assert res.returncode == 3, (res.stdout, res.stderr)
-    assert "error: sglang:sglang/srt/environ.py: hunk #1 of" in res.stderr, res.stderr
+    assert "error: fix off: sglang:sglang/srt/environ.py: hunk #1 of" in res.stderr, res.stderr
     assert "python/sglang/" not in res.stderr and unlike_record(site) == []
 
 

@@ -80,3 +80,18 @@ def test_refresh_of_a_fix_another_applied_after_it_wrote_over_is_refused_naming_
     assert "app.py" in said and "fix first" in said and "applied after mine" in said, said
     assert "patchkit rollback first" in said, said
     assert {p: p.read_bytes() for p in sorted(catalog.rglob("*")) if p.is_file()} == before
+
+
+def test_a_conflict_names_its_fix_and_the_fix_that_changed_the_file_before_it(tmp_path: Path) -> None:
+    """In a run of several fixes a hunk that does not apply says which fix it belongs to, in
+    the text as in ``--json``, and which fix of the run changed its file first (found by a
+    new-user trial: only ``--json`` named the fix, and the advice was a stale patch's)."""
+    catalog = user_catalog(tmp_path / "catalog", {"first": (_patch(5, "f = 2"), ""),
+                                                   "copy": (_patch(5, "f = 3"), "")})
+    tree = _tree(tmp_path / "tree")
+    done = pk("--catalog", str(catalog), "apply", "first", "copy", "--root", f"tree={tree}")
+    assert done.returncode == 3, done.stdout + done.stderr
+    said = " ".join(done.stderr.split())
+    assert "fix copy: tree:app.py: hunk #1 of 0001-copy.patch does not apply" in said, said
+    assert "fix first changed this file before it" in said, said
+    assert (tree / "app.py").read_text() == "".join(LINES)

@@ -11,7 +11,7 @@ from ..errors import (ConflictError, DriftError, PatchkitError, PreconditionFail
 from . import auto, record
 from .checks import PROCESS_KINDS, CheckContext, failure_lines, result, run_checks
 from .fsops import missing_dirs, sha256_of
-from .hunks import FileChange, apply_change, decode, encode
+from .hunks import FileChange, apply_change, decode, encode, of_fix
 from .plan import (FixChange, Sources, fix_result, holds_version, refuse_later_writers,
                    restore_in_memory, touched)
 from .records import FileRecord, FixRecord, State, fix_backups
@@ -270,9 +270,12 @@ class _Prepare:
             except ConflictError as exc:
                 if fc.source is None and self.present(fc):
                     continue
-                exc.details.setdefault("fix", spec.name)  # the hunks know their file, not their fix
+                key = (exc.details.get("root"), exc.details.get("patch_path"))
+                others = [f.spec.name for f in out if key in f.keys] + [
+                    name for name, rec in self.recorded.items() if name != spec.name
+                    and name not in self.prepared and any(f.key == key for f in rec.files)]
                 self.refuse_failed()  # a refused precondition explains more than the conflict
-                raise
+                raise of_fix(exc, spec.name, others) from None
             fc.snapshot(self.ws, fc.after)
             self.placed = {}
             self.done.update(fc.keys)

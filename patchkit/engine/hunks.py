@@ -388,6 +388,23 @@ def _conflict(change: FileChange, hunk: Optional[Hunk], lines: Sequence[str], ol
         **change.named())
 
 
+def of_fix(exc: ConflictError, fix: str, others: Sequence[str] = ()) -> ConflictError:
+    """``exc``, a conflict met while placing (or undoing) fix ``fix``'s change, naming that fix:
+    the hunks know their file, not their fix. ``others``: the fixes that wrote the file before
+    (earlier in the run, or applied there), whose change the hunk's context may no longer
+    find, said as such rather than as a stale patch alone."""
+    exc.details.setdefault("fix", fix)
+    if not exc.message.startswith("fix %s:" % fix):
+        exc.message = "fix %s: %s" % (fix, exc.message)
+    if others and "others" not in exc.details:
+        exc.details["others"] = list(others)
+        exc.message += ("; fix %s changed this file before it, so the two changes may overlap: "
+                        "see patchkit show %s, and make one fix build on the other (depends_on, "
+                        "then refresh it on top)" % (" and ".join(others), others[-1]))
+    exc.args = (exc.message,)
+    return exc
+
+
 def _ending(line: str) -> str:
     """How a line ends, as a message names it."""
     if line.endswith("\r\n"):

@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from ..errors import ConflictError, DriftError, PreconditionFailed, TargetError, VersionMismatch
 from . import auto, gitcli, gitcommit, revert
-from .hunks import apply_change, decode, encode
+from .hunks import apply_change, decode, encode, of_fix
 from .paths import Roots
 from .plan import FixChange, fix_result, refuse_later_writers, restore_in_memory
 from .records import FixRecord, State
@@ -75,8 +75,7 @@ def _rollback(req: Request, store: Store, state: State, recorded: Recorded) -> D
         except ConflictError as exc:
             if strategy is _by_reverse and drift and not req.force:
                 break
-            exc.details.setdefault("fix", spec.name)  # the hunks know their file, not their fix
-            raise
+            raise of_fix(exc, spec.name) from None
         left = gone.get(spec.name, set())
         if left:  # the reinstall's files: not the rollback's to write, nor to report
             fc.keys = [k for k in fc.keys if k not in left]
