@@ -250,7 +250,7 @@ class _Prepare:
         self.lost: Dict[str, str] = {}  # recorded fixes a reinstall took away: why
 
     def changes(self, todo: List[FixSpec]) -> List[FixChange]:
-        out = []
+        out: List[FixChange] = []
         for n, spec in enumerate(todo):
             first_op = {(r, p): op for r, p, op in touched(spec, self.sources)}
             fc = FixChange(spec, self.preconditions(spec, first_op, state_dir=n == 0),
