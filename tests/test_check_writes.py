@@ -114,3 +114,22 @@ def test_a_check_that_changes_another_fixs_file_or_a_written_files_mode_undoes_t
         status = json.loads(pk(*cat, "status", *where, "--json").stdout)
         states = {f["name"]: f["state"] for f in status["status"]["fixes"]}
         assert states[fix] == "not-applied" and states["first"] == "applied", states
+
+
+def test_a_python_for_the_checks_that_does_not_exist_is_refused_before_anything(tmp_path: Path) -> None:
+    """``--python`` naming no interpreter is refused at once (exit 5, the tree as it was), as a
+    ``python:`` target is; before, a fix with a command check wrote its files and failed its
+    verification, and one with greps alone applied (a new-user trial)."""
+    tree, catalog = _tree_and_catalog(tmp_path)
+    before = tree_digest(tree)
+    missing = str(tmp_path / "no" / "python")
+    done = pk("--catalog", str(catalog), "apply", "reads", "--root", f"tree={tree}",
+              "--python", missing, "--json")
+    assert done.returncode == 5, done.stdout + done.stderr
+    error = json.loads(done.stdout)["error"]
+    assert error["type"] == "TargetError" and f"interpreter {missing} does not exist" in error["message"]
+    assert tree_digest(tree) == before
+    assert pk("--catalog", str(catalog), "verify", "--root", f"tree={tree}",
+              "--python", missing).returncode == 5
+    status = pk("--catalog", str(catalog), "status", "--root", f"tree={tree}", "--python", missing)
+    assert status.returncode == 0, status.stderr  # a status runs no check

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from ..errors import UnsafePathError, UsageError
+from ..errors import TargetError, UnsafePathError, UsageError
 from .contract import FORMAT, OPS, PRIMARY_ROOT, STRATEGIES
 from .hunks import FileChange
 from .paths import Root, Roots
@@ -173,6 +174,8 @@ def parse_request(data: Any) -> Request:
         lock_timeout = float(data.get("lock_timeout", 30.0))
     except (TypeError, ValueError):
         raise UsageError("lock_timeout %r is not a number" % data.get("lock_timeout")) from None
+    if data.get("python") and op in ("apply", "verify"):  # the ops that run checks with it
+        _check_interpreter(str(data["python"]))
     return Request(op=op, dry_run=bool(data.get("dry_run", False)), force=bool(data.get("force", False)),
                    roots=roots, state_root=state_root, python=str(data.get("python") or roots.interpreters.get(PRIMARY_ROOT)
                                             or sys.executable),
@@ -247,3 +250,20 @@ def check_file_modes(specs: Iterable[FixSpec]) -> None:
             err = unsafe_mode(spec.name, change.patch, change.root, change.path, change.mode)
             if err is not None:
                 raise err
+
+
+def _check_interpreter(python: str) -> None:
+    """The interpreter a request names for its checks (``--python``) must run here, refused
+    before anything is read or written, as a ``python:`` root is: else a fix with no process
+    check applies and one with a script fails its verification after writing."""
+    if os.sep in python:
+        found = os.path.isfile(python) and os.access(python, os.X_OK)
+    else:
+        import shutil  # here: a bare command name is rare
+
+        found = shutil.which(python) is not None
+    if not found:
+        raise TargetError("interpreter %s does not exist or is not executable; it is the python "
+                          "the fixes' checks run with (--python): pass the python of the "
+                          "environment that runs SGLang, or leave --python out" % python,
+                          path=python, option="--python")
