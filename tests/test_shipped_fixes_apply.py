@@ -118,6 +118,18 @@ def test_manifests_match_their_series_files() -> None:
         "dsv4-bf16-sizing", "prefill-hicache-off"]  # the lineage of the seed
 
 
+def test_every_active_fix_that_changes_what_the_server_runs_names_its_restart() -> None:
+    """A fix whose series changes a file the server loads (a Python module, a serve script)
+    names the restart it needs, so ``apply`` says it and ``--restart`` runs it: the shipped
+    dsv4-bf16-index-k named none (a new-user trial)."""
+    for name, fix in load_fixes().items():
+        files = [line[6:] for ref in fix["patches"]
+                 for line in (PATCHES / name / ref["file"]).read_text().splitlines()
+                 if line.startswith("+++ b/")]
+        if fix["status"] == "active" and any(f.endswith((".py", ".sh")) for f in files):
+            assert fix.get("restart"), f"{name} changes {files} but names no restart"
+
+
 def test_every_series_applies_with_zero_fuzz_in_order(catalog_tree: Path,
                                                       tmp_path: Path) -> None:
     fixes = load_fixes()
