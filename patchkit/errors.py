@@ -140,6 +140,10 @@ class SessionFailed(RemoteError, exit_code=EXIT_SESSION_FAILED):
     """The session ended before the request reached the engine: nothing ran on the host."""
 
 
+class RolloutStopped(PatchkitError, exit_code=EXIT_ROLLOUT_STOPPED):
+    """A fleet rollout stopped: a host was refused, failed or rolled back (its report says why)."""
+
+
 class AnsibleFailed(PatchkitError, exit_code=EXIT_ROLLOUT_STOPPED):
     """Ansible itself failed (not one host): a bad inventory or playbook run; nothing ran."""
 

@@ -52,6 +52,7 @@ def test_a_fleet_status_lists_what_it_cannot_read_and_shows_the_rest(tmp_path: P
 
     assert pk(*cat, "status", "--inventory", str(inventory), "--exit-code").returncode == 1
     data = json.loads(pk(*cat, "status", "--inventory", str(inventory), "--json").stdout)
+    assert data["ok"] is True  # the matrix is its answer, whatever it holds
     assert [(b["name"], b["error"]["file"], b["error"]["line"]) for b in data["broken"]] == [
         ("torn", str(torn), 3), ("wip", str(wip), 1)]
     assert data["matrix"]["h1"]["good"]["state"] == "applied"
@@ -84,6 +85,7 @@ def test_a_fleet_verify_of_what_each_host_applied_goes_on_past_a_fix_it_cannot_r
 
     verify = pk(*cat, "verify", "--inventory", str(inventory), "--json")
     assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert json.loads(verify.stdout)["ok"] is True
     by_host = {h["host"]: h for h in json.loads(verify.stdout)["hosts"]}
     assert [f["name"] for f in by_host["h1"]["result"]["fixes"]] == ["good"]
     assert by_host["h1"]["result"]["fixes"][0]["outcome"] == "verified"
@@ -98,3 +100,41 @@ def test_a_fleet_verify_of_what_each_host_applied_goes_on_past_a_fix_it_cannot_r
     drifted = pk(*cat, "verify", "--inventory", str(inventory))
     assert drifted.returncode == 1, drifted.stdout + drifted.stderr
     assert "h1" in drifted.stdout and "failed" in drifted.stdout, drifted.stdout
+    data = json.loads(pk(*cat, "verify", "--inventory", str(inventory), "--json").stdout)
+    assert data["ok"] is False and data["error"]["type"] == "VerificationFailed", data
+    assert data["error"]["details"]["hosts"] == ["h1"]
+
+
+@needs_ansible
+def test_a_fleet_command_that_fails_says_so_in_json_with_its_error(tmp_path: Path) -> None:
+    """Every ``--json`` object says ``ok`` (docs/cli.md); a fleet verify or rollout that a host
+    ends says why in ``error``, as one target's failure does. Before, ``verify --inventory``
+    and ``log --inventory`` had no ``ok``, and a rollout stopped by an unreachable host had
+    ``ok: false`` and no ``error`` (a new-user trial)."""
+    catalog = user_catalog(tmp_path / "catalog", {"good": (app_patch(), "")})
+    sglang = tmp_path / "h1" / "sglang"
+    (sglang / "python" / "sglang").mkdir(parents=True)
+    (sglang / "python" / "sglang" / "_version.py").write_text('__version__ = "0.5.23"\n')
+    tree = app_tree(tmp_path / "h1" / "tree")
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+             "patchkit_target": str(sglang), "patchkit_roots": {"tree": str(tree)}}
+    gone = dict(local, ansible_connection="ssh", ansible_host="127.0.0.1", ansible_port=1,
+                ansible_ssh_common_args="-o ConnectTimeout=5 -o BatchMode=yes")
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(json.dumps({"all": {"hosts": {"h1": local, "gone": gone}}}))
+    cat, inv = ["--catalog", str(catalog)], ["--inventory", str(inventory)]
+
+    log = pk(*cat, "log", *inv, "--json")
+    assert log.returncode == 0 and json.loads(log.stdout)["ok"] is True, log.stdout + log.stderr
+    verify = pk(*cat, "verify", *inv, "--json")
+    assert verify.returncode == 10, verify.stdout + verify.stderr
+    data = json.loads(verify.stdout)
+    assert data["ok"] is False and data["error"]["type"] == "HostUnreachable", data
+    assert "gone" in data["error"]["message"]
+    apply = pk(*cat, "apply", "good", *inv, "--json")
+    assert apply.returncode == 10, apply.stdout + apply.stderr
+    data = json.loads(apply.stdout)
+    assert data["ok"] is False and data["error"]["type"] == "HostUnreachable", data
+    assert data["error"]["message"] == data["stopped"]
+    init = pk("init", str(tmp_path / "mine"), "--no-git", "--json")
+    assert init.returncode == 0 and json.loads(init.stdout)["ok"] is True, init.stdout

@@ -103,7 +103,6 @@ def _demo_json(catalog: Catalog, workdir: Path, release: str) -> int:
     steps["status_after"] = after.to_json()
     steps["lineage"] = lineage.build(catalog, target_status=after).to_json()
     render.print_json({
-        "ok": True,
         "fork": {"workdir": str(fork.workdir), "sglang": str(fork.sglang), "serve": str(fork.serve),
                  "release": fork.release, "later": fork.later,
                  "commits": [{"fix": name, "sha": sha} for name, sha in fork.commits]},

@@ -16,7 +16,7 @@ from .render_history import render_range_diff
 def diff(state: State, fix: str, versions: tuple[int, int], as_json: bool) -> int:
     """Show a range-diff between two versions of FIX's series (old ones from catalog git)."""
     text = rebase.range_diff(state.catalog(), fix, versions[0], versions[1])
-    data = {"ok": True, "fix": fix, "old": versions[0], "new": versions[1], "diff": text}
+    data = {"fix": fix, "old": versions[0], "new": versions[1], "diff": text}
     return render.emit(as_json, data, lambda out: render_range_diff(out, text))
 
 

@@ -34,7 +34,7 @@ def show(state: State, fix: str, as_json: bool) -> int:
     """Show a fix: why it exists, what it touches, how it is checked."""
     f = state.catalog().get(fix)
     files = {p.file: sorted({fr["path"] for fr in parse_patch(p.path, p.root)}) for p in f.patches}
-    return render.emit(as_json, f.to_json() | {"ok": True, "files": files, "serves": f.serves()},
+    return render.emit(as_json, f.to_json() | {"files": files, "serves": f.serves()},
                        lambda out: render.render_fix(out, f, files))
 
 

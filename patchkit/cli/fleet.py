@@ -9,7 +9,7 @@ from typing import Any, Callable
 import click
 
 from ..engine.contract import OPS
-from ..errors import EXIT_CHECK_FAILED, EXIT_UNREACHABLE, UsageError
+from ..errors import EXIT_CHECK_FAILED, UsageError
 from . import render
 from .common import State, command, write_options
 
@@ -142,9 +142,7 @@ def survey(state: State, op: str, names: list[str], fleet: dict[str, Any], *, as
         unconverged = not converged(result, cells, running, running_gate) or bool(result.broken)
         return EXIT_CHECK_FAILED if exit_code and unconverged else 0
     render.emit(as_json, result.to_json(), lambda out: render_hosts(out, result.hosts, op))
-    if any(h.state not in ("ok", "unreachable") for h in result.hosts):
-        return EXIT_CHECK_FAILED  # a reached host's check failed: that says more
-    return EXIT_UNREACHABLE if any(h.state == "unreachable" for h in result.hosts) else 0
+    return 0 if result.error is None else result.error.exit_code
 
 
 def _recovered(hosts: Any) -> None:
@@ -276,7 +274,7 @@ def plan(state: State, fixes: tuple[str, ...], op: str, with_deps: bool, commit:
     from ..fleet import COLLECTIONS_PATH, plan as render_plan
 
     if collections_path:
-        return render.emit(as_json, {"ok": True, "collections_path": str(COLLECTIONS_PATH)},
+        return render.emit(as_json, {"collections_path": str(COLLECTIONS_PATH)},
                            lambda out: click.echo(str(COLLECTIONS_PATH)))
     if not fixes and op not in ("status", "undo"):  # an undo names none: the host's last change
         raise UsageError(f"name at least one fix to {op}; `patchkit list` shows them")
@@ -295,7 +293,7 @@ def plan(state: State, fixes: tuple[str, ...], op: str, with_deps: bool, commit:
         render.line(out, [("write it with --json > plan.json and run it with "
                            "patchkit.fleet.engine (plan: plan.json); docs/fleet.md", "dim")])
 
-    return render.emit(as_json, {"ok": True, **doc}, draw)
+    return render.emit(as_json, doc, draw)
 
 
 COMMANDS = [plan]

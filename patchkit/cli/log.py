@@ -33,7 +33,7 @@ def log(state: State, fix: str | None, target: str | None, roots: tuple[str, ...
         with render.busy(f"reading {tgt.description}", quiet=as_json):
             status = api.status(catalog, tgt, lock_timeout=lock_timeout)
     result = lineage.build(catalog, target_status=status, fix=fix, history=not no_history)
-    render.emit(as_json, {"ok": True, **result.to_json()}, lambda out: render_log(out, result))
+    render.emit(as_json, result.to_json(), lambda out: render_log(out, result))
     render.broken_note(result.broken, as_json)  # exit 0 as list and status: the rows say it
     return 0
 

@@ -42,7 +42,7 @@ def matrix(state: State, fixes: tuple[str, ...], releases: str | None, markdown:
     if markdown:
         click.echo(result.markdown(), nl=False)
     else:
-        render.emit(as_json, {"ok": True, **result.to_json()}, lambda out: _draw(out, result))
+        render.emit(as_json, result.to_json(), lambda out: _draw(out, result))
     return EXIT_CHECK_FAILED if exit_code and result.failing else 0
 
 

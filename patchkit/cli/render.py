@@ -152,6 +152,11 @@ class _Quiet:
 
 
 def print_json(data: Any) -> None:
+    """One JSON document on stdout. An object says whether the command ran (docs/cli.md,
+    ``--json``): one that does not say is a success's, ``"ok": true``; a failure's says
+    ``"ok": false`` with its ``error``."""
+    if isinstance(data, dict) and "ok" not in data:
+        data = {"ok": True, **data}
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..api import unread_rows
 from ..catalog import BrokenFix, Catalog
-from ..errors import UsageError
+from ..errors import HostUnreachable, PatchkitError, UsageError, VerificationFailed
 from ..hooks import refuse_hooks_on_undo
 from ..request_builder import Unreadable, build_request
 from .ansible import COLLECTIONS_PATH, ENGINE_MODULE, Host, engine_task, inventory_hosts, run_playbook
@@ -106,8 +106,29 @@ class Survey:
     hosts: tuple[HostReport, ...]
     broken: tuple[BrokenFix, ...] = ()
 
+    @property
+    def error(self) -> PatchkitError | None:
+        """A verify's failure, as the error a script reads (``--json``) and its exit code: a
+        reached host whose verify failed (that says more), else a host unreachable. A status
+        has none: its matrix, unreachable hosts included, is its answer."""
+        if self.op != "verify":
+            return None
+        failed = [h.host for h in self.hosts if h.state not in ("ok", "unreachable")]
+        unreachable = [h.host for h in self.hosts if h.state == "unreachable"]
+        if failed:
+            return VerificationFailed("verify failed on %d host(s): %s (their rows say why)"
+                                      % (len(failed), ", ".join(failed)), hosts=failed)
+        if unreachable:
+            return HostUnreachable("%d host(s) unreachable, not verified: %s"
+                                   % (len(unreachable), ", ".join(unreachable)), hosts=unreachable)
+        return None
+
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"op": self.op, "hosts": [h.to_json() for h in self.hosts]}
+        error = self.error
+        out: dict[str, Any] = {"op": self.op, "ok": error is None,
+                               "hosts": [h.to_json() for h in self.hosts]}
+        if error is not None:
+            out["error"] = error.to_dict()
         if self.op == "status":
             out["broken"] = [b.to_json() for b in self.broken]
         return out

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.contract import CHANGED, DONE, PRIMARY_ROOT, WOULD_CHANGE, WOULD_UNDO, WOULD_UPGRADE
-from ..errors import EXIT_ROLLOUT_STOPPED, EXIT_UNREACHABLE, UsageError
+from ..errors import HostUnreachable, PatchkitError, RolloutStopped, UsageError
 from ..engine.contract import WRITES
 from ..hooks import on_host
 from .ansible import ENGINE_MODULE, Host, PlayRun, TaskResult, engine_task, run_playbook
@@ -66,11 +66,18 @@ class FleetReport:
     stopped: str | None = None  # why the rollout stopped before every host was done
 
     @property
-    def exit_code(self) -> int:
+    def error(self) -> PatchkitError | None:
+        """Why the rollout stopped, as the error a script reads (``--json``): more hosts
+        unreachable than the budget allows, or a host refused, failed or rolled back."""
         if self.stopped is None:
-            return 0
-        over_budget = self.stopped.startswith("unreachable")
-        return EXIT_UNREACHABLE if over_budget else EXIT_ROLLOUT_STOPPED
+            return None
+        if self.stopped.startswith("unreachable"):
+            return HostUnreachable(self.stopped)
+        return RolloutStopped(self.stopped)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.error is None else self.error.exit_code
 
     def diffs(self) -> dict[tuple[str, str, str], list[str]]:
         """(fix, ``root:path``, diff) -> the hosts a dry run would write that diff on: each
@@ -85,8 +92,9 @@ class FleetReport:
         return out
 
     def to_json(self) -> dict[str, Any]:
-        return {"op": self.op, "dry_run": self.dry_run, "ok": self.stopped is None,
-                "stopped": self.stopped, "waves": [list(w) for w in self.waves],
+        error = self.error
+        return {"op": self.op, "dry_run": self.dry_run, "ok": error is None,
+                **({} if error is None else {"error": error.to_dict()}), "stopped": self.stopped, "waves": [list(w) for w in self.waves],
                 "groups": [{"change": label, "hosts": list(hosts)} for label, hosts in self.groups],
                 "hosts": [h.to_json() for h in self.hosts]}
 
