@@ -188,7 +188,9 @@ def status(catalog: Catalog, target: Target, *,
     unseen = tuple((e["name"], tuple(e["roots"])) for e in raw)
     left_out += tuple(u for u in unseen if u[0] not in named)
     held = {f.name for f in readable} | {b.name for b in broken}
-    gone = "not in the catalog: its manifest is gone; `rollback` restores it from its record"
+    gone = ("not in the catalog %s: its manifest is gone, or the fix was applied from another "
+            "catalog (give that one with --catalog); `rollback` restores it from its record"
+            % catalog.root)
     states = tuple(dataclasses.replace(s, detail=gone) if s.name not in held and s.state in RECORDED
                    and not s.detail else s for s in result.status)
     return dataclasses.replace(result, status=states, left_out=left_out, unseen=unseen,

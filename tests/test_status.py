@@ -316,6 +316,9 @@ def test_a_recorded_fix_no_longer_in_the_catalog_rolls_back_from_its_record(
                             f"serve={roots['serve']}"], capture_output=True, text=True)
     row = next(r for r in shown.stdout.splitlines() if r.startswith("pool-guard"))
     assert row.split("\t")[1].startswith("applied: not in the catalog"), row  # not plain "applied"
+    # which catalog was read, and that another may hold it (status run where another is found)
+    assert f"not in the catalog {catalog.root}: its manifest is gone, or the fix was applied " \
+        "from another catalog (give that one with --catalog)" in row, row
     base = [sys.executable, "-m", "patchkit", "--catalog", str(catalog.root), "rollback",
             "--target", roots["sglang"], "--root", f"serve={roots['serve']}"]
     dry = subprocess.run([*base, "pool-guard", "--dry-run"], capture_output=True, text=True)
