@@ -10,7 +10,7 @@ from typing import Any, Iterator, Sequence
 from .catalog import BrokenFix, Catalog
 from .catalog.model import Fix
 from .engine.contract import RECORDED
-from .errors import UnknownFixError
+from .errors import ManifestError, PatchFormatError, PatchkitError, UnknownFixError
 from .request_builder import Unreadable, build_request
 from .results import OpResult, check_result
 from .targets import Hold, Target, state_root_of
@@ -67,23 +67,26 @@ def rollback(catalog: Catalog, target: Target, names: Sequence[str], *, dry_run:
     """Restore the bytes the fixes replaced; refuses drifted files unless ``force``. A fix
     applied with ``commit`` is undone like ``git revert`` (docs/git.md). A fix the target
     records that the catalog no longer holds is restored from its backups (its record)."""
-    known, recorded_only = _recorded_only(catalog, target, names, lock_timeout)
-    return _run(catalog, target, catalog.rollback_order(known), "rollback", dry_run=dry_run,
-                force=force, lock_timeout=lock_timeout, recorded_only=recorded_only)
+    known, recorded_only, broken = _recorded_only(catalog, target, names, lock_timeout)
+    result = _run(catalog, target, catalog.rollback_order(known), "rollback", dry_run=dry_run,
+                  force=force, lock_timeout=lock_timeout, recorded_only=recorded_only)
+    return dataclasses.replace(result, broken=broken) if broken else result
 
 
 def _recorded_only(catalog: Catalog, target: Target, names: Sequence[str], lock_timeout: float
-                   ) -> tuple[list[str], list[tuple[str, int]]]:
+                   ) -> tuple[list[str], list[tuple[str, int]], tuple[BrokenFix, ...]]:
     """``names`` split into the catalog's fixes and ``(name, version)`` of those the target
-    records whose manifest is gone from the catalog, which rollback and verify answer from
-    the record; a name that is neither raises the catalog's UnknownFixError."""
+    records whose manifest is gone from the catalog or cannot be read, which rollback and
+    verify answer from the record (a fix needed in an incident is not held up by a typo in
+    its manifest); and of those, the ones that cannot be read. A name that is neither raises
+    the catalog's error: UnknownFixError, or the manifest's own."""
     known: list[str] = []
-    unknown: list[tuple[str, UnknownFixError]] = []
+    unknown: list[tuple[str, PatchkitError]] = []
     for name in dict.fromkeys(names):
         try:
             catalog.get(name)
             known.append(name)
-        except UnknownFixError as err:
+        except (UnknownFixError, ManifestError, PatchFormatError) as err:
             unknown.append((name, err))
     recorded_only = []
     if unknown:  # only what the target records can be answered without its manifest
@@ -93,7 +96,9 @@ def _recorded_only(catalog: Catalog, target: Target, names: Sequence[str], lock_
             if name not in recorded:
                 raise refused
             recorded_only.append((name, int(recorded[name].version or 1)))
-    return known, recorded_only
+    broken = tuple(BrokenFix.of(name, err) for name, err in unknown
+                   if isinstance(err, (ManifestError, PatchFormatError)))
+    return known, recorded_only, broken
 
 
 def undo(catalog: Catalog, target: Target, txn: str | None = None, *, dry_run: bool = False,
@@ -144,7 +149,7 @@ def verify(catalog: Catalog, target: Target, names: Sequence[str] = (), *,
     of the files it wrote), its manifest's own checks not run (its outcome's ``detail`` says so)."""
     unseen: tuple[tuple[str, tuple[str, ...]], ...] = ()
     if names:
-        known, recorded_only = _recorded_only(catalog, target, names, lock_timeout)
+        known, recorded_only, _broken = _recorded_only(catalog, target, names, lock_timeout)
     else:
         found = status(catalog, target, lock_timeout=lock_timeout)
         # a recorded fix whose manifest cannot be read is checked against its record, as one

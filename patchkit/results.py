@@ -181,7 +181,9 @@ class OpResult(Record):
     left_out: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # status, verify: those of them the target records as applied (not looked at, not verified)
     unseen: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    broken: tuple[Any, ...] = ()  # status: catalog.BrokenFix of each manifest that cannot be read
+    # status: catalog.BrokenFix of each manifest that cannot be read; rollback: of each fix it
+    # rolled back from its record because its manifest cannot be read
+    broken: tuple[Any, ...] = ()
     running: Running | None = None  # status only: the processes using the roots
 
     @property
@@ -215,7 +217,7 @@ class OpResult(Record):
         if self.op == "status" or self.left_out:  # a sync's too: fixes on roots not given
             out["left_out"] = [{"name": name, "missing_roots": list(roots)}
                                for name, roots in self.left_out]
-        if self.op == "status":
+        if self.op == "status" or self.broken:  # a rollback's: manifests it did without
             out["broken"] = [b.to_json() for b in self.broken]
         if self.op in ("status", "verify"):
             out["unseen"] = [{"name": name, "missing_roots": list(roots)}

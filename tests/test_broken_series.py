@@ -104,3 +104,39 @@ def test_a_bare_verify_checks_a_fix_whose_patch_is_gone_against_its_record(tmp_p
     (tmp_path / "tree" / "app.py").write_text("edited\n")
     drifted = pk(*cat, "verify", *where)
     assert drifted.returncode == 1 and "good" in drifted.stderr + drifted.stdout
+
+
+def test_a_fix_whose_manifest_broke_after_it_was_applied_rolls_back_from_its_record(
+        tmp_path: Path) -> None:
+    """Rolled back by name, as a fix whose manifest left the catalog is: from the backups the
+    target keeps, saying why its manifest was not used. Before, a typo in the manifest blocked
+    the rollback (exit 2), in an incident when one is needed (a new-user trial). A fix the
+    target does not record still gets its manifest's error."""
+    cat, where, catalog = fixture(tmp_path)
+    tree = tmp_path / "tree"
+    before = (tree / "app.py").read_bytes()
+    assert pk(*cat, "apply", "good", *where).returncode == 0
+    manifest = catalog / "manifests" / "good.toml"
+    manifest.write_text(manifest.read_text().replace('title = "good"', 'title = "good'))
+
+    done = pk(*cat, "rollback", "good", *where, "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads(done.stdout)
+    assert [(f["name"], f["outcome"]) for f in data["fixes"]] == [("good", "rolled-back")]
+    assert [b["name"] for b in data["broken"]] == ["good"]
+    assert (tree / "app.py").read_bytes() == before
+    assert pk(*cat, "apply", "wip", *where).returncode == 2  # still its own error
+    assert pk(*cat, "apply", "good", *where).returncode == 2
+    said = pk(*cat, "rollback", "good", *where)  # not applied any more: the manifest's error
+    assert said.returncode == 2 and f"{manifest}:" in said.stderr, said.stderr
+
+
+def test_rollback_says_when_it_used_the_record_for_a_broken_manifest(tmp_path: Path) -> None:
+    cat, where, catalog = fixture(tmp_path)
+    assert pk(*cat, "apply", "good", *where).returncode == 0
+    manifest = catalog / "manifests" / "good.toml"
+    manifest.write_text(manifest.read_text().replace('title = "good"', 'title = "good'))
+    done = pk(*cat, "rollback", "good", *where)
+    assert done.returncode == 0, done.stderr
+    said = " ".join(done.stderr.split())
+    assert f"{manifest}:" in said and "cannot be read" in said and "from its record" in said, said

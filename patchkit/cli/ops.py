@@ -68,11 +68,17 @@ def restarts_of(state: State, fixes: list[Any]) -> tuple[tuple[str, ...], str | 
 
 
 def changed_held(state: State, result: Any) -> list[Any]:
-    """The catalog's fixes among those the run changed (a fix rolled back from its record
-    alone, gone from the catalog, names no restart)."""
+    """The catalog's fixes among those the run changed."""
+    return readable_of(state, hooks.changed_fixes(result))
+
+
+def readable_of(state: State, names: Any) -> list[Any]:
+    """The catalog's fixes of ``names`` whose manifests read: a fix rolled back from its record
+    alone (gone from the catalog, or its manifest broken) names no restart it can be held to."""
     catalog = state.catalog()
-    held = set(catalog.names())
-    return [catalog.get(n) for n in hooks.changed_fixes(result) if n in held]
+    readable, _broken = catalog.readable()
+    by_name = {f.name: f for f in readable}
+    return [by_name[n] for n in names if n in by_name]
 
 
 def restarts_said(state: State, fixes: list[Any]) -> tuple[tuple[str, ...], bool]:
@@ -92,8 +98,7 @@ def hooked(state: State, fleet: dict[str, Any], names: list[str], use_restarts: 
         if found["after_cmd"]:
             raise UsageError("--restart runs the fixes' restarts as the after-command; give it or "
                              "--after-cmd, not both", option="--restart")
-        catalog = state.catalog()
-        found["after_cmd"] = restarts_of(state, [catalog.get(n) for n in names])[1]
+        found["after_cmd"] = restarts_of(state, readable_of(state, names))[1]
     checked = hooks.health_command(found["health_cmd"], timeout=health_timeout)  # bad input: before any write
     if single:
         fleet.update(after_cmd=None, health_cmd=None)
@@ -201,6 +206,10 @@ def rollback(state: State, fixes: tuple[str, ...], dry_run: bool, force: bool, u
     with holding(state, where, found, "rollback", dry_run) as hold:
         result = run_op(state, where, f"rolling back {', '.join(names)} on", as_json, api.rollback,
                         names, dry_run=dry_run, force=force)
+        for b in result.broken if not as_json else ():
+            sys.stderr.write(f"warning: {b.name}: its manifest cannot be read ({b.detail}); "
+                             "rolled back from its record, the backups the target keeps. The "
+                             "restart it needs is in its manifest: restart the server yourself\n")
         return after_change(state, where, result, found, undo_of(state, where, result),
                             health_timeout, as_json, hold)
 
