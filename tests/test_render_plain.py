@@ -108,3 +108,48 @@ def test_a_terminal_table_folds_long_names_instead_of_cutting_them() -> None:
     assert "…" not in text  # rich's default cuts the header to 'revert-hicache-inde…'
     shown = "host" + name + "dsv4-bf16-index-k" + "prefill-1" + "applied v1" + "not-applied"
     assert sorted(c for c in text if not c.isspace()) == sorted(c for c in shown if not c.isspace())
+
+
+def test_a_terminal_table_never_splits_a_state_or_a_time_and_puts_long_text_under_its_row() -> None:
+    """At 80 columns ``status`` showed ``present-unrecord|ed`` and ``2026-12-04T17:3|0:44Z``
+    (a new-user trial): every column but the last (free text) is kept whole; the last folds,
+    and goes under its row when the others leave it too little room."""
+    from rich.console import Console
+
+    from patchkit.cli.render import STATE_STYLE, write_table
+
+    rows = [["local-fix-with-a-long-name", "present-unrecorded", "v12", "2026-12-04T17:30:44Z",
+             "the change is in the files already, not recorded by patchkit (a commit of the "
+             "fork, or applied by hand): nothing to apply; see patchkit status"],
+            ["short", "applied", "v1", "2026-12-04T17:31:02Z", ""]]
+    columns = (("fix", "bold"), ("state", STATE_STYLE), ("version", "right"), ("applied", ""),
+               ("detail", ""))
+    for width in (140, 80, 60):
+        out = io.StringIO()
+        write_table(Console(file=out, width=width, force_terminal=True, color_system=None),
+                    rows, *columns, title="status of T")
+        lines = out.getvalue().splitlines()
+        assert " ".join(" ".join(lines).split()).count("nothing to apply; see patchkit status") == 1
+        assert all(len(line.rstrip()) <= width for line in lines), out.getvalue()
+        if width < 80:  # narrower than the words themselves: they fold, as they must
+            assert "local-fix-with-a-long-name" in out.getvalue()
+            continue
+        for word in ("local-fix-with-a-long-name", "present-unrecorded", "2026-12-04T17:30:44Z",
+                     "2026-12-04T17:31:02Z", "applied", "detail"):
+            assert any(word in line for line in lines), (width, word, out.getvalue())
+
+
+def test_a_fleet_matrix_too_wide_for_the_terminal_is_a_row_per_host_and_fix() -> None:
+    from rich.console import Console
+
+    from patchkit.cli.fleet import render_matrix
+
+    fixes = [f"revert-hicache-index-k-sync-{i}" for i in range(10)]
+    cells = {host: {fix: {"state": "not-applied"} for fix in fixes} for host in ("h1", "h2")}
+    out = io.StringIO()
+    render_matrix(Console(file=out, width=120, force_terminal=True, color_system=None), cells)
+    lines = out.getvalue().splitlines()
+    for host in cells:
+        for fix in fixes:
+            assert any(host in line and fix in line and "not-applied" in line for line in lines), \
+                out.getvalue()

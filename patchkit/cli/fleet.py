@@ -181,9 +181,19 @@ def render_matrix(console: Any, cells: dict[str, dict[str, dict[str, Any]]],
             for host, row in cells.items()]
     style = dict(render.STATE_STYLE, unreachable="bold red", failed="bold red")
     groups = "; ".join(f"{r}: {', '.join(h)}" for r, h in by_release(cells).items())
-    render.write_table(console, rows, ("host", "bold"), *((fix, style) for fix in fixes),
-                       *([("running", {"restart": "bold yellow", "current": "green"})] if running else []),
-                       title="fleet status" + (f" (sglang {groups})" if groups else ""))
+    title = "fleet status" + (f" (sglang {groups})" if groups else "")
+    heads = ["host", *fixes, *(["running"] if running else [])]
+    wide = sum(max(len(h), *(len(r[i]) for r in rows)) + 2 for i, h in enumerate(heads)) if rows else 0
+    if wide > console.width:  # too many fixes for a column each: a row per host and fix
+        long = [[host, fix, _cell(row.get(fix))] for host, row in cells.items() for fix in fixes]
+        long += [[host, "(running)", running.get(host, "-")] for host in cells] if running else []
+        render.write_table(console, long, ("host", "bold"), ("fix", ""),
+                           ("state", dict(style, restart="bold yellow", current="green")),
+                           title=title)
+    else:
+        render.write_table(console, rows, ("host", "bold"), *((fix, style) for fix in fixes),
+                           *([("running", {"restart": "bold yellow", "current": "green"})]
+                             if running else []), title=title)
     for host, row in cells.items():  # why a host has no status: once per host, under the table
         detail = next((c["detail"] for c in row.values() if c.get("detail")), "")
         if detail:

@@ -410,24 +410,63 @@ def write_table(console: Any, rows: List[List[str]], *columns: Tuple[str, Any],
                 title: str | None = None) -> None:
     """Rows as tab-separated lines off a terminal; a rich table without borders on one. A column
     is (name, how): a style, "right", or a style by the cell's first word (a word not there: dim).
-    The first column names the row (a fix, a host): never folded, so it can be copied whole;
-    the others fold to the terminal's width."""
+    Every column but the last holds words a reader copies or greps whole (a fix, a state, a
+    time): never folded while they fit the terminal. The last, free text (a detail, a title),
+    folds to the terminal's width; when the others leave it too little room (:data:`FREE_MIN`),
+    each row's text goes on a line of its own under the row, indented, instead of into a column
+    a word wide. The first column names the row: never folded."""
     if isinstance(console, PlainConsole):
         console.file.write("".join("\t".join(map(one_line, row)) + "\n" for row in rows))
         return
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(box=None, title=Text(title) if title else None, title_justify="left")
-    for index, (name, how) in enumerate(columns):
-        table.add_column(name, overflow="fold", no_wrap=index == 0,
-                         **({"justify": how} if how == "right" else
-                            {"style": how} if isinstance(how, str) else {}))
-    for row in rows:
-        table.add_row(*(Text(cell, style=how.get(cell.split(" ", 1)[0], "dim"))
-                        if isinstance(how, dict) else Text(cell)
-                        for cell, (_name, how) in zip(row, columns)))
-    console.print(table)
+    def cell(text: str, how: Any) -> Text:
+        return Text(text, style=how.get(text.split(" ", 1)[0], "dim")) if isinstance(how, dict) \
+            else Text(text)
+
+    fixed = columns[:-1]
+    widths = [max([len(name), *(len(r[i]) for r in rows)]) for i, (name, _how) in enumerate(fixed)]
+    fits = sum(w + 2 for w in widths) <= console.width
+    if not fixed or fits and sum(w + 2 for w in widths) + FREE_MIN <= console.width:
+        whole = Table(box=None, title=Text(title) if title else None, title_justify="left")
+        for index, (name, how) in enumerate(columns):
+            whole.add_column(name, overflow="fold", no_wrap=index < len(fixed),
+                             **({"justify": how} if how == "right" else
+                                {"style": how} if isinstance(how, str) else {}))
+        for row in rows:
+            whole.add_row(*(cell(c, how) for c, (_name, how) in zip(row, columns)))
+        console.print(whole)
+        return
+    from rich.padding import Padding
+
+    # the free text under each row; the other columns aligned as a table where they fit, else
+    # each row's words on a line of its own, wrapped between words (a terminal this narrow)
+    if title:
+        console.print(Text(title))
+    heads = [(name, "table.header") for name, _how in fixed]
+    shown: List[List[str] | None] = [None, *rows]  # None: the header
+    for entry in shown:
+        cells = [Text(name, style=style) for name, style in heads] if entry is None else \
+            [cell(c, how) for c, (_name, how) in zip(entry, fixed)]
+        if fits:
+            line = Table(box=None, show_header=False)
+            for width, (_name, how) in zip(widths, fixed):
+                line.add_column(width=width, no_wrap=True,
+                                **({"justify": how} if how == "right" else {}))
+            line.add_row(*cells)
+            console.print(line)
+        else:
+            console.print(Text("  ").join(cells))
+        free = columns[-1][0] if entry is None else entry[-1] if len(entry) > len(fixed) else ""
+        if free:
+            console.print(Padding(Text(free, style="table.header") if entry is None
+                                  else cell(free, columns[-1][1]), (0, 0, 0, 4)))
+
+
+#: The least room the free-text column of a table gets on a terminal before it goes under
+#: each row instead (:func:`write_table`).
+FREE_MIN = 24
 
 
 def render_fix(console: Any, fix: Any, files: Mapping[str, list[str]]) -> None:
