@@ -73,6 +73,7 @@ def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
     }
     if sync and op == "apply":  # skip what the target does not need (docs/cli.md, sync)
         request["sync"] = True
+        _unasked(catalog, fixes, request["fixes"])
     if applied_only and op == "verify":
         request["applied_only"] = True
     if op == "undo":
@@ -80,6 +81,22 @@ def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
     if op == "apply":
         _check_modes(request["fixes"])
     return request
+
+
+def _unasked(catalog: Catalog, fixes: list[Fix], entries: list[dict[str, Any]]) -> None:
+    """A sync from a catalog of the user's own: each shipped fix (beside it) that none of the
+    user's fixes of the sync needs, by ``depends_on`` however deep, is marked ``if_recorded``:
+    synced only where the target records it, never brought unasked (docs/cli.md, sync)."""
+    needed: set[str] = set()
+    todo = [f.name for f in fixes if not catalog.shipped(f.name)]
+    while todo:
+        name = todo.pop()
+        if name not in needed:
+            needed.add(name)
+            todo.extend(catalog.get(name).depends_on)
+    for entry in entries:
+        if catalog.shipped(entry["name"]) and entry["name"] not in needed:
+            entry["if_recorded"] = True
 
 
 def _recorded_only(fixes: Sequence[tuple[str, int]]) -> list[dict[str, Any]]:

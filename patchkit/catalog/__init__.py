@@ -252,6 +252,11 @@ class Catalog:
     def names(self) -> list[str]:
         return sorted(set(self.own_names()) | set(self.beside.names() if self.beside else ()))
 
+    def shipped(self, name: str) -> bool:
+        """Whether fix ``name`` comes from the shipped catalog beside this one (this catalog
+        has no manifest of that name): a fix the user did not write, nor choose by writing it."""
+        return self._owner(name) is not self
+
     def _owner(self, name: str) -> Catalog:
         """The catalog whose manifest of ``name`` counts: this one, unless only ``beside`` has it."""
         if name_problem(name):  # no file of that name can exist (nor be asked for: too long)

@@ -33,7 +33,7 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
         raise UsageError("--commit needs git, and --no-git was given; drop one of them")
     check_patch_paths(req.roots, list(todo) + list(req.dependencies))
     if req.sync:  # before the refusal below: a revert with nothing to revert is left out
-        todo = _sync_skips(req, todo, outcomes, set(upgrades))
+        todo = _sync_skips(req, todo, outcomes, set(upgrades), {f.name for f in read.fixes})
     if not req.git and any(s.revert is not None for s in todo):
         raise UsageError("a revert fix (%s) needs git, and --no-git was given; drop --no-git, "
                          "or apply the other fixes without it"
@@ -138,14 +138,24 @@ def _sources(req: Request, todo: List[FixSpec], recorded: Dict[str, FixRecord]) 
 
 
 def _sync_skips(req: Request, todo: List[FixSpec], outcomes: Dict[str, Dict[str, Any]],
-                upgrades: Set[str]) -> List[FixSpec]:
+                upgrades: Set[str], recorded: Set[str]) -> List[FixSpec]:
     """``patchkit sync``: of the fixes to write, leave out those ``status`` would call
     ``not-needed`` (a revert with nothing to revert) or ``present-unrecorded`` (the change is
-    in the files already, put there by someone else), each with its outcome saying so."""
+    in the files already, put there by someone else), and a shipped fix the target does not
+    record (``if_recorded``: no fix of the user's needs it), each with its outcome saying so;
+    ``recorded``: the fixes the target records, lost ones too."""
     from .observe import unrecorded
 
     ws, keep = Workspace(req.roots), []
     for spec in todo:
+        if spec.if_recorded and spec.name not in recorded:
+            outcomes[spec.name] = {
+                "name": spec.name, "version": spec.version, "files": [], "preconditions": [],
+                "verification": [], "outcome": "not-applied",
+                "detail": "shipped with patchkit, and never applied here: sync keeps a shipped "
+                          "fix current where it was applied, and brings it where a fix of yours "
+                          "depends on it; to have it here, patchkit apply %s" % spec.name}
+            continue
         seen = "" if spec.name in upgrades else unrecorded(ws, spec, req.roots, req.git)["state"]
         if seen in ("not-needed", "present-unrecorded"):
             outcomes[spec.name] = {

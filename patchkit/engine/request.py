@@ -41,6 +41,9 @@ class FixSpec(MutableRecord):
     # a fix the target records whose manifest left the catalog: name and version only, answered
     # from its record (a rollback restores its backups, a verify checks its files' hashes)
     recorded_only: bool = False
+    # a sync: a fix shipped with patchkit that no fix of the user's catalog needs, synced only
+    # where the target records it (applied by name before), never brought unasked
+    if_recorded: bool = False
 
 
 @record_dataclass(frozen=True)
@@ -118,7 +121,8 @@ def parse_fix(data: Any, lazy: bool = False, deferred: bool = False) -> FixSpec:
         variants_known=tuple((v, tuple(str(r) for r in rs))
                              for v, rs in (data.get("variants_known") or [])),
         not_needed=str(data.get("not_needed") or ""),
-        recorded_only=data.get("recorded_only") is True)
+        recorded_only=data.get("recorded_only") is True,
+        if_recorded=data.get("if_recorded") is True)
 
 
 class Changes(Sequence[FileChange]):
