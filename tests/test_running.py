@@ -250,3 +250,44 @@ def test_the_fleet_status_shows_what_runs_on_each_host(fleet, tmp_path: Path) ->
         server.server_close()
         if pidfile.exists() and pidfile.read_text():
             os.kill(int(pidfile.read_text()), signal.SIGKILL)
+
+
+def test_a_server_of_the_venv_given_as_the_target_uses_its_checkout(tmp_path: Path) -> None:
+    """``--target VENV`` whose sglang is a checkout outside it (an editable install's ``.pth``,
+    as ``pip install -e`` leaves): a Python of that venv, started before an apply from anywhere,
+    runs the checkout's code, so it is ``restart pending`` and ``--exit-code --running`` fails.
+    Before, it was not seen at all and the gate passed (a new-user trial). A Python of another
+    venv is not counted."""
+    roots = make_tree(tmp_path / "tree")
+    venvs = {}
+    for name in ("serving", "other"):
+        venvs[name] = tmp_path / name
+        subprocess.run([PY, "-m", "venv", "--without-pip", str(venvs[name])], check=True)
+        site = next(venvs[name].glob("lib/python*/site-packages"))
+        if name == "serving":
+            (site / "_sglang_editable.pth").write_text(os.path.join(roots["sglang"], "python") + "\n")
+    procs = []
+    try:
+        for name in ("serving", "other"):
+            script = tmp_path / f"{name}.py"
+            script.write_text(IMPORTER if name == "serving" else IMPORTER.replace(
+                "import sglang.srt.pool\n", ""))
+            proc = subprocess.Popen([str(venvs[name] / "bin" / "python"), str(script)], cwd="/",
+                                    text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    start_new_session=True)
+            procs.append(proc)
+            assert proc.stdout.readline() == "ready\n"  # type: ignore[union-attr]
+        cat = ["--catalog", str(SAMPLES / "catalog")]
+        where = ["--target", str(venvs["serving"]), "--root", f"serve={roots['serve']}"]
+        code, out, err = cli([*cat, "apply", "index-k-bytes", *where])
+        assert code == 0, (out, err)
+        code, out, err = cli([*cat, "status", *where, "--exit-code", "--running"])
+        assert code == 1, (out, err)
+        assert f"restart pending\t{procs[0].pid}\t" in err, err
+        assert str(procs[1].pid) not in err, err
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)  # this test's own process group, by its PID
+                proc.wait(timeout=30)
+            proc.stdout.close()  # type: ignore[union-attr]

@@ -72,7 +72,8 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
     return {"state_root": req.state_root.path, "fixes": out, "left_out": left_out,
             "journal": None if journal is None else journal.to_json(),
             "release": release_of(req.roots, "sglang", releases, True),
-            "running": procs.running(req.roots, store.dir, state, req.python)}
+            "running": procs.running(req.roots, store.dir, state, req.python,
+                                     served=req.python if req.python_given else None)}
 
 
 def unserved_detail(req: Request, spec: FixSpec, releases: Dict[str, Any]

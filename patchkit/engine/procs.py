@@ -4,7 +4,9 @@ processes"), and the bytecode Python would serve for the files patchkit changed.
 A process *uses* a root when what the kernel shows of it points into the root: its executable,
 a path on its command line (a script, a serve script), its ``/proc/PID/maps`` (a loaded
 extension), or, for a Python process only, its working directory, ``PYTHONPATH``,
-``VIRTUAL_ENV``, the venv its interpreter runs from, or its interpreter's prefix. A process
+``VIRTUAL_ENV``, the venv its interpreter runs from, or its interpreter's prefix; or it is a
+Python of the target's own venv when that venv serves the sglang root (``served_venv``: an
+editable install's ``.pth`` naming the checkout). A process
 also uses what its parent uses when the parent runs a script from the root, or when both run
 the same Python (``multiprocessing`` spawn workers, an SGLang scheduler). A process that
 started before the last change patchkit recorded to a file of a root it uses is ``restart
@@ -27,6 +29,7 @@ import time
 from contextlib import suppress
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
+from .contract import PRIMARY_ROOT
 from .paths import Roots
 from .pycache import interpreter_prefix, stale_pycs
 from .records import State
@@ -249,8 +252,48 @@ def _why(p: Proc, tops: Sequence[str]) -> Optional[str]:
     return None
 
 
-def users(roots: Roots, scan: Scan) -> Dict[int, Dict[str, str]]:
-    """pid -> {root: how it uses it}, for every readable process using a root."""
+def served_venv(python: Optional[str], root: Optional[str]) -> Optional[str]:
+    """The venv of the target's interpreter (``VENV/bin/python``, a ``pyvenv.cfg`` beside its
+    ``bin``) when that venv serves ``root``, the sglang root: its ``site-packages`` is in the
+    root or holds it, or names it in a ``.pth`` or an editable install's finder (what ``pip
+    install -e`` leaves). Else None: an interpreter outside a venv is shared, and a venv that
+    names no such thing is not taken to run the root's code."""
+    if not python or not root or "/" not in python:
+        return None
+    top = os.path.dirname(os.path.dirname(os.path.abspath(python)))
+    if not os.path.isfile(os.path.join(top, "pyvenv.cfg")):
+        return None
+    spelled = {os.path.normpath(root), os.path.realpath(root)}
+    lib = os.path.join(top, "lib")
+    for version in (os.listdir(lib) if os.path.isdir(lib) else ()):
+        site = os.path.join(lib, version, "site-packages")
+        if any(_inside(site, r) or _inside(r, site) for r in spelled):
+            return top
+        for name in (os.listdir(site) if os.path.isdir(site) else ()):
+            if name.endswith(".pth") or name.startswith("__editable__") and name.endswith(".py"):
+                with suppress(OSError), open(os.path.join(site, name), errors="replace") as fh:
+                    text = fh.read(1 << 16)
+                    if any(_names(text, r) for r in spelled):
+                        return top
+    return None
+
+
+def _names(text: str, path: str) -> bool:
+    """Whether ``text`` names ``path`` or a path under it (not ``/opt/sglang-old`` for
+    ``/opt/sglang``)."""
+    at = text.find(path)
+    while at >= 0:
+        end = at + len(path)
+        if end == len(text) or text[end] in "/\n\r'\"":
+            return True
+        at = text.find(path, at + 1)
+    return False
+
+
+def users(roots: Roots, scan: Scan, served: Optional[str] = None) -> Dict[int, Dict[str, str]]:
+    """pid -> {root: how it uses it}, for every readable process using a root. ``served``: the
+    venv of the target's interpreter, whose sglang is the sglang root wherever that lies (an
+    editable install's checkout): each Python of that venv uses the root."""
     found: Dict[int, Dict[str, str]] = {}
     spelled = _spellings(roots)
     for p in scan.procs.values():
@@ -258,6 +301,10 @@ def users(roots: Roots, scan: Scan) -> Dict[int, Dict[str, str]]:
             continue
         for name, tops in spelled.items():
             why = _why(p, tops)
+            if not why and served and name == PRIMARY_ROOT and p.python:
+                venv = p.env.get("VIRTUAL_ENV") or _venv(p)
+                if venv and os.path.realpath(venv) == os.path.realpath(served):
+                    why = "Python of the venv %s, whose sglang is this root" % served
             if why:
                 found.setdefault(p.pid, {})[name] = why
     # children: of a process running a script from the root, or spawned by the same Python
@@ -330,14 +377,16 @@ def last_changes(state_dir: str, state: State) -> Dict[Tuple[str, str], Change]:
 
 
 def running(roots: Roots, state_dir: str, state: State, python: Optional[str],
-            base: str = PROC) -> Dict[str, Any]:
+            base: str = PROC, served: Optional[str] = None) -> Dict[str, Any]:
     """``status``'s ``running``: the processes using the roots, which of them run code older
-    than patchkit's last change, and the ``.pyc`` files Python would still serve stale."""
+    than patchkit's last change, and the ``.pyc`` files Python would still serve stale.
+    ``served``: the target's interpreter, when the target names one (:func:`users`)."""
     scan = Scan(base)
     changes = last_changes(state_dir, state)
     out: Dict[str, Any] = {"available": scan.unavailable is None, "detail": scan.unavailable,
                            "unreadable": [], "processes": [], "stale_pyc": []}
-    found = {} if scan.unavailable else users(roots, scan)
+    primary = next((r.path for r in roots if r.name == PRIMARY_ROOT), None)
+    found = {} if scan.unavailable else users(roots, scan, served_venv(served, primary))
     boot_id = _boot_id()
     for pid in sorted(found):
         p = scan.procs[pid]

@@ -64,6 +64,8 @@ class Request(Record):
     sync: bool = False  # apply: skip fixes whose change this target does not need (patchkit sync)
     applied_only: bool = False  # verify: only the fixes of the request the target records
     txn: Optional[str] = None  # undo: the transaction to undo (None: the last change)
+    # ``python`` is the target's (--python, a venv or python: target), not the engine's own
+    python_given: bool = False
 
 
 def _checks(value: Any, fix: str, key: str) -> Tuple[Dict[str, Any], ...]:
@@ -187,7 +189,8 @@ def parse_request(data: Any) -> Request:
                    commit=bool(data.get("commit", False)), git=bool(data.get("git", True)),
                    sync=bool(data.get("sync", False)),
                    applied_only=bool(data.get("applied_only", False)),
-                   txn=str(data["txn"]) if data.get("txn") else None)
+                   txn=str(data["txn"]) if data.get("txn") else None,
+                   python_given=bool(data.get("python") or roots.interpreters.get(PRIMARY_ROOT)))
 
 
 def _list(data: Dict[str, Any], key: str) -> List[Any]:
