@@ -636,3 +636,17 @@ def _toml_error_or_none(path: Path, text: str) -> str:
     except ManifestError as exc:
         return exc.message
     return ""
+
+
+def test_a_missing_table_is_named_once_with_its_file(tmp_path: Path) -> None:
+    """``missing required key 'upstream' in the top level (key 'upstream')`` named the key
+    twice (a new-user trial)."""
+    (tmp_path / "manifests").mkdir()
+    path = tmp_path / "manifests" / "x.toml"
+    path.write_text('format = 1\nname = "x"\nversion = 1\ntitle = "x"\nstatus = "active"\n'
+                    'rationale = "x"\n\n[[patches]]\nfile = "0001-x.patch"\n')
+    with pytest.raises(ManifestError) as err:
+        load_manifest(path)
+    said = str(err.value)
+    assert said.startswith(f"{path}: missing required key 'upstream' in the top level of the file. ")
+    assert said.count("upstream") == 1 and err.value.details["key"] == "upstream"

@@ -30,7 +30,8 @@ class Ctx:
 
     def fail(self, key: str, message: str, todo: str) -> ManifestError:
         """The error at ``key``, named ``FILE:LINE`` as ``list`` shows it (the key's line)."""
-        where = f" (key '{key}')" if key else ""
+        named = "." not in key and f"'{key}'" in message  # the message says it already
+        where = f" (key '{key}')" if key and not named else ""
         line = key_line(self.path, key) if key else None
         at = f"{self.path}:{line}" if line else f"{self.path}"
         return ManifestError(f"{at}: {message}{where}. {todo}", file=str(self.path), key=key,
@@ -102,7 +103,7 @@ def _table_label(where: str) -> str:
     match = re.fullmatch(r"(\w+)\[(\d+)\]", where)
     if match:
         return f"[[{match.group(1)}]] #{match.group(2)}"
-    return f"[{where}]" if where else "the top level"
+    return f"[{where}]" if where else "the top level of the file"
 
 
 def close_matches(word: str, choices: Sequence[str], n: int = 1, cutoff: float = 0.6) -> list[str]:
