@@ -84,9 +84,13 @@ def capture(src: Path, paths: Sequence[str] = ()) -> list[CapturedFile]:
             out.append(CapturedFile(rel, before, after, mode, old_mode))
     if not out:
         what = " ".join(paths) if paths else "the tree"
-        raise UsageError(f"nothing to capture: {what} in {src} has no changes against HEAD; "
-                         "edit the files (or name new files as PATH arguments) first",
-                         path=str(src))
+        left = [] if paths else gitrepo.unclaimed_files(src, [])
+        shown = ", ".join(left[:10]) + (f" and {len(left) - 10} more" if len(left) > 10 else "")
+        raise UsageError(f"nothing to capture: {what} in {src} has no changes against HEAD"
+                         + (f" other than untracked files, taken only when named: {shown}. Name "
+                            "the new files as PATH arguments" if left else
+                            "; edit the files (or name new files as PATH arguments) first"),
+                         path=str(src), untracked=left)
     return out
 
 

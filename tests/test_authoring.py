@@ -230,6 +230,10 @@ def test_new_refuses_bad_sources_and_existing_names_without_writing(
 
     message = refused("nothing", "--from", str(serve_repo), "--base-release", "0.5.21")
     assert "nothing to capture" in message and "no changes against HEAD" in message
+    (serve_repo / "new_helper.sh").write_text("echo new\n")  # untracked: named, not taken
+    message = refused("nothing", "--from", str(serve_repo), "--base-release", "0.5.21")
+    assert "other than untracked files, taken only when named: new_helper.sh" in message, message
+    (serve_repo / "new_helper.sh").unlink()
 
     script = serve_repo / SERVE_SCRIPT.name
     script.write_text(script.read_text().replace("--hicache-ratio 2", "--hicache-ratio 4"))
