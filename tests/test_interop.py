@@ -232,6 +232,14 @@ def test_a_fix_with_every_field_round_trips_through_git_am_and_quilt(tmp_path: P
     catalog, src, base = full_fix(tmp_path)
     fix = Catalog(catalog).get("pair")
     assert fix.upstream.forwarding == "merged" and len(fix.headers) == 3
+    shown = ok(catalog, "show", "pair")  # every field, as export writes it
+    for trailer in ("Author: Zoë Example <zoe@example.org>",
+                    "Origin: upstream, https://github.com/sgl-project/sglang/commit/abc",
+                    "Bug: https://github.com/sgl-project/sglang/issues/2",
+                    "Forwarded: https://github.com/sgl-project/sglang/pull/1",
+                    "Applied-Upstream: 0.5.24", "Reviewed-by: Ray <ray@example.org>",
+                    "Reviewed-by: Sam <sam@example.org>", "Bug-Debian: https://bugs.debian.org/3"):
+        assert trailer in shown, shown
     git(src, "reset", "-q", "--hard", base)
 
     ok(catalog, "export", "pair", "--format", "mbox", "-o", tmp_path / "out")

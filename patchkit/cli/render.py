@@ -478,7 +478,12 @@ def render_fix(console: Any, fix: Any, files: Mapping[str, list[str]]) -> None:
     trailers = [
         ("Fix", f"{fix.name} v{fix.version}"),
         ("Status", fix.status),
+        *([("Author", fix.author)] if fix.author else []),
         ("Upstream", f"{fix.upstream.project} {fix.upstream.base_release} ({fix.upstream.forwarding})"),
+        # as export writes them (DEP-3): reference is where it was forwarded
+        *((key, value) for key, value in (("Origin", fix.upstream.origin), ("Bug", fix.upstream.bug),
+                                          ("Forwarded", fix.upstream.reference),
+                                          ("Applied-Upstream", fix.upstream.applied)) if value),
         ("Applies-to", ", ".join(fix.upstream.releases) or "any release (it patches no sglang root)"),
         *([("Restart", ", ".join(fix.restart))] if fix.restart else []),
         *(("Depends-on", dep) for dep in fix.depends_on),
@@ -493,6 +498,7 @@ def render_fix(console: Any, fix: Any, files: Mapping[str, list[str]]) -> None:
     ]
     if fix.rollback.notes:
         trailers.append(("Rollback", f"{fix.rollback.strategy}: {fix.rollback.notes.strip()}"))
+    trailers += list(fix.headers)  # the patch headers an import kept (Reviewed-by, ...)
     for key, value in trailers:
         line(console, [(f"{key}: ", "cyan"), (value, "")])
 
