@@ -93,3 +93,30 @@ def test_ctrl_c_during_a_verify_says_it_wrote_nothing(tmp_path: Path) -> None:
             data = json.loads(out)
             assert data["op"] == "verify" and said in data["error"]["message"]
         assert tree_digest(tree) == before
+
+
+def test_a_run_that_waits_for_the_lock_says_so_while_it_waits(tmp_path: Path) -> None:
+    """Another run holds the target's lock: a ``status`` waiting for it says who holds it and
+    how long it will wait, on its progress line, instead of sitting silent behind "reading"
+    (a new-user trial: 17 s of silence); at the limit it ends with LockBusy, exit 4."""
+    tree = app_tree(tmp_path / "tree")
+    catalog = user_catalog(tmp_path / "catalog", {"good": (app_patch(), "")})
+    run = [sys.executable, "-m", "patchkit", "--catalog", str(catalog)]
+    assert subprocess.run([*run, "apply", "good", "--root", f"tree={tree}"]).returncode == 0
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY "
+         "| os.O_DIRECTORY); fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); "
+         "time.sleep(60)", str(tree)], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert holder.stdout.readline() == "held\n"  # type: ignore[union-attr]
+        done = subprocess.run([*run, "status", "--root", f"tree={tree}", "--lock-timeout", "1.5"],
+                              capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                              env=dict(os.environ, PATCHKIT_PROGRESS_AFTER="0"))
+        assert done.returncode == 4, done.stdout + done.stderr
+        said = " ".join(done.stderr.split())
+        assert f"waiting for the lock on {tree}: another patchkit run" in said, said
+        assert f"pid {holder.pid}" in said and "waiting up to 1.5s (--lock-timeout)" in said, said
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)  # this test's own process group, by its PID
+        holder.wait(timeout=30)
+        holder.stdout.close()  # type: ignore[union-attr]

@@ -97,7 +97,10 @@ def run_op(state: State, where: dict[str, Any], doing: str, as_json: bool, call:
 
     target = state.target(where["target"], where["roots"], where["python"])
     state.writes = options.get("dry_run") is False  # the ops that write take dry_run; no other
-    with render.busy(f"{doing} {target.description}", quiet=as_json):
+    from ..engine.store import Store
+
+    with render.busy(f"{doing} {target.description}", quiet=as_json) as progress, \
+            Store.telling(progress.update):  # a wait for the target's lock is said, not silent
         return call(state.catalog(), target, *args, lock_timeout=where["lock_timeout"], **options)
 
 

@@ -25,6 +25,8 @@ HOOKS = "hooks"
 #: the state roots (device, inode) whose lock this process holds across several runs
 #: (:meth:`Store.hold`): a run on one of them takes no lock of its own
 _HELD: Dict[Tuple[int, int], str] = {}
+#: who hears that a run of this process waits for a lock (:meth:`Store.telling`), innermost last
+_ON_WAIT: List[Callable[[str], None]] = []
 
 
 def hostname() -> str:
@@ -94,6 +96,18 @@ class Store:
 
     # -- lock ------------------------------------------------------------------------------
 
+    @staticmethod
+    @contextmanager
+    def telling(on_wait: Callable[[str], None]) -> Iterator[None]:
+        """Within the block, a run of this process that has to wait for a target's lock first
+        calls ``on_wait`` with what it waits for (the CLI's progress line): the engine itself
+        prints nothing."""
+        _ON_WAIT.append(on_wait)
+        try:
+            yield
+        finally:
+            _ON_WAIT.pop()
+
     @contextmanager
     def locked(self, timeout: float, write: bool) -> Iterator[bool]:
         """Hold an exclusive flock on the state root for the block; yields whether it is held (a
@@ -118,12 +132,18 @@ class Store:
 
     def _acquire(self, fd: int, timeout: float, write: bool) -> bool:
         deadline = time.monotonic() + max(0.0, float(timeout))
+        told = False
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 return True
             except BlockingIOError:
                 holder = self.lock_holder()
+                if not told and _ON_WAIT:  # what the caller shows while this run waits
+                    told = True
+                    _ON_WAIT[-1]("waiting for the lock on %s: another patchkit run (%s) holds "
+                                 "it; waiting up to %gs (--lock-timeout)"
+                                 % (self.root, describe_holder(holder), timeout))
                 in_hooks = holder.get("phase") == HOOKS and holder.get("verified")
                 if in_hooks and not write:  # its change is made: a reader does not wait
                     return False
