@@ -135,7 +135,10 @@ def test_rollback_says_when_it_used_the_record_for_a_broken_manifest(tmp_path: P
     cat, where, catalog = fixture(tmp_path)
     assert pk(*cat, "apply", "good", *where).returncode == 0
     manifest = catalog / "manifests" / "good.toml"
-    manifest.write_text(manifest.read_text().replace('title = "good"', 'title = "good'))
+    manifest.write_text(manifest.read_text().replace("version = 1", 'version = "one"'))
+    dry = pk(*cat, "rollback", "good", *where, "--dry-run")  # a dry run says it too
+    assert dry.returncode == 0 and "would-roll-back good" in dry.stdout, dry.stdout + dry.stderr
+    assert f"{manifest}:" in dry.stderr and "cannot be read" in dry.stderr, dry.stderr
     done = pk(*cat, "rollback", "good", *where)
     assert done.returncode == 0, done.stderr
     said = " ".join(done.stderr.split())

@@ -131,5 +131,7 @@ def test_a_python_for_the_checks_that_does_not_exist_is_refused_before_anything(
     assert tree_digest(tree) == before
     assert pk("--catalog", str(catalog), "verify", "--root", f"tree={tree}",
               "--python", missing).returncode == 5
-    status = pk("--catalog", str(catalog), "status", "--root", f"tree={tree}", "--python", missing)
-    assert status.returncode == 0, status.stderr  # a status runs no check
+    for op in (["status", "--running", "--exit-code"], ["rollback", "reads"]):  # all alike
+        done = pk("--catalog", str(catalog), *op, "--root", f"tree={tree}", "--python", missing)
+        assert done.returncode == 5 and f"interpreter {missing} does not exist" in done.stderr, \
+            done.stdout + done.stderr

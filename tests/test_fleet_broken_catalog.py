@@ -135,6 +135,6 @@ def test_a_fleet_command_that_fails_says_so_in_json_with_its_error(tmp_path: Pat
     assert apply.returncode == 10, apply.stdout + apply.stderr
     data = json.loads(apply.stdout)
     assert data["ok"] is False and data["error"]["type"] == "HostUnreachable", data
-    assert data["error"]["message"] == data["stopped"]
+    assert data["error"]["message"] == data["stopped"] and data["error"]["details"]["hosts"] == ["gone"]
     init = pk("init", str(tmp_path / "mine"), "--no-git", "--json")
     assert init.returncode == 0 and json.loads(init.stdout)["ok"] is True, init.stdout

@@ -94,4 +94,5 @@ def test_a_conflict_names_its_fix_and_the_fix_that_changed_the_file_before_it(tm
     said = " ".join(done.stderr.split())
     assert "fix copy: tree:app.py: hunk #1 of 0001-copy.patch does not apply" in said, said
     assert "fix first changed this file before it" in said, said
+    assert "see patchkit show first, and make this fix build on it" in said, said
     assert (tree / "app.py").read_text() == "".join(LINES)

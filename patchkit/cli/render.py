@@ -241,9 +241,10 @@ def render_fix_outcome(console: Any, fix: FixOutcome, *, show_diff: bool,
     line(console, [(f"{fix.outcome} ", style), (f"{fix.name}{version}", "bold")])
     if fix.drifted and fix.outcome == "already-applied":
         _drifted(console, fix)
-    if fix.outcome == "not-applied":  # a rollback of a fix with no record on the target
+    if fix.outcome == "not-applied" and not fix.detail:  # a rollback of a fix not recorded
         line(console, [("  nothing to do: the target has no record of it", "dim")])
     if fix.detail and fix.outcome in ("not-needed", "present-unrecorded", "upgraded", "verified",
+                                      "not-applied",
                                       "would-upgrade", "rolled-back", "would-roll-back",
                                       "undone", "would-undo"):
         # an upgrade: the files held it already; a rollback: of a lost fix, only forgotten;

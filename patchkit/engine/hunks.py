@@ -398,9 +398,13 @@ def of_fix(exc: ConflictError, fix: str, others: Sequence[str] = ()) -> Conflict
         exc.message = "fix %s: %s" % (fix, exc.message)
     if others and "others" not in exc.details:
         exc.details["others"] = list(others)
-        exc.message += ("; fix %s changed this file before it, so the two changes may overlap: "
-                        "see patchkit show %s, and make one fix build on the other (depends_on, "
-                        "then refresh it on top)" % (" and ".join(others), others[-1]))
+        named = ("fix %s" % others[0] if len(others) == 1 else "fixes %s and %s"
+                 % (", ".join(others[:-1]), others[-1]))
+        exc.message += ("; %s changed this file before it, and may have changed the lines this "
+                        "hunk expects: see %s, and make this fix build on %s (depends_on, then "
+                        "refresh it on top)"
+                        % (named, ", ".join("patchkit show %s" % o for o in others),
+                           "it" if len(others) == 1 else "them"))
     exc.args = (exc.message,)
     return exc
 

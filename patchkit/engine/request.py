@@ -180,7 +180,7 @@ def parse_request(data: Any) -> Request:
         lock_timeout = float(data.get("lock_timeout", 30.0))
     except (TypeError, ValueError):
         raise UsageError("lock_timeout %r is not a number" % data.get("lock_timeout")) from None
-    if data.get("python") and op in ("apply", "verify"):  # the ops that run checks with it
+    if data.get("python"):  # checks run with it, bytecode and running servers are found by it
         _check_interpreter(str(data["python"]))
     return Request(op=op, dry_run=bool(data.get("dry_run", False)), force=bool(data.get("force", False)),
                    roots=roots, state_root=state_root, python=str(data.get("python") or roots.interpreters.get(PRIMARY_ROOT)
@@ -260,9 +260,10 @@ def check_file_modes(specs: Iterable[FixSpec]) -> None:
 
 
 def _check_interpreter(python: str) -> None:
-    """The interpreter a request names for its checks (``--python``) must run here, refused
-    before anything is read or written, as a ``python:`` root is: else a fix with no process
-    check applies and one with a script fails its verification after writing."""
+    """The interpreter a request names (``--python``) must run here, refused before anything is
+    read or written, as a ``python:`` root is: else a fix with no process check applies and
+    one with a script fails its verification after writing, and a status's restart gate
+    looks for the servers of a venv that is not there and passes."""
     if os.sep in python:
         found = os.path.isfile(python) and os.access(python, os.X_OK)
     else:

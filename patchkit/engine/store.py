@@ -139,11 +139,6 @@ class Store:
                 return True
             except BlockingIOError:
                 holder = self.lock_holder()
-                if not told and _ON_WAIT:  # what the caller shows while this run waits
-                    told = True
-                    _ON_WAIT[-1]("waiting for the lock on %s: another patchkit run (%s) holds "
-                                 "it; waiting up to %gs (--lock-timeout)"
-                                 % (self.root, describe_holder(holder), timeout))
                 in_hooks = holder.get("phase") == HOOKS and holder.get("verified")
                 if in_hooks and not write:  # its change is made: a reader does not wait
                     return False
@@ -160,6 +155,11 @@ class Store:
                                    "Wait for it to finish, or wait longer with --lock-timeout SECONDS"
                                    % (describe_holder(holder), self.root, timeout),
                                    lock=self.root, pid=holder.get("pid"), holder=holder) from None
+                if not told and _ON_WAIT:  # what the caller shows while this run waits
+                    told = True
+                    _ON_WAIT[-1]("waiting for the lock on %s: another patchkit run (%s) holds "
+                                 "it; waiting up to %gs (--lock-timeout)"
+                                 % (self.root, describe_holder(holder), timeout))
                 time.sleep(0.05)
             except OSError as exc:  # a file system without flock (some network mounts)
                 if write:

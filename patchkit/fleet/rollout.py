@@ -22,6 +22,8 @@ Changes = tuple[tuple[str, str], ...]
 #: The ops a rollout runs, the engine's that write: each changes hosts, so each has its
 #: ``DONE`` host state.
 ROLLOUT_OPS = WRITES
+#: The host states that stop a rollout (``FleetReport.error`` names those hosts).
+STOPPING = ("unreachable", "refused", "failed", "unknown")
 #: The op that undoes a wave's change where its transaction kept no undo point (``--commit``).
 OPPOSITE = {"apply": "rollback", "rollback": "apply"}
 
@@ -71,9 +73,10 @@ class FleetReport:
         unreachable than the budget allows, or a host refused, failed or rolled back."""
         if self.stopped is None:
             return None
+        hosts = [h.host for h in self.hosts if h.state in STOPPING]
         if self.stopped.startswith("unreachable"):
-            return HostUnreachable(self.stopped)
-        return RolloutStopped(self.stopped)
+            return HostUnreachable(self.stopped, hosts=hosts)
+        return RolloutStopped(self.stopped, hosts=hosts)
 
     @property
     def exit_code(self) -> int:
