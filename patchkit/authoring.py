@@ -288,13 +288,15 @@ def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] 
     files = capture(src, tuple(sorted(set(owner) | set(paths))))
     applied: tuple[tuple[str, str], ...] = ()
     owners: dict[str, str] = {}
+    stacked: list[tuple[str, tuple[str, ...]]] = []
     if not include_applied:
         for root in dict.fromkeys(ref.root for ref in fix.patches):
             kept = None if root == PRIMARY_ROOT else record
             writers = applied_writers(src, root, record=kept)
             # a file this fix wrote is its own, diffed against it as before; one only other
             # applied fixes wrote is theirs, left out
-            files = as_before(files, writers, name, src, record=kept)
+            files, found = as_before(files, writers, name, src, record=kept)
+            stacked += found
             owners.update({p: chain[-1][0] for p, chain in writers.items()
                            if name not in (fix for fix, _rec in chain)})
         files, applied = leave_applied(files, owners, src, name)
@@ -315,6 +317,9 @@ def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] 
                              tuple(f.path for f in files), release, changed=changed,
                              ignored=ignored, dry_run=dry_run, renamed=renamed, applied=applied,
                              recorded=None if here is None else here.version,
+                             stacked=tuple(stacked),
+                             dropped=tuple(p for p in owner if p not in {f.path for f in files}
+                                           and p not in {a for a, _f in applied}),
                              recorded_new=() if here is None else tuple(
                                  f.path for f in files if f.path not in {r.path for r in here.files}))
     if dry_run or not changed:

@@ -131,14 +131,18 @@ def applied_owners(src: Path, root: str, *, but: str | None = None,
 
 
 def as_before(files: list[CapturedFile], writers: dict[str, list[tuple[str, FileRecord]]],
-              name: str, src: Path, *, record: Path | None = None) -> list[CapturedFile]:
+              name: str, src: Path, *, record: Path | None = None
+              ) -> tuple[list[CapturedFile], list[tuple[str, tuple[str, ...]]]]:
     """``files`` with each one fix ``name`` wrote after other applied fixes diffed against its
     bytes as they were before ``name`` was applied (``name``'s backup of it), not against HEAD:
     the diff is then ``name``'s change and the author's edits, without the earlier fixes'
     hunks. A file a fix applied after ``name`` wrote too holds that fix's change on top of the
-    author's: refused, naming the fix, as no diff of the file tells the two apart."""
+    author's: refused, naming the fix, as no diff of the file tells the two apart. Also
+    returned: each file whose new diff does not apply to its bytes at HEAD, with the fixes
+    applied before ``name`` (its context holds their lines: it applies only after them)."""
     store = Store(str(Path(record) if record is not None else Path(src)))
     out = []
+    stacked: list[tuple[str, tuple[str, ...]]] = []
     for f in files:
         chain = [fix for fix, _rec in writers.get(f.path, [])]
         if name not in chain:
@@ -171,8 +175,25 @@ def as_before(files: list[CapturedFile], writers: dict[str, list[tuple[str, File
             continue  # the author undid all of it: the fix no longer changes this file
         old_mode = None if before is None else f.old_mode or f.mode if mine.mode_before is None \
             else "100755" if mine.mode_before & stat.S_IXUSR else "100644"
-        out.append(dataclass_replace(f, before=before, old_mode=old_mode))
-    return out
+        mine_only = dataclass_replace(f, before=before, old_mode=old_mode)
+        out.append(mine_only)
+        if not _applies_to(mine_only, f.before, name):
+            stacked.append((f.path, tuple(chain[:chain.index(name)])))
+    return out, stacked
+
+
+def _applies_to(f: CapturedFile, head: bytes | None, name: str) -> bool:
+    """Whether the diff of ``f`` applies, with zero fuzz as patchkit applies, to ``head``."""
+    from .engine.hunks import FileChange, apply_change, decode  # here: a refresh alone needs them
+    from .errors import PatchkitError
+
+    data = series.diff_files(f.before, f.after, f.path, mode=f.mode, old_mode=f.old_mode)
+    try:
+        for rec in series.parse_patch(f"{f.path}.patch", "refresh", data=data.encode("utf-8", "surrogateescape")):
+            apply_change(None if head is None else decode(head), FileChange.from_dict(rec, name))
+    except PatchkitError:
+        return False
+    return True
 
 
 def applied_record(src: Path, name: str, *, record: Path | None = None) -> FixRecord | None:

@@ -96,3 +96,38 @@ def test_a_conflict_names_its_fix_and_the_fix_that_changed_the_file_before_it(tm
     assert "fix first changed this file before it" in said, said
     assert "see patchkit show first, and make this fix build on it" in said, said
     assert (tree / "app.py").read_text() == "".join(LINES)
+
+
+def test_a_refresh_written_on_top_of_an_earlier_fix_says_it_applies_only_after_it(
+        tmp_path: Path) -> None:
+    """Its new diff's context holds a line the earlier fix wrote (appended right after its
+    own change): it applies only after that fix, and refresh says so, naming it and depends_on.
+    Before, nothing said so and the new version failed to apply alone (a second trial)."""
+    appends = "--- a/app.py\n+++ b/app.py\n@@ -12,3 +12,4 @@\n l = 1\n m = 1\n n = 1\n+o = 1\n"
+    catalog = user_catalog(tmp_path / "catalog", {"first": (appends, ""),
+                                                   "mine": (_patch(12, "m = 2"), "")})
+    tree = _tree(tmp_path / "tree")
+    cat, where = ["--catalog", str(catalog)], ["--root", f"tree={tree}"]
+    assert pk(*cat, "apply", "first", "mine", *where).returncode == 0  # v1 applies either way
+    app = tree / "app.py"
+    app.write_text(app.read_text().replace("m = 2", "m = 3"))
+    done = pk(*cat, "refresh", "mine", "--from", str(tree))
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = " ".join(done.stderr.split())
+    assert "mine v2's change to app.py is written on top of first" in said, said
+    assert 'depends_on = ["first"]' in said, said
+
+
+def test_a_refresh_says_which_files_it_drops(tmp_path: Path) -> None:
+    """From a checkout where the fix is not applied, only another file edited: the fix's own
+    file no longer differs from HEAD and leaves the series; refresh says so and that the fix
+    is not applied there (a second trial: dropped without a word)."""
+    catalog = user_catalog(tmp_path / "catalog", {"mine": (_patch(6, "g = 2"), "")})
+    tree = _tree(tmp_path / "tree")
+    (tree / "other.py").write_text("x = 1\n")
+    done = pk("--catalog", str(catalog), "refresh", "mine", "--from", str(tree), "other.py",
+              "--dry-run")
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = " ".join(done.stderr.split())
+    assert "mine v2 drops app.py: it no longer differs from HEAD" in said, said
+    assert "mine is not applied there" in said, said

@@ -54,6 +54,11 @@ class AuthoringResult:
     # now hold the version written: `patchkit apply` records it, writing nothing)
     recorded: int | None = None
     recorded_new: tuple[str, ...] = ()  # of those files, the ones the applied version did not change
+    # refresh: files whose new diff is written on top of fixes applied before it there, and
+    # applies only after them: (path, those fixes)
+    stacked: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # refresh: files the old series changed that no longer differ in the checkout (dropped)
+    dropped: tuple[str, ...] = ()
 
 
 def slug(text: str) -> str:

@@ -160,7 +160,8 @@ def refresh(state: State, fix: str, paths: tuple[str, ...], src: str, no_commit:
                                    dry_run=dry_run, record=record and Path(record), **options)
     roots = list(dict.fromkeys(p.root for p in catalog.get(fix).patches))
     report_authoring(result, as_json, "refreshed",
-                     _unrecorded_root(src, roots, record, options["include_applied"]))
+                     _unrecorded_root(src, roots, record, options["include_applied"])
+                     + _refresh_warnings(result, fix, src))
     if not as_json and result.recorded is not None and result.recorded != result.version:
         where = (f"--target {src}" if "sglang" in roots or not record
                  else f"--target {record} --root {roots[0]}={src}")
@@ -177,6 +178,27 @@ def refresh(state: State, fix: str, paths: tuple[str, ...], src: str, no_commit:
                 f"v{result.version}'s: patchkit apply {fix} {where} records v{result.version} "
                 "there, writing nothing")
     return 0
+
+
+def _refresh_warnings(result: authoring.AuthoringResult, fix: str, src: str) -> list[str]:
+    """What a refresh wrote that a reader of its series would not expect: a file's change
+    written on top of other fixes (it applies only after them), a file the old version
+    changed and the new one drops."""
+    said = []
+    for path, before in result.stacked:
+        them = " and ".join(before)
+        said.append(f"{fix} v{result.version}'s change to {path} is written on top of {them}, "
+                    f"applied before it in {src}: its context holds their lines, so it applies "
+                    f"only after {'it' if len(before) == 1 else 'them'}. Add depends_on = "
+                    f"[{', '.join(repr(b).replace(chr(39), chr(34)) for b in before)}] to its "
+                    f"manifest, or refresh from a checkout where {fix} is applied alone")
+    if result.dropped:
+        where = ("" if result.recorded is not None else
+                 f" ({fix} is not applied there: refresh from the checkout it is applied in)")
+        said.append(f"{fix} v{result.version} drops {', '.join(result.dropped)}: "
+                    f"{'it no longer differs' if len(result.dropped) == 1 else 'they no longer differ'}"
+                    f" from HEAD in {src}{where}")
+    return said
 
 
 COMMANDS = [init, new, refresh]
