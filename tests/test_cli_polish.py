@@ -108,7 +108,7 @@ def test_a_checkout_found_from_the_working_directory(catalog_tree: Path) -> None
     before = (tree / ".patchkit" / "state.json").read_bytes()
     again = pk(*cat, "rollback", "dsv4-bf16-sizing", cwd=tree)
     assert again.returncode == 0, again.stderr
-    assert f"not-applied dsv4-bf16-sizing v{shipped_version('dsv4-bf16-sizing')}" in again.stdout and "nothing to do" in again.stdout
+    assert f"not-applied dsv4-bf16-sizing v{shipped_version('dsv4-bf16-sizing')}" in again.stdout and "nothing to roll back" in again.stdout
     assert (tree / ".patchkit" / "state.json").read_bytes() == before
     both = pk(*cat, "rollback", "dsv4-bf16-sizing", "dsv4-bf16-index-k", "--json", cwd=tree)
     assert both.returncode == 0, both.stderr

@@ -153,3 +153,29 @@ def test_a_fleet_matrix_too_wide_for_the_terminal_is_a_row_per_host_and_fix() ->
         for fix in fixes:
             assert any(host in line and fix in line and "not-applied" in line for line in lines), \
                 out.getvalue()
+
+
+def test_a_terminal_status_keeps_the_state_word_in_its_column_and_why_beside_it() -> None:
+    """A long ``lost: ...`` reason filled the state column, and the version and time came after
+    it, the time on a line of its own (a second trial): on a terminal the state column holds
+    the state, and the reason goes to the last column with the files; piped, one field."""
+    from rich.console import Console
+
+    from patchkit.results import FixState
+
+    why = ("sglang 0.5.22 -> 0.5.23: the checkout moved to another release, whose bytes the "
+           "files hold. Apply the fix again onto the new release (patchkit sync)")
+    result = OpResult("status", True, False, "sglang=/srv/sglang", (), (),
+                      (FixState("dsv4-bf16-index-k", "lost", 3, "2026-12-04T18:36:58Z", (),
+                                detail=why),), {})
+    for width in (100, 140):
+        out = io.StringIO()
+        render_status.render_status(Console(file=out, width=width, force_terminal=True,
+                                            color_system=None), result)
+        lines = out.getvalue().splitlines()
+        row = next(line for line in lines if "dsv4-bf16-index-k" in line)
+        assert "lost" in row and "v3" in row and "2026-12-04T18:36:58Z" in row, out.getvalue()
+        assert "sglang 0.5.22 -> 0.5.23" in " ".join(" ".join(lines).split())
+    plain = io.StringIO()
+    render_status.render_status(render.PlainConsole(plain), result)
+    assert plain.getvalue().split("\t")[1] == f"lost: {why}"

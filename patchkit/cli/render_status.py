@@ -71,10 +71,16 @@ def render_status(console: Any, result: OpResult, *, verbose: bool = False) -> N
             row[1], row[4] = "error", broken_detail(b)
     rows = in_place(rows, [[b.name, "error", "", "", broken_detail(b)]
                            for b in result.broken if b.name not in shown])
+    if rows and not isinstance(console, PlainConsole):
+        # a terminal: the state alone in its column, why (lost: ..., applied: ...) with the
+        # files in the last one, which folds; piped, one field as docs/cli.md gives it
+        rows = [[name, state.partition(": ")[0], version, at,
+                 "; ".join(x for x in (state.partition(": ")[2], files) if x)]
+                for name, state, version, at, files in rows]
     if rows:
         write_table(console, rows, ("fix", "bold"), ("state", dict(STATE_STYLE, error="bold red")),
                     ("version", "right"),
-                    ("applied at", "dim"), ("files", ""), title=f"status of {result.target}"
+                    ("applied at", "dim"), ("detail", ""), title=f"status of {result.target}"
                     + (f" (sglang {result.release})" if result.release else ""))
     render_running(console, result)
 
