@@ -349,3 +349,36 @@ def test_a_fix_present_but_unrecorded_has_no_applied_version(tmp_path: Path) -> 
                    columns=200).output
     assert "index-k-bytes  v2  active  [present-unrecorded on target]" in text
     assert "<- " not in text
+
+
+def test_a_variant_carries_the_commits_that_wrote_its_series(tmp_path: Path) -> None:
+    """A ``rebase --onto`` keeps the older release's series as a variant
+    (``patches/FIX/DIR/``) in a commit whose manifest declares the newer version: that commit
+    belongs to the variant's version too. Before, the variant said "no catalog commit" (a
+    new-user trial: every shipped fix's 0.5.22 variant)."""
+    repo = tmp_path / "catalog"
+    src = SAMPLES / "catalog"
+    shutil.copytree(src / "patches" / "index-k-bytes", repo / "patches" / "index-k-bytes")
+    (repo / "manifests").mkdir()
+    text = (src / "manifests" / "index-k-bytes.toml").read_text()
+    (repo / "manifests" / "index-k-bytes.toml").write_text(text)
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "index-k-bytes v2", date="2026-01-10T10:00:00+00:00")
+
+    variant = repo / "patches" / "index-k-bytes" / "0.5.19"
+    variant.mkdir()
+    for patch in (src / "patches" / "index-k-bytes").glob("*.patch"):
+        shutil.copy(patch, variant / patch.name)
+    (repo / "manifests" / "index-k-bytes.toml").write_text(
+        text + '\n[[variants]]\nversion = 1\nbase_release = "0.5.19"\nreleases = ["0.5.19"]\n'
+          'dir = "0.5.19"\n\n[[variants.patches]]\nfile = "0001-count-index-k-bytes.patch"\n'
+          'root = "sglang"\n')
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "index-k-bytes: a variant for 0.5.19",
+        date="2026-01-20T10:00:00+00:00")
+
+    lin = lineage.build(Catalog(repo))
+    versions = {v.version: [c.subject for c in v.commits] for v in lin.get("index-k-bytes").versions}
+    assert versions[1] == ["index-k-bytes: a variant for 0.5.19"], versions
+    assert versions[2] == ["index-k-bytes v2", "index-k-bytes: a variant for 0.5.19"], versions

@@ -193,7 +193,7 @@ def _reach(start: str, graph: Mapping[str, set[str]]) -> set[str]:
 
 
 def _assemble(fixes: Sequence[Fix], applied: Mapping[str, Applied],
-              commits: Mapping[str, Sequence[tuple[CatalogCommit, int | None]]] | None,
+              commits: Mapping[str, Sequence[tuple[CatalogCommit, int | None, tuple[int, ...]]]] | None,
               *, target: str | None) -> Lineage:
     by_name = {f.name: f for f in fixes}
     edges = [Edge(f.name, kind, other) for f in fixes for kind, other in _outgoing(f)
@@ -262,7 +262,7 @@ def _order(fixes: Sequence[Fix], edges: Sequence[Edge]) -> list[Fix]:
     return order
 
 
-def _versions(fix: Fix, commits: Sequence[tuple[CatalogCommit, int | None]] | None
+def _versions(fix: Fix, commits: Sequence[tuple[CatalogCommit, int | None, tuple[int, ...]]] | None
               ) -> tuple[Version, ...]:
     entries = {e.version: (e.date, e.base_release, e.summary) for e in fix.changelog}
     if not entries:
@@ -284,13 +284,19 @@ def _versions(fix: Fix, commits: Sequence[tuple[CatalogCommit, int | None]] | No
     return tuple(out)
 
 
-def _attribute(commits: Sequence[tuple[CatalogCommit, int | None]], current: int
+def _attribute(commits: Sequence[tuple[CatalogCommit, int | None, tuple[int, ...]]], current: int
                ) -> dict[int, list[CatalogCommit]]:
     """Each commit goes to the version its manifest declared; a commit without a readable
-    manifest (a series committed before its manifest) to the next version that has one."""
+    manifest (a series committed before its manifest) to the next version that has one. A
+    commit that wrote a variant's series (``patches/FIX/DIR/``) goes to that variant's version
+    too: a ``rebase --onto`` keeps the older release's series as a variant, under the version
+    the manifest declares then."""
     out: dict[int, list[CatalogCommit]] = {}
     pending: list[CatalogCommit] = []
-    for commit, number in commits:
+    for commit, number, variants in commits:
+        for version in variants:
+            if version != number:
+                out.setdefault(version, []).append(commit)
         if number is None:
             pending.append(commit)
             continue
@@ -302,9 +308,9 @@ def _attribute(commits: Sequence[tuple[CatalogCommit, int | None]], current: int
 
 
 def _catalog_history(catalog: Catalog, fixes: Sequence[Fix]
-                     ) -> dict[str, list[tuple[CatalogCommit, int | None]]] | None:
-    """Per fix, the commits of its manifest or series with the version declared at each;
-    None when the catalog is not in a git work tree."""
+                     ) -> dict[str, list[tuple[CatalogCommit, int | None, tuple[int, ...]]]] | None:
+    """Per fix, the commits of its manifest or series with the version declared at each and
+    the variants whose series each wrote; None when the catalog is not in a git work tree."""
     top = gitrepo.work_tree_top(catalog.root)
     if top is None:
         return None
@@ -318,7 +324,11 @@ def _catalog_history(catalog: Catalog, fixes: Sequence[Fix]
                              if any(p == manifest or p.startswith(series) for p in c.files)]
     wanted = [(c.sha, f"{prefix}manifests/{name}.toml") for name, cs in touched.items() for c in cs]
     texts = iter(gitrepo.texts_at(top, wanted)) if wanted else iter(())
-    return {name: [(CatalogCommit(c.sha, c.date, c.subject), version_and_patches(next(texts) or "")[0])
+    dirs = {fix.name: {f"{prefix}patches/{fix.name}/{v.dir}/": v.version for v in fix.variants}
+            for fix in fixes}
+    return {name: [(CatalogCommit(c.sha, c.date, c.subject), version_and_patches(next(texts) or "")[0],
+                    tuple(sorted({v for d, v in dirs[name].items()
+                                  if any(p.startswith(d) for p in c.files)})))
                    for c in cs] for name, cs in touched.items()}
 
 
