@@ -318,8 +318,8 @@ def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] 
                              ignored=ignored, dry_run=dry_run, renamed=renamed, applied=applied,
                              recorded=None if here is None else here.version,
                              stacked=tuple(stacked),
-                             dropped=tuple(p for p in owner if p not in {f.path for f in files}
-                                           and p not in {a for a, _f in applied}),
+                             dropped=tuple(sorted(set(owner) - {f.path for f in files}
+                                                  - {a for a, _f in applied})),
                              recorded_new=() if here is None else tuple(
                                  f.path for f in files if f.path not in {r.path for r in here.files}))
     if dry_run or not changed:

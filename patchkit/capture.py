@@ -19,10 +19,12 @@ from . import gitrepo
 from .catalog import series
 from .catalog.patchmail import Header
 from .engine.auto import detect_release
+from .engine.fsops import read_bytes
+from .engine.hunks import FileChange, apply_change, decode, sha256_bytes
 from .engine.paths import Root, detect_layout
 from .engine.records import FileRecord, FixRecord, State
 from .engine.store import Store
-from .errors import UsageError
+from .errors import PatchkitError, UsageError
 
 
 @dataclass(frozen=True)
@@ -161,16 +163,14 @@ def as_before(files: list[CapturedFile], writers: dict[str, list[tuple[str, File
             continue
         mine = next(rec for fix, rec in writers[f.path] if fix == name)
         before = None
-        if mine.backup is not None:
-            try:
-                with open(store.path(mine.backup), "rb") as fh:
-                    before = fh.read()
-            except OSError as exc:
-                raise UsageError(f"{f.path}: the backup of fix {name}'s file ({store.path(mine.backup)}) "
-                                 f"cannot be read ({exc}), so its change cannot be told from "
-                                 f"those of {', '.join(chain[:chain.index(name)])}, applied before "
-                                 f"it. Run patchkit status --target {src}", fix=name,
-                                 path=f.path) from None
+        if mine.before_sha256 is not None:  # as an upgrade reads it (plan.restore_in_memory)
+            before = read_bytes(store.path(mine.backup)) if mine.backup else None
+            if before is None or sha256_bytes(before) != mine.before_sha256:
+                raise UsageError(f"{f.path}: the backup of fix {name}'s file "
+                                 f"({store.path(mine.backup or 'backups')}) is missing or damaged, "
+                                 f"so its change cannot be told from those of "
+                                 f"{', '.join(chain[:chain.index(name)])}, applied before it. Run "
+                                 f"patchkit status --target {src}", fix=name, path=f.path)
         if before == f.after:
             continue  # the author undid all of it: the fix no longer changes this file
         old_mode = None if before is None else f.old_mode or f.mode if mine.mode_before is None \
@@ -184,9 +184,6 @@ def as_before(files: list[CapturedFile], writers: dict[str, list[tuple[str, File
 
 def _applies_to(f: CapturedFile, head: bytes | None, name: str) -> bool:
     """Whether the diff of ``f`` applies, with zero fuzz as patchkit applies, to ``head``."""
-    from .engine.hunks import FileChange, apply_change, decode  # here: a refresh alone needs them
-    from .errors import PatchkitError
-
     data = series.diff_files(f.before, f.after, f.path, mode=f.mode, old_mode=f.old_mode)
     try:
         for rec in series.parse_patch(f"{f.path}.patch", "refresh", data=data.encode("utf-8", "surrogateescape")):

@@ -3,6 +3,7 @@ captured as a fix."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Callable, Tuple
 
@@ -190,8 +191,8 @@ def _refresh_warnings(result: authoring.AuthoringResult, fix: str, src: str) -> 
         said.append(f"{fix} v{result.version}'s change to {path} is written on top of {them}, "
                     f"applied before it in {src}: its context holds their lines, so it applies "
                     f"only after {'it' if len(before) == 1 else 'them'}. Add depends_on = "
-                    f"[{', '.join(repr(b).replace(chr(39), chr(34)) for b in before)}] to its "
-                    f"manifest, or refresh from a checkout where {fix} is applied alone")
+                    f"{json.dumps(list(before))} to its manifest, or refresh from a checkout "
+                    f"where {fix} is applied alone")
     if result.dropped:
         where = ("" if result.recorded is not None else
                  f" ({fix} is not applied there: refresh from the checkout it is applied in)")

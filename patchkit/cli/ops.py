@@ -10,7 +10,8 @@ from typing import Any, Callable
 import click
 
 from .. import api, hooks
-from ..errors import ChangeNotUndone, Terminated, UsageError
+from ..errors import (ChangeNotUndone, ManifestError, PatchFormatError, Terminated, UnknownFixError,
+                      UsageError)
 from . import render, render_status
 from .common import FORCE_UPGRADE, TARGET_OPTIONS, State, command, run_op, write_options
 from .fleet import (INVENTORY_OPTIONS, ROLLOUT_OPTIONS, WAVE_OPTIONS, fleet_options, hook_commands,
@@ -73,12 +74,17 @@ def changed_held(state: State, result: Any) -> list[Any]:
 
 
 def readable_of(state: State, names: Any) -> list[Any]:
-    """The catalog's fixes of ``names`` whose manifests read: a fix rolled back from its record
-    alone (gone from the catalog, or its manifest broken) names no restart it can be held to."""
+    """The catalog's fixes of ``names`` whose manifests read, each read alone: a fix rolled back
+    from its record (gone from the catalog, or its manifest broken) names no restart it can be
+    held to."""
     catalog = state.catalog()
-    readable, _broken = catalog.readable()
-    by_name = {f.name: f for f in readable}
-    return [by_name[n] for n in names if n in by_name]
+    out = []
+    for name in names:
+        try:
+            out.append(catalog.get(name))
+        except (UnknownFixError, ManifestError, PatchFormatError):
+            continue
+    return out
 
 
 def restarts_said(state: State, fixes: list[Any]) -> tuple[tuple[str, ...], bool]:
@@ -206,10 +212,10 @@ def rollback(state: State, fixes: tuple[str, ...], dry_run: bool, force: bool, u
     with holding(state, where, found, "rollback", dry_run) as hold:
         result = run_op(state, where, f"rolling back {', '.join(names)} on", as_json, api.rollback,
                         names, dry_run=dry_run, force=force)
-        for b in result.broken if not as_json else ():
-            sys.stderr.write(f"warning: {b.name}: its manifest cannot be read ({b.detail}); "
-                             "rolled back from its record, the backups the target keeps. The "
-                             "restart it needs is in its manifest: restart the server yourself\n")
+        if not as_json:
+            render.warn(f"{b.name}: its manifest cannot be read ({b.detail}); rolled back from its "
+                        "record, the backups the target keeps. The restart it needs is in its "
+                        "manifest: restart the server yourself" for b in result.broken)
         return after_change(state, where, result, found, undo_of(state, where, result),
                             health_timeout, as_json, hold)
 

@@ -426,15 +426,17 @@ def write_table(console: Any, rows: List[List[str]], *columns: Tuple[str, Any],
         return Text(text, style=how.get(text.split(" ", 1)[0], "dim")) if isinstance(how, dict) \
             else Text(text)
 
+    def shape(how: Any) -> dict[str, Any]:  # a column's own options: "right", or a style
+        return {"justify": how} if how == "right" else {"style": how} if isinstance(how, str) else {}
+
     fixed = columns[:-1]
     widths = [max([len(name), *(len(r[i]) for r in rows)]) for i, (name, _how) in enumerate(fixed)]
-    fits = sum(w + 2 for w in widths) <= console.width
-    if not fixed or fits and sum(w + 2 for w in widths) + FREE_MIN <= console.width:
+    needed = sum(w + 2 for w in widths)
+    fits = needed <= console.width
+    if not fixed or needed + FREE_MIN <= console.width:
         whole = Table(box=None, title=Text(title) if title else None, title_justify="left")
         for index, (name, how) in enumerate(columns):
-            whole.add_column(name, overflow="fold", no_wrap=index < len(fixed),
-                             **({"justify": how} if how == "right" else
-                                {"style": how} if isinstance(how, str) else {}))
+            whole.add_column(name, overflow="fold", no_wrap=index < len(fixed), **shape(how))
         for row in rows:
             whole.add_row(*(cell(c, how) for c, (_name, how) in zip(row, columns)))
         console.print(whole)
@@ -453,8 +455,7 @@ def write_table(console: Any, rows: List[List[str]], *columns: Tuple[str, Any],
         if fits:
             line = Table(box=None, show_header=False)
             for width, (_name, how) in zip(widths, fixed):
-                line.add_column(width=width, no_wrap=True,
-                                **({"justify": how} if how == "right" else {}))
+                line.add_column(width=width, no_wrap=True, **shape(how))
             line.add_row(*cells)
             console.print(line)
         else:
