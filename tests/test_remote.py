@@ -655,3 +655,32 @@ def test_status_of_a_directory_without_sglang_says_so(kind: str, ssh: Ssh, tmp_p
     assert run.returncode == errors.EXIT_TARGET, (run.stdout, run.stderr)
     assert "no `sglang` package found in" in run.stderr and str(empty) in run.stderr
     assert list(empty.iterdir()) == []
+
+
+def test_a_remote_run_that_waits_for_the_lock_says_so_while_it_waits(ssh: Ssh, tmp_path: Path) -> None:
+    """Another run holds the host's lock: the engine there says so on the session, and the
+    client's progress line names the host, the root and the holder as the wait begins, as a
+    local target's does (before, a remote run sat silent until LockBusy); the agent's line is
+    not left in what ssh's stderr is kept for."""
+    roots = make_tree(tmp_path / "tree")
+    holder = subprocess.Popen(
+        [PY, "-c", "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY "
+         "| os.O_DIRECTORY); fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); "
+         "time.sleep(60)", roots["sglang"]], stdout=subprocess.PIPE, text=True,
+        start_new_session=True)
+    try:
+        assert holder.stdout.readline() == "held\n"  # type: ignore[union-attr]
+        original = snapshot(roots, state=True)
+        run = cli_process(["--catalog", str(SAMPLES / "catalog"), "apply", "index-k-bytes",
+                           "--lock-timeout", "2", *target_args(ssh, "remote", roots)],
+                          env=dict(os.environ, PATCHKIT_PROGRESS_AFTER="0"))
+        assert run.returncode == errors.EXIT_LOCKED, run.stdout + run.stderr
+        said = " ".join(run.stderr.split())
+        assert (f"{ssh.url('')}: waiting for the lock on {roots['sglang']}: another patchkit run"
+                in said), said
+        assert "waiting up to 2s (--lock-timeout)" in said and "agent-says" not in said, said
+        assert snapshot(roots, state=True) == original
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)  # this test's own process group, by its PID
+        holder.wait(timeout=30)
+        holder.stdout.close()  # type: ignore[union-attr]

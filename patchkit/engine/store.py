@@ -108,6 +108,12 @@ class Store:
         finally:
             _ON_WAIT.pop()
 
+    @staticmethod
+    def listener() -> Optional[Callable[[str], None]]:
+        """Who hears of a wait now (the innermost :meth:`telling`'s ``on_wait``), else None: an
+        ``ssh://`` session passes on what the engine on the host says of its wait."""
+        return _ON_WAIT[-1] if _ON_WAIT else None
+
     @contextmanager
     def locked(self, timeout: float, write: bool) -> Iterator[bool]:
         """Hold an exclusive flock on the state root for the block; yields whether it is held (a

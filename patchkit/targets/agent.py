@@ -13,6 +13,7 @@ for its protocol constants only (importing it runs nothing).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.util
 import json
@@ -29,6 +30,9 @@ STARTED = b"\n--patchkit-agent-started-1--\n"
 READY = b"\n--patchkit-agent-ready-1--\n"
 GO = b"run\n"
 RESULT = b"\n--patchkit-agent-result-1--\n"
+#: A line on stderr the client reads as the engine's word that it waits (for a lock), not as a
+#: diagnostic: it shows what follows on its progress line (docs/remote.md).
+SAYS = "--patchkit-agent-says-- "
 TOO_OLD = "patchkit-agent: Python 3.8 or newer is required, found"
 #: The agent's exit code when it ran nothing: no payload, a payload cut short, or no go-ahead.
 RAN_NOTHING = 3
@@ -79,7 +83,14 @@ def run(request: Dict[str, Any], sources: Dict[str, str]) -> Dict[str, Any]:
     imports nothing of patchkit, so it answers even when the engine's package cannot load)."""
     try:
         import patchkit.engine  # type: ignore[import-not-found,unused-ignore]  # from install()
-        result: Dict[str, Any] = patchkit.engine.run(request)
+
+        telling: Any = contextlib.nullcontext()
+        if "patchkit.engine.store" in sources:  # the engine's (a test's stand-in has none)
+            from patchkit.engine.store import Store  # type: ignore[import-not-found,unused-ignore]
+
+            telling = Store.telling(say)  # a wait for the lock is told to the client as it begins
+        with telling:
+            result: Dict[str, Any] = patchkit.engine.run(request)
         return result
     except BaseException as exc:  # the client must always get a result it can re-raise
         error = getattr(exc, "to_dict", None)
@@ -93,6 +104,11 @@ def run(request: Dict[str, Any], sources: Dict[str, str]) -> Dict[str, Any]:
                      "exec"), contract)
         envelope: Dict[str, Any] = contract["result_envelope"](request, error)
         return envelope
+
+
+def say(text: str) -> None:
+    """Tell the client ``text`` (one line) on stderr, where its session picks it out by SAYS."""
+    sys.stderr.write(SAYS + " ".join(text.split()) + "\n")
 
 
 class QuietStderr:

@@ -27,6 +27,7 @@ STARTED_MARKER = agent.STARTED
 READY_MARKER = agent.READY
 GO_LINE = agent.GO
 RESULT_MARKER = agent.RESULT
+SAYS_PREFIX = agent.SAYS.encode("ascii")
 SSH_FAILED = 255  # ssh's own exit code: it could not open or keep the session
 _PACKAGE = Path(__file__).resolve().parent.parent
 NOTHING_RAN = "nothing ran on the host: the target is unchanged and the command is safe to run again."

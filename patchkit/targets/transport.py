@@ -16,9 +16,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..engine.store import Store
 from ..errors import ConnectionLost, RemoteError, UsageError
-from .protocol import (GO_LINE, READY_MARKER, agent_payload, classify_failure, may_have_run, parse_result,
-                       remote_command)
+from .protocol import (GO_LINE, READY_MARKER, SAYS_PREFIX, agent_payload, classify_failure, may_have_run,
+                       parse_result, remote_command)
 
 DEFAULT_CONNECT_TIMEOUT = 15
 
@@ -114,6 +115,7 @@ class _Session:
         self.went = self.timed_out = False
         self.stdout = b""
         self._stderr: list[bytes] = []
+        self.on_wait = Store.listener()  # who hears what the engine there says of its wait
         pipe = subprocess.PIPE
         try:
             self.proc = subprocess.Popen(self.argv, stdin=pipe, stdout=pipe, stderr=pipe)
@@ -192,8 +194,20 @@ class _Session:
             pass
 
     def _drain_stderr(self) -> None:
-        for chunk in iter(lambda: self.proc.stderr.read1(65536), b""):  # type: ignore[union-attr]
-            self._stderr.append(chunk)
+        """Keep ssh's stderr for the error details, all but the agent's SAYS lines: each of
+        those goes to ``on_wait``, prefixed with the host (a lock wait there, said as it begins)."""
+        stream = self.proc.stderr
+        assert stream is not None
+        for line in iter(stream.readline, b""):
+            if line.startswith(SAYS_PREFIX):
+                if self.on_wait is not None:
+                    text = line[len(SAYS_PREFIX):].decode("utf-8", "replace").strip()
+                    try:
+                        self.on_wait(f"{self.spec.url}: {text}")
+                    except Exception:  # noqa: BLE001  a progress line that fails must not stop
+                        pass  # the draining: ssh would block on a full stderr pipe
+                continue
+            self._stderr.append(line)
 
     def close(self) -> None:
         """End the session: kill our ssh (the agent, if it was told to run, goes on)."""
