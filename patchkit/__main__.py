@@ -1,4 +1,4 @@
-from patchkit.cli.main import main
+from patchkit.cli.main import entry
 
 if __name__ == "__main__":
-    main()
+    entry()

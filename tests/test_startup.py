@@ -56,6 +56,26 @@ def test_version_is_answered_by_click_without_loading_the_catalog() -> None:
     assert proc.stdout.splitlines() == ["patchkit, version 0.1.0", "[]"]
 
 
+def test_the_program_leaves_its_heap_to_the_exit_and_its_output_whole(tmp_path: Path) -> None:
+    """The ``patchkit`` program (``entry``: the console script and ``python -m patchkit``)
+    freezes the collector as it ends, so Python's finalization does not collect the whole heap
+    a command made (docs/performance.md); what it printed still reaches a file whole, and its
+    exit code is the command's. ``main``, for a caller in the same process, freezes nothing."""
+    probe = ("import atexit, gc, sys\nfrom patchkit.cli.main import entry, main\n"
+             "atexit.register(lambda: sys.stderr.write('frozen %d\\n' % (gc.get_freeze_count() > 0)))\n"
+             "(entry if sys.argv[1] == 'entry' else main)(sys.argv[2:])\n")
+    for how, frozen in (("entry", 1), ("main", 0)):
+        out = tmp_path / f"{how}.out"
+        with out.open("w") as fh:
+            proc = subprocess.run([sys.executable, "-c", probe, how, "list", "--all"], stdout=fh,
+                                  stderr=subprocess.PIPE, text=True, timeout=60)
+        assert proc.returncode == 0 and f"frozen {frozen}" in proc.stderr, proc.stderr
+        assert "dsv4-bf16-sizing" in out.read_text() and out.read_text().endswith("\n")
+    bad = subprocess.run([sys.executable, "-m", "patchkit", "show", "no-such-fix"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "no-such-fix" in bad.stderr, bad.stderr
+
+
 #: Modules a local apply or status never needs: rich draws only on a terminal, GitPython only
 #: for the client's own repository work (authoring, rebase), tomlkit only to edit a manifest or
 #: report where one is broken, socket nothing (the host name comes from os.uname).
