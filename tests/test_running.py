@@ -5,6 +5,7 @@ under a ``pycache_prefix`` is found and purged."""
 
 from __future__ import annotations
 
+import json
 import os
 import py_compile
 import signal
@@ -291,3 +292,28 @@ def test_a_server_of_the_venv_given_as_the_target_uses_its_checkout(tmp_path: Pa
                 os.killpg(proc.pid, signal.SIGKILL)  # this test's own process group, by its PID
                 proc.wait(timeout=30)
             proc.stdout.close()  # type: ignore[union-attr]
+
+
+def test_a_server_reaching_the_tree_through_a_symlink_is_seen(tmp_path: Path, start: Start) -> None:
+    """A deploy layout of ``current -> releases/X``: a server started with
+    ``PYTHONPATH=.../current/python``, or naming a file under ``current`` on its command line,
+    uses the tree the target names by its real path. Its paths are compared as they resolve
+    too, as the root's are: before, neither was seen and ``--exit-code --running`` passed while
+    both ran the old code (a new-user trial)."""
+    roots = make_tree(tmp_path / "releases" / "r1")
+    current = tmp_path / "current"
+    current.symlink_to(Path(roots["sglang"]))
+    via_path = start(IMPORTER, env={"PYTHONPATH": str(current / "python")})
+    via_argv = start(IMPORTER.replace("import sglang.srt.pool\n", ""), str(current / POOL))
+    cat = ["--catalog", str(SAMPLES / "catalog")]
+    where = ["--target", roots["sglang"], "--root", f"serve={roots['serve']}", "--python", PY]
+    code, out, err = cli([*cat, "apply", "index-k-bytes", *where])
+    assert code == 0, (out, err)
+
+    code, out, err = cli([*cat, "status", *where, "--exit-code", "--running", "--json"])
+    assert code == 1, (out, err)
+    found = {p["pid"]: p for p in json.loads(out)["status"]["running"]["processes"]}
+    for ran, why in ((via_path, f"PYTHONPATH has {current / 'python'}"),
+                     (via_argv, f"command line names {current / POOL}")):
+        assert found[ran.proc.pid]["state"] == "restart-pending", found[ran.proc.pid]
+        assert why in str(found[ran.proc.pid]["via"]), found[ran.proc.pid]

@@ -219,15 +219,20 @@ def _venv(p: Proc) -> Optional[str]:
 
 def _why(p: Proc, tops: Sequence[str]) -> Optional[str]:
     """How process ``p`` uses the root spelled ``tops``, or None."""
-    def hit(path: Optional[str]) -> bool:
-        return any(_inside(path, t) for t in tops)
+    def hit(path: Optional[str], spelled: bool = False) -> bool:
+        """``path`` is under the root; one the process spelled itself (a command-line path, a
+        ``PYTHONPATH`` entry: the kernel resolved the rest) is compared as it resolves too,
+        since a deploy's ``current -> releases/X`` names the root's real path another way."""
+        if any(_inside(path, t) for t in tops):
+            return True
+        return spelled and bool(path) and any(_inside(os.path.realpath(path or ""), t) for t in tops)
 
     if hit(p.exe):
         return "runs %s" % p.exe
     for arg in p.argv[1:]:
         if arg.startswith("-") or "/" not in arg and not arg.endswith((".py", ".sh")):
             continue
-        if hit(p.arg_path(arg)):
+        if hit(p.arg_path(arg), spelled=True):
             return "command line names %s" % p.arg_path(arg)
     # a file under a root has the root in its path: the maps of a process naming none are not parsed
     named = any(t in p.maps_text for t in tops)
@@ -239,7 +244,7 @@ def _why(p: Proc, tops: Sequence[str]) -> Optional[str]:
     if hit(p.cwd):
         return "Python in working directory %s" % p.cwd
     for entry in (p.env.get("PYTHONPATH") or "").split(":"):
-        if entry and hit(p.arg_path(entry)):
+        if entry and hit(p.arg_path(entry), spelled=True):
             return "PYTHONPATH has %s" % entry
     venv = p.env.get("VIRTUAL_ENV") or _venv(p)
     if venv and any(_inside(t, os.path.normpath(venv)) or _inside(os.path.realpath(t), os.path.realpath(venv))
