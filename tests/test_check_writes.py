@@ -6,6 +6,7 @@ refused (found by a new-user trial)."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -135,3 +136,31 @@ def test_a_python_for_the_checks_that_does_not_exist_is_refused_before_anything(
         done = pk("--catalog", str(catalog), *op, "--root", f"tree={tree}", "--python", missing)
         assert done.returncode == 5 and f"interpreter {missing} does not exist" in done.stderr, \
             done.stdout + done.stderr
+
+
+def test_a_relative_python_is_the_one_the_command_named_wherever_a_check_runs(tmp_path: Path) -> None:
+    """``--python venv/bin/python``, relative to where the command runs, is the interpreter a
+    fix's script runs with, although a python-script check runs in its fix's folder; before,
+    the path passed the up-front check and then named nothing there, so apply was undone and
+    verify failed on a healthy target with "could not run" (a new-user trial)."""
+    tree = app_tree(tmp_path / "tree")
+    catalog = user_catalog(tmp_path / "catalog", {"scripted": (app_patch(), """
+[[verification]]
+kind = "python-script"
+root = "tree"
+script = "checks/says.py"
+args = ["{root:tree}/app.py"]
+name = "the script runs with the python given"
+""")})
+    checks = catalog / "patches" / "scripted" / "checks"
+    checks.mkdir()
+    (checks / "says.py").write_text("import sys\nassert 'value = 2' in open(sys.argv[1]).read()\n")
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "bin" / "python").symlink_to(sys.executable)
+    where = ["--root", f"tree={tree}", "--python", "venv/bin/python"]
+    for op in (["apply", "scripted"], ["verify", "scripted"], ["status", "--exit-code"]):
+        done = subprocess.run([sys.executable, "-m", "patchkit", "--catalog", str(catalog), *op,
+                               *where], capture_output=True, text=True, cwd=tmp_path,
+                              stdin=subprocess.DEVNULL)
+        assert done.returncode == 0, (op, done.stdout + done.stderr)
+    assert "value = 2" in (tree / "app.py").read_text()

@@ -180,10 +180,11 @@ def parse_request(data: Any) -> Request:
         lock_timeout = float(data.get("lock_timeout", 30.0))
     except (TypeError, ValueError):
         raise UsageError("lock_timeout %r is not a number" % data.get("lock_timeout")) from None
-    if data.get("python"):  # checks run with it, bytecode and running servers are found by it
-        _check_interpreter(str(data["python"]))
+    python = data.get("python")
+    if python:  # checks run with it, bytecode and running servers are found by it
+        python = _check_interpreter(str(python))
     return Request(op=op, dry_run=bool(data.get("dry_run", False)), force=bool(data.get("force", False)),
-                   roots=roots, state_root=state_root, python=str(data.get("python") or roots.interpreters.get(PRIMARY_ROOT)
+                   roots=roots, state_root=state_root, python=str(python or roots.interpreters.get(PRIMARY_ROOT)
                                             or sys.executable),
                    lock_timeout=lock_timeout, fixes=fixes, dependencies=dependencies,
                    commit=bool(data.get("commit", False)), git=bool(data.get("git", True)),
@@ -259,12 +260,17 @@ def check_file_modes(specs: Iterable[FixSpec]) -> None:
                 raise err
 
 
-def _check_interpreter(python: str) -> None:
+def _check_interpreter(python: str) -> str:
     """The interpreter a request names (``--python``) must run here, refused before anything is
     read or written, as a ``python:`` root is: else a fix with no process check applies and
     one with a script fails its verification after writing, and a status's restart gate
-    looks for the servers of a venv that is not there and passes."""
+    looks for the servers of a venv that is not there and passes. A relative path is made
+    absolute here, from the directory it was checked in (the command's; on an ``ssh://`` host,
+    the login directory): a check runs in its fix's folder, where ``venv/bin/python`` would
+    name another file or none. Not resolved further: a venv's ``bin/python`` is a symlink that
+    must stay the venv's."""
     if os.sep in python:
+        python = os.path.abspath(python)
         found = os.path.isfile(python) and os.access(python, os.X_OK)
     else:
         import shutil  # here: a bare command name is rare
@@ -275,3 +281,4 @@ def _check_interpreter(python: str) -> None:
                           "the fixes' checks run with (--python): pass the python of the "
                           "environment that runs SGLang, or leave --python out" % python,
                           path=python, option="--python")
+    return python
