@@ -508,3 +508,29 @@ def test_mbox_takes_the_shells_list_of_mails_as_git_am_does(tmp_path: Path) -> N
                                                                      "dsv4-bf16-sizing"}
     stray = patchkit(catalog, "import", mails[0], "--release", "0.5.23")
     assert stray.exit_code == 2 and "go after --mbox" in stray.output, stray.output
+
+
+def test_a_quilt_patch_made_with_diff_against_a_kept_copy_imports_as_quilt_applies_it(
+        tmp_path: Path) -> None:
+    """``diff -u x.py.orig x.py`` (-p0), the hand-made patch many vendor series hold, is an
+    edit of x.py for quilt and GNU patch, and so for import and apply; before, both refused it
+    as a rename (a new-user trial)."""
+    src = small_checkout(tmp_path, release="0.5.23")
+    patches = tmp_path / "q"
+    patches.mkdir()
+    (patches / "kept.patch").write_text(
+        f"--- {X}.orig\t2026-10-01 10:00:00.000000000 +0000\n"
+        f"+++ {X}\t2026-10-01 10:00:01.000000000 +0000\n"
+        "@@ -1,3 +1,3 @@\n one = 1\n-two = 2\n+two = 222\n three = 3\n")
+    (patches / "series").write_text("kept.patch -p0\n")
+    pushed = quilt(src, patches, "push", "-a")
+    assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+    expected = worktree_files(src)
+    assert quilt(src, patches, "pop", "-a").returncode == 0
+    shutil.rmtree(src / ".pc")
+
+    catalog = new_catalog(tmp_path / "fixes")
+    ok(catalog, "import", "--quilt", patches, "--one", "--name", "kept", "--target", src)
+    applied = api.apply(Catalog(catalog), LocalTarget(roots={"sglang": str(src)}), ["kept"])
+    assert applied.fixes[0].outcome == "applied"
+    assert worktree_files(src) == expected and b"two = 222" in expected[X]

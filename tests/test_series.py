@@ -168,6 +168,24 @@ def test_plain_unified_diff_without_git_headers(tmp_path: Path) -> None:
     assert (second["path"], second["op"], second["mode"]) == ("y.py", "create", "100644")
 
 
+@pytest.mark.parametrize("old,new", [("x.py.orig", "x.py"), ("a/x.py.orig", "b/x.py"),
+                                     ("x.py~", "x.py"), ("x.py.bak", "x.py"), ("x.py", "x.py.new")])
+def test_a_plain_diff_against_a_kept_copy_edits_the_file(tmp_path: Path, old: str, new: str) -> None:
+    """``diff -u x.py.orig x.py``, the most common hand-made patch, edits ``x.py`` as GNU patch
+    and quilt take it; before, it was refused as a rename (a new-user trial). git's own diffs
+    say a rename, so differing names there stay one."""
+    patch = tmp_path / "plain.patch"
+    patch.write_text(f"--- {old}\t2026-01-01 00:00:00\n+++ {new}\t2026-01-02 00:00:00\n"
+                     "@@ -1 +1 @@\n-a\n+b\n")
+    (record,) = parse_patch(patch, "sglang")
+    assert (record["path"], record["op"]) == ("x.py", "modify")
+    for header in ("", "diff --git a/x.py.orig b/x.py\n"):
+        patch.write_text(f"{header}--- y.py\n+++ x.py\n@@ -1 +1 @@\n-a\n+b\n"
+                         if not header else f"{header}--- a/x.py.orig\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n")
+        with pytest.raises(PatchFormatError, match="the file is renamed"):
+            parse_patch(patch, "sglang")
+
+
 BAD_PATCHES = {
     "empty": (b"\n\n", 1, "the patch is empty"),
     "no-changes": (b"just some words\n", 1, "no file changes found"),

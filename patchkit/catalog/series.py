@@ -265,8 +265,12 @@ def _file_record(path: Path, lines: Sequence[str], patched: Any, root: str,
         rel = source.removeprefix("a/")
     else:
         both = source.startswith("a/") and target.startswith("b/")
-        rel = target[2:] if both else target
-        if (source[2:] if both else source) != rel:
+        rel, was = (target[2:], source[2:]) if both else (target, source)
+        git = any(line.startswith("diff --git ") for line in info)  # (git says a rename)
+        edited = None if git else _edited(was, rel)
+        if edited is not None:
+            rel = edited
+        elif was != rel:
             raise _fail(path, start, f"the file is renamed ({source} -> {target})",
                         "Renames are not supported; express it as a delete and a create")
     if not rel or rel == DEV_NULL:
@@ -284,6 +288,21 @@ def _file_record(path: Path, lines: Sequence[str], patched: Any, root: str,
     else:
         _check_span_ends(path, lines, spans, base)
     return {"root": root, "path": rel, "patch": path.name, "op": op, "mode": mode, "hunks": hunks}
+
+
+#: What ``diff -u`` users name the copy they kept of the file they edit: ``x.orig`` -> ``x``.
+_KEPT_COPY = (".orig", ".old", ".bak", "~")
+
+
+def _edited(was: str, now: str) -> str | None:
+    """The file a plain (not git) diff from ``was`` to ``now`` edits when one of the two names
+    is a copy kept beside the other, as GNU patch finds it (``x.orig`` -> ``x``: ``x``; ``x`` ->
+    ``x.new``: ``x``); else None."""
+    if any(was == now + kept for kept in _KEPT_COPY):
+        return now
+    if now == was + ".new":
+        return was
+    return None
 
 
 def _header_names(lines: Sequence[str], start: int, patched: Any) -> tuple[str, str]:
