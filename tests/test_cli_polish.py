@@ -390,7 +390,13 @@ def test_every_json_error_names_the_command_and_the_target(tmp_path: Path) -> No
              (("show", "no-such-fix", "--json"), "show", None, 2),
              # the refused option before --target
              (("rollback", "--lock-timeout", "-1", "--target", str(tmp_path), "--json"),
-              "rollback", str(tmp_path), 2)]
+              "rollback", str(tmp_path), 2),
+             # an option click does not know: the line is refused before --target is read
+             (("apply", "x", "--target", str(missing), "--bogus", "--json"), "apply", str(missing), 2),
+             (("apply", "x", f"--target={missing}", "--bogus", "--json"), "apply", str(missing), 2),
+             # two targets: none is the target of the run
+             (("status", "--target", str(missing), "--target", str(tmp_path), "--json"),
+              "status", None, 2)]
     for argv, op, target, code in cases:
         run = pk(*argv)
         assert run.returncode == code, (argv, run.stdout, run.stderr)

@@ -196,6 +196,18 @@ def _where_given(args: list[str]) -> list[str]:
     return given
 
 
+def _target_given(args: list[str]) -> str | None:
+    """The one ``--target`` of a command line (None: none, or several), read from the line as
+    :func:`_where_given` reads it, for a ``--json`` error click raised before reading it."""
+    given = _where_given(args)
+    found = []
+    for i, word in enumerate(given):
+        name, eq, value = word.partition("=")
+        if name in ("--target", "-t"):
+            found.append(value if eq else given[i + 1] if i + 1 < len(given) else None)
+    return found[0] if len(found) == 1 else None
+
+
 def _interrupted(state: State) -> str:
     """What Ctrl-C left, as SIGTERM's message says it (the engine's ``left_behind``): on a
     local target its journal tells; a remote one's engine puts back what it wrote itself when
@@ -238,7 +250,10 @@ def _run(argv: list[str] | None, state: State) -> int:
         if state.json or "--json" in (args[:args.index("--")] if "--" in args else args):
             from .render import print_json  # the object docs/cli.md promises on any failure
 
-            print_json({**state.named(getattr(exc, "ctx", None)), "ok": False, "error": {
+            named = state.named(getattr(exc, "ctx", None))
+            if named["target"] is None:  # click refused the line before --target was read
+                named["target"] = _target_given(args)
+            print_json({**named, "ok": False, "error": {
                 "type": "UsageError" if code == EXIT_USAGE else type(exc).__name__,
                 "message": said, "details": {}}})
         ctx = getattr(exc, "ctx", None)  # git's manner: one line, then where help is
