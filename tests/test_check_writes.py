@@ -164,3 +164,31 @@ name = "the script runs with the python given"
                               stdin=subprocess.DEVNULL)
         assert done.returncode == 0, (op, done.stdout + done.stderr)
     assert "value = 2" in (tree / "app.py").read_text()
+
+
+TOP_PATCH = '--- a/app.py\n+++ b/app.py\n@@ -1,2 +1,2 @@\n-print("app")\n+print("top")\n value = 1\n'
+
+
+def test_a_fix_whose_dependency_named_beside_it_was_refused_says_so(tmp_path: Path) -> None:
+    """``apply base top`` where ``base`` is refused by its own precondition: ``top``'s
+    ``requires`` check says base was named in this run and refused, not "apply it first, or use
+    --with-deps", which would change nothing (a fleet trial)."""
+    tree = app_tree(tmp_path / "tree")
+    refused = '''
+[[preconditions]]
+kind = "grep"
+root = "tree"
+path = "app.py"
+pattern = "not in the file"
+present = true
+'''
+    catalog = user_catalog(tmp_path / "catalog", {"base": (app_patch(), refused),
+                                                  "top": (TOP_PATCH, "")})
+    top = catalog / "manifests" / "top.toml"
+    top.write_text(top.read_text().replace('rationale = "top"\n', 'rationale = "top"\ndepends_on = ["base"]\n'))
+    before = tree_digest(tree)
+    done = pk("--catalog", str(catalog), "apply", "base", "top", "--root", f"tree={tree}", "--json")
+    assert done.returncode == 1, done.stdout + done.stderr
+    said = json.dumps(json.loads(done.stdout))
+    assert "base, named in this run too, was refused" in said and "--with-deps" not in said, said
+    assert tree_digest(tree) == before

@@ -372,6 +372,12 @@ def test_a_reinstall_underneath_is_lost_not_drifted_and_apply_puts_the_fixes_bac
             in line), line
     assert "drifted" not in res.stdout
     assert run_cli("status", "--exit-code", "--target", f"python:{python}", *serve).returncode == 1
+    # log says the version the target records of a lost fix, as status does (it said null)
+    res = run_cli("log", "--json", "--no-history", "--target", f"python:{python}", *serve)
+    assert res.returncode == 0, res.stderr
+    applied = {f["name"]: f["applied"] for f in json.loads(res.stdout)["fixes"]}
+    assert applied["dsv4-bf16-index-k"]["state"] == "lost"
+    assert applied["dsv4-bf16-index-k"]["version"] == 4 and applied["dsv4-bf16-index-k"]["applied_at"]
 
     # verify fails the lost fixes (their change is not in the files), saying why
     with pytest.raises(VerificationFailed) as exc:
@@ -602,3 +608,24 @@ def test_a_file_put_back_by_hand_is_drift_not_a_reinstall(
     pip_install(venv / "bin" / "python", sglang_wheel_0523, "--force-reinstall")
     [seen] = [s for s in api.status(catalog, target).status if s.name == "dsv4-bf16-index-k"]
     assert seen.state == "lost" and "reinstalled" in (seen.detail or ""), seen
+
+
+def test_a_fix_recorded_on_a_root_not_given_stops_nothing_on_the_roots_given(
+        catalog: Catalog, target: LocalTarget, venv: Path) -> None:
+    """An installed package that records the serve script's fix (root ``serve``): a run given
+    the sglang root alone leaves that fix out, as ``status`` does, instead of failing every
+    command with "root 'serve' is not one of the target's roots" (the look for fixes lost to
+    a reinstall read every recorded fix's files; a fleet trial). Only an undo of the change
+    that wrote on ``serve`` is refused, naming the root, since it would be half an undo."""
+    assert api.apply(catalog, target, ["prefill-hicache-off"]).ok
+    alone = ["--target", f"python:{venv / 'bin' / 'python'}"]
+    for args, said in ((["sync", "--dry-run"], "prefill-hicache-off: not synced: root serve not given"),
+                       (["apply", "dsv4-bf16-index-k", "--dry-run"], "would-apply dsv4-bf16-index-k"),
+                       (["verify"], "prefill-hicache-off: applied here, not verified"),
+                       (["status", "--exit-code"], "prefill-hicache-off: applied here, not looked at")):
+        res = run_cli(*args, *alone)
+        assert res.returncode == 0 and said in res.stdout + res.stderr, (args, res.stdout, res.stderr)
+    res = run_cli("undo", "--dry-run", *alone)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "it wrote files on root serve, which this run was not given" in res.stderr, res.stderr
+    assert "Give --root serve=PATH" in res.stderr

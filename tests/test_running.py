@@ -317,3 +317,27 @@ def test_a_server_reaching_the_tree_through_a_symlink_is_seen(tmp_path: Path, st
                      (via_argv, f"command line names {current / POOL}")):
         assert found[ran.proc.pid]["state"] == "restart-pending", found[ran.proc.pid]
         assert why in str(found[ran.proc.pid]["via"]), found[ran.proc.pid]
+
+
+def test_a_restart_pending_line_is_one_line_whatever_the_command(tmp_path: Path) -> None:
+    """A server started with ``python -c`` and a program of several lines: its ``restart
+    pending`` line on stderr is still one tab-separated line, each newline a space (it spanned
+    several lines: a fleet trial)."""
+    roots = make_tree(tmp_path / "tree")
+    code = "import sys\nimport sglang.srt.pool\nprint('ready', flush=True)\nsys.stdin.read()\n"
+    proc = subprocess.Popen([PY, "-c", code], text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            start_new_session=True,
+                            env={**os.environ, "PYTHONPATH": os.path.join(roots["sglang"], "python")})
+    try:
+        assert proc.stdout.readline() == "ready\n"  # type: ignore[union-attr]
+        where = ["--catalog", str(SAMPLES / "catalog"), "--target", roots["sglang"], "--root",
+                 f"serve={roots['serve']}", "--python", PY]
+        assert cli([where[0], where[1], "apply", "index-k-bytes", *where[2:]])[0] == 0
+        _, _, err = cli([where[0], where[1], "status", "--running", *where[2:]])
+        [line] = [ln for ln in err.splitlines() if ln.startswith(f"restart pending\t{proc.pid}\t")]
+        assert "-c 'import sys import sglang.srt.pool print(" in line, err
+        assert len(line.split("\t")) == 6, line
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # this test's own process group, by its PID
+        proc.wait(timeout=30)
+        proc.stdout.close()  # type: ignore[union-attr]

@@ -9,6 +9,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .. import gitrepo
 from . import BrokenFix, Catalog
+from ..engine.contract import RECORDED
 from ..errors import ManifestError
 from .manifest import version_and_patches
 from .model import Fix, thaw
@@ -18,9 +19,6 @@ LINEAGE_FORMAT = 1
 
 #: Link kinds that order the lineage: the fix named comes first.
 ORDERING_LINKS = ("depends_on", "supersedes", "reverts")
-
-#: Target states that come from the target's record (so with an applied version and time).
-RECORDED_STATES = ("applied", "drifted", "outdated")
 
 
 @dataclass(frozen=True)
@@ -65,7 +63,7 @@ class Links:
 class Applied:
     """What a target's ``status`` says of the fix."""
 
-    state: str  # applied | drifted | not-applied | partly-present | present-unrecorded
+    state: str  # a status state: applied | drifted | lost | outdated | not-applied | ...
     version: int | None
     applied_at: str | None
     commits: tuple[tuple[str, str], ...] = ()  # (root, sha) of each commit apply --commit made
@@ -343,7 +341,7 @@ def _applied(target_status: Any) -> dict[str, Applied]:
         commits = tuple((str(c.get("root", "")), str(c.get("sha", "")))
                         for c in raw.get(s.name, {}).get("commits") or () if isinstance(c, Mapping))
         # Only a recorded fix has an applied version; status reports the catalog's for the rest.
-        version = s.version if s.state in RECORDED_STATES else None
+        version = s.version if s.state in RECORDED else None
         out[s.name] = Applied(s.state, version, s.applied_at, commits)
     return out
 

@@ -13,6 +13,7 @@ from .render import (
     STATE_STYLE,
     STATUS_FILES,
     PlainConsole,
+    one_line,
     recovered_notes,
     unseen_notes,
     note_line,
@@ -24,12 +25,20 @@ from .render import (
 )
 
 
+def _file_state(f: Any) -> str:
+    """A file's state in a status row: ``drifted``, or, its bytes as written and only its mode
+    changed, ``drifted: mode 0755, recorded 0644``."""
+    if f.get("recorded_mode"):
+        return f"{f.get('state')}: mode {f.get('mode')}, recorded {f['recorded_mode']}"
+    return str(f.get("state"))
+
+
 def _status_rows(result: OpResult, verbose: bool) -> List[List[str]]:
     rows = []
     for s in result.status:
         if s.state == "not-applied" and not verbose:
             continue
-        bad = [f"{file_where(f).partition(':')[2]} ({f.get('state')})" for f in s.files
+        bad = [f"{file_where(f).partition(':')[2]} ({_file_state(f)})" for f in s.files
                if f.get("state") != "ok" and s.state != "outdated"]  # outdated: the detail says
         if len(bad) > STATUS_FILES:  # a drifted release series: thousands of files
             bad = bad[:STATUS_FILES] + [f"and {len(bad) - STATUS_FILES} more (--json lists them)"]
@@ -135,7 +144,7 @@ def render_running(console: Any, result: OpResult) -> None:
     of every process using the target, then the notes."""
     rows = running_lines(result)
     if isinstance(console, PlainConsole):
-        PlainConsole(sys.stderr).file.write("".join("\t".join(r) + "\n" for r in rows))
+        PlainConsole(sys.stderr).file.write("".join("\t".join(map(one_line, r)) + "\n" for r in rows))
         return
     run = result.running
     if run is not None and run.processes:

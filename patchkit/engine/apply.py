@@ -244,8 +244,8 @@ class _Prepare:
         self.req, self.store, self.ws, self.sources = req, store, ws, sources
         self.git_changes = git_changes
         self.recorded = state.by_name()
-        self.after_hashes = {key: {after} for key, (_fix, after) in state.last_writers().items()
-                             if after}  # what patchkit last wrote to each file
+        self.after_hashes = {key: {f.after_sha256} for key, (_fix, f) in state.last_writers().items()
+                             if f.after_sha256}  # what patchkit last wrote to each file
         self.done: Set[Key] = set(vouched)  # files with no git-clean check (prepared already)
         self.prepared: Set[str] = set()
         self.releases: Dict[str, Any] = {}
@@ -306,7 +306,7 @@ class _Prepare:
         # of the request left out (sync: present unrecorded), as `apply FIX` looks for it
         copies = {d.name: d for d in (*req.fixes, *req.dependencies)}
         pre.extend(auto.requires_check(spec, self.recorded, self.prepared, copies, self.read_any,
-                                       sync=req.sync, lost=self.lost))
+                                       sync=req.sync, lost=self.lost, named=[f.name for f in req.fixes]))
         if spec.name in self.sources:
             pre.append(self.sources[spec.name][1])
         by_key: Dict[Key, List[FileChange]] = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from ..errors import PermissionDenied
 from . import gitcli
@@ -54,11 +54,13 @@ def release_check(spec: FixSpec, roots: Roots, cache: Dict[str, Tuple[Optional[s
 
 def requires_check(spec: FixSpec, recorded: Dict[str, FixRecord], earlier: Set[str],
                    dependencies: Dict[str, FixSpec], read: Reader,
-                   sync: bool = False, lost: Optional[Dict[str, str]] = None) -> List[Dict[str, Any]]:
+                   sync: bool = False, lost: Optional[Dict[str, str]] = None,
+                   named: Sequence[str] = ()) -> List[Dict[str, Any]]:
     """Each required fix is recorded (any version), planned earlier in this request, or, when
     the request carries it as a dependency, present in the files (a fork may carry it).
     ``sync``: the advice is sync's, which has no --with-deps (it applies what it can).
-    ``lost``: recorded fixes a reinstall or another release took away (not there; said so)."""
+    ``lost``: recorded fixes a reinstall or another release took away (not there; said so).
+    ``named``: the fixes the request names (one of them refused is not to be applied "first")."""
     out = []
     for name in spec.requires:
         if name in earlier:
@@ -86,6 +88,9 @@ def requires_check(spec: FixSpec, recorded: Dict[str, FixRecord], earlier: Set[s
         if not ok and sync:
             detail += ("; sync did not apply it here (no variant of it serves this release, or "
                        "it was refused: see patchkit matrix and patchkit status)")
+        elif not ok and name in named:
+            detail += ("; %s, named in this run too, was refused (its own failed check says why): "
+                       "this fix applies once it does" % name)
         elif not ok:
             detail += "; apply it first (patchkit apply %s) or use --with-deps" % name
         out.append(result("requires", "requires %s" % name, ok, detail, name))

@@ -37,6 +37,12 @@ def read_with_stat(path: str) -> Tuple[Optional[bytes], Optional[os.stat_result]
 def sha256_of(path: str) -> Optional[str]:
     """The sha256 of the file ``path`` as :func:`read_with_stat` would read it (None when it
     gives no bytes), read in blocks and not kept."""
+    held = held_of(path)
+    return None if held is None else held[0]
+
+
+def held_of(path: str) -> Optional[Tuple[str, int]]:
+    """The sha256 and permission bits of the file ``path`` (:func:`sha256_of`), or None."""
     import hashlib
 
     try:
@@ -54,7 +60,7 @@ def sha256_of(path: str) -> Optional[str]:
         while block:
             digest.update(block)
             block = os.read(fd, 1 << 20)
-        return digest.hexdigest()
+        return digest.hexdigest(), stat.S_IMODE(st.st_mode)
     finally:
         os.close(fd)
 

@@ -11,7 +11,7 @@ from . import procs, record
 from .contract import NOT_APPLIED, PARTLY_PRESENT, PRESENT_UNRECORDED
 from .paths import Roots
 from .request import FixSpec, Request, check_patch_paths, parse_fix, recorded_only_fix
-from .records import FixRecord, State
+from .records import FileRecord, FixRecord, State
 from .store import Store
 from .workspace import Key, Workspace
 
@@ -61,7 +61,7 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
     for rec in state.fixes:
         if rec.name in listed:
             continue
-        lacking = sorted({f.root for f in rec.files} - {r.name for r in req.roots})
+        lacking = rec.lacking(req.roots)
         if lacking:
             left_out.append({"name": rec.name, "roots": lacking})
         else:
@@ -167,7 +167,7 @@ def _file_state(ok: bool, current: Optional[bytes]) -> str:
     return "ok" if ok else ("missing" if current is None else "drifted")
 
 
-def _recorded(ws: Workspace, rec: FixRecord, last: Dict[Key, Tuple[str, Optional[str]]],
+def _recorded(ws: Workspace, rec: FixRecord, last: Dict[Key, Tuple[str, FileRecord]],
               installs: Optional[Dict[str, record.Installed]] = None,
               releases: Optional[Dict[str, Any]] = None, git: bool = True) -> Dict[str, Any]:
     """A file is ``ok`` when it holds what the last fix to touch it wrote (maybe a later fix);
@@ -177,10 +177,14 @@ def _recorded(ws: Workspace, rec: FixRecord, last: Dict[Key, Tuple[str, Optional
     read once per request."""
     out = []
     for f in rec.files:
-        have = ws.sha256(f.root, f.path)  # hashed, not kept: 2,152 files of a drift series
-        ok = have == last.get(f.key, (rec.name, f.after_sha256))[1]
-        out.append(ws.roots.file(f.root, f.path, state="ok" if ok else (
-            "missing" if have is None else "drifted")))
+        have, mode = ws.held(f.root, f.path)  # hashed, not kept: 2,152 files of a drift series
+        wrote = last.get(f.key, (rec.name, f))[1]
+        ok = have == wrote.after_sha256
+        seen = ws.roots.file(f.root, f.path, state="ok" if ok else (
+            "missing" if have is None else "drifted"))
+        if ok and mode is not None and wrote.chmodded(mode):
+            seen.update(state="drifted", mode="%04o" % mode, recorded_mode="%04o" % (wrote.mode or 0))
+        out.append(seen)
     drifted = any(f["state"] != "ok" for f in out)
     entry: Dict[str, Any] = {"name": rec.name, "state": "drifted" if drifted else "applied",
                              "version": rec.version, "applied_at": rec.applied_at, "files": out}
@@ -233,7 +237,8 @@ def lost_fixes(roots: Roots, state: State, ws: Optional[Workspace] = None, git: 
     releases the tree no longer runs."""
     installs = record.installs(roots)
     releases: Dict[str, Any] = {}
-    maybe = [rec for rec in state.fixes if installs or _release_moved(roots, rec, releases, git)]
+    maybe = [rec for rec in state.fixes if not rec.lacking(roots)  # a root not given: not looked at
+             and (installs or _release_moved(roots, rec, releases, git))]
     if not maybe:
         return {}
     ws, last = ws or Workspace(roots), state.last_writers()

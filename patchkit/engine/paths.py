@@ -163,6 +163,10 @@ class Roots:
     def __iter__(self) -> Iterator[Root]:
         return iter(self._roots.values())
 
+    def __contains__(self, name: object) -> bool:
+        """Whether root ``name`` was given."""
+        return name in self._roots
+
     def where(self, name: str, rel: str) -> str:
         """``root:path`` of a checkout-layout patch path as the file lies in that root (an
         installed package's ``sglang/x.py``, not ``python/sglang/x.py``): how messages name it."""

@@ -66,6 +66,8 @@ def fix_result(fc: FixChange, outcome: str, release: bool = False) -> Dict[str, 
     roots = {r.name: r for r in fc.ws.roots} if fc.ws is not None else {}
     for key in fc.keys:
         before, after = fc.before[key][0], fc.after[key][0]
+        if before is None and after is None:
+            continue  # no file before nor after (a created file deleted by hand, rolled back)
         # the diff names the file as it lies in its root (an installed package's sglang/x.py),
         # so `git apply` run in the root reads it
         shown = roots[key[0]].mapped(key[1]) if key[0] in roots else key[1]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import field
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Container, Dict, Iterable, List, Optional, Tuple
 
 from .recordbase import MutableRecord, record_dataclass
 
@@ -78,6 +78,11 @@ class FileRecord(MutableRecord):
     def key(self) -> Key:
         return (self.root, self.path)
 
+    def chmodded(self, mode: Optional[int]) -> bool:
+        """The file's permission bits ``mode`` are not those this record left (``chmod`` since:
+        drift, as a change of its bytes is; a record that kept no mode, none)."""
+        return self.mode is not None and mode is not None and mode != self.mode
+
     @classmethod
     def from_json(cls, data: Any, where: str) -> "FileRecord":
         data = _object(data, where, "file record")
@@ -125,6 +130,12 @@ class FixRecord(MutableRecord):
     @property
     def keys(self) -> List[Key]:
         return [f.key for f in self.files]
+
+    def lacking(self, given: Container[str]) -> List[str]:
+        """The roots the fix wrote files on that the request did not give (``given``: the root
+        names, or the :class:`Roots`), sorted: such a fix is not looked at, only named
+        (status's ``left_out``), nor does it stop an op on the roots given."""
+        return sorted({f.root for f in self.files if f.root not in given})
 
     @property
     def strategy(self) -> str:
@@ -210,12 +221,13 @@ class State(MutableRecord):
         gone = set(names)
         return State(self.txn, [f for f in self.fixes if f.name not in gone], dict(self.extra))
 
-    def last_writers(self) -> Dict[Key, Tuple[str, Optional[str]]]:
-        """For each recorded file, the last applied fix that touched it and its after-hash."""
-        out: Dict[Key, Tuple[str, Optional[str]]] = {}
+    def last_writers(self) -> Dict[Key, Tuple[str, FileRecord]]:
+        """For each recorded file, the last applied fix that touched it and what it recorded of
+        the file (the hash and mode it left)."""
+        out: Dict[Key, Tuple[str, FileRecord]] = {}
         for fix in self.fixes:  # application order
             for f in fix.files:
-                out[f.key] = (fix.name, f.after_sha256)
+                out[f.key] = (fix.name, f)
         return out
 
     @classmethod

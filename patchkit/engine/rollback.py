@@ -129,10 +129,11 @@ def _take_stock(req: Request, ws: Workspace, fc: FixChange, rec: FixRecord,
         fc.before[f.key] = (e.current, e.mode)
         have = e.sha256(e.current)
         # a committed file may have moved on with later commits (the revert keeps them)
-        moved = f.key in dirty if f.root in git_roots else have != f.after_sha256
+        moved = f.key in dirty if f.root in git_roots else (
+            have != f.after_sha256 or e.current is not None and f.chmodded(e.mode))
         if moved and f.key not in gone:
             drift.append(ws.roots.file(f.root, f.path, fix=rec.name, recorded_sha256=f.after_sha256,
-                                       current_sha256=have))
+                                       current_sha256=have, recorded_mode=f.mode, mode=e.mode))
     return drift
 
 
@@ -205,10 +206,18 @@ def _refuse_drift(drift: List[Dict[str, Any]], force: bool) -> None:
             "%d file(s) changed since patchkit applied them; rolling back would discard those "
             "changes:\n%s\nInspect them; roll back anyway with --force (restores the originals and "
             "loses the changes), or restore the applied bytes first"
-            % (len(drift), "\n".join("- %s (fix %s): sha256 now %s, recorded %s"
-                                     % (d.get("where") or "%s:%s" % (d["root"], d["path"]),
-                                        d["fix"], d["current_sha256"],
-                                        d["recorded_sha256"]) for d in drift)), drifted=drift)
+            % (len(drift), "\n".join("- %s (fix %s): %s" % (d.get("where") or "%s:%s" % (
+                d["root"], d["path"]), d["fix"], _changed(d)) for d in drift)), drifted=drift)
+
+
+def _changed(d: Dict[str, Any]) -> str:
+    """How a drifted file differs from what the fix wrote: gone, its bytes, or its mode."""
+    if d["current_sha256"] is None:
+        return "missing now (deleted since), recorded sha256 %s" % d["recorded_sha256"]
+    if d["current_sha256"] != d["recorded_sha256"]:
+        return "sha256 now %s, recorded %s" % (d["current_sha256"], d["recorded_sha256"])
+    return "mode now %04o, recorded %04o (chmod since; its bytes are as written)" % (
+        d["mode"], d["recorded_mode"])
 
 
 def _writable(req: Request, store: Store, ws: Workspace, names: List[str],

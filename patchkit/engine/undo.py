@@ -50,6 +50,13 @@ def undo(req: Request, store: Store) -> List[Dict[str, Any]]:
     store.undoes = txn
     journal = Journal.from_json(_json(store, "journal.json", txn))
     before = State.from_json(_json(store, STATE_BEFORE, txn))
+    lacking = sorted({f.root for f in journal.files if f.root not in req.roots})
+    if lacking:  # the change wrote there: an undo without that root would be half an undo
+        raise PreconditionFailed(
+            "cannot undo transaction %s (%s of %s) on %s: it wrote files on root %s, which this "
+            "run was not given; nothing was written. Give %s and run patchkit undo again"
+            % (txn, journal.op, ", ".join(journal.fixes), req.state_root.path, ", ".join(lacking),
+               " ".join("--root %s=PATH" % r for r in lacking)), txn=txn, roots=lacking)
     ws = Workspace(req.roots)
     for f in journal.files:
         entry = ws.entry(f.root, f.path)
@@ -84,7 +91,7 @@ def _not_holding(journal: Journal, before: State) -> Set[str]:
     out = set()
     for f in journal.files:  # before_sha256: the bytes the undo puts back
         wrote = last.get((f.root, f.path))
-        if wrote is not None and f.before_sha256 != wrote[1]:
+        if wrote is not None and f.before_sha256 != wrote[1].after_sha256:
             out.add(wrote[0])
     return out
 

@@ -7,7 +7,7 @@ import os
 import stat
 from typing import Dict, List, Optional, Sequence, Tuple, cast
 
-from .fsops import NotRegular, nearest_existing_dir, read_with_stat, sha256_of
+from .fsops import NotRegular, held_of, nearest_existing_dir, read_with_stat
 from .hunks import Hunk, decode, sha256_bytes, split_lines
 from ..errors import PatchkitError
 from .paths import Roots
@@ -84,14 +84,18 @@ class Workspace:
     def sha256(self, root: str, path: str) -> Optional[str]:
         """The sha256 of the file's current bytes (None: no file, as :meth:`entry` reads it),
         without keeping the bytes: a status hashes every recorded file and needs no more."""
+        return self.held(root, path)[0]
+
+    def held(self, root: str, path: str) -> Tuple[Optional[str], Optional[int]]:
+        """:meth:`sha256` and the file's permission bits (None, None: no file)."""
         e = self.entries.get((root, path))
         if e is not None:
-            return e.sha256(e.current)
+            return e.sha256(e.current), e.mode if e.current is not None else None
         abs_path = self.roots.resolve(root, path)
         try:
-            return sha256_of(abs_path)
+            return held_of(abs_path) or (None, None)
         except (NotADirectoryError, NotRegular):  # entry(): no bytes, the path is blocked
-            return None
+            return None, None
 
     def read(self, root: str, path: str) -> Optional[bytes]:
         return self.entry(root, path).current
