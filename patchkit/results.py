@@ -254,3 +254,9 @@ def check_result(raw: Mapping[str, Any], target: str) -> OpResult:
         err.result = result  # type: ignore[attr-defined]
         raise err
     return result
+
+
+def file_where(f: Mapping[str, Any]) -> str:
+    """``root:path`` of a result's file as it lies in its root (an installed package's
+    ``sglang:sglang/x.py``): the engine's ``where``, else the patch's root and path."""
+    return str(f.get("where") or f"{f.get('root')}:{f.get('path')}")

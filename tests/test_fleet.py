@@ -548,3 +548,54 @@ def test_the_documented_playbook_applies_the_seed_fixes_as_written(fleet, tmp_pa
                                   "prefill-hicache-off": 1}
     assert run.stdout.count("'applied', 'applied', 'applied'") == len(fleet.nodes) or \
         run.stdout.count('"applied",') >= len(fleet.nodes), run.stdout
+
+
+def test_a_fix_recorded_on_a_root_the_inventory_does_not_give_is_shown_and_stops_nothing(
+        fleet) -> None:
+    """Hosts recording the serve script's fix, surveyed with an inventory that gives only
+    ``patchkit_target``: the matrix has a ``not-looked-at`` cell for it on each such host,
+    saying why (it had no row at all, and the fleet looked converged while every write on
+    those hosts failed: a fleet trial), and a sync of the sglang fixes goes on, leaving it out."""
+    from tests.fixtures.fleet_hosts import write_inventory
+
+    code, report = patchkit(fleet, "apply", "prefill-hicache-off", "--limit", "h1,h2")
+    assert code == 0, report
+    bare = write_inventory(fleet.inventory.parent / "sglang-only.yml", [n.host for n in fleet.nodes],
+                           {n.name: {"patchkit_target": str(n.sglang)} for n in fleet.nodes},
+                           python=fleet.python)
+    code, status = patchkit(fleet, "status", "--exit-code", inventory=bare)
+    assert code == 0, status
+    for host in ("h1", "h2"):
+        cell = status["matrix"][host]["prefill-hicache-off"]
+        assert cell["state"] == "not-looked-at", cell
+        assert "root serve not given" in cell["detail"] and "patchkit_roots" in cell["detail"]
+    assert "prefill-hicache-off" not in status["matrix"]["h3"]
+    plain = fleet.run("patchkit", "status", "--inventory", str(bare))
+    assert "h1\tprefill-hicache-off\tnot-looked-at\t\tapplied here, not looked at" in plain.stdout, \
+        plain.stdout
+    code, synced = patchkit(fleet, "sync", "--dry-run", inventory=bare)
+    assert code == 0, synced
+    assert set(hosts(synced).values()) <= {"would-apply", "unchanged"}, synced
+
+
+def test_a_status_no_host_answered_is_the_hosts_failure_not_an_empty_answer(fleet) -> None:
+    """Every host unreachable, or every host's engine unable to start (no such interpreter):
+    ``status`` and ``log --inventory`` have no host's answer to give, so they fail as one
+    ``ssh://`` target's status does (exit 10, or 15: nothing ran), ``ok`` false; they exited 0
+    with ``"ok": true`` (a fleet trial). A matrix with one host's answer is still the answer."""
+    from tests.fixtures.fleet_hosts import write_inventory
+
+    where = fleet.inventory.parent
+    gone = write_inventory(where / "gone.yml", [fleet.servers.unreachable("h9")],
+                           {"h9": {"patchkit_target": "/nowhere"}}, python=fleet.python)
+    no_python = write_inventory(where / "no-python.yml", [n.host for n in fleet.nodes],
+                                {n.name: {"patchkit_target": str(n.sglang)} for n in fleet.nodes},
+                                python="/nonexistent/python3")
+    for inventory, code, kind in ((gone, 10, "HostUnreachable"), (no_python, 15, "SessionFailed")):
+        for op in ("status", "log"):
+            got, data = patchkit(fleet, op, inventory=inventory)
+            assert got == code and data["ok"] is False, (op, data)
+            assert data["error"]["type"] == kind and "no host answered" in data["error"]["message"]
+    with_one = fleet.write_inventory(where / "with-h9.yml", unreachable=["h9"])
+    got, data = patchkit(fleet, "status", inventory=with_one)
+    assert got == 0 and data["ok"] is True, data

@@ -3,6 +3,7 @@ fix, a usage exit (docs/fleet.md). Runs the real ansible-inventory; no host is c
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -249,3 +250,24 @@ def test_an_interrupted_undo_wave_says_its_hosts_stand_undone_not_unconfirmed() 
     assert err.details["changed"] == ["h1"]
     assert "put back as before their last change" in str(err) and "h1" in str(err)
     assert "not confirmed" not in str(err) and "to undo:" not in str(err)
+
+
+def test_a_dry_runs_diff_names_an_installed_packages_file_as_it_lies() -> None:
+    """The fleet dry run's diff header names each file as the host's engine does (an installed
+    package's ``sglang:sglang/x.py``, its ``where``), as one target's output does; it named the
+    patch's checkout path (a fleet trial)."""
+    from patchkit.cli import render
+    from patchkit.fleet.rollout import FleetReport, HostReport
+
+    diff = "--- a/sglang/x.py\n+++ b/sglang/x.py\n@@ -1 +1 @@\n-a\n+b\n"
+    fix = {"name": "f", "version": 1, "outcome": "would-apply",
+           "files": [{"root": "sglang", "path": "python/sglang/x.py", "where": "sglang:sglang/x.py",
+                      "diff": diff}]}
+    report = FleetReport("apply", True, tuple(HostReport(h, "would-apply", result={"fixes": [fix]})
+                                              for h in ("h1", "h2")), groups=(("f v1", ("h1", "h2")),))
+    assert list(report.diffs()) == [("f", "sglang:sglang/x.py", diff.rstrip())]
+    out = render.PlainConsole(io.StringIO())
+    from patchkit.cli.fleet import render_rollout
+
+    render_rollout(out, report)
+    assert "--- h1, h2: f sglang:sglang/x.py\n" in out.file.getvalue()

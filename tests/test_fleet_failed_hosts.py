@@ -70,7 +70,8 @@ def test_the_restart_line_of_a_fleet_names_the_hosts_that_need_it() -> None:
 def test_every_host_failed_is_a_row_with_its_reason_and_exit_code_fails(broken_fleet: Path) -> None:
     inv = str(broken_fleet)
     plain = pk("status", "--inventory", inv)
-    assert plain.returncode == 0, plain.stderr
+    assert plain.returncode == 15, plain.stderr  # no host answered: SessionFailed, as one target's
+    assert "error: no host answered the status: 2 failed" in plain.stderr, plain.stderr
     lines = plain.stdout.splitlines()
     for host in HOSTS:
         rows = [line.split("\t") for line in lines if line.startswith(f"{host}\t")
@@ -80,9 +81,10 @@ def test_every_host_failed_is_a_row_with_its_reason_and_exit_code_fails(broken_f
         assert f"{host}\t(running)\t-\t" in plain.stdout  # a host not reached: "-"
 
     code = pk("status", "--inventory", inv, "--exit-code")
-    assert code.returncode == 1, code.stdout + code.stderr
+    assert code.returncode == 15, code.stdout + code.stderr
 
     data = json.loads(pk("status", "--inventory", inv, "--json").stdout)
+    assert data["ok"] is False and data["error"]["type"] == "SessionFailed", data["error"]
     for host in HOSTS:
         cells = data["matrix"][host]
         assert cells and all(c["state"] == "failed" and REASON in c["detail"] for c in cells.values())
@@ -119,7 +121,7 @@ def test_plain_fleet_lines_stay_one_per_host_when_a_detail_has_newlines() -> Non
 @needs_ansible
 def test_log_on_a_fleet_says_log_and_names_failed_hosts_as_status_does(broken_fleet: Path) -> None:
     run = pk("log", "--inventory", str(broken_fleet))
-    assert run.returncode == 0, run.stderr
+    assert run.returncode == 15, run.stderr  # no host answered, as status
     assert "log on the hosts of" in run.stderr and "status on" not in run.stderr
     failed = [line for line in run.stdout.splitlines() if line.startswith("failed: ")]
     assert [line.split(":")[1].strip() for line in failed] == list(HOSTS), run.stdout

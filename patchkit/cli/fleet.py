@@ -139,6 +139,9 @@ def survey(state: State, op: str, names: list[str], fleet: dict[str, Any], *, as
         if not as_json:
             _recovered(result.hosts)
         render.broken_note(result.broken, as_json)
+        if result.error is not None:  # no host answered: no matrix to read
+            sys.stderr.write(f"error: {result.error.message}\n")
+            return result.error.exit_code
         unconverged = not converged(result, cells, running, running_gate) or bool(result.broken)
         return EXIT_CHECK_FAILED if exit_code and unconverged else 0
     render.emit(as_json, result.to_json(), lambda out: render_hosts(out, result.hosts, op))
@@ -163,7 +166,7 @@ def render_matrix(console: Any, cells: dict[str, dict[str, dict[str, Any]]],
                   running: dict[str, str] | None = None) -> None:
     """Terminal: a host x fix table (and a ``running`` column). Plain: one line per host and fix
     (host, fix, state, version), then per host ``HOST (running) WHAT``."""
-    from ..fleet.status import by_release, cell_fixes
+    from ..fleet.status import NOT_LOOKED_AT, by_release, cell_fixes
 
     fixes = cell_fixes(cells)
     running = running or {}
@@ -195,11 +198,15 @@ def render_matrix(console: Any, cells: dict[str, dict[str, dict[str, Any]]],
                            *([("running", {"restart": "bold yellow", "current": "green"})]
                              if running else []), title=title)
     for host, row in cells.items():  # why a host has no status: once per host, under the table
-        detail = next((c["detail"] for c in row.values() if c.get("detail")), "")
-        if detail:
-            state = next(iter(row.values()))["state"]
+        failed = dict.fromkeys((c["state"], c["detail"]) for c in row.values()
+                               if c.get("detail") and c["state"] != NOT_LOOKED_AT)
+        for state, detail in failed:  # the same in every cell: said once
             render.line(console, [(f"{host}: ", "bold"), (f"{state}: ", "bold red"), (detail, "")],
                         soft_wrap=True)
+        for fix, c in row.items():  # a fix recorded on a root the host was not given
+            if c["state"] == NOT_LOOKED_AT:
+                render.line(console, [(f"{host}: {fix}: ", "bold"), (f"{c['state']}: ", "yellow"),
+                                      (c["detail"], "")], soft_wrap=True)
 
 
 HOST_STYLE = {"applied": "bold green", "rolled-back": "bold yellow", "undone": "bold yellow",
@@ -253,8 +260,11 @@ def fleet_lineage(state: State, fix: str | None, fleet: dict[str, Any], *, as_js
         for host, detail in failed.items():
             render.line(out, [("failed: ", "bold red"), (f"{host}: {render.one_line(detail)}", "")])
 
-    render.emit(as_json, data, draw)
-    return 0
+    error = result.error  # no host answered: no host's version to show
+    render.emit(as_json, dict(data, **({"ok": False, "error": error.to_dict()} if error else {})), draw)
+    if error is not None:
+        sys.stderr.write(f"error: {error.message}\n")
+    return 0 if error is None else error.exit_code
 
 
 def _progress(quiet: bool) -> Any:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, List,
 
 from ..engine import contract as wire
 from ..errors import PatchkitError
-from ..results import CheckResult, FileOutcome, FixOutcome, OpResult
+from ..results import CheckResult, FileOutcome, FixOutcome, OpResult, file_where
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -167,12 +167,6 @@ def emit(as_json: bool, data: Any, draw: Callable[[Any], Any]) -> int:
     else:
         draw(stdout())
     return 0
-
-
-def file_where(f: Mapping[str, Any]) -> str:
-    """``root:path`` of a result's file as it lies in its root (an installed package's
-    ``sglang:sglang/x.py``): the engine's ``where``, else the patch's root and path."""
-    return str(f.get("where") or f"{f.get('root')}:{f.get('path')}")
 
 
 def line(console: Any, segments: Segments, soft_wrap: bool = False) -> None:

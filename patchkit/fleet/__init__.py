@@ -11,7 +11,7 @@ from typing import Any
 
 from ..api import unread_rows
 from ..catalog import BrokenFix, Catalog
-from ..errors import HostUnreachable, PatchkitError, UsageError, VerificationFailed
+from ..errors import HostUnreachable, PatchkitError, SessionFailed, UsageError, VerificationFailed
 from ..hooks import refuse_hooks_on_undo
 from ..request_builder import Unreadable, build_request
 from .ansible import COLLECTIONS_PATH, ENGINE_MODULE, Host, engine_task, inventory_hosts, run_playbook
@@ -110,11 +110,20 @@ class Survey:
     def error(self) -> PatchkitError | None:
         """A verify's failure, as the error a script reads (``--json``) and its exit code: a
         reached host whose verify failed (that says more), else a host unreachable. A status
-        has none: its matrix, unreachable hosts included, is its answer."""
-        if self.op != "verify":
-            return None
+        whose matrix has a host's answer has none: unreachable hosts included, it is its
+        answer; one where no host answered is the hosts' failure (as one ``ssh://`` target's
+        is): all unreachable, ``HostUnreachable``, else ``SessionFailed``."""
         failed = [h.host for h in self.hosts if h.state not in ("ok", "unreachable")]
         unreachable = [h.host for h in self.hosts if h.state == "unreachable"]
+        if self.op != "verify":
+            if not self.hosts or any(h.state == "ok" for h in self.hosts):
+                return None
+            said = "no host answered the %s: %s; their rows say why" % (self.op, "; ".join(
+                "%d %s (%s)" % (len(hs), what, ", ".join(hs))
+                for what, hs in (("failed", failed), ("unreachable", unreachable)) if hs))
+            if failed:
+                return SessionFailed(said, hosts=failed + unreachable)
+            return HostUnreachable(said, hosts=unreachable)
         if failed:
             return VerificationFailed("verify failed on %d host(s): %s (their rows say why)"
                                       % (len(failed), ", ".join(failed)), hosts=failed)

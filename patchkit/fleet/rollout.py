@@ -14,6 +14,7 @@ from ..engine.contract import CHANGED, DONE, PRIMARY_ROOT, WOULD_CHANGE, WOULD_U
 from ..errors import HostUnreachable, PatchkitError, RolloutStopped, UsageError
 from ..engine.contract import WRITES
 from ..hooks import on_host
+from ..results import file_where
 from .ansible import ENGINE_MODULE, Host, PlayRun, TaskResult, engine_task, run_playbook
 
 #: Per fix a host would get: (fix name, "name v2" or "name v1->v2"; an undo's as its result
@@ -90,7 +91,7 @@ class FleetReport:
             for fix in (host.result or {}).get("fixes") or ():
                 for f in fix.get("files") or ():
                     if f.get("diff"):
-                        key = (fix["name"], f"{f['root']}:{f['path']}", f["diff"].rstrip())
+                        key = (fix["name"], file_where(f), f["diff"].rstrip())
                         out.setdefault(key, []).append(host.host)
         return out
 

@@ -11,6 +11,9 @@ from ..engine.contract import APPLIED, OUTDATED, RECORDED, UNHEALTHY
 #: Cells of a fleet status (a fix's state, or a host's) that make ``--exit-code`` fail.
 NOT_CONVERGED = UNHEALTHY | {"unreachable", "failed"}
 Cells = dict[str, dict[str, dict[str, Any]]]
+#: The cell of a fix a host records on a root the inventory does not give it (``patchkit_roots``):
+#: applied there, its files not looked at, as a single target's status says on stderr.
+NOT_LOOKED_AT = "not-looked-at"
 
 
 def status_cells(result: Any, expected: Any = ()) -> Cells:
@@ -23,10 +26,16 @@ def status_cells(result: Any, expected: Any = ()) -> Cells:
         if host.state != "ok":
             rows[host.host] = {"*": {"state": host.state, "detail": host.detail}}
             continue
-        release = ((host.result or {}).get("status") or {}).get("release")
+        seen = (host.result or {}).get("status") or {}
+        release = seen.get("release")
         rows[host.host] = {f["name"]: {"state": f["state"], "version": f.get("version")
                                        if f["state"] in RECORDED else None, "release": release}
                            for f in status}
+        for out in seen.get("left_out") or ():  # recorded there, on a root the host was not given
+            rows[host.host].setdefault(str(out["name"]), {
+                "state": NOT_LOOKED_AT, "version": None, "release": release,
+                "detail": "applied here, not looked at: root %s not given (set patchkit_roots "
+                          "for the host in the inventory)" % ", ".join(out.get("roots") or ())})
     fixes = cell_fixes(rows) or sorted(expected) or ["-"]
     for row in rows.values():
         if "*" in row:
