@@ -343,9 +343,12 @@ def _refuse_variant_checkout(fix: Fix, src: Path) -> None:
         raise UsageError(
             f"{src} is a checkout of {found}, which variant v{served.version} of {fix.name} "
             f"serves ([[variants]], {served.base_release}); refresh rewrites the fix's own series "
-            f"(v{fix.version}, {', '.join(fix.upstream.releases)}) and would drop that variant. "
-            f"Refresh from a checkout of {fix.upstream.base_release}, or make a new version for "
-            f"{found} with patchkit rebase {fix.name} --onto {found}", fix=fix.name, path=str(src))
+            f"(v{fix.version}, {', '.join(fix.upstream.releases)}) and would drop that variant: "
+            f"refresh works on the newest version only, since a fix's versions are numbered "
+            f"across its variants. Refresh from a checkout of {fix.upstream.base_release}; to "
+            f"change {found}'s series, edit patches/{fix.name}/{served.dir}/ in the catalog "
+            f"(patchkit diff {fix.name} --versions {served.version} {fix.version} compares them), then roll the fix back and apply it again on "
+            f"the {found} hosts (docs/rebase.md, 'Variants')", fix=fix.name, path=str(src))
 
 
 def _write_refresh(catalog: Catalog, fix: Fix, texts: dict[PatchRef, str],

@@ -592,5 +592,7 @@ def test_refresh_from_a_checkout_of_a_variants_release_is_refused(
         authoring.refresh_fix(catalog, SIZING, tree, commit=False)
     said = str(refused.value)
     assert "checkout of 0.5.22, which variant v3 of dsv4-bf16-sizing serves" in said, said
-    assert f"patchkit rebase {SIZING} --onto 0.5.22" in said
+    # its advice leads somewhere: a rebase onto 0.5.22 skips the fix (the variant serves it)
+    assert f"patchkit rebase {SIZING} --onto" not in said, said
+    assert f"edit patches/{SIZING}/0.5.22/ in the catalog" in said, said
     assert {p: p.read_bytes() for p in (tmp_path / "cat").rglob("*") if p.is_file()} == before
