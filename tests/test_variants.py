@@ -127,6 +127,21 @@ def test_one_catalog_commit_applies_each_release_its_variant(three_releases: Ups
     assert seen.state == "not-applied" and seen.detail == (
         "no version of the fix serves 0.5.21 (v4 for 0.5.23, v3 for 0.5.22): its change was "
         "not looked for there; make one with patchkit rebase dsv4-bf16-index-k --onto 0.5.21")
+    # from a catalog of the user's own (patchkit init), where the fix is the shipped one, whose
+    # rebase is refused: the advice is the way that works (a new-user trial)
+    from patchkit.authoring import init_catalog
+
+    init_catalog(tmp_path / "mine", git=False)
+    mine = Catalog.open(tmp_path / "mine")
+    steps = (f"make one in a catalog of your own, as {INDEX_K} is shipped with patchkit, whose "
+             f"catalog is never written to: patchkit init DIR; in DIR, patchkit export {INDEX_K} "
+             f"--format quilt -o Q, patchkit import --quilt Q --replace, then patchkit rebase "
+             f"{INDEX_K} --onto 0.5.21")
+    with pytest.raises(PreconditionFailed) as exc:
+        api.apply(mine, local(old), [INDEX_K])
+    assert steps[1:] in exc.value.message, exc.value.message
+    seen = {s.name: s for s in api.status(mine, local(old)).status}[INDEX_K]
+    assert seen.detail.endswith(steps), seen.detail
 
 
 def test_a_fix_upstream_in_0523_is_not_applied_there_and_stays_on_0522(

@@ -39,17 +39,19 @@ def release_check(spec: FixSpec, roots: Roots, cache: Dict[str, Tuple[Optional[s
     ok = found in wanted
     detail = "release %s (from %s)" % (found, source)
     if not ok and spec.variants_known:
-        detail += "; no variant of the fix serves %s: variants exist for %s. Make one with " \
-                  "patchkit rebase %s --onto %s" % (found, ", ".join(
-                      "%s (v%s)" % (", ".join(rs) or "any release", v) for v, rs in spec.variants_known),
-                      spec.name, found)
+        detail += "; no variant of the fix serves %s: variants exist for %s. %s" % (found, ", ".join(
+            "%s (v%s)" % (", ".join(rs) or "any release", v) for v, rs in spec.variants_known),
+            _capital(spec.make_for(found)))
     elif not ok:
-        detail += "; the fix is known to apply to %s only. Make a version of the fix for %s with " \
-                  "patchkit rebase %s --onto %s, or add %s to upstream.releases once it is " \
-                  "checked" % (", ".join(wanted), found, spec.name, found, found)
+        detail += "; the fix is known to apply to %s only. %s, or add %s to upstream.releases " \
+                  "once it is checked" % (", ".join(wanted), _capital(spec.make_for(found)), found)
     if not ok and applied is not None and applied.version != spec.version:
         detail += "; the applied v%s stays as it is" % applied.version
     return result("release", name, ok, detail, root.name)
+
+
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
 
 
 def requires_check(spec: FixSpec, recorded: Dict[str, FixRecord], earlier: Set[str],

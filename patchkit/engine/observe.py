@@ -107,8 +107,8 @@ def _not_served(req: Request, spec: FixSpec, entry: Dict[str, Any],
         return
     found, served = unserved
     entry.update(state="not-applied", files=[], detail=(
-        "no version of the fix serves %s (%s): its change was not looked for there; make one "
-        "with patchkit rebase %s --onto %s" % (found, served, spec.name, found)))
+        "no version of the fix serves %s (%s): its change was not looked for there; %s"
+        % (found, served, spec.make_for(found))))
 
 
 def _say_unserved(entry: Dict[str, Any], rec: FixRecord, spec: FixSpec,
@@ -118,7 +118,7 @@ def _say_unserved(entry: Dict[str, Any], rec: FixRecord, spec: FixSpec,
     intact applied version stays ``applied``; drifted stays drifted, and a lost one is told
     that applying it again needs a version for the release first (docs/cli.md, status)."""
     found, served = unserved
-    make = "make one with patchkit rebase %s --onto %s" % (spec.name, found)
+    make = spec.make_for(found)
     said = "no version of the fix serves %s (%s)" % (found, served)
     if entry["state"] == "lost":
         entry["detail"] = "%s. %s: %s, then apply it" % (entry["lost"], said, make)

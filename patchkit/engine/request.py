@@ -44,6 +44,20 @@ class FixSpec(MutableRecord):
     # a sync: a fix shipped with patchkit that no fix of the user's catalog needs, synced only
     # where the target records it (applied by name before), never brought unasked
     if_recorded: bool = False
+    # shipped with patchkit (its catalog never written to): a new version of it is made in a
+    # catalog of the user's own, which advice says (:meth:`make_for`)
+    shipped: bool = False
+
+    def make_for(self, release: str) -> str:
+        """How a version of the fix for ``release`` is made: a rebase, in a catalog of the
+        user's own for a fix shipped with patchkit (a rebase of the shipped one is refused)."""
+        rebase = "patchkit rebase %s --onto %s" % (self.name, release)
+        if not self.shipped:
+            return "make one with %s" % rebase
+        return ("make one in a catalog of your own, as %s is shipped with patchkit, whose catalog "
+                "is never written to: patchkit init DIR; in DIR, patchkit export %s --format "
+                "quilt -o Q, patchkit import --quilt Q --replace, then %s"
+                % (self.name, self.name, rebase))
 
 
 @record_dataclass(frozen=True)
@@ -124,7 +138,7 @@ def parse_fix(data: Any, lazy: bool = False, deferred: bool = False) -> FixSpec:
                              for v, rs in (data.get("variants_known") or [])),
         not_needed=str(data.get("not_needed") or ""),
         recorded_only=data.get("recorded_only") is True,
-        if_recorded=data.get("if_recorded") is True)
+        if_recorded=data.get("if_recorded") is True, shipped=data.get("shipped") is True)
 
 
 class Changes(Sequence[FileChange]):
