@@ -125,6 +125,7 @@ def test_path_traversal_in_a_patch_header_is_refused(case: Case, name: str) -> N
     case.patch(unified("a/" + name, "b/" + name, "@@ -1 +1 @@\n-precious = 1\n+precious = 0\n"))
     err = case.refused(errors.UnsafePathError, "..")
     assert "0001-h.patch" in str(err) or name in str(err)
+    assert "Fix the file's path in that patch's header" in str(err), str(err)
 
 
 def test_absolute_path_in_a_patch_header_is_refused(case: Case) -> None:
@@ -137,7 +138,10 @@ def test_symlinked_file_pointing_outside_is_refused(case: Case) -> None:
     link = case.root / "python/sglang/srt/link.py"
     link.symlink_to(case.outside / "victim.py")
     case.patch(diff_files(b"precious = 1\n", b"precious = 0\n", "python/sglang/srt/link.py").encode())
-    case.refused(errors.UnsafePathError, "outside root", "symlink")
+    err = case.refused(errors.UnsafePathError, "outside root", "symlink")
+    # what to do is the target's symlink, not the patch's path (it said to fix the header)
+    assert "a symlink in the target takes it out of root" in str(err), str(err)
+    assert "patch's header" not in str(err), str(err)
 
 
 def test_symlinked_directory_pointing_outside_is_refused_for_a_new_file(case: Case) -> None:

@@ -235,11 +235,15 @@ def check_patch_paths(roots: Roots, specs: Iterable[FixSpec]) -> None:
             except UnsafePathError as err:
                 root = roots.get(change.root)
                 patch = "patches/%s/%s" % (spec.name, change.patch or "?")
+                todo = ("Fix the file's path in that patch's header (its ---/+++ lines): it must "
+                        "be relative to root %s (%s) and stay inside it" % (root.name, root.path))
+                if err.details.get("resolved"):  # the path is fine; the target's symlink is not
+                    todo = ("The patch's path is fine: a symlink in the target takes it out of "
+                            "root %s (%s). Remove or repoint that symlink, or give as the root "
+                            "the directory it leads to" % (root.name, root.path))
                 raise UnsafePathError(
-                    "fix %s, patch file %s: %s. Fix the file's path in that patch's header (its "
-                    "---/+++ lines): it must be relative to root %s (%s) and stay inside it; "
-                    "patchkit never writes outside a root"
-                    % (spec.name, patch, err.message, root.name, root.path),
+                    "fix %s, patch file %s: %s. %s; patchkit never writes outside a root"
+                    % (spec.name, patch, err.message, todo),
                     **dict(err.details, fix=spec.name, patch=patch, root_path=root.path)) from None
         spec.files = tuple(files)
 
