@@ -65,6 +65,23 @@ def test_a_host_without_patchkit_target_is_named(tmp_path: Path) -> None:
 
 
 @needs_ansible
+@pytest.mark.parametrize("variables,named", [
+    ({"patchkit_target": "hosts/h4"}, "patchkit_target is 'hosts/h4'"),
+    ({"patchkit_target": "/srv/sglang", "patchkit_roots": {"serve": "serve"}},
+     "patchkit_roots.serve is 'serve'")])
+def test_a_relative_root_path_is_refused_on_the_controller_before_any_host(
+        tmp_path: Path, variables: dict, named: str) -> None:
+    """A relative path in the inventory means nothing on a host: refused up front, exit 2,
+    naming the host and the variable, as a missing patchkit_target is (it was found on each
+    host, exit 16 for an apply and failed cells with exit 0 for a status: a fleet trial)."""
+    inv = inventory(tmp_path, {"h4": {"ansible_host": "127.0.0.1", "ansible_port": 1, **variables}})
+    for op in (["status"], ["apply", "dsv4-bf16-index-k"]):
+        run = pk(*op, "--inventory", str(inv))
+        assert run.returncode == 2, run.stderr
+        assert "host h4" in run.stderr and named in run.stderr and "not an absolute path" in run.stderr
+
+
+@needs_ansible
 def test_a_host_lacking_a_fixs_root_is_refused_before_any_host_is_contacted(tmp_path: Path) -> None:
     inv = inventory(tmp_path, {"prefill-1": {"ansible_host": "127.0.0.1", "ansible_port": 1,
                                              "patchkit_target": str(tmp_path / "sglang")}})
@@ -271,3 +288,19 @@ def test_a_dry_runs_diff_names_an_installed_packages_file_as_it_lies() -> None:
 
     render_rollout(out, report)
     assert "--- h1, h2: f sglang:sglang/x.py\n" in out.file.getvalue()
+
+
+def test_a_hosts_root_error_names_the_inventory_variable_it_came_from() -> None:
+    """A host's engine refusing a root (no such directory there) names where the path came
+    from, as the controller's own refusals do (a fleet trial: only the path was said)."""
+    from patchkit.fleet.ansible import TaskResult
+    from patchkit.fleet.rollout import host_error
+
+    for root, var in (("sglang", "patchkit_target"), ("serve", "patchkit_roots.serve")):
+        error = {"type": "TargetError", "message": f"root {root}: /srv/x does not exist or is not "
+                 "a directory; check the target's root paths", "details": {"root": root}}
+        task = TaskResult("h1", "patchkit status", "patchkit.fleet.engine", "failed",
+                          patchkit={"ok": False, "error": error})
+        assert host_error(task).endswith(f"(root {root} is the host's {var} in the inventory)")
+    other = TaskResult("h1", "t", "patchkit.fleet.engine", "failed", msg="boom")
+    assert host_error(other) == "boom" and host_error(None) == "no result"

@@ -15,8 +15,8 @@ from ..errors import HostUnreachable, PatchkitError, SessionFailed, UsageError, 
 from ..hooks import refuse_hooks_on_undo
 from ..request_builder import Unreadable, build_request
 from .ansible import COLLECTIONS_PATH, ENGINE_MODULE, Host, engine_task, inventory_hosts, run_playbook
-from .rollout import (ROLLOUT_OPS, FleetOptions, FleetReport, HostReport, Rollout, parse_waves,
-                      split_waves)
+from .rollout import (ROLLOUT_OPS, FleetOptions, FleetReport, HostReport, Rollout, host_error,
+                      parse_waves, split_waves)
 
 __all__ = ["COLLECTIONS_PATH", "ROLLOUT_OPS", "FleetOptions", "FleetReport", "HostReport", "Survey",
            "parse_waves", "plan", "rollout", "split_waves", "survey"]
@@ -178,8 +178,7 @@ def survey(catalog: Catalog, op: str, names: Sequence[str] = (), *, inventory: s
         if task is None or task.status == "unreachable":
             reports[host.name] = HostReport(host.name, "unreachable", task.msg if task else "no result")
         elif task.status != "ok":
-            error = ((task.patchkit or {}).get("error") or {}).get("message") or task.msg
-            reports[host.name] = HostReport(host.name, "failed", str(error), result=task.patchkit)
+            reports[host.name] = HostReport(host.name, "failed", host_error(task), result=task.patchkit)
         else:
             reports[host.name] = HostReport(host.name, "ok", "", result=task.patchkit)
     found = {b.name: b for b in broken}

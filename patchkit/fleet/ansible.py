@@ -90,6 +90,12 @@ def _host(name: str, hostvars: Mapping[str, Any], inventory: str) -> Host:
     if "sglang" not in roots:
         raise UsageError(f"host {name} in {inventory} has no patchkit_target: set it to the "
                          "host's SGLang tree (an inventory variable)", host=name)
+    for root, path in roots.items():  # a template ({{ ... }}) is the host's to expand
+        if not path.startswith("/") and "{{" not in path:
+            var = "patchkit_target" if root == "sglang" and target else f"patchkit_roots.{root}"
+            raise UsageError(f"host {name} in {inventory}: {var} is {path!r}, not an absolute "
+                             "path: give the directory on the host from / (the engine runs "
+                             "there, not in this directory)", host=name, root=root)
     python = hostvars.get("patchkit_python")
     return Host(name=name, roots=roots, python=str(python) if python else None)
 

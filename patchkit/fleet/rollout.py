@@ -249,7 +249,7 @@ class Rollout:
             return HostReport(host, "unreachable", _unreached(task)), ()
         result = task.patchkit or {}
         if task.status != "ok":
-            return HostReport(host, "refused", _why(task), result=result), ()
+            return HostReport(host, "refused", host_error(task), result=result), ()
         changes = tuple((f["name"], _change(f)) for f in result.get("fixes") or ()
                         if f.get("outcome") in WOULD_CHANGE[self.op])
         state = (WOULD_CHANGE[self.op][0] if self.options.dry_run else "untouched") if changes else "unchanged"
@@ -266,7 +266,7 @@ class Rollout:
                               "or undoes its run there and shows it")
         if run.status == "failed":  # the engine's transaction put every file back
             state = "rolled-back" if self.op == "apply" else "failed"  # undo: the host as it was
-            return HostReport(host, state, _why(run), result=run.patchkit)
+            return HostReport(host, state, host_error(run), result=run.patchkit)
         bad = next((t for t in tasks if t.action == "ansible.builtin.shell" and t.status != "ok"
                     and t.status != "skipped"), None)
         if bad is None:  # the host's state is what its engine did, not what preflight planned
@@ -284,7 +284,7 @@ class Rollout:
             return HostReport(host, "rolled-back" if self.op == "apply" else "failed",
                               f"{why}; the change was undone", result=undo.patchkit)
         return HostReport(host, "failed", f"{why}; undoing the change failed too: "
-                          f"{_why(undo) if undo else 'it did not run'}", result=run.patchkit)
+                          f"{host_error(undo) if undo else 'it did not run'}", result=run.patchkit)
 
     def _report(self, reports: dict[str, HostReport], stopped: str | None, *, waves: Sequence[Sequence[str]] = (),
                 groups: Sequence[tuple[str, tuple[str, ...]]] = ()) -> FleetReport:
@@ -368,11 +368,18 @@ def _engine(tasks: Sequence[TaskResult], name: str | None = None) -> TaskResult 
                 None)
 
 
-def _why(task: TaskResult | None) -> str:
+def host_error(task: TaskResult | None) -> str:
+    """Why a host's engine task failed: the engine's message, else Ansible's. A root the
+    engine there could not use names the inventory variable the root came from."""
     if task is None:
         return "no result"
     error = (task.patchkit or {}).get("error") or {}
-    return str(error.get("message") or task.msg or "failed")
+    said = str(error.get("message") or task.msg or "failed")
+    root = (error.get("details") or {}).get("root")
+    if root and said.startswith(f"root {root}:"):
+        var = "patchkit_target" if root == "sglang" else f"patchkit_roots.{root}"
+        said += f" (root {root} is the host's {var} in the inventory)"
+    return said
 
 
 def _unreached(task: TaskResult | None) -> str:
