@@ -304,3 +304,40 @@ def test_a_hosts_root_error_names_the_inventory_variable_it_came_from() -> None:
         assert host_error(task).endswith(f"(root {root} is the host's {var} in the inventory)")
     other = TaskResult("h1", "t", "patchkit.fleet.engine", "failed", msg="boom")
     assert host_error(other) == "boom" and host_error(None) == "no result"
+
+
+def test_a_wave_host_whose_engine_refused_before_writing_is_refused_not_rolled_back() -> None:
+    """The engine says whether its transaction had begun writing (``wrote``): a wave host
+    refused before that (its tree made read-only after the preflight, a lock) is ``refused``,
+    nothing written; one whose checks failed after writing is ``rolled-back`` (a fleet trial:
+    both said rolled-back, "its change was undone")."""
+    from types import SimpleNamespace
+
+    from patchkit.fleet.ansible import TaskResult
+    from patchkit.fleet.rollout import Rollout
+
+    def waved(wrote: bool, kind: str) -> tuple[str, str]:
+        result = {"ok": False, "wrote": wrote, "error": {"type": kind, "message": kind, "details": {}}}
+        task = TaskResult("h2", "patchkit apply", "patchkit.fleet.engine", "failed", patchkit=result)
+        report = Rollout._waved(SimpleNamespace(op="apply"), "h2", [task])  # type: ignore[arg-type]
+        return report.state, report.detail
+
+    assert waved(False, "PermissionDenied") == ("refused", "PermissionDenied")
+    assert waved(True, "VerificationFailed") == ("rolled-back", "VerificationFailed")
+
+
+def test_the_engine_says_whether_a_failed_run_wrote(tmp_path: Path) -> None:
+    from tests.fixtures.user_catalog import app_patch, app_tree, tree_digest, user_catalog
+
+    tree = app_tree(tmp_path / "tree")
+    failing = '\n[[verification]]\nkind = "command"\nroot = "tree"\nargv = ["false"]\nname = "no"\n'
+    catalog = user_catalog(tmp_path / "catalog", {"checked": (app_patch(), failing),
+                                                  "clashes": (app_patch("value = 3").replace(
+                                                      "-value = 1", "-value = 7"), "")})
+    before = tree_digest(tree)
+    for fix, wrote in (("clashes", False), ("checked", True)):
+        run = subprocess.run([sys.executable, "-m", "patchkit", "--catalog", str(catalog), "apply",
+                              fix, "--root", f"tree={tree}", "--json"], capture_output=True, text=True)
+        data = json.loads(run.stdout)
+        assert data["ok"] is False and data["wrote"] is wrote, (fix, data)
+        assert tree_digest(tree) == before

@@ -29,6 +29,7 @@ def run(request: Dict[str, Any]) -> Dict[str, Any]:
 def _run(request: Dict[str, Any]) -> Dict[str, Any]:
     faults.reset()
     result = result_envelope(request)
+    store: Optional[Store] = None
     try:
         req = parse_request(request)
         result["tree"] = _tree_identity(req.state_root.path, req.roots)
@@ -59,6 +60,9 @@ def _run(request: Dict[str, Any]) -> Dict[str, Any]:
         result["ok"] = True
     except PatchkitError as err:
         result["error"] = err.to_dict()
+        # a failure before the transaction wrote anything left the target untouched; one after
+        # put back what it wrote (a fleet's wave host says which: refused, or rolled back)
+        result["wrote"] = store is not None and store.wrote
     except Stop as stop:  # the transaction's own handler has put the files back by now
         result["error"] = _terminated(request, stop.signum).to_dict()
     except Exception as exc:  # a bug: report it with its traceback instead of crashing the client

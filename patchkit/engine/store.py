@@ -49,6 +49,7 @@ class Store:
         self.dir = os.path.join(root_path, DIRNAME)
         self.undo_txn: Optional[str] = None  # this run's transaction, when it kept an undo point
         self.undoes: Optional[str] = None  # an undo's: the transaction it puts back (or would)
+        self.wrote = False  # a transaction began writing the target (its failure undid that)
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.dir, *parts)

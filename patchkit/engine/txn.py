@@ -168,6 +168,7 @@ class Transaction:
         fault("journal")
         self.store.write_journal(journal)
         self.journal = journal
+        self.store.wrote = True  # from here, a failure puts files back: not "nothing written"
         try:
             _write_files(self.dirs, self.writes, self.rels)
         except _Changed as changed:

@@ -264,6 +264,10 @@ class Rollout:
             return HostReport(host, "unknown", f"{_last(run.msg) or 'no result'}; the engine "
                               "stopped without a result: `patchkit status --inventory` finishes "
                               "or undoes its run there and shows it")
+        if run.status == "failed" and (run.patchkit or {}).get("wrote") is False:
+            # refused before its transaction wrote anything (a tree made read-only since the
+            # preflight, a lock): not a change undone
+            return HostReport(host, "refused", host_error(run), result=run.patchkit)
         if run.status == "failed":  # the engine's transaction put every file back
             state = "rolled-back" if self.op == "apply" else "failed"  # undo: the host as it was
             return HostReport(host, state, host_error(run), result=run.patchkit)
