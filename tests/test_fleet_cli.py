@@ -341,3 +341,19 @@ def test_the_engine_says_whether_a_failed_run_wrote(tmp_path: Path) -> None:
         data = json.loads(run.stdout)
         assert data["ok"] is False and data["wrote"] is wrote, (fix, data)
         assert tree_digest(tree) == before
+
+
+def test_a_stopped_rollouts_error_names_the_host_whose_apply_was_undone() -> None:
+    """``error.details.hosts`` of an apply stopped by a canary whose change was undone (its
+    health check failed) names it; it named only refused, failed or unreachable hosts, so
+    [] there."""
+    from patchkit.fleet.rollout import FleetReport, HostReport
+
+    report = FleetReport("apply", False, (HostReport("h1", "rolled-back", wave=1),
+                                          HostReport("h2", "untouched")),
+                         stopped="wave 1 failed on h1; no later wave started")
+    assert report.error is not None and report.error.details["hosts"] == ["h1"]
+    done = FleetReport("rollback", False, (HostReport("h1", "rolled-back", wave=1),
+                                           HostReport("h2", "failed", wave=2)),
+                       stopped="wave 2 failed on h2; no later wave started")
+    assert done.error is not None and done.error.details["hosts"] == ["h2"]

@@ -74,7 +74,8 @@ class FleetReport:
         unreachable than the budget allows, or a host refused, failed or rolled back."""
         if self.stopped is None:
             return None
-        hosts = [h.host for h in self.hosts if h.state in STOPPING]
+        hosts = [h.host for h in self.hosts if h.state in STOPPING
+                 or self.op == "apply" and h.state == "rolled-back"]  # an apply undone there
         if self.stopped.startswith("unreachable"):
             return HostUnreachable(self.stopped, hosts=hosts)
         return RolloutStopped(self.stopped, hosts=hosts)
