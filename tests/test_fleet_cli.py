@@ -357,3 +357,25 @@ def test_a_stopped_rollouts_error_names_the_host_whose_apply_was_undone() -> Non
                                            HostReport("h2", "failed", wave=2)),
                        stopped="wave 2 failed on h2; no later wave started")
     assert done.error is not None and done.error.details["hosts"] == ["h2"]
+
+
+def test_a_hosts_suggested_command_gets_the_options_that_reach_that_host(capsys) -> None:  # type: ignore[no-untyped-def]
+    """A host's message suggesting a patchkit command (``patchkit rollback --force FIX``) means
+    it on that host: a note names the inventory and the host (--limit), as one target's error
+    names its --target; run as printed it acted on the checkout around the working directory
+    (a fleet trial). A message naming --inventory already, or no command, gets none."""
+    from patchkit.cli.common import State
+    from patchkit.cli.fleet import _note_options
+    from patchkit.fleet.rollout import HostReport
+
+    state = State()
+    state.catalog_dir = "/srv/catalog"
+    hosts = (HostReport("h1", "ok"),
+             HostReport("h4", "failed", "drifted: ... to put the fix back as written: patchkit "
+                        "rollback --force dsv4-bf16-index-k, then patchkit apply dsv4-bf16-index-k"),
+             HostReport("h5", "failed", "see patchkit status --inventory inv.yml"))
+    _note_options(state, {"inventory": "inv.yml"}, hosts)
+    assert capsys.readouterr().err == ("note: run the patchkit commands above with this run's "
+                                       "options: --catalog /srv/catalog --inventory inv.yml --limit h4\n")
+    _note_options(state, {"inventory": "inv.yml"}, hosts[:1] + hosts[2:])
+    assert capsys.readouterr().err == ""

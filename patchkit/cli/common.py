@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -105,6 +106,17 @@ def run_op(state: State, where: dict[str, Any], doing: str, as_json: bool, call:
 
 
 pass_state = click.make_pass_decorator(State, ensure=True)
+
+#: A command on a target that a message suggests running next (``patchkit undo``, ``patchkit
+#: rollback --force FIX``), up to the end of its quote or clause.
+SUGGESTS = re.compile(r"\bpatchkit (?:apply|rollback|undo|sync|verify|status|log)\b([^`\n;]*)")
+
+
+def suggests(words: str, named_by: str) -> bool:
+    """Whether ``words`` suggest a patchkit command on a target that does not name it already
+    (with ``named_by``: ``--target`` for one target, ``--inventory`` for a fleet's host): the
+    next step then needs this run's options, which a ``note:`` line gives."""
+    return any(named_by not in found.group(1) for found in SUGGESTS.finditer(words))
 
 
 class ReleaseName(click.ParamType):

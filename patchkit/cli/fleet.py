@@ -11,7 +11,7 @@ import click
 from ..engine.contract import OPS
 from ..errors import EXIT_CHECK_FAILED, UsageError
 from . import render
-from .common import State, command, write_options
+from .common import State, command, suggests, write_options
 
 #: ``--inventory``, ``--limit`` and ``--forks``: every command that can run on a fleet.
 INVENTORY_OPTIONS = (
@@ -95,7 +95,22 @@ def rollout(state: State, op: str, names: list[str], fleet: dict[str, Any], *, d
         render_after(out, None, restarts, op, defined, hosts=on)
 
     render.emit(as_json, data, draw)
+    _note_options(state, fleet, report.hosts)
     return report.exit_code
+
+
+def _note_options(state: State, fleet: dict[str, Any], hosts: Any) -> None:
+    """A host's message that suggests a patchkit command (a drift's ``patchkit rollback --force
+    FIX``) means it on that host: a ``note:`` line on stderr gives the options that reach it,
+    as one target's error does (docs/cli.md, Piped output)."""
+    needing = [h.host for h in hosts if h.detail and suggests(h.detail, "--inventory")]
+    if needing:
+        import shlex
+
+        given = [*(["--catalog", state.catalog_dir] if state.catalog_dir else []),
+                 "--inventory", str(fleet["inventory"]), "--limit", ",".join(needing)]
+        sys.stderr.write(f"note: run the patchkit commands above with this run's options: "
+                         f"{shlex.join(given)}\n")
 
 
 def _restarts(state: State, report: Any) -> tuple[tuple[str, ...], list[str], bool]:
@@ -145,6 +160,7 @@ def survey(state: State, op: str, names: list[str], fleet: dict[str, Any], *, as
         unconverged = not converged(result, cells, running, running_gate) or bool(result.broken)
         return EXIT_CHECK_FAILED if exit_code and unconverged else 0
     render.emit(as_json, result.to_json(), lambda out: render_hosts(out, result.hosts, op))
+    _note_options(state, fleet, result.hosts)
     return 0 if result.error is None else result.error.exit_code
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gc
 import os
-import re
 import sys
 from importlib import import_module
 from typing import Any
@@ -14,7 +13,7 @@ import click
 
 from .. import __version__
 from ..errors import EXIT_INTERNAL, EXIT_USAGE, PatchkitError
-from .common import State
+from .common import State, suggests
 
 #: Command name -> the module under patchkit.cli that defines it, in the order --help lists them.
 COMMAND_MODULES = {name: module for module, names in (
@@ -166,17 +165,13 @@ def entry(argv: list[str] | None = None) -> None:
 #: The options that say which catalog and target a command acts on.
 WHERE_OPTIONS = ("--catalog", "--config", "--target", "-t", "--root", "--python", "--ssh-option",
                  "--ssh-program")
-#: A command on a target that a message suggests running next (``patchkit undo``, ``patchkit
-#: rollback --force FIX``), up to the end of its quote or clause.
-SUGGESTS = re.compile(r"\bpatchkit (?:apply|rollback|undo|sync|verify|status|log)\b([^`\n;]*)")
 def _suggests(err: PatchkitError) -> bool:
     """Whether patchkit's words (not a hook's command or output) suggest a command on a target
     that does not name its target already (a remote target's ``patchkit status --target
     ssh://...``)."""
     from ..hooks import patchkits_words
 
-    words = patchkits_words(err.message, err.details)
-    return any("--target" not in found.group(1) for found in SUGGESTS.finditer(words))
+    return suggests(patchkits_words(err.message, err.details), "--target")
 
 
 def _where_given(args: list[str]) -> list[str]:
