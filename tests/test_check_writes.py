@@ -192,3 +192,26 @@ present = true
     said = json.dumps(json.loads(done.stdout))
     assert "base, named in this run too, was refused" in said and "--with-deps" not in said, said
     assert tree_digest(tree) == before
+
+
+def test_the_way_back_from_a_drift_names_the_fixes_that_require_the_drifted_one(tmp_path: Path) -> None:
+    """A drifted fix that another applied fix requires: verify and apply say to roll both back
+    and apply both again, the command that works (a rollback of it alone is refused while the
+    other stays); it said the one fix (a fleet trial). Run as said, it puts both back."""
+    tree = app_tree(tmp_path / "tree")
+    adds = "--- /dev/null\n+++ b/top.py\n@@ -0,0 +1 @@\n+from app import value\n"
+    catalog = user_catalog(tmp_path / "catalog", {"base": (app_patch(), ""), "top": (adds, "")})
+    top = catalog / "manifests" / "top.toml"
+    top.write_text(top.read_text().replace('rationale = "top"\n', 'rationale = "top"\ndepends_on = ["base"]\n'))
+    cat, where = ["--catalog", str(catalog)], ["--root", f"tree={tree}"]
+    assert pk(*cat, "apply", "base", "top", *where).returncode == 0
+    (tree / "app.py").write_text((tree / "app.py").read_text() + "# edited\n")
+    said = ("patchkit rollback --force base top, then patchkit apply base top (the edits are "
+            "lost; top requires it)")
+    verified = pk(*cat, "verify", "base", *where)
+    assert verified.returncode == 1 and said in " ".join(verified.stderr.split()), verified.stderr
+    again = pk(*cat, "apply", "base", *where)
+    assert said in " ".join(again.stdout.split()), again.stdout
+    assert pk(*cat, "rollback", "--force", "base", "top", *where).returncode == 0
+    assert pk(*cat, "apply", "base", "top", *where).returncode == 0
+    assert pk(*cat, "verify", "base", "top", *where).returncode == 0

@@ -300,10 +300,7 @@ def _drifted(console: Any, fix: FixOutcome) -> None:
     if len(fix.drifted) > STATUS_FILES:
         line(console, [(f"  and {len(fix.drifted) - STATUS_FILES} more (--json lists them)", "")])
     line(console, [(f"  the fix is recorded but its files no longer hold what it wrote; "
-                     f"patchkit verify {fix.name} fails until they do. To put it back as written: "
-                     f"patchkit rollback --force {fix.name}, then patchkit apply {fix.name} (the "
-                     f"edits are lost); to keep the edits, make them a new version "
-                     f"(patchkit refresh {fix.name} --from CHECKOUT)", "yellow")])
+                     f"patchkit verify {fix.name} fails until they do; {fix.detail}", "yellow")])
 
 
 def recovered_notes(result: OpResult) -> List[Segments]:

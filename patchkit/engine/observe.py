@@ -345,7 +345,20 @@ GONE = ("its manifest is gone from the catalog or cannot be read, so its files w
         "checks were not run")
 
 
-def drift_check(fix: str, drifted: List[Dict[str, Any]], gone: bool = False) -> Dict[str, Any]:
+def put_back(fix: str, state: State) -> str:
+    """What to do about a drifted fix: its rollback (with the applied fixes that require it,
+    which a rollback of it alone is refused for) and apply again, or a new version."""
+    after = state.requiring(fix)
+    return ("to put the fix back as written: patchkit rollback --force %s, then patchkit "
+            "apply %s (the edits are lost%s); to keep the edits, make them a new version of the "
+            "fix (patchkit refresh %s --from CHECKOUT)"
+            % (" ".join([fix, *after]), " ".join([fix, *after]),
+               "; %s require%s it" % (", ".join(after), "s" if len(after) == 1 else "") if after else "",
+               fix))
+
+
+def drift_check(fix: str, drifted: List[Dict[str, Any]], state: State,
+                gone: bool = False) -> Dict[str, Any]:
     """The automatic verification a drifted fix fails (kind ``drift``); ``gone``: the fix's
     manifest left the catalog, so the way back is its record (rollback), not apply or refresh."""
     named = ["%s (%s)" % (f.get("where") or "%s:%s" % (f["root"], f["path"]), f["state"])
@@ -353,11 +366,9 @@ def drift_check(fix: str, drifted: List[Dict[str, Any]], gone: bool = False) -> 
     more = " and %d more" % (len(drifted) - SHOWN) if len(drifted) > SHOWN else ""
     if gone:
         todo = ("%s: %s; patchkit rollback --force %s restores its files from its record "
-                "(the edits are lost)" % (fix, GONE, fix))
+                "(the edits are lost)" % (fix, GONE, " ".join([fix, *state.requiring(fix)])))
     else:
-        todo = ("to put the fix back as written: patchkit rollback --force %s, then patchkit "
-                "apply %s (the edits are lost); to keep the edits, make them a new version of "
-                "the fix (patchkit refresh %s --from CHECKOUT)" % (fix, fix, fix))
+        todo = put_back(fix, state)
     detail = "changed since patchkit wrote them: %s%s. See patchkit status; %s" % (
         ", ".join(named), more, todo)
     where = ", ".join(f.get("where") or "%s:%s" % (f["root"], f["path"]) for f in drifted[:SHOWN]) + more
@@ -425,7 +436,7 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
         # An older version than the catalog's (a refresh since): the catalog's checks are for
         # its own change and the applied version's are not in it, so its record is what it has.
         by_record = spec.recorded_only or _older(spec, recorded)
-        first = drift_check(spec.name, drifted, spec.recorded_only) if drifted else None
+        first = drift_check(spec.name, drifted, state, spec.recorded_only) if drifted else None
         if first is None and by_record:  # its record's check is all it has: listed
             first = {"kind": "drift", "name": "files as patchkit wrote them", "ok": True,
                      "detail": "every file holds the bytes its record names", "where": ""}

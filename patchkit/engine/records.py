@@ -221,6 +221,15 @@ class State(MutableRecord):
         gone = set(names)
         return State(self.txn, [f for f in self.fixes if f.name not in gone], dict(self.extra))
 
+    def requiring(self, name: str) -> List[str]:
+        """The applied fixes that require ``name``, however deep, in application order: a
+        rollback of ``name`` is refused while they stay applied."""
+        found = {name}
+        for fix in self.fixes:  # application order: a fix's requirements come before it
+            if fix.name not in found and found & set(fix.requires):
+                found.add(fix.name)
+        return [f.name for f in self.fixes if f.name in found and f.name != name]
+
     def last_writers(self) -> Dict[Key, Tuple[str, FileRecord]]:
         """For each recorded file, the last applied fix that touched it and what it recorded of
         the file (the hash and mode it left)."""

@@ -180,7 +180,9 @@ def test_unsafe_paths_are_refused_before_any_write(tmp_path: Path, path: str) ->
         # what is wrong, where it comes from, and what to do about it
         assert "sglang:%s" % path in message and "root sglang (%s)" % root in message
         assert "fix b, patch file patches/b/0002-out.patch" in message
-        assert "Fix the file's path in that patch's header" in message
+        # a path of the patch's own to fix; through a symlink, the target's symlink is to blame
+        assert ("a symlink in the target takes it out of root" if path == "escape/x.py"
+                else "Fix the file's path in that patch's header") in message, message
         assert "never writes outside a root" in message
         assert (error["details"]["fix"], error["details"]["patch"], error["details"]["path"]) == \
             ("b", "patches/b/0002-out.patch", path)
