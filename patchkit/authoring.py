@@ -18,7 +18,7 @@ from .capture import (CapturedFile, applied_owners, applied_record, applied_writ
                       capture_commits, diff_of, leave_applied, release_of)
 from .catalog import Catalog, edit, patchmail, series, writer
 from .catalog.manifest import AUTHOR_RE, name_problem
-from .catalog.model import Fix, PatchRef
+from .catalog.model import Fix, PatchRef, Variant
 from .catalog.patchmail import PLACEHOLDER_AUTHOR, Header
 from .catalog.writer import AuthoringResult
 from .engine.contract import PRIMARY_ROOT
@@ -275,7 +275,8 @@ def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] 
     catalog.check_writable(f"refresh {name!r}")
     fix = catalog.get(name)
     catalog.check_own([name], "refresh")
-    _refuse_variant_checkout(fix, src)
+    served = _variant_of(fix, src)  # a checkout of an older release a variant serves: that one
+    view = fix if served is None else fix.as_variant(served)
     primary = any(ref.root == PRIMARY_ROOT for ref in fix.patches)
     here = applied_record(src, name, record=None if primary else record)
     if here is not None and here.commits:
@@ -284,13 +285,13 @@ def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] 
             "and refresh captures the changes against HEAD, so the new version would lose it. "
             f"Roll it back first (patchkit rollback {name} --target {src}: a revert commit), "
             "apply it without --commit, make the edit, then refresh", fix=name, path=str(src))
-    owner = _owners(fix, squash)
+    owner = _owners(view, squash)
     files = capture(src, tuple(sorted(set(owner) | set(paths))))
     applied: tuple[tuple[str, str], ...] = ()
     owners: dict[str, str] = {}
     stacked: list[tuple[str, tuple[str, ...]]] = []
     if not include_applied:
-        for root in dict.fromkeys(ref.root for ref in fix.patches):
+        for root in dict.fromkeys(ref.root for ref in view.patches):
             kept = None if root == PRIMARY_ROOT else record
             writers = applied_writers(src, root, record=kept)
             # a file this fix wrote is its own, diffed against it as before; one only other
@@ -301,18 +302,19 @@ def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] 
                            if name not in (fix for fix, _rec in chain)})
         files, applied = leave_applied(files, owners, src, name)
     ignored, applied = _unclaimed(src, files, applied, owners)
-    groups: list[list[CapturedFile]] = [[] for _ in fix.patches]
+    groups: list[list[CapturedFile]] = [[] for _ in view.patches]
     for f in files:
-        groups[0 if squash else owner.get(f.path, len(fix.patches) - 1)].append(f)
-    refs = fix.patches[:1] if squash else fix.patches
+        groups[0 if squash else owner.get(f.path, len(view.patches) - 1)].append(f)
+    refs = view.patches[:1] if squash else view.patches
     old_texts = {r: r.path.read_text(encoding="utf-8", errors="surrogateescape") for r in refs}
-    texts, targets = _refreshed(fix, refs, groups, old_texts)
-    release = release_of(src) or fix.upstream.base_release
+    texts, targets = _refreshed(view, refs, groups, old_texts)
+    release = release_of(src) or view.upstream.base_release
     renamed = tuple((r.file, t.name) for r, t in targets.items() if t != r.path)
-    unchanged = (list(texts) == list(fix.patches) and not renamed
+    unchanged = (list(texts) == list(view.patches) and not renamed
                  and all(texts[r] == old_texts[r] for r in texts))
-    changed = not unchanged or release != fix.upstream.base_release
-    version = fix.version + 1 if changed else fix.version
+    # a variant keeps its base release (it serves the checkout's); the top level moves to it
+    changed = not unchanged or served is None and release != fix.upstream.base_release
+    version = fix.next_version if changed else view.version
     result = AuthoringResult(name, version, fix.manifest_path, tuple(targets[r] for r in texts),
                              tuple(f.path for f in files), release, changed=changed,
                              ignored=ignored, dry_run=dry_run, renamed=renamed, applied=applied,
@@ -325,49 +327,45 @@ def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] 
     if dry_run or not changed:
         return result
     summary = summary or f"Refreshed from a checkout of {release}."
-    _write_refresh(catalog, fix, texts, targets, version, release, summary, date)
+    _write_refresh(catalog, fix, served, texts, targets, version, release, summary, date)
     sha = writer.commit(catalog, name, f"{name} v{version}: {summary}\n\nRecorded by `patchkit "
                         "refresh` from a checkout.\n") if commit else None
     return dataclasses.replace(result, commit=sha)
 
 
-def _refuse_variant_checkout(fix: Fix, src: Path) -> None:
-    """Refresh rewrites the fix's own series (its base release): a checkout of a release that
-    one of its ``[[variants]]`` serves would replace the newest series with the variant's
-    release and drop the variant, so it is refused, naming the variant."""
+def _variant_of(fix: Fix, src: Path) -> Variant | None:
+    """The ``[[variants]]`` entry serving the release ``src`` is a checkout of, if one does:
+    refresh then rewrites that variant's series, as the fix's next version (docs/rebase.md,
+    "Variants"); None: the top level's."""
     found = release_of(src)
     if found is None or not fix.variants or found in fix.upstream.releases:
-        return
-    served = next((v for v in fix.variants if found in v.releases), None)
-    if served is not None:
-        raise UsageError(
-            f"{src} is a checkout of {found}, which variant v{served.version} of {fix.name} "
-            f"serves ([[variants]], {served.base_release}); refresh rewrites the fix's own series "
-            f"(v{fix.version}, {', '.join(fix.upstream.releases)}) and would drop that variant: "
-            f"refresh works on the newest version only, since a fix's versions are numbered "
-            f"across its variants. Refresh from a checkout of {fix.upstream.base_release}; to "
-            f"change {found}'s series, edit patches/{fix.name}/{served.dir}/ in the catalog "
-            f"(patchkit diff {fix.name} --versions {served.version} {fix.version} compares them), then roll the fix back and apply it again on "
-            f"the {found} hosts (docs/rebase.md, 'Variants')", fix=fix.name, path=str(src))
+        return None
+    return next((v for v in fix.variants if found in v.releases), None)
 
 
-def _write_refresh(catalog: Catalog, fix: Fix, texts: dict[PatchRef, str],
+def _write_refresh(catalog: Catalog, fix: Fix, served: Variant | None, texts: dict[PatchRef, str],
                    targets: dict[PatchRef, Path], version: int, release: str, summary: str,
                    date: str | None) -> None:
-    """Write the refreshed series and bump the manifest; drop the patches left out."""
-    dropped = [r for r in fix.patches if r not in texts]
+    """Write the refreshed series and bump the manifest (the variant ``served``, else the top
+    level); drop the patches left out."""
+    old = fix.patches if served is None else served.patches
+    dropped = [r for r in old if r not in texts]
     renamed = any(targets[r] != r.path for r in texts)
+    patches = ([(targets[r].name, r.root, r.description) for r in texts]
+               if dropped or renamed else None)
+    day = date or _dt.date.today().isoformat()
 
     def bump() -> None:
+        if served is not None:
+            edit.bump_variant(fix.manifest_path, served.dir, version=version,
+                              changelog_summary=summary, date=day, patches=patches)
+            return
         edit.bump_manifest(
-            fix.manifest_path, version=version, changelog_summary=summary,
-            date=date or _dt.date.today().isoformat(),
-            patches=([(targets[r].name, r.root, r.description) for r in texts]
-                     if dropped or renamed else None),
-            base_release=release if release != fix.upstream.base_release else None)
+            fix.manifest_path, version=version, changelog_summary=summary, date=day,
+            patches=patches, base_release=release if release != fix.upstream.base_release else None)
 
     writer.write_series({targets[r]: (texts[r], r.root) for r in texts}, bump)
-    for ref in fix.patches:
+    for ref in old:
         if ref in dropped or targets[ref] != ref.path:
             ref.path.unlink()
     catalog.forget(fix.name)

@@ -73,10 +73,21 @@ def test_a_variant_is_read_with_its_own_series_and_the_top_level_checks(tmp_path
     assert fix.variant_for("0.5.21") is None
 
 
+def test_a_refreshed_variant_may_be_the_newest_version(tmp_path: Path) -> None:
+    """A variant refreshed after the top level (a bug fixed in 0.5.22's series) is the fix's
+    newest version: it loads, its changelog entry with it, and the next version is above it."""
+    extra = VARIANT.replace("version = 1", "version = 3") + (
+        '\n[[changelog]]\nversion = 3\ndate = "2026-11-03"\nbase_release = "0.5.22"\n'
+        'summary = "0.5.22 fixed"\n')
+    fix = load_manifest(_variant_manifest(tmp_path, extra))
+    assert fix.version == 2 and fix.serves() == {"0.5.23": 2, "0.5.22": 3}
+    assert fix.next_version == 4 and fix.changelog[-1].version == 3
+
+
 @pytest.mark.parametrize("extra, key, said", [
     (VARIANT.replace('"0.5.22"', '"0.5.23"'), "variants[1].releases", "served by the top level"),
     (VARIANT.replace("version = 1", "version = 2"), "variants[1].version", "already used"),
-    (VARIANT.replace("version = 1", "version = 3"), "variants[1].version", "not between 1"),
+    (VARIANT.replace("version = 1", "version = 0"), "variants[1].version", "not a version"),
     (VARIANT.replace('file = "0001-x.patch"', 'file = "0002-y.patch"'),
      "variants[1].patches[1].file", "does not exist"),
     (VARIANT.replace("base_release", "base_relase"), "variants[1].base_relase", "unknown key"),
@@ -591,23 +602,44 @@ def test_a_rebase_onto_a_release_a_variant_serves_says_so(three_releases: Upstre
         assert outcome == "skipped" and f"variant v{version} (based on 0.5.22) already serves" in detail, said
 
 
-def test_refresh_from_a_checkout_of_a_variants_release_is_refused(
+def test_refresh_from_a_checkout_of_a_variants_release_refreshes_that_variant(
         three_releases: UpstreamRepo, tmp_path: Path) -> None:
-    """refresh rewrites a fix's own series: from a checkout of 0.5.22, which the fix's v3
-    variant serves, it rewrote the 0.5.23 series as 0.5.22's and dropped the variant (matrix
-    then showed 0.5.23 as a conflict). It is refused, naming the variant, nothing written."""
+    """A bug in an older release's series, fixed on a checkout of it: refresh rewrites the
+    variant serving that release as the fix's next version, the top level untouched. Before,
+    it rewrote the newest series as 0.5.22's and dropped the variant; then it was refused,
+    advising a rebase that skips the fix (a new-user trial). The 0.5.22 hosts get the new
+    version, the 0.5.23 ones keep theirs."""
     from patchkit import authoring
-    from patchkit.errors import UsageError
 
     catalog = copy_catalog(tmp_path / "cat")
-    before = {p: p.read_bytes() for p in (tmp_path / "cat").rglob("*") if p.is_file()}
+    top_patches = {p: p.read_bytes() for p in (tmp_path / "cat" / "patches" / SIZING).glob("*.patch")}
     tree = checkout(three_releases, "0.5.22", tmp_path / "old")
     api.apply(catalog, local(tree), [SIZING], with_deps=True)
-    with pytest.raises(UsageError) as refused:
-        authoring.refresh_fix(catalog, SIZING, tree, commit=False)
-    said = str(refused.value)
-    assert "checkout of 0.5.22, which variant v3 of dsv4-bf16-sizing serves" in said, said
-    # its advice leads somewhere: a rebase onto 0.5.22 skips the fix (the variant serves it)
-    assert f"patchkit rebase {SIZING} --onto" not in said, said
-    assert f"edit patches/{SIZING}/0.5.22/ in the catalog" in said, said
-    assert {p: p.read_bytes() for p in (tmp_path / "cat").rglob("*") if p.is_file()} == before
+    configurator = tree / "python/sglang/srt/model_executor/pool_configurator.py"
+    configurator.write_text(configurator.read_text() + "# sized for 0.5.22 too\n")
+
+    result = authoring.refresh_fix(catalog, SIZING, tree, commit=False)
+
+    assert (result.version, result.changed) == (5, True)
+    fix = Catalog.open(tmp_path / "cat").get(SIZING)
+    assert fix.version == 4 and fix.serves() == {"0.5.23": 4, "0.5.22": 5}
+    [variant] = fix.variants
+    assert "+# sized for 0.5.22 too" in variant.patches[0].path.read_text()
+    assert fix.changelog[-1].version == 5 and fix.changelog[-1].base_release == "0.5.22"
+    assert {p: p.read_bytes() for p in top_patches} == top_patches  # the top level as it was
+    catalog = Catalog.open(tmp_path / "cat")
+    # the checkout holds v5's change already: outdated, and apply records it writing nothing
+    assert states(catalog, local(tree))[SIZING] == ("outdated", 3)
+    before = configurator.read_bytes()
+    assert [f.outcome for f in api.apply(catalog, local(tree), [SIZING]).fixes] == ["upgraded"]
+    assert configurator.read_bytes() == before and states(catalog, local(tree))[SIZING] == ("applied", 5)
+    fresh = checkout(three_releases, "0.5.22", tmp_path / "fresh")
+    api.apply(catalog, local(fresh), [SIZING], with_deps=True)
+    assert states(catalog, local(fresh))[SIZING] == ("applied", 5)
+    assert (fresh / configurator.relative_to(tree)).read_bytes() == before
+    new = checkout(three_releases, "0.5.23", tmp_path / "new")
+    api.apply(catalog, local(new), [SIZING], with_deps=True)
+    assert states(catalog, local(new))[SIZING] == ("applied", 4)
+    assert "sized for 0.5.22" not in (new / configurator.relative_to(tree)).read_text()
+    # the next version of the fix is above both: a refresh of the top level is v6
+    assert Catalog.open(tmp_path / "cat").get(SIZING).next_version == 6

@@ -206,9 +206,9 @@ def bump_manifest(path: Path | str, *, version: int, changelog_summary: str, dat
     ``drop_variants`` removes every variant (their folders are the caller's to delete)."""
     path = Path(path)
     ctx, doc, current = _open(path)
-    if version <= current.version:
-        raise ctx.fail("version", f"new version {version} is not above the current version "
-                       f"{current.version}", f"Use version {current.version + 1}")
+    if version < current.next_version:
+        raise ctx.fail("version", f"new version {version} is not above the fix's versions "
+                       f"(v{current.next_version - 1} the newest)", f"Use version {current.next_version}")
     new_releases = releases if releases is not None else (
         [base_release] if base_release is not None and "releases" in doc["upstream"] else None)
     if drop_variants and "variants" in doc:
@@ -229,10 +229,36 @@ def bump_manifest(path: Path | str, *, version: int, changelog_summary: str, dat
         upstream["releases"] = releases
     if patches is not None:
         doc["patches"] = [_patch_entry(e) for e in patches]  # tomlkit makes it [[patches]]
+    _add_changelog(doc, version, date, base_release or current.upstream.base_release,
+                   changelog_summary)
+    _save(ctx, doc, current)
+
+
+def bump_variant(path: Path | str, variant_dir: str, *, version: int, changelog_summary: str,
+                 date: str, patches: Sequence[tuple[str, str] | tuple[str, str, str]] | None = None
+                 ) -> None:
+    """Record a new version of the ``[[variants]]`` series kept in ``patches/<fix>/<variant_dir>``
+    (a bug fixed in an older release's series): the variant's ``version``, its patches when
+    given, and a changelog entry; the top level is left as it is."""
+    path = Path(path)
+    ctx, doc, current = _open(path)
+    if version < current.next_version:
+        raise ctx.fail("version", f"new version {version} is not above the fix's versions "
+                       f"(v{current.next_version - 1} the newest)", f"Use version {current.next_version}")
+    index = next(i for i, v in enumerate(current.variants) if v.dir == variant_dir)
+    table = doc["variants"][index]
+    table["version"] = version
+    if patches is not None:
+        table["patches"] = [_patch_entry(e) for e in patches]
+    _add_changelog(doc, version, date, current.variants[index].base_release, changelog_summary)
+    _save(ctx, doc, current)
+
+
+def _add_changelog(doc: Any, version: int, date: str, base_release: str, summary: str) -> None:
+    """Append the ``[[changelog]]`` entry of ``version``, a blank line before it."""
     entry = tomlkit.table()
-    entry.update({"version": version, "date": date,
-                  "base_release": base_release or current.upstream.base_release,
-                  "summary": changelog_summary})
+    entry.update({"version": version, "date": date, "base_release": base_release,
+                  "summary": summary})
     if "changelog" not in doc:
         doc.add(tomlkit.nl())
         doc.add("changelog", tomlkit.aot())
@@ -240,7 +266,6 @@ def bump_manifest(path: Path | str, *, version: int, changelog_summary: str, dat
     if len(aot) and not aot[-1].as_string().endswith("\n\n"):
         aot[-1].add(tomlkit.nl())  # a blank line before the new [[changelog]], as above it
     aot.append(entry)
-    _save(ctx, doc, current)
 
 
 def variant_dir(fix: Fix, base_release: str) -> str:

@@ -166,10 +166,10 @@ def _build_variants(ctx: Ctx, data: Mapping[str, Any], patch_dir: Path, upstream
         where = f"variants[{i}]"
         check_keys(ctx, table, where, VARIANT_KEYS, ("version", "base_release", "patches"))
         version = typed(ctx, table, where, "version", int)
-        if version < 1 or version > top_version or version in versions:
+        if version < 1 or version in versions:  # above the top level's: a refreshed variant
             raise ctx.fail(f"{where}.version", f"variant version {version} is "
                            + ("already used in this fix" if version in versions else
-                              f"not between 1 and the fix's version {top_version}"),
+                              "not a version (1 or more)"),
                            "Give each variant the version of the fix it is (see [[changelog]])")
         versions.add(version)
         base = string(ctx, table, where, "base_release", nonempty=True)
@@ -322,6 +322,11 @@ def _build_rollback(ctx: Ctx, data: Mapping[str, Any]) -> Rollback:
 
 
 def _build_changelog(ctx: Ctx, data: Mapping[str, Any], version: int) -> tuple[ChangelogEntry, ...]:
+    # the newest version is the top level's, or a refreshed variant's (checked in [[variants]])
+    raw = data.get("variants")
+    tables: list[Any] = raw if isinstance(raw, list) else []
+    version = max([version, *(t["version"] for t in tables if isinstance(t, Mapping)
+                              and type(t.get("version")) is int)])
     out: list[ChangelogEntry] = []
     for i, table in enumerate(table_list(ctx, data, "changelog"), 1):
         where = f"changelog[{i}]"
@@ -333,7 +338,7 @@ def _build_changelog(ctx: Ctx, data: Mapping[str, Any], version: int) -> tuple[C
                            "per version")
         if entry_version > version:
             raise ctx.fail(f"{where}.version", f"changelog names version {entry_version} but "
-                           f"the fix is at version {version}", "Bump version, or fix the entry")
+                           f"the fix's newest version is {version}", "Bump version, or fix the entry")
         raw_date = table.get("date")
         if isinstance(raw_date, _dt.date) and not isinstance(raw_date, _dt.datetime):
             date = raw_date.isoformat()

@@ -274,6 +274,12 @@ class Fix(Record):
             return replace(self, variants=())
         return next((v for v in self.all_variants() if release in v.upstream.releases), None)
 
+    @property
+    def next_version(self) -> int:
+        """The version a new series of the fix gets: above every version it holds, the top
+        level's and each variant's (a refreshed variant may be the newest)."""
+        return max((self.version, *(v.version for v in self.variants))) + 1
+
     def serves(self) -> dict[str, int]:
         """Each release a version of the fix serves, and that version, the top level's first
         (empty: no release precondition, any release)."""

@@ -150,7 +150,7 @@ class Rebase:
         done = (f"Rebased from {base} onto {onto}: " if self.state.writes  # the changelog's
                 else f"A rebase from {base} onto {onto} would give: ")  # a dry run's, not done
         summary = done + ", ".join(f"{r.file} {r.classification}" for r in reports) + "."
-        return fix_report(fix, onto, "rebased", summary, reports, fix.version + 1)
+        return fix_report(fix, onto, "rebased", summary, reports, fix.next_version)
 
     def kept(self, fix: Fix, report: FixReport, done: dict[str, str]) -> Series:
         """The refreshed series: the patches upstream does not already hold."""
@@ -183,7 +183,7 @@ class Rebase:
                     r.path.read_text(encoding="utf-8", errors="surrogateescape"), r.root)
                     for r in fix.patches})
             bump = lambda: edit.bump_manifest(  # noqa: E731
-                fix.manifest_path, version=fix.version + 1, changelog_summary=report.detail,
+                fix.manifest_path, version=fix.next_version, changelog_summary=report.detail,
                 date=_dt.date.today().isoformat(), base_release=onto,
                 patches=[(r.file, r.root, r.description) for r in refs]
                 if len(refs) != len(fix.patches) else None, keep_as=keep_as, drop_variants=drop)
