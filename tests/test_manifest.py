@@ -650,3 +650,24 @@ def test_a_missing_table_is_named_once_with_its_file(tmp_path: Path) -> None:
     said = str(err.value)
     assert said.startswith(f"{path}: missing required key 'upstream' in the top level of the file. ")
     assert said.count("upstream") == 1 and err.value.details["key"] == "upstream"
+
+
+@pytest.mark.parametrize("argv, bad", [
+    ('["{pyth0n}", "-c", "pass"]', "{pyth0n}"), ('["{Python}", "-V"]', "{Python}"),
+    ('["ls", "{root}"]', "{root}"), ('["ls", "{roots:sglang}"]', "{roots:sglang}"),
+    ('["jq", "-e", "{a}", "{root:sglang}/x.json"]', None),
+    ('["{python}", "-c", "print({1: 2})", "{root:sglang}"]', None)])
+def test_a_misspelt_placeholder_in_a_command_is_refused_naming_it(
+        tmp_path: Path, argv: str, bad: str | None) -> None:
+    """``{pyth0n}`` reached the command as written (a left-undone note): a whole argument that
+    is a misspelt ``{python}`` or ``{root:NAME}`` is the manifest's error, naming the key;
+    other words in braces (a jq program) are the command's own."""
+    path = _revert_manifest(tmp_path, '[revert]\nfix = "dead"\n[[verification]]\nkind = "command"\n'
+                                      f'argv = {argv}\n')
+    if bad is None:
+        assert load_manifest(path).verification[0].to_request()["argv"]
+        return
+    with pytest.raises(ManifestError) as err:
+        load_manifest(path)
+    assert err.value.details["key"] == "verification[1].argv", err.value.details
+    assert f"{bad} is not a placeholder patchkit knows" in str(err.value)

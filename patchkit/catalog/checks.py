@@ -63,12 +63,12 @@ def _check_params(ctx: Ctx, table: Mapping[str, Any], where: str, kind: str,
             params["sys_path"] = string(ctx, table, where, "sys_path")
     elif kind == "python-script":
         params["script"] = rel_path(ctx, string(ctx, table, where, "script"), f"{where}.script")
-        params["args"] = list(strings(ctx, table, where, "args", []))
+        params["args"] = _arguments(ctx, table, where, "args", [])
     elif kind == "command":
-        argv = strings(ctx, table, where, "argv")
+        argv = _arguments(ctx, table, where, "argv")
         if not argv:
             raise ctx.fail(f"{where}.argv", "argv is empty", "Give the program and arguments")
-        params["argv"] = list(argv)
+        params["argv"] = argv
         params["expect_exit"] = typed(ctx, table, where, "expect_exit", int, 0)
         if not 0 <= params["expect_exit"] <= 255:  # what a process can exit with
             raise ctx.fail(f"{where}.expect_exit", f"expect_exit {params['expect_exit']} is not "
@@ -76,6 +76,27 @@ def _check_params(ctx: Ctx, table: Mapping[str, Any], where: str, kind: str,
     elif kind in ("git-contains", "git-descends-from"):
         params.update(_git(ctx, table, where, kind))
     return params
+
+
+def _arguments(ctx: Ctx, table: Mapping[str, Any], where: str, key: str,
+               default: Any = None) -> list[str]:
+    """``argv``/``args``; an argument that is a misspelt placeholder as a whole (``{pyth0n}``,
+    ``{Python}``, ``{root}``) is refused: it would reach the command as written and fail there,
+    or not. Other words in braces (a ``jq`` program's ``{a}``) are the command's own."""
+    values = list(strings(ctx, table, where, key, default) if default is not None
+                  else strings(ctx, table, where, key))
+    for value in values:
+        if not (value.startswith("{") and value.endswith("}")) or value == "{python}" or (
+                value.startswith("{root:") and len(value) > len("{root:}")):
+            continue
+        import difflib  # here: only an argument in braces is looked at
+
+        if difflib.get_close_matches(value[1:-1].split(":")[0].lower(), ("python", "root"),
+                                     cutoff=0.6):
+            raise ctx.fail(f"{where}.{key}", f"{value} is not a placeholder patchkit knows",
+                           "Use {python} (the target's interpreter) or {root:NAME} (that "
+                           "root's path), spelt exactly")
+    return values
 
 
 def _grep(ctx: Ctx, table: Mapping[str, Any], where: str) -> dict[str, Any]:
