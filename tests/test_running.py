@@ -341,3 +341,37 @@ def test_a_restart_pending_line_is_one_line_whatever_the_command(tmp_path: Path)
         os.killpg(proc.pid, signal.SIGKILL)  # this test's own process group, by its PID
         proc.wait(timeout=30)
         proc.stdout.close()  # type: ignore[union-attr]
+
+
+def test_a_process_naming_its_own_descriptor_is_judged_by_what_that_descriptor_is(
+        tmp_path: Path) -> None:
+    """``bash /dev/fd/3`` (a launcher, ``bash <(...)``) names its own descriptor: resolved in
+    patchkit's process it was patchkit's own fd 3, the target's lock, so an unrelated shell
+    started in / was ``restart pending`` and the gate failed (a new-user trial). It is looked
+    up as that process's: a script outside the tree is not a use of it, one inside is."""
+    roots = make_tree(tmp_path / "tree")
+    outside, inside = tmp_path / "outside.sh", Path(roots["sglang"]) / "serve-inside.sh"
+    for script in (outside, inside):
+        script.write_text("echo ready\nread line\n")
+    started = []
+    try:
+        for script in (outside, inside):
+            fd = os.open(script, os.O_RDONLY)
+            proc = subprocess.Popen(["bash", "/dev/fd/%d" % fd], cwd="/", pass_fds=(fd,), text=True,
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
+            os.close(fd)
+            started.append(proc)
+            assert proc.stdout.readline() == "ready\n"  # type: ignore[union-attr]
+        where = ["--catalog", str(SAMPLES / "catalog"), "--target", roots["sglang"], "--root",
+                 f"serve={roots['serve']}", "--python", PY]
+        assert subprocess.run([PY, "-m", "patchkit", where[0], where[1], "apply", "index-k-bytes",
+                               *where[2:]], capture_output=True).returncode == 0
+        done = subprocess.run([PY, "-m", "patchkit", where[0], where[1], "status", "--running",
+                               "--json", *where[2:]], capture_output=True, text=True)
+        seen = {p["pid"] for p in json.loads(done.stdout)["status"]["running"]["processes"]}
+        assert started[0].pid not in seen and started[1].pid in seen, (seen, done.stderr)
+    finally:
+        for proc in started:
+            os.killpg(proc.pid, signal.SIGKILL)  # this test's own process groups, by their PIDs
+            proc.wait(timeout=30)
+            proc.stdout.close()  # type: ignore[union-attr]

@@ -97,6 +97,21 @@ class Proc:
     def arg_path(self, value: str) -> str:
         return os.path.normpath(os.path.join(self.cwd or "/", value))
 
+    def resolved(self, path: str) -> str:
+        """``path`` (absolute) as it resolves for this process: its own descriptors
+        (``/dev/fd/N``, ``/dev/stdin``, ``/proc/self/...``) are looked up as its, under
+        ``/proc/PID``; resolved here as written they would be patchkit's own."""
+        for own in ("/dev/fd/", "/proc/self/", "/proc/thread-self/"):
+            if path.startswith(own):
+                path = "%s/%d/%s%s" % (PROC, self.pid, "fd/" if own == "/dev/fd/" else "",
+                                       path[len(own):])
+                break
+        else:
+            std = ("/dev/stdin", "/dev/stdout", "/dev/stderr")
+            if path in std:
+                path = "%s/%d/fd/%d" % (PROC, self.pid, std.index(path))
+        return os.path.realpath(path)
+
 
 def _read(path: str) -> bytes:
     with open(path, "rb", buffering=0) as fh:  # one read, unbuffered: no tty check, no seek
@@ -225,7 +240,7 @@ def _why(p: Proc, tops: Sequence[str]) -> Optional[str]:
         since a deploy's ``current -> releases/X`` names the root's real path another way."""
         if any(_inside(path, t) for t in tops):
             return True
-        return spelled and bool(path) and any(_inside(os.path.realpath(path or ""), t) for t in tops)
+        return spelled and bool(path) and any(_inside(p.resolved(path or ""), t) for t in tops)
 
     if hit(p.exe):
         return "runs %s" % p.exe
