@@ -315,6 +315,9 @@ def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] 
     # a variant keeps its base release (it serves the checkout's); the top level moves to it
     changed = not unchanged or served is None and release != fix.upstream.base_release
     version = fix.next_version if changed else view.version
+    # the releases the top level served besides the checkout's keep the old version (a
+    # variant), as a rebase keeps them: the new series is known to apply to this one only
+    kept_for = tuple(r for r in fix.upstream.releases if r != release) if changed and served is None else ()
     result = AuthoringResult(name, version, fix.manifest_path, tuple(targets[r] for r in texts),
                              tuple(f.path for f in files), release, changed=changed,
                              ignored=ignored, dry_run=dry_run, renamed=renamed, applied=applied,
@@ -323,11 +326,12 @@ def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] 
                              dropped=tuple(sorted(set(owner) - {f.path for f in files}
                                                   - {a for a, _f in applied})),
                              recorded_new=() if here is None else tuple(
-                                 f.path for f in files if f.path not in {r.path for r in here.files}))
+                                 f.path for f in files if f.path not in {r.path for r in here.files}),
+                             kept_for=kept_for, kept_version=fix.version if kept_for else None)
     if dry_run or not changed:
         return result
     summary = summary or f"Refreshed from a checkout of {release}."
-    _write_refresh(catalog, fix, served, texts, targets, version, release, summary, date)
+    _write_refresh(catalog, fix, served, texts, targets, version, release, summary, date, bool(kept_for))
     sha = writer.commit(catalog, name, f"{name} v{version}: {summary}\n\nRecorded by `patchkit "
                         "refresh` from a checkout.\n") if commit else None
     return dataclasses.replace(result, commit=sha)
@@ -345,15 +349,22 @@ def _variant_of(fix: Fix, src: Path) -> Variant | None:
 
 def _write_refresh(catalog: Catalog, fix: Fix, served: Variant | None, texts: dict[PatchRef, str],
                    targets: dict[PatchRef, Path], version: int, release: str, summary: str,
-                   date: str | None) -> None:
+                   date: str | None, keep: bool = False) -> None:
     """Write the refreshed series and bump the manifest (the variant ``served``, else the top
-    level); drop the patches left out."""
+    level); drop the patches left out. ``keep``: the old top level stays a variant for the
+    releases it served besides ``release`` (its series copied to its own folder first)."""
     old = fix.patches if served is None else served.patches
     dropped = [r for r in old if r not in texts]
     renamed = any(targets[r] != r.path for r in texts)
     patches = ([(targets[r].name, r.root, r.description) for r in texts]
                if dropped or renamed else None)
     day = date or _dt.date.today().isoformat()
+    files = {targets[r]: (texts[r], r.root) for r in texts}
+    keep_as = edit.variant_dir(fix, fix.upstream.base_release) if keep else None
+    if keep_as is not None:
+        (fix.patch_dir / keep_as).mkdir(parents=True, exist_ok=True)
+        files.update({fix.patch_dir / keep_as / r.file: (
+            r.path.read_text(encoding="utf-8", errors="surrogateescape"), r.root) for r in fix.patches})
 
     def bump() -> None:
         if served is not None:
@@ -362,9 +373,10 @@ def _write_refresh(catalog: Catalog, fix: Fix, served: Variant | None, texts: di
             return
         edit.bump_manifest(
             fix.manifest_path, version=version, changelog_summary=summary, date=day,
-            patches=patches, base_release=release if release != fix.upstream.base_release else None)
+            patches=patches, base_release=release if release != fix.upstream.base_release else None,
+            releases=[release] if keep_as is not None else None, keep_as=keep_as)
 
-    writer.write_series({targets[r]: (texts[r], r.root) for r in texts}, bump)
+    writer.write_series(files, bump)
     for ref in old:
         if ref in dropped or targets[ref] != ref.path:
             ref.path.unlink()

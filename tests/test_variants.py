@@ -643,3 +643,51 @@ def test_refresh_from_a_checkout_of_a_variants_release_refreshes_that_variant(
     assert "sized for 0.5.22" not in (new / configurator.relative_to(tree)).read_text()
     # the next version of the fix is above both: a refresh of the top level is v6
     assert Catalog.open(tmp_path / "cat").get(SIZING).next_version == 6
+
+
+def test_a_refresh_keeps_the_old_version_for_the_other_releases_it_served(
+        three_releases: UpstreamRepo, tmp_path: Path) -> None:
+    """A fix whose one series serves 0.5.22 and 0.5.23, refreshed from a 0.5.23 checkout: the
+    new version is known to apply to 0.5.23 only, so the old one stays the variant for 0.5.22,
+    as a rebase keeps it. Before, 0.5.22 left the fix without a word: sync then failed on every
+    0.5.22 host and apply refused a fresh one (a new-user trial)."""
+    from patchkit import authoring
+
+    dest = tmp_path / "cat"
+    (dest / "manifests").mkdir(parents=True)
+    (dest / "patches").mkdir()
+    catalog = Catalog.open(dest)
+    module = "python/sglang/srt/runtime_context.py"
+    edit22 = checkout(three_releases, "0.5.22", tmp_path / "edit22")
+    (edit22 / module).write_text("# note: runtime context\n" + (edit22 / module).read_text())
+    authoring.new_fix(catalog, "rc-note", edit22, rationale="a note", commit=False)
+    assert edit.add_release(dest / "manifests" / "rc-note.toml", "0.5.23")  # what a clean rebase does
+    catalog = Catalog.open(dest)
+    host22 = checkout(three_releases, "0.5.22", tmp_path / "host22")
+    prod23 = checkout(three_releases, "0.5.23", tmp_path / "prod23")
+    for tree in (host22, prod23):
+        api.apply(catalog, local(tree), ["rc-note"])
+    (prod23 / module).write_text((prod23 / module).read_text().replace(
+        "# note: runtime context\n", "# note: runtime context (reworded)\n"))
+
+    result = authoring.refresh_fix(catalog, "rc-note", prod23, commit=False)
+
+    assert (result.version, result.kept_for, result.kept_version) == (2, ("0.5.22",), 1)
+    catalog = Catalog.open(dest)
+    assert catalog.get("rc-note").serves() == {"0.5.23": 2, "0.5.22": 1}
+    assert [f.outcome for f in api.sync(catalog, local(host22), dry_run=True).fixes] == ["already-applied"]
+    fresh = checkout(three_releases, "0.5.22", tmp_path / "fresh22")
+    assert api.apply(catalog, local(fresh), ["rc-note"]).fixes[0].version == 1
+    assert "(reworded)" not in (fresh / module).read_text()
+    assert states(catalog, local(prod23))["rc-note"] == ("outdated", 1)
+
+
+def test_refresh_says_which_releases_keep_the_old_version() -> None:
+    from patchkit.catalog.writer import AuthoringResult
+    from patchkit.cli.authoring import _refresh_warnings
+
+    result = AuthoringResult("rc-note", 2, Path("m.toml"), (), (), "0.5.23", True,
+                             kept_for=("0.5.22",), kept_version=1)
+    assert _refresh_warnings(result, "rc-note", "../prod23") == [
+        "rc-note v2 is known to apply to 0.5.23 only: v1 stays the variant for 0.5.22; "
+        "patchkit rebase rc-note --onto RELEASE carries v2 there"]

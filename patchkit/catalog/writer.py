@@ -59,6 +59,10 @@ class AuthoringResult:
     stacked: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # refresh: files the old series changed that no longer differ in the checkout (dropped)
     dropped: tuple[str, ...] = ()
+    # refresh: the releases the old version served besides the checkout's, which keep it as a
+    # [[variants]] entry (the new one is known to apply to the checkout's release only)
+    kept_for: tuple[str, ...] = ()
+    kept_version: int | None = None
 
 
 def slug(text: str) -> str:

@@ -193,6 +193,10 @@ def _refresh_warnings(result: authoring.AuthoringResult, fix: str, src: str) -> 
                     f"only after {'it' if len(before) == 1 else 'them'}. Add depends_on = "
                     f"{json.dumps(list(before))} to its manifest, or refresh from a checkout "
                     f"where {fix} is applied alone")
+    if result.kept_for:
+        said.append(f"{fix} v{result.version} is known to apply to {result.base_release} only: "
+                    f"v{result.kept_version} stays the variant for {', '.join(result.kept_for)}; "
+                    f"patchkit rebase {fix} --onto RELEASE carries v{result.version} there")
     if result.dropped:
         where = ("" if result.recorded is not None else
                  f" ({fix} is not applied there: refresh from the checkout it is applied in)")
