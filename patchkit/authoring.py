@@ -83,6 +83,12 @@ def init_catalog(path: Path | str, *, git: bool = True) -> InitResult:
     while not here.exists():  # a DIR to make inside a work tree belongs to that work tree too
         here = here.parent
     top = gitrepo.work_tree_top(here)
+    problem = gitrepo.identity_problem(here) if git else None
+    if problem:  # found before anything is written: a rerun once it is set works
+        raise UsageError(f"patchkit init commits the new catalog, and git cannot commit as you "
+                         f"here ({problem}): set who you are (git config --global user.name "
+                         "'Your Name'; git config --global user.email you@example.org) and run "
+                         "it again, or pass --no-git. Nothing was written", path=str(root))
     root.mkdir(parents=True, exist_ok=True)
     files = [root / "manifests" / ".gitkeep", root / "patches" / ".gitkeep", root / "patchkit.toml"]
     for keep in files[:2]:  # git keeps no empty directory

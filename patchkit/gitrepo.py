@@ -368,6 +368,18 @@ def unstage(top: Path | str, paths: Sequence[str]) -> None:
     _run(top, ["reset", "-q", "--", *paths])
 
 
+def identity_problem(cwd: Path | str) -> str | None:
+    """Why git cannot commit as the user in ``cwd`` (no name or email it can use), in git's
+    own last words, or None."""
+    for var in ("GIT_AUTHOR_IDENT", "GIT_COMMITTER_IDENT"):
+        try:
+            _run(cwd, ["var", var])
+        except TargetError as exc:
+            said = str(exc.details.get("stderr") or exc.message).strip().splitlines()
+            return said[-1] if said else exc.message
+    return None
+
+
 def author_ident(top: Path | str) -> str | None:
     """Who commits here, "Name <email>", as git tells it (config or GIT_AUTHOR_* variables)."""
     try:

@@ -398,3 +398,28 @@ def test_a_commit_that_fails_says_the_fix_is_written_and_what_to_commit(
     assert "myfix v1: myfix is written in" in message
     assert "manifests/myfix.toml and patches/myfix yourself" in message
     assert Catalog(user_catalog).get("myfix").version == 1
+
+
+def test_init_without_a_git_identity_writes_nothing_and_says_how_to_go_on(tmp_path: Path) -> None:
+    """A new user whose git knows no name or email: init refuses before writing anything,
+    saying how to set one (or --no-git), and runs once it is set. Before, it left a catalog
+    uncommitted and staged, exit 5, and the rerun was refused as 'already holds a catalog'."""
+    import sys
+
+    home = tmp_path / "home"
+    home.mkdir()
+    bare = {k: v for k, v in os.environ.items()
+            if not k.startswith(("GIT_", "EMAIL")) and k not in ("HOME", "XDG_CONFIG_HOME")}
+    bare.update(HOME=str(home), GIT_CONFIG_NOSYSTEM="1")
+    init = [sys.executable, "-m", "patchkit", "init", "my-fixes"]
+    refused = subprocess.run(init, cwd=tmp_path, env=bare, capture_output=True, text=True)
+    assert refused.returncode == EXIT_USAGE, refused.stderr
+    said = flat(refused.stderr)
+    assert "git cannot commit as you" in said and "git config --global user.email" in said
+    assert "--no-git" in said and "Nothing was written" in said
+    assert not (tmp_path / "my-fixes").exists()
+    named = dict(bare, GIT_AUTHOR_NAME="New User", GIT_AUTHOR_EMAIL="new@example.org",
+                 GIT_COMMITTER_NAME="New User", GIT_COMMITTER_EMAIL="new@example.org")
+    done = subprocess.run(init, cwd=tmp_path, env=named, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert git(tmp_path / "my-fixes", "status", "--porcelain") == ""
