@@ -38,7 +38,13 @@ def test_a_chmod_of_a_written_file_is_drift(tmp_path: Path) -> None:
     assert (seen["path"], seen["state"], seen["mode"], seen["recorded_mode"]) == (
         "app.py", "drifted", "0755", "0644")
     assert "app.py (drifted: mode 0755, recorded 0644)" in pk(*cat, "status", *where).stdout
-    assert pk(*cat, "verify", "edit", *where).returncode == 1
+    verified = pk(*cat, "verify", "edit", *where)
+    said = " ".join(verified.stderr.split())
+    assert verified.returncode == 1 and "app.py (drifted: mode 0755, recorded 0644)" in said, said
+    assert ("only the mode changed, the bytes are as patchkit wrote them: put it back (chmod 0644 "
+            f"{tree / 'app.py'})") in said, said
+    again = " ".join(pk(*cat, "apply", "edit", *where).stdout.split())
+    assert "app.py (mode 0755 since patchkit wrote it 0644)" in again and "chmod 0644" in again, again
     refused = pk(*cat, "rollback", "edit", *where)
     assert refused.returncode != 0 and "mode now 0755, recorded 0644" in refused.stderr, refused.stderr
     assert tree_digest(tree) == before and _mode(tree / "app.py") == 0o755

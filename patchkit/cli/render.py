@@ -296,7 +296,8 @@ def _drifted(console: Any, fix: FixOutcome) -> None:
         line(console, [("  drifted: ", STATE_STYLE["drifted"]),
                         (file_where(f), "bold"),
                         (" (deleted since patchkit wrote it)" if f.get("state") == "missing"
-                         else " (changed since patchkit wrote it)", "")])
+                         else f" (mode {f['mode']} since patchkit wrote it {f['recorded_mode']})"
+                         if f.get("recorded_mode") else " (changed since patchkit wrote it)", "")])
     if len(fix.drifted) > STATUS_FILES:
         line(console, [(f"  and {len(fix.drifted) - STATUS_FILES} more (--json lists them)", "")])
     line(console, [(f"  the fix is recorded but its files no longer hold what it wrote; "

@@ -103,14 +103,14 @@ def _sort_out(req: Request, state: State, lost: Dict[str, str], lost_records: Di
         elif rec is None:
             todo.append(spec)
         elif int(rec.version or 0) == spec.version:
-            from .observe import drifted_files, put_back  # a recorded fix: do its files hold what it wrote?
+            from .observe import drift_todo, drifted_files  # a recorded fix: do its files hold what it wrote?
 
             drifted = drifted_files(req.roots, state, rec)
             outcomes[spec.name] = {"name": spec.name, "version": spec.version, "outcome": "already-applied",
                                    "files": [], "preconditions": [], "verification": [],
                                    "drifted": drifted}
             if drifted:  # what to do, as verify's drift check says it
-                outcomes[spec.name]["detail"] = put_back(spec.name, state)
+                outcomes[spec.name]["detail"] = drift_todo(spec.name, drifted, state, req.roots)
         elif rec.commits:
             raise VersionMismatch(
                 "fix %s version %s is applied in %s with --commit, and this is version %d; roll "

@@ -357,18 +357,29 @@ def put_back(fix: str, state: State) -> str:
                fix))
 
 
-def drift_check(fix: str, drifted: List[Dict[str, Any]], state: State,
+def drift_todo(fix: str, drifted: List[Dict[str, Any]], state: State, roots: Roots) -> str:
+    """What to do about a drifted fix's files: a chmod when only their modes changed (the
+    bytes are as written), else :func:`put_back`."""
+    if drifted and all(f.get("recorded_mode") for f in drifted):
+        return ("only the mode changed, the bytes are as patchkit wrote them: put it back (%s), "
+                "or %s" % ("; ".join("chmod %s %s" % (f["recorded_mode"], roots.resolve(f["root"], f["path"]))
+                                     for f in drifted[:SHOWN]), put_back(fix, state)))
+    return put_back(fix, state)
+
+
+def drift_check(fix: str, drifted: List[Dict[str, Any]], state: State, roots: Roots,
                 gone: bool = False) -> Dict[str, Any]:
     """The automatic verification a drifted fix fails (kind ``drift``); ``gone``: the fix's
     manifest left the catalog, so the way back is its record (rollback), not apply or refresh."""
-    named = ["%s (%s)" % (f.get("where") or "%s:%s" % (f["root"], f["path"]), f["state"])
-             for f in drifted[:SHOWN]]
+    named = ["%s (%s)" % (f.get("where") or "%s:%s" % (f["root"], f["path"]), f["state"] + (
+        ": mode %s, recorded %s" % (f["mode"], f["recorded_mode"]) if f.get("recorded_mode") else ""))
+        for f in drifted[:SHOWN]]
     more = " and %d more" % (len(drifted) - SHOWN) if len(drifted) > SHOWN else ""
     if gone:
         todo = ("%s: %s; patchkit rollback --force %s restores its files from its record "
                 "(the edits are lost)" % (fix, GONE, " ".join([fix, *state.requiring(fix)])))
     else:
-        todo = put_back(fix, state)
+        todo = drift_todo(fix, drifted, state, roots)
     detail = "changed since patchkit wrote them: %s%s. See patchkit status; %s" % (
         ", ".join(named), more, todo)
     where = ", ".join(f.get("where") or "%s:%s" % (f["root"], f["path"]) for f in drifted[:SHOWN]) + more
@@ -436,7 +447,7 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
         # An older version than the catalog's (a refresh since): the catalog's checks are for
         # its own change and the applied version's are not in it, so its record is what it has.
         by_record = spec.recorded_only or _older(spec, recorded)
-        first = drift_check(spec.name, drifted, state, spec.recorded_only) if drifted else None
+        first = drift_check(spec.name, drifted, state, req.roots, spec.recorded_only) if drifted else None
         if first is None and by_record:  # its record's check is all it has: listed
             first = {"kind": "drift", "name": "files as patchkit wrote them", "ok": True,
                      "detail": "every file holds the bytes its record names", "where": ""}
