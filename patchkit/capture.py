@@ -232,7 +232,10 @@ def leave_applied(files: list[CapturedFile], owners: dict[str, str], src: Path,
         raise UsageError(f"nothing to capture for {name!r}: every changed file of {src} was "
                          f"written by an applied fix ({fixes}; recorded in .patchkit/state.json): "
                          f"{', '.join(p for p, _f in left)}. Edit other files, roll those fixes "
-                         "back, or pass --include-applied to take them", path=str(src), fix=name)
+                         "back, or pass --include-applied to take them (with their changes: to "
+                         "capture only yours on top of theirs, apply them with --commit in this "
+                         "checkout first, so HEAD holds them, then pass --include-applied and add "
+                         "depends_on; docs/authoring.md)", path=str(src), fix=name)
     return kept, left
 
 

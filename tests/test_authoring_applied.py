@@ -245,3 +245,44 @@ def test_refresh_where_the_fix_is_committed_or_grows_a_file_says_what_works(
     upgraded = patchkit(catalog, "apply", "host-pool-docs", "--target", str(catalog_tree))
     assert upgraded.exit_code == 0, upgraded.output
     assert version.read_text().endswith("# v2\n")
+
+
+@pytest.mark.network
+def test_a_fix_on_top_of_an_applied_fix_in_the_same_file_is_captured_as_its_advice_says(
+        catalog_upstream, catalog_tree: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A fix building on an applied fix's lines in the same file: `new` says to apply that fix
+    with --commit first, so HEAD holds it, then --include-applied; done so, the new fix's patch
+    holds only its own lines, and with depends_on it applies after that fix on a fresh tree
+    (a new-user trial found no route the messages named that worked)."""
+    from patchkit.authoring import init_catalog
+    from tests.fixtures.sglang import checkout
+
+    shipped = Catalog(REPO)
+    tree = LocalTarget(roots={"sglang": str(catalog_tree)})
+    configurator = catalog_tree / CONFIGURATOR
+    marker = "def _compressed_bytes_per_full_token(self, ratio: int) -> float:"
+    catalog = tmp_path / "mine"
+    init_catalog(catalog, git=False)
+    api.apply(shipped, tree, ["dsv4-bf16-sizing"], with_deps=True)
+    configurator.write_text(configurator.read_text().replace(marker, marker + "  # on top", 1))
+    refused = patchkit(catalog, "new", "on-top", "--from", str(catalog_tree), "--no-commit")
+    assert refused.exit_code == 2 and "apply them with --commit in this checkout first" in \
+        flat(refused.output), refused.output
+
+    configurator.write_text(configurator.read_text().replace("  # on top", "", 1))
+    api.rollback(shipped, tree, ["dsv4-bf16-index-k", "dsv4-bf16-sizing"])
+    api.apply(shipped, tree, ["dsv4-bf16-sizing"], with_deps=True, commit=True)
+    configurator.write_text(configurator.read_text().replace(marker, marker + "  # on top", 1))
+    made = patchkit(catalog, "new", "on-top", "--from", str(catalog_tree), "--no-commit",
+                    "--include-applied")
+    assert made.exit_code == 0, made.output
+    patch = next((catalog / "patches" / "on-top").glob("*.patch")).read_text()
+    added = [ln for ln in patch.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
+    assert added == ["+    " + marker + "  # on top"], added  # its own line, not the fixes'
+    manifest = catalog / "manifests" / "on-top.toml"
+    manifest.write_text(manifest.read_text().replace("depends_on = []", 'depends_on = ["dsv4-bf16-sizing"]', 1))
+    fresh = checkout(catalog_upstream, "0.5.23", tmp_path / "fresh")
+    done = api.apply(Catalog.open(catalog), LocalTarget(roots={"sglang": str(fresh)}),
+                     ["on-top"], with_deps=True)
+    assert [f.outcome for f in done.fixes] == ["applied", "applied", "applied"], done.fixes
+    assert marker + "  # on top" in (fresh / CONFIGURATOR).read_text()

@@ -400,11 +400,13 @@ def of_fix(exc: ConflictError, fix: str, others: Sequence[str] = ()) -> Conflict
         exc.details["others"] = list(others)
         named = ("fix %s" % others[0] if len(others) == 1 else "fixes %s and %s"
                  % (", ".join(others[:-1]), others[-1]))
+        them = "it" if len(others) == 1 else "them"
         exc.message += ("; %s changed this file before it, and may have changed the lines this "
-                        "hunk expects: see %s, and make this fix build on %s (depends_on, then "
-                        "refresh it on top)"
-                        % (named, ", ".join("patchkit show %s" % o for o in others),
-                           "it" if len(others) == 1 else "them"))
+                        "hunk expects: see %s, and make this fix build on %s: depends_on, and "
+                        "its change captured on top of %s (apply %s with --commit in the checkout, "
+                        "then patchkit refresh %s --include-applied: docs/authoring.md)"
+                        % (named, ", ".join("patchkit show %s" % o for o in others), them, them,
+                           " ".join(others), fix))
     exc.args = (exc.message,)
     return exc
 
