@@ -33,6 +33,12 @@ def test_sync_from_your_catalog_keeps_shipped_fixes_it_was_not_given_out(
     outcome, detail = dry["dsv4-bf16-index-k"]
     assert outcome == "not-applied" and "shipped with patchkit" in detail, dry
     assert "patchkit apply dsv4-bf16-index-k" in detail
+    # a shipped fix status calls not-needed here (a revert with nothing to revert) is said as
+    # status says it, not as one sync leaves out (the two disagreed: a new-user trial)
+    status = json.loads(pk(*cat, "status", *where, "--all", "--json").stdout)
+    said = {f["name"]: f["state"] for f in status["status"]["fixes"]}
+    assert said["revert-hicache-index-k-sync"] == "not-needed", said
+    assert dry["revert-hicache-index-k-sync"][0] == "not-needed", dry
 
     assert pk(*cat, "apply", "dsv4-bf16-index-k", *where).returncode == 0  # chosen by name
     again = _outcomes(pk(*cat, "sync", *where, "--dry-run", "--json"))

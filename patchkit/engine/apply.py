@@ -151,7 +151,10 @@ def _sync_skips(req: Request, todo: List[FixSpec], outcomes: Dict[str, Dict[str,
 
     ws, keep = Workspace(req.roots), []
     for spec in todo:
-        if spec.if_recorded and spec.name not in recorded:
+        # what status says of it first (not-needed, present-unrecorded), shipped or not
+        seen = "" if spec.name in upgrades else unrecorded(ws, spec, req.roots, req.git)["state"]
+        if spec.if_recorded and spec.name not in recorded and seen not in (
+                "not-needed", "present-unrecorded"):
             outcomes[spec.name] = {
                 "name": spec.name, "version": spec.version, "files": [], "preconditions": [],
                 "verification": [], "outcome": "not-applied",
@@ -159,7 +162,6 @@ def _sync_skips(req: Request, todo: List[FixSpec], outcomes: Dict[str, Dict[str,
                           "fix current where it was applied, and brings it where a fix of yours "
                           "depends on it; to have it here, patchkit apply %s" % spec.name}
             continue
-        seen = "" if spec.name in upgrades else unrecorded(ws, spec, req.roots, req.git)["state"]
         if seen in ("not-needed", "present-unrecorded"):
             outcomes[spec.name] = {
                 "name": spec.name, "version": spec.version, "files": [], "preconditions": [],
