@@ -211,10 +211,17 @@ class UpstreamRepo:
         """A working tree of ``version`` at ``dest`` (absent or empty), detached at the tag."""
         d = checkout_dest(version, dest)
         self.release(version)
-        if d.exists():
-            d.rmdir()
         d.parent.mkdir(parents=True, exist_ok=True)
-        return gitrepo.clone(self.git_dir, d, f"v{version}")
+        # made beside it and renamed into place: interrupted, nothing is left at ``dest``
+        work = Path(tempfile.mkdtemp(prefix=f".{d.name}.patchkit-", dir=d.parent))
+        try:
+            gitrepo.clone(self.git_dir, work / "tree", f"v{version}")
+            if d.exists():
+                d.rmdir()
+            os.rename(work / "tree", d)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return d
 
     def move(self, tree: Path, version: str) -> Path:
         """The checkout ``tree`` (made by :meth:`checkout`) turned into ``version``'s: only the

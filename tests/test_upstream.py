@@ -335,6 +335,37 @@ def test_checkout_is_a_clean_working_tree_at_the_tag(
 
 
 @pytest.mark.network
+def test_an_interrupted_checkout_leaves_nothing_and_says_so(
+    upstream_repo: UpstreamRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while `upstream checkout` clones: nothing is left at DEST (the clone is made
+    beside it and renamed into place) and the message says what was left and what to do;
+    it said only "interrupted by SIGINT" and could leave half a tree (a new-user trial)."""
+    from click.testing import CliRunner
+
+    from patchkit.cli.main import main
+
+    real = gitrepo.clone
+
+    def cut_short(source: Path, dest: Path, rev: str) -> Path:
+        real(source, dest, rev)  # the whole clone is there, then the interrupt comes
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(gitrepo, "clone", cut_short)
+    dest = tmp_path / "co"
+    monkeypatch.setenv("PATCHKIT_UPSTREAM", str(upstream_repo.path))
+    with CliRunner().isolation() as streams:
+        with pytest.raises(SystemExit) as done:
+            main(["upstream", "checkout", "0.5.21", str(dest)])
+        sys.stderr.flush()
+        said = streams[1].getvalue().decode()
+    assert done.value.code == 130, said
+    assert (f"interrupted by SIGINT; nothing was made at {dest.resolve()} (a checkout is put in "
+            "place whole)") in " ".join(said.split()), said
+    assert not dest.exists() and list(tmp_path.iterdir()) == [], list(tmp_path.iterdir())
+
+
+@pytest.mark.network
 def test_tree_path_of_is_cached_and_repaired(upstream_repo: UpstreamRepo) -> None:
     path = upstream_repo.tree_path_of("0.5.21")
     assert (path / "python/sglang/srt/environ.py").is_file()

@@ -34,6 +34,7 @@ class State:
         self.op: str | None = None
         self.target_given: str | None = None
         self.writes = False  # the engine run under way writes to the target (what Ctrl-C says)
+        self.leaves: str | None = None  # what an interrupt leaves, said by a command on no target
 
     def named(self, ctx: Any = None) -> dict[str, str | None]:
         """``op`` and ``target`` of a ``--json`` error: the command (from click's context of a

@@ -209,7 +209,7 @@ def _interrupted(state: State) -> str:
     its ssh session ends."""
     target = state.resolved()
     if target is None:
-        return "interrupted by SIGINT"
+        return "interrupted by SIGINT" + (f"; {state.leaves}" if state.leaves else "")
     if getattr(target, "is_remote", False):
         return ("interrupted by SIGINT; the engine on %s puts back what it had written when its "
                 "ssh session ends, or leaves a journal its next run finishes or undoes. Run "

@@ -71,7 +71,10 @@ def list_releases(as_json: bool) -> int:
 def checkout(version: str, dest: str, as_json: bool) -> int:
     """Make a working tree of VERSION at DEST (fetching it first if needed)."""
     repo = UpstreamRepo()
-    checkout_dest(version, dest)  # a directory that cannot take it is refused before a fetch
+    where = checkout_dest(version, dest)  # a directory that cannot take it is refused before a fetch
+    click.get_current_context().ensure_object(State).leaves = (
+        f"nothing was made at {where} (a checkout is put in place whole) and the release store "
+        "takes a release whole or not at all; run the command again")
     if version not in repo.versions():
         with render.busy(f"fetching {version}", quiet=as_json):
             repo.fetch(version)
