@@ -671,3 +671,34 @@ def test_a_misspelt_placeholder_in_a_command_is_refused_naming_it(
         load_manifest(path)
     assert err.value.details["key"] == "verification[1].argv", err.value.details
     assert f"{bad} is not a placeholder patchkit knows" in str(err.value)
+
+
+def test_a_bumped_manifest_keeps_its_comments_in_line_and_its_tables_apart(tmp_path: Path) -> None:
+    """A rebase or refresh rewrites `releases` and adds a changelog entry: the comment after a
+    longer `releases` stays in its column, and a table after the changelog stays a blank line
+    away (they were pushed out of line, and the new entry ran into [[verification]]: a
+    new-user trial)."""
+    from patchkit.catalog import edit
+
+    (tmp_path / "patches" / "f").mkdir(parents=True)
+    (tmp_path / "patches" / "f" / "0001-x.patch").write_text("--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n")
+    (tmp_path / "manifests").mkdir()
+    path = tmp_path / "manifests" / "f.toml"
+    path.write_text(edit.new_manifest_text("f", "t", "0.5.22", [("0001-x.patch", "sglang")], "why",
+                                           date="2026-11-01")
+                    + '\n[[verification]]\nkind = "python-syntax"\npath = "x.py"\n')
+    def columns() -> dict[str, int]:
+        return {ln.split(" ", 1)[0]: ln.index("#") for ln in path.read_text().splitlines()
+                if ln.startswith(("version", "releases")) and "#" in ln}
+
+    before = columns()
+    edit.bump_manifest(path, version=12, changelog_summary="Onto 0.5.3.", date="2026-11-02",
+                       base_release="0.5.3", releases=["0.5.3"])
+    text = path.read_text()
+    assert columns() == before, text
+    assert 'summary = "Onto 0.5.3."\n\n[[verification]]' in text, text
+    assert load_manifest(path).version == 12
+    # a value too long for the column pushes its comment one space past it, no further
+    edit.bump_manifest(path, version=13, changelog_summary="More.", date="2026-11-03",
+                       releases=["0.5.3", "0.5.22", "0.5.23"])
+    assert 'releases = ["0.5.3", "0.5.22", "0.5.23"] # releases' in path.read_text()

@@ -215,18 +215,18 @@ def bump_manifest(path: Path | str, *, version: int, changelog_summary: str, dat
         del doc["variants"]
     elif new_releases is not None:
         _rework_variants(doc, current, new_releases, keep_as)
-    doc["version"] = version
+    _set(doc, "version", version)
     if status is not None:
         doc["status"] = status
     if applied is not None:
         doc = _set_in_table(doc, "upstream", "applied", applied)
     upstream = doc["upstream"]
     if base_release is not None:
-        upstream["base_release"] = base_release
+        _set(upstream, "base_release", base_release)
         if releases is None and "releases" in upstream:
             releases = [base_release]
     if releases is not None:
-        upstream["releases"] = releases
+        _set(upstream, "releases", releases)
     if patches is not None:
         doc["patches"] = [_patch_entry(e) for e in patches]  # tomlkit makes it [[patches]]
     _add_changelog(doc, version, date, base_release or current.upstream.base_release,
@@ -254,11 +254,24 @@ def bump_variant(path: Path | str, variant_dir: str, *, version: int, changelog_
     _save(ctx, doc, current)
 
 
+def _set(table: Any, key: str, value: Any) -> None:
+    """``table[key] = value``, its trailing comment kept in the column it was in (tomlkit keeps
+    the spaces before it, so a longer value pushed the comment out of line with the others)."""
+    old = table.item(key) if key in table else None
+    table[key] = value
+    if old is not None and old.trivia.comment:
+        column = len(old.as_string()) + len(old.trivia.comment_ws)
+        table.item(key).trivia.comment_ws = " " * max(1, column - len(table.item(key).as_string()))
+
+
 def _add_changelog(doc: Any, version: int, date: str, base_release: str, summary: str) -> None:
-    """Append the ``[[changelog]]`` entry of ``version``, a blank line before it."""
+    """Append the ``[[changelog]]`` entry of ``version``, a blank line before it (and after it,
+    when tables follow the changelog)."""
     entry = tomlkit.table()
     entry.update({"version": version, "date": date, "base_release": base_release,
                   "summary": summary})
+    if "changelog" in doc and list(doc.keys())[-1] != "changelog":
+        entry.add(tomlkit.nl())
     if "changelog" not in doc:
         doc.add(tomlkit.nl())
         doc.add("changelog", tomlkit.aot())
