@@ -323,7 +323,7 @@ def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] 
     version = fix.next_version if changed else view.version
     # the releases the top level served besides the checkout's keep the old version (a
     # variant), as a rebase keeps them: the new series is known to apply to this one only
-    kept_for = tuple(r for r in fix.upstream.releases if r != release) if changed and served is None else ()
+    kept_for = tuple(r for r in view.upstream.releases if r != release) if changed else ()
     result = AuthoringResult(name, version, fix.manifest_path, tuple(targets[r] for r in texts),
                              tuple(f.path for f in files), release, changed=changed,
                              ignored=ignored, dry_run=dry_run, renamed=renamed, applied=applied,
@@ -333,7 +333,7 @@ def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] 
                                                   - {a for a, _f in applied})),
                              recorded_new=() if here is None else tuple(
                                  f.path for f in files if f.path not in {r.path for r in here.files}),
-                             kept_for=kept_for, kept_version=fix.version if kept_for else None)
+                             kept_for=kept_for, kept_version=view.version if kept_for else None)
     if dry_run or not changed:
         return result
     summary = summary or f"Refreshed from a checkout of {release}."
@@ -366,16 +366,21 @@ def _write_refresh(catalog: Catalog, fix: Fix, served: Variant | None, texts: di
                if dropped or renamed else None)
     day = date or _dt.date.today().isoformat()
     files = {targets[r]: (texts[r], r.root) for r in texts}
-    keep_as = edit.variant_dir(fix, fix.upstream.base_release) if keep else None
-    if keep_as is not None:
+    keep_as = None
+    if keep:  # the old version's series, copied to a folder of its own first
+        taken = {v.dir for v in fix.variants}
+        keep_as = (edit.variant_dir(fix, fix.upstream.base_release) if served is None
+                   else next(d for d in (f"v{served.version}", f"v{served.version}-{served.base_release}")
+                             if d not in taken))
         (fix.patch_dir / keep_as).mkdir(parents=True, exist_ok=True)
         files.update({fix.patch_dir / keep_as / r.file: (
-            r.path.read_text(encoding="utf-8", errors="surrogateescape"), r.root) for r in fix.patches})
+            r.path.read_text(encoding="utf-8", errors="surrogateescape"), r.root) for r in old})
 
     def bump() -> None:
         if served is not None:
             edit.bump_variant(fix.manifest_path, served.dir, version=version,
-                              changelog_summary=summary, date=day, patches=patches)
+                              changelog_summary=summary, date=day, patches=patches,
+                              release=release, keep_as=keep_as)
             return
         edit.bump_manifest(
             fix.manifest_path, version=version, changelog_summary=summary, date=day,

@@ -691,3 +691,44 @@ def test_refresh_says_which_releases_keep_the_old_version() -> None:
     assert _refresh_warnings(result, "rc-note", "../prod23") == [
         "rc-note v2 is known to apply to 0.5.23 only: v1 stays the variant for 0.5.22; "
         "patchkit rebase rc-note --onto RELEASE carries v2 there"]
+
+
+def test_a_refresh_of_a_variant_serving_two_releases_keeps_the_old_one_for_the_other(
+        three_releases: UpstreamRepo, tmp_path: Path) -> None:
+    """A variant serving 0.5.21 and 0.5.22 refreshed from a 0.5.22 checkout: the new version
+    serves 0.5.22, based on it, and the old one stays a variant for 0.5.21 (its series copied to
+    a folder of its own), as for the top level. Before, the variant was rewritten for both, and
+    0.5.21 trees could no longer apply the fix (a fresh-clone trial)."""
+    from patchkit import authoring
+
+    dest = tmp_path / "cat"
+    (dest / "manifests").mkdir(parents=True)
+    (dest / "patches").mkdir()
+    module = "python/sglang/srt/constants.py"
+    edit21 = checkout(three_releases, "0.5.21", tmp_path / "edit21")
+    (edit21 / module).write_text("# note: constants\n" + (edit21 / module).read_text())
+    authoring.new_fix(Catalog.open(dest), "c-note", edit21, rationale="a note", commit=False)
+    manifest = dest / "manifests" / "c-note.toml"
+    for release in ("0.5.22", "0.5.23"):
+        assert edit.add_release(manifest, release)
+    new = checkout(three_releases, "0.5.23", tmp_path / "new")
+    api.apply(Catalog.open(dest), local(new), ["c-note"])
+    (new / module).write_text((new / module).read_text().replace("# note: constants\n",
+                                                                 "# note: constants (0.5.23)\n"))
+    authoring.refresh_fix(Catalog.open(dest), "c-note", new, commit=False)  # top v2: 0.5.23
+    assert Catalog.open(dest).get("c-note").serves() == {"0.5.23": 2, "0.5.21": 1, "0.5.22": 1}
+    tree22 = checkout(three_releases, "0.5.22", tmp_path / "tree22")
+    api.apply(Catalog.open(dest), local(tree22), ["c-note"])
+    (tree22 / module).write_text((tree22 / module).read_text().replace(
+        "# note: constants\n", "# note: constants (0.5.22)\n"))
+
+    result = authoring.refresh_fix(Catalog.open(dest), "c-note", tree22, commit=False)
+
+    assert (result.version, result.kept_for, result.kept_version) == (3, ("0.5.21",), 1)
+    fix = Catalog.open(dest).get("c-note")
+    assert fix.serves() == {"0.5.23": 2, "0.5.22": 3, "0.5.21": 1}
+    assert fix.variant_for("0.5.22").upstream.base_release == "0.5.22"
+    for release, said in (("0.5.21", "# note: constants\n"), ("0.5.22", "(0.5.22)")):
+        fresh = checkout(three_releases, release, tmp_path / f"fresh-{release}")
+        api.apply(Catalog.open(dest), local(fresh), ["c-note"])
+        assert said in (fresh / module).read_text()

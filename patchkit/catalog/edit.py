@@ -235,22 +235,36 @@ def bump_manifest(path: Path | str, *, version: int, changelog_summary: str, dat
 
 
 def bump_variant(path: Path | str, variant_dir: str, *, version: int, changelog_summary: str,
-                 date: str, patches: Sequence[tuple[str, str] | tuple[str, str, str]] | None = None
-                 ) -> None:
+                 date: str, patches: Sequence[tuple[str, str] | tuple[str, str, str]] | None = None,
+                 release: str | None = None, keep_as: str | None = None) -> None:
     """Record a new version of the ``[[variants]]`` series kept in ``patches/<fix>/<variant_dir>``
     (a bug fixed in an older release's series): the variant's ``version``, its patches when
-    given, and a changelog entry; the top level is left as it is."""
+    given, and a changelog entry; the top level is left as it is. ``release`` with
+    ``keep_as``: the new series serves (and is based on) ``release`` alone, and the old version
+    stays a variant of its own for its other releases, its series in ``keep_as`` (a folder the
+    caller has copied it to)."""
     path = Path(path)
     ctx, doc, current = _open(path)
     if version < current.next_version:
         raise ctx.fail("version", f"new version {version} is not above the fix's versions "
                        f"(v{current.next_version - 1} the newest)", f"Use version {current.next_version}")
     index = next(i for i, v in enumerate(current.variants) if v.dir == variant_dir)
+    old = current.variants[index]
     table = doc["variants"][index]
-    table["version"] = version
+    if keep_as is not None and release is not None:
+        kept = tomlkit.table()
+        kept.update(dict(table.unwrap(), releases=[r for r in old.releases if r != release],
+                         dir=keep_as))
+        doc["variants"].append(kept)
+        _set(table, "base_release", release)
+        _set(table, "releases", [release])
+        if "dir" not in table:  # the folder was named by the old base release: keep it
+            _set(table, "dir", old.dir)
+    _set(table, "version", version)
     if patches is not None:
         table["patches"] = [_patch_entry(e) for e in patches]
-    _add_changelog(doc, version, date, current.variants[index].base_release, changelog_summary)
+    _add_changelog(doc, version, date, release if keep_as is not None and release else old.base_release,
+                   changelog_summary)
     _save(ctx, doc, current)
 
 
