@@ -137,8 +137,8 @@ def fix_request(fix: Fix, catalog: Catalog, lazy: bool = False,
                             if k in VARIANT_KEYS} for var in fix.variants]
     if fix.upstream_since:
         out["upstream_since"] = fix.upstream_since
-    if catalog.read_only or catalog.shipped(fix.name):  # a new version is made elsewhere
-        out["shipped"] = True
+    if catalog.read_only or catalog.shipped(fix.name):  # a new version is made elsewhere:
+        out["shipped"] = str(fix.manifest_path.parent.parent)  # the catalog to copy it from
     return out
 
 

@@ -145,14 +145,23 @@ def test_one_catalog_commit_applies_each_release_its_variant(three_releases: Ups
     init_catalog(tmp_path / "mine", git=False)
     mine = Catalog.open(tmp_path / "mine")
     steps = (f"make one in a catalog of your own, as {INDEX_K} is shipped with patchkit, whose "
-             f"catalog is never written to: patchkit init DIR; in DIR, patchkit export {INDEX_K} "
-             f"--format quilt -o Q, patchkit import --quilt Q --replace, then patchkit rebase "
-             f"{INDEX_K} --onto 0.5.21")
+             f"catalog is never written to: patchkit init DIR; cp {REPO}/manifests/{INDEX_K}.toml "
+             f"DIR/manifests/; cp -r {REPO}/patches/{INDEX_K} DIR/patches/ (yours then replaces "
+             f"the shipped one); in DIR, patchkit rebase {INDEX_K} --onto 0.5.21")
     with pytest.raises(PreconditionFailed) as exc:
         api.apply(mine, local(old), [INDEX_K])
     assert steps[1:] in exc.value.message, exc.value.message
     seen = {s.name: s for s in api.status(mine, local(old)).status}[INDEX_K]
     assert seen.detail.endswith(steps), seen.detail
+    # followed, the copy is the fix whole (its checks, variants and restart: an export and
+    # import, advised before, dropped them), yours, and its rebase starts
+    import shutil as _sh
+    _sh.copy(REPO / "manifests" / f"{INDEX_K}.toml", tmp_path / "mine" / "manifests")
+    _sh.copytree(REPO / "patches" / INDEX_K, tmp_path / "mine" / "patches" / INDEX_K)
+    copied, shipped = Catalog.open(tmp_path / "mine"), Catalog(REPO)
+    assert not copied.shipped(INDEX_K)
+    assert (copied.get(INDEX_K).verification, copied.get(INDEX_K).serves()) == (
+        shipped.get(INDEX_K).verification, shipped.get(INDEX_K).serves())
 
 
 def test_a_fix_upstream_in_0523_is_not_applied_there_and_stays_on_0522(

@@ -44,20 +44,21 @@ class FixSpec(MutableRecord):
     # a sync: a fix shipped with patchkit that no fix of the user's catalog needs, synced only
     # where the target records it (applied by name before), never brought unasked
     if_recorded: bool = False
-    # shipped with patchkit (its catalog never written to): a new version of it is made in a
-    # catalog of the user's own, which advice says (:meth:`make_for`)
-    shipped: bool = False
+    # shipped with patchkit (its catalog, this directory, never written to): a new version of
+    # it is made in a catalog of the user's own, which advice says (:meth:`make_for`)
+    shipped: str = ""
 
     def make_for(self, release: str) -> str:
         """How a version of the fix for ``release`` is made: a rebase, in a catalog of the
-        user's own for a fix shipped with patchkit (a rebase of the shipped one is refused)."""
+        user's own for a fix shipped with patchkit (a rebase of the shipped one is refused):
+        a copy of its manifest and series, checks, variants and restart included, shadows it."""
         rebase = "patchkit rebase %s --onto %s" % (self.name, release)
         if not self.shipped:
             return "make one with %s" % rebase
         return ("make one in a catalog of your own, as %s is shipped with patchkit, whose catalog "
-                "is never written to: patchkit init DIR; in DIR, patchkit export %s --format "
-                "quilt -o Q, patchkit import --quilt Q --replace, then %s"
-                % (self.name, self.name, rebase))
+                "is never written to: patchkit init DIR; cp %s/manifests/%s.toml DIR/manifests/; "
+                "cp -r %s/patches/%s DIR/patches/ (yours then replaces the shipped one); in DIR, %s"
+                % (self.name, self.shipped, self.name, self.shipped, self.name, rebase))
 
 
 @record_dataclass(frozen=True)
@@ -138,7 +139,8 @@ def parse_fix(data: Any, lazy: bool = False, deferred: bool = False) -> FixSpec:
                              for v, rs in (data.get("variants_known") or [])),
         not_needed=str(data.get("not_needed") or ""),
         recorded_only=data.get("recorded_only") is True,
-        if_recorded=data.get("if_recorded") is True, shipped=data.get("shipped") is True)
+        if_recorded=data.get("if_recorded") is True,
+        shipped=data["shipped"] if isinstance(data.get("shipped"), str) else "")
 
 
 class Changes(Sequence[FileChange]):
