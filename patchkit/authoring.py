@@ -197,6 +197,8 @@ def new_fix(catalog: Catalog, name: str, src: Path, *, root: str = "sglang",
     ``record``, the target's sglang tree) are left out, unless ``include_applied``. A series of
     another root checks no release (``releases = []``), as ``import`` writes one."""
     _check_new(catalog, name, author)
+    if commit and not dry_run:
+        writer.check_committable(catalog, f"create the fix {name!r}")
     src = Path(src)
     if commits is not None:
         if paths:
@@ -281,6 +283,8 @@ def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] 
     catalog.check_writable(f"refresh {name!r}")
     fix = catalog.get(name)
     catalog.check_own([name], "refresh")
+    if commit and not dry_run:
+        writer.check_committable(catalog, f"refresh {name!r}")
     served = _variant_of(fix, src)  # a checkout of an older release a variant serves: that one
     view = fix if served is None else fix.as_variant(served)
     primary = any(ref.root == PRIMARY_ROOT for ref in fix.patches)

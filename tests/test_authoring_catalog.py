@@ -423,3 +423,29 @@ def test_init_without_a_git_identity_writes_nothing_and_says_how_to_go_on(tmp_pa
     done = subprocess.run(init, cwd=tmp_path, env=named, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert git(tmp_path / "my-fixes", "status", "--porcelain") == ""
+
+
+def test_new_without_a_git_identity_writes_nothing_and_says_how_to_go_on(tmp_path: Path) -> None:
+    """`new` into a git catalog whose user git knows no name or email: refused before writing,
+    saying how (or --no-commit); it wrote and staged the fix, failed, and a rerun was refused
+    as 'already exists' (a fresh-clone trial)."""
+    import sys
+
+    home = tmp_path / "home"
+    home.mkdir()
+    named = {k: v for k, v in os.environ.items() if k not in ("HOME", "XDG_CONFIG_HOME")}
+    named.update(HOME=str(home), GIT_CONFIG_NOSYSTEM="1", GIT_AUTHOR_NAME="A", GIT_AUTHOR_EMAIL="a@x.org",
+                 GIT_COMMITTER_NAME="A", GIT_COMMITTER_EMAIL="a@x.org")
+    bare = {k: v for k, v in named.items() if not k.startswith(("GIT_AUTHOR", "GIT_COMMITTER", "EMAIL"))}
+    pk = [sys.executable, "-m", "patchkit"]
+    assert subprocess.run([*pk, "init", "cat"], cwd=tmp_path, env=named).returncode == 0
+    tree = app_tree(tmp_path / "tree", git=True)
+    (tree / "app.py").write_text(APP.replace("value = 1", "value = 2"))
+    new = [*pk, "--catalog", str(tmp_path / "cat"), "new", "edit", "--root", "tree", "--from",
+           str(tree), "--base-release", "any"]
+    refused = subprocess.run(new, cwd=tmp_path, env=bare, capture_output=True, text=True)
+    assert refused.returncode == EXIT_USAGE, refused.stderr
+    assert "git cannot commit as you" in flat(refused.stderr) and "--no-commit" in flat(refused.stderr)
+    assert not (tmp_path / "cat" / "manifests" / "edit.toml").exists()
+    done = subprocess.run(new, cwd=tmp_path, env=named, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

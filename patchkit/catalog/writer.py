@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .. import gitrepo
 from ..engine import faults
-from ..errors import InternalError, PatchFormatError, PatchkitError, TargetError
+from ..errors import InternalError, PatchFormatError, PatchkitError, TargetError, UsageError
 from . import Catalog, series
 from .manifest import AUTHOR_RE, load_manifest
 
@@ -141,6 +141,19 @@ def create_fix(catalog: Catalog, name: str, texts: Texts, manifest: str) -> None
 def _paths(catalog: Catalog, top: Path, names: Sequence[str]) -> list[str]:
     return [os.path.relpath(p.resolve(), top.resolve()) for name in names
             for p in (catalog.manifests_dir / f"{name}.toml", catalog.patches_dir / name)]
+
+
+def check_committable(catalog: Catalog, what: str) -> None:
+    """Refuse, before anything is written, a change the catalog's git repository could not
+    commit for lack of the user's name or email (a new user's git knows none)."""
+    top = gitrepo.work_tree_top(catalog.root)
+    problem = gitrepo.identity_problem(top) if top is not None else None
+    if problem:
+        raise UsageError(f"cannot {what}: it is committed to the catalog's git repository "
+                         f"({top}), and git cannot commit as you there ({problem}): set who you "
+                         "are (git config --global user.name 'Your Name'; git config --global "
+                         "user.email you@example.org), or pass --no-commit. Nothing was written",
+                         path=str(top))
 
 
 def commit(catalog: Catalog, name: str, message: str) -> str | None:
