@@ -47,6 +47,13 @@ def test_a_chmod_of_a_written_file_is_drift(tmp_path: Path) -> None:
     assert "app.py (mode 0755 since patchkit wrote it 0644)" in again and "chmod 0644" in again, again
     refused = pk(*cat, "rollback", "edit", *where)
     assert refused.returncode != 0 and "mode now 0755, recorded 0644" in refused.stderr, refused.stderr
+    assert f"put the modes back first (chmod 0644 {tree / 'app.py'})" in " ".join(refused.stderr.split())
+    # bytes edited and mode changed: both said
+    (tree / "app.py").write_text((tree / "app.py").read_text() + "# edited\n")
+    both = pk(*cat, "rollback", "edit", *where).stderr
+    assert "sha256 now" in both and "; mode now 0755, recorded 0644" in both, both
+    assert "restore the applied bytes first" in both, both
+    before = tree_digest(tree)
     assert tree_digest(tree) == before and _mode(tree / "app.py") == 0o755
 
     forced = pk(*cat, "rollback", "edit", "--force", *where)

@@ -84,7 +84,7 @@ def _rollback(req: Request, store: Store, state: State, recorded: Recorded) -> D
         prepared.append(fc)
         if sources:
             reverts.append((fc, sources))
-    _refuse_drift(drift, req.force)
+    _refuse_drift(drift, req.force, req.roots)
     checks = _writable(req, store, ws, names, recorded)
     for fc in prepared:  # each fix lists the directories of its own files, and the state's
         own = {ws.entry(*k).where for k in fc.keys} | {"state"}
@@ -200,24 +200,36 @@ def _by_reverse(store: Store, ws: Workspace, fc: FixChange, rec: FixRecord,
         fc.placements.setdefault((change.root, change.path), []).extend(placed)
 
 
-def _refuse_drift(drift: List[Dict[str, Any]], force: bool) -> None:
+def _refuse_drift(drift: List[Dict[str, Any]], force: bool, roots: Roots) -> None:
     if drift and not force:
+        chmods = [d for d in drift if _chmodded(d) and d["current_sha256"] == d["recorded_sha256"]]
+        back = ("restore the applied bytes first" if len(chmods) < len(drift) else
+                "put the modes back first (%s)" % "; ".join(
+                    "chmod %04o %s" % (d["recorded_mode"], roots.resolve(d["root"], d["path"]))
+                    for d in chmods))
         raise DriftError(
             "%d file(s) changed since patchkit applied them; rolling back would discard those "
             "changes:\n%s\nInspect them; roll back anyway with --force (restores the originals and "
-            "loses the changes), or restore the applied bytes first"
+            "loses the changes), or %s"
             % (len(drift), "\n".join("- %s (fix %s): %s" % (d.get("where") or "%s:%s" % (
-                d["root"], d["path"]), d["fix"], _changed(d)) for d in drift)), drifted=drift)
+                d["root"], d["path"]), d["fix"], _changed(d)) for d in drift), back), drifted=drift)
+
+
+def _chmodded(d: Dict[str, Any]) -> bool:
+    return (d["current_sha256"] is not None and d.get("mode") is not None
+            and d.get("recorded_mode") is not None and d["mode"] != d["recorded_mode"])
 
 
 def _changed(d: Dict[str, Any]) -> str:
-    """How a drifted file differs from what the fix wrote: gone, its bytes, or its mode."""
+    """How a drifted file differs from what the fix wrote: gone, its bytes, its mode."""
     if d["current_sha256"] is None:
         return "missing now (deleted since), recorded sha256 %s" % d["recorded_sha256"]
+    mode = ("mode now %04o, recorded %04o" % (d["mode"], d["recorded_mode"])
+            if _chmodded(d) else "")
     if d["current_sha256"] != d["recorded_sha256"]:
-        return "sha256 now %s, recorded %s" % (d["current_sha256"], d["recorded_sha256"])
-    return "mode now %04o, recorded %04o (chmod since; its bytes are as written)" % (
-        d["mode"], d["recorded_mode"])
+        return "sha256 now %s, recorded %s%s" % (d["current_sha256"], d["recorded_sha256"],
+                                                 "; " + mode if mode else "")
+    return "%s (chmod since; its bytes are as written)" % mode
 
 
 def _writable(req: Request, store: Store, ws: Workspace, names: List[str],
