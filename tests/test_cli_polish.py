@@ -394,6 +394,10 @@ def test_every_json_error_names_the_command_and_the_target(tmp_path: Path) -> No
              # an option click does not know: the line is refused before --target is read
              (("apply", "x", "--target", str(missing), "--bogus", "--json"), "apply", str(missing), 2),
              (("apply", "x", f"--target={missing}", "--bogus", "--json"), "apply", str(missing), 2),
+             # --json before the command, which click refuses before reading the command
+             (("--json", "apply", "x", "--target", str(missing)), "apply", str(missing), 2),
+             (("--json", "upstream", "checkout", "0.5.21", str(missing)), "upstream checkout",
+              None, 2),
              # two targets: none is the target of the run
              (("status", "--target", str(missing), "--target", str(tmp_path), "--json"),
               "status", None, 2)]

@@ -203,6 +203,21 @@ def _target_given(args: list[str]) -> str | None:
     return found[0] if len(found) == 1 else None
 
 
+def _command_named(args: list[str]) -> str | None:
+    """The command a command line names (``apply``, ``upstream checkout``), read from its words,
+    for a ``--json`` error click raised before reaching it."""
+    first = next((a for a in args if a in COMMAND_MODULES), None)
+    if first is None:
+        return None
+    ctx = click.Context(cli)
+    command = cli.get_command(ctx, first)
+    if isinstance(command, click.Group):
+        sub = next((a for a in args[args.index(first) + 1:] if not a.startswith("-")), None)
+        if sub is not None and command.get_command(ctx, sub) is not None:
+            return f"{first} {sub}"
+    return first
+
+
 def _interrupted(state: State) -> str:
     """What Ctrl-C left, as SIGTERM's message says it (the engine's ``left_behind``): on a
     local target its journal tells; a remote one's engine puts back what it wrote itself when
@@ -248,6 +263,8 @@ def _run(argv: list[str] | None, state: State) -> int:
             named = state.named(getattr(exc, "ctx", None))
             if named["target"] is None:  # click refused the line before --target was read
                 named["target"] = _target_given(args)
+            if named["op"] is None:  # refused before the command was read (--json before it)
+                named["op"] = _command_named(args)
             print_json({**named, "ok": False, "error": {
                 "type": "UsageError" if code == EXIT_USAGE else type(exc).__name__,
                 "message": said, "details": {}}})
