@@ -186,6 +186,24 @@ def test_a_plain_diff_against_a_kept_copy_edits_the_file(tmp_path: Path, old: st
             parse_patch(patch, "sglang")
 
 
+def test_a_diff_N_creation_or_deletion_dated_the_epoch_is_one(tmp_path: Path) -> None:
+    """`diff -uN` names a file absent on one side by its own name, dated 1970-01-01, with no
+    lines there: a creation (or deletion), as GNU patch takes it; it read as an edit of a file
+    that then did not exist ("exists [file-present] ... does not exist": a fresh-clone trial).
+    An empty file edited (a real date) stays an edit."""
+    patch = tmp_path / "n.patch"
+    patch.write_text("--- new.py\t1970-01-01 00:00:00.000000000 +0000\n"
+                     "+++ new.py\t2026-10-01 10:00:01.000000000 +0000\n@@ -0,0 +1 @@\n+x = 1\n"
+                     "--- old.py\t2026-10-01 10:00:00.000000000 +0000\n"
+                     "+++ old.py\t1969-12-31 19:00:00.000000000 -0500\n@@ -1 +0,0 @@\n-y = 2\n"
+                     "--- empty.py\t2026-10-01 10:00:00.000000000 +0000\n"
+                     "+++ empty.py\t2026-10-01 10:00:01.000000000 +0000\n@@ -0,0 +1 @@\n+z = 3\n")
+    made, gone, edited = parse_patch(patch, "sglang")
+    assert (made["path"], made["op"]) == ("new.py", "create")
+    assert (gone["path"], gone["op"]) == ("old.py", "delete")
+    assert (edited["path"], edited["op"]) == ("empty.py", "modify")
+
+
 BAD_PATCHES = {
     "empty": (b"\n\n", 1, "the patch is empty"),
     "no-changes": (b"just some words\n", 1, "no file changes found"),

@@ -258,6 +258,14 @@ def _file_record(path: Path, lines: Sequence[str], patched: Any, root: str,
             raise _fail(path, start, f"{what} are not supported", "Express it as a delete "
                         "and a create (git diff --no-renames)")
     source, target = _header_names(lines, start, patched)
+    git = any(line.startswith("diff --git ") for line in info)  # (git says a rename, a creation)
+    if not git and DEV_NULL not in (source, target) and len(patched) == 1:
+        # `diff -N`: a file absent on one side is dated the epoch and has no lines there
+        hunk = patched[0]
+        if _epoch(patched.source_timestamp) and hunk.source_start == hunk.source_length == 0:
+            source = DEV_NULL
+        elif _epoch(patched.target_timestamp) and hunk.target_start == hunk.target_length == 0:
+            target = DEV_NULL
     op = "create" if source == DEV_NULL else "delete" if target == DEV_NULL else "modify"
     if op == "create":
         rel = target.removeprefix("b/")
@@ -266,7 +274,6 @@ def _file_record(path: Path, lines: Sequence[str], patched: Any, root: str,
     else:
         both = source.startswith("a/") and target.startswith("b/")
         rel, was = (target[2:], source[2:]) if both else (target, source)
-        git = any(line.startswith("diff --git ") for line in info)  # (git says a rename)
         edited = None if git else _edited(was, rel)
         if edited is not None:
             rel = edited
@@ -288,6 +295,12 @@ def _file_record(path: Path, lines: Sequence[str], patched: Any, root: str,
     else:
         _check_span_ends(path, lines, spans, base)
     return {"root": root, "path": rel, "patch": path.name, "op": op, "mode": mode, "hunks": hunks}
+
+
+def _epoch(timestamp: Any) -> bool:
+    """A ---/+++ timestamp of 1970-01-01 (in any zone's spelling): how ``diff -N`` dates the
+    side a file is absent from."""
+    return bool(timestamp) and str(timestamp).startswith(("1970-01-01", "1969-12-31"))
 
 
 #: What ``diff -u`` users name the copy they kept of the file they edit: ``x.orig`` -> ``x``.
