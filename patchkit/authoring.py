@@ -83,12 +83,8 @@ def init_catalog(path: Path | str, *, git: bool = True) -> InitResult:
     while not here.exists():  # a DIR to make inside a work tree belongs to that work tree too
         here = here.parent
     top = gitrepo.work_tree_top(here)
-    problem = gitrepo.identity_problem(here) if git else None
-    if problem:  # found before anything is written: a rerun once it is set works
-        raise UsageError(f"patchkit init commits the new catalog, and git cannot commit as you "
-                         f"here ({problem}): set who you are (git config --global user.name "
-                         "'Your Name'; git config --global user.email you@example.org) and run "
-                         "it again, or pass --no-git. Nothing was written", path=str(root))
+    if git:  # found before anything is written: a rerun once it is set works
+        writer.check_identity(here, "make the catalog", "--no-git")
     root.mkdir(parents=True, exist_ok=True)
     files = [root / "manifests" / ".gitkeep", root / "patches" / ".gitkeep", root / "patchkit.toml"]
     for keep in files[:2]:  # git keeps no empty directory
@@ -384,7 +380,7 @@ def _write_refresh(catalog: Catalog, fix: Fix, served: Variant | None, texts: di
         if served is not None:
             edit.bump_variant(fix.manifest_path, served.dir, version=version,
                               changelog_summary=summary, date=day, patches=patches,
-                              release=release, keep_as=keep_as)
+                              split=None if keep_as is None else (release, keep_as))
             return
         edit.bump_manifest(
             fix.manifest_path, version=version, changelog_summary=summary, date=day,

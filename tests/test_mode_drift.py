@@ -44,7 +44,7 @@ def test_a_chmod_of_a_written_file_is_drift(tmp_path: Path) -> None:
     assert ("only the mode changed, the bytes are as patchkit wrote them: put it back (chmod 0644 "
             f"{tree / 'app.py'})") in said, said
     again = " ".join(pk(*cat, "apply", "edit", *where).stdout.split())
-    assert "app.py (mode 0755 since patchkit wrote it 0644)" in again and "chmod 0644" in again, again
+    assert "app.py (drifted: mode 0755, recorded 0644)" in again and "chmod 0644" in again, again
     refused = pk(*cat, "rollback", "edit", *where)
     assert refused.returncode != 0 and "mode now 0755, recorded 0644" in refused.stderr, refused.stderr
     assert f"put the modes back first (chmod 0644 {tree / 'app.py'})" in " ".join(refused.stderr.split())

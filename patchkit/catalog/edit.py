@@ -206,9 +206,7 @@ def bump_manifest(path: Path | str, *, version: int, changelog_summary: str, dat
     ``drop_variants`` removes every variant (their folders are the caller's to delete)."""
     path = Path(path)
     ctx, doc, current = _open(path)
-    if version < current.next_version:
-        raise ctx.fail("version", f"new version {version} is not above the fix's versions "
-                       f"(v{current.next_version - 1} the newest)", f"Use version {current.next_version}")
+    _check_next(ctx, current, version)
     new_releases = releases if releases is not None else (
         [base_release] if base_release is not None and "releases" in doc["upstream"] else None)
     if drop_variants and "variants" in doc:
@@ -236,36 +234,42 @@ def bump_manifest(path: Path | str, *, version: int, changelog_summary: str, dat
 
 def bump_variant(path: Path | str, variant_dir: str, *, version: int, changelog_summary: str,
                  date: str, patches: Sequence[tuple[str, str] | tuple[str, str, str]] | None = None,
-                 release: str | None = None, keep_as: str | None = None) -> None:
+                 split: tuple[str, str] | None = None) -> None:
     """Record a new version of the ``[[variants]]`` series kept in ``patches/<fix>/<variant_dir>``
     (a bug fixed in an older release's series): the variant's ``version``, its patches when
-    given, and a changelog entry; the top level is left as it is. ``release`` with
-    ``keep_as``: the new series serves (and is based on) ``release`` alone, and the old version
-    stays a variant of its own for its other releases, its series in ``keep_as`` (a folder the
-    caller has copied it to)."""
+    given, and a changelog entry; the top level is left as it is. ``split`` (release, folder):
+    the new series serves (and is based on) that release alone, and the old version stays a
+    variant of its own for its other releases, its series in the folder (where the caller has
+    copied it)."""
     path = Path(path)
     ctx, doc, current = _open(path)
-    if version < current.next_version:
-        raise ctx.fail("version", f"new version {version} is not above the fix's versions "
-                       f"(v{current.next_version - 1} the newest)", f"Use version {current.next_version}")
+    _check_next(ctx, current, version)
     index = next(i for i, v in enumerate(current.variants) if v.dir == variant_dir)
     old = current.variants[index]
     table = doc["variants"][index]
-    if keep_as is not None and release is not None:
+    base = old.base_release
+    if split is not None:
+        base, keep_as = split
         kept = tomlkit.table()
-        kept.update(dict(table.unwrap(), releases=[r for r in old.releases if r != release],
+        kept.update(dict(table.unwrap(), releases=[r for r in old.releases if r != base],
                          dir=keep_as))
         doc["variants"].append(kept)
-        _set(table, "base_release", release)
-        _set(table, "releases", [release])
+        _set(table, "base_release", base)
+        _set(table, "releases", [base])
         if "dir" not in table:  # the folder was named by the old base release: keep it
             _set(table, "dir", old.dir)
     _set(table, "version", version)
     if patches is not None:
         table["patches"] = [_patch_entry(e) for e in patches]
-    _add_changelog(doc, version, date, release if keep_as is not None and release else old.base_release,
-                   changelog_summary)
+    _add_changelog(doc, version, date, base, changelog_summary)
     _save(ctx, doc, current)
+
+
+def _check_next(ctx: Ctx, current: Fix, version: int) -> None:
+    """A new version is above every version the fix has (its top level's and its variants')."""
+    if version < current.next_version:
+        raise ctx.fail("version", f"new version {version} is not above the fix's versions "
+                       f"(v{current.next_version - 1} the newest)", f"Use version {current.next_version}")
 
 
 def _set(table: Any, key: str, value: Any) -> None:

@@ -147,13 +147,19 @@ def check_committable(catalog: Catalog, what: str) -> None:
     """Refuse, before anything is written, a change the catalog's git repository could not
     commit for lack of the user's name or email (a new user's git knows none)."""
     top = gitrepo.work_tree_top(catalog.root)
-    problem = gitrepo.identity_problem(top) if top is not None else None
+    if top is not None:
+        check_identity(top, what, "--no-commit")
+
+
+def check_identity(where: Path, what: str, instead: str) -> None:
+    """Refuse ``what`` before anything is written when git cannot commit as the user in
+    ``where``, saying how to set who they are, or ``instead`` (the option that commits nothing)."""
+    problem = gitrepo.identity_problem(where)
     if problem:
-        raise UsageError(f"cannot {what}: it is committed to the catalog's git repository "
-                         f"({top}), and git cannot commit as you there ({problem}): set who you "
-                         "are (git config --global user.name 'Your Name'; git config --global "
-                         "user.email you@example.org), or pass --no-commit. Nothing was written",
-                         path=str(top))
+        raise UsageError(f"cannot {what}: it is committed to git, and git cannot commit as you in "
+                         f"{where} ({problem}): set who you are (git config --global user.name "
+                         "'Your Name'; git config --global user.email you@example.org), or pass "
+                         f"{instead}. Nothing was written", path=str(where))
 
 
 def commit(catalog: Catalog, name: str, message: str) -> str | None:

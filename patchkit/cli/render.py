@@ -169,6 +169,14 @@ def emit(as_json: bool, data: Any, draw: Callable[[Any], Any]) -> int:
     return 0
 
 
+def file_state(f: Mapping[str, Any]) -> str:
+    """A result file's state as status and apply say it: ``drifted``, or, its bytes as written
+    and only its mode changed, ``drifted: mode 0755, recorded 0644``."""
+    if f.get("recorded_mode"):
+        return f"{f.get('state')}: mode {f.get('mode')}, recorded {f['recorded_mode']}"
+    return str(f.get("state"))
+
+
 def line(console: Any, segments: Segments, soft_wrap: bool = False) -> None:
     """One line of segments to a rich Console (styled) or a PlainConsole."""
     if isinstance(console, PlainConsole):
@@ -296,8 +304,8 @@ def _drifted(console: Any, fix: FixOutcome) -> None:
         line(console, [("  drifted: ", STATE_STYLE["drifted"]),
                         (file_where(f), "bold"),
                         (" (deleted since patchkit wrote it)" if f.get("state") == "missing"
-                         else f" (mode {f['mode']} since patchkit wrote it {f['recorded_mode']})"
-                         if f.get("recorded_mode") else " (changed since patchkit wrote it)", "")])
+                         else f" ({file_state(f)})" if f.get("recorded_mode")
+                         else " (changed since patchkit wrote it)", "")])
     if len(fix.drifted) > STATUS_FILES:
         line(console, [(f"  and {len(fix.drifted) - STATUS_FILES} more (--json lists them)", "")])
     line(console, [(f"  the fix is recorded but its files no longer hold what it wrote; "

@@ -19,18 +19,11 @@ from .render import (
     note_line,
     broken_detail,
     in_place,
+    file_state,
     file_where,
     line,
     write_table,
 )
-
-
-def _file_state(f: Any) -> str:
-    """A file's state in a status row: ``drifted``, or, its bytes as written and only its mode
-    changed, ``drifted: mode 0755, recorded 0644``."""
-    if f.get("recorded_mode"):
-        return f"{f.get('state')}: mode {f.get('mode')}, recorded {f['recorded_mode']}"
-    return str(f.get("state"))
 
 
 def _status_rows(result: OpResult, verbose: bool) -> List[List[str]]:
@@ -38,7 +31,7 @@ def _status_rows(result: OpResult, verbose: bool) -> List[List[str]]:
     for s in result.status:
         if s.state == "not-applied" and not verbose:
             continue
-        bad = [f"{file_where(f).partition(':')[2]} ({_file_state(f)})" for f in s.files
+        bad = [f"{file_where(f).partition(':')[2]} ({file_state(f)})" for f in s.files
                if f.get("state") != "ok" and s.state != "outdated"]  # outdated: the detail says
         if len(bad) > STATUS_FILES:  # a drifted release series: thousands of files
             bad = bad[:STATUS_FILES] + [f"and {len(bad) - STATUS_FILES} more (--json lists them)"]

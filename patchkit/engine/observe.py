@@ -182,8 +182,9 @@ def _recorded(ws: Workspace, rec: FixRecord, last: Dict[Key, Tuple[str, FileReco
         ok = have == wrote.after_sha256
         seen = ws.roots.file(f.root, f.path, state="ok" if ok else (
             "missing" if have is None else "drifted"))
-        if ok and mode is not None and wrote.chmodded(mode):
-            seen.update(state="drifted", mode="%04o" % mode, recorded_mode="%04o" % (wrote.mode or 0))
+        chmodded = mode_drift(wrote, mode) if ok else {}
+        if chmodded:
+            seen.update(state="drifted", **chmodded)
         out.append(seen)
     drifted = any(f["state"] != "ok" for f in out)
     entry: Dict[str, Any] = {"name": rec.name, "state": "drifted" if drifted else "applied",
@@ -362,9 +363,23 @@ def drift_todo(fix: str, drifted: List[Dict[str, Any]], state: State, roots: Roo
     bytes are as written), else :func:`put_back`."""
     if drifted and all(f.get("recorded_mode") for f in drifted):
         return ("only the mode changed, the bytes are as patchkit wrote them: put it back (%s), "
-                "or %s" % ("; ".join("chmod %s %s" % (f["recorded_mode"], roots.resolve(f["root"], f["path"]))
-                                     for f in drifted[:SHOWN]), put_back(fix, state)))
+                "or %s" % (chmods(drifted[:SHOWN], roots), put_back(fix, state)))
     return put_back(fix, state)
+
+
+def chmods(files: List[Dict[str, Any]], roots: Roots) -> str:
+    """The ``chmod`` commands that give drifted files (``mode``, ``recorded_mode``) back the
+    mode patchkit left, by their absolute paths."""
+    return "; ".join("chmod %s %s" % (f["recorded_mode"], roots.resolve(f["root"], f["path"]))
+                     for f in files)
+
+
+def mode_drift(recorded: FileRecord, mode: Optional[int]) -> Dict[str, str]:
+    """A file entry's ``mode`` and ``recorded_mode`` (octal) when a chmod since changed the
+    mode ``recorded`` left, else nothing: status, verify and rollback say it alike."""
+    if mode is None or not recorded.chmodded(mode):
+        return {}
+    return {"mode": "%04o" % mode, "recorded_mode": "%04o" % (recorded.mode or 0)}
 
 
 def drift_check(fix: str, drifted: List[Dict[str, Any]], state: State, roots: Roots,

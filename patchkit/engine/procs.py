@@ -240,7 +240,10 @@ def _why(p: Proc, tops: Sequence[str]) -> Optional[str]:
         since a deploy's ``current -> releases/X`` names the root's real path another way."""
         if any(_inside(path, t) for t in tops):
             return True
-        return spelled and bool(path) and any(_inside(p.resolved(path or ""), t) for t in tops)
+        if not spelled or not path:
+            return False
+        real = p.resolved(path)
+        return any(_inside(real, t) for t in tops)
 
     if hit(p.exe):
         return "runs %s" % p.exe

@@ -12,6 +12,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 from ..errors import ConflictError, DriftError, PreconditionFailed, TargetError, VersionMismatch
 from . import auto, gitcli, gitcommit, revert
 from .hunks import apply_change, decode, encode, of_fix
+from .observe import chmods, mode_drift
 from .paths import Roots
 from .plan import FixChange, fix_result, refuse_later_writers, restore_in_memory
 from .records import FixRecord, State
@@ -129,11 +130,11 @@ def _take_stock(req: Request, ws: Workspace, fc: FixChange, rec: FixRecord,
         fc.before[f.key] = (e.current, e.mode)
         have = e.sha256(e.current)
         # a committed file may have moved on with later commits (the revert keeps them)
-        moved = f.key in dirty if f.root in git_roots else (
-            have != f.after_sha256 or e.current is not None and f.chmodded(e.mode))
+        chmodded = mode_drift(f, e.mode) if e.current is not None else {}
+        moved = f.key in dirty if f.root in git_roots else have != f.after_sha256 or bool(chmodded)
         if moved and f.key not in gone:
             drift.append(ws.roots.file(f.root, f.path, fix=rec.name, recorded_sha256=f.after_sha256,
-                                       current_sha256=have, recorded_mode=f.mode, mode=e.mode))
+                                       current_sha256=have, **chmodded))
     return drift
 
 
@@ -202,11 +203,10 @@ def _by_reverse(store: Store, ws: Workspace, fc: FixChange, rec: FixRecord,
 
 def _refuse_drift(drift: List[Dict[str, Any]], force: bool, roots: Roots) -> None:
     if drift and not force:
-        chmods = [d for d in drift if _chmodded(d) and d["current_sha256"] == d["recorded_sha256"]]
-        back = ("restore the applied bytes first" if len(chmods) < len(drift) else
-                "put the modes back first (%s)" % "; ".join(
-                    "chmod %04o %s" % (d["recorded_mode"], roots.resolve(d["root"], d["path"]))
-                    for d in chmods))
+        modes_only = all(d.get("recorded_mode") and d["current_sha256"] == d["recorded_sha256"]
+                         for d in drift)
+        back = ("put the modes back first (%s)" % chmods(drift, roots) if modes_only
+                else "restore the applied bytes first")
         raise DriftError(
             "%d file(s) changed since patchkit applied them; rolling back would discard those "
             "changes:\n%s\nInspect them; roll back anyway with --force (restores the originals and "
@@ -215,17 +215,12 @@ def _refuse_drift(drift: List[Dict[str, Any]], force: bool, roots: Roots) -> Non
                 d["root"], d["path"]), d["fix"], _changed(d)) for d in drift), back), drifted=drift)
 
 
-def _chmodded(d: Dict[str, Any]) -> bool:
-    return (d["current_sha256"] is not None and d.get("mode") is not None
-            and d.get("recorded_mode") is not None and d["mode"] != d["recorded_mode"])
-
-
 def _changed(d: Dict[str, Any]) -> str:
     """How a drifted file differs from what the fix wrote: gone, its bytes, its mode."""
     if d["current_sha256"] is None:
         return "missing now (deleted since), recorded sha256 %s" % d["recorded_sha256"]
-    mode = ("mode now %04o, recorded %04o" % (d["mode"], d["recorded_mode"])
-            if _chmodded(d) else "")
+    mode = ("mode now %s, recorded %s" % (d["mode"], d["recorded_mode"])
+            if d.get("recorded_mode") else "")
     if d["current_sha256"] != d["recorded_sha256"]:
         return "sha256 now %s, recorded %s%s" % (d["current_sha256"], d["recorded_sha256"],
                                                  "; " + mode if mode else "")
