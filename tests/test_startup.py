@@ -151,3 +151,15 @@ def test_records_compile_no_method() -> None:
                     generated[cls.__qualname__] = made
                 assert cls.__doc__ and not cls.__doc__.startswith(cls.__name__ + "("), cls
     assert records >= 45 and frozen >= 35 and generated == {}
+
+
+def test_list_reads_the_catalog_without_the_editor_or_the_patch_reader(env: Env) -> None:
+    """``patchkit list`` reads manifests; it edits none (tomlkit) and parses no patch (unidiff):
+    what it warns about (a placeholder rationale, no verification) is a question about the fix
+    read, not about a manifest being written. ``show`` parses the series it lists the files of."""
+    code, out, loaded = run_counting_imports(env, "list", "--all",
+                                             watched=(*NEVER_ON_A_PIPE, "unidiff"))
+    assert code == 0, out
+    assert INDEX_K in out and loaded == []
+    code, out, loaded = run_counting_imports(env, "show", INDEX_K, watched=("unidiff",))
+    assert code == 0 and "python/sglang/srt/pool.py" in out and loaded == ["unidiff"], (out, loaded)

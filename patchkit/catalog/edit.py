@@ -12,30 +12,13 @@ from typing import Any, Sequence
 import tomlkit
 
 from .manifest import build_fix
-from .model import MANIFEST_FORMAT, Fix
+from .model import MANIFEST_FORMAT, PLACEHOLDER, Fix
 from .reader import Ctx, loads, read_toml
 
 
 #: How the rationale of a manifest `patchkit new` wrote starts until its author replaces it.
-PLACEHOLDER = "Replace this:"
 #: The base_release of a fix that patches no SGLang root, when nothing names one.
 NO_RELEASE = "any"
-
-
-def unfinished(fix: Any) -> list[str]:
-    """What a fix still lacks that `new` leaves to its author: a rationale of its own, and a
-    verification proving it is in place (docs/authoring.md); warnings, never errors. Only of an
-    active fix: a dead, superseded or upstreamed one is history, not work to finish."""
-    out: list[str] = []
-    if fix.status != "active":
-        return out
-    if fix.rationale.strip().startswith(PLACEHOLDER):
-        out.append(f"{fix.name}: its rationale is still the placeholder ({fix.manifest_path}: "
-                   "say what was wrong, what the fix does and the evidence)")
-    if not fix.verification:
-        out.append(f"{fix.name}: it has no [[verification]] of its own: nothing checks that it works "
-                   f"once applied (add one to {fix.manifest_path}, docs/manifest.md)")
-    return out
 
 
 def _patch_entry(entry: Sequence[str]) -> dict[str, str]:

@@ -342,3 +342,23 @@ class ProjectConfig(Record):
     def __post_init__(self) -> None:
         object.__setattr__(self, "targets", MappingProxyType(dict(self.targets or {})))
         object.__setattr__(self, "restarts", MappingProxyType(dict(self.restarts or {})))
+
+
+#: The rationale `new` writes, for its author to replace (docs/authoring.md).
+PLACEHOLDER = "Replace this:"
+
+
+def unfinished(fix: Fix) -> list[str]:
+    """What a fix still lacks that `new` leaves to its author: a rationale of its own, and a
+    verification proving it is in place (docs/authoring.md); warnings, never errors. Only of an
+    active fix: a dead, superseded or upstreamed one is history, not work to finish."""
+    out: list[str] = []
+    if fix.status != "active":
+        return out
+    if fix.rationale.strip().startswith(PLACEHOLDER):
+        out.append(f"{fix.name}: its rationale is still the placeholder ({fix.manifest_path}: "
+                   "say what was wrong, what the fix does and the evidence)")
+    if not fix.verification:
+        out.append(f"{fix.name}: it has no [[verification]] of its own: nothing checks that it works "
+                   f"once applied (add one to {fix.manifest_path}, docs/manifest.md)")
+    return out

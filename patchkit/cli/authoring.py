@@ -11,7 +11,7 @@ import click
 
 from .. import authoring
 from ..capture import record_path
-from ..catalog.edit import unfinished
+from ..catalog.model import unfinished
 from . import render
 from .common import State, command
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import click
 
 from . import render
-from ..catalog.edit import unfinished
-from ..catalog.series import parse_patch
+from ..catalog.model import unfinished
 from .common import State, command
 
 
@@ -32,6 +31,8 @@ def list_fixes(state: State, as_json: bool, show_all: bool) -> int:
 @command("show", click.argument("fix"))
 def show(state: State, fix: str, as_json: bool) -> int:
     """Show a fix: why it exists, what it touches, how it is checked."""
+    from ..catalog.series import parse_patch  # the patch reader: show alone parses a series
+
     f = state.catalog().get(fix)
     files = {p.file: sorted({fr["path"] for fr in parse_patch(p.path, p.root)}) for p in f.patches}
     return render.emit(as_json, f.to_json() | {"files": files, "serves": f.serves()},

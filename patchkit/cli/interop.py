@@ -96,7 +96,7 @@ def import_(state: State, src: str | None, commits: str | None, mbox_path: str |
 def export(state: State, fixes: tuple[str, ...], fmt: str, out: str, as_json: bool) -> int:
     """Write FIX... as an mbox `git am` applies, a quilt series `quilt push -a` applies, or
     DEP-3 headed patches."""
-    from ..catalog.edit import unfinished
+    from ..catalog.model import unfinished
 
     catalog = state.catalog()
     result = exporter.export(catalog, fixes, fmt, Path(out))
