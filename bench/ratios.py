@@ -69,7 +69,7 @@ def _load() -> str:
 
 
 #: The rows by short name, in the order the table lists them (``--row``).
-ROWS = ("seed", "drift-status", "status-floor", "local-status", "drift-apply")
+ROWS = ("seed", "drift-status", "status-floor", "catalog-floor", "local-status", "drift-apply")
 
 # The least a status that reads the files can do: start Python, read the record, hash every
 # file it names. Measured beside `git status` to show what item 2's 3x leaves for the rest.
@@ -115,7 +115,7 @@ def run(versions: list[Version], repeat: int, quick: bool, workdir: Path,
     shutil.rmtree(local_cat / "patches" / DRIFT)
     env = with_cache(v, "cache-ratios").env
     setups = [(local_tree, str(local_cat), LOCAL)]
-    if "drift-status" in rows or "status-floor" in rows:
+    if {"drift-status", "status-floor", "catalog-floor"} & set(rows):
         _fresh(work.base, drift_tree)
         setups += [(drift_tree, cat, [DRIFT]), (drift_tree, cat, LOCAL)]
     for tree, catalog, names in setups:
@@ -159,6 +159,10 @@ def run(versions: list[Version], repeat: int, quick: bool, workdir: Path,
         ("for scale, no goal: Python reading the record of the same checkout and hashing every "
          "file it names (no patchkit) / `git status --porcelain`",
          lambda: measure([str(v.python), "-c", FLOOR], drift_tree),
+         lambda: measure(["git", "status", "--porcelain"], drift_tree), None),
+        ("for scale, no goal: `patchkit list` of the same catalog (the CLI's start and the "
+         "reading of every manifest, which any status does first) / `git status --porcelain`",
+         lambda: measure([v.patchkit, "--catalog", cat, "list"], drift_tree, env),
          lambda: measure(["git", "status", "--porcelain"], drift_tree), None),
         ("`patchkit status`, the 20 fixes applied (catalog of the 20) / `patchkit --version`",
          lambda: measure([v.patchkit, "--catalog", str(local_cat), "status", "--target",

@@ -376,10 +376,13 @@ def test_matrix_over_three_releases_fails_on_the_one_without_a_variant(
     assert out["ok"] is True  # it ran: a failing cell is its answer, as a drifted fix is status's
     assert out["releases"] == ["0.5.21", "0.5.22", "0.5.23"]
     cells = {f: {r: c["label"] for r, c in row.items()} for f, row in out["cells"].items()}
-    assert cells[INDEX_K] == {"0.5.21": "conflict", "0.5.22": "v3 (0.5.22)", "0.5.23": "v4 (0.5.23)"}
+    # on 0.5.21, older than every version, a rebase would start from the 0.5.22 variants
+    # (docs/rebase.md, "Backports"): the index-K fix moves by an offset, the revert conflicts
+    assert cells[INDEX_K] == {"0.5.21": "rebase needed", "0.5.22": "v3 (0.5.22)", "0.5.23": "v4 (0.5.23)"}
+    assert "A rebase from 0.5.22 onto 0.5.21" in out["cells"][INDEX_K]["0.5.21"]["detail"]
     assert cells[SIZING]["0.5.22"] == "v3 (0.5.22)"
     assert cells["revert-hicache-index-k-sync"]["0.5.23"] == "not-needed"
-    assert {"fix": INDEX_K, "release": "0.5.21"} in out["failing"]
+    assert out["failing"] == [{"fix": "revert-hicache-index-k-sync", "release": "0.5.21"}]
     # messages name the user's catalog (here in git, its old versions readable), never a copy
     assert "patchkit-matrix-" not in proc.stdout and "patchkit-rebase-" not in proc.stdout
     served = subprocess.run([*argv[:-1], "0.5.22,0.5.23", "--markdown", "--exit-code"],
@@ -390,9 +393,10 @@ def test_matrix_over_three_releases_fails_on_the_one_without_a_variant(
 
 def test_a_matrix_cell_blocked_by_its_dependency_says_so_in_plain_lines(
         three_releases: UpstreamRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """On 0.5.21, which no variant serves, the dependency conflicts and, the catalog being
-    outside git, its 0.5.21 version cannot be read; on 0.5.22 the dependency's variant (a
-    context line edited here) no longer applies. Either way the fix on it is blocked by it,
+    """On 0.5.21, which no variant serves, the dependency cannot be rebased (its 0.5.22
+    variant, a context line edited here, which a backport starts from, does not apply to
+    its own base) and, the catalog being outside git, its 0.5.21 version cannot be read; on
+    0.5.22 that variant no longer applies. Either way the fix on it is blocked by it,
     not a conflict of its own, and the detail says why, naming the user's catalog. In a
     pipe: one plain line per fix and release, ``FIX RELEASE CELL DETAIL``, as status
     --inventory's matrix; the revert fix, which needs no dependency applied, is not blocked."""
@@ -410,10 +414,11 @@ def test_a_matrix_cell_blocked_by_its_dependency_says_so_in_plain_lines(
     revert = "revert-hicache-index-k-sync"
     assert list(rows) == [(f, r) for f in (INDEX_K, SIZING, revert) for r in ("0.5.21", "0.5.22")]
     assert {k: v[0] for k, v in rows.items()} == {
-        (INDEX_K, "0.5.21"): "conflict", (INDEX_K, "0.5.22"): "conflict",
+        (INDEX_K, "0.5.21"): "blocked", (INDEX_K, "0.5.22"): "conflict",
         (SIZING, "0.5.21"): f"blocked by {INDEX_K}", (SIZING, "0.5.22"): f"blocked by {INDEX_K}",
         (revert, "0.5.21"): f"blocked by {INDEX_K}", (revert, "0.5.22"): "not-needed"}, proc.stdout
-    assert rows[INDEX_K, "0.5.21"][1].startswith("three-way merge conflicts in python/sglang/srt/environ.py")
+    assert rows[INDEX_K, "0.5.21"][1].startswith(
+        "0001-keep-dsv4-index-k-in-bf16.patch does not apply to its base 0.5.22")
     assert f"the catalog {cat} is not in git" in rows[SIZING, "0.5.21"][1]
     assert rows[SIZING, "0.5.22"][1].startswith(f"{INDEX_K} is conflict on 0.5.22: v3 no longer applies")
     assert "patchkit-matrix-" not in proc.stdout + proc.stderr
@@ -609,6 +614,35 @@ def test_a_rebase_onto_a_release_a_variant_serves_says_so(three_releases: Upstre
     for name, version in ((INDEX_K, 3), (SIZING, 3), ("revert-hicache-index-k-sync", 4)):
         outcome, detail = said[name]
         assert outcome == "skipped" and f"variant v{version} (based on 0.5.22) already serves" in detail, said
+
+
+def test_a_backport_starts_from_the_nearest_variant_and_adds_one(three_releases: UpstreamRepo,
+                                                                tmp_path: Path) -> None:
+    """Onto 0.5.21, older than every version of the shipped fixes: each starts from its 0.5.22
+    variant (which applies there), not the 0.5.23 series at the top (which conflicts), and
+    the fix gets a variant for 0.5.21, the top level and the other variants untouched; a
+    series that applies unchanged adds the release to the variant it came from."""
+    catalog = copy_catalog(tmp_path / "cat")
+    names = [INDEX_K, SIZING]
+    dry = rebase.start(catalog, "0.5.21", upstream=three_releases, dry_run=True, names=names)
+    said = {f.name: (f.outcome, f.old_version, f.detail) for f in dry.fixes}
+    assert all(outcome in ("rebased", "extended") and old == 3 for outcome, old, _ in said.values()), said
+    before = {n: Catalog.open(tmp_path / "cat").get(n) for n in names}
+    report = rebase.start(Catalog.open(tmp_path / "cat"), "0.5.21", upstream=three_releases,
+                          names=names)
+    assert [f.outcome for f in report.fixes] == [said[n][0] for n in names]
+    tree = checkout(three_releases, "0.5.21", tmp_path / "t521")
+    for name in names:
+        old, fix = before[name], Catalog.open(tmp_path / "cat").get(name)
+        assert (fix.version, fix.upstream.releases) == (old.version, old.upstream.releases)
+        assert [p.path.read_bytes() for p in fix.patches] == [p.path.read_bytes() for p in old.patches]
+        served = fix.variant_for("0.5.21")
+        assert served is not None and served.version != fix.version
+        assert fix.variant_for("0.5.22") is not None and fix.variant_for("0.5.23").version == old.version
+    applied = api.apply(Catalog.open(tmp_path / "cat"), local(tree), names)
+    assert [f.name for f in applied.fixes] == names
+    assert all(f.version == Catalog.open(tmp_path / "cat").get(f.name).variant_for("0.5.21").version
+               for f in applied.fixes)
 
 
 def test_refresh_from_a_checkout_of_a_variants_release_refreshes_that_variant(

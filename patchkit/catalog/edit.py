@@ -248,6 +248,51 @@ def bump_variant(path: Path | str, variant_dir: str, *, version: int, changelog_
     _save(ctx, doc, current)
 
 
+def add_variant(path: Path | str, *, version: int, base_release: str, variant_dir: str,
+                patches: Sequence[tuple[str, str] | tuple[str, str, str]], changelog_summary: str,
+                date: str, checks_from: str | None = None) -> None:
+    """A new ``[[variants]]`` entry, the fix's series for ``base_release`` alone (a backport
+    onto an older release: docs/rebase.md, "Backports"), in ``patches/<fix>/<variant_dir>/``,
+    with a changelog entry; the top level and the other variants are left as they are.
+    ``checks_from``: the folder of the variant it was made from, whose own preconditions and
+    verification it keeps (else it has the top level's, as the series it came from had)."""
+    path = Path(path)
+    ctx, doc, current = _open(path)
+    _check_next(ctx, current, version)
+    entry: dict[str, Any] = {"version": version, "base_release": base_release,
+                             "releases": [base_release], "dir": variant_dir,
+                             "patches": [_patch_entry(e) for e in patches]}
+    if checks_from is not None:
+        index = next(i for i, v in enumerate(current.variants) if v.dir == checks_from)
+        raw = doc["variants"][index].unwrap()
+        entry.update((key, raw[key]) for key in ("preconditions", "verification") if key in raw)
+    table = tomlkit.table()
+    table.update(entry)
+    if "variants" in doc:
+        doc["variants"].append(table)
+    else:
+        aot = tomlkit.aot()
+        aot.append(table)
+        doc.add(tomlkit.nl())
+        doc.add("variants", aot)
+    _add_changelog(doc, version, date, base_release, changelog_summary)
+    _save(ctx, doc, current)
+
+
+def add_variant_release(path: Path | str, variant_dir: str, release: str) -> bool:
+    """Add ``release`` to the releases of the variant in ``patches/<fix>/<variant_dir>/``, its
+    version unchanged (its series applies there as it is); False when it was listed already."""
+    path = Path(path)
+    ctx, doc, current = _open(path)
+    index = next(i for i, v in enumerate(current.variants) if v.dir == variant_dir)
+    variant = current.variants[index]
+    if release in variant.releases:
+        return False
+    _set(doc["variants"][index], "releases", [*variant.releases, release])
+    _save(ctx, doc, current)
+    return True
+
+
 def _check_next(ctx: Ctx, current: Fix, version: int) -> None:
     """A new version is above every version the fix has (its top level's and its variants')."""
     if version < current.next_version:
@@ -387,4 +432,5 @@ def _save(ctx: Ctx, doc: Any, current: Fix) -> None:
         raise
 
 
-__all__ = ["aligned", "new_manifest_text", "bump_manifest", "add_release", "set_upstream", "variant_dir"]
+__all__ = ["aligned", "new_manifest_text", "bump_manifest", "add_release", "add_variant",
+           "add_variant_release", "set_upstream", "variant_dir"]

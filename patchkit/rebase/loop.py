@@ -13,12 +13,12 @@ from typing import Any
 from ..catalog.writer import write_series
 from ..catalog import edit
 from ..catalog.manifest import load_manifest
-from ..catalog.model import Fix
+from ..catalog.model import Fix, Variant
 from ..errors import ConflictError, PatchkitError
 from .classify import CLEAN, Decision, PatchReport, Series, Tree, apply_all, changes, \
     classify, decide, patch_from_json, series_text
 from .matching import UpstreamMatches
-from .sides import Sides, Skip, read_series, skip_reason
+from .sides import Sides, Skip, backport, read_series, skip_reason, start_from
 from .state import (WRITTEN, FixReport, Progress, RebaseReport, RebaseState, fix_from_json,
                     fix_report)
 
@@ -40,12 +40,12 @@ class Rebase:
     def rebase_fix(self, name: str, resumed: dict[str, str | None] | None = None) -> Computed:
         """One fix: its report, refreshed patch texts and stop (or None); ``resumed``: the
         user's files for the stopped patch (``--continue``)."""
-        fix = self.state.catalog.get(name)
-        onto, base = self.state.onto, fix.upstream.base_release
-        why = skip_reason(fix, self.state.release, self.state.inactive,
-                          bool(self.state.data.get("drop_old")))
+        every = self.state.catalog.get(name)  # the fix with every version it has
+        why = skip_reason(every, self.state.release, self.state.inactive, self.drop_old)
         if why:
-            return fix_report(fix, onto, "skipped", why), {}, None
+            return fix_report(every, self.state.onto, "skipped", why), {}, None
+        fix = self.start(every)  # the version nearest the release, for a backport
+        onto, base = self.state.onto, fix.upstream.base_release
         try:
             new_tree = self.sides.tree(fix, old=False)
             old_tree = self.sides.tree(fix, old=True)
@@ -58,7 +58,7 @@ class Rebase:
             new_tree.files = {**stopped["tree"], **resumed}
         else:
             start, done, reports = 0, {}, []
-        old = self.state.old_fix(name)
+        old = self.start(self.state.old_fix(name))
         old_texts = read_series(old)
         whole, per_patch = self.matches.of(fix, old_texts)
         for index, (file, chs) in enumerate(changes(old, old_texts, old.patch_dir)):
@@ -89,7 +89,7 @@ class Rebase:
                 return fix_report(fix, onto, "stopped", rep.detail, tuple(reports)), done, stop
             new_tree.files.update(merged)
             done[file] = series_text(dict(old_texts)[file], pre_new, merged)
-        return self.outcome(fix, tuple(reports)), done, None
+        return self.outcome(fix, tuple(reports), every), done, None
 
     def decide_patch(self, fix: Fix, file: str, chs: list, new_tree: Tree, old_tree: Tree,
                      pre_old: dict[str, str | None], pre_new: dict[str, str | None],
@@ -131,26 +131,50 @@ class Rebase:
                                 "longer has it: upstream removed it (or reverted it)")
         return said
 
-    def outcome(self, fix: Fix, reports: tuple[PatchReport, ...]) -> FixReport:
-        """What a fix whose every patch landed comes to."""
+    @property
+    def drop_old(self) -> bool:
+        return bool(self.state.data.get("drop_old"))
+
+    def start(self, fix: Fix) -> Fix:
+        """The version of ``fix`` this rebase starts from (:func:`start_from`)."""
+        return start_from(fix, self.state.release, self.drop_old)
+
+    def outcome(self, fix: Fix, reports: tuple[PatchReport, ...], whole: Fix) -> FixReport:
+        """What a fix whose every patch landed comes to (``fix`` the version it started from,
+        ``whole`` the fix with every version)."""
         onto, base = self.state.onto, fix.upstream.base_release
         kinds = [r.classification for r in reports]
         if all(k == "upstream" for k in kinds):
             commits = sorted({r.commit[:12] for r in reports if r.commit})
-            return fix_report(fix, onto, "upstreamed", f"{onto} holds the whole change"
-                              + (f" (upstream commit {', '.join(commits)})" if commits else "")
+            held = f"{onto} holds the whole change" + (
+                f" (upstream commit {', '.join(commits)})" if commits else "")
+            if backport(whole, self.state.release, self.drop_old):  # later releases may not
+                return fix_report(fix, onto, "upstreamed", held + ": hosts on it need no "
+                                  "version of the fix; nothing written (it is not marked upstream, "
+                                  "as the releases after it may lack the change)", reports)
+            return fix_report(fix, onto, "upstreamed", held
                               + (f": marked upstream since {onto}, no variant for it"
                                  if self.state.writes else ": it would be marked upstream"), reports)
         if self.state.release is None:
             return fix_report(fix, onto, "clean", f"applies to {onto}; not written (not a "
                               "release: rebase onto a release tag to write)", reports)
+        variant = self._variant(whole, fix)
         if all(k == "unchanged" for k in kinds):  # a dry run says what it would write
+            where = f"the releases of its variant v{fix.version}" if variant else "upstream.releases"
             return fix_report(fix, onto, "extended", f"the series applies to {onto} unchanged; "
-                              f"{onto} added to upstream.releases", reports)
+                              f"{onto} added to {where}", reports)
         done = (f"Rebased from {base} onto {onto}: " if self.state.writes  # the changelog's
                 else f"A rebase from {base} onto {onto} would give: ")  # a dry run's, not done
         summary = done + ", ".join(f"{r.file} {r.classification}" for r in reports) + "."
-        return fix_report(fix, onto, "rebased", summary, reports, fix.next_version)
+        if backport(whole, self.state.release, self.drop_old):
+            summary += f" A variant for {onto}; the newer releases keep theirs."
+        return fix_report(fix, onto, "rebased", summary, reports, whole.next_version)
+
+    @staticmethod
+    def _variant(whole: Fix, fix: Fix) -> Variant | None:
+        """The ``[[variants]]`` entry ``fix`` is (None: it is the top level)."""
+        return next((v for v in whole.variants if v.version == fix.version
+                     and v.base_release == fix.upstream.base_release), None)
 
     def kept(self, fix: Fix, report: FixReport, done: dict[str, str]) -> Series:
         """The refreshed series: the patches upstream does not already hold."""
@@ -165,8 +189,14 @@ class Rebase:
         is marked upstream since it, with no new variant."""
         if report.outcome not in WRITTEN or not self.state.writes:
             return
+        onto, drop = self.state.onto, self.drop_old
+        if backport(fix, self.state.release, drop):
+            if report.outcome != "upstreamed":  # nothing to write for a release holding it
+                self.state.note_written(fix.name)
+                self.write_backport(fix, report, done)
+            self.state.catalog.forget(fix.name)
+            return
         self.state.note_written(fix.name)
-        onto, drop = self.state.onto, bool(self.state.data.get("drop_old"))
         if report.outcome == "upstreamed":
             edit.set_upstream(fix.manifest_path, onto)
         elif report.outcome == "extended":
@@ -197,19 +227,43 @@ class Rebase:
                     shutil.rmtree(fix.patch_dir / v.dir, ignore_errors=True)
         self.state.catalog.forget(fix.name)
 
+    def write_backport(self, fix: Fix, report: FixReport, done: dict[str, str]) -> None:
+        """A backport written: the release added to the variant it started from (its series
+        applies there unchanged), or a new variant for the release, the fix's next version;
+        the top level and every other variant as they were."""
+        onto, source = self.state.onto, self.start(fix)
+        variant = self._variant(fix, source)
+        if report.outcome == "extended":
+            if variant is None:
+                edit.add_release(fix.manifest_path, onto)
+            else:
+                edit.add_variant_release(fix.manifest_path, variant.dir, onto)
+            return
+        kept = dict(self.kept(source, report, done))
+        refs = [r for r in source.patches if r.file in kept]
+        folder = onto if onto not in {v.dir for v in fix.variants} else f"v{fix.next_version}"
+        (fix.patch_dir / folder).mkdir(parents=True, exist_ok=True)
+        files = {fix.patch_dir / folder / r.file: (kept[r.file], r.root) for r in refs}
+        write_series(files, lambda: edit.add_variant(
+            fix.manifest_path, version=fix.next_version, base_release=onto, variant_dir=folder,
+            patches=[(r.file, r.root, r.description) for r in refs],
+            changelog_summary=report.detail, date=_dt.date.today().isoformat(),
+            checks_from=variant.dir if variant is not None else None))
+
     def plan(self) -> None:
         """Classify every queued fix now; each stop is assumed skipped by the user."""
         queue, plan = self.state.data["queue"], {}
-        olds = [(old, read_series(old)) for old in map(self.state.old_fix, queue)
-                if not skip_reason(old, self.state.release, self.state.inactive,
-                               bool(self.state.data.get("drop_old")))]
+        olds = [(self.start(old), read_series(self.start(old)))
+                for old in map(self.state.old_fix, queue)
+                if not skip_reason(old, self.state.release, self.state.inactive, self.drop_old)]
         self.matches.match(olds)
         self.doing = "classifying"
         for i, name in enumerate(queue):
             self.progress(f"classifying {name}", i, len(queue))
             report, done, stop = self.rebase_fix(name)
             if report.outcome in ("rebased", "clean"):
-                self.sides.planned[name] = self.kept(self.state.catalog.get(name), report, done)
+                self.sides.planned[name] = self.kept(self.start(self.state.catalog.get(name)),
+                                                     report, done)
             plan[name] = {"key": self.state.fingerprint(name), "report": report.to_json(),
                           "done": done, "stop": stop}
         self.state.data["plan"] = plan
