@@ -142,6 +142,33 @@ def test_each_test_decides_on_the_real_release(made, catalog_upstream: UpstreamR
         files, "not-contained")
 
 
+def test_a_release_older_than_the_fix_is_not_asked_and_never_marked(
+        made, catalog_dir: Path, catalog_upstream: UpstreamRepo, monkeypatch: pytest.MonkeyPatch
+        ) -> None:
+    """A fix written on 0.5.23 that takes back 0.5.23's change to a file: 0.5.21 never had
+    that change, so its reversed hunks apply there, which read as "contained by reverse-apply"
+    and --mark made the fix upstream since 0.5.21, so not needed on 0.5.23, where the change
+    it removes still is. A release older than the fix's base cannot have taken a change
+    written on the base: it is not asked, and nothing is marked."""
+    whole = made[1]["whole-change"]
+    git_dir = Path(catalog_upstream.git_dir)
+    _write(catalog_dir, "take-back", "0.5.23", diff_files(
+        _blob(git_dir, "v0.5.23", whole), _blob(git_dir, "v0.5.21", whole), whole))
+    subprocess.run(["git", "-C", str(catalog_dir), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(catalog_dir), "-c", "user.name=t", "-c", "user.email=t@t",
+                    "commit", "-q", "-m", "take-back"], check=True)
+    verdict = contains(Catalog(catalog_dir), "take-back", "0.5.21", upstream=catalog_upstream)
+    assert verdict.verdict == "not-applicable", verdict
+    assert "0.5.21 is older than its base release 0.5.23" in verdict.detail
+    assert contains(Catalog(catalog_dir), "take-back", "0.5.23",
+                    upstream=catalog_upstream).verdict == "not-contained"
+    before, head = _snapshot(catalog_dir), _head(catalog_dir)
+    code, out, err = run(["--catalog", str(catalog_dir), "upstream", "check", "take-back",
+                          "--release", "0.5.21", "--mark"], catalog_upstream, monkeypatch)
+    assert code == 0 and "not applicable" in out and "marked" not in out, (out, err)
+    assert _snapshot(catalog_dir) == before and _head(catalog_dir) == head
+
+
 def test_shipped_fixes_are_not_in_their_own_release(catalog_upstream: UpstreamRepo) -> None:
     shipped = Catalog(REPO)
     for name in ("dsv4-bf16-sizing", "dsv4-bf16-index-k", "hicache-index-k-sync"):

@@ -94,7 +94,7 @@ def check(catalog: Catalog, fixes: Sequence[str | Fix], release: str, *,
     subjects: list[_Subject] = []
     bases: dict[str, str | None] = {}
     for fix in found:
-        why = _not_applicable(fix)
+        why = _not_applicable(fix) or _older(release, fix.upstream.base_release)
         if why:
             verdicts[fix.name] = Verdict(fix.name, release, NOT_APPLICABLE, detail=why)
             continue
@@ -138,6 +138,21 @@ def _between(base: str, version: str, release: str) -> bool:
         return version_key(base) < version_key(version) < version_key(release)
     except PatchkitError:
         return False
+
+
+def _older(release: str, base: str) -> str:
+    """Why ``release``, older than the fix's base, cannot tell ("" when it is not older): the
+    fix was written on its base to change it, so no release before can have taken it; its
+    reversed hunks may apply there all the same (a fix taking back a change of the base),
+    and "upstream since" an older release would make the fix not needed on its own base."""
+    try:
+        if version_key(release) >= version_key(base):
+            return ""
+    except PatchkitError:  # a tag of a clone that is no release: asked as it is
+        return ""
+    return (f"{release} is older than its base release {base}: a release before the one the "
+            "fix was written on cannot have taken it (`patchkit matrix` says what each "
+            "release needs)")
 
 
 def _not_applicable(fix: Fix) -> str:
