@@ -180,6 +180,60 @@ def test_a_fix_upstream_in_0523_is_not_applied_there_and_stays_on_0522(
     assert states(catalog, old)[INDEX_K] == ("applied", 3)
 
 
+def test_a_host_upgraded_to_the_release_that_took_its_fix_is_told_so_and_sync_forgets_it(
+        three_releases: UpstreamRepo, tmp_path: Path) -> None:
+    """A fix that is SGLang's own 0.5.21 -> 0.5.22 change to a file, applied on 0.5.21 and
+    marked upstream since 0.5.22; the host then moves to 0.5.22, whose file is what the fix
+    wrote, so the record stays intact. It said `applied: no version of the fix serves
+    0.5.22 ...; make one with patchkit rebase` (which finds it upstream and writes nothing),
+    sync said `already-applied`, and rollback would have written 0.5.21's bytes into 0.5.22.
+    Now: status says not needed and that sync forgets the record; rollback refuses (the
+    release's own change); sync forgets the record, writing nothing."""
+    from patchkit.catalog.series import diff_files
+    from patchkit.errors import PreconditionFailed
+
+    git_dir = Path(three_releases.git_dir)
+    rows = subprocess.run(["git", "--git-dir", str(git_dir), "diff", "--numstat", "--diff-filter=M",
+                           "v0.5.21", "v0.5.22", "--", "python/sglang/srt"], check=True,
+                          capture_output=True, text=True).stdout.splitlines()
+    rel = min((int(a) + int(r), p) for a, r, p in (row.split("\t") for row in rows)
+              if p.endswith(".py") and a != "-")[1]
+    blob = lambda tag: subprocess.run(["git", "--git-dir", str(git_dir), "show", f"{tag}:{rel}"],  # noqa: E731
+                                      check=True, capture_output=True).stdout
+    cat = tmp_path / "cat"
+    (cat / "patches" / "took").mkdir(parents=True)
+    (cat / "patches" / "took" / "0001-took.patch").write_bytes(
+        diff_files(blob("v0.5.21"), blob("v0.5.22"), rel).encode())
+    (cat / "manifests").mkdir()
+    (cat / "manifests" / "took.toml").write_text(new_manifest_text(
+        "took", "what 0.5.22 took", "0.5.21", [("0001-took.patch", "sglang")], "why",
+        date="2026-11-01"))
+    tree = checkout(three_releases, "0.5.21", tmp_path / "t")
+    assert api.apply(Catalog.open(cat), local(tree), ["took"]).fixes[0].outcome == "applied"
+    assert edit.set_upstream(cat / "manifests" / "took.toml", "0.5.22")
+    _git(tree, "reset", "-q", "--hard", "v0.5.22")
+    assert (tree / rel).read_bytes() == blob("v0.5.22")
+    catalog = Catalog.open(cat)
+    seen = {s.name: s for s in api.status(catalog, local(tree)).status}["took"]
+    assert seen.state == "not-needed", (seen.state, seen.detail)
+    assert "in upstream since 0.5.22" in seen.detail and "patchkit sync" in seen.detail
+    assert "rebase" not in seen.detail
+    with pytest.raises(PreconditionFailed, match="in upstream since 0.5.22") as refused:
+        api.rollback(catalog, local(tree), ["took"])
+    assert "patchkit sync" in str(refused.value)
+    assert (tree / rel).read_bytes() == blob("v0.5.22")
+    state = tree / ".patchkit" / "state.json"
+    dry = api.sync(catalog, local(tree), dry_run=True)
+    assert [(f.outcome, "would be forgotten" in (f.detail or "")) for f in dry.fixes
+            if f.name == "took"] == [("not-needed", True)]
+    assert "took" in state.read_text()
+    done = {f.name: f for f in api.sync(catalog, local(tree)).fixes}["took"]
+    assert done.outcome == "not-needed" and "forgotten" in (done.detail or ""), done
+    assert "took" not in json.dumps(json.loads(state.read_text())["fixes"])
+    assert _git(tree, "status", "--porcelain", "--", "python") == ""
+    assert states(catalog, local(tree))["took"] == ("not-needed", 1)
+
+
 # -- an installed package upgraded underneath ---------------------------------------------------
 
 

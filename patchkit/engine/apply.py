@@ -27,8 +27,16 @@ if TYPE_CHECKING:  # gitcommit is imported only by the applies that use it
 def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
     read = store.read_state()  # as it is: what an undo puts back (lost records included)
     state, lost, lost_records = _drop_lost(req, read)
+    state, taken = _drop_taken(req, state)
     outcomes: Dict[str, Dict[str, Any]] = {}
     todo, upgrades = _sort_out(req, state, lost, lost_records, outcomes)
+    if taken:  # the release took them: their records go, nothing written
+        from .observe import held_upstream
+
+        for spec in req.fixes:
+            if spec.name in taken:
+                outcomes[spec.name]["detail"] = held_upstream(
+                    spec, taken[spec.name], "would be forgotten" if req.dry_run else "forgotten")
     if not req.git and req.commit:
         raise UsageError("--commit needs git, and --no-git was given; drop one of them")
     check_patch_paths(req.roots, list(todo) + list(req.dependencies))
@@ -59,9 +67,9 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
     outcomes.update(prepare.present_unrecorded)
     if not req.dry_run and prepared:
         _write(req, store, state, ws, prepared, {**left, **upgrades}, read)
-    elif not req.dry_run and any(n in lost_records for n, o in outcomes.items()
+    elif not req.dry_run and any(n in lost_records or n in taken for n, o in outcomes.items()
                                  if o["outcome"] == "not-needed"):
-        store.write_state(state)  # only lost records of not-needed fixes to drop
+        store.write_state(state)  # only records of not-needed fixes to drop
         drop_undo_point(store)  # the state it would put back is not the state before this
     last = {key: fc for fc in prepared for key in fc.keys}  # the last fix to change each file
     for fc in prepared:  # the bytes are written: each fix's result lets its own go
@@ -190,6 +198,19 @@ def _drop_lost(req: Request, state: State) -> Tuple[State, Dict[str, str], Dict[
     names = {s.name for s in req.fixes}
     dropped = {f.name: f for f in state.fixes if f.name in names and f.name in lost}
     return state.without(dropped), lost, dropped
+
+
+def _drop_taken(req: Request, state: State) -> Tuple[State, Dict[str, FixRecord]]:
+    """The state without the records of requested fixes the release the target runs holds
+    upstream (``not_needed``) whose files still hold what they wrote (the host moved to the
+    release that took the change, and its files are the fix's result): nothing to write,
+    nothing to keep; and those records. A drifted one stays, for status and rollback."""
+    from .observe import drifted_files
+
+    recorded = state.by_name()
+    taken = {s.name: recorded[s.name] for s in req.fixes if s.not_needed and s.name in recorded
+             and not drifted_files(req.roots, state, recorded[s.name])}
+    return (state.without(taken), taken) if taken else (state, {})
 
 
 def _left_behind(store: Store, ws: Workspace, dropped: Dict[str, FixRecord]

@@ -34,7 +34,9 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
             # target runs (apply and sync refuse it there): the applied one stays, said so
             unserved = unserved_detail(req, spec, releases) if (
                 rec.version != spec.version or entry["state"] in ("lost", "applied")) else None
-            if unserved is not None:
+            if spec.not_needed and entry["state"] == "applied":  # the release took it
+                entry.update(state="not-needed", detail=held_upstream(spec, rec))
+            elif unserved is not None:
                 _say_unserved(entry, rec, spec, unserved)
             elif entry["state"] == "applied" and rec.version != spec.version:
                 entry["state"] = "outdated"  # another version is applied than the catalog's
@@ -74,6 +76,20 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
             "release": release_of(req.roots, "sglang", releases, True),
             "running": procs.running(req.roots, store.dir, state, req.python,
                                      served=req.python if req.python_given else None)}
+
+
+def held_upstream(spec: FixSpec, rec: FixRecord, outcome: str = "") -> str:
+    """Why a fix recorded intact on a release that holds its change upstream (the host moved to
+    the release that took it) is not needed, and what becomes of its record: kept (status),
+    or ``outcome`` of apply and sync, "forgotten" or "would be forgotten", writing nothing.
+    Its files hold what it wrote, the change as the release has it, so rolling it back would
+    put the older release's bytes into this one (rollback refuses)."""
+    if outcome:
+        return ("%s: its v%s record %s, nothing written (its files hold the change as the "
+                "release has it)" % (spec.not_needed, rec.version, outcome))
+    return ("%s: its v%s record here is kept until patchkit sync (or patchkit apply %s) forgets "
+            "it, writing nothing: its files hold what v%s wrote, the change as the release has it"
+            % (spec.not_needed, rec.version, spec.name, rec.version))
 
 
 def unserved_detail(req: Request, spec: FixSpec, releases: Dict[str, Any]

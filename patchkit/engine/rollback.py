@@ -69,6 +69,13 @@ def _rollback(req: Request, store: Store, state: State, recorded: Recorded) -> D
         _refuse_elsewhere(req, ws, rec)
         sources = _committed(req, rec)
         drifted = _take_stock(req, ws, fc, rec, sources, gone.get(spec.name, set()))
+        if spec.not_needed and not drifted and spec.name not in gone and not req.force:
+            raise PreconditionFailed(
+                "fix %s is %s: its files hold the change as the release has it, and rolling it "
+                "back would put the bytes from before it (from an older release) into them; "
+                "patchkit sync (or patchkit apply %s) forgets its record, writing nothing; "
+                "--force rolls it back anyway" % (spec.name, spec.not_needed, spec.name),
+                fix=spec.name)
         drift.extend(drifted)
         strategy = _strategy(fc, rec, sources, spec.name in gone, bool(drifted) and req.force)
         try:
