@@ -3,8 +3,9 @@ each active fix and each SGLang release, what serving that release takes.
 
 A cell is one of: ``vN`` (the variant serving the release applies, zero fuzz, on the
 release's files), ``not-needed`` (nothing to do there, e.g. a revert with nothing to revert),
-``upstream`` (the fix is marked upstream since that release or earlier, or the release holds
-its whole change), ``no variant`` (no variant serves it, but the newest series applies there
+``upstream`` (the fix is marked upstream since that release or earlier and the release still
+holds it, or the release holds its whole change), ``removed upstream`` (marked upstream since
+an earlier release, and this one no longer holds the change: a human decides), ``no variant`` (no variant serves it, but the newest series applies there
 unchanged: a rebase only adds the release), ``rebase needed`` (it applies at an offset or
 after a clean merge), ``conflict`` (a rebase would stop, or the variant no longer applies),
 ``blocked`` (a fix under it, named in the label, fails there: the fix cannot be applied, or
@@ -24,9 +25,10 @@ from .errors import PatchkitError, UsageError
 from .upstream import UpstreamRepo, release_name, version_key
 
 #: Cells that fail ``patchkit matrix --exit-code``: a release the catalog cannot serve as is.
-FAILING = ("conflict", "blocked")
+FAILING = ("conflict", "blocked", "removed")
 #: Every cell kind, for the docs and --json consumers.
-KINDS = ("variant", "not-needed", "upstream", "no variant", "rebase needed", "conflict", "blocked")
+KINDS = ("variant", "not-needed", "upstream", "removed", "no variant", "rebase needed", "conflict",
+         "blocked")
 #: What a dry-run rebase's outcome means for a release no variant serves.
 _REBASE_KINDS = {"extended": "no variant", "rebased": "rebase needed", "clean": "rebase needed",
                  "upstreamed": "upstream", "conflict": "conflict", "stopped": "conflict",
@@ -128,7 +130,7 @@ def matrix(catalog: Catalog, releases: Sequence[str], names: Sequence[str] = (),
             column: dict[str, Cell] = {}
             for fix in _under_first(catalog, fixes):
                 cell = None if fix.not_needed_on(release) else _blocked(catalog, fix, release, column)
-                cell = cell or _served(catalog, fix, release, tree)
+                cell = cell or _served(catalog, fix, release, tree, repo)
                 if cell is not None:
                     column[fix.name] = cell
             for fix in fixes:
@@ -184,10 +186,11 @@ def _blocked(catalog: Catalog, fix: Fix, release: str, column: dict[str, Cell]) 
                 f"{dep} is {column[dep].label} on {release}: {column[dep].detail}")
 
 
-def _served(catalog: Catalog, fix: Fix, release: str, tree: Path) -> Cell | None:
+def _served(catalog: Catalog, fix: Fix, release: str, tree: Path, repo: UpstreamRepo
+            ) -> Cell | None:
     """The cell of a fix a variant serves (or that is upstream there); None: no variant."""
     if fix.not_needed_on(release):
-        return Cell("upstream", "upstream", f"marked upstream since {fix.upstream_since}")
+        return _still_upstream(catalog, fix, release, repo)
     variant = fix.variant_for(release)
     if variant is None:
         return None
@@ -208,6 +211,24 @@ def _served(catalog: Catalog, fix: Fix, release: str, tree: Path) -> Cell | None
     if outcome is not None and outcome.outcome in ("not-needed", "present-unrecorded"):
         return Cell("not-needed", "not-needed", outcome.detail or outcome.outcome)
     return Cell("variant", variant.variant_label(), "applies with zero fuzz")
+
+
+def _still_upstream(catalog: Catalog, fix: Fix, release: str, repo: UpstreamRepo) -> Cell:
+    """A fix marked upstream since this release or an earlier one, asked of this release as
+    ``upstream check`` asks it: a later release may have removed or reverted the change (the
+    mark says "every later release", which only the release's files can confirm)."""
+    from .rebase.contains import CONTAINED, NOT_APPLICABLE, NOT_CHECKED, contains
+
+    marked = f"marked upstream since {fix.upstream_since}"
+    if release == fix.upstream_since:
+        return Cell("upstream", "upstream", marked)
+    said = contains(catalog, fix, release, upstream=repo)
+    if said.verdict in (CONTAINED, NOT_APPLICABLE, NOT_CHECKED):
+        return Cell("upstream", "upstream", marked + (f"; {release} still holds it ({said.detail})"
+                                                      if said.contained else ""))
+    return Cell("removed", "removed upstream", f"{marked}, but {release} no longer holds the "
+                f"change ({said.verdict}: {said.detail}); a human decides: patchkit upstream "
+                f"check {fix.name} --release {release}")
 
 
 def _rebase_cells(catalog: Catalog, fixes: list[Fix], release: str, repo: UpstreamRepo,

@@ -445,6 +445,41 @@ def test_matrix_over_three_releases_fails_on_the_one_without_a_variant(
     assert f"| {INDEX_K} | v3 (0.5.22) | v4 (0.5.23) |" in served.stdout
 
 
+def test_a_matrix_asks_each_later_release_whether_it_still_holds_a_fix_marked_upstream(
+        three_releases: UpstreamRepo, tmp_path: Path) -> None:
+    """A fix on 0.5.21 that is a file 0.5.22 added and 0.5.23 removed, marked upstream since
+    0.5.22: the matrix said `upstream` on 0.5.23 too ("every later release"), exit 0, while
+    `upstream check --release 0.5.23` says removed upstream. The release watch now asks each
+    release at or after the mark, and one that no longer holds the change fails."""
+    from patchkit.catalog.series import diff_files
+    from patchkit.matrix import matrix
+
+    git_dir = Path(three_releases.git_dir)
+
+    def names(*args: str) -> set[str]:
+        return set(subprocess.run(["git", "--git-dir", str(git_dir), "diff", "--name-only", *args],
+                                  check=True, capture_output=True, text=True).stdout.split())
+    rel = min(p for p in names("--diff-filter=A", "v0.5.21", "v0.5.22")
+              & names("--diff-filter=D", "v0.5.22", "v0.5.23") if p.endswith(".py"))
+    added = subprocess.run(["git", "--git-dir", str(git_dir), "show", f"v0.5.22:{rel}"],
+                           check=True, capture_output=True).stdout
+    cat = tmp_path / "cat"
+    (cat / "patches" / "gone").mkdir(parents=True)
+    (cat / "patches" / "gone" / "0001-gone.patch").write_text(diff_files(None, added, rel))
+    (cat / "manifests").mkdir()
+    (cat / "manifests" / "gone.toml").write_text(new_manifest_text(
+        "gone", "a file 0.5.22 took and 0.5.23 dropped", "0.5.21", [("0001-gone.patch", "sglang")],
+        "why", date="2026-11-01"))
+    assert edit.set_upstream(cat / "manifests" / "gone.toml", "0.5.22")
+    found = matrix(Catalog.open(cat), ["0.5.21", "0.5.22", "0.5.23"], ["gone"], upstream=three_releases)
+    row = found.cells["gone"]
+    assert (row["0.5.21"].label, row["0.5.22"].label) == ("v1 (0.5.21)", "upstream"), row
+    assert row["0.5.22"].detail.startswith("marked upstream since 0.5.22")
+    assert row["0.5.23"].label == "removed upstream", row["0.5.23"]
+    assert "0.5.23 no longer holds the change" in row["0.5.23"].detail
+    assert found.failing == [("gone", "0.5.23")]
+
+
 def test_a_matrix_cell_blocked_by_its_dependency_says_so_in_plain_lines(
         three_releases: UpstreamRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """On 0.5.21, which no variant serves, the dependency cannot be rebased (its 0.5.22

@@ -12,7 +12,8 @@ from . import render
 from .common import State, command
 
 STYLE = {"variant": "green", "not-needed": "dim", "upstream": "magenta", "no variant": "yellow",
-         "rebase needed": "yellow", "conflict": "bold red", "blocked": "bold red"}
+         "rebase needed": "yellow", "conflict": "bold red", "blocked": "bold red",
+         "removed": "bold red"}
 
 
 @command(
@@ -23,7 +24,7 @@ STYLE = {"variant": "green", "not-needed": "dim", "upstream": "magenta", "no var
                  "variants serve)."),
     click.option("--markdown", is_flag=True, help="Print a Markdown table (a CI job summary)."),
     click.option("--exit-code", is_flag=True, help=f"Exit {EXIT_CHECK_FAILED} when a cell is a "
-                 "conflict or blocked: a release the catalog cannot serve as is."),
+                 "conflict, blocked or removed upstream: a release the catalog cannot serve as is."),
 )
 def matrix(state: State, fixes: tuple[str, ...], releases: str | None, markdown: bool,
            exit_code: bool, as_json: bool) -> int:
