@@ -250,6 +250,46 @@ def test_versions_carry_the_catalog_commits_and_rebases(tmp_path: Path) -> None:
     assert rebase_sha[:12] not in log_cli("--no-history", catalog=catalog).output
 
 
+def test_a_version_is_a_rebase_from_what_it_came_from_not_from_the_version_before(
+        tmp_path: Path) -> None:
+    """With variants, versions are no chain: v3, a refresh of the 0.5.22 variant (v1) after
+    v2 moved to 0.5.23, was shown `(rebased from 0.5.23)`, and a backport's new variant was
+    said rebased from the previous version's base, not the one it started from. A version on
+    a base an earlier version had is no rebase; one whose changelog says `Rebased from A onto
+    B` (what rebase writes) was rebased from A."""
+    cat = tmp_path / "cat"
+    for folder in ("", "0.5.22", "0.5.21"):
+        (cat / "patches" / "sw" / folder).mkdir(parents=True, exist_ok=True)
+        (cat / "patches" / "sw" / folder / "0001-sw.patch").write_text(
+            "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n")
+    (cat / "manifests").mkdir()
+    entries = [(1, "0.5.22", "First version."),
+               (2, "0.5.23", "Rebased from 0.5.22 onto 0.5.23: 0001-sw.patch offset."),
+               (3, "0.5.22", "bug fixed in the 0.5.22 series"),
+               (4, "0.5.21", "Rebased from 0.5.22 onto 0.5.21: 0001-sw.patch offset. A variant "
+                             "for 0.5.21; the newer releases keep theirs.")]
+    (cat / "manifests" / "sw.toml").write_text(
+        'format = 1\nname = "sw"\nversion = 2\ntitle = "a switch"\nstatus = "active"\n'
+        'rationale = "why"\n\n[upstream]\nbase_release = "0.5.23"\nreleases = ["0.5.23"]\n\n'
+        '[[patches]]\nfile = "0001-sw.patch"\n\n'
+        + "".join(f'[[changelog]]\nversion = {v}\ndate = "2026-12-0{v}"\nbase_release = "{b}"\n'
+                  f'summary = "{t}"\n\n' for v, b, t in entries)
+        + "".join(f'[[variants]]\nversion = {v}\nbase_release = "{b}"\nreleases = ["{b}"]\n\n'
+                  '[[variants.patches]]\nfile = "0001-sw.patch"\n\n' for v, b, _t in entries[2:]))
+    versions = lineage.build(Catalog(cat)).get("sw").versions
+    assert [(v.version, v.rebased_from) for v in versions] == [
+        (1, ""), (2, "0.5.22"), (3, ""), (4, "0.5.22")]
+    # a version that is in none of them names the newest, a variant's (it said "up to 2")
+    from patchkit.rebase.versions import series_of_version
+
+    subprocess.run(["git", "init", "-q", str(cat)], check=True)
+    subprocess.run(["git", "-C", str(cat), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(cat), "-c", "user.name=t", "-c", "user.email=t@t", "commit",
+                    "-q", "-m", "sw"], check=True)
+    with pytest.raises(Exception, match=r"versions run up to 4\)"):
+        series_of_version(Catalog(cat), "sw", 9)
+
+
 def test_a_catalog_outside_git_has_no_history(tmp_path: Path) -> None:
     shutil.copytree(SAMPLES / "catalog", tmp_path / "catalog")
     lin = lineage.build(Catalog(tmp_path / "catalog"))

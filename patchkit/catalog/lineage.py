@@ -4,6 +4,7 @@ from the manifests, the catalog's git history and a target's status (docs/lineag
 from __future__ import annotations
 
 import heapq
+import re
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -260,6 +261,10 @@ def _order(fixes: Sequence[Fix], edges: Sequence[Edge]) -> list[Fix]:
     return order
 
 
+#: A changelog summary as ``rebase`` writes it: ``Rebased from A onto B: ...``.
+_REBASED = re.compile(r"Rebased from (\S+) onto ")
+
+
 def _versions(fix: Fix, commits: Sequence[tuple[CatalogCommit, int | None, tuple[int, ...]]] | None
               ) -> tuple[Version, ...]:
     entries = {e.version: (e.date, e.base_release, e.summary) for e in fix.changelog}
@@ -271,10 +276,16 @@ def _versions(fix: Fix, commits: Sequence[tuple[CatalogCommit, int | None, tuple
     serving = {v.version: v.upstream.releases for v in fix.all_variants()}
     out: list[Version] = []
     previous = ""
+    bases: set[str] = set()  # the releases earlier versions were based on
     for number in sorted(entries):
         date, base, summary = entries[number]
         base = base or previous or fix.upstream.base_release
-        rebased_from = previous if previous and base != previous else ""
+        said = _REBASED.match(summary)  # what a rebase writes: the base it started from
+        # with variants the versions are no chain: one on a base an earlier one had is that
+        # line's next version (a refreshed variant), not a rebase from the version before
+        rebased_from = said.group(1) if said else (
+            previous if previous and base != previous and base not in bases else "")
+        bases.add(base)
         out.append(Version(version=number, date=date, base_release=base, summary=summary,
                            rebased_from=rebased_from, commits=tuple(by_version.get(number, ())),
                            serves=tuple(serving.get(number, ()))))

@@ -32,7 +32,7 @@ def series_of_version(catalog: Catalog, name: str, version: int) -> dict[str, st
             texts = gitrepo.texts_at(top, [(commit.sha, f"{rel_patches}/{f}") for f in files])
             return {f: t or "" for f, t in zip(files, texts)}
     raise UsageError(f"no version {version} of {name} in the catalog's git history (versions "
-                     f"run up to {fix.version}); `patchkit log {name}` lists them")
+                     f"run up to {fix.next_version - 1}); `patchkit log {name}` lists them")
 
 
 def range_diff(catalog: Catalog, name: str, old: int, new: int) -> str:
