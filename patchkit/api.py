@@ -198,5 +198,11 @@ def status(catalog: Catalog, target: Target, *,
             % catalog.root)
     states = tuple(dataclasses.replace(s, detail=gone) if s.name not in held and s.state in RECORDED
                    and not s.detail else s for s in result.status)
+    if broken:  # a recorded fix's row keeps what the target records, and says the error too
+        errors = {b.name: b.detail for b in broken}
+        seen = dict(result.raw.get("status") or {})
+        seen["fixes"] = [dict(r, error=errors[r["name"]]) if r.get("name") in errors else r
+                         for r in seen.get("fixes") or []]
+        result = dataclasses.replace(result, raw=dict(result.raw, status=seen))
     return dataclasses.replace(result, status=states, left_out=left_out, unseen=unseen,
                                broken=tuple(broken))

@@ -222,24 +222,39 @@ def test_piped_list_and_status_give_a_broken_fix_its_row_in_name_order(tmp_path:
     assert [(r.split("\t")[0], r.split("\t")[1]) for r in status.stdout.splitlines()] == [
         ("alpha", "not-applied"), ("lima", "error"), ("zulu", "not-applied")], status.stdout
 
+    # applied before its manifest broke: still its row in name order (it came after every
+    # other row), and --json's row, which keeps what the target records, says the error too
+    good = manifest.read_text().replace('version = "two"\n', "version = 1\n", 1)
+    broken, _ = manifest.read_text(), manifest.write_text(good)
+    assert pk(*cat, "apply", "lima", "--root", f"tree={tree}").returncode == 0
+    manifest.write_text(broken)
+    status = pk(*cat, "status", "--all", "--root", f"tree={tree}")
+    assert [r.split("\t")[:2] for r in status.stdout.splitlines()] == [  # the same patch
+        ["alpha", "present-unrecorded"], ["lima", "error"], ["zulu", "present-unrecorded"]], status.stdout
+    rows = {r["name"]: r for r in json.loads(pk(*cat, "status", "--all", "--json", "--root",
+                                                f"tree={tree}").stdout)["status"]["fixes"]}
+    assert rows["lima"]["state"] == "applied" and "lima.toml" in rows["lima"]["error"], rows["lima"]
+
 
 # -- a dry-run rebase of the shipped catalog needs no catalog of the user's --------------------
 
 
 @pytest.mark.network
 def test_a_dry_run_rebase_of_the_shipped_catalog_writes_nowhere_in_it(
-        catalog_upstream: UpstreamRepo, tmp_path: Path) -> None:
+        three_releases: UpstreamRepo, tmp_path: Path) -> None:
     """From a directory with no catalog (a fresh clone's user), the shipped catalog is the
     catalog: a dry run reports without writing its state there; a real run is refused
-    saying why and that the dry run works."""
-    env = {"PATCHKIT_UPSTREAM": str(catalog_upstream.path)}
+    saying why and that the dry run works. (Onto 0.5.21, a backport: each fix starts from
+    its 0.5.22 variant, so the release store holds 0.5.22 too.)"""
+    env = {"PATCHKIT_UPSTREAM": str(three_releases.path)}
     tracked = ["git", "status", "--porcelain", "--ignored", "--", "manifests", "patches"]
     before = subprocess.run(tracked, cwd=REPO, capture_output=True, text=True).stdout
     dry = pk("rebase", "--all", "--onto", "0.5.21", "--dry-run", cwd=tmp_path, env=env)
     assert dry.returncode == 0, dry.stderr
     rows = {r.split("\t")[0]: r.split("\t") for r in dry.stdout.splitlines() if "\t" in r}
-    assert rows["dsv4-bf16-index-k"][3] == "conflict" and rows["dsv4-bf16-sizing"][1] == \
-        f"v{shipped_version('dsv4-bf16-sizing')}", dry.stdout
+    assert rows["dsv4-bf16-index-k"][3] == "offset" and rows["dsv4-bf16-sizing"][1] == \
+        f"v3 -> v{shipped_version('dsv4-bf16-sizing') + 1}", dry.stdout
+    assert rows["revert-hicache-index-k-sync"][3] == "conflict", dry.stdout
     assert "nothing was written (--dry-run)" in dry.stdout
     assert not (REPO / ".patchkit-rebase").exists()
     assert subprocess.run(tracked, cwd=REPO, capture_output=True, text=True).stdout == before

@@ -67,12 +67,13 @@ def render_status(console: Any, result: OpResult, *, verbose: bool = False) -> N
     for note in notes:
         note_line(console, note)
     shown = {row[0]: row for row in rows}
-    for b in result.broken:  # one row a fix: a recorded one keeps its version and time
+    errors = []  # one row a fix, in its place by name: a recorded one keeps its version and time
+    for b in result.broken:
         row = shown.get(b.name)
-        if row is not None:
-            row[1], row[4] = "error", broken_detail(b)
-    rows = in_place(rows, [[b.name, "error", "", "", broken_detail(b)]
-                           for b in result.broken if b.name not in shown])
+        if row is not None:  # the target records it: its row came after the catalog's
+            rows.remove(row)
+        errors.append([b.name, "error", *(row[2:4] if row else ("", "")), broken_detail(b)])
+    rows = in_place(rows, errors)
     if rows and not isinstance(console, PlainConsole):
         # a terminal: the state alone in its column, why (lost: ..., applied: ...) with the
         # files in the last one, which folds; piped, one field as docs/cli.md gives it

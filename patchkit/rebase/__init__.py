@@ -17,7 +17,7 @@ from ..errors import UsageError
 from ..upstream import UpstreamRepo, release_name
 from .classify import PatchReport, patch_from_json, series_text
 from .loop import Rebase
-from .sides import queue_order, skip_reason
+from .sides import queue_order, skip_reason, start_from
 from .state import (MARKERS, STATE_DIR, STATE_FORMAT, FixReport, Progress, RebaseReport,
                     RebaseState, fix_report)
 from .versions import range_diff, series_of_version
@@ -99,8 +99,9 @@ def start(catalog: Catalog, onto: str, names: Sequence[str] | None = None, *,
         fetch, git_dir = (None if upstream.foreign else upstream), upstream.git_dir
     release = _release(onto)
     # only the bases of fixes that will be rebased: a dead fix's old release is not needed
-    bases = set() if base is not None else {
-        f.upstream.base_release for f in fixes if not skip_reason(f, release, inactive, drop_old)}
+    bases = set() if base is not None else {  # for a backport, the version it starts from's
+        start_from(f, release, drop_old).upstream.base_release
+        for f in fixes if not skip_reason(f, release, inactive, drop_old)}
     label, release, onto_rev, base_rev = _resolve(fetch, git_dir, onto, bases, base, progress)
     state = RebaseState.create(catalog, {
         "format": STATE_FORMAT, "onto": label, "release": release, "onto_rev": onto_rev,
