@@ -454,3 +454,33 @@ def test_a_group_commands_json_error_names_it(tmp_path: Path) -> None:
     assert run.returncode == 2, (run.stdout, run.stderr)
     data = json.loads(run.stdout)
     assert (data["op"], data["target"], data["ok"]) == ("upstream checkout", None, False)
+
+
+def test_a_series_changed_without_a_version_bump_is_refused_by_apply_and_verify(
+        tmp_path: Path) -> None:
+    """The catalog's v1 patch edited in place after a host applied v1 (a reviewer's fix-up,
+    committed without a bump): apply and sync said already-applied and verify passed, while
+    the host runs another change than the catalog's v1 and its record names the patch's old
+    sha256. apply, sync and verify now refuse (exit 1), naming the patch and the way out,
+    the tree untouched; bumping the version then upgrades the host."""
+    from tests.fixtures.user_catalog import tree_digest
+
+    catalog = user_catalog(tmp_path / "catalog", {"mark": (app_patch(), "")})
+    tree = app_tree(tmp_path / "tree")
+    cat, where = ["--catalog", str(catalog)], ["--root", f"tree={tree}"]
+    assert pk(*cat, "apply", "mark", *where).returncode == 0
+    patch = catalog / "patches" / "mark" / "0001-mark.patch"
+    patch.write_text(app_patch("value = 3"))
+    before = tree_digest(tree)
+    for args in (["apply", "mark"], ["sync"], ["verify", "mark"]):
+        run = pk(*cat, *args, *where)
+        assert run.returncode == 1, (args, run.stdout, run.stderr)
+        assert "0001-mark.patch" in run.stderr and "without a version bump" in run.stderr, run.stderr
+        assert "bump" in run.stderr.split("without a version bump", 1)[1], run.stderr
+        assert tree_digest(tree) == before
+    manifest = catalog / "manifests" / "mark.toml"
+    manifest.write_text(manifest.read_text().replace("version = 1\n", "version = 2\n", 1))
+    done = pk(*cat, "apply", "mark", *where, "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["fixes"][0]["outcome"] == "upgraded"
+    assert (tree / "app.py").read_text().endswith("value = 3\n")

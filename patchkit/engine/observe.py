@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-from ..errors import DriftError, NotApplied, TargetError, VerificationFailed
+from ..errors import DriftError, NotApplied, TargetError, VerificationFailed, VersionMismatch
 from . import procs, record
 from .contract import NOT_APPLIED, PARTLY_PRESENT, PRESENT_UNRECORDED
 from .paths import Roots
@@ -76,6 +76,25 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
             "release": release_of(req.roots, "sglang", releases, True),
             "running": procs.running(req.roots, store.dir, state, req.python,
                                      served=req.python if req.python_given else None)}
+
+
+def series_changed(spec: FixSpec, rec: FixRecord) -> Optional[str]:
+    """Why the catalog's version of a fix is not what the target applied as that version (its
+    patches changed since, without a version bump: the record names each patch's sha256), or
+    None. A status does not ask (it reads no series); apply, sync and verify refuse it: the
+    host runs another change than the catalog's, and only a new version can tell them apart
+    (docs/manifest.md, "Versions")."""
+    if spec.recorded_only or rec.version != spec.version or not rec.patches:
+        return None
+    applied = {str(p.get("file")): p.get("sha256") for p in rec.patches}
+    now = {str(p.get("file")): p.get("sha256") for p in spec.patches}
+    changed = sorted(f for f in {*applied, *now} if applied.get(f) != now.get(f))
+    if not changed:
+        return None
+    return ("fix %s v%s applied here is not the catalog's v%s: its series changed since, without "
+            "a version bump (%s); bump the fix's version (patchkit refresh, or `version` and a "
+            "[[changelog]] entry in its manifest), then patchkit apply %s upgrades it"
+            % (spec.name, rec.version, spec.version, ", ".join(changed), spec.name))
 
 
 def held_upstream(spec: FixSpec, rec: FixRecord, outcome: str = "") -> str:
@@ -478,6 +497,9 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
         # An older version than the catalog's (a refresh since): the catalog's checks are for
         # its own change and the applied version's are not in it, so its record is what it has.
         by_record = spec.recorded_only or _older(spec, recorded)
+        changed = series_changed(spec, recorded[spec.name])
+        if changed is not None:  # the catalog's checks are for another change than the host's
+            raise VersionMismatch(changed, fix=spec.name)
         first = drift_check(spec.name, drifted, state, req.roots, spec.recorded_only) if drifted else None
         if first is None and by_record:  # its record's check is all it has: listed
             first = {"kind": "drift", "name": "files as patchkit wrote them", "ok": True,
