@@ -319,6 +319,31 @@ def test_a_failing_canary_health_check_rolls_the_canary_back_and_touches_no_othe
         assert snapshot(node) == before[node.name], node.name
 
 
+def test_a_host_whose_undo_failed_is_told_its_change_stands_and_how_to_take_it_back(fleet) -> None:
+    """The canary's health check fails and its undo cannot run (here the health command takes
+    the undo point away; a host dropping off the network during its check does the same): the
+    host is `failed` with its change in place. Its row said only `undoing the change failed
+    too`, no next step, while a run again reports it unchanged without a check. Now the row
+    and the stop say the change stands unconfirmed, with the status and the rollback that
+    take it back, and that rollback works."""
+    before = snapshot(fleet.node("h1"))
+    code, report = patchkit(fleet, "apply", *SEED, "--waves", "1,50%", "--health-cmd",
+                            "rm -rf {{ patchkit_target }}/.patchkit/undo; exit 7")
+    assert code == 16, report
+    assert hosts(report) == {"h1": "failed", "h2": "untouched", "h3": "untouched"}
+    detail = next(h for h in report["hosts"] if h["host"] == "h1")["detail"]
+    inv = str(fleet.inventory)
+    assert "health-cmd failed (exit 7)" in detail and "the change stands there, not confirmed" in detail
+    assert f"patchkit status --inventory {inv} --limit h1" in detail, detail
+    undo = f"patchkit rollback {' '.join(SEED)} --inventory {inv} --limit h1"
+    assert undo in detail and "with no check" in detail, detail
+    assert "the change stands, not confirmed, on h1" in report["stopped"], report["stopped"]
+    assert state_of(fleet.node("h1")) and snapshot(fleet.node("h1")) != before
+    code, back = patchkit(fleet, *undo.split()[1:-4], "--limit", "h1")
+    assert code == 0, back
+    assert snapshot(fleet.node("h1")) == before and state_of(fleet.node("h1")) == {}
+
+
 def test_a_killed_controller_leaves_every_host_all_or_nothing_and_status_recovers(fleet, tmp_path: Path) -> None:
     # h2's module is killed by the engine's fault injection in the middle of its write phase
     # (PATCHKIT_FAULT travels to h2 only, by SendEnv); h1 finishes and waits in --after-cmd

@@ -232,27 +232,36 @@ def _interrupted(signum: int, results: dict[str, list[TaskResult]], inventory: s
                           f"were not changed (an engine interrupted on a host puts back what "
                           f"it wrote); patchkit status --inventory {inventory} shows each",
                           signal=name, signum=int(signum), changed=changed)
-    undo: dict[str, list[str]] = {}  # the command that undoes it -> the fixes, in order
-    for host in changed:
-        for task in results[host]:
-            for fix in ((task.patchkit or {}).get("fixes") or []) if task.action == ENGINE_MODULE else ():
-                verb = {"applied": "rollback", "upgraded": "rollback",
-                        "rolled-back": "apply"}.get(str(fix.get("outcome")))
-                if verb and fix.get("name") not in undo.setdefault(verb, []):
-                    undo[verb].append(str(fix.get("name")))
     if check or not changed:
         said = ("no host was changed by it (an engine interrupted on a host puts back what it "
                 "wrote)")
     else:
         limit = ",".join(changed)
-        how = "; ".join(f"patchkit {verb} {' '.join(fixes)} --inventory {inventory} --limit "
-                        f"{limit}" for verb, fixes in undo.items()) or "roll the change back"
+        how = undo_commands({host: [fix for task in results[host] if task.action == ENGINE_MODULE
+                                    for fix in (task.patchkit or {}).get("fixes") or ()]
+                             for host in changed}, inventory) or "roll the change back"
         said = (f"hosts of any earlier wave had finished; of this one, changed before it "
                 f"stopped, not confirmed by their --after-cmd/--health-cmd: "
                 f"{', '.join(changed)}. Check them (patchkit status --inventory {inventory} "
                 f"--limit {limit}); to undo: {how}")
     return Terminated(f"interrupted by {name} during the fleet run; ansible-playbook was "
                       f"stopped: {said}", signal=name, signum=int(signum), changed=changed)
+
+
+def undo_commands(changed: Mapping[str, Sequence[Mapping[str, Any]]], inventory: str) -> str:
+    """The commands that take back what the hosts' engine results (``changed``: host -> its
+    fixes' outcomes) did: ``patchkit rollback`` of the fixes applied or upgraded, ``patchkit
+    apply`` of those rolled back, each ``--inventory INV --limit HOSTS``; "" when none."""
+    undo: dict[str, list[str]] = {}  # the command that undoes it -> the fixes, in order
+    for fixes in changed.values():
+        for fix in fixes:
+            verb = {"applied": "rollback", "upgraded": "rollback",
+                    "rolled-back": "apply"}.get(str(fix.get("outcome")))
+            if verb and fix.get("name") not in undo.setdefault(verb, []):
+                undo[verb].append(str(fix.get("name")))
+    limit = ",".join(changed)
+    return "; ".join(f"patchkit {verb} {' '.join(fixes)} --inventory {inventory} --limit {limit}"
+                     for verb, fixes in undo.items())
 
 
 def ansible_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -15,7 +15,7 @@ from ..errors import HostUnreachable, PatchkitError, RolloutStopped, UsageError
 from ..engine.contract import WRITES
 from ..hooks import on_host
 from ..results import file_where
-from .ansible import ENGINE_MODULE, Host, PlayRun, TaskResult, engine_task, run_playbook
+from .ansible import ENGINE_MODULE, Host, PlayRun, TaskResult, engine_task, run_playbook, undo_commands
 
 #: Per fix a host would get: (fix name, "name v2" or "name v1->v2"; an undo's as its result
 #: line says it, "name v2 -> v1" or "name v2 -> not applied").
@@ -178,8 +178,11 @@ class Rollout:
                 reports[host_name] = replace(self._waved(host_name, run.of(host_name)), wave=number)
             failed = [h for h in wave if reports[h].state not in (DONE[self.op], "unchanged", "unreachable")]
             unreachable = [h for h, r in reports.items() if r.state == "unreachable"]
+            standing = [h for h in failed if STANDS in reports[h].detail]
             if failed:
-                stopped = (f"wave {number} failed on {', '.join(failed)}; no later wave started")
+                stopped = (f"wave {number} failed on {', '.join(failed)}; no later wave started"
+                           + (f"; the change stands, not confirmed, on {', '.join(standing)} (its "
+                              "undo failed: its row says what to run)" if standing else ""))
             elif len(unreachable) > self.options.max_fail:
                 stopped = (f"unreachable: {len(unreachable)} host(s) ({', '.join(unreachable)}), "
                            f"over --max-fail {self.options.max_fail}; no later wave started")
@@ -284,12 +287,20 @@ class Rollout:
                               others if not done else "", result=run.patchkit)
         undo = next((t for t in tasks if t.task.startswith("patchkit ") and t is not run
                      and t.action == ENGINE_MODULE and t.status != "skipped"), None)
-        why = f"{bad.task} failed (exit {bad.rc}): {_last(bad.stderr or bad.stdout or bad.msg)}"
+        why = (f"{bad.task} failed (exit {bad.rc}): {_last(bad.stderr or bad.stdout or bad.msg)}"
+               if bad.rc is not None else  # the host went away while it ran
+               f"{bad.task} did not finish: {_said(bad.stderr or bad.stdout or bad.msg)}")
         if undo is not None and undo.status == "ok":
             return HostReport(host, "rolled-back" if self.op == "apply" else "failed",
                               f"{why}; the change was undone", result=undo.patchkit)
-        return HostReport(host, "failed", f"{why}; undoing the change failed too: "
-                          f"{host_error(undo) if undo else 'it did not run'}", result=run.patchkit)
+        inventory = str(self.inventory)
+        how = undo_commands({host: (run.patchkit or {}).get("fixes") or ()}, inventory)
+        return HostReport(host, "failed", (
+            f"{why}; undoing the change failed too: "
+            f"{_said(host_error(undo)) if undo else 'it did not run'}; {STANDS} by its "
+            f"{bad.task}: check it (patchkit status --inventory {inventory} --limit {host})"
+            + (f"; to undo it: {how}" if how else "") + ". A run of this rollout again finds it "
+            "changed and leaves it so, with no check"), result=run.patchkit)
 
     def _report(self, reports: dict[str, HostReport], stopped: str | None, *, waves: Sequence[Sequence[str]] = (),
                 groups: Sequence[tuple[str, tuple[str, ...]]] = ()) -> FleetReport:
@@ -389,6 +400,15 @@ def host_error(task: TaskResult | None) -> str:
 
 def _unreached(task: TaskResult | None) -> str:
     return _last(task.msg) if task is not None and task.msg else "no result from the host"
+
+
+#: What a failed host's detail says when its change was made and its undo failed.
+STANDS = "the change stands there, not confirmed"
+
+
+def _said(text: str) -> str:
+    """A message of several lines (Ansible's, ssh's) as one, cut at 300 characters."""
+    return " ".join(line.strip() for line in (text or "").splitlines() if line.strip())[:300]
 
 
 def _last(text: str) -> str:
