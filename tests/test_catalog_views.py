@@ -109,3 +109,21 @@ def test_a_catalog_named_with_dots_is_printed_as_the_directory_it_is(tmp_path: P
                               env={**os.environ, **env})
         assert done.returncode == 2, done.stderr
         assert f"no fix named 'nope' in the catalog {catalog}." in done.stderr, done.stderr
+
+
+def test_a_fix_depending_on_a_fix_not_in_the_catalog_is_an_error_row(tmp_path: Path) -> None:
+    """`depends_on = ["no-such-fix"]`: apply and log refused it, while list and status showed
+    the fix active, as if nothing were wrong. It is an error row in each, naming the key and
+    the missing name, and the others are listed as ever."""
+    catalog = variant_catalog(tmp_path)
+    manifest = catalog / "manifests" / "prefill-hicache-off.toml"
+    manifest.write_text(manifest.read_text().replace("depends_on = []", 'depends_on = ["no-such-fix"]', 1))
+    assert 'depends_on = ["no-such-fix"]' in manifest.read_text()
+    listed = pk(catalog, "list")
+    assert listed.returncode == 0, listed.stderr
+    rows = {r.split("\t")[0]: r.split("\t") for r in listed.stdout.splitlines()}
+    assert rows["prefill-hicache-off"][2] == "error", listed.stdout
+    assert "depends_on names 'no-such-fix', which is not in the catalog" in rows["prefill-hicache-off"][-1]
+    assert rows["dsv4-bf16-sizing"][2] == "active"
+    applied = pk(catalog, "apply", "prefill-hicache-off", "--root", f"serve={tmp_path}")
+    assert applied.returncode == 2 and "no-such-fix" in applied.stderr

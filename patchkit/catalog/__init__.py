@@ -302,7 +302,7 @@ class Catalog:
     def readable(self) -> tuple[list[Fix], list[BrokenFix]]:
         """Every fix whose manifest reads, and the broken ones (file, line, message), so one
         bad manifest does not hide the rest (``list``, ``status``). A fix depending on a broken
-        one is broken too: it cannot be ordered."""
+        one, or on a name no manifest has, is broken too: it cannot be ordered."""
         fixes: list[Fix] = []
         broken: dict[str, BrokenFix] = {}
         for name in self.names():
@@ -310,6 +310,15 @@ class Catalog:
                 fixes.append(self.get(name))
             except (ManifestError, PatchFormatError) as err:
                 broken[name] = BrokenFix.of(name, err)
+        known = set(self.names())
+        for fix in list(fixes):  # a name no manifest has: what apply and log refuse, said here
+            for dep in (d for d in fix.depends_on if d not in known):
+                try:
+                    self._dep(fix, dep)
+                except ManifestError as err:
+                    fixes.remove(fix)
+                    broken[fix.name] = BrokenFix.of(fix.name, err)
+                    break
         changed = True
         while changed:
             changed = False
