@@ -484,3 +484,14 @@ def test_a_series_changed_without_a_version_bump_is_refused_by_apply_and_verify(
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["fixes"][0]["outcome"] == "upgraded"
     assert (tree / "app.py").read_text().endswith("value = 3\n")
+
+
+def test_an_interpreter_given_as_a_local_target_is_told_the_python_form(tmp_path: Path) -> None:
+    """`--target VENV/bin/python` was refused as "not a directory" with no word of the
+    `python:` form that takes an interpreter's installed sglang (an ssh:// target's venv
+    root got that hint)."""
+    import os
+
+    run = pk("status", "--target", sys.executable, cwd=tmp_path)
+    assert run.returncode == 5, run.stderr
+    assert f"--target python:{os.path.abspath(sys.executable)}" in run.stderr, run.stderr

@@ -139,6 +139,9 @@ def _local_roots(roots: Mapping[str, str]) -> dict[str, str]:
         if not os.path.isdir(full):
             what = "does not exist" if not os.path.exists(full) else "is not a directory"
             how = "--target PATH" if name == PRIMARY_ROOT else f"--root {name}=PATH"
+            if (name == PRIMARY_ROOT and os.path.isfile(full) and os.access(full, os.X_OK)
+                    and os.path.basename(full).startswith("python")):  # an interpreter
+                how += f", or this interpreter's installed sglang as --target python:{full}"
             raise TargetError(f"root {name!r} at {full} {what}; pass the right directory with "
                               f"{how}", root=name, path=full)
         out[name] = full
