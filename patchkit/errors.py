@@ -1,10 +1,13 @@
 """patchkit's errors: each says what failed, where, and what to do next; only the CLI turns
-them into exit codes. Standard library only: the engine raises them on remote hosts too.
+them into exit codes; and :class:`Stop`, what SIGTERM, SIGHUP and SIGQUIT raise, as SIGINT
+raises ``KeyboardInterrupt``. Standard library only: the engine raises them on remote hosts too.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import signal
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, List
 
 EXIT_OK = 0  # the exit codes, with what each guarantees: docs/cli.md
 EXIT_CHECK_FAILED = 1  # a precondition, verification or drift check failed
@@ -163,6 +166,10 @@ class Terminated(PatchkitError):
         return 128 + signum if isinstance(signum, int) and 0 < signum < 64 else EXIT_TERMINATED
 
 
+class Interrupted(Terminated):
+    """Ctrl-C (SIGINT) stopped the command; its message says what it left (exit 130)."""
+
+
 class InternalError(PatchkitError, exit_code=EXIT_INTERNAL):
     """Something patchkit did not expect: a bug."""
 
@@ -175,3 +182,53 @@ def error_from_dict(data: dict[str, Any]) -> PatchkitError:
     err = cls(str(data.get("message", "unknown error")))
     err.details = dict(data.get("details") or {})  # any keys a host sent, as they are
     return err
+
+
+#: The signals that stop a run as SIGINT does (SIGINT raises ``KeyboardInterrupt`` itself).
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGQUIT")
+                     if hasattr(signal, name))
+
+
+class Stop(BaseException):
+    """Raised by SIGTERM, SIGHUP or SIGQUIT inside :func:`stopping_on_signals`: caught, like
+    SIGINT's ``KeyboardInterrupt``, only by what says what the run left (the transaction's
+    undo, the hooks, a fleet's playbook, an ssh session, the CLI's boundary)."""
+
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+_STOPPING: List[bool] = []  # a block of stopping_on_signals is open: it owns the signals
+
+
+@contextmanager
+def stopping_on_signals() -> Iterator[None]:
+    """SIGTERM, SIGHUP (a dropped terminal or SSH session) and SIGQUIT raise :class:`Stop` in
+    the block, so what it does is put back or said, as on SIGINT; the handlers before are
+    restored after (nothing is installed outside the main thread). The outermost block owns
+    them: the CLI's, for a whole command, where the engine's, the hooks' and a fleet's own
+    (for a library caller) change nothing, and a second signal stays ignored until it ends."""
+    if _STOPPING:
+        yield
+        return
+    previous: Dict[int, Any] = {}
+    for signum in STOP_SIGNALS:
+        try:
+            previous[signum] = signal.signal(signum, _on_signal)
+        except (ValueError, OSError):  # not the main thread
+            break
+    _STOPPING.extend([True] if previous else [])
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if previous:
+            _STOPPING.pop()
+
+
+def _on_signal(signum: int, _frame: Any) -> None:
+    for each in STOP_SIGNALS:  # a second signal must not stop the undo
+        signal.signal(each, signal.SIG_IGN)
+    raise Stop(signum)

@@ -17,10 +17,10 @@ import signal
 import sys
 from typing import Any, Callable, Mapping, Sequence
 
-from .engine import Stop, stopping_on_signals
 from .engine.contract import CHANGED
 from .engine.recordbase import Record, record_dataclass
-from .errors import ChangeNotUndone, CheckFailed, PatchkitError, Terminated, UsageError
+from .errors import (ChangeNotUndone, CheckFailed, PatchkitError, Stop, Terminated, UsageError,
+                     stopping_on_signals)
 
 SGLANG = "sglang:"
 DEFAULT_HEALTH_TIMEOUT = 120.0

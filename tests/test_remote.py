@@ -357,12 +357,12 @@ def gated_catalog(base: Path) -> tuple[Path, Path]:
 
 
 def start_gated_apply(ssh: Ssh, roots: dict[str, str], catalog: Path, signals: Path,
-                      **popen: Any) -> tuple[subprocess.Popen[str], int]:
+                      *extra: str, **popen: Any) -> tuple[subprocess.Popen[str], int]:
     """A CLI apply on the remote target, returned once the host-side engine is held in its
     verification (after every file was written); (client process, host engine pid)."""
     client = subprocess.Popen(
         [PY, "-m", "patchkit", "--catalog", str(catalog), "apply", "index-k-bytes",
-         *target_args(ssh, "remote", roots)],
+         *target_args(ssh, "remote", roots), *extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, **popen)
     verifying = signals / "verifying"
     wait_until(lambda: verifying.exists() and verifying.read_text() != "", "the host-side verification")
@@ -372,9 +372,13 @@ def start_gated_apply(ssh: Ssh, roots: dict[str, str], catalog: Path, signals: P
     return client, engine
 
 
-def finish_on_the_host(client: subprocess.Popen[str], engine: int, signals: Path, exit_code: int) -> str:
-    """The client has lost its connection; let the host-side engine end the transaction."""
-    _out, err = client.communicate(timeout=60)
+def finish_on_the_host(client: subprocess.Popen[str], engine: int, signals: Path, exit_code: int,
+                       stdout: list[str] | None = None) -> str:
+    """The client has lost its connection; let the host-side engine end the transaction.
+    Returns the client's stderr (its stdout appended to ``stdout``)."""
+    out, err = client.communicate(timeout=60)
+    if stdout is not None:
+        stdout.append(out)
     assert client.returncode == errors.EXIT_CONNECTION_LOST, err
     assert "patchkit status" in err
     assert alive(engine), "the host-side engine must outlive the connection"
@@ -419,23 +423,49 @@ def test_killed_ssh_client_the_host_finishes_applied_and_verified(ssh: Ssh, tmp_
     assert "index_k = head_dim * 2" in Path(roots["sglang"], POOL).read_text()
 
 
+#: How each interrupt reaches the client: Ctrl-C, the terminal's whole process group (ssh
+#: too); SIGTERM (a CI job's timeout, ``kill``) and SIGHUP (a dropped terminal), the client alone.
+INTERRUPTS = [pytest.param(signal.SIGINT, id="SIGINT"), pytest.param(signal.SIGTERM, id="SIGTERM"),
+              pytest.param(signal.SIGHUP, id="SIGHUP")]
+
+
+def interrupt(client: subprocess.Popen[str], signum: int) -> None:
+    if signum == signal.SIGINT:
+        os.killpg(client.pid, signum)  # the client's own session, started by this test
+    else:
+        os.kill(client.pid, signum)
+
+
+@pytest.mark.parametrize("signum", INTERRUPTS)
 def test_interrupt_after_the_request_reached_the_host_is_connection_lost(
-    ssh: Ssh, tmp_path: Path
+    signum: int, ssh: Ssh, tmp_path: Path
 ) -> None:
-    """^C on the terminal (SIGINT to the client and its ssh) does not stop the host, which
-    finishes the run: so not exit 130 ("rolled back") but 14, and the host's outcome."""
+    """^C on the terminal (SIGINT to the client and its ssh), SIGTERM or SIGHUP to the client
+    does not stop the host, which finishes the run: so not exit 130/143/129 ("rolled back")
+    but 14, the command that shows the host's outcome, and the error in ``--json``. Before,
+    SIGTERM and SIGHUP killed the client without a word while the host applied the fix."""
     roots = make_tree(tmp_path / "tree")
     catalog, signals = gated_catalog(tmp_path)
-    client, engine = start_gated_apply(ssh, roots, catalog, signals, start_new_session=True)
+    client, engine = start_gated_apply(ssh, roots, catalog, signals, "--json", start_new_session=True)
 
-    os.killpg(client.pid, signal.SIGINT)
-    err = finish_on_the_host(client, engine, signals, 0)
+    interrupt(client, signum)
+    out: list[str] = []
+    err = finish_on_the_host(client, engine, signals, 0, out)
 
-    assert "interrupted after the request reached the engine" in err
+    name = signal.Signals(signum).name
+    assert f"interrupted by {name} after the request reached the engine" in err, err
+    assert f"patchkit status --target {ssh.url(roots['sglang'])}" in err, err
+    data = json.loads(out[0])
+    assert data["ok"] is False and data["error"]["type"] == "ConnectionLost", data
     assert assert_settled(ssh, roots, catalog)["index-k-bytes"] == "applied"
 
 
-def test_interrupt_before_the_agent_starts_is_130_and_nothing_runs(ssh: Ssh, tmp_path: Path) -> None:
+@pytest.mark.parametrize("signum", INTERRUPTS)
+def test_interrupt_before_the_agent_starts_is_130_and_nothing_runs(
+    signum: int, ssh: Ssh, tmp_path: Path
+) -> None:
+    """Before the go-ahead, an interrupt ends the run with 128 + the signal and says that
+    nothing ran on the host (not that the host puts back what it wrote), in ``--json`` too."""
     roots = make_tree(tmp_path / "tree")
     original = snapshot(roots, state=True)
     pid_file, release = tmp_path / "held-pid", tmp_path / "held-release"
@@ -447,14 +477,21 @@ def test_interrupt_before_the_agent_starts_is_130_and_nothing_runs(ssh: Ssh, tmp
     args = [*target_args(ssh, "remote", roots)]
     args[args.index("--python") + 1] = str(held)
     client = subprocess.Popen([PY, "-m", "patchkit", "--catalog", str(SAMPLES / "catalog"), "apply",
-                               "index-k-bytes", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, cwd=REPO, start_new_session=True)
+                               "index-k-bytes", *args, "--json"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, cwd=REPO, start_new_session=True)
     wait_until(lambda: pid_file.exists() and pid_file.read_text().strip() != "", "the held python")
 
-    os.killpg(client.pid, signal.SIGINT)
-    _out, err = client.communicate(timeout=60)
+    interrupt(client, signum)
+    out, err = client.communicate(timeout=60)
 
-    assert client.returncode == 130, err
+    assert client.returncode == 128 + signum, err
+    name = signal.Signals(signum).name
+    said = f"by {name} before the request reached the engine on {ssh.url('')}"
+    assert said in err and "nothing ran on the host" in err, err
+    assert "puts back" not in err and "journal" not in err, err
+    data = json.loads(out)
+    assert data["ok"] is False and said in data["error"]["message"], data
+    assert data["error"]["details"]["signal"] == name
     host = int(pid_file.read_text())
     release.touch()
     wait_until(lambda: not alive(host), "the late agent on the host to end")

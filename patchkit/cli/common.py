@@ -34,6 +34,7 @@ class State:
         self.op: str | None = None
         self.target_given: str | None = None
         self.writes = False  # the engine run under way writes to the target (what Ctrl-C says)
+        self.answered = False  # ... and its target answered it (a remote one: it ran there)
         self.leaves: str | None = None  # what an interrupt leaves, said by a command on no target
 
     def named(self, ctx: Any = None) -> dict[str, str | None]:
@@ -103,7 +104,9 @@ def run_op(state: State, where: dict[str, Any], doing: str, as_json: bool, call:
 
     with render.busy(f"{doing} {target.description}", quiet=as_json) as progress, \
             Store.telling(progress.update):  # a wait for the target's lock is said, not silent
-        return call(state.catalog(), target, *args, lock_timeout=where["lock_timeout"], **options)
+        result = call(state.catalog(), target, *args, lock_timeout=where["lock_timeout"], **options)
+    state.answered = True
+    return result
 
 
 pass_state = click.make_pass_decorator(State, ensure=True)

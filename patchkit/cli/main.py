@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
 import sys
 from importlib import import_module
 from typing import Any
@@ -12,7 +13,8 @@ from typing import Any
 import click
 
 from .. import __version__
-from ..errors import EXIT_INTERNAL, EXIT_USAGE, PatchkitError
+from ..errors import (EXIT_INTERNAL, EXIT_USAGE, Interrupted, PatchkitError, Stop, Terminated,
+                      stopping_on_signals)
 from .common import State, suggests
 
 #: Command name -> the module under patchkit.cli that defines it, in the order --help lists them.
@@ -141,7 +143,12 @@ def main(argv: list[str] | None = None) -> None:
     state = State()
     saved = _guard_output()
     try:
-        sys.exit(_run(argv, state) or 0)
+        with stopping_on_signals():  # the command's, all of it (an ssh session's too)
+            try:
+                code = _run(argv, state) or 0
+            except Stop as stop:  # while a failure was being said: as the shell would say it
+                code = 128 + stop.signum
+        sys.exit(code)
     finally:
         if isinstance(sys.stdout, _Output):
             sys.stdout.flush()
@@ -218,22 +225,52 @@ def _command_named(args: list[str]) -> str | None:
     return first
 
 
-def _interrupted(state: State) -> str:
-    """What Ctrl-C left, as SIGTERM's message says it (the engine's ``left_behind``): on a
-    local target its journal tells; a remote one's engine puts back what it wrote itself when
-    its ssh session ends."""
+def _interrupted(state: State, signum: int) -> Terminated:
+    """What an interrupt (Ctrl-C; SIGTERM, SIGHUP, SIGQUIT) left, said as the engine says it
+    (its ``left_behind``): on a local target its journal tells; on a remote one, nothing ran
+    before the request reached the host (after, the session says it: ConnectionLost)."""
+    name = signal.Signals(signum).name
+    said = "interrupted by SIGINT" if signum == signal.SIGINT else f"terminated by {name}"
     target = state.resolved()
     if target is None:
-        return "interrupted by SIGINT" + (f"; {state.leaves}" if state.leaves else "")
-    if getattr(target, "is_remote", False):
-        return ("interrupted by SIGINT; the engine on %s puts back what it had written when its "
-                "ssh session ends, or leaves a journal its next run finishes or undoes. Run "
-                "patchkit status to see the target" % target.description)
-    from ..engine import left_behind
-    from ..targets import state_root_of
+        said += f"; {state.leaves}" if state.leaves else ""
+    elif getattr(target, "is_remote", False):
+        said += target.left_behind(state.writes, state.answered)  # type: ignore[attr-defined]
+    else:
+        from ..engine import left_behind
+        from ..targets import state_root_of
 
-    return ("interrupted by SIGINT; %s. Run patchkit status to see the target"
-            % left_behind(target.roots[state_root_of(target.roots)], state.writes))
+        said += ("; %s. Run patchkit status to see the target"
+                 % left_behind(target.roots[state_root_of(target.roots)], state.writes))
+    return (Interrupted if signum == signal.SIGINT else Terminated)(
+        said, signal=name, signum=int(signum))
+
+
+def _failed(err: PatchkitError, state: State, argv: list[str] | None,
+            named: dict[str, Any] | None = None) -> int:
+    """Say ``err`` (on stderr, and as ``--json``'s object with ``named`` over the run's names),
+    with the note of this run's options when it suggests a command; its exit code."""
+    from .render import print_json, render_error
+
+    given = _where_given(sys.argv[1:] if argv is None else argv) if _suggests(err) else []
+    if state.json:
+        result = getattr(err, "result", None)
+        error = err.to_dict()
+        if given:
+            error["details"] = {**error["details"], "options": given}
+        print_json({**state.named(), **(named or {}),
+                    **(result.to_json() if result is not None else {}), "ok": False, "error": error})
+    render_error(None, err)
+    if given:
+        import shlex
+
+        sys.stderr.write(f"note: run the patchkit commands above with this run's options: "
+                         f"{shlex.join(given)}\n")
+    if state.debug:
+        import traceback
+
+        traceback.print_exc()
+    return err.exit_code
 
 
 def _run(argv: list[str] | None, state: State) -> int:
@@ -242,17 +279,11 @@ def _run(argv: list[str] | None, state: State) -> int:
         return cli.main(args=argv, prog_name="patchkit", standalone_mode=False, obj=state)
     except click.exceptions.Exit as exc:
         return exc.exit_code
-    except click.Abort:  # Ctrl-C (the hooks, which say more, end as a PatchkitError)
-        said = _interrupted(state)
-        if state.json:
-            from .render import print_json
-
-            target = state.resolved()
-            print_json({**state.named(), **({"target": target.description} if target else {}),
-                        "ok": False, "error": {"type": "Interrupted", "message": said,
-                                               "details": {"signal": "SIGINT", "signum": 2}}})
-        sys.stderr.write(f"error: {said}\n")
-        return 130
+    except (click.Abort, Stop) as stop:  # Ctrl-C, a signal (the hooks, which say more, and
+        # an ssh session past the go-ahead end as a PatchkitError)
+        target = state.resolved()
+        return _failed(_interrupted(state, getattr(stop, "signum", signal.SIGINT)), state, argv,
+                       {"target": target.description} if target else {})
     except click.ClickException as exc:
         code = EXIT_USAGE if exc.exit_code == 2 else exc.exit_code
         args = sys.argv[1:] if argv is None else argv  # the line click refused: --json before any --?
@@ -273,27 +304,7 @@ def _run(argv: list[str] | None, state: State) -> int:
         sys.stderr.write(f"error: {said}{hint}\n")
         return code
     except PatchkitError as err:
-        from .render import print_json, render_error
-
-        given = _where_given(sys.argv[1:] if argv is None else argv) if _suggests(err) else []
-        if state.json:
-            result = getattr(err, "result", None)
-            error = err.to_dict()
-            if given:
-                error["details"] = {**error["details"], "options": given}
-            print_json({**state.named(), **(result.to_json() if result is not None else {}),
-                        "ok": False, "error": error})
-        render_error(None, err)
-        if given:
-            import shlex
-
-            sys.stderr.write(f"note: run the patchkit commands above with this run's options: "
-                             f"{shlex.join(given)}\n")
-        if state.debug:
-            import traceback
-
-            traceback.print_exc()
-        return err.exit_code
+        return _failed(err, state, argv)
     except Exception as exc:  # the "bug" exit: a traceback only with --debug
         if state.debug or os.environ.get("PATCHKIT_DEBUG"):
             import traceback

@@ -8,17 +8,16 @@ import importlib
 import os
 import signal
 import sys
-from contextlib import contextmanager
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, List, Optional
 
-from ..errors import InternalError, PatchkitError, TargetError, Terminated
+from ..errors import InternalError, PatchkitError, Stop, TargetError, Terminated, stopping_on_signals
 from . import faults
 from .contract import PRIMARY_ROOT, WRITES, no_sglang, result_envelope
 from .paths import PLAIN
 from .request import parse_request
 from .store import Store
 
-__all__ = ["run", "Stop", "stopping_on_signals"]
+__all__ = ["run", "left_behind"]
 
 
 def run(request: Dict[str, Any]) -> Dict[str, Any]:
@@ -144,43 +143,6 @@ def _refuse_without_sglang(req: Any) -> None:
                       "point the target at an SGLang checkout, the site-packages directory that "
                       "holds sglang, or its interpreter as python:/path/to/bin/python")
             raise TargetError(no_sglang(root.path, remedy), root=PRIMARY_ROOT, path=root.path)
-
-
-_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGQUIT")
-                 if hasattr(signal, name))
-
-
-class Stop(BaseException):
-    """Raised by SIGTERM, SIGHUP or SIGQUIT inside :func:`stopping_on_signals`: caught, like
-    SIGINT's ``KeyboardInterrupt``, only by the transaction's undo and its callers."""
-
-    def __init__(self, signum: int = signal.SIGTERM) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-@contextmanager
-def stopping_on_signals() -> Iterator[None]:
-    """SIGTERM, SIGHUP (a dropped terminal or SSH session) and SIGQUIT raise :class:`Stop` in
-    the block, so what it does is put back or said, as on SIGINT; the handlers before are
-    restored after (nothing is installed outside the main thread)."""
-    previous: Dict[int, Any] = {}
-    for signum in _SIGNALS:
-        try:
-            previous[signum] = signal.signal(signum, _on_signal)
-        except (ValueError, OSError):  # not the main thread
-            break
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-
-
-def _on_signal(signum: int, _frame: Any) -> None:
-    for each in _SIGNALS:  # a second signal must not stop the undo
-        signal.signal(each, signal.SIG_IGN)
-    raise Stop(signum)
 
 
 def _terminated(request: Any, signum: int = signal.SIGTERM) -> PatchkitError:

@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..engine import Stop, stopping_on_signals
-from ..errors import AnsibleFailed, Terminated, UsageError
+from ..errors import AnsibleFailed, Stop, Terminated, UsageError, stopping_on_signals
 
 #: Put on ANSIBLE_COLLECTIONS_PATH: it holds ``ansible_collections/patchkit/fleet``.
 COLLECTIONS_PATH = Path(__file__).resolve().parent / "collection"

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import UsageError
+from .protocol import NOTHING_RAN
 from .transport import SshSpec, run_engine
 
 DEFAULT_PYTHON = "python3"
@@ -57,6 +58,17 @@ class RemoteTarget:
         return run_engine(self.spec, dict(request, roots=dict(self.roots), python=self.python),
                           python=self.python or DEFAULT_PYTHON, modules=self.modules,
                           timeout=self.timeout, status_command=self.status_command)
+
+    def left_behind(self, writes: bool, answered: bool) -> str:
+        """What an interrupt of the client left on the host, said after "interrupted by
+        SIGINT": one outside a session, or before its go-ahead (after it, the session raises
+        ``ConnectionLost``). ``writes``: the run writes; ``answered``: the host answered it."""
+        if not writes:
+            return "; it writes nothing to the target, which is as it was"
+        if not answered:
+            return f" before the request reached the engine on {self.spec.url}; {NOTHING_RAN}"
+        return (f" after the engine on {self.spec.url} had answered: the change is complete. "
+                f"Run `{self.status_command}` to see the target")
 
     @property
     def status_command(self) -> str:

@@ -9,6 +9,7 @@ import os
 import re
 import select
 import shlex
+import signal
 import subprocess
 import threading
 import time
@@ -88,10 +89,12 @@ def run_engine(spec: SshSpec, request: Mapping[str, Any], *, python: str = "pyth
     except BaseException as exc:
         session.close()
         if session.went and not isinstance(exc, Exception):  # an interrupt (^C, a signal)
+            signum = getattr(exc, "signum", signal.SIGINT if isinstance(exc, KeyboardInterrupt) else None)
+            by = f" by {signal.Signals(signum).name}" if signum is not None else ""
             raise ConnectionLost(
-                f"patchkit was interrupted after the request reached the engine on {spec.url}; "
+                f"patchkit was interrupted{by} after the request reached the engine on {spec.url}; "
                 f"the session was closed. {may_have_run(status_command)}",
-                **session.details(None),
+                **session.details(None), **({"signal": by[4:]} if by else {}),
             ) from exc
         raise
     result = parse_result(session.stdout)
