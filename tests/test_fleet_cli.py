@@ -50,6 +50,27 @@ def test_fleet_options_need_an_inventory_and_exclude_a_target(tmp_path: Path) ->
 
 
 @needs_ansible
+@pytest.mark.parametrize("option,value,instead", [
+    ("--python", "/opt/venv/bin/python", "patchkit_python"),
+    ("--ssh-option", "ProxyJump=bastion", "ansible_ssh_common_args"),
+    ("--ssh-program", "/usr/local/bin/myssh", "ansible_ssh_executable")])
+def test_one_targets_options_are_refused_with_an_inventory(
+        tmp_path: Path, option: str, value: str, instead: str) -> None:
+    """--python, --ssh-option and --ssh-program name one target's interpreter and connection;
+    with --inventory they are refused (exit 2, naming the inventory variable to set), as
+    --target is. Before, they were silently ignored: every host's checks ran with the
+    discovered interpreter while the user believed they ran in the venv given."""
+    inv = inventory(tmp_path, {"h1": {"ansible_host": "127.0.0.1", "ansible_port": 1,
+                                      "patchkit_target": "/srv/sglang",
+                                      "patchkit_roots": {"serve": "/srv/serve"}}})
+    for op in (["apply", "prefill-hicache-off", "--dry-run"], ["status"], ["verify"], ["log"]):
+        run = pk(*op, "--inventory", str(inv), option, value)
+        assert run.returncode == 2, (op, run.stdout, run.stderr)
+        said = " ".join(run.stderr.split())
+        assert f"{option} is for one target" in said and instead in said, said
+
+
+@needs_ansible
 def test_a_missing_inventory_is_named(tmp_path: Path) -> None:
     run = pk("apply", *SEED, "--inventory", str(tmp_path / "nowhere.yml"))
     assert run.returncode == 2, run.stderr

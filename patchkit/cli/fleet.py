@@ -54,7 +54,8 @@ def fleet_options(where: dict[str, Any], rollout_options: bool = True) -> dict[s
 
 
 def wants_fleet(fleet: dict[str, Any], where: dict[str, Any]) -> bool:
-    """Whether the command runs on a fleet; refuses a target and an inventory together, and the
+    """Whether the command runs on a fleet; refuses a target and an inventory together (and
+    one target's --python and ssh options, which a host takes from the inventory), and the
     rollout options without an inventory."""
     if fleet.get("inventory") is None:
         given = [f"--{k.replace('_', '-')}" for k in _ROLLOUT_ONLY + ("limit",)
@@ -67,6 +68,19 @@ def wants_fleet(fleet: dict[str, Any], where: dict[str, Any]) -> bool:
         raise UsageError("--inventory and --target/--root both name where to run: give one (an "
                          "inventory host's roots are its patchkit_target and patchkit_roots)",
                          option="--inventory")
+    state = click.get_current_context().find_object(State) or State()
+    given_by: tuple[tuple[str, Any, str], ...] = (  # a host's own, as a fleet passes it
+            ("--python", where.get("python"), "set its patchkit_python (the python the fixes' "
+             "checks run with; ansible_python_interpreter runs the engine)"),
+            ("--ssh-option", state.ssh_options, "set its ssh options in "
+             "ansible_ssh_common_args (e.g. \"-o ProxyJump=bastion\")"),
+            ("--ssh-program", state.ssh_program, "set its ssh client in "
+             "ansible_ssh_executable"))
+    for option, given, instead in given_by:
+        if given:
+            raise UsageError(f"{option} is for one target; with --inventory, each host is "
+                             f"reached and checked as the inventory says: {instead} there, and "
+                             f"drop {option}", option=option)
     return True
 
 

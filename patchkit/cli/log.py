@@ -24,7 +24,7 @@ def log(state: State, fix: str | None, target: str | None, roots: tuple[str, ...
 
     With FIX, only that fix and the fixes linked to it; with --target, which version is
     applied there and since when; with --inventory, which hosts run each version."""
-    if wants_fleet(fleet, {"target": target, "roots": roots}):
+    if wants_fleet(fleet, {"target": target, "roots": roots, "python": python}):
         return fleet_lineage(state, fix, fleet, as_json=as_json, lock_timeout=lock_timeout)
     catalog = state.catalog()
     status = None
