@@ -426,6 +426,26 @@ def test_two_hosts_sharing_a_root_a_fix_writes_are_refused_in_preflight(fleet, t
     assert code == 0 and hosts(dry)["h2"] == "would-apply", dry
 
 
+def test_a_bad_patchkit_python_is_refused_naming_the_variable_and_the_host(
+        fleet, tmp_path: Path) -> None:
+    """A host's patchkit_python that is not there is that host's refusal in preflight (nothing
+    written anywhere), said as the inventory's variable of that host: before, it said
+    "(--python) ... or leave --python out", an option no fleet run takes."""
+    inventory = tmp_path / "bad-python.yml"
+    data = json.loads(fleet.inventory.read_text())
+    data["all"]["hosts"]["h2"]["patchkit_python"] = "/nonexistent/bin/python"
+    inventory.write_text(json.dumps(data))
+    before = {n.name: snapshot(n) for n in fleet.nodes}
+    code, report = patchkit(fleet, "apply", "prefill-hicache-off", inventory=inventory)
+    assert code == 16, report
+    assert hosts(report)["h2"] == "refused", report
+    detail = next(h for h in report["hosts"] if h["host"] == "h2")["detail"]
+    assert "/nonexistent/bin/python" in detail and "patchkit_python of host h2" in detail, detail
+    assert "--python" not in detail, detail
+    for node in fleet.nodes:
+        assert snapshot(node) == before[node.name], node.name
+
+
 def test_a_host_whose_change_appeared_after_preflight_is_reported_as_its_engine_says(fleet) -> None:
     """Between preflight and h2's wave someone makes the change on h2 by hand (here h1's
     --after-cmd copies its patched serve script there): h2's engine leaves the fix out as

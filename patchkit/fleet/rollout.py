@@ -385,16 +385,23 @@ def _engine(tasks: Sequence[TaskResult], name: str | None = None) -> TaskResult 
 
 
 def host_error(task: TaskResult | None) -> str:
-    """Why a host's engine task failed: the engine's message, else Ansible's. A root the
-    engine there could not use names the inventory variable the root came from."""
+    """Why a host's engine task failed: the engine's message, else Ansible's. A root or an
+    interpreter the engine there could not use names the inventory variable it came from
+    (a host's checks' python is its patchkit_python, not --python: a fleet takes none)."""
     if task is None:
         return "no result"
     error = (task.patchkit or {}).get("error") or {}
     said = str(error.get("message") or task.msg or "failed")
-    root = (error.get("details") or {}).get("root")
+    details = error.get("details") or {}
+    root = details.get("root")
     if root and said.startswith(f"root {root}:"):
         var = "patchkit_target" if root == "sglang" else f"patchkit_roots.{root}"
         said += f" (root {root} is the host's {var} in the inventory)"
+    elif details.get("option") == "--python" and details.get("path"):
+        said = (f"interpreter {details['path']} does not exist or is not executable; it is the "
+                f"patchkit_python of host {task.host} in the inventory, the python the fixes' "
+                "checks run with: set it to the python of the environment that runs SGLang "
+                "there, or remove it (then the engine's interpreter runs them)")
     return said
 
 
