@@ -280,6 +280,10 @@ class _Prepare:
         self.prepared: Set[str] = set()
         self.releases: Dict[str, Any] = {}
         self.installs = record.installs(req.roots)  # installed roots: RECORD proves them pristine
+        self.applied_on: Dict[str, List[str]] = {}  # each root's recorded fixes (what a reinstall loses)
+        for applied in state.fixes:
+            for root in dict.fromkeys(f.root for f in applied.files):
+                self.applied_on.setdefault(root, []).append(applied.name)
         self.writable: Dict[str, Optional[str]] = {}  # each directory probed for writing
         self.failures: List[Dict[str, Any]] = []
         self.results: List[Dict[str, Any]] = []
@@ -358,7 +362,8 @@ class _Prepare:
         fresh = [ws.entry(*k) for k in first_op if k not in self.done]
         pre.extend(auto.git_clean_checks(fresh, req.roots, self.after_hashes, self.git_changes,
                                          strict=req.commit))
-        pre.extend(record.record_checks(fresh, req.roots, self.installs, self.after_hashes))
+        pre.extend(record.record_checks(fresh, req.roots, self.installs, self.after_hashes,
+                                        self.applied_on))
         dirs = [(ws.entry(*k).where, os.path.dirname(ws.entry(*k).abs)) for k in first_op]
         if state_dir:
             dirs.append(("state", self.store.dir if self.store.exists() else self.store.root))

@@ -147,9 +147,11 @@ def matches(found: Installed, root: Root, path: str, data: Optional[bytes]) -> O
 
 
 def record_checks(entries: List[Any], roots: Roots, found: Dict[str, Installed],
-                  recorded: Dict[Tuple[str, str], Set[str]]) -> List[Dict[str, Any]]:
+                  recorded: Dict[Tuple[str, str], Set[str]],
+                  applied: Optional[Dict[str, List[str]]] = None) -> List[Dict[str, Any]]:
     """Each touched file of an installed root holds the bytes its wheel's RECORD lists, or
-    the bytes patchkit itself wrote there last (then its state is the truth, not RECORD)."""
+    the bytes patchkit itself wrote there last (then its state is the truth, not RECORD).
+    ``applied``: each root's recorded fixes, which the reinstall a refusal advises loses."""
     from .checks import result  # here: a status checks no RECORD
 
     out = []
@@ -176,8 +178,18 @@ def record_checks(entries: List[Any], roots: Roots, found: Dict[str, Installed],
             ok, detail = False, (
                 "%s was modified outside patchkit: its sha256 is %s, the RECORD of %s (%s) lists "
                 "%s. Put the installed file back (pip install --force-reinstall --no-deps "
-                "%s==%s) or make the edit a fix, then apply again"
+                "%s==%s%s) or make the edit a fix, then apply again"
                 % (e.where, have, dist.label, os.path.join(root.path, dist.record_path), want,
-                   DIST, dist.version))
+                   DIST, dist.version, _reinstall_loses((applied or {}).get(e.root) or [])))
         out.append(result("record-clean", label, ok, detail, e.where))
     return out
+
+
+def _reinstall_loses(names: List[str]) -> str:
+    """What a forced reinstall does to the fixes applied on the root: it rewrites every file
+    of the wheel, so each becomes ``lost`` until applied again."""
+    if not names:
+        return ""
+    return ("; it rewrites every file of the wheel, so the fixes applied there (%s) become "
+            "lost: patchkit sync, or patchkit apply %s, puts them back after it"
+            % (", ".join(names), " ".join(names)))

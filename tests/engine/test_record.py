@@ -83,6 +83,23 @@ def test_an_installed_file_edited_by_hand_is_refused_by_name(tmp_path: Path) -> 
     assert (site / INSTALLED).read_bytes() == edited and not (site / ".patchkit" / "state.json").exists()
 
 
+def test_the_reinstall_advice_says_which_applied_fixes_it_loses(tmp_path: Path) -> None:
+    """The way back a refusal gives, a forced reinstall of the wheel, rewrites every file of
+    it: a fix applied there becomes ``lost``. The advice names those fixes and what puts them
+    back after it (before, it said only to reinstall, and the user found them lost later)."""
+    site = make_site(tmp_path)
+    assert apply(site, mod_fix(site, "a"))["ok"]
+    other, edited = "python/sglang/srt/__init__.py", "# a local edit\n"
+    (site / "sglang/srt/__init__.py").write_text(edited)
+    result = apply(site, fix("b", [file_record(other, edited, edited + "X = 1\n")]))
+    assert result["error"]["type"] == "PreconditionFailed"
+    [check] = record_checks(result)
+    assert not check["ok"] and "pip install --force-reinstall --no-deps sglang==0.5.21" in check["detail"]
+    assert "fixes applied there (a) become lost" in check["detail"], check["detail"]
+    assert "patchkit sync" in check["detail"], check["detail"]
+    assert status(site)["a"]["state"] == "applied"  # the refusal itself changed nothing
+
+
 def test_no_hash_and_not_listed_give_no_proof_and_say_so(tmp_path: Path) -> None:
     site = make_site(tmp_path / "a", no_hash=True)
     [check] = record_checks(apply(site, mod_fix(site)))
