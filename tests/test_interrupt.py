@@ -47,6 +47,10 @@ def test_ctrl_c_during_a_verification_says_what_it_left(tmp_path: Path) -> None:
     assert proc.returncode == 130, out + err
     said = "interrupted by SIGINT; nothing it wrote is left half-done"
     assert said in err and "patchkit status" in err, err
+    assert err.startswith("error: "), err  # no blank line first (click's, on Ctrl-C)
+    # the status it suggests acts on this target only with this run's options: said
+    note = "note: run the patchkit commands above with this run's options: --catalog "
+    assert f"{note}{catalog} --root tree={tree} --python {sys.executable}" in err, err
     data = json.loads(out)
     assert data["ok"] is False and data["error"]["type"] == "Interrupted"
     assert said in data["error"]["message"]

@@ -489,6 +489,7 @@ def test_interrupt_before_the_agent_starts_is_130_and_nothing_runs(
     said = f"by {name} before the request reached the engine on {ssh.url('')}"
     assert said in err and "nothing ran on the host" in err, err
     assert "puts back" not in err and "journal" not in err, err
+    assert err.startswith("error: "), err  # no blank line first (click's, on Ctrl-C)
     data = json.loads(out)
     assert data["ok"] is False and said in data["error"]["message"], data
     assert data["error"]["details"]["signal"] == name

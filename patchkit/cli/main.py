@@ -42,6 +42,14 @@ class LazyGroup(click.Group):
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
 
+    def invoke(self, ctx: click.Context) -> Any:
+        """The command; Ctrl-C in it is a :class:`Stop` of SIGINT, said by :func:`_run` as any
+        signal is (click would print a blank line first, then raise Abort)."""
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise Stop(signal.SIGINT) from None
+
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         module = COMMAND_MODULES.get(cmd_name)
         if module is None:
