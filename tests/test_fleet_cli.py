@@ -103,6 +103,19 @@ def test_a_relative_root_path_is_refused_on_the_controller_before_any_host(
 
 
 @needs_ansible
+def test_the_one_host_interpreter_form_in_an_inventory_says_what_a_fleet_takes(tmp_path: Path) -> None:
+    """`patchkit_target: python:/opt/venv/bin/python` (the form ssh:// takes) was refused as
+    "not an absolute path", which it looks like; a fleet names the site-packages directory and
+    patchkit_python, and the refusal says so."""
+    inv = inventory(tmp_path, {"h4": {"ansible_host": "127.0.0.1", "ansible_port": 1,
+                                      "patchkit_target": "python:/opt/venv/bin/python"}})
+    run = pk("status", "--inventory", str(inv))
+    assert run.returncode == 2, run.stderr
+    assert "an interpreter" in run.stderr and "site-packages" in run.stderr
+    assert "patchkit_python" in run.stderr and "not an absolute path" not in run.stderr
+
+
+@needs_ansible
 def test_a_host_lacking_a_fixs_root_is_refused_before_any_host_is_contacted(tmp_path: Path) -> None:
     inv = inventory(tmp_path, {"prefill-1": {"ansible_host": "127.0.0.1", "ansible_port": 1,
                                              "patchkit_target": str(tmp_path / "sglang")}})

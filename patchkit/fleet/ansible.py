@@ -92,6 +92,12 @@ def _host(name: str, hostvars: Mapping[str, Any], inventory: str) -> Host:
     for root, path in roots.items():  # a template ({{ ... }}) is the host's to expand
         if not path.startswith("/") and "{{" not in path:
             var = "patchkit_target" if root == "sglang" and target else f"patchkit_roots.{root}"
+            if path.startswith("python:"):  # the one-host form: a fleet names both parts
+                raise UsageError(
+                    f"host {name} in {inventory}: {var} is {path!r}, an interpreter: a fleet "
+                    "takes the site-packages directory holding sglang as patchkit_target "
+                    "(e.g. /opt/venv/lib/python3.11/site-packages) and the interpreter as "
+                    "patchkit_python (docs/fleet.md)", host=name, root=root)
             raise UsageError(f"host {name} in {inventory}: {var} is {path!r}, not an absolute "
                              "path: give the directory on the host from / (the engine runs "
                              "there, not in this directory)", host=name, root=root)
