@@ -603,6 +603,8 @@ def test_refusals_have_their_own_exit_code_and_write_nothing(
     assert run.returncode == code, run.stderr
     assert said in run.stderr and run.stderr.startswith("error: ")
     assert "Traceback" not in run.stderr
+    if case == "root-missing":  # the host's path, not one here: said where (a trial)
+        assert run.stderr.startswith("error: on ssh://"), run.stderr
     assert snapshot(roots, state=True) == original
     assert not Path(url_roots["sglang"]).exists() or not Path(url_roots["sglang"], ".patchkit").exists()
     assert ssh.count() == 1  # one attempt, no retries behind the user's back

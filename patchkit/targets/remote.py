@@ -54,10 +54,17 @@ class RemoteTarget:
         return f"{self.spec.url} ({roots})"
 
     def run(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        """Run one engine request on the host; the target's roots replace the request's."""
-        return run_engine(self.spec, dict(request, roots=dict(self.roots), python=self.python),
-                          python=self.python or DEFAULT_PYTHON, modules=self.modules,
-                          timeout=self.timeout, status_command=self.status_command)
+        """Run one engine request on the host; the target's roots replace the request's. An
+        error about the host's own paths (a root, an interpreter, no sglang there) says which
+        host: the same words about a local path would send the user to the wrong machine."""
+        out = run_engine(self.spec, dict(request, roots=dict(self.roots), python=self.python),
+                         python=self.python or DEFAULT_PYTHON, modules=self.modules,
+                         timeout=self.timeout, status_command=self.status_command)
+        err = out.get("error")
+        if (isinstance(err, dict) and err.get("type") == "TargetError"
+                and self.spec.url not in str(err.get("message"))):
+            out = dict(out, error=dict(err, message=f"on {self.spec.url}: {err.get('message')}"))
+        return out
 
     def left_behind(self, writes: bool, answered: bool) -> str:
         """What an interrupt of the client left on the host, said after "interrupted by
