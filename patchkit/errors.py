@@ -206,7 +206,9 @@ _STOPPING: List[bool] = []  # a block of stopping_on_signals is open: it owns th
 def stopping_on_signals() -> Iterator[None]:
     """SIGTERM, SIGHUP (a dropped terminal or SSH session) and SIGQUIT raise :class:`Stop` in
     the block, so what it does is put back or said, as on SIGINT; the handlers before are
-    restored after (nothing is installed outside the main thread). The outermost block owns
+    restored after (nothing is installed outside the main thread, nor for a signal ignored when
+    the block opens: under ``nohup``, or the ssh agent, which ignores SIGHUP so that a dropped
+    connection never stops a run half way on the host, it stays ignored). The outermost block owns
     them: the CLI's, for a whole command, where the engine's, the hooks' and a fleet's own
     (for a library caller) change nothing, and a second signal stays ignored until it ends."""
     if _STOPPING:
@@ -214,6 +216,8 @@ def stopping_on_signals() -> Iterator[None]:
         return
     previous: Dict[int, Any] = {}
     for signum in STOP_SIGNALS:
+        if signal.getsignal(signum) is signal.SIG_IGN:
+            continue  # ignored when it started (nohup, the ssh agent's SIGHUP): it stays so
         try:
             previous[signum] = signal.signal(signum, _on_signal)
         except (ValueError, OSError):  # not the main thread

@@ -6,12 +6,20 @@ Fixture families live in their own modules under tests/fixtures/ and are registe
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
 
 from patchkit.cache import cache_dir
 from tests.fixtures.fleet_hosts import ansible_env
+
+
+# A signal ignored when patchkit starts stays ignored (nohup's convention, patchkit.errors): the
+# tests that interrupt a run need the defaults a terminal gives, whatever the runner ignores.
+for _name in ("SIGHUP", "SIGTERM", "SIGQUIT"):
+    if signal.getsignal(getattr(signal, _name)) is signal.SIG_IGN:
+        signal.signal(getattr(signal, _name), signal.SIG_DFL)
 
 pytest_plugins: list[str] = ["tests.fixtures.sshd", "tests.fixtures.sglang", "tests.fixtures.fleet",
                              "tests.fixtures.upstream_corpus", "tests.fixtures.progress"]

@@ -124,3 +124,31 @@ def test_a_run_that_waits_for_the_lock_says_so_while_it_waits(tmp_path: Path) ->
         os.killpg(holder.pid, signal.SIGKILL)  # this test's own process group, by its PID
         holder.wait(timeout=30)
         holder.stdout.close()  # type: ignore[union-attr]
+
+
+def test_a_signal_ignored_when_patchkit_starts_stays_ignored(tmp_path: Path) -> None:
+    """Under `nohup` (or the ssh:// agent, which ignores SIGHUP so a dropped connection never
+    stops a run half way on the host) SIGHUP was still caught once the run began, and undid
+    the change. A signal ignored when patchkit starts is left ignored, the Unix convention:
+    the run goes on to the end."""
+    tree = app_tree(tmp_path / "tree")
+    mark = tmp_path / "check.pid"
+    brief = SLOW.replace("time.sleep(60)", "time.sleep(2)").replace("MARK", str(mark))
+    catalog = user_catalog(tmp_path / "catalog", {"brief": (app_patch(), brief)})
+
+    def nohup() -> None:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    proc = subprocess.Popen([sys.executable, "-m", "patchkit", "--catalog", str(catalog), "apply",
+                             "brief", "--root", f"tree={tree}", "--python", sys.executable],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=nohup)
+    deadline = time.monotonic() + 60
+    while not (mark.exists() and mark.read_text()) and time.monotonic() < deadline \
+            and proc.poll() is None:
+        time.sleep(0.05)
+    assert mark.exists(), proc.communicate()
+    os.kill(proc.pid, signal.SIGHUP)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out + err
+    assert "applied brief" in out and (tree / "app.py").read_text().endswith("value = 2\n")
