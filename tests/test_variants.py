@@ -734,6 +734,56 @@ def test_a_backport_starts_from_the_nearest_variant_and_adds_one(three_releases:
                for f in applied.fixes)
 
 
+def test_a_backport_stopped_at_a_conflict_continues_from_the_variant_it_started_from(
+        three_releases: UpstreamRepo, tmp_path: Path) -> None:
+    """A backport onto 0.5.21 from the 0.5.22 variant stops at a conflict (its hunk edits a
+    line 0.5.22 added); the resolution taken by --continue is written as the new 0.5.21
+    variant, whose patch keeps the 0.5.22 variant's mail header: --continue read the top
+    level's patch of the same name instead."""
+    from patchkit.catalog.series import diff_files
+
+    git_dir = Path(three_releases.git_dir)
+
+    def blob(tag: str, path: str) -> str:
+        return subprocess.run(["git", "--git-dir", str(git_dir), "show", f"{tag}:{path}"],
+                              check=True, capture_output=True, text=True).stdout
+    rows = subprocess.run(["git", "--git-dir", str(git_dir), "diff", "--numstat", "--diff-filter=M",
+                           "v0.5.21", "v0.5.22", "--", "python/sglang/srt"], check=True,
+                          capture_output=True, text=True).stdout.splitlines()
+    picks = sorted((int(a) + int(r), p) for a, r, p in (row.split("\t") for row in rows)
+                   if p.endswith(".py") and a != "-")
+    rel, line = next((p, ln) for _n, p in picks for ln in blob("v0.5.22", p).splitlines()
+                     if len(ln.strip()) > 12 and ln not in blob("v0.5.21", p).splitlines()
+                     and blob("v0.5.22", p).count(ln) == 1)
+    new22 = blob("v0.5.22", rel)
+    cat = tmp_path / "cat"
+    for folder, head, text in (("", "top", blob("v0.5.23", rel)), ("0.5.22", "variant", new22)):
+        (cat / "patches" / "sw" / folder).mkdir(parents=True, exist_ok=True)
+        edited = text + "# sw\n" if folder == "" else text.replace(line, line + "  # sw", 1)
+        (cat / "patches" / "sw" / folder / "0001-sw.patch").write_text(
+            f"Subject: [PATCH] the {head} series\n\n" + diff_files(text.encode(), edited.encode(), rel))
+    (cat / "manifests").mkdir()
+    (cat / "manifests" / "sw.toml").write_text(new_manifest_text(
+        "sw", "a switch", "0.5.23", [("0001-sw.patch", "sglang")], "why", date="2026-11-01")
+        .replace("version = 1 ", "version = 2 ", 1)
+        + '\n[[changelog]]\nversion = 2\ndate = "2026-11-02"\nbase_release = "0.5.23"\n'
+          'summary = "Rebased from 0.5.22 onto 0.5.23."\n'
+        + '\n[[variants]]\nversion = 1\nbase_release = "0.5.22"\nreleases = ["0.5.22"]\n\n'
+          '[[variants.patches]]\nfile = "0001-sw.patch"\nroot = "sglang"\n')
+    report = rebase.start(Catalog.open(cat), "0.5.21", upstream=three_releases)
+    assert report.stopped == "sw", report
+    resolved = blob("v0.5.21", rel) + "# resolved for 0.5.21\n"
+    (Path(report.worktree) / rel).write_text(resolved)
+    done = rebase.continue_(Catalog.open(cat), upstream=three_releases)
+    assert [f.outcome for f in done.fixes] == ["rebased"], done
+    fix = Catalog.open(cat).get("sw")
+    served = fix.variant_for("0.5.21")
+    assert served is not None and served.version == 3 and fix.version == 2
+    text = served.patches[0].path.read_text()
+    assert text.startswith("Subject: [PATCH] the variant series"), text
+    assert "+# resolved for 0.5.21" in text
+
+
 def test_refresh_from_a_checkout_of_a_variants_release_refreshes_that_variant(
         three_releases: UpstreamRepo, tmp_path: Path) -> None:
     """A bug in an older release's series, fixed on a checkout of it: refresh rewrites the

@@ -132,8 +132,9 @@ def continue_(catalog: Catalog, *, upstream: UpstreamRepo | None = None,
             raise UsageError(f"{f} still has conflict markers: resolve them (edit the file), "
                              "then run `patchkit rebase --continue` again", path=str(f))
         resumed[path] = text
-    old, file = state.old_fix(stopped["name"]), stopped["file"]
-    stopped["done"][file] = series_text((old.patch_dir / file).read_text(
+    old, file = rebase.start(state.old_fix(stopped["name"])), stopped["file"]
+    source = next(r.path for r in old.patches if r.file == file)  # a backport's: its variant's
+    stopped["done"][file] = series_text(source.read_text(
         encoding="utf-8", errors="surrogateescape"), stopped["pre"], resumed)
     last = stopped["patches"][-1]
     if all(resumed.get(p) == stopped["pre"].get(p) for p in stopped["pre"]):
