@@ -186,9 +186,9 @@ class RebaseState:
         path = self.catalog.manifest_path(name)
         h.update(path.read_bytes() if path.is_file() else b"")
         pdir = self.catalog.patches_dir / name
-        for p in sorted(pdir.iterdir()) if pdir.is_dir() else ():
+        for p in sorted(pdir.rglob("*")) if pdir.is_dir() else ():  # its variants' series too
             if p.is_file():
-                h.update(p.name.encode() + b"\0" + p.read_bytes())
+                h.update(p.relative_to(pdir).as_posix().encode() + b"\0" + p.read_bytes())
         return h.hexdigest()
 
     def stop_at(self, stop: dict[str, Any]) -> None:
