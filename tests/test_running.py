@@ -375,3 +375,26 @@ def test_a_process_naming_its_own_descriptor_is_judged_by_what_that_descriptor_i
             os.killpg(proc.pid, signal.SIGKILL)  # this test's own process groups, by their PIDs
             proc.wait(timeout=30)
             proc.stdout.close()  # type: ignore[union-attr]
+
+
+def test_a_file_changed_underneath_after_a_server_started_is_a_restart_pending(
+        tmp_path: Path, start: Start) -> None:
+    """The server started after patchkit's last change, then the file patchkit wrote changed
+    on disk (an edit by hand here; a pip reinstall under an installed package the same): it
+    runs what the disk no longer holds, and status said `current`. Such a file counts from
+    when it changed: restart pending, naming it; a server started after that is current."""
+    roots = make_tree(tmp_path / "tree")
+    target = LocalTarget(roots, PY, "local")
+    catalog = Catalog(SAMPLES / "catalog")
+    api.apply(catalog, target, ["index-k-bytes"])
+    package = os.path.join(roots["sglang"], "python")
+    server = start(IMPORTER, env={"PYTHONPATH": package})
+    assert not pending(api.status(catalog, target)), "started after the apply"
+    pool = Path(roots["sglang"]) / POOL
+    pool.write_text(pool.read_text() + "# edited on the host\n")
+    seen = api.status(catalog, target)
+    assert [s.state for s in seen.status if s.name == "index-k-bytes"] == ["drifted"]
+    assert pending(seen)[server.proc.pid].changed == (f"sglang:{POOL}",)
+    server.stop()
+    later = start(IMPORTER, env={"PYTHONPATH": package})
+    assert later.proc.pid not in pending(api.status(catalog, target))

@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 from ..errors import DriftError, NotApplied, TargetError, VerificationFailed, VersionMismatch
 from . import procs, record
-from .contract import NOT_APPLIED, PARTLY_PRESENT, PRESENT_UNRECORDED
+from .contract import NOT_APPLIED, PARTLY_PRESENT, PRESENT_UNRECORDED, RECORDED
 from .paths import Roots
 from .request import FixSpec, Request, check_patch_paths, parse_fix, recorded_only_fix
 from .records import FileRecord, FixRecord, State
@@ -75,7 +75,8 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
             "journal": None if journal is None else journal.to_json(),
             "release": release_of(req.roots, "sglang", releases, True),
             "running": procs.running(req.roots, store.dir, state, req.python,
-                                     served=req.python if req.python_given else None)}
+                                     served=req.python if req.python_given else None,
+                                     underneath=_underneath(ws, out))}
 
 
 def series_changed(spec: FixSpec, rec: FixRecord) -> Optional[str]:
@@ -95,6 +96,18 @@ def series_changed(spec: FixSpec, rec: FixRecord) -> Optional[str]:
             "a version bump (%s); bump the fix's version (patchkit refresh, or `version` and a "
             "[[changelog]] entry in its manifest), then patchkit apply %s upgrades it"
             % (spec.name, rec.version, spec.version, ", ".join(changed), spec.name))
+
+
+def _underneath(ws: Workspace, entries: List[Dict[str, Any]]) -> Dict[Key, str]:
+    """(root, path) -> the absolute path of each file a recorded fix wrote that no longer holds
+    it (drifted, or replaced by a reinstall): ``procs.running`` dates it from its ctime."""
+    out: Dict[Key, str] = {}
+    for e in entries:
+        for f in e.get("files") or () if e.get("state") in RECORDED else ():
+            if f.get("state") not in (None, "ok", "missing") and f.get("root") in ws.roots:
+                root = ws.roots.get(f["root"])
+                out[(f["root"], f["path"])] = os.path.join(root.path, root.mapped(f["path"]))
+    return out
 
 
 def held_upstream(spec: FixSpec, rec: FixRecord, outcome: str = "") -> str:

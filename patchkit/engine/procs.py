@@ -356,9 +356,13 @@ class Change:
         self.at = str(event.get("at") or "")
         self.boot_id = event.get("boot_id")
         self.uptime = event.get("uptime")
+        self.since: Optional[float] = None  # changed underneath since: seconds since boot
 
     def after(self, p: Proc, scan: Scan, boot_id: Optional[str]) -> bool:
-        """Whether this change came after process ``p`` started (it may run the old bytes)."""
+        """Whether this change came after process ``p`` started (it may run the old bytes); a
+        file changed underneath since patchkit wrote it counts from when it changed."""
+        if self.since is not None and p.start < self.since:
+            return True
         if self.boot_id and boot_id and isinstance(self.uptime, (int, float)) and self.uptime >= 0:
             return self.boot_id == boot_id and p.start < self.uptime
         when = _parse_iso(self.at)
@@ -373,6 +377,15 @@ def _parse_iso(text: str) -> Optional[float]:
             tzinfo=datetime.timezone.utc).timestamp()
     except ValueError:
         return None
+
+
+def _booted(scan: Scan) -> Optional[float]:
+    """The wall clock's time at boot, to the clock's precision (``/proc/stat``'s ``btime`` is
+    whole seconds: a ctime a second after a process started could date before it)."""
+    try:
+        return time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
+    except (AttributeError, OSError):
+        return scan.btime
 
 
 def last_changes(state_dir: str, state: State) -> Dict[Tuple[str, str], Change]:
@@ -400,12 +413,25 @@ def last_changes(state_dir: str, state: State) -> Dict[Tuple[str, str], Change]:
 
 
 def running(roots: Roots, state_dir: str, state: State, python: Optional[str],
-            base: str = PROC, served: Optional[str] = None) -> Dict[str, Any]:
+            base: str = PROC, served: Optional[str] = None,
+            underneath: Optional[Dict[Tuple[str, str], str]] = None) -> Dict[str, Any]:
     """``status``'s ``running``: the processes using the roots, which of them run code older
     than patchkit's last change, and the ``.pyc`` files Python would still serve stale.
-    ``served``: the target's interpreter, when the target names one (:func:`users`)."""
+    ``served``: the target's interpreter, when the target names one (:func:`users`).
+    ``underneath``: (root, path) -> the absolute path of each recorded file that no longer
+    holds what patchkit wrote (drifted, reinstalled): a process started before it changed
+    runs what the disk no longer holds."""
     scan = Scan(base)
     changes = last_changes(state_dir, state)
+    booted = _booted(scan)  # the wall clock at boot, to date a ctime as /proc dates a start
+    for key, path in (underneath or {}).items():
+        try:
+            if booted is None:
+                break
+            since = os.stat(path).st_ctime - booted
+        except OSError:  # gone: when it went is not known; patchkit's own change still counts
+            continue
+        changes.setdefault(key, Change(key[0], key[1], {})).since = since
     out: Dict[str, Any] = {"available": scan.unavailable is None, "detail": scan.unavailable,
                            "unreadable": [], "processes": [], "stale_pyc": []}
     primary = next((r.path for r in roots if r.name == PRIMARY_ROOT), None)
