@@ -734,6 +734,25 @@ def test_a_backport_starts_from_the_nearest_variant_and_adds_one(three_releases:
                for f in applied.fixes)
 
 
+def test_a_shipped_fix_copied_alone_is_backported_on_its_shipped_dependency(
+        three_releases: UpstreamRepo, tmp_path: Path) -> None:
+    """The recipe patchkit gives for a shipped fix with no variant for a release: init a
+    catalog, copy that fix's manifest and series, rebase it onto the release. Its dependency,
+    shipped too, stays beside: the dry run and the matrix read it, the real run failed on a
+    path inside its own backup (exit 2, a ManifestError) and left the backup behind. It
+    reads the dependency where the dry run does, and writes only the copied fix."""
+    cat = tmp_path / "mine"
+    subprocess.run([sys.executable, "-m", "patchkit", "init", str(cat), "--no-git"], check=True,
+                   capture_output=True)
+    shutil.copy(REPO / "manifests" / f"{SIZING}.toml", cat / "manifests")
+    shutil.copytree(REPO / "patches" / SIZING, cat / "patches" / SIZING)
+    report = rebase.start(Catalog.open(cat), "0.5.21", upstream=three_releases, names=[SIZING])
+    assert [(f.name, f.outcome) for f in report.fixes] == [(SIZING, "rebased")], report
+    assert Catalog.open(cat).get(SIZING).variant_for("0.5.21") is not None
+    assert not (cat / ".patchkit-rebase").exists()
+    assert sorted(p.name for p in (cat / "manifests").glob("*.toml")) == [f"{SIZING}.toml"]
+
+
 def test_a_backport_stopped_at_a_conflict_continues_from_the_variant_it_started_from(
         three_releases: UpstreamRepo, tmp_path: Path) -> None:
     """A backport onto 0.5.21 from the 0.5.22 variant stops at a conflict (its hunk edits a

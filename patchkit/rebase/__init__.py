@@ -112,6 +112,10 @@ def start(catalog: Catalog, onto: str, names: Sequence[str] | None = None, *,
     try:
         rebase.plan()
         return rebase.rebase_loop()
+    except BaseException:
+        if state.writes and not state.data["written"] and not state.data.get("stopped"):
+            state.remove()  # failed before it wrote a fix: no rebase to continue or abort
+        raise
     finally:
         if not state.writes:  # a report-only rebase never stops: nothing of it may stay
             state.remove()

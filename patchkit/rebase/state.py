@@ -175,10 +175,10 @@ class RebaseState:
     def old_fix(self, name: str) -> Fix:
         """The fix as it was when the rebase started (from the backup; a report-only rebase
         writes nothing, so the catalog's is that one)."""
-        if not self.writes:
+        saved = self.backup / "manifests" / f"{name}.toml"
+        if not self.writes or not saved.is_file():  # one beside (shipped) is never written
             return self.catalog.get(name)
-        return manifest.load_manifest(self.backup / "manifests" / f"{name}.toml",
-                                      patch_dir=self.backup / "patches" / name)
+        return manifest.load_manifest(saved, patch_dir=self.backup / "patches" / name)
 
     def fingerprint(self, name: str) -> str:
         """The catalog files of a fix as they are now: a plan is only good for these bytes."""
