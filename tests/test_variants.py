@@ -234,6 +234,35 @@ def test_a_host_upgraded_to_the_release_that_took_its_fix_is_told_so_and_sync_fo
     assert states(catalog, local(tree))["took"] == ("not-needed", 1)
 
 
+def test_a_rebase_onto_a_later_release_leaves_an_upstream_mark_as_it_is(
+        three_releases: UpstreamRepo, tmp_path: Path) -> None:
+    """A fix marked upstream since 0.5.22, rebased with the rest onto 0.5.23: the rebase found
+    it upstream again and moved the mark to 0.5.23, so hosts on 0.5.22 needed it again. It is
+    not needed on 0.5.23 already, so nothing is rebased, and the mark stays."""
+    from patchkit.catalog.series import diff_files
+
+    git_dir = Path(three_releases.git_dir)
+    rows = subprocess.run(["git", "--git-dir", str(git_dir), "diff", "--numstat", "--diff-filter=M",
+                           "v0.5.21", "v0.5.22", "--", "python/sglang/srt"], check=True,
+                          capture_output=True, text=True).stdout.splitlines()
+    rel = min((int(a) + int(r), p) for a, r, p in (row.split("\t") for row in rows)
+              if p.endswith(".py") and a != "-")[1]
+    blob = lambda tag: subprocess.run(["git", "--git-dir", str(git_dir), "show", f"{tag}:{rel}"],  # noqa: E731
+                                      check=True, capture_output=True).stdout
+    cat = tmp_path / "cat"
+    (cat / "patches" / "took").mkdir(parents=True)
+    (cat / "patches" / "took" / "0001-took.patch").write_text(diff_files(blob("v0.5.21"), blob("v0.5.22"), rel))
+    (cat / "manifests").mkdir()
+    (cat / "manifests" / "took.toml").write_text(new_manifest_text(
+        "took", "what 0.5.22 took", "0.5.21", [("0001-took.patch", "sglang")], "why", date="2026-11-01"))
+    assert edit.set_upstream(cat / "manifests" / "took.toml", "0.5.22")
+    before = (cat / "manifests" / "took.toml").read_bytes()
+    report = rebase.start(Catalog.open(cat), "0.5.23", upstream=three_releases)
+    [took] = report.fixes
+    assert took.outcome == "skipped" and "in upstream since 0.5.22" in took.detail, took
+    assert (cat / "manifests" / "took.toml").read_bytes() == before
+
+
 # -- an installed package upgraded underneath ---------------------------------------------------
 
 

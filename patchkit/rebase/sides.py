@@ -46,6 +46,10 @@ def skip_reason(fix: Fix, release: str | None, inactive: bool = False,
         kept = ("; --drop-old kept its variants (%s): it drops those of the fixes it rebases; "
                 "delete a [[variants]] entry and its folder by hand to retire it"
                 % ", ".join(f"v{v.version} for {', '.join(v.releases)}" for v in fix.variants))
+    if release is not None and fix.not_needed_on(release):  # rebasing would move the mark on
+        return (f"in upstream since {fix.upstream_since}, so not needed on {release}: nothing to "
+                f"rebase, and the mark stays (`patchkit upstream check {fix.name} --release "
+                f"{release}` asks whether {release} still holds the change)")
     if release is not None and fix.upstream.base_release == release:
         return f"already based on {release}{kept}"
     if release is not None and release in fix.upstream.releases:
