@@ -422,3 +422,47 @@ def test_a_variant_carries_the_commits_that_wrote_its_series(tmp_path: Path) -> 
     versions = {v.version: [c.subject for c in v.commits] for v in lin.get("index-k-bytes").versions}
     assert versions[1] == ["index-k-bytes: a variant for 0.5.19"], versions
     assert versions[2] == ["index-k-bytes v2", "index-k-bytes: a variant for 0.5.19"], versions
+
+
+def test_a_refreshed_variants_older_version_keeps_its_series_and_its_commits(tmp_path: Path) -> None:
+    """A variant's v1 (0.5.22) refreshed as v3 in the same folder: `diff --versions 1 3` said
+    there was no version 1 in the history (only top-level versions were looked for), and
+    `log` credited the commit that made v1 to v3 (the folder was read as today's variant)."""
+    from patchkit.rebase.versions import series_of_version
+
+    cat = tmp_path / "cat"
+    patch = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+{}\n"
+    for folder in ("", "0.5.22"):
+        (cat / "patches" / "sw" / folder).mkdir(parents=True, exist_ok=True)
+        (cat / "patches" / "sw" / folder / "0001-sw.patch").write_text(patch.format(folder or "top"))
+    (cat / "manifests").mkdir()
+    head = ('format = 1\nname = "sw"\nversion = 2\ntitle = "a switch"\nstatus = "active"\n'
+            'rationale = "why"\n\n[upstream]\nbase_release = "0.5.23"\nreleases = ["0.5.23"]\n\n'
+            '[[patches]]\nfile = "0001-sw.patch"\n\n')
+    log = [(1, "0.5.22", "First version."), (2, "0.5.23", "Rebased from 0.5.22 onto 0.5.23.")]
+
+    def manifest(variant: int) -> str:
+        return head + "".join(f'[[changelog]]\nversion = {v}\ndate = "2026-12-0{v}"\n'
+                              f'base_release = "{b}"\nsummary = "{t}"\n\n' for v, b, t in log) + (
+            f'[[variants]]\nversion = {variant}\nbase_release = "0.5.22"\nreleases = ["0.5.22"]\n\n'
+            '[[variants.patches]]\nfile = "0001-sw.patch"\n')
+
+    def commit(message: str) -> str:
+        subprocess.run(["git", "-C", str(cat), "add", "-A"], check=True)
+        subprocess.run(["git", "-C", str(cat), "-c", "user.name=t", "-c", "user.email=t@t", "commit",
+                        "-q", "-m", message], check=True)
+        return subprocess.run(["git", "-C", str(cat), "rev-parse", "HEAD"], check=True,
+                              capture_output=True, text=True).stdout.strip()
+
+    (cat / "manifests" / "sw.toml").write_text(manifest(1))
+    subprocess.run(["git", "init", "-q", str(cat)], check=True)
+    first = commit("sw v2, v1 kept for 0.5.22")
+    (cat / "patches" / "sw" / "0.5.22" / "0001-sw.patch").write_text(patch.format("fixed"))
+    log.append((3, "0.5.22", "bug fixed in the 0.5.22 series"))
+    (cat / "manifests" / "sw.toml").write_text(manifest(3).replace("version = 2\n", "version = 2\n", 1))
+    second = commit("sw v3: bug fixed in the 0.5.22 series")
+    assert series_of_version(Catalog(cat), "sw", 1) == {"0001-sw.patch": patch.format("0.5.22")}
+    assert series_of_version(Catalog(cat), "sw", 3) == {"0001-sw.patch": patch.format("fixed")}
+    versions = {v.version: [c.sha for c in v.commits] for v in lineage.build(Catalog(cat)).get("sw").versions}
+    assert first in versions[1] and first not in versions[3], versions
+    assert versions[3] == [second], versions

@@ -12,7 +12,7 @@ from .. import gitrepo
 from . import BrokenFix, Catalog
 from ..engine.contract import RECORDED
 from ..errors import ManifestError
-from .manifest import version_and_patches
+from .manifest import declared_versions, version_and_patches
 from .model import Fix, thaw
 
 #: Version of the ``--json`` document (docs/lineage.md).
@@ -333,12 +333,19 @@ def _catalog_history(catalog: Catalog, fixes: Sequence[Fix]
                              if any(p == manifest or p.startswith(series) for p in c.files)]
     wanted = [(c.sha, f"{prefix}manifests/{name}.toml") for name, cs in touched.items() for c in cs]
     texts = iter(gitrepo.texts_at(top, wanted)) if wanted else iter(())
-    dirs = {fix.name: {f"{prefix}patches/{fix.name}/{v.dir}/": v.version for v in fix.variants}
-            for fix in fixes}
-    return {name: [(CatalogCommit(c.sha, c.date, c.subject), version_and_patches(next(texts) or "")[0],
-                    tuple(sorted({v for d, v in dirs[name].items()
-                                  if any(p.startswith(d) for p in c.files)})))
-                   for c in cs] for name, cs in touched.items()}
+    out: dict[str, list[tuple[CatalogCommit, int | None, tuple[int, ...]]]] = {}
+    for name, cs in touched.items():
+        out[name] = []
+        for c in cs:
+            text = next(texts) or ""
+            # the variants the commit's own manifest declares, by the folder of their series:
+            # a refreshed variant's older version keeps the commits that wrote it
+            declared = declared_versions(text)
+            wrote = {v for v, (folder, _files) in declared.items() if folder and any(
+                p.startswith(f"{prefix}patches/{name}/{folder}/") for p in c.files)}
+            out[name].append((CatalogCommit(c.sha, c.date, c.subject),
+                              version_and_patches(text)[0], tuple(sorted(wrote))))
+    return out
 
 
 def _applied(target_status: Any) -> dict[str, Applied]:

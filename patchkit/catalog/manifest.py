@@ -402,8 +402,31 @@ def version_and_patches(text: str) -> tuple[int | None, list[str]]:
     return (version if isinstance(version, int) else None), [f for f in files if isinstance(f, str)]
 
 
-__all__ = ["load_manifest", "build_fix", "version_and_patches", "NAME_RE", "MAX_NAME",
-           "name_problem"]
+def declared_versions(text: str) -> dict[int, tuple[str, list[str]]]:
+    """Every version a manifest's text declares, its top level's and each ``[[variants]]``
+    entry's, with the folder of its series under ``patches/<fix>/`` ("" for the top level;
+    a variant's ``dir``, else its ``base_release``) and its ``[[patches]].file`` names;
+    unvalidated, as :func:`version_and_patches` (an old version need not be valid today)."""
+    top, files = version_and_patches(text)
+    out: dict[int, tuple[str, list[str]]] = {} if top is None else {top: ("", files)}
+    try:
+        data = loads(Path("manifest.toml"), text)
+    except ManifestError:
+        return out
+    variants = data.get("variants")
+    for v in variants if isinstance(variants, list) else ():
+        if not isinstance(v, dict) or not isinstance(v.get("version"), int):
+            continue
+        folder = v.get("dir") or v.get("base_release")
+        patches = v.get("patches")
+        names = [p.get("file") for p in patches if isinstance(p, dict)] if isinstance(patches, list) else []
+        if isinstance(folder, str) and folder:
+            out.setdefault(v["version"], (folder, [f for f in names if isinstance(f, str)]))
+    return out
+
+
+__all__ = ["load_manifest", "build_fix", "version_and_patches", "declared_versions", "NAME_RE",
+           "MAX_NAME", "name_problem"]
 
 
 def name_problem(name: str) -> str | None:

@@ -27,9 +27,11 @@ def series_of_version(catalog: Catalog, name: str, version: int) -> dict[str, st
     rel_patches = fix.patch_dir.resolve().relative_to(top.resolve()).as_posix()
     for commit in reversed(gitrepo.path_history(top, [rel_manifest])):
         (text,) = gitrepo.texts_at(top, [(commit.sha, rel_manifest)])
-        declared, files = manifest.version_and_patches(text or "")
-        if declared == version:
-            texts = gitrepo.texts_at(top, [(commit.sha, f"{rel_patches}/{f}") for f in files])
+        declared = manifest.declared_versions(text or "")  # a variant's versions too
+        if version in declared:
+            folder, files = declared[version]
+            under = f"{rel_patches}/{folder}/" if folder else f"{rel_patches}/"
+            texts = gitrepo.texts_at(top, [(commit.sha, under + f) for f in files])
             return {f: t or "" for f, t in zip(files, texts)}
     raise UsageError(f"no version {version} of {name} in the catalog's git history (versions "
                      f"run up to {fix.next_version - 1}); `patchkit log {name}` lists them")
