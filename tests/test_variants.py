@@ -232,6 +232,11 @@ def test_a_host_upgraded_to_the_release_that_took_its_fix_is_told_so_and_sync_fo
     assert "took" not in json.dumps(json.loads(state.read_text())["fixes"])
     assert _git(tree, "status", "--porcelain", "--", "python") == ""
     assert states(catalog, local(tree))["took"] == ("not-needed", 1)
+    # verify agrees with status: not needed there, nothing to verify (it said present-
+    # unrecorded, "a commit of the fork, or applied by hand", exit 1)
+    checked = api.verify(catalog, local(tree), ["took"])
+    assert [(f.outcome, f.detail) for f in checked.fixes] == [
+        ("not-needed", "in upstream since 0.5.22 (the target runs 0.5.22)")]
 
 
 def test_a_rebase_onto_a_later_release_leaves_an_upstream_mark_as_it_is(

@@ -475,6 +475,14 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
     # applied_only: a fleet's verify of whatever each host applied, a fix whose manifest left
     # the catalog too (from its record, as a named one is), if the request has all its roots
     specs = [s for s in req.fixes if s.name in recorded or not req.applied_only]
+    # a fix the release the target runs holds upstream, unrecorded: nothing to verify, as
+    # status says not-needed (not "applied by hand": a sync forgot its record)
+    needless = {s.name: {"name": s.name, "version": s.version, "outcome": "not-needed",
+                         "detail": s.not_needed, "files": [], "preconditions": [],
+                         "verification": []}
+                for s in specs if s.not_needed and s.name not in recorded}
+    order = [s.name for s in specs]
+    specs = [s for s in specs if s.name not in needless]
     if req.applied_only:
         sent, have = {s.name for s in req.fixes}, {r.name for r in req.roots}
         specs += [parse_fix(recorded_only_fix(name, rec.version or 1))
@@ -543,6 +551,10 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
         elif by_record and spec.name not in lost:  # a lost fix's detail says why, and what to do
             out[-1]["detail"] = OLDER % {"fix": spec.name, "old": recorded[spec.name].version,
                                          "new": spec.version}
+    if needless:  # in the order asked
+        done = {o["name"]: o for o in out}
+        out = [needless.get(n) or done[n] for n in order if n in needless or n in done] + [
+            o for o in out if o["name"] not in order]
     if failures and all(f["kind"] == "drift" for f in failures):
         raise DriftError("%d applied fix(es) drifted: files changed since patchkit wrote them "
                          "(nothing was changed):\n%s" % (len(failures), failure_lines(failures)),
