@@ -87,14 +87,14 @@ def series_changed(spec: FixSpec, rec: FixRecord) -> Optional[str]:
     (docs/manifest.md, "Versions")."""
     if spec.recorded_only or rec.version != spec.version or not rec.patches:
         return None
-    applied = {str(p.get("file")): p.get("sha256") for p in rec.patches}
-    now = {str(p.get("file")): p.get("sha256") for p in spec.patches}
-    changed = sorted(f for f in {*applied, *now} if applied.get(f) != now.get(f))
+    changed = series_patches(spec, rec)
     if not changed:
         return None
     return ("fix %s v%s applied here is not the catalog's v%s: its series changed since, without "
-            "a version bump (%s); bump the fix's version (patchkit refresh, or `version` and a "
-            "[[changelog]] entry in its manifest), then patchkit apply %s upgrades it"
+            "a version bump (%s); give the changed series a version of its own (in its manifest, "
+            "`version` above every version the fix has and a [[changelog]] entry for it; not "
+            "patchkit refresh, which takes the series from a checkout again, over the edit), "
+            "then patchkit apply %s upgrades it"
             % (spec.name, rec.version, spec.version, ", ".join(changed), spec.name))
 
 
@@ -108,6 +108,13 @@ def _underneath(ws: Workspace, entries: List[Dict[str, Any]]) -> Dict[Key, str]:
                 root = ws.roots.get(f["root"])
                 out[(f["root"], f["path"])] = os.path.join(root.path, root.mapped(f["path"]))
     return out
+
+
+def series_patches(spec: FixSpec, rec: FixRecord) -> List[str]:
+    """The patch files :func:`series_changed` names, for an error's details."""
+    applied = {str(p.get("file")): p.get("sha256") for p in rec.patches}
+    now = {str(p.get("file")): p.get("sha256") for p in spec.patches}
+    return sorted(f for f in {*applied, *now} if applied.get(f) != now.get(f))
 
 
 def held_upstream(spec: FixSpec, rec: FixRecord, outcome: str = "") -> str:
@@ -520,7 +527,7 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
         by_record = spec.recorded_only or _older(spec, recorded)
         changed = series_changed(spec, recorded[spec.name])
         if changed is not None:  # the catalog's checks are for another change than the host's
-            raise VersionMismatch(changed, fix=spec.name)
+            raise VersionMismatch(changed, fix=spec.name, patches=series_patches(spec, recorded[spec.name]))
         first = drift_check(spec.name, drifted, state, req.roots, spec.recorded_only) if drifted else None
         if first is None and by_record:  # its record's check is all it has: listed
             first = {"kind": "drift", "name": "files as patchkit wrote them", "ok": True,
