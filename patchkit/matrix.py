@@ -192,8 +192,8 @@ def _served(catalog: Catalog, fix: Fix, release: str, tree: Path, repo: Upstream
     if fix.not_needed_on(release):
         return _still_upstream(catalog, fix, release, repo)
     variant = fix.variant_for(release)
-    if variant is None:
-        return None
+    if variant is None and fix.revert is None:
+        return None  # a rebase dry run classifies it
     from .request_builder import build_request
     from .results import check_result
     from .targets import LocalTarget
@@ -205,11 +205,16 @@ def _served(catalog: Catalog, fix: Fix, release: str, tree: Path, repo: Upstream
                                 state_root="sglang", python=None, dry_run=True, sync=True)
         result = check_result(target.run(request), target.description)
     except PatchkitError as err:
+        if variant is None:  # a revert fix with something to revert: a rebase dry run says
+            return None
         return Cell("conflict", "conflict", f"v{variant.version} no longer applies: "
                     f"{err.message.splitlines()[0]}")
     outcome = next((o for o in result.fixes if o.name == fix.name), None)
     if outcome is not None and outcome.outcome in ("not-needed", "present-unrecorded"):
+        # (a revert fix with nothing to revert needs no variant there, as sync says)
         return Cell("not-needed", "not-needed", outcome.detail or outcome.outcome)
+    if variant is None:
+        return None
     return Cell("variant", variant.variant_label(), "applies with zero fuzz")
 
 

@@ -452,14 +452,18 @@ def test_rebase_onto_a_release_keeps_the_old_versions_as_variants(
 # -- the matrix ---------------------------------------------------------------------------------
 
 
-def test_matrix_over_three_releases_fails_on_the_one_without_a_variant(
+def test_matrix_over_three_releases_says_what_each_release_takes(
         three_releases: UpstreamRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shipped catalog on 0.5.21, which no variant serves, to 0.5.23: the dsv4 fixes need a
+    rebase (a backport from their 0.5.22 variants); the revert fix, with nothing to revert on
+    a release, is not needed there, as sync says (it was a conflict, failing --exit-code on
+    the shipped catalog as it is: a new-user trial)."""
     monkeypatch.setenv("PATCHKIT_UPSTREAM", str(three_releases.path))
     argv = [sys.executable, "-m", "patchkit", "--catalog", str(REPO), "matrix",
             "--releases", "0.5.21..0.5.23"]
     proc = subprocess.run([*argv, "--json", "--exit-code"], capture_output=True, text=True,
                           timeout=900)
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["ok"] is True  # it ran: a failing cell is its answer, as a drifted fix is status's
     assert out["releases"] == ["0.5.21", "0.5.22", "0.5.23"]
@@ -469,8 +473,9 @@ def test_matrix_over_three_releases_fails_on_the_one_without_a_variant(
     assert cells[INDEX_K] == {"0.5.21": "rebase needed", "0.5.22": "v3 (0.5.22)", "0.5.23": "v4 (0.5.23)"}
     assert "A rebase from 0.5.22 onto 0.5.21" in out["cells"][INDEX_K]["0.5.21"]["detail"]
     assert cells[SIZING]["0.5.22"] == "v3 (0.5.22)"
-    assert cells["revert-hicache-index-k-sync"]["0.5.23"] == "not-needed"
-    assert out["failing"] == [{"fix": "revert-hicache-index-k-sync", "release": "0.5.21"}]
+    assert {r: cells["revert-hicache-index-k-sync"][r] for r in ("0.5.21", "0.5.23")} == {
+        "0.5.21": "not-needed", "0.5.23": "not-needed"}
+    assert out["failing"] == []
     # messages name the user's catalog (here in git, its old versions readable), never a copy
     assert "patchkit-matrix-" not in proc.stdout and "patchkit-rebase-" not in proc.stdout
     served = subprocess.run([*argv[:-1], "0.5.22,0.5.23", "--markdown", "--exit-code"],
@@ -539,7 +544,7 @@ def test_a_matrix_cell_blocked_by_its_dependency_says_so_in_plain_lines(
     assert {k: v[0] for k, v in rows.items()} == {
         (INDEX_K, "0.5.21"): "blocked", (INDEX_K, "0.5.22"): "conflict",
         (SIZING, "0.5.21"): f"blocked by {INDEX_K}", (SIZING, "0.5.22"): f"blocked by {INDEX_K}",
-        (revert, "0.5.21"): f"blocked by {INDEX_K}", (revert, "0.5.22"): "not-needed"}, proc.stdout
+        (revert, "0.5.21"): "not-needed", (revert, "0.5.22"): "not-needed"}, proc.stdout
     assert rows[INDEX_K, "0.5.21"][1].startswith(
         "0001-keep-dsv4-index-k-in-bf16.patch does not apply to its base 0.5.22")
     assert f"the catalog {cat} is not in git" in rows[SIZING, "0.5.21"][1]
