@@ -740,3 +740,18 @@ def test_dry_run_onto_a_release_reports_without_stopping_and_writes_nothing(worl
     assert {f.name: f.outcome for f in report.fixes} == {"shift": "rebased", "same": "extended"}
     res = runner.invoke(cli, ["--catalog", str(cat.root), "rebase", "--skip", "--dry-run"])
     assert isinstance(res.exception, UsageError)
+
+
+def test_a_refreshed_hunk_keeps_three_lines_of_context_where_difflib_slides_it() -> None:
+    """A method added before another, a blank line between each: difflib places the added
+    block one line earlier than the common head and tail do, and the rebase's diff, made in
+    a window 3 lines around the change, cut the hunk's leading context to 2 lines (GNU patch
+    -F0 and dpkg-source refuse it; quilt needs fuzz). It is the whole file's diff."""
+    from patchkit.catalog.series import diff_files
+    from patchkit.rebase.classify import _diff
+
+    methods = "".join(f"    def m{i}(self):\n        return {i}\n\n" for i in range(60))
+    old = "class Pool:\n" + methods + "    def available_size(self):\n        return 0\n" + methods
+    new = old.replace("    def available_size", "    def anchor_count(self):\n        return 0\n\n"
+                      "    def available_size", 1)
+    assert _diff(old, new, "pool.py") == diff_files(old.encode(), new.encode(), "pool.py")

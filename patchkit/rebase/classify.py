@@ -349,6 +349,7 @@ def series_text(old_text: str, pre: dict[str, str | None], post: dict[str, str |
 
 
 _HUNK = re.compile(r"^@@ -(\d+)((?:,\d+)?) \+(\d+)((?:,\d+)?) @@", re.M)
+_SLIDE = 20  # lines of room on each side of a change's window (:func:`_diff`)
 
 
 def _diff(old: str | None, new: str | None, path: str) -> str:
@@ -363,7 +364,11 @@ def _diff(old: str | None, new: str | None, path: str) -> str:
     tail = 0
     while tail < min(len(a), len(b)) - head and a[-1 - tail] == b[-1 - tail]:
         tail += 1
-    start, keep = max(0, head - 3), max(0, tail - 3)
+    # the window keeps room around the change: within a run of equal lines (blank lines
+    # between methods) difflib may place a change a few lines off where head and tail put
+    # it, and a window ending 3 lines from it cut that hunk's context to 2 (a zero-fuzz
+    # GNU patch then refuses the series)
+    start, keep = max(0, head - 3 - _SLIDE), max(0, tail - 3 - _SLIDE)
     text = series.diff_files(hunks.encode("".join(a[start:len(a) - keep])),
                              hunks.encode("".join(b[start:len(b) - keep])), path)
     if not start:
