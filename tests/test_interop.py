@@ -131,8 +131,10 @@ def test_every_shipped_fix_round_trips_through_mbox_git_am_and_format_patch(
         # it replaces the shipped fix: the next version of it, so a host running the shipped
         # one is told of an upgrade (as v1 it said "vN applied, v1 in the catalog")
         assert again.version == shipped.version + 1, name
-        assert again.changelog[-1].summary.endswith(
-            f"replacing v{shipped.version} (the shipped fix of that name)."), name
+        assert again.version == shipped.next_version, name  # above its variants' versions too
+        summary = again.changelog[-1].summary
+        assert f"replacing v{shipped.version} (the shipped fix of that name)" in summary, name
+        assert ("and its variants" in summary) == bool(shipped.variants), summary
         assert again.upstream.base_release == shipped.upstream.base_release, name
         assert Catalog(via_git).get(name).upstream.base_release == shipped.upstream.base_release
         assert fields(again) == fields(shipped), name
@@ -328,6 +330,22 @@ def test_an_export_imports_back_at_its_version_and_a_replaced_fix_continues(tmp_
     assert fix.version == 4 and fix.changelog[-1].summary == (
         "Imported by `patchkit import` from an export of v3, replacing v3 (your fix of that "
         "name).")
+
+    # a variant above the top level (a refreshed older release's series, v5): the replacing
+    # import is numbered above it, not at v5 again (hosts on 0.5.22 record v5), and says that
+    # the variant goes, which it did silently
+    manifest = other / "manifests" / "pair.toml"
+    (other / "patches" / "pair" / "0.5.22").mkdir()
+    for p in fix.patches:
+        shutil.copy(p.path, other / "patches" / "pair" / "0.5.22" / p.file)
+    manifest.write_text(manifest.read_text() + '\n[[changelog]]\nversion = 5\ndate = "2026-11-02"\n'
+                        'base_release = "0.5.22"\nsummary = "The 0.5.22 series."\n\n[[variants]]\n'
+                        'version = 5\nbase_release = "0.5.22"\nreleases = ["0.5.22"]\n'
+                        + "".join(f'\n[[variants.patches]]\nfile = "{p.file}"\n' for p in fix.patches))
+    assert Catalog(other).get("pair").variant_for("0.5.22").version == 5
+    said = ok(other, "import", "--mbox", mail, "--release", "0.5.23", "--replace")
+    assert "pair v6 (base 0.5.23)" in said and "--replace drops its variants (v5 for 0.5.22)" in said, said
+    assert Catalog(other).get("pair").version == 6
 
     said = ok(other, "import", "--mbox", mail, "--release", "0.5.23", "--name", "mine")
     assert "imported mine v1" in said and Catalog(other).get("mine").version == 1

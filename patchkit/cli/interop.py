@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from ..errors import UsageError
+from ..catalog import Catalog
+from ..errors import PatchkitError, UsageError
 from ..interop import exporter, importer
 from . import render
 from .authoring import progress_sayer, report_authoring
@@ -64,10 +65,17 @@ def import_(state: State, src: str | None, commits: str | None, mbox_path: str |
         how, whole = "a quilt series", one
     planned = importer.plan(patches, one=whole, name=name)
     taken = importer.existing(catalog, planned)
+    dropped = _variants_replaced(catalog, taken) if replace else {}
     results = importer.import_fixes(catalog, planned, release=release,
                                     tree=Path(tree) if tree else None, root=root,
                                     commit=not no_commit, dry_run=dry_run, how=how,
                                     replace=replace)
+    warnings = [f"{fix}: --replace drops its variants ({kept}) from its manifest, as an export "
+                "does not carry them (their series stay in their folders under patches/"
+                f"{fix}/): hosts on those releases keep what they run, and apply and sync refuse "
+                f"the fix there until a variant serves them (patchkit rebase {fix} --onto "
+                "RELEASE makes one)" for fix, kept in dropped.items()
+                if any(r.name == fix for r in results)]
     if as_json:
         render.print_json({"fixes": [{"name": r.name, "version": r.version,
                                       "replaces": taken.get(r.name),
@@ -75,8 +83,9 @@ def import_(state: State, src: str | None, commits: str | None, mbox_path: str |
                                       "patches": [str(p) for p in r.patches],
                                       "files": list(r.files), "base_release": r.base_release,
                                       "commit": r.commit} for r in results],
-                           "dry_run": dry_run})
+                           "dry_run": dry_run, "warnings": warnings})
         return 0
+    render.warn(warnings)
     for result in results:
         whose = taken.get(result.name)
         report_authoring(result, False, "imported" if whose is None else
@@ -85,6 +94,20 @@ def import_(state: State, src: str | None, commits: str | None, mbox_path: str |
     if dry_run:
         progress_sayer()("dry run: nothing was written")
     return 0
+
+
+def _variants_replaced(catalog: Catalog, taken: dict[str, str]) -> dict[str, str]:
+    """Of the fixes an import replaces, the variants each has ("v3 for 0.5.22; ..."): the
+    replacement is one series, an export's, and they go."""
+    out = {}
+    for name in taken:
+        try:
+            variants = catalog.get(name).variants
+        except PatchkitError:
+            continue
+        if variants:
+            out[name] = "; ".join(f"v{v.version} for {', '.join(v.releases)}" for v in variants)
+    return out
 
 
 @command(

@@ -218,15 +218,19 @@ def _version(catalog: Catalog, fix: Planned, taken: dict[str, str]) -> tuple[int
                else "First version.")
     if fix.name in taken:
         try:
-            replaced = catalog.get(fix.name).version
+            old = catalog.get(fix.name)
+            replaced, above = old.version, old.next_version  # its variants' versions too
+            kept = "; ".join(f"v{v.version} for {', '.join(v.releases)}" for v in old.variants)
         except PatchkitError:  # a manifest of the user's own that does not load
-            replaced = 0
+            replaced, above, kept = 0, 1, ""
         if replaced:
-            version = max(version, replaced + 1)
+            version = max(version, above)  # above every version hosts may record
             whose = "the shipped fix" if taken[fix.name] == "shipped" else "your fix"
             summary = ("Imported by `patchkit import`"
                        + (f" from an export of v{said}" if said else "")
-                       + f", replacing v{replaced} ({whose} of that name).")
+                       + f", replacing v{replaced} ({whose} of that name)"
+                       + (f" and its variants ({kept}), which an export does not carry"
+                          if kept else "") + ".")
     return version, summary
 
 
