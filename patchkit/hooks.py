@@ -51,7 +51,7 @@ while True:
 #: when the shell exits (a process the hook leaves running keeps the file, not the ssh session,
 #: open), and a time limit kills the command's process group there (killing the local ssh
 #: would leave it running on the host). Arguments: the limit (0: none), the command, the note.
-_ON_HOST = r"""import os, signal, subprocess, sys, tempfile
+_ON_HOST = r"""import os, signal, subprocess, sys, tempfile, threading
 limit, command = float(sys.argv[1]) or None, sys.argv[2]
 out = tempfile.TemporaryFile()
 proc = subprocess.Popen([os.environ.get("SHELL") or "/bin/sh", "-c", command], stdin=subprocess.DEVNULL,
@@ -60,9 +60,7 @@ def said():
     out.seek(0)
     sys.stdout.buffer.write(out.read())
     sys.stdout.flush()
-try:
-    code = proc.wait(timeout=limit)
-except subprocess.TimeoutExpired:
+def stop():
     for signum, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, None)):
         try:
             os.killpg(proc.pid, signum)
@@ -73,11 +71,21 @@ except subprocess.TimeoutExpired:
                 proc.wait(timeout=grace)
             except subprocess.TimeoutExpired:
                 pass
+def gone():
+    sys.stdin.buffer.read()  # the client keeps this open while it waits: closed, it went
+    stop()
+    os._exit(130)
+if sys.argv[4:] == ["watch"]:
+    threading.Thread(target=gone, daemon=True).start()
+try:
+    code = proc.wait(timeout=limit)
+except subprocess.TimeoutExpired:
+    stop()
     said()
-    print("\n%s" % (sys.argv[3] % limit))
-    sys.exit(124)
+    print("\n%s" % (sys.argv[3] % limit), flush=True)
+    os._exit(124)  # not sys.exit: the watching thread holds stdin, which finalizing would wait on
 said()
-sys.exit(code)
+os._exit(code)
 """
 _KILLED = "(killed after %gs)"
 
@@ -166,12 +174,17 @@ def health_limit(spec: str | None, timeout: float) -> float:
     return timeout + 15 if spec is not None and spec.startswith(SGLANG) else timeout
 
 
-def on_host(command: str, timeout: float | None, python: str = "python3") -> str:
+def on_host(command: str, timeout: float | None, python: str = "python3",
+            watch: bool = False) -> str:
     """The shell command that runs ``command`` on a host under :data:`_ON_HOST` (``python``,
     as the shell is to read it, starts it): done when its shell exits, its process group killed
     after ``timeout`` seconds (exit 124, its output ending ``(killed after Ns)``). An ssh
-    target's hooks run so, and a fleet host's (``python`` an Ansible expression there)."""
-    return f"{python} {shlex.join(['-c', _ON_HOST, f'{timeout or 0:g}', command, _KILLED])}"
+    target's hooks run so, and a fleet host's (``python`` an Ansible expression there).
+    ``watch``: the client keeps the session's input open while it waits, and its end (the
+    client interrupted, killed, or its connection lost) stops the command's process group
+    there too, as an interrupt does a local hook's."""
+    words = ["-c", _ON_HOST, f"{timeout or 0:g}", command, _KILLED] + (["watch"] if watch else [])
+    return f"{python} {shlex.join(words)}"
 
 
 def run_on(target: Any, what: str, command: str, timeout: float | None = None) -> CommandRun:
@@ -186,7 +199,8 @@ def run_on(target: Any, what: str, command: str, timeout: float | None = None) -
         from .targets.transport import ssh_argv
 
         argv = ssh_argv(target.spec, on_host(command, timeout,
-                                             shlex.quote(getattr(target, "python", None) or "python3")))
+                                             shlex.quote(getattr(target, "python", None) or "python3"),
+                                             watch=True))
         on_the_host, timeout = timeout, None if timeout is None else timeout + 15  # then ssh's
     else:
         argv = ["/bin/sh", "-c", command]
@@ -194,8 +208,10 @@ def run_on(target: Any, what: str, command: str, timeout: float | None = None) -
     # (a restarted server) holds the file, and the hook is done when its shell is.
     with tempfile.TemporaryFile() as out:
         try:  # its own process group: a timeout or an interrupt stops what it started too
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+            # a remote hook's session input stays open until the hook ends: its end stops
+            # the hook on the host (``on_host``'s watch)
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE if remote else subprocess.DEVNULL,
+                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         except OSError as exc:
             return CommandRun(what, command, 127, f"cannot run {argv[0]}: {exc.strerror}")
         try:
@@ -207,6 +223,9 @@ def run_on(target: Any, what: str, command: str, timeout: float | None = None) -
         except BaseException:  # an interrupt: the command and its children go with it
             _stop_group(proc)
             raise
+        finally:
+            if proc.stdin is not None:
+                proc.stdin.close()
         said = _read(out)
     # the host's wrapper killed it at its limit: its last line says so
     killed = (remote and on_the_host is not None and proc.returncode == 124

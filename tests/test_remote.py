@@ -724,3 +724,26 @@ def test_a_remote_run_that_waits_for_the_lock_says_so_while_it_waits(ssh: Ssh, t
         os.killpg(holder.pid, signal.SIGKILL)  # this test's own process group, by its PID
         holder.wait(timeout=30)
         holder.stdout.close()  # type: ignore[union-attr]
+
+
+def test_an_interrupted_client_stops_its_hook_on_the_host(ssh: Ssh, tmp_path: Path) -> None:
+    """SIGTERM to the client while an ssh:// target's --after-cmd runs: the client said it
+    was interrupted, and the hook ran on to its end on the host, after the `patchkit undo`
+    the message advises (a new-user trial). The hook's wrapper on the host watches the
+    session the client holds open, and stops the hook's process group when it ends, as an
+    interrupt does a local hook's."""
+    roots = make_tree(tmp_path / "tree")
+    pidfile, done = tmp_path / "hook.pid", tmp_path / "hook.done"
+    hook = f"echo $$ > {pidfile}; sleep 20; touch {done}"
+    client = subprocess.Popen(
+        [PY, "-m", "patchkit", "--catalog", str(SAMPLES / "catalog"), "apply", "index-k-bytes",
+         *target_args(ssh, "remote", roots), "--after-cmd", hook],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, start_new_session=True)
+    wait_until(lambda: pidfile.exists() and pidfile.read_text().strip() != "", "the hook on the host")
+    shell = int(pidfile.read_text())
+    client.send_signal(signal.SIGTERM)
+    _out, err = client.communicate(timeout=60)
+    assert client.returncode == 143 and "--after-cmd" in err, err
+    wait_until(lambda: not alive(shell), "the hook's shell on the host to be stopped")
+    time.sleep(0.5)
+    assert not done.exists()
