@@ -144,6 +144,10 @@ def test_a_file_modified_outside_patchkit_is_refused_by_name(
     assert "modified outside patchkit" in failed[0]["detail"]
     assert edited in failed[0]["detail"] and record_hashes(site)[POOL] in failed[0]["detail"]
     assert f"sglang {CATALOG_RELEASE}" in failed[0]["detail"]
+    # the pip of the venv holding the package, not a bare `pip` (whatever is first on PATH,
+    # patchkit's own environment often: a trial)
+    assert f"({site.parents[2] / 'bin' / 'python'} -m pip install --force-reinstall" in failed[0]["detail"], \
+        failed[0]["detail"]
     # nothing was written: not the edited file, not the other one the fix changes
     assert {p: sha256(p) for p in (site / "sglang" / "srt").rglob("*.py")} == before
     assert not (site / ".patchkit" / "state.json").exists()
@@ -159,6 +163,7 @@ def test_the_cli_refuses_the_edited_file_with_exit_1(target: LocalTarget, site: 
         capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300)
     assert proc.returncode == 1, (proc.stdout, proc.stderr)
     assert f"sglang:{POOL}" in proc.stderr and "modified outside patchkit" in proc.stderr
+    assert f"{venv / 'bin' / 'python'} -m pip install --force-reinstall" in proc.stderr, proc.stderr
     assert "python/sglang/" not in proc.stderr
 
 

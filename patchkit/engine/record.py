@@ -177,12 +177,27 @@ def record_checks(entries: List[Any], roots: Roots, found: Dict[str, Installed],
         else:
             ok, detail = False, (
                 "%s was modified outside patchkit: its sha256 is %s, the RECORD of %s (%s) lists "
-                "%s. Put the installed file back (pip install --force-reinstall --no-deps "
+                "%s. Put the installed file back (%s install --force-reinstall --no-deps "
                 "%s==%s%s) or make the edit a fix, then apply again"
                 % (e.where, have, dist.label, os.path.join(root.path, dist.record_path), want,
-                   DIST, dist.version, _reinstall_loses((applied or {}).get(e.root) or [])))
+                   _pip_of(root.path, roots.interpreters.get(e.root)), DIST, dist.version,
+                   _reinstall_loses((applied or {}).get(e.root) or [])))
         out.append(result("record-clean", label, ok, detail, e.where))
     return out
+
+
+def _pip_of(site: str, python: Optional[str]) -> str:
+    """The pip that installs into ``site`` (a site-packages root): its interpreter's (``python:``
+    targets), else that of the venv holding it, else the bare ``pip``, which installs into
+    whatever environment is first on PATH (patchkit's own, often)."""
+    if python:
+        return "%s -m pip" % python
+    here = os.path.abspath(site)
+    while os.path.dirname(here) != here:
+        if os.path.isfile(os.path.join(here, "pyvenv.cfg")):
+            return "%s -m pip" % os.path.join(here, "bin", "python")
+        here = os.path.dirname(here)
+    return "pip"
 
 
 def _reinstall_loses(names: List[str]) -> str:
