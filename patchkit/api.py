@@ -44,6 +44,11 @@ def sync_names(catalog: Catalog, roots: Sequence[str]) -> list[str]:
         [f.name for f in catalog.all() if not f.is_inactive and set(f.roots) <= set(roots)])]
 
 
+def _as_sync(result: OpResult) -> OpResult:
+    """A sync's result as it is said (``--json``'s ``op``); read, it is the apply it ran."""
+    return dataclasses.replace(result, raw=dict(result.raw, op="sync"))
+
+
 def sync(catalog: Catalog, target: Target, *, dry_run: bool = False,
          lock_timeout: float = DEFAULT_LOCK_TIMEOUT, git: bool = True,
          force: bool = False) -> OpResult:
@@ -53,8 +58,14 @@ def sync(catalog: Catalog, target: Target, *, dry_run: bool = False,
     release is left out and a lost record of it dropped; a fix the target does not need (a
     revert with nothing to revert) or already holds unrecorded is left alone (docs/cli.md)."""
     fixes = [catalog.get(n) for n in sync_names(catalog, list(target.roots))]
-    result = _run(catalog, target, fixes, "apply", dry_run=dry_run, lock_timeout=lock_timeout,
-                  git=git, force=force, sync=True)
+    try:  # the engine's op is an apply; the result is a sync's (--json's "op")
+        result = _as_sync(_run(catalog, target, fixes, "apply", dry_run=dry_run,
+                               lock_timeout=lock_timeout, git=git, force=force, sync=True))
+    except PatchkitError as err:
+        partial = getattr(err, "result", None)
+        if partial is not None:
+            err.result = _as_sync(partial)  # type: ignore[attr-defined]
+        raise
     # an active fix on a root the target was not given is not synced: said, not skipped silently
     left_out = tuple((f.name, tuple(r for r in f.roots if r not in target.roots))
                      for f in catalog.all() if not f.is_inactive

@@ -497,3 +497,17 @@ def test_an_interpreter_given_as_a_local_target_is_told_the_python_form(tmp_path
     run = pk("status", "--target", sys.executable, cwd=tmp_path)
     assert run.returncode == 5, run.stderr
     assert f"--target python:{os.path.abspath(sys.executable)}" in run.stderr, run.stderr
+
+
+def test_sync_json_says_sync_on_success_and_on_failure(tmp_path: Path) -> None:
+    """`sync --json` said `"op": "apply"` (the engine's op), on success and on an engine's
+    error; only a usage error said sync (a new-user trial)."""
+    catalog = user_catalog(tmp_path / "catalog", {"mark": (app_patch(), "")})
+    tree = app_tree(tmp_path / "tree")
+    cat, where = ["--catalog", str(catalog)], ["--root", f"tree={tree}"]
+    done = pk(*cat, "sync", *where, "--json")
+    assert done.returncode == 0 and json.loads(done.stdout)["op"] == "sync", done.stdout
+    other = app_tree(tmp_path / "other")
+    (other / "app.py").write_text('print("app")\nvalue = 7\n')  # the hunk's context is not there
+    failed = pk(*cat, "sync", "--root", f"tree={other}", "--json")
+    assert failed.returncode == 3 and json.loads(failed.stdout)["op"] == "sync", failed.stdout
