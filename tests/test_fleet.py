@@ -527,6 +527,41 @@ def test_an_interrupted_rollout_stops_ansible_and_names_the_hosts_left_unconfirm
     assert code == 0, _report
 
 
+def test_an_interrupt_in_a_later_wave_names_the_hosts_earlier_waves_changed(
+        fleet, tmp_path: Path) -> None:
+    """SIGTERM while wave 2's health checks run: wave 1's canary is changed and confirmed,
+    and the message said only that no host of this wave was changed (--json: changed []),
+    leaving a fleet part changed unsaid (a new-user trial). It names the earlier waves'
+    hosts, how to see them and how to take their change back."""
+    release = tmp_path / "release"
+    health = ('if [ "{{ inventory_hostname }}" != h1 ]; then touch {{ patchkit_target }}/../reached; '
+              f"while [ ! -e {release} ]; do sleep 0.1; done; fi")
+    proc = subprocess.Popen([str(fleet.bin / "patchkit"), "apply", "dsv4-bf16-sizing",
+                             "--inventory", str(fleet.inventory), "--waves", "1,100%",
+                             "--health-cmd", health, "--json"],
+                            env=fleet.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not any((fleet.node(h).workdir / "reached").exists() for h in ("h2", "h3")):
+            assert proc.poll() is None and time.monotonic() < deadline, "wave 2 never ran a check"
+            time.sleep(0.1)
+        os.kill(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        release.touch()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 143, (out, err)
+    data = json.loads(out)
+    said = data["error"]["message"]
+    assert data["error"]["details"]["earlier"] == ["h1"], data["error"]
+    assert "Earlier waves changed h1" in said and f"patchkit status --inventory {fleet.inventory}" in said
+    assert f"patchkit rollback dsv4-bf16-sizing --inventory {fleet.inventory} --limit h1" in said, said
+    assert "dsv4-bf16-sizing" in state_of(fleet.node("h1"))
+
+
 def test_an_upgrade_from_v1_to_v2_across_the_fleet(fleet, tmp_path: Path) -> None:
     catalog = tmp_path / "catalog"
     catalog.mkdir()

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.contract import CHANGED, DONE, PRIMARY_ROOT, WOULD_CHANGE, WOULD_UNDO, WOULD_UPGRADE
-from ..errors import HostUnreachable, PatchkitError, RolloutStopped, UsageError
+from ..errors import HostUnreachable, PatchkitError, RolloutStopped, Terminated, UsageError
 from ..engine.contract import WRITES
 from ..hooks import on_host
 from ..results import file_where
@@ -172,8 +172,11 @@ class Rollout:
         waves = split_waves(list(todo), self.options.waves)
         for number, wave in enumerate(waves, 1):
             self.progress(f"wave {number}/{len(waves)}: {', '.join(wave)}")
-            run = self._wave(wave, todo, {h: str((reports[h].result or {}).get("undoes") or "")
-                                          for h in wave})
+            try:
+                run = self._wave(wave, todo, {h: str((reports[h].result or {}).get("undoes") or "")
+                                              for h in wave})
+            except Terminated as stop:  # the earlier waves' hosts stay changed: said, named
+                raise self._stopped_after(stop, reports) from None
             for host_name in wave:
                 reports[host_name] = replace(self._waved(host_name, run.of(host_name)), wave=number)
             failed = [h for h in wave if reports[h].state not in (DONE[self.op], "unchanged", "unreachable")]
@@ -190,7 +193,22 @@ class Rollout:
                 break
         return self._report(reports, stopped, waves=waves, groups=groups)
 
-    # -- plays ---------------------------------------------------------------------------------
+    def _stopped_after(self, stop: Terminated, reports: Mapping[str, HostReport]) -> Terminated:
+        """An interrupt in a later wave, with what the earlier waves did: their hosts are
+        changed and confirmed, and a fleet left part changed is to be seen and chosen about."""
+        earlier = [h for h, r in reports.items() if r.wave is not None and r.state == DONE[self.op]]
+        if not earlier:
+            return stop
+        inventory = str(self.inventory)
+        how = undo_commands({h: (reports[h].result or {}).get("fixes") or () for h in earlier},
+                            inventory)
+        said = (f"{stop.message}. Earlier waves changed {', '.join(earlier)} (complete and "
+                f"confirmed), so the fleet is part changed: patchkit status --inventory "
+                f"{inventory} shows it; run this rollout again to go on" + (
+                    f", or take theirs back: {how}" if how else ""))
+        return type(stop)(said, **dict(stop.details, earlier=earlier))
+
+    # -- plays ---------------------------------------------------------------------------------    # -- plays ---------------------------------------------------------------------------------
 
     def _engine_task(self, op: str, names: list[str], **extra: Any) -> dict[str, Any]:
         return engine_task(self.workdir, self.request(op, names, False), f"patchkit {op}", **extra)
