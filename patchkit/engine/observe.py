@@ -92,9 +92,10 @@ def series_changed(spec: FixSpec, rec: FixRecord) -> Optional[str]:
         return None
     return ("fix %s v%s applied here is not the catalog's v%s: its series changed since, without "
             "a version bump (%s); give the changed series a version of its own (in its manifest, "
-            "`version` above every version the fix has and a [[changelog]] entry for it; not "
-            "patchkit refresh, which takes the series from a checkout again, over the edit), "
-            "then patchkit apply %s upgrades it"
+            "the `version` of the entry holding that series, the top level's or the [[variants]] "
+            "entry serving the release the target runs, above every version the fix has, and a "
+            "[[changelog]] entry for it; not patchkit refresh, which takes the series from a "
+            "checkout again, over the edit), then patchkit apply %s upgrades it"
             % (spec.name, rec.version, spec.version, ", ".join(changed), spec.name))
 
 
