@@ -128,9 +128,10 @@ def matrix(catalog: Catalog, releases: Sequence[str], names: Sequence[str] = (),
                 repo.move(tree, release)
             unserved = []
             column: dict[str, Cell] = {}
+            held = _asked(catalog, fixes, release, repo)
             for fix in _under_first(catalog, fixes):
                 cell = None if fix.not_needed_on(release) else _blocked(catalog, fix, release, column)
-                cell = cell or _served(catalog, fix, release, tree, repo)
+                cell = cell or _served(catalog, fix, release, tree, held)
                 if cell is not None:
                     column[fix.name] = cell
             for fix in fixes:
@@ -186,11 +187,12 @@ def _blocked(catalog: Catalog, fix: Fix, release: str, column: dict[str, Cell]) 
                 f"{dep} is {column[dep].label} on {release}: {column[dep].detail}")
 
 
-def _served(catalog: Catalog, fix: Fix, release: str, tree: Path, repo: UpstreamRepo
+def _served(catalog: Catalog, fix: Fix, release: str, tree: Path, held: dict[str, Any]
             ) -> Cell | None:
-    """The cell of a fix a variant serves (or that is upstream there); None: no variant."""
+    """The cell of a fix a variant serves (or that is upstream there); None: no variant.
+    ``held``: :func:`_asked`'s verdicts."""
     if fix.not_needed_on(release):
-        return _still_upstream(catalog, fix, release, repo)
+        return _still_upstream(fix, release, held.get(fix.name))
     variant = fix.variant_for(release)
     if variant is None and fix.revert is None:
         return None  # a rebase dry run classifies it
@@ -218,16 +220,28 @@ def _served(catalog: Catalog, fix: Fix, release: str, tree: Path, repo: Upstream
     return Cell("variant", variant.variant_label(), "applies with zero fuzz")
 
 
-def _still_upstream(catalog: Catalog, fix: Fix, release: str, repo: UpstreamRepo) -> Cell:
-    """A fix marked upstream since this release or an earlier one, asked of this release as
-    ``upstream check`` asks it: a later release may have removed or reverted the change (the
-    mark says "every later release", which only the release's files can confirm)."""
-    from .rebase.contains import CONTAINED, NOT_APPLICABLE, NOT_CHECKED, contains
+def _asked(catalog: Catalog, fixes: Sequence[Fix], release: str, repo: UpstreamRepo
+           ) -> dict[str, Any]:
+    """Of the fixes marked upstream since a release before ``release``, what ``release`` says
+    of each, as ``upstream check`` asks it (one check for them all): a later release may have
+    removed or reverted the change (the mark says "every later release", which only the
+    release's files can confirm)."""
+    marked = [f for f in fixes if f.not_needed_on(release) and release != f.upstream_since]
+    if not marked:
+        return {}
+    from .rebase.contains import check
+
+    return {v.fix: v for v in check(catalog, marked, release, upstream=repo)}
+
+
+def _still_upstream(fix: Fix, release: str, said: Any) -> Cell:
+    """A fix marked upstream since this release or an earlier one: ``upstream`` while the
+    release still holds the change (``said``: its verdict, None on the marked release)."""
+    from .rebase.contains import CONTAINED, NOT_APPLICABLE, NOT_CHECKED
 
     marked = f"marked upstream since {fix.upstream_since}"
-    if release == fix.upstream_since:
+    if said is None:
         return Cell("upstream", "upstream", marked)
-    said = contains(catalog, fix, release, upstream=repo)
     if said.verdict in (CONTAINED, NOT_APPLICABLE, NOT_CHECKED):
         return Cell("upstream", "upstream", marked + (f"; {release} still holds it ({said.detail})"
                                                       if said.contained else ""))

@@ -478,6 +478,34 @@ def _playbooks_of(inventory: Path) -> list[int]:
     return found
 
 
+def _interrupted_rollout(fleet, args: list[str], hosts: list[str], release: Path,  # type: ignore[no-untyped-def]
+                         signum: int) -> tuple[int, str, str]:
+    """``patchkit apply dsv4-bf16-sizing --inventory INV ARGS --json``, signalled once one of
+    ``hosts`` reached its health check (which touches ``reached`` beside its tree and waits for
+    ``release``); (exit code, stdout, stderr). SIGINT goes to the process group, as a
+    terminal's Ctrl-C does; another signal to the controller alone (timeout(1), systemd)."""
+    proc = subprocess.Popen([str(fleet.bin / "patchkit"), "apply", "dsv4-bf16-sizing",
+                             "--inventory", str(fleet.inventory), *args, "--json"],
+                            env=fleet.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not any((fleet.node(h).workdir / "reached").exists() for h in hosts):
+            assert proc.poll() is None and time.monotonic() < deadline, "no host ran the check"
+            time.sleep(0.1)
+        if signum == signal.SIGINT:
+            os.killpg(proc.pid, signum)
+        else:
+            os.kill(proc.pid, signum)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        release.touch()  # the health loops end, if they still run
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return proc.returncode, out, err
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_an_interrupted_rollout_stops_ansible_and_names_the_hosts_left_unconfirmed(
         fleet, tmp_path: Path, signum: int) -> None:
@@ -490,27 +518,9 @@ def test_an_interrupted_rollout_stops_ansible_and_names_the_hosts_left_unconfirm
     release = tmp_path / "release"
     health = (f"touch {{{{ patchkit_target }}}}/../reached; "
               f"while [ ! -e {release} ]; do sleep 0.1; done")
-    proc = subprocess.Popen([str(fleet.bin / "patchkit"), "apply", "dsv4-bf16-sizing",
-                             "--inventory", str(fleet.inventory), "--limit", "h1",
-                             "--health-cmd", health, "--json"],
-                            env=fleet.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not (fleet.node("h1").workdir / "reached").exists():
-            assert proc.poll() is None and time.monotonic() < deadline, "h1 never ran the check"
-            time.sleep(0.1)
-        if signum == signal.SIGINT:
-            os.killpg(proc.pid, signum)  # a terminal's Ctrl-C: the whole foreground group
-        else:
-            os.kill(proc.pid, signum)  # timeout(1), systemd: the controller alone
-        out, err = proc.communicate(timeout=120)
-    finally:
-        release.touch()  # the health loop on h1 ends, if it is still running
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode == 128 + signum, (proc.returncode, out, err)
+    code, out, err = _interrupted_rollout(fleet, ["--limit", "h1", "--health-cmd", health],
+                                          ["h1"], release, signum)
+    assert code == 128 + signum, (code, out, err)
     assert _playbooks_of(fleet.inventory) == []
     data = json.loads(out)
     assert data["ok"] is False and data["error"]["type"] == "Terminated", data
@@ -536,24 +546,9 @@ def test_an_interrupt_in_a_later_wave_names_the_hosts_earlier_waves_changed(
     release = tmp_path / "release"
     health = ('if [ "{{ inventory_hostname }}" != h1 ]; then touch {{ patchkit_target }}/../reached; '
               f"while [ ! -e {release} ]; do sleep 0.1; done; fi")
-    proc = subprocess.Popen([str(fleet.bin / "patchkit"), "apply", "dsv4-bf16-sizing",
-                             "--inventory", str(fleet.inventory), "--waves", "1,100%",
-                             "--health-cmd", health, "--json"],
-                            env=fleet.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 180
-        while not any((fleet.node(h).workdir / "reached").exists() for h in ("h2", "h3")):
-            assert proc.poll() is None and time.monotonic() < deadline, "wave 2 never ran a check"
-            time.sleep(0.1)
-        os.kill(proc.pid, signal.SIGTERM)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        release.touch()
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode == 143, (out, err)
+    code, out, err = _interrupted_rollout(fleet, ["--waves", "1,100%", "--health-cmd", health],
+                                          ["h2", "h3"], release, signal.SIGTERM)
+    assert code == 143, (out, err)
     data = json.loads(out)
     said = data["error"]["message"]
     assert data["error"]["details"]["earlier"] == ["h1"], data["error"]

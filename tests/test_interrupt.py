@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from tests.fixtures.procs import alive
 from tests.fixtures.user_catalog import app_patch, app_tree, tree_digest, user_catalog
@@ -25,6 +26,22 @@ name = "takes a while"
 """
 
 
+def _signalled_once_marked(argv: list[str], mark: Path, signum: int, **popen: Any
+                           ) -> tuple[subprocess.Popen[str], str, str]:
+    """``argv`` in a session of its own, sent ``signum`` once its check wrote ``mark``; the
+    process, its stdout and stderr."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, **popen)
+    deadline = time.monotonic() + 60
+    while not (mark.exists() and mark.read_text()) and time.monotonic() < deadline \
+            and proc.poll() is None:
+        time.sleep(0.05)
+    assert mark.exists(), proc.communicate()
+    os.kill(proc.pid, signum)
+    out, err = proc.communicate(timeout=60)
+    return proc, out, err
+
+
 def test_ctrl_c_during_a_verification_says_what_it_left(tmp_path: Path) -> None:
     tree = app_tree(tmp_path / "tree")
     mark = tmp_path / "check.pid"
@@ -32,17 +49,9 @@ def test_ctrl_c_during_a_verification_says_what_it_left(tmp_path: Path) -> None:
     run = [sys.executable, "-m", "patchkit"]
     before = tree_digest(tree)
 
-    proc = subprocess.Popen([*run, "--catalog", str(catalog), "apply", "slow", "--root",
-                             f"tree={tree}", "--python", sys.executable, "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)  # SIGINT not ignored, as at a terminal
-    deadline = time.monotonic() + 60
-    while not (mark.exists() and mark.read_text()) and time.monotonic() < deadline \
-            and proc.poll() is None:
-        time.sleep(0.05)
-    assert mark.exists(), proc.communicate()
-    os.kill(proc.pid, signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    proc, out, err = _signalled_once_marked(
+        [*run, "--catalog", str(catalog), "apply", "slow", "--root", f"tree={tree}", "--python",
+         sys.executable, "--json"], mark, signal.SIGINT)  # SIGINT not ignored, as at a terminal
 
     assert proc.returncode == 130, out + err
     said = "interrupted by SIGINT; nothing it wrote is left half-done"
@@ -80,15 +89,7 @@ def test_ctrl_c_during_a_verify_says_it_wrote_nothing(tmp_path: Path) -> None:
                          (["verify", *where], signal.SIGINT), (["verify", *where], signal.SIGTERM)):
         mark.unlink(missing_ok=True)
         before = tree_digest(tree)
-        proc = subprocess.Popen([*run, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, start_new_session=True)
-        deadline = time.monotonic() + 60
-        while not (mark.exists() and mark.read_text()) and time.monotonic() < deadline \
-                and proc.poll() is None:
-            time.sleep(0.05)
-        assert mark.exists(), proc.communicate()
-        os.kill(proc.pid, signum)
-        out, err = proc.communicate(timeout=60)
+        proc, out, err = _signalled_once_marked([*run, *argv], mark, signum)
         assert proc.returncode == 128 + signum, out + err
         said = ("interrupted by SIGINT" if signum == signal.SIGINT else "terminated by SIGTERM") \
             + "; it writes nothing to the target, which is as it was"
@@ -139,16 +140,8 @@ def test_a_signal_ignored_when_patchkit_starts_stays_ignored(tmp_path: Path) -> 
     def nohup() -> None:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
-    proc = subprocess.Popen([sys.executable, "-m", "patchkit", "--catalog", str(catalog), "apply",
-                             "brief", "--root", f"tree={tree}", "--python", sys.executable],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, preexec_fn=nohup)
-    deadline = time.monotonic() + 60
-    while not (mark.exists() and mark.read_text()) and time.monotonic() < deadline \
-            and proc.poll() is None:
-        time.sleep(0.05)
-    assert mark.exists(), proc.communicate()
-    os.kill(proc.pid, signal.SIGHUP)
-    out, err = proc.communicate(timeout=60)
+    proc, out, err = _signalled_once_marked(
+        [sys.executable, "-m", "patchkit", "--catalog", str(catalog), "apply", "brief", "--root",
+         f"tree={tree}", "--python", sys.executable], mark, signal.SIGHUP, preexec_fn=nohup)
     assert proc.returncode == 0, out + err
     assert "applied brief" in out and (tree / "app.py").read_text().endswith("value = 2\n")

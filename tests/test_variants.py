@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -180,6 +181,31 @@ def test_a_fix_upstream_in_0523_is_not_applied_there_and_stays_on_0522(
     assert states(catalog, old)[INDEX_K] == ("applied", 3)
 
 
+def _took(releases: UpstreamRepo, cat: Path) -> tuple[str, Callable[[str], bytes]]:
+    """A catalog at ``cat`` of one fix, ``took``, on 0.5.21: SGLang's own 0.5.21 -> 0.5.22
+    change to the .py file it changed least; that file's path and its bytes at a tag."""
+    from patchkit.catalog.series import diff_files
+
+    git_dir = str(releases.git_dir)
+    rows = subprocess.run(["git", "--git-dir", git_dir, "diff", "--numstat", "--diff-filter=M",
+                           "v0.5.21", "v0.5.22", "--", "python/sglang/srt"], check=True,
+                          capture_output=True, text=True).stdout.splitlines()
+    rel = min((int(a) + int(r), p) for a, r, p in (row.split("\t") for row in rows)
+              if p.endswith(".py") and a != "-")[1]
+
+    def blob(tag: str) -> bytes:
+        return subprocess.run(["git", "--git-dir", git_dir, "show", f"{tag}:{rel}"], check=True,
+                              capture_output=True).stdout
+    (cat / "patches" / "took").mkdir(parents=True)
+    (cat / "patches" / "took" / "0001-took.patch").write_text(
+        diff_files(blob("v0.5.21"), blob("v0.5.22"), rel))
+    (cat / "manifests").mkdir()
+    (cat / "manifests" / "took.toml").write_text(new_manifest_text(
+        "took", "what 0.5.22 took", "0.5.21", [("0001-took.patch", "sglang")], "why",
+        date="2026-11-01"))
+    return rel, blob
+
+
 def test_a_host_upgraded_to_the_release_that_took_its_fix_is_told_so_and_sync_forgets_it(
         three_releases: UpstreamRepo, tmp_path: Path) -> None:
     """A fix that is SGLang's own 0.5.21 -> 0.5.22 change to a file, applied on 0.5.21 and
@@ -189,25 +215,10 @@ def test_a_host_upgraded_to_the_release_that_took_its_fix_is_told_so_and_sync_fo
     sync said `already-applied`, and rollback would have written 0.5.21's bytes into 0.5.22.
     Now: status says not needed and that sync forgets the record; rollback refuses (the
     release's own change); sync forgets the record, writing nothing."""
-    from patchkit.catalog.series import diff_files
     from patchkit.errors import PreconditionFailed
 
-    git_dir = Path(three_releases.git_dir)
-    rows = subprocess.run(["git", "--git-dir", str(git_dir), "diff", "--numstat", "--diff-filter=M",
-                           "v0.5.21", "v0.5.22", "--", "python/sglang/srt"], check=True,
-                          capture_output=True, text=True).stdout.splitlines()
-    rel = min((int(a) + int(r), p) for a, r, p in (row.split("\t") for row in rows)
-              if p.endswith(".py") and a != "-")[1]
-    blob = lambda tag: subprocess.run(["git", "--git-dir", str(git_dir), "show", f"{tag}:{rel}"],  # noqa: E731
-                                      check=True, capture_output=True).stdout
     cat = tmp_path / "cat"
-    (cat / "patches" / "took").mkdir(parents=True)
-    (cat / "patches" / "took" / "0001-took.patch").write_bytes(
-        diff_files(blob("v0.5.21"), blob("v0.5.22"), rel).encode())
-    (cat / "manifests").mkdir()
-    (cat / "manifests" / "took.toml").write_text(new_manifest_text(
-        "took", "what 0.5.22 took", "0.5.21", [("0001-took.patch", "sglang")], "why",
-        date="2026-11-01"))
+    rel, blob = _took(three_releases, cat)
     tree = checkout(three_releases, "0.5.21", tmp_path / "t")
     assert api.apply(Catalog.open(cat), local(tree), ["took"]).fixes[0].outcome == "applied"
     assert edit.set_upstream(cat / "manifests" / "took.toml", "0.5.22")
@@ -244,22 +255,8 @@ def test_a_rebase_onto_a_later_release_leaves_an_upstream_mark_as_it_is(
     """A fix marked upstream since 0.5.22, rebased with the rest onto 0.5.23: the rebase found
     it upstream again and moved the mark to 0.5.23, so hosts on 0.5.22 needed it again. It is
     not needed on 0.5.23 already, so nothing is rebased, and the mark stays."""
-    from patchkit.catalog.series import diff_files
-
-    git_dir = Path(three_releases.git_dir)
-    rows = subprocess.run(["git", "--git-dir", str(git_dir), "diff", "--numstat", "--diff-filter=M",
-                           "v0.5.21", "v0.5.22", "--", "python/sglang/srt"], check=True,
-                          capture_output=True, text=True).stdout.splitlines()
-    rel = min((int(a) + int(r), p) for a, r, p in (row.split("\t") for row in rows)
-              if p.endswith(".py") and a != "-")[1]
-    blob = lambda tag: subprocess.run(["git", "--git-dir", str(git_dir), "show", f"{tag}:{rel}"],  # noqa: E731
-                                      check=True, capture_output=True).stdout
     cat = tmp_path / "cat"
-    (cat / "patches" / "took").mkdir(parents=True)
-    (cat / "patches" / "took" / "0001-took.patch").write_text(diff_files(blob("v0.5.21"), blob("v0.5.22"), rel))
-    (cat / "manifests").mkdir()
-    (cat / "manifests" / "took.toml").write_text(new_manifest_text(
-        "took", "what 0.5.22 took", "0.5.21", [("0001-took.patch", "sglang")], "why", date="2026-11-01"))
+    _took(three_releases, cat)
     assert edit.set_upstream(cat / "manifests" / "took.toml", "0.5.22")
     before = (cat / "manifests" / "took.toml").read_bytes()
     report = rebase.start(Catalog.open(cat), "0.5.23", upstream=three_releases)

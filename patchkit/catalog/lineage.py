@@ -12,7 +12,7 @@ from .. import gitrepo
 from . import BrokenFix, Catalog
 from ..engine.contract import RECORDED
 from ..errors import ManifestError
-from .manifest import declared_versions, version_and_patches
+from .manifest import declared_versions
 from .model import Fix, thaw
 
 #: Version of the ``--json`` document (docs/lineage.md).
@@ -341,10 +341,11 @@ def _catalog_history(catalog: Catalog, fixes: Sequence[Fix]
             # the variants the commit's own manifest declares, by the folder of their series:
             # a refreshed variant's older version keeps the commits that wrote it
             declared = declared_versions(text)
+            declared_top = next((v for v, (folder, _files) in declared.items() if not folder), None)
             wrote = {v for v, (folder, _files) in declared.items() if folder and any(
                 p.startswith(f"{prefix}patches/{name}/{folder}/") for p in c.files)}
-            out[name].append((CatalogCommit(c.sha, c.date, c.subject),
-                              version_and_patches(text)[0], tuple(sorted(wrote))))
+            out[name].append((CatalogCommit(c.sha, c.date, c.subject), declared_top,
+                              tuple(sorted(wrote))))
     return out
 
 

@@ -396,6 +396,10 @@ def version_and_patches(text: str) -> tuple[int | None, list[str]]:
         data = loads(Path("manifest.toml"), text)
     except ManifestError:  # any broken old text just has no version
         return None, []
+    return _version_and_files(data)
+
+
+def _version_and_files(data: dict[str, Any]) -> tuple[int | None, list[str]]:
     version, patches = data.get("version"), data.get("patches")
     patches = patches if isinstance(patches, list) else []
     files = [p.get("file") for p in patches if isinstance(p, dict)]
@@ -407,12 +411,12 @@ def declared_versions(text: str) -> dict[int, tuple[str, list[str]]]:
     entry's, with the folder of its series under ``patches/<fix>/`` ("" for the top level;
     a variant's ``dir``, else its ``base_release``) and its ``[[patches]].file`` names;
     unvalidated, as :func:`version_and_patches` (an old version need not be valid today)."""
-    top, files = version_and_patches(text)
-    out: dict[int, tuple[str, list[str]]] = {} if top is None else {top: ("", files)}
     try:
         data = loads(Path("manifest.toml"), text)
     except ManifestError:
-        return out
+        return {}
+    top, files = _version_and_files(data)
+    out: dict[int, tuple[str, list[str]]] = {} if top is None else {top: ("", files)}
     variants = data.get("variants")
     for v in variants if isinstance(variants, list) else ():
         if not isinstance(v, dict) or not isinstance(v.get("version"), int):

@@ -287,6 +287,11 @@ class Fix(Record):
         served.update((r, v.version) for v in self.variants for r in v.releases)
         return served
 
+    @property
+    def variants_said(self) -> str:
+        """Its ``[[variants]]`` as messages name them: ``v3 for 0.5.22; v5 for 0.5.21``."""
+        return "; ".join(f"v{v.version} for {', '.join(v.releases)}" for v in self.variants)
+
     def variant_label(self) -> str:
         """How people name this version: ``v3 (0.5.22)``."""
         releases = ", ".join(self.upstream.releases)

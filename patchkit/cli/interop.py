@@ -102,11 +102,11 @@ def _variants_replaced(catalog: Catalog, taken: dict[str, str]) -> dict[str, str
     out = {}
     for name in taken:
         try:
-            variants = catalog.get(name).variants
+            said = catalog.get(name).variants_said
         except PatchkitError:
             continue
-        if variants:
-            out[name] = "; ".join(f"v{v.version} for {', '.join(v.releases)}" for v in variants)
+        if said:
+            out[name] = said
     return out
 
 

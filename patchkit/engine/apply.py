@@ -111,11 +111,9 @@ def _sort_out(req: Request, state: State, lost: Dict[str, str], lost_records: Di
         elif rec is None:
             todo.append(spec)
         elif int(rec.version or 0) == spec.version:
-            from .observe import drift_todo, drifted_files, series_changed, series_patches
+            from .observe import drift_todo, drifted_files, refuse_changed_series
 
-            changed = series_changed(spec, rec)  # the catalog's version is what was applied?
-            if changed is not None:
-                raise VersionMismatch(changed, fix=spec.name, patches=series_patches(spec, rec))
+            refuse_changed_series(spec, rec)  # the catalog's version is what was applied?
 
             drifted = drifted_files(req.roots, state, rec)
             outcomes[spec.name] = {"name": spec.name, "version": spec.version, "outcome": "already-applied",

@@ -79,24 +79,27 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
                                      underneath=_underneath(ws, out))}
 
 
-def series_changed(spec: FixSpec, rec: FixRecord) -> Optional[str]:
-    """Why the catalog's version of a fix is not what the target applied as that version (its
-    patches changed since, without a version bump: the record names each patch's sha256), or
-    None. A status does not ask (it reads no series); apply, sync and verify refuse it: the
-    host runs another change than the catalog's, and only a new version can tell them apart
-    (docs/manifest.md, "Versions")."""
+def refuse_changed_series(spec: FixSpec, rec: FixRecord) -> None:
+    """Refuse the catalog's version of a fix that is not what the target applied as that
+    version: its patches changed since, without a version bump (the record names each
+    patch's sha256). A status does not ask (it reads no series); apply, sync and verify
+    refuse: the host runs another change than the catalog's, and only a new version can tell
+    them apart (docs/manifest.md, "Versions")."""
     if spec.recorded_only or rec.version != spec.version or not rec.patches:
-        return None
-    changed = series_patches(spec, rec)
-    if not changed:
-        return None
-    return ("fix %s v%s applied here is not the catalog's v%s: its series changed since, without "
-            "a version bump (%s); give the changed series a version of its own (in its manifest, "
-            "the `version` of the entry holding that series, the top level's or the [[variants]] "
-            "entry serving the release the target runs, above every version the fix has, and a "
-            "[[changelog]] entry for it; not patchkit refresh, which takes the series from a "
-            "checkout again, over the edit), then patchkit apply %s upgrades it"
-            % (spec.name, rec.version, spec.version, ", ".join(changed), spec.name))
+        return
+    applied = {str(p.get("file")): p.get("sha256") for p in rec.patches}
+    now = {str(p.get("file")): p.get("sha256") for p in spec.patches}
+    changed = sorted(f for f in {*applied, *now} if applied.get(f) != now.get(f))
+    if changed:
+        raise VersionMismatch(
+            "fix %s v%s applied here is not the catalog's v%s: its series changed since, "
+            "without a version bump (%s); give the changed series a version of its own (in its "
+            "manifest, the `version` of the entry holding that series, the top level's or the "
+            "[[variants]] entry serving the release the target runs, above every version the "
+            "fix has, and a [[changelog]] entry for it; not patchkit refresh, which takes the "
+            "series from a checkout again, over the edit), then patchkit apply %s upgrades it"
+            % (spec.name, rec.version, spec.version, ", ".join(changed), spec.name),
+            fix=spec.name, patches=changed)
 
 
 def _underneath(ws: Workspace, entries: List[Dict[str, Any]]) -> Dict[Key, str]:
@@ -109,13 +112,6 @@ def _underneath(ws: Workspace, entries: List[Dict[str, Any]]) -> Dict[Key, str]:
                 root = ws.roots.get(f["root"])
                 out[(f["root"], f["path"])] = os.path.join(root.path, root.mapped(f["path"]))
     return out
-
-
-def series_patches(spec: FixSpec, rec: FixRecord) -> List[str]:
-    """The patch files :func:`series_changed` names, for an error's details."""
-    applied = {str(p.get("file")): p.get("sha256") for p in rec.patches}
-    now = {str(p.get("file")): p.get("sha256") for p in spec.patches}
-    return sorted(f for f in {*applied, *now} if applied.get(f) != now.get(f))
 
 
 def held_upstream(spec: FixSpec, rec: FixRecord, outcome: str = "") -> str:
@@ -526,9 +522,7 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
         # An older version than the catalog's (a refresh since): the catalog's checks are for
         # its own change and the applied version's are not in it, so its record is what it has.
         by_record = spec.recorded_only or _older(spec, recorded)
-        changed = series_changed(spec, recorded[spec.name])
-        if changed is not None:  # the catalog's checks are for another change than the host's
-            raise VersionMismatch(changed, fix=spec.name, patches=series_patches(spec, recorded[spec.name]))
+        refuse_changed_series(spec, recorded[spec.name])  # else its checks are for another change
         first = drift_check(spec.name, drifted, state, req.roots, spec.recorded_only) if drifted else None
         if first is None and by_record:  # its record's check is all it has: listed
             first = {"kind": "drift", "name": "files as patchkit wrote them", "ok": True,

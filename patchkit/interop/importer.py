@@ -220,7 +220,7 @@ def _version(catalog: Catalog, fix: Planned, taken: dict[str, str]) -> tuple[int
         try:
             old = catalog.get(fix.name)
             replaced, above = old.version, old.next_version  # its variants' versions too
-            kept = "; ".join(f"v{v.version} for {', '.join(v.releases)}" for v in old.variants)
+            kept = old.variants_said
         except PatchkitError:  # a manifest of the user's own that does not load
             replaced, above, kept = 0, 1, ""
         if replaced:

@@ -45,7 +45,7 @@ def skip_reason(fix: Fix, release: str | None, inactive: bool = False,
     if drop_old and fix.variants:  # --drop-old retires variants only of the fixes it rebases
         kept = ("; --drop-old kept its variants (%s): it drops those of the fixes it rebases; "
                 "delete a [[variants]] entry and its folder by hand to retire it"
-                % ", ".join(f"v{v.version} for {', '.join(v.releases)}" for v in fix.variants))
+                % fix.variants_said)
     if release is not None and fix.not_needed_on(release):  # rebasing would move the mark on
         return (f"in upstream since {fix.upstream_since}, so not needed on {release}: nothing to "
                 f"rebase, and the mark stays (`patchkit upstream check {fix.name} --release "
