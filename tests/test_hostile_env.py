@@ -215,6 +215,34 @@ def test_directory_swapped_for_a_symlink_during_the_writes(case: Case, monkeypat
     assert not (case.root / ".patchkit/journal.json").exists()
 
 
+def test_a_directory_moved_out_of_the_root_and_linked_back_is_refused_mid_write(
+        case: Case, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The directory itself leaves the root while its files are written, a symlink to it put
+    in its place: the same directory, so its descriptor still opens it, but writing through
+    it would write outside the root. The held directory is checked against its path before
+    each file (not only when it is first opened): refused, and no file written out there."""
+    case.patch(many_files_patch(case.root).encode())
+    srt = case.root / "python/sglang/srt"
+    moved = case.outside / "srt"
+    seen = {"n": 0}
+    real_fault = faults.fault
+
+    def move(name: str) -> None:
+        real_fault(name)
+        if name == "write":
+            seen["n"] += 1
+            if seen["n"] == 3:
+                os.rename(srt, moved)
+                srt.symlink_to(moved, target_is_directory=True)
+
+    monkeypatch.setattr("patchkit.engine.txn.fault", move)
+    with pytest.raises(errors.UnsafePathError) as info:
+        case.apply()
+    assert "symlink" in str(info.value)
+    for i in range(2, 6):  # the files after the move were not written out there
+        assert (moved / ("m%d.py" % i)).read_bytes() == b"v = %d\n" % i
+
+
 # -- 5: .patchkit pointing elsewhere ------------------------------------------------------------
 
 
