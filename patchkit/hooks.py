@@ -276,14 +276,15 @@ def after_change(target: Any, changed: Sequence[str], *, after_cmd: str | None,
         with stopping_on_signals():
             return _after_change(target, changed, after_cmd, health_cmd, health, undo, ran, doing,
                                  _Limits(health_timeout, hold, op))
-    except (KeyboardInterrupt, Stop) as stop:
-        signum = getattr(stop, "signum", signal.SIGINT)
+    except (KeyboardInterrupt, Stop, Terminated) as stop:
+        if isinstance(stop, Terminated) and doing[0] != "undo":
+            raise  # said already (the undo's own interrupt is said below)
+        signum = getattr(stop, "signum", None) or (stop.details.get("signum") if isinstance(
+            stop, Terminated) else None) or signal.SIGINT
         name = signal.Signals(signum).name
-        undo_it = "to undo the change: patchkit undo"
+        undo_it, left = "to undo the change: patchkit undo", dict[str, str]()
         if doing[0] == "undo":
-            where = ("while the change (%s) was being undone after a failed check: the undo "
-                     "finished, or put back what it had written" % ", ".join(changed))
-            undo_it = "status shows which"
+            where, undo_it, left = _undo_interrupted(target, changed, doing, after_cmd)
         elif doing[0] == "after-cmd again":
             where = ("while --after-cmd ran again (%s): a check had failed and the change was "
                      "undone (%s put back as before)" % (doing[1], ", ".join(changed)))
@@ -294,7 +295,54 @@ def after_change(target: Any, changed: Sequence[str], *, after_cmd: str | None,
         raise Terminated(
             f"interrupted by {name} {where}. Check the server and run patchkit status on the "
             f"target; {undo_it}",
-            signal=name, signum=int(signum), after=AfterChange(tuple(ran)).to_json()) from None
+            signal=name, signum=int(signum), after=AfterChange(tuple(ran)).to_json(),
+            **left) from None
+
+
+def _last_change(target: Any) -> tuple[Any, Any, bool] | None:
+    """The transaction the target's state names, the journal a run left (None: none) and
+    whether an undo point for that transaction is kept; None where it is not known here (a
+    remote target: its state is on the host)."""
+    if getattr(target, "is_remote", False):
+        return None
+    from .engine.recovery import undo_point
+    from .engine.store import Store
+    from .targets import state_root_of
+
+    store = Store(target.roots[state_root_of(target.roots)])
+    try:
+        txn = store.read_state().txn
+        return txn, store.read_journal(), txn is not None and undo_point(store) == txn
+    except (PatchkitError, OSError):
+        return None
+
+
+def _undo_interrupted(target: Any, changed: Sequence[str], doing: list[str],
+                      after_cmd: str | None) -> tuple[str, str, dict[str, str]]:
+    """What an interrupt of a failed check's undo left, read from the target's state against
+    the transaction it named before the undo began (``doing[1]``): where it stopped, what to
+    run, and ``undo`` for the error's details (completed, not-completed, unknown)."""
+    fixes = ", ".join(changed)
+    where = "while the change (%s) was being undone after a failed check: " % fixes
+    now = _last_change(target)
+    if now is None or doing[1] == "":
+        return (where + "whether the undo completed is not known here", "if status shows the "
+                "change still there, take it out with patchkit undo", {"undo": "unknown"})
+    txn, journal, undoable = now
+    if txn != doing[1]:  # the undo reached its commit point: the state is the one before
+        rest = ("; the next patchkit run on the target finishes its bookkeeping" if journal
+                is not None else "")
+        again = ("--after-cmd was not run again: run it yourself, so the server loads the "
+                 "restored files" if after_cmd else "restart the server if it loaded the change")
+        return (where + "the undo completed, %s put back as before%s" % (fixes, rest), again,
+                {"undo": "completed"})
+    how = ("patchkit undo" if undoable else "patchkit rollback %s" % shlex.join(changed))
+    left = ("what it had written was put back" if journal is None else
+            "its journal is kept, and the next patchkit run on the target puts back what it had "
+            "written")
+    return (where + "the undo did not complete (%s), so the change stands (%s), unconfirmed "
+            "after the failed check" % (left, fixes), "take the change out with %s" % how,
+            {"undo": "not-completed"})
 
 
 @record_dataclass(frozen=True)
@@ -326,10 +374,13 @@ def _after_change(target: Any, changed: Sequence[str], after_cmd: str | None,
         if ran[-1].ok:
             continue
         failed = ran[-1]
-        doing[:] = ["undo", ""]
+        known = _last_change(target)  # the change's transaction: an interrupted undo is told by it
+        doing[:] = ["undo", "" if known is None or known[0] is None else known[0]]
         limits.readers(False)  # the undo writes: readers wait for it
         try:
             undone = undo()
+        except Terminated:  # a signal stopped the undo in the engine: said as an interrupt
+            raise
         except Exception as exc:  # the undo's own failure is said with the command's
             cause = exc.to_dict() if isinstance(exc, PatchkitError) else {
                 "type": type(exc).__name__, "message": str(exc)}

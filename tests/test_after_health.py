@@ -15,7 +15,7 @@ import socket
 import subprocess
 import threading
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -616,3 +616,91 @@ def test_a_hook_that_leaves_a_process_running_returns_when_its_shell_exits(
         for pid in (int(p) for p in (pids.read_text().split() if pids.exists() else ())):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def _held_python(tmp_path: Path, armed: Path, inside: Path) -> Path:
+    """A ``--python`` that, once ``armed`` exists, marks ``inside`` and waits before answering
+    the bytecode purge's question (``sys.pycache_prefix``): an undo after a failed check asks
+    it once its files are written, before its commit point."""
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\ncase \"$*\" in *pycache_prefix*) if [ -e {shlex.quote(str(armed))} ]; "
+                      f"then touch {shlex.quote(str(inside))}; sleep 60; fi;; esac\n"
+                      f"exec {shlex.quote(PY)} \"$@\"\n")
+    python.chmod(0o755)
+    return python
+
+
+def _signalled_when(proc: subprocess.Popen[str], ready: Any, signum: int) -> tuple[str, str]:
+    import time
+
+    deadline = time.monotonic() + 60
+    while not ready() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ready(), proc.communicate(timeout=60)
+    proc.send_signal(signum)
+    return proc.communicate(timeout=60)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_during_the_undo_of_a_failed_check_says_the_change_stands_and_what_to_run(
+        signum: int, tmp_path: Path) -> None:
+    """A signal while a failed health check's undo was writing exited 17, ChangeNotUndone,
+    whose message said both "the change stands" and "nothing it wrote is left half-done" (of
+    the undo), and offered a rollback. Now: the exit of an interrupt, and the message says the
+    undo did not complete, the change stands, and `patchkit undo` takes it out."""
+    import sys
+
+    roots = make_tree(tmp_path / "tree")
+    armed, inside = tmp_path / "armed", tmp_path / "in-undo"
+    python = _held_python(tmp_path, armed, inside)
+    where = ["--target", roots["sglang"], "--root", f"serve={roots['serve']}", "--python", str(python)]
+    applied_file = Path(roots["sglang"], POOL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "patchkit", "--catalog", str(SAMPLES / "catalog"), "apply",
+         "index-k-bytes", *where, "--json", "--health-cmd", f"touch {shlex.quote(str(armed))}; exit 1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    out, err = _signalled_when(proc, inside.exists, signum)
+    assert proc.returncode == 128 + signum, out + err
+    name = signal.Signals(signum).name
+    assert "the undo did not complete" in err and "the change stands (index-k-bytes)" in err, err
+    assert "half-done" not in err and "patchkit undo" in err, err
+    data = json.loads(out)
+    assert data["ok"] is False and data["error"]["type"] in ("Terminated", "Interrupted")
+    assert data["error"]["details"]["undo"] == "not-completed"
+    assert data["error"]["details"]["signal"] == name
+    armed.unlink()
+    assert _status(where)["index-k-bytes"] == "applied"
+    changed = applied_file.read_bytes()
+    code, out, err = cli(["--catalog", str(SAMPLES / "catalog"), "undo", *where])  # as it says
+    assert code == 0, out + err
+    assert applied_file.read_bytes() != changed
+    assert _status(where).get("index-k-bytes", "not-applied") == "not-applied"
+
+
+def test_a_signal_after_the_undo_of_a_failed_check_committed_says_the_undo_completed(
+        tmp_path: Path) -> None:
+    """A SIGTERM once the undo had committed (state.json written; its history line still to
+    be appended, here to a FIFO nobody reads) said the undo failed and the change stands."""
+    import sys
+
+    roots = make_tree(tmp_path / "tree")
+    where = _where("local", None, roots)  # type: ignore[arg-type]
+    state = Path(roots["sglang"], ".patchkit", "state.json")
+    history = state.with_name("history.jsonl")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "patchkit", "--catalog", str(SAMPLES / "catalog"), "apply",
+         "index-k-bytes", *where, "--json", "--health-cmd",
+         f"rm -f {shlex.quote(str(history))}; mkfifo {shlex.quote(str(history))}; exit 1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+
+    def undone() -> bool:  # the fifo is there and the state no longer records the fix
+        return history.is_fifo() and "index-k-bytes" not in state.read_text()
+
+    out, err = _signalled_when(proc, undone, signal.SIGTERM)
+    history.unlink()
+    assert proc.returncode == 143, out + err
+    assert "the undo completed" in err and "index-k-bytes put back as before" in err, err
+    assert "the change stands" not in err, err
+    data = json.loads(out)
+    assert data["error"]["type"] == "Terminated" and data["error"]["details"]["undo"] == "completed"
+    assert _status(where).get("index-k-bytes", "not-applied") == "not-applied"
