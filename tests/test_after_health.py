@@ -704,3 +704,41 @@ def test_a_signal_after_the_undo_of_a_failed_check_committed_says_the_undo_compl
     data = json.loads(out)
     assert data["error"]["type"] == "Terminated" and data["error"]["details"]["undo"] == "completed"
     assert _status(where).get("index-k-bytes", "not-applied") == "not-applied"
+
+
+@pytest.mark.parametrize("hooks", [["--after-cmd", "true", "--health-cmd", "true"], []],
+                         ids=["hooks", "no-hooks"])
+def test_a_signal_just_after_the_commit_point_says_the_change_is_complete_and_the_hooks_never_ran(
+        hooks: list[str], tmp_path: Path) -> None:
+    """A SIGTERM once state.json records the change (its history line still to be appended,
+    here to a FIFO nobody reads) said "the next patchkit run ... finishes or undoes it", not
+    that the change is complete, nor that --after-cmd and --health-cmd never ran."""
+    import sys
+
+    roots = make_tree(tmp_path / "tree")
+    where = _where("local", None, roots)  # type: ignore[arg-type]
+    base = ["--catalog", str(SAMPLES / "catalog")]
+    assert cli([*base, "apply", "index-k-bytes", *where])[0] == 0
+    assert cli([*base, "rollback", "index-k-bytes", *where])[0] == 0
+    state = Path(roots["sglang"], ".patchkit", "state.json")
+    history = state.with_name("history.jsonl")
+    kept = history.read_bytes()
+    history.unlink()
+    os.mkfifo(history)
+    proc = subprocess.Popen([sys.executable, "-m", "patchkit", *base, "apply", "index-k-bytes",
+                             *where, *hooks, "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    out, err = _signalled_when(proc, lambda: "index-k-bytes" in state.read_text(), signal.SIGTERM)
+    history.unlink()
+    history.write_bytes(kept)
+    assert proc.returncode == 143, out + err
+    assert "the change is complete" in err and "finishes or undoes" not in err, err
+    data = json.loads(out)
+    details = data["error"]["details"]
+    assert data["error"]["type"] == "Terminated" and details["committed"] is True
+    if hooks:
+        assert "--after-cmd and --health-cmd never ran" in err, err
+        assert details["hooks_not_run"] == ["--after-cmd", "--health-cmd"]
+    else:
+        assert "never ran" not in err and "hooks_not_run" not in details
+    assert _status(where)["index-k-bytes"] == "applied"

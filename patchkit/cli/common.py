@@ -36,6 +36,8 @@ class State:
         self.writes = False  # the engine run under way writes to the target (what Ctrl-C says)
         self.answered = False  # ... and its target answered it (a remote one: it ran there)
         self.leaves: str | None = None  # what an interrupt leaves, said by a command on no target
+        self.hooks: tuple[str, ...] = ()  # the hooks to run after the change (--after-cmd, ...)
+        self.committed = False  # the change is complete (the engine answered it so)
 
     def named(self, ctx: Any = None) -> dict[str, str | None]:
         """``op`` and ``target`` of a ``--json`` error: the command (from click's context of a
@@ -106,6 +108,10 @@ def run_op(state: State, where: dict[str, Any], doing: str, as_json: bool, call:
             Store.telling(progress.update):  # a wait for the target's lock is said, not silent
         result = call(state.catalog(), target, *args, lock_timeout=where["lock_timeout"], **options)
     state.answered = True
+    if state.writes and getattr(result, "ok", False):  # what an interrupt from here says
+        from ..hooks import changed_fixes
+
+        state.committed = bool(result.txn or changed_fixes(result))
     return result
 
 

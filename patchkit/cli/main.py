@@ -249,9 +249,22 @@ def _interrupted(state: State, signum: int) -> Terminated:
         from ..targets import state_root_of
 
         said += ("; %s. Run patchkit status to see the target"
-                 % left_behind(target.roots[state_root_of(target.roots)], state.writes))
+                 % left_behind(target.roots[state_root_of(target.roots)], state.writes,
+                               state.committed))
     return (Interrupted if signum == signal.SIGINT else Terminated)(
-        said, signal=name, signum=int(signum))
+        said, signal=name, signum=int(signum), **({"committed": True} if state.committed else {}))
+
+
+def _unhooked(err: Terminated, state: State) -> None:
+    """A signal after the change was complete and before its hooks began: say that they never
+    ran (the hooks' own interrupt says what they did, ``details.after``)."""
+    if not err.details.get("committed") or "after" in err.details or not state.hooks:
+        return
+    names = " and ".join(state.hooks)
+    err.message += (f". {names} never ran, so the change stands unconfirmed: run "
+                    f"{'them' if len(state.hooks) > 1 else 'it'} yourself, or take the change "
+                    "out with patchkit undo")
+    err.details["hooks_not_run"] = list(state.hooks)
 
 
 def _failed(err: PatchkitError, state: State, argv: list[str] | None,
@@ -260,6 +273,8 @@ def _failed(err: PatchkitError, state: State, argv: list[str] | None,
     with the note of this run's options when it suggests a command; its exit code."""
     from .render import print_json, render_error
 
+    if isinstance(err, Terminated):
+        _unhooked(err, state)
     given = _where_given(sys.argv[1:] if argv is None else argv) if _suggests(err) else []
     if state.json:
         result = getattr(err, "result", None)

@@ -108,6 +108,9 @@ def hooked(state: State, fleet: dict[str, Any], names: list[str], use_restarts: 
     checked = hooks.health_command(found["health_cmd"], timeout=health_timeout)  # bad input: before any write
     if single:
         fleet.update(after_cmd=None, health_cmd=None)
+        state.hooks = tuple(flag for flag, key in (("--restart" if use_restarts else "--after-cmd",
+                                                    "after_cmd"), ("--health-cmd", "health_cmd"))
+                            if found[key])
         return found
     fleet.update(after_cmd=found["after_cmd"], health_cmd=checked,
                  health_limit=hooks.health_limit(found["health_cmd"], health_timeout))

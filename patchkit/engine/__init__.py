@@ -63,7 +63,8 @@ def _run(request: Dict[str, Any]) -> Dict[str, Any]:
         # put back what it wrote (a fleet's wave host says which: refused, or rolled back)
         result["wrote"] = store is not None and store.wrote
     except Stop as stop:  # the transaction's own handler has put the files back by now
-        result["error"] = _terminated(request, stop.signum).to_dict()
+        result["error"] = _terminated(request, stop.signum,
+                                      store is not None and store.committed is not None).to_dict()
     except Exception as exc:  # a bug: report it with its traceback instead of crashing the client
         import traceback  # here: only a bug's report needs it
 
@@ -145,7 +146,9 @@ def _refuse_without_sglang(req: Any) -> None:
             raise TargetError(no_sglang(root.path, remedy), root=PRIMARY_ROOT, path=root.path)
 
 
-def _terminated(request: Any, signum: int = signal.SIGTERM) -> PatchkitError:
+def _terminated(request: Any, signum: int = signal.SIGTERM, committed: bool = False) -> PatchkitError:
+    """What a signal in the engine left; ``committed``: this run's transaction had reached its
+    commit point (the change is complete; details ``committed``)."""
     try:
         req = parse_request(request)
         state_root, writes = str(req.state_root.path), req.op in WRITES and not req.dry_run
@@ -153,22 +156,42 @@ def _terminated(request: Any, signum: int = signal.SIGTERM) -> PatchkitError:
         state_root, writes = None, True
     name = signal.Signals(signum).name
     return Terminated("terminated by %s; %s. Run patchkit status to see the target"
-                      % (name, left_behind(state_root, writes)), signal=name, signum=int(signum))
+                      % (name, left_behind(state_root, writes, committed)), signal=name,
+                      signum=int(signum), committed=committed or _committed_journal(state_root))
 
 
-def left_behind(state_root: Optional[str], writes: bool = True) -> str:
+def _committed_journal(state_root: Optional[str]) -> bool:
+    """Whether a journal in ``state_root`` is of a change that reached its commit point."""
+    if state_root is None:
+        return False
+    try:
+        store = Store(state_root)
+        journal = store.read_journal()
+        return journal is not None and store.read_state().txn == journal.txn
+    except (PatchkitError, OSError):
+        return False
+
+
+def left_behind(state_root: Optional[str], writes: bool = True, committed: bool = False) -> str:
     """What a run stopped by a signal left on the target whose state is in ``state_root``: put
-    back, or a journal the next run finishes or undoes (SIGTERM's message, and the CLI's on
-    Ctrl-C). ``writes``: the run was one that writes (an apply, rollback or undo, not a dry
-    run); one that only reads left the target as it was, unless a journal says otherwise (a
-    killed run's, which it was finishing)."""
+    back, a complete change (``committed``: the run's transaction reached its commit point, or
+    the journal left is of one that did), or a journal the next run finishes or undoes
+    (SIGTERM's message, and the CLI's on Ctrl-C). ``writes``: the run was one that writes (an
+    apply, rollback or undo, not a dry run); one that only reads left the target as it was,
+    unless a journal says otherwise (a killed run's, which it was finishing)."""
     journal = None
     if state_root is not None:
         try:
             store = Store(state_root)
             journal = store.read_journal()
+            committed = committed or (journal is not None and store.read_state().txn == journal.txn)
         except (PatchkitError, OSError):
             journal = None
+    if committed:
+        return ("the change is complete: it had reached its commit point (the target's state.json "
+                "records it) when the signal came%s" % (
+                    "" if journal is None else "; the next patchkit run on this target finishes "
+                    "its bookkeeping from the journal in %s" % store.path("journal.json")))
     if journal is None and not writes:
         return "it writes nothing to the target, which is as it was"
     if journal is None:

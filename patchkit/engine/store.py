@@ -50,6 +50,7 @@ class Store:
         self.undo_txn: Optional[str] = None  # this run's transaction, when it kept an undo point
         self.undoes: Optional[str] = None  # an undo's: the transaction it puts back (or would)
         self.wrote = False  # a transaction began writing the target (its failure undid that)
+        self.committed: Optional[str] = None  # a transaction of this run reached its commit point
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.dir, *parts)

@@ -212,6 +212,7 @@ class Transaction:
         state.txn = self.id
         self.store.write_state(state)
         self._committed = True
+        self.store.committed = self.id
         fault("cleanup")
         finish(self.store, self.journal, recovering=False)
         if self.keeps_undo_point and undo_point(self.store) == self.id:  # kept: say so
