@@ -1,4 +1,4 @@
-from patchkit.cli.main import entry
+from patchkit.cli import entry
 
 if __name__ == "__main__":
     entry()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import signal
 from contextlib import contextmanager
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, Iterator, List, Optional
 
 EXIT_OK = 0  # the exit codes, with what each guarantees: docs/cli.md
 EXIT_CHECK_FAILED = 1  # a precondition, verification or drift check failed
@@ -236,3 +236,37 @@ def _on_signal(signum: int, _frame: Any) -> None:
     for each in STOP_SIGNALS:  # a second signal must not stop the undo
         signal.signal(each, signal.SIG_IGN)
     raise Stop(signum)
+
+
+_HELD: List[int] = []  # signals that came before the CLI's block opened (hold_signals)
+
+
+def hold_signals() -> None:
+    """The ``patchkit`` program's first act: until the CLI's :func:`stopping_on_signals` opens
+    (imports take tens of milliseconds), SIGINT, SIGTERM, SIGHUP and SIGQUIT are kept, not
+    acted on, so a run stopped that early still says so (with ``--json``, as a JSON document);
+    :func:`take_held` gives the first back. A signal ignored when the program starts stays so."""
+    for signum in (signal.SIGINT, *STOP_SIGNALS):
+        if signal.getsignal(signum) is signal.SIG_IGN:
+            continue
+        try:
+            signal.signal(signum, _hold)
+        except (ValueError, OSError):  # not the main thread
+            return
+
+
+def _hold(signum: int, _frame: Any) -> None:
+    _HELD.append(signum)
+
+
+def take_held() -> Optional[int]:
+    """Inside the CLI's block: SIGINT raises ``KeyboardInterrupt`` again, and the first signal
+    :func:`hold_signals` kept, if any (the later ones ignored, as a second one is), is returned."""
+    if signal.getsignal(signal.SIGINT) is _hold:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if not _HELD:
+        return None
+    for each in STOP_SIGNALS:
+        if signal.getsignal(each) is not signal.SIG_IGN:
+            signal.signal(each, signal.SIG_IGN)
+    return _HELD[0]

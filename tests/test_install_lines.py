@@ -64,7 +64,7 @@ def ours(req: str) -> bool:
 def test_the_distribution_is_not_the_name_another_project_holds() -> None:
     assert DISTRIBUTION != "patchkit"
     text = (REPO / "pyproject.toml").read_text()
-    assert 'patchkit = "patchkit.cli.main:entry"' in text  # the command keeps its name
+    assert 'patchkit = "patchkit.cli:entry"' in text  # the command keeps its name
 
 
 def test_every_install_line_installs_our_distribution() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -145,3 +146,39 @@ def test_a_signal_ignored_when_patchkit_starts_stays_ignored(tmp_path: Path) -> 
          f"tree={tree}", "--python", sys.executable], mark, signal.SIGHUP, preexec_fn=nohup)
     assert proc.returncode == 0, out + err
     assert "applied brief" in out and (tree / "app.py").read_text().endswith("value = 2\n")
+
+
+def test_a_signal_in_the_first_moments_of_a_json_run_still_prints_its_json(tmp_path: Path) -> None:
+    """SIGTERM or SIGINT in the first ~0.1 s of a --json run printed no JSON: before the CLI
+    installed its handlers the run died of the signal (or printed a KeyboardInterrupt
+    traceback from patchkit's imports), and after, until click read --json, it said the error
+    on stderr only. Now, from patchkit's first line on, every such run prints its JSON
+    document; only a signal while the interpreter itself starts, and imports the patchkit
+    package, before the program's first line, ends it as it ends any program (docs/cli.md)."""
+    tree = app_tree(tmp_path / "tree")
+    catalog = user_catalog(tmp_path / "catalog", {"quick": (app_patch(), "")})
+    argv = [sys.executable, "-m", "patchkit", "--catalog", str(catalog), "apply", "quick",
+            "--dry-run", "--root", f"tree={tree}", "--json"]
+    seen = []
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        for step in range(16):
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            time.sleep(step * 0.01)
+            proc.send_signal(signum)
+            out, err = proc.communicate(timeout=60)
+            frames = re.findall(r'File "[^"]*/patchkit/([^"]+)"', err)
+            if not out and proc.returncode in (-signum, 1) and set(frames) <= {
+                    "__init__.py", "errors.py"}:  # the interpreter's start, importing patchkit
+                seen.append("before patchkit")
+                continue
+            assert out, (step, proc.returncode, err)
+            data = json.loads(out)  # a document, whatever moment the signal came
+            if data["ok"]:
+                assert proc.returncode == 0, err  # the signal came after the run
+                seen.append("after")
+                continue
+            assert proc.returncode == 128 + signum, (step, out, err)
+            assert data["op"] == "apply" and data["error"]["type"] in ("Terminated", "Interrupted")
+            assert data["error"]["message"] in err
+            seen.append("json")
+    assert "json" in seen, seen

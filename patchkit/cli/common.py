@@ -38,6 +38,7 @@ class State:
         self.leaves: str | None = None  # what an interrupt leaves, said by a command on no target
         self.hooks: tuple[str, ...] = ()  # the hooks to run after the change (--after-cmd, ...)
         self.committed = False  # the change is complete (the engine answered it so)
+        self.began = False  # the command's own function was called
 
     def named(self, ctx: Any = None) -> dict[str, str | None]:
         """``op`` and ``target`` of a ``--json`` error: the command (from click's context of a

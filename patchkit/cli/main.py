@@ -3,6 +3,7 @@ A command's module is imported only when that command runs."""
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import signal
@@ -14,7 +15,7 @@ import click
 
 from .. import __version__
 from ..errors import (EXIT_INTERNAL, EXIT_USAGE, Interrupted, PatchkitError, Stop, Terminated,
-                      stopping_on_signals)
+                      stopping_on_signals, take_held)
 from .common import State, suggests
 
 #: Command name -> the module under patchkit.cli that defines it, in the order --help lists them.
@@ -54,7 +55,29 @@ class LazyGroup(click.Group):
         module = COMMAND_MODULES.get(cmd_name)
         if module is None:
             return None
-        return next(c for c in import_module(f"{__package__}.{module}").COMMANDS if c.name == cmd_name)
+        return _beginning(next(c for c in import_module(f"{__package__}.{module}").COMMANDS
+                               if c.name == cmd_name))
+
+
+def _beginning(command: click.Command) -> click.Command:
+    """``command`` (each command of a group) marking the run's :class:`State` ``began`` when
+    its function is called, its options read: an interrupt before that read and wrote nothing."""
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _beginning(sub)
+        return command
+    callback = command.callback
+    if callback is None or getattr(callback, "marks_begun", False):
+        return command
+
+    @functools.wraps(callback)
+    def began(*args: Any, **kwargs: Any) -> Any:
+        click.get_current_context().ensure_object(State).began = True
+        return callback(*args, **kwargs)
+
+    began.marks_begun = True  # type: ignore[attr-defined]
+    command.callback = began
+    return command
 
 
 def _misplaced(exc: click.ClickException, args: list[str]) -> str | None:
@@ -153,7 +176,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         with stopping_on_signals():  # the command's, all of it (an ssh session's too)
             try:
-                code = _run(argv, state) or 0
+                code = _run(argv, state, take_held()) or 0
             except Stop as stop:  # while a failure was being said: as the shell would say it
                 code = 128 + stop.signum
         sys.exit(code)
@@ -240,7 +263,9 @@ def _interrupted(state: State, signum: int) -> Terminated:
     name = signal.Signals(signum).name
     said = "interrupted by SIGINT" if signum == signal.SIGINT else f"terminated by {name}"
     target = state.resolved()
-    if target is None:
+    if not state.began:
+        said += "; it stopped before the command began: nothing was read or written"
+    elif target is None:
         said += f"; {state.leaves}" if state.leaves else ""
     elif getattr(target, "is_remote", False):
         said += target.left_behind(state.writes, state.answered)  # type: ignore[attr-defined]
@@ -296,17 +321,25 @@ def _failed(err: PatchkitError, state: State, argv: list[str] | None,
     return err.exit_code
 
 
-def _run(argv: list[str] | None, state: State) -> int:
-    """The command's exit code; every error turned into its own (click's usage errors too)."""
+def _run(argv: list[str] | None, state: State, held: int | None = None) -> int:
+    """The command's exit code; every error turned into its own (click's usage errors too).
+    ``held``: a signal that came before the CLI could act on it (``errors.hold_signals``)."""
     try:
+        if held is not None:
+            raise Stop(held)
         return cli.main(args=argv, prog_name="patchkit", standalone_mode=False, obj=state)
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except (click.Abort, Stop) as stop:  # Ctrl-C, a signal (the hooks, which say more, and
         # an ssh session past the go-ahead end as a PatchkitError)
         target = state.resolved()
+        args = sys.argv[1:] if argv is None else argv
+        if not state.json and "--json" in (args[:args.index("--")] if "--" in args else args):
+            state.json = True  # stopped before --json was read: its object all the same
+        named = {"op": state.op or _command_named(args),
+                 "target": target.description if target else state.target_given or _target_given(args)}
         return _failed(_interrupted(state, getattr(stop, "signum", signal.SIGINT)), state, argv,
-                       {"target": target.description} if target else {})
+                       named)
     except click.ClickException as exc:
         code = EXIT_USAGE if exc.exit_code == 2 else exc.exit_code
         args = sys.argv[1:] if argv is None else argv  # the line click refused: --json before any --?
