@@ -236,3 +236,18 @@ def test_piped_diff_keeps_a_300_character_line_whole(tmp_path: Path,
     patchkit("refresh", "myfix", "--from", str(src))
     diff = patchkit("diff", "myfix", "--versions", "1", "2").stdout
     assert any(line.endswith(long_line) for line in diff.splitlines()), diff
+
+
+def test_every_json_object_names_its_command_as_op() -> None:
+    """`show --json` and `log --json` had no `op`, where every other command's object has one."""
+    from tests.test_remote import SAMPLES, cli
+
+    for args, op in ((["show", "index-k-bytes"], "show"), (["log"], "log"),
+                     (["upstream", "list"], None)):
+        code, out, err = cli(["--catalog", str(SAMPLES / "catalog"), *args, "--json"])
+        assert code == 0, out + err
+        data = json.loads(out)
+        if op is None:  # a list: no object to carry it
+            assert isinstance(data, list)
+        else:
+            assert data["op"] == op and data["ok"] is True, sorted(data)

@@ -100,7 +100,7 @@ def test_shipped_log_json_matches_the_expected_file() -> None:
     regenerate_samples()
     expected = json.loads((SAMPLES / "log" / "shipped.json").read_text())
     data = json.loads(log_cli("--no-history", "--json").output)
-    assert data == {"ok": True, **expected}  # the library's lineage, and the CLI's ok
+    assert data == {"ok": True, "op": "log", **expected}  # the library's lineage, the CLI's ok and op
     assert data["order"] == list(SEED_ORDER) and data["history"] is False
 
 

@@ -154,9 +154,17 @@ class _Quiet:
 def print_json(data: Any) -> None:
     """One JSON document on stdout. An object says whether the command ran (docs/cli.md,
     ``--json``): one that does not say is a success's, ``"ok": true``; a failure's says
-    ``"ok": false`` with its ``error``."""
+    ``"ok": false`` with its ``error``; and which command it is, ``op``, where it does not say."""
     if isinstance(data, dict) and "ok" not in data:
         data = {"ok": True, **data}
+    if isinstance(data, dict) and "op" not in data:  # every object names its command
+        import click
+
+        from .common import State
+
+        ctx = click.get_current_context(silent=True)
+        state = ctx.find_object(State) if ctx is not None else None
+        data = {"op": state.op if state is not None else None, **data}
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
 
 
