@@ -702,3 +702,70 @@ def test_a_bumped_manifest_keeps_its_comments_in_line_and_its_tables_apart(tmp_p
     edit.bump_manifest(path, version=13, changelog_summary="More.", date="2026-11-03",
                        releases=["0.5.3", "0.5.22", "0.5.23"])
     assert 'releases = ["0.5.3", "0.5.22", "0.5.23"] # releases' in path.read_text()
+
+
+def _unspaced_headers(text: str) -> list[str]:
+    """The table headers of ``text`` not set apart as a hand-written manifest sets them: one
+    blank line above (comments introducing the table may sit between), never two."""
+    lines = text.split("\n")
+    bad = []
+    for n, line in enumerate(lines):
+        if not line.startswith("[") or n == 0:
+            continue
+        above = n - 1
+        while above > 0 and lines[above].startswith("#"):
+            above -= 1
+        if lines[above] != "" or (above > 0 and lines[above - 1] == ""):
+            bad.append(f"{n + 1}: {line}")
+    return bad + (["end: not one newline"] if not text.endswith("\n") or text.endswith("\n\n") else [])
+
+
+def test_tables_an_edit_writes_are_set_apart_by_one_blank_line(tmp_path: Path) -> None:
+    """A backport's new [[variants]] after a variant ending in [[variants.verification]] ran
+    into it, a refresh's new [[patches]] ran into the [[preconditions]] after them, and a
+    first variant or kept old version came two blank lines under the changelog (a new-user
+    trial): every table header an edit writes has one blank line above it, like the rest."""
+    from patchkit.catalog import edit
+
+    repo = Path(__file__).resolve().parent.parent
+    name, patch = "dsv4-bf16-sizing", "0001-count-bf16-index-k-bytes.patch"
+
+    def fresh() -> Path:
+        shutil.rmtree(tmp_path / "cat", ignore_errors=True)
+        for part in ("manifests", "patches"):
+            shutil.copytree(repo / part, tmp_path / "cat" / part)
+        return tmp_path / "cat" / "manifests" / f"{name}.toml"
+
+    def folder(path: Path, dir: str) -> None:
+        (path.parent.parent / "patches" / name / dir).mkdir()
+        shutil.copy(path.parent.parent / "patches" / name / patch,
+                    path.parent.parent / "patches" / name / dir)
+
+    path = fresh()
+    assert _unspaced_headers(path.read_text()) == []
+    folder(path, "0.5.21")
+    edit.add_variant(path, version=5, base_release="0.5.21", variant_dir="0.5.21",
+                     patches=[(patch, "sglang")], changelog_summary="Backport.",
+                     date="2026-12-02", checks_from="0.5.22")
+    assert _unspaced_headers(path.read_text()) == [], path.read_text()
+    edit.add_variant_release(path, "0.5.22", "0.5.20")
+    folder(path, "v3")
+    edit.bump_variant(path, "0.5.22", version=6, changelog_summary="Split.", date="2026-12-03",
+                      split=("0.5.20", "v3"))
+    assert _unspaced_headers(path.read_text()) == [], path.read_text()
+    edit.bump_manifest(path, version=7, changelog_summary="Refresh.", date="2026-12-04",
+                       patches=[(patch, "sglang", "d")])
+    assert _unspaced_headers(path.read_text()) == [], path.read_text()
+    assert load_manifest(path).version == 7
+
+    path = fresh()
+    (path.parent.parent / "patches" / name / "0.5.22").rename(path.parent.parent / "patches" / name / "old")
+    path.write_text(path.read_text().split("\n[[variants]]")[0] + "\n")  # no variant yet
+    edit.bump_manifest(path, version=5, changelog_summary="Onto 0.5.24.", date="2026-12-02",
+                       base_release="0.5.24", keep_as="old")
+    assert _unspaced_headers(path.read_text()) == [], path.read_text()
+    folder(path, "0.5.21")
+    path.write_text(path.read_text().split("\n[[variants]]")[0] + "\n")
+    edit.add_variant(path, version=6, base_release="0.5.21", variant_dir="0.5.21",
+                     patches=[(patch, "sglang")], changelog_summary="Backport.", date="2026-12-03")
+    assert _unspaced_headers(path.read_text()) == [], path.read_text()

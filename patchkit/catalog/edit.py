@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import tomlkit
+from tomlkit.items import AoT, Table
 
 from .manifest import build_fix
 from .model import MANIFEST_FORMAT, PLACEHOLDER, Fix
@@ -273,7 +274,6 @@ def add_variant(path: Path | str, *, version: int, base_release: str, variant_di
     else:
         aot = tomlkit.aot()
         aot.append(table)
-        doc.add(tomlkit.nl())
         doc.add("variants", aot)
     _add_changelog(doc, version, date, base_release, changelog_summary)
     _save(ctx, doc, current)
@@ -311,20 +311,13 @@ def _set(table: Any, key: str, value: Any) -> None:
 
 
 def _add_changelog(doc: Any, version: int, date: str, base_release: str, summary: str) -> None:
-    """Append the ``[[changelog]]`` entry of ``version``, a blank line before it (and after it,
-    when tables follow the changelog)."""
+    """Append the ``[[changelog]]`` entry of ``version``."""
     entry = tomlkit.table()
     entry.update({"version": version, "date": date, "base_release": base_release,
                   "summary": summary})
-    if "changelog" in doc and list(doc.keys())[-1] != "changelog":
-        entry.add(tomlkit.nl())
     if "changelog" not in doc:
-        doc.add(tomlkit.nl())
         doc.add("changelog", tomlkit.aot())
-    aot = doc["changelog"]
-    if len(aot) and not aot[-1].as_string().endswith("\n\n"):
-        aot[-1].add(tomlkit.nl())  # a blank line before the new [[changelog]], as above it
-    aot.append(entry)
+    doc["changelog"].append(entry)
 
 
 def variant_dir(fix: Fix, base_release: str) -> str:
@@ -360,7 +353,6 @@ def _rework_variants(doc: Any, current: Fix, serves: list[str], keep_as: str | N
             table = tomlkit.table()
             table.update(entry)
             aot.append(table)
-        doc.add(tomlkit.nl())
         doc.add("variants", aot)
 
 
@@ -417,9 +409,40 @@ def _open(path: Path) -> tuple[Ctx, Any, Fix]:
     return ctx, doc, build_fix(ctx, doc.unwrap(), path.parent.parent / "patches" / path.stem)
 
 
+def _spaced(container: Any) -> None:
+    """A blank line between each table of ``container`` (and of the tables in it) and the
+    table header that follows, as in a hand-written manifest: tomlkit writes a table appended
+    to an array of tables read from the file, or put in place of one, right under the line
+    above. Comments right above a header (they introduce it) stay there, under the blank."""
+    order = []
+    for _key, item in container.body:
+        tables = list(item) if isinstance(item, AoT) else [item] if isinstance(item, Table) else []
+        order += [(True, t) for t in tables] or [(False, item)]
+    for i, (is_table, table) in enumerate(order):
+        if not is_table:
+            continue
+        _spaced(table.value)
+        gap = ""
+        for later_is_table, later in order[i + 1:]:
+            if later_is_table:
+                if not _ends_in_break(table.as_string() + gap + later.trivia.indent):
+                    table.add(tomlkit.nl())
+                break
+            gap += later.as_string()
+
+
+def _ends_in_break(text: str) -> bool:
+    """``text`` ends with a blank line, or with comment lines under one."""
+    lines = text.split("\n")[:-1]
+    while lines and lines[-1].lstrip().startswith("#"):
+        lines.pop()
+    return not lines or not lines[-1].strip()
+
+
 def _save(ctx: Ctx, doc: Any, current: Fix) -> None:
     """Write the edited ``doc`` over its file, atomically, once it validates."""
-    path, text = ctx.path, tomlkit.dumps(doc)
+    _spaced(doc)
+    path, text = ctx.path, tomlkit.dumps(doc).rstrip("\n") + "\n"
     build_fix(ctx, loads(path, text), current.patch_dir)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
     try:
