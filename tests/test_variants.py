@@ -969,3 +969,22 @@ def test_a_refresh_of_a_variant_serving_two_releases_keeps_the_old_one_for_the_o
         fresh = checkout(three_releases, release, tmp_path / f"fresh-{release}")
         api.apply(Catalog.open(dest), local(fresh), ["c-note"])
         assert said in (fresh / module).read_text()
+
+
+def test_upstream_check_judges_a_release_a_variant_serves_against_that_variant(
+        three_releases: UpstreamRepo) -> None:
+    """The shipped fixes are based on 0.5.23 with a 0.5.22 variant: `upstream check --release
+    0.5.22` called 0.5.22 "older than its base release 0.5.23" and did not ask it (a new-user
+    trial). The variant serving 0.5.22 is what that release is asked about; a release older
+    than every version of the fix is still not asked, and says so."""
+    from patchkit.rebase.contains import check
+
+    shipped = Catalog(REPO)
+    said = {v.fix: v for v in check(shipped, [INDEX_K, SIZING], "0.5.22", upstream=three_releases)}
+    for name in (INDEX_K, SIZING):
+        verdict = said[name]
+        assert verdict.verdict == "not-contained", verdict
+        assert "older than" not in verdict.detail and "variant v3 (based on 0.5.22)" in verdict.detail
+    older = check(shipped, [SIZING], "0.5.21", upstream=three_releases)[0]
+    assert older.verdict == "not-applicable", older
+    assert "0.5.21 is older than every version of the fix (the oldest based on 0.5.22)" in older.detail

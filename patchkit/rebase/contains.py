@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from .. import gitrepo
@@ -93,8 +93,10 @@ def check(catalog: Catalog, fixes: Sequence[str | Fix], release: str, *,
     verdicts: dict[str, Verdict] = {}
     subjects: list[_Subject] = []
     bases: dict[str, str | None] = {}
-    for fix in found:
-        why = _not_applicable(fix) or _older(release, fix.upstream.base_release)
+    tops = {f.name: f for f in found}
+    for top in found:
+        fix = judged(top, release)  # a variant serving the release, say, not the top level
+        why = _not_applicable(fix) or _older(release, top)
         if why:
             verdicts[fix.name] = Verdict(fix.name, release, NOT_APPLICABLE, detail=why)
             continue
@@ -110,7 +112,7 @@ def check(catalog: Catalog, fixes: Sequence[str | Fix], release: str, *,
                 f"its base release {base} is not available, so it cannot be compared: "
                 f"{bases[base]}"))
             continue
-        subjects.append(_subject(catalog, fix))
+        subjects.append(_subject(catalog, fix, release))
     versions = repo.versions()
     blobs = gitrepo.Blobs(repo.git_dir)
     try:
@@ -119,11 +121,33 @@ def check(catalog: Catalog, fixes: Sequence[str | Fix], release: str, *,
         matches.match([(s.fix, s.texts) for s in subjects if s.texts])
         for s in subjects:
             between = [v for v in versions if _between(s.fix.upstream.base_release, v, release)]
-            verdicts[s.fix.name] = _decide(s, matches, Tree(blobs, onto.commit), blobs, release,
-                                           between)
+            verdict = _decide(s, matches, Tree(blobs, onto.commit), blobs, release, between)
+            if s.fix.version != tops[s.fix.name].version:
+                how = "serving" if release in s.fix.upstream.releases else "nearest"
+                verdict = replace(verdict, detail=f"{verdict.detail}; asked of its variant "
+                                  f"v{s.fix.version} (based on {s.fix.upstream.base_release}), "
+                                  f"the version {how} {release}")
+            verdicts[s.fix.name] = verdict
     finally:
         blobs.close()
     return [verdicts[f.name] for f in found]
+
+
+def judged(fix: Fix, release: str) -> Fix:
+    """The version of ``fix`` a release is asked about: the one serving it, else the one based
+    on the newest release not after it (the series a release between two versions' bases
+    would have been written from), else the top level (a release older than every version)."""
+    if not fix.variants:
+        return fix
+    served = fix.variant_for(release)
+    if served is not None:
+        return served
+    try:
+        below = [v for v in fix.all_variants()
+                 if version_key(v.upstream.base_release) <= version_key(release)]
+    except PatchkitError:  # a tag of a clone that is no release: the top level, as before
+        return fix
+    return max(below, key=lambda v: version_key(v.upstream.base_release)) if below else fix
 
 
 def _have(repo: UpstreamRepo, version: str, progress: Callable[[str], None] | None):
@@ -140,19 +164,22 @@ def _between(base: str, version: str, release: str) -> bool:
         return False
 
 
-def _older(release: str, base: str) -> str:
-    """Why ``release``, older than the fix's base, cannot tell ("" when it is not older): the
-    fix was written on its base to change it, so no release before can have taken it; its
-    reversed hunks may apply there all the same (a fix taking back a change of the base),
-    and "upstream since" an older release would make the fix not needed on its own base."""
+def _older(release: str, fix: Fix) -> str:
+    """Why ``release``, older than the base of every version of ``fix`` (its top level's and
+    its variants'), cannot tell ("" when it is not older): the fix was written on its base to
+    change it, so no release before can have taken it; its reversed hunks may apply there
+    all the same (a fix taking back a change of the base), and "upstream since" an older
+    release would make the fix not needed on its own base."""
     try:
-        if version_key(release) >= version_key(base):
+        oldest = min((v.upstream.base_release for v in fix.all_variants()), key=version_key)
+        if version_key(release) >= version_key(oldest):
             return ""
     except PatchkitError:  # a tag of a clone that is no release: asked as it is
         return ""
-    return (f"{release} is older than its base release {base}: a release before the one the "
-            "fix was written on cannot have taken it (`patchkit matrix` says what each "
-            "release needs)")
+    said = (f"older than its base release {oldest}" if not fix.variants else
+            f"older than every version of the fix (the oldest based on {oldest})")
+    return (f"{release} is {said}: a release before the one the fix was written on cannot "
+            "have taken it (`patchkit matrix` says what each release needs)")
 
 
 def _not_applicable(fix: Fix) -> str:
@@ -168,12 +195,12 @@ def _not_applicable(fix: Fix) -> str:
     return ""
 
 
-def _subject(catalog: Catalog, fix: Fix) -> _Subject:
+def _subject(catalog: Catalog, fix: Fix, release: str) -> _Subject:
     if fix.patches:
         texts = read_series(fix)
         return _Subject(fix, texts, changes(fix, texts, fix.patch_dir))
     if fix.revert is not None and fix.revert.fix:  # the reverted fix's series, reversed
-        gone = catalog.get(fix.revert.fix)
+        gone = judged(catalog.get(fix.revert.fix), release)
         chs = [c for _f, cs in changes(gone, read_series(gone), gone.patch_dir) for c in cs]
         wanted = set(fix.revert.paths)
         undo = [c.reversed() for c in reversed(chs) if not wanted or c.path in wanted]
