@@ -392,10 +392,10 @@ def test_a_fix_present_but_unrecorded_has_no_applied_version(tmp_path: Path) -> 
 
 
 def test_a_variant_carries_the_commits_that_wrote_its_series(tmp_path: Path) -> None:
-    """A ``rebase --onto`` keeps the older release's series as a variant
-    (``patches/FIX/DIR/``) in a commit whose manifest declares the newer version: that commit
-    belongs to the variant's version too. Before, the variant said "no catalog commit" (a
-    new-user trial: every shipped fix's 0.5.22 variant)."""
+    """A commit that adds a variant (``patches/FIX/DIR/``) belongs to the variant's version,
+    not to the top level's, which it left as it was. Before, the variant said "no catalog
+    commit" (a new-user trial: every shipped fix's 0.5.22 variant), and then the top level
+    listed the commit too (another)."""
     repo = tmp_path / "catalog"
     src = SAMPLES / "catalog"
     shutil.copytree(src / "patches" / "index-k-bytes", repo / "patches" / "index-k-bytes")
@@ -421,7 +421,7 @@ def test_a_variant_carries_the_commits_that_wrote_its_series(tmp_path: Path) -> 
     lin = lineage.build(Catalog(repo))
     versions = {v.version: [c.subject for c in v.commits] for v in lin.get("index-k-bytes").versions}
     assert versions[1] == ["index-k-bytes: a variant for 0.5.19"], versions
-    assert versions[2] == ["index-k-bytes v2", "index-k-bytes: a variant for 0.5.19"], versions
+    assert versions[2] == ["index-k-bytes v2"], versions
 
 
 def test_a_refreshed_variants_older_version_keeps_its_series_and_its_commits(tmp_path: Path) -> None:
@@ -466,3 +466,53 @@ def test_a_refreshed_variants_older_version_keeps_its_series_and_its_commits(tmp
     versions = {v.version: [c.sha for c in v.commits] for v in lineage.build(Catalog(cat)).get("sw").versions}
     assert first in versions[1] and first not in versions[3], versions
     assert versions[3] == [second], versions
+
+
+def test_each_commit_is_credited_to_the_version_it_made(tmp_path: Path) -> None:
+    """A backport's new variant, a variant's refresh and a variant extended to a release are
+    commits of those versions alone: `log` listed each under the top level's version too,
+    as if the 0.5.23 series had changed (a new-user trial). A commit changing the top level
+    (its rationale) is the top level's; one that made the top level and kept the old series
+    as a variant is both versions'."""
+    from patchkit.catalog import edit
+
+    cat = tmp_path / "cat"
+    patch = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+{}\n"
+    (cat / "patches" / "sw").mkdir(parents=True)
+    (cat / "patches" / "sw" / "0001-sw.patch").write_text(patch.format("0.5.22"))
+    (cat / "manifests").mkdir()
+    path = cat / "manifests" / "sw.toml"
+    path.write_text(edit.new_manifest_text("sw", "a switch", "0.5.22", [("0001-sw.patch", "sglang")],
+                                           "why", date="2026-12-01"))
+    git(cat, "init", "-q")
+
+    def commit(message: str) -> str:
+        git(cat, "add", "-A")
+        git(cat, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", message)
+        return git(cat, "rev-parse", "HEAD")
+
+    first = commit("sw v1")
+    (cat / "patches" / "sw" / "0.5.22").mkdir()
+    shutil.copy(cat / "patches" / "sw" / "0001-sw.patch", cat / "patches" / "sw" / "0.5.22")
+    (cat / "patches" / "sw" / "0001-sw.patch").write_text(patch.format("0.5.23"))
+    edit.bump_manifest(path, version=2, changelog_summary="Rebased from 0.5.22 onto 0.5.23.",
+                       date="2026-12-02", base_release="0.5.23", keep_as="0.5.22")
+    rebased = commit("sw v2: rebased onto 0.5.23, v1 kept for 0.5.22")
+    (cat / "patches" / "sw" / "0.5.21").mkdir()
+    (cat / "patches" / "sw" / "0.5.21" / "0001-sw.patch").write_text(patch.format("0.5.21"))
+    edit.add_variant(path, version=3, base_release="0.5.21", variant_dir="0.5.21",
+                     patches=[("0001-sw.patch", "sglang")], date="2026-12-03",
+                     changelog_summary="Rebased from 0.5.22 onto 0.5.21: a variant for 0.5.21.")
+    backport = commit("sw v3: a variant for 0.5.21")
+    (cat / "patches" / "sw" / "0.5.22" / "0001-sw.patch").write_text(patch.format("fixed"))
+    edit.bump_variant(path, "0.5.22", version=4, changelog_summary="bug fixed in the 0.5.22 series",
+                      date="2026-12-04")
+    refresh = commit("sw v4: bug fixed in the 0.5.22 series")
+    edit.add_variant_release(path, "0.5.21", "0.5.20")
+    extended = commit("sw v3 applies to 0.5.20 too")
+    path.write_text(path.read_text().replace('rationale = """why', 'rationale = """why, said better'))
+    reworded = commit("sw: the rationale reworded")
+
+    versions = {v.version: [c.sha for c in v.commits] for v in lineage.build(Catalog(cat)).get("sw").versions}
+    assert versions == {1: [first, rebased], 2: [rebased, reworded], 3: [backport, extended],
+                        4: [refresh]}, versions

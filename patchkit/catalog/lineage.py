@@ -12,7 +12,7 @@ from .. import gitrepo
 from . import BrokenFix, Catalog
 from ..engine.contract import RECORDED
 from ..errors import ManifestError
-from .manifest import declared_versions
+from .manifest import Declared, declared_versions
 from .model import Fix, thaw
 
 #: Version of the ``--json`` document (docs/lineage.md).
@@ -295,21 +295,18 @@ def _versions(fix: Fix, commits: Sequence[tuple[CatalogCommit, int | None, tuple
 
 def _attribute(commits: Sequence[tuple[CatalogCommit, int | None, tuple[int, ...]]], current: int
                ) -> dict[int, list[CatalogCommit]]:
-    """Each commit goes to the version its manifest declared; a commit without a readable
-    manifest (a series committed before its manifest) to the next version that has one. A
-    commit that wrote a variant's series (``patches/FIX/DIR/``) goes to that variant's version
-    too: a ``rebase --onto`` keeps the older release's series as a variant, under the version
-    the manifest declares then."""
+    """Each commit goes to the versions it made (``made``: see :func:`_catalog_history`), else
+    to the top-level version its manifest declared; a commit without a readable manifest (a
+    series committed before its manifest) to the versions of the next commit that has one."""
     out: dict[int, list[CatalogCommit]] = {}
     pending: list[CatalogCommit] = []
-    for commit, number, variants in commits:
-        for version in variants:
-            if version != number:
-                out.setdefault(version, []).append(commit)
-        if number is None:
+    for commit, number, made in commits:
+        targets = made or (() if number is None else (number,))
+        if not targets:
             pending.append(commit)
             continue
-        out.setdefault(number, []).extend([*pending, commit])
+        for version in targets:
+            out.setdefault(version, []).extend([*pending, commit])
         pending = []
     if pending:
         out.setdefault(max(out, default=current), []).extend(pending)
@@ -318,8 +315,10 @@ def _attribute(commits: Sequence[tuple[CatalogCommit, int | None, tuple[int, ...
 
 def _catalog_history(catalog: Catalog, fixes: Sequence[Fix]
                      ) -> dict[str, list[tuple[CatalogCommit, int | None, tuple[int, ...]]]] | None:
-    """Per fix, the commits of its manifest or series with the version declared at each and
-    the variants whose series each wrote; None when the catalog is not in a git work tree."""
+    """Per fix, the commits of its manifest or series with the top-level version declared at
+    each and the versions each made: the versions its manifest declares new or changed (a
+    variant's table, or the top level outside its variants and changelog) and those whose
+    series it wrote; None when the catalog is not in a git work tree."""
     top = gitrepo.work_tree_top(catalog.root)
     if top is None:
         return None
@@ -336,16 +335,24 @@ def _catalog_history(catalog: Catalog, fixes: Sequence[Fix]
     out: dict[str, list[tuple[CatalogCommit, int | None, tuple[int, ...]]]] = {}
     for name, cs in touched.items():
         out[name] = []
+        before: dict[int, Declared] = {}
         for c in cs:
-            text = next(texts) or ""
-            # the variants the commit's own manifest declares, by the folder of their series:
-            # a refreshed variant's older version keeps the commits that wrote it
-            declared = declared_versions(text)
-            declared_top = next((v for v, (folder, _files) in declared.items() if not folder), None)
-            wrote = {v for v, (folder, _files) in declared.items() if folder and any(
-                p.startswith(f"{prefix}patches/{name}/{folder}/") for p in c.files)}
+            declared = declared_versions(next(texts) or "")
+            declared_top = next((v for v, d in declared.items() if not d.folder), None)
+            # by the folder of the series the commit's own manifest declares: a refreshed
+            # variant's older version keeps the commits that wrote it
+            folders = {v: f"{prefix}patches/{name}/{d.folder}/" for v, d in declared.items()
+                       if d.folder}
+            ours = [p for p in c.files if p.startswith(f"{prefix}patches/{name}/")]
+            wrote = {v for v, folder in folders.items() if any(p.startswith(folder) for p in ours)}
+            if declared_top is not None and any(  # the top level's: the rest of the fix's folder
+                    not p.startswith(tuple(folders.values())) for p in ours):
+                wrote.add(declared_top)
+            changed = {v for v, d in declared.items()
+                       if v not in before or before[v].entry != d.entry}
             out[name].append((CatalogCommit(c.sha, c.date, c.subject), declared_top,
-                              tuple(sorted(wrote))))
+                              tuple(sorted(changed | wrote))))
+            before = declared or before
     return out
 
 

@@ -8,7 +8,7 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 from ..engine.contract import PRIMARY_ROOT, STRATEGIES
 from .checks import build_checks
@@ -406,17 +406,28 @@ def _version_and_files(data: dict[str, Any]) -> tuple[int | None, list[str]]:
     return (version if isinstance(version, int) else None), [f for f in files if isinstance(f, str)]
 
 
-def declared_versions(text: str) -> dict[int, tuple[str, list[str]]]:
+class Declared(NamedTuple):
+    """One version a manifest's text declares."""
+
+    folder: str  # of its series under ``patches/<fix>/`` ("" for the top level)
+    files: list[str]  # its ``[[patches]].file`` names
+    entry: Any  # what the manifest says of it alone: its [[variants]] table, or the top
+    #             level without its variants and changelog (a change there changed it)
+
+
+def declared_versions(text: str) -> dict[int, Declared]:
     """Every version a manifest's text declares, its top level's and each ``[[variants]]``
     entry's, with the folder of its series under ``patches/<fix>/`` ("" for the top level;
-    a variant's ``dir``, else its ``base_release``) and its ``[[patches]].file`` names;
-    unvalidated, as :func:`version_and_patches` (an old version need not be valid today)."""
+    a variant's ``dir``, else its ``base_release``), its ``[[patches]].file`` names and its
+    entry; unvalidated, as :func:`version_and_patches` (an old version need not be valid
+    today)."""
     try:
         data = loads(Path("manifest.toml"), text)
     except ManifestError:
         return {}
     top, files = _version_and_files(data)
-    out: dict[int, tuple[str, list[str]]] = {} if top is None else {top: ("", files)}
+    own = {k: v for k, v in data.items() if k not in ("variants", "changelog")}
+    out: dict[int, Declared] = {} if top is None else {top: Declared("", files, own)}
     variants = data.get("variants")
     for v in variants if isinstance(variants, list) else ():
         if not isinstance(v, dict) or not isinstance(v.get("version"), int):
@@ -425,12 +436,12 @@ def declared_versions(text: str) -> dict[int, tuple[str, list[str]]]:
         patches = v.get("patches")
         names = [p.get("file") for p in patches if isinstance(p, dict)] if isinstance(patches, list) else []
         if isinstance(folder, str) and folder:
-            out.setdefault(v["version"], (folder, [f for f in names if isinstance(f, str)]))
+            out.setdefault(v["version"], Declared(folder, [f for f in names if isinstance(f, str)], v))
     return out
 
 
-__all__ = ["load_manifest", "build_fix", "version_and_patches", "declared_versions", "NAME_RE",
-           "MAX_NAME", "name_problem"]
+__all__ = ["load_manifest", "build_fix", "version_and_patches", "declared_versions", "Declared",
+           "NAME_RE", "MAX_NAME", "name_problem"]
 
 
 def name_problem(name: str) -> str | None:

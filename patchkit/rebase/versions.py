@@ -29,7 +29,7 @@ def series_of_version(catalog: Catalog, name: str, version: int) -> dict[str, st
         (text,) = gitrepo.texts_at(top, [(commit.sha, rel_manifest)])
         declared = manifest.declared_versions(text or "")  # a variant's versions too
         if version in declared:
-            folder, files = declared[version]
+            folder, files = declared[version].folder, declared[version].files
             under = f"{rel_patches}/{folder}/" if folder else f"{rel_patches}/"
             texts = gitrepo.texts_at(top, [(commit.sha, under + f) for f in files])
             return {f: t or "" for f, t in zip(files, texts)}
