@@ -263,7 +263,11 @@ def _refreshed(fix: Fix, refs: Sequence[PatchRef], groups: list[list[CapturedFil
             if ref.file == f"{prefix}-{writer.slug(head.subject)}.patch":
                 target = ref.path.with_name(f"{prefix}-{writer.slug(fix.title)}.patch")
             head = dataclasses.replace(head, subject=fix.title)
-        texts[ref] = patchmail.render(head) + diff_of(group)
+        # as the patch was written: its mbox From line (in ``head``), its hunks' function
+        # labels and its format-patch signature, where it had them
+        old = old_texts[ref]
+        texts[ref] = (patchmail.render(head) + diff_of(group, labels=series.has_labels(old))
+                      + patchmail.signature(old))
         targets[ref] = target
     return texts, targets
 

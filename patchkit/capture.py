@@ -36,10 +36,12 @@ class CapturedFile:
     old_mode: str | None = None  # git mode at HEAD; None when absent at HEAD
 
 
-def diff_of(files: Sequence[CapturedFile]) -> str:
-    """The diffs of captured files, in series form."""
-    return "".join(series.diff_files(f.before, f.after, f.path, mode=f.mode, old_mode=f.old_mode)
-                   for f in files)
+def diff_of(files: Sequence[CapturedFile], *, labels: bool = False) -> str:
+    """The diffs of captured files, in series form; ``labels``: each hunk header names its
+    function, as git diff's do (:func:`series.labelled`)."""
+    diffs = (series.diff_files(f.before, f.after, f.path, mode=f.mode, old_mode=f.old_mode)
+             for f in files)
+    return "".join(series.labelled(d, f.before) if labels else d for d, f in zip(diffs, files))
 
 
 def release_of(tree: Path, rev: str | None = None) -> str | None:

@@ -432,3 +432,37 @@ def test_new_of_a_file_git_lists_but_that_equals_head_says_nothing_to_capture(
     assert "nothing to capture" in message and str(src) in message
     assert ".staged." not in message and "patches" not in message
     assert catalog_state(new_catalog) == before
+
+
+def test_refresh_keeps_the_mbox_from_line_and_the_hunk_function_labels(
+        tmp_path: Path, new_catalog: Path) -> None:
+    """A series written by git format-patch starts with the mbox ``From <sha> <date>`` line and
+    names the function of each hunk after its second ``@@``: refresh wrote the patch again
+    without either (a new-user trial). It keeps the From line, and labels each hunk as git
+    diff does, where the patch had labels."""
+    src = small_checkout(tmp_path)
+    module = src / "python" / "sglang" / "a.py"
+    body = "".join(f"    v{n} = {n}\n" for n in range(8))
+    module.write_text("".join(f"def f{n}():\n{body}    return 0\n\n\n" for n in range(3)))
+    git(src, "commit", "-qam", "functions")
+    module.write_text(module.read_text().replace("def f1():\n" + body,
+                                                 "def f1():\n" + body.replace("v6 = 6", "v6 = 66")))
+    made = patchkit(new_catalog, "new", "fn", "python/sglang/a.py", "--from", str(src),
+                    "--title", "three")
+    assert made.exit_code == 0, made.output
+    git(src, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "three")
+    mail = git(src, "format-patch", "-1", "--stdout")
+    git(src, "reset", "-q", "--soft", "HEAD~1")
+    patch = next((new_catalog / "patches" / "fn").glob("*.patch"))
+    patch.write_text(mail)
+    assert mail.startswith("From ") and "@@ def f1():" in mail
+    module.write_text(module.read_text().replace("    v5 = 5\n", "    v5 = 55\n"))
+
+    result = patchkit(new_catalog, "refresh", "fn", "--from", str(src))
+    assert result.exit_code == 0, result.output
+    text = patch.read_text()
+    assert text.splitlines()[0] == mail.splitlines()[0], text
+    hunks = [line for line in text.splitlines() if line.startswith("@@")]
+    assert hunks == [line for line in git(src, "diff", "HEAD").splitlines() if line.startswith("@@")], text
+    assert text.endswith(" return 0\n-- \n" + mail.rsplit("\n-- \n", 1)[1]), text
+    assert len(hunks) == 3 and all(h.endswith("():") for h in hunks), hunks

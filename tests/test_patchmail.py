@@ -34,8 +34,10 @@ def test_a_git_format_patch_mail_is_read_as_a_mail() -> None:
     head = patchmail.read(text, "default")
     assert head == Header("Increase the KV cache pool when using indexShare by 15% (#30310)",
                           "Measured.\n\nSigned-off-by: Ada <ada@example.org>",
-                          "Ada <ada@example.org>", "Tue, 7 Jul 2026 20:59:13 -0700")
+                          "Ada <ada@example.org>", "Tue, 7 Jul 2026 20:59:13 -0700",
+                          mbox_from=text.split("\n", 1)[0])
     assert patchmail.MBOX_FROM.match(text.split("\n", 1)[0])
+    assert patchmail.render(head).startswith(text.split("\n", 1)[0] + "\nFrom: Ada")  # kept
 
 
 def test_a_patch_without_subject_takes_the_default_and_no_message() -> None:

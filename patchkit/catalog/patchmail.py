@@ -32,13 +32,26 @@ class Header(Record):
     author: str = PLACEHOLDER_AUTHOR
     date: str | None = None  # RFC 2822, as in a mail; None: no Date line
     has_subject: bool = True  # False: the file had no Subject (``subject`` is the default)
+    mbox_from: str = ""  # the mbox ``From <sha> <date>`` line it started with, if any
+
+
+#: git format-patch's signature after the last diff: ``-- `` and git's version.
+_SIGNATURE = re.compile(r"\n(-- \n\d[\w.+-]*\n\n?)\Z")  # no hunk line starts with a digit
 
 
 def render(head: Header) -> str:
     """The header of a series file, up to and including its ``---`` line."""
     date = f"Date: {head.date}\n" if head.date else ""
     body = head.body.strip() + "\n" if head.body.strip() else ""
-    return f"From: {head.author}\n{date}Subject: [PATCH] {head.subject}\n\n{body}---\n"
+    mbox = f"{head.mbox_from}\n" if head.mbox_from else ""
+    return f"{mbox}From: {head.author}\n{date}Subject: [PATCH] {head.subject}\n\n{body}---\n"
+
+
+def signature(text: str) -> str:
+    """The format-patch signature ending a series file (``-- \\n2.43.0\\n``), "" for none: a
+    rewritten series ends with it again."""
+    found = _SIGNATURE.search(text)
+    return found.group(1) if found else ""
 
 
 def split(text: str) -> tuple[str, str]:
@@ -53,6 +66,9 @@ def read(text: str, default_subject: str = "") -> Header:
     Subject without its ``[PATCH ...]`` tag, the message up to ``---``, From and Date. A file
     with no Subject gets ``default_subject`` and no message."""
     head = text.split("\n" + _DIFF, 1)[0]
+    first, _nl, rest = head.partition("\n")
+    mbox = first if MBOX_FROM.match(first) else ""
+    head = rest if mbox else head
     import email.parser  # here: the apply path reads series without parsing mail
     import email.policy
 
@@ -62,6 +78,8 @@ def read(text: str, default_subject: str = "") -> Header:
         value = msg.get(name)
         if value is not None:
             found[key] = _unfold(value)
+    if mbox:
+        found["mbox_from"] = mbox
     subject = msg.get("Subject")
     if subject is None:
         return Header(default_subject, has_subject=False, **found)
@@ -74,4 +92,5 @@ def _unfold(value: str) -> str:
     return re.sub(r"\r?\n[ \t]+", " ", str(value)).strip()
 
 
-__all__ = ["Header", "MBOX_FROM", "MESSAGE_END", "PLACEHOLDER_AUTHOR", "read", "render", "split"]
+__all__ = ["Header", "MBOX_FROM", "MESSAGE_END", "PLACEHOLDER_AUTHOR", "read", "render", "signature",
+           "split"]

@@ -532,6 +532,39 @@ def diff_files(old: bytes | None, new: bytes | None, path: str, *,
     return "".join(out)
 
 
+#: A hunk header: its old start and count, and what follows the second ``@@``.
+_HUNK_HEAD = re.compile(r"@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@(.*)")
+
+
+def has_labels(text: str) -> bool:
+    """Whether a series names a function after any hunk header's second ``@@``, as git diff
+    does: a rewrite of it names them too (:func:`labelled`)."""
+    return any(m and m.group(3).strip() for m in map(_HUNK_HEAD.match, text.split("\n")))
+
+
+def labelled(diff: str, old: bytes | None) -> str:
+    """One file's ``diff`` (of ``old``) with each hunk header naming the function it is in, as
+    git diff's default funcname does: the nearest line above the hunk that starts with a
+    letter, ``_`` or ``$``, cut to 80 bytes, trailing spaces removed. A header naming one
+    already, and a new file's, are left as they are."""
+    if old is None:
+        return diff
+    lines = split_lines(old.decode("utf-8", "surrogateescape"))
+    out = []
+    for line in diff.split("\n"):
+        found = _HUNK_HEAD.fullmatch(line)
+        if found is not None and not found.group(3):
+            start, count = int(found.group(1)), int(found.group(2) or 1)
+            above = start - 1 if count else start  # the lines above the hunk's first
+            label = next((ln for ln in reversed(lines[:above])
+                          if ln[:1].isascii() and (ln[:1].isalpha() or ln[:1] in "_$")), "")
+            cut = label.encode("utf-8", "surrogateescape")[:80].rstrip()
+            if cut:
+                line += " " + cut.decode("utf-8", "surrogateescape")
+        out.append(line)
+    return "\n".join(out)
+
+
 def _range(start: int, count: int) -> str:
     return str(start + 1) if count == 1 else f"{start if count == 0 else start + 1},{count}"
 

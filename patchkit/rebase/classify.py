@@ -343,9 +343,15 @@ def classify(fix: Fix, file: str, chs: list[hunks.FileChange], tree: Tree,
 
 
 def series_text(old_text: str, pre: dict[str, str | None], post: dict[str, str | None]) -> str:
-    """The patch file refreshed: its mail header kept, its diffs made from the new texts."""
+    """The patch file refreshed: its mail header and format-patch signature kept, its diffs
+    made from the new texts (naming each hunk's function where the old diffs did)."""
     header, _diffs = patchmail.split(old_text)
-    return header + "".join(_diff(pre[p], post.get(p), p) for p in pre)
+    labels = series.has_labels(old_text)
+    out = []
+    for path, old in pre.items():
+        diff = _diff(old, post.get(path), path)
+        out.append(series.labelled(diff, hunks.encode(old)) if labels and old is not None else diff)
+    return header + "".join(out) + patchmail.signature(old_text)
 
 
 _HUNK = re.compile(r"^@@ -(\d+)((?:,\d+)?) \+(\d+)((?:,\d+)?) @@", re.M)
