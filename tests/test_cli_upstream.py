@@ -66,6 +66,6 @@ def test_checkout_json_names_the_release_and_the_tree(
     data = json.loads(out)
     head = subprocess.run(["git", "-C", str(dest), "rev-parse", "HEAD"], capture_output=True,
                           text=True, check=True).stdout.strip()
-    assert data == {"ok": True, "version": "0.5.21", "tag": "v0.5.21",
+    assert data == {"ok": True, "op": "upstream checkout", "version": "0.5.21", "tag": "v0.5.21",
                     "commit": head, "date": data["date"], "path": str(dest.resolve())}
     assert data["date"].startswith("20")
