@@ -75,10 +75,13 @@ def start(tmp_path: Path) -> Iterator[Start]:
     started: list[Running] = []
 
     def run(source: str, *args: str, cwd: Path | None = None, env: dict[str, str | None] | None = None,
-            spawner: bool = False, options: tuple[str, ...] = ()) -> Running:
+            spawner: bool = False, options: tuple[str, ...] = (), python: str = PY) -> Running:
         script = tmp_path / f"proc{len(started)}.py"
         script.write_text(source)
-        proc = subprocess.Popen([PY, *options, str(script), *args], cwd=cwd or tmp_path, text=True,
+        # /proc dates a start to the clock tick: a process started within the tick of a change
+        # (the tree just made) cannot be told to be after it, and status says restart pending
+        time.sleep(2.0 / os.sysconf("SC_CLK_TCK"))
+        proc = subprocess.Popen([python, *options, str(script), *args], cwd=cwd or tmp_path, text=True,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
                                 env={k: v for k, v in {**os.environ, **(env or {})}.items() if v is not None})
         ran = Running(proc, [proc.pid])
@@ -410,3 +413,101 @@ def test_a_file_changed_underneath_after_a_server_started_is_a_restart_pending(
         # stepping the wall clock in between shifts the one against the other
         pytest.skip("the wall clock was stepped during the test; the ctime cannot be dated")
     assert later.proc.pid not in after
+
+
+def _git(tree: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=tree, check=True, capture_output=True,
+                          text=True).stdout
+
+
+def _took_upstream(releases: Any, cat: Path) -> Catalog:
+    """A catalog of one fix, ``took``: SGLang's own 0.5.22 -> 0.5.23 change to the .py file it
+    changed least, for 0.5.22, marked upstream since 0.5.23."""
+    from patchkit.catalog import edit
+    from patchkit.catalog.edit import new_manifest_text
+    from patchkit.catalog.series import diff_files
+
+    git_dir = str(releases.git_dir)
+    rows = subprocess.run(["git", "--git-dir", git_dir, "diff", "--numstat", "--diff-filter=M",
+                           "v0.5.22", "v0.5.23", "--", "python/sglang/srt"], check=True,
+                          capture_output=True, text=True).stdout.splitlines()
+    rel = min((int(a) + int(r), p) for a, r, p in (row.split("\t") for row in rows)
+              if p.endswith(".py") and a != "-")[1]
+    blobs = [subprocess.run(["git", "--git-dir", git_dir, "show", f"{tag}:{rel}"], check=True,
+                            capture_output=True).stdout for tag in ("v0.5.22", "v0.5.23")]
+    (cat / "patches" / "took").mkdir(parents=True)
+    (cat / "patches" / "took" / "0001-took.patch").write_text(diff_files(*blobs, rel))
+    (cat / "manifests").mkdir()
+    manifest = cat / "manifests" / "took.toml"
+    manifest.write_text(new_manifest_text("took", "what 0.5.23 took", "0.5.22",
+                                          [("0001-took.patch", "sglang")], "why", date="2026-11-01"))
+    assert edit.set_upstream(manifest, "0.5.23")
+    return Catalog.open(cat)
+
+
+@pytest.mark.network  # the real releases come from the registry once (the release store after)
+def test_a_server_started_before_the_checkout_moved_to_another_release_is_restart_pending(
+        three_releases: Any, tmp_path: Path, start: Start) -> None:
+    """A server of a 0.5.22 checkout with a fix applied, then the checkout moved to v0.5.23 (a
+    stash, a checkout, the stash dropped: thousands of files changed). The fix is in 0.5.23
+    upstream, so its file holds what patchkit wrote: status said `not-needed` and called the
+    server `current`, and still after `sync` forgot the record (a new-user trial), while it
+    runs 0.5.22's code. The move is dated by what tells the release (the version file, git's
+    HEAD), not by the records: restart pending; a server started after the move is current."""
+    from tests.fixtures.sglang import checkout
+
+    catalog = _took_upstream(three_releases, tmp_path / "cat")
+    tree = checkout(three_releases, "0.5.22", tmp_path / "t")
+    target = LocalTarget({"sglang": str(tree)}, PY, str(tree))
+    assert [f.outcome for f in api.apply(catalog, target, ["took"]).fixes] == ["applied"]
+    uses = {"PYTHONPATH": str(tree / "python")}  # SGLang needs torch: the server imports nothing
+    server = start(IMPORTER.replace("import sglang.srt.pool\n", ""), env=uses)
+    assert not pending(api.status(catalog, target)), "started after the apply"
+
+    _git(tree, "stash", "-q")
+    _git(tree, "checkout", "-q", "v0.5.23")
+    _git(tree, "stash", "drop", "-q")
+    seen = api.status(catalog, target)
+    assert [(s.name, s.state) for s in seen.status] == [("took", "not-needed")]
+    assert "release" in " ".join(pending(seen)[server.proc.pid].changed)
+    where = ["--catalog", str(tmp_path / "cat"), "status", "--target", str(tree), "--python", PY,
+             "--exit-code", "--running"]
+    code, out, err = cli(where)
+    assert code == 1 and f"restart pending\t{server.proc.pid}\t" in err, (out, err)
+
+    [done] = api.sync(catalog, target).fixes  # forgets the record, writing nothing
+    assert done.outcome == "not-needed" and "forgotten" in (done.detail or ""), done
+    assert server.proc.pid in pending(api.status(catalog, target))
+    server.stop()
+    later = start(IMPORTER.replace("import sglang.srt.pool\n", ""), env=uses)
+    assert later.proc.pid not in pending(api.status(catalog, target))
+    assert cli(where)[0] == 0
+
+
+@pytest.mark.network  # the real wheels come from the registry once (the release store after)
+def test_a_server_started_before_pip_installed_its_package_again_is_restart_pending(
+        tmp_path: Path, sglang_wheels: Path, sglang_wheel_0523: Path, start: Start) -> None:
+    """A server of a venv's installed sglang 0.5.22, then pip upgraded it to 0.5.23 with no fix
+    applied: nothing patchkit recorded changed, and the server, running 0.5.22's code, was
+    `current`. pip's new ``dist-info/RECORD`` dates the install: restart pending."""
+    from patchkit.targets import resolve_target
+    from patchkit.upstream import download_wheel
+    from tests.test_variants import _pip
+
+    venv = tmp_path / "venv"
+    subprocess.run([PY, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    _pip(Path(python), download_wheel("0.5.22", sglang_wheels))
+    catalog, target = Catalog(SAMPLES / "catalog"), resolve_target(f"python:{python}", [])
+    server = start(IMPORTER.replace("import sglang.srt.pool\n", ""), python=python)
+    before = api.status(catalog, target)
+    assert not pending(before), "started after the install"
+    assert server.proc.pid in {p.pid for p in before.running.processes}  # type: ignore[union-attr]
+
+    _pip(Path(python), sglang_wheel_0523)
+    changed = pending(api.status(catalog, target))[server.proc.pid].changed
+    assert any("sglang-0.5.23.dist-info/RECORD (the package was installed again)" in c
+               for c in changed), changed
+    server.stop()
+    later = start(IMPORTER.replace("import sglang.srt.pool\n", ""), python=python)
+    assert later.proc.pid not in pending(api.status(catalog, target))

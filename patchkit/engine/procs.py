@@ -9,9 +9,11 @@ Python of the target's own venv when that venv serves the sglang root (``served_
 editable install's ``.pth`` naming the checkout). A process
 also uses what its parent uses when the parent runs a script from the root, or when both run
 the same Python (``multiprocessing`` spawn workers, an SGLang scheduler). A process that
-started before the last change patchkit recorded to a file of a root it uses is ``restart
-pending``. What ``/proc`` does not show is never guessed: a process whose entries cannot be read
-is counted as unreadable, and a host without ``/proc`` says so.
+started before the last change patchkit recorded to a file of a root it uses, or before the
+files telling the release under that root last changed (:func:`release_marks`: a checkout of
+another commit, a reinstall), is ``restart pending``. What ``/proc`` does not show is never
+guessed: a process whose entries cannot be read is counted as unreadable, and a host without
+``/proc`` says so.
 
 Times: each history event records the kernel's boot id and ``CLOCK_BOOTTIME`` (the clock of a
 process's start time in ``/proc/PID/stat``), so the comparison does not depend on wall-clock
@@ -30,7 +32,7 @@ from contextlib import suppress
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from .contract import PRIMARY_ROOT
-from .paths import Roots
+from .paths import PACKAGE, Roots
 from .pycache import interpreter_prefix, stale_pycs
 from .records import State
 
@@ -412,12 +414,101 @@ def last_changes(state_dir: str, state: State) -> Dict[Tuple[str, str], Change]:
     return out
 
 
+def release_marks(roots: Roots) -> List[Tuple[str, str, str]]:
+    """(root, what, absolute path) of the few files whose ctime dates the last time the files
+    under a root were replaced wholesale, whatever patchkit recorded: the package's version file
+    (rewritten by a checkout of another release, an unpacked tree, a reinstall), an installed
+    package's ``sglang-*.dist-info/RECORD`` (pip writes it anew on every install) and, for a
+    root in a git work tree (not an installed package's), ``HEAD``, its reflog and the branch
+    it names (git writes them when HEAD moves: a checkout, a reset, a pull). A handful of
+    ``stat`` calls, never a walk of the root's files."""
+    out: List[Tuple[str, str, str]] = []
+    for root in roots:
+        pkg = root.package_dir()
+        for name in ("_version.py", "version.py") if pkg else ():
+            out.append((root.name, "the release's version file changed", os.path.join(pkg or "", name)))
+        if root.layout == PACKAGE:
+            with suppress(OSError):
+                for name in sorted(os.listdir(root.path)):
+                    stem, ext = os.path.splitext(name)
+                    if ext == ".dist-info" and stem.partition("-")[0].lower() == "sglang":
+                        out.append((root.name, "the package was installed again",
+                                    os.path.join(root.path, name, "RECORD")))
+            continue
+        for what, path in _git_marks(root.path):
+            out.append((root.name, what, path))
+    return out
+
+
+def _git_marks(path: str) -> List[Tuple[str, str]]:
+    """The files git rewrites when HEAD moves, in the work tree holding ``path`` (none outside
+    one): read from ``.git`` (a directory, or a worktree's or submodule's ``gitdir:`` file)."""
+    from .gitcli import dot_git_top  # the module runs git only when asked to
+
+    top = dot_git_top(path)
+    if top is None:
+        return []
+    moved = "git's HEAD moved: a checkout, a reset, a pull"
+    git_dir = os.path.join(top, ".git")
+    if not os.path.isdir(git_dir):
+        try:
+            text = _read(git_dir).decode("utf-8", "replace")
+        except OSError:  # where HEAD is cannot be told: .git/HEAD, which a stat cannot date
+            return [(moved, os.path.join(git_dir, "HEAD"))]
+        if not text.startswith("gitdir:"):
+            return []
+        git_dir = os.path.join(top, text[len("gitdir:"):].strip())
+    out = [(moved, os.path.join(git_dir, "HEAD")), (moved, os.path.join(git_dir, "logs", "HEAD"))]
+    with suppress(OSError, ValueError):
+        head = _read(os.path.join(git_dir, "HEAD")).decode("utf-8").strip()
+        if head.startswith("ref: refs/"):
+            common = git_dir
+            with suppress(OSError):  # a worktree's branches are the main repository's
+                common = os.path.join(git_dir, _read(os.path.join(git_dir, "commondir")).decode().strip())
+            out.append((moved, os.path.join(common, head[len("ref: "):])))
+    return out
+
+
+class Mark:
+    """When the files under a root were last replaced wholesale, as a file of
+    :func:`release_marks` dates it (``since``: seconds since boot; None: it could not be dated,
+    so every process using the root counts as started before it)."""
+
+    def __init__(self, root: str, what: str, path: str, since: Optional[float]) -> None:
+        self.root, self.what, self.path, self.since = root, what, path, since
+
+    def label(self, roots: Roots) -> str:
+        top = roots.get(self.root).path
+        rel = os.path.relpath(self.path, top)
+        return "%s:%s (%s%s)" % (self.root, self.path if rel.startswith("..") else rel, self.what,
+                                 "" if self.since is not None else ": cannot be dated")
+
+
+def _marks(roots: Roots, booted: Optional[float]) -> List[Mark]:
+    """The last of each root's :func:`release_marks` of each kind there is, dated by its ctime
+    on the boot clock (one that cannot be dated is the last)."""
+    out: Dict[Tuple[str, str], Mark] = {}
+    for root, what, path in release_marks(roots):
+        try:
+            ctime: Optional[float] = os.stat(path).st_ctime
+        except FileNotFoundError:
+            continue  # not there: nothing of that kind to date (another layout, no reflog)
+        except OSError:
+            ctime = None
+        mark = Mark(root, what, path, None if ctime is None or booted is None else ctime - booted)
+        had = out.get((root, what))
+        if had is None or had.since is not None and (mark.since is None or mark.since > had.since):
+            out[(root, what)] = mark
+    return list(out.values())
+
+
 def running(roots: Roots, state_dir: str, state: State, python: Optional[str],
             base: str = PROC, served: Optional[str] = None,
             underneath: Optional[Dict[Tuple[str, str], str]] = None) -> Dict[str, Any]:
     """``status``'s ``running``: the processes using the roots, which of them run code older
-    than patchkit's last change, and the ``.pyc`` files Python would still serve stale.
-    ``served``: the target's interpreter, when the target names one (:func:`users`).
+    than patchkit's last change or than the files under a root it uses (:func:`release_marks`),
+    and the ``.pyc`` files Python would still serve stale. ``served``: the target's
+    interpreter, when the target names one (:func:`users`).
     ``underneath``: (root, path) -> the absolute path of each recorded file that no longer
     holds what patchkit wrote (drifted, reinstalled): a process started before it changed
     runs what the disk no longer holds."""
@@ -432,6 +523,7 @@ def running(roots: Roots, state_dir: str, state: State, python: Optional[str],
         except OSError:  # gone: when it went is not known; patchkit's own change still counts
             continue
         changes.setdefault(key, Change(key[0], key[1], {})).since = since
+    marks = _marks(roots, booted)
     out: Dict[str, Any] = {"available": scan.unavailable is None, "detail": scan.unavailable,
                            "unreadable": [], "processes": [], "stale_pyc": []}
     primary = next((r.path for r in roots if r.name == PRIMARY_ROOT), None)
@@ -439,8 +531,12 @@ def running(roots: Roots, state_dir: str, state: State, python: Optional[str],
     boot_id = _boot_id()
     for pid in sorted(found):
         p = scan.procs[pid]
-        newer = sorted(roots.where(c.root, c.path) for c in changes.values()
-                       if c.root in found[pid] and c.after(p, scan, boot_id))
+        # the release under a root changed since the process started: every file of it may
+        # have, the few patchkit recorded or not (a record forgotten since says nothing)
+        newer = [m.label(roots) for m in marks
+                 if m.root in found[pid] and (m.since is None or p.start < m.since)]
+        newer += sorted(roots.where(c.root, c.path) for c in changes.values()
+                        if c.root in found[pid] and c.after(p, scan, boot_id))
         out["processes"].append({
             "pid": pid, "ppid": p.ppid, "command": p.command(), "started_at": scan.started_at(p),
             "roots": sorted(found[pid]), "via": "; ".join("%s: %s" % kv for kv in sorted(found[pid].items())),
