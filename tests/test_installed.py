@@ -27,6 +27,7 @@ from patchkit import api
 from patchkit.catalog import Catalog
 from patchkit.errors import PreconditionFailed, TargetError, UsageError, VerificationFailed
 from patchkit.targets import LocalTarget, resolve_target
+from patchkit.upstream import download_wheel
 from tests.fixtures.sglang import CATALOG_RELEASE
 
 pytestmark = pytest.mark.network  # the 0.5.23 wheel comes from the registry once
@@ -634,3 +635,67 @@ def test_a_fix_recorded_on_a_root_not_given_stops_nothing_on_the_roots_given(
     assert res.returncode == 1, res.stdout + res.stderr
     assert "it wrote files on root serve, which this run was not given" in res.stderr, res.stderr
     assert "Give --root serve=PATH" in res.stderr
+
+
+# -- 3. an upgrade with pip install --target leaves the old dist-info behind ------------------
+
+
+def pip_target(site: Path, wheel: Path, *extra: str) -> None:
+    """``pip install --no-deps --target site wheel``: a container build's install, which on an
+    upgrade (``--upgrade``) replaces the package but keeps the old release's dist-info."""
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile",
+                    "--no-index", "--target", str(site), *extra, str(wheel)], check=True,
+                   capture_output=True, timeout=600)
+
+
+@pytest.fixture
+def upgraded(tmp_path: Path, sglang_wheels: Path, sglang_wheel_0523: Path) -> Path:
+    """A --target install of sglang 0.5.22 with dsv4-bf16-index-k applied (its 0.5.22 variant,
+    v3), then upgraded to 0.5.23 with pip install --upgrade --target: both dist-infos stay."""
+    site = tmp_path / "site"
+    pip_target(site, download_wheel("0.5.22", sglang_wheels))
+    res = run_cli("apply", "dsv4-bf16-index-k", "--target", site)
+    assert res.returncode == 0, res.stdout + res.stderr
+    pip_target(site, sglang_wheel_0523, "--upgrade")
+    assert {p.name for p in site.glob("sglang-*.dist-info")} == {
+        "sglang-0.5.22.dist-info", f"sglang-{CATALOG_RELEASE}.dist-info"}
+    return site
+
+
+def test_a_stale_dist_info_left_by_an_upgrade_keeps_the_record_check(upgraded: Path) -> None:
+    """The dist-info whose version the package's own version file says is the install: status
+    names it, the fix applied on 0.5.22 is lost to a reinstall (not "the checkout moved"), and
+    a file edited by hand is refused by its RECORD. Two dist-infos made the target a plain
+    directory: no installed release, no RECORD check (a new-user trial)."""
+    res = run_cli("status", "--json", "--target", upgraded)
+    assert res.returncode == 0, res.stderr
+    seen = json.loads(res.stdout)
+    assert seen["installed"] == {"sglang": {"dist": "sglang", "version": CATALOG_RELEASE}}
+    [fix] = [f for f in seen["status"]["fixes"] if f["name"] == "dsv4-bf16-index-k"]
+    assert fix["state"] == "lost", fix
+    assert fix["detail"].startswith(
+        f"sglang 0.5.22 -> {CATALOG_RELEASE} reinstalled; recorded v3 no longer present"), fix
+
+    pool = upgraded / POOL
+    pool.write_bytes(pool.read_bytes() + b"# edited by hand\n")
+    res = run_cli("apply", "dsv4-bf16-index-k", "--dry-run", "--target", upgraded)
+    assert res.returncode == 1, res.stdout + res.stderr
+    said = " ".join(res.stderr.split())
+    assert f"sglang:{POOL}" in said and "was modified outside patchkit" in said, said
+    assert f"the RECORD of sglang {CATALOG_RELEASE} (" in said, said
+
+
+def test_two_dist_infos_the_version_file_does_not_settle_are_refused_naming_both(
+        upgraded: Path) -> None:
+    """When the package's version file names neither install, nothing says which RECORD is
+    the proof: every command that reads it refuses, naming both directories and what to do,
+    instead of dropping the check."""
+    own = upgraded / "sglang" / "_version.py"
+    own.write_text(own.read_text().replace(f"'{CATALOG_RELEASE}'", "'0.5.24'"))
+    for args in (["status"], ["apply", "dsv4-bf16-index-k", "--dry-run"]):
+        res = run_cli(*args, "--target", upgraded)
+        assert res.returncode == 5, (args, res.stdout, res.stderr)
+        said = " ".join(res.stderr.split())
+        for name in ("sglang-0.5.22.dist-info", f"sglang-{CATALOG_RELEASE}.dist-info"):
+            assert str(upgraded / name) in said, said
+        assert "says 0.5.24" in said and "Remove the stale one" in said, said

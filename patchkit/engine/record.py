@@ -55,7 +55,10 @@ def _hex(entry: str) -> str:
 def installed(root: Root) -> Optional[Installed]:
     """The wheel install of ``sglang`` whose package is this root's (site-packages layout),
     or None: not an installed package, an editable install (its RECORD lists no package
-    files: the checkout it points at has git instead), or no readable RECORD."""
+    files: the checkout it points at has git instead), or no readable RECORD. Two installs
+    listing the package (``pip install --upgrade --target`` leaves the old dist-info behind)
+    are told apart by the package's own version file; one it does not settle is refused
+    (:func:`_the_one`), never taken for no install, which would drop the RECORD check."""
     if root.layout != PACKAGE:
         return None
     try:
@@ -74,7 +77,30 @@ def installed(root: Root) -> Optional[Installed]:
         hashes = _read_record(path)
         if hashes and "sglang/__init__.py" in hashes:
             found.append(Installed(version, name + "/RECORD", hashes, _stamp(path)))
-    return found[0] if len(found) == 1 else None
+    return found[0] if len(found) == 1 else _the_one(root, found) if found else None
+
+
+def _the_one(root: Root, found: List[Installed]) -> Installed:
+    """Of several sglang dist-infos whose RECORD lists the package, the one whose version is
+    the package's own (its ``_version.py`` or ``version.py``): the others are stale, left by
+    an upgrade (``pip install --upgrade --target`` keeps an old dist-info of another name).
+    Refused when the version file does not pick exactly one."""
+    from .variants import detect_release, release_key  # here: only a second dist-info asks
+
+    own, where = detect_release(root, git=False)
+    same = [f for f in found if own is not None and release_key(f.version) == release_key(own)]
+    if len(same) == 1:
+        return same[0]
+    dirs = sorted(os.path.join(root.path, os.path.dirname(f.record_path)) for f in found)
+    says = ("its %s says %s, which %s" % (where, own, "more than one of them is" if same
+                                          else "none of them is")
+            if own is not None else "it has no version file that says which")
+    raise TargetError(
+        "%s holds %d dist-info directories of %s whose RECORD lists the package: %s; and %s, "
+        "so nothing tells which RECORD proves its files pristine. Remove the stale one (pip "
+        "install --upgrade --target leaves the old release's behind), then run patchkit again"
+        % (root.path, len(found), DIST, " and ".join(dirs), says), path=root.path,
+        dist_infos=dirs)
 
 
 def _stamp(path: str) -> str:
