@@ -988,3 +988,67 @@ def test_upstream_check_judges_a_release_a_variant_serves_against_that_variant(
     older = check(shipped, [SIZING], "0.5.21", upstream=three_releases)[0]
     assert older.verdict == "not-applicable", older
     assert "0.5.21 is older than every version of the fix (the oldest based on 0.5.22)" in older.detail
+
+
+def test_a_lost_fix_marked_upstream_in_the_release_the_checkout_moved_to_is_not_needed(
+        three_releases: UpstreamRepo, tmp_path: Path) -> None:
+    """A fix of 0.5.22 applied there, and the checkout moved to 0.5.23 with git checkout -f:
+    the record is lost. Unmarked, status says so and how to make a version for 0.5.23, each
+    sentence capitalized (it read "... no longer present. no version of the fix serves ...").
+    Marked upstream since 0.5.23, status advised that rebase all the same, where rebase says
+    there is nothing to rebase and sync forgets the record; and sync --dry-run said
+    "re-applied: was lost" under `not-needed`, though nothing is applied (a new-user trial).
+    Now status says not-needed, in upstream since 0.5.23, and that sync forgets the record."""
+    from patchkit.catalog.series import diff_files
+
+    cat, rel = tmp_path / "cat", "python/sglang/__init__.py"
+    tree = checkout(three_releases, "0.5.22", tmp_path / "t")
+    old = (tree / rel).read_bytes()
+    (cat / "patches" / "local-edit").mkdir(parents=True)
+    (cat / "patches" / "local-edit" / "0001-local-edit.patch").write_text(
+        diff_files(old, old + b"# a local edit\n", rel))
+    (cat / "manifests").mkdir()
+    (cat / "manifests" / "local-edit.toml").write_text(new_manifest_text(
+        "local-edit", "a local edit", "0.5.22", [("0001-local-edit.patch", "sglang")], "why",
+        date="2026-11-01"))
+
+    def pk(*args: object) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "patchkit", "--catalog", str(cat),
+                               *map(str, args), "--target", str(tree)], capture_output=True,
+                              text=True, stdin=subprocess.DEVNULL, timeout=300)
+
+    def row(res: subprocess.CompletedProcess) -> str:
+        assert res.returncode == 0, res.stdout + res.stderr
+        return next(ln for ln in res.stdout.splitlines() if ln.startswith("local-edit\t"))
+
+    assert pk("apply", "local-edit").returncode == 0
+    _git(tree, "checkout", "-q", "-f", "v0.5.23")
+    lost = row(pk("status"))
+    assert "\tlost: sglang 0.5.22 -> 0.5.23: the checkout moved to another release" in lost, lost
+    assert ("recorded v1 no longer present. No version of the fix serves 0.5.23 (v1 is for "
+            "0.5.22): make one with patchkit rebase local-edit --onto 0.5.23, then apply it"
+            in lost), lost
+
+    assert edit.set_upstream(cat / "manifests" / "local-edit.toml", "0.5.23")
+    seen = row(pk("status"))
+    assert "\tnot-needed: in upstream since 0.5.23 (the target runs 0.5.23)" in seen, seen
+    assert "patchkit sync" in seen and "forgets it" in seen, seen
+    assert "rebase" not in seen and "no version" not in seen.lower(), seen
+    listed = json.loads(pk("status", "--json").stdout)["status"]["fixes"]
+    assert [(f["state"], f["version"]) for f in listed if f["name"] == "local-edit"] == [
+        ("not-needed", 1)]
+
+    dry = pk("sync", "--dry-run")
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    said = dry.stdout[dry.stdout.index("not-needed local-edit"):]
+    assert "re-applied" not in dry.stdout, dry.stdout
+    assert "in upstream since 0.5.23" in said and "would be forgotten" in said, said
+    assert "sglang 0.5.22 -> 0.5.23" in said, said  # why the record is stale: lost to the move
+    assert "local-edit" in (tree / ".patchkit" / "state.json").read_text()
+    done = pk("sync")
+    assert done.returncode == 0 and "re-applied" not in done.stdout, done.stdout + done.stderr
+    assert "local-edit" not in json.dumps(json.loads(
+        (tree / ".patchkit" / "state.json").read_text())["fixes"])
+    assert row(pk("status")).startswith(
+        "local-edit\tnot-needed: in upstream since 0.5.23 (the target runs 0.5.23)")
+    assert _git(tree, "status", "--porcelain", "--", "python") == ""

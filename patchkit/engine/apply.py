@@ -106,8 +106,12 @@ def _sort_out(req: Request, state: State, lost: Dict[str, str], lost_records: Di
             outcomes[spec.name] = {"name": spec.name, "version": spec.version, "outcome": "not-needed",
                                    "detail": spec.not_needed, "files": [], "preconditions": [],
                                    "verification": []}
-            if spec.name in lost_records:
-                outcomes[spec.name]["lost"] = lost[spec.name]
+            if spec.name in lost_records:  # forgotten, not applied again: no ``lost`` outcome
+                from .observe import held_upstream
+
+                outcomes[spec.name]["detail"] = held_upstream(
+                    spec, lost_records[spec.name], "would be forgotten" if req.dry_run
+                    else "forgotten", lost=lost[spec.name])
         elif rec is None:
             todo.append(spec)
         elif int(rec.version or 0) == spec.version:

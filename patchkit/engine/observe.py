@@ -32,10 +32,12 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
             entry["catalog_version"] = spec.version
             # the catalog's version is no upgrade where it does not serve the release the
             # target runs (apply and sync refuse it there): the applied one stays, said so
-            unserved = unserved_detail(req, spec, releases) if (
+            # (no version need serve a release that holds the fix upstream)
+            unserved = unserved_detail(req, spec, releases) if not spec.not_needed and (
                 rec.version != spec.version or entry["state"] in ("lost", "applied")) else None
-            if spec.not_needed and entry["state"] == "applied":  # the release took it
-                entry.update(state="not-needed", detail=held_upstream(spec, rec))
+            if spec.not_needed and entry["state"] in ("applied", "lost"):  # the release took it
+                entry.update(state="not-needed", detail=held_upstream(
+                    spec, rec, lost=entry.get("lost") or ""))
             elif unserved is not None:
                 _say_unserved(entry, rec, spec, unserved)
             elif entry["state"] == "applied" and rec.version != spec.version:
@@ -114,15 +116,23 @@ def _underneath(ws: Workspace, entries: List[Dict[str, Any]]) -> Dict[Key, str]:
     return out
 
 
-def held_upstream(spec: FixSpec, rec: FixRecord, outcome: str = "") -> str:
-    """Why a fix recorded intact on a release that holds its change upstream (the host moved to
-    the release that took it) is not needed, and what becomes of its record: kept (status),
-    or ``outcome`` of apply and sync, "forgotten" or "would be forgotten", writing nothing.
-    Its files hold what it wrote, the change as the release has it, so rolling it back would
-    put the older release's bytes into this one (rollback refuses)."""
+def held_upstream(spec: FixSpec, rec: FixRecord, outcome: str = "", lost: str = "") -> str:
+    """Why a fix recorded on a release that holds its change upstream (the host moved to the
+    release that took it) is not needed, and what becomes of its record: kept (status), or
+    ``outcome`` of apply and sync, "forgotten" or "would be forgotten", writing nothing.
+    Recorded intact, its files hold what it wrote, the change as the release has it, so
+    rolling it back would put the older release's bytes into this one (rollback refuses);
+    ``lost`` (why the move took its change out of the files): they hold the release's bytes,
+    which have the change, and the record is stale either way."""
+    why = ". It was lost: %s" % lost if lost else ""
     if outcome:
-        return ("%s: its v%s record %s, nothing written (its files hold the change as the "
-                "release has it)" % (spec.not_needed, rec.version, outcome))
+        return "%s: its v%s record %s, nothing written (%s)%s" % (
+            spec.not_needed, rec.version, outcome, "the release's files hold the change" if lost
+            else "its files hold the change as the release has it", why)
+    if lost:
+        return ("%s: its v%s record here is kept until patchkit sync (or patchkit apply %s) "
+                "forgets it, writing nothing: the release's files hold the change%s"
+                % (spec.not_needed, rec.version, spec.name, why))
     return ("%s: its v%s record here is kept until patchkit sync (or patchkit apply %s) forgets "
             "it, writing nothing: its files hold what v%s wrote, the change as the release has it"
             % (spec.not_needed, rec.version, spec.name, rec.version))
@@ -172,8 +182,9 @@ def _say_unserved(entry: Dict[str, Any], rec: FixRecord, spec: FixSpec,
     found, served = unserved
     make = spec.make_for(found)
     said = "no version of the fix serves %s (%s)" % (found, served)
-    if entry["state"] == "lost":
-        entry["detail"] = "%s. %s: %s, then apply it" % (entry["lost"], said, make)
+    if entry["state"] == "lost":  # a sentence of its own, after why it is lost
+        entry["detail"] = "%s. %s%s: %s, then apply it" % (entry["lost"], said[0].upper(),
+                                                          said[1:], make)
     elif "detail" not in entry and rec.version == spec.version:  # the tree moved, not the fix
         entry["detail"] = "%s: the applied v%s stays as it is; %s" % (said, rec.version, make)
     elif "detail" not in entry:  # a root given elsewhere says more about a drift
