@@ -12,7 +12,7 @@ from . import gitcli
 from .checks import Reader, failure_lines, result
 from .contract import PARTLY_PRESENT, PRESENT_UNRECORDED
 from .fsops import nearest_existing_dir, probe_writable
-from .paths import Root, Roots
+from .paths import Root, Roots, dot_git_top
 from .records import FixRecord
 from .request import FixSpec
 from .variants import detect_release
@@ -161,7 +161,7 @@ def git_changes(keys: List[Tuple[str, str]], roots: Roots, git: bool = True
     for root, path in keys:
         by_root.setdefault(root, {})[roots.get(root).mapped(path)] = None
     if not git:
-        return {name: gitcli.Changes(gitcli.dot_git_top(roots.get(name).path) is not None,
+        return {name: gitcli.Changes(dot_git_top(roots.get(name).path) is not None,
                                      error=NO_GIT) for name in by_root}
     return {name: gitcli.changed_paths(roots.get(name).path, list(rels))
             for name, rels in by_root.items()}

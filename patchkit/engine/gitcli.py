@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from dataclasses import field
 from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple
 
+from .paths import dot_git_top
 from .recordbase import Record, record_dataclass
 
 if TYPE_CHECKING:
@@ -61,20 +62,6 @@ def run(root: str, args: List[str], stdin: Optional[bytes] = None,
         if end is not None:
             raise DeadlinePassed() from None
         return None
-
-
-def dot_git_top(root: str) -> Optional[str]:
-    """The real path of the nearest directory upwards holding a ``.git`` (file or directory),
-    or None: whether a root is in a checkout at all, asked without running git (the client's
-    ``gitrepo.work_tree_top`` asks git, which also knows ``GIT_DIR`` and bare repositories)."""
-    cur = os.path.realpath(root)
-    while True:
-        if os.path.lexists(os.path.join(cur, ".git")):
-            return cur
-        parent = os.path.dirname(cur)
-        if parent == cur:
-            return None
-        cur = parent
 
 
 def describe_tag(root: str) -> Optional[str]:

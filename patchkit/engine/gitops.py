@@ -11,6 +11,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from ..errors import TargetError
 from . import gitcli
 from .hunks import split_lines
+from .paths import dot_git_top
 from .recordbase import Record, record_dataclass
 
 #: Used for commits when the repository (and the environment) configure no identity.
@@ -163,7 +164,7 @@ def checkout_of(root_path: str) -> Optional[Checkout]:
 def checkout_and_head(root_path: str, head: bool = True) -> Tuple[Optional[Checkout], Optional[str]]:
     """:func:`checkout_of` and, with ``head``, the commit at HEAD (None when unborn), from one
     ``git rev-parse`` (it prints the top, then the commit; an unborn HEAD exits 1)."""
-    if gitcli.dot_git_top(root_path) is None:
+    if dot_git_top(root_path) is None:
         return None, None
     args = ["rev-parse", "--show-toplevel"] + (["--verify", "--quiet", "HEAD^{commit}"] if head else [])
     proc = gitcli.run(root_path, args)

@@ -288,3 +288,17 @@ def _name_max(root: Root) -> int:
     except (OSError, ValueError):
         limit = 255
     return limit if limit > 0 else 255
+
+
+def dot_git_top(root: str) -> Optional[str]:
+    """The real path of the nearest directory upwards holding a ``.git`` (file or directory),
+    or None: whether a root is in a checkout at all, asked without running git (the client's
+    ``gitrepo.work_tree_top`` asks git, which also knows ``GIT_DIR`` and bare repositories)."""
+    cur = os.path.realpath(root)
+    while True:
+        if os.path.lexists(os.path.join(cur, ".git")):
+            return cur
+        parent = os.path.dirname(cur)
+        if parent == cur:
+            return None
+        cur = parent

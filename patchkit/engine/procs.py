@@ -32,7 +32,7 @@ from contextlib import suppress
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from .contract import PRIMARY_ROOT
-from .paths import PACKAGE, Roots
+from .paths import PACKAGE, Roots, dot_git_top
 from .pycache import interpreter_prefix, stale_pycs
 from .records import State
 
@@ -443,8 +443,6 @@ def release_marks(roots: Roots) -> List[Tuple[str, str, str]]:
 def _git_marks(path: str) -> List[Tuple[str, str]]:
     """The files git rewrites when HEAD moves, in the work tree holding ``path`` (none outside
     one): read from ``.git`` (a directory, or a worktree's or submodule's ``gitdir:`` file)."""
-    from .gitcli import dot_git_top  # the module runs git only when asked to
-
     top = dot_git_top(path)
     if top is None:
         return []
