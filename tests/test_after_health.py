@@ -619,12 +619,14 @@ def test_a_hook_that_leaves_a_process_running_returns_when_its_shell_exits(
 
 
 def _held_python(tmp_path: Path, armed: Path, inside: Path) -> Path:
-    """A ``--python`` that, once ``armed`` exists, marks ``inside`` and waits before answering
-    the bytecode purge's question (``sys.pycache_prefix``): an undo after a failed check asks
-    it once its files are written, before its commit point."""
+    """A ``--python`` that, once ``armed`` exists, marks ``inside`` and waits (until ``armed``
+    is gone, at most a minute) before answering the bytecode purge's question
+    (``sys.pycache_prefix``) the first time: an undo after a failed check asks it once its
+    files are written, before its commit point; the restore a signal there starts asks it
+    again, and is answered at once."""
     python = tmp_path / "python"
-    python.write_text(f"#!/bin/sh\ncase \"$*\" in *pycache_prefix*) if [ -e {shlex.quote(str(armed))} ]; "
-                      f"then touch {shlex.quote(str(inside))}; sleep 60; fi;; esac\n"
+    python.write_text(f"#!/bin/sh\ncase \"$*\" in *pycache_prefix*) if [ -e {shlex.quote(str(armed))} ] && [ ! -e {shlex.quote(str(inside))} ]; "
+                      f"then touch {shlex.quote(str(inside))}; n=0; while [ -e {shlex.quote(str(armed))} ] && [ $n -lt 1200 ]; do sleep 0.05; n=$((n+1)); done; fi;; esac\n"
                       f"exec {shlex.quote(PY)} \"$@\"\n")
     python.chmod(0o755)
     return python
