@@ -182,3 +182,38 @@ def test_a_signal_in_the_first_moments_of_a_json_run_still_prints_its_json(tmp_p
             assert data["error"]["message"] in err
             seen.append("json")
     assert "json" in seen, seen
+
+
+def test_a_signal_once_state_json_names_the_change_leaves_it_complete(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """The commit point is state.json's rename. A SIGTERM after it, while the directory was
+    being fsynced (state.json already naming the transaction), put the files back as if
+    before the commit point: the state recorded the fix as applied over files that no
+    longer held it. It is the change complete, its journal kept for the next run's
+    bookkeeping, and said so."""
+    import pytest
+
+    from patchkit import api, errors
+    from patchkit.catalog import Catalog
+    from patchkit.engine.store import Store
+    from patchkit.targets import LocalTarget
+    from tests.test_remote import PY, SAMPLES, make_tree
+
+    roots = make_tree(tmp_path / "tree")
+    target = LocalTarget(roots, PY, "local")
+    catalog = Catalog(SAMPLES / "catalog")
+    written = Store.write_state
+
+    def signalled_after(self: Store, state: Any) -> None:
+        written(self, state)
+        if state.names():  # the apply's commit point, not a later bookkeeping write
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(Store, "write_state", signalled_after)
+    with errors.stopping_on_signals(), pytest.raises(errors.Terminated) as info:
+        api.apply(catalog, target, ["index-k-bytes"])
+    assert "the change is complete" in str(info.value), str(info.value)
+    assert info.value.details.get("committed") is True
+    monkeypatch.setattr(Store, "write_state", written)
+    seen = {s.name: s.state for s in api.status(catalog, target).status}
+    assert seen["index-k-bytes"] == "applied", seen  # the files hold what the state records

@@ -210,15 +210,30 @@ class Transaction:
         assert self.journal is not None, "commit() follows write()"
         fault("state")
         state.txn = self.id
-        self.store.write_state(state)
-        self._committed = True
-        self.store.committed = self.id
+        try:
+            self.store.write_state(state)
+        except BaseException:  # a signal, or a failed fsync of the directory, after the rename
+            if self._named():  # is after the commit point: the change stands, nothing is put back
+                self._mark_committed()
+            raise
+        self._mark_committed()
         fault("cleanup")
         finish(self.store, self.journal, recovering=False)
         if self.keeps_undo_point and undo_point(self.store) == self.id:  # kept: say so
             self.store.undo_txn = self.id
         self._done = True
         return self.id
+
+    def _mark_committed(self) -> None:
+        self._committed = True
+        self.store.committed = self.id
+
+    def _named(self) -> bool:
+        """Whether ``state.json`` names this transaction: its rename, the commit point, is done."""
+        try:
+            return self.store.read_state().txn == self.id
+        except (OSError, PatchkitError):
+            return False
 
 
 def _what_is_left(store: Store) -> str:
