@@ -4,7 +4,7 @@ them all in one transaction."""
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple, cast
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple, cast
 
 from ..errors import (ConflictError, DriftError, PatchkitError, PreconditionFailed,
                       TargetFileMissing, UsageError, VerificationFailed, VersionMismatch)
@@ -41,7 +41,8 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
         raise UsageError("--commit needs git, and --no-git was given; drop one of them")
     check_patch_paths(req.roots, list(todo) + list(req.dependencies))
     if req.sync:  # before the refusal below: a revert with nothing to revert is left out
-        todo = _sync_skips(req, todo, outcomes, set(upgrades), {f.name for f in read.fixes})
+        todo = _sync_skips(req, store, state, todo, outcomes, set(upgrades),
+                           {f.name for f in read.fixes})
     if not req.git and any(s.revert is not None for s in todo):
         raise UsageError("a revert fix (%s) needs git, and --no-git was given; drop --no-git, "
                          "or apply the other fixes without it"
@@ -154,19 +155,22 @@ def _sources(req: Request, todo: List[FixSpec], recorded: Dict[str, FixRecord]) 
     return sources
 
 
-def _sync_skips(req: Request, todo: List[FixSpec], outcomes: Dict[str, Dict[str, Any]],
-                upgrades: Set[str], recorded: Set[str]) -> List[FixSpec]:
+def _sync_skips(req: Request, store: Store, state: State, todo: List[FixSpec],
+                outcomes: Dict[str, Dict[str, Any]], upgrades: Set[str],
+                recorded: Set[str]) -> List[FixSpec]:
     """``patchkit sync``: of the fixes to write, leave out those ``status`` would call
     ``not-needed`` (a revert with nothing to revert) or ``present-unrecorded`` (the change is
     in the files already, put there by someone else), and a shipped fix the target does not
     record (``if_recorded``: no fix of the user's needs it), each with its outcome saying so;
     ``recorded``: the fixes the target records, lost ones too."""
-    from .observe import unrecorded
+    from .observe import beneath_records, unrecorded
 
     ws, keep = Workspace(req.roots), []
+    beneath = beneath_records(store, state, ws)  # a fix recorded on top of an unrecorded one
     for spec in todo:
         # what status says of it first (not-needed, present-unrecorded), shipped or not
-        seen = "" if spec.name in upgrades else unrecorded(ws, spec, req.roots, req.git)["state"]
+        seen = "" if spec.name in upgrades else unrecorded(ws, spec, req.roots, req.git,
+                                                           beneath)["state"]
         if spec.if_recorded and spec.name not in recorded and seen not in (
                 "not-needed", "present-unrecorded"):
             outcomes[spec.name] = {
@@ -275,7 +279,8 @@ class _Prepare:
                  sources: Sources, git_changes: Dict[str, Any], vouched: Set[Key]) -> None:
         self.req, self.store, self.ws, self.sources = req, store, ws, sources
         self.git_changes = git_changes
-        self.recorded = state.by_name()
+        self.state, self.recorded = state, state.by_name()
+        self._beneath: Any = False  # beneath(), made once
         self.after_hashes = {key: {f.after_sha256} for key, (_fix, f) in state.last_writers().items()
                              if f.after_sha256}  # what patchkit last wrote to each file
         self.done: Set[Key] = set(vouched)  # files with no git-clean check (prepared already)
@@ -321,7 +326,8 @@ class _Prepare:
                     name for name, rec in self.recorded.items() if name != spec.name
                     and name not in self.prepared and any(f.key == key for f in rec.files)]
                 self.refuse_failed()  # a refused precondition explains more than the conflict
-                raise of_fix(exc, spec.name, others) from None
+                raise of_fix(exc, spec.name, others, dependents=self.state.requiring(spec.name) + [
+                    f.spec.name for f in out if spec.name in f.spec.requires]) from None
             fc.snapshot(self.ws, fc.after)
             self.placed = {}
             self.done.update(fc.keys)
@@ -342,7 +348,8 @@ class _Prepare:
         # of the request left out (sync: present unrecorded), as `apply FIX` looks for it
         copies = {d.name: d for d in (*req.fixes, *req.dependencies)}
         pre.extend(auto.requires_check(spec, self.recorded, self.prepared, copies, self.read_any,
-                                       sync=req.sync, lost=self.lost, named=[f.name for f in req.fixes]))
+                                       sync=req.sync, lost=self.lost, named=[f.name for f in req.fixes],
+                                       beneath=self.beneath(any_root=True)))
         if spec.name in self.sources:
             pre.append(self.sources[spec.name][1])
         by_key: Dict[Key, List[FileChange]] = {}
@@ -385,7 +392,7 @@ class _Prepare:
             e = self.ws.entry(*key)
             e.current, e.mode = data, mode
         self.placed = {}
-        if unrecorded(self.ws, fc.spec, self.req.roots)["state"] != "present-unrecorded":
+        if unrecorded(self.ws, fc.spec, self.req.roots, beneath=self.beneath())["state"] != "present-unrecorded":
             return False
         self.present_unrecorded[fc.spec.name] = {
             "name": fc.spec.name, "version": fc.spec.version, "files": [],  # as sync says it:
@@ -394,6 +401,20 @@ class _Prepare:
                       "the fork, or applied by hand): nothing to apply; see patchkit status"}
         self.prepared.add(fc.spec.name)  # a fix requiring it finds it there
         return True
+
+    def beneath(self, any_root: bool = False) -> Optional[Callable[[str, str], Optional[bytes]]]:
+        """The files as they were before the fixes recorded on them (``beneath_records``), for
+        the presence check of a fix with no record: a recorded fix on top of it may hide it.
+        ``any_root``: a dependency's file on a root the target lacks is absent (``read_any``)."""
+        from .observe import beneath_records
+
+        if self._beneath is False:
+            self._beneath = beneath_records(self.store, self.state, self.ws)  # reads ws as it is
+        read = cast(Optional[Callable[[str, str], Optional[bytes]]], self._beneath)
+        if read is None or not any_root:
+            return read
+        given = {r.name for r in self.req.roots}
+        return lambda root, path: read(root, path) if root in given else None
 
     def read_any(self, root: str, path: str) -> Optional[bytes]:
         """A dependency may touch a root this target lacks: its files are simply absent."""

@@ -388,14 +388,30 @@ def _conflict(change: FileChange, hunk: Optional[Hunk], lines: Sequence[str], ol
         **change.named())
 
 
-def of_fix(exc: ConflictError, fix: str, others: Sequence[str] = ()) -> ConflictError:
+def of_fix(exc: ConflictError, fix: str, others: Sequence[str] = (),
+           dependents: Sequence[str] = ()) -> ConflictError:
     """``exc``, a conflict met while placing (or undoing) fix ``fix``'s change, naming that fix:
     the hunks know their file, not their fix. ``others``: the fixes that wrote the file before
     (earlier in the run, or applied there), whose change the hunk's context may no longer
-    find, said as such rather than as a stale patch alone."""
+    find, said as such rather than as a stale patch alone. ``dependents``: the fixes that
+    depend on ``fix`` (depends_on, however deep): one of them among ``others`` was applied on
+    top of ``fix``'s change, which is no longer under it; ``fix`` is never told to build on
+    its own dependent."""
     exc.details.setdefault("fix", fix)
     if not exc.message.startswith("fix %s:" % fix):
         exc.message = "fix %s: %s" % (fix, exc.message)
+    on_top = [o for o in others if o in dependents]
+    others = [o for o in others if o not in dependents]
+    if on_top and "others" not in exc.details:
+        exc.details["dependents"] = on_top
+        named = ("fix %s" % on_top[0] if len(on_top) == 1 else "fixes %s and %s"
+                 % (", ".join(on_top[:-1]), on_top[-1]))
+        exc.message += ("; %s, which depend%s on %s, changed this file on top of %s change, and "
+                        "that change is no longer under it (edited or reverted since): roll %s "
+                        "back (patchkit rollback %s), then apply %s and %s again"
+                        % (named, "s" if len(on_top) == 1 else "", fix, fix + "'s",
+                           "it" if len(on_top) == 1 else "them", " ".join(on_top), fix,
+                           " ".join(on_top)))
     if others and "others" not in exc.details:
         exc.details["others"] = list(others)
         named = ("fix %s" % others[0] if len(others) == 1 else "fixes %s and %s"

@@ -4,7 +4,7 @@ verify (re-run the verification of applied fixes). Neither writes a target file.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from ..errors import DriftError, NotApplied, TargetError, VerificationFailed, VersionMismatch
 from . import procs, record
@@ -14,6 +14,8 @@ from .request import FixSpec, Request, check_patch_paths, parse_fix, recorded_on
 from .records import FileRecord, FixRecord, State
 from .store import Store
 from .workspace import Key, Workspace
+
+Reader = Callable[[str, str], Optional[bytes]]  # presence.Reader: (root, path) -> bytes or None
 
 
 def status(req: Request, store: Store) -> Dict[str, Any]:
@@ -25,6 +27,8 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
     last = state.last_writers()
     installs = record.installs(req.roots)
     releases: Dict[str, Any] = {}  # each root's release, read once (a partly-present fix, the end)
+    beneath: Optional[Reader] = None  # made for the first fix with no record
+    made = False
     for spec in req.fixes:
         rec = recorded.get(spec.name)
         if rec:
@@ -52,7 +56,9 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
                      "applied_at": None, "files": [], "detail": spec.not_needed}
         else:  # only here are the fix's FILE records used (and read, for a lazy request)
             check_patch_paths(req.roots, [spec])
-            entry = unrecorded(ws, spec, req.roots)
+            if not made:
+                beneath, made = beneath_records(store, state, ws), True
+            entry = unrecorded(ws, spec, req.roots, beneath=beneath)
             if entry["state"] in (PARTLY_PRESENT, NOT_APPLIED):
                 _not_served(req, spec, entry, releases)
         if spec.release is not None:
@@ -206,11 +212,43 @@ def _holds_catalog(req: Request, store: Store, ws: Workspace, rec: FixRecord, sp
     return holds_version(scratch, spec, rec, {f.key: ws.sha256(*f.key) for f in rec.files})
 
 
-def unrecorded(ws: Workspace, spec: FixSpec, roots: Roots, git: bool = True) -> Dict[str, Any]:
+def beneath_records(store: Store, state: State, ws: Workspace) -> Optional[Reader]:
+    """A reader of each file as it was before the fixes patchkit recorded on it (the backup
+    of the first of them), where the file still holds what the last of them wrote; any other
+    file as ``ws`` holds it. None when nothing is recorded. The presence check of a fix the
+    target has no record of reads it too: a recorded fix applied on top of that one (a fix
+    depending on a commit of the fork) may have rewritten the lines that show it."""
+    first: Dict[Key, FileRecord] = {}
+    for rec in state.fixes:  # application order
+        for f in rec.files:
+            first.setdefault(f.key, f)
+    if not first:
+        return None
+    from .fsops import read_bytes
+    from .hunks import sha256_bytes
+
+    last = state.last_writers()
+
+    def read(root: str, path: str) -> Optional[bytes]:
+        now = ws.read(root, path)
+        f = first.get((root, path))
+        if f is None or ws.sha256(root, path) != last[(root, path)][1].after_sha256:
+            return now  # not written by a fix, or changed since: the bytes are what there is
+        if f.before_sha256 is None:
+            return None  # the first fix created it
+        data = read_bytes(store.path(f.backup)) if f.backup else None
+        return data if data is not None and sha256_bytes(data) == f.before_sha256 else now
+
+    return read
+
+
+def unrecorded(ws: Workspace, spec: FixSpec, roots: Roots, git: bool = True,
+               beneath: Optional[Reader] = None) -> Dict[str, Any]:
     """The status entry of a fix the target has no record of. ``git=False`` (--no-git): a
     revert fix whose change is in the files is ``not-needed`` without asking git whether the
-    commit it reverts was ever there (a release wheel in a container build)."""
-    entry = _detect(ws, spec)
+    commit it reverts was ever there (a release wheel in a container build). ``beneath``:
+    :func:`beneath_records`."""
+    entry = _detect(ws, spec, beneath)
     if spec.revert is not None and not git and entry["state"] == PRESENT_UNRECORDED:
         entry.update(state="not-needed", files=[])
         return entry
@@ -465,11 +503,11 @@ def drift_check(fix: str, drifted: List[Dict[str, Any]], state: State, roots: Ro
             "detail": detail, "where": where}
 
 
-def _detect(ws: Workspace, spec: FixSpec) -> Dict[str, Any]:
+def _detect(ws: Workspace, spec: FixSpec, beneath: Optional[Reader] = None) -> Dict[str, Any]:
     """Is an unrecorded fix's change already in the files (``presence.detect``)?"""
     from . import presence  # here: a status of fixes all recorded looks for none
 
-    found = presence.detect(spec.files, ws.read)
+    found = presence.detect(spec.files, ws.read, beneath)
     files = [] if found.state == NOT_APPLIED else [
         ws.roots.file(root, path, state=_file_state(whole, ws.entry(root, path).current))
         for (root, path), whole in found.files]
@@ -506,8 +544,9 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
     missing = [s.name for s in specs if s.name not in recorded]
     if missing:
         ws = Workspace(req.roots)
-        present = [s.name for s in specs if s.name in missing
-                   and unrecorded(ws, s, req.roots)["state"] == PRESENT_UNRECORDED]
+        beneath = beneath_records(store, state, ws)
+        present = [s.name for s in specs if s.name in missing and unrecorded(
+            ws, s, req.roots, beneath=beneath)["state"] == PRESENT_UNRECORDED]
         absent = [n for n in missing if n not in present]
         said = []
         if absent:

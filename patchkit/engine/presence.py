@@ -24,9 +24,26 @@ class Presence(Record):
     files: Tuple[Tuple[Key, bool], ...]  # each touched file, and whether all its hunks are in it
 
 
-def detect(files: Sequence[FileChange], read: Reader) -> Presence:
+def detect(files: Sequence[FileChange], read: Reader, beneath: Optional[Reader] = None) -> Presence:
     """Undo the changes in the current files, newest first; a hunk is present when its new side
-    is found and its old side is not (both found proves nothing)."""
+    is found and its old side is not (both found proves nothing). ``beneath``: each file as it
+    was before the fixes patchkit recorded on it (their backups): a fix applied on top of
+    an unrecorded one (a commit of the fork it depends on) may have rewritten the lines that
+    show it, so a file holds the change when either reading holds it whole."""
+    found = _detect(files, read)
+    if beneath is None or found.state == PRESENT_UNRECORDED:
+        return found
+    below = _detect(files, beneath)
+    if below.state == NOT_APPLIED:
+        return found
+    whole = dict(below.files)
+    files_ = tuple((key, ok or whole.get(key, False)) for key, ok in found.files)
+    if all(ok for _key, ok in files_):
+        return Presence(PRESENT_UNRECORDED, files_)
+    return Presence(PARTLY_PRESENT, files_)
+
+
+def _detect(files: Sequence[FileChange], read: Reader) -> Presence:
     texts: Dict[Key, Optional[str]] = {}
     units: Dict[Key, List[Optional[bool]]] = {}
     for change in reversed(files):

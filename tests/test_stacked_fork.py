@@ -1,0 +1,96 @@
+"""Two fixes on one file, the later depending on the earlier (``depends_on``), on a fork:
+the earlier one carried as a commit of the fork, the later applied by patchkit on top of it.
+The later fix's change hides the earlier one's hunks, so the presence check of the earlier one
+reads the file as it was before the fixes recorded on it (their backups). Before, the first
+``sync`` left the earlier fix out (present-unrecorded) and applied the later one, then
+``status`` called the earlier one ``not-applied`` and a second ``sync`` conflicted, its advice
+telling the earlier fix to depend on its own dependent (a new-user trial)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from tests.fixtures.user_catalog import pk, user_catalog
+
+LINES = [f"{c} = 1\n" for c in "abcdefghijklmn"]
+# a adds two lines after e; b, which depends on a, changes the second of them
+A = ("--- a/app.py\n+++ b/app.py\n@@ -3,6 +3,8 @@\n c = 1\n d = 1\n e = 1\n+if e:\n"
+     "+    x = 0\n f = 1\n g = 1\n h = 1\n")
+B = ("--- a/app.py\n+++ b/app.py\n@@ -4,7 +4,8 @@\n d = 1\n e = 1\n if e:\n-    x = 0\n"
+     "+    # nothing yet\n+    x = None\n f = 1\n g = 1\n h = 1\n")
+
+
+def _git(tree: Path, *argv: str) -> None:
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *argv], cwd=tree,
+                   check=True, capture_output=True)
+
+
+def stacked_catalog(path: Path, a: str = A, b: str = B) -> Path:
+    """Fixes a and b (``depends_on = ["a"]``) of the user's catalog, b written on top of a."""
+    catalog = user_catalog(path, {"a": (a, ""), "b": (b, "")})
+    manifest = catalog / "manifests" / "b.toml"
+    manifest.write_text(manifest.read_text().replace(
+        'rationale = "b"\n', 'rationale = "b"\ndepends_on = ["a"]\n'))
+    return catalog
+
+
+def stacked_tree(path: Path) -> Path:
+    path.mkdir()
+    (path / "app.py").write_text("".join(LINES))
+    _git(path, "init", "-q")
+    _git(path, "add", "-A")
+    _git(path, "commit", "-q", "-m", "base")
+    return path
+
+
+def _states(cat: list[str], where: list[str]) -> dict[str, str]:
+    done = pk(*cat, "status", "--all", *where)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return {row.split("\t")[0]: row.split("\t")[1] for row in done.stdout.splitlines() if "\t" in row}
+
+
+def test_sync_of_a_fork_carrying_the_dependency_as_a_commit_is_idempotent(tmp_path: Path) -> None:
+    catalog, tree = stacked_catalog(tmp_path / "catalog"), stacked_tree(tmp_path / "fork")
+    (tmp_path / "a.patch").write_text(A)
+    _git(tree, "apply", str(tmp_path / "a.patch"))
+    _git(tree, "commit", "-qam", "fork: a")
+    cat, where = ["--catalog", str(catalog)], ["--root", f"tree={tree}"]
+    assert _states(cat, where) == {"a": "present-unrecorded", "b": "not-applied"}
+
+    first = pk(*cat, "sync", *where)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "present-unrecorded a" in first.stdout and "applied b" in first.stdout, first.stdout
+    after = (tree / "app.py").read_text()
+    assert "    x = None\n" in after and "    x = 0\n" not in after
+    assert _states(cat, where) == {"a": "present-unrecorded", "b": "applied"}
+
+    again = pk(*cat, "sync", *where)  # nothing changed: nothing to do
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "present-unrecorded a" in again.stdout and "already-applied b" in again.stdout, again.stdout
+    assert (tree / "app.py").read_text() == after
+    named = pk(*cat, "apply", "a", *where)  # apply of the fork's commit: in the files already
+    assert named.returncode == 0 and "present-unrecorded a" in named.stdout, named.stdout + named.stderr
+    assert pk(*cat, "status", "--exit-code", *where).returncode == 0
+    assert (tree / "app.py").read_text() == after
+
+
+def test_a_conflict_under_a_dependent_never_tells_the_fix_to_depend_on_it(tmp_path: Path) -> None:
+    """The fork's commit of a edited away under b (recorded on top of it): a no longer applies
+    there, and the conflict says b depends on a and to roll b back, not "make a build on b"."""
+    catalog, tree = stacked_catalog(tmp_path / "catalog"), stacked_tree(tmp_path / "fork")
+    (tmp_path / "a.patch").write_text(A)
+    _git(tree, "apply", str(tmp_path / "a.patch"))
+    _git(tree, "commit", "-qam", "fork: a")
+    cat, where = ["--catalog", str(catalog)], ["--root", f"tree={tree}"]
+    assert pk(*cat, "sync", *where).returncode == 0
+    app = tree / "app.py"
+    app.write_text(app.read_text().replace("if e:\n", ""))  # a's line gone, b's lines kept
+    _git(tree, "commit", "-qam", "fork: a's guard dropped")
+
+    done = pk(*cat, "apply", "a", *where)
+    assert done.returncode == 3, done.stdout + done.stderr
+    said = " ".join(done.stderr.split())
+    assert "fix b, which depends on a, changed this file on top of a's change" in said, said
+    assert "patchkit rollback b" in said, said
+    assert "build on" not in said and "depends_on" not in said, said
