@@ -94,3 +94,40 @@ def test_a_conflict_under_a_dependent_never_tells_the_fix_to_depend_on_it(tmp_pa
     assert "fix b, which depends on a, changed this file on top of a's change" in said, said
     assert "patchkit rollback b" in said, said
     assert "build on" not in said and "depends_on" not in said, said
+
+
+def test_sync_upgrades_a_stack_of_fixes_on_one_file_in_one_transaction(tmp_path: Path) -> None:
+    """a v1 and b v1 (b depends on a, same file) applied; the catalog then has v2 of both,
+    b's written on a's. sync takes b v1 out, then a v1, and puts a v2 and b v2 in, one
+    transaction: the file is what a fresh apply of the two v2 makes. Before, it said the file
+    changed since patchkit applied a v1 (it holds what b v1 wrote on it) and offered --force,
+    which then conflicted (a new-user trial)."""
+    catalog, tree = stacked_catalog(tmp_path / "catalog"), stacked_tree(tmp_path / "tree")
+    pristine = tmp_path / "pristine"
+    pristine.mkdir()
+    (pristine / "app.py").write_text("".join(LINES))
+    cat, where = ["--catalog", str(catalog)], ["--root", f"tree={tree}"]
+    assert pk(*cat, "apply", "a", "b", *where).returncode == 0
+    a2, b2 = A.replace("+if e:", "+if e is not None:"), B.replace(" if e:", " if e is not None:")
+    for name, patch in (("a", a2), ("b", b2)):
+        (catalog / "patches" / name / f"0001-{name}.patch").write_text(patch)
+        manifest = catalog / "manifests" / f"{name}.toml"
+        manifest.write_text(manifest.read_text().replace("version = 1\n", "version = 2\n"))
+    assert pk(*cat, "apply", "a", "b", "--root", f"tree={pristine}").returncode == 0
+    states = {row.split("\t")[0]: row.split("\t")[1]
+              for row in pk(*cat, "status", *where).stdout.splitlines() if "\t" in row}
+    assert states == {"a": "outdated (v1 applied, v2 in the catalog)",
+                      "b": "outdated (v1 applied, v2 in the catalog)"}, states
+
+    dry = pk(*cat, "sync", "--dry-run", *where)
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    done = pk(*cat, "sync", *where)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "upgraded a v1 -> v2" in done.stdout and "upgraded b v1 -> v2" in done.stdout, done.stdout
+    assert "--force" not in done.stdout + done.stderr
+    assert (tree / "app.py").read_text() == (pristine / "app.py").read_text()
+    assert pk(*cat, "status", "--exit-code", *where).returncode == 0
+    assert pk(*cat, "verify", *where).returncode == 0
+    # each v2 keeps the bytes before it: rolling both back gives the release's file
+    assert pk(*cat, "rollback", "b", "a", *where).returncode == 0
+    assert (tree / "app.py").read_text() == "".join(LINES)

@@ -246,16 +246,19 @@ def _take_out(req: Request, store: Store, state: State, ws: Workspace,
     fixes whose files hold that already are returned, with what their outcome says."""
     refuse_later_writers(state, list(upgrades), "upgrade", "roll the later fix back first "
                          "(patchkit rollback %s), then apply again", req.roots)
+    # application order: a file several upgraded fixes wrote (a stack: one depending on
+    # another) holds what the last of them wrote, and goes back through each, newest first
+    stack = [rec for rec in state.fixes if rec.name in upgrades]
+    last: Dict[Key, Tuple[str, FileRecord]] = {f.key: (rec.name, f) for rec in stack for f in rec.files}
     drift: Dict[str, List[str]] = {}
     seen: Dict[Key, Optional[str]] = {}
-    for name, rec in upgrades.items():
-        for f in rec.files:
-            seen[f.key] = have = ws.sha256(*f.key)
-            if have != f.after_sha256:
-                drift.setdefault(name, []).append(
-                    "%s (fix %s v%s): sha256 now %s, recorded %s"
-                    % (ws.entry(*f.key).where, name, rec.version, have, f.after_sha256))
-    for rec in upgrades.values():
+    for key, (name, f) in last.items():
+        seen[key] = have = ws.sha256(*key)
+        if have != f.after_sha256:
+            drift.setdefault(name, []).append(
+                "%s (fix %s v%s): sha256 now %s, recorded %s"
+                % (ws.entry(*key).where, name, upgrades[name].version, have, f.after_sha256))
+    for rec in reversed(stack):
         restore_in_memory(store, ws, rec)
     specs = {s.name: s for s in req.fixes}
     held = {name: "the files held v%d's change already (edited by hand, or refreshed from "
