@@ -183,7 +183,8 @@ def _fix_object(fix: Fix, catalog: Catalog, lazy: bool = False,
 
 
 def _series(fix: Fix) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The fix's patches (file, sha256) and their FILE records."""
+    """The fix's patches (file, sha256, diff_sha256: ``series_records``) and their FILE
+    records."""
     from .catalog.series import series_records  # unidiff: not imported by a status that needs none
 
     try:
@@ -195,7 +196,7 @@ def _series(fix: Fix) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     except PatchFormatError as exc:  # the patch file names itself; its fix is said here
         exc.details.setdefault("fix", fix.name)
         raise
-    return [{"file": ref.file, "sha256": digest} for ref, digest in zip(fix.patches, digests)], files
+    return [{"file": ref.file, **digest} for ref, digest in zip(fix.patches, digests)], files
 
 
 class _Series:

@@ -552,3 +552,50 @@ def test_a_quilt_patch_made_with_diff_against_a_kept_copy_imports_as_quilt_appli
     applied = api.apply(Catalog(catalog), LocalTarget(roots={"sglang": str(src)}), ["kept"])
     assert applied.fixes[0].outcome == "applied"
     assert worktree_files(src) == expected and b"two = 222" in expected[X]
+
+
+@pytest.mark.parametrize("fmt", ["mbox", "quilt"])
+def test_hosts_running_a_fix_keep_it_through_an_export_and_import_of_its_version(
+        tmp_path: Path, fmt: str) -> None:
+    """A series is its change, not its patch files' bytes: a host running vN of a fix verifies,
+    applies and syncs against a catalog that imported an export of vN (other mail headers,
+    the same diffs); a changed diff at the same version is still refused, and a host applied
+    before patch digests named the diff (its record holds whole-file digests) still verifies
+    against the unchanged catalog it applied from."""
+    catalog, _src, _base = full_fix(tmp_path)
+    host = small_checkout(tmp_path / "host", release="0.5.23")
+    old = small_checkout(tmp_path / "old", release="0.5.23")
+    ok(catalog, "apply", "pair", "--target", host)
+    ok(catalog, "apply", "pair", "--target", old)
+    state = old / ".patchkit" / "state.json"  # the record an earlier patchkit wrote
+    data = json.loads(state.read_text())
+    for p in data["fixes"][0]["patches"]:
+        assert set(p) > {"file", "sha256"}, p  # the record names each patch's diff too
+        for key in set(p) - {"file", "sha256"}:
+            del p[key]
+    state.write_text(json.dumps(data))
+    ok(catalog, "verify", "pair", "--target", old)
+    ok(catalog, "sync", "--target", old)
+
+    ok(catalog, "export", "pair", "--format", fmt, "-o", tmp_path / "out")
+    other = new_catalog(tmp_path / "other")
+    if fmt == "mbox":
+        ok(other, "import", "--mbox", tmp_path / "out" / "pair.mbox")
+    else:
+        ok(other, "import", "--quilt", tmp_path / "out")
+    fix = Catalog(other).get("pair")
+    assert fix.version == 1 and series(fix) == series(Catalog(catalog).get("pair"))
+    assert fix.patches[0].path.read_bytes() != Catalog(catalog).get("pair").patches[0].path.read_bytes()
+    assert "verified pair v1" in ok(other, "verify", "pair", "--target", host)
+    assert "already-applied" in ok(other, "apply", "pair", "--target", host)
+    assert "already-applied" in ok(other, "sync", "--target", host)
+    assert "applied" in ok(other, "status", "--target", host, "--exit-code")
+
+    # the same version with another diff: still another change than the host runs
+    patch = fix.patches[0].path
+    patch.write_text(patch.read_text().replace("+two = 22", "+two = 23"))
+    for cmd in (["verify", "pair"], ["apply", "pair"], ["sync"]):
+        result = patchkit(other, *cmd, "--target", str(host))
+        assert result.exit_code == 1, result.output
+        assert ("applied here is not the catalog's v1: its series changed since, without a "
+                f"version bump ({patch.name})") in flat(result.output)

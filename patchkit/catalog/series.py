@@ -65,17 +65,36 @@ def parse_patch(path: Path | str, root: str, data: bytes | None = None) -> list[
 
 
 def series_records(patches: Sequence[tuple[Path | str, str]]
-                ) -> tuple[list[str], list[dict[str, Any]]]:
-    """The sha256 of each ``(path, root)`` patch and the FILE records of the whole series, each
-    hunk in the request's ``body`` form; ``OSError`` when a patch cannot be read."""
-    digests: list[str] = []
+                   ) -> tuple[list[dict[str, str]], list[dict[str, Any]]]:
+    """The digests of each ``(path, root)`` patch and the FILE records of the whole series,
+    each hunk in the request's ``body`` form; ``OSError`` when a patch cannot be read.
+
+    A patch's digests are ``sha256``, of the whole file, and ``diff_sha256``, of its change
+    alone (:func:`diff_digest`): what tells a series from another (``refuse_changed_series``)
+    is the change, not a mail header, a message or the context git writes after ``@@``."""
+    digests: list[dict[str, str]] = []
     files: list[dict[str, Any]] = []
     for path, root in patches:
         data = _read(Path(path), oserror=True)
-        digests.append(hashlib.sha256(data).hexdigest())
-        files.extend(_parse(Path(path), data, root, compact=True))
+        records = _parse(Path(path), data, root, compact=True)
+        digests.append({"sha256": hashlib.sha256(data).hexdigest(),
+                        "diff_sha256": diff_digest(records)})
+        files.extend(records)
         del data
     return digests, files
+
+
+def diff_digest(records: Sequence[dict[str, Any]]) -> str:
+    """The sha256 of the change one patch makes: each file's root, path, operation and mode,
+    and each hunk's place, counts and lines (compact FILE records, ``series_records``), in
+    order. Nothing else of the patch file counts: not its mail or DEP-3 header, message,
+    trailers, ``index`` lines, the function name after ``@@``, nor the file's own name."""
+    import json
+
+    change = [[r["root"], r["path"], r["op"], r["mode"],
+               [[h["old_start"], h["old_count"], h["new_start"], h["new_count"], h["body"]]
+                for h in r["hunks"]]] for r in records]
+    return hashlib.sha256(json.dumps(change, ensure_ascii=True).encode()).hexdigest()
 
 
 def _read(path: Path, oserror: bool = False) -> bytes:

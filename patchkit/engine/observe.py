@@ -4,7 +4,7 @@ verify (re-run the verification of applied fixes). Neither writes a target file.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from ..errors import DriftError, NotApplied, TargetError, VerificationFailed, VersionMismatch
 from . import procs, record
@@ -89,15 +89,23 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
 
 def refuse_changed_series(spec: FixSpec, rec: FixRecord) -> None:
     """Refuse the catalog's version of a fix that is not what the target applied as that
-    version: its patches changed since, without a version bump (the record names each
-    patch's sha256). A status does not ask (it reads no series); apply, sync and verify
-    refuse: the host runs another change than the catalog's, and only a new version can tell
-    them apart (docs/manifest.md, "Versions")."""
+    version: its patches changed since, without a version bump. A status does not ask (it
+    reads no series); apply, sync and verify refuse: the host runs another change than the
+    catalog's, and only a new version can tell them apart (docs/manifest.md, "Versions").
+
+    The record names each patch's ``diff_sha256``, the digest of its change alone
+    (``catalog.series.diff_digest``), and its ``sha256``, of the whole file: a patch is the
+    same when either agrees (a record written before ``diff_sha256`` holds only the file's),
+    so a series whose mail headers or messages changed (an export imported elsewhere) is the
+    one the host runs, under other file names too when every patch's change is the same, in
+    order; a changed diff is not."""
     if spec.recorded_only or rec.version != spec.version or not rec.patches:
         return
-    applied = {str(p.get("file")): p.get("sha256") for p in rec.patches}
-    now = {str(p.get("file")): p.get("sha256") for p in spec.patches}
-    changed = sorted(f for f in {*applied, *now} if applied.get(f) != now.get(f))
+    applied = {str(p.get("file")): p for p in rec.patches}
+    now = {str(p.get("file")): p for p in spec.patches}
+    changed = sorted(f for f in {*applied, *now} if not _same_patch(applied.get(f), now.get(f)))
+    if changed and _diffs(rec.patches) is not None and _diffs(rec.patches) == _diffs(spec.patches):
+        changed = []  # the same changes in the same order, in files named otherwise
     if changed:
         raise VersionMismatch(
             "fix %s v%s applied here is not the catalog's v%s: its series changed since, "
@@ -108,6 +116,19 @@ def refuse_changed_series(spec: FixSpec, rec: FixRecord) -> None:
             "series from a checkout again, over the edit), then patchkit apply %s upgrades it"
             % (spec.name, rec.version, spec.version, ", ".join(changed), spec.name),
             fix=spec.name, patches=changed)
+
+
+def _same_patch(a: Optional[Dict[str, Any]], b: Optional[Dict[str, Any]]) -> bool:
+    """Whether two patch entries (file, sha256, diff_sha256) name the same change."""
+    if a is None or b is None:
+        return False
+    return any(a.get(k) is not None and a.get(k) == b.get(k) for k in ("sha256", "diff_sha256"))
+
+
+def _diffs(patches: Sequence[Dict[str, Any]]) -> Optional[List[str]]:
+    """The ``diff_sha256`` of each patch, in order; None when one has none."""
+    out = [p.get("diff_sha256") for p in patches]
+    return None if any(not isinstance(d, str) for d in out) else [str(d) for d in out]
 
 
 def _underneath(ws: Workspace, entries: List[Dict[str, Any]]) -> Dict[Key, str]:
