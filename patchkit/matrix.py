@@ -214,7 +214,16 @@ def _served(catalog: Catalog, fix: Fix, release: str, tree: Path, held: dict[str
     outcome = next((o for o in result.fixes if o.name == fix.name), None)
     if outcome is not None and outcome.outcome in ("not-needed", "present-unrecorded"):
         # (a revert fix with nothing to revert needs no variant there, as sync says)
-        return Cell("not-needed", "not-needed", outcome.detail or outcome.outcome)
+        detail = outcome.detail or outcome.outcome
+        if variant is None and fix.revert is not None and not fix.revert.fix:
+            # the release's own files never hold a fork's commit; a fork of it that does is
+            # refused (status and sync say why), as no version serves the release
+            detail = (f"nothing to revert in {release}'s own files (commit {fix.revert.commit} "
+                      f"is a fork's); a fork of {release} whose history holds it is refused: no "
+                      f"version serves {release}, and a rebase makes none for a revert of a "
+                      f"commit named by id; add {release} to upstream.releases in "
+                      f"manifests/{fix.name}.toml to revert it there")
+        return Cell("not-needed", "not-needed", detail)
     if variant is None:
         return None
     return Cell("variant", variant.variant_label(), "applies with zero fuzz")

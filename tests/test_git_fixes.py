@@ -22,6 +22,7 @@ from patchkit.catalog import Catalog
 from patchkit.errors import ConflictError, PreconditionFailed, VerificationFailed
 from patchkit.request_builder import build_request
 from patchkit.targets import LocalTarget
+from patchkit.upstream import UpstreamRepo
 
 from .engine.helpers import content_snapshot, full_snapshot
 
@@ -439,3 +440,71 @@ def test_a_failed_health_check_after_commit_changes_is_undone_in_git_too(tree: P
     assert (tree / POOL).read_text() == applied
     assert git(tree, "status", "--porcelain") == ""  # committed again, not left in the file
     assert "Patchkit-Fix: feature v1" in git(tree, "log", "-1", "--format=%B")
+
+
+def test_a_revert_by_commit_id_on_a_release_no_version_serves_is_told_what_serves_it(
+        tree: Path, tmp_path: Path) -> None:
+    """A fork moved to 0.5.22 whose history holds the commit a 0.5.21 revert-by-id fix undoes:
+    status and sync advised `patchkit rebase FIX --onto 0.5.22`, which skips such a fix (its
+    change is computed from the commit at apply time) and writes nothing (a new-user trial).
+    They now say what serves the release, adding it to upstream.releases, and doing so
+    makes sync revert the commit there."""
+    from tests.test_authoring import flat, patchkit
+
+    dead = commit_dead(tree)
+    cat = tmp_path / "mine"
+    (cat / "manifests").mkdir(parents=True)
+    (cat / "patches").mkdir()
+    write_fix(cat, "undo-by-id", "Revert by id", None,
+              tail=f'\n[revert]\ncommit = "{dead[:9]}"\npaths = ["{POOL}"]\n')
+    manifest = cat / "manifests" / "undo-by-id.toml"
+    assert 'releases' not in manifest.read_text()  # the base release's: ["0.5.21"]
+    (tree / "python/sglang/_version.py").write_text("__version__ = version = '0.5.22'\n")
+    git(tree, "commit", "-q", "-am", "move the fork to 0.5.22")
+    status = patchkit(cat, "status", "--target", str(tree), "--all")
+    said = flat(status.output)
+    assert "undo-by-id not-applied: no version of the fix serves 0.5.22" in said, said
+    synced = patchkit(cat, "sync", "--target", str(tree))
+    assert synced.exit_code == 1, synced.output
+    for out in (said, flat(synced.output)):
+        assert "patchkit rebase undo-by-id --onto" not in out, out
+        assert "dd 0.5.22 to upstream.releases in manifests/undo-by-id.toml" in out, out
+        assert f"computed from commit {dead[:9]} at apply time" in out, out
+    assert "DEBUG_DBG" in (tree / POOL).read_text()
+
+    manifest.write_text(manifest.read_text().replace(
+        'base_release = "0.5.21"\n', 'base_release = "0.5.21"\nreleases = ["0.5.21", "0.5.22"]\n'))
+    synced = patchkit(cat, "sync", "--target", str(tree))
+    assert synced.exit_code == 0, synced.output
+    assert (tree / POOL).read_text() == pool_text()
+
+
+@pytest.mark.network
+def test_matrix_and_rebase_say_what_serves_a_release_for_a_revert_by_commit_id(
+        tmp_path: Path, upstream_repo: UpstreamRepo, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 0.5.20 revert-by-id fix without a series of its own on the 0.5.21 release tree: the
+    matrix called it blocked (a failing cell) while a release tree, which never holds a fork's
+    commit, has nothing to revert; rebase skipped it without saying what serves the release.
+    The matrix now says not-needed, as status and sync do there, and both say how a fork of
+    0.5.21 holding the commit is served."""
+    from tests.test_authoring import flat, patchkit
+
+    monkeypatch.setenv("PATCHKIT_UPSTREAM", str(upstream_repo.path))
+    cat = tmp_path / "mine"
+    assert patchkit(cat, "init", str(cat)).exit_code == 0
+    write_fix(cat, "undo-by-id", "Revert by id", None, tail='\n[revert]\ncommit = "1234abcd"\n')
+    manifest = cat / "manifests" / "undo-by-id.toml"
+    manifest.write_text(manifest.read_text().replace('"0.5.21"', '"0.5.20"'))
+    git(cat, "add", "-A")
+    git(cat, "commit", "-qm", "undo-by-id")
+    told = "add 0.5.21 to upstream.releases in manifests/undo-by-id.toml"
+    cells = patchkit(cat, "matrix", "undo-by-id", "--releases", "0.5.21", "--json")
+    assert cells.exit_code == 0, cells.output
+    cell = json.loads(cells.output)["cells"]["undo-by-id"]["0.5.21"]
+    assert cell["kind"] == "not-needed" and told in cell["detail"], cell
+    assert "a fork of 0.5.21 whose history holds it is refused" in cell["detail"], cell
+    rebased = patchkit(cat, "rebase", "undo-by-id", "--onto", "0.5.21")
+    assert rebased.exit_code == 0, rebased.output
+    assert "skipped" in rebased.output, rebased.output
+    assert ("to serve 0.5.21, add it to upstream.releases in manifests/undo-by-id.toml"
+            in flat(rebased.output)), rebased.output

@@ -42,6 +42,9 @@ def release_check(spec: FixSpec, roots: Roots, cache: Dict[str, Tuple[Optional[s
         detail += "; no variant of the fix serves %s: variants exist for %s. %s" % (found, ", ".join(
             "%s (v%s)" % (", ".join(rs) or "any release", v) for v, rs in spec.variants_known),
             _capital(spec.make_for(found)))
+    elif not ok and spec.by_commit_id:
+        detail += "; the fix is known to apply to %s only. %s" % (", ".join(wanted),
+                                                                 _capital(spec.make_for(found)))
     elif not ok:
         detail += "; the fix is known to apply to %s only. %s, or add %s to upstream.releases " \
                   "once it is checked" % (", ".join(wanted), _capital(spec.make_for(found)), found)

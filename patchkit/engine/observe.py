@@ -282,6 +282,13 @@ def unrecorded(ws: Workspace, spec: FixSpec, roots: Roots, git: bool = True,
         source, found = revert.resolve(spec, roots)
         if source is None and (entry["state"] == PRESENT_UNRECORDED or not found["ok"]):
             entry.update(state="not-needed", files=[])
+    # a revert of a commit by id with no series of its own: only git can say whether there
+    # is anything to revert (a release's own tree never holds a fork's commit)
+    elif spec.revert is not None and git and entry["state"] == NOT_APPLIED and not spec.files:
+        from . import revert
+
+        if revert.nothing_to_revert(spec, roots):
+            entry.update(state="not-needed", files=[])
     return entry
 
 

@@ -51,14 +51,31 @@ class FixSpec(MutableRecord):
     def make_for(self, release: str) -> str:
         """How a version of the fix for ``release`` is made: a rebase, in a catalog of the
         user's own for a fix shipped with patchkit (a rebase of the shipped one is refused):
-        a copy of its manifest and series, checks, variants and restart included, shadows it."""
-        rebase = "patchkit rebase %s --onto %s" % (self.name, release)
+        a copy of its manifest and series, checks, variants and restart included, shadows it.
+        A revert of a commit named by id has no version to make (:attr:`by_commit_id`): the
+        release is added to its ``upstream.releases``, which a rebase does not do."""
+        if self.by_commit_id:
+            how = ("add %s to upstream.releases in manifests/%s.toml: a revert of a commit named "
+                   "by id is computed from commit %s at apply time, not from a series a rebase "
+                   "could move (patchkit rebase skips it); the commit must be in the history of "
+                   "the target's HEAD there, or name in revert.fix the fix whose series the "
+                   "commit holds, found by patch-id on any fork"
+                   % (release, self.name, str((self.revert or {}).get("commit") or "")[:12]))
+        else:
+            how = "patchkit rebase %s --onto %s" % (self.name, release)
         if not self.shipped:
-            return "make one with %s" % rebase
-        return ("make one in a catalog of your own, as %s is shipped with patchkit, whose catalog "
-                "is never written to: patchkit init DIR; cp %s/manifests/%s.toml DIR/manifests/; "
+            return how if self.by_commit_id else "make one with %s" % how
+        return ("%s in a catalog of your own, as %s is shipped with patchkit, whose catalog is "
+                "never written to: patchkit init DIR; cp %s/manifests/%s.toml DIR/manifests/; "
                 "cp -r %s/patches/%s DIR/patches/ (yours then replaces the shipped one); in DIR, %s"
-                % (self.name, self.shipped, self.name, self.shipped, self.name, rebase))
+                % ("do it" if self.by_commit_id else "make one", self.name, self.shipped,
+                   self.name, self.shipped, self.name, how))
+
+    @property
+    def by_commit_id(self) -> bool:
+        """A revert of a commit named by id alone (no ``revert.fix``): its change comes from
+        the commit in the target's checkout, found by that id."""
+        return self.revert is not None and not self.revert.get("fix")
 
 
 @record_dataclass(frozen=True)

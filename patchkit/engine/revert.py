@@ -65,24 +65,7 @@ def resolve(fix: FixSpec, roots: Roots) -> Tuple[Optional[Source], Dict[str, Any
                              "reverse that series instead" % (root.name, root.path, _name(rev)))
     if head is None:
         return None, outcome(False, "root %s has no commit at HEAD" % root.name)
-    commit, found_by, missing = None, "", []
-    if rev.get("commit"):
-        cand = checkout.rev(str(rev["commit"]))
-        if cand is None:
-            missing.append("commit %s does not exist in the repository %s" % (rev["commit"], checkout.top))
-        elif not checkout.is_ancestor(cand, head):
-            missing.append("commit %s (%s) is not in the history of HEAD (%s)"
-                           % (rev["commit"], checkout.describe(cand), head[:12]))
-        else:
-            commit, found_by = checkout.commits([cand])[0], "commit id %s" % rev["commit"]
-    if commit is None and rev.get("fix"):
-        paths = [checkout.rel(root.mapped(p)) for p in rev.get("fix_paths") or []]
-        pid, found = checkout.find_by_patch_id(str(rev.get("series") or ""), paths)
-        if found:
-            commit, found_by = found[0], "patch-id of fix %s's series" % rev["fix"]
-        else:
-            missing.append("no commit in the history of HEAD (%s) carries the change of fix %s "
-                           "(patch-id %s of its series)" % (head[:12], rev["fix"], pid or "none"))
+    commit, found_by, missing = _find(rev, root, checkout, head)
     if commit is None:
         return None, outcome(False, "; ".join(missing) + ": there is nothing to revert in root %s. "
                              "Check the target's branch, or leave this fix out" % root.name)
@@ -100,6 +83,40 @@ def resolve(fix: FixSpec, roots: Roots) -> Tuple[Optional[Source], Dict[str, Any
                              % (title, ", ".join(rev.get("paths") or ["its files"]), root.name))
     return Source(root.name, checkout, sha, parent, title, found_by, files), \
         outcome(True, "reverts %s (found by %s)" % (title, found_by))
+
+
+def _find(rev: Dict[str, Any], root: Any, checkout: Checkout, head: str
+          ) -> Tuple[Any, str, List[str]]:
+    """The commit ``rev`` names in the history of ``head`` (by id, else by the patch-id of
+    ``revert.fix``'s series), how it was found, and why each way found none."""
+    commit, found_by, missing = None, "", []  # type: Tuple[Any, str, List[str]]
+    if rev.get("commit"):
+        cand = checkout.rev(str(rev["commit"]))
+        if cand is None:
+            missing.append("commit %s does not exist in the repository %s" % (rev["commit"], checkout.top))
+        elif not checkout.is_ancestor(cand, head):
+            missing.append("commit %s (%s) is not in the history of HEAD (%s)"
+                           % (rev["commit"], checkout.describe(cand), head[:12]))
+        else:
+            commit, found_by = checkout.commits([cand])[0], "commit id %s" % rev["commit"]
+    if commit is None and rev.get("fix"):
+        paths = [checkout.rel(root.mapped(p)) for p in rev.get("fix_paths") or []]
+        pid, found = checkout.find_by_patch_id(str(rev.get("series") or ""), paths)
+        if found:
+            commit, found_by = found[0], "patch-id of fix %s's series" % rev["fix"]
+        else:
+            missing.append("no commit in the history of HEAD (%s) carries the change of fix %s "
+                           "(patch-id %s of its series)" % (head[:12], rev["fix"], pid or "none"))
+    return commit, found_by, missing
+
+
+def nothing_to_revert(fix: FixSpec, roots: Roots) -> bool:
+    """Whether the target's checkout is git, with a HEAD, whose history holds no commit the
+    revert fix undoes: nothing to revert there (``status`` says not-needed)."""
+    rev = fix.revert or {}
+    root = roots.get(str(rev.get("root") or "sglang"))
+    checkout, head = checkout_and_head(root.path)
+    return checkout is not None and head is not None and _find(rev, root, checkout, head)[0] is None
 
 
 def within(path: str, specs: List[str]) -> bool:

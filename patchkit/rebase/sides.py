@@ -34,7 +34,9 @@ def skip_reason(fix: Fix, release: str | None, inactive: bool = False,
                 "it anyway)")
     if fix.revert is not None and not fix.revert.fix:
         return ("a revert of a commit named by id: its change is computed from the fork's "
-                "commit at apply time")
+                "commit at apply time, so there is no series to rebase; to serve "
+                f"{release or 'a release'}, add it to upstream.releases in "
+                f"manifests/{fix.name}.toml")
     if not fix.patches:
         return "no patch series to rebase"
     if not fix.upstream.releases:
