@@ -169,8 +169,8 @@ def _sync_skips(req: Request, store: Store, state: State, todo: List[FixSpec],
     beneath = beneath_records(store, state, ws)  # a fix recorded on top of an unrecorded one
     for spec in todo:
         # what status says of it first (not-needed, present-unrecorded), shipped or not
-        seen = "" if spec.name in upgrades else unrecorded(ws, spec, req.roots, req.git,
-                                                           beneath)["state"]
+        seen = "" if spec.name in upgrades else unrecorded(
+            ws, spec, req.roots, req.git, beneath and beneath(spec.name))["state"]
         if spec.if_recorded and spec.name not in recorded and seen not in (
                 "not-needed", "present-unrecorded"):
             outcomes[spec.name] = {
@@ -395,7 +395,9 @@ class _Prepare:
             e = self.ws.entry(*key)
             e.current, e.mode = data, mode
         self.placed = {}
-        if unrecorded(self.ws, fc.spec, self.req.roots, beneath=self.beneath())["state"] != "present-unrecorded":
+        beneath = self.beneath()
+        if unrecorded(self.ws, fc.spec, self.req.roots,
+                      beneath=beneath and beneath(fc.spec.name))["state"] != "present-unrecorded":
             return False
         self.present_unrecorded[fc.spec.name] = {
             "name": fc.spec.name, "version": fc.spec.version, "files": [],  # as sync says it:
@@ -405,19 +407,28 @@ class _Prepare:
         self.prepared.add(fc.spec.name)  # a fix requiring it finds it there
         return True
 
-    def beneath(self, any_root: bool = False) -> Optional[Callable[[str, str], Optional[bytes]]]:
-        """The files as they were before the fixes recorded on them (``beneath_records``), for
-        the presence check of a fix with no record: a recorded fix on top of it may hide it.
-        ``any_root``: a dependency's file on a root the target lacks is absent (``read_any``)."""
+    def beneath(self, any_root: bool = False) -> Optional[Callable[[str], Optional[Callable[[str, str], Optional[bytes]]]]]:
+        """For a fix with no record, by name: the files as they were before the recorded fixes
+        building on it (``beneath_records``), for its presence check: such a fix on top of it
+        may hide it. ``any_root``: a dependency's file on a root the target lacks is absent
+        (``read_any``)."""
         from .observe import beneath_records
 
         if self._beneath is False:
             self._beneath = beneath_records(self.store, self.state, self.ws)  # reads ws as it is
-        read = cast(Optional[Callable[[str, str], Optional[bytes]]], self._beneath)
-        if read is None or not any_root:
-            return read
+        of = cast(Optional[Callable[[str], Optional[Callable[[str, str], Optional[bytes]]]]],
+                  self._beneath)
+        if of is None or not any_root:
+            return of
         given = {r.name for r in self.req.roots}
-        return lambda root, path: read(root, path) if root in given else None
+
+        def on_given(name: str) -> Optional[Callable[[str, str], Optional[bytes]]]:
+            read = of(name)
+            if read is None:
+                return None
+            return lambda root, path: read(root, path) if root in given else None
+
+        return on_given
 
     def read_any(self, root: str, path: str) -> Optional[bytes]:
         """A dependency may touch a root this target lacks: its files are simply absent."""

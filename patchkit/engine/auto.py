@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from ..errors import PermissionDenied
 from . import gitcli
@@ -60,13 +60,15 @@ def _capital(text: str) -> str:
 def requires_check(spec: FixSpec, recorded: Dict[str, FixRecord], earlier: Set[str],
                    dependencies: Dict[str, FixSpec], read: Reader,
                    sync: bool = False, lost: Optional[Dict[str, str]] = None,
-                   named: Sequence[str] = (), beneath: Optional[Reader] = None) -> List[Dict[str, Any]]:
+                   named: Sequence[str] = (),
+                   beneath: Optional[Callable[[str], Optional[Reader]]] = None) -> List[Dict[str, Any]]:
     """Each required fix is recorded (any version), planned earlier in this request, or, when
     the request carries it as a dependency, present in the files (a fork may carry it).
     ``sync``: the advice is sync's, which has no --with-deps (it applies what it can).
     ``lost``: recorded fixes a reinstall or another release took away (not there; said so).
     ``named``: the fixes the request names (one of them refused is not to be applied "first").
-    ``beneath``: the files before the fixes recorded on them (``observe.beneath_records``)."""
+    ``beneath``: by a dependency's name, the files before the recorded fixes building on it
+    (``observe.beneath_records``)."""
     out = []
     for name in spec.requires:
         if name in earlier:
@@ -76,7 +78,8 @@ def requires_check(spec: FixSpec, recorded: Dict[str, FixRecord], earlier: Set[s
         elif name in dependencies:
             from . import presence
 
-            found = presence.detect(dependencies[name].files, read, beneath).state
+            found = presence.detect(dependencies[name].files, read,
+                                    beneath(name) if beneath else None).state
             ok = found == PRESENT_UNRECORDED
             if ok:
                 detail = "present in the files, not recorded by patchkit"

@@ -27,7 +27,7 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
     last = state.last_writers()
     installs = record.installs(req.roots)
     releases: Dict[str, Any] = {}  # each root's release, read once (a partly-present fix, the end)
-    beneath: Optional[Reader] = None  # made for the first fix with no record
+    beneath: Optional[Beneath] = None  # made for the first fix with no record
     made = False
     for spec in req.fixes:
         rec = recorded.get(spec.name)
@@ -58,7 +58,7 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
             check_patch_paths(req.roots, [spec])
             if not made:
                 beneath, made = beneath_records(store, state, ws), True
-            entry = unrecorded(ws, spec, req.roots, beneath=beneath)
+            entry = unrecorded(ws, spec, req.roots, beneath=beneath and beneath(spec.name))
             if entry["state"] in (PARTLY_PRESENT, NOT_APPLIED):
                 _not_served(req, spec, entry, releases)
         if spec.release is not None:
@@ -233,34 +233,60 @@ def _holds_catalog(req: Request, store: Store, ws: Workspace, rec: FixRecord, sp
     return holds_version(scratch, spec, rec, {f.key: ws.sha256(*f.key) for f in rec.files})
 
 
-def beneath_records(store: Store, state: State, ws: Workspace) -> Optional[Reader]:
-    """A reader of each file as it was before the fixes patchkit recorded on it (the backup
-    of the first of them), where the file still holds what the last of them wrote; any other
-    file as ``ws`` holds it. None when nothing is recorded. The presence check of a fix the
-    target has no record of reads it too: a recorded fix applied on top of that one (a fix
-    depending on a commit of the fork) may have rewritten the lines that show it."""
-    first: Dict[Key, FileRecord] = {}
-    for rec in state.fixes:  # application order
-        for f in rec.files:
-            first.setdefault(f.key, f)
-    if not first:
+Beneath = Callable[[str], Optional[Reader]]  # fix name -> its beneath_records reader, or None
+
+
+def beneath_records(store: Store, state: State, ws: Workspace) -> Optional[Beneath]:
+    """For a fix the target has no record of, by name: a reader of each file as it was before
+    the recorded fixes that build on that fix (``requires`` it, directly or through another),
+    the backup of the first of them, where the file still holds what the last fix to write it
+    wrote; any other file as ``ws`` holds it. None when no recorded fix builds on it (or
+    nothing is recorded). The presence check of the fix reads it too: a recorded fix applied on
+    top of it (a fix depending on a commit of the fork) may have rewritten the lines that show
+    it. Only those: the files before any other recorded fix (a dead change a revert fix takes
+    back, say) are not where the fix is looked for."""
+    if not state.fixes:
         return None
     from .fsops import read_bytes
     from .hunks import sha256_bytes
 
+    needs = {rec.name: set(rec.requires) for rec in state.fixes}
     last = state.last_writers()
 
-    def read(root: str, path: str) -> Optional[bytes]:
-        now = ws.read(root, path)
-        f = first.get((root, path))
-        if f is None or ws.sha256(root, path) != last[(root, path)][1].after_sha256:
-            return now  # not written by a fix, or changed since: the bytes are what there is
-        if f.before_sha256 is None:
-            return None  # the first fix created it
-        data = read_bytes(store.path(f.backup)) if f.backup else None
-        return data if data is not None and sha256_bytes(data) == f.before_sha256 else now
+    def above(under: str) -> Set[str]:
+        out: Set[str] = set()
+        todo = [under]
+        while todo:
+            name = todo.pop()
+            for other, required in needs.items():
+                if name in required and other not in out:
+                    out.add(other)
+                    todo.append(other)
+        return out
 
-    return read
+    def of(under: str) -> Optional[Reader]:
+        building = above(under)
+        first: Dict[Key, FileRecord] = {}
+        for rec in state.fixes:  # application order
+            if rec.name in building:
+                for f in rec.files:
+                    first.setdefault(f.key, f)
+        if not first:
+            return None
+
+        def read(root: str, path: str) -> Optional[bytes]:
+            now = ws.read(root, path)
+            f = first.get((root, path))
+            if f is None or ws.sha256(root, path) != last[(root, path)][1].after_sha256:
+                return now  # not written by a fix building on it, or changed since: as it is
+            if f.before_sha256 is None:
+                return None  # the first fix created it
+            data = read_bytes(store.path(f.backup)) if f.backup else None
+            return data if data is not None and sha256_bytes(data) == f.before_sha256 else now
+
+        return read
+
+    return of
 
 
 def unrecorded(ws: Workspace, spec: FixSpec, roots: Roots, git: bool = True,
@@ -268,7 +294,7 @@ def unrecorded(ws: Workspace, spec: FixSpec, roots: Roots, git: bool = True,
     """The status entry of a fix the target has no record of. ``git=False`` (--no-git): a
     revert fix whose change is in the files is ``not-needed`` without asking git whether the
     commit it reverts was ever there (a release wheel in a container build). ``beneath``:
-    :func:`beneath_records`."""
+    the reader :func:`beneath_records` gives for this fix."""
     entry = _detect(ws, spec, beneath)
     if spec.revert is not None and not git and entry["state"] == PRESENT_UNRECORDED:
         entry.update(state="not-needed", files=[])
@@ -574,7 +600,7 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
         ws = Workspace(req.roots)
         beneath = beneath_records(store, state, ws)
         present = [s.name for s in specs if s.name in missing and unrecorded(
-            ws, s, req.roots, beneath=beneath)["state"] == PRESENT_UNRECORDED]
+            ws, s, req.roots, beneath=beneath and beneath(s.name))["state"] == PRESENT_UNRECORDED]
         absent = [n for n in missing if n not in present]
         said = []
         if absent:
