@@ -46,9 +46,13 @@ def test_request_carries_hashes_roots_and_scripts(catalog: Catalog) -> None:
     first, second = request["fixes"]
     for fix, fix_request in ((catalog.get("index-k-bytes"), first),
                              (catalog.get("pool-guard"), second)):
-        assert fix_request["patches"] == [
+        assert [{k: v for k, v in p.items() if k != "diff_sha256"}
+                for p in fix_request["patches"]] == [
             {"file": p.file, "sha256": hashlib.sha256(p.path.read_bytes()).hexdigest()}
             for p in fix.patches]
+        # the change's own digest (docs/interop.md, "Round trips"): another patch, another one
+        digests = [p["diff_sha256"] for p in fix_request["patches"]]
+        assert all(len(d) == 64 for d in digests) and len(set(digests)) == len(digests)
     script = SAMPLES / "catalog/patches/index-k-bytes/checks/bytes_per_token.py"
     assert first["scripts"] == {"checks/bytes_per_token.py": script.read_text()}
     assert first["release"] == {"root": "sglang", "versions": ["0.5.20", "0.5.21"]}
