@@ -479,13 +479,15 @@ def _playbooks_of(inventory: Path) -> list[int]:
 
 
 def _interrupted_rollout(fleet, args: list[str], hosts: list[str], release: Path,  # type: ignore[no-untyped-def]
-                         signum: int) -> tuple[int, str, str]:
-    """``patchkit apply dsv4-bf16-sizing --inventory INV ARGS --json``, signalled once one of
-    ``hosts`` reached its health check (which touches ``reached`` beside its tree and waits for
-    ``release``); (exit code, stdout, stderr). SIGINT goes to the process group, as a
-    terminal's Ctrl-C does; another signal to the controller alone (timeout(1), systemd)."""
-    proc = subprocess.Popen([str(fleet.bin / "patchkit"), "apply", "dsv4-bf16-sizing",
-                             "--inventory", str(fleet.inventory), *args, "--json"],
+                         signum: int, *, command: tuple[str, ...] = ("apply", "dsv4-bf16-sizing"),
+                         inventory: Path | None = None) -> tuple[int, str, str]:
+    """``patchkit COMMAND --inventory INV ARGS --json``, signalled once one of ``hosts``
+    reached its health check, or its held python (:func:`_held_pythons`), which touches
+    ``reached`` beside its tree and waits for ``release``; (exit code, stdout, stderr). SIGINT
+    goes to the process group, as a terminal's Ctrl-C does; another signal to the controller
+    alone (timeout(1), systemd)."""
+    proc = subprocess.Popen([str(fleet.bin / "patchkit"), *command,
+                             "--inventory", str(inventory or fleet.inventory), *args, "--json"],
                             env=fleet.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     try:
@@ -555,6 +557,90 @@ def test_an_interrupt_in_a_later_wave_names_the_hosts_earlier_waves_changed(
     assert "Earlier waves changed h1" in said and f"patchkit status --inventory {fleet.inventory}" in said
     assert f"patchkit rollback dsv4-bf16-sizing --inventory {fleet.inventory} --limit h1" in said, said
     assert "dsv4-bf16-sizing" in state_of(fleet.node("h1"))
+
+
+def test_an_interrupted_status_says_it_writes_nothing_not_the_rollouts_words(fleet) -> None:
+    """SIGTERM to `status --inventory` while ansible-playbook runs: a run that only reads says
+    so, as one target's does (docs/cli.md); it said the rollout's "no host was changed by it
+    (an engine interrupted on a host puts back what it wrote)" (a new-user trial)."""
+    proc = subprocess.Popen([str(fleet.bin / "patchkit"), "status", "--inventory",
+                             str(fleet.inventory), "--json"], env=fleet.env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not _playbooks_of(fleet.inventory):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 143, (out, err)
+    error = json.loads(out)["error"]
+    assert error["type"] == "Terminated", error
+    assert "it writes nothing to the hosts, which are as they were" in error["message"], error
+    assert "changed" not in error["message"] and "changed" not in error["details"], error
+    assert _playbooks_of(fleet.inventory) == []
+
+
+def _held_pythons(fleet, tmp_path: Path, held: list[str], release: Path) -> Path:  # type: ignore[no-untyped-def]
+    """An inventory whose ``held`` hosts' patchkit_python, the first time it runs while the
+    engine's transaction is in flight there (its journal written), touches ``reached`` beside
+    the host's tree and waits for ``release``: the engine on the host is mid-change when the
+    controller is signalled, and completes once ``release`` is there."""
+    data = json.loads(fleet.inventory.read_text())
+    for name in held:
+        node = fleet.node(name)
+        python = tmp_path / f"python-{name}"
+        journal, reached = node.sglang / ".patchkit" / "journal.json", node.workdir / "reached"
+        python.write_text(f"#!/bin/sh\nif [ -e {journal} ] && [ ! -e {reached} ]; then touch {reached}; "
+                          f"while [ ! -e {release} ]; do sleep 0.05; done; fi\n"
+                          f"exec {fleet.python} \"$@\"\n")
+        python.chmod(0o755)
+        data["all"]["hosts"][name]["patchkit_python"] = str(python)
+    inventory = tmp_path / "held.yml"
+    inventory.write_text(json.dumps(data))
+    return inventory
+
+
+def _settled(node, done) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    """The host's fixes once ``done(state)`` holds of them (its engine finished), within 60 s."""
+    deadline = time.monotonic() + 60
+    while not done(state_of(node)) or (node.sglang / ".patchkit" / "journal.json").exists():
+        assert time.monotonic() < deadline, state_of(node)
+        time.sleep(0.1)
+    return state_of(node)
+
+
+@pytest.mark.parametrize("op", ["apply", "undo"])
+def test_an_interrupt_while_engines_run_names_their_hosts_unknown_not_unchanged(
+        fleet, tmp_path: Path, op: str) -> None:
+    """SIGTERM while wave 2's engines are mid-change on h2 and h3: ansible-playbook is stopped,
+    but each engine ignores the dropped connection (docs/remote.md) and completes. The run
+    said "no host was changed by it (an engine interrupted on a host puts back what it
+    wrote)", details.changed [] and a rollback of h1 alone, while h2 and h3 were changed too
+    (a new-user trial). Now they are `unknown`: named, with the status that shows them."""
+    if op == "undo":  # each host's last change to undo: the apply
+        code, report = patchkit(fleet, "apply", "dsv4-bf16-sizing")
+        assert code == 0, report
+    release = tmp_path / "release"
+    inventory = _held_pythons(fleet, tmp_path, ["h2", "h3"], release)
+    command = ("apply", "dsv4-bf16-sizing") if op == "apply" else ("undo",)
+    code, out, err = _interrupted_rollout(fleet, ["--waves", "1,100%"], ["h2", "h3"], release,
+                                          signal.SIGTERM, command=command, inventory=inventory)
+    assert code == 143, (out, err)
+    data = json.loads(out)
+    said, details = data["error"]["message"], data["error"]["details"]
+    assert details["unknown"] == ["h2", "h3"] and details["changed"] == [], details
+    assert details["earlier"] == ["h1"], details
+    assert f"may have completed: run patchkit status --inventory {inventory} --limit h2,h3" in said, said
+    assert "no host was changed" not in said and "puts back what it wrote" not in said, said
+    assert "not changed" not in said, said
+    done = (lambda s: "dsv4-bf16-sizing" in s) if op == "apply" else (lambda s: s == {})
+    for name in ("h2", "h3"):  # they were changed: what the report no longer denies
+        _settled(fleet.node(name), done)
 
 
 def test_an_upgrade_from_v1_to_v2_across_the_fleet(fleet, tmp_path: Path) -> None:

@@ -297,8 +297,8 @@ def test_an_interrupted_undo_wave_says_its_hosts_stand_undone_not_unconfirmed() 
 
     undone = {"op": "undo", "ok": True, "fixes": [{"name": "a", "outcome": "undone"}]}
     results = {"h1": [TaskResult("h1", "patchkit undo", ENGINE_MODULE, "ok", True, undone)]}
-    err = _interrupted(15, results, "inv.yml", check=False)
-    assert err.details["changed"] == ["h1"]
+    err = _interrupted(15, results, "inv.yml", ["h1"], writes=True)
+    assert err.details["changed"] == ["h1"] and err.details["unknown"] == []
     assert "put back as before their last change" in str(err) and "h1" in str(err)
     assert "not confirmed" not in str(err) and "to undo:" not in str(err)
 

@@ -172,7 +172,7 @@ def survey(catalog: Catalog, op: str, names: Sequence[str] = (), *, inventory: s
                           "gather_facts": False,
                           "tasks": [engine_task(workdir, request, f"patchkit {op}")]})
         run = run_playbook(plays, inventory=inventory, hosts=[h.name for h in hosts], forks=forks,
-                           workdir=workdir)
+                           workdir=workdir, writes=False)
     for host in hosts:
         task = next((t for t in run.of(host.name) if t.action == ENGINE_MODULE), None)
         if task is None or task.status == "unreachable":

@@ -146,10 +146,12 @@ class PlayRun:
 
 
 def run_playbook(plays: Sequence[Mapping[str, Any]], *, inventory: str, hosts: Sequence[str],
-                 forks: int, workdir: Path, check: bool = False,
+                 forks: int, workdir: Path, check: bool = False, writes: bool = True,
                  on_output: Callable[[str], None] | None = None) -> PlayRun:
     """Run ``plays`` on ``hosts`` (the inventory's names) with ansible-playbook; return what the
-    callback recorded. A host failing is a result; Ansible failing as a whole raises."""
+    callback recorded. A host failing is a result; Ansible failing as a whole raises.
+    ``writes``: the plays' engine tasks may change the hosts (not a status, a verify, or a
+    ``check`` run), which an interrupt's message says of them."""
     workdir.mkdir(parents=True, exist_ok=True)
     step = len(list(workdir.glob("play-*.json")))
     playbook, limit = workdir / f"play-{step}.json", workdir / f"hosts-{step}"
@@ -176,7 +178,7 @@ def run_playbook(plays: Sequence[Mapping[str, Any]], *, inventory: str, hosts: S
     except (KeyboardInterrupt, Stop) as stop:
         _stop(proc)
         raise _interrupted(getattr(stop, "signum", signal.SIGINT), _results(results_file),
-                           inventory, check) from None
+                           inventory, hosts, writes and not check) from None
     run = PlayRun(returncode=proc.returncode, output="".join(lines),
                   results=_results(results_file))
     # 0 ok, 2 a host failed, 4 a host unreachable: per-host results; anything else is Ansible's
@@ -208,8 +210,9 @@ STOP_WAIT = 30.0  # seconds ansible-playbook gets to stop on SIGINT before it is
 
 
 def _stop(proc: subprocess.Popen) -> None:
-    """Stop ansible-playbook and its workers as Ctrl-C stops it (its SSH sessions close: an
-    engine mid-transaction on a host rolls back on the hang-up), killed if it lingers."""
+    """Stop ansible-playbook and its workers as Ctrl-C stops it (its SSH sessions close; an
+    engine mid-transaction on a host ignores the hang-up and completes: docs/remote.md),
+    killed if it lingers."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGINT)
     try:
@@ -221,36 +224,44 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def _interrupted(signum: int, results: dict[str, list[TaskResult]], inventory: str,
-                 check: bool) -> Terminated:
-    """What an interrupt during a playbook left: the hosts whose engine task had changed them
-    (complete, each its engine's transaction, but their --after-cmd/--health-cmd unfinished)."""
+                 hosts: Sequence[str], writes: bool) -> Terminated:
+    """What an interrupt during a playbook left. A run that writes nothing (``writes`` false):
+    the hosts as they were. Else, of ``hosts``: those whose engine task had changed them
+    (complete, each its engine's transaction, but their --after-cmd/--health-cmd unfinished),
+    and those whose engine task gave no result: it may have been running there, and an
+    engine ignores the dropped connection and completes (docs/remote.md), so each is
+    ``unknown`` until a status reads it."""
     name = signal.Signals(signum).name
+    head = f"interrupted by {name} during the fleet run; ansible-playbook was stopped: "
+    if not writes:
+        return Terminated(head + "it writes nothing to the hosts, which are as they were",
+                          signal=name, signum=int(signum))
     changed = sorted(host for host, tasks in results.items()
                      if any(t.action == ENGINE_MODULE and t.changed for t in tasks))
+    unknown = [host for host in hosts
+               if not any(t.action == ENGINE_MODULE for t in results.get(host, ()))]
+    said = []
     if changed and all((t.patchkit or {}).get("op") == "undo" for host in changed
                        for t in results[host] if t.action == ENGINE_MODULE and t.changed):
         # an undo wave (its hosts' only change): complete on each, and no hook to confirm it
-        return Terminated(f"interrupted by {name} during the fleet run; ansible-playbook was "
-                          f"stopped: hosts of any earlier wave had finished; of this one, put "
-                          f"back as before their last change before it stopped (complete: an "
-                          f"undo runs no hooks): {', '.join(changed)}. The others of the wave "
-                          f"were not changed (an engine interrupted on a host puts back what "
-                          f"it wrote); patchkit status --inventory {inventory} shows each",
-                          signal=name, signum=int(signum), changed=changed)
-    if check or not changed:
-        said = ("no host was changed by it (an engine interrupted on a host puts back what it "
-                "wrote)")
-    else:
-        limit = ",".join(changed)
+        said.append(f"of this one, put back as before their last change before it stopped "
+                    f"(complete: an undo runs no hooks): {', '.join(changed)}")
+    elif changed:
         how = undo_commands({host: [fix for task in results[host] if task.action == ENGINE_MODULE
                                     for fix in (task.patchkit or {}).get("fixes") or ()]
                              for host in changed}, inventory) or "roll the change back"
-        said = (f"hosts of any earlier wave had finished; of this one, changed before it "
-                f"stopped, not confirmed by their --after-cmd/--health-cmd: "
-                f"{', '.join(changed)}. Check them (patchkit status --inventory {inventory} "
-                f"--limit {limit}); to undo: {how}")
-    return Terminated(f"interrupted by {name} during the fleet run; ansible-playbook was "
-                      f"stopped: {said}", signal=name, signum=int(signum), changed=changed)
+        said.append(f"of this one, changed before it stopped, not confirmed by their "
+                    f"--after-cmd/--health-cmd: {', '.join(changed)}. Check them (patchkit "
+                    f"status --inventory {inventory} --limit {','.join(changed)}); to undo: {how}")
+    if unknown:
+        said.append(f"{'the others' if changed else 'of this one'}, {', '.join(unknown)}, had "
+                    f"no result back: the engine there goes on when its connection drops and "
+                    f"completes, so each may have completed: run patchkit status --inventory "
+                    f"{inventory} --limit {','.join(unknown)}")
+    message = (f"hosts of any earlier wave had finished; {'; '.join(said)}" if said else
+               "every host of it had answered, and none was changed by it")
+    return Terminated(head + message, signal=name, signum=int(signum), changed=changed,
+                      unknown=unknown)
 
 
 def undo_commands(changed: Mapping[str, Sequence[Mapping[str, Any]]], inventory: str) -> str:
