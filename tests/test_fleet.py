@@ -319,6 +319,23 @@ def test_a_failing_canary_health_check_rolls_the_canary_back_and_touches_no_othe
         assert snapshot(node) == before[node.name], node.name
 
 
+def test_a_host_whose_change_was_undone_after_its_health_check_needs_no_restart(fleet) -> None:
+    """A failed --health-cmd undid h1's change: its files are as before, so nothing is to be
+    restarted there, as one target says none. It said "restart needed on h1: prefill"
+    (--json restart, restart_hosts) for a host rolled back (a new-user trial)."""
+    before = snapshot(fleet.node("h1"))
+    code, report = patchkit(fleet, "apply", "dsv4-bf16-sizing", "--limit", "h1",
+                            "--health-cmd", "false")
+    assert code == 16 and hosts(report) == {"h1": "rolled-back"}, report
+    assert report["restart"] == [] and report["restart_hosts"] == [], report
+    assert snapshot(fleet.node("h1")) == before
+    plain = fleet.run("patchkit", "apply", "dsv4-bf16-sizing", "--inventory", str(fleet.inventory),
+                      "--limit", "h1", "--health-cmd", "false")
+    assert plain.returncode == 16 and "restart needed" not in plain.stdout + plain.stderr, plain.stdout
+    code, applied = patchkit(fleet, "apply", "dsv4-bf16-sizing", "--limit", "h1")  # it still says it
+    assert code == 0 and applied["restart_hosts"] == ["h1"] and applied["restart"], applied
+
+
 def test_a_host_whose_undo_failed_is_told_its_change_stands_and_how_to_take_it_back(fleet) -> None:
     """The canary's health check fails and its undo cannot run (here the health command takes
     the undo point away; a host dropping off the network during its check does the same): the

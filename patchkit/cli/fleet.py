@@ -130,14 +130,15 @@ def _note_options(state: State, fleet: dict[str, Any], hosts: Any) -> None:
 def _restarts(state: State, report: Any) -> tuple[tuple[str, ...], list[str], bool]:
     """The restarts named by the catalog's fixes the rollout changed on some host, the hosts
     it changed them on, and whether patchkit.toml defines every one of them: those hosts run
-    the old code until restarted."""
+    the old code until restarted. A host whose change was undone after a failed hook runs the
+    code its files hold: none."""
     from ..hooks import changed
     from .ops import restarts_said
 
     catalog = state.catalog()
     held, on = set(catalog.names()), []
     fixes: dict[str, Any] = {}
-    for host in report.hosts:
+    for host in (h for h in report.hosts if not h.undone):
         result = host.result or {}
         op = result.get("op") or report.op
         done = [f["name"] for f in result.get("fixes") or ()

@@ -53,6 +53,9 @@ class HostReport:
     detail: str = ""
     wave: int | None = None
     result: Mapping[str, Any] | None = None  # the host's last engine result
+    #: the run's change was made and then taken back there (a failed hook's undo): the host's
+    #: files are as before the run, so its server has nothing new to restart for
+    undone: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {"host": self.host, "state": self.state, "detail": self.detail, "wave": self.wave,
@@ -310,7 +313,7 @@ class Rollout:
                f"{bad.task} did not finish: {_said(bad.stderr or bad.stdout or bad.msg)}")
         if undo is not None and undo.status == "ok":
             return HostReport(host, "rolled-back" if self.op == "apply" else "failed",
-                              f"{why}; the change was undone", result=undo.patchkit)
+                              f"{why}; the change was undone", result=undo.patchkit, undone=True)
         inventory = str(self.inventory)
         how = undo_commands({host: (run.patchkit or {}).get("fixes") or ()}, inventory)
         return HostReport(host, "failed", (
