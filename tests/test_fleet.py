@@ -336,6 +336,15 @@ def test_a_host_whose_change_was_undone_after_its_health_check_needs_no_restart(
     assert code == 0 and applied["restart_hosts"] == ["h1"] and applied["restart"], applied
 
 
+def test_a_fleet_sync_says_op_sync_as_one_target_does(fleet) -> None:
+    """`sync --inventory --json` said `"op": "apply"` on success and in a dry run, `"sync"` on
+    a failure (a new-user trial): the command run, whatever its outcome."""
+    for args in (["--dry-run"], [], ["--waves", "0"]):
+        code, data = patchkit(fleet, "sync", "--limit", "h1", *args)
+        assert data["op"] == "sync", (args, data)
+        assert code == (2 if args == ["--waves", "0"] else 0), data
+
+
 def test_a_host_whose_undo_failed_is_told_its_change_stands_and_how_to_take_it_back(fleet) -> None:
     """The canary's health check fails and its undo cannot run (here the health command takes
     the undo point away; a host dropping off the network during its check does the same): the

@@ -94,7 +94,7 @@ def rollout(state: State, op: str, names: list[str], fleet: dict[str, Any], *, d
                                health_limit=fleet.get("health_limit"))
     report = fleets.rollout(state.catalog(), op, names, inventory=fleet["inventory"],
                             limit=fleet["limit"], options=opts, progress=_progress(as_json), **options)
-    data = report.to_json()
+    data = dict(report.to_json(), op=state.op or op)  # the command run: a sync's engine op is apply
     restarts: tuple[str, ...] = ()
     on: list[str] = []
     defined = True
