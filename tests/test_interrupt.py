@@ -217,3 +217,25 @@ def test_a_signal_once_state_json_names_the_change_leaves_it_complete(
     monkeypatch.setattr(Store, "write_state", written)
     seen = {s.name: s.state for s in api.status(catalog, target).status}
     assert seen["index-k-bytes"] == "applied", seen  # the files hold what the state records
+
+
+def test_a_signal_while_a_class_is_made_is_an_interrupt_not_a_bug() -> None:
+    """A SIGINT or SIGTERM while a command's modules are imported lands, in Python 3.11, inside
+    a class being made (a dataclass field's ``__set_name__``), which wraps it as
+    ``RuntimeError: Error calling __set_name__``: the CLI said "internal error ... this is a bug
+    in patchkit", exit 70 (seen in the first-moments test above). The signal under the
+    wrapping is what the run says."""
+    from patchkit.cli import main
+    from patchkit.errors import Stop
+
+    for raised, signum in ((KeyboardInterrupt(), signal.SIGINT), (Stop(signal.SIGTERM), signal.SIGTERM)):
+        class Field:
+            def __set_name__(self, owner: type, name: str) -> None:
+                raise raised
+
+        try:
+            type("Record", (), {"requires": Field()})
+        except BaseException as exc:  # noqa: BLE001  the wrapping (3.11) or the signal itself
+            got = exc
+        assert main._signal_under(got) == signum, repr(got)  # type: ignore[arg-type]
+    assert main._signal_under(RuntimeError("a bug")) is None

@@ -321,6 +321,34 @@ def _failed(err: PatchkitError, state: State, argv: list[str] | None,
     return err.exit_code
 
 
+def _stopped(state: State, argv: list[str] | None, signum: int) -> int:
+    """The exit code of a run a signal stopped, said as docs/cli.md gives it (with --json, its
+    object, even when the signal came before --json was read)."""
+    target = state.resolved()
+    args = sys.argv[1:] if argv is None else argv
+    if not state.json and "--json" in (args[:args.index("--")] if "--" in args else args):
+        state.json = True  # stopped before --json was read: its object all the same
+    named = {"op": state.op or _command_named(args),
+             "target": target.description if target else state.target_given or _target_given(args)}
+    return _failed(_interrupted(state, signum), state, argv, named)
+
+
+def _signal_under(exc: BaseException) -> int | None:
+    """The signal an error stands for, when a Ctrl-C or a :class:`Stop` is its cause: Python
+    3.11 turns one raised while a class is made (a module imported as the command starts) into
+    ``RuntimeError: Error calling __set_name__``, which is no bug of patchkit's."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, Stop):
+            return cause.signum
+        if isinstance(cause, KeyboardInterrupt):
+            return int(signal.SIGINT)
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
 def _run(argv: list[str] | None, state: State, held: int | None = None) -> int:
     """The command's exit code; every error turned into its own (click's usage errors too).
     ``held``: a signal that came before the CLI could act on it (``errors.hold_signals``)."""
@@ -332,14 +360,7 @@ def _run(argv: list[str] | None, state: State, held: int | None = None) -> int:
         return exc.exit_code
     except (click.Abort, Stop) as stop:  # Ctrl-C, a signal (the hooks, which say more, and
         # an ssh session past the go-ahead end as a PatchkitError)
-        target = state.resolved()
-        args = sys.argv[1:] if argv is None else argv
-        if not state.json and "--json" in (args[:args.index("--")] if "--" in args else args):
-            state.json = True  # stopped before --json was read: its object all the same
-        named = {"op": state.op or _command_named(args),
-                 "target": target.description if target else state.target_given or _target_given(args)}
-        return _failed(_interrupted(state, getattr(stop, "signum", signal.SIGINT)), state, argv,
-                       named)
+        return _stopped(state, argv, getattr(stop, "signum", signal.SIGINT))
     except click.ClickException as exc:
         code = EXIT_USAGE if exc.exit_code == 2 else exc.exit_code
         args = sys.argv[1:] if argv is None else argv  # the line click refused: --json before any --?
@@ -362,6 +383,9 @@ def _run(argv: list[str] | None, state: State, held: int | None = None) -> int:
     except PatchkitError as err:
         return _failed(err, state, argv)
     except Exception as exc:  # the "bug" exit: a traceback only with --debug
+        signum = _signal_under(exc)
+        if signum is not None:  # a signal, wrapped by Python on its way (a class being made)
+            return _stopped(state, argv, signum)
         if state.debug or os.environ.get("PATCHKIT_DEBUG"):
             import traceback
 
