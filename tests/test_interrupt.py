@@ -239,3 +239,22 @@ def test_a_signal_while_a_class_is_made_is_an_interrupt_not_a_bug() -> None:
             got = exc
         assert main._signal_under(got) == signum, repr(got)  # type: ignore[arg-type]
     assert main._signal_under(RuntimeError("a bug")) is None
+
+
+def test_a_signal_after_the_result_is_said_leaves_the_exit_code_as_it_is() -> None:
+    """A Ctrl-C or SIGTERM as patchkit exits, its result printed (the interpreter's shutdown,
+    tens of milliseconds), killed it by the signal: a script read ``"ok": true`` and exit
+    -2 (130 in a shell). Once the command has said its result, the program ignores them."""
+    script = ("import os, signal, sys, time\n"
+              "from patchkit.cli import entry\n"
+              "try:\n"
+              "    entry(['--version'])\n"
+              "except SystemExit as done:\n"
+              "    code = done.code\n"
+              "for signum in (signal.SIGINT, signal.SIGTERM):\n"
+              "    os.kill(os.getpid(), signum)\n"
+              "time.sleep(0.2)\n"
+              "sys.exit(code)\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr)
+    assert proc.stdout.startswith("patchkit, version")

@@ -8,14 +8,15 @@ import gc
 import os
 import signal
 import sys
+from contextlib import suppress
 from importlib import import_module
 from typing import Any
 
 import click
 
 from .. import __version__
-from ..errors import (EXIT_INTERNAL, EXIT_USAGE, Interrupted, PatchkitError, Stop, Terminated,
-                      stopping_on_signals, take_held)
+from ..errors import (EXIT_INTERNAL, EXIT_USAGE, STOP_SIGNALS, Interrupted, PatchkitError, Stop,
+                      Terminated, stopping_on_signals, take_held)
 from .common import State, suggests
 
 #: Command name -> the module under patchkit.cli that defines it, in the order --help lists them.
@@ -193,10 +194,15 @@ def entry(argv: list[str] | None = None) -> None:
     20-fix ``status``, docs/performance.md) to free memory the exit frees anyway; frozen, the
     objects are left to the exit (files are closed by their ``with`` blocks, and Python still
     flushes stdout and stderr). A caller in the same process uses :func:`main`, which leaves
-    its collector alone."""
+    its collector alone. A signal from then on is ignored: the command has said its result
+    and chosen its exit code, which a Ctrl-C during the interpreter's exit would replace with
+    death by the signal (a script would read ``"ok": true`` and a failed exit)."""
     try:
         main(argv)
     finally:
+        for signum in (signal.SIGINT, *STOP_SIGNALS):
+            with suppress(ValueError, OSError):  # not the main thread
+                signal.signal(signum, signal.SIG_IGN)
         gc.freeze()
 
 
