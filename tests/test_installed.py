@@ -648,17 +648,27 @@ def pip_target(site: Path, wheel: Path, *extra: str) -> None:
                    capture_output=True, timeout=600)
 
 
-@pytest.fixture
-def upgraded(tmp_path: Path, sglang_wheels: Path, sglang_wheel_0523: Path) -> Path:
+@pytest.fixture(scope="module")
+def upgraded_once(tmp_path_factory: pytest.TempPathFactory, sglang_wheels: Path,
+                  sglang_wheel_0523: Path) -> Path:
     """A --target install of sglang 0.5.22 with dsv4-bf16-index-k applied (its 0.5.22 variant,
-    v3), then upgraded to 0.5.23 with pip install --upgrade --target: both dist-infos stay."""
-    site = tmp_path / "site"
+    v3), then upgraded to 0.5.23 with pip install --upgrade --target: both dist-infos stay.
+    Made once (two pip installs); each test has its own copy (``upgraded``)."""
+    site = tmp_path_factory.mktemp("upgraded") / "site"
     pip_target(site, download_wheel("0.5.22", sglang_wheels))
     res = run_cli("apply", "dsv4-bf16-index-k", "--target", site)
     assert res.returncode == 0, res.stdout + res.stderr
     pip_target(site, sglang_wheel_0523, "--upgrade")
     assert {p.name for p in site.glob("sglang-*.dist-info")} == {
         "sglang-0.5.22.dist-info", f"sglang-{CATALOG_RELEASE}.dist-info"}
+    return site
+
+
+@pytest.fixture
+def upgraded(tmp_path: Path, upgraded_once: Path) -> Path:
+    """A copy of :func:`upgraded_once` of the test's own (its records are root-relative)."""
+    site = tmp_path / "site"
+    shutil.copytree(upgraded_once, site, symlinks=True)
     return site
 
 
