@@ -424,24 +424,10 @@ def _took_upstream(releases: Any, cat: Path) -> Catalog:
     """A catalog of one fix, ``took``: SGLang's own 0.5.22 -> 0.5.23 change to the .py file it
     changed least, for 0.5.22, marked upstream since 0.5.23."""
     from patchkit.catalog import edit
-    from patchkit.catalog.edit import new_manifest_text
-    from patchkit.catalog.series import diff_files
+    from tests.test_variants import _took
 
-    git_dir = str(releases.git_dir)
-    rows = subprocess.run(["git", "--git-dir", git_dir, "diff", "--numstat", "--diff-filter=M",
-                           "v0.5.22", "v0.5.23", "--", "python/sglang/srt"], check=True,
-                          capture_output=True, text=True).stdout.splitlines()
-    rel = min((int(a) + int(r), p) for a, r, p in (row.split("\t") for row in rows)
-              if p.endswith(".py") and a != "-")[1]
-    blobs = [subprocess.run(["git", "--git-dir", git_dir, "show", f"{tag}:{rel}"], check=True,
-                            capture_output=True).stdout for tag in ("v0.5.22", "v0.5.23")]
-    (cat / "patches" / "took").mkdir(parents=True)
-    (cat / "patches" / "took" / "0001-took.patch").write_text(diff_files(*blobs, rel))
-    (cat / "manifests").mkdir()
-    manifest = cat / "manifests" / "took.toml"
-    manifest.write_text(new_manifest_text("took", "what 0.5.23 took", "0.5.22",
-                                          [("0001-took.patch", "sglang")], "why", date="2026-11-01"))
-    assert edit.set_upstream(manifest, "0.5.23")
+    _took(releases, cat, "0.5.22", "0.5.23")
+    assert edit.set_upstream(cat / "manifests" / "took.toml", "0.5.23")
     return Catalog.open(cat)
 
 

@@ -181,14 +181,15 @@ def test_a_fix_upstream_in_0523_is_not_applied_there_and_stays_on_0522(
     assert states(catalog, old)[INDEX_K] == ("applied", 3)
 
 
-def _took(releases: UpstreamRepo, cat: Path) -> tuple[str, Callable[[str], bytes]]:
-    """A catalog at ``cat`` of one fix, ``took``, on 0.5.21: SGLang's own 0.5.21 -> 0.5.22
+def _took(releases: UpstreamRepo, cat: Path, base: str = "0.5.21", onto: str = "0.5.22"
+          ) -> tuple[str, Callable[[str], bytes]]:
+    """A catalog at ``cat`` of one fix, ``took``, on ``base``: SGLang's own ``base`` -> ``onto``
     change to the .py file it changed least; that file's path and its bytes at a tag."""
     from patchkit.catalog.series import diff_files
 
     git_dir = str(releases.git_dir)
     rows = subprocess.run(["git", "--git-dir", git_dir, "diff", "--numstat", "--diff-filter=M",
-                           "v0.5.21", "v0.5.22", "--", "python/sglang/srt"], check=True,
+                           f"v{base}", f"v{onto}", "--", "python/sglang/srt"], check=True,
                           capture_output=True, text=True).stdout.splitlines()
     rel = min((int(a) + int(r), p) for a, r, p in (row.split("\t") for row in rows)
               if p.endswith(".py") and a != "-")[1]
@@ -196,12 +197,13 @@ def _took(releases: UpstreamRepo, cat: Path) -> tuple[str, Callable[[str], bytes
     def blob(tag: str) -> bytes:
         return subprocess.run(["git", "--git-dir", git_dir, "show", f"{tag}:{rel}"], check=True,
                               capture_output=True).stdout
+
     (cat / "patches" / "took").mkdir(parents=True)
     (cat / "patches" / "took" / "0001-took.patch").write_text(
-        diff_files(blob("v0.5.21"), blob("v0.5.22"), rel))
+        diff_files(blob(f"v{base}"), blob(f"v{onto}"), rel))
     (cat / "manifests").mkdir()
     (cat / "manifests" / "took.toml").write_text(new_manifest_text(
-        "took", "what 0.5.22 took", "0.5.21", [("0001-took.patch", "sglang")], "why",
+        "took", f"what {onto} took", base, [("0001-took.patch", "sglang")], "why",
         date="2026-11-01"))
     return rel, blob
 
