@@ -114,6 +114,11 @@ def test_fleet_converges_in_waves_and_a_rerun_touches_no_host(fleet) -> None:
         row = status["matrix"][node.name]
         assert row["dsv4-bf16-sizing"] == {"state": "applied", "version": 4, "release": "0.5.23"}
         assert row["prefill-hicache-off"] == {"state": "applied", "version": 1, "release": "0.5.23"}
+        # the dead fix no host carries is no column, as one target's status shows it no row
+        assert "hicache-index-k-sync" not in row, row
+    everything = fleet.run("patchkit", "status", "--all", "--inventory", str(fleet.inventory))
+    assert everything.returncode == 0, everything.stderr
+    assert "h1\thicache-index-k-sync\tnot-applied\t" in everything.stdout, everything.stdout
 
 
 def test_a_drifted_host_stops_the_rollout_in_preflight_with_nothing_written(fleet) -> None:

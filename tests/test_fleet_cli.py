@@ -262,6 +262,32 @@ def test_the_piped_fleet_matrix_gives_a_version_only_where_a_host_runs_one() -> 
         "h2\tc\tunreachable\t\tno route"]
 
 
+def test_a_dead_fix_no_host_carries_is_no_column_of_the_matrix() -> None:
+    """A dead or superseded fix is left out of the fleet matrix where every host that answered
+    has it not-applied, as one target's status shows it no row; a host carrying it keeps its
+    column (it is the one to roll back), and --all (``inactive=()``) shows every fix."""
+    from patchkit.fleet import HostReport, Survey
+    from patchkit.fleet.status import status_cells
+
+    rows = {"h1": [{"name": "live", "state": "applied", "version": 2},
+                   {"name": "dead", "state": "not-applied"},
+                   {"name": "held", "state": "present-unrecorded"}],
+            "h2": [{"name": "live", "state": "not-applied"},
+                   {"name": "dead", "state": "not-applied"},
+                   {"name": "held", "state": "not-applied"}]}
+    survey = Survey(op="status", hosts=(
+        *(HostReport(h, "ok", result={"status": {"fixes": f}}) for h, f in rows.items()),
+        HostReport("h3", "unreachable", "no route")))
+    cells = status_cells(survey, inactive={"dead", "held"})
+    assert {host: sorted(row) for host, row in cells.items()} == {
+        host: ["held", "live"] for host in ("h1", "h2", "h3")}
+    assert cells["h2"]["live"]["state"] == "not-applied"  # an active fix's column stays whole
+    assert sorted(status_cells(survey)["h3"]) == ["dead", "held", "live"]
+    # no host answered: the columns are the fixes asked about, the active ones
+    alone = Survey(op="status", hosts=(HostReport("h3", "unreachable", "no route"),))
+    assert sorted(status_cells(alone, ["live", "dead"], inactive={"dead"})["h3"]) == ["live"]
+
+
 def test_undo_takes_no_hooks_and_no_fix_and_its_plan_names_none(tmp_path: Path) -> None:
     """An undo has no undo: its hooks are refused with why, before any host (or inventory) is
     read, on a fleet and on one target; it names no fix (each host's last change is undone),

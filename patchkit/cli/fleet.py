@@ -152,7 +152,8 @@ def _restarts(state: State, report: Any) -> tuple[tuple[str, ...], list[str], bo
 
 
 def survey(state: State, op: str, names: list[str], fleet: dict[str, Any], *, as_json: bool,
-           lock_timeout: float, exit_code: bool = False, running_gate: bool = False) -> int:
+           lock_timeout: float, exit_code: bool = False, running_gate: bool = False,
+           show_all: bool = False) -> int:
     from .. import fleet as fleets
 
     _progress(as_json)(f"{op} on the hosts of {fleet['inventory']}")
@@ -161,7 +162,9 @@ def survey(state: State, op: str, names: list[str], fleet: dict[str, Any], *, as
     if op == "status":
         from ..fleet.status import by_release, converged, running_cells, status_cells
 
-        cells = status_cells(result, names or [f.name for f in state.catalog().readable()[0]])
+        readable = state.catalog().readable()[0]
+        inactive = () if show_all else {f.name for f in readable if f.is_inactive}
+        cells = status_cells(result, names or [f.name for f in readable], inactive)
         running = running_cells(result)
         render.emit(as_json, dict(result.to_json(), matrix=cells, running=running,
                                   by_release=by_release(cells)),

@@ -17,7 +17,8 @@ from .fleet import INVENTORY_OPTIONS, fleet_options, survey, wants_fleet
 
 @command(
     "status", *TARGET_OPTIONS, *INVENTORY_OPTIONS,
-    click.option("--all", "show_all", is_flag=True, help="Also list fixes that are not applied."),
+    click.option("--all", "show_all", is_flag=True, help="Also list fixes that are not applied (with --inventory: also the "
+                 "columns of dead and superseded fixes no host carries)."),
     click.option("--exit-code", is_flag=True,
                  help=f"Exit {EXIT_CHECK_FAILED} when a fix has drifted, is lost, partly present or "
                       "outdated (like git diff --exit-code)."),
@@ -33,7 +34,7 @@ def status(state: State, show_all: bool, exit_code: bool, running: bool, as_json
     fleet = fleet_options(where, rollout_options=False)
     if wants_fleet(fleet, where):
         return survey(state, "status", [], fleet, as_json=as_json, lock_timeout=where["lock_timeout"],
-                      exit_code=exit_code, running_gate=running)
+                      exit_code=exit_code, running_gate=running, show_all=show_all)
     result = run_op(state, where, "reading", as_json, api.status)
     render.emit(as_json, result.to_json() if as_json else None,
                 lambda out: render_status.render_status(out, result, verbose=show_all))

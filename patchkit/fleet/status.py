@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..engine.contract import APPLIED, OUTDATED, RECORDED, UNHEALTHY
+from ..engine.contract import APPLIED, NOT_APPLIED, OUTDATED, RECORDED, UNHEALTHY
 
 #: Cells of a fleet status (a fix's state, or a host's) that make ``--exit-code`` fail.
 NOT_CONVERGED = UNHEALTHY | {"unreachable", "failed"}
@@ -16,10 +16,14 @@ Cells = dict[str, dict[str, dict[str, Any]]]
 NOT_LOOKED_AT = "not-looked-at"
 
 
-def status_cells(result: Any, expected: Any = ()) -> Cells:
+def status_cells(result: Any, expected: Any = (), inactive: Any = ()) -> Cells:
     """host -> fix -> {state, version}: the fleet status matrix. A host that failed or was not
     reached has that state and its reason (detail) in every fix's cell: the fixes the reached hosts
-    report, else (no host answered) ``expected``, the fixes asked about."""
+    report, else (no host answered) ``expected``, the fixes asked about. A fix of ``inactive``
+    (the catalog's dead and superseded fixes; empty for ``status --all``) is no column where
+    every host that answered has it ``not-applied``, as one target's status shows no row of a
+    fix not applied: a whole column of ``not-applied`` for a fix nobody should apply says
+    nothing, while a host that carries it keeps it in the matrix."""
     rows: Cells = {}
     for host in result.hosts:
         status = ((host.result or {}).get("status") or {}).get("fixes") or []
@@ -36,7 +40,13 @@ def status_cells(result: Any, expected: Any = ()) -> Cells:
                 "state": NOT_LOOKED_AT, "version": None, "release": release,
                 "detail": "applied here, not looked at: root %s not given (set patchkit_roots "
                           "for the host in the inventory)" % ", ".join(out.get("roots") or ())})
-    fixes = cell_fixes(rows) or sorted(expected) or ["-"]
+    unheld = {fix for fix in inactive if all(
+        row.get(fix, {"state": NOT_APPLIED})["state"] == NOT_APPLIED
+        for row in rows.values() if "*" not in row)}
+    for row in rows.values():
+        for fix in unheld:
+            row.pop(fix, None)
+    fixes = cell_fixes(rows) or sorted(set(expected) - set(inactive)) or ["-"]
     for row in rows.values():
         if "*" in row:
             cell = row.pop("*")
