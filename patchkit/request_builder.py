@@ -156,6 +156,8 @@ def _fix_object(fix: Fix, catalog: Catalog, lazy: bool = False,
                   "own_series": bool(fix.patches)}
         if fix.revert.fix:
             named = _named(catalog, fix, fix.revert.fix, "revert.fix")
+            # outside git, whether its change can be in a release's files ([]: any release)
+            revert["fix_releases"] = list(named.serves())
             # the reverted fix's variant written for the same release, else its top level
             named = next((v for v in named.all_variants()
                           if v.upstream.base_release == fix.upstream.base_release), named)

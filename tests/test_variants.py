@@ -165,6 +165,32 @@ def test_one_catalog_commit_applies_each_release_its_variant(three_releases: Ups
         shipped.get(INDEX_K).verification, shipped.get(INDEX_K).serves())
 
 
+def test_a_revert_with_nothing_to_revert_on_an_unserved_release_is_not_needed_everywhere(
+        three_releases: UpstreamRepo, sglang_wheel_0521: Path, tmp_path: Path) -> None:
+    """0.5.21, which no version of the revert fix or of the dead fix it reverts serves: a
+    checkout of it says the revert is not-needed (the dead commit is not in its history),
+    and so must the same release installed from its wheel, and the checkout's files without
+    git. Outside git the engine read the files with the 0.5.23 series, which half matches
+    0.5.21's by chance, and called the revert `not-applied: no version of the fix serves
+    0.5.21`, asking for a rebase of a revert with nothing to revert (a new-user trial)."""
+    import zipfile
+
+    revert = "revert-hicache-index-k-sync"
+    catalog = Catalog(REPO)
+    tree = checkout(three_releases, "0.5.21", tmp_path / "checkout")
+    bare = tmp_path / "no-git"
+    shutil.copytree(tree, bare, ignore=shutil.ignore_patterns(".git"))
+    site = tmp_path / "site"  # the wheel's files as pip writes them (its RECORD the proof)
+    with zipfile.ZipFile(sglang_wheel_0521) as wheel:
+        wheel.extractall(site, [n for n in wheel.namelist() if n.startswith("sglang")])
+    for where in (tree, bare, site):
+        result = api.status(catalog, local(where))
+        assert result.release == "0.5.21", where
+        seen = {s.name: s for s in result.status}[revert]
+        assert seen.state == "not-needed", (where, seen)
+    assert result.raw["installed"] == {"sglang": {"dist": "sglang", "version": "0.5.21"}}
+
+
 def test_a_fix_upstream_in_0523_is_not_applied_there_and_stays_on_0522(
         three_releases: UpstreamRepo, tmp_path: Path) -> None:
     catalog = copy_catalog(tmp_path / "cat")

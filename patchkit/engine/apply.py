@@ -170,7 +170,7 @@ def _sync_skips(req: Request, store: Store, state: State, todo: List[FixSpec],
     for spec in todo:
         # what status says of it first (not-needed, present-unrecorded), shipped or not
         seen = "" if spec.name in upgrades else unrecorded(
-            ws, spec, req.roots, req.git, beneath and beneath(spec.name))["state"]
+            ws, spec, req.roots, req.git, beneath and beneath(spec.name), recorded)["state"]
         if spec.if_recorded and spec.name not in recorded and seen not in (
                 "not-needed", "present-unrecorded"):
             outcomes[spec.name] = {

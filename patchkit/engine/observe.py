@@ -4,7 +4,7 @@ verify (re-run the verification of applied fixes). Neither writes a target file.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Collection, Dict, List, Optional, Sequence, Set, Tuple
 
 from ..errors import DriftError, NotApplied, TargetError, VerificationFailed, VersionMismatch
 from . import procs, record
@@ -58,7 +58,8 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
             check_patch_paths(req.roots, [spec])
             if not made:
                 beneath, made = beneath_records(store, state, ws), True
-            entry = unrecorded(ws, spec, req.roots, beneath=beneath and beneath(spec.name))
+            entry = unrecorded(ws, spec, req.roots, req.git, beneath and beneath(spec.name),
+                               recorded)
             if entry["state"] in (PARTLY_PRESENT, NOT_APPLIED):
                 _not_served(req, spec, entry, releases)
         if spec.release is not None:
@@ -290,11 +291,13 @@ def beneath_records(store: Store, state: State, ws: Workspace) -> Optional[Benea
 
 
 def unrecorded(ws: Workspace, spec: FixSpec, roots: Roots, git: bool = True,
-               beneath: Optional[Reader] = None) -> Dict[str, Any]:
+               beneath: Optional[Reader] = None, recorded: Collection[str] = ()
+               ) -> Dict[str, Any]:
     """The status entry of a fix the target has no record of. ``git=False`` (--no-git): a
     revert fix whose change is in the files is ``not-needed`` without asking git whether the
     commit it reverts was ever there (a release wheel in a container build). ``beneath``:
-    the reader :func:`beneath_records` gives for this fix."""
+    the reader :func:`beneath_records` gives for this fix; ``recorded``: the names of the
+    fixes the target records (a revert of one of them has something to revert)."""
     entry = _detect(ws, spec, beneath)
     if spec.revert is not None and not git and entry["state"] == PRESENT_UNRECORDED:
         entry.update(state="not-needed", files=[])
@@ -315,6 +318,14 @@ def unrecorded(ws: Workspace, spec: FixSpec, roots: Roots, git: bool = True,
 
         if revert.nothing_to_revert(spec, roots):
             entry.update(state="not-needed", files=[])
+    # outside git, what the reverted fix's versions serve says it: on a release none serves,
+    # its change is not in the files, which another release's series only half matches
+    if spec.revert is not None and entry["state"] in (PARTLY_PRESENT, NOT_APPLIED):
+        from . import revert
+
+        why = revert.not_on_release(spec, roots, git, recorded)
+        if why:
+            entry.update(state="not-needed", files=[], detail=why)
     return entry
 
 

@@ -184,3 +184,26 @@ def conflict_ranges(current: bytes, merged: bytes) -> List[Dict[str, Any]]:
         else:
             plain_before += 1
     return out
+
+
+def not_on_release(fix: FixSpec, roots: Roots, git: bool, recorded: Any = ()) -> str:
+    """Why a revert fix has nothing to revert on a root outside git (an installed package, a
+    tree without ``.git``, ``--no-git``) judged by the releases, or "": the fix it reverts has
+    no version for the release the root runs (``revert.fix_releases``) and the target records
+    none applied, so its change is not in that release's files. A git checkout is judged by
+    its history instead (:func:`resolve`): a fork of that release may carry the commit."""
+    from .variants import release_of
+
+    rev = fix.revert or {}
+    named, served = rev.get("fix"), list(rev.get("fix_releases") or ())
+    if not named or not served or named in recorded:
+        return ""
+    root = roots.get(str(rev.get("root") or "sglang"))
+    found = release_of(roots, root.name, {}, git)
+    if found is None or found in served:
+        return ""
+    if git and checkout_and_head(root.path)[0] is not None:
+        return ""
+    return ("nothing to revert on this target: no version of fix %s serves %s (they serve %s) "
+            "and it is not recorded here, so its change is not in the release's files"
+            % (named, found, ", ".join(served)))
