@@ -66,11 +66,17 @@ def sync(catalog: Catalog, target: Target, *, dry_run: bool = False,
         if partial is not None:
             err.result = _as_sync(partial)  # type: ignore[attr-defined]
         raise
-    # an active fix on a root the target was not given is not synced: said, not skipped silently
+    # an active fix on a root the target was not given is not synced: said, not skipped
+    # silently; ``unseen``: those of them (and any other fix) the target records there, which
+    # the sync leaves behind, where the others were never applied
+    unseen = tuple((str(e["name"]), tuple(e["roots"])) for e in result.raw.get("unseen") or ())
     left_out = tuple((f.name, tuple(r for r in f.roots if r not in target.roots))
                      for f in catalog.all() if not f.is_inactive
                      and not set(f.roots) <= set(target.roots))
-    return dataclasses.replace(result, left_out=left_out) if left_out else result
+    named = {name for name, _roots in left_out}
+    left_out += tuple(u for u in unseen if u[0] not in named)
+    raw = {k: v for k, v in result.raw.items() if k != "unseen"}  # said once, as status's
+    return dataclasses.replace(result, raw=raw, left_out=left_out, unseen=unseen)
 
 
 def rollback(catalog: Catalog, target: Target, names: Sequence[str], *, dry_run: bool = False,

@@ -49,9 +49,9 @@ def build_request(catalog: Catalog, fixes: list[Fix], *, op: str,
                 where = key_where(fix.manifest_path, "root", missing[0])
                 raise UsageError(f"fix '{fix.name}' uses the root(s) {', '.join(missing)} "
                                  f"({where}), which the target does not define (it has "
-                                 f"{', '.join(sorted(roots))}). Define them with --root NAME=PATH "
-                                 "or [targets.NAME.roots] in patchkit.toml, or fix the root's "
-                                 "name in the manifest", fix=fix.name, roots=missing,
+                                 f"{', '.join(sorted(roots))}). Define them with "
+                                 f"{how_to_give(missing)}, or fix the root's name in the "
+                                 "manifest", fix=fix.name, roots=missing,
                                  file=str(fix.manifest_path))
     inside = {fix.name for fix in fixes}  # the engine looks for dependencies outside them
     outside = dict.fromkeys(dep for fix in fixes for dep in fix.depends_on if dep not in inside)
@@ -118,6 +118,12 @@ def _check_modes(fixes: list[dict[str, Any]]) -> None:
                               parse_mode(rec["mode"]))
             if err is not None:
                 raise err
+
+
+def how_to_give(roots: Sequence[str]) -> str:
+    """How a run is given the roots ``roots`` it lacks: the advice of apply's refusal of a fix
+    on them, and of sync's note on such a fix it skips."""
+    return "%s or [targets.NAME.roots] in patchkit.toml" % " ".join(f"--root {r}=PATH" for r in roots)
 
 
 #: The keys of a FIX a variant replaces (docs/design.md, "Variants").

@@ -179,7 +179,8 @@ class OpResult(Record):
     raw: Mapping[str, Any]
     # status, sync: fixes not looked at, each with the roots of it the target was not given
     left_out: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    # status, verify: those of them the target records as applied (not looked at, not verified)
+    # status, verify, sync: those the target records as applied (not looked at, not verified,
+    # not synced)
     unseen: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # status: catalog.BrokenFix of each manifest that cannot be read; rollback: of each fix it
     # rolled back from its record because its manifest cannot be read
@@ -219,7 +220,7 @@ class OpResult(Record):
                                for name, roots in self.left_out]
         if self.op == "status" or self.broken:  # a rollback's: manifests it did without
             out["broken"] = [b.to_json() for b in self.broken]
-        if self.op in ("status", "verify"):
+        if self.op in ("status", "verify") or out.get("op") == "sync":
             out["unseen"] = [{"name": name, "missing_roots": list(roots)}
                              for name, roots in self.unseen]
         if self.op in ("apply", "status") and self.ok and not self.dry_run:

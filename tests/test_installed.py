@@ -625,7 +625,7 @@ def test_a_fix_recorded_on_a_root_not_given_stops_nothing_on_the_roots_given(
     that wrote on ``serve`` is refused, naming the root, since it would be half an undo."""
     assert api.apply(catalog, target, ["prefill-hicache-off"]).ok
     alone = ["--target", f"python:{venv / 'bin' / 'python'}"]
-    for args, said in ((["sync", "--dry-run"], "prefill-hicache-off: not synced: root serve not given"),
+    for args, said in ((["sync", "--dry-run"], "prefill-hicache-off: applied here, not synced: root serve not given"),
                        (["apply", "dsv4-bf16-index-k", "--dry-run"], "would-apply dsv4-bf16-index-k"),
                        (["verify"], "prefill-hicache-off: applied here, not verified"),
                        (["status", "--exit-code"], "prefill-hicache-off: applied here, not looked at")):

@@ -330,10 +330,12 @@ def recovered_notes(result: OpResult) -> List[Segments]:
             for rec in result.recovered]
 
 
-def unseen_notes(result: OpResult) -> List[Segments]:
+def unseen_notes(result: OpResult, command: str | None = None) -> List[Segments]:
     """A line per fix the target records as applied on a root this run was not given: status
-    did not look at it, verify did not verify it (stderr; ``--json``: ``unseen``)."""
-    what = "not verified" if result.op == "verify" else "not looked at"
+    did not look at it, verify did not verify it, sync did not sync it (stderr; ``--json``:
+    ``unseen``)."""
+    what = {"verify": "not verified", "sync": "not synced"}.get(command or result.op,
+                                                                "not looked at")
     return [[(f"{name}: ", "bold"), (f"applied here, {what}: root {', '.join(roots)} not given",
                                        "yellow"), (f" (--root {roots[0]}=PATH)", "dim")]
             for name, roots in result.unseen]
@@ -353,14 +355,16 @@ def render_result(console: Any, result: OpResult, *, show_diff: bool | None = No
     size = sum(len(f.diff) for fix in result.fixes for f in fix.files) if show_diff else 0
     for note in recovered_notes(result):
         line(console, note)
-    for note in unseen_notes(result):
+    for note in unseen_notes(result, command):
         note_line(console, note)
     seen = {name for name, _roots in result.unseen}
-    for name, roots in result.left_out:  # a sync's fixes on roots not given
+    for name, roots in result.left_out:  # a sync's fixes on roots not given, never applied
         if name not in seen:
-            note_line(console, [(f"{name}: ", "bold"), (f"not {command or result.op}ed: root "
-                                                        f"{', '.join(roots)} not given", "yellow"),
-                                (f" (--root {roots[0]}=PATH)", "dim")])
+            from ..request_builder import how_to_give
+
+            note_line(console, [(f"{name}: ", "bold"), ("skipped", "dim"), (
+                f": never applied here, and root {', '.join(roots)} is not given (to "
+                f"{command or result.op} it, give the root: {how_to_give(roots)})", "")])
     head = "dry run of " if result.dry_run else ""
     line(console, [(f"{head}{command or result.op}", "bold"), (f" on {result.target}", "")])
     for fix in result.fixes:
