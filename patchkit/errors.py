@@ -87,6 +87,11 @@ class DriftError(CheckFailed):
     """A file patchkit wrote was changed since; rollback would lose that change."""
 
 
+class FixLost(CheckFailed):
+    """A fix patchkit applied is no longer in its files, though nobody edited them: a reinstall,
+    or a move to another release, replaced them (``status``: ``lost``); apply it again."""
+
+
 class VersionMismatch(CheckFailed):
     """Another version of the fix is applied."""
 

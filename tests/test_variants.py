@@ -1080,3 +1080,62 @@ def test_a_lost_fix_marked_upstream_in_the_release_the_checkout_moved_to_is_not_
     assert row(pk("status")).startswith(
         "local-edit\tnot-needed: in upstream since 0.5.23 (the target runs 0.5.23)")
     assert _git(tree, "status", "--porcelain", "--", "python") == ""
+
+
+def _local_edit(three_releases: UpstreamRepo, tmp_path: Path, releases: str = '"0.5.22"'
+                ) -> tuple[Path, Path, str]:
+    """(catalog, a 0.5.22 checkout, the file): a catalog of one fix, ``local-edit``, that
+    appends a line to a file 0.5.22 and 0.5.23 hold alike, for ``releases``; no checks of
+    its own, so a verify of it checks its files alone."""
+    from patchkit.catalog.series import diff_files
+
+    cat, rel = tmp_path / "cat", "python/sglang/__init__.py"
+    tree = checkout(three_releases, "0.5.22", tmp_path / "t")
+    assert _git(tree, "diff", "--stat", "v0.5.22", "v0.5.23", "--", rel) == ""
+    old = (tree / rel).read_bytes()
+    (cat / "patches" / "local-edit").mkdir(parents=True)
+    (cat / "patches" / "local-edit" / "0001-local-edit.patch").write_text(
+        diff_files(old, old + b"# a local edit\n", rel))
+    (cat / "manifests").mkdir()
+    (cat / "manifests" / "local-edit.toml").write_text(new_manifest_text(
+        "local-edit", "a local edit", "0.5.22", [("0001-local-edit.patch", "sglang")], "why",
+        date="2026-11-01").replace('releases = ["0.5.22"]', "releases = [%s]" % releases))
+    return cat, tree, rel
+
+
+def test_verify_of_a_fix_lost_to_a_move_says_lost_and_advises_what_status_does(
+        three_releases: UpstreamRepo, tmp_path: Path) -> None:
+    """A fix applied on 0.5.22, the checkout then moved to 0.5.23 by git (checkout -f): status
+    says lost, and verify's line for the fix did too, but its verdict was "1 applied fix(es)
+    drifted: files changed since patchkit wrote them", a DriftError, whose advice (rollback
+    --force, or refresh to keep the edits) is for a hand edit (a new-user trial). Now the
+    verdict is FixLost, exit 1 as `status --exit-code`, with status's own advice."""
+    from patchkit.errors import FixLost
+    from tests.test_remote import cli
+
+    cat, tree, _ = _local_edit(three_releases, tmp_path)
+    catalog = Catalog.open(cat)
+    assert api.apply(catalog, local(tree), ["local-edit"]).fixes[0].outcome == "applied"
+    _git(tree, "checkout", "-q", "-f", "v0.5.23")
+    seen = {s.name: s for s in api.status(catalog, local(tree)).status}["local-edit"]
+    assert seen.state == "lost" and seen.detail
+    assert "rebase local-edit --onto 0.5.23" in seen.detail, seen.detail
+
+    with pytest.raises(FixLost) as exc:
+        api.verify(catalog, local(tree), [])
+    assert exc.value.exit_code == 1
+    assert "1 applied fix(es) lost" in exc.value.message, exc.value.message
+    assert "drifted" not in exc.value.message and "refresh" not in exc.value.message
+    assert seen.detail in exc.value.message, exc.value.message  # status's why and advice
+    assert exc.value.details["lost"] == ["local-edit"]
+
+    code, out, err = cli(["--catalog", str(cat), "verify", "--target", str(tree), "--json"])
+    assert code == 1, out + err
+    error = json.loads(out)["error"]
+    assert error["type"] == "FixLost" and error["details"]["lost"] == ["local-edit"]
+    [fix] = error["details"]["fixes"]
+    assert fix["outcome"] == "failed" and fix["detail"] == seen.detail, fix
+    assert seen.detail.startswith(fix["lost"] + ". ") and "again" not in fix["lost"], fix
+    code, out, err = cli(["--catalog", str(cat), "verify", "--target", str(tree)])
+    assert code == 1 and "lost" in err and "drifted" not in err, out + err
+    assert cli(["--catalog", str(cat), "status", "--exit-code", "--target", str(tree)])[0] == code

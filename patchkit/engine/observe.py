@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Collection, Dict, List, Optional, Sequence, Set, Tuple
 
-from ..errors import DriftError, NotApplied, TargetError, VerificationFailed, VersionMismatch
+from ..errors import DriftError, FixLost, NotApplied, TargetError, VerificationFailed, VersionMismatch
 from . import procs, record
 from .contract import NOT_APPLIED, PARTLY_PRESENT, PRESENT_UNRECORDED, RECORDED
 from .paths import Roots
@@ -32,25 +32,8 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
     for spec in req.fixes:
         rec = recorded.get(spec.name)
         if rec:
-            entry = _recorded(ws, rec, last, installs, releases, req.git)
-            entry["catalog_version"] = spec.version
-            # the catalog's version is no upgrade where it does not serve the release the
-            # target runs (apply and sync refuse it there): the applied one stays, said so
-            # (no version need serve a release that holds the fix upstream)
-            unserved = unserved_detail(req, spec, releases) if not spec.not_needed and (
-                rec.version != spec.version or entry["state"] in ("lost", "applied")) else None
-            if spec.not_needed and entry["state"] in ("applied", "lost"):  # the release took it
-                entry.update(state="not-needed", detail=held_upstream(
-                    spec, rec, lost=entry.get("lost") or ""))
-            elif unserved is not None:
-                _say_unserved(entry, rec, spec, unserved)
-            elif entry["state"] == "applied" and rec.version != spec.version:
-                entry["state"] = "outdated"  # another version is applied than the catalog's
-            elif (entry["state"] == "drifted" and rec.version != spec.version
-                  and "detail" not in entry and _holds_catalog(req, store, ws, rec, spec)):
-                entry.update(state="outdated", detail=(
-                    "the files hold v%d's change already (edited by hand, or refreshed from "
-                    "here): patchkit apply %s records it, writing nothing" % (spec.version, spec.name)))
+            entry = judged(req, store, ws, spec, rec,
+                           _recorded(ws, rec, last, installs, releases, req.git), releases)
         elif spec.not_needed:
             entry = {"name": spec.name, "state": "not-needed", "version": spec.version,
                      "applied_at": None, "files": [], "detail": spec.not_needed}
@@ -86,6 +69,32 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
             "running": procs.running(req.roots, store.dir, state, req.python,
                                      served=req.python if req.python_given else None,
                                      underneath=_underneath(ws, out))}
+
+
+def judged(req: Request, store: Store, ws: Workspace, spec: FixSpec, rec: FixRecord,
+           entry: Dict[str, Any], releases: Dict[str, Any]) -> Dict[str, Any]:
+    """``status``'s word on a recorded fix, given what its files hold (``_recorded``'s
+    ``entry``, changed in place) and the catalog's version for the target (``spec``): verify
+    says a lost fix's why and advice with it, so the two never differ."""
+    entry["catalog_version"] = spec.version
+    # the catalog's version is no upgrade where it does not serve the release the
+    # target runs (apply and sync refuse it there): the applied one stays, said so
+    # (no version need serve a release that holds the fix upstream)
+    unserved = unserved_detail(req, spec, releases) if not spec.not_needed and (
+        rec.version != spec.version or entry["state"] in ("lost", "applied")) else None
+    if spec.not_needed and entry["state"] in ("applied", "lost"):  # the release took it
+        entry.update(state="not-needed", detail=held_upstream(
+            spec, rec, lost=entry.get("lost") or ""))
+    elif unserved is not None:
+        _say_unserved(entry, rec, spec, unserved)
+    elif entry["state"] == "applied" and rec.version != spec.version:
+        entry["state"] = "outdated"  # another version is applied than the catalog's
+    elif (entry["state"] == "drifted" and rec.version != spec.version
+          and "detail" not in entry and _holds_catalog(req, store, ws, rec, spec)):
+        entry.update(state="outdated", detail=(
+            "the files hold v%d's change already (edited by hand, or refreshed from "
+            "here): patchkit apply %s records it, writing nothing" % (spec.version, spec.name)))
+    return entry
 
 
 def refuse_changed_series(spec: FixSpec, rec: FixRecord) -> None:
@@ -630,6 +639,7 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
     lost = lost_fixes(req.roots, state, ws, req.git)
     releases: Dict[str, Any] = {}  # each root's release, read once (an unserved catalog version)
     firsts: List[Tuple[Optional[Dict[str, Any]], Any]] = []  # each fix's drift result, files
+    gone: Dict[str, Dict[str, Any]] = {}  # the fixes that fail as lost: status's entry of each
     jobs: List[Tuple[Dict[str, Any], CheckContext]] = []
     for spec in specs:
         # A check passing on edited files does not vouch for the fix as patchkit wrote it.
@@ -643,7 +653,12 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
             first = {"kind": "drift", "name": "files as patchkit wrote them", "ok": True,
                      "detail": "every file holds the bytes its record names", "where": ""}
         if first is not None and not first["ok"] and spec.name in lost:
-            first = dict(first, detail="lost: %s" % lost[spec.name]["detail"])
+            # status's word on it, why and what to do: a lost fix is not a drifted one
+            word = judged(req, store, ws, spec, recorded[spec.name], dict(lost[spec.name]),
+                          releases)
+            first = dict(first, detail="%s: %s" % (word["state"], word["detail"]))
+            if word["state"] == "lost":
+                gone[spec.name] = word
         elif (first is not None and not first["ok"] and recorded[spec.name].version != spec.version
               and unserved_detail(req, spec, releases) is None  # else apply would refuse it
               and _holds_catalog(req, store, ws, recorded[spec.name], spec)):
@@ -663,7 +678,9 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
         out.append({"name": spec.name, "version": recorded[spec.name].version,
                     "outcome": "verified" if all(r["ok"] for r in results) else "failed",
                     "files": [], "preconditions": [], "verification": results, "drifted": drifted})
-        if spec.recorded_only:
+        if spec.name in gone:  # why, as an apply that applies it again says it; and the advice
+            out[-1].update(lost=gone[spec.name]["lost"], detail=gone[spec.name]["detail"])
+        elif spec.recorded_only:
             out[-1]["detail"] = GONE
         elif by_record and spec.name not in lost:  # a lost fix's detail says why, and what to do
             out[-1]["detail"] = OLDER % {"fix": spec.name, "old": recorded[spec.name].version,
@@ -672,11 +689,21 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
         done = {o["name"]: o for o in out}
         out = [needless.get(n) or done[n] for n in order if n in needless or n in done] + [
             o for o in out if o["name"] not in order]
+    lost_names = sorted({f["fix"] for f in failures if f["fix"] in gone})
     if failures and all(f["kind"] == "drift" for f in failures):
-        raise DriftError("%d applied fix(es) drifted: files changed since patchkit wrote them "
-                         "(nothing was changed):\n%s" % (len(failures), failure_lines(failures)),
-                         failures=failures, fixes=out)
+        drifted_count = len(failures) - len(lost_names)
+        if not drifted_count:
+            raise FixLost("%d applied fix(es) lost: their files hold what a reinstall or another "
+                          "release put there, not the fix (nothing was changed):\n%s"
+                          % (len(lost_names), failure_lines(failures)),
+                          failures=failures, fixes=out, lost=lost_names)
+        raise DriftError("%d applied fix(es) drifted: files changed since patchkit wrote them%s "
+                         "(nothing was changed):\n%s" % (
+                             drifted_count, ", and %d lost" % len(lost_names) if lost_names else "",
+                             failure_lines(failures)),
+                         failures=failures, fixes=out, lost=lost_names)
     if failures:
         raise VerificationFailed("%d verification check(s) failed (nothing was changed):\n%s"
-                                 % (len(failures), failure_lines(failures)), failures=failures, fixes=out)
+                                 % (len(failures), failure_lines(failures)), failures=failures,
+                                 fixes=out, lost=lost_names)
     return out
