@@ -755,3 +755,60 @@ def test_a_refreshed_hunk_keeps_three_lines_of_context_where_difflib_slides_it()
     new = old.replace("    def available_size", "    def anchor_count(self):\n        return 0\n\n"
                       "    def available_size", 1)
     assert _diff(old, new, "pool.py") == diff_files(old.encode(), new.encode(), "pool.py")
+
+
+def test_a_release_without_a_file_the_fix_changes_is_refused_at_continue(tmp_path, monkeypatch
+                                                                          ) -> None:
+    """0.2.0 removed python/sglang/gone.py, which the fix changes: the rebase stopped as a
+    conflict with no markers in the worktree, and an unedited --continue wrote a version whose
+    patch creates the whole file (a new-user trial). The stop names the missing file, and
+    --continue refuses (exit 2, the rebase stays stopped, the catalog as it was) saying what
+    to do; a worktree file deleted means the change is dropped there, and --continue goes on."""
+    up = tmp_path / "upstream"
+    up.mkdir()
+    _git(up, "init", "-q", "-b", "main")
+    base = "".join(BODY)
+    _write_release(up, {"python/sglang/gone.py": base, "python/sglang/kept.py": base}, "v0.1.0")
+    _git(up, "rm", "-q", "python/sglang/gone.py")
+    _write_release(up, {"python/sglang/kept.py": base + "line 41\n"}, "v0.2.0")
+    cat_dir = tmp_path / "catalog"
+    _fix(cat_dir, "gone", "python/sglang/gone.py", base, base.replace("line 10\n", "line 10 fixed\n"))
+    _git(cat_dir, "init", "-q", "-b", "main")
+    _git(cat_dir, "add", "-A")
+    _git(cat_dir, "commit", "-q", "-m", "catalog v1")
+    cat, upstream = Catalog(cat_dir), UpstreamRepo(up)
+    before = _snapshot(cat)
+
+    report = rebase.start(cat, "0.2.0", ["gone"], upstream=upstream)
+    assert report.stopped == "gone" and report.conflicted == ("python/sglang/gone.py",)
+    stopped = report.fixes[-1].patches[0]
+    assert stopped.classification == "conflict"
+    assert "0.2.0 has no python/sglang/gone.py" in stopped.detail, stopped.detail
+    assert _snapshot(cat) == before
+    state = (cat.root / rebase.STATE_DIR / "state.json").read_bytes()
+
+    with pytest.raises(UsageError) as exc:
+        rebase.continue_(cat, upstream=upstream)
+    said = exc.value.message
+    assert "python/sglang/gone.py" in said and "0.2.0 has no" in said, said
+    assert "--skip" in said and "upstream" in said and "creates the whole file" in said, said
+    assert exc.value.exit_code == 2
+    assert _snapshot(cat) == before
+    assert (cat.root / rebase.STATE_DIR / "state.json").read_bytes() == state  # still stopped
+
+    from tests.test_remote import cli as boundary  # the CLI's error boundary: exit codes
+
+    monkeypatch.setenv("PATCHKIT_UPSTREAM", str(up))
+    code, out, err = boundary(["--catalog", str(cat.root), "rebase", "--continue", "--json"])
+    assert code == 2, out + err
+    error = json.loads(out)["error"]
+    assert error["type"] == "UsageError" and error["details"]["missing"] == ["python/sglang/gone.py"]
+    assert _snapshot(cat) == before
+
+    # the change is not needed where the code went: delete the worktree file, and go on
+    (Path(report.worktree) / "python/sglang/gone.py").unlink()
+    done = rebase.continue_(cat, upstream=upstream)
+    assert done.done and [f.outcome for f in done.fixes] == ["upstreamed"], done.fixes
+    after = _snapshot(cat)  # marked upstream since 0.2.0; its series, for 0.1.0, as it was
+    assert {p for p in after if after[p] != before[p]} == {"manifests/gone.toml"}
+    assert 'applied = "0.2.0"' in after["manifests/gone.toml"].decode()

@@ -136,6 +136,18 @@ def continue_(catalog: Catalog, *, upstream: UpstreamRepo | None = None,
             raise UsageError(f"{f} still has conflict markers: resolve them (edit the file), "
                              "then run `patchkit rebase --continue` again", path=str(f))
         resumed[path] = text
+    kept = [p for p in stopped.get("missing", ()) if resumed.get(p) is not None]
+    if kept:  # the old file taken as it is: the patch would create it whole
+        raise UsageError(
+            f"{state.onto} has no {', '.join(kept)}, which fix {stopped['name']} changes "
+            f"({stopped['file']}): upstream removed or renamed it, and --continue would write a "
+            "patch that creates the whole file. Run `patchkit rebase --skip` to leave the fix "
+            f"as it is (the releases it serves keep it); if {state.onto} does not need the "
+            f"change, delete {', '.join(str(state.worktree / p) for p in kept)} and run "
+            "`patchkit rebase --continue` (a fix left with no change is marked upstream since "
+            f"{state.onto}); if the code moved to another file, `patchkit rebase --skip` and "
+            f"write the fix again on {state.onto}. Nothing was written; the rebase stays stopped",
+            fix=stopped["name"], missing=kept)
     old, file = rebase.start(state.old_fix(stopped["name"])), stopped["file"]
     source = next(r.path for r in old.patches if r.file == file)  # a backport's: its variant's
     stopped["done"][file] = series_text(source.read_text(

@@ -297,6 +297,14 @@ def held_upstream(tree: Tree, chs: list[hunks.FileChange], found: tuple[str, str
     return decide(tree, chs, found).held
 
 
+def missing_on(tree: Tree, pre_old: dict[str, str | None], old_tree: Tree) -> list[str]:
+    """The paths a patch changes (its base has them, and keeps them) that ``tree``, the new
+    release, has not: upstream removed or renamed them, so there is nothing to merge into,
+    and taking the old file as it is would make the patch create the whole file."""
+    return [p for p, old in pre_old.items()
+            if old is not None and tree.get(p) is None and old_tree.get(p) is not None]
+
+
 def classify(fix: Fix, file: str, chs: list[hunks.FileChange], tree: Tree,
              pre_old: dict[str, str | None], old_tree: Tree, onto: str
              ) -> tuple[PatchReport, dict[str, str | None], list[str]]:
@@ -334,6 +342,13 @@ def classify(fix: Fix, file: str, chs: list[hunks.FileChange], tree: Tree,
     if gone_elsewhere:
         return (PatchReport(file, "anchor-gone", f"precondition no longer matches {onto}: "
                             + "; ".join(gone_elsewhere), (), paths), merged, conflicted or list(paths))
+    missing = missing_on(tree, pre_old, old_tree)
+    if missing:
+        others = [p for p in conflicted if p not in missing]
+        return (PatchReport(file, "conflict", f"{onto} has no {', '.join(missing)} (removed or "
+                            "renamed upstream), which the patch changes: nothing to merge into"
+                            + (f"; three-way merge conflicts in {', '.join(others)}"
+                               if others else ""), (), paths), merged, conflicted)
     if conflicted:
         return (PatchReport(file, "conflict", "three-way merge conflicts in "
                             + ", ".join(conflicted) + f" ({first_failure.split(';')[0]})",

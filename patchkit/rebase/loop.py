@@ -16,7 +16,7 @@ from ..catalog.manifest import load_manifest
 from ..catalog.model import Fix, Variant
 from ..errors import ConflictError, PatchkitError
 from .classify import CLEAN, Decision, PatchReport, Series, Tree, apply_all, changes, \
-    classify, decide, patch_from_json, series_text
+    classify, decide, missing_on, patch_from_json, series_text
 from .matching import UpstreamMatches
 from .sides import Sides, Skip, backport, read_series, skip_reason, start_from
 from .state import (WRITTEN, FixReport, Progress, RebaseReport, RebaseState, fix_from_json,
@@ -85,7 +85,8 @@ class Rebase:
                 stop = {"name": name, "patch": index, "file": file, "done": done,
                         "pre": pre_new, "tree": dict(new_tree.files),
                         "patches": [r.to_json() for r in reports], "conflicted": conflicted,
-                        "paths": sorted(merged), "merged": merged}
+                        "paths": sorted(merged), "merged": merged,
+                        "missing": missing_on(new_tree, pre_old, old_tree)}
                 return fix_report(fix, onto, "stopped", rep.detail, tuple(reports)), done, stop
             new_tree.files.update(merged)
             done[file] = series_text(dict(old_texts)[file], pre_new, merged)
