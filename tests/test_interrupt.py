@@ -184,6 +184,40 @@ def test_a_signal_in_the_first_moments_of_a_json_run_still_prints_its_json(tmp_p
     assert "json" in seen, seen
 
 
+ARMED_THEN_SIGNALLED = """
+import os, signal, sys
+from patchkit.errors import hold_signals
+hold_signals()  # the program's first line, as the console script's
+real = signal.signal
+def arm(signum, handler):  # a Ctrl-C landing the moment the CLI hands SIGINT back to Python
+    before = real(signum, handler)
+    if handler is signal.default_int_handler:
+        os.kill(os.getpid(), signal.SIGINT)
+    return before
+signal.signal = arm
+from patchkit.cli.main import entry
+entry(sys.argv[1:])
+"""
+
+
+def test_a_ctrl_c_as_the_cli_takes_sigint_back_is_said_not_a_traceback(tmp_path: Path) -> None:
+    """The CLI holds the signals of its first moments, then gives SIGINT back to Python's own
+    handler: a Ctrl-C landing in that hand-over raised KeyboardInterrupt outside every handler
+    of the CLI, a traceback and no JSON (the full suite's early-signal test, once). It is an
+    interrupt like any other: its JSON document, exit 130."""
+    tree = app_tree(tmp_path / "tree")
+    catalog = user_catalog(tmp_path / "catalog", {"quick": (app_patch(), "")})
+    before = tree_digest(tree)
+    proc = subprocess.run([sys.executable, "-c", ARMED_THEN_SIGNALLED, "--catalog", str(catalog),
+                           "apply", "quick", "--root", f"tree={tree}", "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 130, (proc.stdout, proc.stderr)
+    data = json.loads(proc.stdout)
+    assert (data["ok"], data["op"], data["error"]["type"]) == (False, "apply", "Interrupted")
+    assert tree_digest(tree) == before
+
+
 def test_a_signal_once_state_json_names_the_change_leaves_it_complete(
         tmp_path: Path, monkeypatch: Any) -> None:
     """The commit point is state.json's rename. A SIGTERM after it, while the directory was

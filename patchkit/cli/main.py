@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         with stopping_on_signals():  # the command's, all of it (an ssh session's too)
             try:
-                code = _run(argv, state, take_held()) or 0
+                code = _run(argv, state) or 0
             except Stop as stop:  # while a failure was being said: as the shell would say it
                 code = 128 + stop.signum
         sys.exit(code)
@@ -355,17 +355,20 @@ def _signal_under(exc: BaseException) -> int | None:
     return None
 
 
-def _run(argv: list[str] | None, state: State, held: int | None = None) -> int:
+def _run(argv: list[str] | None, state: State) -> int:
     """The command's exit code; every error turned into its own (click's usage errors too).
-    ``held``: a signal that came before the CLI could act on it (``errors.hold_signals``)."""
+    A signal that came before the CLI could act on it (``errors.hold_signals``) is taken
+    inside the handlers below: a Ctrl-C landing as SIGINT is given back to Python's own
+    handler raises KeyboardInterrupt there, and is said as any other."""
     try:
+        held = take_held()
         if held is not None:
             raise Stop(held)
         return cli.main(args=argv, prog_name="patchkit", standalone_mode=False, obj=state)
     except click.exceptions.Exit as exc:
         return exc.exit_code
-    except (click.Abort, Stop) as stop:  # Ctrl-C, a signal (the hooks, which say more, and
-        # an ssh session past the go-ahead end as a PatchkitError)
+    except (click.Abort, Stop, KeyboardInterrupt) as stop:  # Ctrl-C, a signal (the hooks,
+        # which say more, and an ssh session past the go-ahead end as a PatchkitError)
         return _stopped(state, argv, getattr(stop, "signum", signal.SIGINT))
     except click.ClickException as exc:
         code = EXIT_USAGE if exc.exit_code == 2 else exc.exit_code
