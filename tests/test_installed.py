@@ -19,7 +19,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 import pytest
 
@@ -351,17 +351,57 @@ def run_cli(*args: object, env: dict[str, str] | None = None) -> subprocess.Comp
                           stdin=subprocess.DEVNULL, timeout=300, env=env)
 
 
+class Reinstalled(NamedTuple):
+    venv: Path
+    site: Path
+    target: LocalTarget
+    patched: dict[str, str]  # the fixed files' sha256 as the apply wrote them
+
+
+@pytest.fixture(scope="module")
+def reinstalled_once(tmp_path_factory: pytest.TempPathFactory, installed_venv: tuple[Path, Path],
+                     sglang_wheel_0523: Path) -> tuple[Path, dict[str, str]]:
+    """A copy of the session's venv (``venv/``) and a serve folder (``serve/``) with the three
+    production fixes applied, then the wheel reinstalled underneath them by pip
+    (``--force-reinstall``): (the directory, the fixed files' hashes as the apply wrote them).
+    Made once, with one reinstall; each test has its own copy (``reinstalled``)."""
+    base = tmp_path_factory.mktemp("reinstalled")
+    shutil.copytree(installed_venv[0], base / "venv", symlinks=True)
+    (base / "serve").mkdir()
+    shutil.copy2(SERVE_SCRIPT, base / "serve" / SERVE_SCRIPT.name)
+    found = _reinstalled(base, {})
+    assert api.apply(Catalog(REPO), found.target, PRODUCTION).ok
+    patched = {rel: sha256(found.site / rel) for rel in (POOL, CONFIGURATOR)}
+    pip_install(found.venv / "bin" / "python", sglang_wheel_0523, "--force-reinstall")
+    assert unlike_record(found.site) == []  # pip put the wheel's files back, .patchkit/ stayed
+    return base, patched
+
+
+def _reinstalled(base: Path, patched: dict[str, str]) -> Reinstalled:
+    venv = base / "venv"
+    python = venv / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()"
+                                "['purelib'])"], capture_output=True, text=True,
+                               check=True).stdout.strip())
+    assert site.is_relative_to(venv), site
+    found = resolve_target(f"python:{python}", [f"serve={base / 'serve'}"])
+    assert isinstance(found, LocalTarget)
+    return Reinstalled(venv, site, found, patched)
+
+
+@pytest.fixture
+def reinstalled(reinstalled_once: tuple[Path, dict[str, str]], tmp_path: Path) -> Reinstalled:
+    """A copy of :func:`reinstalled_once` of the test's own (its records are root-relative)."""
+    base, patched = reinstalled_once
+    shutil.copytree(base, tmp_path / "reinstalled", symlinks=True)
+    return _reinstalled(tmp_path / "reinstalled", patched)
+
+
 def test_a_reinstall_underneath_is_lost_not_drifted_and_apply_puts_the_fixes_back(
-        catalog: Catalog, target: LocalTarget, site: Path, venv: Path,
-        sglang_wheel_0523: Path) -> None:
+        catalog: Catalog, reinstalled: Reinstalled, sglang_wheel_0523: Path) -> None:
+    venv, site, target, patched = reinstalled
     python = venv / "bin" / "python"
     serve = ["--root", f"serve={target.roots['serve']}"]
-    applied = api.apply(catalog, target, PRODUCTION)
-    assert applied.ok
-    patched = {rel: sha256(site / rel) for rel in (POOL, CONFIGURATOR)}
-
-    pip_install(python, sglang_wheel_0523, "--force-reinstall")
-    assert unlike_record(site) == []  # pip put the wheel's files back, .patchkit/ stayed
 
     states = {s.name: s for s in api.status(catalog, target).status}
     for name in ("dsv4-bf16-index-k", "dsv4-bf16-sizing"):
@@ -452,11 +492,9 @@ def test_a_lost_fix_that_created_a_file_is_applied_again_over_what_the_reinstall
 
 
 def test_a_lost_fix_rolls_back_to_the_new_install_without_force(
-        catalog: Catalog, target: LocalTarget, site: Path, venv: Path,
-        sglang_wheel_0523: Path) -> None:
-    assert api.apply(catalog, target, PRODUCTION).ok
-    pip_install(venv / "bin" / "python", sglang_wheel_0523, "--force-reinstall")
-    reinstalled = {rel: sha256(site / rel) for rel in (POOL, CONFIGURATOR)}
+        catalog: Catalog, reinstalled: Reinstalled) -> None:
+    _, site, target, _ = reinstalled
+    as_installed = {rel: sha256(site / rel) for rel in (POOL, CONFIGURATOR)}
 
     done = api.rollback(catalog, target, list(reversed(PRODUCTION)))
     assert [f.outcome for f in done.fixes] == ["rolled-back"] * 3
@@ -468,7 +506,7 @@ def test_a_lost_fix_rolls_back_to_the_new_install_without_force(
     from patchkit import hooks  # what asks for a restart, or undoes after a failed check
 
     assert hooks.changed_fixes(done) == ["prefill-hicache-off"]
-    assert {rel: sha256(site / rel) for rel in reinstalled} == reinstalled
+    assert {rel: sha256(site / rel) for rel in as_installed} == as_installed
     assert unlike_record(site) == []
     assert sha256(Path(target.roots["serve"]) / SERVE_SCRIPT.name) == sha256(SERVE_SCRIPT)
     assert {s.name for s in api.status(catalog, target).status
@@ -586,13 +624,11 @@ def test_a_remote_python_target_finds_its_sglang_on_the_host(
 
 
 def test_a_fix_requiring_a_lost_fix_says_the_dependency_is_lost(
-        catalog: Catalog, target: LocalTarget, venv: Path, sglang_wheel_0523: Path) -> None:
+        catalog: Catalog, reinstalled: Reinstalled) -> None:
     """After a reinstall took both away, applying the dependent fix alone is refused: its
     dependency is recorded but lost (it said "neither recorded by patchkit nor present")."""
-    assert api.apply(catalog, target, ["dsv4-bf16-index-k", "dsv4-bf16-sizing"]).ok
-    pip_install(venv / "bin" / "python", sglang_wheel_0523, "--force-reinstall")
     with pytest.raises(PreconditionFailed) as refused:
-        api.apply(catalog, target, ["dsv4-bf16-sizing"])
+        api.apply(catalog, reinstalled.target, ["dsv4-bf16-sizing"])
     said = str(refused.value)
     assert "dsv4-bf16-index-k is recorded but lost" in said, said
     assert "neither recorded" not in said
@@ -600,20 +636,17 @@ def test_a_fix_requiring_a_lost_fix_says_the_dependency_is_lost(
 
 
 def test_a_file_put_back_by_hand_is_drift_not_a_reinstall(
-        catalog: Catalog, target: LocalTarget, site: Path, venv: Path,
-        sglang_wheel_0523: Path) -> None:
+        catalog: Catalog, target: LocalTarget, site: Path) -> None:
     """One of a fix's files restored to the wheel's bytes by hand holds what RECORD lists, as
     after a reinstall; but pip rewrites RECORD on every install, and it is untouched: the fix
-    is drifted (it said "sglang 0.5.23 reinstalled"). After a real reinstall it is lost."""
+    is drifted (it said "sglang 0.5.23 reinstalled"). After a real reinstall it is lost
+    (``reinstalled``, above)."""
     environ = site / "sglang" / "srt" / "environ.py"
     original = environ.read_bytes()
     assert api.apply(catalog, target, ["dsv4-bf16-index-k"]).ok
     environ.write_bytes(original)
     [seen] = [s for s in api.status(catalog, target).status if s.name == "dsv4-bf16-index-k"]
     assert seen.state == "drifted", seen
-    pip_install(venv / "bin" / "python", sglang_wheel_0523, "--force-reinstall")
-    [seen] = [s for s in api.status(catalog, target).status if s.name == "dsv4-bf16-index-k"]
-    assert seen.state == "lost" and "reinstalled" in (seen.detail or ""), seen
 
 
 def test_a_fix_recorded_on_a_root_not_given_stops_nothing_on_the_roots_given(
