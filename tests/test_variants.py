@@ -1139,3 +1139,75 @@ def test_verify_of_a_fix_lost_to_a_move_says_lost_and_advises_what_status_does(
     code, out, err = cli(["--catalog", str(cat), "verify", "--target", str(tree)])
     assert code == 1 and "lost" in err and "drifted" not in err, out + err
     assert cli(["--catalog", str(cat), "status", "--exit-code", "--target", str(tree)])[0] == code
+
+
+def test_a_committed_fix_whose_commit_a_move_left_behind_is_lost_and_applied_again(
+        three_releases: UpstreamRepo, tmp_path: Path) -> None:
+    """A fix for 0.5.22 and 0.5.23 alike (one series), applied with --commit on 0.5.22, and
+    the checkout then moved to 0.5.23 by git: HEAD no longer holds the fix's commit and git
+    put the release's bytes back. status said `drifted` and advised `rollback --force` (a
+    revert of a commit no longer in the history), and sync said `already-applied` with drift
+    advice, exit 0, on a tree nobody edited that runs none of the fix. Now it is lost: sync
+    applies it again (without a commit: sync makes none), undo makes it lost again, and
+    rollback forgets its record without reverting anything."""
+    from patchkit.errors import FixLost
+    from tests.test_remote import cli
+
+    cat, tree, rel = _local_edit(three_releases, tmp_path, '"0.5.22", "0.5.23"')
+    catalog = Catalog.open(cat)
+    assert api.apply(catalog, local(tree), ["local-edit"], commit=True).fixes[0].outcome == "applied"
+    committed = _git(tree, "rev-parse", "HEAD").strip()
+    assert _git(tree, "log", "-1", "--format=%s").strip() == "a local edit"
+    _git(tree, "checkout", "-q", "v0.5.23")
+    head = _git(tree, "rev-parse", "HEAD").strip()
+    assert _git(tree, "status", "--porcelain", "--", "python") == ""  # nobody edited a file
+    release = (tree / rel).read_bytes()
+    assert not release.endswith(b"# a local edit\n")
+
+    seen = {s.name: s for s in api.status(catalog, local(tree)).status}["local-edit"]
+    assert seen.state == "lost", (seen.state, seen.detail)
+    assert committed[:12] in seen.detail and "no longer present" in seen.detail, seen.detail
+    assert "--force" not in seen.detail and "patchkit sync" in seen.detail, seen.detail
+    assert [f["state"] for f in seen.files] == ["replaced"], seen.files
+    code, out, err = cli(["--catalog", str(cat), "status", "--target", str(tree), "--json"])
+    assert code == 0, out + err
+    [row] = [f for f in json.loads(out)["status"]["fixes"] if f["name"] == "local-edit"]
+    assert row["state"] == "lost" and row["commits_gone"] == [{"root": "sglang", "sha": committed}], row
+    assert cli(["--catalog", str(cat), "status", "--exit-code", "--target", str(tree)])[0] == 1
+    with pytest.raises(FixLost):
+        api.verify(catalog, local(tree), [])
+
+    # rollback only forgets the record: no revert of a commit HEAD does not hold, no write
+    dry = api.rollback(catalog, local(tree), ["local-edit"], dry_run=True).fixes[0]
+    assert dry.outcome == "would-roll-back" and not dry.files, dry
+    assert "lost (its commit is not in the history of HEAD)" in (dry.detail or ""), dry.detail
+
+    # sync applies it again onto the files HEAD has, without a commit
+    planned = api.sync(catalog, local(tree), dry_run=True).fixes
+    assert [(f.name, f.outcome) for f in planned] == [("local-edit", "would-apply")], planned
+    code, out, err = cli(["--catalog", str(cat), "sync", "--target", str(tree), "--json"])
+    assert code == 0, out + err
+    [fix] = json.loads(out)["fixes"]
+    assert fix["outcome"] == "applied" and committed[:12] in fix["lost"], fix
+    assert (tree / rel).read_bytes() == release + b"# a local edit\n"
+    assert _git(tree, "rev-parse", "HEAD").strip() == head
+    assert states(catalog, local(tree))["local-edit"] == ("applied", 1)
+
+    # undo of that sync: the release's bytes and the lost record back
+    assert api.undo(catalog, local(tree)).ok
+    assert (tree / rel).read_bytes() == release
+    assert states(catalog, local(tree))["local-edit"] == ("lost", 1)
+
+    done = api.rollback(catalog, local(tree), ["local-edit"]).fixes[0]
+    assert done.outcome == "rolled-back" and not done.files, done
+    assert (tree / rel).read_bytes() == release
+    assert _git(tree, "rev-parse", "HEAD").strip() == head  # no revert commit
+    assert _git(tree, "status", "--porcelain", "--", "python") == ""
+    assert states(catalog, local(tree))["local-edit"] == ("not-applied", 1)
+
+    # committed again on the new HEAD (its clean check passes: the files are HEAD's), then
+    # reset away on the same release: lost again, though the release never moved
+    again = api.apply(catalog, local(tree), ["local-edit"], commit=True).fixes[0]
+    assert again.outcome == "applied" and _git(tree, "rev-parse", "HEAD~1").strip() == head
+    _git(tree, "reset", "-q", "--hard", "HEAD~1")
+    assert states(catalog, local(tree))["local-edit"] == ("lost", 1)

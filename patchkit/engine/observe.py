@@ -374,6 +374,13 @@ def _recorded(ws: Workspace, rec: FixRecord, last: Dict[Key, Tuple[str, FileReco
             entry["moved"] = moved[1]
             todo = ("Apply the fix again onto the new release (patchkit sync, or patchkit "
                     "apply %s)" % rec.name)
+    if drifted and not lost:
+        unheld = unheld_detail(ws, rec, out, git)
+        if unheld is not None:
+            lost, label, edited = unheld[0], "replaced", unheld[2]
+            entry["commits_gone"] = unheld[1]
+            todo = ("Apply it again onto the files HEAD has (patchkit sync, or patchkit apply "
+                    "--commit %s for a commit again)" % rec.name)
     if lost:  # ``lost``: why, which an apply that applies it again reports (not what to do)
         entry.update(state="lost", detail="%s. %s" % (lost, todo), lost=lost)
         for seen in out:
@@ -414,7 +421,8 @@ def lost_fixes(roots: Roots, state: State, ws: Optional[Workspace] = None, git: 
     installs = record.installs(roots)
     releases: Dict[str, Any] = {}
     maybe = [rec for rec in state.fixes if not rec.lacking(roots)  # a root not given: not looked at
-             and (installs or _release_moved(roots, rec, releases, git))]
+             and (installs or _release_moved(roots, rec, releases, git)
+                  or commits_gone(roots, rec, git))]
     if not maybe:
         return {}
     ws, last = ws or Workspace(roots), state.last_writers()
@@ -424,11 +432,63 @@ def lost_fixes(roots: Roots, state: State, ws: Optional[Workspace] = None, git: 
 
 def replaced_files(entry: Dict[str, Any]) -> List[Tuple[str, str]]:
     """(root, path) of a lost fix's files a reinstall or another release replaced: the files
-    its rollback leaves as they are (every file on a root moved to another release: its
-    backups are the old release's bytes)."""
-    moved = (entry.get("moved") or {}).get("root")
+    its rollback leaves as they are (every file on a root moved to another release, or whose
+    HEAD no longer holds the fix's commit: its backups are bytes of another tree)."""
+    moved = {(entry.get("moved") or {}).get("root")}
+    moved.update(c["root"] for c in entry.get("commits_gone") or ())
     return [(f["root"], f["path"]) for f in entry["files"]
-            if f["state"] in ("reinstalled", "replaced") or f["root"] == moved]
+            if f["state"] in ("reinstalled", "replaced") or f["root"] in moved]
+
+
+def commits_gone(roots: Roots, rec: FixRecord, git: bool) -> List[Dict[str, str]]:
+    """The commits ``apply --commit`` made for the fix that HEAD's history no longer holds
+    (a checkout of another branch or tag, a reset): one ``git merge-base --is-ancestor``
+    each, on the roots given that are still git checkouts; none with ``git`` off."""
+    if not git or not rec.commits:
+        return []
+    from . import gitcommit  # here: only a fix applied with --commit asks git
+
+    given = {r.name for r in roots}
+    cos = gitcommit.checkouts(roots, sorted({c["root"] for c in rec.commits if c["root"] in given}))
+    return [{"root": c["root"], "sha": c["sha"]} for c in rec.commits
+            if c["root"] in cos and not cos[c["root"]].is_ancestor(c["sha"])]
+
+
+def unheld_detail(ws: Workspace, rec: FixRecord, files: List[Dict[str, Any]], git: bool
+                  ) -> Optional[Tuple[str, List[Dict[str, str]], Set[Key]]]:
+    """Why a fix applied with ``--commit`` is lost when HEAD no longer holds its commit and
+    git put HEAD's bytes back in its files (``git checkout`` of the next release where the
+    same version serves both, ``git reset --hard``): nobody edited them, and the fix is not
+    there. With the why: the commits gone, and the changed files that differ from HEAD
+    (edited since: ``drifted``, kept by a rollback as the others are). None when every commit
+    is in HEAD's history, or no changed file of their roots holds HEAD's bytes (a ``reset
+    --soft`` leaves the fix's bytes; an edit over them is drift)."""
+    from . import gitcli
+
+    gone = commits_gone(ws.roots, rec, git)
+    if not gone:
+        return None
+    on = {c["root"] for c in gone}
+    changed = [f for f in files if f["state"] != "ok"]
+    # a changed file of another root (a serve script) was not put back by git: drift
+    edited: Set[Key] = {(f["root"], f["path"]) for f in changed if f["root"] not in on}
+    held = 0
+    for name in sorted(on):
+        root = ws.roots.get(name)
+        paths = {root.mapped(f["path"]): f["path"] for f in changed if f["root"] == name}
+        answer = gitcli.changed_paths(root.path, list(paths)) if paths else None
+        if answer is None or not answer.checkout or answer.error:
+            edited.update((name, p) for p in paths.values())
+            continue
+        edited.update((name, paths[rel]) for rel in paths if rel in answer.changed)
+        held += sum(1 for rel in paths if rel not in answer.changed)
+    if not held:
+        return None
+    kept = "; %d file(s) edited since, kept as they are" % len(edited) if edited else ""
+    which = ", ".join("%s %s" % (c["root"], c["sha"][:12]) for c in gone)
+    return ("its commit (%s) is not in the history of HEAD any more (a checkout or a reset "
+            "moved HEAD), and its files hold HEAD's bytes%s; recorded v%s no longer present"
+            % (which, kept, rec.version), gone, edited)
 
 
 def _release_moved(roots: Roots, rec: FixRecord, releases: Dict[str, Any], git: bool

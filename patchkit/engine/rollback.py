@@ -57,6 +57,7 @@ def _rollback(req: Request, store: Store, state: State, recorded: Recorded) -> D
     lost = lost_fixes(req.roots, state, ws, req.git)
     gone = {name: set(replaced_files(seen)) for name, seen in lost.items()}
     lost_why = {name: "its checkout moved to another release" if seen.get("moved")
+                else "its commit is not in the history of HEAD" if seen.get("commits_gone")
                 else "its package was reinstalled" for name, seen in lost.items()}
     drift: List[Dict[str, Any]] = []
     prepared: List[FixChange] = []
@@ -67,7 +68,7 @@ def _rollback(req: Request, store: Store, state: State, recorded: Recorded) -> D
     for spec in sorted(req.fixes, key=lambda s: -order[s.name]):
         rec, fc = recorded[spec.name], FixChange(spec, [])
         _refuse_elsewhere(req, ws, rec)
-        sources = _committed(req, rec)
+        sources = _committed(req, rec, spec.name in lost)
         drifted = _take_stock(req, ws, fc, rec, sources, gone.get(spec.name, set()))
         if spec.not_needed and not drifted and spec.name not in gone and not req.force:
             raise PreconditionFailed(
@@ -268,13 +269,14 @@ def _write(req: Request, store: Store, state: State, ws: Workspace, recorded: Re
         txn.commit(state.without(names))
 
 
-def _committed(req: Request, rec: FixRecord) -> List[revert.Source]:
-    """The commits ``apply --commit`` made for a fix, as sources to revert (with ``force``, one
-    no longer in HEAD's history is passed over: its backups are restored instead)."""
+def _committed(req: Request, rec: FixRecord, lost: bool = False) -> List[revert.Source]:
+    """The commits ``apply --commit`` made for a fix, as sources to revert (with ``force``, or
+    of a ``lost`` fix, whose files hold what HEAD or the new release has, one no longer in
+    HEAD's history is passed over: nothing of it is there to revert)."""
     commits = rec.commits
     cos = gitcommit.checkouts(req.roots, [c["root"] for c in commits if c["root"] in
                                           {r.name for r in req.roots}])
-    if not req.force:
+    if not req.force and not lost:
         gitcommit.refuse_unrecorded(rec.name, commits, cos)
     out = []
     for c in commits:
