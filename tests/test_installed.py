@@ -25,7 +25,7 @@ import pytest
 
 from patchkit import api
 from patchkit.catalog import Catalog
-from patchkit.errors import PreconditionFailed, TargetError, UsageError, VerificationFailed
+from patchkit.errors import FixLost, PreconditionFailed, TargetError, UsageError
 from patchkit.targets import LocalTarget, resolve_target
 from patchkit.upstream import download_wheel
 from tests.fixtures.sglang import CATALOG_RELEASE
@@ -425,10 +425,14 @@ def test_a_reinstall_underneath_is_lost_not_drifted_and_apply_puts_the_fixes_bac
     assert applied["dsv4-bf16-index-k"]["state"] == "lost"
     assert applied["dsv4-bf16-index-k"]["version"] == 4 and applied["dsv4-bf16-index-k"]["applied_at"]
 
-    # verify fails the lost fixes (their change is not in the files), saying why
-    with pytest.raises(VerificationFailed) as exc:
+    # verify fails the lost fixes (their change is not in the files), saying why, as lost:
+    # their own checks are not run (they failed, and made it a failed verification)
+    with pytest.raises(FixLost) as lost:
         api.verify(catalog, target, ["dsv4-bf16-index-k"])
-    assert f"lost: sglang {CATALOG_RELEASE} reinstalled" in str(exc.value)
+    assert f"lost: sglang {CATALOG_RELEASE} reinstalled" in str(lost.value)
+    assert lost.value.details["lost"] == ["dsv4-bf16-index-k"]
+    [checked] = lost.value.details["fixes"]
+    assert [c["kind"] for c in checked["verification"]] == ["drift"], checked
 
     res = run_cli("apply", *PRODUCTION, "--target", f"python:{python}", *serve)
     assert res.returncode == 0, res.stderr
@@ -511,6 +515,15 @@ def test_a_lost_fix_rolls_back_to_the_new_install_without_force(
     assert sha256(Path(target.roots["serve"]) / SERVE_SCRIPT.name) == sha256(SERVE_SCRIPT)
     assert {s.name for s in api.status(catalog, target).status
             if s.state not in ("not-applied", "not-needed")} == set()
+
+    # the undo of that rollback puts the lost records back, and says they are lost again:
+    # "its record and files put back as they were (v4)" read as the fix in place (a trial)
+    undone = {f.name: f.detail or "" for f in api.undo(catalog, target).fixes}
+    for name in ("dsv4-bf16-index-k", "dsv4-bf16-sizing"):
+        assert "did not hold v4's change then, and do not: lost or drifted" in undone[name], undone
+    assert "did not hold" not in undone["prefill-hicache-off"], undone
+    assert {s.name: s.state for s in api.status(catalog, target).status if s.name in PRODUCTION} \
+        == {"dsv4-bf16-index-k": "lost", "dsv4-bf16-sizing": "lost", "prefill-hicache-off": "applied"}
 
 
 # -- 3. a container build step -----------------------------------------------------------------

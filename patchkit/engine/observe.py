@@ -654,6 +654,13 @@ def _older(spec: FixSpec, recorded: Dict[str, FixRecord]) -> bool:
     return not spec.recorded_only and str(recorded[spec.name].version) != str(spec.version)
 
 
+def _own_checks(spec: FixSpec, by_record: bool, gone: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """The fix's own verification checks that ``verify`` runs: none for a fix checked by its
+    record alone, nor for a lost one (its change is not in the files: its checks would only
+    fail, and make the lost fix a failed verification)."""
+    return [] if by_record or spec.name in gone else list(spec.verification)
+
+
 def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
     from .checks import CheckContext, failure_lines, run_checks  # here: a status runs no check
 
@@ -728,12 +735,12 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
                 % (spec.version, recorded[spec.name].version, spec.name, spec.version)))
         firsts.append((first, drifted))
         ctx = CheckContext(spec.name, req.roots, req.python, spec.scripts, req.roots.read)
-        jobs.extend((check, ctx) for check in ([] if by_record else spec.verification))
+        jobs.extend((check, ctx) for check in _own_checks(spec, by_record, gone))
     checked = iter(run_checks(jobs))  # every fix's at once, as an apply's: a script overlaps the greps
     for spec, (first, drifted) in zip(specs, firsts):
         by_record = spec.recorded_only or _older(spec, recorded)
         results = ([first] if first else []) + [
-            next(checked) for _ in ([] if by_record else spec.verification)]
+            next(checked) for _ in _own_checks(spec, by_record, gone)]
         failures.extend(dict(r, fix=spec.name) for r in results if not r["ok"])
         out.append({"name": spec.name, "version": recorded[spec.name].version,
                     "outcome": "verified" if all(r["ok"] for r in results) else "failed",
