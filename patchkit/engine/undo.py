@@ -69,7 +69,7 @@ def undo(req: Request, store: Store) -> List[Dict[str, Any]]:
         entry.current = None if f.before_sha256 is None else _original(store, journal, f)
         entry.mode = f.mode
     was, after = before.by_name(), state.by_name()
-    back = _not_holding(journal, before)
+    back = _not_holding(journal, before, ws)
     if req.dry_run:
         return [_undone(name, journal, after.get(name), was.get(name), WOULD_UNDO, back)
                 for name in journal.fixes]
@@ -84,15 +84,25 @@ def undo(req: Request, store: Store) -> List[Dict[str, Any]]:
             for name in journal.fixes]
 
 
-def _not_holding(journal: Journal, before: State) -> Set[str]:
+def _not_holding(journal: Journal, before: State, ws: Workspace) -> Set[str]:
     """The fixes of the state the undo puts back whose files, as the undo puts them back, do
-    not hold what the record says the fix wrote: lost or drifted then, and so again."""
-    last = before.last_writers()
+    not hold what the record says the fix wrote: lost or drifted then, and so again. A file
+    the undone change did not write is as it is now (the rollback of a lost fix forgot its
+    record and left its files as the reinstall or the move made them)."""
+    journaled = {(f.root, f.path): f.before_sha256 for f in journal.files}
     out = set()
-    for f in journal.files:  # before_sha256: the bytes the undo puts back
-        wrote = last.get((f.root, f.path))
-        if wrote is not None and f.before_sha256 != wrote[1].after_sha256:
-            out.add(wrote[0])
+    for key, (name, wrote) in before.last_writers().items():
+        if name not in journal.fixes or name in out:
+            continue
+        if key in journaled:  # before_sha256: the bytes the undo puts back
+            held = journaled[key]
+        elif key[0] in ws.roots:
+            entry = ws.entry(*key)
+            held = entry.sha256(entry.current)
+        else:
+            continue
+        if held != wrote.after_sha256:
+            out.add(name)
     return out
 
 
