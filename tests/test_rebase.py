@@ -757,6 +757,40 @@ def test_a_refreshed_hunk_keeps_three_lines_of_context_where_difflib_slides_it()
     assert _diff(old, new, "pool.py") == diff_files(old.encode(), new.encode(), "pool.py")
 
 
+def test_a_backport_onto_a_release_before_the_file_was_added_says_so(tmp_path) -> None:
+    """A fix based on 0.2.0 changes a file 0.2.0 added, rebased back onto 0.1.0: the stop and
+    --continue's refusal said the file was "removed or renamed upstream", and that a fix left
+    with no change is marked upstream since 0.1.0, neither of which a backport does (a
+    new-user trial). They say the file came after 0.1.0, and that 0.1.0's variant leaves the
+    change out."""
+    up = tmp_path / "upstream"
+    up.mkdir()
+    _git(up, "init", "-q", "-b", "main")
+    base = "".join(BODY)
+    _write_release(up, {"python/sglang/kept.py": base}, "v0.1.0")
+    _write_release(up, {"python/sglang/added.py": base}, "v0.2.0")
+    cat_dir = tmp_path / "catalog"
+    _fix(cat_dir, "late", "python/sglang/added.py", base, base.replace("line 10\n", "line 10 fixed\n"))
+    manifest = cat_dir / "manifests" / "late.toml"
+    manifest.write_text(manifest.read_text().replace('"0.1.0"', '"0.2.0"'))
+    cat, upstream = Catalog(cat_dir), UpstreamRepo(up)
+    assert cat.get("late").upstream.base_release == "0.2.0"
+    before = _snapshot(cat)
+
+    report = rebase.start(cat, "0.1.0", ["late"], upstream=upstream)
+    assert report.stopped == "late"
+    detail = report.fixes[-1].patches[0].detail
+    assert "0.1.0 has no python/sglang/added.py (added after 0.1.0: 0.2.0 has it)" in detail, detail
+    assert "removed or renamed" not in detail
+    with pytest.raises(UsageError) as exc:
+        rebase.continue_(cat, upstream=upstream)
+    said = exc.value.message
+    assert "added after 0.1.0: 0.2.0 has it" in said and "removed or renamed" not in said, said
+    assert "the variant for 0.1.0 leaves that change out" in said, said
+    assert "marked upstream" not in said, said
+    assert _snapshot(cat) == before
+
+
 def test_a_release_without_a_file_the_fix_changes_is_refused_at_continue(tmp_path, monkeypatch
                                                                           ) -> None:
     """0.2.0 removed python/sglang/gone.py, which the fix changes: the rebase stopped as a

@@ -15,9 +15,9 @@ from ..catalog import Catalog
 from ..engine import hunks
 from ..errors import UsageError
 from ..upstream import UpstreamRepo, release_name
-from .classify import PatchReport, patch_from_json, series_text
+from .classify import PatchReport, missing_why, patch_from_json, series_text
 from .loop import Rebase
-from .sides import queue_order, skip_reason, start_from
+from .sides import backport, queue_order, skip_reason, start_from
 from .state import (MARKERS, STATE_DIR, STATE_FORMAT, FixReport, Progress, RebaseReport,
                     RebaseState, fix_report)
 from .versions import range_diff, series_of_version
@@ -137,18 +137,21 @@ def continue_(catalog: Catalog, *, upstream: UpstreamRepo | None = None,
                              "then run `patchkit rebase --continue` again", path=str(f))
         resumed[path] = text
     kept = [p for p in stopped.get("missing", ()) if resumed.get(p) is not None]
+    old, file = rebase.start(state.old_fix(stopped["name"])), stopped["file"]
     if kept:  # the old file taken as it is: the patch would create it whole
+        back = backport(state.old_fix(stopped["name"]), state.release, rebase.drop_old)
+        left = (f"the variant for {state.onto} leaves that change out" if back else
+                f"a fix left with no change is marked upstream since {state.onto}")
         raise UsageError(
             f"{state.onto} has no {', '.join(kept)}, which fix {stopped['name']} changes "
-            f"({stopped['file']}): upstream removed or renamed it, and --continue would write a "
-            "patch that creates the whole file. Run `patchkit rebase --skip` to leave the fix "
-            f"as it is (the releases it serves keep it); if {state.onto} does not need the "
-            f"change, delete {', '.join(str(state.worktree / p) for p in kept)} and run "
-            "`patchkit rebase --continue` (a fix left with no change is marked upstream since "
-            f"{state.onto}); if the code moved to another file, `patchkit rebase --skip` and "
-            f"write the fix again on {state.onto}. Nothing was written; the rebase stays stopped",
-            fix=stopped["name"], missing=kept)
-    old, file = rebase.start(state.old_fix(stopped["name"])), stopped["file"]
+            f"({stopped['file']}; {missing_why(old.upstream.base_release, state.onto)}), and "
+            "--continue would write a patch that creates the whole file. Run `patchkit rebase "
+            "--skip` to leave the fix as it is (the releases it serves keep it); if "
+            f"{state.onto} does not need the change, delete "
+            f"{', '.join(str(state.worktree / p) for p in kept)} and run `patchkit rebase "
+            f"--continue` ({left}); if the code lies in another file there, `patchkit rebase "
+            f"--skip` and write the fix again on {state.onto}. Nothing was written; the rebase "
+            "stays stopped", fix=stopped["name"], missing=kept)
     source = next(r.path for r in old.patches if r.file == file)  # a backport's: its variant's
     stopped["done"][file] = series_text(source.read_text(
         encoding="utf-8", errors="surrogateescape"), stopped["pre"], resumed)

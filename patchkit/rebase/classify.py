@@ -305,6 +305,18 @@ def missing_on(tree: Tree, pre_old: dict[str, str | None], old_tree: Tree) -> li
             if old is not None and tree.get(p) is None and old_tree.get(p) is not None]
 
 
+def missing_why(base: str | None, onto: str | None) -> str:
+    """Why the release a rebase goes onto lacks a file the patch changes: one older than the
+    fix's ``base`` (a backport) never had it; a newer one removed or renamed it."""
+    from ..engine.variants import release_key
+
+    try:
+        older = base is not None and onto is not None and release_key(onto) < release_key(base)
+    except ValueError:  # onto a commit that is no release
+        older = False
+    return f"added after {onto}: {base} has it" if older else "removed or renamed upstream"
+
+
 def classify(fix: Fix, file: str, chs: list[hunks.FileChange], tree: Tree,
              pre_old: dict[str, str | None], old_tree: Tree, onto: str
              ) -> tuple[PatchReport, dict[str, str | None], list[str]]:
@@ -345,8 +357,9 @@ def classify(fix: Fix, file: str, chs: list[hunks.FileChange], tree: Tree,
     missing = missing_on(tree, pre_old, old_tree)
     if missing:
         others = [p for p in conflicted if p not in missing]
-        return (PatchReport(file, "conflict", f"{onto} has no {', '.join(missing)} (removed or "
-                            "renamed upstream), which the patch changes: nothing to merge into"
+        why = missing_why(fix.upstream.base_release, onto)
+        return (PatchReport(file, "conflict", f"{onto} has no {', '.join(missing)} ({why}), "
+                            "which the patch changes: nothing to merge into"
                             + (f"; three-way merge conflicts in {', '.join(others)}"
                                if others else ""), (), paths), merged, conflicted)
     if conflicted:
