@@ -188,6 +188,8 @@ def test_a_revert_with_nothing_to_revert_on_an_unserved_release_is_not_needed_ev
         assert result.release == "0.5.21", where
         seen = {s.name: s for s in result.status}[revert]
         assert seen.state == "not-needed", (where, seen)
+        # and says why, on a checkout too (its detail was null there)
+        assert (seen.detail or "").startswith("nothing to revert on this target: "), (where, seen)
     assert result.raw["installed"] == {"sglang": {"dist": "sglang", "version": "0.5.21"}}
 
 

@@ -309,7 +309,9 @@ def unrecorded(ws: Workspace, spec: FixSpec, roots: Roots, git: bool = True,
     fixes the target records (a revert of one of them has something to revert)."""
     entry = _detect(ws, spec, beneath)
     if spec.revert is not None and not git and entry["state"] == PRESENT_UNRECORDED:
-        entry.update(state="not-needed", files=[])
+        entry.update(state="not-needed", files=[], detail=(
+            "nothing to revert on this target: the files hold what the revert makes of them "
+            "(--no-git: git was not asked whether the commit it reverts was ever there)"))
         return entry
     # a revert fix's change in the files was made by hand only when the commit it
     # reverts is in HEAD's history; otherwise that change was never there, and a file
@@ -319,14 +321,17 @@ def unrecorded(ws: Workspace, spec: FixSpec, roots: Roots, git: bool = True,
 
         source, found = revert.resolve(spec, roots)
         if source is None and (entry["state"] == PRESENT_UNRECORDED or not found["ok"]):
-            entry.update(state="not-needed", files=[])
+            why = revert.nothing_to_revert(spec, roots) or (
+                "nothing to revert on this target: the files hold what the revert makes of them")
+            entry.update(state="not-needed", files=[], detail=why)
     # a revert of a commit by id with no series of its own: only git can say whether there
     # is anything to revert (a release's own tree never holds a fork's commit)
     elif spec.revert is not None and git and entry["state"] == NOT_APPLIED and not spec.files:
         from . import revert
 
-        if revert.nothing_to_revert(spec, roots):
-            entry.update(state="not-needed", files=[])
+        why = revert.nothing_to_revert(spec, roots)
+        if why:
+            entry.update(state="not-needed", files=[], detail=why)
     # outside git, what the reverted fix's versions serve says it: on a release none serves,
     # its change is not in the files, which another release's series only half matches
     if spec.revert is not None and entry["state"] in (PARTLY_PRESENT, NOT_APPLIED):

@@ -110,13 +110,20 @@ def _find(rev: Dict[str, Any], root: Any, checkout: Checkout, head: str
     return commit, found_by, missing
 
 
-def nothing_to_revert(fix: FixSpec, roots: Roots) -> bool:
-    """Whether the target's checkout is git, with a HEAD, whose history holds no commit the
-    revert fix undoes: nothing to revert there (``status`` says not-needed)."""
+def nothing_to_revert(fix: FixSpec, roots: Roots) -> str:
+    """Why there is nothing to revert on the target (``status`` says not-needed): its checkout
+    is git, with a HEAD, whose history holds no commit the revert fix undoes; else ""."""
     rev = fix.revert or {}
     root = roots.get(str(rev.get("root") or "sglang"))
     checkout, head = checkout_and_head(root.path)
-    return checkout is not None and head is not None and _find(rev, root, checkout, head)[0] is None
+    if checkout is None or head is None:
+        return ""
+    commit, _, missing = _find(rev, root, checkout, head)
+    return "" if commit is not None else NOTHING % "; ".join(missing)
+
+
+#: A revert fix's ``not-needed`` detail: why its change was never there.
+NOTHING = "nothing to revert on this target: %s"
 
 
 def within(path: str, specs: List[str]) -> bool:
