@@ -352,7 +352,7 @@ class _Prepare:
         copies = {d.name: d for d in (*req.fixes, *req.dependencies)}
         pre.extend(auto.requires_check(spec, self.recorded, self.prepared, copies, self.read_any,
                                        sync=req.sync, lost=self.lost, named=[f.name for f in req.fixes],
-                                       beneath=self.beneath(any_root=True)))
+                                       beneath=self.beneath(any_root=True), dry_run=req.dry_run))
         if spec.name in self.sources:
             pre.append(self.sources[spec.name][1])
         by_key: Dict[Key, List[FileChange]] = {}

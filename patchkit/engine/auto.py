@@ -61,10 +61,12 @@ def requires_check(spec: FixSpec, recorded: Dict[str, FixRecord], earlier: Set[s
                    dependencies: Dict[str, FixSpec], read: Reader,
                    sync: bool = False, lost: Optional[Dict[str, str]] = None,
                    named: Sequence[str] = (),
-                   beneath: Optional[Callable[[str], Optional[Reader]]] = None) -> List[Dict[str, Any]]:
+                   beneath: Optional[Callable[[str], Optional[Reader]]] = None,
+                   dry_run: bool = False) -> List[Dict[str, Any]]:
     """Each required fix is recorded (any version), planned earlier in this request, or, when
     the request carries it as a dependency, present in the files (a fork may carry it).
-    ``sync``: the advice is sync's, which has no --with-deps (it applies what it can).
+    ``sync``: the advice is sync's, which has no --with-deps (it applies what it can; with
+    ``dry_run``, would apply).
     ``lost``: recorded fixes a reinstall or another release took away (not there; said so).
     ``named``: the fixes the request names (one of them refused is not to be applied "first").
     ``beneath``: by a dependency's name, the files before the recorded fixes building on it
@@ -95,8 +97,9 @@ def requires_check(spec: FixSpec, recorded: Dict[str, FixRecord], earlier: Set[s
             ok, detail = False, ("fix %s is not recorded by patchkit (the request carries no copy of "
                                  "it to look for in the files)" % name)
         if not ok and sync:
-            detail += ("; sync did not apply it here (no variant of it serves this release, or "
-                       "it was refused: see patchkit matrix and patchkit status)")
+            detail += ("; sync %s apply it here (no variant of it serves this release, or "
+                       "it was refused: see patchkit matrix and patchkit status)"
+                       % ("would not" if dry_run else "did not"))
         elif not ok and name in named:
             detail += ("; %s, named in this run too, was refused (its own failed check says why): "
                        "this fix applies once it does" % name)

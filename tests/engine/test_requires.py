@@ -89,6 +89,9 @@ def test_requires_missing_names_the_fix_and_what_to_do(checkout: Path) -> None:
     # sync has no --with-deps: its advice says why it did not apply the prerequisite
     synced = requires_result(apply(checkout, [dependent], [dep], sync=True))
     assert "--with-deps" not in synced["detail"] and "sync did not apply it" in synced["detail"]
+    # a dry run applied nothing anyway: it says what the sync would not do (a new-user trial)
+    dry = requires_result(apply(checkout, [dependent], [dep], sync=True, dry_run=True))
+    assert "sync would not apply it here" in dry["detail"], dry["detail"]
     assert full_snapshot(checkout) == tree
 
     # half of the prerequisite committed: still missing, and said so
