@@ -243,6 +243,26 @@ def _on_signal(signum: int, _frame: Any) -> None:
     raise Stop(signum)
 
 
+def reap(proc: Any, within: float = 5.0) -> Optional[int]:
+    """Wait for a child patchkit has killed (or that is ending): its exit status, as
+    ``proc.wait()`` gives it. A signal can land in Python's own ``Popen.wait`` just after it
+    took the object's wait lock and before the ``try`` that gives it back; every later
+    ``wait`` then blocks on that lock, and with the stop signals ignored by then, forever.
+    Past ``within`` seconds the child is reaped by its process id instead."""
+    import os
+    import subprocess
+
+    try:
+        return proc.wait(within)
+    except subprocess.TimeoutExpired:
+        try:
+            _, status = os.waitpid(proc.pid, 0)
+        except ChildProcessError:  # reaped by the wait that was cut short after all
+            return proc.returncode
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        return proc.returncode
+
+
 _HELD: List[int] = []  # signals that came before the CLI's block opened (hold_signals)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from patchkit.engine.gitcli import parse_porcelain_z
 from patchkit.engine.gitops import series_diff
-from patchkit.errors import TargetError, UsageError
+from patchkit.errors import TargetError, UsageError, reap
 
 _git: ModuleType | None = None
 
@@ -289,20 +289,22 @@ def write_tree(repo: Path | str, files: Iterable[tuple[str, bytes, bool]]) -> st
     return tree
 
 
-def _stop_import(proc: subprocess.Popen[bytes], packs: Path, before: set[Path]) -> int:
+def _stop_import(proc: subprocess.Popen[bytes], packs: Path, before: set[Path]) -> int | None:
     """Kill a ``git fast-import`` that is not to finish (if it still runs) and delete the pack
     it was writing (an ``objects/pack/tmp_pack_*`` that was not there before it): what it had
     imported goes. Its exit code."""
     if proc.poll() is None:
         proc.kill()
-    code = proc.wait()
+    code = reap(proc)  # a signal may have cut a wait short, its wait lock held
     for pack in set(packs.glob("tmp_pack_*")) - before:
         with contextlib.suppress(OSError):
             pack.unlink()
     return code
 
 
-def _exit_said(code: int) -> str:
+def _exit_said(code: int | None) -> str:
+    if code is None:  # reaped by a wait a signal cut short: its status is not known
+        return "ended"
     if code < 0:
         import signal
 

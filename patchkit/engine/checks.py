@@ -19,7 +19,7 @@ import time
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..errors import UnsafePathError, UsageError
+from ..errors import UnsafePathError, UsageError, reap
 from .contract import CHECK_KINDS, CHECK_TIMEOUTS, grep_holds, is_timeout
 from .hunks import decode, sha256_bytes, split_lines
 from .paths import PACKAGE, Roots
@@ -111,7 +111,7 @@ class Started:
             done = _feed(proc, self.stdin or b"", until) and _ended(proc, reader, until)
             if not done:
                 _kill_group(proc)
-                proc.wait()
+                reap(proc)
                 reader.join(5)  # what it wrote before the limit (a process that left the
                 # group may hold the pipe: the reader then ends with it, on its own)
         except BaseException:
@@ -128,7 +128,7 @@ class Started:
     def kill(self) -> None:
         if self.proc is not None and self.proc.returncode is None:
             _kill_group(self.proc)
-            self.proc.wait()
+            reap(self.proc)  # a signal may have cut a wait short, its wait lock held
         if self.proc is not None and self.proc.stdin is not None:
             with suppress(OSError):  # unsent input of a command that is gone
                 self.proc.stdin.close()

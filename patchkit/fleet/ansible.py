@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import AnsibleFailed, Stop, Terminated, UsageError, stopping_on_signals
+from ..errors import AnsibleFailed, Stop, Terminated, UsageError, reap, stopping_on_signals
 
 #: Put on ANSIBLE_COLLECTIONS_PATH: it holds ``ansible_collections/patchkit/fleet``.
 COLLECTIONS_PATH = Path(__file__).resolve().parent / "collection"
@@ -220,7 +220,7 @@ def _stop(proc: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+        reap(proc)  # a signal may have cut a wait short, its wait lock held
 
 
 def _interrupted(signum: int, results: dict[str, list[TaskResult]], inventory: str,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..engine.store import Store
-from ..errors import ConnectionLost, RemoteError, UsageError
+from ..errors import ConnectionLost, RemoteError, UsageError, reap
 from .protocol import (GO_LINE, READY_MARKER, SAYS_PREFIX, agent_payload, classify_failure, may_have_run,
                        parse_result, remote_command)
 
@@ -216,7 +216,7 @@ class _Session:
         """End the session: kill our ssh (the agent, if it was told to run, goes on)."""
         if self.proc.poll() is None:
             self.proc.kill()
-        self.proc.wait()
+        reap(self.proc)  # a signal may have cut a wait short, its wait lock held
         for stream in (self.proc.stdin, self.proc.stdout):
             try:
                 if stream is not None:

@@ -11,10 +11,13 @@ hanging the test run.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Dict, List
+
+import pytest
 
 from patchkit.engine import checks, contract
 from patchkit.engine.contract import CHECK_DEFAULTS, CHECK_KINDS
@@ -167,3 +170,26 @@ def test_a_python_syntax_check_is_one_pass_in_the_engine_bounded_by_its_limit(ch
     assert getattr(checks._local, "worker", None) is None  # no worker process was started
     late = checks.run_check(dict(check, timeout=1e-9), ctx)
     assert not late["ok"] and "timed out after" in late["detail"]
+
+
+def test_a_check_whose_wait_a_signal_cut_short_is_still_ended_and_reaped(tmp_path: Path) -> None:
+    """A signal can land in Python's own ``Popen.wait(timeout)`` just after it took the
+    object's wait lock and before the ``try`` that gives it back: the lock stays held. The
+    check's ``kill`` then waited on that lock forever, with the stop signals ignored (the full
+    suite's SIGQUIT-during-verification test hung for the check's whole 60 s, once). The
+    command is killed and reaped all the same, by its process id."""
+    import threading
+
+    from patchkit.engine.checks import Started
+
+    started = Started(["sleep", "60"], str(tmp_path), timeout=120)
+    proc = started.proc
+    assert proc is not None
+    assert proc._waitpid_lock.acquire(False)  # type: ignore[attr-defined]  the cut-short wait's
+    ender = threading.Thread(target=started.kill, daemon=True)
+    ender.start()
+    ender.join(30)
+    assert not ender.is_alive(), "kill() waits on a wait lock nobody will release"
+    assert proc.returncode == -9, proc.returncode
+    with pytest.raises(ChildProcessError):  # reaped: no zombie left
+        os.waitpid(proc.pid, os.WNOHANG)
