@@ -8,10 +8,13 @@ telling the earlier fix to depend on its own dependent (a new-user trial)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
-from tests.fixtures.user_catalog import pk, user_catalog
+import pytest
+
+from tests.fixtures.user_catalog import pk, tree_digest, user_catalog
 
 LINES = [f"{c} = 1\n" for c in "abcdefghijklmn"]
 # a adds two lines after e; b, which depends on a, changes the second of them
@@ -131,3 +134,73 @@ def test_sync_upgrades_a_stack_of_fixes_on_one_file_in_one_transaction(tmp_path:
     # each v2 keeps the bytes before it: rolling both back gives the release's file
     assert pk(*cat, "rollback", "b", "a", *where).returncode == 0
     assert (tree / "app.py").read_text() == "".join(LINES)
+
+
+def _new_version(catalog: Path, name: str, patch: str, version: int = 2) -> None:
+    (catalog / "patches" / name / f"0001-{name}.patch").write_text(patch)
+    manifest = catalog / "manifests" / f"{name}.toml"
+    manifest.write_text(manifest.read_text().replace("version = 1\n", f"version = {version}\n"))
+
+
+@pytest.mark.parametrize("depends", [True, False], ids=["depends-on", "stacked"])
+def test_sync_upgrades_an_outdated_fix_under_a_current_one_and_puts_that_back(
+        tmp_path: Path, depends: bool) -> None:
+    """a v1 and b v1 (b applied on top of a, same file) applied; the catalog then has a v2 and
+    b still at v1. sync takes b out, upgrades a and puts b v1 back, one transaction: the file
+    is what a fresh apply of a v2 and b v1 makes. Before, it refused ("fix b was applied after
+    a and also changed app.py; roll the later fix back first"), as if b were not its to put
+    back (a new-user trial)."""
+    catalog = (stacked_catalog(tmp_path / "catalog") if depends
+               else user_catalog(tmp_path / "catalog", {"a": (A, ""), "b": (B, "")}))
+    tree = stacked_tree(tmp_path / "tree")
+    pristine = stacked_tree(tmp_path / "pristine")
+    cat, where = ["--catalog", str(catalog)], ["--root", f"tree={tree}"]
+    assert pk(*cat, "apply", "a", *where).returncode == 0
+    assert pk(*cat, "apply", "b", *where).returncode == 0
+    a2 = A + "@@ -12,3 +14,3 @@\n l = 1\n m = 1\n-n = 1\n+n = 2\n"  # a second hunk, far from b
+    _new_version(catalog, "a", a2)
+    assert pk(*cat, "apply", "a", "b", "--root", f"tree={pristine}").returncode == 0
+    assert _states(cat, where) == {"a": "outdated (v1 applied, v2 in the catalog)", "b": "applied"}
+
+    dry = pk(*cat, "sync", "--dry-run", *where)
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert "would-upgrade a v1 -> v2" in dry.stdout and "would-apply b v1" in dry.stdout, dry.stdout
+    done = pk(*cat, "sync", "--json", *where)
+    assert done.returncode == 0, done.stdout + done.stderr
+    fixes = {f["name"]: f for f in json.loads(done.stdout)["fixes"]}
+    assert fixes["a"]["outcome"] == "upgraded" and fixes["a"]["from_version"] == 1, fixes
+    assert fixes["b"]["outcome"] == "applied" and fixes["b"]["version"] == 1, fixes
+    assert "put back on a v2" in fixes["b"]["detail"], fixes["b"]
+    assert (tree / "app.py").read_text() == (pristine / "app.py").read_text()
+    assert _states(cat, where) == {"a": "applied", "b": "applied"}
+    assert pk(*cat, "status", "--exit-code", *where).returncode == 0
+    assert pk(*cat, "verify", *where).returncode == 0
+    again = pk(*cat, "sync", *where)  # converged: nothing left to do
+    assert "already-applied a" in again.stdout and "already-applied b" in again.stdout, again.stdout
+    # each keeps the bytes before it: rolling both back gives the release's file
+    assert pk(*cat, "rollback", "b", "a", *where).returncode == 0
+    assert (tree / "app.py").read_text() == "".join(LINES)
+
+
+def test_sync_refuses_when_the_current_fix_no_longer_applies_on_the_upgraded_one(
+        tmp_path: Path) -> None:
+    """a v2 rewrites the line b v1's context holds: b cannot be put back on it. sync refuses
+    (a conflict, exit 3), naming b and a v2 and what to do, and writes nothing."""
+    catalog, tree = stacked_catalog(tmp_path / "catalog"), stacked_tree(tmp_path / "tree")
+    cat, where = ["--catalog", str(catalog)], ["--root", f"tree={tree}"]
+    assert pk(*cat, "apply", "a", "b", *where).returncode == 0
+    _new_version(catalog, "a", A.replace("+if e:", "+if e is not None:"))
+    before = tree_digest(tree)
+    state = (tree / ".patchkit" / "state.json").read_bytes()
+
+    done = pk(*cat, "sync", "--json", *where)
+    assert done.returncode == 3, done.stdout + done.stderr
+    error = json.loads(done.stdout)["error"]
+    said = " ".join(error["message"].split())
+    assert "fix b:" in said and "b v1 is applied on top of a" in said, said
+    assert "does not apply on a v2" in said and "patchkit refresh b" in said, said
+    assert "patchkit rollback b" in said and "nothing was written" in said, said
+    assert "depends_on" not in said, said  # b already builds on a
+    assert error["details"]["fix"] == "b" and error["details"]["put_back_on"] == ["a"], error
+    assert tree_digest(tree) == before
+    assert (tree / ".patchkit" / "state.json").read_bytes() == state

@@ -30,6 +30,7 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
     state, taken = _drop_taken(req, state)
     outcomes: Dict[str, Dict[str, Any]] = {}
     todo, upgrades = _sort_out(req, state, lost, lost_records, outcomes)
+    put_back = _put_back(req, state, todo, upgrades, outcomes) if upgrades else {}
     if taken:  # the release took them: their records go, nothing written
         from .observe import held_upstream
 
@@ -64,6 +65,7 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
         prepare.recorded.pop(name, None)
     prepare.lost = lost
     prepare.prepared.update(s.name for s in req.fixes if s.not_needed)  # satisfy requires
+    prepare.put_back = put_back
     prepared = prepare.changes(todo)
     outcomes.update(prepare.present_unrecorded)
     if not req.dry_run and prepared:
@@ -75,7 +77,11 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
     last = {key: fc for fc in prepared for key in fc.keys}  # the last fix to change each file
     for fc in prepared:  # the bytes are written: each fix's result lets its own go
         old = upgrades.get(fc.spec.name)
-        if old is None:
+        if fc.spec.name in put_back:  # the same version, taken out and applied again
+            outcomes[fc.spec.name] = dict(fix_result(fc, "would-apply" if req.dry_run else "applied"),
+                                          detail=_put_back_detail(fc.spec, put_back[fc.spec.name],
+                                                                  {s.name: s for s in req.fixes}))
+        elif old is None:
             outcomes[fc.spec.name] = fix_result(fc, "would-apply" if req.dry_run else "applied",
                                                 release=True)
             if fc.spec.name in lost:  # the record of the lost application, replaced
@@ -137,6 +143,46 @@ def _sort_out(req: Request, state: State, lost: Dict[str, str], lost_records: Di
             upgrades[spec.name] = rec
             todo.append(spec)
     return todo, upgrades
+
+
+def _put_back(req: Request, state: State, todo: List[FixSpec], upgrades: Dict[str, FixRecord],
+              outcomes: Dict[str, Dict[str, Any]]) -> Dict[str, List[str]]:
+    """Fixes of the request applied at the catalog's version after a fix being upgraded, on a
+    file it (or another such fix) changed: a stack whose earlier fix alone is outdated. Each is
+    moved from ``already-applied`` to ``todo`` and ``upgrades`` (its record, to take it out),
+    so the one transaction takes the stack out, newest first, and applies it again, each in
+    the order it was applied; returned with the upgraded fixes under each. One applied with
+    ``--commit`` is not taken out: the refusal of later writers names it."""
+    files: Dict[str, Set[Key]] = {}  # the files the moving part of the stack changed
+    under: Dict[str, List[str]] = {}
+    specs = {s.name: s for s in req.fixes}
+    for rec in state.fixes:  # application order: a fix after those it lies on
+        mine = {f.key for f in rec.files}
+        if rec.name in upgrades:
+            files[rec.name] = mine
+            continue
+        below = [n for n, keys in files.items() if keys & mine]
+        if not below or rec.commits or outcomes.get(rec.name, {}).get("outcome") != "already-applied":
+            continue
+        outcomes.pop(rec.name)
+        files[rec.name] = mine
+        under[rec.name] = sorted({u for n in below for u in (under.get(n) or [n])})
+        upgrades[rec.name] = rec
+        todo.append(specs[rec.name])
+    if under:  # the stack in application order, in the places its fixes hold in ``todo``
+        order = {rec.name: i for i, rec in enumerate(state.fixes)}
+        spots = [i for i, s in enumerate(todo) if s.name in upgrades]
+        stack = sorted((todo[i] for i in spots), key=lambda s: order[s.name])
+        for i, spec in zip(spots, stack):
+            todo[i] = spec
+    return under
+
+
+def _put_back_detail(spec: FixSpec, under: List[str], specs: Dict[str, FixSpec]) -> str:
+    """What a fix put back on the upgraded fixes under it says of it."""
+    return ("put back on %s: taken out to upgrade %s under it, and applied again as it was "
+            "(v%d)" % (", ".join("%s v%d" % (u, specs[u].version) for u in under),
+                       " and ".join(under), spec.version))
 
 
 def _sources(req: Request, todo: List[FixSpec], recorded: Dict[str, FixRecord]) -> Sources:
@@ -245,7 +291,9 @@ def _take_out(req: Request, store: Store, state: State, ws: Workspace,
     when its files drifted (unless ``force``) other than into the new version's result: the
     fixes whose files hold that already are returned, with what their outcome says."""
     refuse_later_writers(state, list(upgrades), "upgrade", "roll the later fix back first "
-                         "(patchkit rollback %s), then apply again", req.roots)
+                         "(patchkit rollback %s), then apply again; or name it in this apply "
+                         "too (patchkit sync names every fix): it is then taken out and put "
+                         "back on the new version", req.roots)
     # application order: a file several upgraded fixes wrote (a stack: one depending on
     # another) holds what the last of them wrote, and goes back through each, newest first
     stack = [rec for rec in state.fixes if rec.name in upgrades]
@@ -302,6 +350,7 @@ class _Prepare:
         self.placed: Dict[Key, Tuple[FileChange, Any]] = {}
         self.present_unrecorded: Dict[str, Dict[str, Any]] = {}  # fixes left out: in the files
         self.lost: Dict[str, str] = {}  # recorded fixes a reinstall took away: why
+        self.put_back: Dict[str, List[str]] = {}  # fixes put back: the upgraded ones under each
 
     def changes(self, todo: List[FixSpec]) -> List[FixChange]:
         out: List[FixChange] = []
@@ -329,6 +378,8 @@ class _Prepare:
                     name for name, rec in self.recorded.items() if name != spec.name
                     and name not in self.prepared and any(f.key == key for f in rec.files)]
                 self.refuse_failed()  # a refused precondition explains more than the conflict
+                if spec.name in self.put_back:
+                    raise self.not_put_back(exc, spec) from None
                 raise of_fix(exc, spec.name, others, dependents=self.state.requiring(spec.name) + [
                     f.spec.name for f in out if spec.name in f.spec.requires]) from None
             fc.snapshot(self.ws, fc.after)
@@ -470,6 +521,27 @@ class _Prepare:
             check = self.sources[fc.spec.name][1]
             check["detail"] += "; later commits to its files kept: %s" % "; ".join(kept)
 
+    def not_put_back(self, exc: ConflictError, spec: FixSpec) -> ConflictError:
+        """The conflict of a fix put back on the new versions of the fixes under it: its
+        version no longer applies on theirs, which a new version of it, or its rollback, solves
+        (it builds on them already: no advice to depend on them)."""
+        exc = of_fix(exc, spec.name)
+        under = self.put_back[spec.name]
+        names = " and ".join(under)
+        versions = {s.name: s.version for s in self.req.fixes}
+        new = " and ".join("%s v%d" % (u, versions[u]) for u in under)
+        exc.message += (
+            "; %s v%d is applied on top of %s, and this run takes it out to upgrade %s, then puts "
+            "it back: %s v%d does not apply on %s. Make a version of %s that does (patchkit "
+            "refresh %s --from a checkout where %s is applied, docs/authoring.md; patchkit matrix "
+            "shows which fixes break), or roll it back first (patchkit rollback %s; then patchkit "
+            "apply %s upgrades without it); nothing was written"
+            % (spec.name, spec.version, names, names, spec.name, spec.version, new, spec.name,
+               spec.name, new, spec.name, " ".join(under)))
+        exc.details["put_back_on"] = list(under)
+        exc.args = (exc.message,)
+        return exc
+
     def refuse_failed(self) -> None:
         if not self.failures:
             return
@@ -477,8 +549,15 @@ class _Prepare:
             raise auto.permission_denied(self.failures, self.results, self.writable, self.req.roots)
         cls = (TargetFileMissing if any(f["kind"] == "file-present" for f in self.failures)
                else PreconditionFailed)
-        raise cls("%d precondition(s) failed; nothing was written:\n%s"
-                  % (len(self.failures), failure_lines(self.failures)),
+        back = sorted({f["fix"] for f in self.failures if f.get("fix") in self.put_back})
+        note = "".join(
+            "\nfix %s is applied on top of %s, which this run upgrades: it was taken out to be put "
+            "back as it was, and its preconditions fail on the new version%s; make a version of %s "
+            "that passes them (patchkit refresh %s), or roll it back first (patchkit rollback %s)"
+            % (name, " and ".join(self.put_back[name]),
+               "s" if len(self.put_back[name]) > 1 else "", name, name, name) for name in back)
+        raise cls("%d precondition(s) failed; nothing was written:\n%s%s"
+                  % (len(self.failures), failure_lines(self.failures), note),
                   failures=self.failures, fixes=self.results)
 
 
