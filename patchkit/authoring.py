@@ -11,7 +11,7 @@ import datetime as _dt
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from . import gitrepo
 from .capture import (CapturedFile, applied_owners, applied_record, applied_writers, as_before, capture,
@@ -337,7 +337,8 @@ def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] 
                                                   - {a for a, _f in applied})),
                              recorded_new=() if here is None else tuple(
                                  f.path for f in files if f.path not in {r.path for r in here.files}),
-                             kept_for=kept_for, kept_version=view.version if kept_for else None)
+                             kept_for=kept_for, kept_version=view.version if kept_for else None,
+                             breaks=_breaks(catalog, view, files, owner, release) if changed else ())
     if dry_run or not changed:
         return result
     summary = summary or f"Refreshed from a checkout of {release}."
@@ -345,6 +346,57 @@ def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] 
     sha = writer.commit(catalog, name, f"{name} v{version}: {summary}\n\nRecorded by `patchkit "
                         "refresh` from a checkout.\n") if commit else None
     return dataclasses.replace(result, commit=sha)
+
+
+def _breaks(catalog: Catalog, view: Fix, files: list[CapturedFile], owner: dict[str, int],
+            release: str) -> tuple[tuple[str, int, str], ...]:
+    """The fixes stacked on ``view`` in a file of the new version (their series, for
+    ``release``, applies on the old version's result and not on the new one's): the judgement
+    ``patchkit matrix`` makes of a dependent by a dry run, made here by the same placement
+    (zero fuzz) on the file alone, as the checkout holds it before the fix and after it."""
+    from .catalog.series import series_records
+    from .engine.hunks import FileChange, apply_change, decode
+    from .errors import ConflictError, PatchkitError
+
+    try:
+        _digests, old_records = series_records([(r.path, r.root) for r in view.patches])
+    except (OSError, PatchkitError):
+        return ()
+    roots = {f.path: view.patches[min(owner.get(f.path, len(view.patches) - 1),
+                                      len(view.patches) - 1)].root for f in files}
+
+    def result(text: str | None, records: list[dict[str, Any]], fix: str) -> str | None:
+        for record in records:
+            text = apply_change(text, FileChange.from_dict(record, fix))[0]
+        return text
+
+    found: list[tuple[str, int, str]] = []
+    for other in catalog.all():
+        if other.name == view.name or other.is_inactive:
+            continue
+        served = other.variant_for(release)
+        if served is None:  # no version of it for this release: nothing of it to break here
+            continue
+        mine = [(r.path, r.root) for r in served.patches if r.root in roots.values()]
+        try:
+            records = series_records(mine)[1] if mine else []
+        except (OSError, PatchkitError):
+            continue
+        for f in files:
+            theirs = [r for r in records if r["path"] == f.path and r["root"] == roots[f.path]]
+            if not theirs or f.before is None and f.after is None:
+                continue
+            try:
+                old = result(None if f.before is None else decode(f.before),
+                             [r for r in old_records if r["path"] == f.path], view.name)
+                result(old, theirs, other.name)  # applied on the old version: stacked on it
+            except (ConflictError, PatchkitError):
+                continue
+            try:
+                result(None if f.after is None else decode(f.after), theirs, other.name)
+            except ConflictError:
+                found.append((other.name, served.version, f.path))
+    return tuple(found)
 
 
 def _variant_of(fix: Fix, src: Path) -> Variant | None:

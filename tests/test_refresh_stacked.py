@@ -8,6 +8,7 @@ another fix's, ignoring the author's edit (found by a new-user trial)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -131,3 +132,31 @@ def test_a_refresh_says_which_files_it_drops(tmp_path: Path) -> None:
     said = " ".join(done.stderr.split())
     assert "mine v2 drops app.py: it no longer differs from HEAD" in said, said
     assert "mine is not applied there" in said, said
+
+
+def test_a_refresh_that_breaks_a_fix_stacked_on_it_warns_naming_that_fix(tmp_path: Path) -> None:
+    """a's new version rewrites a line b's context holds (b depends on a, same file): b v1 no
+    longer applies on a v2. refresh writes a v2 (exit 0) and warns, naming b, the file and what
+    to do, as patchkit matrix would find it (a new-user trial: nothing said so until a sync
+    conflicted on the hosts). A new version that leaves b's context alone says nothing."""
+    from tests.test_stacked_fork import stacked_catalog, stacked_tree
+
+    catalog, tree = stacked_catalog(tmp_path / "catalog"), stacked_tree(tmp_path / "tree")
+    cat = ["--catalog", str(catalog)]
+    assert pk(*cat, "apply", "a", "--root", f"tree={tree}").returncode == 0
+    app = tree / "app.py"
+    app.write_text(app.read_text().replace("n = 1\n", "n = 2\n"))
+    quiet = pk(*cat, "refresh", "a", "--from", str(tree), "--json")
+    assert quiet.returncode == 0, quiet.stdout + quiet.stderr
+    assert json.loads(quiet.stdout)["warnings"] == [], quiet.stdout
+
+    app.write_text(app.read_text().replace("if e:\n", "if e is not None:\n"))
+    dry = pk(*cat, "refresh", "a", "--from", str(tree), "--dry-run")
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    said = " ".join(dry.stderr.split())
+    assert "warning:" in said and "b v1 no longer applies on a v3" in said, said
+    assert "app.py" in said and "patchkit refresh b" in said and "patchkit matrix" in said, said
+    as_json = pk(*cat, "refresh", "a", "--from", str(tree), "--json")
+    assert as_json.returncode == 0, as_json.stdout + as_json.stderr
+    warnings = json.loads(as_json.stdout)["warnings"]
+    assert any("b v1" in w and "app.py" in w and "patchkit refresh b" in w for w in warnings), warnings

@@ -63,6 +63,9 @@ class AuthoringResult:
     # [[variants]] entry (the new one is known to apply to the checkout's release only)
     kept_for: tuple[str, ...] = ()
     kept_version: int | None = None
+    # refresh: fixes applied on top of this one in a file (depends_on it, or stacked) whose
+    # series applied on the old version and no longer applies on the new: (fix, its version, path)
+    breaks: tuple[tuple[str, int, str], ...] = ()
 
 
 def slug(text: str) -> str:

@@ -193,6 +193,13 @@ def _refresh_warnings(result: authoring.AuthoringResult, fix: str, src: str) -> 
                     f"only after {'it' if len(before) == 1 else 'them'}. Add depends_on = "
                     f"{json.dumps(list(before))} to its manifest, or refresh from a checkout "
                     f"where {fix} is applied alone")
+    for other, version, path in result.breaks:
+        said.append(f"{other} v{version} no longer applies on {fix} v{result.version}: its change "
+                    f"to {path} applied on top of {fix}'s previous version, and its context is "
+                    f"not in {fix} v{result.version}'s result (a sync upgrading {fix} under it is "
+                    f"refused). Make {other}'s next version on it: patchkit refresh {other} --from "
+                    f"a checkout where {fix} v{result.version} is applied; patchkit matrix shows "
+                    f"every fix on every release")
     if result.kept_for:
         said.append(f"{fix} v{result.version} is known to apply to {result.base_release} only: "
                     f"v{result.kept_version} stays the variant for {', '.join(result.kept_for)}; "
