@@ -209,7 +209,7 @@ def new_fix(catalog: Catalog, name: str, src: Path, *, root: str = "sglang",
     if got.release is None:
         raise UsageError(f"cannot tell which SGLang release {got.where} is (no sglang/_version.py, "
                          "no release tag at HEAD); pass --base-release VERSION", path=str(src))
-    texts = {f"{i:04d}-{writer.slug(head.subject)}.patch": patchmail.render(head) + diff_of(files)
+    texts = {f"{i:04d}-{writer.slug(head.subject)}.patch": patchmail.render(head) + diff_of(files, labels=True)
              for i, (head, files) in enumerate(got.patches, 1)}
     text = edit.new_manifest_text(name, got.title, got.release, [(f, root) for f in texts],
                                   got.rationale, date=date or _dt.date.today().isoformat(),

@@ -466,3 +466,34 @@ def test_refresh_keeps_the_mbox_from_line_and_the_hunk_function_labels(
     assert hunks == [line for line in git(src, "diff", "HEAD").splitlines() if line.startswith("@@")], text
     assert text.endswith(" return 0\n-- \n" + mail.rsplit("\n-- \n", 1)[1]), text
     assert len(hunks) == 3 and all(h.endswith("():") for h in hunks), hunks
+
+
+def test_new_and_import_commits_label_hunks_as_git_diff_does(
+        tmp_path: Path, new_catalog: Path) -> None:
+    """`new` and `import --commits` wrote hunk headers with nothing after the second ``@@``,
+    while refresh labels them as git diff does (a new-user trial): a fix's first version reads
+    like git's diff of the same change, each hunk naming its function."""
+    src = small_checkout(tmp_path)
+    module = src / "python" / "sglang" / "a.py"
+    body = "".join(f"    v{n} = {n}\n" for n in range(8))
+    module.write_text("".join(f"def f{n}():\n{body}    return 0\n\n\n" for n in range(3)))
+    git(src, "commit", "-qam", "functions")
+    module.write_text(module.read_text().replace("    v6 = 6\n", "    v6 = 66\n", 2))
+    expected = [line for line in git(src, "diff", "HEAD").splitlines() if line.startswith("@@")]
+    assert len(expected) == 2 and all(h.endswith("():") for h in expected), expected
+
+    def hunks(name: str) -> list[str]:
+        patch = next((new_catalog / "patches" / name).glob("*.patch"))
+        return [line for line in patch.read_text().splitlines() if line.startswith("@@")]
+
+    made = patchkit(new_catalog, "new", "fn", "--from", str(src), "--title", "edit")
+    assert made.exit_code == 0, made.output
+    assert hunks("fn") == expected
+    git(src, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "edit")
+    made = patchkit(new_catalog, "new", "fc", "--from", str(src), "--commits", "HEAD~1..HEAD")
+    assert made.exit_code == 0, made.output
+    assert hunks("fc") == expected
+    made = patchkit(new_catalog, "import", "--from", str(src), "--commits", "HEAD~1..HEAD",
+                    "--name", "ic")
+    assert made.exit_code == 0, made.output
+    assert hunks("ic") == expected

@@ -48,7 +48,7 @@ def from_commits(src: Path, spec: str) -> tuple[list[Patch], str | None]:
     for head, files in captured:
         body, trailers = mbox.split_trailers(head.body)
         out.append(Patch(Path(src), head.subject, body, head.author, head.date or "",
-                         trailers, diff_of(files)))
+                         trailers, diff_of(files, labels=True)))
     release = release_of(Path(src), parent) if parent else None
     return out, release
 
