@@ -127,3 +127,29 @@ def test_a_fix_depending_on_a_fix_not_in_the_catalog_is_an_error_row(tmp_path: P
     assert rows["dsv4-bf16-sizing"][2] == "active"
     applied = pk(catalog, "apply", "prefill-hicache-off", "--root", f"serve={tmp_path}")
     assert applied.returncode == 2 and "no-such-fix" in applied.stderr
+
+
+def test_show_of_a_revert_fix_says_what_it_reverts(tmp_path: Path) -> None:
+    """`show` of a ``[revert]`` fix said nothing of the commit it reverts (a new-user trial):
+    a fix naming only a commit id showed no trace of it. It says the commit, or the fix whose
+    commit is found, and the root, as a line and as ``git_revert`` in JSON."""
+    from tests.fixtures.user_catalog import app_patch, user_catalog
+
+    catalog = user_catalog(tmp_path / "cat", {
+        "dead": (app_patch(), ""),
+        "undo-dead": (app_patch(), '\n[revert]\nfix = "dead"\n'),
+        "undo-id": (app_patch(), '\n[revert]\ncommit = "1234abcd"\npaths = ["app.py"]\n'),
+    })
+    said = {
+        "undo-dead": "the commit holding the series of dead (found by patch-id), in root tree",
+        "undo-id": "commit 1234abcd, in root tree, only app.py",
+    }
+    for name, expected in said.items():
+        shown = pk(catalog, "show", name)
+        assert shown.returncode == 0, shown.stderr
+        assert f"Git-Revert: {expected}\n" in shown.stdout, shown.stdout
+        data = json.loads(pk(catalog, "show", name, "--json").stdout)
+        assert data["git_revert"] == expected, data
+    plain = pk(catalog, "show", "dead")
+    assert "Git-Revert" not in plain.stdout
+    assert json.loads(pk(catalog, "show", "dead", "--json").stdout)["git_revert"] is None

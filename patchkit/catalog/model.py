@@ -146,6 +146,13 @@ class Revert(Record):
     paths: tuple[str, ...] = ()
     root: str = PRIMARY_ROOT
 
+    def describe(self) -> str:
+        """What it reverts, for people (``show``): the commit is tried first, then the fix's."""
+        found = f"the commit holding the series of {self.fix} (found by patch-id)" if self.fix else ""
+        what = ", else ".join(w for w in (self.commit and f"commit {self.commit}", found) if w)
+        only = f", only {', '.join(self.paths)}" if self.paths else ""
+        return f"{what}, in root {self.root}{only}"
+
 
 @record_dataclass(frozen=True)
 class ChangelogEntry(Record):

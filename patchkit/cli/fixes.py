@@ -35,7 +35,9 @@ def show(state: State, fix: str, as_json: bool) -> int:
 
     f = state.catalog().get(fix)
     files = {p.file: sorted({fr["path"] for fr in parse_patch(p.path, p.root)}) for p in f.patches}
-    return render.emit(as_json, f.to_json() | {"files": files, "serves": f.serves()},
+    revert = None if f.revert is None else f.revert.describe()
+    return render.emit(as_json, f.to_json() | {"files": files, "serves": f.serves(),
+                                               "git_revert": revert},
                        lambda out: render.render_fix(out, f, files))
 
 

@@ -504,6 +504,7 @@ def render_fix(console: Any, fix: Any, files: Mapping[str, list[str]]) -> None:
         *(("Depends-on", dep) for dep in fix.depends_on),
         *(("Supersedes", sup) for sup in fix.supersedes),
         *([("Reverts", fix.reverts)] if fix.reverts else []),
+        *([("Git-Revert", fix.revert.describe())] if fix.revert is not None else []),
         *(("Patch", f"{p.file} [{p.root}] {', '.join(files.get(p.file, []))}") for p in fix.patches),
         *(("Variant", f"v{v.version} serves {', '.join(v.releases)}: "
                       f"{', '.join(p.file for p in v.patches)} (patches/{fix.name}/{v.dir}/)")
