@@ -183,6 +183,24 @@ def test_superseded_fix_names_what_replaced_it() -> None:
     assert "superseded by pool-guard" in text and "supersedes old-index-k" in text
 
 
+def test_a_fix_marked_upstream_says_since_which_release(tmp_path: Path) -> None:
+    """A fix marked upstream since R (``upstream check --mark``) showed ``upstream 0.5.21``, its
+    base release, which reads as the release that took it (a new-user trial): the log says
+    ``in upstream since R`` as ``status`` does, and carries ``upstream_since``."""
+    from patchkit.catalog import edit
+
+    write_fix(tmp_path, "taken", date="2026-01-01")
+    write_fix(tmp_path, "kept", date="2026-01-02")
+    edit.set_upstream(tmp_path / "manifests" / "taken.toml", "0.5.23")
+    lin = lineage.build(Catalog(tmp_path), history=False)
+    assert (lin.get("taken").upstream_since, lin.get("kept").upstream_since) == ("0.5.23", "")
+    text = plain(lin)
+    assert "in upstream since 0.5.23 (based on 0.5.21, not-forwarded)\n" in text, text
+    assert "upstream 0.5.21, not-forwarded\n" in text  # the fix not marked: as before
+    data = json.loads(log_cli("--no-history", "--json", catalog=tmp_path).output)
+    assert [f["upstream_since"] for f in data["fixes"]] == ["0.5.23", ""]
+
+
 # -- git history of the catalog ----------------------------------------------------------------
 
 

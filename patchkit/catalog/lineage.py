@@ -83,6 +83,7 @@ class FixLineage:
     versions: tuple[Version, ...]
     applied: Applied | None = None  # None: no target, or the target cannot hold this fix
     revert: Mapping[str, Any] | None = None  # a git-native revert: {commit, fix, root, paths}
+    upstream_since: str = ""  # the release upstream holds the change since (Fix.upstream_since)
 
     @property
     def replaced_by(self) -> tuple[str, ...]:
@@ -217,6 +218,7 @@ def _assemble(fixes: Sequence[Fix], applied: Mapping[str, Applied],
             rationale=f.rationale.strip(), links=links,
             versions=_versions(f, None if commits is None else commits.get(f.name, ())),
             applied=applied.get(f.name), revert=None if f.revert is None else thaw(asdict(f.revert)),
+            upstream_since=f.upstream_since,
         ))
     rank = {f.name: i for i, f in enumerate(ordered)}
     edges.sort(key=lambda e: (rank[e.source], ORDERING_LINKS.index(e.kind), rank[e.target]))

@@ -93,8 +93,11 @@ def _version_node(fix: Any, v: Any, history: bool) -> Node:
 
 
 def _fix_node(fix: Any, history: bool) -> Node:
-    children: List[Node] = [([(fix.title, "italic")], []),
-                            ([(f"upstream {fix.base_release}, {fix.forwarding}", "dim")], [])]
+    upstream = f"upstream {fix.base_release}, {fix.forwarding}"
+    if fix.upstream_since:  # the mark, as status says it; the base alone reads as the release
+        upstream = (f"in upstream since {fix.upstream_since} (based on {fix.base_release}, "
+                    f"{fix.forwarding})")
+    children: List[Node] = [([(fix.title, "italic")], []), ([(upstream, "dim")], [])]
     for attr, label in _LINK_LABELS:
         names = getattr(fix.links, attr)
         if names:
