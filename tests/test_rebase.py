@@ -791,6 +791,46 @@ def test_a_backport_onto_a_release_before_the_file_was_added_says_so(tmp_path) -
     assert _snapshot(cat) == before
 
 
+def test_a_backport_stop_and_its_skip_name_the_version_it_started_from(tmp_path) -> None:
+    """A backport starts from the version nearest the release (the 0.2.0 variant, v1), and
+    its stop said v1 while ``--skip`` and a bare ``rebase`` said the top level's v2, based on
+    0.3.0: the same fix under two versions (a new-user trial). All three name v1 on 0.2.0."""
+    up = tmp_path / "upstream"
+    up.mkdir()
+    _git(up, "init", "-q", "-b", "main")
+    base = "".join(BODY)
+    theirs = base.replace("line 10\n", "line 10 theirs\n")
+    _write_release(up, {"python/sglang/sw.py": base}, "v0.1.0")
+    _write_release(up, {"python/sglang/sw.py": theirs}, "v0.2.0")
+    _write_release(up, {"python/sglang/sw.py": theirs + "line 41\n"}, "v0.3.0")
+    cat_dir = tmp_path / "catalog"
+    fixed = theirs.replace("line 10 theirs\n", "line 10 theirs fixed\n")
+    _fix(cat_dir, "sw", "python/sglang/sw.py", theirs, fixed)
+    top = cat_dir / "patches" / "sw" / "0001-sw.patch"
+    (cat_dir / "patches" / "sw" / "0.2.0").mkdir()
+    (cat_dir / "patches" / "sw" / "0.2.0" / "0001-sw.patch").write_bytes(top.read_bytes())
+    manifest = cat_dir / "manifests" / "sw.toml"
+    manifest.write_text(manifest.read_text().replace('"0.1.0"', '"0.3.0"')
+                        .replace("version = 1 ", "version = 2 ", 1)
+                        + '\n[[changelog]]\nversion = 2\ndate = "2026-01-02"\n'
+                          'base_release = "0.3.0"\nsummary = "Rebased from 0.2.0 onto 0.3.0."\n'
+                        + '\n[[variants]]\nversion = 1\nbase_release = "0.2.0"\n'
+                          'releases = ["0.2.0"]\n\n[[variants.patches]]\nfile = "0001-sw.patch"\n'
+                          'root = "sglang"\n')
+    cat, upstream = Catalog(cat_dir), UpstreamRepo(up)
+    assert cat.get("sw").version == 2
+
+    stopped = rebase.start(cat, "0.1.0", ["sw"], upstream=upstream)
+    assert stopped.stopped == "sw"
+    current = rebase.current(cat)
+    assert current is not None
+    skipped = rebase.skip(cat, upstream=upstream)
+    assert skipped.done and skipped.fixes[-1].outcome == "skipped"
+    said = [(r.fixes[-1].old_version, r.fixes[-1].new_version, r.fixes[-1].from_release)
+            for r in (stopped, current, skipped)]
+    assert said == [(1, 1, "0.2.0")] * 3, said
+
+
 def test_a_release_without_a_file_the_fix_changes_is_refused_at_continue(tmp_path, monkeypatch
                                                                           ) -> None:
     """0.2.0 removed python/sglang/gone.py, which the fix changes: the rebase stopped as a

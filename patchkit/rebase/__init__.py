@@ -17,9 +17,9 @@ from ..errors import UsageError
 from ..upstream import UpstreamRepo, release_name
 from .classify import PatchReport, missing_why, patch_from_json, series_text
 from .loop import Rebase
-from .sides import backport, queue_order, skip_reason, start_from
+from .sides import queue_order, skip_reason
 from .state import (MARKERS, STATE_DIR, STATE_FORMAT, FixReport, Progress, RebaseReport,
-                    RebaseState, fix_report)
+                    RebaseState, backport, fix_report, start_from)
 from .versions import range_diff, series_of_version
 
 __all__ = ["FixReport", "PatchReport", "RebaseReport", "STATE_DIR", "abort", "continue_",
@@ -183,7 +183,7 @@ def skip(catalog: Catalog, *, upstream: UpstreamRepo | None = None,
     rebase = Rebase(RebaseState.load(catalog), progress)
     state, stopped = rebase.state, rebase.state.data["stopped"]
     if stopped:
-        fix = catalog.get(stopped["name"])
+        fix = state.started(catalog.get(stopped["name"]))  # the version its stop named
         state.drop_worktree()
         if state.fingerprint(fix.name) != stopped.get("key"):  # edited while stopped
             rebase.replan_after(fix.name, stopped["paths"])

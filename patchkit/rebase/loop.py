@@ -18,9 +18,9 @@ from ..errors import ConflictError, PatchkitError
 from .classify import CLEAN, Decision, PatchReport, Series, Tree, apply_all, changes, \
     classify, decide, missing_on, patch_from_json, series_text
 from .matching import UpstreamMatches
-from .sides import Sides, Skip, backport, read_series, skip_reason, start_from
-from .state import (WRITTEN, FixReport, Progress, RebaseReport, RebaseState, fix_from_json,
-                    fix_report)
+from .sides import Sides, Skip, read_series, skip_reason
+from .state import (WRITTEN, FixReport, Progress, RebaseReport, RebaseState, backport,
+                    fix_from_json, fix_report)
 
 Computed = tuple[FixReport, dict[str, str], dict[str, Any] | None]  # report, texts, stop
 
@@ -137,8 +137,8 @@ class Rebase:
         return bool(self.state.data.get("drop_old"))
 
     def start(self, fix: Fix) -> Fix:
-        """The version of ``fix`` this rebase starts from (:func:`start_from`)."""
-        return start_from(fix, self.state.release, self.drop_old)
+        """The version of ``fix`` this rebase starts from (:meth:`RebaseState.started`)."""
+        return self.state.started(fix)
 
     def outcome(self, fix: Fix, reports: tuple[PatchReport, ...], whole: Fix) -> FixReport:
         """What a fix whose every patch landed comes to (``fix`` the version it started from,

@@ -10,7 +10,6 @@ from packaging.version import Version
 from .. import gitrepo
 from ..catalog import Catalog
 from ..catalog.model import Fix
-from ..engine.variants import release_key
 from ..errors import ConflictError, PatchkitError
 from .classify import Series, Tree, apply_all, changes
 from .state import RebaseState
@@ -62,29 +61,6 @@ def skip_reason(fix: Fix, release: str | None, inactive: bool = False,
                 f"already serves {release}: nothing to rebase (`patchkit matrix` shows what "
                 "each release gets)")
     return ""
-
-
-def backport(fix: Fix, release: str | None, drop_old: bool = False) -> bool:
-    """A rebase onto ``release`` is a backport: a release older than the top level's base,
-    without ``--drop-old``. It writes a variant for that release and leaves the top level,
-    the series for the newest releases, as it is (docs/rebase.md, "Backports")."""
-    return (release is not None and not drop_old
-            and release_key(release) < release_key(fix.upstream.base_release))
-
-
-def start_from(fix: Fix, release: str | None, drop_old: bool = False) -> Fix:
-    """The version of ``fix`` a rebase onto ``release`` starts from: its top level, or, for a
-    backport, the version based on the newest release not after it, else on the oldest:
-    the series nearest the release, so the least has to move (the 0.5.22 variant onto
-    0.5.21, not the 0.5.23 series)."""
-    if not fix.variants or not backport(fix, release, drop_old):
-        return fix
-    assert release is not None
-    versions = fix.all_variants()
-    below = [v for v in versions if release_key(v.upstream.base_release) <= release_key(release)]
-    pick = max(below, key=lambda v: release_key(v.upstream.base_release)) if below else \
-        min(versions, key=lambda v: release_key(v.upstream.base_release))
-    return fix if pick.version == fix.version else pick
 
 
 def queue_order(catalog: Catalog, names: Sequence[str]) -> list[Fix]:

@@ -16,6 +16,7 @@ from typing import Any
 from ..catalog import Catalog, manifest
 from ..catalog.model import Fix
 from ..engine import hunks
+from ..engine.variants import release_key
 from ..errors import UsageError
 from .classify import PatchReport, patch_from_json
 
@@ -52,6 +53,29 @@ def fix_report(fix: Fix, onto: str, outcome: str, detail: str,
 
 def fix_from_json(d: dict[str, Any]) -> FixReport:
     return FixReport(**{**d, "patches": tuple(patch_from_json(p) for p in d["patches"])})
+
+
+def backport(fix: Fix, release: str | None, drop_old: bool = False) -> bool:
+    """A rebase onto ``release`` is a backport: a release older than the top level's base,
+    without ``--drop-old``. It writes a variant for that release and leaves the top level,
+    the series for the newest releases, as it is (docs/rebase.md, "Backports")."""
+    return (release is not None and not drop_old
+            and release_key(release) < release_key(fix.upstream.base_release))
+
+
+def start_from(fix: Fix, release: str | None, drop_old: bool = False) -> Fix:
+    """The version of ``fix`` a rebase onto ``release`` starts from: its top level, or, for a
+    backport, the version based on the newest release not after it, else on the oldest:
+    the series nearest the release, so the least has to move (the 0.5.22 variant onto
+    0.5.21, not the 0.5.23 series)."""
+    if not fix.variants or not backport(fix, release, drop_old):
+        return fix
+    assert release is not None
+    versions = fix.all_variants()
+    below = [v for v in versions if release_key(v.upstream.base_release) <= release_key(release)]
+    pick = max(below, key=lambda v: release_key(v.upstream.base_release)) if below else \
+        min(versions, key=lambda v: release_key(v.upstream.base_release))
+    return fix if pick.version == fix.version else pick
 
 
 #: The outcomes of a fix the rebase wrote to the catalog (the others leave it as it was).
@@ -180,6 +204,11 @@ class RebaseState:
             return self.catalog.get(name)
         return manifest.load_manifest(saved, patch_dir=self.backup / "patches" / name)
 
+    def started(self, fix: Fix) -> Fix:
+        """The version of ``fix`` this rebase starts from (:func:`start_from`): the one its
+        stop, ``--skip`` and a bare ``rebase`` all name."""
+        return start_from(fix, self.release, bool(self.data.get("drop_old")))
+
     def fingerprint(self, name: str) -> str:
         """The catalog files of a fix as they are now: a plan is only good for these bytes."""
         h = hashlib.sha256()
@@ -227,5 +256,6 @@ class RebaseState:
             return RebaseReport(self.onto, tuple(fix_from_json(d) for d in self.data["results"]),
                                 remaining=tuple(self.data["queue"]))
         patches = tuple(patch_from_json(p) for p in stop["patches"])
-        return self.report(fix_report(self.old_fix(stop["name"]), self.onto, "stopped",
+        started = self.started(self.old_fix(stop["name"]))
+        return self.report(fix_report(started, self.onto, "stopped",
                                       patches[-1].detail if patches else "", patches))
