@@ -59,16 +59,22 @@ def sync(catalog: Catalog, target: Target, *, dry_run: bool = False,
     revert with nothing to revert) or already holds unrecorded is left alone (docs/cli.md)."""
     fixes = [catalog.get(n) for n in sync_names(catalog, list(target.roots))]
     try:  # the engine's op is an apply; the result is a sync's (--json's "op")
-        result = _as_sync(_run(catalog, target, fixes, "apply", dry_run=dry_run,
-                               lock_timeout=lock_timeout, git=git, force=force, sync=True))
+        result = _run(catalog, target, fixes, "apply", dry_run=dry_run,
+                      lock_timeout=lock_timeout, git=git, force=force, sync=True)
     except PatchkitError as err:
         partial = getattr(err, "result", None)
-        if partial is not None:
-            err.result = _as_sync(partial)  # type: ignore[attr-defined]
+        if partial is not None:  # a failed sync names what it left out as a successful one
+            err.result = _left_out(catalog, target, partial)  # type: ignore[attr-defined]
         raise
-    # an active fix on a root the target was not given is not synced: said, not skipped
-    # silently; ``unseen``: those of them (and any other fix) the target records there, which
-    # the sync leaves behind, where the others were never applied
+    return _left_out(catalog, target, result)
+
+
+def _left_out(catalog: Catalog, target: Target, result: OpResult) -> OpResult:
+    """A sync's result as it is said: an active fix on a root the target was not given is not
+    synced, said, not skipped silently (``left_out``); ``unseen``: those of them (and any
+    other fix) the target records there, which the sync leaves behind, where the others were
+    never applied."""
+    result = _as_sync(result)
     unseen = tuple((str(e["name"]), tuple(e["roots"])) for e in result.raw.get("unseen") or ())
     left_out = tuple((f.name, tuple(r for r in f.roots if r not in target.roots))
                      for f in catalog.all() if not f.is_inactive

@@ -215,7 +215,7 @@ class OpResult(Record):
             # the engine's list of recorded fixes on roots not given is what ``left_out`` and
             # ``unseen`` below are made of (api.status): a document says each fact once
             out["status"] = {k: v for k, v in seen.items() if k != "left_out"}
-        if self.op == "status" or self.left_out:  # a sync's too: fixes on roots not given
+        if self.op == "status" or out.get("op") == "sync" or self.left_out:  # roots not given
             out["left_out"] = [{"name": name, "missing_roots": list(roots)}
                                for name, roots in self.left_out]
         if self.op == "status" or self.broken:  # a rollback's: manifests it did without

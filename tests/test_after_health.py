@@ -438,6 +438,45 @@ def test_sync_names_the_fixes_on_roots_it_was_not_given(tmp_path: Path) -> None:
     assert data["unseen"] == [{"name": "pool-guard", "missing_roots": ["serve"]}]
 
 
+def test_a_failed_sync_names_the_fixes_it_left_out_as_a_successful_one_does(
+        tmp_path: Path) -> None:
+    """A sync that fails carried ``unseen: []`` and no ``left_out`` in its JSON, even when a
+    fix on a root not given was applied there (a new-user trial): a script reading what the
+    sync left behind found nothing. A failed sync says both, as a successful one does."""
+    import shutil
+
+    roots = make_tree(tmp_path / "tree")
+    catalog = tmp_path / "catalog"
+    shutil.copytree(SAMPLES / "catalog", catalog)
+    code, out, err = cli(["--catalog", str(catalog), "apply", "pool-guard", "--with-deps",
+                          "--target", roots["sglang"], "--root", f"serve={roots['serve']}"])
+    assert code == 0, err
+    # a fix the sglang tree cannot take: its precondition is never met
+    (catalog / "manifests" / "never.toml").write_text(
+        'format = 1\nname = "never"\nversion = 1\ntitle = "never"\nstatus = "active"\n'
+        'rationale = "never"\n\n[upstream]\nbase_release = "0.5.21"\n'
+        'releases = ["0.5.20", "0.5.21"]\n\n[[patches]]\nfile = "0001-never.patch"\n\n'
+        '[[preconditions]]\nkind = "grep"\npath = "python/sglang/srt/pool.py"\n'
+        'pattern = "a line no release has"\npresent = true\n')
+    (catalog / "patches" / "never").mkdir()
+    (catalog / "patches" / "never" / "0001-never.patch").write_text(
+        "--- /dev/null\n+++ b/python/sglang/srt/never.py\n@@ -0,0 +1 @@\n+never = 1\n")
+    left = [{"name": "pool-guard", "missing_roots": ["serve"]}]
+    for dry in ([], ["--dry-run"]):
+        code, out, err = cli(["--catalog", str(catalog), "sync", "--target", roots["sglang"],
+                              *dry, "--json"])
+        assert code == 1, (out, err)
+        data = json.loads(out)
+        assert data["ok"] is False and "never" in data["error"]["message"], data
+        assert data["left_out"] == left and data["unseen"] == left, data
+    (catalog / "manifests" / "never.toml").unlink()
+    code, out, err = cli(["--catalog", str(catalog), "sync", "--target", roots["sglang"],
+                          "--root", f"serve={roots['serve']}", "--json"])
+    assert code == 0, err
+    data = json.loads(out)  # nothing left out: both said, empty
+    assert (data["left_out"], data["unseen"]) == ([], []), data
+
+
 def test_a_server_url_with_or_without_its_slash_probes_its_health_endpoint() -> None:
     """`sglang:http://host:port/` probed `/` (a plain HTTP server's 200 passed a bad deploy,
     a real SGLang server's 404 failed a good one); the server's own URL means `/health`."""

@@ -43,13 +43,15 @@ def _run(request: Dict[str, Any]) -> Dict[str, Any]:
                 from .recovery import recover
 
                 result["recovered"] = recover(store, req.roots)
-            module = importlib.import_module(_MODULES[req.op], __name__)
-            result["status" if req.op == "status" else "fixes"] = getattr(module, req.op)(req, store)
             if req.op == "apply" and req.sync:  # what a sync leaves behind: recorded, on roots
-                result["unseen"] = [{"name": rec.name, "roots": lacking}  # not given
+                # not given; read before it runs, so a failed sync says it too (it writes
+                # nothing on those roots either way)
+                result["unseen"] = [{"name": rec.name, "roots": lacking}
                                     for rec, lacking in ((r, r.lacking(req.roots))
                                                          for r in store.read_state().fixes)
                                     if lacking]
+            module = importlib.import_module(_MODULES[req.op], __name__)
+            result["status" if req.op == "status" else "fixes"] = getattr(module, req.op)(req, store)
             _name_files(req, result.get("fixes") or [])
             if store.undo_txn:  # what an undo names (docs/state.md, "Undo")
                 result["txn"] = store.undo_txn
