@@ -647,7 +647,7 @@ def test_bare_rebase_while_stopped_says_where_and_what_to_do(world, monkeypatch)
     out = res.stdout
     assert "rebase onto 0.2.0 in progress: 1 fix(es) done" in out
     assert "still to do after the stopped one: merge" in out
-    assert "stopped at clash, patch 0001-clash.patch (conflict:" in out
+    assert "stopped at clash v1, patch 0001-clash.patch (conflict:" in out  # the version, as the stop
     worktree = cat.root / rebase.STATE_DIR / "worktree"
     assert f"resolve the conflicts in {worktree}" in out
     assert "python/sglang/clash.py" in out

@@ -231,7 +231,7 @@ def render_rebase_in_progress(console: Any, report: Any, cmd: str = "patchkit re
         stop = next(f for f in report.fixes if f.name == report.stopped)
         if stop.patches:
             patch = stop.patches[-1]
-            say.append(f"stopped at {stop.name}, patch {patch.file} "
+            say.append(f"stopped at {stop.name} v{stop.old_version}, patch {patch.file} "
                        f"({patch.classification}: {patch.detail})")
         say.append(f"  resolve the conflicts in {report.worktree or ''}:")
         say += [f"    {path}" for path in report.conflicted]
