@@ -201,6 +201,9 @@ def test_sync_refuses_when_the_current_fix_no_longer_applies_on_the_upgraded_one
     assert "does not apply on a v2" in said and "patchkit refresh b" in said, said
     assert "patchkit rollback b" in said and "nothing was written" in said, said
     assert "depends_on" not in said, said  # b already builds on a
+    # not a stale patch's advice: the host runs the right release, and a refresh against it
+    # would take b as it lies on a v1 (a new-user trial)
+    assert "Refresh the patch against this tree" not in said, said
     assert error["details"]["fix"] == "b" and error["details"]["put_back_on"] == ["a"], error
     assert tree_digest(tree) == before
     assert (tree / ".patchkit" / "state.json").read_bytes() == state

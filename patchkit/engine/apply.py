@@ -11,7 +11,7 @@ from ..errors import (ConflictError, DriftError, PatchkitError, PreconditionFail
 from . import auto, record
 from .checks import PROCESS_KINDS, CheckContext, failure_lines, result, run_checks
 from .fsops import missing_dirs, sha256_of
-from .hunks import FileChange, apply_change, decode, encode, of_fix
+from .hunks import FileChange, apply_change, decode, encode, of_fix, without_stale_advice
 from .plan import (FixChange, Sources, fix_result, holds_version, refuse_later_writers,
                    restore_in_memory, touched)
 from .records import FileRecord, FixRecord, State, fix_backups
@@ -525,7 +525,7 @@ class _Prepare:
         """The conflict of a fix put back on the new versions of the fixes under it: its
         version no longer applies on theirs, which a new version of it, or its rollback, solves
         (it builds on them already: no advice to depend on them)."""
-        exc = of_fix(exc, spec.name)
+        exc = without_stale_advice(of_fix(exc, spec.name))  # the patch is not stale here
         under = self.put_back[spec.name]
         names = " and ".join(under)
         versions = {s.name: s.version for s in self.req.fixes}

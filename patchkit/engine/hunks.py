@@ -380,12 +380,24 @@ def _conflict(change: FileChange, hunk: Optional[Hunk], lines: Sequence[str], ol
                               diff_line, _shown(wanted), _ending(wanted), _shown(found),
                               _ending(found)))
     raise ConflictError(
-        "%s: hunk #%d of %s %s; expected at line %d; first difference at %s. Refresh the patch "
-        "against this tree or check that the target runs the release the fix was written for"
-        % (change.where, number, change.patch, what, expected_line, difference),
+        "%s: hunk #%d of %s %s; expected at line %d; first difference at %s. %s"
+        % (change.where, number, change.patch, what, expected_line, difference, STALE),
         hunk=number, expected_line=expected_line,
         first_difference={"line": diff_line, "expected": wanted, "found": found},
         **change.named())
+
+
+#: A hunk that does not apply: the advice for a patch gone stale (or a target on another
+#: release), which a conflict with a better reason takes out (:func:`without_stale_advice`).
+STALE = ("Refresh the patch against this tree or check that the target runs the release the "
+         "fix was written for")
+
+
+def without_stale_advice(exc: ConflictError) -> ConflictError:
+    """``exc`` without :data:`STALE`, for a conflict whose cause the caller knows better."""
+    exc.message = exc.message.replace(". " + STALE, "")
+    exc.args = (exc.message,)
+    return exc
 
 
 def of_fix(exc: ConflictError, fix: str, others: Sequence[str] = (),
