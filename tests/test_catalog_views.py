@@ -153,3 +153,19 @@ def test_show_of_a_revert_fix_says_what_it_reverts(tmp_path: Path) -> None:
     plain = pk(catalog, "show", "dead")
     assert "Git-Revert" not in plain.stdout
     assert json.loads(pk(catalog, "show", "dead", "--json").stdout)["git_revert"] is None
+
+
+def test_show_folds_a_trailer_of_several_lines_as_git_does(tmp_path: Path) -> None:
+    """A rollback note of several lines went on unindented after ``Rollback:``, so a trailer
+    parser (``git interpret-trailers --parse``) lost all but its first line (a new-user
+    trial): each further line of a trailer starts with a space, git's folding."""
+    shown = pk(REPO, "show", "prefill-hicache-off")
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    start = next(i for i, text in enumerate(lines) if text.startswith("Rollback: "))
+    rest = lines[start + 1:]
+    assert rest and all(text.startswith(" ") for text in rest), lines[start:]
+    parsed = subprocess.run(["git", "interpret-trailers", "--parse"], input=shown.stdout,
+                            capture_output=True, text=True, check=True).stdout
+    rollback = next(t for t in parsed.splitlines() if t.startswith("Rollback: "))
+    assert rollback.endswith("since the script is read at start."), parsed

@@ -515,8 +515,8 @@ def render_fix(console: Any, fix: Any, files: Mapping[str, list[str]]) -> None:
     if fix.rollback.notes:
         trailers.append(("Rollback", f"{fix.rollback.strategy}: {fix.rollback.notes.strip()}"))
     trailers += list(fix.headers)  # the patch headers an import kept (Reviewed-by, ...)
-    for key, value in trailers:
-        line(console, [(f"{key}: ", "cyan"), (value, "")])
+    for key, value in trailers:  # a value of several lines folded as git folds a trailer
+        line(console, [(f"{key}: ", "cyan"), (value.replace("\n", "\n "), "")])
 
 
 def render_error(console: Any, err: PatchkitError) -> None:
