@@ -433,6 +433,8 @@ def test_a_reinstall_underneath_is_lost_not_drifted_and_apply_puts_the_fixes_bac
     assert lost.value.details["lost"] == ["dsv4-bf16-index-k"]
     [checked] = lost.value.details["fixes"]
     assert [c["kind"] for c in checked["verification"]] == ["drift"], checked
+    # its files as status says them: put back by the reinstall, not edited (a new-user trial)
+    assert checked["drifted"] and {f["state"] for f in checked["drifted"]} == {"reinstalled"}, checked
 
     res = run_cli("apply", *PRODUCTION, "--target", f"python:{python}", *serve)
     assert res.returncode == 0, res.stderr

@@ -751,7 +751,9 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
                     "outcome": "verified" if all(r["ok"] for r in results) else "failed",
                     "files": [], "preconditions": [], "verification": results, "drifted": drifted})
         if spec.name in gone:  # why, as an apply that applies it again says it; and the advice
-            out[-1].update(lost=gone[spec.name]["lost"], detail=gone[spec.name]["detail"])
+            out[-1].update(lost=gone[spec.name]["lost"], detail=gone[spec.name]["detail"],
+                           drifted=[f for f in gone[spec.name]["files"] if f["state"] != "ok"])
+            # its files as status says them: reinstalled or replaced, not drifted
         elif spec.recorded_only:
             out[-1]["detail"] = GONE
         elif by_record and spec.name not in lost:  # a lost fix's detail says why, and what to do
