@@ -1029,18 +1029,7 @@ def test_a_lost_fix_marked_upstream_in_the_release_the_checkout_moved_to_is_not_
     there is nothing to rebase and sync forgets the record; and sync --dry-run said
     "re-applied: was lost" under `not-needed`, though nothing is applied (a new-user trial).
     Now status says not-needed, in upstream since 0.5.23, and that sync forgets the record."""
-    from patchkit.catalog.series import diff_files
-
-    cat, rel = tmp_path / "cat", "python/sglang/__init__.py"
-    tree = checkout(three_releases, "0.5.22", tmp_path / "t")
-    old = (tree / rel).read_bytes()
-    (cat / "patches" / "local-edit").mkdir(parents=True)
-    (cat / "patches" / "local-edit" / "0001-local-edit.patch").write_text(
-        diff_files(old, old + b"# a local edit\n", rel))
-    (cat / "manifests").mkdir()
-    (cat / "manifests" / "local-edit.toml").write_text(new_manifest_text(
-        "local-edit", "a local edit", "0.5.22", [("0001-local-edit.patch", "sglang")], "why",
-        date="2026-11-01"))
+    cat, tree, _ = _local_edit(three_releases, tmp_path)
 
     def pk(*args: object) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "patchkit", "--catalog", str(cat),
