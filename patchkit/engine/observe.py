@@ -319,17 +319,16 @@ def unrecorded(ws: Workspace, spec: FixSpec, roots: Roots, git: bool = True,
     if spec.revert is not None and entry["state"] in (PRESENT_UNRECORDED, PARTLY_PRESENT):
         from . import revert  # here: only an unrecorded revert fix needs the git code
 
-        source, found = revert.resolve(spec, roots)
+        source, found, why = revert.resolved(spec, roots)
         if source is None and (entry["state"] == PRESENT_UNRECORDED or not found["ok"]):
-            why = revert.nothing_to_revert(spec, roots) or (
-                "nothing to revert on this target: the files hold what the revert makes of them")
-            entry.update(state="not-needed", files=[], detail=why)
+            entry.update(state="not-needed", files=[], detail=why or (
+                "nothing to revert on this target: the files hold what the revert makes of them"))
     # a revert of a commit by id with no series of its own: only git can say whether there
     # is anything to revert (a release's own tree never holds a fork's commit)
     elif spec.revert is not None and git and entry["state"] == NOT_APPLIED and not spec.files:
         from . import revert
 
-        why = revert.nothing_to_revert(spec, roots)
+        why = revert.resolved(spec, roots)[2]
         if why:
             entry.update(state="not-needed", files=[], detail=why)
     # outside git, what the reverted fix's versions serve says it: on a release none serves,
@@ -421,13 +420,14 @@ def root_elsewhere(roots: Roots, rec: FixRecord, missing: Set[Key]) -> Optional[
 def lost_fixes(roots: Roots, state: State, ws: Optional[Workspace] = None, git: bool = True
                ) -> Dict[str, Dict[str, Any]]:
     """Each recorded fix that is ``lost``, as ``status`` shows it (files ``reinstalled`` or
-    ``replaced``). Only a fix that could be is read: on an installed package, or recorded for
-    releases the tree no longer runs."""
+    ``replaced``). Only a fix that could be is read: on an installed package, recorded for
+    releases the tree no longer runs, or applied with ``--commit`` (whose commit git is asked
+    about only when its files changed: :func:`unheld_detail`)."""
     installs = record.installs(roots)
     releases: Dict[str, Any] = {}
     maybe = [rec for rec in state.fixes if not rec.lacking(roots)  # a root not given: not looked at
              and (installs or _release_moved(roots, rec, releases, git)
-                  or commits_gone(roots, rec, git))]
+                  or (git and bool(rec.commits)))]
     if not maybe:
         return {}
     ws, last = ws or Workspace(roots), state.last_writers()

@@ -47,6 +47,14 @@ def _name(rev: Dict[str, Any]) -> str:
 def resolve(fix: FixSpec, roots: Roots) -> Tuple[Optional[Source], Dict[str, Any]]:
     """The commit to revert and the precondition result saying how it was found; no commit
     with an ok result: the root is outside git and the FILE records are the fallback."""
+    source, found, _why = resolved(fix, roots)
+    return source, found
+
+
+def resolved(fix: FixSpec, roots: Roots) -> Tuple[Optional[Source], Dict[str, Any], str]:
+    """:func:`resolve`, and why there is nothing to revert: the target's checkout is git,
+    with a HEAD, whose history holds no commit the fix undoes (``status``'s not-needed
+    detail); "" otherwise."""
     rev = fix.revert or {}
     root = roots.get(str(rev.get("root") or "sglang"))
     label = "revert %s" % _name(rev)
@@ -59,19 +67,20 @@ def resolve(fix: FixSpec, roots: Roots) -> Tuple[Optional[Source], Dict[str, Any
         if fix.files:
             return None, outcome(True, "root %s is not a git checkout: reverse-applying %s instead"
                                  % (root.name, "the series of fix %s" % rev["fix"] if rev.get("fix")
-                                    and not rev.get("own_series") else "this fix's own series"))
+                                    and not rev.get("own_series") else "this fix's own series")), ""
         return None, outcome(False, "root %s (%s) is not a git checkout, and a revert of %s needs one; "
                              "name the fix whose series it committed (revert.fix) so patchkit can "
-                             "reverse that series instead" % (root.name, root.path, _name(rev)))
+                             "reverse that series instead" % (root.name, root.path, _name(rev))), ""
     if head is None:
-        return None, outcome(False, "root %s has no commit at HEAD" % root.name)
+        return None, outcome(False, "root %s has no commit at HEAD" % root.name), ""
     commit, found_by, missing = _find(rev, root, checkout, head)
     if commit is None:
         return None, outcome(False, "; ".join(missing) + ": there is nothing to revert in root %s. "
-                             "Check the target's branch, or leave this fix out" % root.name)
+                             "Check the target's branch, or leave this fix out" % root.name), \
+            NOTHING % "; ".join(missing)
     if len(commit.parents) > 1:
         return None, outcome(False, "%s is a merge commit; patchkit reverts single-parent commits "
-                             "only" % commit.title)
+                             "only" % commit.title), ""
     parent = commit.parents[0] if commit.parents else EMPTY_TREE
     wanted = [checkout.rel(root.mapped(p)) for p in rev.get("paths") or []]
     files = tuple(RevertFile(status if status in "AD" else "M", path,
@@ -80,9 +89,9 @@ def resolve(fix: FixSpec, roots: Roots) -> Tuple[Optional[Source], Dict[str, Any
     sha, title = commit.sha, commit.title
     if not files:
         return None, outcome(False, "commit %s changes none of %s in root %s"
-                             % (title, ", ".join(rev.get("paths") or ["its files"]), root.name))
+                             % (title, ", ".join(rev.get("paths") or ["its files"]), root.name)), ""
     return Source(root.name, checkout, sha, parent, title, found_by, files), \
-        outcome(True, "reverts %s (found by %s)" % (title, found_by))
+        outcome(True, "reverts %s (found by %s)" % (title, found_by)), ""
 
 
 def _find(rev: Dict[str, Any], root: Any, checkout: Checkout, head: str
@@ -108,18 +117,6 @@ def _find(rev: Dict[str, Any], root: Any, checkout: Checkout, head: str
             missing.append("no commit in the history of HEAD (%s) carries the change of fix %s "
                            "(patch-id %s of its series)" % (head[:12], rev["fix"], pid or "none"))
     return commit, found_by, missing
-
-
-def nothing_to_revert(fix: FixSpec, roots: Roots) -> str:
-    """Why there is nothing to revert on the target (``status`` says not-needed): its checkout
-    is git, with a HEAD, whose history holds no commit the revert fix undoes; else ""."""
-    rev = fix.revert or {}
-    root = roots.get(str(rev.get("root") or "sglang"))
-    checkout, head = checkout_and_head(root.path)
-    if checkout is None or head is None:
-        return ""
-    commit, _, missing = _find(rev, root, checkout, head)
-    return "" if commit is not None else NOTHING % "; ".join(missing)
 
 
 #: A revert fix's ``not-needed`` detail: why its change was never there.
