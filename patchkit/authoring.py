@@ -390,7 +390,7 @@ def _breaks(catalog: Catalog, view: Fix, files: list[CapturedFile], owner: dict[
                 old = result(None if f.before is None else decode(f.before),
                              [r for r in old_records if r["path"] == f.path], view.name)
                 result(old, theirs, other.name)  # applied on the old version: stacked on it
-            except (ConflictError, PatchkitError):
+            except PatchkitError:  # a conflict too: not stacked on the old version
                 continue
             try:
                 result(None if f.after is None else decode(f.after), theirs, other.name)
