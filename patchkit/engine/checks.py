@@ -180,15 +180,20 @@ def _feed(proc: "subprocess.Popen[bytes]", data: bytes, until: float) -> bool:
 
 
 def _ended(proc: "subprocess.Popen[bytes]", reader: threading.Thread, until: float) -> bool:
-    """Whether the command exited and its output was read to its end by ``until``."""
+    """Whether the command exited and its output was read to its end by ``until``. The reader
+    is waited for first: the end of the output (the command exiting closes it) wakes this
+    thread at once, where ``Popen.wait`` with a time limit polls, sleeping up to 50 ms between
+    looks, and so could add most of that to a check that takes a tenth of a second."""
     import subprocess
 
+    reader.join(max(until - time.monotonic(), 0))
+    if reader.is_alive():
+        return False
     try:
         proc.wait(max(until - time.monotonic(), 0))
     except subprocess.TimeoutExpired:
         return False
-    reader.join(max(until - time.monotonic(), 0))
-    return not reader.is_alive()
+    return True
 
 
 def _kill_group(proc: "subprocess.Popen[bytes]") -> None:

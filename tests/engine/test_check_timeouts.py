@@ -193,3 +193,27 @@ def test_a_check_whose_wait_a_signal_cut_short_is_still_ended_and_reaped(tmp_pat
     assert proc.returncode == -9, proc.returncode
     with pytest.raises(ChildProcessError):  # reaped: no zombie left
         os.waitpid(proc.pid, os.WNOHANG)
+
+
+def test_a_command_that_ends_is_seen_at_once_not_at_the_next_poll(tmp_path: Path, monkeypatch) -> None:
+    """``Popen.wait`` with a time limit polls, sleeping up to 50 ms between looks: a script
+    check of the seed's sizing fix (about 50 ms alone) took 80 ms inside an apply. The end of
+    the command's output wakes the wait instead; at most the few moments between the output's
+    end and the exit are slept, never the command's run."""
+    import time
+
+    from patchkit.engine.checks import Started
+
+    slept: List[float] = []
+    real_sleep = time.sleep
+
+    def counting_sleep(seconds: float) -> None:
+        slept.append(seconds)
+        real_sleep(seconds)
+
+    started = Started([sys.executable, "-c", "import time; time.sleep(0.5); print('done')"],
+                      str(tmp_path), timeout=60)
+    monkeypatch.setattr(time, "sleep", counting_sleep)
+    assert started.finish() is None  # exit 0
+    assert b"done" in bytes(started.kept)
+    assert sum(slept) < 0.25, slept  # a poll over the command's half second sleeps all of it
