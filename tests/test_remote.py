@@ -520,7 +520,7 @@ def test_killed_sshd_session_the_host_rolls_back_when_verification_fails(
     assert snapshot(roots) == original
 
 
-@pytest.mark.parametrize(("fault", "outcome"), [("write:2", "rolled-back"), ("cleanup:1", "completed")])
+@pytest.mark.parametrize(("fault", "outcome"), [("rename:2", "rolled-back"), ("cleanup:1", "completed")])
 def test_host_process_killed_mid_apply_is_recovered_by_the_next_status(
     ssh: Ssh, tmp_path: Path, fault: str, outcome: str
 ) -> None:
@@ -534,7 +534,7 @@ def test_host_process_killed_mid_apply_is_recovered_by_the_next_status(
 
     assert run.returncode == errors.EXIT_CONNECTION_LOST, run.stderr
     assert Path(roots["sglang"], ".patchkit/journal.json").exists()  # the engine died in the txn
-    if fault.startswith("write"):  # pool.py was written, serve.sh not yet: half-applied on disk
+    if fault.startswith("rename"):  # pool.py was written, serve.sh not yet: half-applied on disk
         assert snapshot(roots)["sglang:" + POOL] != original["sglang:" + POOL]
         assert snapshot(roots)["serve:serve.sh"] == original["serve:serve.sh"]
     code, out, _err = cli(["--catalog", str(catalog), "status", "--json",

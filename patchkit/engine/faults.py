@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from typing import Dict
 
 POINTS = ("backup", "journal", "write", "rename", "action", "verify", "state", "cleanup")
 
 _seen: Dict[str, int] = {}
+_counting = threading.Lock()  # a point reached by several threads at once (``write``)
 
 
 def fault(point: str) -> None:
@@ -17,10 +19,11 @@ def fault(point: str) -> None:
     wanted = os.environ.get("PATCHKIT_FAULT", "")
     if not wanted:
         return
-    _seen[point] = _seen.get(point, 0) + 1
+    with _counting:
+        _seen[point] = seen = _seen.get(point, 0) + 1
     for spec in wanted.split(","):
         name, _, count = spec.strip().partition(":")
-        if name.strip() == point and _seen[point] == (int(count) if count.strip().isdigit() else 1):
+        if name.strip() == point and seen == (int(count) if count.strip().isdigit() else 1):
             os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -9,7 +9,7 @@ import os
 import stat
 import threading
 from contextlib import suppress
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 
 def read_bytes(path: str) -> Optional[bytes]:
@@ -104,27 +104,72 @@ def fill_fd(fd: int, data: bytes, mode: int, owner: Optional[Tuple[int, int]]) -
     os.fchmod(fd, mode)
 
 
+#: File-system calls in flight at once: most of a file's creation or fsync is a wait on
+#: the disk, which the file system overlaps (docs/performance.md, "The drift apply").
+THREADS = 8
+
+
+def in_threads(count: int, work: Callable[[int], None]) -> None:
+    """``work(i)`` for each ``i`` below ``count``, in up to :data:`THREADS` threads. After a
+    failure no further ``i`` is begun, and the failure of the lowest ``i`` is raised. Returns
+    only when no thread runs ``work`` any more, an exception in the wait (a signal) included:
+    nothing still writes when the caller puts things back.
+
+    Each thread says it ended by an event of its own, not by ``Thread.join``: a join cut short
+    by a signal can take a running thread for ended (Python 3.11's handling of bpo-45274).
+    After a signal only the threads that had begun are waited for; the check that lets one
+    begin and the failure that stops the rest are made under one lock."""
+    failed: Dict[int, BaseException] = {}
+    lock = threading.Lock()
+    ended = [threading.Event() for _ in range(min(THREADS, count))]
+    begun: List[int] = []
+
+    def run(first: int) -> None:
+        try:
+            with lock:
+                if failed:
+                    return
+                begun.append(first)
+            for i in range(first, count, THREADS):
+                if failed:
+                    return
+                try:
+                    work(i)
+                except BaseException as exc:  # raised by the caller's thread, below
+                    failed[i] = exc
+                    return
+        finally:
+            ended[first].set()
+
+    cut: Optional[BaseException] = None
+    try:
+        for n in range(len(ended)):
+            threading.Thread(target=run, args=(n,), daemon=True).start()
+    except BaseException as exc:  # a signal while they start
+        cut = exc
+    while True:
+        try:
+            waiting = list(range(len(ended)))
+            if cut is not None:
+                with lock:
+                    failed.setdefault(-1, cut)
+                    waiting = list(begun)
+            for n in waiting:
+                ended[n].wait()
+            break
+        except BaseException as exc:  # a signal while they run: they begin nothing more
+            cut = cut or exc
+    if cut is not None:
+        raise cut
+    if failed:
+        raise failed[min(failed)]
+
+
 def sync_all(files: List[str], dirs: List[str]) -> None:
     """fsync ``files`` and ``dirs``, in a few threads so the file system commits them together;
     the first failure is raised."""
     paths = list(files) + list(dirs)
-    failed: List[Optional[OSError]] = [None] * len(paths)
-
-    def sync(first: int) -> None:  # every 8th path from ``first``
-        for i in range(first, len(paths), 8):
-            try:
-                fsync_dir(paths[i])
-            except OSError as exc:
-                failed[i] = exc
-
-    threads = [threading.Thread(target=sync, args=(n,)) for n in range(min(8, len(paths)))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    for exc in failed:
-        if exc is not None:
-            raise exc
+    in_threads(len(paths), lambda i: fsync_dir(paths[i]))
 
 
 class NotRegular(Exception):

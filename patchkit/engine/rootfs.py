@@ -53,7 +53,8 @@ class RootDirs:
             except FileNotFoundError:
                 if not create:
                     raise
-                os.mkdir(name, 0o755, dir_fd=parent)
+                with suppress(FileExistsError):  # made meanwhile (by a thread beside this one)
+                    os.mkdir(name, 0o755, dir_fd=parent)
                 fd = os.open(name, _DIR, dir_fd=parent)
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple, Type
 from ..errors import ConcurrentChange, PatchkitError, PermissionDenied
 from . import procs
 from .faults import fault
-from .fsops import fsync_dir, missing_dirs, read_bytes, read_fd, sync_all, temp_of, write_json
+from .fsops import fsync_dir, in_threads, missing_dirs, read_bytes, read_fd, sync_all, temp_of, write_json
 from .hunks import sha256_bytes
 from .paths import Roots
 from .records import (STATE_BEFORE, Intent, Journal, JournalFile, Key, State, backup_name,
@@ -302,21 +302,21 @@ def _copy(dest: str, data: bytes, made: Optional[Set[str]] = None) -> None:
 
 def _write_files(dirs: RootDirs, writes: List[Entry], rels: List[str]) -> None:
     """Each file through a temporary sibling and a rename, then all made durable; a replaced
-    file's old inode holding other bytes than read raises ``_Changed``."""
+    file's old inode holding other bytes than read raises ``_Changed``. The temporary files
+    are made first, several at once (:func:`_make_temps`); the renames follow one by one."""
+    _make_temps(dirs.roots, writes, rels)
     written: List[str] = []
     touched: Set[str] = set()
     for n, (w, rel) in enumerate(zip(writes, rels)):
-        fault("write")
         dirs.close()  # each file walks from its root again: a directory swapped meanwhile is seen
         try:
+            if w.current is None:  # a delete: no temporary file, its ``write`` point is here
+                fault("write")
+            fault("rename")
             if w.current is None:
-                fault("rename")
                 old = dirs.open_file(w.root, rel)
                 dirs.unlink(w.root, rel)
             else:
-                mode = w.mode if w.mode is not None else 0o644
-                dirs.write_temp(w.root, rel, w.current, mode, w.owner)
-                fault("rename")
                 if w.original is None:
                     old = None
                     if not _create(dirs, w.root, rel):
@@ -327,9 +327,7 @@ def _write_files(dirs: RootDirs, writes: List[Entry], rels: List[str]) -> None:
                     dirs.commit_temp(w.root, rel)
                 written.append(w.abs)
         except OSError as exc:
-            if exc.filename and os.path.isabs(str(exc.filename)):
-                raise
-            raise OSError(exc.errno, exc.strerror, w.abs) from None
+            raise _named(exc, w) from None
         touched.add(os.path.dirname(w.abs))
         if w.original is not None:
             now = None
@@ -341,6 +339,36 @@ def _write_files(dirs: RootDirs, writes: List[Entry], rels: List[str]) -> None:
             if now != w.original:
                 raise _Changed(n, now, replaced=True)
     sync_all(written, sorted(touched))
+
+
+def _make_temps(roots: Roots, writes: List[Entry], rels: List[str]) -> None:
+    """The temporary sibling of every file written, in a few threads: making a file is most of
+    a write's time on some file systems, and they overlap (docs/performance.md). Each thread
+    walks from the root for each file, as the renames do; a failure stops them all, and the
+    journal's restore removes every temporary file made."""
+    made = [n for n, w in enumerate(writes) if w.current is not None]
+
+    def make(i: int) -> None:
+        n = made[i]
+        w, own = writes[n], RootDirs(roots)
+        try:
+            fault("write")
+            assert w.current is not None
+            own.write_temp(w.root, rels[n], w.current, w.mode if w.mode is not None else 0o644,
+                           w.owner)
+        except OSError as exc:
+            raise _named(exc, w) from None
+        finally:
+            own.close()
+
+    in_threads(len(made), make)
+
+
+def _named(exc: OSError, w: Entry) -> OSError:
+    """``exc`` naming the target file, unless it names an absolute path already."""
+    if exc.filename and os.path.isabs(str(exc.filename)):
+        return exc
+    return OSError(exc.errno, exc.strerror, w.abs)
 
 
 def _create(dirs: RootDirs, root: str, rel: str) -> bool:

@@ -137,7 +137,7 @@ def test_crash_after_journal_restores_from_a_linked_backup(checkout: Path) -> No
     req = request("apply", {"sglang": checkout}, [f])
     proc = subprocess.run([sys.executable, "-c", "import sys, json; from patchkit.engine import run; "
                            "run(json.loads(sys.stdin.read()))"], input=json.dumps(req), text=True,
-                          env=dict(os.environ, PATCHKIT_FAULT="write:2"), capture_output=True)
+                          env=dict(os.environ, PATCHKIT_FAULT="rename:2"), capture_output=True)
     assert proc.returncode != 0
     journal = json.loads((checkout / ".patchkit/journal.json").read_text())
     assert "x * 7" in (checkout / MOD).read_text()  # the first file was replaced
