@@ -432,7 +432,9 @@ def test_a_reinstall_underneath_is_lost_not_drifted_and_apply_puts_the_fixes_bac
     assert f"lost: sglang {CATALOG_RELEASE} reinstalled" in str(lost.value)
     assert lost.value.details["lost"] == ["dsv4-bf16-index-k"]
     [checked] = lost.value.details["fixes"]
-    assert [c["kind"] for c in checked["verification"]] == ["drift"], checked
+    # a check of its own kind: "drift" and "files as patchkit wrote them" said an edit (a trial)
+    assert [(c["kind"], c["name"]) for c in checked["verification"]] == [
+        ("lost", "the fix's change in its files")], checked
     # its files as status says them: put back by the reinstall, not edited (a new-user trial)
     assert checked["drifted"] and {f["state"] for f in checked["drifted"]} == {"reinstalled"}, checked
 

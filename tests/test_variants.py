@@ -1127,8 +1127,12 @@ def test_verify_of_a_fix_lost_to_a_move_says_lost_and_advises_what_status_does(
     [fix] = error["details"]["fixes"]
     assert fix["outcome"] == "failed" and fix["detail"] == seen.detail, fix
     assert seen.detail.startswith(fix["lost"] + ". ") and "again" not in fix["lost"], fix
+    # its check is of its own kind: "drift", "files as patchkit wrote them" said a hand edit
+    assert [(c["kind"], c["name"]) for c in fix["verification"]] == [
+        ("lost", "the fix's change in its files")], fix
     code, out, err = cli(["--catalog", str(cat), "verify", "--target", str(tree)])
     assert code == 1 and "lost" in err and "drifted" not in err, out + err
+    assert "[drift]" not in err and "files as patchkit wrote them" not in err, err
     assert cli(["--catalog", str(cat), "status", "--exit-code", "--target", str(tree)])[0] == code
 
 

@@ -729,7 +729,8 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
             word = judged(req, store, ws, spec, recorded[spec.name], dict(lost[spec.name]),
                           releases)
             first = dict(first, detail="%s: %s" % (word["state"], word["detail"]))
-            if word["state"] == "lost":
+            if word["state"] == "lost":  # a check of its own kind: its files were not edited
+                first.update(kind="lost", name="the fix's change in its files")
                 gone[spec.name] = word
         elif (first is not None and not first["ok"] and recorded[spec.name].version != spec.version
               and unserved_detail(req, spec, releases) is None  # else apply would refuse it
@@ -764,7 +765,7 @@ def verify(req: Request, store: Store) -> List[Dict[str, Any]]:
         out = [needless.get(n) or done[n] for n in order if n in needless or n in done] + [
             o for o in out if o["name"] not in order]
     lost_names = sorted({f["fix"] for f in failures if f["fix"] in gone})
-    if failures and all(f["kind"] == "drift" for f in failures):
+    if failures and all(f["kind"] in ("drift", "lost") for f in failures):
         drifted_count = len(failures) - len(lost_names)
         if not drifted_count:
             raise FixLost("%d applied fix(es) lost: their files hold what a reinstall or another "
