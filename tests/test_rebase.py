@@ -219,8 +219,12 @@ def test_cli_rebase_table_json_and_exit_codes(world, monkeypatch) -> None:
     assert "offset" in res.stdout and "upstream" in res.stdout and "unchanged" in res.stdout
     written = sum(1 for row in res.stdout.splitlines() if "\tv1 -> " in row or "\tupstream\t" in row
                   or "\tunchanged\t" in row)  # the fixes it wrote (a new version or release)
-    assert (f"rebase done: {written} fix(es) written; review the catalog's diff and commit it"
-            in " ".join(res.stdout.split())), res.stdout  # it said "rebase done", whatever it wrote
+    said = " ".join(res.stdout.split())
+    assert (f"rebase done: {written} fix(es) written; review the catalog's diff and commit it "
+            "(`patchkit log` and `diff --versions` read each version from the catalog's git "
+            "history)") in said, res.stdout  # it said "rebase done", whatever it wrote
+    # why to commit, not "before the next rebase", which does not need it (a trial)
+    assert "before the next rebase" not in said
     res = runner.invoke(cli, ["--catalog", str(cat.root), "diff", "shift", "--versions", "1", "7"])
     assert isinstance(res.exception, UsageError) and "no version 7" in str(res.exception)
     res = runner.invoke(cli, ["--catalog", str(cat.root), "diff", "shift", "--versions", "1", "2",
@@ -489,6 +493,26 @@ def test_a_dependency_rebased_in_an_earlier_run_then_its_dependent(world) -> Non
         _git(tree, "apply", str(cat.patches_dir / name / f"0001-{name}.patch"))
     text = (tree / "python/sglang/merge.py").read_text()
     assert "line 8 upstream\n" in text and "line 10 fixed twice\n" in text
+
+
+def test_a_dependency_rebased_in_an_earlier_run_not_committed_yet_serves_its_dependent(world) -> None:
+    """The rebase said to commit its result "before the next rebase", which the next rebase
+    does not need (a trial): the dependency's version on the old base is read from the
+    catalog as it is. The same two runs as above, without the commit between them."""
+    cat, up = world
+    base = "".join(BODY)
+    _fix(cat.root, "child", "python/sglang/merge.py", base.replace("line 10\n", "line 10 fixed\n"),
+         base.replace("line 10\n", "line 10 fixed twice\n"))
+    _set(cat.root, "child", "depends_on = []", 'depends_on = ["merge"]')
+    _git(cat.root, "add", "-A")
+    _git(cat.root, "commit", "-qm", "child")
+    assert rebase.start(Catalog(cat.root), "0.2.0", ["merge"], upstream=up).done
+    report = rebase.start(Catalog(cat.root), "0.2.0", ["child"], upstream=up)
+    assert report.done and [(f.name, f.outcome) for f in report.fixes] == [("child", "rebased")]
+    tree = _checked_out(up, "v0.2.0", cat.root.parent / "check")
+    for name in ("merge", "child"):
+        _git(tree, "apply", str(cat.patches_dir / name / f"0001-{name}.patch"))
+    assert "line 10 fixed twice\n" in (tree / "python/sglang/merge.py").read_text()
 
 
 def test_a_dependency_without_a_version_on_the_fix_base_stops_that_fix(world) -> None:

@@ -212,8 +212,9 @@ def render_rebase(console: Any, report: Any, cmd: str = "patchkit rebase") -> No
 
         moved = [f.name for f in report.fixes if f.outcome in WRITTEN]
         line(console, [("rebase done", ""), ((
-            f": {len(moved)} fix(es) written; review the catalog's diff and commit it before "
-            "the next rebase") if moved else ": nothing to write (no fix moved)", "")])
+            f": {len(moved)} fix(es) written; review the catalog's diff and commit it "
+            "(`patchkit log` and `diff --versions` read each version from the catalog's git "
+            "history)") if moved else ": nothing to write (no fix moved)", "")])
 
 
 def render_rebase_in_progress(console: Any, report: Any, cmd: str = "patchkit rebase") -> None:
