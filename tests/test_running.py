@@ -497,3 +497,23 @@ def test_a_server_started_before_pip_installed_its_package_again_is_restart_pend
     server.stop()
     later = start(IMPORTER.replace("import sglang.srt.pool\n", ""), python=python)
     assert later.proc.pid not in pending(api.status(catalog, target))
+
+
+def test_the_processes_not_read_are_named_by_their_pids() -> None:
+    """The line said only a count ("1 process(es) ... were not looked at"), on every status
+    in a container whose PID 1 even root cannot read: which ones, up to five (a trial)."""
+    from types import SimpleNamespace
+
+    from patchkit.cli.render_status import running_lines
+    from patchkit.results import Running
+
+    def line(pids: list[int]) -> str:
+        run = Running.from_dict({"available": True, "processes": [], "stale_pyc": [],
+                                 "unreadable": [{"pid": p, "command": None} for p in pids]})
+        [row] = running_lines(SimpleNamespace(running=run))  # type: ignore[arg-type]
+        assert row[0] == "processes not read"
+        return row[1]
+
+    assert line([1]).startswith("1 process(es) (pid 1) whose /proc entries")
+    assert line([1, 20, 30, 40, 50, 60, 70]).startswith(
+        "7 process(es) (pid 1, 20, 30, 40, 50 and 2 more) whose /proc entries")

@@ -121,11 +121,17 @@ def running_lines(result: OpResult) -> List[List[str]]:
     rows += [["stale .pyc", str(s.get("pyc")), str(s.get("source")), str(s.get("why"))]
              for s in run.stale_pyc]
     if run.unreadable:
-        rows.append(["processes not read", f"{len(run.unreadable)} process(es) whose /proc entries "
-                     "this user cannot read were not looked at" + (
+        pids = [str(u.get("pid")) for u in run.unreadable]
+        named = ", ".join(pids[:SHOWN_PIDS]) + (
+            f" and {len(pids) - SHOWN_PIDS} more" if len(pids) > SHOWN_PIDS else "")
+        rows.append(["processes not read", f"{len(pids)} process(es) (pid {named}) whose /proc "
+                     "entries this user cannot read were not looked at" + (
                          " (run as their user or root)" if os.geteuid() != 0 else
                          " (hidden even from root: another PID namespace's or the kernel's)")])
     return rows
+
+
+SHOWN_PIDS = 5  # the processes not read named on the line (--json lists them all)
 
 
 def _changed(p: Any) -> str:
