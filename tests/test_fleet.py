@@ -674,6 +674,28 @@ def test_an_interrupt_while_engines_run_names_their_hosts_unknown_not_unchanged(
         _settled(fleet.node(name), done)
 
 
+def test_an_interrupt_names_a_host_whose_engine_never_started_not_reached_not_unknown(
+        fleet, tmp_path: Path) -> None:
+    """Every host of the wave without a result was `unknown`, one whose engine task Ansible
+    had not started yet included (more hosts than --forks): the run told the user to check a
+    host it never touched. With --forks 1, h2's engine is held mid-change and h3 waits its
+    turn when the stop comes: h2 is unknown, h3 not reached and as it was."""
+    release = tmp_path / "release"
+    inventory = _held_pythons(fleet, tmp_path, ["h2"], release)
+    before = snapshot(fleet.node("h3"))
+    code, out, err = _interrupted_rollout(
+        fleet, ["--waves", "1,100%", "--forks", "1"], ["h2"], release, signal.SIGTERM,
+        inventory=inventory)
+    assert code == 143, (out, err)
+    error = json.loads(out)["error"]
+    details, said = error["details"], error["message"]
+    assert details["unknown"] == ["h2"] and details["not_reached"] == ["h3"], details
+    assert "h3 was not reached: the engine never started there, as it was" in said, said
+    assert f"status --inventory {inventory} --limit h2" in said and "h2,h3" not in said, said
+    _settled(fleet.node("h2"), lambda s: "dsv4-bf16-sizing" in s)  # h2 completes, as said
+    assert snapshot(fleet.node("h3")) == before
+
+
 def test_an_upgrade_from_v1_to_v2_across_the_fleet(fleet, tmp_path: Path) -> None:
     catalog = tmp_path / "catalog"
     catalog.mkdir()

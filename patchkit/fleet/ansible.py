@@ -178,7 +178,8 @@ def run_playbook(plays: Sequence[Mapping[str, Any]], *, inventory: str, hosts: S
     except (KeyboardInterrupt, Stop) as stop:
         _stop(proc)
         raise _interrupted(getattr(stop, "signum", signal.SIGINT), _results(results_file),
-                           inventory, hosts, writes and not check) from None
+                           inventory, hosts, writes and not check,
+                           _results(results_file, STARTED)) from None
     run = PlayRun(returncode=proc.returncode, output="".join(lines),
                   results=_results(results_file))
     # 0 ok, 2 a host failed, 4 a host unreachable: per-host results; anything else is Ansible's
@@ -192,12 +193,18 @@ def run_playbook(plays: Sequence[Mapping[str, Any]], *, inventory: str, hosts: S
     return run
 
 
-def _results(path: Path) -> dict[str, list[TaskResult]]:
-    """Each host's task results the collection's callback wrote to ``path`` so far."""
+STARTED = "started"  # the callback's line for a task a host's worker is about to run
+
+
+def _results(path: Path, status: str | None = None) -> dict[str, list[TaskResult]]:
+    """Each host's task results the collection's callback wrote to ``path`` so far; with
+    ``status`` (:data:`STARTED`), its lines of that status instead."""
     out: dict[str, list[TaskResult]] = {}
     if path.exists():
         for raw in path.read_text(encoding="utf-8").splitlines():
             item = json.loads(raw)
+            if (item.get("status") == STARTED) != (status == STARTED):
+                continue
             out.setdefault(item["host"], []).append(TaskResult(
                 host=item["host"], task=item.get("task", ""), action=item.get("action", ""),
                 status=item.get("status", ""), changed=bool(item.get("changed")),
@@ -224,13 +231,15 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def _interrupted(signum: int, results: dict[str, list[TaskResult]], inventory: str,
-                 hosts: Sequence[str], writes: bool) -> Terminated:
+                 hosts: Sequence[str], writes: bool,
+                 started: dict[str, list[TaskResult]] | None = None) -> Terminated:
     """What an interrupt during a playbook left. A run that writes nothing (``writes`` false):
     the hosts as they were. Else, of ``hosts``: those whose engine task had changed them
     (complete, each its engine's transaction, but their --after-cmd/--health-cmd unfinished),
-    and those whose engine task gave no result: it may have been running there, and an
-    engine ignores the dropped connection and completes (docs/remote.md), so each is
-    ``unknown`` until a status reads it."""
+    those whose engine task started (``started``: the callback's lines) and gave no result:
+    it may have been running there, and an engine ignores the dropped connection and
+    completes (docs/remote.md), so each is ``unknown`` until a status reads it; and those
+    whose engine task never started, as they were (``not_reached``)."""
     name = signal.Signals(signum).name
     head = f"interrupted by {name} during the fleet run; ansible-playbook was stopped: "
     if not writes:
@@ -238,8 +247,12 @@ def _interrupted(signum: int, results: dict[str, list[TaskResult]], inventory: s
                           signal=name, signum=int(signum))
     changed = sorted(host for host, tasks in results.items()
                      if any(t.action == ENGINE_MODULE and t.changed for t in tasks))
-    unknown = [host for host in hosts
-               if not any(t.action == ENGINE_MODULE for t in results.get(host, ()))]
+    answered = [host for host in hosts
+                if any(t.action == ENGINE_MODULE for t in results.get(host, ()))]
+    begun = [host for host in hosts
+             if any(t.action == ENGINE_MODULE for t in (started or {}).get(host, ()))]
+    unknown = [host for host in hosts if host not in answered and (started is None or host in begun)]
+    not_reached = [host for host in hosts if host not in answered and host not in unknown]
     said = []
     if changed and all((t.patchkit or {}).get("op") == "undo" for host in changed
                        for t in results[host] if t.action == ENGINE_MODULE and t.changed):
@@ -258,10 +271,13 @@ def _interrupted(signum: int, results: dict[str, list[TaskResult]], inventory: s
                     f"no result back: the engine there goes on when its connection drops and "
                     f"completes, so each may have completed: run patchkit status --inventory "
                     f"{inventory} --limit {','.join(unknown)}")
+    if not_reached:
+        said.append(f"{', '.join(not_reached)} {'was' if len(not_reached) == 1 else 'were'} "
+                    "not reached: the engine never started there, as it was")
     message = (f"hosts of any earlier wave had finished; {'; '.join(said)}" if said else
                "every host of it had answered, and none was changed by it")
     return Terminated(head + message, signal=name, signum=int(signum), changed=changed,
-                      unknown=unknown)
+                      unknown=unknown, not_reached=not_reached)
 
 
 def undo_commands(changed: Mapping[str, Sequence[Mapping[str, Any]]], inventory: str) -> str:

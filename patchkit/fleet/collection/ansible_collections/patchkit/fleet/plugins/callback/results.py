@@ -1,5 +1,7 @@
 """Callback ``patchkit.fleet.results``: each task's result on each host as one JSON line in the
-file named by ``$PATCHKIT_FLEET_RESULTS`` (flushed at once, so a killed run leaves what it saw)."""
+file named by ``$PATCHKIT_FLEET_RESULTS`` (flushed at once, so a killed run leaves what it saw),
+and a ``started`` line for each task on each host before its worker starts: a host with no
+such line for a task never ran it."""
 
 from __future__ import annotations
 
@@ -45,8 +47,17 @@ class CallbackModule(CallbackBase):
         line = {"host": host.get_name(), "task": task.get_name(), "action": task.action,
                 "status": status}
         line.update({key: _plain(raw[key]) for key in KEPT if key in raw})
+        self._line(line)
+
+    def _line(self, line):
         self._out.write(json.dumps(line, default=str) + "\n")
         self._out.flush()
+
+    def v2_runner_on_start(self, host, task):
+        # sent by ansible-playbook's main process right before it starts the host's worker
+        if self._out is not None:
+            self._line({"host": host.get_name(), "task": task.get_name(), "action": task.action,
+                        "status": "started"})
 
     def v2_runner_on_ok(self, result):
         self._write(result, "ok")
