@@ -19,8 +19,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from .engine.contract import CHANGED
 from .engine.recordbase import Record, record_dataclass
-from .errors import (ChangeNotUndone, CheckFailed, PatchkitError, Stop, Terminated, UsageError,
-                     stopping_on_signals)
+from .errors import (ChangeNotUndone, CheckFailed, ConnectionLost, PatchkitError, Stop, Terminated,
+                     UsageError, stopping_on_signals)
 
 SGLANG = "sglang:"
 DEFAULT_HEALTH_TIMEOUT = 120.0
@@ -345,6 +345,21 @@ def _undo_interrupted(target: Any, changed: Sequence[str], doing: list[str],
             {"undo": "not-completed"})
 
 
+def _undo_cut(lost: ConnectionLost, failed: CommandRun, changed: Sequence[str],
+              ran: list[CommandRun]) -> PatchkitError:
+    """A remote undo whose session ended after its request reached the engine there: the
+    engine goes on when its connection drops, so the undo may well have completed. A signal
+    that closed the session is said as an interrupt of the undo (its state not known here);
+    a dropped connection as one (exit 14), the failed check first. Never "the change stands"."""
+    name = lost.details.get("signal")
+    if name:
+        return Terminated(lost.message, signal=name, signum=int(signal.Signals[name]))
+    return ConnectionLost(
+        f"{_failed(failed)}; the undo of {', '.join(changed)} reached the host, then the "
+        f"connection was lost, so whether it completed is not known here: {lost.message}",
+        **dict(lost.details, after=AfterChange(tuple(ran)).to_json(), undo="unknown"))
+
+
 @record_dataclass(frozen=True)
 class _Limits(Record):
     """What bounds the hooks of one change: the health check's time, the target's lock held
@@ -381,6 +396,8 @@ def _after_change(target: Any, changed: Sequence[str], after_cmd: str | None,
             undone = undo()
         except Terminated:  # a signal stopped the undo in the engine: said as an interrupt
             raise
+        except ConnectionLost as lost:  # the undo's request reached the host: it goes on there
+            raise _undo_cut(lost, failed, changed, ran) from lost
         except Exception as exc:  # the undo's own failure is said with the command's
             cause = exc.to_dict() if isinstance(exc, PatchkitError) else {
                 "type": type(exc).__name__, "message": str(exc)}

@@ -799,3 +799,36 @@ def test_a_signal_just_after_the_commit_point_says_the_change_is_complete_and_th
     else:
         assert "never ran" not in err and "hooks_not_run" not in details
     assert _status(where)["index-k-bytes"] == "applied"
+
+
+def test_a_signal_during_an_ssh_undo_of_a_failed_check_says_it_may_have_completed(
+        ssh: Ssh, tmp_path: Path) -> None:
+    """On an ssh:// target a signal after the undo's request reached the host closes the
+    session, and the engine there goes on and completes the undo. It was said as a failed
+    undo, exit 17, "the change stands": the change the host was taking out. Now: the exit of
+    the signal, and the message says whether the undo completed is not known here, and what
+    shows it."""
+    import sys
+    import time
+
+    roots = make_tree(tmp_path / "tree")
+    armed, inside = tmp_path / "armed", tmp_path / "in-undo"
+    python = _held_python(tmp_path, armed, inside)
+    where = ["--target", ssh.url(roots["sglang"]), "--root", f"serve={roots['serve']}",
+             "--python", str(python), *ssh.cli_args()]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "patchkit", "--catalog", str(SAMPLES / "catalog"), "apply",
+         "index-k-bytes", *where, "--json", "--health-cmd", f"touch {shlex.quote(str(armed))}; exit 1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    out, err = _signalled_when(proc, inside.exists, signal.SIGTERM)
+    assert proc.returncode == 143, out + err
+    assert "whether the undo completed is not known here" in err, err
+    assert "the change stands" not in err and "failed too" not in err, err
+    data = json.loads(out)
+    assert data["error"]["type"] == "Terminated" and data["error"]["details"]["undo"] == "unknown"
+    armed.unlink()  # the engine on the host goes on: the undo completes there
+    deadline = time.monotonic() + 60
+    plain = _where("remote", ssh, roots)
+    while _status(plain).get("index-k-bytes", "not-applied") != "not-applied":
+        assert time.monotonic() < deadline, _status(plain)
+        time.sleep(0.2)
