@@ -102,6 +102,15 @@ def test_many_files_are_summarized_and_listed_with_verbose(wide: Env, pk: Callab
     applied = pk("apply", "wide", *tgt(wide))
     assert "applied wide v1" in applied.out and "25 files changed" in applied.out
     assert (wide.sglang / "gen/w24.py").read_text() == "x = 24\ny = 1\nz = 2\n"
+    # rollback and undo said "(-v lists them)" and had no -v (a trial); undo said "+0 -0
+    # lines" of 25 files: it puts bytes back and draws no diff, so it counts no lines
+    for args in (("rollback", "wide"), ("undo",)):
+        summary = pk(*args, "--dry-run", *tgt(wide))
+        assert summary.code == 0 and "25 files changed (25 modified)" in summary.out, summary.err
+        assert "(-v lists them)" in summary.out and "+0 -0" not in summary.out, summary.out
+        listed = pk(*args, "--dry-run", "-v", *tgt(wide))
+        assert listed.code == 0, listed.err
+        assert all(f"sglang:gen/w{i:02d}.py" in listed.out for i in range(25)), listed.out
 
 
 def test_dry_run_diff_flag_writes_the_whole_diff_plainly(wide: Env, pk: Callable[..., Run]) -> None:

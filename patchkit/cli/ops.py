@@ -163,13 +163,23 @@ def undo_of(state: State, where: dict[str, Any], result: Any) -> Callable[[Any, 
     return undo
 
 
+VERBOSE = click.option("--verbose", "-v", is_flag=True,
+                       help="One row per file even when a fix changes many.")
+
+
+def _one_target_only(verbose: bool) -> None:
+    if verbose:
+        raise UsageError("--verbose shows one target's files; with --inventory, --dry-run --json "
+                         "gives each host's diff", option="--verbose")
+
+
 @command(
     "apply", FIXES, *TARGET_OPTIONS, *ROLLOUT_OPTIONS, *HOOK_OPTIONS,
     click.option("--dry-run", "-n", is_flag=True,
                  help="Check and show where each hunk lands (and the diff, when few files change); write nothing."),
     click.option("--diff", "show_diff", is_flag=True, default=None,
                  help="Show the full diff of every file (plain text unless stdout is a terminal)."),
-    click.option("--verbose", "-v", is_flag=True, help="One row per file even when a fix changes many."),
+    VERBOSE,
     click.option("--with-deps", is_flag=True, help="Also apply the fixes these depend on."),
     click.option("--allow-inactive", is_flag=True, help="Allow applying a dead or superseded fix."),
     *write_options(), FORCE_UPGRADE,
@@ -182,10 +192,10 @@ def apply(state: State, fixes: tuple[str, ...], dry_run: bool, show_diff: bool |
     fleet = fleet_options(where)
     found = hooked(state, fleet, names, use_restarts, health_timeout)
     if wants_fleet(fleet, where):
-        for flag, given in (("--diff", show_diff), ("--verbose", verbose)):
-            if given:
-                raise UsageError(f"{flag} shows one target's files; with --inventory, --dry-run "
-                                 "--json gives each host's diff", option=flag)
+        if show_diff:
+            raise UsageError("--diff shows one target's files; with --inventory, --dry-run --json "
+                             "gives each host's diff", option="--diff")
+        _one_target_only(verbose)
         return rollout(state, "apply", names, fleet, dry_run=dry_run, as_json=as_json,
                        with_deps=with_deps, allow_inactive=allow_inactive, commit=commit,
                        git=not no_git, force=force, lock_timeout=where["lock_timeout"])
@@ -202,14 +212,16 @@ def apply(state: State, fixes: tuple[str, ...], dry_run: bool, show_diff: bool |
     "rollback", FIXES, *TARGET_OPTIONS, *ROLLOUT_OPTIONS, *HOOK_OPTIONS,
     click.option("--dry-run", "-n", is_flag=True, help="Check and show what would be restored; write nothing."),
     click.option("--force", is_flag=True, help="Roll back even files changed since the fix was applied."),
+    VERBOSE,
 )
-def rollback(state: State, fixes: tuple[str, ...], dry_run: bool, force: bool, use_restarts: bool,
-             health_timeout: float, as_json: bool, **where: Any) -> int:
+def rollback(state: State, fixes: tuple[str, ...], dry_run: bool, force: bool, verbose: bool,
+             use_restarts: bool, health_timeout: float, as_json: bool, **where: Any) -> int:
     """Roll FIXES back on the target, all or nothing."""
     names = _names(fixes, "roll back")
     fleet = fleet_options(where)
     found = hooked(state, fleet, names, use_restarts, health_timeout)
     if wants_fleet(fleet, where):
+        _one_target_only(verbose)
         return rollout(state, "rollback", names, fleet, dry_run=dry_run, as_json=as_json,
                        force=force, lock_timeout=where["lock_timeout"])
     with holding(state, where, found, "rollback", dry_run) as hold:
@@ -220,14 +232,15 @@ def rollback(state: State, fixes: tuple[str, ...], dry_run: bool, force: bool, u
                         "record, the backups the target keeps. The restart it needs is in its "
                         "manifest: restart the server yourself" for b in result.broken)
         return after_change(state, where, result, found, undo_of(state, where, result),
-                            health_timeout, as_json, hold)
+                            health_timeout, as_json, hold, verbose=verbose)
 
 
 @command(
     "undo", *TARGET_OPTIONS, *WAVE_OPTIONS, *hook_commands(hidden=True),
     click.option("--dry-run", "-n", is_flag=True, help="Check and say what would be put back; write nothing."),
+    VERBOSE,
 )
-def undo(state: State, dry_run: bool, as_json: bool, **where: Any) -> int:
+def undo(state: State, dry_run: bool, verbose: bool, as_json: bool, **where: Any) -> int:
     """Put the target back exactly as it was before its last apply, sync or rollback.
 
     Every file, every record (an upgraded fix's old version, a lost fix's record, a rolled-back
@@ -239,13 +252,14 @@ def undo(state: State, dry_run: bool, as_json: bool, **where: Any) -> int:
     fleet = fleet_options(where)
     hooks.refuse_hooks_on_undo(after_cmd=fleet["after_cmd"], health_cmd=fleet["health_cmd"])
     if wants_fleet(fleet, where):
+        _one_target_only(verbose)
         return rollout(state, "undo", [], fleet, dry_run=dry_run, as_json=as_json,
                        lock_timeout=where["lock_timeout"])
     result = run_op(state, where, "checking the undo on" if dry_run else "undoing the last change on",
                     as_json, api.undo, None, dry_run=dry_run)
     # the server runs the undone code until restarted: the restarts its fixes name, said
     restarts, defined = restarts_said(state, changed_held(state, result))
-    return emit_result(result, as_json, None, restarts, restarts_defined=defined)
+    return emit_result(result, as_json, None, restarts, restarts_defined=defined, verbose=verbose)
 
 
 @command("verify", FIXES, *TARGET_OPTIONS, *INVENTORY_OPTIONS)

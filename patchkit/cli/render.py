@@ -224,6 +224,8 @@ def _files_summary(files: tuple[FileOutcome, ...]) -> str:
     kinds = ", ".join(f"{ops.count(op)} {label}" for op, label in (
         ("modify", "modified"), ("create", "created"), ("delete", "deleted")) if op in ops)
     noun = "file" if len(files) == 1 else "files"
+    if not any(f.diff for f in files):  # an undo's files: their bytes put back, no diff drawn
+        return f"{len(files)} {noun} changed ({kinds})"
     return f"{len(files)} {noun} changed ({kinds}), +{added} -{removed} lines"
 
 
