@@ -535,11 +535,9 @@ def test_set_upstream_writes_applied_after_the_tables_last_key(tmp_path: Path, r
     assert set_upstream(path, "0.5.24")
     assert path.read_text() == text.replace('status = "active"', 'status = "upstreamed"', 1).replace(
         '[upstream]  # where it came from\nbase_release = "0.5.21"\n',
-        '[upstream]  # where it came from\nbase_release = "0.5.21"\napplied = "0.5.24"\n'
-        'forwarding = "merged"\n', 1)  # it said none: not-forwarded, and upstream has it now
+        '[upstream]  # where it came from\nbase_release = "0.5.21"\napplied = "0.5.24"\n', 1)
     fix = load_manifest(path)
-    assert (fix.status, fix.upstream.applied, fix.upstream.forwarding) == ("upstreamed", "0.5.24",
-                                                                           "merged")
+    assert (fix.status, fix.upstream.applied) == ("upstreamed", "0.5.24")
     assert not set_upstream(path, "0.5.24")  # marked already: nothing written
 
 
