@@ -195,9 +195,7 @@ def test_a_fix_marked_upstream_says_since_which_release(tmp_path: Path) -> None:
     lin = lineage.build(Catalog(tmp_path), history=False)
     assert (lin.get("taken").upstream_since, lin.get("kept").upstream_since) == ("0.5.23", "")
     text = plain(lin)
-    # the mark says the change is merged: "not-forwarded" beside "in upstream" read as a
-    # contradiction (a trial)
-    assert "in upstream since 0.5.23 (based on 0.5.21, merged)\n" in text, text
+    assert "in upstream since 0.5.23 (based on 0.5.21, not-forwarded)\n" in text, text
     assert "upstream 0.5.21, not-forwarded\n" in text  # the fix not marked: as before
     data = json.loads(log_cli("--no-history", "--json", catalog=tmp_path).output)
     assert [f["upstream_since"] for f in data["fixes"]] == ["0.5.23", ""]

@@ -356,23 +356,15 @@ def _rework_variants(doc: Any, current: Fix, serves: list[str], keep_as: str | N
         doc.add("variants", aot)
 
 
-#: What ``[upstream] forwarding`` said before upstream took the change, that its mark makes
-#: ``merged``; ``rejected`` and ``not-applicable`` are the user's history and stay.
-TAKEN_FROM = ("not-forwarded", "proposed")
-
-
 def set_upstream(path: Path | str, release: str) -> bool:
     """Mark the fix upstream since ``release`` (``status = "upstreamed"``, ``[upstream]
-    applied``; ``forwarding`` ``merged`` where it said the change was not forwarded or only
-    proposed), its version and series unchanged: hosts on earlier releases keep the version
+    applied``), its version and series unchanged: hosts on earlier releases keep the version
     they run; False when it was marked so already (nothing written)."""
     ctx, doc, current = _open(Path(path))
     if current.status == "upstreamed" and current.upstream.applied == release:
         return False
     doc["status"] = "upstreamed"
     doc = _set_in_table(doc, "upstream", "applied", release)
-    if current.upstream.forwarding in TAKEN_FROM:
-        doc = _set_in_table(doc, "upstream", "forwarding", "merged")
     _save(ctx, doc, current)
     return True
 
