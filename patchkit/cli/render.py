@@ -496,7 +496,8 @@ def render_fix(console: Any, fix: Any, files: Mapping[str, list[str]]) -> None:
         ("Fix", f"{fix.name} v{fix.version}"),
         ("Status", fix.status),
         *([("Author", fix.author)] if fix.author else []),
-        ("Upstream", f"{fix.upstream.project} {fix.upstream.base_release} ({fix.upstream.forwarding})"),
+        ("Upstream", f"{fix.upstream.project}, based on {fix.upstream.base_release}; forwarding: "
+                     f"{fix.upstream.forwarding}"),
         # as export writes them (DEP-3): reference is where it was forwarded
         *((key, value) for key, value in (("Origin", fix.upstream.origin), ("Bug", fix.upstream.bug),
                                           ("Forwarded", fix.upstream.reference),

@@ -93,10 +93,11 @@ def _version_node(fix: Any, v: Any, history: bool) -> Node:
 
 
 def _fix_node(fix: Any, history: bool) -> Node:
-    upstream = f"upstream {fix.base_release}, {fix.forwarding}"
-    if fix.upstream_since:  # the mark, as status says it; the base alone reads as the release
-        upstream = (f"in upstream since {fix.upstream_since} (based on {fix.base_release}, "
-                    f"{fix.forwarding})")
+    # "upstream 0.5.23, not-forwarded" read as "upstream has it in 0.5.23"; and beside a mark,
+    # a bare "not-forwarded" (or "merged") read as a claim about how upstream got it (trials)
+    upstream = f"based on {fix.base_release}; forwarding: {fix.forwarding}"
+    if fix.upstream_since:  # the mark, as status says it
+        upstream = f"in upstream since {fix.upstream_since} ({upstream})"
     children: List[Node] = [([(fix.title, "italic")], []), ([(upstream, "dim")], [])]
     for attr, label in _LINK_LABELS:
         names = getattr(fix.links, attr)
