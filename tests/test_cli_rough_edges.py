@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -17,6 +18,8 @@ from patchkit.engine.fsops import write_json
 from patchkit.engine.store import write_failure
 from patchkit.errors import EXIT_PERMISSION, EXIT_USAGE
 from tests.test_remote import make_tree
+
+REPO = Path(__file__).resolve().parents[1]
 
 SAMPLES = Path(__file__).parent / "samples"
 SAMPLE_FIXES = ["index-k-bytes", "pool-guard"]  # what `list` shows of the sample catalog
@@ -206,6 +209,38 @@ def test_a_failed_write_names_the_file_not_its_temporary_sibling(tmp_path: Path,
     said = write_failure(exc.value, str(tmp_path))
     os_error = "Read-only file system (EROFS)" if os.geteuid() == 0 else "Permission denied (EACCES)"
     assert said.startswith(f"cannot write {state / 'state.json'}: {os_error}; "), said
+
+
+def test_a_journal_too_large_to_write_names_it_and_leaves_no_state_root(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A write of the journal that failed (``ulimit -f``: EFBIG, raised by the write to its
+    descriptor, which names no file) said "cannot write <the root>: ... make it writable", and
+    left ``.patchkit/`` with its ``.gitignore`` and the journal's temporary file on a target
+    that had none (a trial). Now the journal is named, with advice for that error, and the
+    state root goes, as the temporary file does."""
+    roots = make_tree(tmp_path / "tree")
+    code, out, err = run_limited(
+        ["--catalog", str(SAMPLES / "catalog"), "apply", "index-k-bytes", "--target",
+         roots["sglang"], "--root", f"serve={roots['serve']}", "--json"], file_size=300)
+    assert code == EXIT_PERMISSION, (out, err)
+    error = json.loads(out)["error"]
+    journal = str(Path(roots["sglang"], ".patchkit", "journal.json"))
+    assert error["details"] == {"path": journal, "errno": "EFBIG"}, error
+    assert f"cannot write {journal}: File too large (EFBIG); the file size limit" in err, err
+    assert "make it writable" not in err, err
+    assert not Path(roots["sglang"], ".patchkit").exists()
+
+
+def run_limited(args: list[str], *, file_size: int) -> tuple[int, str, str]:
+    """``patchkit ARGS`` in a process whose files may not grow past ``file_size`` bytes."""
+    import resource
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
+
+    done = subprocess.run([sys.executable, "-m", "patchkit", *args], capture_output=True,
+                          text=True, preexec_fn=limit, cwd=REPO)
+    return done.returncode, done.stdout, done.stderr
 
 
 @pytest.mark.parametrize("op, read_only_dir", [("undo", ".patchkit"),

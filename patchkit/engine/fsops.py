@@ -237,13 +237,20 @@ def write_json(path: str, data: Any, durable: bool = True) -> None:
     tmp = os.path.join(head, temp_of(tail))
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        fill_fd(fd, (json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n").encode(),
-                0o644, None)
-        if durable:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            fill_fd(fd, (json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n").encode(),
+                    0o644, None)
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as exc:  # the temporary file goes, and the error names the file, not a descriptor
+        with suppress(OSError):
+            os.unlink(tmp)
+        if exc.filename:
+            raise
+        raise OSError(exc.errno, exc.strerror, path) from None
     if durable:
         fsync_dir(os.path.dirname(path))
 

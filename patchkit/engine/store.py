@@ -437,4 +437,11 @@ def _write_remedy(exc: OSError) -> str:
         return "keep .patchkit/ on one file system (nothing mounted inside it), then run again"
     if exc.errno == errno.EACCES:
         return "give this user write permission there (or run as its owner), then run again"
+    if exc.errno == errno.EFBIG:
+        return ("the file size limit is under what it needs (ulimit -f; or the file system's "
+                "own): raise it, then run again")
+    if exc.errno in (errno.EMFILE, errno.ENFILE):
+        return "too many files open (ulimit -n): raise the limit, then run again"
+    if exc.errno == errno.EIO:
+        return "the disk reported an I/O error: check it (dmesg), then run again"
     return "make it writable, then run again"
