@@ -16,7 +16,7 @@ from typing import Any, Sequence
 from . import gitrepo
 from .capture import (CapturedFile, applied_owners, applied_record, applied_writers, as_before, capture,
                       capture_commits, diff_of, leave_applied, release_of)
-from .catalog import Catalog, edit, patchmail, series, writer
+from .catalog import Catalog, edit, is_source_tree, patchmail, series, writer
 from .catalog.manifest import AUTHOR_RE, name_problem
 from .catalog.model import Fix, PatchRef, Variant
 from .catalog.patchmail import PLACEHOLDER_AUTHOR, Header
@@ -33,6 +33,7 @@ class InitResult:
     root: Path
     files: tuple[Path, ...]
     commit: str | None  # the first commit, when patchkit made or found a git repository
+    repository: Path | None = None  # the work tree committed to: the catalog's own, or one it lies in
 
 
 CATALOG_CONFIG = """\
@@ -83,6 +84,13 @@ def init_catalog(path: Path | str, *, git: bool = True) -> InitResult:
     while not here.exists():  # a DIR to make inside a work tree belongs to that work tree too
         here = here.parent
     top = gitrepo.work_tree_top(here)
+    if git and top is not None and is_source_tree(top, None):
+        # the Quick start runs from a clone of patchkit: `patchkit init fixes` there committed
+        # the user's catalog to patchkit's own repository (a trial)
+        raise UsageError(f"{root} lies in patchkit's own source tree ({top}): a catalog made "
+                         "there would be committed to patchkit's git repository. Make it outside "
+                         "the clone (e.g. `patchkit init ~/sglang-fixes`), or pass --no-git",
+                         path=str(root), repository=str(top))
     if git:  # found before anything is written: a rerun once it is set works
         writer.check_identity(here, "make the catalog", "--no-git")
     root.mkdir(parents=True, exist_ok=True)
@@ -99,7 +107,7 @@ def init_catalog(path: Path | str, *, git: bool = True) -> InitResult:
         rel = [os.path.relpath(f, top) for f in files]
         commit = gitrepo.commit_paths(top, rel, "patchkit catalog: manifests/, patches/, "
                                     "patchkit.toml\n\nMade by `patchkit init`.\n")
-    return InitResult(root, tuple(files), commit)
+    return InitResult(root, tuple(files), commit, top if git else None)
 
 
 @dataclass(frozen=True)

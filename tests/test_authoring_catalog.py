@@ -121,6 +121,30 @@ def test_init_of_a_new_directory_inside_a_work_tree_commits_to_that_work_tree(
     assert git(outer, "log", "--format=%s").splitlines() == [
         "patchkit catalog: manifests/, patches/, patchkit.toml"]
     assert git(outer, "status", "--porcelain") == ""
+    # which repository it committed to, said (a trial could not tell it was not a new one)
+    assert f"to the git repository it lies in, {outer}" in flat(made.output), made.output
+
+
+def test_init_inside_patchkits_own_clone_is_refused_writing_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """From the clone the Quick start runs in, `patchkit init myfixes` committed the user's
+    catalog to patchkit's own repository (a trial). Refused, naming it and what to do;
+    --no-git makes it there all the same."""
+    clone = tmp_path / "patchkit"
+    clone.mkdir()
+    (clone / "pyproject.toml").write_text((REPO / "pyproject.toml").read_text())
+    git(clone, "init", "-q")
+    git(clone, "add", "-A")
+    git(clone, "-c", "user.name=A", "-c", "user.email=a@example.org", "commit", "-qm", "patchkit")
+    monkeypatch.chdir(clone)
+    refused = run("init", "myfixes")
+    assert refused.exit_code == EXIT_USAGE, refused.output
+    said = flat(refused.output)
+    assert f"lies in patchkit's own source tree ({clone})" in said and "--no-git" in said, said
+    assert not (clone / "myfixes").exists()
+    assert git(clone, "log", "--format=%s").splitlines() == ["patchkit"]
+    assert run("init", "--no-git", "myfixes").exit_code == 0
+    assert (clone / "myfixes" / "manifests").is_dir()
 
 
 def test_a_user_catalog_lists_its_fixes_beside_the_shipped_ones_and_wins_a_clash(

@@ -45,7 +45,7 @@ def _is_packaged(root: Path) -> bool:
         return False
 
 
-def _is_source_tree(root: Path, shipped: Path | None) -> bool:
+def is_source_tree(root: Path, shipped: Path | None) -> bool:
     """Whether ``root`` is a patchkit source tree: the one this patchkit runs from (a clone,
     an editable install), or a clone beside a regular install (its pyproject.toml maps the
     top-level manifests/ and patches/ into the package as the shipped catalog)."""
@@ -195,7 +195,7 @@ class Catalog:
         for candidate in (here.resolve(), *here.resolve().parents):
             if (candidate / "manifests").is_dir() and (candidate / "patches").is_dir():
                 found = cls.open(candidate)
-                if _is_source_tree(candidate, shipped):
+                if is_source_tree(candidate, shipped):
                     # a clone's own root (the README runs from there): its manifests/ and
                     # patches/ are the shipped catalog, read-only unless named explicitly
                     found.read_only, found.source_tree = True, True

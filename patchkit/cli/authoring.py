@@ -82,14 +82,18 @@ def init(state: State, directory: str, no_git: bool, as_json: bool) -> int:
     result = authoring.init_catalog(Path(directory), git=not no_git)
     if as_json:
         render.print_json({"root": str(result.root), "files": [str(f) for f in result.files],
-                           "commit": result.commit})
+                           "commit": result.commit,
+                           "repository": None if result.repository is None else str(result.repository)})
         return 0
     say = progress_sayer()
     say(f"made a catalog in {result.root}")
     for f in result.files:
         say(f"  {f}")
-    if result.commit:
-        say(f"  committed {result.commit[:12]}")
+    if result.commit and result.repository is not None:
+        own = result.repository.resolve() == result.root.resolve()
+        say(f"  committed {result.commit[:12]} to "
+            + ("its new git repository" if own else
+               f"the git repository it lies in, {result.repository}"))
     say("next: cd into it and capture a fix with `patchkit new NAME --from CHECKOUT` "
         "(docs/authoring.md)")
     return 0
