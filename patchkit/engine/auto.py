@@ -114,8 +114,9 @@ def presence_check(entry: Entry, op: str) -> Optional[Dict[str, Any]]:
     if entry.blocked:
         kind, label = ("file-absent", "%s can be created" % entry.where) if op == "create" else (
             "file-present", "%s exists" % entry.where)
-        return result(kind, label, False, "%s: %s; the fix %s a file there. Fix the path in the "
-                      "patch, or move what is in the way" % (entry.where, entry.blocked,
+        # the check's own name and place say the path already: the detail says what is in the way
+        return result(kind, label, False, "%s; the fix %s a file there. Fix the path in the "
+                      "patch, or move what is in the way" % (entry.blocked,
                                                              "creates" if op == "create" else "changes"),
                       entry.where)
     if op == "create":

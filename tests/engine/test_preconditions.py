@@ -141,6 +141,21 @@ def test_missing_target_file(checkout: Path) -> None:
     assert "sglang:%s does not exist" % MOD in result["error"]["message"]
 
 
+def test_a_file_where_a_new_files_directory_goes_is_said_once(checkout: Path) -> None:
+    """The line named the new file three times: as the check, its place, and its detail's
+    first words, before what is in the way (a trial)."""
+    (checkout / "python/sglang/srt/pkg").write_text("in the way\n")
+    git(checkout, "add", "-A")
+    git(checkout, "commit", "-qm", "a file named pkg")
+    new = "python/sglang/srt/pkg/__init__.py"
+    result = dry(checkout, [fix("a", [file_record(new, None, "X = 1\n")])])
+    message = result["error"]["message"]
+    line = next(ln for ln in message.splitlines() if "[file-absent]" in ln)
+    assert line.count("sglang:%s" % new) == 2, line  # the check's name and its place
+    assert ("sglang:python/sglang/srt/pkg is a file, not a directory; the fix creates a file "
+            "there") in line, line
+
+
 def test_uncommitted_change_in_a_touched_file_is_refused(checkout: Path) -> None:
     f = one_fix(checkout)
     with open(checkout / MOD, "a") as fh:
