@@ -592,6 +592,26 @@ def test_no_git_on_a_git_checkout_says_the_clean_check_was_not_run(
         api.apply(catalog, target, ["dsv4-bf16-sizing"], git=False, commit=True)
 
 
+def test_an_installed_package_inside_a_git_work_tree_is_proved_by_its_record_not_git(
+        catalog: Catalog, target: LocalTarget, venv: Path, site: Path) -> None:
+    """A virtualenv inside a project's repository (not ignored there): the apply was refused,
+    its files "untracked in the git work tree", with advice to commit site-packages files (a
+    trial). The wheel's RECORD is an installed package's proof: the git check is not run,
+    and says why."""
+    subprocess.run(["git", "init", "-q", str(venv)], check=True)
+    try:
+        result = api.apply(catalog, target, ["dsv4-bf16-index-k"])
+        assert [f.outcome for f in result.fixes] == ["applied"]
+        clean = [c for c in result.fixes[0].preconditions if c.kind == "git-clean"]
+        assert clean and all(c.ok and c.detail == "not checked: an installed package: its files "
+                             "are checked against its wheel's RECORD, not against the git work "
+                             "tree it lies in" for c in clean), clean
+        assert any(c.kind == "record-clean" and c.ok for c in result.fixes[0].preconditions)
+        assert api.rollback(catalog, target, ["dsv4-bf16-index-k"]).ok
+    finally:
+        shutil.rmtree(venv / ".git")
+
+
 # -- the same over SSH: RECORD is read by the engine on the host ------------------------------
 
 

@@ -54,13 +54,14 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
     left = _left_behind(store, ws, {n: r for n, r in lost_records.items() if n in {t.name for t in todo}})
     sources = _sources(req, todo, state.by_name())
     keys = [(root, path) for spec in todo for root, path, _op in touched(spec, sources)]
-    git_changes = auto.git_changes(keys, req.roots, req.git)
+    installs = record.installs(req.roots)  # installed roots: RECORD proves them pristine
+    git_changes = auto.git_changes(keys, req.roots, req.git, set(installs))
     for key in keys:
         ws.entry(*key)
     # an upgraded fix's files start from its backups, vouched for when it was applied: no
     # git-clean check of the bytes being replaced (with --force, drift being discarded)
     taken_out = {f.key for rec in (*upgrades.values(), *left.values()) for f in rec.files}
-    prepare = _Prepare(req, store, state, ws, sources, git_changes, taken_out)
+    prepare = _Prepare(req, store, state, ws, sources, git_changes, taken_out, installs)
     for name in lost:  # a lost fix required by another is not there: apply it again first
         prepare.recorded.pop(name, None)
     prepare.lost = lost
@@ -327,7 +328,8 @@ class _Prepare:
     computed on the workspace; every failed precondition is reported together."""
 
     def __init__(self, req: Request, store: Store, state: State, ws: Workspace,
-                 sources: Sources, git_changes: Dict[str, Any], vouched: Set[Key]) -> None:
+                 sources: Sources, git_changes: Dict[str, Any], vouched: Set[Key],
+                 installs: Dict[str, record.Installed]) -> None:
         self.req, self.store, self.ws, self.sources = req, store, ws, sources
         self.git_changes = git_changes
         self.state, self.recorded = state, state.by_name()
@@ -337,7 +339,7 @@ class _Prepare:
         self.done: Set[Key] = set(vouched)  # files with no git-clean check (prepared already)
         self.prepared: Set[str] = set()
         self.releases: Dict[str, Any] = {}
-        self.installs = record.installs(req.roots)  # installed roots: RECORD proves them pristine
+        self.installs = installs
         self.applied_on: Dict[str, List[str]] = {}  # each root's recorded fixes (what a reinstall loses)
         for applied in state.fixes:
             for root in dict.fromkeys(f.root for f in applied.files):

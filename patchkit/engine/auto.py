@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import AbstractSet, Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from ..errors import PermissionDenied
 from . import gitcli
@@ -164,18 +164,27 @@ def duplicate_check(entry: Entry, changes: List[Any]) -> Tuple[Optional[Dict[str
 NO_GIT = "--no-git given, git was not run, so nothing proves the file matches HEAD"
 
 
-def git_changes(keys: List[Tuple[str, str]], roots: Roots, git: bool = True
-                ) -> Dict[str, gitcli.Changes]:
+BY_RECORD = ("an installed package: its files are checked against its wheel's RECORD, not "
+             "against the git work tree it lies in")
+
+
+def git_changes(keys: List[Tuple[str, str]], roots: Roots, git: bool = True,
+                installed: AbstractSet[str] = frozenset()) -> Dict[str, gitcli.Changes]:
     """One ``git status`` per root, over every (root, path) of ``keys`` (the whole request);
-    without ``git`` none: a root in a work tree is then "not checked"."""
+    without ``git`` none: a root in a work tree is then "not checked". ``installed``: the
+    roots that are installed packages, whose RECORD is their proof, never a work tree around
+    them (a virtualenv inside a project's repository): "not checked" either."""
     by_root: Dict[str, Dict[str, None]] = {}
     for root, path in keys:
         by_root.setdefault(root, {})[roots.get(root).mapped(path)] = None
+    unasked = {name: BY_RECORD for name in by_root if name in installed}
     if not git:
-        return {name: gitcli.Changes(dot_git_top(roots.get(name).path) is not None,
-                                     error=NO_GIT) for name in by_root}
-    return {name: gitcli.changed_paths(roots.get(name).path, list(rels))
-            for name, rels in by_root.items()}
+        unasked = dict.fromkeys(by_root, NO_GIT)
+    out = {name: gitcli.Changes(dot_git_top(roots.get(name).path) is not None, error=why)
+           for name, why in unasked.items()}
+    out.update((name, gitcli.changed_paths(roots.get(name).path, list(rels)))
+               for name, rels in by_root.items() if name not in unasked)
+    return out
 
 
 def git_clean_checks(entries: List[Entry], roots: Roots, recorded: Dict[Tuple[str, str], Set[str]],
