@@ -324,7 +324,7 @@ def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] 
     for f in files:
         groups[0 if squash else owner.get(f.path, len(view.patches) - 1)].append(f)
     refs = view.patches[:1] if squash else view.patches
-    old_texts = {r: r.path.read_text(encoding="utf-8", errors="surrogateescape") for r in refs}
+    old_texts = {r: series.patch_text(r.path) for r in refs}
     texts, targets = _refreshed(view, refs, groups, old_texts)
     release = release_of(src) or view.upstream.base_release
     renamed = tuple((r.file, t.name) for r, t in targets.items() if t != r.path)
@@ -438,7 +438,7 @@ def _write_refresh(catalog: Catalog, fix: Fix, served: Variant | None, texts: di
                              if d not in taken))
         (fix.patch_dir / keep_as).mkdir(parents=True, exist_ok=True)
         files.update({fix.patch_dir / keep_as / r.file: (
-            r.path.read_text(encoding="utf-8", errors="surrogateescape"), r.root) for r in old})
+            series.patch_text(r.path), r.root) for r in old})
 
     def bump() -> None:
         if served is not None:

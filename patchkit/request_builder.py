@@ -260,8 +260,9 @@ def _named(catalog: Catalog, fix: Fix, name: str, key: str) -> Fix:
 def _commit_of(named: Fix) -> dict[str, Any]:
     """How the engine finds the commit holding ``named``'s series: the series itself (the
     engine hashes it with the commits' changes in one ``git patch-id``) and its files."""
-    series = "".join(ref.path.read_text(encoding="utf-8", errors="surrogateescape")
-                     for ref in named.patches)
+    from .catalog.series import patch_text  # here: only a revert fix's request reads a series
+
+    series = "".join(patch_text(ref.path) for ref in named.patches)
     paths = sorted({rec["path"] for rec in _series(named)[1]})
     return {"series": series, "fix_paths": paths}
 

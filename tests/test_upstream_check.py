@@ -299,3 +299,26 @@ def test_bad_input_exits_2_and_leaves_the_catalog(
     assert code == EXIT_USAGE, (out, err)
     assert said in err
     assert _snapshot(catalog_dir) == before and _head(catalog_dir) == head
+
+
+def test_a_fix_to_a_crlf_file_is_found_in_the_release_that_holds_it(
+        three_releases: UpstreamRepo, tmp_path: Path) -> None:
+    """0.5.23's change to a file with CRLF line ends, as a fix on 0.5.22, was "not contained"
+    in 0.5.23 while status found it present on a 0.5.23 tree (a trial): the series was read
+    with universal newlines, its hunks' CRs dropped, so they matched no line of the file.
+    Read as it is, its reversed hunks apply to 0.5.23."""
+    git_dir = Path(three_releases.git_dir)
+    path = "python/sglang/multimodal_gen/configs/sample/hunyuan_image3.py"
+    old, new = _blob(git_dir, "v0.5.22", path), _blob(git_dir, "v0.5.23", path)
+    assert b"\r\n" in new and old != new  # the real release's file, CRLF, changed in 0.5.23
+    cat = tmp_path / "catalog"
+    (cat / "patches" / "crlf").mkdir(parents=True)
+    (cat / "patches" / "crlf" / "0001-crlf.patch").write_bytes(
+        diff_files(old, new, path).encode("utf-8", "surrogateescape"))
+    text = new_manifest_text("crlf", "a CRLF file's change", "0.5.22", [("0001-crlf.patch", "sglang")],
+                             "0.5.23's change to a CRLF file.", date="2026-11-01")
+    (cat / "manifests").mkdir()
+    (cat / "manifests" / "crlf.toml").write_text(text)
+    verdict = contains(Catalog(cat), "crlf", "0.5.23", upstream=three_releases)
+    assert verdict.contained, verdict
+    assert not contains(Catalog(cat), "crlf", "0.5.22", upstream=three_releases).contained

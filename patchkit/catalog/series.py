@@ -112,6 +112,13 @@ def _read(path: Path, oserror: bool = False) -> bytes:
     return read_regular(path, "the patch")
 
 
+def patch_text(path: Path | str) -> str:
+    """A patch file's text, its line ends as they are: a CRLF file's hunks carry their CRs,
+    which ``Path.read_text`` (universal newlines) would drop, so they no longer matched the
+    file they change (``upstream check`` called a fix to a CRLF file not contained)."""
+    return _text(_read(Path(path)))
+
+
 def _fail(path: Path, line: int, message: str, todo: str) -> PatchFormatError:
     return PatchFormatError(f"{path}:{line}: {message}. {todo}", file=str(path), line=line)
 

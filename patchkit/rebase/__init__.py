@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .. import gitrepo
 from ..catalog import Catalog
+from ..catalog.series import patch_text
 from ..engine import hunks
 from ..errors import UsageError
 from ..upstream import UpstreamRepo, release_name
@@ -153,8 +154,7 @@ def continue_(catalog: Catalog, *, upstream: UpstreamRepo | None = None,
             f"--skip` and write the fix again on {state.onto}. Nothing was written; the rebase "
             "stays stopped", fix=stopped["name"], missing=kept)
     source = next(r.path for r in old.patches if r.file == file)  # a backport's: its variant's
-    stopped["done"][file] = series_text(source.read_text(
-        encoding="utf-8", errors="surrogateescape"), stopped["pre"], resumed)
+    stopped["done"][file] = series_text(patch_text(source), stopped["pre"], resumed)
     last = stopped["patches"][-1]
     if all(resumed.get(p) == stopped["pre"].get(p) for p in stopped["pre"]):
         # left as the release has it: the patch changes nothing there, it is upstream

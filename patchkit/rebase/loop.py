@@ -14,6 +14,7 @@ from ..catalog.writer import write_series
 from ..catalog import edit
 from ..catalog.manifest import load_manifest
 from ..catalog.model import Fix, Variant
+from ..catalog.series import patch_text
 from ..errors import ConflictError, PatchkitError
 from .classify import CLEAN, Decision, PatchReport, Series, Tree, apply_all, changes, \
     classify, decide, missing_on, patch_from_json, series_text
@@ -211,7 +212,7 @@ class Rebase:
                 keep_as = edit.variant_dir(fix, fix.upstream.base_release)
                 (fix.patch_dir / keep_as).mkdir(parents=True, exist_ok=True)
                 files.update({fix.patch_dir / keep_as / r.file: (
-                    r.path.read_text(encoding="utf-8", errors="surrogateescape"), r.root)
+                    patch_text(r.path), r.root)
                     for r in fix.patches})
             bump = lambda: edit.bump_manifest(  # noqa: E731
                 fix.manifest_path, version=fix.next_version, changelog_summary=report.detail,

@@ -10,6 +10,7 @@ from packaging.version import Version
 from .. import gitrepo
 from ..catalog import Catalog
 from ..catalog.model import Fix
+from ..catalog.series import patch_text
 from ..errors import ConflictError, PatchkitError
 from .classify import Series, Tree, apply_all, changes
 from .state import RebaseState
@@ -84,7 +85,7 @@ def queue_order(catalog: Catalog, names: Sequence[str]) -> list[Fix]:
 
 
 def read_series(fix: Fix) -> Series:
-    return [(r.file, r.path.read_text(encoding="utf-8", errors="surrogateescape")) for r in fix.patches]
+    return [(r.file, patch_text(r.path)) for r in fix.patches]
 
 
 class Sides:
