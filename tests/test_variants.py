@@ -1206,3 +1206,44 @@ def test_a_committed_fix_whose_commit_a_move_left_behind_is_lost_and_applied_aga
     assert again.outcome == "applied" and _git(tree, "rev-parse", "HEAD~1").strip() == head
     _git(tree, "reset", "-q", "--hard", "HEAD~1")
     assert states(catalog, local(tree))["local-edit"] == ("lost", 1)
+
+
+def test_a_release_put_over_a_checkout_uncommitted_says_commit_it_not_discard_the_files(
+        three_releases: UpstreamRepo, tmp_path: Path) -> None:
+    """0.5.23's files copied over a 0.5.22 checkout under an applied fix, not committed: status
+    called the changed files "edited since" (they differ from HEAD, the old release), and the
+    apply again refused them with "discard them with git checkout HEAD -- FILE", which puts
+    0.5.22's bytes into a 0.5.23 tree (a trial). Both now say the new release is not
+    committed and how to commit it."""
+    from patchkit.catalog.series import diff_files
+    from tests.test_remote import cli
+
+    rel = "python/sglang/srt/environ.py"
+    tree = checkout(three_releases, "0.5.22", tmp_path / "t")
+    assert _git(tree, "diff", "--stat", "v0.5.22", "v0.5.23", "--", rel)  # it differs
+    old = (tree / rel).read_bytes()
+    cat = tmp_path / "cat"
+    (cat / "patches" / "edit").mkdir(parents=True)
+    (cat / "patches" / "edit" / "0001-edit.patch").write_text(
+        diff_files(old, b"# a local edit\n" + old, rel))
+    (cat / "manifests").mkdir()
+    (cat / "manifests" / "edit.toml").write_text(new_manifest_text(
+        "edit", "a local edit", "0.5.22", [("0001-edit.patch", "sglang")], "why",
+        date="2026-11-01"))
+    catalog = Catalog.open(cat)
+    assert api.apply(catalog, local(tree), ["edit"]).fixes[0].outcome == "applied"
+    _git(tree, "restore", "--source", "v0.5.23", "--worktree", "--", "python")  # unpacked over
+
+    seen = {s.name: s for s in api.status(catalog, local(tree)).status}["edit"]
+    assert seen.state == "lost", seen
+    assert "put over the checkout and not committed" in seen.detail, seen.detail
+    assert "edited since" not in seen.detail, seen.detail
+    code, out, err = cli(["--catalog", str(cat), "apply", "edit", "--target", str(tree)])
+    assert code == 1, out + err
+    assert "another release's files were put over this checkout and not committed" in err, err
+    assert f"git -C {tree} add -A && git -C {tree} commit" in err, err
+    assert "checkout HEAD --" not in err, err
+    _git(tree, "add", "-A")  # as it says: the release committed, the move is git's
+    _git(tree, "-c", "user.name=A", "-c", "user.email=a@example.org", "commit", "-qm", "0.5.23")
+    seen = {s.name: s for s in api.status(catalog, local(tree)).status}["edit"]
+    assert seen.state == "lost" and "the checkout moved to another release" in seen.detail

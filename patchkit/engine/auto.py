@@ -182,9 +182,29 @@ def git_changes(keys: List[Tuple[str, str]], roots: Roots, git: bool = True,
         unasked = dict.fromkeys(by_root, NO_GIT)
     out = {name: gitcli.Changes(dot_git_top(roots.get(name).path) is not None, error=why)
            for name, why in unasked.items()}
-    out.update((name, gitcli.changed_paths(roots.get(name).path, list(rels)))
-               for name, rels in by_root.items() if name not in unasked)
+    for name, rels in by_root.items():
+        if name not in unasked:  # the version file too: a release unpacked over HEAD's
+            version = version_file(roots.get(name))
+            out[name] = gitcli.changed_paths(roots.get(name).path,
+                                             list(rels) + ([version] if version else []))
     return out
+
+
+def version_file(root: Root) -> str:
+    """The root-relative path of the version file its release is read from ("" when none)."""
+    from .variants import detect_release
+
+    return detect_release(root, git=False)[1]
+
+
+def uncommitted_release(changes: gitcli.Changes, root: Root) -> bool:
+    """Whether the root's version file differs from HEAD's: another release's files put over
+    the checkout (unpacked, copied) and not committed, so HEAD is the old release."""
+    version = version_file(root)
+    code = changes.changed.get(version) if version else None
+    # modified, staged or not: an untracked one is a tree git never held (a folder in another
+    # work tree), and its files' own advice holds
+    return code is not None and code != "??" and "M" in code
 
 
 def git_clean_checks(entries: List[Entry], roots: Roots, recorded: Dict[Tuple[str, str], Set[str]],
@@ -212,6 +232,16 @@ def git_clean_checks(entries: List[Entry], roots: Roots, recorded: Dict[Tuple[st
                       % e.where)
         elif ours:
             detail = "differs from HEAD only by a fix patchkit applied"
+        elif uncommitted_release(found, roots.get(e.root)):
+            # "discard them with git checkout HEAD -- FILE" would put the old release's bytes
+            # into the new release's tree (a trial)
+            root = roots.get(e.root).path
+            detail = ("%s differs from HEAD, and so does the release's version file (%s): "
+                      "another release's files were put over this checkout and not committed, "
+                      "so HEAD is the old release. Commit them (git -C %s add -A && git -C %s "
+                      "commit), then run again, or apply with --no-git"
+                      % (e.where, version_file(roots.get(e.root)), shlex.quote(root),
+                         shlex.quote(root)))
         else:
             detail = _dirty_advice(e.where, code, roots.get(e.root).path, rel)
         out.append(result("git-clean", "%s is clean" % e.where, code is None or ours, detail, e.where))

@@ -521,6 +521,8 @@ def moved_detail(ws: Workspace, rec: FixRecord, files: List[Dict[str, Any]],
     (or cannot be told)."""
     from . import gitcli
 
+    from .auto import uncommitted_release, version_file
+
     moved = _release_moved(ws.roots, rec, releases, git)
     if moved is None:
         return None
@@ -529,13 +531,24 @@ def moved_detail(ws: Workspace, rec: FixRecord, files: List[Dict[str, Any]],
     # a changed file of another root (a serve script) did not move with the release: drift
     edited: Set[Key] = {(f["root"], f["path"]) for f in changed if f["root"] != root}
     rels = [f["path"] for f in changed if f["root"] == root]
-    answer = gitcli.changed_paths(ws.roots.get(root).path, rels) if git and rels else None
+    the = ws.roots.get(root)
+    version = version_file(the)
+    answer = (gitcli.changed_paths(the.path, rels + ([version] if version else []))
+              if git and rels else None)
+    unpacked = False
     if answer is not None and answer.checkout and not answer.error:
-        edited.update((root, r) for r in rels if r in answer.changed)
+        # the version file unlike HEAD's: the new release was put over the checkout and not
+        # committed, so HEAD cannot tell an edit from the new release's bytes (a trial)
+        unpacked = uncommitted_release(answer, the)
+        if not unpacked:
+            edited.update((root, r) for r in rels if r in answer.changed)
     kept = "; %d file(s) edited since, kept as they are" % len(edited) if edited else ""
-    return ("sglang %s -> %s: the checkout moved to another release, whose bytes the files hold "
-            "(their backups are the old release's)%s; recorded v%s no longer present"
-            % (moved[0], moved[1], kept, rec.version),
+    how = ("another release's files were put over the checkout and not committed (HEAD is "
+           "still the old release's: commit them, git -C %s add -A && git -C %s commit, before "
+           "applying again), whose bytes the files hold" % (the.path, the.path) if unpacked
+           else "the checkout moved to another release, whose bytes the files hold")
+    return ("sglang %s -> %s: %s (their backups are the old release's)%s; recorded v%s no "
+            "longer present" % (moved[0], moved[1], how, kept, rec.version),
             {"root": root, "from": moved[0], "to": moved[1]}, edited)
 
 

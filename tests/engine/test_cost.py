@@ -90,7 +90,8 @@ def test_apply_of_two_fixes_runs_one_git_status_per_root(tmp_path: Path, checkou
     assert sorted(c[1] for c in status) == sorted(str(p) for p in roots.values())
     assert len(calls) == len(status) == 2  # nothing else: the release came from _version.py
     by_root = {c[1]: c[c.index("--") + 1:] for c in status}
-    assert sorted(by_root[str(checkout)]) == sorted([MOD, SCRIPT])
+    # with the version file: a release put over the checkout uncommitted gets its own advice
+    assert sorted(by_root[str(checkout)]) == sorted([MOD, SCRIPT, "python/sglang/_version.py"])
     assert by_root[str(roots["serve"])] == ["run.sh"]
     clean = [p for f in res["fixes"] for p in f["preconditions"] if p["kind"] == "git-clean"]
     assert [p["where"] for p in clean] == ["sglang:" + MOD, "serve:run.sh", "sglang:" + SCRIPT]
