@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Collection, Dict, List, Optional, Sequence, Set, Tuple
 
-from ..errors import DriftError, FixLost, NotApplied, TargetError, VerificationFailed, VersionMismatch
+from ..errors import (DriftError, FixLost, NotApplied, PatchkitError, TargetError,
+                      VerificationFailed, VersionMismatch)
 from . import procs, record
 from .contract import NOT_APPLIED, PARTLY_PRESENT, PRESENT_UNRECORDED, RECORDED
 from .paths import Roots
@@ -617,7 +618,36 @@ def drift_todo(fix: str, drifted: List[Dict[str, Any]], state: State, roots: Roo
     if drifted and all(f.get("recorded_mode") for f in drifted):
         return ("only the mode changed, the bytes are as patchkit wrote them: put it back (%s), "
                 "or %s" % (chmods(drifted[:SHOWN], roots), put_back(fix, state)))
+    if drifted and _taken_out(fix, drifted, state, roots):
+        # no edit to keep: "to keep the edits, make them a new version" misled (a trial)
+        after = " ".join([fix, *state.requiring(fix)])
+        return ("its files hold what they held before it (its change was taken out outside "
+                "patchkit: git stash, git checkout, a copy), so there is no edit to keep: "
+                "patchkit rollback --force %s forgets it, writing nothing new, then patchkit "
+                "apply %s applies it again" % (after, after))
     return put_back(fix, state)
+
+
+def _taken_out(fix: str, drifted: List[Dict[str, Any]], state: State, roots: Roots) -> bool:
+    """Whether every drifted file of ``fix`` holds its bytes from before the fix (absent for a
+    file the fix created), as its record names them."""
+    from .fsops import sha256_of
+
+    rec = state.by_name().get(fix)
+    if rec is None:
+        return False
+    before = {(f.root, f.path): f.before_sha256 for f in rec.files}
+    for f in drifted:
+        key = (f["root"], f["path"])
+        if key not in before or f.get("recorded_mode"):
+            return False
+        try:
+            now = sha256_of(roots.resolve(f["root"], f["path"]))
+        except (OSError, PatchkitError):
+            return False
+        if now != before[key]:
+            return False
+    return True
 
 
 def chmods(files: List[Dict[str, Any]], roots: Roots) -> str:

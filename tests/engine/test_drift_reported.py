@@ -86,3 +86,25 @@ def test_verify_with_drift_and_a_failed_check_reports_both(checkout: Path) -> No
     names = [c["name"] for c in res["error"]["details"]["failures"]]
     assert names == ["files as patchkit wrote them", "edit there"]
     assert "sglang:%s" % MOD in res["error"]["message"]
+
+
+def test_a_fix_whose_change_was_taken_out_outside_patchkit_is_not_told_to_keep_edits(
+        checkout: Path) -> None:
+    """`git stash` (or a checkout of the files) took the fix's change out: its files hold what
+    they held before it, and verify advised "to keep the edits, make them a new version of
+    the fix (refresh)", of edits there are none (a trial). It says so, and the way back,
+    which works."""
+    from .helpers import git
+
+    f = two_files(checkout)
+    assert go("apply", checkout, [f])["ok"]
+    git(checkout, "checkout", "--", MOD, SCRIPT)  # the release's own bytes again
+    res = go("verify", checkout, [f])
+    assert res["error"]["type"] == "DriftError", res["error"]
+    said = res["error"]["message"]
+    assert "its files hold what they held before it" in said, said
+    assert "refresh" not in said and "edits are lost" not in said, said
+    assert "patchkit rollback --force a forgets it, writing nothing new, then patchkit apply a" in said
+    assert go("rollback", checkout, [f], force=True)["ok"]
+    assert go("apply", checkout, [f])["fixes"][0]["outcome"] == "applied"
+    assert "x * 7" in (checkout / MOD).read_text()
