@@ -163,7 +163,8 @@ class Transaction:
 
     def write(self, purge: bool, remove_dirs: Optional[List[Tuple[str, str]]] = None) -> None:
         """The journal, then every file (a file another process wrote meanwhile stops it all:
-        ``ConcurrentChange``), then ``remove_dirs`` (root, dir) if empty, then bytecode."""
+        ``ConcurrentChange``), then ``remove_dirs`` (root, dir) if empty, then bytecode, then
+        (an apply) the directories its deletes left empty."""
         journal = self._journal()
         fault("journal")
         self.store.write_journal(journal)
@@ -185,7 +186,23 @@ class Transaction:
         if purge:
             purge_bytecode(self.dirs, [(f.root, f.rel or f.path) for f in self.journal.files],
                            self.python)
+        if self.op == "apply":
+            # as git apply: a directory its deletes emptied goes (a restore, a rollback or an
+            # undo makes it again for the files it puts back)
+            self.dirs.remove_empty_dirs(self._emptied())
         fault("verify")
+
+    def _emptied(self) -> List[Tuple[str, str]]:
+        """The (root, directory) above each file this transaction deletes, to its root: those
+        left empty are removed (an empty directory imports as a namespace package)."""
+        out: Set[Tuple[str, str]] = set()
+        for w, rel in zip(self.writes, self.rels):
+            if w.current is None and w.original is not None:
+                head = rel.rpartition("/")[0]
+                while head:
+                    out.add((w.root, head))
+                    head = head.rpartition("/")[0]
+        return sorted(out)
 
     def _journal(self) -> Journal:
         entries = []

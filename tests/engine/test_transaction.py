@@ -311,3 +311,34 @@ def test_an_apply_keeps_nothing_on_disk_outside_the_target(checkout: Path, tmp_p
     kept = [str(p.relative_to(tmp_path)) for base in (cache, xdg) if base.exists()
             for p in base.rglob("*") if p.is_file()]
     assert kept == []
+
+
+def test_a_directory_an_apply_empties_goes_and_a_rollback_makes_it_again(checkout: Path) -> None:
+    """A fix deleting every file of a directory left it there, empty (a trial, on 0.5.22 ->
+    0.5.23's drift), where git apply removes it: an empty directory under python/ imports as a
+    namespace package. The apply removes it, its __pycache__ with it; the rollback puts the
+    files back in it, and a crash recovery does too."""
+    sub = checkout / "python/sglang/srt/gone"
+    sub.mkdir()
+    (sub / "a.py").write_text("A = 1\n")
+    (sub / "b.py").write_text("B = 2\n")
+    git(checkout, "add", "-A")
+    git(checkout, "commit", "-qm", "a package to delete")
+    f = fix("a", [file_record("python/sglang/srt/gone/a.py", "A = 1\n", None),
+                  file_record("python/sglang/srt/gone/b.py", "B = 2\n", None)])
+    before = content_snapshot(checkout)
+    (sub / "__pycache__").mkdir()
+    (sub / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"stale")
+    assert go("apply", checkout, [f])["ok"]
+    assert not sub.exists()
+    assert (checkout / "python/sglang/srt").is_dir()  # only what the deletes emptied
+    assert go("rollback", checkout, [f])["ok"]
+    assert content_snapshot(checkout) == before
+    assert git(checkout, "status", "--porcelain") == ""
+    from .test_crash import killed_run  # killed after the directory went, before the commit
+
+    killed_run(request("apply", {"sglang": checkout}, [f]), "verify:1")
+    assert not sub.exists()
+    res = go("status", checkout, [f])
+    assert res["recovered"][0]["outcome"] == "rolled-back", res
+    assert content_snapshot(checkout) == before
