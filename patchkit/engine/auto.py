@@ -197,14 +197,15 @@ def version_file(root: Root) -> str:
     return detect_release(root, git=False)[1]
 
 
-def uncommitted_release(changes: gitcli.Changes, root: Root) -> bool:
-    """Whether the root's version file differs from HEAD's: another release's files put over
-    the checkout (unpacked, copied) and not committed, so HEAD is the old release."""
+def uncommitted_release(changes: gitcli.Changes, root: Root) -> str:
+    """The root's version file when it differs from HEAD's ("" when not): another release's
+    files put over the checkout (unpacked, copied) and not committed, so HEAD is the old
+    release."""
     version = version_file(root)
     code = changes.changed.get(version) if version else None
     # modified, staged or not: an untracked one is a tree git never held (a folder in another
     # work tree), and its files' own advice holds
-    return code is not None and code != "??" and "M" in code
+    return version if code is not None and code != "??" and "M" in code else ""
 
 
 def git_clean_checks(entries: List[Entry], roots: Roots, recorded: Dict[Tuple[str, str], Set[str]],
@@ -232,7 +233,7 @@ def git_clean_checks(entries: List[Entry], roots: Roots, recorded: Dict[Tuple[st
                       % e.where)
         elif ours:
             detail = "differs from HEAD only by a fix patchkit applied"
-        elif uncommitted_release(found, roots.get(e.root)):
+        elif (version := uncommitted_release(found, roots.get(e.root))):
             # "discard them with git checkout HEAD -- FILE" would put the old release's bytes
             # into the new release's tree (a trial)
             root = roots.get(e.root).path
@@ -240,8 +241,7 @@ def git_clean_checks(entries: List[Entry], roots: Roots, recorded: Dict[Tuple[st
                       "another release's files were put over this checkout and not committed, "
                       "so HEAD is the old release. Commit them (git -C %s add -A && git -C %s "
                       "commit), then run again, or apply with --no-git"
-                      % (e.where, version_file(roots.get(e.root)), shlex.quote(root),
-                         shlex.quote(root)))
+                      % (e.where, version, shlex.quote(root), shlex.quote(root)))
         else:
             detail = _dirty_advice(e.where, code, roots.get(e.root).path, rel)
         out.append(result("git-clean", "%s is clean" % e.where, code is None or ours, detail, e.where))

@@ -540,7 +540,7 @@ def moved_detail(ws: Workspace, rec: FixRecord, files: List[Dict[str, Any]],
     if answer is not None and answer.checkout and not answer.error:
         # the version file unlike HEAD's: the new release was put over the checkout and not
         # committed, so HEAD cannot tell an edit from the new release's bytes (a trial)
-        unpacked = uncommitted_release(answer, the)
+        unpacked = bool(uncommitted_release(answer, the))
         if not unpacked:
             edited.update((root, r) for r in rels if r in answer.changed)
     kept = "; %d file(s) edited since, kept as they are" % len(edited) if edited else ""
