@@ -832,3 +832,42 @@ def test_a_signal_during_an_ssh_undo_of_a_failed_check_says_it_may_have_complete
     while _status(plain).get("index-k-bytes", "not-applied") != "not-applied":
         assert time.monotonic() < deadline, _status(plain)
         time.sleep(0.2)
+
+
+def test_a_dropped_connection_during_an_ssh_undo_says_it_may_have_completed(
+        ssh: Ssh, tmp_path: Path) -> None:
+    """The connection of an ssh:// undo drops after its request reached the host (its ssh
+    client killed, as a network that goes away ends it): exit 14, the failed check said
+    first, and whether the undo completed is not known here, never "the change stands"
+    (exit 17). The engine there goes on and completes the undo."""
+    import sys
+    import time
+
+    roots = make_tree(tmp_path / "tree")
+    armed, inside = tmp_path / "armed", tmp_path / "in-undo"
+    python = _held_python(tmp_path, armed, inside)
+    where = ["--target", ssh.url(roots["sglang"]), "--root", f"serve={roots['serve']}",
+             "--python", str(python), *ssh.cli_args()]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "patchkit", "--catalog", str(SAMPLES / "catalog"), "apply",
+         "index-k-bytes", *where, "--json", "--health-cmd", f"touch {shlex.quote(str(armed))}; exit 1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    deadline = time.monotonic() + 60
+    while not inside.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert inside.exists(), proc.communicate(timeout=60)
+    os.kill(ssh.last_pid(), signal.SIGKILL)  # the undo's own ssh client: its connection ends
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 14, out + err
+    assert "--health-cmd failed (exit 1)" in err, err
+    assert "reached the host, then the connection was lost" in err, err
+    assert "whether it completed is not known here" in err, err
+    assert "the change stands" not in err and "failed too" not in err, err
+    data = json.loads(out)
+    assert data["error"]["type"] == "ConnectionLost" and data["error"]["details"]["undo"] == "unknown"
+    assert [r["what"] for r in data["error"]["details"]["after"]["ran"]] == ["health-cmd"]
+    armed.unlink()  # the engine on the host goes on: the undo completes there
+    plain = _where("remote", ssh, roots)
+    while _status(plain).get("index-k-bytes", "not-applied") != "not-applied":
+        assert time.monotonic() < deadline + 60, _status(plain)
+        time.sleep(0.2)
