@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.user_catalog import pk, tree_digest, user_catalog
+from tests.test_remote import ssh  # noqa: F401  (a fixture)
 
 LINES = [f"{c} = 1\n" for c in "abcdefghijklmn"]
 # a adds two lines after e; b, which depends on a, changes the second of them
@@ -142,25 +143,35 @@ def _new_version(catalog: Path, name: str, patch: str, version: int = 2) -> None
     manifest.write_text(manifest.read_text().replace("version = 1\n", f"version = {version}\n"))
 
 
-@pytest.mark.parametrize("depends", [True, False], ids=["depends-on", "stacked"])
+@pytest.mark.parametrize("depends,remote", [(True, False), (False, False), (True, True)],
+                         ids=["depends-on", "stacked", "depends-on-over-ssh"])
 def test_sync_upgrades_an_outdated_fix_under_a_current_one_and_puts_that_back(
-        tmp_path: Path, depends: bool) -> None:
+        tmp_path: Path, depends: bool, remote: bool, request: pytest.FixtureRequest) -> None:
     """a v1 and b v1 (b applied on top of a, same file) applied; the catalog then has a v2 and
     b still at v1. sync takes b out, upgrades a and puts b v1 back, one transaction: the file
     is what a fresh apply of a v2 and b v1 makes. Before, it refused ("fix b was applied after
     a and also changed app.py; roll the later fix back first"), as if b were not its to put
-    back (a new-user trial)."""
+    back (a new-user trial). Over ssh:// the same: the engine on the host takes b out and puts
+    it back from the request the client sent."""
     catalog = (stacked_catalog(tmp_path / "catalog") if depends
                else user_catalog(tmp_path / "catalog", {"a": (A, ""), "b": (B, "")}))
     tree = stacked_tree(tmp_path / "tree")
     pristine = stacked_tree(tmp_path / "pristine")
     cat, where = ["--catalog", str(catalog)], ["--root", f"tree={tree}"]
+    if remote:
+        ssh = request.getfixturevalue("ssh")
+        host_sglang = tmp_path / "sglang"  # the target's SGLang checkout, holding its state
+        (host_sglang / "python" / "sglang").mkdir(parents=True)
+        where = ["--target", ssh.url(str(host_sglang)), "--root", f"tree={tree}", *ssh.cli_args()]
+
+    def ours() -> dict[str, str]:  # the catalog's SGLang fixes are there too, for that root
+        return {k: v for k, v in _states(cat, where).items() if k in ("a", "b")}
     assert pk(*cat, "apply", "a", *where).returncode == 0
     assert pk(*cat, "apply", "b", *where).returncode == 0
     a2 = A + "@@ -12,3 +14,3 @@\n l = 1\n m = 1\n-n = 1\n+n = 2\n"  # a second hunk, far from b
     _new_version(catalog, "a", a2)
     assert pk(*cat, "apply", "a", "b", "--root", f"tree={pristine}").returncode == 0
-    assert _states(cat, where) == {"a": "outdated (v1 applied, v2 in the catalog)", "b": "applied"}
+    assert ours() == {"a": "outdated (v1 applied, v2 in the catalog)", "b": "applied"}
 
     dry = pk(*cat, "sync", "--dry-run", *where)
     assert dry.returncode == 0, dry.stdout + dry.stderr
@@ -172,7 +183,7 @@ def test_sync_upgrades_an_outdated_fix_under_a_current_one_and_puts_that_back(
     assert fixes["b"]["outcome"] == "applied" and fixes["b"]["version"] == 1, fixes
     assert "put back on a v2" in fixes["b"]["detail"], fixes["b"]
     assert (tree / "app.py").read_text() == (pristine / "app.py").read_text()
-    assert _states(cat, where) == {"a": "applied", "b": "applied"}
+    assert ours() == {"a": "applied", "b": "applied"}
     assert pk(*cat, "status", "--exit-code", *where).returncode == 0
     assert pk(*cat, "verify", *where).returncode == 0
     again = pk(*cat, "sync", *where)  # converged: nothing left to do
