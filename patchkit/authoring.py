@@ -361,7 +361,10 @@ def _breaks(catalog: Catalog, view: Fix, files: list[CapturedFile], owner: dict[
     """The fixes stacked on ``view`` in a file of the new version (their series, for
     ``release``, applies on the old version's result and not on the new one's): the judgement
     ``patchkit matrix`` makes of a dependent by a dry run, made here by the same placement
-    (zero fuzz) on the file alone, as the checkout holds it before the fix and after it."""
+    (zero fuzz) on the file alone, as the checkout holds it before the fix and after it. Each
+    fix is judged with the fixes it depends on (``depends_on``, through each other) applied
+    first, as a target holds them: a fix stacked on ``view`` through another one applies on
+    neither version's result alone."""
     from .catalog.series import series_records
     from .engine.hunks import FileChange, apply_change, decode
     from .errors import ConflictError, PatchkitError
@@ -378,32 +381,70 @@ def _breaks(catalog: Catalog, view: Fix, files: list[CapturedFile], owner: dict[
             text = apply_change(text, FileChange.from_dict(record, fix))[0]
         return text
 
+    served_records: dict[str, tuple[int, list[dict[str, Any]]] | None] = {}
+
+    def records_of(fix: Fix) -> tuple[int, list[dict[str, Any]]] | None:
+        """The version of ``fix`` serving ``release`` and its hunks on the files' roots (None:
+        no version for the release, or its series unreadable)."""
+        if fix.name not in served_records:
+            served = fix.variant_for(release)
+            mine = [] if served is None else [(r.path, r.root) for r in served.patches
+                                              if r.root in roots.values()]
+            try:
+                served_records[fix.name] = None if served is None else (
+                    served.version, series_records(mine)[1] if mine else [])
+            except (OSError, PatchkitError):
+                served_records[fix.name] = None
+        return served_records[fix.name]
+
+    try:  # under the new version as under the old: what the checkout held before it
+        beneath = {f.name for f in catalog.dependency_order([view.name], with_deps=True)}
+    except PatchkitError:
+        beneath = {view.name}
+
+    def under(fix: Fix) -> list[Fix] | None:
+        """The fixes ``fix`` depends on (however deep) but ``view`` and those under it, each
+        after its own dependencies (None: a dependency is missing or in a cycle)."""
+        try:
+            order = catalog.dependency_order([fix.name], with_deps=True)
+        except PatchkitError:
+            return None
+        return [d for d in order if d.name != fix.name and d.name not in beneath]
+
+    def on(f: CapturedFile, recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [r for r in recs if r["path"] == f.path and r["root"] == roots[f.path]]
+
     found: list[tuple[str, int, str]] = []
     for other in catalog.all():
         if other.name == view.name or other.is_inactive:
             continue
-        served = other.variant_for(release)
-        if served is None:  # no version of it for this release: nothing of it to break here
+        mine, deps = records_of(other), under(other)
+        if mine is None or deps is None:  # no version of it for this release: nothing to break
             continue
-        mine = [(r.path, r.root) for r in served.patches if r.root in roots.values()]
-        try:
-            records = series_records(mine)[1] if mine else []
-        except (OSError, PatchkitError):
-            continue
+        version, records = mine
         for f in files:
-            theirs = [r for r in records if r["path"] == f.path and r["root"] == roots[f.path]]
+            theirs = on(f, records)
             if not theirs or f.before is None and f.after is None:
                 continue
+            below = [(d.name, on(f, (records_of(d) or (0, []))[1])) for d in deps]
             try:
                 old = result(None if f.before is None else decode(f.before),
                              [r for r in old_records if r["path"] == f.path], view.name)
+                for name, recs in below:
+                    old = result(old, recs, name)
                 result(old, theirs, other.name)  # applied on the old version: stacked on it
             except PatchkitError:  # a conflict too: not stacked on the old version
                 continue
             try:
-                result(None if f.after is None else decode(f.after), theirs, other.name)
+                new = None if f.after is None else decode(f.after)
+                for name, recs in below:
+                    new = result(new, recs, name)
+            except ConflictError:  # a fix it depends on breaks: that one is said
+                continue
+            try:
+                result(new, theirs, other.name)
             except ConflictError:
-                found.append((other.name, served.version, f.path))
+                found.append((other.name, version, f.path))
     return tuple(found)
 
 

@@ -160,3 +160,38 @@ def test_a_refresh_that_breaks_a_fix_stacked_on_it_warns_naming_that_fix(tmp_pat
     assert as_json.returncode == 0, as_json.stdout + as_json.stderr
     warnings = json.loads(as_json.stdout)["warnings"]
     assert any("b v1" in w and "app.py" in w and "patchkit refresh b" in w for w in warnings), warnings
+
+
+def test_a_refresh_judges_a_fix_stacked_on_it_through_another_on_that_one_as_well(
+        tmp_path: Path) -> None:
+    """c depends on b, b on a, all three on one file: c's context holds a line b adds, so c
+    applies only on a and b together. a's new version rewrites a line of c's context that b's
+    leaves alone. refresh judged each fix on a's result alone, where c never applied, so it said
+    nothing, and a sync of a v2 under them conflicted on c. Now each fix is judged on a's
+    result with the fixes it depends on applied first, as a target holds them."""
+    b = "--- a/app.py\n+++ b/app.py\n@@ -11,2 +11,3 @@\n k = 1\n+z = 0\n l = 1\n"
+    c = "--- a/app.py\n+++ b/app.py\n@@ -12,4 +12,4 @@\n z = 0\n l = 1\n m = 1\n-n = 1\n+n = 2\n"
+    catalog = user_catalog(tmp_path / "catalog", {"a": (_patch(7, "h = 2"), ""), "b": (b, ""),
+                                                   "c": (c, "")})
+    for name, on in (("b", "a"), ("c", "b")):
+        manifest = catalog / "manifests" / f"{name}.toml"
+        manifest.write_text(manifest.read_text().replace(
+            f'rationale = "{name}"\n', f'rationale = "{name}"\ndepends_on = ["{on}"]\n'))
+    tree = _tree(tmp_path / "tree")
+    cat = ["--catalog", str(catalog)]
+    assert pk(*cat, "apply", "a", "b", "c", "--root", f"tree={_tree(tmp_path / 'all')}").returncode == 0
+    assert pk(*cat, "apply", "a", "--root", f"tree={tree}").returncode == 0
+    app = tree / "app.py"
+    app.write_text(app.read_text().replace("i = 1\n", "i = 2\n"))  # in no context of b or c
+    quiet = pk(*cat, "refresh", "a", "--from", str(tree), "--json", "--dry-run")
+    assert quiet.returncode == 0, quiet.stdout + quiet.stderr
+    assert json.loads(quiet.stdout)["warnings"] == [], quiet.stdout
+
+    app.write_text(app.read_text().replace("m = 1\n", "m = 9\n"))  # c's context, not b's
+    done = pk(*cat, "refresh", "a", "--from", str(tree), "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    warnings = json.loads(done.stdout)["warnings"]
+    assert any("c v1 no longer applies on a v2" in w and "app.py" in w for w in warnings), warnings
+    assert not any("b v1" in w for w in warnings), warnings  # b applies on a v2 as before
+    synced = pk(*cat, "sync", "--root", f"tree={tmp_path / 'all'}")  # what the warning foretold
+    assert synced.returncode == 3 and "fix c" in synced.stdout + synced.stderr, synced.stderr
