@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # gitcommit is imported only by the applies that use it
 
 def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
     read = store.read_state()  # as it is: what an undo puts back (lost records included)
-    state, lost, lost_records = _drop_lost(req, read)
+    state, lost, lost_records, owned = _drop_lost(req, read)
     state, taken = _drop_taken(req, state)
     outcomes: Dict[str, Dict[str, Any]] = {}
     todo, upgrades = _sort_out(req, state, lost, lost_records, outcomes)
@@ -50,8 +50,9 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
                          % ", ".join(s.name for s in todo if s.revert))
     check_file_modes(todo)  # dependencies are looked for, never written
     ws = Workspace(req.roots)
-    held = _take_out(req, store, state, ws, upgrades) if upgrades else {}
-    left = _left_behind(store, ws, {n: r for n, r in lost_records.items() if n in {t.name for t in todo}})
+    held = _take_out(req, store, state, ws, upgrades, owned) if upgrades else {}
+    left = _left_behind(store, ws, {n: r for n, r in lost_records.items() if n in {t.name for t in todo}},
+                        owned)
     sources = _sources(req, todo, state.by_name())
     keys = [(root, path) for spec in todo for root, path, _op in touched(spec, sources)]
     installs = record.installs(req.roots)  # installed roots: RECORD proves them pristine
@@ -241,20 +242,25 @@ def _sync_skips(req: Request, store: Store, state: State, todo: List[FixSpec],
     return keep
 
 
-def _drop_lost(req: Request, state: State) -> Tuple[State, Dict[str, str], Dict[str, FixRecord]]:
+def _drop_lost(req: Request, state: State
+               ) -> Tuple[State, Dict[str, str], Dict[str, FixRecord], Dict[str, Set[Key]]]:
     """The state without the records of requested fixes that are ``lost`` (their installed
     package was reinstalled, or their checkout moved to another release, underneath them:
     status shows why), each to be applied fresh onto the new files, its record replaced when
-    that apply commits; why each lost fix (of the request or not) is lost; and the records
-    dropped."""
-    from .observe import lost_fixes
+    that apply commits; why each lost fix (of the request or not) is lost; the records
+    dropped; and, of each fix the tree moved under, its files the new release holds as the
+    fix wrote them (``observe.release_owned``): never taken out to the old release's bytes."""
+    from .observe import moved_under
 
-    lost = {name: seen["lost"] for name, seen in lost_fixes(req.roots, state, git=req.git).items()}
+    moved = moved_under(req.roots, state, git=req.git)
+    owned = {name: {(r, p) for r, p in seen.get("release_files") or ()}
+             for name, seen in moved.items()}
+    lost = {name: seen["lost"] for name, seen in moved.items() if seen["state"] == "lost"}
     if not lost:
-        return state, lost, {}
+        return state, lost, {}, owned
     names = {s.name for s in req.fixes}
     dropped = {f.name: f for f in state.fixes if f.name in names and f.name in lost}
-    return state.without(dropped), lost, dropped
+    return state.without(dropped), lost, dropped, owned
 
 
 def _drop_taken(req: Request, state: State) -> Tuple[State, Dict[str, FixRecord]]:
@@ -270,15 +276,17 @@ def _drop_taken(req: Request, state: State) -> Tuple[State, Dict[str, FixRecord]
     return (state.without(taken), taken) if taken else (state, {})
 
 
-def _left_behind(store: Store, ws: Workspace, dropped: Dict[str, FixRecord]
-                 ) -> Dict[str, FixRecord]:
+def _left_behind(store: Store, ws: Workspace, dropped: Dict[str, FixRecord],
+                 owned: Dict[str, Set[Key]]) -> Dict[str, FixRecord]:
     """Of each lost fix applied again, its files the reinstall left as the fix wrote them (a
     file it created: pip removes only what RECORD lists), taken back out in memory like an
     upgrade's, so the fresh apply writes them again instead of refusing a file that exists;
-    returned as records restricted to those files."""
+    returned as records restricted to those files. A file the new release holds as the fix
+    wrote it (``owned``) is the release's: it stays."""
     left = {}
     for name, rec in dropped.items():
-        kept = [f for f in rec.files if ws.sha256(*f.key) == f.after_sha256]
+        kept = [f for f in rec.files if ws.sha256(*f.key) == f.after_sha256
+                and f.key not in owned.get(name, set())]
         if kept:
             left[name] = rec.restricted(kept)
             restore_in_memory(store, ws, left[name])
@@ -286,11 +294,13 @@ def _left_behind(store: Store, ws: Workspace, dropped: Dict[str, FixRecord]
 
 
 def _take_out(req: Request, store: Store, state: State, ws: Workspace,
-              upgrades: Dict[str, FixRecord]) -> Dict[str, str]:
+              upgrades: Dict[str, FixRecord], owned: Dict[str, Set[Key]]) -> Dict[str, str]:
     """Roll each upgraded fix's applied version back in memory, so one transaction swaps the
     two versions; refused when a later fix, not upgraded with it, changed the same files, or
     when its files drifted (unless ``force``) other than into the new version's result: the
-    fixes whose files hold that already are returned, with what their outcome says."""
+    fixes whose files hold that already are returned, with what their outcome says. A file
+    the release the tree moved to holds as the old version wrote it (``owned``) is not taken
+    out: its backup is the old release's bytes, and the new version applies onto it."""
     refuse_later_writers(state, list(upgrades), "upgrade", "roll the later fix back first "
                          "(patchkit rollback %s), then apply again; or name it in this apply "
                          "too (patchkit sync names every fix): it is then taken out and put "
@@ -308,7 +318,9 @@ def _take_out(req: Request, store: Store, state: State, ws: Workspace,
                 "%s (fix %s v%s): sha256 now %s, recorded %s"
                 % (ws.entry(*key).where, name, upgrades[name].version, have, f.after_sha256))
     for rec in reversed(stack):
-        restore_in_memory(store, ws, rec)
+        mine = owned.get(rec.name, set())
+        restore_in_memory(store, ws, rec.restricted([f for f in rec.files if f.key not in mine])
+                          if mine else rec)
     specs = {s.name: s for s in req.fixes}
     held = {name: "the files held v%d's change already (edited by hand, or refreshed from "
             "here): recorded as v%d, nothing written over" % (specs[name].version, specs[name].version)

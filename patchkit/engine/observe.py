@@ -86,6 +86,10 @@ def judged(req: Request, store: Store, ws: Workspace, spec: FixSpec, rec: FixRec
     if spec.not_needed and entry["state"] in ("applied", "lost"):  # the release took it
         entry.update(state="not-needed", detail=held_upstream(
             spec, rec, lost=entry.get("lost") or ""))
+    elif entry.get("held"):  # the release looks to have taken it: the catalog does not say
+        entry["detail"] = held_detail(spec, rec, entry["held"])
+        if rec.version != spec.version and unserved is None:
+            entry["state"] = "outdated"
     elif unserved is not None:
         _say_unserved(entry, rec, spec, unserved)
     elif entry["state"] == "applied" and rec.version != spec.version:
@@ -386,11 +390,21 @@ def _recorded(ws: Workspace, rec: FixRecord, last: Dict[Key, Tuple[str, FileReco
             entry["commits_gone"] = unheld[1]
             todo = ("Apply it again onto the files HEAD has (patchkit sync, or patchkit apply "
                     "--commit %s for a commit again)" % rec.name)
+    if not drifted and releases is not None:
+        held = release_holds(ws, rec, out, releases, git, installs or {})
+        if held is not None:
+            entry.update(held=held, release_files=sorted(
+                [f["root"], f["path"]] for f in out if f["root"] == held["root"]))
     if lost:  # ``lost``: why, which an apply that applies it again reports (not what to do)
         entry.update(state="lost", detail="%s. %s" % (lost, todo), lost=lost)
         for seen in out:
             if seen["state"] != "ok" and (seen["root"], seen["path"]) not in edited:
                 seen["state"] = label
+        under = ({entry["moved"]["root"]} if "moved" in entry else
+                 {c["root"] for c in entry.get("commits_gone") or ()} or set(installs or {}))
+        owned = release_owned(ws, out, under, installs or {}, git)
+        if owned:
+            entry["release_files"] = sorted([r, p] for r, p in owned)
     elif drifted:
         gone = {(f["root"], f["path"]) for f in out if f["state"] == "missing"}
         elsewhere = root_elsewhere(ws.roots, rec, gone)
@@ -421,9 +435,17 @@ def root_elsewhere(roots: Roots, rec: FixRecord, missing: Set[Key]) -> Optional[
 def lost_fixes(roots: Roots, state: State, ws: Optional[Workspace] = None, git: bool = True
                ) -> Dict[str, Dict[str, Any]]:
     """Each recorded fix that is ``lost``, as ``status`` shows it (files ``reinstalled`` or
-    ``replaced``). Only a fix that could be is read: on an installed package, recorded for
-    releases the tree no longer runs, or applied with ``--commit`` (whose commit git is asked
-    about only when its files changed: :func:`unheld_detail`)."""
+    ``replaced``)."""
+    return {n: s for n, s in moved_under(roots, state, ws, git).items() if s["state"] == "lost"}
+
+
+def moved_under(roots: Roots, state: State, ws: Optional[Workspace] = None, git: bool = True
+                ) -> Dict[str, Dict[str, Any]]:
+    """``status``'s entry of each recorded fix the tree may have moved under: ``lost``, or
+    ``held`` by the release it moved to (:func:`release_holds`). Only a fix that could be is
+    read: on an installed package, recorded for releases the tree no longer runs, or applied
+    with ``--commit`` (whose commit git is asked about only when its files changed:
+    :func:`unheld_detail`)."""
     installs = record.installs(roots)
     releases: Dict[str, Any] = {}
     maybe = [rec for rec in state.fixes if not rec.lacking(roots)  # a root not given: not looked at
@@ -433,7 +455,63 @@ def lost_fixes(roots: Roots, state: State, ws: Optional[Workspace] = None, git: 
         return {}
     ws, last = ws or Workspace(roots), state.last_writers()
     seen = (_recorded(ws, rec, last, installs, releases, git) for rec in maybe)
-    return {s["name"]: s for s in seen if s["state"] == "lost"}
+    return {s["name"]: s for s in seen if s["state"] == "lost" or s.get("held")}
+
+
+def release_holds(ws: Workspace, rec: FixRecord, files: List[Dict[str, Any]],
+                  releases: Dict[str, Any], git: bool, installs: Dict[str, record.Installed]
+                  ) -> Optional[Dict[str, str]]:
+    """``{root, from, to}`` when an intact fix's root runs a release its applied version was
+    not for, and every file of it there is that release's own (:func:`release_owned`) while
+    holding what the fix wrote: the release the tree moved to holds the fix's change, and the
+    fix's backups are the old release's bytes, which a rollback would put into it. None
+    otherwise (or when it cannot be told)."""
+    moved = _release_moved(ws.roots, rec, releases, git)
+    if moved is None:
+        return None
+    name = str((rec.release or {}).get("root") or "sglang")
+    on = {(f["root"], f["path"]) for f in files if f["root"] == name}
+    if not on or release_owned(ws, files, {name}, installs, git) != on:
+        return None
+    return {"root": name, "from": moved[0], "to": moved[1]}
+
+
+def release_owned(ws: Workspace, files: List[Dict[str, Any]], roots: Collection[str],
+                  installs: Dict[str, record.Installed], git: bool) -> Set[Key]:
+    """Of a recorded fix's files on ``roots`` that hold what it wrote (``ok``), those that are
+    the release's own bytes: as the installed wheel's RECORD lists them, or HEAD's on a git
+    checkout. After the tree moved to another release (a reinstall, a checkout) these hold the
+    fix's change because that release does: its backups, the old release's bytes, are never
+    written into them (status, rollback and apply ask this one question)."""
+    out: Set[Key] = set()
+    for name in sorted(roots):
+        paths = [f["path"] for f in files if f["root"] == name and f["state"] == "ok"]
+        if not paths or name not in ws.roots:
+            continue
+        root = ws.roots.get(name)
+        dist = installs.get(name)
+        if dist is not None:
+            out.update((name, p) for p in paths
+                       if record.matches(dist, root, p, ws.entry(name, p).current))
+            continue
+        from . import gitcli  # here: only a tree moved under a fix asks git about its files
+
+        answer = gitcli.changed_paths(root.path, [root.mapped(p) for p in paths]) if git else None
+        if answer is not None and answer.checkout and not answer.error:
+            out.update((name, p) for p in paths if root.mapped(p) not in answer.changed)
+    return out
+
+
+def held_detail(spec: FixSpec, rec: FixRecord, held: Dict[str, str]) -> str:
+    """What ``status`` says of a fix whose files the release the tree moved to holds
+    (:func:`release_holds`), and what tells whether that release took the change."""
+    return ("sglang %s -> %s: the tree moved to a release whose own files hold this fix's change "
+            "as v%s wrote it (its backups are %s's bytes, which a rollback would put into them: "
+            "it refuses without --force). %s looks to hold the change upstream: patchkit "
+            "upstream check %s --release %s tells; patchkit rebase %s --onto %s then marks it "
+            "upstream, and patchkit sync forgets the record, writing nothing"
+            % (held["from"], held["to"], rec.version, held["from"], held["to"], spec.name,
+               held["to"], spec.name, held["to"]))
 
 
 def replaced_files(entry: Dict[str, Any]) -> List[Tuple[str, str]]:
@@ -442,8 +520,10 @@ def replaced_files(entry: Dict[str, Any]) -> List[Tuple[str, str]]:
     HEAD no longer holds the fix's commit: its backups are bytes of another tree)."""
     moved = {(entry.get("moved") or {}).get("root")}
     moved.update(c["root"] for c in entry.get("commits_gone") or ())
+    owned = {(r, p) for r, p in entry.get("release_files") or ()}
     return [(f["root"], f["path"]) for f in entry["files"]
-            if f["state"] in ("reinstalled", "replaced") or f["root"] in moved]
+            if f["state"] in ("reinstalled", "replaced") or f["root"] in moved
+            or (f["root"], f["path"]) in owned]
 
 
 def commits_gone(roots: Roots, rec: FixRecord, git: bool) -> List[Dict[str, str]]:

@@ -51,10 +51,11 @@ def _rollback(req: Request, store: Store, state: State, recorded: Recorded) -> D
     _refuse_blocked(state, names, req.roots)
     check_patch_paths(req.roots, req.fixes)
     ws = Workspace(req.roots)
-    from .observe import lost_fixes, replaced_files
+    from .observe import moved_under, replaced_files
 
     # a lost fix's files hold the new install's or release's bytes: they stay, not drift
-    lost = lost_fixes(req.roots, state, ws, req.git)
+    seen_moved = moved_under(req.roots, state, ws, req.git)
+    lost = {name: seen for name, seen in seen_moved.items() if seen["state"] == "lost"}
     gone = {name: set(replaced_files(seen)) for name, seen in lost.items()}
     lost_why = {name: "its checkout moved to another release" if seen.get("moved")
                 else "its commit is not in the history of HEAD" if seen.get("commits_gone")
@@ -77,6 +78,17 @@ def _rollback(req: Request, store: Store, state: State, recorded: Recorded) -> D
                 "patchkit sync (or patchkit apply %s) forgets its record, writing nothing; "
                 "--force rolls it back anyway" % (spec.name, spec.not_needed, spec.name),
                 fix=spec.name)
+        held = (seen_moved.get(spec.name) or {}).get("held")
+        if held and not drifted and not req.force:
+            raise PreconditionFailed(
+                "fix %s v%s was applied on sglang %s, and the tree moved to %s, whose own files "
+                "hold its change as v%s wrote it: rolling it back would put the bytes of %s (its "
+                "backups) into them. patchkit upstream check %s --release %s tells whether %s "
+                "holds the change (patchkit rebase %s --onto %s then marks it upstream, and "
+                "patchkit sync forgets the record, writing nothing); --force rolls it back anyway"
+                % (spec.name, rec.version, held["from"], held["to"], rec.version, held["from"],
+                   spec.name, held["to"], held["to"], spec.name, held["to"]),
+                fix=spec.name, held=held)
         drift.extend(drifted)
         strategy = _strategy(fc, rec, sources, spec.name in gone, bool(drifted) and req.force)
         try:

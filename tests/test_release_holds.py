@@ -1,0 +1,160 @@
+"""A fix applied on one release, and the checkout moved (by git) to a release whose own files
+hold exactly what the fix wrote: upstream took the change, and the catalog does not say so
+yet. The fix's backups are the old release's bytes. ``status`` called it ``applied`` ("the
+applied v1 stays as it is") and ``rollback`` wrote the old release's bytes into the new
+release's tree, taking upstream's line out of it (a new-user trial, on SGLang 0.5.22 ->
+0.5.23). Now status says the release holds the change and what tells it, and rollback refuses
+unless forced; it still rolls back a fix whose files the move left as the fix wrote them
+(edited since, or not the release's)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from tests.fixtures.user_catalog import pk, tree_digest, user_catalog
+
+APP = "".join(f"{c} = 1\n" for c in "abcdefgh")
+FIX = "--- a/python/sglang/app.py\n+++ b/python/sglang/app.py\n@@ -3,3 +3,3 @@\n c = 1\n-d = 1\n+d = 2\n e = 1\n"
+
+
+def _git(tree: Path, *argv: str) -> str:
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *argv], cwd=tree,
+                          check=True, capture_output=True, text=True).stdout
+
+
+def _release(tree: Path, version: str, app: str) -> None:
+    (tree / "python" / "sglang" / "version.py").write_text(f'__version__ = "{version}"\n')
+    (tree / "python" / "sglang" / "app.py").write_text(app)
+    _git(tree, "add", "-A")
+    _git(tree, "commit", "-q", "-m", f"release {version}")
+    _git(tree, "tag", f"v{version}")
+
+
+def _setup(tmp_path: Path, upstream_takes_it: bool = True) -> tuple[list[str], Path]:
+    catalog = user_catalog(tmp_path / "catalog", {"mine": (FIX, "")})
+    manifest = catalog / "manifests" / "mine.toml"
+    manifest.write_text(manifest.read_text()
+                        .replace('base_release = "any"\nreleases = []\nroot = "tree"',
+                                 'base_release = "0.5.22"\nreleases = ["0.5.22"]\nroot = "sglang"')
+                        .replace('root = "tree"', 'root = "sglang"'))
+    tree = tmp_path / "sglang"
+    (tree / "python" / "sglang").mkdir(parents=True)
+    _git(tree, "init", "-q")
+    _release(tree, "0.5.22", APP)
+    cat = ["--catalog", str(catalog)]
+    done = pk(*cat, "apply", "mine", "--target", str(tree))
+    assert done.returncode == 0, done.stdout + done.stderr
+    applied = (tree / "python" / "sglang" / "app.py").read_text()
+    _git(tree, "stash", "-q")
+    # 0.5.23 holds the fix's change as the fix wrote it (or not, and another line moved)
+    _release(tree, "0.5.23", applied if upstream_takes_it else APP.replace("h = 1", "h = 3"))
+    _git(tree, "stash", "drop", "-q")
+    return cat, tree
+
+
+def test_status_says_the_release_the_checkout_moved_to_holds_the_change(tmp_path: Path) -> None:
+    cat, tree = _setup(tmp_path)
+    done = pk(*cat, "status", "--target", str(tree), "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    fix = {f["name"]: f for f in json.loads(done.stdout)["status"]["fixes"]}["mine"]
+    assert fix["state"] == "applied", fix
+    said = " ".join(fix["detail"].split())
+    assert "sglang 0.5.22 -> 0.5.23" in said and "hold this fix's change as v1 wrote it" in said, said
+    assert "patchkit upstream check mine --release 0.5.23" in said, said
+    assert fix["held"] == {"root": "sglang", "from": "0.5.22", "to": "0.5.23"}, fix
+
+
+def test_rollback_refuses_to_put_the_old_releases_bytes_into_the_new_one(tmp_path: Path) -> None:
+    cat, tree = _setup(tmp_path)
+    before = tree_digest(tree)
+    done = pk(*cat, "rollback", "mine", "--target", str(tree))
+    assert done.returncode == 1, done.stdout + done.stderr
+    said = " ".join(done.stderr.split())
+    assert "put the bytes of 0.5.22 (its backups) into them" in said and "--force" in said, said
+    assert tree_digest(tree) == before and _git(tree, "status", "--porcelain", "python") == ""
+    forced = pk(*cat, "rollback", "mine", "--target", str(tree), "--force")
+    assert forced.returncode == 0, forced.stdout + forced.stderr
+    assert (tree / "python" / "sglang" / "app.py").read_text() == APP  # what --force asked for
+
+
+def test_a_move_that_did_not_take_the_change_is_still_lost_and_rolled_back_as_before(
+        tmp_path: Path) -> None:
+    cat, tree = _setup(tmp_path, upstream_takes_it=False)
+    done = pk(*cat, "status", "--target", str(tree), "--json")
+    fix = {f["name"]: f for f in json.loads(done.stdout)["status"]["fixes"]}["mine"]
+    assert fix["state"] == "lost" and "held" not in fix, fix
+    assert pk(*cat, "rollback", "mine", "--target", str(tree)).returncode == 0
+    assert _git(tree, "status", "--porcelain", "python") == ""  # 0.5.23's files left as they are
+
+
+def _variant(catalog: Path, patch: str) -> None:
+    """v2 of ``mine``, for 0.5.23: ``patch``, written against 0.5.23's files."""
+    (catalog / "patches" / "mine" / "0.5.23").mkdir()
+    (catalog / "patches" / "mine" / "0.5.23" / "0001-mine.patch").write_text(patch)
+    manifest = catalog / "manifests" / "mine.toml"
+    manifest.write_text(manifest.read_text() + '\n[[variants]]\nversion = 2\nbase_release = "0.5.23"\n'
+                        'releases = ["0.5.23"]\n\n[[variants.patches]]\nfile = "0001-mine.patch"\n'
+                        'root = "sglang"\n')
+
+
+F2 = "--- a/python/sglang/app.py\n+++ b/python/sglang/app.py\n@@ -6 +6 @@\n-f = 1\n+f = 2\n"
+
+
+def test_an_upgrade_for_the_new_release_applies_onto_its_files_not_the_old_backups(
+        tmp_path: Path) -> None:
+    """v2, for 0.5.23, changes another line of the file 0.5.23 holds v1's change in. The
+    upgrade took v1 out by its backup, 0.5.22's bytes, and applied v2 on them: upstream's
+    line was gone, and the dry run's diff did not show it. Now v2 applies onto 0.5.23's file."""
+    cat, tree = _setup(tmp_path)
+    _variant(Path(cat[1]), F2)
+    app = tree / "python" / "sglang" / "app.py"
+    release = app.read_text()
+    dry = pk(*cat, "apply", "mine", "--target", str(tree), "--dry-run")
+    assert dry.returncode == 0 and "-d = 2" not in dry.stdout, dry.stdout + dry.stderr
+    done = pk(*cat, "apply", "mine", "--target", str(tree))
+    assert done.returncode == 0 and "upgraded mine v1 -> v2" in done.stdout, done.stdout + done.stderr
+    assert app.read_text() == release.replace("f = 1", "f = 2")  # 0.5.23's d = 2 kept
+    assert pk(*cat, "status", "--target", str(tree), "--exit-code").returncode == 0
+    assert pk(*cat, "rollback", "mine", "--target", str(tree)).returncode == 0
+    assert app.read_text() == release and _git(tree, "status", "--porcelain", "python") == ""
+
+
+def test_a_lost_fix_keeps_the_files_the_new_release_holds_as_it_wrote_them(tmp_path: Path) -> None:
+    """A fix of two files; 0.5.23 took its change to one of them (the file as the fix wrote
+    it) and not the other: the fix is lost. Its rollback wrote 0.5.22's bytes into the file
+    0.5.23 had taken the change into, and so did applying it again (the fresh apply of v2,
+    which changes only the other file now). Both leave that file as 0.5.23 has it now."""
+    other = ("--- a/python/sglang/other.py\n+++ b/python/sglang/other.py\n@@ -1,2 +1,2 @@\n"
+             " x = 1\n-y = 1\n+y = 2\n")
+    catalog = user_catalog(tmp_path / "catalog", {"mine": (FIX + other, "")})
+    manifest = catalog / "manifests" / "mine.toml"
+    manifest.write_text(manifest.read_text()
+                        .replace('base_release = "any"\nreleases = []\nroot = "tree"',
+                                 'base_release = "0.5.22"\nreleases = ["0.5.22"]\nroot = "sglang"')
+                        .replace('root = "tree"', 'root = "sglang"'))
+    tree = tmp_path / "sglang"
+    (tree / "python" / "sglang").mkdir(parents=True)
+    (tree / "python" / "sglang" / "other.py").write_text("x = 1\ny = 1\n")
+    _git(tree, "init", "-q")
+    _release(tree, "0.5.22", APP)
+    cat = ["--catalog", str(catalog)]
+    assert pk(*cat, "apply", "mine", "--target", str(tree)).returncode == 0
+    app = tree / "python" / "sglang" / "app.py"
+    taken = app.read_text()
+    _git(tree, "stash", "-q")
+    (tree / "python" / "sglang" / "other.py").write_text("x = 1\ny = 1\nz = 1\n")  # moved on
+    _release(tree, "0.5.23", taken)
+    _git(tree, "stash", "drop", "-q")
+    fix = {f["name"]: f for f in json.loads(pk(*cat, "status", "--target", str(tree), "--json")
+                                           .stdout)["status"]["fixes"]}["mine"]
+    assert fix["state"] == "lost" and fix["release_files"] == [["sglang", "python/sglang/app.py"]], fix
+
+    _variant(catalog, other.replace("@@ -1,2 +1,2 @@", "@@ -1,3 +1,3 @@") + " z = 1\n")
+    dry = pk(*cat, "rollback", "mine", "--target", str(tree), "--dry-run", "--json")
+    assert dry.returncode == 0 and json.loads(dry.stdout)["fixes"][0]["files"] == [], dry.stdout
+    done = pk(*cat, "apply", "mine", "--target", str(tree))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert app.read_text() == taken  # 0.5.23's, with the change it took
+    assert (tree / "python" / "sglang" / "other.py").read_text() == "x = 1\ny = 2\nz = 1\n"
