@@ -10,7 +10,7 @@ from typing import Any, Iterator, Sequence
 from .catalog import BrokenFix, Catalog
 from .catalog.model import Fix
 from .engine.contract import RECORDED
-from .errors import ManifestError, PatchFormatError, PatchkitError, UnknownFixError
+from .errors import ManifestError, PatchFormatError, PatchkitError, UnknownFixError, UnsafePathError
 from .request_builder import Unreadable, build_request
 from .results import OpResult, check_result
 from .targets import Hold, Target, state_root_of
@@ -155,11 +155,19 @@ def unread_rows(rows: Sequence[dict[str, Any]],
                 unreadable: Unreadable
                 ) -> tuple[list[dict[str, Any]], list[BrokenFix]]:
     """A status's fix rows without those of the fixes whose series could not be read
-    (``build_request``'s ``unreadable``), and those fixes as broken entries: each, where the
-    target does not record it; a target that records one answered from its record, its row
-    kept (one target's status and each host's of a fleet alike)."""
+    (``build_request``'s ``unreadable``), or whose patch paths the target does not take (the
+    engine's ``unsafe`` row: a path out of a root, or through a symlink of the target out of
+    it), and those fixes as broken entries: each, where the target does not record it; a
+    target that records one answered from its record, its row kept (one target's status and
+    each host's of a fleet alike)."""
     held = {r.get("name") for r in rows if r.get("state") in RECORDED}
-    torn = {name: err for name, err in unreadable.items() if name not in held}
+    torn: dict[str, PatchkitError] = {
+        name: err for name, err in unreadable.items() if name not in held}
+    for row in rows:
+        unsafe = row.get("unsafe")
+        if isinstance(unsafe, dict) and row.get("name") not in held:
+            torn.setdefault(str(row["name"]), UnsafePathError(
+                str(unsafe.get("message")), **dict(unsafe.get("details") or {})))
     return ([r for r in rows if r.get("name") not in torn],
             [BrokenFix.of(name, err) for name, err in sorted(torn.items())])
 
@@ -202,9 +210,9 @@ def status(catalog: Catalog, target: Target, *,
     unreadable: Unreadable = {}
     result = _run(catalog, target, fixes, "status", lock_timeout=lock_timeout,
                   lazy=not getattr(target, "is_remote", True), unreadable=unreadable)
-    if unreadable:
-        seen = dict(result.raw.get("status") or {})
-        seen["fixes"], torn = unread_rows(seen.get("fixes") or [], unreadable)
+    seen = dict(result.raw.get("status") or {})
+    seen["fixes"], torn = unread_rows(seen.get("fixes") or [], unreadable)
+    if torn:
         dropped = {b.name for b in torn}
         broken = sorted([*broken, *torn], key=lambda b: b.name)
         result = dataclasses.replace(result, raw=dict(result.raw, status=seen),

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from patchkit.targets import LocalTarget
 from tests.fixtures.user_catalog import app_patch, app_tree, pk, user_catalog
+from tests.test_remote import Ssh, ssh  # noqa: F401  (ssh is a fixture)
 
 # each fix's verification: its name in app.py, as its patch writes it
 GREP_NAME = """
@@ -143,3 +144,53 @@ def test_rollback_says_when_it_used_the_record_for_a_broken_manifest(tmp_path: P
     assert done.returncode == 0, done.stderr
     said = " ".join(done.stderr.split())
     assert f"{manifest}:" in said and "cannot be read" in said and "from its record" in said, said
+
+
+def test_a_patch_path_out_of_the_root_is_an_error_row_too(tmp_path: Path) -> None:
+    """A patch naming ``../outside.py``, or a file the target links out of the root: apply
+    refuses it (exit 2), and status, log and a bare verify ended on it as well, printing no
+    row, on every target: a trial's team catalog with one such patch blinded every status.
+    Now its row says why and the others are answered, as for a patch that cannot be read."""
+    cat, where, catalog = fixture(tmp_path)
+    (catalog / "patches" / "wip" / "0001-wip.patch").write_text(
+        app_patch("value = 3").replace("a/app.py", "a/../outside.py").replace("b/app.py", "b/../outside.py"))
+    assert pk(*cat, "apply", "good", *where).returncode == 0
+    status = pk(*cat, "status", *where, "--json")
+    assert status.returncode == 0, status.stdout + status.stderr
+    data = json.loads(status.stdout)
+    assert [s["name"] for s in data["status"]["fixes"]] == ["good"], data["status"]
+    assert [b["name"] for b in data["broken"]] == ["wip"]
+    assert "the path contains '..'" in data["broken"][0]["error"]["message"], data["broken"]
+    assert pk(*cat, "status", *where, "--exit-code").returncode == 1
+    assert pk(*cat, "verify", *where).returncode == 0
+    assert pk(*cat, "log", *where).returncode == 0
+    assert pk(*cat, "apply", "wip", *where).returncode == 2  # never written
+
+    (catalog / "patches" / "wip" / "0001-wip.patch").write_text(
+        app_patch("value = 3").replace("app.py", "linked.py"))
+    outside = tmp_path / "elsewhere.py"
+    outside.write_text('print("app")\nvalue = 1\n')
+    (tmp_path / "tree" / "linked.py").symlink_to(outside)
+    status = pk(*cat, "status", *where)
+    assert status.returncode == 0, status.stdout + status.stderr
+    rows = {r.split("\t")[0]: r.split("\t") for r in status.stdout.splitlines()}
+    assert rows["good"][1] == "applied" and rows["wip"][1] == "error", status.stdout
+    assert "through a symlink" in rows["wip"][4], rows["wip"]
+
+
+def test_over_ssh_a_patch_path_out_of_the_root_is_an_error_row_too(tmp_path: Path, ssh: Ssh) -> None:
+    """The same on an ``ssh://`` target, where the engine on the host judges the paths: its row
+    comes back, and the client makes it the fix's error row."""
+    cat, _where, catalog = fixture(tmp_path)
+    (catalog / "patches" / "wip" / "0001-wip.patch").write_text(
+        app_patch("value = 3").replace("a/app.py", "a/../outside.py").replace("b/app.py", "b/../outside.py"))
+    host_sglang = tmp_path / "sglang"  # the target's SGLang checkout, holding its state
+    (host_sglang / "python" / "sglang").mkdir(parents=True)
+    where = ["--target", ssh.url(str(host_sglang)), "--root", f"tree={tmp_path / 'tree'}",
+             *ssh.cli_args()]
+    assert pk(*cat, "apply", "good", *where).returncode == 0
+    status = pk(*cat, "status", *where, "--json")
+    assert status.returncode == 0, status.stdout + status.stderr
+    data = json.loads(status.stdout)
+    assert "good" in [s["name"] for s in data["status"]["fixes"]], data["status"]
+    assert [b["name"] for b in data["broken"]] == ["wip"], data["broken"]

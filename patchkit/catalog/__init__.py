@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..engine.recordbase import Record, record_dataclass
-from ..errors import ManifestError, PatchFormatError, UnknownFixError, UsageError
+from ..errors import ManifestError, PatchFormatError, PatchkitError, UnknownFixError, UsageError
 from .config import load_config
 from .manifest import load_manifest, name_problem
 from .reader import close_matches, key_line, key_where
@@ -68,7 +68,7 @@ class BrokenFix(Record):
     message: str
 
     @classmethod
-    def of(cls, name: str, err: ManifestError | PatchFormatError) -> "BrokenFix":
+    def of(cls, name: str, err: PatchkitError) -> "BrokenFix":
         details = getattr(err, "details", None) or {}
         file = str(details.get("file") or "")
         line = details.get("line")

@@ -7,7 +7,7 @@ import os
 from typing import Any, Callable, Collection, Dict, List, Optional, Sequence, Set, Tuple
 
 from ..errors import (DriftError, FixLost, NotApplied, PatchkitError, TargetError,
-                      VerificationFailed, VersionMismatch)
+                      UnsafePathError, VerificationFailed, VersionMismatch)
 from . import procs, record
 from .contract import NOT_APPLIED, PARTLY_PRESENT, PRESENT_UNRECORDED, RECORDED
 from .paths import Roots
@@ -39,7 +39,13 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
             entry = {"name": spec.name, "state": "not-needed", "version": spec.version,
                      "applied_at": None, "files": [], "detail": spec.not_needed}
         else:  # only here are the fix's FILE records used (and read, for a lazy request)
-            check_patch_paths(req.roots, [spec])
+            try:
+                check_patch_paths(req.roots, [spec])
+            except UnsafePathError as err:  # its row says why; every other fix is answered
+                out.append({"name": spec.name, "state": NOT_APPLIED, "version": spec.version,
+                            "applied_at": None, "files": [],
+                            "unsafe": {"message": err.message, "details": err.details}})
+                continue
             if not made:
                 beneath, made = beneath_records(store, state, ws), True
             entry = unrecorded(ws, spec, req.roots, req.git, beneath and beneath(spec.name),

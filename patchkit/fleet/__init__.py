@@ -182,7 +182,7 @@ def survey(catalog: Catalog, op: str, names: Sequence[str] = (), *, inventory: s
         else:
             reports[host.name] = HostReport(host.name, "ok", "", result=task.patchkit)
     found = {b.name: b for b in broken}
-    for name, report in reports.items() if unreadable else ():
+    for name, report in reports.items():
         seen = dict(((report.result or {}).get("status")) or {})
         seen["fixes"], torn = unread_rows(seen.get("fixes") or [], unreadable)
         found.update((b.name, b) for b in torn)
