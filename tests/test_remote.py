@@ -685,12 +685,18 @@ def test_a_remote_venv_root_is_answered_with_its_interpreter(ssh: Ssh, tmp_path:
 
 
 @pytest.mark.parametrize("kind", ["local", "remote"])
-def test_status_of_a_directory_without_sglang_says_so(kind: str, ssh: Ssh, tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", [["status"], ["rollback", "index-k-bytes"],
+                                     ["verify", "index-k-bytes"], ["apply", "index-k-bytes"],
+                                     ["undo"]], ids=lambda c: c[0])
+def test_a_directory_without_sglang_is_refused_by_every_command(
+        kind: str, command: list[str], ssh: Ssh, tmp_path: Path) -> None:
     """A venv root or an empty directory given as the sglang root: exit 5 naming what was
-    looked for, not "no fix applied" (the engine says it on the host too)."""
+    looked for, not "no fix applied" (the engine says it on the host too). On a host only
+    status said so: a trial's mistyped host path got "rolled-back ... nothing to roll back",
+    exit 0, while the real tree kept the fix (and exit 1 from verify, apply and undo)."""
     empty = tmp_path / "not-sglang"
     empty.mkdir()
-    run = cli_process(["--catalog", str(SAMPLES / "catalog"), "status",
+    run = cli_process(["--catalog", str(SAMPLES / "catalog"), *command,
                        *target_args(ssh, kind, {"sglang": str(empty)})])
     assert run.returncode == errors.EXIT_TARGET, (run.stdout, run.stderr)
     assert "no `sglang` package found in" in run.stderr and str(empty) in run.stderr

@@ -34,8 +34,7 @@ def _run(request: Dict[str, Any]) -> Dict[str, Any]:
         result["tree"] = _tree_identity(req.state_root.path, req.roots)
         store = Store(req.state_root.path)
         store.check()
-        if req.op == "status":
-            _refuse_without_sglang(req)
+        _refuse_without_sglang(req)
         writes = req.op in WRITES and not req.dry_run
         with store.locked(req.lock_timeout, write=writes) as held:
             # each op's modules load only with it (a status never loads the transaction)
@@ -139,8 +138,10 @@ _MODULES = {"apply": ".apply", "rollback": ".rollback", "status": ".observe", "v
 
 
 def _refuse_without_sglang(req: Any) -> None:
-    """A status of a root ``sglang`` holding no SGLang tree would answer "nothing applied":
-    say what is wrong instead (here, so a remote target answers as a local one)."""
+    """A root ``sglang`` holding no SGLang tree (a mistyped path on a host): a status would
+    answer "nothing applied", a rollback "nothing to roll back", exit 0, an apply fail every
+    precondition; every op says what is wrong instead, exit 5 (here, so a remote target
+    answers as a local one, which the client refuses before any request)."""
     for root in req.roots:
         if root.name == PRIMARY_ROOT and root.layout == PLAIN:
             # the engine sees a path: a venv is found from its interpreter (as the client does
