@@ -83,14 +83,15 @@ def requires_check(spec: FixSpec, recorded: Dict[str, FixRecord], earlier: Set[s
             found = presence.detect(dependencies[name].files, read,
                                     beneath(name) if beneath else None).state
             ok = found == PRESENT_UNRECORDED
+            part = "only part of its change is in the files"
             if ok:
                 detail = "present in the files, not recorded by patchkit"
+            elif lost and name in lost:  # recorded (state.json says so): its record is stale
+                detail = ("fix %s is recorded but lost (%s), %s" % (
+                    name, lost[name].split(":")[0].split(";")[0],
+                    "and " + part if found == PARTLY_PRESENT else "so its change is gone"))
             elif found == PARTLY_PRESENT:
-                detail = ("fix %s is not recorded by patchkit and only part of its change is in the "
-                          "files" % name)
-            elif lost and name in lost:
-                detail = ("fix %s is recorded but lost (%s), so its change is gone"
-                          % (name, lost[name].split(":")[0].split(";")[0]))
+                detail = "fix %s is not recorded by patchkit and %s" % (name, part)
             else:
                 detail = "fix %s is neither recorded by patchkit nor present in the files" % name
         else:

@@ -120,3 +120,25 @@ def test_a_fix_listed_as_both_fix_and_dependency_is_refused(checkout: Path) -> N
     assert INDEX_K in result["error"]["message"] and "dependencies" in result["error"]["message"]
     result = run(request("apply", {"sglang": checkout}, [], dependencies={"name": "x"}))
     assert result["error"]["type"] == "UsageError" and "dependencies must be a list" in result["error"]["message"]
+
+
+def test_a_lost_dependency_partly_in_the_files_is_said_to_be_lost(checkout: Path) -> None:
+    """The checkout moved to the next release under both fixes (a stash, a checkout, a pop
+    that kept one of index-K's two hunks): index-K is recorded, and lost. Applying the
+    dependent fix said "fix dsv4-bf16-index-k is not recorded by patchkit and only part of its
+    change is in the files", though state.json records it (a new-user trial); now that it is
+    recorded but lost, and only part of its change is in the files."""
+    dep = index_k(checkout)
+    assert apply(checkout, [index_k(checkout)], [])["ok"]
+    pkg = checkout / "python" / "sglang"
+    (pkg / "_version.py").write_text("version: str\n__version__ = version = '0.5.22'\n")
+    (pkg / "srt" / "mod.py").write_text(  # index-K's first hunk kept, its second not
+        (pkg / "srt" / "mod.py").read_text().replace("return 30\n", "return x + 30\n"))
+    git(checkout, "commit", "-qam", "release 0.5.22")
+    dependent = sizing(checkout)
+    dependent["release"] = {"root": "sglang", "versions": ["0.5.22"]}
+    req = requires_result(apply(checkout, [dependent], [dep], dry_run=True))
+    assert not req["ok"]
+    assert req["detail"].startswith("fix %s is recorded but lost (sglang 0.5.21 -> 0.5.22)" % INDEX_K), req
+    assert "only part of its change is in the files" in req["detail"], req
+    assert "not recorded by patchkit" not in req["detail"], req
