@@ -377,6 +377,15 @@ def test_a_fix_applied_as_a_commit_names_the_commit() -> None:
     text = plain(lin, width=200)
     assert f"[applied v2 since 2026-02-02T10:00:00Z, commit sglang@{sha[:12]} on target]" in text
     assert "old-index-k  v1  superseded\n" in text  # not applied: no mark
+    # lost (or not needed, or drifted) since some later move nobody recorded: the time is the
+    # apply's, and said as that (a trial read "lost v3 since T" as the time of the upgrade)
+    for state in ("lost", "not-needed", "drifted"):
+        raw["status"]["fixes"][0].update(state=state, commits=[])  # type: ignore[index]
+        status = OpResult.from_engine(raw, "sglang=/srv/sglang")
+        text = plain(lineage.build(Catalog(SAMPLES / "catalog"), target_status=status,
+                                   history=False), width=200)
+        version = "" if state == "not-needed" else " v2"  # a release holds it: no version there
+        assert f"[{state}{version}, applied 2026-02-02T10:00:00Z on target]" in text, text
 
 
 def test_a_lineage_of_loaded_fixes_draws_the_log_tree() -> None:

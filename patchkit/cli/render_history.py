@@ -68,8 +68,10 @@ def _fix_label(fix: Any) -> Segments:
     applied = fix.applied
     if applied is not None and applied.state != "not-applied":
         where = f"{applied.state}" + (f" v{applied.version}" if applied.version is not None else "")
-        if applied.applied_at:
-            where += f" since {applied.applied_at}"
+        if applied.applied_at:  # applied (and outdated) since then; lost, drifted... since
+            # some later time nobody recorded: the time is the apply's, said as that
+            where += (f" since {applied.applied_at}" if applied.state in ("applied", "outdated")
+                      else f", applied {applied.applied_at}")
         for root, sha in applied.commits:
             where += f", commit {root}@{sha[:12]}"
         label.append((f"  [{where} on target]", STATE_STYLE.get(applied.state, "")))
