@@ -347,6 +347,31 @@ def test_a_restart_pending_line_is_one_line_whatever_the_command(tmp_path: Path)
         proc.stdout.close()  # type: ignore[union-attr]
 
 
+def test_the_program_text_of_python_c_is_never_taken_for_a_path(tmp_path: Path) -> None:
+    """``python -c 'x = "a/b"; ...'`` started in the tree: its program text, which holds a
+    slash, was read as a relative path and the process said to be using the tree because
+    "command line names TREE/x = "a/b"; ..." (a trial). It uses the tree as a Python in its
+    working directory, and is said so."""
+    roots = make_tree(tmp_path / "tree")
+    code = "x = 'a/b'\nimport sys\nprint('ready', flush=True)\nsys.stdin.read()\n"
+    time.sleep(2.0 / os.sysconf("SC_CLK_TCK"))  # started after the tree was made, to the tick
+    proc = subprocess.Popen([PY, "-X", "utf8", "-c", code, "--flag"], cwd=roots["sglang"], text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        assert proc.stdout.readline() == "ready\n"  # type: ignore[union-attr]
+        where = ["--catalog", str(SAMPLES / "catalog"), "--target", roots["sglang"], "--root",
+                 f"serve={roots['serve']}", "--python", PY]
+        assert cli([where[0], where[1], "apply", "index-k-bytes", *where[2:]])[0] == 0
+        code_, out, err = cli([where[0], where[1], "status", "--running", "--json", *where[2:]])
+        found = {p["pid"]: p for p in json.loads(out)["status"]["running"]["processes"]}
+        assert found[proc.pid]["via"] == f"sglang: Python in working directory {roots['sglang']}", \
+            found[proc.pid]
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # this test's own process group, by its PID
+        proc.wait(timeout=30)
+        proc.stdout.close()  # type: ignore[union-attr]
+
+
 def test_a_process_naming_its_own_descriptor_is_judged_by_what_that_descriptor_is(
         tmp_path: Path) -> None:
     """``bash /dev/fd/3`` (a launcher, ``bash <(...)``) names its own descriptor: resolved in

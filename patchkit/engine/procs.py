@@ -249,8 +249,9 @@ def _why(p: Proc, tops: Sequence[str]) -> Optional[str]:
 
     if hit(p.exe):
         return "runs %s" % p.exe
-    for arg in p.argv[1:]:
-        if arg.startswith("-") or "/" not in arg and not arg.endswith((".py", ".sh")):
+    program = _program_text(p)
+    for i, arg in enumerate(p.argv[1:]):
+        if i == program or arg.startswith("-") or "/" not in arg and not arg.endswith((".py", ".sh")):
             continue
         if hit(p.arg_path(arg), spelled=True):
             return "command line names %s" % p.arg_path(arg)
@@ -543,6 +544,21 @@ def running(roots: Roots, state_dir: str, state: State, python: Optional[str],
     prefixes = pycache_prefixes([scan.procs[pid] for pid in found], python)
     out["stale_pyc"] = stale_pycs(roots, sorted(changes), prefixes)
     return out
+
+
+def _program_text(p: Proc) -> Optional[int]:
+    """The index in ``argv[1:]`` of a Python process's program text (``python -c CODE``), which
+    is code, never a path, whatever slashes it holds; None when there is none."""
+    if not p.python:
+        return None
+    args, i = p.argv[1:], 0
+    while i < len(args):
+        if args[i] == "-c":
+            return i + 1
+        if args[i] == "-m" or not args[i].startswith("-"):
+            return None  # the interpreter's options end here
+        i += 2 if args[i] in ("-X", "-W") else 1  # these two take a value: `-X dev -c CODE`
+    return None
 
 
 # -- bytecode caches of the processes (pycache does the files) ---------------------------------
