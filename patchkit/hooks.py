@@ -282,7 +282,7 @@ def after_change(target: Any, changed: Sequence[str], *, after_cmd: str | None,
         signum = getattr(stop, "signum", None) or (stop.details.get("signum") if isinstance(
             stop, Terminated) else None) or signal.SIGINT
         name = signal.Signals(signum).name
-        undo_it, left = "to undo the change: patchkit undo", dict[str, str]()
+        undo_it, left = "to undo the change: patchkit undo", dict[str, Any]()
         if doing[0] == "undo":
             where, undo_it, left = _undo_interrupted(target, changed, doing, after_cmd)
         elif doing[0] == "after-cmd again":
@@ -292,6 +292,8 @@ def after_change(target: Any, changed: Sequence[str], *, after_cmd: str | None,
         else:
             where = ("while --%s ran (%s): the change stands (%s), not confirmed by a health "
                      "check" % (doing[0], doing[1], ", ".join(changed)))
+        if doing[0] != "undo":  # the hook the signal stopped: ``after`` lists the finished ones
+            left["stopped"] = {"what": doing[0].replace(" again", ""), "command": doing[1]}
         raise Terminated(
             f"interrupted by {name} {where}. Check the server and run patchkit status on the "
             f"target; {undo_it}",

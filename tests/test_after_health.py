@@ -366,6 +366,8 @@ def test_an_interrupt_while_the_hooks_run_says_the_change_stands_and_stops_the_c
     assert data["ok"] is False and data["error"]["type"] == "Terminated"
     assert [f["outcome"] for f in data["fixes"]] == ["applied"]
     assert data["error"]["details"]["after"]["ran"] == []  # the after-cmd did not finish
+    # which hook the signal stopped, for a script: only the message said it (a trial)
+    assert data["error"]["details"]["stopped"] == {"what": "after-cmd", "command": proc.args[-1]}
     with pytest.raises(ProcessLookupError):  # the after-cmd was stopped with the run
         os.kill(int(pidfile.read_text()), 0)
     deadline = time.monotonic() + 10  # and what it started (it outlived the shell: init's now)
