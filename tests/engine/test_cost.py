@@ -127,8 +127,8 @@ def test_a_root_outside_any_work_tree_runs_no_git(tmp_path: Path, git_calls: Cal
     plain = tmp_path / "plain"
     plain.mkdir()
     (plain / "run.sh").write_text("a\n")
-    f = fix("p", [file_record("run.sh", "a\n", "b\n")], release=None)
-    assert run(request("apply", {"sglang": plain}, [f]))["ok"]
+    f = fix("p", [file_record("run.sh", "a\n", "b\n", root="serve")], release=None)
+    assert run(request("apply", {"serve": plain}, [f], state_root="serve"))["ok"]
     assert git_calls() == []
     assert (plain / "run.sh").read_text() == "b\n"
 
@@ -142,10 +142,10 @@ def test_a_root_inside_a_bigger_work_tree_maps_paths(tmp_path: Path) -> None:
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "x")
     (repo / "deploy" / "run.sh").write_text("a\n# local\n")
-    f = fix("p", [file_record("run.sh", "a\n# local\n", "b\n# local\n")], release=None)
-    res = run(request("apply", {"sglang": repo / "deploy"}, [f], dry_run=True))
+    f = fix("p", [file_record("run.sh", "a\n# local\n", "b\n# local\n", root="serve")], release=None)
+    res = run(request("apply", {"serve": repo / "deploy"}, [f], dry_run=True, state_root="serve"))
     assert res["error"]["type"] == "PreconditionFailed"
-    assert "sglang:run.sh has uncommitted changes" in res["error"]["message"]
+    assert "serve:run.sh has uncommitted changes" in res["error"]["message"]
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to hand the checkout to another user")

@@ -189,8 +189,14 @@ def test_unsafe_paths_are_refused_before_any_write(tmp_path: Path, path: str) ->
     tree, out = snapshot(root), snapshot(outside)
     for op, fixes in (("apply", [good, bad]), ("status", [good, bad])):
         result = run(request(op, {"sglang": root}, fixes))
-        error = result["error"]
-        assert error["type"] == "UnsafePathError"
+        if op == "apply":
+            error = result["error"]
+            assert error["type"] == "UnsafePathError"
+        else:  # a status answers the other fixes: that one's row says why (the client's error row)
+            assert result["ok"], result["error"]
+            rows = {r["name"]: r for r in result["status"]["fixes"]}
+            assert rows["a"]["state"] == "not-applied" and "unsafe" not in rows["a"]
+            error = rows["b"]["unsafe"]
         message = error["message"]
         # what is wrong, where it comes from, and what to do about it
         assert "sglang:%s" % path in message and "root sglang (%s)" % root in message
