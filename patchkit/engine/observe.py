@@ -514,8 +514,8 @@ def held_detail(spec: FixSpec, rec: FixRecord, held: Dict[str, str]) -> str:
     return ("sglang %s -> %s: the tree moved to a release whose own files hold this fix's change "
             "as v%s wrote it (its backups are %s's bytes, which a rollback would put into them: "
             "it refuses without --force). %s looks to hold the change upstream: patchkit "
-            "upstream check %s --release %s tells; patchkit rebase %s --onto %s then marks it "
-            "upstream, and patchkit sync forgets the record, writing nothing"
+            "upstream check %s --release %s tells, and marks it so with --mark (or patchkit "
+            "rebase %s --onto %s does); patchkit sync then forgets the record, writing nothing"
             % (held["from"], held["to"], rec.version, held["from"], held["to"], spec.name,
                held["to"], spec.name, held["to"]))
 

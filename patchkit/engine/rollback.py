@@ -84,8 +84,9 @@ def _rollback(req: Request, store: Store, state: State, recorded: Recorded) -> D
                 "fix %s v%s was applied on sglang %s, and the tree moved to %s, whose own files "
                 "hold its change as v%s wrote it: rolling it back would put the bytes of %s (its "
                 "backups) into them. patchkit upstream check %s --release %s tells whether %s "
-                "holds the change (patchkit rebase %s --onto %s then marks it upstream, and "
-                "patchkit sync forgets the record, writing nothing); --force rolls it back anyway"
+                "holds the change, and marks it so with --mark (or patchkit rebase %s --onto %s "
+                "does); patchkit sync then forgets the record, writing nothing. --force rolls it "
+                "back anyway"
                 % (spec.name, rec.version, held["from"], held["to"], rec.version, held["from"],
                    spec.name, held["to"], held["to"], spec.name, held["to"]),
                 fix=spec.name, held=held)
