@@ -599,3 +599,30 @@ def test_hosts_running_a_fix_keep_it_through_an_export_and_import_of_its_version
         assert result.exit_code == 1, result.output
         assert ("applied here is not the catalog's v1: its series changed since, without a "
                 f"version bump ({patch.name})") in flat(result.output)
+
+
+def test_an_import_that_would_make_a_depends_on_cycle_is_refused_writing_nothing(
+        tmp_path: Path) -> None:
+    """Two exported fixes each depending on the other (a manifest edited by hand before the
+    export): import wrote and committed them, and log, matrix, apply, sync and rebase then
+    failed on the cycle in the catalog (a trial). The import is refused, naming the cycle and
+    the mails, before anything is written."""
+    out = tmp_path / "mbox"
+    ok(REPO, "export", "dsv4-bf16-index-k", "dsv4-bf16-sizing", "--format", "mbox", "-o", out)
+    index_k = out / "dsv4-bf16-index-k.mbox"
+    index_k.write_text(index_k.read_text().replace(
+        "Patchkit-Release: 0.5.23\n", "Patchkit-Release: 0.5.23\nPatchkit-Depends-On: dsv4-bf16-sizing\n"))
+    catalog = new_catalog(tmp_path / "mine")
+    head = git(catalog, "rev-parse", "HEAD")
+    before = {p: p.read_bytes() for p in sorted(catalog.rglob("*")) if p.is_file() and ".git" not in p.parts}
+    for extra in (["--dry-run"], []):
+        result = patchkit(catalog, "import", "--mbox", str(index_k), str(out / "dsv4-bf16-sizing.mbox"),
+                          "--replace", *extra)
+        assert result.exit_code == 2, result.output
+        said = flat(result.output)
+        assert "depends_on forms a cycle" in said, said
+        assert "dsv4-bf16-index-k -> dsv4-bf16-sizing -> dsv4-bf16-index-k" in said, said
+        assert str(index_k) in said, said
+    assert git(catalog, "rev-parse", "HEAD") == head
+    assert {p: p.read_bytes() for p in sorted(catalog.rglob("*"))
+            if p.is_file() and ".git" not in p.parts} == before

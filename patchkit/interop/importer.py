@@ -261,7 +261,42 @@ def _depends(catalog: Catalog, fixes: Sequence[Planned]) -> dict[str, list[str]]
                 "first), or remove the header to import the fix without it", fix=fix.name,
                 missing=missing)
         out[fix.name] = deps
+    _refuse_cycle(catalog, fixes, out)
     return out
+
+
+def _refuse_cycle(catalog: Catalog, fixes: Sequence[Planned], depends: dict[str, list[str]]) -> None:
+    """Refuse an import whose ``depends_on`` would go round, through its fixes and the
+    catalog's (which it may replace): written, it would stop every command that orders fixes
+    (log, matrix, apply, sync, rebase). The error names the cycle and the mails or files."""
+    def deps_of(name: str) -> list[str]:
+        if name in depends:
+            return depends[name]
+        try:
+            return list(catalog.get(name).depends_on)
+        except PatchkitError:  # a broken one says so itself, where it is read
+            return []
+
+    source = {f.name: str(f.patches[0].source) for f in fixes}
+    done: set[str] = set()
+
+    def visit(name: str, path: list[str]) -> None:
+        if name in path:
+            cycle = path[path.index(name):] + [name]
+            where = ", ".join(dict.fromkeys(source[n] for n in cycle if n in source))
+            raise UsageError(
+                f"{where}: depends_on forms a cycle: {' -> '.join(cycle)} (their "
+                "Patchkit-Depends-On headers, and the catalog's manifests); nothing was written. "
+                "Remove one of these dependencies (the header of the mail or patch that "
+                "should not have it) and import again", fixes=cycle[:-1])
+        if name in done:
+            return
+        for dep in deps_of(name):
+            visit(dep, path + [name])
+        done.add(name)
+
+    for fix in fixes:
+        visit(fix.name, [])
 
 
 def _manifest(fix: Planned, texts: dict[str, tuple[str, str, list[str]]], release: str | None,
