@@ -158,8 +158,10 @@ def as_before(files: list[CapturedFile], writers: dict[str, list[tuple[str, File
                 f"{f.path} was written by fix {name} and then by fix {later[0]}, applied after "
                 f"{name}: its change is in the file on top of {name}'s, and refresh would take it "
                 f"into {name}. Roll it back (patchkit rollback {' '.join(reversed(later))}), "
-                f"refresh {name}, then apply {' '.join(later)} again", fix=name, path=f.path,
-                later=later)
+                f"refresh {name}, then apply {' '.join(later)} again. An edit of yours in "
+                f"{f.path} makes that rollback refuse the file (changed since): copy the file "
+                f"aside, roll back with --force (which discards the edit), make the edit again, "
+                f"then refresh", fix=name, path=f.path, later=later)
         if chain.index(name) == 0:
             out.append(f)  # nothing applied before it: HEAD is what it changed
             continue

@@ -81,6 +81,15 @@ def test_refresh_of_a_fix_another_applied_after_it_wrote_over_is_refused_naming_
     assert "app.py" in said and "fix first" in said and "applied after mine" in said, said
     assert "patchkit rollback first" in said, said
     assert {p: p.read_bytes() for p in sorted(catalog.rglob("*")) if p.is_file()} == before
+    # the advice, followed: the plain rollback refuses the edited file, as the message says
+    assert pk(*cat, "rollback", "first", *where).returncode == 1
+    assert "roll back with --force (which discards the edit), make the edit again" in said, said
+    assert pk(*cat, "rollback", "first", *where, "--force").returncode == 0
+    app.write_text(app.read_text().replace("l = 2", "l = 3"))  # the edit, made again
+    assert pk(*cat, "refresh", "mine", "--from", str(tree)).returncode == 0
+    assert pk(*cat, "apply", "mine", *where).returncode == 0  # records v2, writing nothing
+    assert pk(*cat, "apply", "first", *where).returncode == 0
+    assert "l = 3" in app.read_text() and "b = 2" in app.read_text()
 
 
 def test_a_conflict_names_its_fix_and_the_fix_that_changed_the_file_before_it(tmp_path: Path) -> None:
