@@ -739,6 +739,39 @@ def test_an_upgrade_from_v1_to_v2_across_the_fleet(fleet, tmp_path: Path) -> Non
                              "hosts": {"v2": ["h1", "h2", "h3"]}}]
 
 
+def test_a_record_the_hosts_release_no_longer_needs_is_forgotten_by_the_fleet_too(
+        fleet, tmp_path: Path) -> None:
+    """The hosts' release holds a fix upstream (its manifest marks it so) and each host still
+    records it: `apply FIX` (and `sync`) on one target forgets the record, writing nothing, as
+    status advises. On a fleet the preflight saw no change to make, the host was `unchanged`,
+    and the record stayed for good: status never converged (a trial, on a lost revert fix
+    after an upgrade). Forgetting the record is now the host's change, made in its wave."""
+    catalog = tmp_path / "catalog"
+    catalog.mkdir()
+    for part in ("manifests", "patches"):
+        subprocess.run(["cp", "-a", str(REPO / part), str(catalog / part)], check=True)
+    for node in fleet.nodes:
+        target = LocalTarget({"sglang": str(node.sglang), **node.roots}, fleet.python, node.name)
+        assert api.apply(Catalog(catalog), target, ["prefill-hicache-off"]).ok, node.name
+    manifest = catalog / "manifests" / "prefill-hicache-off.toml"
+    manifest.write_text(manifest.read_text().replace('root = "sglang"\n', 'root = "sglang"\n'
+                                                      'applied = "0.5.23"\n', 1))
+    trees = {node.name: snapshot(node) for node in fleet.nodes}
+    code, status = patchkit(fleet, "status", catalog=catalog)
+    assert {row["prefill-hicache-off"]["state"] for row in status["matrix"].values()} == {"not-needed"}
+
+    code, report = patchkit(fleet, "apply", "prefill-hicache-off", "--after-cmd", "exit 9",
+                            catalog=catalog)
+    assert code == 0, report
+    assert set(hosts(report).values()) == {"applied"}, report
+    assert report["groups"] == [{"change": "prefill-hicache-off v1 record forgotten (not-needed)",
+                                 "hosts": ["h1", "h2", "h3"]}], report
+    for node in fleet.nodes:  # the records gone, no file written, no hook run (nothing changed)
+        assert state_of(node) == {} and snapshot(node) == trees[node.name], node.name
+    code, again = patchkit(fleet, "apply", "prefill-hicache-off", catalog=catalog)
+    assert code == 0 and set(hosts(again).values()) == {"unchanged"}, again
+
+
 def _doc_blocks(language: str) -> list[str]:
     text = (REPO / "docs" / "fleet.md").read_text()
     section = text.split("## Your own playbooks", 1)[1].split("\n## ", 1)[0]

@@ -70,10 +70,13 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
     prepare.put_back = put_back
     prepared = prepare.changes(todo)
     outcomes.update(prepare.present_unrecorded)
+    forgotten = {**taken, **lost_records}
+    for name, o in outcomes.items():  # a stale record this run drops, writing no file
+        if o["outcome"] == "not-needed" and name in forgotten:
+            o["forgets"] = forgotten[name].version  # a fleet's preflight sees a change to make
     if not req.dry_run and prepared:
         _write(req, store, state, ws, prepared, {**left, **upgrades}, read)
-    elif not req.dry_run and any(n in lost_records or n in taken for n, o in outcomes.items()
-                                 if o["outcome"] == "not-needed"):
+    elif not req.dry_run and any("forgets" in o for o in outcomes.values()):
         store.write_state(state)  # only records of not-needed fixes to drop
         drop_undo_point(store)  # the state it would put back is not the state before this
     last = {key: fc for fc in prepared for key in fc.keys}  # the last fix to change each file

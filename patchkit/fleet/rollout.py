@@ -275,8 +275,10 @@ class Rollout:
         result = task.patchkit or {}
         if task.status != "ok":
             return HostReport(host, "refused", host_error(task), result=result), ()
+        # a stale record to forget (a lost one the host's release no longer needs) is a
+        # change too: the wave's engine drops it, as a sync of the one target does
         changes = tuple((f["name"], _change(f)) for f in result.get("fixes") or ()
-                        if f.get("outcome") in WOULD_CHANGE[self.op])
+                        if f.get("outcome") in WOULD_CHANGE[self.op] or "forgets" in f)
         state = (WOULD_CHANGE[self.op][0] if self.options.dry_run else "untouched") if changes else "unchanged"
         return HostReport(host, state, _label(changes), result=result), changes
 
@@ -303,7 +305,7 @@ class Rollout:
             others = "; ".join(f"{f.get('name')}: {f.get('outcome')}"
                                + (f" ({f['detail']})" if f.get("detail") else "")
                                for f in fixes if f.get("outcome") not in CHANGED[self.op])
-            done = any(f.get("outcome") in CHANGED[self.op] for f in fixes)
+            done = any(f.get("outcome") in CHANGED[self.op] or "forgets" in f for f in fixes)
             return HostReport(host, DONE[self.op] if done or not fixes else "unchanged",
                               others if not done else "", result=run.patchkit)
         undo = next((t for t in tasks if t.task.startswith("patchkit ") and t is not run
@@ -370,6 +372,8 @@ def _same_trees(reports: Mapping[str, HostReport], op: str) -> dict[str, str]:
 def _change(fix: Mapping[str, Any]) -> str:
     """What a host would get of ``fix`` (a preflight's result entry), for the groups."""
     name, version, was = fix["name"], fix.get("version"), fix.get("from_version")
+    if "forgets" in fix:
+        return f"{name} v{fix['forgets']} record forgotten ({fix.get('outcome')})"
     if fix.get("outcome") == WOULD_UNDO:  # as the undo's result line says it
         back = f"v{version}" if version is not None else "not applied"
         return f"{name} v{was} -> {back}" if was is not None else f"{name} {back}"
