@@ -133,3 +133,47 @@ def test_an_undo_names_the_change_it_undoes_and_refuses_it_once_another_came_aft
         api.undo(catalog, target, checked.raw["undoes"])
     assert snapshot(roots, state=True) == held
     assert api.undo(catalog, target).raw["undoes"] == second.txn
+
+
+def test_an_undo_lists_a_record_the_change_forgot_without_writing_its_files(tmp_path: Path) -> None:
+    """One apply upgrades ``mine`` and forgets ``other``'s record (the release holds ``other``
+    upstream now). The undo put ``other``'s record back as well, and its result named only
+    ``mine`` (a trial). It names both, ``other`` as a record put back, no file of it written."""
+    from tests.fixtures.user_catalog import pk, user_catalog
+    from tests.test_release_holds import APP, FIX, _git, _release
+
+    other = ("--- a/python/sglang/other.py\n+++ b/python/sglang/other.py\n@@ -1,2 +1,2 @@\n"
+             " x = 1\n-y = 1\n+y = 2\n")
+    catalog = user_catalog(tmp_path / "catalog", {"mine": (FIX, ""), "other": (other, "")})
+    for name in ("mine", "other"):
+        manifest = catalog / "manifests" / f"{name}.toml"
+        manifest.write_text(manifest.read_text()
+                            .replace('base_release = "any"\nreleases = []\nroot = "tree"',
+                                     'base_release = "0.5.22"\nreleases = ["0.5.22"]\nroot = "sglang"')
+                            .replace('root = "tree"', 'root = "sglang"'))
+    tree = tmp_path / "sglang"
+    (tree / "python" / "sglang").mkdir(parents=True)
+    (tree / "python" / "sglang" / "other.py").write_text("x = 1\ny = 1\n")
+    _git(tree, "init", "-q")
+    _release(tree, "0.5.22", APP)
+    cat, where = ["--catalog", str(catalog)], ["--target", str(tree)]
+    assert pk(*cat, "apply", "mine", "other", *where).returncode == 0
+    (catalog / "patches" / "mine" / "0001-mine.patch").write_text(FIX.replace("d = 2", "d = 3"))
+    mine = catalog / "manifests" / "mine.toml"
+    mine.write_text(mine.read_text().replace("version = 1\n", "version = 2\n"))
+    held = catalog / "manifests" / "other.toml"
+    held.write_text(held.read_text().replace('root = "sglang"\n', 'root = "sglang"\napplied = "0.5.22"\n', 1))
+    done = pk(*cat, "apply", "mine", "other", *where, "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    outcomes = {f["name"]: f for f in json.loads(done.stdout)["fixes"]}
+    assert outcomes["mine"]["outcome"] == "upgraded" and outcomes["other"]["forgets"] == 1, outcomes
+
+    undone = pk(*cat, "undo", *where, "--json")
+    assert undone.returncode == 0, undone.stdout + undone.stderr
+    fixes = {f["name"]: f for f in json.loads(undone.stdout)["fixes"]}
+    assert set(fixes) == {"mine", "other"}, fixes
+    assert (fixes["mine"]["version"], fixes["mine"]["from_version"]) == (1, 2)
+    assert fixes["other"]["detail"] == "its record put back as it was (v1), no file of it written"
+    assert fixes["other"]["files"] == []
+    state = json.loads((tree / ".patchkit" / "state.json").read_text())
+    assert {f["name"]: f["version"] for f in state["fixes"]} == {"mine": 1, "other": 1}

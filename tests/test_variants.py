@@ -420,8 +420,12 @@ def test_an_undo_of_the_sync_that_applied_lost_fixes_says_they_go_back_to_lost(
     assert api.sync(catalog, local(tree)).ok
     code, out, err = cli(["undo", "--target", str(tree), "--dry-run", "--json"])
     assert code == 0, out + err
-    detail = {f["name"]: f["detail"] for f in json.loads(out)["fixes"]}
-    assert "did not hold v3's change then, and would not: lost or drifted" in detail[INDEX_K]
+    fixes = {f["name"]: f for f in json.loads(out)["fixes"]}
+    assert "did not hold v3's change then, and would not: lost or drifted" in fixes[INDEX_K]["detail"]
+    assert fixes[INDEX_K]["not_holding"] is True
+    # a fleet's undo says the same in its change (it said "v4 -> v3", a trial)
+    from patchkit.fleet.rollout import _change
+    assert _change(fixes[INDEX_K]) == f"{INDEX_K} v4 -> v3 (its record: lost or drifted)"
     assert cli(["undo", "--target", str(tree)])[0] == 0
     assert states(catalog, local(tree))[INDEX_K] == ("lost", 3)
 

@@ -70,9 +70,14 @@ def undo(req: Request, store: Store) -> List[Dict[str, Any]]:
         entry.mode = f.mode
     was, after = before.by_name(), state.by_name()
     back = _not_holding(journal, before, ws)
+    # and each record the change dropped or made with no file written (a stale record a sync
+    # forgot): the undo puts it back too, and says so
+    names = list(journal.fixes) + [n for n in (*was, *after) if n not in journal.fixes
+                                   and was.get(n) != after.get(n)]
+    names = list(dict.fromkeys(names))
     if req.dry_run:
         return [_undone(name, journal, after.get(name), was.get(name), WOULD_UNDO, back)
-                for name in journal.fixes]
+                for name in names]
     ws_roots = {f.root for f in journal.files}
     with Transaction(store, req.roots, "undo", journal.fixes, dict(journal.versions), req.python) as t:
         t.back_up(ws.changed(), {})
@@ -81,7 +86,7 @@ def undo(req: Request, store: Store) -> List[Dict[str, Any]]:
                                            and d[0] in ws_roots])
         t.commit(before)
     return [_undone(name, journal, after.get(name), was.get(name), UNDONE, back)
-            for name in journal.fixes]
+            for name in names]
 
 
 def _not_holding(journal: Journal, before: State, ws: Workspace) -> Set[str]:
@@ -156,10 +161,18 @@ def _undone(name: str, journal: Journal, after: Any, was: Any, outcome: str,
     put = "would be put back" if would else "put back"
     detail = ("its record and files %s as they were (v%s)" % (put, was.version)
               if was is not None else "its files %s as they were; not applied, as before" % put)
-    if was is not None and name in not_holding:
+    if not files and name not in journal.fixes:  # a record alone: no file of it was written
+        detail = ("its record %s as it was (v%s), no file of it written" % (put, was.version)
+                  if was is not None else "its record %s: not recorded, as before"
+                  % ("would be dropped" if would else "dropped"))
+    holding = not (was is not None and name in not_holding)
+    if not holding:
         detail += ("; its files did not hold v%s's change then, and %s not: lost or drifted, as "
                    "before (patchkit status says which)" % (was.version, "would" if would else "do"))
-    return {"name": name, "version": was.version if was is not None else None,
-            "from_version": after.version if after is not None else None,
-            "outcome": outcome, "files": files,
-            "preconditions": [], "verification": [], "detail": detail}
+    out = {"name": name, "version": was.version if was is not None else None,
+           "from_version": after.version if after is not None else None,
+           "outcome": outcome, "files": files,
+           "preconditions": [], "verification": [], "detail": detail}
+    if not holding:  # a fleet's undo says so in its change, not "v4 -> v3" alone
+        out["not_holding"] = True
+    return out

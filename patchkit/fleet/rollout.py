@@ -376,6 +376,8 @@ def _change(fix: Mapping[str, Any]) -> str:
         return f"{name} v{fix['forgets']} record forgotten ({fix.get('outcome')})"
     if fix.get("outcome") == WOULD_UNDO:  # as the undo's result line says it
         back = f"v{version}" if version is not None else "not applied"
+        if fix.get("not_holding"):  # its record alone: the files do not hold that version
+            back += " (its record: lost or drifted)"
         return f"{name} v{was} -> {back}" if was is not None else f"{name} {back}"
     return f"{name} v{was}->v{version}" if fix.get("outcome") == WOULD_UPGRADE else f"{name} v{version}"
 
