@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from . import gitrepo
 from .capture import (CapturedFile, applied_owners, applied_record, applied_writers, as_before, capture,
-                      capture_commits, diff_of, leave_applied, release_of)
+                      capture_commits, diff_of, leave_applied, off_release, release_of)
 from .catalog import Catalog, edit, is_source_tree, patchmail, series, writer
 from .catalog.manifest import AUTHOR_RE, name_problem
 from .catalog.model import Fix, PatchRef, Variant
@@ -224,10 +224,12 @@ def new_fix(catalog: Catalog, name: str, src: Path, *, root: str = "sglang",
                                   author=got.author or "", upstream=got.upstream,
                                   headers=got.headers, release_root=root if sglang else None)
     touched = tuple(dict.fromkeys(f.path for _h, files in got.patches for f in files))
+    fork = (off_release(src, got.release, [f for _h, files in got.patches for f in files], name)
+            if sglang and commits is None and got.release != edit.NO_RELEASE else ())
     result = AuthoringResult(name, 1, catalog.manifests_dir / f"{name}.toml",
                              tuple(catalog.patches_dir / name / f for f in texts), touched,
                              got.release, changed=True, ignored=got.ignored, dry_run=dry_run,
-                             applied=got.applied)
+                             applied=got.applied, off_release=fork)
     if dry_run:
         return result
     writer.create_fix(catalog, name, {f: (body, root) for f, body in texts.items()}, text)
@@ -346,7 +348,10 @@ def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] 
                              recorded_new=() if here is None else tuple(
                                  f.path for f in files if f.path not in {r.path for r in here.files}),
                              kept_for=kept_for, kept_version=view.version if kept_for else None,
-                             breaks=_breaks(catalog, view, files, owner, release) if changed else ())
+                             breaks=_breaks(catalog, view, files, owner, release) if changed else (),
+                             off_release=off_release(src, release, [
+                                 f for f in files if f.path not in dict(stacked)], name)
+                             if changed and primary else ())
     if dry_run or not changed:
         return result
     summary = summary or f"Refreshed from a checkout of {release}."

@@ -186,6 +186,25 @@ def as_before(files: list[CapturedFile], writers: dict[str, list[tuple[str, File
     return out, stacked
 
 
+def off_release(src: Path, release: str, files: Sequence[CapturedFile], name: str
+                ) -> tuple[tuple[str, str], ...]:
+    """(path, tag) of each of ``files`` (captured against HEAD) whose change does not apply to
+    the release's own file, as the release's tag in the checkout (``vR``, else ``R``) has it:
+    HEAD is a fork whose commits after the release changed that file, and the change's context
+    holds their lines, so the series does not apply to the release it says it is written for.
+    Empty when the checkout has no such tag, HEAD is it, or every file is as the tag has it."""
+    with contextlib.closing(gitrepo.Blobs(src)) as blobs:
+        tag = next((t for t in (f"v{release}", release) if blobs.commit_of(f"refs/tags/{t}")), None)
+        if tag is None or blobs.commit_of(f"refs/tags/{tag}") == blobs.commit_of("HEAD"):
+            return ()
+        found = []
+        for f in files:
+            own = blobs.read(f"refs/tags/{tag}", f.path)
+            if own != f.before and not _applies_to(f, own, name):
+                found.append((f.path, tag))
+    return tuple(found)
+
+
 def _applies_to(f: CapturedFile, head: bytes | None, name: str) -> bool:
     """Whether the diff of ``f`` applies, with zero fuzz as patchkit applies, to ``head``."""
     data = series.diff_files(f.before, f.after, f.path, mode=f.mode, old_mode=f.old_mode)

@@ -220,6 +220,14 @@ class Blobs:
     def read(self, rev: str, relpath: str) -> bytes | None:
         return (self.file(rev, relpath) or (None,))[0]
 
+    def commit_of(self, rev: str) -> str | None:
+        """The sha of the commit ``rev`` names, or None when it names none."""
+        git = _gitpython()
+        try:
+            return str(self._repo.commit(rev).hexsha)
+        except (ValueError, git.BadName, git.BadObject):
+            return None
+
     def close(self) -> None:
         self._repo.close()
 

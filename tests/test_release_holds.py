@@ -158,3 +158,42 @@ def test_a_lost_fix_keeps_the_files_the_new_release_holds_as_it_wrote_them(tmp_p
     assert done.returncode == 0, done.stdout + done.stderr
     assert app.read_text() == taken  # 0.5.23's, with the change it took
     assert (tree / "python" / "sglang" / "other.py").read_text() == "x = 1\ny = 2\nz = 1\n"
+
+
+def test_new_and_refresh_from_a_fork_say_when_the_change_does_not_apply_to_the_release(
+        tmp_path: Path) -> None:
+    """A fork's checkout: the release's tag, then a commit of the fork's own on the same lines.
+    A change written there was captured as serving the release, "known to apply there", but
+    its context held the fork's line: on a clean release tree apply refused it (a trial). new
+    and refresh now warn, naming the file and the tag; a change the release's own file takes
+    says nothing."""
+    catalog = user_catalog(tmp_path / "catalog", {})
+    tree = tmp_path / "fork"
+    (tree / "python" / "sglang").mkdir(parents=True)
+    _git(tree, "init", "-q")
+    _release(tree, "0.5.22", APP)
+    app = tree / "python" / "sglang" / "app.py"
+    app.write_text(APP.replace("c = 1", "c = 1  # fork"))
+    _git(tree, "commit", "-qam", "the fork's own change")
+    app.write_text(app.read_text().replace("h = 1", "h = 2"))  # far from the fork's line
+    quiet = pk("--catalog", str(catalog), "new", "far", "--from", str(tree), "--json", "--dry-run")
+    assert quiet.returncode == 0 and json.loads(quiet.stdout)["warnings"] == [], quiet.stdout
+
+    app.write_text(app.read_text().replace("d = 1", "d = 2"))  # beside it: its context
+    done = pk("--catalog", str(catalog), "new", "near", "--from", str(tree), "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    [warning] = json.loads(done.stdout)["warnings"][:1]
+    said = " ".join(warning.split())
+    assert "near v1's change to python/sglang/app.py does not apply to 0.5.22's own" in said, said
+    assert "(the checkout's tag v0.5.22)" in said and "depends_on" in said, said
+    clean = tmp_path / "clean"
+    (clean / "python" / "sglang").mkdir(parents=True)
+    _git(clean, "init", "-q")
+    _release(clean, "0.5.22", APP)
+    assert pk("--catalog", str(catalog), "apply", "near", "--target", str(clean)).returncode == 3
+
+    app.write_text(app.read_text().replace("d = 2", "d = 3"))
+    again = pk("--catalog", str(catalog), "refresh", "near", "--from", str(tree), "--json")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert any("near v2's change to python/sglang/app.py does not apply" in w
+               for w in json.loads(again.stdout)["warnings"]), again.stdout

@@ -66,6 +66,10 @@ class AuthoringResult:
     # refresh: fixes applied on top of this one in a file (depends_on it, or stacked) whose
     # series applied on the old version and no longer applies on the new: (fix, its version, path)
     breaks: tuple[tuple[str, int, str], ...] = ()
+    # new and refresh from a fork: files whose change does not apply to the release's own file
+    # (commits after the release's tag changed it, and the change's context holds their
+    # lines): (path, the tag)
+    off_release: tuple[tuple[str, str], ...] = ()
 
 
 def slug(text: str) -> str:
