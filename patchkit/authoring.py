@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from . import gitrepo
-from .capture import (CapturedFile, applied_owners, applied_record, applied_writers, as_before, capture,
-                      capture_commits, diff_of, leave_applied, off_release, release_of)
+from .capture import (CapturedFile, applies, applied_owners, applied_record, applied_writers, as_before, capture,
+                      capture_commits, diff_of, leave_applied, off_release,
+                      release_of)
 from .catalog import Catalog, edit, is_source_tree, patchmail, series, writer
 from .catalog.manifest import AUTHOR_RE, name_problem
 from .catalog.model import Fix, PatchRef, Variant
@@ -310,6 +311,7 @@ def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] 
     applied: tuple[tuple[str, str], ...] = ()
     owners: dict[str, str] = {}
     stacked: list[tuple[str, tuple[str, ...]]] = []
+    on_others: set[str] = set()  # files whose change is written on other applied fixes
     if not include_applied:
         for root in dict.fromkeys(ref.root for ref in view.patches):
             kept = None if root == PRIMARY_ROOT else record
@@ -317,7 +319,9 @@ def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] 
             # a file this fix wrote is its own, diffed against it as before; one only other
             # applied fixes wrote is theirs, left out
             files, found = as_before(files, writers, name, src, record=kept)
-            stacked += found
+            on_others.update(path for path, _before in found)
+            stacked += [(path, before) for path, before in found  # declared already: said
+                        if not set(before) <= _depends_on(catalog, view)]  # by no warning
             owners.update({p: chain[-1][0] for p, chain in writers.items()
                            if name not in (fix for fix, _rec in chain)})
         files, applied = leave_applied(files, owners, src, name)
@@ -350,8 +354,10 @@ def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] 
                              kept_for=kept_for, kept_version=view.version if kept_for else None,
                              breaks=_breaks(catalog, view, files, owner, release) if changed else (),
                              off_release=off_release(src, release, [
-                                 f for f in files if f.path not in dict(stacked)], name)
-                             if changed and primary else ())
+                                 f for f in files if f.path not in on_others], name)
+                             if changed and primary else (),
+                             against=_against(catalog, view, files, owner, release)
+                             if changed else ())
     if dry_run or not changed:
         return result
     summary = summary or f"Refreshed from a checkout of {release}."
@@ -359,6 +365,63 @@ def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] 
     sha = writer.commit(catalog, name, f"{name} v{version}: {summary}\n\nRecorded by `patchkit "
                         "refresh` from a checkout.\n") if commit else None
     return dataclasses.replace(result, commit=sha)
+
+
+def _depends_on(catalog: Catalog, view: Fix) -> set[str]:
+    """The fixes ``view`` depends on, however deep (none when its dependencies cannot be read)."""
+    from .errors import PatchkitError
+
+    try:
+        return {d.name for d in catalog.dependency_order([view.name], with_deps=True)} - {view.name}
+    except PatchkitError:
+        return set()
+
+
+def _against(catalog: Catalog, view: Fix, files: list[CapturedFile], owner: dict[str, int],
+             release: str) -> tuple[tuple[str, str], ...]:
+    """(dependency, path) of each file of the new version whose change does not apply on the
+    file as the fixes ``view`` depends on leave it, placed (zero fuzz) on the bytes it was
+    captured against: a capture against HEAD where a dependency is applied but not committed
+    (``--include-applied``) takes that fix's lines into this one, which then conflicts with
+    it wherever both are applied. Files the dependencies do not change, or that they do not
+    apply to as captured (the capture already holds them), are not judged."""
+    from .catalog.series import series_records
+    from .engine.hunks import FileChange, apply_change, decode
+    from .errors import PatchkitError
+
+    try:
+        deps = [d for d in catalog.dependency_order([view.name], with_deps=True)
+                if d.name != view.name]
+    except PatchkitError:
+        return ()
+    roots = {f.path: view.patches[min(owner.get(f.path, len(view.patches) - 1),
+                                      len(view.patches) - 1)].root for f in files}
+    records: list[tuple[str, list[dict[str, Any]]]] = []
+    for dep in deps:
+        served = dep.variant_for(release)
+        mine = [] if served is None else [(r.path, r.root) for r in served.patches
+                                          if r.root in roots.values()]
+        try:
+            records.append((dep.name, series_records(mine)[1] if mine else []))
+        except (OSError, PatchkitError):
+            return ()
+    found: list[tuple[str, str]] = []
+    for f in files:
+        text = None if f.before is None else decode(f.before)
+        under = [name for name, recs in records
+                 if any(r["path"] == f.path and r["root"] == roots[f.path] for r in recs)]
+        if not under:
+            continue
+        try:
+            for name, recs in records:
+                for r in recs:
+                    if r["path"] == f.path and r["root"] == roots[f.path]:
+                        text = apply_change(text, FileChange.from_dict(r, name))[0]
+        except PatchkitError:  # the capture holds them already (or not as they are): no judgement
+            continue
+        if not applies(f, text, view.name):
+            found.append((under[-1], f.path))
+    return tuple(found)
 
 
 def _breaks(catalog: Catalog, view: Fix, files: list[CapturedFile], owner: dict[str, int],

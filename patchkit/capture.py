@@ -181,7 +181,7 @@ def as_before(files: list[CapturedFile], writers: dict[str, list[tuple[str, File
             else "100755" if mine.mode_before & stat.S_IXUSR else "100644"
         mine_only = dataclass_replace(f, before=before, old_mode=old_mode)
         out.append(mine_only)
-        if not _applies_to(mine_only, f.before, name):
+        if not applies(mine_only, f.before, name):
             stacked.append((f.path, tuple(chain[:chain.index(name)])))
     return out, stacked
 
@@ -200,17 +200,19 @@ def off_release(src: Path, release: str, files: Sequence[CapturedFile], name: st
         found = []
         for f in files:
             own = blobs.read(f"refs/tags/{tag}", f.path)
-            if own != f.before and not _applies_to(f, own, name):
+            if own != f.before and not applies(f, own, name):
                 found.append((f.path, tag))
     return tuple(found)
 
 
-def _applies_to(f: CapturedFile, head: bytes | None, name: str) -> bool:
-    """Whether the diff of ``f`` applies, with zero fuzz as patchkit applies, to ``head``."""
+def applies(f: CapturedFile, head: bytes | str | None, name: str) -> bool:
+    """Whether the diff of ``f`` applies, with zero fuzz as patchkit applies, to ``head``
+    (bytes, or text already decoded)."""
     data = series.diff_files(f.before, f.after, f.path, mode=f.mode, old_mode=f.old_mode)
+    text = decode(head) if isinstance(head, bytes) else head
     try:
         for rec in series.parse_patch(f"{f.path}.patch", "refresh", data=data.encode("utf-8", "surrogateescape")):
-            apply_change(None if head is None else decode(head), FileChange.from_dict(rec, name))
+            apply_change(text, FileChange.from_dict(rec, name))
     except PatchkitError:
         return False
     return True

@@ -204,3 +204,26 @@ def test_a_refresh_judges_a_fix_stacked_on_it_through_another_on_that_one_as_wel
     assert not any("b v1" in w for w in warnings), warnings  # b applies on a v2 as before
     synced = pk(*cat, "sync", "--root", f"tree={tmp_path / 'all'}")  # what the warning foretold
     assert synced.returncode == 3 and "fix c" in synced.stdout + synced.stderr, synced.stderr
+
+
+def test_a_refresh_that_takes_in_its_dependencys_lines_says_it_conflicts_with_it(
+        tmp_path: Path) -> None:
+    """b depends on a, both applied (not committed) in the checkout; b refreshed with
+    --include-applied captures against HEAD, so its new series holds a's lines too: wherever a
+    and b are applied it conflicts, and matrix said so later, while refresh said nothing (a
+    trial). refresh warns, naming a and the file; without --include-applied it captures b's
+    own change and says nothing."""
+    from tests.test_stacked_fork import stacked_catalog, stacked_tree
+
+    catalog, tree = stacked_catalog(tmp_path / "catalog"), stacked_tree(tmp_path / "tree")
+    cat = ["--catalog", str(catalog)]
+    assert pk(*cat, "apply", "a", "b", "--root", f"tree={tree}").returncode == 0
+    app = tree / "app.py"
+    app.write_text(app.read_text().replace("x = None", "x = []"))
+    quiet = pk(*cat, "refresh", "b", "--from", str(tree), "--json", "--dry-run")
+    assert quiet.returncode == 0 and json.loads(quiet.stdout)["warnings"] == [], quiet.stdout
+    done = pk(*cat, "refresh", "b", "--from", str(tree), "--include-applied", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    warnings = json.loads(done.stdout)["warnings"]
+    assert any("b v2's change to app.py does not apply on a's, which it depends on" in w
+               and "--commit" in w for w in warnings), warnings

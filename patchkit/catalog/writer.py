@@ -70,6 +70,9 @@ class AuthoringResult:
     # (commits after the release's tag changed it, and the change's context holds their
     # lines): (path, the tag)
     off_release: tuple[tuple[str, str], ...] = ()
+    # refresh: files whose new change does not apply on what the fixes it depends on leave
+    # there (it took a dependency's lines in): (that dependency, path)
+    against: tuple[tuple[str, str], ...] = ()
 
 
 def slug(text: str) -> str:

@@ -133,7 +133,7 @@ def new(state: State, fix: str, paths: tuple[str, ...], src: str, no_commit: boo
     result = authoring.new_fix(catalog, fix, Path(src), paths=paths, commit=not no_commit,
                                dry_run=dry_run, record=record and Path(record), **options)
     warnings = (_unrecorded_root(src, [options["root"]], record, options["include_applied"])
-                + _fork_warnings(result, fix))
+                + _capture_warnings(result, fix))
     report_authoring(result, as_json, "created",
                      warnings + ([] if dry_run else unfinished(catalog.get(fix))))
     return 0
@@ -167,7 +167,7 @@ def refresh(state: State, fix: str, paths: tuple[str, ...], src: str, no_commit:
     roots = list(dict.fromkeys(p.root for p in catalog.get(fix).patches))
     report_authoring(result, as_json, "refreshed",
                      _unrecorded_root(src, roots, record, options["include_applied"])
-                     + _refresh_warnings(result, fix, src) + _fork_warnings(result, fix))
+                     + _refresh_warnings(result, fix, src) + _capture_warnings(result, fix))
     if not as_json and result.recorded is not None and result.recorded != result.version:
         where = (f"--target {src}" if "sglang" in roots or not record
                  else f"--target {record} --root {roots[0]}={src}")
@@ -186,16 +186,22 @@ def refresh(state: State, fix: str, paths: tuple[str, ...], src: str, no_commit:
     return 0
 
 
-def _fork_warnings(result: authoring.AuthoringResult, fix: str) -> list[str]:
-    """A change captured from a fork whose commits after the release changed its file: the
-    series does not apply to the release it names."""
+def _capture_warnings(result: authoring.AuthoringResult, fix: str) -> list[str]:
+    """What a captured change does not apply to that its manifest says it does: the release's
+    own file (captured from a fork whose commits after the release changed it), or the
+    fixes it depends on (it took their lines in)."""
     return [f"{fix} v{result.version}'s change to {path} does not apply to {result.base_release}'s "
             f"own {path} (the checkout's tag {tag}): commits after {tag} changed that file, and "
             f"the change's context holds their lines, so on a clean {result.base_release} tree "
             f"patchkit apply refuses it (a conflict), though the manifest says it serves "
             f"{result.base_release}. Write it on {tag} (patchkit upstream checkout "
             f"{result.base_release} DIR), or make the fork's own change a fix and add it to "
-            "depends_on" for path, tag in result.off_release]
+            "depends_on" for path, tag in result.off_release] + [
+        f"{fix} v{result.version}'s change to {path} does not apply on {dep}'s, which it depends "
+        f"on: it holds {dep}'s own lines (captured against HEAD where {dep} is applied but not "
+        f"committed), so wherever both are applied it conflicts. Apply {dep} with --commit in "
+        f"the checkout (HEAD then holds its change), make the edit, and refresh {fix} again"
+        for dep, path in result.against]
 
 
 def _refresh_warnings(result: authoring.AuthoringResult, fix: str, src: str) -> list[str]:
