@@ -626,3 +626,27 @@ def test_an_import_that_would_make_a_depends_on_cycle_is_refused_writing_nothing
     assert git(catalog, "rev-parse", "HEAD") == head
     assert {p: p.read_bytes() for p in sorted(catalog.rglob("*"))
             if p.is_file() and ".git" not in p.parts} == before
+
+
+def test_a_fix_marked_upstream_comes_back_marked_from_an_export(tmp_path: Path) -> None:
+    """`upstream check --mark` makes a fix `upstreamed` with `[upstream] applied = R`; its
+    export carried `applied`, and the import wrote the fix back `active` (listed again, and
+    offered to be marked again: a trial). It comes back `upstreamed`, as marked."""
+    source = new_catalog(tmp_path / "source")
+    ok(source, "import", "--mbox", *sorted(_exported(tmp_path / "one", "dsv4-bf16-index-k")),
+       "--replace")
+    manifest = source / "manifests" / "dsv4-bf16-index-k.toml"
+    manifest.write_text(manifest.read_text().replace('status = "active"', 'status = "upstreamed"')
+                        .replace("[upstream]\n", '[upstream]\napplied = "0.5.23"\n', 1))
+    assert Catalog(source).get("dsv4-bf16-index-k").status == "upstreamed"
+    out = tmp_path / "again"
+    ok(source, "export", "dsv4-bf16-index-k", "--format", "mbox", "-o", out)
+    mine = new_catalog(tmp_path / "mine")
+    ok(mine, "import", "--mbox", *sorted(out.glob("*.mbox")), "--replace")
+    back = Catalog(mine).get("dsv4-bf16-index-k")
+    assert (back.status, back.upstream.applied) == ("upstreamed", "0.5.23")
+
+
+def _exported(out: Path, *names: str) -> list[Path]:
+    ok(REPO, "export", *names, "--format", "mbox", "-o", out)
+    return list(out.glob("*.mbox"))

@@ -13,7 +13,7 @@ import tomlkit
 from tomlkit.items import AoT, Table
 
 from .manifest import build_fix
-from .model import MANIFEST_FORMAT, PLACEHOLDER, Fix
+from .model import MANIFEST_FORMAT, PLACEHOLDER, RELEASE_RE, Fix
 from .reader import Ctx, loads, read_toml
 
 
@@ -165,6 +165,8 @@ def _with_fields(rows: list[Row], author: str, upstream: dict[str, str],
     rows[at("reference") + 1:at("reference") + 1] = [
         (f"{key} = {q(upstream[key])}", "") for key in ("bug", "origin", "applied")
         if upstream.get(key)]
+    if RELEASE_RE.match(upstream.get("applied") or ""):  # upstream since that release, as
+        rows[at("status")] = ('status = "upstreamed"', rows[at("status")][1])  # --mark writes it
     grouped: dict[str, list[str]] = {}
     for key, value in headers:
         grouped.setdefault(key, []).append(value)
