@@ -397,7 +397,7 @@ def _recorded(ws: Workspace, rec: FixRecord, last: Dict[Key, Tuple[str, FileReco
             todo = ("Apply it again onto the files HEAD has (patchkit sync, or patchkit apply "
                     "--commit %s for a commit again)" % rec.name)
     if not drifted and releases is not None:
-        held = release_holds(ws, rec, out, releases, git, installs or {})
+        held = release_holds(ws, rec, out, releases, git, installs or {}, last)
         if held is not None:
             entry.update(held=held, release_files=sorted(
                 [f["root"], f["path"]] for f in out if f["root"] == held["root"]))
@@ -465,17 +465,25 @@ def moved_under(roots: Roots, state: State, ws: Optional[Workspace] = None, git:
 
 
 def release_holds(ws: Workspace, rec: FixRecord, files: List[Dict[str, Any]],
-                  releases: Dict[str, Any], git: bool, installs: Dict[str, record.Installed]
-                  ) -> Optional[Dict[str, str]]:
+                  releases: Dict[str, Any], git: bool, installs: Dict[str, record.Installed],
+                  last: Dict[Key, Tuple[str, FileRecord]]) -> Optional[Dict[str, str]]:
     """``{root, from, to}`` when an intact fix's root runs a release its applied version was
     not for, and every file of it there is that release's own (:func:`release_owned`) while
     holding what the fix wrote: the release the tree moved to holds the fix's change, and the
     fix's backups are the old release's bytes, which a rollback would put into it. None
-    otherwise (or when it cannot be told)."""
+    otherwise (or when it cannot be told). A release a fix moved (one wrote the version file
+    as it now is: a series from one release to the next) is no move under the others: the
+    question, and the ``git status`` it asks, is left out (``last``: the recorded writers)."""
     moved = _release_moved(ws.roots, rec, releases, git)
     if moved is None:
         return None
     name = str((rec.release or {}).get("root") or "sglang")
+    if name in ws.roots:
+        from .variants import detect_release
+
+        version = (name, detect_release(ws.roots.get(name), git=False)[1])
+        if version in last and ws.held(*version)[0] == last[version][1].after_sha256:
+            return None
     on = {(f["root"], f["path"]) for f in files if f["root"] == name}
     if not on or release_owned(ws, files, {name}, installs, git) != on:
         return None

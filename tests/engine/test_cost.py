@@ -163,3 +163,25 @@ def test_a_checkout_git_refuses_to_read_is_not_a_reason_to_refuse(checkout: Path
     assert len(clean) == 1 and clean[0]["ok"]
     assert clean[0]["detail"].startswith("not checked: git status failed: ")
     assert "dubious ownership" in clean[0]["detail"]
+
+
+def test_a_status_where_a_fix_moved_the_release_asks_git_nothing(
+        checkout: Path, git_calls: Callable[[], List[List[str]]]) -> None:
+    """A series from one release to the next (it writes the version file) moves the tree
+    under the fixes recorded for the old release; whether that release holds their changes is
+    a question about a move git made (observe.release_holds), and a status asked git about
+    each of them: a `git status` per fix, 32 ms of the drift status in docs/performance.md.
+    The version file as a recorded fix wrote it answers it, with no git."""
+    version = "python/sglang/_version.py"
+    old = (checkout / version).read_text()
+    mod = (checkout / MOD).read_text()
+    moves = fix("moves", [file_record(version, old, old.replace("0.5.21", "0.5.22"))])
+    other = fix("other", [file_record(MOD, mod, mod.replace("return x + 7\n", "return x * 7\n"))])
+    assert run(request("apply", {"sglang": checkout}, [moves, other]))["ok"]
+    git_calls()
+    seen = run(request("status", {"sglang": checkout}, []))
+    assert seen["ok"], seen["error"]
+    assert {f["name"]: f["state"] for f in seen["status"]["fixes"]} == {"moves": "applied",
+                                                                        "other": "applied"}
+    assert not any("held" in f for f in seen["status"]["fixes"])
+    assert git_calls() == []
