@@ -11,7 +11,7 @@ import datetime as _dt
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 from . import gitrepo
 from .capture import (CapturedFile, applies, applied_owners, applied_record, applied_writers, as_before, capture,
@@ -320,8 +320,8 @@ def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] 
             # applied fixes wrote is theirs, left out
             files, found = as_before(files, writers, name, src, record=kept)
             on_others.update(path for path, _before in found)
-            stacked += [(path, before) for path, before in found  # declared already: said
-                        if not set(before) <= _depends_on(catalog, view)]  # by no warning
+            declared = {d.name for d in _depends_on(catalog, view)}  # said by no warning
+            stacked += [(path, before) for path, before in found if not set(before) <= declared]
             owners.update({p: chain[-1][0] for p, chain in writers.items()
                            if name not in (fix for fix, _rec in chain)})
         files, applied = leave_applied(files, owners, src, name)
@@ -367,14 +367,47 @@ def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] 
     return dataclasses.replace(result, commit=sha)
 
 
-def _depends_on(catalog: Catalog, view: Fix) -> set[str]:
-    """The fixes ``view`` depends on, however deep (none when its dependencies cannot be read)."""
+def _depends_on(catalog: Catalog, view: Fix) -> list[Fix]:
+    """The fixes ``view`` depends on, however deep, each after its own dependencies (none when
+    they cannot be read: a missing one, a cycle)."""
     from .errors import PatchkitError
 
     try:
-        return {d.name for d in catalog.dependency_order([view.name], with_deps=True)} - {view.name}
+        return [d for d in catalog.dependency_order([view.name], with_deps=True)
+                if d.name != view.name]
     except PatchkitError:
-        return set()
+        return []
+
+
+def _file_roots(view: Fix, files: list[CapturedFile], owner: dict[str, int]) -> dict[str, str]:
+    """The root of each captured file: that of the patch of ``view`` that changes it."""
+    last = len(view.patches) - 1
+    return {f.path: view.patches[min(owner.get(f.path, last), last)].root for f in files}
+
+
+def _served(fix: Fix, release: str, roots: Collection[str]) -> tuple[int, list[dict[str, Any]]] | None:
+    """The version of ``fix`` serving ``release`` and its FILE records on ``roots``; None when
+    no version serves it. An unreadable series raises, as reading it does."""
+    from .catalog.series import series_records
+
+    served = fix.variant_for(release)
+    if served is None:
+        return None
+    mine = [(r.path, r.root) for r in served.patches if r.root in roots]
+    return served.version, series_records(mine)[1] if mine else []
+
+
+def _of_file(records: list[dict[str, Any]], path: str, root: str) -> list[dict[str, Any]]:
+    return [r for r in records if r["path"] == path and r["root"] == root]
+
+
+def _placed(text: str | None, records: list[dict[str, Any]], fix: str) -> str | None:
+    """``text`` with ``records`` (one file's) placed on it as apply places them (zero fuzz)."""
+    from .engine.hunks import FileChange, apply_change
+
+    for record in records:
+        text = apply_change(text, FileChange.from_dict(record, fix))[0]
+    return text
 
 
 def _against(catalog: Catalog, view: Fix, files: list[CapturedFile], owner: dict[str, int],
@@ -385,38 +418,25 @@ def _against(catalog: Catalog, view: Fix, files: list[CapturedFile], owner: dict
     (``--include-applied``) takes that fix's lines into this one, which then conflicts with
     it wherever both are applied. Files the dependencies do not change, or that they do not
     apply to as captured (the capture already holds them), are not judged."""
-    from .catalog.series import series_records
-    from .engine.hunks import FileChange, apply_change, decode
+    from .engine.hunks import decode
     from .errors import PatchkitError
 
+    roots = _file_roots(view, files, owner)
     try:
-        deps = [d for d in catalog.dependency_order([view.name], with_deps=True)
-                if d.name != view.name]
-    except PatchkitError:
+        deps = [(d.name, (_served(d, release, roots.values()) or (0, []))[1])
+                for d in _depends_on(catalog, view)]
+    except (OSError, PatchkitError):
         return ()
-    roots = {f.path: view.patches[min(owner.get(f.path, len(view.patches) - 1),
-                                      len(view.patches) - 1)].root for f in files}
-    records: list[tuple[str, list[dict[str, Any]]]] = []
-    for dep in deps:
-        served = dep.variant_for(release)
-        mine = [] if served is None else [(r.path, r.root) for r in served.patches
-                                          if r.root in roots.values()]
-        try:
-            records.append((dep.name, series_records(mine)[1] if mine else []))
-        except (OSError, PatchkitError):
-            return ()
     found: list[tuple[str, str]] = []
     for f in files:
-        text = None if f.before is None else decode(f.before)
-        under = [name for name, recs in records
-                 if any(r["path"] == f.path and r["root"] == roots[f.path] for r in recs)]
+        below = [(name, _of_file(recs, f.path, roots[f.path])) for name, recs in deps]
+        under = [name for name, recs in below if recs]
         if not under:
             continue
         try:
-            for name, recs in records:
-                for r in recs:
-                    if r["path"] == f.path and r["root"] == roots[f.path]:
-                        text = apply_change(text, FileChange.from_dict(r, name))[0]
+            text = None if f.before is None else decode(f.before)
+            for name, recs in below:
+                text = _placed(text, recs, name)
         except PatchkitError:  # the capture holds them already (or not as they are): no judgement
             continue
         if not applies(f, text, view.name):
@@ -434,83 +454,58 @@ def _breaks(catalog: Catalog, view: Fix, files: list[CapturedFile], owner: dict[
     first, as a target holds them: a fix stacked on ``view`` through another one applies on
     neither version's result alone."""
     from .catalog.series import series_records
-    from .engine.hunks import FileChange, apply_change, decode
+    from .engine.hunks import decode
     from .errors import ConflictError, PatchkitError
 
     try:
         _digests, old_records = series_records([(r.path, r.root) for r in view.patches])
     except (OSError, PatchkitError):
         return ()
-    roots = {f.path: view.patches[min(owner.get(f.path, len(view.patches) - 1),
-                                      len(view.patches) - 1)].root for f in files}
-
-    def result(text: str | None, records: list[dict[str, Any]], fix: str) -> str | None:
-        for record in records:
-            text = apply_change(text, FileChange.from_dict(record, fix))[0]
-        return text
-
+    roots = _file_roots(view, files, owner)
     served_records: dict[str, tuple[int, list[dict[str, Any]]] | None] = {}
 
     def records_of(fix: Fix) -> tuple[int, list[dict[str, Any]]] | None:
-        """The version of ``fix`` serving ``release`` and its hunks on the files' roots (None:
-        no version for the release, or its series unreadable)."""
+        """:func:`_served`, read once per fix; None too when its series cannot be read."""
         if fix.name not in served_records:
-            served = fix.variant_for(release)
-            mine = [] if served is None else [(r.path, r.root) for r in served.patches
-                                              if r.root in roots.values()]
             try:
-                served_records[fix.name] = None if served is None else (
-                    served.version, series_records(mine)[1] if mine else [])
+                served_records[fix.name] = _served(fix, release, roots.values())
             except (OSError, PatchkitError):
                 served_records[fix.name] = None
         return served_records[fix.name]
 
-    try:  # under the new version as under the old: what the checkout held before it
-        beneath = {f.name for f in catalog.dependency_order([view.name], with_deps=True)}
-    except PatchkitError:
-        beneath = {view.name}
-
-    def under(fix: Fix) -> list[Fix] | None:
-        """The fixes ``fix`` depends on (however deep) but ``view`` and those under it, each
-        after its own dependencies (None: a dependency is missing or in a cycle)."""
-        try:
-            order = catalog.dependency_order([fix.name], with_deps=True)
-        except PatchkitError:
-            return None
-        return [d for d in order if d.name != fix.name and d.name not in beneath]
-
-    def on(f: CapturedFile, recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [r for r in recs if r["path"] == f.path and r["root"] == roots[f.path]]
-
+    # under the new version as under the old: what the checkout held before it
+    beneath = {view.name, *(d.name for d in _depends_on(catalog, view))}
     found: list[tuple[str, int, str]] = []
     for other in catalog.all():
         if other.name == view.name or other.is_inactive:
             continue
-        mine, deps = records_of(other), under(other)
-        if mine is None or deps is None:  # no version of it for this release: nothing to break
+        mine = records_of(other)
+        if mine is None:  # no version of it for this release: nothing of it to break here
             continue
+        deps = [d for d in _depends_on(catalog, other) if d.name not in beneath]
         version, records = mine
         for f in files:
-            theirs = on(f, records)
+            theirs = _of_file(records, f.path, roots[f.path])
             if not theirs or f.before is None and f.after is None:
                 continue
-            below = [(d.name, on(f, (records_of(d) or (0, []))[1])) for d in deps]
+            below = [(d.name, _of_file((records_of(d) or (0, []))[1], f.path, roots[f.path]))
+                     for d in deps]
             try:
-                old = result(None if f.before is None else decode(f.before),
-                             [r for r in old_records if r["path"] == f.path], view.name)
+                old = _placed(None if f.before is None else decode(f.before),
+                              [r for r in old_records if r["path"] == f.path], view.name)
                 for name, recs in below:
-                    old = result(old, recs, name)
-                result(old, theirs, other.name)  # applied on the old version: stacked on it
+                    old = _placed(old, recs, name)
+                _placed(old, theirs, other.name)  # applied on the old version: stacked on it
             except PatchkitError:  # a conflict too: not stacked on the old version
                 continue
             try:
                 new = None if f.after is None else decode(f.after)
                 for name, recs in below:
-                    new = result(new, recs, name)
+                    new = _placed(new, recs, name)
             except ConflictError:  # a fix it depends on breaks: that one is said
                 continue
             try:
-                result(new, theirs, other.name)
+                _placed(new, theirs, other.name)
             except ConflictError:
                 found.append((other.name, version, f.path))
     return tuple(found)
