@@ -380,19 +380,19 @@ def _recorded(ws: Workspace, rec: FixRecord, last: Dict[Key, Tuple[str, FileReco
     entry: Dict[str, Any] = {"name": rec.name, "state": "drifted" if drifted else "applied",
                              "version": rec.version, "applied_at": rec.applied_at, "files": out}
     lost = lost_detail(ws, rec, out, installs) if drifted and installs else None
-    label, edited = "reinstalled", set()  # type: Tuple[str, Set[Key]]
+    label, edited, owned = "reinstalled", set(), set()  # type: Tuple[str, Set[Key], Set[Key]]
     todo = "Apply it again onto the new install (patchkit apply %s)" % rec.name
     if drifted and not lost:
         moved = moved_detail(ws, rec, out, {} if releases is None else releases, git)
         if moved is not None:
-            lost, label, edited = moved[0], "replaced", moved[2]
+            lost, label, edited, owned = moved[0], "replaced", moved[2], moved[3]
             entry["moved"] = moved[1]
             todo = ("Apply the fix again onto the new release (patchkit sync, or patchkit "
                     "apply %s)" % rec.name)
     if drifted and not lost:
         unheld = unheld_detail(ws, rec, out, git)
         if unheld is not None:
-            lost, label, edited = unheld[0], "replaced", unheld[2]
+            lost, label, edited, owned = unheld[0], "replaced", unheld[2], unheld[3]
             entry["commits_gone"] = unheld[1]
             todo = ("Apply it again onto the files HEAD has (patchkit sync, or patchkit apply "
                     "--commit %s for a commit again)" % rec.name)
@@ -406,9 +406,8 @@ def _recorded(ws: Workspace, rec: FixRecord, last: Dict[Key, Tuple[str, FileReco
         for seen in out:
             if seen["state"] != "ok" and (seen["root"], seen["path"]) not in edited:
                 seen["state"] = label
-        under = ({entry["moved"]["root"]} if "moved" in entry else
-                 {c["root"] for c in entry.get("commits_gone") or ()} or set(installs or {}))
-        owned = release_owned(ws, out, under, installs or {}, git)
+        if "moved" not in entry and "commits_gone" not in entry:  # a reinstall: RECORD says
+            owned = release_owned(ws, out, set(installs or {}), installs or {}, git)
         if owned:
             entry["release_files"] = sorted([r, p] for r, p in owned)
     elif drifted:
@@ -496,7 +495,9 @@ def release_owned(ws: Workspace, files: List[Dict[str, Any]], roots: Collection[
     the release's own bytes: as the installed wheel's RECORD lists them, or HEAD's on a git
     checkout. After the tree moved to another release (a reinstall, a checkout) these hold the
     fix's change because that release does: its backups, the old release's bytes, are never
-    written into them (status, rollback and apply ask this one question)."""
+    written into them (status, rollback and apply take the answer from the status entry; a
+    fix lost to a checkout's move has it from the ``git status`` that finds its edited files,
+    :func:`moved_detail` and :func:`unheld_detail`, asked once)."""
     out: Set[Key] = set()
     for name in sorted(roots):
         paths = [f["path"] for f in files if f["root"] == name and f["state"] == "ok"]
@@ -555,14 +556,15 @@ def commits_gone(roots: Roots, rec: FixRecord, git: bool) -> List[Dict[str, str]
 
 
 def unheld_detail(ws: Workspace, rec: FixRecord, files: List[Dict[str, Any]], git: bool
-                  ) -> Optional[Tuple[str, List[Dict[str, str]], Set[Key]]]:
+                  ) -> Optional[Tuple[str, List[Dict[str, str]], Set[Key], Set[Key]]]:
     """Why a fix applied with ``--commit`` is lost when HEAD no longer holds its commit and
     git put HEAD's bytes back in its files (``git checkout`` of the next release where the
     same version serves both, ``git reset --hard``): nobody edited them, and the fix is not
     there. With the why: the commits gone, and the changed files that differ from HEAD
-    (edited since: ``drifted``, kept by a rollback as the others are). None when every commit
-    is in HEAD's history, or no changed file of their roots holds HEAD's bytes (a ``reset
-    --soft`` leaves the fix's bytes; an edit over them is drift)."""
+    (edited since: ``drifted``, kept by a rollback as the others are), and the files that
+    hold what the fix wrote as HEAD has them (:func:`release_owned`'s, from the same ``git
+    status``). None when every commit is in HEAD's history, or no changed file of their roots
+    holds HEAD's bytes (a ``reset --soft`` leaves the fix's bytes; an edit over them is drift)."""
     from . import gitcli
 
     gone = commits_gone(ws.roots, rec, git)
@@ -572,23 +574,26 @@ def unheld_detail(ws: Workspace, rec: FixRecord, files: List[Dict[str, Any]], gi
     changed = [f for f in files if f["state"] != "ok"]
     # a changed file of another root (a serve script) was not put back by git: drift
     edited: Set[Key] = {(f["root"], f["path"]) for f in changed if f["root"] not in on}
-    held = 0
+    held, owned = 0, set()  # type: Tuple[int, Set[Key]]
     for name in sorted(on):
         root = ws.roots.get(name)
         paths = {root.mapped(f["path"]): f["path"] for f in changed if f["root"] == name}
-        answer = gitcli.changed_paths(root.path, list(paths)) if paths else None
+        ok = {root.mapped(f["path"]): f["path"] for f in files
+              if f["root"] == name and f["state"] == "ok"}
+        answer = gitcli.changed_paths(root.path, list(paths) + list(ok)) if paths else None
         if answer is None or not answer.checkout or answer.error:
             edited.update((name, p) for p in paths.values())
             continue
         edited.update((name, paths[rel]) for rel in paths if rel in answer.changed)
         held += sum(1 for rel in paths if rel not in answer.changed)
+        owned.update((name, ok[rel]) for rel in ok if rel not in answer.changed)
     if not held:
         return None
     kept = "; %d file(s) edited since, kept as they are" % len(edited) if edited else ""
     which = ", ".join("%s %s" % (c["root"], c["sha"][:12]) for c in gone)
     return ("its commit (%s) is not in the history of HEAD any more (a checkout or a reset "
             "moved HEAD), and its files hold HEAD's bytes%s; recorded v%s no longer present"
-            % (which, kept, rec.version), gone, edited)
+            % (which, kept, rec.version), gone, edited, owned)
 
 
 def _release_moved(roots: Roots, rec: FixRecord, releases: Dict[str, Any], git: bool
@@ -606,14 +611,15 @@ def _release_moved(roots: Roots, rec: FixRecord, releases: Dict[str, Any], git: 
 
 def moved_detail(ws: Workspace, rec: FixRecord, files: List[Dict[str, Any]],
                  releases: Dict[str, Any], git: bool
-                 ) -> Optional[Tuple[str, Dict[str, str], Set[Key]]]:
+                 ) -> Optional[Tuple[str, Dict[str, str], Set[Key], Set[Key]]]:
     """Why a recorded fix is lost when the tree under it was moved to another release (``git
     checkout`` or a reset to the new tag, a new tree unpacked over it): the root runs a
     release the applied version was not for, so its backups are another release's bytes and
     the fix's change is not what its files hold. With the why: ``moved`` (root, from, to),
     and the changed files that are not as HEAD has them on a git checkout (edited since:
-    ``drifted``, kept by a rollback as the others are). None when the release did not move
-    (or cannot be told)."""
+    ``drifted``, kept by a rollback as the others are), and the files that hold what the fix
+    wrote as HEAD, the new release, has them (:func:`release_owned`'s, from the same ``git
+    status``). None when the release did not move (or cannot be told)."""
     from . import gitcli
 
     from .auto import uncommitted_release, version_file
@@ -626,17 +632,19 @@ def moved_detail(ws: Workspace, rec: FixRecord, files: List[Dict[str, Any]],
     # a changed file of another root (a serve script) did not move with the release: drift
     edited: Set[Key] = {(f["root"], f["path"]) for f in changed if f["root"] != root}
     rels = [f["path"] for f in changed if f["root"] == root]
+    ok = [f["path"] for f in files if f["root"] == root and f["state"] == "ok"]
     the = ws.roots.get(root)
     version = version_file(the)
-    answer = (gitcli.changed_paths(the.path, rels + ([version] if version else []))
+    answer = (gitcli.changed_paths(the.path, rels + ok + ([version] if version else []))
               if git and rels else None)
-    unpacked = False
+    unpacked, owned = False, set()  # type: Tuple[bool, Set[Key]]
     if answer is not None and answer.checkout and not answer.error:
         # the version file unlike HEAD's: the new release was put over the checkout and not
         # committed, so HEAD cannot tell an edit from the new release's bytes (a trial)
         unpacked = bool(uncommitted_release(answer, the))
         if not unpacked:
             edited.update((root, r) for r in rels if r in answer.changed)
+            owned = {(root, r) for r in ok if r not in answer.changed}
     kept = "; %d file(s) edited since, kept as they are" % len(edited) if edited else ""
     how = ("another release's files were put over the checkout and not committed (HEAD is "
            "still the old release's: commit them, git -C %s add -A && git -C %s commit, before "
@@ -644,7 +652,7 @@ def moved_detail(ws: Workspace, rec: FixRecord, files: List[Dict[str, Any]],
            else "the checkout moved to another release, whose bytes the files hold")
     return ("sglang %s -> %s: %s (their backups are the old release's)%s; recorded v%s no "
             "longer present" % (moved[0], moved[1], how, kept, rec.version),
-            {"root": root, "from": moved[0], "to": moved[1]}, edited)
+            {"root": root, "from": moved[0], "to": moved[1]}, edited, owned)
 
 
 def lost_detail(ws: Workspace, rec: FixRecord, files: List[Dict[str, Any]],
