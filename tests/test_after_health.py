@@ -803,13 +803,16 @@ def test_a_signal_just_after_the_commit_point_says_the_change_is_complete_and_th
     assert _status(where)["index-k-bytes"] == "applied"
 
 
-def test_a_signal_during_an_ssh_undo_of_a_failed_check_says_it_may_have_completed(
-        ssh: Ssh, tmp_path: Path) -> None:
-    """On an ssh:// target a signal after the undo's request reached the host closes the
-    session, and the engine there goes on and completes the undo. It was said as a failed
-    undo, exit 17, "the change stands": the change the host was taking out. Now: the exit of
-    the signal, and the message says whether the undo completed is not known here, and what
-    shows it."""
+@pytest.mark.parametrize("cut", ["signal", "dropped"])
+def test_an_ssh_undo_of_a_failed_check_cut_short_says_it_may_have_completed(
+        cut: str, ssh: Ssh, tmp_path: Path) -> None:
+    """On an ssh:// target the undo's session ends after its request reached the host: a
+    SIGTERM to patchkit closes it, or the connection drops (its ssh client killed, as a
+    network that goes away ends it). The engine there goes on and completes the undo. It was
+    said as a failed undo, exit 17, "the change stands": the change the host was taking out.
+    Now: the exit of the signal (143, Terminated), or 14 for the lost connection with the
+    failed check said first; the message says whether the undo completed is not known here,
+    and what shows it."""
     import sys
     import time
 
@@ -822,54 +825,32 @@ def test_a_signal_during_an_ssh_undo_of_a_failed_check_says_it_may_have_complete
         [sys.executable, "-m", "patchkit", "--catalog", str(SAMPLES / "catalog"), "apply",
          "index-k-bytes", *where, "--json", "--health-cmd", f"touch {shlex.quote(str(armed))}; exit 1"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-    out, err = _signalled_when(proc, inside.exists, signal.SIGTERM)
-    assert proc.returncode == 143, out + err
-    assert "whether the undo completed is not known here" in err, err
-    assert "the change stands" not in err and "failed too" not in err, err
+    if cut == "signal":
+        out, err = _signalled_when(proc, inside.exists, signal.SIGTERM)
+    else:
+        deadline = time.monotonic() + 60
+        while not inside.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert inside.exists(), proc.communicate(timeout=60)
+        os.kill(ssh.last_pid(), signal.SIGKILL)  # the undo's own ssh client: its connection ends
+        out, err = proc.communicate(timeout=60)
     data = json.loads(out)
-    assert data["error"]["type"] == "Terminated" and data["error"]["details"]["undo"] == "unknown"
+    if cut == "signal":
+        assert proc.returncode == 143, out + err
+        assert "whether the undo completed is not known here" in err, err
+        assert data["error"]["type"] == "Terminated"
+    else:
+        assert proc.returncode == 14, out + err
+        assert "--health-cmd failed (exit 1)" in err, err
+        assert "reached the host, then the connection was lost" in err, err
+        assert "whether it completed is not known here" in err, err
+        assert data["error"]["type"] == "ConnectionLost"
+        assert [r["what"] for r in data["error"]["details"]["after"]["ran"]] == ["health-cmd"]
+    assert "the change stands" not in err and "failed too" not in err, err
+    assert data["error"]["details"]["undo"] == "unknown"
     armed.unlink()  # the engine on the host goes on: the undo completes there
     deadline = time.monotonic() + 60
     plain = _where("remote", ssh, roots)
     while _status(plain).get("index-k-bytes", "not-applied") != "not-applied":
         assert time.monotonic() < deadline, _status(plain)
-        time.sleep(0.2)
-
-
-def test_a_dropped_connection_during_an_ssh_undo_says_it_may_have_completed(
-        ssh: Ssh, tmp_path: Path) -> None:
-    """The connection of an ssh:// undo drops after its request reached the host (its ssh
-    client killed, as a network that goes away ends it): exit 14, the failed check said
-    first, and whether the undo completed is not known here, never "the change stands"
-    (exit 17). The engine there goes on and completes the undo."""
-    import sys
-    import time
-
-    roots = make_tree(tmp_path / "tree")
-    armed, inside = tmp_path / "armed", tmp_path / "in-undo"
-    python = _held_python(tmp_path, armed, inside)
-    where = ["--target", ssh.url(roots["sglang"]), "--root", f"serve={roots['serve']}",
-             "--python", str(python), *ssh.cli_args()]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "patchkit", "--catalog", str(SAMPLES / "catalog"), "apply",
-         "index-k-bytes", *where, "--json", "--health-cmd", f"touch {shlex.quote(str(armed))}; exit 1"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-    deadline = time.monotonic() + 60
-    while not inside.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert inside.exists(), proc.communicate(timeout=60)
-    os.kill(ssh.last_pid(), signal.SIGKILL)  # the undo's own ssh client: its connection ends
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 14, out + err
-    assert "--health-cmd failed (exit 1)" in err, err
-    assert "reached the host, then the connection was lost" in err, err
-    assert "whether it completed is not known here" in err, err
-    assert "the change stands" not in err and "failed too" not in err, err
-    data = json.loads(out)
-    assert data["error"]["type"] == "ConnectionLost" and data["error"]["details"]["undo"] == "unknown"
-    assert [r["what"] for r in data["error"]["details"]["after"]["ran"]] == ["health-cmd"]
-    armed.unlink()  # the engine on the host goes on: the undo completes there
-    plain = _where("remote", ssh, roots)
-    while _status(plain).get("index-k-bytes", "not-applied") != "not-applied":
-        assert time.monotonic() < deadline + 60, _status(plain)
         time.sleep(0.2)

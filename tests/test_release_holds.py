@@ -32,17 +32,35 @@ def _release(tree: Path, version: str, app: str) -> None:
     _git(tree, "tag", f"v{version}")
 
 
+OTHER = ("--- a/python/sglang/other.py\n+++ b/python/sglang/other.py\n@@ -1,2 +1,2 @@\n"
+         " x = 1\n-y = 1\n+y = 2\n")
+
+
+def sglang_catalog(path: Path, fixes: dict[str, tuple[str, str]]) -> Path:
+    """:func:`user_catalog` with each fix on the ``sglang`` root, written for 0.5.22."""
+    catalog = user_catalog(path, fixes)
+    for name in fixes:
+        manifest = catalog / "manifests" / f"{name}.toml"
+        manifest.write_text(manifest.read_text()
+                            .replace('base_release = "any"\nreleases = []\nroot = "tree"',
+                                     'base_release = "0.5.22"\nreleases = ["0.5.22"]\nroot = "sglang"')
+                            .replace('root = "tree"', 'root = "sglang"'))
+    return catalog
+
+
+def release_tree(path: Path, other: bool = False) -> Path:
+    """A git checkout of release 0.5.22 (tagged v0.5.22): app.py, and other.py if asked."""
+    (path / "python" / "sglang").mkdir(parents=True)
+    if other:
+        (path / "python" / "sglang" / "other.py").write_text("x = 1\ny = 1\n")
+    _git(path, "init", "-q")
+    _release(path, "0.5.22", APP)
+    return path
+
+
 def _setup(tmp_path: Path, upstream_takes_it: bool = True) -> tuple[list[str], Path]:
-    catalog = user_catalog(tmp_path / "catalog", {"mine": (FIX, "")})
-    manifest = catalog / "manifests" / "mine.toml"
-    manifest.write_text(manifest.read_text()
-                        .replace('base_release = "any"\nreleases = []\nroot = "tree"',
-                                 'base_release = "0.5.22"\nreleases = ["0.5.22"]\nroot = "sglang"')
-                        .replace('root = "tree"', 'root = "sglang"'))
-    tree = tmp_path / "sglang"
-    (tree / "python" / "sglang").mkdir(parents=True)
-    _git(tree, "init", "-q")
-    _release(tree, "0.5.22", APP)
+    catalog = sglang_catalog(tmp_path / "catalog", {"mine": (FIX, "")})
+    tree = release_tree(tmp_path / "sglang")
     cat = ["--catalog", str(catalog)]
     done = pk(*cat, "apply", "mine", "--target", str(tree))
     assert done.returncode == 0, done.stdout + done.stderr
@@ -126,19 +144,8 @@ def test_a_lost_fix_keeps_the_files_the_new_release_holds_as_it_wrote_them(tmp_p
     it) and not the other: the fix is lost. Its rollback wrote 0.5.22's bytes into the file
     0.5.23 had taken the change into, and so did applying it again (the fresh apply of v2,
     which changes only the other file now). Both leave that file as 0.5.23 has it now."""
-    other = ("--- a/python/sglang/other.py\n+++ b/python/sglang/other.py\n@@ -1,2 +1,2 @@\n"
-             " x = 1\n-y = 1\n+y = 2\n")
-    catalog = user_catalog(tmp_path / "catalog", {"mine": (FIX + other, "")})
-    manifest = catalog / "manifests" / "mine.toml"
-    manifest.write_text(manifest.read_text()
-                        .replace('base_release = "any"\nreleases = []\nroot = "tree"',
-                                 'base_release = "0.5.22"\nreleases = ["0.5.22"]\nroot = "sglang"')
-                        .replace('root = "tree"', 'root = "sglang"'))
-    tree = tmp_path / "sglang"
-    (tree / "python" / "sglang").mkdir(parents=True)
-    (tree / "python" / "sglang" / "other.py").write_text("x = 1\ny = 1\n")
-    _git(tree, "init", "-q")
-    _release(tree, "0.5.22", APP)
+    catalog = sglang_catalog(tmp_path / "catalog", {"mine": (FIX + OTHER, "")})
+    tree = release_tree(tmp_path / "sglang", other=True)
     cat = ["--catalog", str(catalog)]
     assert pk(*cat, "apply", "mine", "--target", str(tree)).returncode == 0
     app = tree / "python" / "sglang" / "app.py"
@@ -151,7 +158,7 @@ def test_a_lost_fix_keeps_the_files_the_new_release_holds_as_it_wrote_them(tmp_p
                                            .stdout)["status"]["fixes"]}["mine"]
     assert fix["state"] == "lost" and fix["release_files"] == [["sglang", "python/sglang/app.py"]], fix
 
-    _variant(catalog, other.replace("@@ -1,2 +1,2 @@", "@@ -1,3 +1,3 @@") + " z = 1\n")
+    _variant(catalog, OTHER.replace("@@ -1,2 +1,2 @@", "@@ -1,3 +1,3 @@") + " z = 1\n")
     dry = pk(*cat, "rollback", "mine", "--target", str(tree), "--dry-run", "--json")
     assert dry.returncode == 0 and json.loads(dry.stdout)["fixes"][0]["files"] == [], dry.stdout
     done = pk(*cat, "apply", "mine", "--target", str(tree))
@@ -168,10 +175,7 @@ def test_new_and_refresh_from_a_fork_say_when_the_change_does_not_apply_to_the_r
     and refresh now warn, naming the file and the tag; a change the release's own file takes
     says nothing."""
     catalog = user_catalog(tmp_path / "catalog", {})
-    tree = tmp_path / "fork"
-    (tree / "python" / "sglang").mkdir(parents=True)
-    _git(tree, "init", "-q")
-    _release(tree, "0.5.22", APP)
+    tree = release_tree(tmp_path / "fork")
     app = tree / "python" / "sglang" / "app.py"
     app.write_text(APP.replace("c = 1", "c = 1  # fork"))
     _git(tree, "commit", "-qam", "the fork's own change")
@@ -186,10 +190,7 @@ def test_new_and_refresh_from_a_fork_say_when_the_change_does_not_apply_to_the_r
     said = " ".join(warning.split())
     assert "near v1's change to python/sglang/app.py does not apply to 0.5.22's own" in said, said
     assert "(the checkout's tag v0.5.22)" in said and "depends_on" in said, said
-    clean = tmp_path / "clean"
-    (clean / "python" / "sglang").mkdir(parents=True)
-    _git(clean, "init", "-q")
-    _release(clean, "0.5.22", APP)
+    clean = release_tree(tmp_path / "clean")
     assert pk("--catalog", str(catalog), "apply", "near", "--target", str(clean)).returncode == 3
 
     app.write_text(app.read_text().replace("d = 2", "d = 3"))

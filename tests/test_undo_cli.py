@@ -139,23 +139,11 @@ def test_an_undo_lists_a_record_the_change_forgot_without_writing_its_files(tmp_
     """One apply upgrades ``mine`` and forgets ``other``'s record (the release holds ``other``
     upstream now). The undo put ``other``'s record back as well, and its result named only
     ``mine`` (a trial). It names both, ``other`` as a record put back, no file of it written."""
-    from tests.fixtures.user_catalog import pk, user_catalog
-    from tests.test_release_holds import APP, FIX, _git, _release
+    from tests.fixtures.user_catalog import pk
+    from tests.test_release_holds import FIX, OTHER, release_tree, sglang_catalog
 
-    other = ("--- a/python/sglang/other.py\n+++ b/python/sglang/other.py\n@@ -1,2 +1,2 @@\n"
-             " x = 1\n-y = 1\n+y = 2\n")
-    catalog = user_catalog(tmp_path / "catalog", {"mine": (FIX, ""), "other": (other, "")})
-    for name in ("mine", "other"):
-        manifest = catalog / "manifests" / f"{name}.toml"
-        manifest.write_text(manifest.read_text()
-                            .replace('base_release = "any"\nreleases = []\nroot = "tree"',
-                                     'base_release = "0.5.22"\nreleases = ["0.5.22"]\nroot = "sglang"')
-                            .replace('root = "tree"', 'root = "sglang"'))
-    tree = tmp_path / "sglang"
-    (tree / "python" / "sglang").mkdir(parents=True)
-    (tree / "python" / "sglang" / "other.py").write_text("x = 1\ny = 1\n")
-    _git(tree, "init", "-q")
-    _release(tree, "0.5.22", APP)
+    catalog = sglang_catalog(tmp_path / "catalog", {"mine": (FIX, ""), "other": (OTHER, "")})
+    tree = release_tree(tmp_path / "sglang", other=True)
     cat, where = ["--catalog", str(catalog)], ["--target", str(tree)]
     assert pk(*cat, "apply", "mine", "other", *where).returncode == 0
     (catalog / "patches" / "mine" / "0001-mine.patch").write_text(FIX.replace("d = 2", "d = 3"))
