@@ -7,7 +7,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from ..engine.recordbase import Record, record_dataclass
 from ..errors import ManifestError, PatchFormatError, PatchkitError, UnknownFixError, UsageError
@@ -120,6 +120,36 @@ def _named(root: Path, said: str, given_by: str, todo: str) -> Path:
         return root
     raise UsageError(f"{said}: {problem}. {todo} (or make a catalog with `patchkit init DIR`)",
                      catalog=str(root), given_by=given_by)
+
+
+class DependencyCycle(Exception):
+    """``depends_on`` goes round: ``names`` the cycle, its first fix again at its end."""
+
+    def __init__(self, names: list[str]) -> None:
+        super().__init__(" -> ".join(names))
+        self.names = names
+
+
+def in_dependency_order(names: Iterable[str], deps_of: Callable[[str], Iterable[str]]) -> list[str]:
+    """``names`` and every fix they depend on (``deps_of``), each after its own dependencies;
+    independent ones in the order of ``names``. Raises :class:`DependencyCycle`. The one
+    walk of ``depends_on``: the catalog's order, and an import's check of what it would write."""
+    order: list[str] = []
+    done: set[str] = set()
+
+    def visit(name: str, stack: list[str]) -> None:
+        if name in done:
+            return
+        if name in stack:
+            raise DependencyCycle(stack[stack.index(name):] + [name])
+        for dep in deps_of(name):
+            visit(dep, stack + [name])
+        done.add(name)
+        order.append(name)
+
+    for name in names:
+        visit(name, [])
+    return order
 
 
 class Catalog:
@@ -350,31 +380,19 @@ class Catalog:
         """The named fixes, dependencies first; their (transitive) dependencies are included
         only ``with_deps``. Order among independent fixes follows ``names``."""
         wanted = list(dict.fromkeys(names))
-        fixes = [self.get(n) for n in wanted]
-        selected = set(wanted)
-        order: list[Fix] = []
-        done: set[str] = set()
-
-        def visit(fix: Fix, stack: list[Fix]) -> None:
-            if fix.name in done:
-                return
-            if any(f.name == fix.name for f in stack):
-                cycle = stack[[f.name for f in stack].index(fix.name):] + [fix]
-                files = ", ".join(dict.fromkeys(str(f.manifest_path) for f in cycle))
-                raise ManifestError(f"depends_on forms a cycle: "
-                                    f"{' -> '.join(f.name for f in cycle)} ({files}). Remove "
-                                    "one of these dependencies",
-                                    file=str(fix.manifest_path), key="depends_on",
-                                    cycle=[f.name for f in cycle])
-            for dep in fix.depends_on:
-                visit(self._dep(fix, dep), stack + [fix])
-            done.add(fix.name)
-            if with_deps or fix.name in selected:
-                order.append(fix)
-
-        for fix in fixes:
-            visit(fix, [])
-        return order
+        for name in wanted:
+            self.get(name)
+        try:
+            order = in_dependency_order(
+                wanted, lambda n: [self._dep(self.get(n), d).name for d in self.get(n).depends_on])
+        except DependencyCycle as cycle:
+            fixes = [self.get(n) for n in cycle.names]
+            files = ", ".join(dict.fromkeys(str(f.manifest_path) for f in fixes))
+            raise ManifestError(f"depends_on forms a cycle: {' -> '.join(cycle.names)} "
+                                f"({files}). Remove one of these dependencies",
+                                file=str(fixes[-1].manifest_path), key="depends_on",
+                                cycle=cycle.names) from None
+        return [self.get(n) for n in order if with_deps or n in wanted]
 
     def apply_order(self, names: Iterable[str], *, with_deps: bool = False,
                     allow_inactive: bool = False) -> list[Fix]:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..capture import capture_commits, diff_of, release_of, tree_release
-from ..catalog import Catalog, edit, patchmail, series, writer
+from ..catalog import Catalog, DependencyCycle, edit, in_dependency_order, patchmail, series, writer
 from ..catalog.manifest import AUTHOR_RE, name_problem
 from ..engine.contract import PRIMARY_ROOT
 from ..catalog.patchmail import PLACEHOLDER_AUTHOR
@@ -277,26 +277,16 @@ def _refuse_cycle(catalog: Catalog, fixes: Sequence[Planned], depends: dict[str,
         except PatchkitError:  # a broken one says so itself, where it is read
             return []
 
-    source = {f.name: str(f.patches[0].source) for f in fixes}
-    done: set[str] = set()
-
-    def visit(name: str, path: list[str]) -> None:
-        if name in path:
-            cycle = path[path.index(name):] + [name]
-            where = ", ".join(dict.fromkeys(source[n] for n in cycle if n in source))
-            raise UsageError(
-                f"{where}: depends_on forms a cycle: {' -> '.join(cycle)} (their "
-                "Patchkit-Depends-On headers, and the catalog's manifests); nothing was written. "
-                "Remove one of these dependencies (the header of the mail or patch that "
-                "should not have it) and import again", fixes=cycle[:-1])
-        if name in done:
-            return
-        for dep in deps_of(name):
-            visit(dep, path + [name])
-        done.add(name)
-
-    for fix in fixes:
-        visit(fix.name, [])
+    try:
+        in_dependency_order([f.name for f in fixes], deps_of)
+    except DependencyCycle as cycle:
+        source = {f.name: str(f.patches[0].source) for f in fixes}
+        where = ", ".join(dict.fromkeys(source[n] for n in cycle.names if n in source))
+        raise UsageError(
+            f"{where}: depends_on forms a cycle: {' -> '.join(cycle.names)} (their "
+            "Patchkit-Depends-On headers, and the catalog's manifests); nothing was written. "
+            "Remove one of these dependencies (the header of the mail or patch that should "
+            "not have it) and import again", fixes=cycle.names[:-1]) from None
 
 
 def _manifest(fix: Planned, texts: dict[str, tuple[str, str, list[str]]], release: str | None,
