@@ -191,3 +191,25 @@ def test_matrix_release_list_names_each_release_once() -> None:
     from patchkit.matrix import parse_releases
 
     assert parse_releases("0.5.22,0.5.23,0.5.22", []) == ["0.5.22", "0.5.23"]
+
+
+def test_a_depends_on_cycle_is_an_error_row_of_each_fix_on_it_and_those_above(tmp_path: Path) -> None:
+    """A cycle made by hand in the manifests: apply, rollback, sync and log refused it, but
+    ``list`` and ``status`` (``readable``) showed its fixes as fine (a trial). A fix on the
+    cycle cannot be ordered, as one depending on a broken manifest cannot: each is an error
+    row naming the cycle and its files, and so is a fix depending on one; the rest read."""
+    add_fix(tmp_path, "a", ("b",))
+    add_fix(tmp_path, "b", ("a",))
+    add_fix(tmp_path, "above", ("a",))
+    add_fix(tmp_path, "solo")
+    fixes, broken = Catalog(tmp_path).readable()
+    assert [f.name for f in fixes] == ["solo"]
+    rows = {b.name: b for b in broken}
+    assert sorted(rows) == ["a", "above", "b"]
+    for name in "ab":
+        assert "depends_on forms a cycle" in rows[name].message, rows[name]
+        assert rows[name].file == str(tmp_path / "manifests" / f"{name}.toml")
+        assert rows[name].line is not None  # the depends_on line
+        for other in "ab":
+            assert str(tmp_path / "manifests" / f"{other}.toml") in rows[name].message
+    assert "depends on a" in rows["above"].message

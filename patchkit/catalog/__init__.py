@@ -349,6 +349,16 @@ class Catalog:
                     fixes.remove(fix)
                     broken[fix.name] = BrokenFix.of(fix.name, err)
                     break
+        # a fix on a depends_on cycle cannot be ordered either (apply and log refuse it)
+        readable = {f.name: f for f in fixes}
+        for fix in list(fixes):
+            try:
+                in_dependency_order([fix.name], lambda n: [d for d in readable[n].depends_on
+                                                           if d in readable])
+            except DependencyCycle as cycle:
+                if fix.name in cycle.names:
+                    fixes.remove(fix)
+                    broken[fix.name] = BrokenFix.of(fix.name, self._cycle_error(cycle.names, fix.name))
         changed = True
         while changed:
             changed = False
@@ -360,7 +370,7 @@ class Catalog:
                     where = f"{fix.manifest_path}:{line}" if line else str(fix.manifest_path)
                     broken[fix.name] = BrokenFix(fix.name, str(fix.manifest_path), line,
                                                  f"{where}: depends on {bad[0]}, whose manifest "
-                                                 f"cannot be read ({broken[bad[0]].where})")
+                                                 f"is in error ({broken[bad[0]].where})")
                     changed = True
         return fixes, [broken[n] for n in sorted(broken)]
 
@@ -376,6 +386,13 @@ class Catalog:
                                 key="depends_on", line=key_line(fix.manifest_path, "depends_on"))
         return self.get(dep)
 
+    def _cycle_error(self, cycle: list[str], of: str) -> ManifestError:
+        """The error of ``of``, a fix on ``cycle`` (its first name again at its end)."""
+        files = ", ".join(dict.fromkeys(str(self.manifest_path(n)) for n in cycle))
+        return ManifestError(f"depends_on forms a cycle: {' -> '.join(cycle)} ({files}). "
+                             "Remove one of these dependencies", file=str(self.manifest_path(of)),
+                             key="depends_on", cycle=cycle)
+
     def dependency_order(self, names: Iterable[str], *, with_deps: bool = False) -> list[Fix]:
         """The named fixes, dependencies first; their (transitive) dependencies are included
         only ``with_deps``. Order among independent fixes follows ``names``."""
@@ -386,12 +403,7 @@ class Catalog:
             order = in_dependency_order(
                 wanted, lambda n: [self._dep(self.get(n), d).name for d in self.get(n).depends_on])
         except DependencyCycle as cycle:
-            fixes = [self.get(n) for n in cycle.names]
-            files = ", ".join(dict.fromkeys(str(f.manifest_path) for f in fixes))
-            raise ManifestError(f"depends_on forms a cycle: {' -> '.join(cycle.names)} "
-                                f"({files}). Remove one of these dependencies",
-                                file=str(fixes[-1].manifest_path), key="depends_on",
-                                cycle=cycle.names) from None
+            raise self._cycle_error(cycle.names, cycle.names[-1]) from None
         return [self.get(n) for n in order if with_deps or n in wanted]
 
     def apply_order(self, names: Iterable[str], *, with_deps: bool = False,
