@@ -6,7 +6,8 @@ other, so a busy machine slows both.
   fork, against the seed's own hand procedure run on another fresh copy (``ast.parse`` and
   ``bash -n`` of the staged files, two copies, ``git checkout DEAD^ -- file``, ``grep -c``, the
   pyc purge, ``ast.parse`` with the target's Python, ``grep -c hierarchical``) plus the fix's
-  sizing check script, which patchkit also runs;
+  sizing check script, which patchkit also runs; for scale, the floor of that row: one Python
+  importing every module the apply imports, then the check script alone;
 - ``patchkit status`` of a checkout carrying the 2,152-patch drift series and the 20 local
   fixes, against ``git status --porcelain`` on the same tree;
 - ``patchkit status`` of a checkout carrying the 20 local fixes, its catalog those 20 fixes,
@@ -69,7 +70,7 @@ def _load() -> str:
 
 
 #: The rows by short name, in the order the table lists them (``--row``).
-ROWS = ("seed", "drift-status", "status-floor", "catalog-floor", "local-status", "drift-apply")
+ROWS = ("seed", "seed-floor", "drift-status", "status-floor", "catalog-floor", "local-status", "drift-apply")
 
 # The least a status that reads the files can do: start Python, read the record, hash every
 # file it names. Measured beside `git status` to show what item 2's 3x leaves for the rest.
@@ -141,6 +142,31 @@ def run(versions: list[Version], repeat: int, quick: bool, workdir: Path,
         shutil.rmtree(copy.workdir)
         return sample
 
+    # The floor of the seed's row: what `patchkit apply` cannot do without, whatever it does
+    # in between. One Python importing every module the apply imports (listed from a run of it
+    # with -X importtime, untimed), then the check script alone on a tree the hand procedure
+    # deployed (untimed): the CLI start-up and the script an apply runs, with nothing else.
+    if "seed-floor" in rows:
+        deployed = seed.copy_fork(fork, runs / "seed-floor")
+        subprocess.run(["bash", "-c", HAND.format(
+            python=python, stage=stage, sglang=deployed.sglang, serve=deployed.serve, pool=POOL,
+            host_pool=HOST_POOL, dead=fork.dead[:9], script=script)], check=True, capture_output=True)
+        probe = seed.copy_fork(fork, runs / "seed-probe")
+        traced = subprocess.run([python, "-X", "importtime", "-m", "patchkit", "apply", *SEED_FIXES,
+                                 "--target", str(probe.sglang), "--root", f"serve={probe.serve}",
+                                 "--json"], cwd=NEUTRAL, env={**os.environ, **env}, capture_output=True,
+                                check=True)
+        shutil.rmtree(probe.workdir)
+        modules = [line.rsplit("|", 1)[1].strip() for line in traced.stderr.decode().splitlines()
+                   if line.startswith("import time:") and "imported package" not in line]
+        importer = runs / "seed-floor-imports.py"
+        importer.write_text("for name in %r:\n    try:\n        __import__(name)\n"
+                            "    except ImportError:\n        pass\n" % modules)
+        floor_cmd = f"{python} {importer} && {python} {script} {deployed.sglang}"
+
+    def seed_floor() -> Sample:
+        return measure(["bash", "-c", floor_cmd], NEUTRAL, env)
+
     def drift(tool: str) -> Sample:
         tree = _fresh(work.base, runs / f"drift-{tool}")
         argv = ([v.patchkit, "--catalog", cat, "apply", DRIFT, "--target", str(tree)]
@@ -152,6 +178,9 @@ def run(versions: list[Version], repeat: int, quick: bool, workdir: Path,
     pairs = [(row, *pair) for row, pair in zip(ROWS, [
         ("seed deploy, 3 fixes, local fork: `patchkit apply` / the seed's hand procedure "
          "(same check script)", seed_pk, seed_hand, 1.0),
+        ("for scale, no goal: one Python importing every module `patchkit apply` imports, then "
+         "the check script alone (what the apply cannot do without) / the seed's hand procedure",
+         seed_floor, seed_hand, None),
         (f"`patchkit status`, {DRIFT} and the 20 fixes applied / `git status --porcelain`",
          lambda: measure([v.patchkit, "--catalog", cat, "status", "--target", str(drift_tree)],
                          drift_tree, env),
