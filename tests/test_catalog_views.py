@@ -169,3 +169,29 @@ def test_show_folds_a_trailer_of_several_lines_as_git_does(tmp_path: Path) -> No
                             capture_output=True, text=True, check=True).stdout
     rollback = next(t for t in parsed.splitlines() if t.startswith("Rollback: "))
     assert rollback.endswith("since the script is read at start."), parsed
+
+
+def test_a_depends_on_cycle_made_by_hand_is_an_error_row_in_list_and_status_and_of_show(
+        tmp_path: Path) -> None:
+    """A trial made dsv4-bf16-index-k depend on dsv4-bf16-sizing, which depends on it: apply,
+    sync and log refused (exit 2), but list, status --exit-code and show said nothing and
+    exited 0, so a CI gate on them passed a catalog on which every apply failed."""
+    catalog = variant_catalog(tmp_path / "cat")
+    manifest = catalog / "manifests" / "dsv4-bf16-index-k.toml"
+    manifest.write_text(manifest.read_text().replace(
+        "depends_on = []", 'depends_on = ["dsv4-bf16-sizing"]', 1))
+    listed = pk(catalog, "list", "--json")
+    rows = {r["name"]: r for r in json.loads(listed.stdout)}
+    for name in ("dsv4-bf16-index-k", "dsv4-bf16-sizing"):
+        assert rows[name]["status"] == "error", rows[name]
+        assert "depends_on forms a cycle" in rows[name]["error"]["message"]
+    assert rows["prefill-hicache-off"]["status"] == "active"  # the rest read
+    tree = tmp_path / "tree"
+    (tree / "python" / "sglang").mkdir(parents=True)  # an SGLang checkout's layout, no fix in it
+    status = pk(catalog, "status", "--target", str(tree), "--exit-code")
+    assert status.returncode == 1, status.stdout + status.stderr
+    assert "depends_on forms a cycle" in status.stdout + status.stderr
+    shown = pk(catalog, "show", "dsv4-bf16-sizing")
+    assert shown.returncode == 2, shown.stdout + shown.stderr
+    assert "depends_on forms a cycle: dsv4-bf16-sizing -> dsv4-bf16-index-k" in shown.stderr
+    assert str(manifest) in shown.stderr

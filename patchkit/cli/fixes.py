@@ -33,7 +33,9 @@ def show(state: State, fix: str, as_json: bool) -> int:
     """Show a fix: why it exists, what it touches, how it is checked."""
     from ..catalog.series import parse_patch  # the patch reader: show alone parses a series
 
-    f = state.catalog().get(fix)
+    catalog = state.catalog()
+    f = catalog.get(fix)
+    catalog.dependency_order([fix], with_deps=True)  # a cycle or a broken dependency: list's error
     files = {p.file: sorted({fr["path"] for fr in parse_patch(p.path, p.root)}) for p in f.patches}
     revert = None if f.revert is None else f.revert.describe()
     return render.emit(as_json, f.to_json() | {"files": files, "serves": f.serves(),
