@@ -147,6 +147,34 @@ def test_init_inside_patchkits_own_clone_is_refused_writing_nothing(
     assert (clone / "myfixes" / "manifests").is_dir()
 
 
+def test_a_catalog_made_with_no_git_inside_patchkits_clone_is_never_committed_there(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """init refused a catalog inside patchkit's own clone unless --no-git, but every command
+    that writes a catalog (new, refresh, upstream check --mark, import) then committed it to
+    the clone's repository all the same (a trial's --mark did). The catalog's repository has
+    one owner, which leaves such a catalog uncommitted; the clone's own catalog, named with
+    --catalog by a patchkit developer, is still committed to it."""
+    clone = tmp_path / "patchkit"
+    clone.mkdir()
+    (clone / "pyproject.toml").write_text((REPO / "pyproject.toml").read_text())
+    git(clone, "init", "-q")
+    git(clone, "add", "-A")
+    git(clone, "-c", "user.name=A", "-c", "user.email=a@example.org", "commit", "-qm", "patchkit")
+    monkeypatch.chdir(clone)
+    ok("init", "--no-git", "myfixes")
+    src = small_checkout(tmp_path)
+    edit(src, X, "two = 2", "two = 22")
+    made = ok("--catalog", "myfixes", "new", "myfix", "--from", str(src))
+    assert (clone / "myfixes" / "manifests" / "myfix.toml").is_file()
+    assert git(clone, "log", "--format=%s").splitlines() == ["patchkit"], made.output
+    assert "not committed" in flat(made.output) and "patchkit's own" in flat(made.output)
+    # the clone's own catalog, named: a patchkit developer's shipped fix, committed as before
+    (clone / "manifests").mkdir()
+    (clone / "patches").mkdir()
+    ok("--catalog", str(clone), "new", "shipped-one", "--from", str(src))
+    assert git(clone, "log", "--format=%s").splitlines()[0].startswith("shipped-one v1")
+
+
 def test_a_user_catalog_lists_its_fixes_beside_the_shipped_ones_and_wins_a_clash(
         tmp_path: Path, user_catalog: Path) -> None:
     src = small_checkout(tmp_path)

@@ -21,7 +21,7 @@ from pathlib import Path
 from .. import gitrepo
 from ..engine import faults
 from ..errors import InternalError, PatchFormatError, PatchkitError, TargetError, UsageError
-from . import Catalog, series
+from . import Catalog, is_source_tree, series
 from .manifest import AUTHOR_RE, load_manifest
 
 #: where an import stages its files, inside the catalog (ignored by git), one dir per run
@@ -153,10 +153,37 @@ def _paths(catalog: Catalog, top: Path, names: Sequence[str]) -> list[str]:
             for p in (catalog.manifests_dir / f"{name}.toml", catalog.patches_dir / name)]
 
 
+def repository(catalog: Catalog) -> Path | None:
+    """The git work tree the catalog's changes are committed to: the one it lies in (None:
+    none). Not patchkit's own source tree for a catalog made inside it (`init` makes one there
+    only with --no-git): its fixes are never committed to patchkit's repository. The tree's
+    own catalog (its manifests/ and patches/, named with --catalog) is, as a patchkit
+    developer's."""
+    return _repository(catalog.root)
+
+
+def _repository(root: Path) -> Path | None:
+    top = gitrepo.work_tree_top(root)
+    if top is not None and is_source_tree(Path(top), None) and Path(top).resolve() != root.resolve():
+        return None
+    return top
+
+
+def not_committed(root: Path) -> str:
+    """Why a change written to the catalog at ``root`` is not committed though it lies in a
+    git work tree ("" when it is committed, or in no work tree)."""
+    top = gitrepo.work_tree_top(root)
+    if top is None or _repository(root) is not None:
+        return ""
+    return (f"not committed: the catalog lies in patchkit's own source tree ({top}), whose "
+            "repository it is never committed to; make it a repository of its own (git init) "
+            "to commit its fixes")
+
+
 def check_committable(catalog: Catalog, what: str) -> None:
     """Refuse, before anything is written, a change the catalog's git repository could not
     commit for lack of the user's name or email (a new user's git knows none)."""
-    top = gitrepo.work_tree_top(catalog.root)
+    top = repository(catalog)
     if top is not None:
         check_identity(top, what, "--no-commit")
 
@@ -175,7 +202,7 @@ def check_identity(where: Path, what: str, instead: str) -> None:
 def commit(catalog: Catalog, name: str, message: str) -> str | None:
     """Commit the fix's manifest and series directory alone, when the catalog is in git
     (None when it is not); a failure says what is written and what to commit by hand."""
-    top = gitrepo.work_tree_top(catalog.root)
+    top = repository(catalog)
     if top is None:
         return None
     paths = _paths(catalog, top, [name])
@@ -192,7 +219,7 @@ def commit(catalog: Catalog, name: str, message: str) -> str | None:
 def _commit_import(catalog: Catalog, names: list[str], message: str) -> str | None:
     """Commit an import's fixes; on a failure the index is put back and the error says
     nothing was imported."""
-    top = gitrepo.work_tree_top(catalog.root)
+    top = repository(catalog)
     if top is None:
         return None
     paths = _paths(catalog, top, names)

@@ -11,6 +11,7 @@ import click
 
 from .. import authoring
 from ..capture import record_path
+from ..catalog import writer
 from ..catalog.model import unfinished
 from . import render
 from .common import State, command
@@ -55,6 +56,8 @@ def report_authoring(result: authoring.AuthoringResult, as_json: bool, verb: str
             say(f"  renamed:  {old} -> {new} (the title changed)")
         if result.commit:
             say(f"  committed {result.commit[:12]} in the catalog's git repository")
+        elif not result.dry_run and (why := writer.not_committed(result.manifest.parent.parent)):
+            say(f"  {why}")
         if result.dry_run and dry_note:
             say("dry run: nothing was written")
     if result.applied:
