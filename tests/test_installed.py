@@ -779,3 +779,35 @@ def test_two_dist_infos_the_version_file_does_not_settle_are_refused_naming_both
         for name in ("sglang-0.5.22.dist-info", f"sglang-{CATALOG_RELEASE}.dist-info"):
             assert str(upgraded / name) in said, said
         assert "says 0.5.24" in said and "Remove the stale one" in said, said
+
+
+def test_a_revert_fix_on_an_installed_package_inside_a_git_work_tree_applies_its_series(
+        catalog: Catalog, target: LocalTarget, venv: Path, site: Path) -> None:
+    """A virtualenv inside a project's repository (the project ignores it): the revert fix was
+    asked of that repository's history, which never held SGLang's commits, and refused ("no
+    commit in the history of HEAD ... carries the change"), with --no-git refused too: no way
+    to apply it (a trial). An installed package has no checkout, whatever work tree it lies
+    in: the revert reverse-applies its series there, as outside git."""
+    subprocess.run(["git", "init", "-q", str(venv)], check=True)
+    (venv / ".gitignore").write_text("lib/\n")
+    subprocess.run(["git", "-C", str(venv), "add", ".gitignore"], check=True)
+    subprocess.run(["git", "-C", str(venv), "-c", "user.name=A", "-c", "user.email=a@example.org",
+                    "commit", "-qm", "a project"], check=True)
+    host_pool = site / "sglang" / "srt" / "mem_cache" / "memory_pool_host.py"
+    try:
+        api.apply(catalog, target, ["dsv4-bf16-index-k"])
+        api.apply(catalog, target, ["hicache-index-k-sync"], allow_inactive=True)
+        assert "HICACHE_DBG" in host_pool.read_text()
+        result = api.apply(catalog, target, ["revert-hicache-index-k-sync"])
+        assert [f.outcome for f in result.fixes] == ["applied"], result.fixes
+        said = [c for c in result.fixes[0].preconditions if c.kind == "git-revert"]
+        assert said and said[0].ok and "is an installed package" in said[0].detail, said
+        assert "HICACHE_DBG" not in host_pool.read_text()
+        status = {s.name: s.state for s in api.status(catalog, target).status}
+        assert status["revert-hicache-index-k-sync"] == "applied", status
+        api.rollback(catalog, target, ["revert-hicache-index-k-sync"])
+        api.rollback(catalog, target, ["hicache-index-k-sync"])
+        api.rollback(catalog, target, ["dsv4-bf16-index-k"])
+    finally:
+        shutil.rmtree(venv / ".git")
+        (venv / ".gitignore").unlink()

@@ -62,15 +62,16 @@ def resolved(fix: FixSpec, roots: Roots) -> Tuple[Optional[Source], Dict[str, An
     def outcome(ok: bool, detail: str) -> Dict[str, Any]:
         return result("git-revert", label, ok, detail, root.name)
 
-    checkout, head = checkout_and_head(root.path)  # one git process for both
+    checkout, head, outside = _checkout(root)
     if checkout is None:
         if fix.files:
-            return None, outcome(True, "root %s is not a git checkout: reverse-applying %s instead"
-                                 % (root.name, "the series of fix %s" % rev["fix"] if rev.get("fix")
+            return None, outcome(True, "root %s %s: reverse-applying %s instead"
+                                 % (root.name, outside, "the series of fix %s" % rev["fix"] if rev.get("fix")
                                     and not rev.get("own_series") else "this fix's own series")), ""
-        return None, outcome(False, "root %s (%s) is not a git checkout, and a revert of %s needs one; "
+        return None, outcome(False, "root %s (%s) %s, and a revert of %s needs one; "
                              "name the fix whose series it committed (revert.fix) so patchkit can "
-                             "reverse that series instead" % (root.name, root.path, _name(rev))), ""
+                             "reverse that series instead" % (root.name, root.path, outside,
+                                                              _name(rev))), ""
     if head is None:
         return None, outcome(False, "root %s has no commit at HEAD" % root.name), ""
     commit, found_by, missing = _find(rev, root, checkout, head)
@@ -92,6 +93,20 @@ def resolved(fix: FixSpec, roots: Roots) -> Tuple[Optional[Source], Dict[str, An
                              % (title, ", ".join(rev.get("paths") or ["its files"]), root.name)), ""
     return Source(root.name, checkout, sha, parent, title, found_by, files), \
         outcome(True, "reverts %s (found by %s)" % (title, found_by)), ""
+
+
+def _checkout(root: Any) -> Tuple[Optional[Checkout], Optional[str], str]:
+    """The git checkout a revert is asked of, its HEAD, and why there is none: an installed
+    package has none, whatever work tree it lies in (a virtualenv in a project's repository):
+    its wheel's RECORD is its proof, as the clean check says, and that repository's history
+    is not SGLang's."""
+    from .record import installed
+
+    if installed(root) is not None:
+        return None, None, ("is an installed package (the git work tree it lies in is not "
+                            "its history)")
+    checkout, head = checkout_and_head(root.path)  # one git process for both
+    return checkout, head, "is not a git checkout"
 
 
 def _find(rev: Dict[str, Any], root: Any, checkout: Checkout, head: str
@@ -206,7 +221,7 @@ def not_on_release(fix: FixSpec, roots: Roots, git: bool, recorded: Any = ()) ->
     found = release_of(roots, root.name, {}, git)
     if found is None or found in served:
         return ""
-    if git and checkout_and_head(root.path)[0] is not None:
+    if git and _checkout(root)[0] is not None:
         return ""
     return ("nothing to revert on this target: no version of fix %s serves %s (they serve %s) "
             "and it is not recorded here, so its change is not in the release's files"
