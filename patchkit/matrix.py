@@ -7,7 +7,9 @@ release's files), ``not-needed`` (nothing to do there, e.g. a revert with nothin
 holds it, or the release holds its whole change), ``removed upstream`` (marked upstream since
 an earlier release, and this one no longer holds the change: a human decides), ``no variant`` (no variant serves it, but the newest series applies there
 unchanged: a rebase only adds the release), ``rebase needed`` (it applies at an offset or
-after a clean merge), ``conflict`` (a rebase would stop, or the variant no longer applies),
+after a clean merge), ``conflict`` (a rebase would stop, or the variant no longer applies;
+labelled ``verify fails`` when it applies but a check of its verification that reads a file,
+asked of the files the apply would write, fails there),
 ``blocked`` (a fix under it, named in the label, fails there: the fix cannot be applied, or
 a rebase cannot compute it, before that one is served)."""
 
@@ -21,7 +23,7 @@ from typing import Any
 
 from .catalog import Catalog
 from .catalog.model import Fix
-from .errors import PatchkitError, UsageError
+from .errors import PatchkitError, UsageError, VerificationFailed
 from .upstream import UpstreamRepo, release_name, version_key
 
 #: Cells that fail ``patchkit matrix --exit-code``: a release the catalog cannot serve as is.
@@ -209,6 +211,11 @@ def _served(catalog: Catalog, fix: Fix, release: str, tree: Path, held: dict[str
     except PatchkitError as err:
         if variant is None:  # a revert fix with something to revert: a rebase dry run says
             return None
+        failed = [f for f in err.details.get("failures") or () if f.get("fix") == fix.name]
+        if isinstance(err, VerificationFailed) and failed:
+            return Cell("conflict", "verify fails", f"v{variant.version} applies, but its "
+                        f"verification fails on {release}: " + "; ".join(
+                            f"{f['name']}: {f['detail']}" for f in failed))
         return Cell("conflict", "conflict", f"v{variant.version} no longer applies: "
                     f"{err.message.splitlines()[0]}")
     outcome = next((o for o in result.fixes if o.name == fix.name), None)

@@ -893,3 +893,34 @@ def test_a_release_without_a_file_the_fix_changes_is_refused_at_continue(tmp_pat
     after = _snapshot(cat)  # marked upstream since 0.2.0; its series, for 0.1.0, as it was
     assert {p for p in after if after[p] != before[p]} == {"manifests/gone.toml"}
     assert 'applied = "0.2.0"' in after["manifests/gone.toml"].decode()
+
+
+def _verify_grep(cat: Catalog, name: str, pattern: str) -> None:
+    manifest = cat.manifests_dir / f"{name}.toml"
+    manifest.write_text(manifest.read_text() + f'\n[[verification]]\nkind = "grep"\n'
+                        f'path = "python/sglang/{name}.py"\npattern = "{pattern}"\ncount = 1\n')
+    _git(cat.root, "commit", "-qam", f"{name}: verify")
+    cat.forget(name)
+
+
+def test_a_rebased_version_that_fails_its_own_verification_is_said_so(world, monkeypatch) -> None:
+    """A trial resolved a conflict keeping upstream's form of the line its grep verification
+    looks for: `--continue` said `rebase done`, the new version could never be applied (every
+    host's apply failed after writing) and nothing said so. The rebase asks the checks that
+    read a file of the release with the new series applied, and names each that fails."""
+    cat, up = world
+    _verify_grep(cat, "clash", "line 10 fixed")
+    _verify_grep(cat, "shift", "line 10 fixed")
+    report = rebase.start(cat, "0.2.0", ["shift", "clash"], upstream=up)
+    assert report.stopped == "clash"
+    shift = next(f for f in report.fixes if f.name == "shift")
+    assert shift.outcome == "rebased" and shift.unverified == ()  # it holds at the offset
+    f = Path(report.worktree) / "python/sglang/clash.py"
+    f.write_text("".join(BODY).replace("line 10\n", "line 10 theirs and fixed\n"))
+    monkeypatch.chdir(cat.root)
+    shown = CliRunner().invoke(cli, ["rebase", "--continue"], env={"COLUMNS": "400"})
+    assert shown.exit_code == 0, shown.output
+    said = " ".join(shown.output.split())
+    assert "warning: clash v2 fails its own verification on 0.2.0: grep 'line 10 fixed' in " \
+           "sglang:python/sglang/clash.py: 0 matching lines (no line), expected 1" in said, said
+    assert "update that [[verification]]" in said and "rebase done" in said

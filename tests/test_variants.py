@@ -1251,3 +1251,28 @@ def test_a_release_put_over_a_checkout_uncommitted_says_commit_it_not_discard_th
     _git(tree, "-c", "user.name=A", "-c", "user.email=a@example.org", "commit", "-qm", "0.5.23")
     seen = {s.name: s for s in api.status(catalog, local(tree)).status}["edit"]
     assert seen.state == "lost" and "the checkout moved to another release" in seen.detail
+
+
+def test_a_matrix_cell_whose_version_applies_but_fails_its_own_verification_fails(
+        three_releases: UpstreamRepo, tmp_path: Path) -> None:
+    """A trial's rebase kept upstream's form of a line its fix's grep looks for: the version
+    applied with zero fuzz, `matrix` said `v2 (0.5.23)`, and only a host's real apply, after
+    writing, failed on the grep. The matrix's dry run now asks the checks that read a file
+    (grep, sha256, python-syntax) of the files as the apply would write them."""
+    from patchkit.matrix import matrix
+
+    cat = tmp_path / "cat"
+    for part in ("manifests", "patches"):
+        shutil.copytree(REPO / part, cat / part)
+    manifest = cat / "manifests" / f"{SIZING}.toml"
+    text = manifest.read_text()
+    wanted = 'pattern = "return get_dsv4_bf16_index_k_bytes_per_token(self.indexer_head_dim)"'
+    assert text.count(wanted) == 2  # the top level (0.5.23) and the 0.5.22 variant
+    manifest.write_text(text.replace(wanted, 'pattern = "return 2 * get_dsv4_bf16_index_k_bytes"', 1))
+    found = matrix(Catalog.open(cat), ["0.5.22", "0.5.23"], [SIZING], upstream=three_releases)
+    row = found.cells[SIZING]
+    assert row["0.5.22"].label == "v3 (0.5.22)", row  # its variant's checks are its own
+    assert row["0.5.23"].label == "verify fails", row
+    assert "v4 applies, but its verification fails on 0.5.23" in row["0.5.23"].detail
+    assert "return 2 * get_dsv4_bf16_index_k_bytes" in row["0.5.23"].detail
+    assert found.failing == [(SIZING, "0.5.23")]

@@ -192,6 +192,16 @@ def render_rebase(console: Any, report: Any, cmd: str = "patchkit rebase") -> No
             table.add_row(name if first else "", ver if first else "", patch,
                           Text(result, style=REBASE_STYLE.get(result, "")), Text(detail))
         console.print(table)
+    failing = [f for f in report.fixes if getattr(f, "unverified", ())]
+    for fix in failing:
+        for said in fix.unverified:
+            line(console, [(f"warning: {fix.name} v{fix.new_version} fails its own verification "
+                            f"on {report.onto}: ", "yellow"), (said, "")])
+    if failing:
+        line(console, [("its checks are those of the version it was rebased from: update that "
+                        "[[verification]] in the manifest for the new version before a host "
+                        "applies it (every apply would fail after writing; `patchkit matrix` "
+                        "says `verify fails` until then)", "")])
     stop = next((f for f in report.fixes if f.name == report.stopped), None)
     human = stop is not None and bool(stop.patches) and \
         stop.patches[-1].classification in ("ambiguous", "removed-upstream")

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tupl
 from ..errors import (ConflictError, DriftError, PatchkitError, PreconditionFailed,
                       TargetFileMissing, UsageError, VerificationFailed, VersionMismatch)
 from . import auto, record
-from .checks import PROCESS_KINDS, CheckContext, failure_lines, result, run_checks
+from .checks import CONTENT_KINDS, PROCESS_KINDS, CheckContext, failure_lines, result, run_checks
 from .fsops import missing_dirs, sha256_of
 from .hunks import FileChange, apply_change, decode, encode, of_fix, without_stale_advice
 from .plan import (FixChange, Sources, fix_result, holds_version, refuse_later_writers,
@@ -74,6 +74,8 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
     for name, o in outcomes.items():  # a stale record this run drops, writing no file
         if o["outcome"] == "not-needed" and name in forgotten:
             o["forgets"] = forgotten[name].version  # a fleet's preflight sees a change to make
+    if req.dry_run and prepared:
+        _verify_unwritten(req, ws, prepared)
     if not req.dry_run and prepared:
         _write(req, store, state, ws, prepared, {**left, **upgrades}, read)
     elif not req.dry_run and any("forgets" in o for o in outcomes.values()):
@@ -638,6 +640,34 @@ def _verify(req: Request, prepared: List[FixChange]) -> None:
             % (len(failures), failure_lines(failures)), failures=failures,
             fixes=[{"name": fc.spec.name, "version": fc.spec.version,
                     "verification": fc.verification} for fc in prepared])
+
+
+def _verify_unwritten(req: Request, ws: Workspace, prepared: List[FixChange]) -> None:
+    """A dry run's verification: the checks that only read a file (``CONTENT_KINDS``), asked
+    of the files as this apply would write them, so a dry run (a fleet's preflight, `matrix`)
+    fails where the apply would; a check that runs a process needs the files on the disk, and
+    runs only when they are."""
+    after = {e.abs: e.current for e in ws.entries.values()}
+
+    def read(root: str, rel: str) -> Optional[bytes]:
+        path = req.roots.resolve(root, rel)
+        return after[path] if path in after else req.roots.read(root, rel)
+
+    asked = {fc.spec.name: [c for c in fc.spec.verification if c.get("kind") in CONTENT_KINDS]
+             for fc in prepared}
+    results = iter(run_checks([(check, CheckContext(fc.spec.name, req.roots, req.python,
+                                                    fc.spec.scripts, read))
+                               for fc in prepared for check in asked[fc.spec.name]]))
+    failures: List[Dict[str, Any]] = []
+    for fc in prepared:
+        fc.verification = [next(results) for _ in asked[fc.spec.name]]
+        failures.extend(dict(r, fix=fc.spec.name) for r in fc.verification if not r["ok"])
+    if failures:
+        raise VerificationFailed(
+            "%d verification check(s) would fail on the files as this apply would write them; "
+            "nothing was written:\n%s" % (len(failures), failure_lines(failures)),
+            failures=failures, fixes=[{"name": fc.spec.name, "version": fc.spec.version,
+                                       "verification": fc.verification} for fc in prepared])
 
 
 #: What a check could change of a file without its bytes: (size, mtime_ns, inode, mode).

@@ -232,6 +232,8 @@ def expand(values: List[Any], ctx: CheckContext) -> List[str]:
 
 #: The check kinds that run a process of their own; the rest run in the engine.
 PROCESS_KINDS = ("bash-syntax", "python-import", "python-script", "command")
+#: The checks that only read one file's bytes: a dry run asks them of the files it would write.
+CONTENT_KINDS = ("grep", "sha256", "python-syntax")
 
 
 class Pending:

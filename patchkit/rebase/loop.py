@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import datetime as _dt
 import shutil
+import sys
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from ..catalog.writer import write_series
@@ -91,7 +93,10 @@ class Rebase:
                 return fix_report(fix, onto, "stopped", rep.detail, tuple(reports)), done, stop
             new_tree.files.update(merged)
             done[file] = series_text(dict(old_texts)[file], pre_new, merged)
-        return self.outcome(fix, tuple(reports), every), done, None
+        report = self.outcome(fix, tuple(reports), every)
+        if report.outcome in ("rebased", "extended", "clean"):
+            report = replace(report, unverified=tuple(unverified(fix, new_tree)))
+        return report, done, None
 
     def decide_patch(self, fix: Fix, file: str, chs: list, new_tree: Tree, old_tree: Tree,
                      pre_old: dict[str, str | None], pre_new: dict[str, str | None],
@@ -326,3 +331,30 @@ class Rebase:
         finally:
             self.sides.blobs.close()
 
+
+def unverified(fix: Fix, tree: Tree) -> list[str]:
+    """The checks of ``fix``'s verification that read a file of its root (grep, sha256,
+    python-syntax: what a dry run asks too) and fail on ``tree``, the release with the fix and
+    those under it applied: "name: detail" each. The version a rebase writes carries these
+    checks; one failing would fail every host's apply after writing (a trial's did)."""
+    import tempfile
+
+    from ..engine.checks import CONTENT_KINDS, CheckContext, run_checks
+    from ..engine.hunks import encode
+    from ..engine.paths import Roots
+
+    root = fix.upstream.root or "sglang"
+    checks = [c.to_request() for c in fix.verification
+              if c.kind in CONTENT_KINDS and (c.get("root") or root) == root]
+    if not checks:
+        return []
+
+    def read(_root: str, rel: str) -> bytes | None:
+        text = tree.get(rel)
+        return None if text is None else encode(text)
+
+    with tempfile.TemporaryDirectory(prefix="patchkit-rebase-") as tmp:
+        (Path(tmp) / "python" / "sglang").mkdir(parents=True)  # a checkout's layout, as the tree's
+        ctx = CheckContext(fix.name, Roots({root: tmp}), sys.executable, {}, read)
+        results = run_checks([(dict(c, root=root), ctx) for c in checks])
+    return [f"{r['name']}: {r['detail']}" for r in results if not r["ok"]]

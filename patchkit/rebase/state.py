@@ -39,6 +39,9 @@ class FixReport:
     patches: tuple[PatchReport, ...] = ()
     old_version: int = 0
     new_version: int = 0
+    #: "name: detail" of each check of its verification that reads a file (grep, sha256,
+    #: python-syntax) and fails on the release with the new series applied
+    unverified: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -52,7 +55,8 @@ def fix_report(fix: Fix, onto: str, outcome: str, detail: str,
 
 
 def fix_from_json(d: dict[str, Any]) -> FixReport:
-    return FixReport(**{**d, "patches": tuple(patch_from_json(p) for p in d["patches"])})
+    return FixReport(**{**d, "patches": tuple(patch_from_json(p) for p in d["patches"]),
+                        "unverified": tuple(d.get("unverified") or ())})
 
 
 def backport(fix: Fix, release: str | None, drop_old: bool = False) -> bool:
