@@ -542,3 +542,33 @@ def test_the_processes_not_read_are_named_by_their_pids() -> None:
     assert line([1]).startswith("1 process(es) (pid 1) whose /proc entries")
     assert line([1, 20, 30, 40, 50, 60, 70]).startswith(
         "7 process(es) (pid 1, 20, 30, 40, 50 and 2 more) whose /proc entries")
+
+
+def test_git_housekeeping_in_the_checkout_is_not_a_server_that_runs_it(tmp_path: Path) -> None:
+    """Right after a commit in the target's checkout, git's own housekeeping (`git gc --auto`
+    runs `git pack-objects ... .git/objects/pack/.tmp-...-pack`) was listed `restart pending`
+    (a trial), failing `status --exit-code --running` for a process that runs no code of the
+    tree. A path under the root's `.git` (or patchkit's `.patchkit`) is not the root's code."""
+    roots = make_tree(tmp_path / "tree")
+    tree = Path(roots["sglang"])
+    subprocess.run(["git", "init", "-q", str(tree)], check=True)
+    (tree / ".git" / "objects" / "pack").mkdir(parents=True, exist_ok=True)
+    time.sleep(2.0 / os.sysconf("SC_CLK_TCK"))  # started after the tree was made, to the tick
+    proc = subprocess.Popen(["git", "pack-objects", "--local", ".git/objects/pack/.tmp-1-pack"],
+                            cwd=tree, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            start_new_session=True)
+    server = subprocess.Popen([PY, "-c", "import sys; sys.stdin.read()", str(tree / POOL)],
+                              stdin=subprocess.PIPE, start_new_session=True)
+    try:
+        where = ["--catalog", str(SAMPLES / "catalog"), "--target", roots["sglang"], "--root",
+                 f"serve={roots['serve']}", "--python", PY]
+        assert cli([where[0], where[1], "apply", "index-k-bytes", "--no-git", *where[2:]])[0] == 0
+        _code, out, _err = cli([where[0], where[1], "status", "--running", "--json", *where[2:]])
+        found = {p["pid"]: p for p in json.loads(out)["status"]["running"]["processes"]}
+        assert proc.pid not in found, found[proc.pid]
+        assert found[server.pid]["state"] == "restart-pending"  # the control: it is looked at
+    finally:
+        for p in (proc, server):
+            os.killpg(p.pid, signal.SIGKILL)  # this test's own process groups, by their PIDs
+            p.wait(timeout=30)
+        proc.stdout.close()  # type: ignore[union-attr]

@@ -218,6 +218,19 @@ def _inside(path: Optional[str], top: str) -> bool:
     return bool(path) and (path == top or path.startswith(top.rstrip("/") + "/"))  # type: ignore[union-attr]
 
 
+#: A root's own bookkeeping, never code it serves: git's objects (a `git gc` packing them is
+#: no server) and patchkit's state.
+_BOOKKEEPING = (".git", ".patchkit")
+
+
+def _in_code(path: Optional[str], top: str) -> bool:
+    """``path`` is under ``top`` and not in the root's bookkeeping (``_BOOKKEEPING``)."""
+    if not _inside(path, top):
+        return False
+    rest = str(path)[len(top.rstrip("/")):].lstrip("/")
+    return rest.split("/", 1)[0] not in _BOOKKEEPING
+
+
 def _spellings(roots: Roots) -> Dict[str, Tuple[str, ...]]:
     return {r.name: tuple(dict.fromkeys((os.path.normpath(r.path), r.real))) for r in roots}
 
@@ -240,12 +253,12 @@ def _why(p: Proc, tops: Sequence[str]) -> Optional[str]:
         """``path`` is under the root; one the process spelled itself (a command-line path, a
         ``PYTHONPATH`` entry: the kernel resolved the rest) is compared as it resolves too,
         since a deploy's ``current -> releases/X`` names the root's real path another way."""
-        if any(_inside(path, t) for t in tops):
+        if any(_in_code(path, t) for t in tops):
             return True
-        if not spelled or not path:
+        if not spelled or not path or any(_inside(path, t) for t in tops):
             return False
         real = p.resolved(path)
-        return any(_inside(real, t) for t in tops)
+        return any(_in_code(real, t) for t in tops)
 
     if hit(p.exe):
         return "runs %s" % p.exe
