@@ -198,3 +198,30 @@ def test_new_and_refresh_from_a_fork_say_when_the_change_does_not_apply_to_the_r
     assert again.returncode == 0, again.stdout + again.stderr
     assert any("near v2's change to python/sglang/app.py does not apply" in w
                for w in json.loads(again.stdout)["warnings"]), again.stdout
+
+
+def test_apply_on_a_release_the_fix_does_not_list_whose_files_hold_it_points_at_upstream_check(
+        tmp_path: Path) -> None:
+    """A fix written for 0.5.22, applied to a stock 0.5.23 whose own files hold its change:
+    `present-unrecorded ... (a commit of the fork, or applied by hand)`, which it was not; the
+    release holds it (a trial). The detail says the release is one the fix does not list and
+    what tells whether its files hold the change."""
+    catalog = sglang_catalog(tmp_path / "catalog", {"mine": (FIX, "")})
+    tree = release_tree(tmp_path / "sglang")
+    _release(tree, "0.5.23", APP.replace("d = 1", "d = 2"))  # upstream took the change
+    before = tree_digest(tree)
+    done = pk("--catalog", str(catalog), "apply", "mine", "--target", str(tree), "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    fix = json.loads(done.stdout)["fixes"][0]
+    assert fix["outcome"] == "present-unrecorded", fix
+    assert "sglang 0.5.23, a release mine v1 is not for (it serves 0.5.22)" in fix["detail"], fix
+    assert "patchkit upstream check mine --release 0.5.23" in fix["detail"]
+    assert "a commit of the fork" not in fix["detail"].split(";")[0]
+    assert tree_digest(tree) == before
+    # on a release the fix serves, the change in the files is still the fork's or a hand edit
+    tree22 = release_tree(tmp_path / "sglang22")
+    (tree22 / "python" / "sglang" / "app.py").write_text(APP.replace("d = 1", "d = 2"))
+    _git(tree22, "commit", "-qam", "the fork's commit of the fix")
+    done = pk("--catalog", str(catalog), "apply", "mine", "--target", str(tree22), "--json")
+    fix = json.loads(done.stdout)["fixes"][0]
+    assert fix["outcome"] == "present-unrecorded" and "a commit of the fork" in fix["detail"], fix

@@ -472,8 +472,9 @@ class _Prepare:
         self.present_unrecorded[fc.spec.name] = {
             "name": fc.spec.name, "version": fc.spec.version, "files": [],  # as sync says it:
             "preconditions": [], "verification": [], "outcome": "present-unrecorded",  # no ✗
-            "detail": "the change is in the files already, not recorded by patchkit (a commit of "
-                      "the fork, or applied by hand): nothing to apply; see patchkit status"}
+            "detail": _unlisted_release(self.req, fc.spec) or (
+                "the change is in the files already, not recorded by patchkit (a commit of "
+                "the fork, or applied by hand): nothing to apply; see patchkit status")}
         self.prepared.add(fc.spec.name)  # a fix requiring it finds it there
         return True
 
@@ -640,6 +641,25 @@ def _verify(req: Request, prepared: List[FixChange]) -> None:
             % (len(failures), failure_lines(failures)), failures=failures,
             fixes=[{"name": fc.spec.name, "version": fc.spec.version,
                     "verification": fc.verification} for fc in prepared])
+
+
+def _unlisted_release(req: Request, spec: FixSpec) -> str:
+    """A present-unrecorded fix's detail when the target runs a release this version of the
+    fix is not for: that release's own files may hold the change (upstream took it), which
+    ``upstream check`` tells; "" otherwise (a fork's commit or a hand edit, as said)."""
+    from .variants import release_of
+
+    rel = spec.release or {}
+    versions = [str(v) for v in rel.get("versions") or ()]
+    found = release_of(req.roots, str(rel.get("root") or "sglang"), {}, req.git) \
+        if versions else None
+    if found is None or found in versions:
+        return ""
+    return ("the change is in the files already, not recorded by patchkit, on sglang %s, a "
+            "release %s v%d is not for (it serves %s): %s's own files may hold it (upstream took "
+            "it); `patchkit upstream check %s --release %s` tells, and its --mark records it; "
+            "else it is a commit of the fork or a hand edit: nothing to apply; see patchkit "
+            "status" % (found, spec.name, spec.version, ", ".join(versions), found, spec.name, found))
 
 
 def _verify_unwritten(req: Request, ws: Workspace, prepared: List[FixChange]) -> None:
