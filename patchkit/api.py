@@ -40,8 +40,15 @@ def apply(catalog: Catalog, target: Target, names: Sequence[str], *, dry_run: bo
 def sync_names(catalog: Catalog, roots: Sequence[str]) -> list[str]:
     """The fixes ``patchkit sync`` converges a target with ``roots`` to: every active (and
     upstreamed) fix whose roots it has, in apply order."""
+    try:
+        every = catalog.all()
+    except (ManifestError, PatchFormatError) as err:  # which fixes apply is every manifest's say
+        raise type(err)(f"{err.message}. sync converges the target to every fix of the catalog, "
+                        "so it reads them all: fix this one, or move it out of manifests/ until "
+                        "it is fixed (patchkit apply FIX... applies the fixes you name meanwhile)",
+                        **err.details) from None
     return [f.name for f in catalog.apply_order(
-        [f.name for f in catalog.all() if not f.is_inactive and set(f.roots) <= set(roots)])]
+        [f.name for f in every if not f.is_inactive and set(f.roots) <= set(roots)])]
 
 
 def _as_sync(result: OpResult) -> OpResult:

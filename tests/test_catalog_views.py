@@ -195,3 +195,23 @@ def test_a_depends_on_cycle_made_by_hand_is_an_error_row_in_list_and_status_and_
     assert shown.returncode == 2, shown.stdout + shown.stderr
     assert "depends_on forms a cycle: dsv4-bf16-sizing -> dsv4-bf16-index-k" in shown.stderr
     assert str(manifest) in shown.stderr
+
+
+def test_sync_refused_by_an_unreadable_manifest_says_why_it_needs_it_and_what_to_do(
+        tmp_path: Path) -> None:
+    """One broken manifest of a fix never applied on the target stopped every sync with the
+    TOML error alone (a trial): nothing said that sync reads every fix of the catalog, nor
+    what to do meanwhile. Still refused, writing nothing (a sync that left a fix out would
+    leave hosts without it), now saying both."""
+    catalog = variant_catalog(tmp_path / "cat")
+    bad = catalog / "manifests" / "bad.toml"
+    bad.write_text('format = 1\nname = "bad"\nversion = 1\n[[broken\n')
+    tree = tmp_path / "tree"
+    (tree / "python" / "sglang").mkdir(parents=True)
+    done = pk(catalog, "sync", "--target", str(tree))
+    assert done.returncode == 2, done.stdout + done.stderr
+    said = " ".join(done.stderr.split())
+    assert f"{bad}:4:9: not valid TOML" in said, said
+    assert "sync converges the target to every fix of the catalog" in said
+    assert "move it out of manifests/" in said and "patchkit apply FIX" in said
+    assert list(tree.rglob("*")) == [tree / "python", tree / "python" / "sglang"]
