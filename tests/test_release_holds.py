@@ -225,3 +225,31 @@ def test_apply_on_a_release_the_fix_does_not_list_whose_files_hold_it_points_at_
     done = pk("--catalog", str(catalog), "apply", "mine", "--target", str(tree22), "--json")
     fix = json.loads(done.stdout)["fixes"][0]
     assert fix["outcome"] == "present-unrecorded" and "a commit of the fork" in fix["detail"], fix
+
+
+def test_a_tree_untracked_in_another_projects_work_tree_is_told_that_work_tree_and_no_git(
+        tmp_path: Path) -> None:
+    """A release unpacked inside another project's git work tree (a trial's was inside
+    patchkit's own clone): the refusal said the file is untracked "in the git work tree that
+    holds the root" and to commit it there, which would commit SGLang into that project, and
+    never named the work tree nor `--no-git`. It names the work tree's top and offers both."""
+    catalog = sglang_catalog(tmp_path / "catalog", {"mine": (FIX, "")})
+    outer = tmp_path / "project"
+    outer.mkdir()
+    _git(outer, "init", "-q")
+    (outer / "README").write_text("a project\n")
+    _git(outer, "add", "README")
+    _git(outer, "commit", "-qm", "a project")
+    tree = outer / "unpacked"
+    (tree / "python" / "sglang").mkdir(parents=True)
+    (tree / "python" / "sglang" / "version.py").write_text('__version__ = "0.5.22"\n')
+    (tree / "python" / "sglang" / "app.py").write_text(APP)
+    before = tree_digest(tree)
+    done = pk("--catalog", str(catalog), "apply", "mine", "--target", str(tree))
+    assert done.returncode == 1, done.stdout + done.stderr
+    said = " ".join((done.stdout + done.stderr).split())
+    assert f"untracked in the git work tree {outer.resolve()}, which holds the root" in said, said
+    assert "--no-git" in said
+    assert tree_digest(tree) == before
+    done = pk("--catalog", str(catalog), "apply", "mine", "--target", str(tree), "--no-git")
+    assert done.returncode == 0, done.stdout + done.stderr

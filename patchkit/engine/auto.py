@@ -253,10 +253,13 @@ def _dirty_advice(where: str, code: str, root: str, rel: str) -> str:
     """What a touched file's ``git status`` code means and the way out that works for it."""
     git = "git -C %s" % shlex.quote(root)
     if code == "??":
-        return ("%s is untracked in the git work tree that holds the root %s (git status '??'), "
-                "so HEAD cannot vouch for it; commit it (%s add %s && %s commit), make git "
-                "ignore it (.gitignore), or keep the root outside that work tree"
-                % (where, root, git, shlex.quote(rel), git))
+        top = dot_git_top(root) or root
+        return ("%s is untracked in the git work tree %s, which holds the root %s (git status "
+                "'??'), so HEAD cannot vouch for it. If that repository is not the tree's own "
+                "(the release was unpacked or copied inside another project), apply with "
+                "--no-git, or keep the root outside it; if it is, commit the file (%s add %s && "
+                "%s commit) or make git ignore it (.gitignore)"
+                % (where, top, root, git, shlex.quote(rel), git))
     if code[0] == "A":
         return ("%s is added to git's index but not committed (git status %r); commit it "
                 "(%s commit), or unstage it (%s rm --cached %s)"
