@@ -60,14 +60,16 @@ def demo_release(catalog: Catalog, release: str | None = None) -> str:
         raise UsageError(
             f"the demo cannot build SGLang {release}: the fixes it deploys support "
             + (", ".join(supported) if supported else "no common release")
-            + f" (their manifests' upstream.releases in {catalog.root / 'manifests'}); pass "
+            + f" (the releases of their versions, upstream.releases and each [[variants]] "
+            f"entry's, in {catalog.root / 'manifests'}); pass "
             + (f"--release {supported[-1]}" if supported else "another catalog"),
             release=release, supported=list(supported),
         )
     if not supported:
         raise UsageError("no release is supported by every fix the demo deploys ("
                          + ", ".join(dict.fromkeys(FORK_COMMITS + SEED_FIXES))
-                         + "); check their manifests' upstream.releases in " + str(catalog.root))
+                         + "); check the releases of their versions (upstream.releases and [[variants]]) in "
+                         + str(catalog.root))
     return release or supported[-1]
 
 
