@@ -572,3 +572,24 @@ def test_git_housekeeping_in_the_checkout_is_not_a_server_that_runs_it(tmp_path:
             os.killpg(p.pid, signal.SIGKILL)  # this test's own process groups, by their PIDs
             p.wait(timeout=30)
         proc.stdout.close()  # type: ignore[union-attr]
+
+
+def test_the_processes_not_read_are_said_when_asked_not_on_every_status(tmp_path: Path) -> None:
+    """A container hides its PID 1 from every user: each plain `status` ended with "processes
+    not read 1 process(es) (pid 1) ..." (a trial), noise where nothing was asked about what
+    runs. Said with --running or --all; the restarts pending always."""
+    from types import SimpleNamespace
+
+    from patchkit.cli.render_status import running_lines
+    from patchkit.results import Running
+
+    run = Running.from_dict({"available": True, "processes": [], "stale_pyc": [],
+                             "unreadable": [{"pid": 1, "command": None}]})
+    result = SimpleNamespace(running=run)
+    assert running_lines(result, unread=False) == []  # type: ignore[arg-type]
+    assert [r[0] for r in running_lines(result)] == ["processes not read"]  # type: ignore[arg-type]
+    tree = make_tree(tmp_path / "tree")["sglang"]
+    plain = subprocess.run([PY, "-m", "patchkit", "--catalog", str(SAMPLES / "catalog"), "status",
+                            "--target", tree], capture_output=True, text=True)
+    assert plain.returncode == 0, plain.stderr
+    assert "processes not read" not in plain.stderr, plain.stderr

@@ -52,8 +52,10 @@ def _status_rows(result: OpResult, verbose: bool) -> List[List[str]]:
     return rows
 
 
-def render_status(console: Any, result: OpResult, *, verbose: bool = False) -> None:
-    """Plain: one line per fix (fix, state, version, applied at, files), notes on stderr."""
+def render_status(console: Any, result: OpResult, *, verbose: bool = False,
+                  unread: bool = True) -> None:
+    """Plain: one line per fix (fix, state, version, applied at, files), notes on stderr;
+    ``unread``: name the processes ``/proc`` hid (:func:`running_lines`)."""
     rows = _status_rows(result, verbose)
     notes = recovered_notes(result)
     if not rows:
@@ -85,7 +87,7 @@ def render_status(console: Any, result: OpResult, *, verbose: bool = False) -> N
                     ("version", "right"),
                     ("applied at", "dim"), ("detail", ""), title=f"status of {result.target}"
                     + (f" (sglang {result.release})" if result.release else ""))
-    render_running(console, result)
+    render_running(console, result, unread)
 
 
 def render_after(console: Any, after: Any, restarts: tuple[str, ...] = (), op: str = "apply",
@@ -108,9 +110,10 @@ def render_after(console: Any, after: Any, restarts: tuple[str, ...] = (), op: s
         line(console, [mark, (f" {run.what}: {run.command} (exit {run.returncode})", "")])
 
 
-def running_lines(result: OpResult) -> List[List[str]]:
+def running_lines(result: OpResult, unread: bool = True) -> List[List[str]]:
     """Plain rows of what runs old code: ``restart pending``, a stale ``.pyc``, what was not
-    looked at (docs/cli.md, Piped output)."""
+    looked at (docs/cli.md, Piped output); ``unread``: the processes ``/proc`` hid too (a
+    container's PID 1 is hidden from every status: said when asked, ``--running`` or ``--all``)."""
     run = result.running
     if run is None:
         return []
@@ -120,7 +123,7 @@ def running_lines(result: OpResult) -> List[List[str]]:
              _changed(p)] for p in run.pending]
     rows += [["stale .pyc", str(s.get("pyc")), str(s.get("source")), str(s.get("why"))]
              for s in run.stale_pyc]
-    if run.unreadable:
+    if run.unreadable and unread:
         pids = [str(u.get("pid")) for u in run.unreadable]
         named = ", ".join(pids[:SHOWN_PIDS]) + (
             f" and {len(pids) - SHOWN_PIDS} more" if len(pids) > SHOWN_PIDS else "")
@@ -139,10 +142,10 @@ def _changed(p: Any) -> str:
     return ", ".join(p.changed) + (f" and {more} more" if more > 0 else "")
 
 
-def render_running(console: Any, result: OpResult) -> None:
+def render_running(console: Any, result: OpResult, unread: bool = True) -> None:
     """Plain: tab-separated lines on stderr (stdout keeps one line per fix); a terminal: a table
-    of every process using the target, then the notes."""
-    rows = running_lines(result)
+    of every process using the target, then the notes (``unread``: :func:`running_lines`)."""
+    rows = running_lines(result, unread)
     if isinstance(console, PlainConsole):
         PlainConsole(sys.stderr).file.write("".join("\t".join(map(one_line, r)) + "\n" for r in rows))
         return

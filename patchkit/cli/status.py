@@ -37,7 +37,8 @@ def status(state: State, show_all: bool, exit_code: bool, running: bool, as_json
                       exit_code=exit_code, running_gate=running, show_all=show_all)
     result = run_op(state, where, "reading", as_json, api.status)
     render.emit(as_json, result.to_json() if as_json else None,
-                lambda out: render_status.render_status(out, result, verbose=show_all))
+                lambda out: render_status.render_status(out, result, verbose=show_all,
+                                                        unread=show_all or running))
     render.broken_note(result.broken, as_json)
     unhealthy = any(s.state in UNHEALTHY for s in result.status) or bool(result.broken)
     return EXIT_CHECK_FAILED if exit_code and (unhealthy or running and runs_old_code(result)) else 0
