@@ -56,7 +56,7 @@ __all__ = [
     "commit_diffs", "commit_files", "commit_info", "commit_paths",
     "author_ident", "commit_range", "commit_tree", "create_branch", "init", "is_clean",
     "is_git_repo", "unstage",
-    "list_tags", "patch_id", "patch_ids", "path_history", "rev_parse", "set_config", "write_tree",
+    "list_tags", "patch_id", "patch_ids", "path_history", "renames", "rev_parse", "set_config", "write_tree",
     "texts_at", "tracks_modes", "unclaimed_files", "update_refs", "work_tree_top",
 ]
 
@@ -505,6 +505,25 @@ def path_history(top: Path | str, paths: Sequence[str]) -> list[PathCommit]:
     log = _log(top, ["--reverse", "--name-only", "HEAD"], paths)
     return [PathCommit(sha, date, subject, tuple(n for n in rest.splitlines() if n.strip()))
             for (sha, date, subject), rest in log]
+
+
+def renames(top: Path | str, directory: str) -> list[tuple[str, str, str]]:
+    """(commit, old path, new path) of each file under ``directory`` (relative to ``top``)
+    that HEAD's history renamed (git's rename detection, as ``git log --follow`` sees it),
+    oldest first."""
+    if rev_parse(top, "HEAD") is None:
+        return []
+    out = _run(top, ["-c", "core.quotePath=false", "log", "-M", "--diff-filter=R", "--reverse",
+                     "--name-status", "--no-color", "--format=%x1e%H", "HEAD", "--", directory],
+               strip=False)
+    found = []
+    for record in out.split("\x1e")[1:]:
+        sha, _, rest = record.partition("\n")
+        for line in rest.splitlines():
+            parts = line.split("\t")
+            if len(parts) == 3 and parts[0].startswith("R"):
+                found.append((sha.strip(), parts[1], parts[2]))
+    return found
 
 
 def commit_diffs(repo: Path | str, base: str, onto: str, paths: Iterable[str]

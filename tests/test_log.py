@@ -546,3 +546,41 @@ def test_each_commit_is_credited_to_the_version_it_made(tmp_path: Path) -> None:
     versions = {v.version: [c.sha for c in v.commits] for v in lineage.build(Catalog(cat)).get("sw").versions}
     assert versions == {1: [first, rebased], 2: [rebased, reworded], 3: [backport, extended],
                         4: [refresh]}, versions
+
+
+def test_log_and_diff_versions_follow_a_fix_renamed_by_hand(tmp_path: Path) -> None:
+    """A fix renamed by hand (git mv of its manifest and series, `name` edited): `log` showed
+    its v1 made by the rename commit, dropping the commits that made and changed it, and
+    `diff --versions` found no older version (a trial). Both follow the rename through the
+    catalog's history, as `git log --follow` does."""
+    repo = tmp_path / "catalog"
+    src = SAMPLES / "catalog"
+    shutil.copytree(src / "patches" / "index-k-bytes", repo / "patches" / "old-name")
+    (repo / "manifests").mkdir()
+    v2 = (src / "manifests" / "index-k-bytes.toml").read_text().replace(
+        'name = "index-k-bytes"', 'name = "old-name"')
+    v1 = v2.replace("version = 2\n", "version = 1\n", 1)
+    v1 = v1[:v1.rindex("[[changelog]]")]
+    (repo / "manifests" / "old-name.toml").write_text(v1)
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "old-name v1", date="2026-01-10T10:00:00+00:00")
+    patch = next((repo / "patches" / "old-name").glob("*.patch"))
+    (repo / "manifests" / "old-name.toml").write_text(v2)
+    patch.write_text(patch.read_text() + "\n")  # a changed series for v2
+    git(repo, "commit", "-qam", "old-name v2", date="2026-01-20T10:00:00+00:00")
+    git(repo, "mv", "manifests/old-name.toml", "manifests/new-name.toml")
+    git(repo, "mv", "patches/old-name", "patches/new-name")
+    manifest = repo / "manifests" / "new-name.toml"
+    manifest.write_text(manifest.read_text().replace('name = "old-name"', 'name = "new-name"'))
+    git(repo, "commit", "-qam", "rename old-name -> new-name", date="2026-02-01T10:00:00+00:00")
+
+    versions = lineage.build(Catalog(repo)).get("new-name").versions
+    # v1 and v2 keep the commits that made them; the rename, which makes no version, is a
+    # commit of the fix under the version it declared (as an edit of its rationale would be)
+    assert [[c.subject for c in v.commits] for v in versions] == [
+        ["old-name v1"], ["old-name v2", "rename old-name -> new-name"]]
+    result = CliRunner().invoke(cli, ["--catalog", str(repo), "diff", "new-name", "--versions",
+                                      "1", "2"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert f"v1/{patch.name}" in result.output and f"v2/{patch.name}" in result.output

@@ -253,3 +253,79 @@ def test_a_tree_untracked_in_another_projects_work_tree_is_told_that_work_tree_a
     assert tree_digest(tree) == before
     done = pk("--catalog", str(catalog), "apply", "mine", "--target", str(tree), "--no-git")
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _files(tree: Path) -> dict[str, str]:
+    return {k: v for k, v in tree_digest(tree).items() if not k.startswith(".patchkit/")}
+
+
+def _renamed(tmp_path: Path) -> tuple[Path, Path]:
+    """`mine` applied, then renamed by hand in the catalog to `ours` (manifest, series, name)."""
+    catalog = sglang_catalog(tmp_path / "catalog", {"mine": (FIX, "")})
+    tree = release_tree(tmp_path / "sglang")
+    done = pk("--catalog", str(catalog), "apply", "mine", "--target", str(tree))
+    assert done.returncode == 0, done.stdout + done.stderr
+    (catalog / "manifests" / "mine.toml").rename(catalog / "manifests" / "ours.toml")
+    (catalog / "patches" / "mine").rename(catalog / "patches" / "ours")
+    (catalog / "patches" / "ours" / "0001-mine.patch").rename(catalog / "patches" / "ours" / "0001-ours.patch")
+    manifest = catalog / "manifests" / "ours.toml"
+    manifest.write_text(manifest.read_text().replace('name = "mine"', 'name = "ours"')
+                        .replace("0001-mine.patch", "0001-ours.patch"))
+    return catalog, tree
+
+
+def test_a_fix_renamed_by_hand_takes_its_applied_record_over_on_apply_writing_nothing(
+        tmp_path: Path) -> None:
+    """A fix applied, then renamed by hand in the catalog: status showed two rows for the one
+    change (the new name `present-unrecorded`, the old `applied: not in the catalog`), apply
+    of the new name called it "a commit of the fork, or applied by hand", and rollback of the
+    new name found "no record ... nothing to roll back" with the change in the files (a
+    trial). A record under a name the catalog no longer has, whose series is the renamed
+    fix's (the same changes, in order) and whose files hold what it wrote, is that fix's:
+    apply (and sync) take it over, writing no file; rollback then rolls it back."""
+    catalog, tree = _renamed(tmp_path)
+    cat = ["--catalog", str(catalog)]
+    before = _files(tree)
+    rows = {r["name"]: r for r in json.loads(pk(*cat, "status", "--target", str(tree),
+                                                "--json").stdout)["status"]["fixes"]}
+    assert rows["ours"]["state"] == "present-unrecorded", rows
+    assert "recorded as mine" in rows["ours"]["detail"] and "apply ours" in rows["ours"]["detail"]
+    assert rows["mine"]["detail"].startswith("renamed ours in the catalog"), rows["mine"]
+    dry = pk(*cat, "apply", "ours", "--target", str(tree), "--dry-run", "--json")
+    assert json.loads(dry.stdout)["fixes"][0]["outcome"] == "already-applied", dry.stdout
+    assert "recorded as mine" in json.loads(dry.stdout)["fixes"][0]["detail"]
+    state = json.loads((tree / ".patchkit" / "state.json").read_text())
+    assert [f["name"] for f in state["fixes"]] == ["mine"]  # a dry run writes nothing
+    done = pk(*cat, "apply", "ours", "--target", str(tree), "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    fix = json.loads(done.stdout)["fixes"][0]
+    assert fix["outcome"] == "already-applied" and "its record is ours's now" in fix["detail"], fix
+    assert _files(tree) == before  # no file written
+    state = json.loads((tree / ".patchkit" / "state.json").read_text())
+    assert [(f["name"], f["version"]) for f in state["fixes"]] == [("ours", 1)]
+    rows = {r["name"]: r for r in json.loads(pk(*cat, "status", "--target", str(tree),
+                                                "--json").stdout)["status"]["fixes"]}
+    assert rows["ours"]["state"] == "applied" and "mine" not in rows, rows
+    done = pk(*cat, "rollback", "ours", "--target", str(tree))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tree / "python" / "sglang" / "app.py").read_text() == APP
+
+
+def test_sync_takes_a_renamed_fixs_record_over_too(tmp_path: Path) -> None:
+    catalog, tree = _renamed(tmp_path)
+    before = _files(tree)
+    done = pk("--catalog", str(catalog), "sync", "--target", str(tree), "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert _files(tree) == before
+    state = json.loads((tree / ".patchkit" / "state.json").read_text())
+    assert [f["name"] for f in state["fixes"]] == ["ours"]
+
+
+def test_rollback_of_a_renamed_fix_rolls_back_its_record_under_the_old_name(tmp_path: Path) -> None:
+    catalog, tree = _renamed(tmp_path)
+    done = pk("--catalog", str(catalog), "rollback", "ours", "--target", str(tree), "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    fix = json.loads(done.stdout)["fixes"][0]
+    assert fix["outcome"] == "rolled-back" and "recorded as mine" in fix["detail"], fix
+    assert (tree / "python" / "sglang" / "app.py").read_text() == APP
+    assert json.loads((tree / ".patchkit" / "state.json").read_text())["fixes"] == []

@@ -315,6 +315,32 @@ def _attribute(commits: Sequence[tuple[CatalogCommit, int | None, tuple[int, ...
     return out
 
 
+def named_history(history: Sequence[gitrepo.PathCommit], moves: Sequence[tuple[str, str, str]],
+                  name: str, prefix: str = "") -> list[tuple[gitrepo.PathCommit, str]]:
+    """The commits of ``history`` (oldest first) that touched fix ``name``'s manifest or series,
+    each with the name the fix had there: ``moves`` (``gitrepo.renames`` of the manifests)
+    carry it back through each rename of its manifest, as ``git log --follow`` does, so a fix
+    renamed by hand keeps the commits that made its versions. ``prefix``: the catalog's
+    directory in its work tree ("" or ``DIR/``)."""
+    index = {c.sha: i for i, c in enumerate(history)}
+    bounds: list[tuple[int, str]] = []  # (the rename's place, the manifest before it), newest first
+    current = f"{prefix}manifests/{name}.toml"
+    for sha, old, new in reversed(moves):
+        if new == current and sha in index:
+            bounds.append((index[sha], old))
+            current = old
+    out = []
+    for i, commit in enumerate(history):
+        manifest = f"{prefix}manifests/{name}.toml"
+        for at, old in bounds:
+            if i < at:
+                manifest = old
+        was = manifest[len(f"{prefix}manifests/"):-len(".toml")]
+        if any(p == manifest or p.startswith(f"{prefix}patches/{was}/") for p in commit.files):
+            out.append((commit, was))
+    return out
+
+
 def _catalog_history(catalog: Catalog, fixes: Sequence[Fix]
                      ) -> dict[str, list[tuple[CatalogCommit, int | None, tuple[int, ...]]]] | None:
     """Per fix, the commits of its manifest or series with the top-level version declared at
@@ -327,33 +353,32 @@ def _catalog_history(catalog: Catalog, fixes: Sequence[Fix]
     rel = catalog.root.resolve().relative_to(top.resolve()).as_posix()
     prefix = "" if rel == "." else rel + "/"
     history = gitrepo.path_history(top, [f"{prefix}manifests", f"{prefix}patches"])
-    touched: dict[str, list[gitrepo.PathCommit]] = {}
-    for fix in fixes:
-        manifest, series = f"{prefix}manifests/{fix.name}.toml", f"{prefix}patches/{fix.name}/"
-        touched[fix.name] = [c for c in history
-                             if any(p == manifest or p.startswith(series) for p in c.files)]
-    wanted = [(c.sha, f"{prefix}manifests/{name}.toml") for name, cs in touched.items() for c in cs]
+    moves = gitrepo.renames(top, f"{prefix}manifests")
+    touched = {fix.name: named_history(history, moves, fix.name, prefix) for fix in fixes}
+    moved = {sha for sha, _old, _new in moves}  # a rename moves a series; it writes none
+    wanted = [(c.sha, f"{prefix}manifests/{was}.toml") for cs in touched.values() for c, was in cs]
     texts = iter(gitrepo.texts_at(top, wanted)) if wanted else iter(())
     out: dict[str, list[tuple[CatalogCommit, int | None, tuple[int, ...]]]] = {}
-    for name, cs in touched.items():
-        out[name] = []
+    for fix_name, cs in touched.items():
+        out[fix_name] = []
         before: dict[int, Declared] = {}
-        for c in cs:
+        for c, name in cs:
             declared = declared_versions(next(texts) or "")
             declared_top = next((v for v, d in declared.items() if not d.folder), None)
             # by the folder of the series the commit's own manifest declares: a refreshed
             # variant's older version keeps the commits that wrote it
             folders = {v: f"{prefix}patches/{name}/{d.folder}/" for v, d in declared.items()
                        if d.folder}
-            ours = [p for p in c.files if p.startswith(f"{prefix}patches/{name}/")]
+            ours = [p for p in c.files if p.startswith(f"{prefix}patches/{name}/")
+                    and c.sha not in moved]
             wrote = {v for v, folder in folders.items() if any(p.startswith(folder) for p in ours)}
             if declared_top is not None and any(  # the top level's: the rest of the fix's folder
                     not p.startswith(tuple(folders.values())) for p in ours):
                 wrote.add(declared_top)
             changed = {v for v, d in declared.items()
                        if v not in before or before[v].entry != d.entry}
-            out[name].append((CatalogCommit(c.sha, c.date, c.subject), declared_top,
-                              tuple(sorted(changed | wrote))))
+            out[fix_name].append((CatalogCommit(c.sha, c.date, c.subject), declared_top,
+                                  tuple(sorted(changed | wrote))))
             before = declared or before
     return out
 

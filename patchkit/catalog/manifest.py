@@ -426,7 +426,8 @@ def declared_versions(text: str) -> dict[int, Declared]:
     except ManifestError:
         return {}
     top, files = _version_and_files(data)
-    own = {k: v for k, v in data.items() if k not in ("variants", "changelog")}
+    # the fix's name is not its version's: a rename declares no version anew
+    own = {k: v for k, v in data.items() if k not in ("variants", "changelog", "name")}
     out: dict[int, Declared] = {} if top is None else {top: Declared("", files, own)}
     variants = data.get("variants")
     for v in variants if isinstance(variants, list) else ():

@@ -28,8 +28,17 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
     read = store.read_state()  # as it is: what an undo puts back (lost records included)
     state, lost, lost_records, owned = _drop_lost(req, read)
     state, taken = _drop_taken(req, state)
+    from .observe import take_renamed  # a fix renamed in the catalog: its record taken over
+
+    state, renamed = take_renamed(req, state)
     outcomes: Dict[str, Dict[str, Any]] = {}
     todo, upgrades = _sort_out(req, state, lost, lost_records, outcomes)
+    for now, was in renamed.items():  # taken over: already applied, under the new name
+        if outcomes.get(now, {}).get("outcome") == "already-applied":
+            outcomes[now]["detail"] = (
+                "recorded as %s, whose manifest the catalog no longer has, with this series: "
+                "%s its record is %s's now (a fix renamed in the catalog), no file written"
+                % (was, "when applied," if req.dry_run else "", now)).replace("  ", " ")
     put_back = _put_back(req, state, todo, upgrades, outcomes) if upgrades else {}
     if taken:  # the release took them: their records go, nothing written
         from .observe import held_upstream
@@ -78,8 +87,8 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
         _verify_unwritten(req, ws, prepared)
     if not req.dry_run and prepared:
         _write(req, store, state, ws, prepared, {**left, **upgrades}, read)
-    elif not req.dry_run and any("forgets" in o for o in outcomes.values()):
-        store.write_state(state)  # only records of not-needed fixes to drop
+    elif not req.dry_run and (renamed or any("forgets" in o for o in outcomes.values())):
+        store.write_state(state)  # only records to drop (not-needed fixes) or rename
         drop_undo_point(store)  # the state it would put back is not the state before this
     last = {key: fc for fc in prepared for key in fc.keys}  # the last fix to change each file
     for fc in prepared:  # the bytes are written: each fix's result lets its own go

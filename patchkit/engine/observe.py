@@ -67,6 +67,7 @@ def status(req: Request, store: Store) -> Dict[str, Any]:
             left_out.append({"name": rec.name, "roots": lacking})
         else:
             out.append(_recorded(ws, rec, last, installs, releases, req.git))
+    _renamed_rows(req, state, out)
     from .variants import release_of
 
     journal = store.read_journal()
@@ -108,6 +109,64 @@ def judged(req: Request, store: Store, ws: Workspace, spec: FixSpec, rec: FixRec
     return entry
 
 
+def take_renamed(req: Request, state: State) -> Tuple[State, Dict[str, str]]:
+    """The state with each record under a name no fix of the request has, whose series is a
+    requested fix's that has no record (the same changes, in order, by ``diff_sha256``) and
+    whose files still hold what it wrote, renamed to that fix (and named so by the records
+    requiring it): the fix renamed in the catalog by hand. Its backups stay where they are,
+    named by the record. Returns new name -> old name. Apply, sync and rollback take it over
+    so; a status says it (:func:`_renamed_rows`)."""
+    names = {s.name for s in (*req.fixes, *req.dependencies)}
+    recorded = state.by_name()
+    fixes = list(state.fixes)
+    renamed: Dict[str, str] = {}
+    for spec in req.fixes:
+        if spec.name in recorded or spec.recorded_only or spec.not_needed:
+            continue
+        for i, rec in enumerate(fixes):
+            if rec.name not in names and rec.name not in renamed.values() \
+                    and same_series(rec.patches, spec.patches) \
+                    and not drifted_files(req.roots, state, rec):
+                fixes[i] = FixRecord.from_json(dict(rec.to_json(), name=spec.name,
+                                                    version=spec.version), "state.json")
+                renamed[spec.name] = rec.name
+                break
+    if not renamed:
+        return state, {}
+    back = {old: new for new, old in renamed.items()}
+    fixes = [f if not set(f.requires) & set(back) else FixRecord.from_json(
+        dict(f.to_json(), requires=[back.get(r, r) for r in f.requires]), "state.json")
+        for f in fixes]
+    return State(state.txn, fixes, state.extra), renamed
+
+
+def _renamed_rows(req: Request, state: State, rows: List[Dict[str, Any]]) -> None:
+    """A fix renamed in the catalog by hand, seen from its old record: the row of the new name
+    (``present-unrecorded``) and the row of the record under the old one (which the catalog no
+    longer has) each say so, and that an apply (or sync) of the new name takes the record over,
+    writing nothing (:func:`take_renamed`, the same rule: the same series, the files as
+    the record wrote them)."""
+    by_name = {r.get("name"): r for r in rows}
+    specs = {s.name: s for s in req.fixes}
+    listed = set(specs) | {s.name for s in req.dependencies}
+    orphans = [rec for rec in state.fixes if rec.name not in listed
+               and (by_name.get(rec.name) or {}).get("state") == "applied"]
+    for name, spec in specs.items():
+        row = by_name.get(name) or {}
+        if row.get("state") != PRESENT_UNRECORDED:
+            continue
+        rec = next((r for r in orphans if same_series(r.patches, spec.patches)), None)
+        if rec is None:
+            continue
+        orphans.remove(rec)
+        row["detail"] = ("recorded as %s, whose manifest the catalog no longer has, with this "
+                         "series (renamed in the catalog): patchkit apply %s (or sync) takes its "
+                         "record over, writing nothing" % (rec.name, name))
+        by_name[rec.name]["detail"] = ("renamed %s in the catalog (the same series): patchkit "
+                                       "apply %s (or sync) takes this record over, writing "
+                                       "nothing" % (name, name))
+
+
 def refuse_changed_series(spec: FixSpec, rec: FixRecord) -> None:
     """Refuse the catalog's version of a fix that is not what the target applied as that
     version: its patches changed since, without a version bump. A status does not ask (it
@@ -137,6 +196,13 @@ def refuse_changed_series(spec: FixSpec, rec: FixRecord) -> None:
             "series from a checkout again, over the edit), then patchkit apply %s upgrades it"
             % (spec.name, rec.version, spec.version, ", ".join(changed), spec.name),
             fix=spec.name, patches=changed)
+
+
+def same_series(applied: Sequence[Dict[str, Any]], series: Sequence[Dict[str, Any]]) -> bool:
+    """Whether a record's patches (``applied``) and a fix's (``series``) make the same changes
+    in the same order, by each patch's ``diff_sha256`` (whatever their files are named)."""
+    ours = _diffs(applied)
+    return bool(ours) and ours == _diffs(series)
 
 
 def _same_patch(a: Optional[Dict[str, Any]], b: Optional[Dict[str, Any]]) -> bool:

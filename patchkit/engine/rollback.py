@@ -25,7 +25,9 @@ Recorded = Dict[str, FixRecord]
 
 
 def rollback(req: Request, store: Store) -> List[Dict[str, Any]]:
-    state = store.read_state()
+    from .observe import take_renamed
+
+    state, renamed = take_renamed(req, store.read_state())  # a fix renamed in the catalog
     recorded = state.by_name()
     asked = [s.name for s in req.fixes]
     # Convergent, as apply of an applied fix is: a fix with no record is already rolled back
@@ -36,6 +38,10 @@ def rollback(req: Request, store: Store) -> List[Dict[str, Any]]:
         if not req.fixes:
             return [absent[n] for n in asked]
     done = _rollback(req, store, state, recorded)
+    for now, was in renamed.items():
+        if now in done:
+            done[now].setdefault("detail", "recorded as %s, whose manifest the catalog no longer "
+                                 "has, with this series (renamed in the catalog)" % was)
     return [absent[n] if n in absent else done[n] for n in asked]
 
 

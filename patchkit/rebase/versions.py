@@ -6,6 +6,7 @@ from __future__ import annotations
 from .. import gitrepo
 from ..catalog import manifest
 from ..catalog import Catalog
+from ..catalog.lineage import named_history
 from ..errors import UsageError
 
 
@@ -23,13 +24,16 @@ def series_of_version(catalog: Catalog, name: str, version: int) -> dict[str, st
     if top is None:
         raise UsageError(f"version {version} of {name} is not the current one ({fix.version}) "
                          f"and the catalog {home} is not in git, where old versions live")
-    rel_manifest = fix.manifest_path.resolve().relative_to(top.resolve()).as_posix()
-    rel_patches = fix.patch_dir.resolve().relative_to(top.resolve()).as_posix()
-    for commit in reversed(gitrepo.path_history(top, [rel_manifest])):
-        (text,) = gitrepo.texts_at(top, [(commit.sha, rel_manifest)])
+    rel = home.resolve().relative_to(top.resolve()).as_posix()
+    prefix = "" if rel == "." else rel + "/"
+    history = gitrepo.path_history(top, [f"{prefix}manifests", f"{prefix}patches"])
+    moves = gitrepo.renames(top, f"{prefix}manifests")  # a fix renamed keeps its versions
+    for commit, was in reversed(named_history(history, moves, name, prefix)):
+        (text,) = gitrepo.texts_at(top, [(commit.sha, f"{prefix}manifests/{was}.toml")])
         declared = manifest.declared_versions(text or "")  # a variant's versions too
         if version in declared:
             folder, files = declared[version].folder, declared[version].files
+            rel_patches = f"{prefix}patches/{was}"
             under = f"{rel_patches}/{folder}/" if folder else f"{rel_patches}/"
             texts = gitrepo.texts_at(top, [(commit.sha, under + f) for f in files])
             return {f: t or "" for f, t in zip(files, texts)}
