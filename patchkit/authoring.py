@@ -353,8 +353,11 @@ def refresh_fix(catalog: Catalog, name: str, src: Path, *, paths: Sequence[str] 
                                  f.path for f in files if f.path not in {r.path for r in here.files}),
                              kept_for=kept_for, kept_version=view.version if kept_for else None,
                              breaks=_breaks(catalog, view, files, owner, release) if changed else (),
-                             off_release=off_release(src, release, [
-                                 f for f in files if f.path not in on_others], name)
+                             off_release=tuple(
+                                 o for o in off_release(src, release, [
+                                     f for f in files if f.path not in on_others], name)
+                                 if not o[2] or not set(o[2]) <= {  # declared: no warning
+                                     d.name for d in _depends_on(catalog, view)})
                              if changed and primary else (),
                              against=_against(catalog, view, files, owner, release)
                              if changed else ())

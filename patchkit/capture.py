@@ -187,12 +187,14 @@ def as_before(files: list[CapturedFile], writers: dict[str, list[tuple[str, File
 
 
 def off_release(src: Path, release: str, files: Sequence[CapturedFile], name: str
-                ) -> tuple[tuple[str, str], ...]:
-    """(path, tag) of each of ``files`` (captured against HEAD) whose change does not apply to
-    the release's own file, as the release's tag in the checkout (``vR``, else ``R``) has it:
-    HEAD is a fork whose commits after the release changed that file, and the change's context
-    holds their lines, so the series does not apply to the release it says it is written for.
-    Empty when the checkout has no such tag, HEAD is it, or every file is as the tag has it."""
+                ) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+    """(path, tag, fixes) of each of ``files`` (captured against HEAD) whose change does not
+    apply to the release's own file, as the release's tag in the checkout (``vR``, else
+    ``R``) has it: HEAD is a fork whose commits after the release changed that file, and the
+    change's context holds their lines, so the series does not apply to the release it says
+    it is written for. ``fixes``: those the checkout's record has applied there with
+    ``--commit`` that wrote the file, the dependencies to declare. Empty when the checkout has
+    no such tag, HEAD is it, or every file is as the tag has it."""
     with contextlib.closing(gitrepo.Blobs(src)) as blobs:
         tag = next((t for t in (f"v{release}", release) if blobs.commit_of(f"refs/tags/{t}")), None)
         if tag is None or blobs.commit_of(f"refs/tags/{tag}") == blobs.commit_of("HEAD"):
@@ -201,8 +203,13 @@ def off_release(src: Path, release: str, files: Sequence[CapturedFile], name: st
         for f in files:
             own = blobs.read(f"refs/tags/{tag}", f.path)
             if own != f.before and not applies(f, own, name):
-                found.append((f.path, tag))
-    return tuple(found)
+                found.append(f.path)
+    if not found:
+        return ()
+    state = _record(src, "", None, quiet=True)
+    committed = [rec for rec in (state.fixes if state is not None else ()) if rec.commits]
+    return tuple((path, tag, tuple(r.name for r in committed if path in {x.path for x in r.files}))
+                 for path in found)
 
 
 def applies(f: CapturedFile, head: bytes | str | None, name: str) -> bool:

@@ -329,3 +329,25 @@ def test_rollback_of_a_renamed_fix_rolls_back_its_record_under_the_old_name(tmp_
     assert fix["outcome"] == "rolled-back" and "recorded as mine" in fix["detail"], fix
     assert (tree / "python" / "sglang" / "app.py").read_text() == APP
     assert json.loads((tree / ".patchkit" / "state.json").read_text())["fixes"] == []
+
+
+def test_new_on_a_fix_applied_with_commit_names_it_as_the_dependency_to_declare(
+        tmp_path: Path) -> None:
+    """The fork's change after the release tag was a fix of the catalog, applied with --commit
+    (the documented way to build a fix on another): `new --include-applied` said to "make the
+    fork's own change a fix and add it to depends_on", though it is one and the checkout's
+    record names it (a trial). The warning names it: add depends_on = ["base"]."""
+    catalog = sglang_catalog(tmp_path / "catalog", {"base": (FIX, "")})
+    tree = release_tree(tmp_path / "fork")
+    done = pk("--catalog", str(catalog), "apply", "base", "--target", str(tree), "--commit")
+    assert done.returncode == 0, done.stdout + done.stderr
+    app = tree / "python" / "sglang" / "app.py"
+    app.write_text(app.read_text().replace("c = 1", "c = 2"))  # beside base's line: its context
+    made = pk("--catalog", str(catalog), "new", "top", "--from", str(tree), "--include-applied",
+              "--json", "--dry-run")
+    assert made.returncode == 0, made.stdout + made.stderr
+    said = " ".join(" ".join(json.loads(made.stdout)["warnings"]).split())
+    assert "top v1's change to python/sglang/app.py does not apply to 0.5.22's own" in said, said
+    assert "That is fix base's change, applied with --commit in the checkout" in said, said
+    assert 'add depends_on = ["base"]' in said
+    assert "make the fork's own change a fix" not in said

@@ -68,8 +68,8 @@ class AuthoringResult:
     breaks: tuple[tuple[str, int, str], ...] = ()
     # new and refresh from a fork: files whose change does not apply to the release's own file
     # (commits after the release's tag changed it, and the change's context holds their
-    # lines): (path, the tag)
-    off_release: tuple[tuple[str, str], ...] = ()
+    # lines): (path, the tag, the fixes applied with --commit there that wrote it)
+    off_release: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
     # refresh: files whose new change does not apply on what the fixes it depends on leave
     # there (it took a dependency's lines in): (that dependency, path)
     against: tuple[tuple[str, str], ...] = ()

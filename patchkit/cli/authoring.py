@@ -197,9 +197,14 @@ def _capture_warnings(result: authoring.AuthoringResult, fix: str) -> list[str]:
             f"own {path} (the checkout's tag {tag}): commits after {tag} changed that file, and "
             f"the change's context holds their lines, so on a clean {result.base_release} tree "
             f"patchkit apply refuses it (a conflict), though the manifest says it serves "
-            f"{result.base_release}. Write it on {tag} (patchkit upstream checkout "
-            f"{result.base_release} DIR), or make the fork's own change a fix and add it to "
-            "depends_on" for path, tag in result.off_release] + [
+            f"{result.base_release}. " + (
+                f"That is fix {' and '.join(by)}'s change, applied with --commit in the checkout: "
+                f"add depends_on = {json.dumps(list(by))} to its manifest (apply then puts it "
+                f"first), or write it on {tag} (patchkit upstream checkout {result.base_release} "
+                "DIR)" if by else
+                f"Write it on {tag} (patchkit upstream checkout {result.base_release} DIR), or "
+                "make the fork's own change a fix and add it to depends_on")
+            for path, tag, by in result.off_release] + [
         f"{fix} v{result.version}'s change to {path} does not apply on {dep}'s, which it depends "
         f"on: it holds {dep}'s own lines (captured against HEAD where {dep} is applied but not "
         f"committed), so wherever both are applied it conflicts. Apply {dep} with --commit in "
