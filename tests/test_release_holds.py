@@ -351,3 +351,27 @@ def test_new_on_a_fix_applied_with_commit_names_it_as_the_dependency_to_declare(
     assert "That is fix base's change, applied with --commit in the checkout" in said, said
     assert 'add depends_on = ["base"]' in said
     assert "make the fork's own change a fix" not in said
+
+
+def test_a_check_failing_on_a_file_another_fix_of_the_run_changed_names_that_fix(
+        tmp_path: Path) -> None:
+    """Two fixes synced together each add the same line; the second's `count = 1` grep failed,
+    naming it alone (a trial): the other fix of the run that changed the file is named too,
+    in the dry run (which asks the check first) as after writing."""
+    from patchkit.catalog.series import diff_files
+
+    one = diff_files(APP.encode(), APP.replace("b = 1\n", "b = 1\nx = 9\n").encode(),
+                     "python/sglang/app.py")
+    two = diff_files(APP.encode(), APP.replace("f = 1\n", "f = 1\nx = 9\n").encode(),
+                     "python/sglang/app.py")
+    check = ('\n[[verification]]\nkind = "grep"\nroot = "sglang"\npath = "python/sglang/app.py"\n'
+             'pattern = "x = 9"\ncount = 1\n')
+    catalog = sglang_catalog(tmp_path / "catalog", {"one": (one, ""), "two": (two, check)})
+    tree = release_tree(tmp_path / "sglang")
+    before = _files(tree)
+    for dry in (["--dry-run"], []):
+        done = pk("--catalog", str(catalog), "apply", "one", "two", "--target", str(tree), *dry)
+        assert done.returncode == 1, done.stdout + done.stderr
+        said = " ".join(done.stderr.split())
+        assert "2 matching lines" in said and "(this run's one changed sglang:python/sglang/app.py too)" in said, said
+        assert _files(tree) == before

@@ -644,6 +644,7 @@ def _verify(req: Request, prepared: List[FixChange]) -> None:
     for fc in prepared:
         fc.verification = [next(results) for _ in fc.spec.verification]
         failures.extend(dict(r, fix=fc.spec.name) for r in fc.verification if not r["ok"])
+    _name_writers(req, prepared, failures)
     if failures:
         raise VerificationFailed(
             "%d verification check(s) failed after writing; every file was restored:\n%s"
@@ -671,6 +672,21 @@ def _unlisted_release(req: Request, spec: FixSpec) -> str:
             "status" % (found, spec.name, spec.version, ", ".join(versions), found, spec.name, found))
 
 
+def _name_writers(req: Request, prepared: List[FixChange], failures: List[Dict[str, Any]]) -> None:
+    """A failed check of a file other fixes of this run changed too says which: two fixes
+    adding the same line fail a ``count = 1`` grep, and the one whose check fails is not
+    alone to blame (a sync of both: a trial)."""
+    writers: Dict[str, List[str]] = {}
+    for fc in prepared:
+        for key in fc.keys:
+            writers.setdefault(req.roots.where(*key), []).append(fc.spec.name)
+    for f in failures:
+        others = [n for n in writers.get(str(f.get("where")), []) if n != f.get("fix")]
+        if others:
+            f["detail"] = "%s (this run's %s changed %s too)" % (
+                f["detail"], " and ".join(others), f["where"])
+
+
 def _verify_unwritten(req: Request, ws: Workspace, prepared: List[FixChange]) -> None:
     """A dry run's verification: the checks that only read a file (``CONTENT_KINDS``), asked
     of the files as this apply would write them, so a dry run (a fleet's preflight, `matrix`)
@@ -691,6 +707,7 @@ def _verify_unwritten(req: Request, ws: Workspace, prepared: List[FixChange]) ->
     for fc in prepared:
         fc.verification = [next(results) for _ in asked[fc.spec.name]]
         failures.extend(dict(r, fix=fc.spec.name) for r in fc.verification if not r["ok"])
+    _name_writers(req, prepared, failures)
     if failures:
         raise VerificationFailed(
             "%d verification check(s) would fail on the files as this apply would write them; "
