@@ -53,7 +53,7 @@ def test_an_untracked_file_in_an_enclosing_work_tree_gets_advice_that_works(tmp_
     advice = _advice(run(req))
     assert "untracked" in advice and "checkout --" not in advice, advice
     assert f"serve:{SCRIPT}" in advice and str(serve) in advice
-    _follow(advice, "commit it", tmp_path)
+    _follow(advice, "commit the file", tmp_path)
     assert git(outer, "status", "--porcelain", "--untracked-files=all", "--", "serve/" + SCRIPT) == ""
     result = run(req)
     assert result["ok"], result["error"]
