@@ -676,6 +676,8 @@ def _name_writers(req: Request, prepared: List[FixChange], failures: List[Dict[s
     """A failed check of a file other fixes of this run changed too says which: two fixes
     adding the same line fail a ``count = 1`` grep, and the one whose check fails is not
     alone to blame (a sync of both: a trial)."""
+    if not failures:
+        return
     writers: Dict[str, List[str]] = {}
     for fc in prepared:
         for key in fc.keys:
