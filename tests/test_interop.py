@@ -650,3 +650,22 @@ def test_a_fix_marked_upstream_comes_back_marked_from_an_export(tmp_path: Path) 
 def _exported(out: Path, *names: str) -> list[Path]:
     ok(REPO, "export", *names, "--format", "mbox", "-o", out)
     return list(out.glob("*.mbox"))
+
+
+def test_a_replacing_import_says_which_checks_of_the_fix_it_drops(tmp_path: Path) -> None:
+    """An export carries no checks: an import replacing a fix (a round trip, --replace) wrote
+    its next version without the preconditions and verification the replaced one had, and no
+    warning said so (a trial; docs/interop.md says an export holds none). It says what goes."""
+    catalog, _src, _base = full_fix(tmp_path)
+    ok(catalog, "export", "pair", "--format", "mbox", "-o", tmp_path / "out")
+    manifest = catalog / "manifests" / "pair.toml"
+    manifest.write_text(manifest.read_text() + '\n[[verification]]\nkind = "python-syntax"\n'
+                        'root = "sglang"\npath = "python/sglang/a.py"\n')
+    git(catalog, "commit", "-qam", "pair: a verification")
+    old = Catalog(catalog).get("pair")
+    said = ok(catalog, "import", "--mbox", tmp_path / "out" / "pair.mbox", "--release", "0.5.23",
+              "--replace")
+    flat = " ".join(said.split())
+    assert (f"pair: --replace drops its {len(old.preconditions)} precondition(s) and "
+            f"{len(old.verification)} verification check(s) from its manifest") in flat, flat
+    assert Catalog(catalog).get("pair").verification == ()

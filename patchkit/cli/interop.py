@@ -65,7 +65,7 @@ def import_(state: State, src: str | None, commits: str | None, mbox_path: str |
         how, whole = "a quilt series", one
     planned = importer.plan(patches, one=whole, name=name)
     taken = importer.existing(catalog, planned)
-    dropped = _variants_replaced(catalog, taken) if replace else {}
+    dropped, checks = _replaced(catalog, taken) if replace else ({}, {})
     results = importer.import_fixes(catalog, planned, release=release,
                                     tree=Path(tree) if tree else None, root=root,
                                     commit=not no_commit, dry_run=dry_run, how=how,
@@ -76,6 +76,11 @@ def import_(state: State, src: str | None, commits: str | None, mbox_path: str |
                 f"the fix there until a variant serves them (patchkit rebase {fix} --onto "
                 "RELEASE makes one)" for fix, kept in dropped.items()
                 if any(r.name == fix for r in results)]
+    warnings += [f"{fix}: --replace drops its {said} from its manifest, as an export does not "
+                 "carry them: nothing checks the fix before or after it is applied until they "
+                 f"are put back in {catalog.manifests_dir / (fix + '.toml')}"
+                 for fix, said in checks.items()
+                 if any(r.name == fix for r in results)]
     if as_json:
         render.print_json({"fixes": [{"name": r.name, "version": r.version,
                                       "replaces": taken.get(r.name),
@@ -96,18 +101,22 @@ def import_(state: State, src: str | None, commits: str | None, mbox_path: str |
     return 0
 
 
-def _variants_replaced(catalog: Catalog, taken: dict[str, str]) -> dict[str, str]:
-    """Of the fixes an import replaces, the variants each has ("v3 for 0.5.22; ..."): the
-    replacement is one series, an export's, and they go."""
-    out = {}
+def _replaced(catalog: Catalog, taken: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """Of the fixes an import replaces, what each has that an export does not carry and the
+    replacement drops: its variants ("v3 for 0.5.22; ..."), and its checks ("2
+    precondition(s) and 3 verification check(s)")."""
+    variants, checks = {}, {}
     for name in taken:
         try:
-            said = catalog.get(name).variants_said
+            old = catalog.get(name)
         except PatchkitError:
             continue
-        if said:
-            out[name] = said
-    return out
+        if old.variants_said:
+            variants[name] = old.variants_said
+        if old.preconditions or old.verification:
+            checks[name] = (f"{len(old.preconditions)} precondition(s) and "
+                            f"{len(old.verification)} verification check(s)")
+    return variants, checks
 
 
 @command(
