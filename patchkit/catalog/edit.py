@@ -54,7 +54,7 @@ reference = ""  # upstream PR / issue / commit
 # [[preconditions]]
 # kind = "grep"
 # path = "python/sglang/srt/..."
-# pattern = "a line the series expects to find"
+# pattern = "a line the series expects to find"  # a plain substring; regex = true for a regex
 # count = 1
 #
 # [[verification]]
