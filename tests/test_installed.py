@@ -781,33 +781,59 @@ def test_two_dist_infos_the_version_file_does_not_settle_are_refused_naming_both
         assert "says 0.5.24" in said and "Remove the stale one" in said, said
 
 
+def _built_from_the_fork(site: Path, rel: str) -> None:
+    """RECORD as a wheel built from a fork that committed the file as it is now says it."""
+    data = (site / rel).read_bytes()
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    path = site / f"sglang-{CATALOG_RELEASE}.dist-info" / "RECORD"
+    with open(path, newline="") as fh:
+        rows = list(csv.reader(fh))
+    rows = [[r[0], f"sha256={digest}", str(len(data))] if r and r[0] == rel else r for r in rows]
+    with open(path, "w", newline="") as fh:
+        csv.writer(fh, lineterminator="\n").writerows(rows)
+
+
 def test_a_revert_fix_on_an_installed_package_inside_a_git_work_tree_applies_its_series(
         catalog: Catalog, target: LocalTarget, venv: Path, site: Path) -> None:
-    """A virtualenv inside a project's repository (the project ignores it): the revert fix was
-    asked of that repository's history, which never held SGLang's commits, and refused ("no
-    commit in the history of HEAD ... carries the change"), with --no-git refused too: no way
-    to apply it (a trial). An installed package has no checkout, whatever work tree it lies
-    in: the revert reverse-applies its series there, as outside git."""
+    """A virtualenv inside a project's repository (the project ignores it), its sglang built
+    from a fork that committed the dead fix: the revert fix was asked of that repository's
+    history, which never held SGLang's commits, and refused ("no commit in the history of
+    HEAD ... carries the change"), with --no-git refused too: no way to apply it (a trial).
+    An installed package has no checkout, whatever work tree it lies in: the revert
+    reverse-applies its series there, as outside git. Where patchkit itself applied the dead
+    fix, the revert is refused, naming the rollback that puts it back with its record (a
+    trial's revert left the dead fix recorded as applied, and verify failing for good)."""
     subprocess.run(["git", "init", "-q", str(venv)], check=True)
     (venv / ".gitignore").write_text("lib/\n")
     subprocess.run(["git", "-C", str(venv), "add", ".gitignore"], check=True)
     subprocess.run(["git", "-C", str(venv), "-c", "user.name=A", "-c", "user.email=a@example.org",
                     "commit", "-qm", "a project"], check=True)
-    host_pool = site / "sglang" / "srt" / "mem_cache" / "memory_pool_host.py"
+    rel = "sglang/srt/mem_cache/memory_pool_host.py"
+    record_file = site / f"sglang-{CATALOG_RELEASE}.dist-info" / "RECORD"
+    as_installed = record_file.read_bytes()
     try:
         api.apply(catalog, target, ["dsv4-bf16-index-k"])
         api.apply(catalog, target, ["hicache-index-k-sync"], allow_inactive=True)
-        assert "HICACHE_DBG" in host_pool.read_text()
+        with pytest.raises(PreconditionFailed, match="roll it back instead") as refused:
+            api.apply(catalog, target, ["revert-hicache-index-k-sync"])
+        assert "patchkit rollback hicache-index-k-sync" in refused.value.message
+        # the fork's build instead: its wheel carries the dead fix, which patchkit never applied
+        state_file = site / ".patchkit" / "state.json"
+        state = json.loads(state_file.read_text())
+        state["fixes"] = [f for f in state["fixes"] if f["name"] != "hicache-index-k-sync"]
+        state_file.write_text(json.dumps(state))
+        _built_from_the_fork(site, rel)
+        assert "HICACHE_DBG" in (site / rel).read_text()
         result = api.apply(catalog, target, ["revert-hicache-index-k-sync"])
         assert [f.outcome for f in result.fixes] == ["applied"], result.fixes
         said = [c for c in result.fixes[0].preconditions if c.kind == "git-revert"]
         assert said and said[0].ok and "is an installed package" in said[0].detail, said
-        assert "HICACHE_DBG" not in host_pool.read_text()
+        assert "HICACHE_DBG" not in (site / rel).read_text()
         status = {s.name: s.state for s in api.status(catalog, target).status}
         assert status["revert-hicache-index-k-sync"] == "applied", status
         api.rollback(catalog, target, ["revert-hicache-index-k-sync"])
-        api.rollback(catalog, target, ["hicache-index-k-sync"])
         api.rollback(catalog, target, ["dsv4-bf16-index-k"])
     finally:
         shutil.rmtree(venv / ".git")
         (venv / ".gitignore").unlink()
+        record_file.write_bytes(as_installed)

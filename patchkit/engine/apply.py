@@ -210,10 +210,17 @@ def _sources(req: Request, todo: List[FixSpec], recorded: Dict[str, FixRecord]) 
         sources = {s.name: revert.resolve(s, req.roots) for s in todo if s.revert is not None}
     for spec in todo:
         named = (spec.revert or {}).get("fix")
-        check = sources.get(spec.name, (None, {"ok": True}))[1]
-        if not check["ok"] and named in recorded:
-            check["detail"] += ("; fix %s is applied by patchkit here, not committed: roll it back "
-                                "instead (patchkit rollback %s)" % (named, named))
+        if spec.name not in sources or named not in recorded:
+            continue
+        # the fix it reverts is patchkit's own here: its rollback puts back its files and its
+        # record; a revert would leave the record saying it is applied (docs/git.md)
+        check = sources[spec.name][1]
+        how = "applied by patchkit here" + ("" if recorded[named].commits else ", not committed")
+        sources[spec.name] = (None, dict(check, ok=False, detail=(
+            "%sfix %s is %s: roll it back instead (patchkit rollback %s), which puts back its "
+            "files and drops its record; a revert fix is for a change patchkit did not apply "
+            "(a fork's commit, a build's files)"
+            % ("%s; " % check["detail"] if not check["ok"] else "", named, how, named))))
     return sources
 
 
