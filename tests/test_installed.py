@@ -837,3 +837,24 @@ def test_a_revert_fix_on_an_installed_package_inside_a_git_work_tree_applies_its
         shutil.rmtree(venv / ".git")
         (venv / ".gitignore").unlink()
         record_file.write_bytes(as_installed)
+
+def test_commit_is_refused_on_an_installed_package_whatever_work_tree_it_lies_in(
+        catalog: Catalog, target: LocalTarget, venv: Path, site: Path) -> None:
+    """`apply --commit` on a venv inside a project's repository committed the one changed
+    site-packages file to that project (a trial). An installed package has no checkout of its
+    own: --commit is refused, writing nothing, and the apply without it works."""
+    subprocess.run(["git", "init", "-q", str(venv)], check=True)
+    subprocess.run(["git", "-C", str(venv), "-c", "user.name=A", "-c", "user.email=a@example.org",
+                    "commit", "-q", "--allow-empty", "-m", "a project"], check=True)
+    try:
+        with pytest.raises(UsageError, match="is an installed package") as refused:
+            api.apply(catalog, target, ["dsv4-bf16-index-k"], commit=True)
+        assert "Apply without --commit" in refused.value.message
+        assert unlike_record(site) == [] and not (site / ".patchkit" / "state.json").exists()
+        log = subprocess.run(["git", "-C", str(venv), "log", "--format=%s"], check=True,
+                             capture_output=True, text=True).stdout.split("\n")
+        assert log[0] == "a project"
+        assert api.apply(catalog, target, ["dsv4-bf16-index-k"]).ok
+        api.rollback(catalog, target, ["dsv4-bf16-index-k"])
+    finally:
+        shutil.rmtree(venv / ".git")

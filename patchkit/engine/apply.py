@@ -65,6 +65,14 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
     sources = _sources(req, todo, state.by_name())
     keys = [(root, path) for spec in todo for root, path, _op in touched(spec, sources)]
     installs = record.installs(req.roots)  # installed roots: RECORD proves them pristine
+    committed = sorted({root for root, _path in keys} & set(installs)) if req.commit else []
+    if committed:
+        raise UsageError(
+            "--commit records each fix as a commit of its root's git checkout, and root %s (%s) "
+            "is an installed package: the git work tree around it, if any, is another project's, "
+            "not its history, and a commit there would put one site-packages file in that "
+            "project. Apply without --commit (its record and `rollback` undo it)"
+            % (committed[0], req.roots.get(committed[0]).path), root=committed[0])
     git_changes = auto.git_changes(keys, req.roots, req.git, set(installs))
     for key in keys:
         ws.entry(*key)
