@@ -186,7 +186,7 @@ def _blocked(catalog: Catalog, fix: Fix, release: str, column: dict[str, Cell]) 
     if dep is None:
         return None
     return Cell("blocked", f"blocked by {dep}",
-                f"{dep} is {column[dep].label} on {release}: {column[dep].detail}")
+                f"{dep} on {release}: {column[dep].label}: {column[dep].detail}")
 
 
 def _served(catalog: Catalog, fix: Fix, release: str, tree: Path, held: dict[str, Any]
@@ -285,7 +285,7 @@ def _rebase_cells(catalog: Catalog, fixes: list[Fix], release: str, repo: Upstre
                 (f"dependency {d} ", f"dependency {d}:"))), None)
             by = named or failing
             detail = rep.detail if failing is None or failing == named else \
-                f"{failing} is {done[failing].label} on {release}; {rep.detail}"
+                f"{failing} on {release}: {done[failing].label}; {rep.detail}"
             cell = Cell("blocked", f"blocked by {by}" if by else "blocked", detail)
         done[rep.name] = cell
     return {f.name: done.get(f.name, Cell("conflict", "conflict", "not classified"))

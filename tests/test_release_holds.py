@@ -296,6 +296,8 @@ def test_a_fix_renamed_by_hand_takes_its_applied_record_over_on_apply_writing_no
     assert "recorded as mine" in json.loads(dry.stdout)["fixes"][0]["detail"]
     state = json.loads((tree / ".patchkit" / "state.json").read_text())
     assert [f["name"] for f in state["fixes"]] == ["mine"]  # a dry run writes nothing
+    said = pk(*cat, "apply", "ours", "--target", str(tree), "--dry-run")
+    assert "recorded as mine" in " ".join(said.stdout.split()), said.stdout  # in text too
     done = pk(*cat, "apply", "ours", "--target", str(tree), "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     fix = json.loads(done.stdout)["fixes"][0]
@@ -375,3 +377,56 @@ def test_a_check_failing_on_a_file_another_fix_of_the_run_changed_names_that_fix
         said = " ".join(done.stderr.split())
         assert "2 matching lines" in said and "(this run's one changed sglang:python/sglang/app.py too)" in said, said
         assert _files(tree) == before
+
+
+def test_a_taken_over_record_moves_its_backups_keeps_the_undo_point_and_frees_the_old_name(
+        tmp_path: Path) -> None:
+    """A trial after the takeover: the record still kept its backups in backups/mine; a new
+    fix named `mine` then wrote its own there, and `rollback ours` failed on a damaged
+    backup; the takeover had also dropped the last change's undo point, and a rollback of
+    the renamed fix left backups/mine behind. Its backups move with it (the old folder's
+    files, which the undo point names, stay until a change replaces that point), the undo
+    point holds, and the old name is free."""
+    catalog, tree = _renamed(tmp_path)
+    cat = ["--catalog", str(catalog)]
+    backups = tree / ".patchkit" / "backups"
+    assert pk(*cat, "apply", "ours", "--target", str(tree)).returncode == 0
+    # the old folder stays while the undo point names its files: hard links of the same files
+    assert sorted(p.name for p in backups.iterdir()) == ["mine", "ours"]
+    assert (backups / "ours" / "0").stat().st_ino == (backups / "mine" / "0").stat().st_ino
+    state = json.loads((tree / ".patchkit" / "state.json").read_text())
+    assert all(f["backup"].startswith("backups/ours/") for f in state["fixes"][0]["files"]), state
+    undone = pk(*cat, "undo", "--target", str(tree), "--dry-run")
+    assert undone.returncode == 0, undone.stdout + undone.stderr
+    # a new fix takes the old name: its backups do not touch the renamed fix's
+    other = OTHER.replace("other.py", "app.py").replace("x = 1\n-y = 1\n+y = 2\n", "g = 1\n-h = 1\n+h = 2\n")
+    other = other.replace("@@ -1,2 +1,2 @@", "@@ -7,2 +7,2 @@")
+    (catalog / "patches" / "mine").mkdir()
+    (catalog / "patches" / "mine" / "0001-mine.patch").write_text(other)
+    manifest = (catalog / "manifests" / "ours.toml").read_text()
+    (catalog / "manifests" / "mine.toml").write_text(
+        manifest.replace('name = "ours"', 'name = "mine"').replace("0001-ours.patch", "0001-mine.patch"))
+    done = pk(*cat, "apply", "mine", "--target", str(tree))
+    assert done.returncode == 0, done.stdout + done.stderr
+    done = pk(*cat, "rollback", "mine", "ours", "--target", str(tree))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tree / "python" / "sglang" / "app.py").read_text() == APP
+    assert not backups.exists() or list(backups.iterdir()) == []
+
+
+def test_rollback_of_a_renamed_fix_leaves_no_backups_under_the_old_name(tmp_path: Path) -> None:
+    catalog, tree = _renamed(tmp_path)
+    done = pk("--catalog", str(catalog), "rollback", "ours", "--target", str(tree))
+    assert done.returncode == 0, done.stdout + done.stderr
+    backups = tree / ".patchkit" / "backups"
+    assert not backups.exists() or list(backups.iterdir()) == [], list(backups.iterdir())
+
+
+def test_undo_after_a_takeover_undoes_the_apply_before_it(tmp_path: Path) -> None:
+    catalog, tree = _renamed(tmp_path)
+    cat = ["--catalog", str(catalog)]
+    assert pk(*cat, "apply", "ours", "--target", str(tree)).returncode == 0  # the takeover
+    done = pk(*cat, "undo", "--target", str(tree))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tree / "python" / "sglang" / "app.py").read_text() == APP
+    assert json.loads((tree / ".patchkit" / "state.json").read_text())["fixes"] == []

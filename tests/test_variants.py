@@ -579,7 +579,7 @@ def test_a_matrix_cell_blocked_by_its_dependency_says_so_in_plain_lines(
     assert rows[INDEX_K, "0.5.21"][1].startswith(
         "0001-keep-dsv4-index-k-in-bf16.patch does not apply to its base 0.5.22")
     assert f"the catalog {cat} is not in git" in rows[SIZING, "0.5.21"][1]
-    assert rows[SIZING, "0.5.22"][1].startswith(f"{INDEX_K} is conflict on 0.5.22: v3 no longer applies")
+    assert rows[SIZING, "0.5.22"][1].startswith(f"{INDEX_K} on 0.5.22: conflict: v3 no longer applies")
     assert "patchkit-matrix-" not in proc.stdout + proc.stderr
     assert "patchkit-rebase-" not in proc.stdout + proc.stderr
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before

@@ -256,10 +256,12 @@ def render_fix_outcome(console: Any, fix: FixOutcome, *, show_diff: bool,
     if fix.outcome == "not-applied" and not fix.detail:  # a rollback of a fix not recorded
         line(console, [("  nothing to do: the target has no record of it", "dim")])
     if fix.detail and fix.outcome in ("not-needed", "present-unrecorded", "upgraded", "verified",
+                                      "already-applied",
                                       "not-applied", "applied", "would-apply",
                                       "would-upgrade", "rolled-back", "would-roll-back",
-                                      "undone", "would-undo"):
-        # an upgrade: the files held it already; an apply: put back on the fixes upgraded
+                                      "undone", "would-undo") \
+            and not (fix.outcome == "already-applied" and fix.drifted):  # drift: said above
+        # a renamed fix's record taken over; an upgrade: the files held it already; an apply: put back on the fixes upgraded
         # under it; a rollback: of a lost fix, only forgotten; a verify: of a fix whose
         # manifest is gone, only what its record holds
         line(console, [(f"  {fix.detail}", "dim")])

@@ -93,11 +93,22 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
             o["forgets"] = forgotten[name].version  # a fleet's preflight sees a change to make
     if req.dry_run and prepared:
         _verify_unwritten(req, ws, prepared)
+    if renamed and not req.dry_run:  # before any state names them
+        store.adopt_backups(renamed)
     if not req.dry_run and prepared:
-        _write(req, store, state, ws, prepared, {**left, **upgrades}, read)
-    elif not req.dry_run and (renamed or any("forgets" in o for o in outcomes.values())):
-        store.write_state(state)  # only records to drop (not-needed fixes) or rename
+        try:
+            _write(req, store, state, ws, prepared, {**left, **upgrades}, read)
+        except BaseException:
+            if renamed:
+                store.unadopt(renamed)
+            raise
+    elif not req.dry_run and any("forgets" in o for o in outcomes.values()):
+        store.write_state(state)  # only records of not-needed fixes to drop
         drop_undo_point(store)  # the state it would put back is not the state before this
+    elif not req.dry_run and renamed:  # only records to rename: the undo point still holds,
+        store.write_state(state)  # and names the old folder's files: it stays (hard links)
+    if renamed and not req.dry_run and prepared:  # the undo point is this run's now
+        store.drop_adopted(renamed)
     last = {key: fc for fc in prepared for key in fc.keys}  # the last fix to change each file
     for fc in prepared:  # the bytes are written: each fix's result lets its own go
         old = upgrades.get(fc.spec.name)

@@ -12,7 +12,7 @@ from . import procs, record
 from .contract import NOT_APPLIED, PARTLY_PRESENT, PRESENT_UNRECORDED, RECORDED
 from .paths import Roots
 from .request import FixSpec, Request, check_patch_paths, parse_fix, recorded_only_fix
-from .records import FileRecord, FixRecord, State
+from .records import FileRecord, FixRecord, State, fix_backups
 from .store import Store
 from .workspace import Key, Workspace
 
@@ -114,8 +114,9 @@ def take_renamed(req: Request, state: State) -> Tuple[State, Dict[str, str]]:
     requested fix's that has no record (the same changes, in order, by ``diff_sha256``) and
     whose files still hold what it wrote, renamed to that fix (and named so by the records
     requiring it): the fix renamed in the catalog by hand. Its backups stay where they are,
-    named by the record. Returns new name -> old name. Apply, sync and rollback take it over
-    so; a status says it (:func:`_renamed_rows`)."""
+    renamed with it (``store.adopt_backups`` links them there before the state names them).
+    Returns new name -> old name. Apply, sync and rollback take it over so; a status says it
+    (:func:`_renamed_rows`)."""
     names = {s.name for s in (*req.fixes, *req.dependencies)}
     recorded = state.by_name()
     fixes = list(state.fixes)
@@ -127,8 +128,8 @@ def take_renamed(req: Request, state: State) -> Tuple[State, Dict[str, str]]:
             if rec.name not in names and rec.name not in renamed.values() \
                     and same_series(rec.patches, spec.patches) \
                     and not drifted_files(req.roots, state, rec):
-                fixes[i] = FixRecord.from_json(dict(rec.to_json(), name=spec.name,
-                                                    version=spec.version), "state.json")
+                fixes[i] = _renamed_record(rec, spec.name, spec.version,
+                                           moved=not req.dry_run)
                 renamed[spec.name] = rec.name
                 break
     if not renamed:
@@ -138,6 +139,21 @@ def take_renamed(req: Request, state: State) -> Tuple[State, Dict[str, str]]:
         dict(f.to_json(), requires=[back.get(r, r) for r in f.requires]), "state.json")
         for f in fixes]
     return State(state.txn, fixes, state.extra), renamed
+
+
+def _renamed_record(rec: FixRecord, name: str, version: int, moved: bool) -> FixRecord:
+    """``rec`` as fix ``name`` at ``version``; ``moved``: its backups named under the new
+    name's folder (a dry run reads them where they are)."""
+    old, new = fix_backups(rec.name) + "/", fix_backups(name) + "/"
+    data = rec.to_json()
+    if not moved:
+        return FixRecord.from_json(dict(data, name=name, version=version), "state.json")
+    if isinstance(data.get("backup_dir"), str):
+        data["backup_dir"] = data["backup_dir"].replace(old.rstrip("/"), new.rstrip("/"))
+    for f in data.get("files") or ():
+        if isinstance(f.get("backup"), str) and f["backup"].startswith(old):
+            f["backup"] = new + f["backup"][len(old):]
+    return FixRecord.from_json(dict(data, name=name, version=version), "state.json")
 
 
 def _renamed_rows(req: Request, state: State, rows: List[Dict[str, Any]]) -> None:

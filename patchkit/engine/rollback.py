@@ -28,6 +28,8 @@ def rollback(req: Request, store: Store) -> List[Dict[str, Any]]:
     from .observe import take_renamed
 
     state, renamed = take_renamed(req, store.read_state())  # a fix renamed in the catalog
+    if renamed and not req.dry_run:
+        store.adopt_backups(renamed)
     recorded = state.by_name()
     asked = [s.name for s in req.fixes]
     # Convergent, as apply of an applied fix is: a fix with no record is already rolled back
@@ -37,7 +39,14 @@ def rollback(req: Request, store: Store) -> List[Dict[str, Any]]:
         req = dataclasses.replace(req, fixes=tuple(s for s in req.fixes if s.name in recorded))
         if not req.fixes:
             return [absent[n] for n in asked]
-    done = _rollback(req, store, state, recorded)
+    try:
+        done = _rollback(req, store, state, recorded)
+    except BaseException:
+        if renamed and not req.dry_run:
+            store.unadopt(renamed)
+        raise
+    if renamed and not req.dry_run:
+        store.drop_adopted(renamed)
     for now, was in renamed.items():
         if now in done:
             done[now].setdefault("detail", "recorded as %s, whose manifest the catalog no longer "

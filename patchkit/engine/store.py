@@ -351,6 +351,56 @@ class Store:
     def remove_journal(self) -> None:
         self._remove("journal.json")
 
+    # -- a fix renamed in the catalog ---------------------------------------------------------
+
+    def adopt_backups(self, renamed: Dict[str, str]) -> None:
+        """The backups of each record taken over by a renamed fix (new name -> old), as the
+        new name's: the old folder's files hard-linked (else copied) under the new one and
+        made durable, before the state names them; :meth:`drop_adopted` removes the old
+        folder after. A crash between leaves a folder no record names: garbage, never a
+        record without its backups."""
+        import shutil
+
+        from .fsops import sync_all
+        from .records import fix_backups
+
+        for new, old in renamed.items():
+            src, dst = self.path(fix_backups(old)), self.path(fix_backups(new))
+            if not os.path.isdir(src):
+                continue
+            shutil.rmtree(dst, ignore_errors=True)  # no record names it: the new name had none
+
+            def link(a: str, b: str) -> None:
+                try:
+                    os.link(a, b)
+                except OSError:
+                    shutil.copy2(a, b)
+
+            shutil.copytree(src, dst, copy_function=link)
+            sync_all([os.path.join(d, f) for d, _ds, fs in os.walk(dst) for f in fs],
+                     [d for d, _ds, _fs in os.walk(dst)] + [os.path.dirname(dst)])
+
+    def unadopt(self, renamed: Dict[str, str]) -> None:
+        """After a run that failed: the new folders :meth:`adopt_backups` made that the state
+        does not name (nothing was committed), removed; the old ones stay, named."""
+        import shutil
+
+        from .records import fix_backups
+
+        named = set(self.read_state().names())
+        for new in renamed:
+            if new not in named:
+                shutil.rmtree(self.path(fix_backups(new)), ignore_errors=True)
+
+    def drop_adopted(self, renamed: Dict[str, str]) -> None:
+        """The old backup folders of records taken over, once the state names the new ones."""
+        import shutil
+
+        from .records import fix_backups
+
+        for old in renamed.values():
+            shutil.rmtree(self.path(fix_backups(old)), ignore_errors=True)
+
     # -- history ---------------------------------------------------------------------------
 
     def append_history(self, event: Dict[str, Any]) -> None:
