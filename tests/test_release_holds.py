@@ -305,6 +305,8 @@ def test_a_fix_renamed_by_hand_takes_its_applied_record_over_on_apply_writing_no
     assert _files(tree) == before  # no file written
     state = json.loads((tree / ".patchkit" / "state.json").read_text())
     assert [(f["name"], f["version"]) for f in state["fixes"]] == [("ours", 1)]
+    last = json.loads((tree / ".patchkit" / "history.jsonl").read_text().splitlines()[-1])
+    assert (last["event"], last["fixes"]) == ("rename", [{"name": "ours", "was": "mine"}])
     rows = {r["name"]: r for r in json.loads(pk(*cat, "status", "--target", str(tree),
                                                 "--json").stdout)["status"]["fixes"]}
     assert rows["ours"]["state"] == "applied" and "mine" not in rows, rows

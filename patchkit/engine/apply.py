@@ -107,6 +107,8 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
         drop_undo_point(store)  # the state it would put back is not the state before this
     elif not req.dry_run and renamed:  # only records to rename: the undo point still holds,
         store.write_state(state)  # and names the old folder's files: it stays (hard links)
+        store.append_history({"event": "rename", "outcome": "completed", "files": [],
+                              "fixes": [{"name": new, "was": old} for new, old in renamed.items()]})
     if renamed and not req.dry_run and prepared:  # the undo point is this run's now
         store.drop_adopted(renamed)
     last = {key: fc for fc in prepared for key in fc.keys}  # the last fix to change each file
