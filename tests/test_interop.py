@@ -669,3 +669,25 @@ def test_a_replacing_import_says_which_checks_of_the_fix_it_drops(tmp_path: Path
     assert (f"pair: --replace drops its {len(old.preconditions)} precondition(s) and "
             f"{len(old.verification)} verification check(s) from its manifest") in flat, flat
     assert Catalog(catalog).get("pair").verification == ()
+
+
+def test_export_orders_fixes_after_their_dependencies_and_refuses_a_cycle(tmp_path: Path) -> None:
+    """`export beta alpha --format quilt` listed beta first though it depends on alpha, so
+    `quilt push -a` failed; with a depends_on cycle made by hand, export wrote the series and
+    an mbox whose Patchkit-Depends-On made the cycle again on import, where list, show and
+    apply refuse it (a trial)."""
+    catalog = tmp_path / "cat"
+    for part in ("manifests", "patches"):
+        shutil.copytree(REPO / part, catalog / part)
+    out = tmp_path / "q"
+    ok(catalog, "export", "dsv4-bf16-sizing", "dsv4-bf16-index-k", "--format", "quilt", "-o", out)
+    series = [line.split("/")[0] for line in (out / "series").read_text().splitlines() if line]
+    assert series.index("dsv4-bf16-index-k") < series.index("dsv4-bf16-sizing"), series
+    manifest = catalog / "manifests" / "dsv4-bf16-index-k.toml"
+    manifest.write_text(manifest.read_text().replace(
+        "depends_on = []", 'depends_on = ["dsv4-bf16-sizing"]', 1))
+    refused = patchkit(catalog, "export", "dsv4-bf16-sizing", "--format", "mbox", "-o",
+                       str(tmp_path / "m"))
+    assert refused.exit_code == 2, refused.output
+    assert "depends_on forms a cycle" in refused.output
+    assert not (tmp_path / "m").exists() or list((tmp_path / "m").iterdir()) == []

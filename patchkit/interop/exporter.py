@@ -76,7 +76,10 @@ def export(catalog: Catalog, names: Sequence[str], fmt: str, out: Path) -> Expor
     ``series`` is merged (the fixes' lines replaced, every other line kept)."""
     if fmt not in FORMATS:
         raise UsageError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}", format=fmt)
-    fixes = [catalog.get(name) for name in names]
+    # each after the fixes it depends on (a quilt series is pushed in its order), the others
+    # in the order given; a depends_on cycle or a broken dependency refused as list shows it
+    fixes = catalog.dependency_order(list(dict.fromkeys(names)))
+    catalog.dependency_order(list(names), with_deps=True)
     planned = [(fix, _diffs(fix)) for fix in fixes]  # every refusal before any file is written
     result = ExportResult(fmt, fixes=[f.name for f in fixes])
     out = Path(out)
