@@ -584,3 +584,34 @@ def test_log_and_diff_versions_follow_a_fix_renamed_by_hand(tmp_path: Path) -> N
                                       "1", "2"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert f"v1/{patch.name}" in result.output and f"v2/{patch.name}" in result.output
+
+
+def test_a_name_reused_after_a_rename_starts_its_own_history(tmp_path: Path) -> None:
+    """After `old-name` was renamed to `new-name`, a new fix took the name `old-name`: its
+    `log` listed the commits of the fix that had the name before, up to the rename (a trial).
+    A name's commits before it was renamed away are the other fix's."""
+    repo = tmp_path / "catalog"
+    src = SAMPLES / "catalog"
+    text = (src / "manifests" / "index-k-bytes.toml").read_text()
+    shutil.copytree(src / "patches" / "index-k-bytes", repo / "patches" / "old-name")
+    (repo / "manifests").mkdir()
+    (repo / "manifests" / "old-name.toml").write_text(text.replace('name = "index-k-bytes"',
+                                                                   'name = "old-name"'))
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "old-name v2")
+    git(repo, "mv", "manifests/old-name.toml", "manifests/new-name.toml")
+    git(repo, "mv", "patches/old-name", "patches/new-name")
+    manifest = repo / "manifests" / "new-name.toml"
+    manifest.write_text(manifest.read_text().replace('name = "old-name"', 'name = "new-name"'))
+    git(repo, "commit", "-qam", "rename old-name -> new-name")
+    shutil.copytree(src / "patches" / "index-k-bytes", repo / "patches" / "old-name")
+    (repo / "manifests" / "old-name.toml").write_text(text.replace('name = "index-k-bytes"',
+                                                                   'name = "old-name"'))
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "a new fix named old-name")
+    lin = lineage.build(Catalog(repo))
+    reused = [c.subject for v in lin.get("old-name").versions for c in v.commits]
+    assert reused == ["a new fix named old-name"], reused
+    renamed = [c.subject for v in lin.get("new-name").versions for c in v.commits]
+    assert "old-name v2" in renamed and "a new fix named old-name" not in renamed, renamed

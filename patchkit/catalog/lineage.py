@@ -320,24 +320,29 @@ def named_history(history: Sequence[gitrepo.PathCommit], moves: Sequence[tuple[s
     """The commits of ``history`` (oldest first) that touched fix ``name``'s manifest or series,
     each with the name the fix had there: ``moves`` (``gitrepo.renames`` of the manifests)
     carry it back through each rename of its manifest, as ``git log --follow`` does, so a fix
-    renamed by hand keeps the commits that made its versions. ``prefix``: the catalog's
-    directory in its work tree ("" or ``DIR/``)."""
+    renamed by hand keeps the commits that made its versions; and a name an earlier fix had
+    before it was renamed away is that fix's up to the rename, not this one's. ``prefix``:
+    the catalog's directory in its work tree ("" or ``DIR/``)."""
     index = {c.sha: i for i, c in enumerate(history)}
-    bounds: list[tuple[int, str]] = []  # (the rename's place, the manifest before it), newest first
-    current = f"{prefix}manifests/{name}.toml"
-    for sha, old, new in reversed(moves):
-        if new == current and sha in index:
-            bounds.append((index[sha], old))
-            current = old
+    spans: list[tuple[str, int, int]] = []  # (manifest path, first commit, past the last)
+    path, hi, lo = f"{prefix}manifests/{name}.toml", len(history), 0
+    for sha, old, new in reversed(moves):  # newest first
+        at = index.get(sha)
+        if at is None or at >= hi:
+            continue
+        if new == path:  # renamed into the name here: before, the fix was `old`
+            spans.append((path, at, hi))
+            path, hi = old, at
+        elif old == path:  # another fix had the name, and left it here
+            lo = at + 1
+            break
+    spans.append((path, lo, hi))
     out = []
-    for i, commit in enumerate(history):
-        manifest = f"{prefix}manifests/{name}.toml"
-        for at, old in bounds:
-            if i < at:
-                manifest = old
-        was = manifest[len(f"{prefix}manifests/"):-len(".toml")]
-        if any(p == manifest or p.startswith(f"{prefix}patches/{was}/") for p in commit.files):
-            out.append((commit, was))
+    for path, first, past in reversed(spans):
+        was = path[len(f"{prefix}manifests/"):-len(".toml")]
+        for commit in history[first:past]:
+            if any(p == path or p.startswith(f"{prefix}patches/{was}/") for p in commit.files):
+                out.append((commit, was))
     return out
 
 
