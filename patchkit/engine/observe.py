@@ -113,8 +113,8 @@ def take_renamed(req: Request, state: State) -> Tuple[State, Dict[str, str]]:
     """The state with each record under a name no fix of the request has, whose series is a
     requested fix's that has no record (the same changes, in order, by ``diff_sha256``) and
     whose files still hold what it wrote, renamed to that fix (and named so by the records
-    requiring it): the fix renamed in the catalog by hand. Its backups stay where they are,
-    renamed with it (``store.adopt_backups`` links them there before the state names them).
+    requiring it): the fix renamed in the catalog by hand. Its backups are renamed with it
+    (``store.adopt_backups`` links them under the new name before the state names them).
     Returns new name -> old name. Apply, sync and rollback take it over so; a status says it
     (:func:`_renamed_rows`)."""
     names = {s.name for s in (*req.fixes, *req.dependencies)}
