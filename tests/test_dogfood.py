@@ -239,6 +239,12 @@ def test_patchkit_rebase_from_the_0521_versions_lands_the_committed_files(
         target = LocalTarget({"sglang": str(tree)})
         api.apply(cat, target, ["dsv4-bf16-index-k"])
         api.apply(cat, target, ["hicache-index-k-sync"], allow_inactive=True, commit=True)
+        # the incident's fork carried the dead fix as a commit of its own, with no record of
+        # patchkit's (where patchkit applied it, the revert is refused: roll it back instead)
+        state_file = tree / ".patchkit" / "state.json"
+        state = json.loads(state_file.read_text())
+        state["fixes"] = [f for f in state["fixes"] if f["name"] != "hicache-index-k-sync"]
+        state_file.write_text(json.dumps(state))
         dead = set(git(tree, "diff", "--name-only", CATALOG_TAG).split())
         api.apply(cat, target, ["revert-hicache-index-k-sync"])
         changed = git(tree, "diff", "--name-only", CATALOG_TAG).split()

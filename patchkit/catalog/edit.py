@@ -54,8 +54,9 @@ reference = ""  # upstream PR / issue / commit
 # [[preconditions]]
 # kind = "grep"
 # path = "python/sglang/srt/..."
-# pattern = "a line the series expects to find"  # a plain substring; regex = true for a regex
+# pattern = "a line the series expects to find"
 # count = 1
+# (a pattern is a plain substring of a line; regex = true makes it a regular expression)
 #
 # [[verification]]
 # kind = "python-syntax"
