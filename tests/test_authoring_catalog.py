@@ -125,17 +125,23 @@ def test_init_of_a_new_directory_inside_a_work_tree_commits_to_that_work_tree(
     assert f"to the git repository it lies in, {outer}" in flat(made.output), made.output
 
 
-def test_init_inside_patchkits_own_clone_is_refused_writing_nothing(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """From the clone the Quick start runs in, `patchkit init myfixes` committed the user's
-    catalog to patchkit's own repository (a trial). Refused, naming it and what to do;
-    --no-git makes it there all the same."""
-    clone = tmp_path / "patchkit"
+def patchkit_clone(clone: Path) -> Path:
+    """A stand-in for a clone of patchkit: a git repository whose pyproject.toml is patchkit's
+    (what marks a patchkit source tree), committed."""
     clone.mkdir()
     (clone / "pyproject.toml").write_text((REPO / "pyproject.toml").read_text())
     git(clone, "init", "-q")
     git(clone, "add", "-A")
     git(clone, "-c", "user.name=A", "-c", "user.email=a@example.org", "commit", "-qm", "patchkit")
+    return clone
+
+
+def test_init_inside_patchkits_own_clone_is_refused_writing_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """From the clone the Quick start runs in, `patchkit init myfixes` committed the user's
+    catalog to patchkit's own repository (a trial). Refused, naming it and what to do;
+    --no-git makes it there all the same."""
+    clone = patchkit_clone(tmp_path / "patchkit")
     monkeypatch.chdir(clone)
     refused = run("init", "myfixes")
     assert refused.exit_code == EXIT_USAGE, refused.output
@@ -154,12 +160,7 @@ def test_a_catalog_made_with_no_git_inside_patchkits_clone_is_never_committed_th
     the clone's repository all the same (a trial's --mark did). The catalog's repository has
     one owner, which leaves such a catalog uncommitted; the clone's own catalog, named with
     --catalog by a patchkit developer, is still committed to it."""
-    clone = tmp_path / "patchkit"
-    clone.mkdir()
-    (clone / "pyproject.toml").write_text((REPO / "pyproject.toml").read_text())
-    git(clone, "init", "-q")
-    git(clone, "add", "-A")
-    git(clone, "-c", "user.name=A", "-c", "user.email=a@example.org", "commit", "-qm", "patchkit")
+    clone = patchkit_clone(tmp_path / "patchkit")
     monkeypatch.chdir(clone)
     ok("init", "--no-git", "myfixes")
     src = small_checkout(tmp_path)
