@@ -92,7 +92,7 @@ def apply(req: Request, store: Store) -> List[Dict[str, Any]]:
         if o["outcome"] == "not-needed" and name in forgotten:
             o["forgets"] = forgotten[name].version  # a fleet's preflight sees a change to make
     if req.dry_run and prepared:
-        _verify_unwritten(req, ws, prepared)
+        _verify(req, prepared, ws)
     if renamed and not req.dry_run:  # before any state names them
         store.adopt_backups(renamed)
     if not req.dry_run and prepared:
@@ -663,22 +663,37 @@ def _claim_dirs(req: Request, ws: Workspace, prepared: List[FixChange]) -> None:
                         fc.created_dirs.append(list(pair))
 
 
-def _verify(req: Request, prepared: List[FixChange]) -> None:
-    """The fixes' verification, on the files as written; a failure undoes the transaction."""
-    failures: List[Dict[str, Any]] = []
-    jobs = [(check, CheckContext(fc.spec.name, req.roots, req.python, fc.spec.scripts, req.roots.read))
-            for fc in prepared for check in fc.spec.verification]
+def _verify(req: Request, prepared: List[FixChange], ws: Optional[Workspace] = None) -> None:
+    """The fixes' verification, on the files as written; a failure undoes the transaction.
+    With ``ws`` (a dry run): only the checks that read a file (``CONTENT_KINDS``), asked of the
+    files as this apply would write them (``ws``), so a dry run (a fleet's preflight, `matrix`)
+    fails where the apply would; a check that runs a process needs the files on the disk, and
+    runs only when they are."""
+    after = {} if ws is None else {e.abs: e.current for e in ws.entries.values()}
+
+    def read(root: str, rel: str) -> Optional[bytes]:
+        if not after:
+            return req.roots.read(root, rel)
+        path = req.roots.resolve(root, rel)
+        return after[path] if path in after else req.roots.read(root, rel)
+
+    asked = {fc.spec.name: [c for c in fc.spec.verification
+                            if ws is None or c.get("kind") in CONTENT_KINDS] for fc in prepared}
+    jobs = [(check, CheckContext(fc.spec.name, req.roots, req.python, fc.spec.scripts, read))
+            for fc in prepared for check in asked[fc.spec.name]]
     results = iter(run_checks(jobs))  # every fix's at once: a script overlaps the greps
+    failures: List[Dict[str, Any]] = []
     for fc in prepared:
-        fc.verification = [next(results) for _ in fc.spec.verification]
+        fc.verification = [next(results) for _ in asked[fc.spec.name]]
         failures.extend(dict(r, fix=fc.spec.name) for r in fc.verification if not r["ok"])
     _name_writers(req, prepared, failures)
     if failures:
+        said = ("failed after writing; every file was restored" if ws is None else
+                "would fail on the files as this apply would write them; nothing was written")
         raise VerificationFailed(
-            "%d verification check(s) failed after writing; every file was restored:\n%s"
-            % (len(failures), failure_lines(failures)), failures=failures,
-            fixes=[{"name": fc.spec.name, "version": fc.spec.version,
-                    "verification": fc.verification} for fc in prepared])
+            "%d verification check(s) %s:\n%s" % (len(failures), said, failure_lines(failures)),
+            failures=failures, fixes=[{"name": fc.spec.name, "version": fc.spec.version,
+                                       "verification": fc.verification} for fc in prepared])
 
 
 def _unlisted_release(req: Request, spec: FixSpec) -> str:
@@ -715,35 +730,6 @@ def _name_writers(req: Request, prepared: List[FixChange], failures: List[Dict[s
         if others:
             f["detail"] = "%s (this run's %s changed %s too)" % (
                 f["detail"], " and ".join(others), f["where"])
-
-
-def _verify_unwritten(req: Request, ws: Workspace, prepared: List[FixChange]) -> None:
-    """A dry run's verification: the checks that only read a file (``CONTENT_KINDS``), asked
-    of the files as this apply would write them, so a dry run (a fleet's preflight, `matrix`)
-    fails where the apply would; a check that runs a process needs the files on the disk, and
-    runs only when they are."""
-    after = {e.abs: e.current for e in ws.entries.values()}
-
-    def read(root: str, rel: str) -> Optional[bytes]:
-        path = req.roots.resolve(root, rel)
-        return after[path] if path in after else req.roots.read(root, rel)
-
-    asked = {fc.spec.name: [c for c in fc.spec.verification if c.get("kind") in CONTENT_KINDS]
-             for fc in prepared}
-    results = iter(run_checks([(check, CheckContext(fc.spec.name, req.roots, req.python,
-                                                    fc.spec.scripts, read))
-                               for fc in prepared for check in asked[fc.spec.name]]))
-    failures: List[Dict[str, Any]] = []
-    for fc in prepared:
-        fc.verification = [next(results) for _ in asked[fc.spec.name]]
-        failures.extend(dict(r, fix=fc.spec.name) for r in fc.verification if not r["ok"])
-    _name_writers(req, prepared, failures)
-    if failures:
-        raise VerificationFailed(
-            "%d verification check(s) would fail on the files as this apply would write them; "
-            "nothing was written:\n%s" % (len(failures), failure_lines(failures)),
-            failures=failures, fixes=[{"name": fc.spec.name, "version": fc.spec.version,
-                                       "verification": fc.verification} for fc in prepared])
 
 
 #: What a check could change of a file without its bytes: (size, mtime_ns, inode, mode).
