@@ -159,28 +159,19 @@ def _renamed_record(rec: FixRecord, name: str, version: int, moved: bool) -> Fix
 def _renamed_rows(req: Request, state: State, rows: List[Dict[str, Any]]) -> None:
     """A fix renamed in the catalog by hand, seen from its old record: the row of the new name
     (``present-unrecorded``) and the row of the record under the old one (which the catalog no
-    longer has) each say so, and that an apply (or sync) of the new name takes the record over,
-    writing nothing (:func:`take_renamed`, the same rule: the same series, the files as
-    the record wrote them)."""
+    longer has) each say so, and that an apply (or sync) of the new name takes the record
+    over, writing nothing: what :func:`take_renamed` would take over."""
     by_name = {r.get("name"): r for r in rows}
-    specs = {s.name: s for s in req.fixes}
-    listed = set(specs) | {s.name for s in req.dependencies}
-    orphans = [rec for rec in state.fixes if rec.name not in listed
-               and (by_name.get(rec.name) or {}).get("state") == "applied"]
-    for name, spec in specs.items():
-        row = by_name.get(name) or {}
-        if row.get("state") != PRESENT_UNRECORDED:
+    for name, was in take_renamed(req, state)[1].items():
+        if (by_name.get(name) or {}).get("state") != PRESENT_UNRECORDED or was not in by_name:
             continue
-        rec = next((r for r in orphans if same_series(r.patches, spec.patches)), None)
-        if rec is None:
-            continue
-        orphans.remove(rec)
-        row["detail"] = ("recorded as %s, whose manifest the catalog no longer has, with this "
-                         "series (renamed in the catalog): patchkit apply %s (or sync) takes its "
-                         "record over, writing nothing" % (rec.name, name))
-        by_name[rec.name]["detail"] = ("renamed %s in the catalog (the same series): patchkit "
-                                       "apply %s (or sync) takes this record over, writing "
-                                       "nothing" % (name, name))
+        by_name[name]["detail"] = ("recorded as %s, whose manifest the catalog no longer has, "
+                                   "with this series (renamed in the catalog): patchkit apply "
+                                   "%s (or sync) takes its record over, writing nothing"
+                                   % (was, name))
+        by_name[was]["detail"] = ("renamed %s in the catalog (the same series): patchkit apply "
+                                  "%s (or sync) takes this record over, writing nothing"
+                                  % (name, name))
 
 
 def refuse_changed_series(spec: FixSpec, rec: FixRecord) -> None:
