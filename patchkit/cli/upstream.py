@@ -147,9 +147,11 @@ def check(state: State, fixes: tuple[str, ...], release: str, mark: bool, dry_ru
                     + (f" (commit {m.commit[:12]})" if m.commit else "")) if m.marked else \
                 f"{m.fix}: {m.detail}"
             render.line(out, [(what, "")])
-        if marked and not dry_run and not no_commit and any(m.marked for m in marked) \
-                and (why := _not_committed(catalog.root)):
-            render.line(out, [(why, "dim")])
+        if marked and not dry_run and not no_commit and any(m.marked for m in marked):
+            from ..catalog.writer import not_committed
+
+            if why := not_committed(catalog.root):
+                render.line(out, [(why, "dim")])
         if mark and dry_run:
             render.line(out, [("dry run: nothing was written", "dim")])
 
@@ -181,9 +183,3 @@ def _verdict(v: Verdict) -> list[tuple[str, str]]:
 
 
 COMMANDS = [upstream]
-
-
-def _not_committed(root: Path) -> str:
-    from ..catalog.writer import not_committed
-
-    return not_committed(root)
